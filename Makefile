@@ -1,0 +1,37 @@
+# The two set-up commands of the README: `make report` (the main job) and `make test` (the test suite).
+# Each creates .venv with python3 and installs what it needs (pinned by constraints.txt) on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
+export MPLBACKEND := Agg
+
+.PHONY: report test test-all bench install clean
+
+$(STAMP): setup.cfg pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The theory-vs-practice report at the CPU-sized default: writes report/report.html
+report: $(STAMP)
+	$(BIN)/python -m figures report --preset quick --out report
+
+## The test suite (slow and gpu tests excluded; see setup.cfg). pytest exits non-zero when no test ran.
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile --timeout 900 -q
+
+## Everything, slow tests included (tens of minutes).
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not gpu" -q
+
+## Benchmarks: throughputs and ratios against plain numpy/scipy baselines measured in the same run.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .numba_cache results report figures/out .pytest_cache .hypothesis

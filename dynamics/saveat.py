@@ -1,0 +1,114 @@
+"""``SaveAt``: which steps or times a run records (a value object, after diffrax's ``SaveAt``).
+
+Exactly one request per object:
+
+* ``SaveAt(steps=[...])`` explicit integer steps (maps);
+* ``SaveAt(ts=[...])`` explicit times (ODEs);
+* ``SaveAt(every=n)`` every n-th step, the last step always included (maps; fixed-step ODE solvers: every n grid steps);
+* ``SaveAt(n=npoints)`` a linear grid of ``npoints`` points including both ends (steps rounded to integers);
+* ``SaveAt(log=npoints)`` log-spaced points including the start and the end (for ODEs the first positive offset is
+  ``log_start``, default 1e-3 of the span);
+* ``SaveAt(final=True)`` the end only.
+
+The engine runs in compiled chunks between consecutive save points, so saving costs nothing in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynamics.validation import check_int, check_positive
+
+
+@dataclass(frozen=True)
+class SaveAt:
+    """Save request; see the module docstring. Built objects are validated, and an empty request is refused."""
+
+    steps: tuple[int, ...] | None = None
+    ts: tuple[float, ...] | None = None
+    every: int | None = None
+    n: int | None = None
+    log: int | None = None
+    final: bool = False
+    log_start: float | None = None
+
+    def __post_init__(self):
+        given = [k for k in ("steps", "ts", "every", "n", "log") if getattr(self, k) is not None]
+        if self.final:
+            given.append("final")
+        if len(given) != 1:
+            raise ValueError(
+                "SaveAt takes exactly one of steps=, ts=, every=, n=, log=, final=True; "
+                f"got {given or 'none'}"
+            )
+        if self.steps is not None:
+            arr = np.atleast_1d(np.asarray(self.steps))
+            if arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"SaveAt.steps must be a non-empty sequence of integers; got {self.steps!r}")
+            object.__setattr__(self, "steps", tuple(int(s) for s in arr))
+        if self.ts is not None:
+            arr = np.atleast_1d(np.asarray(self.ts, dtype=np.float64))
+            if arr.size == 0 or not np.all(np.isfinite(arr)):
+                raise ValueError(f"SaveAt.ts must be a non-empty sequence of finite times; got {self.ts!r}")
+            object.__setattr__(self, "ts", tuple(float(t) for t in arr))
+        if self.every is not None:
+            object.__setattr__(self, "every", check_int("SaveAt.every", self.every, min_value=1))
+        if self.n is not None:
+            object.__setattr__(self, "n", check_int("SaveAt.n", self.n, min_value=2))
+        if self.log is not None:
+            object.__setattr__(self, "log", check_int("SaveAt.log", self.log, min_value=2))
+        if self.log_start is not None:
+            object.__setattr__(self, "log_start", check_positive("SaveAt.log_start", self.log_start))
+
+    def resolve_steps(self, n_steps: int) -> np.ndarray:
+        """Sorted unique int64 save steps in [0, n_steps] for a discrete map of ``n_steps`` steps."""
+        if self.ts is not None:
+            raise ValueError("SaveAt(ts=...) is for ODEs; a discrete map takes SaveAt(steps=...)")
+        if self.steps is not None:
+            arr = np.asarray(self.steps, dtype=np.int64)
+            if arr.min() < 0 or arr.max() > n_steps:
+                raise ValueError(f"SaveAt.steps must lie in [0, n_steps={n_steps}]; got range "
+                                 f"[{arr.min()}, {arr.max()}]")
+            return np.unique(arr)
+        if self.every is not None:
+            arr = np.arange(0, n_steps + 1, self.every, dtype=np.int64)
+            return np.unique(np.append(arr, n_steps))
+        if self.n is not None:
+            return np.unique(np.rint(np.linspace(0, n_steps, self.n)).astype(np.int64))
+        if self.log is not None:
+            if n_steps == 0:
+                return np.zeros(1, dtype=np.int64)
+            pos = np.rint(np.geomspace(1, n_steps, self.log - 1)).astype(np.int64)
+            return np.unique(np.concatenate([[0], pos]))
+        return np.asarray([n_steps], dtype=np.int64)
+
+    def resolve_times(self, t0: float, t1: float, dt: float | None = None) -> np.ndarray:
+        """Sorted unique float64 save times in [t0, t1]; ``dt`` is the fixed step (needed by ``every``)."""
+        if self.steps is not None:
+            raise ValueError("SaveAt(steps=...) is for discrete maps; an ODE takes SaveAt(ts=...)")
+        span = t1 - t0
+        if self.ts is not None:
+            arr = np.asarray(self.ts, dtype=np.float64)
+            slack = 1e-12 * max(abs(t0), abs(t1), 1.0)
+            if arr.min() < t0 - slack or arr.max() > t1 + slack:
+                raise ValueError(f"SaveAt.ts must lie in t_span [{t0}, {t1}]; got range [{arr.min()}, {arr.max()}]")
+            return np.unique(np.clip(arr, t0, t1))
+        if self.every is not None:
+            if dt is None:
+                raise ValueError("SaveAt(every=n) needs a fixed-step solver (Euler or RK4); use ts=, n= or log=")
+            n_grid = int(np.floor(span / dt * (1 + 1e-12)))
+            arr = t0 + dt * np.arange(0, n_grid + 1, self.every)
+            return np.unique(np.append(arr[arr <= t1], t1))
+        if self.n is not None:
+            return np.linspace(t0, t1, self.n)
+        if self.log is not None:
+            start = self.log_start if self.log_start is not None else 1e-3 * span
+            if not 0 < start < span:
+                raise ValueError(f"SaveAt.log_start must lie in (0, t1 - t0 = {span}); got {start}")
+            return np.unique(np.concatenate([[t0], t0 + np.geomspace(start, span, self.log - 1)]))
+        return np.asarray([t1], dtype=np.float64)
+
+
+DEFAULT_SAVEAT = SaveAt(n=201)

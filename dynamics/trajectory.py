@@ -1,0 +1,123 @@
+"""``Trajectory``: the one result type of every simulator and trainer (STYLE.md §2.9).
+
+An ``xarray.Dataset`` with dimensions ``("trajectory", "time")``, coordinates ``time`` (float) and ``step`` (int,
+along ``time``), one variable per state component and per derived quantity, and provenance attributes (``model``,
+``spec_json``, ``config_json``, ``seed``, ``source``, ``time_unit``, ``git_rev``, ``versions_json``,
+``created_utc``). Saved as netCDF (h5netcdf engine) atomically; never pickled.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+
+import numpy as np
+import xarray as xr
+
+from dynamics.provenance import provenance_attrs, sanitize_attrs
+
+
+class Trajectory(xr.Dataset):
+    """A batch of trajectories on a common time grid (an ``xarray.Dataset`` subclass).
+
+    Build one with :meth:`from_arrays`; save with :meth:`save`; read with :meth:`load`. Overlaying two sources
+    (closed form and torch) is ``xarray.align`` on the shared ``time``/``step`` coordinates.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def from_arrays(cls, Y, *, names, time, step=None, variables=None, attrs=None,
+                    trajectory=None) -> Trajectory:
+        """Build a Trajectory from saved states.
+
+        Parameters
+        ----------
+        Y : (n_traj, n_time, n_state) array
+            Saved states (a 2-D array is one trajectory).
+        names : sequence of str, length n_state
+            Variable name of each state component.
+        time : (n_time,) array
+            Time of each save point in the model's time unit.
+        step : (n_time,) int array, optional
+            Step index of each save point (defaults to ``arange(n_time)`` only if not given by the caller's unit).
+        variables : dict name -> (n_traj, n_time) array, optional
+            Derived quantities to store beside the state.
+        attrs : dict, optional
+            Provenance; ``spec``/``config`` entries are stored as JSON (see ``provenance_attrs``).
+        trajectory : (n_traj,) array, optional
+            Coordinate labels of the batch axis (e.g. seeds); default ``arange(n_traj)``.
+        """
+        Y = np.asarray(Y, dtype=np.float64)
+        if Y.ndim == 2:
+            Y = Y[None]
+        if Y.ndim != 3:
+            raise ValueError(f"Y must have shape (n_traj, n_time, n_state); got {Y.shape}")
+        names = list(names)
+        if len(names) != Y.shape[2]:
+            raise ValueError(f"names has {len(names)} entries but the state has {Y.shape[2]} components")
+        if len(set(names)) != len(names):
+            raise ValueError(f"names must be distinct; got {names}")
+        time = np.asarray(time, dtype=np.float64)
+        if time.shape != (Y.shape[1],):
+            raise ValueError(f"time must have shape ({Y.shape[1]},); got {time.shape}")
+        step = np.arange(Y.shape[1], dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)
+        if step.shape != time.shape:
+            raise ValueError(f"step must have shape {time.shape}; got {step.shape}")
+        dims = ("trajectory", "time")
+        data_vars = {name: (dims, Y[:, :, j]) for j, name in enumerate(names)}
+        for name, value in (variables or {}).items():
+            value = np.asarray(value)
+            if value.shape[:2] != Y.shape[:2]:
+                raise ValueError(f"derived variable {name!r} must have shape {Y.shape[:2]}+...; got {value.shape}")
+            if name in data_vars:
+                raise ValueError(f"derived variable {name!r} clashes with a state name")
+            extra = tuple(f"{name}_dim{i}" for i in range(value.ndim - 2))
+            data_vars[name] = (dims + extra, value)
+        coords = {
+            "time": ("time", time),
+            "step": ("time", step),
+            "trajectory": ("trajectory", np.arange(Y.shape[0]) if trajectory is None else np.asarray(trajectory)),
+        }
+        ds = cls(data_vars, coords=coords, attrs=provenance_attrs(attrs))
+        ds.attrs["state_names"] = ",".join(names)
+        return ds
+
+    @property
+    def state_names(self) -> list[str]:
+        """Names of the state components, in state order."""
+        return self.attrs.get("state_names", "").split(",") if self.attrs.get("state_names") else []
+
+    def states(self) -> np.ndarray:
+        """The saved states as an array (n_traj, n_time, n_state), in state order."""
+        return np.stack([self[name].values for name in self.state_names], axis=-1)
+
+    def save(self, path) -> pathlib.Path:
+        """Write netCDF atomically (temporary file in the same folder, then ``os.replace``); return the path."""
+        return save_dataset(self, path)
+
+    @classmethod
+    def load(cls, path) -> Trajectory:
+        """Read a Trajectory written by :meth:`save` (fully into memory; the file is closed on return)."""
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            ds = ds.load()
+        return cls(ds.data_vars, coords=ds.coords, attrs=ds.attrs)
+
+
+def save_dataset(ds: xr.Dataset, path) -> pathlib.Path:
+    """Write any Dataset to netCDF atomically: a temporary file beside ``path``, then ``os.replace``."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ds = ds.copy()
+    ds.attrs = sanitize_attrs(dict(ds.attrs))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        ds.to_netcdf(tmp, engine="h5netcdf")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
