@@ -1,0 +1,135 @@
+"""Command line: ``python -m figures list | make NAME... | report`` (also installed as ``attndyn-figures``).
+
+Examples::
+
+    python -m figures list
+    python -m figures make single_location.fig4a scan_snap --preset quick     # a model name = all its figures
+    python -m figures report                                                 # report/report.html, quick preset
+    python -m figures report --preset paper --device auto --out report-paper
+
+Exit status: 0 on success, 1 if a figure (or a figure module) failed, 2 on bad input (unknown figure, preset or
+device; the message lists the valid choices). Progress bars go to stderr (only on a terminal), log messages to
+stderr, the summary to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from figures import cache, registry
+from figures._style import SAVE_METADATA
+from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, DEVICES, PRESETS, check_preset, resolve_device
+from figures.report import DEFAULT_REPORT_DIR, build_report
+
+logger = logging.getLogger("figures")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m figures", description="Regenerate the papers' figures and the "
+                                     "theory-vs-practice report.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_list = sub.add_parser("list", help="list the registered figures per model")
+    p_list.add_argument("--model", default=None, help="only this model")
+
+    def common(p):
+        p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)} (default "
+                       f"{DEFAULT_PRESET})")
+        p.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
+        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the run's seed (default {DEFAULT_SEED})")
+        p.add_argument("--cache-dir", default=str(cache.DEFAULT_CACHE_DIR), help="cache root (default results)")
+        p.add_argument("--recompute", action="store_true", help="ignore cached data, recompute and overwrite")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    p_make = sub.add_parser("make", help="build figures and write <out>/<name>.png/.pdf")
+    p_make.add_argument("names", nargs="+", metavar="NAME", help="figure names, or model names for all their figures")
+    common(p_make)
+    p_make.add_argument("--out", default=str(registry.DEFAULT_OUT_DIR), help="output folder (default figures/out)")
+    p_make.add_argument("--formats", default="png,pdf", help=f"comma-separated, among {', '.join(SAVE_METADATA)}")
+
+    p_report = sub.add_parser("report", help="build every figure and write <out>/report.html")
+    common(p_report)
+    p_report.add_argument("--out", default=str(DEFAULT_REPORT_DIR), help="output folder (default report)")
+    return parser
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _cmd_list(args, reg: registry.Registry) -> int:
+    statuses = reg.discover()
+    models = reg.models if args.model is None else (args.model,)
+    if args.model is not None and args.model not in reg.models:
+        raise ValueError(f"model must be one of {', '.join(reg.models)}; got {args.model!r}")
+    for model in models:
+        status = statuses[model]
+        names = reg.names(model)
+        note = {"missing": status.detail, "error": f"IMPORT ERROR: {status.detail}"}.get(status.state,
+                                                                                         f"{len(names)} figures")
+        _write(f"{model}  ({note})")
+        for name in names:
+            spec = reg.get(name)
+            flag = "  [unrecoverable parameters: spec defaults]" if spec.unrecoverable else ""
+            _write(f"  {name:32s} {spec.paper}; {spec.spec}{flag}")
+    return 1 if any(statuses[m].state == "error" for m in models) else 0
+
+
+def _cmd_make(args, reg: registry.Registry) -> int:
+    reg.discover()
+    names = reg.resolve(args.names)
+    check_preset(args.preset)
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    for fmt in formats:
+        if fmt not in SAVE_METADATA:
+            raise ValueError(f"formats must be among {', '.join(SAVE_METADATA)}; got {fmt!r}")
+    device = resolve_device(args.device)
+    try:
+        results = registry.make(names, args.preset, seed=args.seed, device=device, cache_dir=args.cache_dir,
+                                out_dir=args.out, formats=formats, recompute=args.recompute,
+                                progress=not args.no_progress, registry=reg)
+    except Exception:  # noqa: BLE001 - a failing figure is reported with its traceback and a non-zero exit
+        logger.exception("building figures failed")
+        return 1
+    _write(f"{'figure':34s} {'data':10s} {'runtime (s)':>11s}  outputs")
+    for r in results:
+        _write(f"{r.spec.name:34s} {r.status:10s} {r.runtime_s:11.2f}  {', '.join(str(p) for p in r.outputs)}")
+    counts = {s: sum(r.status == s for r in results) for s in ("cached", "computed", "recomputed", "repaired")}
+    _write(f"{len(results)} figures ({args.preset}, device {device}): " +
+           ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; cache {args.cache_dir}")
+    return 0
+
+
+def _cmd_report(args, reg: registry.Registry) -> int:
+    check_preset(args.preset)
+    device = resolve_device(args.device)
+    result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
+                          recompute=args.recompute, progress=not args.no_progress, registry=reg)
+    for s in result.sections:
+        n_cached = sum(f.status == "cached" for f in s.figures)
+        _write(f"{s.model:18s} {s.verdict:18s} figures {len(s.figures)} (cached {n_cached}), gaps within "
+               f"{s.n_gaps_within}/{s.n_gaps}, checks passed {s.n_checks_passed}/{s.n_checks}")
+    _write(f"report: {result.path}")
+    return 1 if result.n_failed else 0
+
+
+def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``) on registry ``reg`` (default the package's); return
+    the exit status."""
+    args = _parser().parse_args(argv)
+    reg = registry.REGISTRY if reg is None else reg
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report}[args.command]
+    try:
+        return command(args, reg)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

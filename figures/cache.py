@@ -1,0 +1,153 @@
+"""Content-addressed, checksummed on-disk cache of figure data (no pickle).
+
+Layout, under a cache root (``results/`` by default, git-ignored)::
+
+    results/<figure name>/<key>.nc     the Dataset, netCDF (written by dynamics.trajectory.save_dataset)
+    results/<figure name>/<key>.json   sidecar: sha256 of the .nc file, the full configuration, runtime, time
+
+``key = sha256(RunConfig.to_json())[:12]``: the configuration JSON holds the preset, seed, resolved device, code
+version (package version + git revision) and the figure's own parameters, so a change to any of them is a new key
+and parameters never appear in file names (STYLE.md §2.9). The git part is ``git describe --always --dirty``: while
+the working tree has uncommitted changes, edits do not change the key, so use ``--recompute`` (or ``recompute=True``)
+after editing a figure's code.
+
+Both files are written atomically (temporary file in the same folder, then ``os.replace``), the ``.nc`` first and the
+sidecar last, so an interrupted write leaves at worst an ``.nc`` without sidecar. :func:`load` trusts nothing it
+cannot verify: a missing or unreadable sidecar, a sidecar for another configuration, a checksum mismatch or a file
+that does not open is reported as ``"corrupt"`` (with a logged warning) and the caller recomputes; a corrupted file
+is never silently used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import xarray as xr
+
+from dynamics.provenance import utc_now
+from dynamics.trajectory import save_dataset
+from figures.presets import RunConfig
+
+logger = logging.getLogger(__name__)
+
+KEY_LENGTH = 12
+"""Hex digits of the configuration hash kept in file names."""
+
+DEFAULT_CACHE_DIR = Path("results")
+"""Default cache root, relative to the working directory."""
+
+
+def cache_key(cfg: RunConfig) -> str:
+    """First :data:`KEY_LENGTH` hex digits of the sha256 of the configuration's canonical JSON."""
+    return hashlib.sha256(cfg.to_json().encode("utf-8")).hexdigest()[:KEY_LENGTH]
+
+
+def entry_paths(root: str | os.PathLike, cfg: RunConfig) -> tuple[Path, Path]:
+    """``(data_path, sidecar_path)`` of the cache entry for ``cfg`` under ``root``."""
+    folder = Path(root) / cfg.figure
+    key = cache_key(cfg)
+    return folder / f"{key}.nc", folder / f"{key}.json"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLookup:
+    """Result of :func:`load`.
+
+    Attributes
+    ----------
+    status : str
+        ``"hit"`` (verified and loaded), ``"miss"`` (no entry) or ``"corrupt"`` (entry present but unusable).
+    dataset : xarray.Dataset or None
+        The data, fully loaded into memory, on a hit.
+    runtime_s : float or None
+        Wall time of the computation that produced the entry (from the sidecar), on a hit.
+    created_utc : str or None
+        When the entry was computed, on a hit.
+    reason : str
+        Why an entry was judged corrupt (empty otherwise).
+    """
+
+    status: str
+    dataset: xr.Dataset | None = None
+    runtime_s: float | None = None
+    created_utc: str | None = None
+    reason: str = ""
+
+
+def load(root: str | os.PathLike, cfg: RunConfig) -> CacheLookup:
+    """Look up and verify the cache entry of ``cfg``; see the module docstring for what counts as corrupt."""
+    data_path, sidecar_path = entry_paths(root, cfg)
+    if not data_path.exists() and not sidecar_path.exists():
+        return CacheLookup(status="miss")
+    reason = _verify(data_path, sidecar_path, cfg)
+    if not reason:
+        try:
+            dataset = xr.load_dataset(data_path)  # engine detected from the file (whatever save_dataset wrote)
+        except Exception as exc:  # noqa: BLE001 - any failure to read the file means it is unusable
+            reason = f"cannot be read ({type(exc).__name__}: {exc})"
+    if reason:
+        logger.warning("cache entry %s for %s is corrupt: %s; recomputing", data_path, cfg.figure, reason)
+        return CacheLookup(status="corrupt", reason=reason)
+    sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+    return CacheLookup(status="hit", dataset=dataset, runtime_s=float(sidecar["runtime_s"]),
+                       created_utc=str(sidecar["created_utc"]))
+
+
+def _verify(data_path: Path, sidecar_path: Path, cfg: RunConfig) -> str:
+    """Return an empty string if the entry is intact, else the reason it is not."""
+    if not data_path.exists():
+        return "data file missing"
+    try:
+        sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "checksum sidecar missing (interrupted write?)"
+    except (OSError, ValueError) as exc:
+        return f"checksum sidecar unreadable ({exc})"
+    if not isinstance(sidecar, dict) or not {"sha256", "config", "runtime_s", "created_utc"} <= sidecar.keys():
+        return "checksum sidecar incomplete"
+    if sidecar["config"] != cfg.to_dict():
+        return "sidecar describes another configuration"
+    actual = file_sha256(data_path)
+    if actual != sidecar["sha256"]:
+        return f"sha256 mismatch (file {actual[:12]}..., sidecar {str(sidecar['sha256'])[:12]}...)"
+    return ""
+
+
+def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runtime_s: float) -> Path:
+    """Write ``dataset`` as the cache entry of ``cfg`` (atomically, data then sidecar); return the data path.
+
+    The netCDF file is written by :func:`dynamics.trajectory.save_dataset` (the engine's one writer), so figure data
+    and trajectories share their on-disk format.
+    """
+    data_path, sidecar_path = entry_paths(root, cfg)
+    save_dataset(dataset, data_path)
+    sidecar = {"sha256": file_sha256(data_path), "config": cfg.to_dict(), "runtime_s": float(runtime_s),
+               "created_utc": utc_now(), "file": data_path.name}
+    _write_text_atomic(sidecar_path, json.dumps(sidecar, sort_keys=True, indent=1) + "\n")
+    return data_path
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
