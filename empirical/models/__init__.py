@@ -1,0 +1,40 @@
+"""Torch versions of the papers' models, one module per model, named as in ``closedform`` (STYLE.md §2.1).
+
+Each module ``empirical/models/<model>.py`` defines a class implementing :class:`empirical.train.TorchModel`
+(``name``, ``init_params``, ``sample``, ``loss``, ``probes`` and the optional hooks documented in
+:mod:`empirical.train`), built from the model's closed-form spec, with the paper's initialisation, data law, loss
+normalisation and probes (weights -> order parameters, named as in the closed form). :func:`load` imports one by
+name, so no registry needs editing when a model is added.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["MODEL_NAMES", "load"]
+
+#: The paper models of the toolkit (STYLE.md §2.1); each may have a module ``empirical.models.<name>``.
+MODEL_NAMES: tuple[str, ...] = (
+    "single_location",
+    "scan_snap",
+    "icl_regression",
+    "nearest_neighbor",
+    "group_sparse",
+    "random_walk",
+)
+
+
+def load(name: str) -> ModuleType:
+    """Import and return ``empirical.models.<name>`` for a model name of :data:`MODEL_NAMES`.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a known model.
+    ModuleNotFoundError
+        If the model's torch module has not been written yet.
+    """
+    if name not in MODEL_NAMES:
+        raise ValueError(f"name must be one of {', '.join(map(repr, MODEL_NAMES))}; got {name!r}")
+    return importlib.import_module(f"empirical.models.{name}")
