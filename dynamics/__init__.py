@@ -9,9 +9,9 @@ from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.integrate import RK4, Dopri5, Euler, integrate, iterate
 from dynamics.saveat import SaveAt
 from dynamics.sweep import sweep
-from dynamics.trajectory import Trajectory, save_dataset
+from dynamics.trajectory import Trajectory, atomic_write, save_dataset
 
 __all__ = [
     "DivergenceError", "MaxStepsError", "Dopri5", "Euler", "RK4", "SaveAt", "Trajectory", "integrate", "iterate",
-    "save_dataset", "sweep",
+    "atomic_write", "save_dataset", "sweep",
 ]

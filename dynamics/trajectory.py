@@ -105,19 +105,26 @@ class Trajectory(xr.Dataset):
         return cls(ds.data_vars, coords=ds.coords, attrs=ds.attrs)
 
 
-def save_dataset(ds: xr.Dataset, path) -> pathlib.Path:
-    """Write any Dataset to netCDF atomically: a temporary file beside ``path``, then ``os.replace``."""
+def atomic_write(path, write) -> pathlib.Path:
+    """Write a file atomically: ``write(tmp_path)`` fills a temporary file beside ``path``, then ``os.replace``
+    moves it into place, so a reader (or a run killed mid-write) never sees a partial file. The folder is created
+    if needed; the temporary file is removed on failure. The toolkit's one writer of results and checkpoints."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    ds = ds.copy()
-    ds.attrs = sanitize_attrs(dict(ds.attrs))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        ds.to_netcdf(tmp, engine="h5netcdf")
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def save_dataset(ds: xr.Dataset, path) -> pathlib.Path:
+    """Write any Dataset to netCDF (h5netcdf engine) atomically, with netCDF-safe attributes."""
+    ds = ds.copy()
+    ds.attrs = sanitize_attrs(dict(ds.attrs))
+    return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))

@@ -13,12 +13,12 @@ checkpoint with the current run's and names the first differing field (``"config
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import tempfile
 from collections.abc import Mapping
 
 import torch
+
+from dynamics.trajectory import atomic_write
 
 __all__ = ["check_compatible", "flatten_json", "load_checkpoint", "save_checkpoint"]
 
@@ -34,18 +34,8 @@ def save_checkpoint(path, state: Mapping) -> pathlib.Path:
         Tensors, numbers, strings, ``None`` and (nested) lists/tuples/dicts of them: the types that
         ``torch.load(weights_only=True)`` accepts.
     """
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(dict(state), tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    state = dict(state)
+    return atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 def load_checkpoint(path, *, map_location=None) -> dict:

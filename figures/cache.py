@@ -20,19 +20,17 @@ is never silently used.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import xarray as xr
 
 from dynamics.provenance import utc_now
-from dynamics.trajectory import save_dataset
+from dynamics.trajectory import atomic_write, save_dataset
 from figures.presets import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -144,10 +142,4 @@ def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runti
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
