@@ -1,0 +1,734 @@
+"""Study B: a one-layer transformer learns optimal variable selection (group-sparse classification).
+
+Implements spec ``token_selection.md`` Study B (Sec. B.0-B.8): the data law (Sec. B.1, Appendix G.B), the
+embedding H = [X; I_D] and the scalar-output softmax-attention model with logistic loss (Sec. B.2), full-matrix
+gradient descent from zero (Sec. B.2), its exact 8-scalar reduction (Sec. B.3), the closed forms of the first two GD
+steps (Sec. B.3), the probes weights -> order parameters (Sec. B.3.1) and the theorem predictions (Sec. B.4).
+
+Symbol table (spec Sec. B.0)
+----------------------------
+=======================  ===============  ==============================================  =============  ========
+code                     paper            meaning                                         shape          defined
+=======================  ===============  ==============================================  =============  ========
+d                        d                group size = token feature dimension (>= 2)     int            Sec. B.1
+D                        D                number of groups = tokens (>= 3)                int            Sec. B.1
+sigma_x                  sigma_x          feature scale, x_j ~ N(0, sigma_x^2 I_d)        float          Sec. B.1
+jstar                    j*               label-relevant group, 1-BASED as in the paper   int            Sec. B.1
+jstar_index              j* - 1           the same group as a 0-based code index          int            Sec. 0
+eta                      eta              GD step size (same for v and W)                 float          Sec. B.2
+v_star                   v*               unit label direction inside group j*            (d,)           Sec. B.1
+X                        X                features; X[k, :, j] = x_j of draw k            (n,d,D)        Sec. B.1
+y                        y                label sign(<x_{j*}, v*>), sign(0) := +1         (n,)           App. G.B
+H                        H                tokens h_j = [x_j; e_j]                         (n,d+D,D)      Sec. B.2
+v                        v                value vector [v_x; v_pos]                       (d+D,)         Sec. B.2
+W                        W                merged key-query matrix (W11, W12, W21, W22)    (d+D,d+D)      Sec. B.2
+S                        S                column softmax of H^T W H; S[k, i, j]: key i    (n,D,D)        Sec. B.2
+f                        f                model output v^T H S 1_D                        (n,)           Sec. B.2
+beta                     beta             v_x = beta v*                                   float          Sec. B.3
+w_par, w_perp            w_par, w_perp    W11 = w_par v*v*^T + w_perp (I - v*v*^T)        float          Sec. B.3
+m1 .. m5                 m_1 .. m_5       W22 on orbits O_1..O_5 (row key, column query)  float          Sec. B.3
+orbit_sizes              abs(O_k)         (1, D-1, D-1, D-1, (D-1)(D-2))                  (5,)           Sec. B.3
+gap_ss, gap_s, gap_self  same             m1 - m3, m2 - m5, m4 - m5                       float          Sec. B.3
+a, gram                  a_i, <z_i, z_j>  <x_i, v*>; Gram of z_i = (I - v*v*^T) x_i       (n,D);(n,D,D)  Sec. B.3
+m_star                   m*               E[lambda y (a_{j*} - abar)] at step 2           float          Sec. B.3
+eps_B, T_star            eps_B, T*        accuracy parameter, horizon of the theorem      float          Sec. B.4
+=======================  ===============  ==============================================  =============  ========
+
+Time axis: the GD step t (``step``); ``time`` = eta * t, the gradient-flow time (spec Sec. 0). Every quantity "at t" is
+evaluated at theta^(t), the parameters after t updates, on the training sample.
+
+Notes
+-----
+The embedding H = [X; I_D] is [reconstructed] in the spec (strongly constrained); the reduction is [derived] and
+exact for the stated model. The population expectations of the reduced map are Monte Carlo averages over a fixed
+sample (common random numbers across steps); their standard errors count unique draws only (Sec. 0: a mirror image
+(-X, -y) is an exact copy for every quantity of the reduced state).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+from scipy import integrate as _integrate
+from scipy.special import expit, softmax
+
+import dynamics
+from closedform import _group_sparse_kernels as _k
+from dynamics.errors import DivergenceError
+from dynamics.random import as_generator
+from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
+from dynamics.trajectory import Trajectory
+from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
+
+REFERENCE = {
+    "title": "Transformer learns optimal variable selection in group-sparse classification",
+    "authors": "Chenyang Zhang, Xuran Meng, Yuan Cao",
+    "venue": "ICLR 2025",
+    "arxiv": "2504.08638",
+    "bibtex_key": "zhang2025transformer",
+    "spec": "token_selection.md, Study B",
+}
+
+STATE_NAMES = ("beta", "w_par", "w_perp", "m1", "m2", "m3", "m4", "m5")
+GAP_NAMES = ("gap_ss", "gap_s", "gap_self")
+N_STATE = len(STATE_NAMES)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Task spec and data
+# ----------------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSparseSpec:
+    """Group-sparse classification task and its GD training (spec Sec. B.1-Sec. B.2; defaults = paper runs of Sec. B.7).
+
+    Parameters
+    ----------
+    d : int
+        Group size (feature dimension of a token), >= 2 (the 8-scalar reduction of Sec. B.3 needs d >= 2).
+    D : int
+        Number of groups = tokens, >= 3 (Sec. B.3 needs D >= 3).
+    sigma_x : float
+        Feature scale, > 0 (Sec. B.1; the paper value is unknown, suggested 1).
+    jstar : int
+        Label-relevant group, 1-based as in the paper, in [1, D] (paper figures: 2).
+    eta : float
+        GD step size for v and W, > 0 (paper: 0.5).
+    """
+
+    d: int = 4
+    D: int = 6
+    sigma_x: float = 1.0
+    jstar: int = 2
+    eta: float = 0.5
+
+    def __post_init__(self):
+        object.__setattr__(self, "d", check_int("d", self.d, min_value=2))
+        object.__setattr__(self, "D", check_int("D", self.D, min_value=3))
+        object.__setattr__(self, "sigma_x", check_positive("sigma_x", self.sigma_x))
+        object.__setattr__(self, "jstar", check_int("jstar", self.jstar, min_value=1, max_value=self.D))
+        object.__setattr__(self, "eta", check_positive("eta", self.eta))
+
+    @property
+    def jstar_index(self) -> int:
+        """0-based code index of j* (spec Sec. 0)."""
+        return self.jstar - 1
+
+    @property
+    def dim(self) -> int:
+        """Token dimension d + D (rows of H, size of v and W; Sec. B.2)."""
+        return self.d + self.D
+
+    @property
+    def seq_len(self) -> int:
+        """Number of tokens D (cross-paper name; Sec. B.1)."""
+        return self.D
+
+    @property
+    def lr(self) -> float:
+        """Step size eta (cross-paper name; Sec. B.2)."""
+        return self.eta
+
+    @property
+    def orbit_sizes(self) -> np.ndarray:
+        """Sizes |O_1..O_5| = (1, D-1, D-1, D-1, (D-1)(D-2)) of the W22 orbits (Sec. B.3)."""
+        D = self.D
+        return np.array([1, D - 1, D - 1, D - 1, (D - 1) * (D - 2)], dtype=np.float64)
+
+    def time_of_step(self, step):
+        """Flow time tau = eta * t of GD step t (spec Sec. 0)."""
+        return self.eta * np.asarray(step, dtype=np.float64)
+
+    def step_of_time(self, time):
+        """GD step t = tau / eta of flow time tau (spec Sec. 0)."""
+        return np.asarray(time, dtype=np.float64) / self.eta
+
+
+@dataclass(frozen=True, eq=False)
+class GroupSparseSample:
+    """A sample of the data law (Sec. B.1): X (n, d, D), labels y (n,), the direction v_star (d,), n_unique draws.
+
+    ``mirrored`` samples hold the n_unique draws followed by their images (-X, -y) (spec Sec. 0, Appendix G.B).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    v_star: np.ndarray
+    n_unique: int
+    mirrored: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class ReducedSample:
+    """The reduced statistics of a sample (Sec. B.3): a[k, i] = <x_i, v*>, gram[k] = Gram of (I - v*v*^T) x_i.
+
+    ``n_unique`` counts unique draws (standard errors use it; mirror images are exact copies in the reduced model).
+    """
+
+    a: np.ndarray
+    gram: np.ndarray
+    n_unique: int
+
+
+def _unit_vector(name: str, v, d: int) -> np.ndarray:
+    v = check_finite_array(name, v, shape=(d,))
+    norm = float(np.linalg.norm(v))
+    if not norm > 0:
+        raise ValueError(f"{name} must be a non-zero vector of length d={d}")
+    return v / norm
+
+
+def sample(spec: GroupSparseSpec, n: int, rng=None, *, v_star=None, mirror: bool = False) -> GroupSparseSample:
+    """Draw n samples of the group-sparse data law exactly as Appendix G.B (Sec. B.1).
+
+    Order of draws: v_star (only if not given) = normalised standard normal vector, then
+    X = sigma_x * standard_normal((n, d, D)); y = sign(X[:, :, j*-1] @ v_star) with sign(0) := +1.
+
+    Parameters
+    ----------
+    spec : GroupSparseSpec
+    n : int
+        Number of unique draws, >= 1.
+    rng : int, Generator, SeedSequence or None
+        Normalised by ``dynamics.random.as_generator``.
+    v_star : (d,) array, optional
+        Label direction (normalised here); drawn first from ``rng`` when omitted.
+    mirror : bool
+        Append the images (-X, -y) (population proxies only, Sec. 0).
+    """
+    n = check_int("n", n, min_value=1)
+    rng = as_generator(rng)
+    d, D = spec.d, spec.D
+    if v_star is None:
+        v_star = rng.standard_normal(d)
+    v_star = _unit_vector("v_star", v_star, d)
+    X = spec.sigma_x * rng.standard_normal((n, d, D))
+    y = np.where(X[:, :, spec.jstar_index] @ v_star >= 0.0, 1.0, -1.0)
+    if mirror:
+        X = np.concatenate([X, -X])
+        y = np.concatenate([y, -y])
+    return GroupSparseSample(X=X, y=y, v_star=v_star, n_unique=n, mirrored=bool(mirror))
+
+
+def reduce_sample(s: GroupSparseSample) -> ReducedSample:
+    """Reduced statistics (a, Gram of z) of a sample (Sec. B.3: Z_ij = w_par a_i a_j + w_perp <z_i, z_j> + W22_ij)."""
+    a = np.einsum("e,ned->nd", s.v_star, s.X)
+    z = s.X - s.v_star[None, :, None] * a[:, None, :]
+    gram = np.einsum("nei,nej->nij", z, z)
+    return ReducedSample(a=np.ascontiguousarray(a), gram=np.ascontiguousarray(gram), n_unique=s.n_unique)
+
+
+def population_sample(spec: GroupSparseSpec, n: int, rng=None) -> ReducedSample:
+    """A Monte Carlo proxy of the population law for the reduced map (Sec. B.3, Sec. 0): n draws of G.B, reduced."""
+    return reduce_sample(sample(spec, n, rng))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The full model (numpy, batched)
+# ----------------------------------------------------------------------------------------------------------------------
+
+def embed_tokens(X) -> np.ndarray:
+    """Tokens H = [X; I_D] of each draw (Sec. B.2, reconstructed embedding): (n, d, D) -> (n, d + D, D)."""
+    X = np.asarray(X, dtype=np.float64)
+    n, d, D = X.shape
+    H = np.empty((n, d + D, D))
+    H[:, :d] = X
+    H[:, d:] = np.eye(D)
+    return H
+
+
+def _check_weights(v, W, dim):
+    v = check_finite_array("v", v, shape=(dim,))
+    W = check_finite_array("W", W, shape=(dim, dim))
+    return v, W
+
+
+def forward(v, W, X):
+    """Forward pass f(H; v, W) = v^T H S 1_D with S = column-softmax(H^T W H) (Sec. B.2).
+
+    Parameters
+    ----------
+    v : (d + D,) float64
+        Value vector [v_x; v_pos].
+    W : (d + D, d + D) float64
+        Merged key-query matrix.
+    X : (n, d, D) float64
+        Features of n draws.
+
+    Returns
+    -------
+    f : (n,) model outputs.
+    S : (n, D, D) attention, S[k, i, j] = weight that query j puts on key i (columns sum to 1).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 3:
+        raise ValueError(f"X must have shape (n, d, D); got {X.shape}")
+    v, W = _check_weights(v, W, X.shape[1] + X.shape[2])
+    H = embed_tokens(X)
+    Z = np.matmul(H.transpose(0, 2, 1), np.matmul(W, H))
+    S = softmax(Z, axis=1)
+    u = np.einsum("a,nai->ni", v, H)
+    f = np.einsum("ni,nij->n", u, S)
+    return f, S
+
+
+def logistic_loss(f, y) -> np.ndarray:
+    """Per-draw logistic loss ell(y f) = log(1 + exp(-y f)) (Sec. B.2)."""
+    return np.logaddexp(0.0, -np.asarray(y) * np.asarray(f))
+
+
+def full_gradient(v, W, X, y, *, per_sample: bool = False):
+    """Loss and gradients of the full model (Sec. B.2): grad_v = coef H S 1, grad_W = coef H G H^T.
+
+    coef = -lambda y, lambda = 1/(1 + exp(y f)), G_ij = S_ij (u_i - ubar_j), u_i = v^T h_i, ubar_j = sum_k S_kj u_k.
+
+    Returns
+    -------
+    loss, grad_v, grad_W : the sample means ((), (d+D,), (d+D, d+D)), or with ``per_sample=True`` the per-draw
+    values ((n,), (n, d+D), (n, d+D, d+D)).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    H = embed_tokens(X)
+    v, W = _check_weights(v, W, H.shape[1])
+    Z = np.matmul(H.transpose(0, 2, 1), np.matmul(W, H))
+    S = softmax(Z, axis=1)
+    u = np.einsum("a,nai->ni", v, H)
+    f = np.einsum("ni,nij->n", u, S)
+    coef = -expit(-y * f) * y
+    loss = logistic_loss(f, y)
+    ubar = np.einsum("ni,nij->nj", u, S)
+    cG = coef[:, None, None] * S * (u[:, :, None] - ubar[:, None, :])
+    r = S.sum(axis=2)
+    HG = np.matmul(H, cG)
+    if per_sample:
+        gv = coef[:, None] * np.einsum("nai,ni->na", H, r)
+        gW = np.matmul(HG, H.transpose(0, 2, 1))
+        return loss, gv, gW
+    n = X.shape[0]
+    gv = np.einsum("nai,ni->a", H, coef[:, None] * r) / n
+    gW = np.tensordot(HG, H, axes=([0, 2], [0, 2])) / n
+    return float(loss.mean()), gv, gW
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Probes: weights -> order parameters (Sec. B.3.1), the projection and its inverse
+# ----------------------------------------------------------------------------------------------------------------------
+
+def _orbit_index(D: int, js: int) -> np.ndarray:
+    """(D, D) int array: orbit 0..4 of each W22 entry (row = key i, column = query j; Sec. B.3)."""
+    idx = np.full((D, D), 4, dtype=np.int64)
+    idx[np.arange(D), np.arange(D)] = 3
+    idx[:, js] = 2
+    idx[js, :] = 1
+    idx[js, js] = 0
+    return idx
+
+
+def embed_state(spec: GroupSparseSpec, state, v_star) -> tuple[np.ndarray, np.ndarray]:
+    """Full weights (v, W) of a reduced state (Sec. B.3): v = [beta v*; 0], W11 = w_par v*v*^T + w_perp (I - v*v*^T),
+    W12 = W21 = 0, W22 = m_k on orbit O_k. Inverse of :func:`order_params` on the invariant family.
+    """
+    state = check_finite_array("state", state, shape=(N_STATE,))
+    d, D = spec.d, spec.D
+    v_star = _unit_vector("v_star", v_star, d)
+    P = np.outer(v_star, v_star)
+    v = np.zeros(d + D)
+    v[:d] = state[0] * v_star
+    W = np.zeros((d + D, d + D))
+    W[:d, :d] = state[1] * P + state[2] * (np.eye(d) - P)
+    W[d:, d:] = state[3:][_orbit_index(D, spec.jstar_index)]
+    return v, W
+
+
+def project(spec: GroupSparseSpec, v, W, v_star) -> tuple[np.ndarray, np.ndarray]:
+    """Orthogonal projection P(v, W) onto the invariant family of Sec. B.3 (formulas of Sec. B.3.1)."""
+    return embed_state(spec, _reduced_coordinates(spec, v, W, v_star), v_star)
+
+
+def _reduced_coordinates(spec, v, W, v_star) -> np.ndarray:
+    d, D = spec.d, spec.D
+    v, W = _check_weights(v, W, d + D)
+    v_star = _unit_vector("v_star", v_star, d)
+    P = np.outer(v_star, v_star)
+    W11 = W[:d, :d]
+    W22 = W[d:, d:]
+    orbit = _orbit_index(D, spec.jstar_index)
+    m = np.bincount(orbit.ravel(), weights=W22.ravel(), minlength=5) / spec.orbit_sizes
+    return np.concatenate([[v[:d] @ v_star, v_star @ W11 @ v_star, np.sum((np.eye(d) - P) * W11) / (d - 1)], m])
+
+
+def order_params(spec: GroupSparseSpec, v, W, v_star) -> dict[str, float]:
+    """Order parameters of any (v, W) (probes of Sec. B.3.1).
+
+    Returns a dict with the reduced coordinates ``STATE_NAMES``; the gaps ``gap_ss, gap_s, gap_self`` (Sec. B.3);
+    ``cos_vx_vstar`` = cos(v_x, v*) (NaN when v_x = 0); ``v_pos_norm`` = ||v_pos||; ``norm_ratio`` =
+    ||v_pos|| / ||v_x|| (Sec. B.7, NaN when v_x = 0); ``w_cross_norm`` = ||W12||_F + ||W21||_F; ``off`` =
+    ||(v, W) - P(v, W)|| / ||(v, W)|| and ``off_W`` = ||W - P(W)|| / ||W|| (0 for the zero matrix), the relative
+    distances to the invariant family.
+    """
+    d = spec.d
+    v, W = _check_weights(v, W, d + spec.D)
+    theta = _reduced_coordinates(spec, v, W, v_star)
+    vp, Wp = embed_state(spec, theta, v_star)
+    out = dict(zip(STATE_NAMES, (float(x) for x in theta)))
+    out.update(_gaps(theta[None, 3:])[0])
+    nvx = float(np.linalg.norm(v[:d]))
+    nvpos = float(np.linalg.norm(v[d:]))
+    out["cos_vx_vstar"] = out["beta"] / nvx if nvx > 0 else math.nan
+    out["v_pos_norm"] = nvpos
+    out["norm_ratio"] = nvpos / nvx if nvx > 0 else math.nan
+    out["w_cross_norm"] = float(np.linalg.norm(W[:d, d:]) + np.linalg.norm(W[d:, :d]))
+    total = math.sqrt(float(v @ v) + float(np.sum(W * W)))
+    gap = math.sqrt(float(np.sum((v - vp) ** 2)) + float(np.sum((W - Wp) ** 2)))
+    out["off"] = gap / total if total > 0 else 0.0
+    nW = float(np.linalg.norm(W))
+    out["off_W"] = float(np.linalg.norm(W - Wp)) / nW if nW > 0 else 0.0
+    return out
+
+
+def _gaps(m) -> list[dict[str, float]]:
+    m = np.atleast_2d(m)
+    return [{"gap_ss": float(r[0] - r[2]), "gap_s": float(r[1] - r[4]), "gap_self": float(r[3] - r[4])} for r in m]
+
+
+def attention_diagnostics(spec: GroupSparseSpec, S, *, quantile: float = 0.05) -> dict[str, float]:
+    """Attention on j* (Sec. B.3.1): the mean of S[j*, j] over draws and all D queries, and the ``quantile`` over draws
+    of min_j S[j*, j] (default the 5% quantile).
+
+    Parameters
+    ----------
+    S : (n, D, D) attention of :func:`forward` (rows = keys, columns = queries).
+    """
+    quantile = check_in_range("quantile", quantile, 0.0, 1.0)
+    S = np.asarray(S, dtype=np.float64)
+    row = S[:, spec.jstar_index, :]
+    return {"attn_jstar": float(row.mean()), "attn_jstar_q": float(np.quantile(row.min(axis=1), quantile))}
+
+
+def evaluate(spec: GroupSparseSpec, v, W, s: GroupSparseSample) -> dict[str, float]:
+    """Training-sample loss, accuracy and attention diagnostics of (v, W) on a sample (Sec. B.2, Sec. B.3.1)."""
+    f, S = forward(v, W, s.X)
+    out = {"loss": float(logistic_loss(f, s.y).mean()), "accuracy": float(np.mean(s.y * f > 0))}
+    out.update(attention_diagnostics(spec, S))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Full-matrix GD (numpy)
+# ----------------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class FullGDRun:
+    """Result of :func:`full_gd` (GD of Sec. B.2): the probe trajectory and the final weights (v, W)."""
+
+    trajectory: Trajectory
+    v: np.ndarray
+    W: np.ndarray
+
+
+FULL_GD_VARIABLES = GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio", "w_cross_norm", "off", "off_W",
+                                 "loss", "accuracy", "attn_jstar", "attn_jstar_q")
+
+
+def full_gd(spec: GroupSparseSpec, s: GroupSparseSample, n_steps: int, *, v0=None, W0=None, project_steps=False,
+            saveat: SaveAt | None = None) -> FullGDRun:
+    """Full-matrix gradient descent on the empirical logistic loss of a sample (Sec. B.2), from v = 0, W = 0 by default.
+
+    v <- v - eta grad_v L, W <- W - eta grad_W L with the gradients of :func:`full_gradient`. With
+    ``project_steps=True`` the weights are projected onto the invariant family after every step (the projected
+    dynamics of Sec. B.3, exactly the reduced map on this sample). The probes of Sec. B.3.1 and the sample loss,
+    accuracy and attention are recorded at the ``saveat`` steps (default ``SaveAt(n=201)``).
+
+    Raises
+    ------
+    DivergenceError
+        When v or W become non-finite (names the step and the variable).
+    """
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    steps = (saveat or DEFAULT_SAVEAT).resolve_steps(n_steps)
+    dim = spec.dim
+    v = np.zeros(dim) if v0 is None else check_finite_array("v0", v0, shape=(dim,)).copy()
+    W = np.zeros((dim, dim)) if W0 is None else check_finite_array("W0", W0, shape=(dim, dim)).copy()
+    if s.X.shape[1:] != (spec.d, spec.D):
+        raise ValueError(f"sample X must have shape (n, d={spec.d}, D={spec.D}); got {s.X.shape}")
+    rows = []
+    save_set = set(int(t) for t in steps)
+    for t in range(n_steps + 1):
+        if t in save_set:
+            probes = order_params(spec, v, W, s.v_star)
+            probes.update(evaluate(spec, v, W, s))
+            rows.append(probes)
+        if t == n_steps:
+            break
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, gv, gW = full_gradient(v, W, s.X, s.y)
+            v = v - spec.eta * gv
+            W = W - spec.eta * gW
+        for name, arr in (("v", v), ("W", W)):
+            if not np.all(np.isfinite(arr)):
+                raise DivergenceError(f"full GD diverged at step {t + 1}: {name} is not finite", trajectory=0,
+                                      variable=name, step=t + 1, time=spec.eta * (t + 1))
+        if project_steps:
+            v, W = project(spec, v, W, s.v_star)
+    Y = np.array([[row[name] for name in STATE_NAMES] for row in rows])
+    variables = {name: np.array([[row[name] for row in rows]]) for name in FULL_GD_VARIABLES}
+    traj = Trajectory.from_arrays(
+        Y, names=STATE_NAMES, time=spec.time_of_step(steps), step=steps, variables=variables,
+        attrs={"model": "group_sparse", "spec": spec, "source": "full_gd_projected" if project_steps else "full_gd",
+               "time_unit": "eta*step", "equation": "token_selection.md Sec. B.2",
+               "config": {"n_unique": s.n_unique, "n_samples": int(s.X.shape[0]), "mirrored": s.mirrored}})
+    return FullGDRun(trajectory=traj, v=v, W=W)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The reduced map (Sec. B.3), population expectations by Monte Carlo with common random numbers
+# ----------------------------------------------------------------------------------------------------------------------
+
+def _check_state(state) -> np.ndarray:
+    return check_finite_array("state", state, shape=(N_STATE,))
+
+
+def _check_reduced(spec: GroupSparseSpec, rs: ReducedSample) -> None:
+    if rs.a.ndim != 2 or rs.a.shape[1] != spec.D or rs.gram.shape != (rs.a.shape[0], spec.D, spec.D):
+        raise ValueError(f"reduced sample must have a (n, D={spec.D}) and gram (n, D, D); got {rs.a.shape}, "
+                         f"{rs.gram.shape}")
+
+
+def reduced_gradient(spec: GroupSparseSpec, state, rs: ReducedSample) -> tuple[np.ndarray, np.ndarray]:
+    """Monte Carlo population gradient dL/d(beta, w_par, w_perp, m1..m5) and its standard errors (Sec. B.3).
+
+    The partial derivatives are the full-matrix gradient of Sec. B.2 projected on the (unnormalised) basis of the
+    invariant family: dL/dbeta = <grad_vx, v*>, dL/dw_par = <grad_W11, v*v*^T>, dL/dw_perp = <grad_W11, I - v*v*^T>,
+    dL/dm_k = sum of grad_W22 over orbit O_k. Standard errors: per-draw standard deviation / sqrt(n_unique).
+
+    Returns
+    -------
+    grad, se : (8,) float64 each.
+    """
+    state = _check_state(state)
+    _check_reduced(spec, rs)
+    terms = np.empty((rs.a.shape[0], N_STATE + 1))
+    _k.reduced_terms(state, spec.jstar_index, rs.a, rs.gram, terms)
+    grad = terms[:, :N_STATE].mean(axis=0)
+    se = terms[:, :N_STATE].std(axis=0, ddof=1) / math.sqrt(rs.n_unique) if terms.shape[0] > 1 else np.full(8, np.nan)
+    return grad, se
+
+
+def reduced_update(spec: GroupSparseSpec, state, rs: ReducedSample) -> np.ndarray:
+    """One step of the reduced GD map (Sec. B.3): beta, w_par step eta; w_perp eta/(d-1); m_k eta/|O_k|."""
+    state = _check_state(state)
+    _check_reduced(spec, rs)
+    grad = np.empty(N_STATE)
+    _k.reduced_grad_mean(state, spec.jstar_index, rs.a, rs.gram, grad)
+    out = np.empty(N_STATE)
+    _k.apply_update(state, grad, spec.eta, float(spec.d), float(spec.D), out)
+    return out
+
+
+def reduced_evaluate(spec: GroupSparseSpec, state, rs: ReducedSample, *, quantile: float = 0.05) -> dict[str, float]:
+    """Loss (with its SE), accuracy, mean attention on j* and the ``quantile`` of min_j S[j*, j] at a reduced state
+    on the reduced sample (Sec. B.3.1; equal to :func:`evaluate` at :func:`embed_state`)."""
+    state = _check_state(state)
+    _check_reduced(spec, rs)
+    quantile = check_in_range("quantile", quantile, 0.0, 1.0)
+    out = np.empty((rs.a.shape[0], 4))
+    _k.reduced_eval(state, spec.jstar_index, rs.a, rs.gram, out)
+    return {"loss": float(out[:, 0].mean()), "loss_se": float(out[:, 0].std(ddof=1) / math.sqrt(rs.n_unique)),
+            "accuracy": float(out[:, 1].mean()), "attn_jstar": float(out[:, 2].mean()),
+            "attn_jstar_q": float(np.quantile(out[:, 3], quantile))}
+
+
+def pack_params(spec: GroupSparseSpec, rs: ReducedSample) -> np.ndarray:
+    """Parameter vector of the ``dynamics.iterate`` map (Sec. B.3): [eta, d, D, j*-1, n, a, gram] (kernel layout)."""
+    _check_reduced(spec, rs)
+    n = rs.a.shape[0]
+    return np.concatenate([[spec.eta, spec.d, spec.D, spec.jstar_index, n], rs.a.ravel(), rs.gram.ravel()])
+
+
+def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None = None, n_samples: int = 4000,
+               rng=None, state0=None, saveat: SaveAt | None = None, with_se: bool = True,
+               progress: bool = False) -> Trajectory:
+    """The reduced 8-scalar GD dynamics of Sec. B.3 on a fixed Monte Carlo sample (common random numbers), from zero.
+
+    Runs the numba map through ``dynamics.iterate``. The sample is ``rs`` if given, else ``n_samples`` draws of
+    Appendix G.B from ``rng``. Saved variables: the state ``STATE_NAMES``; derived ``gap_ss, gap_s, gap_self``,
+    ``loss`` (and ``loss_se``), ``accuracy``, ``attn_jstar``, ``attn_jstar_q`` (5% quantile of min_j S[j*, j]); with
+    ``with_se`` also ``grad_<name>`` and ``se_grad_<name>`` (the MC gradient and its standard error at each saved
+    state). Time axis: ``step`` = t, ``time`` = eta t.
+    """
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    if rs is None:
+        rs = population_sample(spec, check_int("n_samples", n_samples, min_value=2), rng)
+    _check_reduced(spec, rs)
+    x0 = np.zeros(N_STATE) if state0 is None else _check_state(state0)
+    p = pack_params(spec, rs)
+
+    def derived(Y, P):
+        out = {name: np.empty(Y.shape[:2]) for name in GAP_NAMES + ("loss", "loss_se", "accuracy", "attn_jstar",
+                                                                     "attn_jstar_q")}
+        if with_se:
+            for name in STATE_NAMES:
+                out[f"grad_{name}"] = np.empty(Y.shape[:2])
+                out[f"se_grad_{name}"] = np.empty(Y.shape[:2])
+        for i in range(Y.shape[0]):
+            for t in range(Y.shape[1]):
+                ev = reduced_evaluate(spec, Y[i, t], rs)
+                ev.update(_gaps(Y[i, t, 3:])[0])
+                if with_se:
+                    g, se = reduced_gradient(spec, Y[i, t], rs)
+                    for q, name in enumerate(STATE_NAMES):
+                        ev[f"grad_{name}"] = g[q]
+                        ev[f"se_grad_{name}"] = se[q]
+                for name, val in ev.items():
+                    out[name][i, t] = val
+        return out
+
+    return dynamics.iterate(
+        _k.reduced_step, x0, n_steps, params=p, saveat=saveat, names=list(STATE_NAMES), derived=derived,
+        time_scale=spec.eta, progress=progress,
+        attrs={"model": "group_sparse", "spec": spec, "source": "closedform", "time_unit": "eta*step",
+               "equation": "token_selection.md Sec. B.3",
+               "config": {"n_unique": rs.n_unique, "n_samples": rs.a.shape[0]}})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Closed forms of the first two GD steps (Sec. B.3)
+# ----------------------------------------------------------------------------------------------------------------------
+
+def beta_step1(spec: GroupSparseSpec) -> float:
+    """beta^(1) = eta sigma_x / sqrt(2 pi) (Sec. B.3, first GD step; W^(1) = 0, v_pos^(1) = 0)."""
+    return spec.eta * spec.sigma_x / math.sqrt(2.0 * math.pi)
+
+
+@functools.lru_cache(maxsize=64)
+def step2_expectations(spec: GroupSparseSpec, *, epsabs: float = 1e-14, epsrel: float = 1e-12) -> Mapping[str, float]:
+    """The three 2-D Gaussian integrals of step 2 (Sec. B.3), by adaptive quadrature over A > 0 (doubled by symmetry).
+
+    With A = a_{j*} ~ N(0, sigma_x^2), R = sum_{k != j*} a_k ~ N(0, (D-1) sigma_x^2), y = sign A, abar = (A+R)/D,
+    lambda = 1/(1 + exp(y beta^(1) (A + R))) and c(A, R) = A^2 + R^2/(D-1) + (D-2) sigma_x^2 - (A+R)^2/D:
+    ``e_beta`` = E[lambda y (A + R)], ``m_star`` = E[lambda y (A - abar)], ``e_wpar`` = E[lambda y abar c(A, R)].
+    Cached per spec; the returned mapping is read-only.
+    """
+    b1 = beta_step1(spec)
+    D, sx = spec.D, spec.sigma_x
+    sr = math.sqrt(D - 1.0) * sx
+    norm = 1.0 / (2.0 * math.pi * sx * sr)
+
+    def integrand(r, a, which):
+        s = a + r
+        lam = expit(-b1 * s)
+        dens = norm * math.exp(-0.5 * (a / sx) ** 2 - 0.5 * (r / sr) ** 2)
+        if which == 0:
+            g = s
+        elif which == 1:
+            g = a - s / D
+        else:
+            g = (s / D) * (a * a + r * r / (D - 1.0) + (D - 2.0) * sx * sx - s * s / D)
+        return 2.0 * lam * g * dens
+
+    out = {}
+    for which, name in enumerate(("e_beta", "m_star", "e_wpar")):
+        val, _ = _integrate.dblquad(integrand, 0.0, np.inf, -np.inf, np.inf, args=(which,), epsabs=epsabs,
+                                    epsrel=epsrel)
+        out[name] = float(val)
+    return MappingProxyType(out)
+
+
+def step_closed_form(spec: GroupSparseSpec, t: int) -> np.ndarray:
+    """Reduced state (beta, w_par, w_perp, m1..m5) after t in {0, 1, 2} population GD steps (Sec. B.3 closed forms).
+
+    t = 1: beta^(1) = eta sigma_x/sqrt(2 pi), W^(1) = 0. t = 2: beta^(2) = beta^(1) + eta E[lambda y (A + R)],
+    w_par^(2) = eta beta^(1) E[lambda y abar sum_i (a_i - abar)^2], w_perp^(2) = 0,
+    W22^(2)[i, j] = eta beta^(1) g_i / D with g_{j*} = m*, g_i = -m*/(D - 1): m1 = m2 = eta beta^(1) m*/D,
+    m3 = m4 = m5 = -eta beta^(1) m*/(D (D - 1)).
+    """
+    t = check_int("t", t, min_value=0, max_value=2)
+    state = np.zeros(N_STATE)
+    if t == 0:
+        return state
+    b1 = beta_step1(spec)
+    state[0] = b1
+    if t == 1:
+        return state
+    e = step2_expectations(spec)
+    eta, D = spec.eta, spec.D
+    state[0] = b1 + eta * e["e_beta"]
+    state[1] = eta * b1 * e["e_wpar"]
+    key_js = eta * b1 * e["m_star"] / D
+    state[3:5] = key_js
+    state[5:8] = -key_js / (D - 1.0)
+    return state
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Theorem predictions (Sec. B.4)
+# ----------------------------------------------------------------------------------------------------------------------
+
+def theorem_horizon(spec: GroupSparseSpec, eps_B: float, *, const: float = 1.0) -> float:
+    """T* = const * max{D^3, 1/(D^3 eps_B^3)} of the pre-training theorem (Sec. B.4; Theta(.), so ``const`` is free)."""
+    eps_B = check_positive("eps_B", eps_B)
+    const = check_positive("const", const)
+    D = spec.D
+    return const * max(D ** 3, 1.0 / (D ** 3 * eps_B ** 3))
+
+
+def theorem_loss_order(spec: GroupSparseSpec, eps_B: float) -> float:
+    """Loss order at T*: Theta(min{eps_B, D^-2}) (Sec. B.4 item 3), returned with constant 1."""
+    eps_B = check_positive("eps_B", eps_B)
+    return min(eps_B, spec.D ** -2.0)
+
+
+def attention_lower_bound(spec: GroupSparseSpec, *, c: float = 1.0) -> float:
+    """Attention concentration of Sec. B.4 item 1: S_{j*, j}^(T*) >= 1 - exp(-c D) for all queries j (c = Theta(1))."""
+    c = check_positive("c", c)
+    return 1.0 - math.exp(-c * spec.D)
+
+
+def direction_error_bound(spec: GroupSparseSpec, eps_B: float, *, c: float = 1.0) -> float:
+    """|| v_x/||v_x|| - v* || <= eps_B D exp(-c sqrt(D)) (Sec. B.4 item 2; c = Theta(1) unspecified)."""
+    eps_B = check_positive("eps_B", eps_B)
+    c = check_positive("c", c)
+    return eps_B * spec.D * math.exp(-c * math.sqrt(spec.D))
+
+
+def loss_rate_statistic(spec: GroupSparseSpec, t, loss) -> np.ndarray:
+    """D L T^{1/3}, which Sec. B.4 item 3 (read as L(T) = Theta(1/(D T^{1/3})) for T >= D^3) predicts to be constant."""
+    return spec.D * np.asarray(loss, dtype=np.float64) * np.cbrt(np.asarray(t, dtype=np.float64))
+
+
+def predicted_loss(spec: GroupSparseSpec, t, *, const: float = 1.09) -> np.ndarray:
+    """L(T) = const / (D T^{1/3}) (Sec. B.4 item 3, derived reading); const = 1.09 is the mean measured in Sec. B.6."""
+    const = check_positive("const", const)
+    t = np.asarray(t, dtype=np.float64)
+    if np.any(t <= 0):
+        raise ValueError("t must be > 0 for the T^(1/3) loss rate")
+    return const / (spec.D * np.cbrt(t))
+
+
+def downstream_error_bound(spec: GroupSparseSpec, n, *, gamma: float, delta: float, const: float = 1.0):
+    """Downstream-transfer bound of Sec. B.4 (Theorem, constants unspecified): after online SGD on n fresh samples
+    with the pre-trained W, test error <= const ((d + D) log^2 n / (gamma^2 n) + log(1/delta) / n).
+
+    Compare with :func:`linear_sample_complexity`, the Omega(d D / eps) lower bound of logistic regression on vec(X).
+    """
+    gamma = check_positive("gamma", gamma)
+    delta = check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+    const = check_positive("const", const)
+    n = np.asarray(n, dtype=np.float64)
+    if np.any(n < 2):
+        raise ValueError("n must be >= 2 (downstream sample size)")
+    return const * ((spec.d + spec.D) * np.log(n) ** 2 / (gamma ** 2 * n) + math.log(1.0 / delta) / n)
+
+
+def linear_sample_complexity(spec: GroupSparseSpec, eps: float, *, const: float = 1.0) -> float:
+    """Omega(d D / eps) samples needed by linear logistic regression on vec(X) (Sec. B.4, downstream theorem),
+    returned as const d D / eps."""
+    eps = check_positive("eps", eps)
+    const = check_positive("const", const)
+    return const * spec.d * spec.D / eps
