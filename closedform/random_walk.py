@@ -1,0 +1,944 @@
+"""Study C: one-layer softmax attention learns a random walk on a circle (reduced GD, closed forms, theorems).
+
+Implements spec ``token_selection.md`` Study C (Sec. C.0-C.9). A walk on K nodes steps clockwise with probability
+p; the model f = V X softmax(X~^T W x~_N) predicts the next node from the N - 1 visited ones. Gradient descent from
+zero keeps W on a (K + N)-dimensional family (a, c) (Sec. C.5), so the exact GD trajectory is the one of the reduced
+state (V, a, c), run here as a numba map through :func:`dynamics.iterate`.
+
+Symbol table (Sec. C.0; code indices are 0-based, Sec. 0)
+
+| code        | paper    | meaning                                                  | shape         | defined |
+|-------------|----------|----------------------------------------------------------|---------------|---------|
+| K           | K        | number of nodes on the circle                            | int           | C.1     |
+| N           | N        | sequence length: N - 1 context tokens + 1 blank query    | int           | C.1     |
+| p           | p        | probability of a clockwise step                          | float         | C.1     |
+| M           | M        | positional dimension                                     | int           | C.2     |
+| rho         | rho      | squared norm of every positional vector (M/2)            | float         | C.2     |
+| states      | s_i      | node of step i (code values 0..K-1); last = label y      | (n, N) int    | C.1     |
+| Pi          | Pi       | transition matrix, Pi[a, b] = P(next = b given now = a)  | (K, K)        | C.1     |
+| Phi         | Phi      | positional vectors phi_1..phi_N as columns               | (M, N)        | C.2     |
+| V           | V        | value matrix, row = label b, column = state a            | (K, K)        | C.3     |
+| W           | W        | merged key-query matrix, blocks W11, W12, W21, W22       | (K+M, K+M)    | C.3     |
+| a           | a        | W12 = a phi_N^T                                          | (K,)          | C.5     |
+| c           | c        | W22 = (sum_i c_i phi_i) phi_N^T                          | (N,)          | C.5     |
+| S           | S        | attention weights (softmax over all N positions)         | (n, N)        | C.5     |
+| f           | f_theta  | model output                                             | (n, K)        | C.3     |
+| eps, eta    | eps, eta | offset in the log loss; GD step size                     | float         | C.4     |
+| acc, acc_rb | acc      | plain and Rao-Blackwellised accuracy                     | float         | C.3     |
+| C_hat       | C_hat    | empirical joint frequency of (parent, label)             | (K, K)        | C.7     |
+
+Time axis: the GD step t (integer); trajectories store ``step = t`` and ``time = eta t`` (Sec. 0).
+
+Where the paper's claims fail (Sec. C.6-C.7): Theorem C1 items 2-3 (the direction of V tends to Pi^T) hold only at
+p = 1/2; for p != 1/2 the direction of V tends to the entrywise square root sqrt(Pi^T) (Sec. C.7), see
+:func:`V_direction`. Items 1 (accuracy max{p, 1-p}) and 4 (attention on the parent) hold for all 0 < p < 1.
+
+REFERENCE: Wei Shi and Yuan Cao, "Towards Understanding Transformers in Learning Random Walks", NeurIPS 2025,
+arXiv:2511.23239 (BibTeX key ``shi2025randomwalks``); as summarised in the talk "Token Selection in the
+Self-Attention Mechanism: Case Studies and Theoretical Understanding" (Yuan Cao).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy.special import softmax
+
+import dynamics
+from closedform import _random_walk_kernels as _kern
+from dynamics.random import as_generator
+from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
+
+REFERENCE = {
+    "title": "Towards Understanding Transformers in Learning Random Walks",
+    "authors": "Wei Shi, Yuan Cao",
+    "venue": "NeurIPS 2025",
+    "arxiv": "2511.23239",
+    "bibtex_key": "shi2025randomwalks",
+    "spec": "token_selection.md, Study C",
+}
+
+#: The largest number of walks :func:`enumerate_walks` builds by default (K 2^{N-1} walks; 2^22 ~ 4e6).
+MAX_ENUMERATED_WALKS = 2**22
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Task spec and data
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomWalkSpec:
+    """The random-walk task of Sec. C.1-C.4: data law, embedding, model, loss, initialisation and step size.
+
+    Parameters
+    ----------
+    K : int
+        Number of nodes on the circle, >= 3 (Sec. C.1; with K = 2 both neighbours coincide).
+    N : int
+        Sequence length, >= 2: N - 1 context tokens and the blank query (Sec. C.2).
+    p : float
+        Probability of a clockwise step, in [0, 1] (Sec. C.1).
+    M : int
+        Positional dimension, >= N + 1 so that the sine code phi_1..phi_N is orthogonal (Sec. C.2). Default 1000.
+    rho : float, optional
+        Squared norm of every phi_i, > 0. Default M / 2 (the sine code of Sec. C.2); only rho enters the reduced
+        dynamics (Sec. C.9), and :func:`positional_matrix` rescales the code to this norm.
+    eta : float
+        GD step size, > 0 (Sec. C.4). Default 1.
+    eps : float
+        Offset in the loss -log(e_y^T f + eps), > 0 (Sec. C.4). Default 0.1.
+
+    Notes
+    -----
+    Initialisation is V = 0, W = 0 (Sec. C.4). Implements spec Sec. C.1-C.4.
+    """
+
+    K: int
+    N: int
+    p: float
+    M: int = 1000
+    rho: float | None = None
+    eta: float = 1.0
+    eps: float = 0.1
+
+    def __post_init__(self):
+        object.__setattr__(self, "K", check_int("K", self.K, min_value=3))
+        object.__setattr__(self, "N", check_int("N", self.N, min_value=2))
+        object.__setattr__(self, "p", check_in_range("p", self.p, 0.0, 1.0))
+        object.__setattr__(self, "M", check_int("M", self.M, min_value=self.N + 1))
+        rho = self.M / 2.0 if self.rho is None else check_positive("rho", self.rho)
+        object.__setattr__(self, "rho", float(rho))
+        object.__setattr__(self, "eta", check_positive("eta", self.eta))
+        object.__setattr__(self, "eps", check_positive("eps", self.eps))
+
+    @property
+    def seq_len(self) -> int:
+        """Sequence length N (cross-paper name; Sec. C.1)."""
+        return self.N
+
+    @property
+    def lr(self) -> float:
+        """GD step size eta (cross-paper name; Sec. C.4)."""
+        return self.eta
+
+    @property
+    def n_state(self) -> int:
+        """Size K^2 + K + N of the reduced state (V, a, c) (Sec. C.5)."""
+        return self.K * self.K + self.K + self.N
+
+    def time_of_step(self, step):
+        """Flow time tau = eta t of GD step t (Sec. 0)."""
+        return self.eta * np.asarray(step, dtype=np.float64)
+
+    def step_of_time(self, time):
+        """GD step t = tau / eta of flow time tau (Sec. 0)."""
+        return np.asarray(time, dtype=np.float64) / self.eta
+
+    def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict (Sec. C.0 names)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, eq=False)
+class WalkSample:
+    """A weighted set of walks standing for the data law of Sec. C.1.
+
+    ``states`` (n, N) int64 holds s_1..s_N (code values 0..K-1): columns 0..N-2 are the context, column N-1 the
+    label y. ``weights`` (n,) sum to one: 1/n for a Monte Carlo sample (the default), the exact probabilities for an
+    enumerated law (then ``exact`` is True and standard errors are zero).
+    """
+
+    states: np.ndarray
+    weights: np.ndarray | None = None
+    exact: bool = False
+    _flat: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        states = np.ascontiguousarray(self.states, dtype=np.int64)
+        if states.ndim != 2 or states.shape[1] < 2 or states.shape[0] < 1:
+            raise ValueError(f"states must have shape (n, N) with n >= 1, N >= 2; got {states.shape}")
+        n = states.shape[0]
+        weights = np.full(n, 1.0 / n) if self.weights is None else check_finite_array("weights", self.weights)
+        if weights.shape != (n,):
+            raise ValueError(f"weights must have shape ({n},); got {weights.shape}")
+        if np.any(weights < 0) or abs(weights.sum() - 1.0) > 1e-9:
+            raise ValueError(f"weights must be >= 0 and sum to 1; got sum {weights.sum()!r}")
+        if not self.exact and np.ptp(weights) > 1e-12 / n:
+            raise ValueError("weights of a Monte Carlo sample (exact=False) must all equal 1/n (the SEs assume it)")
+        object.__setattr__(self, "states", states)
+        object.__setattr__(self, "weights", weights)
+        object.__setattr__(self, "_flat", states.astype(np.float64).ravel())
+
+    @property
+    def n(self) -> int:
+        """Number of walks (Sec. C.1)."""
+        return self.states.shape[0]
+
+    @property
+    def context(self) -> np.ndarray:
+        """Context states s_1..s_{N-1}, (n, N-1) int64 (Sec. C.1)."""
+        return self.states[:, :-1]
+
+    @property
+    def label(self) -> np.ndarray:
+        """Labels y = s_N, (n,) int64 (Sec. C.1)."""
+        return self.states[:, -1]
+
+    @property
+    def parent(self) -> np.ndarray:
+        """Direct parents s_{N-1}, (n,) int64 (Sec. C.1)."""
+        return self.states[:, -2]
+
+
+def transition_matrix(K: int, p: float) -> np.ndarray:
+    """Transition matrix Pi = p Pi_0^T + (1-p) Pi_0, Pi[a, (a+1) mod K] = p, Pi[a, (a-1) mod K] = 1-p (Sec. C.1).
+
+    Returns (K, K) float64 with rows indexed by the current state (0-based code values).
+    """
+    K = check_int("K", K, min_value=3)
+    p = check_in_range("p", p, 0.0, 1.0)
+    Pi = np.zeros((K, K))
+    idx = np.arange(K)
+    Pi[idx, (idx + 1) % K] += p
+    Pi[idx, (idx - 1) % K] += 1.0 - p
+    return Pi
+
+
+def positional_matrix(spec: RandomWalkSpec) -> np.ndarray:
+    """Positional vectors Phi = [phi_1..phi_N], [phi_i]_k = sqrt(2 rho / M) sin(pi i k / M), k = 1..M (Sec. C.2).
+
+    Mutually orthogonal with ||phi_i||^2 = rho for i < M (M/2 for the default rho, the reconstructed code of
+    Sec. C.2). Returns (M, N) float64.
+    """
+    k = np.arange(1, spec.M + 1, dtype=np.float64)[:, None]
+    i = np.arange(1, spec.N + 1, dtype=np.float64)[None, :]
+    return np.sqrt(2.0 * spec.rho / spec.M) * np.sin(np.pi * i * k / spec.M)
+
+
+def sample_walks(spec: RandomWalkSpec, n: int, rng=None) -> WalkSample:
+    """Draw n walks from the exact data law of Sec. C.1 with the generator recipe of Appendix G.C.
+
+    ``s1 = rng.integers(0, K, n)``, then ``steps = where(rng.random((n, N-1)) < p, +1, -1)`` and cumulative sums
+    mod K; the last state is the label. ``rng``: int seed, Generator or None (:func:`dynamics.random.as_generator`).
+    Test walks are drawn by a second call on the same generator (Appendix G.C).
+    """
+    n = check_int("n", n, min_value=1)
+    rng = as_generator(rng)
+    s1 = rng.integers(0, spec.K, size=n)
+    steps = np.where(rng.random((n, spec.N - 1)) < spec.p, 1, -1)
+    states = np.empty((n, spec.N), dtype=np.int64)
+    states[:, 0] = s1
+    states[:, 1:] = (s1[:, None] + np.cumsum(steps, axis=1)) % spec.K
+    return WalkSample(states)
+
+
+def enumerate_walks(spec: RandomWalkSpec, max_walks: int = MAX_ENUMERATED_WALKS) -> WalkSample:
+    """The exact law of Sec. C.1 as a weighted list of every walk of positive probability (Appendix G.C).
+
+    K 2^{N-1} walks for 0 < p < 1 (weight (1/K) p^{#clockwise} (1-p)^{#anticlockwise}); the K deterministic walks
+    s_1 = 0..K-1 for p in {0, 1} (the exact population of Theorem C2).
+
+    Raises
+    ------
+    ValueError
+        If there would be more than ``max_walks`` walks (N too large for exact enumeration).
+    """
+    K, N, p = spec.K, spec.N, spec.p
+    if p in (0.0, 1.0):
+        step = 1 if p == 1.0 else -1
+        s1 = np.arange(K)
+        states = (s1[:, None] + step * np.arange(N)[None, :]) % K
+        return WalkSample(states, np.full(K, 1.0 / K), exact=True)
+    n_walks = K * 2 ** (N - 1)
+    if n_walks > max_walks:
+        raise ValueError(f"N must be small enough that K 2^(N-1) <= max_walks = {max_walks} for exact enumeration; "
+                         f"got K={K}, N={N} ({n_walks} walks)")
+    codes = np.arange(2 ** (N - 1), dtype=np.int64)
+    bits = (codes[:, None] >> np.arange(N - 1)[None, :]) & 1  # 1 = clockwise
+    steps = 2 * bits - 1
+    n_cw = bits.sum(axis=1)
+    prob = p**n_cw * (1.0 - p) ** (N - 1 - n_cw) / K
+    offsets = np.concatenate([np.zeros((codes.size, 1), dtype=np.int64), np.cumsum(steps, axis=1)], axis=1)
+    states = (np.arange(K)[:, None, None] + offsets[None, :, :]) % K
+    return WalkSample(states.reshape(-1, N), np.tile(prob, K), exact=True)
+
+
+def empirical_transitions(sample: WalkSample, K: int) -> np.ndarray:
+    """C_hat[a, b] = weighted frequency of (parent s_{N-1} = a, label y = b) in a walk sample (Sec. C.7).
+
+    Returns (K, K) float64 summing to one; its transpose's entrywise square root is the finite-sample limit
+    direction of V (Sec. C.7).
+    """
+    C_hat = np.zeros((K, K))
+    np.add.at(C_hat, (sample.parent, sample.label), sample.weights)
+    return C_hat
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model: forward pass, prediction, probes
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _column_scales(spec: RandomWalkSpec, normalize_tokens: bool) -> tuple[float, float]:
+    """Scale of a context column and of the blank query column of X~ inside the scores (Sec. C.8, Fig. 6 default)."""
+    if not normalize_tokens:
+        return 1.0, 1.0
+    return 1.0 / np.sqrt(1.0 + spec.rho), 1.0 / np.sqrt(spec.rho)
+
+
+def _one_hot_average(context: np.ndarray, S_ctx: np.ndarray, K: int) -> np.ndarray:
+    """u = X S restricted to the context: u[n, k] = sum_{j < N} S[n, j] [s_j = k], (n, K)."""
+    n = context.shape[0]
+    flat = (np.arange(n)[:, None] * K + context).ravel()
+    return np.bincount(flat, weights=np.asarray(S_ctx).ravel(), minlength=n * K).reshape(n, K)
+
+
+def forward(spec: RandomWalkSpec, V, W, context, *, normalize_tokens: bool = False):
+    """Attention weights and output of the full model f = V X softmax(X~^T W x~_N) (Sec. C.3).
+
+    Parameters
+    ----------
+    spec : RandomWalkSpec
+    V : (K, K) float64
+        Value matrix (row = label, column = state).
+    W : (K+M, K+M) float64
+        Merged key-query matrix (token block first, then positions).
+    context : (n, N-1) int
+        Context states s_1..s_{N-1} (code values).
+    normalize_tokens : bool
+        Divide every column of X~ (the blank query included) by its norm inside the scores only: the default of
+        the random-init experiment, Sec. C.8 (Fig. 6).
+
+    Returns
+    -------
+    S : (n, N) float64
+        Attention weights over the N positions (last = blank query).
+    f : (n, K) float64
+        Output V X S (the blank contributes 0).
+    """
+    K, N, M = spec.K, spec.N, spec.M
+    V = check_finite_array("V", V, shape=(K, K))
+    W = check_finite_array("W", W, shape=(K + M, K + M))
+    context = _check_context(spec, context)
+    Phi = positional_matrix(spec)
+    a_ctx, a_q = _column_scales(spec, normalize_tokens)
+    xq = np.concatenate([np.zeros(K), a_q * Phi[:, N - 1]])
+    q = W @ xq
+    logits = np.empty((context.shape[0], N))
+    logits[:, :-1] = a_ctx * (q[:K][context] + (Phi[:, :-1].T @ q[K:])[None, :])
+    logits[:, -1] = a_q * (Phi[:, -1] @ q[K:])
+    S = softmax(logits, axis=1)
+    f = _one_hot_average(context, S[:, :-1], K) @ V.T
+    return S, f
+
+
+def reduced_forward(spec: RandomWalkSpec, V, a, c, context):
+    """Attention weights and output of the model on the reduced family W = W(a, c) (Sec. C.5).
+
+    Logits l_j = rho a_{s_j} + rho^2 c_j (j < N), l_N = rho^2 c_N. Shapes: V (K, K), a (K,), c (N,),
+    context (n, N-1) int. Returns S (n, N) and f (n, K) as :func:`forward`.
+    """
+    V, a, c = _check_reduced(spec, V, a, c)
+    context = _check_context(spec, context)
+    n = context.shape[0]
+    flat = np.concatenate([context, np.zeros((n, 1), dtype=np.int64)], axis=1).astype(np.float64).ravel()
+    S = np.empty((n, spec.N))
+    _kern.reduced_attention(flat, n, spec.K, spec.N, a, c, spec.rho, S)
+    f = _one_hot_average(context, S[:, :-1], spec.K) @ V.T
+    return S, f
+
+
+def predict(f) -> np.ndarray:
+    """Prediction rule Pred(f) = min{j : f_j = max_l f_l} (ties -> smallest label), Sec. C.3. f (n, K) -> (n,)."""
+    return np.argmax(np.asarray(f), axis=-1)
+
+
+def W_from_reduced(spec: RandomWalkSpec, a, c) -> np.ndarray:
+    """The key-query matrix W = [[0, a phi_N^T], [0, (sum_i c_i phi_i) phi_N^T]] of the reduced family (Sec. C.5).
+
+    Returns (K+M, K+M) float64 (the inverse of :func:`probe_W` on the family).
+    """
+    K, N = spec.K, spec.N
+    a = check_finite_array("a", a, shape=(K,))
+    c = check_finite_array("c", c, shape=(N,))
+    Phi = positional_matrix(spec)
+    W = np.zeros((K + spec.M, K + spec.M))
+    W[:K, K:] = np.outer(a, Phi[:, -1])
+    W[K:, K:] = np.outer(Phi @ c, Phi[:, -1])
+    return W
+
+
+def probe_W(spec: RandomWalkSpec, W):
+    """Probes of Sec. C.5.1: a = W12 phi_N / rho, c_j = phi_j^T W22 phi_N / rho^2, and the relative distance off.
+
+    off = ||W - W_red||_F / ||W||_F with W_red = :func:`W_from_reduced` (a, c), the orthogonal projection of W
+    onto the reduced family (0 for GD from zero; 0 is returned for W = 0). Returns (a (K,), c (N,), off).
+    """
+    K, M = spec.K, spec.M
+    W = check_finite_array("W", W, shape=(K + M, K + M))
+    Phi = positional_matrix(spec)
+    phi_N = Phi[:, -1]
+    a = W[:K, K:] @ phi_N / spec.rho
+    c = Phi.T @ (W[K:, K:] @ phi_N) / spec.rho**2
+    norm = np.linalg.norm(W)
+    off = 0.0 if norm == 0 else float(np.linalg.norm(W - W_from_reduced(spec, a, c)) / norm)
+    return a, c, off
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Diagnostics shared with the empirical probes (Sec. C.5.1)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def direction_error(V, target) -> float:
+    """||V/||V||_F - T/||T||_F||_F, the direction error of Theorem C1 item 3 (Sec. C.5.1). NaN for V = 0."""
+    V = np.asarray(V, dtype=np.float64)
+    target = np.asarray(target, dtype=np.float64)
+    nv = np.linalg.norm(V)
+    if nv == 0:
+        return float("nan")
+    return float(np.linalg.norm(V / nv - target / np.linalg.norm(target)))
+
+
+def direction_errors(V, p: float) -> dict:
+    """The two direction errors of V (Sec. C.5.1, Theorem C1 item 3 and Sec. C.7) and cos_F(V, Pi^T).
+
+    Returns {"dist_V_Pi": to Pi^T, "dist_V_sqrtPi": to sqrt(Pi^T) (entrywise), "cos_V_Pi": <V, Pi^T>_F / norms}.
+    """
+    V = np.asarray(V, dtype=np.float64)
+    PiT = transition_matrix(V.shape[0], p).T
+    nv = np.linalg.norm(V)
+    cos = float("nan") if nv == 0 else float(np.sum(V * PiT) / (nv * np.linalg.norm(PiT)))
+    return {"dist_V_Pi": direction_error(V, PiT), "dist_V_sqrtPi": direction_error(V, np.sqrt(PiT)),
+            "cos_V_Pi": cos}
+
+
+def accuracy(spec: RandomWalkSpec, f, sample: WalkSample) -> tuple[float, float]:
+    """Plain 0/1 accuracy and Rao-Blackwellised accuracy acc_RB = mean Pi[s_{N-1}, Pred(f)] (Sec. C.3).
+
+    f (n, K) are the outputs on ``sample``; means are weighted by ``sample.weights``. Returns (acc, acc_rb).
+    """
+    pred = predict(f)
+    Pi = transition_matrix(spec.K, spec.p)
+    w = sample.weights
+    return float(w @ (pred == sample.label)), float(w @ Pi[sample.parent, pred])
+
+
+def _weighted_quantile(values, weights, q):
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    idx = min(int(np.searchsorted(cum, q * cum[-1], side="left")), values.size - 1)
+    return float(values[order][idx])
+
+
+def attention_stats(S, weights=None, q: float = 0.05) -> dict:
+    """Attention summaries of Sec. C.5.1 for S (n, N): parent (position N-1), its lower q-quantile, blank, max other.
+
+    Returns {"attn_parent": mean S_{N-1}, "attn_parent_q": q-quantile of S_{N-1}, "attn_blank": mean S_N,
+    "attn_max_other": mean over walks of max_{i != N-1} S_i}; weighted by ``weights`` (default uniform).
+    """
+    S = np.asarray(S, dtype=np.float64)
+    w = np.full(S.shape[0], 1.0 / S.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    parent = S[:, -2]
+    others = np.delete(S, S.shape[1] - 2, axis=1)
+    return {"attn_parent": float(w @ parent), "attn_parent_q": _weighted_quantile(parent, w, q),
+            "attn_blank": float(w @ S[:, -1]), "attn_max_other": float(w @ others.max(axis=1))}
+
+
+def output_direction_error(spec: RandomWalkSpec, f, sample: WalkSample) -> float:
+    """Mean over walks of ||f/||f||_2 - Pi^T x_{N-1}/||Pi^T x_{N-1}||_2||_2, Theorem C1 item 2 (Sec. C.6).
+
+    Like item 3 it holds as stated only at p = 1/2 (Sec. C.7). NaN if some f = 0.
+    """
+    f = np.asarray(f, dtype=np.float64)
+    target = transition_matrix(spec.K, spec.p)[sample.parent]
+    nf = np.linalg.norm(f, axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.linalg.norm(f / nf - target / np.linalg.norm(target, axis=1, keepdims=True), axis=1)
+    return float(sample.weights @ err)
+
+
+def kl_to_truth(spec: RandomWalkSpec, f, sample: WalkSample) -> float:
+    """Mean over walks of KL(P_true || P_model), the Fig. 6 (b, d) curve of Sec. C.8 (direction reconstructed there).
+
+    P_true = Pi^T x_{N-1}; P_model,k = max(f_k, 1e-12) / sum_l max(f_l, 1e-12) (f may be <= 0 after a random start);
+    the sum runs over P_true,k > 0. Weighted by ``sample.weights``.
+    """
+    f = np.asarray(f, dtype=np.float64)
+    P_true = transition_matrix(spec.K, spec.p)[sample.parent]
+    clipped = np.maximum(f, 1e-12)
+    P_model = clipped / clipped.sum(axis=1, keepdims=True)
+    pos = P_true > 0
+    terms = np.zeros_like(P_true)
+    terms[pos] = P_true[pos] * np.log(P_true[pos] / P_model[pos])
+    return float(sample.weights @ terms.sum(axis=1))
+
+
+def diagnostics(spec: RandomWalkSpec, V, a, c, sample: WalkSample, q: float = 0.05) -> dict:
+    """All scalar diagnostics of Sec. C.5.1 at reduced state (V, a, c) on ``sample`` (normally test walks).
+
+    Keys: acc, acc_rb (Sec. C.3), attn_parent, attn_parent_q, attn_blank, attn_max_other, dist_V_Pi,
+    dist_V_sqrtPi, cos_V_Pi (Theorem C1 item 3), dist_f_Pi (item 2, NaN while f = 0). The empirical side computes
+    the same keys from its probes.
+    """
+    S, f = reduced_forward(spec, V, a, c, sample.context)
+    acc, acc_rb = accuracy(spec, f, sample)
+    out = {"acc": acc, "acc_rb": acc_rb}
+    out.update(attention_stats(S, sample.weights, q))
+    out.update(direction_errors(V, spec.p))
+    out["dist_f_Pi"] = output_direction_error(spec, f, sample)
+    return out
+
+
+DIAGNOSTIC_NAMES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "attn_max_other", "dist_V_Pi",
+                    "dist_V_sqrtPi", "cos_V_Pi", "dist_f_Pi")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reduced state and its exact GD map (Sec. C.5)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def state_names(spec: RandomWalkSpec) -> list[str]:
+    """Variable names of the reduced state: V_b_a (row b = label, column a = state), a_k, c_i, 0-based (Sec. C.5)."""
+    K, N = spec.K, spec.N
+    return ([f"V_{b}_{a}" for b in range(K) for a in range(K)] + [f"a_{k}" for k in range(K)]
+            + [f"c_{i}" for i in range(N)])
+
+
+def pack_state(spec: RandomWalkSpec, V, a, c) -> np.ndarray:
+    """Flatten (V, a, c) into the reduced state vector of length K^2 + K + N (Sec. C.5)."""
+    V, a, c = _check_reduced(spec, V, a, c)
+    return np.concatenate([V.ravel(), a, c])
+
+
+def unpack_state(spec: RandomWalkSpec, x):
+    """Split a reduced state vector (..., K^2 + K + N) into V (..., K, K), a (..., K), c (..., N) (Sec. C.5)."""
+    x = np.asarray(x, dtype=np.float64)
+    K, N = spec.K, spec.N
+    if x.shape[-1] != spec.n_state:
+        raise ValueError(f"x must have last axis K^2 + K + N = {spec.n_state}; got shape {x.shape}")
+    V = x[..., : K * K].reshape(x.shape[:-1] + (K, K))
+    return V, x[..., K * K: K * K + K], x[..., K * K + K:]
+
+
+def initial_state(spec: RandomWalkSpec) -> np.ndarray:
+    """The paper's initialisation V = 0, W = 0 (Sec. C.4) as a reduced state vector (zeros)."""
+    return np.zeros(spec.n_state)
+
+
+@dataclass(frozen=True, eq=False)
+class ReducedGradient:
+    """Negative population gradient -grad L of the reduced state, its standard errors, and the loss (Sec. C.5).
+
+    ``G_V`` (K, K), ``G_a`` (K,), ``G_c`` (N,): the GD update is x + eta G. ``se_*``: standard error of each entry
+    over the walk sample (zero for an enumerated law). ``loss`` = E[-log(e_y^T f + eps)] and ``se_loss``.
+    """
+
+    G_V: np.ndarray
+    G_a: np.ndarray
+    G_c: np.ndarray
+    se_V: np.ndarray
+    se_a: np.ndarray
+    se_c: np.ndarray
+    loss: float
+    se_loss: float
+
+
+def _gradient_and_se(spec: RandomWalkSpec, sample: WalkSample, x: np.ndarray):
+    G = np.empty(spec.n_state)
+    G2 = np.empty(spec.n_state)
+    loss, loss2 = _kern._accumulate_gradient(sample._flat, sample.weights, spec.K, spec.N, x, spec.rho, spec.eps,
+                                             G, G2)
+    if sample.exact or sample.n < 2:
+        return G, np.zeros_like(G), loss, 0.0
+    # equal weights 1/n: sample variance (ddof=1) = n/(n-1) (m2 - m1^2), SE = sqrt(var/n)
+    se = np.sqrt(np.maximum(G2 - G * G, 0.0) / (sample.n - 1))
+    se_loss = float(np.sqrt(max(loss2 - loss * loss, 0.0) / (sample.n - 1)))
+    return G, se, float(loss), se_loss
+
+
+def reduced_gradient(spec: RandomWalkSpec, sample: WalkSample, V, a, c) -> ReducedGradient:
+    """Population gradient of the reduced state over a walk sample, with the standard error of every entry.
+
+    Implements the exact GD updates of spec Sec. C.5: G_V = E[kappa e_y (sum_{i<N} S_i x_i)^T],
+    G_a = E[kappa sum_{i<N} S_i (g_i - gbar) x_i], G_c,i = E[kappa S_i (g_i - gbar)] (g_N = 0), kappa = 1/(gbar+eps).
+    Expectations are weighted means over ``sample`` (Monte Carlo, or exact for :func:`enumerate_walks`).
+    """
+    _check_sample(spec, sample, "sample")
+    x = pack_state(spec, V, a, c)
+    G, se, loss, se_loss = _gradient_and_se(spec, sample, x)
+    GV, Ga, Gc = unpack_state(spec, G)
+    sV, sa, sc = unpack_state(spec, se)
+    return ReducedGradient(GV.copy(), Ga.copy(), Gc.copy(), sV.copy(), sa.copy(), sc.copy(), loss, se_loss)
+
+
+def map_params(spec: RandomWalkSpec, sample: WalkSample) -> np.ndarray:
+    """The packed parameter vector of the reduced map kernel: [K, N, n, rho, eps, eta, states, weights] (Sec. C.5)."""
+    head = np.array([spec.K, spec.N, sample.n, spec.rho, spec.eps, spec.eta], dtype=np.float64)
+    return np.concatenate([head, sample._flat, sample.weights])
+
+
+def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
+               progress: bool = False, attrs: dict | None = None):
+    """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers), Sec. C.5.
+
+    Parameters
+    ----------
+    spec : RandomWalkSpec
+    n_steps : int
+        Number of GD updates T >= 0 (time axis: step t, time eta t).
+    walks : int or WalkSample
+        Training walks: a sample size n (drawn by :func:`sample_walks` from ``rng``), or a sample (e.g.
+        :func:`enumerate_walks` for the exact population). The same walks serve every step.
+    rng : int, Generator or None
+        Seed for the walks (training first, then test walks, Appendix G.C).
+    test : None, int or WalkSample
+        Test walks for the diagnostics (accuracy, attention, Sec. C.5.1); an int draws that many after the training
+        walks from the same generator.
+    state0 : (K^2+K+N,) or (n_traj, K^2+K+N) array, optional
+        Initial reduced state(s); default V = 0, a = 0, c = 0 (Sec. C.4).
+    saveat : dynamics.SaveAt, optional
+        Save points (default: the engine's).
+
+    Returns
+    -------
+    dynamics.Trajectory
+        State variables V_b_a, a_k, c_i; derived: loss (training walks) and its SE, se_grad_V / se_grad_a /
+        se_grad_c (largest standard error over the entries of each block of the gradient at the saved state; the
+        per-entry SEs come from :func:`reduced_gradient`), dist_V_sqrtChat (direction error of V to the
+        finite-sample limit sqrt(C_hat^T) of the training walks, Sec. C.7), and, with ``test``, the
+        :data:`DIAGNOSTIC_NAMES` on the test walks.
+
+    Raises
+    ------
+    dynamics.DivergenceError
+        If a state becomes non-finite (raised by the engine with the step and variable).
+    """
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    train, test, x0 = _prepare_run(spec, walks, rng, test, state0)
+    run_attrs = {"model": "random_walk", "spec": spec.to_dict(), "source": "closedform", "time_unit": "step",
+                 "equation": "token_selection.md Sec. C.5 (exact reduced GD)",
+                 "config": {"n_train": train.n, "train_exact": train.exact,
+                            "n_test": None if test is None else test.n, "n_steps": n_steps}}
+    run_attrs.update(attrs or {})
+    return dynamics.iterate(_kern.reduced_step, x0, n_steps, params=map_params(spec, train), saveat=saveat,
+                            names=state_names(spec), derived=_derived_fn(spec, train, test), time_scale=spec.eta,
+                            progress=progress, attrs=run_attrs)
+
+
+def reduced_flow(spec: RandomWalkSpec, tau_end: float, *, walks, rng=None, test=None, state0=None, solver=None,
+                 saveat=None, progress: bool = False, attrs: dict | None = None):
+    """Gradient flow of the reduced state, d(V, a, c)/dtau = the Sec. C.5 updates divided by eta (Sec. 0).
+
+    Same arguments and derived variables as :func:`reduced_gd`, with the flow time ``tau_end`` = eta T instead of
+    a step count, and ``solver`` a ``dynamics`` ODE solver (default ``dynamics.Dopri5()``). The ``time`` axis is tau;
+    compare with the map at step tau / eta.
+    """
+    tau_end = check_positive("tau_end", tau_end)
+    train, test, x0 = _prepare_run(spec, walks, rng, test, state0)
+    run_attrs = {"model": "random_walk", "spec": spec.to_dict(), "source": "closedform", "time_unit": "eta*step",
+                 "equation": "token_selection.md Sec. 0 and Sec. C.5 (reduced gradient flow)",
+                 "config": {"n_train": train.n, "train_exact": train.exact,
+                            "n_test": None if test is None else test.n, "tau_end": tau_end}}
+    run_attrs.update(attrs or {})
+    return dynamics.integrate(_kern.reduced_rhs, x0, (0.0, tau_end), params=map_params(spec, train), solver=solver,
+                              saveat=saveat, names=state_names(spec), derived=_derived_fn(spec, train, test),
+                              progress=progress, attrs=run_attrs)
+
+
+def _prepare_run(spec, walks, rng, test, state0):
+    """Validate and draw the training / test walks (training first, Appendix G.C) and the initial state(s)."""
+    rng = as_generator(rng)
+    if isinstance(walks, WalkSample):
+        train = _check_sample(spec, walks, "walks")
+    else:
+        train = sample_walks(spec, check_int("walks", walks, min_value=1), rng)
+    if test is not None and not isinstance(test, WalkSample):
+        test = sample_walks(spec, check_int("test", test, min_value=1), rng)
+    elif test is not None:
+        _check_sample(spec, test, "test")
+    x0 = initial_state(spec) if state0 is None else check_finite_array("state0", state0, ndim=(1, 2))
+    if x0.shape[-1] != spec.n_state:
+        raise ValueError(f"state0 must have last axis K^2 + K + N = {spec.n_state}; got shape {x0.shape}")
+    return train, test, x0
+
+
+def _derived_fn(spec, train, test):
+    """The ``derived`` callable of the reduced runs: loss, gradient SEs, direction to sqrt(C_hat^T), diagnostics."""
+    sqrt_C_hat_T = np.sqrt(empirical_transitions(train, spec.K).T)
+    names = ("loss", "se_loss", "se_grad_V", "se_grad_a", "se_grad_c", "dist_V_sqrtChat")
+    if test is not None:
+        names = names + DIAGNOSTIC_NAMES
+
+    def derived(Y, P):
+        n_traj, n_save, _ = Y.shape
+        out = {name: np.empty((n_traj, n_save)) for name in names}
+        for i in range(n_traj):
+            for t in range(n_save):
+                x = np.ascontiguousarray(Y[i, t])
+                V, a, c = unpack_state(spec, x)
+                _, se, loss, se_loss = _gradient_and_se(spec, train, x)
+                sV, sa, sc = unpack_state(spec, se)
+                out["loss"][i, t], out["se_loss"][i, t] = loss, se_loss
+                out["se_grad_V"][i, t], out["se_grad_a"][i, t], out["se_grad_c"][i, t] = sV.max(), sa.max(), sc.max()
+                out["dist_V_sqrtChat"][i, t] = direction_error(V, sqrt_C_hat_T)
+                if test is not None:
+                    for name, value in diagnostics(spec, V, a, c, test).items():
+                        out[name][i, t] = value
+        return out
+
+    return derived
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Full-matrix GD (numpy, batched over walks): the check that GD stays on the reduced family
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def full_gradient(spec: RandomWalkSpec, sample: WalkSample, V, W, *, normalize_tokens: bool = False):
+    """Gradient of L(V, W) = E[-log(e_y^T f + eps)] with respect to the full matrices V and W (Sec. C.3-C.4).
+
+    Generic chain rule for any (V, W) (random starts included): dL/dl_j = -kappa S_j (g_j - gbar) and
+    dL/dW = E[sum_j dL/dl_j x~_j] x~_N^T, dL/dV = -E[kappa e_y (X S)^T]. No reduced structure is assumed.
+
+    Returns (dL/dV (K, K), dL/dW (K+M, K+M), L).
+
+    Raises
+    ------
+    dynamics.DivergenceError
+        If e_y^T f + eps <= 0 for some walk (the log is undefined: possible only from a random start).
+    """
+    K, N, M = spec.K, spec.N, spec.M
+    S, f = forward(spec, V, W, sample.context, normalize_tokens=normalize_tokens)
+    V = np.asarray(V, dtype=np.float64)
+    y, ctx, w = sample.label, sample.context, sample.weights
+    gbar = f[np.arange(sample.n), y]
+    arg = gbar + spec.eps
+    if not np.all(arg > 0):
+        raise dynamics.DivergenceError("e_y^T f + eps <= 0: the log loss is undefined", trajectory=0,
+                                       variable="loss")
+    kappa = 1.0 / arg
+    loss = float(w @ -np.log(arg))
+    u = _one_hot_average(ctx, S[:, :-1], K)
+    dV = np.zeros((K, K))
+    np.add.at(dV, y, -(w * kappa)[:, None] * u)
+    g = np.zeros((sample.n, N))
+    g[:, :-1] = V[y[:, None], ctx]
+    dl = -(w * kappa)[:, None] * S * (g - gbar[:, None])  # weighted dL/dl_j
+    Phi = positional_matrix(spec)
+    a_ctx, a_q = _column_scales(spec, normalize_tokens)
+    col = np.zeros(K + M)  # sum over walks and positions of dL/dl_j x~_j (scaled columns)
+    col[:K] = a_ctx * np.bincount(ctx.ravel(), weights=dl[:, :-1].ravel(), minlength=K)
+    col[K:] = a_ctx * (Phi[:, :-1] @ dl[:, :-1].sum(axis=0)) + a_q * dl[:, -1].sum() * Phi[:, -1]
+    xq = np.concatenate([np.zeros(K), a_q * Phi[:, -1]])
+    return dV, np.outer(col, xq), loss
+
+
+def full_gd(spec: RandomWalkSpec, sample: WalkSample, n_steps: int, *, V0=None, W0=None,
+            normalize_tokens: bool = False, save_every: int = 1, attrs: dict | None = None):
+    """Full-matrix GD on (V, W) in numpy (Sec. C.4), logging the probes of Sec. C.5.1 every ``save_every`` steps.
+
+    Parameters
+    ----------
+    sample : WalkSample
+        Training walks (fixed: full-batch GD).
+    V0, W0 : arrays, optional
+        Initial matrices; default zero (the paper's initialisation, Sec. C.4).
+
+    Returns
+    -------
+    dynamics.Trajectory
+        Variables V_b_a, a_k, c_i (probes of W, Sec. C.5.1; equal to the reduced state for GD from zero),
+        ``off`` (relative distance of W to the reduced family) and ``loss`` (at the saved parameters).
+
+    Raises
+    ------
+    dynamics.DivergenceError
+        With the step and the variable if V or W becomes non-finite.
+    """
+    K, M = spec.K, spec.M
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    save_every = check_int("save_every", save_every, min_value=1)
+    _check_sample(spec, sample, "sample")
+    V = np.zeros((K, K)) if V0 is None else check_finite_array("V0", V0, shape=(K, K)).copy()
+    W = np.zeros((K + M, K + M)) if W0 is None else check_finite_array("W0", W0, shape=(K + M, K + M)).copy()
+    saved, steps, off, losses = [], [], [], []
+    for t in range(n_steps + 1):
+        dV, dW, loss = full_gradient(spec, sample, V, W, normalize_tokens=normalize_tokens)
+        if t % save_every == 0 or t == n_steps:
+            a, c, o = probe_W(spec, W)
+            saved.append(np.concatenate([V.ravel(), a, c]))
+            steps.append(t)
+            off.append(o)
+            losses.append(loss)
+        if t == n_steps:
+            break
+        V = V - spec.eta * dV
+        W = W - spec.eta * dW
+        for name, arr in (("V", V), ("W", W)):
+            if not np.all(np.isfinite(arr)):
+                raise dynamics.DivergenceError(f"full-matrix GD produced a non-finite {name} at step {t + 1}",
+                                               trajectory=0, variable=name, step=t + 1, time=spec.eta * (t + 1))
+    steps = np.asarray(steps)
+    run_attrs = {"model": "random_walk", "spec": spec.to_dict(), "source": "closedform", "time_unit": "step",
+                 "equation": "token_selection.md Sec. C.3-C.4 (full-matrix GD), probes Sec. C.5.1",
+                 "config": {"n_train": sample.n, "normalize_tokens": normalize_tokens, "n_steps": n_steps}}
+    run_attrs.update(attrs or {})
+    return dynamics.Trajectory.from_arrays(np.asarray(saved)[None], names=state_names(spec),
+                                           time=spec.time_of_step(steps), step=steps,
+                                           variables={"off": np.asarray(off)[None], "loss": np.asarray(losses)[None]},
+                                           attrs=run_attrs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Closed forms (Sec. C.5)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def V1_closed(spec: RandomWalkSpec) -> np.ndarray:
+    """V^(1) = eta/(eps N K) sum_{i=1}^{N-1} (Pi^T)^{N-i} after the first GD step from zero (Sec. C.5, Lemma C.1).
+
+    W^(1) = 0. Circulant, (K, K), row = label, column = state.
+    """
+    PiT = transition_matrix(spec.K, spec.p).T
+    total = np.zeros((spec.K, spec.K))
+    power = np.eye(spec.K)
+    for _ in range(spec.N - 1):
+        power = power @ PiT
+        total += power
+    return spec.eta / (spec.eps * spec.N * spec.K) * total
+
+
+def W2_closed(spec: RandomWalkSpec, max_walks: int = MAX_ENUMERATED_WALKS):
+    """W^(2) in reduced coordinates (a^(2), c^(2)), exact expectation over the walk law (Sec. C.5, closed forms).
+
+    a^(2) = (eta/N) E[kappa sum_{i<N} (g_i - gbar) x_i], c^(2)_i = (eta/N) E[(g_i - gbar)/(gbar + eps)] (g_N = 0),
+    at V = V^(1), S = 1/N, kappa = 1/(gbar + eps). The expectation is a finite sum over the K 2^{N-1} walks
+    (:func:`enumerate_walks`), so this is exact to round-off; N is limited by ``max_walks``. V^(2) is not part of
+    the closed form. Build the matrix with :func:`W_from_reduced`.
+    """
+    law = enumerate_walks(spec, max_walks)
+    V1 = V1_closed(spec)
+    N, K = spec.N, spec.K
+    y, ctx, w = law.label, law.context, law.weights
+    g = V1[y[:, None], ctx]  # (n, N-1)
+    gbar = g.sum(axis=1) / N
+    wk = w / (gbar + spec.eps)
+    diff = g - gbar[:, None]
+    a2 = spec.eta / N * np.bincount(ctx.ravel(), weights=(wk[:, None] * diff).ravel(), minlength=K)
+    c2 = np.empty(N)
+    c2[:-1] = spec.eta / N * (wk @ diff)
+    c2[-1] = spec.eta / N * (wk @ -gbar)
+    return a2, c2
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Theorem predictions (Sec. C.6-C.7)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def optimal_accuracy(p: float) -> float:
+    """Bayes accuracy OPT = max{p, 1 - p} of predicting y from the walk (Sec. C.1; Theorem C1 item 1)."""
+    p = check_in_range("p", p, 0.0, 1.0)
+    return max(p, 1.0 - p)
+
+
+def failure_theorem_applies(spec: RandomWalkSpec) -> bool:
+    """True when Theorem C2 applies: p in {0, 1} and N = r K + 1 with r >= 1 (Sec. C.6)."""
+    return spec.p in (0.0, 1.0) and (spec.N - 1) % spec.K == 0
+
+
+def theorem_accuracy(spec: RandomWalkSpec) -> float:
+    """Test accuracy predicted for T >= T_0 GD steps: max{p, 1-p} (Theorem C1, 0 < p < 1) or 1/K (Theorem C2).
+
+    Theorem C1 needs K > 4 and N >= C_p poly(K) with unknown constants (Sec. C.6); the checks of Sec. 4 and C.7 show
+    it from K = 6, N = 97 on. Theorem C2 (p in {0, 1}, N = r K + 1) holds for any loss, step size and T.
+
+    Raises
+    ------
+    ValueError
+        If p is 0 or 1 but N - 1 is not a multiple of K (neither theorem covers this case).
+    """
+    if 0.0 < spec.p < 1.0:
+        return optimal_accuracy(spec.p)
+    if failure_theorem_applies(spec):
+        return 1.0 / spec.K
+    raise ValueError(f"N must satisfy N = r K + 1 for the failure theorem at p = {spec.p}; got N={spec.N}, K={spec.K}")
+
+
+def theorem_attention(spec: RandomWalkSpec) -> np.ndarray:
+    """Limiting attention weights over the N positions predicted by the theorems (Sec. C.6), (N,) float64.
+
+    Theorem C1 item 4 (0 < p < 1): one-hot on the direct parent, position N-1 (code index N-2), up to
+    exp(-Omega(N)). Theorem C2 (p in {0, 1}, N = r K + 1): 1/(N-1) on every context position and 0 on the blank
+    from step 2 on (the blank's weight is derived in Sec. C.6; exactly 0 in float64 for rho = 500).
+    """
+    out = np.zeros(spec.N)
+    if 0.0 < spec.p < 1.0:
+        out[-2] = 1.0
+        return out
+    if failure_theorem_applies(spec):
+        out[:-1] = 1.0 / (spec.N - 1)
+        return out
+    raise ValueError(f"N must satisfy N = r K + 1 for the failure theorem at p = {spec.p}; got N={spec.N}, K={spec.K}")
+
+
+def V_direction(spec: RandomWalkSpec, kind: str = "derived") -> np.ndarray:
+    """Unit-Frobenius limiting direction of V (Sec. C.6 item 3 and Sec. C.7), (K, K).
+
+    ``kind="theorem"``: Pi^T/||Pi^T||_F as Theorem C1 item 3 states; it holds only at p = 1/2 (Sec. C.7).
+    ``kind="derived"``: sqrt(Pi^T)/||sqrt(Pi^T)||_F (entrywise square root), the limit of GD under the log loss for
+    every 0 < p < 1 (Sec. C.7: dV_ba = eta Pi_ab / (K (V_ba + eps)) once attention is on the parent). Both
+    coincide at p = 1/2. For a finite training sample the limit is sqrt(C_hat^T), see :func:`empirical_transitions`.
+    """
+    if kind not in ("theorem", "derived"):
+        raise ValueError(f"kind must be one of 'theorem', 'derived'; got {kind!r}")
+    PiT = transition_matrix(spec.K, spec.p).T
+    D = PiT if kind == "theorem" else np.sqrt(PiT)
+    return D / np.linalg.norm(D)
+
+
+def direction_limit_distance(p: float) -> float:
+    """||sqrt(Pi^T)/||sqrt(Pi^T)|| - Pi^T/||Pi^T|| ||_F = sqrt(2 - 2 (p^1.5 + (1-p)^1.5)/sqrt(p^2 + (1-p)^2)), Sec. C.7.
+
+    The floor of the Theorem C1 item 3 direction error under GD (any K >= 3); 0 only at p in {0, 1/2, 1}.
+    """
+    p = check_in_range("p", p, 0.0, 1.0)
+    q = 1.0 - p
+    inner = (p**1.5 + q**1.5) / np.sqrt(p * p + q * q)
+    return float(np.sqrt(max(2.0 - 2.0 * inner, 0.0)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Validation helpers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _check_context(spec: RandomWalkSpec, context) -> np.ndarray:
+    context = np.asarray(context)
+    if context.ndim != 2 or context.shape[1] != spec.N - 1:
+        raise ValueError(f"context must have shape (n, N-1) = (n, {spec.N - 1}); got {context.shape}")
+    if not np.issubdtype(context.dtype, np.integer):
+        raise ValueError(f"context must hold integer node codes; got dtype {context.dtype}")
+    if context.size and (context.min() < 0 or context.max() >= spec.K):
+        raise ValueError(f"context entries must lie in [0, K-1] = [0, {spec.K - 1}]")
+    return context.astype(np.int64, copy=False)
+
+
+def _check_sample(spec: RandomWalkSpec, sample: WalkSample, name: str) -> WalkSample:
+    if not isinstance(sample, WalkSample):
+        raise ValueError(f"{name} must be a WalkSample; got {type(sample).__name__}")
+    if sample.states.shape[1] != spec.N:
+        raise ValueError(f"{name} must hold walks of length N = {spec.N}; got {sample.states.shape[1]}")
+    if sample.states.min() < 0 or sample.states.max() >= spec.K:
+        raise ValueError(f"{name} states must lie in [0, K-1] = [0, {spec.K - 1}]")
+    return sample
+
+
+def _check_reduced(spec: RandomWalkSpec, V, a, c):
+    K, N = spec.K, spec.N
+    return (check_finite_array("V", V, shape=(K, K)), check_finite_array("a", a, shape=(K,)),
+            check_finite_array("c", c, shape=(N,)))
