@@ -64,16 +64,23 @@ def git_revision() -> str:
 
 def package_versions() -> dict[str, str]:
     """Versions of python, attndyn and the numerical dependencies (torch only if already imported)."""
-    versions = {"python": platform.python_version()}
-    for name in ("attndyn",) + _PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+    versions = dict(_static_versions())
     torch = sys.modules.get("torch")
     if torch is not None:
         versions["torch"] = getattr(torch, "__version__", "unknown")
     return versions
+
+
+@functools.lru_cache(maxsize=1)
+def _static_versions() -> tuple[tuple[str, str], ...]:
+    # reading package metadata costs ~0.1 s, so once per process
+    versions = [("python", platform.python_version())]
+    for name in ("attndyn",) + _PACKAGES:
+        try:
+            versions.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return tuple(versions)
 
 
 def utc_now() -> str:
