@@ -1,0 +1,779 @@
+"""A one-layer transformer learns the in-context 1-nearest-neighbour rule: exact reduced GD and theorem checks.
+
+Implements spec ``token_selection.md`` Study A (sections A.0-A.10, public reference values of section 4, recipe G.A).
+Prompts hold N labelled points x_j on the sphere S^{d-1} and a query x_query; the target is the label of the nearest
+context point i*. A softmax attention layer with merged key-query matrix W and identity value reads the label row:
+f_W(H) = sum_j q_j y_j, q = softmax(H^T W h_query) (Sec. A.3). GD on the population square loss from
+W^(0) = diag(0, ..., 0, -sigma) stays on the family W = diag(xi1 I_d, 0, -xi2) (Sec. A.5), so the training dynamics are
+exactly the two-scalar map of Sec. A.5 ("xi1 <- xi1 - (eta/d) dL/dxi1, xi2 <- xi2 - eta dL/dxi2"), with the
+population expectations replaced by a fixed Monte Carlo sample of prompts (common random numbers across steps, Sec. 0).
+
+Time axis: the GD step t (``step``); ``time`` = eta * t is the flow time tau of Sec. 0.
+
+Symbol table (spec Sec. A.0)
+----------------------------
+=============  ==============  ============================================================  ==============  =========
+code           paper           meaning                                                       shape           where
+=============  ==============  ============================================================  ==============  =========
+d              d               dimension; inputs on S^{d-1}                                  int             Sec. A.1
+N              N               number of labelled context points                             int             Sec. A.1
+X, xq          x_j, x_query    context inputs, query                                         (B,N,d), (B,d)  Sec. A.1
+y              y_j             context labels (Rademacher in the canonical instance)         (B, N)          Sec. A.1
+istar          i*              0-based index of the nearest neighbour of x_query             (B,) int        Sec. A.1
+c              c_j             <x_j, x_query>; c_{N+1} := 1                                  (B, N)          Sec. A.5
+H              H, h_j          embedded prompt [x; y; indicator]                             (B,d+2,N+1)     Sec. A.2
+W              W               merged key-query matrix                                       (d+2, d+2)      Sec. A.3
+sigma          sigma           mask, W33^(0) = -sigma                                        float           Sec. A.4
+eta            eta             GD step size                                                  float           Sec. A.4
+xi1, xi2       xi1, xi2        reduced state, W = diag(xi1 I_d, 0, -xi2)                     float           Sec. A.5
+q, q_self      q_j, q_{N+1}    attention of the query on token j / on itself                 (B, N+1)        Sec. A.5
+L              L               population square loss 1/2 E[(f - y_{i*})^2]                  float           Sec. A.4
+off            off             relative Frobenius distance of W to the reduced family        float           Sec. A.5.1
+k_d, a_Nd      k_d, a_{N,d}    constants of Theorem A1                                       float           Sec. A.6
+delta, R       delta, R        separation gap, label bound (Theorem A2)                      float           Sec. A.6
+=============  ==============  ============================================================  ==============  =========
+
+Notes
+-----
+* The loss on the family is evaluated with the labels integrated out exactly (Sec. A.3):
+  L = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1]; only the x's are sampled.
+* Theorem A1's rate O(poly(N, d)/log t) is an upper bound with unrecoverable constants; at the sizes we can run the
+  loss falls faster, about t^(-1/3), and xi1 grows like t^(1/3) (d=4, N=16: local exponents 0.34-0.36 for
+  t = 10^3..2*10^4). Heuristic [derived, not in the spec]: once the self-token is masked, L ~ C/xi1 (the mass on
+  near-ties decays like 1/xi1), so dxi1/dt ~ (eta/d) C/xi1^2 and xi1 ~ t^(1/3). The ratio bound xi1 <= (7/15) xi2 of
+  the proof is [not reproduced] (Sec. A.6) and deliberately not implemented.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.integrate
+import scipy.linalg
+import scipy.special
+
+import dynamics
+from closedform import _nearest_neighbor_kernels as _k
+from dynamics.errors import DivergenceError
+from dynamics.random import as_generator
+from dynamics.saveat import SaveAt
+from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
+
+REFERENCE = {
+    "title": "One-layer transformer provably learns one-nearest neighbor in context",
+    "authors": "Li, Cao, Gao, He, Liu, Klusowski, Fan, Wang",
+    "venue": "NeurIPS 2024",
+    "arxiv": "2411.10830",
+    "bibtex_key": "li2024onenn",
+    "spec": "token_selection.md, Study A",
+}
+
+STATE_NAMES = ("xi1", "xi2")
+DIAGNOSTIC_NAMES = ("L", "L_se", "q_istar", "q_istar_lo", "q_self", "grad_xi1", "grad_xi1_se", "grad_xi2",
+                    "grad_xi2_se")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Task spec and data
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class NearestNeighborSpec:
+    """The 1-NN in-context task (spec Sec. A.1-A.4): data law, embedding, model, loss, initialisation, step size.
+
+    Data: x_1..x_N, x_query i.i.d. uniform on S^{d-1}, labels i.i.d. Rademacher (Sec. A.1). Embedding Sec. A.2, model
+    f_W(H) = sum_j q_j y_j (Sec. A.3), loss 1/2 E[(f - y_{i*})^2] and GD from W^(0) = diag(0_{d+1}, -sigma) (Sec. A.4).
+
+    Parameters
+    ----------
+    d : int >= 2
+        Dimension of the inputs.
+    N : int >= 2
+        Number of labelled context points.
+    sigma : float >= 0
+        Mask, W33^(0) = -sigma (Sec. A.4; sigma = 0 is the mask ablation of Sec. A.8).
+    eta : float > 0
+        GD step size.
+    """
+
+    d: int
+    N: int
+    sigma: float
+    eta: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "d", check_int("d", self.d, min_value=2))
+        object.__setattr__(self, "N", check_int("N", self.N, min_value=2))
+        object.__setattr__(self, "sigma", check_nonneg("sigma", self.sigma))
+        object.__setattr__(self, "eta", check_positive("eta", self.eta))
+
+    @property
+    def dim(self) -> int:
+        """Input dimension d (cross-model name)."""
+        return self.d
+
+    @property
+    def seq_len(self) -> int:
+        """Number of tokens N + 1 (context plus query)."""
+        return self.N + 1
+
+    @property
+    def embed_dim(self) -> int:
+        """Embedding dimension d + 2 (Sec. A.2)."""
+        return self.d + 2
+
+    def time_of_step(self, step):
+        """Flow time tau = eta * t of GD step t (spec Sec. 0)."""
+        return self.eta * np.asarray(step, dtype=np.float64)
+
+    def step_of_time(self, time):
+        """GD step t = tau / eta of flow time tau (spec Sec. 0)."""
+        return np.asarray(time, dtype=np.float64) / self.eta
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """A fixed sample of prompts (spec Sec. A.1, recipe G.A), the common random numbers of a reduced-GD run.
+
+    Attributes
+    ----------
+    X : (B, N, d) float64
+        Context inputs on S^{d-1}.
+    xq : (B, d) float64
+        Queries on S^{d-1}.
+    c : (B, N) float64
+        Inner products <x_j, x_query>.
+    istar : (B,) int64
+        0-based index of the nearest neighbour, argmax_j c[b, j].
+    y : (B, N) float64 or None
+        Explicit labels (needed only by the full-matrix model and the test MSE).
+    """
+
+    X: np.ndarray
+    xq: np.ndarray
+    c: np.ndarray
+    istar: np.ndarray
+    y: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.X.ndim != 3 or self.xq.shape != (self.X.shape[0], self.X.shape[2]):
+            raise ValueError(f"X must be (B, N, d) and xq (B, d); got {self.X.shape} and {self.xq.shape}")
+        if self.c.shape != self.X.shape[:2] or self.istar.shape != self.X.shape[:1]:
+            raise ValueError(f"c must be (B, N) and istar (B,); got {self.c.shape} and {self.istar.shape}")
+        if self.y is not None and self.y.shape != self.X.shape[:2]:
+            raise ValueError(f"y must have shape (B, N) = {self.X.shape[:2]}; got {self.y.shape}")
+
+    @property
+    def n_prompts(self) -> int:
+        """Number of prompts B."""
+        return self.X.shape[0]
+
+    @property
+    def N(self) -> int:
+        """Context length N."""
+        return self.X.shape[1]
+
+    @property
+    def d(self) -> int:
+        """Dimension d."""
+        return self.X.shape[2]
+
+    @property
+    def target(self) -> np.ndarray:
+        """Labels of the nearest neighbour y_{i*} (B,); needs explicit labels."""
+        return self.y[np.arange(self.n_prompts), self.istar]
+
+
+def _prompts_from(X, xq, y=None) -> Prompts:
+    c = np.einsum("bjd,bd->bj", X, xq)
+    return Prompts(X=X, xq=xq, c=c, istar=np.argmax(c, axis=1).astype(np.int64), y=y)
+
+
+def sample_prompts(spec: NearestNeighborSpec, n_prompts: int, rng=None, *, labels: bool = False) -> Prompts:
+    """Draw prompts from the training law (spec Sec. A.1) with recipe G.A, exactly in its order of draws.
+
+    X ~ N(0, I) normalised, then xq likewise, then (if ``labels``) y = rng.choice([-1, 1], (B, N)).
+
+    Parameters
+    ----------
+    spec : NearestNeighborSpec
+    n_prompts : int >= 1
+        Number of prompts B.
+    rng : int seed, numpy Generator or None
+    labels : bool
+        Draw explicit Rademacher labels (the full-matrix model needs them; the reduced map does not, Sec. A.5).
+    """
+    n_prompts = check_int("n_prompts", n_prompts, min_value=1)
+    rng = as_generator(rng)
+    X = rng.standard_normal((n_prompts, spec.N, spec.d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    xq = rng.standard_normal((n_prompts, spec.d))
+    xq /= np.linalg.norm(xq, axis=-1, keepdims=True)
+    y = rng.choice([-1.0, 1.0], size=(n_prompts, spec.N)) if labels else None
+    return _prompts_from(X, xq, y)
+
+
+def sample_shifted_prompts(spec: NearestNeighborSpec, n_prompts: int, rng=None, *, delta: float = 0.2) -> Prompts:
+    """Draw prompts from the shifted test law of Theorem A2 (spec Sec. A.9, paper App. B; recipe G.A shifted).
+
+    x_i ~ Unif(S^{d-1}), y_i ~ N(0, 1); i* uniform on [N]; x_query = x_{i*}; every x_j (j != i*) with
+    ||x_j - x_query||^2 <= delta is replaced by -x_j. The separation event A_delta then holds surely.
+
+    Parameters
+    ----------
+    delta : float in (0, 2)
+        Separation gap (its paper value is [unknown]; spec default 0.2).
+    """
+    n_prompts = check_int("n_prompts", n_prompts, min_value=1)
+    delta = check_positive("delta", delta)
+    if not delta < 2.0:
+        raise ValueError(f"delta must lie in (0, 2) (reflection separates only then); got {delta!r}")
+    rng = as_generator(rng)
+    X = rng.standard_normal((n_prompts, spec.N, spec.d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    y = rng.standard_normal((n_prompts, spec.N))
+    istar = rng.integers(0, spec.N, size=n_prompts)
+    rows = np.arange(n_prompts)
+    xq = X[rows, istar].copy()
+    close = np.sum((X - xq[:, None, :]) ** 2, axis=-1) <= delta
+    close[rows, istar] = False
+    X[close] *= -1.0
+    prompts = _prompts_from(X, xq, y)
+    if not np.array_equal(prompts.istar, istar):  # cannot happen for delta < 2: x_query = x_{i*} exactly
+        raise RuntimeError("shifted sampler: the nearest neighbour is not the copied point")
+    return prompts
+
+
+def embed(prompts: Prompts) -> np.ndarray:
+    """Embedded prompts H (B, d+2, N+1): columns [x_j; y_j; 0] and [x_query; 0; 1] (spec Sec. A.2)."""
+    if prompts.y is None:
+        raise ValueError("prompts must carry explicit labels y to be embedded (sample_prompts(..., labels=True))")
+    B, N, d = prompts.X.shape
+    H = np.zeros((B, d + 2, N + 1))
+    H[:, :d, :N] = np.swapaxes(prompts.X, 1, 2)
+    H[:, :d, N] = prompts.xq
+    H[:, d, :N] = prompts.y
+    H[:, d + 1, N] = 1.0
+    return H
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Full model (numpy): forward pass, loss, gradient, probes
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def initial_W(spec: NearestNeighborSpec) -> np.ndarray:
+    """The paper's initialisation W^(0) = diag(0_{d+1}, -sigma) (spec Sec. A.4)."""
+    return family_W(spec.d, 0.0, spec.sigma)
+
+
+def family_W(d: int, xi1, xi2) -> np.ndarray:
+    """The reduced family W = diag(xi1 I_d, 0, -xi2) (spec Sec. A.5); batched over the shapes of xi1, xi2."""
+    d = check_int("d", d, min_value=2)
+    xi1, xi2 = np.broadcast_arrays(np.asarray(xi1, dtype=np.float64), np.asarray(xi2, dtype=np.float64))
+    W = np.zeros(xi1.shape + (d + 2, d + 2))
+    idx = np.arange(d)
+    W[..., idx, idx] = xi1[..., None]
+    W[..., d + 1, d + 1] = -xi2
+    return W
+
+
+def attention(W, H) -> np.ndarray:
+    """Attention of the query on every token, q = softmax(H^T W h_query) (spec Sec. A.3).
+
+    Parameters
+    ----------
+    W : (D, D) or (T, D, D) float64, D = d + 2
+    H : (B, D, N+1) float64, from ``embed``
+
+    Returns
+    -------
+    q : (B, N+1) or (T, B, N+1); the last column is the query's attention on itself, q_{N+1}.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    v = np.matmul(H[:, :, -1], np.swapaxes(W, -1, -2))  # W h_query, (..., B, D)
+    scores = np.matmul(np.swapaxes(H, 1, 2), v[..., None])[..., 0]  # h_m^T W h_query, (..., B, N+1)
+    return scipy.special.softmax(scores, axis=-1)
+
+
+def forward(W, H) -> tuple[np.ndarray, np.ndarray]:
+    """Attention weights and prediction f_W(H) = [y_1..y_N, 0] q (spec Sec. A.3).
+
+    Returns (q, f): q as in ``attention``; f of shape (B,) or (T, B).
+    """
+    q = attention(W, H)
+    label_row = H[:, -2, :]  # [y_1, ..., y_N, 0]
+    return q, np.sum(q * label_row, axis=-1)
+
+
+def full_loss(W, H, target) -> np.ndarray:
+    """Sample square loss 1/2 mean_b (f_W(H_b) - y_{i*,b})^2 of the full model (spec Sec. A.4).
+
+    A scalar for W of shape (D, D), (T,) for (T, D, D).
+    """
+    _, f = forward(W, H)
+    return 0.5 * np.mean((f - target) ** 2, axis=-1)
+
+
+def full_gradient(W, H, target) -> np.ndarray:
+    """Gradient of ``full_loss`` with respect to the whole matrix W (spec Sec. A.4).
+
+    With s = H^T W h_query and q = softmax(s): dL/ds_m = (f - y_{i*}) q_m (ybar_m - f) (ybar = [y; 0]), and
+    dL/dW = mean_b sum_m dL/ds_m h_m h_query^T.
+
+    Returns
+    -------
+    (D, D) or (T, D, D) float64, like W.
+    """
+    q, f = forward(W, H)
+    label_row = H[:, -2, :]
+    a = (f - target)[..., None] * q * (label_row - f[..., None])  # (..., B, N+1)
+    u = np.matmul(H, a[..., None])[..., 0]  # sum_m a_m h_m, (..., B, D)
+    return np.matmul(np.swapaxes(u, -1, -2), H[:, :, -1]) / H.shape[0]
+
+
+def probe(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reduced coordinates and distance to the reduced family of any W (spec Sec. A.5.1).
+
+    xi1 = tr(W11)/d, xi2 = -W33 are the Frobenius projection of W onto {diag(xi1 I_d, 0, -xi2)};
+    off = ||W - diag(xi1 I_d, 0, -xi2)||_F / ||W||_F (0 for W = 0).
+
+    Parameters
+    ----------
+    W : (..., d+2, d+2) float64 (merged W, or W_K^T W_Q of the factorised model)
+
+    Returns
+    -------
+    xi1, xi2, off : arrays of shape W.shape[:-2]
+    """
+    W = np.asarray(W, dtype=np.float64)
+    if W.ndim < 2 or W.shape[-1] != W.shape[-2] or W.shape[-1] < 4:
+        raise ValueError(f"W must have shape (..., d+2, d+2) with d >= 2; got {W.shape}")
+    d = W.shape[-1] - 2
+    xi1 = np.trace(W[..., :d, :d], axis1=-2, axis2=-1) / d
+    xi2 = -W[..., d + 1, d + 1]
+    scale = np.max(np.abs(W), axis=(-2, -1), keepdims=True)  # off is scale-free; rescaling avoids overflow
+    scale = np.where(scale > 0, scale, 1.0)
+    resid = np.linalg.norm((W - family_W(d, xi1, xi2)) / scale, axis=(-2, -1))
+    norm = np.linalg.norm(W / scale, axis=(-2, -1))
+    off = np.divide(resid, norm, out=np.zeros_like(resid), where=norm > 0)
+    return xi1, xi2, off
+
+
+def full_diagnostics(W, prompts: Prompts, *, quantile: float = 0.05) -> dict[str, float]:
+    """Diagnostics of any trained W on a fixed labelled prompt set (spec Sec. A.5.1), for the empirical side.
+
+    Keys: ``L`` (sample loss with the explicit labels, Sec. A.4), ``q_istar`` = E[q_{i*}], ``q_istar_lo`` (its lower
+    ``quantile``), ``q_self`` = E[q_{N+1}], and the probes ``xi1``, ``xi2``, ``off`` of ``probe``.
+    """
+    if not 0.0 < quantile < 1.0:
+        raise ValueError(f"quantile must lie in (0, 1); got {quantile!r}")
+    W = check_finite_array("W", W, ndim=2)
+    H = embed(prompts)
+    q, f = forward(W, H)
+    q_istar = q[np.arange(prompts.n_prompts), prompts.istar]
+    xi1, xi2, off = probe(W)
+    return {"L": float(0.5 * np.mean((f - prompts.target) ** 2)), "q_istar": float(np.mean(q_istar)),
+            "q_istar_lo": float(np.quantile(q_istar, quantile)), "q_self": float(np.mean(q[:, -1])),
+            "xi1": float(xi1), "xi2": float(xi2), "off": float(off)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reduced model: per-prompt quantities, Monte Carlo means with standard errors, closed forms
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _check_state(xi1, xi2) -> tuple[float, float]:
+    out = []
+    for name, value in (("xi1", xi1), ("xi2", xi2)):
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.ndim != 0 or not np.isfinite(arr):
+            raise ValueError(f"{name} must be a finite real scalar; got {value!r}")
+        out.append(float(arr))
+    return out[0], out[1]
+
+
+def per_prompt(xi1: float, xi2: float, prompts: Prompts) -> dict[str, np.ndarray]:
+    """Per-prompt loss, gradients and attention at W = diag(xi1 I, 0, -xi2) (spec Sec. A.5).
+
+    Returns a dict of (B,) arrays: ``loss`` = 1/2 (sum_j q_j^2 - 2 q_{i*} + 1) (labels integrated out, Eq. of Sec. A.5),
+    ``grad_xi1`` = sum_m gamma_m c_m, ``grad_xi2`` = q_{N+1} (Q2 - q_{i*}), ``q_istar``, ``q_self``.
+    """
+    xi1, xi2 = _check_state(xi1, xi2)
+    out = np.empty((prompts.n_prompts, _k.N_STATS))
+    _k.per_prompt_stats(xi1, xi2, np.ascontiguousarray(prompts.c), np.ascontiguousarray(prompts.istar), out)
+    return {"loss": out[:, 0], "grad_xi1": out[:, 1], "grad_xi2": out[:, 2], "q_istar": out[:, 3],
+            "q_self": out[:, 4]}
+
+
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    n = values.shape[0]
+    se = float(np.std(values, ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return float(np.mean(values)), se
+
+
+def reduced_loss(xi1: float, xi2: float, prompts: Prompts) -> tuple[float, float]:
+    """Monte Carlo loss L(xi1, xi2) = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1] and its standard error (spec Sec. A.5)."""
+    return _mean_se(per_prompt(xi1, xi2, prompts)["loss"])
+
+
+def reduced_gradient(xi1: float, xi2: float, prompts: Prompts) -> tuple[np.ndarray, np.ndarray]:
+    """Monte Carlo (dL/dxi1, dL/dxi2) of spec Sec. A.5 ("dL/dxi1 = E[sum_m gamma_m c_m]", "dL/dxi2 = E[q_{N+1}(Q2 -
+    q_{i*})]") and the standard error of each; returns (grad (2,), se (2,))."""
+    pp = per_prompt(xi1, xi2, prompts)
+    m1, s1 = _mean_se(pp["grad_xi1"])
+    m2, s2 = _mean_se(pp["grad_xi2"])
+    return np.array([m1, m2]), np.array([s1, s2])
+
+
+def diagnostics(xi1: float, xi2: float, prompts: Prompts, *, quantile: float = 0.05) -> dict[str, float]:
+    """Diagnostics on a fixed prompt set (spec Sec. A.5.1): L and its SE, E[q_{i*}], its lower ``quantile``, E[q_{N+1}],
+    and the gradient (dL/dxi1, dL/dxi2) with standard errors (Sec. A.5). Keys: ``DIAGNOSTIC_NAMES``."""
+    pp = per_prompt(xi1, xi2, prompts)
+    L, L_se = _mean_se(pp["loss"])
+    g1, g1_se = _mean_se(pp["grad_xi1"])
+    g2, g2_se = _mean_se(pp["grad_xi2"])
+    return {"L": L, "L_se": L_se, "q_istar": float(np.mean(pp["q_istar"])),
+            "q_istar_lo": float(np.quantile(pp["q_istar"], quantile)), "q_self": float(np.mean(pp["q_self"])),
+            "grad_xi1": g1, "grad_xi1_se": g1_se, "grad_xi2": g2, "grad_xi2_se": g2_se}
+
+
+def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
+    """Closed-form loss at xi1 = 0 (spec Sec. A.5): q0 = 1/(N + e^{-xi2}), L = 1/2 (N q0^2 - 2 q0 + 1); returns (L, q0).
+
+    At xi1 = 0 every context token gets q0 and the loss is the same for every prompt.
+    """
+    N = check_int("N", N, min_value=2)
+    xi2 = np.asarray(xi2, dtype=np.float64)
+    q0 = 1.0 / (N + np.exp(-xi2))
+    return 0.5 * (N * q0**2 - 2.0 * q0 + 1.0), q0
+
+
+def expected_max_inner_product(d: int, N: int) -> float:
+    """E[c_{i*}] = E[max_j <x_j, x_query>] for N i.i.d. uniform points on S^{d-1} (used by Sec. A.5 at xi1 = 0).
+
+    Each c_j has (1 + c)/2 ~ Beta((d-1)/2, (d-1)/2), so E[max] = 1 - int_{-1}^{1} F(c)^N dc (quadrature).
+    """
+    d = check_int("d", d, min_value=2)
+    N = check_int("N", N, min_value=1)
+    a = 0.5 * (d - 1)
+    val, _ = scipy.integrate.quad(lambda c: scipy.special.betainc(a, a, 0.5 * (1.0 + c)) ** N, -1.0, 1.0,
+                                  epsabs=1e-14, epsrel=1e-13, limit=200)
+    return 1.0 - val
+
+
+def gradient_xi1_zero(d: int, N: int, xi2: float) -> np.ndarray:
+    """Closed-form population gradient at xi1 = 0 (derived from spec Sec. A.5 with q_j = q0):
+
+    dL/dxi1 = -q0 E[c_{i*}] + e^{-2 xi2} q0^3 (E[sum_j c_j] = 0, 1 - N q0 = e^{-xi2} q0),
+    dL/dxi2 = -e^{-2 xi2} q0^3.  Returns the array (dL/dxi1, dL/dxi2).
+    """
+    _, q0 = loss_xi1_zero(N, xi2)
+    tail = math.exp(-2.0 * float(xi2)) * q0**3
+    return np.array([-q0 * expected_max_inner_product(d, N) + tail, -tail])
+
+
+def first_step(spec: NearestNeighborSpec) -> np.ndarray:
+    """Closed-form state after the first population GD step from W^(0) (spec Sec. A.4-A.5 at xi1 = 0):
+    (xi1_1, xi2_1) = (0, sigma) - (eta/d, eta) * ``gradient_xi1_zero(d, N, sigma)``."""
+    g = gradient_xi1_zero(spec.d, spec.N, spec.sigma)
+    return np.array([-(spec.eta / spec.d) * g[0], spec.sigma - spec.eta * g[1]])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reduced GD (through dynamics.iterate) and full-matrix GD (numpy loop)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def pack_params(spec: NearestNeighborSpec, prompts: Prompts) -> np.ndarray:
+    """Parameter vector of the numba GD step of Sec. A.5: [eta, d, N, B, istar, c.ravel()] (layout: kernel module)."""
+    _check_prompts(spec, prompts)
+    B = prompts.n_prompts
+    return np.concatenate([np.array([spec.eta, spec.d, spec.N, B], dtype=np.float64),
+                           prompts.istar.astype(np.float64), np.ascontiguousarray(prompts.c).ravel()])
+
+
+def _check_prompts(spec: NearestNeighborSpec, prompts: Prompts) -> None:
+    if prompts.N != spec.N or prompts.d != spec.d:
+        raise ValueError(f"prompts have (N, d) = ({prompts.N}, {prompts.d}) but the spec has ({spec.N}, {spec.d})")
+
+
+def _attrs(spec, prompts, source, extra=None) -> dict:
+    attrs = {"model": "nearest_neighbor", "paper": REFERENCE["arxiv"], "equation": "token_selection.md Sec. A.5",
+             "spec": spec, "source": source, "time_unit": "step (time = eta * step)",
+             "n_prompts": prompts.n_prompts}
+    attrs.update(extra or {})
+    return attrs
+
+
+def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, state0=None, saveat=None,
+               quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None):
+    """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (spec Sec. A.5, Eq. "xi1 <- xi1 - (eta/d) dL/dxi1,
+    xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
+
+    Parameters
+    ----------
+    spec : NearestNeighborSpec
+    prompts : Prompts
+        The Monte Carlo sample standing for the population (common random numbers across steps); only x's are used.
+    n_steps : int >= 0
+    state0 : (2,) or (n_traj, 2) float64, optional
+        Initial (xi1, xi2); default (0, sigma), the paper's W^(0). Several rows run as a batch on the same sample
+        (e.g. a mask sweep).
+    saveat : dynamics.SaveAt, optional (default SaveAt(n=201))
+    quantile : float in (0, 1)
+        Lower quantile of q_{i*} reported as ``q_istar_lo``.
+    bound : float, optional
+        A state with |xi1| or |xi2| above ``bound`` counts as divergence (default: only non-finite values).
+    seed : int, optional
+        Recorded in the provenance (the seed that drew ``prompts``).
+
+    Returns
+    -------
+    dynamics.Trajectory
+        State variables xi1, xi2 and the diagnostics ``DIAGNOSTIC_NAMES`` (L, q_istar, ..., gradient with SE) at
+        each save point; ``step`` = t, ``time`` = eta t. Raises ``dynamics.DivergenceError`` on a non-finite state.
+    """
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    if not 0.0 < quantile < 1.0:
+        raise ValueError(f"quantile must lie in (0, 1); got {quantile!r}")
+    if state0 is None:
+        state0 = np.array([0.0, spec.sigma])
+    state0 = check_finite_array("state0", state0, ndim=(1, 2))
+    if state0.shape[-1] != 2:
+        raise ValueError(f"state0 must have shape (2,) or (n_traj, 2); got {state0.shape}")
+    params = pack_params(spec, prompts)
+
+    def derived(Y, P):
+        out = {name: np.empty(Y.shape[:2]) for name in DIAGNOSTIC_NAMES}
+        for i in range(Y.shape[0]):
+            for k in range(Y.shape[1]):
+                diag = diagnostics(Y[i, k, 0], Y[i, k, 1], prompts, quantile=quantile)
+                for name in DIAGNOSTIC_NAMES:
+                    out[name][i, k] = diag[name]
+        return out
+
+    return dynamics.iterate(_k.gd_step, state0, n_steps, params=params, saveat=saveat, names=list(STATE_NAMES),
+                            derived=derived, time_scale=spec.eta, progress=progress, bound=bound,
+                            attrs=_attrs(spec, prompts, "closedform", {"seed": seed, "quantile": quantile}))
+
+
+def full_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):
+    """Full-matrix GD on W (spec Sec. A.4) with explicit labels, batched over initial matrices; numpy.
+
+    W_{t+1} = W_t - eta * grad ``full_loss`` on the fixed labelled sample. Used to check that GD stays on the reduced
+    family and equals the reduced map (Sec. A.5, Sec. A.7 item 2).
+
+    Parameters
+    ----------
+    prompts : Prompts with labels
+    W0 : (D, D) or (T, D, D), optional
+        Initial matrices; default the paper's W^(0) (``initial_W``).
+    saveat : dynamics.SaveAt, optional (default SaveAt(n=201))
+
+    Returns
+    -------
+    dynamics.Trajectory
+        Probes xi1, xi2 (state names, as in ``reduced_gd``), ``off``, the sample loss ``L`` and the matrix ``W``
+        (trajectory, time, D, D). Raises ``dynamics.DivergenceError`` naming the step and entry of a non-finite W.
+    """
+    _check_prompts(spec, prompts)
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    W = initial_W(spec) if W0 is None else check_finite_array("W0", W0, ndim=(2, 3))
+    if W.ndim == 2:
+        W = W[None]
+    D = spec.embed_dim
+    if W.shape[1:] != (D, D):
+        raise ValueError(f"W0 must have shape (D, D) or (T, D, D) with D = d + 2 = {D}; got {W.shape}")
+    W = W.copy()
+    H = embed(prompts)
+    target = prompts.target
+    save_steps = (saveat or SaveAt(n=201)).resolve_steps(n_steps)
+    saved_W = np.empty((W.shape[0], save_steps.size, D, D))
+    saved_L = np.empty((W.shape[0], save_steps.size))
+    i_save = 0
+    with np.errstate(over="ignore", invalid="ignore"):  # a blow-up is reported below, with its step and entry
+        for k in range(n_steps + 1):
+            if i_save < save_steps.size and k == save_steps[i_save]:
+                saved_W[:, i_save] = W
+                saved_L[:, i_save] = full_loss(W, H, target)
+                i_save += 1
+            if k == n_steps:
+                break
+            W -= spec.eta * full_gradient(W, H, target)
+            bad = ~np.isfinite(W)
+            if bad.any():
+                traj, row, col = (int(i) for i in np.argwhere(bad)[0])
+                raise DivergenceError(f"full-matrix GD: W[{row}, {col}] of trajectory {traj} is non-finite at step "
+                                      f"{k + 1}", trajectory=traj, variable=f"W[{row},{col}]", step=k + 1,
+                                      time=spec.eta * (k + 1))
+    xi1, xi2, off = probe(saved_W)
+    return dynamics.Trajectory.from_arrays(
+        np.stack([xi1, xi2], axis=-1), names=list(STATE_NAMES), time=spec.time_of_step(save_steps),
+        step=save_steps, variables={"off": off, "L": saved_L, "W": saved_W},
+        attrs=_attrs(spec, prompts, "closedform-full-matrix", {"seed": seed}))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Exactly symmetric samples: make the population invariances of Sec. A.5 hold in finite samples
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def label_design(N: int) -> np.ndarray:
+    """Label vectors whose empirical moments match Rademacher labels up to order 3 (used with Sec. A.5's invariances).
+
+    Rows +-H[r, 1:N+1] of a Sylvester-Hadamard matrix of order m = 2^ceil(log2(N+1)): the mean over the 2m rows of
+    y_j y_k is delta_jk and every odd moment is 0. The full-matrix loss and gradient are quadratic in the labels
+    (scores do not see them on the family) and the W21/W23 gradient cubic, so this design integrates the labels out
+    exactly. Returns (2m, N) float64.
+    """
+    N = check_int("N", N, min_value=1)
+    m = 1 << int(math.ceil(math.log2(N + 1)))
+    Hd = scipy.linalg.hadamard(m).astype(np.float64)[:, 1 : N + 1]
+    return np.concatenate([Hd, -Hd], axis=0)
+
+
+def repeat_with_labels(prompts: Prompts, Y) -> Prompts:
+    """Each prompt repeated once per label vector of ``Y``, carrying those labels (exact label averages, Sec. A.5).
+
+    Parameters
+    ----------
+    Y : (n_labels, N) label vectors shared by all prompts (e.g. ``label_design(N)``), or (B, n_labels, N) per prompt
+        (e.g. ``np.stack([y, -y], axis=1)``: the y -> -y duplication of Sec. A.8).
+
+    Returns
+    -------
+    Prompts with B * n_labels rows, prompt-major.
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    B, N = prompts.n_prompts, prompts.N
+    if Y.ndim == 2:
+        Y = np.broadcast_to(Y, (B,) + Y.shape)
+    if Y.ndim != 3 or Y.shape[0] != B or Y.shape[2] != N:
+        raise ValueError(f"Y must have shape (n_labels, N={N}) or (B={B}, n_labels, N={N}); got {Y.shape}")
+    rep = np.repeat(np.arange(B), Y.shape[1])
+    return Prompts(X=prompts.X[rep], xq=prompts.xq[rep], c=prompts.c[rep], istar=prompts.istar[rep],
+                   y=np.ascontiguousarray(Y.reshape(-1, N)))
+
+
+def signed_permutations(d: int) -> np.ndarray:
+    """All 2^d d! signed permutation matrices of R^d (the hyperoctahedral group), (2^d d!, d, d).
+
+    The symmetry group used to make the invariances of Sec. A.5 exact on a finite sample (``symmetrized_prompts``).
+    """
+    d = check_int("d", d, min_value=1)
+    mats = []
+    for perm in itertools.permutations(range(d)):
+        P = np.eye(d)[list(perm)]
+        for signs in itertools.product((1.0, -1.0), repeat=d):
+            mats.append(np.asarray(signs)[:, None] * P)
+    return np.array(mats)
+
+
+def symmetrized_prompts(prompts: Prompts) -> Prompts:
+    """Orbit of a prompt sample under the symmetries used in spec Sec. A.5, with labels from ``label_design``.
+
+    Every prompt is replaced by its images x -> G x (all x's of the prompt at once) for each signed permutation G,
+    each with every label vector of ``label_design(N)``. The hyperoctahedral group acts irreducibly on R^d and
+    contains -I, so on this sample grad_{W11} L is exactly a multiple of I_d, the W13/W31 and W21/W23 gradients
+    vanish, and full-matrix GD from W^(0) stays on diag(xi1 I, 0, -xi2) up to round-off. Inner products c (hence the
+    reduced map) are unchanged. Size: B * 2^d d! * 2m prompts; meant for small d (<= 4).
+    """
+    G = signed_permutations(prompts.d)
+    Y = label_design(prompts.N)
+    B, N, d = prompts.X.shape
+    X = np.einsum("gij,bnj->bgni", G, prompts.X)  # (B, |G|, N, d)
+    xq = np.einsum("gij,bj->bgi", G, prompts.xq)
+    nG, nY = G.shape[0], Y.shape[0]
+    X = np.broadcast_to(X[:, :, None], (B, nG, nY, N, d)).reshape(-1, N, d)
+    xq = np.broadcast_to(xq[:, :, None], (B, nG, nY, d)).reshape(-1, d)
+    y = np.broadcast_to(Y[None, None], (B, nG, nY, N)).reshape(-1, N)
+    c = np.broadcast_to(prompts.c[:, None, None], (B, nG, nY, N)).reshape(-1, N)
+    istar = np.broadcast_to(prompts.istar[:, None, None], (B, nG, nY)).reshape(-1)
+    return Prompts(X=np.ascontiguousarray(X), xq=np.ascontiguousarray(xq), c=np.ascontiguousarray(c),
+                   istar=np.ascontiguousarray(istar), y=np.ascontiguousarray(y))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Theorem predictions (spec Sec. A.6)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def k_d(d: int) -> float:
+    """k_d = 2 Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2)) = Theta(sqrt d), constant of Theorem A1 (spec Sec. A.6)."""
+    d = check_int("d", d, min_value=2)
+    return float(2.0 * math.exp(math.lgamma(d / 2) - math.lgamma((d - 1) / 2)) / math.sqrt(math.pi))
+
+
+def a_Nd(N: int, d: int) -> float:
+    """a_{N,d} = (2 N sqrt d)^{-2/(d-3)} of Theorem A1's proof (spec Sec. A.6); defined only for d >= 4."""
+    N = check_int("N", N, min_value=2)
+    d = check_int("d", d, min_value=4)
+    return float((2.0 * N * math.sqrt(d)) ** (-2.0 / (d - 3)))
+
+
+def sigma_condition(N: int, d: int, C_d: float) -> float:
+    """Mask threshold of Theorem A1 (spec Sec. A.6): 2 max{log(N d), -log(1 - (N sqrt d)^{-1/d}), C_d (1 - 1/(2N))}.
+
+    C_d = poly(d) is not recoverable and must be given (>= 0). The theorem asks for sigma strictly above this value.
+    """
+    N = check_int("N", N, min_value=2)
+    d = check_int("d", d, min_value=2)
+    C_d = check_nonneg("C_d", C_d)
+    return 2.0 * max(math.log(N * d), -math.log(1.0 - (N * math.sqrt(d)) ** (-1.0 / d)), C_d * (1.0 - 0.5 / N))
+
+
+def loss_decay_bound(t, C: float) -> np.ndarray:
+    """Theorem A1's rate (spec Sec. A.6): L(W^(t)) <= C / log t for t >= 2; C = poly(N, d) is unrecoverable (given)."""
+    C = check_positive("C", C)
+    t = np.asarray(t, dtype=np.float64)
+    if np.any(t < 2):
+        raise ValueError("t must be >= 2 for the 1/log t bound of Theorem A1")
+    return C / np.log(t)
+
+
+def separation_gap(prompts: Prompts) -> np.ndarray:
+    """Largest delta for which each prompt lies in A_delta (Theorem A2, spec Sec. A.6): min over j with
+    y_j != y_{i*} of ||x_j - x_q||^2 - ||x_{i*} - x_q||^2 = 2 (c_{i*} - c_j); +inf if every label equals y_{i*}."""
+    if prompts.y is None:
+        raise ValueError("prompts must carry labels y for the separation event A_delta")
+    rows = np.arange(prompts.n_prompts)
+    cstar = prompts.c[rows, prompts.istar]
+    differ = prompts.y != prompts.y[rows, prompts.istar][:, None]
+    gaps = np.where(differ, 2.0 * (cstar[:, None] - prompts.c), np.inf)
+    return gaps.min(axis=1)
+
+
+def squared_errors(xi1: float, xi2: float, prompts: Prompts) -> np.ndarray:
+    """Per-prompt squared error (f_W(H) - y_{i*})^2 at W = diag(xi1 I, 0, -xi2) with explicit labels (Theorem A2,
+    spec Sec. A.6; the test loss has no factor 1/2). Reduced scores, so any prompt law with x's on the sphere works."""
+    xi1, xi2 = _check_state(xi1, xi2)
+    if prompts.y is None:
+        raise ValueError("prompts must carry labels y to evaluate the test error")
+    scores = np.concatenate([xi1 * prompts.c, np.full((prompts.n_prompts, 1), xi1 - xi2)], axis=1)
+    q = scipy.special.softmax(scores, axis=1)
+    f = np.sum(q[:, :-1] * prompts.y, axis=1)
+    return (f - prompts.target) ** 2
+
+
+def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -> np.ndarray:
+    """Pointwise bound of Theorem A2's mechanism (spec Sec. A.6, [derived]) on the squared test error, per prompt:
+
+    on A_delta, |f - y_{i*}| <= 2 R (N - 1) exp(-xi1 delta/2) + R exp(-(xi2 - xi1 (1 - c_{i*}))), with R = max_j |y_j|
+    of the prompt (the labels of the shifted law are Gaussian, so R is per prompt; illustrative, Sec. A.6).
+    Returns the square of the bound, +inf on prompts outside A_delta.
+    """
+    xi1, xi2 = _check_state(xi1, xi2)
+    delta = check_positive("delta", delta)
+    rows = np.arange(prompts.n_prompts)
+    R = np.max(np.abs(prompts.y), axis=1) if prompts.y is not None else None
+    if R is None:
+        raise ValueError("prompts must carry labels y for the Theorem A2 bound")
+    cstar = prompts.c[rows, prompts.istar]
+    # (N - 1) exp(-xi1 delta / 2) bounds the sum of q_j over the wrong-label tokens; q_{N+1}/q_{i*} bounds the self term
+    bound = 2.0 * R * (prompts.N - 1) * math.exp(-xi1 * delta / 2.0) + R * np.exp(-(xi2 - xi1 * (1.0 - cstar)))
+    return np.where(separation_gap(prompts) >= delta, bound**2, np.inf)
