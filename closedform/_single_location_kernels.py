@@ -1,0 +1,218 @@
+"""Private numba kernels of ``closedform.single_location`` (spec single_location.md Sec. 4-Sec. 6).
+
+Scalar kernels take the task constants explicitly: ``s = sqrt(d/2)``, ``gamma``, ``L`` (as float) and ``eps``.
+The map kernels follow the engine contract ``step(k, x, p, out)`` (``dynamics.iterate``) with the parameter layout
+below (lambda-dependent constants precomputed per update); the state carries lambda_n as its last component so
+that the row saved at step n holds iterate n together with lambda_n (spec Sec. 0.3). No RNG, no allocation in the
+hot loops, float64 only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from closedform.special import _zeta
+
+# Parameter layout of the map kernels: p = [s, gamma, L, alpha, stride, table...]. The table holds, for each update
+# n, the lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2) of spec Sec. 3 and Sec. 5.1 in the row starting at
+# P_TABLE + stride * n; stride = 0 (one row) for a constant lambda, N_CONST for a schedule (n_steps + 1 rows, the
+# last one being lambda of the final iterate). Precomputing them keeps square roots and arcsines out of the loop.
+P_S, P_GAMMA, P_L, P_ALPHA, P_STRIDE, P_TABLE = 0, 1, 2, 3, 4, 5
+C_LAM, C_G, C_Q, C_R, C_C, C_ZETA0, C_CC, C_B2 = 0, 1, 2, 3, 4, 5, 6, 7
+N_CONST = 8
+
+_TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
+_SQRT2 = math.sqrt(2.0)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def lam_constants(lam, s, gamma, out):
+    """Write (lam, g, q, r, c, zeta0, C, B2) of spec Sec. 3, Sec. 3.2 and Sec. 5.1 into out[0:8]."""
+    g = lam * gamma
+    q = math.sqrt(1.0 + 2.0 * g * g)
+    lam2 = lam * lam
+    out[C_LAM] = lam
+    out[C_G] = g
+    out[C_Q] = q
+    out[C_R] = math.sqrt(1.0 + 4.0 * g * g)
+    out[C_C] = lam * s / q
+    out[C_ZETA0] = _zeta(0.0, lam)
+    out[C_CC] = 2.0 * lam / math.sqrt(math.pi * (1.0 + 2.0 * lam2))
+    out[C_B2] = 8.0 * lam2 / (math.pi * (1.0 + 2.0 * lam2) * math.sqrt(1.0 + 4.0 * lam2))
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def lam_table(lams, s, gamma, out):
+    """Rows of lam_constants for each lambda in lams; out has shape (len(lams), N_CONST)."""
+    for i in range(lams.shape[0]):
+        lam_constants(lams[i], s, gamma, out[i])
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def _zeta_family(t, g, q, r):
+    """(zeta, zeta_t, zeta_tt, zeta_ttt, phi0, phi1, phi2, phi3) at (t, g) in one pass (spec Sec. 3.1-3.2).
+
+    Shares erf(t/q), erf'(t/q), erf(t/(qr)), erf'(t/(qr)) between the derivatives; zeta itself by the
+    cancellation-free Gauss-Legendre form (closedform.special).
+    """
+    m = t / q
+    u = m / r
+    e1m = _TWO_OVER_SQRTPI * math.exp(-m * m)
+    e2m = -2.0 * m * e1m
+    e3m = (4.0 * m * m - 2.0) * e1m
+    erfm = math.erf(m)
+    erfu = math.erf(u)
+    e1u = _TWO_OVER_SQRTPI * math.exp(-u * u)
+    e2u = -2.0 * u * e1u
+    qr = q * r
+    zt = (2.0 / q) * erfu * e1m
+    ztt = (2.0 / q) * (e1u * e1m / qr + erfu * e2m / q)
+    zttt = (2.0 / q) * (e2u * e1m / (qr * qr) + 2.0 * e1u * e2m / (q * q * r) + erfu * e3m / (q * q))
+    z = _zeta(t, g)
+    return z, zt, ztt, zttt, erfm, e1m / q, e2m / (q * q), e3m / (q * q * q)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def risk_core(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o):
+    """True MSE R(kappa, nu, theta, eta, rho) of spec Sec. 4.2 ("in full"), eps^2 and (L-1) zeta0 included; the
+    lam_constants row starts at cst[o]."""
+    lam, g, q, r = cst[o + C_LAM], cst[o + C_G], cst[o + C_Q], cst[o + C_R]
+    zeta0, C, B2 = cst[o + C_ZETA0], cst[o + C_CC], cst[o + C_B2]
+    z, zt, ztt, _, phi0, phi1, phi2, _ = _zeta_family(lam * s * kappa, g, q, r)
+    gg = gamma * gamma
+    return (eps * eps + gg
+            - 2.0 * gg * nu * phi0 - 2.0 * g * gamma * s * theta * eta * phi1 - 2.0 * g * g * gg * rho * eta * phi2
+            + (s * s * theta * theta + gg) * z + 2.0 * g * gamma * s * theta * rho * zt + g * g * gg * rho * rho * ztt
+            + (L - 1.0) * zeta0 + (L - 1.0) * B2 * rho * rho + (L - 1.0) * (L - 2.0) * C * C * rho * rho
+            + 2.0 * (L - 1.0) * C * rho * (s * theta * phi0 + g * gamma * rho * phi1))
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def partials_core(kappa, nu, theta, eta, rho, s, gamma, L, cst, o):
+    """(dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of spec Sec. 4.3; the lam_constants row starts at cst[o]."""
+    lam, g, q, r = cst[o + C_LAM], cst[o + C_G], cst[o + C_Q], cst[o + C_R]
+    C, B2 = cst[o + C_CC], cst[o + C_B2]
+    z, zt, ztt, zttt, phi0, phi1, phi2, phi3 = _zeta_family(lam * s * kappa, g, q, r)
+    gg = gamma * gamma
+    ls = lam * s
+    st = s * theta
+    r_kappa = ls * (-2.0 * gamma * (st * eta * g * phi2 + gamma * nu * phi1 + gamma * rho * eta * g * g * phi3)
+                    + (st * st + gg) * zt + 2.0 * g * gamma * st * rho * ztt + g * g * gg * rho * rho * zttt
+                    + 2.0 * (L - 1.0) * C * rho * (st * phi1 + g * gamma * rho * phi2))
+    r_nu = -2.0 * gg * phi0
+    r_theta = (-2.0 * g * gamma * s * eta * phi1 + 2.0 * s * st * z + 2.0 * g * gamma * s * rho * zt
+               + 2.0 * (L - 1.0) * C * rho * s * phi0)
+    r_eta = -2.0 * gamma * (g * st * phi1 + g * g * gamma * rho * phi2)
+    r_rho = (-2.0 * g * g * gg * eta * phi2 + 2.0 * g * gamma * st * zt + 2.0 * g * g * gg * rho * ztt
+             + 2.0 * (L - 1.0) * (B2 + (L - 2.0) * C * C) * rho
+             + 2.0 * (L - 1.0) * C * (st * phi0 + 2.0 * g * gamma * rho * phi1))
+    return r_kappa, r_nu, r_theta, r_eta, r_rho
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def manifold_partials_core(kappa, nu, gamma, cst, o):
+    """(dR_M/dkappa, dR_M/dnu) of spec Sec. 5.1 (compact form); the lam_constants row starts at cst[o]."""
+    c, r = cst[o + C_C], cst[o + C_R]
+    ck = c * kappa
+    gg2 = 2.0 * gamma * gamma
+    return gg2 * c * _TWO_OVER_SQRTPI * math.exp(-ck * ck) * (math.erf(ck / r) - nu), -gg2 * math.erf(ck)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def risk_array(kappa, nu, theta, eta, rho, lam, s, gamma, L, eps, out):
+    """Elementwise risk_core over equal-length 1-D arrays (lambda per element)."""
+    cst = np.empty(N_CONST)
+    for i in range(out.shape[0]):
+        if i == 0 or lam[i] != lam[i - 1]:
+            lam_constants(lam[i], s, gamma, cst)
+        out[i] = risk_core(kappa[i], nu[i], theta[i], eta[i], rho[i], s, gamma, L, eps, cst, 0)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def partials_array(kappa, nu, theta, eta, rho, lam, s, gamma, L, out):
+    """Elementwise partials_core over equal-length 1-D arrays; out has shape (n, 5)."""
+    cst = np.empty(N_CONST)
+    for i in range(out.shape[0]):
+        if i == 0 or lam[i] != lam[i - 1]:
+            lam_constants(lam[i], s, gamma, cst)
+        a, b, c, d, e = partials_core(kappa[i], nu[i], theta[i], eta[i], rho[i], s, gamma, L, cst, 0)
+        out[i, 0] = a
+        out[i, 1] = b
+        out[i, 2] = c
+        out[i, 3] = d
+        out[i, 4] = e
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def manifold_partials_array(kappa, nu, lam, s, gamma, out):
+    """Elementwise manifold_partials_core; out has shape (n, 2)."""
+    cst = np.empty(N_CONST)
+    for i in range(out.shape[0]):
+        if i == 0 or lam[i] != lam[i - 1]:
+            lam_constants(lam[i], s, gamma, cst)
+        a, b = manifold_partials_core(kappa[i], nu[i], gamma, cst, 0)
+        out[i, 0] = a
+        out[i, 1] = b
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def manifold_update(kappa, nu, dk, dv):
+    """One reduced PGD update on M (spec Sec. 6.3, paper Lemma 7) given delta_k, delta_v."""
+    ok = 1.0 - kappa * kappa
+    on = 1.0 - nu * nu
+    return ((kappa - dk * ok) / math.sqrt(1.0 + dk * dk * ok),
+            (nu - dv * on) / math.sqrt(1.0 + dv * dv * on))
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def manifold_step(n, x, p, out):
+    """Engine map kernel on M, state (kappa, nu, lam): update n with lambda_n (spec Sec. 6.3); out[2] = lambda_{n+1}."""
+    stride = int(p[P_STRIDE])
+    o = P_TABLE + stride * n
+    alpha = p[P_ALPHA]
+    rk, rn = manifold_partials_core(x[0], x[1], p[P_GAMMA], p, o)
+    k1, n1 = manifold_update(x[0], x[1], alpha * rk, alpha * rn)
+    out[0] = k1
+    out[1] = n1
+    out[2] = p[o + stride + C_LAM]
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
+    """One exact five-scalar PGD update (spec Sec. 6.4) given the partials; returns (kappa', nu', theta', eta', rho')."""
+    kgk = rk * kappa + re * eta + rr * rho
+    vgv = rn * nu + rt * theta + rr * rho
+    # coefficients of the unnormalised new k and v on (k, v, k*, v*)
+    k0, k1, k2, k3 = 1.0 + alpha * kgk, -alpha * rr, -alpha * rk, -alpha * re
+    v0, v1, v2, v3 = -alpha * rr, 1.0 + alpha * vgv, -alpha * rt, -alpha * rn
+    # G = [[1, rho, kappa, eta], [rho, 1, theta, nu], [kappa, theta, 1, 0], [eta, nu, 0, 1]]
+    gk0 = k0 + rho * k1 + kappa * k2 + eta * k3
+    gk1 = rho * k0 + k1 + theta * k2 + nu * k3
+    gk2 = kappa * k0 + theta * k1 + k2
+    gk3 = eta * k0 + nu * k1 + k3
+    gv0 = v0 + rho * v1 + kappa * v2 + eta * v3
+    gv1 = rho * v0 + v1 + theta * v2 + nu * v3
+    gv2 = kappa * v0 + theta * v1 + v2
+    gv3 = eta * v0 + nu * v1 + v3
+    nk = math.sqrt(k0 * gk0 + k1 * gk1 + k2 * gk2 + k3 * gk3)
+    nv = math.sqrt(v0 * gv0 + v1 * gv1 + v2 * gv2 + v3 * gv3)
+    rho1 = (k0 * gv0 + k1 * gv1 + k2 * gv2 + k3 * gv3) / (nk * nv)
+    return gk2 / nk, gv3 / nv, gv2 / nv, gk3 / nk, rho1
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def five_step(n, x, p, out):
+    """Engine map kernel, state (kappa, nu, theta, eta, rho, lam): update n with lambda_n (spec Sec. 6.4)."""
+    stride = int(p[P_STRIDE])
+    o = P_TABLE + stride * n
+    rk, rn, rt, re, rr = partials_core(x[0], x[1], x[2], x[3], x[4], p[P_S], p[P_GAMMA], p[P_L], p, o)
+    a, b, c, d, e = five_update(x[0], x[1], x[2], x[3], x[4], rk, rn, rt, re, rr, p[P_ALPHA])
+    out[0] = a
+    out[1] = b
+    out[2] = c
+    out[3] = d
+    out[4] = e
+    out[5] = p[o + stride + C_LAM]

@@ -1,0 +1,803 @@
+"""Single-location regression with the erf-attention predictor: closed-form risks, exact PGD dynamics, fixed points.
+
+Implements spec single_location.md (Marion, Berthier, Biau, Boyer, ICLR 2025). The task: L tokens in R^d, one of
+them (position J0) drawn from N(sqrt(d/2) k*, gamma^2 I), the others from N(0, I); Y = x_J0 . v* + xi. The predictor
+T_lambda(X) = sum_l erf(lambda x_l.k) (x_l.v) with (k, v) on the unit sphere. Its risk depends on (k, v) only through
+five scalars (spec Sec. 4), and projected gradient descent on the population risk is an exact map of those five scalars
+(spec Sec. 6.4) whose cost does not depend on d.
+
+Symbol table
+------------
+================== ============== ================================================== ============ ============
+code               paper symbol   meaning                                            shape        where defined
+================== ============== ================================================== ============ ============
+d, L               d, L           token dimension, tokens per sequence               int          spec Sec. 1
+gamma              gamma          std of the informative token around its mean       float        spec Sec. 1
+noise (eps)        eps            std of the output noise xi                         float        spec Sec. 1
+lam                lambda         inverse temperature of the erf predictor           float/array  spec Sec. 2.3
+lam_n              lambda_n       lambda used by update n                            float        spec Sec. 0.3
+alpha              alpha          PGD step size                                      float        spec Sec. 6.1
+k_star, v_star     k*, v*         oracle key / value directions (orthonormal)        (d,)         spec Sec. 1
+k, v               k, v           trained directions (unit)                          (d,)         spec Sec. 2.3
+kappa              kappa          k.k*                                               float        spec Sec. 4.1
+nu                 nu             v.v*                                               float        spec Sec. 4.1
+theta              theta          v.k*                                               float        spec Sec. 4.1
+eta                eta            k.v*                                               float        spec Sec. 4.1
+rho                rho            k.v                                                float        spec Sec. 4.1
+s                  s              sqrt(d/2)                                          float        spec Sec. 3
+g, q, r            g, q, r        lambda gamma, sqrt(1+2g^2), sqrt(1+4g^2)           float        spec Sec. 3
+c                  c              lambda s / q                                       float        spec Sec. 5.1
+risk               R_lambda       true mean squared error, eps^2 included            float        spec Sec. 4.2
+excess_risk        R - eps^2      "excess risk" of the paper's plots                 float        spec Sec. 0.1
+risk_M             R_M            R restricted to M                                  float        spec Sec. 5.1
+dist_M             dist_M         sqrt(theta^2 + eta^2 + rho^2)                      float        spec Sec. 5.1
+theta_S            theta_S        theta coordinate of the spurious point S           float        spec Sec. 7.4
+================== ============== ================================================== ============ ============
+
+Time (spec Sec. 0.3, STYLE Sec. 2.4): the time axis of every trajectory here is the PGD step, time = step ("step n" is the
+state after n updates). The row saved at step n holds iterate n and lambda_n, and its ``risk`` is that of iterate n
+at lambda_n. ``SingleLocation.time_of_step``/``step_of_time`` implement this convention.
+
+Notes
+-----
+Departures from the authors' code (spec Sec. 9): everything is float64; ``risk`` returns the true MSE with eps^2 and
+(L-1) zeta0(lambda) (the authors' coded risk omits both, Sec. 9.2); logging pairs iterate n with lambda_n (Sec. 0.3, not the
+authors' Sec. 9.3 pairing).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import erf as _erf
+
+import dynamics
+from closedform import _single_location_kernels as _k
+from closedform.special import phi as _phi
+from closedform.special import zeta as _zeta_u
+from dynamics.random import as_generator
+from dynamics.validation import (
+    check_choice,
+    check_finite_array,
+    check_int,
+    check_nonneg,
+    check_positive,
+)
+
+REFERENCE = {
+    "title": "Attention layers provably solve single-location regression",
+    "authors": "Pierre Marion, Raphael Berthier, Gerard Biau, Claire Boyer",
+    "venue": "ICLR 2025",
+    "arxiv": "2410.01537",
+    "bibtex_key": "marion2025attention",
+    "spec": "spec/single_location.md",
+}
+
+__all__ = [
+    "REFERENCE",
+    "TIME_UNIT",
+    "FixedPoint",
+    "LamSchedule",
+    "SingleLocation",
+    "SpuriousPoint",
+    "bayes_risk_lower_bound",
+    "distance_to_manifold",
+    "excess_risk",
+    "fixed_points",
+    "lam_schedule",
+    "linear_risk",
+    "manifold_risk",
+    "manifold_vector_field",
+    "oracle_risk",
+    "pgd",
+    "pgd_vectors",
+    "predict_erf",
+    "random_oracle_directions",
+    "risk",
+    "risk_partials",
+    "sample_data",
+    "sample_initial_state",
+    "spurious_point",
+    "vectors_from_state",
+]
+
+TIME_UNIT = "step"
+"""Time axis of single-location trajectories: time = PGD step (spec Sec. 0.3)."""
+
+# Tolerances of the state checks: inner products of float64 unit vectors are exact to a few ulps, and PGD states
+# accumulate rounding of order 1e-15 per 1e5 steps; 1e-12 (|scalar| <= 1) and 1e-10 (smallest Gram eigenvalue)
+# accept such states while rejecting any genuinely infeasible input (whose violation is O(1e-3) or larger).
+_UNIT_TOL = 1e-12
+_PSD_TOL = 1e-10
+_STATE_NAMES = ("kappa", "nu", "theta", "eta", "rho")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SingleLocation:
+    """The single-location regression task (spec single_location.md Sec. 1, data model; paper Sec. 2).
+
+    Parameters
+    ----------
+    d : int >= 2
+        Token dimension (>= 4 for the five-scalar map and the initial-state laws, spec Sec. 6.4-6.5).
+    L : int >= 1
+        Number of tokens per sequence.
+    gamma : float > 0
+        Std of the informative token around its mean sqrt(d/2) k* (default sqrt(1/2): equal expected norms).
+    noise : float >= 0
+        Std eps of the output noise xi (E[xi^2] = eps^2).
+    """
+
+    d: int
+    L: int
+    gamma: float = math.sqrt(0.5)
+    noise: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "d", check_int("d", self.d, min_value=2))
+        object.__setattr__(self, "L", check_int("L", self.L, min_value=1))
+        object.__setattr__(self, "gamma", check_positive("gamma", self.gamma))
+        object.__setattr__(self, "noise", check_nonneg("noise", self.noise))
+
+    @property
+    def eps(self) -> float:
+        """Noise std eps (spec Sec. 1), the same as ``noise``."""
+        return self.noise
+
+    @property
+    def s(self) -> float:
+        """s = sqrt(d/2), the norm of the informative token's mean (spec Sec. 3)."""
+        return math.sqrt(self.d / 2.0)
+
+    @property
+    def dim(self) -> int:
+        """Cross-paper name of d."""
+        return self.d
+
+    @property
+    def seq_len(self) -> int:
+        """Cross-paper name of L."""
+        return self.L
+
+    def time_of_step(self, step):
+        """Time of a PGD step: time = step (spec Sec. 0.3; unit ``TIME_UNIT = "step"``)."""
+        return np.asarray(step, dtype=np.float64)[()]
+
+    def step_of_time(self, time):
+        """PGD step of a time on the trajectory axis (inverse of ``time_of_step``, spec Sec. 0.3), rounded to int."""
+        return np.rint(np.asarray(time, dtype=np.float64)).astype(np.int64)[()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LamSchedule:
+    """Decreasing temperature schedule lambda_n = lam0 / (1 + decay n), n the 0-based update index (spec Sec. 6.1)."""
+
+    lam0: float
+    decay: float = 1e-4
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam0", check_positive("lam0", self.lam0))
+        object.__setattr__(self, "decay", check_nonneg("decay", self.decay))
+
+    def __call__(self, n):
+        """lambda_n for update index n (spec Sec. 0.3, Sec. 6.1)."""
+        return self.lam0 / (1.0 + self.decay * np.asarray(n, dtype=np.float64))[()]
+
+
+def lam_schedule(lam0: float, decay: float = 1e-4) -> LamSchedule:
+    """The schedule lambda_n = lam0 / (1 + decay n) of spec Sec. 6.1 / Sec. 9.6 (Figs. 4(a) and 5 use decay = 1e-4)."""
+    return LamSchedule(lam0=lam0, decay=decay)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# input handling
+
+
+def _gram(kappa, nu, theta, eta, rho):
+    """Gram matrices (..., 4, 4) of (k, v, k*, v*) (spec Sec. 4.1)."""
+    one = np.ones_like(kappa)
+    zero = np.zeros_like(kappa)
+    rows = [[one, rho, kappa, eta], [rho, one, theta, nu], [kappa, theta, one, zero], [eta, nu, zero, one]]
+    return np.stack([np.stack(r, axis=-1) for r in rows], axis=-2)
+
+
+def _check_state(kappa, nu, theta, eta, rho, where="state"):
+    """Raise ValueError unless every scalar is in [-1, 1] and the Gram matrix is PSD (spec Sec. 4.1)."""
+    for name, x in zip(_STATE_NAMES, (kappa, nu, theta, eta, rho)):
+        if x.size and np.max(np.abs(x)) > 1.0 + _UNIT_TOL:
+            bad = float(np.ravel(x)[np.argmax(np.abs(np.ravel(x)))])
+            raise ValueError(f"{name} must lie in [-1, 1] (an inner product of unit vectors); got {bad!r}")
+    if kappa.size:
+        w = np.linalg.eigvalsh(_gram(kappa, nu, theta, eta, rho))[..., 0]
+        if np.min(w) < -_PSD_TOL:
+            i = int(np.argmin(np.ravel(w)))
+            vals = ", ".join(f"{n}={float(np.ravel(x)[i]):.6g}" for n, x in zip(_STATE_NAMES, (kappa, nu, theta, eta,
+                                                                                                  rho)))
+            raise ValueError(f"{where}: the Gram matrix of (k, v, k*, v*) must be positive semidefinite (spec Sec. 4.1); "
+                             f"smallest eigenvalue {float(np.ravel(w)[i]):.3g} at ({vals})")
+
+
+def _broadcast(lam, *state, check=True):
+    """Broadcast (lam, kappa, nu, theta, eta, rho) to one shape; validate; return shape and flat float64 arrays."""
+    names = ("lam",) + _STATE_NAMES[: len(state)]
+    arrs = []
+    for name, x in zip(names, (lam,) + state):
+        a = np.asarray(x, dtype=np.float64)
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} must be finite; got non-finite values")
+        arrs.append(a)
+    arrs = np.broadcast_arrays(*arrs)
+    shape = arrs[0].shape
+    flat = [np.ascontiguousarray(a.ravel()) for a in arrs]
+    if flat[0].size and np.min(flat[0]) <= 0:
+        raise ValueError(f"lam must be > 0 (inverse temperature); got {float(np.min(flat[0]))!r}")
+    if check and len(state) == 5:
+        _check_state(*flat[1:])
+    elif check:
+        for name, x in zip(names[1:], flat[1:]):
+            if x.size and np.max(np.abs(x)) > 1.0 + _UNIT_TOL:
+                raise ValueError(f"{name} must lie in [-1, 1]; got {float(np.max(np.abs(x)))!r}")
+    return shape, flat
+
+
+def _task(task) -> SingleLocation:
+    if not isinstance(task, SingleLocation):
+        raise ValueError(f"task must be a SingleLocation; got {type(task).__name__}")  # noqa: TRY004 (project rule)
+    return task
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# risks
+
+
+def risk(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+    """True mean squared error R_lambda = E[(T_lambda(X) - Y)^2] as a function of the five scalars.
+
+    Implements spec single_location.md Sec. 4.2 ("in full"; paper Theorem 1 and Appendix C), including eps^2 and the
+    noise-token constant (L-1) zeta(0, lambda) that the authors' coded risk omits (spec Sec. 9.2).
+
+    Parameters
+    ----------
+    task : SingleLocation
+    lam : array_like float64 > 0
+        Inverse temperature lambda.
+    kappa, nu, theta, eta, rho : array_like float64 in [-1, 1]
+        k.k*, v.v*, v.k*, k.v*, k.v (spec Sec. 4.1); their Gram matrix must be positive semidefinite.
+
+    Returns
+    -------
+    float64 array of the broadcast shape (numpy scalar for scalar inputs).
+    """
+    task = _task(task)
+    shape, (lam, *st) = _broadcast(lam, kappa, nu, theta, eta, rho)
+    out = np.empty(lam.shape[0], dtype=np.float64)
+    _k.risk_array(*st, lam, task.s, task.gamma, float(task.L), task.eps, out)
+    return out.reshape(shape)[()]
+
+
+def excess_risk(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+    """Excess risk R - eps^2 (the quantity of the paper's risk plots; spec Sec. 0.1 "Words", Sec. 4.2, Sec. 9.2)."""
+    return risk(task, lam, kappa, nu, theta, eta, rho) - _task(task).eps ** 2
+
+
+def risk_partials(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+    """Partial derivatives (dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of the risk.
+
+    Implements spec single_location.md Sec. 4.3 (paper Appendix C; on M the last three vanish, paper Lemma 14).
+    Arguments as in :func:`risk`; returns a float64 array of shape broadcast_shape + (5,).
+    """
+    task = _task(task)
+    shape, (lam, *st) = _broadcast(lam, kappa, nu, theta, eta, rho)
+    out = np.empty((lam.shape[0], 5), dtype=np.float64)
+    _k.partials_array(*st, lam, task.s, task.gamma, float(task.L), out)
+    return out.reshape(shape + (5,))
+
+
+def manifold_risk(task: SingleLocation, lam, kappa, nu):
+    """Risk on the invariant manifold M: R_M = eps^2 + (L-1) zeta0 + gamma^2 [1 - 2 nu erf(c kappa) + zeta(t, g)].
+
+    Implements spec single_location.md Sec. 5.1 (paper Lemma 6), an expression separate from :func:`risk` (they agree
+    on M). Broadcasts over ``lam``, ``kappa``, ``nu``.
+    """
+    task = _task(task)
+    shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
+    g = lam * task.gamma
+    c = lam * task.s / np.sqrt(1.0 + 2.0 * g * g)
+    out = (task.eps ** 2 + (task.L - 1) * _zeta_u(0.0, lam)
+           + task.gamma ** 2 * (1.0 - 2.0 * nu * _erf(c * kappa) + _zeta_u(lam * task.s * kappa, g)))
+    return out.reshape(shape)[()]
+
+
+def manifold_vector_field(task: SingleLocation, lam, kappa, nu):
+    """The PGD flow on M, -((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), shape broadcast + (2,).
+
+    Implements spec single_location.md Sec. 8.5 (Fig. 6(b)) with the partials of Sec. 5.1; its zeros are the five
+    stationary points of Sec. 7.1 (paper Props. 8-10).
+    """
+    task = _task(task)
+    shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
+    out = np.empty((lam.shape[0], 2), dtype=np.float64)
+    _k.manifold_partials_array(kappa, nu, lam, task.s, task.gamma, out)
+    out[:, 0] *= -(1.0 - kappa ** 2)
+    out[:, 1] *= -(1.0 - nu ** 2)
+    return out.reshape(shape + (2,))
+
+
+def oracle_risk(task: SingleLocation, lam):
+    """Risk of the erf oracle (k, v) = (k*, v*): eps^2 + gamma^2 [1 - 2 erf(c) + zeta(lambda s, g)] + (L-1) zeta0.
+
+    Implements spec single_location.md Sec. 5.2 (paper Theorem 1, "in particular" part). Broadcasts over ``lam``.
+    """
+    task = _task(task)
+    shape, (lam,) = _broadcast(lam)
+    g = lam * task.gamma
+    c = lam * task.s / np.sqrt(1.0 + 2.0 * g * g)
+    out = (task.eps ** 2 + task.gamma ** 2 * (1.0 - 2.0 * _erf(c) + _zeta_u(lam * task.s, g))
+           + (task.L - 1) * _zeta_u(0.0, lam))
+    return out.reshape(shape)[()]
+
+
+def bayes_risk_lower_bound(task: SingleLocation) -> float:
+    """Lower bound eps^2 on the Bayes risk (spec single_location.md Sec. 5.3, paper Eq. (8) and Corollary 2)."""
+    return _task(task).eps ** 2
+
+
+def linear_risk(task: SingleLocation, location_probs=None) -> float:
+    """Risk of the optimal linear predictor, eps^2 + gamma^2 - sum_l p_l^2 gamma^4 / (1 + p_l (gamma^2 - 1)).
+
+    Implements spec single_location.md Sec. 5.4 (paper Proposition 3).
+
+    Parameters
+    ----------
+    location_probs : (L,) array_like, optional
+        p_l = P(J0 = l), non-negative, summing to 1; uniform (1/L each) by default.
+    """
+    task = _task(task)
+    p = _location_probs(task, location_probs)
+    g2 = task.gamma ** 2
+    return float(task.eps ** 2 + g2 - np.sum(p * p * g2 * g2 / (1.0 + p * (g2 - 1.0))))
+
+
+def _location_probs(task, location_probs):
+    if location_probs is None:
+        return np.full(task.L, 1.0 / task.L)
+    p = check_finite_array("location_probs", location_probs, shape=(task.L,))
+    if np.any(p < 0) or abs(p.sum() - 1.0) > 1e-12:  # 1e-12: float64 rounding of a sum of L probabilities
+        raise ValueError(f"location_probs must be >= 0 and sum to 1 (a law on the L positions); got sum {p.sum()!r}")
+    return p
+
+
+def distance_to_manifold(theta, eta, rho):
+    """dist_M = sqrt(theta^2 + eta^2 + rho^2), the distance to M (spec single_location.md Sec. 5.1)."""
+    theta, eta, rho = (np.asarray(x, dtype=np.float64) for x in (theta, eta, rho))
+    return np.sqrt(theta * theta + eta * eta + rho * rho)[()]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# stationary points
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixedPoint:
+    """A stationary point of PGD on M (spec Sec. 7.1) with its linearisation (spec Sec. 7.2).
+
+    ``flow_eigenvalues`` are those of the Jacobian of the vector field of :func:`manifold_vector_field`;
+    ``map_eigenvalues`` those of the reduced PGD map (spec Sec. 6.3) at step size ``alpha`` (None if not given).
+    ``kind`` is "minimum", "maximum" or "saddle" from the signs of the flow eigenvalues.
+    """
+
+    kappa: float
+    nu: float
+    kind: str
+    risk: float
+    flow_eigenvalues: tuple[float, float]
+    map_eigenvalues: tuple[float, float] | None
+
+
+def fixed_points(task: SingleLocation, lam: float, alpha: float | None = None) -> tuple[FixedPoint, ...]:
+    """The five stationary points of PGD on M, classified, with the eigenvalues of their linearisation.
+
+    Implements spec single_location.md Sec. 7.1 (paper Props. 8-10: (0,0) saddle, (1,1) and (-1,-1) minima, (1,-1) and
+    (-1,1) maxima) and Sec. 7.2 (Jacobian I - alpha Hess at (0,0), Hess = [[8 gamma^2 c^2/(pi r), -4 gamma^2 c/sqrt(pi)],
+    [., 0]]; diagonal multipliers (1 + alpha kappa_c dR_M/dkappa)^2, (1 + alpha nu_c dR_M/dnu)^2 at the corners).
+
+    Notes
+    -----
+    At the corners the kappa-eigenvalue is proportional to erf'(c), which underflows for large c = lambda s/q (spec
+    Sec. 7.1 caveat); the classification uses the sign of kappa_c (erf(c kappa_c/r) - nu_c), which does not underflow.
+    """
+    task = _task(task)
+    lam = check_positive("lam", lam)
+    if alpha is not None:
+        alpha = check_positive("alpha", alpha)
+    gg = task.gamma ** 2
+    g = lam * task.gamma
+    q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
+    c = lam * task.s / q
+    points = []
+    # saddle (0, 0): flow Jacobian -Hess (spec Sec. 7.2)
+    hess = np.array([[8 * gg * c * c / (math.pi * r), -4 * gg * c / math.sqrt(math.pi)],
+                     [-4 * gg * c / math.sqrt(math.pi), 0.0]])
+    flow = tuple(float(x) for x in np.linalg.eigvalsh(-hess))
+    mapped = None if alpha is None else tuple(float(x) for x in np.linalg.eigvals(np.eye(2) - alpha * hess).real)
+    points.append(FixedPoint(kappa=0.0, nu=0.0, kind=_kind(np.sign(flow)), risk=float(manifold_risk(task, lam, 0, 0)),
+                             flow_eigenvalues=flow, map_eigenvalues=mapped))
+    for kc, nc in ((1.0, 1.0), (-1.0, -1.0), (1.0, -1.0), (-1.0, 1.0)):
+        rk, rn = _manifold_partials(task, lam, kc, nc)
+        flow = (2.0 * kc * rk, 2.0 * nc * rn)
+        # erf(c kappa_c/r) - nu_c, cancellation-free: +-erfc(c/r) or +-(1 + erf(c/r))
+        gap = (-math.erfc(c / r) if kc == nc else 1.0 + math.erf(c / r)) * kc
+        signs = (np.sign(kc * gap), np.sign(nc * -math.erf(c * kc)))
+        mapped = None if alpha is None else ((1 + alpha * kc * rk) ** 2, (1 + alpha * nc * rn) ** 2)
+        points.append(FixedPoint(kappa=kc, nu=nc, kind=_kind(signs), risk=float(manifold_risk(task, lam, kc, nc)),
+                                 flow_eigenvalues=flow, map_eigenvalues=mapped))
+    return tuple(points)
+
+
+def _manifold_partials(task, lam, kappa, nu):
+    out = np.empty((1, 2))
+    _k.manifold_partials_array(np.array([kappa]), np.array([nu]), np.array([lam]), task.s, task.gamma, out)
+    return float(out[0, 0]), float(out[0, 1])
+
+
+def _kind(signs) -> str:
+    s0, s1 = float(signs[0]), float(signs[1])
+    if s0 < 0 and s1 < 0:
+        return "minimum"
+    if s0 > 0 and s1 > 0:
+        return "maximum"
+    return "saddle"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpuriousPoint:
+    """The off-manifold stationary point S = (0, 0, theta_S, 1, 0) of full PGD (spec Sec. 7.4)."""
+
+    theta_S: float
+    state: tuple[float, float, float, float, float]
+    exists: bool
+    excess_risk: float
+    distance_to_manifold: float
+
+
+def spurious_point(task: SingleLocation, lam: float) -> SpuriousPoint:
+    """The spurious stationary point S (k = v*): theta_S = gamma g phi_1(0, g) / (s zeta(0, g)).
+
+    Implements spec single_location.md Sec. 7.4 (found in the spec's verification work; not in the paper). S exists
+    when theta_S <= 1. Its excess risk is gamma^2 [1 - g^2 phi_1(0,g)^2/zeta(0,g) + zeta(0,g)] + (L-1) zeta0(lambda).
+    """
+    task = _task(task)
+    lam = check_positive("lam", lam)
+    g = lam * task.gamma
+    p1, z0g = float(_phi(0.0, g, 1)), float(_zeta_u(0.0, g))
+    theta_s = task.gamma * g * p1 / (task.s * z0g)
+    exc = task.gamma ** 2 * (1 - g * g * p1 * p1 / z0g + z0g) + (task.L - 1) * float(_zeta_u(0.0, lam))
+    return SpuriousPoint(theta_S=theta_s, state=(0.0, 0.0, theta_s, 1.0, 0.0), exists=theta_s <= 1.0,
+                         excess_risk=exc, distance_to_manifold=math.sqrt(1.0 + theta_s ** 2))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# random initial states, vectors and data
+
+
+def sample_initial_state(task: SingleLocation, n: int, rng=None, on: str = "sphere") -> np.ndarray:
+    """Draw n initial states (kappa, nu, theta, eta, rho) from their exact laws; returns (n, 5) float64.
+
+    Implements spec single_location.md Sec. 6.5. ``on="sphere"``: k, v independent uniform on S^{d-1}, with the spec's
+    reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
+    manifold initialisation, kappa = Z1/sqrt(Z1^2 + chi2(d-2)), nu = Z2/sqrt(Z2^2 + chi2(d-3)) (draw order
+    (Z1, Z2), then the two chi-squares), theta = eta = rho = 0. Needs d >= 4.
+    """
+    task = _task(task)
+    n = check_int("n", n, min_value=1)
+    check_choice("on", on, ("sphere", "manifold"))
+    _need_d4(task)
+    rng = as_generator(rng)
+    d = task.d
+    out = np.zeros((n, 5), dtype=np.float64)
+    if on == "sphere":
+        z12 = rng.standard_normal((n, 2))
+        z34 = rng.standard_normal((n, 2))
+        q_k = rng.chisquare(d - 2, n)
+        q_v = rng.chisquare(d - 2, n)
+        z5 = rng.standard_normal(n)
+        q_kv = rng.chisquare(d - 3, n)
+        len_k = np.sqrt(z12[:, 0] ** 2 + z12[:, 1] ** 2 + q_k)
+        len_v = np.sqrt(z34[:, 0] ** 2 + z34[:, 1] ** 2 + q_v)
+        kappa, eta = z12[:, 0] / len_k, z12[:, 1] / len_k
+        theta, nu = z34[:, 0] / len_v, z34[:, 1] / len_v
+        rho = kappa * theta + eta * nu + np.sqrt(q_k * q_v) / (len_k * len_v) * z5 / np.sqrt(z5 ** 2 + q_kv)
+        out[:] = np.stack([kappa, nu, theta, eta, rho], axis=1)
+    else:
+        z = rng.standard_normal((n, 2))
+        q1 = rng.chisquare(d - 2, n)
+        q2 = rng.chisquare(d - 3, n)
+        out[:, 0] = z[:, 0] / np.sqrt(z[:, 0] ** 2 + q1)
+        out[:, 1] = z[:, 1] / np.sqrt(z[:, 1] ** 2 + q2)
+    return out
+
+
+def _need_d4(task):
+    if task.d < 4:
+        raise ValueError(f"d must be >= 4 for the five-scalar map and initial laws (spec Sec. 6.4-6.5); got d={task.d}")
+
+
+def random_oracle_directions(task: SingleLocation, rng=None) -> tuple[np.ndarray, np.ndarray]:
+    """Draw (k*, v*): k* uniform on S^{d-1}, v* by Gram–Schmidt of a Gaussian against k* (spec Sec. 1 sampling recipe)."""
+    task = _task(task)
+    rng = as_generator(rng)
+    k_star = rng.standard_normal(task.d)
+    k_star /= np.linalg.norm(k_star)
+    v_star = rng.standard_normal(task.d)
+    v_star -= (v_star @ k_star) * k_star
+    v_star /= np.linalg.norm(v_star)
+    return k_star, v_star
+
+
+def vectors_from_state(task: SingleLocation, state, rng=None):
+    """Unit vectors (k, v, k*, v*) in R^d whose inner products are the given five scalars (spec Sec. 4.1, Sec. 6.4).
+
+    Coordinates on (e1, e2, e3, e4) by Gram–Schmidt (k* = e1, v* = e2), then a random orthonormal 4-frame of R^d
+    (QR of a d x 4 Gaussian matrix). ``state`` is (5,) or (n, 5); returns four arrays of shape (n, d) (or (d,)).
+    Each state gets its own random frame. Needs d >= 4.
+    """
+    task = _task(task)
+    _need_d4(task)
+    rng = as_generator(rng)
+    st = check_finite_array("state", state, ndim=(1, 2))
+    single = st.ndim == 1
+    st = np.atleast_2d(st)
+    if st.shape[1] != 5:
+        raise ValueError(f"state must have 5 columns (kappa, nu, theta, eta, rho); got shape {st.shape}")
+    _check_state(*(np.ascontiguousarray(st[:, j]) for j in range(5)))
+    kappa, nu, theta, eta, rho = st.T
+    a = np.sqrt(np.maximum(1.0 - kappa ** 2 - eta ** 2, 0.0))
+    b = np.where(a > 1e-150, (rho - kappa * theta - eta * nu) / np.where(a > 1e-150, a, 1.0), 0.0)
+    cc = np.sqrt(np.maximum(1.0 - theta ** 2 - nu ** 2 - b ** 2, 0.0))
+    n = st.shape[0]
+    coords = np.zeros((n, 4, 4))  # (state, vector k/v/k*/v*, coordinate)
+    coords[:, 0] = np.stack([kappa, eta, a, np.zeros(n)], axis=1)
+    coords[:, 1] = np.stack([theta, nu, b, cc], axis=1)
+    coords[:, 2, 0] = 1.0
+    coords[:, 3, 1] = 1.0
+    frames = np.linalg.qr(rng.standard_normal((n, task.d, 4)))[0]  # (n, d, 4), orthonormal columns
+    vecs = np.einsum("nvc,ndc->nvd", coords, frames)
+    vecs /= np.linalg.norm(vecs, axis=-1, keepdims=True)
+    out = tuple(vecs[:, j] for j in range(4))
+    return tuple(x[0] for x in out) if single else out
+
+
+def sample_data(task: SingleLocation, n: int, rng=None, *, k_star, v_star, location_probs=None):
+    """Draw n sequences from the data law: returns X (n, L, d), y (n,), j0 (n,) int (0-based positions).
+
+    Implements spec single_location.md Sec. 1 (paper Sec. 2): J0 ~ location_probs (uniform by default); x_J0 ~
+    N(sqrt(d/2) k*, gamma^2 I); other tokens N(0, I); y = x_J0 . v* + xi, xi ~ N(0, eps^2). Draw order: j0, tokens,
+    noise.
+    """
+    task = _task(task)
+    n = check_int("n", n, min_value=1)
+    rng = as_generator(rng)
+    k_star = check_finite_array("k_star", k_star, shape=(task.d,))
+    v_star = check_finite_array("v_star", v_star, shape=(task.d,))
+    if abs(k_star @ k_star - 1) > 1e-10 or abs(v_star @ v_star - 1) > 1e-10 or abs(k_star @ v_star) > 1e-10:
+        raise ValueError("k_star and v_star must be orthonormal (spec Sec. 1, Assumption 1), to 1e-10")
+    p = _location_probs(task, location_probs)
+    j0 = rng.choice(task.L, size=n, p=p)
+    X = rng.standard_normal((n, task.L, task.d))
+    rows = np.arange(n)
+    X[rows, j0] = task.s * k_star + task.gamma * X[rows, j0]
+    y = X[rows, j0] @ v_star + task.eps * rng.standard_normal(n)
+    return X, y, j0
+
+
+def predict_erf(X, k, v, lam):
+    """The erf predictor T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) for X (..., L, d) (spec Sec. 2.3, paper Eq. (3))."""
+    X = np.asarray(X, dtype=np.float64)
+    lam = check_positive("lam", lam)
+    return np.sum(_erf(lam * (X @ np.asarray(k, dtype=np.float64))) * (X @ np.asarray(v, dtype=np.float64)), axis=-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# PGD
+
+
+def _lam_sequence(lam, n_steps):
+    """(lambda_0, ..., lambda_{n_steps}) and a JSON description, for a float, a LamSchedule or an array (spec Sec. 0.3).
+
+    A constant gives a length-1 array. An array of length n_steps (one per update) is extended by repeating its last
+    entry as the logging lambda of the final iterate; an array of length n_steps + 1 is used as is.
+    """
+    if isinstance(lam, LamSchedule):
+        return lam(np.arange(n_steps + 1)), {"lam0": lam.lam0, "decay": lam.decay}
+    arr = np.asarray(lam, dtype=np.float64)
+    if arr.ndim == 0:
+        val = check_positive("lam", float(arr))
+        return np.array([val]), val
+    arr = check_finite_array("lam", arr, ndim=1)
+    if arr.shape[0] not in (n_steps, n_steps + 1):
+        raise ValueError(f"lam as an array must have n_steps={n_steps} (one per update) or n_steps+1 entries; got "
+                         f"{arr.shape[0]}")
+    if np.min(arr) <= 0:
+        raise ValueError(f"lam must be > 0 at every step; got min {float(np.min(arr))!r}")
+    if arr.shape[0] == n_steps:
+        arr = np.append(arr, arr[-1])
+    return arr, "array"
+
+
+def _map_params(task, alpha, lams):
+    """Kernel parameter vector [s, gamma, L, alpha, stride, table] (layout in _single_location_kernels)."""
+    table = np.empty((lams.shape[0], _k.N_CONST))
+    _k.lam_table(np.ascontiguousarray(lams), task.s, task.gamma, table)
+    stride = 0 if lams.shape[0] == 1 else _k.N_CONST
+    return np.concatenate([[task.s, task.gamma, float(task.L), alpha, float(stride)], table.ravel()])
+
+
+def _derived_fn(task, manifold):
+    s, gamma, L, eps = task.s, task.gamma, float(task.L), task.eps
+
+    def derived(Y, P):
+        shape = Y.shape[:2]
+        if manifold:
+            kappa, nu, lam = Y[..., 0], Y[..., 1], Y[..., 2]
+            zero = np.zeros(shape)
+            theta = eta = rho = zero
+        else:
+            kappa, nu, theta, eta, rho, lam = (Y[..., j] for j in range(6))
+        flat = [np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (kappa, nu, theta, eta, rho, lam)]
+        r = np.empty(flat[0].shape[0])
+        _k.risk_array(*flat, s, gamma, L, eps, r)
+        r = r.reshape(shape)
+        out = {"risk": r, "excess_risk": r - eps ** 2,
+               "distance_to_manifold": np.sqrt(theta ** 2 + eta ** 2 + rho ** 2) * np.ones(shape)}
+        if manifold:
+            out.update(theta=np.zeros(shape), eta=np.zeros(shape), rho=np.zeros(shape))
+        return out
+
+    return derived
+
+
+def pgd(task: SingleLocation, state0, *, alpha: float, n_steps: int, lam, saveat=None, manifold: bool = False,
+        progress: bool = False):
+    """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
+
+    Implements spec single_location.md Sec. 6.4 (exact five-scalar map, cost independent of d) or, with
+    ``manifold=True``, Sec. 6.3 (reduced map on M, paper Lemma 7), both for the update of Sec. 6.1 (paper Definition 1),
+    through ``dynamics.iterate``.
+
+    Parameters
+    ----------
+    task : SingleLocation (d >= 4)
+    state0 : (n, 5) or (5,) float64 (kappa, nu, theta, eta, rho); with ``manifold=True`` also (n, 2) (kappa, nu) or
+        (n, 5) with theta = eta = rho = 0.
+    alpha : float > 0
+        Step size.
+    n_steps : int >= 0
+        Number of updates.
+    lam : float > 0, ``LamSchedule`` (``lam_schedule(lam0, decay)``) or array of lambda_n
+        An array has one entry per update (n_steps) or also the final iterate's logging lambda (n_steps + 1).
+    saveat : dynamics.SaveAt, optional
+        Steps to record (default ``SaveAt(n=201)``).
+    manifold : bool
+        Run the two-scalar map on M.
+
+    Returns
+    -------
+    dynamics.Trajectory with variables kappa, nu, theta, eta, rho, lam (lambda_n of the row), risk (true MSE of
+    iterate n at lambda_n), excess_risk (risk - eps^2), distance_to_manifold; time = step (spec Sec. 0.3).
+
+    Raises
+    ------
+    ValueError for bad input; dynamics.DivergenceError if a step produces a non-finite value.
+    """
+    task = _task(task)
+    _need_d4(task)
+    alpha = check_positive("alpha", alpha)
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    st = check_finite_array("state0", state0, ndim=(1, 2))
+    st = np.atleast_2d(st)
+    if manifold:
+        if st.shape[1] == 5:
+            if np.any(st[:, 2:] != 0):
+                raise ValueError("state0 with manifold=True must have theta = eta = rho = 0 (a point of M, spec Sec. 5.1)")
+            st = st[:, :2]
+        if st.shape[1] != 2:
+            raise ValueError(f"state0 with manifold=True must have 2 (kappa, nu) or 5 columns; got shape {st.shape}")
+        full = np.concatenate([st, np.zeros((st.shape[0], 3))], axis=1)
+    else:
+        if st.shape[1] != 5:
+            raise ValueError(f"state0 must have 5 columns (kappa, nu, theta, eta, rho); got shape {st.shape}")
+        full = st
+    _check_state(*(np.ascontiguousarray(full[:, j]) for j in range(5)), where="state0")
+    lams, lam_desc = _lam_sequence(lam, n_steps)
+    p = _map_params(task, alpha, lams)
+    x0 = np.concatenate([st, np.full((st.shape[0], 1), lams[0])], axis=1)
+    names = ["kappa", "nu", "lam"] if manifold else ["kappa", "nu", "theta", "eta", "rho", "lam"]
+    step = _k.manifold_step if manifold else _k.five_step
+    attrs = {
+        "model": "single_location", "spec": task, "source": "closedform", "time_unit": TIME_UNIT,
+        "equation": "spec single_location.md Sec. 6.3 (Lemma 7)" if manifold else "spec single_location.md Sec. 6.4",
+        "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "manifold": bool(manifold)},
+    }
+    return dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names,
+                            derived=_derived_fn(task, manifold), progress=progress, attrs=attrs)
+
+
+def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n_steps: int, lam,
+                save_every: int = 1, save_vectors: bool = False):
+    """Brute-force PGD with d-dimensional vectors and the chain-rule gradient (reference for the reduced maps).
+
+    Implements spec single_location.md Sec. 6.1 (paper Definition 1) with grad_k R = R_kappa k* + R_eta v* + R_rho v and
+    grad_v R = R_nu v* + R_theta k* + R_rho k (spec Sec. 4.3), tangent projection and normalisation, in plain numpy
+    (O(d) per step and trajectory).
+
+    Parameters
+    ----------
+    k0, v0 : (d,) or (n, d) unit vectors; k_star, v_star : (d,) orthonormal.
+    alpha, n_steps, lam : as in :func:`pgd`.
+    save_every : int >= 1
+        Record every ``save_every`` steps (and the last step).
+    save_vectors : bool
+        Also store ``k`` and ``v`` as variables of shape (trajectory, time, d).
+
+    Returns
+    -------
+    dynamics.Trajectory with the variables of :func:`pgd`, the scalars computed as inner products of the vectors.
+    """
+    task = _task(task)
+    alpha = check_positive("alpha", alpha)
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    save_every = check_int("save_every", save_every, min_value=1)
+    k = np.atleast_2d(check_finite_array("k0", k0, ndim=(1, 2))).copy()
+    v = np.atleast_2d(check_finite_array("v0", v0, ndim=(1, 2))).copy()
+    ks = check_finite_array("k_star", k_star, shape=(task.d,))
+    vs = check_finite_array("v_star", v_star, shape=(task.d,))
+    if k.shape != v.shape or k.shape[1] != task.d:
+        raise ValueError(f"k0 and v0 must have the same shape (n, d={task.d}); got {k.shape} and {v.shape}")
+    for name, x in (("k0", k), ("v0", v)):
+        if np.max(np.abs(np.linalg.norm(x, axis=1) - 1.0)) > 1e-10:
+            raise ValueError(f"{name} must be unit vectors (to 1e-10)")
+    lams, lam_desc = _lam_sequence(lam, n_steps)
+    lams = np.broadcast_to(lams, (n_steps + 1,))
+    steps = np.unique(np.append(np.arange(0, n_steps + 1, save_every), n_steps))
+    n = k.shape[0]
+    saved = np.empty((n, steps.size, 6))
+    vec_k = np.empty((n, steps.size, task.d)) if save_vectors else None
+    vec_v = np.empty((n, steps.size, task.d)) if save_vectors else None
+    partials = np.empty((n, 5))
+    s, gamma, L = task.s, task.gamma, float(task.L)
+    j = 0
+    for step in range(n_steps + 1):
+        sc = [k @ ks, v @ vs, v @ ks, k @ vs, np.sum(k * v, axis=1)]
+        if step == steps[j]:
+            saved[:, j, :5] = np.stack(sc, axis=1)
+            saved[:, j, 5] = lams[step]
+            if save_vectors:
+                vec_k[:, j], vec_v[:, j] = k, v
+            j += 1
+        if step == n_steps:
+            break
+        lam_vec = np.full(n, lams[step])
+        _k.partials_array(*(np.ascontiguousarray(x) for x in sc), lam_vec, s, gamma, L, partials)
+        r_k, r_n, r_t, r_e, r_r = (partials[:, i:i + 1] for i in range(5))
+        grad_k = r_k * ks + r_e * vs + r_r * v
+        grad_v = r_n * vs + r_t * ks + r_r * k
+        grad_k -= np.sum(grad_k * k, axis=1, keepdims=True) * k
+        grad_v -= np.sum(grad_v * v, axis=1, keepdims=True) * v
+        k_new = k - alpha * grad_k
+        v_new = v - alpha * grad_v
+        k = k_new / np.linalg.norm(k_new, axis=1, keepdims=True)
+        v = v_new / np.linalg.norm(v_new, axis=1, keepdims=True)
+        if not (np.all(np.isfinite(k)) and np.all(np.isfinite(v))):
+            bad = int(np.argmax(~np.all(np.isfinite(k), axis=1) | ~np.all(np.isfinite(v), axis=1)))
+            raise dynamics.DivergenceError(f"pgd_vectors: non-finite vector at step {step + 1}, trajectory {bad}",
+                                           trajectory=bad, variable="k/v", step=step + 1, time=float(step + 1))
+    derived = _derived_fn(task, manifold=False)(saved, None)
+    if save_vectors:
+        derived.update(k=vec_k, v=vec_v)
+    attrs = {"model": "single_location", "spec": task, "source": "closedform-vectors", "time_unit": TIME_UNIT,
+             "equation": "spec single_location.md Sec. 6.1, Sec. 4.3",
+             "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "save_every": save_every}}
+    return dynamics.Trajectory.from_arrays(saved, names=["kappa", "nu", "theta", "eta", "rho", "lam"],
+                                           time=steps.astype(np.float64), step=steps, variables=derived, attrs=attrs)
