@@ -1,0 +1,160 @@
+"""Private numba kernels of :mod:`closedform.icl_regression` (approximate loss, its gradient, flows, Monte Carlo).
+
+All kernels are ``@njit(cache=True, fastmath=False)``, float64, allocation-free where the caller can allocate, and
+draw no random numbers (the public wrappers draw them). Symbols follow the table of :mod:`closedform.icl_regression`;
+the spec is ``/work/shared/spec/icl_regression.md`` (He, Pan, Chen, Yang, ICML 2025, arXiv:2503.12734).
+
+Parameter vectors handed to the ``dynamics`` engine:
+
+- flows (:func:`flow_rhs`, :func:`two_head_rhs`): ``p = [d, cL]`` with ``cL = (1 + sigma2) / L``;
+- GD (:func:`gd_step`): ``p = [d, cL, lr]``.
+
+The state of the general-H kernels is ``x = (omega_1..omega_H, mu_1..mu_H)`` (H = len(x) // 2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, fastmath=False)
+def loss_one(omega, mu, d, sigma2, cL):
+    """F(omega, mu) for one configuration: spec §4.1, Eq. (4.1) (Proposition 4.1). Returns a float."""
+    H = omega.shape[0]
+    u = 0.0
+    for h in range(H):
+        u += mu[h] * omega[h]
+    quad = 0.0
+    for h in range(H):
+        acc = 0.5 * np.exp(d * omega[h] * omega[h]) * mu[h]
+        for g in range(h + 1, H):
+            acc += np.exp(d * omega[h] * omega[g]) * mu[g]
+        quad += mu[h] * acc
+    # mu^T K mu = sum_h mu_h^2 K_hh + 2 sum_{h<g} mu_h mu_g K_hg  (K symmetric; each exponential computed once)
+    return 1.0 + sigma2 - 2.0 * u + u * u + 2.0 * cL * quad
+
+
+@njit(cache=True, fastmath=False)
+def loss_batch(Omega, Mu, d, sigma2, cL, out):
+    """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,). Spec §4.1, Eq. (4.1)."""
+    for n in range(Omega.shape[0]):
+        out[n] = loss_one(Omega[n], Mu[n], d, sigma2, cL)
+
+
+@njit(cache=True, fastmath=False)
+def half_grad_one(omega, mu, d, cL, g_omega, g_mu):
+    """Write grad(F/2) (the authors' ``gradients``) into ``g_omega``, ``g_mu``: spec §4.4, Eq. (4.4) halved.
+
+    d(F/2)/d omega_h = -mu_h (1 - u) + d cL mu_h sum_g mu_g omega_g K_hg,
+    d(F/2)/d mu_h    = -omega_h (1 - u) + cL sum_g mu_g K_hg,   u = mu^T omega, K_hg = exp(d omega_h omega_g).
+    Each exponential is computed once (K symmetric).
+    """
+    H = omega.shape[0]
+    u = 0.0
+    for h in range(H):
+        u += mu[h] * omega[h]
+        g_omega[h] = 0.0  # holds sum_g mu_g omega_g K_hg until the final pass
+        g_mu[h] = 0.0  # holds sum_g mu_g K_hg until the final pass
+    for h in range(H):
+        k = np.exp(d * omega[h] * omega[h])
+        g_omega[h] += mu[h] * omega[h] * k
+        g_mu[h] += mu[h] * k
+        for g in range(h + 1, H):
+            k = np.exp(d * omega[h] * omega[g])
+            g_omega[h] += mu[g] * omega[g] * k
+            g_omega[g] += mu[h] * omega[h] * k
+            g_mu[h] += mu[g] * k
+            g_mu[g] += mu[h] * k
+    one_minus_u = 1.0 - u
+    for h in range(H):
+        g_omega[h] = -mu[h] * one_minus_u + d * cL * mu[h] * g_omega[h]
+        g_mu[h] = -omega[h] * one_minus_u + cL * g_mu[h]
+
+
+@njit(cache=True, fastmath=False)
+def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
+    """grad F (full, no 1/2) for a batch of rows (n, H): spec §4.4, Eq. (4.4)."""
+    for n in range(Omega.shape[0]):
+        half_grad_one(Omega[n], Mu[n], d, cL, G_omega[n], G_mu[n])
+        for h in range(Omega.shape[1]):
+            G_omega[n, h] *= 2.0
+            G_mu[n, h] *= 2.0
+
+
+@njit(cache=True, fastmath=False)
+def flow_rhs(t, y, p, dy):
+    """Gradient flow of F/2 for H heads, state (omega, mu): spec §5.1 (flow of F/2, time convention §0.3)."""
+    H = y.shape[0] // 2
+    half_grad_one(y[:H], y[H:], p[0], p[1], dy[:H], dy[H:])
+    for j in range(2 * H):
+        dy[j] = -dy[j]
+
+
+@njit(cache=True, fastmath=False)
+def gd_step(k, x, p, out):
+    """One GD step on F/2 with learning rate ``p[2]``: spec §5.1 (the authors' helper ``gradient_flow``)."""
+    H = x.shape[0] // 2
+    half_grad_one(x[:H], x[H:], p[0], p[1], out[:H], out[H:])
+    lr = p[2]
+    for j in range(2 * H):
+        out[j] = x[j] - lr * out[j]
+
+
+@njit(cache=True, fastmath=False)
+def two_head_rhs(t, y, p, dy):
+    """Reduced symmetric two-head flow (omega, mu) = (omega_1, mu_1), omega_2 = -omega_1, mu_2 = -mu_1.
+
+    Spec §6.2, Eq. (B.4): d omega/dt = mu - 2 mu^2 omega - 2 d cL mu^2 omega cosh(d omega^2),
+    d mu/dt = omega - 2 mu omega^2 - 2 cL mu sinh(d omega^2).
+    """
+    d = p[0]
+    cL = p[1]
+    omega = y[0]
+    mu = y[1]
+    chi = d * omega * omega
+    dy[0] = mu - 2.0 * mu * mu * omega - 2.0 * d * cL * mu * mu * omega * np.cosh(chi)
+    dy[1] = omega - 2.0 * mu * omega * omega - 2.0 * cL * mu * np.sinh(chi)
+
+
+@njit(cache=True, fastmath=False)
+def mc_conditional_losses(a, s, omega, mu, d, sigma2, out):
+    """Per-prompt conditional loss of the reduced predictor (3.2) given the covariates: spec §4.1 (reduced form).
+
+    Rotated coordinates (exact in law, see ``icl_regression.true_loss_mc``): ``a[n, i] = x_i . xq/|xq|`` and
+    ``s[n] = |xq|``, so that x_i . xq = s a_i. With w_i = sum_h mu_h softmax_i(omega_h s a_i) (stable softmax),
+    beta ~ N(0, I/d) and the label noise integrated out exactly,
+    out[n] = sigma2 + (s - sum_i w_i a_i)^2 / d + ((d - 1)/d + sigma2) sum_i w_i^2 = E[(y_q - yhat)^2 | x_1..x_L, x_q].
+    """
+    N, L = a.shape
+    H = omega.shape[0]
+    w = np.empty(L)
+    e = np.empty(L)
+    c_perp = (d - 1.0) / d + sigma2
+    for n in range(N):
+        for i in range(L):
+            w[i] = 0.0
+        amax = a[n, 0]
+        amin = a[n, 0]
+        for i in range(1, L):
+            if a[n, i] > amax:
+                amax = a[n, i]
+            if a[n, i] < amin:
+                amin = a[n, i]
+        for h in range(H):
+            z = omega[h] * s[n]
+            shift = z * amax if z >= 0.0 else z * amin  # max_i of the logits z a_i (stable softmax)
+            tot = 0.0
+            for i in range(L):
+                e[i] = np.exp(z * a[n, i] - shift)
+                tot += e[i]
+            scale = mu[h] / tot
+            for i in range(L):
+                w[i] += scale * e[i]
+        wa = 0.0
+        ww = 0.0
+        for i in range(L):
+            wa += w[i] * a[n, i]
+            ww += w[i] * w[i]
+        r = s[n] - wa
+        out[n] = sigma2 + r * r / d + c_perp * ww
