@@ -1,0 +1,261 @@
+"""Private numba kernels of ``closedform.scan_snap`` (spec scan_snap.md Sec. 2.3-2.4, Sec. 4.2-4.4).
+
+All kernels are ``@njit(cache=True, fastmath=False)``, float64, pure, with no RNG. The public wrappers in
+``closedform/scan_snap.py`` validate inputs, pack the parameter vector ``p`` and build the ``Trajectory``.
+
+Parameter vector ``p`` (float64, one per trajectory or shared), header then flat blocks:
+
+    p[0] Lc   p[1] Ncol   p[2] K   p[3] Q   p[4] eta_Y   p[5] eta_Z   p[6] mu   p[7] q_mode   p[8] M
+    then P (K*Lc, row-major), logP (K*Lc: log P where P > 0, else 0; finite as the engine requires), pi (K),
+    psi (K), tcol (K), mult (Ncol).
+
+The decoder Y is stored with ``Ncol`` columns, column j standing for ``mult[j]`` identical output columns
+(unlumped: Ncol = M, mult = 1; lumped, spec Sec. 4.2: the K target columns, then one column ``y_rest`` of
+multiplicity M - K when M > K). ``tcol[n]`` is the column holding class n's target output.
+
+Flow state ``y``: Y (Lc*Ncol, row-major Y[l, j] at l*Ncol + j), then Z (Q*Lc, row-major z_{ml} at m*Lc + l).
+Map state: the flow state followed by the momentum buffers buf_Y, buf_Z in the same layout (spec Sec. 4.3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+HEAD = 9
+
+
+@njit(cache=True, fastmath=False)
+def _offsets(p):
+    """Return (Lc, Ncol, K, Q, off_P, off_pi, off_psi, off_tcol, off_mult) from the header of ``p`` (logP follows P)."""
+    Lc = int(p[0])
+    Ncol = int(p[1])
+    K = int(p[2])
+    Q = int(p[3])
+    o_logP = HEAD
+    o_pi = o_logP + 2 * K * Lc
+    o_psi = o_pi + K
+    o_tcol = o_psi + K
+    o_mult = o_tcol + K
+    return Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult
+
+
+@njit(cache=True, fastmath=False)
+def _unit_attention(p, o_logP, n, Lc, z, zoff, f):
+    """Write f_n = c~_n / ||c~_n|| (spec Sec. 2.1, Eq. 5) into ``f`` from log P(l|n) + z_ml, max subtracted."""
+    o_log = o_logP + int(p[2]) * Lc + n * Lc
+    o_P = o_logP + n * Lc
+    mx = -np.inf
+    for l in range(Lc):
+        if p[o_P + l] > 0.0:
+            v = p[o_log + l] + z[zoff + l]
+            if v > mx:
+                mx = v
+    s2 = 0.0
+    for l in range(Lc):
+        c = np.exp(p[o_log + l] + z[zoff + l] - mx) if p[o_P + l] > 0.0 else 0.0
+        f[l] = c
+        s2 += c * c
+    nrm = np.sqrt(s2)
+    for l in range(Lc):
+        f[l] /= nrm
+
+
+@njit(cache=True, fastmath=False)
+def ascent(y, p, out):
+    """Population ascent directions grad_Y, grad_Z of spec Sec. 4.2 (without learning rates), packed like ``y``.
+
+    grad_Y = sum_n pi_n f_n err_n^T and grad_{Z,m} = sum_{psi(n)=m} pi_n f_n * (g_n - f_n (f_n^T g_n)), with
+    err_n = e_tgt(n) - alpha_n, g_n = Y err_n summed over columns with their multiplicities (lumped form of Sec. 4.2).
+    Only the first Lc*Ncol + Q*Lc entries of ``out`` are written.
+    """
+    Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult = _offsets(p)
+    nY = Lc * Ncol
+    for i in range(nY + Q * Lc):
+        out[i] = 0.0
+    f = np.empty(Lc)
+    a = np.empty(Ncol)
+    for n in range(K):
+        pin = p[o_pi + n]
+        m = int(p[o_psi + n])
+        tc = int(p[o_tcol + n])
+        zoff = nY + m * Lc
+        _unit_attention(p, o_logP, n, Lc, y, zoff, f)
+        # decoder logits a_j = y_j^T f_n
+        for j in range(Ncol):
+            a[j] = 0.0
+        for l in range(Lc):
+            fl = f[l]
+            if fl != 0.0:
+                row = l * Ncol
+                for j in range(Ncol):
+                    a[j] += y[row + j] * fl
+        amax = a[0]
+        for j in range(1, Ncol):
+            if a[j] > amax:
+                amax = a[j]
+        nrm = 0.0
+        for j in range(Ncol):
+            a[j] = np.exp(a[j] - amax)
+            nrm += p[o_mult + j] * a[j]
+        # a becomes err_n = 1[j = tc] - alpha_{n,j} (per output of column j)
+        for j in range(Ncol):
+            a[j] = -a[j] / nrm
+        a[tc] += 1.0
+        # grad_Y and g_n = sum_j mult_j err_j y_j restricted to supp(f_n); f^T g
+        fg = 0.0
+        for l in range(Lc):
+            fl = f[l]
+            if fl != 0.0:
+                row = l * Ncol
+                gl = 0.0
+                for j in range(Ncol):
+                    out[row + j] += pin * fl * a[j]
+                    gl += p[o_mult + j] * a[j] * y[row + j]
+                # store g_l temporarily in the Z slot; finished below once f^T g is known
+                out[zoff + l] += pin * fl * gl
+                fg += fl * gl
+        for l in range(Lc):
+            fl = f[l]
+            if fl != 0.0:
+                out[zoff + l] -= pin * fl * fl * fg
+
+
+@njit(cache=True, fastmath=False)
+def exact_rhs(t, y, p, dy):
+    """Exact reduced ODE of spec Sec. 4.2 (POPULATION convention): dY/dt = eta_Y grad_Y, dZ/dt = eta_Z grad_Z."""
+    Lc = int(p[0])
+    Ncol = int(p[1])
+    Q = int(p[3])
+    ascent(y, p, dy)
+    nY = Lc * Ncol
+    for i in range(nY):
+        dy[i] *= p[4]
+    for i in range(nY, nY + Q * Lc):
+        dy[i] *= p[5]
+
+
+@njit(cache=True, fastmath=False)
+def map_step(k, x, p, out):
+    """One update s -> s+1 of the population map of spec Sec. 4.3 (heavy-ball with mu = p[6]; mu = 0 is plain GD).
+
+    State x = [Y, Z, buf_Y, buf_Z]; buf_1 = grad(Y_0, Z_0), buf_{s+1} = mu buf_s + grad(Y_s, Z_s),
+    Y_{s+1} = Y_s + eta_Y buf^Y_{s+1}, Z_{s+1} = Z_s + eta_Z buf^Z_{s+1} (PyTorch SGD, dampening 0).
+    """
+    Lc = int(p[0])
+    Ncol = int(p[1])
+    Q = int(p[3])
+    n = Lc * Ncol + Q * Lc
+    nY = Lc * Ncol
+    mu = p[6] if k > 0 else 0.0
+    g = np.empty(n)
+    ascent(x, p, g)
+    for i in range(n):
+        b = mu * x[n + i] + g[i]
+        out[n + i] = b
+        lr = p[4] if i < nY else p[5]
+        out[i] = x[i] + lr * b
+
+
+@njit(cache=True, fastmath=False)
+def wright_omega(x):
+    """Wright omega w + ln w = x by 5 Newton steps from x - ln x (x > 1) or exp(x) (spec Sec. 2.3, numerical note)."""
+    w = x - np.log(x) if x > 1.0 else np.exp(x)
+    for _ in range(5):
+        w = w - (w + np.log(w) - x) * w / (1.0 + w)
+    return w
+
+
+@njit(cache=True, fastmath=False)
+def decoder_h(tau, M, eta_Y):
+    """h(tau) of Lemma 6 (spec Sec. 2.3): M h = ln(M-1) + ln wright_omega(A/(M-1) - ln(M-1)), A = M eta_Y tau + 1."""
+    A = M * eta_Y * tau + 1.0
+    return (np.log(M - 1.0) + np.log(wright_omega(A / (M - 1.0) - np.log(M - 1.0)))) / M
+
+
+@njit(cache=True, fastmath=False)
+def speed_gamma(t, M, K, eta_Y):
+    """gamma(t) = (M-1)^2 h(t/K) / ((M-1) + exp(M h(t/K))) (spec Sec. 2.4)."""
+    h = decoder_h(t / K, M, eta_Y)
+    return (M - 1.0) ** 2 * h / ((M - 1.0) + np.exp(M * h))
+
+
+@njit(cache=True, fastmath=False)
+def _cholesky_solve(G, B):
+    """Solve G X = B in place (B <- X) for symmetric positive definite G (K x K, small); G is overwritten by L."""
+    K = G.shape[0]
+    for j in range(K):
+        s = G[j, j]
+        for k in range(j):
+            s -= G[j, k] * G[j, k]
+        G[j, j] = np.sqrt(s)
+        for i in range(j + 1, K):
+            s = G[i, j]
+            for k in range(j):
+                s -= G[i, k] * G[j, k]
+            G[i, j] = s / G[j, j]
+    for c in range(B.shape[1]):
+        for i in range(K):  # forward: L u = b
+            s = B[i, c]
+            for k in range(i):
+                s -= G[i, k] * B[k, c]
+            B[i, c] = s / G[i, i]
+        for i in range(K - 1, -1, -1):  # backward: L^T x = u
+            s = B[i, c]
+            for k in range(i + 1, K):
+                s -= G[k, i] * B[k, c]
+            B[i, c] = s / G[i, i]
+
+
+@njit(cache=True, fastmath=False)
+def composite_rhs(t, z, p, dz):
+    """Composite (Theorem-1) ODE of spec Sec. 4.4 in Z only.
+
+    g_n = gamma(t) F (F^T F)^{-1} q^(n), dz_m/dt = eta_Z sum_{psi(n)=m} pi_n f_n * (g_n - f_n (f_n^T g_n)),
+    with q^(n)_n = M/(M-1), q^(n)_k = -M/(M-1)^2 (q_mode = 0, exact) or q^(n) = e_n (q_mode = 1, leading order).
+    """
+    Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult = _offsets(p)
+    M = p[8]
+    eta_Z = p[5]
+    gam = speed_gamma(t, M, K, p[4])
+    F = np.empty((Lc, K))
+    f = np.empty(Lc)
+    for n in range(K):
+        _unit_attention(p, o_logP, n, Lc, z, int(p[o_psi + n]) * Lc, f)
+        for l in range(Lc):
+            F[l, n] = f[l]
+    # Gram matrix F^T F (symmetric positive definite when the f_n are independent, Sec. 2.1)
+    G = np.empty((K, K))
+    for a in range(K):
+        for b in range(a + 1):
+            s = 0.0
+            for l in range(Lc):
+                s += F[l, a] * F[l, b]
+            G[a, b] = s
+            G[b, a] = s
+    if p[7] == 0.0:
+        q1 = M / (M - 1.0)
+        q0 = -M / (M - 1.0) ** 2
+    else:
+        q1 = 1.0
+        q0 = 0.0
+    X = np.full((K, K), q0)  # column n: q^(n); overwritten by (F^T F)^{-1} q^(n)
+    for n in range(K):
+        X[n, n] = q1
+    _cholesky_solve(G, X)
+    Gn = np.zeros((Lc, K))  # column n: F (F^T F)^{-1} q^(n)
+    for n in range(K):
+        for k in range(K):
+            x = X[k, n]
+            for l in range(Lc):
+                Gn[l, n] += F[l, k] * x
+    for i in range(Q * Lc):
+        dz[i] = 0.0
+    for n in range(K):
+        zoff = int(p[o_psi + n]) * Lc
+        fg = 0.0
+        for l in range(Lc):
+            fg += F[l, n] * Gn[l, n]
+        c = eta_Z * gam * p[o_pi + n]
+        for l in range(Lc):
+            dz[zoff + l] += c * F[l, n] * (Gn[l, n] - F[l, n] * fg)
