@@ -207,6 +207,13 @@ def dopri5_chunk(rhs, X, P, T, H, F0, K, Yold, Told, Hold, fresh, t_save, t_end,
         Ki = K[i]
         if fresh[i] == 1:
             rhs(T[i], y, p, F0[i])
+            bad = _first_bad(F0[i], np.inf)
+            if bad >= 0:  # the vector field itself is non-finite at the start
+                status[i, 0] = 1
+                status[i, 1] = 0
+                status[i, 2] = bad
+                out[i, :] = X[i]
+                continue
             if H[i] <= 0.0:
                 H[i] = _initial_step(rhs, T[i], y, p, F0[i], rtol, atol, work[3:5])
             fresh[i] = 0

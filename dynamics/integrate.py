@@ -120,9 +120,11 @@ def _prepare_params(params, n_traj: int) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _names(names, n_state: int) -> list[str]:
+def _names(names, n_state: int) -> list[str] | str:
     if names is None:
         return [f"y{j}" for j in range(n_state)]
+    if isinstance(names, str):
+        return names  # the whole state as one array variable (Trajectory.from_arrays)
     names = [str(n) for n in names]
     if len(names) != n_state:
         raise ValueError(f"names must have n_state={n_state} entries; got {len(names)}")
@@ -135,7 +137,10 @@ def _raise_status(status, names, *, kind: str, time_of=None):
         return
     i = int(bad[0])
     code, where, var = (int(v) for v in status[i])
-    variable = names[var] if 0 <= var < len(names) else "?"
+    if isinstance(names, str):
+        variable = f"{names}[{var}]"
+    else:
+        variable = names[var] if 0 <= var < len(names) else "?"
     if code == 2:
         raise MaxStepsError(f"trajectory {i}: the adaptive solver took max_steps={where} steps without reaching "
                             "the end; try increasing max_steps or loosening rtol/atol (the flow may be stiff)")
@@ -185,7 +190,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
 
     Other arguments
     ---------------
-    names : state variable names (default ``y0, y1, ...``).
+    names : state variable names (default ``y0, y1, ...``); one string stores the state as a single array variable
+        with a ``<name>_component`` dimension (use it for states of hundreds of components or more).
     derived : ``derived(Y, P) -> {name: (n_traj, n_save) array}``, evaluated on the saved states.
     stop : ``stop(step, X, P) -> bool (n_traj,)`` checked at save points; stopped trajectories freeze, and once all
         have stopped the time axis ends there.
@@ -313,8 +319,9 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
                 if not finite.all():
                     i = int(np.flatnonzero(~finite)[0])
                     var = int(np.flatnonzero(~np.isfinite(Y[i, j]) | (np.abs(Y[i, j]) > bound))[0])
-                    raise DivergenceError(f"ODE diverged: trajectory {i}, time {s:.6g}, variable {names[var]!r}",
-                                          trajectory=i, time=float(s), variable=names[var])
+                    name = f"{names}[{var}]" if isinstance(names, str) else names[var]
+                    raise DivergenceError(f"ODE diverged: trajectory {i}, time {s:.6g}, variable {name!r}",
+                                          trajectory=i, time=float(s), variable=name)
                 steps[j] = ks + 1
             _apply_stop(stop, float(s), Y[:, j], P, active)
             if not active.any():

@@ -36,8 +36,9 @@ class Trajectory(xr.Dataset):
         ----------
         Y : (n_traj, n_time, n_state) array
             Saved states (a 2-D array is one trajectory).
-        names : sequence of str, length n_state
-            Variable name of each state component.
+        names : sequence of str, length n_state, or one str
+            Variable name of each state component; a single string stores the whole state as ONE variable of
+            dims (trajectory, time, <name>_component) -- the fast layout for states of thousands of components.
         time : (n_time,) array
             Time of each save point in the model's time unit.
         step : (n_time,) int array, optional
@@ -54,8 +55,9 @@ class Trajectory(xr.Dataset):
             Y = Y[None]
         if Y.ndim != 3:
             raise ValueError(f"Y must have shape (n_traj, n_time, n_state); got {Y.shape}")
-        names = list(names)
-        if len(names) != Y.shape[2]:
+        single = isinstance(names, str)
+        names = [names] if single else list(names)
+        if not single and len(names) != Y.shape[2]:
             raise ValueError(f"names has {len(names)} entries but the state has {Y.shape[2]} components")
         if len(set(names)) != len(names):
             raise ValueError(f"names must be distinct; got {names}")
@@ -66,7 +68,10 @@ class Trajectory(xr.Dataset):
         if step.shape != time.shape:
             raise ValueError(f"step must have shape {time.shape}; got {step.shape}")
         dims = ("trajectory", "time")
-        data_vars = {name: (dims, Y[:, :, j]) for j, name in enumerate(names)}
+        if single:
+            data_vars = {names[0]: (dims + (f"{names[0]}_component",), Y)}
+        else:
+            data_vars = {name: (dims, Y[:, :, j]) for j, name in enumerate(names)}
         for name, value in (variables or {}).items():
             value = np.asarray(value)
             if value.shape[:2] != Y.shape[:2]:
@@ -82,6 +87,7 @@ class Trajectory(xr.Dataset):
         }
         ds = cls(data_vars, coords=coords, attrs=provenance_attrs(attrs))
         ds.attrs["state_names"] = ",".join(names)
+        ds.attrs["state_layout"] = "array" if single else "components"
         return ds
 
     @property
@@ -91,6 +97,8 @@ class Trajectory(xr.Dataset):
 
     def states(self) -> np.ndarray:
         """The saved states as an array (n_traj, n_time, n_state), in state order."""
+        if self.attrs.get("state_layout") == "array":
+            return self[self.state_names[0]].values
         return np.stack([self[name].values for name in self.state_names], axis=-1)
 
     def save(self, path) -> pathlib.Path:

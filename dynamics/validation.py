@@ -56,7 +56,8 @@ def check_finite_array(name: str, value, *, ndim: int | tuple[int, ...] | None =
     ``shape`` may contain ``None`` for free axes.
     """
     try:
-        arr = np.ascontiguousarray(value, dtype=np.float64)
+        arr = np.asarray(value, dtype=np.float64)
+        arr = np.ascontiguousarray(arr) if arr.ndim else arr.copy()  # ascontiguousarray would make 0-d 1-d
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be an array of real numbers; got {type(value).__name__}") from exc
     if ndim is not None:

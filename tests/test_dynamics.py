@@ -307,3 +307,45 @@ def _square(x):
 
 def test_sweep_in_process_keeps_order():
     assert dynamics.sweep(_square, [3, 1, 2]) == [9, 1, 4]
+
+
+@njit
+def exploding_rhs(t, y, p, dy):
+    dy[0] = np.exp(1000.0 * y[0])  # inf at y = 1 already at t0; from y = -1 the blow-up is at t ~ e^1000 / 1000
+
+
+def test_dopri5_nonfinite_vector_field_at_start_raises_divergence():
+    with pytest.raises(DivergenceError) as info:
+        integrate(exploding_rhs, np.array([[-1.0], [1.0]]), (0.0, 1.0), params=[0.0], names=["y"])
+    assert info.value.trajectory == 1 and info.value.variable == "y"
+
+
+def test_single_array_state_layout(tmp_path):
+    y0 = np.random.default_rng(1).normal(size=(3, 50))
+    one = iterate(decay_map_vec, y0, 5, params=[0.5], names="z", saveat=SaveAt(every=1))
+    many = iterate(decay_map_vec, y0, 5, params=[0.5], saveat=SaveAt(every=1))
+    assert one.z.dims == ("trajectory", "time", "z_component")
+    np.testing.assert_array_equal(one.states(), many.states())
+    back = Trajectory.load(one.save(tmp_path / "z.nc"))
+    np.testing.assert_array_equal(back.states(), one.states())
+    y0[1, 7] = 1e300
+    with pytest.raises(DivergenceError) as info:
+        iterate(square_all, y0, 3, params=[0.0], names="z")
+    assert info.value.variable == "z[7]" and info.value.trajectory == 1
+
+
+@njit
+def decay_map_vec(k, x, p, out):
+    for m in range(x.shape[0]):
+        out[m] = x[m] * p[0]
+
+
+@njit
+def square_all(k, x, p, out):
+    for m in range(x.shape[0]):
+        out[m] = x[m] * x[m]
+
+
+def test_check_finite_array_accepts_scalars():
+    from dynamics.validation import check_finite_array
+    assert check_finite_array("x", 2.5, ndim=0).shape == ()
