@@ -1,0 +1,531 @@
+"""Torch one-layer transformer for group-sparse classification (Zhang, Meng, Cao, ICLR 2025; spec Study B).
+
+Implements the empirical side of ``token_selection.md`` Study B: the model f(H; v, W) = v^T H softmax(H^T W H) 1_D on
+tokens h_j = [x_j; e_j] (Sec. B.2, embedding [reconstructed]), the logistic loss ell(y f) = log(1 + exp(-y f))
+(Sec. B.2, mean over the sample, no extra factor), the zero initialisation v^(0) = 0, W^(0) = 0 of the merged model
+(Sec. B.2) and the factorised variant W = W_K^T W_Q with i.i.d. N(0, s^2) factors, s = 0.01, v^(0) = 0 (Sec. B.7,
+Sec. 0: never W_K = W_Q = 0, a stationary point). Training is the shared trainer :func:`empirical.train.train`:
+full-batch GD on fixed samples (Sec. B.7: the paper's finite training sets, step eta = 0.5) via :func:`gd_config`,
+or online SGD on fresh draws of the data law (Sec. B.1) via :func:`sgd_config`. The downstream transfer experiment
+(Sec. B.4 runnable recipe, Sec. B.7) is :func:`downstream_sgd` with the baseline :func:`logistic_baseline`.
+
+Everything model-specific that already exists in :mod:`closedform.group_sparse` is reused, not copied: the data
+recipe (Appendix G.B, :func:`closedform.group_sparse.sample`), the probes (Sec. B.3.1,
+:func:`closedform.group_sparse.order_params`, :func:`closedform.group_sparse.attention_diagnostics`), the projection
+onto the invariant family (:func:`closedform.group_sparse.project`) and the embedding of a reduced state
+(:func:`closedform.group_sparse.embed_state`). Logged variables carry the closed form's names (``STATE_NAMES``,
+``FULL_GD_VARIABLES`` of :mod:`closedform.group_sparse`), so a torch run and ``closedform.group_sparse.full_gd`` or
+``reduced_gd`` align with ``xarray``.
+
+Symbol table (spec Sec. B.0; shapes carry the trainer's leading seed axis S)
+----------------------------------------------------------------------------
+=============  ============  ==================================================  ==================  ==========
+code           paper         meaning                                             shape               defined
+=============  ============  ==================================================  ==================  ==========
+X, y           X, y          features X[k, :, j] = x_j of draw k; label +-1     (S,n,d,D); (S,n)    Sec. B.1
+v_star         v*            unit label direction inside group j*               (d,)                Sec. B.1
+v              v             value vector [v_x; v_pos]                           (S, d+D)            Sec. B.2
+W              W             merged key-query matrix                             (S, d+D, d+D)       Sec. B.2
+W_K, W_Q       W_K, W_Q      factors of the factorised model, W = W_K^T W_Q     (S, d+D, d+D)       Sec. B.7
+init_scale     s             std of the factor entries at init (0.01)            float               Sec. 0
+f, S_att       f, S          output v^T H S 1_D; column softmax of H^T W H      (S,n); (S,n,D,D)    Sec. B.2
+beta .. m5     beta .. m_5   reduced coordinates (probes of Sec. B.3.1)          (S,)                Sec. B.3
+v_tilde_star   v~*           downstream label direction                          (d,)                Sec. B.4
+gamma          gamma         downstream margin                                   float               Sec. B.4
+=============  ============  ==================================================  ==================  ==========
+
+Time axis: the GD step t (``step``); ``time`` = eta t with eta = the task's step size (spec Sec. 0), as in
+:mod:`closedform.group_sparse`. Use ``lr = task.eta`` (:func:`gd_config` does) so that both axes agree.
+
+Notes
+-----
+* With fixed samples (``data=...``) the model's ``sample`` returns those samples, seed by seed in the order of
+  ``config.seeds``, for both the training set and the evaluation batch, so the logged ``loss``, ``accuracy`` and
+  attention diagnostics are training-sample values, as spec Sec. 0 requires ("the training loss at t is evaluated on
+  that same sample"). Seed ``s`` of a batched run then equals a single-seed run given ``data=[sample_s]``.
+* ``cos_vx_vstar`` and ``norm_ratio`` are 0 (not NaN) while v_x = 0 (at initialisation): the trainer refuses
+  non-finite logged values. The closed form's ``order_params`` returns NaN there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy import optimize as _optimize
+from scipy.special import expit as _expit
+
+from closedform import group_sparse as cf
+from dynamics.random import as_generator
+from dynamics.saveat import SaveAt
+from dynamics.validation import check_choice, check_int, check_positive
+from empirical.train import TrainConfig, per_seed
+
+__all__ = ["EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "GroupSparseAttention", "GroupSparseModelSpec",
+           "attention", "downstream_sgd", "effective_W", "forward", "gd_config", "logistic_baseline", "loss_per_draw",
+           "sample_downstream", "sgd_config", "to_weights", "training_samples"]
+
+REFERENCE = cf.REFERENCE
+PARAMETRISATIONS = ("merged", "factorised")
+
+#: Probe names, those of ``closedform.group_sparse.full_gd`` (Sec. B.3.1), in logging order.
+PROBE_NAMES: tuple[str, ...] = cf.STATE_NAMES + cf.GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio",
+                                                                "w_cross_norm", "off", "off_W")
+#: Evaluation metrics on the evaluation batch (the training sample for fixed data), names of the closed form.
+EVAL_NAMES: tuple[str, ...] = ("loss", "loss_se", "accuracy", "attn_jstar", "attn_jstar_q")
+
+
+def _sample_digest(samples: Sequence[cf.GroupSparseSample]) -> str:
+    h = hashlib.sha256()
+    for s in samples:
+        h.update(np.ascontiguousarray(s.X, dtype=np.float64).tobytes())
+        h.update(np.ascontiguousarray(s.y, dtype=np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSparseModelSpec:
+    """What defines a torch run of Study B (stored with the run; resume refuses another one).
+
+    Parameters
+    ----------
+    task : closedform.group_sparse.GroupSparseSpec
+        d, D, sigma_x, j* (1-based), eta (Sec. B.1-B.2).
+    parametrisation : {"merged", "factorised"}
+        ``merged``: trainable v and W from v = 0, W = 0 (Sec. B.2). ``factorised``: trainable v, W_K, W_Q with
+        W = W_K^T W_Q, v = 0 and factor entries i.i.d. N(0, init_scale^2), W_K drawn before W_Q (Sec. B.7).
+    init_scale : float > 0
+        s of the factorised init (spec default 0.01); ignored (must stay 0.01) for the merged model.
+    v_star : tuple of d floats
+        The unit label direction v* (normalised on construction).
+    mirror : bool
+        Online sampler only: each draw of n samples holds n/2 draws, each followed by its image (-X, -y) (Sec. 0,
+        population proxy); n, the batch size and the evaluation size must then be even.
+    project_steps : bool
+        Merged model only: project (v, W) orthogonally onto the invariant family of Sec. B.3 after every step
+        (the projected dynamics, equal to the reduced map on the same sample).
+    state0 : tuple of 8 floats or None
+        Merged model only: start at the reduced state (beta, w_par, w_perp, m1..m5) embedded by
+        ``closedform.group_sparse.embed_state`` instead of zero.
+    data_digest : str or None
+        SHA-256 prefix of the fixed samples (set by :class:`GroupSparseAttention`), None for online data.
+    """
+
+    task: cf.GroupSparseSpec
+    parametrisation: str = "merged"
+    init_scale: float = 0.01
+    v_star: tuple[float, ...]
+    mirror: bool = False
+    project_steps: bool = False
+    state0: tuple[float, ...] | None = None
+    data_digest: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.task, cf.GroupSparseSpec):
+            raise ValueError(f"task must be a closedform.group_sparse.GroupSparseSpec; got {type(self.task).__name__}")  # noqa: TRY004 (project rule)
+        check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
+        object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
+        v = np.asarray(self.v_star, dtype=np.float64).reshape(-1)
+        if v.shape != (self.task.d,) or not np.all(np.isfinite(v)) or not np.linalg.norm(v) > 0:
+            raise ValueError(f"v_star must be a finite non-zero vector of length d={self.task.d}; got shape {v.shape}")
+        object.__setattr__(self, "v_star", tuple(float(x) for x in v / np.linalg.norm(v)))
+        object.__setattr__(self, "mirror", bool(self.mirror))
+        object.__setattr__(self, "project_steps", bool(self.project_steps))
+        merged_only = [name for name, bad in (("project_steps", self.project_steps),
+                                              ("state0", self.state0 is not None)) if bad]
+        if self.parametrisation == "factorised":
+            if merged_only:
+                raise ValueError(f"{merged_only[0]} applies only to parametrisation='merged' (the invariant family "
+                                 "of Sec. B.3 is a family of merged W)")
+        elif self.init_scale != 0.01:
+            raise ValueError(f"init_scale applies only to parametrisation='factorised' (the merged model starts at "
+                             f"zero, Sec. B.2); got init_scale={self.init_scale}")
+        if self.state0 is not None:
+            s0 = np.asarray(self.state0, dtype=np.float64).reshape(-1)
+            if s0.shape != (cf.N_STATE,) or not np.all(np.isfinite(s0)):
+                raise ValueError(f"state0 must be {cf.N_STATE} finite floats {cf.STATE_NAMES}; got shape {s0.shape}")
+            object.__setattr__(self, "state0", tuple(float(x) for x in s0))
+
+    @property
+    def v_star_array(self) -> np.ndarray:
+        """v* as a float64 array (d,)."""
+        return np.asarray(self.v_star, dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The forward pass (Sec. B.2), batched over seeds and draws
+# ----------------------------------------------------------------------------------------------------------------------
+
+def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The merged key-query matrix W (S, d+D, d+D): ``params["W"]``, or W_K^T W_Q for the factorised model (Sec. B.7)."""
+    if "W" in params:
+        return params["W"]
+    return params["W_K"].transpose(-1, -2) @ params["W_Q"]
+
+
+def _tokens(X: torch.Tensor) -> torch.Tensor:
+    """H = [X; I_D] (Sec. B.2): (..., d, D) -> (..., d + D, D)."""
+    D = X.shape[-1]
+    eye = torch.eye(D, dtype=X.dtype, device=X.device).expand(*X.shape[:-2], D, D)
+    return torch.cat([X, eye], dim=-2)
+
+
+def attention(W: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens H and column-softmax attention S = softmax(H^T W H) (Sec. B.2, Sec. 0: softmax over keys, axis -2).
+
+    Parameters
+    ----------
+    W : (S, d+D, d+D)
+    X : (S, n, d, D)
+
+    Returns
+    -------
+    H : (S, n, d+D, D); S_att : (S, n, D, D) with S_att[s, k, i, j] = weight of query j on key i.
+    """
+    H = _tokens(X)
+    Z = H.transpose(-1, -2) @ (W[:, None] @ H)
+    return H, torch.softmax(Z, dim=-2)
+
+
+def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Model output f = v^T H S 1_D = sum_i u_i r_i (Sec. B.2) and the attention S.
+
+    Parameters
+    ----------
+    params : {"v": (S, d+D), "W": (S, d+D, d+D)} or {"v", "W_K", "W_Q"}
+    X : (S, n, d, D)
+
+    Returns
+    -------
+    f : (S, n); S_att : (S, n, D, D)
+    """
+    H, S_att = attention(effective_W(params), X)
+    u = torch.einsum("sa,snai->sni", params["v"], H)   # u_i = v^T h_i
+    f = (u * S_att.sum(dim=-1)).sum(dim=-1)           # sum_i u_i r_i, r_i = sum_j S_ij
+    return f, S_att
+
+
+def loss_per_draw(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """ell(y f) = log(1 + exp(-y f)) (Sec. B.2), exactly (``logaddexp``, no softplus threshold)."""
+    return torch.logaddexp(torch.zeros((), dtype=f.dtype, device=f.device), -y * f)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The model (protocol of empirical.train)
+# ----------------------------------------------------------------------------------------------------------------------
+
+class GroupSparseAttention:
+    """One-layer softmax transformer of Study B as an :class:`empirical.train.TorchModel` (Sec. B.2, Sec. B.7).
+
+    Parameters
+    ----------
+    task : closedform.group_sparse.GroupSparseSpec
+    parametrisation : {"merged", "factorised"}
+    init_scale : float
+        Std of the factor entries of the factorised model (default 0.01, Sec. 0).
+    v_star : (d,) array, optional
+        The label direction. Default: that of ``data`` if given, else the first draw of Appendix G.B from
+        ``numpy.random.default_rng(0)`` (a random unit vector, Sec. B.7 suggestion).
+    data : sequence of closedform.group_sparse.GroupSparseSample, optional
+        Fixed training samples, one per seed (in the order of ``config.seeds``), all with this ``v_star`` and the
+        same size; e.g. from :func:`training_samples`. ``None``: online data from the torch sampler.
+    mirror, project_steps, state0 :
+        See :class:`GroupSparseModelSpec`.
+    """
+
+    name = "group_sparse"
+    time_unit = "eta*step"
+
+    def __init__(self, task: cf.GroupSparseSpec, *, parametrisation: str = "merged", init_scale: float = 0.01,
+                 v_star=None, data: Sequence[cf.GroupSparseSample] | None = None, mirror: bool = False,
+                 project_steps: bool = False, state0=None):
+        self.data = None
+        if data is not None:
+            if isinstance(data, cf.GroupSparseSample):
+                data = [data]
+            data = list(data)
+            if not data or not all(isinstance(s, cf.GroupSparseSample) for s in data):
+                raise ValueError("data must be a non-empty sequence of closedform.group_sparse.GroupSparseSample")
+            shapes = {s.X.shape for s in data}
+            if len(shapes) != 1 or next(iter(shapes))[1:] != (task.d, task.D):
+                raise ValueError(f"data samples must all have shape (n, d={task.d}, D={task.D}); got {sorted(shapes)}")
+            if v_star is None:
+                v_star = data[0].v_star
+            for s in data:
+                if not np.allclose(s.v_star, np.asarray(v_star, dtype=np.float64) / np.linalg.norm(v_star),
+                                   rtol=0, atol=1e-15):
+                    raise ValueError("data samples must share the model's v_star (the probes of Sec. B.3.1 use it)")
+            if mirror:
+                raise ValueError("mirror applies to the online sampler only; mirror fixed samples with "
+                                 "closedform.group_sparse.sample(..., mirror=True)")
+            self.data = data
+        if v_star is None:
+            v_star = np.random.default_rng(0).standard_normal(task.d)
+        self.spec = GroupSparseModelSpec(
+            task=task, parametrisation=parametrisation, init_scale=init_scale, v_star=tuple(np.ravel(v_star)),
+            mirror=mirror, project_steps=project_steps, state0=None if state0 is None else tuple(np.ravel(state0)),
+            data_digest=None if self.data is None else _sample_digest(self.data))
+        self.task = task
+        self.v_star = self.spec.v_star_array
+
+    # -- time axis ---------------------------------------------------------------------------------------------------
+
+    def time_of_step(self, step):
+        """Flow time eta * t of GD step t (spec Sec. 0)."""
+        return self.task.time_of_step(step)
+
+    # -- protocol ----------------------------------------------------------------------------------------------------
+
+    def init_params(self, generators, *, device, dtype):
+        """v^(0) = 0 and W^(0) = 0 (merged, Sec. B.2) or W_K, W_Q i.i.d. N(0, s^2) from each seed's ``init`` stream,
+        W_K first (factorised, Sec. B.7); or the embedded reduced state ``state0``."""
+        dim = self.task.dim
+        if self.spec.parametrisation == "factorised":
+            s = self.spec.init_scale
+
+            def draw(g):
+                W_K = s * torch.randn(dim, dim, generator=g, device=device, dtype=dtype)
+                W_Q = s * torch.randn(dim, dim, generator=g, device=device, dtype=dtype)
+                return {"v": torch.zeros(dim, device=device, dtype=dtype), "W_K": W_K, "W_Q": W_Q}
+
+            return per_seed(generators, draw)
+        if self.spec.state0 is None:
+            v0, W0 = np.zeros(dim), np.zeros((dim, dim))
+        else:
+            v0, W0 = cf.embed_state(self.task, np.asarray(self.spec.state0), self.v_star)
+        S = len(generators)
+        v = torch.as_tensor(v0, device=device, dtype=dtype).expand(S, dim).clone()
+        W = torch.as_tensor(W0, device=device, dtype=dtype).expand(S, dim, dim).clone()
+        return {"v": v, "W": W}
+
+    def sample(self, generators, n, *, device, dtype):
+        """``n`` draws per seed: the fixed samples (``data``), or fresh draws of Sec. B.1 from each generator.
+
+        Online draw order per seed: X = sigma_x * standard normal (n, d, D) (with ``mirror``: n/2 draws, each
+        followed by its image (-X, -y), so that every even-sized consecutive minibatch is mirrored); y =
+        sign(<x_{j*}, v*>) with sign(0) := +1 (Appendix G.B). Returns ``{"X": (S, n, d, D), "y": (S, n)}``.
+        """
+        n = check_int("n", n, min_value=1)
+        if self.data is not None:
+            if len(generators) != len(self.data):
+                raise ValueError(f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
+                                 "give one sample per seed")
+            n_data = self.data[0].X.shape[0]
+            if n != n_data:
+                raise ValueError(f"with fixed data, dataset_size and eval_size must equal the sample size {n_data}; "
+                                 f"got {n} (use gd_config)")
+            X = torch.stack([torch.as_tensor(s.X, device=device, dtype=dtype) for s in self.data])
+            y = torch.stack([torch.as_tensor(s.y, device=device, dtype=dtype) for s in self.data])
+            return {"X": X, "y": y}
+        if self.spec.mirror and n % 2:
+            raise ValueError(f"n must be even with mirror=True (n/2 draws and their images); got {n}")
+        d, D, js = self.task.d, self.task.D, self.task.jstar_index
+        vs = torch.as_tensor(self.v_star, device=device, dtype=dtype)
+        m = n // 2 if self.spec.mirror else n
+
+        def draw(g):
+            X = self.task.sigma_x * torch.randn(m, d, D, generator=g, device=device, dtype=dtype)
+            y = torch.where(X[:, :, js] @ vs >= 0, 1.0, -1.0).to(dtype)
+            if self.spec.mirror:  # interleaved: draw k at rows 2k, its image at 2k + 1 (even minibatches stay mirrored)
+                X = torch.stack([X, -X], dim=1).reshape(n, d, D)
+                y = torch.stack([y, -y], dim=1).reshape(n)
+            return {"X": X, "y": y}
+
+        return per_seed(generators, draw)
+
+    def loss(self, params, batch, hyper=None):
+        """Empirical logistic loss mean_k log(1 + exp(-y_k f_k)) per seed (Sec. B.2), shape (S,)."""
+        f, _ = forward(params, batch["X"])
+        return loss_per_draw(f, batch["y"]).mean(dim=-1)
+
+    def evaluate(self, params, batch, hyper=None):
+        """Loss, its SE over unique draws, accuracy P(y f > 0), E[S_{j*,j}] and the 5% quantile of min_j S_{j*,j}
+        on the evaluation batch (Sec. B.3.1; attention diagnostics by ``closedform.group_sparse``)."""
+        f, S_att = forward(params, batch["X"])
+        ell = loss_per_draw(f, batch["y"])
+        n = ell.shape[1]
+        # A mirrored sample holds n/2 draws and their images: average each pair first, so the SE counts unique draws
+        # (online sampler: interleaved pairs; closedform.group_sparse.sample(mirror=True): images in the second half).
+        if self.data is None and self.spec.mirror:
+            unit = ell.reshape(ell.shape[0], n // 2, 2).mean(dim=-1)
+        elif self.data is not None and self.data[0].mirrored:
+            unit = 0.5 * (ell[:, : n // 2] + ell[:, n // 2:])
+        else:
+            unit = ell
+        se = unit.std(dim=1, correction=1) / math.sqrt(unit.shape[1]) if unit.shape[1] > 1 else torch.zeros_like(
+            unit[:, 0])
+        S_np = S_att.detach().cpu().numpy()
+        diag = [cf.attention_diagnostics(self.task, S_np[s]) for s in range(S_np.shape[0])]
+        out = {"loss": ell.mean(dim=1), "loss_se": se, "accuracy": (batch["y"] * f > 0).to(f.dtype).mean(dim=1)}
+        for name in ("attn_jstar", "attn_jstar_q"):
+            out[name] = torch.tensor([row[name] for row in diag], dtype=f.dtype, device=f.device)
+        return out
+
+    def probes(self, params):
+        """Order parameters of Sec. B.3.1 per seed (``closedform.group_sparse.order_params`` on (v, W), W = W_K^T W_Q
+        for the factorised model): ``PROBE_NAMES``; cos and norm ratio are 0 while v_x = 0."""
+        v, W = to_weights(params)
+        rows = [cf.order_params(self.task, v[s], W[s], self.v_star) for s in range(v.shape[0])]
+        ref = params["v"]
+        out = {}
+        for name in PROBE_NAMES:
+            vals = [row[name] for row in rows]
+            vals = [0.0 if math.isnan(x) else x for x in vals]
+            out[name] = torch.tensor(vals, dtype=ref.dtype, device=ref.device)
+        return out
+
+    def project(self, params):
+        """With ``project_steps``: the orthogonal projection onto the invariant family (Sec. B.3, B.3.1) in place."""
+        if not self.spec.project_steps:
+            return
+        v = params["v"].detach().cpu().numpy()
+        W = params["W"].detach().cpu().numpy()
+        for s in range(v.shape[0]):
+            vp, Wp = cf.project(self.task, v[s], W[s], self.v_star)
+            params["v"][s].copy_(torch.as_tensor(vp))
+            params["W"][s].copy_(torch.as_tensor(Wp))
+
+
+def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """(v, W) as float64 numpy arrays (S, d+D), (S, d+D, d+D), W = W_K^T W_Q for the factorised model."""
+    with torch.no_grad():
+        v = params["v"].detach().to("cpu", torch.float64).numpy()
+        W = effective_W(params).detach().to("cpu", torch.float64).numpy()
+    return v, W
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Data and configurations
+# ----------------------------------------------------------------------------------------------------------------------
+
+def training_samples(task: cf.GroupSparseSpec, n: int, seeds, v_star, *, mirror: bool = False
+                     ) -> list[cf.GroupSparseSample]:
+    """One training sample per seed by the exact recipe of Appendix G.B (``closedform.group_sparse.sample``) with
+    ``numpy.random.default_rng(seed)`` and the given v* (so v* is not drawn; Sec. B.7: raw samples, not mirrored)."""
+    seeds = [check_int("seed", s, min_value=0) for s in np.atleast_1d(seeds)]
+    return [cf.sample(task, n, np.random.default_rng(s), v_star=v_star, mirror=mirror) for s in seeds]
+
+
+def gd_config(model: GroupSparseAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
+              checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+    """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed samples (Sec. B.2, Sec. B.7).
+
+    The evaluation batch is the training sample (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1.
+    """
+    if model.data is None:
+        raise ValueError("gd_config needs a model with fixed data (GroupSparseAttention(..., data=samples)); use "
+                         "sgd_config for online training")
+    n = model.data[0].X.shape[0]
+    seeds = tuple(range(len(model.data))) if seeds is None else seeds
+    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
+                       saveat=saveat or SaveAt(n=201), checkpoint_every=checkpoint_every, dtype=dtype)
+
+
+def sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 4000,
+               lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
+               dtype: str = "float64") -> TrainConfig:
+    """TrainConfig of online SGD (fresh draws of Sec. B.1 every step; default step ``task.eta``), evaluated on a
+    fixed batch of ``eval_size`` fresh draws (a test sample)."""
+    if model.data is not None:
+        raise ValueError("sgd_config needs an online model (data=None); use gd_config for fixed samples")
+    if model.spec.mirror and (batch_size % 2 or eval_size % 2):
+        raise ValueError(f"batch_size and eval_size must be even with mirror=True (draws come in mirrored pairs); got "
+                         f"batch_size={batch_size}, eval_size={eval_size}")
+    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, eval_size=eval_size,
+                       lr=model.task.eta if lr is None else lr, saveat=saveat or SaveAt(n=201),
+                       checkpoint_every=checkpoint_every, refill=refill, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Downstream transfer (Sec. B.4 runnable recipe [unknown; spec defaults], Sec. B.7)
+# ----------------------------------------------------------------------------------------------------------------------
+
+def sample_downstream(task: cf.GroupSparseSpec, n: int, v_tilde_star, gamma: float, rng) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+    """n downstream draws (Sec. B.4 recipe): x's ~ N(0, sigma_x^2) as in Sec. B.1, kept only if
+    |<v~*, x_{j*}>| >= gamma (margin by rejection), label y~ = sign(<v~*, x_{j*}>). Returns X (n, d, D), y (n,)."""
+    n = check_int("n", n, min_value=1)
+    gamma = float(gamma)
+    if not gamma >= 0:
+        raise ValueError(f"gamma must be >= 0; got {gamma}")
+    rng = as_generator(rng)
+    vt = np.asarray(v_tilde_star, dtype=np.float64)
+    vt = vt / np.linalg.norm(vt)
+    keep_X, have = [], 0
+    while have < n:
+        m = max(2 * (n - have), 64)
+        X = task.sigma_x * rng.standard_normal((m, task.d, task.D))
+        proj = X[:, :, task.jstar_index] @ vt
+        X = X[np.abs(proj) >= gamma]
+        keep_X.append(X)
+        have += X.shape[0]
+    X = np.concatenate(keep_X)[:n]
+    y = np.where(X[:, :, task.jstar_index] @ vt >= 0.0, 1.0, -1.0)
+    return X, y
+
+
+def _features(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """phi = H S 1_D (S, n, d+D): with W frozen, f = <v, phi> is linear in v (Sec. B.2)."""
+    H, S_att = attention(W, X)
+    return (H * S_att.sum(dim=-1)[:, :, None, :]).sum(dim=-1)
+
+
+def downstream_sgd(task: cf.GroupSparseSpec, W, X, y, X_test, y_test, *, checkpoints, lr0: float = 0.1,
+                   device: str | torch.device = "cpu") -> np.ndarray:
+    """Fine-tune v by online SGD with W frozen (Sec. B.4 runnable recipe): v = 0, then for i = 1..n one fresh sample,
+    v <- v - (lr0/sqrt(i)) grad_v ell(y~ f(X~_i; v, W)); test error of the iterate after n samples for each n of
+    ``checkpoints``.
+
+    Batched over seeds: W (S, d+D, d+D) (e.g. the pre-trained W^(T*), or 0 for "no pre-training"), X (S, n_max, d, D),
+    y (S, n_max), X_test (S, n_test, d, D), y_test (S, n_test). Returns the test errors (S, len(checkpoints)), the
+    fraction of test draws with y f <= 0. One SGD pass over the first n samples is the run with n samples (the step
+    size depends only on i), so every checkpoint is the prefix of one pass. float64.
+    """
+    dtype = torch.float64
+    W, X, y, X_test, y_test = (torch.tensor(np.asarray(a, dtype=np.float64), device=device)
+                               for a in (W, X, y, X_test, y_test))
+    if W.ndim != 3 or X.ndim != 4 or W.shape[0] != X.shape[0]:
+        raise ValueError(f"W must be (S, d+D, d+D) and X (S, n, d, D) with the same S; got {tuple(W.shape)}, "
+                         f"{tuple(X.shape)}")
+    lr0 = check_positive("lr0", lr0)
+    checkpoints = sorted(int(c) for c in np.atleast_1d(checkpoints))
+    if not checkpoints or checkpoints[0] < 1 or checkpoints[-1] > X.shape[1]:
+        raise ValueError(f"checkpoints must lie in [1, n_max={X.shape[1]}]; got {checkpoints}")
+    phi = _features(W, X)
+    phi_test = _features(W, X_test)
+    v = torch.zeros(W.shape[0], W.shape[1], dtype=dtype, device=device)
+    errors = []
+    want = set(checkpoints)
+    for i in range(1, checkpoints[-1] + 1):
+        p, yi = phi[:, i - 1], y[:, i - 1]
+        f = (v * p).sum(-1)
+        coef = -yi * torch.sigmoid(-yi * f)  # d ell / d f (Sec. B.2: coef = -lambda y)
+        v = v - (lr0 / math.sqrt(i)) * coef[:, None] * p
+        if i in want:
+            f_test = (phi_test @ v[:, :, None])[..., 0]
+            errors.append((y_test * f_test <= 0).to(dtype).mean(dim=1))
+    return torch.stack(errors, dim=1).cpu().numpy()
+
+
+def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
+    """Test error of L2-penalised logistic regression on vec(X) in R^{dD} (Sec. B.4 baseline: penalty l2/2 ||w||^2,
+    no intercept, fitted to convergence by L-BFGS). X (n, d, D), y (n,); returns the error on (X_test, y_test)."""
+    X = np.asarray(X, dtype=np.float64)
+    Xf = X.reshape(X.shape[0], -1)
+    y = np.asarray(y, dtype=np.float64)
+    l2 = check_positive("l2", l2)
+
+    def fun(w):
+        z = y * (Xf @ w)
+        val = np.mean(np.logaddexp(0.0, -z)) + 0.5 * l2 * (w @ w)
+        grad = -(Xf.T @ (y * _expit(-z))) / Xf.shape[0] + l2 * w
+        return val, grad
+
+    res = _optimize.minimize(fun, np.zeros(Xf.shape[1]), jac=True, method="L-BFGS-B",
+                             options={"maxiter": 5000, "gtol": 1e-10})
+    Xt = np.asarray(X_test, dtype=np.float64).reshape(len(y_test), -1)
+    return float(np.mean(np.asarray(y_test) * (Xt @ res.x) <= 0))
