@@ -1,0 +1,449 @@
+"""Torch one-layer attention that learns the in-context 1-NN rule (Li et al., NeurIPS 2024; spec Study A).
+
+Implements the empirical side of ``token_selection.md`` Study A: prompts H = [x_j, x_query; y_j, 0; 0, 1] (Sec. A.2),
+the prediction f_W(H) = sum_j q_j y_j with q = softmax(H^T W h_query) (Sec. A.3, no temperature, value = identity)
+and the square loss 1/2 mean (f - y_{i*})^2 (Sec. A.4), with two parametrisations of the key-query matrix:
+
+* ``merged``: a full trainable W in R^{(d+2)x(d+2)} from the paper's W^(0) = diag(0_{d+1}, -sigma) (Sec. A.4). Full-
+  batch GD at step eta then equals :func:`closedform.nearest_neighbor.full_gd` on the same labelled prompts, and on a
+  sample where the invariances of Sec. A.5 are exact (:func:`closedform.nearest_neighbor.symmetrized_prompts`) it
+  equals the reduced map :func:`closedform.nearest_neighbor.reduced_gd` in (xi1, xi2);
+* ``factorised``: W = W_K^T W_Q with W_K, W_Q in R^{(d+2)x(d+2)} drawn i.i.d. N(0, s^2), s = 0.01, W_K first, and no
+  mask (Sec. A.9 default; never from zero, a stationary point, nor from a factorisation of W^(0), which stays rank 1).
+
+Training is the shared trainer :func:`empirical.train.train`: full-batch GD (or minibatch SGD) on fixed prompts drawn by
+the closed form's sampler (:func:`closedform.nearest_neighbor.sample_prompts`, recipe G.A, so a torch run and the
+reduced map see the same x's) via :func:`gd_config`, or online SGD on fresh prompts via :func:`sgd_config`. The
+closed form is reused for everything model-specific: the embedding and numpy forward pass (the torch pass is tested
+against them), the probes (xi1, xi2, off) of Sec. A.5.1 (:func:`closedform.nearest_neighbor.probe`, applied to W or
+to W_K^T W_Q) and the diagnostics L, E[q_{i*}], its lower quantile, E[q_{N+1}]
+(:func:`closedform.nearest_neighbor.full_diagnostics`). Logged names are the closed form's, so a torch run and
+``reduced_gd`` align with ``xarray``.
+
+Symbol table (spec Sec. A.0; shapes carry the trainer's leading seed axis S)
+---------------------------------------------------------------------------
+=============  ==============  ==================================================  ===================  ==========
+code           paper           meaning                                             shape                defined
+=============  ==============  ==================================================  ===================  ==========
+X, xq, y       x_j, x_query    context inputs, query on S^{d-1}, labels (+-1)      (n,N,d), (n,d), (n,N)  Sec. A.1
+target         y_{i*}          label of the nearest neighbour of x_query           (S, n)               Sec. A.1
+H              H               embedded prompts [x; y; indicator] (the batch)      (S, n, d+2, N+1)     Sec. A.2
+W              W               merged key-query matrix                             (S, d+2, d+2)        Sec. A.3
+W_K, W_Q       W_K, W_Q        factors, W = W_K^T W_Q                              (S, d+2, d+2)        Sec. A.9
+init_scale     s               std of the factors' entries at initialisation       float                Sec. A.9
+q              q               attention of the query, last entry = on itself      (S, n, N+1)          Sec. A.3
+xi1, xi2, off  xi1, xi2, off   probes: tr(W11)/d, -W33, distance to the family     (S,)                 Sec. A.5.1
+L, L_se        L               sample loss 1/2 mean (f - y_{i*})^2 and its SE      (S,)                 Sec. A.4
+acc            --              accuracy of sign(f) against the 1-NN label y_{i*}   (S,)                 Sec. A.3
+mse_test       --              test MSE mean (f - y_{i*})^2 on fixed test prompts  (S,)                 Sec. A.6
+=============  ==============  ==================================================  ===================  ==========
+
+Time axis: the GD step t (``step``); ``time`` = eta t with eta = ``task.eta`` (spec Sec. 0), as in
+:func:`closedform.nearest_neighbor.reduced_gd`. :func:`gd_config` and :func:`sgd_config` use ``lr = task.eta`` so that
+both axes agree.
+
+Notes
+-----
+* With fixed prompts, ``sample`` returns the training prompts for both the training set and the evaluation batch, so
+  ``L`` is the training-sample loss (spec Sec. 0). With explicit labels it differs from the reduced map's L (labels
+  integrated out, Sec. A.5) by label-sampling noise only; ``duplicate_labels=True`` in :func:`prompt_samples` adds
+  every prompt again with y -> -y (the Sec. A.8 recipe), which cancels the odd label moments.
+* The torch loss is the spec's normalisation exactly: 1/2, mean over prompts, no 1/sqrt(d) temperature (Sec. 0).
+* Step size [measured here, not in the spec]: the label-bias entry W23 (score y_j W23 on context token j) has
+  curvature lambda = E[(sum_j q_j - f^2)^2] ~ 0.9 at W^(0) (d = 4, N = 16), so full-matrix GD is linearly unstable in
+  that direction for eta > 2/lambda ~ 2.2 until xi1 ~ 10; at the reduced map's reference eta = 5 W23 can jump to
+  +-0.9 with a loss spike (tests/test_empirical_nearest_neighbor.py). The reduced map cannot see this direction: use
+  eta <= 2 for torch-vs-reduced comparisons.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from closedform import nearest_neighbor as cf
+from dynamics.saveat import SaveAt
+from dynamics.validation import check_choice, check_in_range, check_int, check_positive
+from empirical.train import TrainConfig, per_seed
+
+__all__ = ["EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "NearestNeighborAttention", "NearestNeighborModelSpec",
+           "attention", "effective_W", "embed", "gd_config", "predict", "prompt_samples", "sgd_config", "to_prompts",
+           "to_weights"]
+
+REFERENCE = cf.REFERENCE
+PARAMETRISATIONS = ("merged", "factorised")
+
+#: Weight probes of Sec. A.5.1, logged at every save step (names of the closed form).
+PROBE_NAMES: tuple[str, ...] = ("xi1", "xi2", "off")
+#: Evaluation metrics (names of ``closedform.nearest_neighbor.DIAGNOSTIC_NAMES`` where they exist there).
+EVAL_NAMES: tuple[str, ...] = ("L", "L_se", "acc", "q_istar", "q_istar_lo", "q_self")
+
+
+def _digest(samples) -> str | None:
+    if samples is None:
+        return None
+    h = hashlib.sha256()
+    for p in samples:
+        for arr in (p.X, p.xq, p.y):
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _array_digest(arrays: Mapping[str, np.ndarray] | None) -> str | None:
+    if arrays is None:
+        return None
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(arrays[name], dtype=np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NearestNeighborModelSpec:
+    """What defines a torch run of Study A (stored with the run; resume refuses another one).
+
+    Parameters
+    ----------
+    task : closedform.nearest_neighbor.NearestNeighborSpec
+        d, N, sigma, eta (Sec. A.1-A.4).
+    parametrisation : {"merged", "factorised"}
+        Trainable W from W^(0) (Sec. A.4), or (W_K, W_Q) from i.i.d. N(0, init_scale^2) entries (Sec. A.9).
+    init_scale : float > 0
+        Std of the factors' entries (spec default 0.01); must stay 0.01 for the merged model (no random start).
+    quantile : float in (0, 1)
+        Lower quantile of q_{i*} logged as ``q_istar_lo`` (Sec. A.5.1; default 0.05).
+    data_digest, test_digest, init_digest : str or None
+        SHA-256 prefixes of the fixed training prompts, the test prompts and explicit initial weights.
+    """
+
+    task: cf.NearestNeighborSpec
+    parametrisation: str = "merged"
+    init_scale: float = 0.01
+    quantile: float = 0.05
+    data_digest: str | None = None
+    test_digest: str | None = None
+    init_digest: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.task, cf.NearestNeighborSpec):
+            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborSpec; got "
+                             f"{type(self.task).__name__}")
+        check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
+        object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
+        object.__setattr__(self, "quantile", check_in_range("quantile", self.quantile, 0.0, 1.0, low_open=True,
+                                                            high_open=True))
+        if self.parametrisation == "merged" and self.init_scale != 0.01:
+            raise ValueError(f"init_scale applies only to parametrisation='factorised' (the merged W starts at the "
+                             f"paper's W^(0), Sec. A.4); got init_scale={self.init_scale}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The forward pass (Sec. A.2-A.3), batched over seeds and prompts
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def embed(X: torch.Tensor, xq: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Embedded prompts H (..., d+2, N+1) from X (..., N, d), xq (..., d), y (..., N): columns [x_j; y_j; 0] and
+    [x_query; 0; 1] (Sec. A.2), the layout of :func:`closedform.nearest_neighbor.embed`."""
+    lead = X.shape[:-2]
+    zeros = X.new_zeros(*lead, 1, X.shape[-2])
+    ctx = torch.cat([X.transpose(-1, -2), y[..., None, :], zeros], dim=-2)  # (..., d+2, N)
+    query = torch.cat([xq, xq.new_zeros(*lead, 1), xq.new_ones(*lead, 1)], dim=-1)  # (..., d+2)
+    return torch.cat([ctx, query[..., None]], dim=-1)
+
+
+def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The merged key-query matrix (S, d+2, d+2): ``params["W"]`` or W_K^T W_Q (factorised, Sec. A.9)."""
+    if "W" in params:
+        return params["W"]
+    return params["W_K"].transpose(-1, -2) @ params["W_Q"]
+
+
+def attention(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
+    """q = softmax(H^T W h_query) (S, n, N+1) for W (S, D, D), H (S, n, D, N+1) (Sec. A.3, column-wise softmax of
+    Sec. 0, no temperature); the last entry is the query's attention on itself, q_{N+1}."""
+    v = torch.einsum("sij,snj->sni", W, H[..., -1])  # W h_query
+    scores = torch.einsum("snim,sni->snm", H, v)  # h_m^T W h_query
+    return torch.softmax(scores, dim=-1)
+
+
+def predict(params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (Sec. A.3) on a batch ``{"H": (S, n,
+    d+2, N+1), ...}``."""
+    H = batch["H"]
+    q = attention(effective_W(params), H)
+    f = (q * H[..., -2, :]).sum(dim=-1)  # the label row [y_1, ..., y_N, 0]
+    return q, f
+
+
+def to_weights(params: Mapping[str, torch.Tensor]) -> np.ndarray:
+    """W as float64 numpy (S, d+2, d+2); W = W_K^T W_Q for the factorised model."""
+    with torch.no_grad():
+        return effective_W(params).detach().to("cpu", torch.float64).numpy()
+
+
+def to_prompts(batch: Mapping[str, torch.Tensor], seed_index: int) -> cf.Prompts:
+    """The prompts of one seed of a torch batch as a labelled :class:`closedform.nearest_neighbor.Prompts`."""
+    H = batch["H"][seed_index].detach().to("cpu", torch.float64).numpy()
+    d = H.shape[1] - 2
+    X = np.ascontiguousarray(np.swapaxes(H[:, :d, :-1], 1, 2))
+    xq = np.ascontiguousarray(H[:, :d, -1])
+    c = np.einsum("bjd,bd->bj", X, xq)
+    return cf.Prompts(X=X, xq=xq, c=c, istar=np.argmax(c, axis=1).astype(np.int64),
+                      y=np.ascontiguousarray(H[:, d, :-1]))
+
+
+def _torch_batch(samples: Sequence[cf.Prompts], device, dtype) -> dict[str, torch.Tensor]:
+    """Fixed prompts as a batch ``{"H": (S, n, d+2, N+1), "target": (S, n)}`` (H from the closed form's embed)."""
+    H = np.stack([cf.embed(p) for p in samples])
+    target = np.stack([p.target for p in samples])
+    return {"H": torch.as_tensor(H, device=device).to(dtype),
+            "target": torch.as_tensor(target, device=device).to(dtype)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The model (protocol of empirical.train)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _check_samples(task: cf.NearestNeighborSpec, samples, name: str) -> list[cf.Prompts] | None:
+    if samples is None:
+        return None
+    if isinstance(samples, cf.Prompts):
+        samples = [samples]
+    samples = list(samples)
+    if not samples or not all(isinstance(p, cf.Prompts) for p in samples):
+        raise ValueError(f"{name} must be a non-empty sequence of closedform.nearest_neighbor.Prompts (one per seed)")
+    for p in samples:
+        if p.y is None:
+            raise ValueError(f"{name} prompts must carry explicit labels y (sample_prompts(..., labels=True))")
+        if (p.N, p.d) != (task.N, task.d):
+            raise ValueError(f"{name} prompts have (N, d) = ({p.N}, {p.d}) but the task has ({task.N}, {task.d})")
+    sizes = {p.n_prompts for p in samples}
+    if len(sizes) != 1:
+        raise ValueError(f"{name} samples must all hold the same number of prompts; got {sorted(sizes)}")
+    return samples
+
+
+class NearestNeighborAttention:
+    """One-layer attention of Study A as an :class:`empirical.train.TorchModel` (Sec. A.2-A.4, Sec. A.9).
+
+    Parameters
+    ----------
+    task : closedform.nearest_neighbor.NearestNeighborSpec
+    parametrisation, init_scale, quantile :
+        See :class:`NearestNeighborModelSpec`.
+    data : sequence of closedform.nearest_neighbor.Prompts, optional
+        Fixed labelled training prompts, one sample per seed (in the order of ``config.seeds``), all of one size
+        (e.g. :func:`prompt_samples`). ``None``: online prompts from the torch sampler (Sec. A.1).
+    test : closedform.nearest_neighbor.Prompts or a sequence of them (one per seed), optional
+        Fixed labelled test prompts (e.g. the shifted law of Theorem A2, ``sample_shifted_prompts``); the test MSE
+        mean (f - y_{i*})^2 (no 1/2, Sec. A.6) is then logged as ``mse_test``.
+    init_weights : mapping name -> array, optional
+        Explicit initial weights instead of the paper's (``{"W": ...}`` merged, ``{"W_K": ..., "W_Q": ...}``
+        factorised), each (d+2, d+2) for every seed or (S, d+2, d+2): e.g. to start both sources on the same point
+        or to rerun a recipe that draws the factors with numpy (Sec. A.9).
+    """
+
+    name = "nearest_neighbor"
+    time_unit = "step (time = eta * step)"
+
+    def __init__(self, task: cf.NearestNeighborSpec, *, parametrisation: str = "merged", init_scale: float = 0.01,
+                 quantile: float = 0.05, data=None, test=None, init_weights: Mapping[str, np.ndarray] | None = None):
+        if not isinstance(task, cf.NearestNeighborSpec):
+            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborSpec; got "
+                             f"{type(task).__name__}")
+        self.data = _check_samples(task, data, "data")
+        self.test = _check_samples(task, test, "test")
+        if self.test is not None and self.data is not None and len(self.test) not in (1, len(self.data)):
+            raise ValueError(f"test must hold one sample, or one per seed like data ({len(self.data)}); got "
+                             f"{len(self.test)}")
+        self.init_weights = self._check_init_weights(task, parametrisation, init_weights)
+        self.spec = NearestNeighborModelSpec(task=task, parametrisation=parametrisation, init_scale=init_scale,
+                                             quantile=quantile, data_digest=_digest(self.data),
+                                             test_digest=_digest(self.test),
+                                             init_digest=_array_digest(self.init_weights))
+        self.task = task
+        self._test_H: dict = {}
+
+    @staticmethod
+    def _check_init_weights(task, parametrisation, init_weights):
+        if init_weights is None:
+            return None
+        check_choice("parametrisation", parametrisation, PARAMETRISATIONS)
+        want = {"W"} if parametrisation == "merged" else {"W_K", "W_Q"}
+        if not isinstance(init_weights, Mapping) or set(init_weights) != want:
+            got = sorted(init_weights) if isinstance(init_weights, Mapping) else type(init_weights).__name__
+            raise ValueError(f"init_weights must provide exactly {sorted(want)} for parametrisation="
+                             f"{parametrisation!r}; got {got}")
+        D = task.embed_dim
+        out = {}
+        for name, value in init_weights.items():
+            arr = np.asarray(value, dtype=np.float64)
+            if arr.shape[-2:] != (D, D) or arr.ndim not in (2, 3) or not np.all(np.isfinite(arr)):
+                raise ValueError(f"init_weights[{name!r}] must be finite with shape (D, D) or (S, D, D), D = d + 2 = "
+                                 f"{D}; got shape {arr.shape}")
+            out[name] = arr
+        return out
+
+    def time_of_step(self, step):
+        """Flow time tau = eta t of GD step t (spec Sec. 0)."""
+        return self.task.time_of_step(step)
+
+    # -- protocol ----------------------------------------------------------------------------------------------------
+
+    def init_params(self, generators, *, device, dtype):
+        """W = W^(0) = diag(0_{d+1}, -sigma) for every seed (merged, Sec. A.4; no randomness), or W_K then W_Q with
+        i.i.d. N(0, init_scale^2) entries from each seed's ``init`` stream (factorised, Sec. A.9); or the explicit
+        ``init_weights``."""
+        S, D = len(generators), self.task.embed_dim
+        if self.init_weights is not None:
+            out = {}
+            for name, arr in self.init_weights.items():
+                if arr.ndim == 3 and arr.shape[0] != S:
+                    raise ValueError(f"init_weights[{name!r}] holds {arr.shape[0]} matrices but the run has {S} "
+                                     "seeds")
+                t = torch.as_tensor(arr, device=device).to(dtype)
+                out[name] = t.expand(S, D, D).clone() if t.ndim == 2 else t.clone()
+            return out
+        if self.spec.parametrisation == "merged":
+            W0 = torch.as_tensor(cf.initial_W(self.task), device=device).to(dtype)
+            return {"W": W0.expand(S, D, D).clone()}
+        s = self.spec.init_scale
+
+        def draw(g):
+            W_K = s * torch.randn(D, D, generator=g, device=device, dtype=dtype)
+            return {"W_K": W_K, "W_Q": s * torch.randn(D, D, generator=g, device=device, dtype=dtype)}
+
+        return per_seed(generators, draw)
+
+    def sample(self, generators, n, *, device, dtype):
+        """``n`` labelled prompts per seed: ``{"H": (S, n, d+2, N+1), "target": (S, n)}`` (H of Sec. A.2, target
+        y_{i*}).
+
+        Fixed data: the training prompts (``n`` must equal their number). Online (Sec. A.1, the order of recipe G.A
+        with torch generators): X ~ N(0, I) normalised, then x_query likewise, then y Rademacher; target = y_{i*} with
+        i* = argmax_j <x_j, x_query>.
+        """
+        n = check_int("n", n, min_value=1)
+        if self.data is not None:
+            if len(generators) != len(self.data):
+                raise ValueError(f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
+                                 "give one sample per seed")
+            if n != self.data[0].n_prompts:
+                raise ValueError(f"with fixed data, dataset_size and eval_size must equal the number of training "
+                                 f"prompts {self.data[0].n_prompts}; got {n} (use gd_config)")
+            return _torch_batch(self.data, device, dtype)
+        N, d = self.task.N, self.task.d
+
+        def draw(g):
+            X = torch.randn(n, N, d, generator=g, device=device, dtype=dtype)
+            X = X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+            xq = torch.randn(n, d, generator=g, device=device, dtype=dtype)
+            xq = xq / torch.linalg.vector_norm(xq, dim=-1, keepdim=True)
+            y = 2.0 * torch.randint(0, 2, (n, N), generator=g, device=device).to(dtype) - 1.0
+            istar = torch.einsum("njd,nd->nj", X, xq).argmax(dim=-1)
+            return {"H": embed(X, xq, y), "target": torch.gather(y, 1, istar[:, None])[:, 0]}
+
+        return per_seed(generators, draw)
+
+    def loss(self, params, batch, hyper=None):
+        """L = 1/2 mean over prompts of (f_W(H) - y_{i*})^2 per seed (Sec. A.4), shape (S,)."""
+        _, f = predict(params, batch)
+        return 0.5 * ((f - batch["target"]) ** 2).mean(dim=-1)
+
+    def evaluate(self, params, batch, hyper=None):
+        """Sample loss ``L`` and its SE, the accuracy ``acc`` of sign(f) against y_{i*}, and the diagnostics of
+        Sec. A.5.1 (E[q_{i*}], its lower quantile, E[q_{N+1}]; :func:`closedform.nearest_neighbor.full_diagnostics` on
+        each seed's W) on the evaluation batch (the training prompts for fixed data); ``mse_test`` on the test
+        prompts if given."""
+        _, f = predict(params, batch)
+        ell = 0.5 * (f - batch["target"]) ** 2
+        n = ell.shape[1]
+        out = {"L": ell.mean(dim=1),
+               "L_se": ell.std(dim=1, correction=1) / math.sqrt(n) if n > 1 else torch.zeros_like(ell[:, 0]),
+               "acc": (f * batch["target"] > 0).to(f.dtype).mean(dim=1)}
+        W = to_weights(params)
+        ref = out["L"]
+        rows = []
+        for s in range(W.shape[0]):
+            prompts = self.data[s] if self.data is not None else to_prompts(batch, s)
+            diag = cf.full_diagnostics(W[s], prompts, quantile=self.spec.quantile)
+            rows.append([diag[name] for name in ("q_istar", "q_istar_lo", "q_self")])
+            if self.test is not None:
+                test = self.test[s] if len(self.test) > 1 else self.test[0]
+                key = id(test)
+                if key not in self._test_H:
+                    self._test_H[key] = cf.embed(test)
+                _, f_test = cf.forward(W[s], self._test_H[key])
+                rows[-1].append(float(np.mean((f_test - test.target) ** 2)))
+        arr = torch.as_tensor(np.asarray(rows), dtype=ref.dtype, device=ref.device)
+        for j, name in enumerate(("q_istar", "q_istar_lo", "q_self")):
+            out[name] = arr[:, j]
+        if self.test is not None:
+            out["mse_test"] = arr[:, 3]
+        return out
+
+    def probes(self, params):
+        """Probes of Sec. A.5.1 per seed (:func:`closedform.nearest_neighbor.probe` on W, or on W_K^T W_Q):
+        xi1 = tr(W11)/d, xi2 = -W33 and off = ||W - diag(xi1 I, 0, -xi2)||_F / ||W||_F."""
+        W = effective_W(params)
+        xi1, xi2, off = cf.probe(to_weights(params))
+        return {name: torch.as_tensor(np.asarray(v), dtype=W.dtype, device=W.device)
+                for name, v in zip(PROBE_NAMES, (xi1, xi2, off))}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data and configurations
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def prompt_samples(task: cf.NearestNeighborSpec, n_prompts: int, seeds, *, duplicate_labels: bool = False
+                   ) -> list[cf.Prompts]:
+    """Labelled training prompts per seed by the exact recipe G.A (x's, then Rademacher labels from the same
+    generator, ``closedform.nearest_neighbor.sample_prompts(task, n_prompts, seed, labels=True)``).
+
+    ``duplicate_labels``: every prompt is followed by its copy with y -> -y (Sec. A.8; 2 n_prompts rows, the same
+    x's, so ``reduced_gd`` on ``sample_prompts(task, n_prompts, seed)`` sees the same inputs).
+    """
+    n_prompts = check_int("n_prompts", n_prompts, min_value=1)
+    out = []
+    for s in np.atleast_1d(seeds):
+        p = cf.sample_prompts(task, n_prompts, check_int("seed", s, min_value=0), labels=True)
+        if duplicate_labels:
+            p = cf.repeat_with_labels(p, np.stack([p.y, -p.y], axis=1))
+        out.append(p)
+    return out
+
+
+def gd_config(model: NearestNeighborAttention, n_steps: int, *, seeds=None, batch_size: int | None = None,
+              saveat: SaveAt | None = None, checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+    """TrainConfig of GD at step eta = ``task.eta`` on the model's fixed prompts (Sec. A.4): full batch by default,
+    minibatch SGD over per-epoch permutations with ``batch_size``. The evaluation batch is the training sample
+    (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1 (labels of the runs; the prompts are those of the model)."""
+    if model.data is None:
+        raise ValueError("gd_config needs a model with fixed prompts (NearestNeighborAttention(..., data=samples)); "
+                         "use sgd_config for online training")
+    n = model.data[0].n_prompts
+    seeds = tuple(range(len(model.data))) if seeds is None else seeds
+    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n if batch_size is None else batch_size,
+                       dataset_size=n, eval_size=n, lr=model.task.eta, saveat=saveat or SaveAt(n=51),
+                       checkpoint_every=checkpoint_every, dtype=dtype)
+
+
+def sgd_config(model: NearestNeighborAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 2000,
+               saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
+               dtype: str = "float64") -> TrainConfig:
+    """TrainConfig of online SGD at step eta = ``task.eta`` (fresh prompts of Sec. A.1 every step), evaluated on a
+    fixed batch of ``eval_size`` fresh prompts per seed."""
+    if model.data is not None:
+        raise ValueError("sgd_config needs an online model (data=None); use gd_config for fixed prompts")
+    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, eval_size=eval_size, lr=model.task.eta,
+                       saveat=saveat or SaveAt(n=51), checkpoint_every=checkpoint_every, refill=refill, dtype=dtype)
