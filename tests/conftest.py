@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# One compute thread per test process: pytest-xdist already runs one worker per core, and torch's intra-op threads
+# make the small tensors of these tests several times slower when they compete (set before torch/numpy load BLAS).
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # numba compiles on first call, so no per-example deadline; CI derandomises so every run draws the same examples.
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
