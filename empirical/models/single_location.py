@@ -1,0 +1,426 @@
+"""Torch side of single-location regression: erf and softmax predictors trained by online stochastic PGD.
+
+Implements spec single_location.md Sec. 1 (data law), Sec. 2.2 (softmax predictor), Sec. 2.3 (erf predictor, paper
+Eq. (3)), Sec. 6.1 (projected update, paper Definition 1) with the stochastic mini-batch gradient of Sec. 8.4 (Fig. 5
+protocol), and the probes of Sec. 4.1 / 5.1, for the shared trainer :func:`empirical.train.train`. Reference:
+:data:`closedform.single_location.REFERENCE` (Marion, Berthier, Biau, Boyer, ICLR 2025). The Transformer and the
+multiple-location models (spec Sec. 8.7-8.9) live in :mod:`empirical.models.single_location_transformer`.
+
+Symbol table
+------------
+===================== ============== ============================================== =============== ==============
+code                  paper symbol   meaning                                        shape           spec
+===================== ============== ============================================== =============== ==============
+task                  (d, L, gamma,  the task of the closed form                    SingleLocation  Sec. 1
+                      eps)
+k_star, v_star        k*, v*         oracle directions (orthonormal; shared by the  (d,) float64    Sec. 1
+                                     seeds of one model object)
+X, y                  X, Y           tokens, output                                 (S, B, L, d),   Sec. 1
+                                                                                    (S, B)
+k, v                  k, v           trained key / value directions (unit)          (S, d)          Sec. 2.3
+lam                   lambda_n       inverse temperature of update / row n          float           Sec. 0.3, 6.1
+kappa, nu, theta,     kappa, nu,     k.k*, v.v*, v.k*, k.v*, k.v                    (S,)            Sec. 4.1
+eta, rho              theta, eta,
+                      rho
+distance_to_manifold  dist_M         sqrt(theta^2 + eta^2 + rho^2)                  (S,)            Sec. 5.1
+risk                  R_lambda       test MSE (eps^2 included) of iterate n at      (S,)            Sec. 0.3, 8.4
+                                     lambda_n on the fixed evaluation batch
+excess_risk           R - eps^2      risk - eps^2 (may be negative: it is noisy)    (S,)            Sec. 0.1, 8.4
+===================== ============== ============================================== =============== ==============
+
+The logged variables (``kappa, nu, theta, eta, rho, distance_to_manifold, risk, excess_risk, lam``) are exactly those
+of :func:`closedform.single_location.pgd`, on the same time axis (time = step, the state after ``step`` updates; the
+row at step n holds iterate n and lambda_n, spec Sec. 0.3), so an overlay is an ``xarray`` alignment.
+
+Loss (spec Sec. 8.4): the mini-batch mean squared error (1/B) sum_b (T(X_b) - Y_b)^2, no factor 1/2, so that its
+population version is the closed-form risk R of spec Sec. 4.2 (true MSE, eps^2 included). The trainer's
+``sphere_params`` give the update of Sec. 6.1: tangent projection of the gradient, a step of size alpha (= the
+trainer's ``lr``), normalisation.
+
+Example (Fig. 5 protocol, 30 seeds at once)::
+
+    from closedform.single_location import SingleLocation
+    from empirical.models import single_location as slm
+    from empirical.train import train
+
+    task = SingleLocation(d=80, L=10, noise=0.1)
+    model = slm.build(task, rng=0)                       # erf predictor, sphere initialisation
+    traj = train(model, slm.fig5_config(range(30), n_steps=200_000), device="auto")
+    traj["kappa"], traj["excess_risk"]                   # (trajectory=30, time=401)
+
+Notes
+-----
+* One model object holds one pair (k*, v*), shared by its seeds (the seeds repeat over initialisation and data).
+  The data law and the sphere/manifold initialisations are rotation invariant, so the joint law of every logged
+  quantity of one seed is the same as with a fresh (k*, v*) per repeat (the authors' protocol, spec Sec. 9.5).
+* The projections X k and X v are one batched matmul over the seed axis; on CPU (torch 2.13) each seed's product is
+  computed as by itself, so a seed trained among others is bitwise equal to its single-seed run (a test checks it;
+  on other BLAS builds expect agreement to rounding, as the trainer's contract allows).
+* The softmax predictor has no closed-form risk (spec Sec. 2.2); it is checked against the Monte Carlo reference
+  values of spec Sec. 10.4.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from closedform.single_location import (
+    REFERENCE,
+    TIME_UNIT,
+    LamSchedule,
+    SingleLocation,
+    random_oracle_directions,
+)
+from dynamics.random import as_generator
+from dynamics.saveat import SaveAt
+from dynamics.validation import (
+    check_choice,
+    check_finite_array,
+    check_int,
+    check_positive,
+)
+from empirical.train import Schedule, TrainConfig, per_seed
+
+__all__ = [
+    "INITS",
+    "NORMALS",
+    "PREDICTORS",
+    "REFERENCE",
+    "SingleLocationAttention",
+    "SingleLocationModelSpec",
+    "as_train_schedule",
+    "build",
+    "fig5_config",
+    "init_from_state",
+    "predict",
+    "sample_batch",
+]
+
+#: Predictors of spec Sec. 2.2-2.3.
+PREDICTORS: tuple[str, ...] = ("erf", "softmax")
+#: Initial laws of spec Sec. 6.5 (an explicit five-scalar state is the third option).
+INITS: tuple[str, ...] = ("sphere", "manifold")
+#: Precision of the drawn standard normals of the data (see :func:`sample_batch`).
+NORMALS: tuple[str, ...] = ("float64", "float32")
+
+# Orthonormality tolerance of (k*, v*): float64 Gram–Schmidt is exact to ~1e-15; 1e-10 rejects only wrong inputs.
+_ORTHO_TOL = 1e-10
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# data, predictors, initial vectors
+
+
+def _check_oracle(task: SingleLocation, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
+    ks = check_finite_array("k_star", k_star, shape=(task.d,))
+    vs = check_finite_array("v_star", v_star, shape=(task.d,))
+    if abs(ks @ ks - 1) > _ORTHO_TOL or abs(vs @ vs - 1) > _ORTHO_TOL or abs(ks @ vs) > _ORTHO_TOL:
+        raise ValueError("k_star and v_star must be orthonormal (spec Sec. 1, Assumption 1), to 1e-10")
+    return np.ascontiguousarray(ks), np.ascontiguousarray(vs)
+
+
+def sample_batch(task: SingleLocation, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator,
+                 n: int, *, normals: str = "float64") -> dict[str, torch.Tensor]:
+    """Draw n sequences of the data law: ``{"X": (n, L, d), "y": (n,)}`` on the device/dtype of ``k_star``.
+
+    Implements spec single_location.md Sec. 1 (paper Sec. 2) with uniform J0: x_J0 ~ N(sqrt(d/2) k*, gamma^2 I),
+    the other tokens N(0, I), y = x_J0 . v* + eps xi. Draw order (as :func:`closedform.single_location.sample_data`):
+    J0, tokens, noise, all from ``generator``.
+
+    ``normals="float32"`` draws the standard normals in float32 and casts them to the dtype of ``k_star`` (all
+    arithmetic stays in that dtype). torch's float64 normal sampler is ~4x slower on CPU and dominates many-seed runs;
+    rounding a normal to 24 bits changes any smooth statistic by ~1e-8 relative, far below Monte Carlo resolution.
+    The default ``"float64"`` draws them in the working dtype.
+    """
+    n = check_int("n", n, min_value=1)
+    check_choice("normals", normals, NORMALS)
+    X = torch.empty(n, task.L, task.d, device=k_star.device, dtype=k_star.dtype)
+    y = torch.empty(n, device=k_star.device, dtype=k_star.dtype)
+    _fill_batch(task, k_star, v_star, generator, X, y, normals)
+    return {"X": X, "y": y}
+
+
+def _fill_batch(task, k_star, v_star, generator, X, y, normals):
+    """Write one draw of :func:`sample_batch` into the preallocated X (n, L, d) and y (n,) (no stacking copies)."""
+    n, dev, dt = X.shape[0], X.device, X.dtype
+    j0 = torch.randint(task.L, (n,), generator=generator, device=dev)
+    if normals == "float64" and dt == torch.float64:
+        torch.randn(X.shape, generator=generator, device=dev, dtype=dt, out=X)
+        xi = torch.randn(n, generator=generator, device=dev, dtype=dt)
+    else:
+        nd = torch.float32 if normals == "float32" else dt
+        X.copy_(torch.randn(X.shape, generator=generator, device=dev, dtype=nd))
+        xi = torch.randn(n, generator=generator, device=dev, dtype=nd).to(dt)
+    rows = torch.arange(n, device=dev)
+    x_inf = task.s * k_star + task.gamma * X[rows, j0]
+    X[rows, j0] = x_inf
+    torch.add(x_inf @ v_star, xi, alpha=task.eps, out=y)
+
+
+def predict(X: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float, predictor: str = "erf") -> torch.Tensor:
+    """The erf or softmax predictor for X (S, B, L, d) and k, v (S, d); returns (S, B).
+
+    ``"erf"``: T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) (spec Sec. 2.3, paper Eq. (3); no normalisation).
+    ``"softmax"``: T^soft_lambda(X) = sum_l softmax(lambda X k)_l (x_l.v) (spec Sec. 2.2; ``torch.softmax``).
+    The projections (x_l.k, x_l.v) are one batched matmul per seed, see the module Notes.
+    """
+    S, B, L, d = X.shape
+    ab = torch.matmul(X.reshape(S, B * L, d), torch.stack([k, v], dim=-1)).reshape(S, B, L, 2)
+    a, b = ab[..., 0], ab[..., 1]  # x_l.k, x_l.v: (S, B, L)
+    if predictor == "erf":
+        w = torch.erf(lam * a)
+    elif predictor == "softmax":
+        w = torch.softmax(lam * a, dim=-1)
+    else:
+        raise ValueError(f"predictor must be one of {PREDICTORS}; got {predictor!r}")
+    return (w * b).sum(-1)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+
+
+def _complement_pair(k_star, v_star, generator, d):
+    """Orthonormal (e3, e4), orthogonal to k* and v*, from two Gaussian vectors (Gram–Schmidt, twice for accuracy)."""
+    basis = [k_star, v_star]
+    out = []
+    for _ in range(2):
+        e = torch.randn(d, generator=generator, device=k_star.device, dtype=k_star.dtype)
+        for _ in range(2):
+            for b in basis:
+                e = e - (e @ b) * b
+        e = _unit(e)
+        basis.append(e)
+        out.append(e)
+    return out
+
+
+def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator):
+    """Unit vectors (k, v) whose inner products with (k*, v*) and each other are the five scalars of ``state``.
+
+    Implements the Gram-matrix parametrisation of spec single_location.md Sec. 4.1 (the same coordinates as
+    :func:`closedform.single_location.vectors_from_state`): with (e3, e4) a random orthonormal pair orthogonal to
+    (k*, v*) drawn from ``generator``, k = kappa k* + eta v* + a e3 and v = theta k* + nu v* + b e3 + c e4, where
+    a = sqrt(1 - kappa^2 - eta^2), b = (rho - kappa theta - eta nu)/a, c = sqrt(1 - theta^2 - nu^2 - b^2).
+
+    Parameters
+    ----------
+    state : (5,) array_like (kappa, nu, theta, eta, rho), with a positive semidefinite Gram matrix.
+    k_star, v_star : (d,) tensors, orthonormal, d >= 4.
+    """
+    kappa, nu, theta, eta, rho = (float(x) for x in check_finite_array("state", state, shape=(5,)))
+    d = k_star.shape[0]
+    if d < 4:
+        raise ValueError(f"d must be >= 4 to place a five-scalar state (spec Sec. 6.4); got d={d}")
+    a = math.sqrt(max(1.0 - kappa ** 2 - eta ** 2, 0.0))
+    b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
+    c2 = 1.0 - theta ** 2 - nu ** 2 - b ** 2
+    if c2 < -1e-10:  # the Gram matrix of (k, v, k*, v*) is not PSD (spec Sec. 4.1); 1e-10: float64 rounding
+        raise ValueError(f"state must have a positive semidefinite Gram matrix (spec Sec. 4.1); got {tuple(state)}")
+    c = math.sqrt(max(c2, 0.0))
+    e3, e4 = _complement_pair(k_star, v_star, generator, d)
+    k = kappa * k_star + eta * v_star + a * e3
+    v = theta * k_star + nu * v_star + b * e3 + c * e4
+    return _unit(k), _unit(v)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the model
+
+
+@dataclass(frozen=True, kw_only=True)
+class SingleLocationModelSpec:
+    """What determines a torch single-location model (hashable; the trainer stores it and compares it on resume).
+
+    ``oracle_sha256`` is the SHA-256 of the float64 bytes of (k*, v*); ``state0`` the explicit initial state or None;
+    ``normals`` the precision of the data's standard normals (:func:`sample_batch`).
+    """
+
+    task: SingleLocation
+    predictor: str
+    init: str
+    state0: tuple[float, float, float, float, float] | None
+    oracle_sha256: str
+    normals: str = "float64"
+
+
+class SingleLocationAttention:
+    """Erf (spec Sec. 2.3) or softmax (Sec. 2.2) predictor with (k, v) on the sphere, for :func:`empirical.train.train`.
+
+    Trained by the stochastic PGD of spec Sec. 8.4 / Sec. 6.1 (``sphere_params = ("k", "v")``: the trainer projects
+    the mini-batch gradient on the tangent space, steps with ``lr`` = alpha and renormalises). ``hyper["lam"]`` is
+    lambda_n (``config.schedules = {"lam": ...}``, see :func:`as_train_schedule`).
+
+    Parameters
+    ----------
+    task : closedform.single_location.SingleLocation
+    k_star, v_star : (d,) float64, orthonormal
+        Oracle directions (:func:`closedform.single_location.random_oracle_directions`).
+    predictor : {"erf", "softmax"}
+    init : {"sphere", "manifold"} or (5,) array_like
+        ``"sphere"``: k, v independent uniform on S^{d-1} (normalised Gaussians, draw order k then v; spec Sec. 6.5).
+        ``"manifold"``: the authors' manifold initialisation of spec Sec. 6.5 (k Gaussian projected orthogonally to
+        v*; v Gaussian projected orthogonally to k* and to the part of k orthogonal to k*; theta = eta = rho = 0).
+        A state (kappa, nu, theta, eta, rho): every seed starts at these scalars, in its own random frame
+        (:func:`init_from_state`).
+    normals : {"float64", "float32"}
+        Precision of the data's standard normals (default float64; float32 = a faster CPU sampler, see
+        :func:`sample_batch`; all arithmetic stays in the run's dtype).
+    """
+
+    name = "single_location"
+    sphere_params = ("k", "v")
+    schedule_names = ("lam",)
+    time_unit = TIME_UNIT
+
+    def __init__(self, task: SingleLocation, *, k_star, v_star, predictor: str = "erf", init="sphere",
+                 normals: str = "float64"):
+        if not isinstance(task, SingleLocation):
+            msg = f"task must be a closedform.single_location.SingleLocation; got {type(task).__name__}"
+            raise ValueError(msg)  # noqa: TRY004 (project rule: bad input raises ValueError)
+        self.task = task
+        self.predictor = check_choice("predictor", predictor, PREDICTORS)
+        self.normals = check_choice("normals", normals, NORMALS)
+        self.k_star_np, self.v_star_np = _check_oracle(task, k_star, v_star)
+        state0 = None
+        if isinstance(init, str):
+            check_choice("init", init, INITS)
+        else:
+            state0 = tuple(float(x) for x in check_finite_array("init", init, shape=(5,)))
+            init = "state"
+        if task.d < 4 and init != "sphere":
+            raise ValueError(f"init={init!r} needs d >= 4 (spec Sec. 6.5); got d={task.d}")
+        self.init = init
+        self.state0 = state0
+        digest = hashlib.sha256(np.concatenate([self.k_star_np, self.v_star_np]).tobytes()).hexdigest()
+        self.spec = SingleLocationModelSpec(task=task, predictor=self.predictor, init=init, state0=state0,
+                                            oracle_sha256=digest, normals=self.normals)
+        self._oracle: dict = {}
+
+    # -- helpers --------------------------------------------------------------------------------------------------
+
+    def oracle(self, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(k*, v*) as tensors on ``device`` / ``dtype`` (cached)."""
+        key = (torch.device(device), dtype)
+        if key not in self._oracle:
+            self._oracle[key] = tuple(torch.as_tensor(a, device=key[0], dtype=dtype)
+                                      for a in (self.k_star_np, self.v_star_np))
+        return self._oracle[key]
+
+    def time_of_step(self, step):
+        """time = step (spec Sec. 0.3; ``TIME_UNIT = "step"``)."""
+        return np.asarray(step, dtype=np.float64)
+
+    @staticmethod
+    def lam(hyper: Mapping[str, float]) -> float:
+        """lambda_n of this step from ``hyper["lam"]`` (> 0, spec Sec. 0.3)."""
+        lam = float(hyper["lam"])
+        if not lam > 0:
+            raise ValueError(f"lam must be > 0 (inverse temperature); got {lam!r}")
+        return lam
+
+    # -- protocol -------------------------------------------------------------------------------------------------
+
+    def init_params(self, generators: Sequence[torch.Generator], *, device, dtype) -> dict[str, torch.Tensor]:
+        """Initial (k, v), each (S, d), seed s from ``generators[s]`` (spec Sec. 6.5; see the class docstring)."""
+        ks, vs = self.oracle(device, dtype)
+        d = self.task.d
+
+        def draw(g):
+            if self.init == "state":
+                k, v = init_from_state(self.state0, ks, vs, g)
+                return {"k": k, "v": v}
+            k = torch.randn(d, generator=g, device=device, dtype=dtype)
+            v = torch.randn(d, generator=g, device=device, dtype=dtype)
+            if self.init == "manifold":  # spec Sec. 6.5, the authors' manifold initialisation
+                k = k - (k @ vs) * vs
+                k_perp = k - (k @ ks) * ks
+                k_perp = _unit(k_perp)
+                v = v - (v @ ks) * ks
+                v = v - (v @ k_perp) * k_perp
+            return {"k": _unit(k), "v": _unit(v)}
+
+        return per_seed(generators, draw)
+
+    def sample(self, generators, n, *, device, dtype) -> dict[str, torch.Tensor]:
+        """n sequences per seed from the data law (:func:`sample_batch`): ``X`` (S, n, L, d), ``y`` (S, n)."""
+        ks, vs = self.oracle(device, dtype)
+        S, task = len(generators), self.task
+        X = torch.empty(S, n, task.L, task.d, device=device, dtype=dtype)
+        y = torch.empty(S, n, device=device, dtype=dtype)
+        for s, g in enumerate(generators):  # per-seed streams, written in place (no stacking copy)
+            _fill_batch(task, ks, vs, g, X[s], y[s], self.normals)
+        return {"X": X, "y": y}
+
+    def predict(self, params, X, hyper) -> torch.Tensor:
+        """The model's predictor (:func:`predict`) at lambda_n = ``hyper["lam"]``; X (S, B, L, d) -> (S, B)."""
+        return predict(X, params["k"], params["v"], self.lam(hyper), self.predictor)
+
+    def squared_errors(self, params, batch, hyper) -> torch.Tensor:
+        """Per-sample squared errors (T(X_b) - Y_b)^2, shape (S, B) (spec Sec. 4: their mean estimates R)."""
+        return (self.predict(params, batch["X"], hyper) - batch["y"]) ** 2
+
+    def loss(self, params, batch, hyper) -> torch.Tensor:
+        """Mini-batch MSE (1/B) sum_b (T(X_b) - Y_b)^2 per seed, (S,) (spec Sec. 8.4; no 1/2, eps^2 included)."""
+        return self.squared_errors(params, batch, hyper).mean(dim=-1)
+
+    def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
+        """``risk`` = test MSE at lambda_n, ``excess_risk`` = risk - eps^2, ``lam`` = lambda_n (spec Sec. 0.3, 8.4)."""
+        risk = self.loss(params, batch, hyper)
+        return {"risk": risk, "excess_risk": risk - self.task.eps ** 2, "lam": torch.full_like(risk, self.lam(hyper))}
+
+    def probes(self, params) -> dict[str, torch.Tensor]:
+        """kappa, nu, theta, eta, rho (spec Sec. 4.1) and distance_to_manifold (Sec. 5.1) of each seed's (k, v)."""
+        k, v = params["k"], params["v"]
+        ks, vs = self.oracle(k.device, k.dtype)
+        theta, eta, rho = (v * ks).sum(-1), (k * vs).sum(-1), (k * v).sum(-1)
+        return {"kappa": (k * ks).sum(-1), "nu": (v * vs).sum(-1), "theta": theta, "eta": eta, "rho": rho,
+                "distance_to_manifold": torch.sqrt(theta ** 2 + eta ** 2 + rho ** 2)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# construction and the Fig. 5 protocol
+
+
+def build(task: SingleLocation, *, rng=None, predictor: str = "erf", init="sphere",
+          normals: str = "float64") -> SingleLocationAttention:
+    """A :class:`SingleLocationAttention` with (k*, v*) drawn by :func:`closedform.single_location.random_oracle_directions`
+    from ``rng`` (spec Sec. 1 sampling recipe)."""
+    k_star, v_star = random_oracle_directions(task, as_generator(rng))
+    return SingleLocationAttention(task, k_star=k_star, v_star=v_star, predictor=predictor, init=init,
+                                   normals=normals)
+
+
+def as_train_schedule(lam) -> Schedule:
+    """The trainer's ``Schedule`` for lambda_n: a float (constant) or a closedform ``LamSchedule`` (spec Sec. 6.1).
+
+    ``LamSchedule(lam0, decay)`` (lambda_n = lam0/(1 + decay n)) becomes ``Schedule(value=lam0, kind="inverse_time",
+    rate=decay)``: the same numbers at every update index n, so torch runs and :func:`closedform.single_location.pgd`
+    use the same lambda_n.
+    """
+    if isinstance(lam, LamSchedule):
+        if lam.decay == 0:
+            return Schedule(value=lam.lam0)
+        return Schedule(value=lam.lam0, kind="inverse_time", rate=lam.decay)
+    if isinstance(lam, Schedule):
+        return lam
+    return Schedule(value=check_positive("lam", lam))
+
+
+def fig5_config(seeds, n_steps: int = 200_000, *, lam=None, alpha: float = 1e-3, batch_size: int = 5,
+                log_every: int = 500, eval_size: int = 1000, **kwargs) -> TrainConfig:
+    """TrainConfig of the Fig. 5 protocol (spec single_location.md Sec. 8.4): online stochastic PGD, alpha = 1e-3,
+    batch 5, lambda_n = 2/(1 + 1e-4 n), test MSE on 1 000 fixed samples logged every 500 steps.
+
+    ``lam`` overrides the schedule (float, ``LamSchedule`` or ``Schedule``); ``kwargs`` go to ``TrainConfig``.
+    """
+    lam = LamSchedule(lam0=2.0, decay=1e-4) if lam is None else lam
+    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=check_positive("alpha", alpha),
+                       schedules={"lam": as_train_schedule(lam)}, eval_size=eval_size,
+                       saveat=SaveAt(every=check_int("log_every", log_every, min_value=1)), **kwargs)

@@ -1,0 +1,721 @@
+"""Figures of single-location regression (Marion, Berthier, Biau, Boyer, ICLR 2025), spec ``single_location.md`` Sec. 8.
+
+Registered figures (``python -m figures list``):
+
+* ``single_location.fig3``: erf-oracle risk vs the optimal linear risk, vs L and vs d (Sec. 8.1; closed forms of
+  Sec. 5.2-5.4; parameters [U], the spec's proposal).
+* ``single_location.fig4a``: exact five-scalar PGD from the sphere, lambda_n = 1/(1 + 1e-4 n) (Sec. 8.2).
+* ``single_location.fig4b``: PGD on the manifold M, lambda = 0.1 (Sec. 8.3; Theorem 5).
+* ``single_location.fig5``: online stochastic PGD of the torch erf predictor (Sec. 8.4) against the deterministic
+  five-scalar PGD started from the same initial scalars (overlay; gaps in SE over seeds).
+* ``single_location.fig6``: the five fixed points on M and the vector field of the reduced flow (Sec. 8.5; [U]).
+* ``single_location.fig7``: PGD from the sphere at constant lambda = 0.9 (a) and 0.1 (b), with the spurious point S of
+  Sec. 7.4 (Sec. 8.6).
+
+The four-panel dynamics figures follow Sec. 8: (1) excess risk R - eps^2 vs step, (2) |kappa| and |nu|, (3) (kappa, nu)
+paths of selected runs coloured by step, (4) distance to M on a log axis, plotted as max(dist_M, 1e-16) (Sec. 0.3).
+Bands are the 95% percentile range over runs (Sec. 8); rows follow Sec. 0.3 (row n = iterate n with lambda_n).
+
+Seeds: every figure draws its initial states from ``dynamics.random.spawn_generators(cfg.seed, ["init", "oracle"])``;
+Figs. 4(a), 7(a), 7(b) share the same initial states, as in the authors' code (Sec. 8.6, Sec. 9.5). Fig. 5's torch
+seeds are ``cfg.seed * 1000 + i`` (i = 0 .. n_runs-1), and the deterministic PGD starts from each seed's step-0
+scalars.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+
+import numpy as np
+import xarray as xr
+from matplotlib.colors import LogNorm
+from scipy.optimize import minimize_scalar
+
+from closedform import single_location as sl
+from dynamics.random import spawn_generators
+from dynamics.saveat import SaveAt
+from figures._style import (
+    TOL_BRIGHT,
+    band_over_seeds,
+    new_figure,
+    plot_empirical_band,
+    plot_reduced,
+    plot_theory,
+)
+from figures.registry import CheckResult, GapRow, gap_rows, register
+
+STATE = ("kappa", "nu", "theta", "eta", "rho")
+DYN_VARS = STATE + ("excess_risk", "distance_to_manifold")
+DIST_FLOOR = 1e-16  # float64 floor for dist_M on a log axis (spec Sec. 0.3)
+GAMMA = math.sqrt(0.5)
+TOL_SE = 5.0
+JUST_5SE = "5 SE over runs: two-sided false-alarm rate < 6e-7 per row (tests/_stats.py)"
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """Run torch with ``n`` intra-op threads, restoring the previous number (tiny tensors: threads only contend)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# shared data and plotting helpers
+
+
+def _initial_states(cfg, task, n, on="sphere"):
+    rng = spawn_generators(cfg.seed, ["init", "oracle"])["init"]
+    return sl.sample_initial_state(task, n, rng, on=on)
+
+
+def _pgd_dataset(task, states, *, alpha, n_steps, lam, log_every, manifold=False, progress=False):
+    """Exact PGD (spec Sec. 6.3/6.4) as a plain Dataset with dims (run, time), coordinate step."""
+    traj = sl.pgd(task, states, alpha=alpha, n_steps=n_steps, lam=lam, saveat=SaveAt(every=log_every),
+                  manifold=manifold, progress=progress)
+    return xr.Dataset({v: (("run", "time"), np.asarray(traj[v].values, dtype=np.float64)) for v in DYN_VARS + ("lam",)},
+                      coords={"step": ("time", traj.step.values.astype(np.int64)), "run": np.arange(states.shape[0])})
+
+
+def _final(ds, var, absolute=False):
+    x = ds[var].isel(time=-1).values
+    return np.abs(x) if absolute else x
+
+
+def _band(ax, x, samples, color, label, theory=True):
+    """Across-run mean (solid: exact dynamics) with the 95% percentile band (spec Sec. 8)."""
+    mean, lo, hi = band_over_seeds(samples, axis=0, method="percentile")
+    if theory:
+        plot_theory(ax, x, mean, label=label, color=color)
+        ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+    else:
+        plot_empirical_band(ax, x, mean, lo, hi, label=label, color=color)
+
+
+def _path_panel(ax, ds, runs, prefix=""):
+    """Panel (3): (kappa, nu) paths of selected runs coloured by step, axes [-1.1, 1.1]^2 (spec Sec. 8)."""
+    step = ds.step.values
+    sc = None
+    for r in runs:
+        if r >= ds.sizes["run"]:
+            continue
+        ax.plot(ds[prefix + "kappa"].values[r], ds[prefix + "nu"].values[r], color=TOL_BRIGHT["grey"], linewidth=0.6)
+        sc = ax.scatter(ds[prefix + "kappa"].values[r], ds[prefix + "nu"].values[r], c=step, s=5, cmap="viridis")
+        ax.annotate(f"run {r + 1}", (ds[prefix + "kappa"].values[r, -1], ds[prefix + "nu"].values[r, -1]),
+                    fontsize=7)
+    ax.set(xlim=(-1.1, 1.1), ylim=(-1.1, 1.1), xlabel=r"$\kappa$", ylabel=r"$\nu$", title="(kappa, nu) paths")
+    if sc is not None:
+        ax.figure.colorbar(sc, ax=ax, label="step")
+
+
+def _plot_dynamics(ds, runs, *, individual=False, title=""):
+    fig, axes = new_figure(1, 4, figsize=(14.0, 3.2))
+    x = ds.step.values
+    if individual:
+        for r in range(ds.sizes["run"]):
+            axes[0].plot(x, ds.excess_risk.values[r], color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
+            axes[1].plot(x, np.abs(ds.kappa.values[r]), color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
+            axes[1].plot(x, np.abs(ds.nu.values[r]), color=TOL_BRIGHT["red"], linewidth=0.6, alpha=0.6)
+            axes[3].plot(x, np.maximum(ds.distance_to_manifold.values[r], DIST_FLOOR), color=TOL_BRIGHT["green"],
+                         linewidth=0.6, alpha=0.6)
+        axes[1].plot([], [], color=TOL_BRIGHT["blue"], label=r"$|\kappa|$")
+        axes[1].plot([], [], color=TOL_BRIGHT["red"], label=r"$|\nu|$")
+    else:
+        _band(axes[0], x, ds.excess_risk.values, TOL_BRIGHT["blue"], "PGD (exact 5-scalar map)")
+        _band(axes[1], x, np.abs(ds.kappa.values), TOL_BRIGHT["blue"], r"$|\kappa|$")
+        _band(axes[1], x, np.abs(ds.nu.values), TOL_BRIGHT["red"], r"$|\nu|$")
+        _band(axes[3], x, np.maximum(ds.distance_to_manifold.values, DIST_FLOOR), TOL_BRIGHT["green"],
+              r"dist$_M$")
+    axes[0].set(xlabel="step", ylabel=r"excess risk $R - \varepsilon^2$", ylim=(-0.1, 6), title="excess risk")
+    axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment with (k*, v*)")
+    axes[1].legend(loc="lower right")
+    _path_panel(axes[2], ds, runs)
+    axes[3].set(xlabel="step", ylabel=r"dist$_M$ (floor $10^{-16}$)", yscale="log", ylim=(1e-17, 2),
+                title="distance to M")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _check(name, measured, lo, hi, tolerance):
+    return CheckResult(name=name, passed=bool(lo <= measured <= hi), measured=float(measured),
+                       expected=f"[{lo:.6g}, {hi:.6g}]", tolerance=tolerance)
+
+
+def _at_step(ds, step):
+    idx = np.nonzero(ds.step.values == step)[0]
+    return None if idx.size == 0 else int(idx[0])
+
+
+def _task(p, noise=0.0):
+    return sl.SingleLocation(d=int(p["d"]), L=int(p["L"]), gamma=GAMMA, noise=noise)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fig. 3: erf-oracle vs linear risk (closed forms)
+
+
+def _best_lam(task):
+    """lambda minimising the erf-oracle risk (spec Sec. 5.2), by bounded search on log lambda."""
+    res = minimize_scalar(lambda u: float(sl.oracle_risk(task, math.exp(u))), bounds=(math.log(1e-4), math.log(10)),
+                          method="bounded", options={"xatol": 1e-8})
+    return math.exp(res.x)
+
+
+def plot_fig3(ds):
+    fig, (a, b) = new_figure(1, 2, figsize=(10.0, 3.6))
+    L = ds.L.values
+    plot_theory(a, L, ds.oracle_fixed.values, label=rf"erf oracle, $\lambda$ = {ds.attrs['lam_fixed']}",
+                color=TOL_BRIGHT["blue"])
+    plot_theory(a, L, ds.oracle_best.values, label=r"erf oracle, best $\lambda$", color=TOL_BRIGHT["cyan"])
+    plot_theory(a, L, ds.linear_L.values, label="optimal linear (Prop. 3)", color=TOL_BRIGHT["red"])
+    a.axhline(ds.attrs["null_risk"], color=TOL_BRIGHT["grey"], linestyle=":", label=r"null $\gamma^2$")
+    a.axhline(ds.attrs["bayes_bound"], color="k", linestyle=":", linewidth=0.8, label=r"$\varepsilon^2$ (Bayes bound)")
+    a.set(xlabel="L (tokens)", ylabel="risk", xscale="log", title=f"vs L (d = {ds.attrs['d_fixed']})")
+    a.legend(fontsize=7)
+    d = ds.d.values
+    plot_theory(b, d, ds.oracle_d.values, label=r"erf oracle, $\lambda = d^{-1/4}$", color=TOL_BRIGHT["blue"])
+    plot_theory(b, d, ds.linear_d.values, label="optimal linear", color=TOL_BRIGHT["red"])
+    b.axhline(ds.attrs["null_risk"], color=TOL_BRIGHT["grey"], linestyle=":", label=r"null $\gamma^2$")
+    b.set(xlabel="d", ylabel="excess risk", xscale="log", yscale="log", title=f"vs d (L = {ds.attrs['L_fixed']})")
+    b.legend(fontsize=7)
+    return fig
+
+
+def checks_fig3(ds):
+    out = []
+    # Spec Sec. 5.3 numerical illustration (gamma^2 = 1/2, lambda = d^{-1/4}, L = 10), 3-4 significant digits given.
+    ref = {1e2: 0.959, 1e3: 0.341, 1e4: 0.112, 1e5: 0.0360, 1e6: 0.0114}
+    for dv, val in ref.items():
+        hit = np.nonzero(np.isclose(ds.d.values, dv))[0]
+        if hit.size:
+            m = float(ds.oracle_d.values[hit[0]])
+            out.append(_check(f"Sec. 5.3: oracle excess risk at d = {dv:.0e}, lambda = d^-1/4", m, val * 0.995,
+                              val * 1.005, "0.5%: the spec quotes 3 significant digits"))
+    i10 = np.nonzero(ds.L.values == 10)[0]
+    if i10.size:  # Sec. 10.3: linear risk (uniform J0, gamma^2 = 1/2, L = 10, eps = 0) = 0.4736842105
+        out.append(_check("Sec. 5.4/10.3: linear risk at L = 10", float(ds.linear_L.values[i10[0]]),
+                          0.4736842105 - 1e-9, 0.4736842105 + 1e-9, "1e-9: closed form, 10 digits quoted"))
+    big = ds.L.values >= 2
+    out.append(CheckResult(name="Sec. 5.4: linear risk increases towards the null risk gamma^2 as L grows",
+                           passed=bool(np.all(np.diff(ds.linear_L.values) > 0)
+                                       and ds.linear_L.values[-1] < ds.attrs["null_risk"]),
+                           measured=float(ds.linear_L.values[-1]), expected=f"< {ds.attrs['null_risk']}",
+                           tolerance="strict monotonicity (closed form)"))
+    out.append(CheckResult(name="best-lambda erf oracle beats the linear predictor for L >= 2 (d = 400)",
+                           passed=bool(np.all(ds.oracle_best.values[big] < ds.linear_L.values[big])),
+                           measured=float(np.max(ds.oracle_best.values[big] - ds.linear_L.values[big])),
+                           expected="< 0", tolerance="strict (closed forms)"))
+    return out
+
+
+@register(name="single_location.fig3", model="single_location", paper="Marion et al. (2025), Fig. 3",
+          spec="single_location.md §8.1, §5.2-5.4",
+          caption=("Erf-oracle risk R_lambda(k*, v*) (Sec. 5.2) against the optimal linear risk (Prop. 3, Sec. 5.4), "
+                   "the null risk gamma^2 and the Bayes bound eps^2, gamma^2 = 1/2, eps = 0. Left: vs L at d = 400 "
+                   "with lambda = 0.1 or the best lambda per point. Right: excess risk vs d with lambda = d^(-1/4), "
+                   "L = 10 (Corollary 2: the oracle tends to eps^2, the linear predictor does not)."),
+          unrecoverable=(("axis variables and parameters: curves vs L = 1..100 at d = 400, gamma^2 = 1/2, eps = 0, "
+                          "lambda = 0.1 or optimised; vs d = 1e1..1e6 with lambda = d^(-1/4), L = 10 "
+                          "(spec §8.1 proposal)"),),
+          params={"tiny": {"n_L": 8, "n_d": 6}, "quick": {"n_L": 40, "n_d": 26}, "paper": {"n_L": 100, "n_d": 51}},
+          plot=plot_fig3, checks=checks_fig3)
+def data_fig3(cfg) -> xr.Dataset:
+    """Closed forms of spec Sec. 5.2-5.4 on the grids of the Sec. 8.1 proposal."""
+    p = cfg.params
+    d0, lam0, L0 = 400, 0.1, 10
+    Ls = np.unique(np.rint(np.geomspace(1, 100, int(p["n_L"]))).astype(int))
+    Ls = np.unique(np.append(Ls, L0))
+    oracle_fixed, oracle_best, lin_L = [], [], []
+    for L in Ls:
+        task = sl.SingleLocation(d=d0, L=L.item(), gamma=GAMMA)
+        oracle_fixed.append(float(sl.oracle_risk(task, lam0)))
+        oracle_best.append(float(sl.oracle_risk(task, _best_lam(task))))
+        lin_L.append(sl.linear_risk(task))
+    ds_ = np.unique(np.concatenate([np.geomspace(10, 1e6, int(p["n_d"])), [1e2, 1e3, 1e4, 1e5, 1e6]]))
+    oracle_d, lin_d = [], []
+    for dv in ds_:
+        task = sl.SingleLocation(d=round(dv), L=L0, gamma=GAMMA)
+        oracle_d.append(float(sl.oracle_risk(task, task.d ** -0.25)))
+        lin_d.append(sl.linear_risk(task))
+    return xr.Dataset(
+        {"oracle_fixed": ("L", oracle_fixed), "oracle_best": ("L", oracle_best), "linear_L": ("L", lin_L),
+         "oracle_d": ("d", oracle_d), "linear_d": ("d", lin_d)},
+        coords={"L": Ls, "d": np.rint(ds_)},
+        attrs={"d_fixed": d0, "lam_fixed": lam0, "L_fixed": L0, "null_risk": GAMMA ** 2, "bayes_bound": 0.0})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fig. 4(a), 4(b), 7: exact PGD
+
+
+def _pgd_params(n_runs_quick, n_steps, log_every, tiny_steps, tiny_log):
+    base = {"d": 400, "L": 10}
+    return {"tiny": {**base, "n_runs": 4, "n_steps": tiny_steps, "log_every": tiny_log},
+            "quick": {**base, "n_runs": n_runs_quick, "n_steps": n_steps, "log_every": log_every},
+            "paper": {**base, "n_runs": 30, "n_steps": n_steps, "log_every": log_every}}
+
+
+def plot_fig4a(ds):
+    return _plot_dynamics(ds, [0, 2], title=f"PGD from the sphere, lambda_n = 1/(1 + 1e-4 n), d = {ds.attrs['d']}")
+
+
+def _classify_final(ds, task, lam_final):
+    """Runs that recovered (on M, |nu| ~ 1) and runs at the spurious point S (spec Sec. 7.4)."""
+    S = sl.spurious_point(task, lam_final)
+    dist = _final(ds, "distance_to_manifold")
+    at_s = (np.abs(dist - S.distance_to_manifold) < 0.05) & (np.abs(_final(ds, "eta")) > 0.95)
+    recovered = (dist < 1e-6) & (np.abs(_final(ds, "nu")) > 0.999)
+    return recovered, at_s, S
+
+
+def checks_fig4a(ds):
+    task = sl.SingleLocation(d=int(ds.attrs["d"]), L=int(ds.attrs["L"]), gamma=GAMMA)
+    out = []
+    r0 = ds.excess_risk.isel(time=0).values
+    out.append(_check("Sec. 8.2: median excess risk at step 0 (spec 5.10; 95% of inits in [4.87, 6.53])",
+                      float(np.median(r0)), 4.87, 6.53, "the spec's 95% range over initialisations"))
+    i = _at_step(ds, 1200)  # the 300-step log grid has 900 and 1200; spec quotes step 1 000
+    if i is not None:
+        out.append(_check("Sec. 8.2: v aligns first, median |nu| at step 1 200 (spec ~0.98 at 1 000)",
+                          float(np.median(np.abs(ds.nu.values[:, i]))), 0.9, 1.0, "two time scales, margin 0.08"))
+        out.append(_check("Sec. 8.2: k lags, median |kappa| at step 1 200 (spec ~0.12 at 1 000)",
+                          float(np.median(np.abs(ds.kappa.values[:, i]))), 0.0, 0.4, "two time scales, margin"))
+    if int(ds.step.values[-1]) == 120_000:
+        lam_f = float(ds.lam.values[0, -1])
+        recovered, at_s, _ = _classify_final(ds, task, lam_f)
+        out.append(CheckResult(name="Sec. 8.2: every run recovers (k*, v*) or ends at S(1/13) (Sec. 7.4)",
+                               passed=bool(np.all(recovered | at_s)), measured=float(np.mean(recovered | at_s)),
+                               expected=1.0, tolerance="all runs"))
+        if recovered.any():
+            out.append(_check("Sec. 8.2: final excess risk of recovering runs (spec 0.07501)",
+                              float(np.median(_final(ds, "excess_risk")[recovered])), 0.07500, 0.07502,
+                              "5 significant digits quoted"))
+            out.append(_check("Sec. 8.2: final |kappa| of recovering runs (spec 0.99997)",
+                              float(np.median(_final(ds, "kappa", True)[recovered])), 0.99996, 0.99998,
+                              "5 significant digits quoted"))
+        n = ds.sizes["run"]
+        # 3.7% of runs at S; 5 binomial SD above the mean (0 below) bounds the count.
+        hi = 0.037 * n + 5 * math.sqrt(n * 0.037 * 0.963)
+        out.append(_check("Sec. 8.2: number of runs at the spurious point S (spec ~3.7%)", float(at_s.sum()), 0, hi,
+                          "binomial(n, 0.037) mean + 5 SD"))
+    return out
+
+
+@register(name="single_location.fig4a", model="single_location", paper="Marion et al. (2025), Fig. 4(a)",
+          spec="single_location.md §8.2, §6.4, §7.4",
+          caption=("Exact projected gradient descent on the population risk (five-scalar map, Sec. 6.4), sphere "
+                   "initialisation, d = 400, L = 10, gamma^2 = 1/2, eps = 0, alpha = 4e-3, lambda_n = 1/(1 + 1e-4 n). "
+                   "Mean over runs with the 95% percentile band; paths of runs 1 and 3; dist_M plotted with the "
+                   "float64 floor 1e-16. A few runs end at the spurious point S of Sec. 7.4 (not a bug)."),
+          params=_pgd_params(30, 120_000, 300, 3000, 300), plot=plot_fig4a, checks=checks_fig4a)
+def data_fig4a(cfg) -> xr.Dataset:
+    p = cfg.params
+    task = _task(p)
+    states = _initial_states(cfg, task, int(p["n_runs"]))
+    ds = _pgd_dataset(task, states, alpha=4e-3, n_steps=int(p["n_steps"]), lam=sl.lam_schedule(1.0),
+                      log_every=int(p["log_every"]), progress=cfg.progress)
+    ds.attrs.update(d=task.d, L=task.L, alpha=4e-3, lam="1/(1 + 1e-4 n)")
+    return ds
+
+
+def plot_fig4b(ds):
+    return _plot_dynamics(ds, [0, 1], title=f"PGD on M, lambda = 0.1, d = {ds.attrs['d']}")
+
+
+def checks_fig4b(ds):
+    out = []
+    i = _at_step(ds, 5000)
+    if i is not None:
+        k, n = ds.kappa.values[:, i], ds.nu.values[:, i]
+        out.append(CheckResult(name="Theorem 5 / Sec. 8.3: sign(kappa) = sign(nu) for all runs at step 5 000",
+                               passed=bool(np.all(np.sign(k) == np.sign(n))),
+                               measured=float(np.mean(np.sign(k) == np.sign(n))), expected=1.0,
+                               tolerance="all runs"))
+        out.append(_check("Sec. 8.3: min |nu| at step 5 000 (spec |nu| = 1 by ~5 000)",
+                          float(np.min(np.abs(n))), 0.999, 1.0, "1e-3"))
+        out.append(_check("Sec. 8.3: median |kappa| at step 5 000 (spec 0.890, 5-95%: 0.871-0.897)",
+                          float(np.median(np.abs(k))), 0.871, 0.897, "the spec's 5-95% range"))
+    if int(ds.step.values[-1]) == 20_000:
+        out.append(_check("Sec. 8.3: median |kappa| at step 20 000 (spec 0.983, 0.982-0.984)",
+                          float(np.median(_final(ds, "kappa", True))), 0.982, 0.984, "the spec's range"))
+        out.append(_check("Sec. 8.3: median excess risk at step 20 000 (spec 0.1137, limit 0.113498)",
+                          float(np.median(_final(ds, "excess_risk"))), 0.113498, 0.1138, "spec value, 4 digits"))
+    out.append(_check("Sec. 6.2 (Lemma 4): M is invariant, max dist_M over all rows", float(
+        np.max(ds.distance_to_manifold.values)), 0.0, 0.0, "exactly 0 for the map on M"))
+    r0 = ds.excess_risk.isel(time=0).values
+    # Spec: mean 0.619 over manifold inits; 5 SE over runs.
+    se = float(np.std(r0, ddof=1) / math.sqrt(r0.size))
+    out.append(_check("Sec. 8.3: mean excess risk at step 0 (spec 0.619)", float(np.mean(r0)), 0.619 - 5 * se,
+                      0.619 + 5 * se, "5 SE over runs"))
+    return out
+
+
+@register(name="single_location.fig4b", model="single_location", paper="Marion et al. (2025), Fig. 4(b)",
+          spec="single_location.md §8.3, §6.3, §7.3",
+          caption=("Exact PGD on the invariant manifold M (reduced map of Sec. 6.3), manifold initialisation "
+                   "(Sec. 6.5), d = 400, L = 10, gamma^2 = 1/2, eps = 0, lambda = 0.1, alpha = 4e-3. Every run "
+                   "converges to (1, 1) or (-1, -1) (Theorem 5); dist_M is exactly 0 and drawn at the floor 1e-16."),
+          params=_pgd_params(30, 20_000, 200, 5000, 200), plot=plot_fig4b, checks=checks_fig4b)
+def data_fig4b(cfg) -> xr.Dataset:
+    p = cfg.params
+    task = _task(p)
+    states = _initial_states(cfg, task, int(p["n_runs"]), on="manifold")
+    ds = _pgd_dataset(task, states[:, :2], alpha=4e-3, n_steps=int(p["n_steps"]), lam=0.1,
+                      log_every=int(p["log_every"]), manifold=True, progress=cfg.progress)
+    ds.attrs.update(d=task.d, L=task.L, alpha=4e-3, lam=0.1)
+    return ds
+
+
+def plot_fig7(ds):
+    fig_a = ds.sel(part="a").dropna("time", how="all")
+    fig_b = ds.sel(part="b").dropna("time", how="all")
+    fig, axes = new_figure(2, 4, figsize=(14.0, 6.4))
+    for row, (sub, runs, individual, title) in enumerate(((fig_a, [0, 2], False, "(a) lambda = 0.9, alpha = 1e-3"),
+                                                          (fig_b, [5, 3, 12], True, "(b) lambda = 0.1, alpha = 4e-3"))):
+        sub = sub.assign_coords(step=("time", sub.step.values.astype(np.int64)))
+        x = sub.step.values
+        ax = axes[row]
+        if individual:
+            for r in range(sub.sizes["run"]):
+                ax[0].plot(x, sub.excess_risk.values[r], color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
+                ax[1].plot(x, np.abs(sub.kappa.values[r]), color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
+                ax[1].plot(x, np.abs(sub.nu.values[r]), color=TOL_BRIGHT["red"], linewidth=0.6, alpha=0.6)
+                ax[3].plot(x, np.maximum(sub.distance_to_manifold.values[r], DIST_FLOOR), color=TOL_BRIGHT["green"],
+                           linewidth=0.6, alpha=0.6)
+            ax[1].plot([], [], color=TOL_BRIGHT["blue"], label=r"$|\kappa|$")
+            ax[1].plot([], [], color=TOL_BRIGHT["red"], label=r"$|\nu|$")
+        else:
+            _band(ax[0], x, sub.excess_risk.values, TOL_BRIGHT["blue"], "PGD")
+            _band(ax[1], x, np.abs(sub.kappa.values), TOL_BRIGHT["blue"], r"$|\kappa|$")
+            _band(ax[1], x, np.abs(sub.nu.values), TOL_BRIGHT["red"], r"$|\nu|$")
+            _band(ax[3], x, np.maximum(sub.distance_to_manifold.values, DIST_FLOOR), TOL_BRIGHT["green"], "dist_M")
+        S = float(ds.S_dist.sel(part="a" if row == 0 else "b"))
+        ax[3].axhline(S, color=TOL_BRIGHT["purple"], linestyle="--", linewidth=0.8, label="dist_M at S (Sec. 7.4)")
+        ax[0].axhline(float(ds.S_excess.sel(part="a" if row == 0 else "b")), color=TOL_BRIGHT["purple"],
+                      linestyle="--", linewidth=0.8, label="S")
+        ax[0].set(xlabel="step", ylabel="excess risk", ylim=(-0.1, 6), title=title)
+        ax[0].legend(fontsize=7)
+        ax[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05))
+        ax[1].legend(fontsize=7, loc="lower right")
+        _path_panel(ax[2], sub, runs)
+        ax[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2))
+        ax[3].legend(fontsize=7, loc="lower left")
+    return fig
+
+
+def checks_fig7(ds):
+    out = []
+    L, d = int(ds.attrs["L"]), int(ds.attrs["d"])
+    task = sl.SingleLocation(d=d, L=L, gamma=GAMMA)
+    # Sec. 7.4 table (d = 400, L = 10): theta_S, dist_M and excess risk at S for lambda = 0.1 and 0.9.
+    if (d, L) == (400, 10):
+        for lam, th, dist, exc in ((0.1, 0.629772, 1.18178, 0.115512), (0.9, 0.090351, 1.00407, 3.984798)):
+            S = sl.spurious_point(task, lam)
+            out.append(_check(f"Sec. 7.4: theta_S({lam})", S.theta_S, th - 1e-6, th + 1e-6, "6 digits quoted"))
+            out.append(_check(f"Sec. 7.4: excess risk at S({lam})", S.excess_risk, exc - 1e-6, exc + 1e-6,
+                              "6 digits quoted"))
+            out.append(_check(f"Sec. 7.4: dist_M at S({lam})", S.distance_to_manifold, dist - 1e-5, dist + 1e-5,
+                              "6 digits quoted"))
+    for part, lam, alpha in (("a", 0.9, 1e-3), ("b", 0.1, 4e-3)):
+        S = sl.spurious_point(task, lam)
+        one = sl.pgd(task, np.array(S.state), alpha=alpha, n_steps=1, lam=lam, saveat=SaveAt(final=True))
+        moved = float(np.max(np.abs(np.array([one[v].values[0, -1] for v in STATE]) - np.array(S.state))))
+        out.append(_check(f"Sec. 7.4: S({lam}) is a fixed point of the five-scalar PGD map (max change in 1 step)",
+                          moved, 0.0, 1e-12, "1e-12: float64 rounding"))
+    sub_b = ds.sel(part="b").dropna("time", how="all")
+    if int(sub_b.step.values[-1]) == 20_000:
+        _, at_s, _ = _classify_final(sub_b, task, 0.1)
+        n = sub_b.sizes["run"]
+        # 49% of runs end at S (pooled 4 600 runs); the count over n runs is binomial: mean +- 5 SD.
+        mu, sd = 0.49 * n, math.sqrt(n * 0.49 * 0.51)
+        out.append(_check("Sec. 8.6(b): number of runs at the spurious point S (spec ~49%)", float(at_s.sum()),
+                          max(0.0, mu - 5 * sd), mu + 5 * sd, "binomial(n, 0.49) mean +- 5 SD"))
+        rec = (_final(sub_b, "distance_to_manifold") < 1e-6)
+        if rec.any():
+            out.append(_check("Sec. 8.6(b): median |kappa| of recovering runs at 20 000 (spec 0.983, 0.982-0.984)",
+                              float(np.median(_final(sub_b, "kappa", True)[rec])), 0.982, 0.984, "the spec's range"))
+    sub_a = ds.sel(part="a").dropna("time", how="all")
+    if int(sub_a.step.values[-1]) == 120_000:
+        notS = ~(np.abs(_final(sub_a, "eta")) > 0.95)
+        out.append(_check("Sec. 8.6(a): median final |kappa| (spec 0.2986, 5-95%: 0.287-0.2995)",
+                          float(np.median(_final(sub_a, "kappa", True)[notS])), 0.287, 0.2995, "the spec's range"))
+        out.append(_check("Sec. 8.6(a): median final excess risk (spec 3.8094, 5-95%: 3.8086-3.819)",
+                          float(np.median(_final(sub_a, "excess_risk"))), 3.8086, 3.819, "the spec's range"))
+    return out
+
+
+@register(name="single_location.fig7", model="single_location", paper="Marion et al. (2025), Fig. 7(a), 7(b)",
+          spec="single_location.md §8.6, §7.4",
+          caption=("Exact PGD from the sphere at constant lambda (five-scalar map, Sec. 6.4), d = 400, L = 10, "
+                   "gamma^2 = 1/2, eps = 0, same initial states as Fig. 4(a). (a) lambda = 0.9, alpha = 1e-3: the "
+                   "runs leave (0, 0) but end off M. (b) lambda = 0.1, alpha = 4e-3, every run drawn: about half of "
+                   "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of Sec. 7.4 "
+                   "(dashed purple), the others recover (k*, v*)."),
+          params={"tiny": {"d": 400, "L": 10, "n_runs": 4, "n_steps_a": 3000, "n_steps_b": 2000},
+                  "quick": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000},
+                  "paper": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000}},
+          plot=plot_fig7, checks=checks_fig7)
+def data_fig7(cfg) -> xr.Dataset:
+    p = cfg.params
+    task = _task(p)
+    states = _initial_states(cfg, task, int(p["n_runs"]))
+    a = _pgd_dataset(task, states, alpha=1e-3, n_steps=int(p["n_steps_a"]), lam=0.9, log_every=300,
+                     progress=cfg.progress)
+    b = _pgd_dataset(task, states, alpha=4e-3, n_steps=int(p["n_steps_b"]), lam=0.1, log_every=200,
+                     progress=cfg.progress)
+    parts = []
+    for ds in (a, b):
+        ds = ds.assign_coords(time=ds.step.values.astype(np.float64)).drop_vars("step")
+        parts.append(ds)
+    out = xr.concat(parts, dim=xr.DataArray(["a", "b"], dims="part"), join="outer")
+    out = out.assign_coords(step=("time", out.time.values.astype(np.int64)))
+    S = [sl.spurious_point(task, lam) for lam in (0.9, 0.1)]
+    out["S_dist"] = ("part", [s.distance_to_manifold for s in S])
+    out["S_excess"] = ("part", [s.excess_risk for s in S])
+    out["S_theta"] = ("part", [s.theta_S for s in S])
+    out.attrs.update(d=task.d, L=task.L)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fig. 6: dynamics on M
+
+
+def plot_fig6(ds):
+    fig, (a, b) = new_figure(1, 2, figsize=(10.0, 4.4))
+    colours = {"minimum": TOL_BRIGHT["yellow"], "saddle": TOL_BRIGHT["blue"], "maximum": TOL_BRIGHT["red"]}
+    kap, nu = ds.kappa.values, ds.nu.values
+    K, N = np.meshgrid(kap, nu, indexing="xy")
+    risk = ds.risk_M.values.T  # (nu, kappa)
+    for ax in (a, b):
+        ax.set(xlim=(-1.05, 1.05), ylim=(-1.05, 1.05), xlabel=r"$\kappa$", ylabel=r"$\nu$", aspect="equal")
+    a.contourf(K, N, risk, levels=20, cmap="viridis")
+    a.plot(kap, ds.nullcline.values, color="w", linestyle="--", linewidth=1.0, label=r"$\nu = $erf$(c\kappa/r)$")
+    for i in range(ds.sizes["point"]):
+        kind = str(ds.fp_kind.values[i])
+        a.scatter(ds.fp_kappa.values[i], ds.fp_nu.values[i], s=70, color=colours[kind], edgecolor="k", zorder=3,
+                  label=kind if kind not in [str(x) for x in ds.fp_kind.values[:i]] else None)
+    a.set(title=r"(a) $R_M$ and the five fixed points")
+    a.legend(fontsize=7, loc="lower right")
+    U, V = ds.field_kappa.values.T, ds.field_nu.values.T
+    mag = np.hypot(U, V)
+    step = max(1, kap.size // 20)
+    mesh = b.pcolormesh(K, N, np.maximum(mag, 1e-12), norm=LogNorm(vmin=max(mag.max() * 1e-6, 1e-12),
+                                                                    vmax=mag.max()), cmap="magma", shading="auto")
+    fig.colorbar(mesh, ax=b, label="|field|")
+    sl_ = (slice(None, None, step), slice(None, None, step))
+    b.quiver(K[sl_], N[sl_], (U / np.maximum(mag, 1e-300))[sl_], (V / np.maximum(mag, 1e-300))[sl_], color="w",
+             scale=30, width=0.003)
+    b.plot(kap, ds.nullcline.values, color=TOL_BRIGHT["cyan"], linestyle="--", linewidth=1.0)
+    b.set(title=rf"(b) $-((1-\kappa^2)\partial_\kappa R_M, (1-\nu^2)\partial_\nu R_M)$, $\lambda$ = {ds.attrs['lam']}")
+    return fig
+
+
+def checks_fig6(ds):
+    out = []
+    kinds = sorted(str(k) for k in ds.fp_kind.values)
+    out.append(CheckResult(name="Sec. 7.1: exactly five fixed points: 2 minima, 2 maxima, 1 saddle",
+                           passed=kinds == ["maximum", "maximum", "minimum", "minimum", "saddle"],
+                           measured=", ".join(kinds), expected="maximum x2, minimum x2, saddle",
+                           tolerance="exact classification"))
+    out.append(_check("Sec. 7.1: |vector field| at the fixed points", float(np.max(ds.fp_field.values)), 0.0, 1e-12,
+                      "1e-12: float64 rounding"))
+    out.append(_check("Sec. 8.5: kappa-component of the field on the nullcline nu = erf(c kappa/r)",
+                      float(np.max(np.abs(ds.nullcline_field.values))), 0.0, 1e-10, "1e-10: float64 rounding"))
+    if (int(ds.attrs["d"]), float(ds.attrs["lam"])) == (400, 0.1):
+        ev = np.sort(ds.saddle_map_eigenvalues.values)
+        out.append(_check("Sec. 7.2: PGD-map eigenvalue < 1 at the saddle (spec 0.986928, alpha = 4e-3)", ev[0],
+                          0.986928 - 1e-6, 0.986928 + 1e-6, "6 digits quoted"))
+        out.append(_check("Sec. 7.2: PGD-map eigenvalue > 1 at the saddle (spec 1.003086)", ev[1], 1.003086 - 1e-6,
+                          1.003086 + 1e-6, "6 digits quoted"))
+    return out
+
+
+@register(name="single_location.fig6", model="single_location", paper="Marion et al. (2025), Fig. 6",
+          spec="single_location.md §8.5, §7.1-7.2",
+          caption=("Dynamics on the invariant manifold M in the (kappa, nu) square (Sec. 5.1, 7.1). (a) R_M with the "
+                   "five fixed points: minima (1, 1), (-1, -1) (yellow), saddle (0, 0) (blue), maxima (1, -1), "
+                   "(-1, 1) (red); dashed: the kappa-nullcline nu = erf(c kappa / r). (b) The vector field "
+                   "-((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), arrows normalised, colour = magnitude."),
+          unrecoverable=("d = 400, L = 10, gamma^2 = 1/2, lambda = 0.1 (spec §8.5 default)",),
+          params={"tiny": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 41},
+                  "quick": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 161},
+                  "paper": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 401}},
+          plot=plot_fig6, checks=checks_fig6)
+def data_fig6(cfg) -> xr.Dataset:
+    p = cfg.params
+    task = _task(p)
+    lam = float(p["lam"])
+    g = np.linspace(-1.0, 1.0, int(p["n_grid"]))
+    K, N = np.meshgrid(g, g, indexing="ij")  # (kappa, nu)
+    field = sl.manifold_vector_field(task, lam, K, N)
+    risk_M = sl.manifold_risk(task, lam, K, N) - task.eps ** 2
+    gg = lam * task.gamma
+    q, r = math.sqrt(1 + 2 * gg * gg), math.sqrt(1 + 4 * gg * gg)
+    c = lam * task.s / q
+    from scipy.special import erf
+
+    nullcline = erf(c * g / r)
+    null_field = sl.manifold_vector_field(task, lam, g, nullcline)[:, 0]
+    fps = sl.fixed_points(task, lam, alpha=4e-3)
+    fp_field = np.array([np.max(np.abs(sl.manifold_vector_field(task, lam, f.kappa, f.nu))) for f in fps])
+    saddle = next(f for f in fps if f.kind == "saddle")
+    return xr.Dataset(
+        {"field_kappa": (("kappa", "nu"), field[..., 0]), "field_nu": (("kappa", "nu"), field[..., 1]),
+         "risk_M": (("kappa", "nu"), risk_M), "nullcline": ("kappa", nullcline),
+         "nullcline_field": ("kappa", null_field),
+         "fp_kappa": ("point", [f.kappa for f in fps]), "fp_nu": ("point", [f.nu for f in fps]),
+         "fp_kind": ("point", [f.kind for f in fps]), "fp_risk": ("point", [f.risk for f in fps]),
+         "fp_field": ("point", fp_field),
+         "saddle_map_eigenvalues": ("eig", list(saddle.map_eigenvalues))},
+        coords={"kappa": g, "nu": g}, attrs={"d": task.d, "L": task.L, "lam": lam, "alpha": 4e-3})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fig. 5: stochastic PGD (torch) against the deterministic five-scalar PGD
+
+
+_FIG5_VARS = STATE + ("distance_to_manifold", "excess_risk")
+
+
+def plot_fig5(ds):
+    fig, axes = new_figure(1, 4, figsize=(14.0, 3.2))
+    x = ds.step.values
+    sgd, pgd = ds.sel(source="sgd"), ds.sel(source="pgd")
+    d = ds.attrs["d"]
+    colour = TOL_BRIGHT["blue"]
+    m, lo, hi = band_over_seeds(sgd.excess_risk.values, method="percentile")
+    plot_empirical_band(axes[0], x, m, lo, hi, label=f"SGD (torch, d = {d}), exact risk", color=colour)
+    axes[0].plot(x, ds.test_excess_risk.mean("run").values, color=TOL_BRIGHT["grey"], linewidth=0.8,
+                 label="SGD, test MSE - eps^2")
+    plot_reduced(axes[0], x, pgd.excess_risk.mean("run").values, label="deterministic PGD (mean)",
+                 color=TOL_BRIGHT["purple"])
+    axes[0].set(xlabel="step", ylabel="excess risk", ylim=(-0.1, 10), title="excess risk")
+    axes[0].legend(fontsize=7)
+    for var, col, lab in (("kappa", TOL_BRIGHT["blue"], r"|\kappa|"), ("nu", TOL_BRIGHT["red"], r"|\nu|")):
+        m, lo, hi = band_over_seeds(np.abs(sgd[var].values), method="percentile")
+        plot_empirical_band(axes[1], x, m, lo, hi, label=f"${lab}$ SGD", color=col)
+        plot_reduced(axes[1], x, np.abs(pgd[var].values).mean(0), label=f"${lab}$ PGD", color=col)
+    axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment")
+    axes[1].legend(fontsize=7, loc="lower right")
+    _path_panel(axes[2], sgd, [0, 1])
+    m, lo, hi = band_over_seeds(np.maximum(sgd.distance_to_manifold.values, DIST_FLOOR), method="percentile")
+    plot_empirical_band(axes[3], x, m, lo, hi, label="SGD", color=TOL_BRIGHT["green"])
+    plot_reduced(axes[3], x, np.maximum(pgd.distance_to_manifold.values, DIST_FLOOR).mean(0), label="PGD",
+                 color=TOL_BRIGHT["green"])
+    axes[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2), title="distance to M")
+    axes[3].legend(fontsize=7)
+    return fig
+
+
+# Spec Sec. 8.4 table (median, min, max over 12 runs) at the steps it quotes.
+_FIG5_TABLE = {
+    1000: {"kappa": (0.12, 0.00, 0.35), "nu": (0.29, 0.04, 0.47), "excess_risk": (6.92, 6.64, 8.77),
+           "distance_to_manifold": (0.16, 0.05, 0.32)},
+    50_000: {"kappa": (0.577, 0.536, 0.615), "nu": (0.965, 0.961, 0.973), "excess_risk": (1.093, 1.087, 1.168),
+             "distance_to_manifold": (0.044, 0.008, 0.104)},
+    100_000: {"kappa": (0.924, 0.909, 0.944), "nu": (0.994, 0.993, 0.996), "excess_risk": (0.379, 0.371, 0.403),
+              "distance_to_manifold": (0.025, 0.013, 0.062)},
+    200_000: {"kappa": (0.998, 0.997, 0.998), "nu": (0.9985, 0.998, 0.999), "excess_risk": (0.1838, 0.18, 0.19),
+              "distance_to_manifold": (0.010, 0.004, 0.021)},
+}
+
+# Tolerances of the SGD-vs-PGD rows: 5 SE over seeds plus an allowance for the stochastic offset that the spec
+# documents (Sec. 8.4: SGD keeps a dist_M floor of order 1e-2 and |kappa|, |nu| < 1, so its excess risk stays above the
+# deterministic value; 0.01 in risk and alignment, 0.02 in dist_M = the spec's largest final dist_M).
+_FIG5_ATOL = {"kappa": 0.01, "nu": 0.01, "excess_risk": 0.01, "distance_to_manifold": 0.02}
+
+
+def gaps_fig5(ds):
+    sgd, pgd = ds.sel(source="sgd"), ds.sel(source="pgd")
+    n = ds.sizes["time"]
+    idx = sorted({0, n // 4, n // 2, (3 * n) // 4, n - 1})
+    rows: list[GapRow] = []
+    for var in ("kappa", "nu", "excess_risk", "distance_to_manifold"):
+        f = np.abs if var in ("kappa", "nu") else (lambda x: x)
+        rows += gap_rows(f"|{var}|" if var in ("kappa", "nu") else var, ds.step.values[idx],
+                         f(pgd[var].values[:, idx]).mean(0), f(sgd[var].values[:, idx]), tol_se=TOL_SE,
+                         atol=_FIG5_ATOL[var], d=int(ds.attrs["d"]),
+                         justification=(JUST_5SE + "; theory = deterministic PGD from the same initial scalars "
+                                        "(mean over runs); atol = stochastic offset documented in spec Sec. 8.4. Expected OUTSIDE "
+                                        "during the transient at batch 5: gradient noise delays alignment (caption)"))
+    return rows
+
+
+def checks_fig5(ds):
+    out = []
+    sgd = ds.sel(source="sgd")
+    if (int(ds.attrs["d"]), int(ds.attrs["L"])) != (80, 10):
+        return out
+    for step, table in _FIG5_TABLE.items():
+        i = _at_step(ds, step)
+        if i is None:
+            continue
+        for var, (med, lo, hi) in table.items():
+            x = sgd[var].values[:, i]
+            x = np.abs(x) if var in ("kappa", "nu") else x
+            # The spec's min-max over 12 runs, widened by 25% of its width on each side (finite-sample margin).
+            w = 0.25 * (hi - lo)
+            out.append(_check(f"Sec. 8.4: median {var} at step {step} (spec {med})", float(np.median(x)), lo - w,
+                              hi + w, "spec min-max over 12 runs, +-25% of its width"))
+    return out
+
+
+@register(name="single_location.fig5", model="single_location", paper="Marion et al. (2025), Fig. 5",
+          spec="single_location.md §8.4, §6.4",
+          caption=("Online stochastic PGD of the torch erf predictor (Sec. 8.4): d = 80, L = 10, gamma^2 = 1/2, "
+                   "eps = 0.1, lambda_n = 2/(1 + 1e-4 n), alpha = 1e-3, batch 5, sphere initialisation, float64. "
+                   "Markers and bands: mean and 95% range over seeds; excess risk = closed-form risk of each "
+                   "iterate at lambda_n (grey: the noisy 1 000-sample test MSE). Dashed: the deterministic "
+                   "five-scalar PGD (Sec. 6.4) started from each seed's initial scalars, averaged over seeds. At batch 5 the gradient "
+                   "noise is large (a tangent step of about alpha |g| ~ 0.08 per update in d = 80), and each "
+                   "renormalisation shrinks the alignments faster than the population drift moves them: the SGD mean "
+                   "lags the deterministic PGD by many SE during the transient (gap table). With a large batch the "
+                   "SGD mean tracks PGD within 5 SE (tests/test_empirical_single_location.py)."),
+          params={"tiny": {"d": 20, "L": 5, "n_runs": 3, "n_steps": 300, "log_every": 50, "eval_size": 100},
+                  "quick": {"d": 80, "L": 10, "n_runs": 6, "n_steps": 5000, "log_every": 250, "eval_size": 1000},
+                  "paper": {"d": 80, "L": 10, "n_runs": 30, "n_steps": 200_000, "log_every": 500,
+                            "eval_size": 1000}},
+          plot=plot_fig5, gaps=gaps_fig5, checks=checks_fig5)
+def data_fig5(cfg) -> xr.Dataset:
+    from empirical.models import single_location as slm
+    from empirical.train import train
+
+    p = cfg.params
+    task = _task(p, noise=0.1)
+    n_steps, log_every = int(p["n_steps"]), int(p["log_every"])
+    oracle_rng = spawn_generators(cfg.seed, ["init", "oracle"])["oracle"]
+    model = slm.build(task, rng=oracle_rng)
+    seeds = [cfg.seed * 1000 + i for i in range(int(p["n_runs"]))]
+    lam = sl.lam_schedule(2.0)
+    config = slm.fig5_config(seeds, n_steps=n_steps, lam=lam, log_every=log_every, eval_size=int(p["eval_size"]))
+    with _torch_threads(1):  # CPU: tiny tensors, threads only contend; GPU: unaffected
+        traj = train(model, config, device=cfg.device, progress=cfg.progress)
+    scal = {v: np.asarray(traj[v].values, dtype=np.float64) for v in STATE}
+    lams = np.asarray(traj.lam.values, dtype=np.float64)
+    exact = sl.excess_risk(task, lams, *(scal[v] for v in STATE))
+    state0 = np.stack([scal[v][:, 0] for v in STATE], axis=1)
+    pgd = _pgd_dataset(task, state0, alpha=1e-3, n_steps=n_steps, lam=lam, log_every=log_every)
+    if not np.array_equal(pgd.step.values, traj.step.values):
+        raise RuntimeError("torch and closed-form logging grids differ")  # same SaveAt(every=...) by construction
+    sgd_vals = {**scal, "distance_to_manifold": np.asarray(traj.distance_to_manifold.values), "excess_risk": exact}
+    data = {v: (("source", "run", "time"), np.stack([sgd_vals[v], pgd[v].values])) for v in _FIG5_VARS}
+    data["test_excess_risk"] = (("run", "time"), np.asarray(traj.excess_risk.values, dtype=np.float64))
+    data["lam"] = ("time", lams[0])
+    return xr.Dataset(data, coords={"source": ["sgd", "pgd"], "run": seeds,
+                                    "step": ("time", traj.step.values.astype(np.int64))},
+                      attrs={"d": task.d, "L": task.L, "alpha": 1e-3, "batch_size": 5, "noise": task.eps,
+                             "lam": "2/(1 + 1e-4 n)", "torch_device": str(traj.attrs.get("device", cfg.device))})
+
+
+# The Transformer and multi-location figures (spec §8.7-8.9) live in their own module; importing it registers them.
+if importlib.util.find_spec("figures._single_location_transformer") is not None:
+    from figures import _single_location_transformer  # noqa: F401
