@@ -123,6 +123,7 @@ def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = N
     reg = registry.REGISTRY if reg is None else reg
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("fontTools").setLevel(logging.WARNING)  # the PDF backend's font subsetting chatter
     command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report}[args.command]
     try:
         return command(args, reg)
