@@ -1,0 +1,481 @@
+"""Torch one-layer attention of Scan and Snap (Tian et al., NeurIPS 2023): the Y/Z model, the full (U, W) model and
+the one-layer text Transformer.
+
+Implements the empirical side of spec ``scan_snap.md``:
+
+* :class:`ScanSnapTorch` with ``parametrisation="YZ"``: the authors' synthetic model (spec Sec. 1.4, Sec. 5.1): free
+  matrices Y (decoder) and Z (attention logits) indexed by vocabulary ids, attention of the query on the T - 1
+  contextual positions (query excluded), l2-normalised attention output f = LN(X^T b), logits Y^T f over all M outputs,
+  cross-entropy averaged over the batch (= -J of Sec. 1.3). Zero init (Sec. 5.2) or random init U(+-1/sqrt(M)) of every
+  entry, Y drawn before Z (Sec. 5.1, 5.3).
+* the same class with ``parametrisation="full"``: embeddings U and W_Q, W_K, W_V (spec Sec. 1.3); the probes map the
+  weights to Y = U W_V^T U^T and Z = U W_Q W_K^T U^T / sqrt(d) (Sec. 1.4), so both parametrisations log the same
+  variables.
+* :func:`distinct_recall`: recall of distinct tokens above attention thresholds (Sec. 5.3, Figs. 11/12).
+* :class:`TextTransformer`: the one-layer post-LayerNorm Transformer of the spec's WikiText experiment (Sec. 5.5,
+  Fig. 10 setting), trained on the word-level corpus of :mod:`empirical.text_corpus`; probe: average attention entropy.
+
+Data: :meth:`ScanSnapTorch.sample` draws sequences of any :class:`closedform.scan_snap.SequenceClasses` (spec Sec. 1.2,
+Sec. 5.1): class n ~ pi, T - 1 contextual tokens i.i.d. from P(.|n), query qtok(psi(n)), label tgt(n).
+
+Training is the shared trainer :func:`empirical.train.train`; :func:`sgd_config` gives the paper's protocol (SGD with
+momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the Sec. 4.6
+diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``, ``decoder_stats``) on the reduced
+blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (Sec. 4.1), so a torch run and ``population_map`` align with
+``xarray`` on the names ``z_{m}_{l}``, ``H_mean``.
+
+Symbol table (spec Sec. 0.4; shapes carry the trainer's leading seed axis S)
+---------------------------------------------------------------------------
+==========  ==========  =======================================================  ================  ===========
+code        paper       meaning                                                  shape             defined
+==========  ==========  =======================================================  ================  ===========
+counts      X^T 1       token counts of x_1..x_T-1 (floats, trainer rule)         (S, B, V)         Sec. 1.1
+cls         n           class of the sequence (query and label follow from it)    (S, B)            Sec. 1.2
+Y           Y           decoder matrix, rows = input token ids, columns outputs   (S, V, M)         Sec. 1.4
+Z           Z           attention logits Z[query id, key id]                      (S, V, V)         Sec. 1.4
+U           U           embeddings (full model)                                   (S, V, d)         Sec. 1.3
+W_Q,W_K,W_V W_Q,W_K,W_V projections (full model)                                  (S, d, d)         Sec. 1.3
+f           f           LN(X^T b)                                                 (S, B, V)         Sec. 1.3
+z_{m}_{l}   z_{ml}      probe Z[Lc + m, l]                                        (S,)              Sec. 1.4
+H_mean      H           distinct-token entropy, mean over classes                 (S,)              Sec. 4.6
+==========  ==========  =======================================================  ================  ===========
+
+V = max(M, Lc + Q) input ids: contextual token l has id l, query m has id Lc + m (the generator layout of Sec. 5.1,
+where V = M). Time axis: optimizer steps, ``time = step`` (spec Sec. 0.2), as in ``closedform.scan_snap``.
+
+Notes
+-----
+* [choice] Full model: U i.i.d. N(0, 1/d) (near-orthonormal rows for d >> V, where LN(U^T X^T b) ~ U^T LN(X^T b));
+  W_Q, W_K, W_V i.i.d. U(+-1/sqrt(d)) (torch's bias-free linear default). The paper gives no recipe.
+* [departure] :class:`TextTransformer` has no dropout and no gradient clipping (spec Sec. 5.5 choice: dropout 0.2,
+  clipping 0.5): the shared trainer passes no random stream to the loss and has no clipping hook. Use learning rates
+  that stay stable without clipping; the figures state it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from closedform import scan_snap as cf
+from dynamics.saveat import SaveAt
+from dynamics.validation import check_choice, check_int, check_positive
+from empirical.train import Schedule, TrainConfig, per_seed
+
+__all__ = ["INITS", "PARAMETRISATIONS", "RECALL_ATTENTION", "REFERENCE", "ScanSnapTorch", "TextTransformer",
+           "adam_config", "attention_entropy", "distinct_recall", "effective_YZ", "reduced_blocks", "sgd_config",
+           "text_config", "yz_logits"]
+
+REFERENCE = cf.REFERENCE
+PARAMETRISATIONS = ("YZ", "full")
+INITS = ("zero", "random")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Y/Z model and the full model (spec Sec. 1.3-1.4, 5.1)
+# ---------------------------------------------------------------------------------------------------------------
+
+def yz_logits(Y: torch.Tensor, Z: torch.Tensor, counts: torch.Tensor, qid: torch.Tensor) -> torch.Tensor:
+    """Decoder logits Y^T LN(X^T b) of the Y/Z model (spec Sec. 1.3-1.4, Lemma 1 setting).
+
+    Without positional encoding (Assumption 1a) b_p depends only on the token at p, so X^T b has entries
+    v_l = n_l e^{Z[x_T, l]} / sum_k n_k e^{Z[x_T, k]} with n_l the count of token l among x_1..x_{T-1}: the model
+    is computed exactly from the counts, at a cost independent of T.
+
+    Parameters
+    ----------
+    Y : (S, V, M) decoder; Z : (S, V, V) attention logits; counts : (S, B, V) token counts of the contexts;
+    qid : (S, B) int64 query ids.
+
+    Returns
+    -------
+    logits (S, B, M)
+    """
+    V = Z.shape[1]
+    Zq = torch.gather(Z, 1, qid[..., None].expand(-1, -1, V))            # (S, B, V): row Z[x_T, :]
+    v = torch.softmax(Zq + torch.log(counts), dim=-1)                     # X^T b (log 0 = -inf: absent tokens)
+    f = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)            # LN(X^T b), Sec. 1.3
+    return torch.einsum("sbv,svj->sbj", f, Y)
+
+
+def effective_YZ(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Y, Z) of the parameters: themselves (Y/Z model), or Y = U W_V^T U^T, Z = U W_Q W_K^T U^T / sqrt(d) (Sec. 1.4)."""
+    if "Y" in params:
+        return params["Y"], params["Z"]
+    U, WQ, WK, WV = params["U"], params["W_Q"], params["W_K"], params["W_V"]
+    d = U.shape[-1]
+    Y = U @ WV.transpose(-1, -2) @ U.transpose(-1, -2)
+    Z = U @ WQ @ WK.transpose(-1, -2) @ U.transpose(-1, -2) / math.sqrt(d)
+    return Y, Z
+
+
+def reduced_blocks(classes: cf.SequenceClasses, Y, Z) -> tuple[np.ndarray, np.ndarray]:
+    """Reduced state Y_full[0:Lc, :] (.., Lc, M) and Z_full[Lc:Lc+Q, 0:Lc] (.., Q, Lc) as float64 numpy (Sec. 4.1)."""
+    Lc, Q = classes.Lc, classes.Q
+    Yn = torch.as_tensor(Y).detach().cpu().numpy().astype(np.float64, copy=False)
+    Zn = torch.as_tensor(Z).detach().cpu().numpy().astype(np.float64, copy=False)
+    return Yn[..., :Lc, :], Zn[..., Lc:Lc + Q, :Lc]
+
+
+RECALL_ATTENTION = ("softmax_all_keys", "c_n")
+
+
+def distinct_recall(classes: cf.SequenceClasses, Z_full, thresholds, *, attention: str = "softmax_all_keys"):
+    """Recall of distinct tokens (spec Sec. 5.3, Figs. 11/12): the fraction of a class's distinct tokens whose
+    attention exceeds each threshold, averaged over classes.
+
+    Parameters
+    ----------
+    Z_full : (..., V, V) array or tensor
+        Attention logits by vocabulary id (query row Lc + m).
+    thresholds : (n_thr,) float
+    attention : {"softmax_all_keys", "c_n"}
+        Row softmax of Z[Lc + m, :] over all keys (uniform value 1/V; the figures' default, [unverified]), or the
+        class attention map c_n of Eq. 5 (Sec. 4.6).
+
+    Returns
+    -------
+    (..., n_thr) float64
+    """
+    check_choice("attention", attention, RECALL_ATTENTION)
+    Zf = torch.as_tensor(Z_full).detach().cpu().numpy().astype(np.float64, copy=False)
+    thr = np.asarray(thresholds, dtype=np.float64)
+    Lc = classes.Lc
+    if attention == "softmax_all_keys":
+        rows = Zf[..., Lc + classes.psi, :]  # (..., K, V)
+        a = np.exp(rows - rows.max(-1, keepdims=True))
+        a = (a / a.sum(-1, keepdims=True))[..., :Lc]
+    else:
+        a = cf.attention_maps(classes, Zf[..., Lc:Lc + classes.Q, :Lc])  # (..., K, Lc)
+    out = []
+    for n in range(classes.K):
+        dt = classes.distinct_tokens(n)
+        out.append((a[..., n, dt, None] > thr).mean(-2))
+    return np.mean(out, axis=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScanSnapTorch:
+    """The one-layer attention model of spec Sec. 1.3-1.4 on sequence classes, for :func:`empirical.train.train`.
+
+    Parameters
+    ----------
+    classes : closedform.scan_snap.SequenceClasses
+        The data law (Syn-Small, Syn-Medium or any configuration of spec Sec. 4.1).
+    T : int
+        Paper's sequence length: T - 1 contextual tokens + the query (spec Sec. 1.1; the paper's runs: T = 128).
+    init : {"zero", "random"}
+        Zero Y, Z (Syn-Small, Sec. 5.2) or every entry U(+-1/sqrt(M)), Y before Z (Syn-Medium, Sec. 5.3). The full
+        model always starts at random (zero U is a stationary point).
+    parametrisation : {"YZ", "full"}
+        Free Y/Z (the authors' synthetic code) or U, W_Q, W_K, W_V (Sec. 1.3); "full" needs M >= Lc + Q.
+    d : int
+        Embedding width of the full model (>= 1); ignored by "YZ".
+    probe_z : bool
+        Log every z_{m}_{l} (needed for attention maps and overlays); False logs only the summaries.
+    """
+
+    classes: cf.SequenceClasses
+    T: int = 128
+    init: str = "zero"
+    parametrisation: str = "YZ"
+    d: int = 64
+    probe_z: bool = True
+
+    name = "scan_snap"
+    time_unit = "step"
+
+    def __post_init__(self):
+        if not isinstance(self.classes, cf.SequenceClasses):
+            raise ValueError(f"classes must be a closedform.scan_snap.SequenceClasses; got "
+                             f"{type(self.classes).__name__}")
+        object.__setattr__(self, "T", check_int("T", self.T, min_value=2))
+        check_choice("init", self.init, INITS)
+        check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
+        object.__setattr__(self, "d", check_int("d", self.d, min_value=1))
+        c = self.classes
+        if self.parametrisation == "full" and c.M < c.Lc + c.Q:
+            raise ValueError(f"parametrisation='full' needs the generator layout M >= Lc + Q = {c.Lc + c.Q} (outputs "
+                             f"are vocabulary tokens, spec Sec. 5.1); got M = {c.M}")
+
+    @property
+    def spec(self) -> dict:
+        """Provenance (stored with runs and checkpoints)."""
+        return {"classes": self.classes.to_dict(), "T": self.T, "init": self.init,
+                "parametrisation": self.parametrisation, "d": self.d, "probe_z": self.probe_z}
+
+    @property
+    def V(self) -> int:
+        """Number of input ids, max(M, Lc + Q) (contextual l -> l, query m -> Lc + m; spec Sec. 5.1 layout)."""
+        return max(self.classes.M, self.classes.Lc + self.classes.Q)
+
+    @staticmethod
+    def time_of_step(step):
+        """time = step (spec Sec. 0.2), as :meth:`closedform.scan_snap.ScanSnap.time_of_step`."""
+        return np.asarray(step, dtype=np.float64)
+
+    # -- protocol -------------------------------------------------------------------------------------------------
+
+    def init_params(self, generators, *, device, dtype):
+        """Initial parameters (spec Sec. 5.1-5.3; full model: the module's [choice] note), per seed."""
+        V, M, d = self.V, self.classes.M, self.d
+        s = 1.0 / math.sqrt(M)
+
+        def unif(g, shape, scale):
+            return (2.0 * torch.rand(shape, generator=g, device=device, dtype=dtype) - 1.0) * scale
+
+        def draw(g):
+            if self.parametrisation == "YZ":
+                if self.init == "zero":
+                    return {"Y": torch.zeros(V, M, device=device, dtype=dtype),
+                            "Z": torch.zeros(V, V, device=device, dtype=dtype)}
+                Y = unif(g, (V, M), s)  # Y drawn before Z (spec Sec. 5.3)
+                return {"Y": Y, "Z": unif(g, (V, V), s)}
+            U = torch.randn(V, d, generator=g, device=device, dtype=dtype) / math.sqrt(d)
+            w = 1.0 / math.sqrt(d)
+            return {"U": U, "W_Q": unif(g, (d, d), w), "W_K": unif(g, (d, d), w), "W_V": unif(g, (d, d), w)}
+
+        return per_seed(generators, draw)
+
+    def sample(self, generators, n, *, device, dtype):
+        """n sequences per seed: class ~ pi, T - 1 contextual tokens i.i.d. P(.|class) (spec Sec. 1.2, Sec. 5.1).
+
+        Returns ``cls`` (S, n) and ``counts`` (S, n, V), the token counts of each context (all the model needs,
+        :func:`yz_logits`); both float (trainer rule), exact integers.
+        """
+        c = self.classes
+        P = torch.tensor(np.array(c.P), device=device, dtype=torch.float64)
+        pi = torch.tensor(np.array(c.pi), device=device, dtype=torch.float64)
+
+        def draw(g):
+            cls = torch.multinomial(pi, n, replacement=True, generator=g)
+            ctx = torch.multinomial(P[cls], self.T - 1, replacement=True, generator=g)
+            counts = torch.zeros(n, self.V, device=device, dtype=dtype)
+            counts.scatter_add_(1, ctx, torch.ones(ctx.shape, device=device, dtype=dtype))
+            return {"cls": cls.to(dtype), "counts": counts}
+
+        return per_seed(generators, draw)
+
+    def _ids(self, batch, device):
+        c = self.classes
+        cls = batch["cls"].long()
+        qid = torch.tensor(c.Lc + np.array(c.psi), device=device)[cls]
+        tgt = torch.tensor(np.array(c.tgt), device=device)[cls]
+        return batch["counts"], qid, tgt
+
+    def loss(self, params, batch, hyper):
+        """Cross-entropy -J of spec Sec. 1.3, averaged over the batch (the authors' code); shape (S,)."""
+        Y, Z = effective_YZ(params)
+        counts, qid, tgt = self._ids(batch, Y.device)
+        logits = yz_logits(Y, Z, counts, qid)
+        logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+        return -logp.mean(-1)
+
+    def probes(self, params):
+        """Sec. 4.6 diagnostics of the reduced blocks, via ``closedform.scan_snap`` (each (S,))."""
+        Y, Z = effective_YZ(params)
+        c = self.classes
+        Yr, Zr = reduced_blocks(c, Y, Z)
+        out = {}
+        if self.probe_z:
+            for m in range(c.Q):
+                for l in range(c.Lc):
+                    out[f"z_{m}_{l}"] = Zr[:, m, l]
+        H = cf.distinct_entropy(c, Zr)
+        out["H_mean"] = np.nanmean(H, axis=-1) if np.any(np.isfinite(H)) else np.zeros(len(Zr))
+        st = cf.decoder_stats(c, Yr, Zr)
+        for n in range(c.K):
+            if np.isfinite(H[:, n]).all():
+                out[f"H_{n}"] = H[:, n]
+            out[f"alpha_tgt_{n}"] = st["alpha_tgt"][:, n]
+            out[f"gamma_hat_{n}"] = st["gamma_hat"][:, n]
+        return {k: torch.as_tensor(np.ascontiguousarray(v), device=Y.device) for k, v in out.items()}
+
+
+def sgd_config(model: ScanSnapTorch, task: cf.ScanSnap, seeds, *, n_steps: int = 100, batch_size: int = 128,
+               momentum: float = 0.9, saveat: SaveAt | None = None, eval_size: int = 0, **kw) -> TrainConfig:
+    """The paper's protocol (spec Sec. 5.2-5.3): SGD, momentum 0.9, batch 128, separate eta_Y, eta_Z (lr_scale).
+
+    The full model takes one learning rate eta_Y for all of U, W_Q, W_K, W_V (spec Sec. 1.3 has no split).
+    """
+    if task.classes != model.classes:
+        raise ValueError("task.classes must equal model.classes")
+    scale = {"Y": task.eta_Y, "Z": task.eta_Z} if model.parametrisation == "YZ" else {}
+    lr = 1.0 if model.parametrisation == "YZ" else task.eta_Y
+    return TrainConfig(seeds=tuple(seeds) if not isinstance(seeds, int) else seeds, n_steps=n_steps,
+                       batch_size=batch_size, lr=lr, optimizer="sgd", momentum=momentum, lr_scale=scale,
+                       eval_size=eval_size, saveat=saveat or SaveAt(every=1), **kw)
+
+
+def adam_config(model: ScanSnapTorch, eta: float, seeds, *, n_steps: int = 100, batch_size: int = 128,
+                saveat: SaveAt | None = None, **kw) -> TrainConfig:
+    """Fig. 5 protocol (spec Sec. 5.2 [choice]): Adam with torch defaults, eta_Y = eta_Z = eta, batch 128."""
+    check_positive("eta", eta)
+    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=eta, optimizer="adam",
+                       eval_size=kw.pop("eval_size", 0), saveat=saveat or SaveAt(every=1), **kw)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One-layer Transformer on text (spec Sec. 5.5, Figs. 7 and 10)
+# ---------------------------------------------------------------------------------------------------------------
+
+def attention_entropy(a: torch.Tensor) -> torch.Tensor:
+    """Average attention entropy -sum_k a_k ln(a_k + 1e-8) over keys, mean over queries and sequences (spec Sec. 5.5).
+
+    a : (S, B, Tq, Tk) attention rows; returns (S,).
+    """
+    return -(a * torch.log(a + 1e-8)).sum(-1).mean(dim=(-1, -2))
+
+
+def _sinusoidal(n: int, d: int, device, dtype) -> torch.Tensor:
+    pos = torch.arange(n, device=device, dtype=dtype)[:, None]
+    div = torch.exp(torch.arange(0, d, 2, device=device, dtype=dtype) * (-math.log(10000.0) / d))
+    pe = torch.zeros(n, d, device=device, dtype=dtype)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
+    return pe
+
+
+def _layer_norm(x, w, b):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:]) * w[:, None, None, :] + b[:, None, None, :]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextTransformer:
+    """One-layer post-LayerNorm Transformer LM of spec Sec. 5.5 (Fig. 10 setting), seeds stacked on a leading axis.
+
+    Embedding ``d_model``, FFN ``d_ff`` (ReLU), 1 head, causal mask, sinusoidal positional encoding, untied decoder
+    with bias; init: embedding and decoder U(+-0.1), decoder bias 0, embeddings x sqrt(d_model) (Sec. 5.5), attention
+    in-projection xavier-uniform with zero biases, out-projection U(+-1/sqrt(d)) with zero bias, FFN torch defaults.
+    No dropout (module Notes). Data: chunks of ``bptt + 1`` token ids (inputs and shifted targets) of a
+    :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks (``text_config``). Probe ``entropy``:
+    average attention entropy (Sec. 5.5) on the held-out chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also
+    the attention map of held-out sequence 0 as ``attn_{i}_{j}`` (Fig. 7).
+    """
+
+    train_chunks: torch.Tensor
+    heldout: torch.Tensor
+    vocab_size: int
+    d_model: int = 200
+    d_ff: int = 200
+    map_rows: int = 0
+
+    name = "scan_snap_text"
+    time_unit = "step"
+
+    def __post_init__(self):
+        for nm in ("train_chunks", "heldout"):
+            t = getattr(self, nm)
+            if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.shape[1] < 2:
+                raise ValueError(f"{nm} must be a (n, bptt + 1) tensor of token ids; got {getattr(t, 'shape', t)}")
+        object.__setattr__(self, "vocab_size", check_int("vocab_size", self.vocab_size, min_value=2))
+        object.__setattr__(self, "d_model", check_int("d_model", self.d_model, min_value=2))
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even (sinusoidal encoding); got {self.d_model}")
+        object.__setattr__(self, "d_ff", check_int("d_ff", self.d_ff, min_value=1))
+        object.__setattr__(self, "map_rows", check_int("map_rows", self.map_rows, min_value=0,
+                                                       max_value=self.train_chunks.shape[1] - 1))
+        if int(self.train_chunks.max()) >= self.vocab_size or int(self.heldout.max()) >= self.vocab_size:
+            raise ValueError("token ids must lie in [0, vocab_size)")
+
+    @property
+    def spec(self) -> dict:
+        """Provenance: sizes (the chunks themselves are identified by their count and a checksum)."""
+        return {"vocab_size": self.vocab_size, "d_model": self.d_model, "d_ff": self.d_ff,
+                "n_train_chunks": int(self.train_chunks.shape[0]), "n_heldout": int(self.heldout.shape[0]),
+                "bptt": int(self.train_chunks.shape[1] - 1), "map_rows": self.map_rows,
+                "checksum": int(self.train_chunks.long().sum()) * 1000003 + int(self.heldout.long().sum())}
+
+    def init_params(self, generators, *, device, dtype):
+        """Initialisation of spec Sec. 5.5 (class docstring), per seed."""
+        V, d, f = self.vocab_size, self.d_model, self.d_ff
+
+        def unif(g, shape, a):
+            return (2.0 * torch.rand(shape, generator=g, device=device, dtype=dtype) - 1.0) * a
+
+        def draw(g):
+            return {
+                "emb": unif(g, (V, d), 0.1),
+                "W_in": unif(g, (3 * d, d), math.sqrt(6.0 / (4 * d))),  # xavier-uniform of a (3d, d) matrix
+                "b_in": torch.zeros(3 * d, device=device, dtype=dtype),
+                "W_o": unif(g, (d, d), 1.0 / math.sqrt(d)),
+                "b_o": torch.zeros(d, device=device, dtype=dtype),
+                "ln1_w": torch.ones(d, device=device, dtype=dtype),
+                "ln1_b": torch.zeros(d, device=device, dtype=dtype),
+                "W_1": unif(g, (f, d), 1.0 / math.sqrt(d)),
+                "b_1": unif(g, (f,), 1.0 / math.sqrt(d)),
+                "W_2": unif(g, (d, f), 1.0 / math.sqrt(f)),
+                "b_2": unif(g, (d,), 1.0 / math.sqrt(f)),
+                "ln2_w": torch.ones(d, device=device, dtype=dtype),
+                "ln2_b": torch.zeros(d, device=device, dtype=dtype),
+                "W_dec": unif(g, (V, d), 0.1),
+                "b_dec": torch.zeros(V, device=device, dtype=dtype),
+            }
+
+        return per_seed(generators, draw)
+
+    def sample(self, generators, n, *, device, dtype):
+        """The first n training chunks, the same for every seed (fixed dataset; seeds differ by init and order)."""
+        if n > self.train_chunks.shape[0]:
+            raise ValueError(f"n = {n} chunks requested; the corpus has {self.train_chunks.shape[0]} training chunks")
+        x = self.train_chunks[:n].to(device=device, dtype=dtype)
+        return {"tokens": x[None].expand(len(generators), -1, -1).clone()}
+
+    def forward(self, params, tokens: torch.Tensor):
+        """Logits (S, B, T, V) and attention (S, B, T, T) for input ids (S, B, T) (spec Sec. 5.5 architecture)."""
+        p = params
+        d = self.d_model
+        S, _, T = tokens.shape
+        x = p["emb"][torch.arange(S, device=tokens.device)[:, None, None], tokens] * math.sqrt(d)
+        x = x + _sinusoidal(T, d, x.device, x.dtype)
+        qkv = torch.einsum("sbtd,sed->sbte", x, p["W_in"]) + p["b_in"][:, None, None, :]
+        q, k, v = qkv.split(d, dim=-1)
+        scores = torch.einsum("sbtd,sbud->sbtu", q, k) / math.sqrt(d)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        a = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        h = torch.einsum("sbtu,sbud->sbtd", a, v)
+        h = torch.einsum("sbtd,sed->sbte", h, p["W_o"]) + p["b_o"][:, None, None, :]
+        x = _layer_norm(x + h, p["ln1_w"], p["ln1_b"])
+        ff = torch.relu(torch.einsum("sbtd,sfd->sbtf", x, p["W_1"]) + p["b_1"][:, None, None, :])
+        ff = torch.einsum("sbtf,sdf->sbtd", ff, p["W_2"]) + p["b_2"][:, None, None, :]
+        x = _layer_norm(x + ff, p["ln2_w"], p["ln2_b"])
+        return torch.einsum("sbtd,svd->sbtv", x, p["W_dec"]) + p["b_dec"][:, None, None, :], a
+
+    def loss(self, params, batch, hyper):
+        """Next-token cross-entropy, mean over positions and sequences (spec Sec. 5.5); (S,)."""
+        tok = batch["tokens"].long()
+        logits, _ = self.forward(params, tok[..., :-1])
+        tgt = tok[..., 1:]
+        logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+        return -logp.mean(dim=(-1, -2))
+
+    def probes(self, params):
+        """``entropy``: average attention entropy on the held-out chunks (spec Sec. 5.5, Fig. 10); optional map."""
+        S = next(iter(params.values())).shape[0]
+        dev = params["emb"].device
+        tok = self.heldout.to(dev).long()[None].expand(S, -1, -1)
+        logits, a = self.forward(params, tok[..., :-1])
+        tgt = tok[..., 1:]
+        logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+        out = {"entropy": attention_entropy(a), "heldout_loss": -logp.mean(dim=(-1, -2))}
+        for i in range(self.map_rows):
+            for j in range(self.map_rows):
+                out[f"attn_{i}_{j}"] = a[:, 0, i, j]
+        return out
+
+
+def text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int, *, n_epochs: int = 1,
+                batch_size: int = 20, saveat: SaveAt | None = None, **kw) -> TrainConfig:
+    """Fig. 10 protocol (spec Sec. 5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch 20, n_epochs
+    passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, no clipping (module Notes)."""
+    check_positive("eta", eta)
+    n = int(model.train_chunks.shape[0])
+    n_epochs = check_int("n_epochs", n_epochs, min_value=1)
+    n_steps = n_epochs * (n // batch_size)
+    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=Schedule(value=eta),
+                       optimizer="sgd", momentum=0.0, dataset_size=n, eval_size=0,
+                       saveat=saveat or SaveAt(n=min(n_steps + 1, 11)), **kw)
