@@ -336,12 +336,6 @@ def _initial_state(classes: SequenceClasses, lay: _Layout, Y0, Z0):
     return np.concatenate([Yc.reshape(n, -1), Zb.reshape(n, -1)], axis=1)
 
 
-def _state_names(classes: SequenceClasses, lay: _Layout, prefix=("Y", "z")):
-    names = [f"{prefix[0]}_{l}_{c}" for l in range(classes.Lc) for c in lay.labels]
-    names += [f"{prefix[1]}_{m}_{l}" for m in range(classes.Q) for l in range(classes.Lc)]
-    return names
-
-
 def _unpack(classes: SequenceClasses, lay: _Layout, X):
     """Split states (..., n_state) into Y (..., Lc, Ncol) and Z (..., Q, Lc)."""
     Lc, Q, ncol = classes.Lc, classes.Q, len(lay.mult)
@@ -537,22 +531,12 @@ def _diagnostic_vars(classes, lay, Y, Z):
     return out
 
 
-class _Capture:
-    """``derived`` hook for the engine: keeps the raw saved states (n_traj, n_save, n_state), adds no variable."""
-
-    def __init__(self):
-        self.X = None
-
-    def __call__(self, Y, P):
-        self.X = np.asarray(Y, dtype=np.float64)
-        return {}
-
-
-def _finish(traj, X, classes, lay, *, has_Y=True):
+def _finish(traj, classes, lay, *, has_Y=True):
     """Compact Trajectory: state variables z_{m}_{l}; ``Y`` (token, column) and the Sec. 4.6 diagnostics as
     multi-dimensional variables (dims trajectory, time, class, token). Provenance attributes are the engine's."""
     from dynamics import Trajectory
 
+    X = traj.states()  # the engine ran with the whole state as one array variable (names="state")
     Lc, Q = classes.Lc, classes.Q
     nY = Lc * len(lay.mult) if has_Y else 0
     base = ("trajectory", "time")
@@ -566,7 +550,8 @@ def _finish(traj, X, classes, lay, *, has_Y=True):
     if has_Y:
         data["Y"] = (base + ("token", "column"), Y)
         coords["column"] = ("column", list(lay.labels))
-    attrs = {**{k: v for k, v in traj.attrs.items() if k != "state_names"}, "state_names": ",".join(names)}
+    attrs = {**{k: v for k, v in traj.attrs.items() if k not in ("state_names", "state_layout")},
+             "state_names": ",".join(names), "state_layout": "components"}
     return Trajectory(data, coords=coords, attrs=attrs)
 
 
@@ -611,13 +596,12 @@ def exact_flow(task: ScanSnap, t_span, *, Y0=None, Z0=None, saveat=None, lumped:
     classes = task.classes
     lay = _layout(classes, lumped)
     y0 = _initial_state(classes, lay, Y0, Z0)
-    cap = _Capture()
+    # names="state": one array variable inside the engine (thousands of components); _finish names them
     traj = integrate(_k.exact_rhs, y0, tuple(t_span), params=_params(task, lay),
-                     solver=solver or _default_solver(), saveat=saveat, names=_state_names(classes, lay),
-                     derived=cap, progress=progress,
+                     solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
                      attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
                             "equation": "spec scan_snap.md 4.2", "time_unit": "step", "lumped": int(lumped)})
-    return _finish(traj, cap.X, classes, lay)
+    return _finish(traj, classes, lay)
 
 
 def population_map(task: ScanSnap, n_steps: int, *, momentum: float = 0.0, Y0=None, Z0=None, saveat=None,
@@ -642,14 +626,12 @@ def population_map(task: ScanSnap, n_steps: int, *, momentum: float = 0.0, Y0=No
     lay = _layout(classes, lumped)
     y0 = _initial_state(classes, lay, Y0, Z0)
     x0 = np.concatenate([y0, np.zeros_like(y0)], axis=1)
-    names = _state_names(classes, lay) + _state_names(classes, lay, prefix=("bY", "bz"))
-    cap = _Capture()
-    traj = iterate(_k.map_step, x0, n_steps, params=_params(task, lay, mu=mu), saveat=saveat, names=names,
-                   derived=cap, progress=progress,
+    traj = iterate(_k.map_step, x0, n_steps, params=_params(task, lay, mu=mu), saveat=saveat, names="state",
+                   progress=progress,
                    attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
                           "equation": "spec scan_snap.md 4.3", "time_unit": "step", "momentum": mu,
                           "lumped": int(lumped)})
-    return _finish(traj, cap.X, classes, lay)
+    return _finish(traj, classes, lay)
 
 
 def composite_flow(task: ScanSnap, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
@@ -669,16 +651,13 @@ def composite_flow(task: ScanSnap, t_span, *, Z0=None, saveat=None, leading_orde
     _require_uniform(classes)
     lay = _layout(classes, True)
     Zb = np.zeros((1, classes.Q, classes.Lc)) if Z0 is None else _batch("Z0", Z0, (classes.Q, classes.Lc))
-    names = [f"z_{m}_{l}" for m in range(classes.Q) for l in range(classes.Lc)]
-    cap = _Capture()
     traj = integrate(_k.composite_rhs, Zb.reshape(len(Zb), -1), tuple(t_span),
                      params=_params(task, lay, q_mode=1.0 if leading_order else 0.0),
-                     solver=solver or _default_solver(), saveat=saveat, names=names, derived=cap,
-                     progress=progress,
+                     solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
                      attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
                             "equation": "spec scan_snap.md 4.4", "time_unit": "step",
                             "leading_order": int(leading_order)})
-    return _finish(traj, cap.X, classes, lay, has_Y=False)
+    return _finish(traj, classes, lay, has_Y=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -791,7 +770,7 @@ def measure_transition(task: ScanSnap, n: int = 0, *, t_max: float | None = None
     ts = np.linspace(0.0, t_max, check_int("n_grid", n_grid, min_value=3))
     solver = _default_solver()
     X = integrate(_k.exact_rhs, _initial_state(classes, lay, None, None), (0.0, float(ts[-1])), params=p,
-                  solver=solver, saveat=SaveAt(ts=ts)).states()[0]
+                  solver=solver, saveat=SaveAt(ts=ts), names="state").states()[0]
 
     def stats_of(Xs):
         Y, Z = _unpack(classes, lay, Xs)
@@ -802,7 +781,7 @@ def measure_transition(task: ScanSnap, n: int = 0, *, t_max: float | None = None
         if t == ts[i]:
             return X[i]
         return integrate(_k.exact_rhs, X[i], (float(ts[i]), float(t)), params=p, solver=solver,
-                         saveat=SaveAt(final=True)).states()[0, -1]
+                         saveat=SaveAt(final=True), names="state").states()[0, -1]
 
     s = stats_of(X)
     g = s["gamma_hat"][:, n]
