@@ -9,7 +9,7 @@ The trainer is ``empirical.train.train`` (the package does not re-export it, so 
 module). Importing this package imports torch (``dynamics`` and ``closedform`` never do) but does not initialise CUDA.
 """
 
-from empirical.device import Placement, resolve, resolve_device, resolve_dtype, set_determinism
+from empirical.device import Placement, resolve, resolve_device, resolve_dtype, set_determinism, torch_threads
 from empirical.train import Schedule, TorchModel, TrainConfig, per_seed
 
 __all__ = [
@@ -22,4 +22,5 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "set_determinism",
+    "torch_threads",
 ]
