@@ -1,0 +1,1287 @@
+"""Figures of He, Pan, Chen, Yang (ICML 2025), spec ``icl_regression.md`` §9: multi-head softmax attention for
+in-context linear regression, theory (closed form, GD on F/2, reduced ODE) against torch training.
+
+Registered figures (``python -m figures list --model icl_regression``):
+
+* ``icl_regression.fig1``: two heads: learned KQ / OV heatmaps, omega_h and mu_h dynamics, and the learned path in
+  the (gamma, mu_+) plane against GD on F/2 started from the probed state once the pattern has formed.
+* ``icl_regression.fig3``: learned circuits for H = 1 (F_1 optimum) and H = 4 (positive / negative / dummy heads).
+* ``icl_regression.fig4``: (a) test MSE vs prompt length L' of trained H = 1, 2, 4, 8; (b) Monte Carlo risk vs L of
+  the fixed two-head and single-head predictors against R_GD, R_dGD, ridge and the asymptotic Bayes risk.
+* ``icl_regression.fig5``: evolution of the KQ heatmaps of a four-head run and its omega/mu dynamics.
+* ``icl_regression.fig6``: approximate loss F vs true loss (Monte Carlo) on the symmetric two-head slice, and the
+  approximation error vs L and along the solution manifold (tables 4.3(a)-(b)).
+* ``icl_regression.fig7``: mu^T omega -> eta* for GD on F/2 with four heads (Sec. 5.5 recipe).
+* ``icl_regression.fig8``: length generalisation: softmax (H = 1, 2) against single-head linear attention (§7.6).
+* ``icl_regression.fig12``: non-isotropic covariates (§8.1): learned preconditioner vs G* and Sigma^{-1}.
+* ``icl_regression.fig13``: dynamics for several H (dummy heads, zero-sum, homogeneity).
+* ``icl_regression.fig16``: multi-task regression (§8.3): per-group KQ and per-task OV of the learned heads.
+* ``icl_regression.fig20``: histograms of the norm of the softmax weight vector (concentration behind Prop. 4.1).
+* ``icl_regression.fig21``: four-head training against GD on F/2 from the probed state.
+* ``icl_regression.fig22``: the two-head reduced ODE of §6 (phases I-III).
+
+Not registered: Figs. 9-11 (other normalised activations, §8.2): the activation functions were not recoverable
+(spec §8.2 infers only their slopes c_act); Fig. 2 is an architecture diagram.
+
+Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n_seeds-1; Monte Carlo streams come from
+``dynamics.random.spawn_generators(s, ...)``. Training runs are shared between the figures of one process (a
+memo keyed by every parameter of the run), so building all figures trains each model once. Learned trajectories use
+the Adam step as time (spec §0.2); overlays with GD on F/2 align by the KQ scale gamma (a monotone
+reparametrisation, spec §12), never by step count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import warnings
+
+import numpy as np
+import torch
+import xarray as xr
+
+from closedform import icl_regression as cf
+from dynamics.random import spawn_generators
+from dynamics.saveat import SaveAt
+from empirical.models import icl_regression as im
+from empirical.train import train
+from figures._style import (
+    TOL_BRIGHT,
+    band_over_seeds,
+    new_figure,
+    plot_empirical_band,
+    plot_reduced,
+    plot_theory,
+)
+from figures.registry import CheckResult, GapRow, gap_rows, register
+
+MODEL = "icl_regression"
+PAPER = "He, Pan, Chen, Yang (ICML 2025)"
+D, L_TRAIN, S2 = 5, 40, 0.1  # spec §9 common setup [C]
+TASK = cf.ICLRegression(d=D, L=L_TRAIN, sigma2=S2)
+ETA_STAR = cf.eta_star(TASK)
+COLORS = list(TOL_BRIGHT.values())
+TOL_SE = 5.0
+JUST_SE = "5 SE over seeds: two-sided false-alarm rate < 6e-7 per row (tests/_stats.py)"
+COMMON_SETUP = ("Adam(1e-3, betas (0.9, 0.999), eps 1e-8), batch 256 fresh prompts, PyTorch-default init, plain MSE, "
+                "d = 5, L = 40, sigma^2 = 0.1 (spec §9)")
+UNREC_STEPS = "training length per preset (paper: 500,001 Adam steps, spec §9; quick: a short prefix)"
+
+
+def _train_params(n_steps, log_every, n_seeds, batch=256):
+    return {"n_steps": n_steps, "log_every": log_every, "n_seeds": n_seeds, "batch": batch}
+
+
+TRAIN_TINY = _train_params(30, 10, 2, 64)
+TRAIN_QUICK = _train_params(1000, 25, 2)
+TRAIN_PAPER = _train_params(500_000, 1000, 5)
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """Run with ``n`` torch intra-op threads, then restore (tiny tensors: more threads only contend)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Shared training runs (memoised per process)
+# ----------------------------------------------------------------------------------------------------------------------
+FIG5_FRACTIONS = (0.0, 0.002, 0.004, 0.02, 0.2, 1.0)  # spec §9 Fig. 5: steps {1, 1k, 2k, 10k, 100k, 500k} of 500k
+
+
+@functools.lru_cache(maxsize=32)
+def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seeds, batch, device):
+    task = cf.ICLRegression(**dict(task_args))
+    model = im.ICLAttention(task, H, attention=attention, rho=rho, supports=supports,
+                            log_circuits=supports is None)
+    steps = np.unique(np.concatenate([np.arange(0, n_steps + 1, log_every),
+                                      np.rint(np.asarray(FIG5_FRACTIONS) * n_steps), [n_steps]]).astype(np.int64))
+    config = dataclasses.replace(im.paper_config(seeds=seeds, n_steps=n_steps, batch_size=batch, eval_size=1000),
+                                 saveat=SaveAt(steps=tuple(int(s) for s in steps)))
+    with _torch_threads(1):
+        traj, params = train(model, config, device=device, return_params=True)
+    return model, traj, {k: v.detach().cpu() for k, v in params.items()}
+
+
+def _run(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK):
+    """Train (or reuse) the model of a figure: parameters from ``cfg.params`` (n_steps, log_every, n_seeds, batch)."""
+    p = cfg.params
+    seeds = tuple(1000 * cfg.seed + k for k in range(p["n_seeds"]))
+    task_args = tuple(sorted(dataclasses.asdict(task).items()))
+    return _run_cached(H, attention, rho, supports, task_args, p["n_steps"], p["log_every"], seeds, p["batch"],
+                       cfg.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _length_curve_cached(run_key, L_tests, n_prompts, seed):
+    model, _, params = _run_cached(*run_key)
+    with _torch_threads(1):
+        out = [im.risk_at_length(model, params, L, n_prompts, seed=seed + L, noisy=True) for L in L_tests]
+    return np.stack([o[0] for o in out], 1), np.stack([o[1] for o in out], 1)  # (S, n_L)
+
+
+def _length_curve(cfg, H, L_tests, n_prompts, *, attention="softmax"):
+    p = cfg.params
+    seeds = tuple(1000 * cfg.seed + k for k in range(p["n_seeds"]))
+    key = (H, attention, None, None, tuple(sorted(dataclasses.asdict(TASK).items())), p["n_steps"], p["log_every"],
+           seeds, p["batch"], cfg.device)
+    return _length_curve_cached(key, tuple(int(L) for L in L_tests), int(n_prompts), 7919 * cfg.seed)
+
+
+def _seed_mean(a):
+    """Mean over seeds (axis 0) ignoring NaN (overlay values before the pattern formed); all-NaN columns -> NaN."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "Mean of empty slice" where no seed has a value yet
+        return np.nanmean(np.asarray(a, dtype=np.float64), axis=0)
+
+
+def _learned_arrays(traj, H):
+    """omega, mu (S, T, H), steps (T,), and the spec §3 pattern diagnostics."""
+    omega, mu = im.stack_heads(traj, H)
+    return omega, mu, np.asarray(traj["step"].values), cf.classify_heads(omega, mu)
+
+
+def _sorted_heads(omega_final):
+    """Per-seed head order: decreasing final omega (positive heads first)."""
+    return np.argsort(-omega_final, axis=-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Overlay: learned path against GD on F/2 from the probed state (spec §5.1, §12)
+# ----------------------------------------------------------------------------------------------------------------------
+def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
+    """GD on F/2 started, per seed, from the probed (omega, mu) at the first logged step where the pattern has
+    formed (sign matched, mu^T omega >= ``formed`` eta*, gamma past its peak); learned points after it are matched
+    to the GD path at the same KQ scale gamma (mean |omega_h|; decreasing along the valley, spec §5.4) and the GD
+    values there returned.
+
+    Returns dict of (S, T) arrays: start index ``i0`` (S,), ``t_match`` (flow time), ``mudo_gd``, ``mupos_gd``,
+    ``summu_gd``, ``homog_gd`` (nan before the start) and the GD path itself (``gd_gamma``, ``gd_mupos``: (S, n_save)).
+    """
+    S, T, H = omega.shape
+    pat = cf.classify_heads(omega, mu, dummy_tol=0.0)
+    es = cf.eta_star(task)
+    ok = pat.sign_matched & (pat.mu_dot_omega >= formed * es)
+    i0 = np.where(ok.any(axis=1), ok.argmax(axis=1), T - 1)
+    # and not before the learned gamma peaks (Observation 4: |omega| first rises, then decreases along the valley),
+    # so that gamma is a monotone reparametrisation of the compared stretch (spec §12)
+    i0 = np.maximum(i0, np.nanargmax(pat.gamma, axis=1))
+    om0 = omega[np.arange(S), i0]
+    mu0 = mu[np.arange(S), i0]
+    gd = cf.gd(task, om0, mu0, lr=lr, n_steps=n_gd, saveat=SaveAt(log=400))
+    go, gm = im.stack_heads(gd, H)  # (S, n_save, H)
+    gpat = cf.classify_heads(go, gm, dummy_tol=0.0)
+    out = {k: np.full((S, T), np.nan) for k in ("t_match", "mudo_gd", "mupos_gd", "summu_gd", "homog_gd")}
+    gt = np.asarray(gd["time"].values)
+    for s in range(S):
+        gam = np.minimum.accumulate(gpat.gamma[s])  # monotone (non-increasing) envelope of the GD path's gamma
+        keep = np.concatenate([[True], np.diff(gam) < 0])
+        x = gam[keep][::-1]
+        learned = pat.gamma[s, i0[s]:]
+        t_m = np.interp(learned, x, gt[keep][::-1])
+        out["t_match"][s, i0[s]:] = t_m
+        for key, src in (("mudo_gd", gpat.mu_dot_omega), ("mupos_gd", gpat.mu_pos), ("summu_gd", gpat.sum_mu),
+                         ("homog_gd", gpat.homogeneity)):
+            out[key][s, i0[s]:] = np.interp(t_m, gt, src[s])
+    out.update(i0=i0, gd_time=gt, gd_gamma=gpat.gamma, gd_mupos=gpat.mu_pos, gd_mudo=gpat.mu_dot_omega)
+    return out
+
+
+def _overlay_vars(task, omega, mu, steps):
+    """Dataset variables of the overlay (learned vs GD on F/2 at matched gamma)."""
+    ov = _overlay(task, omega, mu)
+    pat = cf.classify_heads(omega, mu, dummy_tol=0.0)
+    dims = ("seed", "step")
+    return {
+        "gamma": (dims, pat.gamma), "mu_dot_omega": (dims, pat.mu_dot_omega), "sum_mu": (dims, pat.sum_mu),
+        "mu_pos": (dims, pat.mu_pos), "homogeneity": (dims, pat.homogeneity),
+        "t_match": (dims, ov["t_match"]), "mudo_gd": (dims, ov["mudo_gd"]), "mupos_gd": (dims, ov["mupos_gd"]),
+        "summu_gd": (dims, ov["summu_gd"]), "homog_gd": (dims, ov["homog_gd"]),
+        "i0": (("seed",), ov["i0"]), "gd_time": (("gd_save",), ov["gd_time"]),
+        "gd_gamma": (("seed", "gd_save"), ov["gd_gamma"]), "gd_mupos": (("seed", "gd_save"), ov["gd_mupos"]),
+        "gd_mudo": (("seed", "gd_save"), ov["gd_mudo"]),
+    }
+
+
+def _overlay_gaps(ds, tag):
+    """Learned minus GD-on-F/2 at matched gamma, at two logged steps after the pattern formed (SE over seeds)."""
+    start = int(np.max(ds.i0.values))
+    T = ds.sizes["step"]
+    if start >= T - 1:
+        return []
+    # two rows: 3/4 of the way from the start and the end; right after the start GD on F/2 relaxes mu onto the
+    # valley in a fast transient (flow time ~10) that Adam follows only over hundreds of steps, so no row there
+    idx = sorted({start + 3 * (T - 1 - start) // 4, T - 1})
+    steps = ds.step.values[idx]
+    rows = gap_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, np.zeros(len(idx)),
+                    (ds.mu_dot_omega - ds.mudo_gd).values[:, idx], tol_se=TOL_SE, atol=0.02,
+                    justification=JUST_SE + "; atol 0.02: the learned 2 gamma mu = 0.888 vs eta* = 0.879 offset of "
+                    "the true loss over F (spec §9, §10 item 4)")
+    rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[:, idx]
+    rows += gap_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, np.zeros(len(idx)), rel,
+                     tol_se=TOL_SE, atol=0.1, justification=JUST_SE + "; atol 10%: F omits O(1/L) terms (~9% of the "
+                     "loss near the learned point, spec §10 item 4) and Adam is not gradient flow")
+    return rows
+
+
+def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
+    for s in range(ds.sizes["seed"]):
+        lab = "learned (Adam)" if s == 0 else None
+        ax_mu.plot(ds.gamma.values[s], ds.mu_pos.values[s], ":", marker="o", ms=2.5, color=COLORS[0], label=lab)
+        plot_reduced(ax_mu, ds.gd_gamma.values[s], ds.gd_mupos.values[s], color=COLORS[1],
+                     label="GD on F/2 from the probed state" if s == 0 else None)
+    g = np.linspace(max(0.02, float(np.nanmin(ds.gd_gamma.values)) * 0.9),
+                    float(np.nanmax(ds.gamma.values[:, -1])) * 1.6, 200)
+    plot_theory(ax_mu, g, cf.solution_manifold_mu(TASK, g), color="k", label="S_gamma: mu(gamma) (4.6)")
+    ax_mu.set(xlabel="gamma (mean |omega_h|)", ylabel="mu_+ (sum of mu over positive heads)",
+              xlim=(0, None), ylim=(0, float(np.nanmax(ds.mu_pos.values)) * 1.5 + 0.5))
+    ax_mu.legend(fontsize=7)
+    mean, lo, hi = band_over_seeds(ds.mu_dot_omega.values, method="percentile")
+    plot_empirical_band(ax_mudo, ds.step.values, mean, lo, hi, label="learned mu^T omega", color=COLORS[0])
+    gd = ds.mudo_gd.values
+    if np.isfinite(gd).any():
+        plot_reduced(ax_mudo, ds.step.values, _seed_mean(gd), color=COLORS[1],
+                     label="GD on F/2 at matched gamma")
+    ax_mudo.axhline(ETA_STAR, color="k", lw=1, label="eta* (4.3)")
+    ax_mudo.set(xlabel="Adam step", ylabel="mu^T omega", ylim=(-0.05, 1.1))
+    ax_mudo.legend(fontsize=7)
+
+
+def _pattern_checks(ds, tag, *, H):
+    om = ds.omega.values[:, -1]
+    mu = ds.mu.values[:, -1]
+    pat = cf.classify_heads(om, mu)
+    out = [
+        CheckResult(name=f"{tag}: sign matching sign(mu_h) = sign(omega_h) on non-dummy heads (Observation 1)",
+                    passed=bool(np.all(pat.sign_matched)), measured=f"{int(pat.sign_matched.sum())}/{om.shape[0]} "
+                    "seeds", expected="all seeds", tolerance="exact (signs)"),
+    ]
+    if H >= 2:
+        out.append(CheckResult(
+            name=f"{tag}: zero-sum OV |sum mu| / sum |mu| (Eq. (4.2))", passed=bool(np.all(pat.zero_sum_rel < 0.15)),
+            measured=float(np.max(pat.zero_sum_rel)), expected=0.0,
+            tolerance="< 0.15 (formed pattern: 0.003, spec §9 re-implementation; early training ~0.05)"))
+        out.append(CheckResult(
+            name=f"{tag}: mu^T omega -> eta* (Eq. (4.3))",
+            passed=bool(np.all(np.abs(pat.mu_dot_omega - ETA_STAR) < 0.1)),
+            measured=float(np.mean(pat.mu_dot_omega)), expected=ETA_STAR,
+            tolerance="+-0.1 (trained 0.888 at 500k steps, spec §9; short runs oscillate around it)"))
+        out.append(CheckResult(
+            name=f"{tag}: homogeneous KQ scaling std/mean |omega_h| over non-dummy heads (Eq. (4.4))",
+            passed=bool(np.all(pat.homogeneity < 0.3)), measured=float(np.max(pat.homogeneity)), expected=0.0,
+            tolerance="< 0.3 (500k steps: 0.01, spec §9; Observation 2 'homogeneous')"))
+    return out
+
+
+def _circuit_vars(model, traj, order):
+    """Logged KQ (seed, step, head, row, col) and OV label rows (seed, step, head, col), heads in ``order``."""
+    H, p = model.spec.H, model.spec.width
+    KQ, OV = im.circuit_arrays(traj, H, p)
+    S = KQ.shape[0]
+    KQ = np.stack([KQ[s][:, order[s]] for s in range(S)])
+    OV = np.stack([OV[s][:, order[s]] for s in range(S)])
+    return {"KQ": (("seed", "step", "head", "row", "col"), KQ), "OV": (("seed", "step", "head", "col"), OV)}
+
+
+def _heads_ds(cfg, H, *, overlay=False):
+    """Dataset of one softmax run (d=5, L=40): omega, mu, off-pattern ratios, circuits, risk (heads sorted)."""
+    model, traj, _ = _run(cfg, H)
+    omega, mu, steps, _ = _learned_arrays(traj, H)
+    order = _sorted_heads(omega[:, -1])
+    take = lambda a: np.stack([a[s][:, order[s]] for s in range(a.shape[0])])  # noqa: E731
+    dims = ("seed", "step", "head")
+    data = {"omega": (dims, take(omega)), "mu": (dims, take(mu)),
+            "risk": (("seed", "step"), traj["risk"].values), "mse": (("seed", "step"), traj["mse"].values)}
+    for name in ("kq_offdiag", "kq_yrow", "ov_x"):
+        arr = np.stack([traj[f"{name}_{h}"].values for h in range(H)], -1)
+        data[name] = (dims, take(arr))
+    data.update(_circuit_vars(model, traj, order))
+    if overlay:
+        data.update(_overlay_vars(TASK, take(omega), take(mu), steps))
+    return xr.Dataset(data, coords={"step": steps, "head": np.arange(H), "seed": traj["trajectory"].values},
+                      attrs={"H": H, "d": D, "L": L_TRAIN, "sigma2": S2, "eta_star": ETA_STAR})
+
+
+def _heatmap(ax, M, title, scale=1.15):
+    vmax = float(np.max(np.abs(M))) * scale or 1.0
+    im_ = ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+    ax.set_title(title, fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return im_
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 1: two heads
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig1(ds):
+    fig, axes = new_figure(2, 4, figsize=(13, 6))
+    H = ds.sizes["head"]
+    for h in range(H):
+        _heatmap(axes[0, h], ds.KQ.values[0, -1, h], f"KQ^({h + 1}) (seed {int(ds.seed[0])}, final)")
+    _heatmap(axes[0, 2], ds.OV.values[0, -1].T, "OV label rows (columns = heads)", scale=1.2)
+    for h in range(H):
+        for key, ax, ref in (("omega", axes[1, 0], 0.13), ("mu", axes[1, 1], 3.5)):
+            mean, lo, hi = band_over_seeds(ds[key].values[:, :, h], method="percentile")
+            plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=COLORS[h], label=f"head {h + 1}")
+            ax.axhline(ref * (1 if h == 0 else -1), color="grey", lw=0.8, ls="-.")
+    axes[1, 1].plot(ds.step.values, ds.mu.values.sum(-1).mean(0), color="k", lw=1, label="mu_1 + mu_2")
+    axes[1, 0].set(xlabel="Adam step", ylabel="omega_h (effective KQ)")
+    axes[1, 1].set(xlabel="Adam step", ylabel="mu_h (OV label entry)")
+    axes[1, 0].legend(fontsize=7)
+    axes[1, 1].legend(fontsize=7)
+    _plot_overlay(axes[1, 2], axes[0, 3], ds)
+    mean, lo, hi = band_over_seeds(ds.risk.values, method="percentile")
+    plot_empirical_band(axes[1, 3], ds.step.values, mean, lo, hi, color=COLORS[0], label="learned risk (eval)")
+    axes[1, 3].axhline(float(cf.dgd_risk(TASK, ETA_STAR)), color="k", lw=1, label="R_dGD(eta*) (7.2)")
+    axes[1, 3].axhline(cf.loss_infimum(TASK), color="k", ls="--", lw=1, label="inf F (4.4)")
+    axes[1, 3].set(xlabel="Adam step", ylabel="ICL risk", yscale="log")
+    axes[1, 3].legend(fontsize=7)
+    return fig
+
+
+def gaps_fig1(ds):
+    return _overlay_gaps(ds, "H=2")
+
+
+def checks_fig1(ds):
+    out = _pattern_checks(ds, "H=2", H=2)
+    om = ds.omega.values[:, -1]
+    out.append(CheckResult(name="H=2: one positive and one negative head, omega_1 ~ -omega_2 (Observation 2)",
+                           passed=bool(np.all((om[:, 0] > 0) & (om[:, 1] < 0))
+                                       and np.all(np.abs(om[:, 0] + om[:, 1]) < 0.3 * np.abs(om).mean())),
+                           measured=float(np.max(np.abs(om[:, 0] + om[:, 1]))), expected=0.0,
+                           tolerance="|omega_1 + omega_2| < 0.3 mean |omega| (homogeneity, Eq. (4.4))"))
+    off = ds.kq_offdiag.values
+    out.append(CheckResult(name="H=2: KQ x-x block becomes diagonal (Observation 1)",
+                           passed=bool(np.all(off[:, -1] < 0.5 * off[:, 0])), measured=float(off[:, -1].max()),
+                           expected="< half its initial value", tolerance="final off-diagonal ratio < 0.5 x initial "
+                           "(formed pattern: < 0.05, spec §9)"))
+    return out
+
+
+_FIG1_CAPTION = ("Two heads (H = 2), " + COMMON_SETUP + ". Top: learned KQ^(h) = W_K^T W_Q / sqrt(d+1) (rows = key "
+                 "features, last row/column = label slot) and OV label rows of one seed at the end; colour scale "
+                 "+-1.15 max|entry| (OV: 1.2). Bottom: omega_h and mu_h vs Adam step (mean and range over seeds; "
+                 "heads sorted by final omega; grey: the paper's +-0.13 / +-3.5); learned path in the (gamma, mu_+) "
+                 "plane against GD on F/2 (lr 0.01) started from the probed state once the pattern formed "
+                 "(mu^T omega >= 0.9 eta*, gamma past its peak), and the solution manifold (4.6); top right: "
+                 "mu^T omega, learned vs GD at matched gamma, against eta* (4.3); bottom right: the learned risk.")
+
+
+@register(name="icl_regression.fig1", model=MODEL, paper=f"{PAPER}, Fig. 1", spec="icl_regression.md §3, §5, §9",
+          caption=_FIG1_CAPTION, unrecoverable=(UNREC_STEPS, "overlay start: first logged step with mu^T omega >= "
+                                                "0.9 eta*, sign matching and gamma past its peak [toolkit choice]"),
+          params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER},
+          plot=plot_fig1, gaps=gaps_fig1, checks=checks_fig1)
+def data_fig1(cfg) -> xr.Dataset:
+    """Fig. 1: H = 2 training (spec §9) with the GD-on-F/2 overlay (spec §5.1, §12)."""
+    return _heads_ds(cfg, 2, overlay=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 3: H = 1 and H = 4 circuits
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig3(ds):
+    fig, axes = new_figure(2, 5, figsize=(13, 5.5))
+    _heatmap(axes[0, 0], ds.KQ1.values[0, -1, 0], "H=1: KQ (final)")
+    _heatmap(axes[0, 1], ds.OV1.values[0, -1].T, "H=1: OV label row", scale=1.2)
+    for h in range(4):
+        kind = ["dummy", "positive", "negative"][int(ds.kind4.values[0, h])]
+        _heatmap(axes[1, h], ds.KQ4.values[0, -1, h], f"H=4: KQ^({h + 1}) ({kind})")
+    _heatmap(axes[1, 4], ds.OV4.values[0, -1].T, "H=4: OV label rows", scale=1.2)
+    ax = axes[0, 2]
+    for key, color, ref, lab in (("omega1", COLORS[0], ds.attrs["omega_F1"], "omega (H=1)"),
+                                 ("mu1", COLORS[1], ds.attrs["mu_F1"], "mu (H=1)")):
+        mean, lo, hi = band_over_seeds(ds[key].values, method="percentile")
+        plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=color, label=lab)
+        ax.axhline(ref, color=color, lw=0.8, ls="-.")
+    ax.set(xlabel="Adam step", title="H=1 vs F_1 optimum (dash-dot)")
+    ax.legend(fontsize=7)
+    ax = axes[0, 3]
+    for h in range(4):
+        mean, lo, hi = band_over_seeds(ds.omega4.values[:, :, h], method="percentile")
+        plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=COLORS[h], label=f"omega_{h + 1}")
+    ax.set(xlabel="Adam step", title="H=4: omega_h")
+    ax.legend(fontsize=6)
+    ax = axes[0, 4]
+    for h in range(4):
+        mean, lo, hi = band_over_seeds(ds.mu4.values[:, :, h], method="percentile")
+        plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=COLORS[h], label=f"mu_{h + 1}")
+    ax.set(xlabel="Adam step", title="H=4: mu_h")
+    return fig
+
+
+def checks_fig3(ds):
+    out = []
+    om1, mu1 = ds.omega1.values[:, -1], ds.mu1.values[:, -1]
+    out.append(CheckResult(name="H=1: sign matching sign(mu) = sign(omega)",
+                           passed=bool(np.all(np.sign(om1) == np.sign(mu1))), measured=f"{om1.round(3).tolist()}",
+                           expected="same signs", tolerance="exact"))
+    out.append(CheckResult(name="H=1: |omega| near the F_1 optimum 1/sqrt(d) = 0.447 (spec §7.3)",
+                           passed=bool(np.all(np.abs(np.abs(om1) - ds.attrs["omega_F1"]) < 0.15)),
+                           measured=float(np.mean(np.abs(om1))), expected=ds.attrs["omega_F1"],
+                           tolerance="+-0.15 (F omits O(1/L) terms; the true-loss optimum differs, spec §4.2)"))
+    pat = cf.classify_heads(ds.omega4.values[:, -1], ds.mu4.values[:, -1])
+    out.append(CheckResult(name="H=4: sign matching on non-dummy heads and both signs present",
+                           passed=bool(np.all(pat.sign_matched) and np.all(pat.positive.any(-1))
+                                       and np.all(pat.negative.any(-1))),
+                           measured=f"dummies per seed {pat.dummy.sum(-1).tolist()}", expected="H+ and H- nonempty",
+                           tolerance="exact (signs)"))
+    out.append(CheckResult(name="H=4: zero-sum OV (Eq. (4.2))", passed=bool(np.all(pat.zero_sum_rel < 0.15)),
+                           measured=float(np.max(pat.zero_sum_rel)), expected=0.0,
+                           tolerance="|sum mu| / sum |mu| < 0.15"))
+    return out
+
+
+@register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="icl_regression.md §3, §7.3, §9",
+          caption=("Learned circuits for H = 1 (single head: Nadaraya-Watson, F_1 optimum omega = 1/sqrt(d), "
+                   "mu = sqrt(d)/(1 + e(1+sigma^2)d/L) dash-dot) and H = 4 (positive / negative / dummy heads, "
+                   "classified by |mu_h| < 0.05 max|mu|), " + COMMON_SETUP + ". Heatmaps of one seed at the end."),
+          unrecoverable=(UNREC_STEPS, "dummy-head threshold 0.05 max|mu| (spec §3 toolkit choice)"),
+          params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig3,
+          checks=checks_fig3)
+def data_fig3(cfg) -> xr.Dataset:
+    """Fig. 3: H = 1 and H = 4 training (spec §9)."""
+    d1 = _heads_ds(cfg, 1)
+    d4 = _heads_ds(cfg, 4)
+    pat = cf.classify_heads(d4.omega.values[:, -1], d4.mu.values[:, -1])
+    kind = np.where(pat.dummy, 0, np.where(pat.positive, 1, 2))
+    opt = cf.single_head_optimum(TASK)
+    return xr.Dataset(
+        {"omega1": (("seed", "step"), d1.omega.values[..., 0]), "mu1": (("seed", "step"), d1.mu.values[..., 0]),
+         "KQ1": d1.KQ.rename(head="head1").variable, "OV1": d1.OV.rename(head="head1").variable,
+         "omega4": (("seed", "step", "head"), d4.omega.values), "mu4": (("seed", "step", "head"), d4.mu.values),
+         "KQ4": d4.KQ.variable, "OV4": d4.OV.variable, "kind4": (("seed", "head"), kind),
+         "risk1": (("seed", "step"), d1.risk.values), "risk4": (("seed", "step"), d4.risk.values)},
+        coords={"step": d1.step.values, "seed": d1.seed.values},
+        attrs={"omega_F1": opt.omega, "mu_F1": opt.mu, "d": D, "L": L_TRAIN, "sigma2": S2})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 4: test MSE vs prompt length; MC risks of fixed predictors vs L
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig4(ds):
+    fig, axes = new_figure(1, 2, figsize=(11, 4.2))
+    ax = axes[0]
+    off = float(ds.attrs["authors_plot_offset"])
+    for i, H in enumerate(ds.H.values):
+        mean, lo, hi = band_over_seeds(ds.test_mse.values[i], method="percentile")
+        plot_empirical_band(ax, ds.L_test.values, mean + off, lo + off, hi + off, color=COLORS[i],
+                            label=f"trained H = {int(H)}")
+    Lt = ds.L_test.values
+    plot_theory(ax, Lt, ds.R_dGD_test.values + off, color="k", label="R_dGD(eta*; L') (7.2)")
+    ax.set(xlabel="test prompt length L'", ylabel="test MSE" + (f" + {off:g}" if off else ""),
+           title="(a) trained at L = 40")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    Ls = ds.L.values
+    for key, color, lab in (("two_head", COLORS[0], "two-head omega=+-0.13, mu=+-3.45 (MC)"),
+                            ("single_head", COLORS[1], "single head, mu fixed at L=40 optimum (MC)"),
+                            ("single_head_reopt", COLORS[4], "single head, mu re-optimised per L (MC)"),
+                            ("ridge", COLORS[2], "ridge lambda = d sigma^2 (MC)")):
+        ax.errorbar(Ls, ds[key].values, yerr=2 * ds[f"{key}_se"].values, fmt="o", ms=3, color=color, label=lab)
+    plot_theory(ax, Ls, ds.R_GD.values, color=COLORS[3], label="R_GD(0.897) (7.2)")
+    plot_theory(ax, Ls, ds.R_dGD.values, color="k", label="R_dGD(0.897) (7.2)")
+    plot_reduced(ax, Ls, ds.bayes.values, color=COLORS[2], label="Bayes, d/L -> xi (7.4)")
+    ax.set(xlabel="prompt length L", ylabel="risk E(y_q - yhat)^2", title="(b) fixed predictors", yscale="log")
+    ax.legend(fontsize=6)
+    return fig
+
+
+def gaps_fig4(ds):
+    rows = []
+    for i, H in enumerate(ds.H.values):
+        # learned model vs its own reduced pattern predictor (3.2) at the probed (omega, mu), same L'
+        rows += gap_rows(f"H={int(H)}: test MSE, trained net - reduced predictor at probed (omega, mu)",
+                         ds.L_test.values, np.zeros(ds.sizes["L_test"]), (ds.test_mse - ds.reduced_mse).values[i],
+                         tol_se=TOL_SE, atol=0.03, justification=JUST_SE + "; atol 0.03: off-pattern weights "
+                         "(KQ off-diagonal, y-row, OV x-part) of a finite run are not in the reduced predictor")
+    for j in np.flatnonzero(ds.L.values >= 40):
+        rows.append(GapRow(quantity="two-head MC risk vs R_dGD(0.897) (spec §9: within 0.0005 for L >= 40)",
+                           time=float(ds.L.values[j]), theory=float(ds.R_dGD.values[j]),
+                           mean=float(ds.two_head.values[j]), se=float(ds.two_head_se.values[j]),
+                           n_seeds=int(ds.attrs["n_mc"]), tol_se=TOL_SE, atol=0.0005,
+                           justification="5 Monte Carlo SE (over prompts) + 0.0005 (spec §9 Fig. 4(b))"))
+    return rows
+
+
+def checks_fig4(ds):
+    i40 = int(np.argmin(np.abs(ds.L_test.values - 40)))
+    m = ds.test_mse.values.mean(axis=1)  # (H, L')
+    Hs = list(ds.H.values)
+    out = []
+    if 1 in Hs and len(Hs) > 1:
+        i1 = Hs.index(1)
+        multi = [i for i, H in enumerate(Hs) if H >= 2]
+        out.append(CheckResult(name="Observation 3: multi-head beats single head at L' = 40",
+                               passed=bool(np.all(m[multi, i40] < m[i1, i40])),
+                               measured=f"H=1: {m[i1, i40]:.4f}; H>=2: {np.round(m[multi, i40], 4).tolist()}",
+                               expected="H>=2 below H=1", tolerance="strict ordering of seed means"))
+    for i, H in enumerate(Hs):
+        if H >= 2:
+            out.append(CheckResult(name=f"H={H}: test MSE decreases with L' (softmax normalises by L', §7.6)",
+                                   passed=bool(m[i, -1] < m[i, 0]), measured=f"{m[i, 0]:.4f} -> {m[i, -1]:.4f}",
+                                   expected="decreasing", tolerance="first vs last L'"))
+    two = ds.two_head.values
+    ridge = ds.ridge.values
+    out.append(CheckResult(name="Fig. 4(b) ordering: ridge (Bayes) <= two-head ~ dGD at every L",
+                           passed=bool(np.all(ridge < two)), measured=f"max ridge - two-head {np.max(ridge - two):.4f}",
+                           expected="< 0", tolerance="strict, MC means"))
+    sh = ds.single_head.values
+    out.append(CheckResult(name="single head worse than two heads at L >= 20 (e-fold variance penalty, §7.3)",
+                           passed=bool(np.all(sh[ds.L.values >= 20] > two[ds.L.values >= 20])),
+                           measured=f"min gap {np.min((sh - two)[ds.L.values >= 20]):.4f}", expected="> 0",
+                           tolerance="strict, MC means"))
+    return out
+
+
+@register(name="icl_regression.fig4", model=MODEL, paper=f"{PAPER}, Fig. 4", spec="icl_regression.md §7, §9, §10",
+          caption=("(a) Test MSE (noisy y_q, no sigma^2 offset: spec §10 item 2) vs test prompt length L' of models "
+                   "trained at L = 40 (" + COMMON_SETUP + "), mean and range over seeds, with R_dGD(eta*; L'). "
+                   "(b) Monte Carlo risk (noisy y_q, +-2 SE bars) vs L of fixed predictors: two heads at "
+                   "(+-0.13, +-3.45), one head at (1/sqrt(d), 1.6277) fixed (the notebook's curve) and re-optimised "
+                   "per L, ridge lambda = d sigma^2; closed forms R_GD, R_dGD at eta = 0.897 and the asymptotic Bayes "
+                   "risk at xi = d/L."),
+          unrecoverable=(UNREC_STEPS,),
+          params={"tiny": dict(TRAIN_TINY, Hs=[1, 2], L_tests=[10, 40, 100], n_test=500, Ls=[10, 40, 100],
+                               n_mc=2000, authors_plot_offset=0.0),
+                  "quick": dict(TRAIN_QUICK, Hs=[1, 2, 4], L_tests=[10, 20, 40, 60, 80, 100], n_test=4000,
+                                Ls=list(range(10, 101, 10)), n_mc=10000, authors_plot_offset=0.0),
+                  "paper": dict(TRAIN_PAPER, Hs=[1, 2, 4, 8], L_tests=list(range(10, 101, 5)), n_test=20000,
+                                Ls=list(range(10, 101, 5)), n_mc=50000, authors_plot_offset=0.0)},
+          plot=plot_fig4, gaps=gaps_fig4, checks=checks_fig4)
+def data_fig4(cfg) -> xr.Dataset:
+    """Fig. 4(a) (trained models vs L', spec §9) and Fig. 4(b) (MC risks vs L of fixed predictors, §7, §9)."""
+    p = cfg.params
+    Hs, L_tests, Ls = list(p["Hs"]), list(p["L_tests"]), list(p["Ls"])
+    test = np.empty((len(Hs), p["n_seeds"], len(L_tests)))
+    test_se = np.empty_like(test)
+    reduced = np.empty_like(test)
+    rng = spawn_generators(cfg.seed, ["reduced", "mc", "ridge"])
+    for i, H in enumerate(Hs):
+        _, traj, _ = _run(cfg, H)
+        test[i], test_se[i] = _length_curve(cfg, H, L_tests, p["n_test"])
+        omega, mu, _, _ = _learned_arrays(traj, H)
+        for j, Lt in enumerate(L_tests):
+            reduced[i, :, j] = cf.true_loss_mc(TASK.with_L(Lt), omega[:, -1], mu[:, -1], p["n_test"],
+                                               rng=rng["reduced"])[0]
+    eta = 2 * 0.13 * 3.45
+    opt = cf.single_head_optimum(TASK)
+    n = p["n_mc"]
+    cols = {k: np.empty(len(Ls)) for k in ("two_head", "single_head", "single_head_reopt", "ridge")}
+    ses = {k: np.empty(len(Ls)) for k in cols}
+    for j, L in enumerate(Ls):
+        t = TASK.with_L(L)
+        # the notebook's MC uses noisy y_q (spec §9 Fig. 4(b)); risk_mc integrates the query noise out (same mean)
+        cols["two_head"][j], ses["two_head"][j] = cf.true_loss_mc(t, [0.13, -0.13], [3.45, -3.45], n, rng=rng["mc"])
+        cols["single_head"][j], ses["single_head"][j] = cf.true_loss_mc(t, [opt.omega], [opt.mu], n, rng=rng["mc"])
+        mu_re = cf.single_head_optimum(t).mu
+        cols["single_head_reopt"][j], ses["single_head_reopt"][j] = cf.true_loss_mc(t, [opt.omega], [mu_re], n,
+                                                                                     rng=rng["mc"])
+        cols["ridge"][j], ses["ridge"][j] = cf.ridge_risk_mc(t, n, rng=rng["ridge"])
+    data = {"test_mse": (("H", "seed", "L_test"), test), "test_se": (("H", "seed", "L_test"), test_se),
+            "reduced_mse": (("H", "seed", "L_test"), reduced),
+            "R_dGD_test": (("L_test",), np.array([cf.dgd_risk(TASK.with_L(L), ETA_STAR) for L in L_tests])),
+            "R_GD": (("L",), np.array([cf.gd_risk(TASK.with_L(L), eta) for L in Ls])),
+            "R_dGD": (("L",), np.array([cf.dgd_risk(TASK.with_L(L), eta) for L in Ls])),
+            "bayes": (("L",), cf.bayes_risk_asymptotic(D / np.asarray(Ls, dtype=float), S2))}
+    for k in cols:
+        data[k] = (("L",), cols[k])
+        data[f"{k}_se"] = (("L",), ses[k])
+    return xr.Dataset(data, coords={"H": Hs, "L_test": L_tests, "L": Ls, "seed": np.arange(p["n_seeds"])},
+                      attrs={"n_mc": n, "eta": eta, "authors_plot_offset": float(p["authors_plot_offset"]),
+                             "d": D, "sigma2": S2})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 5: KQ heatmap evolution (H = 4)
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig5(ds):
+    n_pan = ds.sizes["panel"]
+    H = ds.sizes["head"]
+    fig, axes = new_figure(H + 1, n_pan, figsize=(1.9 * n_pan, 1.9 * (H + 1)))
+    vmax = float(np.max(np.abs(ds.KQ_panels.values))) * 1.15
+    for j in range(n_pan):
+        for h in range(H):
+            ax = axes[h, j]
+            ax.imshow(ds.KQ_panels.values[j, h], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if h == 0:
+                ax.set_title(f"step {int(ds.panel_step.values[j])}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(f"head {h + 1}", fontsize=8)
+    ax_o = axes[H, 0]
+    gs = ax_o.get_gridspec()
+    for ax in axes[H, :]:
+        ax.remove()
+    ax_o = fig.add_subplot(gs[H, : n_pan // 2])
+    ax_m = fig.add_subplot(gs[H, n_pan // 2:])
+    for h in range(H):
+        ax_o.plot(ds.step.values, ds.omega.values[0, :, h], color=COLORS[h], label=f"omega_{h + 1}")
+        ax_m.plot(ds.step.values, ds.mu.values[0, :, h], color=COLORS[h], label=f"mu_{h + 1}")
+    ax_o.set(xlabel="Adam step", ylabel="omega_h")
+    ax_m.set(xlabel="Adam step", ylabel="mu_h")
+    ax_o.legend(fontsize=6, ncol=2)
+    return fig
+
+
+def checks_fig5(ds):
+    off = ds.kq_offdiag.values[0]
+    pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
+    return [CheckResult(name="H=4: the KQ diagonal pattern forms early (Observation 4)",
+                        passed=bool(np.all(off[-1] < 0.5 * off[0])),
+                        measured=f"off-diagonal ratio {np.round(off[0], 2).tolist()} -> "
+                                 f"{np.round(off[-1], 2).tolist()}",
+                        expected="< half the initial value", tolerance="per head, seed 0"),
+            CheckResult(name="H=4: dummy heads (|mu_h| < 0.05 max|mu|) have KQ -> small", passed=True,
+                        measured=f"dummies per seed {pat.dummy.sum(-1).tolist()}", expected="reported only",
+                        tolerance="informational (spec §10 item 9: F alone does not explain dummy heads)")]
+
+
+@register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="icl_regression.md §3, §9",
+          caption=("Evolution of KQ^(h) (divided by sqrt(d+1), the toolkit default; rows = key features) of a "
+                   "four-head run (" + COMMON_SETUP + ") at the fractions 0, 0.002, 0.004, 0.02, 0.2, 1 of the run "
+                   "(the paper's steps 1, 1k, 2k, 10k, 100k, 500k of 500k), one colour scale; bottom: omega_h and "
+                   "mu_h of the same seed."),
+          unrecoverable=(UNREC_STEPS, "panel steps scaled to the run length"),
+          params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig5,
+          checks=checks_fig5)
+def data_fig5(cfg) -> xr.Dataset:
+    """Fig. 5: KQ heatmaps of a four-head run at the spec's step fractions (spec §9)."""
+    ds = _heads_ds(cfg, 4)
+    n = cfg.params["n_steps"]
+    want = np.rint(np.asarray(FIG5_FRACTIONS) * n).astype(int)
+    idx = [int(np.argmin(np.abs(ds.step.values - w))) for w in want]
+    panels = ds.KQ.values[0][idx]  # (panel, head, row, col)
+    return ds.assign(KQ_panels=(("panel", "head", "row", "col"), panels),
+                     panel_step=(("panel",), ds.step.values[idx]))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 6: F vs the true loss
+# ----------------------------------------------------------------------------------------------------------------------
+TABLE_43A = {10: (0.5979, 0.0011), 20: (0.3687, 0.0006), 40: (0.24275, 0.00030), 80: (0.17766, 0.00017),
+             160: (0.14451, 0.00015), 320: (0.12759, 0.00009)}
+TABLE_43B = {0.02: (0.24289, 0.00048), 0.05: (0.24267, 0.00048), 0.10: (0.24293, 0.00048), 0.15: (0.24320, 0.00048),
+             0.20: (0.24432, 0.00049), 0.30: (0.24813, 0.00051), 0.40: (0.25752, 0.00055)}
+
+
+def plot_fig6(ds):
+    fig, axes = new_figure(1, 4, figsize=(13, 3.4))
+    G, M = ds.gamma.values, ds.mu_pos.values
+    levels = np.quantile(ds.R_mc.values, [0.02, 0.1, 0.25, 0.5, 0.75])
+    for ax, key, title in ((axes[0], "R_mc", "true loss R (MC)"), (axes[1], "F", "approximate loss F (4.1)")):
+        cs = ax.contourf(G, M, ds[key].values.T, levels=20, cmap="viridis")
+        ax.contour(G, M, ds[key].values.T, levels=levels, colors="w", linewidths=0.6)
+        g = np.linspace(G[0], G[-1], 200)
+        ax.plot(g, cf.solution_manifold_mu(TASK, g), "r--", lw=1, label="mu(gamma) (4.6)")
+        ax.set(xlabel="gamma", ylabel="mu_+", title=title, ylim=(M[0], M[-1]))
+        fig.colorbar(cs, ax=ax)
+    axes[0].legend(fontsize=6)
+    ax = axes[2]
+    Ls = ds.L.values
+    ax.errorbar(Ls, ds.err_L.values, yerr=2 * ds.err_L_se.values, fmt="o", color=COLORS[0], label="F - MC")
+    plot_theory(ax, Ls, ds.err_L_limit.values, color="k", label="-eta(2 - eta/eta*)/L (§4.2)")
+    ax.set(xscale="log", xlabel="L", ylabel="F - R", title="(0.13, 3.45): error vs L")
+    ax.legend(fontsize=7)
+    ax = axes[3]
+    ax.errorbar(ds.gamma_m.values, ds.err_g.values, yerr=2 * ds.err_g_se.values, fmt="o", color=COLORS[1],
+                label="F - MC on S_gamma")
+    ax.axhline(-ETA_STAR / L_TRAIN, color="k", lw=1, label="-eta*/L")
+    ax.set(xlabel="gamma", ylabel="F - R", title="along S_gamma, L = 40")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def gaps_fig6(ds):
+    rows = []
+    n = int(ds.attrs["n_mc"])
+    for j, L in enumerate(ds.L.values):
+        if int(L) in TABLE_43A:
+            ref, se = TABLE_43A[int(L)]
+            rows.append(GapRow(quantity="MC true loss at (0.13, 3.45) vs spec table 4.3(a)", time=float(L), theory=ref,
+                               mean=float(ds.R_L.values[j]), se=math.hypot(float(ds.R_L_se.values[j]), se),
+                               n_seeds=n, tol_se=TOL_SE, justification="5 SE of the difference of two independent "
+                               "Monte Carlo estimates (prompts; the table's SE included)"))
+    for j, g in enumerate(ds.gamma_m.values):
+        ref, se = TABLE_43B[round(float(g), 2)]
+        rows.append(GapRow(quantity="MC true loss on S_gamma vs spec table 4.3(b)", time=float(g), theory=ref,
+                           mean=float(ds.R_g.values[j]), se=math.hypot(float(ds.R_g_se.values[j]), se), n_seeds=n,
+                           tol_se=TOL_SE, justification="5 SE of the difference of two independent MC estimates"))
+    return rows
+
+
+def checks_fig6(ds):
+    err = ds.err_g.values
+    big_L = ds.L.values[-1]
+    return [
+        CheckResult(name="F underestimates the true loss on S_gamma by ~eta*/L (table 4.3(b))",
+                    passed=bool(np.all(np.abs(err + ETA_STAR / L_TRAIN) < 0.006)), measured=float(np.mean(err)),
+                    expected=-ETA_STAR / L_TRAIN, tolerance="+-0.006 (table 4.3(b): -0.0218 .. -0.0251)"),
+        CheckResult(name="(F - R) L -> -eta(2 - eta/eta*) as L grows (§4.2)",
+                    passed=bool(abs(ds.err_L.values[-1] * big_L - ds.err_L_limit.values[-1] * big_L) < 0.3),
+                    measured=float(ds.err_L.values[-1] * big_L), expected=float(ds.err_L_limit.values[-1] * big_L),
+                    tolerance="+-0.3 at the largest L (table 4.3(a): -0.99 at L = 320)"),
+        CheckResult(name="small-gamma MC on S_gamma -> R_dGD(eta*) = 0.24286 (§4.3(b))",
+                    passed=bool(abs(ds.R_g.values[0] - cf.dgd_risk(TASK, ETA_STAR))
+                                < 5 * ds.R_g_se.values[0] + 1e-3),
+                    measured=float(ds.R_g.values[0]), expected=float(cf.dgd_risk(TASK, ETA_STAR)),
+                    tolerance="5 SE + 1e-3 (gamma = 0.02 is not 0)"),
+    ]
+
+
+@register(name="icl_regression.fig6", model=MODEL, paper=f"{PAPER}, Fig. 6", spec="icl_regression.md §4.1-4.3, §9",
+          caption=("Approximate loss F (4.1) vs the true ICL loss R (Monte Carlo, conditional form of §4.1, common "
+                   "random numbers over the grid) on the symmetric two-head slice omega = (gamma, -gamma), "
+                   "mu = (mu_+, -mu_+), d = 5, L = 40, sigma^2 = 0.1, with the valley mu(gamma) (4.6); right: F - R vs "
+                   "L at (0.13, 3.45) with the limit -eta(2 - eta/eta*)/L, and along S_gamma (tables 4.3(a)-(b))."),
+          unrecoverable=("grid gamma in linspace(0.01, 0.6), mu_+ in linspace(0, 6); N prompts per grid point "
+                         "(spec §9 Fig. 6 defaults; paper: 30 x 30, 1e5)",),
+          params={"tiny": {"n_grid": 6, "n_mc": 2000, "n_err": 5000},
+                  "quick": {"n_grid": 14, "n_mc": 10000, "n_err": 100000},
+                  "paper": {"n_grid": 30, "n_mc": 100000, "n_err": 400000}},
+          plot=plot_fig6, gaps=gaps_fig6, checks=checks_fig6)
+def data_fig6(cfg) -> xr.Dataset:
+    """Fig. 6: landscape of F and of the MC true loss, and the error tables 4.3(a)-(b) (spec §4.3, §9)."""
+    p = cfg.params
+    rng = spawn_generators(cfg.seed, ["grid", "L", "gamma"])
+    G = np.linspace(0.01, 0.6, p["n_grid"])
+    M = np.linspace(0.0, 6.0, p["n_grid"])
+    gg, mm = np.meshgrid(G, M, indexing="ij")
+    omega = np.stack([gg, -gg], -1)
+    mu = np.stack([mm, -mm], -1)
+    F = cf.approx_loss(TASK, omega, mu)
+    R, _ = cf.true_loss_mc(TASK, omega, mu, p["n_mc"], rng=rng["grid"])
+    Ls = np.array(sorted(TABLE_43A))
+    RL = np.empty(len(Ls))
+    RL_se = np.empty(len(Ls))
+    FL = np.empty(len(Ls))
+    for j, L in enumerate(Ls):
+        t = TASK.with_L(int(L))
+        RL[j], RL_se[j] = cf.true_loss_mc(t, [0.13, -0.13], [3.45, -3.45], p["n_err"], rng=rng["L"])
+        FL[j] = cf.approx_loss(t, [0.13, -0.13], [3.45, -3.45])
+    eta = 2 * 0.13 * 3.45
+    limit = np.array([-eta * (2 - eta / cf.eta_star(TASK.with_L(int(L)))) / L for L in Ls])
+    gm = np.array(sorted(TABLE_43B))
+    mug = cf.solution_manifold_mu(TASK, gm)
+    Rg, Rg_se = cf.true_loss_mc(TASK, np.stack([gm, -gm], -1), np.stack([mug, -mug], -1), p["n_err"],
+                                rng=rng["gamma"])
+    Fg = cf.manifold_loss(TASK, gm)
+    return xr.Dataset(
+        {"F": (("gamma", "mu_pos"), F), "R_mc": (("gamma", "mu_pos"), R),
+         "R_L": (("L",), RL), "R_L_se": (("L",), RL_se), "F_L": (("L",), FL), "err_L": (("L",), FL - RL),
+         "err_L_se": (("L",), RL_se), "err_L_limit": (("L",), limit),
+         "R_g": (("gamma_m",), Rg), "R_g_se": (("gamma_m",), Rg_se), "F_g": (("gamma_m",), Fg),
+         "err_g": (("gamma_m",), Fg - Rg), "err_g_se": (("gamma_m",), Rg_se)},
+        coords={"gamma": G, "mu_pos": M, "L": Ls, "gamma_m": gm},
+        attrs={"n_mc": p["n_err"], "n_grid_mc": p["n_mc"], "d": D, "sigma2": S2})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 7: mu^T omega -> eta* under GD on F/2
+# ----------------------------------------------------------------------------------------------------------------------
+FIG7_REF = {1000: 0.8280, 10_000: 0.86980, 100_000: 0.87729, 1_000_000: 0.87874}  # spec §9 Fig. 7 [V]
+
+
+def plot_fig7(ds):
+    fig, axes = new_figure(1, 3, figsize=(12, 3.6))
+    n = np.maximum(ds.step.values, 1)
+    plot_reduced(axes[0], n, ds.mu_dot_omega.values, color=COLORS[0], label="GD on F/2, H = 4")
+    axes[0].axhline(ETA_STAR, color="k", lw=1, label="eta* (4.3)")
+    ref_n = [k for k in FIG7_REF if k <= ds.step.values[-1]]
+    axes[0].plot(ref_n, [FIG7_REF[k] for k in ref_n], "kx", label="spec §9 values")
+    axes[0].set(xscale="log", xlabel="iteration n", ylabel="mu^T omega", ylim=(-0.05, 1.0))
+    axes[0].legend(fontsize=7)
+    for h in range(ds.sizes["head"]):
+        plot_reduced(axes[1], n, ds.omega.values[:, h], color=COLORS[h], label=f"omega_{h + 1}")
+        plot_reduced(axes[2], n, ds.mu.values[:, h], color=COLORS[h], label=f"mu_{h + 1}")
+    plot_reduced(axes[2], n, ds.mu.values.sum(-1), color="k", label="sum mu")
+    axes[1].set(xscale="log", xlabel="iteration n", ylabel="omega_h")
+    axes[2].set(xscale="log", xlabel="iteration n", ylabel="mu_h")
+    axes[1].legend(fontsize=6)
+    axes[2].legend(fontsize=6)
+    return fig
+
+
+def checks_fig7(ds):
+    out = []
+    for n, ref in FIG7_REF.items():
+        if n > ds.step.values[-1]:
+            continue
+        j = int(np.flatnonzero(ds.step.values == n)[0])
+        tol = 1.5e-4 if n == 1000 else 2e-5  # half a unit of the last quoted digit, plus round-off slack
+        val = float(ds.mu_dot_omega.values[j])
+        out.append(CheckResult(name=f"mu^T omega at n = {n} (spec §9 Fig. 7 [V])", passed=abs(val - ref) <= tol,
+                               measured=val, expected=ref, tolerance=f"+-{tol:g} (quoted digits)"))
+    out.append(CheckResult(name="zero-sum OV at the end (Eq. (4.2))", passed=abs(float(ds.mu.values[-1].sum())) < 1e-3,
+                           measured=float(ds.mu.values[-1].sum()), expected=0.0,
+                           tolerance="1e-3 (spec §5.5: sum mu ~ 1e-9 at t = 1e4)"))
+    return out
+
+
+@register(name="icl_regression.fig7", model=MODEL, paper=f"{PAPER}, Fig. 7", spec="icl_regression.md §5.1-5.5, §9",
+          caption=("GD on F/2 (lr = 0.01) with H = 4 heads from the small random initialisation of §5.5 (seed 3: "
+                   "omega_h, mu_h ~ N(0, 0.01^2)), d = 5, L = 40, sigma^2 = 0.1: mu^T omega converges to eta* (4.3); "
+                   "crosses: the spec's verified values."),
+          unrecoverable=("H = 4, init seed 3, lr 0.01, 1e6 iterations (spec §9 Fig. 7 defaults)",),
+          params={"tiny": {"n_iter": 10_000, "H": 4, "init_seed": 3, "lr": 0.01},
+                  "quick": {"n_iter": 1_000_000, "H": 4, "init_seed": 3, "lr": 0.01},
+                  "paper": {"n_iter": 1_000_000, "H": 4, "init_seed": 3, "lr": 0.01}},
+          plot=plot_fig7, checks=checks_fig7)
+def data_fig7(cfg) -> xr.Dataset:
+    """Fig. 7: GD on F/2 with the §5.5 initialisation (closedform.icl_regression.gd)."""
+    p = cfg.params
+    rng = np.random.default_rng(p["init_seed"])  # spec §5.5 recipe: omega drawn first, then mu
+    omega0 = rng.normal(0.0, 0.01, p["H"])
+    mu0 = rng.normal(0.0, 0.01, p["H"])
+    steps = np.unique(np.concatenate([np.rint(np.geomspace(1, p["n_iter"], 120)).astype(int), [0],
+                                      [k for k in FIG7_REF if k <= p["n_iter"]]]))
+    traj = cf.gd(TASK, omega0, mu0, lr=p["lr"], n_steps=p["n_iter"], saveat=SaveAt(steps=tuple(int(s) for s in steps)))
+    om, mu = im.stack_heads(traj, p["H"])
+    return xr.Dataset({"omega": (("step", "head"), om[0]), "mu": (("step", "head"), mu[0]),
+                       "mu_dot_omega": (("step",), traj["mu_dot_omega"].values[0]),
+                       "F": (("step",), traj["F"].values[0])},
+                      coords={"step": traj["step"].values, "time": (("step",), traj["time"].values)},
+                      attrs={"lr": p["lr"], "eta_star": ETA_STAR})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 8: length generalisation vs linear attention
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig8(ds):
+    fig, ax = new_figure(figsize=(6.4, 4.2))
+    for i, lab in enumerate(ds.model.values):
+        mean, lo, hi = band_over_seeds(ds.test_mse.values[i], method="percentile")
+        plot_empirical_band(ax, ds.L_test.values, mean, lo, hi, color=COLORS[i], label=f"trained {lab}")
+    Lf = ds.L_fine.values
+    plot_theory(ax, Lf, ds.R_dGD.values, color="k", label="softmax theory R_dGD(eta*; L') (§7.6)")
+    plot_reduced(ax, Lf, ds.R_lin.values, color=COLORS[2], label="linear attention R_GD(eta L'/40; L') (§7.6)")
+    plot_theory(ax, Lf, ds.R_lin_learned.values, color=COLORS[2], label="same, learned eta = omega mu", linewidth=1)
+    ax.axvline(L_TRAIN, color="grey", lw=0.8, ls=":")
+    ax.set(xlabel="test prompt length L'", ylabel="test MSE", yscale="log")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def gaps_fig8(ds):
+    i = list(ds.model.values).index("linear attention")
+    return gap_rows("linear attention test MSE vs R_GD(learned eta L'/40; L')", ds.L_test.values,
+                    ds.R_lin_at_test.values, ds.test_mse.values[i] - ds.R_lin_seed_offset.values[i], tol_se=TOL_SE,
+                    atol=0.03, justification=JUST_SE + "; atol 0.03: a finite run's off-pattern weights")
+
+
+def checks_fig8(ds):
+    names = list(ds.model.values)
+    m = ds.test_mse.values.mean(1)
+    i_lin = names.index("linear attention")
+    L = ds.L_test.values
+    i40 = int(np.argmin(np.abs(L - 40)))
+    out = [CheckResult(name="linear attention error rises for L' beyond L_train (overshoot, §7.6)",
+                       passed=bool(m[i_lin, -1] > m[i_lin, i40]), measured=f"{m[i_lin, i40]:.4f} -> {m[i_lin, -1]:.4f}",
+                       expected="increasing beyond ~45", tolerance="L' = 40 vs largest L'")]
+    for i, n in enumerate(names):
+        if n.startswith("softmax"):
+            out.append(CheckResult(name=f"{n}: error keeps decreasing with L' (§7.6)",
+                                   passed=bool(m[i, -1] < m[i, i40]),
+                                   measured=f"{m[i, i40]:.4f} -> {m[i, -1]:.4f}", expected="decreasing",
+                                   tolerance="L' = 40 vs largest L'"))
+    return out
+
+
+@register(name="icl_regression.fig8", model=MODEL, paper=f"{PAPER}, Fig. 8", spec="icl_regression.md §7.6, §9",
+          caption=("Length generalisation: softmax attention (H = 1, 2) and single-head linear attention (§7.6: no "
+                   "softmax, no mask, fixed 1/L_train) trained at L = 40 with " + COMMON_SETUP + ", tested at L'. "
+                   "Theory: R_dGD(eta*; L') for softmax and R_lin(L') = R_GD(eta L'/40; L') for linear attention at "
+                   "eta_GD,opt = 0.8602 and at the learned eta = omega mu."),
+          unrecoverable=(UNREC_STEPS, "linear-attention training: same setup as softmax (its code is not public)"),
+          params={"tiny": dict(TRAIN_TINY, L_tests=[10, 40, 100], n_test=500),
+                  "quick": dict(TRAIN_QUICK, L_tests=[10, 20, 40, 60, 80, 100], n_test=4000),
+                  "paper": dict(TRAIN_PAPER, L_tests=list(range(10, 101, 5)), n_test=20000)},
+          plot=plot_fig8, gaps=gaps_fig8, checks=checks_fig8)
+def data_fig8(cfg) -> xr.Dataset:
+    """Fig. 8: trained softmax (H = 1, 2) and linear attention tested at L' (spec §7.6)."""
+    p = cfg.params
+    L_tests = list(p["L_tests"])
+    runs = [("softmax H = 1", 1, "softmax"), ("softmax H = 2", 2, "softmax"), ("linear attention", 1, "linear")]
+    test = np.stack([_length_curve(cfg, H, L_tests, p["n_test"], attention=a)[0] for _, H, a in runs])
+    _, traj_lin, _ = _run(cfg, 1, attention="linear")
+    eta_l = (traj_lin["omega_0"].values[:, -1] * traj_lin["mu_0"].values[:, -1])  # (S,) learned GD step
+    Lf = np.arange(10, 101)
+    eta_gd = cf.gd_optimal_eta(TASK)
+    r_lin_seed = np.stack([cf.linear_attention_risk(TASK, e, np.asarray(L_tests)) for e in eta_l])  # (S, L')
+    offset = np.zeros_like(test)
+    offset[2] = r_lin_seed - r_lin_seed.mean(0)  # per-seed theory minus its mean: gaps compare with the mean
+    return xr.Dataset(
+        {"test_mse": (("model", "seed", "L_test"), test),
+         "R_dGD": (("L_fine",), np.array([cf.dgd_risk(TASK.with_L(int(L)), ETA_STAR) for L in Lf])),
+         "R_lin": (("L_fine",), cf.linear_attention_risk(TASK, eta_gd, Lf)),
+         "R_lin_learned": (("L_fine",), cf.linear_attention_risk(TASK, float(np.mean(eta_l)), Lf)),
+         "R_lin_at_test": (("L_test",), r_lin_seed.mean(0)), "R_lin_seed_offset": (("model", "seed", "L_test"), offset),
+         "eta_learned": (("seed",), eta_l)},
+        coords={"model": [r[0] for r in runs], "L_test": L_tests, "L_fine": Lf, "seed": np.arange(p["n_seeds"])},
+        attrs={"eta_GD_opt": eta_gd, "d": D, "sigma2": S2})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Figs. 12/15: non-isotropic covariates
+# ----------------------------------------------------------------------------------------------------------------------
+RHO = 0.5  # spec §8.1: code default [C][U]
+
+
+def plot_fig12(ds):
+    fig, axes = new_figure(1, 4, figsize=(13, 3.4))
+    vmax = float(max(np.abs(ds.G_learned.values[0]).max(), np.abs(ds.G_star.values).max()))
+    for ax, M, title in ((axes[0], ds.G_learned.values[0], "learned G = (sum_h mu_h KQ_h,xx)^T"),
+                         (axes[1], ds.G_star.values, "G* (Lemma E.4)"), (axes[2], ds.Sigma_inv.values, "Sigma^-1")):
+        ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        ax.set_title(title, fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    ax = axes[3]
+    S = ds.sizes["seed"]
+    x = np.arange(S)
+    ax.bar(x - 0.2, ds.dist_G_star.values, 0.4, color=COLORS[0], label="||G - G*|| / ||G*||")
+    ax.bar(x + 0.2, ds.dist_Sigma_inv.values, 0.4, color=COLORS[1], label="||G - Sigma^-1|| / ||Sigma^-1||")
+    ax.set(xlabel="seed", ylabel="relative Frobenius distance", xticks=x)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def checks_fig12(ds):
+    pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
+    return [
+        CheckResult(name="non-isotropic H=2: sign matching and zero-sum OV (pattern (5.3))",
+                    passed=bool(np.all(pat.sign_matched) and np.all(pat.zero_sum_rel < 0.15)),
+                    measured=float(np.max(pat.zero_sum_rel)), expected=0.0, tolerance="|sum mu|/sum|mu| < 0.15"),
+        CheckResult(name="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, §8.1)",
+                    passed=bool(np.all(ds.dist_G_star.values < ds.dist_Sigma_inv.values)),
+                    measured=f"{np.round(ds.dist_G_star.values, 3).tolist()} vs "
+                             f"{np.round(ds.dist_Sigma_inv.values, 3).tolist()}",
+                    expected="first < second", tolerance="per seed"),
+        CheckResult(name="learned risk vs R(G*) = optimal preconditioned GD (Lemma E.4)",
+                    passed=bool(np.all(ds.risk_final.values < ds.attrs["R_Sigma_inv"])),
+                    measured=float(np.mean(ds.risk_final.values)), expected=float(ds.attrs["R_G_star"]),
+                    tolerance=f"below R(Sigma^-1) = {ds.attrs['R_Sigma_inv']:.4f}"),
+    ]
+
+
+@register(name="icl_regression.fig12", model=MODEL, paper=f"{PAPER}, Figs. 12 and 15",
+          spec="icl_regression.md §8.1", caption=("Non-isotropic covariates x ~ N(0, Sigma), KMS Sigma_ij = rho^|i-j|, "
+                                                  "rho = 0.5, two heads, " + COMMON_SETUP + ". The learned "
+                                                  "first-order preconditioner G = (sum_h mu_h KQ_h[:d,:d])^T (Eqs. "
+                                                  "(5.4)-(5.5)) against G* of Lemma E.4 and Sigma^-1."),
+          unrecoverable=("rho = 0.5 (code default; the paper's value is not recoverable)", UNREC_STEPS),
+          params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig12,
+          checks=checks_fig12)
+def data_fig12(cfg) -> xr.Dataset:
+    """Figs. 12/15: non-isotropic two-head training (spec §8.1)."""
+    _, traj, _ = _run(cfg, 2, rho=RHO)
+    omega, mu, steps, _ = _learned_arrays(traj, 2)
+    KQ, _ = im.circuit_arrays(traj, 2, D + 1)
+    G = np.einsum("sh,shij->sji", mu[:, -1], KQ[:, -1, :, :D, :D])  # (sum_h mu_h KQ_h,xx)^T
+    Sigma = cf.kms_covariance(D, RHO)
+    Gs = cf.optimal_preconditioner(TASK, Sigma)
+    Si = np.linalg.inv(Sigma)
+    dist = lambda A, B: np.linalg.norm(A - B, axis=(-2, -1)) / np.linalg.norm(B)  # noqa: E731
+    return xr.Dataset(
+        {"omega": (("seed", "step", "head"), omega), "mu": (("seed", "step", "head"), mu),
+         "G_learned": (("seed", "row", "col"), G), "G_star": (("row", "col"), Gs), "Sigma_inv": (("row", "col"), Si),
+         "dist_G_star": (("seed",), dist(G, Gs)), "dist_Sigma_inv": (("seed",), dist(G, Si)),
+         "risk": (("seed", "step"), traj["risk"].values), "risk_final": (("seed",), traj["risk"].values[:, -1])},
+        coords={"step": steps, "seed": traj["trajectory"].values},
+        attrs={"rho": RHO, "R_G_star": cf.preconditioned_gd_risk(TASK, Sigma, Gs),
+               "R_Sigma_inv": cf.preconditioned_gd_risk(TASK, Sigma, Si)})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Figs. 13-14: dynamics for several H
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig13(ds):
+    Hs = list(ds.H.values)
+    fig, axes = new_figure(2, len(Hs), figsize=(3.3 * len(Hs), 5.2), squeeze=False)
+    for j, H in enumerate(Hs):
+        for h in range(int(H)):
+            axes[0, j].plot(ds.step.values, ds.omega.values[j, 0, :, h], color=COLORS[h % 7], lw=1)
+            axes[1, j].plot(ds.step.values, ds.mu.values[j, 0, :, h], color=COLORS[h % 7], lw=1)
+        axes[1, j].plot(ds.step.values, np.nansum(ds.mu.values[j, 0], -1), "k--", lw=1, label="sum mu")
+        axes[0, j].set(title=f"H = {int(H)}", xlabel="Adam step", ylabel="omega_h")
+        axes[1, j].set(xlabel="Adam step", ylabel="mu_h")
+        axes[1, j].legend(fontsize=6)
+    return fig
+
+
+def checks_fig13(ds):
+    out = []
+    for j, H in enumerate(ds.H.values):
+        sub = xr.Dataset({"omega": ds.omega[j, :, :, : int(H)], "mu": ds.mu[j, :, :, : int(H)]})
+        out += _pattern_checks(sub, f"H={int(H)}", H=int(H))
+    return out
+
+
+@register(name="icl_regression.fig13", model=MODEL, paper=f"{PAPER}, Figs. 13-14", spec="icl_regression.md §3, §9",
+          caption=("omega_h and mu_h dynamics (one seed) for several H, " + COMMON_SETUP + "; dummy heads (mu_h -> 0) "
+                   "and zero-sum OV (dashed)."),
+          unrecoverable=("every H trained with the common setup (spec §9 Figs. 13-14 default)", UNREC_STEPS),
+          params={"tiny": dict(TRAIN_TINY, Hs=[2, 4]), "quick": dict(TRAIN_QUICK, Hs=[2, 4]),
+                  "paper": dict(TRAIN_PAPER, Hs=[2, 3, 4, 5, 6, 7, 8])},
+          plot=plot_fig13, checks=checks_fig13)
+def data_fig13(cfg) -> xr.Dataset:
+    """Figs. 13-14: dynamics for H in cfg.params['Hs'] (heads padded with NaN to max H)."""
+    Hs = list(cfg.params["Hs"])
+    Hmax = max(Hs)
+    om_all, mu_all = [], []
+    for H in Hs:
+        _, traj, _ = _run(cfg, H)
+        om, mu, steps, _ = _learned_arrays(traj, H)
+        pad = ((0, 0), (0, 0), (0, Hmax - H))
+        om_all.append(np.pad(om, pad, constant_values=np.nan))
+        mu_all.append(np.pad(mu, pad, constant_values=np.nan))
+    return xr.Dataset({"omega": (("H", "seed", "step", "head"), np.stack(om_all)),
+                       "mu": (("H", "seed", "step", "head"), np.stack(mu_all))},
+                      coords={"H": Hs, "step": steps, "head": np.arange(Hmax)})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Figs. 16-19, Table 2: multi-task regression
+# ----------------------------------------------------------------------------------------------------------------------
+MT_TASK = cf.ICLRegression(d=6, L=48, sigma2=0.1)  # spec §8.3 [C]: d = 6, L = 8d, noise 0.1 per coordinate
+MT_SUPPORTS = ((0, 1, 2, 3), (2, 3, 4, 5))  # S_1 = {1,2,3,4}, S_2 = {3,4,5,6} (0-based)
+MT_GROUPS = ("t0", "t0t1", "t1")  # {1,2} task 1 only, {3,4} shared, {5,6} task 2 only
+
+
+def plot_fig16(ds):
+    Hs = list(ds.H.values)
+    fig, axes = new_figure(2, len(Hs), figsize=(3.4 * len(Hs), 5.2), squeeze=False)
+    for j, H in enumerate(Hs):
+        H = int(H)
+        x = np.arange(H)
+        for k, g in enumerate(MT_GROUPS):
+            axes[0, j].bar(x + (k - 1) * 0.27, ds.omega.values[j, 0, :H, k], 0.27, color=COLORS[k],
+                           label={"t0": "KQ on {1,2} (task 1)", "t0t1": "KQ on {3,4} (shared)",
+                                  "t1": "KQ on {5,6} (task 2)"}[g])
+        for t in range(2):
+            axes[1, j].bar(x + (t - 0.5) * 0.4, ds.mu.values[j, 0, :H, t], 0.4, color=COLORS[3 + t],
+                           label=f"OV, task {t + 1}")
+        axes[0, j].set(title=f"H = {H}", xticks=x, xlabel="head", ylabel="mean KQ diagonal")
+        axes[1, j].set(xticks=x, xlabel="head", ylabel="OV label entry")
+        axes[0, j].axhline(0, color="k", lw=0.5)
+        axes[1, j].axhline(0, color="k", lw=0.5)
+    axes[0, 0].legend(fontsize=6)
+    axes[1, 0].legend(fontsize=6)
+    return fig
+
+
+def checks_fig16(ds):
+    out = []
+    for j, H in enumerate(ds.H.values):
+        if H < 2:
+            continue
+        for t in range(2):
+            m = ds.mu.values[j, :, : int(H), t]
+            rel = np.abs(m.sum(-1)) / np.abs(m).sum(-1)
+            out.append(CheckResult(name=f"multi-task H={int(H)}: zero-sum OV for task {t + 1} (spec §8.3)",
+                                   passed=bool(np.all(rel < 0.2)), measured=float(rel.max()), expected=0.0,
+                                   tolerance="|sum_h mu_h,t| / sum_h |mu_h,t| < 0.2 (reported 3-head run: 0.003)"))
+    return out
+
+
+@register(name="icl_regression.fig16", model=MODEL, paper=f"{PAPER}, Figs. 16-19 and Table 2",
+          spec="icl_regression.md §8.3", caption=("Multi-task regression (§8.3): d = 6, two tasks on supports "
+                                                  "{1,2,3,4} and {3,4,5,6}, L = 48, noise variance 0.1 |S_j| on "
+                                                  "context labels, noiseless query labels, Adam(1e-3), batch 256. "
+                                                  "Learned mean KQ diagonal per coordinate group and OV label entries "
+                                                  "per task, one seed at the end."),
+          unrecoverable=(UNREC_STEPS,),
+          params={"tiny": dict(TRAIN_TINY, Hs=[2]), "quick": dict(TRAIN_QUICK, Hs=[2]),
+                  "paper": dict(TRAIN_PAPER, Hs=[1, 2, 3, 4])},
+          plot=plot_fig16, checks=checks_fig16)
+def data_fig16(cfg) -> xr.Dataset:
+    """Figs. 16-19: multi-task training (spec §8.3), final per-group omega and per-task mu."""
+    Hs = list(cfg.params["Hs"])
+    Hmax = max(Hs)
+    S = cfg.params["n_seeds"]
+    om = np.full((len(Hs), S, Hmax, len(MT_GROUPS)), np.nan)
+    mu = np.full((len(Hs), S, Hmax, 2), np.nan)
+    mse = np.empty((len(Hs), S))
+    for j, H in enumerate(Hs):
+        _, traj, _ = _run(cfg, H, supports=MT_SUPPORTS, task=MT_TASK)
+        for h in range(H):
+            for k, g in enumerate(MT_GROUPS):
+                om[j, :, h, k] = traj[f"omega_{h}_{g}"].values[:, -1]
+            for t in range(2):
+                mu[j, :, h, t] = traj[f"mu_{h}_t{t}"].values[:, -1]
+        mse[j] = traj["mse"].values[:, -1]
+    return xr.Dataset({"omega": (("H", "seed", "head", "group"), om), "mu": (("H", "seed", "head", "task"), mu),
+                       "mse": (("H", "seed"), mse)},
+                      coords={"H": Hs, "group": list(MT_GROUPS), "task": [1, 2]})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 20: softmax weight norms
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig20(ds):
+    fig, axes = new_figure(1, ds.sizes["case"], figsize=(3.2 * ds.sizes["case"], 3.2))
+    L = int(ds.attrs["L"])
+    for j in range(ds.sizes["case"]):
+        ax = axes[j]
+        ax.hist(ds.norms.values[j], bins=50, color=COLORS[j % 7], alpha=0.8)
+        ax.axvline(1 / np.sqrt(L), color="k", lw=1, label="1/sqrt(L)")
+        ax.axvline(np.exp(ds.omega.values[j] ** 2 * ds.d.values[j] / 2) / np.sqrt(L), color="k", ls="--", lw=1,
+                   label="exp(omega^2 d/2)/sqrt(L)")
+        ax.set(title=f"d = {int(ds.d.values[j])}, omega = {ds.omega.values[j]:.3g}", xlabel="|softmax weights|")
+        ax.legend(fontsize=6)
+    return fig
+
+
+def checks_fig20(ds):
+    out = []
+    L = int(ds.attrs["L"])
+    for j in range(ds.sizes["case"]):
+        d, om = int(ds.d.values[j]), float(ds.omega.values[j])
+        med = float(np.median(ds.norms.values[j])) * np.sqrt(L)
+        if om * om * d <= 1.0 + 1e-12:
+            pred = math.exp(om * om * d / 2)
+            out.append(CheckResult(name=f"d={d}, omega={om:.3g}: sqrt(L) |w| ~ exp(omega^2 d / 2) (large-L, §4.2)",
+                                   passed=0.6 * pred < med < 1.4 * pred, measured=med, expected=pred,
+                                   tolerance="+-40% (finite L = 40, median vs mean-square)"))
+        elif d >= L_TRAIN / 2:
+            # d ~ L and omega = 1: exp(omega^2 d/2) = e^20, the weights are near one-hot (sqrt(L)|w| -> sqrt(40) = 6.3)
+            out.append(CheckResult(name=f"d={d}, omega={om:.3g}: concentration fails (d ~ L, omega not O(1/sqrt(d)))",
+                                   passed=med > 3.0, measured=med, expected="> 3 (one-hot: sqrt(L) = 6.3)",
+                                   tolerance="median sqrt(L)|w| above half its one-hot value"))
+    return out
+
+
+@register(name="icl_regression.fig20", model=MODEL, paper=f"{PAPER}, Fig. 20", spec="icl_regression.md §4.2, §9",
+          caption=("Histograms of the Euclidean norm of softmax_i(omega x_i^T x_q), i = 1..L, x's iid N(0, I_d), "
+                   "L = 40: it concentrates near 1/sqrt(L) (up to exp(omega^2 d/2)) for omega = O(1/sqrt(d)) and "
+                   "fails for omega = 1 when d ~ L."),
+          unrecoverable=("L = 40, d in {5, 40}, omega in {1/sqrt(d), 1}, 1e4 draws (spec §9 Fig. 20 defaults)",),
+          params={"tiny": {"n": 1000}, "quick": {"n": 10000}, "paper": {"n": 10000}},
+          plot=plot_fig20, checks=checks_fig20)
+def data_fig20(cfg) -> xr.Dataset:
+    """Fig. 20: softmax weight-vector norms (closedform.icl_regression.softmax_weight_norms)."""
+    n = cfg.params["n"]
+    cases = [(5, 1 / np.sqrt(5)), (5, 1.0), (40, 1 / np.sqrt(40)), (40, 1.0)]
+    rng = spawn_generators(cfg.seed, ["norms"])["norms"]
+    norms = np.stack([cf.softmax_weight_norms(d, L_TRAIN, om, n, rng) for d, om in cases])
+    return xr.Dataset({"norms": (("case", "draw"), norms)},
+                      coords={"d": (("case",), [c[0] for c in cases]), "omega": (("case",), [c[1] for c in cases])},
+                      attrs={"L": L_TRAIN})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 21: four heads, learned vs GD on F/2
+# ----------------------------------------------------------------------------------------------------------------------
+def plot_fig21(ds):
+    fig, axes = new_figure(1, 4, figsize=(13, 3.4))
+    _plot_overlay(axes[0], axes[1], ds)
+    mean, lo, hi = band_over_seeds(ds.sum_mu.values, method="percentile")
+    plot_empirical_band(axes[2], ds.step.values, mean, lo, hi, color=COLORS[0], label="learned sum mu")
+    plot_reduced(axes[2], ds.step.values, _seed_mean(ds.summu_gd.values), color=COLORS[1], label="GD on F/2")
+    axes[2].axhline(0, color="k", lw=0.8)
+    axes[2].set(xlabel="Adam step", ylabel="sum_h mu_h (4.2)")
+    axes[2].legend(fontsize=7)
+    mean, lo, hi = band_over_seeds(ds.homogeneity.values, method="percentile")
+    plot_empirical_band(axes[3], ds.step.values, mean, lo, hi, color=COLORS[0], label="learned")
+    plot_reduced(axes[3], ds.step.values, _seed_mean(ds.homog_gd.values), color=COLORS[1], label="GD on F/2")
+    axes[3].set(xlabel="Adam step", ylabel="std/mean |omega_h| (4.4)")
+    axes[3].legend(fontsize=7)
+    return fig
+
+
+def gaps_fig21(ds):
+    return _overlay_gaps(ds, "H=4")
+
+
+def checks_fig21(ds):
+    return _pattern_checks(ds, "H=4", H=4)
+
+
+@register(name="icl_regression.fig21", model=MODEL, paper=f"{PAPER}, Fig. 21", spec="icl_regression.md §5, §9, §12",
+          caption=("Four heads: torch training (" + COMMON_SETUP + ") against GD on F/2 (lr 0.01) started from the "
+                   "probed (omega, mu) once the pattern formed, aligned by the KQ scale gamma (spec §12): path in the "
+                   "(gamma, mu_+) plane, mu^T omega, zero-sum and homogeneity."),
+          unrecoverable=(UNREC_STEPS, "overlay start: first logged step with mu^T omega >= 0.9 eta*, sign "
+                                      "matching and gamma past its peak [toolkit choice]"),
+          params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig21,
+          gaps=gaps_fig21, checks=checks_fig21)
+def data_fig21(cfg) -> xr.Dataset:
+    """Fig. 21: H = 4 training with the GD-on-F/2 overlay (spec §5.1, §12)."""
+    return _heads_ds(cfg, 4, overlay=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fig. 22: the two-head reduced ODE
+# ----------------------------------------------------------------------------------------------------------------------
+TABLE_64 = {1: (0.0271631, 0.0271631), 5: (0.569193, 0.599085), 20: (0.426530, 0.982801),
+            100: (0.309249, 1.402214), 1000: (0.205756, 2.130561), 10000: (0.139413, 3.151148)}
+
+
+def plot_fig22(ds):
+    fig, axes = new_figure(1, 3, figsize=(12, 3.6))
+    t = ds.time.values
+    plot_reduced(axes[0], t, ds.omega.values, color=COLORS[0], label="omega (ODE (B.4))")
+    plot_reduced(axes[0], t, ds.mu.values, color=COLORS[1], label="mu")
+    w1, _ = cf.phase1_asymptotic(TASK, ds.attrs["eps0"], t[t <= 4])
+    plot_theory(axes[0], t[t <= 4], w1, color="grey", label="phase I: eps0 e^t", linewidth=1)
+    tt = t[t >= 100]
+    w3, m3 = cf.phase3_asymptotic(TASK, tt)
+    plot_theory(axes[0], tt, w3, color=COLORS[0], label="phase III law t^(-1/6)", linewidth=1)
+    plot_theory(axes[0], tt, m3, color=COLORS[1], label="eta*/(2 omega)", linewidth=1)
+    axes[0].axhline(ds.attrs["omega_peak_pred"], color=COLORS[0], ls=":", lw=1, label="phase II peak (§6.3)")
+    axes[0].set(xscale="log", yscale="log", xlabel="F/2-flow time t", ylim=(5e-3, 10))
+    axes[0].legend(fontsize=6)
+    plot_reduced(axes[1], t, ds.ratio.values, color=COLORS[2], label="r = mu/omega")
+    axes[1].set(xscale="log", yscale="log", xlabel="t", ylabel="r")
+    plot_reduced(axes[2], t, ds.two_omega_mu.values, color=COLORS[3], label="2 omega mu")
+    axes[2].axhline(ETA_STAR, color="k", lw=1, label="eta*")
+    axes[2].set(xscale="log", xlabel="t", ylabel="2 omega mu")
+    axes[2].legend(fontsize=7)
+    return fig
+
+
+def checks_fig22(ds):
+    out = []
+    for t, (om, mu) in TABLE_64.items():
+        if t > ds.time.values[-1]:
+            continue
+        j = int(np.argmin(np.abs(ds.time.values - t)))
+        got = (float(ds.omega.values[j]), float(ds.mu.values[j]))
+        ok = abs(got[0] - om) <= 2e-6 * max(1, om) + 5e-7 and abs(got[1] - mu) <= 2e-6 * max(1, mu) + 5e-7
+        out.append(CheckResult(name=f"two-head ODE at t = {t} vs table 6.4", passed=ok, measured=f"{got}",
+                               expected=f"{(om, mu)}", tolerance="quoted 6 digits (+-5e-7 + 2e-6 rel)"))
+    pk = float(np.max(ds.omega.values))
+    out.append(CheckResult(name="phase II peak omega (eps0 = 0.01: 0.57631, §6.3)", passed=abs(pk - 0.57631) < 2e-4,
+                           measured=pk, expected=0.57631, tolerance="2e-4 (log-spaced output grid)"))
+    return out
+
+
+@register(name="icl_regression.fig22", model=MODEL, paper=f"{PAPER}, Fig. 22", spec="icl_regression.md §6",
+          caption=("Symmetric two-head gradient flow of F/2 (reduced ODE (B.4)), d = 5, L = 40, sigma^2 = 0.1, "
+                   "omega(0) = mu(0) = 0.01: phase I exponential growth, phase II peak of omega, phase III slow "
+                   "decay omega ~ t^(-1/6) along the valley with 2 omega mu -> eta*."),
+          unrecoverable=("eps0 = 0.01, t in [0, 1e4], log-spaced output (spec §9 Fig. 22 defaults)",),
+          params={"tiny": {"t1": 100.0, "n_save": 60}, "quick": {"t1": 10000.0, "n_save": 300},
+                  "paper": {"t1": 10000.0, "n_save": 600}},
+          plot=plot_fig22, checks=checks_fig22)
+def data_fig22(cfg) -> xr.Dataset:
+    """Fig. 22: reduced two-head ODE (closedform.icl_regression.two_head_flow), spec §6.2-6.4."""
+    p = cfg.params
+    eps0 = 0.01
+    ts = np.unique(np.concatenate([[0.0], np.geomspace(1e-2, p["t1"], p["n_save"]),
+                                   [t for t in TABLE_64 if t <= p["t1"]], np.linspace(4, 8, 81)]))
+    traj = cf.two_head_flow(TASK, eps0, eps0, (0.0, p["t1"]), saveat=SaveAt(ts=tuple(ts)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return xr.Dataset({k: (("time",), traj[k].values[0]) for k in ("omega", "mu", "F", "two_omega_mu", "ratio")},
+                          coords={"time": traj["time"].values},
+                          attrs={"eps0": eps0, "omega_peak_pred": cf.phase2_peak_omega(TASK)})
