@@ -12,10 +12,9 @@ shared machine spinning threads slow everything down.
 
 from __future__ import annotations
 
-import torch
-
 from benchmarks._common import Result, best_time
 from closedform.icl_regression import ICLRegression
+from empirical.device import torch_threads
 from empirical.models.icl_regression import ICLAttention, paper_config
 from empirical.train import train
 
@@ -31,10 +30,8 @@ def _config(seeds, n_steps, dtype):
 def run(quick: bool) -> list[Result]:
     n_steps = 10 if quick else 100
     model = ICLAttention(TASK, H)
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
     out = []
-    try:
+    with torch_threads(1):
         for dtype in ("float64", "float32"):
             batched = _config(tuple(range(N_SEEDS)), n_steps, dtype)
             singles = [_config((s,), n_steps, dtype) for s in range(N_SEEDS)]
@@ -48,6 +45,4 @@ def run(quick: bool) -> list[Result]:
                 note=f"d=5, L=40, batch 256, Adam, {n_steps} steps, CPU, 1 thread; batched run "
                      f"{n_steps / t_batched:.3g} steps/s (all {N_SEEDS} seeds), single seed "
                      f"{N_SEEDS * n_steps / t_seq:.3g} steps/s"))
-    finally:
-        torch.set_num_threads(old)
     return out

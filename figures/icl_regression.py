@@ -32,19 +32,18 @@ reparametrisation, spec §12), never by step count.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
 import warnings
 
 import numpy as np
-import torch
 import xarray as xr
 
 from closedform import icl_regression as cf
 from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import icl_regression as im
 from empirical.train import train
 from figures._style import (
@@ -79,17 +78,6 @@ TRAIN_QUICK = _train_params(1000, 25, 2)
 TRAIN_PAPER = _train_params(500_000, 1000, 5)
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    """Run with ``n`` torch intra-op threads, then restore (tiny tensors: more threads only contend)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Shared training runs (memoised per process)
 # ----------------------------------------------------------------------------------------------------------------------
@@ -105,7 +93,7 @@ def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seed
                                       np.rint(np.asarray(FIG5_FRACTIONS) * n_steps), [n_steps]]).astype(np.int64))
     config = dataclasses.replace(im.paper_config(seeds=seeds, n_steps=n_steps, batch_size=batch, eval_size=1000),
                                  saveat=SaveAt(steps=tuple(int(s) for s in steps)))
-    with _torch_threads(1):
+    with torch_threads(1):
         traj, params = train(model, config, device=device, return_params=True)
     return model, traj, {k: v.detach().cpu() for k, v in params.items()}
 
@@ -122,7 +110,7 @@ def _run(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK):
 @functools.lru_cache(maxsize=64)
 def _length_curve_cached(run_key, L_tests, n_prompts, seed):
     model, _, params = _run_cached(*run_key)
-    with _torch_threads(1):
+    with torch_threads(1):
         out = [im.risk_at_length(model, params, L, n_prompts, seed=seed + L, noisy=True) for L in L_tests]
     return np.stack([o[0] for o in out], 1), np.stack([o[1] for o in out], 1)  # (S, n_L)
 
