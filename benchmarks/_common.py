@@ -49,3 +49,18 @@ def best_time(fn, *, repeat: int = 3, min_time: float = 0.2) -> float:
                 break
         best = min(best, elapsed / n)
     return best
+
+
+def cpu_time(fn, *, repeat: int = 1, warmup: bool = True) -> float:
+    """Best process-CPU time of ``fn()`` over ``repeat`` calls (one core: robust to other jobs on a shared machine).
+
+    With ``warmup`` (default), one untimed call is made first (numba compilation, first-call costs).
+    """
+    if warmup:
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return max(best, 1e-9)

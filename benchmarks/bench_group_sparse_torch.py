@@ -15,11 +15,11 @@ threads only contend on a shared CPU.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from benchmarks._common import Result, best_time
 from closedform import group_sparse as cf
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import group_sparse as gm
 from empirical.train import train
 
@@ -37,9 +37,7 @@ def run(quick: bool) -> list[Result]:
     v_star = np.ones(4) / 2.0
     seeds = tuple(range(N_SEEDS))
     samples = gm.training_samples(task, N_SAMPLES, seeds, v_star)
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         out = []
         for par in ("merged", "factorised"):
             t_batched = best_time(lambda par=par: _run(task, samples, seeds, n_steps, par), repeat=2, min_time=0.0)
@@ -53,5 +51,3 @@ def run(quick: bool) -> list[Result]:
                               note=f"full-batch GD, n = {N_SAMPLES}, (d, D) = (4, 6), {n_steps} steps, float64 CPU, "
                                    f"1 torch thread; batched: {n_steps / t_batched:.1f} steps/s"))
         return out
-    finally:
-        torch.set_num_threads(old)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from benchmarks._common import Result, best_time
 from closedform import nearest_neighbor as cf
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
 from empirical.train import train
 
@@ -52,10 +51,6 @@ def run(quick: bool) -> list[Result]:
     sgd = nnm.sgd_config(online, n_steps, 64, seeds=seeds, eval_size=256, saveat=SaveAt(n=3))
     fixed = nnm.NearestNeighborAttention(TASK, data=nnm.prompt_samples(TASK, 500, seeds))
     gd = nnm.gd_config(fixed, n_steps, saveat=SaveAt(n=3))
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return [_compare(online, sgd, "online SGD", "batch 64, d=4, N=16"),
                 _compare(fixed, gd, "full-batch GD", "500 prompts per seed, d=4, N=16")]
-    finally:
-        torch.set_num_threads(old)

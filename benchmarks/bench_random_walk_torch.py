@@ -8,7 +8,7 @@ Row (throughput in seed-steps per second: seeds times full-batch GD steps):
   K = 6, N = 97, M = 1000 (paper sizes) with 1000 walks per seed (300 in quick mode).
 
 Both sides run torch single-threaded (the tensors are small; on the shared 2-core machine thread hand-offs cost
-10-30x, see ``figures.random_walk._torch_threads``) on the CPU. The batched run must reproduce the sequential ones to
+10-30x, see ``empirical.device.torch_threads``) on the CPU. The batched run must reproduce the sequential ones to
 rounding (checked before timing).
 """
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import torch
 
 from benchmarks._common import Result
 from closedform import random_walk as cf
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import random_walk as rwm
 from empirical.train import train
 
@@ -34,9 +34,7 @@ def _timed(fn) -> tuple[float, object]:
 
 def run(quick: bool) -> list[Result]:
     """Time N seeds batched through the trainer against N sequential single-seed runs (same model and steps)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         task = cf.RandomWalkSpec(K=6, N=97, M=1000, p=0.5)
         n_seeds = 4
         n_walks = 300 if quick else 1000
@@ -71,5 +69,3 @@ def run(quick: bool) -> list[Result]:
                        baseline=work / t_s, baseline_name=f"{n_seeds} sequential single-seed runs",
                        note=(f"K=6, N=97, M=1000, {n_walks} walks/seed, {n_steps} full-batch GD steps, CPU, 1 thread; "
                              f"max gap batched vs sequential {gap:.1e}"))]
-    finally:
-        torch.set_num_threads(old)

@@ -8,27 +8,14 @@ sampling; per seed-step the batched run still pays the sampling of 128 x 127 tok
 
 from __future__ import annotations
 
-import contextlib
-
-import torch
-
 from benchmarks._common import Result, best_time
 from closedform import scan_snap as cf
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import scan_snap as ssm
 from empirical.train import train
 
 N_SEEDS = 10
-
-
-@contextlib.contextmanager
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def run(quick: bool) -> list[Result]:
@@ -40,7 +27,7 @@ def run(quick: bool) -> list[Result]:
     def config(seeds):
         return ssm.sgd_config(model, task, seeds, n_steps=n_steps, saveat=SaveAt(steps=(0, n_steps)))
 
-    with _one_thread():
+    with torch_threads(1):
         t_batched = best_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2,
                               min_time=0.0)
         t_sequential = best_time(lambda: [train(model, config((s,)), device="cpu") for s in range(N_SEEDS)],

@@ -15,22 +15,11 @@ import time
 import numpy as np
 from scipy.special import erf, owens_t
 
-from benchmarks._common import Result
+from benchmarks._common import Result, cpu_time
 from closedform import single_location as sl
 from dynamics import SaveAt
 
 _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
-
-
-def _cpu_time(fn, repeat: int = 2) -> float:
-    """Best process-CPU time of fn() over ``repeat`` calls, after one untimed warm-up call (numba compilation)."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return max(best, 1e-9)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,8 +104,8 @@ def _bench_manifold(quick: bool) -> Result:
     check = run(n_base).states()[:, -1, :2]
     base = _numpy_manifold(task, 0.1, 4e-3, state0[:, 0], state0[:, 1], n_base)
     dev = float(np.max(np.abs(check - np.stack(base, axis=1))))
-    t_nb = _cpu_time(lambda: run(n_steps))
-    t_np = _cpu_time(lambda: _numpy_manifold(task, 0.1, 4e-3, state0[:, 0], state0[:, 1], n_base), repeat=1)
+    t_nb = cpu_time(lambda: run(n_steps), repeat=2)
+    t_np = cpu_time(lambda: _numpy_manifold(task, 0.1, 4e-3, state0[:, 0], state0[:, 1], n_base), repeat=1)
     return Result(name="manifold map (Sec. 6.3), 1000 trajectories", unit="trajectory-steps/s per core",
                   value=n_traj * n_steps / t_nb, baseline=n_traj * n_base / t_np,
                   baseline_name="numpy vectorised over trajectories", target_value=2e7,
@@ -133,8 +122,8 @@ def _bench_five(quick: bool, d: int) -> Result:
     lam, alpha = 0.1 * math.sqrt(400 / d), 4e-3 * 400 / d
     run = lambda n: sl.pgd(task, state0, alpha=alpha, n_steps=n, lam=lam, saveat=SaveAt(final=True))
     dev = float(np.max(np.abs(run(n_base).states()[:, -1, :5] - _numpy_five(task, lam, alpha, state0, n_base))))
-    t_nb = _cpu_time(lambda: run(n_steps))
-    t_np = _cpu_time(lambda: _numpy_five(task, lam, alpha, state0, n_base), repeat=1)
+    t_nb = cpu_time(lambda: run(n_steps), repeat=2)
+    t_np = cpu_time(lambda: _numpy_five(task, lam, alpha, state0, n_base), repeat=1)
     return Result(name=f"five-scalar map (Sec. 6.4), d = {d}, {n_traj} trajectories",
                   unit="trajectory-steps/s per core", value=n_traj * n_steps / t_nb, baseline=n_traj * n_base / t_np,
                   baseline_name="numpy vectorised (scipy owens_t)", target_value=2e6,
@@ -173,7 +162,7 @@ def _bench_section5(quick: bool) -> Result:
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     # numpy baseline: the same five-scalar computation on Fig. 7(a)'s 30 runs for a slice of steps
     n_base = 200 if quick else 1000
-    t_np = _cpu_time(lambda: _numpy_five(task, 0.9, 1e-3, runs[2]["state0"], n_base), repeat=1)
+    t_np = cpu_time(lambda: _numpy_five(task, 0.9, 1e-3, runs[2]["state0"], n_base), repeat=1)
     return Result(name="Section 5 PGD runs (Figs 4a, 4b, 7a, 7b; 30 repeats each)" + (" / 10" if quick else ""),
                   unit="trajectory-steps/s", value=total / wall, baseline=30 * n_base / t_np,
                   baseline_name="numpy five-scalar map (CPU time, Fig. 7(a) runs)",

@@ -12,37 +12,13 @@ torch's float64 normal sampler is ~4x slower than its float32 one on CPU, so the
 
 from __future__ import annotations
 
-import contextlib
-import time
-
-import torch
-
-from benchmarks._common import Result
+from benchmarks._common import Result, cpu_time
 from closedform.single_location import SingleLocation
+from empirical.device import torch_threads
 from empirical.models import single_location as slm
 from empirical.train import train
 
 N_SEEDS = 30
-
-
-def _cpu_time(fn, repeat: int = 1) -> float:
-    """Best process-CPU time of fn() over ``repeat`` calls (one core: robust to other jobs on a shared machine)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return max(best, 1e-9)
-
-
-@contextlib.contextmanager
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _ratio(model, n_steps):
@@ -52,8 +28,8 @@ def _ratio(model, n_steps):
         return slm.fig5_config(seeds, n_steps=n_steps, log_every=n_steps // 2, eval_size=100)
 
     train(model, config((0,)), device="cpu")  # warm-up (first-call costs), not timed
-    t_batched = _cpu_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2)
-    t_sequential = _cpu_time(lambda: [train(model, config((s,)), device="cpu") for s in range(N_SEEDS)])
+    t_batched = cpu_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2, warmup=False)
+    t_sequential = cpu_time(lambda: [train(model, config((s,)), device="cpu") for s in range(N_SEEDS)], warmup=False)
     return t_batched, t_sequential
 
 
@@ -61,7 +37,7 @@ def run(quick: bool) -> list[Result]:
     n_steps = 200 if quick else 2000
     task = SingleLocation(d=80, L=10, noise=0.1)
     out = []
-    with _one_thread():
+    with torch_threads(1):
         for normals in ("float64", "float32"):
             t_batched, t_sequential = _ratio(slm.build(task, rng=0, normals=normals), n_steps)
             seed_steps = N_SEEDS * n_steps

@@ -5,10 +5,9 @@ steps, float64 on CPU with one intra-op thread (the tensors are tiny; see figure
 
 from __future__ import annotations
 
-import torch
-
 from benchmarks._common import Result, best_time
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models.single_location_transformer import (
     MultiHeadErf,
     MultiLocation,
@@ -34,10 +33,8 @@ def _cases():
 
 def run(quick: bool) -> list[Result]:
     n_steps = 50 if quick else 300
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
     out = []
-    try:
+    with torch_threads(1):
         for label, model, batch, schedules in _cases():
             def config(seeds, batch=batch, schedules=schedules):
                 return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch, lr=1e-3, schedules=schedules,
@@ -52,6 +49,4 @@ def run(quick: bool) -> list[Result]:
                               seed_steps / t_batched, seed_steps / t_seq, f"{N_SEEDS} single-seed train() calls",
                               note=f"{n_steps} steps, float64 CPU, 1 thread; steps/s of the batched run = "
                                    f"{n_steps / t_batched:.0f}"))
-    finally:
-        torch.set_num_threads(before)
     return out

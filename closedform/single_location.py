@@ -80,6 +80,7 @@ __all__ = [
     "TIME_UNIT",
     "FixedPoint",
     "LamSchedule",
+    "LocationTask",
     "SingleLocation",
     "SpuriousPoint",
     "bayes_risk_lower_bound",
@@ -114,8 +115,49 @@ _PSD_TOL = 1e-10
 _STATE_NAMES = ("kappa", "nu", "theta", "eta", "rho")
 
 
+class LocationTask:
+    """Fields' validation and derived scalars shared by :class:`SingleLocation` and its multiple-location extension
+    (``empirical.models.single_location_transformer.MultiLocation``, spec Sec. 8.8): ``d``, ``L``, ``gamma`` and
+    ``noise`` with the same meaning, and the same time axis. Not itself a task (no ``isinstance`` dispatch on it)."""
+
+    def _check_fields(self, *, d_min: int, L_min: int) -> None:
+        """Validate and normalise ``d >= d_min``, ``L >= L_min``, ``gamma > 0``, ``noise >= 0`` (frozen dataclass)."""
+        object.__setattr__(self, "d", check_int("d", self.d, min_value=d_min))
+        object.__setattr__(self, "L", check_int("L", self.L, min_value=L_min))
+        object.__setattr__(self, "gamma", check_positive("gamma", self.gamma))
+        object.__setattr__(self, "noise", check_nonneg("noise", self.noise))
+
+    @property
+    def eps(self) -> float:
+        """Noise std eps (spec Sec. 1), the same as ``noise``."""
+        return self.noise
+
+    @property
+    def s(self) -> float:
+        """s = sqrt(d/2), the norm of an informative token's mean (spec Sec. 3)."""
+        return math.sqrt(self.d / 2.0)
+
+    @property
+    def dim(self) -> int:
+        """Cross-paper name of d."""
+        return self.d
+
+    @property
+    def seq_len(self) -> int:
+        """Cross-paper name of L."""
+        return self.L
+
+    def time_of_step(self, step):
+        """Time of a PGD step: time = step (spec Sec. 0.3; unit ``TIME_UNIT = "step"``)."""
+        return np.asarray(step, dtype=np.float64)[()]
+
+    def step_of_time(self, time):
+        """PGD step of a time on the trajectory axis (inverse of ``time_of_step``, spec Sec. 0.3), rounded to int."""
+        return np.rint(np.asarray(time, dtype=np.float64)).astype(np.int64)[()]
+
+
 @dataclass(frozen=True, kw_only=True)
-class SingleLocation:
+class SingleLocation(LocationTask):
     """The single-location regression task (spec single_location.md Sec. 1, data model; paper Sec. 2).
 
     Parameters
@@ -136,38 +178,7 @@ class SingleLocation:
     noise: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "d", check_int("d", self.d, min_value=2))
-        object.__setattr__(self, "L", check_int("L", self.L, min_value=1))
-        object.__setattr__(self, "gamma", check_positive("gamma", self.gamma))
-        object.__setattr__(self, "noise", check_nonneg("noise", self.noise))
-
-    @property
-    def eps(self) -> float:
-        """Noise std eps (spec Sec. 1), the same as ``noise``."""
-        return self.noise
-
-    @property
-    def s(self) -> float:
-        """s = sqrt(d/2), the norm of the informative token's mean (spec Sec. 3)."""
-        return math.sqrt(self.d / 2.0)
-
-    @property
-    def dim(self) -> int:
-        """Cross-paper name of d."""
-        return self.d
-
-    @property
-    def seq_len(self) -> int:
-        """Cross-paper name of L."""
-        return self.L
-
-    def time_of_step(self, step):
-        """Time of a PGD step: time = step (spec Sec. 0.3; unit ``TIME_UNIT = "step"``)."""
-        return np.asarray(step, dtype=np.float64)[()]
-
-    def step_of_time(self, time):
-        """PGD step of a time on the trajectory axis (inverse of ``time_of_step``, spec Sec. 0.3), rounded to int."""
-        return np.rint(np.asarray(time, dtype=np.float64)).astype(np.int64)[()]
+        self._check_fields(d_min=2, L_min=1)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,6 @@ time; ``tiny`` = d = 8, L = 4 with still larger step sizes (seconds; the finding
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 
@@ -29,9 +28,8 @@ from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from figures._style import (
     TOL_BRIGHT,
-    band_over_seeds,
     new_figure,
-    plot_empirical_band,
+    plot_seed_band,
     plot_theory,
 )
 from figures.registry import CheckResult, register
@@ -46,24 +44,10 @@ _COLOURS = [TOL_BRIGHT[c] for c in ("blue", "red", "green", "purple", "yellow", 
 # shared helpers
 
 
-@contextlib.contextmanager
-def _torch_threads(device: str):
-    """One intra-op thread on CPU during a run (restored afterwards): the tensors are tiny, and a second OpenMP
-    thread only adds synchronisation (about 10x slower steps measured on a loaded 2-core machine)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _run(cfg, model, *, lr, batch_size, schedules=None):
     """Train ``model`` for ``cfg.params["n_seeds"]`` seeds through :func:`empirical.train.train`; return a Dataset
     with dims (seed, time), coordinate ``step``, and the training configuration in the attributes."""
+    from empirical.device import torch_threads
     from empirical.train import TrainConfig, train
 
     p = cfg.params
@@ -71,7 +55,7 @@ def _run(cfg, model, *, lr, batch_size, schedules=None):
     config = TrainConfig(seeds=tuple(range(cfg.seed * n, (cfg.seed + 1) * n)), n_steps=int(p["n_steps"]),
                          batch_size=batch_size, lr=lr, schedules=schedules or {}, eval_size=int(p["eval_size"]),
                          saveat=SaveAt(every=int(p["log_every"])))
-    with _torch_threads(cfg.device):
+    with torch_threads(1, device=cfg.device):
         traj = train(model, config, device=cfg.device, progress=cfg.progress)
     ds = xr.Dataset({name: (("seed", "time"), traj[name].values) for name in traj.data_vars},
                     coords={"seed": ("seed", traj["trajectory"].values), "time": ("time", traj["time"].values),
@@ -96,8 +80,7 @@ def _task(cfg, K):
 
 
 def _band(ax, ds, var, *, label, color, transform=np.asarray, method="percentile"):
-    mean, lo, hi = band_over_seeds(transform(ds[var].values), axis=0, method=method)
-    plot_empirical_band(ax, ds["step"].values, mean, lo, hi, label=label, color=color)
+    plot_seed_band(ax, ds["step"].values, transform(ds[var].values), method=method, label=label, color=color)
 
 
 def _hline(ax, ds, value, *, label, color, **kwargs):

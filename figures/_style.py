@@ -163,6 +163,17 @@ def band_over_seeds(samples, *, axis: int = 0, method: str = "se", level: float 
     return mean, lo, hi
 
 
+def plot_seed_band(ax, x, samples, *, method: str = "se", level: float = 0.95, axis: int = 0, **kwargs):
+    """Draw ``samples`` (seeds along ``axis``) as :func:`plot_empirical_band` of :func:`band_over_seeds`.
+
+    ``method``, ``level`` and ``axis`` go to :func:`band_over_seeds`; the other keywords (``label``, ``color``,
+    ``alpha``, matplotlib line properties) to :func:`plot_empirical_band`, whose ``(Line2D, PolyCollection)`` is
+    returned.
+    """
+    mean, lo, hi = band_over_seeds(samples, axis=axis, method=method, level=level)
+    return plot_empirical_band(ax, x, mean, lo, hi, **kwargs)
+
+
 def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:
     """Render ``fig`` to bytes in ``fmt`` (png, pdf or svg) with deterministic metadata, inside the style."""
     check_choice("fmt", fmt, tuple(SAVE_METADATA))

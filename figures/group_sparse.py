@@ -24,7 +24,6 @@ integers as trainer seeds (factor initialisation of the factorised model).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 
@@ -35,17 +34,17 @@ import xarray as xr
 from closedform import group_sparse as cf
 from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import group_sparse as gm
 from empirical.train import train
 from figures._style import (
     TOL_BRIGHT,
-    band_over_seeds,
     new_figure,
-    plot_empirical_band,
     plot_reduced,
+    plot_seed_band,
     plot_theory,
 )
-from figures.registry import CheckResult, GapRow, register
+from figures.registry import CheckResult, GapRow, gap_rows, register
 
 ETA, SIGMA_X, JSTAR = 0.5, 1.0, 2  # Sec. B.7: eta = 0.5 [exact], j* = 2 [exact], sigma_x = 1 [unknown; suggested]
 LEARNED = ("loss", "accuracy", "attn_jstar", "attn_jstar_q", "cos_vx_vstar", "norm_ratio", "v_pos_norm", "off",
@@ -60,17 +59,6 @@ JUST_CLOSED = ("5 SE over training samples (false alarm < 6e-7 per row, tests/_s
 JUST_LATE = ("5 SE over training samples; finite-n training (raw samples) is NOT the population dynamics: the spec "
              "(Sec. B.6) measures the finite-sample departure (overfitting: training loss below the population "
              "loss), so a gap here measures that effect rather than an error")
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    """Run with ``n`` torch intra-op threads, restoring the previous number (tiny tensors: threads only contend)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _task(d: int, D: int) -> cf.GroupSparseSpec:
@@ -127,7 +115,7 @@ def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
     seeds = _seeds(cfg, p["n_seeds"])
     steps = _save_steps(p["n_steps"], p["n_save"])
     samples = gm.training_samples(task, p["n"], seeds, v_star)
-    with _torch_threads(1):
+    with torch_threads(1):
         traj, params = _train_gd(task, samples, seeds, p["n_steps"], steps, cfg.device, cfg.progress)
         attn = _mean_attention(params, samples, cfg.device)
         # The first two GD steps on more training samples (cheap): the closed-form rows of the report need an SE
@@ -151,11 +139,6 @@ def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
                              "time_unit": "GD step t (time = eta t)"})
 
 
-def _band(ax, x, samples, label, color):
-    mean, lo, hi = band_over_seeds(samples, axis=0, method="percentile")
-    plot_empirical_band(ax, x, mean, lo, hi, label=label, color=color)
-
-
 def plot_pretrain(ds: xr.Dataset):
     """Four panels of Sec. B.7: training loss, cos(v_x, v*), norm ratio, attention matrix S at the last step."""
     fig, axes = new_figure(1, 4, figsize=(14.0, 3.4))
@@ -163,17 +146,17 @@ def plot_pretrain(ds: xr.Dataset):
     t = ds.step.values[pos]
     lab = f"torch GD, n = {ds.attrs['n']} (raw; {ds.sizes['seed']} samples)"
     ax = axes[0]
-    _band(ax, t, ds["loss"].values[:, pos], lab, TOL_BRIGHT["blue"])
+    plot_seed_band(ax, t, ds["loss"].values[:, pos], method="percentile", label=lab, color=TOL_BRIGHT["blue"])
     plot_reduced(ax, t, ds["reduced_loss"].values[pos], label="population, reduced 8-scalar map", color="k")
     ax.set(xscale="log", yscale="log", xlabel="GD step t", ylabel="training loss", title="(a) loss")
     ax.legend(fontsize=7)
     ax = axes[1]
-    _band(ax, t, ds["cos_vx_vstar"].values[:, pos], lab, TOL_BRIGHT["green"])
+    plot_seed_band(ax, t, ds["cos_vx_vstar"].values[:, pos], method="percentile", label=lab, color=TOL_BRIGHT["green"])
     plot_theory(ax, t, np.ones_like(t, dtype=float), label="population: 1 exactly (Sec. B.3)", color="k")
     ax.set(xscale="log", xlabel="GD step t", ylabel=r"cos$(v_x, v^*)$", title="(b) cosine similarity")
     ax.legend(fontsize=7)
     ax = axes[2]
-    _band(ax, t, ds["norm_ratio"].values[:, pos], lab, TOL_BRIGHT["red"])
+    plot_seed_band(ax, t, ds["norm_ratio"].values[:, pos], method="percentile", label=lab, color=TOL_BRIGHT["red"])
     plot_theory(ax, t, np.zeros_like(t, dtype=float), label="population: 0 exactly (Sec. B.3)", color="k")
     ax.set(xscale="log", xlabel="GD step t", ylabel=r"$\|v_{pos}\| / \|v_x\|$", title="(c) norm ratio")
     ax.legend(fontsize=7)
@@ -190,10 +173,9 @@ def plot_pretrain(ds: xr.Dataset):
 
 
 def _row(quantity, time, theory, samples, justification, atol=0.0):
-    samples = np.asarray(samples, dtype=np.float64)
-    return GapRow(quantity=quantity, time=float(time), theory=float(theory), mean=float(samples.mean()),
-                  se=float(samples.std(ddof=1) / math.sqrt(samples.size)), n_seeds=int(samples.size), tol_se=TOL_SE,
-                  atol=atol, justification=justification)
+    """One gap row at ``time``: ``samples`` (seed,) against ``theory``, 5 SE (:func:`figures.registry.gap_rows`)."""
+    (row,) = gap_rows(quantity, time, theory, samples, tol_se=TOL_SE, justification=justification, atol=atol)
+    return row
 
 
 def _closed_rows(ds) -> list[GapRow]:
@@ -341,7 +323,8 @@ def plot_overlay(ds: xr.Dataset):
               ("off (distance to the reduced family)", lambda k: ds[f"{k}__off"].values, None, "linear"))
     for ax, (title, learned, reduced, yscale) in zip(axes.ravel(), panels):
         for (key, label), color in zip(SOURCES, colors):
-            _band(ax, t, learned(key)[:, pos], label.format(**ds.attrs), color)
+            plot_seed_band(ax, t, learned(key)[:, pos], method="percentile", label=label.format(**ds.attrs),
+                           color=color)
         if reduced is not None:
             plot_reduced(ax, t, np.asarray(reduced)[pos], label="population, reduced map", color="k")
         elif yscale == "linear":
@@ -412,7 +395,7 @@ def data_overlay(cfg) -> xr.Dataset:
     seeds = _seeds(cfg, p["n_seeds"])
     steps = _save_steps(p["n_steps"], p["n_save"])
     data = {}
-    with _torch_threads(1):
+    with torch_threads(1):
         for key, n, kw in (("merged_n_small", p["n_small"], {}), ("merged_n_large", p["n_large"], {}),
                            ("factorised", p["n_large"], {"parametrisation": "factorised"})):
             samples = gm.training_samples(task, n, seeds, v_star)
@@ -438,7 +421,7 @@ def plot_downstream(ds: xr.Dataset):
     for key, label, color in (("pretrained", f"pre-trained W (torch GD, T = {ds.attrs['T_pre']})", TOL_BRIGHT["blue"]),
                               ("no_pretraining", "W = 0 (no pre-training)", TOL_BRIGHT["red"]),
                               ("logistic", "logistic regression on vec(X)", TOL_BRIGHT["green"])):
-        _band(ax, n, ds[f"error_{key}"].values, label, color)
+        plot_seed_band(ax, n, ds[f"error_{key}"].values, method="percentile", label=label, color=color)
     plot_reduced(ax, n, ds["error_reduced"].values.mean(axis=0), label="W of the population reduced map",
                  color="k")
     ax.set(xscale="log", xlabel="downstream sample size n", ylabel="test error",
@@ -514,7 +497,7 @@ def data_downstream(cfg) -> xr.Dataset:
     seeds = _seeds(cfg, p["n_seeds"])
     n_list = sorted(int(n) for n in p["n_list"])
     samples = gm.training_samples(task, p["n_pre"], seeds, v_star)
-    with _torch_threads(1):
+    with torch_threads(1):
         traj, params = _train_gd(task, samples, seeds, p["T_pre"], [0, p["T_pre"]], cfg.device,
                                  cfg.progress)
         _, W_learned = gm.to_weights(params)
@@ -530,7 +513,7 @@ def data_downstream(cfg) -> xr.Dataset:
         Xt, yt = gm.sample_downstream(task, p["n_test"], vt, gamma, gens["downstream"])
         Xs.append(X), ys.append(y), Xts.append(Xt), yts.append(yt), vts.append(vt)
     X, y, Xt, yt = (np.stack(a) for a in (Xs, ys, Xts, yts))
-    with _torch_threads(1):
+    with torch_threads(1):
         err = {name: gm.downstream_sgd(task, W, X, y, Xt, yt, checkpoints=n_list, device=cfg.device)
                for name, W in (("pretrained", W_learned), ("reduced", W_red), ("no_pretraining", np.zeros_like(W_red)))}
     err["logistic"] = np.array([[gm.logistic_baseline(X[s, :n], y[s, :n], Xt[s], yt[s]) for n in n_list]

@@ -21,7 +21,6 @@ Time axis of every panel: the GD step t (spec Sec. 0; time = eta t is stored too
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -32,9 +31,10 @@ import xarray as xr
 from closedform import nearest_neighbor as cf
 from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
 from empirical.train import train
-from figures._style import TOL_BRIGHT, band_over_seeds, new_figure, plot_empirical_band, plot_reduced
+from figures._style import TOL_BRIGHT, new_figure, plot_reduced, plot_seed_band
 from figures.registry import CheckResult, GapRow, gap_rows, register
 
 TOL_SE = 5.0
@@ -48,17 +48,6 @@ DELTA = 0.2  # separation gap of the shifted test law (Sec. A.9: value [unknown]
 COLORS = {"reduced": TOL_BRIGHT["blue"], "merged": TOL_BRIGHT["red"], "factorised": TOL_BRIGHT["green"],
           "train_law": TOL_BRIGHT["purple"], "shifted": TOL_BRIGHT["cyan"]}
 DIAG = ("L", "q_istar", "q_istar_lo", "q_self", "xi1", "xi2")
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    """Run with ``n`` torch intra-op threads, restoring the previous number (tiny tensors: threads only contend)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _sample_seeds(seed: int, tag: int, n: int) -> list[int]:
@@ -253,7 +242,7 @@ def data_fig2(cfg) -> xr.Dataset:
     seeds = _sample_seeds(cfg.seed, 2, p["n_seeds"])
     device = torch.device(cfg.device)
     torch_L = np.empty((p["n_seeds"], len(refs)))
-    with _torch_threads(1), torch.no_grad():
+    with torch_threads(1), torch.no_grad():
         gens_t = [torch.Generator(device=device).manual_seed(s) for s in seeds]
         batch = model.sample(gens_t, p["n_torch"], device=device, dtype=torch.float64)
         for k, (a, b) in enumerate(refs):
@@ -285,11 +274,11 @@ def plot_fig3(ds: xr.Dataset):
         N, d = int(ds.N.values[k]), int(ds.d.values[k])
         color = palette[k % len(palette)]
         plot_reduced(ax_l, t, ds.L_reduced.values[k, 1:], label=f"reduced, (N, d) = ({N}, {d})", color=color)
-        mean, lo, hi = band_over_seeds(ds.L_torch.values[k, :, 1:], method="percentile")
-        plot_empirical_band(ax_l, tt, mean, lo, hi, label=f"torch GD, (N, d) = ({N}, {d})", color=color)
+        plot_seed_band(ax_l, tt, ds.L_torch.values[k, :, 1:], method="percentile",
+                       label=f"torch GD, (N, d) = ({N}, {d})", color=color)
     plot_reduced(ax_r, t, ds.mse_shift_reduced.values[0, 1:], label="shifted law, reduced", color=COLORS["shifted"])
-    mean, lo, hi = band_over_seeds(ds.mse_shift_torch.values[0, :, 1:], method="percentile")
-    plot_empirical_band(ax_r, tt, mean, lo, hi, label="shifted law, torch", color=COLORS["shifted"])
+    plot_seed_band(ax_r, tt, ds.mse_shift_torch.values[0, :, 1:], method="percentile", label="shifted law, torch",
+                   color=COLORS["shifted"])
     plot_reduced(ax_r, t, ds.mse_train_reduced.values[0, 1:], label="training law, reduced",
                  color=COLORS["train_law"])
     ax_r.set_title(f"test MSE, (N, d) = ({int(ds.N.values[0])}, {int(ds.d.values[0])}); 1-NN: 0 on the shifted law")
@@ -427,7 +416,7 @@ def data_fig3(cfg) -> xr.Dataset:
         shifted = cf.sample_shifted_prompts(task, p["n_test"], gens["shift"], delta=DELTA)
         train_law = cf.sample_prompts(task, p["n_test"], gens["train_law"], labels=True)
         model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, p["n_train"], seeds), test=shifted)
-        with _torch_threads(1):
+        with torch_threads(1):
             traj = train(model, nnm.gd_config(model, p["n_steps"], seeds=seeds,
                                               saveat=SaveAt(steps=[int(s) for s in steps_t])),
                          device=cfg.device, progress=cfg.progress)
@@ -480,11 +469,10 @@ def plot_overlay(ds: xr.Dataset):
     for src, label in sources:
         color = COLORS[src]
         for ax, var in ((ax_L, "L"), (ax_q, "q_istar"), (ax_off, "off"), (ax_xi, "xi1")):
-            mean, lo, hi = band_over_seeds(ds[f"{var}_{src}"].values[:, 1:], method="percentile")
-            plot_empirical_band(ax, t, mean, lo, hi, label=f"{label}" + ("" if var != "xi1" else ", xi1"),
-                                color=color)
-        mean, lo, hi = band_over_seeds(ds[f"xi2_{src}"].values[:, 1:], method="percentile")
-        plot_empirical_band(ax_xi, t, mean, lo, hi, label=f"{label}, xi2", color=color, marker="s", alpha=0.12)
+            plot_seed_band(ax, t, ds[f"{var}_{src}"].values[:, 1:], method="percentile",
+                           label=f"{label}" + ("" if var != "xi1" else ", xi1"), color=color)
+        plot_seed_band(ax_xi, t, ds[f"xi2_{src}"].values[:, 1:], method="percentile", label=f"{label}, xi2",
+                       color=color, marker="s", alpha=0.12)
     ax_L.set(xscale="log", yscale="log", xlabel="GD step t", ylabel="L", title="loss")
     ax_q.set(xscale="log", xlabel="GD step t", ylabel="attention on i*", title="E[q_i*] and its 5% quantile")
     ax_off.set(xscale="log", yscale="log", xlabel="GD step t", ylabel="off",
@@ -562,7 +550,7 @@ def data_overlay(cfg) -> xr.Dataset:
     seeds = _sample_seeds(cfg.seed, 7, p["n_seeds"])
     data = nnm.prompt_samples(task, p["n_prompts"], seeds, duplicate_labels=True)
     out = {}
-    with _torch_threads(1):
+    with torch_threads(1):
         for src, t_, kw in (("merged", task, {}), ("factorised", task_fact, {"parametrisation": "factorised"})):
             model = nnm.NearestNeighborAttention(t_, data=data, **kw)
             traj = train(model, nnm.gd_config(model, p["n_steps"], seeds=seeds, saveat=saveat), device=cfg.device,

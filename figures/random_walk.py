@@ -21,12 +21,12 @@ Registered figures (``python -m figures list``):
 
 Seeds: run k of a build with seed ``s`` uses the training walks, then the test walks, of Appendix G.C with
 ``numpy.random.default_rng(s + k)`` (so seed 0, run 0 is the spec's exact recipe of Sec. C.7), and ``s + k`` as the
-trainer seed (random starts). Torch runs single-threaded inside ``data`` (small tensors; see :func:`_torch_threads`).
+trainer seed (random starts). Torch runs single-threaded inside ``data`` (small tensors; see
+:func:`empirical.device.torch_threads`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -35,14 +35,15 @@ import xarray as xr
 
 from closedform import random_walk as cf
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import random_walk as rwm
 from empirical.train import train
 from figures._style import (
     TOL_BRIGHT,
-    band_over_seeds,
     new_figure,
     plot_empirical_band,
     plot_reduced,
+    plot_seed_band,
     plot_theory,
 )
 from figures.registry import CheckResult, GapRow, gap_rows, register
@@ -53,18 +54,6 @@ ROUND_OFF = 1e-9
 JUST_EXACT = ("torch full-matrix GD from zero equals the reduced map of Sec. C.5 on the same walks (spec: 7e-16 "
               "after 8 steps); atol 1e-9 covers float64 round-off over the run; SE over training samples")
 DEFAULTS_U = ("positional code [phi_i]_k = sin(pi i k / M), rho = M/2 [reconstructed, Sec. C.2]",)
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int = 1):
-    """Run torch with ``n`` intra-op threads, restoring the previous setting (the tensors here are small: on a shared
-    CPU, thread hand-offs cost more than they save; measured 10-30x on the 2-core CI machine)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _task(p, par) -> cf.RandomWalkSpec:
@@ -89,7 +78,7 @@ def _torch_run(task, cfg, seeds, walks, n_steps, steps, **model_kw):
     train_w, test_w = walks
     model = rwm.RandomWalkAttention(task, data=train_w, test=test_w, **model_kw)
     config = rwm.gd_config(model, n_steps, seeds=tuple(seeds), saveat=SaveAt(steps=tuple(steps)))
-    with _torch_threads():
+    with torch_threads(1):
         traj, params = train(model, config, device=cfg.device, return_params=True, progress=cfg.progress)
     return traj, params, model
 
@@ -130,7 +119,7 @@ def _profiles(task, params, model, reduced, test_w) -> tuple[np.ndarray, np.ndar
     torch_p, red_p = [], []
     for i, te in enumerate(test_w):
         one = {k: v[i:i + 1] for k, v in params.items()}
-        with _torch_threads():
+        with torch_threads(1):
             torch_p.append(rwm.attention_profile(task, one, te, normalize_tokens=model.spec.normalize_tokens)[0])
         if reduced is not None:
             V, a, c = cf.unpack_state(task, reduced[i].states()[0, -1])
@@ -140,12 +129,12 @@ def _profiles(task, params, model, reduced, test_w) -> tuple[np.ndarray, np.ndar
 
 
 def _band(ax, x, samples, label, color):
+    """Percentile band over seeds; a single seed is drawn as its line (no band)."""
     samples = np.asarray(samples)
     if samples.shape[0] >= 2:
-        mean, lo, hi = band_over_seeds(samples, method="percentile")
+        plot_seed_band(ax, x, samples, method="percentile", label=label, color=color)
     else:
-        mean = lo = hi = samples[0]
-    plot_empirical_band(ax, x, mean, lo, hi, label=label, color=color)
+        plot_empirical_band(ax, x, samples[0], samples[0], samples[0], label=label, color=color)
 
 
 def _at(ds, var, step):
@@ -185,7 +174,7 @@ def _zero_init_data(cfg, p: float) -> xr.Dataset:
         law = cf.enumerate_walks(task)
         psteps = tuple(range(n_pop + 1))
         model_p = rwm.RandomWalkAttention(task, data=law, test=law, log_profile=True)
-        with _torch_threads():
+        with torch_threads(1):
             traj_p = train(model_p, rwm.gd_config(model_p, n_pop, seeds=(cfg.seed,), saveat=SaveAt(steps=psteps)),
                            device=cfg.device)
         red_p = cf.reduced_gd(task, n_pop, walks=law, test=law, saveat=SaveAt(steps=psteps))
@@ -414,7 +403,7 @@ def data_fig6(cfg) -> xr.Dataset:
         data[f"{tag}_V_snap"] = (("snap", "row", "col"), np.stack([_V_of(traj, task, i)[0] for i in idx]))
         data[f"{tag}_XS_snap"] = (("snap", "walk", "col"), np.stack(
             [[[traj[f"XS_{w}_{k}"].values[0, i] for k in range(task.K)] for w in range(n_show)] for i in idx]))
-        with torch.no_grad(), _torch_threads():
+        with torch.no_grad(), torch_threads(1):
             st = torch.as_tensor(walks[1][0].states[:20], dtype=params["V"].dtype)[None]
             S_att, _ = model.forward({k: v[:1] for k, v in params.items()}, st)
         data[f"{tag}_S_final"] = (("walk20", "pos"), S_att[0].cpu().numpy())
@@ -815,7 +804,7 @@ def data_qa(cfg) -> xr.Dataset:
             train_q.append(rwm.qa_sample(task, par["n_train"], rng))
             test_q.append(rwm.qa_sample(task, par["n_test"], rng))
         model = rwm.QAAttention(task, data=train_q, test=test_q, M=par["M"], relu=relu)
-        with _torch_threads():
+        with torch_threads(1):
             traj = train(model, rwm.qa_gd_config(model, T, seeds=tuple(seeds), saveat=SaveAt(steps=steps)),
                          device=cfg.device, progress=cfg.progress)
         tag = _qa_tag(task, relu)

@@ -19,14 +19,13 @@ Every torch run goes through the shared trainer (:mod:`empirical.train`) and eve
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 import xarray as xr
 
 from closedform import scan_snap as cf
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from figures._style import (
     band_over_seeds,
     new_figure,
@@ -40,24 +39,12 @@ SNAPSHOTS = (0, 2, 4, 6, 8, 10)
 """Iterations shown in Fig. 4/5 (plus the last, 48, spec Sec. 5.2)."""
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """torch with one intra-op thread (restored afterwards): the tensors are small, and on a shared 2-core machine
-    intra-op threads only contend (measured 10x faster for Syn-Medium SGD)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _torch():
     from empirical.models import scan_snap as ssm
     from empirical.train import train
 
     def train_1t(*args, **kw):
-        with _one_thread():
+        with torch_threads(1):
             return train(*args, **kw)
 
     return ssm, train_1t

@@ -24,7 +24,6 @@ scalars.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import math
 
@@ -42,6 +41,7 @@ from figures._style import (
     new_figure,
     plot_empirical_band,
     plot_reduced,
+    plot_seed_band,
     plot_theory,
 )
 from figures.registry import CheckResult, GapRow, gap_rows, register
@@ -52,19 +52,6 @@ DIST_FLOOR = 1e-16  # float64 floor for dist_M on a log axis (spec Sec. 0.3)
 GAMMA = math.sqrt(0.5)
 TOL_SE = 5.0
 JUST_5SE = "5 SE over runs: two-sided false-alarm rate < 6e-7 per row (tests/_stats.py)"
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    """Run torch with ``n`` intra-op threads, restoring the previous number (tiny tensors: threads only contend)."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -592,8 +579,8 @@ def plot_fig5(ds):
     sgd, pgd = ds.sel(source="sgd"), ds.sel(source="pgd")
     d = ds.attrs["d"]
     colour = TOL_BRIGHT["blue"]
-    m, lo, hi = band_over_seeds(sgd.excess_risk.values, method="percentile")
-    plot_empirical_band(axes[0], x, m, lo, hi, label=f"SGD (torch, d = {d}), exact risk", color=colour)
+    plot_seed_band(axes[0], x, sgd.excess_risk.values, method="percentile", label=f"SGD (torch, d = {d}), exact risk",
+                   color=colour)
     axes[0].plot(x, ds.test_excess_risk.mean("run").values, color=TOL_BRIGHT["grey"], linewidth=0.8,
                  label="SGD, test MSE - eps^2")
     plot_reduced(axes[0], x, pgd.excess_risk.mean("run").values, label="deterministic PGD (mean)",
@@ -601,14 +588,13 @@ def plot_fig5(ds):
     axes[0].set(xlabel="step", ylabel="excess risk", ylim=(-0.1, 10), title="excess risk")
     axes[0].legend(fontsize=7)
     for var, col, lab in (("kappa", TOL_BRIGHT["blue"], r"|\kappa|"), ("nu", TOL_BRIGHT["red"], r"|\nu|")):
-        m, lo, hi = band_over_seeds(np.abs(sgd[var].values), method="percentile")
-        plot_empirical_band(axes[1], x, m, lo, hi, label=f"${lab}$ SGD", color=col)
+        plot_seed_band(axes[1], x, np.abs(sgd[var].values), method="percentile", label=f"${lab}$ SGD", color=col)
         plot_reduced(axes[1], x, np.abs(pgd[var].values).mean(0), label=f"${lab}$ PGD", color=col)
     axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment")
     axes[1].legend(fontsize=7, loc="lower right")
     _path_panel(axes[2], sgd, [0, 1])
-    m, lo, hi = band_over_seeds(np.maximum(sgd.distance_to_manifold.values, DIST_FLOOR), method="percentile")
-    plot_empirical_band(axes[3], x, m, lo, hi, label="SGD", color=TOL_BRIGHT["green"])
+    plot_seed_band(axes[3], x, np.maximum(sgd.distance_to_manifold.values, DIST_FLOOR), method="percentile",
+                   label="SGD", color=TOL_BRIGHT["green"])
     plot_reduced(axes[3], x, np.maximum(pgd.distance_to_manifold.values, DIST_FLOOR).mean(0), label="PGD",
                  color=TOL_BRIGHT["green"])
     axes[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2), title="distance to M")
@@ -697,7 +683,9 @@ def data_fig5(cfg) -> xr.Dataset:
     seeds = [cfg.seed * 1000 + i for i in range(int(p["n_runs"]))]
     lam = sl.lam_schedule(2.0)
     config = slm.fig5_config(seeds, n_steps=n_steps, lam=lam, log_every=log_every, eval_size=int(p["eval_size"]))
-    with _torch_threads(1):  # CPU: tiny tensors, threads only contend; GPU: unaffected
+    from empirical.device import torch_threads
+
+    with torch_threads(1):  # CPU: tiny tensors, threads only contend; GPU: unaffected
         traj = train(model, config, device=cfg.device, progress=cfg.progress)
     scal = {v: np.asarray(traj[v].values, dtype=np.float64) for v in STATE}
     lams = np.asarray(traj.lam.values, dtype=np.float64)

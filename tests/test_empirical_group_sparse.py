@@ -27,6 +27,7 @@ from dynamics.saveat import SaveAt
 from empirical.models import group_sparse as gm
 from empirical.train import train
 from tests._stats import assert_mc_close, assert_mc_rejects
+from tests._training import kill_and_resume, same
 
 CPU = "cpu"
 F64 = torch.float64
@@ -37,15 +38,6 @@ RTOL_ROUND = 1e-12
 # constant; measured differences are < 1e-13 after 40 steps, 1e-10 leaves margin without hiding any real bug (a wrong
 # factor changes the trajectory at the 1e-2 level after one step).
 RTOL_GD = 1e-10
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """These tensors are tiny: intra-op threads only add contention on a shared CPU (5x slower measured)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _task(d=3, D=4, **kw):
@@ -299,40 +291,14 @@ def test_online_sgd_sampler_law_and_run():
 # Checkpoint and resume
 # ----------------------------------------------------------------------------------------------------------------------
 
-class _Killed(RuntimeError):
-    pass
-
-
-class _KillAt:
-    """Wraps the model; raises at its ``at``-th training loss call (grad enabled)."""
-
-    def __init__(self, model, at):
-        self._model, self._at, self._calls = model, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def loss(self, params, batch, hyper=None):
-        if torch.is_grad_enabled():
-            self._calls += 1
-            if self._calls == self._at:
-                raise _Killed
-        return self._model.loss(params, batch, hyper)
-
-
 @pytest.mark.parametrize("parametrisation", ["merged", "factorised"])
 def test_resume_equals_uninterrupted(tmp_path, parametrisation):
     task = _task(2, 3)
     samples = gm.training_samples(task, 40, [0, 1], np.array([1.0, 0.0]))
     model = gm.GroupSparseAttention(task, data=samples, parametrisation=parametrisation)
     cfg = gm.gd_config(model, 12, saveat=SaveAt(every=3), checkpoint_every=5)
-    full = train(model, cfg, device=CPU, checkpoint_path=tmp_path / "a.pt")
-    path = tmp_path / "b.pt"
-    with pytest.raises(_Killed):
-        train(_KillAt(model, at=8), cfg, device=CPU, checkpoint_path=path)  # dies in update 7, checkpoint at 5
-    resumed = train(model, cfg, device=CPU, checkpoint_path=path, resume=True)
-    for name in full.data_vars:
-        np.testing.assert_array_equal(full[name].values, resumed[name].values, err_msg=name)
+    full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=8)  # dies in update 7, checkpoint at 5
+    same(full, resumed)
     # Another training sample is another run: resume refuses it.
     other = gm.GroupSparseAttention(task, data=gm.training_samples(task, 40, [5, 6], np.array([1.0, 0.0])),
                                     parametrisation=parametrisation)

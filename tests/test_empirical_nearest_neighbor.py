@@ -22,21 +22,12 @@ import torch
 
 from closedform import nearest_neighbor as cf
 from dynamics import SaveAt
-from empirical.checkpoint import load_checkpoint
 from empirical.models import nearest_neighbor as nnm
 from empirical.train import TrainConfig, train
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = "cpu"
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: intra-op threads only add contention on the shared 2-core machine (restored afterwards)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def _batch(prompts_list):
@@ -46,33 +37,6 @@ def _batch(prompts_list):
 def _online_batch(model, seeds, n):
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     return model.sample(gens, n, device=torch.device("cpu"), dtype=torch.float64)
-
-
-class Killed(RuntimeError):
-    pass
-
-
-class KillAt:
-    """Wraps a model and raises ``Killed`` at its ``at``-th training loss call (evaluations do not call ``loss``)."""
-
-    def __init__(self, model, at):
-        self._model, self._at, self._calls = model, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def loss(self, params, batch, hyper):
-        self._calls += 1
-        if self._calls == self._at:
-            raise Killed(f"killed at training call {self._at}")
-        return self._model.loss(params, batch, hyper)
-
-
-def _same(a, b):
-    assert list(a.data_vars) == list(b.data_vars)
-    for name in a.data_vars:
-        np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
-    np.testing.assert_array_equal(a.step.values, b.step.values)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -327,21 +291,15 @@ def test_online_sgd_learns_and_batched_seeds_equal_single_runs():
     for i, s in enumerate(cfg.seeds):
         alone = train(model, dataclasses.replace(cfg, seeds=(s,)), device=CPU)
         # batched einsum over the seed axis may block differently: rounding-level agreement (empirical/train.py)
-        for name in both.data_vars:
-            np.testing.assert_allclose(both[name].values[i], alone[name].values[0], rtol=1e-10, atol=1e-13,
-                                       err_msg=name)
+        assert_seed_equals_single(both, i, alone, rtol=1e-10, atol=1e-13, names=both.data_vars)
 
 
 def test_resume_after_a_kill_is_bit_identical(tmp_path):
     task = cf.NearestNeighborSpec(d=3, N=6, sigma=2.0, eta=2.0)
     model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 100, [0, 1]))
     cfg = nnm.gd_config(model, 20, batch_size=25, saveat=SaveAt(every=4), checkpoint_every=6)  # minibatch SGD
-    full = train(model, cfg, device=CPU, checkpoint_path=tmp_path / "a.pt")
-    path = tmp_path / "b.pt"
-    with pytest.raises(Killed):
-        train(KillAt(model, at=15), cfg, device=CPU, checkpoint_path=path)
-    assert load_checkpoint(path)["step"] == 12
-    _same(full, train(model, cfg, device=CPU, checkpoint_path=path, resume=True))
+    full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=15, every_call=True, checkpoint_step=12)
+    same(full, resumed)
     # another fixed sample is another run: resume refuses it (the data digest is part of the model spec)
     other = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 100, [0, 2]))
     with pytest.raises(ValueError, match="data_digest"):

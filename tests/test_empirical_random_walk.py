@@ -20,39 +20,10 @@ from dynamics import SaveAt
 from empirical.models import random_walk as rwm
 from empirical.train import TrainConfig, train
 from tests._stats import assert_mc_close, assert_mc_rejects
+from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = "cpu"
 SMALL = cf.RandomWalkSpec(K=5, N=11, M=40, p=0.7)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: thread hand-offs dominate on a shared 2-core machine, so run torch single-threaded here."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-class Killed(RuntimeError):
-    pass
-
-
-class KillAt:
-    """Wraps a model and raises ``Killed`` at its ``at``-th training loss call (evaluations run under no_grad)."""
-
-    def __init__(self, model, at):
-        self._model, self._at, self._calls = model, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def loss(self, params, batch, hyper):
-        if torch.is_grad_enabled():
-            self._calls += 1
-            if self._calls == self._at:
-                raise Killed(f"killed at training call {self._at}")
-        return self._model.loss(params, batch, hyper)
 
 
 def _random_params(task, rng, S=1, scale=0.3, factorised=False):
@@ -340,22 +311,16 @@ def test_batched_seeds_equal_single_seed_runs():
     for i in range(3):
         one = rwm.RandomWalkAttention(task, init="random", data=[train_w[i]], test=[test_w[i]])
         single = train(one, rwm.gd_config(one, 5, seeds=(i,)), device=CPU)
-        for name in single.data_vars:
-            np.testing.assert_allclose(traj[name].values[i], single[name].values[0], rtol=1e-13, atol=1e-13,
-                                       err_msg=name)
+        assert_seed_equals_single(traj, i, single, rtol=1e-13, atol=1e-13)
 
 
 def test_resume_after_a_kill_equals_the_uninterrupted_run(tmp_path):
     train_w, test_w = rwm.walk_samples(SMALL, 50, [0, 1], n_test=20)
     model = rwm.RandomWalkAttention(SMALL, init="random", data=train_w, test=test_w)
     cfg = rwm.gd_config(model, 8, saveat=SaveAt(every=2), checkpoint_every=3)
-    full, p_full = train(model, cfg, device=CPU, checkpoint_path=tmp_path / "a.pt", return_params=True)
-    path = tmp_path / "b.pt"
-    with pytest.raises(Killed):
-        train(KillAt(model, at=6), cfg, device=CPU, checkpoint_path=path)  # dies in update 5 (checkpoint at 3)
-    resumed, p_res = train(model, cfg, device=CPU, checkpoint_path=path, resume=True, return_params=True)
-    for name in full.data_vars:
-        np.testing.assert_array_equal(full[name].values, resumed[name].values, err_msg=name)
+    # dies in update 5 (checkpoint at 3)
+    (full, p_full), (resumed, p_res), _ = kill_and_resume(model, cfg, tmp_path, at=6, return_params=True)
+    same(full, resumed)
     for k in p_full:
         assert torch.equal(p_full[k], p_res[k]), k
 

@@ -27,17 +27,11 @@ from empirical.seeding import stream_generators
 from empirical.text_corpus import load_corpus, tokenize
 from empirical.train import train
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is ~10x faster on the shared 2-core machine (restored afterwards)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 F64 = torch.float64
 
 
@@ -252,28 +246,7 @@ def test_batched_seeds_equal_single_seed_runs():
     both = train(model, ssm.sgd_config(model, task, (4, 7), n_steps=6, batch_size=16), device="cpu")
     one = train(model, ssm.sgd_config(model, task, (7,), n_steps=6, batch_size=16), device="cpu")
     # batched einsum over the seed axis may block differently: equal to rounding (empirical/train.py docstring).
-    np.testing.assert_allclose(both.H_mean.values[1], one.H_mean.values[0], rtol=0, atol=1e-12)
-    np.testing.assert_allclose(both.z_0_25.values[1], one.z_0_25.values[0], rtol=0, atol=1e-12)
-
-
-class Killed(RuntimeError):
-    pass
-
-
-class KillAt:
-    """Wraps a model and raises ``Killed`` at its ``at``-th loss call (a kill in the middle of a run)."""
-
-    def __init__(self, model, at):
-        self._model, self._at, self._calls = model, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def loss(self, params, batch, hyper):
-        self._calls += 1
-        if self._calls == self._at:
-            raise Killed(f"killed at loss call {self._at}")
-        return self._model.loss(params, batch, hyper)
+    assert_seed_equals_single(both, 1, one, rtol=0, atol=1e-12, names=("H_mean", "z_0_25"))
 
 
 def test_resume_after_a_kill_equals_uninterrupted(tmp_path):
@@ -281,14 +254,9 @@ def test_resume_after_a_kill_equals_uninterrupted(tmp_path):
     task = cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
     model = ssm.ScanSnapTorch(classes=classes, T=16)
     cfg = ssm.sgd_config(model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4)
-    full = train(model, cfg, device="cpu", checkpoint_path=tmp_path / "a.pt")
-    path = tmp_path / "ck.pt"
-    with pytest.raises(Killed):
-        train(KillAt(model, at=8), cfg, device="cpu", checkpoint_path=path)
-    resumed = train(model, cfg, device="cpu", checkpoint_path=path, resume=True)
-    assert list(resumed.data_vars) == list(full.data_vars)
-    for v in full.data_vars:  # same device and dtype: bit-identical (empirical/train.py contract)
-        np.testing.assert_array_equal(resumed[v].values, full[v].values, err_msg=v)
+    # the 8th loss call, evaluations (loss on the evaluation batch) included
+    full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=8, every_call=True)
+    same(resumed, full)  # same device and dtype: bit-identical (empirical/train.py contract)
     other = ssm.sgd_config(model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4,
                            momentum=0.5)
     with pytest.raises(ValueError, match="momentum"):

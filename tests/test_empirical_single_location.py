@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -22,24 +21,15 @@ from scipy.special import erf as np_erf
 
 from closedform import single_location as sl
 from dynamics.saveat import SaveAt
+from empirical.device import torch_threads
 from empirical.models import single_location as slm
 from empirical.seeding import stream_generators
 from empirical.train import train
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = torch.device("cpu")
 F64 = torch.float64
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Tiny tensors: one intra-op thread (restored afterwards); on a shared machine more threads only contend."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _model_at_state(task, state, rng, predictor="erf"):
@@ -55,7 +45,7 @@ def _mc_risk(model, k, v, lam, n_per_chunk, n_chunks, seed=0):
     The chunks are the trainer's seed axis (independent data streams), so this also exercises ``sample``/``loss``.
     """
     gens = stream_generators(range(seed, seed + n_chunks), CPU)["data"]
-    with one_thread(), torch.no_grad():
+    with torch_threads(1), torch.no_grad():
         batch = model.sample(gens, n_per_chunk, device=CPU, dtype=F64)
         params = {"k": torch.as_tensor(np.tile(k, (n_chunks, 1))), "v": torch.as_tensor(np.tile(v, (n_chunks, 1)))}
         sq = model.squared_errors(params, batch, {"lam": lam}).reshape(-1).numpy()
@@ -145,7 +135,7 @@ def test_one_sgd_update_equals_spec_formula_in_numpy():
     model = slm.build(task, rng=3)
     alpha, lam, B = 0.05, 0.7, 6
     cfg = slm.fig5_config((4, 9), n_steps=1, lam=lam, alpha=alpha, batch_size=B, log_every=1, eval_size=0)
-    with one_thread():
+    with torch_threads(1):
         _, final = train(model, cfg, device=CPU, return_params=True)
         gens = stream_generators(cfg.seeds, CPU)
         k0 = model.init_params(gens["init"], device=CPU, dtype=F64)
@@ -178,7 +168,7 @@ def test_short_sgd_run_tracks_deterministic_pgd():
     # stays below the seed SE over 500 steps (measured |gap| <= 2.5 SE); a factor-2 error in alpha or lambda moves
     # kappa/nu by > 10 SE at step 300 (negative control below).
     cfg = slm.fig5_config(range(8), n_steps=n_steps, lam=lam, alpha=alpha, batch_size=100, log_every=50, eval_size=10)
-    with one_thread():
+    with torch_threads(1):
         traj = train(model, cfg, device=CPU)
     saveat = SaveAt(every=50)
     pgd = sl.pgd(task, np.array(state0), alpha=alpha, n_steps=n_steps, lam=lam, saveat=saveat)
@@ -202,7 +192,7 @@ def test_probes_init_laws_and_variables():
     task = sl.SingleLocation(d=30, L=4, noise=0.1)
     state = (0.3, -0.2, 0.1, 0.25, -0.15)
     gens = stream_generators(range(5), CPU)["init"]
-    with one_thread():
+    with torch_threads(1):
         m = slm.build(task, rng=1, init=state)
         p = m.probes(m.init_params(gens, device=CPU, dtype=F64))
         for j, name in enumerate(("kappa", "nu", "theta", "eta", "rho")):
@@ -228,50 +218,24 @@ def test_logged_variables_are_the_closed_form_ones_and_seeds_batch_bitwise():
     task = sl.SingleLocation(d=16, L=5, noise=0.1)
     model = slm.build(task, rng=2)
     cfg = slm.fig5_config((0, 1, 2), n_steps=40, log_every=10, eval_size=50)
-    with one_thread():
+    with torch_threads(1):
         batched = train(model, cfg, device=CPU)
         single = train(model, slm.fig5_config((1,), n_steps=40, log_every=10, eval_size=50), device=CPU)
     pgd = sl.pgd(task, np.zeros(5), alpha=1e-3, n_steps=40, lam=sl.lam_schedule(2.0), saveat=SaveAt(every=10))
     assert set(batched.data_vars) == set(pgd.data_vars)
     np.testing.assert_array_equal(batched.step.values, pgd.step.values)
     np.testing.assert_array_equal(batched.lam.values[0], pgd.lam.values[0])  # same lambda_n on the same rows
-    for name in batched.data_vars:  # row-wise computations: a batched seed is its single-seed run, bit for bit
-        np.testing.assert_array_equal(batched[name].values[1], single[name].values[0], err_msg=name)
-
-
-class _Killed(RuntimeError):
-    pass
-
-
-class _KillAt:
-    """Wraps the model; raises at its ``at``-th training loss call (grad enabled)."""
-
-    def __init__(self, model, at):
-        self._model, self._at, self._calls = model, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def loss(self, params, batch, hyper):
-        if torch.is_grad_enabled():
-            self._calls += 1
-            if self._calls == self._at:
-                raise _Killed
-        return self._model.loss(params, batch, hyper)
+    # row-wise computations: a batched seed is its single-seed run, bit for bit
+    assert_seed_equals_single(batched, 1, single, names=batched.data_vars)
 
 
 def test_resume_equals_uninterrupted(tmp_path):
     task = sl.SingleLocation(d=16, L=5, noise=0.1)
     model = slm.build(task, rng=4, predictor="softmax")
     cfg = slm.fig5_config((3, 7), n_steps=60, log_every=10, eval_size=20, checkpoint_every=25, refill=8)
-    with one_thread():
-        full = train(model, cfg, device=CPU, checkpoint_path=tmp_path / "a.pt")
-        path = tmp_path / "b.pt"
-        with pytest.raises(_Killed):
-            train(_KillAt(model, at=40), cfg, device=CPU, checkpoint_path=path)  # dies in update 39; ckpt at 25
-        resumed = train(model, cfg, device=CPU, checkpoint_path=path, resume=True)
-        for name in full.data_vars:
-            np.testing.assert_array_equal(full[name].values, resumed[name].values, err_msg=name)
+    with torch_threads(1):
+        full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=40)  # dies in update 39; ckpt at 25
+        same(full, resumed)
         # Other oracle directions are another run: resume refuses them.
         other = slm.build(task, rng=5, predictor="softmax")
         with pytest.raises(ValueError, match="oracle_sha256"):

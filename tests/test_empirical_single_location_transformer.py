@@ -25,18 +25,9 @@ from dynamics.saveat import SaveAt
 from empirical.models import single_location_transformer as slt
 from empirical.train import Schedule, TrainConfig, train
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from tests._training import assert_seed_equals_single
 
 DT = torch.float64
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Run each test with one intra-op thread, restored afterwards: the tensors here are tiny, and on a loaded
-    machine a second OpenMP thread only adds synchronisation (measured ~10x slower training steps)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _gen(seed):
@@ -391,9 +382,8 @@ def test_batched_seeds_equal_single_seed_runs():
     cfg = {"n_steps": 20, "batch_size": 8, "lr": 1e-2, "eval_size": 64, "saveat": SaveAt(every=10)}
     both = train(model, TrainConfig(seeds=(3, 7), **cfg), device="cpu")
     one = train(model, TrainConfig(seeds=(7,), **cfg), device="cpu")
-    for name in one.data_vars:
-        # batched einsum over the seed axis may block differently: agreement to float64 rounding (empirical/train.py)
-        np.testing.assert_allclose(both[name].values[1], one[name].values[0], rtol=1e-9, atol=1e-12, err_msg=name)
+    # batched einsum over the seed axis may block differently: agreement to float64 rounding (empirical/train.py)
+    assert_seed_equals_single(both, 1, one, rtol=1e-9, atol=1e-12)
 
 
 def test_erf_single_head_logs_the_closed_form_names():

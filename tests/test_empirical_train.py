@@ -27,6 +27,7 @@ from empirical.checkpoint import load_checkpoint  # noqa: E402
 from empirical.seeding import STREAMS  # noqa: E402
 from empirical.train import Schedule, TrainConfig, per_seed, train  # noqa: E402
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se  # noqa: E402
+from tests._training import kill_and_resume, same  # noqa: E402
 
 CPU = "cpu"
 
@@ -144,27 +145,6 @@ class Linear:
         return {"lam_seen": torch.full((params["a"].shape[0],), hyper["lam"], dtype=params["a"].dtype)}
 
 
-class Killed(RuntimeError):
-    """Stands for a run killed mid-way (SIGKILL, pre-emption)."""
-
-
-class KillAt:
-    """Wraps a model and raises ``Killed`` at its ``at``-th training loss call (grad enabled; evaluations skipped)."""
-
-    def __init__(self, model, at):
-        self._model, self._at, self._calls = model, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def loss(self, params, batch, hyper):
-        if torch.is_grad_enabled():
-            self._calls += 1
-            if self._calls == self._at:
-                raise Killed(f"killed at training call {self._at}")
-        return self._model.loss(params, batch, hyper)
-
-
 class NaNAt:
     """Wraps a model: the training loss of seed index ``seed_index`` is NaN at step ``step``."""
 
@@ -188,15 +168,6 @@ def config(**kw):
     base = dict(seeds=(3, 11, 42), n_steps=40, batch_size=4, lr=0.05, saveat=SaveAt(every=10), eval_size=64)
     base.update(kw)
     return TrainConfig(**base)
-
-
-def same(a: Trajectory, b: Trajectory):
-    """Bitwise equality of the logged variables and coordinates (attrs such as created_utc may differ)."""
-    assert list(a.data_vars) == list(b.data_vars)
-    for name in a.data_vars:
-        np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
-    np.testing.assert_array_equal(a["step"].values, b["step"].values)
-    np.testing.assert_array_equal(a["time"].values, b["time"].values)
 
 
 def stream(seed, name):
@@ -411,12 +382,9 @@ def test_a_shorter_run_is_a_prefix_of_a_longer_one():
 def test_resume_after_a_kill_is_bit_identical_to_an_uninterrupted_run(tmp_path, mode):
     model = Regression(d=5, bias=True)
     cfg = config(checkpoint_every=7, **mode)
-    full, p_full = train(model, cfg, device=CPU, checkpoint_path=tmp_path / "a.pt", return_params=True)
-    path = tmp_path / "b.pt"
-    with pytest.raises(Killed):
-        train(KillAt(model, at=24), cfg, device=CPU, checkpoint_path=path)  # dies in update 23
-    assert load_checkpoint(path)["step"] == 21  # the last multiple of checkpoint_every reached
-    resumed, p_res = train(model, cfg, device=CPU, checkpoint_path=path, resume=True, return_params=True)
+    # dies in update 23; the checkpoint holds step 21, the last multiple of checkpoint_every reached
+    (full, p_full), (resumed, p_res), path = kill_and_resume(model, cfg, tmp_path, at=24, checkpoint_step=21,
+                                                             return_params=True)
     same(full, resumed)
     for k in p_full:
         assert torch.equal(p_full[k], p_res[k]), k
@@ -568,13 +536,10 @@ def test_float32_runs_and_logs_float32_values():
 def test_gpu_batched_equals_single_and_resume_is_bit_identical(tmp_path):
     model = Regression(d=5, bias=True)
     cfg = config(optimizer="adam", refill=5, checkpoint_every=7)
-    full = train(model, cfg, device="cuda", checkpoint_path=tmp_path / "a.pt")
+    full, resumed, _ = kill_and_resume(model, cfg, tmp_path, at=24, device="cuda")
     alone = train(model, dataclasses.replace(cfg, seeds=(11,), checkpoint_every=0), device="cuda")
     same(full.isel(trajectory=[1]), alone)
-    path = tmp_path / "b.pt"
-    with pytest.raises(Killed):
-        train(KillAt(model, at=24), cfg, device="cuda", checkpoint_path=path)
-    same(full, train(model, cfg, device="cuda", checkpoint_path=path, resume=True))
+    same(full, resumed)
     assert full.attrs["device"].startswith("cuda")
 
 

@@ -1,8 +1,9 @@
 """Tests of the Study B figures (figures/group_sparse.py; spec token_selection.md Sec. B.7, Sec. 5).
 
-Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables and time axis
-the plot needs, names shared with the closed form (an overlay is an xarray alignment), a rendered PNG that is not
-blank, well-formed gap rows and checks, and an independent recomputation of one number per figure:
+Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables and time axis the
+plot needs, names shared with the closed form (an overlay is an xarray alignment), the build time, well-formed gap rows
+and checks (helpers in tests/_figures.py; the non-blank PNG of every figure is checked by
+tests/test_figures_framework.py), and an independent recomputation of one number per figure:
 * pre-training: the closed-form rows equal ``closedform.group_sparse.step_closed_form``; t = 0 is the zero init
   (loss log 2, S = 1/D); the heat map's columns sum to 1;
 * overlay: D L T^(1/3) of the panels equals the closed form's ``loss_rate_statistic`` of the stored losses; the
@@ -12,22 +13,17 @@ blank, well-formed gap rows and checks, and an independent recomputation of one 
 
 from __future__ import annotations
 
-import io
 import json
-import time
 
-import matplotlib.image
 import numpy as np
 import pytest
 
 from closedform import group_sparse as cf
 from figures import registry
-from figures.registry import CheckResult, GapRow
+from tests._figures import build_tiny, check_tiny_build
 
 NAMES = ("group_sparse.pretrain_n500_d4_D6", "group_sparse.pretrain_n200_d2_D4", "group_sparse.overlay",
          "group_sparse.downstream")
-# A blank image has pixel variance 0; a drawn figure ~1e-2 (tests/test_figures_framework.py uses the same bound).
-NOT_BLANK = 1e-4
 # The tiny preset must build in <= 10 s on an idle 2-core machine (project budget); the shared test machine is ~3x
 # slower under contention and the first build in a process also pays the numba cache load: 60 s flags a regression
 # (e.g. a paper-size parameter in the tiny preset) without failing on load.
@@ -36,13 +32,7 @@ TINY_BUDGET_S = 60.0
 
 @pytest.fixture(scope="module")
 def built():
-    registry.discover()
-    out = {}
-    for name in NAMES:
-        t0 = time.perf_counter()
-        res = registry.build(name, "tiny", device="cpu", cache_dir=None)
-        out[name] = (res, time.perf_counter() - t0)
-    return out
+    return build_tiny(NAMES)
 
 
 def test_all_figures_registered_with_presets_and_captions():
@@ -57,20 +47,7 @@ def test_all_figures_registered_with_presets_and_captions():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_build_plot_gaps_checks(built, name):
-    res, seconds = built[name]
-    assert seconds < TINY_BUDGET_S, f"{name}: tiny build took {seconds:.1f} s"
-    ds = res.dataset
-    fig = registry.render(res.spec, ds)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    img = matplotlib.image.imread(io.BytesIO(buf.getvalue()))
-    assert float(img[..., :3].var()) > NOT_BLANK
-    gaps = res.spec.gaps(ds)
-    checks = res.spec.checks(ds)
-    assert gaps and all(isinstance(g, GapRow) for g in gaps)
-    assert checks and all(isinstance(c, CheckResult) for c in checks)
-    for g in gaps:
-        assert np.isfinite(g.theory) and np.isfinite(g.mean) and g.se >= 0
+    check_tiny_build(built, name, TINY_BUDGET_S)
 
 
 @pytest.mark.parametrize("name", NAMES[:2])

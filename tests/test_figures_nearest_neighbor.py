@@ -1,8 +1,8 @@
 """Tests of the Study A figures (figures/nearest_neighbor.py; spec token_selection.md Sec. A.9, Sec. 5).
 
 Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables the plot needs,
-a rendered PNG that is not blank, well-formed gap rows and checks, and an independent recomputation of one number per
-figure:
+the build time, well-formed gap rows and checks (helpers in tests/_figures.py; the non-blank PNG of every figure is
+checked by tests/test_figures_framework.py), and an independent recomputation of one number per figure:
 * fig1: the 1-NN map equals a brute-force nearest-point search on the sphere; the plotted prediction equals the
   closed form's numpy forward pass (closedform.nearest_neighbor.forward) at W = diag(xi1 I, 0, -xi2);
 * fig2: grid values equal closedform.nearest_neighbor.reduced_loss; L(0, 0) = 0.38 exactly (q = 1/5, Appendix R);
@@ -14,21 +14,16 @@ figure:
 
 from __future__ import annotations
 
-import io
-import time
-
-import matplotlib.image
 import numpy as np
 import pytest
 
 from closedform import nearest_neighbor as cf
 from dynamics.random import spawn_generators
 from figures import registry
-from figures.registry import CheckResult, GapRow
+from figures.registry import GapRow
+from tests._figures import build_tiny, check_tiny_build
 
 NAMES = ("nearest_neighbor.fig1", "nearest_neighbor.fig2", "nearest_neighbor.fig3", "nearest_neighbor.overlay")
-# A blank image has pixel variance 0; a drawn figure ~1e-2 (tests/test_figures_framework.py uses the same bound).
-NOT_BLANK = 1e-4
 # The tiny preset must build in <= 10 s on an idle 2-core machine (project budget); the shared test machine is ~3x
 # slower under contention and the first build in a process pays torch's deterministic-mode import: 60 s flags a
 # regression (e.g. a paper-size parameter in the tiny preset) without failing on load.
@@ -37,13 +32,7 @@ TINY_BUDGET_S = 60.0
 
 @pytest.fixture(scope="module")
 def built():
-    registry.discover()
-    out = {}
-    for name in NAMES:
-        t0 = time.perf_counter()
-        res = registry.build(name, "tiny", device="cpu", cache_dir=None)
-        out[name] = (res, time.perf_counter() - t0)
-    return out
+    return build_tiny(NAMES)
 
 
 def test_all_figures_registered_with_presets_and_captions():
@@ -59,19 +48,11 @@ def test_all_figures_registered_with_presets_and_captions():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_build_plot_gaps_checks(built, name):
-    res, seconds = built[name]
-    assert seconds < TINY_BUDGET_S
-    fig = registry.render(res.spec, res.dataset)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    buf.seek(0)
-    assert np.var(matplotlib.image.imread(buf)) > NOT_BLANK
+    res = check_tiny_build(built, name, TINY_BUDGET_S, gaps=False)
     if res.spec.gaps is not None:
         rows = res.spec.gaps(res.dataset)
         assert rows and all(isinstance(r, GapRow) for r in rows)
         assert all(np.isfinite(r.gap_se) or r.se == 0 for r in rows)
-    checks = res.spec.checks(res.dataset)
-    assert checks and all(isinstance(c, CheckResult) for c in checks)
 
 
 def test_fig1_maps_equal_brute_force_and_the_numpy_forward_pass(built):

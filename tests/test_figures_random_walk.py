@@ -1,7 +1,8 @@
 """Tests of the Study C figures (figures/random_walk.py; spec token_selection.md Sec. C.8, Sec. 5).
 
-Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables the plot
-needs, a rendered PNG that is not blank, well-formed gap rows and checks, and an independent fact per figure:
+Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables the plot needs,
+the build time, well-formed gap rows and checks (helpers in tests/_figures.py; the non-blank PNG of every figure is
+checked by tests/test_figures_framework.py), and an independent fact per figure:
 * fig4: W^(1) = 0, so the attention at t = 1 is uniform, 1/N on every position (Sec. C.5); profiles sum to 1;
 * fig5: the reduced map on the exact population keeps accuracy 1/K exactly, and torch's context attention is
   uniform to 1e-12 over the first steps (Theorem C2, Sec. 4 row);
@@ -14,20 +15,14 @@ needs, a rendered PNG that is not blank, well-formed gap rows and checks, and an
 
 from __future__ import annotations
 
-import io
-import time
-
-import matplotlib.image
 import numpy as np
 import pytest
 
 from figures import registry
-from figures.registry import CheckResult, GapRow
+from tests._figures import build_tiny, check_tiny_build
 
 NAMES = ("random_walk.fig4", "random_walk.fig5", "random_walk.fig6", "random_walk.factorised",
          "random_walk.large_circle", "random_walk.overlay", "random_walk.qa")
-# A blank image has pixel variance 0; a drawn figure ~1e-2 (tests/test_figures_framework.py uses the same bound).
-NOT_BLANK = 1e-4
 # The tiny preset must build in <= 10 s on an idle 2-core machine (project budget); the shared test machine is ~3x
 # slower under contention and the first build in a process also pays torch's deterministic-mode import and the numba
 # cache load: 60 s flags a regression (a paper-size parameter in the tiny preset) without failing on load.
@@ -36,13 +31,7 @@ TINY_BUDGET_S = 60.0
 
 @pytest.fixture(scope="module")
 def built():
-    registry.discover()
-    out = {}
-    for name in NAMES:
-        t0 = time.perf_counter()
-        res = registry.build(name, "tiny", device="cpu", cache_dir=None)
-        out[name] = (res, time.perf_counter() - t0)
-    return out
+    return build_tiny(NAMES)
 
 
 def test_all_figures_registered_with_presets_and_captions():
@@ -57,20 +46,7 @@ def test_all_figures_registered_with_presets_and_captions():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_build_plot_gaps_checks(built, name):
-    res, seconds = built[name]
-    assert seconds < TINY_BUDGET_S, f"{name}: tiny build took {seconds:.1f} s"
-    ds = res.dataset
-    fig = registry.render(res.spec, ds)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=40)
-    img = matplotlib.image.imread(io.BytesIO(buf.getvalue()))
-    assert float(img[..., :3].var()) > NOT_BLANK
-    gaps = res.spec.gaps(ds)
-    checks = res.spec.checks(ds)
-    assert gaps and all(isinstance(g, GapRow) for g in gaps)
-    assert checks and all(isinstance(c, CheckResult) for c in checks)
-    for g in gaps:
-        assert np.isfinite(g.theory) and np.isfinite(g.mean) and g.se >= 0
+    check_tiny_build(built, name, TINY_BUDGET_S)
 
 
 def test_fig4_uniform_attention_at_step_1_and_profiles(built):

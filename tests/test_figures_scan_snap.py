@@ -1,8 +1,9 @@
 """Tests of the Scan and Snap figures (figures/scan_snap.py; spec scan_snap.md Sec. 5).
 
-Every registered figure is built once at the ``tiny`` preset (no cache) and checked for: a rendered PNG that is not
-blank, well-formed gap rows and checks, captions stating the [choice] parameters, and one independent recomputation
-per figure:
+Every registered figure is built once at the ``tiny`` preset (no cache) and checked for: the build time, well-formed gap
+rows and checks (helpers in tests/_figures.py; the non-blank PNG of every figure is checked by
+tests/test_figures_framework.py), captions stating the [choice] parameters, and one independent recomputation per
+figure:
 * fig4: the map's entropy at step 10 is the spec's reference P4 (2.0984380); the SGD maps are probability vectors;
 * fig6: the map column equals ``population_map`` from ``random_init`` draws recomputed here;
 * fig3/fig8/fig9: the spec's printed values (Sec. 5.4, Sec. 7 P2) via the figures' checks, all passing;
@@ -12,36 +13,21 @@ per figure:
 
 from __future__ import annotations
 
-import io
-import time
-
-import matplotlib.image
 import numpy as np
 import pytest
 
 from closedform import scan_snap as cf
 from dynamics.saveat import SaveAt
 from figures import registry
-from figures.registry import CheckResult, GapRow
+from tests._figures import build_tiny, check_tiny_build
 
 NAMES = ("scan_snap.fig4", "scan_snap.gap_T", "scan_snap.fig5", "scan_snap.fig6", "scan_snap.fig3",
          "scan_snap.fig8", "scan_snap.fig9", "scan_snap.fig10", "scan_snap.fig11", "scan_snap.fig12")
 WITH_GAPS = ("scan_snap.fig4", "scan_snap.gap_T", "scan_snap.fig6")
 WITH_CHOICES = ("scan_snap.fig4", "scan_snap.fig5", "scan_snap.fig6", "scan_snap.fig3", "scan_snap.fig10",
                 "scan_snap.fig11", "scan_snap.fig12")
-# A blank image has pixel variance 0; a drawn figure ~1e-2 (tests/test_figures_framework.py uses the same bound).
-NOT_BLANK = 1e-4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is ~10x faster on the shared 2-core machine (restored afterwards)."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 # tiny must build in <= 10 s on an idle 2-core machine; the shared machine is ~3x slower and the first torch run of a
 # process pays torch's lazy imports (~10 s): 40 s flags a paper-size parameter without failing on load.
 TINY_BUDGET_S = 40.0
@@ -49,13 +35,7 @@ TINY_BUDGET_S = 40.0
 
 @pytest.fixture(scope="module")
 def built():
-    registry.discover()
-    out = {}
-    for name in NAMES:
-        t0 = time.perf_counter()
-        res = registry.build(name, "tiny", device="cpu", cache_dir=None)
-        out[name] = (res, time.perf_counter() - t0)
-    return out
+    return build_tiny(NAMES)
 
 
 def test_all_figures_registered_with_presets_and_captions():
@@ -68,21 +48,7 @@ def test_all_figures_registered_with_presets_and_captions():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_build_plot_gaps_checks(built, name):
-    res, seconds = built[name]
-    assert seconds < TINY_BUDGET_S, f"{name}: tiny build took {seconds:.1f} s"
-    ds = res.dataset
-    fig = registry.render(res.spec, ds)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    img = matplotlib.image.imread(io.BytesIO(buf.getvalue()))
-    assert float(img[..., :3].var()) > NOT_BLANK
-    if name in WITH_GAPS:
-        gaps = res.spec.gaps(ds)
-        assert gaps and all(isinstance(g, GapRow) for g in gaps)
-        for g in gaps:
-            assert np.isfinite(g.theory) and np.isfinite(g.mean) and g.se >= 0
-    checks = res.spec.checks(ds)
-    assert checks and all(isinstance(c, CheckResult) for c in checks)
+    check_tiny_build(built, name, TINY_BUDGET_S, gaps=name in WITH_GAPS)
 
 
 @pytest.mark.parametrize("name", ("scan_snap.fig3", "scan_snap.fig8", "scan_snap.fig9"))

@@ -75,13 +75,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from closedform.single_location import REFERENCE, TIME_UNIT, SingleLocation
+from closedform.single_location import REFERENCE, TIME_UNIT, LocationTask, SingleLocation
 from dynamics.random import as_generator
 from dynamics.validation import (
     check_finite_array,
     check_int,
     check_nonneg,
-    check_positive,
 )
 from empirical.train import per_seed
 
@@ -102,7 +101,7 @@ LN_EPS = 1e-5
 
 
 @dataclass(frozen=True, kw_only=True)
-class MultiLocation:
+class MultiLocation(LocationTask):
     """The multiple-location regression task (spec single_location.md Sec. 8.8, paper Eq. (30)).
 
     Y = sum_{i=1}^K x_{J_i}.v_i* + xi with (J_1, ..., J_K) uniform over ordered K-tuples of distinct positions,
@@ -130,43 +129,12 @@ class MultiLocation:
 
     def __post_init__(self):
         object.__setattr__(self, "K", check_int("K", self.K, min_value=1))
-        object.__setattr__(self, "d", check_int("d", self.d, min_value=max(2, 2 * self.K)))
-        object.__setattr__(self, "L", check_int("L", self.L, min_value=self.K))
-        object.__setattr__(self, "gamma", check_positive("gamma", self.gamma))
-        object.__setattr__(self, "noise", check_nonneg("noise", self.noise))
-
-    @property
-    def eps(self) -> float:
-        """Noise std eps (spec Sec. 1), the same as ``noise``."""
-        return self.noise
-
-    @property
-    def s(self) -> float:
-        """s = sqrt(d/2), the norm of an informative token's mean (spec Sec. 3)."""
-        return math.sqrt(self.d / 2.0)
-
-    @property
-    def dim(self) -> int:
-        """Cross-paper name of d."""
-        return self.d
-
-    @property
-    def seq_len(self) -> int:
-        """Cross-paper name of L."""
-        return self.L
+        self._check_fields(d_min=max(2, 2 * self.K), L_min=self.K)
 
     @property
     def null_risk(self) -> float:
         """Risk of the zero predictor, E[Y^2] = K gamma^2 + eps^2 (spec Sec. 1 remark, Sec. 8.8)."""
         return self.K * self.gamma ** 2 + self.eps ** 2
-
-    def time_of_step(self, step):
-        """Time of a step: time = step (spec Sec. 0.3)."""
-        return np.asarray(step, dtype=np.float64)[()]
-
-    def step_of_time(self, time):
-        """Inverse of :meth:`time_of_step`, rounded to int (spec Sec. 0.3)."""
-        return np.rint(np.asarray(time, dtype=np.float64)).astype(np.int64)[()]
 
 
 def as_multi_location(task) -> MultiLocation:
