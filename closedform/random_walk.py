@@ -517,7 +517,7 @@ def pack_state(spec: RandomWalkSpec, V, a, c) -> np.ndarray:
 def unpack_state(spec: RandomWalkSpec, x):
     """Split a reduced state vector (..., K^2 + K + N) into V (..., K, K), a (..., K), c (..., N) (Sec. C.5)."""
     x = np.asarray(x, dtype=np.float64)
-    K, N = spec.K, spec.N
+    K = spec.K
     if x.shape[-1] != spec.n_state:
         raise ValueError(f"x must have last axis K^2 + K + N = {spec.n_state}; got shape {x.shape}")
     V = x[..., : K * K].reshape(x.shape[:-1] + (K, K))
