@@ -163,6 +163,17 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
     ]
 
 
+# Presets shared by the Transformer figures 8 and 10 (spec §8.7 and §8.9 use the same training protocol).
+TRANSFORMER_PRESETS = {
+    "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 200, "batch_size": 32, "lr": 5e-2,
+             "eval_size": 300, "log_every": 50},
+    "quick": {"d": 20, "L": 10, "noise": 0.1, "n_seeds": 4, "n_steps": 2000, "batch_size": 64, "lr": 1e-2,
+              "eval_size": 2000, "log_every": 100},
+    "paper": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 10, "n_steps": 200_000, "batch_size": 64, "lr": 1e-3,
+              "eval_size": 10_000, "log_every": 1000},
+}
+
+
 @register(
     name="single_location.fig8", model="single_location", paper=_PAPER.format(8), spec="single_location.md §8.7",
     caption=("One Transformer layer (register token, LayerNorm, softmax attention, residual ReLU MLP, read-out from "
@@ -178,14 +189,7 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
         ("online SGD, batch 64, lr 1e-3, 200 000 steps, 10 repeats; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1; "
         "test set 1e4 samples (spec §8.7 defaults, paper preset)"),
     ),
-    params={
-        "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 200, "batch_size": 32, "lr": 5e-2,
-                 "eval_size": 300, "log_every": 50},
-        "quick": {"d": 20, "L": 10, "noise": 0.1, "n_seeds": 4, "n_steps": 2000, "batch_size": 64, "lr": 1e-2,
-                  "eval_size": 2000, "log_every": 100},
-        "paper": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 10, "n_steps": 200_000, "batch_size": 64, "lr": 1e-3,
-                  "eval_size": 10_000, "log_every": 1000},
-    },
+    params=TRANSFORMER_PRESETS,
     plot=plot_fig8, checks=checks_fig8,
 )
 def data_fig8(cfg) -> xr.Dataset:
@@ -348,14 +352,7 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
         ("the Fig. 9 task (K = 2, QR oracle directions), d = 80, L = 10, eps = 0.1, 10 repeats (spec §8.9 defaults, "
         "paper preset)"),
     ),
-    params={
-        "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 200, "batch_size": 32, "lr": 5e-2,
-                 "eval_size": 300, "log_every": 50},
-        "quick": {"d": 20, "L": 10, "noise": 0.1, "n_seeds": 4, "n_steps": 2000, "batch_size": 64, "lr": 1e-2,
-                  "eval_size": 2000, "log_every": 100},
-        "paper": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 10, "n_steps": 200_000, "batch_size": 64, "lr": 1e-3,
-                  "eval_size": 10_000, "log_every": 1000},
-    },
+    params=TRANSFORMER_PRESETS,
     plot=plot_fig10, checks=checks_fig10,
 )
 def data_fig10(cfg) -> xr.Dataset:
