@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 export MPLBACKEND := Agg
 
-.PHONY: report test test-all bench install clean
+.PHONY: report test test-all bench docs install clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,5 +33,10 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
+## The documentation site (Sphinx + MyST; the gallery's examples run at tiny sizes); warnings are errors.
+docs: $(STAMP)
+	rm -rf docs/_build docs/auto_examples
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) .numba_cache results report figures/out .pytest_cache .hypothesis
+	rm -rf $(VENV) .numba_cache results report figures/out .pytest_cache .hypothesis docs/_build docs/auto_examples

@@ -1,0 +1,30 @@
+"""
+Quick start: single-location regression
+=======================================
+
+The task, its closed-form risk, the exact five-scalar PGD map, torch training of the erf predictor, and the
+overlay of the two (:doc:`/models/single_location`).
+"""
+
+import matplotlib.pyplot as plt
+
+from closedform import single_location as sl
+from dynamics import SaveAt, overlay
+from empirical.models import single_location as esl
+from empirical.train import train
+
+task = sl.SingleLocation(d=40, L=5)                               # gamma^2 = 1/2, no noise
+print("erf-oracle excess risk at lambda = 0.5:", sl.excess_risk(task, 0.5, 1.0, 1.0))
+config = esl.fig5_config(seeds=range(8), n_steps=600, lam=0.5, alpha=0.05, batch_size=200, log_every=50)
+learned = train(esl.build(task, rng=0), config)                   # online SGD, 8 seeds at once
+
+
+def theory(state0, steps):                                        # exact population PGD, from each seed's start
+    return sl.pgd(task, state0, alpha=0.05, n_steps=int(steps[-1]), lam=0.5, saveat=SaveAt(steps=steps))
+
+
+theory_run, learned = overlay(theory, learned, state_variables=("kappa", "nu", "theta", "eta", "rho"))
+fig, ax = plt.subplots()
+ax.plot(theory_run.step, abs(theory_run.kappa.T), "k--", lw=1)
+ax.plot(learned.step, abs(learned.kappa.T), alpha=0.6)
+ax.set(xlabel="step", ylabel="|kappa| = |k . k*|", title="PGD map (dashed) vs torch SGD")
