@@ -76,6 +76,12 @@ SUMMARY_FILE = "summary.json"
 DATA_DIR = "data"
 """Sub-folder of the report folder holding ``<figure>.nc``."""
 
+MIN_SEEDS = 8
+"""Seeds every compared row should use at the default preset (issue 12); rows below are counted in the report."""
+
+MAX_PAPER_ONLY = 3
+"""At most this many ``paper_only`` figures in the report (issue 13); more are flagged at the top."""
+
 DEFAULT_JOBS = 2
 """Worker processes of a report build (the CI machine has 2 cores)."""
 
@@ -413,7 +419,10 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict) -> dict:
     counts = {status: sum(r["status"] == status for r in rows) for status in STATUSES}
     badges = {badge: sum(f["badge"] == badge for f in figures) for badge in BADGES}
     modules = {s.model: {"state": s.module.state, "detail": s.module.detail} for s in sections}
-    return {**meta, "rule": RULE, "counts": {"rows": counts, "figures": badges}, "modules": modules,
+    few = sum(r["kind"] == "gap" and r["n_seeds"] < MIN_SEEDS for r in rows)
+    paper_only = sum(f["paper_only"] is not None for f in figures)
+    return {**meta, "rule": RULE, "counts": {"rows": counts, "figures": badges, "gap_rows_below_min_seeds": few,
+                                            "paper_only_figures": paper_only}, "modules": modules,
             "figures": figures, "rows": rows}
 
 
@@ -511,6 +520,14 @@ def _attention_html(sections: Sequence[ModelSection]) -> str:
                     what = f"check {_e(c.name)}: measured {_num(c.measured)}, expected {_num(c.expected)}"
                     items[c.status].append(f"<li>{link}: {what}{_explanation_text(c.explanation)}</li>")
     parts = ['<section id="attention"><h2>Needs attention</h2>']
+    n_few = sum(r.n_seeds < MIN_SEEDS for s in sections for f in s.figures for r in f.gaps)
+    if n_few:
+        parts.append(f'<p class="meta">{n_few} gap rows use fewer than {MIN_SEEDS} seeds (the default presets use '
+                     f"at least {MIN_SEEDS}); their intervals are wide.</p>")
+    n_paper = sum(f.spec.paper_only is not None for s in sections for f in s.figures)
+    if n_paper > MAX_PAPER_ONLY:
+        parts.append(f'<p class="meta">{n_paper} figures are decided at --preset paper only (at most '
+                     f"{MAX_PAPER_ONLY} expected).</p>")
     titles = {"error": "Errors (figure did not build)", "fails": "Fails (unexplained)",
               "explained": "Explained (documented deviations, not failures)"}
     for key, title in titles.items():

@@ -227,3 +227,13 @@ def test_gap_test_vectorised_equals_scalar():
     for i in range(5):
         one = gap_test(th[i], m[i], s[i], 4, allowance=0.1)
         assert bool(one["holds"]) == bool(res["holds"][i]) and float(one["ci_low"]) == res["ci_low"][i]
+
+
+def test_assert_t_close_helper():
+    from tests._stats import assert_t_close
+
+    rng = np.random.default_rng(8)
+    samples = rng.normal(1.0, 0.1, size=(8, 50))
+    assert_t_close(samples, 1.0)  # right value, 8 seeds: holds at level 1e-6 per element
+    with pytest.raises(AssertionError, match="t interval half-width"):
+        assert_t_close(samples, 2.0)  # 10 sigma off; the interval half-width is t_7(1 - 5e-7) = 15.8 SE = 5.6 sigma

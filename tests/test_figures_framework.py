@@ -452,6 +452,12 @@ def test_report_three_statuses_attention_list_toc_summary_and_data(tmp_path):
         assert {"model", "figure", "name", "status", "gap", "allowance", "se", "n_seeds", "explanation"} <= set(row)
         assert (row["explanation"] is not None) == (row["status"] == "explained")
     assert summary["counts"]["rows"] == {"holds": n_rows - 2 - 6, "explained": 6, "fails": 2}
+    assert summary["counts"]["gap_rows_below_min_seeds"] == 0 and summary["counts"]["paper_only_figures"] == 1
+    # The raw gap is shown even inside the allowance (the old "gap / SE" column showed 0 there).
+    inside = [r for r in summary["rows"] if r["name"] == "x with allowance"]
+    assert inside and all(r["status"] == "holds" and r["gap"] != 0 and r["allowance"] == 0.05 for r in inside)
+    for r in inside:
+        assert f"<td class=\"num\">{r['gap']:.4g}</td>" in biased_html
     assert not list((tmp_path / "rep").glob("*.tmp")) and not list((tmp_path / "rep").glob(".*.tmp"))
 
 
