@@ -779,6 +779,9 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
     """
     figures = registry.resolve(names)
     check_preset(preset)
+    if isinstance(formats, str) or not formats:
+        raise ValueError(f"formats must be a non-empty sequence among {', '.join(_style.SAVE_METADATA)}; got "
+                         f"{formats!r}")
     for fmt in formats:
         if fmt not in _style.SAVE_METADATA:
             raise ValueError(f"formats must be among {', '.join(_style.SAVE_METADATA)}; got {fmt!r}")

@@ -110,6 +110,7 @@ class FigureEntry:
     versions_json: str = ""
     cache_path: str = ""
     data_file: str = ""
+    layout: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -195,7 +196,9 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
             rel = f"{DATA_DIR}/{spec.name}.nc"
             save_dataset(ds, out_dir / rel)
             out["data_file"] = rel
-        out["png"] = _style.figure_bytes(render(spec, ds), "png")
+        fig = render(spec, ds)
+        out["layout"] = _style.layout_problems(fig)
+        out["png"] = _style.figure_bytes(fig, "png")
         gaps = list(spec.gaps(ds)) if spec.gaps is not None else []
         checks = list(spec.checks(ds)) if spec.checks is not None else []
         bad = [r for r in gaps if not isinstance(r, GapRow)] + [c for c in checks if not isinstance(c, CheckResult)]
@@ -341,12 +344,12 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     resolved = resolve_device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now()}
+    t0 = time.perf_counter()  # provenance above is taken before the build, as the figures' own
     sections = collect(preset, seed=seed, device=resolved, cache_dir=cache_dir, recompute=recompute,
                        progress=progress, registry=registry, jobs=jobs, out_dir=out)
     wall = time.perf_counter() - t0
-    meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now(),
-            "wall_s": round(wall, 3), "jobs": jobs, "versions": package_versions()}
+    meta.update(wall_s=round(wall, 3), jobs=jobs, versions=package_versions())
     text = render_html(sections, **meta)
     path = atomic_write(out / REPORT_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     summary = json.dumps(summary_dict(sections, meta), indent=1, sort_keys=False, allow_nan=False) + "\n"
@@ -414,15 +417,18 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict) -> dict:
             figures.append({"model": s.model, "figure": f.spec.name, "badge": f.badge, "build": f.status,
                             "runtime_s": _finite(f.runtime_s), "error": f.error or None,
                             "paper_only": f.spec.paper_only, "data_file": f.data_file or None,
+                            "layout_problems": f.layout,
                             "preset_distance": preset_distance(f.spec, meta["preset"])})
             rows += [_row_dict(f, r) for r in f.gaps + f.checks]
     counts = {status: sum(r["status"] == status for r in rows) for status in STATUSES}
     badges = {badge: sum(f["badge"] == badge for f in figures) for badge in BADGES}
     modules = {s.model: {"state": s.module.state, "detail": s.module.detail} for s in sections}
     few = sum(r["kind"] == "gap" and r["n_seeds"] < MIN_SEEDS for r in rows)
+    layout = sum(bool(f["layout_problems"]) for f in figures)
     paper_only = sum(f["paper_only"] is not None for f in figures)
     return {**meta, "rule": RULE, "counts": {"rows": counts, "figures": badges, "gap_rows_below_min_seeds": few,
-                                            "paper_only_figures": paper_only}, "modules": modules,
+                                            "paper_only_figures": paper_only, "figures_with_layout_problems": layout},
+            "modules": modules,
             "figures": figures, "rows": rows}
 
 
@@ -633,6 +639,8 @@ def _figure_html(f: FigureEntry, report_git: str) -> str:
         b64 = base64.b64encode(f.png).decode("ascii")
         parts.append(f'<figure><img src="data:image/png;base64,{b64}" alt="{_e(spec.name)}" />'
                      f"<figcaption>{_e(spec.full_caption)}</figcaption></figure>")
+    if f.layout:
+        parts.append(f'<p class="meta">Layout: {_e("; ".join(f.layout))} (figures._style.layout_problems)</p>')
     if f.data_file:
         parts.append(f'<p class="meta">Data behind this figure: <a href="{_e(f.data_file)}">{_e(f.data_file)}</a> '
                      "(netCDF)</p>")
