@@ -14,6 +14,9 @@ A figure is a *pure* pair:
 * ``plot(ds) -> matplotlib.figure.Figure`` draws it from the Dataset alone (no computation, no I/O, no pyplot).
   It is called inside :func:`figures._style.style_context`; use :func:`figures._style.new_figure` and the source
   helpers ``plot_theory`` (solid), ``plot_reduced`` (dashed), ``plot_empirical_band`` (mean over seeds + band).
+  Layout rules of the report (:func:`figures._style.layout_problems`, listed under each figure): at most 3 panels a
+  row (``panel_grid(n)`` adds rows instead of shrinking panels) and a colour bar on every heat map
+  (``plot_heatmap(ax, z, label=...)`` or ``add_colorbar(ax, mappable, label=...)``).
 
 Optionally, for the report (:mod:`figures.report`):
 
