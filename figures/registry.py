@@ -27,7 +27,7 @@ Optionally, for the report (:mod:`figures.report`):
 * ``checks(ds) -> list[CheckResult]``: theorem checks with the measured numbers; same three statuses.
 
 ``paper_only="reason"`` at registration marks a figure whose claim truly needs the paper's sizes: below ``--preset
-paper`` its caption and badge say so and its rows and checks are ``explained`` by that reason.
+paper`` its caption and badge say so and its failing rows and checks are ``explained`` by that reason.
 
 Parameters per preset (``tiny`` for the tests: seconds; ``quick``: the whole set in minutes on a CPU; ``paper``: the
 papers' sizes) are declared at registration and must be JSON values. Where the spec marks a parameter as
@@ -498,7 +498,7 @@ class FigureSpec:
             raise ValueError(f"paper_only must be None or a non-empty reason; got {self.paper_only!r}")
 
     def paper_only_explanation(self, preset: str) -> Explanation | None:
-        """The explanation attached to every row and check of a ``paper_only`` figure built below ``paper``."""
+        """The explanation given to the failing rows and checks of a ``paper_only`` figure built below ``paper``."""
         if self.paper_only is None or preset == "paper":
             return None
         return Explanation(reason=f"{PAPER_ONLY_NOTE}: {self.paper_only}",
@@ -557,8 +557,8 @@ class Registry:
 
         See the module docstring for the meaning of each argument and a worked example. ``paper_only="reason"``
         marks a figure whose claim truly needs the paper's sizes (at most a few in the whole report): below
-        ``--preset paper`` its caption and badge say "decided at --preset paper only" and its rows and checks are
-        ``explained`` by that reason.
+        ``--preset paper`` its caption and badge say "decided at --preset paper only" (badge ``explained``) and
+        its failing rows and checks are ``explained`` by that reason; rows that hold stay ``holds``.
         """
         if model not in self.models:
             raise ValueError(f"model must be one of {', '.join(self.models)}; got {model!r}")

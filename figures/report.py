@@ -7,8 +7,8 @@ Verdicts (issue 12). Every gap row and theorem check has one of three statuses (
 failure); ``fails`` (unexplained). A figure's badge is the worst status of its rows and checks (``fails`` >
 ``explained`` > ``holds``), ``error`` when building, plotting or evaluating it raised, and ``descriptive`` when it has
 no rows and no checks. A figure registered with ``paper_only`` shows "decided at --preset paper only" in its caption
-and badge below ``--preset paper``; its rows and checks that do not hold are ``explained`` by that reason (rows that
-hold stay ``holds``).
+and badge below ``--preset paper``; its rows and checks that fail are ``explained`` by that reason (rows that hold
+stay ``holds``, rows with their own explanation keep it).
 
 Layout of ``report.html``:
 
@@ -205,9 +205,9 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
         if bad:
             raise TypeError(f"gaps/checks must return GapRow/CheckResult objects; got {type(bad[0]).__name__}")
         why = spec.paper_only_explanation(preset)
-        if why is not None:  # decided at the paper's sizes only: what does not hold here is explained by that
-            gaps = [r if r.status == "holds" else r.explained(why) for r in gaps]
-            checks = [c if c.status == "holds" else c.explained(why) for c in checks]
+        if why is not None:  # decided at the paper's sizes only: what fails here is explained by that
+            gaps = [r.explained(why) if r.status == "fails" else r for r in gaps]
+            checks = [c.explained(why) if c.status == "fails" else c for c in checks]
         out.update(gaps=gaps, checks=checks)
     except Exception as exc:  # noqa: BLE001 - shown in the report and counted as an error, never hidden
         out.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
@@ -396,8 +396,9 @@ def _finite(value):
 
 
 def _row_dict(f: FigureEntry, r: GapRow | CheckResult) -> dict:
+    explained = r.status == "explained"  # an explanation attached to a row that holds is not shown
     common = {"model": f.spec.model, "figure": f.spec.name, "status": r.status,
-              "explanation": r.explanation.to_dict() if r.explanation is not None else None}
+              "explanation": r.explanation.to_dict() if explained else None}
     if isinstance(r, GapRow):
         return {**common, "kind": "gap", "name": r.quantity, "time": _finite(r.time), "theory": _finite(r.theory),
                 "mean": _finite(r.mean), "gap": _finite(r.gap), "allowance": _finite(r.allowance),
@@ -590,7 +591,7 @@ def _gaps_table(rows: Sequence[GapRow]) -> str:
     body = []
     for r in rows:
         allow = _num(r.allowance) + (f" [{src_index[r.allowance_source]}]" if r.allowance_source else "")
-        status = _badge(r.status) + _explanation_text(r.explanation)
+        status = _badge(r.status) + (_explanation_text(r.explanation) if r.status == "explained" else "")
         body.append(
             f"<tr><td>{_e(r.quantity)}</td><td class=\"num\">{_num(r.time)}</td>"
             + (f"<td class=\"num\">{_num(r.d)}</td>" if has_d else "")
@@ -611,7 +612,8 @@ def _checks_table(rows: Sequence[CheckResult]) -> str:
         return '<p class="muted">No theorem checks for this figure.</p>'
     head = ("<tr><th>check</th><th>status</th><th>measured</th><th>expected</th><th>seeds</th><th>tolerance</th>"
             "</tr>")
-    body = [f"<tr><td>{_e(c.name)}</td><td>{_badge(c.status)}{_explanation_text(c.explanation)}</td>"
+    body = [f"<tr><td>{_e(c.name)}</td><td>{_badge(c.status)}"
+            f"{_explanation_text(c.explanation) if c.status == 'explained' else ''}</td>"
             f"<td class=\"num\">{_num(c.measured)}</td><td class=\"num\">{_num(c.expected)}</td>"
             f"<td class=\"num\">{_num(c.n_seeds)}</td><td>{_e(c.tolerance)}</td></tr>" for c in rows]
     return "<table>\n" + head + "\n" + "\n".join(body) + "\n</table>"

@@ -413,10 +413,11 @@ def test_report_three_statuses_attention_list_toc_summary_and_data(tmp_path):
                                                      "toy.biased": "fails", "toy.paper_only": "explained"}
     biased = [r.status for r in figs["toy.biased"].gaps]
     assert biased == ["fails", "fails", "explained", "explained", "holds", "holds"]
-    # paper_only: what does not hold is explained by the paper-only reason; what holds stays holds.
+    # paper_only: what fails is explained by the paper-only reason; what holds stays holds; own explanations stay.
     paper = figs["toy.paper_only"]
     assert [r.status for r in paper.gaps] == ["explained"] * 4 + ["holds"] * 2
-    assert "decided at --preset paper only" in paper.gaps[0].explanation.reason
+    assert ["decided at --preset paper only" in r.explanation.reason for r in paper.gaps[:4]] == [True, True,
+                                                                                                 False, False]
     assert "Decided at --preset paper only: the bias vanishes only at 401 times." in paper.spec.full_caption
     assert "explained (decided at --preset paper only)" in text
     # The attention list comes before the contents and names every fails and explained row with a link.
