@@ -264,15 +264,27 @@ def _single_threaded_env() -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _longest_first(names: list[str], preset: str, cache_dir) -> list[int]:
+    """Indices of ``names`` in the order to submit them: longest previous runtime first (figures never built, or
+    without a cache, first of all), so no long figure starts last while the other workers idle. The entries are put
+    back in registry order afterwards, so the order changes nothing in the report."""
+    def key(i):
+        runtime = None if cache_dir is None else cache.previous_runtime(cache_dir, names[i], preset)
+        return -math.inf if runtime is None else -runtime
+
+    return sorted(range(len(names)), key=key)
+
+
 def _parallel_entries(jobs: list[tuple[ModelSection, FigureSpec]], preset: str, n_jobs: int, factory,
                       out_dir: Path | None, build_kw: dict, progress: bool) -> list[FigureEntry]:
     ctx = multiprocessing.get_context("spawn")
     entries: list[FigureEntry | None] = [None] * len(jobs)
     kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
+    order = _longest_first([spec.name for _, spec in jobs], preset, build_kw.get("cache_dir"))
     with _single_threaded_env(), cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx,
                                                         initializer=_worker_init, initargs=(factory,)) as pool:
-        futures = {pool.submit(_worker_entry, spec.name, preset, None if out_dir is None else str(out_dir), kw): i
-                   for i, (_, spec) in enumerate(jobs)}
+        futures = {pool.submit(_worker_entry, jobs[i][1].name, preset, None if out_dir is None else str(out_dir),
+                               kw): i for i in order}
         for fut in tqdm(cf.as_completed(futures), total=len(futures), desc=f"report ({preset}, {n_jobs} workers)",
                         unit="fig", disable=None if progress else True):
             i = futures[fut]

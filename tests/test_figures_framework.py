@@ -486,6 +486,24 @@ def test_parallel_report_equals_serial(tmp_path):
     assert pngs[0] == pngs[1]
 
 
+def test_parallel_build_schedules_the_longest_figures_first(tmp_path):
+    from figures import report
+
+    reg = make_registry()
+    for name in reg.names():
+        registry.build(name, "tiny", device="cpu", cache_dir=tmp_path, registry=reg)
+    # Rewrite the recorded runtimes (toy.heat slower), as sidecars of an older code version would hold them.
+    for name, runtime in (("toy.decay", 1.0), ("toy.heat", 5.0)):
+        (side,) = (tmp_path / name).glob("*.json")
+        data = json.loads(side.read_text())
+        side.write_text(json.dumps({**data, "runtime_s": runtime}))
+    names = ["toy.decay", "toy.heat", "toy.new"]
+    assert cache.previous_runtime(tmp_path, "toy.heat", "tiny") == 5.0
+    assert cache.previous_runtime(tmp_path, "toy.heat", "quick") is None
+    assert report._longest_first(names, "tiny", tmp_path) == [2, 1, 0]  # never built first, then 5 s, then 1 s
+    assert report._longest_first(names, "tiny", None) == [0, 1, 2]
+
+
 def test_layout_helpers_colour_bars_and_panels_per_row():
     reg = make_registry()
     ds = toy_data(RunConfig(figure="toy.heat", preset="tiny", params=TOY_PARAMS["tiny"], code=""))
