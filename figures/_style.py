@@ -250,7 +250,7 @@ def plot_heatmap(ax, z, *, x=None, y=None, label: str, cmap: str | None = None, 
     """Draw ``z`` (rows along y, columns along x) as a heat map with its colour bar; returns ``(mesh, colorbar)``.
 
     ``x``/``y`` are the column/row coordinates (cell centres or edges, as ``pcolormesh`` accepts); default the
-    indices. ``label`` names the coloured quantity on the colour bar.
+    indices. ``label`` names the coloured quantity on the colour bar. Grid lines are switched off on ``ax``.
     """
     z = np.asarray(z, dtype=np.float64)
     if z.ndim != 2:
@@ -258,6 +258,7 @@ def plot_heatmap(ax, z, *, x=None, y=None, label: str, cmap: str | None = None, 
     x = np.arange(z.shape[1]) if x is None else np.asarray(x)
     y = np.arange(z.shape[0]) if y is None else np.asarray(y)
     mesh = ax.pcolormesh(x, y, z, cmap=cmap, shading=kwargs.pop("shading", "auto"), **kwargs)
+    ax.grid(False)  # the style's grid lines would cross the cells
     return mesh, add_colorbar(ax, mesh, label=label)
 
 
