@@ -160,12 +160,40 @@ class Prompts:
     y: np.ndarray | None = None
 
     def __post_init__(self):
-        if self.X.ndim != 3 or self.xq.shape != (self.X.shape[0], self.X.shape[2]):
-            raise ValueError(f"X must be (B, N, d) and xq (B, d); got {self.X.shape} and {self.xq.shape}")
-        if self.c.shape != self.X.shape[:2] or self.istar.shape != self.X.shape[:1]:
-            raise ValueError(f"c must be (B, N) and istar (B,); got {self.c.shape} and {self.istar.shape}")
-        if self.y is not None and self.y.shape != self.X.shape[:2]:
-            raise ValueError(f"y must have shape (B, N) = {self.X.shape[:2]}; got {self.y.shape}")
+        X = check_finite_array("X", self.X, ndim=3)
+        xq = check_finite_array("xq", self.xq)
+        c = check_finite_array("c", self.c)
+        if xq.shape != (X.shape[0], X.shape[2]):
+            raise ValueError(f"X must be (B, N, d) and xq (B, d); got {X.shape} and {xq.shape}")
+        if c.shape != X.shape[:2] or np.shape(self.istar) != X.shape[:1]:
+            raise ValueError(f"c must be (B, N) and istar (B,); got {c.shape} and {np.shape(self.istar)}")
+        istar = np.asarray(self.istar)
+        if istar.dtype.kind not in "iu":
+            raise ValueError(f"istar must be an integer array of 0-based indices; got dtype {istar.dtype}")
+        istar = istar.astype(np.int64)
+        N = X.shape[1]
+        if np.any(istar < 0) or np.any(istar >= N):
+            raise ValueError(f"istar must hold 0-based indices in [0, N-1] = [0, {N - 1}]; got values in "
+                             f"[{istar.min()}, {istar.max()}] (1-based indices as in the paper: subtract 1)")
+        # c must be <x_j, x_query> (Sec. A.1) and istar its argmax; 1e-9 is round-off of d-term products of unit
+        # vectors, far below the gap to a wrong index (a 1-based istar picks another point, c lower by O(1/N)).
+        if np.abs(np.einsum("bnd,bd->bn", X, xq) - c).max(initial=0.0) > 1e-9:
+            raise ValueError("c must equal the inner products <X[b, j], xq[b]> (Sec. A.1)")
+        rows = np.arange(X.shape[0])
+        short = c.max(axis=1) - c[rows, istar]
+        if np.any(short > 1e-12):
+            b = int(np.argmax(short))
+            raise ValueError(f"istar must be the 0-based nearest neighbour argmax_j c[b, j] (Sec. A.1); prompt {b}: "
+                             f"istar = {istar[b]}, argmax = {int(np.argmax(c[b]))} (a 1-based index?)")
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "xq", xq)
+        object.__setattr__(self, "c", c)
+        object.__setattr__(self, "istar", istar)
+        if self.y is not None:
+            y = check_finite_array("y", self.y)
+            if y.shape != X.shape[:2]:
+                raise ValueError(f"y must have shape (B, N) = {X.shape[:2]}; got {y.shape}")
+            object.__setattr__(self, "y", y)
 
     @property
     def n_prompts(self) -> int:

@@ -59,6 +59,9 @@ REFERENCE = {
     "spec": "token_selection.md, Study C",
 }
 
+#: Positional codes of :func:`positional_matrix` (``RandomWalkSpec.code``).
+POSITIONAL_CODES = ("onehot", "sine")
+
 #: The largest number of walks :func:`enumerate_walks` builds by default (K 2^{N-1} walks; 2^22 ~ 4e6).
 MAX_ENUMERATED_WALKS = 2**22
 
@@ -81,10 +84,17 @@ class RandomWalkSpec:
     p : float
         Probability of a clockwise step, in [0, 1] (Sec. C.1).
     M : int
-        Positional dimension, >= N + 1 so that the sine code phi_1..phi_N is orthogonal (Sec. C.2). Default 1000.
+        Positional dimension, >= N + 1 so that N positional vectors can be mutually orthogonal (Sec. C.2) and the sine
+        code is orthogonal. Default 1000.
     rho : float, optional
-        Squared norm of every phi_i, > 0. Default M / 2 (the sine code of Sec. C.2); only rho enters the reduced
-        dynamics (Sec. C.9), and :func:`positional_matrix` rescales the code to this norm.
+        Squared norm of every phi_i, > 0. Default M / 2 (the norm of the sine code of Sec. C.2); only rho enters the
+        reduced dynamics (Sec. C.9), and :func:`positional_matrix` scales the code to this norm.
+    code : {"onehot", "sine"}
+        Positional code (:func:`positional_matrix`). ``"onehot"`` (default): phi_i = sqrt(rho) e_i, orthogonal
+        exactly in floating point. ``"sine"``: the reconstructed [phi_i]_k = sin(pi i k / M) of Sec. C.2, orthogonal
+        only up to round-off (~1e-13 rho), which the unstable symmetric state of Theorem C2 (p in {0, 1}) amplifies
+        in full-matrix GD. Only orthogonality and rho enter the dynamics (Sec. C.9), so both describe the paper's
+        model; the reduced map of Sec. C.5 is exact for the one-hot code.
     eta : float
         GD step size, > 0 (Sec. C.4). Default 1.
     eps : float
@@ -102,6 +112,7 @@ class RandomWalkSpec:
     rho: float | None = None
     eta: float = 1.0
     eps: float = 0.1
+    code: str = "onehot"
 
     def __post_init__(self):
         object.__setattr__(self, "K", check_int("K", self.K, min_value=3))
@@ -112,6 +123,8 @@ class RandomWalkSpec:
         object.__setattr__(self, "rho", float(rho))
         object.__setattr__(self, "eta", check_positive("eta", self.eta))
         object.__setattr__(self, "eps", check_positive("eps", self.eps))
+        if self.code not in POSITIONAL_CODES:
+            raise ValueError(f"code must be one of {POSITIONAL_CODES}; got {self.code!r}")
 
     @property
     def seq_len(self) -> int:
@@ -207,11 +220,18 @@ def transition_matrix(K: int, p: float) -> np.ndarray:
 
 
 def positional_matrix(spec: RandomWalkSpec) -> np.ndarray:
-    """Positional vectors Phi = [phi_1..phi_N], [phi_i]_k = sqrt(2 rho / M) sin(pi i k / M), k = 1..M (Sec. C.2).
+    """Positional vectors Phi = [phi_1..phi_N] (Sec. C.2), mutually orthogonal with ||phi_i||^2 = rho.
 
-    Mutually orthogonal with ||phi_i||^2 = rho for i < M (M/2 for the default rho, the reconstructed code of
-    Sec. C.2). Returns (M, N) float64.
+    ``spec.code == "onehot"``: phi_i = sqrt(rho) e_i (the first N coordinates of R^M), exactly orthogonal in float64,
+    every squared norm the same float. ``"sine"``: [phi_i]_k = sqrt(2 rho / M) sin(pi i k / M), k = 1..M, the
+    reconstructed code of Sec. C.2 (rho = M/2 gives the unscaled sines), orthogonal up to round-off only. Both are
+    orthogonal images of each other on span(phi_1..phi_N), so they give the same dynamics in exact arithmetic
+    (Sec. C.9). Returns (M, N) float64.
     """
+    if spec.code == "onehot":
+        Phi = np.zeros((spec.M, spec.N))
+        Phi[np.arange(spec.N), np.arange(spec.N)] = np.sqrt(spec.rho)
+        return Phi
     k = np.arange(1, spec.M + 1, dtype=np.float64)[:, None]
     i = np.arange(1, spec.N + 1, dtype=np.float64)[None, :]
     return np.sqrt(2.0 * spec.rho / spec.M) * np.sin(np.pi * i * k / spec.M)
@@ -418,8 +438,12 @@ def direction_errors(V, p: float) -> dict:
 def accuracy(spec: RandomWalkSpec, f, sample: WalkSample) -> tuple[float, float]:
     """Plain 0/1 accuracy and Rao-Blackwellised accuracy acc_RB = mean Pi[s_{N-1}, Pred(f)] (Sec. C.3).
 
-    f (n, K) are the outputs on ``sample``; means are weighted by ``sample.weights``. Returns (acc, acc_rb).
+    f (n, K) are the outputs on ``sample`` (finite: a NaN output has no prediction, ``ValueError``); means are
+    weighted by ``sample.weights``. Returns (acc, acc_rb).
     """
+    if not isinstance(sample, WalkSample):
+        raise TypeError(f"sample must be a WalkSample; got {type(sample).__name__}")
+    f = check_finite_array("f", f, shape=(sample.n, spec.K))
     pred = predict(f)
     Pi = transition_matrix(spec.K, spec.p)
     w = sample.weights

@@ -382,6 +382,26 @@ def test_invalid_configurations_raise_clear_errors():
         gm.sample_downstream(task, 5, vs, -0.1, 0)
 
 
+@pytest.mark.timeout(20)
+def test_sample_downstream_refuses_bad_direction_and_unreachable_margin_without_hanging():
+    """Issue 18: a NaN/inf/zero direction or a margin of acceptance probability < 1e-6 used to loop forever; each must
+    now raise a ValueError naming the parameter, before any draw (the timeout guards against a hang)."""
+    task = _task(2, 3)
+    for bad in ([np.nan, 1.0], [np.inf, 0.0], [0.0, 0.0]):
+        with pytest.raises(ValueError, match="v_tilde_star"):
+            gm.sample_downstream(task, 5, bad, 0.1, 0)
+    with pytest.raises(ValueError, match="v_tilde_star"):
+        gm.sample_downstream(task, 5, [1.0, 0.0, 0.0], 0.1, 0)  # wrong length (d = 2)
+    for gamma in (np.inf, np.nan):
+        with pytest.raises(ValueError, match="gamma"):
+            gm.sample_downstream(task, 5, [1.0, 0.0], gamma, 0)
+    # P(|N(0, 1)| >= 5) = 5.7e-7 < 1e-6: unreachable; 4.5 (6.8e-6) is still drawn, and honours the margin.
+    with pytest.raises(ValueError, match="unreachable"):
+        gm.sample_downstream(task, 5, [1.0, 0.0], 5.0, 0)
+    X, y = gm.sample_downstream(task, 3, [1.0, 0.0], 4.5, 0)
+    assert X.shape == (3, 2, 3) and np.all(np.abs(X[:, 0, task.jstar_index]) >= 4.5)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Reference values of spec Sec. 4 / Sec. B.6 (slow: 1e4 and 3e3 full-batch steps on 8000 samples)
 # ----------------------------------------------------------------------------------------------------------------------

@@ -58,6 +58,28 @@ def test_spec_rejects_bad_sizes_and_step(kwargs, name):
         nn.NearestNeighborSpec(**kwargs)
 
 
+def test_prompts_refuse_a_one_based_istar_and_inconsistent_fields():
+    """Issue 18: a 1-based istar (the paper's convention) used to be accepted and silently trained towards another
+    token (xi1 ending at -0.28 instead of +0.90); it must be refused, as must c that is not <x_j, x_query> and
+    non-finite inputs. The valid 0-based sample is accepted unchanged."""
+    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    pr = nn.sample_prompts(spec, 50, 0)
+    ok = nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=pr.istar)
+    np.testing.assert_array_equal(ok.istar, np.argmax(pr.c, axis=1))
+    with pytest.raises(ValueError, match="istar"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=pr.istar + 1)  # 1-based
+    with pytest.raises(ValueError, match="istar"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=(pr.istar + 1) % spec.N)  # 1-based, wrapped into range
+    with pytest.raises(ValueError, match="istar"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=pr.istar.astype(float))
+    with pytest.raises(ValueError, match="c must equal"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c[:, ::-1], istar=pr.istar)
+    X = pr.X.copy()
+    X[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="X must be finite"):
+        nn.Prompts(X=X, xq=pr.xq, c=pr.c, istar=pr.istar)
+
+
 def test_functions_reject_bad_input():
     spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
     prompts = nn.sample_prompts(spec, 8, 0)

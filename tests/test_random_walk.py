@@ -62,6 +62,21 @@ def test_bad_sample_counts_and_states():
         rw.theorem_accuracy(rw.RandomWalkSpec(K=5, N=20, M=40, p=1.0))
 
 
+def test_accuracy_refuses_non_finite_outputs():
+    """Issue 18: accuracy of a NaN output used to return 0.4 (argmax of NaN is 0); it must raise."""
+    spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.7)
+    sample = rw.sample_walks(spec, 20, 0)
+    f = np.eye(5)[(sample.parent + 1) % 5]  # clockwise successor: acc_RB = p exactly
+    assert rw.accuracy(spec, f, sample)[1] == pytest.approx(0.7, abs=1e-15)
+    for bad in (np.nan, np.inf):
+        g = f.copy()
+        g[3, 2] = bad
+        with pytest.raises(ValueError, match="f must be finite"):
+            rw.accuracy(spec, g, sample)
+    with pytest.raises(ValueError, match="f must have shape"):
+        rw.accuracy(spec, f[:, :4], sample)
+
+
 def test_walk_sample_rejects_bad_weights():
     states = np.zeros((3, 4), dtype=np.int64)
     with pytest.raises(ValueError, match="^weights "):
@@ -141,12 +156,25 @@ def _literal_forward(spec, V, W, context, normalize_tokens=False):
 
 
 def test_positional_code_is_orthogonal_with_norm_rho():
-    spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5)
-    Phi = rw.positional_matrix(spec)
-    np.testing.assert_allclose(Phi.T @ Phi, spec.rho * np.eye(spec.N), atol=1e-12)  # round-off of 40-term sums
-    spec2 = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, rho=3.0)
-    np.testing.assert_allclose(rw.positional_matrix(spec2).T @ rw.positional_matrix(spec2), 3.0 * np.eye(11),
-                               atol=1e-13)
+    """Both codes of Sec. C.2 are orthogonal with squared norm rho; the one-hot code exactly in float64 (off-diagonal
+    Gram entries exactly 0, every squared norm the same float), the sine code only to the round-off of its M-term
+    sums (which Theorem C2's unstable ridge amplifies, see tests/test_empirical_random_walk.py)."""
+    for code in rw.POSITIONAL_CODES:
+        spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, code=code)
+        Phi = rw.positional_matrix(spec)
+        assert Phi.shape == (40, 11)
+        np.testing.assert_allclose(Phi.T @ Phi, spec.rho * np.eye(spec.N), atol=1e-12)  # round-off of 40-term sums
+        spec2 = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, rho=3.0, code=code)
+        G = rw.positional_matrix(spec2).T @ rw.positional_matrix(spec2)
+        np.testing.assert_allclose(G, 3.0 * np.eye(11), atol=1e-13)
+    G = rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0)).T @ \
+        rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0))
+    assert np.all(G[~np.eye(97, dtype=bool)] == 0.0) and np.ptp(np.diag(G)) == 0.0  # exact, not to round-off
+    Gs = rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0, code="sine"))
+    Gs = Gs.T @ Gs
+    assert np.abs(Gs[~np.eye(97, dtype=bool)]).max() > 0.0  # the sine code is orthogonal to round-off only
+    with pytest.raises(ValueError, match="code"):
+        rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, code="cosine")
 
 
 @pytest.mark.parametrize("normalize_tokens", [False, True])
