@@ -264,13 +264,13 @@ def _gaps_table(rows: Sequence[GapRow]) -> str:
             "<th>gap / SE</th><th>tolerance</th><th></th><th>justification</th></tr>")
     body = []
     for r in rows:
-        tol = f"{r.tol_se:g} SE" + (f" + {r.atol:g}" if r.atol > 0 else "")
+        tol = f"t-interval at level {r.level:g}" + (f" + {r.allowance:g}" if r.allowance > 0 else "")
         body.append(
             f"<tr><td>{_e(r.quantity)}</td><td class=\"num\">{_num(r.time)}</td><td class=\"num\">{_num(r.d)}</td>"
             f"<td class=\"num\">{_num(r.theory)}"
             f"</td><td class=\"num\">{_num(r.mean)}</td><td class=\"num\">{_num(r.se)}</td>"
             f"<td class=\"num\">{r.n_seeds}</td><td class=\"num\">{_num(r.gap_se)}</td><td>{_e(tol)}</td>"
-            f"<td>{_mark(r.within)}</td><td>{_e(r.justification)}</td></tr>")
+            f"<td>{_mark(r.within)}</td><td>{_e(r.allowance_source)}</td></tr>")
     return "<table>\n" + head + "\n" + "\n".join(body) + "\n</table>"
 
 
