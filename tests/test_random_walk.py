@@ -8,6 +8,8 @@ the theorems of Sec. C.6 at small sizes.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -623,3 +625,50 @@ def test_trajectory_roundtrip(tmp_path):
     back = dynamics.Trajectory.load(path)
     np.testing.assert_array_equal(back.states(), tr.states())
     assert back.attrs["model"] == "random_walk"
+
+
+@pytest.mark.parametrize("normalize_tokens", [False, True])
+def test_onehot_code_dynamics_do_not_depend_on_M_beyond_N(normalize_tokens):
+    """With phi_i = sqrt(rho) e_i only the first K + N coordinates of x~ are ever non-zero, so the other rows and
+    columns of W never enter the scores nor receive a gradient (Sec. C.3-C.4): full-matrix GD at M = 200 from a
+    random start equals GD at M = N + 1 (same rho) started from the leading (K+N+1)-block of the same W^(0), to
+    round-off (1e-12: ~1e4 ulps over 15 steps of O(1) updates). The figures use this to run the paper's M = 1000
+    at M = N + 1. Control: a start whose block differs (another draw) does not match."""
+    big = rw.RandomWalkSpec(K=5, N=11, M=200, p=0.7, rho=100.0, eta=0.5)
+    small = rw.RandomWalkSpec(K=5, N=11, M=12, p=0.7, rho=100.0, eta=0.5)
+    sample = rw.sample_walks(big, 40, 3)
+    rng = np.random.default_rng(5)
+    V0 = 0.01 * rng.standard_normal((5, 5))
+    W0 = 0.01 * rng.standard_normal((205, 205))
+    b = 5 + 12
+    tb = rw.full_gd(big, sample, 15, V0=V0, W0=W0, normalize_tokens=normalize_tokens)
+    ts = rw.full_gd(small, sample, 15, V0=V0, W0=W0[:b, :b], normalize_tokens=normalize_tokens)
+    names = rw.state_names(big)
+    np.testing.assert_allclose(tb.states()[0], ts.states()[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(tb["loss"].values, ts["loss"].values, rtol=1e-12)
+    assert names == rw.state_names(small)
+    other = rw.full_gd(small, sample, 15, V0=V0, W0=0.01 * rng.standard_normal((b, b)),
+                       normalize_tokens=normalize_tokens)
+    assert np.abs(other.states()[0] - tb.states()[0]).max() > 1e-6
+
+
+def test_output_direction_error_pinned_to_a_hand_computation():
+    """Theorem C1 item 2's quantity (Sec. C.6) on three hand-made walks, computed here by plain loops:
+    mean_n || f_n/||f_n|| - Pi[s_{N-1}]/||Pi[s_{N-1}]|| ||_2. Dropping either normalisation changes the value by
+    O(1), far outside the 1e-12 round-off tolerance."""
+    spec = rw.RandomWalkSpec(K=4, N=3, M=4, p=0.7)
+    sample = rw.WalkSample(np.array([[0, 1, 2], [1, 0, 3], [3, 0, 1]]))  # parents 1, 0, 0
+    f = np.array([[0.1, 0.2, 3.0, 0.4], [2.0, 0.5, -1.0, 1.0], [0.0, 1.0, 0.0, 0.3]])
+    Pi = [[0.0, 0.7, 0.0, 0.3], [0.3, 0.0, 0.7, 0.0], [0.0, 0.3, 0.0, 0.7], [0.7, 0.0, 0.3, 0.0]]
+    errs = []
+    for n, parent in enumerate((1, 0, 0)):
+        nf = math.sqrt(sum(v * v for v in f[n]))
+        nt = math.sqrt(sum(v * v for v in Pi[parent]))
+        errs.append(math.sqrt(sum((f[n][k] / nf - Pi[parent][k] / nt) ** 2 for k in range(4))))
+    expected = sum(errs) / 3
+    assert abs(rw.output_direction_error(spec, f, sample) - expected) <= 1e-12
+    # the unnormalised distance is a different number (the mutant the test must kill)
+    raw = np.mean([np.linalg.norm(f[n] - np.asarray(Pi[p])) for n, p in enumerate((1, 0, 0))])
+    assert abs(raw - expected) > 0.1
+    # a prediction along the true law has error 0
+    assert rw.output_direction_error(spec, 5.0 * np.asarray(Pi)[sample.parent], sample) <= 1e-15
