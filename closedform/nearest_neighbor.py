@@ -525,6 +525,44 @@ def pack_params(spec: NearestNeighborSpec, prompts: Prompts) -> np.ndarray:
                            prompts.istar.astype(np.float64), np.ascontiguousarray(prompts.c).ravel()])
 
 
+def eta_batch(params: np.ndarray, eta_index: int, eta, state0: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
+                                                                                    str]:
+    """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states (issue 14 item 5).
+
+    The token-selection maps take eta only as a number in their packed parameter vector, so a grid of step sizes is
+    one batch of the engine: row i of the result is ``params`` with entry ``eta_index`` set to ``eta[i]``.
+
+    Parameters
+    ----------
+    params : (n_params,) the packed vector of one configuration.
+    eta_index : position of eta in it.
+    eta : None, float or (n,) array of finite values > 0. None: ``params`` unchanged.
+    state0 : (n_state,) or (n0, n_state) initial states; ``eta`` and the n0 rows broadcast (lengths 1 or equal).
+
+    Returns
+    -------
+    (params (n_traj, n_params) or (n_params,), state0 (n_traj, n_state), time_scale, time_unit): the ``time``
+    coordinate is eta * step when all trajectories share one eta, else the step.
+    """
+    x0 = np.atleast_2d(state0)
+    base = float(params[eta_index])
+    if eta is None:
+        return params, x0, base, "eta*step"
+    eta = check_finite_array("eta", eta, ndim=(0, 1)).reshape(-1)
+    if np.any(eta <= 0):
+        raise ValueError(f"eta must hold finite numbers > 0; got {eta.tolist()}")
+    n0, ne = x0.shape[0], eta.size
+    if n0 != 1 and ne != 1 and n0 != ne:
+        raise ValueError(f"eta of length {ne} does not broadcast with {n0} initial states (state0 shape {x0.shape})")
+    n = max(n0, ne)
+    P = np.repeat(np.asarray(params, dtype=np.float64)[None], n, axis=0)
+    P[:, eta_index] = np.broadcast_to(eta, (n,))
+    X0 = np.ascontiguousarray(np.broadcast_to(x0, (n, x0.shape[1])))
+    if np.all(eta == eta[0]):
+        return P, X0, float(eta[0]), "eta*step"
+    return P, X0, 1.0, "step (eta differs between trajectories: see the eta parameter)"
+
+
 def _check_prompts(spec: NearestNeighborSpec, prompts: Prompts) -> None:
     if prompts.N != spec.N or prompts.d != spec.d:
         raise ValueError(f"prompts have (N, d) = ({prompts.N}, {prompts.d}) but the spec has ({spec.N}, {spec.d})")
@@ -539,7 +577,7 @@ def _attrs(spec, prompts, source, extra=None) -> dict:
 
 
 def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, state0=None, saveat=None,
-               quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None):
+               quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None):
     """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (spec Sec. A.5, Eq. "xi1 <- xi1 - (eta/d) dL/dxi1,
     xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
 
@@ -559,12 +597,16 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
         A state with |xi1| or |xi2| above ``bound`` counts as divergence (default: only non-finite values).
     seed : int, optional
         Recorded in the provenance (the seed that drew ``prompts``).
+    eta : float or (n,) array, optional
+        Step sizes per trajectory, overriding ``spec.eta``, broadcast with the ``state0`` rows (:func:`eta_batch`):
+        one call runs a grid of step sizes on the same sample.
 
     Returns
     -------
     dynamics.Trajectory
         State variables xi1, xi2 and the diagnostics ``DIAGNOSTIC_NAMES`` (L, q_istar, ..., gradient with SE) at
-        each save point; ``step`` = t, ``time`` = eta t. Raises ``dynamics.DivergenceError`` on a non-finite state.
+        each save point; ``step`` = t, ``time`` = eta t (= t when ``eta`` differs between trajectories). Raises
+        ``dynamics.DivergenceError`` on a non-finite state.
     """
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if not 0.0 < quantile < 1.0:
@@ -574,7 +616,7 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
     state0 = check_finite_array("state0", state0, ndim=(1, 2))
     if state0.shape[-1] != 2:
         raise ValueError(f"state0 must have shape (2,) or (n_traj, 2); got {state0.shape}")
-    params = pack_params(spec, prompts)
+    params, state0, time_scale, time_unit = eta_batch(pack_params(spec, prompts), 0, eta, state0)
 
     def derived(Y, P):
         out = {name: np.empty(Y.shape[:2]) for name in DIAGNOSTIC_NAMES}
@@ -585,9 +627,12 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
                     out[name][i, k] = diag[name]
         return out
 
+    attrs = _attrs(spec, prompts, "closedform", {"seed": seed, "quantile": quantile})
+    attrs["time_unit"] = time_unit
+    if eta is not None:
+        attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
     return dynamics.iterate(_k.gd_step, state0, n_steps, params=params, saveat=saveat, names=list(STATE_NAMES),
-                            derived=derived, time_scale=spec.eta, progress=progress, bound=bound,
-                            attrs=_attrs(spec, prompts, "closedform", {"seed": seed, "quantile": quantile}))
+                            derived=derived, time_scale=time_scale, progress=progress, bound=bound, attrs=attrs)
 
 
 def full_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):

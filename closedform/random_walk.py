@@ -47,6 +47,7 @@ from scipy.special import softmax
 
 import dynamics
 from closedform import _random_walk_kernels as _kern
+from closedform.nearest_neighbor import eta_batch
 from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
@@ -606,7 +607,7 @@ def map_params(spec: RandomWalkSpec, sample: WalkSample) -> np.ndarray:
 
 
 def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
-               progress: bool = False, attrs: dict | None = None):
+               progress: bool = False, attrs: dict | None = None, eta=None):
     """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers), Sec. C.5.
 
     Parameters
@@ -626,6 +627,9 @@ def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None
         Initial reduced state(s); default V = 0, a = 0, c = 0 (Sec. C.4).
     saveat : dynamics.SaveAt, optional
         Save points (default: the engine's).
+    eta : float or (n,) array, optional
+        Step sizes per trajectory, overriding ``spec.eta``, broadcast with the ``state0`` rows
+        (:func:`closedform.nearest_neighbor.eta_batch`); ``time`` is then the step.
 
     Returns
     -------
@@ -647,9 +651,13 @@ def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None
                  "equation": "token_selection.md Sec. C.5 (exact reduced GD)",
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "n_steps": n_steps}}
+    params, x0, time_scale, time_unit = eta_batch(map_params(spec, train), 5, eta, x0)
+    if eta is not None:
+        run_attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
+        run_attrs["time_unit"] = "step"
     run_attrs.update(attrs or {})
-    return dynamics.iterate(_kern.reduced_step, x0, n_steps, params=map_params(spec, train), saveat=saveat,
-                            names=state_names(spec), derived=_derived_fn(spec, train, test), time_scale=spec.eta,
+    return dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, saveat=saveat,
+                            names=state_names(spec), derived=_derived_fn(spec, train, test), time_scale=time_scale,
                             progress=progress, attrs=run_attrs)
 
 

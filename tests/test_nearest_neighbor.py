@@ -10,6 +10,7 @@ Independent references used here:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -605,3 +606,19 @@ def test_trajectory_axes_provenance_and_roundtrip(tmp_path):
     alone = nn.reduced_gd(spec, prompts, 20, state0=[1.0, 2.0], saveat=SaveAt(every=5))
     np.testing.assert_array_equal(both.xi1.values[1], alone.xi1.values[0])
     np.testing.assert_array_equal(both.xi1.values[0], traj.xi1.values[0])
+
+
+def test_reduced_gd_batched_eta_equals_per_configuration_runs():
+    """Issue 14 item 5: eta as an array broadcast with the state0 batch; one call equals the per-eta calls."""
+    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    prompts = nn.sample_prompts(spec, 200, 0)
+    etas = np.array([0.5, 2.0, 5.0])
+    batch = nn.reduced_gd(spec, prompts, 20, eta=etas, saveat=SaveAt(every=5))
+    for i, e in enumerate(etas):
+        one = nn.reduced_gd(dataclasses.replace(spec, eta=float(e)), prompts, 20, saveat=SaveAt(every=5))
+        np.testing.assert_array_equal(batch.states()[i], one.states()[0])
+    # state0 rows and eta broadcast: 2 starts x 1 eta, and 2 starts with 2 etas pairwise
+    two = nn.reduced_gd(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0])
+    assert two.states().shape[0] == 2
+    with pytest.raises(ValueError, match="eta"):
+        nn.reduced_gd(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0, 3.0])

@@ -8,6 +8,7 @@ the theorems of Sec. C.6 at small sizes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -672,3 +673,19 @@ def test_output_direction_error_pinned_to_a_hand_computation():
     assert abs(raw - expected) > 0.1
     # a prediction along the true law has error 0
     assert rw.output_direction_error(spec, 5.0 * np.asarray(Pi)[sample.parent], sample) <= 1e-15
+
+
+def test_reduced_gd_batched_eta_equals_per_configuration_runs():
+    """Issue 14 item 5: eta as an array broadcast with the batch; one call equals the per-eta calls (bitwise: the
+    same kernel on the same numbers), and a length mismatch with the state0 rows is refused."""
+    spec = rw.RandomWalkSpec(K=4, N=9, M=10, p=0.7)
+    walks = rw.sample_walks(spec, 50, 2)
+    etas = [0.3, 1.0, 2.5]
+    batch = rw.reduced_gd(spec, 6, walks=walks, eta=etas, saveat=SaveAt(every=1))
+    for i, e in enumerate(etas):
+        one = rw.reduced_gd(dataclasses.replace(spec, eta=e), 6, walks=walks, saveat=SaveAt(every=1))
+        np.testing.assert_array_equal(batch.states()[i], one.states()[0])
+    with pytest.raises(ValueError, match="eta"):
+        rw.reduced_gd(spec, 2, walks=walks, eta=[1.0, 2.0], state0=np.zeros((3, spec.n_state)))
+    with pytest.raises(ValueError, match="eta"):
+        rw.reduced_gd(spec, 2, walks=walks, eta=[1.0, -2.0])
