@@ -498,6 +498,18 @@ def _features(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     return (H * S_att.sum(dim=-1)[:, :, None, :]).sum(dim=-1)
 
 
+def downstream_features(W, X) -> np.ndarray:
+    """Features phi = H S 1_D of the frozen attention (Sec. B.2): with W fixed, f = <v, phi> is linear in v, so
+    fitting v is logistic regression on phi in R^{d+D}. W (S, d+D, d+D), X (S, n, d, D); returns (S, n, d+D)."""
+    W = torch.as_tensor(np.asarray(W, dtype=np.float64))
+    X = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    if W.ndim != 3 or X.ndim != 4 or W.shape[0] != X.shape[0]:
+        raise ValueError(f"W must be (S, d+D, d+D) and X (S, n, d, D) with the same S; got {tuple(W.shape)}, "
+                         f"{tuple(X.shape)}")
+    with torch.no_grad():
+        return _features(W, X).numpy()
+
+
 def downstream_sgd(task: cf.GroupSparseSpec, W, X, y, X_test, y_test, *, checkpoints, lr0: float = 0.1,
                    device: str | torch.device = "cpu") -> np.ndarray:
     """Fine-tune v by online SGD with W frozen (Sec. B.4 runnable recipe): v = 0, then for i = 1..n one fresh sample,
