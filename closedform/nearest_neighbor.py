@@ -527,7 +527,8 @@ def pack_params(spec: NearestNeighborSpec, prompts: Prompts) -> np.ndarray:
 
 def eta_batch(params: np.ndarray, eta_index: int, eta, state0: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
                                                                                     str]:
-    """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states (issue 14 item 5).
+    """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states (spec Sec. 0: eta enters
+    the GD maps of Sec. A.5, B.3 and C.5 only as a number).
 
     The token-selection maps take eta only as a number in their packed parameter vector, so a grid of step sizes is
     one batch of the engine: row i of the result is ``params`` with entry ``eta_index`` set to ``eta[i]``.
