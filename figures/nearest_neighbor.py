@@ -310,17 +310,12 @@ def gaps_fig3(ds: xr.Dataset) -> list[GapRow]:
 def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckResult]:
     """Theorem A1 and the proof's claims (Sec. A.6) on a reduced trajectory; measured truth where a claim fails."""
     out = []
-    mask = t >= 10
-    tt, LL = t[mask].astype(float), L[mask]
-    # C fitted at the middle saved t (past the initial plateau, where L log t still rises) is a prediction for the
-    # later half of the run: Theorem A1 is violated there if L decays more slowly than 1/log t
-    k = tt.size // 2
-    bound_c = float(LL[k] * np.log(tt[k]))
-    out.append(CheckResult(name=(f"Theorem A1: L(W^(t)) decreases, and stays within C/log t at every saved t > "
-                                 f"{int(tt[k])} with C = L log t at t = {int(tt[k])} ({label})"),
-                           passed=bool(np.all(np.diff(L) < 0) and np.all(LL[k + 1:] <= bound_c / np.log(tt[k + 1:]))),
-                           measured=float(np.max(LL[k + 1:] * np.log(tt[k + 1:]))), expected=f"<= C = {bound_c:.4g}",
-                           tolerance="exact inequalities on the trajectory (C = poly(N, d) is unrecoverable)"))
+    # Theorem A1 (L <= C / log t, C = poly(N, d) unrecoverable) is checked through its two testable parts: L decreases
+    # at every saved step (here), and it falls faster than 1/log t at the end of the run (the rate check below). A
+    # "C/log t" check with C fitted on the same trajectory would hold by construction (issue 19).
+    out.append(CheckResult(name=f"Theorem A1: L(W^(t)) decreases at every saved step ({label})",
+                           passed=bool(np.all(np.diff(L) < 0)), measured=float(np.max(np.diff(L))),
+                           expected="< 0 (largest step-to-step change)", tolerance="strict inequality"))
     slope = _loglog_slope(t.astype(float), L)
     out.append(CheckResult(name=f"Theorem A1 rate: measured late exponent d log L / d log t ({label}); the 1/log t "
                                 "rate is only an upper bound: the loss falls like about t^(-1/3) here",
