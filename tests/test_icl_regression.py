@@ -673,3 +673,20 @@ def test_bad_arrays_and_divergence():
     with pytest.raises(dynamics.DivergenceError) as err:
         icl.gd(TASK, [0.5, -0.5], [3.0, -3.0], lr=50.0, n_steps=1000)
     assert err.value.step is not None and err.value.variable.split("_")[0] in ("omega", "mu")
+
+
+def test_phase3_heuristic_rate_is_the_small_omega_limit_of_the_pinned_flow():
+    """Spec §6.3: with mu pinned to mu(omega) of (4.6), the reduced ODE of §6.2 gives d omega/dt ~ -C_L d^3 omega^3 /
+    (6 (1 + C_L d)^2). Independent value: the pinned right-hand side evaluated in 60-digit arithmetic (mpmath) at
+    omega = 1e-6, where the relative correction is O(d omega^2) ~ 1e-11 (issue 19: an x2 error must fail)."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    for task in (TASK, icl.ICLRegression(d=10, L=50, sigma2=0.5)):
+        d, cL = mpmath.mpf(task.d), mpmath.mpf(task.sigma2 + 1) / task.L
+        om = mpmath.mpf("1e-6")
+        mu = om / (2 * (om ** 2 + cL * mpmath.sinh(d * om ** 2)))  # (4.6)
+        rhs = mu - 2 * mu ** 2 * om - 2 * d * cL * mu ** 2 * om * mpmath.cosh(d * om ** 2)  # §6.2
+        ref = float(rhs / om ** 3)
+        got = float(icl.phase3_heuristic_rate(task, 1.0))
+        assert abs(got / ref - 1) < 1e-8  # O(d omega^2) ~ 1e-11 truncation, margin for the float conversion
