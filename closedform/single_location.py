@@ -409,11 +409,15 @@ class FixedPoint:
     stability : "minimum", "maximum" or "saddle": the signs of the eigenvalues of the linearised flow (all < 0,
         all > 0, mixed), as in spec Sec. 7.1 for the points of M.
     risk, excess_risk : R and R - eps^2 at the point (spec Sec. 4.2).
-    flow_eigenvalues : eigenvalues (real parts, ascending) of the Jacobian of the scalar gradient flow
-        d(kappa, nu, theta, eta, rho)/dt (the alpha -> 0 limit of (map - identity)/alpha); on M only the (kappa, nu)
-        block, as in spec Sec. 7.2.
-    map_eigenvalues : eigenvalues (by modulus, descending; complex allowed) of the Jacobian of one PGD update at step
-        size ``alpha`` (None when no alpha was given); on M the (kappa, nu) block first.
+    flow_eigenvalues : real parts (ascending) of the eigenvalues of the linearised Riemannian gradient flow of R on
+        (S^{d-1})^2 at the point, with the neutral rotations fixing k*, v* divided out; for the points of M, the
+        (kappa, nu) block of the reduced flow of spec Sec. 7.2 instead.
+    map_eigenvalues : eigenvalues (by modulus, descending; complex allowed) of the linearised PGD update at step size
+        ``alpha`` on (S^{d-1})^2 (vectors, so that points on the boundary of the Gram set such as k = k* are regular;
+        a corner's kappa-multiplier is then 1 + alpha kappa_c dR_M/dkappa, the square root of the scalar one), the
+        neutral rotations divided out; None without alpha.
+    manifold_map_eigenvalues : for the points of M, the (kappa, nu) block of the reduced map's Jacobian in the
+        scalar coordinates of spec Sec. 7.2 (e.g. (1 + alpha kappa_c dR_M/dkappa)^2 at a corner); else None.
     attracting : True when every map eigenvalue has modulus < 1 (None without alpha).
     on_manifold : theta = eta = rho = 0.
     orbit : the images of ``state`` under the symmetry group {id, A, B, AB} (A: (k, v) -> (-k, -v); B: v* -> -v*
@@ -429,6 +433,7 @@ class FixedPoint:
     excess_risk: float
     flow_eigenvalues: tuple
     map_eigenvalues: tuple | None
+    manifold_map_eigenvalues: tuple | None
     attracting: bool | None
     on_manifold: bool
     orbit: tuple
@@ -676,41 +681,115 @@ def _order(task, lam, pts):
     return out
 
 
+_DV = 6  # ambient dimension of the vector linearisation: span(k, v, k*, v*) plus two more directions
+
+
+def _frame_vectors(x):
+    """k, v in R^6 with k* = e1, v* = e2 and the given five scalars (Gram–Schmidt coordinates as in
+    vectors_from_state)."""
+    kappa, nu, theta, eta, rho = (float(t) for t in x)
+    a = math.sqrt(max(1.0 - kappa ** 2 - eta ** 2, 0.0))
+    b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
+    c = math.sqrt(max(1.0 - theta ** 2 - nu ** 2 - b ** 2, 0.0))
+    k = np.zeros(_DV)
+    v = np.zeros(_DV)
+    k[:3] = kappa, eta, a
+    v[:4] = theta, nu, b, c
+    return k / np.linalg.norm(k), v / np.linalg.norm(v)
+
+
+def _tangent_gradients(task, lam, K, V):
+    """Riemannian gradients (g_k, g_v) of R at rows of K, V (n, 6) (spec Sec. 4.3 chain rule, tangent parts)."""
+    sc = [np.ascontiguousarray(z) for z in (K[:, 0], V[:, 1], V[:, 0], K[:, 1], np.sum(K * V, axis=1))]
+    out = np.empty((K.shape[0], 5))
+    _k.partials_array(*sc, np.full(K.shape[0], lam), task.s, task.gamma, float(task.L), out)
+    e1, e2 = np.eye(_DV)[0], np.eye(_DV)[1]
+    gk = out[:, 0:1] * e1 + out[:, 3:4] * e2 + out[:, 4:5] * V
+    gv = out[:, 1:2] * e2 + out[:, 2:3] * e1 + out[:, 4:5] * K
+    gk -= np.sum(gk * K, axis=1, keepdims=True) * K
+    gv -= np.sum(gv * V, axis=1, keepdims=True) * V
+    return gk, gv
+
+
+def _vector_linearisation(task, lam, x, alpha):
+    """Eigenvalues of the linearised PGD map (alpha given) or Riemannian gradient flow (alpha None) at a fixed point,
+    computed on (S^5)^2 (vectors, not scalars, so that points on the boundary of the Gram set, e.g. k = k*, are
+    regular), with the neutral directions of the rotations fixing k* and v* (a symmetry, eigenvalue 1 for the map and
+    0 for the flow) divided out. Central differences with step _FD_H."""
+    k, v = _frame_vectors(x)
+    eye = np.eye(_DV)
+
+    def complement(u):
+        q = np.linalg.svd(np.eye(_DV) - np.outer(u, u))[0][:, :_DV - 1]
+        return q
+
+    Bk, Bv = complement(k), complement(v)  # (6, 5) orthonormal bases of the tangent spaces
+    n_t = 2 * (_DV - 1)
+    basis = np.zeros((n_t, 2 * _DV))
+    basis[:_DV - 1, :_DV] = Bk.T
+    basis[_DV - 1:, _DV:] = Bv.T
+    pts = np.concatenate([np.concatenate([k, v]) + _FD_H * basis, np.concatenate([k, v]) - _FD_H * basis])
+    K = pts[:, :_DV] / np.linalg.norm(pts[:, :_DV], axis=1, keepdims=True)
+    V = pts[:, _DV:] / np.linalg.norm(pts[:, _DV:], axis=1, keepdims=True)
+    gk, gv = _tangent_gradients(task, lam, K, V)
+    if alpha is None:
+        F = np.concatenate([-gk, -gv], axis=1)
+    else:
+        Kn, Vn = K - alpha * gk, V - alpha * gv
+        F = np.concatenate([Kn / np.linalg.norm(Kn, axis=1, keepdims=True),
+                            Vn / np.linalg.norm(Vn, axis=1, keepdims=True)], axis=1)
+    D = (F[:n_t] - F[n_t:]) / (2 * _FD_H)  # row i: derivative along basis vector i, in R^12
+    J = basis @ D.T  # (n_t, n_t): tangent coordinates of the derivative
+    # neutral directions of the symmetry: (A k, A v) for rotations A of span(e3..e6)
+    gens = []
+    for i in range(2, _DV):
+        for j in range(i + 1, _DV):
+            A = np.outer(eye[i], eye[j]) - np.outer(eye[j], eye[i])
+            gens.append(basis @ np.concatenate([A @ k, A @ v]))
+    W = np.array(gens).T
+    u, s, _ = np.linalg.svd(W)
+    rank = int(np.sum(s > 1e-9))
+    Q = u[:, rank:]  # orthonormal complement of the symmetry directions (J-invariant by equivariance)
+    return np.linalg.eigvals(Q.T @ J @ Q)
+
+
 def _describe(task, lam, alpha, x):
     kind = _kind_of(x)
     on_m = kind in ("saddle", "oracle", "anti_oracle")
-    Jf = _jacobian(lambda X: _scalar_flow(task, lam, X), x)
+    flow = _vector_linearisation(task, lam, x, None)
+    stab = _stability(flow.real)
+    manifold_map = None
     if on_m:
+        # the (kappa, nu) block in the coordinates of spec Sec. 7.2 (scalar Jacobian of the reduced map on M)
+        Jf = _jacobian(lambda X: _scalar_flow(task, lam, X), x)
         flow = np.linalg.eigvals(Jf[:2, :2])
-        flow_all = np.concatenate([flow, np.linalg.eigvals(Jf[2:, 2:])])
-    else:
-        flow = flow_all = np.linalg.eigvals(Jf)
-    if on_m and kind != "saddle":
-        # corners: signs from spec Sec. 7.2 (no underflow): kappa_c (erf(c kappa_c / r) - nu_c), -nu_c erf(c kappa_c)
-        g = lam * task.gamma
-        q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
-        c = lam * task.s / q
-        kc, nc = float(x[0]), float(x[1])
-        gap = (-math.erfc(c / r) if kc == nc else 1.0 + math.erf(c / r)) * kc
-        stab = _stability([np.sign(kc * gap), np.sign(-nc * math.erf(c * kc))])
-    else:
-        stab = _stability(flow.real)
+        if kind != "saddle":
+            # corners: the kappa-multiplier underflows for large c (spec Sec. 7.1 caveat); name them by the signs of
+            # spec Sec. 7.2, kappa_c (erf(c kappa_c / r) - nu_c) and -nu_c erf(c kappa_c), which do not underflow
+            g = lam * task.gamma
+            q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
+            c = lam * task.s / q
+            kc, nc = float(x[0]), float(x[1])
+            gap = (-math.erfc(c / r) if kc == nc else 1.0 + math.erf(c / r)) * kc
+            stab = _stability([np.sign(kc * gap), np.sign(-nc * math.erf(c * kc))])
+        if alpha is not None:
+            Jm = _jacobian(lambda X: _map_once(task, lam, alpha, X), x)
+            mm = np.linalg.eigvals(Jm[:2, :2])
+            manifold_map = tuple(float(z.real) for z in mm[np.argsort(-np.abs(mm))])
     mapped = attracting = None
     if alpha is not None:
-        Jm = _jacobian(lambda X: _map_once(task, lam, alpha, X), x)
-        if on_m:
-            mapped = np.concatenate([np.linalg.eigvals(Jm[:2, :2]), np.linalg.eigvals(Jm[2:, 2:])])
-        else:
-            mapped = np.linalg.eigvals(Jm)
-        attracting = bool(np.max(np.abs(mapped)) < 1.0)
-        mapped = tuple(complex(z) if abs(z.imag) > 1e-12 else float(z.real) for z in
-                       (list(mapped[:2][np.argsort(-np.abs(mapped[:2]))]) + list(
-                           mapped[2:][np.argsort(-np.abs(mapped[2:]))]) if on_m else mapped[np.argsort(-np.abs(mapped))]))
+        mapped = _vector_linearisation(task, lam, x, alpha)
+        mapped = mapped[np.argsort(-np.abs(mapped))]
+        top = float(np.max(np.abs(mapped)))
+        # a multiplier that rounds to 1 at an oracle corner is the underflowing kappa-mode (spec Sec. 7.1): attracting
+        attracting = bool(top < 1.0 or (top <= 1.0 + 1e-12 and kind == "oracle" and stab == "minimum"))
+        mapped = tuple(complex(z) if abs(z.imag) > 1e-12 else float(z.real) for z in mapped)
     r = float(risk(task, lam, *x))
     return FixedPoint(state=tuple(float(v) + 0.0 for v in x), kappa=float(x[0]) + 0.0, nu=float(x[1]) + 0.0,
                       kind=kind, stability=stab, risk=r, excess_risk=r - task.eps ** 2,
                       flow_eigenvalues=tuple(float(v) for v in np.sort(flow.real)), map_eigenvalues=mapped,
-                      attracting=attracting, on_manifold=on_m, orbit=_orbit(x))
+                      manifold_map_eigenvalues=manifold_map, attracting=attracting, on_manifold=on_m,
+                      orbit=_orbit(x))
 
 
 def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, points=None) -> np.ndarray:

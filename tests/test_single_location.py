@@ -517,9 +517,12 @@ def test_fixed_point_linearisation():
     saddle = fps[(0.0, 0.0)]
     # flow eigenvalues from central differences (error ~1e-10, see closedform.single_location._FD_H)
     assert np.allclose(sorted(-np.array(saddle.flow_eigenvalues)), [-0.77152, 3.26794], atol=5e-6)  # 5 decimals
-    assert np.allclose(sorted(saddle.map_eigenvalues[:2]), [0.986928, 1.003086], atol=5e-7)  # 6 decimals
+    assert np.allclose(sorted(saddle.manifold_map_eigenvalues), [0.986928, 1.003086], atol=5e-7)  # 6 decimals
     corner = fps[(1.0, 1.0)]
-    assert np.allclose(corner.map_eigenvalues[:2], [0.99991446, 0.99238721], atol=5e-9)  # 8 decimals
+    assert np.allclose(corner.manifold_map_eigenvalues, [0.99991446, 0.99238721], atol=5e-9)  # 8 decimals
+    # on (S^{d-1})^2 the corner's kappa- and nu-multipliers are the square roots (angle, not 1 - kappa, coordinates)
+    assert np.allclose(sorted(corner.map_eigenvalues)[-1], math.sqrt(0.99991446), atol=5e-9)
+    assert corner.attracting and not saddle.attracting
     # finite-difference Jacobian of one reduced PGD step at the saddle (the map is smooth there)
     h = 1e-6
     starts = np.array([[h, 0], [-h, 0], [0, h], [0, -h]])
@@ -527,7 +530,7 @@ def test_fixed_point_linearisation():
     x1 = one.states()[:, -1, :2]
     J = np.column_stack([(x1[0] - x1[1]) / (2 * h), (x1[2] - x1[3]) / (2 * h)])
     # central differences: O(h^2) truncation ~1e-12, rounding ~eps/h ~ 1e-10
-    np.testing.assert_allclose(np.sort(np.linalg.eigvals(J).real), np.sort(saddle.map_eigenvalues[:2]), atol=1e-8)
+    np.testing.assert_allclose(np.sort(np.linalg.eigvals(J).real), np.sort(saddle.manifold_map_eigenvalues), atol=1e-8)
 
 
 def test_pgd_from_manifold_starts_converges_to_oracle_corners():
