@@ -160,3 +160,20 @@ def test_batched_pgd_equals_per_configuration_calls():
         sl.pgd(TASK, x0, alpha=np.array([1e-3, -1, 1e-3, 1e-3]), n_steps=3, lam=0.1)
     with pytest.raises(ValueError, match="d must be"):
         sl.pgd(TASK, x0, alpha=1e-3, n_steps=3, lam=0.1, d=np.array([400, 3, 400, 400]))
+
+
+@pytest.mark.parametrize("name", ["single_location.continuation", "single_location.atlas", "icl_regression.atlas"])
+def test_atlas_figures_build_at_tiny_preset(name):
+    from figures import _atlas  # noqa: F401  (registers the three figures)
+    from figures import registry
+    from figures._style import style_context
+    from figures.presets import RunConfig
+
+    spec = registry.REGISTRY.get(name)
+    cfg = RunConfig(figure=spec.name, preset="tiny", seed=0, device="cpu", params=spec.params["tiny"])
+    ds = spec.data(cfg)
+    with style_context():
+        assert registry.render(spec, ds).get_axes()
+    failed = [c for c in spec.checks(ds) if not c.passed]
+    assert not failed, failed
+    assert spec.params["quick"] and spec.params["paper"]
