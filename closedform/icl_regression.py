@@ -770,8 +770,8 @@ def stationary_points(task: ICLRegression, H: int = 2, *, n_starts: int = 2000, 
     Starts are uniform in [-omega_box, omega_box]^H x [-mu_box, mu_box]^H; omega is clipped to |omega| <= 2 during the
     search (exp(d omega^2) must stay finite, spec §12). Roots (gradient max-norm < 1e-12) are merged when their omega
     agree and the sums of mu over heads with equal omega agree to 1e-6 (only those sums are identified, spec §4.4).
-    The solution manifold S_gamma of §5.4 holds no stationary point (grad_omega F != 0 on it for gamma > 0, spec §5.4):
-    flows on it drift towards gamma -> 0, and the search does not converge there.
+    The solution manifold S_gamma of §5.4 holds no stationary point (grad_omega F != 0 on it for gamma > 0, spec
+    §5.4): flows on it drift towards gamma -> 0, and the search does not converge there.
 
     Returns
     -------

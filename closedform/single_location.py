@@ -469,7 +469,8 @@ def _tangent_residual(task, lam, X):
 
     g_k = grad_k R - (k.grad_k R) k and g_v likewise, with grad_k R = R_kappa k* + R_eta v* + R_rho v and
     grad_v R = R_nu v* + R_theta k* + R_rho k (spec Sec. 4.3). All six vanish exactly at the critical points of R on
-    (S^{d-1})^2, the fixed points of the PGD map of spec Sec. 6.1/6.4 for every step size. X: (n, 5); lam scalar or (n,).
+    (S^{d-1})^2, the fixed points of the PGD map of spec Sec. 6.1/6.4 for every step size. X: (n, 5); lam: scalar
+    or (n,).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n = X.shape[0]
@@ -884,10 +885,11 @@ class Basins:
 
 
 def basins(task: SingleLocation, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
-           tol: float = 1e-3, points=None) -> Basins:
+           tol: float = 1e-3, stop_tol: float = 1e-4, points=None) -> Basins:
     """Fractions of n uniform sphere starts (spec Sec. 6.5) whose PGD end state sits at each kind of fixed point.
 
-    Runs :func:`run_to_fixed_point` and names the end states with :func:`classify`; the standard error of a fraction
+    Runs :func:`run_to_fixed_point` (stopping within ``stop_tol`` of an attracting fixed point) and names the end
+    states with :func:`classify` (within ``tol``); the standard error of a fraction
     p is sqrt(p (1 - p) / n) (binomial, independent starts). Kinds never reached are omitted; "unconverged" counts
     end states that are at no fixed point within ``tol`` after ``n_steps`` updates.
     """
@@ -895,7 +897,7 @@ def basins(task: SingleLocation, lam: float, n: int, *, alpha: float = 4e-3, n_s
     n = check_int("n", n, min_value=1)
     pts = fixed_points(task, lam, alpha) if points is None else points
     x0 = sample_initial_state(task, n, rng)
-    X, steps = run_to_fixed_point(task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts)
+    X, steps = run_to_fixed_point(task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts, stop_tol=stop_tol)
     names = classify(task, lam, X, tol=tol, points=pts)
     kinds, counts = np.unique(names, return_counts=True)
     frac = counts / n
@@ -1090,7 +1092,8 @@ def _map_params(task, alpha, lams, s=None):
 
 def _batch_params(task, lam, alpha, d, n_traj, n_steps):
     """Per-trajectory or shared map parameters for :func:`pgd` (spec Sec. 6.3-6.4: alpha, lambda and d enter the map
-    only as numbers). Returns (params, lambda_0 per trajectory (n,), shared lambda sequence or None, n, descriptions)."""
+    only as numbers). Returns (params, lambda_0 per trajectory (n,), shared lambda sequence or None, n,
+    descriptions)."""
     lam_arr = None if isinstance(lam, LamSchedule) else np.asarray(lam, dtype=np.float64)
     per_lam = lam_arr is not None and lam_arr.ndim == 2
     alpha_arr = np.asarray(alpha, dtype=np.float64)
@@ -1098,8 +1101,8 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
     sizes = {"state0": n_traj}
     if per_lam:
         if lam_arr.shape[1] != 1:
-            raise ValueError(f"lam as a 2-D array is one constant per trajectory, shape (n_traj, 1); got {lam_arr.shape}"
-                             " (a shared schedule is 1-D)")
+            raise ValueError("lam as a 2-D array is one constant per trajectory, shape (n_traj, 1); got "
+                             f"{lam_arr.shape} (a shared schedule is 1-D)")
         sizes["lam"] = lam_arr.shape[0]
     if alpha_arr.ndim > 1:
         raise ValueError(f"alpha must be a number or a 1-D array (one per trajectory); got shape {alpha_arr.shape}")

@@ -98,7 +98,8 @@ def plot_continuation(ds):
         col = COLOURS[str(br)]
         r = ds.excess_risk.sel(branch=br).values
         att = ds.attracting.sel(branch=br).values
-        a.plot(lam, np.where(att, r, np.nan), color=col, linewidth=2.0, label=f"{br} (attracting)" if att.any() else None)
+        a.plot(lam, np.where(att, r, np.nan), color=col, linewidth=2.0,
+               label=f"{br} (attracting)" if att.any() else None)
         a.plot(lam, np.where(~att, r, np.nan), color=col, linewidth=1.0, linestyle="--",
                label=f"{br} (unstable)" if (~att).any() else None)
         b.plot(lam, ds.spectral_radius.sel(branch=br).values, color=col, label=str(br))
@@ -181,7 +182,10 @@ def data_atlas(cfg) -> xr.Dataset:
     for i, lam in enumerate(lams):
         for j, d in enumerate(ds_):
             task = sl.SingleLocation(d=int(d), L=L_PAPER)
-            b = sl.basins(task, float(lam), n, alpha=paper_alpha(float(lam)), n_steps=int(p["n_steps"]), rng=rng)
+            # stop within 1e-3 of an attractor, inside its linear basin (Jacobian multipliers < 1; nonlinear terms
+            # ~1e-6): the classification tolerance, so a stopped run is named
+            b = sl.basins(task, float(lam), n, alpha=paper_alpha(float(lam)), n_steps=int(p["n_steps"]), rng=rng,
+                          stop_tol=1e-3)
             frac[(i, j)] = dict(zip(b.kinds, b.counts))
             extra |= set(b.kinds) - set(ATLAS_KINDS)
             steps[i, j] = b.mean_steps
@@ -238,15 +242,16 @@ def checks_atlas(ds):
 
 register(name="single_location.atlas", model="single_location", paper="(toolkit; not in the paper)",
          spec="single_location.md §6.4-6.5, §7.4", plot=plot_atlas, checks=checks_atlas,
-         caption=("Basin atlas of five-scalar PGD from uniform sphere starts (L = 10, gamma^2 = 1/2, constant lambda, "
-                  "the paper's step sizes: alpha = 4e-3 for lambda <= 0.1, 1e-3 above): fraction of starts whose end state is at each attractor (oracle (+-k*, +-v*), "
+         caption=("Basin atlas of five-scalar PGD from uniform sphere starts (L = 10, gamma^2 = 1/2, constant "
+                  "lambda, the paper's step sizes: alpha = 4e-3 for lambda <= 0.1, 1e-3 above): fraction of starts "
+                  "whose end state is at each attractor (oracle (+-k*, +-v*), "
                   "the swap point k = +-v*, v = +-k*, the spurious point S), with binomial standard errors. Each run "
-                  "stops within 1e-4 of an attracting fixed point, or after n_steps updates (then 'unconverged' "
+                  "stops within 1e-3 of an attracting fixed point, or after n_steps updates (then 'unconverged' "
                   "unless within 1e-3 of a fixed point): at large lambda sqrt(d) the kappa-gradient underflows near "
                   "|nu| = 1 (spec §7.1) and runs freeze on plateaus. Brute-force d-dimensional PGD agrees within SE "
                   "in three cells (tests/test_atlas.py)."),
          params={"tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},
-                 "quick": {"lams": [0.03, 0.05, 0.1, 0.3], "ds": [80, 400], "n_starts": 10_000, "n_steps": 10_000},
+                 "quick": {"lams": [0.03, 0.05, 0.1], "ds": [80, 400], "n_starts": 10_000, "n_steps": 10_000},
                  "paper": {"lams": [0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.5, 1.0], "ds": [20, 80, 400, 2000],
                            "n_starts": 1_000_000, "n_steps": 10_000}})(data_atlas)
 

@@ -225,18 +225,23 @@ def test_risk_matches_monte_carlo_with_negative_control():
     assert_mc_rejects(means, ses, no_noise_tokens, what="risk without (L-1) zeta0")
 
 
+def _full_dimensional_mc(task, state, lam, seed, n=200_000):
+    """Mean and SE of the squared error of the erf predictor at the state's vectors on n sample_data draws."""
+    rng = np.random.default_rng(seed)
+    k, v, k_star, v_star = sl.vectors_from_state(task, state, rng)
+    losses = []
+    for _ in range(4):
+        X, y, _ = sl.sample_data(task, n // 4, rng, k_star=k_star, v_star=v_star)
+        losses.append((sl.predict_erf(X, k, v, lam) - y) ** 2)
+    return mean_and_se(np.concatenate(losses))
+
+
 @pytest.mark.statistical
 def test_risk_matches_full_dimensional_monte_carlo():
     """Full d-dimensional sampling with the public data sampler and predictor (spec Secs. 1, 2.3) at P5."""
     state, lam, gamma, d, L, eps, *_ = POINTS["P5"]
     task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
-    rng = np.random.default_rng(5)
-    k, v, k_star, v_star = sl.vectors_from_state(task, state, rng)
-    losses = []
-    for _ in range(4):
-        X, y, _ = sl.sample_data(task, 50_000, rng, k_star=k_star, v_star=v_star)
-        losses.append((sl.predict_erf(X, k, v, lam) - y) ** 2)
-    mean, se = mean_and_se(np.concatenate(losses))
+    mean, se = _full_dimensional_mc(task, state, lam, 5)
     value = sl.risk(task, lam, *state)
     assert_mc_close(mean, se, value, what="risk (d-dimensional MC)")  # 5 SE
     assert_mc_rejects(mean, se, value - (L - 1) * special.zeta(0.0, lam), what="risk without (L-1) zeta0")
@@ -251,13 +256,7 @@ def test_sample_data_draws_the_informative_token_with_std_gamma():
     state, lam, gamma, d, L, eps, *_ = POINTS["P6"]
     assert gamma != 1.0
     task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
-    rng = np.random.default_rng(19)
-    k, v, k_star, v_star = sl.vectors_from_state(task, state, rng)
-    losses = []
-    for _ in range(4):
-        X, y, _ = sl.sample_data(task, 50_000, rng, k_star=k_star, v_star=v_star)
-        losses.append((sl.predict_erf(X, k, v, lam) - y) ** 2)
-    mean, se = mean_and_se(np.concatenate(losses))
+    mean, se = _full_dimensional_mc(task, state, lam, 19)
     assert_mc_close(mean, se, sl.risk(task, lam, *state), what="risk at gamma = 1.5 (d-dimensional MC)")  # 5 SE
     wrong = sl.risk(sl.SingleLocation(d=d, L=L, gamma=1.0, noise=eps), lam, *state)
     assert_mc_rejects(mean, se, wrong, what="risk of the std-1 informative token")
