@@ -104,7 +104,7 @@ def test_classify_names_sphere_end_states_and_unconverged():
 @pytest.mark.slow
 def test_classify_names_999_per_mille_of_1e5_sphere_starts():
     """Issue 15 'done when': lambda = 0.05, d = 400, L = 10, 10^5 sphere starts, >= 99.9 % named."""
-    b = sl.basins(TASK, 0.05, 100_000, alpha=ALPHA, rng=15)
+    b = sl.basins(TASK, 0.05, 100_000, alpha=ALPHA, rng=15, stop_tol=1e-3)
     named = sum(c for k, c in zip(b.kinds, b.counts) if k != "unconverged")
     assert named / b.n >= 0.999
 
