@@ -796,7 +796,8 @@ def _describe(task, lam, alpha, x):
                       orbit=_orbit(x))
 
 
-def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, points=None) -> np.ndarray:
+def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, points=None,
+             basin: bool = False) -> np.ndarray:
     """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
 
     Parameters
@@ -807,6 +808,9 @@ def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, poi
         grid are >= 1e-2 apart, and PGD end states after convergence are within 1e-6 of theirs).
     points : tuple of FixedPoint, optional
         From :func:`fixed_points` (computed when not given).
+    basin : bool
+        Also name states within 1e-3 of two invariant edges by the attractor they reach (see
+        :func:`_edge_certificate`): on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap").
 
     Returns
     -------
@@ -825,16 +829,48 @@ def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, poi
     dist = np.max(np.abs(st[:, None, :] - ref[None, :, :]), axis=2)
     idx = np.argmin(dist, axis=1)
     idx = np.where(dist[np.arange(st.shape[0]), idx] <= tol, idx, len(images))
-    return names[idx].astype(str)
+    out = names[idx].astype(object)
+    if basin:
+        cert = _edge_certificate(task, lam, st)
+        out = np.where((out == "unconverged") & (cert != ""), cert, out)
+    return out.astype(str)
+
+
+# distance to an invariant edge under which a state is named by the edge's attractor: the edges attract
+# transversally at the atlas's step sizes (checked by running certified states to the attractor, tests/test_atlas.py)
+_EDGE_TOL = 1e-3
+
+
+def _edge_certificate(task, lam, st):
+    """Kind of the attractor that states near two invariant edges reach (else ""): within _EDGE_TOL of the edge.
+
+    (i) M with nu = +-1: M is invariant (spec Sec. 6.2), so is nu = +-1 (the factor 1 - nu^2 of Sec. 6.3), and along
+    it dR_M/dkappa has the sign of -nu for every kappa (spec Sec. 7.1), so kappa moves monotonically to nu: "oracle".
+    (ii) kappa = nu = rho = 0 with eta = +-1 (k = +-v*): all partials but R_theta vanish there (phi_0(0) = phi_2(0) =
+    zeta_t(0) = 0, spec Sec. 4.3), so only theta moves, by gradient descent on a convex quadratic in theta
+    (s^2 zeta(0, g) theta^2 - 2 g gamma s phi_1(0, g) theta eta) whose minimiser on [-1, 1] is theta_S eta clipped to
+    +-1: "spurious" when theta_S < 1, else "swap" (theta eta = -1, the anti-swap point, is excluded).
+    States near an edge (not on it) are named on the evidence that the edges attract transversally at the step sizes
+    of the atlas (tests/test_atlas.py runs certified states on until they reach the named attractor); use with
+    ``basin=True`` at such step sizes only."""
+    ka, nu, th, et, rh = st.T
+    out = np.full(st.shape[0], "", dtype=object)
+    on_m = np.maximum(np.maximum(np.abs(th), np.abs(et)), np.abs(rh)) < _EDGE_TOL
+    out[on_m & (np.abs(nu) > 1 - _EDGE_TOL)] = "oracle"
+    edge = (np.maximum(np.maximum(np.abs(ka), np.abs(nu)), np.abs(rh)) < _EDGE_TOL) & (np.abs(et) > 1 - _EDGE_TOL)
+    target = "spurious" if spurious_point(task, lam).theta_S < 1.0 - _FP_SAME else "swap"
+    out[edge & (th * et > -1 + 1e-3)] = target
+    return out
 
 
 def run_to_fixed_point(task: SingleLocation, state0, *, alpha: float, lam: float, n_steps: int = 10_000,
-                       points=None, stop_tol: float = 1e-4, chunk: int = 250):
+                       points=None, stop_tol: float = 1e-4, chunk: int = 250, certify: bool = False):
     """Five-scalar PGD (spec Sec. 6.4) at constant lambda, final states only, each trajectory stopped when converged.
 
     A trajectory stops once it is within ``stop_tol`` (max norm over the five scalars) of an attracting fixed point of
     ``points`` (default ``fixed_points(task, lam, alpha)``), or once a block of ``chunk`` steps moves it by less than
-    1e-13 (a frozen state, spec Sec. 7.1 caveat), or after ``n_steps`` updates. It runs through ``dynamics.iterate`` in
+    1e-13 (a frozen state, spec Sec. 7.1 caveat), or (``certify=True``) once it is on an invariant edge that leads
+    to an attractor (:func:`_edge_certificate`), or after ``n_steps`` updates. It runs through ``dynamics.iterate`` in
     blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping converged trajectories also keeps them clear of
     the subnormal range (spec Sec. 0.3: converging components decay geometrically).
 
@@ -871,6 +907,8 @@ def run_to_fixed_point(task: SingleLocation, state0, *, alpha: float, lam: float
         near = np.zeros(live.size, dtype=bool)
         if attract.size:
             near = np.min(np.max(np.abs(new[:, None, :] - attract[None]), axis=2), axis=1) < stop_tol
+        if certify:
+            near |= _edge_certificate(task, lam, new) != ""
         live = live[~(near | (moved < 1e-13))]
     return X, steps
 
@@ -888,11 +926,12 @@ class Basins:
 
 
 def basins(task: SingleLocation, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
-           tol: float = 1e-3, stop_tol: float = 1e-4, points=None) -> Basins:
+           tol: float = 1e-3, stop_tol: float = 1e-4, points=None, certify: bool = False) -> Basins:
     """Fractions of n uniform sphere starts (spec Sec. 6.5) whose PGD end state sits at each kind of fixed point.
 
     Runs :func:`run_to_fixed_point` (stopping within ``stop_tol`` of an attracting fixed point) and names the end
-    states with :func:`classify` (within ``tol``); the standard error of a fraction
+    states with :func:`classify` (within ``tol``; with ``certify=True`` also states on the invariant edges of
+    :func:`_edge_certificate`, by the attractor they reach); the standard error of a fraction
     p is sqrt(p (1 - p) / n) (binomial, independent starts). Kinds never reached are omitted; "unconverged" counts
     end states that are at no fixed point within ``tol`` after ``n_steps`` updates.
     """
@@ -900,8 +939,9 @@ def basins(task: SingleLocation, lam: float, n: int, *, alpha: float = 4e-3, n_s
     n = check_int("n", n, min_value=1)
     pts = fixed_points(task, lam, alpha) if points is None else points
     x0 = sample_initial_state(task, n, rng)
-    X, steps = run_to_fixed_point(task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts, stop_tol=stop_tol)
-    names = classify(task, lam, X, tol=tol, points=pts)
+    X, steps = run_to_fixed_point(task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts, stop_tol=stop_tol,
+                                  certify=certify)
+    names = classify(task, lam, X, tol=tol, points=pts, basin=certify)
     kinds, counts = np.unique(names, return_counts=True)
     frac = counts / n
     return Basins(kinds=tuple(str(k) for k in kinds), counts=tuple(int(c) for c in counts), n=n,

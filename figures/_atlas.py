@@ -185,7 +185,7 @@ def data_atlas(cfg) -> xr.Dataset:
             # stop within 1e-3 of an attractor, inside its linear basin (Jacobian multipliers < 1; nonlinear terms
             # ~1e-6): the classification tolerance, so a stopped run is named
             b = sl.basins(task, float(lam), n, alpha=paper_alpha(float(lam)), n_steps=int(p["n_steps"]), rng=rng,
-                          stop_tol=1e-3)
+                          stop_tol=1e-3, certify=True)
             frac[(i, j)] = dict(zip(b.kinds, b.counts))
             extra |= set(b.kinds) - set(ATLAS_KINDS)
             steps[i, j] = b.mean_steps
@@ -246,9 +246,11 @@ register(name="single_location.atlas", model="single_location", paper="(toolkit;
                   "lambda, the paper's step sizes: alpha = 4e-3 for lambda <= 0.1, 1e-3 above): fraction of starts "
                   "whose end state is at each attractor (oracle (+-k*, +-v*), "
                   "the swap point k = +-v*, v = +-k*, the spurious point S), with binomial standard errors. Each run "
-                  "stops within 1e-3 of an attracting fixed point, or after n_steps updates (then 'unconverged' "
-                  "unless within 1e-3 of a fixed point): at large lambda sqrt(d) the kappa-gradient underflows near "
-                  "|nu| = 1 (spec §7.1) and runs freeze on plateaus. Brute-force d-dimensional PGD agrees within SE "
+                  "stops within 1e-3 of an attracting fixed point, or once it is within 1e-3 of an invariant edge "
+                  "that leads to one (M with |nu| = 1 leads to the oracle, spec §7.1; k = +-v* leads to S or the "
+                  "swap point), or after n_steps updates ('unconverged' unless within 1e-3 of a fixed point). The "
+                  "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) (spec §7.1). "
+                  "Brute-force d-dimensional PGD agrees within SE "
                   "in three cells (tests/test_atlas.py)."),
          params={"tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},
                  "quick": {"lams": [0.03, 0.05, 0.1], "ds": [80, 400], "n_starts": 10_000, "n_steps": 10_000},

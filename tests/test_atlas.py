@@ -177,3 +177,20 @@ def test_atlas_figures_build_at_tiny_preset(name):
     failed = [c for c in spec.checks(ds) if not c.passed]
     assert not failed, failed
     assert spec.params["quick"] and spec.params["paper"]
+
+
+@pytest.mark.parametrize(("lam", "d"), [pytest.param(0.1, 400, marks=pytest.mark.slow), (0.03, 80)])
+def test_edge_certificates_are_confirmed_by_longer_runs(lam, d):
+    """States named through an invariant edge (classify(basin=True), not yet within 1e-3 of the fixed point) reach the
+    named attractor when run on: 60 of them, 2 x 10^5 more steps (the slowest multiplier, 0.99996 at the oracle for
+    lambda = 0.1, shrinks a 0.05 offset below 1e-3 in 1e5 steps)."""
+    task = sl.SingleLocation(d=d, L=10)
+    pts = sl.fixed_points(task, lam, ALPHA)
+    x0 = sl.sample_initial_state(task, 400, 11)
+    X, _ = sl.run_to_fixed_point(task, x0, alpha=ALPHA, lam=lam, points=pts, stop_tol=1e-3, certify=True)
+    plain = sl.classify(task, lam, X, points=pts)
+    cert = sl.classify(task, lam, X, points=pts, basin=True)
+    idx = np.nonzero((plain == "unconverged") & (cert != "unconverged"))[0][:60]
+    assert idx.size >= 20
+    end = sl.pgd(task, X[idx], alpha=ALPHA, n_steps=200_000, lam=lam, saveat=SaveAt(final=True)).states()[:, -1, :5]
+    np.testing.assert_array_equal(sl.classify(task, lam, end, points=pts), cert[idx])
