@@ -792,8 +792,10 @@ def stationary_points(task: ICLRegression, H: int = 2, *, n_starts: int = 2000, 
         f0 = np.sum(g0 * g0, axis=1)
         J = np.stack([(_half_grad_rows(task, X + h * eye[j], H) - _half_grad_rows(task, X - h * eye[j], H)) / (2 * h)
                       for j in range(2 * H)], axis=2)
+        J = np.where(np.isfinite(J), J, 0.0)
         JT = np.transpose(J, (0, 2, 1))
-        step = np.linalg.solve(JT @ J + damp[:, None, None] * eye, -(JT @ g0[..., None]))[..., 0]
+        # pseudo-inverse: J^T J + damp I can be singular to rounding when damp has shrunk to its floor
+        step = (np.linalg.pinv(JT @ J + damp[:, None, None] * eye) @ -(JT @ g0[..., None]))[..., 0]
         Xn = X + step
         Xn[:, :H] = np.clip(Xn[:, :H], -lim, lim)
         f1 = np.sum(_half_grad_rows(task, Xn, H) ** 2, axis=1)

@@ -546,11 +546,13 @@ def critical_point_search(task: SingleLocation, lam: float, *, n_starts: int = 2
         for j in range(7):
             J[:, :, j] = (_tangent_residual(task, lam, _scalars_of_frame(Pl + h * eye[j]))
                           - _tangent_residual(task, lam, _scalars_of_frame(Pl - h * eye[j]))) / (2 * h)
+        J = np.where(np.isfinite(J), J, 0.0)
         JT = np.transpose(J, (0, 2, 1))
-        step = np.linalg.solve(JT @ J + ml[:, None, None] * eye, -(JT @ rl[..., None]))[..., 0]
+        # pseudo-inverse: J^T J + mu I can be singular to rounding when mu has shrunk to its floor
+        step = (np.linalg.pinv(JT @ J + ml[:, None, None] * eye) @ -(JT @ rl[..., None]))[..., 0]
         Pn = _unit_rows(Pl + step)
         f1 = np.sum(_tangent_residual(task, lam, _scalars_of_frame(Pn)) ** 2, axis=1)
-        ok = f1 < f0[live]
+        ok = np.isfinite(f1) & (f1 < f0[live])
         Pl[ok] = Pn[ok]
         ml = np.clip(np.where(ok, ml * 0.3, ml * 10.0), 1e-15, 1e10)
         P[live], mu[live] = Pl, ml
