@@ -254,7 +254,7 @@ register(name="single_location.atlas", model="single_location", paper="(toolkit;
                   "Brute-force d-dimensional PGD agrees within SE "
                   "in three cells (tests/test_atlas.py)."),
          params={"tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},
-                 "quick": {"lams": [0.03, 0.05, 0.1], "ds": [80, 400], "n_starts": 10_000, "n_steps": 10_000},
+                 "quick": {"lams": [0.03, 0.05, 0.1], "ds": [80, 400], "n_starts": 10_000, "n_steps": 30_000},
                  "paper": {"lams": [0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.5, 1.0], "ds": [20, 80, 400, 2000],
                            "n_starts": 1_000_000, "n_steps": 10_000}})(data_atlas)
 
