@@ -84,7 +84,7 @@ def _importable(fn) -> bool:
 
 def _header(cache: bool) -> str:
     return ("import numpy as np\nfrom numba import njit\n"
-            "from dynamics._steppers import commit, first_bad, is_bad, rms_scaled, step_factor\n"
+            "from dynamics._steppers import commit, commit_moved, first_bad, is_bad, rms_scaled, step_factor\n"
             f"CACHE = {cache}\n")
 
 
@@ -265,8 +265,9 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol,
                     status[i, 1] = k
                     status[i, 2] = bad
                     break
-                moved = commit(x, buf, flush)
-                if moved < tol:
+                if tol < 0.0:
+                    commit(x, buf, flush)
+                elif commit_moved(x, buf, flush) < tol:
                     active[i] = False
                     stop_at[i] = k
                     break
@@ -332,8 +333,9 @@ def kernel(X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, sta
                     status[i, 1] = k
                     status[i, 2] = bad
                     break
-                moved = commit(y, buf, flush)
-                if moved < tol * dt:
+                if tol < 0.0:
+                    commit(y, buf, flush)
+                elif commit_moved(y, buf, flush) < tol * dt:
                     active[i] = False
                     stop_at[i] = t0 + k * dt
                     break
@@ -351,9 +353,11 @@ def _adaptive_source(tab) -> str:
     inv = 1.0 / tab.order
     exponent = 1.0 / (tab.err_order + 1)
     err_terms = _combo(tab.e, "", "k")
-    dense_terms = " + ".join(
-        f"(theta * ({_lit(d[0])} + theta * ({_lit(d[1])} + theta * ({_lit(d[2])} + theta * {_lit(d[3])})))) "
-        f"* k{q}[m]" for q, d in enumerate(tab.dense) if any(v != 0.0 for v in d))
+    dense_stages = [q for q, d in enumerate(tab.dense) if any(v != 0.0 for v in d)]
+    dense_weights = "\n".join(
+        f"                        b{q}t = theta * ({_lit(d[0])} + theta * ({_lit(d[1])} + theta * ({_lit(d[2])} "
+        f"+ theta * {_lit(d[3])})))" for q, d in enumerate(tab.dense) if q in dense_stages)
+    dense_terms = " + ".join(f"b{q}t * k{q}[m]" for q in dense_stages)
     first_stage = ("                for m in range(n):\n                    k0[m] = F0[i, m]" if tab.fsal
                    else "                MODEL(t, y, p, k0)")
     stages = "\n".join(_stages(tab, "t", "y", "h", " " * 16, first=False))
@@ -410,7 +414,7 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
 {_stage_views(tab, "Ki", "            ")}
             if fresh[i] == 1:
                 MODEL(T[i], y, p, F0[i])
-                bad = first_bad(F0[i], np.inf)
+                bad = first_bad(F0[i], 1.7976931348623157e308)
                 if bad >= 0:  # the vector field itself is non-finite at the start
                     status[i, 0] = 1
                     status[i, 1] = 0
@@ -430,6 +434,7 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
                             out[m] = y[m]
                     else:
                         theta = (save_t[j] - Told[i]) / Hold[i]
+{dense_weights}
                         for m in range(n):
                             out[m] = Yold[i, m] + Hold[i] * ({dense_terms})
                     NS[i, j] = nsteps[i]
@@ -462,7 +467,7 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
                     e = h * ({err_terms})
                     sc = atol + rtol * max(abs(y[m]), abs(ynew[m]))
                     s += (e / sc) ** 2
-                    if is_bad(ynew[m], bound) or is_bad(k{s_last}[m], np.inf):
+                    if is_bad(ynew[m], bound) or is_bad(k{s_last}[m], 1.7976931348623157e308):
                         finite = False
                 err = np.sqrt(s / n)
                 nsteps[i] += 1
@@ -471,7 +476,7 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
                         Yold[i, m] = y[m]
                     Told[i] = t
                     Hold[i] = h
-                    moved = commit(y, ynew, flush)
+                    moved = commit_moved(y, ynew, flush)
                     T[i] = t_end if h == t_end - t else t + h
 {fsal_update}
                     H[i] = h * step_factor(err, True, rejected_last, {_lit(exponent)})

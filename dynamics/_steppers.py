@@ -138,26 +138,34 @@ TSIT5 = _tsit5()
 
 @njit(cache=True, fastmath=False)
 def is_bad(x, bound):
-    """True for NaN, +-inf, and |x| > bound."""
-    return not (abs(x) <= bound and abs(x) < np.inf)  # a NaN fails every comparison
+    """True for NaN and |x| > bound; ``bound`` is finite (the engine passes at most the largest float, so that one
+    comparison also catches +-inf)."""
+    return not abs(x) <= bound  # a NaN fails every comparison
 
 
 @njit(cache=True, fastmath=False)
 def first_bad(v, bound):
-    """Index of the first component that is non-finite or exceeds ``bound`` in absolute value, else -1."""
+    """Index of the first component that is NaN or exceeds ``bound`` in absolute value, else -1."""
     for m in range(v.shape[0]):
-        if is_bad(v[m], bound):
+        if not abs(v[m]) <= bound:
             return m
     return -1
 
 
 @njit(cache=True, fastmath=False)
 def commit(x, new, flush):
-    """Copy ``new`` into ``x`` and return ``max_m |new_m - x_m|`` (the size of the step, max norm).
+    """Copy ``new`` into ``x``; with ``flush``, subnormal components (|v| < TINY) become a zero of the same sign, so a
+    converged run never computes on subnormals (slow on x86); values of magnitude >= TINY are copied bit for bit."""
+    for m in range(x.shape[0]):
+        v = new[m]
+        if flush and abs(v) < TINY:
+            v = v * 0.0
+        x[m] = v
 
-    With ``flush``, subnormal components (|v| < TINY, spec-free numerical hygiene) become a zero of the same sign,
-    so a converged run never computes on subnormals (slow on x86); values of magnitude >= TINY are copied bit for
-    bit."""
+
+@njit(cache=True, fastmath=False)
+def commit_moved(x, new, flush):
+    """:func:`commit`, returning ``max_m |new_m - x_m|`` (the size of the step in the max norm)."""
     moved = 0.0
     for m in range(x.shape[0]):
         v = new[m]
@@ -168,6 +176,11 @@ def commit(x, new, flush):
             moved = d
         x[m] = v
     return moved
+
+
+def finite_bound(bound: float) -> float:
+    """The bound the kernels compare with: at most the largest float64, so ``|x| <= bound`` also rejects inf."""
+    return min(float(bound), float(np.finfo(np.float64).max))
 
 
 @njit(cache=True, fastmath=False)

@@ -192,7 +192,7 @@ def _check_bound(bound) -> float:
     ok = isinstance(bound, numbers.Real | np.floating | np.integer) and not isinstance(bound, bool)
     if not ok or not float(bound) > 0:
         raise ValueError(f"bound must be a number > 0 (math.inf: only NaN/inf count as divergence); got {bound!r}")
-    return float(bound)
+    return _steppers.finite_bound(bound)
 
 
 def _check_converged(converged) -> float:
