@@ -8,10 +8,10 @@ Public API: :func:`iterate`, :func:`integrate`, solvers :class:`Euler`, :class:`
 from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.integrate import RK4, Dopri5, Euler, Tsit5, integrate, iterate
 from dynamics.saveat import SaveAt
-from dynamics.sweep import sweep
+from dynamics.sweep import SweepError, sweep
 from dynamics.trajectory import Trajectory, atomic_write, save_dataset
 
 __all__ = [
     "DivergenceError", "MaxStepsError", "Dopri5", "Euler", "RK4", "SaveAt", "Trajectory", "Tsit5", "integrate", "iterate",
-    "atomic_write", "save_dataset", "sweep",
+    "atomic_write", "save_dataset", "sweep", "SweepError",
 ]

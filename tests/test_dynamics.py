@@ -308,7 +308,7 @@ def _square(x):
 
 
 def test_sweep_in_process_keeps_order():
-    assert dynamics.sweep(_square, [3, 1, 2]) == [9, 1, 4]
+    assert dynamics.sweep(_square, [3, 1, 2], processes=1) == [9, 1, 4]
 
 
 @njit
