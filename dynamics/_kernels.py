@@ -84,7 +84,8 @@ def _importable(fn) -> bool:
 
 def _header(cache: bool) -> str:
     return ("import numpy as np\nfrom numba import njit\n"
-            "from dynamics._steppers import commit, commit_moved, first_bad, is_bad, rms_scaled, step_factor\n"
+            "from dynamics._steppers import (commit, commit_moved, fill_frozen, first_bad, is_bad, rms_scaled,\n"
+            "                               step_factor)\n"
             f"CACHE = {cache}\n")
 
 
@@ -234,14 +235,17 @@ def _stage_views(tab, src: str, indent: str) -> str:
     return "\n".join(f"{indent}k{q} = {src}[{q}]" for q in range(tab.stages))
 
 
-_MAP = '''
+_GRID = '''
 @njit(cache=CACHE, fastmath=False)
-def kernel(X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol, stop_at, flush, buf):
-    """Advance trajectories from step k_start to k_end; write saves j >= j_start with save_k[j] in [k_start,
-    k_end] into Y[i, j]. Inactive trajectories (stopped) keep their state and have their saves filled with it."""
+def kernel({args}):
+    """{doc}
+
+    Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
+    (stopped) trajectories keep their state and have their saves filled with it."""
     n_traj, n = X.shape
     n_save = save_k.shape[0]
     shared = P.shape[0] == 1
+{views}
     for i in range(n_traj):
         if status[i, 0] != 0:
             continue
@@ -252,79 +256,11 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol,
             k = k_start
             while True:
                 while j < n_save and save_k[j] == k:
-                    for m in range(n):
-                        Y[i, j, m] = x[m]
-                    j += 1
-                if k == k_end:
-                    break
-                MODEL(k, x, p, buf)
-                k += 1
-                bad = first_bad(buf, bound)
-                if bad >= 0:
-                    status[i, 0] = 1
-                    status[i, 1] = k
-                    status[i, 2] = bad
-                    break
-                if tol < 0.0:
-                    commit(x, buf, flush)
-                elif commit_moved(x, buf, flush) < tol:
-                    active[i] = False
-                    stop_at[i] = k
-                    break
-        if status[i, 0] == 0 and not active[i]:
-            while j < n_save and save_k[j] <= k_end:
-                for m in range(n):
-                    Y[i, j, m] = x[m]
-                j += 1
-        status[i, 3] = j
-'''
-
-
-def _map_source(tableau) -> str:
-    return _MAP
-
-
-def _fixed_source(tab) -> str:
-    step = "\n".join(_rk_step(tab, "t", "y", "dt", "buf", " " * 16))
-    partial = "\n".join(_rk_step(tab, "tk", "y", "hs", "out", " " * 24))
-    return f'''
-@njit(cache=CACHE, fastmath=False)
-def kernel(X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, flush,
-           K, yt, buf):
-    """{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); saves j >=
-    j_start at grid index save_k[j] plus a partial step save_h[j] (0: on the grid) from that grid point."""
-    n_traj, n = X.shape
-    n_save = save_k.shape[0]
-    shared = P.shape[0] == 1
-{_stage_views(tab, "K", "    ")}
-    for i in range(n_traj):
-        if status[i, 0] != 0:
-            continue
-        y = X[i]
-        j = j_start
-        if active[i]:
-            p = P[0] if shared else P[i]
-            k = k_start
-            while True:
-                while j < n_save and save_k[j] == k:
                     out = Y[i, j]
-                    hs = save_h[j]
-                    if hs == 0.0:
-                        for m in range(n):
-                            out[m] = y[m]
-                    else:
-                        tk = t0 + k * dt
-{partial}
-                        bad = first_bad(out, bound)
-                        if bad >= 0:
-                            status[i, 0] = 1
-                            status[i, 1] = k + 1
-                            status[i, 2] = bad
-                            break
+{save}
                     j += 1
                 if status[i, 0] != 0 or k == k_end:
                     break
-                t = t0 + k * dt
 {step}
                 k += 1
                 bad = first_bad(buf, bound)
@@ -334,18 +270,48 @@ def kernel(X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, sta
                     status[i, 2] = bad
                     break
                 if tol < 0.0:
-                    commit(y, buf, flush)
-                elif commit_moved(y, buf, flush) < tol * dt:
+                    commit(x, buf, flush)
+                elif commit_moved(x, buf, flush) < {tol}:
                     active[i] = False
-                    stop_at[i] = t0 + k * dt
+                    stop_at[i] = {stop_value}
                     break
         if status[i, 0] == 0 and not active[i]:
-            while j < n_save and save_k[j] <= k_end:
-                for m in range(n):
-                    Y[i, j, m] = y[m]
-                j += 1
+            j = fill_frozen(Y[i], j, save_k, k_end, x)
         status[i, 3] = j
 '''
+
+_COPY_SAVE = """                    for m in range(n):
+                        out[m] = x[m]"""
+
+
+def _map_source(tableau) -> str:
+    return _GRID.format(
+        args="X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol, stop_at, flush, buf",
+        doc="Advance each trajectory by the map MODEL from step k_start to k_end.", views="",
+        save=_COPY_SAVE, step="                MODEL(k, x, p, buf)", tol="tol", stop_value="k")
+
+
+def _fixed_source(tab) -> str:
+    partial = "\n".join(_rk_step(tab, "tk", "x", "hs", "out", " " * 24))
+    save = f"""                    hs = save_h[j]
+                    if hs == 0.0:
+    {_COPY_SAVE.replace(chr(10), chr(10) + "    ")}
+                    else:
+                        tk = t0 + k * dt
+{partial}
+                        bad = first_bad(out, bound)
+                        if bad >= 0:
+                            status[i, 0] = 1
+                            status[i, 1] = k + 1
+                            status[i, 2] = bad
+                            break"""
+    step = "                t = t0 + k * dt\n" + "\n".join(_rk_step(tab, "t", "x", "dt", "buf", " " * 16))
+    return _GRID.format(
+        args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, "
+             "flush, K, yt, buf",
+        doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
+            "between grid points is a partial step save_h[j] from grid point save_k[j].",
+        views=_stage_views(tab, "K", "    "), save=save, step=step, tol="tol * dt", stop_value="t0 + k * dt")
 
 
 def _adaptive_source(tab) -> str:

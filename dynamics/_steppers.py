@@ -178,6 +178,15 @@ def commit_moved(x, new, flush):
     return moved
 
 
+@njit(cache=True, fastmath=False)
+def fill_frozen(Yi, j, save_k, k_end, x):
+    """Write the frozen state ``x`` into the saves ``Yi[j:]`` due at or before step ``k_end``; return the next j."""
+    while j < save_k.shape[0] and save_k[j] <= k_end:
+        Yi[j, :] = x
+        j += 1
+    return j
+
+
 def finite_bound(bound: float) -> float:
     """The bound the kernels compare with: at most the largest float64, so ``|x| <= bound`` also rejects inf."""
     return min(float(bound), float(np.finfo(np.float64).max))

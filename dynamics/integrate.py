@@ -114,13 +114,18 @@ class Tsit5(_Adaptive):
 _SOLVERS = (Euler, RK4, Dopri5, Tsit5)
 
 
-def _prepare_state(state0) -> np.ndarray:
-    if np.iscomplexobj(state0):
-        raise ValueError("state0 must be real; got a complex array")
+def _real_array(name: str, value, shapes: str) -> np.ndarray:
+    """``value`` as a float64 array; complex or non-numeric input raises ``ValueError`` naming ``name``."""
+    if np.iscomplexobj(value):
+        raise ValueError(f"{name} must be real; got a complex array")
     try:
-        arr = np.array(state0, dtype=np.float64)
+        return np.array(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError("state0 must be a real array of shape (n_traj, n_state)") from exc
+        raise ValueError(f"{name} must be a real array of shape {shapes}") from exc
+
+
+def _prepare_state(state0) -> np.ndarray:
+    arr = _real_array("state0", state0, "(n_traj, n_state)")
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2:
@@ -135,12 +140,7 @@ def _prepare_params(params, n_traj: int) -> np.ndarray:
     """Parameter rows: (1, n_params) shared or (n_traj, n_params); see :func:`_broadcast_batch`."""
     if params is None:
         params = np.zeros(1)
-    if np.iscomplexobj(params):
-        raise ValueError("params must be real; got a complex array")
-    try:
-        arr = np.array(params, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError("params must be a real array of shape (n_params,) or (n_traj, n_params)") from exc
+    arr = _real_array("params", params, "(n_params,) or (n_traj, n_params)")
     if arr.ndim == 0:
         arr = arr[None]
     if arr.ndim == 1:
