@@ -339,7 +339,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     n_traj, n_state = X.shape
     names = _names(names, n_state)
     save_steps = saveat.resolve_steps(n_steps)
-    kernel = _kernels.get_kernel("map", step)
+    kernel = _kernels.get_kernel("map", step, n_state=n_state)
     Y = np.empty((n_traj, save_steps.size, n_state))
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
@@ -425,7 +425,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     dt = float(solver.dt)
     save_k, save_h = _steppers.fixed_grid_saves(save_times, t0, dt)
     k_last = int(save_k[-1])
-    kernel = _kernels.get_kernel("fixed", rhs, solver.tableau)
+    kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state)
     Y = np.empty((n_traj, save_times.size, n_state))
     steps = save_k + (save_h > 0)
     active = np.ones(n_traj, dtype=np.bool_)
