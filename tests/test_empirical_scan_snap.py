@@ -160,6 +160,41 @@ def test_sampler_follows_the_class_law():
     assert_mc_close(p_hat, math.sqrt(0.25 / 4000), 0.5, what="class frequency")
 
 
+def test_count_sampler_has_the_multinomial_law():
+    """Counts drawn directly (ScanSnapTorch.sample) have the law of T - 1 i.i.d. tokens: Multinomial(T - 1, P(.|n)).
+
+    Independent reference: the multinomial moments E[N_l] = (T-1) P_l, Cov[N_l, N_l'] = (T-1) (P_l 1[l = l'] - P_l P_l')
+    (not computed by the sampler). Each covariance entry is estimated by the mean of (N_l - E N_l)(N_l' - E N_l') with
+    the exact means, so it is unbiased and its SE is the sample std / sqrt(n). Wrong law rejected by the same test:
+    independent Binomial(T - 1, P_l) counts per token (right means, no negative covariance).
+    """
+    classes = _small_classes()
+    T, n = 9, 30_000
+    model = ssm.ScanSnapTorch(classes=classes, T=T)
+    b = model.sample(stream_generators([11], CPU)["data"], n, device=CPU, dtype=F64)
+    cls, cnt = b["cls"][0].long().numpy(), b["counts"][0].numpy()[:, :classes.Lc]
+    rng = np.random.default_rng(3)
+    for k in range(classes.K):
+        x = cnt[cls == k]
+        p = classes.P[k]
+        mean, cov = (T - 1) * p, (T - 1) * (np.diag(p) - np.outer(p, p))
+        m, se = mean_and_se(x)
+        ok = p > 0
+        assert_mc_close(m[ok], se[ok], mean[ok], what=f"mean counts of class {k}")
+        prod = (x - mean)[:, :, None] * (x - mean)[:, None, :]
+        c_hat, c_se = mean_and_se(prod.reshape(len(x), -1))
+        sel = np.outer(ok, ok).ravel()
+        assert_mc_close(c_hat[sel], c_se[sel], cov.ravel()[sel], what=f"count covariance of class {k}")
+        wrong = rng.binomial(T - 1, p, size=x.shape).astype(float)  # independent binomials: wrong joint law
+        wp = (wrong - mean)[:, :, None] * (wrong - mean)[:, None, :]
+        w_hat, w_se = mean_and_se(wp.reshape(len(x), -1))
+        assert_mc_rejects(w_hat[sel], w_se[sel], cov.ravel()[sel], what="independent binomial counts")
+    # Per-seed reproducibility: a seed's data do not depend on the other seeds of the batch.
+    one = model.sample(stream_generators([11], CPU)["data"], 64, device=CPU, dtype=F64)
+    two = model.sample(stream_generators([4, 11], CPU)["data"], 64, device=CPU, dtype=F64)
+    assert torch.equal(one["counts"][0], two["counts"][1]) and torch.equal(one["cls"][0], two["cls"][1])
+
+
 @pytest.fixture(scope="module")
 def syn_small_run():
     classes = cf.SequenceClasses.syn_small()

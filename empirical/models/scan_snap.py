@@ -246,17 +246,36 @@ class ScanSnapTorch:
 
         Returns ``cls`` (S, n) and ``counts`` (S, n, V), the token counts of each context (all the model needs,
         :func:`yz_logits`); both float (trainer rule), exact integers.
+
+        The counts are drawn directly, not the tokens. This is exact in law: given the class n, the T - 1 contextual
+        tokens are i.i.d. categorical P(.|n), so their count vector is by definition Multinomial(T - 1, P(.|n)), and
+        the model sees the context only through that vector (no positional encoding, Assumption 1a; the loss and its
+        gradient are functions of (class, counts), :func:`yz_logits`). Drawing (class, counts) from their joint law
+        therefore gives the same law of every loss, gradient and training run as drawing the tokens. The multinomial
+        runs over supp(n) only (numpy's conditional-binomial sampler, cost ~ |supp(n)| per sequence instead of
+        T - 1 draws plus a scatter), which is what makes it cheap (``benchmarks/bench_scan_snap_torch.py``).
+
+        Reproducibility: each seed's numpy stream is keyed by two 62-bit integers drawn from that seed's torch
+        generator, so a seed's data depend only on its own generator state (bitwise identical across batch sizes
+        and across a checkpoint resume, which restores the generator state of the block).
         """
         c = self.classes
-        P = torch.tensor(np.array(c.P), device=device, dtype=torch.float64)
-        pi = torch.tensor(np.array(c.pi), device=device, dtype=torch.float64)
+        P = np.asarray(c.P, dtype=np.float64)
+        pi = np.asarray(c.pi, dtype=np.float64)
+        supports = [np.flatnonzero(P[k] > 0) for k in range(c.K)]
+        p_supp = [P[k, s] / P[k, s].sum() for k, s in enumerate(supports)]
 
         def draw(g):
-            cls = torch.multinomial(pi, n, replacement=True, generator=g)
-            ctx = torch.multinomial(P[cls], self.T - 1, replacement=True, generator=g)
-            counts = torch.zeros(n, self.V, device=device, dtype=dtype)
-            counts.scatter_add_(1, ctx, torch.ones(ctx.shape, device=device, dtype=dtype))
-            return {"cls": cls.to(dtype), "counts": counts}
+            key = torch.randint(0, 2 ** 62, (2,), generator=g, device=g.device).tolist()
+            rng = np.random.default_rng(key)
+            cls = rng.choice(c.K, size=n, p=pi)
+            counts = np.zeros((n, self.V))
+            for k in range(c.K):
+                rows = np.flatnonzero(cls == k)
+                if rows.size:
+                    counts[np.ix_(rows, supports[k])] = rng.multinomial(self.T - 1, p_supp[k], size=rows.size)
+            return {"cls": torch.as_tensor(cls, device=device, dtype=dtype),
+                    "counts": torch.as_tensor(counts, device=device, dtype=dtype)}
 
         return per_seed(generators, draw)
 
