@@ -339,3 +339,28 @@ def test_text_corpus_and_transformer(tmp_path):
     loss = tr.heldout_loss.values
     assert np.all(loss[:, -1] < loss[:, 0] - 0.5), "the language model learns (held-out loss falls)"
     assert np.all(np.isfinite(tr.entropy.values))
+
+
+def test_text_transformer_clipping_equals_clip_grad_norm():
+    """The clipped loss's gradient equals torch.nn.utils.clip_grad_norm_(max_norm) applied to each seed's own
+    gradient (the independent reference: torch's clipping on a single-seed copy of the parameters); a seed whose
+    gradient norm is below the threshold is left unchanged."""
+    corpus = load_corpus(vocab_size=100, max_tokens=3000)
+    x = torch.tensor(corpus.chunks("train", bptt=10)[:40])
+    kw = dict(train_chunks=x, heldout=x[:4], vocab_size=corpus.vocab_size, d_model=8, d_ff=8)
+    clipped, plain = ssm.TextTransformer(**kw, clip=2.0), ssm.TextTransformer(**kw, clip=None)
+    gens = stream_generators([0, 1], CPU)
+    p0 = plain.init_params(gens["init"], device=CPU, dtype=F64)
+    p0["W_dec"] = p0["W_dec"] * torch.tensor([30.0, 1e-3], dtype=F64)[:, None, None]  # seed 0: large grad; 1: small
+    batch = {"tokens": x[None, :20].expand(2, -1, -1).to(F64)}
+    p = {k: v.clone().requires_grad_() for k, v in p0.items()}
+    clipped.loss(p, batch, {}).sum().backward()
+    for s in range(2):
+        q = {k: v[s:s + 1].clone().requires_grad_() for k, v in p0.items()}
+        plain.loss(q, {"tokens": batch["tokens"][s:s + 1]}, {}).sum().backward()
+        norm = torch.nn.utils.clip_grad_norm_(list(q.values()), max_norm=2.0)
+        assert (norm > 2.0) == (s == 0), f"seed 0 must be clipped, seed 1 not (test design); norm {float(norm)}"
+        for k in q:  # rounding only: one extra multiplication and summation order
+            torch.testing.assert_close(p[k].grad[s:s + 1], q[k].grad, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="clip"):
+        ssm.TextTransformer(**kw, clip=0.0)
