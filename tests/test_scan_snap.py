@@ -542,3 +542,38 @@ def test_batched_learning_rates_equal_per_configuration_calls():
         ss.population_map(task, 5, momentum=np.array([0.5, 1.0]))
     with pytest.raises(ValueError, match="eta_Y"):
         ss.population_map(task, 5, eta_Y=np.array([1.0, -1.0]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Theorem 3 bounds (Eq. 12) against hand values and a brute-force integration of the drive dz_l/dt = f_l^2 D
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_theorem3_bounds_hand_values_and_brute_force():
+    # Hand values: f_{nl0}(0) = 0.6, B = 0.5 -> lower exp(2 * 0.36 * 0.5) = exp(0.36) = 1.4333294145603401,
+    # upper exp(2 * 0.5) = e = 2.718281828459045 (math.exp by hand, not the function under test).
+    lo, hi = ss.theorem3_bounds(0.6, 0.5)
+    assert abs(lo - 1.4333294145603401) < 1e-15 and abs(hi - 2.718281828459045) < 1e-15
+    lo1, hi1 = ss.theorem3_bounds(1.0, np.array([0.0, 2.0]))  # f = 1: both bounds are exp(2B) (and 1 at B = 0)
+    np.testing.assert_allclose(lo1, [1.0, np.exp(4.0)], rtol=1e-15)
+    np.testing.assert_allclose(hi1, lo1, rtol=0)
+    # Brute force (spec Sec. 3.3): one class, distinct tokens with c~(0) = P = (0.5, 0.3) and a common token (0.2)
+    # whose logit falls; the distinct tokens follow dz_l/dt = f_l^2 D with D = 1 (so B(t) = t), integrated by scipy.
+    P = np.array([0.5, 0.3, 0.2])
+
+    def rhs(t, z):
+        c = P * np.exp(z)
+        f = c / np.linalg.norm(c)
+        return np.array([f[0] ** 2, f[1] ** 2, -f[2] ** 2])
+
+    t = np.linspace(0.0, 10.0, 201)
+    sol = scipy.integrate.solve_ivp(rhs, (0.0, 10.0), np.zeros(3), t_eval=t, rtol=1e-12, atol=1e-14)
+    chi = np.exp(2.0 * sol.y[0])  # growth factor of the dominant token l0 = 0
+    f0 = P[0] / np.linalg.norm(P)
+    lo, hi = ss.theorem3_bounds(f0, t)
+    slack = 1e-9  # solve_ivp at rtol 1e-12 over t <= 10: relative error of chi far below 1e-9
+    assert np.all(lo <= chi * (1 + slack)) and np.all(chi <= hi * (1 + slack))
+    # the lower bound is tight at t -> 0 (chi'(0) = 2 f0^2 D), the upper one as f_{l0} -> 1: each mutant of the
+    # exponents (f for f^2, B for 2B) crosses chi somewhere on this grid
+    assert abs((chi[1] - 1) / (lo[1] - 1) - 1) < 0.05
+    assert np.any(np.exp(2.0 * f0 * t) > chi * (1 + 1e-6)) and np.any(np.exp(t) < chi * (1 - 1e-6))
