@@ -19,6 +19,8 @@ Every torch run goes through the shared trainer (:mod:`empirical.train`) and eve
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 import xarray as xr
@@ -36,7 +38,7 @@ from figures._style import (
     plot_seed_band,
     plot_theory,
 )
-from figures.registry import CheckResult, compare_rows, gap_rows, register
+from figures.registry import CheckResult, compare_rows, register
 
 SNAPSHOTS = (0, 2, 4, 6, 8, 10)
 """Iterations shown in Fig. 4/5 (plus the last, 48, spec Sec. 5.2)."""
@@ -349,8 +351,6 @@ def _medium_runs(cfg) -> xr.Dataset:
     recipe, draws d = 0..n_draws-1; one engine call per panel over all learning rates and draws). Memoised per
     configuration, so Figs. 6, 11 and 12 built in one process share the runs.
     """
-    import json
-
     key = (cfg.seed, str(cfg.device), json.dumps(dict(cfg.params), sort_keys=True))
     if key in _MEDIUM_CACHE:
         return _MEDIUM_CACHE[key]

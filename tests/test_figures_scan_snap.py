@@ -83,6 +83,24 @@ def test_fig6_map_column_recomputed(built):
         < 1e-12
 
 
+def test_fig6_step0_recall_uses_the_trainers_initial_state(built):
+    """recall0 is computed from init_params on the seeds' init streams: the trainer's step-0 entropy (its own probe)
+    must equal the entropy of that Z (so the step-0 baseline of Figs. 11/12 is the runs' real start)."""
+    import torch
+
+    from empirical.models import scan_snap as ssm
+    from empirical.seeding import stream_generators
+
+    res = built["scan_snap.fig6"][0]
+    ds, p = res.dataset, res.config.params
+    classes = cf.SequenceClasses.syn_medium(1)
+    model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
+    Z0 = model.init_params(stream_generators(tuple(range(int(p["n_seeds"]))), torch.device("cpu"))["init"],
+                           device="cpu", dtype=torch.float64)["Z"]
+    H = np.nanmean(cf.distinct_entropy(classes, ssm.reduced_blocks(classes, Z0, Z0)[1]), axis=-1)
+    np.testing.assert_allclose(ds.H0_sgd.sel(num_last=1).isel(eta_Z=0, ratio=0).values, H, rtol=0, atol=1e-14)
+
+
 def test_fig10_attention_rows_sum_to_one(built):
     ds = built["scan_snap.fig10"][0].dataset
     a = ds.attn_map.values  # (step, query, key) for the first map_rows queries/keys of a causal map
