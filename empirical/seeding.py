@@ -29,7 +29,7 @@ receives a :class:`BlockRNG`: one small-state generator per seed, started from a
   numpy does when seeding SFC64;
 * standard normals come from a 256-layer ziggurat (Marsaglia & Tsang 2000, with the independent index/sign/mantissa
   bits of Doornik 2005 and numpy), exact in float64: 8 bits pick the layer, 1 bit the sign, 53 bits the abscissa;
-  the tail beyond r = 3.654 uses Marsaglia's exact exponential method. ~1.6 ns a normal, float64 throughout.
+  the tail beyond r = 3.654 uses Marsaglia's exact exponential method. ~1.5 ns a normal, float64 throughout.
 * integers in ``[0, high)`` use Lemire's multiply-shift with rejection (unbiased); uniforms are 53-bit doubles.
 
 What is reproducible: the numbers seed ``s`` draws from block ``b`` depend only on ``(s, stream, b)`` and on the
@@ -136,6 +136,9 @@ def _ziggurat_tables() -> tuple[np.ndarray, np.ndarray]:
 
 _ZIG_X, _ZIG_F = _ziggurat_tables()
 _U53 = 1.0 / 9007199254740992.0  # 2**-53: a 53-bit integer times this is a uniform double in [0, 1)
+# Fast-path bound of the 53-bit abscissa integer m: m < K[i] implies z = m 2^-53 X[i] < X[i+1] (K is shrunk by
+# 2e-16 relative so that float64 rounding of the ratio never admits a point outside); the exact test decides the rest.
+_ZIG_K = np.floor(_ZIG_X[1:] / _ZIG_X[:-1] * 2.0 ** 53 * (1 - 2e-16)).astype(np.uint64)
 _MASK64 = (1 << 64) - 1
 
 
@@ -165,8 +168,13 @@ def _sfc_start(keys, block):
 
 
 @njit(cache=True)
-def _fill_normal(st, out, X, F):
-    """Standard normals into ``out`` (S, n) float64, row s from seed s's state (ziggurat, see the module notes)."""
+def _fill_normal(st, out, X, F, K):
+    """Standard normals into ``out`` (S, n) float64, row s from seed s's state (ziggurat, see the module notes).
+
+    One 64-bit output gives the layer i (8 bits), the sign (1 bit) and the abscissa m (53 bits): z = m 2^-53 X[i].
+    Fast path m < K[i] (z inside the layer's inner rectangle), else the exact tests: inner rectangle, tail (layer
+    0), wedge.
+    """
     S, n = out.shape
     for s in range(S):
         a, b, c, ctr = st[s, 0], st[s, 1], st[s, 2], st[s, 3]
@@ -174,8 +182,9 @@ def _fill_normal(st, out, X, F):
         while j < n:
             u, a, b, c, ctr = _sfc(a, b, c, ctr)
             i = np.int64(u & uint64(0xFF))
-            z = np.float64(u >> uint64(11)) * _U53 * X[i]
-            if z >= X[i + 1]:  # outside the layer's inner rectangle: tail (layer 0) or wedge test
+            m = u >> uint64(11)
+            z = np.float64(m) * _U53 * X[i]
+            if m >= K[i] and z >= X[i + 1]:  # outside the inner rectangle: tail (layer 0) or wedge test
                 if i == 0:
                     while True:  # Marsaglia's tail: r + E1/r with 2 E2 > (E1/r)^2, E1, E2 ~ Exp(1)
                         u1, a, b, c, ctr = _sfc(a, b, c, ctr)
@@ -192,51 +201,6 @@ def _fill_normal(st, out, X, F):
             out[s, j] = -z if (u >> uint64(8)) & uint64(1) else z
             j += 1
         st[s, 0], st[s, 1], st[s, 2], st[s, 3] = a, b, c, ctr
-
-
-@njit(cache=True, inline="always")
-def _word32(a, b, c, ctr, buf, have):
-    """Next 32 random bits: the high half of the buffered 64-bit output if any, else a fresh output's low half.
-
-    Returns ``(word, a, b, c, ctr, buf, have)``.
-    """
-    if have:
-        return buf >> uint64(32), a, b, c, ctr, buf, False
-    u, a, b, c, ctr = _sfc(a, b, c, ctr)
-    return u & uint64(0xFFFFFFFF), a, b, c, ctr, u, True
-
-
-@njit(cache=True)
-def _fill_normal32(st, out, X, F):
-    """Standard normals from 32 random bits each into ``out`` (S, n) float64: the ziggurat of :func:`_fill_normal`
-    with 8 bits for the layer, 1 for the sign and 23 for the abscissa (two normals per SFC64 output)."""
-    S, n = out.shape
-    u23 = 1.0 / 8388608.0  # 2**-23
-    for s in range(S):
-        a, b, c, ctr = st[s, 0], st[s, 1], st[s, 2], st[s, 3]
-        buf, have = uint64(0), False
-        j = 0
-        while j < n:
-            w, a, b, c, ctr, buf, have = _word32(a, b, c, ctr, buf, have)
-            i = np.int64(w & uint64(0xFF))
-            z = np.float64(w >> uint64(9)) * u23 * X[i]
-            if z >= X[i + 1]:
-                if i == 0:
-                    while True:
-                        w1, a, b, c, ctr, buf, have = _word32(a, b, c, ctr, buf, have)
-                        w2, a, b, c, ctr, buf, have = _word32(a, b, c, ctr, buf, have)
-                        e1 = -math.log((np.float64(w1 >> uint64(9)) + 1.0) * u23) / X[1]
-                        e2 = -math.log((np.float64(w2 >> uint64(9)) + 1.0) * u23)
-                        if e2 + e2 > e1 * e1:
-                            break
-                    z = X[1] + e1
-                else:
-                    w2, a, b, c, ctr, buf, have = _word32(a, b, c, ctr, buf, have)
-                    if F[i] + np.float64(w2 >> uint64(9)) * u23 * (F[i + 1] - F[i]) >= math.exp(-0.5 * z * z):
-                        continue
-            out[s, j] = -z if (w >> uint64(8)) & uint64(1) else z
-            j += 1
-        st[s, 0], st[s, 1], st[s, 2], st[s, 3] = a, b, c, ctr  # an unused buffered half is dropped
 
 
 @njit(cache=True)
@@ -284,10 +248,10 @@ class BlockRNG:
     device : torch.device
         Where the returned tensors live (the draws are made on the CPU).
     pool : list, optional
-        Reusable output buffers: the ``k``-th draw of this object writes into ``pool[k]`` when its shape and dtype
-        match (else a new array is stored there). The trainer passes one pool for all its online data blocks, so a
-        block's memory is recycled instead of page-faulted afresh; tensors of an earlier block drawn with the same
-        pool are then overwritten (the trainer no longer holds them).
+        Reusable output buffers: the ``k``-th draw since construction or the last :meth:`reuse` writes into
+        ``pool[k]`` when its shape and dtype match (else a new array is stored there). The trainer draws each online
+        step into one pool, so the batch memory stays hot in cache instead of being page-faulted afresh; tensors of
+        an earlier step drawn into the same pool are then overwritten (the trainer no longer holds them).
     """
 
     def __init__(self, keys: np.ndarray, block: int, device: torch.device, pool: list | None = None):
@@ -300,6 +264,10 @@ class BlockRNG:
         self.device = torch.device(device)
         self._state = _sfc_start(keys, np.uint64(block))
         self._pool = pool
+        self._calls = 0
+
+    def reuse(self) -> None:
+        """Start writing into the pool's first buffer again (the next draws overwrite the previous ones)."""
         self._calls = 0
 
     def _shape(self, shape) -> tuple[int, ...]:
@@ -326,18 +294,10 @@ class BlockRNG:
         t = torch.from_numpy(arr)
         return t.to(device=self.device, dtype=dtype) if dtype is not None or self.device.type != "cpu" else t
 
-    def normal(self, shape, *, dtype: torch.dtype = torch.float64, bits: int = 64) -> torch.Tensor:
-        """Standard normals, tensor ``(S, *shape)`` (computed in float64, cast to ``dtype``).
-
-        ``bits=64``: one SFC64 output per normal, 53-bit abscissa (full float64 resolution). ``bits=32``: two normals
-        per output, 23-bit abscissa, i.e. the normal law discretised on a grid of step <= 2**-23 * 3.9 = 4.6e-7
-        (about float32 resolution), ~1.7x faster; any smooth statistic moves by O(1e-7) relative, far below Monte
-        Carlo resolution. Either way the values are float64 numbers and all arithmetic on them stays float64.
-        """
-        if bits not in (32, 64):
-            raise ValueError(f"bits must be 32 or 64; got {bits!r}")
+    def normal(self, shape, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Standard normals, tensor ``(S, *shape)`` (float64, 53-bit abscissa; cast to ``dtype``)."""
         full, flat = self._out(self._shape(shape), np.float64)
-        (_fill_normal if bits == 64 else _fill_normal32)(self._state, flat, _ZIG_X, _ZIG_F)
+        _fill_normal(self._state, flat, _ZIG_X, _ZIG_F, _ZIG_K)
         return self._tensor(full, None if dtype == torch.float64 else dtype)
 
     def uniform(self, shape, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -49,9 +49,11 @@ Optional:
     The same law as ``sample``, drawn from ``rng``, an :class:`empirical.seeding.BlockRNG` that draws for all seeds
     in one call (``rng.normal(shape)``, ``rng.integers(high, shape)``, ``rng.uniform(shape)``, each ``(S, *shape)``).
     If present, the trainer uses it instead of ``sample`` for the training data, the fixed dataset and the evaluation
-    batch: the ``data`` stream's block ``b`` feeds online block ``b`` (block 0 = the fixed dataset), block 0 of ``eval``
-    the evaluation batch. Seed ``s`` still draws exactly the numbers of its single-seed run (the state of each seed
-    depends only on ``(seed, stream, block)``), and a resumed run re-draws its block from the block index.
+    batch: online, block ``b`` (steps ``[b refill, (b + 1) refill)``) starts a generator keyed by ``(seed, "data",
+    b)`` and each step draws its ``batch_size`` samples from it in turn (a contiguous batch, recycled buffers); the
+    fixed dataset is block 0 of ``data``, the evaluation batch block 0 of ``eval``. Seed ``s`` still draws exactly the
+    numbers of its single-seed run (each seed's state depends only on ``(seed, stream, block)`` and its own draws),
+    and a resumed run replays the draws of its block from the block's start.
 ``sphere_params: tuple[str, ...]``
     Parameters whose last axis lives on the unit sphere. Before each optimiser step their gradient is projected on
     the tangent space, ``g <- g - (g.w) w``, and after it they are renormalised, ``w <- w / |w|`` (projected SGD of
@@ -78,8 +80,9 @@ of iterate ``n`` and the evaluation metrics of iterate ``n`` at the hyper-parame
 Data
 ----
 Online (``config.dataset_size is None``): fresh samples every step. The ``data`` stream of each seed is consumed in
-blocks of ``config.refill`` steps (``refill * batch_size`` samples per draw), aligned to absolute steps, so the
-stream depends on ``(seed, refill, batch_size)`` only: a shorter run is a prefix of a longer one. Fixed dataset
+blocks of ``config.refill`` steps (``refill * batch_size`` samples per draw with ``sample``; one draw per step from
+the block's counter-keyed generator with ``draw``), aligned to absolute steps, so the stream depends on
+``(seed, refill, batch_size)`` only: a shorter run is a prefix of a longer one. Fixed dataset
 (``dataset_size = N``): ``N`` samples per seed drawn once from ``data``; full-batch gradient descent when
 ``batch_size == N``, else minibatches of consecutive slices of a per-epoch permutation from ``sgd``
 (``N // batch_size`` steps per epoch; the remainder of each permutation is dropped). The evaluation batch
@@ -520,7 +523,8 @@ class _Run:
         if n is None:
             self.dataset, self.block_len = None, config.refill
             self.block_gens = [] if self.draw is not None else self.gens["data"]  # counter streams keep no state
-            self.block_pool: list = []  # buffers recycled from one online data block to the next (BlockRNG pool)
+            self.block_pool: list = []  # buffers recycled from one online step to the next (BlockRNG pool)
+            self.block_rng, self.block_pos = None, 0  # counter streams: the block's generator, steps drawn from it
         else:
             self.dataset = self._sample("data", n)
             self.block_len, self.block_gens = (n // B, self.gens["sgd"]) if n != B else (1, [])
@@ -574,13 +578,12 @@ class _Run:
             opt = torch.optim.Adam(groups, lr=lr0, betas=c.betas, eps=c.adam_eps)
         return opt, [scales.get(name, 1.0) for name in self.params]
 
-    def _sample(self, stream: str, n: int, block: int = 0, pool: list | None = None) -> Tensors:
-        """``n`` samples per seed from ``stream``: block ``block`` of the counter streams (model ``draw``, writing
-        into ``pool`` if given), else the seeds' torch generators of that stream (model ``sample``; ``block`` is then
-        implied by their state)."""
+    def _sample(self, stream: str, n: int, rng: BlockRNG | None = None) -> Tensors:
+        """``n`` samples per seed from ``stream``: from ``rng`` or block 0 of the counter streams (model ``draw``),
+        else from the seeds' torch generators of that stream (model ``sample``)."""
         if self.draw is not None:
-            batch = self.draw(BlockRNG(self.keys[stream], block, self.device, pool), n, device=self.device,
-                              dtype=self.dtype)
+            rng = BlockRNG(self.keys[stream], 0, self.device) if rng is None else rng
+            batch = self.draw(rng, n, device=self.device, dtype=self.dtype)
         else:
             batch = self.model.sample(self.gens[stream], n, device=self.device, dtype=self.dtype)
         if not isinstance(batch, Mapping) or not batch:
@@ -599,8 +602,7 @@ class _Run:
         self.block_states = [g.get_state() for g in self.block_gens]
         c = self.config
         if self.dataset is None:
-            self.block = None  # release the previous block before its buffers are overwritten
-            self.block = self._sample("data", c.refill * c.batch_size, index, self.block_pool)
+            self.block = self._sample("data", c.refill * c.batch_size)
         elif self.block_gens:
             self.block = torch.stack([torch.randperm(c.dataset_size, generator=g, device=self.device)
                                       for g in self.block_gens])
@@ -610,6 +612,19 @@ class _Run:
 
     def _batch(self, step: int) -> Tensors:
         index, j = divmod(step, self.block_len)
+        if self.dataset is None and self.draw is not None:
+            # Counter streams: block `index` starts a generator keyed by (seed, "data", index); step j of the block is
+            # its j-th draw of batch_size samples (a contiguous batch, written into recycled buffers). A resumed run
+            # replays the draws of the block's earlier steps.
+            if index != self.block_index or j < self.block_pos:
+                self.block_rng = BlockRNG(self.keys["data"], index, self.device, self.block_pool)
+                self.block_index, self.block_pos = index, 0
+            while True:
+                self.block_rng.reuse()  # each step overwrites the previous step's buffers
+                batch = self._sample("data", self.config.batch_size, self.block_rng)
+                self.block_pos += 1
+                if self.block_pos > j:
+                    return batch
         if index != self.block_index:
             self._draw_block(index)
         B = self.config.batch_size
@@ -693,7 +708,7 @@ class _Run:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.step = int(ckpt["step"])
         block = ckpt["block"]
-        if block["index"] >= 0:
+        if block["index"] >= 0 and not (self.dataset is None and self.draw is not None):  # counter: re-drawn lazily
             for g, state in zip(self.block_gens, block["states"]):
                 g.set_state(state)
             self._draw_block(int(block["index"]))

@@ -176,7 +176,7 @@ def test_one_sgd_update_equals_spec_formula_in_numpy():
         _, final = train(model, cfg, device=CPU, return_params=True)
         gens = stream_generators(cfg.seeds, CPU)
         k0 = model.init_params(gens["init"], device=CPU, dtype=F64)
-        batch = model.draw(BlockRNG(stream_keys(cfg.seeds, "data"), 0, CPU), cfg.refill * B, device=CPU, dtype=F64)
+        batch = model.draw(BlockRNG(stream_keys(cfg.seeds, "data"), 0, CPU), B, device=CPU, dtype=F64)  # step 0
     for s in range(2):
         k, v = k0["k"][s].numpy(), k0["v"][s].numpy()
         X, y = batch["X"][s, :B].numpy(), batch["y"][s, :B].numpy()
