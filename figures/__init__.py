@@ -2,17 +2,22 @@
 
 Each figure of the papers is a registered pair ``data(cfg) -> xarray.Dataset`` (cached under ``results/``) and a pure
 ``plot(ds) -> Figure``, declared in ``figures/<model>.py`` with :func:`register`; see :mod:`figures.registry` for the
-contract and a worked example, :mod:`figures._style` for the shared look, :mod:`figures.report` for the HTML report.
+contract and a worked example, :mod:`figures._style` for the shared look (and the layout helpers ``panel_grid``,
+``add_colorbar``, ``plot_heatmap``), :mod:`figures.report` for the HTML report and ``summary.json``. Verdicts use the
+calibrated test of :func:`dynamics.compare` through :func:`compare_rows`.
 
 Command line: ``python -m figures list``, ``python -m figures make NAME... [--preset quick|paper] [--device ...]``,
-``python -m figures report [--preset ...] [--out DIR]``.
+``python -m figures report [--preset ...] [--out DIR] [--jobs N]``.
 """
 
 from figures._style import (
     TOL_BRIGHT,
+    add_colorbar,
     band_over_seeds,
     new_figure,
+    panel_grid,
     plot_empirical_band,
+    plot_heatmap,
     plot_reduced,
     plot_theory,
     save_figure,
@@ -24,10 +29,12 @@ from figures.registry import (
     REGISTRY,
     BuildResult,
     CheckResult,
+    Explanation,
     FigureSpec,
     GapRow,
     Registry,
     build,
+    compare_rows,
     discover,
     gap_rows,
     make,
@@ -37,8 +44,8 @@ from figures.registry import (
 from figures.report import build_report
 
 __all__ = [
-    "DEVICES", "MODELS", "PRESETS", "REGISTRY", "TOL_BRIGHT", "BuildResult", "CheckResult", "FigureSpec", "GapRow",
-    "Registry", "RunConfig", "band_over_seeds", "build", "build_report", "discover", "gap_rows", "make",
-    "new_figure", "plot_empirical_band", "plot_reduced", "plot_theory", "register", "render", "save_figure",
-    "style_context",
+    "DEVICES", "MODELS", "PRESETS", "REGISTRY", "TOL_BRIGHT", "BuildResult", "CheckResult", "Explanation",
+    "FigureSpec", "GapRow", "Registry", "RunConfig", "add_colorbar", "band_over_seeds", "build", "build_report",
+    "compare_rows", "discover", "gap_rows", "make", "new_figure", "panel_grid", "plot_empirical_band",
+    "plot_heatmap", "plot_reduced", "plot_theory", "register", "render", "save_figure", "style_context",
 ]

@@ -250,7 +250,7 @@ def plot_heatmap(ax, z, *, x=None, y=None, label: str, cmap: str | None = None, 
     """Draw ``z`` (rows along y, columns along x) as a heat map with its colour bar; returns ``(mesh, colorbar)``.
 
     ``x``/``y`` are the column/row coordinates (cell centres or edges, as ``pcolormesh`` accepts); default the
-    indices. ``label`` names the coloured quantity on the colour bar.
+    indices. ``label`` names the coloured quantity on the colour bar. Grid lines are switched off on ``ax``.
     """
     z = np.asarray(z, dtype=np.float64)
     if z.ndim != 2:
@@ -258,28 +258,36 @@ def plot_heatmap(ax, z, *, x=None, y=None, label: str, cmap: str | None = None, 
     x = np.arange(z.shape[1]) if x is None else np.asarray(x)
     y = np.arange(z.shape[0]) if y is None else np.asarray(y)
     mesh = ax.pcolormesh(x, y, z, cmap=cmap, shading=kwargs.pop("shading", "auto"), **kwargs)
+    ax.grid(False)  # the style's grid lines would cross the cells
     return mesh, add_colorbar(ax, mesh, label=label)
 
 
 def layout_problems(fig: Figure) -> list[str]:
     """What breaks the report's layout rules in ``fig``: a heat map (image, mesh or filled contour) without a colour
-    bar, or more than :data:`MAX_PANELS_PER_ROW` panels in a row (colour-bar axes not counted). Empty if none."""
+    bar (its own, or a shared one drawn for the same colour map and limits), or more than :data:`MAX_PANELS_PER_ROW`
+    panels in a row (colour-bar axes not counted). Empty if none."""
     from matplotlib.collections import QuadMesh
     from matplotlib.contour import ContourSet
     from matplotlib.image import AxesImage
 
+    def scale(artist):  # what a colour bar shows: the colour map and its limits
+        norm = artist.norm
+        return (artist.get_cmap().name, type(norm).__name__, norm.vmin, norm.vmax)
+
     problems = []
-    cbar_axes = set()
+    cbar_axes, shown = set(), set()
     for ax in fig.axes:
         for artist in list(ax.images) + list(ax.collections):
             cb = getattr(artist, "colorbar", None)
             if cb is not None:
                 cbar_axes.add(cb.ax)
+                shown.add(scale(artist))
     panels = [ax for ax in fig.axes if ax not in cbar_axes and ax.get_visible()]
     for ax in panels:
         for artist in list(ax.images) + list(ax.collections):
             heat = isinstance(artist, AxesImage | QuadMesh) or (isinstance(artist, ContourSet) and artist.filled)
-            if heat and getattr(artist, "colorbar", None) is None:
+            # covered by its own colour bar or by a shared one with the same colour map and limits
+            if heat and getattr(artist, "colorbar", None) is None and scale(artist) not in shown:
                 title = ax.get_title() or f"panel {panels.index(ax) + 1}"
                 problems.append(f"heat map without a colour bar in {title!r}")
                 break

@@ -149,6 +149,26 @@ def _sidecar_problem(sidecar) -> str:
     return ""
 
 
+def previous_runtime(root: str | os.PathLike, figure: str, preset: str) -> float | None:
+    """The runtime of the most recent cache entry of ``figure`` at ``preset`` under ``root`` (any code version or
+    seed), from the sidecars; ``None`` if there is none. Used to schedule long figures first; never trusted for data.
+    """
+    best: tuple[str, float] | None = None
+    folder = Path(root) / figure
+    if not folder.is_dir():
+        return None
+    for path in folder.glob("*.json"):
+        try:
+            side = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if _sidecar_problem(side) or side["config"].get("preset") != preset:
+            continue
+        if best is None or side["created_utc"] > best[0]:
+            best = (side["created_utc"], float(side["runtime_s"]))
+    return None if best is None else best[1]
+
+
 def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runtime_s: float) -> Path:
     """Write ``dataset`` as the cache entry of ``cfg`` (atomically, data then sidecar); return the data path.
 

@@ -14,6 +14,9 @@ A figure is a *pure* pair:
 * ``plot(ds) -> matplotlib.figure.Figure`` draws it from the Dataset alone (no computation, no I/O, no pyplot).
   It is called inside :func:`figures._style.style_context`; use :func:`figures._style.new_figure` and the source
   helpers ``plot_theory`` (solid), ``plot_reduced`` (dashed), ``plot_empirical_band`` (mean over seeds + band).
+  Layout rules of the report (:func:`figures._style.layout_problems`, listed under each figure): at most 3 panels a
+  row (``panel_grid(n)`` adds rows instead of shrinking panels) and a colour bar on every heat map
+  (``plot_heatmap(ax, z, label=...)`` or ``add_colorbar(ax, mappable, label=...)``).
 
 Optionally, for the report (:mod:`figures.report`):
 
@@ -24,7 +27,7 @@ Optionally, for the report (:mod:`figures.report`):
 * ``checks(ds) -> list[CheckResult]``: theorem checks with the measured numbers; same three statuses.
 
 ``paper_only="reason"`` at registration marks a figure whose claim truly needs the paper's sizes: below ``--preset
-paper`` its caption and badge say so and its rows and checks are ``explained`` by that reason.
+paper`` its caption and badge say so and its failing rows and checks are ``explained`` by that reason.
 
 Parameters per preset (``tiny`` for the tests: seconds; ``quick``: the whole set in minutes on a CPU; ``paper``: the
 papers' sizes) are declared at registration and must be JSON values. Where the spec marks a parameter as
@@ -495,7 +498,7 @@ class FigureSpec:
             raise ValueError(f"paper_only must be None or a non-empty reason; got {self.paper_only!r}")
 
     def paper_only_explanation(self, preset: str) -> Explanation | None:
-        """The explanation attached to every row and check of a ``paper_only`` figure built below ``paper``."""
+        """The explanation given to the failing rows and checks of a ``paper_only`` figure built below ``paper``."""
         if self.paper_only is None or preset == "paper":
             return None
         return Explanation(reason=f"{PAPER_ONLY_NOTE}: {self.paper_only}",
@@ -554,8 +557,8 @@ class Registry:
 
         See the module docstring for the meaning of each argument and a worked example. ``paper_only="reason"``
         marks a figure whose claim truly needs the paper's sizes (at most a few in the whole report): below
-        ``--preset paper`` its caption and badge say "decided at --preset paper only" and its rows and checks are
-        ``explained`` by that reason.
+        ``--preset paper`` its caption and badge say "decided at --preset paper only" (badge ``explained``) and
+        its failing rows and checks are ``explained`` by that reason; rows that hold stay ``holds``.
         """
         if model not in self.models:
             raise ValueError(f"model must be one of {', '.join(self.models)}; got {model!r}")
@@ -779,6 +782,9 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
     """
     figures = registry.resolve(names)
     check_preset(preset)
+    if isinstance(formats, str) or not formats:
+        raise ValueError(f"formats must be a non-empty sequence among {', '.join(_style.SAVE_METADATA)}; got "
+                         f"{formats!r}")
     for fmt in formats:
         if fmt not in _style.SAVE_METADATA:
             raise ValueError(f"formats must be among {', '.join(_style.SAVE_METADATA)}; got {fmt!r}")

@@ -7,8 +7,8 @@ Verdicts (issue 12). Every gap row and theorem check has one of three statuses (
 failure); ``fails`` (unexplained). A figure's badge is the worst status of its rows and checks (``fails`` >
 ``explained`` > ``holds``), ``error`` when building, plotting or evaluating it raised, and ``descriptive`` when it has
 no rows and no checks. A figure registered with ``paper_only`` shows "decided at --preset paper only" in its caption
-and badge below ``--preset paper``; its rows and checks that do not hold are ``explained`` by that reason (rows that
-hold stay ``holds``).
+and badge below ``--preset paper``; its rows and checks that fail are ``explained`` by that reason (rows that hold
+stay ``holds``, rows with their own explanation keep it).
 
 Layout of ``report.html``:
 
@@ -110,6 +110,7 @@ class FigureEntry:
     versions_json: str = ""
     cache_path: str = ""
     data_file: str = ""
+    layout: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -195,16 +196,18 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
             rel = f"{DATA_DIR}/{spec.name}.nc"
             save_dataset(ds, out_dir / rel)
             out["data_file"] = rel
-        out["png"] = _style.figure_bytes(render(spec, ds), "png")
+        fig = render(spec, ds)
+        out["layout"] = _style.layout_problems(fig)
+        out["png"] = _style.figure_bytes(fig, "png")
         gaps = list(spec.gaps(ds)) if spec.gaps is not None else []
         checks = list(spec.checks(ds)) if spec.checks is not None else []
         bad = [r for r in gaps if not isinstance(r, GapRow)] + [c for c in checks if not isinstance(c, CheckResult)]
         if bad:
             raise TypeError(f"gaps/checks must return GapRow/CheckResult objects; got {type(bad[0]).__name__}")
         why = spec.paper_only_explanation(preset)
-        if why is not None:  # decided at the paper's sizes only: what does not hold here is explained by that
-            gaps = [r if r.status == "holds" else r.explained(why) for r in gaps]
-            checks = [c if c.status == "holds" else c.explained(why) for c in checks]
+        if why is not None:  # decided at the paper's sizes only: what fails here is explained by that
+            gaps = [r.explained(why) if r.status == "fails" else r for r in gaps]
+            checks = [c.explained(why) if c.status == "fails" else c for c in checks]
         out.update(gaps=gaps, checks=checks)
     except Exception as exc:  # noqa: BLE001 - shown in the report and counted as an error, never hidden
         out.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
@@ -261,15 +264,27 @@ def _single_threaded_env() -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _longest_first(names: list[str], preset: str, cache_dir) -> list[int]:
+    """Indices of ``names`` in the order to submit them: longest previous runtime first (figures never built, or
+    without a cache, first of all), so no long figure starts last while the other workers idle. The entries are put
+    back in registry order afterwards, so the order changes nothing in the report."""
+    def key(i):
+        runtime = None if cache_dir is None else cache.previous_runtime(cache_dir, names[i], preset)
+        return -math.inf if runtime is None else -runtime
+
+    return sorted(range(len(names)), key=key)
+
+
 def _parallel_entries(jobs: list[tuple[ModelSection, FigureSpec]], preset: str, n_jobs: int, factory,
                       out_dir: Path | None, build_kw: dict, progress: bool) -> list[FigureEntry]:
     ctx = multiprocessing.get_context("spawn")
     entries: list[FigureEntry | None] = [None] * len(jobs)
     kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
+    order = _longest_first([spec.name for _, spec in jobs], preset, build_kw.get("cache_dir"))
     with _single_threaded_env(), cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx,
                                                         initializer=_worker_init, initargs=(factory,)) as pool:
-        futures = {pool.submit(_worker_entry, spec.name, preset, None if out_dir is None else str(out_dir), kw): i
-                   for i, (_, spec) in enumerate(jobs)}
+        futures = {pool.submit(_worker_entry, jobs[i][1].name, preset, None if out_dir is None else str(out_dir),
+                               kw): i for i in order}
         for fut in tqdm(cf.as_completed(futures), total=len(futures), desc=f"report ({preset}, {n_jobs} workers)",
                         unit="fig", disable=None if progress else True):
             i = futures[fut]
@@ -341,12 +356,12 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     resolved = resolve_device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now()}
+    t0 = time.perf_counter()  # provenance above is taken before the build, as the figures' own
     sections = collect(preset, seed=seed, device=resolved, cache_dir=cache_dir, recompute=recompute,
                        progress=progress, registry=registry, jobs=jobs, out_dir=out)
     wall = time.perf_counter() - t0
-    meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now(),
-            "wall_s": round(wall, 3), "jobs": jobs, "versions": package_versions()}
+    meta.update(wall_s=round(wall, 3), jobs=jobs, versions=package_versions())
     text = render_html(sections, **meta)
     path = atomic_write(out / REPORT_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     summary = json.dumps(summary_dict(sections, meta), indent=1, sort_keys=False, allow_nan=False) + "\n"
@@ -393,8 +408,9 @@ def _finite(value):
 
 
 def _row_dict(f: FigureEntry, r: GapRow | CheckResult) -> dict:
+    explained = r.status == "explained"  # an explanation attached to a row that holds is not shown
     common = {"model": f.spec.model, "figure": f.spec.name, "status": r.status,
-              "explanation": r.explanation.to_dict() if r.explanation is not None else None}
+              "explanation": r.explanation.to_dict() if explained else None}
     if isinstance(r, GapRow):
         return {**common, "kind": "gap", "name": r.quantity, "time": _finite(r.time), "theory": _finite(r.theory),
                 "mean": _finite(r.mean), "gap": _finite(r.gap), "allowance": _finite(r.allowance),
@@ -414,15 +430,18 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict) -> dict:
             figures.append({"model": s.model, "figure": f.spec.name, "badge": f.badge, "build": f.status,
                             "runtime_s": _finite(f.runtime_s), "error": f.error or None,
                             "paper_only": f.spec.paper_only, "data_file": f.data_file or None,
+                            "layout_problems": f.layout,
                             "preset_distance": preset_distance(f.spec, meta["preset"])})
             rows += [_row_dict(f, r) for r in f.gaps + f.checks]
     counts = {status: sum(r["status"] == status for r in rows) for status in STATUSES}
     badges = {badge: sum(f["badge"] == badge for f in figures) for badge in BADGES}
     modules = {s.model: {"state": s.module.state, "detail": s.module.detail} for s in sections}
     few = sum(r["kind"] == "gap" and r["n_seeds"] < MIN_SEEDS for r in rows)
+    layout = sum(bool(f["layout_problems"]) for f in figures)
     paper_only = sum(f["paper_only"] is not None for f in figures)
     return {**meta, "rule": RULE, "counts": {"rows": counts, "figures": badges, "gap_rows_below_min_seeds": few,
-                                            "paper_only_figures": paper_only}, "modules": modules,
+                                            "paper_only_figures": paper_only, "figures_with_layout_problems": layout},
+            "modules": modules,
             "figures": figures, "rows": rows}
 
 
@@ -584,7 +603,7 @@ def _gaps_table(rows: Sequence[GapRow]) -> str:
     body = []
     for r in rows:
         allow = _num(r.allowance) + (f" [{src_index[r.allowance_source]}]" if r.allowance_source else "")
-        status = _badge(r.status) + _explanation_text(r.explanation)
+        status = _badge(r.status) + (_explanation_text(r.explanation) if r.status == "explained" else "")
         body.append(
             f"<tr><td>{_e(r.quantity)}</td><td class=\"num\">{_num(r.time)}</td>"
             + (f"<td class=\"num\">{_num(r.d)}</td>" if has_d else "")
@@ -605,7 +624,8 @@ def _checks_table(rows: Sequence[CheckResult]) -> str:
         return '<p class="muted">No theorem checks for this figure.</p>'
     head = ("<tr><th>check</th><th>status</th><th>measured</th><th>expected</th><th>seeds</th><th>tolerance</th>"
             "</tr>")
-    body = [f"<tr><td>{_e(c.name)}</td><td>{_badge(c.status)}{_explanation_text(c.explanation)}</td>"
+    body = [f"<tr><td>{_e(c.name)}</td><td>{_badge(c.status)}"
+            f"{_explanation_text(c.explanation) if c.status == 'explained' else ''}</td>"
             f"<td class=\"num\">{_num(c.measured)}</td><td class=\"num\">{_num(c.expected)}</td>"
             f"<td class=\"num\">{_num(c.n_seeds)}</td><td>{_e(c.tolerance)}</td></tr>" for c in rows]
     return "<table>\n" + head + "\n" + "\n".join(body) + "\n</table>"
@@ -633,6 +653,8 @@ def _figure_html(f: FigureEntry, report_git: str) -> str:
         b64 = base64.b64encode(f.png).decode("ascii")
         parts.append(f'<figure><img src="data:image/png;base64,{b64}" alt="{_e(spec.name)}" />'
                      f"<figcaption>{_e(spec.full_caption)}</figcaption></figure>")
+    if f.layout:
+        parts.append(f'<p class="meta">Layout: {_e("; ".join(f.layout))} (figures._style.layout_problems)</p>')
     if f.data_file:
         parts.append(f'<p class="meta">Data behind this figure: <a href="{_e(f.data_file)}">{_e(f.data_file)}</a> '
                      "(netCDF)</p>")

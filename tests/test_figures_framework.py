@@ -413,10 +413,11 @@ def test_report_three_statuses_attention_list_toc_summary_and_data(tmp_path):
                                                      "toy.biased": "fails", "toy.paper_only": "explained"}
     biased = [r.status for r in figs["toy.biased"].gaps]
     assert biased == ["fails", "fails", "explained", "explained", "holds", "holds"]
-    # paper_only: what does not hold is explained by the paper-only reason; what holds stays holds.
+    # paper_only: what fails is explained by the paper-only reason; what holds stays holds; own explanations stay.
     paper = figs["toy.paper_only"]
     assert [r.status for r in paper.gaps] == ["explained"] * 4 + ["holds"] * 2
-    assert "decided at --preset paper only" in paper.gaps[0].explanation.reason
+    assert ["decided at --preset paper only" in r.explanation.reason for r in paper.gaps[:4]] == [True, True,
+                                                                                                 False, False]
     assert "Decided at --preset paper only: the bias vanishes only at 401 times." in paper.spec.full_caption
     assert "explained (decided at --preset paper only)" in text
     # The attention list comes before the contents and names every fails and explained row with a link.
@@ -453,6 +454,7 @@ def test_report_three_statuses_attention_list_toc_summary_and_data(tmp_path):
         assert (row["explanation"] is not None) == (row["status"] == "explained")
     assert summary["counts"]["rows"] == {"holds": n_rows - 2 - 6, "explained": 6, "fails": 2}
     assert summary["counts"]["gap_rows_below_min_seeds"] == 0 and summary["counts"]["paper_only_figures"] == 1
+    assert summary["counts"]["figures_with_layout_problems"] == 0
     # The raw gap is shown even inside the allowance (the old "gap / SE" column showed 0 there).
     inside = [r for r in summary["rows"] if r["name"] == "x with allowance"]
     assert inside and all(r["status"] == "holds" and r["gap"] != 0 and r["allowance"] == 0.05 for r in inside)
@@ -484,6 +486,24 @@ def test_parallel_report_equals_serial(tmp_path):
     assert pngs[0] == pngs[1]
 
 
+def test_parallel_build_schedules_the_longest_figures_first(tmp_path):
+    from figures import report
+
+    reg = make_registry()
+    for name in reg.names():
+        registry.build(name, "tiny", device="cpu", cache_dir=tmp_path, registry=reg)
+    # Rewrite the recorded runtimes (toy.heat slower), as sidecars of an older code version would hold them.
+    for name, runtime in (("toy.decay", 1.0), ("toy.heat", 5.0)):
+        (side,) = (tmp_path / name).glob("*.json")
+        data = json.loads(side.read_text())
+        side.write_text(json.dumps({**data, "runtime_s": runtime}))
+    names = ["toy.decay", "toy.heat", "toy.new"]
+    assert cache.previous_runtime(tmp_path, "toy.heat", "tiny") == 5.0
+    assert cache.previous_runtime(tmp_path, "toy.heat", "quick") is None
+    assert report._longest_first(names, "tiny", tmp_path) == [2, 1, 0]  # never built first, then 5 s, then 1 s
+    assert report._longest_first(names, "tiny", None) == [0, 1, 2]
+
+
 def test_layout_helpers_colour_bars_and_panels_per_row():
     reg = make_registry()
     ds = toy_data(RunConfig(figure="toy.heat", preset="tiny", params=TOY_PARAMS["tiny"], code=""))
@@ -496,6 +516,28 @@ def test_layout_helpers_colour_bars_and_panels_per_row():
         axes[0].imshow(np.eye(3))
     problems = _style.layout_problems(bad)
     assert any("colour bar" in p for p in problems) and any("4 panels in one row" in p for p in problems)
+    # A colour bar shared by two heat maps on the same scale covers both.
+    with _style.style_context():
+        shared, (left, right) = _style.new_figure(1, 2)
+        im = left.imshow(np.eye(3), vmin=0, vmax=1)
+        right.imshow(np.eye(3)[::-1], vmin=0, vmax=1)
+        shared.colorbar(im, ax=[left, right], label="value")
+    assert _style.layout_problems(shared) == []
+    # The report lists a figure's layout problems.
+    from figures import report
+
+    def bad_plot(ds):
+        fig, axes = _style.new_figure(1, 4)
+        axes[0].imshow(np.eye(3))
+        return fig
+
+    small = Registry(models=("toy",), package=None)
+    small.register(name="toy.bad_layout", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS,
+                   plot=bad_plot)(toy_data)
+    entry = report._figure_entry(small.get("toy.bad_layout"), "tiny", None, seed=0, device="cpu", cache_dir=None,
+                                 recompute=False, progress=False, registry=small)
+    assert len(entry.layout) == 2 and not entry.error
+    assert "Layout: heat map without a colour bar" in report._figure_html(entry, "")
     with pytest.raises(ValueError, match="max_per_row must be an integer in"):
         _style.panel_grid(4, max_per_row=4)
     with pytest.raises(ValueError, match="label must say"):
@@ -547,6 +589,12 @@ def test_registered_figure_builds_at_tiny_size(name, tiny_cache, tmp_path):
 
 
 def test_report_of_the_registered_figures(tiny_cache, tmp_path):
-    result = build_report("tiny", device="cpu", out_dir=tmp_path, cache_dir=tiny_cache)
+    # Serial (the figures are cached by the test above; workers would only add their start-up cost).
+    result = build_report("tiny", device="cpu", out_dir=tmp_path, cache_dir=tiny_cache, jobs=1)
     check_report_html(result.path, registry.MODELS)
     assert result.n_failed == 0, [f.error for s in result.sections for f in s.figures if f.failed]
+    summary = json.loads(result.summary_path.read_text())
+    assert len(summary["figures"]) == len(_REAL)
+    for row in summary["rows"]:
+        assert row["status"] in ("holds", "explained", "fails") and row["model"] in registry.MODELS
+        assert (row["explanation"] is not None) == (row["status"] == "explained")
