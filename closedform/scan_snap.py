@@ -590,6 +590,9 @@ def _finish(traj, classes, lay, *, has_Y=True):
     for name, (dims, arr) in _diagnostic_vars(classes, lay, Y, Z).items():
         data[name] = (base + dims, arr)
     coords = {c: traj.coords[c] for c in ("time", "step", "trajectory")}
+    # named coordinates of the array variables: class n and contextual token l are the spec's 0-based ids (Sec. 0.1)
+    coords["class"] = ("class", np.arange(classes.K))
+    coords["token"] = ("token", np.arange(Lc))
     if has_Y:
         data["Y"] = (base + ("token", "column"), Y)
         coords["column"] = ("column", list(lay.labels))

@@ -577,3 +577,13 @@ def test_theorem3_bounds_hand_values_and_brute_force():
     # exponents (f for f^2, B for 2B) crosses chi somewhere on this grid
     assert abs((chi[1] - 1) / (lo[1] - 1) - 1) < 0.05
     assert np.any(np.exp(2.0 * f0 * t) > chi * (1 + 1e-6)) and np.any(np.exp(t) < chi * (1 - 1e-6))
+
+
+def test_array_variables_carry_named_coordinates():
+    """c, H, Y of the closed-form Trajectories have named coordinates (class, token: the spec's 0-based ids, Sec. 0.1),
+    so a selection by label equals the positional one."""
+    classes = ss.SequenceClasses.syn_small()
+    tr = ss.population_map(ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0), 3, momentum=0.9)
+    assert list(tr.c.coords["class"].values) == [0, 1] and list(tr.c.coords["token"].values) == list(range(30))
+    assert float(tr.c.sel({"class": 1, "token": 25}).values[0, -1]) == float(tr.c.values[0, -1, 1, 25])
+    assert tr.Y.dims[-2:] == ("token", "column") and tr.H.dims[-1] == "class"
