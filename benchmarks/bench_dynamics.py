@@ -1,19 +1,38 @@
-"""Engine throughput: map iteration and RK4 on cheap test systems, batched over 1 000 trajectories.
+"""Engine throughput (issue 14), every ratio measured in the same run.
 
-Two baselines of the same computation, measured in the same run:
-* a vectorised numpy loop (one numpy operation per step over the whole batch of 1 000) -- the strongest plain-numpy
-  form. On a 2-variable system its per-call overhead is amortised over 1 000 lanes, so a compiled scalar loop can only
-  win by the ratio of a few flops to ~1 ns/element of numpy: a factor of a few, not 50 (see the issue note);
-* a plain Python loop over steps, one trajectory at a time (how the papers' helper scripts iterate maps).
+Rows:
+
+* Henon map and RK4 on cheap test systems, 1 000 trajectories, against a vectorised numpy loop and a plain Python
+  loop (the strongest plain-numpy form and the papers' helper-script form).
+* Saves inside the compiled loop: ``SaveAt(every=1)`` against ``SaveAt(final=True)`` per step, for a map (Henon),
+  a fixed-step flow (RK4) and icl_regression GD at H = 8 (that one includes the model's derived losses at every
+  save); target: saving every step costs <= 2x (ratio >= 0.5). Dense output: Dopri5 with 2 001 save times against
+  ``final=True`` (same step count, so the ratio is the cost of interpolation).
+* The manifold (kappa, nu) map of ``closedform.single_location.pgd(manifold=True)`` against a 60-line plain numba
+  prototype of the same map (target >= 1x), and icl_regression GD at H = 8 saving every step against a plain Python
+  loop in the structure of the authors' helper (target >= 100x).
+* Subnormals: the five-scalar map from a start whose small components are subnormal, with flushing (the default)
+  and without, against the same map from a start in the normal range (target: no slowdown, ratio >= ~1).
+* First call in a fresh process (CPU seconds, imports excluded), cold (empty caches) and warm: ``iterate`` with the
+  single_location five-scalar map and ``integrate(..., Dopri5)`` with the icl_regression flow. Reported as calls
+  per CPU second (target >= 2, i.e. <= 0.5 s); the note gives the seconds.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
 import numpy as np
 from numba import njit
 
-from benchmarks._common import Result, best_time
-from dynamics import RK4, SaveAt, integrate, iterate
+from benchmarks._common import Result, best_time, cpu_time
+from dynamics import RK4, Dopri5, SaveAt, integrate, iterate
 
 N_TRAJ = 1000
 
@@ -58,7 +77,35 @@ def _henon_python(x0, a, b, n):
     return x, y
 
 
-def run(quick: bool) -> list[Result]:
+# --- the plain numba prototype of the manifold map (spec single_location.md Sec. 6.3, paper Lemma 7) ----------------
+_TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def _manifold_prototype(kappa, nu, lam, s, gamma, alpha, n_steps):
+    """The reduced PGD map on M, written as one would without an engine: constants hoisted, state in registers,
+    final states only. R_M partials of spec Sec. 5.1; update of Sec. 6.3."""
+    g = lam * gamma
+    q = math.sqrt(1.0 + 2.0 * g * g)
+    r = math.sqrt(1.0 + 4.0 * g * g)
+    c = lam * s / q
+    gg2 = 2.0 * gamma * gamma
+    for i in range(kappa.shape[0]):
+        k = kappa[i]
+        v = nu[i]
+        for _ in range(n_steps):
+            ck = c * k
+            dk = alpha * gg2 * c * _TWO_OVER_SQRTPI * math.exp(-ck * ck) * (math.erf(ck / r) - v)
+            dv = -alpha * gg2 * math.erf(ck)
+            ok = 1.0 - k * k
+            on = 1.0 - v * v
+            k = (k - dk * ok) / math.sqrt(1.0 + dk * dk * ok)
+            v = (v - dv * on) / math.sqrt(1.0 + dv * dv * on)
+        kappa[i] = k
+        nu[i] = v
+
+
+def _bench_basic(quick: bool) -> list[Result]:
     rng = np.random.default_rng(0)
     X0 = rng.uniform(-0.1, 0.1, size=(N_TRAJ, 2))
     n_map = 2_000 if quick else 20_000
@@ -87,3 +134,180 @@ def run(quick: bool) -> list[Result]:
                           N_TRAJ * n_ode / t_rk4, N_TRAJ * n_ode_np / t_rk4_np, "vectorised numpy RK4 loop",
                           target_ratio=50))
     return results
+
+
+def _bench_saves(quick: bool) -> list[Result]:
+    from closedform import icl_regression as icl
+
+    rng = np.random.default_rng(0)
+    X0 = rng.uniform(-0.1, 0.1, size=(N_TRAJ, 2))
+    n = 1_000 if quick else 5_000
+    every, final = SaveAt(every=1), SaveAt(final=True)
+    results = []
+    for name, run in (
+        ("Henon map", lambda sv: iterate(_henon, X0, n, params=[1.4, 0.3], saveat=sv)),
+        ("RK4 oscillator", lambda sv: integrate(_oscillator, X0, (0.0, n * 0.01), params=[4.0, 0.1],
+                                                solver=RK4(dt=0.01), saveat=sv)),
+    ):
+        t_every = cpu_time(lambda: run(every), repeat=3)
+        t_final = cpu_time(lambda: run(final), repeat=3)
+        results.append(Result(f"{name}, SaveAt(every=1) vs final, 1000 traj", "trajectory-steps",
+                              N_TRAJ * n / t_every, N_TRAJ * n / t_final, "same run, SaveAt(final=True)",
+                              target_ratio=0.5))
+    # the same comparison at engine level with a real model's map and a real flow (the state as one variable, no
+    # derived quantities), so the ratio is the cost of the in-loop saves alone
+    from closedform import _icl_regression_kernels as _icl_k
+
+    task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+    y0 = rng.normal(0, 0.01, (N_TRAJ, 16))
+    p_gd = np.array([float(task.d), task.cL, 0.01])
+    n_gd = 200 if quick else 1_000
+    gd = lambda sv: iterate(_icl_k.gd_step, y0, n_gd, params=p_gd, saveat=sv, names="state")
+    t_every = cpu_time(lambda: gd(every), repeat=2)
+    t_final = cpu_time(lambda: gd(final), repeat=2)
+    results.append(Result("icl_regression gd_step H=8 (engine), every=1 vs final", "trajectory-steps",
+                          N_TRAJ * n_gd / t_every, N_TRAJ * n_gd / t_final, "same run, SaveAt(final=True)",
+                          target_ratio=0.5))
+    y0f = X0[:100]
+    osc = lambda sv: integrate(_oscillator, y0f, (0.0, 100.0), params=[4.0, 0.1], solver=Dopri5(rtol=1e-8,
+                               atol=1e-10), saveat=sv, names="state")
+    t_dense = cpu_time(lambda: osc(SaveAt(n=2001)), repeat=2)
+    t_last = cpu_time(lambda: osc(final), repeat=2)
+    steps = int(osc(final).n_rhs_steps.values[0, -1])
+    results.append(Result("Dopri5 oscillator (engine), 2001 dense saves vs final", "trajectories", 100 / t_dense,
+                          100 / t_last, "same run, SaveAt(final=True)", target_ratio=0.5,
+                          note=f"{steps} steps per trajectory either way (saves never shrink the steps)"))
+    om0 = rng.normal(0, 0.01, (N_TRAJ, 8))
+    mu0 = rng.normal(0, 0.01, (N_TRAJ, 8))
+    n_gd = 200 if quick else 1_000
+    t_every = cpu_time(lambda: icl.gd(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=every), repeat=2)
+    t_final = cpu_time(lambda: icl.gd(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=final), repeat=2)
+    results.append(Result("icl_regression GD H=8, every=1 vs final (+derived)", "trajectory-steps",
+                          N_TRAJ * n_gd / t_every, N_TRAJ * n_gd / t_final, "same run, SaveAt(final=True)",
+                          note="model level: includes icl_regression's derived losses at every save (model-side cost)"))
+    n_flow = 20 if quick else 100
+    ts = SaveAt(n=2001)
+    solver = Dopri5(rtol=1e-8, atol=1e-10)
+    dense = icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=ts, solver=solver)
+    last = icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=final, solver=solver)
+    same_steps = bool(np.array_equal(dense.n_rhs_steps.values[:, -1], last.n_rhs_steps.values[:, -1]))
+    t_dense = cpu_time(lambda: icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=ts,
+                                        solver=solver), repeat=2)
+    t_last = cpu_time(lambda: icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=final,
+                                       solver=solver), repeat=2)
+    results.append(Result("icl flow Dopri5 H=8, 2001 dense saves vs final", "trajectories", n_flow / t_dense,
+                          n_flow / t_last, "same run, SaveAt(final=True)",
+                          note=f"model level (+derived losses); identical step counts with and without the saves: "
+                               f"{same_steps}"))
+    return results
+
+
+def _bench_models(quick: bool) -> list[Result]:
+    from benchmarks.bench_icl_regression import _helper_like_gd_one
+    from closedform import icl_regression as icl
+    from closedform import single_location as sl
+
+    results = []
+    task = sl.SingleLocation(d=400, L=10)
+    lam, alpha = 0.1, 4e-3
+    for n_traj in (1_000, 100_000):
+        n_steps = (2_000 if quick else 20_000) * 1_000 // n_traj
+        state0 = sl.sample_initial_state(task, n_traj, 0, on="manifold")
+        engine = lambda: sl.pgd(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, manifold=True,
+                                saveat=SaveAt(final=True))
+
+        def proto():
+            k, v = state0[:, 0].copy(), state0[:, 1].copy()
+            _manifold_prototype(k, v, lam, task.s, task.gamma, alpha, n_steps)
+            return k, v
+
+        got = engine().states()[:, -1, :2]
+        ref = np.stack(proto(), axis=1)
+        dev = float(np.max(np.abs(got - ref)))
+        t_engine = cpu_time(engine, repeat=3)
+        t_proto = cpu_time(proto, repeat=3)
+        results.append(Result(f"manifold map, {n_traj} traj, pgd vs numba prototype", "trajectory-steps",
+                              n_traj * n_steps / t_engine, n_traj * n_steps / t_proto,
+                              "60-line plain numba kernel", target_ratio=1.0,
+                              note=f"max |pgd - prototype| = {dev:.1e} (same arithmetic up to the lambda table)"))
+    gd_task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+    rng = np.random.default_rng(1)
+    H, n_traj, lr = 8, 1_000, 0.01
+    om0, mu0 = rng.normal(0, 0.01, (n_traj, H)), rng.normal(0, 0.01, (n_traj, H))
+    n_steps = 200 if quick else 1_000
+    n_base = 200 if quick else 1_000
+    t_gd = cpu_time(lambda: icl.gd(gd_task, om0, mu0, lr=lr, n_steps=n_steps, saveat=SaveAt(every=1)), repeat=2)
+    t_py = cpu_time(lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, gd_task.d, gd_task.cL,
+                                                gd_task.sigma2), repeat=2)
+    results.append(Result("icl GD H=8, saving every step, vs authors' loop", "trajectory-steps",
+                          n_traj * n_steps / t_gd, n_base / t_py, "helper-style Python loop, 1 trajectory",
+                          target_ratio=100))
+    return results
+
+
+def _bench_subnormal(quick: bool) -> list[Result]:
+    from closedform import _single_location_kernels as _k
+    from closedform import single_location as sl
+
+    task = sl.SingleLocation(d=400, L=10)
+    n_traj, n_steps = 100, (2_000 if quick else 20_000)
+    start = sl.sample_initial_state(task, n_traj, 0, on="manifold")
+    # the five-scalar map near M: theta, eta, rho contract towards 0, in the normal range or already subnormal
+    normal, subnormal = np.zeros((n_traj, 6)), np.zeros((n_traj, 6))
+    for st, small in ((normal, 1e-6), (subnormal, 1e-315)):
+        st[:, :2] = start[:, :2]
+        st[:, 2:5] = small
+        st[:, 5] = 0.1
+    params = sl._map_params(task, 4e-3, np.array([0.1]))  # the kernel's parameter row, as pgd builds it
+
+    def run(x0, flush):
+        return iterate(_k.five_step, x0, n_steps, params=params, saveat=SaveAt(final=True), flush_subnormals=flush)
+
+    t_normal = cpu_time(lambda: run(normal, True), repeat=2)
+    t_flush = cpu_time(lambda: run(subnormal, True), repeat=2)
+    t_raw = cpu_time(lambda: run(subnormal, False), repeat=2)
+    speed = n_traj * n_steps
+    return [Result("five-scalar map from subnormal start, flushed", "trajectory-steps", speed / t_flush,
+                   speed / t_normal, "same map from a normal-range start", target_ratio=0.9),
+            Result("five-scalar map from subnormal start, not flushed", "trajectory-steps", speed / t_raw,
+                   speed / t_normal, "same map from a normal-range start",
+                   note="flush_subnormals=False: the slowdown the default flush removes")]
+
+
+_FIRST_CALL = textwrap.dedent("""
+    import json, time
+    import numpy as np
+    from closedform import icl_regression as icl, single_location as sl
+    from dynamics import SaveAt
+    task = sl.SingleLocation(d=400, L=10)
+    x0 = sl.sample_initial_state(task, 4, 0)
+    gd_task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+    t0 = time.process_time()
+    sl.pgd(task, x0, alpha=4e-3, n_steps=10, lam=0.1, saveat=SaveAt(final=True))
+    t1 = time.process_time()
+    icl.flow(gd_task, np.full((2, 2), 0.01), np.full((2, 2), 0.02), (0.0, 1.0), saveat=SaveAt(final=True))
+    t2 = time.process_time()
+    print(json.dumps({"iterate": t1 - t0, "dopri5": t2 - t1}))
+""")
+
+
+def _first_call_seconds(cache_dir: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    env.pop("ATTNDYN_KERNEL_DIR", None)
+    out = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _bench_first_call(quick: bool) -> list[Result]:
+    with tempfile.TemporaryDirectory() as cache:
+        cold = _first_call_seconds(cache)
+        warm = _first_call_seconds(cache)
+    return [Result(f"first call in a fresh process: {what}", "calls/CPU-s", 1 / warm[key], 1 / cold[key],
+                   "cold (empty caches)", target_value=2.0,
+                   note=f"warm {warm[key]:.3f} s, cold {cold[key]:.2f} s CPU (imports excluded)")
+            for what, key in (("iterate (five-scalar map)", "iterate"), ("integrate Dopri5 (icl flow)", "dopri5"))]
+
+
+def run(quick: bool) -> list[Result]:
+    return (_bench_basic(quick) + _bench_saves(quick) + _bench_models(quick) + _bench_subnormal(quick)
+            + _bench_first_call(quick))

@@ -171,6 +171,33 @@ def _bench_section5(quick: bool) -> Result:
                        f"numpy would need ~{total / (30 * n_base / t_np):.0f} s CPU")
 
 
+def _bench_basins(quick: bool) -> Result:
+    """Issue 14 item 7: 10^6 sphere starts of five-scalar PGD run to convergence (or 10^4 steps), final states only,
+    on one core (target <= 10 min). Times a subset (2 000 quick, 10^5 full) with ``run_to_fixed_point`` at the atlas
+    setting lambda = 0.05, d = 400, alpha = 4e-3 (a run stops within 1e-3 of an attractor: the classification
+    tolerance) and extrapolates linearly in the number of starts."""
+    task = sl.SingleLocation(d=400, L=10)
+    lam, alpha = 0.05, 4e-3
+    n_sub = 2000 if quick else 100_000
+    pts = sl.fixed_points(task, lam, alpha)
+    state0 = sl.sample_initial_state(task, n_sub, 2)
+    sl.run_to_fixed_point(task, state0[:10], alpha=alpha, lam=lam, n_steps=500, points=pts)  # compile
+    c0 = time.process_time()
+    X, steps = sl.run_to_fixed_point(task, state0, alpha=alpha, lam=lam, n_steps=10_000, points=pts, stop_tol=1e-3)
+    cpu = time.process_time() - c0
+    named = float(np.mean(sl.classify(task, lam, X, points=pts) != "unconverged"))
+    n_base = 100
+    t_np = cpu_time(lambda: _numpy_five(task, lam, alpha, state0[:2000], n_base), repeat=1)
+    np_rate = 2000 * n_base / t_np  # numpy trajectory-steps per CPU second
+    return Result(name=f"basins: sphere starts to convergence (lambda = 0.05, d = 400), {n_sub} starts timed",
+                  unit="starts/s per core", value=n_sub / cpu, baseline=np_rate / float(steps.mean()),
+                  baseline_name="numpy five-scalar map at the same mean steps per start",
+                  target_value=1e6 / 600.0,
+                  note=f"mean {steps.mean():.0f} steps/start, {n_sub * steps.mean() / cpu:.3g} steps/s; 10^6 starts "
+                       f"extrapolated to {1e6 * cpu / n_sub:.0f} s CPU; named {100 * named:.2f} %")
+
+
 def run(quick: bool) -> list[Result]:
     """Benchmarks of spec Sec. 6.3-6.4 maps and the Section 5 figure runs (see the module docstring)."""
-    return [_bench_manifold(quick), _bench_five(quick, 400), _bench_five(quick, 10 ** 6), _bench_section5(quick)]
+    return [_bench_manifold(quick), _bench_five(quick, 400), _bench_five(quick, 10 ** 6), _bench_section5(quick),
+            _bench_basins(quick)]

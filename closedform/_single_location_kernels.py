@@ -216,3 +216,19 @@ def five_step(n, x, p, out):
     out[3] = d
     out[4] = e
     out[5] = p[o + stride + C_LAM]
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def five_map_array(X, lam, alpha, s, gamma, L, out):
+    """One five-scalar PGD update (spec Sec. 6.4) of every row of X (n, 5), with per-row lambda and alpha."""
+    cst = np.empty(N_CONST)
+    for i in range(X.shape[0]):
+        if i == 0 or lam[i] != lam[i - 1]:
+            lam_constants(lam[i], s, gamma, cst)
+        rk, rn, rt, re, rr = partials_core(X[i, 0], X[i, 1], X[i, 2], X[i, 3], X[i, 4], s, gamma, L, cst, 0)
+        a, b, c, d, e = five_update(X[i, 0], X[i, 1], X[i, 2], X[i, 3], X[i, 4], rk, rn, rt, re, rr, alpha[i])
+        out[i, 0] = a
+        out[i, 1] = b
+        out[i, 2] = c
+        out[i, 3] = d
+        out[i, 4] = e

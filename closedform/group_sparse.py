@@ -59,6 +59,7 @@ from scipy.special import expit, softmax
 
 import dynamics
 from closedform import _group_sparse_kernels as _k
+from closedform.nearest_neighbor import eta_batch
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
@@ -553,21 +554,23 @@ def pack_params(spec: GroupSparseSpec, rs: ReducedSample) -> np.ndarray:
 
 def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None = None, n_samples: int = 4000,
                rng=None, state0=None, saveat: SaveAt | None = None, with_se: bool = True,
-               progress: bool = False) -> Trajectory:
+               progress: bool = False, eta=None) -> Trajectory:
     """The reduced 8-scalar GD dynamics of Sec. B.3 on a fixed Monte Carlo sample (common random numbers), from zero.
 
     Runs the numba map through ``dynamics.iterate``. The sample is ``rs`` if given, else ``n_samples`` draws of
     Appendix G.B from ``rng``. Saved variables: the state ``STATE_NAMES``; derived ``gap_ss, gap_s, gap_self``,
     ``loss`` (and ``loss_se``), ``accuracy``, ``attn_jstar``, ``attn_jstar_q`` (5% quantile of min_j S[j*, j]); with
     ``with_se`` also ``grad_<name>`` and ``se_grad_<name>`` (the MC gradient and its standard error at each saved
-    state). Time axis: ``step`` = t, ``time`` = eta t.
+    state). Time axis: ``step`` = t, ``time`` = eta t. ``eta`` (float or (n,) array, optional) overrides the
+    spec's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes
+    on the same sample (then ``time`` = t unless they are all equal).
     """
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if rs is None:
         rs = population_sample(spec, check_int("n_samples", n_samples, min_value=2), rng)
     _check_reduced(spec, rs)
     x0 = np.zeros(N_STATE) if state0 is None else _check_state(state0)
-    p = pack_params(spec, rs)
+    p, x0, time_scale, time_unit = eta_batch(pack_params(spec, rs), 0, eta, x0)
 
     def derived(Y, P):
         out = {name: np.empty(Y.shape[:2]) for name in GAP_NAMES + ("loss", "loss_se", "accuracy", "attn_jstar",
@@ -591,8 +594,8 @@ def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None 
 
     return dynamics.iterate(
         _k.reduced_step, x0, n_steps, params=p, saveat=saveat, names=list(STATE_NAMES), derived=derived,
-        time_scale=spec.eta, progress=progress,
-        attrs={"model": "group_sparse", "spec": spec, "source": "closedform", "time_unit": "eta*step",
+        time_scale=time_scale, progress=progress,
+        attrs={"model": "group_sparse", "spec": spec, "source": "closedform", "time_unit": time_unit,
                "equation": "token_selection.md Sec. B.3",
                "config": {"n_unique": rs.n_unique, "n_samples": rs.a.shape[0]}})
 

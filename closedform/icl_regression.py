@@ -394,12 +394,54 @@ def state_names(H: int) -> list[str]:
     return [f"omega_{h}" for h in range(H)] + [f"mu_{h}" for h in range(H)]
 
 
-def _derived_general(task: ICLRegression, H: int) -> Callable:
+def _derived_general(task: ICLRegression, H: int, sigma2_rows=None) -> Callable:
     def derived(Y, P):
         omega, mu = Y[..., :H], Y[..., H:]
-        return {"F": approx_loss(task, omega, mu), "mu_dot_omega": np.sum(mu * omega, axis=-1), "sum_mu": np.sum(mu, axis=-1)}
+        if sigma2_rows is None:
+            F = approx_loss(task, omega, mu)
+        else:  # per-trajectory (sigma2, L): F of spec §4.1 with each row's constants
+            F = np.empty(Y.shape[:-1])
+            for i in range(Y.shape[0]):
+                _k.loss_batch(np.ascontiguousarray(omega[i]), np.ascontiguousarray(mu[i]), float(task.d),
+                              float(sigma2_rows[i]), float(P[i, 1]), F[i])
+        return {"F": F, "mu_dot_omega": np.sum(mu * omega, axis=-1), "sum_mu": np.sum(mu, axis=-1)}
 
     return derived
+
+
+def _batch_params(task: ICLRegression, n_traj: int, sigma2, L, lr=None):
+    """Engine parameters [d, cL] (flows) or [d, cL, lr] (GD), shared or one row per trajectory when sigma2, L or lr
+    is an array broadcast with the batch (they enter the maps only as numbers, spec §5.1). Returns
+    (params, n, per-row sigma2 or None, config)."""
+    given = {"sigma2": sigma2, "L": L, "lr": lr}
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in given.items() if v is not None}
+    for k, a in arrays.items():
+        if a.ndim > 1:
+            raise ValueError(f"{k} must be a number or a 1-D array (one per trajectory); got shape {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{k} must be finite")
+    sizes = {"omega0/mu0": n_traj, **{k: a.size for k, a in arrays.items() if a.ndim == 1}}
+    batch = {k: v for k, v in sizes.items() if v != 1}
+    if len(set(batch.values())) > 1:
+        raise ValueError(f"omega0/mu0, sigma2, L and lr must broadcast against the batch; got sizes {sizes}")
+    n = next(iter(batch.values())) if batch else 1
+    s2 = np.broadcast_to(arrays.get("sigma2", np.float64(task.sigma2)), (n,)).astype(np.float64)
+    Ls = np.broadcast_to(arrays.get("L", np.float64(task.L)), (n,)).astype(np.float64)
+    if np.min(s2) < 0:
+        raise ValueError(f"sigma2 must be >= 0; got min {float(np.min(s2))!r}")
+    if np.min(Ls) < 1 or np.any(Ls != np.round(Ls)):
+        raise ValueError("L must be integers >= 1")
+    cols = [np.full(n, float(task.d)), (1.0 + s2) / Ls]
+    if lr is not None:
+        lrs = np.broadcast_to(arrays["lr"], (n,)).astype(np.float64)
+        if np.min(lrs) <= 0:
+            raise ValueError(f"lr must be > 0; got min {float(np.min(lrs))!r}")
+        cols.append(lrs)
+    P = np.stack(cols, axis=1)
+    per_row = any(a.ndim == 1 for a in arrays.values())
+    if not per_row:
+        return P[0], n, None, {}
+    return P, n, s2, {"sigma2": s2.tolist(), "L": Ls.astype(int).tolist()}
 
 
 def _attrs(task: ICLRegression, *, equation: str, time_unit: str, config: dict) -> dict:
@@ -408,7 +450,7 @@ def _attrs(task: ICLRegression, *, equation: str, time_unit: str, config: dict) 
 
 
 def flow(task: ICLRegression, omega0, mu0, t_span, *, saveat=None, solver=None, stop=None,
-         progress: bool = False):
+         progress: bool = False, sigma2=None, L=None):
     """Gradient flow of F/2 for H heads, batched over initial conditions: spec §5.1 (time: F/2-flow time, Sec. 0.3).
 
     d omega_h/dt = mu_h (1 - mu^T omega) - (d (1+sigma^2)/L) mu_h sum_h' mu_h' omega_h' exp(d omega_h omega_h'),
@@ -427,6 +469,8 @@ def flow(task: ICLRegression, omega0, mu0, t_span, *, saveat=None, solver=None, 
         Default ``Dopri5(rtol=1e-10, atol=1e-12)`` (spec §12: rtol ~1e-10 reproduces the tables).
     stop, progress :
         Passed to :func:`dynamics.integrate`.
+    sigma2, L : number or (n_traj,) array, optional
+        Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
 
     Returns
     -------
@@ -439,16 +483,17 @@ def flow(task: ICLRegression, omega0, mu0, t_span, *, saveat=None, solver=None, 
     _check_exponent(task, y0[:, :H], "omega0")
     if solver is None:
         solver = dynamics.Dopri5(rtol=1e-10, atol=1e-12)
-    params = np.array([float(task.d), task.cL])
+    params, n, s2_rows, cfg = _batch_params(task, y0.shape[0], sigma2, L)
+    y0 = np.ascontiguousarray(np.broadcast_to(y0, (n, y0.shape[1])))
     return dynamics.integrate(
         _k.flow_rhs, y0, tuple(t_span), params=params, solver=solver, saveat=saveat, names=state_names(H),
-        derived=_derived_general(task, H), stop=stop, progress=progress,
+        derived=_derived_general(task, H, s2_rows), stop=stop, progress=progress,
         attrs=_attrs(task, equation="spec §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=TIME_UNIT_FLOW,
-                     config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span]}))
+                     config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span], **cfg}))
 
 
-def gd(task: ICLRegression, omega0, mu0, *, lr: float, n_steps: int, saveat=None, stop=None,
-       progress: bool = False):
+def gd(task: ICLRegression, omega0, mu0, *, lr, n_steps: int, saveat=None, stop=None,
+       progress: bool = False, sigma2=None, L=None):
     """Gradient descent on F/2 with learning rate ``lr`` (the authors' helper ``gradient_flow``): spec §5.1.
 
     theta_{n+1} = theta_n - lr * grad(F/2)(theta_n), theta = (omega, mu); batched over initial conditions.
@@ -457,25 +502,31 @@ def gd(task: ICLRegression, omega0, mu0, *, lr: float, n_steps: int, saveat=None
     Parameters
     ----------
     omega0, mu0 : (H,) or (n_traj, H) float64
-    lr : float > 0
+    lr : float > 0 or (n_traj,) array
     n_steps : int >= 0
     saveat : dynamics.SaveAt, optional (entries hold the state after n updates, n = 0 is the initialisation, Sec. 0.2)
+    sigma2, L : number or (n_traj,) array, optional
+        Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
 
     Returns
     -------
     dynamics.Trajectory with variables omega_0.., mu_0.., F, mu_dot_omega, sum_mu.
     """
     task = _check_task(task)
-    lr = check_positive("lr", lr)
+    if np.ndim(lr) == 0:
+        lr = check_positive("lr", lr)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     y0, H = _initial_state(omega0, mu0)
     _check_exponent(task, y0[:, :H], "omega0")
-    params = np.array([float(task.d), task.cL, lr])
+    params, n, s2_rows, cfg = _batch_params(task, y0.shape[0], sigma2, L, lr)
+    y0 = np.ascontiguousarray(np.broadcast_to(y0, (n, y0.shape[1])))
+    # time = lr * step needs one lr: a per-trajectory lr gives time = step
+    time_scale = float(lr) if np.ndim(lr) == 0 else 1.0
     return dynamics.iterate(
         _k.gd_step, y0, n_steps, params=params, saveat=saveat, names=state_names(H),
-        derived=_derived_general(task, H), stop=stop, time_scale=lr, progress=progress,
+        derived=_derived_general(task, H, s2_rows), stop=stop, time_scale=time_scale, progress=progress,
         attrs=_attrs(task, equation="spec §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=TIME_UNIT_GD,
-                     config={"H": H, "lr": lr, "n_steps": n_steps}))
+                     config={"H": H, "lr": np.asarray(lr).tolist(), "n_steps": n_steps, **cfg}))
 
 
 def symmetric_two_head_loss(task: ICLRegression, omega, mu) -> np.ndarray:
@@ -681,6 +732,119 @@ def gd_optimal_eta(task: ICLRegression) -> float:
 def dgd_optimal_eta(task: ICLRegression) -> float:
     """eta_dGD,opt = L/(L + d(1 + sigma^2)) = eta* exactly: spec §7.2 (Eq. (4.3))."""
     return eta_star(task)
+
+
+class StationaryPoint(NamedTuple):
+    """A stationary point of the H-head flow of F/2 (spec §5.1): grad F = 0.
+
+    ``kind``: "origin" (omega = mu = 0), "single_head" (every omega_h equal and non-zero: the heads act as one head,
+    only sum(mu) is identified, spec §4.4; the representative has mu split equally, and the point is one member of a
+    line of stationary points), or "other". ``hessian_eigenvalues``: of F/2 (ascending; a zero for each flat
+    direction). ``stability``: "minimum" (no eigenvalue below -1e-8 relative to the largest), "saddle" or "maximum".
+    """
+
+    omega: np.ndarray
+    mu: np.ndarray
+    kind: str
+    F: float
+    hessian_eigenvalues: np.ndarray
+    stability: str
+
+
+def _half_grad_rows(task, X, H):
+    go, gm = approx_loss_grad(task, X[:, :H], X[:, H:])
+    return 0.5 * np.concatenate([go, gm], axis=1)
+
+
+def _hessian(task, x, H):
+    h = 1e-6  # central differences of the analytic gradient: error ~h^2 + 1e-16/h ~ 1e-10
+    E = np.eye(2 * H) * h
+    Hm = (_half_grad_rows(task, x + E, H) - _half_grad_rows(task, x - E, H)) / (2 * h)
+    return 0.5 * (Hm + Hm.T)
+
+
+def stationary_points(task: ICLRegression, H: int = 2, *, n_starts: int = 2000, rng=0,
+                      omega_box: float = 1.0, mu_box: float = 6.0) -> tuple[StationaryPoint, ...]:
+    """Every stationary point of F/2 (spec §4.1, §5.1) reached by a damped Gauss-Newton root search on grad(F/2) = 0.
+
+    Starts are uniform in [-omega_box, omega_box]^H x [-mu_box, mu_box]^H; omega is clipped to |omega| <= 2 during the
+    search (exp(d omega^2) must stay finite, spec §12). Roots (gradient max-norm < 1e-12) are merged when their omega
+    agree and the sums of mu over heads with equal omega agree to 1e-6 (only those sums are identified, spec §4.4).
+    The solution manifold S_gamma of §5.4 holds no stationary point (grad_omega F != 0 on it for gamma > 0, spec
+    §5.4): flows on it drift towards gamma -> 0, and the search does not converge there.
+
+    Returns
+    -------
+    tuple of :class:`StationaryPoint`, by increasing F.
+    """
+    task = _check_task(task)
+    H = check_int("H", H, min_value=1)
+    n_starts = check_int("n_starts", n_starts, min_value=1)
+    rng = as_generator(rng)
+    X = np.concatenate([rng.uniform(-omega_box, omega_box, (n_starts, H)),
+                        rng.uniform(-mu_box, mu_box, (n_starts, H))], axis=1)
+    damp = np.full(n_starts, 1e-3)
+    eye = np.eye(2 * H)
+    h = 1e-7
+    lim = min(2.0, 0.95 * np.sqrt(700.0 / task.d))
+    for _ in range(300):
+        g0 = _half_grad_rows(task, X, H)
+        f0 = np.sum(g0 * g0, axis=1)
+        J = np.stack([(_half_grad_rows(task, X + h * eye[j], H) - _half_grad_rows(task, X - h * eye[j], H)) / (2 * h)
+                      for j in range(2 * H)], axis=2)
+        J = np.where(np.isfinite(J), J, 0.0)
+        JT = np.transpose(J, (0, 2, 1))
+        # pseudo-inverse: J^T J + damp I can be singular to rounding when damp has shrunk to its floor
+        step = (np.linalg.pinv(JT @ J + damp[:, None, None] * eye) @ -(JT @ g0[..., None]))[..., 0]
+        Xn = X + step
+        Xn[:, :H] = np.clip(Xn[:, :H], -lim, lim)
+        f1 = np.sum(_half_grad_rows(task, Xn, H) ** 2, axis=1)
+        ok = np.isfinite(f1) & (f1 < f0)
+        X[ok] = Xn[ok]
+        damp = np.clip(np.where(ok, damp * 0.3, damp * 10.0), 1e-15, 1e10)
+    res = np.max(np.abs(_half_grad_rows(task, X, H)), axis=1)
+    out: list[StationaryPoint] = []
+    keys: list[np.ndarray] = []
+    for x in X[res < 1e-12]:
+        om, mu = x[:H], x[H:]
+        groups = [np.abs(om - om[h]) < 1e-6 for h in range(H)]  # heads with equal omega act as one (roots: 1e-8)
+        key = np.concatenate([om, [mu[g].sum() for g in groups]])
+        if any(np.max(np.abs(key - k)) < 1e-6 for k in keys):
+            continue
+        keys.append(key)
+        if np.all(np.abs(om) < 1e-10):
+            kind = "origin"
+            mu = np.zeros(H)
+            om = np.zeros(H)
+        elif all(g.all() for g in groups):
+            kind = "single_head"
+            mu = np.full(H, mu.sum() / H)
+        else:
+            kind = "other"
+        z = np.concatenate([om, mu])
+        ev = np.linalg.eigvalsh(_hessian(task, z, H))
+        scale = max(1.0, float(np.max(np.abs(ev))))
+        stab = "minimum" if ev[0] > -1e-8 * scale else ("maximum" if ev[-1] < 1e-8 * scale else "saddle")
+        out.append(StationaryPoint(omega=om, mu=mu, kind=kind, F=float(approx_loss(task, om, mu)),
+                                   hessian_eigenvalues=ev, stability=stab))
+    return tuple(sorted(out, key=lambda p: p.F))
+
+
+def classify_end_state(task: ICLRegression, omega, mu, *, tol: float = 1e-3) -> np.ndarray:
+    """Name where H-head flows of F/2 ended: "single_head" (every omega_h within ``tol`` of 1/sqrt(d) in modulus, one
+    sign, and sum(mu) within ``tol`` of the F_1 optimum, spec §7.3), "solution_manifold" (positive and negative heads
+    with mu^T omega within 0.05 of eta* and |sum mu| < 0.05: the valley S_gamma of spec §5.4, on which the flow keeps
+    drifting), "origin" (all |omega_h|, |mu_h| < tol) or "other". omega, mu: (n, H) or (H,)."""
+    task = _check_task(task)
+    tol = check_positive("tol", tol)
+    om, mu = _pair(np.atleast_2d(omega), np.atleast_2d(mu))
+    o = single_head_optimum(task)
+    sgn = np.sign(om[:, :1])
+    single = (np.all(np.abs(om * sgn - o.omega) < tol, axis=1) & (np.abs(mu.sum(1) * sgn[:, 0] - o.mu) < tol))
+    u = np.sum(om * mu, axis=1)
+    valley = ((om.max(1) > 0) & (om.min(1) < 0) & (np.abs(u - eta_star(task)) < 0.05) & (np.abs(mu.sum(1)) < 0.05))
+    origin = np.all(np.abs(om) < tol, axis=1) & np.all(np.abs(mu) < tol, axis=1)
+    return np.where(single, "single_head", np.where(valley, "solution_manifold", np.where(origin, "origin", "other")))
 
 
 class SingleHeadOptimum(NamedTuple):

@@ -160,12 +160,40 @@ class Prompts:
     y: np.ndarray | None = None
 
     def __post_init__(self):
-        if self.X.ndim != 3 or self.xq.shape != (self.X.shape[0], self.X.shape[2]):
-            raise ValueError(f"X must be (B, N, d) and xq (B, d); got {self.X.shape} and {self.xq.shape}")
-        if self.c.shape != self.X.shape[:2] or self.istar.shape != self.X.shape[:1]:
-            raise ValueError(f"c must be (B, N) and istar (B,); got {self.c.shape} and {self.istar.shape}")
-        if self.y is not None and self.y.shape != self.X.shape[:2]:
-            raise ValueError(f"y must have shape (B, N) = {self.X.shape[:2]}; got {self.y.shape}")
+        X = check_finite_array("X", self.X, ndim=3)
+        xq = check_finite_array("xq", self.xq)
+        c = check_finite_array("c", self.c)
+        if xq.shape != (X.shape[0], X.shape[2]):
+            raise ValueError(f"X must be (B, N, d) and xq (B, d); got {X.shape} and {xq.shape}")
+        if c.shape != X.shape[:2] or np.shape(self.istar) != X.shape[:1]:
+            raise ValueError(f"c must be (B, N) and istar (B,); got {c.shape} and {np.shape(self.istar)}")
+        istar = np.asarray(self.istar)
+        if istar.dtype.kind not in "iu":
+            raise ValueError(f"istar must be an integer array of 0-based indices; got dtype {istar.dtype}")
+        istar = istar.astype(np.int64)
+        N = X.shape[1]
+        if np.any(istar < 0) or np.any(istar >= N):
+            raise ValueError(f"istar must hold 0-based indices in [0, N-1] = [0, {N - 1}]; got values in "
+                             f"[{istar.min()}, {istar.max()}] (1-based indices as in the paper: subtract 1)")
+        # c must be <x_j, x_query> (Sec. A.1) and istar its argmax; 1e-9 is round-off of d-term products of unit
+        # vectors, far below the gap to a wrong index (a 1-based istar picks another point, c lower by O(1/N)).
+        if np.abs(np.einsum("bnd,bd->bn", X, xq) - c).max(initial=0.0) > 1e-9:
+            raise ValueError("c must equal the inner products <X[b, j], xq[b]> (Sec. A.1)")
+        rows = np.arange(X.shape[0])
+        short = c.max(axis=1) - c[rows, istar]
+        if np.any(short > 1e-12):
+            b = int(np.argmax(short))
+            raise ValueError(f"istar must be the 0-based nearest neighbour argmax_j c[b, j] (Sec. A.1); prompt {b}: "
+                             f"istar = {istar[b]}, argmax = {int(np.argmax(c[b]))} (a 1-based index?)")
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "xq", xq)
+        object.__setattr__(self, "c", c)
+        object.__setattr__(self, "istar", istar)
+        if self.y is not None:
+            y = check_finite_array("y", self.y)
+            if y.shape != X.shape[:2]:
+                raise ValueError(f"y must have shape (B, N) = {X.shape[:2]}; got {y.shape}")
+            object.__setattr__(self, "y", y)
 
     @property
     def n_prompts(self) -> int:
@@ -497,6 +525,45 @@ def pack_params(spec: NearestNeighborSpec, prompts: Prompts) -> np.ndarray:
                            prompts.istar.astype(np.float64), np.ascontiguousarray(prompts.c).ravel()])
 
 
+def eta_batch(params: np.ndarray, eta_index: int, eta, state0: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
+                                                                                    str]:
+    """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states (spec Sec. 0: eta enters
+    the GD maps of Sec. A.5, B.3 and C.5 only as a number).
+
+    The token-selection maps take eta only as a number in their packed parameter vector, so a grid of step sizes is
+    one batch of the engine: row i of the result is ``params`` with entry ``eta_index`` set to ``eta[i]``.
+
+    Parameters
+    ----------
+    params : (n_params,) the packed vector of one configuration.
+    eta_index : position of eta in it.
+    eta : None, float or (n,) array of finite values > 0. None: ``params`` unchanged.
+    state0 : (n_state,) or (n0, n_state) initial states; ``eta`` and the n0 rows broadcast (lengths 1 or equal).
+
+    Returns
+    -------
+    (params (n_traj, n_params) or (n_params,), state0 (n_traj, n_state), time_scale, time_unit): the ``time``
+    coordinate is eta * step when all trajectories share one eta, else the step.
+    """
+    x0 = np.atleast_2d(state0)
+    base = float(params[eta_index])
+    if eta is None:
+        return params, x0, base, "eta*step"
+    eta = check_finite_array("eta", eta, ndim=(0, 1)).reshape(-1)
+    if np.any(eta <= 0):
+        raise ValueError(f"eta must hold finite numbers > 0; got {eta.tolist()}")
+    n0, ne = x0.shape[0], eta.size
+    if n0 != 1 and ne != 1 and n0 != ne:
+        raise ValueError(f"eta of length {ne} does not broadcast with {n0} initial states (state0 shape {x0.shape})")
+    n = max(n0, ne)
+    P = np.repeat(np.asarray(params, dtype=np.float64)[None], n, axis=0)
+    P[:, eta_index] = np.broadcast_to(eta, (n,))
+    X0 = np.ascontiguousarray(np.broadcast_to(x0, (n, x0.shape[1])))
+    if np.all(eta == eta[0]):
+        return P, X0, float(eta[0]), "eta*step"
+    return P, X0, 1.0, "step (eta differs between trajectories: see the eta parameter)"
+
+
 def _check_prompts(spec: NearestNeighborSpec, prompts: Prompts) -> None:
     if prompts.N != spec.N or prompts.d != spec.d:
         raise ValueError(f"prompts have (N, d) = ({prompts.N}, {prompts.d}) but the spec has ({spec.N}, {spec.d})")
@@ -511,7 +578,7 @@ def _attrs(spec, prompts, source, extra=None) -> dict:
 
 
 def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, state0=None, saveat=None,
-               quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None):
+               quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None):
     """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (spec Sec. A.5, Eq. "xi1 <- xi1 - (eta/d) dL/dxi1,
     xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
 
@@ -531,12 +598,16 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
         A state with |xi1| or |xi2| above ``bound`` counts as divergence (default: only non-finite values).
     seed : int, optional
         Recorded in the provenance (the seed that drew ``prompts``).
+    eta : float or (n,) array, optional
+        Step sizes per trajectory, overriding ``spec.eta``, broadcast with the ``state0`` rows (:func:`eta_batch`):
+        one call runs a grid of step sizes on the same sample.
 
     Returns
     -------
     dynamics.Trajectory
         State variables xi1, xi2 and the diagnostics ``DIAGNOSTIC_NAMES`` (L, q_istar, ..., gradient with SE) at
-        each save point; ``step`` = t, ``time`` = eta t. Raises ``dynamics.DivergenceError`` on a non-finite state.
+        each save point; ``step`` = t, ``time`` = eta t (= t when ``eta`` differs between trajectories). Raises
+        ``dynamics.DivergenceError`` on a non-finite state.
     """
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if not 0.0 < quantile < 1.0:
@@ -546,7 +617,7 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
     state0 = check_finite_array("state0", state0, ndim=(1, 2))
     if state0.shape[-1] != 2:
         raise ValueError(f"state0 must have shape (2,) or (n_traj, 2); got {state0.shape}")
-    params = pack_params(spec, prompts)
+    params, state0, time_scale, time_unit = eta_batch(pack_params(spec, prompts), 0, eta, state0)
 
     def derived(Y, P):
         out = {name: np.empty(Y.shape[:2]) for name in DIAGNOSTIC_NAMES}
@@ -557,9 +628,12 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
                     out[name][i, k] = diag[name]
         return out
 
+    attrs = _attrs(spec, prompts, "closedform", {"seed": seed, "quantile": quantile})
+    attrs["time_unit"] = time_unit
+    if eta is not None:
+        attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
     return dynamics.iterate(_k.gd_step, state0, n_steps, params=params, saveat=saveat, names=list(STATE_NAMES),
-                            derived=derived, time_scale=spec.eta, progress=progress, bound=bound,
-                            attrs=_attrs(spec, prompts, "closedform", {"seed": seed, "quantile": quantile}))
+                            derived=derived, time_scale=time_scale, progress=progress, bound=bound, attrs=attrs)
 
 
 def full_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):

@@ -47,6 +47,7 @@ from scipy.special import softmax
 
 import dynamics
 from closedform import _random_walk_kernels as _kern
+from closedform.nearest_neighbor import eta_batch
 from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
@@ -58,6 +59,9 @@ REFERENCE = {
     "bibtex_key": "shi2025randomwalks",
     "spec": "token_selection.md, Study C",
 }
+
+#: Positional codes of :func:`positional_matrix` (``RandomWalkSpec.code``).
+POSITIONAL_CODES = ("onehot", "sine")
 
 #: The largest number of walks :func:`enumerate_walks` builds by default (K 2^{N-1} walks; 2^22 ~ 4e6).
 MAX_ENUMERATED_WALKS = 2**22
@@ -81,10 +85,17 @@ class RandomWalkSpec:
     p : float
         Probability of a clockwise step, in [0, 1] (Sec. C.1).
     M : int
-        Positional dimension, >= N + 1 so that the sine code phi_1..phi_N is orthogonal (Sec. C.2). Default 1000.
+        Positional dimension, >= N + 1 so that N positional vectors can be mutually orthogonal (Sec. C.2) and the sine
+        code is orthogonal. Default 1000.
     rho : float, optional
-        Squared norm of every phi_i, > 0. Default M / 2 (the sine code of Sec. C.2); only rho enters the reduced
-        dynamics (Sec. C.9), and :func:`positional_matrix` rescales the code to this norm.
+        Squared norm of every phi_i, > 0. Default M / 2 (the norm of the sine code of Sec. C.2); only rho enters the
+        reduced dynamics (Sec. C.9), and :func:`positional_matrix` scales the code to this norm.
+    code : {"onehot", "sine"}
+        Positional code (:func:`positional_matrix`). ``"onehot"`` (default): phi_i = sqrt(rho) e_i, orthogonal
+        exactly in floating point. ``"sine"``: the reconstructed [phi_i]_k = sin(pi i k / M) of Sec. C.2, orthogonal
+        only up to round-off (~1e-13 rho), which the unstable symmetric state of Theorem C2 (p in {0, 1}) amplifies
+        in full-matrix GD. Only orthogonality and rho enter the dynamics (Sec. C.9), so both describe the paper's
+        model; the reduced map of Sec. C.5 is exact for the one-hot code.
     eta : float
         GD step size, > 0 (Sec. C.4). Default 1.
     eps : float
@@ -102,6 +113,7 @@ class RandomWalkSpec:
     rho: float | None = None
     eta: float = 1.0
     eps: float = 0.1
+    code: str = "onehot"
 
     def __post_init__(self):
         object.__setattr__(self, "K", check_int("K", self.K, min_value=3))
@@ -112,6 +124,8 @@ class RandomWalkSpec:
         object.__setattr__(self, "rho", float(rho))
         object.__setattr__(self, "eta", check_positive("eta", self.eta))
         object.__setattr__(self, "eps", check_positive("eps", self.eps))
+        if self.code not in POSITIONAL_CODES:
+            raise ValueError(f"code must be one of {POSITIONAL_CODES}; got {self.code!r}")
 
     @property
     def seq_len(self) -> int:
@@ -207,11 +221,18 @@ def transition_matrix(K: int, p: float) -> np.ndarray:
 
 
 def positional_matrix(spec: RandomWalkSpec) -> np.ndarray:
-    """Positional vectors Phi = [phi_1..phi_N], [phi_i]_k = sqrt(2 rho / M) sin(pi i k / M), k = 1..M (Sec. C.2).
+    """Positional vectors Phi = [phi_1..phi_N] (Sec. C.2), mutually orthogonal with ||phi_i||^2 = rho.
 
-    Mutually orthogonal with ||phi_i||^2 = rho for i < M (M/2 for the default rho, the reconstructed code of
-    Sec. C.2). Returns (M, N) float64.
+    ``spec.code == "onehot"``: phi_i = sqrt(rho) e_i (the first N coordinates of R^M), exactly orthogonal in float64,
+    every squared norm the same float. ``"sine"``: [phi_i]_k = sqrt(2 rho / M) sin(pi i k / M), k = 1..M, the
+    reconstructed code of Sec. C.2 (rho = M/2 gives the unscaled sines), orthogonal up to round-off only. Both are
+    orthogonal images of each other on span(phi_1..phi_N), so they give the same dynamics in exact arithmetic
+    (Sec. C.9). Returns (M, N) float64.
     """
+    if spec.code == "onehot":
+        Phi = np.zeros((spec.M, spec.N))
+        Phi[np.arange(spec.N), np.arange(spec.N)] = np.sqrt(spec.rho)
+        return Phi
     k = np.arange(1, spec.M + 1, dtype=np.float64)[:, None]
     i = np.arange(1, spec.N + 1, dtype=np.float64)[None, :]
     return np.sqrt(2.0 * spec.rho / spec.M) * np.sin(np.pi * i * k / spec.M)
@@ -418,8 +439,12 @@ def direction_errors(V, p: float) -> dict:
 def accuracy(spec: RandomWalkSpec, f, sample: WalkSample) -> tuple[float, float]:
     """Plain 0/1 accuracy and Rao-Blackwellised accuracy acc_RB = mean Pi[s_{N-1}, Pred(f)] (Sec. C.3).
 
-    f (n, K) are the outputs on ``sample``; means are weighted by ``sample.weights``. Returns (acc, acc_rb).
+    f (n, K) are the outputs on ``sample`` (finite: a NaN output has no prediction, ``ValueError``); means are
+    weighted by ``sample.weights``. Returns (acc, acc_rb).
     """
+    if not isinstance(sample, WalkSample):
+        raise TypeError(f"sample must be a WalkSample; got {type(sample).__name__}")
+    f = check_finite_array("f", f, shape=(sample.n, spec.K))
     pred = predict(f)
     Pi = transition_matrix(spec.K, spec.p)
     w = sample.weights
@@ -582,7 +607,7 @@ def map_params(spec: RandomWalkSpec, sample: WalkSample) -> np.ndarray:
 
 
 def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
-               progress: bool = False, attrs: dict | None = None):
+               progress: bool = False, attrs: dict | None = None, eta=None):
     """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers), Sec. C.5.
 
     Parameters
@@ -602,6 +627,9 @@ def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None
         Initial reduced state(s); default V = 0, a = 0, c = 0 (Sec. C.4).
     saveat : dynamics.SaveAt, optional
         Save points (default: the engine's).
+    eta : float or (n,) array, optional
+        Step sizes per trajectory, overriding ``spec.eta``, broadcast with the ``state0`` rows
+        (:func:`closedform.nearest_neighbor.eta_batch`); ``time`` is then the step.
 
     Returns
     -------
@@ -623,9 +651,13 @@ def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None
                  "equation": "token_selection.md Sec. C.5 (exact reduced GD)",
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "n_steps": n_steps}}
+    params, x0, time_scale, time_unit = eta_batch(map_params(spec, train), 5, eta, x0)
+    if eta is not None:
+        run_attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
+        run_attrs["time_unit"] = "step"
     run_attrs.update(attrs or {})
-    return dynamics.iterate(_kern.reduced_step, x0, n_steps, params=map_params(spec, train), saveat=saveat,
-                            names=state_names(spec), derived=_derived_fn(spec, train, test), time_scale=spec.eta,
+    return dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, saveat=saveat,
+                            names=state_names(spec), derived=_derived_fn(spec, train, test), time_scale=time_scale,
                             progress=progress, attrs=run_attrs)
 
 

@@ -50,7 +50,7 @@ import scipy.optimize
 import scipy.special
 
 from closedform import _scan_snap_kernels as _k
-from dynamics.validation import check_choice, check_finite_array, check_int, check_nonneg, check_positive
+from dynamics.validation import check_choice, check_finite_array, check_int, check_positive
 
 REFERENCE = {
     "title": "Scan and Snap: Understanding Training Dynamics and Token Composition in 1-layer Transformer",
@@ -305,6 +305,49 @@ def _params(task: ScanSnap | SequenceClasses, lay: _Layout, *, eta_Y=1.0, eta_Z=
                            classes.psi.astype(np.float64), lay.tcol.astype(np.float64), lay.mult])
 
 
+def _rate_batch(task: ScanSnap, n_init: int, **rates):
+    """Per-trajectory rates (spec Sec. 4.1 task numbers) broadcast with an initial-state batch of length n_init.
+
+    ``rates`` maps a name (``eta_Y``, ``eta_Z``, ``momentum``) to None (the task's value, or the given default for
+    momentum), a scalar, or a 1-D array. Returns (n, {name: (n,) float64}) with n the common batch length: every
+    array, and the init batch, has length 1 or n.
+    """
+    vals, n = {}, n_init
+    for name, v in rates.items():
+        if v is None:
+            v = getattr(task, name)
+        a = np.atleast_1d(check_finite_array(name, v, ndim=(0, 1)))
+        if name == "momentum":
+            if np.any(a < 0) or np.any(a >= 1):
+                raise ValueError(f"momentum must lie in [0, 1); got {v}")
+        elif np.any(a <= 0):
+            raise ValueError(f"{name} must be > 0; got {v}")
+        vals[name] = a
+        if len(a) != 1:
+            if n not in (1, len(a)):
+                raise ValueError(f"{name} has length {len(a)}, but the batch (initial states or another rate) has "
+                                 f"length {n}; lengths must be 1 or equal")
+            n = len(a)
+    return n, {k: np.broadcast_to(a, (n,)).astype(np.float64) for k, a in vals.items()}
+
+
+def _batched_params(task: ScanSnap, lay: _Layout, y0, *, eta_Y=None, eta_Z=None, momentum=None, q_mode=0.0):
+    """(y0 tiled to n, params (n, n_params) or (n_params,)) for rates given as scalars or per-trajectory arrays."""
+    rates = {"eta_Y": eta_Y, "eta_Z": eta_Z}
+    if momentum is not None:
+        rates["momentum"] = momentum
+    n, r = _rate_batch(task, len(y0), **rates)
+    mu = r.get("momentum", np.zeros(n))
+    rows = np.array([_params(task.classes, lay, eta_Y=r["eta_Y"][i], eta_Z=r["eta_Z"][i], mu=mu[i], q_mode=q_mode)
+                     for i in range(n)])
+    if np.all(rows == rows[0]):
+        rows = rows[0]
+    if len(y0) != n:
+        y0 = np.repeat(y0, n, axis=0)
+    attrs = {k: float(a[0]) if np.all(a == a[0]) else a for k, a in r.items()}  # scalar when uniform
+    return y0, rows, attrs
+
+
 def _batch(name, arr, shape):
     """Return arr as (n, *shape) float64 (a single array gets n = 1)."""
     a = check_finite_array(name, arr, ndim=(len(shape), len(shape) + 1))
@@ -547,6 +590,9 @@ def _finish(traj, classes, lay, *, has_Y=True):
     for name, (dims, arr) in _diagnostic_vars(classes, lay, Y, Z).items():
         data[name] = (base + dims, arr)
     coords = {c: traj.coords[c] for c in ("time", "step", "trajectory")}
+    # named coordinates of the array variables: class n and contextual token l are the spec's 0-based ids (Sec. 0.1)
+    coords["class"] = ("class", np.arange(classes.K))
+    coords["token"] = ("token", np.arange(Lc))
     if has_Y:
         data["Y"] = (base + ("token", "column"), Y)
         coords["column"] = ("column", list(lay.labels))
@@ -563,7 +609,7 @@ def _default_solver():
 
 
 def exact_flow(task: ScanSnap, t_span, *, Y0=None, Z0=None, saveat=None, lumped: bool = True, solver=None,
-               progress: bool = False):
+               progress: bool = False, eta_Y=None, eta_Z=None):
     """Integrate the exact reduced ODE of spec Sec. 4.2 (POPULATION convention), lumped or not.
 
     Implements spec scan_snap.md Sec. 4.2 (exact reduced ODE, lumping of the M - K non-target outputs), with the
@@ -583,6 +629,10 @@ def exact_flow(task: ScanSnap, t_span, *, Y0=None, Z0=None, saveat=None, lumped:
         Keep one column for the M - K non-target outputs (exact when they start equal; makes M = 1e4 cheap).
     solver : dynamics solver, optional
         Default ``Dopri5(rtol=1e-10, atol=1e-12)``.
+    eta_Y, eta_Z : float or (n,) float, optional
+        Learning rates per trajectory, overriding the task's (spec Sec. 4.1: they enter the vector field only as
+        numbers). Arrays broadcast with the Y0/Z0 batch (each of length 1 or n): one call integrates a grid of
+        learning rates, identical to one call per configuration.
 
     Returns
     -------
@@ -595,22 +645,33 @@ def exact_flow(task: ScanSnap, t_span, *, Y0=None, Z0=None, saveat=None, lumped:
 
     classes = task.classes
     lay = _layout(classes, lumped)
-    y0 = _initial_state(classes, lay, Y0, Z0)
+    y0, params, rates = _batched_params(task, lay, _initial_state(classes, lay, Y0, Z0), eta_Y=eta_Y, eta_Z=eta_Z)
     # names="state": one array variable inside the engine (thousands of components); _finish names them
-    traj = integrate(_k.exact_rhs, y0, tuple(t_span), params=_params(task, lay),
+    traj = integrate(_k.exact_rhs, y0, tuple(t_span), params=params,
                      solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
                      attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                            "equation": "spec scan_snap.md 4.2", "time_unit": "step", "lumped": int(lumped)})
+                            "equation": "spec scan_snap.md 4.2", "time_unit": "step", "lumped": int(lumped),
+                            **rates})
     return _finish(traj, classes, lay)
 
 
-def population_map(task: ScanSnap, n_steps: int, *, momentum: float = 0.0, Y0=None, Z0=None, saveat=None,
-                   lumped: bool = True, progress: bool = False):
+def population_map(task: ScanSnap, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, saveat=None,
+                   lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None):
     """Iterate the discrete population map of spec Sec. 4.3 (plain GD or heavy-ball momentum), step for step.
 
     Implements spec scan_snap.md Sec. 4.3: one evaluation of (grad_Y, grad_Z) at (Y_s, Z_s) per step; PyTorch SGD
     momentum (buf_1 = grad_0, buf_{s+1} = mu buf_s + grad_s, dampening 0). Overlay for SGD runs with the same mu
     (Sec. 0.3). Step s is the state after s updates; ``time`` = step.
+
+    Parameters
+    ----------
+    task : ScanSnap
+    n_steps : int >= 1
+    momentum : float or (n,) float in [0, 1)
+    Y0, Z0 : as in :func:`exact_flow` (batches of n initial states allowed)
+    eta_Y, eta_Z : float or (n,) float, optional
+        Learning rates per trajectory, overriding the task's; ``momentum`` and the rates broadcast with the Y0/Z0
+        batch (each of length 1 or n), so a grid of optimiser settings runs in one call.
 
     Returns
     -------
@@ -619,27 +680,25 @@ def population_map(task: ScanSnap, n_steps: int, *, momentum: float = 0.0, Y0=No
     from dynamics import iterate
 
     n_steps = check_int("n_steps", n_steps, min_value=1)
-    mu = check_nonneg("momentum", momentum)
-    if mu >= 1.0:
-        raise ValueError(f"momentum must lie in [0, 1); got {momentum}")
     classes = task.classes
     lay = _layout(classes, lumped)
-    y0 = _initial_state(classes, lay, Y0, Z0)
+    y0, params, rates = _batched_params(task, lay, _initial_state(classes, lay, Y0, Z0), eta_Y=eta_Y, eta_Z=eta_Z,
+                                        momentum=momentum)
     x0 = np.concatenate([y0, np.zeros_like(y0)], axis=1)
-    traj = iterate(_k.map_step, x0, n_steps, params=_params(task, lay, mu=mu), saveat=saveat, names="state",
+    traj = iterate(_k.map_step, x0, n_steps, params=params, saveat=saveat, names="state",
                    progress=progress,
                    attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                          "equation": "spec scan_snap.md 4.3", "time_unit": "step", "momentum": mu,
-                          "lumped": int(lumped)})
+                          "equation": "spec scan_snap.md 4.3", "time_unit": "step", "lumped": int(lumped), **rates})
     return _finish(traj, classes, lay)
 
 
 def composite_flow(task: ScanSnap, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
-                   progress: bool = False):
+                   progress: bool = False, eta_Y=None, eta_Z=None):
     """Integrate the composite Theorem-1 ODE in Z only (spec Sec. 4.4), exact-q or leading-order form.
 
     Implements spec scan_snap.md Sec. 4.4: g_n = gamma(t) F (F^T F)^{-1} q^(n) (Theorem 1, Eq. 9) in the POPULATION
     attention ODE of Lemma 4 (Sec. 3.1). Requires uniform pi. ``leading_order=True`` uses q^(n) = e_n.
+    ``eta_Y``, ``eta_Z`` (float or (n,) arrays) override the task's rates per trajectory, broadcast with the Z0 batch.
 
     Returns
     -------
@@ -651,12 +710,13 @@ def composite_flow(task: ScanSnap, t_span, *, Z0=None, saveat=None, leading_orde
     _require_uniform(classes)
     lay = _layout(classes, True)
     Zb = np.zeros((1, classes.Q, classes.Lc)) if Z0 is None else _batch("Z0", Z0, (classes.Q, classes.Lc))
-    traj = integrate(_k.composite_rhs, Zb.reshape(len(Zb), -1), tuple(t_span),
-                     params=_params(task, lay, q_mode=1.0 if leading_order else 0.0),
+    z0, params, rates = _batched_params(task, lay, Zb.reshape(len(Zb), -1), eta_Y=eta_Y, eta_Z=eta_Z,
+                                        q_mode=1.0 if leading_order else 0.0)
+    traj = integrate(_k.composite_rhs, z0, tuple(t_span), params=params,
                      solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
                      attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
                             "equation": "spec scan_snap.md 4.4", "time_unit": "step",
-                            "leading_order": int(leading_order)})
+                            "leading_order": int(leading_order), **rates})
     return _finish(traj, classes, lay, has_Y=False)
 
 

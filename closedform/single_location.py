@@ -83,7 +83,11 @@ __all__ = [
     "LocationTask",
     "SingleLocation",
     "SpuriousPoint",
+    "Basins",
+    "basins",
     "bayes_risk_lower_bound",
+    "classify",
+    "critical_point_search",
     "distance_to_manifold",
     "excess_risk",
     "fixed_points",
@@ -98,6 +102,7 @@ __all__ = [
     "random_oracle_directions",
     "risk",
     "risk_partials",
+    "run_to_fixed_point",
     "sample_data",
     "sample_initial_state",
     "spurious_point",
@@ -392,74 +397,558 @@ def distance_to_manifold(theta, eta, rho):
 
 @dataclass(frozen=True, kw_only=True)
 class FixedPoint:
-    """A stationary point of PGD on M (spec Sec. 7.1) with its linearisation (spec Sec. 7.2).
+    """A fixed point of the five-scalar PGD map (spec Sec. 6.4), i.e. a critical point of R on (S^{d-1})^2.
 
-    ``flow_eigenvalues`` are those of the Jacobian of the vector field of :func:`manifold_vector_field`;
-    ``map_eigenvalues`` those of the reduced PGD map (spec Sec. 6.3) at step size ``alpha`` (None if not given).
-    ``kind`` is "minimum", "maximum" or "saddle" from the signs of the flow eigenvalues.
+    Attributes
+    ----------
+    state : (kappa, nu, theta, eta, rho)
+    kappa, nu : its first two scalars (the (kappa, nu) of spec Sec. 7.1 for the points of M).
+    kind : "oracle" ((1, 1), (-1, -1) on M), "anti_oracle" ((1, -1), (-1, 1)), "saddle" (the origin of M),
+        "spurious" (S of spec Sec. 7.4), "swap" (k = +-v*, v = +-k* with theta eta = +1), "anti_swap" (theta eta = -1),
+        "collinear" (k = +-v, |rho| = 1, off M) or "mixed" (any other off-M critical point).
+    stability : "minimum", "maximum" or "saddle": the signs of the eigenvalues of the linearised flow (all < 0,
+        all > 0, mixed), as in spec Sec. 7.1 for the points of M.
+    risk, excess_risk : R and R - eps^2 at the point (spec Sec. 4.2).
+    flow_eigenvalues : real parts (ascending) of the eigenvalues of the linearised Riemannian gradient flow of R on
+        (S^{d-1})^2 at the point, with the neutral rotations fixing k*, v* divided out; for the points of M, the
+        (kappa, nu) block of the reduced flow of spec Sec. 7.2 instead.
+    map_eigenvalues : eigenvalues (by modulus, descending; complex allowed) of the linearised PGD update at step size
+        ``alpha`` on (S^{d-1})^2 (vectors, so that points on the boundary of the Gram set such as k = k* are regular;
+        a corner's kappa-multiplier is then 1 + alpha kappa_c dR_M/dkappa, the square root of the scalar one), the
+        neutral rotations divided out; None without alpha.
+    manifold_map_eigenvalues : for the points of M, the (kappa, nu) block of the reduced map's Jacobian in the
+        scalar coordinates of spec Sec. 7.2 (e.g. (1 + alpha kappa_c dR_M/dkappa)^2 at a corner); else None.
+    attracting : True when every map eigenvalue has modulus < 1 (None without alpha).
+    on_manifold : theta = eta = rho = 0.
+    orbit : the images of ``state`` under the symmetry group {id, A, B, AB} (A: (k, v) -> (-k, -v); B: v* -> -v*
+        with v -> -v, i.e. (theta, eta, rho) -> -(theta, eta, rho)), duplicates removed; ``state`` is the first.
     """
 
+    state: tuple[float, float, float, float, float]
     kappa: float
     nu: float
     kind: str
+    stability: str
     risk: float
-    flow_eigenvalues: tuple[float, float]
-    map_eigenvalues: tuple[float, float] | None
+    excess_risk: float
+    flow_eigenvalues: tuple
+    map_eigenvalues: tuple | None
+    manifold_map_eigenvalues: tuple | None
+    attracting: bool | None
+    on_manifold: bool
+    orbit: tuple
 
 
-def fixed_points(task: SingleLocation, lam: float, alpha: float | None = None) -> tuple[FixedPoint, ...]:
-    """The five stationary points of PGD on M, classified, with the eigenvalues of their linearisation.
+# tolerances of the fixed-point machinery, all in the scalar coordinates (|scalar| <= 1):
+# _FP_RESID: a root of the tangent-gradient residual (polished roots reach 1e-13 or less at d <= 2000, while the frozen
+# plateaus near the oracle corners (spec Sec. 7.1 caveat) stall at ~1e-11);
+# _FP_SAME: two roots closer than this are one point (distinct critical points are >= 1e-3 apart on the lambda-d grid
+# of the atlas; Levenberg-Marquardt roots agree to 1e-9);
+# _FD_H: central-difference step of the Jacobians (truncation ~h^2 ~ 1e-12, rounding ~1e-16/h ~ 1e-10).
+_FP_RESID = 1e-12
+_FP_SAME = 1e-6
+_FD_H = 1e-6
 
-    Implements spec single_location.md Sec. 7.1 (paper Props. 8-10: (0,0) saddle, (1,1) and (-1,-1) minima, (1,-1) and
-    (-1,1) maxima) and Sec. 7.2 (Jacobian I - alpha Hess at (0,0), Hess = [[8 gamma^2 c^2/(pi r), -4 gamma^2 c/sqrt(pi)],
-    [., 0]]; diagonal multipliers (1 + alpha kappa_c dR_M/dkappa)^2, (1 + alpha nu_c dR_M/dnu)^2 at the corners).
+
+def _unit_rows(P):
+    P[:, 0:3] /= np.linalg.norm(P[:, 0:3], axis=1, keepdims=True)
+    P[:, 3:7] /= np.linalg.norm(P[:, 3:7], axis=1, keepdims=True)
+    return P
+
+
+def _scalars_of_frame(P):
+    """Five scalars of k = P[:, 0:3] (coordinates on k*, v*, e3) and v = P[:, 3:7] (on k*, v*, e3, e4), normalised."""
+    k = P[:, 0:3] / np.linalg.norm(P[:, 0:3], axis=1, keepdims=True)
+    v = P[:, 3:7] / np.linalg.norm(P[:, 3:7], axis=1, keepdims=True)
+    return np.stack([k[:, 0], v[:, 1], v[:, 0], k[:, 1], k[:, 0] * v[:, 0] + k[:, 1] * v[:, 1] + k[:, 2] * v[:, 2]],
+                    axis=1)
+
+
+def _tangent_residual(task, lam, X):
+    """Inner products of the tangent gradients with the frame: (g_k.k*, g_k.v*, g_k.v, g_v.k*, g_v.v*, g_v.k).
+
+    g_k = grad_k R - (k.grad_k R) k and g_v likewise, with grad_k R = R_kappa k* + R_eta v* + R_rho v and
+    grad_v R = R_nu v* + R_theta k* + R_rho k (spec Sec. 4.3). All six vanish exactly at the critical points of R on
+    (S^{d-1})^2, the fixed points of the PGD map of spec Sec. 6.1/6.4 for every step size. X: (n, 5); lam: scalar
+    or (n,).
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n = X.shape[0]
+    out = np.empty((n, 5))
+    cols = [np.ascontiguousarray(X[:, j]) for j in range(5)]
+    _k.partials_array(*cols, np.broadcast_to(np.asarray(lam, dtype=np.float64), (n,)).copy(), task.s, task.gamma,
+                      float(task.L), out)
+    ka, nu, th, et, rh = cols
+    rk, rn, rt, re, rr = out.T
+    kgk = rk * ka + re * et + rr * rh
+    vgv = rn * nu + rt * th + rr * rh
+    return np.stack([rk + th * rr - kgk * ka, re + nu * rr - kgk * et, th * rk + nu * re + rr - kgk * rh,
+                     rt + ka * rr - vgv * th, rn + et * rr - vgv * nu, et * rn + ka * rt + rr - vgv * rh], axis=1)
+
+
+def _scalar_flow(task, lam, X):
+    """Velocity of the five scalars under the Riemannian gradient flow of R: (dkappa, dnu, dtheta, deta, drho)/dt."""
+    r = _tangent_residual(task, lam, X)
+    return -np.stack([r[:, 0], r[:, 4], r[:, 3], r[:, 1], r[:, 2] + r[:, 5]], axis=1)
+
+
+def _map_once(task, lam, alpha, X):
+    """One five-scalar PGD update (spec Sec. 6.4) of every row of X (n, 5) at constant lambda."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    out = np.empty_like(X)
+    _k.five_map_array(X, np.broadcast_to(np.asarray(lam, dtype=np.float64), (X.shape[0],)).copy(),
+                      np.broadcast_to(np.asarray(alpha, dtype=np.float64), (X.shape[0],)).copy(),
+                      task.s, task.gamma, float(task.L), out)
+    return out
+
+
+def _jacobian(fn, x):
+    """Central-difference Jacobian (5, 5) of fn: (n, 5) -> (n, 5) at the point x (5,)."""
+    E = np.eye(5) * _FD_H
+    pts = np.concatenate([x + E, x - E])
+    f = fn(pts)
+    return ((f[:5] - f[5:]) / (2 * _FD_H)).T
+
+
+def critical_point_search(task: SingleLocation, lam: float, *, n_starts: int = 2000, rng=0, max_iter: int = 150):
+    """Every critical point of R on (S^{d-1})^2 reached by a Levenberg–Marquardt root search from random starts.
+
+    The critical points of R_lambda on (S^{d-1})^2 are the fixed points of the PGD map (spec Sec. 6.1, 6.4) for every
+    step size. Because grad R lies in span(k, v, k*, v*), each one is represented in R^4 with k* = e1, v* = e2,
+    k = (kappa, eta, a, 0), v = (theta, nu, b, c) (spec Sec. 4.1); the search runs over (k, v) in S^2 x S^3 (the
+    remaining rotation fixing k* and v* is a symmetry), solving the six tangent-gradient equations of
+    :func:`_tangent_residual` (residual < 1e-12) by damped Gauss–Newton with central-difference Jacobians, from
+    ``n_starts`` independent uniform starts on S^2 x S^3.
+
+    Returns
+    -------
+    (m, 5) float64 array of distinct roots (kappa, nu, theta, eta, rho) off M, sorted lexicographically, and the (m,)
+    number of starts that reached each (roots on M are left out: spec Sec. 7.1 lists them exactly).
+    """
+    task = _task(task)
+    _need_d4(task)
+    lam = check_positive("lam", lam)
+    n_starts = check_int("n_starts", n_starts, min_value=1)
+    max_iter = check_int("max_iter", max_iter, min_value=1)
+    rng = as_generator(rng)
+    P = _unit_rows(rng.standard_normal((n_starts, 7)))
+    mu = np.full(n_starts, 1e-3)
+    h = 1e-7
+    eye = np.eye(7)
+    for _ in range(max_iter):
+        r0 = _tangent_residual(task, lam, _scalars_of_frame(P))
+        f0 = np.sum(r0 * r0, axis=1)
+        live = f0 > 1e-28  # residual 1e-14: polished
+        if not live.any():
+            break
+        Pl, rl, ml = P[live], r0[live], mu[live]
+        J = np.empty((Pl.shape[0], 6, 7))
+        for j in range(7):
+            J[:, :, j] = (_tangent_residual(task, lam, _scalars_of_frame(Pl + h * eye[j]))
+                          - _tangent_residual(task, lam, _scalars_of_frame(Pl - h * eye[j]))) / (2 * h)
+        J = np.where(np.isfinite(J), J, 0.0)
+        JT = np.transpose(J, (0, 2, 1))
+        # pseudo-inverse: J^T J + mu I can be singular to rounding when mu has shrunk to its floor
+        step = (np.linalg.pinv(JT @ J + ml[:, None, None] * eye) @ -(JT @ rl[..., None]))[..., 0]
+        Pn = _unit_rows(Pl + step)
+        f1 = np.sum(_tangent_residual(task, lam, _scalars_of_frame(Pn)) ** 2, axis=1)
+        ok = np.isfinite(f1) & (f1 < f0[live])
+        Pl[ok] = Pn[ok]
+        ml = np.clip(np.where(ok, ml * 0.3, ml * 10.0), 1e-15, 1e10)
+        P[live], mu[live] = Pl, ml
+    X = _scalars_of_frame(P)
+    res = np.sqrt(np.sum(_tangent_residual(task, lam, X) ** 2, axis=1))
+    # roots on M (dist_M < 1e-8) are left out: the five points of spec Sec. 7.1 are the only ones there (placed
+    # exactly by fixed_points), and the others reported there are the frozen plateaus of the spec Sec. 7.1 caveat
+    on_m = np.sqrt(X[:, 2] ** 2 + X[:, 3] ** 2 + X[:, 4] ** 2) < 1e-8
+    return _distinct(X[(res < _FP_RESID) & ~on_m])
+
+
+def _distinct(X):
+    """Cluster rows closer than _FP_SAME (max norm); representative = first member; sorted; with counts."""
+    reps, counts = [], []
+    for x in X[np.lexsort(X.T[::-1])]:
+        for i, r in enumerate(reps):
+            if np.max(np.abs(r - x)) < _FP_SAME:
+                counts[i] += 1
+                break
+        else:
+            reps.append(x)
+            counts.append(1)
+    return np.array(reps).reshape(-1, 5), np.array(counts, dtype=np.int64)
+
+
+_SYMMETRIES = np.array([[1, 1, 1, 1, 1], [-1, -1, -1, -1, 1], [1, 1, -1, -1, -1], [-1, -1, 1, 1, -1]], dtype=np.float64)
+
+
+def _orbit(x):
+    out = []
+    for sgn in _SYMMETRIES:
+        y = tuple(float(v) + 0.0 for v in sgn * np.asarray(x))
+        if all(max(abs(a - b) for a, b in zip(y, z)) > _FP_SAME for z in out):
+            out.append(y)
+    return tuple(out)
+
+
+def _closed_form_points(task, lam):
+    """States of the analytic families: M's five points (spec Sec. 7.1), S if it exists (Sec. 7.4), the four swap
+    points (0, 0, +-1, +-1, 0) (stationary since phi_0(0) = phi_2(0) = zeta_t(0) = 0 make every partial but
+    R_theta, R_eta vanish there, and those two are normal to the sphere constraints)."""
+    pts = [(0.0, 0.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0), (-1.0, -1.0, 0.0, 0.0, 0.0),
+           (1.0, -1.0, 0.0, 0.0, 0.0), (-1.0, 1.0, 0.0, 0.0, 0.0)]
+    S = spurious_point(task, lam)
+    if S.theta_S < 1.0 - _FP_SAME:  # at theta_S = 1, S is the swap point itself
+        pts += [S.state, (0.0, 0.0, -S.theta_S, -1.0, 0.0)]
+    pts += [(0.0, 0.0, 1.0, 1.0, 0.0), (0.0, 0.0, -1.0, -1.0, 0.0), (0.0, 0.0, 1.0, -1.0, 0.0),
+            (0.0, 0.0, -1.0, 1.0, 0.0)]
+    return np.array(pts)
+
+
+def _kind_of(x):
+    ka, nu, th, et, rh = (float(v) for v in x)
+    if max(abs(th), abs(et), abs(rh)) < _FP_SAME:
+        if max(abs(ka), abs(nu)) < _FP_SAME:
+            return "saddle"
+        return "oracle" if ka * nu > 0 else "anti_oracle"
+    if max(abs(ka), abs(nu), abs(rh)) < _FP_SAME and abs(abs(et) - 1.0) < _FP_SAME:
+        if abs(abs(th) - 1.0) < _FP_SAME:
+            return "swap" if th * et > 0 else "anti_swap"
+        return "spurious"
+    if abs(abs(rh) - 1.0) < 1e-6:  # |rho| = 1 - O(residual^2) at a polished root (rho is quadratic in the angle)
+        return "collinear"
+    return "mixed"
+
+
+def _stability(eigs) -> str:
+    eigs = np.asarray(eigs)
+    if np.all(eigs < 0):
+        return "minimum"
+    if np.all(eigs > 0):
+        return "maximum"
+    return "saddle"
+
+
+def fixed_points(task: SingleLocation, lam: float, alpha: float | None = None, *, n_starts: int = 1000,
+                 rng=0) -> tuple[FixedPoint, ...]:
+    """All fixed points of the five-scalar PGD map at (task, lambda), named, with risk, linearisation and orbit.
+
+    Implements spec single_location.md Sec. 7.1-7.2 (the five points of M: (0, 0) saddle, (1, 1) and (-1, -1) oracle,
+    (1, -1) and (-1, 1) anti-oracle) and Sec. 7.4 (S), plus every other critical point of R on (S^{d-1})^2: the swap
+    points (0, 0, +-1, +-1, 0) (k = +-v*, v = +-k*) and the points found by :func:`critical_point_search` (points
+    with k = +-v, and "mixed" ones). The analytic families are placed exactly; the others are polished roots.
+
+    Parameters
+    ----------
+    task : SingleLocation (d >= 4)
+    lam : float > 0
+    alpha : float > 0, optional
+        Step size for ``map_eigenvalues`` and ``attracting``.
+    n_starts, rng :
+        Random starts and seed of the root search (0 starts: the analytic families only). Completeness is numerical
+        evidence, not a proof: with the default, 4 000 fresh starts find no further point at lambda = 0.05 and 0.1,
+        d = 400 (tests/test_atlas.py), and every sphere start of PGD ends at a listed attractor there; rarely hit
+        saddles (reached by ~1 start in 600 at lambda = 0.2) need more starts. The images of every root under the
+        symmetry group are added, so an orbit is complete as soon as one member is found.
+
+    Returns
+    -------
+    tuple of :class:`FixedPoint`, the five points of M first (order (0,0), (1,1), (-1,-1), (1,-1), (-1,1)), then the
+    others by increasing risk.
 
     Notes
     -----
-    At the corners the kappa-eigenvalue is proportional to erf'(c), which underflows for large c = lambda s/q (spec
-    Sec. 7.1 caveat); the classification uses the sign of kappa_c (erf(c kappa_c/r) - nu_c), which does not underflow.
+    For large lambda sqrt(d) the kappa-partials underflow near |nu| = 1 (spec Sec. 7.1 caveat, Sec. 9.8), so the
+    corner eigenvalues along kappa can be 0 in float64 (then ``stability`` of a corner is named from the signs of
+    spec Sec. 7.2, which do not underflow).
     """
     task = _task(task)
+    _need_d4(task)
     lam = check_positive("lam", lam)
     if alpha is not None:
         alpha = check_positive("alpha", alpha)
-    gg = task.gamma ** 2
-    g = lam * task.gamma
-    q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
-    c = lam * task.s / q
-    points = []
-    # saddle (0, 0): flow Jacobian -Hess (spec Sec. 7.2)
-    hess = np.array([[8 * gg * c * c / (math.pi * r), -4 * gg * c / math.sqrt(math.pi)],
-                     [-4 * gg * c / math.sqrt(math.pi), 0.0]])
-    flow = tuple(float(x) for x in np.linalg.eigvalsh(-hess))
-    mapped = None if alpha is None else tuple(float(x) for x in np.linalg.eigvals(np.eye(2) - alpha * hess).real)
-    points.append(FixedPoint(kappa=0.0, nu=0.0, kind=_kind(np.sign(flow)), risk=float(manifold_risk(task, lam, 0, 0)),
-                             flow_eigenvalues=flow, map_eigenvalues=mapped))
-    for kc, nc in ((1.0, 1.0), (-1.0, -1.0), (1.0, -1.0), (-1.0, 1.0)):
-        rk, rn = _manifold_partials(task, lam, kc, nc)
-        flow = (2.0 * kc * rk, 2.0 * nc * rn)
-        # erf(c kappa_c/r) - nu_c, cancellation-free: +-erfc(c/r) or +-(1 + erf(c/r))
-        gap = (-math.erfc(c / r) if kc == nc else 1.0 + math.erf(c / r)) * kc
-        signs = (np.sign(kc * gap), np.sign(nc * -math.erf(c * kc)))
-        mapped = None if alpha is None else ((1 + alpha * kc * rk) ** 2, (1 + alpha * nc * rn) ** 2)
-        points.append(FixedPoint(kappa=kc, nu=nc, kind=_kind(signs), risk=float(manifold_risk(task, lam, kc, nc)),
-                                 flow_eigenvalues=flow, map_eigenvalues=mapped))
-    return tuple(points)
+    n_starts = check_int("n_starts", n_starts, min_value=0)
+    pts = list(_closed_form_points(task, lam))
+    if n_starts:
+        found, _ = critical_point_search(task, lam, n_starts=n_starts, rng=rng)
+        found = [np.array(y) for x in found for y in _orbit(x)]  # symmetry completion: a root's images are roots
+        for x in found:
+            if all(np.max(np.abs(x - p)) > 1e-5 for p in pts):  # 1e-5: polished roots of the analytic points agree
+                pts.append(x)
+    return tuple(_describe(task, lam, alpha, np.asarray(x, dtype=np.float64)) for x in _order(task, lam, pts))
 
 
-def _manifold_partials(task, lam, kappa, nu):
-    out = np.empty((1, 2))
-    _k.manifold_partials_array(np.array([kappa]), np.array([nu]), np.array([lam]), task.s, task.gamma, out)
-    return float(out[0, 0]), float(out[0, 1])
+def _order(task, lam, pts):
+    first, rest = pts[:5], pts[5:]
+    rest = sorted(rest, key=lambda x: (float(risk(task, lam, *x)), tuple(x)))
+    out = list(first)  # every member of every orbit, once
+    for x in rest:
+        if all(np.max(np.abs(np.asarray(x) - np.asarray(y))) > _FP_SAME for y in out):
+            out.append(np.asarray(x))
+    return out
 
 
-def _kind(signs) -> str:
-    s0, s1 = float(signs[0]), float(signs[1])
-    if s0 < 0 and s1 < 0:
-        return "minimum"
-    if s0 > 0 and s1 > 0:
-        return "maximum"
-    return "saddle"
+_DV = 6  # ambient dimension of the vector linearisation: span(k, v, k*, v*) plus two more directions
+
+
+def _frame_vectors(x):
+    """k, v in R^6 with k* = e1, v* = e2 and the given five scalars (Gram–Schmidt coordinates as in
+    vectors_from_state)."""
+    kappa, nu, theta, eta, rho = (float(t) for t in x)
+    a = math.sqrt(max(1.0 - kappa ** 2 - eta ** 2, 0.0))
+    b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
+    c = math.sqrt(max(1.0 - theta ** 2 - nu ** 2 - b ** 2, 0.0))
+    k = np.zeros(_DV)
+    v = np.zeros(_DV)
+    k[:3] = kappa, eta, a
+    v[:4] = theta, nu, b, c
+    return k / np.linalg.norm(k), v / np.linalg.norm(v)
+
+
+def _tangent_gradients(task, lam, K, V):
+    """Riemannian gradients (g_k, g_v) of R at rows of K, V (n, 6) (spec Sec. 4.3 chain rule, tangent parts)."""
+    sc = [np.ascontiguousarray(z) for z in (K[:, 0], V[:, 1], V[:, 0], K[:, 1], np.sum(K * V, axis=1))]
+    out = np.empty((K.shape[0], 5))
+    _k.partials_array(*sc, np.full(K.shape[0], lam), task.s, task.gamma, float(task.L), out)
+    e1, e2 = np.eye(_DV)[0], np.eye(_DV)[1]
+    gk = out[:, 0:1] * e1 + out[:, 3:4] * e2 + out[:, 4:5] * V
+    gv = out[:, 1:2] * e2 + out[:, 2:3] * e1 + out[:, 4:5] * K
+    gk -= np.sum(gk * K, axis=1, keepdims=True) * K
+    gv -= np.sum(gv * V, axis=1, keepdims=True) * V
+    return gk, gv
+
+
+def _vector_linearisation(task, lam, x, alpha):
+    """Eigenvalues of the linearised PGD map (alpha given) or Riemannian gradient flow (alpha None) at a fixed point,
+    computed on (S^5)^2 (vectors, not scalars, so that points on the boundary of the Gram set, e.g. k = k*, are
+    regular), with the neutral directions of the rotations fixing k* and v* (a symmetry, eigenvalue 1 for the map and
+    0 for the flow) divided out. Central differences with step _FD_H."""
+    k, v = _frame_vectors(x)
+    eye = np.eye(_DV)
+
+    def complement(u):
+        q = np.linalg.svd(np.eye(_DV) - np.outer(u, u))[0][:, :_DV - 1]
+        return q
+
+    Bk, Bv = complement(k), complement(v)  # (6, 5) orthonormal bases of the tangent spaces
+    n_t = 2 * (_DV - 1)
+    basis = np.zeros((n_t, 2 * _DV))
+    basis[:_DV - 1, :_DV] = Bk.T
+    basis[_DV - 1:, _DV:] = Bv.T
+    pts = np.concatenate([np.concatenate([k, v]) + _FD_H * basis, np.concatenate([k, v]) - _FD_H * basis])
+    K = pts[:, :_DV] / np.linalg.norm(pts[:, :_DV], axis=1, keepdims=True)
+    V = pts[:, _DV:] / np.linalg.norm(pts[:, _DV:], axis=1, keepdims=True)
+    gk, gv = _tangent_gradients(task, lam, K, V)
+    if alpha is None:
+        F = np.concatenate([-gk, -gv], axis=1)
+    else:
+        Kn, Vn = K - alpha * gk, V - alpha * gv
+        F = np.concatenate([Kn / np.linalg.norm(Kn, axis=1, keepdims=True),
+                            Vn / np.linalg.norm(Vn, axis=1, keepdims=True)], axis=1)
+    D = (F[:n_t] - F[n_t:]) / (2 * _FD_H)  # row i: derivative along basis vector i, in R^12
+    J = basis @ D.T  # (n_t, n_t): tangent coordinates of the derivative
+    # neutral directions of the symmetry: (A k, A v) for rotations A of span(e3..e6)
+    gens = []
+    for i in range(2, _DV):
+        for j in range(i + 1, _DV):
+            A = np.outer(eye[i], eye[j]) - np.outer(eye[j], eye[i])
+            gens.append(basis @ np.concatenate([A @ k, A @ v]))
+    W = np.array(gens).T
+    u, s, _ = np.linalg.svd(W)
+    rank = int(np.sum(s > 1e-9))
+    Q = u[:, rank:]  # orthonormal complement of the symmetry directions (J-invariant by equivariance)
+    return np.linalg.eigvals(Q.T @ J @ Q)
+
+
+def _describe(task, lam, alpha, x):
+    kind = _kind_of(x)
+    on_m = kind in ("saddle", "oracle", "anti_oracle")
+    flow = _vector_linearisation(task, lam, x, None)
+    stab = _stability(flow.real)
+    manifold_map = None
+    if on_m:
+        # the (kappa, nu) block in the coordinates of spec Sec. 7.2 (scalar Jacobian of the reduced map on M)
+        Jf = _jacobian(lambda X: _scalar_flow(task, lam, X), x)
+        flow = np.linalg.eigvals(Jf[:2, :2])
+        if kind != "saddle":
+            # corners: the kappa-multiplier underflows for large c (spec Sec. 7.1 caveat); name them by the signs of
+            # spec Sec. 7.2, kappa_c (erf(c kappa_c / r) - nu_c) and -nu_c erf(c kappa_c), which do not underflow
+            g = lam * task.gamma
+            q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
+            c = lam * task.s / q
+            kc, nc = float(x[0]), float(x[1])
+            gap = (-math.erfc(c / r) if kc == nc else 1.0 + math.erf(c / r)) * kc
+            stab = _stability([np.sign(kc * gap), np.sign(-nc * math.erf(c * kc))])
+        if alpha is not None:
+            Jm = _jacobian(lambda X: _map_once(task, lam, alpha, X), x)
+            mm = np.linalg.eigvals(Jm[:2, :2])
+            manifold_map = tuple(float(z.real) for z in mm[np.argsort(-np.abs(mm))])
+    mapped = attracting = None
+    if alpha is not None:
+        mapped = _vector_linearisation(task, lam, x, alpha)
+        mapped = mapped[np.argsort(-np.abs(mapped))]
+        top = float(np.max(np.abs(mapped)))
+        # a multiplier that rounds to 1 at an oracle corner is the underflowing kappa-mode (spec Sec. 7.1): attracting
+        attracting = bool(top < 1.0 or (top <= 1.0 + 1e-12 and kind == "oracle" and stab == "minimum"))
+        mapped = tuple(complex(z) if abs(z.imag) > 1e-12 else float(z.real) for z in mapped)
+    r = float(risk(task, lam, *x))
+    return FixedPoint(state=tuple(float(v) + 0.0 for v in x), kappa=float(x[0]) + 0.0, nu=float(x[1]) + 0.0,
+                      kind=kind, stability=stab, risk=r, excess_risk=r - task.eps ** 2,
+                      flow_eigenvalues=tuple(float(v) for v in np.sort(flow.real)), map_eigenvalues=mapped,
+                      manifold_map_eigenvalues=manifold_map, attracting=attracting, on_manifold=on_m,
+                      orbit=_orbit(x))
+
+
+def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, points=None,
+             basin: bool = False) -> np.ndarray:
+    """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
+
+    Parameters
+    ----------
+    states : (n, 5) or (5,) array of (kappa, nu, theta, eta, rho).
+    tol : float > 0
+        Largest max-norm distance in the five scalars to a fixed point (default 1e-3: the fixed points of the atlas
+        grid are >= 1e-2 apart, and PGD end states after convergence are within 1e-6 of theirs).
+    points : tuple of FixedPoint, optional
+        From :func:`fixed_points` (computed when not given).
+    basin : bool
+        Also name states within 1e-3 of two invariant edges by the attractor they reach (see
+        :func:`_edge_certificate`): on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap").
+
+    Returns
+    -------
+    (n,) array of str: a ``FixedPoint.kind`` or "unconverged".
+    """
+    task = _task(task)
+    lam = check_positive("lam", lam)
+    tol = check_positive("tol", tol)
+    st = np.atleast_2d(check_finite_array("states", states, ndim=(1, 2)))
+    if st.shape[1] != 5:
+        raise ValueError(f"states must have 5 columns (kappa, nu, theta, eta, rho); got shape {st.shape}")
+    pts = fixed_points(task, lam) if points is None else points
+    images = [(np.array(y), fp.kind) for fp in pts for y in fp.orbit]
+    ref = np.array([y for y, _ in images])
+    names = np.array([k for _, k in images] + ["unconverged"], dtype=object)
+    dist = np.max(np.abs(st[:, None, :] - ref[None, :, :]), axis=2)
+    idx = np.argmin(dist, axis=1)
+    idx = np.where(dist[np.arange(st.shape[0]), idx] <= tol, idx, len(images))
+    out = names[idx].astype(object)
+    if basin:
+        cert = _edge_certificate(task, lam, st)
+        out = np.where((out == "unconverged") & (cert != ""), cert, out)
+    return out.astype(str)
+
+
+# distance to an invariant edge under which a state is named by the edge's attractor: the edges attract
+# transversally at the atlas's step sizes (checked by running certified states to the attractor, tests/test_atlas.py)
+_EDGE_TOL = 1e-3
+
+
+def _edge_certificate(task, lam, st):
+    """Kind of the attractor that states near two invariant edges reach (else ""): within _EDGE_TOL of the edge.
+
+    (i) M with nu = +-1: M is invariant (spec Sec. 6.2), so is nu = +-1 (the factor 1 - nu^2 of Sec. 6.3), and along
+    it dR_M/dkappa has the sign of -nu for every kappa (spec Sec. 7.1), so kappa moves monotonically to nu: "oracle".
+    (ii) kappa = nu = rho = 0 with eta = +-1 (k = +-v*): all partials but R_theta vanish there (phi_0(0) = phi_2(0) =
+    zeta_t(0) = 0, spec Sec. 4.3), so only theta moves, by gradient descent on a convex quadratic in theta
+    (s^2 zeta(0, g) theta^2 - 2 g gamma s phi_1(0, g) theta eta) whose minimiser on [-1, 1] is theta_S eta clipped to
+    +-1: "spurious" when theta_S < 1, else "swap" (theta eta = -1, the anti-swap point, is excluded).
+    States near an edge (not on it) are named on the evidence that the edges attract transversally at the step sizes
+    of the atlas (tests/test_atlas.py runs certified states on until they reach the named attractor); use with
+    ``basin=True`` at such step sizes only."""
+    ka, nu, th, et, rh = st.T
+    out = np.full(st.shape[0], "", dtype=object)
+    on_m = np.maximum(np.maximum(np.abs(th), np.abs(et)), np.abs(rh)) < _EDGE_TOL
+    out[on_m & (np.abs(nu) > 1 - _EDGE_TOL)] = "oracle"
+    edge = (np.maximum(np.maximum(np.abs(ka), np.abs(nu)), np.abs(rh)) < _EDGE_TOL) & (np.abs(et) > 1 - _EDGE_TOL)
+    target = "spurious" if spurious_point(task, lam).theta_S < 1.0 - _FP_SAME else "swap"
+    out[edge & (th * et > -1 + 1e-3)] = target
+    return out
+
+
+def run_to_fixed_point(task: SingleLocation, state0, *, alpha: float, lam: float, n_steps: int = 10_000,
+                       points=None, stop_tol: float = 1e-4, chunk: int = 250, certify: bool = False):
+    """Five-scalar PGD (spec Sec. 6.4) at constant lambda, final states only, each trajectory stopped when converged.
+
+    A trajectory stops once it is within ``stop_tol`` (max norm over the five scalars) of an attracting fixed point of
+    ``points`` (default ``fixed_points(task, lam, alpha)``), or once a block of ``chunk`` steps moves it by less than
+    1e-13 (a frozen state, spec Sec. 7.1 caveat), or (``certify=True``) once it is on an invariant edge that leads
+    to an attractor (:func:`_edge_certificate`), or after ``n_steps`` updates. It runs through ``dynamics.iterate`` in
+    blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping converged trajectories also keeps them clear of
+    the subnormal range (spec Sec. 0.3: converging components decay geometrically).
+
+    Returns
+    -------
+    (final states (n, 5), steps run (n,) int64).
+    """
+    task = _task(task)
+    _need_d4(task)
+    alpha = check_positive("alpha", alpha)
+    lam = check_positive("lam", lam)
+    n_steps = check_int("n_steps", n_steps, min_value=0)
+    chunk = check_int("chunk", chunk, min_value=1)
+    stop_tol = check_positive("stop_tol", stop_tol)
+    X = np.atleast_2d(check_finite_array("state0", state0, ndim=(1, 2))).copy()
+    if X.shape[1] != 5:
+        raise ValueError(f"state0 must have 5 columns (kappa, nu, theta, eta, rho); got shape {X.shape}")
+    _check_state(*(np.ascontiguousarray(X[:, j]) for j in range(5)), where="state0")
+    pts = fixed_points(task, lam, alpha) if points is None else points
+    attract = np.array([y for fp in pts if fp.attracting for y in fp.orbit]).reshape(-1, 5)
+    steps = np.zeros(X.shape[0], dtype=np.int64)
+    live = np.arange(X.shape[0])
+    params = _map_params(task, alpha, np.array([lam]))
+    done = 0
+    while live.size and done < n_steps:
+        m = min(chunk, n_steps - done)
+        x0 = np.concatenate([X[live], np.full((live.size, 1), lam)], axis=1)
+        tr = dynamics.iterate(_k.five_step, x0, m, params=params, saveat=dynamics.SaveAt(final=True))
+        new = tr.states()[:, -1, :5]
+        moved = np.max(np.abs(new - X[live]), axis=1)
+        X[live] = new
+        done += m
+        steps[live] = done
+        near = np.zeros(live.size, dtype=bool)
+        if attract.size:
+            near = np.min(np.max(np.abs(new[:, None, :] - attract[None]), axis=2), axis=1) < stop_tol
+        if certify:
+            near |= _edge_certificate(task, lam, new) != ""
+        live = live[~(near | (moved < 1e-13))]
+    return X, steps
+
+
+@dataclass(frozen=True, kw_only=True)
+class Basins:
+    """Basin fractions of the end states of PGD from uniform sphere starts (see :func:`basins`)."""
+
+    kinds: tuple
+    counts: tuple
+    n: int
+    fractions: tuple
+    standard_errors: tuple
+    mean_steps: float
+
+
+def basins(task: SingleLocation, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
+           tol: float = 1e-3, stop_tol: float = 1e-4, points=None, certify: bool = False) -> Basins:
+    """Fractions of n uniform sphere starts (spec Sec. 6.5) whose PGD end state sits at each kind of fixed point.
+
+    Runs :func:`run_to_fixed_point` (stopping within ``stop_tol`` of an attracting fixed point) and names the end
+    states with :func:`classify` (within ``tol``; with ``certify=True`` also states on the invariant edges of
+    :func:`_edge_certificate`, by the attractor they reach); the standard error of a fraction
+    p is sqrt(p (1 - p) / n) (binomial, independent starts). Kinds never reached are omitted; "unconverged" counts
+    end states that are at no fixed point within ``tol`` after ``n_steps`` updates.
+    """
+    task = _task(task)
+    n = check_int("n", n, min_value=1)
+    pts = fixed_points(task, lam, alpha) if points is None else points
+    x0 = sample_initial_state(task, n, rng)
+    X, steps = run_to_fixed_point(task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts, stop_tol=stop_tol,
+                                  certify=certify)
+    names = classify(task, lam, X, tol=tol, points=pts, basin=certify)
+    kinds, counts = np.unique(names, return_counts=True)
+    frac = counts / n
+    return Basins(kinds=tuple(str(k) for k in kinds), counts=tuple(int(c) for c in counts), n=n,
+                  fractions=tuple(float(f) for f in frac),
+                  standard_errors=tuple(float(np.sqrt(f * (1 - f) / n)) for f in frac), mean_steps=float(steps.mean()))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -637,16 +1126,70 @@ def _lam_sequence(lam, n_steps):
     return arr, "array"
 
 
-def _map_params(task, alpha, lams):
+def _map_params(task, alpha, lams, s=None):
     """Kernel parameter vector [s, gamma, L, alpha, stride, table] (layout in _single_location_kernels)."""
+    s = task.s if s is None else s
     table = np.empty((lams.shape[0], _k.N_CONST))
-    _k.lam_table(np.ascontiguousarray(lams), task.s, task.gamma, table)
+    _k.lam_table(np.ascontiguousarray(lams), s, task.gamma, table)
     stride = 0 if lams.shape[0] == 1 else _k.N_CONST
-    return np.concatenate([[task.s, task.gamma, float(task.L), alpha, float(stride)], table.ravel()])
+    return np.concatenate([[s, task.gamma, float(task.L), alpha, float(stride)], table.ravel()])
+
+
+def _batch_params(task, lam, alpha, d, n_traj, n_steps):
+    """Per-trajectory or shared map parameters for :func:`pgd` (spec Sec. 6.3-6.4: alpha, lambda and d enter the map
+    only as numbers). Returns (params, lambda_0 per trajectory (n,), shared lambda sequence or None, n,
+    descriptions)."""
+    lam_arr = None if isinstance(lam, LamSchedule) else np.asarray(lam, dtype=np.float64)
+    per_lam = lam_arr is not None and lam_arr.ndim == 2
+    alpha_arr = np.asarray(alpha, dtype=np.float64)
+    d_arr = None if d is None else np.asarray(d)
+    sizes = {"state0": n_traj}
+    if per_lam:
+        if lam_arr.shape[1] != 1:
+            raise ValueError("lam as a 2-D array is one constant per trajectory, shape (n_traj, 1); got "
+                             f"{lam_arr.shape} (a shared schedule is 1-D)")
+        sizes["lam"] = lam_arr.shape[0]
+    if alpha_arr.ndim > 1:
+        raise ValueError(f"alpha must be a number or a 1-D array (one per trajectory); got shape {alpha_arr.shape}")
+    if alpha_arr.ndim == 1:
+        sizes["alpha"] = alpha_arr.shape[0]
+    if d_arr is not None and d_arr.ndim > 1:
+        raise ValueError(f"d must be None, an int or a 1-D array (one per trajectory); got shape {d_arr.shape}")
+    if d_arr is not None and d_arr.ndim == 1:
+        sizes["d"] = d_arr.shape[0]
+    batch = {k: v for k, v in sizes.items() if v != 1}
+    if len(set(batch.values())) > 1:
+        raise ValueError(f"state0, lam, alpha and d must broadcast against the batch; got sizes {sizes}")
+    n = next(iter(batch.values())) if batch else 1
+    alphas = np.broadcast_to(alpha_arr, (n,)).astype(np.float64)
+    if not np.all(np.isfinite(alphas)) or np.min(alphas) <= 0:
+        raise ValueError(f"alpha must be finite and > 0; got min {float(np.min(alphas))!r}")
+    if d_arr is None:
+        ds = np.full(n, task.d)
+    else:
+        if not np.issubdtype(d_arr.dtype, np.integer):
+            if not np.all(np.isfinite(d_arr)) or np.any(d_arr != np.round(d_arr)):
+                raise ValueError("d must be integers")
+        ds = np.broadcast_to(d_arr, (n,)).astype(np.int64)
+        if np.min(ds) < 4:
+            raise ValueError(f"d must be >= 4 for the five-scalar map (spec Sec. 6.4); got min {int(np.min(ds))}")
+    svals = np.sqrt(ds / 2.0)
+    if per_lam:
+        lam0 = np.broadcast_to(lam_arr[:, 0], (n,)).astype(np.float64)
+        if not np.all(np.isfinite(lam0)) or np.min(lam0) <= 0:
+            raise ValueError(f"lam must be finite and > 0; got min {float(np.min(lam0))!r}")
+        rows = [_map_params(task, a, np.array([l]), s) for a, l, s in zip(alphas, lam0, svals)]
+        return np.array(rows), lam0, None, n, ("per-trajectory", alphas, ds)
+    lams, lam_desc = _lam_sequence(lam, n_steps)
+    if n == 1 or (alpha_arr.ndim == 0 and d_arr is None):
+        return _map_params(task, float(alphas[0]), lams), np.full(n, lams[0]), lams, n, (lam_desc, float(alphas[0]),
+                                                                                            task.d)
+    rows = [_map_params(task, a, lams, s) for a, s in zip(alphas, svals)]
+    return np.array(rows), np.full(n, lams[0]), lams, n, (lam_desc, alphas, ds)
 
 
 def _derived_fn(task, manifold):
-    s, gamma, L, eps = task.s, task.gamma, float(task.L), task.eps
+    gamma, L, eps = task.gamma, float(task.L), task.eps
 
     def derived(Y, P):
         shape = Y.shape[:2]
@@ -656,9 +1199,15 @@ def _derived_fn(task, manifold):
             theta = eta = rho = zero
         else:
             kappa, nu, theta, eta, rho, lam = (Y[..., j] for j in range(6))
+        svals = np.broadcast_to(np.asarray(P)[:, _k.P_S][:, None], shape) if P is not None else np.full(shape, task.s)
         flat = [np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (kappa, nu, theta, eta, rho, lam)]
+        sflat = np.ascontiguousarray(svals).ravel()
         r = np.empty(flat[0].shape[0])
-        _k.risk_array(*flat, s, gamma, L, eps, r)
+        for sv in np.unique(sflat):  # d (through s) may differ between trajectories
+            m = sflat == sv
+            part = np.empty(int(m.sum()))
+            _k.risk_array(*(np.ascontiguousarray(x[m]) for x in flat), float(sv), gamma, L, eps, part)
+            r[m] = part
         r = r.reshape(shape)
         out = {"risk": r, "excess_risk": r - eps ** 2,
                "distance_to_manifold": np.sqrt(theta ** 2 + eta ** 2 + rho ** 2) * np.ones(shape)}
@@ -669,8 +1218,8 @@ def _derived_fn(task, manifold):
     return derived
 
 
-def pgd(task: SingleLocation, state0, *, alpha: float, n_steps: int, lam, saveat=None, manifold: bool = False,
-        progress: bool = False):
+def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
+        progress: bool = False, d=None):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
 
     Implements spec single_location.md Sec. 6.4 (exact five-scalar map, cost independent of d) or, with
@@ -682,29 +1231,35 @@ def pgd(task: SingleLocation, state0, *, alpha: float, n_steps: int, lam, saveat
     task : SingleLocation (d >= 4)
     state0 : (n, 5) or (5,) float64 (kappa, nu, theta, eta, rho); with ``manifold=True`` also (n, 2) (kappa, nu) or
         (n, 5) with theta = eta = rho = 0.
-    alpha : float > 0
-        Step size.
+    alpha : float > 0 or (n,) array
+        Step size, shared or one per trajectory.
     n_steps : int >= 0
         Number of updates.
-    lam : float > 0, ``LamSchedule`` (``lam_schedule(lam0, decay)``) or array of lambda_n
-        An array has one entry per update (n_steps) or also the final iterate's logging lambda (n_steps + 1).
+    lam : float > 0, ``LamSchedule`` (``lam_schedule(lam0, decay)``), 1-D array of lambda_n, or (n, 1) array
+        A 1-D array is a schedule shared by every trajectory, with one entry per update (n_steps) or also the final
+        iterate's logging lambda (n_steps + 1); an (n, 1) array is one constant lambda per trajectory.
     saveat : dynamics.SaveAt, optional
         Steps to record (default ``SaveAt(n=201)``).
     manifold : bool
         Run the two-scalar map on M.
+    d : int or (n,) int array, optional
+        Token dimension per trajectory (default ``task.d``); d enters the map only through s = sqrt(d/2).
+
+    Arrays of size n (lam (n, 1), alpha (n,), d (n,)) broadcast with the batch: a single state0 row is repeated.
 
     Returns
     -------
     dynamics.Trajectory with variables kappa, nu, theta, eta, rho, lam (lambda_n of the row), risk (true MSE of
-    iterate n at lambda_n), excess_risk (risk - eps^2), distance_to_manifold; time = step (spec Sec. 0.3).
+    iterate n at lambda_n, at the trajectory's d), excess_risk (risk - eps^2), distance_to_manifold; time = step
+    (spec Sec. 0.3).
 
     Raises
     ------
-    ValueError for bad input; dynamics.DivergenceError if a step produces a non-finite value.
+    ValueError for bad input (naming the parameter and the shapes); dynamics.DivergenceError if a step produces a
+    non-finite value.
     """
     task = _task(task)
     _need_d4(task)
-    alpha = check_positive("alpha", alpha)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     st = check_finite_array("state0", state0, ndim=(1, 2))
     st = np.atleast_2d(st)
@@ -721,15 +1276,16 @@ def pgd(task: SingleLocation, state0, *, alpha: float, n_steps: int, lam, saveat
             raise ValueError(f"state0 must have 5 columns (kappa, nu, theta, eta, rho); got shape {st.shape}")
         full = st
     _check_state(*(np.ascontiguousarray(full[:, j]) for j in range(5)), where="state0")
-    lams, lam_desc = _lam_sequence(lam, n_steps)
-    p = _map_params(task, alpha, lams)
-    x0 = np.concatenate([st, np.full((st.shape[0], 1), lams[0])], axis=1)
+    p, lam0, lams, n, (lam_desc, alpha_desc, d_desc) = _batch_params(task, lam, alpha, d, st.shape[0], n_steps)
+    st = np.broadcast_to(st, (n, st.shape[1]))
+    x0 = np.concatenate([st, lam0[:, None]], axis=1)
     names = ["kappa", "nu", "lam"] if manifold else ["kappa", "nu", "theta", "eta", "rho", "lam"]
     step = _k.manifold_step if manifold else _k.five_step
     attrs = {
         "model": "single_location", "spec": task, "source": "closedform", "time_unit": TIME_UNIT,
         "equation": "spec single_location.md Sec. 6.3 (Lemma 7)" if manifold else "spec single_location.md Sec. 6.4",
-        "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "manifold": bool(manifold)},
+        "config": {"alpha": alpha_desc, "n_steps": n_steps, "lam": lam_desc, "manifold": bool(manifold),
+                   "d": d_desc},
     }
     return dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names,
                             derived=_derived_fn(task, manifold), progress=progress, attrs=attrs)

@@ -1,19 +1,19 @@
-"""attndyn's model-agnostic numba engine: iterate maps, integrate ODEs, save, store.
+"""attndyn's model-agnostic numba engine: iterate maps, integrate ODEs, save, store, sweep, compare.
 
-Public API: :func:`iterate`, :func:`integrate`, solvers :class:`Euler`, :class:`RK4`, :class:`Dopri5`,
+Public API: :func:`iterate`, :func:`integrate`, solvers :class:`Euler`, :class:`RK4`, :class:`Dopri5`, :class:`Tsit5`,
 :class:`SaveAt`, :class:`Trajectory`, :class:`DivergenceError`, :func:`sweep`, :func:`overlay`, :func:`compare`;
 submodules ``validation`` and ``random`` (seed handling). Knows no paper; importing it never imports torch.
 """
 
 from dynamics.compare import compare
 from dynamics.errors import DivergenceError, MaxStepsError
-from dynamics.integrate import RK4, Dopri5, Euler, integrate, iterate
+from dynamics.integrate import RK4, Dopri5, Euler, Tsit5, integrate, iterate
 from dynamics.overlay import overlay
 from dynamics.saveat import SaveAt
-from dynamics.sweep import sweep
+from dynamics.sweep import SweepError, sweep
 from dynamics.trajectory import Trajectory, atomic_write, save_dataset
 
 __all__ = [
-    "DivergenceError", "MaxStepsError", "Dopri5", "Euler", "RK4", "SaveAt", "Trajectory", "integrate", "iterate",
-    "atomic_write", "compare", "overlay", "save_dataset", "sweep",
+    "DivergenceError", "MaxStepsError", "Dopri5", "Euler", "RK4", "SaveAt", "SweepError", "Trajectory", "Tsit5",
+    "atomic_write", "compare", "integrate", "iterate", "overlay", "save_dataset", "sweep",
 ]

@@ -1,176 +1,193 @@
-"""Generic numba steppers (private). They know no model: ``step``/``rhs`` are numba functions passed in.
+"""Explicit Runge-Kutta methods as data (Butcher tableaus) and the small numba helpers the engine kernels share.
 
-Each kernel advances a batch ``X`` (n_traj, n_state) in place, one trajectory after the other (so a batched run
-does exactly the arithmetic of one-at-a-time runs), and reports the first failure of each trajectory in
-``status[i] = (code, step_or_0, variable_index)``:
+The kernels themselves are generated from these tableaus by :mod:`dynamics._kernels` (one source per model function
+and method, compiled with ``cache=True``). Status codes written by every kernel, per trajectory
+``status[i] = (code, step_or_0, variable_index, n_saves_written)``:
 
 * code 1: a non-finite value or one with ``|x| > bound`` (the variable index says which component);
 * code 2: the adaptive solver exceeded ``max_steps``;
 * code 3: the adaptive step size underflowed (stiff or singular flow).
-
-``P`` has one row (shared parameters) or one row per trajectory; ``P[i if P.shape[0] > 1 else 0]`` picks it.
-Kernels that take a function argument cannot be cached on disk by numba (a dispatcher type is not cacheable), so they
-compile once per process and per model function (~0.3 s each after numba's one-off start-up).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from fractions import Fraction as F
+
 import numpy as np
 from numba import njit
+from numpy.polynomial import polynomial as npoly
 
-# Dormand–Prince 5(4) tableau (Dormand & Prince 1980; Hairer, Nørsett & Wanner, Solving ODEs I, Table II.5.2).
-# Row 6 of _A is the 5th-order weight vector b, so stage 7 is f(t + h, y_new) (first same as last).
-_C = np.array([0.0, 1.0 / 5.0, 3.0 / 10.0, 4.0 / 5.0, 8.0 / 9.0, 1.0, 1.0])
-_A = np.zeros((7, 6))
-_A[1, :1] = [1.0 / 5.0]
-_A[2, :2] = [3.0 / 40.0, 9.0 / 40.0]
-_A[3, :3] = [44.0 / 45.0, -56.0 / 15.0, 32.0 / 9.0]
-_A[4, :4] = [19372.0 / 6561.0, -25360.0 / 2187.0, 64448.0 / 6561.0, -212.0 / 729.0]
-_A[5, :5] = [9017.0 / 3168.0, -355.0 / 33.0, 46732.0 / 5247.0, 49.0 / 176.0, -5103.0 / 18656.0]
-_A[6, :6] = [35.0 / 384.0, 0.0, 500.0 / 1113.0, 125.0 / 192.0, -2187.0 / 6784.0, 11.0 / 84.0]
-# Error weights b_hat - b for the 7 stages (k7 = f(t + h, y_new), first-same-as-last).
-_E = np.array([-71.0 / 57600.0, 0.0, 71.0 / 16695.0, -71.0 / 1920.0, 17253.0 / 339200.0, -22.0 / 525.0,
-               1.0 / 40.0])
-# Continuous extension of order 4 (Shampine 1986; the same coefficients as scipy's RK45.P):
-# y(t_old + theta h) = y_old + h * sum_s k_s * sum_m DENSE[s, m] theta^(m+1).
-_DENSE = np.array([
-    [1.0, -8048581381.0 / 2820520608.0, 8663915743.0 / 2820520608.0, -12715105075.0 / 11282082432.0],
-    [0.0, 0.0, 0.0, 0.0],
-    [0.0, 131558114200.0 / 32700410799.0, -68118460800.0 / 10900136933.0, 87487479700.0 / 32700410799.0],
-    [0.0, -1754552775.0 / 470086768.0, 14199869525.0 / 1410260304.0, -10690763975.0 / 1880347072.0],
-    [0.0, 127303824393.0 / 49829197408.0, -318862633887.0 / 49829197408.0, 701980252875.0 / 199316789632.0],
-    [0.0, -282668133.0 / 205662961.0, 2019193451.0 / 616988883.0, -1453857185.0 / 822651844.0],
-    [0.0, 40617522.0 / 29380423.0, -110615467.0 / 29380423.0, 69997945.0 / 29380423.0],
-])
+# Smallest positive normal float64: values strictly below it in magnitude are subnormal (or zero).
+TINY = 2.2250738585072014e-308
 
-EULER = 0
-RK4 = 1
+
+@dataclass(frozen=True)
+class Tableau:
+    """An explicit Runge-Kutta method ``(c, A, b)`` (Hairer, Nørsett & Wanner, Solving ODEs I, Sec. II.1).
+
+    ``A`` is strictly lower triangular (s x s). For embedded pairs ``e = b - b_hat`` gives the local error estimate
+    ``h * sum_s e_s k_s``; ``dense[s, m]`` the continuous extension ``y(t + theta h) = y + h sum_s k_s
+    sum_m dense[s, m] theta^(m+1)``. ``fsal``: the last stage is f(t + h, y_new) (first same as last).
+    ``order`` is the order of ``b``; ``err_order`` the order of the embedded solution (step control exponent
+    ``1/(err_order + 1)``).
+    """
+
+    name: str
+    c: tuple
+    A: tuple
+    b: tuple
+    order: int
+    e: tuple | None = None
+    dense: tuple | None = None
+    err_order: int | None = None
+    fsal: bool = False
+
+    @property
+    def stages(self) -> int:
+        return len(self.b)
+
+
+def _rows(rows):
+    return tuple(tuple(float(v) for v in r) for r in rows)
+
+
+EULER = Tableau("euler", c=(0.0,), A=((0.0,),), b=(1.0,), order=1)
+
+RK4 = Tableau(
+    "rk4", c=(0.0, 0.5, 0.5, 1.0),
+    A=_rows([[0, 0, 0, 0], [0.5, 0, 0, 0], [0, 0.5, 0, 0], [0, 0, 1, 0]]),
+    b=tuple(float(v) for v in (F(1, 6), F(1, 3), F(1, 3), F(1, 6))), order=4)
+
+# Dormand & Prince 1980 (Hairer, Nørsett & Wanner, Table II.5.2); row 6 of A is b (FSAL). Dense output: the
+# order-4 continuous extension of Shampine (1986), the coefficients of scipy's RK45.P.
+_DP_A = [
+    [0] * 7,
+    [F(1, 5)] + [0] * 6,
+    [F(3, 40), F(9, 40)] + [0] * 5,
+    [F(44, 45), F(-56, 15), F(32, 9)] + [0] * 4,
+    [F(19372, 6561), F(-25360, 2187), F(64448, 6561), F(-212, 729)] + [0] * 3,
+    [F(9017, 3168), F(-355, 33), F(46732, 5247), F(49, 176), F(-5103, 18656)] + [0] * 2,
+    [F(35, 384), 0, F(500, 1113), F(125, 192), F(-2187, 6784), F(11, 84), 0],
+]
+DOPRI5 = Tableau(
+    "dopri5", c=tuple(float(v) for v in (0, F(1, 5), F(3, 10), F(4, 5), F(8, 9), 1, 1)), A=_rows(_DP_A),
+    b=tuple(float(v) for v in _DP_A[6]), order=5, err_order=4, fsal=True,
+    e=tuple(float(v) for v in (F(-71, 57600), 0, F(71, 16695), F(-71, 1920), F(17253, 339200), F(-22, 525),
+                               F(1, 40))),
+    dense=_rows([
+        [1, F(-8048581381, 2820520608), F(8663915743, 2820520608), F(-12715105075, 11282082432)],
+        [0, 0, 0, 0],
+        [0, F(131558114200, 32700410799), F(-68118460800, 10900136933), F(87487479700, 32700410799)],
+        [0, F(-1754552775, 470086768), F(14199869525, 1410260304), F(-10690763975, 1880347072)],
+        [0, F(127303824393, 49829197408), F(-318862633887, 49829197408), F(701980252875, 199316789632)],
+        [0, F(-282668133, 205662961), F(2019193451, 616988883), F(-1453857185, 822651844)],
+        [0, F(40617522, 29380423), F(-110615467, 29380423), F(69997945, 29380423)],
+    ]))
+
+
+def _tsit5() -> Tableau:
+    """Tsitouras 5(4) (Ch. Tsitouras, Comput. Math. Appl. 62 (2011) 770, Table 1), FSAL, with its order-4 free
+    interpolant (ibid., the b_i(theta) in factored form), expanded here into powers of theta."""
+    c = [0.0, 0.161, 0.327, 0.9, 0.9800255409045097, 1.0, 1.0]
+    low = [
+        [],
+        [0.161],
+        [None, 0.3354806554923570],
+        [None, -6.359448489975075, 4.362295432869581],
+        [None, -11.74888356406283, 7.495539342889836, -0.09249506636175525],
+        [None, -12.92096931784711, 8.159367898576159, -0.071584973281401006, -0.02826905039406838],
+        [0.09646076681806523, 0.01, 0.4798896504144996, 1.379008574103742, -3.290069515436081, 2.324710524099774],
+    ]
+    A = np.zeros((7, 7))
+    for s, row in enumerate(low):
+        for q, v in enumerate(row):
+            if v is not None:
+                A[s, q] = v
+        if row and row[0] is None:  # the paper fixes a_s1 by the row-sum condition sum_q a_sq = c_s
+            A[s, 0] = c[s] - sum(row[1:])
+    b = A[6].copy()
+    # Error weights e = b - b_hat as tabulated (the sign of the last entry as corrected after publication); they
+    # sum to 0 (both weight vectors sum to 1), which tests/test_engine_solvers.py checks in exact arithmetic.
+    e = [0.001780011052226, 0.000816434459657, -0.007880878010262, 0.144711007173263, -0.582357165452555,
+         0.458082105929187, -1.0 / 66.0]
+    P = npoly.Polynomial
+    th = P([0.0, 1.0])
+    polys = [
+        -1.0530884977290216 * th * (th - 1.3299890189751412) * (th ** 2 - 1.4364028541716351 * th
+                                                                + 0.7139816917074209),
+        0.1017 * th ** 2 * (th ** 2 - 2.1966568338249754 * th + 1.2949852507374631),
+        2.490627285651252793 * th ** 2 * (th ** 2 - 2.38535645472061657 * th + 1.57803468208092486),
+        -16.54810288924490272 * (th - 1.21712927295533244) * (th - 0.61620406037800089) * th ** 2,
+        47.37952196281928122 * (th - 1.203071208372362603) * (th - 0.658047292653547382) * th ** 2,
+        -34.87065786149660974 * (th - 1.2) * (th - 0.666666666666666667) * th ** 2,
+        2.5 * (th - 1.0) * (th - 0.6) * th ** 2,
+    ]
+    dense = np.zeros((7, 4))
+    for s, poly in enumerate(polys):
+        coef = np.zeros(5)
+        coef[:len(poly.coef)] = poly.coef
+        dense[s] = coef[1:5]  # constant term is 0: y(t) = y at theta = 0
+    return Tableau("tsit5", c=tuple(c), A=_rows(A), b=tuple(float(v) for v in b), order=5, err_order=4,
+                   fsal=True, e=tuple(float(v) for v in e), dense=_rows(dense))
+
+
+TSIT5 = _tsit5()
 
 
 @njit(cache=True, fastmath=False)
-def _is_bad(x, bound):
-    """True for NaN, +-inf, and |x| > bound."""
-    return not (abs(x) <= bound and abs(x) < np.inf)  # a NaN fails every comparison
+def is_bad(x, bound):
+    """True for NaN and |x| > bound; ``bound`` is finite (the engine passes at most the largest float, so that one
+    comparison also catches +-inf)."""
+    return not abs(x) <= bound  # a NaN fails every comparison
 
 
 @njit(cache=True, fastmath=False)
-def _first_bad(v, bound):
-    """Index of the first component that is non-finite or exceeds ``bound`` in absolute value, else -1."""
+def first_bad(v, bound):
+    """Index of the first component that is NaN or exceeds ``bound`` in absolute value, else -1."""
     for m in range(v.shape[0]):
-        if _is_bad(v[m], bound):
+        if not abs(v[m]) <= bound:
             return m
     return -1
 
 
-@njit(fastmath=False)
-def iterate_chunk(step, X, P, k_start, n, active, status, bound, buf):
-    """Advance every active trajectory of ``X`` by ``n`` map steps, starting at step index ``k_start``."""
-    n_traj, n_state = X.shape
-    shared = P.shape[0] == 1
-    for i in range(n_traj):
-        if not active[i] or status[i, 0] != 0:
-            continue
-        x = X[i]
-        p = P[0] if shared else P[i]
-        for j in range(n):
-            k = k_start + j
-            step(k, x, p, buf)
-            bad = _first_bad(buf, bound)
-            if bad >= 0:
-                status[i, 0] = 1
-                status[i, 1] = k + 1
-                status[i, 2] = bad
-                break
-            for m in range(n_state):
-                x[m] = buf[m]
+@njit(cache=True, fastmath=False)
+def commit_moved(x, new, flush):
+    """Copy ``new`` into ``x`` and return ``max_m |new_m - x_m|`` (the size of the step in the max norm).
+
+    With ``flush``, subnormal components (|v| < TINY) become a zero of the same sign, so a converged run never
+    computes on subnormals (slow on x86); values of magnitude >= TINY are copied bit for bit. (The grid kernels
+    write the same copy out inline when no step size is tracked.)"""
+    moved = 0.0
+    for m in range(x.shape[0]):
+        v = new[m]
+        if flush and abs(v) < TINY:
+            v = v * 0.0
+        d = abs(v - x[m])
+        if d > moved:
+            moved = d
+        x[m] = v
+    return moved
 
 
-@njit(fastmath=False)
-def _fixed_step(rhs, method, t, y, p, h, k1, k2, k3, k4, yt, out):
-    """One Euler (method 0) or classical RK4 (method 1) step of size ``h`` from (t, y) into ``out``."""
-    n = y.shape[0]
-    rhs(t, y, p, k1)
-    if method == 0:
-        for m in range(n):
-            out[m] = y[m] + h * k1[m]
-        return
-    for m in range(n):
-        yt[m] = y[m] + 0.5 * h * k1[m]
-    rhs(t + 0.5 * h, yt, p, k2)
-    for m in range(n):
-        yt[m] = y[m] + 0.5 * h * k2[m]
-    rhs(t + 0.5 * h, yt, p, k3)
-    for m in range(n):
-        yt[m] = y[m] + h * k3[m]
-    rhs(t + h, yt, p, k4)
-    for m in range(n):
-        out[m] = y[m] + (h / 6.0) * (k1[m] + 2.0 * k2[m] + 2.0 * k3[m] + k4[m])
+@njit(cache=True, fastmath=False)
+def fill_frozen(Yi, j, save_k, k_end, x):
+    """Write the frozen state ``x`` into the saves ``Yi[j:]`` due at or before step ``k_end``; return the next j."""
+    while j < save_k.shape[0] and save_k[j] <= k_end:
+        Yi[j, :] = x
+        j += 1
+    return j
 
 
-@njit(fastmath=False)
-def fixed_chunk(rhs, method, X, P, t0, dt, k_start, n, active, status, bound, work, buf):
-    """Advance every active trajectory by ``n`` fixed steps on the grid t = t0 + k dt, from grid index ``k_start``.
-
-    Times are computed as ``t0 + k * dt`` (never accumulated), so splitting a run into chunks changes no bit. The
-    Euler and RK4 bodies are written out here rather than called (a call costs ~4x on small systems); they perform
-    exactly the arithmetic of :func:`_fixed_step`.
-    """
-    n_traj, n_state = X.shape
-    shared = P.shape[0] == 1
-    k1, k2, k3, k4, yt = work[0], work[1], work[2], work[3], work[4]
-    h = dt
-    for i in range(n_traj):
-        if not active[i] or status[i, 0] != 0:
-            continue
-        y = X[i]
-        p = P[0] if shared else P[i]
-        for j in range(n):
-            k = k_start + j
-            t = t0 + k * dt
-            rhs(t, y, p, k1)
-            if method == 0:
-                for m in range(n_state):
-                    buf[m] = y[m] + h * k1[m]
-            else:
-                for m in range(n_state):
-                    yt[m] = y[m] + 0.5 * h * k1[m]
-                rhs(t + 0.5 * h, yt, p, k2)
-                for m in range(n_state):
-                    yt[m] = y[m] + 0.5 * h * k2[m]
-                rhs(t + 0.5 * h, yt, p, k3)
-                for m in range(n_state):
-                    yt[m] = y[m] + h * k3[m]
-                rhs(t + h, yt, p, k4)
-                for m in range(n_state):
-                    buf[m] = y[m] + (h / 6.0) * (k1[m] + 2.0 * k2[m] + 2.0 * k3[m] + k4[m])
-            bad = _first_bad(buf, bound)
-            if bad >= 0:
-                status[i, 0] = 1
-                status[i, 1] = k + 1
-                status[i, 2] = bad
-                break
-            for m in range(n_state):
-                y[m] = buf[m]
+def finite_bound(bound: float) -> float:
+    """The bound the kernels compare with: at most the largest float64, so ``|x| <= bound`` also rejects inf."""
+    return min(float(bound), float(np.finfo(np.float64).max))
 
 
-@njit(fastmath=False)
-def fixed_partial(rhs, method, X, P, t, h, active, out, work):
-    """Dense output of a fixed-step solver: one step of size ``h`` (< dt) from each grid state, into ``out``.
-
-    Used for save times that fall between grid points; the grid state itself is not changed.
-    """
-    n_traj = X.shape[0]
-    shared = P.shape[0] == 1
-    for i in range(n_traj):
-        if not active[i]:
-            out[i, :] = X[i]
-            continue
-        p = P[0] if shared else P[i]
-        _fixed_step(rhs, method, t, X[i], p, h, work[0], work[1], work[2], work[3], work[4], out[i])
-
-
-@njit(fastmath=False)
-def _rms_scaled(v, y, atol, rtol):
+@njit(cache=True, fastmath=False)
+def rms_scaled(v, y, atol, rtol):
+    """sqrt(mean((v / (atol + rtol |y|))^2)), the norm of Hairer's step control."""
     s = 0.0
     for m in range(v.shape[0]):
         sc = atol + rtol * abs(y[m])
@@ -178,139 +195,31 @@ def _rms_scaled(v, y, atol, rtol):
     return np.sqrt(s / v.shape[0])
 
 
-@njit(fastmath=False)
-def _initial_step(rhs, t, y, p, f0, rtol, atol, work):
-    """Initial step size of Hairer, Nørsett & Wanner (Solving ODEs I, Sec. II.4), for order 5."""
-    d0 = _rms_scaled(y, y, atol, rtol)
-    d1 = _rms_scaled(f0, y, atol, rtol)
-    if d0 < 1e-5 or d1 < 1e-5:
-        h0 = 1e-6
-    else:
-        h0 = 0.01 * d0 / d1
-    y1 = work[0]
-    f1 = work[1]
-    for m in range(y.shape[0]):
-        y1[m] = y[m] + h0 * f0[m]
-    rhs(t + h0, y1, p, f1)
-    for m in range(y.shape[0]):
-        y1[m] = f1[m] - f0[m]
-    d2 = _rms_scaled(y1, y, atol, rtol) / h0
-    if max(d1, d2) <= 1e-15:
-        h1 = max(1e-6, h0 * 1e-3)
-    else:
-        h1 = (0.01 / max(d1, d2)) ** (1.0 / 5.0)
-    return min(100.0 * h0, h1)
+@njit(cache=True, fastmath=False)
+def step_factor(err, accepted, rejected_last, exponent):
+    """Step-size controller (Hairer, Nørsett & Wanner, Sec. II.4, eq. 4.13): the factor for the next step.
+
+    ``0.9 err^(-exponent)`` clipped to [0.2, 10]; after an accepted step that followed a rejection the step may not
+    grow; ``exponent = 1/(q + 1)`` with q the order of the embedded error estimate."""
+    if accepted:
+        fac = 10.0 if err == 0.0 else min(10.0, 0.9 * err ** -exponent)
+        if rejected_last:
+            fac = min(fac, 1.0)
+        return fac
+    return max(0.2, 0.9 * err ** -exponent)
 
 
-@njit(fastmath=False)
-def dopri5_chunk(rhs, X, P, T, H, F0, K, Yold, Told, Hold, fresh, t_save, t_end, rtol, atol, dt_max, max_steps,
-                 nsteps, active, status, bound, out, work):
-    """Advance each active trajectory with adaptive Dormand–Prince 5(4) steps until its time reaches ``t_save``,
-    then write the dense-output value at ``t_save`` into ``out[i]``.
-
-    Per-trajectory state kept between chunks: time ``T``, proposed step ``H``, ``F0 = f(T, X)`` (first same as
-    last), the stages ``K`` (n_traj, 7, n_state) and start ``Yold``, ``Told``, ``Hold`` of the last accepted step
-    (for dense output), and ``fresh`` (1 until the first step). Steps are clipped only at ``t_end``, so the accepted
-    step sequence does not depend on the save times or on the chunking.
-    """
-    n_traj, n = X.shape
-    shared = P.shape[0] == 1
-    ynew = work[0]
-    yt = work[1]
-    for i in range(n_traj):
-        if not active[i] or status[i, 0] != 0:
-            out[i, :] = X[i]
-            continue
-        y = X[i]
-        p = P[0] if shared else P[i]
-        Ki = K[i]
-        if fresh[i] == 1:
-            rhs(T[i], y, p, F0[i])
-            bad = _first_bad(F0[i], np.inf)
-            if bad >= 0:  # the vector field itself is non-finite at the start
-                status[i, 0] = 1
-                status[i, 1] = 0
-                status[i, 2] = bad
-                out[i, :] = X[i]
-                continue
-            if H[i] <= 0.0:
-                H[i] = _initial_step(rhs, T[i], y, p, F0[i], rtol, atol, work[3:5])
-            fresh[i] = 0
-        rejected_last = False
-        while T[i] < t_save:
-            if nsteps[i] >= max_steps:
-                status[i, 0] = 2
-                status[i, 1] = nsteps[i]
-                break
-            t = T[i]
-            h = min(H[i], dt_max)
-            if t + 1.000001 * h >= t_end:
-                h = t_end - t  # the last step lands on t_end (stretched by at most 1e-6 h, never a sliver)
-            if h <= 1e-14 * max(abs(t), 1.0):
-                status[i, 0] = 3
-                status[i, 1] = nsteps[i]
-                status[i, 2] = np.argmax(np.abs(F0[i]))  # the fastest-moving component, as a hint
-                break
-            for m in range(n):
-                Ki[0, m] = F0[i, m]
-            for st in range(1, 7):
-                for m in range(n):
-                    acc = 0.0
-                    for q in range(st):
-                        acc += _A[st, q] * Ki[q, m]
-                    yt[m] = y[m] + h * acc
-                rhs(t + _C[st] * h, yt, p, Ki[st])
-            for m in range(n):
-                ynew[m] = yt[m]  # the last stage was evaluated at y + h * sum_q b_q k_q = y_new
-            s = 0.0
-            finite = True
-            for m in range(n):
-                e = 0.0
-                for q in range(7):
-                    e += _E[q] * Ki[q, m]
-                e *= h
-                sc = atol + rtol * max(abs(y[m]), abs(ynew[m]))
-                s += (e / sc) ** 2
-                if _is_bad(ynew[m], bound) or _is_bad(Ki[6, m], np.inf):
-                    finite = False
-            err = np.sqrt(s / n)
-            nsteps[i] += 1
-            if finite and err <= 1.0:
-                Yold[i, :] = y
-                Told[i] = t
-                Hold[i] = h
-                for m in range(n):
-                    y[m] = ynew[m]
-                    F0[i, m] = Ki[6, m]
-                T[i] = t_end if h == t_end - t else t + h
-                fac = 10.0 if err == 0.0 else min(10.0, 0.9 * err ** -0.2)
-                if rejected_last:
-                    fac = min(fac, 1.0)
-                H[i] = h * fac
-                rejected_last = False
-            else:
-                if not finite:
-                    fac = 0.2
-                    if h <= 1e-10 * max(abs(t), 1.0):
-                        status[i, 0] = 1
-                        status[i, 1] = nsteps[i]
-                        status[i, 2] = max(_first_bad(ynew, bound), 0)
-                        break
-                else:
-                    fac = max(0.2, 0.9 * err ** -0.2)
-                H[i] = h * fac
-                rejected_last = True
-        if status[i, 0] != 0:
-            out[i, :] = X[i]
-            continue
-        if T[i] == t_save or fresh[i] == 1:
-            out[i, :] = y
+def fixed_grid_saves(save_times, t0: float, dt: float):
+    """For each save time s: the grid index ``k`` with t0 + k dt <= s and the remaining partial step ``h`` (0 when
+    s is on the grid up to 1e-9 of a step, so float round-off in ``s`` never forces a sliver step)."""
+    ks = np.empty(len(save_times), dtype=np.int64)
+    hs = np.zeros(len(save_times))
+    for j, s in enumerate(save_times):
+        r = (s - t0) / dt
+        kr = round(r)
+        if abs(r - kr) <= 1e-9 * max(1.0, abs(r)):
+            ks[j] = int(kr)
         else:
-            theta = (t_save - Told[i]) / Hold[i]
-            for m in range(n):
-                acc = 0.0
-                for st in range(7):
-                    q = theta * (_DENSE[st, 0] + theta * (_DENSE[st, 1] + theta * (_DENSE[st, 2]
-                                                                                 + theta * _DENSE[st, 3])))
-                    acc += q * Ki[st, m]
-                out[i, m] = Yold[i, m] + Hold[i] * acc
+            ks[j] = int(math.floor(r))
+            hs[j] = s - (t0 + ks[j] * dt)
+    return ks, hs

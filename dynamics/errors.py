@@ -17,15 +17,19 @@ class DivergenceError(FloatingPointError):
         The time of the failure (ODEs), or ``step * time_scale`` (maps).
     variable : str
         The name of the first non-finite state component.
+    partial : Trajectory or None
+        What was computed before the failure: the run's save points up to the last one that every trajectory
+        reached with finite values (raised by ``dynamics.iterate``/``integrate``; None where not available).
     """
 
     def __init__(self, message: str, *, trajectory: int, variable: str, step: int | None = None,
-                 time: float | None = None):
+                 time: float | None = None, partial=None):
         super().__init__(message)
         self.trajectory = trajectory
         self.variable = variable
         self.step = step
         self.time = time
+        self.partial = partial
 
 
 class MaxStepsError(RuntimeError):

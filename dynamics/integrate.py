@@ -1,40 +1,47 @@
-"""Batched iteration of discrete maps and integration of ODEs, in compiled chunks between save points.
+"""Batched iteration of discrete maps and integration of ODEs, saves written inside the compiled loop.
 
 Main entry points (STYLE.md §2.5; the design follows diffrax's ``diffeqsolve``):
 
 * :func:`iterate` for a discrete map ``x_{k+1} = step(k, x_k; p)``;
-* :func:`integrate` for an ODE ``dy/dt = rhs(t, y; p)`` with :class:`Euler`, :class:`RK4` (fixed step) or
-  :class:`Dopri5` (adaptive Dormand–Prince 5(4) with rtol/atol step control, per-trajectory step sizes and
-  4th-order dense output at the save times).
+* :func:`integrate` for an ODE ``dy/dt = rhs(t, y; p)`` with the explicit Runge-Kutta methods :class:`Euler`,
+  :class:`RK4` (fixed step) or :class:`Dopri5`, :class:`Tsit5` (adaptive 5(4) pairs with rtol/atol step control,
+  per-trajectory step sizes and 4th-order dense output at the save times). Every method is a Butcher tableau
+  (``dynamics._steppers``) turned into one generated kernel; the step-size controller is separate
+  (``_steppers.step_factor``).
 
-Model kernels are numba functions written by the model modules:
+Model kernels are numba functions written by the model modules (the engine contract):
 
 * ``step(k, x, p, out)``: ``k`` the int64 index of the step (from state k to state k+1), ``x`` float64[n_state]
   (read only), ``p`` float64[n_params] (the trajectory's parameter row), ``out`` float64[n_state] to fill;
 * ``rhs(t, y, p, dy)``: writes dy/dt into ``dy``.
 
-``state0`` is (n_traj, n_state); all trajectories advance inside one compiled loop. ``params`` is (n_params,)
-shared by all trajectories or (n_traj, n_params) per trajectory. A schedule that changes with the step (a
-temperature, a learning rate) is written into the kernel as a function of ``k``, or packed as a tail of ``p``.
-Between chunks Python updates the progress bar (tqdm), applies the optional ``stop`` condition and records saves.
-Non-finite values are caught inside the kernels at the exact step and raised as :class:`DivergenceError`.
+``state0`` is (n_traj, n_state); all trajectories advance inside one compiled loop that also writes the saved states
+into a pre-allocated array, so saving every step costs about as much as saving none. ``params`` is (n_params,) shared
+by all trajectories or (n_traj, n_params), one row per trajectory: per-configuration task parameters (a learning rate,
+a regularisation) enter this way, and a single initial state with n parameter rows runs n trajectories. A schedule
+that changes with the step (a temperature, a learning rate) is written into the kernel as a function of ``k``, or
+packed as a tail of ``p``. Python runs only between coarse chunks (progress bar, divergence reports, a Python
+``stop`` condition). Kernels are generated per model function and cached on disk across processes
+(``dynamics._kernels``). Non-finite values are caught inside the kernels at the exact step and raised as
+:class:`DivergenceError`, which carries the run up to the last save point before the failure.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from dynamics import _steppers
+from dynamics import _kernels, _steppers
 from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
 from dynamics.validation import check_finite_array, check_int, check_positive
 
-# Progress bars and stop conditions are serviced at least this often (in steps) when progress is on.
+# Progress bars are serviced this many times per run when progress is on.
 _PROGRESS_UPDATES = 200
 
 
@@ -44,7 +51,7 @@ class Euler:
 
     dt: float
     order = 1
-    method = _steppers.EULER
+    tableau = _steppers.EULER
 
     def __post_init__(self):
         check_positive("solver.dt", self.dt)
@@ -56,14 +63,33 @@ class RK4:
 
     dt: float
     order = 4
-    method = _steppers.RK4
+    tableau = _steppers.RK4
 
     def __post_init__(self):
         check_positive("solver.dt", self.dt)
 
 
 @dataclass(frozen=True)
-class Dopri5:
+class _Adaptive:
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    dt0: float | None = None
+    dt_max: float = math.inf
+    max_steps: int = 10**8
+
+    def __post_init__(self):
+        check_positive("rtol", self.rtol)
+        check_positive("atol", self.atol)
+        if self.dt0 is not None:
+            check_positive("dt0", self.dt0)
+        if (isinstance(self.dt_max, bool) or not isinstance(self.dt_max, numbers.Real)
+                or not self.dt_max > 0):
+            raise ValueError(f"dt_max must be a number > 0 (math.inf for no limit); got {self.dt_max!r}")
+        check_int("max_steps", self.max_steps, min_value=1)
+
+
+@dataclass(frozen=True)
+class Dopri5(_Adaptive):
     """Adaptive Dormand–Prince 5(4) (order 5, error estimate of order 4), per-trajectory step sizes.
 
     Step control as in Hairer, Nørsett & Wanner (Solving ODEs I, Sec. II.4): the scaled RMS error with
@@ -72,28 +98,34 @@ class Dopri5:
     sequence. ``dt0`` (default: Hairer's initial-step heuristic) is the first trial step.
     """
 
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    dt0: float | None = None
-    dt_max: float = math.inf
-    max_steps: int = 10**8
     order = 5
+    tableau = _steppers.DOPRI5
 
-    def __post_init__(self):
-        check_positive("rtol", self.rtol)
-        check_positive("atol", self.atol)
-        if self.dt0 is not None:
-            check_positive("dt0", self.dt0)
-        if not self.dt_max > 0:
-            raise ValueError(f"dt_max must be > 0; got {self.dt_max!r}")
-        check_int("max_steps", self.max_steps, min_value=1)
+
+@dataclass(frozen=True)
+class Tsit5(_Adaptive):
+    """Adaptive Tsitouras 5(4) (Tsitouras 2011), with the same step control and options as :class:`Dopri5` and its
+    own 4th-order free interpolant for the save times."""
+
+    order = 5
+    tableau = _steppers.TSIT5
+
+
+_SOLVERS = (Euler, RK4, Dopri5, Tsit5)
+
+
+def _real_array(name: str, value, shapes: str) -> np.ndarray:
+    """``value`` as a float64 array; complex or non-numeric input raises ``ValueError`` naming ``name``."""
+    if np.iscomplexobj(value):
+        raise ValueError(f"{name} must be real; got a complex array")
+    try:
+        return np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a real array of shape {shapes}") from exc
 
 
 def _prepare_state(state0) -> np.ndarray:
-    try:
-        arr = np.array(state0, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError("state0 must be a real array of shape (n_traj, n_state)") from exc
+    arr = _real_array("state0", state0, "(n_traj, n_state)")
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2:
@@ -105,19 +137,36 @@ def _prepare_state(state0) -> np.ndarray:
 
 
 def _prepare_params(params, n_traj: int) -> np.ndarray:
+    """Parameter rows: (1, n_params) shared or (n_traj, n_params); see :func:`_broadcast_batch`."""
     if params is None:
         params = np.zeros(1)
-    arr = np.array(params, dtype=np.float64)
+    arr = _real_array("params", params, "(n_params,) or (n_traj, n_params)")
     if arr.ndim == 0:
         arr = arr[None]
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[0] not in (1, n_traj):
-        raise ValueError(f"params must have shape (n_params,) or (n_traj={n_traj}, n_params); got {arr.shape}")
+        raise ValueError(f"params must have shape (n_params,), (1, n_params) or (n_traj={n_traj}, n_params) to "
+                         f"broadcast with the batch of state0 (n_traj={n_traj} rows); got params of shape "
+                         f"{arr.shape}")
     if arr.shape[1] == 0:
         arr = np.zeros((arr.shape[0], 1))
     check_finite_array("params", arr)
     return np.ascontiguousarray(arr)
+
+
+def _broadcast_batch(X, params):
+    """Broadcast the batch: state0 rows and params rows must each be 1 or n_traj (one state with n parameter rows
+    runs n trajectories from the same start). Returns (X, P)."""
+    n_state_rows = X.shape[0]
+    p_rows = None
+    if params is not None and not np.iscomplexobj(params):
+        shape = np.shape(params)
+        if len(shape) == 2:
+            p_rows = shape[0]
+    if n_state_rows == 1 and p_rows is not None and p_rows > 1:
+        X = np.ascontiguousarray(np.repeat(X, p_rows, axis=0))
+    return X, _prepare_params(params, X.shape[0])
 
 
 def _names(names, n_state: int) -> list[str] | str:
@@ -131,240 +180,339 @@ def _names(names, n_state: int) -> list[str] | str:
     return names
 
 
-def _raise_status(status, names, *, kind: str, time_of=None):
+def _check_saveat(saveat) -> SaveAt:
+    if saveat is None:
+        return DEFAULT_SAVEAT
+    if not isinstance(saveat, SaveAt):
+        raise TypeError(f"saveat must be a dynamics.SaveAt (e.g. SaveAt(n=5)) or None; got {saveat!r}")
+    return saveat
+
+
+def _check_bound(bound) -> float:
+    ok = isinstance(bound, numbers.Real | np.floating | np.integer) and not isinstance(bound, bool)
+    if not ok or not float(bound) > 0:
+        raise ValueError(f"bound must be a number > 0 (math.inf: only NaN/inf count as divergence); got {bound!r}")
+    return _steppers.finite_bound(bound)
+
+
+def _check_converged(converged) -> float:
+    """The in-kernel stop tolerance (-1 when off)."""
+    if converged is None:
+        return -1.0
+    return check_positive("converged", converged)
+
+
+def _chunks(start: int, end: int, progress: bool, cuts=()) -> list[tuple[int, int]]:
+    """[a, b] ranges covering start..end: one when progress is off, ~_PROGRESS_UPDATES when on; also cut at
+    ``cuts`` (the save points where a Python stop condition runs)."""
+    points = {start, end}
+    if progress and end > start:
+        points.update(np.linspace(start, end, _PROGRESS_UPDATES + 1).astype(np.int64).tolist())
+    points.update(int(c) for c in cuts if start <= c <= end)
+    pts = sorted(points)
+    pairs = [(start, end)] if len(pts) == 1 else list(zip(pts[:-1], pts[1:]))
+    if len(cuts) and start in cuts and pairs[0] != (start, start):
+        pairs.insert(0, (start, start))  # a stop condition also sees the initial save
+    return pairs
+
+
+def _variable_name(names, var: int) -> str:
+    if isinstance(names, str):
+        return f"{names}[{var}]"
+    return names[var] if 0 <= var < len(names) else "?"
+
+
+def _raise_status(status, names, *, kind, time_of, partial_fn):
+    """Raise the error of the lowest failing trajectory, with the run up to the last save point written by every
+    trajectory (``partial``)."""
     bad = np.flatnonzero(status[:, 0])
     if bad.size == 0:
         return
     i = int(bad[0])
-    code, where, var = (int(v) for v in status[i])
-    if isinstance(names, str):
-        variable = f"{names}[{var}]"
-    else:
-        variable = names[var] if 0 <= var < len(names) else "?"
+    code, where, var = (int(v) for v in status[i, :3])
+    variable = _variable_name(names, var)
     if code == 2:
         raise MaxStepsError(f"trajectory {i}: the adaptive solver took max_steps={where} steps without reaching "
                             "the end; try increasing max_steps or loosening rtol/atol (the flow may be stiff)")
-    time = time_of(i, where) if time_of is not None else None
+    partial = partial_fn(int(status[:, 3].min()))
+    time = time_of(i, where)
     if kind == "map":
         msg = f"map diverged: trajectory {i}, step {where}, variable {variable!r} became non-finite or left the bound"
-        raise DivergenceError(msg, trajectory=i, step=where, time=time, variable=variable)
+        raise DivergenceError(msg, trajectory=i, step=where, time=time, variable=variable, partial=partial)
     if code == 3:
         msg = (f"ODE step size underflow: trajectory {i}, time {time:.6g} (fastest variable {variable!r}); the "
                "flow is singular or blowing up there")
     else:
         msg = (f"ODE diverged: trajectory {i}, time {time:.6g}, variable {variable!r} became non-finite or left "
                "the bound")
-    raise DivergenceError(msg, trajectory=i, step=None if code == 3 else where, time=time, variable=variable)
+    raise DivergenceError(msg, trajectory=i, step=None if code == 3 else where, time=time, variable=variable,
+                          partial=partial)
 
 
-def _finish(Y, names, time, step, P_rows, n_traj, derived, attrs, extra_vars=None):
+def _finish(Y, names, time, step, P_rows, n_traj, derived, attrs, extra_vars=None, per_traj=None):
     variables = dict(extra_vars or {})
     if derived is not None:
         P_full = np.broadcast_to(P_rows, (n_traj, P_rows.shape[1]))
         computed = derived(Y, P_full)
         for name, value in computed.items():
             variables[name] = np.asarray(value)
-    return Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs)
+    traj = Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs)
+    for name, value in (per_traj or {}).items():
+        traj[name] = ("trajectory", value)
+    return traj
+
+
+def _partial_builder(Y, names, time, step, P, n_traj, derived, attrs, extra=None):
+    """A function n -> Trajectory of the first n save points (for DivergenceError.partial)."""
+    def build(n):
+        n = max(int(n), 0)
+        extra_n = {k: v[:, :n] for k, v in (extra or {}).items()}
+        try:
+            return _finish(Y[:, :n].copy(), names, time[:n], step[:n], P, n_traj, derived, attrs, extra_n)
+        except Exception:  # a derived quantity that fails on the partial run must not hide the divergence
+            return _finish(Y[:, :n].copy(), names, time[:n], step[:n], P, n_traj, None, attrs, extra_n)
+    return build
 
 
 def _apply_stop(stop, when, X, P_rows, active):
-    if stop is None:
-        return
     P_full = np.broadcast_to(P_rows, (X.shape[0], P_rows.shape[1]))
     done = np.broadcast_to(np.asarray(stop(when, X, P_full), dtype=bool), active.shape)
     active &= ~done
 
 
+_CONVERGED_DOC = """converged : float > 0, optional
+        Per-trajectory stop inside the compiled loop: a trajectory whose step moves no component by ``converged``
+        or more (max norm; for ODEs the rate ``|y_{n+1} - y_n| / h``) is frozen there, and its later saves repeat
+        that state; the variable ``stopped_at`` records the step (maps) or time (ODEs) of freezing, -1 if never.
+    flush_subnormals : bool, default True
+        Set state components below 2.2e-308 in magnitude (subnormal) to zero after each step, which avoids the
+        slow subnormal arithmetic of converged runs; values of larger magnitude are unchanged bit for bit."""
+
+
 def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, names=None, derived=None, stop=None,
             time_scale: float = 1.0, progress: bool = False, attrs: dict | None = None,
-            bound: float = np.inf) -> Trajectory:
+            bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True) -> Trajectory:
     """Iterate a discrete map ``x_{k+1} = step(k, x_k; p)`` for ``n_steps`` steps on a batch of trajectories.
 
     Main arguments
     --------------
-    step : numba function ``step(k, x, p, out)`` (see the module docstring).
+    step : numba ``@njit`` function ``step(k, x, p, out)`` (see the module docstring).
     state0 : (n_traj, n_state) float64; a 1-D array is one trajectory.
     n_steps : int >= 0.
-    params : (n_params,) shared or (n_traj, n_params) per trajectory.
+    params : (n_params,) shared, or (n_traj, n_params) with one row per trajectory. Per-configuration parameters
+        (task constants, step sizes) are passed as rows; with a single initial state (1, n_state) and n rows of
+        params, the start is shared by n trajectories. Other row counts raise ``ValueError`` naming both shapes.
     saveat : :class:`SaveAt` with ``steps=``, ``every=``, ``n=``, ``log=`` or ``final=True``; default ``n=201``.
+        Saves are written by the compiled loop, so ``every=1`` costs little more than ``final=True``.
 
     Other arguments
     ---------------
     names : state variable names (default ``y0, y1, ...``); one string stores the state as a single array variable
         with a ``<name>_component`` dimension (use it for states of hundreds of components or more).
     derived : ``derived(Y, P) -> {name: (n_traj, n_save) array}``, evaluated on the saved states.
-    stop : ``stop(step, X, P) -> bool (n_traj,)`` checked at save points; stopped trajectories freeze, and once all
-        have stopped the time axis ends there.
+    stop : ``stop(step, X, P) -> bool (n_traj,)`` checked in Python at every save point; stopped trajectories
+        freeze, and once all have stopped the time axis ends there. (The run then returns to Python at each save
+        point; prefer ``converged`` for speed.)
     time_scale : the ``time`` coordinate is ``step * time_scale`` (e.g. the learning rate for flow time).
     progress : show a tqdm progress bar.
     attrs : provenance attributes (``model``, ``spec``, ``config``, ``seed``, ``source``, ``time_unit``, ...).
-    bound : a state component with ``|x| > bound`` counts as divergence (default: only NaN/inf).
+    bound : float > 0; a state component with ``|x| > bound`` counts as divergence (default: only NaN/inf).
+    {converged}
 
     Returns
     -------
-    Trajectory with variables ``names`` (+ derived), dims (trajectory, time), coords ``step`` and ``time``.
+    Trajectory with variables ``names`` (+ derived, + ``stopped_at`` when ``converged`` is set), dims
+    (trajectory, time), coords ``step`` and ``time``.
 
     Raises
     ------
-    ValueError for invalid arguments (naming the parameter); DivergenceError naming the trajectory, step and variable.
+    ValueError/TypeError for invalid arguments (naming the parameter); DivergenceError naming the trajectory, step
+    and variable, with ``partial`` the Trajectory up to the last save point before the failure.
     """
+    step = _kernels.check_model("step", step, "step(k, x, p, out)")
     n_steps = check_int("n_steps", n_steps, min_value=0)
     time_scale = check_positive("time_scale", time_scale)
-    X = _prepare_state(state0)
+    bound = _check_bound(bound)
+    tol = _check_converged(converged)
+    saveat = _check_saveat(saveat)
+    X, P = _broadcast_batch(_prepare_state(state0), params)
     n_traj, n_state = X.shape
-    P = _prepare_params(params, n_traj)
     names = _names(names, n_state)
-    save_steps = (saveat or DEFAULT_SAVEAT).resolve_steps(n_steps)
+    save_steps = saveat.resolve_steps(n_steps)
+    kernel = _kernels.get_kernel("map", step, n_state=n_state)
     Y = np.empty((n_traj, save_steps.size, n_state))
     active = np.ones(n_traj, dtype=np.bool_)
-    status = np.zeros((n_traj, 3), dtype=np.int64)
+    status = np.zeros((n_traj, 4), dtype=np.int64)
+    stop_at = np.full(n_traj, -1, dtype=np.int64)
     buf = np.empty(n_state)
-    chunk = max(1, math.ceil(n_steps / _PROGRESS_UPDATES)) if progress else max(n_steps, 1)
     n_saved = save_steps.size
-    k = 0
+    partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs)
+    chunks = _chunks(0, n_steps, progress, save_steps if stop is not None else ())
     with tqdm(total=n_steps, disable=not progress, desc="iterate", unit="step", leave=False) as bar:
-        for j, target in enumerate(save_steps):
-            while k < target:
-                n = min(int(target) - k, chunk)
-                _steppers.iterate_chunk(step, X, P, k, n, active, status, bound, buf)
-                _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale)
-                k += n
-                bar.update(n)
-            Y[:, j] = X
-            _apply_stop(stop, int(target), X, P, active)
-            if not active.any():
-                n_saved = j + 1
-                break
+        for a, b in chunks:
+            j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
+            kernel(X, P, a, b, save_steps, j_start, Y, active, status, bound, tol, stop_at, bool(flush_subnormals),
+                   buf)
+            _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
+            bar.update(b - a)
+            if stop is not None and save_steps.size:
+                j = int(np.searchsorted(save_steps, b))
+                if j < save_steps.size and save_steps[j] == b:
+                    _apply_stop(stop, b, X, P, active)
+                    if not active.any():
+                        n_saved = j + 1
+                        break
     steps_out = save_steps[:n_saved]
-    return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs)
+    per_traj = {"stopped_at": stop_at} if converged is not None else None
+    return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs,
+                   per_traj=per_traj)
 
 
 def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None = None, names=None, derived=None,
-              stop=None, progress: bool = False, attrs: dict | None = None, bound: float = np.inf) -> Trajectory:
+              stop=None, progress: bool = False, attrs: dict | None = None, bound: float = np.inf,
+              converged: float | None = None, flush_subnormals: bool = True) -> Trajectory:
     """Integrate ``dy/dt = rhs(t, y; p)`` over ``t_span = (t0, t1)`` for a batch of initial conditions.
 
     Main arguments
     --------------
-    rhs : numba function ``rhs(t, y, p, dy)``.
+    rhs : numba ``@njit`` function ``rhs(t, y, p, dy)``.
     state0 : (n_traj, n_state) float64; a 1-D array is one trajectory.
     t_span : (t0, t1) with t1 > t0.
-    params : (n_params,) shared or (n_traj, n_params) per trajectory.
-    solver : :class:`Euler`, :class:`RK4` (fixed step ``dt``) or :class:`Dopri5` (default ``Dopri5()``).
+    params : (n_params,) shared or (n_traj, n_params) per trajectory, broadcast with the batch as in
+        :func:`iterate`.
+    solver : :class:`Euler`, :class:`RK4` (fixed step ``dt``), :class:`Dopri5` or :class:`Tsit5` (adaptive;
+        default ``Dopri5()``).
     saveat : :class:`SaveAt` with ``ts=``, ``n=``, ``log=``, ``final=True`` or (fixed step) ``every=``;
         default ``n=201``.
 
-    Other arguments: ``names``, ``derived``, ``stop`` (``stop(t, X, P)``), ``progress``, ``attrs``, ``bound`` as in
-    :func:`iterate`.
+    Other arguments: ``names``, ``derived``, ``stop`` (``stop(t, X, P)``), ``progress``, ``attrs``, ``bound``,
+    ``converged``, ``flush_subnormals`` as in :func:`iterate`.
 
     Notes
     -----
     Fixed-step solvers use the grid t0 + k dt (k integer, never accumulated); a save time between grid points is
     served by one extra step of the same method from the preceding grid point, leaving the grid state untouched.
-    Dopri5 clips steps only at t1 and serves save times by dense output; the ``n_rhs_steps`` variable records the
-    number of attempted steps of each trajectory at each save time.
+    Adaptive solvers clip steps only at t1 and serve save times by dense output (so many save times do not shrink
+    the steps); the ``n_rhs_steps`` variable records the number of attempted steps of each trajectory at each save
+    time.
     """
+    rhs = _kernels.check_model("rhs", rhs, "rhs(t, y, p, dy)")
     solver = Dopri5() if solver is None else solver
-    if not isinstance(solver, Euler | RK4 | Dopri5):
-        raise ValueError(f"solver must be Euler(dt), RK4(dt) or Dopri5(...); got {solver!r}")
+    if not isinstance(solver, _SOLVERS):
+        raise ValueError(f"solver must be Euler(dt), RK4(dt), Dopri5(...) or Tsit5(...); got {solver!r}")
     try:
         t0, t1 = (float(t) for t in t_span)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"t_span must be a pair (t0, t1) of numbers; got {t_span!r}") from exc
     if not (math.isfinite(t0) and math.isfinite(t1)) or not t1 > t0:
         raise ValueError(f"t_span must be finite with t1 > t0 (forward in time); got ({t0}, {t1})")
-    X = _prepare_state(state0)
-    n_traj, n_state = X.shape
-    P = _prepare_params(params, n_traj)
-    names = _names(names, n_state)
+    bound = _check_bound(bound)
+    tol = _check_converged(converged)
+    saveat = _check_saveat(saveat)
+    X, P = _broadcast_batch(_prepare_state(state0), params)
+    names = _names(names, X.shape[1])
     dt = getattr(solver, "dt", None)
-    save_times = (saveat or DEFAULT_SAVEAT).resolve_times(t0, t1, dt)
-    if isinstance(solver, Dopri5):
-        return _integrate_dopri5(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs,
-                                 bound)
-    return _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound)
+    save_times = saveat.resolve_times(t0, t1, dt)
+    opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None)
+    if isinstance(solver, _Adaptive):
+        return _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, *opts)
+    return _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, *opts)
 
 
-def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound):
+def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
+                     flush, record_stop):
     n_traj, n_state = X.shape
     dt = float(solver.dt)
-    n_grid_total = int(math.ceil((t1 - t0) / dt * (1 - 1e-12)))
-    chunk = max(1, math.ceil(n_grid_total / _PROGRESS_UPDATES)) if progress else max(n_grid_total, 1)
+    save_k, save_h = _steppers.fixed_grid_saves(save_times, t0, dt)
+    k_last = int(save_k[-1])
+    kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state)
     Y = np.empty((n_traj, save_times.size, n_state))
-    steps = np.empty(save_times.size, dtype=np.int64)
+    steps = save_k + (save_h > 0)
     active = np.ones(n_traj, dtype=np.bool_)
-    status = np.zeros((n_traj, 3), dtype=np.int64)
-    work = np.empty((5, n_state))
+    status = np.zeros((n_traj, 4), dtype=np.int64)
+    stop_at = np.full(n_traj, -1.0)
+    K = np.empty((solver.tableau.stages, n_state))
+    yt = np.empty(n_state)
     buf = np.empty(n_state)
     n_saved = save_times.size
-    k = 0
-    with tqdm(total=n_grid_total, disable=not progress, desc="integrate", unit="step", leave=False) as bar:
-        for j, s in enumerate(save_times):
-            r = (s - t0) / dt
-            kr = round(r)
-            on_grid = abs(r - kr) <= 1e-9 * max(1.0, abs(r))
-            ks = int(kr) if on_grid else int(math.floor(r))
-            while k < ks:
-                n = min(ks - k, chunk)
-                _steppers.fixed_chunk(rhs, solver.method, X, P, t0, dt, k, n, active, status, bound, work, buf)
-                _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt)
-                k += n
-                bar.update(n)
-            if on_grid:
-                Y[:, j] = X
-                steps[j] = ks
-            else:
-                _steppers.fixed_partial(rhs, solver.method, X, P, t0 + ks * dt, s - (t0 + ks * dt), active,
-                                        Y[:, j], work)
-                finite = np.all(np.isfinite(Y[:, j]) & (np.abs(Y[:, j]) <= bound), axis=1)
-                if not finite.all():
-                    i = int(np.flatnonzero(~finite)[0])
-                    var = int(np.flatnonzero(~np.isfinite(Y[i, j]) | (np.abs(Y[i, j]) > bound))[0])
-                    name = f"{names}[{var}]" if isinstance(names, str) else names[var]
-                    raise DivergenceError(f"ODE diverged: trajectory {i}, time {s:.6g}, variable {name!r}",
-                                          trajectory=i, time=float(s), variable=name)
-                steps[j] = ks + 1
-            _apply_stop(stop, float(s), Y[:, j], P, active)
-            if not active.any():
-                n_saved = j + 1
-                break
-    return _finish(Y[:, :n_saved], names, save_times[:n_saved], steps[:n_saved], P, n_traj, derived, attrs)
+    partial = _partial_builder(Y, names, save_times, steps, P, n_traj, derived, attrs)
+    chunks = _chunks(0, k_last, progress, save_k if stop is not None else ())
+    with tqdm(total=k_last, disable=not progress, desc="integrate", unit="step", leave=False) as bar:
+        for a, b in chunks:
+            j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
+            kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, flush, K,
+                   yt, buf)
+            _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial)
+            bar.update(b - a)
+            if stop is not None:
+                js = np.flatnonzero(save_k == b)
+                for j in js:  # the stop condition sees each save (on or off the grid) in turn
+                    if _stop_at_save(stop, float(save_times[j]), Y[:, j], X, P, active):
+                        n_saved = int(j) + 1
+                        break
+                if n_saved < save_times.size:
+                    break
+    per_traj = {"stopped_at": stop_at} if record_stop else None
+    return _finish(Y[:, :n_saved], names, save_times[:n_saved], steps[:n_saved], P, n_traj, derived, attrs,
+                   per_traj=per_traj)
 
 
-def _integrate_dopri5(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound):
+def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
+    """Apply a Python stop condition at one save; True when every trajectory has stopped."""
+    before = active.copy()
+    _apply_stop(stop, t, Ysave, P, active)
+    newly = before & ~active
+    X[newly] = Ysave[newly]  # freeze at the saved state (as in a one-save-per-chunk run)
+    return not active.any()
+
+
+def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
+                        flush, record_stop):
     n_traj, n_state = X.shape
+    tab = solver.tableau
+    kernel = _kernels.get_kernel("adaptive", rhs, tab)
     T = np.full(n_traj, t0)
     H = np.full(n_traj, solver.dt0 if solver.dt0 is not None else 0.0)
     F0 = np.zeros((n_traj, n_state))
-    K = np.zeros((n_traj, 7, n_state))
+    K = np.zeros((n_traj, tab.stages, n_state))
     Yold = np.zeros((n_traj, n_state))
     Told = np.zeros(n_traj)
-    Hold = np.ones(n_traj)
+    Hold = np.zeros(n_traj)
     fresh = np.ones(n_traj, dtype=np.int64)
     nsteps = np.zeros(n_traj, dtype=np.int64)
     active = np.ones(n_traj, dtype=np.bool_)
-    status = np.zeros((n_traj, 3), dtype=np.int64)
-    work = np.empty((5, n_state))
-    Y = np.empty((n_traj, save_times.size, n_state))
-    n_rhs_steps = np.zeros((n_traj, save_times.size), dtype=np.int64)
-    n_saved = save_times.size
+    status = np.zeros((n_traj, 4), dtype=np.int64)
+    stop_at = np.full(n_traj, -1.0)
+    work = np.empty((4, n_state))
+    n_save = save_times.size
+    Y = np.empty((n_traj, n_save, n_state))
+    NS = np.zeros((n_traj, n_save), dtype=np.int64)
+    n_saved = n_save
+    partial = _partial_builder(Y, names, save_times, np.arange(n_save), P, n_traj, derived, attrs,
+                               {"n_rhs_steps": NS})
+    if stop is not None:
+        bounds = list(range(n_save + 1))
+    elif progress:
+        bounds = sorted(set(np.linspace(0, n_save, min(n_save, _PROGRESS_UPDATES) + 1).astype(int).tolist()))
+    else:
+        bounds = [0, n_save]
     with tqdm(total=t1 - t0, disable=not progress, desc="integrate", unit="time", leave=False) as bar:
         last = t0
-        for j, s in enumerate(save_times):
-            if s == t0:
-                Y[:, j] = X
-            else:
-                _steppers.dopri5_chunk(rhs, X, P, T, H, F0, K, Yold, Told, Hold, fresh, float(s), t1,
-                                       solver.rtol, solver.atol, float(solver.dt_max), solver.max_steps, nsteps,
-                                       active, status, bound,
-                                       Y[:, j], work)
-                _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]))
-            n_rhs_steps[:, j] = nsteps
-            bar.update(float(s) - last)
-            last = float(s)
-            _apply_stop(stop, float(s), Y[:, j], P, active)
-            if not active.any():
-                n_saved = j + 1
+        for ja, jb in zip(bounds[:-1], bounds[1:]):
+            kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
+                   float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush,
+                   Y, work[0], work[1], work[2], work[3])
+            _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]), partial_fn=partial)
+            s = float(save_times[jb - 1])
+            bar.update(s - last)
+            last = s
+            if stop is not None and _stop_at_save(stop, s, Y[:, jb - 1], X, P, active):
+                n_saved = jb
                 break
-    extra = {"n_rhs_steps": n_rhs_steps[:, :n_saved]}
+    extra = {"n_rhs_steps": NS[:, :n_saved]}
+    per_traj = {"stopped_at": stop_at} if record_stop else None
     return _finish(Y[:, :n_saved], names, save_times[:n_saved], np.arange(n_saved), P, n_traj, derived, attrs,
-                   extra)
+                   extra, per_traj=per_traj)
+
+
+iterate.__doc__ = iterate.__doc__.replace("{converged}", _CONVERGED_DOC)

@@ -1,36 +1,293 @@
-"""Parameter sweeps: run one function over many configurations, in local processes or on a Dask cluster."""
+"""Parameter sweeps: run one function over a named grid of configurations, in local processes or on a Dask cluster,
+and collect the results as an ``xarray.Dataset`` with the grid as coordinates.
+
+Configurations are cut into chunks of consecutive grid points; each chunk is one task (one inter-process call, one
+Dask task), so millisecond configurations do not pay a round trip each. Engine kernels are cached on disk
+(``dynamics._kernels``), so workers load them instead of recompiling. A configuration that raises is reported with
+its coordinates (never lost): ``SweepError`` lists the failures and carries the partial result, or with
+``on_error="mask"`` the result holds NaN there and an ``error`` variable with the message.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import multiprocessing
 import os
+import traceback
 
+import numpy as np
+import xarray as xr
 from tqdm.auto import tqdm
 
-from dynamics.validation import check_int
+from dynamics.validation import check_choice, check_int
 
 
-def sweep(fn, configs, *, processes: int | None = 1, client=None, progress: bool = False) -> list:
-    """Evaluate ``fn(config)`` for every config and return the results in the order of ``configs``.
+class SweepError(RuntimeError):
+    """Some configurations of a sweep raised.
+
+    Attributes
+    ----------
+    failures : list of dict
+        One entry per failing configuration: its coordinates (``{name: value}``) and ``error`` (the exception's
+        type, message and traceback text).
+    partial : xarray.Dataset or None
+        The sweep's result with NaN at the failing configurations (None when no configuration succeeded).
+    """
+
+    def __init__(self, message: str, *, failures: list, partial=None):
+        super().__init__(message)
+        self.failures = failures
+        self.partial = partial
+
+
+def sweep(fn, grid, *, processes: int | None = None, client=None, chunk_size: int | None = None,
+          progress: bool = False, on_error: str = "raise"):
+    """Evaluate ``fn(**config)`` over a named grid of configurations and return an ``xarray.Dataset``.
 
     Parameters
     ----------
-    fn : a picklable top-level function (it is sent to worker processes by the standard library's process pool;
-        results travel back the same way, so return arrays, Datasets or plain values).
-    configs : iterable of arguments.
-    processes : number of local worker processes (1 = run in this process, in order; None = ``os.cpu_count()``).
-    client : a ``dask.distributed.Client``; when given, work is submitted to its cluster instead.
-    progress : tqdm progress bar over configurations.
+    fn : a picklable top-level function of the parameters by name. It returns a number, an array, a dict
+        ``{name: number or array}``, an ``xarray.DataArray`` or an ``xarray.Dataset`` (e.g. a Trajectory); every
+        configuration must return the same variables with the same shapes.
+    grid : dict or xarray.Dataset
+        A dict ``{name: values}``: a scalar is passed unchanged to every call (a scalar coordinate of the result); a
+        1-D sequence becomes a dimension of that name (the grid is the outer product of these); an
+        ``xarray.DataArray`` keeps its own dimensions (entries sharing a dimension are zipped along it, so they must
+        have equal lengths). A Dataset: its data variables are the parameters, broadcast against each other, and
+        its dimensions and coordinates are the grid's.
+    processes : int >= 1 or None
+        Local worker processes (spawned; None = ``os.cpu_count()``; 1 = in this process, in order). Ignored when
+        ``client`` is given.
+    client : ``dask.distributed.Client``, optional
+        Submit the chunks to its cluster instead (works the same on a ``LocalCluster`` and on a remote one; ``fn``
+        must be importable on the workers).
+    chunk_size : int >= 1, optional
+        Configurations per task (default: about four tasks per worker).
+    progress : tqdm bar over tasks.
+    on_error : "raise" (default) or "mask"; see the module docstring.
+
+    Returns
+    -------
+    xarray.Dataset with the grid dimensions first, then each variable's own dimensions; the parameters are
+    coordinates.
+
+    Raises
+    ------
+    ValueError for a bad grid (naming the parameter and the shapes): empty or ragged values, NaN, arrays of more
+    than one dimension without names, DataArrays whose shared dimensions disagree in length. SweepError when a
+    configuration raises (with ``on_error="raise"``).
+
+    A list or tuple ``grid`` is the older interface: ``fn(config)`` for each entry, returning a list in order.
     """
-    configs = list(configs)
+    on_error = check_choice("on_error", on_error, ("raise", "mask"))
+    if isinstance(grid, list | tuple):
+        return _sweep_list(fn, list(grid), processes, client, progress)
+    params, coords, shape = _parse_grid(grid)
+    n = int(np.prod(shape)) if shape else 1
+    configs = [{name: _item(arr, idx) for name, arr in params.items()} for idx in np.ndindex(*shape)] or [{}]
+    workers = _n_workers(processes, client)
+    size = check_int("chunk_size", chunk_size, min_value=1) if chunk_size is not None else max(
+        1, math.ceil(n / (4 * workers)))
+    chunks = [configs[i:i + size] for i in range(0, n, size)]
+    outcomes = _run_chunks(fn, chunks, processes, client, progress)
+    return _assemble(outcomes, configs, params, coords, shape, on_error)
+
+
+def _item(arr, idx):
+    value = arr[idx]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _check_values(name: str, values: np.ndarray) -> None:
+    if values.size == 0:
+        raise ValueError(f"grid parameter {name!r} must not be empty; got shape {values.shape}")
+    if np.iscomplexobj(values):
+        raise ValueError(f"grid parameter {name!r} must be real; got complex values")
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        bad = np.argwhere(~np.isfinite(values))[0]
+        raise ValueError(f"grid parameter {name!r} must be finite; found {values[tuple(bad)]} at index "
+                         f"{tuple(int(i) for i in bad)} (shape {values.shape})")
+
+
+def _parse_grid(grid):
+    """(params: name -> array over the grid shape, coords: dict for the result, grid shape)."""
+    if isinstance(grid, xr.Dataset):
+        if not grid.data_vars:
+            raise ValueError("grid Dataset must have the parameters as data variables; got none")
+        arrays = {name: grid[name] for name in grid.data_vars}
+        coords = {name: c for name, c in grid.coords.items()}
+    elif isinstance(grid, dict):
+        if not grid:
+            raise ValueError("grid must name at least one parameter; got an empty dict")
+        arrays, coords = {}, {}
+        for name, values in grid.items():
+            name = str(name)
+            if isinstance(values, xr.DataArray):
+                arrays[name] = values.rename(name)
+                continue
+            try:
+                arr = np.asarray(values)
+            except ValueError as exc:  # ragged nested sequences
+                raise ValueError(f"grid parameter {name!r} must be a scalar or a 1-D sequence; got ragged "
+                                 "values") from exc
+            if arr.dtype == object and arr.ndim >= 1 and any(np.ndim(v) > 0 for v in arr.ravel()):
+                raise ValueError(f"grid parameter {name!r} must be a scalar or a 1-D sequence; got ragged values")
+            if arr.ndim > 1:
+                raise ValueError(f"grid parameter {name!r} must be a scalar, a 1-D sequence or an xarray.DataArray "
+                                 f"with named dimensions; got an array of shape {arr.shape}")
+            arrays[name] = xr.DataArray(arr, dims=() if arr.ndim == 0 else (name,), name=name)
+    else:
+        raise TypeError(f"grid must be a dict of name -> values or an xarray.Dataset; got {type(grid).__name__}")
+    sizes: dict = {}
+    for name, da in arrays.items():
+        _check_values(name, np.asarray(da.values))
+        for dim, length in da.sizes.items():
+            if dim in sizes and sizes[dim][1] != length:
+                other = sizes[dim][0]
+                raise ValueError(f"grid parameters {other!r} and {name!r} share dimension {dim!r} but their lengths "
+                                 f"differ: {other!r} has shape {tuple(arrays[other].shape)}, {name!r} has shape "
+                                 f"{tuple(da.shape)}")
+            sizes.setdefault(dim, (name, length))
+    try:
+        broadcast = xr.broadcast(*arrays.values())
+    except ValueError as exc:
+        raise ValueError(f"grid parameters do not broadcast: shapes "
+                         f"{ {k: tuple(v.shape) for k, v in arrays.items()} }") from exc
+    dims = broadcast[0].dims
+    broadcast = [b.transpose(*dims) for b in broadcast]
+    shape = tuple(broadcast[0].shape)
+    params = {name: np.asarray(b.values) for name, b in zip(arrays, broadcast)}
+    for name, da in arrays.items():
+        coords.setdefault(name, da.variable if da.dims else ((), da.values))
+    return params, (dims, coords), shape
+
+
+def _n_workers(processes, client) -> int:
     if client is not None:
-        futures = client.map(fn, configs)
-        return client.gather(futures)
-    n_proc = os.cpu_count() or 1 if processes is None else check_int("processes", processes, min_value=1)
+        try:
+            return max(1, len(client.scheduler_info().get("workers", {})))
+        except Exception:  # a client without scheduler information: assume one worker
+            return 1
+    if processes is None:
+        return os.cpu_count() or 1
+    return check_int("processes", processes, min_value=1)
+
+
+def _run_chunk(fn, configs):
+    """Run ``fn`` over a chunk of configurations; each outcome is ("ok", value) or ("error", text)."""
+    out = []
+    for config in configs:
+        try:
+            out.append(("ok", _normalise(fn(**config))))
+        except Exception as exc:  # reported with the configuration's coordinates by the caller
+            out.append(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    return out
+
+
+def _normalise(value) -> dict:
+    """A result as {name: (dims or None, ndarray)} plus the coordinates of a Dataset result under '__coords__'."""
+    if isinstance(value, xr.Dataset):
+        out = {name: (tuple(str(d) for d in value[name].dims), np.asarray(value[name].values))
+               for name in value.data_vars}
+        out["__coords__"] = {name: (tuple(str(d) for d in c.dims), np.asarray(c.values))
+                             for name, c in value.coords.items()}
+        return out
+    if isinstance(value, xr.DataArray):
+        return {value.name or "result": (tuple(str(d) for d in value.dims), np.asarray(value.values))}
+    if isinstance(value, dict):
+        return {str(k): (None, np.asarray(v)) for k, v in value.items()}
+    return {"result": (None, np.asarray(value))}
+
+
+def _run_chunks(fn, chunks, processes, client, progress):
+    bar = tqdm(total=len(chunks), disable=not progress, desc="sweep", unit="task", leave=False)
+    try:
+        if client is not None:
+            futures = [client.submit(_run_chunk, fn, chunk, pure=False) for chunk in chunks]
+            for fut in futures:
+                fut.add_done_callback(lambda _f: bar.update(1))
+            return client.gather(futures)
+        n_proc = _n_workers(processes, None)
+        if n_proc == 1 or len(chunks) <= 1:
+            out = []
+            for chunk in chunks:
+                out.append(_run_chunk(fn, chunk))
+                bar.update(1)
+            return out
+        ctx = multiprocessing.get_context("spawn")  # numba/torch state is not fork-safe
+        results = [None] * len(chunks)
+        with cf.ProcessPoolExecutor(max_workers=min(n_proc, len(chunks)), mp_context=ctx) as pool:
+            futures = {pool.submit(_run_chunk, fn, chunk): i for i, chunk in enumerate(chunks)}
+            for fut in cf.as_completed(futures):
+                results[futures[fut]] = fut.result()
+                bar.update(1)
+        return results
+    finally:
+        bar.close()
+
+
+def _describe(config: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in config.items())
+
+
+def _assemble(outcomes, configs, params, coords_info, shape, on_error):
+    dims, coords = coords_info
+    flat = [o for chunk in outcomes for o in chunk]
+    failures = [{**configs[i], "error": text} for i, (kind, text) in enumerate(flat) if kind == "error"]
+    first = next((value for kind, value in flat if kind == "ok"), None)
+    ds = None
+    if first is not None:
+        data_vars = {}
+        for name, (vdims, arr) in first.items():
+            if name == "__coords__":
+                continue
+            vdims = vdims if vdims is not None else tuple(f"{name}_dim{k}" for k in range(arr.ndim))
+            dtype = np.result_type(arr.dtype, np.float64) if failures else arr.dtype
+            if dtype.kind not in "fc" and failures:
+                dtype = np.dtype(object)
+            if failures:
+                full = np.full(shape + arr.shape, np.nan if dtype.kind in "fc" else None, dtype=dtype)
+            else:
+                full = np.empty(shape + arr.shape, dtype=dtype)
+            for i, (kind, value) in enumerate(flat):
+                if kind != "ok":
+                    continue
+                if name not in value or value[name][1].shape != arr.shape:
+                    got = "missing" if name not in value else f"shape {value[name][1].shape}"
+                    raise ValueError(f"sweep: variable {name!r} has shape {arr.shape} for the first configuration "
+                                     f"but is {got} for {_describe(configs[i])}; fn must return the same "
+                                     "variables and shapes for every configuration")
+                full[np.unravel_index(i, shape) if shape else ()] = value[name][1]
+            data_vars[name] = (tuple(dims) + vdims, full)
+        result_coords = dict(coords)
+        for name, (cdims, values) in first.get("__coords__", {}).items():
+            if name not in result_coords and not set(cdims) & set(dims):
+                result_coords[name] = (cdims, values)
+        if on_error == "mask":
+            errors = np.full(shape, "", dtype=object)
+            for i, (kind, text) in enumerate(flat):
+                if kind == "error":
+                    errors[np.unravel_index(i, shape) if shape else ()] = text.splitlines()[0]
+            data_vars["error"] = (tuple(dims), errors.astype(str))
+        ds = xr.Dataset(data_vars, coords=result_coords)
+    if failures and (on_error == "raise" or ds is None):
+        shown = "; ".join(f"{_describe({k: v for k, v in f.items() if k != 'error'})}: "
+                          f"{f['error'].splitlines()[0]}" for f in failures[:5])
+        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+        raise SweepError(f"{len(failures)} of {len(flat)} configurations failed: {shown}{more}", failures=failures,
+                         partial=ds)
+    return ds
+
+
+def _sweep_list(fn, configs, processes, client, progress) -> list:
+    """The list interface: ``[fn(c) for c in configs]`` in order, locally or on ``client``."""
+    if client is not None:
+        return client.gather(client.map(fn, configs, pure=False))
+    n_proc = _n_workers(processes, None)
     if n_proc == 1 or len(configs) <= 1:
         return [fn(c) for c in tqdm(configs, disable=not progress, desc="sweep", leave=False)]
-    ctx = multiprocessing.get_context("spawn")  # numba/torch state is not fork-safe
+    ctx = multiprocessing.get_context("spawn")
     results = [None] * len(configs)
     with cf.ProcessPoolExecutor(max_workers=n_proc, mp_context=ctx) as pool:
         futures = {pool.submit(fn, c): i for i, c in enumerate(configs)}
@@ -38,3 +295,4 @@ def sweep(fn, configs, *, processes: int | None = 1, client=None, progress: bool
                         leave=False):
             results[futures[fut]] = fut.result()
     return results
+

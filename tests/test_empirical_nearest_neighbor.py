@@ -22,6 +22,7 @@ import torch
 
 from closedform import nearest_neighbor as cf
 from dynamics import SaveAt
+from dynamics.compare import gap_test
 from empirical.models import nearest_neighbor as nnm
 from empirical.train import TrainConfig, train
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
@@ -220,40 +221,52 @@ def test_merged_gd_learns_nearest_neighbour_and_tracks_the_reduced_map():
     # d = 4, N = 16, sigma = 5 (the Sec. 4 setting) at eta = 2: at the reference eta = 5 full-matrix GD is unstable in
     # the label-bias direction W23 (next test), which the reduced map cannot see.
     task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=2.0)
-    seeds = [2]
+    seeds = list(range(2, 10))
     model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 1000, seeds, duplicate_labels=True))
     saveat = SaveAt(steps=[0, 25, 50, 100, 200])
     traj = train(model, nnm.gd_config(model, 200, seeds=seeds, saveat=saveat), device=CPU)
     assert np.all(np.diff(traj.L.values, axis=1) < 0)  # loss decreases (Sec. A.7 item 1)
     assert np.all(np.diff(traj.q_istar.values, axis=1) > 0)  # attention concentrates on i*
     assert np.all(np.diff(traj.xi1.values, axis=1) > 0) and np.all(traj.q_self.values < 0.05)
-    # stays near the family: label-sampling noise only (Sec. A.8: 2.4% at 4000 prompts, d = 3; measured max 0.08)
-    assert float(traj.off.values.max()) < 0.12
+    # stays near the family: label-sampling noise only, O(n^-1/2) (Sec. A.8: 2.4% at 4000 prompts, d = 3, so ~5% at
+    # n = 1000 before the d-dependence); mean over the 8 seeds at each step measured <= 0.095 (single seeds <= 0.134)
+    assert float(traj.off.values.mean(axis=0).max()) < 0.12
+    # The same x's for torch and the reduced map; the explicit labels add zero-mean gradient noise (Sec. A.5), so the
+    # per-seed relative differences of xi1, xi2 and L have mean 0 at first order. Tested with the calibrated gap test
+    # of dynamics.compare (Student t over the 8 seeds, two-sided level 1e-3, no allowance): a torch model that
+    # followed another map (e.g. a wrong step) fails it. Measured: xi1 +3.2% +- 1.1% (SE) at t = 25, -0.6% +- 0.3% at
+    # t = 200; L -1.1% +- 0.5%; xi2 < 0.1%.
+    rel = {name: [] for name in ("xi1", "xi2", "L")}
     for i, s in enumerate(seeds):
         red = cf.reduced_gd(task, cf.sample_prompts(task, 1000, s), 200, saveat=saveat)
-        # the same x's; explicit labels add zero-mean gradient noise: per prompt about 2.4x the mean dL/dxi1 at
-        # W^(0), so ~8% per step at n = 1000 (measured: xi1 +8.7% at t = 25), an offset that xi1's growth dilutes
-        # (measured +0.25% at t = 200; Sec. A.8: +0.3% at n = 4000, t = 300)
-        np.testing.assert_allclose(traj.xi1.values[i, 1:], red.xi1.values[0, 1:], rtol=0.3)
-        assert abs(traj.xi1.values[i, -1] / red.xi1.values[0, -1] - 1) < 0.03
-        np.testing.assert_allclose(traj.xi2.values[i], red.xi2.values[0], rtol=0.03)
-        np.testing.assert_allclose(traj.L.values[i], red.L.values[0], rtol=0.05)
+        for name in rel:
+            rel[name].append(traj[name].values[i, 1:] / red[name].values[0, 1:] - 1)
+    for name, r in rel.items():
+        r = np.asarray(r)
+        mean, se = r.mean(axis=0), r.std(axis=0, ddof=1) / math.sqrt(len(seeds))
+        res = gap_test(np.zeros_like(mean), mean, se, len(seeds), level=1e-3)
+        assert np.all(res["holds"]), (name, mean, se)
 
 
 def test_full_matrix_gd_at_the_reference_step_is_unstable_in_the_label_bias_entry():
     # Measured truth, not in the spec: the label-bias entry W23 (score y_j W23 on context token j) has curvature
     # lambda = E[(sum_j q_j - f^2)^2] ~ 1 at W^(0), so W23 = 0 is linearly unstable for eta > 2/lambda. With mirrored
-    # labels its gradient vanishes exactly on the family; at eta = 5 round-off still grows into W23 ~ +-0.9 and a loss
-    # spike, at eta = 2 it stays 0. Reduced-map step sizes therefore do not carry over to the full matrix.
+    # labels its gradient vanishes exactly on the family, so only a perturbation can leave it: seeded here explicitly
+    # (W23 = 1e-8 at the start; round-off alone does it at eta = 5 only on some machines and thread counts). At
+    # eta = 5 it grows into W23 ~ +-0.9 (a loss spike), at eta = 2 it decays. Reduced-map step sizes therefore do not
+    # carry over to the full matrix.
     W23 = {}
     for eta in (5.0, 2.0):
         task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=eta)
-        model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 300, [5], duplicate_labels=True))
+        W0 = cf.initial_W(task)
+        W0[4, 5] = 1e-8
+        model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 300, [5], duplicate_labels=True),
+                                             init_weights={"W": W0})
         _, params = train(model, nnm.gd_config(model, 80, saveat=SaveAt(final=True)), device=CPU,
                           return_params=True)
         W23[eta] = abs(float(params["W"][0, 4, 5]))
-    assert W23[5.0] > 0.3  # measured 0.93
-    assert W23[2.0] < 1e-6  # measured < 1e-12 (round-off)
+    assert W23[5.0] > 0.3  # grown by > 3e7: linear instability (measured 0.93 when round-off seeds it)
+    assert W23[2.0] < 1e-8  # decayed below its seed
     # the curvature itself, by central differences of the closed form's full-matrix loss at W^(0) on mirrored prompts
     # (independent of torch): 2/eta = 0.4 < lambda < 1 = 2/2 (measured 0.88 on 4e4 rows; 0.94 at xi1 = 2)
     task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=5.0)

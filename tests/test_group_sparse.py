@@ -13,6 +13,7 @@ Independent references used here:
 from __future__ import annotations
 
 import itertools
+import dataclasses
 import math
 
 import numpy as np
@@ -546,3 +547,17 @@ def test_downstream_bounds():
         gs.downstream_error_bound(spec, 100, gamma=0.1, delta=1.0)
     with pytest.raises(ValueError, match="n"):
         gs.downstream_error_bound(spec, 1, gamma=0.1, delta=0.1)
+
+
+def test_reduced_gd_batched_eta_equals_per_configuration_runs():
+    """Issue 14 item 5: eta as an array (the map's only task number besides the sample); one call equals the
+    per-eta calls on the same population proxy."""
+    spec = gs.GroupSparseSpec(d=2, D=4, sigma_x=1.0, jstar=2, eta=0.5)
+    rs = gs.population_sample(spec, 300, 1)
+    etas = [0.1, 0.5, 1.5]
+    batch = gs.reduced_gd(spec, 15, rs=rs, eta=etas, with_se=False, saveat=SaveAt(every=5))
+    for i, e in enumerate(etas):
+        one = gs.reduced_gd(dataclasses.replace(spec, eta=e), 15, rs=rs, with_se=False, saveat=SaveAt(every=5))
+        np.testing.assert_array_equal(batch.states()[i], one.states()[0])
+    with pytest.raises(ValueError, match="eta"):
+        gs.reduced_gd(spec, 2, rs=rs, eta=[np.nan])

@@ -673,3 +673,69 @@ def test_bad_arrays_and_divergence():
     with pytest.raises(dynamics.DivergenceError) as err:
         icl.gd(TASK, [0.5, -0.5], [3.0, -3.0], lr=50.0, n_steps=1000)
     assert err.value.step is not None and err.value.variable.split("_")[0] in ("omega", "mu")
+
+
+def test_phase3_heuristic_rate_is_the_small_omega_limit_of_the_pinned_flow():
+    """Spec §6.3: with mu pinned to mu(omega) of (4.6), the reduced ODE of §6.2 gives d omega/dt ~ -C_L d^3 omega^3 /
+    (6 (1 + C_L d)^2). Independent value: the pinned right-hand side evaluated in 60-digit arithmetic (mpmath) at
+    omega = 1e-6, where the relative correction is O(d omega^2) ~ 1e-11 (issue 19: an x2 error must fail)."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    for task in (TASK, icl.ICLRegression(d=10, L=50, sigma2=0.5)):
+        d, cL = mpmath.mpf(task.d), mpmath.mpf(task.sigma2 + 1) / task.L
+        om = mpmath.mpf("1e-6")
+        mu = om / (2 * (om ** 2 + cL * mpmath.sinh(d * om ** 2)))  # (4.6)
+        rhs = mu - 2 * mu ** 2 * om - 2 * d * cL * mu ** 2 * om * mpmath.cosh(d * om ** 2)  # §6.2
+        ref = float(rhs / om ** 3)
+        got = float(icl.phase3_heuristic_rate(task, 1.0))
+        assert abs(got / ref - 1) < 1e-8  # O(d omega^2) ~ 1e-11 truncation, margin for the float conversion
+
+
+def test_batched_gd_and_flow_equal_per_configuration_calls():
+    """Issue 14 item 5: sigma2, L (and lr for GD) as arrays broadcast with the batch give the per-configuration runs."""
+    rng = np.random.default_rng(4)
+    om0, mu0 = rng.normal(0, 0.1, (3, 2)), rng.normal(0, 0.1, (3, 2))
+    s2, Ls, lrs = np.array([0.1, 0.5, 0.0]), np.array([40, 10, 80]), np.array([0.01, 0.02, 0.005])
+    tr = icl.gd(TASK, om0, mu0, lr=lrs, n_steps=300, sigma2=s2, L=Ls, saveat=dynamics.SaveAt(every=100))
+    fl = icl.flow(TASK, om0, mu0, (0.0, 5.0), sigma2=s2, L=Ls, saveat=dynamics.SaveAt(ts=[1.0, 5.0]))
+    for i in range(3):
+        task = icl.ICLRegression(d=TASK.d, L=int(Ls[i]), sigma2=float(s2[i]))
+        one = icl.gd(task, om0[i], mu0[i], lr=float(lrs[i]), n_steps=300, saveat=dynamics.SaveAt(every=100))
+        np.testing.assert_array_equal(tr.states()[i], one.states()[0])
+        np.testing.assert_allclose(tr["F"].values[i], one["F"].values[0], rtol=1e-15)
+        onef = icl.flow(task, om0[i], mu0[i], (0.0, 5.0), saveat=dynamics.SaveAt(ts=[1.0, 5.0]))
+        np.testing.assert_allclose(fl.states()[i], onef.states()[0], rtol=0, atol=1e-12)  # adaptive steps per row
+    one_start = icl.gd(TASK, om0[0], mu0[0], lr=0.01, n_steps=5, L=Ls, saveat=dynamics.SaveAt(final=True))
+    assert one_start.sizes["trajectory"] == 3
+    with pytest.raises(ValueError, match="broadcast"):
+        icl.gd(TASK, om0, mu0, lr=0.01, n_steps=5, L=np.array([10, 20]))
+    with pytest.raises(ValueError, match="L must be"):
+        icl.flow(TASK, om0, mu0, (0.0, 1.0), L=np.array([10, 0, 20]))
+
+
+def test_two_head_stationary_points_and_the_single_head_segment():
+    """Issue 15 item 4: the stationary points of F/2 for H = 2 are the origin and the single-head line omega_1 =
+    omega_2 = +-1/sqrt(d), mu_1 + mu_2 = +-mu* of spec §7.3 (values from spec §11, independent of the code); the
+    segment with mu_1, mu_2 of one sign attracts GD on F/2, a point with opposite signs does not."""
+    pts = icl.stationary_points(TASK, 2, n_starts=800, rng=3)
+    kinds = sorted(p.kind for p in pts)
+    assert kinds == ["origin", "single_head", "single_head"]
+    for p in pts:
+        if p.kind == "single_head":
+            np.testing.assert_allclose(np.abs(p.omega), 0.447213595499958, rtol=1e-9)  # spec §11
+            assert abs(abs(p.mu.sum()) - 1.627694700198389) < 1e-8 and abs(p.F - 0.372072800748053) < 1e-12
+            assert p.stability == "minimum"
+        else:
+            assert p.stability == "saddle" and abs(p.F - 1.1) < 1e-15  # F(0, 0) = 1 + sigma^2
+    w, m = 0.447213595499958, 1.627694700198389
+    rng = np.random.default_rng(0)
+    for split, stays in ((0.3, True), (-0.5, False)):
+        x0 = np.array([w, w, split * m, (1 - split) * m]) + 1e-4 * rng.standard_normal(4)
+        tr = icl.gd(TASK, x0[:2], x0[2:], lr=0.01, n_steps=20_000, saveat=dynamics.SaveAt(final=True))
+        end = tr.states()[0, -1]
+        on_line = abs(end[0] - w) < 1e-3 and abs(end[1] - w) < 1e-3 and abs(end[2] + end[3] - m) < 1e-3
+        assert on_line == stays, end
+    names = icl.classify_end_state(TASK, np.array([[w, w], [0.13, -0.13], [0.0, 0.0]]),
+                                   np.array([[0.5 * m, 0.5 * m], [3.38, -3.38], [0.0, 0.0]]))
+    assert names.tolist() == ["single_head", "solution_manifold", "origin"]

@@ -10,6 +10,7 @@ Independent references used here:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -56,6 +57,28 @@ def _assert_printed(value: float, printed: str, what: str):
 def test_spec_rejects_bad_sizes_and_step(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name} "):
         nn.NearestNeighborSpec(**kwargs)
+
+
+def test_prompts_refuse_a_one_based_istar_and_inconsistent_fields():
+    """Issue 18: a 1-based istar (the paper's convention) used to be accepted and silently trained towards another
+    token (xi1 ending at -0.28 instead of +0.90); it must be refused, as must c that is not <x_j, x_query> and
+    non-finite inputs. The valid 0-based sample is accepted unchanged."""
+    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    pr = nn.sample_prompts(spec, 50, 0)
+    ok = nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=pr.istar)
+    np.testing.assert_array_equal(ok.istar, np.argmax(pr.c, axis=1))
+    with pytest.raises(ValueError, match="istar"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=pr.istar + 1)  # 1-based
+    with pytest.raises(ValueError, match="istar"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=(pr.istar + 1) % spec.N)  # 1-based, wrapped into range
+    with pytest.raises(ValueError, match="istar"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=pr.istar.astype(float))
+    with pytest.raises(ValueError, match="c must equal"):
+        nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c[:, ::-1], istar=pr.istar)
+    X = pr.X.copy()
+    X[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="X must be finite"):
+        nn.Prompts(X=X, xq=pr.xq, c=pr.c, istar=pr.istar)
 
 
 def test_functions_reject_bad_input():
@@ -474,7 +497,10 @@ def test_loss_decays_within_the_inverse_log_rate():
     L = traj.L.values[0]
     assert np.all(np.diff(L) < 0)
     assert np.all(np.diff(L[1:] * np.log(t[1:])) < 0)
-    assert np.all(L <= nn.loss_decay_bound(t, np.max(L * np.log(t))) + 1e-15)
+    # Theorem A1 as a prediction: the constant C = L_30 log 30 measured at t = 30 bounds every later loss,
+    # L_t <= C / log t at t = 100 .. 10^4 (not true by construction: C is fitted on t = 30 only)
+    C = L[1] * math.log(t[1])
+    assert np.all(L[2:] <= nn.loss_decay_bound(t[2:], C))
     assert np.all(np.diff(traj.xi1.values[0]) > 0) and np.all(np.diff(traj.xi2.values[0]) >= 0)
     assert np.all(np.diff(traj.q_istar.values[0]) > 0) and traj.q_istar.values[0, -1] > 0.85
     assert np.all(traj.q_self.values[0] < 0.02) and traj.q_self.values[0, -1] < 0.002  # measured max 0.011
@@ -505,6 +531,28 @@ def test_shifted_test_error_and_theorem_A2_bound():
     assert nn.squared_errors(traj.xi1.values[0, -1], traj.xi2.values[0, -1], train_law).mean() > 10 * mses[-1]
     # outside A_delta the bound is not claimed (+inf)
     assert np.isinf(nn.shifted_test_bound(1.0, 1.0, train_law, 0.5)).any()
+
+
+def test_shifted_test_bound_pinned_to_a_hand_computation():
+    """The Theorem A2 bound (Sec. A.6) on one hand-made prompt: d = 2, N = 3, points at angles 0, 0.6, 2.0 rad,
+    query at 0.1 rad (i* = 0), labels (1, -2, 0.5) so R = 2. The value below is the spec's formula
+    (2 R (N-1) e^{-xi1 delta/2} + R e^{-(xi2 - xi1 (1 - c_{i*}))})^2 evaluated by hand with math; a tighter (wrong)
+    bound, e.g. (N - 2) for (N - 1) or one R dropped, changes it by >= 10%, far outside the 1e-12 round-off."""
+    ang = np.array([0.0, 0.6, 2.0])
+    X = np.stack([np.cos(ang), np.sin(ang)], axis=1)[None]
+    xq = np.array([[math.cos(0.1), math.sin(0.1)]])
+    c = X[0] @ xq[0]
+    pr = nn.Prompts(X=X, xq=xq, c=c[None], istar=np.array([0]), y=np.array([[1.0, -2.0, 0.5]]))
+    xi1, xi2, delta = 3.0, 4.0, 0.2
+    gap = 2 * (math.cos(0.1) - math.cos(0.5))  # A_delta: nearest wrong-label point (angle 0.6) at 2 (c* - c_1)
+    assert abs(float(nn.separation_gap(pr)[0]) - gap) <= 1e-14 and gap > delta
+    cstar = math.cos(0.1)
+    expected = (2 * 2 * 2 * math.exp(-xi1 * delta / 2) + 2 * math.exp(-(xi2 - xi1 * (1 - cstar)))) ** 2
+    assert abs(float(nn.shifted_test_bound(xi1, xi2, pr, delta)[0]) / expected - 1) <= 1e-12
+    # the bound holds for the actual squared error of this prompt
+    assert float(nn.squared_errors(xi1, xi2, pr)[0]) <= expected
+    # delta beyond the separation gap: the prompt is outside A_delta, no bound claimed
+    assert np.isinf(nn.shifted_test_bound(xi1, xi2, pr, gap * 1.01)[0])
 
 
 @pytest.mark.slow
@@ -558,3 +606,19 @@ def test_trajectory_axes_provenance_and_roundtrip(tmp_path):
     alone = nn.reduced_gd(spec, prompts, 20, state0=[1.0, 2.0], saveat=SaveAt(every=5))
     np.testing.assert_array_equal(both.xi1.values[1], alone.xi1.values[0])
     np.testing.assert_array_equal(both.xi1.values[0], traj.xi1.values[0])
+
+
+def test_reduced_gd_batched_eta_equals_per_configuration_runs():
+    """Issue 14 item 5: eta as an array broadcast with the state0 batch; one call equals the per-eta calls."""
+    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    prompts = nn.sample_prompts(spec, 200, 0)
+    etas = np.array([0.5, 2.0, 5.0])
+    batch = nn.reduced_gd(spec, prompts, 20, eta=etas, saveat=SaveAt(every=5))
+    for i, e in enumerate(etas):
+        one = nn.reduced_gd(dataclasses.replace(spec, eta=float(e)), prompts, 20, saveat=SaveAt(every=5))
+        np.testing.assert_array_equal(batch.states()[i], one.states()[0])
+    # state0 rows and eta broadcast: 2 starts x 1 eta, and 2 starts with 2 etas pairwise
+    two = nn.reduced_gd(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0])
+    assert two.states().shape[0] == 2
+    with pytest.raises(ValueError, match="eta"):
+        nn.reduced_gd(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0, 3.0])

@@ -8,6 +8,9 @@ the theorems of Sec. C.6 at small sizes.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -60,6 +63,21 @@ def test_bad_sample_counts_and_states():
         rw.enumerate_walks(rw.RandomWalkSpec(K=5, N=40, M=100, p=0.5))
     with pytest.raises(ValueError, match="^N must satisfy"):
         rw.theorem_accuracy(rw.RandomWalkSpec(K=5, N=20, M=40, p=1.0))
+
+
+def test_accuracy_refuses_non_finite_outputs():
+    """Issue 18: accuracy of a NaN output used to return 0.4 (argmax of NaN is 0); it must raise."""
+    spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.7)
+    sample = rw.sample_walks(spec, 20, 0)
+    f = np.eye(5)[(sample.parent + 1) % 5]  # clockwise successor: acc_RB = p exactly
+    assert rw.accuracy(spec, f, sample)[1] == pytest.approx(0.7, abs=1e-15)
+    for bad in (np.nan, np.inf):
+        g = f.copy()
+        g[3, 2] = bad
+        with pytest.raises(ValueError, match="f must be finite"):
+            rw.accuracy(spec, g, sample)
+    with pytest.raises(ValueError, match="f must have shape"):
+        rw.accuracy(spec, f[:, :4], sample)
 
 
 def test_walk_sample_rejects_bad_weights():
@@ -141,12 +159,25 @@ def _literal_forward(spec, V, W, context, normalize_tokens=False):
 
 
 def test_positional_code_is_orthogonal_with_norm_rho():
-    spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5)
-    Phi = rw.positional_matrix(spec)
-    np.testing.assert_allclose(Phi.T @ Phi, spec.rho * np.eye(spec.N), atol=1e-12)  # round-off of 40-term sums
-    spec2 = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, rho=3.0)
-    np.testing.assert_allclose(rw.positional_matrix(spec2).T @ rw.positional_matrix(spec2), 3.0 * np.eye(11),
-                               atol=1e-13)
+    """Both codes of Sec. C.2 are orthogonal with squared norm rho; the one-hot code exactly in float64 (off-diagonal
+    Gram entries exactly 0, every squared norm the same float), the sine code only to the round-off of its M-term
+    sums (which Theorem C2's unstable ridge amplifies, see tests/test_empirical_random_walk.py)."""
+    for code in rw.POSITIONAL_CODES:
+        spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, code=code)
+        Phi = rw.positional_matrix(spec)
+        assert Phi.shape == (40, 11)
+        np.testing.assert_allclose(Phi.T @ Phi, spec.rho * np.eye(spec.N), atol=1e-12)  # round-off of 40-term sums
+        spec2 = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, rho=3.0, code=code)
+        G = rw.positional_matrix(spec2).T @ rw.positional_matrix(spec2)
+        np.testing.assert_allclose(G, 3.0 * np.eye(11), atol=1e-13)
+    G = rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0)).T @ \
+        rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0))
+    assert np.all(G[~np.eye(97, dtype=bool)] == 0.0) and np.ptp(np.diag(G)) == 0.0  # exact, not to round-off
+    Gs = rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0, code="sine"))
+    Gs = Gs.T @ Gs
+    assert np.abs(Gs[~np.eye(97, dtype=bool)]).max() > 0.0  # the sine code is orthogonal to round-off only
+    with pytest.raises(ValueError, match="code"):
+        rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, code="cosine")
 
 
 @pytest.mark.parametrize("normalize_tokens", [False, True])
@@ -595,3 +626,66 @@ def test_trajectory_roundtrip(tmp_path):
     back = dynamics.Trajectory.load(path)
     np.testing.assert_array_equal(back.states(), tr.states())
     assert back.attrs["model"] == "random_walk"
+
+
+@pytest.mark.parametrize("normalize_tokens", [False, True])
+def test_onehot_code_dynamics_do_not_depend_on_M_beyond_N(normalize_tokens):
+    """With phi_i = sqrt(rho) e_i only the first K + N coordinates of x~ are ever non-zero, so the other rows and
+    columns of W never enter the scores nor receive a gradient (Sec. C.3-C.4): full-matrix GD at M = 200 from a
+    random start equals GD at M = N + 1 (same rho) started from the leading (K+N+1)-block of the same W^(0), to
+    round-off (1e-12: ~1e4 ulps over 15 steps of O(1) updates). The figures use this to run the paper's M = 1000
+    at M = N + 1. Control: a start whose block differs (another draw) does not match."""
+    big = rw.RandomWalkSpec(K=5, N=11, M=200, p=0.7, rho=100.0, eta=0.5)
+    small = rw.RandomWalkSpec(K=5, N=11, M=12, p=0.7, rho=100.0, eta=0.5)
+    sample = rw.sample_walks(big, 40, 3)
+    rng = np.random.default_rng(5)
+    V0 = 0.01 * rng.standard_normal((5, 5))
+    W0 = 0.01 * rng.standard_normal((205, 205))
+    b = 5 + 12
+    tb = rw.full_gd(big, sample, 15, V0=V0, W0=W0, normalize_tokens=normalize_tokens)
+    ts = rw.full_gd(small, sample, 15, V0=V0, W0=W0[:b, :b], normalize_tokens=normalize_tokens)
+    names = rw.state_names(big)
+    np.testing.assert_allclose(tb.states()[0], ts.states()[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(tb["loss"].values, ts["loss"].values, rtol=1e-12)
+    assert names == rw.state_names(small)
+    other = rw.full_gd(small, sample, 15, V0=V0, W0=0.01 * rng.standard_normal((b, b)),
+                       normalize_tokens=normalize_tokens)
+    assert np.abs(other.states()[0] - tb.states()[0]).max() > 1e-6
+
+
+def test_output_direction_error_pinned_to_a_hand_computation():
+    """Theorem C1 item 2's quantity (Sec. C.6) on three hand-made walks, computed here by plain loops:
+    mean_n || f_n/||f_n|| - Pi[s_{N-1}]/||Pi[s_{N-1}]|| ||_2. Dropping either normalisation changes the value by
+    O(1), far outside the 1e-12 round-off tolerance."""
+    spec = rw.RandomWalkSpec(K=4, N=3, M=4, p=0.7)
+    sample = rw.WalkSample(np.array([[0, 1, 2], [1, 0, 3], [3, 0, 1]]))  # parents 1, 0, 0
+    f = np.array([[0.1, 0.2, 3.0, 0.4], [2.0, 0.5, -1.0, 1.0], [0.0, 1.0, 0.0, 0.3]])
+    Pi = [[0.0, 0.7, 0.0, 0.3], [0.3, 0.0, 0.7, 0.0], [0.0, 0.3, 0.0, 0.7], [0.7, 0.0, 0.3, 0.0]]
+    errs = []
+    for n, parent in enumerate((1, 0, 0)):
+        nf = math.sqrt(sum(v * v for v in f[n]))
+        nt = math.sqrt(sum(v * v for v in Pi[parent]))
+        errs.append(math.sqrt(sum((f[n][k] / nf - Pi[parent][k] / nt) ** 2 for k in range(4))))
+    expected = sum(errs) / 3
+    assert abs(rw.output_direction_error(spec, f, sample) - expected) <= 1e-12
+    # the unnormalised distance is a different number (the mutant the test must kill)
+    raw = np.mean([np.linalg.norm(f[n] - np.asarray(Pi[p])) for n, p in enumerate((1, 0, 0))])
+    assert abs(raw - expected) > 0.1
+    # a prediction along the true law has error 0
+    assert rw.output_direction_error(spec, 5.0 * np.asarray(Pi)[sample.parent], sample) <= 1e-15
+
+
+def test_reduced_gd_batched_eta_equals_per_configuration_runs():
+    """Issue 14 item 5: eta as an array broadcast with the batch; one call equals the per-eta calls (bitwise: the
+    same kernel on the same numbers), and a length mismatch with the state0 rows is refused."""
+    spec = rw.RandomWalkSpec(K=4, N=9, M=10, p=0.7)
+    walks = rw.sample_walks(spec, 50, 2)
+    etas = [0.3, 1.0, 2.5]
+    batch = rw.reduced_gd(spec, 6, walks=walks, eta=etas, saveat=SaveAt(every=1))
+    for i, e in enumerate(etas):
+        one = rw.reduced_gd(dataclasses.replace(spec, eta=e), 6, walks=walks, saveat=SaveAt(every=1))
+        np.testing.assert_array_equal(batch.states()[i], one.states()[0])
+    with pytest.raises(ValueError, match="eta"):
+        rw.reduced_gd(spec, 2, walks=walks, eta=[1.0, 2.0], state0=np.zeros((3, spec.n_state)))
+    with pytest.raises(ValueError, match="eta"):
+        rw.reduced_gd(spec, 2, walks=walks, eta=[1.0, -2.0])

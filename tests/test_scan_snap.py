@@ -497,3 +497,93 @@ def test_non_finite_state_raises_divergence_error():
     task = ss.ScanSnap(classes=small_classes(), eta_Y=1e308, eta_Z=1e308)
     with pytest.raises(DivergenceError):
         ss.population_map(task, 20, momentum=0.9)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Task numbers as arrays broadcast with the batch (issue 14 item 5)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_batched_learning_rates_equal_per_configuration_calls():
+    """One call over a grid of (eta_Y, eta_Z, momentum) and a batch of initial states equals one call per
+    configuration (the engine runs each trajectory with its own parameter row: identical arithmetic, so 0 error)."""
+    classes = ss.SequenceClasses.syn_medium(1)
+    task = ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    eY, eZ, mu = np.array([0.5, 2.0, 10.0]), np.array([0.5, 1.0, 1.0]), np.array([0.0, 0.9, 0.5])
+    inits = [ss.random_init(classes, d) for d in range(3)]
+    Y0, Z0 = np.stack([a for a, _ in inits]), np.stack([b for _, b in inits])
+    batched = ss.population_map(task, 15, momentum=mu, eta_Y=eY, eta_Z=eZ, Y0=Y0, Z0=Z0, lumped=False)
+    for i in range(3):
+        one = ss.population_map(ss.ScanSnap(classes=classes, eta_Y=eY[i], eta_Z=eZ[i]), 15, momentum=mu[i],
+                                Y0=Y0[i], Z0=Z0[i], lumped=False)
+        np.testing.assert_array_equal(batched.Y.values[i], one.Y.values[0])
+        np.testing.assert_array_equal(batched.H_mean.values[i], one.H_mean.values[0])
+    # a scalar rate broadcasts over the init batch; an array broadcasts one init over the rates
+    b2 = ss.population_map(task, 5, momentum=0.9, eta_Y=eY, Y0=Y0[0], Z0=Z0[0], lumped=False)
+    assert b2.H_mean.shape == (3, 6)
+    np.testing.assert_array_equal(b2.H_mean.values[1], ss.population_map(
+        ss.ScanSnap(classes=classes, eta_Y=2.0, eta_Z=1.0), 5, momentum=0.9, Y0=Y0[0], Z0=Z0[0],
+        lumped=False).H_mean.values[0])
+    # ODEs: the adaptive controller runs per trajectory, so per-configuration calls agree to the last bit too
+    small = ss.SequenceClasses.syn_small()
+    ts = ss.ScanSnap(classes=small, eta_Y=1.0, eta_Z=1.0)
+    save = SaveAt(ts=(0.0, 2.0, 5.0))
+    ef = ss.exact_flow(ts, (0.0, 5.0), eta_Y=eY[1:], eta_Z=eZ[1:], saveat=save)
+    cf_ = ss.composite_flow(ts, (0.0, 5.0), eta_Y=eY[1:], eta_Z=eZ[1:], saveat=save)
+    for i in range(2):
+        t1 = ss.ScanSnap(classes=small, eta_Y=eY[1 + i], eta_Z=eZ[1 + i])
+        np.testing.assert_allclose(ef.H_mean.values[i], ss.exact_flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0],
+                                   rtol=0, atol=1e-14)  # 1e-14: float64 rounding of a 1e-10-rtol integration
+        np.testing.assert_allclose(cf_.H_mean.values[i],
+                                   ss.composite_flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0], rtol=0, atol=1e-14)
+    with pytest.raises(ValueError, match="eta_Z"):
+        ss.population_map(task, 5, eta_Y=eY, eta_Z=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="momentum"):
+        ss.population_map(task, 5, momentum=np.array([0.5, 1.0]))
+    with pytest.raises(ValueError, match="eta_Y"):
+        ss.population_map(task, 5, eta_Y=np.array([1.0, -1.0]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Theorem 3 bounds (Eq. 12) against hand values and a brute-force integration of the drive dz_l/dt = f_l^2 D
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_theorem3_bounds_hand_values_and_brute_force():
+    # Hand values: f_{nl0}(0) = 0.6, B = 0.5 -> lower exp(2 * 0.36 * 0.5) = exp(0.36) = 1.4333294145603401,
+    # upper exp(2 * 0.5) = e = 2.718281828459045 (math.exp by hand, not the function under test).
+    lo, hi = ss.theorem3_bounds(0.6, 0.5)
+    assert abs(lo - 1.4333294145603401) < 1e-15 and abs(hi - 2.718281828459045) < 1e-15
+    lo1, hi1 = ss.theorem3_bounds(1.0, np.array([0.0, 2.0]))  # f = 1: both bounds are exp(2B) (and 1 at B = 0)
+    np.testing.assert_allclose(lo1, [1.0, np.exp(4.0)], rtol=1e-15)
+    np.testing.assert_allclose(hi1, lo1, rtol=0)
+    # Brute force (spec Sec. 3.3): one class, distinct tokens with c~(0) = P = (0.5, 0.3) and a common token (0.2)
+    # whose logit falls; the distinct tokens follow dz_l/dt = f_l^2 D with D = 1 (so B(t) = t), integrated by scipy.
+    P = np.array([0.5, 0.3, 0.2])
+
+    def rhs(t, z):
+        c = P * np.exp(z)
+        f = c / np.linalg.norm(c)
+        return np.array([f[0] ** 2, f[1] ** 2, -f[2] ** 2])
+
+    t = np.linspace(0.0, 10.0, 201)
+    sol = scipy.integrate.solve_ivp(rhs, (0.0, 10.0), np.zeros(3), t_eval=t, rtol=1e-12, atol=1e-14)
+    chi = np.exp(2.0 * sol.y[0])  # growth factor of the dominant token l0 = 0
+    f0 = P[0] / np.linalg.norm(P)
+    lo, hi = ss.theorem3_bounds(f0, t)
+    slack = 1e-9  # solve_ivp at rtol 1e-12 over t <= 10: relative error of chi far below 1e-9
+    assert np.all(lo <= chi * (1 + slack)) and np.all(chi <= hi * (1 + slack))
+    # the lower bound is tight at t -> 0 (chi'(0) = 2 f0^2 D), the upper one as f_{l0} -> 1: each mutant of the
+    # exponents (f for f^2, B for 2B) crosses chi somewhere on this grid
+    assert abs((chi[1] - 1) / (lo[1] - 1) - 1) < 0.05
+    assert np.any(np.exp(2.0 * f0 * t) > chi * (1 + 1e-6)) and np.any(np.exp(t) < chi * (1 - 1e-6))
+
+
+def test_array_variables_carry_named_coordinates():
+    """c, H, Y of the closed-form Trajectories have named coordinates (class, token: the spec's 0-based ids, Sec. 0.1),
+    so a selection by label equals the positional one."""
+    classes = ss.SequenceClasses.syn_small()
+    tr = ss.population_map(ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0), 3, momentum=0.9)
+    assert list(tr.c.coords["class"].values) == [0, 1] and list(tr.c.coords["token"].values) == list(range(30))
+    assert float(tr.c.sel({"class": 1, "token": 25}).values[0, -1]) == float(tr.c.values[0, -1, 1, 25])
+    assert tr.Y.dims[-2:] == ("token", "column") and tr.H.dims[-1] == "class"

@@ -225,21 +225,41 @@ def test_risk_matches_monte_carlo_with_negative_control():
     assert_mc_rejects(means, ses, no_noise_tokens, what="risk without (L-1) zeta0")
 
 
+def _full_dimensional_mc(task, state, lam, seed, n=200_000):
+    """Mean and SE of the squared error of the erf predictor at the state's vectors on n sample_data draws."""
+    rng = np.random.default_rng(seed)
+    k, v, k_star, v_star = sl.vectors_from_state(task, state, rng)
+    losses = []
+    for _ in range(4):
+        X, y, _ = sl.sample_data(task, n // 4, rng, k_star=k_star, v_star=v_star)
+        losses.append((sl.predict_erf(X, k, v, lam) - y) ** 2)
+    return mean_and_se(np.concatenate(losses))
+
+
 @pytest.mark.statistical
 def test_risk_matches_full_dimensional_monte_carlo():
     """Full d-dimensional sampling with the public data sampler and predictor (spec Secs. 1, 2.3) at P5."""
     state, lam, gamma, d, L, eps, *_ = POINTS["P5"]
     task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
-    rng = np.random.default_rng(5)
-    k, v, k_star, v_star = sl.vectors_from_state(task, state, rng)
-    losses = []
-    for _ in range(4):
-        X, y, _ = sl.sample_data(task, 50_000, rng, k_star=k_star, v_star=v_star)
-        losses.append((sl.predict_erf(X, k, v, lam) - y) ** 2)
-    mean, se = mean_and_se(np.concatenate(losses))
+    mean, se = _full_dimensional_mc(task, state, lam, 5)
     value = sl.risk(task, lam, *state)
     assert_mc_close(mean, se, value, what="risk (d-dimensional MC)")  # 5 SE
     assert_mc_rejects(mean, se, value - (L - 1) * special.zeta(0.0, lam), what="risk without (L-1) zeta0")
+
+
+@pytest.mark.statistical
+def test_sample_data_draws_the_informative_token_with_std_gamma():
+    """Full d-dimensional Monte Carlo at gamma = 1.5 != 1 (spec Sec. 1: x_J0 ~ N(s k*, gamma^2 I)), at P6's scalars.
+
+    A sampler drawing the informative token with std 1 instead of gamma samples the task with gamma = 1, whose risk
+    (closed form, spec Sec. 4.2) must be rejected by the same 5-SE test (issue 19)."""
+    state, lam, gamma, d, L, eps, *_ = POINTS["P6"]
+    assert gamma != 1.0
+    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    mean, se = _full_dimensional_mc(task, state, lam, 19)
+    assert_mc_close(mean, se, sl.risk(task, lam, *state), what="risk at gamma = 1.5 (d-dimensional MC)")  # 5 SE
+    wrong = sl.risk(sl.SingleLocation(d=d, L=L, gamma=1.0, noise=eps), lam, *state)
+    assert_mc_rejects(mean, se, wrong, what="risk of the std-1 informative token")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -464,16 +484,19 @@ def test_exactly_five_fixed_points_on_manifold(lam):
             sol = scipy.optimize.root(field, [u0, w0], tol=1e-14)
             if np.max(np.abs(field(sol.x))) < 1e-12:  # a genuine zero (the field is >= 1e-4 away from the zeros)
                 found.add(tuple(float(x) + 0.0 for x in np.round(np.sin(sol.x), 6)))
-    fps = sl.fixed_points(task, lam)
+    fps = [fp for fp in sl.fixed_points(task, lam) if fp.on_manifold]
     assert len(fps) == 5
     assert found == {(fp.kappa, fp.nu) for fp in fps}
-    kinds = {(fp.kappa, fp.nu): fp.kind for fp in fps}
+    kinds = {(fp.kappa, fp.nu): fp.stability for fp in fps}
     assert kinds == {(0.0, 0.0): "saddle", (1.0, 1.0): "minimum", (-1.0, -1.0): "minimum", (1.0, -1.0): "maximum",
                      (-1.0, 1.0): "maximum"}
+    names = {(fp.kappa, fp.nu): fp.kind for fp in fps}
+    assert names == {(0.0, 0.0): "saddle", (1.0, 1.0): "oracle", (-1.0, -1.0): "oracle", (1.0, -1.0): "anti_oracle",
+                     (-1.0, 1.0): "anti_oracle"}
     # classification checked on the risk itself: corners are minima (maxima) when the risk grows (drops) towards
     # their neighbours in the square; the origin is a saddle when the finite-difference Hessian has det < 0
     for fp in fps:
-        if fp.kind == "saddle":
+        if fp.stability == "saddle":
             h = 1e-3
             f = lambda a, b: sl.manifold_risk(task, lam, a, b)
             hkk = (f(h, 0) - 2 * f(0, 0) + f(-h, 0)) / h ** 2
@@ -482,19 +505,23 @@ def test_exactly_five_fixed_points_on_manifold(lam):
             continue
         nb = [(fp.kappa - 0.05 * np.sign(fp.kappa), fp.nu), (fp.kappa, fp.nu - 0.05 * np.sign(fp.nu))]
         diffs = [sl.manifold_risk(task, lam, a, b) - fp.risk for a, b in nb]
-        assert all(x > 0 for x in diffs) if fp.kind == "minimum" else all(x < 0 for x in diffs)
+        assert all(x > 0 for x in diffs) if fp.stability == "minimum" else all(x < 0 for x in diffs)
 
 
 def test_fixed_point_linearisation():
     """Spec Sec. 7.2 example (d=400, L=10, gamma^2=1/2, lambda=0.1, alpha=4e-3) and a finite-difference Jacobian."""
     task = sl.SingleLocation(d=400, L=10)
     lam, alpha = 0.1, 4e-3
-    fps = {(fp.kappa, fp.nu): fp for fp in sl.fixed_points(task, lam, alpha)}
+    fps = {(fp.kappa, fp.nu): fp for fp in sl.fixed_points(task, lam, alpha, n_starts=0) if fp.on_manifold}
     saddle = fps[(0.0, 0.0)]
+    # flow eigenvalues from central differences (error ~1e-10, see closedform.single_location._FD_H)
     assert np.allclose(sorted(-np.array(saddle.flow_eigenvalues)), [-0.77152, 3.26794], atol=5e-6)  # 5 decimals
-    assert np.allclose(sorted(saddle.map_eigenvalues), [0.986928, 1.003086], atol=5e-7)  # 6 decimals
+    assert np.allclose(sorted(saddle.manifold_map_eigenvalues), [0.986928, 1.003086], atol=5e-7)  # 6 decimals
     corner = fps[(1.0, 1.0)]
-    assert np.allclose(corner.map_eigenvalues, [0.99991446, 0.99238721], atol=5e-9)  # 8 decimals
+    assert np.allclose(corner.manifold_map_eigenvalues, [0.99991446, 0.99238721], atol=5e-9)  # 8 decimals
+    # on (S^{d-1})^2 the corner's kappa- and nu-multipliers are the square roots (angle, not 1 - kappa, coordinates)
+    assert np.allclose(sorted(corner.map_eigenvalues)[-1], math.sqrt(0.99991446), atol=5e-9)
+    assert corner.attracting and not saddle.attracting
     # finite-difference Jacobian of one reduced PGD step at the saddle (the map is smooth there)
     h = 1e-6
     starts = np.array([[h, 0], [-h, 0], [0, h], [0, -h]])
@@ -502,7 +529,7 @@ def test_fixed_point_linearisation():
     x1 = one.states()[:, -1, :2]
     J = np.column_stack([(x1[0] - x1[1]) / (2 * h), (x1[2] - x1[3]) / (2 * h)])
     # central differences: O(h^2) truncation ~1e-12, rounding ~eps/h ~ 1e-10
-    np.testing.assert_allclose(np.sort(np.linalg.eigvals(J).real), np.sort(saddle.map_eigenvalues), atol=1e-8)
+    np.testing.assert_allclose(np.sort(np.linalg.eigvals(J).real), np.sort(saddle.manifold_map_eigenvalues), atol=1e-8)
 
 
 def test_pgd_from_manifold_starts_converges_to_oracle_corners():

@@ -57,12 +57,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from scipy import optimize as _optimize
+from scipy.special import erfcinv as _erfcinv
 from scipy.special import expit as _expit
 
 from closedform import group_sparse as cf
 from dynamics.random import as_generator
 from dynamics.saveat import SaveAt
-from dynamics.validation import check_choice, check_int, check_positive
+from dynamics.validation import check_choice, check_finite_array, check_int, check_nonneg, check_positive
 from empirical.train import TrainConfig, per_seed
 
 __all__ = ["EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "GroupSparseAttention", "GroupSparseModelSpec",
@@ -444,25 +445,48 @@ def sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, se
 # Downstream transfer (Sec. B.4 runnable recipe [unknown; spec defaults], Sec. B.7)
 # ----------------------------------------------------------------------------------------------------------------------
 
+#: Smallest acceptance probability P(|<v~*, x_{j*}>| >= gamma) that :func:`sample_downstream` accepts: below it the
+#: rejection sampler would need more than ~1e6 proposals per kept draw.
+MIN_DOWNSTREAM_ACCEPTANCE = 1e-6
+
+
 def sample_downstream(task: cf.GroupSparseSpec, n: int, v_tilde_star, gamma: float, rng) -> tuple[np.ndarray,
                                                                                                  np.ndarray]:
     """n downstream draws (Sec. B.4 recipe): x's ~ N(0, sigma_x^2) as in Sec. B.1, kept only if
-    |<v~*, x_{j*}>| >= gamma (margin by rejection), label y~ = sign(<v~*, x_{j*}>). Returns X (n, d, D), y (n,)."""
+    |<v~*, x_{j*}>| >= gamma (margin by rejection), label y~ = sign(<v~*, x_{j*}>). Returns X (n, d, D), y (n,).
+
+    ``v_tilde_star`` must be a finite, non-zero vector of length d; ``gamma`` a finite number >= 0 with acceptance
+    probability P(|N(0, sigma_x^2)| >= gamma) = erfc(gamma / (sigma_x sqrt 2)) >= :data:`MIN_DOWNSTREAM_ACCEPTANCE`
+    (``ValueError`` otherwise, before any draw). The number of proposal rounds is bounded (each round proposes at
+    least twice the missing count divided by the acceptance probability); exceeding the bound raises
+    ``RuntimeError`` instead of looping forever.
+    """
     n = check_int("n", n, min_value=1)
-    gamma = float(gamma)
-    if not gamma >= 0:
-        raise ValueError(f"gamma must be >= 0; got {gamma}")
+    gamma = check_nonneg("gamma", gamma)
+    vt = check_finite_array("v_tilde_star", v_tilde_star, shape=(task.d,))
+    norm = float(np.linalg.norm(vt))
+    if not norm > 0:
+        raise ValueError(f"v_tilde_star must be a non-zero vector of length d = {task.d}; got norm {norm}")
+    vt = vt / norm
+    accept = math.erfc(gamma / (task.sigma_x * math.sqrt(2.0)))  # <v~*, x_{j*}> ~ N(0, sigma_x^2) for unit v~*
+    if not accept >= MIN_DOWNSTREAM_ACCEPTANCE:
+        raise ValueError(f"gamma = {gamma} is unreachable: the margin |<v~*, x_j*>| >= gamma holds with probability "
+                         f"{accept:.3g} < {MIN_DOWNSTREAM_ACCEPTANCE} at sigma_x = {task.sigma_x}; use gamma <= "
+                         f"{task.sigma_x * math.sqrt(2.0) * _erfcinv(MIN_DOWNSTREAM_ACCEPTANCE):.3g}")
     rng = as_generator(rng)
-    vt = np.asarray(v_tilde_star, dtype=np.float64)
-    vt = vt / np.linalg.norm(vt)
     keep_X, have = [], 0
-    while have < n:
-        m = max(2 * (n - have), 64)
+    for _ in range(100):  # each round expects >= 2x the missing count: P(100 rounds short) is astronomically small
+        if have >= n:
+            break
+        m = max(math.ceil(2 * (n - have) / accept), 64)
         X = task.sigma_x * rng.standard_normal((m, task.d, task.D))
         proj = X[:, :, task.jstar_index] @ vt
         X = X[np.abs(proj) >= gamma]
         keep_X.append(X)
         have += X.shape[0]
+    if have < n:
+        raise RuntimeError(f"sample_downstream kept only {have} of n = {n} draws after 100 rounds at acceptance "
+                           f"probability {accept:.3g}")
     X = np.concatenate(keep_X)[:n]
     y = np.where(X[:, :, task.jstar_index] @ vt >= 0.0, 1.0, -1.0)
     return X, y
@@ -472,6 +496,18 @@ def _features(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """phi = H S 1_D (S, n, d+D): with W frozen, f = <v, phi> is linear in v (Sec. B.2)."""
     H, S_att = attention(W, X)
     return (H * S_att.sum(dim=-1)[:, :, None, :]).sum(dim=-1)
+
+
+def downstream_features(W, X) -> np.ndarray:
+    """Features phi = H S 1_D of the frozen attention (Sec. B.2): with W fixed, f = <v, phi> is linear in v, so
+    fitting v is logistic regression on phi in R^{d+D}. W (S, d+D, d+D), X (S, n, d, D); returns (S, n, d+D)."""
+    W = torch.as_tensor(np.asarray(W, dtype=np.float64))
+    X = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    if W.ndim != 3 or X.ndim != 4 or W.shape[0] != X.shape[0]:
+        raise ValueError(f"W must be (S, d+D, d+D) and X (S, n, d, D) with the same S; got {tuple(W.shape)}, "
+                         f"{tuple(X.shape)}")
+    with torch.no_grad():
+        return _features(W, X).numpy()
 
 
 def downstream_sgd(task: cf.GroupSparseSpec, W, X, y, X_test, y_test, *, checkpoints, lr0: float = 0.1,

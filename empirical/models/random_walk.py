@@ -606,12 +606,13 @@ def qa_sample(task: str, n: int, rng) -> cf.WalkSample:
     return cf.WalkSample(np.concatenate([tokens[idx], labels[idx, None]], axis=1))
 
 
-def qa_geometry(task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1) -> cf.RandomWalkSpec:
+def qa_geometry(task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1,
+                rho: float | None = None) -> cf.RandomWalkSpec:
     """The embedding geometry of a QA task: K = 19 tokens, N = words + 1 (blank query last), positional dimension M,
-    step eta, offset eps (Sec. C.8 defaults: M = 1000, eta = 0.1, eps = 0.1). Carried by a ``RandomWalkSpec`` whose
-    p (0.5) is not used: there is no walk."""
+    squared positional norm rho (default M/2), step eta, offset eps (Sec. C.8 defaults: M = 1000, eta = 0.1,
+    eps = 0.1). Carried by a ``RandomWalkSpec`` whose p (0.5) is not used: there is no walk."""
     n_words = qa_questions(task)[0].shape[1]
-    return cf.RandomWalkSpec(K=len(QA_VOCAB), N=n_words + 1, M=M, p=0.5, eta=eta, eps=eps)
+    return cf.RandomWalkSpec(K=len(QA_VOCAB), N=n_words + 1, M=M, p=0.5, eta=eta, eps=eps, rho=rho)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -647,8 +648,8 @@ class QAAttention:
 
     def __init__(self, task: str, *, data: Sequence[cf.WalkSample], test: Sequence[cf.WalkSample], M: int = 1000,
                  eta: float = 0.1, eps: float = 0.1, relu: bool = False, m_relu: int = 19,
-                 init_scale: float = 0.01, normalize_tokens: bool = True):
-        geometry = qa_geometry(task, M=M, eta=eta, eps=eps)
+                 init_scale: float = 0.01, normalize_tokens: bool = True, rho: float | None = None):
+        geometry = qa_geometry(task, M=M, eta=eta, eps=eps, rho=rho)
         self.data = _check_samples(geometry, data, "data")
         self.test = _check_samples(geometry, test, "test")
         if len(self.test) != len(self.data):

@@ -47,9 +47,9 @@ Notes
 -----
 * [choice] Full model: U i.i.d. N(0, 1/d) (near-orthonormal rows for d >> V, where LN(U^T X^T b) ~ U^T LN(X^T b));
   W_Q, W_K, W_V i.i.d. U(+-1/sqrt(d)) (torch's bias-free linear default). The paper gives no recipe.
-* [departure] :class:`TextTransformer` has no dropout and no gradient clipping (spec Sec. 5.5 choice: dropout 0.2,
-  clipping 0.5): the shared trainer passes no random stream to the loss and has no clipping hook. Use learning rates
-  that stay stable without clipping; the figures state it.
+* [departure] :class:`TextTransformer` has no dropout (spec Sec. 5.5 choice: dropout 0.2): the shared trainer passes
+  no random stream to the loss. Gradient clipping to total norm 0.5 (Sec. 5.5) is done inside the loss, exactly
+  (:meth:`TextTransformer.loss`).
 """
 
 from __future__ import annotations
@@ -246,17 +246,36 @@ class ScanSnapTorch:
 
         Returns ``cls`` (S, n) and ``counts`` (S, n, V), the token counts of each context (all the model needs,
         :func:`yz_logits`); both float (trainer rule), exact integers.
+
+        The counts are drawn directly, not the tokens. This is exact in law: given the class n, the T - 1 contextual
+        tokens are i.i.d. categorical P(.|n), so their count vector is by definition Multinomial(T - 1, P(.|n)), and
+        the model sees the context only through that vector (no positional encoding, Assumption 1a; the loss and its
+        gradient are functions of (class, counts), :func:`yz_logits`). Drawing (class, counts) from their joint law
+        therefore gives the same law of every loss, gradient and training run as drawing the tokens. The multinomial
+        runs over supp(n) only (numpy's conditional-binomial sampler, cost ~ |supp(n)| per sequence instead of
+        T - 1 draws plus a scatter), which is what makes it cheap (``benchmarks/bench_scan_snap_torch.py``).
+
+        Reproducibility: each seed's numpy stream is keyed by two 62-bit integers drawn from that seed's torch
+        generator, so a seed's data depend only on its own generator state (bitwise identical across batch sizes
+        and across a checkpoint resume, which restores the generator state of the block).
         """
         c = self.classes
-        P = torch.tensor(np.array(c.P), device=device, dtype=torch.float64)
-        pi = torch.tensor(np.array(c.pi), device=device, dtype=torch.float64)
+        P = np.asarray(c.P, dtype=np.float64)
+        pi = np.asarray(c.pi, dtype=np.float64)
+        supports = [np.flatnonzero(P[k] > 0) for k in range(c.K)]
+        p_supp = [P[k, s] / P[k, s].sum() for k, s in enumerate(supports)]
 
         def draw(g):
-            cls = torch.multinomial(pi, n, replacement=True, generator=g)
-            ctx = torch.multinomial(P[cls], self.T - 1, replacement=True, generator=g)
-            counts = torch.zeros(n, self.V, device=device, dtype=dtype)
-            counts.scatter_add_(1, ctx, torch.ones(ctx.shape, device=device, dtype=dtype))
-            return {"cls": cls.to(dtype), "counts": counts}
+            key = torch.randint(0, 2 ** 62, (2,), generator=g, device=g.device).tolist()
+            rng = np.random.default_rng(key)
+            cls = rng.choice(c.K, size=n, p=pi)
+            counts = np.zeros((n, self.V))
+            for k in range(c.K):
+                rows = np.flatnonzero(cls == k)
+                if rows.size:
+                    counts[np.ix_(rows, supports[k])] = rng.multinomial(self.T - 1, p_supp[k], size=rows.size)
+            return {"cls": torch.as_tensor(cls, device=device, dtype=dtype),
+                    "counts": torch.as_tensor(counts, device=device, dtype=dtype)}
 
         return per_seed(generators, draw)
 
@@ -351,7 +370,7 @@ class TextTransformer:
     Embedding ``d_model``, FFN ``d_ff`` (ReLU), 1 head, causal mask, sinusoidal positional encoding, untied decoder
     with bias; init: embedding and decoder U(+-0.1), decoder bias 0, embeddings x sqrt(d_model) (Sec. 5.5), attention
     in-projection xavier-uniform with zero biases, out-projection U(+-1/sqrt(d)) with zero bias, FFN torch defaults.
-    No dropout (module Notes). Data: chunks of ``bptt + 1`` token ids (inputs and shifted targets) of a
+    No dropout (module Notes); gradient clipping to total norm ``clip`` per seed (default 0.5, Sec. 5.5; None: off). Data: chunks of ``bptt + 1`` token ids (inputs and shifted targets) of a
     :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks (``text_config``). Probe ``entropy``:
     average attention entropy (Sec. 5.5) on the held-out chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also
     the attention map of held-out sequence 0 as ``attn_{i}_{j}`` (Fig. 7).
@@ -363,6 +382,7 @@ class TextTransformer:
     d_model: int = 200
     d_ff: int = 200
     map_rows: int = 0
+    clip: float | None = 0.5
 
     name = "scan_snap_text"
     time_unit = "step"
@@ -377,6 +397,8 @@ class TextTransformer:
         if self.d_model % 2:
             raise ValueError(f"d_model must be even (sinusoidal encoding); got {self.d_model}")
         object.__setattr__(self, "d_ff", check_int("d_ff", self.d_ff, min_value=1))
+        if self.clip is not None:
+            object.__setattr__(self, "clip", check_positive("clip", self.clip))
         object.__setattr__(self, "map_rows", check_int("map_rows", self.map_rows, min_value=0,
                                                        max_value=self.train_chunks.shape[1] - 1))
         if int(self.train_chunks.max()) >= self.vocab_size or int(self.heldout.max()) >= self.vocab_size:
@@ -446,12 +468,27 @@ class TextTransformer:
         return torch.einsum("sbtd,svd->sbtv", x, p["W_dec"]) + p["b_dec"][:, None, None, :], a
 
     def loss(self, params, batch, hyper):
-        """Next-token cross-entropy, mean over positions and sequences (spec Sec. 5.5); (S,)."""
+        """Next-token cross-entropy, mean over positions and sequences (spec Sec. 5.5); (S,).
+
+        With ``clip`` (spec Sec. 5.5: gradient clipping to total norm 0.5 over all parameters) the returned loss of
+        seed s is multiplied by the constant (detached) factor min(1, clip / (||g_s|| + 1e-6)), g_s the gradient of
+        seed s's loss over all its parameters (torch's ``clip_grad_norm_`` rule). Its gradient is therefore exactly
+        the clipped gradient, per seed; the price is one extra backward pass per step.
+        """
         tok = batch["tokens"].long()
         logits, _ = self.forward(params, tok[..., :-1])
         tgt = tok[..., 1:]
         logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
-        return -logp.mean(dim=(-1, -2))
+        loss = -logp.mean(dim=(-1, -2))
+        if self.clip is None or not torch.is_grad_enabled():
+            return loss
+        leaves = [p for p in params.values() if p.requires_grad]
+        if not leaves:
+            return loss
+        grads = torch.autograd.grad(loss.sum(), leaves, retain_graph=True, allow_unused=True)
+        S = loss.shape[0]
+        norm = torch.sqrt(sum((g.reshape(S, -1) ** 2).sum(1) for g in grads if g is not None))
+        return loss * torch.clamp(self.clip / (norm + 1e-6), max=1.0).detach()
 
     def probes(self, params):
         """``entropy``: average attention entropy on the held-out chunks (spec Sec. 5.5, Fig. 10); optional map."""
@@ -471,7 +508,7 @@ class TextTransformer:
 def text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int, *, n_epochs: int = 1,
                 batch_size: int = 20, saveat: SaveAt | None = None, **kw) -> TrainConfig:
     """Fig. 10 protocol (spec Sec. 5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch 20, n_epochs
-    passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, no clipping (module Notes)."""
+    passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, clipping in the model (``TextTransformer.clip``)."""
     check_positive("eta", eta)
     n = int(model.train_chunks.shape[0])
     n_epochs = check_int("n_epochs", n_epochs, min_value=1)

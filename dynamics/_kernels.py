@@ -1,0 +1,489 @@
+"""Engine kernels generated per model function and cached on disk across processes (private).
+
+A kernel that takes the model function as an argument cannot be cached by numba (a dispatcher argument is not a
+cacheable type), so it would recompile in every process. Instead, for each (kernel kind, method, model function)
+this module writes one small Python source file in which the model function is a module global ``MODEL`` (imported
+from its module by qualified name, so numba inlines it as if hand-written) and compiles it with ``cache=True``.
+
+* The file name carries a SHA-256 of the generated source, the model's module and qualified name, the bytes of the
+  source files the model depends on (its module and those of the numba functions it calls, found by walking its
+  globals), the engine's own files and the numba/Python versions; so any change of the model or the engine gives a
+  new file and a fresh compile, and an unchanged one loads numba's cache (tens of milliseconds).
+* Files are created atomically and never overwritten (written to a temporary name, then hard-linked into place; a
+  process that loses the race uses the winner's identical file), so two processes compiling at once are safe and
+  numba's source-timestamp check stays valid.
+* The folder is ``$ATTNDYN_KERNEL_DIR``, else ``$NUMBA_CACHE_DIR/attndyn_kernels``, else
+  ``$XDG_CACHE_HOME/attndyn/kernels`` (``~/.cache``); if none is writable, a per-user temporary folder.
+* A model function that cannot be imported by name (defined in ``__main__`` or inside a function) gets the same
+  kernel compiled in memory, without disk caching.
+
+Kernels run the whole batch one trajectory after the other (a batched run does exactly the arithmetic of
+one-at-a-time runs) and write saves into a pre-allocated array inside the compiled loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import pathlib
+import sys
+import sysconfig
+import tempfile
+import types
+
+import numba
+from numba.core.registry import CPUDispatcher
+
+from dynamics import _steppers
+
+_ENGINE_FILES = (pathlib.Path(__file__), pathlib.Path(_steppers.__file__))
+_LOADED: dict = {}
+_STDLIB = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                            sysconfig.get_paths()["platlib"]} if p)
+
+
+def check_model(name: str, fn, signature: str):
+    """Raise ``TypeError`` naming ``name`` unless ``fn`` is a numba ``@njit`` function."""
+    if not isinstance(fn, CPUDispatcher):
+        kind = "a plain Python function" if callable(fn) else type(fn).__name__
+        raise TypeError(f"{name} must be a numba @njit function {signature}; got {kind} {fn!r}. Decorate it with "
+                        "numba.njit (cache=True recommended)")
+    return fn
+
+
+def resolve_model(module: str, qualname: str):
+    """The object named ``qualname`` in ``module`` (used by generated kernel files)."""
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# Map and fixed-step kernels for states of at most this many components are specialised on the state size (a
+# constant trip count lets LLVM unroll the per-step check/copy loops: ~10% on a 3-component map).
+UNROLL_MAX = 8
+
+
+def get_kernel(kind: str, fn, tableau: _steppers.Tableau | None = None, n_state: int | None = None):
+    """The compiled kernel ``kind`` ('map', 'fixed' or 'adaptive') for model ``fn`` (and ``tableau``)."""
+    spec = n_state if kind != "adaptive" and n_state is not None and n_state <= UNROLL_MAX else None
+    key = (kind, fn, None if tableau is None else tableau.name, spec)
+    kernel = _LOADED.get(key)
+    if kernel is None:
+        source = _SOURCES[kind](tableau, "X.shape[1]" if spec is None else str(int(spec)))
+        kind_name = kind if spec is None else f"{kind}{spec}"
+        kernel = (_load_cached(kind_name, fn, tableau, source) if _importable(fn)
+                  else _compile_in_memory(fn, source))
+        _LOADED[key] = kernel
+    return kernel
+
+
+def _importable(fn) -> bool:
+    module, qualname = fn.py_func.__module__, fn.py_func.__qualname__
+    if module in (None, "__main__") or "<locals>" in qualname:
+        return False
+    try:
+        return resolve_model(module, qualname) is fn
+    except (ImportError, AttributeError):
+        return False
+
+
+def _header(cache: bool) -> str:
+    return ("import numpy as np\nfrom numba import njit\n"
+            "from dynamics._steppers import (commit_moved, fill_frozen, first_bad, is_bad, rms_scaled,\n"
+            "                               step_factor)\n"
+            f"CACHE = {cache}\n")
+
+
+def _compile_in_memory(fn, source: str):
+    namespace = {"MODEL": fn}
+    exec(compile(_header(False) + source, f"<attndyn kernel for {fn.py_func.__qualname__}>", "exec"), namespace)
+    return namespace["kernel"]
+
+
+def _dependency_files(fn, seen=None, files=None) -> set:
+    """Source files of ``fn`` and of the numba functions it calls, transitively (outside the standard library and
+    site-packages)."""
+    seen = set() if seen is None else seen
+    files = set() if files is None else files
+    if id(fn) in seen:
+        return files
+    seen.add(id(fn))
+    py = fn.py_func
+    files.add(py.__code__.co_filename)
+    g = py.__globals__
+    names = set()
+    stack = [py.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    for name in names:
+        obj = g.get(name)
+        candidates = [obj]
+        if isinstance(obj, types.ModuleType):
+            candidates = [getattr(obj, n, None) for n in names]
+            f = getattr(obj, "__file__", None)
+            if f and not f.startswith(_STDLIB):
+                files.add(f)
+        for cand in candidates:
+            if isinstance(cand, CPUDispatcher):
+                _dependency_files(cand, seen, files)
+    return files
+
+
+def _digest(fn, tableau, source: str) -> str:
+    h = hashlib.sha256()
+    py = fn.py_func
+    for part in (source, py.__module__, py.__qualname__, numba.__version__, sys.version,
+                 "" if tableau is None else repr(tableau)):
+        h.update(part.encode())
+        h.update(b"\0")
+    for path in sorted(_dependency_files(fn) | {str(p) for p in _ENGINE_FILES}):
+        h.update(path.encode())
+        try:
+            h.update(pathlib.Path(path).read_bytes())
+        except OSError:
+            h.update(b"<unreadable>")
+    return h.hexdigest()
+
+
+def kernel_dir() -> pathlib.Path:
+    """The folder of generated kernel sources (see the module docstring)."""
+    candidates = []
+    if os.environ.get("ATTNDYN_KERNEL_DIR"):
+        candidates.append(pathlib.Path(os.environ["ATTNDYN_KERNEL_DIR"]))
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        candidates.append(pathlib.Path(os.environ["NUMBA_CACHE_DIR"]) / "attndyn_kernels")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    candidates.append(pathlib.Path(xdg) / "attndyn" / "kernels")
+    candidates.append(pathlib.Path(tempfile.gettempdir()) / f"attndyn_kernels_{os.getuid()}")
+    for folder in candidates:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            continue
+    raise OSError(f"no writable folder for engine kernels among {[str(c) for c in candidates]}")
+
+
+def _write_once(path: pathlib.Path, text: str) -> None:
+    """Create ``path`` with ``text`` atomically unless it exists; never overwrite (see the module docstring)."""
+    if path.exists():
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process won the race with the same content
+    finally:
+        os.unlink(tmp)
+
+
+def _load_cached(kind: str, fn, tableau, source: str):
+    py = fn.py_func
+    digest = _digest(fn, tableau, source)
+    method = "" if tableau is None else f"_{tableau.name}"
+    name = f"attndyn_{kind}{method}_{py.__name__}_{digest[:20]}"
+    path = kernel_dir() / f"{name}.py"
+    text = (f"# Generated by dynamics._kernels for {py.__module__}.{py.__qualname__}; do not edit.\n"
+            + _header(True)
+            + f"from dynamics._kernels import resolve_model\nMODEL = resolve_model({py.__module__!r}, "
+            + f"{py.__qualname__!r})\n" + source)
+    _write_once(path, text)
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module.kernel
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Source generation. Kernel arguments are documented at each template; the model function is the global MODEL.
+
+def _lit(v: float) -> str:
+    return repr(float(v))
+
+
+def _combo(coefs, indent: str, var: str, m: str = "m") -> str:
+    """``c_0 * k0[m] + c_1 * k1[m] + ...`` over the non-zero coefficients (unrolled at generation time)."""
+    terms = [f"{_lit(c)} * k{q}[{m}]" for q, c in enumerate(coefs) if c != 0.0]
+    return " + ".join(terms) if terms else "0.0"
+
+
+def _stages(tab, t: str, y: str, h: str, indent: str, first: bool = True) -> list[str]:
+    """Lines computing the stages k0..k(s-1) of one step of size ``h`` from (t, y); stage 0 only if ``first``."""
+    lines = []
+    if first:
+        lines.append(f"{indent}MODEL({t}, {y}, p, k0)")
+    for s in range(1, tab.stages):
+        lines.append(f"{indent}for m in range(n):")
+        lines.append(f"{indent}    yt[m] = {y}[m] + {h} * ({_combo(tab.A[s][:s], indent, 'k')})")
+        lines.append(f"{indent}MODEL({t} + {_lit(tab.c[s])} * {h}, yt, p, k{s})")
+    return lines
+
+
+def _rk_step(tab, t: str, y: str, h: str, out: str, indent: str) -> list[str]:
+    """Lines of one explicit RK step of size ``h`` from (t, y) into ``out`` (fixed-step methods)."""
+    lines = _stages(tab, t, y, h, indent)
+    lines.append(f"{indent}for m in range(n):")
+    lines.append(f"{indent}    {out}[m] = {y}[m] + {h} * ({_combo(tab.b, indent, 'k')})")
+    return lines
+
+
+def _stage_views(tab, src: str, indent: str) -> str:
+    return "\n".join(f"{indent}k{q} = {src}[{q}]" for q in range(tab.stages))
+
+
+_GRID = '''
+@njit(cache=CACHE, fastmath=False)
+def kernel({args}):
+    """{doc}
+
+    Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
+    (stopped) trajectories keep their state and have their saves filled with it."""
+    n_traj = X.shape[0]
+    n = {n_state}
+    n_save = save_k.shape[0]
+    shared = P.shape[0] == 1
+{views}
+    for i in range(n_traj):
+        if status[i, 0] != 0:
+            continue
+        x = X[i]
+        j = j_start
+        if active[i]:
+            p = P[0] if shared else P[i]
+            k = k_start
+            while True:
+                while j < n_save and save_k[j] == k:
+                    out = Y[i, j]
+{save}
+                    j += 1
+                if status[i, 0] != 0 or k == k_end:
+                    break
+{step}
+                k += 1
+                bad = -1
+                for m in range(n):  # written out (not a helper) so that a constant n unrolls it
+                    if bad < 0 and not abs(buf[m]) <= bound:
+                        bad = m
+                if bad >= 0:
+                    status[i, 0] = 1
+                    status[i, 1] = k
+                    status[i, 2] = bad
+                    break
+                if tol < 0.0:
+                    for m in range(n):
+                        v = buf[m]
+                        if flush and abs(v) < 2.2250738585072014e-308:
+                            v = v * 0.0
+                        x[m] = v
+                elif commit_moved(x, buf, flush) < {tol}:
+                    active[i] = False
+                    stop_at[i] = {stop_value}
+                    break
+        if status[i, 0] == 0 and not active[i]:
+            j = fill_frozen(Y[i], j, save_k, k_end, x)
+        status[i, 3] = j
+'''
+
+_COPY_SAVE = """                    for m in range(n):
+                        out[m] = x[m]"""
+
+
+def _map_source(tableau, n_state) -> str:
+    return _GRID.format(n_state=n_state,
+        args="X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol, stop_at, flush, buf",
+        doc="Advance each trajectory by the map MODEL from step k_start to k_end.", views="",
+        save=_COPY_SAVE, step="                MODEL(k, x, p, buf)", tol="tol", stop_value="k")
+
+
+def _fixed_source(tab, n_state) -> str:
+    partial = "\n".join(_rk_step(tab, "tk", "x", "hs", "out", " " * 24))
+    save = f"""                    hs = save_h[j]
+                    if hs == 0.0:
+    {_COPY_SAVE.replace(chr(10), chr(10) + "    ")}
+                    else:
+                        tk = t0 + k * dt
+{partial}
+                        bad = first_bad(out, bound)
+                        if bad >= 0:
+                            status[i, 0] = 1
+                            status[i, 1] = k + 1
+                            status[i, 2] = bad
+                            break"""
+    step = "                t = t0 + k * dt\n" + "\n".join(_rk_step(tab, "t", "x", "dt", "buf", " " * 16))
+    return _GRID.format(
+        n_state=n_state, args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, "
+             "flush, K, yt, buf",
+        doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
+            "between grid points is a partial step save_h[j] from grid point save_k[j].",
+        views=_stage_views(tab, "K", "    "), save=save, step=step, tol="tol * dt", stop_value="t0 + k * dt")
+
+
+def _adaptive_source(tab, n_state) -> str:
+    s_last = tab.stages - 1
+    inv = 1.0 / tab.order
+    exponent = 1.0 / (tab.err_order + 1)
+    err_terms = _combo(tab.e, "", "k")
+    dense_stages = [q for q, d in enumerate(tab.dense) if any(v != 0.0 for v in d)]
+    dense_weights = "\n".join(
+        f"                        b{q}t = theta * ({_lit(d[0])} + theta * ({_lit(d[1])} + theta * ({_lit(d[2])} "
+        f"+ theta * {_lit(d[3])})))" for q, d in enumerate(tab.dense) if q in dense_stages)
+    dense_terms = " + ".join(f"b{q}t * k{q}[m]" for q in dense_stages)
+    first_stage = ("                for m in range(n):\n                    k0[m] = F0[i, m]" if tab.fsal
+                   else "                MODEL(t, y, p, k0)")
+    stages = "\n".join(_stages(tab, "t", "y", "h", " " * 16, first=False))
+    if tab.fsal:
+        new_state = "                for m in range(n):\n                    ynew[m] = yt[m]  # the last stage point"
+        f_new = f"k{s_last}"
+    else:
+        new_state = f"                for m in range(n):\n                    ynew[m] = y[m] + h * ({_combo(tab.b, '', 'k')})"
+        f_new = None
+    fsal_update = (f"                    for m in range(n):\n                        F0[i, m] = {f_new}[m]" if f_new
+                   else "                    MODEL(T[i], y, p, F0[i])")
+    return f'''
+@njit(cache=CACHE, fastmath=False)
+def initial_step(t, y, p, f0, rtol, atol, y1, f1):
+    """Initial step size of Hairer, Nørsett & Wanner (Solving ODEs I, Sec. II.4), for order {tab.order}."""
+    d0 = rms_scaled(y, y, atol, rtol)
+    d1 = rms_scaled(f0, y, atol, rtol)
+    if d0 < 1e-5 or d1 < 1e-5:
+        h0 = 1e-6
+    else:
+        h0 = 0.01 * d0 / d1
+    for m in range(y.shape[0]):
+        y1[m] = y[m] + h0 * f0[m]
+    MODEL(t + h0, y1, p, f1)
+    for m in range(y.shape[0]):
+        y1[m] = f1[m] - f0[m]
+    d2 = rms_scaled(y1, y, atol, rtol) / h0
+    if max(d1, d2) <= 1e-15:
+        h1 = max(1e-6, h0 * 1e-3)
+    else:
+        h1 = (0.01 / max(d1, d2)) ** {_lit(inv)}
+    return min(100.0 * h0, h1)
+
+
+@njit(cache=CACHE, fastmath=False)
+def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t_end, rtol, atol, dt_max,
+           max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush, Y, yt, ynew, w0, w1):
+    """Adaptive {tab.name}: advance each trajectory until the saves j_start..j_end-1 are written (dense output
+    at save_t[j]; steps are clipped only at t_end, so saving never changes the step sequence).
+
+    Kept between calls per trajectory: time T, proposed step H, F0 = f(T, X), the stages K of the last accepted
+    step with its start (Yold, Told, Hold; Hold = 0 before the first step), fresh (1 until initialised) and the
+    number of attempted steps nsteps (written to NS[i, j] at each save)."""
+    n_traj, n = X.shape
+    shared = P.shape[0] == 1
+    for i in range(n_traj):
+        if status[i, 0] != 0:
+            continue
+        y = X[i]
+        j = j_start
+        if active[i]:
+            p = P[0] if shared else P[i]
+            Ki = K[i]
+{_stage_views(tab, "Ki", "            ")}
+            if fresh[i] == 1:
+                MODEL(T[i], y, p, F0[i])
+                bad = first_bad(F0[i], 1.7976931348623157e308)
+                if bad >= 0:  # the vector field itself is non-finite at the start
+                    status[i, 0] = 1
+                    status[i, 1] = 0
+                    status[i, 2] = bad
+                    status[i, 3] = j
+                    continue
+                if H[i] <= 0.0:
+                    H[i] = initial_step(T[i], y, p, F0[i], rtol, atol, w0, w1)
+                fresh[i] = 0
+            rejected_last = False
+            converged = False
+            while True:
+                while j < j_end and save_t[j] <= T[i]:
+                    out = Y[i, j]
+                    if save_t[j] == T[i] or Hold[i] == 0.0:
+                        for m in range(n):
+                            out[m] = y[m]
+                    else:
+                        theta = (save_t[j] - Told[i]) / Hold[i]
+{dense_weights}
+                        for m in range(n):
+                            out[m] = Yold[i, m] + Hold[i] * ({dense_terms})
+                    NS[i, j] = nsteps[i]
+                    j += 1
+                if converged:
+                    active[i] = False
+                    stop_at[i] = T[i]
+                    break
+                if j >= j_end:
+                    break
+                if nsteps[i] >= max_steps:
+                    status[i, 0] = 2
+                    status[i, 1] = nsteps[i]
+                    break
+                t = T[i]
+                h = min(H[i], dt_max)
+                if t + 1.000001 * h >= t_end:
+                    h = t_end - t  # the last step lands on t_end (stretched by at most 1e-6 h, never a sliver)
+                if h <= 1e-14 * max(abs(t), 1.0):
+                    status[i, 0] = 3
+                    status[i, 1] = nsteps[i]
+                    status[i, 2] = np.argmax(np.abs(F0[i]))  # the fastest-moving component, as a hint
+                    break
+{first_stage}
+{stages}
+{new_state}
+                s = 0.0
+                finite = True
+                for m in range(n):
+                    e = h * ({err_terms})
+                    sc = atol + rtol * max(abs(y[m]), abs(ynew[m]))
+                    s += (e / sc) ** 2
+                    if is_bad(ynew[m], bound) or is_bad(k{s_last}[m], 1.7976931348623157e308):
+                        finite = False
+                err = np.sqrt(s / n)
+                nsteps[i] += 1
+                if finite and err <= 1.0:
+                    for m in range(n):
+                        Yold[i, m] = y[m]
+                    Told[i] = t
+                    Hold[i] = h
+                    moved = commit_moved(y, ynew, flush)
+                    T[i] = t_end if h == t_end - t else t + h
+{fsal_update}
+                    H[i] = h * step_factor(err, True, rejected_last, {_lit(exponent)})
+                    rejected_last = False
+                    converged = moved < tol * h
+                else:
+                    if not finite:
+                        fac = 0.2
+                        if h <= 1e-10 * max(abs(t), 1.0):
+                            status[i, 0] = 1
+                            status[i, 1] = nsteps[i]
+                            status[i, 2] = max(first_bad(ynew, bound), 0)
+                            break
+                    else:
+                        fac = step_factor(err, False, rejected_last, {_lit(exponent)})
+                    H[i] = h * fac
+                    rejected_last = True
+        if status[i, 0] == 0 and not active[i]:
+            while j < j_end:
+                for m in range(n):
+                    Y[i, j, m] = y[m]
+                NS[i, j] = nsteps[i]
+                j += 1
+        status[i, 3] = j
+'''
+
+
+_SOURCES = {"map": _map_source, "fixed": _fixed_source, "adaptive": _adaptive_source}
