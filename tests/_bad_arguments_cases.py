@@ -84,6 +84,8 @@ EXCLUDED = {
     "closedform.single_location.FixedPoint": "result record",
     "closedform.single_location.SpuriousPoint": "result record",
     "closedform.single_location.LocationTask": "protocol (no constructor arguments)",
+    "closedform.single_location.Basins": "result record",
+    "closedform.icl_regression.StationaryPoint": "result record",
     "empirical.train.TorchModel": "protocol (no constructor arguments)",
     "empirical.checkpoint.CheckpointError": "exception class",
     "empirical.device.Placement": "result record",
@@ -311,6 +313,18 @@ class Fixtures:
         model = self.m_icl
         return tr.train(model, tr.TrainConfig(seeds=(0,), n_steps=2, batch_size=2, lr=0.01), device="cpu")
 
+    def _make_qa_sample(self):
+        import empirical.models.random_walk as m
+        return m.qa_sample("majority", 4, 0)
+
+    def _make_m_qa(self):
+        import empirical.models.random_walk as m
+        return m.QAAttention("majority", data=[self.qa_sample], test=[self.qa_sample])
+
+    def _make_sl_X(self):
+        import torch
+        return torch.full((1, 2, 4, 8), 0.1, dtype=torch.float64)
+
     def _make_cfg(self):
         import empirical.train as tr
         return tr.TrainConfig(seeds=(0,), n_steps=2, batch_size=2, lr=0.01)
@@ -415,7 +429,7 @@ NAMES = {
         "task": lambda f: f.sl, "lam": lambda f: 0.5, "kappa": lambda f: 0.4, "nu": lambda f: 0.3,
         "theta": lambda f: 0.1, "eta": lambda f: 0.1, "rho": lambda f: 0.1, "lam0": lambda f: 0.5,
         "d": lambda f: 8, "L": lambda f: 4, "state0": lambda f: f.sl_state, "state": lambda f: f.sl_state,
-        "alpha": lambda f: 0.01, "k_star": lambda f: f.sl_dirs[0], "v_star": lambda f: f.sl_dirs[1],
+        "states": lambda f: np.array([[0.4, 0.3, 0.1, 0.1, 0.1]]), "alpha": lambda f: 0.01, "k_star": lambda f: f.sl_dirs[0], "v_star": lambda f: f.sl_dirs[1],
         "k0": lambda f: f.sl_dirs[0], "v0": lambda f: f.sl_dirs[1], "k": lambda f: f.sl_dirs[0],
         "v": lambda f: f.sl_dirs[1],
         "X": lambda f: np.ones((2, 4, 8)) * 0.1,
@@ -521,6 +535,14 @@ EXAMPLES = {
         model=__import__("empirical.models.random_walk").models.random_walk.RandomWalkAttention(
             f.rw, data=[f.rw_sample]), n_steps=2),
     "empirical.models.random_walk.qa_tokens": lambda f: dict(words="i prefer the apple"),
+    "empirical.models.random_walk.QAAttention": lambda f: dict(task="majority", data=[f.qa_sample],
+                                                              test=[f.qa_sample]),
+    "empirical.models.random_walk.qa_gd_config": lambda f: dict(model=f.m_qa, n_steps=2),
+    "empirical.models.single_location.predict": lambda f: dict(X=f.sl_X, k=f.sl_tdirs[0][None], v=f.sl_tdirs[1][None],
+                                                              lam=0.5),
+    "empirical.models.single_location.erf_mse": lambda f: dict(
+        X=f.sl_X, y=__import__("torch").zeros((1, 2), dtype=__import__("torch").float64), k=f.sl_tdirs[0][None],
+        v=f.sl_tdirs[1][None], lam=0.5),
     "empirical.models.random_walk.qa_questions": lambda f: dict(task="majority"),
     "empirical.models.random_walk.qa_sample": lambda f: dict(task="majority", n=4, rng=0),
     "empirical.models.random_walk.qa_geometry": lambda f: dict(task="majority"),
@@ -539,8 +561,19 @@ EXAMPLES = {
     "dynamics.trajectory.atomic_write": lambda f: dict(path=os.path.join(_scratch(), "a.txt"),
                                                        write=lambda p: open(p, "w").close()),
     "dynamics.trajectory.save_dataset": lambda f: dict(ds=f.dataset, path=os.path.join(_scratch(), "d.nc")),
-    "dynamics.sweep.sweep": lambda f: dict(fn=lambda x: {"y": x}, configs=[{"x": 1.0}, {"x": 2.0}]),
+    "dynamics.sweep.sweep": lambda f: dict(fn=_sweep_fn, grid={"x": [1.0, 2.0]}, processes=1),
+    "closedform.nearest_neighbor.eta_batch": lambda f: dict(params=np.array([1.0, 0.5]), eta_index=0,
+                                                           eta=np.array([0.1, 0.2]), state0=np.array([[0.1, 0.2]])),
+    "empirical.seeding.stream_keys": lambda f: dict(seeds=(0, 1), stream="data"),
+    "empirical.seeding.BlockRNG": lambda f: dict(
+        keys=__import__("empirical.seeding").seeding.stream_keys((0,), "data"), block=0,
+        device=__import__("torch").device("cpu")),
 }
+
+
+def _sweep_fn(x):
+    """A top-level function of one named parameter for ``dynamics.sweep``."""
+    return {"y": 2.0 * x}
 
 
 def _scratch() -> str:
