@@ -107,6 +107,24 @@ def _mean_check(name, samples, *, below=None, above=None, tolerance):
                        expected=f"mean {want} (whole interval)", tolerance=tolerance, n_seeds=n)
 
 
+def _above_chance_check(name, overlaps, d, n_overlaps):
+    """Per-seed count of runs whose largest |overlap| with the oracle directions exceeds 3/sqrt(d), against the
+    binomial law of that count without any alignment: each of the ``n_overlaps`` overlaps of a random unit vector is
+    ~ N(0, 1/d), above 3/sqrt(d) in absolute value with probability 2 Phi(-3) = 0.0027, so a run's maximum is above
+    with p0 = 1 - (1 - 0.0027)^n_overlaps; passes when P(Bin(n, p0) >= count) < 1e-3."""
+    from scipy.stats import binom, norm
+
+    x = np.asarray(overlaps, dtype=np.float64).ravel()
+    chance = 3.0 / math.sqrt(d)
+    count = int(np.sum(x > chance))
+    p0 = 1.0 - (1.0 - 2.0 * norm.sf(3.0)) ** n_overlaps
+    pval = float(binom.sf(count - 1, x.size, p0))
+    return CheckResult(name=name, passed=bool(pval < _LEVEL), measured=f"{count} of {x.size} runs above {chance:.3g}",
+                       expected=f"more than chance: P(>= {count} of {x.size} | no alignment) = {pval:.2g}",
+                       tolerance=f"binomial test against no alignment (each run above with p0 = {p0:.3g}), level "
+                                 f"{_LEVEL:g}", n_seeds=x.size)
+
+
 def _at_step(ds, var, step):
     hit = np.nonzero(ds["step"].values == step)[0]
     return None if hit.size == 0 else ds[var].values[:, hit[0]]
@@ -196,8 +214,9 @@ TRANSFORMER_PRESETS = {
              "the register row) trained by online SGD on single-location regression: (a) test excess risk, mean "
              "and 95% percentile band over seeds, with the closed-form null, optimal-linear and best erf-oracle "
              "levels; (b) |k_hat . k*| (top key-side singular vector of W_Q W_K^T), |v_hat . v*|/|v_hat| (v_hat = "
-             "W_V u) and its MLP-corrected variant; (c) sv_1/sv_2 of W_Q W_K^T. The quick preset uses d = 20 and "
-             "lr = 1e-2 (10x the paper preset's) for 2 000 steps."),
+             "W_V u) and its MLP-corrected variant; (c) sv_1/sv_2 of W_Q W_K^T, descriptive: with W_Q = 0 at init and a "
+             "fixed register the matrix is exactly rank one (ratio ~1e15), so the check is that its direction is k*. "
+             "The quick preset uses d = 20 and lr = 1e-2 (10x the paper preset's) for 2 000 steps, 8 seeds."),
     unrecoverable=(
         "register z_reg ~ N(0, I_d) drawn once per run, not trained",
         "LayerNorm without affine parameters (eps 1e-5) before attention and MLP; head width d; W_O = I",
@@ -256,6 +275,17 @@ def _max_pair(ds, prefix, i=-1):
     return np.max(np.abs(np.stack([ds[n].values[:, i] for n in _pairs(ds, prefix)])), axis=0)
 
 
+def _partial_check(max_key):
+    """'Only partial' key alignment as a per-seed count: at least half of the runs keep max_h,i |k_h . k_i*| < 0.9."""
+    x = np.asarray(max_key, dtype=np.float64).ravel()
+    below = int(np.sum(x < 0.9))
+    return CheckResult(name="Sec. 8.8: alignment only partial (final max_h,i |k_h . k_i*| < 0.9 in most runs)",
+                       passed=bool(2 * below >= x.size), measured=f"{below} of {x.size} runs below 0.9",
+                       expected=f">= {math.ceil(x.size / 2)} of {x.size}",
+                       tolerance="per-seed count rule (spec: |k_h . k_i*| between 0 and 0.53 at step 200 000 in all "
+                                 "8 of its runs; full alignment would put every run near 1)", n_seeds=x.size)
+
+
 def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     """Spec Sec. 8.8: low risk, partial alignment (above chance, below full), the spec's risk ranges."""
     from figures.single_location import _range_check
@@ -263,19 +293,13 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     null = float(ds["null_excess"])
     d = int(ds.attrs["d"])
     best = np.maximum(_max_pair(ds, "kappa"), _max_pair(ds, "nu"))
-    chance = 3.0 / math.sqrt(d)
     out = [
         _mean_check("Sec. 8.8: low risk (final test excess risk below the null predictor's K gamma^2)",
                     ds["excess_risk"].values[:, -1], below=null,
                     tolerance="t interval of the seed mean at level 1e-3 (spec: 0.29-0.34 at step 200 000, null 1)"),
-        _mean_check("Sec. 8.8: some alignment (final max over heads, locations, keys and values of |. . *|)", best,
-                    above=chance,
-                    tolerance=f"t interval at level 1e-3 above 3/sqrt(d) = {chance:.3g}, the 3-sigma level of a "
-                              "random unit vector's overlap (no alignment)"),
-        _mean_check("Sec. 8.8: alignment only partial (final max_h,i |k_h . k_i*|)", _max_pair(ds, "kappa"),
-                    below=0.9,
-                    tolerance="t interval at level 1e-3 below 0.9 (spec: |k_h . k_i*| between 0 and 0.53 at step "
-                              "200 000 over 8 runs; full alignment would be 1)"),
+        _above_chance_check("Sec. 8.8: some alignment (final max over heads, locations, keys and values of "
+                            "|. . *|)", best, d, n_overlaps=2 * len(_pairs(ds, "kappa"))),
+        _partial_check(_max_pair(ds, "kappa")),
     ]
     if d == 80 and ds.attrs["L"] == 10 and float(ds.attrs["alpha"]) == 1e-3 and float(ds.attrs["rate"]) == 1e-4:
         for step, lo, hi in ((50_000, 0.34, 0.51), (200_000, 0.29, 0.34)):
@@ -361,9 +385,8 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
                     ds["excess_risk"].values[:, -1], below=0.5 * null,
                     tolerance="t interval at level 1e-3; 'low' has no number in the spec, half the null level 2 "
                               "gamma^2 is ours"),
-        _mean_check("Sec. 8.9: the heads' rank-one attention directions align with oracle keys (final max_h,i "
-                    "|k_hat_h . k_i*|)", best_key, above=3.0 / math.sqrt(d),
-                    tolerance=f"t interval at level 1e-3 above 3/sqrt(d) = {3 / math.sqrt(d):.3g} (chance)"),
+        _above_chance_check("Sec. 8.9: the heads' rank-one attention directions align with oracle keys (final "
+                            "max_h,i |k_hat_h . k_i*|)", best_key, d, n_overlaps=len(_pairs(ds, "kappa"))),
     ]
 
 
@@ -371,8 +394,9 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
     name="single_location.fig10", model="single_location", paper=_PAPER.format(10), spec="single_location.md §8.9",
     caption=("The Transformer layer of Fig. 8 with H = 2 heads (W_O^h trained) on the multiple-location task of "
              "Fig. 9: (a) test excess risk with the null level 2 gamma^2; (b) |k_hat_h . k_i*|; (c) "
-             "|v_hat_h . v_i*|/|v_hat_h| (v_hat_h = W_V^h W_O^h u); (d) sv_1/sv_2 of each W_Q^h W_K^h^T; mean and "
-             "95% percentile band over seeds. The quick preset uses d = 20 and lr = 1e-2 for 2 000 steps."),
+             "|v_hat_h . v_i*|/|v_hat_h| (v_hat_h = W_V^h W_O^h u); (d) sv_1/sv_2 of each W_Q^h W_K^h^T (descriptive: "
+             "exactly rank one by construction); mean and 95% percentile band over seeds. The quick preset uses "
+             "d = 20 and lr = 1e-2 for 2 000 steps, 8 seeds."),
     unrecoverable=(
         ("the Fig. 8 layer recipe (register, LayerNorm, head width d, ReLU MLP, initialisation, SGD batch 64, lr 1e-3, "
         "200 000 steps) with H = 2 and W_O^h ~ N(0, 1/d) trained"),
