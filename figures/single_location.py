@@ -106,9 +106,17 @@ def _path_panel(ax, ds, runs, prefix=""):
                 markerfacecolor="none", markeredgecolor="k", label=f"run {r + 1} (end)")
     ax.set(xlim=(-1.1, 1.1), ylim=(-1.1, 1.1), xlabel=r"$\kappa$", ylabel=r"$\nu$", title="(kappa, nu) paths")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="lower left")
+        ax.legend(fontsize=7, loc="best")
     if sc is not None:
         ax.figure.colorbar(sc, ax=ax, label="step")
+
+
+def _tidy_step_axes(fig):
+    """Step axes with large counts get a shared power-of-ten offset (no overlapping tick labels like 100000120000)."""
+    for ax in fig.get_axes():
+        if ax.get_xlabel() == "step" and ax.get_xscale() == "linear":
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4), useMathText=True)
+    return fig
 
 
 def _plot_dynamics(ds, runs, *, individual=False, title=""):
@@ -137,7 +145,7 @@ def _plot_dynamics(ds, runs, *, individual=False, title=""):
                 title="distance to M")
     if title:
         fig.suptitle(title)
-    return fig
+    return _tidy_step_axes(fig)
 
 
 def _check(name, measured, lo, hi, tolerance):
@@ -404,7 +412,7 @@ def plot_fig7(ds):
         _path_panel(ax[2], sub, runs)
         ax[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2))
         ax[3].legend(fontsize=7, loc="lower left")
-    return fig
+    return _tidy_step_axes(fig)
 
 
 def checks_fig7(ds):
@@ -607,7 +615,7 @@ def plot_fig5(ds):
         plot_reduced(axes[1], x, np.abs(pgd[var].values).mean(0), label=f"${lab}$ PGD", color=col)
     for var, style in (("kappa", "-"), ("nu", "--")):
         axes[1].plot(xl, np.abs(ds["lb_" + var].sel(source="sgd").values).mean(0), color=orange, linestyle=style,
-                     linewidth=1.2, label=f"|{var}| SGD batch {lb}")
+                     linewidth=1.2, label=rf"$|\{var}|$ SGD batch {lb}")
     axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment")
     axes[1].legend(fontsize=7, loc="lower right")
     _path_panel(axes[2], sgd, [0, 1])
@@ -617,7 +625,7 @@ def plot_fig5(ds):
                  color=TOL_BRIGHT["green"])
     axes[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2), title="distance to M")
     axes[3].legend(fontsize=7)
-    return fig
+    return _tidy_step_axes(fig)
 
 
 # Spec Sec. 8.4 table (median, min, max over 12 runs) at the steps it quotes.

@@ -124,6 +124,21 @@ def test_path_panel_names_runs_in_a_legend_not_overlapping_labels():
         assert len(markers) == 3
 
 
+def test_large_step_counts_share_an_offset_instead_of_overlapping_tick_labels():
+    """Fig. 4/5/7 step axes up to 2e5: tick labels are 0.0 ... 2.0 with a x10^5 offset (not 100000120000)."""
+    from figures._style import new_figure
+
+    with style_context():
+        fig, ax = new_figure()
+        ax.plot([0, 200_000], [0, 1])
+        ax.set_xlabel("step")
+        fsl._tidy_step_axes(fig)
+        fig.canvas.draw()
+        labels = [t.get_text().replace("$\\mathdefault{", "").replace("}$", "") for t in ax.get_xticklabels()]
+        assert "10^{5}" in ax.xaxis.get_major_formatter().get_offset()
+        assert labels and all(len(lab) <= 5 for lab in labels if lab), labels
+
+
 def test_fig6_heat_maps_have_colour_bars():
     spec, ds = _build("fig6", "tiny")
     fig = registry.render(spec, ds)
