@@ -35,10 +35,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 
 from closedform import icl_regression as cf
 from dynamics.random import spawn_generators
@@ -54,7 +54,7 @@ from figures._style import (
     plot_reduced,
     plot_theory,
 )
-from figures.registry import CheckResult, GapRow, gap_rows, register
+from figures.registry import CheckResult, GapRow, compare_rows, register
 
 MODEL = "icl_regression"
 PAPER = "He, Pan, Chen, Yang (ICML 2025)"
@@ -62,11 +62,11 @@ D, L_TRAIN, S2 = 5, 40, 0.1  # spec §9 common setup [C]
 TASK = cf.ICLRegression(d=D, L=L_TRAIN, sigma2=S2)
 ETA_STAR = cf.eta_star(TASK)
 COLORS = list(TOL_BRIGHT.values())
-TOL_SE = 5.0
-JUST_SE = "5 SE over seeds: two-sided false-alarm rate < 6e-7 per row (tests/_stats.py)"
+COUNT_LEVEL = 0.05  # level of the one-sided binomial test of the per-seed count checks (_count_check)
 COMMON_SETUP = ("Adam(1e-3, betas (0.9, 0.999), eps 1e-8), batch 256 fresh prompts, PyTorch-default init, plain MSE, "
                 "d = 5, L = 40, sigma^2 = 0.1 (spec §9)")
-UNREC_STEPS = "training length per preset (paper: 500,001 Adam steps, spec §9; quick: a short prefix)"
+UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, spec §9; quick: 3 000 of them, 8 seeds, the "
+               "paper's lr 1e-3)")
 
 
 def _train_params(n_steps, log_every, n_seeds, batch=256):
@@ -74,14 +74,34 @@ def _train_params(n_steps, log_every, n_seeds, batch=256):
 
 
 TRAIN_TINY = _train_params(30, 10, 2, 64)
-TRAIN_QUICK = _train_params(1000, 25, 2)
-TRAIN_PAPER = _train_params(500_000, 1000, 5)
+# quick: 8 seeds (>= 8 per compared row, issue 12) and 3 000 of the paper's 500 000 Adam steps at the paper's lr 1e-3:
+# measured (8 seeds, H = 2 and 4): the pattern (sign matching, zero-sum < 0.02, diagonal KQ) has formed by ~1 000
+# steps and mu^T omega sits at eta* from ~1 500 on, so the overlay with GD on F/2 has ~1 500 steps along the valley.
+# A larger lr does not go further along the valley: at lr 1e-2 gamma stalls at 0.21 (Adam noise floor), at 3e-3 it
+# reaches 0.18 by 4 000 steps against 0.21 at 1e-3, so the paper's lr is kept. The paper's omega = +-0.13,
+# mu = +-3.5 need ~1e5 steps (gamma ~ t^(-1/6) in phase III, spec §6.3): the quick runs stop at gamma ~ 0.2,
+# mu_+ ~ 2.2 on the same valley (4.6), and the figures say so.
+TRAIN_QUICK = _train_params(3000, 100, 8)
+TRAIN_PAPER = _train_params(500_000, 1000, 8)
+TRAIN_MT_QUICK = _train_params(1000, 100, 8)  # Fig. 16 is decided at --preset paper only (paired heads need 2e4 steps)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Shared training runs (memoised per process)
 # ----------------------------------------------------------------------------------------------------------------------
-FIG5_FRACTIONS = (0.0, 0.002, 0.004, 0.02, 0.2, 1.0)  # spec §9 Fig. 5: steps {1, 1k, 2k, 10k, 100k, 500k} of 500k
+FIG5_STEPS = (0, 1000, 2000, 10_000, 100_000, 500_000)  # spec §9 Fig. 5: the paper's panel steps (toolkit default)
+FIG5_EARLY = (250, 500)  # extra early panels of a run shorter than 10 000 steps (the pattern forms within ~1 000)
+
+
+def fig5_panel_steps(n_steps: int) -> tuple[int, ...]:
+    """Panel steps of Fig. 5 for a run of ``n_steps`` Adam steps: the paper's absolute steps that the run reaches
+    (spec §9: 0, 1k, 2k, 10k, 100k, 500k), the final step, and, for runs shorter than 10 000 steps, the early steps
+    250 and 500 (the pattern forms within the first ~1 000 steps, Observation 4). Distinct and increasing."""
+    n_steps = int(n_steps)
+    want = [s for s in FIG5_STEPS if s <= n_steps] + [n_steps]
+    if n_steps < FIG5_STEPS[3]:
+        want += [s for s in FIG5_EARLY if s < n_steps]
+    return tuple(sorted(set(want)))
 
 
 @functools.lru_cache(maxsize=32)
@@ -89,8 +109,8 @@ def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seed
     task = cf.ICLRegression(**dict(task_args))
     model = im.ICLAttention(task, H, attention=attention, rho=rho, supports=supports,
                             log_circuits=supports is None)
-    steps = np.unique(np.concatenate([np.arange(0, n_steps + 1, log_every),
-                                      np.rint(np.asarray(FIG5_FRACTIONS) * n_steps), [n_steps]]).astype(np.int64))
+    steps = np.unique(np.concatenate([np.arange(0, n_steps + 1, log_every), fig5_panel_steps(n_steps),
+                                      [n_steps]]).astype(np.int64))
     config = dataclasses.replace(im.paper_config(seeds=seeds, n_steps=n_steps, batch_size=batch, eval_size=1000),
                                  saveat=SaveAt(steps=tuple(int(s) for s in steps)))
     with torch_threads(1):
@@ -123,11 +143,19 @@ def _length_curve(cfg, H, L_tests, n_prompts, *, attention="softmax"):
     return _length_curve_cached(key, tuple(int(L) for L in L_tests), int(n_prompts), 7919 * cfg.seed)
 
 
-def _seed_mean(a):
-    """Mean over seeds (axis 0) ignoring NaN (overlay values before the pattern formed); all-NaN columns -> NaN."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "Mean of empty slice" where no seed has a value yet
-        return np.nanmean(np.asarray(a, dtype=np.float64), axis=0)
+def _overlay_mean(ds, key):
+    """Mean over the seeds whose pattern formed of an overlay variable (seed, step), from the first step at which
+    every one of them has a value (the latest start) on: a fixed set of seeds at every plotted point, so the curve
+    never jumps where a seed joins. NaN before that step and when no seed formed."""
+    a = np.asarray(ds[key].values, dtype=np.float64)
+    i0 = np.asarray(ds.i0.values)
+    T = a.shape[1]
+    formed = i0 < T
+    out = np.full(T, np.nan)
+    if formed.any():
+        start = int(i0[formed].max())
+        out[start:] = a[formed, start:].mean(axis=0)
+    return out
 
 
 def _learned_arrays(traj, H):
@@ -150,25 +178,30 @@ def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
     to the GD path at the same KQ scale gamma (mean |omega_h|; decreasing along the valley, spec §5.4) and the GD
     values there returned.
 
-    Returns dict of (S, T) arrays: start index ``i0`` (S,), ``t_match`` (flow time), ``mudo_gd``, ``mupos_gd``,
-    ``summu_gd``, ``homog_gd`` (nan before the start) and the GD path itself (``gd_gamma``, ``gd_mupos``: (S, n_save)).
+    Returns dict of (S, T) arrays: start index ``i0`` (S,; T for a seed whose pattern never formed), ``t_match``
+    (flow time), ``mudo_gd``, ``mupos_gd``, ``summu_gd``, ``homog_gd`` (nan before the start) and the GD path itself
+    (``gd_gamma``, ``gd_mupos``: (S, n_save)).
     """
     S, T, H = omega.shape
     pat = cf.classify_heads(omega, mu, dummy_tol=0.0)
     es = cf.eta_star(task)
     ok = pat.sign_matched & (pat.mu_dot_omega >= formed * es)
-    i0 = np.where(ok.any(axis=1), ok.argmax(axis=1), T - 1)
     # and not before the learned gamma peaks (Observation 4: |omega| first rises, then decreases along the valley),
-    # so that gamma is a monotone reparametrisation of the compared stretch (spec §12)
-    i0 = np.maximum(i0, np.nanargmax(pat.gamma, axis=1))
-    om0 = omega[np.arange(S), i0]
-    mu0 = mu[np.arange(S), i0]
+    # so that gamma is a monotone reparametrisation of the compared stretch (spec §12); a seed whose pattern never
+    # formed gets i0 = T (no overlay values at all) instead of joining the overlay at its last step
+    i0 = np.maximum(ok.argmax(axis=1), np.nanargmax(pat.gamma, axis=1))
+    i0 = np.where(ok.any(axis=1) & (i0 < T - 1), i0, T)
+    i_start = np.minimum(i0, T - 1)  # GD is started from some state for every seed (discarded where i0 = T)
+    om0 = omega[np.arange(S), i_start]
+    mu0 = mu[np.arange(S), i_start]
     gd = cf.gd(task, om0, mu0, lr=lr, n_steps=n_gd, saveat=SaveAt(log=400))
     go, gm = im.stack_heads(gd, H)  # (S, n_save, H)
     gpat = cf.classify_heads(go, gm, dummy_tol=0.0)
     out = {k: np.full((S, T), np.nan) for k in ("t_match", "mudo_gd", "mupos_gd", "summu_gd", "homog_gd")}
     gt = np.asarray(gd["time"].values)
     for s in range(S):
+        if i0[s] >= T:
+            continue
         gam = np.minimum.accumulate(gpat.gamma[s])  # monotone (non-increasing) envelope of the GD path's gamma
         keep = np.concatenate([[True], np.diff(gam) < 0])
         x = gam[keep][::-1]
@@ -199,32 +232,44 @@ def _overlay_vars(task, omega, mu, steps):
 
 
 def _overlay_gaps(ds, tag):
-    """Learned minus GD-on-F/2 at matched gamma, at two logged steps after the pattern formed (SE over seeds)."""
-    start = int(np.max(ds.i0.values))
+    """Learned minus GD-on-F/2 at matched gamma, at two logged steps after every seed's pattern formed (seeds whose
+    pattern never formed are left out and counted by :func:`_overlay_formed_check`)."""
+    i0 = ds.i0.values
     T = ds.sizes["step"]
+    formed = i0 < T
+    if formed.sum() < 2:
+        return []
+    start = int(np.max(i0[formed]))
     if start >= T - 1:
         return []
     # two rows: 3/4 of the way from the start and the end; right after the start GD on F/2 relaxes mu onto the
     # valley in a fast transient (flow time ~10) that Adam follows only over hundreds of steps, so no row there
     idx = sorted({start + 3 * (T - 1 - start) // 4, T - 1})
     steps = ds.step.values[idx]
-    rows = gap_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, np.zeros(len(idx)),
-                    (ds.mu_dot_omega - ds.mudo_gd).values[:, idx], tol_se=TOL_SE, atol=0.02,
-                    justification=JUST_SE + "; atol 0.02: the learned 2 gamma mu = 0.888 vs eta* = 0.879 offset of "
-                    "the true loss over F (spec §9, §10 item 4)")
-    rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[:, idx]
-    rows += gap_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, np.zeros(len(idx)), rel,
-                     tol_se=TOL_SE, atol=0.1, justification=JUST_SE + "; atol 10%: F omits O(1/L) terms (~9% of the "
-                     "loss near the learned point, spec §10 item 4) and Adam is not gradient flow")
+    rows = compare_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, np.zeros(len(idx)),
+                        (ds.mu_dot_omega - ds.mudo_gd).values[formed][:, idx], allowance=0.02,
+                        allowance_source="2 x the offset of the learned mu^T omega over F's optimum (0.888 vs "
+                        "eta* = 0.879 at 500k steps, spec §9, §10 item 4): F is not the true loss", d=D)
+    rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[formed][:, idx]
+    rows += compare_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, np.zeros(len(idx)),
+                         rel, allowance=0.1, allowance_source="F omits O(1/L) terms, ~9 % of the loss near the learned "
+                         "point (spec §10 item 4), so its valley mu(gamma) is off by that order", d=D)
     return rows
+
+
+def _overlay_formed_check(ds, tag):
+    """How many seeds' patterns formed (the overlay's precondition): a per-seed count."""
+    return _count_check(tag, ds.i0.values < ds.sizes["step"], claim="the pattern forms (overlay start found)",
+                        criterion="sign-matched, mu^T omega >= 0.9 eta* and gamma past its peak before the end")
 
 
 def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
     for s in range(ds.sizes["seed"]):
         lab = "learned (Adam)" if s == 0 else None
         ax_mu.plot(ds.gamma.values[s], ds.mu_pos.values[s], ":", marker="o", ms=2.5, color=COLORS[0], label=lab)
-        plot_reduced(ax_mu, ds.gd_gamma.values[s], ds.gd_mupos.values[s], color=COLORS[1],
-                     label="GD on F/2 from the probed state" if s == 0 else None)
+        if ds.i0.values[s] < ds.sizes["step"]:  # GD paths only for seeds whose pattern formed
+            plot_reduced(ax_mu, ds.gd_gamma.values[s], ds.gd_mupos.values[s], color=COLORS[1],
+                         label="GD on F/2 from the probed state" if s == 0 else None)
     g = np.linspace(max(0.02, float(np.nanmin(ds.gd_gamma.values)) * 0.9),
                     float(np.nanmax(ds.gamma.values[:, -1])) * 1.6, 200)
     plot_theory(ax_mu, g, cf.solution_manifold_mu(TASK, g), color="k", label="S_gamma: mu(gamma) (4.6)")
@@ -235,37 +280,55 @@ def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
     plot_empirical_band(ax_mudo, ds.step.values, mean, lo, hi, label="learned mu^T omega", color=COLORS[0])
     gd = ds.mudo_gd.values
     if np.isfinite(gd).any():
-        plot_reduced(ax_mudo, ds.step.values, _seed_mean(gd), color=COLORS[1],
+        plot_reduced(ax_mudo, ds.step.values, _overlay_mean(ds, "mudo_gd"), color=COLORS[1],
                      label="GD on F/2 at matched gamma")
     ax_mudo.axhline(ETA_STAR, color="k", lw=1, label="eta* (4.3)")
     ax_mudo.set(xlabel="Adam step", ylabel="mu^T omega", ylim=(-0.05, 1.1))
     ax_mudo.legend(fontsize=7)
 
 
+def _count_check(name, ok, *, claim, criterion):
+    """A per-seed count check: ``k`` of ``n`` seeds satisfy ``criterion``; it passes when the one-sided binomial test
+    rejects "a run shows it with probability <= 1/2" at level :data:`COUNT_LEVEL` (P(X >= k | n, 1/2) <= 0.05; with
+    8 seeds it needs >= 7). Measured and tested statistic: the count k/n."""
+    ok = np.asarray(ok, dtype=bool).reshape(-1)
+    n, k = ok.size, int(ok.sum())
+    p_value = float(stats.binom.sf(k - 1, n, 0.5))
+    k_min = int(next(j for j in range(n + 2) if j > n or stats.binom.sf(j - 1, n, 0.5) <= COUNT_LEVEL))
+    return CheckResult(name=f"{name}: {claim}", passed=p_value <= COUNT_LEVEL, measured=f"{k}/{n} seeds",
+                       expected=f"{criterion} in most runs",
+                       tolerance=f"one-sided binomial test of P(run shows it) <= 1/2 at level {COUNT_LEVEL:g}: needs "
+                                 f">= {k_min}/{n} (p = {p_value:.2g})", n_seeds=n)
+
+
+ZERO_SUM_TOL = 0.05  # |sum mu| / sum |mu|: formed pattern 0.0016 (spec §9 re-implementation), untrained init O(1)
+HOMOG_TOL = 0.1  # std/mean |omega_h|: formed pattern 0.01 (spec §9: omega = 0.132 / -0.132), untrained init O(1)
+MUDO_REL = 0.02  # mu^T omega vs eta*: the true loss puts the learned point at 0.888 = 1.01 eta* (spec §9), twice that
+
+
 def _pattern_checks(ds, tag, *, H):
+    """Observations 1-2 at the last logged step, one statistic each: sign matching, zero-sum OV and homogeneity
+    (per-seed counts, :func:`_count_check`); mu^T omega -> eta* is a gap row (:func:`_mudo_rows`)."""
     om = ds.omega.values[:, -1]
     mu = ds.mu.values[:, -1]
     pat = cf.classify_heads(om, mu)
-    out = [
-        CheckResult(name=f"{tag}: sign matching sign(mu_h) = sign(omega_h) on non-dummy heads (Observation 1)",
-                    passed=bool(np.all(pat.sign_matched)), measured=f"{int(pat.sign_matched.sum())}/{om.shape[0]} "
-                    "seeds", expected="all seeds", tolerance="exact (signs)"),
-    ]
+    out = [_count_check(tag, pat.sign_matched, claim="sign matching sign(mu_h) = sign(omega_h) on non-dummy heads "
+                        "(Observation 1)", criterion="all non-dummy heads sign-matched")]
     if H >= 2:
-        out.append(CheckResult(
-            name=f"{tag}: zero-sum OV |sum mu| / sum |mu| (Eq. (4.2))", passed=bool(np.all(pat.zero_sum_rel < 0.15)),
-            measured=float(np.max(pat.zero_sum_rel)), expected=0.0,
-            tolerance="< 0.15 (formed pattern: 0.003, spec §9 re-implementation; early training ~0.05)"))
-        out.append(CheckResult(
-            name=f"{tag}: mu^T omega -> eta* (Eq. (4.3))",
-            passed=bool(np.all(np.abs(pat.mu_dot_omega - ETA_STAR) < 0.1)),
-            measured=float(np.mean(pat.mu_dot_omega)), expected=ETA_STAR,
-            tolerance="+-0.1 (trained 0.888 at 500k steps, spec §9; short runs oscillate around it)"))
-        out.append(CheckResult(
-            name=f"{tag}: homogeneous KQ scaling std/mean |omega_h| over non-dummy heads (Eq. (4.4))",
-            passed=bool(np.all(pat.homogeneity < 0.3)), measured=float(np.max(pat.homogeneity)), expected=0.0,
-            tolerance="< 0.3 (500k steps: 0.01, spec §9; Observation 2 'homogeneous')"))
+        out.append(_count_check(tag, pat.zero_sum_rel < ZERO_SUM_TOL, claim="zero-sum OV (Eq. (4.2))",
+                                criterion=f"|sum mu| / sum |mu| < {ZERO_SUM_TOL:g} (formed: 0.0016, spec §9)"))
+        out.append(_count_check(tag, pat.homogeneity < HOMOG_TOL, claim="homogeneous KQ scaling (Eq. (4.4))",
+                                criterion=f"std/mean |omega_h| over non-dummy heads < {HOMOG_TOL:g} (formed: 0.01, "
+                                          "spec §9)"))
     return out
+
+
+def _mudo_rows(ds, tag):
+    """mu^T omega at the last logged step against eta* (4.3): mean over seeds, Student-t interval."""
+    pat = cf.classify_heads(ds.omega.values[:, -1:], ds.mu.values[:, -1:])
+    return compare_rows(f"{tag}: mu^T omega vs eta* (4.3)", ds.step.values[-1:], [ETA_STAR], pat.mu_dot_omega,
+                        rel_allowance=MUDO_REL, allowance_source="2 x the 1 % offset of the true-loss optimum over "
+                        "F's (learned 0.888 vs eta* = 0.879 at 500k steps, spec §9, §10 item 4)", d=D)
 
 
 def _circuit_vars(model, traj, order):
@@ -300,7 +363,8 @@ def _heads_ds(cfg, H, *, overlay=False):
 def _heatmap(ax, M, title, scale=1.15):
     vmax = float(np.max(np.abs(M))) * scale or 1.0
     im_ = ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-    ax.set_title(title, fontsize=8)
+    ax.figure.colorbar(im_, ax=ax, fraction=0.046, pad=0.03)
+    ax.set_title(title, fontsize=8, wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
     return im_
@@ -340,19 +404,19 @@ def gaps_fig1(ds):
 
 
 def checks_fig1(ds):
-    out = _pattern_checks(ds, "H=2", H=2)
+    """Fig. 1's own claims (the generic pattern checks of H = 2 are Fig. 13's): one positive and one negative head
+    with omega_1 ~ -omega_2, a diagonal KQ x-x block, and the overlay's precondition."""
     om = ds.omega.values[:, -1]
-    out.append(CheckResult(name="H=2: one positive and one negative head, omega_1 ~ -omega_2 (Observation 2)",
-                           passed=bool(np.all((om[:, 0] > 0) & (om[:, 1] < 0))
-                                       and np.all(np.abs(om[:, 0] + om[:, 1]) < 0.3 * np.abs(om).mean())),
-                           measured=float(np.max(np.abs(om[:, 0] + om[:, 1]))), expected=0.0,
-                           tolerance="|omega_1 + omega_2| < 0.3 mean |omega| (homogeneity, Eq. (4.4))"))
+    pair = (om[:, 0] > 0) & (om[:, 1] < 0) & (np.abs(om[:, 0] + om[:, 1]) < 0.3 * np.abs(om).mean(-1))
     off = ds.kq_offdiag.values
-    out.append(CheckResult(name="H=2: KQ x-x block becomes diagonal (Observation 1)",
-                           passed=bool(np.all(off[:, -1] < 0.5 * off[:, 0])), measured=float(off[:, -1].max()),
-                           expected="< half its initial value", tolerance="final off-diagonal ratio < 0.5 x initial "
-                           "(formed pattern: < 0.05, spec §9)"))
-    return out
+    return [
+        _count_check("H=2", pair, claim="one positive and one negative head, omega_1 ~ -omega_2 (Observation 2)",
+                     criterion="omega_1 > 0 > omega_2 and |omega_1 + omega_2| < 0.3 mean|omega_h|"),
+        _count_check("H=2", np.all(off[:, -1] < 0.5 * off[:, 0], axis=-1),
+                     claim="KQ x-x block becomes diagonal (Observation 1)",
+                     criterion="off-diagonal ratio of every head < 0.5 x its initial value (formed: < 0.05, spec §9)"),
+        _overlay_formed_check(ds, "H=2"),
+    ]
 
 
 _FIG1_CAPTION = ("Two heads (H = 2), " + COMMON_SETUP + ". Top: learned KQ^(h) = W_K^T W_Q / sqrt(d+1) (rows = key "
@@ -408,25 +472,24 @@ def plot_fig3(ds):
 
 
 def checks_fig3(ds):
-    out = []
+    """Fig. 3's claims not already checked by Fig. 13 (H = 4 sign matching and zero-sum are Fig. 13's)."""
     om1, mu1 = ds.omega1.values[:, -1], ds.mu1.values[:, -1]
-    out.append(CheckResult(name="H=1: sign matching sign(mu) = sign(omega)",
-                           passed=bool(np.all(np.sign(om1) == np.sign(mu1))), measured=f"{om1.round(3).tolist()}",
-                           expected="same signs", tolerance="exact"))
-    out.append(CheckResult(name="H=1: |omega| near the F_1 optimum 1/sqrt(d) = 0.447 (spec §7.3)",
-                           passed=bool(np.all(np.abs(np.abs(om1) - ds.attrs["omega_F1"]) < 0.15)),
-                           measured=float(np.mean(np.abs(om1))), expected=ds.attrs["omega_F1"],
-                           tolerance="+-0.15 (F omits O(1/L) terms; the true-loss optimum differs, spec §4.2)"))
     pat = cf.classify_heads(ds.omega4.values[:, -1], ds.mu4.values[:, -1])
-    out.append(CheckResult(name="H=4: sign matching on non-dummy heads and both signs present",
-                           passed=bool(np.all(pat.sign_matched) and np.all(pat.positive.any(-1))
-                                       and np.all(pat.negative.any(-1))),
-                           measured=f"dummies per seed {pat.dummy.sum(-1).tolist()}", expected="H+ and H- nonempty",
-                           tolerance="exact (signs)"))
-    out.append(CheckResult(name="H=4: zero-sum OV (Eq. (4.2))", passed=bool(np.all(pat.zero_sum_rel < 0.15)),
-                           measured=float(np.max(pat.zero_sum_rel)), expected=0.0,
-                           tolerance="|sum mu| / sum |mu| < 0.15"))
-    return out
+    return [
+        _count_check("H=1", (np.sign(om1) == np.sign(mu1)) & (om1 != 0), claim="sign matching sign(mu) = sign(omega)",
+                     criterion="same signs"),
+        _count_check("H=4", pat.positive.any(-1) & pat.negative.any(-1),
+                     claim="both positive and negative heads (Observation 2)", criterion="H+ and H- non-empty"),
+    ]
+
+
+def gaps_fig3(ds):
+    """H = 1: the learned |omega| against the F_1 optimum 1/sqrt(d) (spec §7.3), mean over seeds."""
+    return compare_rows("H=1: |omega| vs the F_1 optimum 1/sqrt(d) (spec §7.3)", ds.step.values[-1:],
+                        [ds.attrs["omega_F1"]], np.abs(ds.omega1.values[:, -1:]), rel_allowance=1 / 3,
+                        allowance_source="toolkit allowance (0.15 of 0.447): the net minimises the true loss, which "
+                        "F_1 underestimates by 9 % at its optimum (0.372 vs 0.409, spec §11), so F_1 predicts the "
+                        "scale 1/sqrt(d) of omega, not its value", d=D)
 
 
 @register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="icl_regression.md §3, §7.3, §9",
@@ -435,7 +498,7 @@ def checks_fig3(ds):
                    "classified by |mu_h| < 0.05 max|mu|), " + COMMON_SETUP + ". Heatmaps of one seed at the end."),
           unrecoverable=(UNREC_STEPS, "dummy-head threshold 0.05 max|mu| (spec §3 toolkit choice)"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig3,
-          checks=checks_fig3)
+          gaps=gaps_fig3, checks=checks_fig3)
 def data_fig3(cfg) -> xr.Dataset:
     """Fig. 3: H = 1 and H = 4 training (spec §9)."""
     d1 = _heads_ds(cfg, 1)
@@ -484,50 +547,58 @@ def plot_fig4(ds):
     return fig
 
 
+REDUCED_REL = 0.1  # trained net vs its reduced predictor (3.2): see the allowance source in gaps_fig4/gaps_fig8
+REDUCED_SOURCE = ("toolkit allowance, 10 % of the risk: the off-pattern weights of a short run (KQ off-diagonal, "
+                  "y-row, OV x-part; logged per head) are not in the reduced predictor (3.2); they shrink to < 0.04 "
+                  "only after ~1e5 Adam steps (spec §9)")
+
+
 def gaps_fig4(ds):
     rows = []
     for i, H in enumerate(ds.H.values):
         # learned model vs its own reduced pattern predictor (3.2) at the probed (omega, mu), same L'
-        rows += gap_rows(f"H={int(H)}: test MSE, trained net - reduced predictor at probed (omega, mu)",
-                         ds.L_test.values, np.zeros(ds.sizes["L_test"]), (ds.test_mse - ds.reduced_mse).values[i],
-                         tol_se=TOL_SE, atol=0.03, justification=JUST_SE + "; atol 0.03: off-pattern weights "
-                         "(KQ off-diagonal, y-row, OV x-part) of a finite run are not in the reduced predictor")
+        rows += compare_rows(f"H={int(H)}: test MSE, trained net vs reduced predictor (3.2) at probed (omega, mu)",
+                             ds.L_test.values, np.zeros(ds.sizes["L_test"]), (ds.test_mse - ds.reduced_mse).values[i]
+                             / ds.reduced_mse.values[i].mean(0), allowance=REDUCED_REL,
+                             allowance_source=REDUCED_SOURCE + "; the gap is relative to the reduced predictor's MSE",
+                             d=D)
+    n = int(ds.attrs["n_mc"])
     for j in np.flatnonzero(ds.L.values >= 40):
-        rows.append(GapRow(quantity="two-head MC risk vs R_dGD(0.897) (spec §9: within 0.0005 for L >= 40)",
-                           time=float(ds.L.values[j]), theory=float(ds.R_dGD.values[j]),
-                           mean=float(ds.two_head.values[j]), se=float(ds.two_head_se.values[j]),
-                           n_seeds=int(ds.attrs["n_mc"]), tol_se=TOL_SE, atol=0.0005,
-                           justification="5 Monte Carlo SE (over prompts) + 0.0005 (spec §9 Fig. 4(b))"))
+        rows.append(GapRow.from_stats(
+            quantity="two-head MC risk vs R_dGD(0.897) (spec §9: within 0.0005 for L >= 40)",
+            time=float(ds.L.values[j]), theory=float(ds.R_dGD.values[j]), mean=float(ds.two_head.values[j]),
+            se=float(ds.two_head_se.values[j]), n_seeds=n, allowance=0.0005,
+            allowance_source="spec §9 Fig. 4(b): the two-head MC is within 0.0005 of R_dGD for L >= 40 (table 4.3(a))"))
     return rows
 
 
 def checks_fig4(ds):
     i40 = int(np.argmin(np.abs(ds.L_test.values - 40)))
-    m = ds.test_mse.values.mean(axis=1)  # (H, L')
+    t = ds.test_mse.values  # (H, seed, L')
     Hs = list(ds.H.values)
     out = []
     if 1 in Hs and len(Hs) > 1:
         i1 = Hs.index(1)
         multi = [i for i, H in enumerate(Hs) if H >= 2]
-        out.append(CheckResult(name="Observation 3: multi-head beats single head at L' = 40",
-                               passed=bool(np.all(m[multi, i40] < m[i1, i40])),
-                               measured=f"H=1: {m[i1, i40]:.4f}; H>=2: {np.round(m[multi, i40], 4).tolist()}",
-                               expected="H>=2 below H=1", tolerance="strict ordering of seed means"))
+        out.append(_count_check("H>=2 vs H=1", np.all(t[multi, :, i40] < t[i1, :, i40], axis=0),
+                                claim="multi-head beats single head at L' = 40 (Observation 3)",
+                                criterion="every H >= 2 run below the H = 1 run of the same seed index"))
     for i, H in enumerate(Hs):
         if H >= 2:
-            out.append(CheckResult(name=f"H={H}: test MSE decreases with L' (softmax normalises by L', §7.6)",
-                                   passed=bool(m[i, -1] < m[i, 0]), measured=f"{m[i, 0]:.4f} -> {m[i, -1]:.4f}",
-                                   expected="decreasing", tolerance="first vs last L'"))
-    two = ds.two_head.values
-    ridge = ds.ridge.values
-    out.append(CheckResult(name="Fig. 4(b) ordering: ridge (Bayes) <= two-head ~ dGD at every L",
-                           passed=bool(np.all(ridge < two)), measured=f"max ridge - two-head {np.max(ridge - two):.4f}",
-                           expected="< 0", tolerance="strict, MC means"))
-    sh = ds.single_head.values
-    out.append(CheckResult(name="single head worse than two heads at L >= 20 (e-fold variance penalty, §7.3)",
-                           passed=bool(np.all(sh[ds.L.values >= 20] > two[ds.L.values >= 20])),
-                           measured=f"min gap {np.min((sh - two)[ds.L.values >= 20]):.4f}", expected="> 0",
-                           tolerance="strict, MC means"))
+            out.append(_count_check(f"H={H}", t[i, :, -1] < t[i, :, 0],
+                                    claim="test MSE decreases with L' (softmax normalises by L', §7.6)",
+                                    criterion="MSE at the largest L' below that at the smallest"))
+    z = stats.norm.isf(1e-3)  # one-sided 1e-3: the MC difference must exceed z of its SEs
+    for key, lab, sel in (("ridge", "ridge (Bayes) below the two-head predictor", slice(None)),
+                          ("two_head", "two heads below the single head (e-fold variance penalty, §7.3)",
+                           ds.L.values >= 20)):
+        lo, hi = (ds.ridge, ds.two_head) if key == "ridge" else (ds.two_head, ds.single_head)
+        lo_se, hi_se = ds[f"{lo.name}_se"].values[sel], ds[f"{hi.name}_se"].values[sel]
+        zs = (hi.values[sel] - lo.values[sel]) / np.hypot(lo_se, hi_se)
+        out.append(CheckResult(name=f"Fig. 4(b) ordering: {lab}" + (" at L >= 20" if key != "ridge" else ""),
+                               passed=bool(np.all(zs > z)), measured=float(np.min(zs)), expected=f"> {z:.2f}",
+                               tolerance="smallest difference over L in units of its Monte Carlo SE, one-sided "
+                                         "level 1e-3 per L", n_seeds=int(ds.attrs["n_mc"])))
     return out
 
 
@@ -600,13 +671,14 @@ def plot_fig5(ds):
     for j in range(n_pan):
         for h in range(H):
             ax = axes[h, j]
-            ax.imshow(ds.KQ_panels.values[j, h], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+            mappable = ax.imshow(ds.KQ_panels.values[j, h], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
             ax.set_xticks([])
             ax.set_yticks([])
             if h == 0:
                 ax.set_title(f"step {int(ds.panel_step.values[j])}", fontsize=8)
             if j == 0:
                 ax.set_ylabel(f"head {h + 1}", fontsize=8)
+    fig.colorbar(mappable, ax=axes[:H, :].ravel().tolist(), shrink=0.8, label="KQ entry (one scale)")
     ax_o = axes[H, 0]
     gs = ax_o.get_gridspec()
     for ax in axes[H, :]:
@@ -623,32 +695,27 @@ def plot_fig5(ds):
 
 
 def checks_fig5(ds):
-    off = ds.kq_offdiag.values[0]
-    pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
-    return [CheckResult(name="H=4: the KQ diagonal pattern forms early (Observation 4)",
-                        passed=bool(np.all(off[-1] < 0.5 * off[0])),
-                        measured=f"off-diagonal ratio {np.round(off[0], 2).tolist()} -> "
-                                 f"{np.round(off[-1], 2).tolist()}",
-                        expected="< half the initial value", tolerance="per head, seed 0"),
-            CheckResult(name="H=4: dummy heads (|mu_h| < 0.05 max|mu|) have KQ -> small", passed=True,
-                        measured=f"dummies per seed {pat.dummy.sum(-1).tolist()}", expected="reported only",
-                        tolerance="informational (spec §10 item 9: F alone does not explain dummy heads)")]
+    """Observation 4: the KQ diagonal pattern forms early (by step 1000, or the end of a shorter run)."""
+    off = ds.kq_offdiag.values  # (seed, step, head)
+    j = int(np.flatnonzero(ds.step.values <= 1000)[-1])
+    return [_count_check("H=4", np.all(off[:, j] < 0.5 * off[:, 0], axis=-1),
+                         claim=f"the KQ diagonal pattern forms early (Observation 4), by step {int(ds.step.values[j])}",
+                         criterion="off-diagonal ratio of every head < 0.5 x its initial value")]
 
 
 @register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="icl_regression.md §3, §9",
           caption=("Evolution of KQ^(h) (divided by sqrt(d+1), the toolkit default; rows = key features) of a "
-                   "four-head run (" + COMMON_SETUP + ") at the fractions 0, 0.002, 0.004, 0.02, 0.2, 1 of the run "
-                   "(the paper's steps 1, 1k, 2k, 10k, 100k, 500k of 500k), one colour scale; bottom: omega_h and "
-                   "mu_h of the same seed."),
-          unrecoverable=(UNREC_STEPS, "panel steps scaled to the run length"),
+                   "four-head run (" + COMMON_SETUP + ") at the paper's steps 0, 1k, 2k, 10k, 100k, 500k that the run "
+                   "reaches, plus its last step (and steps 250, 500 for a run shorter than 10k), one colour scale; "
+                   "bottom: omega_h and mu_h of the same seed."),
+          unrecoverable=(UNREC_STEPS, "panel 'Step 1' of the paper drawn at step 0 (toolkit logging, spec §0.2)"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig5,
           checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
     """Fig. 5: KQ heatmaps of a four-head run at the spec's step fractions (spec §9)."""
     ds = _heads_ds(cfg, 4)
-    n = cfg.params["n_steps"]
-    want = np.rint(np.asarray(FIG5_FRACTIONS) * n).astype(int)
-    idx = [int(np.argmin(np.abs(ds.step.values - w))) for w in want]
+    want = fig5_panel_steps(cfg.params["n_steps"])
+    idx = [int(np.flatnonzero(ds.step.values == w)[0]) for w in want]  # every panel step is logged (_run_cached)
     panels = ds.KQ.values[0][idx]  # (panel, head, row, col)
     return ds.assign(KQ_panels=(("panel", "head", "row", "col"), panels),
                      panel_step=(("panel",), ds.step.values[idx]))
@@ -691,20 +758,20 @@ def plot_fig6(ds):
 
 
 def gaps_fig6(ds):
+    """Monte Carlo true loss against the spec's Monte Carlo tables: both sides carry their SE (theory_se)."""
     rows = []
     n = int(ds.attrs["n_mc"])
     for j, L in enumerate(ds.L.values):
         if int(L) in TABLE_43A:
             ref, se = TABLE_43A[int(L)]
-            rows.append(GapRow(quantity="MC true loss at (0.13, 3.45) vs spec table 4.3(a)", time=float(L), theory=ref,
-                               mean=float(ds.R_L.values[j]), se=math.hypot(float(ds.R_L_se.values[j]), se),
-                               n_seeds=n, tol_se=TOL_SE, justification="5 SE of the difference of two independent "
-                               "Monte Carlo estimates (prompts; the table's SE included)"))
+            rows.append(GapRow.from_stats(quantity="MC true loss at (0.13, 3.45) vs spec table 4.3(a) (MC)",
+                                          time=float(L), theory=ref, theory_se=se, theory_n=n,
+                                          mean=float(ds.R_L.values[j]), se=float(ds.R_L_se.values[j]), n_seeds=n))
     for j, g in enumerate(ds.gamma_m.values):
         ref, se = TABLE_43B[round(float(g), 2)]
-        rows.append(GapRow(quantity="MC true loss on S_gamma vs spec table 4.3(b)", time=float(g), theory=ref,
-                           mean=float(ds.R_g.values[j]), se=math.hypot(float(ds.R_g_se.values[j]), se), n_seeds=n,
-                           tol_se=TOL_SE, justification="5 SE of the difference of two independent MC estimates"))
+        rows.append(GapRow.from_stats(quantity="MC true loss on S_gamma vs spec table 4.3(b) (MC)", time=float(g),
+                                      theory=ref, theory_se=se, theory_n=n, mean=float(ds.R_g.values[j]),
+                                      se=float(ds.R_g_se.values[j]), n_seeds=n))
     return rows
 
 
@@ -713,8 +780,10 @@ def checks_fig6(ds):
     big_L = ds.L.values[-1]
     return [
         CheckResult(name="F underestimates the true loss on S_gamma by ~eta*/L (table 4.3(b))",
-                    passed=bool(np.all(np.abs(err + ETA_STAR / L_TRAIN) < 0.006)), measured=float(np.mean(err)),
-                    expected=-ETA_STAR / L_TRAIN, tolerance="+-0.006 (table 4.3(b): -0.0218 .. -0.0251)"),
+                    passed=bool(np.all(np.abs(err + ETA_STAR / L_TRAIN) < 0.006)),
+                    measured=float(np.max(np.abs(err + ETA_STAR / L_TRAIN))), expected="< 0.006",
+                    tolerance="largest |(F - R) + eta*/L| over the gamma grid < 0.006 (table 4.3(b): F - R from "
+                              "-0.0218 to -0.0251 against eta*/L = 0.0220)"),
         CheckResult(name="(F - R) L -> -eta(2 - eta/eta*) as L grows (§4.2)",
                     passed=bool(abs(ds.err_L.values[-1] * big_L - ds.err_L_limit.values[-1] * big_L) < 0.3),
                     measured=float(ds.err_L.values[-1] * big_L), expected=float(ds.err_L_limit.values[-1] * big_L),
@@ -862,26 +931,24 @@ def plot_fig8(ds):
 
 def gaps_fig8(ds):
     i = list(ds.model.values).index("linear attention")
-    return gap_rows("linear attention test MSE vs R_GD(learned eta L'/40; L')", ds.L_test.values,
-                    ds.R_lin_at_test.values, ds.test_mse.values[i] - ds.R_lin_seed_offset.values[i], tol_se=TOL_SE,
-                    atol=0.03, justification=JUST_SE + "; atol 0.03: a finite run's off-pattern weights")
+    theory = ds.R_lin_at_test.values
+    rel = (ds.test_mse.values[i] - ds.R_lin_seed_offset.values[i]) / theory - 1.0  # relative to the theory
+    return compare_rows("linear attention test MSE vs R_GD(learned eta L'/40; L'), relative", ds.L_test.values,
+                        np.zeros_like(theory), rel, allowance=REDUCED_REL, allowance_source=REDUCED_SOURCE, d=D)
 
 
 def checks_fig8(ds):
     names = list(ds.model.values)
-    m = ds.test_mse.values.mean(1)
+    t = ds.test_mse.values  # (model, seed, L')
     i_lin = names.index("linear attention")
-    L = ds.L_test.values
-    i40 = int(np.argmin(np.abs(L - 40)))
-    out = [CheckResult(name="linear attention error rises for L' beyond L_train (overshoot, §7.6)",
-                       passed=bool(m[i_lin, -1] > m[i_lin, i40]), measured=f"{m[i_lin, i40]:.4f} -> {m[i_lin, -1]:.4f}",
-                       expected="increasing beyond ~45", tolerance="L' = 40 vs largest L'")]
+    i40 = int(np.argmin(np.abs(ds.L_test.values - 40)))
+    out = [_count_check("linear attention", t[i_lin, :, -1] > t[i_lin, :, i40],
+                        claim="error rises for L' beyond L_train (overshoot, §7.6)",
+                        criterion="MSE at the largest L' above that at L' = 40")]
     for i, n in enumerate(names):
         if n.startswith("softmax"):
-            out.append(CheckResult(name=f"{n}: error keeps decreasing with L' (§7.6)",
-                                   passed=bool(m[i, -1] < m[i, i40]),
-                                   measured=f"{m[i, i40]:.4f} -> {m[i, -1]:.4f}", expected="decreasing",
-                                   tolerance="L' = 40 vs largest L'"))
+            out.append(_count_check(n, t[i, :, -1] < t[i, :, i40], claim="error keeps decreasing with L' (§7.6)",
+                                    criterion="MSE at the largest L' below that at L' = 40"))
     return out
 
 
@@ -928,12 +995,13 @@ RHO = 0.5  # spec §8.1: code default [C][U]
 def plot_fig12(ds):
     fig, axes = new_figure(1, 4, figsize=(13, 3.4))
     vmax = float(max(np.abs(ds.G_learned.values[0]).max(), np.abs(ds.G_star.values).max()))
-    for ax, M, title in ((axes[0], ds.G_learned.values[0], "learned G = (sum_h mu_h KQ_h,xx)^T"),
+    for ax, M, title in ((axes[0], ds.G_learned.values[0], "learned G (seed 0)"),
                          (axes[1], ds.G_star.values, "G* (Lemma E.4)"), (axes[2], ds.Sigma_inv.values, "Sigma^-1")):
-        ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        mappable = ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
         ax.set_title(title, fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
+    fig.colorbar(mappable, ax=axes[:3].tolist(), fraction=0.03, label="entry (one scale)")
     ax = axes[3]
     S = ds.sizes["seed"]
     x = np.arange(S)
@@ -947,18 +1015,15 @@ def plot_fig12(ds):
 def checks_fig12(ds):
     pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
     return [
-        CheckResult(name="non-isotropic H=2: sign matching and zero-sum OV (pattern (5.3))",
-                    passed=bool(np.all(pat.sign_matched) and np.all(pat.zero_sum_rel < 0.15)),
-                    measured=float(np.max(pat.zero_sum_rel)), expected=0.0, tolerance="|sum mu|/sum|mu| < 0.15"),
-        CheckResult(name="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, §8.1)",
-                    passed=bool(np.all(ds.dist_G_star.values < ds.dist_Sigma_inv.values)),
-                    measured=f"{np.round(ds.dist_G_star.values, 3).tolist()} vs "
-                             f"{np.round(ds.dist_Sigma_inv.values, 3).tolist()}",
-                    expected="first < second", tolerance="per seed"),
-        CheckResult(name="learned risk vs R(G*) = optimal preconditioned GD (Lemma E.4)",
-                    passed=bool(np.all(ds.risk_final.values < ds.attrs["R_Sigma_inv"])),
-                    measured=float(np.mean(ds.risk_final.values)), expected=float(ds.attrs["R_G_star"]),
-                    tolerance=f"below R(Sigma^-1) = {ds.attrs['R_Sigma_inv']:.4f}"),
+        _count_check("non-isotropic H=2", pat.sign_matched & (pat.zero_sum_rel < ZERO_SUM_TOL),
+                     claim="sign matching and zero-sum OV (pattern (5.3))",
+                     criterion=f"sign-matched heads and |sum mu|/sum|mu| < {ZERO_SUM_TOL:g}"),
+        _count_check("non-isotropic H=2", ds.dist_G_star.values < ds.dist_Sigma_inv.values,
+                     claim="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, §8.1)",
+                     criterion="||G - G*|| < ||G - Sigma^-1|| (relative Frobenius)"),
+        _count_check("non-isotropic H=2", ds.risk_final.values < ds.attrs["R_Sigma_inv"],
+                     claim=f"learned risk below R(Sigma^-1) = {ds.attrs['R_Sigma_inv']:.4f} (Lemma E.4: "
+                           f"R(G*) = {ds.attrs['R_G_star']:.4f})", criterion="final evaluation risk < R(Sigma^-1)"),
     ]
 
 
@@ -1007,11 +1072,23 @@ def plot_fig13(ds):
     return fig
 
 
+def _fig13_sub(ds, j):
+    H = int(ds.H.values[j])
+    return xr.Dataset({"omega": ds.omega[j, :, :, :H], "mu": ds.mu[j, :, :, :H]}, coords={"step": ds.step.values})
+
+
 def checks_fig13(ds):
     out = []
     for j, H in enumerate(ds.H.values):
-        sub = xr.Dataset({"omega": ds.omega[j, :, :, : int(H)], "mu": ds.mu[j, :, :, : int(H)]})
-        out += _pattern_checks(sub, f"H={int(H)}", H=int(H))
+        out += _pattern_checks(_fig13_sub(ds, j), f"H={int(H)}", H=int(H))
+    return out
+
+
+def gaps_fig13(ds):
+    out = []
+    for j, H in enumerate(ds.H.values):
+        if int(H) >= 2:
+            out += _mudo_rows(_fig13_sub(ds, j), f"H={int(H)}")
     return out
 
 
@@ -1021,7 +1098,7 @@ def checks_fig13(ds):
           unrecoverable=("every H trained with the common setup (spec §9 Figs. 13-14 default)", UNREC_STEPS),
           params={"tiny": dict(TRAIN_TINY, Hs=[2, 4]), "quick": dict(TRAIN_QUICK, Hs=[2, 4]),
                   "paper": dict(TRAIN_PAPER, Hs=[2, 3, 4, 5, 6, 7, 8])},
-          plot=plot_fig13, checks=checks_fig13)
+          plot=plot_fig13, gaps=gaps_fig13, checks=checks_fig13)
 def data_fig13(cfg) -> xr.Dataset:
     """Figs. 13-14: dynamics for H in cfg.params['Hs'] (heads padded with NaN to max H)."""
     Hs = list(cfg.params["Hs"])
@@ -1076,9 +1153,9 @@ def checks_fig16(ds):
         for t in range(2):
             m = ds.mu.values[j, :, : int(H), t]
             rel = np.abs(m.sum(-1)) / np.abs(m).sum(-1)
-            out.append(CheckResult(name=f"multi-task H={int(H)}: zero-sum OV for task {t + 1} (spec §8.3)",
-                                   passed=bool(np.all(rel < 0.2)), measured=float(rel.max()), expected=0.0,
-                                   tolerance="|sum_h mu_h,t| / sum_h |mu_h,t| < 0.2 (reported 3-head run: 0.003)"))
+            out.append(_count_check(f"multi-task H={int(H)}", rel < 0.2, claim=f"zero-sum OV for task {t + 1} "
+                                    "(spec §8.3)", criterion="|sum_h mu_h,t| / sum_h |mu_h,t| < 0.2 (reported "
+                                    "3-head run: 0.003)"))
     return out
 
 
@@ -1089,7 +1166,9 @@ def checks_fig16(ds):
                                                   "Learned mean KQ diagonal per coordinate group and OV label entries "
                                                   "per task, one seed at the end."),
           unrecoverable=(UNREC_STEPS,),
-          params={"tiny": dict(TRAIN_TINY, Hs=[2]), "quick": dict(TRAIN_QUICK, Hs=[2]),
+          paper_only=("the multi-task heads pair up (per-task zero-sum, Table 2) only after ~20 000 Adam steps; the "
+                      "quick run (1 000 steps) shows the start of training"),
+          params={"tiny": dict(TRAIN_TINY, Hs=[2]), "quick": dict(TRAIN_MT_QUICK, Hs=[2]),
                   "paper": dict(TRAIN_PAPER, Hs=[1, 2, 3, 4])},
           plot=plot_fig16, checks=checks_fig16)
 def data_fig16(cfg) -> xr.Dataset:
@@ -1116,15 +1195,26 @@ def data_fig16(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 # Fig. 20: softmax weight norms
 # ----------------------------------------------------------------------------------------------------------------------
+def _fig20_references(omega: float, d: int, L: int) -> list[tuple[float, str, str]]:
+    """Reference lines of one Fig. 20 panel: 1/sqrt(L) always; the large-L prediction exp(omega^2 d/2)/sqrt(L)
+    (spec §4.2) only where it applies (omega^2 d <= 1: beyond it the prediction exceeds the largest possible norm 1,
+    e.g. 7.7e7 at d = 40, omega = 1, and would stretch the axis); there, the one-hot norm 1 instead."""
+    out = [(1 / math.sqrt(L), "-", "1/sqrt(L)")]
+    if omega * omega * d <= 1.0 + 1e-12:
+        out.append((math.exp(omega * omega * d / 2) / math.sqrt(L), "--", "exp(omega^2 d/2)/sqrt(L)"))
+    else:
+        out.append((1.0, ":", "one-hot: |w| = 1"))
+    return out
+
+
 def plot_fig20(ds):
     fig, axes = new_figure(1, ds.sizes["case"], figsize=(3.2 * ds.sizes["case"], 3.2))
     L = int(ds.attrs["L"])
     for j in range(ds.sizes["case"]):
         ax = axes[j]
         ax.hist(ds.norms.values[j], bins=50, color=COLORS[j % 7], alpha=0.8)
-        ax.axvline(1 / np.sqrt(L), color="k", lw=1, label="1/sqrt(L)")
-        ax.axvline(np.exp(ds.omega.values[j] ** 2 * ds.d.values[j] / 2) / np.sqrt(L), color="k", ls="--", lw=1,
-                   label="exp(omega^2 d/2)/sqrt(L)")
+        for x, style, lab in _fig20_references(float(ds.omega.values[j]), int(ds.d.values[j]), L):
+            ax.axvline(x, color="k", lw=1, ls=style, label=lab)
         ax.set(title=f"d = {int(ds.d.values[j])}, omega = {ds.omega.values[j]:.3g}", xlabel="|softmax weights|")
         ax.legend(fontsize=6)
     return fig
@@ -1175,13 +1265,13 @@ def plot_fig21(ds):
     _plot_overlay(axes[0], axes[1], ds)
     mean, lo, hi = band_over_seeds(ds.sum_mu.values, method="percentile")
     plot_empirical_band(axes[2], ds.step.values, mean, lo, hi, color=COLORS[0], label="learned sum mu")
-    plot_reduced(axes[2], ds.step.values, _seed_mean(ds.summu_gd.values), color=COLORS[1], label="GD on F/2")
+    plot_reduced(axes[2], ds.step.values, _overlay_mean(ds, "summu_gd"), color=COLORS[1], label="GD on F/2")
     axes[2].axhline(0, color="k", lw=0.8)
     axes[2].set(xlabel="Adam step", ylabel="sum_h mu_h (4.2)")
     axes[2].legend(fontsize=7)
     mean, lo, hi = band_over_seeds(ds.homogeneity.values, method="percentile")
     plot_empirical_band(axes[3], ds.step.values, mean, lo, hi, color=COLORS[0], label="learned")
-    plot_reduced(axes[3], ds.step.values, _seed_mean(ds.homog_gd.values), color=COLORS[1], label="GD on F/2")
+    plot_reduced(axes[3], ds.step.values, _overlay_mean(ds, "homog_gd"), color=COLORS[1], label="GD on F/2")
     axes[3].set(xlabel="Adam step", ylabel="std/mean |omega_h| (4.4)")
     axes[3].legend(fontsize=7)
     return fig
@@ -1192,7 +1282,8 @@ def gaps_fig21(ds):
 
 
 def checks_fig21(ds):
-    return _pattern_checks(ds, "H=4", H=4)
+    """The overlay's precondition only (the H = 4 pattern checks are Fig. 13's)."""
+    return [_overlay_formed_check(ds, "H=4")]
 
 
 @register(name="icl_regression.fig21", model=MODEL, paper=f"{PAPER}, Fig. 21", spec="icl_regression.md §5, §9, §12",
