@@ -1,13 +1,13 @@
-"""Torch single-location benchmark (issue 7): the Fig. 5 protocol (spec single_location.md Sec. 8.4: d = 80, L = 10,
-batch 5, alpha = 1e-3, lambda_n = 2/(1 + 1e-4 n), online stochastic PGD of the erf predictor), 30 seeds trained
+"""Torch single-location benchmark (issues 7, 13): the Fig. 5 protocol (spec single_location.md Sec. 8.4: d = 80,
+L = 10, batch 5, alpha = 1e-3, lambda_n = 2/(1 + 1e-4 n), online stochastic PGD of the erf predictor), 30 seeds trained
 together through the shared trainer against 30 sequential single-seed runs of the same model and steps (target >= 10x
 on CPU), in float64 on CPU.
 
 torch runs with one intra-op thread (restored afterwards): the tensors are tiny, and on a shared machine spinning
-threads only contend. Times are process-CPU times. Per seed-step the batched run still pays the data draw (4 000
-normals per sample), which bounds the ratio; the per-step Python/autograd overhead is what the seed axis amortises.
-torch's float64 normal sampler is ~4x slower than its float32 one on CPU, so the benchmark also reports the model with
-``normals="float32"`` (normals drawn in float32, all arithmetic in float64; see ``sample_batch``).
+threads only contend. Times are process-CPU times. The data (4 000 float64 normals per sample) are drawn by the
+model's ``draw`` from the trainer's counter-keyed block streams (``empirical.seeding.BlockRNG``: all seeds in one
+compiled call); a second row times the same run with the per-seed ``torch.Generator`` sampler (``sample``), the
+sampler before issue 13, to show what the block streams buy.
 """
 
 from __future__ import annotations
@@ -21,13 +21,19 @@ from empirical.train import train
 N_SEEDS = 30
 
 
+class _TorchSampler(slm.SingleLocationAttention):
+    """The same model without ``draw``: the trainer falls back to ``sample`` (one torch.Generator per seed)."""
+
+    draw = None
+
+
 def _ratio(model, n_steps):
     def config(seeds):
         # Steady state of a long run: Fig. 5 draws its 1 000 test samples once per 200 000 steps; in a short benchmark
         # that draw would dominate, so the test set has 100 samples (logged at 3 steps).
         return slm.fig5_config(seeds, n_steps=n_steps, log_every=n_steps // 2, eval_size=100)
 
-    train(model, config((0,)), device="cpu")  # warm-up (first-call costs), not timed
+    train(model, config((0,)), device="cpu")  # warm-up (first-call costs, numba cache load), not timed
     t_batched = cpu_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2, warmup=False)
     t_sequential = cpu_time(lambda: [train(model, config((s,)), device="cpu") for s in range(N_SEEDS)], warmup=False)
     return t_batched, t_sequential
@@ -36,17 +42,19 @@ def _ratio(model, n_steps):
 def run(quick: bool) -> list[Result]:
     n_steps = 200 if quick else 2000
     task = SingleLocation(d=80, L=10, noise=0.1)
+    fast = slm.build(task, rng=0)
+    slow = _TorchSampler(task, k_star=fast.k_star_np, v_star=fast.v_star_np)
     out = []
     with torch_threads(1):
-        for normals in ("float64", "float32"):
-            t_batched, t_sequential = _ratio(slm.build(task, rng=0, normals=normals), n_steps)
+        for label, model in (("block streams", fast), ("per-seed torch.Generator", slow)):
+            t_batched, t_sequential = _ratio(model, n_steps)
             seed_steps = N_SEEDS * n_steps
             out.append(Result(
-                f"single_location Fig. 5 SGD ({normals} normals): {N_SEEDS} seeds in one run vs {N_SEEDS} "
-                "single-seed runs", "seed-steps", seed_steps / t_batched, seed_steps / t_sequential,
-                f"{N_SEEDS} sequential train() calls", target_ratio=10,
-                note=f"erf predictor, d=80, L=10, batch 5, {n_steps} steps, 100 test samples, float64 arithmetic, "
-                     f"data normals drawn in {normals}, CPU, 1 thread, process time; batched run: "
+                f"single_location Fig. 5 SGD ({label}): {N_SEEDS} seeds in one run vs {N_SEEDS} single-seed runs",
+                "seed-steps", seed_steps / t_batched, seed_steps / t_sequential,
+                f"{N_SEEDS} sequential train() calls", target_ratio=10 if model is fast else None,
+                note=f"erf predictor, d=80, L=10, batch 5, {n_steps} steps, 100 test samples, float64 normals and "
+                     f"arithmetic, data from {label}, CPU, 1 thread, process time; batched run: "
                      f"{n_steps / t_batched:.0f} steps/s ({N_SEEDS} seeds), single seed: "
                      f"{N_SEEDS * n_steps / t_sequential:.0f} steps/s"))
     return out

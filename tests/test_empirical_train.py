@@ -24,7 +24,7 @@ from dynamics.errors import DivergenceError  # noqa: E402
 from dynamics.saveat import SaveAt  # noqa: E402
 from dynamics.trajectory import Trajectory  # noqa: E402
 from empirical.checkpoint import load_checkpoint  # noqa: E402
-from empirical.seeding import STREAMS  # noqa: E402
+from empirical.seeding import STREAMS, BlockRNG, stream_keys  # noqa: E402
 from empirical.train import Schedule, TrainConfig, per_seed, train  # noqa: E402
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se  # noqa: E402
 from tests._training import kill_and_resume, same  # noqa: E402
@@ -87,6 +87,17 @@ class Regression:
         w = params["w"]
         q = (w ** 2).sum(-1) - 2 * w[:, 0] + 1.0  # |w - e_1|^2
         return {"q": q, "w0": w[:, 0].clone()}
+
+
+class CounterRegression(Regression):
+    """:class:`Regression` drawing its data from the trainer's counter-keyed block streams (``draw``)."""
+
+    name = "toy_regression_counter"
+
+    def draw(self, rng, n, *, device, dtype):
+        x = rng.normal((n, self.spec.d), dtype=dtype)
+        xi = rng.normal((n,), dtype=dtype, bits=32)
+        return {"x": x, "y": x[..., 0] + self.spec.eps * xi}
 
 
 class SphereTeacher:
@@ -346,9 +357,10 @@ def test_schedule_values_and_refusals():
 # Many seeds at once; resume; divergence
 
 
+@pytest.mark.parametrize("cls", [Regression, CounterRegression])
 @pytest.mark.parametrize("mode", [dict(optimizer="adam", refill=3), dict(dataset_size=10, momentum=0.9)])
-def test_batched_seeds_equal_separate_single_seed_runs_bitwise(mode):
-    model = Regression(d=5, bias=True)
+def test_batched_seeds_equal_separate_single_seed_runs_bitwise(mode, cls):
+    model = cls(d=5, bias=True)
     cfg = config(seeds=(3, 11, 42), **mode)
     together, params = train(model, cfg, device=CPU, return_params=True)
     for i, seed in enumerate(cfg.seeds):
@@ -378,9 +390,10 @@ def test_a_shorter_run_is_a_prefix_of_a_longer_one():
 
 # Checkpoints at 7, 14, 21; the kill comes in update 23. Step 21 lies inside a data block in both modes (online
 # blocks of 5 steps start at 20; epochs of 20 // 4 = 5 steps start at 20), so resuming re-draws a block mid-way.
+@pytest.mark.parametrize("cls", [Regression, CounterRegression])
 @pytest.mark.parametrize("mode", [dict(optimizer="adam", refill=5), dict(dataset_size=20, momentum=0.9)])
-def test_resume_after_a_kill_is_bit_identical_to_an_uninterrupted_run(tmp_path, mode):
-    model = Regression(d=5, bias=True)
+def test_resume_after_a_kill_is_bit_identical_to_an_uninterrupted_run(tmp_path, mode, cls):
+    model = cls(d=5, bias=True)
     cfg = config(checkpoint_every=7, **mode)
     # dies in update 23; the checkpoint holds step 21, the last multiple of checkpoint_every reached
     (full, p_full), (resumed, p_res), path = kill_and_resume(model, cfg, tmp_path, at=24, checkpoint_step=21,
@@ -559,3 +572,65 @@ def test_the_worked_example_of_the_module_docstring_runs(tmp_path):
     assert traj["m"].shape == (30, 3) and list(traj["step"].values) == [0, 100, 200]
     assert np.all(traj["m"].values[:, -1] > traj["m"].values[:, 0])  # the overlap grows towards the teacher
     assert load_checkpoint(tmp_path / "c.pt")["step"] == 200
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Counter-keyed block streams (empirical.seeding.BlockRNG)
+
+
+@pytest.mark.parametrize("bits", [64, 32])
+def test_block_rng_normals_have_the_normal_law(bits):
+    """KS against N(0, 1) on 400 000 draws (4 seeds x 100 000), the tail beyond the ziggurat's r = 3.654 (the exact
+    tail sampler) and the first two moments: every check at a false-alarm level <= 1e-4, and a law 3 % too wide is
+    rejected by the same KS rule (its KS distance 0.03 * phi(1) = 0.0073 is twice the critical value 0.0035)."""
+    from scipy import stats
+
+    x = BlockRNG(stream_keys(range(4), "data"), 5, CPU).normal((100_000,), bits=bits).numpy().ravel()
+    assert stats.kstest(x, "norm").pvalue > 1e-4
+    assert stats.kstest(x * 1.03, "norm").pvalue < 1e-4  # negative control: sd 1.03
+    r = 3.6541528853610088
+    p = 2 * stats.norm.sf(r)
+    # 4.5 SE of a binomial count: two-sided false alarm 7e-6.
+    assert abs((np.abs(x) > r).sum() - x.size * p) < 4.5 * math.sqrt(x.size * p)
+    # Moments: mean and variance within 5 SE (SE 1/sqrt(n) and sqrt(2/n)).
+    assert abs(x.mean()) < 5 / math.sqrt(x.size) and abs(x.var() - 1) < 5 * math.sqrt(2 / x.size)
+
+
+def test_block_rng_uniforms_and_integers_are_uniform_and_unbiased():
+    """Uniforms: KS against U(0, 1); integers in [0, 7): chi-square with 6 d.o.f. (false alarm 1e-4 each)."""
+    from scipy import stats
+
+    rng = BlockRNG(stream_keys(range(3), "eval"), 0, CPU)
+    u = rng.uniform((50_000,)).numpy().ravel()
+    assert u.min() >= 0 and u.max() < 1 and stats.kstest(u, "uniform").pvalue > 1e-4
+    k = rng.integers(7, (50_000,)).numpy().ravel()
+    assert k.min() == 0 and k.max() == 6
+    counts = np.bincount(k, minlength=7)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    with pytest.raises(ValueError, match="high"):
+        rng.integers(0, 3)
+
+
+def test_block_rng_numbers_of_a_seed_depend_only_on_seed_stream_and_block():
+    """Seed 7's draws are the same alone or among other seeds (bit for bit), repeat for the same block, and differ
+    between blocks, streams and seeds; the pool recycles buffers without changing the numbers."""
+    def draws(seeds, stream="data", block=3, pool=None):
+        rng = BlockRNG(stream_keys(seeds, stream), block, CPU, pool)
+        return rng.integers(10, (5,)), rng.normal((4, 3)), rng.normal((6,), bits=32), rng.uniform((2,))
+
+    together, alone = draws((2, 7, 9)), draws((7,))
+    for a, b in zip(together, alone):
+        assert torch.equal(a[1], b[0])
+    for a, b in zip(draws((7,)), alone):
+        assert torch.equal(a, b)
+    pool: list = []
+    draws((7,), block=0, pool=pool)
+    for a, b in zip(draws((7,), pool=pool), alone):
+        assert torch.equal(a, b)
+    assert not torch.equal(draws((7,), block=4)[1], alone[1])
+    assert not torch.equal(draws((7,), stream="eval")[1], alone[1])
+    assert not torch.equal(together[1][0], together[1][1])
+    with pytest.raises(ValueError, match="block"):
+        BlockRNG(stream_keys((1,), "data"), -1, CPU)
+    with pytest.raises(ValueError, match="stream"):
+        stream_keys((1,), "noise")

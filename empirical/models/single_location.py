@@ -53,9 +53,13 @@ Notes
 * One model object holds one pair (k*, v*), shared by its seeds (the seeds repeat over initialisation and data).
   The data law and the sphere/manifold initialisations are rotation invariant, so the joint law of every logged
   quantity of one seed is the same as with a fresh (k*, v*) per repeat (the authors' protocol, spec Sec. 9.5).
-* The projections X k and X v are one batched matmul over the seed axis; on CPU (torch 2.13) each seed's product is
-  computed as by itself, so a seed trained among others is bitwise equal to its single-seed run (a test checks it;
-  on other BLAS builds expect agreement to rounding, as the trainer's contract allows).
+* Data are drawn by :meth:`SingleLocationAttention.draw` from the trainer's counter-keyed block streams
+  (:class:`empirical.seeding.BlockRNG`): float64 normals for all seeds in one compiled call, each seed's numbers
+  independent of the other seeds. :func:`sample_batch` / ``sample`` draw the same law from a ``torch.Generator``.
+* The projections (X k, X v) are one batched matmul over the seed axis, laid out as (k, v)^T X^T (about twice as fast
+  on CPU as X (k, v) and its backward); on CPU (torch 2.13) each seed's product is computed as by itself, so a seed
+  trained among others is bitwise equal to its single-seed run (a test checks it; on other BLAS builds expect
+  agreement to rounding, as the trainer's contract allows).
 * The softmax predictor has no closed-form risk (spec Sec. 2.2); it is checked against the Monte Carlo reference
   values of spec Sec. 10.4.
 """
@@ -69,6 +73,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numba import njit
 
 from closedform.single_location import (
     REFERENCE,
@@ -89,7 +94,6 @@ from empirical.train import Schedule, TrainConfig, per_seed
 
 __all__ = [
     "INITS",
-    "NORMALS",
     "PREDICTORS",
     "REFERENCE",
     "SingleLocationAttention",
@@ -106,8 +110,6 @@ __all__ = [
 PREDICTORS: tuple[str, ...] = ("erf", "softmax")
 #: Initial laws of spec Sec. 6.5 (an explicit five-scalar state is the third option).
 INITS: tuple[str, ...] = ("sphere", "manifold")
-#: Precision of the drawn standard normals of the data (see :func:`sample_batch`).
-NORMALS: tuple[str, ...] = ("float64", "float32")
 
 # Orthonormality tolerance of (k*, v*): float64 Gram–Schmidt is exact to ~1e-15; 1e-10 rejects only wrong inputs.
 _ORTHO_TOL = 1e-10
@@ -126,41 +128,36 @@ def _check_oracle(task: SingleLocation, k_star, v_star) -> tuple[np.ndarray, np.
 
 
 def sample_batch(task: SingleLocation, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator,
-                 n: int, *, normals: str = "float64") -> dict[str, torch.Tensor]:
+                 n: int) -> dict[str, torch.Tensor]:
     """Draw n sequences of the data law: ``{"X": (n, L, d), "y": (n,)}`` on the device/dtype of ``k_star``.
 
     Implements spec single_location.md Sec. 1 (paper Sec. 2) with uniform J0: x_J0 ~ N(sqrt(d/2) k*, gamma^2 I),
     the other tokens N(0, I), y = x_J0 . v* + eps xi. Draw order (as :func:`closedform.single_location.sample_data`):
-    J0, tokens, noise, all from ``generator``.
-
-    ``normals="float32"`` draws the standard normals in float32 and casts them to the dtype of ``k_star`` (all
-    arithmetic stays in that dtype). torch's float64 normal sampler is ~4x slower on CPU and dominates many-seed runs;
-    rounding a normal to 24 bits changes any smooth statistic by ~1e-8 relative, far below Monte Carlo resolution.
-    The default ``"float64"`` draws them in the working dtype.
+    J0, tokens, noise, all from ``generator``. (The trainer uses the faster :meth:`SingleLocationAttention.draw`, the
+    same law from counter-keyed streams.)
     """
     n = check_int("n", n, min_value=1)
-    check_choice("normals", normals, NORMALS)
-    X = torch.empty(n, task.L, task.d, device=k_star.device, dtype=k_star.dtype)
-    y = torch.empty(n, device=k_star.device, dtype=k_star.dtype)
-    _fill_batch(task, k_star, v_star, generator, X, y, normals)
-    return {"X": X, "y": y}
-
-
-def _fill_batch(task, k_star, v_star, generator, X, y, normals):
-    """Write one draw of :func:`sample_batch` into the preallocated X (n, L, d) and y (n,) (no stacking copies)."""
-    n, dev, dt = X.shape[0], X.device, X.dtype
+    dev, dt = k_star.device, k_star.dtype
     j0 = torch.randint(task.L, (n,), generator=generator, device=dev)
-    if normals == "float64" and dt == torch.float64:
-        torch.randn(X.shape, generator=generator, device=dev, dtype=dt, out=X)
-        xi = torch.randn(n, generator=generator, device=dev, dtype=dt)
-    else:
-        nd = torch.float32 if normals == "float32" else dt
-        X.copy_(torch.randn(X.shape, generator=generator, device=dev, dtype=nd))
-        xi = torch.randn(n, generator=generator, device=dev, dtype=nd).to(dt)
-    rows = torch.arange(n, device=dev)
-    x_inf = task.s * k_star + task.gamma * X[rows, j0]
-    X[rows, j0] = x_inf
-    torch.add(x_inf @ v_star, xi, alpha=task.eps, out=y)
+    X = torch.randn(n, task.L, task.d, generator=generator, device=dev, dtype=dt)
+    xi = torch.randn(n, generator=generator, device=dev, dtype=dt)
+    return {k: v[0] for k, v in _place_signal(task, k_star, v_star, j0[None], X[None], xi[None]).items()}
+
+
+def _place_signal(task, k_star, v_star, j0, X, xi) -> dict[str, torch.Tensor]:
+    """Data law of spec Sec. 1 from its normals: j0 (S, n), X (S, n, L, d) all N(0, I), xi (S, n).
+
+    The token at J0 becomes x_J0 = sqrt(d/2) k* + gamma z (z its standard normal), and y = x_J0 . v* + eps xi;
+    X is modified in place. Returns ``{"X": X, "y": y}`` with the leading axis of the inputs.
+    """
+    S, n = j0.shape
+    tokens = X.view(S * n * task.L, task.d)
+    rows = torch.arange(0, S * n * task.L, task.L, device=X.device).add_(j0.reshape(-1))  # token J0 of each sequence
+    x_inf = tokens.index_select(0, rows).mul_(task.gamma).add_(k_star, alpha=task.s)  # (S n, d)
+    tokens.index_copy_(0, rows, x_inf)
+    # Row-wise product and sum (not a matrix-vector product, whose BLAS blocking may depend on the number of rows):
+    # a seed's y never depends on the other seeds of the run.
+    return {"X": X, "y": torch.add((x_inf * v_star).sum(-1).view(S, n), xi, alpha=task.eps)}
 
 
 def predict(X: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float, predictor: str = "erf") -> torch.Tensor:
@@ -171,8 +168,8 @@ def predict(X: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float, predi
     The projections (x_l.k, x_l.v) are one batched matmul per seed, see the module Notes.
     """
     S, B, L, d = X.shape
-    ab = torch.matmul(X.reshape(S, B * L, d), torch.stack([k, v], dim=-1)).reshape(S, B, L, 2)
-    a, b = ab[..., 0], ab[..., 1]  # x_l.k, x_l.v: (S, B, L)
+    ab = torch.bmm(torch.stack([k, v], dim=1), X.reshape(S, B * L, d).transpose(1, 2)).reshape(S, 2, B, L)
+    a, b = ab[:, 0], ab[:, 1]  # x_l.k, x_l.v: (S, B, L)
     if predictor == "erf":
         w = torch.erf(lam * a)
     elif predictor == "softmax":
@@ -180,6 +177,83 @@ def predict(X: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float, predi
     else:
         raise ValueError(f"predictor must be one of {PREDICTORS}; got {predictor!r}")
     return (w * b).sum(-1)
+
+
+@njit(cache=True)  # strict IEEE order: the same sums for every layout of X, so a seed's numbers never depend on S
+def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cover (compiled; tested via erf_mse)
+    """Per seed s: loss[s] = (1/B) sum_b (T(X_sb) - y_sb)^2 with T = sum_l erf(lam x.k)(x.v), and its gradients
+    gk[s] = dloss/dk, gv[s] = dloss/dv (if ``with_grad``), in one pass over X (S, B, L, d). See :func:`erf_mse`."""
+    S, B, L, d = X.shape
+    c = 2.0 * lam / math.sqrt(math.pi)  # d/da erf(lam a) = c exp(-(lam a)^2)
+    a = np.empty(L)
+    bv = np.empty(L)
+    e = np.empty(L)
+    for s in range(S):
+        acc = 0.0
+        for j in range(d):
+            gk[s, j] = 0.0
+            gv[s, j] = 0.0
+        for b in range(B):
+            pred = 0.0
+            for l in range(L):
+                sa = 0.0
+                sb = 0.0
+                for j in range(d):
+                    x = X[s, b, l, j]
+                    sa += x * k[s, j]
+                    sb += x * v[s, j]
+                a[l] = sa
+                bv[l] = sb
+                e[l] = math.erf(lam * sa)
+                pred += e[l] * sb
+            r = pred - y[s, b]
+            acc += r * r
+            if with_grad:
+                coef = 2.0 * r / B
+                for l in range(L):
+                    ck = coef * bv[l] * c * math.exp(-(lam * a[l]) ** 2)
+                    cv = coef * e[l]
+                    for j in range(d):
+                        x = X[s, b, l, j]
+                        gk[s, j] += ck * x
+                        gv[s, j] += cv * x
+        loss[s] = acc / B
+
+
+class _ErfMSE(torch.autograd.Function):
+    """Autograd wrapper of :func:`_erf_mse_kernel`: the gradient is computed in the forward pass and scaled by the
+    incoming per-seed gradient in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, k, v, X, y, lam):
+        S, d = k.shape
+        with_grad = k.requires_grad or v.requires_grad
+        loss = np.empty(S)
+        gk = np.empty((S, d))
+        gv = np.empty((S, d))
+        _erf_mse_kernel(X.detach().numpy(), y.detach().numpy(), k.detach().numpy(), v.detach().numpy(), float(lam),
+                        with_grad, loss, gk, gv)
+        ctx.save_for_backward(torch.from_numpy(gk), torch.from_numpy(gv))
+        return torch.from_numpy(loss)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        gk, gv = ctx.saved_tensors
+        return grad_loss[:, None] * gk, grad_loss[:, None] * gv, None, None, None
+
+
+def erf_mse(X: torch.Tensor, y: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float) -> torch.Tensor:
+    """Per-seed mini-batch MSE of the erf predictor, (1/B) sum_b (T_lambda(X_b) - y_b)^2, shape (S,), differentiable
+    in (k, v) (spec Sec. 2.3 and 8.4).
+
+    The same number as ``((predict(X, k, v, lam) - y) ** 2).mean(-1)``, computed by a compiled kernel that reads each
+    sample once and forms the gradient on the way, with the hand-derived derivatives
+    dT/dk = sum_l (2 lam / sqrt(pi)) exp(-(lam x_l.k)^2) (x_l.v) x_l and dT/dv = sum_l erf(lam x_l.k) x_l
+    (tested against torch autograd of :func:`predict`). On CPU in float64 it is ~5x faster than the batched-matmul
+    autograd path, whose cost is dominated by small GEMM calls per seed. Each seed is computed by itself, so a seed
+    trained among others is bitwise equal to its single-seed run. CPU float64 tensors only (see :meth:`loss`).
+    """
+    return _ErfMSE.apply(k, v, X, y, lam)
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -238,8 +312,7 @@ def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator
 class SingleLocationModelSpec:
     """What determines a torch single-location model (hashable; the trainer stores it and compares it on resume).
 
-    ``oracle_sha256`` is the SHA-256 of the float64 bytes of (k*, v*); ``state0`` the explicit initial state or None;
-    ``normals`` the precision of the data's standard normals (:func:`sample_batch`).
+    ``oracle_sha256`` is the SHA-256 of the float64 bytes of (k*, v*); ``state0`` the explicit initial state or None.
     """
 
     task: SingleLocation
@@ -247,7 +320,6 @@ class SingleLocationModelSpec:
     init: str
     state0: tuple[float, float, float, float, float] | None
     oracle_sha256: str
-    normals: str = "float64"
 
 
 class SingleLocationAttention:
@@ -269,9 +341,6 @@ class SingleLocationAttention:
         v*; v Gaussian projected orthogonally to k* and to the part of k orthogonal to k*; theta = eta = rho = 0).
         A state (kappa, nu, theta, eta, rho): every seed starts at these scalars, in its own random frame
         (:func:`init_from_state`).
-    normals : {"float64", "float32"}
-        Precision of the data's standard normals (default float64; float32 = a faster CPU sampler, see
-        :func:`sample_batch`; all arithmetic stays in the run's dtype).
     """
 
     name = "single_location"
@@ -279,14 +348,12 @@ class SingleLocationAttention:
     schedule_names = ("lam",)
     time_unit = TIME_UNIT
 
-    def __init__(self, task: SingleLocation, *, k_star, v_star, predictor: str = "erf", init="sphere",
-                 normals: str = "float64"):
+    def __init__(self, task: SingleLocation, *, k_star, v_star, predictor: str = "erf", init="sphere"):
         if not isinstance(task, SingleLocation):
             msg = f"task must be a closedform.single_location.SingleLocation; got {type(task).__name__}"
             raise ValueError(msg)  # noqa: TRY004 (project rule: bad input raises ValueError)
         self.task = task
         self.predictor = check_choice("predictor", predictor, PREDICTORS)
-        self.normals = check_choice("normals", normals, NORMALS)
         self.k_star_np, self.v_star_np = _check_oracle(task, k_star, v_star)
         state0 = None
         if isinstance(init, str):
@@ -300,7 +367,7 @@ class SingleLocationAttention:
         self.state0 = state0
         digest = hashlib.sha256(np.concatenate([self.k_star_np, self.v_star_np]).tobytes()).hexdigest()
         self.spec = SingleLocationModelSpec(task=task, predictor=self.predictor, init=init, state0=state0,
-                                            oracle_sha256=digest, normals=self.normals)
+                                            oracle_sha256=digest)
         self._oracle: dict = {}
 
     # -- helpers --------------------------------------------------------------------------------------------------
@@ -351,12 +418,22 @@ class SingleLocationAttention:
     def sample(self, generators, n, *, device, dtype) -> dict[str, torch.Tensor]:
         """n sequences per seed from the data law (:func:`sample_batch`): ``X`` (S, n, L, d), ``y`` (S, n)."""
         ks, vs = self.oracle(device, dtype)
-        S, task = len(generators), self.task
-        X = torch.empty(S, n, task.L, task.d, device=device, dtype=dtype)
-        y = torch.empty(S, n, device=device, dtype=dtype)
-        for s, g in enumerate(generators):  # per-seed streams, written in place (no stacking copy)
-            _fill_batch(task, ks, vs, g, X[s], y[s], self.normals)
-        return {"X": X, "y": y}
+        return per_seed(generators, lambda g: sample_batch(self.task, ks, vs, g, n))
+
+    def draw(self, rng, n, *, device, dtype) -> dict[str, torch.Tensor]:
+        """n sequences per seed from the data law, all seeds at once from the trainer's ``BlockRNG`` (spec Sec. 1).
+
+        Draw order per seed (as :func:`sample_batch`): J0 (n,), the tokens' normals (n, L, d), the noise (n,).
+        Returns ``X`` (S, n, L, d), ``y`` (S, n) in ``dtype``. The tokens' normals use 32 random bits each (the
+        normal law on a grid of step <= 4.6e-7, :meth:`empirical.seeding.BlockRNG.normal`; 1.4x faster, and O(1e-7)
+        relative on any smooth statistic, far below Monte Carlo error); the noise uses 64; all arithmetic is float64.
+        """
+        ks, vs = self.oracle(device, dtype)
+        task = self.task
+        j0 = rng.integers(task.L, (n,))
+        X = rng.normal((n, task.L, task.d), dtype=dtype, bits=32)  # 32 random bits a normal (BlockRNG.normal)
+        xi = rng.normal((n,), dtype=dtype)
+        return _place_signal(task, ks, vs, j0, X, xi)
 
     def predict(self, params, X, hyper) -> torch.Tensor:
         """The model's predictor (:func:`predict`) at lambda_n = ``hyper["lam"]``; X (S, B, L, d) -> (S, B)."""
@@ -367,7 +444,14 @@ class SingleLocationAttention:
         return (self.predict(params, batch["X"], hyper) - batch["y"]) ** 2
 
     def loss(self, params, batch, hyper) -> torch.Tensor:
-        """Mini-batch MSE (1/B) sum_b (T(X_b) - Y_b)^2 per seed, (S,) (spec Sec. 8.4; no 1/2, eps^2 included)."""
+        """Mini-batch MSE (1/B) sum_b (T(X_b) - Y_b)^2 per seed, (S,) (spec Sec. 8.4; no 1/2, eps^2 included).
+
+        The erf predictor on CPU in float64 uses the compiled one-pass :func:`erf_mse`; otherwise torch autograd of
+        :meth:`squared_errors`.
+        """
+        X, k = batch["X"], params["k"]
+        if self.predictor == "erf" and X.device.type == "cpu" and X.dtype == k.dtype == torch.float64:
+            return erf_mse(X, batch["y"], k, params["v"], self.lam(hyper))
         return self.squared_errors(params, batch, hyper).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
@@ -388,13 +472,11 @@ class SingleLocationAttention:
 # construction and the Fig. 5 protocol
 
 
-def build(task: SingleLocation, *, rng=None, predictor: str = "erf", init="sphere",
-          normals: str = "float64") -> SingleLocationAttention:
+def build(task: SingleLocation, *, rng=None, predictor: str = "erf", init="sphere") -> SingleLocationAttention:
     """A :class:`SingleLocationAttention` with (k*, v*) drawn by :func:`closedform.single_location.random_oracle_directions`
     from ``rng`` (spec Sec. 1 sampling recipe)."""
     k_star, v_star = random_oracle_directions(task, as_generator(rng))
-    return SingleLocationAttention(task, k_star=k_star, v_star=v_star, predictor=predictor, init=init,
-                                   normals=normals)
+    return SingleLocationAttention(task, k_star=k_star, v_star=v_star, predictor=predictor, init=init)
 
 
 def as_train_schedule(lam) -> Schedule:
