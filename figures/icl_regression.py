@@ -248,28 +248,26 @@ def _overlay_vars(task, omega, mu, steps):
     }
 
 
+OVERLAY_MIN_LOGS = 5  # a seed enters the overlay rows once it has followed the valley for >= 5 logged steps
+
+
 def _overlay_gaps(ds, tag):
-    """Learned minus GD-on-F/2 at matched gamma, at two logged steps after every seed's pattern formed (seeds whose
-    pattern never formed are left out and counted by :func:`_overlay_formed_check`)."""
-    i0 = ds.i0.values
+    """Learned minus GD-on-F/2 at matched gamma at the last logged step, over the seeds whose pattern formed at least
+    :data:`OVERLAY_MIN_LOGS` logged steps before the end (right after the start GD on F/2 relaxes mu onto the valley
+    in a fast transient, flow time ~10, that Adam follows only over hundreds of steps, so a seed that has just formed
+    is not compared). Seeds that never formed are counted by :func:`_overlay_formed_check`."""
     T = ds.sizes["step"]
-    formed = i0 < T
-    if formed.sum() < 2:
+    use = ds.i0.values <= T - 1 - OVERLAY_MIN_LOGS
+    if use.sum() < 2:
         return []
-    start = int(np.max(i0[formed]))
-    if start >= T - 1:
-        return []
-    # two rows: 3/4 of the way from the start and the end; right after the start GD on F/2 relaxes mu onto the
-    # valley in a fast transient (flow time ~10) that Adam follows only over hundreds of steps, so no row there
-    idx = sorted({start + 3 * (T - 1 - start) // 4, T - 1})
-    steps = ds.step.values[idx]
-    rows = compare_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, np.zeros(len(idx)),
-                        (ds.mu_dot_omega - ds.mudo_gd).values[formed][:, idx], allowance=0.02,
+    steps = ds.step.values[-1:]
+    rows = compare_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, [0.0],
+                        (ds.mu_dot_omega - ds.mudo_gd).values[use][:, -1:], allowance=0.02,
                         allowance_source="2 x the offset of the learned mu^T omega over F's optimum (0.888 vs "
                         "eta* = 0.879 at 500k steps, spec §9, §10 item 4): F is not the true loss", d=D)
-    rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[formed][:, idx]
-    rows += compare_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, np.zeros(len(idx)),
-                         rel, allowance=0.1, allowance_source="F omits O(1/L) terms, ~9 % of the loss near the learned "
+    rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[use][:, -1:]
+    rows += compare_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, [0.0], rel,
+                         allowance=0.1, allowance_source="F omits O(1/L) terms, ~9 % of the loss near the learned "
                          "point (spec §10 item 4), so its valley mu(gamma) is off by that order", d=D)
     return rows
 
@@ -285,12 +283,13 @@ def _overlay_formed_check(ds, tag, split=None):
 
 
 def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
+    T = ds.sizes["step"]
     for s in range(ds.sizes["seed"]):
         lab = "learned (Adam)" if s == 0 else None
         ax_mu.plot(ds.gamma.values[s], ds.mu_pos.values[s], ":", marker="o", ms=2.5, color=COLORS[0], label=lab)
         if ds.i0.values[s] < ds.sizes["step"]:  # GD paths only for seeds whose pattern formed
             plot_reduced(ax_mu, ds.gd_gamma.values[s], ds.gd_mupos.values[s], color=COLORS[1],
-                         label="GD on F/2 from the probed state" if s == 0 else None)
+                         label="GD on F/2 from the probed state" if s == int(np.argmax(ds.i0.values < T)) else None)
     g = np.linspace(max(0.02, float(np.nanmin(ds.gd_gamma.values)) * 0.9),
                     float(np.nanmax(ds.gamma.values[:, -1])) * 1.6, 200)
     plot_theory(ax_mu, g, cf.solution_manifold_mu(TASK, g), color="k", label="S_gamma: mu(gamma) (4.6)")
@@ -300,9 +299,9 @@ def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
     mean, lo, hi = band_over_seeds(ds.mu_dot_omega.values, method="percentile")
     plot_empirical_band(ax_mudo, ds.step.values, mean, lo, hi, label="learned mu^T omega", color=COLORS[0])
     gd = ds.mudo_gd.values
-    if np.isfinite(gd).any():
-        plot_reduced(ax_mudo, ds.step.values, _overlay_mean(ds, "mudo_gd"), color=COLORS[1],
-                     label="GD on F/2 at matched gamma")
+    for s, k in enumerate(np.flatnonzero(np.isfinite(gd).any(axis=1))):  # per seed, from its own start
+        plot_reduced(ax_mudo, ds.step.values, gd[k], color=COLORS[1], linewidth=0.8,
+                     label="GD on F/2 at matched gamma (per seed)" if s == 0 else None)
     ax_mudo.axhline(ETA_STAR, color="k", lw=1, label="eta* (4.3)")
     ax_mudo.set(xlabel="Adam step", ylabel="mu^T omega", ylim=(-0.05, 1.1))
     ax_mudo.legend(fontsize=7)
@@ -764,12 +763,19 @@ def plot_fig5(ds):
 
 
 def checks_fig5(ds):
-    """Observation 4: the KQ diagonal pattern forms early (by step 1000, or the end of a shorter run)."""
-    off = ds.kq_offdiag.values  # (seed, step, head)
+    """Observation 4: the pattern forms early (by step 1000, or the end of a shorter run), measured on the x-x block
+    of the effective circuit G = sum_h mu_h KQ_h[:d, :d] (the first-order preconditioner of Eq. (5.4): what reaches
+    yhat; a head with small mu_h, slow to diagonalise, weighs little in it)."""
+    d = ds.attrs["d"]
+    G = np.einsum("sth,sthij->stij", ds.mu.values, ds.KQ.values[..., :d, :d])
+    diag = np.diagonal(G, axis1=-2, axis2=-1)
+    off = np.linalg.norm(G - diag[..., None] * np.eye(d), axis=(-2, -1)) / np.linalg.norm(diag, axis=-1)
     j = int(np.flatnonzero(ds.step.values <= 1000)[-1])
-    return [_count_check("H=4", np.all(off[:, j] < 0.5 * off[:, 0], axis=-1),
+    return [_count_check("H=4", off[:, j] < 0.2 * off[:, 0],
                          claim=f"the KQ diagonal pattern forms early (Observation 4), by step {int(ds.step.values[j])}",
-                         criterion="off-diagonal ratio of every head < 0.5 x its initial value")]
+                         criterion="off-diagonal ratio ||G - diag G||_F / ||diag G|| of G = sum_h mu_h KQ_h,xx below "
+                                   "0.2 x its initial value (spec §9: off-diagonal entries < 0.007 against a diagonal "
+                                   "of 0.13 once formed)")]
 
 
 @register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="icl_regression.md §3, §9",
