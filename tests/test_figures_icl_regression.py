@@ -202,3 +202,22 @@ def test_heatmaps_have_colour_bars_and_titles_inside_the_figure(tiny_builds, nam
         if t.get_text():
             ext = t.get_window_extent()
             assert ext.x0 >= box.x0 - 1 and ext.x1 <= box.x1 + 1, (name, t.get_text())
+
+
+def test_explanations_are_attached_only_where_their_evidence_covers_every_failing_seed():
+    """A count check that fails is 'explained' by the same-sign basin only if every failing seed is a same-sign seed;
+    one failing split seed leaves it 'fails' (no explaining away)."""
+    split = np.array([True] * 5 + [False] * 3)
+    covered = fig_icl._count_check("t", split, claim="c", criterion="x",
+                                   explanation=fig_icl._same_sign_explanation(split, split))
+    assert covered.status == "explained" and covered.explanation is fig_icl.SAME_SIGN
+    ok = split.copy()
+    ok[0] = False  # a split seed fails too
+    assert fig_icl._same_sign_explanation(ok, split) is None
+    assert fig_icl._count_check("t", ok, claim="c", criterion="x",
+                                explanation=fig_icl._same_sign_explanation(ok, split)).status == "fails"
+    assert fig_icl._count_check("t", [True] * 8, claim="c", criterion="x",
+                                explanation=fig_icl.SAME_SIGN).explanation is None  # a holding check stays 'holds'
+    # the split test itself: same-sign heads (both omega > 0) are not split; (+, -) heads are
+    np.testing.assert_array_equal(fig_icl._split_heads(np.array([[0.5, 0.55], [0.2, -0.2]]),
+                                                       np.array([[0.3, 1.2], [2.0, -2.0]])), [False, True])
