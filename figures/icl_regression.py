@@ -305,7 +305,7 @@ def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
                      label="GD on F/2 at matched gamma (per seed)" if s == 0 else None)
     ax_mudo.axhline(ETA_STAR, color="k", lw=1, label="eta* (4.3)")
     ax_mudo.set(xlabel="Adam step", ylabel="mu^T omega", ylim=(-0.05, 1.1))
-    ax_mudo.legend(fontsize=7)
+    ax_mudo.legend(fontsize=7, loc="lower right")
 
 
 SAME_SIGN = Explanation(
@@ -1106,7 +1106,6 @@ def checks_fig12(ds):
     pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
     split = _split_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
     pattern = pat.sign_matched & (pat.zero_sum_rel < ZERO_SUM_TOL)
-    below = ds.risk_final.values < ds.attrs["R_Sigma_inv"]
     return [
         _count_check("non-isotropic H=2", pattern, claim="sign matching and zero-sum OV (pattern (5.3))",
                      criterion=f"sign-matched heads and |sum mu|/sum|mu| < {ZERO_SUM_TOL:g}",
@@ -1114,11 +1113,16 @@ def checks_fig12(ds):
         _count_check("non-isotropic H=2", ds.dist_G_star.values < ds.dist_Sigma_inv.values,
                      claim="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, §8.1)",
                      criterion="||G - G*|| < ||G - Sigma^-1|| (relative Frobenius)"),
-        _count_check("non-isotropic H=2", below,
-                     claim=f"learned risk below R(Sigma^-1) = {ds.attrs['R_Sigma_inv']:.4f} (Lemma E.4: "
-                           f"R(G*) = {ds.attrs['R_G_star']:.4f})", criterion="final evaluation risk < R(Sigma^-1)",
-                     explanation=_same_sign_explanation(below, split)),
     ]
+
+
+def gaps_fig12(ds):
+    """The learned risk (mean over seeds, Student-t interval) against R(G*) of Lemma E.4; the allowance keeps the
+    band below R(Sigma^-1), so the row tells the two preconditioners apart."""
+    return compare_rows("non-isotropic H=2: learned risk vs R(G*) (Lemma E.4)", ds.step.values[-1:],
+                        [ds.attrs["R_G_star"]], ds.risk_final.values[:, None], rel_allowance=REDUCED_REL,
+                        allowance_source=REDUCED_SOURCE + f"; R(Sigma^-1) = {ds.attrs['R_Sigma_inv']:.4f} lies "
+                        f"{ds.attrs['R_Sigma_inv'] / ds.attrs['R_G_star'] - 1:.0%} above R(G*), outside the band", d=D)
 
 
 @register(name="icl_regression.fig12", model=MODEL, paper=f"{PAPER}, Figs. 12 and 15",
@@ -1128,7 +1132,7 @@ def checks_fig12(ds):
                                                   "(5.4)-(5.5)) against G* of Lemma E.4 and Sigma^-1."),
           unrecoverable=("rho = 0.5 (code default; the paper's value is not recoverable)", UNREC_STEPS),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig12,
-          checks=checks_fig12)
+          gaps=gaps_fig12, checks=checks_fig12)
 def data_fig12(cfg) -> xr.Dataset:
     """Figs. 12/15: non-isotropic two-head training (spec §8.1)."""
     _, traj, _ = _run(cfg, 2, rho=RHO)
