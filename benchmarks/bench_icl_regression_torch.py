@@ -9,7 +9,8 @@ left is the model's own work, which batching cannot amortise: per seed and step 
 = 61 440 float64 token entries, read by the logits, the pooling and their two backward products (memory-bound;
 ~0.8 ms a seed-step at S = 8..30 on one core), against a fixed per-step cost (Python, autograd, Adam) of ~0.9 ms
 that a single-seed run pays per seed. The ratio is therefore bounded by about (0.9 + 0.8) / 0.8 ~ 2 in float64,
-whatever the sampler: the issue's >= 10x is not reachable for this model on CPU (measured 1.9x, float32 2.4x).
+whatever the sampler: the issue's >= 10x is not reachable for this model on CPU (measured 1.7-1.9x, float32
+2.4-2.8x, on a loaded 2-core machine).
 Rows in float64 (theory comparisons) and float32 (speed study). torch runs with one intra-op thread (restored
 afterwards): tiny tensors gain nothing from more threads, and on a shared machine spinning threads slow everything.
 """
