@@ -23,7 +23,13 @@ Registered figures (``python -m figures list --model icl_regression``):
 Not registered: Figs. 9-11 (other normalised activations, §8.2): the activation functions were not recoverable
 (spec §8.2 infers only their slopes c_act); Fig. 2 is an architecture diagram.
 
-Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n_seeds-1; Monte Carlo streams come from
+Verdicts (issue 12): gap rows through :func:`figures.registry.compare_rows` (Student-t interval over seeds, allowances
+relative or derived, each with its source); checks that summarise seeds are per-seed counts with a one-sided binomial
+test (:func:`_count_check`); an explanation is attached only where its evidence covers every failing seed
+(:data:`SAME_SIGN`, :data:`NEAR_DUMMY_EXPL`). Fig. 16 is decided at ``--preset paper`` only (``paper_only``).
+
+Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n_seeds-1 (n_seeds_h2 for the
+isotropic H = 2 run, whose first n_seeds seeds are the ones other figures use); Monte Carlo streams come from
 ``dynamics.random.spawn_generators(s, ...)``. Training runs are shared between the figures of one process (a
 memo keyed by every parameter of the run), so building all figures trains each model once. Learned trajectories use
 the Adam step as time (spec §0.2); overlays with GD on F/2 align by the KQ scale gamma (a monotone
