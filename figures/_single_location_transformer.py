@@ -32,6 +32,7 @@ from figures._style import (
     plot_seed_band,
     plot_theory,
 )
+from dynamics.compare import t_quantile
 from figures.registry import CheckResult, register
 
 __all__ = ["data_fig8", "data_fig9", "data_fig10", "plot_fig8", "plot_fig9", "plot_fig10"]
@@ -88,8 +89,40 @@ def _hline(ax, ds, value, *, label, color, **kwargs):
     plot_theory(ax, steps, np.full(steps.shape, float(value)), label=label, color=color, **kwargs)
 
 
-def _final_median(ds, var, transform=np.asarray):
-    return float(np.median(transform(ds[var].values[:, -1])))
+_LEVEL = 1e-3  # two-sided false-alarm level of every seed-mean check of these figures
+
+
+def _mean_check(name, samples, *, below=None, above=None, tolerance):
+    """A check on the seed mean with its Student-t interval at level 1e-3 (n - 1 d.o.f.): passes when the whole
+    interval lies below ``below`` (and/or above ``above``), i.e. the claim is established, not merely not refuted."""
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    n = x.size
+    mean = float(x.mean())
+    half = float(t_quantile(_LEVEL, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    ok = (below is None or mean + half < below) and (above is None or mean - half > above)
+    want = " and ".join(w for w in (f"> {above:.4g}" if above is not None else "",
+                                    f"< {below:.4g}" if below is not None else "") if w)
+    return CheckResult(name=name, passed=bool(ok), measured=f"{mean:.4g} (t interval [{mean - half:.4g}, "
+                                                            f"{mean + half:.4g}])",
+                       expected=f"mean {want} (whole interval)", tolerance=tolerance, n_seeds=n)
+
+
+def _above_chance_check(name, overlaps, d, n_overlaps):
+    """Per-seed count of runs whose largest |overlap| with the oracle directions exceeds 3/sqrt(d), against the
+    binomial law of that count without any alignment: each of the ``n_overlaps`` overlaps of a random unit vector is
+    ~ N(0, 1/d), above 3/sqrt(d) in absolute value with probability 2 Phi(-3) = 0.0027, so a run's maximum is above
+    with p0 = 1 - (1 - 0.0027)^n_overlaps; passes when P(Bin(n, p0) >= count) < 1e-3."""
+    from scipy.stats import binom, norm
+
+    x = np.asarray(overlaps, dtype=np.float64).ravel()
+    chance = 3.0 / math.sqrt(d)
+    count = int(np.sum(x > chance))
+    p0 = 1.0 - (1.0 - 2.0 * norm.sf(3.0)) ** n_overlaps
+    pval = float(binom.sf(count - 1, x.size, p0))
+    return CheckResult(name=name, passed=bool(pval < _LEVEL), measured=f"{count} of {x.size} runs above {chance:.3g}",
+                       expected=f"more than chance: P(>= {count} of {x.size} | no alignment) = {pval:.2g}",
+                       tolerance=f"binomial test against no alignment (each run above with p0 = {p0:.3g}), level "
+                                 f"{_LEVEL:g}", n_seeds=x.size)
 
 
 def _at_step(ds, var, step):
@@ -141,25 +174,26 @@ def plot_fig8(ds: xr.Dataset):
 
 
 def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
-    """Spec Sec. 8.7 findings: low excess risk, W_Q W_K^T nearly rank one, both alignments approach 1."""
+    """Spec Sec. 8.7 findings: low excess risk and both alignments approach 1 (seed means with t intervals).
+
+    W_Q W_K^T is exactly rank one in this model (W_Q = 0 at init with a fixed register: every SGD update of W_Q is
+    rank one along the register direction, see the model's Notes), so "nearly rank one" cannot fail and is not a
+    check; panel (c) shows the ratio descriptively. What the rank-one claim is for -- the single attention direction
+    being the oracle k* -- is the key-alignment check.
+    """
     lin = float(ds["linear_excess"])
-    excess = _final_median(ds, "excess_risk")
-    ratio = _final_median(ds, "sv_ratio")
-    kappa = _final_median(ds, "kappa")
-    nu = max(_final_median(ds, "nu"), _final_median(ds, "nu_mlp"))
+    nu = np.maximum(ds["nu"].values[:, -1], ds["nu_mlp"].values[:, -1])
     return [
-        CheckResult(name="Sec. 8.7: low excess risk (median final test excess risk < optimal linear, Prop. 3)",
-                    passed=excess < lin, measured=excess, expected=f"< {lin:.4g}",
-                    tolerance="strict; the linear risk is the closed form of spec Sec. 5.4"),
-        CheckResult(name="Sec. 8.7: W_Q W_K^T nearly rank one (median final sv_1/sv_2)", passed=ratio > 10.0,
-                    measured=ratio, expected="> 10",
-                    tolerance="'nearly rank one' has no number in the spec; 10 is ours (with a fixed register and "
-                              "W_Q = 0 at init the matrix is exactly rank one under SGD, see the model's Notes)"),
-        CheckResult(name="Sec. 8.7: key alignment |k_hat . k*| approaches 1 (median final)", passed=kappa > 0.7,
-                    measured=kappa, expected="> 0.7", tolerance="'approach 1' has no number in the spec; 0.7 is ours"),
-        CheckResult(name="Sec. 8.7: value alignment approaches 1 (median final, max of plain and MLP-corrected)",
-                    passed=nu > 0.7, measured=nu, expected="> 0.7",
-                    tolerance="'approach 1' has no number in the spec; 0.7 is ours"),
+        _mean_check("Sec. 8.7: low excess risk (final test excess risk below the optimal linear one, Prop. 3)",
+                    ds["excess_risk"].values[:, -1], below=lin,
+                    tolerance="t interval of the seed mean at level 1e-3; the linear risk is the closed form of "
+                              "spec Sec. 5.4"),
+        _mean_check("Sec. 8.7: the rank-one attention direction is the oracle: final |k_hat . k*| approaches 1",
+                    ds["kappa"].values[:, -1], above=0.7,
+                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the spec, 0.7 is ours "
+                              "(chance level 1/sqrt(d))"),
+        _mean_check("Sec. 8.7: value alignment approaches 1 (final, max of plain and MLP-corrected)", nu, above=0.7,
+                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the spec, 0.7 is ours"),
     ]
 
 
@@ -167,7 +201,7 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
 TRANSFORMER_PRESETS = {
     "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 200, "batch_size": 32, "lr": 5e-2,
              "eval_size": 300, "log_every": 50},
-    "quick": {"d": 20, "L": 10, "noise": 0.1, "n_seeds": 4, "n_steps": 2000, "batch_size": 64, "lr": 1e-2,
+    "quick": {"d": 20, "L": 10, "noise": 0.1, "n_seeds": 8, "n_steps": 2000, "batch_size": 64, "lr": 1e-2,
               "eval_size": 2000, "log_every": 100},
     "paper": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 10, "n_steps": 200_000, "batch_size": 64, "lr": 1e-3,
               "eval_size": 10_000, "log_every": 1000},
@@ -180,8 +214,9 @@ TRANSFORMER_PRESETS = {
              "the register row) trained by online SGD on single-location regression: (a) test excess risk, mean "
              "and 95% percentile band over seeds, with the closed-form null, optimal-linear and best erf-oracle "
              "levels; (b) |k_hat . k*| (top key-side singular vector of W_Q W_K^T), |v_hat . v*|/|v_hat| (v_hat = "
-             "W_V u) and its MLP-corrected variant; (c) sv_1/sv_2 of W_Q W_K^T. The quick preset uses d = 20 and "
-             "lr = 1e-2 (10x the paper preset's) for 2 000 steps."),
+             "W_V u) and its MLP-corrected variant; (c) sv_1/sv_2 of W_Q W_K^T, descriptive: with W_Q = 0 at init and a "
+             "fixed register the matrix is exactly rank one (ratio ~1e15), so the check is that its direction is k*. "
+             "The quick preset uses d = 20 and lr = 1e-2 (10x the paper preset's) for 2 000 steps, 8 seeds."),
     unrecoverable=(
         "register z_reg ~ N(0, I_d) drawn once per run, not trained",
         "LayerNorm without affine parameters (eps 1e-5) before attention and MLP; head width d; W_O = I",
@@ -235,33 +270,43 @@ def plot_fig9(ds: xr.Dataset):
     return fig
 
 
+def _max_pair(ds, prefix, i=-1):
+    """Per seed, the largest |inner product| over the head-location pairs of ``prefix`` at time index i."""
+    return np.max(np.abs(np.stack([ds[n].values[:, i] for n in _pairs(ds, prefix)])), axis=0)
+
+
+def _partial_check(max_key):
+    """'Only partial' key alignment as a per-seed count: at least half of the runs keep max_h,i |k_h . k_i*| < 0.9."""
+    x = np.asarray(max_key, dtype=np.float64).ravel()
+    below = int(np.sum(x < 0.9))
+    return CheckResult(name="Sec. 8.8: alignment only partial (final max_h,i |k_h . k_i*| < 0.9 in most runs)",
+                       passed=bool(2 * below >= x.size), measured=f"{below} of {x.size} runs below 0.9",
+                       expected=f">= {math.ceil(x.size / 2)} of {x.size}",
+                       tolerance="per-seed count rule (spec: |k_h . k_i*| between 0 and 0.53 at step 200 000 in all "
+                                 "8 of its runs; full alignment would put every run near 1)", n_seeds=x.size)
+
+
 def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
-    """Spec Sec. 8.8: low risk (below the null predictor; spec ranges at the paper's steps), partial alignment."""
+    """Spec Sec. 8.8: low risk, partial alignment (above chance, below full), the spec's risk ranges."""
+    from figures.single_location import _range_check
+
     null = float(ds["null_excess"])
-    excess = _final_median(ds, "excess_risk")
-    max_key = float(np.median(np.max(np.abs(np.stack([ds[n].values[:, -1] for n in _pairs(ds, "kappa")])), axis=0)))
+    d = int(ds.attrs["d"])
+    best = np.maximum(_max_pair(ds, "kappa"), _max_pair(ds, "nu"))
     out = [
-        CheckResult(name="Sec. 8.8: low risk (median final test excess risk < null predictor 2 gamma^2)",
-                    passed=excess < null, measured=excess, expected=f"< {null:.3g}",
-                    tolerance="strict (spec: 0.29-0.34 at step 200 000, null 1.0)"),
-        CheckResult(name="Sec. 8.8: partial alignment (median over seeds of max_h,i |k_h . k_i*| at the end)",
-                    passed=max_key < 0.9, measured=max_key, expected="< 0.9",
-                    tolerance="spec: |k_h . k_i*| between 0 and 0.53 at step 200 000 (8 runs); 0.9 leaves margin"),
+        _mean_check("Sec. 8.8: low risk (final test excess risk below the null predictor's K gamma^2)",
+                    ds["excess_risk"].values[:, -1], below=null,
+                    tolerance="t interval of the seed mean at level 1e-3 (spec: 0.29-0.34 at step 200 000, null 1)"),
+        _above_chance_check("Sec. 8.8: some alignment (final max over heads, locations, keys and values of "
+                            "|. . *|)", best, d, n_overlaps=2 * len(_pairs(ds, "kappa"))),
+        _partial_check(_max_pair(ds, "kappa")),
     ]
-    if ds.attrs["d"] == 80 and ds.attrs["L"] == 10 and float(ds.attrs["lam0"]) == 2.0:  # the spec's task
-        e0 = float(np.mean(ds["excess_risk"].values[:, 0]))
-        out.append(CheckResult(name="Sec. 8.8: excess risk ~ 15 at step 0 (mean over seeds)",
-                               passed=10.0 < e0 < 20.0, measured=e0, expected="~15",
-                               tolerance="+-5 around the spec's value (8 runs)"))
-    if ds.attrs["d"] == 80 and float(ds.attrs["alpha"]) == 1e-3 and float(ds.attrs["rate"]) == 1e-4:  # its recipe
-        for step, lo, hi, spec_range in ((50_000, 0.25, 0.65, "0.34-0.51"), (200_000, 0.2, 0.45, "0.29-0.34")):
+    if d == 80 and ds.attrs["L"] == 10 and float(ds.attrs["alpha"]) == 1e-3 and float(ds.attrs["rate"]) == 1e-4:
+        for step, lo, hi in ((50_000, 0.34, 0.51), (200_000, 0.29, 0.34)):
             vals = _at_step(ds, "excess_risk", step)
             if vals is not None:
-                med = float(np.median(vals))
-                out.append(CheckResult(name=f"Sec. 8.8: test excess risk at step {step} (median)",
-                                       passed=lo < med < hi, measured=med, expected=spec_range,
-                                       tolerance=f"({lo}, {hi}): the spec's range over 8 runs, widened for "
-                                                 "seed-to-seed spread and the 1 000-sample test set"))
+                out.append(_range_check(f"Sec. 8.8: test excess risk at step {step} has the law of the spec's 8 runs",
+                                        vals, lo, hi, n_ref=8))
     return out
 
 
@@ -271,8 +316,9 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
              "two-head erf predictor sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) with online projected SGD: (a) test "
              "excess risk (mean and 95% percentile band over seeds) and the null level 2 gamma^2; (b), (c) the "
              "2 x 2 matrices |k_h . k_i*| and |v_h . v_i*| (mean and band, no matching of heads to locations). "
-             "The quick preset uses d = 40, alpha = 5e-3 and a 5x faster lambda schedule (the same lambda against "
-             "alpha n) for 6 000 steps."),
+             "The quick preset is the spec's recipe (d = 80, alpha = 1e-3) for 50 000 of its 200 000 steps with "
+             "8 seeds; a larger alpha with fewer steps is not equivalent: the SGD noise grows with alpha and keeps "
+             "the heads from aligning (risk 0.75, no key alignment at alpha = 5e-3)."),
     unrecoverable=(
         ("oracle directions = QR of a d x 4 Gaussian matrix; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1, batch 5, "
         "alpha = 1e-3, initial heads uniform on the sphere"),
@@ -282,8 +328,8 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     params={
         "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 400, "batch_size": 5, "alpha": 1e-2,
                  "lam0": 2.0, "rate": 1e-3, "freeze": 10_000, "eval_size": 300, "log_every": 100},
-        "quick": {"d": 40, "L": 10, "noise": 0.1, "n_seeds": 5, "n_steps": 6000, "batch_size": 5, "alpha": 5e-3,
-                  "lam0": 2.0, "rate": 5e-4, "freeze": 20_000, "eval_size": 1000, "log_every": 200},
+        "quick": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 8, "n_steps": 50_000, "batch_size": 5, "alpha": 1e-3,
+                  "lam0": 2.0, "rate": 1e-4, "freeze": 100_000, "eval_size": 1000, "log_every": 1000},
         "paper": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 30, "n_steps": 200_000, "batch_size": 5, "alpha": 1e-3,
                   "lam0": 2.0, "rate": 1e-4, "freeze": 100_000, "eval_size": 1000, "log_every": 500},
     },
@@ -326,17 +372,21 @@ def plot_fig10(ds: xr.Dataset):
 
 
 def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
-    """Spec Sec. 8.9 findings: low excess risk; W_Q^h W_K^h^T nearly rank one."""
+    """Spec Sec. 8.9 findings: low excess risk; each head's rank-one attention direction aligns with an oracle key.
+
+    Each W_Q^h W_K^h^T is exactly rank one here (W_Q = 0 at init, fixed register; model Notes): "nearly rank one" is
+    not a check (panel (d) is descriptive); the alignment of that direction with the oracle keys is.
+    """
     null = float(ds["null_excess"])
-    excess = _final_median(ds, "excess_risk")
-    ratio = min(_final_median(ds, n) for n in ds.data_vars if n.startswith("sv_ratio_"))
+    d = int(ds.attrs["d"])
+    best_key = _max_pair(ds, "kappa")
     return [
-        CheckResult(name="Sec. 8.9: low excess risk (median final test excess risk < half the null predictor's)",
-                    passed=excess < 0.5 * null, measured=excess, expected=f"< {0.5 * null:.3g}",
-                    tolerance="'low' has no number in the spec; half the null level 2 gamma^2 is ours"),
-        CheckResult(name="Sec. 8.7/8.9: W_Q^h W_K^h^T nearly rank one (smallest head's median final sv_1/sv_2)",
-                    passed=ratio > 10.0, measured=ratio, expected="> 10",
-                    tolerance="no number in the spec; exactly rank one under SGD from W_Q = 0 (model Notes)"),
+        _mean_check("Sec. 8.9: low excess risk (final test excess risk below half the null predictor's)",
+                    ds["excess_risk"].values[:, -1], below=0.5 * null,
+                    tolerance="t interval at level 1e-3; 'low' has no number in the spec, half the null level 2 "
+                              "gamma^2 is ours"),
+        _above_chance_check("Sec. 8.9: the heads' rank-one attention directions align with oracle keys (final "
+                            "max_h,i |k_hat_h . k_i*|)", best_key, d, n_overlaps=len(_pairs(ds, "kappa"))),
     ]
 
 
@@ -344,8 +394,9 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
     name="single_location.fig10", model="single_location", paper=_PAPER.format(10), spec="single_location.md §8.9",
     caption=("The Transformer layer of Fig. 8 with H = 2 heads (W_O^h trained) on the multiple-location task of "
              "Fig. 9: (a) test excess risk with the null level 2 gamma^2; (b) |k_hat_h . k_i*|; (c) "
-             "|v_hat_h . v_i*|/|v_hat_h| (v_hat_h = W_V^h W_O^h u); (d) sv_1/sv_2 of each W_Q^h W_K^h^T; mean and "
-             "95% percentile band over seeds. The quick preset uses d = 20 and lr = 1e-2 for 2 000 steps."),
+             "|v_hat_h . v_i*|/|v_hat_h| (v_hat_h = W_V^h W_O^h u); (d) sv_1/sv_2 of each W_Q^h W_K^h^T (descriptive: "
+             "exactly rank one by construction); mean and 95% percentile band over seeds. The quick preset uses "
+             "d = 20 and lr = 1e-2 for 2 000 steps, 8 seeds."),
     unrecoverable=(
         ("the Fig. 8 layer recipe (register, LayerNorm, head width d, ReLU MLP, initialisation, SGD batch 64, lr 1e-3, "
         "200 000 steps) with H = 2 and W_O^h ~ N(0, 1/d) trained"),

@@ -23,7 +23,13 @@ Registered figures (``python -m figures list --model icl_regression``):
 Not registered: Figs. 9-11 (other normalised activations, §8.2): the activation functions were not recoverable
 (spec §8.2 infers only their slopes c_act); Fig. 2 is an architecture diagram.
 
-Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n_seeds-1; Monte Carlo streams come from
+Verdicts (issue 12): gap rows through :func:`figures.registry.compare_rows` (Student-t interval over seeds, allowances
+relative or derived, each with its source); checks that summarise seeds are per-seed counts with a one-sided binomial
+test (:func:`_count_check`); an explanation is attached only where its evidence covers every failing seed
+(:data:`SAME_SIGN`, :data:`NEAR_DUMMY_EXPL`). Fig. 16 is decided at ``--preset paper`` only (``paper_only``).
+
+Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n_seeds-1 (n_seeds_h2 for the
+isotropic H = 2 run, whose first n_seeds seeds are the ones other figures use); Monte Carlo streams come from
 ``dynamics.random.spawn_generators(s, ...)``. Training runs are shared between the figures of one process (a
 memo keyed by every parameter of the run), so building all figures trains each model once. Learned trajectories use
 the Adam step as time (spec §0.2); overlays with GD on F/2 align by the KQ scale gamma (a monotone
@@ -35,10 +41,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 
 from closedform import icl_regression as cf
 from dynamics.random import spawn_generators
@@ -54,7 +60,7 @@ from figures._style import (
     plot_reduced,
     plot_theory,
 )
-from figures.registry import CheckResult, GapRow, gap_rows, register
+from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 MODEL = "icl_regression"
 PAPER = "He, Pan, Chen, Yang (ICML 2025)"
@@ -62,26 +68,53 @@ D, L_TRAIN, S2 = 5, 40, 0.1  # spec §9 common setup [C]
 TASK = cf.ICLRegression(d=D, L=L_TRAIN, sigma2=S2)
 ETA_STAR = cf.eta_star(TASK)
 COLORS = list(TOL_BRIGHT.values())
-TOL_SE = 5.0
-JUST_SE = "5 SE over seeds: two-sided false-alarm rate < 6e-7 per row (tests/_stats.py)"
+COUNT_LEVEL = 0.05  # level of the one-sided binomial test of the per-seed count checks (_count_check)
 COMMON_SETUP = ("Adam(1e-3, betas (0.9, 0.999), eps 1e-8), batch 256 fresh prompts, PyTorch-default init, plain MSE, "
                 "d = 5, L = 40, sigma^2 = 0.1 (spec §9)")
-UNREC_STEPS = "training length per preset (paper: 500,001 Adam steps, spec §9; quick: a short prefix)"
+UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, spec §9; quick: 5 000 of them, 8 seeds, the "
+               "paper's lr 1e-3)")
 
 
-def _train_params(n_steps, log_every, n_seeds, batch=256):
-    return {"n_steps": n_steps, "log_every": log_every, "n_seeds": n_seeds, "batch": batch}
+def _train_params(n_steps, log_every, n_seeds, batch=256, n_seeds_h2=None):
+    """Training parameters of a preset; ``n_seeds_h2``: seeds of the isotropic softmax H = 2 run (default n_seeds)."""
+    out = {"n_steps": n_steps, "log_every": log_every, "n_seeds": n_seeds, "batch": batch}
+    if n_seeds_h2 is not None:
+        out["n_seeds_h2"] = n_seeds_h2
+    return out
 
 
 TRAIN_TINY = _train_params(30, 10, 2, 64)
-TRAIN_QUICK = _train_params(1000, 25, 2)
-TRAIN_PAPER = _train_params(500_000, 1000, 5)
+# quick: 8 seeds (>= 8 per compared row, issue 12) and 5 000 of the paper's 500 000 Adam steps at the paper's lr 1e-3.
+# Measured (seeds 0-15): the pattern (sign matching, zero-sum < 0.02, diagonal effective KQ) forms by ~1 000 steps in
+# most runs, some only by ~3 000, and mu^T omega sits at eta* from ~1 500 on; 5 000 steps leave every run that
+# splits its heads some 2 000 steps along the valley for the overlay with GD on F/2. A larger lr does not go further
+# along the valley: at lr 1e-2 gamma stalls at 0.21 (Adam noise floor), at 3e-3 it reaches 0.18 by 4 000 steps
+# against 0.21 at 1e-3, so the paper's lr is kept. The paper's omega = +-0.13, mu = +-3.5 need ~1e5 steps
+# (gamma ~ t^(-1/6) in phase III, spec §6.3): the quick runs stop near gamma ~ 0.2, mu_+ ~ 2.2 on the same valley
+# (4.6), and the figures say so. All icl_regression figures at quick: ~250 CPU-s (one thread).
+# H = 2 trains 16 seeds: ~3 in 8 runs from the PyTorch-default init keep both heads on one side (SAME_SIGN below),
+# and the overlay rows of Fig. 1 need >= 8 seeds whose heads split.
+TRAIN_QUICK = _train_params(5000, 125, 8, n_seeds_h2=16)
+TRAIN_PAPER = _train_params(500_000, 1000, 8)
+TRAIN_MT_QUICK = _train_params(1000, 100, 8)  # Fig. 16 is decided at --preset paper only (paired heads need 2e4 steps)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Shared training runs (memoised per process)
 # ----------------------------------------------------------------------------------------------------------------------
-FIG5_FRACTIONS = (0.0, 0.002, 0.004, 0.02, 0.2, 1.0)  # spec §9 Fig. 5: steps {1, 1k, 2k, 10k, 100k, 500k} of 500k
+FIG5_STEPS = (0, 1000, 2000, 10_000, 100_000, 500_000)  # spec §9 Fig. 5: the paper's panel steps (toolkit default)
+FIG5_EARLY = (250, 500)  # extra early panels of a run shorter than 10 000 steps (the pattern forms within ~1 000)
+
+
+def fig5_panel_steps(n_steps: int) -> tuple[int, ...]:
+    """Panel steps of Fig. 5 for a run of ``n_steps`` Adam steps: the paper's absolute steps that the run reaches
+    (spec §9: 0, 1k, 2k, 10k, 100k, 500k), the final step, and, for runs shorter than 10 000 steps, the early steps
+    250 and 500 (the pattern forms within the first ~1 000 steps, Observation 4). Distinct and increasing."""
+    n_steps = int(n_steps)
+    want = [s for s in FIG5_STEPS if s <= n_steps] + [n_steps]
+    if n_steps < FIG5_STEPS[3]:
+        want += [s for s in FIG5_EARLY if s < n_steps]
+    return tuple(sorted(set(want)))
 
 
 @functools.lru_cache(maxsize=32)
@@ -89,8 +122,8 @@ def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seed
     task = cf.ICLRegression(**dict(task_args))
     model = im.ICLAttention(task, H, attention=attention, rho=rho, supports=supports,
                             log_circuits=supports is None)
-    steps = np.unique(np.concatenate([np.arange(0, n_steps + 1, log_every),
-                                      np.rint(np.asarray(FIG5_FRACTIONS) * n_steps), [n_steps]]).astype(np.int64))
+    steps = np.unique(np.concatenate([np.arange(0, n_steps + 1, log_every), fig5_panel_steps(n_steps),
+                                      [n_steps]]).astype(np.int64))
     config = dataclasses.replace(im.paper_config(seeds=seeds, n_steps=n_steps, batch_size=batch, eval_size=1000),
                                  saveat=SaveAt(steps=tuple(int(s) for s in steps)))
     with torch_threads(1):
@@ -98,13 +131,21 @@ def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seed
     return model, traj, {k: v.detach().cpu() for k, v in params.items()}
 
 
-def _run(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK):
-    """Train (or reuse) the model of a figure: parameters from ``cfg.params`` (n_steps, log_every, n_seeds, batch)."""
+def _run_key(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK):
+    """Arguments of :func:`_run_cached` for a figure's run: parameters from ``cfg.params`` (n_steps, log_every,
+    n_seeds, batch; n_seeds_h2 for the isotropic softmax H = 2 run)."""
     p = cfg.params
-    seeds = tuple(1000 * cfg.seed + k for k in range(p["n_seeds"]))
+    n = p["n_seeds"]
+    if H == 2 and attention == "softmax" and rho is None and supports is None:
+        n = p.get("n_seeds_h2", n)
+    seeds = tuple(1000 * cfg.seed + k for k in range(n))
     task_args = tuple(sorted(dataclasses.asdict(task).items()))
-    return _run_cached(H, attention, rho, supports, task_args, p["n_steps"], p["log_every"], seeds, p["batch"],
-                       cfg.device)
+    return (H, attention, rho, supports, task_args, p["n_steps"], p["log_every"], seeds, p["batch"], cfg.device)
+
+
+def _run(cfg, H, **kw):
+    """Train (or reuse) the model of a figure (:func:`_run_key`)."""
+    return _run_cached(*_run_key(cfg, H, **kw))
 
 
 @functools.lru_cache(maxsize=64)
@@ -116,18 +157,26 @@ def _length_curve_cached(run_key, L_tests, n_prompts, seed):
 
 
 def _length_curve(cfg, H, L_tests, n_prompts, *, attention="softmax"):
-    p = cfg.params
-    seeds = tuple(1000 * cfg.seed + k for k in range(p["n_seeds"]))
-    key = (H, attention, None, None, tuple(sorted(dataclasses.asdict(TASK).items())), p["n_steps"], p["log_every"],
-           seeds, p["batch"], cfg.device)
-    return _length_curve_cached(key, tuple(int(L) for L in L_tests), int(n_prompts), 7919 * cfg.seed)
+    """Test MSE (S, n_L) of the first ``n_seeds`` seeds of a run at the prompt lengths ``L_tests``."""
+    m, se = _length_curve_cached(_run_key(cfg, H, attention=attention), tuple(int(L) for L in L_tests),
+                                 int(n_prompts), 7919 * cfg.seed)
+    n = cfg.params["n_seeds"]
+    return m[:n], se[:n]
 
 
-def _seed_mean(a):
-    """Mean over seeds (axis 0) ignoring NaN (overlay values before the pattern formed); all-NaN columns -> NaN."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "Mean of empty slice" where no seed has a value yet
-        return np.nanmean(np.asarray(a, dtype=np.float64), axis=0)
+def _overlay_mean(ds, key):
+    """Mean over the seeds whose pattern formed of an overlay variable (seed, step), from the first step at which
+    every one of them has a value (the latest start) on: a fixed set of seeds at every plotted point, so the curve
+    never jumps where a seed joins. NaN before that step and when no seed formed."""
+    a = np.asarray(ds[key].values, dtype=np.float64)
+    i0 = np.asarray(ds.i0.values)
+    T = a.shape[1]
+    formed = i0 < T
+    out = np.full(T, np.nan)
+    if formed.any():
+        start = int(i0[formed].max())
+        out[start:] = a[formed, start:].mean(axis=0)
+    return out
 
 
 def _learned_arrays(traj, H):
@@ -146,29 +195,37 @@ def _sorted_heads(omega_final):
 # ----------------------------------------------------------------------------------------------------------------------
 def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
     """GD on F/2 started, per seed, from the probed (omega, mu) at the first logged step where the pattern has
-    formed (sign matched, mu^T omega >= ``formed`` eta*, gamma past its peak); learned points after it are matched
+    formed (sign matched, positive and negative heads for H >= 2, mu^T omega >= ``formed`` eta*, gamma past its
+    peak); learned points after it are matched
     to the GD path at the same KQ scale gamma (mean |omega_h|; decreasing along the valley, spec §5.4) and the GD
     values there returned.
 
-    Returns dict of (S, T) arrays: start index ``i0`` (S,), ``t_match`` (flow time), ``mudo_gd``, ``mupos_gd``,
-    ``summu_gd``, ``homog_gd`` (nan before the start) and the GD path itself (``gd_gamma``, ``gd_mupos``: (S, n_save)).
+    Returns dict of (S, T) arrays: start index ``i0`` (S,; T for a seed whose pattern never formed), ``t_match``
+    (flow time), ``mudo_gd``, ``mupos_gd``, ``summu_gd``, ``homog_gd`` (nan before the start) and the GD path itself
+    (``gd_gamma``, ``gd_mupos``: (S, n_save)).
     """
     S, T, H = omega.shape
     pat = cf.classify_heads(omega, mu, dummy_tol=0.0)
     es = cf.eta_star(task)
     ok = pat.sign_matched & (pat.mu_dot_omega >= formed * es)
-    i0 = np.where(ok.any(axis=1), ok.argmax(axis=1), T - 1)
+    if H >= 2:  # the multi-head pattern: positive and negative heads (same-sign heads are a single-head predictor)
+        ok &= pat.positive.any(-1) & pat.negative.any(-1)
     # and not before the learned gamma peaks (Observation 4: |omega| first rises, then decreases along the valley),
-    # so that gamma is a monotone reparametrisation of the compared stretch (spec §12)
-    i0 = np.maximum(i0, np.nanargmax(pat.gamma, axis=1))
-    om0 = omega[np.arange(S), i0]
-    mu0 = mu[np.arange(S), i0]
+    # so that gamma is a monotone reparametrisation of the compared stretch (spec §12); a seed whose pattern never
+    # formed gets i0 = T (no overlay values at all) instead of joining the overlay at its last step
+    i0 = np.maximum(ok.argmax(axis=1), np.nanargmax(pat.gamma, axis=1))
+    i0 = np.where(ok.any(axis=1) & (i0 < T - 1), i0, T)
+    i_start = np.minimum(i0, T - 1)  # GD is started from some state for every seed (discarded where i0 = T)
+    om0 = omega[np.arange(S), i_start]
+    mu0 = mu[np.arange(S), i_start]
     gd = cf.gd(task, om0, mu0, lr=lr, n_steps=n_gd, saveat=SaveAt(log=400))
     go, gm = im.stack_heads(gd, H)  # (S, n_save, H)
     gpat = cf.classify_heads(go, gm, dummy_tol=0.0)
     out = {k: np.full((S, T), np.nan) for k in ("t_match", "mudo_gd", "mupos_gd", "summu_gd", "homog_gd")}
     gt = np.asarray(gd["time"].values)
     for s in range(S):
+        if i0[s] >= T:
+            continue
         gam = np.minimum.accumulate(gpat.gamma[s])  # monotone (non-increasing) envelope of the GD path's gamma
         keep = np.concatenate([[True], np.diff(gam) < 0])
         x = gam[keep][::-1]
@@ -198,33 +255,48 @@ def _overlay_vars(task, omega, mu, steps):
     }
 
 
+OVERLAY_MIN_LOGS = 5  # a seed enters the overlay rows once it has followed the valley for >= 5 logged steps
+
+
 def _overlay_gaps(ds, tag):
-    """Learned minus GD-on-F/2 at matched gamma, at two logged steps after the pattern formed (SE over seeds)."""
-    start = int(np.max(ds.i0.values))
+    """Learned minus GD-on-F/2 at matched gamma at the last logged step, over the seeds whose pattern formed at least
+    :data:`OVERLAY_MIN_LOGS` logged steps before the end (right after the start GD on F/2 relaxes mu onto the valley
+    in a fast transient, flow time ~10, that Adam follows only over hundreds of steps, so a seed that has just formed
+    is not compared). Seeds that never formed are counted by :func:`_overlay_formed_check`."""
     T = ds.sizes["step"]
-    if start >= T - 1:
+    use = ds.i0.values <= T - 1 - OVERLAY_MIN_LOGS
+    if use.sum() < 2:
         return []
-    # two rows: 3/4 of the way from the start and the end; right after the start GD on F/2 relaxes mu onto the
-    # valley in a fast transient (flow time ~10) that Adam follows only over hundreds of steps, so no row there
-    idx = sorted({start + 3 * (T - 1 - start) // 4, T - 1})
-    steps = ds.step.values[idx]
-    rows = gap_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, np.zeros(len(idx)),
-                    (ds.mu_dot_omega - ds.mudo_gd).values[:, idx], tol_se=TOL_SE, atol=0.02,
-                    justification=JUST_SE + "; atol 0.02: the learned 2 gamma mu = 0.888 vs eta* = 0.879 offset of "
-                    "the true loss over F (spec §9, §10 item 4)")
-    rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[:, idx]
-    rows += gap_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, np.zeros(len(idx)), rel,
-                     tol_se=TOL_SE, atol=0.1, justification=JUST_SE + "; atol 10%: F omits O(1/L) terms (~9% of the "
-                     "loss near the learned point, spec §10 item 4) and Adam is not gradient flow")
+    steps = ds.step.values[-1:]
+    rows = compare_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, [0.0],
+                        (ds.mu_dot_omega - ds.mudo_gd).values[use][:, -1:], allowance=0.02,
+                        allowance_source="2 x the offset of the learned mu^T omega over F's optimum (0.888 vs "
+                        "eta* = 0.879 at 500k steps, spec §9, §10 item 4): F is not the true loss", d=D)
+    rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[use][:, -1:]
+    rows += compare_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, [0.0], rel,
+                         allowance=0.1, allowance_source="F omits O(1/L) terms, ~9 % of the loss near the learned "
+                         "point (spec §10 item 4), so its valley mu(gamma) is off by that order", d=D)
     return rows
 
 
+def _overlay_formed_check(ds, tag, split=None):
+    """How many seeds' patterns formed (the overlay's precondition): a per-seed count (``split``: (S,) bool, the
+    seeds whose heads split, for the same-sign explanation of H = 2)."""
+    formed = ds.i0.values < ds.sizes["step"]
+    return _count_check(tag, formed, claim="the pattern forms (overlay start found)",
+                        criterion="sign-matched positive and negative heads, mu^T omega >= 0.9 eta* and gamma past "
+                                  "its peak before the end",
+                        explanation=None if split is None else _same_sign_explanation(formed, split))
+
+
 def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
+    T = ds.sizes["step"]
     for s in range(ds.sizes["seed"]):
         lab = "learned (Adam)" if s == 0 else None
         ax_mu.plot(ds.gamma.values[s], ds.mu_pos.values[s], ":", marker="o", ms=2.5, color=COLORS[0], label=lab)
-        plot_reduced(ax_mu, ds.gd_gamma.values[s], ds.gd_mupos.values[s], color=COLORS[1],
-                     label="GD on F/2 from the probed state" if s == 0 else None)
+        if ds.i0.values[s] < ds.sizes["step"]:  # GD paths only for seeds whose pattern formed
+            plot_reduced(ax_mu, ds.gd_gamma.values[s], ds.gd_mupos.values[s], color=COLORS[1],
+                         label="GD on F/2 from the probed state" if s == int(np.argmax(ds.i0.values < T)) else None)
     g = np.linspace(max(0.02, float(np.nanmin(ds.gd_gamma.values)) * 0.9),
                     float(np.nanmax(ds.gamma.values[:, -1])) * 1.6, 200)
     plot_theory(ax_mu, g, cf.solution_manifold_mu(TASK, g), color="k", label="S_gamma: mu(gamma) (4.6)")
@@ -234,38 +306,98 @@ def _plot_overlay(ax_mu, ax_mudo, ds, color=None):
     mean, lo, hi = band_over_seeds(ds.mu_dot_omega.values, method="percentile")
     plot_empirical_band(ax_mudo, ds.step.values, mean, lo, hi, label="learned mu^T omega", color=COLORS[0])
     gd = ds.mudo_gd.values
-    if np.isfinite(gd).any():
-        plot_reduced(ax_mudo, ds.step.values, _seed_mean(gd), color=COLORS[1],
-                     label="GD on F/2 at matched gamma")
+    for s, k in enumerate(np.flatnonzero(np.isfinite(gd).any(axis=1))):  # per seed, from its own start
+        plot_reduced(ax_mudo, ds.step.values, gd[k], color=COLORS[1], linewidth=0.8,
+                     label="GD on F/2 at matched gamma (per seed)" if s == 0 else None)
     ax_mudo.axhline(ETA_STAR, color="k", lw=1, label="eta* (4.3)")
     ax_mudo.set(xlabel="Adam step", ylabel="mu^T omega", ylim=(-0.05, 1.1))
-    ax_mudo.legend(fontsize=7)
+    ax_mudo.legend(fontsize=7, loc="lower right")
+
+
+SAME_SIGN = Explanation(
+    reason="some H = 2 runs from the PyTorch-default init put both heads on the same side (omega_1, omega_2 > 0 or "
+           "both < 0, mu of one sign): the two heads then act as one Nadaraya-Watson head, the run sits at the "
+           "single-head solution (risk 0.39-0.40, omega ~ 0.55) and stays there (3 of seeds 0-7: unchanged from "
+           "step 2 000 to step 15 000 in a 15 000-step rerun); every run whose heads split satisfies the check",
+    evidence="icl_regression.fig1: dashed per-seed curves (heads not split) and the count 'one positive and one "
+             "negative head'; icl_regression.fig3: the single-head solution (H = 1) at the same omega, mu")
+
+
+NEAR_DUMMY = 0.15  # |mu_h| / max|mu|: a head above the dummy threshold 0.05 (spec §3) but still shrinking towards it
+NEAR_DUMMY_EXPL = Explanation(
+    reason="the seeds whose |omega_h| are not yet homogeneous each have a head in transit to a dummy head: |mu_h| "
+           "between the dummy threshold 0.05 (spec §3, toolkit choice) and 0.15 of the largest |mu| and still "
+           "shrinking at the last step, so it counts as active while its omega_h has not reached the common scale; "
+           "dummy heads appear in real training, not in the flow of F (spec §10 item 9)",
+    evidence="icl_regression.fig13: per-head mu_h curves of the H >= 3 runs (one seed shown); icl_regression.fig3: "
+             "H = 4 head kinds")
+
+
+def _split_heads(omega, mu):
+    """(S,) bool: the final heads of each seed include a positive and a negative non-dummy head (spec §3)."""
+    pat = cf.classify_heads(omega, mu)
+    return pat.positive.any(-1) & pat.negative.any(-1)
+
+
+def _same_sign_explanation(ok, split):
+    """:data:`SAME_SIGN` when every seed that fails a count check is a seed whose heads did not split (and at least
+    one split seed exists), else None: the explanation is attached only where the evidence covers every failure."""
+    ok, split = np.asarray(ok, dtype=bool), np.asarray(split, dtype=bool)
+    return SAME_SIGN if split.any() and not np.any(~ok & split) else None
+
+
+def _count_check(name, ok, *, claim, criterion, explanation=None):
+    """A per-seed count check: ``k`` of ``n`` seeds satisfy ``criterion``; it passes when the one-sided binomial test
+    rejects "a run shows it with probability <= 1/2" at level :data:`COUNT_LEVEL` (P(X >= k | n, 1/2) <= 0.05; with
+    8 seeds it needs >= 7). Measured and tested statistic: the count k/n."""
+    ok = np.asarray(ok, dtype=bool).reshape(-1)
+    n, k = ok.size, int(ok.sum())
+    p_value = float(stats.binom.sf(k - 1, n, 0.5))
+    k_min = int(next(j for j in range(n + 2) if j > n or stats.binom.sf(j - 1, n, 0.5) <= COUNT_LEVEL))
+    passed = p_value <= COUNT_LEVEL
+    return CheckResult(name=f"{name}: {claim}", passed=passed, measured=f"{k}/{n} seeds",
+                       expected=f"{criterion} in most runs",
+                       tolerance=f"one-sided binomial test of P(run shows it) <= 1/2 at level {COUNT_LEVEL:g}: needs "
+                                 f">= {k_min}/{n} (p = {p_value:.2g})", n_seeds=n,
+                       explanation=None if passed else explanation)
+
+
+ZERO_SUM_TOL = 0.05  # |sum mu| / sum |mu|: formed pattern 0.0016 (spec §9 re-implementation), untrained init O(1)
+HOMOG_TOL = 0.1  # std/mean |omega_h|: formed pattern 0.01 (spec §9: omega = 0.132 / -0.132), untrained init O(1)
+MUDO_REL = 0.02  # mu^T omega vs eta*: the true loss puts the learned point at 0.888 = 1.01 eta* (spec §9), twice that
 
 
 def _pattern_checks(ds, tag, *, H):
+    """Observations 1-2 at the last logged step, one statistic each: sign matching, zero-sum OV and homogeneity
+    (per-seed counts, :func:`_count_check`); mu^T omega -> eta* is a gap row (:func:`_mudo_rows`)."""
     om = ds.omega.values[:, -1]
     mu = ds.mu.values[:, -1]
     pat = cf.classify_heads(om, mu)
-    out = [
-        CheckResult(name=f"{tag}: sign matching sign(mu_h) = sign(omega_h) on non-dummy heads (Observation 1)",
-                    passed=bool(np.all(pat.sign_matched)), measured=f"{int(pat.sign_matched.sum())}/{om.shape[0]} "
-                    "seeds", expected="all seeds", tolerance="exact (signs)"),
-    ]
+    split = _split_heads(om, mu)
+    out = [_count_check(tag, pat.sign_matched, claim="sign matching sign(mu_h) = sign(omega_h) on non-dummy heads "
+                        "(Observation 1)", criterion="all non-dummy heads sign-matched")]
     if H >= 2:
-        out.append(CheckResult(
-            name=f"{tag}: zero-sum OV |sum mu| / sum |mu| (Eq. (4.2))", passed=bool(np.all(pat.zero_sum_rel < 0.15)),
-            measured=float(np.max(pat.zero_sum_rel)), expected=0.0,
-            tolerance="< 0.15 (formed pattern: 0.003, spec §9 re-implementation; early training ~0.05)"))
-        out.append(CheckResult(
-            name=f"{tag}: mu^T omega -> eta* (Eq. (4.3))",
-            passed=bool(np.all(np.abs(pat.mu_dot_omega - ETA_STAR) < 0.1)),
-            measured=float(np.mean(pat.mu_dot_omega)), expected=ETA_STAR,
-            tolerance="+-0.1 (trained 0.888 at 500k steps, spec §9; short runs oscillate around it)"))
-        out.append(CheckResult(
-            name=f"{tag}: homogeneous KQ scaling std/mean |omega_h| over non-dummy heads (Eq. (4.4))",
-            passed=bool(np.all(pat.homogeneity < 0.3)), measured=float(np.max(pat.homogeneity)), expected=0.0,
-            tolerance="< 0.3 (500k steps: 0.01, spec §9; Observation 2 'homogeneous')"))
+        zs, hom = pat.zero_sum_rel < ZERO_SUM_TOL, pat.homogeneity < HOMOG_TOL
+        out.append(_count_check(tag, zs, claim="zero-sum OV (Eq. (4.2))",
+                                criterion=f"|sum mu| / sum |mu| < {ZERO_SUM_TOL:g} (formed: 0.0016, spec §9)",
+                                explanation=_same_sign_explanation(zs, split) if H == 2 else None))
+        share = np.abs(ds.mu.values) / np.abs(ds.mu.values).max(-1, keepdims=True)  # (seed, step, head)
+        j = 3 * (share.shape[1] - 1) // 4  # shrinking: its share of |mu| fell over the last quarter of the run
+        near_dummy = np.any(~pat.dummy & (share[:, -1] < NEAR_DUMMY) & (share[:, -1] < share[:, j]), axis=-1)
+        out.append(_count_check(tag, hom, claim="homogeneous KQ scaling (Eq. (4.4))",
+                                criterion=f"std/mean |omega_h| over non-dummy heads < {HOMOG_TOL:g} (formed: 0.01, "
+                                          "spec §9)",
+                                explanation=(_same_sign_explanation(hom, split) if H == 2 else
+                                             NEAR_DUMMY_EXPL if not np.any(~hom & ~near_dummy) else None)))
     return out
+
+
+def _mudo_rows(ds, tag):
+    """mu^T omega at the last logged step against eta* (4.3): mean over seeds, Student-t interval."""
+    pat = cf.classify_heads(ds.omega.values[:, -1:], ds.mu.values[:, -1:])
+    return compare_rows(f"{tag}: mu^T omega vs eta* (4.3)", ds.step.values[-1:], [ETA_STAR], pat.mu_dot_omega,
+                        rel_allowance=MUDO_REL, allowance_source="2 x the 1 % offset of the true-loss optimum over "
+                        "F's (learned 0.888 vs eta* = 0.879 at 500k steps, spec §9, §10 item 4)", d=D)
 
 
 def _circuit_vars(model, traj, order):
@@ -300,7 +432,8 @@ def _heads_ds(cfg, H, *, overlay=False):
 def _heatmap(ax, M, title, scale=1.15):
     vmax = float(np.max(np.abs(M))) * scale or 1.0
     im_ = ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-    ax.set_title(title, fontsize=8)
+    ax.figure.colorbar(im_, ax=ax, fraction=0.046, pad=0.03)
+    ax.set_title(title, fontsize=8, wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
     return im_
@@ -309,19 +442,33 @@ def _heatmap(ax, M, title, scale=1.15):
 # ----------------------------------------------------------------------------------------------------------------------
 # Fig. 1: two heads
 # ----------------------------------------------------------------------------------------------------------------------
+def _shown_seed(ds):
+    """Index of the seed whose heatmaps are shown: the first seed whose pattern formed (else seed 0)."""
+    formed = np.flatnonzero(ds.i0.values < ds.sizes["step"]) if "i0" in ds else []
+    return int(formed[0]) if len(formed) else 0
+
+
+def _plot_seed_lines(ax, steps, values, formed, color, label):
+    """Every seed's curve (thin; dashed where the seed's pattern did not form), so that no mean hides a seed."""
+    for s in range(values.shape[0]):
+        ax.plot(steps, values[s], color=color, lw=0.8, alpha=0.8, ls="-" if formed[s] else "--",
+                label=label if s == 0 else None)
+
+
 def plot_fig1(ds):
     fig, axes = new_figure(2, 4, figsize=(13, 6))
     H = ds.sizes["head"]
+    s0 = _shown_seed(ds)
     for h in range(H):
-        _heatmap(axes[0, h], ds.KQ.values[0, -1, h], f"KQ^({h + 1}) (seed {int(ds.seed[0])}, final)")
-    _heatmap(axes[0, 2], ds.OV.values[0, -1].T, "OV label rows (columns = heads)", scale=1.2)
+        _heatmap(axes[0, h], ds.KQ.values[s0, -1, h], f"KQ^({h + 1}), seed {int(ds.seed[s0])}, final")
+    _heatmap(axes[0, 2], ds.OV.values[s0, -1].T, "OV label rows (columns = heads)", scale=1.2)
+    formed = ds.i0.values < ds.sizes["step"]
     for h in range(H):
         for key, ax, ref in (("omega", axes[1, 0], 0.13), ("mu", axes[1, 1], 3.5)):
-            mean, lo, hi = band_over_seeds(ds[key].values[:, :, h], method="percentile")
-            plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=COLORS[h], label=f"head {h + 1}")
+            _plot_seed_lines(ax, ds.step.values, ds[key].values[:, :, h], formed, COLORS[h], f"head {h + 1}")
             ax.axhline(ref * (1 if h == 0 else -1), color="grey", lw=0.8, ls="-.")
-    axes[1, 1].plot(ds.step.values, ds.mu.values.sum(-1).mean(0), color="k", lw=1, label="mu_1 + mu_2")
-    axes[1, 0].set(xlabel="Adam step", ylabel="omega_h (effective KQ)")
+    axes[1, 0].set(xlabel="Adam step", ylabel="omega_h (effective KQ)",
+                   title="per seed; dashed: pattern not formed", )
     axes[1, 1].set(xlabel="Adam step", ylabel="mu_h (OV label entry)")
     axes[1, 0].legend(fontsize=7)
     axes[1, 1].legend(fontsize=7)
@@ -340,25 +487,29 @@ def gaps_fig1(ds):
 
 
 def checks_fig1(ds):
-    out = _pattern_checks(ds, "H=2", H=2)
+    """Fig. 1's own claims (the generic pattern checks of H = 2 are Fig. 13's): one positive and one negative head
+    with omega_1 ~ -omega_2, a diagonal KQ x-x block, and the overlay's precondition."""
     om = ds.omega.values[:, -1]
-    out.append(CheckResult(name="H=2: one positive and one negative head, omega_1 ~ -omega_2 (Observation 2)",
-                           passed=bool(np.all((om[:, 0] > 0) & (om[:, 1] < 0))
-                                       and np.all(np.abs(om[:, 0] + om[:, 1]) < 0.3 * np.abs(om).mean())),
-                           measured=float(np.max(np.abs(om[:, 0] + om[:, 1]))), expected=0.0,
-                           tolerance="|omega_1 + omega_2| < 0.3 mean |omega| (homogeneity, Eq. (4.4))"))
+    split = _split_heads(om, ds.mu.values[:, -1])
+    pair = (om[:, 0] > 0) & (om[:, 1] < 0) & (np.abs(om[:, 0] + om[:, 1]) < 0.3 * np.abs(om).mean(-1))
     off = ds.kq_offdiag.values
-    out.append(CheckResult(name="H=2: KQ x-x block becomes diagonal (Observation 1)",
-                           passed=bool(np.all(off[:, -1] < 0.5 * off[:, 0])), measured=float(off[:, -1].max()),
-                           expected="< half its initial value", tolerance="final off-diagonal ratio < 0.5 x initial "
-                           "(formed pattern: < 0.05, spec §9)"))
-    return out
+    return [
+        _count_check("H=2", pair, claim="one positive and one negative head, omega_1 ~ -omega_2 (Observation 2)",
+                     criterion="omega_1 > 0 > omega_2 and |omega_1 + omega_2| < 0.3 mean|omega_h|",
+                     explanation=_same_sign_explanation(pair, split)),
+        _count_check("H=2", np.all(off[:, -1] < 0.5 * off[:, 0], axis=-1),
+                     claim="KQ x-x block becomes diagonal (Observation 1)",
+                     criterion="off-diagonal ratio of every head < 0.5 x its initial value (formed: < 0.05, spec §9)"),
+        _overlay_formed_check(ds, "H=2", split),
+    ]
 
 
 _FIG1_CAPTION = ("Two heads (H = 2), " + COMMON_SETUP + ". Top: learned KQ^(h) = W_K^T W_Q / sqrt(d+1) (rows = key "
                  "features, last row/column = label slot) and OV label rows of one seed at the end; colour scale "
-                 "+-1.15 max|entry| (OV: 1.2). Bottom: omega_h and mu_h vs Adam step (mean and range over seeds; "
-                 "heads sorted by final omega; grey: the paper's +-0.13 / +-3.5); learned path in the (gamma, mu_+) "
+                 "+-1.15 max|entry| (OV: 1.2). Bottom: omega_h and mu_h vs Adam step, every seed (heads sorted by final "
+                 "omega; dashed: a seed whose heads did not split into a positive and a negative one; grey: the "
+                 "paper's +-0.13 / +-3.5 at 500k steps, which a 5 000-step run does not reach: gamma ~ t^(-1/6) along "
+                 "the valley, spec §6.3); learned path in the (gamma, mu_+) "
                  "plane against GD on F/2 (lr 0.01) started from the probed state once the pattern formed "
                  "(mu^T omega >= 0.9 eta*, gamma past its peak), and the solution manifold (4.6); top right: "
                  "mu^T omega, learned vs GD at matched gamma, against eta* (4.3); bottom right: the learned risk.")
@@ -386,9 +537,10 @@ def plot_fig3(ds):
         _heatmap(axes[1, h], ds.KQ4.values[0, -1, h], f"H=4: KQ^({h + 1}) ({kind})")
     _heatmap(axes[1, 4], ds.OV4.values[0, -1].T, "H=4: OV label rows", scale=1.2)
     ax = axes[0, 2]
-    for key, color, ref, lab in (("omega1", COLORS[0], ds.attrs["omega_F1"], "omega (H=1)"),
-                                 ("mu1", COLORS[1], ds.attrs["mu_F1"], "mu (H=1)")):
-        mean, lo, hi = band_over_seeds(ds[key].values, method="percentile")
+    sign = np.sign(ds.omega1.values[:, -1:])  # the single head's sign is random: show |omega| and sign(omega) mu
+    for vals, color, ref, lab in ((np.abs(ds.omega1.values), COLORS[0], ds.attrs["omega_F1"], "|omega| (H=1)"),
+                                  (sign * ds.mu1.values, COLORS[1], ds.attrs["mu_F1"], "sign(omega) mu (H=1)")):
+        mean, lo, hi = band_over_seeds(vals, method="percentile")
         plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=color, label=lab)
         ax.axhline(ref, color=color, lw=0.8, ls="-.")
     ax.set(xlabel="Adam step", title="H=1 vs F_1 optimum (dash-dot)")
@@ -408,25 +560,24 @@ def plot_fig3(ds):
 
 
 def checks_fig3(ds):
-    out = []
+    """Fig. 3's claims not already checked by Fig. 13 (H = 4 sign matching and zero-sum are Fig. 13's)."""
     om1, mu1 = ds.omega1.values[:, -1], ds.mu1.values[:, -1]
-    out.append(CheckResult(name="H=1: sign matching sign(mu) = sign(omega)",
-                           passed=bool(np.all(np.sign(om1) == np.sign(mu1))), measured=f"{om1.round(3).tolist()}",
-                           expected="same signs", tolerance="exact"))
-    out.append(CheckResult(name="H=1: |omega| near the F_1 optimum 1/sqrt(d) = 0.447 (spec §7.3)",
-                           passed=bool(np.all(np.abs(np.abs(om1) - ds.attrs["omega_F1"]) < 0.15)),
-                           measured=float(np.mean(np.abs(om1))), expected=ds.attrs["omega_F1"],
-                           tolerance="+-0.15 (F omits O(1/L) terms; the true-loss optimum differs, spec §4.2)"))
     pat = cf.classify_heads(ds.omega4.values[:, -1], ds.mu4.values[:, -1])
-    out.append(CheckResult(name="H=4: sign matching on non-dummy heads and both signs present",
-                           passed=bool(np.all(pat.sign_matched) and np.all(pat.positive.any(-1))
-                                       and np.all(pat.negative.any(-1))),
-                           measured=f"dummies per seed {pat.dummy.sum(-1).tolist()}", expected="H+ and H- nonempty",
-                           tolerance="exact (signs)"))
-    out.append(CheckResult(name="H=4: zero-sum OV (Eq. (4.2))", passed=bool(np.all(pat.zero_sum_rel < 0.15)),
-                           measured=float(np.max(pat.zero_sum_rel)), expected=0.0,
-                           tolerance="|sum mu| / sum |mu| < 0.15"))
-    return out
+    return [
+        _count_check("H=1", (np.sign(om1) == np.sign(mu1)) & (om1 != 0), claim="sign matching sign(mu) = sign(omega)",
+                     criterion="same signs"),
+        _count_check("H=4", pat.positive.any(-1) & pat.negative.any(-1),
+                     claim="both positive and negative heads (Observation 2)", criterion="H+ and H- non-empty"),
+    ]
+
+
+def gaps_fig3(ds):
+    """H = 1: the learned |omega| against the F_1 optimum 1/sqrt(d) (spec §7.3), mean over seeds."""
+    return compare_rows("H=1: |omega| vs the F_1 optimum 1/sqrt(d) (spec §7.3)", ds.step.values[-1:],
+                        [ds.attrs["omega_F1"]], np.abs(ds.omega1.values[:, -1:]), rel_allowance=1 / 3,
+                        allowance_source="toolkit allowance (0.15 of 0.447): the net minimises the true loss, which "
+                        "F_1 underestimates by 9 % at its optimum (0.372 vs 0.409, spec §11), so F_1 predicts the "
+                        "scale 1/sqrt(d) of omega, not its value", d=D)
 
 
 @register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="icl_regression.md §3, §7.3, §9",
@@ -435,7 +586,7 @@ def checks_fig3(ds):
                    "classified by |mu_h| < 0.05 max|mu|), " + COMMON_SETUP + ". Heatmaps of one seed at the end."),
           unrecoverable=(UNREC_STEPS, "dummy-head threshold 0.05 max|mu| (spec §3 toolkit choice)"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig3,
-          checks=checks_fig3)
+          gaps=gaps_fig3, checks=checks_fig3)
 def data_fig3(cfg) -> xr.Dataset:
     """Fig. 3: H = 1 and H = 4 training (spec §9)."""
     d1 = _heads_ds(cfg, 1)
@@ -484,50 +635,58 @@ def plot_fig4(ds):
     return fig
 
 
+REDUCED_REL = 0.1  # trained net vs its reduced predictor (3.2): see the allowance source in gaps_fig4/gaps_fig8
+REDUCED_SOURCE = ("toolkit allowance, 10 % of the risk: the off-pattern weights of a short run (KQ off-diagonal, "
+                  "y-row, OV x-part; logged per head) are not in the reduced predictor (3.2); they shrink to < 0.04 "
+                  "only after ~1e5 Adam steps (spec §9)")
+
+
 def gaps_fig4(ds):
     rows = []
     for i, H in enumerate(ds.H.values):
         # learned model vs its own reduced pattern predictor (3.2) at the probed (omega, mu), same L'
-        rows += gap_rows(f"H={int(H)}: test MSE, trained net - reduced predictor at probed (omega, mu)",
-                         ds.L_test.values, np.zeros(ds.sizes["L_test"]), (ds.test_mse - ds.reduced_mse).values[i],
-                         tol_se=TOL_SE, atol=0.03, justification=JUST_SE + "; atol 0.03: off-pattern weights "
-                         "(KQ off-diagonal, y-row, OV x-part) of a finite run are not in the reduced predictor")
+        rows += compare_rows(f"H={int(H)}: test MSE, trained net vs reduced predictor (3.2) at probed (omega, mu)",
+                             ds.L_test.values, np.zeros(ds.sizes["L_test"]), (ds.test_mse - ds.reduced_mse).values[i]
+                             / ds.reduced_mse.values[i].mean(0), allowance=REDUCED_REL,
+                             allowance_source=REDUCED_SOURCE + "; the gap is relative to the reduced predictor's MSE",
+                             d=D)
+    n = int(ds.attrs["n_mc"])
     for j in np.flatnonzero(ds.L.values >= 40):
-        rows.append(GapRow(quantity="two-head MC risk vs R_dGD(0.897) (spec §9: within 0.0005 for L >= 40)",
-                           time=float(ds.L.values[j]), theory=float(ds.R_dGD.values[j]),
-                           mean=float(ds.two_head.values[j]), se=float(ds.two_head_se.values[j]),
-                           n_seeds=int(ds.attrs["n_mc"]), tol_se=TOL_SE, atol=0.0005,
-                           justification="5 Monte Carlo SE (over prompts) + 0.0005 (spec §9 Fig. 4(b))"))
+        rows.append(GapRow.from_stats(
+            quantity="two-head MC risk vs R_dGD(0.897) (spec §9: within 0.0005 for L >= 40)",
+            time=float(ds.L.values[j]), theory=float(ds.R_dGD.values[j]), mean=float(ds.two_head.values[j]),
+            se=float(ds.two_head_se.values[j]), n_seeds=n, allowance=0.0005,
+            allowance_source="spec §9 Fig. 4(b): the two-head MC is within 0.0005 of R_dGD for L >= 40 (table 4.3(a))"))
     return rows
 
 
 def checks_fig4(ds):
     i40 = int(np.argmin(np.abs(ds.L_test.values - 40)))
-    m = ds.test_mse.values.mean(axis=1)  # (H, L')
+    t = ds.test_mse.values  # (H, seed, L')
     Hs = list(ds.H.values)
     out = []
     if 1 in Hs and len(Hs) > 1:
         i1 = Hs.index(1)
         multi = [i for i, H in enumerate(Hs) if H >= 2]
-        out.append(CheckResult(name="Observation 3: multi-head beats single head at L' = 40",
-                               passed=bool(np.all(m[multi, i40] < m[i1, i40])),
-                               measured=f"H=1: {m[i1, i40]:.4f}; H>=2: {np.round(m[multi, i40], 4).tolist()}",
-                               expected="H>=2 below H=1", tolerance="strict ordering of seed means"))
+        out.append(_count_check("H>=2 vs H=1", np.all(t[multi, :, i40] < t[i1, :, i40], axis=0),
+                                claim="multi-head beats single head at L' = 40 (Observation 3)",
+                                criterion="every H >= 2 run below the H = 1 run of the same seed index"))
     for i, H in enumerate(Hs):
         if H >= 2:
-            out.append(CheckResult(name=f"H={H}: test MSE decreases with L' (softmax normalises by L', §7.6)",
-                                   passed=bool(m[i, -1] < m[i, 0]), measured=f"{m[i, 0]:.4f} -> {m[i, -1]:.4f}",
-                                   expected="decreasing", tolerance="first vs last L'"))
-    two = ds.two_head.values
-    ridge = ds.ridge.values
-    out.append(CheckResult(name="Fig. 4(b) ordering: ridge (Bayes) <= two-head ~ dGD at every L",
-                           passed=bool(np.all(ridge < two)), measured=f"max ridge - two-head {np.max(ridge - two):.4f}",
-                           expected="< 0", tolerance="strict, MC means"))
-    sh = ds.single_head.values
-    out.append(CheckResult(name="single head worse than two heads at L >= 20 (e-fold variance penalty, §7.3)",
-                           passed=bool(np.all(sh[ds.L.values >= 20] > two[ds.L.values >= 20])),
-                           measured=f"min gap {np.min((sh - two)[ds.L.values >= 20]):.4f}", expected="> 0",
-                           tolerance="strict, MC means"))
+            out.append(_count_check(f"H={H}", t[i, :, -1] < t[i, :, 0],
+                                    claim="test MSE decreases with L' (softmax normalises by L', §7.6)",
+                                    criterion="MSE at the largest L' below that at the smallest"))
+    z = stats.norm.isf(1e-3)  # one-sided 1e-3: the MC difference must exceed z of its SEs
+    for key, lab, sel in (("ridge", "ridge (Bayes) below the two-head predictor", slice(None)),
+                          ("two_head", "two heads below the single head (e-fold variance penalty, §7.3)",
+                           ds.L.values >= 20)):
+        lo, hi = (ds.ridge, ds.two_head) if key == "ridge" else (ds.two_head, ds.single_head)
+        lo_se, hi_se = ds[f"{lo.name}_se"].values[sel], ds[f"{hi.name}_se"].values[sel]
+        zs = (hi.values[sel] - lo.values[sel]) / np.hypot(lo_se, hi_se)
+        out.append(CheckResult(name=f"Fig. 4(b) ordering: {lab}" + (" at L >= 20" if key != "ridge" else ""),
+                               passed=bool(np.all(zs > z)), measured=float(np.min(zs)), expected=f"> {z:.2f}",
+                               tolerance="smallest difference over L in units of its Monte Carlo SE, one-sided "
+                                         "level 1e-3 per L", n_seeds=int(ds.attrs["n_mc"])))
     return out
 
 
@@ -558,8 +717,9 @@ def data_fig4(cfg) -> xr.Dataset:
         _, traj, _ = _run(cfg, H)
         test[i], test_se[i] = _length_curve(cfg, H, L_tests, p["n_test"])
         omega, mu, _, _ = _learned_arrays(traj, H)
+        S = p["n_seeds"]
         for j, Lt in enumerate(L_tests):
-            reduced[i, :, j] = cf.true_loss_mc(TASK.with_L(Lt), omega[:, -1], mu[:, -1], p["n_test"],
+            reduced[i, :, j] = cf.true_loss_mc(TASK.with_L(Lt), omega[:S, -1], mu[:S, -1], p["n_test"],
                                                rng=rng["reduced"])[0]
     eta = 2 * 0.13 * 3.45
     opt = cf.single_head_optimum(TASK)
@@ -600,13 +760,14 @@ def plot_fig5(ds):
     for j in range(n_pan):
         for h in range(H):
             ax = axes[h, j]
-            ax.imshow(ds.KQ_panels.values[j, h], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+            mappable = ax.imshow(ds.KQ_panels.values[j, h], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
             ax.set_xticks([])
             ax.set_yticks([])
             if h == 0:
                 ax.set_title(f"step {int(ds.panel_step.values[j])}", fontsize=8)
             if j == 0:
                 ax.set_ylabel(f"head {h + 1}", fontsize=8)
+    fig.colorbar(mappable, ax=axes[:H, :].ravel().tolist(), shrink=0.8, label="KQ entry (one scale)")
     ax_o = axes[H, 0]
     gs = ax_o.get_gridspec()
     for ax in axes[H, :]:
@@ -623,32 +784,34 @@ def plot_fig5(ds):
 
 
 def checks_fig5(ds):
-    off = ds.kq_offdiag.values[0]
-    pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
-    return [CheckResult(name="H=4: the KQ diagonal pattern forms early (Observation 4)",
-                        passed=bool(np.all(off[-1] < 0.5 * off[0])),
-                        measured=f"off-diagonal ratio {np.round(off[0], 2).tolist()} -> "
-                                 f"{np.round(off[-1], 2).tolist()}",
-                        expected="< half the initial value", tolerance="per head, seed 0"),
-            CheckResult(name="H=4: dummy heads (|mu_h| < 0.05 max|mu|) have KQ -> small", passed=True,
-                        measured=f"dummies per seed {pat.dummy.sum(-1).tolist()}", expected="reported only",
-                        tolerance="informational (spec §10 item 9: F alone does not explain dummy heads)")]
+    """Observation 4: the pattern forms early (by step 1000, or the end of a shorter run), measured on the x-x block
+    of the effective circuit G = sum_h mu_h KQ_h[:d, :d] (the first-order preconditioner of Eq. (5.4): what reaches
+    yhat; a head with small mu_h, slow to diagonalise, weighs little in it)."""
+    d = ds.attrs["d"]
+    G = np.einsum("sth,sthij->stij", ds.mu.values, ds.KQ.values[..., :d, :d])
+    diag = np.diagonal(G, axis1=-2, axis2=-1)
+    off = np.linalg.norm(G - diag[..., None] * np.eye(d), axis=(-2, -1)) / np.linalg.norm(diag, axis=-1)
+    j = int(np.flatnonzero(ds.step.values <= 1000)[-1])
+    return [_count_check("H=4", off[:, j] < 0.2 * off[:, 0],
+                         claim=f"the KQ diagonal pattern forms early (Observation 4), by step {int(ds.step.values[j])}",
+                         criterion="off-diagonal ratio ||G - diag G||_F / ||diag G|| of G = sum_h mu_h KQ_h,xx below "
+                                   "0.2 x its initial value (spec §9: off-diagonal entries < 0.007 against a diagonal "
+                                   "of 0.13 once formed)")]
 
 
 @register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="icl_regression.md §3, §9",
           caption=("Evolution of KQ^(h) (divided by sqrt(d+1), the toolkit default; rows = key features) of a "
-                   "four-head run (" + COMMON_SETUP + ") at the fractions 0, 0.002, 0.004, 0.02, 0.2, 1 of the run "
-                   "(the paper's steps 1, 1k, 2k, 10k, 100k, 500k of 500k), one colour scale; bottom: omega_h and "
-                   "mu_h of the same seed."),
-          unrecoverable=(UNREC_STEPS, "panel steps scaled to the run length"),
+                   "four-head run (" + COMMON_SETUP + ") at the paper's steps 0, 1k, 2k, 10k, 100k, 500k that the run "
+                   "reaches, plus its last step (and steps 250, 500 for a run shorter than 10k), one colour scale; "
+                   "bottom: omega_h and mu_h of the same seed."),
+          unrecoverable=(UNREC_STEPS, "panel 'Step 1' of the paper drawn at step 0 (toolkit logging, spec §0.2)"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig5,
           checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
     """Fig. 5: KQ heatmaps of a four-head run at the spec's step fractions (spec §9)."""
     ds = _heads_ds(cfg, 4)
-    n = cfg.params["n_steps"]
-    want = np.rint(np.asarray(FIG5_FRACTIONS) * n).astype(int)
-    idx = [int(np.argmin(np.abs(ds.step.values - w))) for w in want]
+    want = fig5_panel_steps(cfg.params["n_steps"])
+    idx = [int(np.flatnonzero(ds.step.values == w)[0]) for w in want]  # every panel step is logged (_run_cached)
     panels = ds.KQ.values[0][idx]  # (panel, head, row, col)
     return ds.assign(KQ_panels=(("panel", "head", "row", "col"), panels),
                      panel_step=(("panel",), ds.step.values[idx]))
@@ -691,20 +854,20 @@ def plot_fig6(ds):
 
 
 def gaps_fig6(ds):
+    """Monte Carlo true loss against the spec's Monte Carlo tables: both sides carry their SE (theory_se)."""
     rows = []
     n = int(ds.attrs["n_mc"])
     for j, L in enumerate(ds.L.values):
         if int(L) in TABLE_43A:
             ref, se = TABLE_43A[int(L)]
-            rows.append(GapRow(quantity="MC true loss at (0.13, 3.45) vs spec table 4.3(a)", time=float(L), theory=ref,
-                               mean=float(ds.R_L.values[j]), se=math.hypot(float(ds.R_L_se.values[j]), se),
-                               n_seeds=n, tol_se=TOL_SE, justification="5 SE of the difference of two independent "
-                               "Monte Carlo estimates (prompts; the table's SE included)"))
+            rows.append(GapRow.from_stats(quantity="MC true loss at (0.13, 3.45) vs spec table 4.3(a) (MC)",
+                                          time=float(L), theory=ref, theory_se=se, theory_n=n,
+                                          mean=float(ds.R_L.values[j]), se=float(ds.R_L_se.values[j]), n_seeds=n))
     for j, g in enumerate(ds.gamma_m.values):
         ref, se = TABLE_43B[round(float(g), 2)]
-        rows.append(GapRow(quantity="MC true loss on S_gamma vs spec table 4.3(b)", time=float(g), theory=ref,
-                           mean=float(ds.R_g.values[j]), se=math.hypot(float(ds.R_g_se.values[j]), se), n_seeds=n,
-                           tol_se=TOL_SE, justification="5 SE of the difference of two independent MC estimates"))
+        rows.append(GapRow.from_stats(quantity="MC true loss on S_gamma vs spec table 4.3(b) (MC)", time=float(g),
+                                      theory=ref, theory_se=se, theory_n=n, mean=float(ds.R_g.values[j]),
+                                      se=float(ds.R_g_se.values[j]), n_seeds=n))
     return rows
 
 
@@ -713,8 +876,10 @@ def checks_fig6(ds):
     big_L = ds.L.values[-1]
     return [
         CheckResult(name="F underestimates the true loss on S_gamma by ~eta*/L (table 4.3(b))",
-                    passed=bool(np.all(np.abs(err + ETA_STAR / L_TRAIN) < 0.006)), measured=float(np.mean(err)),
-                    expected=-ETA_STAR / L_TRAIN, tolerance="+-0.006 (table 4.3(b): -0.0218 .. -0.0251)"),
+                    passed=bool(np.all(np.abs(err + ETA_STAR / L_TRAIN) < 0.006)),
+                    measured=float(np.max(np.abs(err + ETA_STAR / L_TRAIN))), expected="< 0.006",
+                    tolerance="largest |(F - R) + eta*/L| over the gamma grid < 0.006 (table 4.3(b): F - R from "
+                              "-0.0218 to -0.0251 against eta*/L = 0.0220)"),
         CheckResult(name="(F - R) L -> -eta(2 - eta/eta*) as L grows (§4.2)",
                     passed=bool(abs(ds.err_L.values[-1] * big_L - ds.err_L_limit.values[-1] * big_L) < 0.3),
                     measured=float(ds.err_L.values[-1] * big_L), expected=float(ds.err_L_limit.values[-1] * big_L),
@@ -862,26 +1027,24 @@ def plot_fig8(ds):
 
 def gaps_fig8(ds):
     i = list(ds.model.values).index("linear attention")
-    return gap_rows("linear attention test MSE vs R_GD(learned eta L'/40; L')", ds.L_test.values,
-                    ds.R_lin_at_test.values, ds.test_mse.values[i] - ds.R_lin_seed_offset.values[i], tol_se=TOL_SE,
-                    atol=0.03, justification=JUST_SE + "; atol 0.03: a finite run's off-pattern weights")
+    theory = ds.R_lin_at_test.values
+    rel = (ds.test_mse.values[i] - ds.R_lin_seed_offset.values[i]) / theory - 1.0  # relative to the theory
+    return compare_rows("linear attention test MSE vs R_GD(learned eta L'/40; L'), relative", ds.L_test.values,
+                        np.zeros_like(theory), rel, allowance=REDUCED_REL, allowance_source=REDUCED_SOURCE, d=D)
 
 
 def checks_fig8(ds):
     names = list(ds.model.values)
-    m = ds.test_mse.values.mean(1)
+    t = ds.test_mse.values  # (model, seed, L')
     i_lin = names.index("linear attention")
-    L = ds.L_test.values
-    i40 = int(np.argmin(np.abs(L - 40)))
-    out = [CheckResult(name="linear attention error rises for L' beyond L_train (overshoot, §7.6)",
-                       passed=bool(m[i_lin, -1] > m[i_lin, i40]), measured=f"{m[i_lin, i40]:.4f} -> {m[i_lin, -1]:.4f}",
-                       expected="increasing beyond ~45", tolerance="L' = 40 vs largest L'")]
+    i40 = int(np.argmin(np.abs(ds.L_test.values - 40)))
+    out = [_count_check("linear attention", t[i_lin, :, -1] > t[i_lin, :, i40],
+                        claim="error rises for L' beyond L_train (overshoot, §7.6)",
+                        criterion="MSE at the largest L' above that at L' = 40")]
     for i, n in enumerate(names):
         if n.startswith("softmax"):
-            out.append(CheckResult(name=f"{n}: error keeps decreasing with L' (§7.6)",
-                                   passed=bool(m[i, -1] < m[i, i40]),
-                                   measured=f"{m[i, i40]:.4f} -> {m[i, -1]:.4f}", expected="decreasing",
-                                   tolerance="L' = 40 vs largest L'"))
+            out.append(_count_check(n, t[i, :, -1] < t[i, :, i40], claim="error keeps decreasing with L' (§7.6)",
+                                    criterion="MSE at the largest L' below that at L' = 40"))
     return out
 
 
@@ -928,12 +1091,13 @@ RHO = 0.5  # spec §8.1: code default [C][U]
 def plot_fig12(ds):
     fig, axes = new_figure(1, 4, figsize=(13, 3.4))
     vmax = float(max(np.abs(ds.G_learned.values[0]).max(), np.abs(ds.G_star.values).max()))
-    for ax, M, title in ((axes[0], ds.G_learned.values[0], "learned G = (sum_h mu_h KQ_h,xx)^T"),
+    for ax, M, title in ((axes[0], ds.G_learned.values[0], "learned G (seed 0)"),
                          (axes[1], ds.G_star.values, "G* (Lemma E.4)"), (axes[2], ds.Sigma_inv.values, "Sigma^-1")):
-        ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        mappable = ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
         ax.set_title(title, fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
+    fig.colorbar(mappable, ax=axes[:3].tolist(), fraction=0.03, label="entry (one scale)")
     ax = axes[3]
     S = ds.sizes["seed"]
     x = np.arange(S)
@@ -946,20 +1110,25 @@ def plot_fig12(ds):
 
 def checks_fig12(ds):
     pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
+    split = _split_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
+    pattern = pat.sign_matched & (pat.zero_sum_rel < ZERO_SUM_TOL)
     return [
-        CheckResult(name="non-isotropic H=2: sign matching and zero-sum OV (pattern (5.3))",
-                    passed=bool(np.all(pat.sign_matched) and np.all(pat.zero_sum_rel < 0.15)),
-                    measured=float(np.max(pat.zero_sum_rel)), expected=0.0, tolerance="|sum mu|/sum|mu| < 0.15"),
-        CheckResult(name="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, §8.1)",
-                    passed=bool(np.all(ds.dist_G_star.values < ds.dist_Sigma_inv.values)),
-                    measured=f"{np.round(ds.dist_G_star.values, 3).tolist()} vs "
-                             f"{np.round(ds.dist_Sigma_inv.values, 3).tolist()}",
-                    expected="first < second", tolerance="per seed"),
-        CheckResult(name="learned risk vs R(G*) = optimal preconditioned GD (Lemma E.4)",
-                    passed=bool(np.all(ds.risk_final.values < ds.attrs["R_Sigma_inv"])),
-                    measured=float(np.mean(ds.risk_final.values)), expected=float(ds.attrs["R_G_star"]),
-                    tolerance=f"below R(Sigma^-1) = {ds.attrs['R_Sigma_inv']:.4f}"),
+        _count_check("non-isotropic H=2", pattern, claim="sign matching and zero-sum OV (pattern (5.3))",
+                     criterion=f"sign-matched heads and |sum mu|/sum|mu| < {ZERO_SUM_TOL:g}",
+                     explanation=_same_sign_explanation(pattern, split)),
+        _count_check("non-isotropic H=2", ds.dist_G_star.values < ds.dist_Sigma_inv.values,
+                     claim="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, §8.1)",
+                     criterion="||G - G*|| < ||G - Sigma^-1|| (relative Frobenius)"),
     ]
+
+
+def gaps_fig12(ds):
+    """The learned risk (mean over seeds, Student-t interval) against R(G*) of Lemma E.4; the allowance keeps the
+    band below R(Sigma^-1), so the row tells the two preconditioners apart."""
+    return compare_rows("non-isotropic H=2: learned risk vs R(G*) (Lemma E.4)", ds.step.values[-1:],
+                        [ds.attrs["R_G_star"]], ds.risk_final.values[:, None], rel_allowance=REDUCED_REL,
+                        allowance_source=REDUCED_SOURCE + f"; R(Sigma^-1) = {ds.attrs['R_Sigma_inv']:.4f} lies "
+                        f"{ds.attrs['R_Sigma_inv'] / ds.attrs['R_G_star'] - 1:.0%} above R(G*), outside the band", d=D)
 
 
 @register(name="icl_regression.fig12", model=MODEL, paper=f"{PAPER}, Figs. 12 and 15",
@@ -969,7 +1138,7 @@ def checks_fig12(ds):
                                                   "(5.4)-(5.5)) against G* of Lemma E.4 and Sigma^-1."),
           unrecoverable=("rho = 0.5 (code default; the paper's value is not recoverable)", UNREC_STEPS),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig12,
-          checks=checks_fig12)
+          gaps=gaps_fig12, checks=checks_fig12)
 def data_fig12(cfg) -> xr.Dataset:
     """Figs. 12/15: non-isotropic two-head training (spec §8.1)."""
     _, traj, _ = _run(cfg, 2, rho=RHO)
@@ -1007,11 +1176,23 @@ def plot_fig13(ds):
     return fig
 
 
+def _fig13_sub(ds, j):
+    H = int(ds.H.values[j])
+    return xr.Dataset({"omega": ds.omega[j, :, :, :H], "mu": ds.mu[j, :, :, :H]}, coords={"step": ds.step.values})
+
+
 def checks_fig13(ds):
     out = []
     for j, H in enumerate(ds.H.values):
-        sub = xr.Dataset({"omega": ds.omega[j, :, :, : int(H)], "mu": ds.mu[j, :, :, : int(H)]})
-        out += _pattern_checks(sub, f"H={int(H)}", H=int(H))
+        out += _pattern_checks(_fig13_sub(ds, j), f"H={int(H)}", H=int(H))
+    return out
+
+
+def gaps_fig13(ds):
+    out = []
+    for j, H in enumerate(ds.H.values):
+        if int(H) >= 2:
+            out += _mudo_rows(_fig13_sub(ds, j), f"H={int(H)}")
     return out
 
 
@@ -1021,15 +1202,16 @@ def checks_fig13(ds):
           unrecoverable=("every H trained with the common setup (spec §9 Figs. 13-14 default)", UNREC_STEPS),
           params={"tiny": dict(TRAIN_TINY, Hs=[2, 4]), "quick": dict(TRAIN_QUICK, Hs=[2, 4]),
                   "paper": dict(TRAIN_PAPER, Hs=[2, 3, 4, 5, 6, 7, 8])},
-          plot=plot_fig13, checks=checks_fig13)
+          plot=plot_fig13, gaps=gaps_fig13, checks=checks_fig13)
 def data_fig13(cfg) -> xr.Dataset:
-    """Figs. 13-14: dynamics for H in cfg.params['Hs'] (heads padded with NaN to max H)."""
+    """Figs. 13-14: dynamics for H in cfg.params['Hs'] (heads padded with NaN to max H; the first n_seeds seeds)."""
     Hs = list(cfg.params["Hs"])
     Hmax = max(Hs)
     om_all, mu_all = [], []
     for H in Hs:
         _, traj, _ = _run(cfg, H)
         om, mu, steps, _ = _learned_arrays(traj, H)
+        om, mu = om[: cfg.params["n_seeds"]], mu[: cfg.params["n_seeds"]]
         pad = ((0, 0), (0, 0), (0, Hmax - H))
         om_all.append(np.pad(om, pad, constant_values=np.nan))
         mu_all.append(np.pad(mu, pad, constant_values=np.nan))
@@ -1076,9 +1258,9 @@ def checks_fig16(ds):
         for t in range(2):
             m = ds.mu.values[j, :, : int(H), t]
             rel = np.abs(m.sum(-1)) / np.abs(m).sum(-1)
-            out.append(CheckResult(name=f"multi-task H={int(H)}: zero-sum OV for task {t + 1} (spec §8.3)",
-                                   passed=bool(np.all(rel < 0.2)), measured=float(rel.max()), expected=0.0,
-                                   tolerance="|sum_h mu_h,t| / sum_h |mu_h,t| < 0.2 (reported 3-head run: 0.003)"))
+            out.append(_count_check(f"multi-task H={int(H)}", rel < 0.2, claim=f"zero-sum OV for task {t + 1} "
+                                    "(spec §8.3)", criterion="|sum_h mu_h,t| / sum_h |mu_h,t| < 0.2 (reported "
+                                    "3-head run: 0.003)"))
     return out
 
 
@@ -1089,7 +1271,9 @@ def checks_fig16(ds):
                                                   "Learned mean KQ diagonal per coordinate group and OV label entries "
                                                   "per task, one seed at the end."),
           unrecoverable=(UNREC_STEPS,),
-          params={"tiny": dict(TRAIN_TINY, Hs=[2]), "quick": dict(TRAIN_QUICK, Hs=[2]),
+          paper_only=("the multi-task heads pair up (per-task zero-sum, Table 2) only after ~20 000 Adam steps; the "
+                      "quick run (1 000 steps) shows the start of training"),
+          params={"tiny": dict(TRAIN_TINY, Hs=[2]), "quick": dict(TRAIN_MT_QUICK, Hs=[2]),
                   "paper": dict(TRAIN_PAPER, Hs=[1, 2, 3, 4])},
           plot=plot_fig16, checks=checks_fig16)
 def data_fig16(cfg) -> xr.Dataset:
@@ -1116,15 +1300,26 @@ def data_fig16(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 # Fig. 20: softmax weight norms
 # ----------------------------------------------------------------------------------------------------------------------
+def _fig20_references(omega: float, d: int, L: int) -> list[tuple[float, str, str]]:
+    """Reference lines of one Fig. 20 panel: 1/sqrt(L) always; the large-L prediction exp(omega^2 d/2)/sqrt(L)
+    (spec §4.2) only where it applies (omega^2 d <= 1: beyond it the prediction exceeds the largest possible norm 1,
+    e.g. 7.7e7 at d = 40, omega = 1, and would stretch the axis); there, the one-hot norm 1 instead."""
+    out = [(1 / math.sqrt(L), "-", "1/sqrt(L)")]
+    if omega * omega * d <= 1.0 + 1e-12:
+        out.append((math.exp(omega * omega * d / 2) / math.sqrt(L), "--", "exp(omega^2 d/2)/sqrt(L)"))
+    else:
+        out.append((1.0, ":", "one-hot: |w| = 1"))
+    return out
+
+
 def plot_fig20(ds):
     fig, axes = new_figure(1, ds.sizes["case"], figsize=(3.2 * ds.sizes["case"], 3.2))
     L = int(ds.attrs["L"])
     for j in range(ds.sizes["case"]):
         ax = axes[j]
         ax.hist(ds.norms.values[j], bins=50, color=COLORS[j % 7], alpha=0.8)
-        ax.axvline(1 / np.sqrt(L), color="k", lw=1, label="1/sqrt(L)")
-        ax.axvline(np.exp(ds.omega.values[j] ** 2 * ds.d.values[j] / 2) / np.sqrt(L), color="k", ls="--", lw=1,
-                   label="exp(omega^2 d/2)/sqrt(L)")
+        for x, style, lab in _fig20_references(float(ds.omega.values[j]), int(ds.d.values[j]), L):
+            ax.axvline(x, color="k", lw=1, ls=style, label=lab)
         ax.set(title=f"d = {int(ds.d.values[j])}, omega = {ds.omega.values[j]:.3g}", xlabel="|softmax weights|")
         ax.legend(fontsize=6)
     return fig
@@ -1175,13 +1370,13 @@ def plot_fig21(ds):
     _plot_overlay(axes[0], axes[1], ds)
     mean, lo, hi = band_over_seeds(ds.sum_mu.values, method="percentile")
     plot_empirical_band(axes[2], ds.step.values, mean, lo, hi, color=COLORS[0], label="learned sum mu")
-    plot_reduced(axes[2], ds.step.values, _seed_mean(ds.summu_gd.values), color=COLORS[1], label="GD on F/2")
+    plot_reduced(axes[2], ds.step.values, _overlay_mean(ds, "summu_gd"), color=COLORS[1], label="GD on F/2")
     axes[2].axhline(0, color="k", lw=0.8)
     axes[2].set(xlabel="Adam step", ylabel="sum_h mu_h (4.2)")
     axes[2].legend(fontsize=7)
     mean, lo, hi = band_over_seeds(ds.homogeneity.values, method="percentile")
     plot_empirical_band(axes[3], ds.step.values, mean, lo, hi, color=COLORS[0], label="learned")
-    plot_reduced(axes[3], ds.step.values, _seed_mean(ds.homog_gd.values), color=COLORS[1], label="GD on F/2")
+    plot_reduced(axes[3], ds.step.values, _overlay_mean(ds, "homog_gd"), color=COLORS[1], label="GD on F/2")
     axes[3].set(xlabel="Adam step", ylabel="std/mean |omega_h| (4.4)")
     axes[3].legend(fontsize=7)
     return fig
@@ -1192,7 +1387,8 @@ def gaps_fig21(ds):
 
 
 def checks_fig21(ds):
-    return _pattern_checks(ds, "H=4", H=4)
+    """The overlay's precondition only (the H = 4 pattern checks are Fig. 13's)."""
+    return [_overlay_formed_check(ds, "H=4")]
 
 
 @register(name="icl_regression.fig21", model=MODEL, paper=f"{PAPER}, Fig. 21", spec="icl_regression.md §5, §9, §12",

@@ -471,6 +471,7 @@ class FigureSpec:
     gaps: Callable[[xr.Dataset], list[GapRow]] | None = None
     checks: Callable[[xr.Dataset], list[CheckResult]] | None = None
     paper_only: str | None = None
+    shares_data_with: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -496,6 +497,15 @@ class FigureSpec:
                 raise ValueError(f"{attr} must be callable or None; got {getattr(self, attr)!r}")
         if self.paper_only is not None and (not isinstance(self.paper_only, str) or not self.paper_only.strip()):
             raise ValueError(f"paper_only must be None or a non-empty reason; got {self.paper_only!r}")
+        if self.shares_data_with is not None and (not isinstance(self.shares_data_with, str)
+                                                  or not _NAME_RE.match(self.shares_data_with)
+                                                  or self.shares_data_with == self.name):
+            raise ValueError(f"shares_data_with must be None or another figure's name; got {self.shares_data_with!r}")
+
+    @property
+    def data_source(self) -> str:
+        """The figure whose cached data this figure shows: ``shares_data_with`` or the figure itself."""
+        return self.shares_data_with or self.name
 
     def paper_only_explanation(self, preset: str) -> Explanation | None:
         """The explanation given to the failing rows and checks of a ``paper_only`` figure built below ``paper``."""
@@ -552,13 +562,17 @@ class Registry:
     def register(self, *, name: str, model: str, paper: str, spec: str, caption: str,
                  params: Mapping[str, Mapping[str, Any]], plot: Callable, unrecoverable: Sequence[str] = (),
                  gaps: Callable | None = None, checks: Callable | None = None,
-                 paper_only: str | None = None) -> Callable:
+                 paper_only: str | None = None, shares_data_with: str | None = None) -> Callable:
         """Decorator registering ``data`` (the decorated function) as figure ``name``; returns ``data`` unchanged.
 
         See the module docstring for the meaning of each argument and a worked example. ``paper_only="reason"``
         marks a figure whose claim truly needs the paper's sizes (at most a few in the whole report): below
         ``--preset paper`` its caption and badge say "decided at --preset paper only" (badge ``explained``) and
         its failing rows and checks are ``explained`` by that reason; rows that hold stay ``holds``.
+
+        ``shares_data_with="<model>.<figure>"`` declares that this figure shows the same runs as another figure
+        (same parameters, same data function): :func:`build` then builds (or reads from the cache) the other figure's
+        data once for both, and the parallel report builds the two in one worker, one after the other.
         """
         if model not in self.models:
             raise ValueError(f"model must be one of {', '.join(self.models)}; got {model!r}")
@@ -566,7 +580,7 @@ class Registry:
         def decorator(data: Callable) -> Callable:
             fig = FigureSpec(name=name, model=model, paper=paper, spec=spec, caption=caption,
                              unrecoverable=unrecoverable, params=params, data=data, plot=plot, gaps=gaps,
-                             checks=checks, paper_only=paper_only)
+                             checks=checks, paper_only=paper_only, shares_data_with=shares_data_with)
             old = self._figures.get(name)
             if old is not None and (old.data.__module__, old.data.__qualname__) != (data.__module__,
                                                                                    data.__qualname__):
@@ -720,6 +734,14 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
     """
     spec = registry.get(name)
     check_preset(preset)
+    if spec.shares_data_with is not None:
+        source = registry.get(spec.shares_data_with)
+        if source.shares_data_with is not None or source.data is not spec.data or source.params != spec.params:
+            raise ValueError(f"figure {name!r} shares its data with {source.name!r}, which must be a figure of its own "
+                             "with the same data function and parameters")
+        shared = build(source.name, preset, seed=seed, device=device, cache_dir=cache_dir, recompute=recompute,
+                       progress=progress, registry=registry)
+        return replace(shared, spec=spec)
     cfg = run_config(spec, preset, seed=seed, device=resolve_device(device), progress=progress)
     status = "recomputed" if recompute else "computed"
     if cache_dir is not None and not recompute:

@@ -243,10 +243,12 @@ def _worker_init(factory) -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
-def _worker_entry(name: str, preset: str, out_dir: str | None, build_kw: dict) -> dict:
-    spec = _WORKER_REGISTRY.get(name)
-    return _entry_fields(spec, preset, None if out_dir is None else Path(out_dir), {**build_kw,
-                                                                                      "registry": _WORKER_REGISTRY})
+def _worker_entries(names: list[str], preset: str, out_dir: str | None, build_kw: dict) -> list[dict]:
+    """Build the figures ``names`` one after the other in this worker (figures that share their data go together,
+    so the shared runs are computed once and the others read them from the cache)."""
+    kw = {**build_kw, "registry": _WORKER_REGISTRY}
+    return [_entry_fields(_WORKER_REGISTRY.get(name), preset, None if out_dir is None else Path(out_dir), kw)
+            for name in names]
 
 
 @contextlib.contextmanager
@@ -280,24 +282,30 @@ def _parallel_entries(jobs: list[tuple[ModelSection, FigureSpec]], preset: str, 
     ctx = multiprocessing.get_context("spawn")
     entries: list[FigureEntry | None] = [None] * len(jobs)
     kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
-    order = _longest_first([spec.name for _, spec in jobs], preset, build_kw.get("cache_dir"))
+    groups: dict[str, list[int]] = {}  # one task per data source: the figure itself and those sharing its data
+    for i in _longest_first([spec.name for _, spec in jobs], preset, build_kw.get("cache_dir")):
+        groups.setdefault(jobs[i][1].data_source, []).append(i)
+    tasks = [sorted(members, key=lambda i: jobs[i][1].shares_data_with is not None) for members in groups.values()]
     with _single_threaded_env(), cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx,
                                                         initializer=_worker_init, initargs=(factory,)) as pool:
-        futures = {pool.submit(_worker_entry, jobs[i][1].name, preset, None if out_dir is None else str(out_dir),
-                               kw): i for i in order}
-        for fut in tqdm(cf.as_completed(futures), total=len(futures), desc=f"report ({preset}, {n_jobs} workers)",
-                        unit="fig", disable=None if progress else True):
-            i = futures[fut]
-            spec = jobs[i][1]
-            try:
-                fields_ = fut.result()
-            except Exception as exc:  # noqa: BLE001 - a dead worker is an error of that figure, shown in the report
-                fields_ = {"preset": preset, "status": "failed", "error": f"worker process failed: "
-                           f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-            tb = fields_.pop("traceback", "")
-            entries[i] = FigureEntry(spec=spec, **fields_)
-            if entries[i].error:
-                logger.error("figure %s failed: %s\n%s", spec.name, entries[i].error, tb)
+        futures = {pool.submit(_worker_entries, [jobs[i][1].name for i in task], preset,
+                               None if out_dir is None else str(out_dir), kw): task for task in tasks}
+        with tqdm(total=len(jobs), desc=f"report ({preset}, {n_jobs} workers)", unit="fig",
+                  disable=None if progress else True) as bar:
+            for fut in cf.as_completed(futures):
+                task = futures[fut]
+                try:
+                    results = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a dead worker is an error of its figures, shown in the report
+                    results = [{"preset": preset, "status": "failed", "error": f"worker process failed: "
+                                f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()} for _ in task]
+                for i, fields_ in zip(task, results):
+                    spec = jobs[i][1]
+                    tb = fields_.pop("traceback", "")
+                    entries[i] = FigureEntry(spec=spec, **fields_)
+                    if entries[i].error:
+                        logger.error("figure %s failed: %s\n%s", spec.name, entries[i].error, tb)
+                bar.update(len(task))
     return entries
 
 

@@ -542,25 +542,20 @@ def checks_fig12(ds):
                           statistic="per-seed recall difference, mean over panels and ratios")]
 
 
-@register(name="scan_snap.fig11", model="scan_snap", paper="Tian et al. (2023), Fig. 11 (Syn-Medium recall)",
-          spec="scan_snap.md Sec. 5.3", caption=(
-              "Syn-Medium: recall of distinct tokens (fraction of a class's distinct tokens whose attention exceeds "
-              "the threshold, mean over classes; band: 95% CI over seeds) vs the threshold (in units of 1/M), one "
-              "panel per (M, eta_Z), one curve per eta_Y/eta_Z; grey: the same at step 0 (random init). Same runs "
-              "as Fig. 6."),
-          unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig11, checks=checks_fig11)
-def data_fig11(cfg) -> xr.Dataset:
-    """Fig. 11 of spec Sec. 5.3 (:func:`_medium_runs`, :func:`empirical.models.scan_snap.distinct_recall`)."""
-    return _medium_runs(cfg)
+register(name="scan_snap.fig11", model="scan_snap", paper="Tian et al. (2023), Fig. 11 (Syn-Medium recall)",
+         spec="scan_snap.md Sec. 5.3", caption=(
+             "Syn-Medium: recall of distinct tokens (fraction of a class's distinct tokens whose attention exceeds "
+             "the threshold, mean over classes; band: 95% CI over seeds) vs the threshold (in units of 1/M), one "
+             "panel per (M, eta_Z), one curve per eta_Y/eta_Z; grey: the same at step 0 (random init). Same runs "
+             "as Fig. 6."),
+         unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig11, checks=checks_fig11,
+         shares_data_with="scan_snap.fig6")(data_fig6)
 
-
-@register(name="scan_snap.fig12", model="scan_snap", paper="Tian et al. (2023), Fig. 12 (Syn-Medium recall)",
-          spec="scan_snap.md Sec. 5.3", caption=(
-              "As Fig. 11, one panel per (M, eta_Y/eta_Z), one curve per eta_Z. Same runs as Fig. 6."),
-          unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig12, checks=checks_fig12)
-def data_fig12(cfg) -> xr.Dataset:
-    """Fig. 12 of spec Sec. 5.3 (same runs as Figs. 6 and 11, sliced the other way)."""
-    return _medium_runs(cfg)
+register(name="scan_snap.fig12", model="scan_snap", paper="Tian et al. (2023), Fig. 12 (Syn-Medium recall)",
+         spec="scan_snap.md Sec. 5.3", caption=(
+             "As Fig. 11, one panel per (M, eta_Y/eta_Z), one curve per eta_Z. Same runs as Fig. 6."),
+         unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig12, checks=checks_fig12,
+         shares_data_with="scan_snap.fig6")(data_fig6)
 
 
 # ----------------------------------------------------------------------------------------------------------------

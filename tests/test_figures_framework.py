@@ -579,7 +579,9 @@ def tiny_cache(tmp_path_factory):
 def test_registered_figure_builds_at_tiny_size(name, tiny_cache, tmp_path):
     first = registry.build(name, "tiny", device="cpu", cache_dir=tiny_cache)
     second = registry.build(name, "tiny", device="cpu", cache_dir=tmp_path / "again")
-    assert first.status == second.status == "computed"
+    # a figure that shares another's data finds it in the cache, built for the figure registered before it
+    assert first.status == ("cached" if first.spec.shares_data_with else "computed")
+    assert second.status == "computed"
     xr.testing.assert_identical(first.dataset, second.dataset)  # same seed -> identical data
     stem = tmp_path / name
     (png,) = _style.save_figure(registry.render(first.spec, first.dataset), stem, ("png",))
@@ -598,3 +600,30 @@ def test_report_of_the_registered_figures(tiny_cache, tmp_path):
     for row in summary["rows"]:
         assert row["status"] in ("holds", "explained", "fails") and row["model"] in registry.MODELS
         assert (row["explanation"] is not None) == (row["status"] == "explained")
+
+
+def test_a_figure_sharing_another_figures_data_builds_it_once(tmp_path):
+    calls = []
+
+    def counted(cfg):
+        calls.append(cfg.figure)
+        return toy_data(cfg)
+
+    reg = Registry(models=("toy",), package=None)
+    kw = dict(model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=toy_plot)
+    reg.register(name="toy.a", **kw)(counted)
+    reg.register(name="toy.b", shares_data_with="toy.a", **kw)(counted)
+    b = registry.build("toy.b", "tiny", cache_dir=tmp_path, registry=reg)  # builds toy.a's data for both
+    a = registry.build("toy.a", "tiny", cache_dir=tmp_path, registry=reg)
+    assert calls == ["toy.a"] and a.status == "cached" and b.spec.name == "toy.b"
+    xr.testing.assert_identical(a.dataset, b.dataset)
+    assert not (tmp_path / "toy.b").exists()  # one cache entry, the source's
+    # sharing needs the same data function and parameters, and a source of its own
+    reg.register(name="toy.c", shares_data_with="toy.a", **{**kw, "params": {**TOY_PARAMS, "tiny": {
+        **TOY_PARAMS["tiny"], "n_seeds": 9}}})(counted)
+    reg.register(name="toy.d", shares_data_with="toy.b", **kw)(counted)
+    for name in ("toy.c", "toy.d"):
+        with pytest.raises(ValueError, match="must be a figure of its own with the same data function and param"):
+            registry.build(name, "tiny", cache_dir=tmp_path, registry=reg)
+    with pytest.raises(ValueError, match="shares_data_with must be None or another figure's name"):
+        reg.register(name="toy.e", shares_data_with="toy.e", **kw)(counted)

@@ -193,40 +193,55 @@ class ICLAttention:
     def sample(self, generators, n, *, device, dtype, L: int | None = None):
         """``n`` prompts per seed from the data law of spec §1 (or §8.1 / §8.3), prompt length ``L`` (default task.L).
 
-        Draw order per seed: X, xq (covariates, then the KMS factor of §8.1), beta, context noise, query noise.
-        Returns X (S, n, L, d), xq (S, n, d), y (S, n, L, n_out), yq (S, n, n_out), beta (S, n, d) or, for
-        multi-task, (S, n, n_task, d) (beta_j zero outside S_j).
+        Draw order per seed (one ``torch.Generator`` each): X, xq (covariates, then the KMS factor of §8.1), beta,
+        context noise, query noise. Returns X (S, n, L, d), xq (S, n, d), y (S, n, L, n_out), yq (S, n, n_out),
+        beta (S, n, d) or, for multi-task, (S, n, n_task, d) (beta_j zero outside S_j).
         """
-        spec = self.spec
-        d, s2 = spec.task.d, spec.task.sigma2
-        L = spec.task.L if L is None else check_int("L", L, min_value=1)
-        chol = None if self._chol is None else torch.as_tensor(self._chol, device=device, dtype=dtype)
+        L = self.spec.task.L if L is None else check_int("L", L, min_value=1)
 
         def draw(g):
-            X = torch.randn(n, L, d, generator=g, device=device, dtype=dtype)
-            xq = torch.randn(n, d, generator=g, device=device, dtype=dtype)
-            if chol is not None:
-                X = X @ chol.T
-                xq = xq @ chol.T
-            if spec.supports is None:
-                beta = torch.randn(n, d, generator=g, device=device, dtype=dtype) / math.sqrt(d)
-                sd = math.sqrt(s2)
-                y = X @ beta[:, :, None] + sd * torch.randn(n, L, 1, generator=g, device=device, dtype=dtype)
-                yq = (xq * beta).sum(-1, keepdim=True) + sd * torch.randn(n, 1, generator=g, device=device,
-                                                                          dtype=dtype)
-                return {"X": X, "xq": xq, "y": y, "yq": yq, "beta": beta}
-            # spec §8.3 [C]: beta_j ~ N(0, I_{|S_j|}) (unscaled), context noise variance |S_j| sigma^2, no query noise
-            mask = torch.zeros(len(spec.supports), d, device=device, dtype=dtype)
-            for j, s in enumerate(spec.supports):
-                mask[j, list(s)] = 1.0
-            beta = torch.randn(n, len(spec.supports), d, generator=g, device=device, dtype=dtype) * mask
-            sd = torch.sqrt(mask.sum(-1) * s2)  # (n_task,)
-            y = torch.einsum("nld,njd->nlj", X, beta) + sd * torch.randn(n, L, len(spec.supports), generator=g,
-                                                                        device=device, dtype=dtype)
-            yq = torch.einsum("nd,njd->nj", xq, beta)
-            return {"X": X, "xq": xq, "y": y, "yq": yq, "beta": beta}
+            return self._prompts(lambda shape: torch.randn(*shape, generator=g, device=device, dtype=dtype), n, L,
+                                 device=device, dtype=dtype)
 
         return per_seed(generators, draw)
+
+    def draw(self, rng, n, *, device, dtype, L: int | None = None):
+        """The law of :meth:`sample` drawn for all seeds at once from a counter-keyed block stream ``rng``
+        (:class:`empirical.seeding.BlockRNG`; the trainer uses it for training and evaluation data).
+
+        Same draw order as :meth:`sample` (X, xq, beta, context noise, query noise), in float64, cast to ``dtype``.
+        Seed ``s`` draws what its single-seed run draws (the stream depends only on (seed, stream, block)).
+        """
+        L = self.spec.task.L if L is None else check_int("L", L, min_value=1)
+        return self._prompts(lambda shape: rng.normal(shape, dtype=dtype).to(device), n, L, device=device,
+                             dtype=dtype)
+
+    def _prompts(self, normal, n, L, *, device, dtype):
+        """Prompts of spec §1 / §8.1 / §8.3 from ``normal(shape)``: standard normals of ``shape``, with or without a
+        leading seed axis (every operation broadcasts over it)."""
+        spec = self.spec
+        d, s2 = spec.task.d, spec.task.sigma2
+        X = normal((n, L, d))
+        xq = normal((n, d))
+        if self._chol is not None:
+            chol = torch.as_tensor(self._chol, device=device, dtype=dtype)
+            X = X @ chol.T
+            xq = xq @ chol.T
+        if spec.supports is None:
+            beta = normal((n, d)) / math.sqrt(d)
+            sd = math.sqrt(s2)
+            y = X @ beta[..., None] + sd * normal((n, L, 1))
+            yq = (xq * beta).sum(-1, keepdim=True) + sd * normal((n, 1))
+        else:
+            # spec §8.3 [C]: beta_j ~ N(0, I_{|S_j|}) (unscaled), context noise variance |S_j| sigma^2, no query noise
+            mask = torch.zeros(len(spec.supports), d, device=device, dtype=dtype)
+            for j, sup in enumerate(spec.supports):
+                mask[j, list(sup)] = 1.0
+            beta = normal((n, len(spec.supports), d)) * mask
+            sd = torch.sqrt(mask.sum(-1) * s2)  # (n_task,)
+            y = torch.einsum("...nld,...njd->...nlj", X, beta) + sd * normal((n, L, len(spec.supports)))
+            yq = torch.einsum("...nd,...njd->...nj", xq, beta)
+        return {"X": X, "xq": xq, "y": y, "yq": yq, "beta": beta}
 
     def loss(self, params, batch, hyper=None):
         """Plain MSE mean over the batch (and over the n_task outputs) of (y_q - yhat)^2: spec §0, (2.5); (S,)."""
@@ -332,15 +347,24 @@ def predict(model_or_spec, params: Mapping[str, torch.Tensor], batch: Mapping[st
     spec = _spec_of(model_or_spec)
     d = spec.task.d
     X, y, xq = batch["X"], batch["y"], batch["xq"]
-    Z = torch.cat([X, y], dim=-1)  # (S, n, L, p): z_i = (x_i; y_i)
     KQ, OV = circuits(spec, params)
     kq_q = torch.einsum("shpd,snd->snhp", KQ[..., :d], xq)  # KQ^(h) z_q (the query's label slots are 0)
-    logits = torch.einsum("snlp,snhp->snhl", Z, kq_q)
     if spec.attention == "softmax":
-        weights = torch.softmax(logits, dim=-1)
-        pooled = torch.einsum("snhl,snlp->snhp", weights, Z)
+        # z_i = (x_i; y_i) kept split (no concatenated copy of the prompt): logit_i = x_i . (KQ z_q)[:d] +
+        # y_i . (KQ z_q)[d:], pooled = (sum_i p_i x_i; sum_i p_i y_i); ~1.5x faster than on the concatenation
+        logits = (torch.einsum("snld,snhd->snhl", X, kq_q[..., :d])
+                  + torch.einsum("snlo,snho->snhl", y, kq_q[..., d:]))
+        weights = torch.softmax(logits, dim=-1)  # over the L context tokens (strict causal mask)
+        px = weights @ X  # sum_i p_i x_i, (S, n, H, d)
+        if spec.n_out == 1:  # elementwise products and sums: cheaper than einsum/cat for these small last axes
+            py = (weights * y[..., 0][:, :, None, :]).sum(-1)  # sum_i p_i y_i, (S, n, H)
+            out = (px * OV[:, None, :, 0, :d]).sum(-1) + py * OV[:, None, :, 0, d]
+            return out.sum(-1)[..., None]
+        pooled = torch.cat([px, weights @ y], dim=-1)  # (S, n, H, p)
     else:
         # linear attention (spec §7.6): no softmax, no mask (query token included), fixed 1/L_train
+        Z = torch.cat([X, y], dim=-1)  # (S, n, L, p): z_i = (x_i; y_i)
+        logits = torch.einsum("snlp,snhp->snhl", Z, kq_q)
         zq_score = torch.einsum("snhd,snd->snh", kq_q[..., :d], xq)  # z_q^T KQ z_q
         pooled = torch.einsum("snhl,snlp->snhp", logits, Z)
         pooled = pooled.clone()

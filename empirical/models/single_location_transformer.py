@@ -195,12 +195,19 @@ def sample_tokens(task, k_star, v_star, generator: torch.Generator, n: int, *, d
     device = generator.device if device is None else torch.device(device)
     k_star = torch.as_tensor(np.asarray(k_star).reshape(task.K, task.d), device=device, dtype=dtype)
     v_star = torch.as_tensor(np.asarray(v_star).reshape(task.K, task.d), device=device, dtype=dtype)
-    J = torch.argsort(torch.rand(n, task.L, generator=generator, device=device, dtype=dtype), dim=1)[:, :task.K]
+    u = torch.rand(n, task.L, generator=generator, device=device, dtype=dtype)
     X = torch.randn(n, task.L, task.d, generator=generator, device=device, dtype=dtype)
     xi = torch.randn(n, generator=generator, device=device, dtype=dtype)
-    rows = torch.arange(n, device=device)[:, None]
-    inf = task.s * k_star + task.gamma * X[rows, J]  # (n, K, d)
-    X[rows, J] = inf
+    return _place_locations(task, k_star, v_star, u, X, xi)
+
+
+def _place_locations(task, k_star, v_star, u, X, xi) -> dict[str, torch.Tensor]:
+    """The law of :func:`sample_tokens` from its uniforms u (..., L), normals X (..., L, d) and xi (...): J = the
+    first K entries of argsort(u); X is modified in place. Leading axes (n,) or (S, n)."""
+    J = torch.argsort(u, dim=-1)[..., :task.K]  # (..., K)
+    idx = J[..., None].expand(*J.shape, task.d)
+    inf = task.s * k_star + task.gamma * torch.gather(X, -2, idx)  # (..., K, d)
+    X.scatter_(-2, idx, inf)
     y = (inf * v_star).sum(dim=(-1, -2)) + task.eps * xi
     return {"X": X, "y": y, "J": J}
 
@@ -240,6 +247,18 @@ class _TaskModel:
             return {"X": out["X"], "y": out["y"]}
 
         return per_seed(generators, draw)
+
+    def draw(self, rng, n, *, device, dtype):
+        """The law of :meth:`sample` for all seeds at once from the trainer's counter-keyed ``BlockRNG``
+        (:mod:`empirical.seeding`); draw order per seed: the L permutation uniforms, tokens, noise (as
+        :func:`sample_tokens`). Returns ``X`` (S, n, L, d), ``y`` (S, n)."""
+        task = self.task
+        ks, vs = (torch.as_tensor(a, device=device, dtype=dtype) for a in (self.k_star_np, self.v_star_np))
+        u = rng.uniform((n, task.L), dtype=dtype)
+        X = rng.normal((n, task.L, task.d), dtype=dtype)
+        xi = rng.normal((n,), dtype=dtype)
+        out = _place_locations(task, ks, vs, u, X, xi)
+        return {"X": out["X"], "y": out["y"]}
 
     def loss(self, params, batch, hyper) -> torch.Tensor:
         """Mini-batch mean squared error (1/B) sum_b (Y_hat_b - Y_b)^2 per seed, shape (S,) (spec Sec. 8.4, 8.7).
