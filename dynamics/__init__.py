@@ -5,6 +5,7 @@ Public API: :func:`iterate`, :func:`integrate`, solvers :class:`Euler`, :class:`
 ``random`` (seed handling). Knows no paper; importing it never imports torch.
 """
 
+from dynamics.compare import compare
 from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.integrate import RK4, Dopri5, Euler, integrate, iterate
 from dynamics.saveat import SaveAt
@@ -13,5 +14,5 @@ from dynamics.trajectory import Trajectory, atomic_write, save_dataset
 
 __all__ = [
     "DivergenceError", "MaxStepsError", "Dopri5", "Euler", "RK4", "SaveAt", "Trajectory", "integrate", "iterate",
-    "atomic_write", "save_dataset", "sweep",
+    "atomic_write", "compare", "save_dataset", "sweep",
 ]

@@ -4,32 +4,47 @@ Examples::
 
     python -m figures list
     python -m figures make single_location.fig4a scan_snap --preset quick     # a model name = all its figures
-    python -m figures report                                                 # report/report.html, quick preset
-    python -m figures report --preset paper --device auto --out report-paper
+    python -m figures report                                                 # report/, quick preset, 2 workers
+    python -m figures report --preset paper --device auto --out report-paper --jobs 4
 
-Exit status: 0 on success, 1 if a figure (or a figure module) failed, 2 on bad input (unknown figure, preset or
-device; the message lists the valid choices). Progress bars go to stderr (only on a terminal), log messages to
-stderr, the summary to stdout.
+Exit status: 0 when the report (or the requested figures) was built, whatever the verdicts (verdicts are data, in
+``report/summary.json``); 1 if a figure (or a figure module) raised an error; 2 on bad input, with a one-line
+message and no traceback: unknown figure, preset, device or format, a negative seed, ``--jobs < 1``, an output or
+cache folder that is a file or not writable (checked before anything is computed). Progress bars go to stderr (only
+on a terminal), log messages to stderr, the summary to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
+from dynamics.validation import check_int
 from figures import cache, registry
 from figures._style import SAVE_METADATA
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, DEVICES, PRESETS, check_preset, resolve_device
-from figures.report import DEFAULT_REPORT_DIR, build_report
+from figures.report import DEFAULT_JOBS, DEFAULT_REPORT_DIR, build_report
 
 logger = logging.getLogger("figures")
 
 
+class UsageError(ValueError):
+    """A bad command line: reported in one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse prints usage + message and exits; we want one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m figures", description="Regenerate the papers' figures and the "
-                                     "theory-vs-practice report.")
+    parser = _Parser(prog="python -m figures", description="Regenerate the papers' figures and the "
+                     "theory-vs-practice report.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_list = sub.add_parser("list", help="list the registered figures per model")
@@ -39,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)} (default "
                        f"{DEFAULT_PRESET})")
         p.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
-        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the run's seed (default {DEFAULT_SEED})")
+        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the run's seed >= 0 (default {DEFAULT_SEED})")
         p.add_argument("--cache-dir", default=str(cache.DEFAULT_CACHE_DIR), help="cache root (default results)")
         p.add_argument("--recompute", action="store_true", help="ignore cached data, recompute and overwrite")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -50,9 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     p_make.add_argument("--out", default=str(registry.DEFAULT_OUT_DIR), help="output folder (default figures/out)")
     p_make.add_argument("--formats", default="png,pdf", help=f"comma-separated, among {', '.join(SAVE_METADATA)}")
 
-    p_report = sub.add_parser("report", help="build every figure and write <out>/report.html")
+    p_report = sub.add_parser("report", help="build every figure and write <out>/report.html, summary.json, data/")
     common(p_report)
     p_report.add_argument("--out", default=str(DEFAULT_REPORT_DIR), help="output folder (default report)")
+    p_report.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                          help=f"worker processes building figures in parallel (default {DEFAULT_JOBS})")
     return parser
 
 
@@ -60,11 +77,38 @@ def _write(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
+def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
+    """Create folder ``path`` if needed and prove it writable (a temporary file is created and removed);
+    else raise :class:`UsageError` naming ``what`` (the option) and the reason."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{what} {str(p)!r} exists and is not a folder; give a folder path")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what} {str(p)!r} is not a writable folder ({exc.strerror or exc})") from None
+    return p
+
+
+def _common_checks(args) -> str:
+    """Validate the options shared by make and report (before anything is computed); return the resolved device."""
+    check_preset(args.preset)
+    check_int("--seed", args.seed, min_value=0)
+    return resolve_device(args.device)
+
+
+def _check_dirs(args) -> None:
+    check_writable_dir(args.out, "--out")
+    check_writable_dir(args.cache_dir, "--cache-dir")
+
+
 def _cmd_list(args, reg: registry.Registry) -> int:
+    if args.model is not None and args.model not in reg.models:
+        raise UsageError(f"--model must be one of {', '.join(reg.models)}; got {args.model!r}")
     statuses = reg.discover()
     models = reg.models if args.model is None else (args.model,)
-    if args.model is not None and args.model not in reg.models:
-        raise ValueError(f"model must be one of {', '.join(reg.models)}; got {args.model!r}")
     for model in models:
         status = statuses[model]
         names = reg.names(model)
@@ -73,20 +117,23 @@ def _cmd_list(args, reg: registry.Registry) -> int:
         _write(f"{model}  ({note})")
         for name in names:
             spec = reg.get(name)
-            flag = "  [unrecoverable parameters: spec defaults]" if spec.unrecoverable else ""
-            _write(f"  {name:32s} {spec.paper}; {spec.spec}{flag}")
+            flags = ("  [unrecoverable parameters: spec defaults]" if spec.unrecoverable else "") + (
+                f"  [{registry.PAPER_ONLY_NOTE}]" if spec.paper_only else "")
+            _write(f"  {name:32s} {spec.paper}; {spec.spec}{flags}")
     return 1 if any(statuses[m].state == "error" for m in models) else 0
 
 
 def _cmd_make(args, reg: registry.Registry) -> int:
-    reg.discover()
-    names = reg.resolve(args.names)
-    check_preset(args.preset)
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if not formats:
+        raise UsageError(f"--formats must name at least one of {', '.join(SAVE_METADATA)}; got {args.formats!r}")
     for fmt in formats:
         if fmt not in SAVE_METADATA:
-            raise ValueError(f"formats must be among {', '.join(SAVE_METADATA)}; got {fmt!r}")
-    device = resolve_device(args.device)
+            raise UsageError(f"--formats must be among {', '.join(SAVE_METADATA)}; got {fmt!r}")
+    device = _common_checks(args)
+    reg.discover()
+    names = reg.resolve(args.names)
+    _check_dirs(args)
     try:
         results = registry.make(names, args.preset, seed=args.seed, device=device, cache_dir=args.cache_dir,
                                 out_dir=args.out, formats=formats, recompute=args.recompute,
@@ -104,31 +151,33 @@ def _cmd_make(args, reg: registry.Registry) -> int:
 
 
 def _cmd_report(args, reg: registry.Registry) -> int:
-    check_preset(args.preset)
-    device = resolve_device(args.device)
+    check_int("--jobs", args.jobs, min_value=1)
+    device = _common_checks(args)
+    _check_dirs(args)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
-                          recompute=args.recompute, progress=not args.no_progress, registry=reg)
+                          recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs)
     for s in result.sections:
         n_cached = sum(f.status == "cached" for f in s.figures)
-        _write(f"{s.model:18s} {s.verdict:18s} figures {len(s.figures)} (cached {n_cached}), gaps within "
-               f"{s.n_gaps_within}/{s.n_gaps}, checks passed {s.n_checks_passed}/{s.n_checks}")
-    _write(f"report: {result.path}")
+        counts = ", ".join(f"{st} {s.count(st)}" for st in registry.STATUSES)
+        _write(f"{s.model:18s} {s.verdict:14s} figures {len(s.figures)} (cached {n_cached}); rows+checks: {counts}")
+    _write(f"report: {result.path}  summary: {result.summary_path}")
     return 1 if result.n_failed else 0
 
 
 def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``) on registry ``reg`` (default the package's); return
     the exit status."""
-    args = _parser().parse_args(argv)
     reg = registry.REGISTRY if reg is None else reg
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         logging.getLogger("fontTools").setLevel(logging.WARNING)  # the PDF backend's font subsetting chatter
-    command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report}[args.command]
     try:
+        args = _parser().parse_args(argv)
+        command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report}[args.command]
         return command(args, reg)
-    except ValueError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+    except ValueError as exc:  # UsageError and the validation errors of presets, devices, names, seeds
+        message = " ".join(str(exc).split())  # one line
+        sys.stderr.write(f"error: {message}\n")
         return 2
 
 

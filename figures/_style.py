@@ -200,3 +200,96 @@ def save_figure(fig: Figure, stem: str | os.PathLike, formats: Sequence[str] = (
                 tmp.unlink()
         paths.append(path)
     return paths
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Layout rules for the report: colour bars on heat maps, at most MAX_PANELS_PER_ROW panels a row
+# ----------------------------------------------------------------------------------------------------------------
+MAX_PANELS_PER_ROW = 3
+"""At most this many panels side by side: at the report's page width (about 1 000 px for a 6.4-inch-wide figure at
+150 dpi scaled down) a fourth panel shrinks tick labels and legends below ~7 px, where they no longer read."""
+
+PANEL_SIZE = (3.6, 3.0)
+"""Inches per panel used by :func:`panel_grid` (wide enough for a legend of three short entries)."""
+
+
+def panel_grid(n_panels: int, *, max_per_row: int = MAX_PANELS_PER_ROW,
+               panel_size: tuple[float, float] = PANEL_SIZE, sharex: bool = False, sharey: bool = False,
+               **subplot_kw) -> tuple[Figure, list]:
+    """A figure of ``n_panels`` panels, at most ``max_per_row`` a row (rows added as needed); returns
+    ``(fig, axes)`` with ``axes`` a flat list of exactly ``n_panels`` Axes (unused grid cells are removed).
+
+    Use it instead of ``new_figure(1, n)`` for ``n > 3`` so legends and tick labels read at page width; the figure
+    grows with the number of rows instead of shrinking the panels.
+    """
+    n_panels = check_int("n_panels", n_panels, min_value=1)
+    max_per_row = check_int("max_per_row", max_per_row, min_value=1, max_value=MAX_PANELS_PER_ROW)
+    ncols = min(n_panels, max_per_row)
+    nrows = -(-n_panels // ncols)
+    fig = Figure(figsize=(panel_size[0] * ncols, panel_size[1] * nrows))
+    grid = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex, sharey=sharey, subplot_kw=subplot_kw or None)
+    axes = list(grid.ravel())
+    for ax in axes[n_panels:]:
+        ax.remove()
+    return fig, axes[:n_panels]
+
+
+def add_colorbar(ax, mappable, *, label: str, **kwargs):
+    """Attach a labelled colour bar for ``mappable`` (what ``imshow``/``pcolormesh``/``contourf`` returned) beside
+    ``ax``; returns the ``Colorbar``. Every heat map in a figure needs one (the report's layout rule)."""
+    if not isinstance(label, str) or not label.strip():
+        raise ValueError(f"label must say what the colours measure; got {label!r}")
+    kwargs.setdefault("shrink", 0.9)
+    kwargs.setdefault("pad", 0.02)
+    cbar = ax.figure.colorbar(mappable, ax=ax, **kwargs)
+    cbar.set_label(label)
+    return cbar
+
+
+def plot_heatmap(ax, z, *, x=None, y=None, label: str, cmap: str | None = None, **kwargs):
+    """Draw ``z`` (rows along y, columns along x) as a heat map with its colour bar; returns ``(mesh, colorbar)``.
+
+    ``x``/``y`` are the column/row coordinates (cell centres or edges, as ``pcolormesh`` accepts); default the
+    indices. ``label`` names the coloured quantity on the colour bar.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    if z.ndim != 2:
+        raise ValueError(f"z must be a 2-d array; got shape {z.shape}")
+    x = np.arange(z.shape[1]) if x is None else np.asarray(x)
+    y = np.arange(z.shape[0]) if y is None else np.asarray(y)
+    mesh = ax.pcolormesh(x, y, z, cmap=cmap, shading=kwargs.pop("shading", "auto"), **kwargs)
+    return mesh, add_colorbar(ax, mesh, label=label)
+
+
+def layout_problems(fig: Figure) -> list[str]:
+    """What breaks the report's layout rules in ``fig``: a heat map (image, mesh or filled contour) without a colour
+    bar, or more than :data:`MAX_PANELS_PER_ROW` panels in a row (colour-bar axes not counted). Empty if none."""
+    from matplotlib.collections import QuadMesh
+    from matplotlib.contour import ContourSet
+    from matplotlib.image import AxesImage
+
+    problems = []
+    cbar_axes = set()
+    for ax in fig.axes:
+        for artist in list(ax.images) + list(ax.collections):
+            cb = getattr(artist, "colorbar", None)
+            if cb is not None:
+                cbar_axes.add(cb.ax)
+    panels = [ax for ax in fig.axes if ax not in cbar_axes and ax.get_visible()]
+    for ax in panels:
+        for artist in list(ax.images) + list(ax.collections):
+            heat = isinstance(artist, AxesImage | QuadMesh) or (isinstance(artist, ContourSet) and artist.filled)
+            if heat and getattr(artist, "colorbar", None) is None:
+                title = ax.get_title() or f"panel {panels.index(ax) + 1}"
+                problems.append(f"heat map without a colour bar in {title!r}")
+                break
+    rows: dict[tuple[int, int], int] = {}
+    for ax in panels:
+        spec = ax.get_subplotspec()
+        if spec is not None:
+            key = (id(spec.get_gridspec()), spec.rowspan.start)
+            rows[key] = rows.get(key, 0) + 1
+    widest = max(rows.values(), default=0)
+    if widest > MAX_PANELS_PER_ROW:
+        problems.append(f"{widest} panels in one row (at most {MAX_PANELS_PER_ROW}: use panel_grid or a larger figure)")
+    return problems

@@ -23,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,19 +113,39 @@ def _verify(data_path: Path, sidecar_path: Path, cfg: RunConfig) -> str:
     """Return an empty string if the entry is intact, else the reason it is not."""
     if not data_path.exists():
         return "data file missing"
+    if not data_path.is_file():
+        return "data path is not a regular file"
     try:
         sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return "checksum sidecar missing (interrupted write?)"
     except (OSError, ValueError) as exc:
         return f"checksum sidecar unreadable ({exc})"
-    if not isinstance(sidecar, dict) or not {"sha256", "config", "runtime_s", "created_utc"} <= sidecar.keys():
-        return "checksum sidecar incomplete"
+    problem = _sidecar_problem(sidecar)
+    if problem:
+        return f"checksum sidecar invalid: {problem}"
     if sidecar["config"] != cfg.to_dict():
         return "sidecar describes another configuration"
-    actual = file_sha256(data_path)
+    try:
+        actual = file_sha256(data_path)
+    except OSError as exc:
+        return f"data file unreadable ({exc})"
     if actual != sidecar["sha256"]:
-        return f"sha256 mismatch (file {actual[:12]}..., sidecar {str(sidecar['sha256'])[:12]}...)"
+        return f"sha256 mismatch (file {actual[:12]}..., sidecar {sidecar['sha256'][:12]}...)"
+    return ""
+
+
+def _sidecar_problem(sidecar) -> str:
+    """Why a parsed sidecar does not have the fields and types :func:`store` writes (empty if it does)."""
+    if not isinstance(sidecar, dict):
+        return f"not a JSON object ({type(sidecar).__name__})"
+    types_ = {"sha256": str, "config": dict, "created_utc": str}
+    for key, kind in types_.items():
+        if not isinstance(sidecar.get(key), kind):
+            return f"field {key!r} missing or not a {kind.__name__}"
+    runtime = sidecar.get("runtime_s")
+    if isinstance(runtime, bool) or not isinstance(runtime, int | float) or not math.isfinite(runtime) or runtime < 0:
+        return f"field 'runtime_s' must be a finite number >= 0; got {runtime!r}"
     return ""
 
 
@@ -134,11 +156,24 @@ def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runti
     and trajectories share their on-disk format.
     """
     data_path, sidecar_path = entry_paths(root, cfg)
+    for path in (data_path, sidecar_path):
+        _clear_non_file(path)
     save_dataset(dataset, data_path)
     sidecar = {"sha256": file_sha256(data_path), "config": cfg.to_dict(), "runtime_s": float(runtime_s),
                "created_utc": utc_now(), "file": data_path.name}
     _write_text_atomic(sidecar_path, json.dumps(sidecar, sort_keys=True, indent=1) + "\n")
     return data_path
+
+
+def _clear_non_file(path: Path) -> None:
+    """Remove whatever occupies an entry path without being a regular file (e.g. a folder), so the atomic rename of
+    the new entry can succeed; the cache owns these paths."""
+    if path.exists() and not path.is_file():
+        logger.warning("cache path %s is not a regular file; removing it", path)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def _write_text_atomic(path: Path, text: str) -> None:

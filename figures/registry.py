@@ -17,9 +17,14 @@ A figure is a *pure* pair:
 
 Optionally, for the report (:mod:`figures.report`):
 
-* ``gaps(ds) -> list[GapRow]``: theory vs practice at chosen times, in units of the standard error over seeds, with
-  the tolerance the spec justifies (:func:`gap_rows` builds them from arrays).
-* ``checks(ds) -> list[CheckResult]``: theorem checks, pass/fail with the measured numbers.
+* ``gaps(ds) -> list[GapRow]``: theory vs practice at chosen times (:func:`compare_rows` builds them from arrays):
+  the raw gap ``mean - theory``, its Student-t confidence interval over seeds (:mod:`dynamics.compare`, calibrated
+  for any number of seeds >= 2), an allowance with its source where the spec derives one, and a status ``holds`` /
+  ``explained`` (a documented deviation, :class:`Explanation`) / ``fails``.
+* ``checks(ds) -> list[CheckResult]``: theorem checks with the measured numbers; same three statuses.
+
+``paper_only="reason"`` at registration marks a figure whose claim truly needs the paper's sizes: below ``--preset
+paper`` its caption and badge say so and its rows and checks are ``explained`` by that reason.
 
 Parameters per preset (``tiny`` for the tests: seconds; ``quick``: the whole set in minutes on a CPU; ``paper``: the
 papers' sizes) are declared at registration and must be JSON values. Where the spec marks a parameter as
@@ -31,7 +36,7 @@ Worked example (``figures/single_location.py``)::
     import numpy as np
     import xarray as xr
 
-    from figures.registry import CheckResult, gap_rows, register
+    from figures.registry import CheckResult, compare_rows, register
     from figures._style import band_over_seeds, new_figure, plot_empirical_band, plot_theory
 
 
@@ -47,9 +52,9 @@ Worked example (``figures/single_location.py``)::
 
     def gaps_fig4a(ds):
         idx = [0, ds.sizes["time"] // 2, ds.sizes["time"] - 1]
-        return gap_rows("excess risk", ds.step.values[idx], ds.risk_theory.values[idx],
-                        ds.risk_pgd.values[:, idx], tol_se=5.0,
-                        justification="5 SE: two-sided false-alarm rate < 6e-7 per row (tests/_stats.py)")
+        return compare_rows("excess risk", ds.step.values[idx], ds.risk_theory.values[idx],
+                            ds.risk_pgd.values[:, idx], rel_allowance=0.02,
+                            allowance_source="finite-d bias <= 2 % (spec §8.2)", d=int(ds.attrs["d"]))
 
 
     def checks_fig4a(ds):
@@ -89,8 +94,9 @@ import logging
 import math
 import re
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +105,9 @@ import xarray as xr
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
+from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
-from dynamics.validation import check_int, check_nonneg, check_positive
+from dynamics.validation import check_choice, check_int, check_nonneg
 from figures import _style, cache
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
@@ -115,13 +122,64 @@ DEFAULT_OUT_DIR = Path("figures") / "out"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_.\-]+$")
 
+PAPER_ONLY_NOTE = "decided at --preset paper only"
+"""Caption, badge and explanation text of a figure registered with ``paper_only``."""
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Report rows
 # ----------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+STATUSES: tuple[str, ...] = ("holds", "explained", "fails")
+"""The three verdicts of a row or check: ``holds``; ``explained`` (a known, documented deviation, with its reason
+and where the evidence is shown; not a failure); ``fails`` (unexplained)."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a row or check deviates from the theory, and where the evidence for that reason is shown.
+
+    Parameters
+    ----------
+    reason : str
+        E.g. ``"SGD noise at batch 5: the theory is noiseless PGD"``.
+    evidence : str
+        Where the reader can check the reason, e.g. ``"single_location.fig5, rows 'batch-100 SGD' (hold)"``.
+    """
+
+    reason: str
+    evidence: str
+
+    def __post_init__(self):
+        for name in ("reason", "evidence"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"Explanation.{name} must be a non-empty string; got {value!r}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "evidence": self.evidence}
+
+
+def _check_explanation(explanation) -> Explanation | None:
+    if explanation is not None and not isinstance(explanation, Explanation):
+        raise TypeError(f"explanation must be an Explanation or None; got {type(explanation).__name__}")
+    return explanation
+
+
+def _status(test_passed: bool, explanation: Explanation | None) -> str:
+    if test_passed:
+        return "holds"
+    return "explained" if explanation is not None else "fails"
+
+
+_DERIVED = ("gap", "df", "ci_low", "ci_high", "status")
+
+
+@dataclass(frozen=True, kw_only=True, init=False)
 class GapRow:
-    """One theory-vs-practice comparison at one time, measured in standard errors over seeds.
+    """One theory-vs-practice comparison at one time: the calibrated gap test of :mod:`dynamics.compare`.
+
+    Build rows with :func:`compare_rows` (or :meth:`from_stats` when only a mean and its SE are at hand); the
+    derived fields are computed there.
 
     Attributes
     ----------
@@ -129,18 +187,28 @@ class GapRow:
         What is compared, e.g. ``"excess risk"``.
     time : float
         Where (on the figure's time axis).
-    theory : float
-        Theory's value (closed form or reduced dynamics).
-    mean, se : float
-        Empirical mean over seeds and its standard error (sample std with ddof=1 over sqrt(n_seeds)).
+    theory, mean : float
+        Theory's value and the empirical mean over seeds.
+    gap : float
+        ``mean - theory`` (raw, signed).
+    allowance : float
+        Absolute allowance ``allowance + rel_allowance * |theory|`` (0: none).
+    allowance_source : str
+        Where a non-zero allowance comes from (spec section, derivation); empty when it is 0.
+    se : float
+        Standard error of the gap (the seeds' SE, combined with the theory's own SE for a Monte Carlo theory).
     n_seeds : int
         Number of seeds (>= 2).
-    tol_se : float
-        The tolerance in SE the spec justifies (e.g. 5).
-    atol : float
-        An absolute allowance added before dividing by SE (e.g. a finite-d bias bound the spec derives); default 0.
-    justification : str
-        Where ``tol_se``/``atol`` come from (spec section, argument).
+    df : float
+        Degrees of freedom of the Student-t interval.
+    ci_low, ci_high : float
+        Two-sided confidence interval of the gap at ``level``.
+    level : float
+        False-alarm probability of the test.
+    status : str
+        ``holds`` (the interval meets ``[-allowance, allowance]``), ``explained`` (it does not, but
+        ``explanation`` documents why) or ``fails``.
+    explanation : Explanation or None
     d : int or None
         The dimension of the empirical runs, where the theory is a d -> infinity limit (STYLE.md §2.4: state d).
     """
@@ -149,46 +217,118 @@ class GapRow:
     time: float
     theory: float
     mean: float
+    gap: float
+    allowance: float
+    allowance_source: str
     se: float
     n_seeds: int
-    tol_se: float
-    justification: str
-    atol: float = 0.0
+    df: float
+    ci_low: float
+    ci_high: float
+    level: float
+    status: str
+    explanation: Explanation | None = None
     d: int | None = None
 
+    def __init__(self, **kwargs):
+        """Keyword arguments: every attribute; or the summary statistics only (``quantity, time, theory, mean,
+        se, n_seeds`` and optionally ``allowance, allowance_source, level, explanation, d``), the rest derived by
+        :meth:`from_stats`. Deprecated: the old ``tol_se, atol, justification`` (``atol`` becomes the allowance,
+        ``justification`` its source; ``tol_se`` is ignored in favour of the calibrated test)."""
+        legacy = {k: kwargs.pop(k) for k in ("tol_se", "atol", "justification") if k in kwargs}
+        if legacy:
+            warnings.warn("GapRow(tol_se=, atol=, justification=) is deprecated; use compare_rows or "
+                          "GapRow.from_stats(allowance=, allowance_source=)", DeprecationWarning, stacklevel=2)
+            atol = check_nonneg("atol", legacy.get("atol", 0.0))
+            kwargs.setdefault("allowance", atol)
+            kwargs.setdefault("allowance_source", str(legacy.get("justification", "")) if atol > 0 else "")
+        if not any(k in kwargs for k in _DERIVED):
+            kwargs.setdefault("level", DEFAULT_LEVEL)
+            derived = GapRow._derive(**kwargs)
+            kwargs.update(derived)
+        names = [f.name for f in fields(self)]
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise TypeError(f"GapRow got unexpected keyword arguments {unknown}")
+        for f in fields(self):
+            if f.name in kwargs:
+                object.__setattr__(self, f.name, kwargs[f.name])
+            elif f.default is not MISSING:
+                object.__setattr__(self, f.name, f.default)
+            else:
+                raise TypeError(f"GapRow missing keyword argument {f.name!r}")
+        self.__post_init__()
+
+    @staticmethod
+    def _derive(*, theory, mean, se, n_seeds, allowance=0.0, level=DEFAULT_LEVEL, explanation=None,
+                theory_se=None, theory_n=None, allowance_source="", **_others) -> dict:
+        """The fields the gap test derives from the summary statistics (:func:`dynamics.compare.gap_test`)."""
+        res = gap_test(float(theory), float(mean), float(se), n_seeds, theory_se=theory_se, theory_n=theory_n,
+                       allowance=float(allowance), level=level)
+        return {"gap": float(res["gap"]), "allowance": float(res["allowance"]), "se": float(res["se"]),
+                "df": float(res["df"]), "ci_low": float(res["ci_low"]), "ci_high": float(res["ci_high"]),
+                "status": _status(bool(res["holds"]), _check_explanation(explanation)),
+                "allowance_source": allowance_source}
+
     def __post_init__(self):
-        for name in ("quantity", "justification"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise ValueError(f"{name} must be a non-empty string; got {getattr(self, name)!r}")
-        for name in ("time", "theory", "mean"):
+        if not isinstance(self.quantity, str) or not self.quantity.strip():
+            raise ValueError(f"quantity must be a non-empty string; got {self.quantity!r}")
+        for name in ("time", "theory", "mean", "gap", "ci_low", "ci_high", "df"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "se", check_nonneg("se", self.se))
+        object.__setattr__(self, "allowance", check_nonneg("allowance", self.allowance))
         object.__setattr__(self, "n_seeds", check_int("n_seeds", self.n_seeds, min_value=2))
-        object.__setattr__(self, "tol_se", check_positive("tol_se", self.tol_se))
-        object.__setattr__(self, "atol", check_nonneg("atol", self.atol))
+        if not isinstance(self.allowance_source, str):
+            raise ValueError(f"allowance_source must be a string; got {self.allowance_source!r}")
+        if self.allowance > 0 and not self.allowance_source.strip():
+            raise ValueError("allowance_source must say where a non-zero allowance comes from; got an empty string")
+        check_choice("status", self.status, STATUSES)
+        _check_explanation(self.explanation)
+        if self.status == "explained" and self.explanation is None:
+            raise ValueError("status 'explained' needs an explanation")
         if self.d is not None:
             object.__setattr__(self, "d", check_int("d", self.d, min_value=1))
 
+    @classmethod
+    def from_stats(cls, *, quantity: str, time: float, theory: float, mean: float, se: float, n_seeds: int,
+                   allowance: float = 0.0, allowance_source: str = "", theory_se: float | None = None,
+                   theory_n: int | None = None, level: float = DEFAULT_LEVEL, d: int | None = None,
+                   explanation: Explanation | None = None) -> GapRow:
+        """A row from summary statistics: ``mean`` and its SE ``se`` over ``n_seeds`` seeds, optionally the
+        theory's own SE ``theory_se`` from ``theory_n`` Monte Carlo samples (see :func:`compare_rows`)."""
+        stats = dict(quantity=quantity, time=time, theory=theory, mean=mean, n_seeds=n_seeds, level=level, d=d,
+                     explanation=explanation)
+        derived = cls._derive(**stats, se=se, allowance=allowance, allowance_source=allowance_source,
+                              theory_se=theory_se, theory_n=theory_n)
+        return cls(**stats, **derived)
+
+    @property
+    def test_holds(self) -> bool:
+        """Whether the statistical test itself holds (before any explanation)."""
+        return self.status == "holds"
+
     @property
     def gap_se(self) -> float:
-        """``max(|mean - theory| - atol, 0) / se`` (0 if within ``atol``; inf if ``se = 0`` and outside; nan if a
-        value is nan)."""
-        excess = max(abs(self.mean - self.theory) - self.atol, 0.0)
-        if math.isnan(self.mean) or math.isnan(self.theory):
-            return math.nan
-        if excess == 0.0:
-            return 0.0
-        return excess / self.se if self.se > 0 else math.inf
+        """Deprecated: ``|gap| / se`` (raw; 0 for 0/0, inf for a non-zero gap with se = 0)."""
+        if self.se > 0:
+            return abs(self.gap) / self.se
+        return 0.0 if self.gap == 0 else math.inf
 
     @property
     def within(self) -> bool:
-        """Whether ``gap_se <= tol_se`` (False for nan)."""
-        return bool(self.gap_se <= self.tol_se)
+        """Deprecated: ``status != "fails"``."""
+        return self.status != "fails"
+
+    def explained(self, explanation: Explanation) -> GapRow:
+        """This row with ``explanation`` attached (a ``fails`` row becomes ``explained``)."""
+        return replace(self, explanation=explanation, status=_status(self.test_holds, explanation))
 
 
-def gap_rows(quantity: str, times, theory, samples, *, tol_se: float, justification: str,
-             atol: float = 0.0, d: int | None = None) -> list[GapRow]:
-    """Build one :class:`GapRow` per time from arrays.
+def compare_rows(quantity: str, times, theory, samples, *, allowance: float = 0.0, rel_allowance: float = 0.0,
+                 allowance_source: str = "", theory_se=None, theory_n_seeds: int | None = None,
+                 level: float = DEFAULT_LEVEL, d: int | None = None,
+                 explanation: Explanation | None = None) -> list[GapRow]:
+    """One :class:`GapRow` per time from arrays, with the calibrated test of :mod:`dynamics.compare`.
 
     Parameters
     ----------
@@ -197,9 +337,21 @@ def gap_rows(quantity: str, times, theory, samples, *, tol_se: float, justificat
     theory : array_like, (n_times,)
         Theory's value at each time.
     samples : array_like, (n_seeds, n_times)
-        Empirical values, seeds first; mean and SE (ddof=1) are taken over axis 0.
-    tol_se, justification, atol, d
-        As in :class:`GapRow`, shared by all rows.
+        Empirical values, seeds first (n_seeds >= 2; the default presets use >= 8); a 1-d array is one time.
+    allowance, rel_allowance : float >= 0
+        The row's absolute allowance is ``allowance + rel_allowance * |theory|``.
+    allowance_source : str
+        Where the allowance comes from; required whenever an allowance is non-zero.
+    theory_se : array_like (n_times,), optional
+        The theory's own SE when it is a Monte Carlo estimate.
+    theory_n_seeds : int, optional
+        Samples behind ``theory_se``; default: at least ``n_seeds`` (then df = n_seeds - 1).
+    level : float in (0, 1)
+        Two-sided false-alarm probability per row (default 1e-3).
+    d : int, optional
+        Dimension of the empirical runs (shown in the report).
+    explanation : Explanation, optional
+        Attached to every row; a row whose test fails becomes ``explained``.
     """
     times = np.atleast_1d(np.asarray(times, dtype=np.float64))
     theory = np.atleast_1d(np.asarray(theory, dtype=np.float64))
@@ -212,10 +364,37 @@ def gap_rows(quantity: str, times, theory, samples, *, tol_se: float, justificat
     n = samples.shape[0]
     if n < 2:
         raise ValueError(f"samples must hold at least 2 seeds (axis 0) for a standard error; got {n}")
+    if not np.all(np.isfinite(samples)):
+        raise ValueError(f"samples of {quantity!r} must be finite; got non-finite values")
+    allowance = check_nonneg("allowance", allowance)
+    rel_allowance = check_nonneg("rel_allowance", rel_allowance)
+    if (allowance > 0 or rel_allowance > 0) and not (isinstance(allowance_source, str) and allowance_source.strip()):
+        raise ValueError("allowance_source must say where a non-zero allowance/rel_allowance comes from")
+    if theory_se is not None:
+        theory_se = np.broadcast_to(np.asarray(theory_se, dtype=np.float64), theory.shape)
     mean = samples.mean(axis=0)
     se = samples.std(axis=0, ddof=1) / np.sqrt(n)
-    return [GapRow(quantity=quantity, time=t, theory=v, mean=m, se=s, n_seeds=n, tol_se=tol_se, atol=atol,
-                   justification=justification, d=d) for t, v, m, s in zip(times, theory, mean, se)]
+    res = gap_test(theory, mean, se, n, theory_se=theory_se, theory_n=theory_n_seeds,
+                   allowance=allowance + rel_allowance * np.abs(theory), level=level)
+    _check_explanation(explanation)
+    return [GapRow(quantity=quantity, time=times[i], theory=theory[i], mean=mean[i], gap=res["gap"][i],
+                   allowance=res["allowance"][i], allowance_source=allowance_source if res["allowance"][i] > 0 else "",
+                   se=res["se"][i], n_seeds=n, df=res["df"][i], ci_low=res["ci_low"][i], ci_high=res["ci_high"][i],
+                   level=level, status=_status(bool(res["holds"][i]), explanation), explanation=explanation, d=d)
+            for i in range(times.size)]
+
+
+def gap_rows(quantity: str, times, theory, samples, *, tol_se: float | None = None, justification: str = "",
+             atol: float = 0.0, d: int | None = None) -> list[GapRow]:
+    """Deprecated shim onto :func:`compare_rows` (``allowance = atol``, ``allowance_source = justification``).
+
+    ``tol_se`` is ignored: the fixed "k SE" rule is replaced by the Student-t interval at the default level, which
+    is calibrated for any number of seeds (a fixed 5 SE is not: its false-alarm rate is 12.6 % with 2 seeds).
+    """
+    warnings.warn("gap_rows is deprecated; use compare_rows (allowance, allowance_source, explanation)",
+                  DeprecationWarning, stacklevel=2)
+    return compare_rows(quantity, times, theory, samples, allowance=atol,
+                        allowance_source=justification if atol > 0 else "", d=d)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,10 +406,16 @@ class CheckResult:
     name : str
         E.g. ``"Theorem 5: kappa -> 1 (single_location.md §7.3)"``.
     passed : bool
+        Whether the check's own test passed.
     measured, expected : float or str
-        The measured number and the prediction (numbers are shown with 6 significant digits).
+        The measured number and the prediction (numbers are shown with 6 significant digits). A check that
+        summarises seeds states the statistic it tests and reports that same statistic here.
     tolerance : str
         The tolerance and where it comes from.
+    n_seeds : int or None
+        Seeds behind ``measured`` (None for a deterministic check).
+    explanation : Explanation or None
+        A documented reason for a check that does not pass.
     """
 
     name: str
@@ -238,6 +423,8 @@ class CheckResult:
     measured: float | str
     expected: float | str
     tolerance: str
+    n_seeds: int | None = None
+    explanation: Explanation | None = None
 
     def __post_init__(self):
         for name in ("name", "tolerance"):
@@ -248,6 +435,18 @@ class CheckResult:
             value = getattr(self, name)
             if not isinstance(value, str):
                 object.__setattr__(self, name, float(value))
+        if self.n_seeds is not None:
+            object.__setattr__(self, "n_seeds", check_int("n_seeds", self.n_seeds, min_value=1))
+        _check_explanation(self.explanation)
+
+    @property
+    def status(self) -> str:
+        """``holds`` if passed, else ``explained`` with an explanation, else ``fails``."""
+        return _status(self.passed, self.explanation)
+
+    def explained(self, explanation: Explanation) -> CheckResult:
+        """This check with ``explanation`` attached."""
+        return replace(self, explanation=explanation)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -268,6 +467,7 @@ class FigureSpec:
     plot: Callable[[xr.Dataset], Figure]
     gaps: Callable[[xr.Dataset], list[GapRow]] | None = None
     checks: Callable[[xr.Dataset], list[CheckResult]] | None = None
+    paper_only: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -291,14 +491,27 @@ class FigureSpec:
         for attr in ("gaps", "checks"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise ValueError(f"{attr} must be callable or None; got {getattr(self, attr)!r}")
+        if self.paper_only is not None and (not isinstance(self.paper_only, str) or not self.paper_only.strip()):
+            raise ValueError(f"paper_only must be None or a non-empty reason; got {self.paper_only!r}")
+
+    def paper_only_explanation(self, preset: str) -> Explanation | None:
+        """The explanation attached to every row and check of a ``paper_only`` figure built below ``paper``."""
+        if self.paper_only is None or preset == "paper":
+            return None
+        return Explanation(reason=f"{PAPER_ONLY_NOTE}: {self.paper_only}",
+                           evidence=f"python -m figures make {self.name} --preset paper")
 
     @property
     def full_caption(self) -> str:
-        """The caption, followed by the unrecoverable parameters and the spec defaults used for them."""
-        if not self.unrecoverable:
-            return self.caption
-        return (f"{self.caption.rstrip()} Not recoverable from the paper; the spec's documented default is used for: "
-                f"{'; '.join(self.unrecoverable)}.")
+        """The caption, followed by the unrecoverable parameters (and the spec defaults used for them) and, for a
+        ``paper_only`` figure, the note that its claim is decided at ``--preset paper`` only."""
+        text = self.caption.rstrip()
+        if self.unrecoverable:
+            text += (f" Not recoverable from the paper; the spec's documented default is used for: "
+                     f"{'; '.join(self.unrecoverable)}.")
+        if self.paper_only is not None:
+            text += f" {PAPER_ONLY_NOTE[0].upper()}{PAPER_ONLY_NOTE[1:]}: {self.paper_only.rstrip('.')}."
+        return text
 
 
 @dataclass(frozen=True)
@@ -320,20 +533,29 @@ class Registry:
         Allowed model names, in report order.
     package : str or None
         Package whose ``<package>.<model>`` modules :meth:`discover` imports; ``None`` for a registry filled by hand.
+    factory : callable, optional
+        A module-level, argument-free function that rebuilds an equivalent registry in another process (the
+        parallel report's workers use it; without it a hand-filled registry is built serially).
     """
 
-    def __init__(self, models: Sequence[str] = MODELS, package: str | None = "figures"):
+    def __init__(self, models: Sequence[str] = MODELS, package: str | None = "figures",
+                 factory: Callable[[], Registry] | None = None):
         self.models = tuple(models)
         self.package = package
+        self.factory = factory
         self._figures: dict[str, FigureSpec] = {}
         self._status: dict[str, ModuleStatus] = {}
 
     def register(self, *, name: str, model: str, paper: str, spec: str, caption: str,
                  params: Mapping[str, Mapping[str, Any]], plot: Callable, unrecoverable: Sequence[str] = (),
-                 gaps: Callable | None = None, checks: Callable | None = None) -> Callable:
+                 gaps: Callable | None = None, checks: Callable | None = None,
+                 paper_only: str | None = None) -> Callable:
         """Decorator registering ``data`` (the decorated function) as figure ``name``; returns ``data`` unchanged.
 
-        See the module docstring for the meaning of each argument and a worked example.
+        See the module docstring for the meaning of each argument and a worked example. ``paper_only="reason"``
+        marks a figure whose claim truly needs the paper's sizes (at most a few in the whole report): below
+        ``--preset paper`` its caption and badge say "decided at --preset paper only" and its rows and checks are
+        ``explained`` by that reason.
         """
         if model not in self.models:
             raise ValueError(f"model must be one of {', '.join(self.models)}; got {model!r}")
@@ -341,7 +563,7 @@ class Registry:
         def decorator(data: Callable) -> Callable:
             fig = FigureSpec(name=name, model=model, paper=paper, spec=spec, caption=caption,
                              unrecoverable=unrecoverable, params=params, data=data, plot=plot, gaps=gaps,
-                             checks=checks)
+                             checks=checks, paper_only=paper_only)
             old = self._figures.get(name)
             if old is not None and (old.data.__module__, old.data.__qualname__) != (data.__module__,
                                                                                    data.__qualname__):

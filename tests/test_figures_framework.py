@@ -29,8 +29,16 @@ import xarray as xr
 from figures import _style, cache, registry
 from figures.__main__ import main
 from figures.presets import RunConfig, resolve_device
-from figures.registry import CheckResult, GapRow, Registry, gap_rows
+from figures.registry import Registry
 from figures.report import build_report
+from tests._figures import (
+    TOY_PARAMS,
+    assert_readable_layout,
+    broken_data,
+    synthetic_registry,
+    toy_data,
+    toy_plot,
+)
 from tests._stats import assert_mc_close, assert_mc_rejects
 
 # A blank (one-colour) image has pixel variance 0; a white page with a few dark lines (values in [0, 1]) covering
@@ -38,61 +46,10 @@ from tests._stats import assert_mc_close, assert_mc_rejects
 NOT_BLANK = 1e-4
 
 # ----------------------------------------------------------------------------------------------------------------
-# The toy figure
+# The toy figures (tests/_figures.py)
 # ----------------------------------------------------------------------------------------------------------------
-TOY_PARAMS = {"tiny": {"n_times": 21, "n_seeds": 4, "sigma": 0.05},
-              "quick": {"n_times": 101, "n_seeds": 10, "sigma": 0.05},
-              "paper": {"n_times": 401, "n_seeds": 30, "sigma": 0.05}}
-
-
-def toy_data(cfg: RunConfig) -> xr.Dataset:
-    p = cfg.params
-    rng = np.random.default_rng(cfg.seed)
-    t = np.linspace(0.0, 2.0, p["n_times"])
-    theory = np.exp(-t)
-    reduced = (1.0 - (t[1] - t[0])) ** np.arange(t.size)  # Euler map of x' = -x
-    learned = theory + p["sigma"] * rng.standard_normal((p["n_seeds"], t.size))
-    return xr.Dataset({"x_theory": ("time", theory), "x_reduced": ("time", reduced),
-                       "x_learned": (("seed", "time"), learned)}, coords={"time": t},
-                      attrs={"nested": {"a": [1, 2]}})  # a nested attribute the framework must make netCDF-safe
-
-
-def toy_plot(ds: xr.Dataset):
-    fig, ax = _style.new_figure()
-    _style.plot_theory(ax, ds.time, ds.x_theory)
-    _style.plot_reduced(ax, ds.time, ds.x_reduced)
-    mean, lo, hi = _style.band_over_seeds(ds.x_learned.values)
-    _style.plot_empirical_band(ax, ds.time.values, mean, lo, hi)
-    ax.set(xlabel="t", ylabel="x")
-    ax.legend()
-    return fig
-
-
-def toy_gaps(ds: xr.Dataset):
-    idx = [0, ds.sizes["time"] // 2, ds.sizes["time"] - 1]
-    return gap_rows("x", ds.time.values[idx], ds.x_theory.values[idx], ds.x_learned.values[:, idx], tol_se=5.0,
-                    justification="5 SE: two-sided Gaussian false-alarm rate < 6e-7 per row", d=7)
-
-
-def toy_checks(ds: xr.Dataset):
-    final = float(ds.x_theory[-1])
-    return [CheckResult(name="x(2) = exp(-2)", passed=abs(final - np.exp(-2)) < 1e-12, measured=final,
-                        expected=float(np.exp(-2)), tolerance="1e-12 (float64 round-off)")]
-
-
-def broken_data(cfg: RunConfig):
-    raise FloatingPointError("toy divergence")
-
-
-def make_registry(*, with_broken: bool = False) -> Registry:
-    reg = Registry(models=("toy", "empty"), package=None)
-    reg.register(name="toy.decay", model="toy", paper="Toy (2026), Fig. 1", spec="toy.md §1",
-                 caption="Exponential decay.", unrecoverable=("sigma = 0.05 (toy default)",), params=TOY_PARAMS,
-                 plot=toy_plot, gaps=toy_gaps, checks=toy_checks)(toy_data)
-    if with_broken:
-        reg.register(name="toy.broken", model="toy", paper="Toy (2026), Fig. 2", spec="toy.md §2",
-                     caption="Always fails.", params=TOY_PARAMS, plot=toy_plot)(broken_data)
-    return reg
+def make_registry(*, with_broken: bool = False, with_verdicts: bool = False) -> Registry:
+    return synthetic_registry(with_broken=with_broken, with_verdicts=with_verdicts)
 
 
 @pytest.fixture
@@ -121,13 +78,13 @@ def test_register_validates_its_arguments(reg):
         reg.register(name="toy.x", **{**good, "caption": " "})(toy_data)
     with pytest.raises(ValueError, match="already registered"):
         reg.register(name="toy.decay", **good)(broken_data)
-    assert reg.names() == ["toy.decay"]
+    assert reg.names() == ["toy.decay", "toy.heat"]
 
 
 def test_unknown_figure_lists_the_valid_ones(reg):
     with pytest.raises(ValueError, match=r"unknown figure 'nope'; valid figures: toy\.decay"):
         reg.get("nope")
-    assert reg.resolve(["toy"]) == ["toy.decay"]  # a model name expands to its figures
+    assert reg.resolve(["toy"]) == ["toy.decay", "toy.heat"]  # a model name expands to its figures
     with pytest.raises(ValueError, match="no figures are registered yet"):
         Registry(models=("toy",), package=None).resolve(["toy.decay"])
 
@@ -195,7 +152,8 @@ def test_cache_key_covers_the_whole_configuration():
 
 
 @pytest.mark.parametrize("damage", ["flip_byte", "truncate", "drop_sidecar", "sidecar_garbage",
-                                    "sidecar_other_config"])
+                                    "sidecar_other_config", "sidecar_runtime_is_text", "sidecar_sha_is_number",
+                                    "sidecar_is_a_list", "nc_is_a_directory", "sidecar_is_a_directory"])
 def test_corrupted_cache_is_detected_and_recomputed(reg, tmp_path, caplog, damage):
     first = registry.build("toy.decay", "tiny", device="cpu", cache_dir=tmp_path, registry=reg)
     data_path, sidecar_path = cache.entry_paths(tmp_path, first.config)
@@ -209,6 +167,19 @@ def test_corrupted_cache_is_detected_and_recomputed(reg, tmp_path, caplog, damag
         sidecar_path.unlink()
     elif damage == "sidecar_garbage":
         sidecar_path.write_text("{not json")
+    elif damage.startswith("sidecar_") and damage != "sidecar_other_config" and damage != "sidecar_is_a_directory":
+        # valid JSON, wrong field type (issue 18 item 8)
+        side = json.loads(sidecar_path.read_text())
+        side = {"sidecar_runtime_is_text": {**side, "runtime_s": "fast"},
+                "sidecar_sha_is_number": {**side, "sha256": 12345},
+                "sidecar_is_a_list": [side]}[damage]
+        sidecar_path.write_text(json.dumps(side))
+    elif damage == "nc_is_a_directory":
+        data_path.unlink()
+        (data_path / "inner").mkdir(parents=True)
+    elif damage == "sidecar_is_a_directory":
+        sidecar_path.unlink()
+        sidecar_path.mkdir()
     else:
         side = json.loads(sidecar_path.read_text())
         side["config"]["seed"] = 99
@@ -284,27 +255,6 @@ def test_band_over_seeds_matches_numpy_and_covers_at_its_level():
         _style.band_over_seeds(x, method="std")
 
 
-def test_gap_rows_against_a_direct_computation():
-    rng = np.random.default_rng(5)
-    samples = 1.0 + 0.1 * rng.standard_normal((8, 4))
-    theory = np.array([1.0, 1.0, 1.0, 2.0])  # the last time is deliberately wrong (10 sigma = ~28 SE away)
-    rows = gap_rows("q", [0, 1, 2, 3], theory, samples, tol_se=5.0, justification="5 SE rule")
-    mean = samples.mean(axis=0)
-    se = samples.std(axis=0, ddof=1) / np.sqrt(8)
-    np.testing.assert_allclose([r.gap_se for r in rows], np.abs(mean - theory) / se, rtol=1e-12)  # round-off
-    assert [r.within for r in rows] == list(np.abs(mean - theory) <= 5 * se)
-    assert not rows[-1].within
-    row = GapRow(quantity="q", time=0, theory=1.0, mean=1.2, se=0.01, n_seeds=3, tol_se=5, atol=0.25,
-                 justification="finite-d bias 0.25")
-    assert row.gap_se == 0.0 and row.within  # inside the absolute allowance
-    assert GapRow(quantity="q", time=0, theory=1.0, mean=1.1, se=0.0, n_seeds=3, tol_se=5,
-                  justification="j").gap_se == np.inf
-    with pytest.raises(ValueError, match="n_seeds must be an integer >= 2"):
-        GapRow(quantity="q", time=0, theory=1, mean=1, se=1, n_seeds=1, tol_se=5, justification="j")
-    with pytest.raises(ValueError, match="justification must be a non-empty string"):
-        GapRow(quantity="q", time=0, theory=1, mean=1, se=1, n_seeds=2, tol_se=5, justification="")
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Discovery and CLI
 # ----------------------------------------------------------------------------------------------------------------
@@ -327,11 +277,12 @@ def test_cli_list_make_and_bad_input(reg, tmp_path, capsys):
     assert "toy.decay" in out and "unrecoverable" in out and "empty  (0 figures)" in out
     args = ["--device", "cpu", "--cache-dir", str(tmp_path / "r"), "--no-progress"]
     progress_on = args[:-1]  # progress bars requested (tqdm silences them off a terminal)
-    assert main(["make", "toy", "--preset", "tiny", "--out", str(tmp_path / "o"), *progress_on], reg=reg) == 0
+    out_dir = ["--out", str(tmp_path / "o")]
+    assert main(["make", "toy.decay", "--preset", "tiny", *out_dir, *progress_on], reg=reg) == 0
     assert "1 computed" in capsys.readouterr().out
-    assert main(["make", "toy.decay", "--preset", "tiny", "--out", str(tmp_path / "o"), *args], reg=reg) == 0
+    assert main(["make", "toy.decay", "--preset", "tiny", *out_dir, *args], reg=reg) == 0
     assert "1 cached" in capsys.readouterr().out
-    assert main(["make", "toy", "--recompute", "--preset", "tiny", "--out", str(tmp_path / "o"), *args], reg=reg) == 0
+    assert main(["make", "toy.decay", "--recompute", "--preset", "tiny", *out_dir, *args], reg=reg) == 0
     assert "1 recomputed" in capsys.readouterr().out
     assert (tmp_path / "o" / "toy.decay.png").stat().st_size > 0
     assert main(["make", "nope", *args], reg=reg) == 2
@@ -343,18 +294,65 @@ def test_cli_list_make_and_bad_input(reg, tmp_path, capsys):
     assert main(["make", "toy", "--formats", "gif", *args], reg=reg) == 2
 
 
+def _one_line_error(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["seed", "out_is_file", "formats_empty", "jobs", "cache_is_file", "out_under_file",
+                                  "unknown_option", "seed_not_int"])
+def test_cli_user_errors_exit_2_with_one_line_before_computing(tmp_path, capsys, case):
+    """Every user error (issue 18 item 4): exit 2, one line on stderr, no traceback, and nothing computed (the data
+    function of the registry's figures would raise if called)."""
+    reg = Registry(models=("toy",), package=None)
+    reg.register(name="toy.never", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS,
+                 plot=toy_plot)(broken_data)
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    base = ["--preset", "tiny", "--device", "cpu", "--no-progress"]
+    out, cache_dir = ["--out", str(tmp_path / "o")], ["--cache-dir", str(tmp_path / "c")]
+    argv, expect = {
+        "seed": (["report", *base, *out, *cache_dir, "--seed", "-1"], "--seed must be an integer >= 0"),
+        "out_is_file": (["report", *base, "--out", str(a_file), *cache_dir], "is not a folder"),
+        "formats_empty": (["make", "toy.never", *base, *out, *cache_dir, "--formats", ""], "at least one of"),
+        "jobs": (["report", *base, *out, *cache_dir, "--jobs", "0"], "--jobs must be an integer >= 1"),
+        "cache_is_file": (["report", *base, *out, "--cache-dir", str(a_file)], "--cache-dir"),
+        "out_under_file": (["make", "toy.never", *base, "--out", str(a_file / "sub"), *cache_dir],
+                           "is not a writable folder"),
+        "unknown_option": (["report", "--colour", "red"], "unrecognized arguments"),
+        "seed_not_int": (["report", "--seed", "abc"], "invalid int value"),
+    }[case]
+    assert main(argv, reg=reg) == 2
+    assert expect in _one_line_error(capsys)
+    assert not (tmp_path / "o" / "report.html").exists() and not (tmp_path / "c" / "toy.never").exists()
+
+
+def test_cli_report_exits_0_whatever_the_verdicts(tmp_path, capsys):
+    reg = make_registry(with_verdicts=True)
+    argv = ["report", "--preset", "tiny", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "rep"),
+            "--cache-dir", str(tmp_path / "res"), "--jobs", "1"]
+    assert main(argv, reg=reg) == 0
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["counts"]["rows"]["fails"] > 0  # verdicts are data: a failing row does not fail the build
+    assert "summary: " in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Report
 # ----------------------------------------------------------------------------------------------------------------
 class _Collect(HTMLParser):
     def __init__(self):
         super().__init__()
-        self.imgs, self.ids, self.tables, self.order = [], set(), 0, []
+        self.imgs, self.ids, self.tables, self.order, self.links = [], set(), 0, [], []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "img":
             self.imgs.append(attrs["src"])
+        if tag == "a":
+            self.links.append(attrs["href"])
         if "id" in attrs:
             self.ids.add(attrs["id"])
             self.order.append(attrs["id"])
@@ -364,7 +362,8 @@ class _Collect(HTMLParser):
 
 
 def check_report_html(path, models):
-    """Parse the report: well-formed, every embedded image decodes, every model has a section, summary first."""
+    """Parse the report: well-formed, every embedded image decodes, every model has a section, summary first,
+    every internal link has its target and every file link exists."""
     text = path.read_text(encoding="utf-8")
     ET.fromstring(text.split("\n", 1)[1])  # well-formed markup (XHTML-compatible) after the DOCTYPE line
     parser = _Collect()
@@ -377,6 +376,11 @@ def check_report_html(path, models):
         assert src.startswith("data:image/png;base64,")
         image = matplotlib.image.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")
         assert image.ndim == 3 and np.var(image) > NOT_BLANK
+    for href in parser.links:
+        if href.startswith("#"):
+            assert href[1:] in parser.ids, href
+        else:
+            assert (path.parent / href).is_file(), href
     return text, parser
 
 
@@ -384,31 +388,124 @@ def test_report_with_figures_gaps_checks_and_a_failure(tmp_path, caplog):
     reg = make_registry(with_broken=True)
     with caplog.at_level(logging.ERROR):
         result = build_report("tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res",
-                              registry=reg)
+                              registry=reg, jobs=1)
     assert result.n_failed == 1 and "toy divergence" in caplog.text
     text, parser = check_report_html(result.path, reg.models)
-    assert len(parser.imgs) == 1 and {"fig-toy.decay", "fig-toy.broken"} <= parser.ids
+    assert len(parser.imgs) == 2 and {"fig-toy.decay", "fig-toy.broken"} <= parser.ids
     assert "FloatingPointError: toy divergence" in text and "sigma = 0.05 (toy default)" in text
-    assert "x(2) = exp(-2)" in text and "5 SE: two-sided" in text and '"seed": 0' in html.unescape(text)
+    assert "x(2) = exp(-2)" in text and "n_seeds" in html.unescape(text)
     toy, empty = result.sections
-    assert (toy.verdict, empty.verdict) == ("FAILED", "no figures yet")
-    assert (toy.n_gaps, toy.n_checks_passed) == (3, 1) and all(r.d == 7 for r in toy.figures[0].gaps)
-    # A second build reads the cache, and the CLI exits non-zero because of the failing figure.
+    assert (toy.verdict, empty.verdict) == ("error", "no figures yet")
+    assert toy.count("holds", "gaps") == 3 and toy.count("holds", "checks") == 1
+    assert all(r.d == 7 for r in toy.figures[0].gaps)
+    # A second build reads the cache, and the CLI exits 1 because a figure raised (an error, not a verdict).
     assert main(["report", "--preset", "tiny", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "rep"),
-                 "--cache-dir", str(tmp_path / "res")], reg=reg) == 1
+                 "--cache-dir", str(tmp_path / "res"), "--jobs", "1"], reg=reg) == 1
+
+
+def test_report_three_statuses_attention_list_toc_summary_and_data(tmp_path):
+    reg = make_registry(with_verdicts=True)
+    result = build_report("tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res",
+                          registry=reg, jobs=1)
+    text, parser = check_report_html(result.path, reg.models)
+    figs = {f.spec.name: f for f in result.sections[0].figures}
+    assert {n: f.badge for n, f in figs.items()} == {"toy.decay": "holds", "toy.heat": "descriptive",
+                                                     "toy.biased": "fails", "toy.paper_only": "explained"}
+    biased = [r.status for r in figs["toy.biased"].gaps]
+    assert biased == ["fails", "fails", "explained", "explained", "holds", "holds"]
+    # paper_only: what does not hold is explained by the paper-only reason; what holds stays holds.
+    paper = figs["toy.paper_only"]
+    assert [r.status for r in paper.gaps] == ["explained"] * 4 + ["holds"] * 2
+    assert "decided at --preset paper only" in paper.gaps[0].explanation.reason
+    assert "Decided at --preset paper only: the bias vanishes only at 401 times." in paper.spec.full_caption
+    assert "explained (decided at --preset paper only)" in text
+    # The attention list comes before the contents and names every fails and explained row with a link.
+    assert parser.order.index("attention") < parser.order.index("contents") < parser.order.index("model-toy")
+    attention = text[text.index('id="attention"'):text.index('id="contents"')]
+    n_fails, n_explained = 2, 2 + 4
+    assert attention.count('href="#fig-toy.biased"') == n_fails + 2
+    assert attention.count('href="#fig-toy.paper_only"') == 4
+    assert f"Fails (unexplained): {n_fails}" in attention and f"not failures): {n_explained}" in attention
+    # Contents: one badge per figure, linked.
+    contents = text[text.index('id="contents"'):text.index('id="model-toy"')]
+    assert contents.count('class="badge') == 4 and contents.count('href="#fig-') == 4
+    # Gap table columns, the allowance source as a note, the test stated once per table.
+    decay = text[text.index('id="fig-toy.decay"'):text.index('id="fig-toy.heat"')]
+    for column in ("raw gap", "allowance [source]", "SE", "seeds", "CI of the gap", "status"):
+        assert column in decay
+    assert decay.count("Test: holds iff") == 1
+    biased_html = text[text.index('id="fig-toy.biased"'):text.index('id="fig-toy.paper_only"')]
+    assert "toy bound 0.05 (test)" in biased_html and biased_html.count("toy bound 0.05 (test)") == 1
+    # Size vs the paper, from the registered params.
+    assert "n_times 21 of 401; n_seeds 8 of 30" in decay
+    # Data next to the HTML, linked; identical to the cached data.
+    nc = tmp_path / "rep" / "data" / "toy.decay.nc"
+    assert "data/toy.decay.nc" in parser.links and nc.is_file()
+    xr.testing.assert_identical(xr.load_dataset(nc), registry.build("toy.decay", "tiny", device="cpu",
+                                                                    cache_dir=tmp_path / "res", registry=reg).dataset)
+    # summary.json: every figure, every row and check with the required fields.
+    summary = json.loads(result.summary_path.read_text())
+    assert summary["preset"] == "tiny" and {f["figure"] for f in summary["figures"]} == set(figs)
+    n_rows = sum(len(f.gaps) + len(f.checks) for f in figs.values())
+    assert len(summary["rows"]) == n_rows
+    for row in summary["rows"]:
+        assert {"model", "figure", "name", "status", "gap", "allowance", "se", "n_seeds", "explanation"} <= set(row)
+        assert (row["explanation"] is not None) == (row["status"] == "explained")
+    assert summary["counts"]["rows"] == {"holds": n_rows - 2 - 6, "explained": 6, "fails": 2}
+    assert summary["counts"]["gap_rows_below_min_seeds"] == 0 and summary["counts"]["paper_only_figures"] == 1
+    # The raw gap is shown even inside the allowance (the old "gap / SE" column showed 0 there).
+    inside = [r for r in summary["rows"] if r["name"] == "x with allowance"]
+    assert inside and all(r["status"] == "holds" and r["gap"] != 0 and r["allowance"] == 0.05 for r in inside)
+    for r in inside:
+        assert f"<td class=\"num\">{r['gap']:.4g}</td>" in biased_html
+    assert not list((tmp_path / "rep").glob("*.tmp")) and not list((tmp_path / "rep").glob(".*.tmp"))
 
 
 def test_report_without_any_figures_is_valid(tmp_path):
     reg = Registry(models=registry.MODELS, package=None)
     result = build_report("quick", device="cpu", out_dir=tmp_path, cache_dir=None, registry=reg)
     text, parser = check_report_html(result.path, registry.MODELS)
-    assert result.n_failed == 0 and not parser.imgs and text.count("No figures yet") == len(registry.MODELS)
+    assert result.n_failed == 0 and not parser.imgs and text.count("No figures yet") == 2 * len(registry.MODELS)
+
+
+def test_parallel_report_equals_serial(tmp_path):
+    """Issue 13 item 2: the same figures built in 2 worker processes and serially give identical data and rows."""
+    reg = make_registry()
+    serial = build_report("tiny", device="cpu", out_dir=tmp_path / "s", cache_dir=None, registry=reg, jobs=1)
+    parallel = build_report("tiny", device="cpu", out_dir=tmp_path / "p", cache_dir=None, registry=reg, jobs=2)
+    for name in reg.names():
+        a, b = (xr.load_dataset(tmp_path / d / "data" / f"{name}.nc") for d in ("s", "p"))
+        for ds in (a, b):  # provenance: torch's version is listed only where torch is imported (pytest's process)
+            del ds.attrs["versions_json"]
+        xr.testing.assert_identical(a, b)
+    rows = [json.loads(r.summary_path.read_text())["rows"] for r in (serial, parallel)]
+    assert rows[0] == rows[1] and len(rows[0]) == 4
+    pngs = [[f.png for f in r.sections[0].figures] for r in (serial, parallel)]
+    assert pngs[0] == pngs[1]
+
+
+def test_layout_helpers_colour_bars_and_panels_per_row():
+    reg = make_registry()
+    ds = toy_data(RunConfig(figure="toy.heat", preset="tiny", params=TOY_PARAMS["tiny"], code=""))
+    fig = registry.render(reg.get("toy.heat"), ds)
+    assert_readable_layout(fig)
+    assert len(fig.axes) == 5  # 4 panels (2 x 2) + 1 colour bar
+    # The rules catch what they are for: a heat map without a colour bar, four panels in a row.
+    with _style.style_context():
+        bad, axes = _style.new_figure(1, 4)
+        axes[0].imshow(np.eye(3))
+    problems = _style.layout_problems(bad)
+    assert any("colour bar" in p for p in problems) and any("4 panels in one row" in p for p in problems)
+    with pytest.raises(ValueError, match="max_per_row must be an integer in"):
+        _style.panel_grid(4, max_per_row=4)
+    with pytest.raises(ValueError, match="label must say"):
+        _style.add_colorbar(axes[0], axes[0].images[0], label="")
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_report_renders_in_headless_chromium(tmp_path):
     result = build_report("tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res",
-                          registry=make_registry())
+                          registry=make_registry(with_verdicts=True), jobs=1)
     shot = tmp_path / "shot.png"
     cmd = [shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
