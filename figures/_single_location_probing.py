@@ -103,6 +103,11 @@ def plot_fig1(ds: xr.Dataset):
                    extent=(0.5, ratio.shape[1] + 0.5, ratio.shape[0] + 0.5, 0.5))
     fig.colorbar(im, ax=ax, label="log2(attention / uniform)")
     ax.set(xlabel="head", ylabel="layer", title="(d) [CLS] attention on the decisive token")
+    distract = (ds["attn_distractor"] / ds["attn_uniform"]).mean("draw").values
+    top = np.unravel_index(np.argmax(ratio), ratio.shape)
+    ax.text(0.02, 0.02, f"largest: layer {top[0] + 1}, head {top[1] + 1}: {ratio[top]:.2g} x uniform "
+                        f"(distractor: {distract[top]:.2g} x)", transform=ax.transAxes, fontsize="small",
+            color="black", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
     return fig
 
 
@@ -121,7 +126,7 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
     out.append(CheckResult(
         name=f"Fig. 1(b): layer 0 at chance (pooled baseline-test accuracy over {n} draws; layer-0 [CLS] spread "
              f"across sentences {spread:.3g})",
-        passed=p >= LEVEL, measured=correct / (n * n_test), expected=CHANCE,
+        n_seeds=n, passed=p >= LEVEL, measured=correct / (n * n_test), expected=CHANCE,
         tolerance=f"two-sided binomial test of {correct}/{n * n_test} correct against p = 1/2, level {LEVEL:g} "
                   f"(p-value {p:.3g}); the layer-0 [CLS] state is the [CLS] embedding plus position 0 and segment 0 "
                   "after LayerNorm, the same for every sentence, so chance holds for [CLS] (mean pooling would not)"))
@@ -138,7 +143,7 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
     cover = float(stats.binom.cdf(width, n_train - 1, 0.5))  # Cover (1965): P(Bin(n - 1, 1/2) <= d), d = width + 1
     out.append(CheckResult(
         name=f"Fig. 1(b): a later layer reaches >= 95% train accuracy (layer {layer}, mean over {n} draws)",
-        passed=mean >= TRAIN_MIN, measured=mean, expected=f">= {TRAIN_MIN}",
+        n_seeds=n, passed=mean >= TRAIN_MIN, measured=mean, expected=f">= {TRAIN_MIN}",
         tolerance=f"mean train accuracy (SE {se:.2g}) against the paper's finding (100% there); layer chosen as "
                   "the one (among layers reaching it, if any) whose worst test-set lower bound is largest. "
                   f"Informative only when n_train >> 2 x width (Cover: random labels are linearly separable "
@@ -147,7 +152,7 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
         mean, se, lo = bounds[kind][best]
         out.append(CheckResult(
             name=f"Fig. 1(b): {_LABELS[kind]} well above chance at layer {layer} (mean over {n} draws)",
-            passed=bool(mean >= WELL_ABOVE and lo > CHANCE), measured=mean,
+            n_seeds=n, passed=bool(mean >= WELL_ABOVE and lo > CHANCE), measured=mean,
             expected=f">= {WELL_ABOVE} and lower bound > {CHANCE}",
             tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}, {n - 1} dof) at level {LEVEL:g}/{n_later} "
                       f"(Bonferroni over layers); {WELL_ABOVE} is our reading of 'well above chance'"))
@@ -160,7 +165,7 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
         mean, se, lo = res[lv]
         out.append(CheckResult(
             name=f"Beyond Fig. 1(b): {what} (best layer {lv}, held-out accuracy, mean over {n} draws)",
-            passed=lo > CHANCE, measured=mean, expected=f"lower bound > {CHANCE}",
+            n_seeds=n, passed=lo > CHANCE, measured=mean, expected=f"lower bound > {CHANCE}",
             tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}) at level {LEVEL:g}/{n_later + 1} "
                       "(Bonferroni over layers, 0..L)"))
     return out
