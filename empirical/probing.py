@@ -33,10 +33,18 @@ encoder's vocabulary (checked by the tests), so "the sentiment token" is well de
 The probe (:func:`fit_probe`)
 -----------------------------
 scikit-learn's ``LogisticRegression`` (L2 penalty, C = 1, L-BFGS run to convergence) on features standardised with the
-train set's mean and standard deviation. Why scikit-learn rather than a small torch model: the problem is convex and
+train set's mean and standard deviation (coordinates that are constant on the train set are dropped,
+:func:`standardizer`). Why scikit-learn rather than a small torch model: the problem is convex and
 small (a few thousand 384-vectors), L-BFGS solves it to a stated tolerance in float64 and deterministically, so the
 probe's accuracy reflects the representation rather than an optimiser's learning rate or number of epochs.
 Standardising makes one penalty comparable across layers whose activation scales differ by orders of magnitude.
+
+Layer 0
+-------
+In this BERT-family encoder the layer-0 state of [CLS] is LayerNorm(word embedding of [CLS] + position 0 + segment 0):
+one vector for every sentence (measured: bit-identical across all sentences and paddings of a run, spread 0). A
+probe on it is therefore at chance, as in the paper. Mean pooling over the tokens would not be: the layer-0 *token*
+states already carry the label linearly (the v* probe below reads it at 100 %, even for unseen adjectives).
 
 Draws
 -----
@@ -74,6 +82,7 @@ __all__ = [
     "TEST_SETS",
     "DrawResult",
     "Encoded",
+    "Probe",
     "SentenceSet",
     "default_model_dir",
     "direction_probe",
@@ -85,6 +94,8 @@ __all__ = [
     "require_probe_extra",
     "run_draw",
     "separation",
+    "standardizer",
+    "summarize",
     "validate_model_dir",
 ]
 
@@ -419,8 +430,57 @@ def encode(sentences: SentenceSet, tokenizer, model, *, batch_size: int = 64, rn
 # probes
 
 
-def fit_probe(x_train, y_train, *, C: float = 1.0):
-    """Fit the L2 logistic-regression probe on standardised features; returns a fitted scikit-learn pipeline.
+def standardizer(x, *, rel_floor: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and scale (population standard deviation) of the columns of ``x``; a column whose deviation is at most
+    ``rel_floor`` times the median deviation gets scale inf, i.e. it is dropped (a standardised value of 0).
+
+    Dropping matters: the last layer of all-MiniLM-L6-v2 has a coordinate that is constant up to 1e-32, which a
+    plain standardisation would blow up into the dominant direction of any probe.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    scale = np.where(std > rel_floor * np.median(std), std, np.inf)
+    return mean, scale
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A fitted L2 logistic-regression probe on standardised features (:func:`fit_probe`).
+
+    Attributes
+    ----------
+    mean, scale : array (width,)
+        The standardisation z = (x - mean) / scale (scale inf: coordinate dropped).
+    model : sklearn.linear_model.LogisticRegression
+        Fitted on z.
+    """
+
+    mean: np.ndarray
+    scale: np.ndarray
+    model: object
+
+    def standardize(self, x) -> np.ndarray:
+        """z = (x - mean) / scale, float64."""
+        return (np.asarray(x, dtype=np.float64) - self.mean) / self.scale
+
+    def predict(self, x) -> np.ndarray:
+        """Predicted labels of the rows of ``x``."""
+        return self.model.predict(self.standardize(x))
+
+    def decision_function(self, x) -> np.ndarray:
+        """w . z + b for the rows of ``x``."""
+        return self.model.decision_function(self.standardize(x))
+
+    @property
+    def direction(self) -> np.ndarray:
+        """The unit normal w / |w| of the decision boundary, in standardised coordinates."""
+        w = self.model.coef_[0]
+        norm = np.linalg.norm(w)
+        return w / norm if norm > 0 else w
+
+
+def fit_probe(x_train, y_train, *, C: float = 1.0, standardization=None) -> Probe:
+    """Fit the L2 logistic-regression probe on standardised features.
 
     Parameters
     ----------
@@ -429,23 +489,17 @@ def fit_probe(x_train, y_train, *, C: float = 1.0):
     y_train : array (n,)
         Binary labels.
     C : float > 0
-        Inverse L2 strength of scikit-learn's ``LogisticRegression`` (the penalty is ||w||^2 / 2, the loss summed
-        over samples times C).
+        Inverse L2 strength of scikit-learn's ``LogisticRegression``: it minimises
+        C sum_i log(1 + exp(-s_i (w . z_i + b))) + |w|^2 / 2 with s_i = +-1 (L-BFGS, tolerance 1e-8).
+    standardization : (mean, scale) or None
+        A shared standardisation (:func:`standardizer`); None: that of ``x_train``.
     """
     from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     x = np.asarray(x_train, dtype=np.float64)
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000, tol=1e-8)).fit(x, y_train)
-
-
-def _raw_direction(pipe) -> np.ndarray:
-    """Unit vector in the raw feature space along which the fitted pipeline's decision function grows."""
-    scaler, logreg = pipe[0], pipe[-1]
-    w = logreg.coef_[0] / scaler.scale_
-    norm = np.linalg.norm(w)
-    return w / norm if norm > 0 else w
+    mean, scale = standardizer(x) if standardization is None else standardization
+    model = LogisticRegression(C=C, max_iter=5000, tol=1e-8).fit((x - mean) / scale, y_train)
+    return Probe(mean=mean, scale=scale, model=model)
 
 
 def separation(proj_pos, proj_neg) -> float:
@@ -459,26 +513,36 @@ def separation(proj_pos, proj_neg) -> float:
     return float(diff / pooled)
 
 
-def direction_probe(x_pos, x_neg, tests: dict[str, tuple[np.ndarray, np.ndarray]], *, C: float = 1.0):
+def direction_probe(x_pos, x_neg, tests: dict[str, tuple[np.ndarray, np.ndarray]], *, C: float = 1.0,
+                    standardization=None):
     """One linear direction separating ``x_pos`` from ``x_neg`` (a logistic-regression probe), evaluated on
     held-out groups.
+
+    Parameters
+    ----------
+    x_pos, x_neg : arrays (n_pos, width), (n_neg, width)
+    tests : dict name -> (pos, neg)
+        Held-out groups.
+    C : float
+    standardization : (mean, scale) or None
+        Shared standardisation (so that directions of several probes live in the same coordinates).
 
     Returns
     -------
     direction : array (width,)
-        Unit vector in the raw representation space.
+        Unit vector in the standardised coordinates.
     scores : dict
-        For each key of ``tests`` (held-out (pos, neg) groups): ``(accuracy, separation)`` of the probe.
+        For each key of ``tests``: ``(accuracy, separation)``, the balanced accuracy of the probe and the
+        :func:`separation` of the two groups' projections on ``direction``.
     """
     x = np.concatenate([x_pos, x_neg]).astype(np.float64)
     y = np.concatenate([np.ones(len(x_pos), np.int64), np.zeros(len(x_neg), np.int64)])
-    pipe = fit_probe(x, y, C=C)
-    u = _raw_direction(pipe)
+    probe = fit_probe(x, y, C=C, standardization=standardization)
+    u = probe.direction
     scores = {}
     for name, (pos, neg) in tests.items():
-        acc = 0.5 * (np.mean(pipe.predict(np.asarray(pos, np.float64)) == 1)
-                     + np.mean(pipe.predict(np.asarray(neg, np.float64)) == 0))
-        scores[name] = (float(acc), separation(np.asarray(pos, np.float64) @ u, np.asarray(neg, np.float64) @ u))
+        acc = 0.5 * (np.mean(probe.predict(pos) == 1) + np.mean(probe.predict(neg) == 0))
+        scores[name] = (float(acc), separation(probe.standardize(pos) @ u, probe.standardize(neg) @ u))
     return u, scores
 
 
@@ -495,7 +559,8 @@ class DrawResult:
     value_accuracy, value_separation : dict test -> array (n_layers + 1,)
         The v* probe (positive vs negative decisive token), on ``test`` and ``ood_tokens``.
     key_value_cosine : array (n_layers + 1,)
-        |cos| between the fitted k* and v* directions (Assumption 1 of the model: orthogonal).
+        |cos| between the fitted k* and v* directions in the shared standardised coordinates of the train token
+        states (Assumption 1 of the model: orthogonal).
     attn_target, attn_distractor, attn_uniform : array (n_layers, n_heads)
         Mean attention of [CLS] on the decisive adjective, on the distractor, and 1/n_tokens (uniform attention),
         over the sentences of the ``test`` set.
@@ -552,18 +617,19 @@ def run_draw(tokenizer, model, *, n_train: int, n_test: int, rng=None, C: float 
     cosine = np.empty(n_levels)
     tr = enc["train"]
     for level in range(n_levels):
-        pipe = fit_probe(tr.cls[:, level], tr.labels, C=C)
+        probe = fit_probe(tr.cls[:, level], tr.labels, C=C)
         for kind in SETS:
-            e = enc[kind]
-            acc[kind][level] = np.mean(pipe.predict(e.cls[:, level].astype(np.float64)) == e.labels)
+            acc[kind][level] = np.mean(probe.predict(enc[kind].cls[:, level]) == enc[kind].labels)
+        # k* and v* share one standardisation (of all train token states), so their cosine is meaningful
+        shared = standardizer(np.concatenate([tr.target[:, level], tr.neutral[:, level]]))
         k_dir, k_scores = direction_probe(tr.target[:, level], tr.neutral[:, level],
                                           {t: (enc[t].target[:, level], enc[t].neutral[:, level]) for t in KEY_TESTS},
-                                          C=C)
+                                          C=C, standardization=shared)
         pos, neg = tr.labels == 1, tr.labels == 0
         v_dir, v_scores = direction_probe(
             tr.target[pos, level], tr.target[neg, level],
             {t: (enc[t].target[enc[t].labels == 1, level], enc[t].target[enc[t].labels == 0, level])
-             for t in VALUE_TESTS}, C=C)
+             for t in VALUE_TESTS}, C=C, standardization=shared)
         for t in KEY_TESTS:
             k_acc[t][level], k_sep[t][level] = k_scores[t]
         for t in VALUE_TESTS:

@@ -61,24 +61,26 @@ def test_sentence_draws_are_reproducible_and_bad_input_is_refused():
 
 
 def test_fit_probe_satisfies_the_l2_logistic_optimality_condition():
-    """The fitted probe is the minimiser of sum_i log(1 + exp(-s_i f(x_i))) C + |w|^2/2 on standardised features:
+    """The fitted probe is the minimiser of C sum_i log(1 + exp(-s_i f(z_i))) + |w|^2/2 on standardised features:
     its gradient, computed here in numpy, vanishes (to the solver's tolerance, far above float64 rounding)."""
     pytest.importorskip("sklearn")
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(200, 5)) * np.array([1.0, 10.0, 0.1, 3.0, 1.0]) + 2.0
+    x = rng.normal(size=(200, 6)) * np.array([1.0, 10.0, 0.1, 3.0, 1.0, 1.0]) + 2.0
+    x[:, 5] = 4.0 + 1e-30 * rng.normal(size=200)  # a dead coordinate: dropped, not blown up
     y = (x[:, 0] + 0.1 * x[:, 1] + rng.normal(size=200) > 2.5).astype(np.int64)
-    pipe = pr.fit_probe(x, y, C=0.7)
-    z = (x - x.mean(0)) / x.std(0)  # the StandardScaler's population standardisation
-    w, b = pipe[-1].coef_[0], pipe[-1].intercept_[0]
+    probe = pr.fit_probe(x, y, C=0.7)
+    assert np.isinf(probe.scale[5]) and np.all(np.isfinite(probe.scale[:5]))
+    z = (x[:, :5] - x[:, :5].mean(0)) / x[:, :5].std(0)  # population standardisation of the live coordinates
+    w, b = probe.model.coef_[0], probe.model.intercept_[0]
+    assert w[5] == 0.0
     s = 2.0 * y - 1.0
-    resid = -s / (1.0 + np.exp(s * (z @ w + b)))  # d/df of log(1 + exp(-s f))
-    grad_w = 0.7 * z.T @ resid + w
+    resid = -s / (1.0 + np.exp(s * (z @ w[:5] + b)))  # d/df of log(1 + exp(-s f))
+    grad_w = 0.7 * z.T @ resid + w[:5]
     grad_b = 0.7 * resid.sum()
     assert np.max(np.abs(grad_w)) < 1e-5 and abs(grad_b) < 1e-5  # tol=1e-8 on the L-BFGS projected gradient
-    # and the raw-space direction reproduces the decision function up to a positive factor
-    u = pr._raw_direction(pipe)
-    f = pipe.decision_function(x)
-    assert np.corrcoef(x @ u, f)[0, 1] > 1 - 1e-12
+    # the unit direction reproduces the decision function up to a positive factor and a shift
+    f = probe.decision_function(x)
+    assert np.corrcoef(probe.standardize(x) @ probe.direction, f)[0, 1] > 1 - 1e-12
 
 
 def test_separation_matches_a_hand_computation():
