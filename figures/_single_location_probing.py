@@ -71,7 +71,8 @@ def lower_bound(samples, level: float) -> tuple[float, float, float]:
 
 
 def plot_fig1(ds: xr.Dataset):
-    """(a) [CLS] probe accuracy per layer with chance; (b) held-out accuracy of the k* and v* directions;
+    """(a) [CLS] probe accuracy per layer with chance; (b) held-out accuracy of the k* and v* directions (and the
+    |cosine| between them);
     (c) their separations d'; (d) [CLS] -> decisive-token attention per layer and head, relative to uniform."""
     fig, axes = new_figure(2, 2, figsize=(11.0, 7.4))
     layers = ds["layer"].values
@@ -96,6 +97,9 @@ def plot_fig1(ds: xr.Dataset):
         ax.set(xlabel="layer (0 = embeddings)", ylabel=ylabel, title=title)
         ax.legend(fontsize="small")
     axes[0, 1].axhline(CHANCE, color=TOL_BRIGHT["grey"], linestyle="--")
+    cosines = " ".join(f"{c:.2f}" for c in ds["key_value_cosine"].mean("draw").values)
+    axes[0, 1].text(0.02, 0.04, f"|cos(k*, v*)| by layer: {cosines}", transform=axes[0, 1].transAxes,
+                    fontsize="small")
     axes[1, 0].set_yscale("log")
     ax = axes[1, 1]
     ratio = (ds["attn_target"] / ds["attn_uniform"]).mean("draw").values
