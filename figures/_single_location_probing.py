@@ -98,7 +98,7 @@ def plot_fig1(ds: xr.Dataset):
         ax.legend(fontsize="small")
     axes[0, 1].axhline(CHANCE, color=TOL_BRIGHT["grey"], linestyle="--")
     cosines = " ".join(f"{c:.2f}" for c in ds["key_value_cosine"].mean("draw").values)
-    axes[0, 1].text(0.02, 0.04, f"|cos(k*, v*)| by layer: {cosines}", transform=axes[0, 1].transAxes,
+    axes[0, 1].text(0.02, 0.12, f"|cos(k*, v*)| by layer: {cosines}", transform=axes[0, 1].transAxes,
                     fontsize="small")
     axes[1, 0].set_yscale("log")
     ax = axes[1, 1]
