@@ -57,6 +57,25 @@ def test_manifold_vector_field_is_the_projected_gradient_of_manifold_risk():
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# special (mutation survivor, issue 19)
+
+
+def test_owens_t_relative_accuracy_beyond_a_equal_one():
+    """For a > 1 Owen's T uses the reflection identity (spec single_location.md Sec. 3.2); in the moderate tail its
+    value is small, so the absolute 1e-15 of tests/test_special.py cannot tell it from a 16-node rule on [0, a]
+    (relative error 3.8e-9 at (h, a) = (5, 2): a surviving mutant). Reference: 40-digit mpmath quadrature of the
+    definition; tolerance rtol 1e-13 (measured worst 2.4e-15)."""
+    mpmath = pytest.importorskip("mpmath")
+    from closedform import special
+
+    mpmath.mp.dps = 40
+    for a in (1.2, 1.5, 2.0, 3.0):
+        for h in (2.0, 3.0, 5.0):
+            ref = mpmath.quad(lambda x: mpmath.exp(-h * h * (1 + x * x) / 2) / (1 + x * x), [0, a]) / (2 * mpmath.pi)
+            assert float(special.owens_t(h, a)) == pytest.approx(float(ref), rel=1e-13, abs=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # icl_regression
 
 
