@@ -214,6 +214,38 @@ def test_group_sparse_and_nearest_neighbor_pack_params_layouts():
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# dynamics.saveat (survivors of the mutation run, issue 19): values from the module docstring's definitions
+
+
+def test_saveat_validation_names_the_request():
+    from dynamics.saveat import SaveAt
+
+    for kwargs, name in (({"ts": [0.0, float("nan")]}, "SaveAt.ts"), ({"ts": []}, "SaveAt.ts"),
+                         ({"every": 0}, "SaveAt.every"), ({"log": 1}, "SaveAt.log"), ({"n": 1}, "SaveAt.n")):
+        with pytest.raises(ValueError, match=name):
+            SaveAt(**kwargs)
+    with pytest.raises(ValueError, match=r"SaveAt.steps must lie in \[0, n_steps=5\]"):
+        SaveAt(steps=[0, 6]).resolve_steps(5)
+
+
+def test_saveat_edge_grids():
+    from dynamics.saveat import SaveAt
+
+    # log: the start and the end included (log=2 does not include the end, see the issue-19 report)
+    np.testing.assert_array_equal(SaveAt(log=3).resolve_steps(100), [0, 1, 100])
+    np.testing.assert_array_equal(SaveAt(log=5).resolve_steps(1), [0, 1])
+    np.testing.assert_array_equal(SaveAt(log=5).resolve_steps(0), [0])
+    # final: the end only, for maps (int64 steps) and ODEs
+    steps = SaveAt(final=True).resolve_steps(7)
+    assert steps.dtype == np.int64 and steps.tolist() == [7]
+    np.testing.assert_array_equal(SaveAt(final=True).resolve_times(0.0, 2.5), [2.5])
+    # ts may overshoot the span by 1e-12 relative (rounding of a computed end time) and is clipped; more is refused
+    np.testing.assert_array_equal(SaveAt(ts=[1000.0 + 5e-10]).resolve_times(0.0, 1000.0), [1000.0])
+    with pytest.raises(ValueError, match="SaveAt.ts must lie in t_span"):
+        SaveAt(ts=[1000.0 + 2e-9]).resolve_times(0.0, 1000.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # the list stays complete
 
 
