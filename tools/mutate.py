@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TARGETS: dict[str, list[str]] = {
-    "closedform/special.py": ["tests/test_special.py"],
-    "dynamics/saveat.py": ["tests/test_dynamics.py", "-k", "save"],
+    "closedform/special.py": ["tests/test_special.py", "tests/test_public_api_values.py"],
+    "dynamics/saveat.py": ["tests/test_dynamics.py", "tests/test_public_api_values.py", "-k", "save"],
     "dynamics/validation.py": ["tests/test_dynamics.py", "tests/test_figures_framework.py", "-k",
                                "valid or refus or bad or check"],
     "dynamics/_steppers.py": ["tests/test_dynamics.py"],
