@@ -1469,3 +1469,6 @@ def data_fig22(cfg) -> xr.Dataset:
         return xr.Dataset({k: (("time",), traj[k].values[0]) for k in ("omega", "mu", "F", "two_omega_mu", "ratio")},
                           coords={"time": traj["time"].values},
                           attrs={"eps0": eps0, "omega_peak_pred": cf.phase2_peak_omega(TASK)})
+
+# The attractor atlas (icl_regression.atlas) is registered with the single_location one in figures._atlas.
+from figures import _atlas  # noqa: E402,F401

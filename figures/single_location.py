@@ -570,7 +570,7 @@ def data_fig6(cfg) -> xr.Dataset:
 
     nullcline = erf(c * g / r)
     null_field = sl.manifold_vector_field(task, lam, g, nullcline)[:, 0]
-    fps = sl.fixed_points(task, lam, alpha=4e-3)
+    fps = [f for f in sl.fixed_points(task, lam, alpha=4e-3, n_starts=0) if f.on_manifold]
     fp_field = np.array([np.max(np.abs(sl.manifold_vector_field(task, lam, f.kappa, f.nu))) for f in fps])
     saddle = next(f for f in fps if f.kind == "saddle")
     return xr.Dataset(
@@ -578,9 +578,9 @@ def data_fig6(cfg) -> xr.Dataset:
          "risk_M": (("kappa", "nu"), risk_M), "nullcline": ("kappa", nullcline),
          "nullcline_field": ("kappa", null_field),
          "fp_kappa": ("point", [f.kappa for f in fps]), "fp_nu": ("point", [f.nu for f in fps]),
-         "fp_kind": ("point", [f.kind for f in fps]), "fp_risk": ("point", [f.risk for f in fps]),
+         "fp_kind": ("point", [f.stability for f in fps]), "fp_risk": ("point", [f.risk for f in fps]),
          "fp_field": ("point", fp_field),
-         "saddle_map_eigenvalues": ("eig", list(saddle.map_eigenvalues))},
+         "saddle_map_eigenvalues": ("eig", list(saddle.manifold_map_eigenvalues))},
         coords={"kappa": g, "nu": g}, attrs={"d": task.d, "L": task.L, "lam": lam, "alpha": 4e-3})
 
 
@@ -784,3 +784,7 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
 # The Transformer and multi-location figures (spec §8.7-8.9) live in their own module; importing it registers them.
 if importlib.util.find_spec("figures._single_location_transformer") is not None:
     from figures import _single_location_transformer  # noqa: F401
+
+# The attractor atlas of the reduced dynamics (single_location.continuation, single_location.atlas and
+# icl_regression.atlas): results of this toolkit, not figures of the papers.
+from figures import _atlas  # noqa: E402,F401

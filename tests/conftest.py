@@ -27,8 +27,10 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if any("gpu" in item.keywords for item in items) and not _cuda_available():
+    # Only the `gpu` marker counts: `"gpu" in item.keywords` also matched a parameter id such as `[gpu]`, which
+    # silently skipped `test_unknown_device_is_refused_naming_the_choices[gpu]` on CPU (issue 19).
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_items and not _cuda_available():
         skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
-        for item in items:
-            if "gpu" in item.keywords:
-                item.add_marker(skip_gpu)
+        for item in gpu_items:
+            item.add_marker(skip_gpu)
