@@ -292,6 +292,9 @@ class Fixtures:
         import empirical.models.scan_snap as m
         return m.ScanSnapTorch(classes=self.ss_classes, T=16)
 
+    def _make_m_ss_parts(self):
+        return self._torch_parts(self.m_ss)
+
     def _make_m_sl(self):
         import empirical.models.single_location as m
         return m.build(self.sl, rng=0)
@@ -463,6 +466,7 @@ NAMES = {
     },
     "empirical.models.scan_snap": {
         "classes": lambda f: f.ss_classes, "model": lambda f: f.m_ss, "task": lambda f: f.ss,
+        "params": lambda f: f.m_ss_parts[0],
         "Z_full": lambda f: np.zeros((f.ss_classes.M, f.ss_classes.M)), "thresholds": lambda f: np.array([0.1, 0.5]),
         "Y": lambda f: f.ss_YZ[0], "Z": lambda f: f.ss_YZ[1], "eta": lambda f: 0.01,
         "a": lambda f: __import__("torch").full((1, 2, 4, 4), 0.25, dtype=__import__("torch").float64),
