@@ -115,12 +115,6 @@ class Fixtures:
         return value
 
     # dynamics
-    def _make_traj(self):
-        import dynamics
-        from closedform import _nearest_neighbor_kernels  # noqa: F401  (a compiled map of the project)
-        return dynamics.integrate(self.rhs, np.array([[1.0, 0.5]]), (0.0, 1.0), np.array([1.0]),
-                                  solver=dynamics.RK4(dt=0.1), saveat=dynamics.SaveAt(n=3))
-
     def _make_traj_map(self):
         import dynamics
         return dynamics.iterate(self.step, np.array([[1.0, 0.5], [0.8, 0.4]]), 3, params=np.array([0.9]),
@@ -605,11 +599,13 @@ def public_callables(module_name: str) -> list[str]:
 
 
 def resolve(qualname: str):
+    """The object named ``module.name``."""
     module_name, _, name = qualname.rpartition(".")
     return getattr(importlib.import_module(module_name), name)
 
 
 def parameters(qualname: str) -> list[inspect.Parameter]:
+    """The named parameters of ``qualname`` (``*args``/``**kwargs`` left out)."""
     sig = inspect.signature(resolve(qualname))
     return [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
@@ -730,15 +726,13 @@ def probes(qualname: str, valid: dict) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------------------------------------------
 # verdict
 
-_LIBRARY_ROOTS = tuple(os.path.dirname(importlib.import_module(m).__file__) for m in ("numpy",))
-
-
 def names_parameter(message: str, name: str) -> bool:
     """Whether ``message`` names ``name`` as a word (``x`` in ``"x must be..."``, ``spec.d``, ``x[0]``)."""
     return re.search(r"(?<![\w'])" + re.escape(name) + r"(?![\w'])", message) is not None
 
 
 def _raised_in_project(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is a file of the project packages."""
     tb = traceback.extract_tb(exc.__traceback__)
     if not tb:
         return False
@@ -749,6 +743,7 @@ def _raised_in_project(exc: BaseException) -> bool:
 
 
 def classify_exception(exc: BaseException, param: str) -> str:
+    """Verdict on an exception raised by a probe of parameter ``param`` (see the module docstring)."""
     if isinstance(exc, MemoryError):
         return "memory"
     if not _raised_in_project(exc):
@@ -794,6 +789,7 @@ def has_nonfinite(obj, depth: int = 0) -> bool:
 
 
 def classify_result(result, kind: str, param: str) -> str:
+    """Verdict on a normal return of a probe with a bad value of ``kind`` for ``param``."""
     if has_nonfinite(result):
         return "silent_nan"
     if kind in ALWAYS_INVALID or (kind in ("zero", "negative") and param in POSITIVE):
@@ -817,9 +813,9 @@ def run_probe(qualname: str, param: str, kind: str, value=NotImplemented) -> tup
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = call(qualname, kwargs)
-    except BaseException as exc:  # noqa: BLE001  (the verdict is the point)
-        if isinstance(exc, KeyboardInterrupt | SystemExit) and not isinstance(exc, SystemExit):
-            raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001  (the verdict is the point; SystemExit from a callable counts too)
         if not param:
             return "baseline_error", f"{type(exc).__name__}: {exc}"[:300]
         return classify_exception(exc, param), f"{type(exc).__name__}: {exc}"[:300]
