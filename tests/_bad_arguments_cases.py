@@ -520,8 +520,9 @@ EXAMPLES = {
     "empirical.models.group_sparse.logistic_baseline": lambda f: dict(
         X=np.linspace(-1, 1, 24).reshape(8, 3), y=np.array([1.0, -1.0] * 4),
         X_test=np.linspace(-1, 1, 12).reshape(4, 3), y_test=np.array([1.0, -1.0] * 2)),
-    "figures.registry.FigureSpec": lambda f: {x.name: getattr(f.fig_spec, x.name)
-                                              for x in dataclasses.fields(f.fig_spec) if x.init},
+    "figures.registry.FigureSpec": lambda f: _fields(f.fig_spec),
+    "empirical.models.single_location.SingleLocationModelSpec": lambda f: _fields(f.m_sl.spec),
+    "empirical.models.random_walk.QAModelSpec": lambda f: _fields(f.m_qa.spec),
     "figures.registry.Registry": lambda f: dict(models=("single_location",), package=None),
     "empirical.models.group_sparse.gd_config": lambda f: dict(
         model=__import__("empirical.models.group_sparse").models.group_sparse.GroupSparseAttention(
@@ -567,6 +568,11 @@ EXAMPLES = {
         keys=__import__("empirical.seeding").seeding.stream_keys((0,), "data"), block=0,
         device=__import__("torch").device("cpu")),
 }
+
+
+def _fields(obj) -> dict:
+    """The constructor arguments of a dataclass instance (to rebuild it with one field replaced)."""
+    return {x.name: getattr(obj, x.name) for x in dataclasses.fields(obj) if x.init}
 
 
 def _sweep_fn(x):

@@ -287,6 +287,7 @@ KNOWN_GAPS: dict[str, tuple[str, str, str]] = {
     'empirical.models.nearest_neighbor.to_prompts': ('batch', 'zero', 'unclear'),
     'empirical.models.nearest_neighbor.to_weights': ('params', 'inf', 'unclear'),
     'empirical.models.random_walk.QAAttention': ('relu', 'complex', 'accepted'),
+    'empirical.models.random_walk.QAModelSpec': ('geometry', 'inf', 'silent_nan'),
     'empirical.models.random_walk.RandomWalkAttention': ('log_profile', 'inf', 'accepted'),
     'empirical.models.random_walk.RandomWalkModelSpec': ('log_profile', 'inf', 'accepted'),
     'empirical.models.random_walk.attention_profile': ('sample', 'negative', 'unclear'),
@@ -308,6 +309,7 @@ KNOWN_GAPS: dict[str, tuple[str, str, str]] = {
     'empirical.models.scan_snap.effective_YZ': ('params', 'zero', 'unclear'),
     'empirical.models.scan_snap.reduced_blocks': ('Z', 'inf', 'accepted'),
     'empirical.models.scan_snap.sgd_config': ('task', 'object', 'unclear'),
+    'empirical.models.single_location.SingleLocationModelSpec': ('task', 'inf', 'silent_nan'),
     'empirical.models.single_location.erf_mse': ('lam', 'inf', 'accepted'),
     'empirical.models.single_location.fig5_config': ('n_steps', 'huge', 'memory'),
     'empirical.models.single_location.init_from_state': ('k_star', 'object', 'unclear'),
@@ -341,16 +343,12 @@ NO_EXAMPLE: dict[str, str] = {
         'TypeError: cannot directly convert an xarray.Dataset into a numpy array. Instead, create an xarray.D',
     'empirical.models.icl_regression.circuit_arrays':
         'KeyError: "No variable named \'KQ_0_0_0\'. Variables on the dataset include [\'omega_0\', \'omega_1\', \'mu',
-    'empirical.models.random_walk.QAModelSpec':
-        'KeyError: "no example value for parameter \'geometry\' of empirical.models.random_walk.QAModelSpec"',
     'empirical.models.scan_snap.TextTransformer':
         'KeyError: "no example value for parameter \'train_chunks\' of empirical.models.scan_snap.TextTransform',
     'empirical.models.scan_snap.text_config':
         "AttributeError: 'ScanSnapTorch' object has no attribute 'train_chunks'",
     'empirical.models.scan_snap.yz_logits':
         'KeyError: "no example value for parameter \'counts\' of empirical.models.scan_snap.yz_logits"',
-    'empirical.models.single_location.SingleLocationModelSpec':
-        'KeyError: "no example value for parameter \'state0\' of empirical.models.single_location.SingleLocatio',
     'figures.registry.GapRow':
         "TypeError: GapRow._derive() missing 4 required keyword-only arguments: 'theory', 'mean', 'se', and '",
     'figures.registry.register':
