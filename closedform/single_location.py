@@ -802,6 +802,9 @@ def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, poi
              basin: bool = False) -> np.ndarray:
     """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
 
+    The names are those of :func:`fixed_points` (the five stationary points on M of Props. 8-10, S of Sec. 7.4, the
+    swap points and the other off-manifold points of the complete set).
+
     Parameters
     ----------
     states : (n, 5) or (5,) array of (kappa, nu, theta, eta, rho).
@@ -917,7 +920,7 @@ def run_to_fixed_point(task: SingleLocation, state0, *, alpha: float, lam: float
 
 @dataclass(frozen=True, kw_only=True)
 class Basins:
-    """Basin fractions of the end states of PGD from uniform sphere starts (see :func:`basins`)."""
+    """Basin fractions of the end states of PGD (Definition 1) from uniform sphere starts (see :func:`basins`)."""
 
     kinds: tuple
     counts: tuple
