@@ -1222,7 +1222,7 @@ def _derived_fn(task, manifold):
 
 
 def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
-        progress: bool = False, d=None):
+        progress: bool = False, d=None, converged: float | None = None):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
 
     Implements spec single_location.md Sec. 6.4 (exact five-scalar map, cost independent of d) or, with
@@ -1247,6 +1247,11 @@ def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, 
         Run the two-scalar map on M.
     d : int or (n,) int array, optional
         Token dimension per trajectory (default ``task.d``); d enters the map only through s = sqrt(d/2).
+    converged : float > 0, optional
+        Stop each trajectory, inside the compiled loop, once one update moves none of its scalars by more than
+        ``converged`` (its last state is then carried to the later save points, and ``stopped_at`` records the
+        step); for basin maps and runs to convergence. With a decreasing lambda schedule the lambda column keeps
+        moving, so use it with a constant lambda.
 
     Arrays of size n (lam (n, 1), alpha (n,), d (n,)) broadcast with the batch: a single state0 row is repeated.
 
@@ -1291,7 +1296,8 @@ def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, 
                    "d": d_desc},
     }
     return dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names,
-                            derived=_derived_fn(task, manifold), progress=progress, attrs=attrs)
+                            derived=_derived_fn(task, manifold), progress=progress, attrs=attrs,
+                            converged=converged)
 
 
 def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n_steps: int, lam,
