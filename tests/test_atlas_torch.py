@@ -126,6 +126,7 @@ def _check_start(name, n_steps, seeds=SEEDS, min_agree=None):
     return classes, om_end, mu_end
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("name", list(STARTS))
 def test_torch_end_class_matches_reduced_atlas(name):
     """8 seeds x 800 SGD steps per start (~3 s CPU each): >= 7 of 8 in the predicted class (binomial, level 0.035)."""
@@ -157,6 +158,7 @@ def test_torch_single_head_end_is_the_true_loss_optimum_not_fs():
 
 
 @pytest.mark.slow
+@pytest.mark.statistical
 @pytest.mark.parametrize("name", list(STARTS))
 def test_torch_end_class_matches_reduced_atlas_long(name):
     """16 seeds x 3000 steps: >= 12 of 16 agree (P(>= 12 | p = 1/2) = 0.038)."""
