@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 export MPLBACKEND := Agg
 
-.PHONY: report test test-all bench docs install clean
+.PHONY: report test test-all bench docs mutate install clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test-all: $(STAMP)
 ## Benchmarks: throughputs and ratios against plain numpy/scipy baselines measured in the same run.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+## Mutation testing of closedform/ and dynamics/ (not CI; see docs/contributing.md): results/mutate/summary.md
+mutate: $(STAMP)
+	$(BIN)/python tools/mutate.py $(MUTATE_ARGS)
 
 ## The documentation site (Sphinx + MyST; the gallery's examples run at tiny sizes); warnings are errors.
 docs: $(STAMP)

@@ -2,7 +2,7 @@
 
 All kernels are ``@njit(cache=True, fastmath=False)``, float64, allocation-free where the caller can allocate, and
 draw no random numbers (the public wrappers draw them). Symbols follow the table of :mod:`closedform.icl_regression`;
-the spec is ``../shared/spec/icl_regression.md`` (He, Pan, Chen, Yang, ICML 2025, arXiv:2503.12734).
+the mathematics is in docs/models/icl_regression.md (He, Pan, Chen, Yang, ICML 2025, arXiv:2503.12734).
 
 Parameter vectors handed to the ``dynamics`` engine:
 

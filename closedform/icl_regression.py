@@ -1,6 +1,6 @@
 """Multi-head softmax attention for in-context linear regression: approximate loss, flows, exact risks.
 
-Implements ``../shared/spec/icl_regression.md`` (He, Pan, Chen, Yang, ICML 2025). Conventions (spec §0):
+Implements the mathematics of docs/models/icl_regression.md (He, Pan, Chen, Yang, ICML 2025). Conventions (spec §0):
 omega_h is the EFFECTIVE KQ coefficient (after the 1/sqrt(d+1) factor of the authors' code); F approximates the
 plain MSE E[(y_q - yhat)^2] (no 1/2); every flow is the gradient flow of F/2 and its time ``t`` is the F/2-flow time
 of spec §0.3 (GD on F/2 with step ``lr`` after ``n`` updates is close to the flow at ``t = n * lr``).

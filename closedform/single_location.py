@@ -802,6 +802,9 @@ def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, poi
              basin: bool = False) -> np.ndarray:
     """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
 
+    The names are those of :func:`fixed_points` (the five stationary points on M of Props. 8-10, S of Sec. 7.4, the
+    swap points and the other off-manifold points of the complete set).
+
     Parameters
     ----------
     states : (n, 5) or (5,) array of (kappa, nu, theta, eta, rho).
@@ -917,7 +920,7 @@ def run_to_fixed_point(task: SingleLocation, state0, *, alpha: float, lam: float
 
 @dataclass(frozen=True, kw_only=True)
 class Basins:
-    """Basin fractions of the end states of PGD from uniform sphere starts (see :func:`basins`)."""
+    """Basin fractions of the end states of PGD (Definition 1) from uniform sphere starts (see :func:`basins`)."""
 
     kinds: tuple
     counts: tuple
@@ -1219,7 +1222,7 @@ def _derived_fn(task, manifold):
 
 
 def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
-        progress: bool = False, d=None):
+        progress: bool = False, d=None, converged: float | None = None):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
 
     Implements spec single_location.md Sec. 6.4 (exact five-scalar map, cost independent of d) or, with
@@ -1244,6 +1247,11 @@ def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, 
         Run the two-scalar map on M.
     d : int or (n,) int array, optional
         Token dimension per trajectory (default ``task.d``); d enters the map only through s = sqrt(d/2).
+    converged : float > 0, optional
+        Stop each trajectory, inside the compiled loop, once one update moves none of its scalars by more than
+        ``converged`` (its last state is then carried to the later save points, and ``stopped_at`` records the
+        step); for basin maps and runs to convergence. With a decreasing lambda schedule the lambda column keeps
+        moving, so use it with a constant lambda.
 
     Arrays of size n (lam (n, 1), alpha (n,), d (n,)) broadcast with the batch: a single state0 row is repeated.
 
@@ -1288,7 +1296,8 @@ def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, 
                    "d": d_desc},
     }
     return dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names,
-                            derived=_derived_fn(task, manifold), progress=progress, attrs=attrs)
+                            derived=_derived_fn(task, manifold), progress=progress, attrs=attrs,
+                            converged=converged)
 
 
 def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n_steps: int, lam,

@@ -1,6 +1,6 @@
 """Batched iteration of discrete maps and integration of ODEs, saves written inside the compiled loop.
 
-Main entry points (STYLE.md §2.5; the design follows diffrax's ``diffeqsolve``):
+Main entry points (the design follows diffrax's ``diffeqsolve``; docs/guides/engine.md):
 
 * :func:`iterate` for a discrete map ``x_{k+1} = step(k, x_k; p)``;
 * :func:`integrate` for an ODE ``dy/dt = rhs(t, y; p)`` with the explicit Runge-Kutta methods :class:`Euler`,

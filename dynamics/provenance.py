@@ -1,4 +1,4 @@
-"""Provenance of results: JSON-safe conversion, git revision, package versions, creation time (STYLE.md §2.9)."""
+"""Provenance of results: JSON-safe conversion, git revision, package versions, creation time."""
 
 from __future__ import annotations
 

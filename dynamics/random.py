@@ -1,4 +1,4 @@
-"""One seed normaliser for the whole toolkit (STYLE.md §2.8).
+"""One seed normaliser for the whole toolkit.
 
 A run has one integer seed; ``numpy.random.SeedSequence(seed)`` spawns children in a fixed, documented order. Library
 functions take ``rng`` arguments and pass them through :func:`as_generator`; they never seed global state.

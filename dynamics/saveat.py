@@ -6,8 +6,10 @@ Exactly one request per object:
 * ``SaveAt(ts=[...])`` explicit times (ODEs);
 * ``SaveAt(every=n)`` every n-th step, the last step always included (maps; fixed-step ODE solvers: every n grid steps);
 * ``SaveAt(n=npoints)`` a linear grid of ``npoints`` points including both ends (steps rounded to integers);
-* ``SaveAt(log=npoints)`` log-spaced points including the start and the end (for ODEs the first positive offset is
-  ``log_start``, default 1e-3 of the span);
+* ``SaveAt(log=npoints)`` log-spaced points including the start and the end: for maps step 0, then steps from 1 to
+  the last; for ODEs ``t0``, then offsets from ``log_start`` to the span, ``log_start`` defaulting to
+  :data:`LOG_START_FRACTION` (1e-6) of the span, so that the earliest stage of dynamics with widely separated time
+  scales (e.g. the exponential Phase I of a small-initialisation flow) is on the grid;
 * ``SaveAt(final=True)`` the end only.
 
 The engine runs in compiled chunks between consecutive save points, so saving costs nothing in between.
@@ -20,6 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynamics.validation import check_int, check_positive
+
+
+LOG_START_FRACTION = 1e-6
+"""Default first positive offset of ``SaveAt(log=n)`` on an ODE, as a fraction of the span."""
+
+
+def _log_grid(first: float, last: float, count: int) -> np.ndarray:
+    """``count`` log-spaced points from ``first`` to ``last``, both included; one point is ``last`` itself (the end
+    is always saved)."""
+    return np.geomspace(first, last, count) if count > 1 else np.asarray([last], dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,7 @@ class SaveAt:
         if self.log is not None:
             if n_steps == 0:
                 return np.zeros(1, dtype=np.int64)
-            pos = np.rint(np.geomspace(1, n_steps, self.log - 1)).astype(np.int64)
+            pos = np.rint(_log_grid(1, n_steps, self.log - 1)).astype(np.int64)
             return np.unique(np.concatenate([[0], pos]))
         return np.asarray([n_steps], dtype=np.int64)
 
@@ -104,10 +116,10 @@ class SaveAt:
         if self.n is not None:
             return np.linspace(t0, t1, self.n)
         if self.log is not None:
-            start = self.log_start if self.log_start is not None else 1e-3 * span
+            start = self.log_start if self.log_start is not None else LOG_START_FRACTION * span
             if not 0 < start < span:
                 raise ValueError(f"SaveAt.log_start must lie in (0, t1 - t0 = {span}); got {start}")
-            return np.unique(np.concatenate([[t0], t0 + np.geomspace(start, span, self.log - 1)]))
+            return np.unique(np.concatenate([[t0], t0 + _log_grid(start, span, self.log - 1)]))
         return np.asarray([t1], dtype=np.float64)
 
 

@@ -1,4 +1,4 @@
-"""``Trajectory``: the one result type of every simulator and trainer (STYLE.md §2.9).
+"""``Trajectory``: the one result type of every simulator and trainer.
 
 An ``xarray.Dataset`` with dimensions ``("trajectory", "time")``, coordinates ``time`` (float) and ``step`` (int,
 along ``time``), one variable per state component and per derived quantity, and provenance attributes (``model``,

@@ -1,4 +1,4 @@
-"""attndyn.empirical: torch training of the papers' models, compared with the closed forms (DESIGN.md).
+"""attndyn.empirical: torch training of the papers' models, compared with the closed forms.
 
 Shared machinery: :mod:`empirical.device` (device, float64 default, determinism), :mod:`empirical.seeding` (per-seed
 streams), :mod:`empirical.train` (the one trainer, many seeds at once, logging on a ``dynamics.SaveAt`` grid, output

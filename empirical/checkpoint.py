@@ -1,4 +1,4 @@
-"""Checkpoints of torch runs: atomic writes, safe loads, configuration checks (DESIGN.md; issue 7).
+"""Checkpoints of torch runs: atomic writes, safe loads, configuration checks.
 
 A checkpoint is a plain ``dict`` of tensors, numbers, strings, lists and dicts written with ``torch.save`` and read
 with ``torch.load(..., weights_only=True)`` (no pickle of arbitrary objects). It is written to a temporary file in

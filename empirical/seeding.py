@@ -1,4 +1,4 @@
-"""Per-seed random streams for torch runs (STYLE.md §2.8): torch generators and counter-keyed block streams.
+"""Per-seed random streams for torch runs: torch generators and counter-keyed block streams.
 
 Each seed of a run owns independent streams, spawned from ``numpy.random.SeedSequence(seed)`` in the fixed order
 :data:`STREAMS`:

@@ -64,7 +64,7 @@ Optional:
     Metrics ``(S,)`` on the fixed evaluation batch; default ``{"loss": loss(params, batch, hyper)}``. Use it to log
     the quantity under the closed form's name (e.g. ``{"risk": mse - eps**2}``).
 ``time_of_step(step: ndarray) -> ndarray`` and ``time_unit: str``
-    The model's time axis (STYLE.md §2.4); default ``time = step``, unit ``"step"``.
+    The model's time axis; default ``time = step``, unit ``"step"``.
 ``spec``
     The model's frozen spec dataclass; stored in the output attrs and compared when resuming.
 ``schedule_names: tuple[str, ...]``

@@ -1,4 +1,4 @@
-"""Paper figures and the theory-vs-practice report (STYLE.md §2.11).
+"""Paper figures and the theory-vs-practice report.
 
 Each figure of the papers is a registered pair ``data(cfg) -> xarray.Dataset`` (cached under ``results/``) and a pure
 ``plot(ds) -> Figure``, declared in ``figures/<model>.py`` with :func:`register`; see :mod:`figures.registry` for the

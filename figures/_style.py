@@ -1,4 +1,4 @@
-"""The shared look of every figure: what a line *means* decides how it is drawn (STYLE.md §2.11).
+"""The shared look of every figure: what a line *means* decides how it is drawn.
 
 =================  ==========================================  ===================================================
 source             helper                                      drawn as

@@ -7,7 +7,7 @@ Layout, under a cache root (``results/`` by default, git-ignored)::
 
 ``key = sha256(RunConfig.to_json())[:12]``: the configuration JSON holds the preset, seed, resolved device, code
 version (package version + git revision) and the figure's own parameters, so a change to any of them is a new key
-and parameters never appear in file names (STYLE.md §2.9). The git part is ``git describe --always --dirty``: while
+and parameters never appear in file names. The git part is ``git describe --always --dirty``: while
 the working tree has uncommitted changes, edits do not change the key, so use ``--recompute`` (or ``recompute=True``)
 after editing a figure's code.
 

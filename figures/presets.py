@@ -14,7 +14,7 @@ preset    meaning
 
 Devices: ``auto`` (CUDA when torch sees one, else CPU; via ``empirical.device``), ``cpu``, ``cuda``.
 :func:`resolve_device` turns the request into ``"cpu"`` or ``"cuda"``; the resolved name is part of the cache key,
-because CPU and GPU runs agree only statistically (STYLE.md §2.7).
+because CPU and GPU runs agree only statistically.
 
 The configuration of one build, :class:`RunConfig`, is what :mod:`figures.cache` hashes: figure name, preset, seed,
 resolved device, the figure's parameters for that preset and the code version (package version + git revision).

@@ -213,7 +213,7 @@ class GapRow:
         ``explanation`` documents why) or ``fails``.
     explanation : Explanation or None
     d : int or None
-        The dimension of the empirical runs, where the theory is a d -> infinity limit (STYLE.md §2.4: state d).
+        The dimension of the empirical runs, where the theory is a d -> infinity limit (state d).
     """
 
     quantity: str
@@ -772,7 +772,7 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
 
 
 def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig) -> xr.Dataset:
-    """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance (STYLE.md §2.9)."""
+    """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance."""
     dataset = dataset.copy(deep=False)  # data shared; the attribute dicts below are replaced, not mutated
     for var in dataset.variables.values():
         var.attrs = sanitize_attrs(dict(var.attrs))

@@ -788,3 +788,6 @@ if importlib.util.find_spec("figures._single_location_transformer") is not None:
 # The attractor atlas of the reduced dynamics (single_location.continuation, single_location.atlas and
 # icl_regression.atlas): results of this toolkit, not figures of the papers.
 from figures import _atlas  # noqa: E402,F401
+
+# Fig. 1(b): linear probing of a real pretrained encoder; registered only when the extra 'probe' is installed.
+from figures import _single_location_probing  # noqa: E402,F401

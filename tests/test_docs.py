@@ -47,3 +47,16 @@ def test_model_modules_have_reference_and_symbol_table(module_name):
     doc = module.__doc__ or ""
     has_table = "|" in doc or "=====" in doc  # markdown or reStructuredText table
     assert has_table and re.search(r"symbol", doc, re.IGNORECASE), "module docstring lacks a symbol table"
+
+
+def test_the_package_points_to_no_file_outside_the_repository():
+    """Docstrings and comments cite docs/models/<model>.md and the papers, never ../shared or the design notes that
+    a user of an installed package does not have (issue 16)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    outside = re.compile(r"\.\./shared|STYLE\.md|DESIGN\.md")
+    hits = [f"{path.relative_to(root)}:{n}" for pkg in ("dynamics", "closedform", "empirical", "figures")
+            for path in sorted((root / pkg).rglob("*.py"))
+            for n, line in enumerate(path.read_text().splitlines(), 1) if outside.search(line)]
+    assert not hits, f"references to files outside the repository: {hits}"

@@ -351,3 +351,15 @@ def square_all(k, x, p, out):
 def test_check_finite_array_accepts_scalars():
     from dynamics.validation import check_finite_array
     assert check_finite_array("x", 2.5, ndim=0).shape == ()
+
+
+def test_log_saves_keep_both_ends_and_start_early_on_odes():
+    # log=2 means the two ends (geomspace with one point would keep only the first: the end was lost)
+    np.testing.assert_array_equal(SaveAt(log=2).resolve_steps(100), [0, 100])
+    np.testing.assert_array_equal(SaveAt(log=2).resolve_times(0.0, 5.0), [0.0, 5.0])
+    steps = SaveAt(log=5).resolve_steps(10_000)
+    np.testing.assert_array_equal(steps, [0, 1, 22, 464, 10_000])  # rint(10**(4 k / 3)), k = 0..3
+    # on an ODE over (0, 2e4) the first positive save is 1e-6 of the span (0.02), not 1e-3 of it (20)
+    times = SaveAt(log=61).resolve_times(0.0, 2e4)
+    assert times[0] == 0.0 and times[1] == pytest.approx(0.02, rel=1e-12) and times[-1] == 2e4
+    assert np.all(np.diff(np.log(times[1:])) == pytest.approx(np.log(1e6) / 59, rel=1e-9))

@@ -35,6 +35,21 @@ ROOT = Path(__file__).resolve().parents[1]
 # single_location
 
 
+def test_eta_batch_sets_the_step_entry_row_by_row_and_broadcasts_with_the_starts():
+    params = np.array([3.0, 0.5, 7.0])
+    rows, x0, scale, unit = nn.eta_batch(params, 1, [0.1, 0.2, 0.4], np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(rows, [[3.0, 0.1, 7.0], [3.0, 0.2, 7.0], [3.0, 0.4, 7.0]])
+    np.testing.assert_array_equal(x0, [[1.0, 2.0]] * 3)  # one start, repeated for the three step sizes
+    assert scale == 1.0 and unit.startswith("step ")  # different etas: time is the step count
+    rows, x0, scale, unit = nn.eta_batch(params, 1, 0.25, np.array([[0.0, 1.0], [5.0, 6.0]]))
+    np.testing.assert_array_equal(rows, [[3.0, 0.25, 7.0]] * 2)
+    assert scale == 0.25 and unit == "eta*step"  # one shared eta: time = eta * step
+    same, x0, scale, unit = nn.eta_batch(params, 1, None, np.array([1.0, 2.0]))
+    assert same is params and scale == 0.5 and unit == "eta*step"
+    with pytest.raises(ValueError, match="eta"):
+        nn.eta_batch(params, 1, [0.1, -0.2], np.array([1.0, 2.0]))
+
+
 def test_manifold_vector_field_at_the_spec_reference_point():
     """Spec single_location.md Sec. 10.2, point P2 (on M, so dR/dkappa, dR/dnu are the R_M partials): the field is
     (-(1 - kappa^2) dR/dkappa, -(1 - nu^2) dR/dnu). The spec prints 10 significant digits: rel 1e-9."""

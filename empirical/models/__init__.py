@@ -1,4 +1,4 @@
-"""Torch versions of the papers' models, one module per model, named as in ``closedform`` (STYLE.md §2.1).
+"""Torch versions of the papers' models, one module per model, named as in ``closedform``.
 
 Each module ``empirical/models/<model>.py`` defines a class implementing :class:`empirical.train.TorchModel`
 (``name``, ``init_params``, ``sample``, ``loss``, ``probes`` and the optional hooks documented in
@@ -14,7 +14,7 @@ from types import ModuleType
 
 __all__ = ["MODEL_NAMES", "load"]
 
-#: The paper models of the toolkit (STYLE.md §2.1); each may have a module ``empirical.models.<name>``.
+#: The paper models of the toolkit; each may have a module ``empirical.models.<name>``.
 MODEL_NAMES: tuple[str, ...] = (
     "single_location",
     "scan_snap",

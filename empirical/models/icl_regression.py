@@ -1,6 +1,6 @@
 """Torch H-head softmax attention for in-context linear regression (He, Pan, Chen, Yang, ICML 2025).
 
-Implements the empirical side of ``../shared/spec/icl_regression.md``: the one-layer H-head softmax attention of
+Implements the empirical side of docs/models/icl_regression.md: the one-layer H-head softmax attention of
 spec §2 (embedding (2.1), strict causal mask so the query attends to the L context tokens only, logits scaled by
 1/sqrt(d+1), read-out width 1, PyTorch-default initialisation, plain MSE loss), the single-head linear-attention
 baseline of §7.6, the non-isotropic data law of §8.1 (KMS covariance) and the multi-task law of §8.3. It is trained
