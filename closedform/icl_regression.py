@@ -7,24 +7,24 @@ of spec §0.3 (GD on F/2 with step ``lr`` after ``n`` updates is close to the fl
 
 Symbol table
 ------------
-=================  ==============  ==========================================================  ===========  ========
-code name          paper symbol    meaning                                                      shape        where
-=================  ==============  ==========================================================  ===========  ========
-d, L, sigma2       d, L, sigma^2   covariate dimension, prompt length, label-noise variance      scalars      §1
-L_test             L'              test prompt length                                            scalar       §7.6
-omega, mu          omega_h, mu_h   effective KQ coefficient and OV label entry of each head      (..., H)     §3
-u / muTomega       mu^T omega      effective step of the multi-head predictor                    (...)        §4.4
-sum_mu             1^T mu          sum of the OV entries (zero-sum diagnostic)                   (...)        §5.2
-Kmat, Mmat         K, M            exp(d omega omega^T); omega omega^T + cL K                    (..., H, H)  §4.1
-cL, D              C_L, D          (1 + sigma^2)/L;  d (1 + sigma^2)                             scalars      §0
-eta, eta_star      eta, eta*       step of a GD-type predictor; 1/(1 + D/L)                      scalar       §4.4
-gamma, mu_gamma    gamma, mu(g)    common |omega_h| on S_gamma; optimal group OV sum              (...)        §5.4
-chi, ratio         chi, r          d omega^2 and mu/omega in the two-head reduction              scalar       §6.3
-xi                 xi              d/L in the proportional limit                                 scalar       §7.4
-lam_ridge          lambda          ridge penalty (Bayes: d sigma^2)                               scalar       §7.4
-Sigma, rho, G      Sigma, rho, G   covariate covariance, KMS correlation, preconditioner          (d, d)       §8.1
-t, step, lr        t, n, lr        F/2-flow time, GD update count, learning rate                  scalars      §0.3
-=================  ==============  ==========================================================  ===========  ========
+===============  =============  ========================================================  ===========  =====
+code name        paper symbol   meaning                                                   shape        where
+===============  =============  ========================================================  ===========  =====
+d, L, sigma2     d, L, sigma^2  covariate dimension, prompt length, label-noise variance  scalars      §1
+L_test           L'             test prompt length                                        scalar       §7.6
+omega, mu        omega_h, mu_h  effective KQ coefficient and OV label entry of each head  (..., H)     §3
+u / muTomega     mu^T omega     effective step of the multi-head predictor                (...)        §4.4
+sum_mu           1^T mu         sum of the OV entries (zero-sum diagnostic)               (...)        §5.2
+Kmat, Mmat       K, M           exp(d omega omega^T); omega omega^T + cL K                (..., H, H)  §4.1
+cL, D            C_L, D         (1 + sigma^2)/L; d (1 + sigma^2)                          scalars      §0
+eta, eta_star    eta, eta*      step of a GD-type predictor; 1/(1 + D/L)                  scalar       §4.4
+gamma, mu_gamma  gamma, mu(g)   common |omega_h| on S_gamma; optimal group OV sum         (...)        §5.4
+chi, ratio       chi, r         d omega^2 and mu/omega in the two-head reduction          scalar       §6.3
+xi               xi             d/L in the proportional limit                             scalar       §7.4
+lam_ridge        lambda         ridge penalty (Bayes: d sigma^2)                          scalar       §7.4
+Sigma, rho, G    Sigma, rho, G  covariate covariance, KMS correlation, preconditioner     (d, d)       §8.1
+t, step, lr      t, n, lr       F/2-flow time, GD update count, learning rate             scalars      §0.3
+===============  =============  ========================================================  ===========  =====
 
 Trajectories of :func:`flow` and :func:`gd` have state variables ``omega_0 .. omega_{H-1}``, ``mu_0 .. mu_{H-1}``
 (code head h is math head h+1, spec §0.2) and derived variables ``F``, ``mu_dot_omega``, ``sum_mu``.

@@ -9,7 +9,7 @@ Conventions: POPULATION convention (class prior pi_n inside the vector fields, e
 (learning rates inside the vector field, spec Sec. 0.2), so ``time_of_step(s) = s``; 0-based indices (Sec. 0.1).
 
 Symbol table (code name | paper symbol | meaning | shape | where defined)
-------------------------------------------------------------------------
+-------------------------------------------------------------------------
 M          | M          | output (softmax) size                               | int          | Sec. 0.4, Sec. 4.1
 K          | K          | number of classes                                   | int          | Sec. 1.2
 Lc         | Lc         | number of contextual token types                    | int          | Sec. 0.4

@@ -66,20 +66,21 @@ def _plain_text_to_rest(app, what, name, obj, options, lines):
     """Adapt a docstring's plain-text notation to reST, in place.
 
     * Markdown tables (runs of ``| a | b |`` lines) become literal blocks, shown as written.
-    * ``|x|`` (an absolute value or a norm) elsewhere would be read as a substitution reference: the bars are
-      escaped.
+    * ``|x|`` (an absolute value or a norm) would be read as a substitution reference: the bars become the
+      one-character sign U+2758 (light vertical bar, of single width), so simple-table columns and title underlines keep their widths.
     """
     out, i = [], 0
     while i < len(lines):
-        if _TABLE_ROW.match(lines[i]):
-            indent = len(lines[i]) - len(lines[i].lstrip())
+        line = lines[i]
+        if _TABLE_ROW.match(line):
+            indent = len(line) - len(line.lstrip())
             out += ["", " " * indent + "::", ""]
             while i < len(lines) and _TABLE_ROW.match(lines[i]):
                 out.append("    " + lines[i])
                 i += 1
             out.append("")
             continue
-        out.append(lines[i].replace("|", r"\|"))
+        out.append(line.replace("|", "\u2758"))
         i += 1
     lines[:] = out
 

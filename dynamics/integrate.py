@@ -294,8 +294,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
             bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True) -> Trajectory:
     """Iterate a discrete map ``x_{k+1} = step(k, x_k; p)`` for ``n_steps`` steps on a batch of trajectories.
 
-    Main arguments
-    --------------
+    Parameters
+    ----------
     step : numba ``@njit`` function ``step(k, x, p, out)`` (see the module docstring).
     state0 : (n_traj, n_state) float64; a 1-D array is one trajectory.
     n_steps : int >= 0.
@@ -305,8 +305,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     saveat : :class:`SaveAt` with ``steps=``, ``every=``, ``n=``, ``log=`` or ``final=True``; default ``n=201``.
         Saves are written by the compiled loop, so ``every=1`` costs little more than ``final=True``.
 
-    Other arguments
-    ---------------
+    Other Parameters
+    ----------------
     names : state variable names (default ``y0, y1, ...``); one string stores the state as a single array variable
         with a ``<name>_component`` dimension (use it for states of hundreds of components or more).
     derived : ``derived(Y, P) -> {name: (n_traj, n_save) array}``, evaluated on the saved states.
@@ -373,8 +373,8 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
               converged: float | None = None, flush_subnormals: bool = True) -> Trajectory:
     """Integrate ``dy/dt = rhs(t, y; p)`` over ``t_span = (t0, t1)`` for a batch of initial conditions.
 
-    Main arguments
-    --------------
+    Parameters
+    ----------
     rhs : numba ``@njit`` function ``rhs(t, y, p, dy)``.
     state0 : (n_traj, n_state) float64; a 1-D array is one trajectory.
     t_span : (t0, t1) with t1 > t0.
@@ -385,8 +385,10 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     saveat : :class:`SaveAt` with ``ts=``, ``n=``, ``log=``, ``final=True`` or (fixed step) ``every=``;
         default ``n=201``.
 
-    Other arguments: ``names``, ``derived``, ``stop`` (``stop(t, X, P)``), ``progress``, ``attrs``, ``bound``,
-    ``converged``, ``flush_subnormals`` as in :func:`iterate`.
+    Other Parameters
+    ----------------
+    names, derived, stop, progress, attrs, bound, converged, flush_subnormals
+        As in :func:`iterate` (``stop(t, X, P)`` takes the time).
 
     Notes
     -----

@@ -758,7 +758,7 @@ def checks_fig10(ds):
           params={"tiny": {"vocab": 200, "max_tokens": 4000, "d": 8, "eta": [1.0, 5.0], "n_seeds": 2,
                            "n_epochs": 1, "n_heldout": 2, "n_save": 3, "map_rows": 6},
                   "quick": {"vocab": 500, "max_tokens": None, "d": 32, "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
-                            "n_seeds": 5, "n_epochs": 1, "n_heldout": 8, "n_save": 7, "map_rows": 35},
+                            "n_seeds": 8, "n_epochs": 1, "n_heldout": 8, "n_save": 7, "map_rows": 35},
                   "paper": {"vocab": 5000, "max_tokens": None, "d": 200, "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
                             "n_seeds": 5, "n_epochs": 5, "n_heldout": 50, "n_save": 21, "map_rows": 35}},
           plot=plot_fig10, checks=checks_fig10)

@@ -19,20 +19,20 @@ onto the invariant family (:func:`closedform.group_sparse.project`) and the embe
 
 Symbol table (spec Sec. B.0; shapes carry the trainer's leading seed axis S)
 ----------------------------------------------------------------------------
-=============  ============  ==================================================  ==================  ==========
-code           paper         meaning                                             shape               defined
-=============  ============  ==================================================  ==================  ==========
-X, y           X, y          features X[k, :, j] = x_j of draw k; label +-1     (S,n,d,D); (S,n)    Sec. B.1
-v_star         v*            unit label direction inside group j*               (d,)                Sec. B.1
-v              v             value vector [v_x; v_pos]                           (S, d+D)            Sec. B.2
-W              W             merged key-query matrix                             (S, d+D, d+D)       Sec. B.2
-W_K, W_Q       W_K, W_Q      factors of the factorised model, W = W_K^T W_Q     (S, d+D, d+D)       Sec. B.7
-init_scale     s             std of the factor entries at init (0.01)            float               Sec. 0
-f, S_att       f, S          output v^T H S 1_D; column softmax of H^T W H      (S,n); (S,n,D,D)    Sec. B.2
-beta .. m5     beta .. m_5   reduced coordinates (probes of Sec. B.3.1)          (S,)                Sec. B.3
-v_tilde_star   v~*           downstream label direction                          (d,)                Sec. B.4
-gamma          gamma         downstream margin                                   float               Sec. B.4
-=============  ============  ==================================================  ==================  ==========
+============  ===========  ==============================================  ================  ========
+code          paper        meaning                                         shape             defined
+============  ===========  ==============================================  ================  ========
+X, y          X, y         features X[k, :, j] = x_j of draw k; label +-1  (S,n,d,D); (S,n)  Sec. B.1
+v_star        v*           unit label direction inside group j*            (d,)              Sec. B.1
+v             v            value vector [v_x; v_pos]                       (S, d+D)          Sec. B.2
+W             W            merged key-query matrix                         (S, d+D, d+D)     Sec. B.2
+W_K, W_Q      W_K, W_Q     factors of the factorised model, W = W_K^T W_Q  (S, d+D, d+D)     Sec. B.7
+init_scale    s            std of the factor entries at init (0.01)        float             Sec. 0
+f, S_att      f, S         output v^T H S 1_D; column softmax of H^T W H   (S,n); (S,n,D,D)  Sec. B.2
+beta .. m5    beta .. m_5  reduced coordinates (probes of Sec. B.3.1)      (S,)              Sec. B.3
+v_tilde_star  v~*          downstream label direction                      (d,)              Sec. B.4
+gamma         gamma        downstream margin                               float             Sec. B.4
+============  ===========  ==============================================  ================  ========
 
 Time axis: the GD step t (``step``); ``time`` = eta t with eta = the task's step size (spec Sec. 0), as in
 :mod:`closedform.group_sparse`. Use ``lr = task.eta`` (:func:`gd_config` does) so that both axes agree.

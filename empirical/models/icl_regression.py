@@ -18,7 +18,7 @@ Time axis: the Adam step count n (state after n updates, spec §0.2). Adam steps
 overlays with the reduced flow align by a monotone reparametrisation (spec §12), see :func:`align_to_flow`.
 
 Symbol table (names as in the closed form; shapes carry the trainer's leading seed axis S)
------------------------------------------------------------------------------------------
+------------------------------------------------------------------------------------------
 =============  ==================  ===================================================  ==================  =======
 code name      paper symbol        meaning                                               shape               where
 =============  ==================  ===================================================  ==================  =======

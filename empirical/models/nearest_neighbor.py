@@ -21,22 +21,22 @@ to W_K^T W_Q) and the diagnostics L, E[q_{i*}], its lower quantile, E[q_{N+1}]
 ``reduced_gd`` align with ``xarray``.
 
 Symbol table (spec Sec. A.0; shapes carry the trainer's leading seed axis S)
----------------------------------------------------------------------------
-=============  ==============  ==================================================  ===================  ==========
-code           paper           meaning                                             shape                defined
-=============  ==============  ==================================================  ===================  ==========
-X, xq, y       x_j, x_query    context inputs, query on S^{d-1}, labels (+-1)      (n,N,d), (n,d), (n,N)  Sec. A.1
-target         y_{i*}          label of the nearest neighbour of x_query           (S, n)               Sec. A.1
-H              H               embedded prompts [x; y; indicator] (the batch)      (S, n, d+2, N+1)     Sec. A.2
-W              W               merged key-query matrix                             (S, d+2, d+2)        Sec. A.3
-W_K, W_Q       W_K, W_Q        factors, W = W_K^T W_Q                              (S, d+2, d+2)        Sec. A.9
-init_scale     s               std of the factors' entries at initialisation       float                Sec. A.9
-q              q               attention of the query, last entry = on itself      (S, n, N+1)          Sec. A.3
-xi1, xi2, off  xi1, xi2, off   probes: tr(W11)/d, -W33, distance to the family     (S,)                 Sec. A.5.1
-L, L_se        L               sample loss 1/2 mean (f - y_{i*})^2 and its SE      (S,)                 Sec. A.4
-acc            --              accuracy of sign(f) against the 1-NN label y_{i*}   (S,)                 Sec. A.3
-mse_test       --              test MSE mean (f - y_{i*})^2 on fixed test prompts  (S,)                 Sec. A.6
-=============  ==============  ==================================================  ===================  ==========
+----------------------------------------------------------------------------
+=============  =============  ==================================================  =====================  ==========
+code           paper          meaning                                             shape                  defined
+=============  =============  ==================================================  =====================  ==========
+X, xq, y       x_j, x_query   context inputs, query on S^{d-1}, labels (+-1)      (n,N,d), (n,d), (n,N)  Sec. A.1
+target         y_{i*}         label of the nearest neighbour of x_query           (S, n)                 Sec. A.1
+H              H              embedded prompts [x; y; indicator] (the batch)      (S, n, d+2, N+1)       Sec. A.2
+W              W              merged key-query matrix                             (S, d+2, d+2)          Sec. A.3
+W_K, W_Q       W_K, W_Q       factors, W = W_K^T W_Q                              (S, d+2, d+2)          Sec. A.9
+init_scale     s              std of the factors' entries at initialisation       float                  Sec. A.9
+q              q              attention of the query, last entry = on itself      (S, n, N+1)            Sec. A.3
+xi1, xi2, off  xi1, xi2, off  probes: tr(W11)/d, -W33, distance to the family     (S,)                   Sec. A.5.1
+L, L_se        L              sample loss 1/2 mean (f - y_{i*})^2 and its SE      (S,)                   Sec. A.4
+acc            --             accuracy of sign(f) against the 1-NN label y_{i*}   (S,)                   Sec. A.3
+mse_test       --             test MSE mean (f - y_{i*})^2 on fixed test prompts  (S,)                   Sec. A.6
+=============  =============  ==================================================  =====================  ==========
 
 Time axis: the GD step t (``step``); ``time`` = eta t with eta = ``task.eta`` (spec Sec. 0), as in
 :func:`closedform.nearest_neighbor.reduced_gd`. :func:`gd_config` and :func:`sgd_config` use ``lr = task.eta`` so that

@@ -25,20 +25,20 @@ blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (Sec. 4.1), so a torch run
 ``xarray`` on the names ``z_{m}_{l}``, ``H_mean``.
 
 Symbol table (spec Sec. 0.4; shapes carry the trainer's leading seed axis S)
----------------------------------------------------------------------------
-==========  ==========  =======================================================  ================  ===========
-code        paper       meaning                                                  shape             defined
-==========  ==========  =======================================================  ================  ===========
-counts      X^T 1       token counts of x_1..x_T-1 (floats, trainer rule)         (S, B, V)         Sec. 1.1
-cls         n           class of the sequence (query and label follow from it)    (S, B)            Sec. 1.2
-Y           Y           decoder matrix, rows = input token ids, columns outputs   (S, V, M)         Sec. 1.4
-Z           Z           attention logits Z[query id, key id]                      (S, V, V)         Sec. 1.4
-U           U           embeddings (full model)                                   (S, V, d)         Sec. 1.3
-W_Q,W_K,W_V W_Q,W_K,W_V projections (full model)                                  (S, d, d)         Sec. 1.3
-f           f           LN(X^T b)                                                 (S, B, V)         Sec. 1.3
-z_{m}_{l}   z_{ml}      probe Z[Lc + m, l]                                        (S,)              Sec. 1.4
-H_mean      H           distinct-token entropy, mean over classes                 (S,)              Sec. 4.6
-==========  ==========  =======================================================  ================  ===========
+----------------------------------------------------------------------------
+===========  ===========  =======================================================  =========  ========
+code         paper        meaning                                                  shape      defined
+===========  ===========  =======================================================  =========  ========
+counts       X^T 1        token counts of x_1..x_T-1 (floats, trainer rule)        (S, B, V)  Sec. 1.1
+cls          n            class of the sequence (query and label follow from it)   (S, B)     Sec. 1.2
+Y            Y            decoder matrix, rows = input token ids, columns outputs  (S, V, M)  Sec. 1.4
+Z            Z            attention logits Z[query id, key id]                     (S, V, V)  Sec. 1.4
+U            U            embeddings (full model)                                  (S, V, d)  Sec. 1.3
+W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)  Sec. 1.3
+f            f            LN(X^T b)                                                (S, B, V)  Sec. 1.3
+z_{m}_{l}    z_{ml}       probe Z[Lc + m, l]                                       (S,)       Sec. 1.4
+H_mean       H            distinct-token entropy, mean over classes                (S,)       Sec. 4.6
+===========  ===========  =======================================================  =========  ========
 
 V = max(M, Lc + Q) input ids: contextual token l has id l, query m has id Lc + m (the generator layout of Sec. 5.1,
 where V = M). Time axis: optimizer steps, ``time = step`` (spec Sec. 0.2), as in ``closedform.scan_snap``.
