@@ -587,9 +587,13 @@ def _sweep_fn(x):
 
 def _scratch() -> str:
     """A scratch directory of this process for callables that write files."""
+    import atexit
+    import shutil
     import tempfile
     path = os.path.join(tempfile.gettempdir(), f"attndyn_bad_args_{os.getpid()}")
-    os.makedirs(path, exist_ok=True)
+    if not os.path.isdir(path):
+        os.makedirs(path)
+        atexit.register(shutil.rmtree, path, True)  # removed when this process ends
     return path
 
 

@@ -79,7 +79,7 @@ class Worker:
         self.proc.stdin.flush()
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
-            self.stop()
+            self.stop(grace_s=0.0)
             return {"verdict": "hang", "detail": f"no answer within {timeout:g} s"}
         line = self.proc.stdout.readline()
         if not line:
@@ -88,10 +88,15 @@ class Worker:
             return {"verdict": "crash", "detail": f"worker exited with status {code}"}
         return json.loads(line)
 
-    def stop(self):
+    def stop(self, grace_s: float = 5.0):
+        """End the worker: closing its input lets an idle one exit normally; a busy (hung) one is killed."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()  # the worker this object started, by its own handle
-            self.proc.wait()
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # the worker this object started, by its own handle
+                self.proc.wait()
         self.proc = None
 
 
