@@ -34,7 +34,7 @@ Logged variables (trainer probes + evaluation, the closed form's names where the
 
 * erf heads, H = K = 1: ``kappa, nu, theta, eta, rho, distance_to_manifold`` (spec Sec. 4.1, 5.1) and
   ``risk`` (test MSE, eps^2 included), ``excess_risk`` (test MSE - eps^2), ``lam``; an overlay with
-  :func:`closedform.single_location.pgd` is then an ``xarray`` alignment.
+  :func:`closedform.single_location.map` is then an ``xarray`` alignment.
 * erf heads otherwise: ``kappa_<h>_<i> = k_h . k_i*`` and ``nu_<h>_<i> = v_h . v_i*`` (signed; spec Sec. 8.8 plots
   their absolute values), 0-based head h and location i; ``risk``, ``excess_risk``, ``lam``.
 * Transformer, H = K = 1: ``kappa = |k_hat . k*|``, ``nu = |v_hat . v*| / |v_hat|``, ``sv_ratio``; evaluation
@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from closedform.single_location import REFERENCE, TIME_UNIT, LocationTask, SingleLocation
+from closedform.single_location import REFERENCE, TIME_UNIT, LocationTask, SingleLocationTask
 from dynamics.random import as_generator
 from dynamics.validation import (
     check_finite_array,
@@ -88,7 +88,7 @@ __all__ = [
     "REFERENCE",
     "TIME_UNIT",
     "MultiHeadErf",
-    "MultiLocation",
+    "MultiLocationTask",
     "TransformerLayer",
     "as_multi_location",
     "layer_norm",
@@ -101,7 +101,7 @@ LN_EPS = 1e-5
 
 
 @dataclass(frozen=True, kw_only=True)
-class MultiLocation(LocationTask):
+class MultiLocationTask(LocationTask):
     """The multiple-location regression task (spec single_location.md Sec. 8.8, paper Eq. (30)).
 
     Y = sum_{i=1}^K x_{J_i}.v_i* + xi with (J_1, ..., J_K) uniform over ordered K-tuples of distinct positions,
@@ -137,13 +137,13 @@ class MultiLocation(LocationTask):
         return self.K * self.gamma ** 2 + self.eps ** 2
 
 
-def as_multi_location(task) -> MultiLocation:
-    """``task`` as a :class:`MultiLocation` (a ``SingleLocation`` of spec Sec. 1 is the case K = 1, Sec. 8.8)."""
-    if isinstance(task, MultiLocation):
+def as_multi_location(task) -> MultiLocationTask:
+    """``task`` as a :class:`MultiLocationTask` (a ``SingleLocationTask`` of spec Sec. 1 is the case K = 1, Sec. 8.8)."""
+    if isinstance(task, MultiLocationTask):
         return task
-    if isinstance(task, SingleLocation):
-        return MultiLocation(d=task.d, L=task.L, K=1, gamma=task.gamma, noise=task.noise)
-    raise ValueError(f"task must be a MultiLocation or a closedform.single_location.SingleLocation; got "
+    if isinstance(task, SingleLocationTask):
+        return MultiLocationTask(d=task.d, L=task.L, K=1, gamma=task.gamma, noise=task.noise)
+    raise ValueError(f"task must be a MultiLocationTask or a closedform.single_location.SingleLocationTask; got "
                      f"{type(task).__name__}")
 
 
@@ -161,7 +161,7 @@ def random_oracle_directions(task, rng=None) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q[:, 0::2].T), np.ascontiguousarray(q[:, 1::2].T)
 
 
-def _check_oracle(task: MultiLocation, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
+def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
     """(k_star, v_star) as (K, d) float64 arrays; ValueError unless jointly orthonormal (spec Sec. 1, Sec. 8.8)."""
     out = []
     for name, a in (("k_star", k_star), ("v_star", v_star)):
@@ -288,7 +288,7 @@ class MultiHeadErf(_TaskModel):
 
     Parameters
     ----------
-    task : MultiLocation or SingleLocation
+    task : MultiLocationTask or SingleLocationTask
     k_star, v_star : (K, d) float64
         Jointly orthonormal oracle directions (:func:`random_oracle_directions`).
     n_heads : int >= 1
@@ -367,7 +367,7 @@ class TransformerLayer(_TaskModel):
 
     Parameters
     ----------
-    task : MultiLocation or SingleLocation
+    task : MultiLocationTask or SingleLocationTask
     k_star, v_star : (K, d) float64
         Jointly orthonormal oracle directions (used by the data law and the probes).
     n_heads : int >= 1
