@@ -747,3 +747,22 @@ def linear_sample_complexity(task: GroupSparseTask, eps: float, *, const: float 
     eps = check_positive("eps", eps)
     const = check_positive("const", const)
     return const * task.d * task.D / eps
+
+
+def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]:
+    """The pre-training theorem's named predictions for ``task`` at accuracy ``eps_B`` (Sec. B.4), with the
+    unrecoverable Theta(1) constants set to 1.
+
+    Keys (each a float):
+
+    * ``horizon``: T* = max{D^3, 1/(D^3 eps_B^3)} (Sec. B.4).
+    * ``loss_order``: the loss order min{eps_B, D^-2} at T* (Sec. B.4 item 3).
+    * ``attention_lower_bound``: 1 - exp(-D), the attention on group j* at T* (Sec. B.4 item 1).
+    * ``direction_error_bound``: eps_B D exp(-sqrt D), the direction error of v_x at T* (Sec. B.4 item 2).
+    * ``beta_step1``: beta^(1) = eta sigma_x / sqrt(2 pi) after the first GD step, exact (Sec. B.3).
+    """
+    if not isinstance(task, GroupSparseTask):
+        raise TypeError(f"task must be a GroupSparseTask; got {type(task).__name__}")
+    return {"horizon": theorem_horizon(task, eps_B), "loss_order": theorem_loss_order(task, eps_B),
+            "attention_lower_bound": attention_lower_bound(task),
+            "direction_error_bound": direction_error_bound(task, eps_B), "beta_step1": beta_step1(task)}

@@ -1085,3 +1085,23 @@ def optimal_preconditioned_risk(task: ICLRegressionTask, Sigma) -> float:
     S = _check_cov(Sigma, task.d)
     G = optimal_preconditioner(task, S)
     return float(task.sigma2 + (np.trace(S) - np.trace(S @ S @ G)) / task.d)
+
+
+def theorem_predictions(task: ICLRegressionTask) -> dict[str, float]:
+    """The paper's named predictions for ``task``, assembled from the closed forms.
+
+    Keys (each a float):
+
+    * ``eta_star``: eta* = L / (L + d (1 + sigma^2)), the optimality condition mu^T omega = eta* of the trained
+      heads, spec §4.4, Eq. (4.3).
+    * ``loss_infimum``: inf F = 1 + sigma^2 - eta*, the infimum of the approximate loss (4.1), spec §4.4.
+    * ``gd_optimal_eta``, ``gd_optimal_risk``: step and risk of the best one-step GD predictor, spec §7.2,
+      Eq. (4.11).
+    * ``dgd_optimal_risk``: risk of the best debiased GD predictor (its step is eta*), spec §7.2.
+    * ``single_head_F``: F at the single-head optimum, spec §7.3.
+    """
+    task = _check_task(task)
+    eta_gd = gd_optimal_eta(task)
+    return {"eta_star": eta_star(task), "loss_infimum": loss_infimum(task), "gd_optimal_eta": eta_gd,
+            "gd_optimal_risk": float(gd_risk(task, eta_gd)), "dgd_optimal_risk": float(dgd_risk(task, eta_star(task))),
+            "single_head_F": float(single_head_optimum(task).F)}

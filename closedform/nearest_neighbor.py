@@ -939,3 +939,31 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
     # (N - 1) exp(-xi1 delta / 2) bounds the sum of q_j over the wrong-label tokens; q_{N+1}/q_{i*} bounds the self term
     bound = 2.0 * R * (prompts.N - 1) * math.exp(-xi1 * delta / 2.0) + R * np.exp(-(xi2 - xi1 * (1.0 - cstar)))
     return np.where(separation_gap(prompts) >= delta, bound**2, np.inf)
+
+
+def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, prompts: Prompts | None = None
+                        ) -> dict:
+    """The paper's named predictions for ``task``, assembled from the closed forms.
+
+    Keys:
+
+    * ``loss_at_init``: the loss at W^(0) (xi1 = 0, xi2 = sigma), closed form of Sec. A.5 (every prompt alike).
+    * ``first_step``: (xi1, xi2) after the first population GD step from W^(0), Sec. A.4-A.5.
+    * ``k_d``: the constant k_d = Theta(sqrt d) of Theorem A1 (Sec. A.6).
+    * ``loss_decay_bound`` (only with ``t``): Theorem A1's bound C / log t at the steps ``t`` >= 2 (Sec. A.6); the
+      constant C = poly(N, d) is unrecoverable from the paper, so it is the argument ``C`` (default 1).
+    * ``separation_gap`` (only with labelled ``prompts``): the largest delta for which each prompt lies in the
+      separation event A_delta of Theorem A2 (Sec. A.6), one value per prompt.
+    """
+    if not isinstance(task, NearestNeighborTask):
+        raise TypeError(f"task must be a NearestNeighborTask; got {type(task).__name__}")
+    C = check_positive("C", C)
+    if prompts is not None and not isinstance(prompts, Prompts):
+        raise TypeError(f"prompts must be a Prompts sample or None; got {type(prompts).__name__}")
+    out = {"loss_at_init": float(loss_xi1_zero(task.N, task.sigma)[0]), "first_step": first_step(task),
+           "k_d": k_d(task.d)}
+    if t is not None:
+        out["loss_decay_bound"] = loss_decay_bound(check_finite_array("t", t, ndim=(0, 1)), C)
+    if prompts is not None:
+        out["separation_gap"] = separation_gap(prompts)
+    return out

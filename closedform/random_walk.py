@@ -992,3 +992,25 @@ def _check_reduced(task: RandomWalkTask, V, a, c):
     K, N = task.K, task.N
     return (check_finite_array("V", V, shape=(K, K)), check_finite_array("a", a, shape=(K,)),
             check_finite_array("c", c, shape=(N,)))
+
+
+def theorem_predictions(task: RandomWalkTask) -> dict:
+    """The paper's named predictions for ``task`` (Theorems C1 and C2, Sec. C.6), assembled from the closed forms.
+
+    Keys:
+
+    * ``optimal_accuracy``: the Bayes accuracy max{p, 1 - p} (Sec. C.1, Theorem C1 item 1).
+    * ``theorem_accuracy``: the test accuracy after enough GD steps: max{p, 1 - p} (Theorem C1) or 1/K (Theorem C2);
+      None when neither theorem covers the task (p in {0, 1} with N - 1 not a multiple of K).
+    * ``theorem_attention``: the limiting attention over the N positions, (N,) array (Sec. C.6), or None as above.
+    * ``failure_theorem_applies``: whether Theorem C2 (p in {0, 1}, N = r K + 1) applies.
+    * ``direction_limit_distance``: the floor of the Theorem C1 item 3 direction error under GD (Sec. C.7).
+    """
+    if not isinstance(task, RandomWalkTask):
+        raise TypeError(f"task must be a RandomWalkTask; got {type(task).__name__}")
+    covered = 0.0 < task.p < 1.0 or failure_theorem_applies(task)
+    return {"optimal_accuracy": optimal_accuracy(task.p),
+            "theorem_accuracy": theorem_accuracy(task) if covered else None,
+            "theorem_attention": theorem_attention(task) if covered else None,
+            "failure_theorem_applies": failure_theorem_applies(task),
+            "direction_limit_distance": direction_limit_distance(task.p)}

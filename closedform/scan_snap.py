@@ -67,7 +67,7 @@ REFERENCE = {
 TIME_UNIT = "step (optimizer steps; flows integrate in the same unit, spec scan_snap.md Sec. 0.2)"
 
 __all__ = [
-    "REFERENCE", "TIME_UNIT", "SequenceClasses", "ScanSnapTask", "TransitionTimes",
+    "REFERENCE", "theorem_predictions", "TIME_UNIT", "SequenceClasses", "ScanSnapTask", "TransitionTimes",
     "flow", "map", "composite_flow", "random_init",
     "population_gradient", "lemma1_gradient",
     "attention_maps", "unit_attention", "distinct_entropy", "decoder_stats", "token_drive",
@@ -1020,3 +1020,25 @@ def _corollary2(classes: SequenceClasses) -> bool:
     ref = np.sort(classes.P[0, classes.distinct_tokens(0)])
     return all(np.allclose(np.sort(classes.P[n, classes.distinct_tokens(n)]), ref, rtol=1e-12, atol=0)
                if classes.distinct_tokens(n).size == ref.size else False for n in range(classes.K))
+
+
+def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
+    """The paper's named time-scale predictions for ``task`` (uniform class probabilities), from Lemma 9.
+
+    Keys (each a float, in optimizer steps, :data:`TIME_UNIT`):
+
+    * ``t0``: 2 K ln M / eta_Y, the transition time of the paper (Theorem 4(a), omega1 dropped), spec Sec. 2.4.
+    * ``t0_omega1``: 2 (1 + omega1) K ln M / eta_Y, the same with the omega1 correction kept (spec Sec. 2.4).
+    * ``t0p``: K ln M / eta_Y, the end of the decoder's growing regime (Lemma 9, spec Sec. 2.4).
+    * ``omega1``: M h = (1 + omega1) ln M is the larger root of exp(M h) = (M - 1) M h (Lemma 9, spec Sec. 2.4).
+    * ``t_peak``: time of the peak of the speed gamma(t) of the attention drive (derived, spec Sec. 2.4).
+    * ``t_half``: time at which the target-token probability alpha_{n, tgt(n)} reaches 1/2 (derived, spec Sec. 2.4).
+
+    The growth factors chi_l(t) = exp(2 (z_l(t) - z_l(0))) of Theorem 3 (spec Sec. 3.3) depend on a run: see
+    :func:`growth_factor` and :func:`theorem3_bounds`.
+    """
+    if not isinstance(task, ScanSnapTask):
+        raise TypeError(f"task must be a ScanSnapTask; got {type(task).__name__}")
+    tt = transition_time(task)
+    return {"t0": float(tt.t0), "t0_omega1": float(tt.t0_omega1), "t0p": float(tt.t0p), "omega1": float(tt.omega1),
+            "t_peak": float(tt.t_peak), "t_half": float(tt.t_half)}

@@ -76,7 +76,7 @@ REFERENCE = {
 }
 
 __all__ = [
-    "REFERENCE",
+    "REFERENCE", "theorem_predictions",
     "TIME_UNIT",
     "FixedPoint",
     "LamSchedule",
@@ -1377,3 +1377,22 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
              "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "save_every": save_every}}
     return dynamics.Trajectory.from_arrays(saved, names=["kappa", "nu", "theta", "eta", "rho", "lam"],
                                            time=steps.astype(np.float64), step=steps, variables=derived, attrs=attrs)
+
+
+def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float]:
+    """The paper's named risk predictions for ``task`` at temperature ``lam``, assembled from the closed forms.
+
+    Keys (each a float):
+
+    * ``oracle_risk``: R_lambda(k*, v*) of the erf oracle, paper Theorem 1 ("in particular" part), spec Sec. 5.2.
+    * ``oracle_excess_risk``: ``oracle_risk`` - eps^2; it tends to 0 under Corollary 2's scaling (spec Sec. 5.3).
+    * ``bayes_risk_lower_bound``: eps^2, paper Eq. (8) (spec Sec. 5.3).
+    * ``linear_risk``: risk of the optimal linear predictor, uniform J0, paper Proposition 3 (spec Sec. 5.4).
+    * ``null_risk``: eps^2 + gamma^2, the risk of the zero predictor (the large-L limit of ``linear_risk``, Sec. 5.4).
+    """
+    task = _task(task)
+    lam = check_positive("lam", lam)
+    oracle = float(oracle_risk(task, lam))
+    eps2 = bayes_risk_lower_bound(task)
+    return {"oracle_risk": oracle, "oracle_excess_risk": oracle - eps2, "bayes_risk_lower_bound": eps2,
+            "linear_risk": linear_risk(task), "null_risk": eps2 + task.gamma ** 2}
