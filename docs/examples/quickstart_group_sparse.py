@@ -13,14 +13,14 @@ import numpy as np
 
 from closedform import group_sparse as gs
 from dynamics import SaveAt, overlay
-from empirical.models.group_sparse import GroupSparseAttention, config, training_samples
+from empirical.models.group_sparse import build, config, training_samples
 from empirical.train import train
 
 task = gs.GroupSparseTask(d=4, D=6, jstar=2, eta=0.5)
-print("theorem horizon T* at eps_B = 0.1:", gs.theorem_horizon(task, 0.1))
+print("theorem horizon T* at eps_B = 0.1:", gs.theorem_predictions(task, 0.1)["horizon"])
 v_star = np.array([0.6, 0.0, 0.8, 0.0])                                    # the label direction in group j*
 data = training_samples(task, 400, range(8), v_star, mirror=True)          # mirrored: the symmetries hold exactly
-model = GroupSparseAttention(task, data=data)
+model = build(task, data=data)
 learned = train(model, config("gd", model, 60, saveat=SaveAt(every=6)))       # full-batch GD from zero, 8 seeds
 
 

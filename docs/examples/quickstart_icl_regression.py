@@ -12,12 +12,12 @@ import matplotlib.pyplot as plt
 
 from closedform import icl_regression as icl
 from dynamics import SaveAt, overlay
-from empirical.models.icl_regression import ICLAttention
+from empirical.models.icl_regression import build
 from empirical.train import TrainConfig, train
 
 task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
 print("approximate loss at the start:", icl.approx_loss(task, [0.1, -0.1], [0.2, -0.2]))
-model = ICLAttention(task, H=2, omega0=[0.1, -0.1], mu0=[0.2, -0.2])   # every seed starts on the pattern (3.1)
+model = build(task, 2, omega0=[0.1, -0.1], mu0=[0.2, -0.2])            # every seed starts on the pattern (3.1)
 config = TrainConfig(seeds=tuple(range(8)), n_steps=800, batch_size=256, lr=0.05, saveat=SaveAt(every=100))
 learned = train(model, config)                                          # SGD on the plain MSE (no 1/2)
 
@@ -30,5 +30,5 @@ theory_run, learned = overlay(theory, learned, state_variables=("omega_0", "omeg
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run.mu_dot_omega.T, "k--", lw=1)
 ax.plot(learned.step, learned.mu_dot_omega.T, alpha=0.6)
-ax.axhline(icl.eta_star(task), color="0.5", lw=0.8)                       # the optimality condition (4.3)
+ax.axhline(icl.theorem_predictions(task)["eta_star"], color="0.5", lw=0.8)  # the optimality condition (4.3)
 ax.set(xlabel="SGD step", ylabel="mu^T omega", title="GD on F (dashed) vs torch SGD; grey: eta*")

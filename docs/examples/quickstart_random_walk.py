@@ -10,13 +10,13 @@ import matplotlib.pyplot as plt
 
 from closedform import random_walk as rw
 from dynamics import SaveAt, overlay
-from empirical.models.random_walk import RandomWalkAttention, config, walk_samples
+from empirical.models.random_walk import build, config, walk_samples
 from empirical.train import train
 
 task = rw.RandomWalkTask(K=6, N=13, p=0.7, M=14)                         # exactly orthogonal positional code
-print("optimal accuracy max(p, 1 - p):", rw.optimal_accuracy(task.p))
+print("optimal accuracy max(p, 1 - p):", rw.theorem_predictions(task)["optimal_accuracy"])
 data, _ = walk_samples(task, 400, seeds=range(8))                        # one fixed walk sample per seed
-model = RandomWalkAttention(task, data=data)
+model = build(task, data=data)
 learned = train(model, config("gd", model, 20, saveat=SaveAt(every=2)))     # full-batch GD from zero, 8 seeds
 
 

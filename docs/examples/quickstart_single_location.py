@@ -14,7 +14,7 @@ from empirical.models import single_location as esl
 from empirical.train import train
 
 task = sl.SingleLocationTask(d=40, L=5)                               # gamma^2 = 1/2, no noise
-print("erf-oracle excess risk at lambda = 0.3:", sl.excess_risk(task, 0.3, 1.0, 1.0))
+print("erf-oracle excess risk at lambda = 0.3:", sl.theorem_predictions(task, 0.3)["oracle_excess_risk"])
 config = esl.config("fig5", seeds=range(8), n_steps=1000, lam=0.3, alpha=0.02, batch_size=200, log_every=50)
 learned = train(esl.build(task, rng=0), config)                   # online SGD, 8 seeds at once
 
