@@ -262,3 +262,19 @@ def test_random_walk_theorem_predictions():
     assert q["optimal_accuracy"] == 1.0 and q["direction_limit_distance"] == 0.0
     uncovered = rw.theorem_predictions(rw.RandomWalkTask(K=3, N=6, p=1.0, M=14))
     assert uncovered["theorem_accuracy"] is None and uncovered["theorem_attention"] is None
+
+
+def test_single_location_transformer_build_draws_the_oracle_like_random_oracle_directions():
+    """The same rng gives the same oracle directions as a direct draw (Sec. 8.8 recipe), for both kinds."""
+    pytest.importorskip("torch")
+    from empirical.models import single_location_transformer as slt
+
+    task = slt.MultiLocationTask(d=8, L=4, K=2, gamma=0.7, noise=0.1)
+    k_star, v_star = slt.random_oracle_directions(task, np.random.default_rng(3))
+    for kind, cls in (("transformer", slt.TransformerLayer), ("multihead_erf", slt.MultiHeadErf)):
+        model = slt.build(task, kind, rng=np.random.default_rng(3), n_heads=2)
+        assert isinstance(model, cls) and model.H == 2
+        np.testing.assert_array_equal(model.k_star_np, k_star)
+        np.testing.assert_array_equal(model.v_star_np, v_star)
+    with pytest.raises(ValueError, match="kind"):
+        slt.build(task, "lstm")

@@ -78,6 +78,7 @@ import torch
 from closedform.single_location import REFERENCE, TIME_UNIT, LocationTask, SingleLocationTask
 from dynamics.random import as_generator
 from dynamics.validation import (
+    check_choice,
     check_finite_array,
     check_int,
     check_nonneg,
@@ -85,12 +86,14 @@ from dynamics.validation import (
 from empirical.train import per_seed
 
 __all__ = [
+    "KINDS",
     "REFERENCE",
     "TIME_UNIT",
     "MultiHeadErf",
     "MultiLocationTask",
     "TransformerLayer",
     "as_multi_location",
+    "build",
     "layer_norm",
     "random_oracle_directions",
     "sample_tokens",
@@ -498,3 +501,23 @@ class TransformerLayer(_TaskModel):
         out = super().evaluate(params, batch, hyper)
         out.update(self._alignments(None, self.mlp_corrected_value_directions(params, batch["X"]), prefix_v="nu_mlp"))
         return out
+
+
+#: The models of :func:`build`: the one-layer Transformer (Sec. 8.7, 8.9) and the multi-head erf predictor (Sec. 8.8).
+KINDS = ("transformer", "multihead_erf")
+
+
+def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwargs):
+    """The torch model of ``task`` with oracle directions drawn by :func:`random_oracle_directions` from ``rng``.
+
+    ``task`` is a :class:`MultiLocationTask` or a ``closedform.single_location.SingleLocationTask`` (one location,
+    spec Sec. 8.7). ``kind="transformer"``: the one-layer Transformer with a register token, paper Eq. (29)
+    (:class:`TransformerLayer`); ``kind="multihead_erf"``: the multi-head erf predictor, paper Eq. (31)
+    (:class:`MultiHeadErf`; ``kwargs`` may hold ``lam_floor``). ``n_heads`` heads.
+    """
+    check_choice("kind", kind, KINDS)
+    # the paper uses 1 or K = 2 heads; 4096 keeps a typo from allocating H d x d matrices per seed
+    n_heads = check_int("n_heads", n_heads, min_value=1, max_value=4096)
+    k_star, v_star = random_oracle_directions(task, rng)
+    cls = TransformerLayer if kind == "transformer" else MultiHeadErf
+    return cls(task, k_star=k_star, v_star=v_star, n_heads=n_heads, **kwargs)
