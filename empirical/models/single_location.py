@@ -11,7 +11,7 @@ Symbol table
 ===================== ============== ============================================== =============== ==============
 code                  paper symbol   meaning                                        shape           spec
 ===================== ============== ============================================== =============== ==============
-task                  (d, L, gamma,  the task of the closed form                    SingleLocationTask  Sec. 1
+task                  (d, L, gamma,  the task: closedform SingleLocationTask         dataclass       Sec. 1
                       eps)
 k_star, v_star        k*, v*         oracle directions (orthonormal; shared by the  (d,) float64    Sec. 1
                                      seeds of one model object)

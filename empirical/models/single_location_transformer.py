@@ -8,27 +8,27 @@ Reference: :data:`closedform.single_location.REFERENCE` (Marion, Berthier, Biau,
 
 Symbol table
 ------------
-================== =============== ================================================== ================ ==========
-code               paper symbol    meaning                                            shape            spec
-================== =============== ================================================== ================ ==========
-d, L, K            d, L, K         token dimension, tokens per sequence, locations    int              8.8
-gamma, noise       gamma, eps      informative-token std, output-noise std            float            1, 8.8
-k_star, v_star     k_i*, v_i*      oracle directions (jointly orthonormal)            (K, d)           8.8
-J                  J_1..J_K        latent locations (distinct, 0-based)               (n, K) int       8.8
-X, y               X, Y            tokens and output                                  (n, L, d), (n,)  1, 8.8
-lam                lambda          inverse temperature of the erf heads               float            2.3, 8.8
-k, v               k_h, v_h        erf heads' key / value directions (unit)           (S, H, d)        8.8
-z_reg              z_reg           register token (drawn once per seed, not trained)  (S, d)           8.7
-W_Q, W_K, W_V      W_Q^h ...       attention weights (d_head = d)                     (S, H, d, d)     8.7
-W_O                W_O^h           output projection (H > 1 only; identity for H = 1) (S, H, d, d)     8.7, 8.9
+================== =============== ================================================== ================= ==========
+code               paper symbol    meaning                                            shape             spec
+================== =============== ================================================== ================= ==========
+d, L, K            d, L, K         token dimension, tokens per sequence, locations    int               8.8
+gamma, noise       gamma, eps      informative-token std, output-noise std            float             1, 8.8
+k_star, v_star     k_i*, v_i*      oracle directions (jointly orthonormal)            (K, d)            8.8
+J                  J_1..J_K        latent locations (distinct, 0-based)               (n, K) int        8.8
+X, y               X, Y            tokens and output                                  (n, L, d), (n,)   1, 8.8
+lam                lambda          inverse temperature of the erf heads               float             2.3, 8.8
+k, v               k_h, v_h        erf heads' key / value directions (unit)           (S, H, d)         8.8
+z_reg              z_reg           register token (drawn once per seed, not trained)  (S, d)            8.7
+W_Q, W_K, W_V      W_Q^h ...       attention weights (d_head = d)                     (S, H, d, d)      8.7
+W_O                W_O^h           output projection (H > 1 only; identity for H = 1) (S, H, d, d)      8.7, 8.9
 W_1, b_1, W_2, b_2 W_1, b_1, ...   residual MLP (width d, ReLU)                       (S, d, d), (S, d) 8.7
-u                  u               read-out vector                                    (S, d)           8.7
-QK                 W_Q^h W_K^h^T   query-key matrix of head h                         (S, H, d, d)     8.7
-k_hat              k_hat_h         key-side top singular vector of QK_h               (S, H, d)        8.7
-v_hat              v_hat_h         W_V^h W_O^h u                                      (S, H, d)        8.7
-sv_ratio           sv_1 / sv_2     rank-one ratio of QK_h                             (S, H)           8.7
-kappa, nu, ...     kappa, nu, ...  order parameters (names of the closed form)        (S,)             4.1, 8.7
-================== =============== ================================================== ================ ==========
+u                  u               read-out vector                                    (S, d)            8.7
+QK                 W_Q^h W_K^h^T   query-key matrix of head h                         (S, H, d, d)      8.7
+k_hat              k_hat_h         key-side top singular vector of QK_h               (S, H, d)         8.7
+v_hat              v_hat_h         W_V^h W_O^h u                                      (S, H, d)         8.7
+sv_ratio           sv_1 / sv_2     rank-one ratio of QK_h                             (S, H)            8.7
+kappa, nu, ...     kappa, nu, ...  order parameters (names of the closed form)        (S,)              4.1, 8.7
+================== =============== ================================================== ================= ==========
 
 Logged variables (trainer probes + evaluation, the closed form's names where they exist):
 
