@@ -299,12 +299,174 @@ def kernel({args}):
 _COPY_SAVE = """                    for m in range(n):
                         out[m] = x[m]"""
 
+# Steps of a lane pair between two checks of their flags (bounds the work redone after a flagged block).
+PAIR_BLOCK = 512
+
+_MAP = '''
+@njit(cache=CACHE, fastmath=False)
+def run_one(x, p, i, k, kb, k_end, j, save_k, Y, active, status, bound, tol, stop_at, flush, last, buf):
+    """Steps k -> kb of trajectory i (state x, parameters p) with every check made after every step; writes the
+    saves due at steps in (k, kb] (and, when the trajectory stops, its frozen state into the saves up to k_end).
+    Records the size of the step into k_end in last[i]. Returns (next save index, still running)."""
+    n = {n_one}
+    n_save = save_k.shape[0]
+    while k < kb:
+        MODEL(k, x, p, buf)
+        k += 1
+        bad = -1
+        for m in range(n):  # written out (not a helper) so that a constant n unrolls it
+            if bad < 0 and not abs(buf[m]) <= bound:
+                bad = m
+        if bad >= 0:
+            status[i, 0] = 1
+            status[i, 1] = k
+            status[i, 2] = bad
+            return j, False
+        moved = 0.0
+        for m in range(n):
+            v = buf[m]
+            if flush and abs(v) < 2.2250738585072014e-308:
+                v = v * 0.0
+            dv = abs(v - x[m])
+            if dv > moved:
+                moved = dv
+            x[m] = v
+        if k == k_end:
+            last[i] = moved
+        if moved < tol:
+            active[i] = False
+            stop_at[i] = k
+            last[i] = moved
+            j = fill_frozen(Y[i], j, save_k, k_end, x)
+            return j, False
+        while j < n_save and save_k[j] == k:
+            out = Y[i, j]
+            for m in range(n):
+                out[m] = x[m]
+            j += 1
+    return j, True
+
+
+@njit(cache=CACHE, fastmath=False)
+def kernel(X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol, stop_at, flush, last, W):
+    """Advance each trajectory by the map MODEL from step k_start to k_end.
+
+    Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
+    (stopped) trajectories keep their state and have their saves filled with it. last[i] receives the max-norm
+    size of the step into k_end (or of the step at which the trajectory stopped).
+
+    Trajectories run in pairs (2i, 2i+1) whose steps are interleaved, so that the two independent dependency
+    chains overlap in the CPU (a step of one trajectory is a serial chain of latencies). Inside a block of at most
+    {block} steps, ending before the next save point and before the last step, a pair records in one flag per
+    trajectory whether any step produced a value that is NaN or beyond the bound, or (with tol) a step smaller than
+    tol; a flagged trajectory is set back to the block's start and the block is run again by run_one, which makes
+    every check after every step, so the reported step and variable and all results are those of one-at-a-time
+    runs, bit for bit. The last step of each trajectory is always taken by run_one (it records last[i])."""
+    n_traj = X.shape[0]
+    n = {n_state}
+    n_save = save_k.shape[0]
+    shared = P.shape[0] == 1
+    ba = W[0]
+    bb = W[1]
+    sa = W[2]
+    sb = W[3]
+    use_tol = tol >= 0.0
+    for a in range(0, n_traj, 2):
+        b = a + 1
+        oka = status[a, 0] == 0  # trajectories that failed in an earlier call are left as they are
+        okb = b < n_traj and status[b, 0] == 0
+        ra = oka and active[a]
+        rb = okb and active[b]
+        k = k_start
+        j = j_start
+        while j < n_save and save_k[j] == k:
+            for i in range(a, min(b + 1, n_traj)):
+                if status[i, 0] == 0:  # a stopped trajectory saves its frozen state
+                    for m in range(n):
+                        Y[i, j, m] = X[i, m]
+            j += 1
+        ja = j
+        jb = j
+        xa = X[a]
+        pa = P[0] if shared else P[a]
+        xb = X[b if b < n_traj else a]
+        pb = P[0] if shared else P[b if b < n_traj else a]
+        while ra and rb and k < k_end - 1:
+            kn = min(k + {block}, k_end - 1)
+            if ja < n_save and save_k[ja] < kn:
+                kn = save_k[ja]
+            for m in range(n):
+                sa[m] = xa[m]
+                sb[m] = xb[m]
+            fa = False
+            fb = False
+            kk = k
+            while kk < kn:
+                MODEL(kk, xa, pa, ba)
+                MODEL(kk, xb, pb, bb)
+                kk += 1
+                ma = 0.0
+                mb = 0.0
+                for m in range(n):
+                    v = ba[m]
+                    fa |= not abs(v) <= bound
+                    if flush and abs(v) < 2.2250738585072014e-308:
+                        v = v * 0.0
+                    if use_tol:
+                        ma = max(ma, abs(v - xa[m]))
+                    xa[m] = v
+                for m in range(n):
+                    v = bb[m]
+                    fb |= not abs(v) <= bound
+                    if flush and abs(v) < 2.2250738585072014e-308:
+                        v = v * 0.0
+                    if use_tol:
+                        mb = max(mb, abs(v - xb[m]))
+                    xb[m] = v
+                if use_tol:
+                    fa |= ma < tol
+                    fb |= mb < tol
+            if fa:
+                for m in range(n):
+                    xa[m] = sa[m]
+                ja, ra = run_one(xa, pa, a, k, kn, k_end, ja, save_k, Y, active, status, bound, tol, stop_at,
+                                 flush, last, ba)
+            else:
+                while ja < n_save and save_k[ja] == kn:
+                    for m in range(n):
+                        Y[a, ja, m] = xa[m]
+                    ja += 1
+            if fb:
+                for m in range(n):
+                    xb[m] = sb[m]
+                jb, rb = run_one(xb, pb, b, k, kn, k_end, jb, save_k, Y, active, status, bound, tol, stop_at,
+                                 flush, last, bb)
+            else:
+                while jb < n_save and save_k[jb] == kn:
+                    for m in range(n):
+                        Y[b, jb, m] = xb[m]
+                    jb += 1
+            k = kn
+        if ra:
+            ja, ra = run_one(xa, pa, a, k, k_end, k_end, ja, save_k, Y, active, status, bound, tol, stop_at, flush,
+                             last, ba)
+        if rb:
+            jb, rb = run_one(xb, pb, b, k, k_end, k_end, jb, save_k, Y, active, status, bound, tol, stop_at, flush,
+                             last, bb)
+        if oka:
+            if status[a, 0] == 0 and not active[a]:
+                ja = fill_frozen(Y[a], ja, save_k, k_end, xa)
+            status[a, 3] = ja
+        if okb:
+            if status[b, 0] == 0 and not active[b]:
+                jb = fill_frozen(Y[b], jb, save_k, k_end, xb)
+            status[b, 3] = jb
+'''
+
 
 def _map_source(tableau, n_state) -> str:
-    return _GRID.format(n_state=n_state,
-        args="X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol, stop_at, flush, buf",
-        doc="Advance each trajectory by the map MODEL from step k_start to k_end.", views="",
-        save=_COPY_SAVE, step="                MODEL(k, x, p, buf)", tol="tol", stop_value="k")
+    n_one = "x.shape[0]" if n_state == "X.shape[1]" else n_state
+    return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK)
 
 
 def _fixed_source(tab, n_state) -> str:

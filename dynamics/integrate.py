@@ -344,7 +344,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
     stop_at = np.full(n_traj, -1, dtype=np.int64)
-    buf = np.empty(n_state)
+    last = np.full(n_traj, np.nan)
+    work = np.empty((4, n_state))
     n_saved = save_steps.size
     partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs)
     chunks = _chunks(0, n_steps, progress, save_steps if stop is not None else ())
@@ -352,7 +353,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
         for a, b in chunks:
             j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
             kernel(X, P, a, b, save_steps, j_start, Y, active, status, bound, tol, stop_at, bool(flush_subnormals),
-                   buf)
+                   last, work)
             _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
             bar.update(b - a)
             if stop is not None and save_steps.size:
