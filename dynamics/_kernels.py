@@ -17,8 +17,9 @@ from its module by qualified name, so numba inlines it as if hand-written) and c
 * A model function that cannot be imported by name (defined in ``__main__`` or inside a function) gets the same
   kernel compiled in memory, without disk caching.
 
-Kernels run the whole batch one trajectory after the other (a batched run does exactly the arithmetic of
-one-at-a-time runs) and write saves into a pre-allocated array inside the compiled loop.
+Kernels run every trajectory with exactly the arithmetic of a one-at-a-time run (a batched run equals the
+one-at-a-time runs bit for bit) and write saves into a pre-allocated array inside the compiled loop. The map kernel
+interleaves the steps of two trajectories (see its docstring); the ODE kernels run one trajectory after the other.
 """
 
 from __future__ import annotations
@@ -249,7 +250,8 @@ def kernel({args}):
     """{doc}
 
     Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
-    (stopped) trajectories keep their state and have their saves filled with it."""
+    (stopped) trajectories keep their state and have their saves filled with it. last[i] receives the max-norm of
+    the vector field at the grid state reached (k_end, or the grid point where the trajectory stopped)."""
     n_traj = X.shape[0]
     n = {n_state}
     n_save = save_k.shape[0]
@@ -291,6 +293,12 @@ def kernel({args}):
                     active[i] = False
                     stop_at[i] = {stop_value}
                     break
+            if status[i, 0] == 0:  # size of the vector field at the state reached (last[i])
+                MODEL(t0 + k * dt, x, p, buf)
+                fmax = 0.0
+                for m in range(n):
+                    fmax = max(fmax, abs(buf[m]))
+                last[i] = fmax
         if status[i, 0] == 0 and not active[i]:
             j = fill_frozen(Y[i], j, save_k, k_end, x)
         status[i, 3] = j
@@ -486,7 +494,7 @@ def _fixed_source(tab, n_state) -> str:
     step = "                t = t0 + k * dt\n" + "\n".join(_rk_step(tab, "t", "x", "dt", "buf", " " * 16))
     return _GRID.format(
         n_state=n_state, args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, "
-             "flush, K, yt, buf",
+             "flush, last, K, yt, buf",
         doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
             "between grid points is a partial step save_h[j] from grid point save_k[j].",
         views=_stage_views(tab, "K", "    "), save=save, step=step, tol="tol * dt", stop_value="t0 + k * dt")
