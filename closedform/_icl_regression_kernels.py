@@ -10,6 +10,9 @@ Parameter vectors handed to the ``dynamics`` engine:
 - GD (:func:`gd_step`): ``p = [d, cL, lr]``.
 
 The state of the general-H kernels is ``x = (omega_1..omega_H, mu_1..mu_H)`` (H = len(x) // 2).
+
+The engine kernels ``gd_step`` and ``flow_rhs`` allocate nothing and are compiled with ``_nrt=False``: the views
+``x[:H]`` they pass on otherwise cost seven atomic reference-count pairs per call (~30 % of a step at H = 8).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
             G_mu[n, h] *= 2.0
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, fastmath=False, _nrt=False)
 def flow_rhs(t, y, p, dy):
     """Gradient flow of F/2 for H heads, state (omega, mu): spec §5.1 (flow of F/2, time convention §0.3)."""
     H = y.shape[0] // 2
@@ -91,7 +94,7 @@ def flow_rhs(t, y, p, dy):
         dy[j] = -dy[j]
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, fastmath=False, _nrt=False)
 def gd_step(k, x, p, out):
     """One GD step on F/2 with learning rate ``p[2]``: spec §5.1 (the authors' helper ``gradient_flow``)."""
     H = x.shape[0] // 2
