@@ -415,66 +415,52 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol,
                 kk += 1
                 ma = 0.0
                 mb = 0.0
-                for m in range(n):
-                    v = ba[m]
-                    fa |= not abs(v) <= bound
-                    if flush and abs(v) < 2.2250738585072014e-308:
-                        v = v * 0.0
-                    if use_tol:
-                        ma = max(ma, abs(v - xa[m]))
-                    xa[m] = v
-                for m in range(n):
-                    v = bb[m]
-                    fb |= not abs(v) <= bound
-                    if flush and abs(v) < 2.2250738585072014e-308:
-                        v = v * 0.0
-                    if use_tol:
-                        mb = max(mb, abs(v - xb[m]))
-                    xb[m] = v
-                if use_tol:
+{commit_a}{commit_b}                if use_tol:
                     fa |= ma < tol
                     fb |= mb < tol
-            if fa:
+{end_a}{end_b}            k = kn
+{tail_a}{tail_b}{fin_a}{fin_b}'''
+
+
+# Per-lane pieces of the pair loop of _MAP, written once for lane "a" and renamed for lane "b" (trajectory index,
+# state x_, parameters p_, buffer b_, block start s_, flag f_, step size m_, save index j_, running r_, ok_).
+_LANE = {
+    "commit": """                for m in range(n):
+                    v = b@[m]
+                    f@ |= not abs(v) <= bound
+                    if flush and abs(v) < 2.2250738585072014e-308:
+                        v = v * 0.0
+                    if use_tol:
+                        m@ = max(m@, abs(v - x@[m]))
+                    x@[m] = v
+""",
+    "end": """            if f@:
                 for m in range(n):
-                    xa[m] = sa[m]
-                ja, ra = run_one(xa, pa, a, k, kn, k_end, ja, save_k, Y, active, status, bound, tol, stop_at,
-                                 flush, last, ba)
+                    x@[m] = s@[m]
+                j@, r@ = run_one(x@, p@, @, k, kn, k_end, j@, save_k, Y, active, status, bound, tol, stop_at,
+                                 flush, last, b@)
             else:
-                while ja < n_save and save_k[ja] == kn:
+                while j@ < n_save and save_k[j@] == kn:
                     for m in range(n):
-                        Y[a, ja, m] = xa[m]
-                    ja += 1
-            if fb:
-                for m in range(n):
-                    xb[m] = sb[m]
-                jb, rb = run_one(xb, pb, b, k, kn, k_end, jb, save_k, Y, active, status, bound, tol, stop_at,
-                                 flush, last, bb)
-            else:
-                while jb < n_save and save_k[jb] == kn:
-                    for m in range(n):
-                        Y[b, jb, m] = xb[m]
-                    jb += 1
-            k = kn
-        if ra:
-            ja, ra = run_one(xa, pa, a, k, k_end, k_end, ja, save_k, Y, active, status, bound, tol, stop_at, flush,
-                             last, ba)
-        if rb:
-            jb, rb = run_one(xb, pb, b, k, k_end, k_end, jb, save_k, Y, active, status, bound, tol, stop_at, flush,
-                             last, bb)
-        if oka:
-            if status[a, 0] == 0 and not active[a]:
-                ja = fill_frozen(Y[a], ja, save_k, k_end, xa)
-            status[a, 3] = ja
-        if okb:
-            if status[b, 0] == 0 and not active[b]:
-                jb = fill_frozen(Y[b], jb, save_k, k_end, xb)
-            status[b, 3] = jb
-'''
+                        Y[@, j@, m] = x@[m]
+                    j@ += 1
+""",
+    "tail": """        if r@:
+            j@, r@ = run_one(x@, p@, @, k, k_end, k_end, j@, save_k, Y, active, status, bound, tol, stop_at, flush,
+                             last, b@)
+""",
+    "fin": """        if ok@:
+            if status[@, 0] == 0 and not active[@]:
+                j@ = fill_frozen(Y[@], j@, save_k, k_end, x@)
+            status[@, 3] = j@
+""",
+}
 
 
 def _map_source(tableau, n_state) -> str:
     n_one = "x.shape[0]" if n_state == "X.shape[1]" else n_state
-    return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK)
+    pieces = {f"{part}_{lane}": text.replace("@", lane) for part, text in _LANE.items() for lane in "ab"}
+    return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK, **pieces)
 
 
 def _fixed_source(tab, n_state) -> str:
