@@ -244,6 +244,14 @@ def _stage_views(tab, src: str, indent: str) -> str:
     return "\n".join(f"{indent}k{q} = {src}[{q}]" for q in range(tab.stages))
 
 
+def _check_source(indent: str, leave: str) -> str:
+    """Lines that record status (1, k, first bad component) and ``leave`` when a component of ``buf`` is NaN or
+    beyond ``bound`` (written out, not a helper call, so that a constant n unrolls the loop)."""
+    body = ["bad = -1", "for m in range(n):", "    if bad < 0 and not abs(buf[m]) <= bound:", "        bad = m",
+            "if bad >= 0:", "    status[i, 0] = 1", "    status[i, 1] = k", "    status[i, 2] = bad", f"    {leave}"]
+    return "\n".join(indent + line for line in body)
+
+
 _GRID = '''
 @njit(cache=CACHE, fastmath=False)
 def kernel({args}):
@@ -274,15 +282,7 @@ def kernel({args}):
                     break
 {step}
                 k += 1
-                bad = -1
-                for m in range(n):  # written out (not a helper) so that a constant n unrolls it
-                    if bad < 0 and not abs(buf[m]) <= bound:
-                        bad = m
-                if bad >= 0:
-                    status[i, 0] = 1
-                    status[i, 1] = k
-                    status[i, 2] = bad
-                    break
+{check}
                 if tol < 0.0:
                     for m in range(n):
                         v = buf[m]
@@ -321,15 +321,7 @@ def run_one(x, p, i, k, kb, k_end, j, save_k, Y, active, status, bound, tol, sto
     while k < kb:
         MODEL(k, x, p, buf)
         k += 1
-        bad = -1
-        for m in range(n):  # written out (not a helper) so that a constant n unrolls it
-            if bad < 0 and not abs(buf[m]) <= bound:
-                bad = m
-        if bad >= 0:
-            status[i, 0] = 1
-            status[i, 1] = k
-            status[i, 2] = bad
-            return j, False
+{check}
         moved = 0.0
         for m in range(n):
             v = buf[m]
@@ -460,7 +452,8 @@ _LANE = {
 def _map_source(tableau, n_state) -> str:
     n_one = "x.shape[0]" if n_state == "X.shape[1]" else n_state
     pieces = {f"{part}_{lane}": text.replace("@", lane) for part, text in _LANE.items() for lane in "ab"}
-    return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK, **pieces)
+    return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK, check=_check_source(" " * 8, "return j, False"),
+                       **pieces)
 
 
 def _fixed_source(tab, n_state) -> str:
@@ -479,7 +472,8 @@ def _fixed_source(tab, n_state) -> str:
                             break"""
     step = "                t = t0 + k * dt\n" + "\n".join(_rk_step(tab, "t", "x", "dt", "buf", " " * 16))
     return _GRID.format(
-        n_state=n_state, args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, "
+        check=_check_source(" " * 16, "break"), n_state=n_state,
+        args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, "
              "flush, last, K, yt, buf",
         doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
             "between grid points is a partial step save_h[j] from grid point save_k[j].",
