@@ -16,7 +16,7 @@ import pytest
 from closedform import _single_location_kernels as K
 from closedform import single_location as sl
 
-TASK = sl.SingleLocation(d=400, L=10)
+TASK = sl.SingleLocationTask(d=400, L=10)
 
 
 def _zeta_mp(t, g):
@@ -73,7 +73,7 @@ def test_fast_five_scalar_map_equals_the_quadrature_map(lam, d):
     # one PGD update of the map kernels (series zeta) against the partials of risk_partials (16-node quadrature,
     # the arithmetic of the kernels before the series form) through the same update; every state component lies in
     # [-1, 1], and the two differ by rounding only: measured <= 3.4e-16, asserted <= 1e-13 (the bound)
-    task = sl.SingleLocation(d=d, L=10)
+    task = sl.SingleLocationTask(d=d, L=10)
     X = sl.sample_initial_state(TASK, 500, 7)
     alpha = 4e-3 * 400 / d
     fast = np.empty((500, 5))
