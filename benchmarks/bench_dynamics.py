@@ -9,8 +9,8 @@ Rows:
   save); target: saving every step costs <= 2x (ratio >= 0.5). Dense output: Dopri5 with 2 001 save times against
   ``final=True`` (same step count, so the ratio is the cost of interpolation).
 * The manifold (kappa, nu) map of ``closedform.single_location.map(manifold=True)`` against a 60-line plain numba
-  prototype of the same map (target >= 1x), and icl_regression GD at H = 8 saving every step against a plain Python
-  loop in the structure of the authors' helper (target >= 100x).
+  prototype of the same map (target >= 1x), and icl_regression GD at H = 8 saving every step and saving the final
+  state only, against a plain Python loop in the structure of the authors' helper (target >= 100x).
 * Subnormals: the five-scalar map from a start whose small components are subnormal, with flushing (the default)
   and without, against the same map from a start in the normal range (target: no slowdown, ratio >= ~1).
 * First call in a fresh process (CPU seconds, imports excluded), cold (empty caches) and warm: ``iterate`` with the
@@ -236,12 +236,15 @@ def _bench_models(quick: bool) -> list[Result]:
     om0, mu0 = rng.normal(0, 0.01, (n_traj, H)), rng.normal(0, 0.01, (n_traj, H))
     n_steps = 200 if quick else 1_000
     n_base = 200 if quick else 1_000
-    t_gd = cpu_time(lambda: icl.map(gd_task, om0, mu0, lr=lr, n_steps=n_steps, saveat=SaveAt(every=1)), repeat=2)
     t_py = cpu_time(lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, gd_task.d, gd_task.cL,
                                                 gd_task.sigma2), repeat=2)
-    results.append(Result("icl GD H=8, saving every step, vs authors' loop", "trajectory-steps",
-                          n_traj * n_steps / t_gd, n_base / t_py, "helper-style Python loop, 1 trajectory",
-                          target_ratio=100))
+    for label, sv in (("saving every step", SaveAt(every=1)), ("final saves", SaveAt(final=True))):
+        t_gd = cpu_time(lambda: icl.map(gd_task, om0, mu0, lr=lr, n_steps=n_steps, saveat=sv), repeat=2)
+        results.append(Result(f"icl GD H=8, {label}, vs authors' loop", "trajectory-steps",
+                              n_traj * n_steps / t_gd, n_base / t_py, "helper-style Python loop, 1 trajectory",
+                              target_ratio=100,
+                              note="every=1 includes the model's derived F, mu.omega, sum mu at every save"
+                              if sv.every == 1 else ""))
     return results
 
 

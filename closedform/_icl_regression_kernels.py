@@ -10,6 +10,10 @@ Parameter vectors handed to the ``dynamics`` engine:
 - GD (:func:`gd_step`): ``p = [d, cL, lr]``.
 
 The state of the general-H kernels is ``x = (omega_1..omega_H, mu_1..mu_H)`` (H = len(x) // 2).
+
+The engine kernels ``gd_step`` and ``flow_rhs`` and the row loops ``loss_batch`` and ``grad_batch`` allocate
+nothing and are compiled with ``_nrt=False``: the views (``x[:H]``, one row) they pass on otherwise cost atomic
+reference-count pairs per call (~30 % of a GD step at H = 8, ~20 % of a loss row).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def loss_one(omega, mu, d, sigma2, cL):
     return 1.0 + sigma2 - 2.0 * u + u * u + 2.0 * cL * quad
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, fastmath=False, _nrt=False)
 def loss_batch(Omega, Mu, d, sigma2, cL, out):
     """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,). Spec §4.1, Eq. (4.1)."""
     for n in range(Omega.shape[0]):
@@ -72,7 +76,7 @@ def half_grad_one(omega, mu, d, cL, g_omega, g_mu):
         g_mu[h] = -omega[h] * one_minus_u + cL * g_mu[h]
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, fastmath=False, _nrt=False)
 def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
     """grad F (full, no 1/2) for a batch of rows (n, H): spec §4.4, Eq. (4.4)."""
     for n in range(Omega.shape[0]):
@@ -82,7 +86,7 @@ def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
             G_mu[n, h] *= 2.0
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, fastmath=False, _nrt=False)
 def flow_rhs(t, y, p, dy):
     """Gradient flow of F/2 for H heads, state (omega, mu): spec §5.1 (flow of F/2, time convention §0.3)."""
     H = y.shape[0] // 2
@@ -91,7 +95,7 @@ def flow_rhs(t, y, p, dy):
         dy[j] = -dy[j]
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, fastmath=False, _nrt=False)
 def gd_step(k, x, p, out):
     """One GD step on F/2 with learning rate ``p[2]``: spec §5.1 (the authors' helper ``gradient_flow``)."""
     H = x.shape[0] // 2

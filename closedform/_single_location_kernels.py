@@ -5,6 +5,11 @@ The map kernels follow the engine contract ``step(k, x, p, out)`` (``dynamics.it
 below (lambda-dependent constants precomputed per update); the state carries lambda_n as its last component so
 that the row saved at step n holds iterate n together with lambda_n (spec Sec. 0.3). No RNG, no allocation in the
 hot loops, float64 only.
+
+The map kernels evaluate zeta by a series form of the same quadrature (zeta_series_constants; equal to it to a few
+ulp) and five_step is compiled with ``_nrt=False``: it allocates nothing, and without it numba keeps four atomic
+reference-count increments and decrements per call (its pruning pass gives up on large functions), which cost as
+much as the rest of the step.
 """
 
 from __future__ import annotations
@@ -14,15 +19,23 @@ import math
 import numpy as np
 from numba import njit
 
-from closedform.special import _zeta
+from closedform.special import _GL_W, _GL_X, _zeta
 
 # Parameter layout of the map kernels: p = [s, gamma, L, alpha, stride, table...]. The table holds, for each update
-# n, the lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2) of spec Sec. 3 and Sec. 5.1 in the row starting at
-# P_TABLE + stride * n; stride = 0 (one row) for a constant lambda, N_CONST for a schedule (n_steps + 1 rows, the
-# last one being lambda of the final iterate). Precomputing them keeps square roots and arcsines out of the loop.
+# n, the lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2) of spec Sec. 3 and Sec. 5.1, then those of the
+# series form of zeta (below), in the row starting at P_TABLE + stride * n; stride = 0 (one row) for a constant
+# lambda, N_CONST for a schedule (n_steps + 1 rows, the last one being lambda of the final iterate). Precomputing them
+# keeps square roots, arcsines and the quadrature nodes out of the loop.
 P_S, P_GAMMA, P_L, P_ALPHA, P_STRIDE, P_TABLE = 0, 1, 2, 3, 4, 5
 C_LAM, C_G, C_Q, C_R, C_C, C_ZETA0, C_CC, C_B2 = 0, 1, 2, 3, 4, 5, 6, 7
-N_CONST = 8
+# Series form of zeta (see _zeta_series): C_ZH = (4/pi) * half the quadrature interval, C_ZAMAX = the largest
+# a = (t/q)^2 for which the series is used, C_ZMU .. C_ZMU + ZETA_TERMS - 1 its coefficients.
+C_ZH, C_ZAMAX, C_ZMU = 8, 9, 10
+ZETA_TERMS = 11
+N_CONST = C_ZMU + ZETA_TERMS
+# The series is used while a * D <= ZETA_SERIES_AD (D = max_i |y_i - 2|): the truncation bound
+# (a D)^11 e^(2 a D) / 11! is then <= 3.1e-19 relative (see _zeta_series).
+ZETA_SERIES_AD = 0.1
 
 _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 _SQRT2 = math.sqrt(2.0)
@@ -42,6 +55,43 @@ def lam_constants(lam, s, gamma, out):
     out[C_ZETA0] = _zeta(0.0, lam)
     out[C_CC] = 2.0 * lam / math.sqrt(math.pi * (1.0 + 2.0 * lam2))
     out[C_B2] = 8.0 * lam2 / (math.pi * (1.0 + 2.0 * lam2) * math.sqrt(1.0 + 4.0 * lam2))
+    zeta_series_constants(g, out)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def zeta_series_constants(g, out):
+    """Write C_ZH, C_ZAMAX and the coefficients mu_k = M_k / k! of the series form of zeta into ``out``.
+
+    closedform.special._zeta evaluates zeta(t, g) = erf(m)^2 + (4/pi) half sum_i W_i exp(-a y_i) / y_i with the
+    16-node Gauss-Legendre rule on [1 - len, 1] (spec Sec. 3.2): m = t/q, a = m^2, len = 4 g^2 / (r (r + 1)),
+    half = len/2, nodes x_i = 1 - half (1 - X_i), y_i = 1 + x_i^2. With d_i = y_i - 2 = (x_i - 1)(x_i + 1) in
+    [-2 len, 0], exp(-a y_i) = exp(-a)^2 sum_k (-a d_i)^k / k!, so the same quadrature sum equals
+    exp(-a)^2 sum_k (-a)^k mu_k with mu_k = sum_i (W_i / y_i) d_i^k / k!. Truncated after ZETA_TERMS terms, the
+    relative error is at most (a D)^ZETA_TERMS e^(2 a D) / ZETA_TERMS! (Lagrange remainder, D = max_i |d_i|),
+    <= 3.1e-19 for a D <= ZETA_SERIES_AD; C_ZAMAX = ZETA_SERIES_AD / D.
+    """
+    g2 = g * g
+    r = math.sqrt(1.0 + 4.0 * g2)
+    half = 0.5 * (4.0 * g2 / (r * (r + 1.0)))
+    out[C_ZH] = (4.0 / math.pi) * half
+    big_d = 0.0
+    for k in range(ZETA_TERMS):
+        out[C_ZMU + k] = 0.0
+    for i in range(_GL_X.shape[0]):
+        xm1 = -half * (1.0 - _GL_X[i])  # x_i - 1
+        x = 1.0 + xm1
+        y = 1.0 + x * x
+        d = xm1 * (x + 1.0)  # y_i - 2 without cancellation
+        big_d = max(big_d, abs(d))
+        c = _GL_W[i] / y
+        for k in range(ZETA_TERMS):
+            out[C_ZMU + k] += c
+            c *= d
+    fact = 1.0
+    for k in range(1, ZETA_TERMS):
+        fact *= k
+        out[C_ZMU + k] /= fact
+    out[C_ZAMAX] = ZETA_SERIES_AD / big_d if big_d > 0.0 else math.inf
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -59,11 +109,43 @@ def _zeta_family(t, g, q, r):
     cancellation-free Gauss-Legendre form (closedform.special).
     """
     m = t / q
+    return _zeta_family_m(q, r, m, math.exp(-m * m), math.erf(m), _zeta(t, g))
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _zeta_series(t, m, ex, erfm, g, cst, o):
+    """zeta(t, g) from the series of zeta_series_constants (ex = exp(-m^2), erfm = erf(m), m = t/q), falling back
+    to closedform.special._zeta at t = 0 or where the series bound does not hold (a > C_ZAMAX). Equal to the
+    16-node quadrature of _zeta up to rounding (a few ulp) and the truncation bound (<= 3.1e-19 relative)."""
+    a = m * m
+    if t == 0.0 or not a <= cst[o + C_ZAMAX]:
+        return _zeta(t, g)
+    s = -a
+    acc = cst[o + C_ZMU + ZETA_TERMS - 1]
+    for k in range(ZETA_TERMS - 2, -1, -1):
+        acc = acc * s + cst[o + C_ZMU + k]
+    return erfm * erfm + cst[o + C_ZH] * (ex * ex) * acc
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _zeta_family_fast(t, cst, o):
+    """_zeta_family with zeta from _zeta_series (erf(m) and exp(-m^2) shared with the derivatives): the map kernels'
+    form, ~2x cheaper per step and equal to _zeta_family to a few ulp."""
+    g, q, r = cst[o + C_G], cst[o + C_Q], cst[o + C_R]
+    m = t / q
+    ex = math.exp(-m * m)
+    erfm = math.erf(m)
+    return _zeta_family_m(q, r, m, ex, erfm, _zeta_series(t, m, ex, erfm, g, cst, o))
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def _zeta_family_m(q, r, m, ex, erfm, z):
+    """The derivatives of zeta and the phi_j given m = t/q, ex = exp(-m^2), erfm = erf(m) and zeta itself
+    (spec Sec. 3.1-3.2)."""
     u = m / r
-    e1m = _TWO_OVER_SQRTPI * math.exp(-m * m)
+    e1m = _TWO_OVER_SQRTPI * ex
     e2m = -2.0 * m * e1m
     e3m = (4.0 * m * m - 2.0) * e1m
-    erfm = math.erf(m)
     erfu = math.erf(u)
     e1u = _TWO_OVER_SQRTPI * math.exp(-u * u)
     e2u = -2.0 * u * e1u
@@ -71,7 +153,6 @@ def _zeta_family(t, g, q, r):
     zt = (2.0 / q) * erfu * e1m
     ztt = (2.0 / q) * (e1u * e1m / qr + erfu * e2m / q)
     zttt = (2.0 / q) * (e2u * e1m / (qr * qr) + 2.0 * e1u * e2m / (q * q * r) + erfu * e3m / (q * q))
-    z = _zeta(t, g)
     return z, zt, ztt, zttt, erfm, e1m / q, e2m / (q * q), e3m / (q * q * q)
 
 
@@ -94,8 +175,23 @@ def risk_core(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o):
 def partials_core(kappa, nu, theta, eta, rho, s, gamma, L, cst, o):
     """(dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of spec Sec. 4.3; the lam_constants row starts at cst[o]."""
     lam, g, q, r = cst[o + C_LAM], cst[o + C_G], cst[o + C_Q], cst[o + C_R]
+    fam = _zeta_family(lam * s * kappa, g, q, r)
+    return _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def partials_map(kappa, nu, theta, eta, rho, s, gamma, L, cst, o):
+    """partials_core with zeta by its series form (_zeta_family_fast); the form the PGD map kernels use."""
+    fam = _zeta_family_fast(cst[o + C_LAM] * s * kappa, cst, o)
+    return _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam):
+    """The partials of spec Sec. 4.3 given the zeta family ``fam`` at t = lam s kappa."""
+    lam, g = cst[o + C_LAM], cst[o + C_G]
     C, B2 = cst[o + C_CC], cst[o + C_B2]
-    z, zt, ztt, zttt, phi0, phi1, phi2, phi3 = _zeta_family(lam * s * kappa, g, q, r)
+    z, zt, ztt, zttt, phi0, phi1, phi2, phi3 = fam
     gg = gamma * gamma
     ls = lam * s
     st = s * theta
@@ -112,7 +208,7 @@ def partials_core(kappa, nu, theta, eta, rho, s, gamma, L, cst, o):
     return r_kappa, r_nu, r_theta, r_eta, r_rho
 
 
-@njit(cache=True, fastmath=False, error_model="numpy")
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def manifold_partials_core(kappa, nu, gamma, cst, o):
     """(dR_M/dkappa, dR_M/dnu) of spec Sec. 5.1 (compact form); the lam_constants row starts at cst[o]."""
     c, r = cst[o + C_C], cst[o + C_R]
@@ -203,12 +299,12 @@ def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
     return gk2 / nk, gv3 / nv, gv2 / nv, gk3 / nk, rho1
 
 
-@njit(cache=True, fastmath=False, error_model="numpy")
+@njit(cache=True, fastmath=False, error_model="numpy", _nrt=False)
 def five_step(n, x, p, out):
     """Engine map kernel, state (kappa, nu, theta, eta, rho, lam): update n with lambda_n (spec Sec. 6.4)."""
     stride = int(p[P_STRIDE])
     o = P_TABLE + stride * n
-    rk, rn, rt, re, rr = partials_core(x[0], x[1], x[2], x[3], x[4], p[P_S], p[P_GAMMA], p[P_L], p, o)
+    rk, rn, rt, re, rr = partials_map(x[0], x[1], x[2], x[3], x[4], p[P_S], p[P_GAMMA], p[P_L], p, o)
     a, b, c, d, e = five_update(x[0], x[1], x[2], x[3], x[4], rk, rn, rt, re, rr, p[P_ALPHA])
     out[0] = a
     out[1] = b
@@ -225,7 +321,7 @@ def five_map_array(X, lam, alpha, s, gamma, L, out):
     for i in range(X.shape[0]):
         if i == 0 or lam[i] != lam[i - 1]:
             lam_constants(lam[i], s, gamma, cst)
-        rk, rn, rt, re, rr = partials_core(X[i, 0], X[i, 1], X[i, 2], X[i, 3], X[i, 4], s, gamma, L, cst, 0)
+        rk, rn, rt, re, rr = partials_map(X[i, 0], X[i, 1], X[i, 2], X[i, 3], X[i, 4], s, gamma, L, cst, 0)
         a, b, c, d, e = five_update(X[i, 0], X[i, 1], X[i, 2], X[i, 3], X[i, 4], rk, rn, rt, re, rr, alpha[i])
         out[i, 0] = a
         out[i, 1] = b

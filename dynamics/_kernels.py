@@ -17,8 +17,9 @@ from its module by qualified name, so numba inlines it as if hand-written) and c
 * A model function that cannot be imported by name (defined in ``__main__`` or inside a function) gets the same
   kernel compiled in memory, without disk caching.
 
-Kernels run the whole batch one trajectory after the other (a batched run does exactly the arithmetic of
-one-at-a-time runs) and write saves into a pre-allocated array inside the compiled loop.
+Kernels run every trajectory with exactly the arithmetic of a one-at-a-time run (a batched run equals the
+one-at-a-time runs bit for bit) and write saves into a pre-allocated array inside the compiled loop. The map kernel
+interleaves the steps of two trajectories (see its docstring); the ODE kernels run one trajectory after the other.
 """
 
 from __future__ import annotations
@@ -243,13 +244,22 @@ def _stage_views(tab, src: str, indent: str) -> str:
     return "\n".join(f"{indent}k{q} = {src}[{q}]" for q in range(tab.stages))
 
 
+def _check_source(indent: str, leave: str) -> str:
+    """Lines that record status (1, k, first bad component) and ``leave`` when a component of ``buf`` is NaN or
+    beyond ``bound`` (written out, not a helper call, so that a constant n unrolls the loop)."""
+    body = ["bad = -1", "for m in range(n):", "    if bad < 0 and not abs(buf[m]) <= bound:", "        bad = m",
+            "if bad >= 0:", "    status[i, 0] = 1", "    status[i, 1] = k", "    status[i, 2] = bad", f"    {leave}"]
+    return "\n".join(indent + line for line in body)
+
+
 _GRID = '''
 @njit(cache=CACHE, fastmath=False)
 def kernel({args}):
     """{doc}
 
     Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
-    (stopped) trajectories keep their state and have their saves filled with it."""
+    (stopped) trajectories keep their state and have their saves filled with it. last[i] receives the max-norm of
+    the vector field at the grid state reached (k_end, or the grid point where the trajectory stopped)."""
     n_traj = X.shape[0]
     n = {n_state}
     n_save = save_k.shape[0]
@@ -272,15 +282,7 @@ def kernel({args}):
                     break
 {step}
                 k += 1
-                bad = -1
-                for m in range(n):  # written out (not a helper) so that a constant n unrolls it
-                    if bad < 0 and not abs(buf[m]) <= bound:
-                        bad = m
-                if bad >= 0:
-                    status[i, 0] = 1
-                    status[i, 1] = k
-                    status[i, 2] = bad
-                    break
+{check}
                 if tol < 0.0:
                     for m in range(n):
                         v = buf[m]
@@ -291,6 +293,12 @@ def kernel({args}):
                     active[i] = False
                     stop_at[i] = {stop_value}
                     break
+            if status[i, 0] == 0:  # size of the vector field at the state reached (last[i])
+                MODEL(t0 + k * dt, x, p, buf)
+                fmax = 0.0
+                for m in range(n):
+                    fmax = max(fmax, abs(buf[m]))
+                last[i] = fmax
         if status[i, 0] == 0 and not active[i]:
             j = fill_frozen(Y[i], j, save_k, k_end, x)
         status[i, 3] = j
@@ -299,12 +307,153 @@ def kernel({args}):
 _COPY_SAVE = """                    for m in range(n):
                         out[m] = x[m]"""
 
+# Steps of a lane pair between two checks of their flags (bounds the work redone after a flagged block).
+PAIR_BLOCK = 512
+
+_MAP = '''
+@njit(cache=CACHE, fastmath=False)
+def run_one(x, p, i, k, kb, k_end, j, save_k, Y, active, status, bound, tol, stop_at, flush, last, buf):
+    """Steps k -> kb of trajectory i (state x, parameters p) with every check made after every step; writes the
+    saves due at steps in (k, kb] (and, when the trajectory stops, its frozen state into the saves up to k_end).
+    Records the size of the step into k_end in last[i]. Returns (next save index, still running)."""
+    n = {n_one}
+    n_save = save_k.shape[0]
+    while k < kb:
+        MODEL(k, x, p, buf)
+        k += 1
+{check}
+        moved = 0.0
+        for m in range(n):
+            v = buf[m]
+            if flush and abs(v) < 2.2250738585072014e-308:
+                v = v * 0.0
+            dv = abs(v - x[m])
+            if dv > moved:
+                moved = dv
+            x[m] = v
+        if k == k_end:
+            last[i] = moved
+        if moved < tol:
+            active[i] = False
+            stop_at[i] = k
+            last[i] = moved
+            j = fill_frozen(Y[i], j, save_k, k_end, x)
+            return j, False
+        while j < n_save and save_k[j] == k:
+            out = Y[i, j]
+            for m in range(n):
+                out[m] = x[m]
+            j += 1
+    return j, True
+
+
+@njit(cache=CACHE, fastmath=False)
+def kernel(X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol, stop_at, flush, last, W):
+    """Advance each trajectory by the map MODEL from step k_start to k_end.
+
+    Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
+    (stopped) trajectories keep their state and have their saves filled with it. last[i] receives the max-norm
+    size of the step into k_end (or of the step at which the trajectory stopped).
+
+    Trajectories run in pairs (2i, 2i+1) whose steps are interleaved, so that the two independent dependency
+    chains overlap in the CPU (a step of one trajectory is a serial chain of latencies). Inside a block of at most
+    {block} steps, ending before the next save point and before the last step, a pair records in one flag per
+    trajectory whether any step produced a value that is NaN or beyond the bound, or (with tol) a step smaller than
+    tol; a flagged trajectory is set back to the block's start and the block is run again by run_one, which makes
+    every check after every step, so the reported step and variable and all results are those of one-at-a-time
+    runs, bit for bit. The last step of each trajectory is always taken by run_one (it records last[i])."""
+    n_traj = X.shape[0]
+    n = {n_state}
+    n_save = save_k.shape[0]
+    shared = P.shape[0] == 1
+    ba = W[0]
+    bb = W[1]
+    sa = W[2]
+    sb = W[3]
+    use_tol = tol >= 0.0
+    for a in range(0, n_traj, 2):
+        b = a + 1
+        oka = status[a, 0] == 0  # trajectories that failed in an earlier call are left as they are
+        okb = b < n_traj and status[b, 0] == 0
+        ra = oka and active[a]
+        rb = okb and active[b]
+        k = k_start
+        j = j_start
+        while j < n_save and save_k[j] == k:
+            for i in range(a, min(b + 1, n_traj)):
+                if status[i, 0] == 0:  # a stopped trajectory saves its frozen state
+                    for m in range(n):
+                        Y[i, j, m] = X[i, m]
+            j += 1
+        ja = j
+        jb = j
+        xa = X[a]
+        pa = P[0] if shared else P[a]
+        xb = X[b if b < n_traj else a]
+        pb = P[0] if shared else P[b if b < n_traj else a]
+        while ra and rb and k < k_end - 1:
+            kn = min(k + {block}, k_end - 1)
+            if ja < n_save and save_k[ja] < kn:
+                kn = save_k[ja]
+            for m in range(n):
+                sa[m] = xa[m]
+                sb[m] = xb[m]
+            fa = False
+            fb = False
+            kk = k
+            while kk < kn:
+                MODEL(kk, xa, pa, ba)
+                MODEL(kk, xb, pb, bb)
+                kk += 1
+                ma = 0.0
+                mb = 0.0
+{commit_a}{commit_b}                if use_tol:
+                    fa |= ma < tol
+                    fb |= mb < tol
+{end_a}{end_b}            k = kn
+{tail_a}{tail_b}{fin_a}{fin_b}'''
+
+
+# Per-lane pieces of the pair loop of _MAP, written once for lane "a" and renamed for lane "b" (trajectory index,
+# state x_, parameters p_, buffer b_, block start s_, flag f_, step size m_, save index j_, running r_, ok_).
+_LANE = {
+    "commit": """                for m in range(n):
+                    v = b@[m]
+                    f@ |= not abs(v) <= bound
+                    if flush and abs(v) < 2.2250738585072014e-308:
+                        v = v * 0.0
+                    if use_tol:
+                        m@ = max(m@, abs(v - x@[m]))
+                    x@[m] = v
+""",
+    "end": """            if f@:
+                for m in range(n):
+                    x@[m] = s@[m]
+                j@, r@ = run_one(x@, p@, @, k, kn, k_end, j@, save_k, Y, active, status, bound, tol, stop_at,
+                                 flush, last, b@)
+            else:
+                while j@ < n_save and save_k[j@] == kn:
+                    for m in range(n):
+                        Y[@, j@, m] = x@[m]
+                    j@ += 1
+""",
+    "tail": """        if r@:
+            j@, r@ = run_one(x@, p@, @, k, k_end, k_end, j@, save_k, Y, active, status, bound, tol, stop_at, flush,
+                             last, b@)
+""",
+    "fin": """        if ok@:
+            if status[@, 0] == 0 and not active[@]:
+                j@ = fill_frozen(Y[@], j@, save_k, k_end, x@)
+            status[@, 3] = j@
+""",
+}
+
 
 def _map_source(tableau, n_state) -> str:
-    return _GRID.format(n_state=n_state,
-        args="X, P, k_start, k_end, save_k, j_start, Y, active, status, bound, tol, stop_at, flush, buf",
-        doc="Advance each trajectory by the map MODEL from step k_start to k_end.", views="",
-        save=_COPY_SAVE, step="                MODEL(k, x, p, buf)", tol="tol", stop_value="k")
+    n_one = "x.shape[0]" if n_state == "X.shape[1]" else n_state
+    pieces = {f"{part}_{lane}": text.replace("@", lane) for part, text in _LANE.items() for lane in "ab"}
+    return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK, check=_check_source(" " * 8, "return j, False"),
+                       **pieces)
 
 
 def _fixed_source(tab, n_state) -> str:
@@ -323,8 +472,9 @@ def _fixed_source(tab, n_state) -> str:
                             break"""
     step = "                t = t0 + k * dt\n" + "\n".join(_rk_step(tab, "t", "x", "dt", "buf", " " * 16))
     return _GRID.format(
-        n_state=n_state, args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, "
-             "flush, K, yt, buf",
+        check=_check_source(" " * 16, "break"), n_state=n_state,
+        args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, "
+             "flush, last, K, yt, buf",
         doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
             "between grid points is a partial step save_h[j] from grid point save_k[j].",
         views=_stage_views(tab, "K", "    "), save=save, step=step, tol="tol * dt", stop_value="t0 + k * dt")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,6 +196,31 @@ def _check_bound(bound) -> float:
     return _steppers.finite_bound(bound)
 
 
+# Default of ``convergence_tol`` when neither it nor ``converged`` is given (absolute, max norm).
+DEFAULT_CONVERGENCE_TOL = 1e-8
+
+
+def _convergence_tol(convergence_tol, converged) -> float:
+    """The threshold of the ``converged`` diagnostic: ``convergence_tol``, else the stop tolerance ``converged``,
+    else :data:`DEFAULT_CONVERGENCE_TOL`."""
+    if convergence_tol is not None:
+        return check_positive("convergence_tol", convergence_tol)
+    return DEFAULT_CONVERGENCE_TOL if converged is None else float(converged)
+
+
+def _diagnostics(norm, tol: float, warn: bool, kind: str) -> dict:
+    """Per-trajectory ``final_step_norm`` and ``converged`` (see :func:`iterate`), warning when asked."""
+    norm = np.asarray(norm, dtype=np.float64)
+    ok = norm < tol  # NaN (no step taken) counts as not converged
+    if warn and not ok.all():
+        bad = int((~ok).sum())
+        what = "last update" if kind == "map" else "vector field at the final state"
+        warnings.warn(f"{bad} of {ok.size} trajectories ended unconverged: the max-norm of the {what} is >= "
+                      f"convergence_tol={tol:g} (see the final_step_norm variable); run longer, lower the step size, "
+                      "or check for cycles or chaos", RuntimeWarning, stacklevel=3 if kind == "map" else 4)
+    return {"final_step_norm": norm, "converged": ok}
+
+
 def _check_converged(converged) -> float:
     """The in-kernel stop tolerance (-1 when off)."""
     if converged is None:
@@ -258,6 +284,9 @@ def _finish(Y, names, time, step, P_rows, n_traj, derived, attrs, extra_vars=Non
             variables[name] = np.asarray(value)
     traj = Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs)
     for name, value in (per_traj or {}).items():
+        if name in traj.variables:
+            raise ValueError(f"the per-trajectory variable {name!r} clashes with a state or derived name; rename "
+                             "that variable")
         traj[name] = ("trajectory", value)
     return traj
 
@@ -286,12 +315,18 @@ _CONVERGED_DOC = """converged : float > 0, optional
         that state; the variable ``stopped_at`` records the step (maps) or time (ODEs) of freezing, -1 if never.
     flush_subnormals : bool, default True
         Set state components below 2.2e-308 in magnitude (subnormal) to zero after each step, which avoids the
-        slow subnormal arithmetic of converged runs; values of larger magnitude are unchanged bit for bit."""
+        slow subnormal arithmetic of converged runs; values of larger magnitude are unchanged bit for bit.
+    convergence_tol : float > 0, optional
+        Threshold of the ``converged`` diagnostic (below); default the ``converged`` stop tolerance when that is
+        given, else 1e-8 (absolute: state units per step for maps, per unit time for flows).
+    warn_unconverged : bool, default False
+        Issue a ``RuntimeWarning`` naming how many trajectories ended unconverged."""
 
 
 def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, names=None, derived=None, stop=None,
             time_scale: float = 1.0, progress: bool = False, attrs: dict | None = None,
-            bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True) -> Trajectory:
+            bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True,
+            convergence_tol: float | None = None, warn_unconverged: bool = False) -> Trajectory:
     """Iterate a discrete map ``x_{k+1} = step(k, x_k; p)`` for ``n_steps`` steps on a batch of trajectories.
 
     Parameters
@@ -322,7 +357,10 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     Returns
     -------
     Trajectory with variables ``names`` (+ derived, + ``stopped_at`` when ``converged`` is set), dims
-    (trajectory, time), coords ``step`` and ``time``.
+    (trajectory, time), coords ``step`` and ``time``; and two convergence diagnostics over ``trajectory``:
+    ``final_step_norm``, the max-norm ``max_m |x_{k+1,m} - x_{k,m}|`` of the last update each trajectory took (NaN
+    when ``n_steps = 0``), and ``converged``, ``final_step_norm < convergence_tol``. Both are computed inside the
+    compiled loop; a cycle or chaos shows as a large final step.
 
     Raises
     ------
@@ -334,6 +372,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     time_scale = check_positive("time_scale", time_scale)
     bound = _check_bound(bound)
     tol = _check_converged(converged)
+    diag_tol = _convergence_tol(convergence_tol, converged)
     saveat = _check_saveat(saveat)
     X, P = _broadcast_batch(_prepare_state(state0), params)
     n_traj, n_state = X.shape
@@ -344,7 +383,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
     stop_at = np.full(n_traj, -1, dtype=np.int64)
-    buf = np.empty(n_state)
+    last = np.full(n_traj, np.nan)
+    work = np.empty((4, n_state))
     n_saved = save_steps.size
     partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs)
     chunks = _chunks(0, n_steps, progress, save_steps if stop is not None else ())
@@ -352,7 +392,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
         for a, b in chunks:
             j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
             kernel(X, P, a, b, save_steps, j_start, Y, active, status, bound, tol, stop_at, bool(flush_subnormals),
-                   buf)
+                   last, work)
             _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
             bar.update(b - a)
             if stop is not None and save_steps.size:
@@ -363,14 +403,16 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
                         n_saved = j + 1
                         break
     steps_out = save_steps[:n_saved]
-    per_traj = {"stopped_at": stop_at} if converged is not None else None
+    per_traj = {"stopped_at": stop_at} if converged is not None else {}
+    per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map"))
     return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs,
                    per_traj=per_traj)
 
 
 def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None = None, names=None, derived=None,
               stop=None, progress: bool = False, attrs: dict | None = None, bound: float = np.inf,
-              converged: float | None = None, flush_subnormals: bool = True) -> Trajectory:
+              converged: float | None = None, flush_subnormals: bool = True, convergence_tol: float | None = None,
+              warn_unconverged: bool = False) -> Trajectory:
     """Integrate ``dy/dt = rhs(t, y; p)`` over ``t_span = (t0, t1)`` for a batch of initial conditions.
 
     Parameters
@@ -387,8 +429,15 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
 
     Other Parameters
     ----------------
-    names, derived, stop, progress, attrs, bound, converged, flush_subnormals
+    names, derived, stop, progress, attrs, bound, converged, flush_subnormals, convergence_tol, warn_unconverged
         As in :func:`iterate` (``stop(t, X, P)`` takes the time).
+
+    Returns
+    -------
+    Trajectory as in :func:`iterate`, with ``final_step_norm`` the max-norm ``max_m |f_m(t, y)|`` of the vector
+    field at the state the solver ended on (the last grid point for fixed-step solvers, t1 for adaptive ones, the
+    frozen state of a trajectory stopped by ``converged``) and ``converged`` = ``final_step_norm <
+    convergence_tol``. Adaptive solvers also return ``n_rhs_steps``.
 
     Notes
     -----
@@ -415,14 +464,15 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     names = _names(names, X.shape[1])
     dt = getattr(solver, "dt", None)
     save_times = saveat.resolve_times(t0, t1, dt)
-    opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None)
+    diag = (_convergence_tol(convergence_tol, converged), bool(warn_unconverged))
+    opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None, diag)
     if isinstance(solver, _Adaptive):
         return _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, *opts)
     return _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, *opts)
 
 
 def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                     flush, record_stop):
+                     flush, record_stop, diag):
     n_traj, n_state = X.shape
     dt = float(solver.dt)
     save_k, save_h = _steppers.fixed_grid_saves(save_times, t0, dt)
@@ -433,6 +483,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
     stop_at = np.full(n_traj, -1.0)
+    last = np.full(n_traj, np.nan)
     K = np.empty((solver.tableau.stages, n_state))
     yt = np.empty(n_state)
     buf = np.empty(n_state)
@@ -442,8 +493,8 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     with tqdm(total=k_last, disable=not progress, desc="integrate", unit="step", leave=False) as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
-            kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, flush, K,
-                   yt, buf)
+            kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, flush, last,
+                   K, yt, buf)
             _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial)
             bar.update(b - a)
             if stop is not None:
@@ -454,7 +505,8 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
                         break
                 if n_saved < save_times.size:
                     break
-    per_traj = {"stopped_at": stop_at} if record_stop else None
+    per_traj = {"stopped_at": stop_at} if record_stop else {}
+    per_traj.update(_diagnostics(last, *diag, "flow"))
     return _finish(Y[:, :n_saved], names, save_times[:n_saved], steps[:n_saved], P, n_traj, derived, attrs,
                    per_traj=per_traj)
 
@@ -469,7 +521,7 @@ def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
 
 
 def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                        flush, record_stop):
+                        flush, record_stop, diag):
     n_traj, n_state = X.shape
     tab = solver.tableau
     kernel = _kernels.get_kernel("adaptive", rhs, tab)
@@ -512,7 +564,9 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
                 n_saved = jb
                 break
     extra = {"n_rhs_steps": NS[:, :n_saved]}
-    per_traj = {"stopped_at": stop_at} if record_stop else None
+    per_traj = {"stopped_at": stop_at} if record_stop else {}
+    # F0 holds f(T, y) at each trajectory's current state (set after every accepted step): no extra evaluation
+    per_traj.update(_diagnostics(np.max(np.abs(F0), axis=1), *diag, "flow"))
     return _finish(Y[:, :n_saved], names, save_times[:n_saved], np.arange(n_saved), P, n_traj, derived, attrs,
                    extra, per_traj=per_traj)
 
