@@ -221,11 +221,10 @@ class ICLAttention:
             # (beta scaled, y = X beta + sigma eps row by row) instead of a batched matmul of 1 x d by d x 1 products.
             X, xq, beta, eps, eps_q = (rng.normal(shape) for shape in ((n, L, spec.task.d), (n, spec.task.d),
                                                                        (n, spec.task.d), (n, L), (n,)))
-            y = torch.empty(eps.shape + (1,), dtype=torch.float64)
-            yq = torch.empty(eps_q.shape + (1,), dtype=torch.float64)
+            # the labels overwrite their noise draws in place (no allocation per step: the buffers are the rng's)
             _label_prompts(X.numpy(), xq.numpy(), beta.numpy(), eps.numpy(), eps_q.numpy(),
-                           1.0 / math.sqrt(spec.task.d), math.sqrt(spec.task.sigma2), y.numpy(), yq.numpy())
-            batch = {"X": X, "xq": xq, "y": y, "yq": yq, "beta": beta}
+                           1.0 / math.sqrt(spec.task.d), math.sqrt(spec.task.sigma2))
+            batch = {"X": X, "xq": xq, "y": eps[..., None], "yq": eps_q[..., None], "beta": beta}
             return batch if dtype == torch.float64 else {k: v.to(dtype) for k, v in batch.items()}
         return self._prompts(lambda shape: rng.normal(shape, dtype=dtype).to(device), n, L, device=device,
                              dtype=dtype)
@@ -330,9 +329,10 @@ class ICLAttention:
 
 
 @njit(cache=True)
-def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd, y, yq):  # pragma: no cover (compiled; tested via draw)
-    """Spec §1 labels from standard normals, in place, each seed by itself: beta <- beta_scale * beta,
-    y[s, b, i] = x_i . beta + sd eps[s, b, i], yq[s, b] = x_q . beta + sd eps_q[s, b] (y, yq with a trailing axis 1)."""
+def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd):  # pragma: no cover (compiled; tested via draw)
+    """Spec §1 labels from standard normals, in place, each seed by itself: beta <- beta_scale * beta, then the
+    noise draws become the labels, eps[s, b, i] <- x_i . beta + sd eps[s, b, i] and eps_q[s, b] <- x_q . beta +
+    sd eps_q[s, b]."""
     S, n, L, d = X.shape
     for s in range(S):
         for b in range(n):
@@ -342,11 +342,11 @@ def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd, y, yq):  # pragma: n
                 t = 0.0
                 for j in range(d):
                     t += X[s, b, i, j] * beta[s, b, j]
-                y[s, b, i, 0] = t + sd * eps[s, b, i]
+                eps[s, b, i] = t + sd * eps[s, b, i]
             t = 0.0
             for j in range(d):
                 t += xq[s, b, j] * beta[s, b, j]
-            yq[s, b, 0] = t + sd * eps_q[s, b]
+            eps_q[s, b] = t + sd * eps_q[s, b]
 
 
 def _groups(spec: ICLModelSpec) -> list[tuple[str, tuple[int, ...]]]:
