@@ -14,6 +14,11 @@ off-pattern magnitudes of §3 per head (``kq_offdiag_h``, ``kq_yrow_h``, ``ov_x_
 authors' validation MSE of §9). Head classification (positive / negative / dummy), homogeneity and zero-sum are
 computed from these with :func:`closedform.icl_regression.classify_heads` (see :func:`head_pattern`).
 
+Speed (issue 13): on CPU the single-task softmax model's training loss and its gradient come from one compiled pass
+over the prompts (:func:`softmax_mse`: only the query's attention row, hand-derived softmax gradient with respect to
+the circuits, a vectorisable exp), and isotropic prompts are labelled by a compiled loop from the counter-stream
+normals; a seed's numbers never depend on the other seeds of the run. Evaluation and every other variant use torch.
+
 Time axis: the Adam step count n (state after n updates, spec §0.2). Adam steps do not map to F/2-flow time;
 overlays with the reduced flow align by a monotone reparametrisation (spec §12), see :func:`align_to_flow`.
 
