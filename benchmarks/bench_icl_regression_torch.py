@@ -20,13 +20,13 @@ intra-op thread (restored afterwards); times are process-CPU times.
 from __future__ import annotations
 
 from benchmarks._common import Result, cpu_time
-from closedform.icl_regression import ICLRegression
+from closedform.icl_regression import ICLRegressionTask
 from empirical.device import torch_threads
-from empirical.models.icl_regression import ICLAttention, paper_config, predict
+from empirical.models.icl_regression import ICLAttention, config, predict
 from empirical.train import train
 
 N_SEEDS, H = 30, 2
-TASK = ICLRegression(d=5, L=40, sigma2=0.1)
+TASK = ICLRegressionTask(d=5, L=40, sigma2=0.1)
 
 
 class _AutogradLoss(ICLAttention):
@@ -39,7 +39,7 @@ class _AutogradLoss(ICLAttention):
 
 def _config(seeds, n_steps, dtype):
     # log only at the start and the end (the benchmark measures training), evaluation batch 256 as in spec §9
-    return paper_config(seeds=seeds, n_steps=n_steps, log_every=n_steps, dtype=dtype)
+    return config("paper", seeds=seeds, n_steps=n_steps, log_every=n_steps, dtype=dtype)
 
 
 def run(quick: bool) -> list[Result]:

@@ -4,7 +4,7 @@ Implements the empirical side of docs/models/icl_regression.md: the one-layer H-
 spec §2 (embedding (2.1), strict causal mask so the query attends to the L context tokens only, logits scaled by
 1/sqrt(d+1), read-out width 1, PyTorch-default initialisation, plain MSE loss), the single-head linear-attention
 baseline of §7.6, the non-isotropic data law of §8.1 (KMS covariance) and the multi-task law of §8.3. It is trained
-by the shared trainer :func:`empirical.train.train` (Adam settings of spec §9 in :func:`paper_config`).
+by the shared trainer :func:`empirical.train.train` (Adam settings of spec §9 in :func:`config("paper") <config>`).
 
 Variables are the closed form's (:mod:`closedform.icl_regression`): ``omega_0 .. omega_{H-1}`` (effective KQ
 coefficient: mean of the x-x diagonal of KQ^(h) = W_K^T W_Q / sqrt(d+1)), ``mu_0 .. mu_{H-1}`` (label entry of
@@ -56,7 +56,7 @@ from dynamics.validation import check_choice, check_int
 from empirical.train import Schedule, TrainConfig, per_seed
 
 __all__ = ["ICLAttention", "ICLModelSpec", "align_to_flow", "circuit_arrays", "circuits", "head_pattern",
-           "paper_config", "pattern_params", "predict", "risk_at_length", "softmax_mse", "stack_heads"]
+           "config", "pattern_params", "predict", "risk_at_length", "softmax_mse", "stack_heads"]
 
 REFERENCE = cf.REFERENCE
 ATTENTIONS = ("softmax", "linear")
@@ -69,7 +69,7 @@ class ICLModelSpec:
 
     Parameters
     ----------
-    task : closedform.icl_regression.ICLRegression
+    task : closedform.icl_regression.ICLRegressionTask
         d, training prompt length L and label-noise variance sigma^2 (spec §1).
     H : int >= 1
         Number of heads (spec §2). Linear attention (§7.6) is single-head: H must be 1.
@@ -84,15 +84,15 @@ class ICLModelSpec:
         n_task labels (width d + n_task, read-out width n_task). None = single-task.
     """
 
-    task: cf.ICLRegression
+    task: cf.ICLRegressionTask
     H: int
     attention: str = "softmax"
     rho: float | None = None
     supports: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self):
-        if not isinstance(self.task, cf.ICLRegression):
-            raise ValueError(f"task must be a closedform.icl_regression.ICLRegression; got {type(self.task).__name__}")
+        if not isinstance(self.task, cf.ICLRegressionTask):
+            raise ValueError(f"task must be a closedform.icl_regression.ICLRegressionTask; got {type(self.task).__name__}")
         object.__setattr__(self, "H", check_int("H", self.H, min_value=1))
         check_choice("attention", self.attention, ATTENTIONS)
         if self.attention == "linear" and self.H != 1:
@@ -141,7 +141,7 @@ class ICLAttention:
 
     Parameters
     ----------
-    task : ICLRegression
+    task : ICLRegressionTask
     H : int
     attention, rho, supports :
         See :class:`ICLModelSpec`.
@@ -157,7 +157,7 @@ class ICLAttention:
     name = cf.MODEL
     time_unit = "Adam step n (state after n updates, spec icl_regression.md §0.2)"
 
-    def __init__(self, task: cf.ICLRegression, H: int, *, attention: str = "softmax", rho: float | None = None,
+    def __init__(self, task: cf.ICLRegressionTask, H: int, *, attention: str = "softmax", rho: float | None = None,
                  supports=None, omega0=None, mu0=None, log_circuits: bool = False):
         self.spec = ICLModelSpec(task=task, H=H, attention=attention, rho=rho, supports=supports)
         self.log_circuits = bool(log_circuits)
@@ -748,9 +748,9 @@ def align_to_flow(learned, reference, *, key: str = "mu_dot_omega") -> np.ndarra
     return np.interp(np.asarray(learned, dtype=np.float64), v[keep], ref_t[keep])
 
 
-def paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_every: int = 1000,
-                 batch_size: int = 256, eval_size: int = 256, refill: int = 4, dtype: str = "float64",
-                 checkpoint_every: int = 0) -> TrainConfig:
+def _paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_every: int = 1000,
+                  batch_size: int = 256, eval_size: int = 256, refill: int = 4, dtype: str = "float64",
+                  checkpoint_every: int = 0) -> TrainConfig:
     """The training setup of spec §9: Adam(lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay), batch 256.
 
     Toolkit logging (spec §0.2): entries at n = 0, log_every, ..., n_steps. ``eval_size`` defaults to the
