@@ -364,6 +364,95 @@ def test_draw_gives_each_seed_its_own_prompts_bit_for_bit_and_the_spec_1_law():
     assert_mc_rejects(y2.mean(), y2.std(ddof=1) / math.sqrt(n), 1.0, what="E y^2 without the noise")
 
 
+@pytest.mark.parametrize("H", [1, 2, 3])
+def test_compiled_softmax_loss_and_gradient_equal_torch_autograd(H):
+    """``softmax_mse`` (the compiled loss used on CPU) and its hand-derived gradient equal torch autograd of the
+    einsum predictor (spec (2.3)) for every weight, per seed, to 1e-12 relative (float64 rounding of sums over 256 x 40
+    tokens, ~1e-15 observed); central differences in two KQ entries agree to 1e-7 (their h^2 truncation and 1e-16/h
+    rounding at h = 1e-5). The softmax    chain rule written out in torch agrees to 1e-12 and its mutant without the centring term of the softmax Jacobian
+    (diag(p) - p p^T with p p^T forgotten) is rejected by the same rule."""
+    from empirical.seeding import BlockRNG, stream_keys
+
+    model = m.ICLAttention(TASK, H)
+    S = 3
+    init = model.init_params(gens(1, 2, 3), device=CPU, dtype=F64)
+    params = {k: (3.0 * v).requires_grad_(True) for k, v in init.items()}  # larger logits than at the init
+    batch = model.draw(BlockRNG(stream_keys(range(S), "data"), 0, CPU), 256, device=CPU, dtype=F64)
+    fused = model.loss(params, batch)
+    g_fused = torch.autograd.grad(fused.sum(), list(params.values()))
+    err = batch["yq"] - m.predict(model, params, batch)
+    ref = (err * err).mean(dim=(1, 2))
+    g_ref = torch.autograd.grad(ref.sum(), list(params.values()))
+    np.testing.assert_allclose(fused.detach().numpy(), ref.detach().numpy(), rtol=1e-12, atol=0)
+    for name, a, b in zip(params, g_fused, g_ref):
+        scale = b.abs().amax(dim=tuple(range(1, b.ndim)), keepdim=True)  # per seed
+        assert float(((a - b).abs() / scale).max()) < 1e-12, name
+
+    # The softmax chain rule written out in torch, d loss/d KQ[:, :, :, :d] = sum_b sum_i g_b p_i (OV.z_i - out_h)
+    # z_i x_q^T with g_b = 2 (yhat_b - y_qb)/n, and its mutant without the centring term out_h (the softmax Jacobian
+    # diag(p) - p p^T with p p^T forgotten).
+    KQ, OV = (t.detach() for t in m.circuits(model, params))
+    KQ2 = KQ.clone().requires_grad_(True)
+    right = torch.autograd.grad(m.softmax_mse(model, KQ2, OV, batch).sum(), KQ2)[0]
+    d, n = TASK.d, batch["X"].shape[1]
+    Z = torch.cat([batch["X"], batch["y"]], dim=-1)  # (S, n, L, p)
+    u = torch.einsum("shpd,snd->snhp", KQ[..., :d], batch["xq"])
+    P = torch.softmax(torch.einsum("snlp,snhp->snhl", Z, u), dim=-1)
+    score = torch.einsum("snlp,shp->snhl", Z, OV[:, :, 0])  # OV.z_i
+    out_h = (P * score).sum(-1, keepdim=True)
+    g = 2 * (out_h[..., 0].sum(-1) - batch["yq"][..., 0]) / n  # (S, n)
+
+    def grad_A(centred):
+        dl = g[:, :, None, None] * P * (score - out_h if centred else score)
+        return torch.einsum("snhp,snd->shpd", torch.einsum("snhl,snlp->snhp", dl, Z), batch["xq"])
+
+    scale = right.abs().max()
+    assert float((right[..., :d] - grad_A(True)).abs().max() / scale) < 1e-12
+    assert float((right[..., :d] - grad_A(False)).abs().max() / scale) > 1e-12
+
+    # central differences in two entries of KQ (query column 0, key rows 0 and d: the label row)
+    h = 1e-5
+    for r in (0, d):
+        e = torch.zeros_like(KQ2)
+        e[:, 0, r, 0] = h
+        with torch.no_grad():
+            fd = (m.softmax_mse(model, KQ2 + e, OV, batch) - m.softmax_mse(model, KQ2 - e, OV, batch)) / (2 * h)
+        np.testing.assert_allclose(fd.numpy(), right[:, 0, r, 0].numpy(), rtol=1e-7, atol=1e-9)
+
+
+def test_compiled_exp_is_exact_to_a_few_ulp():
+    """The vectorisable exp of the compiled softmax (Cody-Waite reduction, degree-13 Taylor) equals numpy's exp to
+    4e-16 relative on [-708, 0] (2 ulp: polynomial truncation < 5e-18 plus Horner rounding); the softmax shift puts
+    every argument there. Dropping the lo part of ln 2 is rejected at large |x| (error ~ |k| 1.9e-10 ~ 1e-7)."""
+    rng = np.random.default_rng(4)
+    x = -np.concatenate([rng.uniform(0, 708, 200_000), rng.uniform(0, 1e-3, 10_000), [0.0, 1e-300, 708.0]])
+    out = np.empty_like(x)
+    total = m._exp_check(x, out)
+    rel = np.abs(out - np.exp(x)) / np.exp(x)
+    assert rel.max() < 4e-16
+    # the returned total is the sum of the outputs: sequential summation of n terms errs by at most n u relative
+    assert abs(total - math.fsum(out)) <= x.size * 1.2e-16 * math.fsum(out)
+    k = np.floor(x / math.log(2) + 0.5)
+    no_lo = np.exp(x - k * m._LN2_HI - k * 0.0) * 2.0 ** k  # the mutant: lo part of ln 2 dropped
+    assert (np.abs(no_lo - np.exp(x)) / np.exp(x)).max() > 1e-9
+
+
+def test_float32_storage_changes_the_loss_by_float32_rounding_only():
+    """float32 data and weights (the kernel computes in float64 and returns float32): the loss equals the float64
+    loss of the same (rounded) inputs to 1e-6 relative (float32 rounding of the inputs, 6e-8 each, amplified by the
+    ~10 operations of a prompt)."""
+    from empirical.seeding import BlockRNG, stream_keys
+
+    model = m.ICLAttention(TASK, 2)
+    init = model.init_params(gens(5, 6), device=CPU, dtype=F64)
+    b64 = model.draw(BlockRNG(stream_keys((5, 6), "data"), 0, CPU), 256, device=CPU, dtype=F64)
+    b32 = model.draw(BlockRNG(stream_keys((5, 6), "data"), 0, CPU), 256, device=CPU, dtype=torch.float32)
+    l64 = model.loss(init, b64)
+    l32 = model.loss({k: v.float() for k, v in init.items()}, b32)
+    assert l32.dtype == torch.float32
+    np.testing.assert_allclose(l32.double().numpy(), l64.numpy(), rtol=1e-6)
+
+
 def test_batched_seeds_equal_separate_single_seed_runs():
     model = m.ICLAttention(TASK, 2)
     both = train(model, small_config(seeds=(3, 5)), device=CPU)

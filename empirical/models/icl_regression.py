@@ -14,6 +14,11 @@ off-pattern magnitudes of §3 per head (``kq_offdiag_h``, ``kq_yrow_h``, ``ov_x_
 authors' validation MSE of §9). Head classification (positive / negative / dummy), homogeneity and zero-sum are
 computed from these with :func:`closedform.icl_regression.classify_heads` (see :func:`head_pattern`).
 
+Speed (issue 13): on CPU the single-task softmax model's training loss and its gradient come from one compiled pass
+over the prompts (:func:`softmax_mse`: only the query's attention row, hand-derived softmax gradient with respect to
+the circuits, a vectorisable exp), and isotropic prompts are labelled by a compiled loop from the counter-stream
+normals; a seed's numbers never depend on the other seeds of the run. Evaluation and every other variant use torch.
+
 Time axis: the Adam step count n (state after n updates, spec §0.2). Adam steps do not map to F/2-flow time;
 overlays with the reduced flow align by a monotone reparametrisation (spec §12), see :func:`align_to_flow`.
 
@@ -40,9 +45,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 
 import numpy as np
 import torch
+from numba import njit
 
 from closedform import icl_regression as cf
 from dynamics.validation import check_choice, check_int
@@ -50,7 +57,7 @@ from empirical.models import dispatch_config
 from empirical.train import Schedule, TrainConfig, per_seed
 
 __all__ = ["build", "ICLAttention", "ICLModelSpec", "align_to_flow", "circuit_arrays", "circuits", "head_pattern",
-           "config", "pattern_params", "predict", "risk_at_length", "stack_heads"]
+           "config", "pattern_params", "predict", "risk_at_length", "softmax_mse", "stack_heads"]
 
 REFERENCE = cf.REFERENCE
 ATTENTIONS = ("softmax", "linear")
@@ -214,6 +221,17 @@ class ICLAttention:
         Seed ``s`` draws what its single-seed run draws (the stream depends only on (seed, stream, block)).
         """
         L = self.spec.task.L if L is None else check_int("L", L, min_value=1)
+        spec = self.spec
+        if spec.supports is None and spec.rho is None and torch.device(device).type == "cpu":
+            # Isotropic single-task law on CPU: the same normals in the same order, combined by one compiled loop
+            # (beta scaled, y = X beta + sigma eps row by row) instead of a batched matmul of 1 x d by d x 1 products.
+            X, xq, beta, eps, eps_q = (rng.normal(shape) for shape in ((n, L, spec.task.d), (n, spec.task.d),
+                                                                       (n, spec.task.d), (n, L), (n,)))
+            # the labels overwrite their noise draws in place (no allocation per step: the buffers are the rng's)
+            _label_prompts(X.numpy(), xq.numpy(), beta.numpy(), eps.numpy(), eps_q.numpy(),
+                           1.0 / math.sqrt(spec.task.d), math.sqrt(spec.task.sigma2))
+            batch = {"X": X, "xq": xq, "y": eps[..., None], "yq": eps_q[..., None], "beta": beta}
+            return batch if dtype == torch.float64 else {k: v.to(dtype) for k, v in batch.items()}
         return self._prompts(lambda shape: rng.normal(shape, dtype=dtype).to(device), n, L, device=device,
                              dtype=dtype)
 
@@ -245,7 +263,14 @@ class ICLAttention:
         return {"X": X, "xq": xq, "y": y, "yq": yq, "beta": beta}
 
     def loss(self, params, batch, hyper=None):
-        """Plain MSE mean over the batch (and over the n_task outputs) of (y_q - yhat)^2: spec §0, (2.5); (S,)."""
+        """Plain MSE mean over the batch (and over the n_task outputs) of (y_q - yhat)^2: spec §0, (2.5); (S,).
+
+        Single-task softmax attention on CPU uses the compiled one-pass :func:`softmax_mse` (loss and analytic
+        gradient in one pass over the prompts); otherwise torch autograd of :func:`predict`.
+        """
+        spec = self.spec
+        if spec.attention == "softmax" and spec.supports is None and batch["X"].device.type == "cpu":
+            return softmax_mse(spec, *circuits(spec, params), batch)
         err = batch["yq"] - predict(self.spec, params, batch)
         return (err * err).mean(dim=(1, 2))
 
@@ -309,6 +334,27 @@ class ICLAttention:
         return out
 
 
+@njit(cache=True)
+def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd):  # pragma: no cover (compiled; tested via draw)
+    """Spec §1 labels from standard normals, in place, each seed by itself: beta <- beta_scale * beta, then the
+    noise draws become the labels, eps[s, b, i] <- x_i . beta + sd eps[s, b, i] and eps_q[s, b] <- x_q . beta +
+    sd eps_q[s, b]."""
+    S, n, L, d = X.shape
+    for s in range(S):
+        for b in range(n):
+            for j in range(d):
+                beta[s, b, j] *= beta_scale
+            for i in range(L):
+                t = 0.0
+                for j in range(d):
+                    t += X[s, b, i, j] * beta[s, b, j]
+                eps[s, b, i] = t + sd * eps[s, b, i]
+            t = 0.0
+            for j in range(d):
+                t += xq[s, b, j] * beta[s, b, j]
+            eps_q[s, b] = t + sd * eps_q[s, b]
+
+
 def _groups(spec: ICLModelSpec) -> list[tuple[str, tuple[int, ...]]]:
     """Coordinate groups of spec §8.3: coordinates with the same set of tasks, named by it (e.g. ``t0``, ``t0t1``)."""
     groups: dict[str, list[int]] = {}
@@ -346,9 +392,13 @@ def predict(model_or_spec, params: Mapping[str, torch.Tensor], batch: Mapping[st
     the query attends to the context only). The prompt length is read from the batch (length generalisation).
     """
     spec = _spec_of(model_or_spec)
+    return _predict_circuits(spec, *circuits(spec, params), batch)
+
+
+def _predict_circuits(spec: ICLModelSpec, KQ: torch.Tensor, OV: torch.Tensor, batch) -> torch.Tensor:
+    """:func:`predict` from the circuits (2.4) KQ (S, H, p, p) and OV (S, H, n_out, p)."""
     d = spec.task.d
     X, y, xq = batch["X"], batch["y"], batch["xq"]
-    KQ, OV = circuits(spec, params)
     kq_q = torch.einsum("shpd,snd->snhp", KQ[..., :d], xq)  # KQ^(h) z_q (the query's label slots are 0)
     if spec.attention == "softmax":
         # z_i = (x_i; y_i) kept split (no concatenated copy of the prompt): logit_i = x_i . (KQ z_q)[:d] +
@@ -372,6 +422,205 @@ def predict(model_or_spec, params: Mapping[str, torch.Tensor], batch: Mapping[st
         pooled[..., :d] = pooled[..., :d] + zq_score[..., None] * xq[:, :, None, :]
         pooled = pooled / spec.task.L
     return torch.einsum("shop,snhp->sno", OV, pooled)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Compiled loss and gradient of single-task softmax attention (CPU)
+# ----------------------------------------------------------------------------------------------------------------------
+# exp by Cody-Waite range reduction x = k ln2 + r, |r| <= ln2/2, and the degree-13 Taylor polynomial of e^r (truncation
+# (ln2/2)^14/14! < 5e-18 relative): a loop LLVM vectorises, unlike the libm call (3 ns a value here). ln2 = hi + lo with
+# hi of 33 significant bits, so k * hi is exact for |k| <= 1100; lo carries the rest of ln2 (60-digit Decimal).
+with localcontext() as _ctx:
+    _ctx.prec = 60
+    _LN2_DEC = Decimal(2).ln()
+    _LN2_HI = math.ldexp(math.floor(math.ldexp(float(_LN2_DEC), 32)), -32)
+    _LN2_LO = float(_LN2_DEC - Decimal(_LN2_HI))
+    _INV_LN2 = float(1 / _LN2_DEC)
+_EXP_FLOOR = -708.0  # exp(-708) ~ 3e-308 is still a normal double (2^k is built from its exponent bits below)
+
+
+@njit(cache=True, fastmath={"contract"}, inline="always")
+def _exp_shifted(a, m, n, out, kbits, kscale):  # pragma: no cover (compiled; tested via _exp_check)
+    """out[i] = exp(max(a[i] - m, -708)) for i < n and returns their sum (a[i] <= m: the softmax shift).
+
+    ``kbits`` (int64) and ``kscale`` (its float64 view) are scratch of length >= n for the 2^k factors.
+    """
+    for i in range(n):
+        x = max(a[i] - m, _EXP_FLOOR)
+        k = math.floor(x * _INV_LN2 + 0.5)
+        r = (x - k * _LN2_HI) - k * _LN2_LO
+        q = 1.0 / 6227020800.0
+        q = q * r + 1.0 / 479001600.0
+        q = q * r + 1.0 / 39916800.0
+        q = q * r + 1.0 / 3628800.0
+        q = q * r + 1.0 / 362880.0
+        q = q * r + 1.0 / 40320.0
+        q = q * r + 1.0 / 5040.0
+        q = q * r + 1.0 / 720.0
+        q = q * r + 1.0 / 120.0
+        q = q * r + 1.0 / 24.0
+        q = q * r + 1.0 / 6.0
+        q = q * r + 0.5
+        q = q * r + 1.0
+        out[i] = q * r + 1.0
+        kbits[i] = (np.int64(k) + 1023) << 52  # the bits of the double 2^k
+    z = 0.0
+    for i in range(n):
+        out[i] *= kscale[i]
+        z += out[i]
+    return z
+
+
+@njit(cache=True)
+def _exp_check(x, out):  # pragma: no cover (compiled)
+    """exp(x) for x <= 0 through :func:`_exp_shifted` (for the accuracy test); returns the sum."""
+    kbits = np.empty(x.size, dtype=np.int64)
+    return _exp_shifted(x, 0.0, x.size, out, kbits, kbits.view(np.float64))
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _softmax_mse_kernel(X, y, xq, yq, A, OV, with_grad, loss, gA, gOV):  # pragma: no cover (compiled)
+    """Per seed s: loss[s] = (1/n) sum_b (y_q - yhat)^2 of spec (2.3) and, if ``with_grad``, its gradients gA[s] =
+    d loss / d KQ[:, :, :, :d] (S, H, p, d) and gOV[s] = d loss / d OV[:, :, 0, :] (S, H, p). See :func:`softmax_mse`.
+
+    Inputs: X (S, n, L, d), y (S, n, L), xq (S, n, d), yq (S, n), A = KQ[..., :d] (S, H, p, d) (the query's label
+    slot is 0, so the other columns of KQ never enter), OV (S, H, p). Per prompt and head: u = A x_q, logits
+    l_i = x_i.u[:d] + y_i u[d], p = softmax(l), pooled (px, py) = sum_i p_i (x_i, y_i), out_h = OV.(px, py).
+    Backward with g = 2 (yhat - y_q)/n: dOV += g (px, py); dl_i = g p_i (OV.z_i - out_h); du = sum_i dl_i z_i;
+    dA += du x_q^T. The prompt is copied feature-major (d, L) so the token loops are contiguous.
+    """
+    S, n, L, d = X.shape
+    H, p = A.shape[1], A.shape[2]
+    Xt = np.empty((d, L))
+    yt = np.empty(L)
+    lg = np.empty(L)
+    kbits = np.empty(L, dtype=np.int64)
+    kscale = kbits.view(np.float64)
+    u = np.empty(p)
+    px = np.empty((H, d))
+    py = np.empty(H)
+    out = np.empty(H)
+    P = np.empty((H, L))
+    for s in range(S):
+        acc = 0.0
+        if with_grad:
+            gA[s] = 0.0
+            gOV[s] = 0.0
+        for b in range(n):
+            for i in range(L):
+                for j in range(d):
+                    Xt[j, i] = X[s, b, i, j]
+                yt[i] = y[s, b, i]
+            yhat = 0.0
+            for h in range(H):
+                Ph = P[h]
+                for r in range(p):
+                    t = 0.0
+                    for c in range(d):
+                        t += A[s, h, r, c] * xq[s, b, c]
+                    u[r] = t
+                uy = u[d]
+                for i in range(L):
+                    lg[i] = yt[i] * uy
+                for j in range(d):
+                    uj = u[j]
+                    for i in range(L):
+                        lg[i] += Xt[j, i] * uj
+                m = lg[0]
+                for i in range(1, L):
+                    m = max(m, lg[i])
+                inv = 1.0 / _exp_shifted(lg, m, L, Ph, kbits, kscale)
+                for i in range(L):
+                    Ph[i] *= inv
+                o = 0.0
+                for j in range(d):
+                    t = 0.0
+                    for i in range(L):
+                        t += Ph[i] * Xt[j, i]
+                    px[h, j] = t
+                    o += OV[s, h, j] * t
+                t = 0.0
+                for i in range(L):
+                    t += Ph[i] * yt[i]
+                py[h] = t
+                o += OV[s, h, d] * t
+                out[h] = o
+                yhat += o
+            res = yhat - yq[s, b]
+            acc += res * res
+            if with_grad:
+                g = 2.0 * res / n
+                for h in range(H):
+                    Ph = P[h]
+                    for j in range(d):
+                        gOV[s, h, j] += g * px[h, j]
+                    gOV[s, h, d] += g * py[h]
+                    oy = OV[s, h, d]
+                    for i in range(L):
+                        lg[i] = yt[i] * oy - out[h]
+                    for j in range(d):
+                        oj = OV[s, h, j]
+                        for i in range(L):
+                            lg[i] += Xt[j, i] * oj
+                    for i in range(L):
+                        lg[i] *= g * Ph[i]
+                    for j in range(d):
+                        t = 0.0
+                        for i in range(L):
+                            t += lg[i] * Xt[j, i]
+                        u[j] = t
+                    t = 0.0
+                    for i in range(L):
+                        t += lg[i] * yt[i]
+                    u[d] = t
+                    for r in range(p):
+                        ur = u[r]
+                        for c in range(d):
+                            gA[s, h, r, c] += ur * xq[s, b, c]
+        loss[s] = acc / n
+
+
+class _SoftmaxMSE(torch.autograd.Function):
+    """Autograd wrapper of :func:`_softmax_mse_kernel`: the gradient is formed in the forward pass and scaled by the
+    incoming per-seed gradient in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, KQ, OV, X, y, xq, yq):
+        S, H, p, _ = KQ.shape
+        d = X.shape[-1]
+        with_grad = KQ.requires_grad or OV.requires_grad
+        loss = np.empty(S)
+        gA = np.empty((S, H, p, d))
+        gOV = np.empty((S, H, p))
+        arrays = (X, y[..., 0], xq, yq[..., 0], KQ[..., :d], OV[:, :, 0, :])
+        _softmax_mse_kernel(*(t.detach().contiguous().numpy() for t in arrays), with_grad, loss, gA, gOV)
+        dtype = KQ.dtype
+        gKQ = torch.zeros(KQ.shape, dtype=dtype)
+        gKQ[..., :d] = torch.from_numpy(gA)
+        ctx.save_for_backward(gKQ, torch.from_numpy(gOV).to(dtype)[:, :, None, :])
+        return torch.from_numpy(loss).to(dtype)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        gKQ, gOV = ctx.saved_tensors
+        scale = grad_loss[:, None, None, None]
+        return scale * gKQ, scale * gOV, None, None, None, None
+
+
+def softmax_mse(model_or_spec, KQ: torch.Tensor, OV: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Per-seed MSE (1/n) sum_b (y_q - yhat_b)^2 of single-task softmax attention (spec (2.3), (2.5)), shape (S,),
+    differentiable in the circuits KQ (S, H, p, p) and OV (S, H, 1, p) of (2.4).
+
+    The same number as :meth:`ICLAttention.loss`'s torch path, computed by a compiled kernel that reads each prompt
+    once (only the query's row of attention: its logits over the L context tokens) and forms the gradient on the
+    way with the hand-derived softmax derivatives (tested against torch autograd to 1e-12). Each seed is computed by
+    itself, so a seed trained among others is bitwise equal to its single-seed run. CPU tensors (float64 or float32;
+    the kernel computes in float64 and returns the input dtype).
+    """
+    spec = _spec_of(model_or_spec)
+    if spec.attention != "softmax" or spec.supports is not None:
+        raise ValueError("softmax_mse needs single-task softmax attention (attention='softmax', supports=None)")
+    return _SoftmaxMSE.apply(KQ, OV, batch["X"], batch["y"], batch["xq"], batch["yq"])
 
 
 def pattern_params(model_or_spec, omega, mu, *, device="cpu", dtype=torch.float64) -> dict[str, torch.Tensor]:
