@@ -41,6 +41,7 @@ from empirical.train import train
 from figures._style import (
     TOL_BRIGHT,
     new_figure,
+    panel_grid,
     plot_reduced,
     plot_seed_band,
     plot_theory,
@@ -140,7 +141,7 @@ def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
 
 def plot_pretrain(ds: xr.Dataset):
     """Four panels of Sec. B.7: training loss, cos(v_x, v*), norm ratio, attention matrix S at the last step."""
-    fig, axes = new_figure(1, 4, figsize=(14.0, 3.4))
+    fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.6))
     pos = ds.step.values > 0
     t = ds.step.values[pos]
     lab = f"torch GD, n = {ds.attrs['n']} (raw; {ds.sizes['seed']} samples)"

@@ -49,6 +49,7 @@ from empirical.train import train
 from figures._style import (
     TOL_BRIGHT,
     new_figure,
+    panel_grid,
     plot_empirical_band,
     plot_reduced,
     plot_seed_band,
@@ -247,7 +248,7 @@ def _zero_init_data(cfg, p: float) -> xr.Dataset:
 
 def plot_zero_init(ds: xr.Dataset):
     has_pop = "pop_torch_acc" in ds
-    fig, axes = new_figure(1, 5 if has_pop else 4, figsize=(17.0 if has_pop else 13.5, 3.3))
+    fig, axes = panel_grid(5 if has_pop else 4, max_per_row=3 if has_pop else 2, panel_size=(4.6, 3.5))
     t = ds.step.values
     ax = axes[0]
     _band(ax, t, ds.torch_acc_rb.values, "torch acc_RB", TOL_BRIGHT["blue"])
@@ -472,36 +473,37 @@ def data_fig6(cfg) -> xr.Dataset:
 
 
 def plot_fig6(ds: xr.Dataset):
-    fig, axes = new_figure(2, 4, figsize=(14.0, 6.4))
+    # rows: p = 0.5 curves, p = 1 curves, then the four heat maps two a row
+    fig, axes = panel_grid(8, max_per_row=2, panel_size=(5.0, 3.4))
     t = ds.step.values
     for j, (tag, p) in enumerate((("p05", 0.5), ("p1", 1.0))):
-        ax = axes[0, 2 * j]
+        ax = axes[2 * j]
         _band(ax, t, ds[f"{tag}_acc_rb"].values, "acc_RB", TOL_BRIGHT["blue"])
         _band(ax, t, ds[f"{tag}_acc"].values, "plain acc", TOL_BRIGHT["cyan"])
         plot_theory(ax, t, np.full(t.shape, max(p, 1 - p)), label="max(p, 1-p)", color="k", linewidth=0.8)
         ax.set(xlabel="iteration t", ylabel="test accuracy", ylim=(0, 1.05),
                title=f"({'a' if j == 0 else 'c'}) accuracy, p = {p:g}")
         ax.legend(fontsize=7)
-        ax = axes[0, 2 * j + 1]
+        ax = axes[2 * j + 1]
         _band(ax, t, ds[f"{tag}_kl"].values, "KL(P_true || P_model)", TOL_BRIGHT["purple"])
         ax.set(xlabel="iteration t", ylabel="KL", title=f"({'b' if j == 0 else 'd'}) KL, p = {p:g}")
         ax.legend(fontsize=7)
-    ax = axes[1, 0]
+    ax = axes[4]
     im = ax.imshow(ds.p05_V_snap.values[-1], cmap="viridis")
     fig.colorbar(im, ax=ax, fraction=0.046)
     ax.set(title=f"V at t = {int(ds.snap.values[-1])}, p = 0.5", xlabel="state", ylabel="label")
-    ax = axes[1, 1]
+    ax = axes[5]
     im = ax.imshow(ds.p05_S_final.values, aspect="auto", cmap="magma")
     fig.colorbar(im, ax=ax, fraction=0.046)
     ax.set(title="S (20 test walks), p = 0.5", xlabel="position", ylabel="walk")
-    ax = axes[1, 2]
+    ax = axes[6]
     snaps = ds.snap.values
     im = ax.imshow(np.concatenate([v / max(np.abs(v).max(), 1e-300) for v in ds.p1_V_snap.values], axis=1),
                    cmap="viridis", aspect="auto")
     fig.colorbar(im, ax=ax, fraction=0.046)
     ax.set(title="p = 1: V / max|V|\nat t = " + "/".join(str(int(s)) for s in snaps), xlabel="state (4 blocks)",
            ylabel="label")
-    ax = axes[1, 3]
+    ax = axes[7]
     im = ax.imshow(np.concatenate(list(ds.p1_XS_snap.values), axis=1), cmap="viridis", aspect="auto")
     fig.colorbar(im, ax=ax, fraction=0.046)
     ax.set(title="p = 1: X S of 8 test walks\n(4 blocks)", xlabel="state", ylabel="walk")
@@ -808,7 +810,7 @@ def data_overlay(cfg) -> xr.Dataset:
 
 
 def plot_overlay(ds: xr.Dataset):
-    fig, axes = new_figure(1, 4, figsize=(15.0, 3.5))
+    fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.6))
     t, tr = ds.step.values, ds.step_red.values
     for p, color in zip(_OVERLAY_P, _P_COLORS):
         tag = _ptag(p)
