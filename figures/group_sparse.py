@@ -167,7 +167,7 @@ def plot_pretrain(ds: xr.Dataset):
     ax.set(xlabel="query j", ylabel="key i", title=f"(d) S at t = {int(ds.step.values[-1])} (j* = {ds.attrs['jstar']})")
     ax.set_xticks(range(1, D + 1))
     ax.set_yticks(range(1, D + 1))
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.colorbar(im, ax=ax, fraction=0.046, label="attention S_ij (mean over seeds, samples)")
     fig.suptitle(f"Group-sparse pre-training, d = {ds.attrs['d']}, D = {D}, eta = {ds.attrs['eta']}", fontsize=9)
     return fig
 
@@ -448,7 +448,7 @@ def data_overlay(cfg) -> xr.Dataset:
 
 def plot_downstream(ds: xr.Dataset):
     """Test error vs downstream sample size n (log-log)."""
-    fig, ax = new_figure(figsize=(6.4, 4.2))
+    fig, ax = new_figure(figsize=(9.0, 4.2))
     n = ds.n.values
     for key, label, color in (("pretrained", f"pre-trained W (T = {ds.attrs['T_pre']}), v by online SGD",
                                TOL_BRIGHT["blue"]),
@@ -465,7 +465,7 @@ def plot_downstream(ds: xr.Dataset):
     ax.minorticks_off()
     ax.set(xlabel="downstream sample size n", ylabel="test error",
            title=f"Downstream transfer, d = {ds.attrs['d']}, D = {ds.attrs['D']}, gamma = {ds.attrs['gamma']}")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: inside it covers the bands
     return fig
 
 

@@ -287,8 +287,10 @@ def plot_zero_init(ds: xr.Dataset):
         ax2.set(ylabel="accuracy (torch)", ylim=(0, 1.05))
         ax.set(xlabel="iteration t", ylabel="context attention spread",
                title="(e) exact population (K walks)")
-        ax.legend(fontsize=6, loc="upper left")
-        ax2.legend(fontsize=6, loc="lower right")
+        # one legend below the panel: inside, it would cover the spread lines or the accuracy curves
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return fig
 
 
@@ -767,7 +769,9 @@ def _ptag(p: float) -> str:
                    "direction errors of V (Theorem C1 item 3) to Pi^T, to sqrt(Pi^T) (entrywise) and to "
                    "sqrt(C_hat^T) of the training walks; grey: the population floor "
                    "dist(sqrt(Pi^T), Pi^T) of Sec. C.7 (0.1745 at p = 0.7): the paper's Pi^T claim holds at p = 1/2 "
-                   "only."),
+                   "only. Left: thin solid lines max(p, 1-p) (Theorem C1) and 1/K at p = 0, 1 (the symmetric state of "
+                   "Theorem C2); hollow markers of decreasing size, so coinciding curves (p = 0, 0.5, 1 on the parent "
+                   "attention) stay visible."),
           unrecoverable=DEFAULTS_U + (("random start with tokens normalised as in Fig. 6 at eta = 1 (our choice for "
                                        "the Sec. 5 overlay)"),),
           params={"tiny": {"K": 6, "N": 25, "M": 200, "n_train": 200, "n_test": 200, "n_steps": 20,
@@ -812,12 +816,21 @@ def data_overlay(cfg) -> xr.Dataset:
 def plot_overlay(ds: xr.Dataset):
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.6))
     t, tr = ds.step.values, ds.step_red.values
-    for p, color in zip(_OVERLAY_P, _P_COLORS):
+    for k, (p, color) in enumerate(zip(_OVERLAY_P, _P_COLORS)):
         tag = _ptag(p)
+        # hollow markers of decreasing size: curves that coincide (p = 0, 0.5 and 1 on panel (b)) stay visible
+        ms = 7.0 - 1.5 * k
         for ax, name in ((axes[0], "acc_rb"), (axes[1], "attn_parent")):
-            ax.plot(t, ds[f"{tag}_torch_{name}"].values.mean(0), "o", ms=3, color=color, label=f"p = {p:g} torch")
+            ax.plot(t, ds[f"{tag}_torch_{name}"].values.mean(0), "o", ms=ms, mfc="none", mew=1.0, color=color,
+                    label=f"p = {p:g} torch")
             ax.plot(t, ds[f"{tag}_random_{name}"].values.mean(0), ":", lw=1, color=color)
             plot_reduced(ax, tr, ds[f"{tag}_reduced_{name}"].values.mean(0), label=None, color=color)
+    K = int(ds.attrs["K"])
+    for p, color in zip(_OVERLAY_P, _P_COLORS):
+        if 0.0 < p < 1.0:  # Theorem C1 item 1: acc_RB -> max(p, 1-p)
+            plot_theory(axes[0], tr, np.full(tr.shape, max(p, 1 - p)), label=None, color=color, linewidth=0.8)
+    plot_theory(axes[0], tr, np.full(tr.shape, 1 / K), label="theory: max(p, 1-p); 1/K at p = 0, 1 (Thm. C2)",
+                color="k", linewidth=0.8)
     axes[0].set(xscale="symlog", xlabel="iteration t", ylabel="acc_RB", title="(a) acc_RB vs max(p, 1-p)",
                 ylim=(0, 1.05))
     axes[1].set(xscale="symlog", xlabel="iteration t", ylabel="mean S_{N-1}", title="(b) attention on the parent")
