@@ -604,7 +604,7 @@ def data_fig3(cfg) -> xr.Dataset:
 
 
 def plot_fig8(ds: xr.Dataset):
-    fig, axes = new_figure(1, 2, squeeze=False)
+    fig, axes = new_figure(1, 2, figsize=(10.0, 3.8), squeeze=False)  # wide enough for the titles
     for k, M in enumerate(ds.M.values):
         ax = axes[0, k]
         for i, e in enumerate(ds.eta_Y.values[k]):
@@ -649,7 +649,7 @@ def data_fig8(cfg) -> xr.Dataset:
 
 
 def plot_fig9(ds: xr.Dataset):
-    fig, axes = new_figure(1, 2, squeeze=False)
+    fig, axes = new_figure(1, 2, figsize=(10.0, 3.8), squeeze=False)
     for k in range(2):
         ax = axes[0, k]
         for i in range(ds.sizes["pair"]):
