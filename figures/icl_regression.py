@@ -602,8 +602,9 @@ def gaps_fig3(ds):
 @register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="icl_regression.md §3, §7.3, §9",
           caption=("Learned circuits for H = 1 (single head: Nadaraya-Watson, F_1 optimum omega = 1/sqrt(d), "
                    "mu = sqrt(d)/(1 + e(1+sigma^2)d/L) dash-dot) and H = 4 (positive / negative / dummy heads, "
-                   "classified by |mu_h| < 0.05 max|mu|), " + COMMON_SETUP + ". Heatmaps of one seed at the end (H = 4: the four "
-                   "KQ^(h) tiled 2 x 2). H = 4 curves: mean and 95% range over seeds of each head's omega_h, mu_h, "
+                   "classified by |mu_h| < 0.05 max|mu|), " + COMMON_SETUP + ". Heatmaps of one seed at the end "
+                   "(H = 4: the four KQ^(h) tiled 2 x 2). H = 4 curves: mean and 95% range over seeds of each "
+                   "head's omega_h, mu_h, "
                    "heads ranked per seed by their final mu_h (rank 1 most positive). At 5 000 steps every H = 4 run "
                    "has positive and negative heads, but only 1 of 8 has a dummy head yet (weakest |mu_h| below 0.05 "
                    "of the largest; the others 0.06-0.48, median 0.16), where the authors' 500 000-step run shows one "
