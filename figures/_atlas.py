@@ -24,7 +24,7 @@ from scipy.optimize import brentq
 from closedform import icl_regression as icl
 from closedform import single_location as sl
 from dynamics import SaveAt
-from figures._style import TOL_BRIGHT, new_figure
+from figures._style import TOL_BRIGHT, new_figure, panel_grid
 from figures.registry import CheckResult, register
 
 ALPHA = 4e-3  # the paper's step size at constant lambda (spec single_location.md Sec. 8.3, 8.6(b))
@@ -205,8 +205,7 @@ def data_atlas(cfg) -> xr.Dataset:
 
 def plot_atlas(ds):
     nd = ds.sizes["d"]
-    fig, axes = new_figure(1, nd, figsize=(4.2 * nd, 3.8))
-    axes = np.atleast_1d(axes)
+    fig, axes = panel_grid(nd, max_per_row=3, panel_size=(4.2, 3.8))
     for ax, d in zip(axes, ds.d.values):
         for k in ds.kind.values:
             fr = ds.fraction.sel(d=d, kind=k).values
@@ -328,7 +327,8 @@ def plot_icl_atlas(ds):
         if m.any():
             a.scatter(Y[m, 0], Y[m, 1], s=4, color=cols[cl], label=f"{cl} ({int(m.sum())})")
     om = ds.sp_omega.values
-    a.scatter(om[:, 0], om[:, 1], marker="*", s=150, color=TOL_BRIGHT["yellow"], edgecolor="k", zorder=3,
+    # hollow stars: the end states that sit on a stationary point stay visible through them
+    a.scatter(om[:, 0], om[:, 1], marker="*", s=220, facecolor="none", edgecolor="k", linewidth=0.8, zorder=3,
               label="stationary points")
     a.set(xlabel=r"$\omega_1$", ylabel=r"$\omega_2$", aspect="equal",
           title=f"(a) end states, init N(0, {ds.init_scale.values[i0]:g}^2), t = {ds.attrs['flow_time']:g}")

@@ -29,6 +29,7 @@ from dynamics.saveat import SaveAt
 from figures._style import (
     TOL_BRIGHT,
     new_figure,
+    panel_grid,
     plot_seed_band,
     plot_theory,
 )
@@ -359,7 +360,7 @@ def data_fig9(cfg) -> xr.Dataset:
 
 def plot_fig10(ds: xr.Dataset):
     """(a) test excess risk; (b) |k_hat_h . k_i*|; (c) |v_hat_h . v_i*|/|v_hat_h|; (d) sv_1/sv_2 per head."""
-    fig, axes = new_figure(1, 4)
+    fig, axes = panel_grid(4, max_per_row=2, panel_size=(4.6, 3.4))
     _risk_panel(axes[0], ds, f"2-head Transformer (d = {ds.attrs['d']})")
     _pair_panel(axes[1], ds, "kappa", "(b) keys", "|k_hat_h . k_i*|")
     _pair_panel(axes[2], ds, "nu", "(c) values", "|v_hat_h . v_i*| / |v_hat_h|")

@@ -265,7 +265,7 @@ def plot_heatmap(ax, z, *, x=None, y=None, label: str, cmap: str | None = None, 
 def layout_problems(fig: Figure) -> list[str]:
     """What breaks the report's layout rules in ``fig``: a heat map (image, mesh or filled contour) without a colour
     bar (its own, or a shared one drawn for the same colour map and limits), or more than :data:`MAX_PANELS_PER_ROW`
-    panels in a row (colour-bar axes not counted). Empty if none."""
+    panels in a row (colour-bar axes not counted, a twin axis counted with its host). Empty if none."""
     from matplotlib.collections import QuadMesh
     from matplotlib.contour import ContourSet
     from matplotlib.image import AxesImage
@@ -291,13 +291,13 @@ def layout_problems(fig: Figure) -> list[str]:
                 title = ax.get_title() or f"panel {panels.index(ax) + 1}"
                 problems.append(f"heat map without a colour bar in {title!r}")
                 break
-    rows: dict[tuple[int, int], int] = {}
+    rows: dict[tuple[int, int], set] = {}
     for ax in panels:
         spec = ax.get_subplotspec()
-        if spec is not None:
+        if spec is not None:  # a twin axis (twinx/twiny) shares its host's cell: one panel, counted once
             key = (id(spec.get_gridspec()), spec.rowspan.start)
-            rows[key] = rows.get(key, 0) + 1
-    widest = max(rows.values(), default=0)
+            rows.setdefault(key, set()).add((spec.colspan.start, spec.colspan.stop))
+    widest = max((len(cells) for cells in rows.values()), default=0)
     if widest > MAX_PANELS_PER_ROW:
         problems.append(f"{widest} panels in one row (at most {MAX_PANELS_PER_ROW}: use panel_grid or a larger figure)")
     return problems

@@ -40,6 +40,7 @@ from figures._style import (
     TOL_BRIGHT,
     band_over_seeds,
     new_figure,
+    panel_grid,
     plot_empirical_band,
     plot_reduced,
     plot_seed_band,
@@ -120,7 +121,7 @@ def _tidy_step_axes(fig):
 
 
 def _plot_dynamics(ds, runs, *, individual=False, title=""):
-    fig, axes = new_figure(1, 4, figsize=(14.0, 3.2))
+    fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.4))
     x = ds.step.values
     if individual:
         for r in range(ds.sizes["run"]):
@@ -137,7 +138,8 @@ def _plot_dynamics(ds, runs, *, individual=False, title=""):
         _band(axes[1], x, np.abs(ds.nu.values), TOL_BRIGHT["red"], r"$|\nu|$")
         _band(axes[3], x, np.maximum(ds.distance_to_manifold.values, DIST_FLOOR), TOL_BRIGHT["green"],
               r"dist$_M$")
-    axes[0].set(xlabel="step", ylabel=r"excess risk $R - \varepsilon^2$", ylim=(-0.1, 6), title="excess risk")
+    top = 1.1 * float(np.nanmax(ds.excess_risk.values))  # the scale of the run (Fig. 4(a) ~6, Fig. 4(b) ~0.7)
+    axes[0].set(xlabel="step", ylabel=r"excess risk $R - \varepsilon^2$", ylim=(-0.05 * top, top), title="excess risk")
     axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment with (k*, v*)")
     axes[1].legend(loc="lower right")
     _path_panel(axes[2], ds, runs)
@@ -381,12 +383,17 @@ def data_fig4b(cfg) -> xr.Dataset:
 def plot_fig7(ds):
     fig_a = ds.sel(part="a").dropna("time", how="all")
     fig_b = ds.sel(part="b").dropna("time", how="all")
-    fig, axes = new_figure(2, 4, figsize=(14.0, 6.4))
+    # two 2 x 2 blocks, (a) on top of (b): at most two panels a row so the labels read at page width
+    fig, flat = panel_grid(8, max_per_row=2, panel_size=(5.0, 3.3))
+    # (b): paths of two recovering runs and one run that ends at S (Sec. 7.4), so both outcomes are drawn
+    dist_b = fig_b.distance_to_manifold.values[:, -1]
+    runs_b = list(np.flatnonzero(dist_b < 1e-3)[:2]) + list(np.flatnonzero(dist_b > 0.5)[:1])
     for row, (sub, runs, individual, title) in enumerate(((fig_a, [0, 2], False, "(a) lambda = 0.9, alpha = 1e-3"),
-                                                          (fig_b, [5, 3, 12], True, "(b) lambda = 0.1, alpha = 4e-3"))):
+                                                          (fig_b, runs_b or [0], True,
+                                                           "(b) lambda = 0.1, alpha = 4e-3"))):
         sub = sub.assign_coords(step=("time", sub.step.values.astype(np.int64)))
         x = sub.step.values
-        ax = axes[row]
+        ax = flat[4 * row: 4 * row + 4]
         if individual:
             for r in range(sub.sizes["run"]):
                 ax[0].plot(x, sub.excess_risk.values[r], color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
@@ -405,12 +412,14 @@ def plot_fig7(ds):
         ax[3].axhline(S, color=TOL_BRIGHT["purple"], linestyle="--", linewidth=0.8, label="dist_M at S (Sec. 7.4)")
         ax[0].axhline(float(ds.S_excess.sel(part="a" if row == 0 else "b")), color=TOL_BRIGHT["purple"],
                       linestyle="--", linewidth=0.8, label="S")
-        ax[0].set(xlabel="step", ylabel="excess risk", ylim=(-0.1, 6), title=title)
+        top = 1.1 * float(np.nanmax(sub.excess_risk.values))
+        ax[0].set(xlabel="step", ylabel="excess risk", ylim=(-0.05 * top, top), title=f"{title}: excess risk")
         ax[0].legend(fontsize=7)
-        ax[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05))
+        ax[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title=f"{title[:3]} alignment")
         ax[1].legend(fontsize=7, loc="lower right")
         _path_panel(ax[2], sub, runs)
-        ax[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2))
+        ax[2].set_title(f"{title[:3]} (kappa, nu) paths")
+        ax[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2), title=f"{title[:3]} distance to M")
         ax[3].legend(fontsize=7, loc="lower left")
     return _tidy_step_axes(fig)
 
@@ -462,7 +471,8 @@ def checks_fig7(ds):
                    "gamma^2 = 1/2, eps = 0, same initial states as Fig. 4(a). (a) lambda = 0.9, alpha = 1e-3: the "
                    "runs leave (0, 0) but end off M. (b) lambda = 0.1, alpha = 4e-3, every run drawn: about half of "
                    "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of Sec. 7.4 "
-                   "(dashed purple), the others recover (k*, v*)."),
+                   "(dashed purple), the others recover (k*, v*); the (kappa, nu) panel draws two recovering runs "
+                   "and one that ends at S."),
           params={"tiny": {"d": 400, "L": 10, "n_runs": 4, "n_steps_a": 3000, "n_steps_b": 2000},
                   "quick": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000},
                   "paper": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000}},
@@ -509,7 +519,7 @@ def plot_fig6(ds):
         a.scatter(ds.fp_kappa.values[i], ds.fp_nu.values[i], s=70, color=colours[kind], edgecolor="k", zorder=3,
                   label=kind if kind not in [str(x) for x in ds.fp_kind.values[:i]] else None)
     a.set(title=r"(a) $R_M$ and the five fixed points")
-    a.legend(fontsize=7, loc="lower right")
+    a.legend(fontsize=7, loc="center left", frameon=True, framealpha=0.8)  # clear of the fixed points
     U, V = ds.field_kappa.values.T, ds.field_nu.values.T
     mag = np.hypot(U, V)
     step = max(1, kap.size // 20)
@@ -517,7 +527,7 @@ def plot_fig6(ds):
                                                                     vmax=mag.max()), cmap="magma", shading="auto")
     fig.colorbar(mesh, ax=b, label="|field|")
     sl_ = (slice(None, None, step), slice(None, None, step))
-    b.quiver(K[sl_], N[sl_], (U / np.maximum(mag, 1e-300))[sl_], (V / np.maximum(mag, 1e-300))[sl_], color="w",
+    b.quiver(K[sl_], N[sl_], (U / np.maximum(mag, 1e-300))[sl_], (V / np.maximum(mag, 1e-300))[sl_], color="0.15",
              scale=30, width=0.003)
     b.plot(kap, ds.nullcline.values, color=TOL_BRIGHT["cyan"], linestyle="--", linewidth=1.0)
     b.set(title=rf"(b) $-((1-\kappa^2)\partial_\kappa R_M, (1-\nu^2)\partial_\nu R_M)$, $\lambda$ = {ds.attrs['lam']}")

@@ -523,6 +523,14 @@ def test_layout_helpers_colour_bars_and_panels_per_row():
         right.imshow(np.eye(3)[::-1], vmin=0, vmax=1)
         shared.colorbar(im, ax=[left, right], label="value")
     assert _style.layout_problems(shared) == []
+    # A twin axis is its host's panel (three panels, one with a twinx: no problem); a fourth real panel is one.
+    with _style.style_context():
+        twin, axes3 = _style.new_figure(1, 3)
+        axes3[2].twinx()
+        wide, axes4 = _style.new_figure(1, 4)
+        axes4[3].twinx()
+    assert _style.layout_problems(twin) == []
+    assert _style.layout_problems(wide) == ["4 panels in one row (at most 3: use panel_grid or a larger figure)"]
     # The report lists a figure's layout problems.
     from figures import report
 
@@ -584,7 +592,9 @@ def test_registered_figure_builds_at_tiny_size(name, tiny_cache, tmp_path):
     assert second.status == "computed"
     xr.testing.assert_identical(first.dataset, second.dataset)  # same seed -> identical data
     stem = tmp_path / name
-    (png,) = _style.save_figure(registry.render(first.spec, first.dataset), stem, ("png",))
+    fig = registry.render(first.spec, first.dataset)
+    assert_readable_layout(fig)  # at most 3 panels a row, a colour bar on every heat map (the report's rules)
+    (png,) = _style.save_figure(fig, stem, ("png",))
     assert png.stat().st_size > 0
     image = matplotlib.image.imread(png)
     assert image.ndim == 3 and np.var(image) > NOT_BLANK
