@@ -198,7 +198,8 @@ def check_allocation(name: str, shape, *, itemsize: int = 8, what: str = "an arr
 # specs for the decorator
 
 class Range:
-    """A real number (or, with ``array=True``, also an array of them) in a range, finite unless ``finite=False``.
+    """A real number (or, with ``array=True``, also an array of them) in a range, finite unless ``finite=False``
+    (which lets +-inf through; NaN never passes).
 
     ``integer=True`` asks for an integer (integral floats accepted). Bounds are optional: ``gt``/``ge`` below,
     ``lt``/``le`` above. An integer spec without an upper bound gets ``le=MAX_INT``.
@@ -228,7 +229,7 @@ class Range:
     def __call__(self, name: str, value) -> None:
         t = type(value)
         if t is float or t is int:  # fast path of the common case
-            if (self.finite and (value - value != 0)) or (self.integer and t is float and not value.is_integer()) \
+            if (value != value) or (self.finite and (value - value != 0)) or (self.integer and t is float and not value.is_integer()) \
                     or (self.gt is not None and not value > self.gt) \
                     or (self.ge is not None and not value >= self.ge) \
                     or (self.lt is not None and not value < self.lt) \
@@ -250,7 +251,7 @@ class Range:
         self._array(name, value)
 
     def _scalar(self, name, x):
-        if self.finite and not np.isfinite(x):
+        if x != x or (self.finite and not np.isfinite(x)):
             raise ValueError(f"{name} must be {self.text}; got {x!r}")
         if self.integer and not float(x).is_integer():
             raise ValueError(f"{name} must be {self.text}; got {x!r}")
@@ -264,6 +265,9 @@ class Range:
             return
         if self.finite:
             _check_finite(name, arr, self.text)
+        elif arr.dtype.kind == "f" and np.isnan(arr).any():
+            idx = tuple(int(i) for i in np.argwhere(np.isnan(arr))[0]) if arr.ndim else ()
+            raise ValueError(f"{name} must be {self.text}, not NaN; found NaN at index {idx}")
         if self.integer and arr.dtype.kind == "f" and not np.all(np.mod(arr[np.isfinite(arr)], 1) == 0):
             raise ValueError(f"{name} must be {self.text}; got non-integral entries")
         for bound, op, sym in ((self.gt, np.greater, ">"), (self.ge, np.greater_equal, ">="),
@@ -377,7 +381,7 @@ def _path_check(name, value):
 
 def _sequence_check(name, value):
     if value is None or isinstance(value, str | bytes | dict) or not isinstance(value, collections.abc.Iterable):
-        raise ArgumentTypeError(f"{name} must be a sequence (list, tuple or array); got {_show(value)}")
+        raise ArgumentTypeError(f"{name} must be a tuple or list (a sequence); got {_show(value)}")
 
 
 def _str_check(name, value):
@@ -759,17 +763,26 @@ def _type_text(types_, none: bool) -> str:
         elif t is collections.abc.Callable:
             names.append("callable")
         else:
-            names.append(getattr(t, "__name__", str(t)))
+            names.append(_class_text(t))
     if none:
         names.append("None")
     return " or ".join(names) if len(names) > 1 else (names[0] if names else "None")
+
+
+def _class_text(cls) -> str:
+    """``a Task``, ``an xarray.Dataset``: a class with its article (third-party classes with their package)."""
+    name = getattr(cls, "__name__", str(cls))
+    top = (getattr(cls, "__module__", "") or "").split(".")[0]
+    if top and top not in ("builtins", "collections", "dynamics", "closedform", "empirical", "figures", "tests"):
+        name = f"{top}.{name}"
+    return ("an " if name[:1].lower() in "aeioux" else "a ") + name  # "an xarray..."
 
 
 def _show(value) -> str:
     """A short description of a bad value: its repr for small values, its type otherwise."""
     if isinstance(value, np.ndarray) and value.size > 6:
         return f"{type(value).__name__} of shape {value.shape}, dtype {value.dtype}"
-    text = repr(value)
+    text = " ".join(repr(value).split())
     if len(text) > 80:
         text = text[:77] + "..."
     return f"{text} ({type(value).__name__})" if not isinstance(value, str | int | float) or value is None \

@@ -110,7 +110,7 @@ from tqdm.auto import tqdm
 
 from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
-from dynamics.validation import check_choice, check_int, check_nonneg
+from dynamics.validation import check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
@@ -819,3 +819,6 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
         paths = _style.save_figure(fig, Path(out_dir) / name, formats)
         results.append(replace(result, outputs=tuple(paths)))
     return results
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

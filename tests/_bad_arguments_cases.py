@@ -70,6 +70,16 @@ POSITIVE = frozenset({
     "rtol", "atol", "dt_max", "max_steps", "vocab_size", "L_test", "n_seeds", "save_every", "log_every", "Q",
 })
 
+#: Documented valid values of an always-invalid kind: {(qualname or "*", parameter): kinds}. Accepting them is
+#: right, so the probe is unjudged (a NaN/inf in the answer still counts as silent_nan).
+VALID_VALUES = {
+    ("closedform.special.zeta", "t"): {"inf"},  # zeta(+-inf, g) = 1, the limit (tests/test_special.py)
+    ("closedform.special.owens_t", "h"): {"inf"},  # T(+-inf, a) = 0
+    ("dynamics.compare.t_quantile", "df"): {"inf"},  # the normal limit, documented
+    # a seed is not a size: numpy takes any integer >= 0 as a seed
+    ("*", "seed"): {"huge"}, ("*", "seeds"): {"huge"}, ("*", "rng"): {"huge"}, ("*", "seed_or_rng"): {"huge"},
+}
+
 #: Project packages: an exception whose innermost frame is in one of them was raised by project code.
 PROJECT_PACKAGES = ("dynamics", "closedform", "empirical", "figures")
 
@@ -803,10 +813,12 @@ def has_nonfinite(obj, depth: int = 0) -> bool:
     return False
 
 
-def classify_result(result, kind: str, param: str) -> str:
-    """Verdict on a normal return of a probe with a bad value of ``kind`` for ``param``."""
+def classify_result(result, kind: str, param: str, qualname: str = "") -> str:
+    """Verdict on a normal return of a probe of ``qualname`` with a bad value of ``kind`` for ``param``."""
     if has_nonfinite(result):
         return "silent_nan"
+    if kind in VALID_VALUES.get((qualname, param), ()) or kind in VALID_VALUES.get(("*", param), ()):
+        return "unjudged"
     if kind in ALWAYS_INVALID or (kind in ("zero", "negative") and param in POSITIVE):
         return "accepted"
     return "unjudged"
@@ -836,7 +848,7 @@ def run_probe(qualname: str, param: str, kind: str, value=NotImplemented) -> tup
         return classify_exception(exc, param), f"{type(exc).__name__}: {exc}"[:300]
     if not param:
         return "ok", ""
-    return classify_result(result, kind, param), repr(type(result).__name__)
+    return classify_result(result, kind, param, qualname), repr(type(result).__name__)
 
 
 def covered_callables() -> tuple[list[str], dict[str, str]]:

@@ -150,7 +150,7 @@ def test_validate_module_wraps_public_functions_only(monkeypatch):
          "def _g(t: T):\n    return t\n", mod.__dict__)
     done = V.validate_module(mod.__dict__, lam=Range(ge=0))
     assert sorted(done) == ["T", "f"]
-    with pytest.raises(TypeError, match="t must be T"):
+    with pytest.raises(TypeError, match="t must be a (fake_mod2.)?T;"):
         mod.f(None, 1.0)
     with pytest.raises(ValueError, match="lam"):
         mod.f(mod.T(1), -1.0)
@@ -169,7 +169,7 @@ def test_helpers_refuse_complex_and_name_the_argument():
     with pytest.raises(TypeError, match="flag must be a bool"):
         V.check_bool("flag", 0)
     assert V.check_bool("flag", np.bool_(True)) is True
-    with pytest.raises(TypeError, match="task must be Task or None"):
+    with pytest.raises(TypeError, match="task must be a Task or None"):
         V.check_instance("task", 3, Task, none=True)
     with pytest.raises(ValueError, match="k must be an integer"):
         V.check_int("k", math.nan)
