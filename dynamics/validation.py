@@ -417,7 +417,8 @@ def validated(fn=None, /, **specs):
 
 
 def validate_module(namespace: dict, *, skip=(), per_function: dict | None = None, **specs) -> list[str]:
-    """Apply :func:`validated` to every public function and dataclass defined in the module of ``namespace``.
+    """Apply :func:`validated` to every public function and class (its own ``__init__``, e.g. a dataclass's)
+    defined in the module of ``namespace``.
 
     Call it at the end of a module as ``validate_module(globals(), lam=Range(gt=0), ...)``: ``specs`` apply to every
     parameter of that name in the module, ``per_function`` (``{name: {param: spec}}``) adds or overrides specs of one
@@ -434,9 +435,9 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
         if isinstance(obj, types.FunctionType) and not getattr(obj, "__validated__", False):
             namespace[name] = _wrap(obj, own, only_known=True)
             done.append(name)
-        elif inspect.isclass(obj) and dataclasses.is_dataclass(obj) and not issubclass(obj, BaseException):
+        elif inspect.isclass(obj) and not issubclass(obj, BaseException):
             init = obj.__dict__.get("__init__")
-            if init is not None and not getattr(init, "__validated__", False):
+            if isinstance(init, types.FunctionType) and not getattr(init, "__validated__", False):
                 obj.__init__ = _wrap(init, own, owner=obj, only_known=True)
                 done.append(name)
     unknown = set(per_function) - set(done) - set(skip)

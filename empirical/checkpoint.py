@@ -32,7 +32,7 @@ from collections.abc import Mapping
 import torch
 
 from dynamics.trajectory import atomic_write
-from dynamics.validation import validate_module
+from dynamics.validation import ArgumentTypeError, validate_module
 
 __all__ = ["CHECKSUM_KEY", "CheckpointError", "check_compatible", "flatten_json", "load_checkpoint", "previous_path",
            "remove_stale_temporaries", "save_checkpoint", "state_digest"]
@@ -252,4 +252,18 @@ def check_compatible(found: Mapping, expected: Mapping, *, path: str | os.PathLi
                              f"(checkpoint: {va!r}, this run: {vb!r}); refusing to resume")
 
 
-validate_module(globals())  # argument checks from the annotations (dynamics.validation)
+def _check_map_location(name: str, value) -> None:
+    """``map_location`` of ``torch.load``: a device (or its name), a mapping of device names, or a callable."""
+    if isinstance(value, torch.device) or callable(value) or isinstance(value, Mapping):
+        return
+    if isinstance(value, str):
+        try:
+            torch.device(value)
+            return
+        except RuntimeError:
+            pass
+    raise ArgumentTypeError(f"{name} must be a torch.device, a device name such as 'cpu' or 'cuda:0', a mapping of "
+                            f"device names or a callable (see torch.load); got {value!r}")
+
+
+validate_module(globals(), map_location=_check_map_location)  # the rest from the annotations (dynamics.validation)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import torch
 
-from dynamics.validation import validate_module
+from dynamics.validation import Instance, Range, validate_module
 
 __all__ = ["DTYPES", "Placement", "resolve", "resolve_device", "resolve_dtype", "set_determinism", "torch_threads"]
 
@@ -176,4 +176,5 @@ def torch_threads(n: int | None = 1, *, device: str | torch.device | None = None
 
 # argument checks from the annotations (dynamics.validation); device and dtype are checked (with their valid
 # values named) by resolve_device / resolve_dtype
-validate_module(globals(), device=None, dtype=None)
+validate_module(globals(), device=None, dtype=None, per_function={
+    "torch_threads": {"n": Range(integer=True, ge=1), "device": Instance(str, torch.device, none=True)}})

@@ -110,7 +110,7 @@ from tqdm.auto import tqdm
 
 from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
-from dynamics.validation import check_choice, check_int, check_nonneg, validate_module
+from dynamics.validation import Range, check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
@@ -821,4 +821,9 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
     return results
 
 
-validate_module(globals())  # argument checks from the annotations (dynamics.validation)
+# Argument checks (dynamics.validation): the annotations, and the arrays of the gap tables.
+_ROWS = dict(times=Range(array=True), theory=Range(array=True), samples=Range(array=True))
+validate_module(globals(), per_function={
+    "compare_rows": dict(_ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)),
+    "gap_rows": dict(_ROWS, atol=Range(ge=0)),
+})

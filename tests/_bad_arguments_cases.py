@@ -76,6 +76,7 @@ VALID_VALUES = {
     ("closedform.special.zeta", "t"): {"inf"},  # zeta(+-inf, g) = 1, the limit (tests/test_special.py)
     ("closedform.special.owens_t", "h"): {"inf"},  # T(+-inf, a) = 0
     ("dynamics.compare.t_quantile", "df"): {"inf"},  # the normal limit, documented
+    ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
     # a seed is not a size: numpy takes any integer >= 0 as a seed
     ("*", "seed"): {"huge"}, ("*", "seeds"): {"huge"}, ("*", "rng"): {"huge"}, ("*", "seed_or_rng"): {"huge"},
 }
