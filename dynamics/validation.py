@@ -355,17 +355,33 @@ class Instance:
         check_instance(name, value, self.types, none=self.none)
 
 
+def seed_check(name: str, value) -> None:
+    """A random seed: an integer >= 0 (any size), a ``numpy.random.Generator``/``SeedSequence`` or a
+    ``torch.Generator`` (``None`` is let through by the decorator where the parameter defaults to ``None``)."""
+    if isinstance(value, np.random.Generator | np.random.SeedSequence):
+        return
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
+        if value < 0:
+            raise ValueError(f"{name} must be a seed >= 0, a numpy Generator or a SeedSequence; got {value}")
+        return
+    if type(value).__module__.startswith("torch") and type(value).__name__ == "Generator":
+        return
+    raise ArgumentTypeError(f"{name} must be an integer seed >= 0, a numpy Generator or a SeedSequence; "
+                            f"got {_show(value)}")
+
+
 #: Checks of the scalar annotations.
 def _bool_check(name, value):
     if value is not True and value is not False and not isinstance(value, np.bool_):
         raise ArgumentTypeError(f"{name} must be a bool (True or False); got {_show(value)}")
 
 
-_INT = Range(integer=True, ge=-MAX_INT)
+_INT = Range(integer=True)
 _FLOAT = Range()
 
 
-def _callable_check(name, value):
+def callable_check(name, value):
+    """A callable (a function, a class, an object with ``__call__``)."""
     if not callable(value):
         raise ArgumentTypeError(f"{name} must be callable; got {_show(value)}")
 
@@ -417,8 +433,8 @@ def validated(fn=None, /, **specs):
 
 
 def validate_module(namespace: dict, *, skip=(), per_function: dict | None = None, **specs) -> list[str]:
-    """Apply :func:`validated` to every public function and class (its own ``__init__``, e.g. a dataclass's)
-    defined in the module of ``namespace``.
+    """Apply :func:`validated` to every public function and class (its own ``__init__``, e.g. a dataclass's, or a
+    NamedTuple's ``__new__``) defined in the module of ``namespace``.
 
     Call it at the end of a module as ``validate_module(globals(), lam=Range(gt=0), ...)``: ``specs`` apply to every
     parameter of that name in the module, ``per_function`` (``{name: {param: spec}}``) adds or overrides specs of one
@@ -435,10 +451,20 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
         if isinstance(obj, types.FunctionType) and not getattr(obj, "__validated__", False):
             namespace[name] = _wrap(obj, own, only_known=True)
             done.append(name)
+        elif isinstance(obj, functools._lru_cache_wrapper):  # a cached function: checked before the cache lookup
+            wrapped = _wrap(obj, own, only_known=True)
+            wrapped.cache_clear, wrapped.cache_info = obj.cache_clear, obj.cache_info
+            namespace[name] = wrapped
+            done.append(name)
         elif inspect.isclass(obj) and not issubclass(obj, BaseException):
             init = obj.__dict__.get("__init__")
+            new = obj.__dict__.get("__new__")
             if isinstance(init, types.FunctionType) and not getattr(init, "__validated__", False):
                 obj.__init__ = _wrap(init, own, owner=obj, only_known=True)
+                done.append(name)
+            elif hasattr(obj, "_fields") and isinstance(new, staticmethod) and \
+                    isinstance(new.__func__, types.FunctionType) and not getattr(new.__func__, "__validated__", False):
+                obj.__new__ = staticmethod(_wrap(new.__func__, own, owner=obj, only_known=True))  # a NamedTuple
                 done.append(name)
     unknown = set(per_function) - set(done) - set(skip)
     if unknown:
@@ -446,7 +472,7 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
     used = set()
     for name in done:
         obj = namespace[name]
-        fn = obj.__init__ if inspect.isclass(obj) else obj
+        fn = (obj.__init__ if "__init__" in obj.__dict__ else obj.__new__) if inspect.isclass(obj) else obj
         used.update(inspect.signature(fn).parameters)
     if set(specs) - used:
         raise ValueError(f"validate_module({module}): no public callable has a parameter {sorted(set(specs) - used)}")
@@ -525,10 +551,10 @@ _MISSING = object()
 
 
 def _prefixed(exc: Exception, label: str) -> Exception:
-    """``exc`` with the callable's name in front of its message (the same exception if its class cannot be
-    rebuilt from a message)."""
+    """``exc`` with the callable's name after its message (the message still starts with the parameter's name; the
+    same exception if its class cannot be rebuilt from a message)."""
     try:
-        return type(exc)(f"{label}: {exc}")
+        return type(exc)(f"{exc} (in {label})")
     except Exception:  # noqa: BLE001  (an exception class with another constructor)
         return exc
 
@@ -620,7 +646,7 @@ def _single_check(ann):
     if origin is typing.Literal:
         return OneOf(*typing.get_args(ann))
     if ann is collections.abc.Callable or origin is collections.abc.Callable:
-        return _callable_check
+        return callable_check
     cls = origin if origin is not None else ann
     if not inspect.isclass(cls) or cls in (object,) or isinstance(ann, typing.TypeVar):
         return None
@@ -735,8 +761,8 @@ def _check_dims(name, arr, ndim, shape, text=None) -> None:
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if len(got) not in allowed:
-            raise ValueError(f"{name} must {'be ' + text + ';' if text else 'have'} ndim in {allowed}; "
-                             f"got shape {got}")
+            raise ValueError(f"{name} must {'be ' + text if text and 'ndim' in text else 'have ndim in ' + str(allowed)}"
+                             f"; got shape {got}")
     if shape is not None:
         if len(got) != len(shape) or any(s is not None and s != a for s, a in zip(shape, got)):
             want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
@@ -746,7 +772,7 @@ def _check_dims(name, arr, ndim, shape, text=None) -> None:
 def _check_finite(name, arr, text=None) -> None:
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         bad = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0]) if arr.ndim else ()
-        what = f"be {text}" if text else "be finite"
+        what = f"be finite ({text})" if text else "be finite"
         raise ValueError(f"{name} must {what}; found {arr[bad]} at index {bad}")
 
 

@@ -69,7 +69,7 @@ def test_bad_arguments_named_with_range_and_value(param, value, exc, words):
     with pytest.raises(exc) as info:
         _fn(**kwargs)
     msg = str(info.value)
-    assert msg.startswith("_fn: "), msg
+    assert msg.startswith(param + " ") and msg.endswith("(in _fn)"), msg
     for w in words:
         assert w in msg, (w, msg)
 
@@ -120,7 +120,7 @@ def test_dataclass_fields_checked():
         on: bool = True
 
     assert Spec(3).d == 3
-    with pytest.raises(ValueError, match=r"Spec: d must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"^d must be an integer >= 1"):
         Spec(0)
     with pytest.raises(ValueError, match="noise"):
         Spec(2, noise=math.nan)
@@ -213,3 +213,11 @@ def test_path_annotation_accepts_str_and_pathlike(tmp_path):
     assert f(tmp_path) == str(tmp_path)
     with pytest.raises(TypeError, match="path must be"):
         f(None)
+
+
+def test_seed_check():
+    for ok in (0, 2**70, np.random.default_rng(0), np.random.SeedSequence(1), np.int64(3)):
+        V.seed_check("rng", ok)
+    for bad, exc in ((-1, ValueError), (1.5, TypeError), ("abc", TypeError), (None, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="rng must be"):
+            V.seed_check("rng", bad)
