@@ -8,7 +8,7 @@ Rows:
   a fixed-step flow (RK4) and icl_regression GD at H = 8 (that one includes the model's derived losses at every
   save); target: saving every step costs <= 2x (ratio >= 0.5). Dense output: Dopri5 with 2 001 save times against
   ``final=True`` (same step count, so the ratio is the cost of interpolation).
-* The manifold (kappa, nu) map of ``closedform.single_location.pgd(manifold=True)`` against a 60-line plain numba
+* The manifold (kappa, nu) map of ``closedform.single_location.map(manifold=True)`` against a 60-line plain numba
   prototype of the same map (target >= 1x), and icl_regression GD at H = 8 saving every step against a plain Python
   loop in the structure of the authors' helper (target >= 100x).
 * Subnormals: the five-scalar map from a start whose small components are subnormal, with flushing (the default)
@@ -158,7 +158,7 @@ def _bench_saves(quick: bool) -> list[Result]:
     # derived quantities), so the ratio is the cost of the in-loop saves alone
     from closedform import _icl_regression_kernels as _icl_k
 
-    task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+    task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
     y0 = rng.normal(0, 0.01, (N_TRAJ, 16))
     p_gd = np.array([float(task.d), task.cL, 0.01])
     n_gd = 200 if quick else 1_000
@@ -180,8 +180,8 @@ def _bench_saves(quick: bool) -> list[Result]:
     om0 = rng.normal(0, 0.01, (N_TRAJ, 8))
     mu0 = rng.normal(0, 0.01, (N_TRAJ, 8))
     n_gd = 200 if quick else 1_000
-    t_every = cpu_time(lambda: icl.gd(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=every), repeat=2)
-    t_final = cpu_time(lambda: icl.gd(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=final), repeat=2)
+    t_every = cpu_time(lambda: icl.map(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=every), repeat=2)
+    t_final = cpu_time(lambda: icl.map(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=final), repeat=2)
     results.append(Result("icl_regression GD H=8, every=1 vs final (+derived)", "trajectory-steps",
                           N_TRAJ * n_gd / t_every, N_TRAJ * n_gd / t_final, "same run, SaveAt(final=True)",
                           note="model level: includes icl_regression's derived losses at every save (model-side cost)"))
@@ -208,12 +208,12 @@ def _bench_models(quick: bool) -> list[Result]:
     from closedform import single_location as sl
 
     results = []
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     lam, alpha = 0.1, 4e-3
     for n_traj in (1_000, 100_000):
         n_steps = (2_000 if quick else 20_000) * 1_000 // n_traj
         state0 = sl.sample_initial_state(task, n_traj, 0, on="manifold")
-        engine = lambda: sl.pgd(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, manifold=True,
+        engine = lambda: sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, manifold=True,
                                 saveat=SaveAt(final=True))
 
         def proto():
@@ -230,13 +230,13 @@ def _bench_models(quick: bool) -> list[Result]:
                               n_traj * n_steps / t_engine, n_traj * n_steps / t_proto,
                               "60-line plain numba kernel", target_ratio=1.0,
                               note=f"max |pgd - prototype| = {dev:.1e} (same arithmetic up to the lambda table)"))
-    gd_task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+    gd_task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
     rng = np.random.default_rng(1)
     H, n_traj, lr = 8, 1_000, 0.01
     om0, mu0 = rng.normal(0, 0.01, (n_traj, H)), rng.normal(0, 0.01, (n_traj, H))
     n_steps = 200 if quick else 1_000
     n_base = 200 if quick else 1_000
-    t_gd = cpu_time(lambda: icl.gd(gd_task, om0, mu0, lr=lr, n_steps=n_steps, saveat=SaveAt(every=1)), repeat=2)
+    t_gd = cpu_time(lambda: icl.map(gd_task, om0, mu0, lr=lr, n_steps=n_steps, saveat=SaveAt(every=1)), repeat=2)
     t_py = cpu_time(lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, gd_task.d, gd_task.cL,
                                                 gd_task.sigma2), repeat=2)
     results.append(Result("icl GD H=8, saving every step, vs authors' loop", "trajectory-steps",
@@ -249,7 +249,7 @@ def _bench_subnormal(quick: bool) -> list[Result]:
     from closedform import _single_location_kernels as _k
     from closedform import single_location as sl
 
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     n_traj, n_steps = 100, (2_000 if quick else 20_000)
     start = sl.sample_initial_state(task, n_traj, 0, on="manifold")
     # the five-scalar map near M: theta, eta, rho contract towards 0, in the normal range or already subnormal
@@ -279,11 +279,11 @@ _FIRST_CALL = textwrap.dedent("""
     import numpy as np
     from closedform import icl_regression as icl, single_location as sl
     from dynamics import SaveAt
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     x0 = sl.sample_initial_state(task, 4, 0)
-    gd_task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+    gd_task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
     t0 = time.process_time()
-    sl.pgd(task, x0, alpha=4e-3, n_steps=10, lam=0.1, saveat=SaveAt(final=True))
+    sl.map(task, x0, alpha=4e-3, n_steps=10, lam=0.1, saveat=SaveAt(final=True))
     t1 = time.process_time()
     icl.flow(gd_task, np.full((2, 2), 0.01), np.full((2, 2), 0.02), (0.0, 1.0), saveat=SaveAt(final=True))
     t2 = time.process_time()

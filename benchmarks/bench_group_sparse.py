@@ -2,7 +2,7 @@
 
 Rows (throughput in draw-steps per second: draws in the sample times GD steps):
 
-* ``group_sparse.reduced_map``: :func:`closedform.group_sparse.reduced_gd` (numba kernel through ``dynamics.iterate``)
+* ``group_sparse.reduced_map``: :func:`closedform.group_sparse.map` (numba kernel through ``dynamics.iterate``)
   against a plain vectorised numpy implementation of the same 8-scalar update (Sec. B.3), same sample, same steps.
 * ``group_sparse.reduced_vs_full``: the same numba reduced map against projected full-matrix GD on (v, W) in numpy
   (:func:`closedform.group_sparse.full_gd` with ``project_steps=True``), the computation the reduction replaces
@@ -19,7 +19,7 @@ from closedform import group_sparse as gs
 from dynamics import SaveAt
 
 
-def _numpy_reduced_gd(spec: gs.GroupSparseSpec, rs: gs.ReducedSample, n_steps: int) -> np.ndarray:
+def _numpy_reduced_gd(spec: gs.GroupSparseTask, rs: gs.ReducedSample, n_steps: int) -> np.ndarray:
     """Plain numpy twin of the reduced GD map (Sec. B.3), vectorised over draws; returns the final state."""
     D, js = spec.D, spec.jstar_index
     a, gram = rs.a, rs.gram
@@ -54,13 +54,13 @@ def _numpy_reduced_gd(spec: gs.GroupSparseSpec, rs: gs.ReducedSample, n_steps: i
 def run(quick: bool) -> list[Result]:
     """Time the numba reduced map against the numpy twin and against projected full-matrix numpy GD."""
     results = []
-    spec = gs.GroupSparseSpec(d=4, D=6, eta=0.5, sigma_x=1.0, jstar=2)
+    spec = gs.GroupSparseTask(d=4, D=6, eta=0.5, sigma_x=1.0, jstar=2)
     n = 2000 if quick else 8000
     n_steps = 20 if quick else 100
     rs = gs.population_sample(spec, n, 0)
 
     def numba_run():
-        return gs.reduced_gd(spec, n_steps, rs=rs, saveat=SaveAt(final=True), with_se=False).states()[0, -1]
+        return gs.map(spec, n_steps, rs=rs, saveat=SaveAt(final=True), with_se=False).states()[0, -1]
 
     def numpy_run():
         return _numpy_reduced_gd(spec, rs, n_steps)
@@ -81,7 +81,7 @@ def run(quick: bool) -> list[Result]:
     rs_full = gs.reduce_sample(s)
 
     def reduced_small():
-        return gs.reduced_gd(spec, n_full, rs=rs_full, saveat=SaveAt(final=True), with_se=False).states()[0, -1]
+        return gs.map(spec, n_full, rs=rs_full, saveat=SaveAt(final=True), with_se=False).states()[0, -1]
 
     def full_small():
         run_ = gs.full_gd(spec, s, n_full, project_steps=True, saveat=SaveAt(final=True))

@@ -28,12 +28,12 @@ N_SEEDS, N_SAMPLES = 8, 200
 
 def _run(task, samples, seeds, n_steps, parametrisation):
     model = gm.GroupSparseAttention(task, data=samples, parametrisation=parametrisation)
-    return train(model, gm.gd_config(model, n_steps, seeds=seeds, saveat=SaveAt(n=5)), device="cpu")
+    return train(model, gm.config("gd", model, n_steps, seeds=seeds, saveat=SaveAt(n=5)), device="cpu")
 
 
 def run(quick: bool) -> list[Result]:
     n_steps = 30 if quick else 200
-    task = cf.GroupSparseSpec(d=4, D=6)
+    task = cf.GroupSparseTask(d=4, D=6)
     v_star = np.ones(4) / 2.0
     seeds = tuple(range(N_SEEDS))
     samples = gm.training_samples(task, N_SAMPLES, seeds, v_star)

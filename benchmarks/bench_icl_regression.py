@@ -3,7 +3,7 @@ of the same computation timed in the same run.
 
 Rows:
 
-* ``GD on F/2, H=8, 1000 inits``: :func:`closedform.icl_regression.gd` (numba step through ``dynamics.iterate``) in
+* ``GD on F/2, H=8, 1000 inits``: :func:`closedform.icl_regression.map` (numba step through ``dynamics.iterate``) in
   trajectory-steps per second, against a Python loop over steps for ONE trajectory in numpy with the per-step work
   of the authors' ``gradient_flow`` helper (gradient of F/2, the loss F/2 recorded at every step, histories), written
   here from the maths. Targets (issue 4): >= 5e6 trajectory-steps/s per core and >= 100x that baseline. A second row
@@ -25,7 +25,7 @@ from benchmarks._common import Result, best_time
 from closedform import icl_regression as icl
 from dynamics import Dopri5, SaveAt
 
-TASK = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+TASK = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
 
 
 def _numpy_gd_one(omega, mu, lr, n_steps, d, cL):
@@ -95,12 +95,12 @@ def run(quick: bool) -> list[Result]:
     n_steps = 200 if quick else 2000
     n_base = 200 if quick else 2000
     # the three compute the same thing (checked before timing)
-    got = icl.gd(TASK, om0[0], mu0[0], lr=lr, n_steps=50, saveat=SaveAt(final=True))
+    got = icl.map(TASK, om0[0], mu0[0], lr=lr, n_steps=50, saveat=SaveAt(final=True))
     got = np.array([got[f"omega_{h}"].values[0, -1] for h in range(H)])
     for baseline in (_numpy_gd_one(om0[0], mu0[0], lr, 50, TASK.d, TASK.cL),
                      _helper_like_gd_one(om0[0], mu0[0], lr, 50, TASK.d, TASK.cL, TASK.sigma2)):
         assert np.allclose(got, baseline[0], rtol=1e-10, atol=1e-15)
-    t_gd = best_time(lambda: icl.gd(TASK, om0, mu0, lr=lr, n_steps=n_steps, saveat=SaveAt(final=True)), repeat=3)
+    t_gd = best_time(lambda: icl.map(TASK, om0, mu0, lr=lr, n_steps=n_steps, saveat=SaveAt(final=True)), repeat=3)
     t_np = best_time(lambda: _numpy_gd_one(om0[0], mu0[0], lr, n_base, TASK.d, TASK.cL), repeat=3)
     t_helper = best_time(lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, TASK.d, TASK.cL, TASK.sigma2),
                          repeat=3)

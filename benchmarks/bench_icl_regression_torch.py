@@ -18,18 +18,18 @@ afterwards): tiny tensors gain nothing from more threads, and on a shared machin
 from __future__ import annotations
 
 from benchmarks._common import Result, best_time
-from closedform.icl_regression import ICLRegression
+from closedform.icl_regression import ICLRegressionTask
 from empirical.device import torch_threads
-from empirical.models.icl_regression import ICLAttention, paper_config
+from empirical.models.icl_regression import ICLAttention, config
 from empirical.train import train
 
 N_SEEDS, H = 30, 2
-TASK = ICLRegression(d=5, L=40, sigma2=0.1)
+TASK = ICLRegressionTask(d=5, L=40, sigma2=0.1)
 
 
 def _config(seeds, n_steps, dtype):
     # log only at the start and the end (the benchmark measures training), evaluation batch 256 as in spec §9
-    return paper_config(seeds=seeds, n_steps=n_steps, log_every=n_steps, dtype=dtype)
+    return config("paper", seeds=seeds, n_steps=n_steps, log_every=n_steps, dtype=dtype)
 
 
 def run(quick: bool) -> list[Result]:

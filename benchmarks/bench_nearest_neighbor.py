@@ -41,7 +41,7 @@ def _numpy_gd(spec, c, istar, n_steps: int) -> np.ndarray:
 
 def run(quick: bool) -> list[Result]:
     """Time the numba kernels against numpy baselines of the same computation (reference config of Sec. 4)."""
-    spec = nn.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=5.0)
+    spec = nn.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)
     n_prompts = 5_000 if quick else 50_000
     n_steps = 10 if quick else 100
     prompts = nn.sample_prompts(spec, n_prompts, 2)
@@ -59,7 +59,7 @@ def run(quick: bool) -> list[Result]:
     t_numpy = best_time(lambda: _numpy_gradient(3.0, 6.0, c, istar))
 
     def reduced_map():
-        return nn.reduced_gd(spec, prompts, n_steps, saveat=SaveAt(final=True))
+        return nn.map(spec, prompts, n_steps, saveat=SaveAt(final=True))
 
     end = reduced_map()
     x_np = _numpy_gd(spec, c, istar, n_steps)

@@ -21,7 +21,7 @@ from empirical.models import nearest_neighbor as nnm
 from empirical.train import train
 
 N_SEEDS = 10
-TASK = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=5.0)
+TASK = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)
 
 
 def _compare(model, cfg, what: str, note: str) -> Result:
@@ -48,9 +48,9 @@ def run(quick: bool) -> list[Result]:
     n_steps = 30 if quick else 200
     seeds = tuple(range(N_SEEDS))
     online = nnm.NearestNeighborAttention(TASK)
-    sgd = nnm.sgd_config(online, n_steps, 64, seeds=seeds, eval_size=256, saveat=SaveAt(n=3))
+    sgd = nnm.config("sgd", online, n_steps, 64, seeds=seeds, eval_size=256, saveat=SaveAt(n=3))
     fixed = nnm.NearestNeighborAttention(TASK, data=nnm.prompt_samples(TASK, 500, seeds))
-    gd = nnm.gd_config(fixed, n_steps, saveat=SaveAt(n=3))
+    gd = nnm.config("gd", fixed, n_steps, saveat=SaveAt(n=3))
     with torch_threads(1):
         return [_compare(online, sgd, "online SGD", "batch 64, d=4, N=16"),
                 _compare(fixed, gd, "full-batch GD", "500 prompts per seed, d=4, N=16")]

@@ -4,7 +4,7 @@ Rows (throughput in walk-steps per second: walks in the training sample times GD
 
 * ``reduced_step_kernel``: the numba step kernel of the exact reduced update (Sec. C.5) against a plain vectorised
   numpy implementation of the same update, same walks, same steps.
-* ``reduced_gd_vs_full_gd``: :func:`closedform.random_walk.reduced_gd` end to end (engine, derived loss/SEs,
+* ``reduced_gd_vs_full_gd``: :func:`closedform.random_walk.map` end to end (engine, derived loss/SEs,
   provenance) against full-matrix GD on (V, W) in numpy (:func:`closedform.random_walk.full_gd`), the computation
   the reduction replaces (paper sizes K=6, N=97, M=1000).
 """
@@ -20,7 +20,7 @@ from closedform import random_walk as rw
 from dynamics import SaveAt
 
 
-def _numpy_reduced_gd(spec: rw.RandomWalkSpec, sample: rw.WalkSample, n_steps: int) -> np.ndarray:
+def _numpy_reduced_gd(spec: rw.RandomWalkTask, sample: rw.WalkSample, n_steps: int) -> np.ndarray:
     """Plain numpy twin of the reduced GD map (Sec. C.5), vectorised over walks; returns the final state."""
     K, N, rho = spec.K, spec.N, spec.rho
     ctx, y, w = sample.context, sample.label, sample.weights
@@ -49,7 +49,7 @@ def _numpy_reduced_gd(spec: rw.RandomWalkSpec, sample: rw.WalkSample, n_steps: i
 def run(quick: bool) -> list[Result]:
     """Time the numba reduced map against the numpy twin and against full-matrix numpy GD (same walks, same steps)."""
     results = []
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=0.5)
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=0.5)
     n_walks = 1000 if quick else 4000
     n_steps = 20 if quick else 50
     repeat = 2 if quick else 3
@@ -80,7 +80,7 @@ def run(quick: bool) -> list[Result]:
     small = rw.sample_walks(spec, 1000, 1)
 
     def reduced_small():
-        return rw.reduced_gd(spec, n_full, walks=small, saveat=SaveAt(final=True))
+        return rw.map(spec, n_full, walks=small, saveat=SaveAt(final=True))
 
     def full_small():
         return rw.full_gd(spec, small, n_full, save_every=n_full)

@@ -35,7 +35,7 @@ def _timed(fn) -> tuple[float, object]:
 def run(quick: bool) -> list[Result]:
     """Time N seeds batched through the trainer against N sequential single-seed runs (same model and steps)."""
     with torch_threads(1):
-        task = cf.RandomWalkSpec(K=6, N=97, M=1000, p=0.5)
+        task = cf.RandomWalkTask(K=6, N=97, M=1000, p=0.5)
         n_seeds = 4
         n_walks = 300 if quick else 1000
         n_steps = 10 if quick else 30
@@ -45,17 +45,17 @@ def run(quick: bool) -> list[Result]:
 
         def batched():
             model = rwm.RandomWalkAttention(task, data=train_w, test=test_w)
-            return train(model, rwm.gd_config(model, n_steps, seeds=tuple(seeds), saveat=saveat), device="cpu")
+            return train(model, rwm.config("gd", model, n_steps, seeds=tuple(seeds), saveat=saveat), device="cpu")
 
         def sequential():
             out = []
             for i in seeds:
                 model = rwm.RandomWalkAttention(task, data=[train_w[i]], test=[test_w[i]])
-                out.append(train(model, rwm.gd_config(model, n_steps, seeds=(i,), saveat=saveat), device="cpu"))
+                out.append(train(model, rwm.config("gd", model, n_steps, seeds=(i,), saveat=saveat), device="cpu"))
             return out
 
         rwm.RandomWalkAttention(task)  # imports, positional code
-        train(rwm.RandomWalkAttention(task, data=[train_w[0]]), rwm.gd_config(
+        train(rwm.RandomWalkAttention(task, data=[train_w[0]]), rwm.config("gd",
             rwm.RandomWalkAttention(task, data=[train_w[0]]), 1, seeds=(0,), saveat=SaveAt(final=True)),
             device="cpu")  # warm-up: torch deterministic-mode import
         t_b, traj = _timed(batched)

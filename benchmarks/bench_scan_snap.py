@@ -1,6 +1,6 @@
-"""Scan and Snap simulators: ``exact_flow`` (numba Dopri5 through ``dynamics.integrate``) against scipy
+"""Scan and Snap simulators: ``flow`` (numba Dopri5 through ``dynamics.integrate``) against scipy
 ``solve_ivp`` (RK45, the same Dormand-Prince pair, same rtol/atol) on the same right-hand side written in numpy, and
-``population_map`` against the same map as a plain numpy loop (spec scan_snap.md Sec. 4.2-4.3)."""
+``map`` against the same map as a plain numpy loop (spec scan_snap.md Sec. 4.2-4.3)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _numpy_ascent(classes, lay):
 
 
 def _flow_case(name, classes, t1):
-    task = ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     lay = ss._layout(classes, True)
     grads = _numpy_ascent(classes, lay)
     y0 = ss._initial_state(classes, lay, None, None)[0]
@@ -55,7 +55,7 @@ def _flow_case(name, classes, t1):
         return np.concatenate([task.eta_Y * gY, task.eta_Z * gZ])
 
     def engine():
-        return ss.exact_flow(task, (0.0, t1), saveat=SaveAt(final=True)).states()[0, -1]
+        return ss.flow(task, (0.0, t1), saveat=SaveAt(final=True)).states()[0, -1]
 
     def baseline():
         return scipy.integrate.solve_ivp(rhs, (0.0, t1), y0, method="RK45", rtol=RTOL, atol=ATOL).y[-nZ:, -1]
@@ -79,7 +79,7 @@ def _p8_layout(K, M):
 
 def _map_case(quick):
     classes = ss.SequenceClasses.syn_small()
-    task = ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     lay = ss._layout(classes, True)
     grads = _numpy_ascent(classes, lay)
     y0 = ss._initial_state(classes, lay, None, None)[0]
@@ -99,7 +99,7 @@ def _map_case(quick):
         return y[nY:]
 
     def engine(n):
-        return ss.population_map(task, n, momentum=mu, saveat=SaveAt(final=True)).states()[0, -1]
+        return ss.map(task, n, momentum=mu, saveat=SaveAt(final=True)).states()[0, -1]
 
     assert np.allclose(engine(50), baseline(50), rtol=0, atol=1e-12)
     t_eng = best_time(lambda: engine(n_eng), repeat=2, min_time=0.1)

@@ -27,11 +27,11 @@ N_SEEDS = 10
 def run(quick: bool) -> list[Result]:
     n_steps = 20 if quick else 100
     classes = cf.SequenceClasses.syn_small()
-    task = cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    task = cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     model = ssm.ScanSnapTorch(classes=classes, T=128, probe_z=False)
 
     def config(seeds):
-        return ssm.sgd_config(model, task, seeds, n_steps=n_steps, saveat=SaveAt(steps=(0, n_steps)))
+        return ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=SaveAt(steps=(0, n_steps)))
 
     with torch_threads(1):
         t_batched = best_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2,

@@ -1,6 +1,6 @@
 """Benchmarks of the single-location PGD maps (spec single_location.md Sec. 6.3-6.4, Sec. 8).
 
-Each row times the numba map run through ``dynamics.iterate`` (via ``closedform.single_location.pgd``) and a plain
+Each row times the numba map run through ``dynamics.iterate`` (via ``closedform.single_location.map``) and a plain
 numpy baseline of the same map vectorised over trajectories (scipy.special.erf / owens_t), in the same process.
 Throughputs are trajectory-steps per second of *process CPU time* (``time.process_time``: one core, since neither
 side is multithreaded), so they stay meaningful on a shared machine; the Section-5 row also reports wall time.
@@ -95,11 +95,11 @@ def _numpy_five(task, lam, alpha, state, n_steps):
 
 
 def _bench_manifold(quick: bool) -> Result:
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     n_traj, n_steps = 1000, (2000 if quick else 20000)
     n_base = n_steps  # the same steps: the cost of erf depends on the state (cheaper near kappa = 0)
     state0 = sl.sample_initial_state(task, n_traj, 0, on="manifold")
-    run = lambda n: sl.pgd(task, state0, alpha=4e-3, n_steps=n, lam=0.1, manifold=True,
+    run = lambda n: sl.map(task, state0, alpha=4e-3, n_steps=n, lam=0.1, manifold=True,
                            saveat=SaveAt(final=True))
     check = run(n_base).states()[:, -1, :2]
     base = _numpy_manifold(task, 0.1, 4e-3, state0[:, 0], state0[:, 1], n_base)
@@ -113,14 +113,14 @@ def _bench_manifold(quick: bool) -> Result:
 
 
 def _bench_five(quick: bool, d: int) -> Result:
-    task = sl.SingleLocation(d=d, L=10)
+    task = sl.SingleLocationTask(d=d, L=10)
     n_traj, n_steps = 200, (1000 if quick else 10000)
     n_base = n_steps // 5  # numpy is slow here; the first fifth of the same run
-    state0 = sl.sample_initial_state(sl.SingleLocation(d=400, L=10), n_traj, 1)  # same starts for every d
+    state0 = sl.sample_initial_state(sl.SingleLocationTask(d=400, L=10), n_traj, 1)  # same starts for every d
     # Fig. 7(b) setting at d = 400; for larger d, lambda sqrt(d) and alpha d are held fixed so that the run stays in
     # the same (stable) regime: the off-manifold curvature grows like d (spec Sec. 7.4, step-size instability)
     lam, alpha = 0.1 * math.sqrt(400 / d), 4e-3 * 400 / d
-    run = lambda n: sl.pgd(task, state0, alpha=alpha, n_steps=n, lam=lam, saveat=SaveAt(final=True))
+    run = lambda n: sl.map(task, state0, alpha=alpha, n_steps=n, lam=lam, saveat=SaveAt(final=True))
     dev = float(np.max(np.abs(run(n_base).states()[:, -1, :5] - _numpy_five(task, lam, alpha, state0, n_base))))
     t_nb = cpu_time(lambda: run(n_steps), repeat=2)
     t_np = cpu_time(lambda: _numpy_five(task, lam, alpha, state0, n_base), repeat=1)
@@ -132,7 +132,7 @@ def _bench_five(quick: bool, d: int) -> Result:
 
 def _section5_runs():
     """All PGD runs of the paper's Section 5 (Figs. 4(a), 4(b), 7(a), 7(b); spec Sec. 8.2, 8.3, 8.6): 30 repeats."""
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     sphere = sl.sample_initial_state(task, 30, 0)
     manifold = sl.sample_initial_state(task, 30, 0, on="manifold")
     return [
@@ -153,7 +153,7 @@ def _bench_section5(quick: bool) -> Result:
         for r in runs:
             n = r["n_steps"] // scale
             lam = r["lam"]
-            sl.pgd(task, r["state0"], alpha=r["alpha"], n_steps=n, lam=lam, manifold=r["manifold"],
+            sl.map(task, r["state0"], alpha=r["alpha"], n_steps=n, lam=lam, manifold=r["manifold"],
                    saveat=SaveAt(every=r["every"]))
 
     all_runs()  # compile both kernels
@@ -176,7 +176,7 @@ def _bench_basins(quick: bool) -> Result:
     on one core (target <= 10 min). Times a subset (2 000 quick, 10^5 full) with ``run_to_fixed_point`` at the atlas
     setting lambda = 0.05, d = 400, alpha = 4e-3 (a run stops within 1e-3 of an attractor: the classification
     tolerance) and extrapolates linearly in the number of starts."""
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     lam, alpha = 0.05, 4e-3
     n_sub = 2000 if quick else 100_000
     pts = sl.fixed_points(task, lam, alpha)

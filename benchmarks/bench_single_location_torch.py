@@ -13,7 +13,7 @@ sampler before issue 13, to show what the block streams buy.
 from __future__ import annotations
 
 from benchmarks._common import Result, cpu_time
-from closedform.single_location import SingleLocation
+from closedform.single_location import SingleLocationTask
 from empirical.device import torch_threads
 from empirical.models import single_location as slm
 from empirical.train import train
@@ -31,7 +31,7 @@ def _ratio(model, n_steps):
     def config(seeds):
         # Steady state of a long run: Fig. 5 draws its 1 000 test samples once per 200 000 steps; in a short benchmark
         # that draw would dominate, so the test set has 100 samples (logged at 3 steps).
-        return slm.fig5_config(seeds, n_steps=n_steps, log_every=n_steps // 2, eval_size=100)
+        return slm.config("fig5", seeds, n_steps=n_steps, log_every=n_steps // 2, eval_size=100)
 
     train(model, config((0,)), device="cpu")  # warm-up (first-call costs, numba cache load), not timed
     t_batched = cpu_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2, warmup=False)
@@ -41,7 +41,7 @@ def _ratio(model, n_steps):
 
 def run(quick: bool) -> list[Result]:
     n_steps = 200 if quick else 2000
-    task = SingleLocation(d=80, L=10, noise=0.1)
+    task = SingleLocationTask(d=80, L=10, noise=0.1)
     fast = slm.build(task, rng=0)
     slow = _TorchSampler(task, k_star=fast.k_star_np, v_star=fast.v_star_np)
     out = []

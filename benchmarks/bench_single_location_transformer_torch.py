@@ -10,7 +10,7 @@ from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models.single_location_transformer import (
     MultiHeadErf,
-    MultiLocation,
+    MultiLocationTask,
     TransformerLayer,
     random_oracle_directions,
 )
@@ -20,9 +20,9 @@ N_SEEDS = 10
 
 
 def _cases():
-    t1 = MultiLocation(d=20, L=10, K=1, noise=0.1)
+    t1 = MultiLocationTask(d=20, L=10, K=1, noise=0.1)
     k1, v1 = random_oracle_directions(t1, 0)
-    t2 = MultiLocation(d=80, L=10, K=2, noise=0.1)
+    t2 = MultiLocationTask(d=80, L=10, K=2, noise=0.1)
     k2, v2 = random_oracle_directions(t2, 0)
     return [
         ("Transformer H=1 (Fig. 8 quick: d=20, L=10, batch 64)", TransformerLayer(t1, k_star=k1, v_star=v1), 64, {}),

@@ -59,7 +59,7 @@ from scipy.special import expit, softmax
 
 import dynamics
 from closedform import _group_sparse_kernels as _k
-from closedform.nearest_neighbor import eta_batch
+from closedform.nearest_neighbor import _over_samples, _sample_list, eta_batch
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
@@ -75,6 +75,10 @@ REFERENCE = {
     "spec": "token_selection.md, Study B",
 }
 
+#: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
+#: gradient-flow time of Sec. 0 (with one shared eta; per-trajectory step sizes give time = step).
+TIME_UNIT = "GD step t; time = eta * t, the flow time tau (spec token_selection.md Sec. 0)"
+
 STATE_NAMES = ("beta", "w_par", "w_perp", "m1", "m2", "m3", "m4", "m5")
 GAP_NAMES = ("gap_ss", "gap_s", "gap_self")
 N_STATE = len(STATE_NAMES)
@@ -85,7 +89,7 @@ N_STATE = len(STATE_NAMES)
 # ----------------------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
-class GroupSparseSpec:
+class GroupSparseTask:
     """Group-sparse classification task and its GD training (spec Sec. B.1-Sec. B.2; defaults = paper runs of Sec. B.7).
 
     Parameters
@@ -184,7 +188,7 @@ def _unit_vector(name: str, v, d: int) -> np.ndarray:
     return v / norm
 
 
-def sample(spec: GroupSparseSpec, n: int, rng=None, *, v_star=None, mirror: bool = False) -> GroupSparseSample:
+def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool = False) -> GroupSparseSample:
     """Draw n samples of the group-sparse data law exactly as Appendix G.B (Sec. B.1).
 
     Order of draws: v_star (only if not given) = normalised standard normal vector, then
@@ -192,7 +196,7 @@ def sample(spec: GroupSparseSpec, n: int, rng=None, *, v_star=None, mirror: bool
 
     Parameters
     ----------
-    spec : GroupSparseSpec
+    task : GroupSparseTask
     n : int
         Number of unique draws, >= 1.
     rng : int, Generator, SeedSequence or None
@@ -204,12 +208,12 @@ def sample(spec: GroupSparseSpec, n: int, rng=None, *, v_star=None, mirror: bool
     """
     n = check_int("n", n, min_value=1)
     rng = as_generator(rng)
-    d, D = spec.d, spec.D
+    d, D = task.d, task.D
     if v_star is None:
         v_star = rng.standard_normal(d)
     v_star = _unit_vector("v_star", v_star, d)
-    X = spec.sigma_x * rng.standard_normal((n, d, D))
-    y = np.where(X[:, :, spec.jstar_index] @ v_star >= 0.0, 1.0, -1.0)
+    X = task.sigma_x * rng.standard_normal((n, d, D))
+    y = np.where(X[:, :, task.jstar_index] @ v_star >= 0.0, 1.0, -1.0)
     if mirror:
         X = np.concatenate([X, -X])
         y = np.concatenate([y, -y])
@@ -224,9 +228,9 @@ def reduce_sample(s: GroupSparseSample) -> ReducedSample:
     return ReducedSample(a=np.ascontiguousarray(a), gram=np.ascontiguousarray(gram), n_unique=s.n_unique)
 
 
-def population_sample(spec: GroupSparseSpec, n: int, rng=None) -> ReducedSample:
+def population_sample(task: GroupSparseTask, n: int, rng=None) -> ReducedSample:
     """A Monte Carlo proxy of the population law for the reduced map (Sec. B.3, Sec. 0): n draws of G.B, reduced."""
-    return reduce_sample(sample(spec, n, rng))
+    return reduce_sample(sample(task, n, rng))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -331,40 +335,40 @@ def _orbit_index(D: int, js: int) -> np.ndarray:
     return idx
 
 
-def embed_state(spec: GroupSparseSpec, state, v_star) -> tuple[np.ndarray, np.ndarray]:
+def embed_state(task: GroupSparseTask, state, v_star) -> tuple[np.ndarray, np.ndarray]:
     """Full weights (v, W) of a reduced state (Sec. B.3): v = [beta v*; 0], W11 = w_par v*v*^T + w_perp (I - v*v*^T),
     W12 = W21 = 0, W22 = m_k on orbit O_k. Inverse of :func:`order_params` on the invariant family.
     """
     state = check_finite_array("state", state, shape=(N_STATE,))
-    d, D = spec.d, spec.D
+    d, D = task.d, task.D
     v_star = _unit_vector("v_star", v_star, d)
     P = np.outer(v_star, v_star)
     v = np.zeros(d + D)
     v[:d] = state[0] * v_star
     W = np.zeros((d + D, d + D))
     W[:d, :d] = state[1] * P + state[2] * (np.eye(d) - P)
-    W[d:, d:] = state[3:][_orbit_index(D, spec.jstar_index)]
+    W[d:, d:] = state[3:][_orbit_index(D, task.jstar_index)]
     return v, W
 
 
-def project(spec: GroupSparseSpec, v, W, v_star) -> tuple[np.ndarray, np.ndarray]:
+def project(task: GroupSparseTask, v, W, v_star) -> tuple[np.ndarray, np.ndarray]:
     """Orthogonal projection P(v, W) onto the invariant family of Sec. B.3 (formulas of Sec. B.3.1)."""
-    return embed_state(spec, _reduced_coordinates(spec, v, W, v_star), v_star)
+    return embed_state(task, _reduced_coordinates(task, v, W, v_star), v_star)
 
 
-def _reduced_coordinates(spec, v, W, v_star) -> np.ndarray:
-    d, D = spec.d, spec.D
+def _reduced_coordinates(task, v, W, v_star) -> np.ndarray:
+    d, D = task.d, task.D
     v, W = _check_weights(v, W, d + D)
     v_star = _unit_vector("v_star", v_star, d)
     P = np.outer(v_star, v_star)
     W11 = W[:d, :d]
     W22 = W[d:, d:]
-    orbit = _orbit_index(D, spec.jstar_index)
-    m = np.bincount(orbit.ravel(), weights=W22.ravel(), minlength=5) / spec.orbit_sizes
+    orbit = _orbit_index(D, task.jstar_index)
+    m = np.bincount(orbit.ravel(), weights=W22.ravel(), minlength=5) / task.orbit_sizes
     return np.concatenate([[v[:d] @ v_star, v_star @ W11 @ v_star, np.sum((np.eye(d) - P) * W11) / (d - 1)], m])
 
 
-def order_params(spec: GroupSparseSpec, v, W, v_star) -> dict[str, float]:
+def order_params(task: GroupSparseTask, v, W, v_star) -> dict[str, float]:
     """Order parameters of any (v, W) (probes of Sec. B.3.1).
 
     Returns a dict with the reduced coordinates ``STATE_NAMES``; the gaps ``gap_ss, gap_s, gap_self`` (Sec. B.3);
@@ -373,10 +377,10 @@ def order_params(spec: GroupSparseSpec, v, W, v_star) -> dict[str, float]:
     ||(v, W) - P(v, W)|| / ||(v, W)|| and ``off_W`` = ||W - P(W)|| / ||W|| (0 for the zero matrix), the relative
     distances to the invariant family.
     """
-    d = spec.d
-    v, W = _check_weights(v, W, d + spec.D)
-    theta = _reduced_coordinates(spec, v, W, v_star)
-    vp, Wp = embed_state(spec, theta, v_star)
+    d = task.d
+    v, W = _check_weights(v, W, d + task.D)
+    theta = _reduced_coordinates(task, v, W, v_star)
+    vp, Wp = embed_state(task, theta, v_star)
     out = dict(zip(STATE_NAMES, (float(x) for x in theta)))
     out.update(_gaps(theta[None, 3:])[0])
     nvx = float(np.linalg.norm(v[:d]))
@@ -398,7 +402,7 @@ def _gaps(m) -> list[dict[str, float]]:
     return [{"gap_ss": float(r[0] - r[2]), "gap_s": float(r[1] - r[4]), "gap_self": float(r[3] - r[4])} for r in m]
 
 
-def attention_diagnostics(spec: GroupSparseSpec, S, *, quantile: float = 0.05) -> dict[str, float]:
+def attention_diagnostics(task: GroupSparseTask, S, *, quantile: float = 0.05) -> dict[str, float]:
     """Attention on j* (Sec. B.3.1): the mean of S[j*, j] over draws and all D queries, and the ``quantile`` over draws
     of min_j S[j*, j] (default the 5% quantile).
 
@@ -408,15 +412,15 @@ def attention_diagnostics(spec: GroupSparseSpec, S, *, quantile: float = 0.05) -
     """
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
     S = np.asarray(S, dtype=np.float64)
-    row = S[:, spec.jstar_index, :]
+    row = S[:, task.jstar_index, :]
     return {"attn_jstar": float(row.mean()), "attn_jstar_q": float(np.quantile(row.min(axis=1), quantile))}
 
 
-def evaluate(spec: GroupSparseSpec, v, W, s: GroupSparseSample) -> dict[str, float]:
+def evaluate(task: GroupSparseTask, v, W, s: GroupSparseSample) -> dict[str, float]:
     """Training-sample loss, accuracy and attention diagnostics of (v, W) on a sample (Sec. B.2, Sec. B.3.1)."""
     f, S = forward(v, W, s.X)
     out = {"loss": float(logistic_loss(f, s.y).mean()), "accuracy": float(np.mean(s.y * f > 0))}
-    out.update(attention_diagnostics(spec, S))
+    out.update(attention_diagnostics(task, S))
     return out
 
 
@@ -437,7 +441,7 @@ FULL_GD_VARIABLES = GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio", "w_
                                  "loss", "accuracy", "attn_jstar", "attn_jstar_q")
 
 
-def full_gd(spec: GroupSparseSpec, s: GroupSparseSample, n_steps: int, *, v0=None, W0=None, project_steps=False,
+def full_gd(task: GroupSparseTask, s: GroupSparseSample, n_steps: int, *, v0=None, W0=None, project_steps=False,
             saveat: SaveAt | None = None) -> FullGDRun:
     """Full-matrix gradient descent on the empirical logistic loss of a sample (Sec. B.2), from v = 0, W = 0 by default.
 
@@ -453,35 +457,35 @@ def full_gd(spec: GroupSparseSpec, s: GroupSparseSample, n_steps: int, *, v0=Non
     """
     n_steps = check_int("n_steps", n_steps, min_value=0)
     steps = (saveat or DEFAULT_SAVEAT).resolve_steps(n_steps)
-    dim = spec.dim
+    dim = task.dim
     v = np.zeros(dim) if v0 is None else check_finite_array("v0", v0, shape=(dim,)).copy()
     W = np.zeros((dim, dim)) if W0 is None else check_finite_array("W0", W0, shape=(dim, dim)).copy()
-    if s.X.shape[1:] != (spec.d, spec.D):
-        raise ValueError(f"sample X must have shape (n, d={spec.d}, D={spec.D}); got {s.X.shape}")
+    if s.X.shape[1:] != (task.d, task.D):
+        raise ValueError(f"sample X must have shape (n, d={task.d}, D={task.D}); got {s.X.shape}")
     rows = []
     save_set = set(int(t) for t in steps)
     for t in range(n_steps + 1):
         if t in save_set:
-            probes = order_params(spec, v, W, s.v_star)
-            probes.update(evaluate(spec, v, W, s))
+            probes = order_params(task, v, W, s.v_star)
+            probes.update(evaluate(task, v, W, s))
             rows.append(probes)
         if t == n_steps:
             break
         with np.errstate(over="ignore", invalid="ignore"):
             _, gv, gW = full_gradient(v, W, s.X, s.y)
-            v = v - spec.eta * gv
-            W = W - spec.eta * gW
+            v = v - task.eta * gv
+            W = W - task.eta * gW
         for name, arr in (("v", v), ("W", W)):
             if not np.all(np.isfinite(arr)):
                 raise DivergenceError(f"full GD diverged at step {t + 1}: {name} is not finite", trajectory=0,
-                                      variable=name, step=t + 1, time=spec.eta * (t + 1))
+                                      variable=name, step=t + 1, time=task.eta * (t + 1))
         if project_steps:
-            v, W = project(spec, v, W, s.v_star)
+            v, W = project(task, v, W, s.v_star)
     Y = np.array([[row[name] for name in STATE_NAMES] for row in rows])
     variables = {name: np.array([[row[name] for row in rows]]) for name in FULL_GD_VARIABLES}
     traj = Trajectory.from_arrays(
-        Y, names=STATE_NAMES, time=spec.time_of_step(steps), step=steps, variables=variables,
-        attrs={"model": "group_sparse", "spec": spec, "source": "full_gd_projected" if project_steps else "full_gd",
+        Y, names=STATE_NAMES, time=task.time_of_step(steps), step=steps, variables=variables,
+        attrs={"model": "group_sparse", "spec": task, "source": "full_gd_projected" if project_steps else "full_gd",
                "time_unit": "eta*step", "equation": "token_selection.md Sec. B.2",
                "config": {"n_unique": s.n_unique, "n_samples": int(s.X.shape[0]), "mirrored": s.mirrored}})
     return FullGDRun(trajectory=traj, v=v, W=W)
@@ -495,13 +499,13 @@ def _check_state(state) -> np.ndarray:
     return check_finite_array("state", state, shape=(N_STATE,))
 
 
-def _check_reduced(spec: GroupSparseSpec, rs: ReducedSample) -> None:
-    if rs.a.ndim != 2 or rs.a.shape[1] != spec.D or rs.gram.shape != (rs.a.shape[0], spec.D, spec.D):
-        raise ValueError(f"reduced sample must have a (n, D={spec.D}) and gram (n, D, D); got {rs.a.shape}, "
+def _check_reduced(task: GroupSparseTask, rs: ReducedSample) -> None:
+    if rs.a.ndim != 2 or rs.a.shape[1] != task.D or rs.gram.shape != (rs.a.shape[0], task.D, task.D):
+        raise ValueError(f"reduced sample must have a (n, D={task.D}) and gram (n, D, D); got {rs.a.shape}, "
                          f"{rs.gram.shape}")
 
 
-def reduced_gradient(spec: GroupSparseSpec, state, rs: ReducedSample) -> tuple[np.ndarray, np.ndarray]:
+def reduced_gradient(task: GroupSparseTask, state, rs: ReducedSample) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo population gradient dL/d(beta, w_par, w_perp, m1..m5) and its standard errors (Sec. B.3).
 
     The partial derivatives are the full-matrix gradient of Sec. B.2 projected on the (unnormalised) basis of the
@@ -513,48 +517,47 @@ def reduced_gradient(spec: GroupSparseSpec, state, rs: ReducedSample) -> tuple[n
     grad, se : (8,) float64 each.
     """
     state = _check_state(state)
-    _check_reduced(spec, rs)
+    _check_reduced(task, rs)
     terms = np.empty((rs.a.shape[0], N_STATE + 1))
-    _k.reduced_terms(state, spec.jstar_index, rs.a, rs.gram, terms)
+    _k.reduced_terms(state, task.jstar_index, rs.a, rs.gram, terms)
     grad = terms[:, :N_STATE].mean(axis=0)
     se = terms[:, :N_STATE].std(axis=0, ddof=1) / math.sqrt(rs.n_unique) if terms.shape[0] > 1 else np.full(8, np.nan)
     return grad, se
 
 
-def reduced_update(spec: GroupSparseSpec, state, rs: ReducedSample) -> np.ndarray:
+def reduced_update(task: GroupSparseTask, state, rs: ReducedSample) -> np.ndarray:
     """One step of the reduced GD map (Sec. B.3): beta, w_par step eta; w_perp eta/(d-1); m_k eta/|O_k|."""
     state = _check_state(state)
-    _check_reduced(spec, rs)
+    _check_reduced(task, rs)
     grad = np.empty(N_STATE)
-    _k.reduced_grad_mean(state, spec.jstar_index, rs.a, rs.gram, grad)
+    _k.reduced_grad_mean(state, task.jstar_index, rs.a, rs.gram, grad)
     out = np.empty(N_STATE)
-    _k.apply_update(state, grad, spec.eta, float(spec.d), float(spec.D), out)
+    _k.apply_update(state, grad, task.eta, float(task.d), float(task.D), out)
     return out
 
 
-def reduced_evaluate(spec: GroupSparseSpec, state, rs: ReducedSample, *, quantile: float = 0.05) -> dict[str, float]:
+def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantile: float = 0.05) -> dict[str, float]:
     """Loss (with its SE), accuracy, mean attention on j* and the ``quantile`` of min_j S[j*, j] at a reduced state
     on the reduced sample (Sec. B.3.1; equal to :func:`evaluate` at :func:`embed_state`)."""
     state = _check_state(state)
-    _check_reduced(spec, rs)
+    _check_reduced(task, rs)
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
     out = np.empty((rs.a.shape[0], 4))
-    _k.reduced_eval(state, spec.jstar_index, rs.a, rs.gram, out)
+    _k.reduced_eval(state, task.jstar_index, rs.a, rs.gram, out)
     return {"loss": float(out[:, 0].mean()), "loss_se": float(out[:, 0].std(ddof=1) / math.sqrt(rs.n_unique)),
             "accuracy": float(out[:, 1].mean()), "attn_jstar": float(out[:, 2].mean()),
             "attn_jstar_q": float(np.quantile(out[:, 3], quantile))}
 
 
-def pack_params(spec: GroupSparseSpec, rs: ReducedSample) -> np.ndarray:
+def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
     """Parameter vector of the ``dynamics.iterate`` map (Sec. B.3): [eta, d, D, j*-1, n, a, gram] (kernel layout)."""
-    _check_reduced(spec, rs)
+    _check_reduced(task, rs)
     n = rs.a.shape[0]
-    return np.concatenate([[spec.eta, spec.d, spec.D, spec.jstar_index, n], rs.a.ravel(), rs.gram.ravel()])
+    return np.concatenate([[task.eta, task.d, task.D, task.jstar_index, n], rs.a.ravel(), rs.gram.ravel()])
 
 
-def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None = None, n_samples: int = 4000,
-               rng=None, state0=None, saveat: SaveAt | None = None, with_se: bool = True,
-               progress: bool = False, eta=None) -> Trajectory:
+def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, rng=None, state0=None,
+        saveat: SaveAt | None = None, with_se: bool = True, progress: bool = False, eta=None) -> Trajectory:
     """The reduced 8-scalar GD dynamics of Sec. B.3 on a fixed Monte Carlo sample (common random numbers), from zero.
 
     Runs the numba map through ``dynamics.iterate``. The sample is ``rs`` if given, else ``n_samples`` draws of
@@ -564,13 +567,22 @@ def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None 
     state). Time axis: ``step`` = t, ``time`` = eta t. ``eta`` (float or (n,) array, optional) overrides the
     spec's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes
     on the same sample (then ``time`` = t unless they are all equal).
+
+    ``rs`` may also be a sequence of ReducedSample (e.g. one per seed, :func:`reduce_sample` of each seed's training
+    set): trajectory i then runs on ``rs[i]`` from row i of ``state0`` (or the one ``state0``) with ``eta[i]`` (or
+    the one ``eta``), and the result equals the per-sample calls stacked along ``trajectory``
+    (with a ``sample`` coordinate).
     """
+    if rs is not None and not isinstance(rs, ReducedSample):
+        return _over_samples(lambda r, s0, e: map(task, n_steps, rs=r, state0=s0, saveat=saveat, with_se=with_se,
+                                                  progress=progress, eta=e),
+                             _sample_list(rs, ReducedSample, "rs"), state0, eta)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if rs is None:
-        rs = population_sample(spec, check_int("n_samples", n_samples, min_value=2), rng)
-    _check_reduced(spec, rs)
+        rs = population_sample(task, check_int("n_samples", n_samples, min_value=2), rng)
+    _check_reduced(task, rs)
     x0 = np.zeros(N_STATE) if state0 is None else _check_state(state0)
-    p, x0, time_scale, time_unit = eta_batch(pack_params(spec, rs), 0, eta, x0)
+    p, x0, time_scale, time_unit = eta_batch(pack_params(task, rs), 0, eta, x0)
 
     def derived(Y, P):
         out = {name: np.empty(Y.shape[:2]) for name in GAP_NAMES + ("loss", "loss_se", "accuracy", "attn_jstar",
@@ -581,10 +593,10 @@ def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None 
                 out[f"se_grad_{name}"] = np.empty(Y.shape[:2])
         for i in range(Y.shape[0]):
             for t in range(Y.shape[1]):
-                ev = reduced_evaluate(spec, Y[i, t], rs)
+                ev = reduced_evaluate(task, Y[i, t], rs)
                 ev.update(_gaps(Y[i, t, 3:])[0])
                 if with_se:
-                    g, se = reduced_gradient(spec, Y[i, t], rs)
+                    g, se = reduced_gradient(task, Y[i, t], rs)
                     for q, name in enumerate(STATE_NAMES):
                         ev[f"grad_{name}"] = g[q]
                         ev[f"se_grad_{name}"] = se[q]
@@ -595,7 +607,7 @@ def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None 
     return dynamics.iterate(
         _k.reduced_step, x0, n_steps, params=p, saveat=saveat, names=list(STATE_NAMES), derived=derived,
         time_scale=time_scale, progress=progress,
-        attrs={"model": "group_sparse", "spec": spec, "source": "closedform", "time_unit": time_unit,
+        attrs={"model": "group_sparse", "spec": task, "source": "closedform", "time_unit": time_unit,
                "equation": "token_selection.md Sec. B.3",
                "config": {"n_unique": rs.n_unique, "n_samples": rs.a.shape[0]}})
 
@@ -604,13 +616,13 @@ def reduced_gd(spec: GroupSparseSpec, n_steps: int, *, rs: ReducedSample | None 
 # Closed forms of the first two GD steps (Sec. B.3)
 # ----------------------------------------------------------------------------------------------------------------------
 
-def beta_step1(spec: GroupSparseSpec) -> float:
+def beta_step1(task: GroupSparseTask) -> float:
     """beta^(1) = eta sigma_x / sqrt(2 pi) (Sec. B.3, first GD step; W^(1) = 0, v_pos^(1) = 0)."""
-    return spec.eta * spec.sigma_x / math.sqrt(2.0 * math.pi)
+    return task.eta * task.sigma_x / math.sqrt(2.0 * math.pi)
 
 
 @functools.lru_cache(maxsize=64)
-def step2_expectations(spec: GroupSparseSpec, *, epsabs: float = 1e-14, epsrel: float = 1e-12) -> Mapping[str, float]:
+def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: float = 1e-12) -> Mapping[str, float]:
     """The three 2-D Gaussian integrals of step 2 (Sec. B.3), by adaptive quadrature over A > 0 (doubled by symmetry).
 
     With A = a_{j*} ~ N(0, sigma_x^2), R = sum_{k != j*} a_k ~ N(0, (D-1) sigma_x^2), y = sign A, abar = (A+R)/D,
@@ -618,8 +630,8 @@ def step2_expectations(spec: GroupSparseSpec, *, epsabs: float = 1e-14, epsrel: 
     ``e_beta`` = E[lambda y (A + R)], ``m_star`` = E[lambda y (A - abar)], ``e_wpar`` = E[lambda y abar c(A, R)].
     Cached per spec; the returned mapping is read-only.
     """
-    b1 = beta_step1(spec)
-    D, sx = spec.D, spec.sigma_x
+    b1 = beta_step1(task)
+    D, sx = task.D, task.sigma_x
     sr = math.sqrt(D - 1.0) * sx
     norm = 1.0 / (2.0 * math.pi * sx * sr)
 
@@ -643,7 +655,7 @@ def step2_expectations(spec: GroupSparseSpec, *, epsabs: float = 1e-14, epsrel: 
     return MappingProxyType(out)
 
 
-def step_closed_form(spec: GroupSparseSpec, t: int) -> np.ndarray:
+def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
     """Reduced state (beta, w_par, w_perp, m1..m5) after t in {0, 1, 2} population GD steps (Sec. B.3 closed forms).
 
     t = 1: beta^(1) = eta sigma_x/sqrt(2 pi), W^(1) = 0. t = 2: beta^(2) = beta^(1) + eta E[lambda y (A + R)],
@@ -655,12 +667,12 @@ def step_closed_form(spec: GroupSparseSpec, t: int) -> np.ndarray:
     state = np.zeros(N_STATE)
     if t == 0:
         return state
-    b1 = beta_step1(spec)
+    b1 = beta_step1(task)
     state[0] = b1
     if t == 1:
         return state
-    e = step2_expectations(spec)
-    eta, D = spec.eta, spec.D
+    e = step2_expectations(task)
+    eta, D = task.eta, task.D
     state[0] = b1 + eta * e["e_beta"]
     state[1] = eta * b1 * e["e_wpar"]
     key_js = eta * b1 * e["m_star"] / D
@@ -673,48 +685,48 @@ def step_closed_form(spec: GroupSparseSpec, t: int) -> np.ndarray:
 # Theorem predictions (Sec. B.4)
 # ----------------------------------------------------------------------------------------------------------------------
 
-def theorem_horizon(spec: GroupSparseSpec, eps_B: float, *, const: float = 1.0) -> float:
+def theorem_horizon(task: GroupSparseTask, eps_B: float, *, const: float = 1.0) -> float:
     """T* = const * max{D^3, 1/(D^3 eps_B^3)} of the pre-training theorem (Sec. B.4; Theta(.), so ``const`` is free)."""
     eps_B = check_positive("eps_B", eps_B)
     const = check_positive("const", const)
-    D = spec.D
+    D = task.D
     return const * max(D ** 3, 1.0 / (D ** 3 * eps_B ** 3))
 
 
-def theorem_loss_order(spec: GroupSparseSpec, eps_B: float) -> float:
+def theorem_loss_order(task: GroupSparseTask, eps_B: float) -> float:
     """Loss order at T*: Theta(min{eps_B, D^-2}) (Sec. B.4 item 3), returned with constant 1."""
     eps_B = check_positive("eps_B", eps_B)
-    return min(eps_B, spec.D ** -2.0)
+    return min(eps_B, task.D ** -2.0)
 
 
-def attention_lower_bound(spec: GroupSparseSpec, *, c: float = 1.0) -> float:
+def attention_lower_bound(task: GroupSparseTask, *, c: float = 1.0) -> float:
     """Attention concentration of Sec. B.4 item 1: S_{j*, j}^(T*) >= 1 - exp(-c D) for all queries j (c = Theta(1))."""
     c = check_positive("c", c)
-    return 1.0 - math.exp(-c * spec.D)
+    return 1.0 - math.exp(-c * task.D)
 
 
-def direction_error_bound(spec: GroupSparseSpec, eps_B: float, *, c: float = 1.0) -> float:
+def direction_error_bound(task: GroupSparseTask, eps_B: float, *, c: float = 1.0) -> float:
     """|| v_x/||v_x|| - v* || <= eps_B D exp(-c sqrt(D)) (Sec. B.4 item 2; c = Theta(1) unspecified)."""
     eps_B = check_positive("eps_B", eps_B)
     c = check_positive("c", c)
-    return eps_B * spec.D * math.exp(-c * math.sqrt(spec.D))
+    return eps_B * task.D * math.exp(-c * math.sqrt(task.D))
 
 
-def loss_rate_statistic(spec: GroupSparseSpec, t, loss) -> np.ndarray:
+def loss_rate_statistic(task: GroupSparseTask, t, loss) -> np.ndarray:
     """D L T^{1/3}, which Sec. B.4 item 3 (read as L(T) = Theta(1/(D T^{1/3})) for T >= D^3) predicts to be constant."""
-    return spec.D * np.asarray(loss, dtype=np.float64) * np.cbrt(np.asarray(t, dtype=np.float64))
+    return task.D * np.asarray(loss, dtype=np.float64) * np.cbrt(np.asarray(t, dtype=np.float64))
 
 
-def predicted_loss(spec: GroupSparseSpec, t, *, const: float = 1.09) -> np.ndarray:
+def predicted_loss(task: GroupSparseTask, t, *, const: float = 1.09) -> np.ndarray:
     """L(T) = const / (D T^{1/3}) (Sec. B.4 item 3, derived reading); const = 1.09 is the mean measured in Sec. B.6."""
     const = check_positive("const", const)
     t = np.asarray(t, dtype=np.float64)
     if np.any(t <= 0):
         raise ValueError("t must be > 0 for the T^(1/3) loss rate")
-    return const / (spec.D * np.cbrt(t))
+    return const / (task.D * np.cbrt(t))
 
 
-def downstream_error_bound(spec: GroupSparseSpec, n, *, gamma: float, delta: float, const: float = 1.0):
+def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: float, const: float = 1.0):
     """Downstream-transfer bound of Sec. B.4 (Theorem, constants unspecified): after online SGD on n fresh samples
     with the pre-trained W, test error <= const ((d + D) log^2 n / (gamma^2 n) + log(1/delta) / n).
 
@@ -726,12 +738,31 @@ def downstream_error_bound(spec: GroupSparseSpec, n, *, gamma: float, delta: flo
     n = np.asarray(n, dtype=np.float64)
     if np.any(n < 2):
         raise ValueError("n must be >= 2 (downstream sample size)")
-    return const * ((spec.d + spec.D) * np.log(n) ** 2 / (gamma ** 2 * n) + math.log(1.0 / delta) / n)
+    return const * ((task.d + task.D) * np.log(n) ** 2 / (gamma ** 2 * n) + math.log(1.0 / delta) / n)
 
 
-def linear_sample_complexity(spec: GroupSparseSpec, eps: float, *, const: float = 1.0) -> float:
+def linear_sample_complexity(task: GroupSparseTask, eps: float, *, const: float = 1.0) -> float:
     """Omega(d D / eps) samples needed by linear logistic regression on vec(X) (Sec. B.4, downstream theorem),
     returned as const d D / eps."""
     eps = check_positive("eps", eps)
     const = check_positive("const", const)
-    return const * spec.d * spec.D / eps
+    return const * task.d * task.D / eps
+
+
+def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]:
+    """The pre-training theorem's named predictions for ``task`` at accuracy ``eps_B`` (Sec. B.4), with the
+    unrecoverable Theta(1) constants set to 1.
+
+    Keys (each a float):
+
+    * ``horizon``: T* = max{D^3, 1/(D^3 eps_B^3)} (Sec. B.4).
+    * ``loss_order``: the loss order min{eps_B, D^-2} at T* (Sec. B.4 item 3).
+    * ``attention_lower_bound``: 1 - exp(-D), the attention on group j* at T* (Sec. B.4 item 1).
+    * ``direction_error_bound``: eps_B D exp(-sqrt D), the direction error of v_x at T* (Sec. B.4 item 2).
+    * ``beta_step1``: beta^(1) = eta sigma_x / sqrt(2 pi) after the first GD step, exact (Sec. B.3).
+    """
+    if not isinstance(task, GroupSparseTask):
+        raise TypeError(f"task must be a GroupSparseTask; got {type(task).__name__}")
+    return {"horizon": theorem_horizon(task, eps_B), "loss_order": theorem_loss_order(task, eps_B),
+            "attention_lower_bound": attention_lower_bound(task),
+            "direction_error_bound": direction_error_bound(task, eps_B), "beta_step1": beta_step1(task)}

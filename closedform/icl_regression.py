@@ -26,7 +26,7 @@ Sigma, rho, G    Sigma, rho, G  covariate covariance, KMS correlation, precondit
 t, step, lr      t, n, lr       F/2-flow time, GD update count, learning rate             scalars      §0.3
 ===============  =============  ========================================================  ===========  =====
 
-Trajectories of :func:`flow` and :func:`gd` have state variables ``omega_0 .. omega_{H-1}``, ``mu_0 .. mu_{H-1}``
+Trajectories of :func:`flow` and :func:`map` have state variables ``omega_0 .. omega_{H-1}``, ``mu_0 .. mu_{H-1}``
 (code head h is math head h+1, spec §0.2) and derived variables ``F``, ``mu_dot_omega``, ``sum_mu``.
 
 REFERENCE
@@ -67,8 +67,12 @@ REFERENCE = {
 }
 
 MODEL = "icl_regression"
-TIME_UNIT_FLOW = "F/2 gradient-flow time t (spec icl_regression.md §0.3)"
-TIME_UNIT_GD = "F/2 gradient-flow time t = lr * step (spec icl_regression.md §0.3)"
+#: The time axis of every trajectory of this module: the F/2 gradient-flow time t (spec §0.3). :func:`flow` and
+#: :func:`symmetric_flow` integrate in t; :func:`map` (GD on F/2 with learning rate ``lr``) reports ``time = lr * step``
+#: (one shared ``lr``; the update count is ``step``), so a map and a flow of the same task share one time axis.
+TIME_UNIT = "F/2 gradient-flow time t; map: t = lr * step (spec icl_regression.md §0.3)"
+_TIME_FLOW = "F/2 gradient-flow time t (spec icl_regression.md §0.3)"
+_TIME_MAP = "F/2 gradient-flow time t = lr * step (spec icl_regression.md §0.3)"
 _EXP_MAX = float(np.log(np.finfo(np.float64).max))  # largest exponent whose exp is finite (~709.78)
 
 
@@ -76,7 +80,7 @@ _EXP_MAX = float(np.log(np.finfo(np.float64).max))  # largest exponent whose exp
 # Task spec
 # ----------------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class ICLRegression:
+class ICLRegressionTask:
     """In-context linear regression task: x_i, x_q ~ N(0, I_d), beta ~ N(0, I_d/d), label noise N(0, sigma2).
 
     Spec §1 (data model, Sec. 2 of the paper). ``L`` is the (training) prompt length.
@@ -121,7 +125,7 @@ class ICLRegression:
         """D = d (1 + sigma^2) (spec §0)."""
         return self.d * (1.0 + self.sigma2)
 
-    def with_L(self, L: int) -> ICLRegression:
+    def with_L(self, L: int) -> ICLRegressionTask:
         """The same task at another prompt length (spec §7.6, length generalisation)."""
         return dataclasses.replace(self, L=L)
 
@@ -140,19 +144,19 @@ class ICLRegression:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
-def _check_task(task) -> ICLRegression:
-    if not isinstance(task, ICLRegression):
-        raise ValueError(f"task must be an ICLRegression; got {type(task).__name__}")
+def _check_task(task) -> ICLRegressionTask:
+    if not isinstance(task, ICLRegressionTask):
+        raise ValueError(f"task must be an ICLRegressionTask; got {type(task).__name__}")
     return task
 
 
-def eta_star(task: ICLRegression) -> float:
+def eta_star(task: ICLRegressionTask) -> float:
     """eta* = 1/(1 + (1 + sigma^2) d / L): spec §4.4, Eq. (4.3) (optimality condition; = optimal dGD step)."""
     task = _check_task(task)
     return task.L / (task.L + task.D)
 
 
-def loss_infimum(task: ICLRegression) -> float:
+def loss_infimum(task: ICLRegressionTask) -> float:
     """inf F = 1 + sigma^2 - eta*: spec §4.4 (global infimum of Eq. (4.1), approached as gamma -> 0 on S_gamma)."""
     return 1.0 + task.sigma2 - eta_star(task)
 
@@ -175,7 +179,7 @@ def _pair(omega, mu, *, name_omega="omega", name_mu="mu"):
     return np.ascontiguousarray(omega), np.ascontiguousarray(mu)
 
 
-def _check_exponent(task: ICLRegression, omega: np.ndarray, name: str = "omega") -> None:
+def _check_exponent(task: ICLRegressionTask, omega: np.ndarray, name: str = "omega") -> None:
     """Raise DivergenceError when exp(d omega_h omega_h') overflows (its largest exponent is d max_h omega_h^2)."""
     flat = omega.reshape(-1, omega.shape[-1])
     expo = task.d * flat * flat
@@ -186,7 +190,7 @@ def _check_exponent(task: ICLRegression, omega: np.ndarray, name: str = "omega")
             f"(configuration {n}, head {h})", trajectory=int(n), variable=f"{name}_{h}")
 
 
-def approx_loss(task: ICLRegression, omega, mu) -> np.ndarray:
+def approx_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     """Approximate ICL loss F(omega, mu) for H heads: spec §4.1, Eq. (4.1) (Proposition 4.1).
 
     F = 1 + sigma^2 - 2 mu^T omega + mu^T (omega omega^T + ((1 + sigma^2)/L) exp.(d omega omega^T)) mu
@@ -194,7 +198,7 @@ def approx_loss(task: ICLRegression, omega, mu) -> np.ndarray:
 
     Parameters
     ----------
-    task : ICLRegression
+    task : ICLRegressionTask
     omega, mu : (..., H) float64
         Effective KQ coefficients and OV label entries; broadcast against each other.
 
@@ -212,7 +216,7 @@ def approx_loss(task: ICLRegression, omega, mu) -> np.ndarray:
     return out.reshape(lead)
 
 
-def approx_loss_grad(task: ICLRegression, omega, mu) -> tuple[np.ndarray, np.ndarray]:
+def approx_loss_grad(task: ICLRegressionTask, omega, mu) -> tuple[np.ndarray, np.ndarray]:
     """Gradient of F (full, no 1/2) with respect to omega and mu: spec §4.4, Eq. (4.4).
 
     grad_omega F = -2 mu + 2 (mu^T omega) mu + (2 d (1+sigma^2)/L) (K o mu mu^T) omega,
@@ -232,7 +236,7 @@ def approx_loss_grad(task: ICLRegression, omega, mu) -> tuple[np.ndarray, np.nda
     return g_omega.reshape(omega.shape), g_mu.reshape(mu.shape)
 
 
-def kernel_matrix(task: ICLRegression, omega) -> np.ndarray:
+def kernel_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
     """K(omega) = exp.(d omega omega^T) (elementwise): spec §4.1, Eq. (4.1). Shape (..., H, H)."""
     task = _check_task(task)
     omega = check_finite_array("omega", omega, ndim=tuple(range(1, 33)))
@@ -240,14 +244,14 @@ def kernel_matrix(task: ICLRegression, omega) -> np.ndarray:
     return np.exp(task.d * omega[..., :, None] * omega[..., None, :])
 
 
-def m_matrix(task: ICLRegression, omega) -> np.ndarray:
+def m_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
     """M(omega) = omega omega^T + ((1 + sigma^2)/L) K(omega): spec §4.4 (Hessian of Eq. (4.1) in mu is 2 M)."""
     K = kernel_matrix(task, omega)
     omega = np.asarray(omega, dtype=np.float64)
     return omega[..., :, None] * omega[..., None, :] + task.cL * K
 
 
-def optimal_mu(task: ICLRegression, omega) -> np.ndarray:
+def optimal_mu(task: ICLRegressionTask, omega) -> np.ndarray:
     """mu*(omega) = M(omega)^+ omega, the minimiser of F in mu: spec §4.4 (paper Eq. (4.4)).
 
     M is positive semidefinite; when two heads share omega_h it is singular and the minimum-norm minimiser
@@ -266,7 +270,7 @@ def optimal_mu(task: ICLRegression, omega) -> np.ndarray:
     return np.einsum("...hg,...g->...h", np.linalg.pinv(M, hermitian=True), omega)
 
 
-def refined_loss(task: ICLRegression, omega, mu) -> np.ndarray:
+def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     """Refined large-L expansion F_ref of the true loss, exact to O(1/L) for fixed omega: spec §4.2 [D][V].
 
     F_ref = 1 + sigma^2 - 2u + u^2 + (1/L) sum_{h,h'} mu_h mu_h' [(1+sigma^2) g^{-d/2} + omega_h omega_h' g^{-d/2-1}]
@@ -288,7 +292,7 @@ def refined_loss(task: ICLRegression, omega, mu) -> np.ndarray:
     return 1.0 + s2 - 2.0 * u + u**2 + pair / L + 2.0 / L * (1.0 - u) * lin
 
 
-def small_omega_limit(task: ICLRegression, eta, sum_mu) -> np.ndarray:
+def small_omega_limit(task: ICLRegressionTask, eta, sum_mu) -> np.ndarray:
     """Exact small-omega limit of the true loss, R -> R_dGD(eta) + a^2 (1 + sigma^2)/L: spec Sec. 4.2 [D][V].
 
     Limit of omega -> 0 with mu^T omega -> eta and a = 1^T mu held fixed (any H, any L).
@@ -300,13 +304,13 @@ def small_omega_limit(task: ICLRegression, eta, sum_mu) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------------
 # Monte Carlo of the true ICL loss of the reduced predictor (3.2)
 # ----------------------------------------------------------------------------------------------------------------------
-def _draw_rotated(task: ICLRegression, rng: np.random.Generator, a_out: np.ndarray):
+def _draw_rotated(task: ICLRegressionTask, rng: np.random.Generator, a_out: np.ndarray):
     """Draw the rotated covariates of :func:`true_loss_mc` (see its Notes) into ``a_out`` (n, L); return s (n,)."""
     rng.standard_normal(out=a_out)
     return np.sqrt(rng.chisquare(task.d, a_out.shape[0]))
 
 
-def true_loss_mc(task: ICLRegression, omega, mu, n_prompts: int, rng=None, *, chunk: int = 65536):
+def true_loss_mc(task: ICLRegressionTask, omega, mu, n_prompts: int, rng=None, *, chunk: int = 65536):
     """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: spec Eq. (3.2), Sec. 4.1.
 
     Uses the variance-reduced form R = sigma^2 + E[(beta^T x_q - yhat)^2] of spec §4.1, with beta and the
@@ -316,7 +320,7 @@ def true_loss_mc(task: ICLRegression, omega, mu, n_prompts: int, rng=None, *, ch
 
     Parameters
     ----------
-    task : ICLRegression
+    task : ICLRegressionTask
     omega, mu : (..., H) float64
     n_prompts : int >= 2
         Number of independent prompts.
@@ -394,7 +398,7 @@ def state_names(H: int) -> list[str]:
     return [f"omega_{h}" for h in range(H)] + [f"mu_{h}" for h in range(H)]
 
 
-def _derived_general(task: ICLRegression, H: int, sigma2_rows=None) -> Callable:
+def _derived_general(task: ICLRegressionTask, H: int, sigma2_rows=None) -> Callable:
     def derived(Y, P):
         omega, mu = Y[..., :H], Y[..., H:]
         if sigma2_rows is None:
@@ -409,7 +413,7 @@ def _derived_general(task: ICLRegression, H: int, sigma2_rows=None) -> Callable:
     return derived
 
 
-def _batch_params(task: ICLRegression, n_traj: int, sigma2, L, lr=None):
+def _batch_params(task: ICLRegressionTask, n_traj: int, sigma2, L, lr=None):
     """Engine parameters [d, cL] (flows) or [d, cL, lr] (GD), shared or one row per trajectory when sigma2, L or lr
     is an array broadcast with the batch (they enter the maps only as numbers, spec §5.1). Returns
     (params, n, per-row sigma2 or None, config)."""
@@ -444,12 +448,12 @@ def _batch_params(task: ICLRegression, n_traj: int, sigma2, L, lr=None):
     return P, n, s2, {"sigma2": s2.tolist(), "L": Ls.astype(int).tolist()}
 
 
-def _attrs(task: ICLRegression, *, equation: str, time_unit: str, config: dict) -> dict:
+def _attrs(task: ICLRegressionTask, *, equation: str, time_unit: str, config: dict) -> dict:
     return {"model": MODEL, "spec": dataclasses.asdict(task), "config": config, "source": "closedform",
             "equation": equation, "time_unit": time_unit, "paper": REFERENCE["arxiv"]}
 
 
-def flow(task: ICLRegression, omega0, mu0, t_span, *, saveat=None, solver=None, stop=None,
+def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, stop=None,
          progress: bool = False, sigma2=None, L=None):
     """Gradient flow of F/2 for H heads, batched over initial conditions: spec §5.1 (time: F/2-flow time, Sec. 0.3).
 
@@ -458,7 +462,7 @@ def flow(task: ICLRegression, omega0, mu0, t_span, *, saveat=None, solver=None, 
 
     Parameters
     ----------
-    task : ICLRegression
+    task : ICLRegressionTask
     omega0, mu0 : (H,) or (n_traj, H) float64
         Initial KQ coefficients and OV entries.
     t_span : (t0, t1)
@@ -488,12 +492,12 @@ def flow(task: ICLRegression, omega0, mu0, t_span, *, saveat=None, solver=None, 
     return dynamics.integrate(
         _k.flow_rhs, y0, tuple(t_span), params=params, solver=solver, saveat=saveat, names=state_names(H),
         derived=_derived_general(task, H, s2_rows), stop=stop, progress=progress,
-        attrs=_attrs(task, equation="spec §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=TIME_UNIT_FLOW,
+        attrs=_attrs(task, equation="spec §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=_TIME_FLOW,
                      config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span], **cfg}))
 
 
-def gd(task: ICLRegression, omega0, mu0, *, lr, n_steps: int, saveat=None, stop=None,
-       progress: bool = False, sigma2=None, L=None):
+def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, stop=None,
+        progress: bool = False, sigma2=None, L=None):
     """Gradient descent on F/2 with learning rate ``lr`` (the authors' helper ``gradient_flow``): spec §5.1.
 
     theta_{n+1} = theta_n - lr * grad(F/2)(theta_n), theta = (omega, mu); batched over initial conditions.
@@ -525,11 +529,11 @@ def gd(task: ICLRegression, omega0, mu0, *, lr, n_steps: int, saveat=None, stop=
     return dynamics.iterate(
         _k.gd_step, y0, n_steps, params=params, saveat=saveat, names=state_names(H),
         derived=_derived_general(task, H, s2_rows), stop=stop, time_scale=time_scale, progress=progress,
-        attrs=_attrs(task, equation="spec §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=TIME_UNIT_GD,
+        attrs=_attrs(task, equation="spec §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=_TIME_MAP,
                      config={"H": H, "lr": np.asarray(lr).tolist(), "n_steps": n_steps, **cfg}))
 
 
-def symmetric_two_head_loss(task: ICLRegression, omega, mu) -> np.ndarray:
+def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     """f(omega, mu) = F((omega, -omega), (mu, -mu)) = 1 + s2 - 4 mu omega + 4 mu^2 omega^2 + 4 cL mu^2 sinh(d omega^2).
 
     Spec §6.2 (paper Eq. (B.4); the reduced ODE is the gradient flow of f/4).
@@ -541,27 +545,18 @@ def symmetric_two_head_loss(task: ICLRegression, omega, mu) -> np.ndarray:
             + 4.0 * task.cL * mu**2 * np.sinh(task.d * omega**2))
 
 
-def two_head_flow(task: ICLRegression, omega0, mu0, t_span, *, symmetric: bool = True, saveat=None, solver=None,
-                  progress: bool = False):
-    """Two-head gradient flow of F/2: the reduced symmetric system (spec §6.2, Eq. (B.4)) or the full one (Sec. 6.1).
+def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, progress: bool = False):
+    """Symmetric two-head gradient flow of F/2 in (omega, mu): the reduced system of spec §6.2, Eq. (B.4).
 
-    symmetric=True: ``omega0``, ``mu0`` are scalars or (n_traj,) arrays (omega = omega_1 = -omega_2,
-    mu = mu_1 = -mu_2; e.g. omega0 = mu0 = eps0, Definition B.1); the trajectory holds ``omega``, ``mu`` and derived
-    ``F`` (= f of :func:`symmetric_two_head_loss`), ``two_omega_mu``, ``ratio`` (r = mu/omega) and ``chi``
-    (d omega^2).
-
-    symmetric=False: the full 4-dimensional system of Sec. 6.1 (= :func:`flow` with H = 2); ``omega0``, ``mu0`` have
-    shape (2,) or (n_traj, 2).
+    On the invariant set omega_1 = -omega_2 = omega, mu_1 = -mu_2 = mu of the two-head flow (``flow`` with H = 2,
+    Sec. 6.1). ``omega0``, ``mu0`` are scalars or (n_traj,) arrays (e.g. omega0 = mu0 = eps0, Definition B.1); the
+    trajectory holds ``omega``, ``mu`` and derived ``F`` (= f of :func:`symmetric_two_head_loss`), ``two_omega_mu``,
+    ``ratio`` (r = mu/omega) and ``chi`` (d omega^2). For the full four-dimensional two-head system use
+    :func:`flow` with (2,)-shaped ``omega0``, ``mu0``.
 
     Time is the F/2-flow time (spec §0.3). Default solver ``Dopri5(rtol=1e-10, atol=1e-12)``.
     """
     task = _check_task(task)
-    if not symmetric:
-        omega0 = np.asarray(omega0, dtype=np.float64)
-        if omega0.shape[-1:] != (2,):
-            raise ValueError(f"omega0 must have shape (2,) or (n_traj, 2) for the full two-head flow; "
-                             f"got {omega0.shape}")
-        return flow(task, omega0, mu0, t_span, saveat=saveat, solver=solver, progress=progress)
     omega0 = check_finite_array("omega0", omega0, ndim=(0, 1))
     mu0 = check_finite_array("mu0", mu0, ndim=(0, 1))
     try:
@@ -582,12 +577,12 @@ def two_head_flow(task: ICLRegression, omega0, mu0, t_span, *, symmetric: bool =
         _k.two_head_rhs, y0, tuple(t_span), params=np.array([float(task.d), task.cL]), solver=solver,
         saveat=saveat, names=["omega", "mu"], derived=derived, progress=progress,
         attrs=_attrs(task, equation="spec §6.2, Eq. (B.4) (symmetric two-head flow of F/2)",
-                     time_unit=TIME_UNIT_FLOW, config={"H": 2, "symmetric": True, "solver": repr(solver),
-                                                       "t_span": [float(t) for t in t_span]}))
+                     time_unit=_TIME_FLOW, config={"H": 2, "symmetric": True, "solver": repr(solver),
+                                                   "t_span": [float(t) for t in t_span]}))
 
 
 # Phase-wise asymptotics of the symmetric two-head flow (spec §6.3) -------------------------------------------------
-def phase1_asymptotic(task: ICLRegression, eps0: float, t) -> tuple[np.ndarray, np.ndarray]:
+def phase1_asymptotic(task: ICLRegressionTask, eps0: float, t) -> tuple[np.ndarray, np.ndarray]:
     """Phase I (linearised flow): omega(t) = mu(t) = eps0 e^t, spec §6.3, Eqs. (B.5)-(B.6). Returns (omega, mu)."""
     _check_task(task)
     eps0 = check_positive("eps0", eps0)
@@ -595,7 +590,7 @@ def phase1_asymptotic(task: ICLRegression, eps0: float, t) -> tuple[np.ndarray, 
     return w, w.copy()
 
 
-def phase2_peak_omega(task: ICLRegression, ratio: float = 1.1) -> float:
+def phase2_peak_omega(task: ICLRegressionTask, ratio: float = 1.1) -> float:
     """Peak value of omega in Phase II, from chi (1 + (D/L) cosh chi) = d/(2 r), chi = d omega^2: Sec. 6.3 (B.7)-(B.8).
 
     ``ratio`` is r = mu/omega at the peak (about 1.1 for the paper's settings, spec §6.3). Returns omega_peak.
@@ -611,7 +606,7 @@ def phase2_peak_omega(task: ICLRegression, ratio: float = 1.1) -> float:
     return float(np.sqrt(chi / task.d))
 
 
-def phase3_asymptotic(task: ICLRegression, t) -> tuple[np.ndarray, np.ndarray]:
+def phase3_asymptotic(task: ICLRegressionTask, t) -> tuple[np.ndarray, np.ndarray]:
     """Phase III law along the valley: omega(t)^{-6} ~ 4 (1+sigma^2) d^3 t / L, mu ~ eta*/(2 omega): spec Sec. 6.3.
 
     (Not the t^{-1/2} of the two-timescale heuristic (B.17)-(B.18); see spec §10, item 5.) Returns (omega, mu).
@@ -623,7 +618,7 @@ def phase3_asymptotic(task: ICLRegression, t) -> tuple[np.ndarray, np.ndarray]:
     return omega, eta_star(task) / (2.0 * omega)
 
 
-def phase3_heuristic_rate(task: ICLRegression, omega) -> np.ndarray:
+def phase3_heuristic_rate(task: ICLRegressionTask, omega) -> np.ndarray:
     """Heuristic d omega/dt with mu pinned to mu*(omega): -C_L d^3 omega^3 / (6 (1 + C_L d)^2), Sec. 6.3 (B.17)."""
     task = _check_task(task)
     omega = np.asarray(omega, dtype=np.float64)
@@ -633,21 +628,21 @@ def phase3_heuristic_rate(task: ICLRegression, omega) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------------
 # Solution manifold (4.6)-(4.8) and the head classifier (5.2)-(5.4)
 # ----------------------------------------------------------------------------------------------------------------------
-def solution_manifold_mu(task: ICLRegression, gamma) -> np.ndarray:
+def solution_manifold_mu(task: ICLRegressionTask, gamma) -> np.ndarray:
     """mu(gamma) = gamma / (2 [gamma^2 + (1+sigma^2) sinh(d gamma^2)/L]): spec §5.4, Eq. (4.6)."""
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     return gamma / (2.0 * (gamma**2 + task.cL * np.sinh(task.d * gamma**2)))
 
 
-def manifold_loss(task: ICLRegression, gamma) -> np.ndarray:
+def manifold_loss(task: ICLRegressionTask, gamma) -> np.ndarray:
     """F on S_gamma: 1 + sigma^2 - gamma^2/(gamma^2 + (1+sigma^2) sinh(d gamma^2)/L): spec §5.4 (Eqs. (4.6)-(4.7))."""
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     return 1.0 + task.sigma2 - 2.0 * gamma * solution_manifold_mu(task, gamma)
 
 
-def manifold_step_series(task: ICLRegression, gamma) -> np.ndarray:
+def manifold_step_series(task: ICLRegressionTask, gamma) -> np.ndarray:
     """Series 2 gamma mu(gamma) = eta* - (eta*)^2 (1+sigma^2) d^3 gamma^4/(6L) + O(gamma^8): spec §5.4, Eq. (4.8)."""
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
@@ -707,7 +702,7 @@ def classify_heads(omega, mu, *, dummy_tol: float = 0.05) -> HeadPattern:
 # ----------------------------------------------------------------------------------------------------------------------
 # Section 7: predictors and their exact risks
 # ----------------------------------------------------------------------------------------------------------------------
-def gd_risk(task: ICLRegression, eta) -> np.ndarray:
+def gd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
     """Exact risk of one-step GD, R_GD(eta) = 1 + s2 - 2 eta + eta^2 (1 + (d + 1 + d s2)/L): spec §7.2 (Eq. (4.11))."""
     task = _check_task(task)
     eta = np.asarray(eta, dtype=np.float64)
@@ -715,7 +710,7 @@ def gd_risk(task: ICLRegression, eta) -> np.ndarray:
     return 1.0 + s2 - 2.0 * eta + eta**2 * (1.0 + (d + 1.0 + d * s2) / L)
 
 
-def dgd_risk(task: ICLRegression, eta) -> np.ndarray:
+def dgd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
     """Exact risk of debiased GD (4.11): R_dGD = 1 + s2 - 2 eta (L-1)/L + eta^2 (L-1)(L + d + d s2)/L^2, Sec. 7.2."""
     task = _check_task(task)
     eta = np.asarray(eta, dtype=np.float64)
@@ -723,18 +718,18 @@ def dgd_risk(task: ICLRegression, eta) -> np.ndarray:
     return 1.0 + s2 - 2.0 * eta * (L - 1.0) / L + eta**2 * (L - 1.0) * (L + d + d * s2) / L**2
 
 
-def gd_optimal_eta(task: ICLRegression) -> float:
+def gd_optimal_eta(task: ICLRegressionTask) -> float:
     """eta_GD,opt = L/(L + d + 1 + d sigma^2): spec Sec. 7.2 (minimiser of R_GD)."""
     task = _check_task(task)
     return task.L / (task.L + task.d + 1.0 + task.d * task.sigma2)
 
 
-def dgd_optimal_eta(task: ICLRegression) -> float:
+def dgd_optimal_eta(task: ICLRegressionTask) -> float:
     """eta_dGD,opt = L/(L + d(1 + sigma^2)) = eta* exactly: spec §7.2 (Eq. (4.3))."""
     return eta_star(task)
 
 
-class StationaryPoint(NamedTuple):
+class FixedPoint(NamedTuple):
     """A stationary point of the H-head flow of F/2 (spec §5.1): grad F = 0.
 
     ``kind``: "origin" (omega = mu = 0), "single_head" (every omega_h equal and non-zero: the heads act as one head,
@@ -763,8 +758,8 @@ def _hessian(task, x, H):
     return 0.5 * (Hm + Hm.T)
 
 
-def stationary_points(task: ICLRegression, H: int = 2, *, n_starts: int = 2000, rng=0,
-                      omega_box: float = 1.0, mu_box: float = 6.0) -> tuple[StationaryPoint, ...]:
+def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, rng=0,
+                 omega_box: float = 1.0, mu_box: float = 6.0) -> tuple[FixedPoint, ...]:
     """Every stationary point of F/2 (spec §4.1, §5.1) reached by a damped Gauss-Newton root search on grad(F/2) = 0.
 
     Starts are uniform in [-omega_box, omega_box]^H x [-mu_box, mu_box]^H; omega is clipped to |omega| <= 2 during the
@@ -775,7 +770,7 @@ def stationary_points(task: ICLRegression, H: int = 2, *, n_starts: int = 2000, 
 
     Returns
     -------
-    tuple of :class:`StationaryPoint`, by increasing F.
+    tuple of :class:`FixedPoint`, by increasing F.
     """
     task = _check_task(task)
     H = check_int("H", H, min_value=1)
@@ -803,7 +798,7 @@ def stationary_points(task: ICLRegression, H: int = 2, *, n_starts: int = 2000, 
         X[ok] = Xn[ok]
         damp = np.clip(np.where(ok, damp * 0.3, damp * 10.0), 1e-15, 1e10)
     res = np.max(np.abs(_half_grad_rows(task, X, H)), axis=1)
-    out: list[StationaryPoint] = []
+    out: list[FixedPoint] = []
     keys: list[np.ndarray] = []
     for x in X[res < 1e-12]:
         om, mu = x[:H], x[H:]
@@ -825,12 +820,12 @@ def stationary_points(task: ICLRegression, H: int = 2, *, n_starts: int = 2000, 
         ev = np.linalg.eigvalsh(_hessian(task, z, H))
         scale = max(1.0, float(np.max(np.abs(ev))))
         stab = "minimum" if ev[0] > -1e-8 * scale else ("maximum" if ev[-1] < 1e-8 * scale else "saddle")
-        out.append(StationaryPoint(omega=om, mu=mu, kind=kind, F=float(approx_loss(task, om, mu)),
-                                   hessian_eigenvalues=ev, stability=stab))
+        out.append(FixedPoint(omega=om, mu=mu, kind=kind, F=float(approx_loss(task, om, mu)),
+                              hessian_eigenvalues=ev, stability=stab))
     return tuple(sorted(out, key=lambda p: p.F))
 
 
-def classify_end_state(task: ICLRegression, omega, mu, *, tol: float = 1e-3) -> np.ndarray:
+def classify(task: ICLRegressionTask, omega, mu, *, tol: float = 1e-3) -> np.ndarray:
     """Name where H-head flows of F/2 ended: "single_head" (every omega_h within ``tol`` of 1/sqrt(d) in modulus, one
     sign, and sum(mu) within ``tol`` of the F_1 optimum, spec §7.3), "solution_manifold" (positive and negative heads
     with mu^T omega within 0.05 of eta* and |sum mu| < 0.05: the valley S_gamma of spec §5.4, on which the flow keeps
@@ -855,7 +850,7 @@ class SingleHeadOptimum(NamedTuple):
     F: float
 
 
-def single_head_optimum(task: ICLRegression) -> SingleHeadOptimum:
+def single_head_optimum(task: ICLRegressionTask) -> SingleHeadOptimum:
     """F_1 optimum, Sec. 7.3: omega = 1/sqrt(d), mu = sqrt(d)/(1 + e(1+s2)d/L), F_min = 1 + s2 - 1/(1 + e(1+s2)d/L)."""
     task = _check_task(task)
     q = 1.0 + np.e * task.D / task.L
@@ -876,7 +871,7 @@ def bayes_risk_asymptotic(xi, sigma2) -> np.ndarray:
     return 0.5 * (s2 + (xi - 1.0) / xi + np.sqrt(4.0 * s2 + (s2 + (1.0 - xi) / xi) ** 2))
 
 
-def linear_attention_risk(task: ICLRegression, eta, L_test) -> np.ndarray:
+def linear_attention_risk(task: ICLRegressionTask, eta, L_test) -> np.ndarray:
     """Risk of single-head linear attention trained at L = task.L, tested at L': R_GD(eta L'/L; d, L', s2), Sec. 7.6."""
     task = _check_task(task)
     L_test = np.asarray(L_test)
@@ -899,7 +894,7 @@ class Prompts(NamedTuple):
     beta: np.ndarray
 
 
-def sample_prompts(task: ICLRegression, n: int, rng=None, *, Sigma=None) -> Prompts:
+def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> Prompts:
     """Draw ``n`` independent prompts of the data model of spec Sec. 1 (covariates N(0, Sigma), default I, Sec. 8.1).
 
     Draw order (reproducibility): X, xq, beta, context noise, query noise.
@@ -993,7 +988,7 @@ def predict_preconditioned_gd(X, y, xq, G) -> np.ndarray:
     return np.einsum("nd,de,ne->n", xq, np.asarray(G, dtype=np.float64), v, optimize=True)
 
 
-def risk_mc(task: ICLRegression, predict: Callable, n_prompts: int, rng=None, *, chunk: int = 50000, Sigma=None):
+def risk_mc(task: ICLRegressionTask, predict: Callable, n_prompts: int, rng=None, *, chunk: int = 50000, Sigma=None):
     """Monte Carlo risk E[(y_q - yhat)^2] of any batched predictor ``predict(X, y, xq) -> (N,)``: spec Sec. 4.1 form.
 
     Uses the variance-reduced form sigma^2 + E[(beta^T x_q - yhat)^2] (query noise integrated out, spec §4.1).
@@ -1014,7 +1009,7 @@ def risk_mc(task: ICLRegression, predict: Callable, n_prompts: int, rng=None, *,
     return float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size))
 
 
-def ridge_risk_mc(task: ICLRegression, n_prompts: int, rng=None, *, lam_ridge: float | None = None,
+def ridge_risk_mc(task: ICLRegressionTask, n_prompts: int, rng=None, *, lam_ridge: float | None = None,
                   chunk: int = 50000):
     """Finite-L Monte Carlo risk of ridge (default lambda = d sigma^2, the Bayes predictor): spec Sec. 7.4.
 
@@ -1060,7 +1055,7 @@ def kms_covariance(d: int, rho: float) -> np.ndarray:
     return float(rho) ** np.abs(idx[:, None] - idx[None, :])
 
 
-def optimal_preconditioner(task: ICLRegression, Sigma) -> np.ndarray:
+def optimal_preconditioner(task: ICLRegressionTask, Sigma) -> np.ndarray:
     """G* = ((1 + 1/L) Sigma + ((tr Sigma + d sigma^2)/L) I_d)^{-1}: spec §8.1 (Lemma E.4, Eq. (5.6))."""
     task = _check_task(task)
     Sigma = _check_cov(Sigma, task.d)
@@ -1069,7 +1064,7 @@ def optimal_preconditioner(task: ICLRegression, Sigma) -> np.ndarray:
     return np.linalg.inv(A)
 
 
-def preconditioned_gd_risk(task: ICLRegression, Sigma, G) -> float:
+def preconditioned_gd_risk(task: ICLRegressionTask, Sigma, G) -> float:
     """Exact risk R(G) of x_q^T G (1/L) sum_i y_i x_i under x ~ N(0, Sigma): spec §8.1 (Lemma E.4).
 
     R(G) = s2 + (1/d)[tr S - 2 tr(G S^2) + (1 + 1/L) tr(A S^2) + tr(A S) tr(S)/L] + (s2/L) tr(A S), A = G^T S G.
@@ -1084,9 +1079,29 @@ def preconditioned_gd_risk(task: ICLRegression, Sigma, G) -> float:
                        + np.trace(A @ S) * np.trace(S) / L) / d + s2 / L * np.trace(A @ S))
 
 
-def optimal_preconditioned_risk(task: ICLRegression, Sigma) -> float:
+def optimal_preconditioned_risk(task: ICLRegressionTask, Sigma) -> float:
     """R(G*) = sigma^2 + (tr Sigma - tr(Sigma^2 G*))/d: spec §8.1 (Lemma E.4)."""
     task = _check_task(task)
     S = _check_cov(Sigma, task.d)
     G = optimal_preconditioner(task, S)
     return float(task.sigma2 + (np.trace(S) - np.trace(S @ S @ G)) / task.d)
+
+
+def theorem_predictions(task: ICLRegressionTask) -> dict[str, float]:
+    """The paper's named predictions for ``task``, assembled from the closed forms.
+
+    Keys (each a float):
+
+    * ``eta_star``: eta* = L / (L + d (1 + sigma^2)), the optimality condition mu^T omega = eta* of the trained
+      heads, spec §4.4, Eq. (4.3).
+    * ``loss_infimum``: inf F = 1 + sigma^2 - eta*, the infimum of the approximate loss (4.1), spec §4.4.
+    * ``gd_optimal_eta``, ``gd_optimal_risk``: step and risk of the best one-step GD predictor, spec §7.2,
+      Eq. (4.11).
+    * ``dgd_optimal_risk``: risk of the best debiased GD predictor (its step is eta*), spec §7.2.
+    * ``single_head_F``: F at the single-head optimum, spec §7.3.
+    """
+    task = _check_task(task)
+    eta_gd = gd_optimal_eta(task)
+    return {"eta_star": eta_star(task), "loss_infimum": loss_infimum(task), "gd_optimal_eta": eta_gd,
+            "gd_optimal_risk": float(gd_risk(task, eta_gd)), "dgd_optimal_risk": float(dgd_risk(task, eta_star(task))),
+            "single_head_F": float(single_head_optimum(task).F)}

@@ -71,6 +71,10 @@ REFERENCE = {
     "spec": "token_selection.md, Study A",
 }
 
+#: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
+#: gradient-flow time tau of Sec. 0 (with one shared eta; per-trajectory step sizes give time = step).
+TIME_UNIT = "GD step t; time = eta * t, the flow time tau (spec token_selection.md Sec. 0)"
+
 STATE_NAMES = ("xi1", "xi2")
 DIAGNOSTIC_NAMES = ("L", "L_se", "q_istar", "q_istar_lo", "q_self", "grad_xi1", "grad_xi1_se", "grad_xi2",
                     "grad_xi2_se")
@@ -82,7 +86,7 @@ DIAGNOSTIC_NAMES = ("L", "L_se", "q_istar", "q_istar_lo", "q_self", "grad_xi1", 
 
 
 @dataclass(frozen=True, kw_only=True)
-class NearestNeighborSpec:
+class NearestNeighborTask:
     """The 1-NN in-context task (spec Sec. A.1-A.4): data law, embedding, model, loss, initialisation, step size.
 
     Data: x_1..x_N, x_query i.i.d. uniform on S^{d-1}, labels i.i.d. Rademacher (Sec. A.1). Embedding Sec. A.2, model
@@ -221,14 +225,14 @@ def _prompts_from(X, xq, y=None) -> Prompts:
     return Prompts(X=X, xq=xq, c=c, istar=np.argmax(c, axis=1).astype(np.int64), y=y)
 
 
-def sample_prompts(spec: NearestNeighborSpec, n_prompts: int, rng=None, *, labels: bool = False) -> Prompts:
+def sample_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, labels: bool = False) -> Prompts:
     """Draw prompts from the training law (spec Sec. A.1) with recipe G.A, exactly in its order of draws.
 
     X ~ N(0, I) normalised, then xq likewise, then (if ``labels``) y = rng.choice([-1, 1], (B, N)).
 
     Parameters
     ----------
-    spec : NearestNeighborSpec
+    task : NearestNeighborTask
     n_prompts : int >= 1
         Number of prompts B.
     rng : int seed, numpy Generator or None
@@ -237,15 +241,15 @@ def sample_prompts(spec: NearestNeighborSpec, n_prompts: int, rng=None, *, label
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     rng = as_generator(rng)
-    X = rng.standard_normal((n_prompts, spec.N, spec.d))
+    X = rng.standard_normal((n_prompts, task.N, task.d))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    xq = rng.standard_normal((n_prompts, spec.d))
+    xq = rng.standard_normal((n_prompts, task.d))
     xq /= np.linalg.norm(xq, axis=-1, keepdims=True)
-    y = rng.choice([-1.0, 1.0], size=(n_prompts, spec.N)) if labels else None
+    y = rng.choice([-1.0, 1.0], size=(n_prompts, task.N)) if labels else None
     return _prompts_from(X, xq, y)
 
 
-def sample_shifted_prompts(spec: NearestNeighborSpec, n_prompts: int, rng=None, *, delta: float = 0.2) -> Prompts:
+def sample_shifted_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, delta: float = 0.2) -> Prompts:
     """Draw prompts from the shifted test law of Theorem A2 (spec Sec. A.9, paper App. B; recipe G.A shifted).
 
     x_i ~ Unif(S^{d-1}), y_i ~ N(0, 1); i* uniform on [N]; x_query = x_{i*}; every x_j (j != i*) with
@@ -261,10 +265,10 @@ def sample_shifted_prompts(spec: NearestNeighborSpec, n_prompts: int, rng=None, 
     if not delta < 2.0:
         raise ValueError(f"delta must lie in (0, 2) (reflection separates only then); got {delta!r}")
     rng = as_generator(rng)
-    X = rng.standard_normal((n_prompts, spec.N, spec.d))
+    X = rng.standard_normal((n_prompts, task.N, task.d))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    y = rng.standard_normal((n_prompts, spec.N))
-    istar = rng.integers(0, spec.N, size=n_prompts)
+    y = rng.standard_normal((n_prompts, task.N))
+    istar = rng.integers(0, task.N, size=n_prompts)
     rows = np.arange(n_prompts)
     xq = X[rows, istar].copy()
     close = np.sum((X - xq[:, None, :]) ** 2, axis=-1) <= delta
@@ -294,9 +298,9 @@ def embed(prompts: Prompts) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def initial_W(spec: NearestNeighborSpec) -> np.ndarray:
+def initial_W(task: NearestNeighborTask) -> np.ndarray:
     """The paper's initialisation W^(0) = diag(0_{d+1}, -sigma) (spec Sec. A.4)."""
-    return family_W(spec.d, 0.0, spec.sigma)
+    return family_W(task.d, 0.0, task.sigma)
 
 
 def family_W(d: int, xi1, xi2) -> np.ndarray:
@@ -505,11 +509,11 @@ def gradient_xi1_zero(d: int, N: int, xi2: float) -> np.ndarray:
     return np.array([-q0 * expected_max_inner_product(d, N) + tail, -tail])
 
 
-def first_step(spec: NearestNeighborSpec) -> np.ndarray:
+def first_step(task: NearestNeighborTask) -> np.ndarray:
     """Closed-form state after the first population GD step from W^(0) (spec Sec. A.4-A.5 at xi1 = 0):
     (xi1_1, xi2_1) = (0, sigma) - (eta/d, eta) * ``gradient_xi1_zero(d, N, sigma)``."""
-    g = gradient_xi1_zero(spec.d, spec.N, spec.sigma)
-    return np.array([-(spec.eta / spec.d) * g[0], spec.sigma - spec.eta * g[1]])
+    g = gradient_xi1_zero(task.d, task.N, task.sigma)
+    return np.array([-(task.eta / task.d) * g[0], task.sigma - task.eta * g[1]])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -517,11 +521,11 @@ def first_step(spec: NearestNeighborSpec) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def pack_params(spec: NearestNeighborSpec, prompts: Prompts) -> np.ndarray:
+def pack_params(task: NearestNeighborTask, prompts: Prompts) -> np.ndarray:
     """Parameter vector of the numba GD step of Sec. A.5: [eta, d, N, B, istar, c.ravel()] (layout: kernel module)."""
-    _check_prompts(spec, prompts)
+    _check_prompts(task, prompts)
     B = prompts.n_prompts
-    return np.concatenate([np.array([spec.eta, spec.d, spec.N, B], dtype=np.float64),
+    return np.concatenate([np.array([task.eta, task.d, task.N, B], dtype=np.float64),
                            prompts.istar.astype(np.float64), np.ascontiguousarray(prompts.c).ravel()])
 
 
@@ -564,33 +568,113 @@ def eta_batch(params: np.ndarray, eta_index: int, eta, state0: np.ndarray) -> tu
     return P, X0, 1.0, "step (eta differs between trajectories: see the eta parameter)"
 
 
-def _check_prompts(spec: NearestNeighborSpec, prompts: Prompts) -> None:
-    if prompts.N != spec.N or prompts.d != spec.d:
-        raise ValueError(f"prompts have (N, d) = ({prompts.N}, {prompts.d}) but the spec has ({spec.N}, {spec.d})")
+
+def _sample_list(samples, kind: type, name: str) -> list:
+    """The samples of a batched token-selection map (Sec. A.5, B.3, C.5) as a list: one ``kind`` instance or a
+    non-empty sequence of them.
+
+    Raises ``TypeError`` naming ``name`` for anything else.
+    """
+    if isinstance(samples, kind):
+        return [samples]
+    if isinstance(samples, (str, bytes)) or not hasattr(samples, "__len__") or not hasattr(samples, "__getitem__"):
+        raise TypeError(f"{name} must be a {kind.__name__} or a sequence of them; got {type(samples).__name__}")
+    out = list(samples)
+    if not out:
+        raise ValueError(f"{name} must hold at least one {kind.__name__}; got an empty sequence")
+    for i, s in enumerate(out):
+        if not isinstance(s, kind):
+            raise TypeError(f"{name}[{i}] must be a {kind.__name__}; got {type(s).__name__}")
+    return out
 
 
-def _attrs(spec, prompts, source, extra=None) -> dict:
+def _over_samples(run, samples: list, state0, eta) -> dynamics.Trajectory:
+    """Run ``run(sample, state0_row, eta_i)`` once per sample and stack the runs (``_stack_runs``); the maps of
+    Sec. A.5, B.3 and C.5 batched over seeds.
+
+    Trajectory i uses ``samples[i]``, row i of ``state0`` (one row or None: shared) and ``eta[i]`` (one value or
+    None: shared). This is how the token-selection ``map`` functions batch over seeds: each seed has its own sample
+    (common random numbers within a seed), so the batch is one trajectory per sample.
+    """
+    k = len(samples)
+    x0 = None if state0 is None else check_finite_array("state0", state0, ndim=(1, 2))
+    if x0 is not None and x0.ndim == 2 and x0.shape[0] not in (1, k):
+        raise ValueError(f"state0 must have one row or one row per sample ({k}); got shape {x0.shape}")
+    etas = None if eta is None else check_finite_array("eta", eta, ndim=(0, 1)).reshape(-1)
+    if etas is not None and etas.size not in (1, k):
+        raise ValueError(f"eta must hold one value or one per sample ({k}); got {etas.size}")
+    runs = []
+    for i, sample in enumerate(samples):
+        row = None if x0 is None else (x0 if x0.ndim == 1 else x0[i if x0.shape[0] == k else 0])
+        e = None if etas is None else float(etas[i if etas.size == k else 0])
+        runs.append(run(sample, row, e))
+    traj = _stack_runs(runs)
+    if etas is not None:
+        traj.attrs["eta"] = np.broadcast_to(etas, (k,)).tolist()
+    return traj
+
+
+def _stack_runs(runs) -> dynamics.Trajectory:
+    """Stack runs saved at the same steps into one Trajectory along ``trajectory`` (relabelled 0..n-1); time axis of
+    Sec. 0.
+
+    A ``sample`` coordinate along ``trajectory`` holds the index of the run each trajectory came from. When the runs
+    have different ``time`` coordinates (different step sizes eta), ``time`` becomes the step and ``time_unit``
+    says so, as in :func:`eta_batch`. Attributes are those of the first run, with ``n_samples`` added.
+    """
+    import xarray as xr
+
+    runs = list(runs)
+    if not runs:
+        raise ValueError("runs must hold at least one Trajectory")
+    first = runs[0]
+    for i, r in enumerate(runs):
+        if not isinstance(r, xr.Dataset) or "step" not in r.coords:
+            raise TypeError(f"runs[{i}] must be a Trajectory; got {type(r).__name__}")
+        if not np.array_equal(r["step"].values, first["step"].values):
+            raise ValueError(f"runs[{i}] is saved at other steps than runs[0]: stack only runs with the same saveat")
+    attrs = dict(first.attrs)
+    if any(not np.array_equal(r["time"].values, first["time"].values) for r in runs):
+        runs = [r.assign_coords(time=("time", r["step"].values.astype(np.float64))) for r in runs]
+        attrs["time_unit"] = "step (eta differs between trajectories: see the eta parameter)"
+    sizes = [r.sizes["trajectory"] for r in runs]
+    ds = xr.concat(runs, dim="trajectory", combine_attrs="override")
+    ds = ds.assign_coords(trajectory=("trajectory", np.arange(sum(sizes))),
+                          sample=("trajectory", np.repeat(np.arange(len(runs)), sizes)))
+    attrs["n_samples"] = len(runs)
+    return dynamics.Trajectory(ds.data_vars, coords=ds.coords, attrs=attrs)
+
+
+def _check_prompts(task: NearestNeighborTask, prompts: Prompts) -> None:
+    if prompts.N != task.N or prompts.d != task.d:
+        raise ValueError(f"prompts have (N, d) = ({prompts.N}, {prompts.d}) but the spec has ({task.N}, {task.d})")
+
+
+def _attrs(task, prompts, source, extra=None) -> dict:
     attrs = {"model": "nearest_neighbor", "paper": REFERENCE["arxiv"], "equation": "token_selection.md Sec. A.5",
-             "spec": spec, "source": source, "time_unit": "step (time = eta * step)",
+             "spec": task, "source": source, "time_unit": "step (time = eta * step)",
              "n_prompts": prompts.n_prompts}
     attrs.update(extra or {})
     return attrs
 
 
-def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, state0=None, saveat=None,
-               quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None):
+def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat=None,
+        quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None):
     """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (spec Sec. A.5, Eq. "xi1 <- xi1 - (eta/d) dL/dxi1,
     xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
 
     Parameters
     ----------
-    spec : NearestNeighborSpec
-    prompts : Prompts
+    task : NearestNeighborTask
+    prompts : Prompts or sequence of Prompts
         The Monte Carlo sample standing for the population (common random numbers across steps); only x's are used.
+        A sequence (e.g. one sample per seed) runs one trajectory per sample: trajectory i on ``prompts[i]`` from
+        row i of ``state0`` (or the one ``state0``) with ``eta[i]`` (or the one ``eta``); the result equals the
+        per-sample calls stacked along ``trajectory``, with a ``sample`` coordinate.
     n_steps : int >= 0
     state0 : (2,) or (n_traj, 2) float64, optional
-        Initial (xi1, xi2); default (0, sigma), the paper's W^(0). Several rows run as a batch on the same sample
-        (e.g. a mask sweep).
+        Initial (xi1, xi2); default (0, sigma), the paper's W^(0). With one sample, several rows run as a batch on
+        that sample (e.g. a mask sweep); with a sequence of samples, one row per sample.
     saveat : dynamics.SaveAt, optional (default SaveAt(n=201))
     quantile : float in (0, 1)
         Lower quantile of q_{i*} reported as ``q_istar_lo``.
@@ -599,7 +683,7 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
     seed : int, optional
         Recorded in the provenance (the seed that drew ``prompts``).
     eta : float or (n,) array, optional
-        Step sizes per trajectory, overriding ``spec.eta``, broadcast with the ``state0`` rows (:func:`eta_batch`):
+        Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows (:func:`eta_batch`):
         one call runs a grid of step sizes on the same sample.
 
     Returns
@@ -609,15 +693,19 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
         each save point; ``step`` = t, ``time`` = eta t (= t when ``eta`` differs between trajectories). Raises
         ``dynamics.DivergenceError`` on a non-finite state.
     """
+    if not isinstance(prompts, Prompts):
+        return _over_samples(lambda p, s0, e: map(task, p, n_steps, state0=s0, saveat=saveat, quantile=quantile,
+                                                  bound=bound, progress=progress, seed=seed, eta=e),
+                             _sample_list(prompts, Prompts, "prompts"), state0, eta)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if not 0.0 < quantile < 1.0:
         raise ValueError(f"quantile must lie in (0, 1); got {quantile!r}")
     if state0 is None:
-        state0 = np.array([0.0, spec.sigma])
+        state0 = np.array([0.0, task.sigma])
     state0 = check_finite_array("state0", state0, ndim=(1, 2))
     if state0.shape[-1] != 2:
         raise ValueError(f"state0 must have shape (2,) or (n_traj, 2); got {state0.shape}")
-    params, state0, time_scale, time_unit = eta_batch(pack_params(spec, prompts), 0, eta, state0)
+    params, state0, time_scale, time_unit = eta_batch(pack_params(task, prompts), 0, eta, state0)
 
     def derived(Y, P):
         out = {name: np.empty(Y.shape[:2]) for name in DIAGNOSTIC_NAMES}
@@ -628,7 +716,7 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
                     out[name][i, k] = diag[name]
         return out
 
-    attrs = _attrs(spec, prompts, "closedform", {"seed": seed, "quantile": quantile})
+    attrs = _attrs(task, prompts, "closedform", {"seed": seed, "quantile": quantile})
     attrs["time_unit"] = time_unit
     if eta is not None:
         attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
@@ -636,7 +724,7 @@ def reduced_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, sta
                             derived=derived, time_scale=time_scale, progress=progress, bound=bound, attrs=attrs)
 
 
-def full_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):
+def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):
     """Full-matrix GD on W (spec Sec. A.4) with explicit labels, batched over initial matrices; numpy.
 
     W_{t+1} = W_t - eta * grad ``full_loss`` on the fixed labelled sample. Used to check that GD stays on the reduced
@@ -652,15 +740,15 @@ def full_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, W0=Non
     Returns
     -------
     dynamics.Trajectory
-        Probes xi1, xi2 (state names, as in ``reduced_gd``), ``off``, the sample loss ``L`` and the matrix ``W``
+        Probes xi1, xi2 (state names, as in ``map``), ``off``, the sample loss ``L`` and the matrix ``W``
         (trajectory, time, D, D). Raises ``dynamics.DivergenceError`` naming the step and entry of a non-finite W.
     """
-    _check_prompts(spec, prompts)
+    _check_prompts(task, prompts)
     n_steps = check_int("n_steps", n_steps, min_value=0)
-    W = initial_W(spec) if W0 is None else check_finite_array("W0", W0, ndim=(2, 3))
+    W = initial_W(task) if W0 is None else check_finite_array("W0", W0, ndim=(2, 3))
     if W.ndim == 2:
         W = W[None]
-    D = spec.embed_dim
+    D = task.embed_dim
     if W.shape[1:] != (D, D):
         raise ValueError(f"W0 must have shape (D, D) or (T, D, D) with D = d + 2 = {D}; got {W.shape}")
     W = W.copy()
@@ -678,18 +766,18 @@ def full_gd(spec: NearestNeighborSpec, prompts: Prompts, n_steps: int, *, W0=Non
                 i_save += 1
             if k == n_steps:
                 break
-            W -= spec.eta * full_gradient(W, H, target)
+            W -= task.eta * full_gradient(W, H, target)
             bad = ~np.isfinite(W)
             if bad.any():
                 traj, row, col = (int(i) for i in np.argwhere(bad)[0])
                 raise DivergenceError(f"full-matrix GD: W[{row}, {col}] of trajectory {traj} is non-finite at step "
                                       f"{k + 1}", trajectory=traj, variable=f"W[{row},{col}]", step=k + 1,
-                                      time=spec.eta * (k + 1))
+                                      time=task.eta * (k + 1))
     xi1, xi2, off = probe(saved_W)
     return dynamics.Trajectory.from_arrays(
-        np.stack([xi1, xi2], axis=-1), names=list(STATE_NAMES), time=spec.time_of_step(save_steps),
+        np.stack([xi1, xi2], axis=-1), names=list(STATE_NAMES), time=task.time_of_step(save_steps),
         step=save_steps, variables={"off": off, "L": saved_L, "W": saved_W},
-        attrs=_attrs(spec, prompts, "closedform-full-matrix", {"seed": seed}))
+        attrs=_attrs(task, prompts, "closedform-full-matrix", {"seed": seed}))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -851,3 +939,31 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
     # (N - 1) exp(-xi1 delta / 2) bounds the sum of q_j over the wrong-label tokens; q_{N+1}/q_{i*} bounds the self term
     bound = 2.0 * R * (prompts.N - 1) * math.exp(-xi1 * delta / 2.0) + R * np.exp(-(xi2 - xi1 * (1.0 - cstar)))
     return np.where(separation_gap(prompts) >= delta, bound**2, np.inf)
+
+
+def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, prompts: Prompts | None = None
+                        ) -> dict:
+    """The paper's named predictions for ``task``, assembled from the closed forms.
+
+    Keys:
+
+    * ``loss_at_init``: the loss at W^(0) (xi1 = 0, xi2 = sigma), closed form of Sec. A.5 (every prompt alike).
+    * ``first_step``: (xi1, xi2) after the first population GD step from W^(0), Sec. A.4-A.5.
+    * ``k_d``: the constant k_d = Theta(sqrt d) of Theorem A1 (Sec. A.6).
+    * ``loss_decay_bound`` (only with ``t``): Theorem A1's bound C / log t at the steps ``t`` >= 2 (Sec. A.6); the
+      constant C = poly(N, d) is unrecoverable from the paper, so it is the argument ``C`` (default 1).
+    * ``separation_gap`` (only with labelled ``prompts``): the largest delta for which each prompt lies in the
+      separation event A_delta of Theorem A2 (Sec. A.6), one value per prompt.
+    """
+    if not isinstance(task, NearestNeighborTask):
+        raise TypeError(f"task must be a NearestNeighborTask; got {type(task).__name__}")
+    C = check_positive("C", C)
+    if prompts is not None and not isinstance(prompts, Prompts):
+        raise TypeError(f"prompts must be a Prompts sample or None; got {type(prompts).__name__}")
+    out = {"loss_at_init": float(loss_xi1_zero(task.N, task.sigma)[0]), "first_step": first_step(task),
+           "k_d": k_d(task.d)}
+    if t is not None:
+        out["loss_decay_bound"] = loss_decay_bound(check_finite_array("t", t, ndim=(0, 1)), C)
+    if prompts is not None:
+        out["separation_gap"] = separation_gap(prompts)
+    return out

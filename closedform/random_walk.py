@@ -47,7 +47,7 @@ from scipy.special import softmax
 
 import dynamics
 from closedform import _random_walk_kernels as _kern
-from closedform.nearest_neighbor import eta_batch
+from closedform.nearest_neighbor import _over_samples, _sample_list, eta_batch
 from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
@@ -60,7 +60,11 @@ REFERENCE = {
     "spec": "token_selection.md, Study C",
 }
 
-#: Positional codes of :func:`positional_matrix` (``RandomWalkSpec.code``).
+#: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
+#: gradient-flow time tau of Sec. 0; :func:`flow` integrates in tau, so ``time`` is shared by map and flow.
+TIME_UNIT = "GD step t; time = eta * t, the flow time tau (spec token_selection.md Sec. 0)"
+
+#: Positional codes of :func:`positional_matrix` (``RandomWalkTask.code``).
 POSITIONAL_CODES = ("onehot", "sine")
 
 #: The largest number of walks :func:`enumerate_walks` builds by default (K 2^{N-1} walks; 2^22 ~ 4e6).
@@ -73,7 +77,7 @@ MAX_ENUMERATED_WALKS = 2**22
 
 
 @dataclass(frozen=True, kw_only=True)
-class RandomWalkSpec:
+class RandomWalkTask:
     """The random-walk task of Sec. C.1-C.4: data law, embedding, model, loss, initialisation and step size.
 
     Parameters
@@ -220,25 +224,25 @@ def transition_matrix(K: int, p: float) -> np.ndarray:
     return Pi
 
 
-def positional_matrix(spec: RandomWalkSpec) -> np.ndarray:
+def positional_matrix(task: RandomWalkTask) -> np.ndarray:
     """Positional vectors Phi = [phi_1..phi_N] (Sec. C.2), mutually orthogonal with ||phi_i||^2 = rho.
 
-    ``spec.code == "onehot"``: phi_i = sqrt(rho) e_i (the first N coordinates of R^M), exactly orthogonal in float64,
+    ``task.code == "onehot"``: phi_i = sqrt(rho) e_i (the first N coordinates of R^M), exactly orthogonal in float64,
     every squared norm the same float. ``"sine"``: [phi_i]_k = sqrt(2 rho / M) sin(pi i k / M), k = 1..M, the
     reconstructed code of Sec. C.2 (rho = M/2 gives the unscaled sines), orthogonal up to round-off only. Both are
     orthogonal images of each other on span(phi_1..phi_N), so they give the same dynamics in exact arithmetic
     (Sec. C.9). Returns (M, N) float64.
     """
-    if spec.code == "onehot":
-        Phi = np.zeros((spec.M, spec.N))
-        Phi[np.arange(spec.N), np.arange(spec.N)] = np.sqrt(spec.rho)
+    if task.code == "onehot":
+        Phi = np.zeros((task.M, task.N))
+        Phi[np.arange(task.N), np.arange(task.N)] = np.sqrt(task.rho)
         return Phi
-    k = np.arange(1, spec.M + 1, dtype=np.float64)[:, None]
-    i = np.arange(1, spec.N + 1, dtype=np.float64)[None, :]
-    return np.sqrt(2.0 * spec.rho / spec.M) * np.sin(np.pi * i * k / spec.M)
+    k = np.arange(1, task.M + 1, dtype=np.float64)[:, None]
+    i = np.arange(1, task.N + 1, dtype=np.float64)[None, :]
+    return np.sqrt(2.0 * task.rho / task.M) * np.sin(np.pi * i * k / task.M)
 
 
-def sample_walks(spec: RandomWalkSpec, n: int, rng=None) -> WalkSample:
+def sample_walks(task: RandomWalkTask, n: int, rng=None) -> WalkSample:
     """Draw n walks from the exact data law of Sec. C.1 with the generator recipe of Appendix G.C.
 
     ``s1 = rng.integers(0, K, n)``, then ``steps = where(rng.random((n, N-1)) < p, +1, -1)`` and cumulative sums
@@ -247,15 +251,15 @@ def sample_walks(spec: RandomWalkSpec, n: int, rng=None) -> WalkSample:
     """
     n = check_int("n", n, min_value=1)
     rng = as_generator(rng)
-    s1 = rng.integers(0, spec.K, size=n)
-    steps = np.where(rng.random((n, spec.N - 1)) < spec.p, 1, -1)
-    states = np.empty((n, spec.N), dtype=np.int64)
+    s1 = rng.integers(0, task.K, size=n)
+    steps = np.where(rng.random((n, task.N - 1)) < task.p, 1, -1)
+    states = np.empty((n, task.N), dtype=np.int64)
     states[:, 0] = s1
-    states[:, 1:] = (s1[:, None] + np.cumsum(steps, axis=1)) % spec.K
+    states[:, 1:] = (s1[:, None] + np.cumsum(steps, axis=1)) % task.K
     return WalkSample(states)
 
 
-def enumerate_walks(spec: RandomWalkSpec, max_walks: int = MAX_ENUMERATED_WALKS) -> WalkSample:
+def enumerate_walks(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS) -> WalkSample:
     """The exact law of Sec. C.1 as a weighted list of every walk of positive probability (Appendix G.C).
 
     K 2^{N-1} walks for 0 < p < 1 (weight (1/K) p^{#clockwise} (1-p)^{#anticlockwise}); the K deterministic walks
@@ -266,7 +270,7 @@ def enumerate_walks(spec: RandomWalkSpec, max_walks: int = MAX_ENUMERATED_WALKS)
     ValueError
         If there would be more than ``max_walks`` walks (N too large for exact enumeration).
     """
-    K, N, p = spec.K, spec.N, spec.p
+    K, N, p = task.K, task.N, task.p
     if p in (0.0, 1.0):
         step = 1 if p == 1.0 else -1
         s1 = np.arange(K)
@@ -302,11 +306,11 @@ def empirical_transitions(sample: WalkSample, K: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _column_scales(spec: RandomWalkSpec, normalize_tokens: bool) -> tuple[float, float]:
+def _column_scales(task: RandomWalkTask, normalize_tokens: bool) -> tuple[float, float]:
     """Scale of a context column and of the blank query column of X~ inside the scores (Sec. C.8, Fig. 6 default)."""
     if not normalize_tokens:
         return 1.0, 1.0
-    return 1.0 / np.sqrt(1.0 + spec.rho), 1.0 / np.sqrt(spec.rho)
+    return 1.0 / np.sqrt(1.0 + task.rho), 1.0 / np.sqrt(task.rho)
 
 
 def _one_hot_average(context: np.ndarray, S_ctx: np.ndarray, K: int) -> np.ndarray:
@@ -316,12 +320,12 @@ def _one_hot_average(context: np.ndarray, S_ctx: np.ndarray, K: int) -> np.ndarr
     return np.bincount(flat, weights=np.asarray(S_ctx).ravel(), minlength=n * K).reshape(n, K)
 
 
-def forward(spec: RandomWalkSpec, V, W, context, *, normalize_tokens: bool = False):
+def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = False):
     """Attention weights and output of the full model f = V X softmax(X~^T W x~_N) (Sec. C.3).
 
     Parameters
     ----------
-    spec : RandomWalkSpec
+    task : RandomWalkTask
     V : (K, K) float64
         Value matrix (row = label, column = state).
     W : (K+M, K+M) float64
@@ -339,12 +343,12 @@ def forward(spec: RandomWalkSpec, V, W, context, *, normalize_tokens: bool = Fal
     f : (n, K) float64
         Output V X S (the blank contributes 0).
     """
-    K, N, M = spec.K, spec.N, spec.M
+    K, N, M = task.K, task.N, task.M
     V = check_finite_array("V", V, shape=(K, K))
     W = check_finite_array("W", W, shape=(K + M, K + M))
-    context = _check_context(spec, context)
-    Phi = positional_matrix(spec)
-    a_ctx, a_q = _column_scales(spec, normalize_tokens)
+    context = _check_context(task, context)
+    Phi = positional_matrix(task)
+    a_ctx, a_q = _column_scales(task, normalize_tokens)
     xq = np.concatenate([np.zeros(K), a_q * Phi[:, N - 1]])
     q = W @ xq
     logits = np.empty((context.shape[0], N))
@@ -355,19 +359,19 @@ def forward(spec: RandomWalkSpec, V, W, context, *, normalize_tokens: bool = Fal
     return S, f
 
 
-def reduced_forward(spec: RandomWalkSpec, V, a, c, context):
+def reduced_forward(task: RandomWalkTask, V, a, c, context):
     """Attention weights and output of the model on the reduced family W = W(a, c) (Sec. C.5).
 
     Logits l_j = rho a_{s_j} + rho^2 c_j (j < N), l_N = rho^2 c_N. Shapes: V (K, K), a (K,), c (N,),
     context (n, N-1) int. Returns S (n, N) and f (n, K) as :func:`forward`.
     """
-    V, a, c = _check_reduced(spec, V, a, c)
-    context = _check_context(spec, context)
+    V, a, c = _check_reduced(task, V, a, c)
+    context = _check_context(task, context)
     n = context.shape[0]
     flat = np.concatenate([context, np.zeros((n, 1), dtype=np.int64)], axis=1).astype(np.float64).ravel()
-    S = np.empty((n, spec.N))
-    _kern.reduced_attention(flat, n, spec.K, spec.N, a, c, spec.rho, S)
-    f = _one_hot_average(context, S[:, :-1], spec.K) @ V.T
+    S = np.empty((n, task.N))
+    _kern.reduced_attention(flat, n, task.K, task.N, a, c, task.rho, S)
+    f = _one_hot_average(context, S[:, :-1], task.K) @ V.T
     return S, f
 
 
@@ -376,35 +380,35 @@ def predict(f) -> np.ndarray:
     return np.argmax(np.asarray(f), axis=-1)
 
 
-def W_from_reduced(spec: RandomWalkSpec, a, c) -> np.ndarray:
+def W_from_reduced(task: RandomWalkTask, a, c) -> np.ndarray:
     """The key-query matrix W = [[0, a phi_N^T], [0, (sum_i c_i phi_i) phi_N^T]] of the reduced family (Sec. C.5).
 
     Returns (K+M, K+M) float64 (the inverse of :func:`probe_W` on the family).
     """
-    K, N = spec.K, spec.N
+    K, N = task.K, task.N
     a = check_finite_array("a", a, shape=(K,))
     c = check_finite_array("c", c, shape=(N,))
-    Phi = positional_matrix(spec)
-    W = np.zeros((K + spec.M, K + spec.M))
+    Phi = positional_matrix(task)
+    W = np.zeros((K + task.M, K + task.M))
     W[:K, K:] = np.outer(a, Phi[:, -1])
     W[K:, K:] = np.outer(Phi @ c, Phi[:, -1])
     return W
 
 
-def probe_W(spec: RandomWalkSpec, W):
+def probe_W(task: RandomWalkTask, W):
     """Probes of Sec. C.5.1: a = W12 phi_N / rho, c_j = phi_j^T W22 phi_N / rho^2, and the relative distance off.
 
     off = ||W - W_red||_F / ||W||_F with W_red = :func:`W_from_reduced` (a, c), the orthogonal projection of W
     onto the reduced family (0 for GD from zero; 0 is returned for W = 0). Returns (a (K,), c (N,), off).
     """
-    K, M = spec.K, spec.M
+    K, M = task.K, task.M
     W = check_finite_array("W", W, shape=(K + M, K + M))
-    Phi = positional_matrix(spec)
+    Phi = positional_matrix(task)
     phi_N = Phi[:, -1]
-    a = W[:K, K:] @ phi_N / spec.rho
-    c = Phi.T @ (W[K:, K:] @ phi_N) / spec.rho**2
+    a = W[:K, K:] @ phi_N / task.rho
+    c = Phi.T @ (W[K:, K:] @ phi_N) / task.rho**2
     norm = np.linalg.norm(W)
-    off = 0.0 if norm == 0 else float(np.linalg.norm(W - W_from_reduced(spec, a, c)) / norm)
+    off = 0.0 if norm == 0 else float(np.linalg.norm(W - W_from_reduced(task, a, c)) / norm)
     return a, c, off
 
 
@@ -436,7 +440,7 @@ def direction_errors(V, p: float) -> dict:
             "cos_V_Pi": cos}
 
 
-def accuracy(spec: RandomWalkSpec, f, sample: WalkSample) -> tuple[float, float]:
+def accuracy(task: RandomWalkTask, f, sample: WalkSample) -> tuple[float, float]:
     """Plain 0/1 accuracy and Rao-Blackwellised accuracy acc_RB = mean Pi[s_{N-1}, Pred(f)] (Sec. C.3).
 
     f (n, K) are the outputs on ``sample`` (finite: a NaN output has no prediction, ``ValueError``); means are
@@ -444,9 +448,9 @@ def accuracy(spec: RandomWalkSpec, f, sample: WalkSample) -> tuple[float, float]
     """
     if not isinstance(sample, WalkSample):
         raise TypeError(f"sample must be a WalkSample; got {type(sample).__name__}")
-    f = check_finite_array("f", f, shape=(sample.n, spec.K))
+    f = check_finite_array("f", f, shape=(sample.n, task.K))
     pred = predict(f)
-    Pi = transition_matrix(spec.K, spec.p)
+    Pi = transition_matrix(task.K, task.p)
     w = sample.weights
     return float(w @ (pred == sample.label)), float(w @ Pi[sample.parent, pred])
 
@@ -472,27 +476,27 @@ def attention_stats(S, weights=None, q: float = 0.05) -> dict:
             "attn_blank": float(w @ S[:, -1]), "attn_max_other": float(w @ others.max(axis=1))}
 
 
-def output_direction_error(spec: RandomWalkSpec, f, sample: WalkSample) -> float:
+def output_direction_error(task: RandomWalkTask, f, sample: WalkSample) -> float:
     """Mean over walks of ||f/||f||_2 - Pi^T x_{N-1}/||Pi^T x_{N-1}||_2||_2, Theorem C1 item 2 (Sec. C.6).
 
     Like item 3 it holds as stated only at p = 1/2 (Sec. C.7). NaN if some f = 0.
     """
     f = np.asarray(f, dtype=np.float64)
-    target = transition_matrix(spec.K, spec.p)[sample.parent]
+    target = transition_matrix(task.K, task.p)[sample.parent]
     nf = np.linalg.norm(f, axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         err = np.linalg.norm(f / nf - target / np.linalg.norm(target, axis=1, keepdims=True), axis=1)
     return float(sample.weights @ err)
 
 
-def kl_to_truth(spec: RandomWalkSpec, f, sample: WalkSample) -> float:
+def kl_to_truth(task: RandomWalkTask, f, sample: WalkSample) -> float:
     """Mean over walks of KL(P_true || P_model), the Fig. 6 (b, d) curve of Sec. C.8 (direction reconstructed there).
 
     P_true = Pi^T x_{N-1}; P_model,k = max(f_k, 1e-12) / sum_l max(f_l, 1e-12) (f may be <= 0 after a random start);
     the sum runs over P_true,k > 0. Weighted by ``sample.weights``.
     """
     f = np.asarray(f, dtype=np.float64)
-    P_true = transition_matrix(spec.K, spec.p)[sample.parent]
+    P_true = transition_matrix(task.K, task.p)[sample.parent]
     clipped = np.maximum(f, 1e-12)
     P_model = clipped / clipped.sum(axis=1, keepdims=True)
     pos = P_true > 0
@@ -501,19 +505,19 @@ def kl_to_truth(spec: RandomWalkSpec, f, sample: WalkSample) -> float:
     return float(sample.weights @ terms.sum(axis=1))
 
 
-def diagnostics(spec: RandomWalkSpec, V, a, c, sample: WalkSample, q: float = 0.05) -> dict:
+def diagnostics(task: RandomWalkTask, V, a, c, sample: WalkSample, q: float = 0.05) -> dict:
     """All scalar diagnostics of Sec. C.5.1 at reduced state (V, a, c) on ``sample`` (normally test walks).
 
     Keys: acc, acc_rb (Sec. C.3), attn_parent, attn_parent_q, attn_blank, attn_max_other, dist_V_Pi,
     dist_V_sqrtPi, cos_V_Pi (Theorem C1 item 3), dist_f_Pi (item 2, NaN while f = 0). The empirical side computes
     the same keys from its probes.
     """
-    S, f = reduced_forward(spec, V, a, c, sample.context)
-    acc, acc_rb = accuracy(spec, f, sample)
+    S, f = reduced_forward(task, V, a, c, sample.context)
+    acc, acc_rb = accuracy(task, f, sample)
     out = {"acc": acc, "acc_rb": acc_rb}
     out.update(attention_stats(S, sample.weights, q))
-    out.update(direction_errors(V, spec.p))
-    out["dist_f_Pi"] = output_direction_error(spec, f, sample)
+    out.update(direction_errors(V, task.p))
+    out["dist_f_Pi"] = output_direction_error(task, f, sample)
     return out
 
 
@@ -526,32 +530,32 @@ DIAGNOSTIC_NAMES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def state_names(spec: RandomWalkSpec) -> list[str]:
+def state_names(task: RandomWalkTask) -> list[str]:
     """Variable names of the reduced state: V_b_a (row b = label, column a = state), a_k, c_i, 0-based (Sec. C.5)."""
-    K, N = spec.K, spec.N
+    K, N = task.K, task.N
     return ([f"V_{b}_{a}" for b in range(K) for a in range(K)] + [f"a_{k}" for k in range(K)]
             + [f"c_{i}" for i in range(N)])
 
 
-def pack_state(spec: RandomWalkSpec, V, a, c) -> np.ndarray:
+def pack_state(task: RandomWalkTask, V, a, c) -> np.ndarray:
     """Flatten (V, a, c) into the reduced state vector of length K^2 + K + N (Sec. C.5)."""
-    V, a, c = _check_reduced(spec, V, a, c)
+    V, a, c = _check_reduced(task, V, a, c)
     return np.concatenate([V.ravel(), a, c])
 
 
-def unpack_state(spec: RandomWalkSpec, x):
+def unpack_state(task: RandomWalkTask, x):
     """Split a reduced state vector (..., K^2 + K + N) into V (..., K, K), a (..., K), c (..., N) (Sec. C.5)."""
     x = np.asarray(x, dtype=np.float64)
-    K = spec.K
-    if x.shape[-1] != spec.n_state:
-        raise ValueError(f"x must have last axis K^2 + K + N = {spec.n_state}; got shape {x.shape}")
+    K = task.K
+    if x.shape[-1] != task.n_state:
+        raise ValueError(f"x must have last axis K^2 + K + N = {task.n_state}; got shape {x.shape}")
     V = x[..., : K * K].reshape(x.shape[:-1] + (K, K))
     return V, x[..., K * K: K * K + K], x[..., K * K + K:]
 
 
-def initial_state(spec: RandomWalkSpec) -> np.ndarray:
+def initial_state(task: RandomWalkTask) -> np.ndarray:
     """The paper's initialisation V = 0, W = 0 (Sec. C.4) as a reduced state vector (zeros)."""
-    return np.zeros(spec.n_state)
+    return np.zeros(task.n_state)
 
 
 @dataclass(frozen=True, eq=False)
@@ -572,10 +576,10 @@ class ReducedGradient:
     se_loss: float
 
 
-def _gradient_and_se(spec: RandomWalkSpec, sample: WalkSample, x: np.ndarray):
-    G = np.empty(spec.n_state)
-    G2 = np.empty(spec.n_state)
-    loss, loss2 = _kern._accumulate_gradient(sample._flat, sample.weights, spec.K, spec.N, x, spec.rho, spec.eps,
+def _gradient_and_se(task: RandomWalkTask, sample: WalkSample, x: np.ndarray):
+    G = np.empty(task.n_state)
+    G2 = np.empty(task.n_state)
+    loss, loss2 = _kern._accumulate_gradient(sample._flat, sample.weights, task.K, task.N, x, task.rho, task.eps,
                                              G, G2)
     if sample.exact or sample.n < 2:
         return G, np.zeros_like(G), loss, 0.0
@@ -585,39 +589,43 @@ def _gradient_and_se(spec: RandomWalkSpec, sample: WalkSample, x: np.ndarray):
     return G, se, float(loss), se_loss
 
 
-def reduced_gradient(spec: RandomWalkSpec, sample: WalkSample, V, a, c) -> ReducedGradient:
+def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> ReducedGradient:
     """Population gradient of the reduced state over a walk sample, with the standard error of every entry.
 
     Implements the exact GD updates of spec Sec. C.5: G_V = E[kappa e_y (sum_{i<N} S_i x_i)^T],
     G_a = E[kappa sum_{i<N} S_i (g_i - gbar) x_i], G_c,i = E[kappa S_i (g_i - gbar)] (g_N = 0), kappa = 1/(gbar+eps).
     Expectations are weighted means over ``sample`` (Monte Carlo, or exact for :func:`enumerate_walks`).
     """
-    _check_sample(spec, sample, "sample")
-    x = pack_state(spec, V, a, c)
-    G, se, loss, se_loss = _gradient_and_se(spec, sample, x)
-    GV, Ga, Gc = unpack_state(spec, G)
-    sV, sa, sc = unpack_state(spec, se)
+    _check_sample(task, sample, "sample")
+    x = pack_state(task, V, a, c)
+    G, se, loss, se_loss = _gradient_and_se(task, sample, x)
+    GV, Ga, Gc = unpack_state(task, G)
+    sV, sa, sc = unpack_state(task, se)
     return ReducedGradient(GV.copy(), Ga.copy(), Gc.copy(), sV.copy(), sa.copy(), sc.copy(), loss, se_loss)
 
 
-def map_params(spec: RandomWalkSpec, sample: WalkSample) -> np.ndarray:
+def map_params(task: RandomWalkTask, sample: WalkSample) -> np.ndarray:
     """The packed parameter vector of the reduced map kernel: [K, N, n, rho, eps, eta, states, weights] (Sec. C.5)."""
-    head = np.array([spec.K, spec.N, sample.n, spec.rho, spec.eps, spec.eta], dtype=np.float64)
+    head = np.array([task.K, task.N, sample.n, task.rho, task.eps, task.eta], dtype=np.float64)
     return np.concatenate([head, sample._flat, sample.weights])
 
 
-def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
-               progress: bool = False, attrs: dict | None = None, eta=None):
+def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
+        progress: bool = False, attrs: dict | None = None, eta=None):
     """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers), Sec. C.5.
 
     Parameters
     ----------
-    spec : RandomWalkSpec
+    task : RandomWalkTask
     n_steps : int
         Number of GD updates T >= 0 (time axis: step t, time eta t).
-    walks : int or WalkSample
+    walks : int, WalkSample or sequence of WalkSample
         Training walks: a sample size n (drawn by :func:`sample_walks` from ``rng``), or a sample (e.g.
-        :func:`enumerate_walks` for the exact population). The same walks serve every step.
+        :func:`enumerate_walks` for the exact population). The same walks serve every step. A sequence (e.g. one
+        sample per seed) runs one trajectory per sample: trajectory i on ``walks[i]`` from row i of ``state0`` (or
+        the one ``state0``) with ``eta[i]`` (or the one ``eta``), tested on ``test`` (None, one WalkSample shared by
+        all, or one per sample); the result equals the per-sample calls stacked along ``trajectory``
+        (with a ``sample`` coordinate).
     rng : int, Generator or None
         Seed for the walks (training first, then test walks, Appendix G.C).
     test : None, int or WalkSample
@@ -628,7 +636,7 @@ def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None
     saveat : dynamics.SaveAt, optional
         Save points (default: the engine's).
     eta : float or (n,) array, optional
-        Step sizes per trajectory, overriding ``spec.eta``, broadcast with the ``state0`` rows
+        Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows
         (:func:`closedform.nearest_neighbor.eta_batch`); ``time`` is then the step.
 
     Returns
@@ -645,62 +653,72 @@ def reduced_gd(spec: RandomWalkSpec, n_steps: int, *, walks, rng=None, test=None
     dynamics.DivergenceError
         If a state becomes non-finite (raised by the engine with the step and variable).
     """
+    if not isinstance(walks, (WalkSample, int, np.integer)):
+        samples = _sample_list(walks, WalkSample, "walks")
+        tests = [test] * len(samples) if test is None or isinstance(test, WalkSample) else \
+            _sample_list(test, WalkSample, "test")
+        if len(tests) != len(samples):
+            raise ValueError(f"test must be None, one WalkSample or one per training sample ({len(samples)}); "
+                             f"got {len(tests)}")
+        return _over_samples(lambda wt, s0, e: map(task, n_steps, walks=wt[0], test=wt[1], state0=s0,
+                                                   saveat=saveat, progress=progress, attrs=attrs, eta=e),
+                             list(zip(samples, tests)), state0, eta)
     n_steps = check_int("n_steps", n_steps, min_value=0)
-    train, test, x0 = _prepare_run(spec, walks, rng, test, state0)
-    run_attrs = {"model": "random_walk", "spec": spec.to_dict(), "source": "closedform", "time_unit": "step",
+    train, test, x0 = _prepare_run(task, walks, rng, test, state0)
+    run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
                  "equation": "token_selection.md Sec. C.5 (exact reduced GD)",
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "n_steps": n_steps}}
-    params, x0, time_scale, time_unit = eta_batch(map_params(spec, train), 5, eta, x0)
+    params, x0, time_scale, time_unit = eta_batch(map_params(task, train), 5, eta, x0)
     if eta is not None:
         run_attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
         run_attrs["time_unit"] = "step"
     run_attrs.update(attrs or {})
     return dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, saveat=saveat,
-                            names=state_names(spec), derived=_derived_fn(spec, train, test), time_scale=time_scale,
+                            names=state_names(task), derived=_derived_fn(task, train, test), time_scale=time_scale,
                             progress=progress, attrs=run_attrs)
 
 
-def reduced_flow(spec: RandomWalkSpec, tau_end: float, *, walks, rng=None, test=None, state0=None, solver=None,
-                 saveat=None, progress: bool = False, attrs: dict | None = None):
+def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, state0=None, solver=None,
+         saveat=None, progress: bool = False, attrs: dict | None = None):
     """Gradient flow of the reduced state, d(V, a, c)/dtau = the Sec. C.5 updates divided by eta (Sec. 0).
 
-    Same arguments and derived variables as :func:`reduced_gd`, with the flow time ``tau_end`` = eta T instead of
+    Same arguments and derived variables as :func:`map`, with the flow time ``tau_end`` = eta T instead of
     a step count, and ``solver`` a ``dynamics`` ODE solver (default ``dynamics.Dopri5()``). The ``time`` axis is tau;
     compare with the map at step tau / eta.
     """
     tau_end = check_positive("tau_end", tau_end)
-    train, test, x0 = _prepare_run(spec, walks, rng, test, state0)
-    run_attrs = {"model": "random_walk", "spec": spec.to_dict(), "source": "closedform", "time_unit": "eta*step",
+    train, test, x0 = _prepare_run(task, walks, rng, test, state0)
+    run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "eta*step",
                  "equation": "token_selection.md Sec. 0 and Sec. C.5 (reduced gradient flow)",
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "tau_end": tau_end}}
     run_attrs.update(attrs or {})
-    return dynamics.integrate(_kern.reduced_rhs, x0, (0.0, tau_end), params=map_params(spec, train), solver=solver,
-                              saveat=saveat, names=state_names(spec), derived=_derived_fn(spec, train, test),
+    return dynamics.integrate(_kern.reduced_rhs, x0, (0.0, tau_end), params=map_params(task, train), solver=solver,
+                              saveat=saveat, names=state_names(task), derived=_derived_fn(task, train, test),
                               progress=progress, attrs=run_attrs)
 
 
-def _prepare_run(spec, walks, rng, test, state0):
+def _prepare_run(task, walks, rng, test, state0):
     """Validate and draw the training / test walks (training first, Appendix G.C) and the initial state(s)."""
     rng = as_generator(rng)
     if isinstance(walks, WalkSample):
-        train = _check_sample(spec, walks, "walks")
+        train = _check_sample(task, walks, "walks")
     else:
-        train = sample_walks(spec, check_int("walks", walks, min_value=1), rng)
+        train = sample_walks(task, check_int("walks", walks, min_value=1), rng)
     if test is not None and not isinstance(test, WalkSample):
-        test = sample_walks(spec, check_int("test", test, min_value=1), rng)
+        test = sample_walks(task, check_int("test", test, min_value=1), rng)
     elif test is not None:
-        _check_sample(spec, test, "test")
-    x0 = initial_state(spec) if state0 is None else check_finite_array("state0", state0, ndim=(1, 2))
-    if x0.shape[-1] != spec.n_state:
-        raise ValueError(f"state0 must have last axis K^2 + K + N = {spec.n_state}; got shape {x0.shape}")
+        _check_sample(task, test, "test")
+    x0 = initial_state(task) if state0 is None else check_finite_array("state0", state0, ndim=(1, 2))
+    if x0.shape[-1] != task.n_state:
+        raise ValueError(f"state0 must have last axis K^2 + K + N = {task.n_state}; got shape {x0.shape}")
     return train, test, x0
 
 
-def _derived_fn(spec, train, test):
+def _derived_fn(task, train, test):
     """The ``derived`` callable of the reduced runs: loss, gradient SEs, direction to sqrt(C_hat^T), diagnostics."""
-    sqrt_C_hat_T = np.sqrt(empirical_transitions(train, spec.K).T)
+    sqrt_C_hat_T = np.sqrt(empirical_transitions(train, task.K).T)
     names = ("loss", "se_loss", "se_grad_V", "se_grad_a", "se_grad_c", "dist_V_sqrtChat")
     if test is not None:
         names = names + DIAGNOSTIC_NAMES
@@ -711,14 +729,14 @@ def _derived_fn(spec, train, test):
         for i in range(n_traj):
             for t in range(n_save):
                 x = np.ascontiguousarray(Y[i, t])
-                V, a, c = unpack_state(spec, x)
-                _, se, loss, se_loss = _gradient_and_se(spec, train, x)
-                sV, sa, sc = unpack_state(spec, se)
+                V, a, c = unpack_state(task, x)
+                _, se, loss, se_loss = _gradient_and_se(task, train, x)
+                sV, sa, sc = unpack_state(task, se)
                 out["loss"][i, t], out["se_loss"][i, t] = loss, se_loss
                 out["se_grad_V"][i, t], out["se_grad_a"][i, t], out["se_grad_c"][i, t] = sV.max(), sa.max(), sc.max()
                 out["dist_V_sqrtChat"][i, t] = direction_error(V, sqrt_C_hat_T)
                 if test is not None:
-                    for name, value in diagnostics(spec, V, a, c, test).items():
+                    for name, value in diagnostics(task, V, a, c, test).items():
                         out[name][i, t] = value
         return out
 
@@ -730,7 +748,7 @@ def _derived_fn(spec, train, test):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def full_gradient(spec: RandomWalkSpec, sample: WalkSample, V, W, *, normalize_tokens: bool = False):
+def full_gradient(task: RandomWalkTask, sample: WalkSample, V, W, *, normalize_tokens: bool = False):
     """Gradient of L(V, W) = E[-log(e_y^T f + eps)] with respect to the full matrices V and W (Sec. C.3-C.4).
 
     Generic chain rule for any (V, W) (random starts included): dL/dl_j = -kappa S_j (g_j - gbar) and
@@ -743,12 +761,12 @@ def full_gradient(spec: RandomWalkSpec, sample: WalkSample, V, W, *, normalize_t
     dynamics.DivergenceError
         If e_y^T f + eps <= 0 for some walk (the log is undefined: possible only from a random start).
     """
-    K, N, M = spec.K, spec.N, spec.M
-    S, f = forward(spec, V, W, sample.context, normalize_tokens=normalize_tokens)
+    K, N, M = task.K, task.N, task.M
+    S, f = forward(task, V, W, sample.context, normalize_tokens=normalize_tokens)
     V = np.asarray(V, dtype=np.float64)
     y, ctx, w = sample.label, sample.context, sample.weights
     gbar = f[np.arange(sample.n), y]
-    arg = gbar + spec.eps
+    arg = gbar + task.eps
     if not np.all(arg > 0):
         raise dynamics.DivergenceError("e_y^T f + eps <= 0: the log loss is undefined", trajectory=0,
                                        variable="loss")
@@ -760,8 +778,8 @@ def full_gradient(spec: RandomWalkSpec, sample: WalkSample, V, W, *, normalize_t
     g = np.zeros((sample.n, N))
     g[:, :-1] = V[y[:, None], ctx]
     dl = -(w * kappa)[:, None] * S * (g - gbar[:, None])  # weighted dL/dl_j
-    Phi = positional_matrix(spec)
-    a_ctx, a_q = _column_scales(spec, normalize_tokens)
+    Phi = positional_matrix(task)
+    a_ctx, a_q = _column_scales(task, normalize_tokens)
     col = np.zeros(K + M)  # sum over walks and positions of dL/dl_j x~_j (scaled columns)
     col[:K] = a_ctx * np.bincount(ctx.ravel(), weights=dl[:, :-1].ravel(), minlength=K)
     col[K:] = a_ctx * (Phi[:, :-1] @ dl[:, :-1].sum(axis=0)) + a_q * dl[:, -1].sum() * Phi[:, -1]
@@ -769,7 +787,7 @@ def full_gradient(spec: RandomWalkSpec, sample: WalkSample, V, W, *, normalize_t
     return dV, np.outer(col, xq), loss
 
 
-def full_gd(spec: RandomWalkSpec, sample: WalkSample, n_steps: int, *, V0=None, W0=None,
+def full_gd(task: RandomWalkTask, sample: WalkSample, n_steps: int, *, V0=None, W0=None,
             normalize_tokens: bool = False, save_every: int = 1, attrs: dict | None = None):
     """Full-matrix GD on (V, W) in numpy (Sec. C.4), logging the probes of Sec. C.5.1 every ``save_every`` steps.
 
@@ -791,36 +809,36 @@ def full_gd(spec: RandomWalkSpec, sample: WalkSample, n_steps: int, *, V0=None, 
     dynamics.DivergenceError
         With the step and the variable if V or W becomes non-finite.
     """
-    K, M = spec.K, spec.M
+    K, M = task.K, task.M
     n_steps = check_int("n_steps", n_steps, min_value=0)
     save_every = check_int("save_every", save_every, min_value=1)
-    _check_sample(spec, sample, "sample")
+    _check_sample(task, sample, "sample")
     V = np.zeros((K, K)) if V0 is None else check_finite_array("V0", V0, shape=(K, K)).copy()
     W = np.zeros((K + M, K + M)) if W0 is None else check_finite_array("W0", W0, shape=(K + M, K + M)).copy()
     saved, steps, off, losses = [], [], [], []
     for t in range(n_steps + 1):
-        dV, dW, loss = full_gradient(spec, sample, V, W, normalize_tokens=normalize_tokens)
+        dV, dW, loss = full_gradient(task, sample, V, W, normalize_tokens=normalize_tokens)
         if t % save_every == 0 or t == n_steps:
-            a, c, o = probe_W(spec, W)
+            a, c, o = probe_W(task, W)
             saved.append(np.concatenate([V.ravel(), a, c]))
             steps.append(t)
             off.append(o)
             losses.append(loss)
         if t == n_steps:
             break
-        V = V - spec.eta * dV
-        W = W - spec.eta * dW
+        V = V - task.eta * dV
+        W = W - task.eta * dW
         for name, arr in (("V", V), ("W", W)):
             if not np.all(np.isfinite(arr)):
                 raise dynamics.DivergenceError(f"full-matrix GD produced a non-finite {name} at step {t + 1}",
-                                               trajectory=0, variable=name, step=t + 1, time=spec.eta * (t + 1))
+                                               trajectory=0, variable=name, step=t + 1, time=task.eta * (t + 1))
     steps = np.asarray(steps)
-    run_attrs = {"model": "random_walk", "spec": spec.to_dict(), "source": "closedform", "time_unit": "step",
+    run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
                  "equation": "token_selection.md Sec. C.3-C.4 (full-matrix GD), probes Sec. C.5.1",
                  "config": {"n_train": sample.n, "normalize_tokens": normalize_tokens, "n_steps": n_steps}}
     run_attrs.update(attrs or {})
-    return dynamics.Trajectory.from_arrays(np.asarray(saved)[None], names=state_names(spec),
-                                           time=spec.time_of_step(steps), step=steps,
+    return dynamics.Trajectory.from_arrays(np.asarray(saved)[None], names=state_names(task),
+                                           time=task.time_of_step(steps), step=steps,
                                            variables={"off": np.asarray(off)[None], "loss": np.asarray(losses)[None]},
                                            attrs=run_attrs)
 
@@ -830,21 +848,21 @@ def full_gd(spec: RandomWalkSpec, sample: WalkSample, n_steps: int, *, V0=None, 
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def V1_closed(spec: RandomWalkSpec) -> np.ndarray:
+def V1_closed(task: RandomWalkTask) -> np.ndarray:
     """V^(1) = eta/(eps N K) sum_{i=1}^{N-1} (Pi^T)^{N-i} after the first GD step from zero (Sec. C.5, Lemma C.1).
 
     W^(1) = 0. Circulant, (K, K), row = label, column = state.
     """
-    PiT = transition_matrix(spec.K, spec.p).T
-    total = np.zeros((spec.K, spec.K))
-    power = np.eye(spec.K)
-    for _ in range(spec.N - 1):
+    PiT = transition_matrix(task.K, task.p).T
+    total = np.zeros((task.K, task.K))
+    power = np.eye(task.K)
+    for _ in range(task.N - 1):
         power = power @ PiT
         total += power
-    return spec.eta / (spec.eps * spec.N * spec.K) * total
+    return task.eta / (task.eps * task.N * task.K) * total
 
 
-def W2_closed(spec: RandomWalkSpec, max_walks: int = MAX_ENUMERATED_WALKS):
+def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
     """W^(2) in reduced coordinates (a^(2), c^(2)), exact expectation over the walk law (Sec. C.5, closed forms).
 
     a^(2) = (eta/N) E[kappa sum_{i<N} (g_i - gbar) x_i], c^(2)_i = (eta/N) E[(g_i - gbar)/(gbar + eps)] (g_N = 0),
@@ -852,18 +870,18 @@ def W2_closed(spec: RandomWalkSpec, max_walks: int = MAX_ENUMERATED_WALKS):
     (:func:`enumerate_walks`), so this is exact to round-off; N is limited by ``max_walks``. V^(2) is not part of
     the closed form. Build the matrix with :func:`W_from_reduced`.
     """
-    law = enumerate_walks(spec, max_walks)
-    V1 = V1_closed(spec)
-    N, K = spec.N, spec.K
+    law = enumerate_walks(task, max_walks)
+    V1 = V1_closed(task)
+    N, K = task.N, task.K
     y, ctx, w = law.label, law.context, law.weights
     g = V1[y[:, None], ctx]  # (n, N-1)
     gbar = g.sum(axis=1) / N
-    wk = w / (gbar + spec.eps)
+    wk = w / (gbar + task.eps)
     diff = g - gbar[:, None]
-    a2 = spec.eta / N * np.bincount(ctx.ravel(), weights=(wk[:, None] * diff).ravel(), minlength=K)
+    a2 = task.eta / N * np.bincount(ctx.ravel(), weights=(wk[:, None] * diff).ravel(), minlength=K)
     c2 = np.empty(N)
-    c2[:-1] = spec.eta / N * (wk @ diff)
-    c2[-1] = spec.eta / N * (wk @ -gbar)
+    c2[:-1] = task.eta / N * (wk @ diff)
+    c2[-1] = task.eta / N * (wk @ -gbar)
     return a2, c2
 
 
@@ -878,12 +896,12 @@ def optimal_accuracy(p: float) -> float:
     return max(p, 1.0 - p)
 
 
-def failure_theorem_applies(spec: RandomWalkSpec) -> bool:
+def failure_theorem_applies(task: RandomWalkTask) -> bool:
     """True when Theorem C2 applies: p in {0, 1} and N = r K + 1 with r >= 1 (Sec. C.6)."""
-    return spec.p in (0.0, 1.0) and (spec.N - 1) % spec.K == 0
+    return task.p in (0.0, 1.0) and (task.N - 1) % task.K == 0
 
 
-def theorem_accuracy(spec: RandomWalkSpec) -> float:
+def theorem_accuracy(task: RandomWalkTask) -> float:
     """Test accuracy predicted for T >= T_0 GD steps: max{p, 1-p} (Theorem C1, 0 < p < 1) or 1/K (Theorem C2).
 
     Theorem C1 needs K > 4 and N >= C_p poly(K) with unknown constants (Sec. C.6); the checks of Sec. 4 and C.7 show
@@ -894,31 +912,31 @@ def theorem_accuracy(spec: RandomWalkSpec) -> float:
     ValueError
         If p is 0 or 1 but N - 1 is not a multiple of K (neither theorem covers this case).
     """
-    if 0.0 < spec.p < 1.0:
-        return optimal_accuracy(spec.p)
-    if failure_theorem_applies(spec):
-        return 1.0 / spec.K
-    raise ValueError(f"N must satisfy N = r K + 1 for the failure theorem at p = {spec.p}; got N={spec.N}, K={spec.K}")
+    if 0.0 < task.p < 1.0:
+        return optimal_accuracy(task.p)
+    if failure_theorem_applies(task):
+        return 1.0 / task.K
+    raise ValueError(f"N must satisfy N = r K + 1 for the failure theorem at p = {task.p}; got N={task.N}, K={task.K}")
 
 
-def theorem_attention(spec: RandomWalkSpec) -> np.ndarray:
+def theorem_attention(task: RandomWalkTask) -> np.ndarray:
     """Limiting attention weights over the N positions predicted by the theorems (Sec. C.6), (N,) float64.
 
     Theorem C1 item 4 (0 < p < 1): one-hot on the direct parent, position N-1 (code index N-2), up to
     exp(-Omega(N)). Theorem C2 (p in {0, 1}, N = r K + 1): 1/(N-1) on every context position and 0 on the blank
     from step 2 on (the blank's weight is derived in Sec. C.6; exactly 0 in float64 for rho = 500).
     """
-    out = np.zeros(spec.N)
-    if 0.0 < spec.p < 1.0:
+    out = np.zeros(task.N)
+    if 0.0 < task.p < 1.0:
         out[-2] = 1.0
         return out
-    if failure_theorem_applies(spec):
-        out[:-1] = 1.0 / (spec.N - 1)
+    if failure_theorem_applies(task):
+        out[:-1] = 1.0 / (task.N - 1)
         return out
-    raise ValueError(f"N must satisfy N = r K + 1 for the failure theorem at p = {spec.p}; got N={spec.N}, K={spec.K}")
+    raise ValueError(f"N must satisfy N = r K + 1 for the failure theorem at p = {task.p}; got N={task.N}, K={task.K}")
 
 
-def V_direction(spec: RandomWalkSpec, kind: str = "derived") -> np.ndarray:
+def V_direction(task: RandomWalkTask, kind: str = "derived") -> np.ndarray:
     """Unit-Frobenius limiting direction of V (Sec. C.6 item 3 and Sec. C.7), (K, K).
 
     ``kind="theorem"``: Pi^T/||Pi^T||_F as Theorem C1 item 3 states; it holds only at p = 1/2 (Sec. C.7).
@@ -928,7 +946,7 @@ def V_direction(spec: RandomWalkSpec, kind: str = "derived") -> np.ndarray:
     """
     if kind not in ("theorem", "derived"):
         raise ValueError(f"kind must be one of 'theorem', 'derived'; got {kind!r}")
-    PiT = transition_matrix(spec.K, spec.p).T
+    PiT = transition_matrix(task.K, task.p).T
     D = PiT if kind == "theorem" else np.sqrt(PiT)
     return D / np.linalg.norm(D)
 
@@ -949,28 +967,50 @@ def direction_limit_distance(p: float) -> float:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _check_context(spec: RandomWalkSpec, context) -> np.ndarray:
+def _check_context(task: RandomWalkTask, context) -> np.ndarray:
     context = np.asarray(context)
-    if context.ndim != 2 or context.shape[1] != spec.N - 1:
-        raise ValueError(f"context must have shape (n, N-1) = (n, {spec.N - 1}); got {context.shape}")
+    if context.ndim != 2 or context.shape[1] != task.N - 1:
+        raise ValueError(f"context must have shape (n, N-1) = (n, {task.N - 1}); got {context.shape}")
     if not np.issubdtype(context.dtype, np.integer):
         raise ValueError(f"context must hold integer node codes; got dtype {context.dtype}")
-    if context.size and (context.min() < 0 or context.max() >= spec.K):
-        raise ValueError(f"context entries must lie in [0, K-1] = [0, {spec.K - 1}]")
+    if context.size and (context.min() < 0 or context.max() >= task.K):
+        raise ValueError(f"context entries must lie in [0, K-1] = [0, {task.K - 1}]")
     return context.astype(np.int64, copy=False)
 
 
-def _check_sample(spec: RandomWalkSpec, sample: WalkSample, name: str) -> WalkSample:
+def _check_sample(task: RandomWalkTask, sample: WalkSample, name: str) -> WalkSample:
     if not isinstance(sample, WalkSample):
         raise ValueError(f"{name} must be a WalkSample; got {type(sample).__name__}")
-    if sample.states.shape[1] != spec.N:
-        raise ValueError(f"{name} must hold walks of length N = {spec.N}; got {sample.states.shape[1]}")
-    if sample.states.min() < 0 or sample.states.max() >= spec.K:
-        raise ValueError(f"{name} states must lie in [0, K-1] = [0, {spec.K - 1}]")
+    if sample.states.shape[1] != task.N:
+        raise ValueError(f"{name} must hold walks of length N = {task.N}; got {sample.states.shape[1]}")
+    if sample.states.min() < 0 or sample.states.max() >= task.K:
+        raise ValueError(f"{name} states must lie in [0, K-1] = [0, {task.K - 1}]")
     return sample
 
 
-def _check_reduced(spec: RandomWalkSpec, V, a, c):
-    K, N = spec.K, spec.N
+def _check_reduced(task: RandomWalkTask, V, a, c):
+    K, N = task.K, task.N
     return (check_finite_array("V", V, shape=(K, K)), check_finite_array("a", a, shape=(K,)),
             check_finite_array("c", c, shape=(N,)))
+
+
+def theorem_predictions(task: RandomWalkTask) -> dict:
+    """The paper's named predictions for ``task`` (Theorems C1 and C2, Sec. C.6), assembled from the closed forms.
+
+    Keys:
+
+    * ``optimal_accuracy``: the Bayes accuracy max{p, 1 - p} (Sec. C.1, Theorem C1 item 1).
+    * ``theorem_accuracy``: the test accuracy after enough GD steps: max{p, 1 - p} (Theorem C1) or 1/K (Theorem C2);
+      None when neither theorem covers the task (p in {0, 1} with N - 1 not a multiple of K).
+    * ``theorem_attention``: the limiting attention over the N positions, (N,) array (Sec. C.6), or None as above.
+    * ``failure_theorem_applies``: whether Theorem C2 (p in {0, 1}, N = r K + 1) applies.
+    * ``direction_limit_distance``: the floor of the Theorem C1 item 3 direction error under GD (Sec. C.7).
+    """
+    if not isinstance(task, RandomWalkTask):
+        raise TypeError(f"task must be a RandomWalkTask; got {type(task).__name__}")
+    covered = 0.0 < task.p < 1.0 or failure_theorem_applies(task)
+    return {"optimal_accuracy": optimal_accuracy(task.p),
+            "theorem_accuracy": theorem_accuracy(task) if covered else None,
+            "theorem_attention": theorem_attention(task) if covered else None,
+            "failure_theorem_applies": failure_theorem_applies(task),
+            "direction_limit_distance": direction_limit_distance(task.p)}

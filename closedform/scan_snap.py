@@ -61,9 +61,14 @@ REFERENCE = {
     "spec": "scan_snap.md",
 }
 
+#: The time axis of every trajectory of this module: optimizer steps (spec Sec. 0.2). :func:`map` counts updates
+#: (``time`` = ``step``); :func:`flow` and :func:`composite_flow` integrate in the same unit (ODE time 1 = one
+#: step at the task's learning rates eta_Y, eta_Z), so map and flows share one axis.
+TIME_UNIT = "step (optimizer steps; flows integrate in the same unit, spec scan_snap.md Sec. 0.2)"
+
 __all__ = [
-    "REFERENCE", "SequenceClasses", "ScanSnap", "TransitionTimes",
-    "exact_flow", "population_map", "composite_flow", "random_init",
+    "REFERENCE", "theorem_predictions", "TIME_UNIT", "SequenceClasses", "ScanSnapTask", "TransitionTimes",
+    "flow", "map", "composite_flow", "random_init",
     "population_gradient", "lemma1_gradient",
     "attention_maps", "unit_attention", "distinct_entropy", "decoder_stats", "token_drive",
     "decoder_h", "decoder_h_star", "speed_control", "transition_times", "transition_time", "measure_transition",
@@ -231,7 +236,7 @@ class SequenceClasses:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScanSnap:
+class ScanSnapTask:
     """The task: sequence classes plus learning rates eta_Y, eta_Z (spec Sec. 1.6, 4.1); time unit steps (Sec. 0.2)."""
 
     classes: SequenceClasses
@@ -295,9 +300,9 @@ def _layout(classes: SequenceClasses, lumped: bool) -> _Layout:
     return _Layout(False, np.ones(M), classes.tgt.copy(), tuple(str(j) for j in range(M)))
 
 
-def _params(task: ScanSnap | SequenceClasses, lay: _Layout, *, eta_Y=1.0, eta_Z=1.0, mu=0.0, q_mode=0.0):
-    classes = task.classes if isinstance(task, ScanSnap) else task
-    if isinstance(task, ScanSnap):
+def _params(task: ScanSnapTask | SequenceClasses, lay: _Layout, *, eta_Y=1.0, eta_Z=1.0, mu=0.0, q_mode=0.0):
+    classes = task.classes if isinstance(task, ScanSnapTask) else task
+    if isinstance(task, ScanSnapTask):
         eta_Y, eta_Z = task.eta_Y, task.eta_Z
     head = [classes.Lc, len(lay.mult), classes.K, classes.Q, eta_Y, eta_Z, mu, q_mode, classes.M]
     logP = np.log(np.where(classes.P > 0, classes.P, 1.0))  # 0 where P = 0 (the kernels test P > 0 first)
@@ -305,7 +310,7 @@ def _params(task: ScanSnap | SequenceClasses, lay: _Layout, *, eta_Y=1.0, eta_Z=
                            classes.psi.astype(np.float64), lay.tcol.astype(np.float64), lay.mult])
 
 
-def _rate_batch(task: ScanSnap, n_init: int, **rates):
+def _rate_batch(task: ScanSnapTask, n_init: int, **rates):
     """Per-trajectory rates (spec Sec. 4.1 task numbers) broadcast with an initial-state batch of length n_init.
 
     ``rates`` maps a name (``eta_Y``, ``eta_Z``, ``momentum``) to None (the task's value, or the given default for
@@ -331,7 +336,7 @@ def _rate_batch(task: ScanSnap, n_init: int, **rates):
     return n, {k: np.broadcast_to(a, (n,)).astype(np.float64) for k, a in vals.items()}
 
 
-def _batched_params(task: ScanSnap, lay: _Layout, y0, *, eta_Y=None, eta_Z=None, momentum=None, q_mode=0.0):
+def _batched_params(task: ScanSnapTask, lay: _Layout, y0, *, eta_Y=None, eta_Z=None, momentum=None, q_mode=0.0):
     """(y0 tiled to n, params (n, n_params) or (n_params,)) for rates given as scalars or per-trajectory arrays."""
     rates = {"eta_Y": eta_Y, "eta_Z": eta_Z}
     if momentum is not None:
@@ -475,13 +480,13 @@ def decoder_stats(classes: SequenceClasses, Y, Z, *, lumped: bool = False) -> di
     return {"alpha_tgt": np.exp(log_alpha_t), "gamma_hat": (M - 1.0) / M * wt_err, "loss": -log_alpha_t}
 
 
-def population_gradient(task: ScanSnap | SequenceClasses, Y, Z, *, lumped: bool = False):
+def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: bool = False):
     """Population ascent directions grad_Y (Lc, Ncol), grad_Z (Q, Lc) of spec Sec. 4.2-4.3 (Lemma 1 at T -> inf).
 
     These are the right-hand sides of Sec. 4.2 without learning rates: grad_Y = sum_n pi_n f_n err_n^T,
     grad_{Z,m} = sum_{psi(n)=m} pi_n f_n * ((I - f_n f_n^T) Y err_n).
     """
-    classes = task.classes if isinstance(task, ScanSnap) else task
+    classes = task.classes if isinstance(task, ScanSnapTask) else task
     lay, Yc = _decoder_cols(classes, Y, lumped)
     Zc = check_finite_array("Z", Z, shape=(classes.Q, classes.Lc))
     y = np.concatenate([np.ascontiguousarray(Yc, dtype=np.float64).ravel(), Zc.ravel()])
@@ -490,7 +495,7 @@ def population_gradient(task: ScanSnap | SequenceClasses, Y, Z, *, lumped: bool 
     return _unpack(classes, lay, out)
 
 
-def token_drive(task: ScanSnap, Y, Z, *, lumped: bool = False) -> np.ndarray:
+def token_drive(task: ScanSnapTask, Y, Z, *, lumped: bool = False) -> np.ndarray:
     """Per-token drive D_{nl} = (dz_{ml}/dt) / f_{nl}^2 of distinct tokens (spec Sec. 4.6, Sec. 3.3; exact ODE 4.2).
 
     Y (Lc, Ncol) and Z (Q, Lc) one state. Returns (K, Lc), NaN where l is not a distinct token of class n.
@@ -608,8 +613,8 @@ def _default_solver():
     return Dopri5(rtol=1e-10, atol=1e-12)
 
 
-def exact_flow(task: ScanSnap, t_span, *, Y0=None, Z0=None, saveat=None, lumped: bool = True, solver=None,
-               progress: bool = False, eta_Y=None, eta_Z=None):
+def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: bool = True, solver=None,
+         progress: bool = False, eta_Y=None, eta_Z=None):
     """Integrate the exact reduced ODE of spec Sec. 4.2 (POPULATION convention), lumped or not.
 
     Implements spec scan_snap.md Sec. 4.2 (exact reduced ODE, lumping of the M - K non-target outputs), with the
@@ -617,7 +622,7 @@ def exact_flow(task: ScanSnap, t_span, *, Y0=None, Z0=None, saveat=None, lumped:
 
     Parameters
     ----------
-    task : ScanSnap
+    task : ScanSnapTask
     t_span : (t0, t1)
         Time in optimizer steps (spec Sec. 0.2).
     Y0 : (Lc, M) or (n, Lc, M) float64, optional
@@ -655,8 +660,8 @@ def exact_flow(task: ScanSnap, t_span, *, Y0=None, Z0=None, saveat=None, lumped:
     return _finish(traj, classes, lay)
 
 
-def population_map(task: ScanSnap, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, saveat=None,
-                   lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None):
+def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, saveat=None,
+        lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None):
     """Iterate the discrete population map of spec Sec. 4.3 (plain GD or heavy-ball momentum), step for step.
 
     Implements spec scan_snap.md Sec. 4.3: one evaluation of (grad_Y, grad_Z) at (Y_s, Z_s) per step; PyTorch SGD
@@ -665,17 +670,17 @@ def population_map(task: ScanSnap, n_steps: int, *, momentum=0.0, Y0=None, Z0=No
 
     Parameters
     ----------
-    task : ScanSnap
+    task : ScanSnapTask
     n_steps : int >= 1
     momentum : float or (n,) float in [0, 1)
-    Y0, Z0 : as in :func:`exact_flow` (batches of n initial states allowed)
+    Y0, Z0 : as in :func:`flow` (batches of n initial states allowed)
     eta_Y, eta_Z : float or (n,) float, optional
         Learning rates per trajectory, overriding the task's; ``momentum`` and the rates broadcast with the Y0/Z0
         batch (each of length 1 or n), so a grid of optimiser settings runs in one call.
 
     Returns
     -------
-    Trajectory with the variables of :func:`exact_flow` (the momentum buffers are not stored).
+    Trajectory with the variables of :func:`flow` (the momentum buffers are not stored).
     """
     from dynamics import iterate
 
@@ -692,7 +697,7 @@ def population_map(task: ScanSnap, n_steps: int, *, momentum=0.0, Y0=None, Z0=No
     return _finish(traj, classes, lay)
 
 
-def composite_flow(task: ScanSnap, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
+def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
                    progress: bool = False, eta_Y=None, eta_Z=None):
     """Integrate the composite Theorem-1 ODE in Z only (spec Sec. 4.4), exact-q or leading-order form.
 
@@ -802,13 +807,13 @@ def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
                            omega1=omega1, x_pk=x_pk, t_peak=float(t_peak), t_half=float(t_half))
 
 
-def transition_time(task: ScanSnap) -> TransitionTimes:
+def transition_time(task: ScanSnapTask) -> TransitionTimes:
     """Transition-time predictions of spec Sec. 2.4 / Theorem 4(a) for a task (requires uniform pi)."""
     _require_uniform(task.classes)
     return transition_times(M=task.classes.M, K=task.classes.K, eta_Y=task.eta_Y)
 
 
-def measure_transition(task: ScanSnap, n: int = 0, *, t_max: float | None = None, n_grid: int = 3001,
+def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = None, n_grid: int = 3001,
                        lumped: bool = True) -> dict:
     """Measured transition landmarks of the exact ODE (spec Sec. 4.2, Sec. 6 item 6, Sec. 7 P8).
 
@@ -975,7 +980,7 @@ def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: s
     return np.log1p(4.0 * Gamma / C0) / (4.0 * K)
 
 
-def common_token_z(t, task: ScanSnap) -> np.ndarray:
+def common_token_z(t, task: ScanSnapTask) -> np.ndarray:
     """Common-token logit z_c(t) = -1/4 ln(1 + 4 Gamma(t)/C0_cons) (spec Sec. 3.4, Theorem 4, consistent form)."""
     c = theorem4_constants(task.classes)
     _, Gamma = speed_control(t, M=task.classes.M, K=task.classes.K, eta_Y=task.eta_Y, eta_Z=task.eta_Z)
@@ -1015,3 +1020,25 @@ def _corollary2(classes: SequenceClasses) -> bool:
     ref = np.sort(classes.P[0, classes.distinct_tokens(0)])
     return all(np.allclose(np.sort(classes.P[n, classes.distinct_tokens(n)]), ref, rtol=1e-12, atol=0)
                if classes.distinct_tokens(n).size == ref.size else False for n in range(classes.K))
+
+
+def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
+    """The paper's named time-scale predictions for ``task`` (uniform class probabilities), from Lemma 9.
+
+    Keys (each a float, in optimizer steps, :data:`TIME_UNIT`):
+
+    * ``t0``: 2 K ln M / eta_Y, the transition time of the paper (Theorem 4(a), omega1 dropped), spec Sec. 2.4.
+    * ``t0_omega1``: 2 (1 + omega1) K ln M / eta_Y, the same with the omega1 correction kept (spec Sec. 2.4).
+    * ``t0p``: K ln M / eta_Y, the end of the decoder's growing regime (Lemma 9, spec Sec. 2.4).
+    * ``omega1``: M h = (1 + omega1) ln M is the larger root of exp(M h) = (M - 1) M h (Lemma 9, spec Sec. 2.4).
+    * ``t_peak``: time of the peak of the speed gamma(t) of the attention drive (derived, spec Sec. 2.4).
+    * ``t_half``: time at which the target-token probability alpha_{n, tgt(n)} reaches 1/2 (derived, spec Sec. 2.4).
+
+    The growth factors chi_l(t) = exp(2 (z_l(t) - z_l(0))) of Theorem 3 (spec Sec. 3.3) depend on a run: see
+    :func:`growth_factor` and :func:`theorem3_bounds`.
+    """
+    if not isinstance(task, ScanSnapTask):
+        raise TypeError(f"task must be a ScanSnapTask; got {type(task).__name__}")
+    tt = transition_time(task)
+    return {"t0": float(tt.t0), "t0_omega1": float(tt.t0_omega1), "t0p": float(tt.t0p), "omega1": float(tt.omega1),
+            "t_peak": float(tt.t_peak), "t_half": float(tt.t_half)}

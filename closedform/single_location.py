@@ -36,7 +36,7 @@ theta_S            theta_S        theta coordinate of the spurious point S      
 
 Time (spec Sec. 0.3, STYLE Sec. 2.4): the time axis of every trajectory here is the PGD step, time = step ("step n" is the
 state after n updates). The row saved at step n holds iterate n and lambda_n, and its ``risk`` is that of iterate n
-at lambda_n. ``SingleLocation.time_of_step``/``step_of_time`` implement this convention.
+at lambda_n. ``SingleLocationTask.time_of_step``/``step_of_time`` implement this convention.
 
 Notes
 -----
@@ -76,12 +76,12 @@ REFERENCE = {
 }
 
 __all__ = [
-    "REFERENCE",
+    "REFERENCE", "theorem_predictions",
     "TIME_UNIT",
     "FixedPoint",
     "LamSchedule",
     "LocationTask",
-    "SingleLocation",
+    "SingleLocationTask",
     "SpuriousPoint",
     "Basins",
     "basins",
@@ -96,8 +96,8 @@ __all__ = [
     "manifold_risk",
     "manifold_vector_field",
     "oracle_risk",
-    "pgd",
-    "pgd_vectors",
+    "map",
+    "full_pgd",
     "predict_erf",
     "random_oracle_directions",
     "risk",
@@ -121,8 +121,8 @@ _STATE_NAMES = ("kappa", "nu", "theta", "eta", "rho")
 
 
 class LocationTask:
-    """Fields' validation and derived scalars shared by :class:`SingleLocation` and its multiple-location extension
-    (``empirical.models.single_location_transformer.MultiLocation``, spec Sec. 8.8): ``d``, ``L``, ``gamma`` and
+    """Fields' validation and derived scalars shared by :class:`SingleLocationTask` and its multiple-location extension
+    (``empirical.models.single_location_transformer.MultiLocationTask``, spec Sec. 8.8): ``d``, ``L``, ``gamma`` and
     ``noise`` with the same meaning, and the same time axis. Not itself a task (no ``isinstance`` dispatch on it)."""
 
     def _check_fields(self, *, d_min: int, L_min: int) -> None:
@@ -162,7 +162,7 @@ class LocationTask:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SingleLocation(LocationTask):
+class SingleLocationTask(LocationTask):
     """The single-location regression task (spec single_location.md Sec. 1, data model; paper Sec. 2).
 
     Parameters
@@ -258,9 +258,9 @@ def _broadcast(lam, *state, check=True):
     return shape, flat
 
 
-def _task(task) -> SingleLocation:
-    if not isinstance(task, SingleLocation):
-        raise ValueError(f"task must be a SingleLocation; got {type(task).__name__}")  # noqa: TRY004 (project rule)
+def _task(task) -> SingleLocationTask:
+    if not isinstance(task, SingleLocationTask):
+        raise ValueError(f"task must be a SingleLocationTask; got {type(task).__name__}")  # noqa: TRY004 (project rule)
     return task
 
 
@@ -268,7 +268,7 @@ def _task(task) -> SingleLocation:
 # risks
 
 
-def risk(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     """True mean squared error R_lambda = E[(T_lambda(X) - Y)^2] as a function of the five scalars.
 
     Implements spec single_location.md Sec. 4.2 ("in full"; paper Theorem 1 and Appendix C), including eps^2 and the
@@ -276,7 +276,7 @@ def risk(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
 
     Parameters
     ----------
-    task : SingleLocation
+    task : SingleLocationTask
     lam : array_like float64 > 0
         Inverse temperature lambda.
     kappa, nu, theta, eta, rho : array_like float64 in [-1, 1]
@@ -293,12 +293,12 @@ def risk(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     return out.reshape(shape)[()]
 
 
-def excess_risk(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+def excess_risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     """Excess risk R - eps^2 (the quantity of the paper's risk plots; spec Sec. 0.1 "Words", Sec. 4.2, Sec. 9.2)."""
     return risk(task, lam, kappa, nu, theta, eta, rho) - _task(task).eps ** 2
 
 
-def risk_partials(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+def risk_partials(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     """Partial derivatives (dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of the risk.
 
     Implements spec single_location.md Sec. 4.3 (paper Appendix C; on M the last three vanish, paper Lemma 14).
@@ -311,7 +311,7 @@ def risk_partials(task: SingleLocation, lam, kappa, nu, theta=0.0, eta=0.0, rho=
     return out.reshape(shape + (5,))
 
 
-def manifold_risk(task: SingleLocation, lam, kappa, nu):
+def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
     """Risk on the invariant manifold M: R_M = eps^2 + (L-1) zeta0 + gamma^2 [1 - 2 nu erf(c kappa) + zeta(t, g)].
 
     Implements spec single_location.md Sec. 5.1 (paper Lemma 6), an expression separate from :func:`risk` (they agree
@@ -326,7 +326,7 @@ def manifold_risk(task: SingleLocation, lam, kappa, nu):
     return out.reshape(shape)[()]
 
 
-def manifold_vector_field(task: SingleLocation, lam, kappa, nu):
+def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
     """The PGD flow on M, -((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), shape broadcast + (2,).
 
     Implements spec single_location.md Sec. 8.5 (Fig. 6(b)) with the partials of Sec. 5.1; its zeros are the five
@@ -341,7 +341,7 @@ def manifold_vector_field(task: SingleLocation, lam, kappa, nu):
     return out.reshape(shape + (2,))
 
 
-def oracle_risk(task: SingleLocation, lam):
+def oracle_risk(task: SingleLocationTask, lam):
     """Risk of the erf oracle (k, v) = (k*, v*): eps^2 + gamma^2 [1 - 2 erf(c) + zeta(lambda s, g)] + (L-1) zeta0.
 
     Implements spec single_location.md Sec. 5.2 (paper Theorem 1, "in particular" part). Broadcasts over ``lam``.
@@ -355,12 +355,12 @@ def oracle_risk(task: SingleLocation, lam):
     return out.reshape(shape)[()]
 
 
-def bayes_risk_lower_bound(task: SingleLocation) -> float:
+def bayes_risk_lower_bound(task: SingleLocationTask) -> float:
     """Lower bound eps^2 on the Bayes risk (spec single_location.md Sec. 5.3, paper Eq. (8) and Corollary 2)."""
     return _task(task).eps ** 2
 
 
-def linear_risk(task: SingleLocation, location_probs=None) -> float:
+def linear_risk(task: SingleLocationTask, location_probs=None) -> float:
     """Risk of the optimal linear predictor, eps^2 + gamma^2 - sum_l p_l^2 gamma^4 / (1 + p_l (gamma^2 - 1)).
 
     Implements spec single_location.md Sec. 5.4 (paper Proposition 3).
@@ -510,7 +510,7 @@ def _jacobian(fn, x):
     return ((f[:5] - f[5:]) / (2 * _FD_H)).T
 
 
-def critical_point_search(task: SingleLocation, lam: float, *, n_starts: int = 2000, rng=0, max_iter: int = 150):
+def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int = 2000, rng=0, max_iter: int = 150):
     """Every critical point of R on (S^{d-1})^2 reached by a Levenberg–Marquardt root search from random starts.
 
     The critical points of R_lambda on (S^{d-1})^2 are the fixed points of the PGD map (spec Sec. 6.1, 6.4) for every
@@ -628,7 +628,7 @@ def _stability(eigs) -> str:
     return "saddle"
 
 
-def fixed_points(task: SingleLocation, lam: float, alpha: float | None = None, *, n_starts: int = 1000,
+def fixed_points(task: SingleLocationTask, lam: float, alpha: float | None = None, *, n_starts: int = 1000,
                  rng=0) -> tuple[FixedPoint, ...]:
     """All fixed points of the five-scalar PGD map at (task, lambda), named, with risk, linearisation and orbit.
 
@@ -639,7 +639,7 @@ def fixed_points(task: SingleLocation, lam: float, alpha: float | None = None, *
 
     Parameters
     ----------
-    task : SingleLocation (d >= 4)
+    task : SingleLocationTask (d >= 4)
     lam : float > 0
     alpha : float > 0, optional
         Step size for ``map_eigenvalues`` and ``attracting``.
@@ -798,7 +798,7 @@ def _describe(task, lam, alpha, x):
                       orbit=_orbit(x))
 
 
-def classify(task: SingleLocation, lam: float, states, *, tol: float = 1e-3, points=None,
+def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3, points=None,
              basin: bool = False) -> np.ndarray:
     """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
 
@@ -868,7 +868,7 @@ def _edge_certificate(task, lam, st):
     return out
 
 
-def run_to_fixed_point(task: SingleLocation, state0, *, alpha: float, lam: float, n_steps: int = 10_000,
+def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: float, n_steps: int = 10_000,
                        points=None, stop_tol: float = 1e-4, chunk: int = 250, certify: bool = False):
     """Five-scalar PGD (spec Sec. 6.4) at constant lambda, final states only, each trajectory stopped when converged.
 
@@ -930,7 +930,7 @@ class Basins:
     mean_steps: float
 
 
-def basins(task: SingleLocation, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
+def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
            tol: float = 1e-3, stop_tol: float = 1e-4, points=None, certify: bool = False) -> Basins:
     """Fractions of n uniform sphere starts (spec Sec. 6.5) whose PGD end state sits at each kind of fixed point.
 
@@ -965,7 +965,7 @@ class SpuriousPoint:
     distance_to_manifold: float
 
 
-def spurious_point(task: SingleLocation, lam: float) -> SpuriousPoint:
+def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
     """The spurious stationary point S (k = v*): theta_S = gamma g phi_1(0, g) / (s zeta(0, g)).
 
     Implements spec single_location.md Sec. 7.4 (found in the spec's verification work; not in the paper). S exists
@@ -985,7 +985,7 @@ def spurious_point(task: SingleLocation, lam: float) -> SpuriousPoint:
 # random initial states, vectors and data
 
 
-def sample_initial_state(task: SingleLocation, n: int, rng=None, on: str = "sphere") -> np.ndarray:
+def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "sphere") -> np.ndarray:
     """Draw n initial states (kappa, nu, theta, eta, rho) from their exact laws; returns (n, 5) float64.
 
     Implements spec single_location.md Sec. 6.5. ``on="sphere"``: k, v independent uniform on S^{d-1}, with the spec's
@@ -1027,7 +1027,7 @@ def _need_d4(task):
         raise ValueError(f"d must be >= 4 for the five-scalar map and initial laws (spec Sec. 6.4-6.5); got d={task.d}")
 
 
-def random_oracle_directions(task: SingleLocation, rng=None) -> tuple[np.ndarray, np.ndarray]:
+def random_oracle_directions(task: SingleLocationTask, rng=None) -> tuple[np.ndarray, np.ndarray]:
     """Draw (k*, v*): k* uniform on S^{d-1}, v* by Gram–Schmidt of a Gaussian against k* (spec Sec. 1 sampling recipe)."""
     task = _task(task)
     rng = as_generator(rng)
@@ -1039,7 +1039,7 @@ def random_oracle_directions(task: SingleLocation, rng=None) -> tuple[np.ndarray
     return k_star, v_star
 
 
-def vectors_from_state(task: SingleLocation, state, rng=None):
+def vectors_from_state(task: SingleLocationTask, state, rng=None):
     """Unit vectors (k, v, k*, v*) in R^d whose inner products are the given five scalars (spec Sec. 4.1, Sec. 6.4).
 
     Coordinates on (e1, e2, e3, e4) by Gram–Schmidt (k* = e1, v* = e2), then a random orthonormal 4-frame of R^d
@@ -1072,7 +1072,7 @@ def vectors_from_state(task: SingleLocation, state, rng=None):
     return tuple(x[0] for x in out) if single else out
 
 
-def sample_data(task: SingleLocation, n: int, rng=None, *, k_star, v_star, location_probs=None):
+def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, location_probs=None):
     """Draw n sequences from the data law: returns X (n, L, d), y (n,), j0 (n,) int (0-based positions).
 
     Implements spec single_location.md Sec. 1 (paper Sec. 2): J0 ~ location_probs (uniform by default); x_J0 ~
@@ -1139,7 +1139,7 @@ def _map_params(task, alpha, lams, s=None):
 
 
 def _batch_params(task, lam, alpha, d, n_traj, n_steps):
-    """Per-trajectory or shared map parameters for :func:`pgd` (spec Sec. 6.3-6.4: alpha, lambda and d enter the map
+    """Per-trajectory or shared map parameters for :func:`map` (spec Sec. 6.3-6.4: alpha, lambda and d enter the map
     only as numbers). Returns (params, lambda_0 per trajectory (n,), shared lambda sequence or None, n,
     descriptions)."""
     lam_arr = None if isinstance(lam, LamSchedule) else np.asarray(lam, dtype=np.float64)
@@ -1221,7 +1221,7 @@ def _derived_fn(task, manifold):
     return derived
 
 
-def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
+def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
         progress: bool = False, d=None, converged: float | None = None):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
 
@@ -1231,7 +1231,7 @@ def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, 
 
     Parameters
     ----------
-    task : SingleLocation (d >= 4)
+    task : SingleLocationTask (d >= 4)
     state0 : (n, 5) or (5,) float64 (kappa, nu, theta, eta, rho); with ``manifold=True`` also (n, 2) (kappa, nu) or
         (n, 5) with theta = eta = rho = 0.
     alpha : float > 0 or (n,) array
@@ -1300,8 +1300,8 @@ def pgd(task: SingleLocation, state0, *, alpha, n_steps: int, lam, saveat=None, 
                             converged=converged)
 
 
-def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n_steps: int, lam,
-                save_every: int = 1, save_vectors: bool = False):
+def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, n_steps: int, lam,
+             save_every: int = 1, save_vectors: bool = False):
     """Brute-force PGD with d-dimensional vectors and the chain-rule gradient (reference for the reduced maps).
 
     Implements spec single_location.md Sec. 6.1 (paper Definition 1) with grad_k R = R_kappa k* + R_eta v* + R_rho v and
@@ -1311,7 +1311,7 @@ def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n
     Parameters
     ----------
     k0, v0 : (d,) or (n, d) unit vectors; k_star, v_star : (d,) orthonormal.
-    alpha, n_steps, lam : as in :func:`pgd`.
+    alpha, n_steps, lam : as in :func:`map`.
     save_every : int >= 1
         Record every ``save_every`` steps (and the last step).
     save_vectors : bool
@@ -1319,7 +1319,7 @@ def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n
 
     Returns
     -------
-    dynamics.Trajectory with the variables of :func:`pgd`, the scalars computed as inner products of the vectors.
+    dynamics.Trajectory with the variables of :func:`map`, the scalars computed as inner products of the vectors.
     """
     task = _task(task)
     alpha = check_positive("alpha", alpha)
@@ -1367,7 +1367,7 @@ def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n
         v = v_new / np.linalg.norm(v_new, axis=1, keepdims=True)
         if not (np.all(np.isfinite(k)) and np.all(np.isfinite(v))):
             bad = int(np.argmax(~np.all(np.isfinite(k), axis=1) | ~np.all(np.isfinite(v), axis=1)))
-            raise dynamics.DivergenceError(f"pgd_vectors: non-finite vector at step {step + 1}, trajectory {bad}",
+            raise dynamics.DivergenceError(f"full_pgd: non-finite vector at step {step + 1}, trajectory {bad}",
                                            trajectory=bad, variable="k/v", step=step + 1, time=float(step + 1))
     derived = _derived_fn(task, manifold=False)(saved, None)
     if save_vectors:
@@ -1377,3 +1377,22 @@ def pgd_vectors(task: SingleLocation, k0, v0, k_star, v_star, *, alpha: float, n
              "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "save_every": save_every}}
     return dynamics.Trajectory.from_arrays(saved, names=["kappa", "nu", "theta", "eta", "rho", "lam"],
                                            time=steps.astype(np.float64), step=steps, variables=derived, attrs=attrs)
+
+
+def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float]:
+    """The paper's named risk predictions for ``task`` at temperature ``lam``, assembled from the closed forms.
+
+    Keys (each a float):
+
+    * ``oracle_risk``: R_lambda(k*, v*) of the erf oracle, paper Theorem 1 ("in particular" part), spec Sec. 5.2.
+    * ``oracle_excess_risk``: ``oracle_risk`` - eps^2; it tends to 0 under Corollary 2's scaling (spec Sec. 5.3).
+    * ``bayes_risk_lower_bound``: eps^2, paper Eq. (8) (spec Sec. 5.3).
+    * ``linear_risk``: risk of the optimal linear predictor, uniform J0, paper Proposition 3 (spec Sec. 5.4).
+    * ``null_risk``: eps^2 + gamma^2, the risk of the zero predictor (the large-L limit of ``linear_risk``, Sec. 5.4).
+    """
+    task = _task(task)
+    lam = check_positive("lam", lam)
+    oracle = float(oracle_risk(task, lam))
+    eps2 = bayes_risk_lower_bound(task)
+    return {"oracle_risk": oracle, "oracle_excess_risk": oracle - eps2, "bayes_risk_lower_bound": eps2,
+            "linear_risk": linear_risk(task), "null_risk": eps2 + task.gamma ** 2}

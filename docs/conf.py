@@ -27,7 +27,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
-myst_heading_anchors = 3
+myst_heading_anchors = 4  # numbered sections down to "#### A.5.1" get anchors that docstring citations link to
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "examples/README.txt"]
 
 # numpy-style docstrings; the package's own symbol tables are plain reST tables
@@ -60,6 +60,45 @@ html_title = "attndyn"
 
 # -- docstrings are plain text for help(); two plain-text habits clash with reST and are adapted here -----------
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_BORDER = re.compile(r"^\s*=+(?:\s+=+)+\s*$")
+_UNDERLINE = re.compile(r"^\s*([=\-~^`#*+\"'])\1{2,}\s*$")
+
+# -- docstrings cite the model pages as "docs/models/<page>.md §6.4"; on the site each section number links to its
+# heading (anchors are MyST's GitHub-style slugs of the heading titles, myst_heading_anchors above) --------------
+_SECTION = r"(?:[A-C]\.\d+(?:\.\d+)*|G\.[ABC]|\d+(?:\.\d+)*)"
+_CITATION = re.compile(r"docs/models/(\w+)\.md((?:(?:\s?,\s*|\s?[-/\u2013]\s?|\s)§" + _SECTION + r")+)")
+
+
+def _section_anchors():
+    """{page: {section number: anchor}} from the numbered headings of docs/models/*.md."""
+    from myst_parser.slugs import github_slugify
+
+    anchors = {}
+    for path in sorted((ROOT / "docs" / "models").glob("*.md")):
+        heads = re.findall(r"^#{1,4}\s+((" + _SECTION + r")\.?\s.*?)\s*$", path.read_text(encoding="utf-8"), re.MULTILINE)
+        anchors[path.stem] = {num: github_slugify(title) for title, num in heads}
+    return anchors
+
+
+_ANCHORS = _section_anchors()
+
+
+def _link_citations(line):
+    """Turn each "§N" of a "docs/models/<page>.md §N, §M" citation into a link to that heading of the page."""
+
+    def repl(m):
+        page, items = m.group(1), m.group(2)
+        known = _ANCHORS.get(page, {})
+
+        def one(s):
+            num = s.group(1)
+            if num not in known:
+                return s.group(0)
+            return f"`§{num} <models/{page}.html#{known[num]}>`__"
+
+        return f"docs/models/{page}.md" + re.sub("§(" + _SECTION + r")(?!\w|\.\d)", one, items)
+
+    return _CITATION.sub(repl, line)
 
 
 def _plain_text_to_rest(app, what, name, obj, options, lines):
@@ -69,9 +108,22 @@ def _plain_text_to_rest(app, what, name, obj, options, lines):
     * ``|x|`` (an absolute value or a norm) would be read as a substitution reference: the bars become the
       one-character sign U+2758 (light vertical bar, of single width), so simple-table columns and title underlines keep their widths.
     """
-    out, i = [], 0
+    out, i, literal_indent, in_table = [], 0, None, False
     while i < len(lines):
         line = lines[i]
+        # citations become links, except in literal blocks and simple tables (where a longer cell breaks the layout)
+        indent = len(line) - len(line.lstrip())
+        if literal_indent is not None and line.strip() and indent <= literal_indent:
+            literal_indent = None
+        if not line.strip():
+            in_table = False
+        elif _BORDER.match(line):
+            in_table = True
+        title = i + 1 < len(lines) and bool(_UNDERLINE.match(lines[i + 1]))  # a longer title needs a longer underline
+        if literal_indent is None and not in_table and not title and "docs/models/" in line:
+            line = _link_citations(line)
+        if line.rstrip().endswith("::") and literal_indent is None:
+            literal_indent = indent
         if _TABLE_ROW.match(line):
             indent = len(line) - len(line.lstrip())
             out += ["", " " * indent + "::", ""]

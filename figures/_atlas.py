@@ -56,7 +56,7 @@ def _lam_cross(task, lo):
 
 def data_continuation(cfg) -> xr.Dataset:
     p = cfg.params
-    task = sl.SingleLocation(d=int(p["d"]), L=int(p["L"]))
+    task = sl.SingleLocationTask(d=int(p["d"]), L=int(p["L"]))
     lams = np.geomspace(float(p["lam_min"]), float(p["lam_max"]), int(p["n_lam"]))
     shape = (lams.size, len(BRANCHES))
     risk = np.full(shape, np.nan)
@@ -182,7 +182,7 @@ def data_atlas(cfg) -> xr.Dataset:
     rng = np.random.default_rng(cfg.seed)
     for i, lam in enumerate(lams):
         for j, d in enumerate(ds_):
-            task = sl.SingleLocation(d=int(d), L=L_PAPER)
+            task = sl.SingleLocationTask(d=int(d), L=L_PAPER)
             # stop within 1e-3 of an attractor, inside its linear basin (Jacobian multipliers < 1; nonlinear terms
             # ~1e-6): the classification tolerance, so a stopped run is named
             b = sl.basins(task, float(lam), n, alpha=paper_alpha(float(lam)), n_steps=int(p["n_steps"]), rng=rng,
@@ -268,9 +268,9 @@ ICL_CLASSES = ("solution_manifold", "single_head", "origin", "other")
 
 def data_icl_atlas(cfg) -> xr.Dataset:
     p = cfg.params
-    task = icl.ICLRegression(d=int(p["d"]), L=int(p["L"]), sigma2=float(p["sigma2"]))
+    task = icl.ICLRegressionTask(d=int(p["d"]), L=int(p["L"]), sigma2=float(p["sigma2"]))
     H = 2
-    pts = icl.stationary_points(task, H, n_starts=int(p["n_search"]), rng=cfg.seed)
+    pts = icl.fixed_points(task, H, n_starts=int(p["n_search"]), rng=cfg.seed)
     # the single-head line omega_1 = omega_2 = 1/sqrt(d), mu_1 + mu_2 = mu*: Hessian of F/2 along the split s = mu_1/mu*
     o = icl.single_head_optimum(task)
     splits = np.linspace(-1.0, 2.0, int(p["n_split"]))
@@ -287,11 +287,11 @@ def data_icl_atlas(cfg) -> xr.Dataset:
     for i, sc in enumerate(scales):
         om0 = rng.normal(0.0, sc, (n, H))  # omega drawn first (spec §5.5 recipe)
         mu0 = rng.normal(0.0, sc, (n, H))
-        tr = icl.gd(task, om0, mu0, lr=float(p["lr"]), n_steps=int(p["n_steps"]),
-                    saveat=SaveAt(final=True))
+        tr = icl.map(task, om0, mu0, lr=float(p["lr"]), n_steps=int(p["n_steps"]),
+                     saveat=SaveAt(final=True))
         Y = tr.states()[:, -1]
         finals[i] = Y
-        names = icl.classify_end_state(task, Y[:, :H], Y[:, H:])
+        names = icl.classify(task, Y[:, :H], Y[:, H:])
         classes[i] = names
         for j, c in enumerate(ICL_CLASSES):
             counts[i, j] = int(np.sum(names == c))

@@ -74,10 +74,10 @@ def _oracle(task, cfg):
 
 
 def _task(cfg, K):
-    from empirical.models.single_location_transformer import MultiLocation
+    from empirical.models.single_location_transformer import MultiLocationTask
 
     p = cfg.params
-    return MultiLocation(d=int(p["d"]), L=int(p["L"]), K=K, gamma=math.sqrt(0.5), noise=float(p["noise"]))
+    return MultiLocationTask(d=int(p["d"]), L=int(p["L"]), K=K, gamma=math.sqrt(0.5), noise=float(p["noise"]))
 
 
 def _band(ax, ds, var, *, label, color, transform=np.asarray, method="percentile"):
@@ -138,7 +138,7 @@ def _pairs(ds, prefix):
 def _reference_levels(task) -> dict[str, float]:
     """Closed-form excess-risk levels for K = 1: null predictor (gamma^2), optimal linear predictor (spec Sec. 5.4,
     Prop. 3) and the erf oracle at its best lambda (spec Sec. 5.2, minimised on a log grid of 4001 lambdas)."""
-    single = cf.SingleLocation(d=task.d, L=task.L, gamma=task.gamma, noise=task.noise)
+    single = cf.SingleLocationTask(d=task.d, L=task.L, gamma=task.gamma, noise=task.noise)
     lams = np.logspace(-4, 1, 4001)
     oracle = np.asarray(cf.oracle_risk(single, lams)) - task.eps ** 2
     best = int(np.argmin(oracle))

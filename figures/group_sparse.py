@@ -59,8 +59,8 @@ N_PROXY = 8
 the theory side's own standard error in the rows (``theory_se``)."""
 
 
-def _task(d: int, D: int) -> cf.GroupSparseSpec:
-    return cf.GroupSparseSpec(d=d, D=D, sigma_x=SIGMA_X, jstar=JSTAR, eta=ETA)
+def _task(d: int, D: int) -> cf.GroupSparseTask:
+    return cf.GroupSparseTask(d=d, D=D, sigma_x=SIGMA_X, jstar=JSTAR, eta=ETA)
 
 
 def _save_steps(n_steps: int, n_save: int) -> np.ndarray:
@@ -81,7 +81,7 @@ def _seeds(cfg, n_seeds: int) -> tuple[int, ...]:
 def _train_gd(task, samples, seeds, n_steps, steps, device, progress, **model_kw):
     """Torch full-batch GD (shared trainer) on fixed samples; returns the trajectory and the final parameters."""
     model = gm.GroupSparseAttention(task, data=samples, **model_kw)
-    config = gm.gd_config(model, n_steps, seeds=seeds, saveat=SaveAt(steps=tuple(int(s) for s in steps)))
+    config = gm.config("gd", model, n_steps, seeds=seeds, saveat=SaveAt(steps=tuple(int(s) for s in steps)))
     return train(model, config, device=device, return_params=True, progress=progress)
 
 
@@ -183,8 +183,8 @@ def _row(quantity, time, theory, samples, *, theory_se=None, **kw) -> GapRow:
 def _reduced_proxies(task, n_steps, steps, n_pop, rng) -> dict:
     """The projected population map (Sec. B.3) on :data:`N_PROXY` independent population proxies of n_pop draws:
     ``{name: (N_PROXY, n_saved)}`` for the variables of ``REDUCED``."""
-    runs = [cf.reduced_gd(task, n_steps, n_samples=n_pop, rng=g, saveat=SaveAt(steps=tuple(int(s) for s in steps)),
-                          with_se=False) for g in rng.spawn(N_PROXY)]
+    runs = [cf.map(task, n_steps, n_samples=n_pop, rng=g, saveat=SaveAt(steps=tuple(int(s) for s in steps)),
+                   with_se=False) for g in rng.spawn(N_PROXY)]
     return {name: np.stack([r[name].values[0] for r in runs]) for name in REDUCED}
 
 
@@ -567,14 +567,14 @@ def data_downstream(cfg) -> xr.Dataset:
         traj, params = _train_gd(task, samples, seeds, p["T_pre"], [0, p["T_pre"]], cfg.device,
                                  cfg.progress)
         _, W_learned = gm.to_weights(params)
-    red = cf.reduced_gd(task, p["T_pre"], n_samples=p["n_pop"], rng=gens["population"], saveat=SaveAt(final=True),
-                        with_se=False)
+    red = cf.map(task, p["T_pre"], n_samples=p["n_pop"], rng=gens["population"], saveat=SaveAt(final=True),
+                 with_se=False)
     state = np.array([float(red[name].values[0, -1]) for name in cf.STATE_NAMES])
     S = len(seeds)
     W_red = np.repeat(cf.embed_state(task, state, v_star)[1][None], S, axis=0)
     # the population map run on into the theorem's regime (T >= D^3, attention on j* near 1): the W of Sec. B.4
-    red_long = cf.reduced_gd(task, p["T_theory"], n_samples=p["n_pop"], rng=gens["population"],
-                             saveat=SaveAt(final=True), with_se=False)
+    red_long = cf.map(task, p["T_theory"], n_samples=p["n_pop"], rng=gens["population"],
+                      saveat=SaveAt(final=True), with_se=False)
     state_long = np.array([float(red_long[name].values[0, -1]) for name in cf.STATE_NAMES])
     W_long = np.repeat(cf.embed_state(task, state_long, v_star)[1][None], S, axis=0)
     Xs, ys, Xts, yts, vts = [], [], [], [], []

@@ -65,7 +65,7 @@ from figures.registry import CheckResult, Explanation, GapRow, compare_rows, reg
 MODEL = "icl_regression"
 PAPER = "He, Pan, Chen, Yang (ICML 2025)"
 D, L_TRAIN, S2 = 5, 40, 0.1  # spec §9 common setup [C]
-TASK = cf.ICLRegression(d=D, L=L_TRAIN, sigma2=S2)
+TASK = cf.ICLRegressionTask(d=D, L=L_TRAIN, sigma2=S2)
 ETA_STAR = cf.eta_star(TASK)
 COLORS = list(TOL_BRIGHT.values())
 COUNT_LEVEL = 0.05  # level of the one-sided binomial test of the per-seed count checks (_count_check)
@@ -119,12 +119,12 @@ def fig5_panel_steps(n_steps: int) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=32)
 def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seeds, batch, device):
-    task = cf.ICLRegression(**dict(task_args))
+    task = cf.ICLRegressionTask(**dict(task_args))
     model = im.ICLAttention(task, H, attention=attention, rho=rho, supports=supports,
                             log_circuits=supports is None)
     steps = np.unique(np.concatenate([np.arange(0, n_steps + 1, log_every), fig5_panel_steps(n_steps),
                                       [n_steps]]).astype(np.int64))
-    config = dataclasses.replace(im.paper_config(seeds=seeds, n_steps=n_steps, batch_size=batch, eval_size=1000),
+    config = dataclasses.replace(im.config("paper", seeds=seeds, n_steps=n_steps, batch_size=batch, eval_size=1000),
                                  saveat=SaveAt(steps=tuple(int(s) for s in steps)))
     with torch_threads(1):
         traj, params = train(model, config, device=device, return_params=True)
@@ -218,7 +218,7 @@ def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
     i_start = np.minimum(i0, T - 1)  # GD is started from some state for every seed (discarded where i0 = T)
     om0 = omega[np.arange(S), i_start]
     mu0 = mu[np.arange(S), i_start]
-    gd = cf.gd(task, om0, mu0, lr=lr, n_steps=n_gd, saveat=SaveAt(log=400))
+    gd = cf.map(task, om0, mu0, lr=lr, n_steps=n_gd, saveat=SaveAt(log=400))
     go, gm = im.stack_heads(gd, H)  # (S, n_save, H)
     gpat = cf.classify_heads(go, gm, dummy_tol=0.0)
     out = {k: np.full((S, T), np.nan) for k in ("t_match", "mudo_gd", "mupos_gd", "summu_gd", "homog_gd")}
@@ -1000,14 +1000,14 @@ def checks_fig7(ds):
                   "paper": {"n_iter": 1_000_000, "H": 4, "init_seed": 3, "lr": 0.01}},
           plot=plot_fig7, checks=checks_fig7)
 def data_fig7(cfg) -> xr.Dataset:
-    """Fig. 7: GD on F/2 with the §5.5 initialisation (closedform.icl_regression.gd)."""
+    """Fig. 7: GD on F/2 with the §5.5 initialisation (closedform.icl_regression.map)."""
     p = cfg.params
     rng = np.random.default_rng(p["init_seed"])  # spec §5.5 recipe: omega drawn first, then mu
     omega0 = rng.normal(0.0, 0.01, p["H"])
     mu0 = rng.normal(0.0, 0.01, p["H"])
     steps = np.unique(np.concatenate([np.rint(np.geomspace(1, p["n_iter"], 120)).astype(int), [0],
                                       [k for k in FIG7_REF if k <= p["n_iter"]]]))
-    traj = cf.gd(TASK, omega0, mu0, lr=p["lr"], n_steps=p["n_iter"], saveat=SaveAt(steps=tuple(int(s) for s in steps)))
+    traj = cf.map(TASK, omega0, mu0, lr=p["lr"], n_steps=p["n_iter"], saveat=SaveAt(steps=tuple(int(s) for s in steps)))
     om, mu = im.stack_heads(traj, p["H"])
     return xr.Dataset({"omega": (("step", "head"), om[0]), "mu": (("step", "head"), mu[0]),
                        "mu_dot_omega": (("step",), traj["mu_dot_omega"].values[0]),
@@ -1232,7 +1232,7 @@ def data_fig13(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 # Figs. 16-19, Table 2: multi-task regression
 # ----------------------------------------------------------------------------------------------------------------------
-MT_TASK = cf.ICLRegression(d=6, L=48, sigma2=0.1)  # spec §8.3 [C]: d = 6, L = 8d, noise 0.1 per coordinate
+MT_TASK = cf.ICLRegressionTask(d=6, L=48, sigma2=0.1)  # spec §8.3 [C]: d = 6, L = 8d, noise 0.1 per coordinate
 MT_SUPPORTS = ((0, 1, 2, 3), (2, 3, 4, 5))  # S_1 = {1,2,3,4}, S_2 = {3,4,5,6} (0-based)
 MT_GROUPS = ("t0", "t0t1", "t1")  # {1,2} task 1 only, {3,4} shared, {5,6} task 2 only
 
@@ -1468,12 +1468,12 @@ def checks_fig22(ds):
                   "paper": {"t1": 10000.0, "n_save": 600}},
           plot=plot_fig22, checks=checks_fig22)
 def data_fig22(cfg) -> xr.Dataset:
-    """Fig. 22: reduced two-head ODE (closedform.icl_regression.two_head_flow), spec §6.2-6.4."""
+    """Fig. 22: reduced two-head ODE (closedform.icl_regression.symmetric_flow), spec §6.2-6.4."""
     p = cfg.params
     eps0 = 0.01
     ts = np.unique(np.concatenate([[0.0], np.geomspace(1e-2, p["t1"], p["n_save"]),
                                    [t for t in TABLE_64 if t <= p["t1"]], np.linspace(4, 8, 81)]))
-    traj = cf.two_head_flow(TASK, eps0, eps0, (0.0, p["t1"]), saveat=SaveAt(ts=tuple(ts)))
+    traj = cf.symmetric_flow(TASK, eps0, eps0, (0.0, p["t1"]), saveat=SaveAt(ts=tuple(ts)))
     with np.errstate(divide="ignore", invalid="ignore"):
         return xr.Dataset({k: (("time",), traj[k].values[0]) for k in ("omega", "mu", "F", "two_omega_mu", "ratio")},
                           coords={"time": traj["time"].values},

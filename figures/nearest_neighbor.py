@@ -134,11 +134,11 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
 def data_fig1(cfg) -> xr.Dataset:
     """One prompt on S^2 with the 1-NN label map and the trained attention's prediction on a lon/lat grid."""
     p = cfg.params
-    task = cf.NearestNeighborSpec(d=3, N=p["N"], sigma=3.0, eta=2.0)
+    task = cf.NearestNeighborTask(d=3, N=p["N"], sigma=3.0, eta=2.0)
     gens = spawn_generators(cfg.seed, ["prompt", "train"])
     shown = cf.sample_prompts(task, 1, gens["prompt"], labels=True)
-    traj = cf.reduced_gd(task, cf.sample_prompts(task, p["n_train"], gens["train"]), p["n_steps"],
-                         saveat=SaveAt(final=True))
+    traj = cf.map(task, cf.sample_prompts(task, p["n_train"], gens["train"]), p["n_steps"],
+                  saveat=SaveAt(final=True))
     xi1, xi2 = float(traj.xi1.values[0, -1]), float(traj.xi2.values[0, -1])
     lat, lon, pts = _grid(p["n_lat"], p["n_lon"])
     X, y = shown.X[0], shown.y[0]
@@ -226,7 +226,7 @@ def checks_fig2(ds: xr.Dataset) -> list[CheckResult]:
 def data_fig2(cfg) -> xr.Dataset:
     """Grid of reduced losses, MC values at the Appendix R points and torch losses at those points per seed."""
     p = cfg.params
-    task = cf.NearestNeighborSpec(d=4, N=4, sigma=0.0, eta=1.0)
+    task = cf.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0)
     gens = spawn_generators(cfg.seed, ["landscape"])
     prompts = cf.sample_prompts(task, p["n_prompts"], gens["landscape"])
     xi1 = np.linspace(0.0, 20.0, p["n_xi1"])
@@ -408,19 +408,19 @@ def data_fig3(cfg) -> xr.Dataset:
     bound_ok = True
     Ns, ds_, sigmas = [], [], []
     for k, (N, d) in enumerate(p["configs"]):
-        task = cf.NearestNeighborSpec(d=d, N=N, sigma=_sigma_default(N, d), eta=ETA)
+        task = cf.NearestNeighborTask(d=d, N=N, sigma=_sigma_default(N, d), eta=ETA)
         gens = spawn_generators(np.random.SeedSequence([cfg.seed, k]), ["pop", "shift", "train_law"])
         seeds = _sample_seeds(cfg.seed, 100 + k, p["n_seeds"])
         shifted = cf.sample_shifted_prompts(task, p["n_test"], gens["shift"], delta=DELTA)
         train_law = cf.sample_prompts(task, p["n_test"], gens["train_law"], labels=True)
         model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, p["n_train"], seeds), test=shifted)
         with torch_threads(1):
-            traj = train(model, nnm.gd_config(model, p["n_steps"], seeds=seeds,
+            traj = train(model, nnm.config("gd", model, p["n_steps"], seeds=seeds,
                                               saveat=SaveAt(steps=[int(s) for s in steps_t])),
                          device=cfg.device, progress=cfg.progress)
-        red = cf.reduced_gd(task, cf.sample_prompts(task, p["n_pop"], gens["pop"]), int(steps[-1]),
-                            saveat=SaveAt(steps=[int(s) for s in steps]))
-        same = [cf.reduced_gd(task, prompts, p["n_steps"], saveat=SaveAt(steps=[int(s) for s in steps_t]))
+        red = cf.map(task, cf.sample_prompts(task, p["n_pop"], gens["pop"]), int(steps[-1]),
+                     saveat=SaveAt(steps=[int(s) for s in steps]))
+        same = [cf.map(task, prompts, p["n_steps"], saveat=SaveAt(steps=[int(s) for s in steps_t]))
                 for prompts in model.data]  # the reduced map on each seed's own x's (paired gaps)
         out["L_reduced_same"].append(np.stack([r.L.values[0] for r in same]))
         out["xi1_reduced_same"].append(np.stack([r.xi1.values[0] for r in same]))
@@ -540,8 +540,8 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
 def data_overlay(cfg) -> xr.Dataset:
     """Reduced map, torch merged W and torch factorised W on the same prompt samples (one per seed)."""
     p = cfg.params
-    task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=ETA)
-    task_fact = cf.NearestNeighborSpec(d=4, N=16, sigma=0.0, eta=ETA)  # no mask for the factorised model
+    task = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=ETA)
+    task_fact = cf.NearestNeighborTask(d=4, N=16, sigma=0.0, eta=ETA)  # no mask for the factorised model
     steps = np.unique(np.concatenate([SaveAt(log=p["n_save"]).resolve_steps(p["n_steps"]), [20]]))
     saveat = SaveAt(steps=[int(s) for s in steps])
     seeds = _sample_seeds(cfg.seed, 7, p["n_seeds"])
@@ -550,11 +550,11 @@ def data_overlay(cfg) -> xr.Dataset:
     with torch_threads(1):
         for src, t_, kw in (("merged", task, {}), ("factorised", task_fact, {"parametrisation": "factorised"})):
             model = nnm.NearestNeighborAttention(t_, data=data, **kw)
-            traj = train(model, nnm.gd_config(model, p["n_steps"], seeds=seeds, saveat=saveat), device=cfg.device,
+            traj = train(model, nnm.config("gd", model, p["n_steps"], seeds=seeds, saveat=saveat), device=cfg.device,
                          progress=cfg.progress)
             for var in ("L", "q_istar", "q_istar_lo", "q_self", "xi1", "xi2", "off"):
                 out[f"{var}_{src}"] = (("seed", "step"), traj[var].values)
-    reds = [cf.reduced_gd(task, cf.sample_prompts(task, p["n_prompts"], s), p["n_steps"], saveat=saveat)
+    reds = [cf.map(task, cf.sample_prompts(task, p["n_prompts"], s), p["n_steps"], saveat=saveat)
             for s in seeds]
     for var in DIAG:
         out[f"{var}_reduced"] = (("seed", "step"), np.stack([r[var].values[0] for r in reds]))

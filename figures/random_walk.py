@@ -80,9 +80,9 @@ RIDGE_EXPLANATION = Explanation(
               "random_walk.fig5 panel (e) leave the ridge the same way; check 'Theorem C2 ridge is unstable'"))
 
 
-def _task(p, par) -> cf.RandomWalkSpec:
+def _task(p, par) -> cf.RandomWalkTask:
     """The task of a figure run: the paper's rho = M/2 at M = N + 1 (see :data:`DEFAULTS_U`)."""
-    return cf.RandomWalkSpec(K=par["K"], N=par["N"], M=par["N"] + 1, rho=par["M"] / 2.0, p=p,
+    return cf.RandomWalkTask(K=par["K"], N=par["N"], M=par["N"] + 1, rho=par["M"] / 2.0, p=p,
                              eta=par.get("eta", 1.0), eps=par.get("eps", 0.1))
 
 
@@ -100,11 +100,11 @@ def _paired_rows(ds, name, steps, *, a="torch", b="reduced", label="", explanati
 def _perturbed_reduced(task, walks, test, n_steps, steps, *, at=2, rel=1e-16, seed=0):
     """The reduced map run to step ``at``, its state perturbed by ``rel`` max|state| Gaussian noise, then run on to
     ``n_steps``: the stability probe of Theorem C2's symmetric state. Returns (steps, acc) of the whole run."""
-    first = cf.reduced_gd(task, at, walks=walks, test=test, saveat=SaveAt(steps=tuple(range(at + 1))))
+    first = cf.map(task, at, walks=walks, test=test, saveat=SaveAt(steps=tuple(range(at + 1))))
     x = first.states()[0, -1]
     x = x + rel * np.abs(x).max() * np.random.default_rng(seed).standard_normal(x.shape)
     rest_steps = tuple(s - at for s in steps if s >= at)
-    rest = cf.reduced_gd(task, n_steps - at, walks=walks, test=test, state0=x, saveat=SaveAt(steps=rest_steps))
+    rest = cf.map(task, n_steps - at, walks=walks, test=test, state0=x, saveat=SaveAt(steps=rest_steps))
     acc = np.concatenate([first["acc"].values[0][[s for s in steps if s < at]], rest["acc"].values[0]])
     return acc
 
@@ -125,7 +125,7 @@ def _torch_run(task, cfg, seeds, walks, n_steps, steps, **model_kw):
     """Full-batch GD of the torch model on fixed walks; returns (trajectory, final params, model)."""
     train_w, test_w = walks
     model = rwm.RandomWalkAttention(task, data=train_w, test=test_w, **model_kw)
-    config = rwm.gd_config(model, n_steps, seeds=tuple(seeds), saveat=SaveAt(steps=tuple(steps)))
+    config = rwm.config("gd", model, n_steps, seeds=tuple(seeds), saveat=SaveAt(steps=tuple(steps)))
     with torch_threads(1):
         traj, params = train(model, config, device=cfg.device, return_params=True, progress=cfg.progress)
     return traj, params, model
@@ -134,7 +134,7 @@ def _torch_run(task, cfg, seeds, walks, n_steps, steps, **model_kw):
 def _reduced_runs(task, walks, n_steps, steps):
     """The exact reduced GD map (Sec. C.5) on each run's walks; a list of trajectories."""
     train_w, test_w = walks
-    return [cf.reduced_gd(task, n_steps, walks=tr, test=te, saveat=SaveAt(steps=tuple(steps)))
+    return [cf.map(task, n_steps, walks=tr, test=te, saveat=SaveAt(steps=tuple(steps)))
             for tr, te in zip(train_w, test_w)]
 
 
@@ -223,9 +223,9 @@ def _zero_init_data(cfg, p: float) -> xr.Dataset:
         psteps = tuple(range(n_pop + 1))
         model_p = rwm.RandomWalkAttention(task, data=law, test=law, log_profile=True)
         with torch_threads(1):
-            traj_p = train(model_p, rwm.gd_config(model_p, n_pop, seeds=(cfg.seed,), saveat=SaveAt(steps=psteps)),
+            traj_p = train(model_p, rwm.config("gd", model_p, n_pop, seeds=(cfg.seed,), saveat=SaveAt(steps=psteps)),
                            device=cfg.device)
-        red_p = cf.reduced_gd(task, n_pop, walks=law, test=law, saveat=SaveAt(steps=psteps))
+        red_p = cf.map(task, n_pop, walks=law, test=law, saveat=SaveAt(steps=psteps))
         prof = np.stack([traj_p[f"attn_pos_{j}"].values[0] for j in range(task.N)], -1)
         spread_r = []
         for t in range(len(psteps)):
@@ -951,7 +951,7 @@ def data_qa(cfg) -> xr.Dataset:
         N = rwm.qa_geometry(task).N
         model = rwm.QAAttention(task, data=train_q, test=test_q, M=N + 1, rho=par["M"] / 2.0, relu=relu)
         with torch_threads(1):
-            traj = train(model, rwm.qa_gd_config(model, T, seeds=tuple(seeds), saveat=SaveAt(steps=steps)),
+            traj = train(model, rwm.config("qa_gd", model, T, seeds=tuple(seeds), saveat=SaveAt(steps=steps)),
                          device=cfg.device, progress=cfg.progress)
         tag = _qa_tag(task, relu) + ("_balanced" if balanced else "")
         data[f"{tag}_acc"] = (("seed", "step"), traj["acc"].values)

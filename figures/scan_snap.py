@@ -14,7 +14,7 @@ Registered figures (``python -m figures list``):
   WikiText, Sec. 5.5 [choice]): attention entropy over training for several learning rates, and a Fig.-7-style map.
 
 Every torch run goes through the shared trainer (:mod:`empirical.train`) and every overlay through the closed form
-(:func:`closedform.scan_snap.population_map`), with the diagnostics of :mod:`closedform.scan_snap` (Sec. 4.6).
+(:func:`closedform.scan_snap.map`), with the diagnostics of :mod:`closedform.scan_snap` (Sec. 4.6).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0,
     ssm, train = _torch()
     model = ssm.ScanSnapTorch(classes=classes, T=T, init=init, probe_z=probe_z)
     seeds = tuple(range(cfg.seed * 1000 + seed_offset, cfg.seed * 1000 + seed_offset + n_seeds))
-    return train(model, ssm.sgd_config(model, task, seeds, n_steps=n_steps, saveat=saveat), device=cfg.device)
+    return train(model, ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=saveat), device=cfg.device)
 
 
 def _mean_t_check(name: str, diffs, *, sign: int, statistic: str, level: float = 1e-2) -> CheckResult:
@@ -184,9 +184,9 @@ def data_fig4(cfg) -> xr.Dataset:
     snaps = _snap_index(None, n_steps)
     out = {k: [] for k in ("c_sgd", "c_map", "H_sgd", "H_map")}
     for e in p["eta_Y"]:
-        task = cf.ScanSnap(classes=classes, eta_Y=float(e), eta_Z=1.0)
+        task = cf.ScanSnapTask(classes=classes, eta_Y=float(e), eta_Z=1.0)
         tr = _sgd(cfg, classes, task, T=int(p["T"]), n_seeds=int(p["n_seeds"]), n_steps=n_steps)
-        ref = cf.population_map(task, n_steps, momentum=0.9)
+        ref = cf.map(task, n_steps, momentum=0.9)
         c = cf.attention_maps(classes, _Z_of(tr, classes))  # (seed, time, K, Lc)
         out["c_sgd"].append(c[:, snaps])
         out["c_map"].append(ref.c.values[0, snaps])
@@ -250,9 +250,9 @@ def data_gap_T(cfg) -> xr.Dataset:
     """SGD minus map entropy (late-time mean) per seed and T (spec Sec. 4.7)."""
     p = cfg.params
     classes = cf.SequenceClasses.syn_small()
-    task = cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    task = cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     n = int(p["n_steps"])
-    ref = cf.population_map(task, n, momentum=0.9).H_mean.values[0]
+    ref = cf.map(task, n, momentum=0.9).H_mean.values[0]
     gaps = []
     for T in p["T"]:
         tr = _sgd(cfg, classes, task, T=int(T), n_seeds=int(p["n_seeds"]), n_steps=n, probe_z=False)
@@ -308,7 +308,7 @@ def data_fig5(cfg) -> xr.Dataset:
     for e in p["eta"]:
         model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]))
         seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + int(p["n_seeds"])))
-        tr = train(model, ssm.adam_config(model, float(e), seeds, n_steps=n), device=cfg.device)
+        tr = train(model, ssm.config("adam", model, float(e), seeds, n_steps=n), device=cfg.device)
         cs.append(cf.attention_maps(classes, _Z_of(tr, classes))[:, snaps])
         Hs.append(tr.H_mean.values)
     return xr.Dataset({"c": (("eta", "seed", "snap", "class", "token"), np.array(cs)),
@@ -376,8 +376,8 @@ def _medium_runs(cfg) -> xr.Dataset:
         for ez in eta_Z:
             hr, h0r, rr = [], [], []
             for r in ratio:
-                task = cf.ScanSnap(classes=classes, eta_Y=float(ez * r), eta_Z=float(ez))
-                tr, params = train(model, ssm.sgd_config(model, task, seeds, n_steps=n, saveat=SaveAt(steps=(0, n))),
+                task = cf.ScanSnapTask(classes=classes, eta_Y=float(ez * r), eta_Z=float(ez))
+                tr, params = train(model, ssm.config("sgd", model, task, seeds, n_steps=n, saveat=SaveAt(steps=(0, n))),
                                    device=cfg.device, return_params=True)
                 hr.append(tr.H_mean.values[:, -1])
                 h0r.append(tr.H_mean.values[:, 0])
@@ -390,8 +390,8 @@ def _medium_runs(cfg) -> xr.Dataset:
         Zm = np.tile(np.stack([b for _, b in inits]), (eta_Z.size * ratio.size, 1, 1))
         eZ = np.repeat(np.repeat(eta_Z, ratio.size), n_draws)
         eY = np.repeat((eta_Z[:, None] * ratio[None, :]).ravel(), n_draws)
-        ref = cf.population_map(cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0), n, momentum=0.9, Y0=Y0, Z0=Zm,
-                                eta_Y=eY, eta_Z=eZ, lumped=False, saveat=SaveAt(steps=(0, n)))
+        ref = cf.map(cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0), n, momentum=0.9, Y0=Y0, Z0=Zm,
+                     eta_Y=eY, eta_Z=eZ, lumped=False, saveat=SaveAt(steps=(0, n)))
         H_map.append(ref.H_mean.values[:, -1].reshape(eta_Z.size, ratio.size, n_draws))
         H_sgd.append(hs)
         H0_sgd.append(h0s)
@@ -779,7 +779,7 @@ def data_fig10(cfg) -> xr.Dataset:
     ent, loss, maps = [], [], []
     steps = None
     for e in p["eta"]:
-        conf = ssm.text_config(model, float(e), seeds, n_epochs=int(p["n_epochs"]),
+        conf = ssm.config("text", model, float(e), seeds, n_epochs=int(p["n_epochs"]),
                                saveat=SaveAt(n=int(p["n_save"])))
         tr = train(model, conf, device=cfg.device)
         steps = tr.step.values

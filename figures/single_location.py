@@ -64,7 +64,7 @@ def _initial_states(cfg, task, n, on="sphere"):
 
 def _pgd_dataset(task, states, *, alpha, n_steps, lam, log_every, manifold=False, progress=False):
     """Exact PGD (spec Sec. 6.3/6.4) as a plain Dataset with dims (run, time), coordinate step."""
-    traj = sl.pgd(task, states, alpha=alpha, n_steps=n_steps, lam=lam, saveat=SaveAt(every=log_every),
+    traj = sl.map(task, states, alpha=alpha, n_steps=n_steps, lam=lam, saveat=SaveAt(every=log_every),
                   manifold=manifold, progress=progress)
     return xr.Dataset({v: (("run", "time"), np.asarray(traj[v].values, dtype=np.float64)) for v in DYN_VARS + ("lam",)},
                       coords={"step": ("time", traj.step.values.astype(np.int64)), "run": np.arange(states.shape[0])})
@@ -159,7 +159,7 @@ def _at_step(ds, step):
 
 
 def _task(p, noise=0.0):
-    return sl.SingleLocation(d=int(p["d"]), L=int(p["L"]), gamma=GAMMA, noise=noise)
+    return sl.SingleLocationTask(d=int(p["d"]), L=int(p["L"]), gamma=GAMMA, noise=noise)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -239,14 +239,14 @@ def data_fig3(cfg) -> xr.Dataset:
     Ls = np.unique(np.append(Ls, L0))
     oracle_fixed, oracle_best, lin_L = [], [], []
     for L in Ls:
-        task = sl.SingleLocation(d=d0, L=L.item(), gamma=GAMMA)
+        task = sl.SingleLocationTask(d=d0, L=L.item(), gamma=GAMMA)
         oracle_fixed.append(float(sl.oracle_risk(task, lam0)))
         oracle_best.append(float(sl.oracle_risk(task, _best_lam(task))))
         lin_L.append(sl.linear_risk(task))
     ds_ = np.unique(np.concatenate([np.geomspace(10, 1e6, int(p["n_d"])), [1e2, 1e3, 1e4, 1e5, 1e6]]))
     oracle_d, lin_d = [], []
     for dv in ds_:
-        task = sl.SingleLocation(d=round(dv), L=L0, gamma=GAMMA)
+        task = sl.SingleLocationTask(d=round(dv), L=L0, gamma=GAMMA)
         oracle_d.append(float(sl.oracle_risk(task, task.d ** -0.25)))
         lin_d.append(sl.linear_risk(task))
     return xr.Dataset(
@@ -281,7 +281,7 @@ def _classify_final(ds, task, lam_final):
 
 
 def checks_fig4a(ds):
-    task = sl.SingleLocation(d=int(ds.attrs["d"]), L=int(ds.attrs["L"]), gamma=GAMMA)
+    task = sl.SingleLocationTask(d=int(ds.attrs["d"]), L=int(ds.attrs["L"]), gamma=GAMMA)
     out = []
     r0 = ds.excess_risk.isel(time=0).values
     out.append(_check("Sec. 8.2: median excess risk at step 0 (spec 5.10; 95% of inits in [4.87, 6.53])",
@@ -418,7 +418,7 @@ def plot_fig7(ds):
 def checks_fig7(ds):
     out = []
     L, d = int(ds.attrs["L"]), int(ds.attrs["d"])
-    task = sl.SingleLocation(d=d, L=L, gamma=GAMMA)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=GAMMA)
     # Sec. 7.4 table (d = 400, L = 10): theta_S, dist_M and excess risk at S for lambda = 0.1 and 0.9.
     if (d, L) == (400, 10):
         for lam, th, dist, exc in ((0.1, 0.629772, 1.18178, 0.115512), (0.9, 0.090351, 1.00407, 3.984798)):
@@ -430,7 +430,7 @@ def checks_fig7(ds):
                               "6 digits quoted"))
     for part, lam, alpha in (("a", 0.9, 1e-3), ("b", 0.1, 4e-3)):
         S = sl.spurious_point(task, lam)
-        one = sl.pgd(task, np.array(S.state), alpha=alpha, n_steps=1, lam=lam, saveat=SaveAt(final=True))
+        one = sl.map(task, np.array(S.state), alpha=alpha, n_steps=1, lam=lam, saveat=SaveAt(final=True))
         moved = float(np.max(np.abs(np.array([one[v].values[0, -1] for v in STATE]) - np.array(S.state))))
         out.append(_check(f"Sec. 7.4: S({lam}) is a fixed point of the five-scalar PGD map (max change in 1 step)",
                           moved, 0.0, 1e-12, "1e-12: float64 rounding"))
@@ -758,7 +758,7 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
     from empirical.train import train
 
     lam = sl.lam_schedule(2.0)
-    config = slm.fig5_config(seeds, n_steps=n_steps, lam=lam, log_every=log_every, eval_size=eval_size,
+    config = slm.config("fig5", seeds, n_steps=n_steps, lam=lam, log_every=log_every, eval_size=eval_size,
                              batch_size=batch_size)
     with torch_threads(1):  # CPU: tiny tensors, threads only contend; GPU: unaffected
         traj = train(model, config, device=cfg.device, progress=cfg.progress)

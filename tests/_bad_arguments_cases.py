@@ -83,7 +83,7 @@ VALID_VALUES = {
         "attention", "forward", "full_loss", "full_gradient")},
     # icl_regression: sigma2 = 0 is the noise-free task (spec Sec. 1)
     **{(f"closedform.icl_regression.{f}", "sigma2"): {"zero"} for f in (
-        "ICLRegression", "flow", "gd", "bayes_risk_asymptotic")},  # the saturation limit (saturation_dz)
+        "ICLRegressionTask", "flow", "gd", "bayes_risk_asymptotic")},  # the saturation limit (saturation_dz)
     # scan_snap: n is a class index (0 = the first class), not a size
     **{(f"closedform.scan_snap.{f}", "n"): {"zero"} for f in (
         "measure_transition", "relative_gain", "dominant_token", "saturation_dz", "theorem3_dz")},  # an absolute allowance (not a solver tolerance): 0 = none
@@ -106,7 +106,7 @@ EXCLUDED = {
     "closedform.single_location.SpuriousPoint": "result record",
     "closedform.single_location.LocationTask": "protocol (no constructor arguments)",
     "closedform.single_location.Basins": "result record",
-    "closedform.icl_regression.StationaryPoint": "result record",
+    "closedform.icl_regression.FixedPoint": "result record",
     "empirical.train.TorchModel": "protocol (no constructor arguments)",
     "empirical.checkpoint.CheckpointError": "exception class",
     "empirical.device.Placement": "result record",
@@ -174,7 +174,7 @@ class Fixtures:
     # closedform
     def _make_gs(self):
         import closedform.group_sparse as gs
-        return gs.GroupSparseSpec(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
+        return gs.GroupSparseTask(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
 
     def _make_gs_sample(self):
         import closedform.group_sparse as gs
@@ -194,7 +194,7 @@ class Fixtures:
 
     def _make_icl(self):
         import closedform.icl_regression as icl
-        return icl.ICLRegression(d=2, L=4, sigma2=0.1)
+        return icl.ICLRegressionTask(d=2, L=4, sigma2=0.1)
 
     def _make_icl_prompts(self):
         import closedform.icl_regression as icl
@@ -202,7 +202,7 @@ class Fixtures:
 
     def _make_nn(self):
         import closedform.nearest_neighbor as nn
-        return nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+        return nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)
 
     def _make_nn_prompts(self):
         import closedform.nearest_neighbor as nn
@@ -218,7 +218,7 @@ class Fixtures:
 
     def _make_rw(self):
         import closedform.random_walk as rw
-        return rw.RandomWalkSpec(K=3, N=4, M=10, p=0.7)
+        return rw.RandomWalkTask(K=3, N=4, M=10, p=0.7)
 
     def _make_rw_sample(self):
         import closedform.random_walk as rw
@@ -239,7 +239,7 @@ class Fixtures:
 
     def _make_ss(self):
         import closedform.scan_snap as ss
-        return ss.ScanSnap(classes=self.ss_classes, eta_Y=1.0, eta_Z=1.0)
+        return ss.ScanSnapTask(classes=self.ss_classes, eta_Y=1.0, eta_Z=1.0)
 
     def _make_ss_YZ(self):
         import closedform.scan_snap as ss
@@ -251,7 +251,7 @@ class Fixtures:
 
     def _make_ss1(self):
         import closedform.scan_snap as ss
-        return ss.ScanSnap(classes=self.ss_classes1, eta_Y=1.0, eta_Z=1.0)
+        return ss.ScanSnapTask(classes=self.ss_classes1, eta_Y=1.0, eta_Z=1.0)
 
     def _make_theory_ds(self):
         import xarray as xr
@@ -362,7 +362,7 @@ class Fixtures:
 
     def _make_sl(self):
         import closedform.single_location as sl
-        return sl.SingleLocation(d=8, L=4, noise=0.1)
+        return sl.SingleLocationTask(d=8, L=4, noise=0.1)
 
     def _make_sl_dirs(self):
         import closedform.single_location as sl
@@ -397,7 +397,7 @@ NAMES = {
         "x": lambda f: 0.4,
     },
     "closedform.group_sparse": {
-        "spec": lambda f: f.gs, "s": lambda f: f.gs_sample, "rs": lambda f: f.gs_rs, "state": lambda f: f.gs_state,
+        "task": lambda f: f.gs, "s": lambda f: f.gs_sample, "rs": lambda f: f.gs_rs, "state": lambda f: f.gs_state,
         "v": lambda f: f.gs_vW[0], "W": lambda f: f.gs_vW[1], "X": lambda f: f.gs_sample.X,
         "y": lambda f: f.gs_sample.y, "v_star": lambda f: f.gs_sample.v_star, "t": lambda f: 2,
         "eps_B": lambda f: 0.1, "eps": lambda f: 0.1, "gamma": lambda f: 0.5, "delta": lambda f: 0.1,
@@ -418,7 +418,7 @@ NAMES = {
         "predict": lambda f: (lambda X, y, xq: np.zeros(np.shape(xq)[0])),
     },
     "closedform.nearest_neighbor": {
-        "spec": lambda f: f.nn, "prompts": lambda f: f.nn_prompts, "xi1": lambda f: 0.3, "xi2": lambda f: 0.2,
+        "task": lambda f: f.nn, "prompts": lambda f: f.nn_prompts, "xi1": lambda f: 0.3, "xi2": lambda f: 0.2,
         "W": lambda f: f.nn_W, "H": lambda f: f.nn_H, "target": lambda f: f.nn_prompts.c[:, 0] * 0 + 1.0,
         "d": lambda f: 3, "N": lambda f: 4, "C_d": lambda f: 1.0, "t": lambda f: np.array([2.0, 3.0]),
         "C": lambda f: 1.0, "delta": lambda f: 0.1, "y": lambda f: f.nn_prompts.y, "Y": lambda f: np.eye(4)[:2],
@@ -426,7 +426,7 @@ NAMES = {
         "istar": lambda f: f.nn_prompts.istar, "sigma": lambda f: 1.0, "eta": lambda f: 1.0,
     },
     "closedform.random_walk": {
-        "spec": lambda f: f.rw, "sample": lambda f: f.rw_sample, "walks": lambda f: f.rw_sample,
+        "task": lambda f: f.rw, "sample": lambda f: f.rw_sample, "walks": lambda f: f.rw_sample,
         "K": lambda f: 3, "N": lambda f: 4, "p": lambda f: 0.7, "V": lambda f: f.rw_state[0],
         "a": lambda f: f.rw_state[1], "c": lambda f: f.rw_state[2], "context": lambda f: f.rw_sample.states[:, :-1],
         "W": lambda f: __import__("closedform.random_walk").random_walk.W_from_reduced(f.rw, *f.rw_state[1:]),
@@ -550,19 +550,22 @@ EXAMPLES = {
     "empirical.models.single_location.SingleLocationModelSpec": lambda f: _fields(f.m_sl.spec),
     "empirical.models.random_walk.QAModelSpec": lambda f: _fields(f.m_qa.spec),
     "figures.registry.Registry": lambda f: dict(models=("single_location",), package=None),
-    "empirical.models.group_sparse.gd_config": lambda f: dict(
+    "empirical.models.single_location.config": lambda f: dict(name="fig5", seeds=(0,), n_steps=2),
+    "empirical.models.icl_regression.config": lambda f: dict(name="paper", seeds=(0,), n_steps=2),
+    "empirical.models.scan_snap.config": lambda f: dict(name="sgd", model=f.m_ss, task=f.ss, seeds=(0,),
+                                                        n_steps=2),
+    "empirical.models.group_sparse.config": lambda f: dict(name="gd",
         model=__import__("empirical.models.group_sparse").models.group_sparse.GroupSparseAttention(
             f.gs, data=[f.gs_sample]), n_steps=2),
-    "empirical.models.nearest_neighbor.gd_config": lambda f: dict(
+    "empirical.models.nearest_neighbor.config": lambda f: dict(name="gd",
         model=__import__("empirical.models.nearest_neighbor").models.nearest_neighbor.NearestNeighborAttention(
             f.nn, data=[f.nn_prompts]), n_steps=2),
-    "empirical.models.random_walk.gd_config": lambda f: dict(
+    "empirical.models.random_walk.config": lambda f: dict(name="gd",
         model=__import__("empirical.models.random_walk").models.random_walk.RandomWalkAttention(
             f.rw, data=[f.rw_sample]), n_steps=2),
     "empirical.models.random_walk.qa_tokens": lambda f: dict(words="i prefer the apple"),
     "empirical.models.random_walk.QAAttention": lambda f: dict(task="majority", data=[f.qa_sample],
                                                               test=[f.qa_sample]),
-    "empirical.models.random_walk.qa_gd_config": lambda f: dict(model=f.m_qa, n_steps=2),
     "empirical.models.single_location.predict": lambda f: dict(X=f.sl_X, k=f.sl_tdirs[0][None], v=f.sl_tdirs[1][None],
                                                               lam=0.5),
     "empirical.models.single_location.erf_mse": lambda f: dict(

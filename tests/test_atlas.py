@@ -3,7 +3,7 @@ against brute-force d-dimensional PGD; end-state classification; basin fractions
 samples; batched configurations (issue 14 item 5).
 
 References are independent of the code under test: the swap point's risk from the spec Sec. 4.2 formula written out
-here with scipy; fixed points and basins by ``pgd_vectors`` (d-dimensional vectors, spec Sec. 6.1) from vectors
+here with scipy; fixed points and basins by ``full_pgd`` (d-dimensional vectors, spec Sec. 6.1) from vectors
 drawn uniformly on the sphere in R^d (not from the five-scalar law of Sec. 6.5).
 """
 
@@ -18,7 +18,7 @@ from scipy.special import erf
 from closedform import single_location as sl
 from dynamics import SaveAt
 
-TASK = sl.SingleLocation(d=400, L=10)
+TASK = sl.SingleLocationTask(d=400, L=10)
 ALPHA = 4e-3  # the paper's step size at constant lambda (spec Sec. 8.3, 8.6(b))
 
 
@@ -67,12 +67,12 @@ def test_fixed_points_are_fixed_under_brute_force_pgd(lam):
     Q0 = frames[0]
     k = np.array([Q0 @ (frames[i].T @ k[i]) for i in range(len(fps))])
     v = np.array([Q0 @ (frames[i].T @ v[i]) for i in range(len(fps))])
-    tr = sl.pgd_vectors(TASK, k, v, ks[0], vs[0], alpha=ALPHA, n_steps=5, lam=lam, save_every=5)
+    tr = sl.full_pgd(TASK, k, v, ks[0], vs[0], alpha=ALPHA, n_steps=5, lam=lam, save_every=5)
     end = tr.states()[:, -1, :5]
     np.testing.assert_allclose(end, states, rtol=0, atol=1e-9)  # rounding of the frames ~1e-14, amplified < 1e3
     off = states + 0.01 * np.array([0.0, 0.0, 1.0, 0.0, 0.0])  # move theta: not a fixed point any more
     ok = np.all(np.abs(off) <= 1, axis=1) & (np.linalg.eigvalsh(sl._gram(*off.T))[:, 0] > 1e-9)
-    moved = sl.pgd(TASK, off[ok], alpha=ALPHA, n_steps=5, lam=lam, saveat=SaveAt(final=True)).states()[:, -1, :5]
+    moved = sl.map(TASK, off[ok], alpha=ALPHA, n_steps=5, lam=lam, saveat=SaveAt(final=True)).states()[:, -1, :5]
     assert np.all(np.max(np.abs(moved - off[ok]), axis=1) > 1e-8)
 
 
@@ -88,7 +88,7 @@ def test_root_search_with_more_starts_finds_nothing_new(lam):
 
 
 def test_classify_names_sphere_end_states_and_unconverged():
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     pts = sl.fixed_points(task, 0.05, ALPHA)
     x0 = sl.sample_initial_state(task, 400, 3)
     X, steps = sl.run_to_fixed_point(task, x0, alpha=ALPHA, lam=0.05, points=pts)
@@ -121,13 +121,13 @@ def _sphere_vectors(d, n, rng):
 def test_basin_fractions_match_brute_force_pgd(lam, d):
     """Basin fractions from the five-scalar atlas (2 000 starts) against brute-force d-dimensional PGD from 150
     independent uniform vectors; two-sample binomial z-test at 5 SE per kind (false alarm < 6e-7 per kind)."""
-    task = sl.SingleLocation(d=d, L=10)
+    task = sl.SingleLocationTask(d=d, L=10)
     pts = sl.fixed_points(task, lam, ALPHA)
     b = sl.basins(task, lam, 2000, alpha=ALPHA, rng=1, points=pts)
     rng = np.random.default_rng(99)
     k, v = _sphere_vectors(d, 150, rng)
     ks, vs = np.eye(d)[0], np.eye(d)[1]
-    tr = sl.pgd_vectors(task, k, v, ks, vs, alpha=ALPHA, n_steps=10_000, lam=lam, save_every=10_000)
+    tr = sl.full_pgd(task, k, v, ks, vs, alpha=ALPHA, n_steps=10_000, lam=lam, save_every=10_000)
     names = sl.classify(task, lam, tr.states()[:, -1, :5], points=pts)
     for kind in set(b.kinds) | set(names):
         p1 = dict(zip(b.kinds, b.fractions)).get(kind, 0.0)
@@ -143,23 +143,23 @@ def test_batched_pgd_equals_per_configuration_calls():
     lams = np.array([[0.05], [0.1], [0.9], [0.3]])
     alphas = np.array([4e-3, 4e-3, 1e-3, 2e-3])
     ds = np.array([400, 80, 2000, 20])
-    tr = sl.pgd(TASK, x0, alpha=alphas, n_steps=200, lam=lams, d=ds, saveat=SaveAt(every=50))
+    tr = sl.map(TASK, x0, alpha=alphas, n_steps=200, lam=lams, d=ds, saveat=SaveAt(every=50))
     for i in range(4):
-        one = sl.pgd(sl.SingleLocation(d=int(ds[i]), L=10), x0[i], alpha=float(alphas[i]), n_steps=200,
+        one = sl.map(sl.SingleLocationTask(d=int(ds[i]), L=10), x0[i], alpha=float(alphas[i]), n_steps=200,
                      lam=float(lams[i, 0]), saveat=SaveAt(every=50))
         np.testing.assert_array_equal(tr.states()[i], one.states()[0])
         np.testing.assert_array_equal(tr.risk.values[i], one.risk.values[0])
     # one state broadcast against per-trajectory lambdas; a shared 1-D schedule still works
-    tb = sl.pgd(TASK, x0[0], alpha=4e-3, n_steps=10, lam=lams, saveat=SaveAt(final=True))
+    tb = sl.map(TASK, x0[0], alpha=4e-3, n_steps=10, lam=lams, saveat=SaveAt(final=True))
     assert tb.sizes["trajectory"] == 4
-    sched = sl.pgd(TASK, x0, alpha=4e-3, n_steps=3, lam=np.array([0.1, 0.09, 0.08]), saveat=SaveAt(final=True))
+    sched = sl.map(TASK, x0, alpha=4e-3, n_steps=3, lam=np.array([0.1, 0.09, 0.08]), saveat=SaveAt(final=True))
     assert sched.sizes["trajectory"] == 4
     with pytest.raises(ValueError, match="broadcast"):
-        sl.pgd(TASK, x0, alpha=np.full(3, 1e-3), n_steps=3, lam=0.1)
+        sl.map(TASK, x0, alpha=np.full(3, 1e-3), n_steps=3, lam=0.1)
     with pytest.raises(ValueError, match="alpha"):
-        sl.pgd(TASK, x0, alpha=np.array([1e-3, -1, 1e-3, 1e-3]), n_steps=3, lam=0.1)
+        sl.map(TASK, x0, alpha=np.array([1e-3, -1, 1e-3, 1e-3]), n_steps=3, lam=0.1)
     with pytest.raises(ValueError, match="d must be"):
-        sl.pgd(TASK, x0, alpha=1e-3, n_steps=3, lam=0.1, d=np.array([400, 3, 400, 400]))
+        sl.map(TASK, x0, alpha=1e-3, n_steps=3, lam=0.1, d=np.array([400, 3, 400, 400]))
 
 
 @pytest.mark.parametrize("name", ["single_location.continuation", "single_location.atlas", "icl_regression.atlas"])
@@ -184,7 +184,7 @@ def test_edge_certificates_are_confirmed_by_longer_runs(lam, d):
     """States named through an invariant edge (classify(basin=True), not yet within 1e-3 of the fixed point) reach the
     named attractor when run on: 60 of them, 2 x 10^5 more steps (the slowest multiplier, 0.99996 at the oracle for
     lambda = 0.1, shrinks a 0.05 offset below 1e-3 in 1e5 steps)."""
-    task = sl.SingleLocation(d=d, L=10)
+    task = sl.SingleLocationTask(d=d, L=10)
     pts = sl.fixed_points(task, lam, ALPHA)
     x0 = sl.sample_initial_state(task, 400, 11)
     X, _ = sl.run_to_fixed_point(task, x0, alpha=ALPHA, lam=lam, points=pts, stop_tol=1e-3, certify=True)
@@ -192,5 +192,5 @@ def test_edge_certificates_are_confirmed_by_longer_runs(lam, d):
     cert = sl.classify(task, lam, X, points=pts, basin=True)
     idx = np.nonzero((plain == "unconverged") & (cert != "unconverged"))[0][:60]
     assert idx.size >= 20
-    end = sl.pgd(task, X[idx], alpha=ALPHA, n_steps=200_000, lam=lam, saveat=SaveAt(final=True)).states()[:, -1, :5]
+    end = sl.map(task, X[idx], alpha=ALPHA, n_steps=200_000, lam=lam, saveat=SaveAt(final=True)).states()[:, -1, :5]
     np.testing.assert_array_equal(sl.classify(task, lam, end, points=pts), cert[idx])

@@ -1,5 +1,5 @@
 """The icl_regression attractor atlas (issue 15 item 4) against the real torch model: end classes of the two-head
-(omega, mu) dynamics of F/2 (``closedform.icl_regression.gd`` + ``classify_end_state``) predict where SGD on the H = 2
+(omega, mu) dynamics of F/2 (``closedform.icl_regression.map`` + ``classify``) predict where SGD on the H = 2
 softmax transformer (``empirical.models.icl_regression.ICLAttention``) ends when it starts on the reduced pattern (3.1).
 
 Why torch should agree, and what is compared
@@ -39,7 +39,7 @@ from dynamics import SaveAt
 from empirical.models import icl_regression as m
 from empirical.train import TrainConfig, train
 
-TASK = icl.ICLRegression(d=5, L=40, sigma2=0.1)  # the atlas figure's task (figures/_atlas.py, spec §9)
+TASK = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)  # the atlas figure's task (figures/_atlas.py, spec §9)
 H = 2
 SEEDS = tuple(range(8))
 # starts on the pattern (3.1) and the end class the reduced GD on F/2 predicts for them (asserted below, not assumed)
@@ -72,7 +72,7 @@ def _true_single_head_optimum(n_prompts=100_000):
 
 
 def _torch_tolerance():
-    """Torch end states sit at the true loss's attractor, not F's. tol for ``classify_end_state`` on torch end states
+    """Torch end states sit at the true loss's attractor, not F's. tol for ``classify`` on torch end states
     = twice the larger coordinate shift between F's single-head optimum (1/sqrt(d), mu*) and the true loss's (Monte
     Carlo above; at d = 5, L = 40 about (0.08, 0.15): the O(1/L) terms are not small, ``refined_loss`` even puts it at
     (0.34, 1.99)). It cannot blur the classes: single_head needs both omega of one sign, solution_manifold opposite
@@ -84,9 +84,9 @@ def _torch_tolerance():
 
 def _reduced_class(omega0, mu0, *, lr=0.2, n_steps=1000):
     """End class of GD on F/2 (flow time lr * n_steps = 200: the single-head line is reached to 1e-6 by t ~ 50)."""
-    tr = icl.gd(TASK, np.array(omega0), np.array(mu0), lr=lr, n_steps=n_steps, saveat=SaveAt(final=True))
+    tr = icl.map(TASK, np.array(omega0), np.array(mu0), lr=lr, n_steps=n_steps, saveat=SaveAt(final=True))
     Y = tr.states()[:, -1]
-    return icl.classify_end_state(TASK, Y[:, :H], Y[:, H:])[0]
+    return icl.classify(TASK, Y[:, :H], Y[:, H:])[0]
 
 
 def _torch_end_classes(omega0, mu0, *, n_steps, seeds=SEEDS, lr=0.1, omega_lr_scale=5.0, batch_size=256):
@@ -104,7 +104,7 @@ def _torch_end_classes(omega0, mu0, *, n_steps, seeds=SEEDS, lr=0.1, omega_lr_sc
     om, mu = m.stack_heads(tr, H)  # (seeds, time, H)
     k = max(1, om.shape[1] // 4)
     om_end, mu_end = om[:, -k:].mean(1), mu[:, -k:].mean(1)
-    return icl.classify_end_state(TASK, om_end, mu_end, tol=_torch_tolerance()), om_end, mu_end
+    return icl.classify(TASK, om_end, mu_end, tol=_torch_tolerance()), om_end, mu_end
 
 
 def _binomial_tail(k, n, p=0.5):

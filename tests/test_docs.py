@@ -60,3 +60,42 @@ def test_the_package_points_to_no_file_outside_the_repository():
             for path in sorted((root / pkg).rglob("*.py"))
             for n, line in enumerate(path.read_text().splitlines(), 1) if outside.search(line)]
     assert not hits, f"references to files outside the repository: {hits}"
+
+
+# -- citations of the model pages: ``docs/models/<page>.md §<N>`` must name a numbered heading of that page ----------
+_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+_PAGES = ("single_location", "scan_snap", "icl_regression", "token_selection")
+_SECTION = r"(?:[A-C]\.\d+(?:\.\d+)*|G\.[ABC]|\d+(?:\.\d+)*)"
+_CITATION = re.compile(r"docs/models/(\w+)\.md((?:(?:\s?,\s*|\s?[-/\u2013]\s?|\s+)§" + _SECTION + r")+)")
+_PACKAGES = ("closedform", "dynamics", "empirical", "figures", "benchmarks", "tools")
+
+
+def _numbered_headings(page):
+    """Section numbers carried by the headings of docs/models/<page>.md (``## 6.4 Title`` -> "6.4"), in order."""
+    text = (_ROOT / "docs" / "models" / f"{page}.md").read_text(encoding="utf-8")
+    return re.findall(r"^#{1,6}\s+(" + _SECTION + r")\.?\s", text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", _PAGES)
+def test_model_pages_number_their_sections_once_and_their_own_references_resolve(page):
+    heads = _numbered_headings(page)
+    assert len(heads) >= 20, f"docs/models/{page}.md: too few numbered sections ({len(heads)})"
+    assert len(heads) == len(set(heads)), f"docs/models/{page}.md: a section number is used twice: {heads}"
+    text = (_ROOT / "docs" / "models" / f"{page}.md").read_text(encoding="utf-8")
+    missing = sorted(set(re.findall("§(" + _SECTION + ")", text)) - set(heads))
+    assert not missing, f"docs/models/{page}.md cites sections it does not have: {missing}"
+
+
+def test_every_docs_citation_in_the_package_resolves_to_a_numbered_heading():
+    """``docs/models/<page>.md §N`` (lists ``§6.1, §6.4`` and ranges ``§6.4-§6.5`` included) names a heading."""
+    heads = {page: set(_numbered_headings(page)) for page in _PAGES}
+    bad = []
+    for pkg in _PACKAGES:
+        for path in sorted((_ROOT / pkg).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            for m in _CITATION.finditer(text):
+                for num in re.findall("§(" + _SECTION + ")", m.group(2)):
+                    if num not in heads.get(m.group(1), ()):
+                        line = text.count("\n", 0, m.start()) + 1
+                        bad.append(f"{path.relative_to(_ROOT)}:{line}: {m.group(1)} §{num}")
+    assert not bad, f"citations of sections the docs pages do not have: {bad}"

@@ -7,7 +7,7 @@ Independent references used here:
   torch loss on fresh torch draws (5 SE, negative control: the output averaged instead of summed over the D queries);
 * the numba reduced-map evaluation of ``closedform.group_sparse`` on an independent numpy sample for the loss at a
   generic reduced state (5 combined SE; negative control: softmax over queries instead of keys);
-* numpy full-matrix GD (``closedform.group_sparse.full_gd``) and the numba reduced map (``reduced_gd``) on the same
+* numpy full-matrix GD (``closedform.group_sparse.full_gd``) and the numba reduced map (``map``) on the same
   samples, against torch GD through the shared trainer (rounding tolerance);
 * the closed-form first two GD steps of Sec. B.3 against torch GD on a mirrored sample (note (b) tolerances);
 * a plain numpy loop for the downstream online SGD of Sec. B.4.
@@ -41,7 +41,7 @@ RTOL_GD = 1e-10
 
 
 def _task(d=3, D=4, **kw):
-    return cf.GroupSparseSpec(d=d, D=D, **kw)
+    return cf.GroupSparseTask(d=d, D=D, **kw)
 
 
 def _v_star(d, seed=11):
@@ -174,7 +174,7 @@ def test_torch_gd_equals_numpy_full_gd_and_seeds_batch():
     samples = gm.training_samples(task, 120, [3, 4], vs)
     model = gm.GroupSparseAttention(task, data=samples)
     saveat = SaveAt(steps=(0, 1, 2, 10, 40))
-    traj, params = train(model, gm.gd_config(model, 40, saveat=saveat), device=CPU, return_params=True)
+    traj, params = train(model, gm.config("gd", model, 40, saveat=saveat), device=CPU, return_params=True)
     assert traj.attrs["source"] == "torch"
     np.testing.assert_allclose(traj["time"].values, task.eta * traj["step"].values)
     for k, s in enumerate(samples):
@@ -187,7 +187,7 @@ def test_torch_gd_equals_numpy_full_gd_and_seeds_batch():
         _close(params["W"][k].numpy(), run.W, RTOL_GD, "final W")
     # Seed 4 alone equals seed 4 of the batched run (the batched matmul may block differently: rounding tolerance).
     single = gm.GroupSparseAttention(task, data=samples[1:])
-    t1 = train(single, gm.gd_config(single, 40, seeds=(4,), saveat=saveat), device=CPU)
+    t1 = train(single, gm.config("gd", single, 40, seeds=(4,), saveat=saveat), device=CPU)
     for name in COMPARED:
         _close(t1[name].values[0], traj[name].values[1], RTOL_GD, f"batched vs single: {name}")
 
@@ -198,8 +198,8 @@ def test_projected_torch_gd_equals_reduced_map():
     s = gm.training_samples(task, 150, [7], vs)
     model = gm.GroupSparseAttention(task, data=s, project_steps=True)
     saveat = SaveAt(steps=(0, 1, 2, 5, 30))
-    traj = train(model, gm.gd_config(model, 30, saveat=saveat), device=CPU)
-    red = cf.reduced_gd(task, 30, rs=cf.reduce_sample(s[0]), saveat=saveat, with_se=False)
+    traj = train(model, gm.config("gd", model, 30, saveat=saveat), device=CPU)
+    red = cf.map(task, 30, rs=cf.reduce_sample(s[0]), saveat=saveat, with_se=False)
     for name in cf.STATE_NAMES + ("loss", "accuracy", "attn_jstar", "attn_jstar_q"):
         _close(traj[name].values[0], red[name].values[0], RTOL_GD, f"projected torch GD vs reduced map: {name}")
     # On the invariant family: no off-family part, v_pos = 0, W12 = W21 = 0 (up to rounding).
@@ -209,16 +209,16 @@ def test_projected_torch_gd_equals_reduced_map():
 
 def test_state0_starts_on_the_reduced_state_and_follows_the_reduced_map():
     """init_from_state: the merged model started at embed_state(state0) has probes = state0 at t = 0 (1e-14: one
-    projection of an exact embedding), and projected GD from there follows reduced_gd(state0=...) (rounding)."""
+    projection of an exact embedding), and projected GD from there follows map(state0=...) (rounding)."""
     task = _task(3, 4)
     vs = _v_star(3)
     state0 = cf.step_closed_form(task, 2)
     s = gm.training_samples(task, 80, [2], vs)
     model = gm.GroupSparseAttention(task, data=s, state0=state0, project_steps=True)
     saveat = SaveAt(steps=(0, 5, 20))
-    traj = train(model, gm.gd_config(model, 20, saveat=saveat), device=CPU)
+    traj = train(model, gm.config("gd", model, 20, saveat=saveat), device=CPU)
     np.testing.assert_allclose([float(traj[k].values[0, 0]) for k in cf.STATE_NAMES], state0, rtol=0, atol=1e-14)
-    red = cf.reduced_gd(task, 20, rs=cf.reduce_sample(s[0]), state0=state0, saveat=saveat, with_se=False)
+    red = cf.map(task, 20, rs=cf.reduce_sample(s[0]), state0=state0, saveat=saveat, with_se=False)
     for name in cf.STATE_NAMES:
         _close(traj[name].values[0], red[name].values[0], RTOL_GD, f"from state0: {name}")
 
@@ -229,7 +229,7 @@ def test_two_torch_gd_steps_match_closed_form_note_b():
     n = 20_000
     s = gm.training_samples(task, n, [21], np.array([1.0, 0.0]), mirror=True)
     model = gm.GroupSparseAttention(task, data=s)
-    traj = train(model, gm.gd_config(model, 2, saveat=SaveAt(steps=(0, 1, 2))), device=CPU)
+    traj = train(model, gm.config("gd", model, 2, saveat=SaveAt(steps=(0, 1, 2))), device=CPU)
     beta = traj["beta"].values[0]
     b1 = cf.beta_step1(task)
     cv1 = math.sqrt(math.pi * task.D / 2 - 1)  # per-draw CV of v^(1) (spec Sec. 4, row beta^(1))
@@ -261,7 +261,7 @@ def test_short_runs_select_jstar_merged_and_factorised():
     samples = gm.training_samples(task, 200, [0, 1], np.array([0.6, 0.8]))
     for par in ("merged", "factorised"):
         model = gm.GroupSparseAttention(task, data=samples, parametrisation=par)
-        traj = train(model, gm.gd_config(model, 200, saveat=SaveAt(steps=(0, 200))), device=CPU)
+        traj = train(model, gm.config("gd", model, 200, saveat=SaveAt(steps=(0, 200))), device=CPU)
         last = traj.isel(time=-1)
         assert float(traj["loss"].values[0, 0]) == pytest.approx(math.log(2), rel=1e-12)
         assert np.all(last["loss"].values < 0.2), par
@@ -280,7 +280,7 @@ def test_online_sgd_sampler_law_and_run():
     X, y = batch["X"][0].numpy(), batch["y"][0].numpy()
     np.testing.assert_array_equal(X[1::2], -X[0::2])  # interleaved mirror pairs
     np.testing.assert_array_equal(y, np.where(X[:, :, task.jstar_index] @ vs >= 0, 1.0, -1.0))
-    cfg = gm.sgd_config(model, 60, 32, seeds=(0, 1), eval_size=400, saveat=SaveAt(steps=(0, 60)))
+    cfg = gm.config("sgd", model, 60, 32, seeds=(0, 1), eval_size=400, saveat=SaveAt(steps=(0, 60)))
     traj = train(model, cfg, device=CPU)
     assert np.all(traj["loss"].values[:, -1] < traj["loss"].values[:, 0])
     # Mirrored batches keep v_pos = 0 and W12 = W21 = 0 (Sec. B.3 symmetry (i)) up to rounding.
@@ -296,7 +296,7 @@ def test_resume_equals_uninterrupted(tmp_path, parametrisation):
     task = _task(2, 3)
     samples = gm.training_samples(task, 40, [0, 1], np.array([1.0, 0.0]))
     model = gm.GroupSparseAttention(task, data=samples, parametrisation=parametrisation)
-    cfg = gm.gd_config(model, 12, saveat=SaveAt(every=3), checkpoint_every=5)
+    cfg = gm.config("gd", model, 12, saveat=SaveAt(every=3), checkpoint_every=5)
     full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=8)  # dies in update 7, checkpoint at 5
     same(full, resumed)
     # Another training sample is another run: resume refuses it.
@@ -379,12 +379,12 @@ def test_invalid_configurations_raise_clear_errors():
     with pytest.raises(ValueError, match="task"):
         gm.GroupSparseModelSpec(task="bad", v_star=(1.0, 0.0))
     fixed = gm.GroupSparseAttention(task, data=s)
-    with pytest.raises(ValueError, match="sgd_config"):
-        gm.sgd_config(fixed, 10, 4)
-    with pytest.raises(ValueError, match="gd_config"):
-        gm.gd_config(gm.GroupSparseAttention(task, v_star=vs), 10)
+    with pytest.raises(ValueError, match="config[(]'sgd'[)]"):
+        gm.config("sgd", fixed, 10, 4)
+    with pytest.raises(ValueError, match="config[(]'gd'[)]"):
+        gm.config("gd", gm.GroupSparseAttention(task, v_star=vs), 10)
     with pytest.raises(ValueError, match="one sample per seed"):
-        train(fixed, gm.gd_config(fixed, 2, seeds=(0, 1)), device=CPU)
+        train(fixed, gm.config("gd", fixed, 2, seeds=(0, 1)), device=CPU)
     with pytest.raises(ValueError, match="n must be even"):
         gm.GroupSparseAttention(task, v_star=vs, mirror=True).sample([torch.Generator()], 5, device=torch.device(CPU),
                                                                      dtype=F64)
@@ -427,7 +427,7 @@ def test_long_run_exact_recipe_reference_sec4():
     task = _task(2, 4)
     s = cf.sample(task, 4000, np.random.default_rng(0), mirror=True)
     model = gm.GroupSparseAttention(task, data=[s])
-    traj = train(model, gm.gd_config(model, 10_000, saveat=SaveAt(final=True)), device=CPU)
+    traj = train(model, gm.config("gd", model, 10_000, saveat=SaveAt(final=True)), device=CPU)
     loss = float(traj["loss"].values[0, -1])
     assert abs(loss - 0.0125833) <= 1e-6 * 0.0125833 + 5e-8
     assert abs(float(cf.loss_rate_statistic(task, 10_000, loss)) - 1.0844) <= 1e-6 + 5e-5
@@ -444,7 +444,7 @@ def test_factorised_random_start_sec_b6():
     task = _task(2, 4)
     s = cf.sample(task, 4000, np.random.default_rng(0), mirror=True)
     model = gm.GroupSparseAttention(task, data=[s], parametrisation="factorised")
-    traj = train(model, gm.gd_config(model, 3000, saveat=SaveAt(final=True)), device=CPU)
+    traj = train(model, gm.config("gd", model, 3000, saveat=SaveAt(final=True)), device=CPU)
     assert abs(float(traj["loss"].values[0, -1]) / 0.0186 - 1) <= 0.1
     assert float(traj["attn_jstar"].values[0, -1]) >= 0.99
     assert float(traj["cos_vx_vstar"].values[0, -1]) >= 0.9999

@@ -22,7 +22,7 @@ from empirical.models import icl_regression as m
 from empirical.train import TrainConfig, train
 from tests._stats import assert_mc_close, assert_mc_rejects
 
-TASK = cf.ICLRegression(d=5, L=40, sigma2=0.1)  # the paper's main setting (spec §9)
+TASK = cf.ICLRegressionTask(d=5, L=40, sigma2=0.1)  # the paper's main setting (spec §9)
 CPU = "cpu"
 F64 = torch.float64
 
@@ -144,7 +144,7 @@ def test_pytorch_default_initialisation():
 CASES = {
     # spec §11 P1 (MC true loss 0.24316 (0.00031)) and P2 (0.90892 (0.00068)); §4.3(c) single head (0.4092 (0.0010))
     "P1": (TASK, [0.13, -0.13], [3.45, -3.45], 0.24316, 0.00031),
-    "P2": (cf.ICLRegression(d=10, L=50, sigma2=0.5), [0.2, -0.1, 0.05], [1.0, -2.0, 0.5], 0.90892, 0.00068),
+    "P2": (cf.ICLRegressionTask(d=10, L=50, sigma2=0.5), [0.2, -0.1, 0.05], [1.0, -2.0, 0.5], 0.90892, 0.00068),
     "single_head": (TASK, [1 / np.sqrt(5)], [np.sqrt(5) / (1 + np.e * 1.1 * 5 / 40)], 0.4092, 0.0010),
 }
 
@@ -233,7 +233,7 @@ def test_non_isotropic_sampler_and_preconditioned_linear_attention():
 
 def test_multi_task_sampler_moments_and_probes():
     """Spec §8.3 [C]: beta_j ~ N(0, I_|S_j|), context noise variance |S_j| sigma^2, noiseless query labels."""
-    task = cf.ICLRegression(d=6, L=48, sigma2=0.1)
+    task = cf.ICLRegressionTask(d=6, L=48, sigma2=0.1)
     supports = ((0, 1, 2, 3), (2, 3, 4, 5))
     model = m.ICLAttention(task, 2, supports=supports)
     n = 20000
@@ -267,7 +267,7 @@ def test_short_training_forms_the_kq_diagonal_and_sign_matched_pattern():
     from dynamics.compare import gap_test
 
     model = m.ICLAttention(TASK, 2)
-    cfg = m.paper_config(seeds=tuple(range(8)), n_steps=600, log_every=300, eval_size=2000)
+    cfg = m.config("paper", seeds=tuple(range(8)), n_steps=600, log_every=300, eval_size=2000)
     traj = train(model, cfg, device=CPU)
     first, last = traj.isel(time=0), traj.isel(time=-1)
     pat = m.head_pattern(traj, 2)
@@ -383,7 +383,7 @@ def test_pattern_initialisation_starts_on_the_reduced_state():
 
 
 def test_align_to_flow_inverts_a_monotone_reference():
-    ref = cf.gd(TASK, [0.01, -0.01], [0.01, -0.01], lr=0.01, n_steps=10_000, saveat=SaveAt(log=60))  # t <= 100
+    ref = cf.map(TASK, [0.01, -0.01], [0.01, -0.01], lr=0.01, n_steps=10_000, saveat=SaveAt(log=60))  # t <= 100
     t = np.array([3.0, 10.0, 50.0])
     vals = np.interp(t, ref["time"].values, ref["mu_dot_omega"].values[0])
     got = m.align_to_flow(vals, ref, key="mu_dot_omega")

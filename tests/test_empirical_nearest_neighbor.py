@@ -6,7 +6,7 @@ Independent references used here:
 * exact values: the loss at xi1 = 0 (Sec. A.5, spec Sec. 4 row 1) and the landscape value L(2, 5) of Appendix R, with
   5-SE Monte Carlo tolerances and negative controls (wrong normalisations) that must be rejected (tests/_stats.py);
 * the closed form's numpy full-matrix GD (closedform.nearest_neighbor.full_gd) and, on a sample where the invariances
-  of Sec. A.5 are exact (symmetrized_prompts), the reduced (xi1, xi2) map reduced_gd, to round-off;
+  of Sec. A.5 are exact (symmetrized_prompts), the reduced (xi1, xi2) map map, to round-off;
 * the chain rule dL/dW_K = W_Q G^T, dL/dW_Q = W_K G (Sec. A.9) with G from the numpy full gradient;
 * the numbers of Sec. A.8 (full-matrix GD, exact recipe G.A) and the qualitative behaviour of Sec. A.8-A.9.
 """
@@ -46,7 +46,7 @@ def _online_batch(model, seeds, n):
 
 
 def test_forward_and_loss_equal_the_closed_form_numpy_pass():
-    task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=5.0)
+    task = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)
     prompts = cf.sample_prompts(task, 200, 0, labels=True)
     batch = _batch([prompts])
     np.testing.assert_array_equal(batch["H"][0].numpy(), cf.embed(prompts))  # same layout (Sec. A.2)
@@ -67,7 +67,7 @@ def test_forward_and_loss_equal_the_closed_form_numpy_pass():
 
 
 def test_online_sampler_follows_the_data_law():
-    task = cf.NearestNeighborSpec(d=3, N=5, sigma=1.0, eta=1.0)
+    task = cf.NearestNeighborTask(d=3, N=5, sigma=1.0, eta=1.0)
     model = nnm.NearestNeighborAttention(task)
     batch = _online_batch(model, [3, 4], 500)
     H = batch["H"].numpy()
@@ -100,7 +100,7 @@ def _per_prompt_loss(model, params, batch):
 def test_torch_loss_equals_the_exact_loss_at_xi1_zero():
     # Sec. A.5 / spec Sec. 4 row 1: at xi1 = 0 every context token gets q0 = 1/(N + e^{-xi2}) and, the labels
     # integrated out, L = 1/2 (N q0^2 - 2 q0 + 1) = 0.46875000554 for N = 16, xi2 = 5 (any d).
-    task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=1.0)
+    task = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=1.0)
     model = nnm.NearestNeighborAttention(task)
     batch = _online_batch(model, [11], 40_000)
     params = model.init_params([torch.Generator()], device=torch.device("cpu"), dtype=torch.float64)  # W^(0)
@@ -118,7 +118,7 @@ def test_torch_loss_equals_the_exact_loss_at_xi1_zero():
 def test_torch_loss_equals_the_landscape_reference_of_appendix_R():
     # Appendix R: L(xi1 = 2, xi2 = 5) = 0.17845 for d = N = 4 (1e6 prompts, SE_ref = 0.079/1000). The torch loss uses
     # explicit labels (more noise per prompt than the label-integrated reference): combined SE, 5 SE (spec Sec. 0).
-    task = cf.NearestNeighborSpec(d=4, N=4, sigma=0.0, eta=1.0)
+    task = cf.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0)
     model = nnm.NearestNeighborAttention(task)
     batch = _online_batch(model, [12], 100_000)
     W = torch.as_tensor(cf.family_W(4, 2.0, 5.0))[None]
@@ -138,12 +138,12 @@ def test_torch_loss_equals_the_landscape_reference_of_appendix_R():
 
 
 def test_torch_gd_equals_closed_form_full_matrix_gd():
-    task = cf.NearestNeighborSpec(d=3, N=8, sigma=3.0, eta=2.0)
+    task = cf.NearestNeighborTask(d=3, N=8, sigma=3.0, eta=2.0)
     data = nnm.prompt_samples(task, 300, [3])
     test = cf.sample_shifted_prompts(task, 200, 7, delta=0.2)
     model = nnm.NearestNeighborAttention(task, data=data, test=test)
     saveat = SaveAt(every=10)
-    traj, params = train(model, nnm.gd_config(model, 40, saveat=saveat), device=CPU, return_params=True)
+    traj, params = train(model, nnm.config("gd", model, 40, saveat=saveat), device=CPU, return_params=True)
     full = cf.full_gd(task, data[0], 40, saveat=saveat)
     assert float(traj.xi1.values[0, -1]) > 1.0  # the run moves
     # round-off of 40 float64 GD steps on sums over 300 prompts in another order: 1e-12
@@ -165,12 +165,12 @@ def test_torch_gd_equals_closed_form_full_matrix_gd():
 def test_torch_gd_on_a_symmetric_sample_equals_the_reduced_map():
     # On the orbit of a sample under signed permutations, with the label design, the invariances of Sec. A.5 are
     # exact: full-matrix GD from W^(0) stays on diag(xi1 I, 0, -xi2) and equals the two-scalar map (Sec. A.5).
-    task = cf.NearestNeighborSpec(d=3, N=4, sigma=3.0, eta=2.0)
+    task = cf.NearestNeighborTask(d=3, N=4, sigma=3.0, eta=2.0)
     base = cf.sample_prompts(task, 12, 0)
     model = nnm.NearestNeighborAttention(task, data=[cf.symmetrized_prompts(base)])
     saveat = SaveAt(every=15)
-    traj = train(model, nnm.gd_config(model, 60, saveat=saveat), device=CPU)
-    red = cf.reduced_gd(task, base, 60, saveat=saveat)
+    traj = train(model, nnm.config("gd", model, 60, saveat=saveat), device=CPU)
+    red = cf.map(task, base, 60, saveat=saveat)
     assert float(red.xi1.values[0, -1]) > 2.0
     # round-off only (60 steps, sums over 9216 prompts in another order)
     for name in ("xi1", "xi2", "L", "q_istar", "q_self"):
@@ -182,13 +182,13 @@ def test_torch_gd_on_a_symmetric_sample_equals_the_reduced_map():
 
 def test_factorised_gd_step_is_the_chain_rule_of_the_merged_gradient():
     # Sec. A.9: with G = dL/dW, dL/dW_K = W_Q G^T and dL/dW_Q = W_K G; GD updates both factors at once.
-    task = cf.NearestNeighborSpec(d=3, N=6, sigma=0.0, eta=0.5)
+    task = cf.NearestNeighborTask(d=3, N=6, sigma=0.0, eta=0.5)
     data = nnm.prompt_samples(task, 200, [5])
     rng = np.random.default_rng(0)
     W_K, W_Q = rng.standard_normal((5, 5)), rng.standard_normal((5, 5))
     model = nnm.NearestNeighborAttention(task, parametrisation="factorised", data=data,
                                          init_weights={"W_K": W_K, "W_Q": W_Q})
-    _, params = train(model, nnm.gd_config(model, 2, saveat=SaveAt(final=True)), device=CPU, return_params=True)
+    _, params = train(model, nnm.config("gd", model, 2, saveat=SaveAt(final=True)), device=CPU, return_params=True)
     H, target = cf.embed(data[0]), data[0].target
     for _ in range(2):
         G = cf.full_gradient(W_K.T @ W_Q, H, target)
@@ -201,9 +201,9 @@ def test_torch_full_gd_reproduces_spec_A8():
     # Sec. A.8: d=3, N=8, sigma=3, eta=2, 300 steps; 4000 prompts (G.A, seed 3), labels drawn next, duplicated with
     # y -> -y. Quoted: mean diag(W11) = 6.411 (reduced xi1 = 6.391); W33 = -5.612; ||W - family||_F = 0.30 (2.4%).
     # Exact recipe: agreement to the printed digits (half a unit in the last digit).
-    task = cf.NearestNeighborSpec(d=3, N=8, sigma=3.0, eta=2.0)
+    task = cf.NearestNeighborTask(d=3, N=8, sigma=3.0, eta=2.0)
     model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 4000, [3], duplicate_labels=True))
-    traj, params = train(model, nnm.gd_config(model, 300, saveat=SaveAt(final=True)), device=CPU,
+    traj, params = train(model, nnm.config("gd", model, 300, saveat=SaveAt(final=True)), device=CPU,
                          return_params=True)
     W = params["W"][0].numpy()
     assert abs(np.mean(np.diag(W)[:3]) - 6.411) <= 5e-4
@@ -220,11 +220,11 @@ def test_torch_full_gd_reproduces_spec_A8():
 def test_merged_gd_learns_nearest_neighbour_and_tracks_the_reduced_map():
     # d = 4, N = 16, sigma = 5 (the Sec. 4 setting) at eta = 2: at the reference eta = 5 full-matrix GD is unstable in
     # the label-bias direction W23 (next test), which the reduced map cannot see.
-    task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=2.0)
+    task = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=2.0)
     seeds = list(range(2, 10))
     model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 1000, seeds, duplicate_labels=True))
     saveat = SaveAt(steps=[0, 25, 50, 100, 200])
-    traj = train(model, nnm.gd_config(model, 200, seeds=seeds, saveat=saveat), device=CPU)
+    traj = train(model, nnm.config("gd", model, 200, seeds=seeds, saveat=saveat), device=CPU)
     assert np.all(np.diff(traj.L.values, axis=1) < 0)  # loss decreases (Sec. A.7 item 1)
     assert np.all(np.diff(traj.q_istar.values, axis=1) > 0)  # attention concentrates on i*
     assert np.all(np.diff(traj.xi1.values, axis=1) > 0) and np.all(traj.q_self.values < 0.05)
@@ -238,7 +238,7 @@ def test_merged_gd_learns_nearest_neighbour_and_tracks_the_reduced_map():
     # t = 200; L -1.1% +- 0.5%; xi2 < 0.1%.
     rel = {name: [] for name in ("xi1", "xi2", "L")}
     for i, s in enumerate(seeds):
-        red = cf.reduced_gd(task, cf.sample_prompts(task, 1000, s), 200, saveat=saveat)
+        red = cf.map(task, cf.sample_prompts(task, 1000, s), 200, saveat=saveat)
         for name in rel:
             rel[name].append(traj[name].values[i, 1:] / red[name].values[0, 1:] - 1)
     for name, r in rel.items():
@@ -257,19 +257,19 @@ def test_full_matrix_gd_at_the_reference_step_is_unstable_in_the_label_bias_entr
     # carry over to the full matrix.
     W23 = {}
     for eta in (5.0, 2.0):
-        task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=eta)
+        task = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=eta)
         W0 = cf.initial_W(task)
         W0[4, 5] = 1e-8
         model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 300, [5], duplicate_labels=True),
                                              init_weights={"W": W0})
-        _, params = train(model, nnm.gd_config(model, 80, saveat=SaveAt(final=True)), device=CPU,
+        _, params = train(model, nnm.config("gd", model, 80, saveat=SaveAt(final=True)), device=CPU,
                           return_params=True)
         W23[eta] = abs(float(params["W"][0, 4, 5]))
     assert W23[5.0] > 0.3  # grown by > 3e7: linear instability (measured 0.93 when round-off seeds it)
     assert W23[2.0] < 1e-8  # decayed below its seed
     # the curvature itself, by central differences of the closed form's full-matrix loss at W^(0) on mirrored prompts
     # (independent of torch): 2/eta = 0.4 < lambda < 1 = 2/2 (measured 0.88 on 4e4 rows; 0.94 at xi1 = 2)
-    task = cf.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=5.0)
+    task = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)
     p = cf.sample_prompts(task, 2000, 3, labels=True)
     dup = cf.repeat_with_labels(p, np.stack([p.y, -p.y], axis=1))
     H, target, W0, h = cf.embed(dup), dup.target, cf.initial_W(task), 1e-3
@@ -283,10 +283,10 @@ def test_full_matrix_gd_at_the_reference_step_is_unstable_in_the_label_bias_entr
 def test_factorised_model_leaves_the_saddle_and_approaches_the_family():
     # Sec. A.9: from i.i.d. N(0, 0.01^2) factors (no mask) the saddle at 0 is left after ~100 steps (eta = 5,
     # d = 4, N = 16) and W then stays close to the reduced family (off = 8%, 5% at t = 200, 300 with 4000 prompts).
-    task = cf.NearestNeighborSpec(d=4, N=16, sigma=0.0, eta=5.0)
+    task = cf.NearestNeighborTask(d=4, N=16, sigma=0.0, eta=5.0)
     model = nnm.NearestNeighborAttention(task, parametrisation="factorised",
                                          data=nnm.prompt_samples(task, 500, [1], duplicate_labels=True))
-    traj = train(model, nnm.gd_config(model, 300, saveat=SaveAt(steps=[0, 20, 300])), device=CPU)
+    traj = train(model, nnm.config("gd", model, 300, saveat=SaveAt(steps=[0, 20, 300])), device=CPU)
     xi1, off, L = traj.xi1.values[0], traj.off.values[0], traj.L.values[0]
     # near the saddle early: W = W_K^T W_Q = O(s^2) (measured xi1 = 3e-3 at t = 20, 0.24 at t = 50, 4.0 at t = 100)
     assert abs(xi1[0]) < 1e-3 and abs(xi1[1]) < 0.05 and abs(L[1] - L[0]) < 0.01
@@ -296,9 +296,9 @@ def test_factorised_model_leaves_the_saddle_and_approaches_the_family():
 
 
 def test_online_sgd_learns_and_batched_seeds_equal_single_runs():
-    task = cf.NearestNeighborSpec(d=4, N=8, sigma=2.0, eta=5.0)
+    task = cf.NearestNeighborTask(d=4, N=8, sigma=2.0, eta=5.0)
     model = nnm.NearestNeighborAttention(task)
-    cfg = nnm.sgd_config(model, 60, 64, seeds=(0, 1), eval_size=400, saveat=SaveAt(steps=[0, 60]))
+    cfg = nnm.config("sgd", model, 60, 64, seeds=(0, 1), eval_size=400, saveat=SaveAt(steps=[0, 60]))
     both = train(model, cfg, device=CPU)
     assert np.all(both.L.values[:, -1] < both.L.values[:, 0]) and np.all(both.xi1.values[:, -1] > 1.0)
     for i, s in enumerate(cfg.seeds):
@@ -308,9 +308,9 @@ def test_online_sgd_learns_and_batched_seeds_equal_single_runs():
 
 
 def test_resume_after_a_kill_is_bit_identical(tmp_path):
-    task = cf.NearestNeighborSpec(d=3, N=6, sigma=2.0, eta=2.0)
+    task = cf.NearestNeighborTask(d=3, N=6, sigma=2.0, eta=2.0)
     model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 100, [0, 1]))
-    cfg = nnm.gd_config(model, 20, batch_size=25, saveat=SaveAt(every=4), checkpoint_every=6)  # minibatch SGD
+    cfg = nnm.config("gd", model, 20, batch_size=25, saveat=SaveAt(every=4), checkpoint_every=6)  # minibatch SGD
     full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=15, every_call=True, checkpoint_step=12)
     same(full, resumed)
     # another fixed sample is another run: resume refuses it (the data digest is part of the model spec)
@@ -325,7 +325,7 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path):
 
 
 def test_invalid_configurations_raise_clear_errors():
-    task = cf.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    task = cf.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)
     data = nnm.prompt_samples(task, 10, [0])
     with pytest.raises(ValueError, match="parametrisation"):
         nnm.NearestNeighborAttention(task, parametrisation="lowrank")
@@ -340,7 +340,7 @@ def test_invalid_configurations_raise_clear_errors():
     with pytest.raises(ValueError, match="labels"):
         nnm.NearestNeighborAttention(task, data=[cf.sample_prompts(task, 10, 0)])
     with pytest.raises(ValueError, match=r"\(N, d\)"):
-        nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(cf.NearestNeighborSpec(d=3, N=5, sigma=1.0,
+        nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(cf.NearestNeighborTask(d=3, N=5, sigma=1.0,
                                                                                           eta=1.0), 10, [0]))
     with pytest.raises(ValueError, match="same number"):
         nnm.NearestNeighborAttention(task, data=data + nnm.prompt_samples(task, 11, [1]))
@@ -351,14 +351,14 @@ def test_invalid_configurations_raise_clear_errors():
     with pytest.raises(ValueError, match="test"):
         nnm.NearestNeighborAttention(task, data=data * 1, test=data + data + data)
     model = nnm.NearestNeighborAttention(task, data=data)
-    with pytest.raises(ValueError, match="sgd_config"):
-        nnm.gd_config(nnm.NearestNeighborAttention(task), 10)
-    with pytest.raises(ValueError, match="gd_config"):
-        nnm.sgd_config(model, 10, 4)
+    with pytest.raises(ValueError, match="config[(]'sgd'[)]"):
+        nnm.config("gd", nnm.NearestNeighborAttention(task), 10)
+    with pytest.raises(ValueError, match="config[(]'gd'[)]"):
+        nnm.config("sgd", model, 10, 4)
     with pytest.raises(ValueError, match="dataset_size and eval_size"):
         train(model, TrainConfig(seeds=0, n_steps=1, batch_size=5, dataset_size=5, eval_size=10, lr=1.0), device=CPU)
     with pytest.raises(ValueError, match="one sample per seed"):
-        train(model, nnm.gd_config(model, 1, seeds=(0, 1)), device=CPU)
+        train(model, nnm.config("gd", model, 1, seeds=(0, 1)), device=CPU)
 
 
 @pytest.mark.slow
@@ -368,15 +368,15 @@ def test_factorised_random_start_matches_spec_A9_numbers():
     # spec does not pin the draw further, so this is not an exact-recipe row). Quoted: off = 8%, 5%, 4% at t = 200, 300,
     # 1000; L = 0.077 at t = 1000 against 0.073 for the merged W from 0 (sigma = 0). Measured here: off = 5.8%, 6.2%,
     # 5.2%; L = 0.0783 (factorised) and 0.0759 (merged). Tolerances: off < 10%, L within 5% of the quoted values.
-    task = cf.NearestNeighborSpec(d=4, N=16, sigma=0.0, eta=5.0)
+    task = cf.NearestNeighborTask(d=4, N=16, sigma=0.0, eta=5.0)
     data = nnm.prompt_samples(task, 4000, [1], duplicate_labels=True)
     rng = np.random.default_rng(0)
     W_K, W_Q = 0.01 * rng.standard_normal((6, 6)), 0.01 * rng.standard_normal((6, 6))
     fact = nnm.NearestNeighborAttention(task, parametrisation="factorised", data=data,
                                         init_weights={"W_K": W_K, "W_Q": W_Q})
-    traj = train(fact, nnm.gd_config(fact, 1000, saveat=SaveAt(steps=[200, 300, 1000])), device=CPU)
+    traj = train(fact, nnm.config("gd", fact, 1000, saveat=SaveAt(steps=[200, 300, 1000])), device=CPU)
     assert np.all(traj.off.values < 0.10)
     assert abs(float(traj.L.values[0, -1]) / 0.077 - 1) < 0.05
     merged = nnm.NearestNeighborAttention(task, data=data)
-    traj_m = train(merged, nnm.gd_config(merged, 1000, saveat=SaveAt(final=True)), device=CPU)
+    traj_m = train(merged, nnm.config("gd", merged, 1000, saveat=SaveAt(final=True)), device=CPU)
     assert abs(float(traj_m.L.values[0, -1]) / 0.073 - 1) < 0.05

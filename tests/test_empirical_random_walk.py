@@ -23,7 +23,7 @@ from tests._stats import assert_mc_close, assert_mc_rejects
 from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = "cpu"
-SMALL = cf.RandomWalkSpec(K=5, N=11, M=40, p=0.7)
+SMALL = cf.RandomWalkTask(K=5, N=11, M=40, p=0.7)
 
 
 def _random_params(task, rng, S=1, scale=0.3, factorised=False):
@@ -94,7 +94,7 @@ def test_loss_on_a_large_online_batch_equals_the_exact_loss_within_5_se():
     Negative control: the same loss with the blank query left out of the softmax (the trap noted in Sec. C.3: 1/N
     would become 1/(N-1)) must be rejected at 5 SE.
     """
-    task = cf.RandomWalkSpec(K=5, N=9, M=30, p=0.7)
+    task = cf.RandomWalkTask(K=5, N=9, M=30, p=0.7)
     rng = np.random.default_rng(2)
     params = _random_params(task, rng, scale=0.2)
     params["V"] = params["V"].abs() + 0.1  # keeps e_y^T f + eps > 0 for every walk
@@ -122,7 +122,7 @@ def test_loss_on_a_large_online_batch_equals_the_exact_loss_within_5_se():
 
 def test_online_sampler_follows_the_walk_law():
     """Fraction of clockwise steps is p and the start state is uniform, within 5 SE (Sec. C.1, Appendix G.C)."""
-    task = cf.RandomWalkSpec(K=5, N=9, M=30, p=0.7)
+    task = cf.RandomWalkTask(K=5, N=9, M=30, p=0.7)
     model = rwm.RandomWalkAttention(task)
     st = model.sample([torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)], 20_000,
                       device=torch.device("cpu"), dtype=torch.float64)["states"].long().numpy()
@@ -143,14 +143,14 @@ def test_online_sampler_follows_the_walk_law():
 
 
 def test_full_matrix_gd_from_zero_equals_the_reduced_map():
-    """Full-batch GD of the torch model from V = W = 0 equals closedform.random_walk.reduced_gd on the same walks:
+    """Full-batch GD of the torch model from V = W = 0 equals closedform.random_walk.map on the same walks:
     V, a, c and every diagnostic to round-off, off = 0 (Sec. C.5; spec: 7e-16 after 8 steps)."""
     train_w, test_w = rwm.walk_samples(SMALL, 200, [0, 1], n_test=100)
     model = rwm.RandomWalkAttention(SMALL, data=train_w, test=test_w)
-    traj = train(model, rwm.gd_config(model, 8, saveat=SaveAt(every=1)), device=CPU)
+    traj = train(model, rwm.config("gd", model, 8, saveat=SaveAt(every=1)), device=CPU)
     names = cf.state_names(SMALL)
     for s in range(2):
-        red = cf.reduced_gd(SMALL, 8, walks=train_w[s], test=test_w[s], saveat=SaveAt(every=1))
+        red = cf.map(SMALL, 8, walks=train_w[s], test=test_w[s], saveat=SaveAt(every=1))
         got = np.stack([traj[n].values[s] for n in names], -1)
         want = np.stack([red[n].values[0] for n in names], -1)
         # 1e-12: 8 float64 GD steps on O(1) states; the spec measured 7e-16
@@ -168,10 +168,10 @@ def test_full_matrix_gd_from_zero_equals_the_reduced_map():
 def test_random_start_gd_equals_closedform_full_gd(normalize_tokens):
     """From a random N(0, 0.01^2) start (Sec. C.8, Fig. 6), torch GD equals closedform.random_walk.full_gd (numpy
     chain rule, no reduced structure) started from the same matrices: V, probes, off and loss to 1e-12."""
-    task = cf.RandomWalkSpec(K=5, N=11, M=40, p=0.5, eta=0.5)
+    task = cf.RandomWalkTask(K=5, N=11, M=40, p=0.5, eta=0.5)
     train_w, _ = rwm.walk_samples(task, 100, [3])
     model = rwm.RandomWalkAttention(task, init="random", normalize_tokens=normalize_tokens, data=train_w)
-    cfg = rwm.gd_config(model, 5, seeds=(3,), saveat=SaveAt(every=1))
+    cfg = rwm.config("gd", model, 5, seeds=(3,), saveat=SaveAt(every=1))
     _, p0 = train(model, dataclasses.replace(cfg, n_steps=0), device=CPU, return_params=True)
     traj = train(model, cfg, device=CPU)
     V0, W0 = rwm.to_weights(p0)
@@ -185,7 +185,7 @@ def test_random_start_gd_equals_closedform_full_gd(normalize_tokens):
 def test_factorised_gradient_follows_the_chain_rule():
     """One GD step of the factorised model: dL/dW_K = W_Q (dL/dW)^T, dL/dW_Q = W_K dL/dW, with dL/dW from
     closedform.random_walk.full_gradient at W = W_K^T W_Q (Sec. C.8, our extension)."""
-    task = cf.RandomWalkSpec(K=5, N=11, M=40, p=0.5)
+    task = cf.RandomWalkTask(K=5, N=11, M=40, p=0.5)
     train_w, _ = rwm.walk_samples(task, 100, [4])
     model = rwm.RandomWalkAttention(task, parametrisation="factorised", init="random", data=train_w)
     params = model.init_params([torch.Generator().manual_seed(5)], device=torch.device("cpu"), dtype=torch.float64)
@@ -210,10 +210,10 @@ def test_theorem_C1_short_run_parent_attention_and_optimal_accuracy():
     """Zero start, p = 0.7: attention on the parent after step 2 and acc_RB = max(p, 1-p) from step 3 (Theorem C1
     items 1, 4; Sec. 4 rows at K=6, N=97 give > 0.9999 and 0.7 exactly). Here K=6, N=25, M=200 (rho=100): the
     parent-logit gap after step 2 is Theta(rho^2/N^2) ~ 16 (Sec. C.5), so S_{N-1} > 0.99 is a safe threshold."""
-    task = cf.RandomWalkSpec(K=6, N=25, M=200, p=0.7)
+    task = cf.RandomWalkTask(K=6, N=25, M=200, p=0.7)
     train_w, test_w = rwm.walk_samples(task, 500, [0], n_test=500)
     model = rwm.RandomWalkAttention(task, data=train_w, test=test_w)
-    traj = train(model, rwm.gd_config(model, 6, saveat=SaveAt(every=1)), device=CPU)
+    traj = train(model, rwm.config("gd", model, 6, saveat=SaveAt(every=1)), device=CPU)
     assert traj["attn_parent"].values[0, 1] == pytest.approx(1 / task.N, rel=1e-12)  # W^(1) = 0: uniform
     assert traj["attn_parent"].values[0, 2] > 0.99
     # acc_RB is an exact mean of Pi[parent, Pred]: equal to 0.7 when every prediction is the clockwise successor
@@ -225,10 +225,10 @@ def test_reference_numbers_of_sec_C7_exact_recipe():
     """The paper setting K=6, N=97, M=1000, p=0.5, eta=1, eps=0.1, 1000 training then 1000 test walks from
     default_rng(0) (Sec. C.7 / Sec. 4 exact recipe): S_{N-1} = 0.99999987 at t = 2 (max other <= 1.7e-7), plain test
     accuracy 0.489 at t = 3, cos_F(V, Pi^T) = 0.58 at t = 1. Tolerances: half a unit of the last printed digit."""
-    task = cf.RandomWalkSpec(K=6, N=97, M=1000, p=0.5)
+    task = cf.RandomWalkTask(K=6, N=97, M=1000, p=0.5)
     train_w, test_w = rwm.walk_samples(task, 1000, [0], n_test=1000)
     model = rwm.RandomWalkAttention(task, data=train_w, test=test_w)
-    traj = train(model, rwm.gd_config(model, 3, saveat=SaveAt(every=1)), device=CPU)
+    traj = train(model, rwm.config("gd", model, 3, saveat=SaveAt(every=1)), device=CPU)
     assert abs(traj["attn_parent"].values[0, 2] - 0.99999987) <= 5e-9
     assert traj["attn_max_other"].values[0, 2] <= 1.7e-7  # the spec's "max other weight" (its average is below)
     assert abs(traj["acc"].values[0, 3] - 0.489) <= 5e-4
@@ -239,10 +239,10 @@ def test_reference_numbers_of_sec_C7_exact_recipe():
 def test_reference_direction_of_V_at_t10_t50_exact_recipe():
     """Sec. C.7 exact recipe (as above, 50 steps): cos_F(V, Pi^T) = 0.92 (t = 10) and 0.983 (t = 50) for torch
     full-matrix GD; tolerance half a unit of the last printed digit."""
-    task = cf.RandomWalkSpec(K=6, N=97, M=1000, p=0.5)
+    task = cf.RandomWalkTask(K=6, N=97, M=1000, p=0.5)
     train_w, test_w = rwm.walk_samples(task, 1000, [0], n_test=1000)
     model = rwm.RandomWalkAttention(task, data=train_w, test=test_w)
-    traj = train(model, rwm.gd_config(model, 50, saveat=SaveAt(steps=(10, 50))), device=CPU)
+    traj = train(model, rwm.config("gd", model, 50, saveat=SaveAt(steps=(10, 50))), device=CPU)
     assert abs(traj["cos_V_Pi"].values[0, 0] - 0.92) <= 5e-3
     assert abs(traj["cos_V_Pi"].values[0, 1] - 0.983) <= 5e-4
 
@@ -251,10 +251,10 @@ def test_theorem_C2_deterministic_walk_exact_population():
     """p = 1, N = 2K + 1, the exact population (the K walks): V constant, context attention uniform, blank below the
     context from step 2, an output f that does not depend on the label (Theorem C2; the 1e-12 tolerances of the
     Sec. 4 row)."""
-    task = cf.RandomWalkSpec(K=4, N=9, M=40, p=1.0)
+    task = cf.RandomWalkTask(K=4, N=9, M=40, p=1.0)
     law = cf.enumerate_walks(task)
     model = rwm.RandomWalkAttention(task, data=law, test=law, log_profile=True)
-    cfg = rwm.gd_config(model, 6, saveat=SaveAt(every=1))
+    cfg = rwm.config("gd", model, 6, saveat=SaveAt(every=1))
     traj, params = train(model, cfg, device=CPU, return_params=True)
     V = params["V"][0].numpy()
     assert V.max() - V.min() <= 1e-12 * np.abs(V).max()
@@ -265,7 +265,7 @@ def test_theorem_C2_deterministic_walk_exact_population():
     _, f = model.forward(params, torch.as_tensor(law.states, dtype=torch.float64)[None])
     f = f[0].detach().numpy()
     assert np.ptp(f) <= 1e-12 * np.abs(f).max()  # uninformative output: every label scores the same
-    red = cf.reduced_gd(task, 6, walks=law, test=law, saveat=SaveAt(every=1))
+    red = cf.map(task, 6, walks=law, test=law, saveat=SaveAt(every=1))
     np.testing.assert_array_equal(red["acc"].values, 1 / task.K)  # exact ties -> Pred = label 0 -> 1/K
 
 
@@ -278,12 +278,12 @@ def test_theorem_C2_paper_size_torch_equals_reduced_map_with_the_exact_code(code
     1e-13 is ~100 ulps of the O(1) state. The control: the sine code of Sec. C.2 is orthogonal only to ~1e-13 rho,
     the ridge is unstable, and the same run leaves it (state gap O(1), accuracy 1 instead of 1/K); this is the
     defect the one-hot default removes (issue 13), so the control must fail the same bound."""
-    task = cf.RandomWalkSpec(K=6, N=97, M=1000, p=1.0, code=code)
+    task = cf.RandomWalkTask(K=6, N=97, M=1000, p=1.0, code=code)
     law = cf.enumerate_walks(task)
     model = rwm.RandomWalkAttention(task, data=law, test=law)
     steps = tuple(range(31))
-    traj = train(model, rwm.gd_config(model, 30, saveat=SaveAt(steps=steps)), device=CPU)
-    red = cf.reduced_gd(task, 30, walks=law, test=law, saveat=SaveAt(steps=steps))
+    traj = train(model, rwm.config("gd", model, 30, saveat=SaveAt(steps=steps)), device=CPU)
+    red = cf.map(task, 30, walks=law, test=law, saveat=SaveAt(steps=steps))
     names = cf.state_names(task)
     gap = np.abs(np.stack([traj[n].values[0] for n in names], -1) - red.states()[0]).max()
     np.testing.assert_array_equal(red["acc"].values, 1 / task.K)
@@ -298,19 +298,19 @@ def test_factorised_short_run_selects_the_parent():
     """Factorised W = W_K^T W_Q from N(0, 0.01^2) factors (Sec. C.8 check: K=6, N=25, M=200, p=0.5, eta=1):
     parent attention ~1 and acc_RB = 0.5 by t = 10. 1000 walks here instead of 2000 (the threshold 0.999 leaves
     margin below the spec's 1.0000)."""
-    task = cf.RandomWalkSpec(K=6, N=25, M=200, p=0.5)
+    task = cf.RandomWalkTask(K=6, N=25, M=200, p=0.5)
     train_w, test_w = rwm.walk_samples(task, 1000, [0], n_test=1000)
     model = rwm.RandomWalkAttention(task, parametrisation="factorised", init="random", data=train_w, test=test_w)
-    traj = train(model, rwm.gd_config(model, 10, saveat=SaveAt(steps=(0, 10))), device=CPU)
+    traj = train(model, rwm.config("gd", model, 10, saveat=SaveAt(steps=(0, 10))), device=CPU)
     assert traj["attn_parent"].values[0, -1] > 0.999
     assert traj["acc_rb"].values[0, -1] == pytest.approx(0.5, abs=1e-9)
 
 
 def test_online_sgd_learns_the_parent():
     """Online SGD on fresh walks (batch 64, eta = 1): the same selection of the parent as full-batch GD."""
-    task = cf.RandomWalkSpec(K=6, N=25, M=200, p=0.7)
+    task = cf.RandomWalkTask(K=6, N=25, M=200, p=0.7)
     model = rwm.RandomWalkAttention(task)
-    traj = train(model, rwm.sgd_config(model, 10, 64, eval_size=500, saveat=SaveAt(steps=(0, 10))), device=CPU)
+    traj = train(model, rwm.config("sgd", model, 10, 64, eval_size=500, saveat=SaveAt(steps=(0, 10))), device=CPU)
     assert traj["attn_parent"].values[0, -1] > 0.99
     assert traj["acc_rb"].values[0, -1] > 0.69  # optimum 0.7 (Theorem C1 item 1); exact once Pred is the successor
 
@@ -322,20 +322,20 @@ def test_online_sgd_learns_the_parent():
 
 def test_batched_seeds_equal_single_seed_runs():
     """Seeds trained together equal each seed alone (batched matmul may round differently: 1e-13)."""
-    task = cf.RandomWalkSpec(K=5, N=11, M=40, p=0.5, eta=0.5)
+    task = cf.RandomWalkTask(K=5, N=11, M=40, p=0.5, eta=0.5)
     train_w, test_w = rwm.walk_samples(task, 60, [0, 1, 2], n_test=30)
     both = rwm.RandomWalkAttention(task, init="random", data=train_w, test=test_w)
-    traj = train(both, rwm.gd_config(both, 5, seeds=(0, 1, 2)), device=CPU)
+    traj = train(both, rwm.config("gd", both, 5, seeds=(0, 1, 2)), device=CPU)
     for i in range(3):
         one = rwm.RandomWalkAttention(task, init="random", data=[train_w[i]], test=[test_w[i]])
-        single = train(one, rwm.gd_config(one, 5, seeds=(i,)), device=CPU)
+        single = train(one, rwm.config("gd", one, 5, seeds=(i,)), device=CPU)
         assert_seed_equals_single(traj, i, single, rtol=1e-13, atol=1e-13)
 
 
 def test_resume_after_a_kill_equals_the_uninterrupted_run(tmp_path):
     train_w, test_w = rwm.walk_samples(SMALL, 50, [0, 1], n_test=20)
     model = rwm.RandomWalkAttention(SMALL, init="random", data=train_w, test=test_w)
-    cfg = rwm.gd_config(model, 8, saveat=SaveAt(every=2), checkpoint_every=3)
+    cfg = rwm.config("gd", model, 8, saveat=SaveAt(every=2), checkpoint_every=3)
     # dies in update 5 (checkpoint at 3)
     (full, p_full), (resumed, p_res), _ = kill_and_resume(model, cfg, tmp_path, at=6, return_params=True)
     same(full, resumed)
@@ -366,24 +366,24 @@ def test_invalid_configurations_raise_clear_errors():
         rwm.RandomWalkAttention(SMALL, test=test_w)
     with pytest.raises(ValueError, match="^test must hold one sample per seed"):
         rwm.RandomWalkAttention(SMALL, data=train_w, test=test_w[:1])
-    other = cf.RandomWalkSpec(K=5, N=12, M=40, p=0.7)
+    other = cf.RandomWalkTask(K=5, N=12, M=40, p=0.7)
     with pytest.raises(ValueError, match="^data walks must all have shape"):
         rwm.RandomWalkAttention(SMALL, data=rwm.walk_samples(other, 20, [0])[0])
     with pytest.raises(ValueError, match="^data walks must carry equal weights"):
-        rwm.RandomWalkAttention(cf.RandomWalkSpec(K=3, N=4, M=10, p=0.7),
-                                data=cf.enumerate_walks(cf.RandomWalkSpec(K=3, N=4, M=10, p=0.7)))
+        rwm.RandomWalkAttention(cf.RandomWalkTask(K=3, N=4, M=10, p=0.7),
+                                data=cf.enumerate_walks(cf.RandomWalkTask(K=3, N=4, M=10, p=0.7)))
     with pytest.raises(ValueError, match="^log_walks must be at most"):
         rwm.RandomWalkAttention(SMALL, data=train_w, test=test_w, log_walks=11)
-    with pytest.raises(ValueError, match="^gd_config needs a model with fixed walks"):
-        rwm.gd_config(rwm.RandomWalkAttention(SMALL), 5)
+    with pytest.raises(ValueError, match="^config[(]'gd'[)] needs a model with fixed walks"):
+        rwm.config("gd", rwm.RandomWalkAttention(SMALL), 5)
     model = rwm.RandomWalkAttention(SMALL, data=train_w)
-    with pytest.raises(ValueError, match="^sgd_config needs an online model"):
-        rwm.sgd_config(model, 5, 10)
+    with pytest.raises(ValueError, match="^config[(]'sgd'[)] needs an online model"):
+        rwm.config("sgd", model, 5, 10)
     with pytest.raises(ValueError, match="dataset_size and eval_size must equal"):
         train(model, TrainConfig(seeds=(0, 1), n_steps=1, batch_size=10, dataset_size=10, eval_size=0, lr=1.0),
               device=CPU)
     with pytest.raises(ValueError, match="data holds 2 fixed samples but the run has 1 seeds"):
-        train(model, rwm.gd_config(model, 1, seeds=(0,)), device=CPU)
+        train(model, rwm.config("gd", model, 1, seeds=(0,)), device=CPU)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Independent computations used:
   against the torch batch loss within 5 SE, with negative controls (no l2 normalisation; the T = infinity value);
 * Lemma 1 (closedform.scan_snap.lemma1_gradient, the closed form's finite-T formula) against torch autograd;
 * the full (U, W_Q, W_K, W_V) model against the Y/Z model at Y = U W_V^T U^T, Z = U W_Q W_K^T U^T / sqrt(d) (Sec. 1.4);
-* the discrete population map (closedform.scan_snap.population_map, spec Sec. 4.3) against seeded SGD runs: exact at
+* the discrete population map (closedform.scan_snap.map, spec Sec. 4.3) against seeded SGD runs: exact at
   step 0-1 from zero init, predicted signs (Theorem 2), entropy falling, and a gap that shrinks like 1/T (Sec. 4.7, 6.8).
 """
 
@@ -166,10 +166,10 @@ def test_full_model_short_run_learns_the_decoder():
     from dynamics.compare import t_quantile
 
     classes = cf.SequenceClasses.syn_small()
-    task = cf.ScanSnap(classes=classes, eta_Y=0.05, eta_Z=0.05)  # one lr for U, W_*; lr >= 1 with mu = 0.9 diverges
+    task = cf.ScanSnapTask(classes=classes, eta_Y=0.05, eta_Z=0.05)  # one lr for U, W_*; lr >= 1 with mu = 0.9 diverges
     seeds = tuple(range(8))
     model = ssm.ScanSnapTorch(classes=classes, T=64, parametrisation="full", d=48, probe_z=False)
-    tr = train(model, ssm.sgd_config(model, task, seeds, n_steps=20, saveat=SaveAt(steps=(0, 20))), device="cpu")
+    tr = train(model, ssm.config("sgd", model, task, seeds, n_steps=20, saveat=SaveAt(steps=(0, 20))), device="cpu")
     a = tr.alpha_tgt_0.values
     assert np.all(a[:, 0] < 0.05) and np.all(a[:, -1] > 0.5), "decoder confidence grows (spec Sec. 2.3)"
     # The cubic parametrisation moves Z only through the small W_Q, W_K (Z = U W_Q W_K^T U^T / sqrt(d)), so its
@@ -177,7 +177,7 @@ def test_full_model_short_run_learns_the_decoder():
     # per-seed |dH_YZ| - |dH_full| over the 20 steps, mean with its two-sided Student-t interval at level 1e-3
     # (df = 7), must lie above 0 (calibrated like dynamics.compare; not a tolerance read off a run).
     yz = ssm.ScanSnapTorch(classes=classes, T=64, probe_z=False)
-    ty = train(yz, ssm.sgd_config(yz, task, seeds, n_steps=20, saveat=SaveAt(steps=(0, 20))), device="cpu")
+    ty = train(yz, ssm.config("sgd", yz, task, seeds, n_steps=20, saveat=SaveAt(steps=(0, 20))), device="cpu")
     dH = lambda t: np.abs(t.H_mean.values[:, -1] - t.H_mean.values[:, 0])  # noqa: E731
     diff = dH(ty) - dH(tr)
     m, se = mean_and_se(diff)
@@ -239,10 +239,10 @@ def test_count_sampler_has_the_multinomial_law():
 @pytest.fixture(scope="module")
 def syn_small_run():
     classes = cf.SequenceClasses.syn_small()
-    task = cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    task = cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     model = ssm.ScanSnapTorch(classes=classes, T=128)
-    cfg = ssm.sgd_config(model, task, (0, 1, 2), n_steps=20, saveat=SaveAt(every=1))
-    return classes, task, train(model, cfg, device="cpu"), cf.population_map(task, 20, momentum=0.9)
+    cfg = ssm.config("sgd", model, task, (0, 1, 2), n_steps=20, saveat=SaveAt(every=1))
+    return classes, task, train(model, cfg, device="cpu"), cf.map(task, 20, momentum=0.9)
 
 
 def test_short_run_follows_theorem2_and_the_map(syn_small_run):
@@ -301,12 +301,12 @@ def _gap_vs_T(n_seeds, n_steps, Ts):
     T - 1 grows 16- to 64-fold; measured 2.3, 3.2, 4.3 at
     T - 1 = 32, 128, 512 after 24 steps (1/T scaling, spec Sec. 4.7, Sec. 6 item 8), and the gap shrinks at each T."""
     classes = cf.SequenceClasses.syn_small()
-    task = cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
-    ref = cf.population_map(task, n_steps, momentum=0.9).H_mean.values[0]
+    task = cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    ref = cf.map(task, n_steps, momentum=0.9).H_mean.values[0]
     gaps = []
     for T in Ts:
         model = ssm.ScanSnapTorch(classes=classes, T=T, probe_z=False)
-        tr = train(model, ssm.sgd_config(model, task, range(n_seeds), n_steps=n_steps), device="cpu")
+        tr = train(model, ssm.config("sgd", model, task, range(n_seeds), n_steps=n_steps), device="cpu")
         gaps.append(float(np.mean(tr.H_mean.values[:, n_steps // 2:].mean(0) - ref[n_steps // 2:])))
     gaps = np.abs(gaps)
     assert gaps[0] > gaps[1] > gaps[2]
@@ -317,23 +317,23 @@ def _gap_vs_T(n_seeds, n_steps, Ts):
 
 def test_batched_seeds_equal_single_seed_runs():
     classes = cf.SequenceClasses.syn_medium(1)
-    task = cf.ScanSnap(classes=classes, eta_Y=2.0, eta_Z=1.0)
+    task = cf.ScanSnapTask(classes=classes, eta_Y=2.0, eta_Z=1.0)
     model = ssm.ScanSnapTorch(classes=classes, T=32, init="random")
-    both = train(model, ssm.sgd_config(model, task, (4, 7), n_steps=6, batch_size=16), device="cpu")
-    one = train(model, ssm.sgd_config(model, task, (7,), n_steps=6, batch_size=16), device="cpu")
+    both = train(model, ssm.config("sgd", model, task, (4, 7), n_steps=6, batch_size=16), device="cpu")
+    one = train(model, ssm.config("sgd", model, task, (7,), n_steps=6, batch_size=16), device="cpu")
     # batched einsum over the seed axis may block differently: equal to rounding (empirical/train.py docstring).
     assert_seed_equals_single(both, 1, one, rtol=0, atol=1e-12, names=("H_mean", "z_0_25"))
 
 
 def test_resume_after_a_kill_equals_uninterrupted(tmp_path):
     classes = cf.SequenceClasses.syn_small()
-    task = cf.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    task = cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     model = ssm.ScanSnapTorch(classes=classes, T=16)
-    cfg = ssm.sgd_config(model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4)
+    cfg = ssm.config("sgd", model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4)
     # the 8th loss call, evaluations (loss on the evaluation batch) included
     full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=8, every_call=True)
     same(resumed, full)  # same device and dtype: bit-identical (empirical/train.py contract)
-    other = ssm.sgd_config(model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4,
+    other = ssm.config("sgd", model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4,
                            momentum=0.5)
     with pytest.raises(ValueError, match="momentum"):
         train(model, other, device="cpu", checkpoint_path=path, resume=True)
@@ -352,9 +352,9 @@ def test_invalid_configurations_raise():
     tiny = cf.SequenceClasses.from_P(np.full((2, 5), 0.2), M=2)
     with pytest.raises(ValueError, match="M >= Lc"):
         ssm.ScanSnapTorch(classes=tiny, parametrisation="full")
-    other = cf.ScanSnap(classes=cf.SequenceClasses.syn_medium(1), eta_Y=1.0, eta_Z=1.0)
+    other = cf.ScanSnapTask(classes=cf.SequenceClasses.syn_medium(1), eta_Y=1.0, eta_Z=1.0)
     with pytest.raises(ValueError, match="task.classes"):
-        ssm.sgd_config(ssm.ScanSnapTorch(classes=classes), other, (0,))
+        ssm.config("sgd", ssm.ScanSnapTorch(classes=classes), other, (0,))
     with pytest.raises(ValueError, match="vocab_size"):
         load_corpus(vocab_size=1)
     with pytest.raises(ValueError, match="path"):
@@ -372,7 +372,7 @@ def test_text_corpus_and_transformer(tmp_path):
     assert x.shape[1] == 13 and np.array_equal(x[0, 1:], corpus.train[1:13]) and x[1, 0] == corpus.train[12]
     model = ssm.TextTransformer(train_chunks=torch.tensor(x[:200]), heldout=torch.tensor(corpus.chunks(
         "heldout", bptt=12)[:8]), vocab_size=corpus.vocab_size, d_model=16, d_ff=16, map_rows=3)
-    tr = train(model, ssm.text_config(model, 0.5, (0, 1), n_epochs=2, saveat=SaveAt(every=5)), device="cpu")
+    tr = train(model, ssm.config("text", model, 0.5, (0, 1), n_epochs=2, saveat=SaveAt(every=5)), device="cpu")
     # causal attention rows sum to one; row 0 attends only to key 0
     a = np.array([[tr[f"attn_{i}_{j}"].values for j in range(3)] for i in range(3)])  # (i, j, seed, time)
     np.testing.assert_allclose(a[0, 0], 1.0)

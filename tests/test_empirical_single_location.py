@@ -66,7 +66,7 @@ POINTS = {
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_erf_torch_risk_equals_closed_form_within_5se(point):
     state, lam, gamma, d, L, eps, n = POINTS[point]
-    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
     model, k, v = _model_at_state(task, state, rng=11)
     mean, se = _mc_risk(model, k, v, lam, n_per_chunk=n // 4, n_chunks=4)
     exact = sl.risk(task, lam, *state)
@@ -84,7 +84,7 @@ def test_counter_stream_draw_gives_the_closed_form_risk_within_5se(point):
     """``draw`` (the trainer's sampler: counter-keyed BlockRNG, 32-bit normals for the tokens) samples the same law:
     its MC risk at fixed (k, v) matches the closed form within 5 SE, and a factor 1/2 is rejected."""
     state, lam, gamma, d, L, eps, n = POINTS[point]
-    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
     model, k, v = _model_at_state(task, state, rng=11)
     rng = BlockRNG(stream_keys(range(4), "data"), 0, CPU)
     with torch_threads(1), torch.no_grad():
@@ -145,7 +145,7 @@ SOFTMAX_REF = {
 @pytest.mark.parametrize("case", sorted(SOFTMAX_REF))
 def test_softmax_torch_risk_matches_spec_reference_within_5se(case):
     d, L, gamma, eps, lam, state, ref, ref_se, n = SOFTMAX_REF[case]
-    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
     model, k, v = _model_at_state(task, state, rng=5, predictor="softmax")
     mean, se = _mc_risk(model, k, v, lam, n_per_chunk=n // 4, n_chunks=4, seed=100)
     both = math.hypot(se, ref_se)  # two independent Monte Carlo estimates: their SEs add in quadrature
@@ -159,7 +159,7 @@ def test_softmax_torch_risk_matches_spec_reference_within_5se(case):
 def test_softmax_negative_control_wrong_temperature():
     """At lambda = 0.5 (spec Sec. 10.4, second setting) the softmax risk with lambda dropped (lambda = 1) is rejected."""
     d, L, gamma, eps, _lam, state, ref, ref_se, n = SOFTMAX_REF["P5-like"]
-    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
     model, k, v = _model_at_state(task, state, rng=5, predictor="softmax")
     mean, se = _mc_risk(model, k, v, 1.0, n_per_chunk=n // 4, n_chunks=4, seed=100)
     assert_mc_rejects(mean, math.hypot(se, ref_se), ref, what="softmax with lambda = 1 instead of 0.5")
@@ -168,10 +168,10 @@ def test_softmax_negative_control_wrong_temperature():
 def test_one_sgd_update_equals_spec_formula_in_numpy():
     """One trainer update = spec Sec. 8.4: per-sample gradients 2 (T - Y) sum_l lam erf'(lam x_l.k)(x_l.v) x_l (k) and
     2 (T - Y) sum_l erf(lam x_l.k) x_l (v), batch mean, tangent projection, step alpha, normalisation (Sec. 6.1)."""
-    task = sl.SingleLocation(d=12, L=4, noise=0.1)
+    task = sl.SingleLocationTask(d=12, L=4, noise=0.1)
     model = slm.build(task, rng=3)
     alpha, lam, B = 0.05, 0.7, 6
-    cfg = slm.fig5_config((4, 9), n_steps=1, lam=lam, alpha=alpha, batch_size=B, log_every=1, eval_size=0)
+    cfg = slm.config("fig5", (4, 9), n_steps=1, lam=lam, alpha=alpha, batch_size=B, log_every=1, eval_size=0)
     with torch_threads(1):
         _, final = train(model, cfg, device=CPU, return_params=True)
         gens = stream_generators(cfg.seeds, CPU)
@@ -197,7 +197,7 @@ def test_short_sgd_run_tracks_deterministic_pgd():
     """Stochastic PGD from fixed initial scalars tracks the deterministic five-scalar PGD (spec Sec. 6.4) started at
     the same scalars: at every logged step the seed mean of kappa, nu and of the exact excess risk of the iterates is
     within 5 SE of the PGD value."""
-    task = sl.SingleLocation(d=20, L=5, noise=0.1)
+    task = sl.SingleLocationTask(d=20, L=5, noise=0.1)
     state0 = (0.1, 0.1, 0.05, -0.05, 0.1)
     lam, alpha, n_steps = 0.5, 0.01, 500
     model = slm.build(task, rng=0, init=state0)
@@ -205,11 +205,12 @@ def test_short_sgd_run_tracks_deterministic_pgd():
     # stays below the seed SE over 500 steps (measured |gap| <= 2.5 SE); a factor-2 error in alpha or lambda moves
     # kappa/nu by > 10 SE at step 300 (negative control below).
     # 16 seeds: the 5 SE rule is then a Student t_15 test, false alarm ~1.6e-4 per point (33 points: < 1 %).
-    cfg = slm.fig5_config(range(16), n_steps=n_steps, lam=lam, alpha=alpha, batch_size=100, log_every=50, eval_size=10)
+    cfg = slm.config("fig5", range(16), n_steps=n_steps, lam=lam, alpha=alpha, batch_size=100, log_every=50,
+                     eval_size=10)
     with torch_threads(1):
         traj = train(model, cfg, device=CPU)
     saveat = SaveAt(every=50)
-    pgd = sl.pgd(task, np.array(state0), alpha=alpha, n_steps=n_steps, lam=lam, saveat=saveat)
+    pgd = sl.map(task, np.array(state0), alpha=alpha, n_steps=n_steps, lam=lam, saveat=saveat)
     np.testing.assert_array_equal(traj.step.values, pgd.step.values)
     exact = sl.excess_risk(task, lam, *(traj[v].values for v in ("kappa", "nu", "theta", "eta", "rho")))
     sgd = {"kappa": traj.kappa.values, "nu": traj.nu.values, "excess_risk": exact}
@@ -219,13 +220,13 @@ def test_short_sgd_run_tracks_deterministic_pgd():
         # atol 1e-12: at step 0 every seed sits at state0 (SE ~ 0); its scalars are exact to float64 rounding.
         assert_mc_close(mean, se, ref, n_se=5, atol=1e-12, what=f"SGD mean of {name} vs five-scalar PGD")
     # Negative control: PGD with twice the step size is rejected by the same rule.
-    wrong = sl.pgd(task, np.array(state0), alpha=2 * alpha, n_steps=n_steps, lam=lam, saveat=saveat)
+    wrong = sl.map(task, np.array(state0), alpha=2 * alpha, n_steps=n_steps, lam=lam, saveat=saveat)
     mean, se = mean_and_se(traj.kappa.values)
     assert_mc_rejects(mean, se, wrong.kappa.values[0], what="PGD with step 2 alpha")
 
 
 def test_probes_init_laws_and_variables():
-    task = sl.SingleLocation(d=30, L=4, noise=0.1)
+    task = sl.SingleLocationTask(d=30, L=4, noise=0.1)
     state = (0.3, -0.2, 0.1, 0.25, -0.15)
     gens = stream_generators(range(5), CPU)["init"]
     with torch_threads(1):
@@ -251,13 +252,13 @@ def test_probes_init_laws_and_variables():
 
 
 def test_logged_variables_are_the_closed_form_ones_and_seeds_batch_bitwise():
-    task = sl.SingleLocation(d=16, L=5, noise=0.1)
+    task = sl.SingleLocationTask(d=16, L=5, noise=0.1)
     model = slm.build(task, rng=2)
-    cfg = slm.fig5_config((0, 1, 2), n_steps=40, log_every=10, eval_size=50)
+    cfg = slm.config("fig5", (0, 1, 2), n_steps=40, log_every=10, eval_size=50)
     with torch_threads(1):
         batched = train(model, cfg, device=CPU)
-        single = train(model, slm.fig5_config((1,), n_steps=40, log_every=10, eval_size=50), device=CPU)
-    pgd = sl.pgd(task, np.zeros(5), alpha=1e-3, n_steps=40, lam=sl.lam_schedule(2.0), saveat=SaveAt(every=10))
+        single = train(model, slm.config("fig5", (1,), n_steps=40, log_every=10, eval_size=50), device=CPU)
+    pgd = sl.map(task, np.zeros(5), alpha=1e-3, n_steps=40, lam=sl.lam_schedule(2.0), saveat=SaveAt(every=10))
     assert set(batched.data_vars) == set(pgd.data_vars)
     np.testing.assert_array_equal(batched.step.values, pgd.step.values)
     np.testing.assert_array_equal(batched.lam.values[0], pgd.lam.values[0])  # same lambda_n on the same rows
@@ -266,9 +267,9 @@ def test_logged_variables_are_the_closed_form_ones_and_seeds_batch_bitwise():
 
 
 def test_resume_equals_uninterrupted(tmp_path):
-    task = sl.SingleLocation(d=16, L=5, noise=0.1)
+    task = sl.SingleLocationTask(d=16, L=5, noise=0.1)
     model = slm.build(task, rng=4, predictor="softmax")
-    cfg = slm.fig5_config((3, 7), n_steps=60, log_every=10, eval_size=20, checkpoint_every=25, refill=8)
+    cfg = slm.config("fig5", (3, 7), n_steps=60, log_every=10, eval_size=20, checkpoint_every=25, refill=8)
     with torch_threads(1):
         full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=40)  # dies in update 39; ckpt at 25
         same(full, resumed)
@@ -279,7 +280,7 @@ def test_resume_equals_uninterrupted(tmp_path):
 
 
 def test_invalid_inputs_raise_clear_errors():
-    task = sl.SingleLocation(d=8, L=3)
+    task = sl.SingleLocationTask(d=8, L=3)
     ks, vs = sl.random_oracle_directions(task, rng=0)
     with pytest.raises(ValueError, match="predictor"):
         slm.SingleLocationAttention(task, k_star=ks, v_star=vs, predictor="relu")

@@ -65,7 +65,7 @@ def _squared_errors(model, params, task, n, seed, hyper=None, chunk=20_000, samp
 
 
 def test_oracle_directions_orthonormal_and_qr_recipe():
-    task = slt.MultiLocation(d=12, L=5, K=2)
+    task = slt.MultiLocationTask(d=12, L=5, K=2)
     k, v = slt.random_oracle_directions(task, 3)
     frame = np.stack([k[0], v[0], k[1], v[1]])
     np.testing.assert_allclose(frame @ frame.T, np.eye(4), atol=1e-14)
@@ -76,7 +76,7 @@ def test_oracle_directions_orthonormal_and_qr_recipe():
 
 
 def test_sampler_law_moments():
-    task = slt.MultiLocation(d=10, L=6, K=2, gamma=0.8, noise=0.3)
+    task = slt.MultiLocationTask(d=10, L=6, K=2, gamma=0.8, noise=0.3)
     k, v = slt.random_oracle_directions(task, 0)
     n = 40_000
     b = slt.sample_tokens(task, k, v, _gen(1), n)
@@ -100,7 +100,7 @@ def test_sampler_law_moments():
 
 
 def test_sampler_reproducible_and_single_location_case():
-    task = cf.SingleLocation(d=8, L=4, noise=0.1)
+    task = cf.SingleLocationTask(d=8, L=4, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     a = slt.sample_tokens(task, k, v, _gen(5), 100)
     b = slt.sample_tokens(task, k, v, _gen(5), 100)
@@ -118,11 +118,11 @@ def test_sampler_reproducible_and_single_location_case():
 ])
 def test_task_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        slt.MultiLocation(**kwargs)
+        slt.MultiLocationTask(**kwargs)
 
 
 def test_model_validation():
-    task = slt.MultiLocation(d=8, L=5, K=2)
+    task = slt.MultiLocationTask(d=8, L=5, K=2)
     k, v = slt.random_oracle_directions(task, 0)
     with pytest.raises(ValueError, match="n_heads"):
         slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=0)
@@ -151,7 +151,7 @@ def test_model_validation():
      "n": 100_000},
 ])
 def test_erf_head_loss_matches_closed_form_risk(case):
-    task = cf.SingleLocation(d=case["d"], L=case["L"], gamma=case["gamma"], noise=case["noise"])
+    task = cf.SingleLocationTask(d=case["d"], L=case["L"], gamma=case["gamma"], noise=case["noise"])
     k, v, k_star, v_star = cf.vectors_from_state(task, np.array(case["state"]), np.random.default_rng(0))
     model = slt.MultiHeadErf(task, k_star=k_star[None], v_star=v_star[None])
     params = {"k": torch.tensor(k).reshape(1, 1, -1), "v": torch.tensor(v).reshape(1, 1, -1)}
@@ -187,7 +187,7 @@ def test_two_head_two_location_loss_matches_decomposed_closed_form(sampler):
     g gamma rho phi_1 + (L-1) C rho (spec Sec. 4.2).
     """
     d, L, lam, eps = 20, 5, 0.5, 0.2
-    task = slt.MultiLocation(d=d, L=L, K=2, gamma=1.0, noise=eps)
+    task = slt.MultiLocationTask(d=d, L=L, K=2, gamma=1.0, noise=eps)
     Q = np.linalg.qr(np.random.default_rng(4).standard_normal((d, 8)))[0].T  # 8 orthonormal rows
     states = [(0.3, 0.4, 0.35, -0.2, 0.5), (0.5, 0.6, 0.3, 0.2, 0.5)]  # cross term 2 m_1 m_2 = 5.3
     heads = [_head_vectors(states[0], Q[[0, 1, 4, 5]]), _head_vectors(states[1], Q[[2, 3, 6, 7]])]
@@ -197,7 +197,7 @@ def test_two_head_two_location_loss_matches_decomposed_closed_form(sampler):
     probes = model.probes(params)
     np.testing.assert_allclose([float(probes["kappa_1_1"][0]), float(probes["nu_0_0"][0])], [0.5, 0.4], atol=1e-12)
     assert abs(float(probes["kappa_0_1"][0])) < 1e-12  # head 0 is orthogonal to location 1's directions
-    single = cf.SingleLocation(d=d, L=L, gamma=1.0, noise=0.0)
+    single = cf.SingleLocationTask(d=d, L=L, gamma=1.0, noise=0.0)
     s, g = single.s, lam
     C = 2 * lam / math.sqrt(math.pi * (1 + 2 * lam ** 2))
     r_h = [float(cf.risk(single, lam, *st)) for st in states]
@@ -211,7 +211,7 @@ def test_two_head_two_location_loss_matches_decomposed_closed_form(sampler):
 
 def test_erf_step_zero_excess_risk_is_about_15():
     """Spec Sec. 8.8 (checked defaults): test excess risk ~ 15 at step 0 (d = 80, L = 10, K = H = 2, lambda_0 = 2)."""
-    task = slt.MultiLocation(d=80, L=10, K=2, noise=0.1)
+    task = slt.MultiLocationTask(d=80, L=10, K=2, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=2)
     cfg = TrainConfig(seeds=tuple(range(12)), n_steps=0, batch_size=5, lr=1e-3, eval_size=500,
@@ -261,7 +261,7 @@ def _transformer_params(model, seed, q_scale=3.0):
 
 @pytest.mark.parametrize("n_heads, K", [(1, 1), (2, 2)])
 def test_transformer_register_row_equals_full_numpy_layer(n_heads, K):
-    task = slt.MultiLocation(d=12, L=6, K=K, noise=0.1)
+    task = slt.MultiLocationTask(d=12, L=6, K=K, noise=0.1)
     k, v = slt.random_oracle_directions(task, 1)
     model = slt.TransformerLayer(task, k_star=k, v_star=v, n_heads=n_heads)
     params = _transformer_params(model, 2)
@@ -275,7 +275,7 @@ def test_transformer_register_row_equals_full_numpy_layer(n_heads, K):
 
 def test_transformer_loss_matches_numpy_monte_carlo():
     """Torch loss on torch samples vs the numpy layer on closedform.sample_data samples (two independent MCs)."""
-    task = cf.SingleLocation(d=16, L=6, noise=0.1)
+    task = cf.SingleLocationTask(d=16, L=6, noise=0.1)
     k_star, v_star = cf.random_oracle_directions(task, np.random.default_rng(5))
     model = slt.TransformerLayer(task, k_star=k_star[None], v_star=v_star[None])
     params = _transformer_params(model, 6)
@@ -291,7 +291,7 @@ def test_transformer_loss_matches_numpy_monte_carlo():
 
 
 def test_transformer_probes_on_constructed_weights():
-    task = slt.MultiLocation(d=10, L=4, K=1)
+    task = slt.MultiLocationTask(d=10, L=4, K=1)
     k_star, v_star = slt.random_oracle_directions(task, 0)
     model = slt.TransformerLayer(task, k_star=k_star, v_star=v_star)
     params = model.init_params([_gen(0)], device=torch.device("cpu"), dtype=DT)
@@ -312,7 +312,7 @@ def test_transformer_probes_on_constructed_weights():
 
 
 def test_mlp_corrected_value_direction_matches_finite_differences():
-    task = slt.MultiLocation(d=8, L=4, K=1, noise=0.1)
+    task = slt.MultiLocationTask(d=8, L=4, K=1, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.TransformerLayer(task, k_star=k, v_star=v)
     params = _transformer_params(model, 3)
@@ -342,13 +342,13 @@ def test_transformer_training_learns_and_qk_is_rank_one():
     Reduced recipe: d = 12, L = 6, eps = 0.1, batch 64, SGD lr 3e-2 (the spec's 1e-3 at d = 80 needs ~1e5 steps), 500
     steps. Spec Sec. 8.7 finding: the excess risk becomes low and both alignments grow.
     """
-    task = slt.MultiLocation(d=12, L=6, K=1, noise=0.1)
+    task = slt.MultiLocationTask(d=12, L=6, K=1, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.TransformerLayer(task, k_star=k, v_star=v)
     cfg = TrainConfig(seeds=(0, 1), n_steps=500, batch_size=64, lr=3e-2, eval_size=1000, saveat=SaveAt(n=3))
     traj = train(model, cfg, device="cpu")
     excess = traj["excess_risk"].values
-    linear_excess = cf.linear_risk(cf.SingleLocation(d=12, L=6, noise=0.1)) - 0.01  # Prop. 3: 0.455
+    linear_excess = cf.linear_risk(cf.SingleLocationTask(d=12, L=6, noise=0.1)) - 0.01  # Prop. 3: 0.455
     null_excess = task.gamma ** 2  # 0.5 (spec Sec. 1 remark)
     assert np.all(excess[:, 0] > 0.9 * null_excess)  # u ~ N(0, 1/d^2): the initial predictor is almost null
     assert np.all(excess[:, -1] < 0.75 * linear_excess), excess[:, -1]
@@ -364,7 +364,7 @@ def test_multihead_erf_short_training_decreases_risk_and_stays_on_sphere():
     must be below half its initial value (observed: ~1/10, 3 seeds; the factor 1/2 leaves room for seed-to-seed
     spread). The heads stay unit vectors (projected SGD of Sec. 8.4).
     """
-    task = slt.MultiLocation(d=80, L=10, K=2, noise=0.1)
+    task = slt.MultiLocationTask(d=80, L=10, K=2, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=2, lam_floor=2 / 11)
     cfg = TrainConfig(seeds=(0, 1, 2), n_steps=1000, batch_size=5, lr=1e-3, eval_size=500, saveat=SaveAt(n=3),
@@ -377,7 +377,7 @@ def test_multihead_erf_short_training_decreases_risk_and_stays_on_sphere():
 
 
 def test_lam_floor_reproduces_frozen_schedule():
-    task = slt.MultiLocation(d=8, L=4, K=2)
+    task = slt.MultiLocationTask(d=8, L=4, K=2)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=2, lam_floor=2 / 11)
     sched = Schedule(value=2.0, kind="inverse_time", rate=1e-4)
@@ -386,7 +386,7 @@ def test_lam_floor_reproduces_frozen_schedule():
 
 
 def test_batched_seeds_equal_single_seed_runs():
-    task = slt.MultiLocation(d=8, L=4, K=2, noise=0.1)
+    task = slt.MultiLocationTask(d=8, L=4, K=2, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.TransformerLayer(task, k_star=k, v_star=v, n_heads=2)
     cfg = {"n_steps": 20, "batch_size": 8, "lr": 1e-2, "eval_size": 64, "saveat": SaveAt(every=10)}
@@ -398,12 +398,12 @@ def test_batched_seeds_equal_single_seed_runs():
 
 def test_erf_single_head_logs_the_closed_form_names():
     """H = K = 1: the trainer's variables carry the closed form's names, so an overlay is an xarray alignment."""
-    task = cf.SingleLocation(d=8, L=4, noise=0.1)
+    task = cf.SingleLocationTask(d=8, L=4, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v)
     traj = train(model, TrainConfig(seeds=(0,), n_steps=4, batch_size=5, lr=1e-3, eval_size=10,
                                     schedules={"lam": 1.0}, saveat=SaveAt(every=2)), device="cpu")
-    ref = cf.pgd(task, cf.sample_initial_state(task, 1, np.random.default_rng(0)), alpha=1e-3, n_steps=4, lam=1.0,
+    ref = cf.map(task, cf.sample_initial_state(task, 1, np.random.default_rng(0)), alpha=1e-3, n_steps=4, lam=1.0,
                  saveat=SaveAt(every=2))
     names = {"kappa", "nu", "theta", "eta", "rho", "distance_to_manifold", "risk", "excess_risk", "lam"}
     assert names <= set(traj.data_vars) and names <= set(ref.data_vars)
@@ -432,7 +432,7 @@ def test_figure_builds_at_tiny_preset(name, tmp_path):
 def test_multihead_erf_spec_recipe_at_50k_steps():
     """Spec Sec. 8.8 defaults for 50 000 steps: test excess risk 0.34-0.51 (8 numpy runs) -> median of 4 seeds within
     (0.25, 0.65) (the spec's range widened for 4 seeds and the 1 000-sample test set)."""
-    task = slt.MultiLocation(d=80, L=10, K=2, noise=0.1)
+    task = slt.MultiLocationTask(d=80, L=10, K=2, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=2, lam_floor=2 / 11)
     cfg = TrainConfig(seeds=(0, 1, 2, 3), n_steps=50_000, batch_size=5, lr=1e-3, eval_size=1000,

@@ -56,7 +56,7 @@ def test_pretrain_dataset_matches_closed_form(built, name):
     res, _ = built[name]
     ds = res.dataset
     d, D = int(ds.attrs["d"]), int(ds.attrs["D"])
-    task = cf.GroupSparseSpec(d=d, D=D, sigma_x=1.0, jstar=2, eta=0.5)
+    task = cf.GroupSparseTask(d=d, D=D, sigma_x=1.0, jstar=2, eta=0.5)
     # Same names as the closed form: the learned variables align with closedform.group_sparse.full_gd's.
     for name_ in cf.STATE_NAMES + cf.GAP_NAMES + ("loss", "attn_jstar", "attn_jstar_q", "cos_vx_vstar", "norm_ratio"):
         assert name_ in ds and ds[name_].dims == ("seed", "step")
@@ -80,7 +80,7 @@ def test_pretrain_dataset_matches_closed_form(built, name):
 
 def test_overlay_rate_statistic_and_sources(built):
     ds = built["group_sparse.overlay"][0].dataset
-    task = cf.GroupSparseSpec(d=2, D=4, sigma_x=1.0, jstar=2, eta=0.5)
+    task = cf.GroupSparseTask(d=2, D=4, sigma_x=1.0, jstar=2, eta=0.5)
     steps = ds.step.values
     np.testing.assert_allclose(cf.loss_rate_statistic(task, steps, ds["reduced_loss"].values),
                                4 * ds["reduced_loss"].values * np.cbrt(steps.astype(float)), rtol=1e-12)

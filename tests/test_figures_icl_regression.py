@@ -93,8 +93,8 @@ def test_overlay_matches_gd_on_F_when_started_on_its_own_path():
     from empirical.models import icl_regression as im
 
     task = fig_icl.TASK
-    gd = cf.gd(task, np.array([[0.30, -0.31], [0.29, -0.30]]), np.array([[1.40, -1.41], [1.38, -1.37]]), lr=0.01,
-               n_steps=200_000, saveat=SaveAt(log=60))
+    gd = cf.map(task, np.array([[0.30, -0.31], [0.29, -0.30]]), np.array([[1.40, -1.41], [1.38, -1.37]]), lr=0.01,
+                n_steps=200_000, saveat=SaveAt(log=60))
     omega, mu = im.stack_heads(gd, 2)
     ov = fig_icl._overlay(task, omega, mu, n_gd=200_000)
     gamma = np.abs(omega).mean(-1)
@@ -172,8 +172,8 @@ def test_fig21_overlay_mean_never_jumps_when_a_seed_did_not_form():
     from empirical.models import icl_regression as im
 
     task = fig_icl.TASK
-    gd = cf.gd(task, np.array([[0.30, -0.31], [0.29, -0.30]]), np.array([[1.40, -1.41], [1.38, -1.37]]), lr=0.01,
-               n_steps=20_000, saveat=SaveAt(log=40))
+    gd = cf.map(task, np.array([[0.30, -0.31], [0.29, -0.30]]), np.array([[1.40, -1.41], [1.38, -1.37]]), lr=0.01,
+                n_steps=20_000, saveat=SaveAt(log=40))
     omega, mu = im.stack_heads(gd, 2)
     omega = np.concatenate([omega, np.full_like(omega[:1], 0.01)])  # a third seed stuck at the initialisation
     mu = np.concatenate([mu, np.full_like(mu[:1], 0.01)])

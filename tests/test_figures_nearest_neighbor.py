@@ -6,7 +6,7 @@ checked by tests/test_figures_framework.py), and an independent recomputation of
 * fig1: the 1-NN map equals a brute-force nearest-point search on the sphere; the plotted prediction equals the
   closed form's numpy forward pass (closedform.nearest_neighbor.forward) at W = diag(xi1 I, 0, -xi2);
 * fig2: grid values equal closedform.nearest_neighbor.reduced_loss; L(0, 0) = 0.38 exactly (q = 1/5, Appendix R);
-* fig3: the reduced curves equal a fresh reduced_gd on the same seeds' population sample; the checks report the
+* fig3: the reduced curves equal a fresh map on the same seeds' population sample; the checks report the
   proof's ratio bound as [not reproduced] (measured truth);
 * overlay: step 0 is W^(0) for the merged model (off = 0, xi2 = sigma) and a random start off the family for the
   factorised one; the gap rows are paired over seeds.
@@ -75,7 +75,7 @@ def test_fig2_grid_equals_the_reduced_loss(built):
     ds = res.dataset
     assert abs(float(ds.L.values[0, 0]) - 0.38) <= 1e-12  # xi = 0: q = 1/5, L = 1/2 (4/25 - 2/5 + 1) (Appendix R)
     # the figure's own prompt sample (its documented stream), then one grid value recomputed from it
-    prompts = cf.sample_prompts(cf.NearestNeighborSpec(d=4, N=4, sigma=0.0, eta=1.0), ds.attrs["n_prompts"],
+    prompts = cf.sample_prompts(cf.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0), ds.attrs["n_prompts"],
                                 spawn_generators(res.config.seed, ["landscape"])["landscape"])
     a, b = float(ds.xi1[5]), float(ds.xi2[3])
     assert abs(float(ds.L.sel(xi1=a, xi2=b)) - cf.reduced_loss(a, b, prompts)[0]) <= 1e-15

@@ -5,7 +5,7 @@ rows and checks (helpers in tests/_figures.py; the non-blank PNG of every figure
 tests/test_figures_framework.py), captions stating the [choice] parameters, and one independent recomputation per
 figure:
 * fig4: the map's entropy at step 10 is the spec's reference P4 (2.0984380); the SGD maps are probability vectors;
-* fig6: the map column equals ``population_map`` from ``random_init`` draws recomputed here;
+* fig6: the map column equals ``map`` from ``random_init`` draws recomputed here;
 * fig3/fig8/fig9: the spec's printed values (Sec. 5.4, Sec. 7 P2) via the figures' checks, all passing;
 * fig10: attention rows of the causal map sum to one;
 * fig11/12: recall is a fraction, falling with the threshold; recomputed here from a seeded run for one cell.
@@ -75,9 +75,9 @@ def test_fig6_map_column_recomputed(built):
     classes = cf.SequenceClasses.syn_medium(1)
     ez, r = float(ds.eta_Z.values[0]), float(ds.ratio.values[-1])
     Y0, Z0 = cf.random_init(classes, 1)
-    task = cf.ScanSnap(classes=classes, eta_Y=ez * r, eta_Z=ez)
-    ref = cf.population_map(task, int(p["n_steps"]), momentum=0.9, Y0=Y0, Z0=Z0, lumped=False,
-                            saveat=SaveAt(final=True))
+    task = cf.ScanSnapTask(classes=classes, eta_Y=ez * r, eta_Z=ez)
+    ref = cf.map(task, int(p["n_steps"]), momentum=0.9, Y0=Y0, Z0=Z0, lumped=False,
+                 saveat=SaveAt(final=True))
     # same recipe (draw d = 1), same map: equal to float64 rounding
     assert abs(float(ds.H_map.sel(num_last=1, eta_Z=ez, ratio=r).isel(draw=1)) - float(ref.H_mean.values[0, -1])) \
         < 1e-12
@@ -119,9 +119,9 @@ def test_recall_recomputed_for_one_cell(built):
     classes = cf.SequenceClasses.syn_medium(1)
     ez, r = float(ds.eta_Z.values[0]), float(ds.ratio.values[0])
     model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
-    task = cf.ScanSnap(classes=classes, eta_Y=ez * r, eta_Z=ez)
+    task = cf.ScanSnapTask(classes=classes, eta_Y=ez * r, eta_Z=ez)
     n = int(p["n_steps"])
-    _, params = train(model, ssm.sgd_config(model, task, (0, 1), n_steps=n, saveat=SaveAt(steps=(n,))),
+    _, params = train(model, ssm.config("sgd", model, task, (0, 1), n_steps=n, saveat=SaveAt(steps=(n,))),
                       device="cpu", return_params=True)
     thr = ds.threshold.sel(num_last=1).values
     Z = params["Z"].numpy()

@@ -57,7 +57,7 @@ def test_fig3_matches_closed_forms():
     for c in spec.checks(ds):
         assert c.passed, c
     i = int(np.nonzero(ds.L.values == 10)[0][0])
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     assert ds.oracle_fixed.values[i] == pytest.approx(float(sl.oracle_risk(task, 0.1)), rel=1e-14)
 
 

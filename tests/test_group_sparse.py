@@ -132,11 +132,11 @@ def _product_rule_step2(spec, g_of, n_leg=200, n_herm=120):
 )
 def test_spec_rejects_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        gs.GroupSparseSpec(**kwargs)
+        gs.GroupSparseTask(**kwargs)
 
 
 def test_functions_reject_bad_input():
-    spec = gs.GroupSparseSpec(d=2, D=4)
+    spec = gs.GroupSparseTask(d=2, D=4)
     with pytest.raises(ValueError, match="n"):
         gs.sample(spec, 0, 1)
     with pytest.raises(ValueError, match="v_star"):
@@ -144,16 +144,16 @@ def test_functions_reject_bad_input():
     with pytest.raises(ValueError, match="v_star"):
         gs.sample(spec, 5, 1, v_star=np.ones(3))
     with pytest.raises(ValueError, match="n_samples"):
-        gs.reduced_gd(spec, 3, n_samples=0, rng=1)
+        gs.map(spec, 3, n_samples=0, rng=1)
     with pytest.raises(ValueError, match="n_steps"):
-        gs.reduced_gd(spec, -1, n_samples=10, rng=1)
+        gs.map(spec, -1, n_samples=10, rng=1)
     rs = gs.population_sample(spec, 10, 1)
     with pytest.raises(ValueError, match="state"):
         gs.reduced_gradient(spec, np.full(8, np.nan), rs)
     with pytest.raises(ValueError, match="state"):
         gs.reduced_update(spec, np.zeros(7), rs)
     with pytest.raises(ValueError, match="reduced sample"):
-        gs.reduced_gradient(gs.GroupSparseSpec(d=2, D=5), np.zeros(8), rs)
+        gs.reduced_gradient(gs.GroupSparseTask(d=2, D=5), np.zeros(8), rs)
     with pytest.raises(ValueError, match="t"):
         gs.step_closed_form(spec, 3)
     with pytest.raises(ValueError, match="eps_B"):
@@ -166,9 +166,9 @@ def test_functions_reject_bad_input():
 
 def test_divergence_raises_with_step_and_variable():
     # eta = 1e300: beta^(1) ~ 4e299 is finite, the next scores overflow, so the state turns non-finite at step 2 or 3.
-    spec = gs.GroupSparseSpec(d=2, D=4, eta=1e300)
+    spec = gs.GroupSparseTask(d=2, D=4, eta=1e300)
     with pytest.raises(DivergenceError) as info:
-        gs.reduced_gd(spec, 5, n_samples=50, rng=1, saveat=SaveAt(final=True), with_se=False)
+        gs.map(spec, 5, n_samples=50, rng=1, saveat=SaveAt(final=True), with_se=False)
     assert info.value.step is not None and 1 <= info.value.step <= 5
     s = gs.sample(spec, 50, 1)
     with pytest.raises(DivergenceError) as info:
@@ -203,7 +203,7 @@ def test_forward_matches_explicit_loop():
 
 def test_full_gradient_matches_finite_differences():
     rng = np.random.default_rng(4)
-    spec = gs.GroupSparseSpec(d=3, D=4)
+    spec = gs.GroupSparseTask(d=3, D=4)
     s = gs.sample(spec, 40, rng)
     v = rng.standard_normal(spec.dim) * 0.7
     W = rng.standard_normal((spec.dim, spec.dim)) * 0.3
@@ -229,7 +229,7 @@ def test_full_gradient_matches_finite_differences():
 
 def test_sampler_follows_recipe_GB():
     """Appendix G.B: v* drawn first and normalised, then X; labels sign(<x_{j*}, v*>) with sign(0) = +1; mirror."""
-    spec = gs.GroupSparseSpec(d=3, D=5, sigma_x=2.0, jstar=4)
+    spec = gs.GroupSparseTask(d=3, D=5, sigma_x=2.0, jstar=4)
     s = gs.sample(spec, 7, 11, mirror=True)
     rng = np.random.default_rng(11)
     v = rng.standard_normal(3)
@@ -252,7 +252,7 @@ def test_sampler_follows_recipe_GB():
 @given(state=st.lists(st.floats(-5, 5), min_size=8, max_size=8), seed=st.integers(0, 10_000),
        d=st.integers(2, 4), D=st.integers(3, 6))
 def test_probes_invert_embed_state(state, seed, d, D):
-    spec = gs.GroupSparseSpec(d=d, D=D, jstar=1 + seed % D)
+    spec = gs.GroupSparseTask(d=d, D=D, jstar=1 + seed % D)
     rng = np.random.default_rng(seed)
     v_star = rng.standard_normal(d)
     v_star /= np.linalg.norm(v_star)
@@ -279,12 +279,12 @@ def test_probes_invert_embed_state(state, seed, d, D):
 
 def test_reduced_map_equals_projected_full_gd():
     """On any finite sample the reduced map is exactly projected full GD (Sec. B.3): agreement to 1e-12."""
-    spec = gs.GroupSparseSpec(d=3, D=5, sigma_x=1.3, jstar=3, eta=0.8)
+    spec = gs.GroupSparseTask(d=3, D=5, sigma_x=1.3, jstar=3, eta=0.8)
     s = gs.sample(spec, 300, 21)
     rs = gs.reduce_sample(s)
     steps = [0, 1, 2, 5, 20, 40]
     run = gs.full_gd(spec, s, 40, project_steps=True, saveat=SaveAt(steps=steps))
-    traj = gs.reduced_gd(spec, 40, rs=rs, saveat=SaveAt(steps=steps), with_se=False)
+    traj = gs.map(spec, 40, rs=rs, saveat=SaveAt(steps=steps), with_se=False)
     Yf = run.trajectory.states()[0]
     Yr = traj.states()[0]
     np.testing.assert_allclose(Yr, Yf, rtol=0, atol=1e-12)
@@ -302,14 +302,14 @@ def test_reduced_map_equals_projected_full_gd():
 def test_full_gd_stays_on_family_on_symmetrised_sample():
     """Unprojected full GD from zero keeps every invariance of Sec. B.3 when the sample carries the whole symmetry
     group, and equals the reduced map on it (1e-12)."""
-    spec = gs.GroupSparseSpec(d=3, D=4, sigma_x=1.0, jstar=2, eta=0.5)
+    spec = gs.GroupSparseTask(d=3, D=4, sigma_x=1.0, jstar=2, eta=0.5)
     s = _symmetrised_sample(spec, 12, 5)  # 12 draws x 96 group images
     steps = [0, 1, 2, 3, 10, 25]
     run = gs.full_gd(spec, s, 25, saveat=SaveAt(steps=steps))
     tr = run.trajectory
     assert np.all(tr["off"].values <= 1e-12)
     assert np.all(tr["v_pos_norm"].values <= 1e-13) and np.all(tr["w_cross_norm"].values <= 1e-13)
-    traj = gs.reduced_gd(spec, 25, rs=gs.reduce_sample(s), saveat=SaveAt(steps=steps), with_se=False)
+    traj = gs.map(spec, 25, rs=gs.reduce_sample(s), saveat=SaveAt(steps=steps), with_se=False)
     np.testing.assert_allclose(traj.states()[0], tr.states()[0], rtol=0, atol=1e-12)
     assert abs(tr["w_par"].values[0, -1]) > 1e-3  # the run has left zero (the test is not vacuous)
 
@@ -317,7 +317,7 @@ def test_full_gd_stays_on_family_on_symmetrised_sample():
 def test_full_gd_mirrored_sample_kills_odd_parts():
     """(X, y) -> (-X, -y) alone forces v_pos = 0 and W12 = W21 = 0 exactly along full GD (Sec. B.3 (i)), while the
     rotation/permutation invariances hold only in population (off > 0 on a finite sample)."""
-    spec = gs.GroupSparseSpec(d=3, D=4)
+    spec = gs.GroupSparseTask(d=3, D=4)
     s = gs.sample(spec, 200, 8, mirror=True)
     tr = gs.full_gd(spec, s, 60, saveat=SaveAt(steps=[0, 30, 60])).trajectory
     assert np.all(tr["v_pos_norm"].values <= 1e-14) and np.all(tr["w_cross_norm"].values <= 1e-14)
@@ -331,7 +331,7 @@ def test_full_gd_mirrored_sample_kills_odd_parts():
 
 @pytest.mark.statistical
 def test_step1_closed_form_vs_full_model_mc():
-    spec = gs.GroupSparseSpec(d=2, D=6, sigma_x=1.4, eta=0.7)
+    spec = gs.GroupSparseTask(d=2, D=6, sigma_x=1.4, eta=0.7)
     dim = spec.dim
     inc, _ = _full_model_increments(spec, np.zeros(dim), np.zeros((dim, dim)), 40000, 31)
     m, se = mean_and_se(inc["beta"])
@@ -346,7 +346,7 @@ def test_step1_closed_form_vs_full_model_mc():
 @pytest.mark.statistical
 def test_step2_closed_form_vs_full_model_mc():
     """One full-model GD step from the exact theta^(1) = ([beta^(1) v*; 0], 0) on 1e5 fresh draws (Sec. B.3)."""
-    spec = gs.GroupSparseSpec(d=2, D=6, sigma_x=1.0, eta=0.5)
+    spec = gs.GroupSparseTask(d=2, D=6, sigma_x=1.0, eta=0.5)
     b1 = gs.beta_step1(spec)
     v_star = np.array([1.0, 0.0])
     v1 = np.concatenate([b1 * v_star, np.zeros(spec.D)])
@@ -384,7 +384,7 @@ def test_step2_closed_form_vs_full_model_mc():
 @pytest.mark.parametrize("D, sigma_x, eta", [(6, 1.0, 0.5), (4, 1.7, 1.3), (9, 0.6, 2.0)])
 def test_step2_quadrature_vs_product_rule(D, sigma_x, eta):
     """The adaptive quadrature of the step-2 integrals against an independent Gauss product rule (rel 1e-10)."""
-    spec = gs.GroupSparseSpec(d=2, D=D, sigma_x=sigma_x, eta=eta)
+    spec = gs.GroupSparseTask(d=2, D=D, sigma_x=sigma_x, eta=eta)
     e = gs.step2_expectations(spec)
     ref = {
         "e_beta": _product_rule_step2(spec, lambda A, R: A + R),
@@ -402,14 +402,14 @@ def test_step2_quadrature_vs_product_rule(D, sigma_x, eta):
 
 
 def test_reference_beta1():
-    spec = gs.GroupSparseSpec(d=3, D=6, eta=0.5, sigma_x=1.0)
+    spec = gs.GroupSparseTask(d=3, D=6, eta=0.5, sigma_x=1.0)
     assert abs(gs.beta_step1(spec) - 0.19947114020) <= 1e-12 * 0.2 + 5e-12  # rel 1e-12 + the 11 printed digits
 
 
 @pytest.mark.parametrize("d", [2, 5])
 def test_reference_step2(d):
     """Sec. 4 row 'B step 2' (D = 6, eta = 0.5, sigma_x = 1, any d): quadrature, rel 1e-6."""
-    spec = gs.GroupSparseSpec(d=d, D=6, eta=0.5, sigma_x=1.0, jstar=2)
+    spec = gs.GroupSparseTask(d=d, D=6, eta=0.5, sigma_x=1.0, jstar=2)
     th = gs.step_closed_form(spec, 2)
     ref = {0: 0.2573509279, 1: 4.094909402e-3, 3: 5.526213302e-3, 4: 5.526213302e-3,
            5: -1.105242660e-3, 6: -1.105242660e-3, 7: -1.105242660e-3}
@@ -428,7 +428,7 @@ def test_reference_step2_two_full_gd_steps_note_b():
     with the spec's measured per-draw CVs (3.1 beta^(2); 2.8 W22 row j* and mean of the other rows; 24 w_par^(2));
     |w_perp^(2)| <= 0.25/sqrt(n)."""
     n = 20000
-    spec = gs.GroupSparseSpec(d=2, D=6, eta=0.5, sigma_x=1.0, jstar=2)
+    spec = gs.GroupSparseTask(d=2, D=6, eta=0.5, sigma_x=1.0, jstar=2)
     s = gs.sample(spec, n, 7, mirror=True)
     run = gs.full_gd(spec, s, 2, saveat=SaveAt(steps=[2]))
     v, W = run.v, run.W
@@ -447,7 +447,7 @@ def test_reference_step2_two_full_gd_steps_note_b():
 def test_reference_long_run_exact_recipe():
     """Sec. 4 row 'B long run': d=2, D=4, n = 4000 + mirror (G.B seed 0), full GD without projection, T = 1e4;
     exact recipe: rel 1e-6 (values printed to 4-6 digits: half a unit of the last digit is added)."""
-    spec = gs.GroupSparseSpec(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
+    spec = gs.GroupSparseTask(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
     s = gs.sample(spec, 4000, 0, mirror=True)
     tr = gs.full_gd(spec, s, 10000, saveat=SaveAt(steps=[10000])).trajectory
     L = float(tr["loss"].values[0, -1])
@@ -465,7 +465,7 @@ def test_reference_long_run_exact_recipe():
 def test_reduced_gradient_se_and_step2():
     """The reduced MC gradient at theta^(1) reproduces the closed-form step 2 within 5 of its reported SE, and two
     independent samples agree within 5 combined SE at a generic state."""
-    spec = gs.GroupSparseSpec(d=3, D=6, eta=0.5, sigma_x=1.0)
+    spec = gs.GroupSparseTask(d=3, D=6, eta=0.5, sigma_x=1.0)
     rs = gs.population_sample(spec, 50000, 12)
     theta1 = gs.step_closed_form(spec, 1)
     grad, se = gs.reduced_gradient(spec, theta1, rs)
@@ -488,7 +488,7 @@ def test_reduced_gradient_se_and_step2():
 def test_finite_sample_gd_selects_jstar_and_aligns_v():
     """Full GD on raw (unmirrored) samples, d=2, D=4, n=1000, T=1000: cos(v_x, v*) > 0.999, mean attention on
     j* > 0.9 (Sec. B.5 item 1; Sec. B.6 reports 0.947 at T=1000 with n = 4000 + mirror)."""
-    spec = gs.GroupSparseSpec(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
+    spec = gs.GroupSparseTask(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
     s = gs.sample(spec, 1000, 3)
     tr = gs.full_gd(spec, s, 1000, saveat=SaveAt(steps=[0, 1000])).trajectory
     assert tr["cos_vx_vstar"].values[0, -1] > 0.999
@@ -500,8 +500,8 @@ def test_finite_sample_gd_selects_jstar_and_aligns_v():
 def test_population_dynamics_attention_and_loss():
     """Reduced population dynamics (MC n = 2000): loss leaves the log 2 plateau, E[S_{j*,j}] > 0.9 at T = 1000,
     W22 favours key j* in every column (gap_ss, gap_s > 0), and D L T^{1/3} is O(1) (Sec. B.4 item 3)."""
-    spec = gs.GroupSparseSpec(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
-    tr = gs.reduced_gd(spec, 1000, n_samples=2000, rng=0, saveat=SaveAt(steps=[0, 2, 100, 1000]))
+    spec = gs.GroupSparseTask(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
+    tr = gs.map(spec, 1000, n_samples=2000, rng=0, saveat=SaveAt(steps=[0, 2, 100, 1000]))
     assert tr["loss"].values[0, 0] == pytest.approx(math.log(2), abs=1e-15)
     assert tr["attn_jstar"].values[0, -1] > 0.9
     assert tr["gap_ss"].values[0, -1] > 0 and tr["gap_s"].values[0, -1] > 0
@@ -517,8 +517,8 @@ def test_population_dynamics_attention_and_loss():
 def test_population_loss_rate_T13():
     """Sec. B.4 item 3 / Sec. 4 note (c): D L T^{1/3} at T = 1e4 within 0.3 of 1.09 (5 seed-to-seed SD), reduced
     dynamics on 4000 MC draws; and the loss falls by the factor 10^{1/3} between T = 1e3 and 1e4 within 25%."""
-    spec = gs.GroupSparseSpec(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
-    tr = gs.reduced_gd(spec, 10000, n_samples=4000, rng=0, saveat=SaveAt(steps=[1000, 10000]), with_se=False)
+    spec = gs.GroupSparseTask(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
+    tr = gs.map(spec, 10000, n_samples=4000, rng=0, saveat=SaveAt(steps=[1000, 10000]), with_se=False)
     L = tr["loss"].values[0]
     assert abs(float(gs.loss_rate_statistic(spec, 1e4, L[-1])) - 1.09) <= 0.3
     assert abs((L[0] / L[1]) / 10 ** (1 / 3) - 1) < 0.25
@@ -526,7 +526,7 @@ def test_population_loss_rate_T13():
 
 
 def test_theorem_prediction_functions():
-    spec = gs.GroupSparseSpec(d=2, D=5)
+    spec = gs.GroupSparseTask(d=2, D=5)
     assert gs.theorem_horizon(spec, 1.0) == 125.0  # D^3 dominates for eps_B >= 1/D^2
     assert gs.theorem_horizon(spec, 1e-3) == pytest.approx(1 / (125 * 1e-9))
     assert gs.theorem_loss_order(spec, 1.0) == pytest.approx(1 / 25) and gs.theorem_loss_order(spec, 1e-3) == 1e-3
@@ -538,7 +538,7 @@ def test_theorem_prediction_functions():
 
 
 def test_downstream_bounds():
-    spec = gs.GroupSparseSpec(d=4, D=6)
+    spec = gs.GroupSparseTask(d=4, D=6)
     n = np.array([25.0, 800.0])
     b = gs.downstream_error_bound(spec, n, gamma=0.1, delta=0.05)
     np.testing.assert_allclose(b, 10 * np.log(n) ** 2 / (0.01 * n) + math.log(20) / n, rtol=1e-14)
@@ -552,12 +552,28 @@ def test_downstream_bounds():
 def test_reduced_gd_batched_eta_equals_per_configuration_runs():
     """Issue 14 item 5: eta as an array (the map's only task number besides the sample); one call equals the
     per-eta calls on the same population proxy."""
-    spec = gs.GroupSparseSpec(d=2, D=4, sigma_x=1.0, jstar=2, eta=0.5)
+    spec = gs.GroupSparseTask(d=2, D=4, sigma_x=1.0, jstar=2, eta=0.5)
     rs = gs.population_sample(spec, 300, 1)
     etas = [0.1, 0.5, 1.5]
-    batch = gs.reduced_gd(spec, 15, rs=rs, eta=etas, with_se=False, saveat=SaveAt(every=5))
+    batch = gs.map(spec, 15, rs=rs, eta=etas, with_se=False, saveat=SaveAt(every=5))
     for i, e in enumerate(etas):
-        one = gs.reduced_gd(dataclasses.replace(spec, eta=e), 15, rs=rs, with_se=False, saveat=SaveAt(every=5))
+        one = gs.map(dataclasses.replace(spec, eta=e), 15, rs=rs, with_se=False, saveat=SaveAt(every=5))
         np.testing.assert_array_equal(batch.states()[i], one.states()[0])
     with pytest.raises(ValueError, match="eta"):
-        gs.reduced_gd(spec, 2, rs=rs, eta=[np.nan])
+        gs.map(spec, 2, rs=rs, eta=[np.nan])
+
+
+def test_map_over_a_sequence_of_samples_equals_the_per_sample_calls():
+    """Independent reference: one call per ReducedSample (the pre-batching API); bit-equal (same engine, same
+    numbers)."""
+    task = gs.GroupSparseTask(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
+    samples = [gs.population_sample(task, 60, s) for s in range(3)]
+    sv = SaveAt(steps=(0, 1, 3))
+    batched = gs.map(task, 3, rs=samples, saveat=sv, with_se=False)
+    assert batched.sizes["trajectory"] == 3 and list(batched["sample"].values) == [0, 1, 2]
+    for i, r in enumerate(samples):
+        one = gs.map(task, 3, rs=r, saveat=sv, with_se=False)
+        for name in gs.STATE_NAMES + ("loss", "gap_s"):
+            np.testing.assert_array_equal(batched[name].values[i], one[name].values[0])
+    with pytest.raises(TypeError, match=r"rs\[0\]"):
+        gs.map(task, 3, rs=[object()])

@@ -22,9 +22,9 @@ import dynamics
 from closedform import icl_regression as icl
 from tests._stats import assert_mc_close, assert_mc_rejects
 
-TASK = icl.ICLRegression(d=5, L=40, sigma2=0.1)  # the paper's main setting (spec §9)
+TASK = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)  # the paper's main setting (spec §9)
 P1 = dict(omega=np.array([0.13, -0.13]), mu=np.array([3.45, -3.45]))
-TASK2 = icl.ICLRegression(d=10, L=50, sigma2=0.5)
+TASK2 = icl.ICLRegressionTask(d=10, L=50, sigma2=0.5)
 P2 = dict(omega=np.array([0.2, -0.1, 0.05]), mu=np.array([1.0, -2.0, 0.5]))
 # Reference values of spec §11 are quoted to 15 significant digits; float64 evaluation of the same formula differs by
 # a few ulps, so 1e-12 relative is generous and still catches any formula change.
@@ -147,7 +147,7 @@ def test_loss_and_gradient_match_sympy(H):
     f, grads = _sympy_loss_and_grad(H)
     rng = np.random.default_rng(10 + H)
     for _ in range(5):
-        task = icl.ICLRegression(d=int(rng.integers(1, 12)), L=int(rng.integers(1, 100)), sigma2=rng.uniform(0, 2))
+        task = icl.ICLRegressionTask(d=int(rng.integers(1, 12)), L=int(rng.integers(1, 100)), sigma2=rng.uniform(0, 2))
         om = rng.uniform(-0.6, 0.6, H)
         mu = rng.uniform(-3, 3, H)
         args = (task.d, task.L, task.sigma2, *om, *mu)
@@ -161,7 +161,7 @@ def test_loss_and_gradient_match_sympy(H):
 def test_gradient_matches_central_differences_and_broadcasting():
     rng = np.random.default_rng(1)
     for H in range(1, 7):
-        task = icl.ICLRegression(d=int(rng.integers(1, 10)), L=int(rng.integers(5, 80)), sigma2=rng.uniform(0, 1))
+        task = icl.ICLRegressionTask(d=int(rng.integers(1, 10)), L=int(rng.integers(5, 80)), sigma2=rng.uniform(0, 1))
         om = rng.uniform(-0.5, 0.5, H)
         mu = rng.uniform(-2, 2, H)
         g_om, g_mu = icl.approx_loss_grad(task, om, mu)
@@ -206,7 +206,7 @@ def test_optimal_mu_minimises_F():
 @given(d=st.integers(1, 20), L=st.integers(1, 300), sigma2=st.floats(0.0, 3.0), H=st.integers(1, 5),
        seed=st.integers(0, 2**32 - 1), scale=st.floats(0.0, 2.0))
 def test_F_never_below_infimum(d, L, sigma2, H, seed, scale):
-    task = icl.ICLRegression(d=d, L=L, sigma2=sigma2)
+    task = icl.ICLRegressionTask(d=d, L=L, sigma2=sigma2)
     rng = np.random.default_rng(seed)
     om = rng.uniform(-0.7, 0.7, H)
     mu = icl.optimal_mu(task, om) + scale * rng.normal(0, 1, H)
@@ -310,7 +310,7 @@ def test_predictors_match_per_prompt_formulas():
 @pytest.mark.statistical
 @pytest.mark.parametrize("d,L,sigma2,eta", [(5, 10, 0.1, 0.5), (10, 20, 0.5, 0.6)])
 def test_gd_and_dgd_risks_against_monte_carlo(d, L, sigma2, eta):
-    task = icl.ICLRegression(d=d, L=L, sigma2=sigma2)
+    task = icl.ICLRegressionTask(d=d, L=L, sigma2=sigma2)
     m_gd, se_gd = icl.risk_mc(task, lambda X, y, xq: icl.predict_gd(X, y, xq, eta), 150_000, rng=1)
     m_dgd, se_dgd = icl.risk_mc(task, lambda X, y, xq: icl.predict_dgd(X, y, xq, eta), 150_000, rng=2)
     assert_mc_close(m_gd, se_gd, icl.gd_risk(task, eta), what="R_GD")
@@ -321,7 +321,7 @@ def test_gd_and_dgd_risks_against_monte_carlo(d, L, sigma2, eta):
 
 
 def test_optimal_steps_and_single_head_optimum():
-    for task in (TASK, TASK2, icl.ICLRegression(d=3, L=7, sigma2=2.0)):
+    for task in (TASK, TASK2, icl.ICLRegressionTask(d=3, L=7, sigma2=2.0)):
         for fun, eta_opt in ((icl.gd_risk, icl.gd_optimal_eta(task)), (icl.dgd_risk, icl.dgd_optimal_eta(task))):
             res = scipy.optimize.minimize_scalar(lambda e: float(fun(task, e)), bounds=(0, 2), method="bounded",
                                                  options={"xatol": 1e-12})
@@ -420,9 +420,9 @@ def test_flow_matches_lsoda_rk4_and_dopri5():
 def test_two_head_reduced_and_full_systems_and_invariance():
     eps0 = 0.01
     ts = [0.0, 1.0, 5.0, 20.0, 100.0, 1000.0, 1e4]
-    red = icl.two_head_flow(TASK, eps0, eps0, (0, 1e4), saveat=dynamics.SaveAt(ts=ts))
-    full = icl.two_head_flow(TASK, [eps0, -eps0], [eps0, -eps0], (0, 1e4), symmetric=False,
-                             saveat=dynamics.SaveAt(ts=ts))
+    red = icl.symmetric_flow(TASK, eps0, eps0, (0, 1e4), saveat=dynamics.SaveAt(ts=ts))
+    full = icl.flow(TASK, [eps0, -eps0], [eps0, -eps0], (0, 1e4),
+                    saveat=dynamics.SaveAt(ts=ts))
     om, mu = stack_heads(full, 2)
     # the symmetric subspace is invariant (spec §5.1, §6.1): only round-off breaks it (spec saw 1.3e-15)
     assert np.max(np.abs(om.sum(-1))) < 1e-12 and np.max(np.abs(mu.sum(-1))) < 1e-12
@@ -440,8 +440,8 @@ def test_two_head_reduced_and_full_systems_and_invariance():
     # the full system written from spec §6.1 by hand, integrated by scipy DOP853, on [0, 100]
     sol = scipy.integrate.solve_ivp(rhs_spec_61(TASK), (0, 100), [0.02, -0.005, 0.01, -0.03], method="DOP853",
                                     rtol=1e-12, atol=1e-14, t_eval=[5.0, 100.0])
-    tr = icl.two_head_flow(TASK, [0.02, -0.005], [0.01, -0.03], (0, 100), symmetric=False,
-                           saveat=dynamics.SaveAt(ts=[5.0, 100.0]))
+    tr = icl.flow(TASK, [0.02, -0.005], [0.01, -0.03], (0, 100),
+                  saveat=dynamics.SaveAt(ts=[5.0, 100.0]))
     om, mu = stack_heads(tr, 2)
     np.testing.assert_allclose(np.concatenate([om[0], mu[0]], 1), sol.y.T, rtol=1e-7, atol=1e-9)
 
@@ -462,14 +462,14 @@ def test_three_head_reference_trajectory():
 
 def test_phase_asymptotics_of_the_two_head_flow():
     # Phase I (spec §6.3): omega = mu = eps0 e^t while omega is small; the ratio leaves 1 only at O(omega^6)
-    tr = icl.two_head_flow(TASK, 0.01, 0.01, (0, 3), saveat=dynamics.SaveAt(ts=[1.0, 3.0]))
+    tr = icl.symmetric_flow(TASK, 0.01, 0.01, (0, 3), saveat=dynamics.SaveAt(ts=[1.0, 3.0]))
     w1, _ = icl.phase1_asymptotic(TASK, 0.01, 1.0)
     np.testing.assert_allclose(tr["omega"].values[0, 0], 0.027163, atol=6e-7)
     assert abs(tr["omega"].values[0, 0] / w1 - 1) < 1e-3  # spec: 0.027163 vs eps0 e = 0.027183
     assert abs(tr["ratio"].values[0, 0] - 1) < 1e-9 and 1e-6 < tr["ratio"].values[0, 1] - 1 < 1e-4  # 1.2e-10, 1.6e-5
     # Phase II: the peak satisfies chi (1 + (D/L) cosh chi) = d/(2 r) exactly (d omega/dt = 0); spec table eps0=1e-3
     ts = np.linspace(7.6, 7.8, 201)
-    tr = icl.two_head_flow(TASK, 1e-3, 1e-3, (0, 7.8), saveat=dynamics.SaveAt(ts=ts))
+    tr = icl.symmetric_flow(TASK, 1e-3, 1e-3, (0, 7.8), saveat=dynamics.SaveAt(ts=ts))
     j = int(np.argmax(tr["omega"].values[0]))
     np.testing.assert_allclose(ts[j], 7.687, atol=1.5e-3)  # grid spacing 1e-3
     np.testing.assert_allclose(tr["omega"].values[0, j], 0.576310, atol=2e-6)  # quadratic flatness at the peak
@@ -477,13 +477,13 @@ def test_phase_asymptotics_of_the_two_head_flow():
     # the other rows of the Phase II table (xi = d/L = 1/8, eps0 = 1e-3): peak time and value
     for d, L, t_peak, w_peak in ((10, 80, 7.095, 0.494088), (20, 160, 6.603, 0.399638), (40, 320, 6.190, 0.311805)):
         ts = np.linspace(t_peak - 0.05, t_peak + 0.05, 101)
-        tr = icl.two_head_flow(icl.ICLRegression(d=d, L=L, sigma2=0.1), 1e-3, 1e-3, (0, ts[-1]),
-                               saveat=dynamics.SaveAt(ts=ts))
+        tr = icl.symmetric_flow(icl.ICLRegressionTask(d=d, L=L, sigma2=0.1), 1e-3, 1e-3, (0, ts[-1]),
+                                saveat=dynamics.SaveAt(ts=ts))
         j = int(np.argmax(tr["omega"].values[0]))
         assert abs(ts[j] - t_peak) <= 1.5e-3  # grid spacing 1e-3, t_peak quoted to 3 decimals
         assert abs(tr["omega"].values[0, j] - w_peak) <= 2e-6  # 6 decimals quoted; flat peak on the grid
     # Phase III: omega^{-6} ~ 4 (1+s2) d^3 t / L (spec §6.3); values at t = 1e4, 1e5 of the exact flow
-    tr = icl.two_head_flow(TASK, 0.01, 0.01, (0, 1e5), saveat=dynamics.SaveAt(ts=[1e4, 1e5]))
+    tr = icl.symmetric_flow(TASK, 0.01, 0.01, (0, 1e5), saveat=dynamics.SaveAt(ts=[1e4, 1e5]))
     om = tr["omega"].values[0]
     np.testing.assert_allclose(om, [0.139413, 0.094864], atol=6e-7)
     law, mu_law = icl.phase3_asymptotic(TASK, np.array([1e4, 1e5]))
@@ -536,7 +536,7 @@ def test_gd_matches_numpy_loop_and_tracks_the_flow():
     om0 = rng.normal(0, 0.01, 4)
     mu0 = rng.normal(0, 0.01, 4)
     lr = 0.01
-    g = icl.gd(TASK, om0, mu0, lr=lr, n_steps=10_000, saveat=dynamics.SaveAt(steps=[0, 200, 10_000]))
+    g = icl.map(TASK, om0, mu0, lr=lr, n_steps=10_000, saveat=dynamics.SaveAt(steps=[0, 200, 10_000]))
     np.testing.assert_allclose(g["time"].values, [0.0, 2.0, 100.0])
     # plain numpy loop of theta <- theta - lr grad(F/2), the gradient written from spec §4.4 in matrix form
     om, mu = om0.copy(), mu0.copy()
@@ -555,11 +555,11 @@ def test_gd_matches_numpy_loop_and_tracks_the_flow():
     fo, fm = stack_heads(tr, 4)
     assert np.max(np.abs(np.concatenate([got_om[0, 2] - fo[0, 2], got_mu[0, 2] - fm[0, 2]]))) < 1.1e-4
     # Fig. 7 recipe of spec §9 (H = 4, seed 3, lr = 0.01): mu^T omega at n = 1e3, 1e4, 1e5, 1e6 (quoted 4-5 digits)
-    g7 = icl.gd(TASK, om0, mu0, lr=lr, n_steps=10**6, saveat=dynamics.SaveAt(steps=[1000, 10**4, 10**5, 10**6]))
+    g7 = icl.map(TASK, om0, mu0, lr=lr, n_steps=10**6, saveat=dynamics.SaveAt(steps=[1000, 10**4, 10**5, 10**6]))
     np.testing.assert_allclose(g7["mu_dot_omega"].values[0], [0.8280, 0.86980, 0.87729, 0.87874], atol=6e-5)
     # batched GD: each row equals the single run
-    gb = icl.gd(TASK, np.stack([om0, -om0]), np.stack([mu0, -mu0]), lr=lr, n_steps=200,
-                saveat=dynamics.SaveAt(final=True))
+    gb = icl.map(TASK, np.stack([om0, -om0]), np.stack([mu0, -mu0]), lr=lr, n_steps=200,
+                 saveat=dynamics.SaveAt(final=True))
     bo, bm = stack_heads(gb, 4)
     np.testing.assert_array_equal(bo[0, -1], got_om[0, 1])
     np.testing.assert_allclose(bo[1, -1], -got_om[0, 1], rtol=1e-15)  # global flip symmetry (spec §5.1)
@@ -569,7 +569,7 @@ def test_gd_matches_numpy_loop_and_tracks_the_flow():
 # Solution manifold (spec §5.4)
 # ----------------------------------------------------------------------------------------------------------------------
 def test_solution_manifold():
-    task = icl.ICLRegression(d=7, L=30, sigma2=0.4)
+    task = icl.ICLRegressionTask(d=7, L=30, sigma2=0.4)
     for gamma in (0.05, 0.1, 0.2, 0.4):
         mg = icl.solution_manifold_mu(task, gamma)
         om = np.array([gamma, -gamma])
@@ -594,7 +594,7 @@ def test_solution_manifold():
 
 
 def test_manifold_series_4_8():
-    task = icl.ICLRegression(d=7, L=30, sigma2=0.4)
+    task = icl.ICLRegressionTask(d=7, L=30, sigma2=0.4)
     np.testing.assert_allclose(2 * 0.05 * icl.solution_manifold_mu(task, 0.05), 0.75375937079, atol=1e-11)
     np.testing.assert_allclose(icl.manifold_step_series(task, 0.05), 0.75375937082, atol=1e-11)
     # sympy series of 2 gamma mu(gamma) to O(gamma^8)
@@ -641,7 +641,7 @@ def test_classify_heads_with_dummy_head():
                                          (dict(d=2, L=5, sigma2=float("nan")), "sigma2")])
 def test_bad_task_parameters(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        icl.ICLRegression(**kwargs)
+        icl.ICLRegressionTask(**kwargs)
 
 
 def test_bad_arrays_and_divergence():
@@ -655,7 +655,7 @@ def test_bad_arrays_and_divergence():
         icl.flow(TASK, [0.1, 0.2], [0.1], (0, 1))
     for lr in (0.0, -1.0, np.inf):
         with pytest.raises(ValueError, match="lr"):
-            icl.gd(TASK, [0.1], [0.1], lr=lr, n_steps=10)
+            icl.map(TASK, [0.1], [0.1], lr=lr, n_steps=10)
     with pytest.raises(ValueError, match="n_prompts"):
         icl.true_loss_mc(TASK, [0.1], [0.1], 1)
     # d omega^2 = 5 * 12^2 = 720 > log(max float) = 709.8: exp(d omega_h omega_h') overflows for head 1
@@ -671,7 +671,7 @@ def test_bad_arrays_and_divergence():
     assert err.value.time is not None and err.value.variable.split("_")[0] in ("omega", "mu")
     # a too-large learning rate makes GD blow up: the error names the step and the head variable
     with pytest.raises(dynamics.DivergenceError) as err:
-        icl.gd(TASK, [0.5, -0.5], [3.0, -3.0], lr=50.0, n_steps=1000)
+        icl.map(TASK, [0.5, -0.5], [3.0, -3.0], lr=50.0, n_steps=1000)
     assert err.value.step is not None and err.value.variable.split("_")[0] in ("omega", "mu")
 
 
@@ -682,7 +682,7 @@ def test_phase3_heuristic_rate_is_the_small_omega_limit_of_the_pinned_flow():
     import mpmath
 
     mpmath.mp.dps = 60
-    for task in (TASK, icl.ICLRegression(d=10, L=50, sigma2=0.5)):
+    for task in (TASK, icl.ICLRegressionTask(d=10, L=50, sigma2=0.5)):
         d, cL = mpmath.mpf(task.d), mpmath.mpf(task.sigma2 + 1) / task.L
         om = mpmath.mpf("1e-6")
         mu = om / (2 * (om ** 2 + cL * mpmath.sinh(d * om ** 2)))  # (4.6)
@@ -697,19 +697,19 @@ def test_batched_gd_and_flow_equal_per_configuration_calls():
     rng = np.random.default_rng(4)
     om0, mu0 = rng.normal(0, 0.1, (3, 2)), rng.normal(0, 0.1, (3, 2))
     s2, Ls, lrs = np.array([0.1, 0.5, 0.0]), np.array([40, 10, 80]), np.array([0.01, 0.02, 0.005])
-    tr = icl.gd(TASK, om0, mu0, lr=lrs, n_steps=300, sigma2=s2, L=Ls, saveat=dynamics.SaveAt(every=100))
+    tr = icl.map(TASK, om0, mu0, lr=lrs, n_steps=300, sigma2=s2, L=Ls, saveat=dynamics.SaveAt(every=100))
     fl = icl.flow(TASK, om0, mu0, (0.0, 5.0), sigma2=s2, L=Ls, saveat=dynamics.SaveAt(ts=[1.0, 5.0]))
     for i in range(3):
-        task = icl.ICLRegression(d=TASK.d, L=int(Ls[i]), sigma2=float(s2[i]))
-        one = icl.gd(task, om0[i], mu0[i], lr=float(lrs[i]), n_steps=300, saveat=dynamics.SaveAt(every=100))
+        task = icl.ICLRegressionTask(d=TASK.d, L=int(Ls[i]), sigma2=float(s2[i]))
+        one = icl.map(task, om0[i], mu0[i], lr=float(lrs[i]), n_steps=300, saveat=dynamics.SaveAt(every=100))
         np.testing.assert_array_equal(tr.states()[i], one.states()[0])
         np.testing.assert_allclose(tr["F"].values[i], one["F"].values[0], rtol=1e-15)
         onef = icl.flow(task, om0[i], mu0[i], (0.0, 5.0), saveat=dynamics.SaveAt(ts=[1.0, 5.0]))
         np.testing.assert_allclose(fl.states()[i], onef.states()[0], rtol=0, atol=1e-12)  # adaptive steps per row
-    one_start = icl.gd(TASK, om0[0], mu0[0], lr=0.01, n_steps=5, L=Ls, saveat=dynamics.SaveAt(final=True))
+    one_start = icl.map(TASK, om0[0], mu0[0], lr=0.01, n_steps=5, L=Ls, saveat=dynamics.SaveAt(final=True))
     assert one_start.sizes["trajectory"] == 3
     with pytest.raises(ValueError, match="broadcast"):
-        icl.gd(TASK, om0, mu0, lr=0.01, n_steps=5, L=np.array([10, 20]))
+        icl.map(TASK, om0, mu0, lr=0.01, n_steps=5, L=np.array([10, 20]))
     with pytest.raises(ValueError, match="L must be"):
         icl.flow(TASK, om0, mu0, (0.0, 1.0), L=np.array([10, 0, 20]))
 
@@ -718,7 +718,7 @@ def test_two_head_stationary_points_and_the_single_head_segment():
     """Issue 15 item 4: the stationary points of F/2 for H = 2 are the origin and the single-head line omega_1 =
     omega_2 = +-1/sqrt(d), mu_1 + mu_2 = +-mu* of spec §7.3 (values from spec §11, independent of the code); the
     segment with mu_1, mu_2 of one sign attracts GD on F/2, a point with opposite signs does not."""
-    pts = icl.stationary_points(TASK, 2, n_starts=800, rng=3)
+    pts = icl.fixed_points(TASK, 2, n_starts=800, rng=3)
     kinds = sorted(p.kind for p in pts)
     assert kinds == ["origin", "single_head", "single_head"]
     for p in pts:
@@ -732,10 +732,10 @@ def test_two_head_stationary_points_and_the_single_head_segment():
     rng = np.random.default_rng(0)
     for split, stays in ((0.3, True), (-0.5, False)):
         x0 = np.array([w, w, split * m, (1 - split) * m]) + 1e-4 * rng.standard_normal(4)
-        tr = icl.gd(TASK, x0[:2], x0[2:], lr=0.01, n_steps=20_000, saveat=dynamics.SaveAt(final=True))
+        tr = icl.map(TASK, x0[:2], x0[2:], lr=0.01, n_steps=20_000, saveat=dynamics.SaveAt(final=True))
         end = tr.states()[0, -1]
         on_line = abs(end[0] - w) < 1e-3 and abs(end[1] - w) < 1e-3 and abs(end[2] + end[3] - m) < 1e-3
         assert on_line == stays, end
-    names = icl.classify_end_state(TASK, np.array([[w, w], [0.13, -0.13], [0.0, 0.0]]),
-                                   np.array([[0.5 * m, 0.5 * m], [3.38, -3.38], [0.0, 0.0]]))
+    names = icl.classify(TASK, np.array([[w, w], [0.13, -0.13], [0.0, 0.0]]),
+                         np.array([[0.5 * m, 0.5 * m], [3.38, -3.38], [0.0, 0.0]]))
     assert names.tolist() == ["single_head", "solution_manifold", "origin"]

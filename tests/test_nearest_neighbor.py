@@ -23,7 +23,7 @@ from closedform import nearest_neighbor as nn
 from dynamics import DivergenceError, SaveAt
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
 
-REF_SPEC = nn.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=5.0)  # the Sec. 4 trajectory rows and Sec. A.8
+REF_SPEC = nn.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)  # the Sec. 4 trajectory rows and Sec. A.8
 
 
 def _half_unit(printed: str) -> float:
@@ -56,14 +56,14 @@ def _assert_printed(value: float, printed: str, what: str):
 )
 def test_spec_rejects_bad_sizes_and_step(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name} "):
-        nn.NearestNeighborSpec(**kwargs)
+        nn.NearestNeighborTask(**kwargs)
 
 
 def test_prompts_refuse_a_one_based_istar_and_inconsistent_fields():
     """Issue 18: a 1-based istar (the paper's convention) used to be accepted and silently trained towards another
     token (xi1 ending at -0.28 instead of +0.90); it must be refused, as must c that is not <x_j, x_query> and
     non-finite inputs. The valid 0-based sample is accepted unchanged."""
-    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)
     pr = nn.sample_prompts(spec, 50, 0)
     ok = nn.Prompts(X=pr.X, xq=pr.xq, c=pr.c, istar=pr.istar)
     np.testing.assert_array_equal(ok.istar, np.argmax(pr.c, axis=1))
@@ -82,7 +82,7 @@ def test_prompts_refuse_a_one_based_istar_and_inconsistent_fields():
 
 
 def test_functions_reject_bad_input():
-    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)
     prompts = nn.sample_prompts(spec, 8, 0)
     with pytest.raises(ValueError, match="n_prompts"):
         nn.sample_prompts(spec, 0, 0)
@@ -91,17 +91,17 @@ def test_functions_reject_bad_input():
     with pytest.raises(ValueError, match="delta"):
         nn.sample_shifted_prompts(spec, 8, 0, delta=0.0)
     with pytest.raises(ValueError, match="n_steps"):
-        nn.reduced_gd(spec, prompts, -1)
+        nn.map(spec, prompts, -1)
     with pytest.raises(ValueError, match="quantile"):
-        nn.reduced_gd(spec, prompts, 1, quantile=1.5)
+        nn.map(spec, prompts, 1, quantile=1.5)
     with pytest.raises(ValueError, match="state0"):
-        nn.reduced_gd(spec, prompts, 1, state0=[0.0, 1.0, 2.0])
+        nn.map(spec, prompts, 1, state0=[0.0, 1.0, 2.0])
     with pytest.raises(ValueError, match="state0"):
-        nn.reduced_gd(spec, prompts, 1, state0=[np.nan, 1.0])
+        nn.map(spec, prompts, 1, state0=[np.nan, 1.0])
     with pytest.raises(ValueError, match="xi1"):
         nn.reduced_loss(np.inf, 1.0, prompts)
     with pytest.raises(ValueError, match="prompts"):
-        nn.reduced_gd(nn.NearestNeighborSpec(d=3, N=5, sigma=1.0, eta=1.0), prompts, 1)
+        nn.map(nn.NearestNeighborTask(d=3, N=5, sigma=1.0, eta=1.0), prompts, 1)
     with pytest.raises(ValueError, match="labels"):
         nn.embed(prompts)
     with pytest.raises(ValueError, match="W0"):
@@ -119,10 +119,10 @@ def test_functions_reject_bad_input():
 def test_non_finite_state_raises_divergence_error():
     # The reduced map has bounded increments (|dL/dxi| <= 2), so it cannot overflow by itself at a sane eta; a run
     # that leaves an allowed range is reported like a non-finite one, naming the step and the variable.
-    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=5.0)
+    spec = nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=5.0)
     prompts = nn.sample_prompts(spec, 64, 0, labels=True)
     with pytest.raises(DivergenceError) as info:
-        nn.reduced_gd(spec, prompts, 2000, bound=3.0)
+        nn.map(spec, prompts, 2000, bound=3.0)
     assert info.value.variable in nn.STATE_NAMES and info.value.step > 0
     # Scores overflow for a huge W: the softmax returns NaN, which full-matrix GD reports with step and entry.
     with pytest.raises(DivergenceError) as info:
@@ -136,7 +136,7 @@ def test_non_finite_state_raises_divergence_error():
 
 
 def test_sampler_follows_recipe_GA():
-    spec = nn.NearestNeighborSpec(d=4, N=6, sigma=1.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=4, N=6, sigma=1.0, eta=1.0)
     prompts = nn.sample_prompts(spec, 50, 123, labels=True)
     rng = np.random.default_rng(123)  # recipe G.A, drawn in its order: X, xq, y
     X = rng.standard_normal((50, 6, 4))
@@ -152,7 +152,7 @@ def test_sampler_follows_recipe_GA():
 
 
 def test_shifted_sampler_satisfies_separation_event():
-    spec = nn.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=5.0)
+    spec = nn.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)
     delta = 0.2
     prompts = nn.sample_shifted_prompts(spec, 2000, 7, delta=delta)
     rows = np.arange(prompts.n_prompts)
@@ -163,7 +163,7 @@ def test_shifted_sampler_satisfies_separation_event():
 
 
 def test_embedding_layout_and_forward_at_initialisation():
-    spec = nn.NearestNeighborSpec(d=3, N=5, sigma=2.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=3, N=5, sigma=2.0, eta=1.0)
     prompts = nn.sample_prompts(spec, 20, 1, labels=True)
     H = nn.embed(prompts)
     assert H.shape == (20, 5, 6)
@@ -222,7 +222,7 @@ def test_expected_max_inner_product_closed_form():
 @pytest.mark.statistical
 @pytest.mark.parametrize("d, N, xi2", [(4, 16, 5.0), (3, 8, 0.0), (2, 4, 1.0)])
 def test_gradient_at_xi1_zero_closed_form_vs_monte_carlo(d, N, xi2):
-    spec = nn.NearestNeighborSpec(d=d, N=N, sigma=xi2, eta=1.0)
+    spec = nn.NearestNeighborTask(d=d, N=N, sigma=xi2, eta=1.0)
     prompts = nn.sample_prompts(spec, 40_000, 20241 + d)
     per = nn.per_prompt(0.0, xi2, prompts)
     exact = nn.gradient_xi1_zero(d, N, xi2)
@@ -242,7 +242,7 @@ def test_gradient_at_xi1_zero_closed_form_vs_monte_carlo(d, N, xi2):
 @pytest.mark.statistical
 def test_first_step_closed_form_vs_monte_carlo():
     prompts = nn.sample_prompts(REF_SPEC, 40_000, 5)
-    traj = nn.reduced_gd(REF_SPEC, prompts, 1, saveat=SaveAt(steps=[0, 1]))
+    traj = nn.map(REF_SPEC, prompts, 1, saveat=SaveAt(steps=[0, 1]))
     exact = nn.first_step(REF_SPEC)
     scale = REF_SPEC.eta / REF_SPEC.d  # xi1_1 = -(eta/d) dL/dxi1, so its SE is (eta/d) SE(dL/dxi1)
     se = scale * float(traj.grad_xi1_se.values[0, 0])
@@ -254,7 +254,7 @@ def test_first_step_closed_form_vs_monte_carlo():
 @settings(max_examples=15)
 @given(xi1=st.floats(0.0, 40.0), xi2=st.floats(-5.0, 40.0))
 def test_reduced_gradient_matches_finite_differences(xi1, xi2):
-    prompts = nn.sample_prompts(nn.NearestNeighborSpec(d=3, N=6, sigma=1.0, eta=1.0), 300, 11)
+    prompts = nn.sample_prompts(nn.NearestNeighborTask(d=3, N=6, sigma=1.0, eta=1.0), 300, 11)
     grad, _ = nn.reduced_gradient(xi1, xi2, prompts)
     h = 1e-5
     for i in range(2):
@@ -279,7 +279,7 @@ def test_label_design_moments():
 
 
 def test_full_gradient_matches_finite_differences():
-    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)
     prompts = nn.sample_prompts(spec, 40, 2, labels=True)
     H, target = nn.embed(prompts), prompts.target
     W = np.random.default_rng(3).standard_normal((5, 5))
@@ -303,7 +303,7 @@ def test_full_gradient_matches_finite_differences():
 def test_reduced_kernel_equals_full_model_with_label_design(xi1, xi2):
     # With the label design (moments of Rademacher labels up to order 3, exactly) the full-matrix loss and gradient
     # at W = diag(xi1 I, 0, -xi2) equal the label-integrated reduced ones (Sec. A.3, A.5), prompt sample by sample.
-    spec = nn.NearestNeighborSpec(d=3, N=5, sigma=1.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=3, N=5, sigma=1.0, eta=1.0)
     base = nn.sample_prompts(spec, 30, 4)
     labelled = nn.repeat_with_labels(base, nn.label_design(spec.N))
     H, target = nn.embed(labelled), labelled.target
@@ -327,12 +327,12 @@ def test_reduced_kernel_equals_full_model_with_label_design(xi1, xi2):
 def test_full_gd_equals_reduced_map_on_symmetrized_sample():
     # On a sample closed under signed permutations of the coordinates, with the label design, the invariances of
     # Sec. A.5 hold exactly in finite samples: full GD from W^(0) stays on diag(xi1 I, 0, -xi2) and equals the map.
-    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=3.0, eta=2.0)
+    spec = nn.NearestNeighborTask(d=3, N=4, sigma=3.0, eta=2.0)
     base = nn.sample_prompts(spec, 12, 0)
     sym = nn.symmetrized_prompts(base)
     saveat = SaveAt(every=10)
     full = nn.full_gd(spec, sym, 60, saveat=saveat)
-    red = nn.reduced_gd(spec, base, 60, saveat=saveat)
+    red = nn.map(spec, base, 60, saveat=saveat)
     assert red.xi1.values[0, -1] > 2.0  # the run moves
     # round-off only: ~60 steps of sums over 9216 prompts in a different order
     np.testing.assert_allclose(full.xi1.values, red.xi1.values, rtol=0, atol=1e-12)
@@ -358,7 +358,7 @@ def test_full_gd_equals_reduced_map_on_symmetrized_sample():
 def test_invariances_hold_in_population_along_full_gd():
     # Full GD with explicit random labels from W^(0); at the probe (xi1_t, xi2_t) of each saved W_t, the population
     # gradient has no component off the family (Sec. A.5). Estimated on an independent sample by batch means.
-    spec = nn.NearestNeighborSpec(d=3, N=6, sigma=3.0, eta=2.0)
+    spec = nn.NearestNeighborTask(d=3, N=6, sigma=3.0, eta=2.0)
     train = nn.sample_prompts(spec, 1000, 21, labels=True)
     full = nn.full_gd(spec, train, 150, saveat=SaveAt(steps=[0, 50, 150]))
     assert float(full.off.values[0, -1]) < 0.1  # stays near the family (label-sampling noise only)
@@ -385,11 +385,11 @@ def test_full_gd_reproduces_spec_A8():
     # Sec. A.8: d=3, N=8, sigma=3, eta=2, 300 steps; 4000 prompts (G.A, seed 3), Rademacher labels drawn next,
     # duplicated with y -> -y. Quoted: mean diag(W11) = 6.411 vs reduced xi1 = 6.391; W33 = -5.612 vs -xi2 = -5.627;
     # ||W - nearest family member||_F = 0.30 (2.4% of ||W||_F). Exact recipe: agreement to the printed digits.
-    spec = nn.NearestNeighborSpec(d=3, N=8, sigma=3.0, eta=2.0)
+    spec = nn.NearestNeighborTask(d=3, N=8, sigma=3.0, eta=2.0)
     p = nn.sample_prompts(spec, 4000, 3, labels=True)
     dup = nn.repeat_with_labels(p, np.stack([p.y, -p.y], axis=1))
     full = nn.full_gd(spec, dup, 300, saveat=SaveAt(final=True))
-    red = nn.reduced_gd(spec, p, 300, saveat=SaveAt(final=True))
+    red = nn.map(spec, p, 300, saveat=SaveAt(final=True))
     W = full.W.values[0, -1]
     _assert_printed(float(np.mean(np.diag(W)[:3])), "6.411", "mean diag(W11)")
     _assert_printed(float(W[4, 4]), "-5.612", "W33")
@@ -412,7 +412,7 @@ TRAJECTORY_ROWS = {  # Sec. 4: d=4, N=16, sigma=5, eta=5, B = 5e4 prompts (G.A, 
 
 def _check_trajectory_rows(steps):
     prompts = nn.sample_prompts(REF_SPEC, 50_000, 2)
-    traj = nn.reduced_gd(REF_SPEC, prompts, max(steps), saveat=SaveAt(steps=list(steps)))
+    traj = nn.map(REF_SPEC, prompts, max(steps), saveat=SaveAt(steps=list(steps)))
     for j, t in enumerate(traj.step.values):
         for name, printed in TRAJECTORY_ROWS[int(t)].items():
             # exact recipe (note (a)): rel 1e-6, i.e. agreement to every printed digit
@@ -432,7 +432,7 @@ def test_reference_trajectory_t1000_t3000():
 def test_landscape_appendix_R():
     # Appendix R: d = N = 4, 1e6 prompts in ten blocks of 1e5 from G.A seed 11; we use the first two blocks
     # (B = 2e5) and the stated rule |L - ref| <= 5 s sqrt(1e-6 + 1/B).
-    spec = nn.NearestNeighborSpec(d=4, N=4, sigma=0.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0)
     rng = np.random.default_rng(11)
     blocks = [nn.sample_prompts(spec, 100_000, rng) for _ in range(2)]
     rows = [((2.0, 5.0), 0.17845, 0.079), ((5.0, 8.0), 0.08190, 0.084), ((10.0, 10.0), 0.06001, 0.098),
@@ -456,7 +456,7 @@ def test_mask_insensitivity_ratio():
     # L(0)/L(10) = 1.0093 (mean over seeds 1..6), seed SD 0.0002, tolerance abs 0.001; per-seed values for seed 1
     # (exact recipe): L = 0.0538 (sigma = 0), 0.0533 (sigma = 10).
     prompts = nn.sample_prompts(REF_SPEC, 4000, 1)
-    traj = nn.reduced_gd(REF_SPEC, prompts, 3000, state0=[[0.0, 0.0], [0.0, 10.0]], saveat=SaveAt(final=True))
+    traj = nn.map(REF_SPEC, prompts, 3000, state0=[[0.0, 0.0], [0.0, 10.0]], saveat=SaveAt(final=True))
     L0, L10 = traj.L.values[:, -1]
     assert abs(L0 / L10 - 1.0093) <= 0.001
     _assert_printed(float(L0), "0.0538", "L(sigma=0)")
@@ -492,7 +492,7 @@ def test_loss_decays_within_the_inverse_log_rate():
     # the bound holds with C = max_t L_t log t (reached at t = 30); attention concentrates on i*, the self-attention
     # stays small. (Measured here: local slope d log L / d log t ~ -0.36 at t = 10^4, faster than 1/log t.)
     prompts = nn.sample_prompts(REF_SPEC, 1000, 1)
-    traj = nn.reduced_gd(REF_SPEC, prompts, 10_000, saveat=SaveAt(steps=[10, 30, 100, 300, 1000, 3000, 10_000]))
+    traj = nn.map(REF_SPEC, prompts, 10_000, saveat=SaveAt(steps=[10, 30, 100, 300, 1000, 3000, 10_000]))
     t = traj.step.values.astype(float)
     L = traj.L.values[0]
     assert np.all(np.diff(L) < 0)
@@ -516,7 +516,7 @@ def test_shifted_test_error_and_theorem_A2_bound():
     # pointwise bound (2 R (N-1) e^{-xi1 delta/2} + R e^{-(xi2 - xi1 (1 - c_{i*}))})^2 (Sec. A.6, [derived]).
     delta = 0.2
     train = nn.sample_prompts(REF_SPEC, 1000, 1)
-    traj = nn.reduced_gd(REF_SPEC, train, 3000, saveat=SaveAt(steps=[100, 1000, 3000]))
+    traj = nn.map(REF_SPEC, train, 3000, saveat=SaveAt(steps=[100, 1000, 3000]))
     test = nn.sample_shifted_prompts(REF_SPEC, 5000, 7, delta=delta)
     train_law = nn.sample_prompts(REF_SPEC, 5000, 8, labels=True)
     mses = []
@@ -560,7 +560,7 @@ def test_shifted_test_mse_spec_A8():
     # Sec. A.8: after 20000 steps (d=4, N=16, sigma=5, eta=5, B=20000, G.A seed 1), shifted test MSE on 20000 prompts
     # (seed 7, delta = 0.2) = 2.2e-5. Exact recipe: agreement to the printed digits.
     train = nn.sample_prompts(REF_SPEC, 20_000, 1)
-    traj = nn.reduced_gd(REF_SPEC, train, 20_000, saveat=SaveAt(steps=[2000, 20_000]))
+    traj = nn.map(REF_SPEC, train, 20_000, saveat=SaveAt(steps=[2000, 20_000]))
     test = nn.sample_shifted_prompts(REF_SPEC, 20_000, 7, delta=0.2)
     for name, printed in (("xi1", "19.6"), ("xi2", "14.0"), ("L", "0.061")):
         _assert_printed(float(traj[name].values[0, 0]), printed, f"{name} at t=2000")
@@ -576,8 +576,8 @@ def test_step_size_only_rescales_time_spec_sec0():
     # (same flow time 5000) give xi1 = 15.458 / 15.452 and L = 0.07872 / 0.07875 (exact recipe: printed digits).
     prompts = nn.sample_prompts(REF_SPEC, 4000, 1)
     for eta, n_steps, xi1, L in ((5.0, 1000, "15.458", "0.07872"), (0.5, 10_000, "15.452", "0.07875")):
-        spec = nn.NearestNeighborSpec(d=4, N=16, sigma=5.0, eta=eta)
-        traj = nn.reduced_gd(spec, prompts, n_steps, saveat=SaveAt(final=True))
+        spec = nn.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=eta)
+        traj = nn.map(spec, prompts, n_steps, saveat=SaveAt(final=True))
         assert traj.time.values[-1] == 5000.0
         _assert_printed(float(traj.xi1.values[0, -1]), xi1, f"xi1 (eta={eta})")
         _assert_printed(float(traj.L.values[0, -1]), L, f"L (eta={eta})")
@@ -589,9 +589,9 @@ def test_step_size_only_rescales_time_spec_sec0():
 
 
 def test_trajectory_axes_provenance_and_roundtrip(tmp_path):
-    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=0.5)
+    spec = nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=0.5)
     prompts = nn.sample_prompts(spec, 100, 0)
-    traj = nn.reduced_gd(spec, prompts, 20, saveat=SaveAt(every=5), seed=0)
+    traj = nn.map(spec, prompts, 20, saveat=SaveAt(every=5), seed=0)
     assert isinstance(traj, dynamics.Trajectory)
     np.testing.assert_array_equal(traj.step.values, [0, 5, 10, 15, 20])
     np.testing.assert_allclose(traj.time.values, 0.5 * traj.step.values)  # time = eta * step (Sec. 0)
@@ -602,23 +602,83 @@ def test_trajectory_axes_provenance_and_roundtrip(tmp_path):
     back = dynamics.Trajectory.load(traj.save(tmp_path / "nn.nc"))
     np.testing.assert_array_equal(back.L.values, traj.L.values)
     # the map is deterministic given the sample, and a batch of initial states equals separate runs
-    both = nn.reduced_gd(spec, prompts, 20, state0=[[0.0, 1.0], [1.0, 2.0]], saveat=SaveAt(every=5))
-    alone = nn.reduced_gd(spec, prompts, 20, state0=[1.0, 2.0], saveat=SaveAt(every=5))
+    both = nn.map(spec, prompts, 20, state0=[[0.0, 1.0], [1.0, 2.0]], saveat=SaveAt(every=5))
+    alone = nn.map(spec, prompts, 20, state0=[1.0, 2.0], saveat=SaveAt(every=5))
     np.testing.assert_array_equal(both.xi1.values[1], alone.xi1.values[0])
     np.testing.assert_array_equal(both.xi1.values[0], traj.xi1.values[0])
 
 
 def test_reduced_gd_batched_eta_equals_per_configuration_runs():
     """Issue 14 item 5: eta as an array broadcast with the state0 batch; one call equals the per-eta calls."""
-    spec = nn.NearestNeighborSpec(d=3, N=4, sigma=1.0, eta=1.0)
+    spec = nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)
     prompts = nn.sample_prompts(spec, 200, 0)
     etas = np.array([0.5, 2.0, 5.0])
-    batch = nn.reduced_gd(spec, prompts, 20, eta=etas, saveat=SaveAt(every=5))
+    batch = nn.map(spec, prompts, 20, eta=etas, saveat=SaveAt(every=5))
     for i, e in enumerate(etas):
-        one = nn.reduced_gd(dataclasses.replace(spec, eta=float(e)), prompts, 20, saveat=SaveAt(every=5))
+        one = nn.map(dataclasses.replace(spec, eta=float(e)), prompts, 20, saveat=SaveAt(every=5))
         np.testing.assert_array_equal(batch.states()[i], one.states()[0])
     # state0 rows and eta broadcast: 2 starts x 1 eta, and 2 starts with 2 etas pairwise
-    two = nn.reduced_gd(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0])
+    two = nn.map(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0])
     assert two.states().shape[0] == 2
     with pytest.raises(ValueError, match="eta"):
-        nn.reduced_gd(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0, 3.0])
+        nn.map(spec, prompts, 5, state0=[[0.0, 1.0], [1.0, 2.0]], eta=[0.5, 2.0, 3.0])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The map batched over samples (issue 16: one trajectory per seed's sample, one call)
+
+
+def test_map_over_a_sequence_of_samples_equals_the_per_sample_calls():
+    """Independent reference: one call per sample (the pre-batching API); every variable must agree exactly (the
+    batched call runs the same engine on the same numbers, so bit-equality is expected, no tolerance)."""
+    task = nn.NearestNeighborTask(d=3, N=4, sigma=2.0, eta=1.0)
+    samples = [nn.sample_prompts(task, 40, np.random.default_rng(s)) for s in range(3)]
+    state0 = np.array([[0.0, 2.0], [0.1, 1.5], [0.2, 1.0]])
+    sv = SaveAt(steps=(0, 2, 5))
+    batched = nn.map(task, samples, 5, state0=state0, saveat=sv)
+    assert batched.sizes["trajectory"] == 3 and list(batched["sample"].values) == [0, 1, 2]
+    for i, p in enumerate(samples):
+        one = nn.map(task, p, 5, state0=state0[i], saveat=sv)
+        for name in ("xi1", "xi2", "L", "q_istar"):
+            np.testing.assert_array_equal(batched[name].values[i], one[name].values[0])
+        np.testing.assert_array_equal(batched["time"].values, one["time"].values)
+    # one state0 and per-sample step sizes: time becomes the step, each trajectory its own eta
+    mixed = nn.map(task, samples[:2], 3, eta=[0.5, 1.0], saveat=sv.__class__(steps=(0, 3)))
+    alone = nn.map(task, samples[1], 3, eta=1.0, saveat=sv.__class__(steps=(0, 3)))
+    np.testing.assert_array_equal(mixed["xi1"].values[1], alone["xi1"].values[0])
+    np.testing.assert_array_equal(mixed["time"].values, [0.0, 3.0])
+    assert mixed.attrs["eta"] == [0.5, 1.0] and mixed.attrs["time_unit"].startswith("step")
+
+
+def test_map_over_samples_rejects_bad_batches():
+    task = nn.NearestNeighborTask(d=3, N=4, sigma=2.0, eta=1.0)
+    samples = [nn.sample_prompts(task, 10, np.random.default_rng(s)) for s in range(2)]
+    with pytest.raises(ValueError, match="state0"):
+        nn.map(task, samples, 2, state0=np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="eta"):
+        nn.map(task, samples, 2, eta=[1.0, 1.0, 1.0])
+    with pytest.raises(TypeError, match=r"prompts\[1\]"):
+        nn.map(task, [samples[0], "x"], 2)
+    with pytest.raises(ValueError, match="prompts"):
+        nn._sample_list([], nn.Prompts, "prompts")
+    with pytest.raises(TypeError, match="prompts"):
+        nn.map(task, 3, 2)
+    runs = [nn.map(task, samples[0], 2, saveat=SaveAt(steps=(0, 2))), nn.map(task, samples[1], 2)]
+    with pytest.raises(ValueError, match="other steps"):
+        nn._stack_runs(runs)
+    with pytest.raises(TypeError, match="Trajectory"):
+        nn._stack_runs([runs[0], np.zeros(2)])
+
+
+def test_over_samples_pairs_sample_state_and_eta_rows():
+    """_over_samples is plain bookkeeping: a recording run function shows which row reaches which sample."""
+    seen = []
+
+    def run(sample, row, e):
+        seen.append((sample, None if row is None else row.tolist(), e))
+        return dynamics.Trajectory.from_arrays(np.zeros((1, 2, 1)), names=["x"], time=[0.0, 1.0])
+
+    traj = nn._over_samples(run, ["a", "b"], [[1.0, 2.0], [3.0, 4.0]], 0.5)
+    assert seen == [("a", [1.0, 2.0], 0.5), ("b", [3.0, 4.0], 0.5)]
+    assert traj.attrs["n_samples"] == 2 and traj.attrs["eta"] == [0.5, 0.5]
+    np.testing.assert_array_equal(traj["trajectory"].values, [0, 1])

@@ -53,7 +53,7 @@ def test_eta_batch_sets_the_step_entry_row_by_row_and_broadcasts_with_the_starts
 def test_manifold_vector_field_at_the_spec_reference_point():
     """Spec single_location.md Sec. 10.2, point P2 (on M, so dR/dkappa, dR/dnu are the R_M partials): the field is
     (-(1 - kappa^2) dR/dkappa, -(1 - nu^2) dR/dnu). The spec prints 10 significant digits: rel 1e-9."""
-    task = sl.SingleLocation(d=400, L=10, gamma=math.sqrt(0.5), noise=0.0)
+    task = sl.SingleLocationTask(d=400, L=10, gamma=math.sqrt(0.5), noise=0.0)
     field = sl.manifold_vector_field(task, 0.1, 0.9, 0.8)
     expected = [-(1 - 0.81) * 3.954417312e-02, -(1 - 0.64) * -9.267174468e-01]
     np.testing.assert_allclose(field, expected, rtol=1e-9)
@@ -62,7 +62,7 @@ def test_manifold_vector_field_at_the_spec_reference_point():
 def test_manifold_vector_field_is_the_projected_gradient_of_manifold_risk():
     """Central differences of the separate closed form manifold_risk (spec Sec. 5.1): error O(h^2 R''') ~ 1e-10 at
     h = 1e-5 plus rounding eps R / h ~ 1e-11; tolerance 1e-7 absolute."""
-    task = sl.SingleLocation(d=50, L=5, gamma=1.0, noise=0.3)
+    task = sl.SingleLocationTask(d=50, L=5, gamma=1.0, noise=0.3)
     lam, h = 0.5, 1e-5
     for kappa, nu in [(0.2, 0.1), (-0.6, 0.5), (0.95, -0.3)]:
         dk = (sl.manifold_risk(task, lam, kappa + h, nu) - sl.manifold_risk(task, lam, kappa - h, nu)) / (2 * h)
@@ -98,7 +98,7 @@ def test_m_matrix_is_half_the_hessian_of_approx_loss_in_mu_and_kernel_matrix_its
     """Spec icl_regression.md Sec. 4.4: the Hessian of F(omega, mu) (Eq. 4.1) in mu is 2 M(omega), and
     K = (M - omega omega^T) / C_L. F is quadratic in mu, so central second differences are exact up to rounding
     (eps F / h^2 ~ 1e-10 at h = 1e-3): tolerance 1e-7."""
-    task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+    task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
     omega = np.array([0.3, -0.2, 0.05])
     mu = np.array([0.4, 0.1, -0.7])
     H, h = omega.size, 1e-3
@@ -185,7 +185,7 @@ def test_attention_stats_against_loops_and_an_expanded_sample():
 
 
 def test_pack_state_and_map_params_layouts():
-    spec = rw.RandomWalkSpec(K=3, N=4, M=20, p=0.7)
+    spec = rw.RandomWalkTask(K=3, N=4, M=20, p=0.7)
     V = np.arange(9.0).reshape(3, 3)
     a, c = np.array([10.0, 11.0, 12.0]), np.array([20.0, 21.0, 22.0, 23.0])
     x = rw.pack_state(spec, V, a, c)
@@ -204,7 +204,7 @@ def test_pack_state_and_map_params_layouts():
 
 
 def test_group_sparse_attention_diagnostics_by_loops():
-    spec = gs.GroupSparseSpec(d=3, D=4, jstar=2)
+    spec = gs.GroupSparseTask(d=3, D=4, jstar=2)
     rng = np.random.default_rng(2)
     S = rng.dirichlet(np.ones(4), size=(25, 4)).transpose(0, 2, 1)  # columns (queries) sum to 1 over keys
     out = gs.attention_diagnostics(spec, S, quantile=0.1)
@@ -214,13 +214,13 @@ def test_group_sparse_attention_diagnostics_by_loops():
 
 
 def test_group_sparse_and_nearest_neighbor_pack_params_layouts():
-    spec = gs.GroupSparseSpec(d=3, D=4, jstar=2, eta=0.25)
+    spec = gs.GroupSparseTask(d=3, D=4, jstar=2, eta=0.25)
     rs = gs.population_sample(spec, 6, rng=0)
     p = gs.pack_params(spec, rs)
     np.testing.assert_array_equal(p[:5], [0.25, 3, 4, 1, 6])  # [eta, d, D, j*-1, n]
     np.testing.assert_array_equal(p[5:5 + 24], rs.a.ravel())
     np.testing.assert_array_equal(p[5 + 24:], rs.gram.ravel())
-    nspec = nn.NearestNeighborSpec(d=3, N=5, sigma=1.0, eta=0.5)
+    nspec = nn.NearestNeighborTask(d=3, N=5, sigma=1.0, eta=0.5)
     prompts = nn.sample_prompts(nspec, 4, rng=0)
     q = nn.pack_params(nspec, prompts)
     np.testing.assert_array_equal(q[:4], [0.5, 3, 5, 4])  # [eta, d, N, B]

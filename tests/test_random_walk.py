@@ -44,30 +44,30 @@ from tests._stats import assert_mc_close, assert_mc_rejects
 )
 def test_spec_rejects_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name} "):
-        rw.RandomWalkSpec(**kwargs)
+        rw.RandomWalkTask(**kwargs)
 
 
 def test_bad_sample_counts_and_states():
-    spec = rw.RandomWalkSpec(K=5, N=6, M=20, p=0.5)
+    spec = rw.RandomWalkTask(K=5, N=6, M=20, p=0.5)
     with pytest.raises(ValueError, match="^n "):
         rw.sample_walks(spec, 0, 0)
     with pytest.raises(ValueError, match="^walks "):
-        rw.reduced_gd(spec, 3, walks=0, rng=0)
+        rw.map(spec, 3, walks=0, rng=0)
     with pytest.raises(ValueError, match="^test "):
-        rw.reduced_gd(spec, 3, walks=10, rng=0, test=-1)
+        rw.map(spec, 3, walks=10, rng=0, test=-1)
     with pytest.raises(ValueError, match="^n_steps "):
-        rw.reduced_gd(spec, -1, walks=10, rng=0)
+        rw.map(spec, -1, walks=10, rng=0)
     with pytest.raises(ValueError, match="^state0 "):
-        rw.reduced_gd(spec, 1, walks=10, rng=0, state0=np.full(spec.n_state, np.nan))
+        rw.map(spec, 1, walks=10, rng=0, state0=np.full(spec.n_state, np.nan))
     with pytest.raises(ValueError, match="N must be small enough"):
-        rw.enumerate_walks(rw.RandomWalkSpec(K=5, N=40, M=100, p=0.5))
+        rw.enumerate_walks(rw.RandomWalkTask(K=5, N=40, M=100, p=0.5))
     with pytest.raises(ValueError, match="^N must satisfy"):
-        rw.theorem_accuracy(rw.RandomWalkSpec(K=5, N=20, M=40, p=1.0))
+        rw.theorem_accuracy(rw.RandomWalkTask(K=5, N=20, M=40, p=1.0))
 
 
 def test_accuracy_refuses_non_finite_outputs():
     """Issue 18: accuracy of a NaN output used to return 0.4 (argmax of NaN is 0); it must raise."""
-    spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.7)
+    spec = rw.RandomWalkTask(K=5, N=11, M=40, p=0.7)
     sample = rw.sample_walks(spec, 20, 0)
     f = np.eye(5)[(sample.parent + 1) % 5]  # clockwise successor: acc_RB = p exactly
     assert rw.accuracy(spec, f, sample)[1] == pytest.approx(0.7, abs=1e-15)
@@ -93,16 +93,16 @@ def test_walk_sample_rejects_bad_weights():
 
 def test_non_finite_state_raises_divergence():
     """A logit overflow (rho a = inf) makes the next state NaN: the engine names step 1 and a state variable."""
-    spec = rw.RandomWalkSpec(K=5, N=6, M=20, p=0.5)
+    spec = rw.RandomWalkTask(K=5, N=6, M=20, p=0.5)
     x0 = rw.initial_state(spec)
     x0[spec.K * spec.K] = 1e308  # a_0: rho * a_0 overflows to inf inside the softmax
     with pytest.raises(dynamics.DivergenceError) as info:
-        rw.reduced_gd(spec, 3, walks=50, rng=0, state0=x0)
+        rw.map(spec, 3, walks=50, rng=0, state0=x0)
     assert info.value.step == 1
 
 
 def test_full_gd_log_undefined_raises_divergence():
-    spec = rw.RandomWalkSpec(K=3, N=4, M=6, p=0.5)
+    spec = rw.RandomWalkTask(K=3, N=4, M=6, p=0.5)
     sample = rw.sample_walks(spec, 20, 0)
     with pytest.raises(dynamics.DivergenceError):
         rw.full_gd(spec, sample, 2, V0=-np.ones((3, 3)))  # e_y^T f = -(1 - S_N) < -eps: log undefined
@@ -115,7 +115,7 @@ def test_full_gd_log_undefined_raises_divergence():
 
 def test_sampler_follows_the_walk_law():
     """Steps are +-1 mod K; the (parent, label) frequencies match the exact law (1/K) Pi within 5 SE (Sec. C.1)."""
-    spec = rw.RandomWalkSpec(K=5, N=9, M=20, p=0.7)
+    spec = rw.RandomWalkTask(K=5, N=9, M=20, p=0.7)
     n = 40000
     s = rw.sample_walks(spec, n, 3)
     d = (np.diff(s.states, axis=1)) % spec.K
@@ -132,7 +132,7 @@ def test_sampler_follows_the_walk_law():
 
 
 def test_exact_law_for_deterministic_walks():
-    spec = rw.RandomWalkSpec(K=4, N=9, M=20, p=0.0)
+    spec = rw.RandomWalkTask(K=4, N=9, M=20, p=0.0)
     law = rw.enumerate_walks(spec)
     assert law.n == 4
     np.testing.assert_array_equal(law.states[1], [(1 - i) % 4 for i in range(9)])
@@ -163,26 +163,26 @@ def test_positional_code_is_orthogonal_with_norm_rho():
     Gram entries exactly 0, every squared norm the same float), the sine code only to the round-off of its M-term
     sums (which Theorem C2's unstable ridge amplifies, see tests/test_empirical_random_walk.py)."""
     for code in rw.POSITIONAL_CODES:
-        spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, code=code)
+        spec = rw.RandomWalkTask(K=5, N=11, M=40, p=0.5, code=code)
         Phi = rw.positional_matrix(spec)
         assert Phi.shape == (40, 11)
         np.testing.assert_allclose(Phi.T @ Phi, spec.rho * np.eye(spec.N), atol=1e-12)  # round-off of 40-term sums
-        spec2 = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, rho=3.0, code=code)
+        spec2 = rw.RandomWalkTask(K=5, N=11, M=40, p=0.5, rho=3.0, code=code)
         G = rw.positional_matrix(spec2).T @ rw.positional_matrix(spec2)
         np.testing.assert_allclose(G, 3.0 * np.eye(11), atol=1e-13)
-    G = rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0)).T @ \
-        rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0))
+    G = rw.positional_matrix(rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0)).T @ \
+        rw.positional_matrix(rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0))
     assert np.all(G[~np.eye(97, dtype=bool)] == 0.0) and np.ptp(np.diag(G)) == 0.0  # exact, not to round-off
-    Gs = rw.positional_matrix(rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0, code="sine"))
+    Gs = rw.positional_matrix(rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0, code="sine"))
     Gs = Gs.T @ Gs
     assert np.abs(Gs[~np.eye(97, dtype=bool)]).max() > 0.0  # the sine code is orthogonal to round-off only
     with pytest.raises(ValueError, match="code"):
-        rw.RandomWalkSpec(K=5, N=11, M=40, p=0.5, code="cosine")
+        rw.RandomWalkTask(K=5, N=11, M=40, p=0.5, code="cosine")
 
 
 @pytest.mark.parametrize("normalize_tokens", [False, True])
 def test_forward_matches_literal_construction(normalize_tokens):
-    spec = rw.RandomWalkSpec(K=4, N=6, M=9, p=0.5)
+    spec = rw.RandomWalkTask(K=4, N=6, M=9, p=0.5)
     rng = np.random.default_rng(5)
     V = rng.normal(size=(4, 4))
     W = 0.1 * rng.normal(size=(13, 13))
@@ -197,7 +197,7 @@ def test_forward_matches_literal_construction(normalize_tokens):
 @given(seed=st.integers(0, 2**31 - 1), scale=st.floats(1e-4, 1e-1))
 def test_reduced_family_roundtrip_and_forward(seed, scale):
     """probe_W inverts W_from_reduced (off = 0); the reduced and full forward passes agree (Sec. C.5, C.5.1)."""
-    spec = rw.RandomWalkSpec(K=4, N=7, M=12, p=0.3)
+    spec = rw.RandomWalkTask(K=4, N=7, M=12, p=0.3)
     rng = np.random.default_rng(seed)
     V, a, c = rng.normal(size=(4, 4)), scale * rng.normal(size=4), scale * scale * rng.normal(size=7)
     W = rw.W_from_reduced(spec, a, c)
@@ -214,7 +214,7 @@ def test_reduced_family_roundtrip_and_forward(seed, scale):
 
 
 def test_probe_detects_leaving_the_family():
-    spec = rw.RandomWalkSpec(K=4, N=7, M=12, p=0.3)
+    spec = rw.RandomWalkTask(K=4, N=7, M=12, p=0.3)
     W = rw.W_from_reduced(spec, np.ones(4), np.zeros(7))
     W[0, 0] = 1.0  # W11 != 0: off the family
     assert rw.probe_W(spec, W)[2] > 0.1
@@ -222,7 +222,7 @@ def test_probe_detects_leaving_the_family():
 
 def test_kl_to_truth_limits():
     """KL(P_true || P_model) (Sec. C.8): 0 for f = Pi^T x_{N-1}; log K - H(p) for a uniform output (closed form)."""
-    spec = rw.RandomWalkSpec(K=6, N=9, M=20, p=0.7)
+    spec = rw.RandomWalkTask(K=6, N=9, M=20, p=0.7)
     s = rw.sample_walks(spec, 50, 0)
     f_true = 3.0 * rw.transition_matrix(6, 0.7)[s.parent]  # any positive scale: the output is normalised
     # the 1e-12 floor on the K - 2 zero entries shifts the normaliser by 4e-12/3: KL ~ 1.3e-12
@@ -242,7 +242,7 @@ def test_prediction_breaks_ties_to_smallest_label():
 
 @pytest.mark.parametrize("normalize_tokens", [False, True])
 def test_full_gradient_matches_finite_differences(normalize_tokens):
-    spec = rw.RandomWalkSpec(K=3, N=4, M=6, p=0.6)
+    spec = rw.RandomWalkTask(K=3, N=4, M=6, p=0.6)
     rng = np.random.default_rng(2)
     sample = rw.sample_walks(spec, 30, 4)
     V = rng.uniform(0.1, 1.0, size=(3, 3))  # positive: the log argument stays > 0
@@ -267,7 +267,7 @@ def test_full_gradient_matches_finite_differences(normalize_tokens):
 
 def test_reduced_gradient_matches_full_gradient():
     """Sec. C.5: on the family, -grad L of the full model restricted to (V, a, c) equals the reduced gradient."""
-    spec = rw.RandomWalkSpec(K=4, N=7, M=12, p=0.3)
+    spec = rw.RandomWalkTask(K=4, N=7, M=12, p=0.3)
     rng = np.random.default_rng(9)
     V, a, c = rng.uniform(0, 1, (4, 4)), 0.05 * rng.normal(size=4), 0.005 * rng.normal(size=7)
     sample = rw.sample_walks(spec, 200, 0)
@@ -284,7 +284,7 @@ def test_reduced_gradient_matches_full_gradient():
 
 def test_reduced_gradient_monte_carlo_against_exact_law():
     """MC gradient at a generic state within 5 SE of the exact enumerated expectation; a transposed V is rejected."""
-    spec = rw.RandomWalkSpec(K=4, N=8, M=12, p=0.7)
+    spec = rw.RandomWalkTask(K=4, N=8, M=12, p=0.7)
     rng = np.random.default_rng(1)
     V, a, c = rng.uniform(0, 1, (4, 4)), 0.05 * rng.normal(size=4), 0.005 * rng.normal(size=8)
     exact = rw.reduced_gradient(spec, rw.enumerate_walks(spec), V, a, c)
@@ -304,7 +304,7 @@ def test_gradient_standard_error_matches_seed_spread():
 
     With 40 replicates the ratio SD/SE has relative SD ~ 1/sqrt(2*39) = 0.11; we accept [0.6, 1.5] (> 3.5 SD).
     """
-    spec = rw.RandomWalkSpec(K=4, N=8, M=12, p=0.7)
+    spec = rw.RandomWalkTask(K=4, N=8, M=12, p=0.7)
     V1 = rw.V1_closed(spec)
     zeros_a, zeros_c = np.zeros(4), np.zeros(8)
     gens = dynamics.random.spawn_generators(3, [f"r{i}" for i in range(40)])
@@ -321,7 +321,7 @@ def test_gradient_standard_error_matches_seed_spread():
 
 
 def test_V1_closed_form_against_monte_carlo():
-    spec = rw.RandomWalkSpec(K=5, N=7, M=20, p=0.8, eta=0.7)
+    spec = rw.RandomWalkTask(K=5, N=7, M=20, p=0.8, eta=0.7)
     V1 = rw.V1_closed(spec)
     g = rw.reduced_gradient(spec, rw.sample_walks(spec, 20000, 11), np.zeros((5, 5)), np.zeros(5), np.zeros(7))
     assert_mc_close(spec.eta * g.G_V, spec.eta * g.se_V, V1, atol=1e-14, what="V^(1)")
@@ -331,8 +331,8 @@ def test_V1_closed_form_against_monte_carlo():
 
 
 def test_V1_closed_form_equals_exact_first_step_and_W1_is_zero():
-    spec = rw.RandomWalkSpec(K=4, N=9, M=20, p=0.65, eta=1.3, eps=0.2)
-    tr = rw.reduced_gd(spec, 1, walks=rw.enumerate_walks(spec), saveat=SaveAt(final=True))
+    spec = rw.RandomWalkTask(K=4, N=9, M=20, p=0.65, eta=1.3, eps=0.2)
+    tr = rw.map(spec, 1, walks=rw.enumerate_walks(spec), saveat=SaveAt(final=True))
     V, a, c = rw.unpack_state(spec, tr.states()[0, -1])
     np.testing.assert_allclose(V, rw.V1_closed(spec), rtol=1e-13)  # two float64 evaluations of one finite sum
     assert np.all(a == 0) and np.all(c == 0)  # g_i - gbar = 0 at V = 0: W^(1) = 0 exactly
@@ -340,9 +340,9 @@ def test_V1_closed_form_equals_exact_first_step_and_W1_is_zero():
 
 def test_W2_closed_form_equals_exact_second_step():
     """W2_closed (numpy formula of Sec. C.5) equals two steps of the numba reduced map on the enumerated law."""
-    spec = rw.RandomWalkSpec(K=5, N=9, M=30, p=0.7)
+    spec = rw.RandomWalkTask(K=5, N=9, M=30, p=0.7)
     a2, c2 = rw.W2_closed(spec)
-    tr = rw.reduced_gd(spec, 2, walks=rw.enumerate_walks(spec), saveat=SaveAt(final=True))
+    tr = rw.map(spec, 2, walks=rw.enumerate_walks(spec), saveat=SaveAt(final=True))
     V, a, c = rw.unpack_state(spec, tr.states()[0, -1])
     np.testing.assert_allclose(a, a2, rtol=1e-11, atol=1e-16)  # round-off of 1280-walk sums
     np.testing.assert_allclose(c, c2, rtol=1e-11, atol=1e-16)
@@ -350,7 +350,7 @@ def test_W2_closed_form_equals_exact_second_step():
 
 
 def test_W2_closed_form_against_monte_carlo():
-    spec = rw.RandomWalkSpec(K=5, N=7, M=20, p=0.8)
+    spec = rw.RandomWalkTask(K=5, N=7, M=20, p=0.8)
     V1 = rw.V1_closed(spec)
     a2, c2 = rw.W2_closed(spec)
     g = rw.reduced_gradient(spec, rw.sample_walks(spec, 20000, 12), V1, np.zeros(5), np.zeros(7))
@@ -373,9 +373,9 @@ def test_W2_closed_form_against_monte_carlo():
 @pytest.mark.parametrize("exact", [True, False])
 def test_reduced_map_equals_full_matrix_gd(exact):
     """Sec. C.5: K=5, N=11, M=40, 8 steps from zero; the spec reports 7e-16 agreement with torch."""
-    spec = rw.RandomWalkSpec(K=5, N=11, M=40, p=0.6)
+    spec = rw.RandomWalkTask(K=5, N=11, M=40, p=0.6)
     sample = rw.enumerate_walks(spec) if exact else rw.sample_walks(spec, 300, 7)
-    red = rw.reduced_gd(spec, 8, walks=sample, saveat=SaveAt(every=1))
+    red = rw.map(spec, 8, walks=sample, saveat=SaveAt(every=1))
     full = rw.full_gd(spec, sample, 8)
     Yr, Yf = red.states()[0], full.states()[0]
     V_r, a_r, c_r = rw.unpack_state(spec, Yr)
@@ -391,7 +391,7 @@ def test_reduced_map_equals_full_matrix_gd(exact):
 
 def test_full_gd_keeps_W11_W21_zero_and_W_rank_one():
     """Invariance along full GD from the paper's init: W11 = W21 = 0 exactly, every column along x~_N (Sec. C.5)."""
-    spec = rw.RandomWalkSpec(K=4, N=7, M=12, p=0.5)
+    spec = rw.RandomWalkTask(K=4, N=7, M=12, p=0.5)
     sample = rw.sample_walks(spec, 100, 3)
     V, W = np.zeros((4, 4)), np.zeros((16, 16))
     for _ in range(4):
@@ -403,7 +403,7 @@ def test_full_gd_keeps_W11_W21_zero_and_W_rank_one():
 
 
 def test_random_start_is_off_the_family():
-    spec = rw.RandomWalkSpec(K=4, N=7, M=12, p=0.5)
+    spec = rw.RandomWalkTask(K=4, N=7, M=12, p=0.5)
     rng = np.random.default_rng(0)
     sample = rw.sample_walks(spec, 100, 3)
     tr = rw.full_gd(spec, sample, 3, V0=0.01 * rng.normal(size=(4, 4)) + 1.0, W0=0.01 * rng.normal(size=(16, 16)),
@@ -425,7 +425,7 @@ _V1_REF = {0.5: [0.278732, 0.278732, 0.273005, 0.267278, 0.273005, 0.278732],
 
 @pytest.mark.parametrize("p", [0.5, 0.7])
 def test_reference_V1(p):
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=p)
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=p)
     V1 = rw.V1_closed(spec)
     for b in range(6):
         for a in range(6):
@@ -436,8 +436,8 @@ def test_reference_V1(p):
 
 def test_reference_attention_after_step_2():
     """Sec. 4: mean S_{N-1} at t = 2 > 0.9999; exact recipe (G.C seed 0, 1000 walks) 0.99999987 (rel 1e-6)."""
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=0.5)
-    tr = rw.reduced_gd(spec, 2, walks=1000, rng=0, test=1000, saveat=SaveAt(every=1))
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=0.5)
+    tr = rw.map(spec, 2, walks=1000, rng=0, test=1000, saveat=SaveAt(every=1))
     S = tr["attn_parent"].values[0]
     np.testing.assert_allclose(S[:2], 1 / 97, rtol=1e-13)  # uniform attention for t = 0, 1 (W^(1) = 0)
     assert S[2] > 0.9999
@@ -447,9 +447,9 @@ def test_reference_attention_after_step_2():
 @pytest.mark.parametrize(("p", "seed", "plain_ref"), [(0.5, 4, 0.5047), (0.7, 5, 0.6974)])
 def test_reference_accuracy_from_step_3(p, seed, plain_ref):
     """Sec. 4: acc_RB = max{p, 1-p} at every t >= 3 (abs 1e-9); plain 0/1 at t = 3 from the exact recipe."""
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=p)
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=p)
     n = 20000
-    tr = rw.reduced_gd(spec, 5, walks=n, rng=seed, test=n, saveat=SaveAt(steps=[2, 3, 4, 5]))
+    tr = rw.map(spec, 5, walks=n, rng=seed, test=n, saveat=SaveAt(steps=[2, 3, 4, 5]))
     acc_rb, acc = tr["acc_rb"].values[0], tr["acc"].values[0]
     assert np.all(np.abs(acc_rb[1:] - max(p, 1 - p)) <= 1e-9)
     # the reference is printed to 4 decimals (half a unit: 5e-5; 0.69735 sits on the rounding boundary), plus 1e-12
@@ -462,10 +462,10 @@ def test_reference_accuracy_from_step_3(p, seed, plain_ref):
 
 def test_reference_deterministic_walk_failure_theorem():
     """Sec. 4 / Theorem C2: K=6, N=97, p=1, rho=500, exact population, t = 0..50."""
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, rho=500.0, p=1.0)
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, rho=500.0, p=1.0)
     assert rw.failure_theorem_applies(spec)
     law = rw.enumerate_walks(spec)
-    tr = rw.reduced_gd(spec, 50, walks=law, test=law, saveat=SaveAt(every=1))
+    tr = rw.map(spec, 50, walks=law, test=law, saveat=SaveAt(every=1))
     assert np.all(tr["acc"].values == 1 / 6) and np.all(tr["acc_rb"].values == 1 / 6)
     assert rw.theorem_accuracy(spec) == 1 / 6
     Y = tr.states()[0]
@@ -485,18 +485,18 @@ def test_paper_setting_numbers_of_sec_C7():
     (separately, seed 0) p = 1. Printed values: plain accuracy 0.169 -> 0.489 at t = 3, cos_F(V, Pi^T) 0.58 / 0.92 /
     0.983 at t = 1 / 10 / 50; p = 0.7: 0.679 from t = 3; p = 1 sampled: 0.139 (half a last printed digit each)."""
     rng = np.random.default_rng(0)
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=0.5)
-    tr = rw.reduced_gd(spec, 50, walks=1000, rng=rng, test=1000, saveat=SaveAt(steps=[1, 3, 10, 50]))
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=0.5)
+    tr = rw.map(spec, 50, walks=1000, rng=rng, test=1000, saveat=SaveAt(steps=[1, 3, 10, 50]))
     acc, cos = tr["acc"].values[0], tr["cos_V_Pi"].values[0]
     assert abs(acc[0] - 0.169) <= 5e-4 + 1e-12 and abs(acc[1] - 0.489) <= 5e-4 + 1e-12
     assert abs(cos[0] - 0.58) <= 5e-3 and abs(cos[2] - 0.92) <= 5e-3 and abs(cos[3] - 0.983) <= 5e-4
     np.testing.assert_allclose(tr["acc_rb"].values[0, 1:], 0.5, atol=1e-12)
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=0.7)
-    tr = rw.reduced_gd(spec, 10, walks=1000, rng=rng, test=1000, saveat=SaveAt(steps=[3, 10]))
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=0.7)
+    tr = rw.map(spec, 10, walks=1000, rng=rng, test=1000, saveat=SaveAt(steps=[3, 10]))
     assert np.all(np.abs(tr["acc"].values - 0.679) <= 5e-4 + 1e-12)
     np.testing.assert_allclose(tr["acc_rb"].values, 0.7, atol=1e-12)
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=1.0)
-    tr = rw.reduced_gd(spec, 10, walks=1000, rng=0, test=1000, saveat=SaveAt(steps=[3, 10]))
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0)
+    tr = rw.map(spec, 10, walks=1000, rng=0, test=1000, saveat=SaveAt(steps=[3, 10]))
     assert np.all(np.abs(tr["acc"].values - 0.139) <= 5e-4 + 1e-12)  # the most frequent training label's share
 
 
@@ -507,7 +507,7 @@ def test_reference_direction_limit(p, ref):
     # tightest tolerance the printed value supports
     assert abs(rw.direction_limit_distance(p) - ref) <= 5e-7
     for K in (3, 6, 11):
-        spec = rw.RandomWalkSpec(K=K, N=4, M=10, p=p)
+        spec = rw.RandomWalkTask(K=K, N=4, M=10, p=p)
         d = np.linalg.norm(rw.V_direction(spec, "derived") - rw.V_direction(spec, "theorem"))
         np.testing.assert_allclose(d, rw.direction_limit_distance(p), rtol=1e-12)
     assert rw.direction_limit_distance(0.5) < 1e-7  # the two directions coincide at p = 1/2 (sqrt round-off)
@@ -516,9 +516,9 @@ def test_reference_direction_limit(p, ref):
 @pytest.mark.slow
 def test_reference_direction_finite_sample():
     """Sec. 4: K=6, N=97, p=0.7, 4000 walks (G.C seed 1), t = 3000: dist to sqrt(C_hat^T) 0.0221, to Pi^T 0.1837."""
-    spec = rw.RandomWalkSpec(K=6, N=97, M=1000, p=0.7)
+    spec = rw.RandomWalkTask(K=6, N=97, M=1000, p=0.7)
     train = rw.sample_walks(spec, 4000, 1)
-    tr = rw.reduced_gd(spec, 3000, walks=train, saveat=SaveAt(final=True))
+    tr = rw.map(spec, 3000, walks=train, saveat=SaveAt(final=True))
     V = rw.unpack_state(spec, tr.states()[0, -1])[0]
     C_hat = rw.empirical_transitions(train, 6)
     assert abs(rw.direction_error(V, np.sqrt(C_hat.T)) - 0.0221) <= 5e-5  # printed to 4 decimals
@@ -534,8 +534,8 @@ def test_reference_direction_finite_sample():
 @pytest.mark.parametrize("p", [0.5, 0.7])
 def test_theorem_C1_parent_selection_and_optimal_accuracy(p):
     """K=5, N=31, M=400 (rho=200 ~ N^{3/2}), 2000 training / 2000 test walks, 10 steps."""
-    spec = rw.RandomWalkSpec(K=5, N=31, M=400, p=p)
-    tr = rw.reduced_gd(spec, 10, walks=2000, rng=21, test=2000, saveat=SaveAt(every=1))
+    spec = rw.RandomWalkTask(K=5, N=31, M=400, p=p)
+    tr = rw.map(spec, 10, walks=2000, rng=21, test=2000, saveat=SaveAt(every=1))
     assert tr["attn_parent"].values[0, -1] > 0.99
     assert np.isnan(tr["dist_f_Pi"].values[0, 0])  # f = 0 at the zero init: no direction
     assert tr["dist_f_Pi"].values[0, -1] < tr["dist_f_Pi"].values[0, 3]  # item 2: f turns towards Pi^T x_{N-1}
@@ -546,9 +546,9 @@ def test_theorem_C1_parent_selection_and_optimal_accuracy(p):
 
 
 def test_theorem_C2_p1_stays_at_one_over_K():
-    spec = rw.RandomWalkSpec(K=5, N=21, M=60, p=1.0)
+    spec = rw.RandomWalkTask(K=5, N=21, M=60, p=1.0)
     law = rw.enumerate_walks(spec)
-    tr = rw.reduced_gd(spec, 30, walks=law, test=law, saveat=SaveAt(every=1))
+    tr = rw.map(spec, 30, walks=law, test=law, saveat=SaveAt(every=1))
     np.testing.assert_array_equal(tr["acc"].values, 1 / 5)
     V = rw.unpack_state(spec, tr.states()[0])[0]
     assert np.all(np.ptp(V, axis=(1, 2)) <= 1e-12 * np.abs(V).max(axis=(1, 2)))
@@ -560,9 +560,9 @@ def test_direction_claims():
     steps = [10, 40, 160]
     out = {}
     for p in (0.5, 0.7):
-        spec = rw.RandomWalkSpec(K=6, N=41, M=600, p=p)
+        spec = rw.RandomWalkTask(K=6, N=41, M=600, p=p)
         train = rw.sample_walks(spec, 1000, 8)
-        tr = rw.reduced_gd(spec, 160, walks=train, saveat=SaveAt(steps=steps))
+        tr = rw.map(spec, 160, walks=train, saveat=SaveAt(steps=steps))
         V = rw.unpack_state(spec, tr.states()[0])[0]
         C_hat = rw.empirical_transitions(train, 6)
         out[p] = (np.array([rw.direction_errors(v, p)["dist_V_Pi"] for v in V]),
@@ -582,10 +582,10 @@ def test_direction_claims():
 def _flow_against_scipy(solver, rel_tol):
     from scipy.integrate import solve_ivp
 
-    spec = rw.RandomWalkSpec(K=4, N=7, M=20, p=0.7)
+    spec = rw.RandomWalkTask(K=4, N=7, M=20, p=0.7)
     law = rw.enumerate_walks(spec)
     taus = [0.5, 2.0, 5.0]
-    tr = rw.reduced_flow(spec, 5.0, walks=law, solver=solver, saveat=SaveAt(ts=taus))
+    tr = rw.flow(spec, 5.0, walks=law, solver=solver, saveat=SaveAt(ts=taus))
 
     def fun(t, y):
         g = rw.reduced_gradient(spec, law, *rw.unpack_state(spec, y))
@@ -607,8 +607,8 @@ def test_reduced_flow_matches_scipy_solve_ivp():
     # the map at small eta approaches the flow at tau = eta t (first order in eta: the gap halves with eta)
     gaps = []
     for eta in (0.1, 0.05):
-        s = rw.RandomWalkSpec(K=4, N=7, M=20, p=0.7, eta=eta)
-        m = rw.reduced_gd(s, round(5.0 / eta), walks=law, saveat=SaveAt(final=True)).states()[0, -1]
+        s = rw.RandomWalkTask(K=4, N=7, M=20, p=0.7, eta=eta)
+        m = rw.map(s, round(5.0 / eta), walks=law, saveat=SaveAt(final=True)).states()[0, -1]
         gaps.append(np.abs(m - Y[-1]).max())
     assert 1.6 < gaps[0] / gaps[1] < 2.4, gaps
 
@@ -620,8 +620,8 @@ def test_reduced_flow_dopri5_matches_scipy_solve_ivp():
 
 
 def test_trajectory_roundtrip(tmp_path):
-    spec = rw.RandomWalkSpec(K=4, N=7, M=12, p=0.5)
-    tr = rw.reduced_gd(spec, 3, walks=30, rng=0, test=30, saveat=SaveAt(every=1))
+    spec = rw.RandomWalkTask(K=4, N=7, M=12, p=0.5)
+    tr = rw.map(spec, 3, walks=30, rng=0, test=30, saveat=SaveAt(every=1))
     path = tr.save(tmp_path / "rw.nc")
     back = dynamics.Trajectory.load(path)
     np.testing.assert_array_equal(back.states(), tr.states())
@@ -635,8 +635,8 @@ def test_onehot_code_dynamics_do_not_depend_on_M_beyond_N(normalize_tokens):
     random start equals GD at M = N + 1 (same rho) started from the leading (K+N+1)-block of the same W^(0), to
     round-off (1e-12: ~1e4 ulps over 15 steps of O(1) updates). The figures use this to run the paper's M = 1000
     at M = N + 1. Control: a start whose block differs (another draw) does not match."""
-    big = rw.RandomWalkSpec(K=5, N=11, M=200, p=0.7, rho=100.0, eta=0.5)
-    small = rw.RandomWalkSpec(K=5, N=11, M=12, p=0.7, rho=100.0, eta=0.5)
+    big = rw.RandomWalkTask(K=5, N=11, M=200, p=0.7, rho=100.0, eta=0.5)
+    small = rw.RandomWalkTask(K=5, N=11, M=12, p=0.7, rho=100.0, eta=0.5)
     sample = rw.sample_walks(big, 40, 3)
     rng = np.random.default_rng(5)
     V0 = 0.01 * rng.standard_normal((5, 5))
@@ -657,7 +657,7 @@ def test_output_direction_error_pinned_to_a_hand_computation():
     """Theorem C1 item 2's quantity (Sec. C.6) on three hand-made walks, computed here by plain loops:
     mean_n || f_n/||f_n|| - Pi[s_{N-1}]/||Pi[s_{N-1}]|| ||_2. Dropping either normalisation changes the value by
     O(1), far outside the 1e-12 round-off tolerance."""
-    spec = rw.RandomWalkSpec(K=4, N=3, M=4, p=0.7)
+    spec = rw.RandomWalkTask(K=4, N=3, M=4, p=0.7)
     sample = rw.WalkSample(np.array([[0, 1, 2], [1, 0, 3], [3, 0, 1]]))  # parents 1, 0, 0
     f = np.array([[0.1, 0.2, 3.0, 0.4], [2.0, 0.5, -1.0, 1.0], [0.0, 1.0, 0.0, 0.3]])
     Pi = [[0.0, 0.7, 0.0, 0.3], [0.3, 0.0, 0.7, 0.0], [0.0, 0.3, 0.0, 0.7], [0.7, 0.0, 0.3, 0.0]]
@@ -678,14 +678,34 @@ def test_output_direction_error_pinned_to_a_hand_computation():
 def test_reduced_gd_batched_eta_equals_per_configuration_runs():
     """Issue 14 item 5: eta as an array broadcast with the batch; one call equals the per-eta calls (bitwise: the
     same kernel on the same numbers), and a length mismatch with the state0 rows is refused."""
-    spec = rw.RandomWalkSpec(K=4, N=9, M=10, p=0.7)
+    spec = rw.RandomWalkTask(K=4, N=9, M=10, p=0.7)
     walks = rw.sample_walks(spec, 50, 2)
     etas = [0.3, 1.0, 2.5]
-    batch = rw.reduced_gd(spec, 6, walks=walks, eta=etas, saveat=SaveAt(every=1))
+    batch = rw.map(spec, 6, walks=walks, eta=etas, saveat=SaveAt(every=1))
     for i, e in enumerate(etas):
-        one = rw.reduced_gd(dataclasses.replace(spec, eta=e), 6, walks=walks, saveat=SaveAt(every=1))
+        one = rw.map(dataclasses.replace(spec, eta=e), 6, walks=walks, saveat=SaveAt(every=1))
         np.testing.assert_array_equal(batch.states()[i], one.states()[0])
     with pytest.raises(ValueError, match="eta"):
-        rw.reduced_gd(spec, 2, walks=walks, eta=[1.0, 2.0], state0=np.zeros((3, spec.n_state)))
+        rw.map(spec, 2, walks=walks, eta=[1.0, 2.0], state0=np.zeros((3, spec.n_state)))
     with pytest.raises(ValueError, match="eta"):
-        rw.reduced_gd(spec, 2, walks=walks, eta=[1.0, -2.0])
+        rw.map(spec, 2, walks=walks, eta=[1.0, -2.0])
+
+
+def test_map_over_a_sequence_of_walk_samples_equals_the_per_sample_calls():
+    """Independent reference: one call per WalkSample (the pre-batching API); bit-equal (same engine, same numbers).
+    Test walks: one per training sample here, so each trajectory's diagnostics use its own."""
+    task = rw.RandomWalkTask(K=3, N=4, M=10, p=0.7)
+    train = [rw.sample_walks(task, 30, s) for s in range(3)]
+    test = [rw.sample_walks(task, 20, 10 + s) for s in range(3)]
+    sv = dynamics.SaveAt(steps=(0, 2, 4))
+    batched = rw.map(task, 4, walks=train, test=test, saveat=sv)
+    assert batched.sizes["trajectory"] == 3 and list(batched["sample"].values) == [0, 1, 2]
+    for i in range(3):
+        one = rw.map(task, 4, walks=train[i], test=test[i], saveat=sv)
+        for name in list(rw.state_names(task)) + ["loss", "acc"]:
+            np.testing.assert_array_equal(batched[name].values[i], one[name].values[0])
+    shared = rw.map(task, 4, walks=train[:2], test=test[0], saveat=sv)
+    np.testing.assert_array_equal(shared["acc"].values[1], rw.map(task, 4, walks=train[1], test=test[0],
+                                                                   saveat=sv)["acc"].values[0])
+    with pytest.raises(ValueError, match="test"):
+        rw.map(task, 4, walks=train, test=test[:2])

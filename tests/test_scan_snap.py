@@ -169,7 +169,7 @@ def small_classes():
 
 def test_exact_flow_matches_solve_ivp():
     cl = small_classes()
-    task = ss.ScanSnap(classes=cl, eta_Y=1.5, eta_Z=0.8)
+    task = ss.ScanSnapTask(classes=cl, eta_Y=1.5, eta_Z=0.8)
     rng = np.random.default_rng(3)
     Y0 = rng.uniform(-0.3, 0.3, size=(cl.Lc, cl.M))
     Z0 = rng.uniform(-0.3, 0.3, size=(cl.Q, cl.Lc))
@@ -178,7 +178,7 @@ def test_exact_flow_matches_solve_ivp():
     ref = scipy.integrate.solve_ivp(numpy_rhs(cl, 1.5, 0.8), (0, 20), y0, method="DOP853", t_eval=ts,
                                     rtol=1e-10, atol=1e-12).y.T
     names = [f"z_{m}_{l}" for m in range(cl.Q) for l in range(cl.Lc)]
-    tr = ss.exact_flow(task, (0, 20), Y0=Y0, Z0=Z0, saveat=SaveAt(ts=ts), lumped=False)
+    tr = ss.flow(task, (0, 20), Y0=Y0, Z0=Z0, saveat=SaveAt(ts=ts), lumped=False)
     Zs = np.stack([tr[nm].values[0] for nm in names], axis=-1)
     Zref = ref[:, cl.Lc * cl.M:]
     # both adaptive at rtol 1e-10 over 20 time units of a smooth flow: global errors ~1e-9; 1e-8 leaves room
@@ -186,7 +186,7 @@ def test_exact_flow_matches_solve_ivp():
     Ys = tr["Y"].values[0].reshape(len(ts), -1)
     np.testing.assert_allclose(Ys, ref[:, :cl.Lc * cl.M], rtol=0, atol=1e-8)
     # the fixed-step RK4 (dt = 0.05, error O(dt^4) ~ 1e-6 scale) on the same flow
-    tr4 = ss.exact_flow(task, (0, 20), Y0=Y0, Z0=Z0, saveat=SaveAt(ts=ts), lumped=False, solver=RK4(dt=0.05))
+    tr4 = ss.flow(task, (0, 20), Y0=Y0, Z0=Z0, saveat=SaveAt(ts=ts), lumped=False, solver=RK4(dt=0.05))
     np.testing.assert_allclose(tr4.states()[0], Zref, rtol=0, atol=1e-6)
     # negative control: the PAPER convention (pi_n dropped, errata E4) must be rejected at the same tolerance
     wrong = scipy.integrate.solve_ivp(numpy_rhs(cl, 1.5, 0.8, with_pi=False), (0, 20), y0, method="DOP853",
@@ -196,16 +196,16 @@ def test_exact_flow_matches_solve_ivp():
 
 def test_lumped_equals_unlumped_from_zero_decoder():
     cl = small_classes()
-    task = ss.ScanSnap(classes=cl, eta_Y=1.0, eta_Z=2.0)
+    task = ss.ScanSnapTask(classes=cl, eta_Y=1.0, eta_Z=2.0)
     Z0 = np.random.default_rng(4).uniform(-0.5, 0.5, size=(cl.Q, cl.Lc))
     ts = [0.0, 3.0, 30.0]
-    a = ss.exact_flow(task, (0, 30), Z0=Z0, saveat=SaveAt(ts=ts), lumped=True)
-    b = ss.exact_flow(task, (0, 30), Z0=Z0, saveat=SaveAt(ts=ts), lumped=False)
+    a = ss.flow(task, (0, 30), Z0=Z0, saveat=SaveAt(ts=ts), lumped=True)
+    b = ss.flow(task, (0, 30), Z0=Z0, saveat=SaveAt(ts=ts), lumped=False)
     # two adaptive runs of the same flow at rtol 1e-10 in different coordinates: agreement to ~1e-9
     for v in ("c", "H", "alpha_tgt", "gamma_hat"):
         np.testing.assert_allclose(a[v].values, b[v].values, rtol=0, atol=1e-8, err_msg=v)
     with pytest.raises(ValueError, match="lumped"):
-        ss.exact_flow(task, (0, 1), Y0=np.random.default_rng(0).normal(size=(cl.Lc, cl.M)), lumped=True)
+        ss.flow(task, (0, 1), Y0=np.random.default_rng(0).normal(size=(cl.Lc, cl.M)), lumped=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,8 +306,8 @@ def test_reference_values_p2_fig9_and_fig3():
 
 
 def test_reference_p3_exact_ode_syn_small():
-    task = ss.ScanSnap(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
-    tr = ss.exact_flow(task, (0, 1000), saveat=SaveAt(ts=[10, 100, 1000]))
+    task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
+    tr = ss.flow(task, (0, 1000), saveat=SaveAt(ts=[10, 100, 1000]))
     atol = 1e-6  # spec Sec. 7: ODE values 1e-6 absolute
     np.testing.assert_allclose(tr["z_0_19"].values[0], [0.077827968, 0.49585531, 0.60115534], atol=atol)
     np.testing.assert_allclose(tr["z_0_10"].values[0], [0.00084708642, 0.0074093967, 0.013289143], atol=atol)
@@ -316,8 +316,8 @@ def test_reference_p3_exact_ode_syn_small():
 
 
 def test_reference_p4_momentum_map_syn_small():
-    task = ss.ScanSnap(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
-    tr = ss.population_map(task, 48, momentum=0.9, saveat=SaveAt(steps=[0, 9, 10, 11, 48]))
+    task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
+    tr = ss.map(task, 48, momentum=0.9, saveat=SaveAt(steps=[0, 9, 10, 11, 48]))
     atol = 1e-7  # spec Sec. 7: discrete map 1e-7 absolute
     np.testing.assert_allclose(tr["H_mean"].values[0], [2.1512817, 2.1088676, 2.0984380, 2.0883587, 1.9813818],
                                atol=atol)
@@ -338,8 +338,8 @@ def test_reference_p5_syn_medium_map():
     assert (cl.K, cl.Q, cl.Lc, cl.M) == (2, 1, 30, 33)
     want = {(0.5, 1): 2.0370236, (1, 1): 1.9961558, (1, 10): 2.0993876, (3, 2): 1.9601336}
     for (eZ, ratio), H in want.items():
-        tr = ss.population_map(ss.ScanSnap(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ), 100, momentum=0.9,
-                               saveat=SaveAt(final=True))
+        tr = ss.map(ss.ScanSnapTask(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ), 100, momentum=0.9,
+                    saveat=SaveAt(final=True))
         assert tr["H_mean"].values[0, -1] == pytest.approx(H, abs=1e-7)  # spec Sec. 7: map 1e-7 absolute
 
 
@@ -349,15 +349,15 @@ def test_reference_p5b_random_init_recipe():
     Y0, Z0 = np.stack([a for a, _ in inits]), np.stack([b for _, b in inits])
     want = {(0.5, 1): (1.9846813, 0.0411), (1, 10): (2.0779177, 0.0240)}
     for (eZ, ratio), (mean, std) in want.items():
-        tr = ss.population_map(ss.ScanSnap(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ), 100, momentum=0.9, Y0=Y0,
-                               Z0=Z0, lumped=False, saveat=SaveAt(final=True))
+        tr = ss.map(ss.ScanSnapTask(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ), 100, momentum=0.9, Y0=Y0,
+                    Z0=Z0, lumped=False, saveat=SaveAt(final=True))
         H = tr["H_mean"].values[:, -1]
         assert H.mean() == pytest.approx(mean, abs=1e-6)  # spec Sec. 7: exact recipe, 1e-6 absolute
         assert H.std() == pytest.approx(std, abs=5e-5)  # printed to 3 significant digits
 
 
 def test_reference_p6_composite_syn_small():
-    task = ss.ScanSnap(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
+    task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
     tr = ss.composite_flow(task, (0, 1000), saveat=SaveAt(ts=[0, 10, 1000]))
     atol = 1e-5  # spec Sec. 7: P6 printed to 6 decimals, 1e-5 absolute
     np.testing.assert_allclose(tr["z_0_19"].values[0, 1:], [0.524411, 1.670404], atol=atol)
@@ -383,7 +383,7 @@ def test_reference_p6_composite_syn_small():
 
 def test_reference_p7_weak_correlation():
     cl = weak_corr()
-    task = ss.ScanSnap(classes=cl, eta_Y=1.0, eta_Z=1.0)
+    task = ss.ScanSnapTask(classes=cl, eta_Y=1.0, eta_Z=1.0)
     c = ss.theorem4_constants(cl)
     assert 1 / c["C0_cons"] == pytest.approx(0.012269822, rel=1e-6)
     assert c["C0_paper"] == pytest.approx(40.750386, rel=1e-6)
@@ -394,13 +394,13 @@ def test_reference_p7_weak_correlation():
     np.testing.assert_allclose(ss.common_token_z([30.0, 3000.0], task), [-0.38922716, -0.59701913], rtol=1e-6)
     ts = [30.0, 3000.0]
     comp = ss.composite_flow(task, (0, 3000), saveat=SaveAt(ts=ts))["z_0_0"].values[0]
-    exact = ss.exact_flow(task, (0, 3000), saveat=SaveAt(ts=ts))["z_0_0"].values[0]
+    exact = ss.flow(task, (0, 3000), saveat=SaveAt(ts=ts))["z_0_0"].values[0]
     np.testing.assert_allclose(comp, [-0.37368968, -0.57552726], atol=1e-6)  # ODE values 1e-6 absolute
     np.testing.assert_allclose(exact, [-0.0044007006, -0.0086540976], atol=1e-6)
 
 
 def test_reference_p8_measured_transition():
-    task = ss.ScanSnap(classes=p8_layout(), eta_Y=1.0, eta_Z=0.5)
+    task = ss.ScanSnapTask(classes=p8_layout(), eta_Y=1.0, eta_Z=0.5)
     tt = ss.transition_time(task)
     assert tt.t_peak == pytest.approx(11.280147, rel=1e-6)
     assert tt.t_half == pytest.approx(15.795696, rel=1e-6)
@@ -418,9 +418,9 @@ def test_reference_p8_measured_transition():
 @pytest.mark.parametrize("make", [ss.SequenceClasses.syn_small, custom_one_common])
 def test_theorem2_signs_along_exact_trajectory(make):
     cl = make()
-    task = ss.ScanSnap(classes=cl, eta_Y=1.0, eta_Z=1.0)
+    task = ss.ScanSnapTask(classes=cl, eta_Y=1.0, eta_Z=1.0)
     ts = np.concatenate([[0.0], np.geomspace(0.05, 1e3, 25)])
-    tr = ss.exact_flow(task, (0, 1e3), saveat=SaveAt(ts=ts), lumped=True)
+    tr = ss.flow(task, (0, 1e3), saveat=SaveAt(ts=ts), lumped=True)
     Y, Z = tr["Y"].values[0], tr.states()[0].reshape(len(ts), cl.Q, cl.Lc)
     pred = ss.theorem2_signs(cl)
     ct = cl.common_tokens()
@@ -445,7 +445,7 @@ def test_theorem2_signs_along_exact_trajectory(make):
 @pytest.mark.parametrize("M,K,eta_Y", [(100, 2, 1.0), (1000, 4, 4.0)])
 def test_transition_time_ratios(M, K, eta_Y):
     """Spec Sec. 6 item 6: measured/predicted within 1.000-1.024 (gamma peak) and 1.01-1.05 (alpha = 1/2)."""
-    task = ss.ScanSnap(classes=p8_layout(K, M), eta_Y=eta_Y, eta_Z=eta_Y / 2)
+    task = ss.ScanSnapTask(classes=p8_layout(K, M), eta_Y=eta_Y, eta_Z=eta_Y / 2)
     tt, meas = ss.transition_time(task), ss.measure_transition(task, 0)
     assert 1.0 <= meas["t_peak"] / tt.t_peak <= 1.024
     assert 1.0 <= meas["t_half"] / tt.t_half <= 1.05
@@ -479,24 +479,24 @@ def test_bad_input_raises_value_error_naming_the_parameter():
     cl = ss.SequenceClasses.syn_small()
     for kw in ({"eta_Y": 0.0, "eta_Z": 1.0}, {"eta_Y": 1.0, "eta_Z": -1.0}):
         with pytest.raises(ValueError, match="eta_"):
-            ss.ScanSnap(classes=cl, **kw)
+            ss.ScanSnapTask(classes=cl, **kw)
     no_dt = ss.SequenceClasses.from_P([[0.5, 0.5, 0.0], [0.5, 0.25, 0.25]], M=5)
     with pytest.raises(ValueError, match="class n=0 has no distinct token.*Theorem 3"):
         ss.saturation_dz(no_dt, 0)
     with pytest.raises(ValueError, match="pi must be uniform"):
-        ss.transition_time(ss.ScanSnap(classes=ss.SequenceClasses.from_P(np.full((2, 2), 0.5), M=4, pi=[0.3, 0.7]),
-                                       eta_Y=1.0, eta_Z=1.0))
+        ss.transition_time(ss.ScanSnapTask(classes=ss.SequenceClasses.from_P(np.full((2, 2), 0.5), M=4, pi=[0.3, 0.7]),
+                                           eta_Y=1.0, eta_Z=1.0))
     with pytest.raises(ValueError, match="momentum"):
-        ss.population_map(ss.ScanSnap(classes=cl, eta_Y=1.0, eta_Z=1.0), 3, momentum=1.0)
+        ss.map(ss.ScanSnapTask(classes=cl, eta_Y=1.0, eta_Z=1.0), 3, momentum=1.0)
     with pytest.raises(ValueError, match="one common token"):
         ss.theorem4_constants(cl)
 
 
 def test_non_finite_state_raises_divergence_error():
     # learning rates near the float64 maximum: the momentum buffer pushes Y past 1.8e308 within a few steps
-    task = ss.ScanSnap(classes=small_classes(), eta_Y=1e308, eta_Z=1e308)
+    task = ss.ScanSnapTask(classes=small_classes(), eta_Y=1e308, eta_Z=1e308)
     with pytest.raises(DivergenceError):
-        ss.population_map(task, 20, momentum=0.9)
+        ss.map(task, 20, momentum=0.9)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -508,40 +508,40 @@ def test_batched_learning_rates_equal_per_configuration_calls():
     """One call over a grid of (eta_Y, eta_Z, momentum) and a batch of initial states equals one call per
     configuration (the engine runs each trajectory with its own parameter row: identical arithmetic, so 0 error)."""
     classes = ss.SequenceClasses.syn_medium(1)
-    task = ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     eY, eZ, mu = np.array([0.5, 2.0, 10.0]), np.array([0.5, 1.0, 1.0]), np.array([0.0, 0.9, 0.5])
     inits = [ss.random_init(classes, d) for d in range(3)]
     Y0, Z0 = np.stack([a for a, _ in inits]), np.stack([b for _, b in inits])
-    batched = ss.population_map(task, 15, momentum=mu, eta_Y=eY, eta_Z=eZ, Y0=Y0, Z0=Z0, lumped=False)
+    batched = ss.map(task, 15, momentum=mu, eta_Y=eY, eta_Z=eZ, Y0=Y0, Z0=Z0, lumped=False)
     for i in range(3):
-        one = ss.population_map(ss.ScanSnap(classes=classes, eta_Y=eY[i], eta_Z=eZ[i]), 15, momentum=mu[i],
-                                Y0=Y0[i], Z0=Z0[i], lumped=False)
+        one = ss.map(ss.ScanSnapTask(classes=classes, eta_Y=eY[i], eta_Z=eZ[i]), 15, momentum=mu[i],
+                     Y0=Y0[i], Z0=Z0[i], lumped=False)
         np.testing.assert_array_equal(batched.Y.values[i], one.Y.values[0])
         np.testing.assert_array_equal(batched.H_mean.values[i], one.H_mean.values[0])
     # a scalar rate broadcasts over the init batch; an array broadcasts one init over the rates
-    b2 = ss.population_map(task, 5, momentum=0.9, eta_Y=eY, Y0=Y0[0], Z0=Z0[0], lumped=False)
+    b2 = ss.map(task, 5, momentum=0.9, eta_Y=eY, Y0=Y0[0], Z0=Z0[0], lumped=False)
     assert b2.H_mean.shape == (3, 6)
-    np.testing.assert_array_equal(b2.H_mean.values[1], ss.population_map(
-        ss.ScanSnap(classes=classes, eta_Y=2.0, eta_Z=1.0), 5, momentum=0.9, Y0=Y0[0], Z0=Z0[0],
+    np.testing.assert_array_equal(b2.H_mean.values[1], ss.map(
+        ss.ScanSnapTask(classes=classes, eta_Y=2.0, eta_Z=1.0), 5, momentum=0.9, Y0=Y0[0], Z0=Z0[0],
         lumped=False).H_mean.values[0])
     # ODEs: the adaptive controller runs per trajectory, so per-configuration calls agree to the last bit too
     small = ss.SequenceClasses.syn_small()
-    ts = ss.ScanSnap(classes=small, eta_Y=1.0, eta_Z=1.0)
+    ts = ss.ScanSnapTask(classes=small, eta_Y=1.0, eta_Z=1.0)
     save = SaveAt(ts=(0.0, 2.0, 5.0))
-    ef = ss.exact_flow(ts, (0.0, 5.0), eta_Y=eY[1:], eta_Z=eZ[1:], saveat=save)
+    ef = ss.flow(ts, (0.0, 5.0), eta_Y=eY[1:], eta_Z=eZ[1:], saveat=save)
     cf_ = ss.composite_flow(ts, (0.0, 5.0), eta_Y=eY[1:], eta_Z=eZ[1:], saveat=save)
     for i in range(2):
-        t1 = ss.ScanSnap(classes=small, eta_Y=eY[1 + i], eta_Z=eZ[1 + i])
-        np.testing.assert_allclose(ef.H_mean.values[i], ss.exact_flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0],
+        t1 = ss.ScanSnapTask(classes=small, eta_Y=eY[1 + i], eta_Z=eZ[1 + i])
+        np.testing.assert_allclose(ef.H_mean.values[i], ss.flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0],
                                    rtol=0, atol=1e-14)  # 1e-14: float64 rounding of a 1e-10-rtol integration
         np.testing.assert_allclose(cf_.H_mean.values[i],
                                    ss.composite_flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0], rtol=0, atol=1e-14)
     with pytest.raises(ValueError, match="eta_Z"):
-        ss.population_map(task, 5, eta_Y=eY, eta_Z=np.array([1.0, 2.0]))
+        ss.map(task, 5, eta_Y=eY, eta_Z=np.array([1.0, 2.0]))
     with pytest.raises(ValueError, match="momentum"):
-        ss.population_map(task, 5, momentum=np.array([0.5, 1.0]))
+        ss.map(task, 5, momentum=np.array([0.5, 1.0]))
     with pytest.raises(ValueError, match="eta_Y"):
-        ss.population_map(task, 5, eta_Y=np.array([1.0, -1.0]))
+        ss.map(task, 5, eta_Y=np.array([1.0, -1.0]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -583,7 +583,7 @@ def test_array_variables_carry_named_coordinates():
     """c, H, Y of the closed-form Trajectories have named coordinates (class, token: the spec's 0-based ids, Sec. 0.1),
     so a selection by label equals the positional one."""
     classes = ss.SequenceClasses.syn_small()
-    tr = ss.population_map(ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=1.0), 3, momentum=0.9)
+    tr = ss.map(ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0), 3, momentum=0.9)
     assert list(tr.c.coords["class"].values) == [0, 1] and list(tr.c.coords["token"].values) == list(range(30))
     assert float(tr.c.sel({"class": 1, "token": 25}).values[0, -1]) == float(tr.c.values[0, -1, 1, 25])
     assert tr.Y.dims[-2:] == ("token", "column") and tr.H.dims[-1] == "class"

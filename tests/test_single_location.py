@@ -68,7 +68,7 @@ ZETAS = {
 
 def _task(name):
     _, _, gamma, d, L, eps, _, _ = POINTS[name]
-    return sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    return sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
 
 
 def _close_to_printed(value, printed, decimals=None, sig=None):
@@ -136,17 +136,17 @@ def test_zeta_oracle_and_linear_reference_values(name):
 
 def test_linear_risk_reference_values():
     """Spec Sec. 10.3 (Prop. 3 values)."""
-    assert _close_to_printed(sl.linear_risk(sl.SingleLocation(d=10, L=10)), 0.4736842105, decimals=10)
-    assert _close_to_printed(sl.linear_risk(sl.SingleLocation(d=10, L=4, gamma=1.5, noise=0.2)), 1.3257142857,
+    assert _close_to_printed(sl.linear_risk(sl.SingleLocationTask(d=10, L=10)), 0.4736842105, decimals=10)
+    assert _close_to_printed(sl.linear_risk(sl.SingleLocationTask(d=10, L=4, gamma=1.5, noise=0.2)), 1.3257142857,
                              decimals=10)
-    task = sl.SingleLocation(d=10, L=3, gamma=0.6)
+    task = sl.SingleLocationTask(d=10, L=3, gamma=0.6)
     assert _close_to_printed(sl.linear_risk(task, [0.6, 0.3, 0.1]), 0.2684394813, decimals=10)
-    assert sl.linear_risk(sl.SingleLocation(d=10, L=1, noise=0.3)) == pytest.approx(0.09, abs=1e-16)  # L = 1: eps^2
+    assert sl.linear_risk(sl.SingleLocationTask(d=10, L=1, noise=0.3)) == pytest.approx(0.09, abs=1e-16)  # L = 1: eps^2
 
 
 def test_linear_risk_monte_carlo_with_least_squares():
     """Spec Sec. 5.4: only x_l.v* matters; fit least squares on the L projections, evaluate on fresh samples."""
-    task = sl.SingleLocation(d=10, L=3, gamma=0.6, noise=0.2)
+    task = sl.SingleLocationTask(d=10, L=3, gamma=0.6, noise=0.2)
     p = np.array([0.6, 0.3, 0.1])
     rng = np.random.default_rng(11)
 
@@ -167,14 +167,14 @@ def test_linear_risk_monte_carlo_with_least_squares():
 
 
 def test_bayes_lower_bound_and_oracle_limits():
-    task = sl.SingleLocation(d=80, L=10, noise=0.1)
+    task = sl.SingleLocationTask(d=80, L=10, noise=0.1)
     assert sl.bayes_risk_lower_bound(task) == pytest.approx(0.01, abs=1e-17)
     # spec Sec. 5.3 numerical illustration (gamma^2 = 1/2, lambda = d^(-1/4), L = 10), 3 significant digits printed
     for d, ref in ((1e2, 0.959), (1e3, 0.341), (1e4, 0.112), (1e5, 0.0360), (1e6, 0.0114), (1e8, 0.00115)):
-        task = sl.SingleLocation(d=int(d), L=10)
+        task = sl.SingleLocationTask(d=int(d), L=10)
         assert _close_to_printed(sl.oracle_risk(task, d ** -0.25), ref, sig=3)
     # spec Sec. 8.2: value at the origin of the five scalars at lambda = 1, d = 400
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     assert _close_to_printed(sl.risk(task, 1.0, 0, 0, 0, 0, 0), 4.848, decimals=3)
     assert _close_to_printed(9 * special.zeta(0.0, 1.0), 4.181, decimals=3)
 
@@ -212,7 +212,7 @@ def test_risk_matches_monte_carlo_with_negative_control():
     rng = np.random.default_rng(20250101)
     means, ses, exact, no_noise_tokens = [], [], [], []
     for state, lam, gamma, d, L, eps in MC_POINTS.values():
-        task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+        task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
         n = min(100_000, 2_000_000 // L)  # a budget of token draws per point (SEs stay >= 100x below the control gap)
         mean, se = mean_and_se(_reduced_mc(task, lam, state, n, rng))
         means.append(mean)
@@ -240,7 +240,7 @@ def _full_dimensional_mc(task, state, lam, seed, n=200_000):
 def test_risk_matches_full_dimensional_monte_carlo():
     """Full d-dimensional sampling with the public data sampler and predictor (spec Secs. 1, 2.3) at P5."""
     state, lam, gamma, d, L, eps, *_ = POINTS["P5"]
-    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
     mean, se = _full_dimensional_mc(task, state, lam, 5)
     value = sl.risk(task, lam, *state)
     assert_mc_close(mean, se, value, what="risk (d-dimensional MC)")  # 5 SE
@@ -255,10 +255,10 @@ def test_sample_data_draws_the_informative_token_with_std_gamma():
     (closed form, spec Sec. 4.2) must be rejected by the same 5-SE test (issue 19)."""
     state, lam, gamma, d, L, eps, *_ = POINTS["P6"]
     assert gamma != 1.0
-    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=eps)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
     mean, se = _full_dimensional_mc(task, state, lam, 19)
     assert_mc_close(mean, se, sl.risk(task, lam, *state), what="risk at gamma = 1.5 (d-dimensional MC)")  # 5 SE
-    wrong = sl.risk(sl.SingleLocation(d=d, L=L, gamma=1.0, noise=eps), lam, *state)
+    wrong = sl.risk(sl.SingleLocationTask(d=d, L=L, gamma=1.0, noise=eps), lam, *state)
     assert_mc_rejects(mean, se, wrong, what="risk of the std-1 informative token")
 
 
@@ -278,7 +278,7 @@ def _random_states(n, rng, dim=6):
 @pytest.mark.parametrize(("d", "L", "gamma", "lam"), [(400, 10, G_HALF, 0.1), (80, 10, G_HALF, 2.0), (20, 5, 1.0, 0.5),
                                                       (50, 1, 1.5, 0.3), (2000, 3, 0.5, 5.0)])
 def test_partials_match_finite_differences(d, L, gamma, lam):
-    task = sl.SingleLocation(d=d, L=L, gamma=gamma, noise=0.1)
+    task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=0.1)
     rng = np.random.default_rng(d + L)
     states = _random_states(6, rng)
     h = 1e-4 / max(1.0, lam * task.s / 10)  # keep h * (d/dkappa scale lambda s) small
@@ -299,7 +299,7 @@ def test_partials_match_finite_differences(d, L, gamma, lam):
 
 
 def test_partials_vanish_on_manifold():
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     kappa, nu = np.meshgrid(np.linspace(-1, 1, 21), np.linspace(-1, 1, 21))
     parts = sl.risk_partials(task, np.array([[0.1], [0.9]])[..., None], kappa, nu)  # broadcast over lambda too
     assert parts.shape == (2, 21, 21, 5)
@@ -315,7 +315,7 @@ def test_risk_properties(seed, lam, d, L):
     """R >= eps^2 (the noise is independent of X); R is invariant under (k, v) -> (-k, -v), i.e.
     (kappa, nu, theta, eta, rho) -> (-kappa, -nu, -theta, -eta, rho) (the predictor is unchanged, spec Sec. 5.1), and
     under (theta, eta, rho) -> -(theta, eta, rho)."""
-    task = sl.SingleLocation(d=d, L=L, noise=0.1)
+    task = sl.SingleLocationTask(d=d, L=L, noise=0.1)
     state = _random_states(1, np.random.default_rng(seed), dim=4)[0]
     r = sl.risk(task, lam, *state)
     assert r >= task.eps ** 2
@@ -326,7 +326,7 @@ def test_risk_properties(seed, lam, d, L):
 
 
 def test_broadcasting_shapes():
-    task = sl.SingleLocation(d=40, L=4)
+    task = sl.SingleLocationTask(d=40, L=4)
     r = sl.risk(task, np.array([0.1, 0.2, 0.3])[:, None], np.linspace(-0.5, 0.5, 5), 0.3)
     assert r.shape == (3, 5)
     assert r[1, 2] == sl.risk(task, 0.2, 0.0, 0.3)
@@ -339,8 +339,8 @@ def test_broadcasting_shapes():
 
 def test_manifold_map_reference_trajectory():
     """Spec Sec. 10.5(a) (12 decimals printed; brute-force deviation 3.5e-13 there)."""
-    task = sl.SingleLocation(d=400, L=10)
-    tr = sl.pgd(task, [0.05, 0.02], alpha=4e-3, n_steps=20000, lam=0.1, manifold=True,
+    task = sl.SingleLocationTask(d=400, L=10)
+    tr = sl.map(task, [0.05, 0.02], alpha=4e-3, n_steps=20000, lam=0.1, manifold=True,
                 saveat=SaveAt(steps=[0, 100, 1000, 5000, 20000]))
     ref = np.array([[0.050000000000, 0.020000000000, 0.617028574377],
                     [0.032501040274, 0.044504329894, 0.614525057592],
@@ -355,8 +355,8 @@ def test_manifold_map_reference_trajectory():
 
 def test_five_scalar_map_reference_trajectory():
     """Spec Sec. 10.5(b)."""
-    task = sl.SingleLocation(d=400, L=10)
-    tr = sl.pgd(task, [0.03, -0.04, 0.05, 0.02, -0.06], alpha=1e-3, n_steps=50000, lam=0.9,
+    task = sl.SingleLocationTask(d=400, L=10)
+    tr = sl.map(task, [0.03, -0.04, 0.05, 0.02, -0.06], alpha=1e-3, n_steps=50000, lam=0.9,
                 saveat=SaveAt(steps=[0, 100, 1000, 10000, 50000]))
     ref = np.array([
         [0.030000000000, -0.040000000000, 0.050000000000, 0.020000000000, -0.060000000000, 4.645833745408,
@@ -379,15 +379,15 @@ def test_five_scalar_map_reference_trajectory():
 def test_five_scalar_map_equals_brute_force(d, lam, alpha):
     """Spec Sec. 6.4: the exact five-scalar map equals d-dimensional PGD with the chain-rule gradient (>= 1e4 steps,
     stable regimes as verified in the spec: lambda = 0.1, alpha = 4e-3; lambda_n = 2/(1 + 1e-4 n), alpha = 1e-3)."""
-    task = sl.SingleLocation(d=d, L=10)
+    task = sl.SingleLocationTask(d=d, L=10)
     rng = np.random.default_rng(d)
     state0 = sl.sample_initial_state(task, 3, rng)
     k_star, v_star = sl.random_oracle_directions(task, rng)
     k, v = _vectors_in_frame(state0, k_star, v_star, rng)
     n_steps = 10_000
     saveat = SaveAt(every=500)
-    red = sl.pgd(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, saveat=saveat)
-    brute = sl.pgd_vectors(task, k, v, k_star, v_star, alpha=alpha, n_steps=n_steps, lam=lam, save_every=500)
+    red = sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, saveat=saveat)
+    brute = sl.full_pgd(task, k, v, k_star, v_star, alpha=alpha, n_steps=n_steps, lam=lam, save_every=500)
     assert np.array_equal(red.step.values, brute.step.values)
     dev = np.max(np.abs(red.states() - brute.states()))
     assert dev <= 1e-10, dev  # the issue's target; spec Sec. 6.4 measured 1.6e-14 .. 1.9e-13 for these regimes
@@ -410,11 +410,11 @@ def _vectors_in_frame(states, k_star, v_star, rng):
 
 
 def test_manifold_map_equals_five_scalar_map_on_manifold():
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     state0 = sl.sample_initial_state(task, 8, 3, on="manifold")
     for lam, alpha in ((0.1, 4e-3), (sl.lam_schedule(1.0), 4e-3)):
-        a = sl.pgd(task, state0, alpha=alpha, n_steps=20000, lam=lam, manifold=True, saveat=SaveAt(every=1000))
-        b = sl.pgd(task, state0, alpha=alpha, n_steps=20000, lam=lam, saveat=SaveAt(every=1000))
+        a = sl.map(task, state0, alpha=alpha, n_steps=20000, lam=lam, manifold=True, saveat=SaveAt(every=1000))
+        b = sl.map(task, state0, alpha=alpha, n_steps=20000, lam=lam, saveat=SaveAt(every=1000))
         assert np.all(b.distance_to_manifold.values == 0)  # M is exactly invariant for the 5-scalar map (spec 6.2)
         # two float64 evaluations of the same map: rounding-level differences, contracted by the stable dynamics
         np.testing.assert_allclose(a.states()[..., :2], b.states()[..., :2], rtol=0, atol=1e-11)
@@ -422,13 +422,13 @@ def test_manifold_map_equals_five_scalar_map_on_manifold():
 
 
 def test_schedule_array_equals_schedule_object_and_logging_convention():
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     state0 = sl.sample_initial_state(task, 4, 1)
     sched = sl.lam_schedule(1.0)
     n = 3000
     lam_arr = sched(np.arange(n + 1))
-    a = sl.pgd(task, state0, alpha=4e-3, n_steps=n, lam=sched, saveat=SaveAt(every=300))
-    b = sl.pgd(task, state0, alpha=4e-3, n_steps=n, lam=lam_arr, saveat=SaveAt(every=300))
+    a = sl.map(task, state0, alpha=4e-3, n_steps=n, lam=sched, saveat=SaveAt(every=300))
+    b = sl.map(task, state0, alpha=4e-3, n_steps=n, lam=lam_arr, saveat=SaveAt(every=300))
     assert np.array_equal(a.states(), b.states())
     # spec Sec. 0.3: the row at step n holds lambda_n and the risk of iterate n at lambda_n
     np.testing.assert_array_equal(a.lam.values[0], 1.0 / (1.0 + 1e-4 * a.step.values))
@@ -438,13 +438,13 @@ def test_schedule_array_equals_schedule_object_and_logging_convention():
     assert a.attrs["model"] == "single_location" and a.attrs["source"] == "closedform"
     assert a.attrs["time_unit"] == "step" and '"d":400' in a.attrs["spec_json"]
     # an array with one entry per update gives the same updates
-    c = sl.pgd(task, state0, alpha=4e-3, n_steps=n, lam=lam_arr[:-1], saveat=SaveAt(every=300))
+    c = sl.map(task, state0, alpha=4e-3, n_steps=n, lam=lam_arr[:-1], saveat=SaveAt(every=300))
     assert np.array_equal(c.states()[..., :5], a.states()[..., :5])
 
 
 def test_spurious_point_values_and_stationarity():
     """Spec Sec. 7.4 table (6 significant digits) and: S is a fixed point of the five-scalar map."""
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     for lam, theta_s, dist, exc, oracle in ((1 / 13, 0.817056, 1.29135, 0.068889, 0.075012),
                                             (0.08, 0.785819, 1.27181, 0.074441, 0.078705),
                                             (0.1, 0.629772, 1.18178, 0.115512, 0.113498),
@@ -457,7 +457,7 @@ def test_spurious_point_values_and_stationarity():
         assert _close_to_printed(S.excess_risk, exc, decimals=6)
         assert _close_to_printed(sl.excess_risk(task, lam, *S.state), exc, decimals=6)  # the 7.4 formula = risk
         assert _close_to_printed(sl.oracle_risk(task, lam), oracle, decimals=6)
-        tr = sl.pgd(task, S.state, alpha=1e-3, n_steps=2000, lam=lam, saveat=SaveAt(final=True))
+        tr = sl.map(task, S.state, alpha=1e-3, n_steps=2000, lam=lam, saveat=SaveAt(final=True))
         np.testing.assert_allclose(tr.states()[0, -1, :5], S.state, rtol=0, atol=1e-12)  # stationary (rounding)
     assert not sl.spurious_point(task, 0.06).exists  # exists only for lambda >= 0.06279
 
@@ -472,7 +472,7 @@ def test_exactly_five_fixed_points_on_manifold(lam):
     kappa = sin u, nu = sin w (du/dt = -cos u dR/dkappa, so the corners are simple zeros), with the partials of
     risk_partials (checked against finite differences). lambda is kept moderate: for large lambda sqrt(d) the field
     underflows near nu = +-1 and root finders report frozen points (spec Sec. 7.1 caveat, Sec. 9.8)."""
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
 
     def field(x):
         p = sl.risk_partials(task, lam, np.sin(x[0]), np.sin(x[1]))
@@ -510,7 +510,7 @@ def test_exactly_five_fixed_points_on_manifold(lam):
 
 def test_fixed_point_linearisation():
     """Spec Sec. 7.2 example (d=400, L=10, gamma^2=1/2, lambda=0.1, alpha=4e-3) and a finite-difference Jacobian."""
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     lam, alpha = 0.1, 4e-3
     fps = {(fp.kappa, fp.nu): fp for fp in sl.fixed_points(task, lam, alpha, n_starts=0) if fp.on_manifold}
     saddle = fps[(0.0, 0.0)]
@@ -525,7 +525,7 @@ def test_fixed_point_linearisation():
     # finite-difference Jacobian of one reduced PGD step at the saddle (the map is smooth there)
     h = 1e-6
     starts = np.array([[h, 0], [-h, 0], [0, h], [0, -h]])
-    one = sl.pgd(task, starts, alpha=alpha, n_steps=1, lam=lam, manifold=True, saveat=SaveAt(final=True))
+    one = sl.map(task, starts, alpha=alpha, n_steps=1, lam=lam, manifold=True, saveat=SaveAt(final=True))
     x1 = one.states()[:, -1, :2]
     J = np.column_stack([(x1[0] - x1[1]) / (2 * h), (x1[2] - x1[3]) / (2 * h)])
     # central differences: O(h^2) truncation ~1e-12, rounding ~eps/h ~ 1e-10
@@ -534,9 +534,9 @@ def test_fixed_point_linearisation():
 
 def test_pgd_from_manifold_starts_converges_to_oracle_corners():
     """Theorem 5 (spec Sec. 7.3): generic starts on M converge to (1, 1) or (-1, -1) (Fig. 4(b) setting)."""
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     state0 = sl.sample_initial_state(task, 50, 2024, on="manifold")
-    tr = sl.pgd(task, state0, alpha=4e-3, n_steps=200_000, lam=0.1, manifold=True,
+    tr = sl.map(task, state0, alpha=4e-3, n_steps=200_000, lam=0.1, manifold=True,
                 saveat=SaveAt(steps=[0, 5000, 20000, 200_000]))
     kappa, nu = tr.kappa.values, tr.nu.values
     assert np.all(np.sign(kappa[:, 1]) == np.sign(nu[:, 1]))  # sign(kappa) = sign(nu) by step 5 000 (spec Sec. 8.3)
@@ -553,7 +553,7 @@ def test_pgd_from_manifold_starts_converges_to_oracle_corners():
 
 def test_sphere_initial_law_matches_explicit_vectors():
     """Spec Sec. 6.5: the five-scalar sampler against inner products of explicit uniform vectors (two-sample KS)."""
-    task = sl.SingleLocation(d=6, L=3)
+    task = sl.SingleLocationTask(d=6, L=3)
     n = 20_000
     fast = sl.sample_initial_state(task, n, 7)
     rng = np.random.default_rng(8)
@@ -574,7 +574,7 @@ def test_sphere_initial_law_matches_explicit_vectors():
 def test_manifold_initial_law():
     """Spec Sec. 6.5: kappa ~ coordinate of S^{d-2}, nu ~ coordinate of S^{d-3}; negative control S^{d-1}."""
     d, n = 6, 20_000
-    task = sl.SingleLocation(d=d, L=3)
+    task = sl.SingleLocationTask(d=d, L=3)
     st = sl.sample_initial_state(task, n, 9, on="manifold")
     assert np.all(st[:, 2:] == 0)
     beta = lambda m: scipy.stats.beta((m - 1) / 2, (m - 1) / 2)  # coordinate law on S^{m-1}
@@ -600,7 +600,7 @@ def test_manifold_initial_law():
 
 
 def test_vectors_from_state_reproduce_scalars():
-    task = sl.SingleLocation(d=50, L=3)
+    task = sl.SingleLocationTask(d=50, L=3)
     states = np.vstack([sl.sample_initial_state(task, 5, 1), [[0, 0, 0.6, 1, 0]], [[1, 1, 0, 0, 0]]])
     k, v, ks, vs = sl.vectors_from_state(task, states, 2)
     got = np.stack([np.sum(k * ks, 1), np.sum(v * vs, 1), np.sum(v * ks, 1), np.sum(k * vs, 1), np.sum(k * v, 1)], 1)
@@ -616,11 +616,11 @@ def test_vectors_from_state_reproduce_scalars():
                                               ({"d": 400, "L": 10, "noise": -0.1}, "noise"), ({"d": 1, "L": 3}, "d")])
 def test_bad_task(kwargs, word):
     with pytest.raises(ValueError, match=word):
-        sl.SingleLocation(**kwargs)
+        sl.SingleLocationTask(**kwargs)
 
 
 def test_bad_inputs():
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     with pytest.raises(ValueError, match="lam"):
         sl.risk(task, 0.0, 0.1, 0.1)
     with pytest.raises(ValueError, match="kappa"):
@@ -628,17 +628,17 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="positive semidefinite"):
         sl.risk(task, 0.1, 0.9, 0.0, 0.0, 0.9, 0.0)  # |k|^2 >= kappa^2 + eta^2 = 1.62 > 1
     with pytest.raises(ValueError, match="d must be >= 4"):
-        sl.pgd(sl.SingleLocation(d=3, L=2), [0.1, 0.1, 0, 0, 0], alpha=1e-3, n_steps=10, lam=0.1)
+        sl.map(sl.SingleLocationTask(d=3, L=2), [0.1, 0.1, 0, 0, 0], alpha=1e-3, n_steps=10, lam=0.1)
     with pytest.raises(ValueError, match="alpha"):
-        sl.pgd(task, [0.1, 0.1, 0, 0, 0], alpha=0.0, n_steps=10, lam=0.1)
+        sl.map(task, [0.1, 0.1, 0, 0, 0], alpha=0.0, n_steps=10, lam=0.1)
     with pytest.raises(ValueError, match="lam"):
-        sl.pgd(task, [0.1, 0.1, 0, 0, 0], alpha=1e-3, n_steps=10, lam=-1.0)
+        sl.map(task, [0.1, 0.1, 0, 0, 0], alpha=1e-3, n_steps=10, lam=-1.0)
     with pytest.raises(ValueError, match="lam"):
-        sl.pgd(task, [0.1, 0.1, 0, 0, 0], alpha=1e-3, n_steps=10, lam=np.ones(5))
+        sl.map(task, [0.1, 0.1, 0, 0, 0], alpha=1e-3, n_steps=10, lam=np.ones(5))
     with pytest.raises(ValueError, match="positive semidefinite"):
-        sl.pgd(task, [0.9, 0.1, 0, 0.9, 0], alpha=1e-3, n_steps=10, lam=0.1)
+        sl.map(task, [0.9, 0.1, 0, 0.9, 0], alpha=1e-3, n_steps=10, lam=0.1)
     with pytest.raises(ValueError, match="theta = eta = rho = 0"):
-        sl.pgd(task, [0.1, 0.1, 0.1, 0, 0], alpha=1e-3, n_steps=10, lam=0.1, manifold=True)
+        sl.map(task, [0.1, 0.1, 0.1, 0, 0], alpha=1e-3, n_steps=10, lam=0.1, manifold=True)
     with pytest.raises(ValueError, match="location_probs"):
         sl.linear_risk(task, np.ones(10))
     with pytest.raises(ValueError, match="on"):
@@ -646,9 +646,9 @@ def test_bad_inputs():
 
 
 def test_blow_up_raises_divergence_error():
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     with pytest.raises(dynamics.DivergenceError) as info:
-        sl.pgd(task, [0.1, 0.2, 0.05, 0.02, 0.03], alpha=1e308, n_steps=5, lam=1.0)
+        sl.map(task, [0.1, 0.2, 0.05, 0.02, 0.03], alpha=1e308, n_steps=5, lam=1.0)
     assert info.value.trajectory == 0 and info.value.step == 1
 
 
@@ -666,9 +666,9 @@ def _at_spurious(tr):
 def test_fig7b_fraction_of_runs_at_spurious_point():
     """Spec Sec. 8.6(b)/7.4: about 49% (pooled over 4 600 runs) of sphere starts end at S; recovering runs have
     |kappa| in 0.982-0.984 and excess risk 0.1137 at step 20 000."""
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     n = 400
-    tr = sl.pgd(task, sl.sample_initial_state(task, n, 77), alpha=4e-3, n_steps=20_000, lam=0.1,
+    tr = sl.map(task, sl.sample_initial_state(task, n, 77), alpha=4e-3, n_steps=20_000, lam=0.1,
                 saveat=SaveAt(steps=[0, 20_000]))
     at_s = _at_spurious(tr)
     frac = at_s.mean()
@@ -686,8 +686,8 @@ def test_fig7b_fraction_of_runs_at_spurious_point():
 @pytest.mark.slow
 def test_fig4a_recovering_runs():
     """Spec Sec. 8.2: decreasing schedule lambda_n = 1/(1 + 1e-4 n), 120 000 steps, 30 sphere starts."""
-    task = sl.SingleLocation(d=400, L=10)
-    tr = sl.pgd(task, sl.sample_initial_state(task, 30, 4), alpha=4e-3, n_steps=120_000, lam=sl.lam_schedule(1.0),
+    task = sl.SingleLocationTask(d=400, L=10)
+    tr = sl.map(task, sl.sample_initial_state(task, 30, 4), alpha=4e-3, n_steps=120_000, lam=sl.lam_schedule(1.0),
                 saveat=SaveAt(steps=[0, 1000, 60_000, 120_000]))
     # step 0: mean excess risk 5.25, 95% of starts in [4.87, 6.53]
     assert np.all((tr.excess_risk.values[:, 0] > 4.8) & (tr.excess_risk.values[:, 0] < 7.0))
@@ -707,10 +707,10 @@ def test_fig4a_recovering_runs():
 
 
 def test_pgd_stops_converged_trajectories_where_the_full_run_ends():
-    task = sl.SingleLocation(d=400, L=10)
+    task = sl.SingleLocationTask(d=400, L=10)
     state0 = sl.sample_initial_state(task, 16, rng=3)
-    full = sl.pgd(task, state0, alpha=4e-3, n_steps=20_000, lam=0.1, saveat=dynamics.SaveAt(final=True))
-    fast = sl.pgd(task, state0, alpha=4e-3, n_steps=20_000, lam=0.1, saveat=dynamics.SaveAt(final=True),
+    full = sl.map(task, state0, alpha=4e-3, n_steps=20_000, lam=0.1, saveat=dynamics.SaveAt(final=True))
+    fast = sl.map(task, state0, alpha=4e-3, n_steps=20_000, lam=0.1, saveat=dynamics.SaveAt(final=True),
                   converged=1e-12)
     # a trajectory stops once an update moves no scalar by 1e-12; the map contracts at rate <= 0.99992 per step
     # near its attractors (spec Sec. 7.2), so the remaining distance is at most 1e-12 / (1 - 0.99992) ~ 1.3e-8

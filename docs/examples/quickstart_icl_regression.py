@@ -12,23 +12,23 @@ import matplotlib.pyplot as plt
 
 from closedform import icl_regression as icl
 from dynamics import SaveAt, overlay
-from empirical.models.icl_regression import ICLAttention
+from empirical.models.icl_regression import build
 from empirical.train import TrainConfig, train
 
-task = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
 print("approximate loss at the start:", icl.approx_loss(task, [0.1, -0.1], [0.2, -0.2]))
-model = ICLAttention(task, H=2, omega0=[0.1, -0.1], mu0=[0.2, -0.2])   # every seed starts on the pattern (3.1)
+model = build(task, 2, omega0=[0.1, -0.1], mu0=[0.2, -0.2])            # every seed starts on the pattern (3.1)
 config = TrainConfig(seeds=tuple(range(8)), n_steps=800, batch_size=256, lr=0.05, saveat=SaveAt(every=100))
 learned = train(model, config)                                          # SGD on the plain MSE (no 1/2)
 
 
 def theory(state0, steps):  # SGD with step lr on the MSE is GD with step 2 lr on F/2 (the flow's convention)
-    return icl.gd(task, state0[:, :2], state0[:, 2:], lr=0.1, n_steps=int(steps[-1]), saveat=SaveAt(steps=steps))
+    return icl.map(task, state0[:, :2], state0[:, 2:], lr=0.1, n_steps=int(steps[-1]), saveat=SaveAt(steps=steps))
 
 
 theory_run, learned = overlay(theory, learned, state_variables=("omega_0", "omega_1", "mu_0", "mu_1"))
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run.mu_dot_omega.T, "k--", lw=1)
 ax.plot(learned.step, learned.mu_dot_omega.T, alpha=0.6)
-ax.axhline(icl.eta_star(task), color="0.5", lw=0.8)                       # the optimality condition (4.3)
+ax.axhline(icl.theorem_predictions(task)["eta_star"], color="0.5", lw=0.8)  # the optimality condition (4.3)
 ax.set(xlabel="SGD step", ylabel="mu^T omega", title="GD on F (dashed) vs torch SGD; grey: eta*")

@@ -8,23 +8,21 @@ labelled sample per seed, so the two differ by label-sampling noise that shrinks
 """
 
 import matplotlib.pyplot as plt
-import xarray as xr
 
 from closedform import nearest_neighbor as nn
 from dynamics import SaveAt, overlay
-from empirical.models.nearest_neighbor import NearestNeighborAttention, gd_config, prompt_samples
+from empirical.models.nearest_neighbor import build, config, prompt_samples
 from empirical.train import train
 
-task = nn.NearestNeighborSpec(d=4, N=8, sigma=4.0, eta=5.0)
-print("population loss at W(0):", nn.loss_xi1_zero(task.N, task.sigma)[0])
+task = nn.NearestNeighborTask(d=4, N=8, sigma=4.0, eta=5.0)
+print("population loss at W(0):", nn.theorem_predictions(task)["loss_at_init"])
 data = prompt_samples(task, 500, seeds=range(8), duplicate_labels=True)  # label-symmetrised samples, one per seed
-model = NearestNeighborAttention(task, data=data)                  # merged W from the paper's W(0)
-learned = train(model, gd_config(model, 100, saveat=SaveAt(every=10)))  # full-batch GD, 8 seeds at once
+model = build(task, data=data)                                     # merged W from the paper's W(0)
+learned = train(model, config("gd", model, 100, saveat=SaveAt(every=10)))  # full-batch GD, 8 seeds at once
 
 
 def theory(state0, steps):  # the exact (xi1, xi2) map on each seed's own sample, from its step-0 state
-    runs = [nn.reduced_gd(task, p, int(steps[-1]), state0=s, saveat=SaveAt(steps=steps)) for p, s in zip(data, state0)]
-    return xr.concat(runs, dim="trajectory")
+    return nn.map(task, data, int(steps[-1]), state0=state0, saveat=SaveAt(steps=steps))
 
 
 theory_run, learned = overlay(theory, learned, state_variables=("xi1", "xi2"))

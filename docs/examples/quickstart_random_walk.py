@@ -7,23 +7,21 @@ walks, and the overlay (:doc:`/models/token_selection`).
 """
 
 import matplotlib.pyplot as plt
-import xarray as xr
 
 from closedform import random_walk as rw
 from dynamics import SaveAt, overlay
-from empirical.models.random_walk import RandomWalkAttention, gd_config, walk_samples
+from empirical.models.random_walk import build, config, walk_samples
 from empirical.train import train
 
-task = rw.RandomWalkSpec(K=6, N=13, p=0.7, M=14)                         # exactly orthogonal positional code
-print("optimal accuracy max(p, 1 - p):", rw.optimal_accuracy(task.p))
+task = rw.RandomWalkTask(K=6, N=13, p=0.7, M=14)                         # exactly orthogonal positional code
+print("optimal accuracy max(p, 1 - p):", rw.theorem_predictions(task)["optimal_accuracy"])
 data, _ = walk_samples(task, 400, seeds=range(8))                        # one fixed walk sample per seed
-model = RandomWalkAttention(task, data=data)
-learned = train(model, gd_config(model, 20, saveat=SaveAt(every=2)))     # full-batch GD from zero, 8 seeds
+model = build(task, data=data)
+learned = train(model, config("gd", model, 20, saveat=SaveAt(every=2)))     # full-batch GD from zero, 8 seeds
 
 
 def theory(state0, steps):  # the exact reduced map on each seed's own walks, from its step-0 state
-    runs = [rw.reduced_gd(task, int(steps[-1]), walks=w, state0=s, saveat=SaveAt(steps=steps)) for w, s in zip(data, state0)]
-    return xr.concat(runs, dim="trajectory")
+    return rw.map(task, int(steps[-1]), walks=data, state0=state0, saveat=SaveAt(steps=steps))
 
 
 theory_run, learned = overlay(theory, learned, state_variables=rw.state_names(task))

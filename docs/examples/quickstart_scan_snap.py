@@ -8,24 +8,24 @@ long-sequence limit; SGD on sequences of finite length T sits close to it (the g
 """
 
 import matplotlib.pyplot as plt
-import xarray as xr
+import numpy as np
 
 from closedform import scan_snap as ss
 from dynamics import SaveAt, overlay
-from empirical.models.scan_snap import ScanSnapTorch, sgd_config
+from empirical.models.scan_snap import build, config
 from empirical.train import train
 
 classes = ss.SequenceClasses.syn_small()
-task = ss.ScanSnap(classes=classes, eta_Y=1.0, eta_Z=0.5)
-print("predicted snapping time t0:", ss.transition_time(task).t0)
-model = ScanSnapTorch(classes=classes, T=256)                              # zero init, the paper's Y/Z model
-learned = train(model, sgd_config(model, task, range(8), n_steps=100, saveat=SaveAt(every=10)))
+task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=0.5)
+print("predicted snapping time t0:", ss.theorem_predictions(task)["t0"])
+model = build(task, T=256)                                                 # zero init, the paper's Y/Z model
+learned = train(model, config("sgd", model, task, range(8), n_steps=100, saveat=SaveAt(every=10)))
 z_names = [v for v in learned.data_vars if v.startswith("z_")]
 
 
-def theory(state0, steps):  # deterministic: one population run from zero, repeated for each seed
-    run = ss.population_map(task, int(steps[-1]), momentum=0.9, saveat=SaveAt(steps=steps))
-    return xr.concat([run] * len(state0), dim="trajectory")
+def theory(state0, steps):  # deterministic population map from zero (torch's init), one trajectory per seed
+    Z0 = np.zeros((len(state0), classes.Q, classes.Lc))
+    return ss.map(task, int(steps[-1]), momentum=0.9, Z0=Z0, saveat=SaveAt(steps=steps))
 
 
 theory_run, learned = overlay(theory, learned, state_variables=z_names)

@@ -10,6 +10,7 @@ name, so no registry needs editing when a model is added.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from types import ModuleType
 
 __all__ = ["MODEL_NAMES", "load"]
@@ -38,3 +39,18 @@ def load(name: str) -> ModuleType:
     if name not in MODEL_NAMES:
         raise ValueError(f"name must be one of {', '.join(map(repr, MODEL_NAMES))}; got {name!r}")
     return importlib.import_module(f"empirical.models.{name}")
+
+
+def dispatch_config(presets: Mapping[str, Callable], name, args: tuple, kwargs: dict):
+    """Call the preset ``name`` of a model module's ``config(name, ...)`` with the remaining arguments.
+
+    Shared by the ``config`` functions of every model module (one API shape, issue 16).
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of ``presets`` (the message lists them).
+    """
+    if not isinstance(name, str) or name not in presets:
+        raise ValueError(f"name must be one of {', '.join(map(repr, presets))}; got {name!r}")
+    return presets[name](*args, **kwargs)

@@ -5,8 +5,8 @@ tokens h_j = [x_j; e_j] (Sec. B.2, embedding [reconstructed]), the logistic loss
 (Sec. B.2, mean over the sample, no extra factor), the zero initialisation v^(0) = 0, W^(0) = 0 of the merged model
 (Sec. B.2) and the factorised variant W = W_K^T W_Q with i.i.d. N(0, s^2) factors, s = 0.01, v^(0) = 0 (Sec. B.7,
 Sec. 0: never W_K = W_Q = 0, a stationary point). Training is the shared trainer :func:`empirical.train.train`:
-full-batch GD on fixed samples (Sec. B.7: the paper's finite training sets, step eta = 0.5) via :func:`gd_config`,
-or online SGD on fresh draws of the data law (Sec. B.1) via :func:`sgd_config`. The downstream transfer experiment
+full-batch GD on fixed samples (Sec. B.7: the paper's finite training sets, step eta = 0.5) via :func:`config("gd") <config>`,
+or online SGD on fresh draws of the data law (Sec. B.1) via :func:`config("sgd") <config>`. The downstream transfer experiment
 (Sec. B.4 runnable recipe, Sec. B.7) is :func:`downstream_sgd` with the baseline :func:`logistic_baseline`.
 
 Everything model-specific that already exists in :mod:`closedform.group_sparse` is reused, not copied: the data
@@ -15,7 +15,7 @@ recipe (Appendix G.B, :func:`closedform.group_sparse.sample`), the probes (Sec. 
 onto the invariant family (:func:`closedform.group_sparse.project`) and the embedding of a reduced state
 (:func:`closedform.group_sparse.embed_state`). Logged variables carry the closed form's names (``STATE_NAMES``,
 ``FULL_GD_VARIABLES`` of :mod:`closedform.group_sparse`), so a torch run and ``closedform.group_sparse.full_gd`` or
-``reduced_gd`` align with ``xarray``.
+``map`` align with ``xarray``.
 
 Symbol table (spec Sec. B.0; shapes carry the trainer's leading seed axis S)
 ----------------------------------------------------------------------------
@@ -35,7 +35,7 @@ gamma         gamma        downstream margin                               float
 ============  ===========  ==============================================  ================  ========
 
 Time axis: the GD step t (``step``); ``time`` = eta t with eta = the task's step size (spec Sec. 0), as in
-:mod:`closedform.group_sparse`. Use ``lr = task.eta`` (:func:`gd_config` does) so that both axes agree.
+:mod:`closedform.group_sparse`. Use ``lr = task.eta`` (:func:`config("gd") <config>` does) so that both axes agree.
 
 Notes
 -----
@@ -64,11 +64,12 @@ from closedform import group_sparse as cf
 from dynamics.random import as_generator
 from dynamics.saveat import SaveAt
 from dynamics.validation import check_choice, check_finite_array, check_int, check_nonneg, check_positive
+from empirical.models import dispatch_config
 from empirical.train import TrainConfig, per_seed
 
-__all__ = ["EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "GroupSparseAttention", "GroupSparseModelSpec",
-           "attention", "downstream_sgd", "effective_W", "forward", "gd_config", "logistic_baseline", "loss_per_draw",
-           "sample_downstream", "sgd_config", "to_weights", "training_samples"]
+__all__ = ["build", "EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "GroupSparseAttention", "GroupSparseModelSpec",
+           "attention", "downstream_sgd", "effective_W", "forward", "config", "logistic_baseline", "loss_per_draw",
+           "sample_downstream", "to_weights", "training_samples"]
 
 REFERENCE = cf.REFERENCE
 PARAMETRISATIONS = ("merged", "factorised")
@@ -94,7 +95,7 @@ class GroupSparseModelSpec:
 
     Parameters
     ----------
-    task : closedform.group_sparse.GroupSparseSpec
+    task : closedform.group_sparse.GroupSparseTask
         d, D, sigma_x, j* (1-based), eta (Sec. B.1-B.2).
     parametrisation : {"merged", "factorised"}
         ``merged``: trainable v and W from v = 0, W = 0 (Sec. B.2). ``factorised``: trainable v, W_K, W_Q with
@@ -116,7 +117,7 @@ class GroupSparseModelSpec:
         SHA-256 prefix of the fixed samples (set by :class:`GroupSparseAttention`), None for online data.
     """
 
-    task: cf.GroupSparseSpec
+    task: cf.GroupSparseTask
     parametrisation: str = "merged"
     init_scale: float = 0.01
     v_star: tuple[float, ...]
@@ -126,8 +127,8 @@ class GroupSparseModelSpec:
     data_digest: str | None = None
 
     def __post_init__(self):
-        if not isinstance(self.task, cf.GroupSparseSpec):
-            raise ValueError(f"task must be a closedform.group_sparse.GroupSparseSpec; got {type(self.task).__name__}")  # noqa: TRY004 (project rule)
+        if not isinstance(self.task, cf.GroupSparseTask):
+            raise ValueError(f"task must be a closedform.group_sparse.GroupSparseTask; got {type(self.task).__name__}")  # noqa: TRY004 (project rule)
         check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
         object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
         v = np.asarray(self.v_star, dtype=np.float64).reshape(-1)
@@ -224,7 +225,7 @@ class GroupSparseAttention:
 
     Parameters
     ----------
-    task : closedform.group_sparse.GroupSparseSpec
+    task : closedform.group_sparse.GroupSparseTask
     parametrisation : {"merged", "factorised"}
     init_scale : float
         Std of the factor entries of the factorised model (default 0.01, Sec. 0).
@@ -241,7 +242,7 @@ class GroupSparseAttention:
     name = "group_sparse"
     time_unit = "eta*step"
 
-    def __init__(self, task: cf.GroupSparseSpec, *, parametrisation: str = "merged", init_scale: float = 0.01,
+    def __init__(self, task: cf.GroupSparseTask, *, parametrisation: str = "merged", init_scale: float = 0.01,
                  v_star=None, data: Sequence[cf.GroupSparseSample] | None = None, mirror: bool = False,
                  project_steps: bool = False, state0=None):
         self.data = None
@@ -318,7 +319,7 @@ class GroupSparseAttention:
             n_data = self.data[0].X.shape[0]
             if n != n_data:
                 raise ValueError(f"with fixed data, dataset_size and eval_size must equal the sample size {n_data}; "
-                                 f"got {n} (use gd_config)")
+                                 f"got {n} (use config('gd'))")
             X = torch.stack([torch.as_tensor(s.X, device=device, dtype=dtype) for s in self.data])
             y = torch.stack([torch.as_tensor(s.y, device=device, dtype=dtype) for s in self.data])
             return {"X": X, "y": y}
@@ -403,7 +404,7 @@ def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarr
 # Data and configurations
 # ----------------------------------------------------------------------------------------------------------------------
 
-def training_samples(task: cf.GroupSparseSpec, n: int, seeds, v_star, *, mirror: bool = False
+def training_samples(task: cf.GroupSparseTask, n: int, seeds, v_star, *, mirror: bool = False
                      ) -> list[cf.GroupSparseSample]:
     """One training sample per seed by the exact recipe of Appendix G.B (``closedform.group_sparse.sample``) with
     ``numpy.random.default_rng(seed)`` and the given v* (so v* is not drawn; Sec. B.7: raw samples, not mirrored)."""
@@ -411,28 +412,28 @@ def training_samples(task: cf.GroupSparseSpec, n: int, seeds, v_star, *, mirror:
     return [cf.sample(task, n, np.random.default_rng(s), v_star=v_star, mirror=mirror) for s in seeds]
 
 
-def gd_config(model: GroupSparseAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
-              checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _gd_config(model: GroupSparseAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
+               checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
     """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed samples (Sec. B.2, Sec. B.7).
 
     The evaluation batch is the training sample (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1.
     """
     if model.data is None:
-        raise ValueError("gd_config needs a model with fixed data (GroupSparseAttention(..., data=samples)); use "
-                         "sgd_config for online training")
+        raise ValueError("config('gd') needs a model with fixed data (GroupSparseAttention(..., data=samples)); use "
+                         "config('sgd') for online training")
     n = model.data[0].X.shape[0]
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
                        saveat=saveat or SaveAt(n=201), checkpoint_every=checkpoint_every, dtype=dtype)
 
 
-def sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 4000,
-               lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
-               dtype: str = "float64") -> TrainConfig:
+def _sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 4000,
+                lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
+                dtype: str = "float64") -> TrainConfig:
     """TrainConfig of online SGD (fresh draws of Sec. B.1 every step; default step ``task.eta``), evaluated on a
     fixed batch of ``eval_size`` fresh draws (a test sample)."""
     if model.data is not None:
-        raise ValueError("sgd_config needs an online model (data=None); use gd_config for fixed samples")
+        raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed samples")
     if model.spec.mirror and (batch_size % 2 or eval_size % 2):
         raise ValueError(f"batch_size and eval_size must be even with mirror=True (draws come in mirrored pairs); got "
                          f"batch_size={batch_size}, eval_size={eval_size}")
@@ -450,7 +451,7 @@ def sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, se
 MIN_DOWNSTREAM_ACCEPTANCE = 1e-6
 
 
-def sample_downstream(task: cf.GroupSparseSpec, n: int, v_tilde_star, gamma: float, rng) -> tuple[np.ndarray,
+def sample_downstream(task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: float, rng) -> tuple[np.ndarray,
                                                                                                  np.ndarray]:
     """n downstream draws (Sec. B.4 recipe): x's ~ N(0, sigma_x^2) as in Sec. B.1, kept only if
     |<v~*, x_{j*}>| >= gamma (margin by rejection), label y~ = sign(<v~*, x_{j*}>). Returns X (n, d, D), y (n,).
@@ -510,7 +511,7 @@ def downstream_features(W, X) -> np.ndarray:
         return _features(W, X).numpy()
 
 
-def downstream_sgd(task: cf.GroupSparseSpec, W, X, y, X_test, y_test, *, checkpoints, lr0: float = 0.1,
+def downstream_sgd(task: cf.GroupSparseTask, W, X, y, X_test, y_test, *, checkpoints, lr0: float = 0.1,
                    device: str | torch.device = "cpu") -> np.ndarray:
     """Fine-tune v by online SGD with W frozen (Sec. B.4 runnable recipe): v = 0, then for i = 1..n one fresh sample,
     v <- v - (lr0/sqrt(i)) grad_v ell(y~ f(X~_i; v, W)); test error of the iterate after n samples for each n of
@@ -565,3 +566,42 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
                              options={"maxiter": 5000, "gtol": 1e-10})
     Xt = np.asarray(X_test, dtype=np.float64).reshape(len(y_test), -1)
     return float(np.mean(np.asarray(y_test) * (Xt @ res.x) <= 0))
+
+
+def build(task: cf.GroupSparseTask, **kwargs) -> GroupSparseAttention:
+    """The torch model of ``task``: a :class:`GroupSparseAttention` started from zero (Sec. B.2), on the fixed
+    samples ``data`` (one per seed, :func:`training_samples`) or online (``data=None``).
+
+    ``kwargs`` go to :class:`GroupSparseAttention` (``data``, ``parametrisation``, ``init_scale``, ``v_star``, ``mirror``,
+    ``project_steps``, ``state0``).
+    """
+    if not isinstance(task, cf.GroupSparseTask):
+        raise TypeError(f"task must be a closedform.group_sparse.GroupSparseTask; got {type(task).__name__}")
+    return GroupSparseAttention(task, **kwargs)
+
+
+#: The presets of :func:`config`: name -> factory.
+CONFIGS = {"gd": _gd_config, "sgd": _sgd_config}
+
+
+def config(name: str, *args, **kwargs) -> TrainConfig:
+    """TrainConfig of a named training protocol (a paper figure's setup or a preset).
+
+    Parameters
+    ----------
+    name : {"gd", "sgd"}
+        * ``"gd"``: full-batch GD at step ``task.eta`` on the model's fixed samples (Sec. B.2, Sec. B.7; the evaluation
+          batch is the training sample): ``config("gd", model, n_steps, *, seeds=None, saveat=None,
+          checkpoint_every=0, dtype="float64")``; ``seeds`` defaults to 0..len(data)-1.
+        * ``"sgd"``: online SGD on fresh draws of Sec. B.1 (default step ``task.eta``), evaluated on ``eval_size``
+          fresh draws: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,), eval_size=4000, lr=None,
+          saveat=None, checkpoint_every=0, refill=32, dtype="float64")``.
+    *args, **kwargs
+        The arguments of that protocol, as listed.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of the listed protocols.
+    """
+    return dispatch_config(CONFIGS, name, args, kwargs)

@@ -4,7 +4,7 @@ Implements the empirical side of docs/models/icl_regression.md: the one-layer H-
 spec §2 (embedding (2.1), strict causal mask so the query attends to the L context tokens only, logits scaled by
 1/sqrt(d+1), read-out width 1, PyTorch-default initialisation, plain MSE loss), the single-head linear-attention
 baseline of §7.6, the non-isotropic data law of §8.1 (KMS covariance) and the multi-task law of §8.3. It is trained
-by the shared trainer :func:`empirical.train.train` (Adam settings of spec §9 in :func:`paper_config`).
+by the shared trainer :func:`empirical.train.train` (Adam settings of spec §9 in :func:`config("paper") <config>`).
 
 Variables are the closed form's (:mod:`closedform.icl_regression`): ``omega_0 .. omega_{H-1}`` (effective KQ
 coefficient: mean of the x-x diagonal of KQ^(h) = W_K^T W_Q / sqrt(d+1)), ``mu_0 .. mu_{H-1}`` (label entry of
@@ -46,10 +46,11 @@ import torch
 
 from closedform import icl_regression as cf
 from dynamics.validation import check_choice, check_int
+from empirical.models import dispatch_config
 from empirical.train import Schedule, TrainConfig, per_seed
 
-__all__ = ["ICLAttention", "ICLModelSpec", "align_to_flow", "circuit_arrays", "circuits", "head_pattern",
-           "paper_config", "pattern_params", "predict", "risk_at_length", "stack_heads"]
+__all__ = ["build", "ICLAttention", "ICLModelSpec", "align_to_flow", "circuit_arrays", "circuits", "head_pattern",
+           "config", "pattern_params", "predict", "risk_at_length", "stack_heads"]
 
 REFERENCE = cf.REFERENCE
 ATTENTIONS = ("softmax", "linear")
@@ -62,7 +63,7 @@ class ICLModelSpec:
 
     Parameters
     ----------
-    task : closedform.icl_regression.ICLRegression
+    task : closedform.icl_regression.ICLRegressionTask
         d, training prompt length L and label-noise variance sigma^2 (spec §1).
     H : int >= 1
         Number of heads (spec §2). Linear attention (§7.6) is single-head: H must be 1.
@@ -77,15 +78,15 @@ class ICLModelSpec:
         n_task labels (width d + n_task, read-out width n_task). None = single-task.
     """
 
-    task: cf.ICLRegression
+    task: cf.ICLRegressionTask
     H: int
     attention: str = "softmax"
     rho: float | None = None
     supports: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self):
-        if not isinstance(self.task, cf.ICLRegression):
-            raise ValueError(f"task must be a closedform.icl_regression.ICLRegression; got {type(self.task).__name__}")
+        if not isinstance(self.task, cf.ICLRegressionTask):
+            raise ValueError(f"task must be a closedform.icl_regression.ICLRegressionTask; got {type(self.task).__name__}")
         object.__setattr__(self, "H", check_int("H", self.H, min_value=1))
         check_choice("attention", self.attention, ATTENTIONS)
         if self.attention == "linear" and self.H != 1:
@@ -134,7 +135,7 @@ class ICLAttention:
 
     Parameters
     ----------
-    task : ICLRegression
+    task : ICLRegressionTask
     H : int
     attention, rho, supports :
         See :class:`ICLModelSpec`.
@@ -150,7 +151,7 @@ class ICLAttention:
     name = cf.MODEL
     time_unit = "Adam step n (state after n updates, spec icl_regression.md §0.2)"
 
-    def __init__(self, task: cf.ICLRegression, H: int, *, attention: str = "softmax", rho: float | None = None,
+    def __init__(self, task: cf.ICLRegressionTask, H: int, *, attention: str = "softmax", rho: float | None = None,
                  supports=None, omega0=None, mu0=None, log_circuits: bool = False):
         self.spec = ICLModelSpec(task=task, H=H, attention=attention, rho=rho, supports=supports)
         self.log_circuits = bool(log_circuits)
@@ -499,9 +500,9 @@ def align_to_flow(learned, reference, *, key: str = "mu_dot_omega") -> np.ndarra
     return np.interp(np.asarray(learned, dtype=np.float64), v[keep], ref_t[keep])
 
 
-def paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_every: int = 1000,
-                 batch_size: int = 256, eval_size: int = 256, refill: int = 4, dtype: str = "float64",
-                 checkpoint_every: int = 0) -> TrainConfig:
+def _paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_every: int = 1000,
+                  batch_size: int = 256, eval_size: int = 256, refill: int = 4, dtype: str = "float64",
+                  checkpoint_every: int = 0) -> TrainConfig:
     """The training setup of spec §9: Adam(lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay), batch 256.
 
     Toolkit logging (spec §0.2): entries at n = 0, log_every, ..., n_steps. ``eval_size`` defaults to the
@@ -514,3 +515,41 @@ def paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_eve
                        optimizer="adam", betas=(0.9, 0.999), adam_eps=1e-8, eval_size=eval_size,
                        saveat=SaveAt(every=log_every), refill=refill, dtype=dtype,
                        checkpoint_every=checkpoint_every)
+
+
+def build(task: cf.ICLRegressionTask, H: int = 1, **kwargs) -> ICLAttention:
+    """The torch model of ``task``: an :class:`ICLAttention` with ``H`` heads (spec §2: the paper's multi-head
+    softmax attention, scalar-pattern initialisation of §3.1 when ``omega0``/``mu0`` are given).
+
+    ``kwargs`` go to :class:`ICLAttention` (``attention``, ``rho``, ``supports``, ``omega0``, ``mu0``,
+    ``log_circuits``).
+    """
+    if not isinstance(task, cf.ICLRegressionTask):
+        raise TypeError(f"task must be a closedform.icl_regression.ICLRegressionTask; got {type(task).__name__}")
+    # the paper uses H <= 8; 4096 heads is far past any run and keeps a typo from allocating H x d x d weights
+    return ICLAttention(task, check_int("H", H, min_value=1, max_value=4096), **kwargs)
+
+
+#: The presets of :func:`config`: name -> factory.
+CONFIGS = {"paper": _paper_config}
+
+
+def config(name: str, *args, **kwargs) -> TrainConfig:
+    """TrainConfig of a named training protocol (a paper figure's setup or a preset).
+
+    Parameters
+    ----------
+    name : {"paper"}
+        * ``"paper"``: the training setup of spec §9 (every figure of the paper): Adam(lr 1e-3, betas (0.9, 0.999),
+          eps 1e-8), batch 256, entries at n = 0, log_every, ..., n_steps: ``config("paper", *, seeds=(0,),
+          n_steps=500_001, log_every=1000, batch_size=256, eval_size=256, refill=4, dtype="float64",
+          checkpoint_every=0)``.
+    *args, **kwargs
+        The arguments of that protocol, as listed.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of the listed protocols.
+    """
+    return dispatch_config(CONFIGS, name, args, kwargs)

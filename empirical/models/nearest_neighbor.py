@@ -7,18 +7,18 @@ and the square loss 1/2 mean (f - y_{i*})^2 (Sec. A.4), with two parametrisation
 * ``merged``: a full trainable W in R^{(d+2)x(d+2)} from the paper's W^(0) = diag(0_{d+1}, -sigma) (Sec. A.4). Full-
   batch GD at step eta then equals :func:`closedform.nearest_neighbor.full_gd` on the same labelled prompts, and on a
   sample where the invariances of Sec. A.5 are exact (:func:`closedform.nearest_neighbor.symmetrized_prompts`) it
-  equals the reduced map :func:`closedform.nearest_neighbor.reduced_gd` in (xi1, xi2);
+  equals the reduced map :func:`closedform.nearest_neighbor.map` in (xi1, xi2);
 * ``factorised``: W = W_K^T W_Q with W_K, W_Q in R^{(d+2)x(d+2)} drawn i.i.d. N(0, s^2), s = 0.01, W_K first, and no
   mask (Sec. A.9 default; never from zero, a stationary point, nor from a factorisation of W^(0), which stays rank 1).
 
 Training is the shared trainer :func:`empirical.train.train`: full-batch GD (or minibatch SGD) on fixed prompts drawn by
 the closed form's sampler (:func:`closedform.nearest_neighbor.sample_prompts`, recipe G.A, so a torch run and the
-reduced map see the same x's) via :func:`gd_config`, or online SGD on fresh prompts via :func:`sgd_config`. The
+reduced map see the same x's) via :func:`config("gd") <config>`, or online SGD on fresh prompts via :func:`config("sgd") <config>`. The
 closed form is reused for everything model-specific: the embedding and numpy forward pass (the torch pass is tested
 against them), the probes (xi1, xi2, off) of Sec. A.5.1 (:func:`closedform.nearest_neighbor.probe`, applied to W or
 to W_K^T W_Q) and the diagnostics L, E[q_{i*}], its lower quantile, E[q_{N+1}]
 (:func:`closedform.nearest_neighbor.full_diagnostics`). Logged names are the closed form's, so a torch run and
-``reduced_gd`` align with ``xarray``.
+``map`` align with ``xarray``.
 
 Symbol table (spec Sec. A.0; shapes carry the trainer's leading seed axis S)
 ----------------------------------------------------------------------------
@@ -39,7 +39,7 @@ mse_test       --             test MSE mean (f - y_{i*})^2 on fixed test prompts
 =============  =============  ==================================================  =====================  ==========
 
 Time axis: the GD step t (``step``); ``time`` = eta t with eta = ``task.eta`` (spec Sec. 0), as in
-:func:`closedform.nearest_neighbor.reduced_gd`. :func:`gd_config` and :func:`sgd_config` use ``lr = task.eta`` so that
+:func:`closedform.nearest_neighbor.map`. :func:`config("gd") <config>` and :func:`config("sgd") <config>` use ``lr = task.eta`` so that
 both axes agree.
 
 Notes
@@ -69,10 +69,12 @@ import torch
 from closedform import nearest_neighbor as cf
 from dynamics.saveat import SaveAt
 from dynamics.validation import check_choice, check_in_range, check_int, check_positive
+from empirical.models import dispatch_config
 from empirical.train import TrainConfig, per_seed
 
-__all__ = ["EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "NearestNeighborAttention", "NearestNeighborModelSpec",
-           "attention", "effective_W", "embed", "gd_config", "predict", "prompt_samples", "sgd_config", "to_prompts",
+__all__ = ["build", "EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "NearestNeighborAttention",
+           "NearestNeighborModelSpec",
+           "attention", "effective_W", "embed", "config", "predict", "prompt_samples", "to_prompts",
            "to_weights"]
 
 REFERENCE = cf.REFERENCE
@@ -110,7 +112,7 @@ class NearestNeighborModelSpec:
 
     Parameters
     ----------
-    task : closedform.nearest_neighbor.NearestNeighborSpec
+    task : closedform.nearest_neighbor.NearestNeighborTask
         d, N, sigma, eta (Sec. A.1-A.4).
     parametrisation : {"merged", "factorised"}
         Trainable W from W^(0) (Sec. A.4), or (W_K, W_Q) from i.i.d. N(0, init_scale^2) entries (Sec. A.9).
@@ -122,7 +124,7 @@ class NearestNeighborModelSpec:
         SHA-256 prefixes of the fixed training prompts, the test prompts and explicit initial weights.
     """
 
-    task: cf.NearestNeighborSpec
+    task: cf.NearestNeighborTask
     parametrisation: str = "merged"
     init_scale: float = 0.01
     quantile: float = 0.05
@@ -131,8 +133,8 @@ class NearestNeighborModelSpec:
     init_digest: str | None = None
 
     def __post_init__(self):
-        if not isinstance(self.task, cf.NearestNeighborSpec):
-            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborSpec; got "
+        if not isinstance(self.task, cf.NearestNeighborTask):
+            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborTask; got "
                              f"{type(self.task).__name__}")
         check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
         object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
@@ -213,7 +215,7 @@ def _torch_batch(samples: Sequence[cf.Prompts], device, dtype) -> dict[str, torc
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _check_samples(task: cf.NearestNeighborSpec, samples, name: str) -> list[cf.Prompts] | None:
+def _check_samples(task: cf.NearestNeighborTask, samples, name: str) -> list[cf.Prompts] | None:
     if samples is None:
         return None
     if isinstance(samples, cf.Prompts):
@@ -237,7 +239,7 @@ class NearestNeighborAttention:
 
     Parameters
     ----------
-    task : closedform.nearest_neighbor.NearestNeighborSpec
+    task : closedform.nearest_neighbor.NearestNeighborTask
     parametrisation, init_scale, quantile :
         See :class:`NearestNeighborModelSpec`.
     data : sequence of closedform.nearest_neighbor.Prompts, optional
@@ -255,10 +257,10 @@ class NearestNeighborAttention:
     name = "nearest_neighbor"
     time_unit = "step (time = eta * step)"
 
-    def __init__(self, task: cf.NearestNeighborSpec, *, parametrisation: str = "merged", init_scale: float = 0.01,
+    def __init__(self, task: cf.NearestNeighborTask, *, parametrisation: str = "merged", init_scale: float = 0.01,
                  quantile: float = 0.05, data=None, test=None, init_weights: Mapping[str, np.ndarray] | None = None):
-        if not isinstance(task, cf.NearestNeighborSpec):
-            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborSpec; got "
+        if not isinstance(task, cf.NearestNeighborTask):
+            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborTask; got "
                              f"{type(task).__name__}")
         self.data = _check_samples(task, data, "data")
         self.test = _check_samples(task, test, "test")
@@ -339,7 +341,7 @@ class NearestNeighborAttention:
                                  "give one sample per seed")
             if n != self.data[0].n_prompts:
                 raise ValueError(f"with fixed data, dataset_size and eval_size must equal the number of training "
-                                 f"prompts {self.data[0].n_prompts}; got {n} (use gd_config)")
+                                 f"prompts {self.data[0].n_prompts}; got {n} (use config('gd'))")
             return _torch_batch(self.data, device, dtype)
         N, d = self.task.N, self.task.d
 
@@ -405,13 +407,13 @@ class NearestNeighborAttention:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def prompt_samples(task: cf.NearestNeighborSpec, n_prompts: int, seeds, *, duplicate_labels: bool = False
+def prompt_samples(task: cf.NearestNeighborTask, n_prompts: int, seeds, *, duplicate_labels: bool = False
                    ) -> list[cf.Prompts]:
     """Labelled training prompts per seed by the exact recipe G.A (x's, then Rademacher labels from the same
     generator, ``closedform.nearest_neighbor.sample_prompts(task, n_prompts, seed, labels=True)``).
 
     ``duplicate_labels``: every prompt is followed by its copy with y -> -y (Sec. A.8; 2 n_prompts rows, the same
-    x's, so ``reduced_gd`` on ``sample_prompts(task, n_prompts, seed)`` sees the same inputs).
+    x's, so ``map`` on ``sample_prompts(task, n_prompts, seed)`` sees the same inputs).
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     out = []
@@ -423,14 +425,14 @@ def prompt_samples(task: cf.NearestNeighborSpec, n_prompts: int, seeds, *, dupli
     return out
 
 
-def gd_config(model: NearestNeighborAttention, n_steps: int, *, seeds=None, batch_size: int | None = None,
-              saveat: SaveAt | None = None, checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _gd_config(model: NearestNeighborAttention, n_steps: int, *, seeds=None, batch_size: int | None = None,
+               saveat: SaveAt | None = None, checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
     """TrainConfig of GD at step eta = ``task.eta`` on the model's fixed prompts (Sec. A.4): full batch by default,
     minibatch SGD over per-epoch permutations with ``batch_size``. The evaluation batch is the training sample
     (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1 (labels of the runs; the prompts are those of the model)."""
     if model.data is None:
-        raise ValueError("gd_config needs a model with fixed prompts (NearestNeighborAttention(..., data=samples)); "
-                         "use sgd_config for online training")
+        raise ValueError("config('gd') needs a model with fixed prompts (NearestNeighborAttention(..., data=samples)); "
+                         "use config('sgd') for online training")
     n = model.data[0].n_prompts
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n if batch_size is None else batch_size,
@@ -438,12 +440,52 @@ def gd_config(model: NearestNeighborAttention, n_steps: int, *, seeds=None, batc
                        checkpoint_every=checkpoint_every, dtype=dtype)
 
 
-def sgd_config(model: NearestNeighborAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 2000,
-               saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
-               dtype: str = "float64") -> TrainConfig:
+def _sgd_config(model: NearestNeighborAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 2000,
+                saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
+                dtype: str = "float64") -> TrainConfig:
     """TrainConfig of online SGD at step eta = ``task.eta`` (fresh prompts of Sec. A.1 every step), evaluated on a
     fixed batch of ``eval_size`` fresh prompts per seed."""
     if model.data is not None:
-        raise ValueError("sgd_config needs an online model (data=None); use gd_config for fixed prompts")
+        raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed prompts")
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, eval_size=eval_size, lr=model.task.eta,
                        saveat=saveat or SaveAt(n=51), checkpoint_every=checkpoint_every, refill=refill, dtype=dtype)
+
+
+def build(task: cf.NearestNeighborTask, **kwargs) -> NearestNeighborAttention:
+    """The torch model of ``task``: a :class:`NearestNeighborAttention` from the paper's W^(0) (Sec. A.4), on the
+    fixed prompt samples ``data`` (one per seed, :func:`prompt_samples`) or online (``data=None``).
+
+    ``kwargs`` go to :class:`NearestNeighborAttention` (``data``, ``parametrisation``, ``init_scale``, ``quantile``,
+    ``test``, ``init_weights``).
+    """
+    if not isinstance(task, cf.NearestNeighborTask):
+        raise TypeError(f"task must be a closedform.nearest_neighbor.NearestNeighborTask; got {type(task).__name__}")
+    return NearestNeighborAttention(task, **kwargs)
+
+
+#: The presets of :func:`config`: name -> factory.
+CONFIGS = {"gd": _gd_config, "sgd": _sgd_config}
+
+
+def config(name: str, *args, **kwargs) -> TrainConfig:
+    """TrainConfig of a named training protocol (a paper figure's setup or a preset).
+
+    Parameters
+    ----------
+    name : {"gd", "sgd"}
+        * ``"gd"``: GD at step ``task.eta`` on the model's fixed prompts (Sec. A.4), full batch by default, minibatch
+          SGD over per-epoch permutations with ``batch_size``; the evaluation batch is the training sample:
+          ``config("gd", model, n_steps, *, seeds=None, batch_size=None, saveat=None, checkpoint_every=0,
+          dtype="float64")``.
+        * ``"sgd"``: online SGD at step ``task.eta`` on fresh prompts of Sec. A.1, evaluated on ``eval_size`` fresh
+          prompts per seed: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,), eval_size=2000, saveat=None,
+          checkpoint_every=0, refill=32, dtype="float64")``.
+    *args, **kwargs
+        The arguments of that protocol, as listed.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of the listed protocols.
+    """
+    return dispatch_config(CONFIGS, name, args, kwargs)

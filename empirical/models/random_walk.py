@@ -5,7 +5,7 @@ with X~ = [X; Phi] and the blank query x~_N = [0; phi_N] (Sec. C.2), the loss -l
 walks (Sec. C.4, no extra factor), and three parametrisations of the key-query matrix:
 
 * ``merged`` with ``init="zero"``: V = 0, W = 0 (Sec. C.4, the paper's Figs. 4-5); GD then stays on the reduced
-  family (a, c) of Sec. C.5 and equals :func:`closedform.random_walk.reduced_gd` on the same walks;
+  family (a, c) of Sec. C.5 and equals :func:`closedform.random_walk.map` on the same walks;
 * ``merged`` with ``init="random"``: V, W i.i.d. N(0, s^2), s = 0.01, V drawn first (Sec. C.8, Fig. 6), usually with
   ``normalize_tokens=True`` (every column of X~, the blank query included, divided by its norm inside the scores
   only: the spec's default for the unrecoverable detail of Fig. 6);
@@ -14,10 +14,10 @@ walks (Sec. C.4, no extra factor), and three parametrisations of the key-query m
 
 The QA tasks of Sec. C.8 ("beyond random walks": majority fruit, preferred fruit; 19-word vocabulary) run the same
 model on word tokens, optionally with an extra ReLU layer: :class:`QAAttention`, :func:`qa_questions`,
-:func:`qa_sample`, :func:`qa_gd_config`.
+:func:`qa_sample`, :func:`config("qa_gd") <config>`.
 
 Training is the shared trainer :func:`empirical.train.train`: full-batch GD at step eta on fixed training walks
-(:func:`gd_config`, the paper's protocol of Sec. C.8), or online SGD on fresh walks (:func:`sgd_config`). Fixed walks
+(:func:`config("gd") <config>`, the paper's protocol of Sec. C.8), or online SGD on fresh walks (:func:`config("sgd") <config>`). Fixed walks
 come from the closed form's sampler (:func:`closedform.random_walk.sample_walks`, recipe Appendix G.C), so a torch run
 and the reduced dynamics see the same walks. Everything model-specific that exists in :mod:`closedform.random_walk` is
 reused: the positional code (:func:`~closedform.random_walk.positional_matrix`), the probes of Sec. C.5.1
@@ -25,7 +25,7 @@ reused: the positional code (:func:`~closedform.random_walk.positional_matrix`),
 (:func:`~closedform.random_walk.accuracy`, ``attention_stats``, ``direction_errors``, ``output_direction_error``,
 ``kl_to_truth``, ``empirical_transitions``). Logged variables carry the closed form's names (``V_b_a``, ``a_k``,
 ``c_i`` of :func:`~closedform.random_walk.state_names`, ``off``, ``loss``, ``se_loss``, ``dist_V_sqrtChat`` and
-:data:`~closedform.random_walk.DIAGNOSTIC_NAMES`), so a torch run and ``reduced_gd`` align with ``xarray``.
+:data:`~closedform.random_walk.DIAGNOSTIC_NAMES`), so a torch run and ``map`` align with ``xarray``.
 
 Symbol table (spec Sec. C.0; shapes carry the trainer's leading seed axis S)
 ----------------------------------------------------------------------------
@@ -43,8 +43,8 @@ a, c           a, c          probes W12 phi_N / rho, phi_j^T W22 phi_N / rho^2  
 off            off           ||W - W_red||_F / ||W||_F                           (S,)                Sec. C.5.1
 =============  ============  ==================================================  ==================  ==========
 
-Time axis: the GD step t (``step``); ``time`` = eta t (spec Sec. 0), as in :func:`closedform.random_walk.reduced_gd`.
-Use ``lr = task.eta`` (:func:`gd_config` does) so that both axes agree.
+Time axis: the GD step t (``step``); ``time`` = eta t (spec Sec. 0), as in :func:`closedform.random_walk.map`.
+Use ``lr = task.eta`` (:func:`config("gd") <config>` does) so that both axes agree.
 
 Notes
 -----
@@ -72,9 +72,11 @@ import torch
 from closedform import random_walk as cf
 from dynamics.saveat import SaveAt
 from dynamics.validation import check_choice, check_int, check_positive
+from empirical.models import dispatch_config
 from empirical.train import TrainConfig, per_seed
 
 __all__ = [
+    "build",
     "EVAL_NAMES",
     "INITS",
     "PARAMETRISATIONS",
@@ -88,14 +90,12 @@ __all__ = [
     "attention_profile",
     "effective_W",
     "forward",
-    "gd_config",
+    "config",
     "probe_names",
-    "qa_gd_config",
     "qa_geometry",
     "qa_questions",
     "qa_sample",
     "qa_tokens",
-    "sgd_config",
     "to_weights",
     "walk_samples",
 ]
@@ -128,7 +128,7 @@ class RandomWalkModelSpec:
 
     Parameters
     ----------
-    task : closedform.random_walk.RandomWalkSpec
+    task : closedform.random_walk.RandomWalkTask
         K, N, p, M, rho, eta, eps (Sec. C.1-C.4).
     parametrisation : {"merged", "factorised"}
         Trainable (V, W), or (V, W_K, W_Q) with W = W_K^T W_Q (Sec. C.8, our extension).
@@ -150,7 +150,7 @@ class RandomWalkModelSpec:
         SHA-256 prefixes of the fixed training / test walks (set by :class:`RandomWalkAttention`).
     """
 
-    task: cf.RandomWalkSpec
+    task: cf.RandomWalkTask
     parametrisation: str = "merged"
     init: str = "zero"
     init_scale: float = 0.01
@@ -161,9 +161,9 @@ class RandomWalkModelSpec:
     test_digest: str | None = None
 
     def __post_init__(self):
-        if not isinstance(self.task, cf.RandomWalkSpec):
+        if not isinstance(self.task, cf.RandomWalkTask):
             raise ValueError(  # noqa: TRY004 - bad input is a ValueError naming the parameter (house style)
-                f"task must be a closedform.random_walk.RandomWalkSpec; got {type(self.task).__name__}")
+                f"task must be a closedform.random_walk.RandomWalkTask; got {type(self.task).__name__}")
         check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
         check_choice("init", self.init, INITS)
         object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
@@ -196,7 +196,7 @@ def _query_vector(params: Mapping[str, torch.Tensor], xq: torch.Tensor) -> torch
     return (params["W_K"].transpose(-1, -2) @ (params["W_Q"] @ xq)[..., None])[..., 0]
 
 
-def forward(task: cf.RandomWalkSpec, params: Mapping[str, torch.Tensor], states: torch.Tensor, *,
+def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states: torch.Tensor, *,
             normalize_tokens: bool = False, Phi: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention S = softmax(X~^T W x~_N) over the N positions and output f = V X S (Sec. C.2-C.3), for every seed.
 
@@ -205,7 +205,7 @@ def forward(task: cf.RandomWalkSpec, params: Mapping[str, torch.Tensor], states:
 
     Parameters
     ----------
-    task : closedform.random_walk.RandomWalkSpec
+    task : closedform.random_walk.RandomWalkTask
     params : {"V": (S, K, K), "W": (S, K+M, K+M)} or {"V", "W_K", "W_Q"}
     states : (S, n, N) float or int tensor
         Walks (code values); only the context columns 0..N-2 are read.
@@ -237,7 +237,7 @@ def forward(task: cf.RandomWalkSpec, params: Mapping[str, torch.Tensor], states:
     return S_att, f
 
 
-def _token_average(task: cf.RandomWalkSpec, states: torch.Tensor, S_att: torch.Tensor) -> torch.Tensor:
+def _token_average(task: cf.RandomWalkTask, states: torch.Tensor, S_att: torch.Tensor) -> torch.Tensor:
     """u = X S restricted to the context (S, n, K) (Sec. C.3)."""
     ctx = states[..., : task.N - 1].long()
     return torch.zeros(*ctx.shape[:2], task.K, dtype=S_att.dtype, device=S_att.device).scatter_add(
@@ -252,12 +252,12 @@ def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarr
     return V, W
 
 
-def probe_names(task: cf.RandomWalkSpec) -> tuple[str, ...]:
+def probe_names(task: cf.RandomWalkTask) -> tuple[str, ...]:
     """Names of the weight probes (Sec. C.5.1): the closed form's state names V_b_a, a_k, c_i, then ``off``."""
     return tuple(cf.state_names(task)) + ("off",)
 
 
-def attention_profile(task: cf.RandomWalkSpec, params: Mapping[str, torch.Tensor], sample: cf.WalkSample, *,
+def attention_profile(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], sample: cf.WalkSample, *,
                       normalize_tokens: bool = False) -> np.ndarray:
     """Mean attention on each of the N positions over ``sample`` for every seed, (S, N) float64 (Fig. 4(c), C.8).
 
@@ -275,7 +275,7 @@ def attention_profile(task: cf.RandomWalkSpec, params: Mapping[str, torch.Tensor
 # The model (protocol of empirical.train)
 # ----------------------------------------------------------------------------------------------------------------------
 
-def _check_samples(task: cf.RandomWalkSpec, samples, name: str) -> list[cf.WalkSample] | None:
+def _check_samples(task: cf.RandomWalkTask, samples, name: str) -> list[cf.WalkSample] | None:
     if samples is None:
         return None
     if isinstance(samples, cf.WalkSample):
@@ -299,7 +299,7 @@ class RandomWalkAttention:
 
     Parameters
     ----------
-    task : closedform.random_walk.RandomWalkSpec
+    task : closedform.random_walk.RandomWalkTask
     parametrisation, init, init_scale, normalize_tokens, log_profile, log_walks :
         See :class:`RandomWalkModelSpec`.
     data : sequence of closedform.random_walk.WalkSample, optional
@@ -313,12 +313,12 @@ class RandomWalkAttention:
     name = "random_walk"
     time_unit = "eta*step"
 
-    def __init__(self, task: cf.RandomWalkSpec, *, parametrisation: str = "merged", init: str = "zero",
+    def __init__(self, task: cf.RandomWalkTask, *, parametrisation: str = "merged", init: str = "zero",
                  init_scale: float = 0.01, normalize_tokens: bool = False, data=None, test=None,
                  log_profile: bool = False, log_walks: int = 0):
-        if not isinstance(task, cf.RandomWalkSpec):
+        if not isinstance(task, cf.RandomWalkTask):
             raise ValueError(  # noqa: TRY004 - bad input is a ValueError naming the parameter (house style)
-                f"task must be a closedform.random_walk.RandomWalkSpec; got {type(task).__name__}")
+                f"task must be a closedform.random_walk.RandomWalkTask; got {type(task).__name__}")
         self.data = _check_samples(task, data, "data")
         self.test = _check_samples(task, test, "test")
         if self.test is not None:
@@ -391,7 +391,7 @@ class RandomWalkAttention:
                                  "give one sample per seed")
             if n != self.data[0].n:
                 raise ValueError(f"with fixed data, dataset_size and eval_size must equal the number of training "
-                                 f"walks {self.data[0].n}; got {n} (use gd_config)")
+                                 f"walks {self.data[0].n}; got {n} (use config('gd'))")
             states = np.stack([s.states for s in self.data])
             return {"states": torch.as_tensor(states, device=device).to(dtype)}
         K, N, p = self.task.K, self.task.N, self.task.p
@@ -505,13 +505,13 @@ def _finite(value: float, name: str) -> float:
 # Data and configurations
 # ----------------------------------------------------------------------------------------------------------------------
 
-def walk_samples(task: cf.RandomWalkSpec, n_train: int, seeds, *, n_test: int | None = None
+def walk_samples(task: cf.RandomWalkTask, n_train: int, seeds, *, n_test: int | None = None
                  ) -> tuple[list[cf.WalkSample], list[cf.WalkSample] | None]:
     """Training walks and (optionally) test walks per seed by the exact recipe of Appendix G.C.
 
     For each seed, ``numpy.random.default_rng(seed)`` draws ``n_train`` training walks, then ``n_test`` test walks
     from the same generator (:func:`closedform.random_walk.sample_walks`), so the closed form's
-    ``reduced_gd(walks=n_train, rng=seed, test=n_test)`` sees the very same walks. Returns (train, test or None).
+    ``map(walks=n_train, rng=seed, test=n_test)`` sees the very same walks. Returns (train, test or None).
     """
     n_train = check_int("n_train", n_train, min_value=1)
     seeds = [check_int("seed", s, min_value=0) for s in np.atleast_1d(seeds)]
@@ -524,29 +524,29 @@ def walk_samples(task: cf.RandomWalkSpec, n_train: int, seeds, *, n_test: int | 
     return train, (test if n_test is not None else None)
 
 
-def gd_config(model: RandomWalkAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
-              checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _gd_config(model: RandomWalkAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
+               checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
     """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed walks (Sec. C.4, Sec. C.8).
 
     The evaluation batch is the training sample (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1 (they label the
     runs; the walks are those given to the model).
     """
     if model.data is None:
-        raise ValueError("gd_config needs a model with fixed walks (RandomWalkAttention(..., data=samples)); use "
-                         "sgd_config for online training")
+        raise ValueError("config('gd') needs a model with fixed walks (RandomWalkAttention(..., data=samples)); use "
+                         "config('sgd') for online training")
     n = model.data[0].n
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
                        saveat=saveat or SaveAt(n=51), checkpoint_every=checkpoint_every, dtype=dtype)
 
 
-def sgd_config(model: RandomWalkAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 1000,
-               lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
-               dtype: str = "float64") -> TrainConfig:
+def _sgd_config(model: RandomWalkAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 1000,
+                lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
+                dtype: str = "float64") -> TrainConfig:
     """TrainConfig of online SGD (fresh walks of Sec. C.1 every step; default step ``task.eta``), evaluated on a
     fixed batch of ``eval_size`` fresh walks (a test sample)."""
     if model.data is not None:
-        raise ValueError("sgd_config needs an online model (data=None); use gd_config for fixed walks")
+        raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed walks")
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, eval_size=eval_size,
                        lr=model.task.eta if lr is None else lr, saveat=saveat or SaveAt(n=51),
                        checkpoint_every=checkpoint_every, refill=refill, dtype=dtype)
@@ -607,12 +607,12 @@ def qa_sample(task: str, n: int, rng) -> cf.WalkSample:
 
 
 def qa_geometry(task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1,
-                rho: float | None = None) -> cf.RandomWalkSpec:
+                rho: float | None = None) -> cf.RandomWalkTask:
     """The embedding geometry of a QA task: K = 19 tokens, N = words + 1 (blank query last), positional dimension M,
     squared positional norm rho (default M/2), step eta, offset eps (Sec. C.8 defaults: M = 1000, eta = 0.1,
-    eps = 0.1). Carried by a ``RandomWalkSpec`` whose p (0.5) is not used: there is no walk."""
+    eps = 0.1). Carried by a ``RandomWalkTask`` whose p (0.5) is not used: there is no walk."""
     n_words = qa_questions(task)[0].shape[1]
-    return cf.RandomWalkSpec(K=len(QA_VOCAB), N=n_words + 1, M=M, p=0.5, eta=eta, eps=eps, rho=rho)
+    return cf.RandomWalkTask(K=len(QA_VOCAB), N=n_words + 1, M=M, p=0.5, eta=eta, eps=eps, rho=rho)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -620,7 +620,7 @@ class QAModelSpec:
     """What defines a QA run (Sec. C.8): task, geometry, ReLU variant, init scale, normalisation, data digests."""
 
     task: str
-    geometry: cf.RandomWalkSpec
+    geometry: cf.RandomWalkTask
     relu: bool = False
     m_relu: int = 19
     init_scale: float = 0.01
@@ -696,7 +696,7 @@ class QAAttention:
         """The fixed training questions (``n`` must equal their number), ``{"states": (S, n, N)}``."""
         if len(generators) != len(self.data) or n != self.data[0].n:
             raise ValueError(f"QA runs use fixed data: one sample per seed ({len(self.data)}) of size "
-                             f"{self.data[0].n}; got {len(generators)} seeds and n = {n} (use qa_gd_config)")
+                             f"{self.data[0].n}; got {len(generators)} seeds and n = {n} (use config('qa_gd'))")
         return {"states": torch.as_tensor(np.stack([s.states for s in self.data]), device=device).to(dtype)}
 
     def loss(self, params, batch, hyper=None):
@@ -720,10 +720,51 @@ class QAAttention:
         return {"norm_V": params["V"].flatten(1).norm(dim=1), "norm_W": params["W"].flatten(1).norm(dim=1)}
 
 
-def qa_gd_config(model: QAAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
-                 checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _qa_gd_config(model: QAAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
+                  checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
     """Full-batch GD at step eta on the fixed training questions (Sec. C.8)."""
     n = model.data[0].n
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
                        saveat=saveat or SaveAt(n=51), checkpoint_every=checkpoint_every, dtype=dtype)
+
+
+def build(task: cf.RandomWalkTask, **kwargs) -> RandomWalkAttention:
+    """The torch model of ``task``: a :class:`RandomWalkAttention` started from zero (Sec. C.4), on the fixed walk
+    samples ``data`` (one per seed, :func:`walk_samples`) or online (``data=None``).
+
+    ``kwargs`` go to :class:`RandomWalkAttention` (``data``, ``parametrisation``, ``init``, ``init_scale``,
+    ``normalize_tokens``, ``test``, ``log_profile``, ``log_walks``).
+    """
+    if not isinstance(task, cf.RandomWalkTask):
+        raise TypeError(f"task must be a closedform.random_walk.RandomWalkTask; got {type(task).__name__}")
+    return RandomWalkAttention(task, **kwargs)
+
+
+#: The presets of :func:`config`: name -> factory.
+CONFIGS = {"gd": _gd_config, "sgd": _sgd_config, "qa_gd": _qa_gd_config}
+
+
+def config(name: str, *args, **kwargs) -> TrainConfig:
+    """TrainConfig of a named training protocol (a paper figure's setup or a preset).
+
+    Parameters
+    ----------
+    name : {"gd", "sgd", "qa_gd"}
+        * ``"gd"``: full-batch GD at step ``task.eta`` on the model's fixed walks (Sec. C.4, Sec. C.8; the evaluation
+          batch is the training sample): ``config("gd", model, n_steps, *, seeds=None, saveat=None,
+          checkpoint_every=0, dtype="float64")``.
+        * ``"sgd"``: online SGD on fresh walks of Sec. C.1 (default step ``task.eta``), evaluated on ``eval_size``
+          fresh walks: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,), eval_size=1000, lr=None,
+          saveat=None, checkpoint_every=0, refill=32, dtype="float64")``.
+        * ``"qa_gd"``: full-batch GD of a :class:`QAAttention` on its fixed training questions (Sec. C.8):
+          ``config("qa_gd", model, n_steps, *, seeds=None, saveat=None, checkpoint_every=0, dtype="float64")``.
+    *args, **kwargs
+        The arguments of that protocol, as listed.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of the listed protocols.
+    """
+    return dispatch_config(CONFIGS, name, args, kwargs)

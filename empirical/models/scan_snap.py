@@ -18,10 +18,10 @@ Implements the empirical side of spec ``scan_snap.md``:
 Data: :meth:`ScanSnapTorch.sample` draws sequences of any :class:`closedform.scan_snap.SequenceClasses` (spec Sec. 1.2,
 Sec. 5.1): class n ~ pi, T - 1 contextual tokens i.i.d. from P(.|n), query qtok(psi(n)), label tgt(n).
 
-Training is the shared trainer :func:`empirical.train.train`; :func:`sgd_config` gives the paper's protocol (SGD with
+Training is the shared trainer :func:`empirical.train.train`; :func:`config("sgd") <config>` gives the paper's protocol (SGD with
 momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the Sec. 4.6
 diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``, ``decoder_stats``) on the reduced
-blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (Sec. 4.1), so a torch run and ``population_map`` align with
+blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (Sec. 4.1), so a torch run and ``map`` align with
 ``xarray`` on the names ``z_{m}_{l}``, ``H_mean``.
 
 Symbol table (spec Sec. 0.4; shapes carry the trainer's leading seed axis S)
@@ -64,11 +64,11 @@ import torch
 from closedform import scan_snap as cf
 from dynamics.saveat import SaveAt
 from dynamics.validation import check_choice, check_int, check_positive
+from empirical.models import dispatch_config
 from empirical.train import Schedule, TrainConfig, per_seed
 
-__all__ = ["INITS", "PARAMETRISATIONS", "RECALL_ATTENTION", "REFERENCE", "ScanSnapTorch", "TextTransformer",
-           "adam_config", "attention_entropy", "distinct_recall", "effective_YZ", "reduced_blocks", "sgd_config",
-           "text_config", "yz_logits"]
+__all__ = ["build", "INITS", "PARAMETRISATIONS", "RECALL_ATTENTION", "REFERENCE", "ScanSnapTorch", "TextTransformer",
+           "config", "attention_entropy", "distinct_recall", "effective_YZ", "reduced_blocks", "yz_logits"]
 
 REFERENCE = cf.REFERENCE
 PARAMETRISATIONS = ("YZ", "full")
@@ -215,7 +215,7 @@ class ScanSnapTorch:
 
     @staticmethod
     def time_of_step(step):
-        """time = step (spec Sec. 0.2), as :meth:`closedform.scan_snap.ScanSnap.time_of_step`."""
+        """time = step (spec Sec. 0.2), as :meth:`closedform.scan_snap.ScanSnapTask.time_of_step`."""
         return np.asarray(step, dtype=np.float64)
 
     # -- protocol -------------------------------------------------------------------------------------------------
@@ -315,8 +315,8 @@ class ScanSnapTorch:
         return {k: torch.as_tensor(np.ascontiguousarray(v), device=Y.device) for k, v in out.items()}
 
 
-def sgd_config(model: ScanSnapTorch, task: cf.ScanSnap, seeds, *, n_steps: int = 100, batch_size: int = 128,
-               momentum: float = 0.9, saveat: SaveAt | None = None, eval_size: int = 0, **kw) -> TrainConfig:
+def _sgd_config(model: ScanSnapTorch, task: cf.ScanSnapTask, seeds, *, n_steps: int = 100, batch_size: int = 128,
+                momentum: float = 0.9, saveat: SaveAt | None = None, eval_size: int = 0, **kw) -> TrainConfig:
     """The paper's protocol (spec Sec. 5.2-5.3): SGD, momentum 0.9, batch 128, separate eta_Y, eta_Z (lr_scale).
 
     The full model takes one learning rate eta_Y for all of U, W_Q, W_K, W_V (spec Sec. 1.3 has no split).
@@ -330,8 +330,8 @@ def sgd_config(model: ScanSnapTorch, task: cf.ScanSnap, seeds, *, n_steps: int =
                        eval_size=eval_size, saveat=saveat or SaveAt(every=1), **kw)
 
 
-def adam_config(model: ScanSnapTorch, eta: float, seeds, *, n_steps: int = 100, batch_size: int = 128,
-                saveat: SaveAt | None = None, **kw) -> TrainConfig:
+def _adam_config(model: ScanSnapTorch, eta: float, seeds, *, n_steps: int = 100, batch_size: int = 128,
+                 saveat: SaveAt | None = None, **kw) -> TrainConfig:
     """Fig. 5 protocol (spec Sec. 5.2 [choice]): Adam with torch defaults, eta_Y = eta_Z = eta, batch 128."""
     check_positive("eta", eta)
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=eta, optimizer="adam",
@@ -371,7 +371,7 @@ class TextTransformer:
     with bias; init: embedding and decoder U(+-0.1), decoder bias 0, embeddings x sqrt(d_model) (Sec. 5.5), attention
     in-projection xavier-uniform with zero biases, out-projection U(+-1/sqrt(d)) with zero bias, FFN torch defaults.
     No dropout (module Notes); gradient clipping to total norm ``clip`` per seed (default 0.5, Sec. 5.5; None: off). Data: chunks of ``bptt + 1`` token ids (inputs and shifted targets) of a
-    :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks (``text_config``). Probe ``entropy``:
+    :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks (``config("text")``). Probe ``entropy``:
     average attention entropy (Sec. 5.5) on the held-out chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also
     the attention map of held-out sequence 0 as ``attn_{i}_{j}`` (Fig. 7).
     """
@@ -505,8 +505,8 @@ class TextTransformer:
         return out
 
 
-def text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int, *, n_epochs: int = 1,
-                batch_size: int = 20, saveat: SaveAt | None = None, **kw) -> TrainConfig:
+def _text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int, *, n_epochs: int = 1,
+                 batch_size: int = 20, saveat: SaveAt | None = None, **kw) -> TrainConfig:
     """Fig. 10 protocol (spec Sec. 5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch 20, n_epochs
     passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, clipping in the model (``TextTransformer.clip``)."""
     check_positive("eta", eta)
@@ -516,3 +516,44 @@ def text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int, 
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=Schedule(value=eta),
                        optimizer="sgd", momentum=0.0, dataset_size=n, eval_size=0,
                        saveat=saveat or SaveAt(n=min(n_steps + 1, 11)), **kw)
+
+
+def build(task: cf.ScanSnapTask, *, T: int = 128, **kwargs) -> ScanSnapTorch:
+    """The torch model of ``task``: a :class:`ScanSnapTorch` on ``task.classes`` with sequence length ``T`` (spec
+    Sec. 1.3-1.4; the learning rates eta_Y, eta_Z of the task enter through :func:`config`).
+
+    ``kwargs`` go to :class:`ScanSnapTorch` (``init``, ``parametrisation``, ``d``, ``probe_z``).
+    """
+    if not isinstance(task, cf.ScanSnapTask):
+        raise TypeError(f"task must be a closedform.scan_snap.ScanSnapTask; got {type(task).__name__}")
+    # the paper's runs use T = 128; 2^20 tokens per sequence is far past any run (each batch holds B x T ids)
+    return ScanSnapTorch(classes=task.classes, T=check_int("T", T, min_value=2, max_value=2**20), **kwargs)
+
+
+#: The presets of :func:`config`: name -> factory.
+CONFIGS = {"sgd": _sgd_config, "adam": _adam_config, "text": _text_config}
+
+
+def config(name: str, *args, **kwargs) -> TrainConfig:
+    """TrainConfig of a named training protocol (a paper figure's setup or a preset).
+
+    Parameters
+    ----------
+    name : {"sgd", "adam", "text"}
+        * ``"sgd"``: the paper's protocol (Sec. 5.2-5.3): SGD, momentum 0.9, batch 128, separate eta_Y, eta_Z:
+          ``config("sgd", model, task, seeds, *, n_steps=100, batch_size=128, momentum=0.9, saveat=None,
+          eval_size=0, **TrainConfig_fields)``.
+        * ``"adam"``: the Fig. 5 protocol (Sec. 5.2): Adam with torch defaults, eta_Y = eta_Z = eta, batch 128:
+          ``config("adam", model, eta, seeds, *, n_steps=100, batch_size=128, saveat=None, **TrainConfig_fields)``.
+        * ``"text"``: the Fig. 10 protocol (Sec. 5.5) of a :class:`TextTransformer`: plain SGD, one learning rate,
+          batch 20, ``n_epochs`` passes over the training chunks: ``config("text", model, eta, seeds, *, n_epochs=1,
+          batch_size=20, saveat=None, **TrainConfig_fields)``.
+    *args, **kwargs
+        The arguments of that protocol, as listed.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of the listed protocols.
+    """
+    return dispatch_config(CONFIGS, name, args, kwargs)

@@ -11,7 +11,7 @@ Symbol table
 ===================== ============== ============================================== =============== ==============
 code                  paper symbol   meaning                                        shape           spec
 ===================== ============== ============================================== =============== ==============
-task                  (d, L, gamma,  the task of the closed form                    SingleLocation  Sec. 1
+task                  (d, L, gamma,  the task: closedform SingleLocationTask         dataclass       Sec. 1
                       eps)
 k_star, v_star        k*, v*         oracle directions (orthonormal; shared by the  (d,) float64    Sec. 1
                                      seeds of one model object)
@@ -29,7 +29,7 @@ excess_risk           R - eps^2      risk - eps^2 (may be negative: it is noisy)
 ===================== ============== ============================================== =============== ==============
 
 The logged variables (``kappa, nu, theta, eta, rho, distance_to_manifold, risk, excess_risk, lam``) are exactly those
-of :func:`closedform.single_location.pgd`, on the same time axis (time = step, the state after ``step`` updates; the
+of :func:`closedform.single_location.map`, on the same time axis (time = step, the state after ``step`` updates; the
 row at step n holds iterate n and lambda_n, spec Sec. 0.3), so an overlay is an ``xarray`` alignment.
 
 Loss (spec Sec. 8.4): the mini-batch mean squared error (1/B) sum_b (T(X_b) - Y_b)^2, no factor 1/2, so that its
@@ -39,13 +39,13 @@ trainer's ``lr``), normalisation.
 
 Example (Fig. 5 protocol, 30 seeds at once)::
 
-    from closedform.single_location import SingleLocation
+    from closedform.single_location import SingleLocationTask
     from empirical.models import single_location as slm
     from empirical.train import train
 
-    task = SingleLocation(d=80, L=10, noise=0.1)
+    task = SingleLocationTask(d=80, L=10, noise=0.1)
     model = slm.build(task, rng=0)                       # erf predictor, sphere initialisation
-    traj = train(model, slm.fig5_config(range(30), n_steps=200_000), device="auto")
+    traj = train(model, slm.config("fig5", range(30), n_steps=200_000), device="auto")
     traj["kappa"], traj["excess_risk"]                   # (trajectory=30, time=401)
 
 Notes
@@ -79,7 +79,7 @@ from closedform.single_location import (
     REFERENCE,
     TIME_UNIT,
     LamSchedule,
-    SingleLocation,
+    SingleLocationTask,
     random_oracle_directions,
 )
 from dynamics.random import as_generator
@@ -90,6 +90,7 @@ from dynamics.validation import (
     check_int,
     check_positive,
 )
+from empirical.models import dispatch_config
 from empirical.train import Schedule, TrainConfig, per_seed
 
 __all__ = [
@@ -100,7 +101,7 @@ __all__ = [
     "SingleLocationModelSpec",
     "as_train_schedule",
     "build",
-    "fig5_config",
+    "config",
     "init_from_state",
     "predict",
     "sample_batch",
@@ -119,7 +120,7 @@ _ORTHO_TOL = 1e-10
 # data, predictors, initial vectors
 
 
-def _check_oracle(task: SingleLocation, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
+def _check_oracle(task: SingleLocationTask, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
     ks = check_finite_array("k_star", k_star, shape=(task.d,))
     vs = check_finite_array("v_star", v_star, shape=(task.d,))
     if abs(ks @ ks - 1) > _ORTHO_TOL or abs(vs @ vs - 1) > _ORTHO_TOL or abs(ks @ vs) > _ORTHO_TOL:
@@ -127,7 +128,7 @@ def _check_oracle(task: SingleLocation, k_star, v_star) -> tuple[np.ndarray, np.
     return np.ascontiguousarray(ks), np.ascontiguousarray(vs)
 
 
-def sample_batch(task: SingleLocation, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator,
+def sample_batch(task: SingleLocationTask, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator,
                  n: int) -> dict[str, torch.Tensor]:
     """Draw n sequences of the data law: ``{"X": (n, L, d), "y": (n,)}`` on the device/dtype of ``k_star``.
 
@@ -343,7 +344,7 @@ class SingleLocationModelSpec:
     ``oracle_sha256`` is the SHA-256 of the float64 bytes of (k*, v*); ``state0`` the explicit initial state or None.
     """
 
-    task: SingleLocation
+    task: SingleLocationTask
     predictor: str
     init: str
     state0: tuple[float, float, float, float, float] | None
@@ -359,7 +360,7 @@ class SingleLocationAttention:
 
     Parameters
     ----------
-    task : closedform.single_location.SingleLocation
+    task : closedform.single_location.SingleLocationTask
     k_star, v_star : (d,) float64, orthonormal
         Oracle directions (:func:`closedform.single_location.random_oracle_directions`).
     predictor : {"erf", "softmax"}
@@ -376,9 +377,9 @@ class SingleLocationAttention:
     schedule_names = ("lam",)
     time_unit = TIME_UNIT
 
-    def __init__(self, task: SingleLocation, *, k_star, v_star, predictor: str = "erf", init="sphere"):
-        if not isinstance(task, SingleLocation):
-            msg = f"task must be a closedform.single_location.SingleLocation; got {type(task).__name__}"
+    def __init__(self, task: SingleLocationTask, *, k_star, v_star, predictor: str = "erf", init="sphere"):
+        if not isinstance(task, SingleLocationTask):
+            msg = f"task must be a closedform.single_location.SingleLocationTask; got {type(task).__name__}"
             raise ValueError(msg)  # noqa: TRY004 (project rule: bad input raises ValueError)
         self.task = task
         self.predictor = check_choice("predictor", predictor, PREDICTORS)
@@ -498,7 +499,7 @@ class SingleLocationAttention:
 # construction and the Fig. 5 protocol
 
 
-def build(task: SingleLocation, *, rng=None, predictor: str = "erf", init="sphere") -> SingleLocationAttention:
+def build(task: SingleLocationTask, *, rng=None, predictor: str = "erf", init="sphere") -> SingleLocationAttention:
     """A :class:`SingleLocationAttention` with (k*, v*) drawn by :func:`closedform.single_location.random_oracle_directions`
     from ``rng`` (spec Sec. 1 sampling recipe)."""
     k_star, v_star = random_oracle_directions(task, as_generator(rng))
@@ -509,7 +510,7 @@ def as_train_schedule(lam) -> Schedule:
     """The trainer's ``Schedule`` for lambda_n: a float (constant) or a closedform ``LamSchedule`` (spec Sec. 6.1).
 
     ``LamSchedule(lam0, decay)`` (lambda_n = lam0/(1 + decay n)) becomes ``Schedule(value=lam0, kind="inverse_time",
-    rate=decay)``: the same numbers at every update index n, so torch runs and :func:`closedform.single_location.pgd`
+    rate=decay)``: the same numbers at every update index n, so torch runs and :func:`closedform.single_location.map`
     use the same lambda_n.
     """
     if isinstance(lam, LamSchedule):
@@ -521,8 +522,8 @@ def as_train_schedule(lam) -> Schedule:
     return Schedule(value=check_positive("lam", lam))
 
 
-def fig5_config(seeds, n_steps: int = 200_000, *, lam=None, alpha: float = 1e-3, batch_size: int = 5,
-                log_every: int = 500, eval_size: int = 1000, **kwargs) -> TrainConfig:
+def _fig5_config(seeds, n_steps: int = 200_000, *, lam=None, alpha: float = 1e-3, batch_size: int = 5,
+                 log_every: int = 500, eval_size: int = 1000, **kwargs) -> TrainConfig:
     """TrainConfig of the Fig. 5 protocol (spec single_location.md Sec. 8.4): online stochastic PGD, alpha = 1e-3,
     batch 5, lambda_n = 2/(1 + 1e-4 n), test MSE on 1 000 fixed samples logged every 500 steps.
 
@@ -532,3 +533,28 @@ def fig5_config(seeds, n_steps: int = 200_000, *, lam=None, alpha: float = 1e-3,
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=check_positive("alpha", alpha),
                        schedules={"lam": as_train_schedule(lam)}, eval_size=eval_size,
                        saveat=SaveAt(every=check_int("log_every", log_every, min_value=1)), **kwargs)
+
+
+#: The presets of :func:`config`: name -> factory.
+CONFIGS = {"fig5": _fig5_config}
+
+
+def config(name: str, *args, **kwargs) -> TrainConfig:
+    """TrainConfig of a named training protocol (a paper figure's setup or a preset).
+
+    Parameters
+    ----------
+    name : {"fig5"}
+        * ``"fig5"``: the Fig. 5 protocol (spec Sec. 8.4): online stochastic PGD, alpha = 1e-3, batch 5,
+          lambda_n = 2/(1 + 1e-4 n), test MSE on 1 000 fixed samples every 500 steps: ``config("fig5", seeds,
+          n_steps=200_000, *, lam=None, alpha=1e-3, batch_size=5, log_every=500, eval_size=1000,
+          **TrainConfig_fields)``; ``lam`` overrides the schedule (float, ``LamSchedule`` or ``Schedule``).
+    *args, **kwargs
+        The arguments of that protocol, as listed.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of the listed protocols.
+    """
+    return dispatch_config(CONFIGS, name, args, kwargs)

@@ -8,33 +8,33 @@ Reference: :data:`closedform.single_location.REFERENCE` (Marion, Berthier, Biau,
 
 Symbol table
 ------------
-================== =============== ================================================== ================ ==========
-code               paper symbol    meaning                                            shape            spec
-================== =============== ================================================== ================ ==========
-d, L, K            d, L, K         token dimension, tokens per sequence, locations    int              8.8
-gamma, noise       gamma, eps      informative-token std, output-noise std            float            1, 8.8
-k_star, v_star     k_i*, v_i*      oracle directions (jointly orthonormal)            (K, d)           8.8
-J                  J_1..J_K        latent locations (distinct, 0-based)               (n, K) int       8.8
-X, y               X, Y            tokens and output                                  (n, L, d), (n,)  1, 8.8
-lam                lambda          inverse temperature of the erf heads               float            2.3, 8.8
-k, v               k_h, v_h        erf heads' key / value directions (unit)           (S, H, d)        8.8
-z_reg              z_reg           register token (drawn once per seed, not trained)  (S, d)           8.7
-W_Q, W_K, W_V      W_Q^h ...       attention weights (d_head = d)                     (S, H, d, d)     8.7
-W_O                W_O^h           output projection (H > 1 only; identity for H = 1) (S, H, d, d)     8.7, 8.9
+================== =============== ================================================== ================= ==========
+code               paper symbol    meaning                                            shape             spec
+================== =============== ================================================== ================= ==========
+d, L, K            d, L, K         token dimension, tokens per sequence, locations    int               8.8
+gamma, noise       gamma, eps      informative-token std, output-noise std            float             1, 8.8
+k_star, v_star     k_i*, v_i*      oracle directions (jointly orthonormal)            (K, d)            8.8
+J                  J_1..J_K        latent locations (distinct, 0-based)               (n, K) int        8.8
+X, y               X, Y            tokens and output                                  (n, L, d), (n,)   1, 8.8
+lam                lambda          inverse temperature of the erf heads               float             2.3, 8.8
+k, v               k_h, v_h        erf heads' key / value directions (unit)           (S, H, d)         8.8
+z_reg              z_reg           register token (drawn once per seed, not trained)  (S, d)            8.7
+W_Q, W_K, W_V      W_Q^h ...       attention weights (d_head = d)                     (S, H, d, d)      8.7
+W_O                W_O^h           output projection (H > 1 only; identity for H = 1) (S, H, d, d)      8.7, 8.9
 W_1, b_1, W_2, b_2 W_1, b_1, ...   residual MLP (width d, ReLU)                       (S, d, d), (S, d) 8.7
-u                  u               read-out vector                                    (S, d)           8.7
-QK                 W_Q^h W_K^h^T   query-key matrix of head h                         (S, H, d, d)     8.7
-k_hat              k_hat_h         key-side top singular vector of QK_h               (S, H, d)        8.7
-v_hat              v_hat_h         W_V^h W_O^h u                                      (S, H, d)        8.7
-sv_ratio           sv_1 / sv_2     rank-one ratio of QK_h                             (S, H)           8.7
-kappa, nu, ...     kappa, nu, ...  order parameters (names of the closed form)        (S,)             4.1, 8.7
-================== =============== ================================================== ================ ==========
+u                  u               read-out vector                                    (S, d)            8.7
+QK                 W_Q^h W_K^h^T   query-key matrix of head h                         (S, H, d, d)      8.7
+k_hat              k_hat_h         key-side top singular vector of QK_h               (S, H, d)         8.7
+v_hat              v_hat_h         W_V^h W_O^h u                                      (S, H, d)         8.7
+sv_ratio           sv_1 / sv_2     rank-one ratio of QK_h                             (S, H)            8.7
+kappa, nu, ...     kappa, nu, ...  order parameters (names of the closed form)        (S,)              4.1, 8.7
+================== =============== ================================================== ================= ==========
 
 Logged variables (trainer probes + evaluation, the closed form's names where they exist):
 
 * erf heads, H = K = 1: ``kappa, nu, theta, eta, rho, distance_to_manifold`` (spec Sec. 4.1, 5.1) and
   ``risk`` (test MSE, eps^2 included), ``excess_risk`` (test MSE - eps^2), ``lam``; an overlay with
-  :func:`closedform.single_location.pgd` is then an ``xarray`` alignment.
+  :func:`closedform.single_location.map` is then an ``xarray`` alignment.
 * erf heads otherwise: ``kappa_<h>_<i> = k_h . k_i*`` and ``nu_<h>_<i> = v_h . v_i*`` (signed; spec Sec. 8.8 plots
   their absolute values), 0-based head h and location i; ``risk``, ``excess_risk``, ``lam``.
 * Transformer, H = K = 1: ``kappa = |k_hat . k*|``, ``nu = |v_hat . v*| / |v_hat|``, ``sv_ratio``; evaluation
@@ -75,9 +75,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from closedform.single_location import REFERENCE, TIME_UNIT, LocationTask, SingleLocation
+from closedform.single_location import REFERENCE, TIME_UNIT, LocationTask, SingleLocationTask
 from dynamics.random import as_generator
 from dynamics.validation import (
+    check_choice,
     check_finite_array,
     check_int,
     check_nonneg,
@@ -85,12 +86,14 @@ from dynamics.validation import (
 from empirical.train import per_seed
 
 __all__ = [
+    "KINDS",
     "REFERENCE",
     "TIME_UNIT",
     "MultiHeadErf",
-    "MultiLocation",
+    "MultiLocationTask",
     "TransformerLayer",
     "as_multi_location",
+    "build",
     "layer_norm",
     "random_oracle_directions",
     "sample_tokens",
@@ -101,7 +104,7 @@ LN_EPS = 1e-5
 
 
 @dataclass(frozen=True, kw_only=True)
-class MultiLocation(LocationTask):
+class MultiLocationTask(LocationTask):
     """The multiple-location regression task (spec single_location.md Sec. 8.8, paper Eq. (30)).
 
     Y = sum_{i=1}^K x_{J_i}.v_i* + xi with (J_1, ..., J_K) uniform over ordered K-tuples of distinct positions,
@@ -137,13 +140,13 @@ class MultiLocation(LocationTask):
         return self.K * self.gamma ** 2 + self.eps ** 2
 
 
-def as_multi_location(task) -> MultiLocation:
-    """``task`` as a :class:`MultiLocation` (a ``SingleLocation`` of spec Sec. 1 is the case K = 1, Sec. 8.8)."""
-    if isinstance(task, MultiLocation):
+def as_multi_location(task) -> MultiLocationTask:
+    """``task`` as a :class:`MultiLocationTask` (a ``SingleLocationTask`` of spec Sec. 1 is the case K = 1, Sec. 8.8)."""
+    if isinstance(task, MultiLocationTask):
         return task
-    if isinstance(task, SingleLocation):
-        return MultiLocation(d=task.d, L=task.L, K=1, gamma=task.gamma, noise=task.noise)
-    raise ValueError(f"task must be a MultiLocation or a closedform.single_location.SingleLocation; got "
+    if isinstance(task, SingleLocationTask):
+        return MultiLocationTask(d=task.d, L=task.L, K=1, gamma=task.gamma, noise=task.noise)
+    raise ValueError(f"task must be a MultiLocationTask or a closedform.single_location.SingleLocationTask; got "
                      f"{type(task).__name__}")
 
 
@@ -161,7 +164,7 @@ def random_oracle_directions(task, rng=None) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q[:, 0::2].T), np.ascontiguousarray(q[:, 1::2].T)
 
 
-def _check_oracle(task: MultiLocation, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
+def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
     """(k_star, v_star) as (K, d) float64 arrays; ValueError unless jointly orthonormal (spec Sec. 1, Sec. 8.8)."""
     out = []
     for name, a in (("k_star", k_star), ("v_star", v_star)):
@@ -288,7 +291,7 @@ class MultiHeadErf(_TaskModel):
 
     Parameters
     ----------
-    task : MultiLocation or SingleLocation
+    task : MultiLocationTask or SingleLocationTask
     k_star, v_star : (K, d) float64
         Jointly orthonormal oracle directions (:func:`random_oracle_directions`).
     n_heads : int >= 1
@@ -367,7 +370,7 @@ class TransformerLayer(_TaskModel):
 
     Parameters
     ----------
-    task : MultiLocation or SingleLocation
+    task : MultiLocationTask or SingleLocationTask
     k_star, v_star : (K, d) float64
         Jointly orthonormal oracle directions (used by the data law and the probes).
     n_heads : int >= 1
@@ -498,3 +501,23 @@ class TransformerLayer(_TaskModel):
         out = super().evaluate(params, batch, hyper)
         out.update(self._alignments(None, self.mlp_corrected_value_directions(params, batch["X"]), prefix_v="nu_mlp"))
         return out
+
+
+#: The models of :func:`build`: the one-layer Transformer (Sec. 8.7, 8.9) and the multi-head erf predictor (Sec. 8.8).
+KINDS = ("transformer", "multihead_erf")
+
+
+def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwargs):
+    """The torch model of ``task`` with oracle directions drawn by :func:`random_oracle_directions` from ``rng``.
+
+    ``task`` is a :class:`MultiLocationTask` or a ``closedform.single_location.SingleLocationTask`` (one location,
+    spec Sec. 8.7). ``kind="transformer"``: the one-layer Transformer with a register token, paper Eq. (29)
+    (:class:`TransformerLayer`); ``kind="multihead_erf"``: the multi-head erf predictor, paper Eq. (31)
+    (:class:`MultiHeadErf`; ``kwargs`` may hold ``lam_floor``). ``n_heads`` heads.
+    """
+    check_choice("kind", kind, KINDS)
+    # the paper uses 1 or K = 2 heads; 4096 keeps a typo from allocating H d x d matrices per seed
+    n_heads = check_int("n_heads", n_heads, min_value=1, max_value=4096)
+    k_star, v_star = random_oracle_directions(task, rng)
+    cls = TransformerLayer if kind == "transformer" else MultiHeadErf
+    return cls(task, k_star=k_star, v_star=v_star, n_heads=n_heads, **kwargs)
