@@ -370,6 +370,17 @@ def seed_check(name: str, value) -> None:
                             f"got {_show(value)}")
 
 
+def seeds_check(name: str, value) -> None:
+    """A non-empty sequence of integer seeds >= 0 (one per run)."""
+    sequence_check(name, value)
+    seeds = list(value)
+    if not seeds:
+        raise ValueError(f"{name} must hold at least one seed; got an empty {type(value).__name__}")
+    for i, s in enumerate(seeds):
+        if isinstance(s, bool | np.bool_) or not isinstance(s, numbers.Integral) or s < 0:
+            raise ValueError(f"{name} must be a sequence of integer seeds >= 0; got {_show(s)} at index {i}")
+
+
 #: Checks of the scalar annotations.
 def _bool_check(name, value):
     if value is not True and value is not False and not isinstance(value, np.bool_):
@@ -395,7 +406,8 @@ def _path_check(name, value):
         raise ArgumentTypeError(f"{name} must be a non-empty path (str or os.PathLike); got {_show(value)}")
 
 
-def _sequence_check(name, value):
+def sequence_check(name, value):
+    """A sequence (a tuple, a list, an array; not a string or a mapping)."""
     if value is None or isinstance(value, str | bytes | dict) or not isinstance(value, collections.abc.Iterable):
         raise ArgumentTypeError(f"{name} must be a tuple or list (a sequence); got {_show(value)}")
 
@@ -654,7 +666,7 @@ def _single_check(ann):
         return Instance(collections.abc.Mapping)
     if cls in (list, tuple, set, frozenset) or cls in (collections.abc.Sequence, collections.abc.Iterable,
                                                        collections.abc.Collection):
-        return _sequence_check
+        return sequence_check
     if issubclass(cls, os.PathLike) or cls is pathlib.PurePath or issubclass(cls, pathlib.PurePath):
         return _path_check
     if cls.__module__ == "collections.abc":

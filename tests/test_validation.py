@@ -221,3 +221,13 @@ def test_seed_check():
     for bad, exc in ((-1, ValueError), (1.5, TypeError), ("abc", TypeError), (None, TypeError), (True, TypeError)):
         with pytest.raises(exc, match="rng must be"):
             V.seed_check("rng", bad)
+
+
+def test_seeds_and_sequence_checks():
+    V.seeds_check("seeds", (0, 1, 2**40))
+    for bad in (None, "ab", (), (0, -1), (0, 1.5), 3):
+        with pytest.raises(ValueError, match="seeds must"):
+            V.seeds_check("seeds", bad)
+    V.sequence_check("xs", [1, 2])
+    with pytest.raises(TypeError, match="xs must be a tuple or list"):
+        V.sequence_check("xs", {"a": 1})
