@@ -76,17 +76,17 @@ VALID_VALUES = {
     ("closedform.special.zeta", "t"): {"inf"},  # zeta(+-inf, g) = 1, the limit (tests/test_special.py)
     ("closedform.special.owens_t", "h"): {"inf"},  # T(+-inf, a) = 0
     ("dynamics.compare.t_quantile", "df"): {"inf"},  # the normal limit, documented
-    ("figures.registry.gap_rows", "atol"): {"zero"},
-    ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},
+    ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
+    ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},  # the saturation limit (saturation_dz)
     # nearest_neighbor: H is the embedded prompt array (any real entries), not a number of heads
     **{(f"closedform.nearest_neighbor.{f}", "H"): {"zero", "negative"} for f in (
         "attention", "forward", "full_loss", "full_gradient")},
     # icl_regression: sigma2 = 0 is the noise-free task (spec Sec. 1)
     **{(f"closedform.icl_regression.{f}", "sigma2"): {"zero"} for f in (
-        "ICLRegressionTask", "flow", "gd", "bayes_risk_asymptotic")},  # the saturation limit (saturation_dz)
+        "ICLRegressionTask", "flow", "map", "bayes_risk_asymptotic")},
     # scan_snap: n is a class index (0 = the first class), not a size
     **{(f"closedform.scan_snap.{f}", "n"): {"zero"} for f in (
-        "measure_transition", "relative_gain", "dominant_token", "saturation_dz", "theorem3_dz")},  # an absolute allowance (not a solver tolerance): 0 = none
+        "measure_transition", "relative_gain", "dominant_token", "saturation_dz", "theorem3_dz")},
     # a seed is not a size: numpy takes any integer >= 0 as a seed
     ("*", "seed"): {"huge"}, ("*", "seeds"): {"huge"}, ("*", "rng"): {"huge"}, ("*", "seed_or_rng"): {"huge"},
 }
