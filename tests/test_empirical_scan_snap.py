@@ -21,6 +21,7 @@ import scipy.stats
 import torch
 
 from closedform import scan_snap as cf
+from dynamics import overlay
 from dynamics.saveat import SaveAt
 from empirical.models import scan_snap as ssm
 from empirical.seeding import stream_generators
@@ -284,6 +285,30 @@ def test_short_run_follows_theorem2_and_the_map(syn_small_run):
     # Overlay with the momentum map (Sec. 4.3): within 0.06 in entropy at T = 128, bs = 128 (spec Sec. 6 item 8:
     # bias -0.042 +- 0.011 at steps 48-100; smaller at step 20).
     assert np.max(np.abs(H.mean(0) - ref.H_mean.values[0])) < 0.06
+
+
+def test_overlay_starts_the_map_from_the_learned_z(syn_small_run):
+    """``dynamics.overlay`` with the array state ``z``: the map runs from each seed's step-0 logits (here Z = 0, so
+    every seed's theory is the zero-init map computed independently in the fixture) on the learned save points."""
+    classes, task, tr, ref = syn_small_run
+    n = tr.sizes["trajectory"]
+    starts = []
+
+    def theory(state0, at):
+        starts.append(state0)
+        return cf.map(task, int(at[-1]), momentum=0.9, Z0=state0.reshape(n, classes.Q, classes.Lc),
+                      saveat=SaveAt(steps=at))
+
+    aligned, learned = overlay(theory, tr, state_variables=("z",))
+    assert starts[0].shape == (n, classes.Q * classes.Lc)
+    np.testing.assert_array_equal(starts[0], tr.z.values[:, 0].reshape(n, -1))
+    assert aligned.z.dims == learned.z.dims
+    np.testing.assert_array_equal(aligned.trajectory.values, learned.trajectory.values)
+    for s in range(n):  # same start, same map: the fixture's reference to rounding of the batched kernel
+        np.testing.assert_allclose(aligned.z.values[s], ref.z.values[0], rtol=0, atol=1e-14)
+    # the aligned pair subtracts as it is (same dims and coordinates); SGD scatters around the map (spec Sec. 6)
+    gap = np.abs((learned.z - aligned.z).values[:, -1]).max()
+    assert 0 < gap < 0.5
 
 
 def test_alpha_and_decoder_confidence_grow(syn_small_run):
