@@ -56,10 +56,13 @@ def _torch():
 
 
 def _Z_of(traj, classes) -> np.ndarray:
-    """Z rows (trajectory, time, Q, Lc) from the logged z_{m}_{l} variables (closed form or torch)."""
-    v = traj.variables  # plain Variables: a DataArray per name costs ~ms with hundreds of variables
-    return np.stack([np.stack([v[f"z_{m}_{l}"].values for l in range(classes.Lc)], axis=-1)
-                     for m in range(classes.Q)], axis=-2)
+    """Z rows (trajectory, time, Q, Lc) from the logged array variable ``z`` (dims query, token; closed form or
+    torch)."""
+    z = traj["z"].transpose("trajectory", "time", "query", "token")
+    if z.shape[2:] != (classes.Q, classes.Lc):
+        raise ValueError(f"z has (query, token) sizes {z.shape[2:]}; the classes have (Q, Lc) = "
+                         f"{(classes.Q, classes.Lc)}")
+    return z.values
 
 
 def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0, probe_z=True, saveat=None):
