@@ -97,7 +97,8 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     if bad.size:
         seed, col = bad[0]
         var = state_variables[owner[col]]
-        where = "" if blocks[owner[col]].shape[1] == 1 else f" (component {col - np.flatnonzero(owner == owner[col])[0]})"
+        first = int(np.flatnonzero(owner == owner[col])[0])  # the variable's first state column
+        where = "" if blocks[owner[col]].shape[1] == 1 else f" (component {col - first})"
         raise ValueError(f"the learned step-0 value of {var!r}{where} is not finite for trajectory {seed}")
     at = learned[on].values.copy()
     theory = theory_fn(state0, at)
