@@ -406,7 +406,8 @@ def test_text_corpus_and_transformer(tmp_path):
         "heldout", bptt=12)[:8]), vocab_size=corpus.vocab_size, d_model=16, d_ff=16, map_rows=3)
     tr = train(model, ssm.config("text", model, 0.5, (0, 1), n_epochs=2, saveat=SaveAt(every=5)), device="cpu")
     # causal attention rows sum to one; row 0 attends only to key 0
-    a = np.array([[tr[f"attn_{i}_{j}"].values for j in range(3)] for i in range(3)])  # (i, j, seed, time)
+    assert tr.attn.dims == ("trajectory", "time", "query", "key")
+    a = tr.attn.transpose("query", "key", "trajectory", "time").values  # (i, j, seed, time)
     np.testing.assert_allclose(a[0, 0], 1.0)
     assert np.all(a[0, 1:] == 0)
     loss = tr.heldout_loss.values

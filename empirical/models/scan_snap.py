@@ -391,7 +391,8 @@ class TextTransformer:
     No dropout (module Notes); gradient clipping to total norm ``clip`` per seed (default 0.5, Sec. 5.5; None: off). Data: chunks of ``bptt + 1`` token ids (inputs and shifted targets) of a
     :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks (``config("text")``). Probe ``entropy``:
     average attention entropy (Sec. 5.5) on the held-out chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also
-    the attention map of held-out sequence 0 as ``attn_{i}_{j}`` (Fig. 7).
+    the attention map of held-out sequence 0 as ONE array probe ``attn`` of dims (query, key) = positions 0 ..
+    map_rows - 1 (Fig. 7; :attr:`probe_dims`).
     """
 
     train_chunks: torch.Tensor
@@ -404,6 +405,11 @@ class TextTransformer:
 
     name = "scan_snap_text"
     time_unit = "step"
+
+    @property
+    def probe_dims(self) -> dict[str, tuple[str, ...]]:
+        """``attn`` (query, key) when ``map_rows`` > 0 (the :mod:`empirical.train` array-probe protocol)."""
+        return {"attn": ("query", "key")} if self.map_rows else {}
 
     def __post_init__(self):
         for nm in ("train_chunks", "heldout"):
@@ -517,9 +523,8 @@ class TextTransformer:
         tgt = tok[..., 1:]
         logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
         out = {"entropy": attention_entropy(a), "heldout_loss": -logp.mean(dim=(-1, -2))}
-        for i in range(self.map_rows):
-            for j in range(self.map_rows):
-                out[f"attn_{i}_{j}"] = a[:, 0, i, j]
+        if self.map_rows:
+            out["attn"] = a[:, 0, :self.map_rows, :self.map_rows]
         return out
 
 
