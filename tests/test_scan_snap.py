@@ -592,5 +592,5 @@ def test_array_variables_carry_named_coordinates():
     assert float(tr.c.sel({"class": 1, "token": 25}).values[0, -1]) == float(tr.c.values[0, -1, 1, 25])
     assert tr.Y.dims[-2:] == ("token", "column") and tr.H.dims[-1] == "class"
     # the state z (query m, token l): labels select the kernel's row-major slot m*Lc + l (Sec. 4.1 layout)
-    assert tr.z.dims == ("trajectory", "time", "query", "token") and list(tr.query.values) == [0, 1]
+    assert tr.z.dims == ("trajectory", "time", "query", "token") and list(tr["query"].values) == [0, 1]
     assert float(tr.z.sel(query=1, token=25).values[0, -1]) == float(tr.z.values[0, -1].ravel()[1 * 30 + 25])
