@@ -580,29 +580,30 @@ def _diagnostic_vars(classes, lay, Y, Z):
 
 
 def _finish(traj, classes, lay, *, has_Y=True):
-    """Compact Trajectory: state variables z_{m}_{l}; ``Y`` (token, column) and the Sec. 4.6 diagnostics as
-    multi-dimensional variables (dims trajectory, time, class, token). Provenance attributes are the engine's."""
+    """Compact Trajectory: ONE state variable ``z`` (trajectory, time, query, token) holding the logits z_{ml};
+    ``Y`` (token, column) and the Sec. 4.6 diagnostics as multi-dimensional variables (class, token). Every dim
+    has a coordinate: ``query`` m, ``class`` n and ``token`` l are the spec's 0-based ids (Sec. 0.1), ``column``
+    the output labels of :func:`_layout`. Provenance attributes are the engine's."""
     from dynamics import Trajectory
 
     X = traj.states()  # the engine ran with the whole state as one array variable (names="state")
     Lc, Q = classes.Lc, classes.Q
     nY = Lc * len(lay.mult) if has_Y else 0
     base = ("trajectory", "time")
-    names = [f"z_{m}_{l}" for m in range(Q) for l in range(Lc)]
-    data = {name: (base, X[..., nY + i]) for i, name in enumerate(names)}
-    Z = X[..., nY:nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))
+    Z = X[..., nY:nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))  # row-major z_{ml} at m*Lc + l (kernel layout)
     Y = X[..., :nY].reshape(X.shape[:-1] + (Lc, len(lay.mult))) if has_Y else None
+    data = {"z": (base + ("query", "token"), Z)}
     for name, (dims, arr) in _diagnostic_vars(classes, lay, Y, Z).items():
         data[name] = (base + dims, arr)
     coords = {c: traj.coords[c] for c in ("time", "step", "trajectory")}
-    # named coordinates of the array variables: class n and contextual token l are the spec's 0-based ids (Sec. 0.1)
+    coords["query"] = ("query", np.arange(Q))
     coords["class"] = ("class", np.arange(classes.K))
     coords["token"] = ("token", np.arange(Lc))
     if has_Y:
         data["Y"] = (base + ("token", "column"), Y)
         coords["column"] = ("column", list(lay.labels))
     attrs = {**{k: v for k, v in traj.attrs.items() if k not in ("state_names", "state_layout")},
-             "state_names": ",".join(names), "state_layout": "components"}
+             "state_names": "z", "state_layout": "array"}
     return Trajectory(data, coords=coords, attrs=attrs)
 
 
@@ -641,7 +642,8 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
 
     Returns
     -------
-    Trajectory with state variables ``z_{m}_{l}`` (the Z rows); ``Y`` (token, column), columns labelled by output
+    Trajectory with the state variable ``z`` (trajectory, time, query, token): the logits z_{ml} of the Z rows,
+    coordinates ``query`` = m and ``token`` = l; ``Y`` (token, column), columns labelled by output
     index, or ``t{n}`` (target of class n) and ``rest`` when lumped; diagnostics ``c`` (class, token), ``H``
     (class), ``H_mean``, ``alpha_tgt``, ``gamma_hat``, ``loss`` (class). Raises ``dynamics.DivergenceError`` on a
     non-finite state.
@@ -651,7 +653,7 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
     classes = task.classes
     lay = _layout(classes, lumped)
     y0, params, rates = _batched_params(task, lay, _initial_state(classes, lay, Y0, Z0), eta_Y=eta_Y, eta_Z=eta_Z)
-    # names="state": one array variable inside the engine (thousands of components); _finish names them
+    # names="state": one array variable inside the engine (thousands of components); _finish shapes it into z
     traj = integrate(_k.exact_rhs, y0, tuple(t_span), params=params,
                      solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
                      attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
@@ -707,7 +709,7 @@ def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_
 
     Returns
     -------
-    Trajectory with ``z_{m}_{l}`` and the diagnostics ``c``, ``H``, ``H_mean``.
+    Trajectory with ``z`` (query, token) and the diagnostics ``c`` (class, token), ``H`` (class), ``H_mean``.
     """
     from dynamics import integrate
 
@@ -880,6 +882,7 @@ def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.nd
 
 
 def _need_distinct(classes, n, what):
+    check_int("n", n, min_value=0, max_value=classes.K - 1)
     dt = classes.distinct_tokens(n)
     if dt.size == 0:
         raise ValueError(f"class n={n} has no distinct token, which {what} needs (spec Sec. 1.2, G_DT(n) empty)")
@@ -1042,3 +1045,26 @@ def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
     tt = transition_time(task)
     return {"t0": float(tt.t0), "t0_omega1": float(tt.t0_omega1), "t0p": float(tt.t0p), "omega1": float(tt.omega1),
             "t_peak": float(tt.t_peak), "t_half": float(tt.t_half)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task and class
+# objects, int, float, bool), these specs by parameter name, then each function's own checks
+
+from dynamics import SaveAt as _SaveAt  # noqa: E402
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_REALS = _V.Range(array=True)
+_TIMES = _V.Range(array=True, ge=0)
+_MATRICES = _V.Array(ndim=tuple(range(2, 33)))  # (..., rows, columns)
+_INDEX = _V.Range(integer=True, ge=0)
+_V.validate_module(
+    globals(),
+    Y=_MATRICES, Z=_MATRICES, Y0=_MATRICES, Z0=_MATRICES, t=_TIMES, tau=_TIMES, s=_REALS, z=_REALS, z0=_REALS,
+    dz_l0=_V.Range(array=True, ge=0, finite=False), f_l0_0=_REALS, B=_REALS, n=_INDEX, l=_INDEX, l2=_INDEX,
+    context=_V.Array(ndim=1, dtype="int"), momentum=_V.Range(array=True, ge=0, lt=1),
+    t_span=_V.Array(shape=(2,)), saveat=_V.Instance(_SaveAt), rng=_V.seed_check,
+    n_steps=_V.Range(integer=True, ge=1), M=_V.Range(integer=True, ge=1), K=_V.Range(integer=True, ge=1),
+    eta_Y=_V.Range(array=True, gt=0), eta_Z=_V.Range(array=True, gt=0), n_grid=_V.Range(integer=True, ge=2),
+    t_max=_V.Range(gt=0),
+)

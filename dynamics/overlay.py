@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import xarray as xr
 
+from dynamics.validation import validate_module
+
 __all__ = ["overlay"]
 
 _ON = ("step", "time")
@@ -39,15 +41,19 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     Parameters
     ----------
     theory_fn : callable ``(state0, at) -> Trajectory``
-        Runs the reduced dynamics. ``state0`` is a float64 array ``(n_seeds, len(state_variables))`` (the learned
-        order parameters at step 0, in the order of ``state_variables``); ``at`` holds the learned run's save
+        Runs the reduced dynamics. ``state0`` is a float64 array ``(n_seeds, n_components)``: the learned order
+        parameters at step 0, in the order of ``state_variables``, a scalar variable giving one column and an array
+        variable (extra dims beyond ``trajectory``, ``time``, e.g. ``z`` of dims (query, token)) its values
+        flattened in C order over its own dims as stored (so ``state0.reshape(n_seeds, Q, Lc)`` recovers that
+        ``z`` when it is the only state variable); ``at`` holds the learned run's save
         points on the axis ``on`` (integer steps, or times). It must return a Trajectory with one trajectory per
         row of ``state0`` that contains every point of ``at`` (e.g. ``SaveAt(steps=at)`` for a map, or
         ``SaveAt(ts=at)`` for a flow).
     learned : Trajectory
         The learned run, seeds along ``trajectory``; its first save point must be step 0.
     state_variables : sequence of str
-        The learned variables that form the reduced state, e.g. ``("kappa", "nu", "theta", "eta", "rho")``.
+        The learned variables that form the reduced state, e.g. ``("kappa", "nu", "theta", "eta", "rho")``, or
+        one array variable such as ``("z",)``.
     on : ``"step"`` or ``"time"``
         The coordinate on which the two runs are matched: update counts (exact), or the model's time axis
         (matched to a relative 1e-12, i.e. to the rounding of the time grids).
@@ -82,14 +88,18 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
         first = None if steps.size == 0 else int(steps[0])
         raise ValueError(f"the learned run's first save point is step {first}, not 0: the overlay starts the reduced "
                          "dynamics from the learned order parameters at step 0, so the run must save step 0")
-    state0 = np.stack([np.asarray(learned[v].isel(time=0).values, dtype=np.float64) for v in state_variables],
-                      axis=-1)
-    if state0.ndim != 2:
-        raise ValueError(f"state_variables must be scalar per seed and save point; got a state of shape {state0.shape}")
+    n_seeds = learned.sizes["trajectory"]
+    blocks = [np.asarray(learned[v].isel(time=0).transpose("trajectory", ...).values,
+                         dtype=np.float64).reshape(n_seeds, -1) for v in state_variables]
+    state0 = np.concatenate(blocks, axis=-1)
+    owner = np.repeat(np.arange(len(blocks)), [b.shape[1] for b in blocks])  # state column -> variable index
     bad = np.argwhere(~np.isfinite(state0))
     if bad.size:
-        seed, var = bad[0]
-        raise ValueError(f"the learned step-0 value of {state_variables[var]!r} is not finite for trajectory {seed}")
+        seed, col = bad[0]
+        var = state_variables[owner[col]]
+        first = int(np.flatnonzero(owner == owner[col])[0])  # the variable's first state column
+        where = "" if blocks[owner[col]].shape[1] == 1 else f" (component {col - first})"
+        raise ValueError(f"the learned step-0 value of {var!r}{where} is not finite for trajectory {seed}")
     at = learned[on].values.copy()
     theory = theory_fn(state0, at)
     theory = _as_run("theory_fn's result", theory)
@@ -119,3 +129,6 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     aligned = aligned.assign_coords(time=learned["time"].values, step=("time", steps),
                                     trajectory=learned["trajectory"].values)
     return aligned, learned
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

@@ -41,7 +41,7 @@ Required:
     ``hyper`` maps each name of ``config.schedules`` to its float value at the current step (e.g. ``{"lam": 1.9}``).
 ``probes(params) -> dict[str, Tensor]``
     Order parameters ``(S,)`` computed from the weights with the spec's definitions (e.g. ``kappa``, ``nu``), named
-    exactly as in the closed form.
+    exactly as in the closed form. A probe named in ``probe_dims`` is an array per seed, ``(S, *shape)`` (below).
 
 Optional:
 
@@ -63,6 +63,15 @@ Optional:
 ``evaluate(params, batch, hyper) -> dict[str, Tensor]``
     Metrics ``(S,)`` on the fixed evaluation batch; default ``{"loss": loss(params, batch, hyper)}``. Use it to log
     the quantity under the closed form's name (e.g. ``{"risk": mse - eps**2}``).
+``probe_dims: Mapping[str, tuple[str, ...]]`` and ``probe_coords: Mapping[str, Sequence]``
+    Array probes. ``probe_dims[name]`` names the extra dims of probe ``name``, which must then be a tensor
+    ``(S, *shape)`` with ``len(shape) == len(probe_dims[name])`` (e.g. ``{"z": ("query", "token")}`` for a
+    ``(S, Q, Lc)`` matrix of logits); every other probe and every evaluation metric stays ``(S,)``. The output
+    stores each array probe as ONE variable of dims ``(trajectory, time, *probe_dims[name])``, the closed form's
+    layout, so the two align and subtract as they are. ``probe_coords[dim]`` labels a dim (length = its size); a
+    dim without an entry gets ``0 .. size - 1`` (the spec's 0-based ids). Probes sharing a dim name must agree on
+    its size. Checkpoints store the records as ``(S, n_logged, *shape)``; the shape of a probe may not change
+    during a run.
 ``time_of_step(step: ndarray) -> ndarray`` and ``time_unit: str``
     The model's time axis; default ``time = step``, unit ``"step"``.
 ``spec``
@@ -97,7 +106,7 @@ that is a positive multiple of ``K`` and at the last step. It is a state dict (l
      "step": int, "params": {name: Tensor}, "optimizer": optimizer.state_dict(),
      "block": {"index": int, "states": [generator state at the start of the current data block, per seed;
                                         empty for counter streams, which need only the index]},
-     "records": {"steps": Tensor[int64], "values": {name: Tensor (S, n_logged)}}}
+     "records": {"steps": Tensor[int64], "values": {name: Tensor (S, n_logged, *probe shape)}}}
 
 ``train(..., resume=True)`` loads it, refuses another configuration (naming the differing field, e.g.
 ``config.lr.value``), restores parameters, optimiser and generator states (re-drawing the current data block from
@@ -401,6 +410,24 @@ class TorchModel(Protocol):
     def probes(self, params: Tensors) -> Tensors: ...
 
 
+def _probe_dims(model) -> dict[str, tuple[str, ...]]:
+    """The model's ``probe_dims`` (module docstring) as ``{name: tuple of dim names}``, checked."""
+    raw = getattr(model, "probe_dims", None) or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{model.name}.probe_dims must be a mapping probe name -> tuple of dim names; got "
+                         f"{type(raw).__name__}")
+    out = {}
+    for name, dims in raw.items():
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        if not dims or not all(isinstance(d, str) and d for d in dims) or len(set(dims)) != len(dims):
+            raise ValueError(f"{model.name}.probe_dims[{name!r}] must be a non-empty tuple of distinct dim names; "
+                             f"got {raw[name]!r}")
+        if set(dims) & {"trajectory", "time"}:
+            raise ValueError(f"{model.name}.probe_dims[{name!r}] may not reuse the dims 'trajectory' or 'time'")
+        out[str(name)] = dims
+    return out
+
+
 def per_seed(generators: Sequence[torch.Generator], draw: Callable[[torch.Generator], Tensors]) -> Tensors:
     """Call ``draw(g)`` for each seed's generator and stack the returned dicts along a new leading seed axis.
 
@@ -448,7 +475,8 @@ def train(model: TorchModel, config: TrainConfig, *, device: str | torch.device 
     -------
     Trajectory
         Dims ``(trajectory, time)``, coordinate ``trajectory`` = the seeds, ``step`` = the logged steps, ``time`` =
-        ``model.time_of_step(step)``; one variable per probe and evaluation metric; attrs ``model``, ``source =
+        ``model.time_of_step(step)``; one variable per probe and evaluation metric (an array probe with its
+        ``probe_dims`` and their coordinates; ``state_names`` lists the scalar ones); attrs ``model``, ``source =
         "torch"``, ``device``, ``dtype``, ``seeds``, ``config_json``, ``spec_json`` (if the model has a ``spec``),
         ``time_unit``.
 
@@ -514,6 +542,7 @@ class _Run:
                 raise ValueError(f"sphere_params names {name!r}, which is not a parameter of {model.name!r}; "
                                  f"parameters: {sorted(self.params)}")
         self.project = getattr(model, "project", None)
+        self.probe_dims = _probe_dims(model)
         self.optimizer, self.lr_scales = self._optimizer()
         self.schedules = tuple(config.schedules)
         self.eval_batch = self._sample("eval", config.eval_size) if config.eval_size else None
@@ -554,7 +583,8 @@ class _Run:
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{self.model.name}: {what} must be a torch.Tensor; got {type(t).__name__}")
         if t.ndim < 1 or t.shape[0] != self.S or (ndim is not None and t.ndim != ndim):
-            want = f"({self.S},)" if ndim == 1 else f"({self.S}, ...)"
+            want = (f"({self.S},)" if ndim == 1 else f"({self.S}, ...)" if ndim is None
+                    else f"({self.S}, <{ndim - 1} dims of probe_dims>)")
             raise ValueError(f"{self.model.name}: {what} must have shape {want} (leading seed axis); "
                              f"got {tuple(t.shape)}")
         dtype_ok = t.dtype.is_floating_point if any_float else t.dtype == self.dtype
@@ -654,7 +684,11 @@ class _Run:
         if self.records and list(values) != list(self.records):
             raise ValueError(f"{self.model.name}: logged names changed from {list(self.records)} to {list(values)}")
         for name, v in values.items():
-            self._check_seed_tensor(f"logged value {name!r}", v, ndim=1, any_float=True)
+            self._check_seed_tensor(f"logged value {name!r}", v, ndim=1 + len(self.probe_dims.get(name, ())),
+                                    any_float=True)
+            if self.records.get(name) and self.records[name][0].shape != v.shape:
+                raise ValueError(f"{self.model.name}: logged value {name!r} changed shape from "
+                                 f"{tuple(self.records[name][0].shape)} to {tuple(v.shape)}")
             self._check_finite(v, step, name)
             self.records.setdefault(name, []).append(v.detach().clone())
         self.rec_steps.append(step)
@@ -771,8 +805,8 @@ class _Run:
 
     def trajectory(self) -> Trajectory:
         steps = np.asarray(self.rec_steps, dtype=np.int64)
-        names = list(self.records)
-        Y = np.stack([torch.stack(self.records[k], dim=1).cpu().numpy() for k in names], axis=-1)
+        values = {k: torch.stack(v, dim=1).cpu().numpy() for k, v in self.records.items()}  # (S, n_logged, ...)
+        names = [k for k in values if k not in self.probe_dims]
         c, model = self.config, self.model
         attrs = {
             "model": model.name,
@@ -786,5 +820,29 @@ class _Run:
         spec = getattr(model, "spec", None)
         if spec is not None:
             attrs["spec"] = spec
-        return Trajectory.from_arrays(Y, names=names, time=self._time(steps), step=steps, attrs=attrs,
-                                      trajectory=np.asarray(c.seeds, dtype=np.int64))
+        seeds = np.asarray(c.seeds, dtype=np.int64)
+        if names:
+            Y = np.stack([values[k] for k in names], axis=-1)
+            traj = Trajectory.from_arrays(Y, names=names, time=self._time(steps), step=steps, attrs=attrs,
+                                          trajectory=seeds)
+        else:  # array probes only: no scalar state
+            traj = Trajectory.from_arrays(np.zeros((self.S, steps.size, 0)), names=[], time=self._time(steps),
+                                          step=steps, attrs=attrs, trajectory=seeds)
+        arrays = {k: v for k, v in values.items() if k in self.probe_dims}
+        if not arrays:
+            return traj
+        labels = dict(getattr(model, "probe_coords", None) or {})
+        coords, data = {}, {}
+        for name, v in arrays.items():
+            dims = tuple(self.probe_dims[name])
+            for dim, size in zip(dims, v.shape[2:]):
+                if dim in coords and len(coords[dim]) != size:
+                    raise ValueError(f"{model.name}: dim {dim!r} has size {len(coords[dim])} in one probe and "
+                                     f"{size} in {name!r}")
+                lab = np.asarray(labels[dim]) if dim in labels else np.arange(size)
+                if lab.shape != (size,):
+                    raise ValueError(f"{model.name}: probe_coords[{dim!r}] must have {size} labels (the size of "
+                                     f"{name!r} along it); got shape {lab.shape}")
+                coords[dim] = lab
+            data[name] = (("trajectory", "time") + dims, v)
+        return traj.assign(data).assign_coords({d: (d, lab) for d, lab in coords.items()})

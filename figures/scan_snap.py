@@ -56,10 +56,13 @@ def _torch():
 
 
 def _Z_of(traj, classes) -> np.ndarray:
-    """Z rows (trajectory, time, Q, Lc) from the logged z_{m}_{l} variables (closed form or torch)."""
-    v = traj.variables  # plain Variables: a DataArray per name costs ~ms with hundreds of variables
-    return np.stack([np.stack([v[f"z_{m}_{l}"].values for l in range(classes.Lc)], axis=-1)
-                     for m in range(classes.Q)], axis=-2)
+    """Z rows (trajectory, time, Q, Lc) from the logged array variable ``z`` (dims query, token; closed form or
+    torch)."""
+    z = traj["z"].transpose("trajectory", "time", "query", "token")
+    if z.shape[2:] != (classes.Q, classes.Lc):
+        raise ValueError(f"z has (query, token) sizes {z.shape[2:]}; the classes have (Q, Lc) = "
+                         f"{(classes.Q, classes.Lc)}")
+    return z.values
 
 
 def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0, probe_z=True, saveat=None):
@@ -780,7 +783,6 @@ def data_fig10(cfg) -> xr.Dataset:
     ho = torch.tensor(corpus.chunks("heldout", bptt=bptt)[: int(p["n_heldout"])])
     model = ssm.TextTransformer(train_chunks=tr_chunks, heldout=ho, vocab_size=corpus.vocab_size,
                                 d_model=int(p["d"]), d_ff=int(p["d"]), map_rows=int(p["map_rows"]))
-    rows = int(p["map_rows"])
     seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + int(p["n_seeds"])))
     ent, loss, maps = [], [], []
     steps = None
@@ -791,9 +793,8 @@ def data_fig10(cfg) -> xr.Dataset:
         steps = tr.step.values
         ent.append(tr.entropy.values)
         loss.append(tr.heldout_loss.values)
-        v = tr.variables
-        maps.append(np.array([[v[f"attn_{i}_{j}"].values[0] for j in range(rows)] for i in range(rows)]))
-    attn = np.moveaxis(maps[-1], -1, 0)  # (step, query, key), last eta, first seed
+        maps.append(tr.attn.transpose("trajectory", "time", "query", "key").values[0])  # (step, query, key)
+    attn = maps[-1]  # last eta, first seed
     return xr.Dataset({"entropy": (("eta", "seed", "step"), np.array(ent)),
                        "heldout_loss": (("eta", "seed", "step"), np.array(loss)),
                        "attn_map": (("step", "query", "key"), attn)},

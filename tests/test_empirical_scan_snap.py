@@ -21,6 +21,7 @@ import scipy.stats
 import torch
 
 from closedform import scan_snap as cf
+from dynamics import overlay
 from dynamics.saveat import SaveAt
 from empirical.models import scan_snap as ssm
 from empirical.seeding import stream_generators
@@ -170,7 +171,7 @@ def test_full_model_short_run_learns_the_decoder():
     seeds = tuple(range(8))
     model = ssm.ScanSnapTorch(classes=classes, T=64, parametrisation="full", d=48, probe_z=False)
     tr = train(model, ssm.config("sgd", model, task, seeds, n_steps=20, saveat=SaveAt(steps=(0, 20))), device="cpu")
-    a = tr.alpha_tgt_0.values
+    a = tr.alpha_tgt.sel({"class": 0}).values
     assert np.all(a[:, 0] < 0.05) and np.all(a[:, -1] > 0.5), "decoder confidence grows (spec Sec. 2.3)"
     # The cubic parametrisation moves Z only through the small W_Q, W_K (Z = U W_Q W_K^T U^T / sqrt(d)), so its
     # attention entropy moves much less than that of the free Y/Z model at the same learning rate and seeds. Test:
@@ -250,15 +251,22 @@ def test_short_run_follows_theorem2_and_the_map(syn_small_run):
     # Step 0 and 1 from zero init: Z does not move in the first update (grad_Z = 0 at Y = 0, Sec. 4.2).
     for s in (0, 1):
         np.testing.assert_array_equal(tr.H_mean.values[:, s], ref.H_mean.values[0, s])
+    # The torch probe z is one variable with the closed form's dims and coordinates (issue 16), so the two align
+    # with xarray: at steps 0 and 1 (Z = 0 exactly, Sec. 4.2) the difference is exactly zero for every seed.
+    assert tr.z.dims == ref.z.dims == ("trajectory", "time", "query", "token")
+    for dim in ("query", "token", "class"):
+        np.testing.assert_array_equal(tr[dim].values, ref[dim].values)
+    diff = tr.z.isel(time=[0, 1]) - ref.z.isel(trajectory=0, time=[0, 1])
+    assert diff.dims == ("trajectory", "time", "query", "token") and np.all(diff.values == 0)
+    np.testing.assert_array_equal(tr.H.isel(time=[0, 1]).values, np.broadcast_to(ref.H.values[:, :2], (3, 2, 2)))
     signs = cf.theorem2_signs(classes)
-    z = np.array([[tr[f"z_{m}_{l}"].values[:, -1] for l in range(classes.Lc)] for m in range(classes.Q)])
-    z = z.transpose(2, 0, 1)  # (seed, m, l)
+    z = tr.z.values[:, -1]  # (seed, m, l)
     for m in range(classes.Q):
         dist = signs[m] == 1
         # Syn-Small has 10 common tokens and 2 queries: Theorem 2(b)/Cor. 2 are silent (NaN), but spec Sec. 5.2
         # reports (and the map shows) that common tokens lose attention.
         comm = np.isin(np.arange(classes.Lc), classes.common_tokens())
-        z_map = np.array([ref[f"z_{m}_{l}"].values[0, -1] for l in range(classes.Lc)])
+        z_map = ref.z.sel(query=m).values[0, -1]
         # Theorem 2 is a population statement; a single SGD run at T = 128, bs = 128 scatters z by ~0.05 around the
         # map (batch noise + finite-T bias, spec Sec. 6 item 8), so the sign of the 3-seed mean is tested where the
         # map's |z| exceeds 0.1 (6 distinct and all 10 common tokens per query).
@@ -279,9 +287,33 @@ def test_short_run_follows_theorem2_and_the_map(syn_small_run):
     assert np.max(np.abs(H.mean(0) - ref.H_mean.values[0])) < 0.06
 
 
+def test_overlay_starts_the_map_from_the_learned_z(syn_small_run):
+    """``dynamics.overlay`` with the array state ``z``: the map runs from each seed's step-0 logits (here Z = 0, so
+    every seed's theory is the zero-init map computed independently in the fixture) on the learned save points."""
+    classes, task, tr, ref = syn_small_run
+    n = tr.sizes["trajectory"]
+    starts = []
+
+    def theory(state0, at):
+        starts.append(state0)
+        return cf.map(task, int(at[-1]), momentum=0.9, Z0=state0.reshape(n, classes.Q, classes.Lc),
+                      saveat=SaveAt(steps=at))
+
+    aligned, learned = overlay(theory, tr, state_variables=("z",))
+    assert starts[0].shape == (n, classes.Q * classes.Lc)
+    np.testing.assert_array_equal(starts[0], tr.z.values[:, 0].reshape(n, -1))
+    assert aligned.z.dims == learned.z.dims
+    np.testing.assert_array_equal(aligned.trajectory.values, learned.trajectory.values)
+    for s in range(n):  # same start, same map: the fixture's reference to rounding of the batched kernel
+        np.testing.assert_allclose(aligned.z.values[s], ref.z.values[0], rtol=0, atol=1e-14)
+    # the aligned pair subtracts as it is (same dims and coordinates); SGD scatters around the map (spec Sec. 6)
+    gap = np.abs((learned.z - aligned.z).values[:, -1]).max()
+    assert 0 < gap < 0.5
+
+
 def test_alpha_and_decoder_confidence_grow(syn_small_run):
     _, _, tr, ref = syn_small_run
-    a = tr.alpha_tgt_0.values
+    a = tr.alpha_tgt.sel({"class": 0}).values
     assert np.all(a[:, -1] > 0.9) and np.all(a[:, 0] == pytest.approx(1.0 / 34))
     # decoder confidence of the map at step 20 vs SGD: within 0.05 (finite-T + batch noise; measured ~1e-2)
     assert abs(a[:, -1].mean() - ref.alpha_tgt.values[0, -1, 0]) < 0.05
@@ -322,7 +354,7 @@ def test_batched_seeds_equal_single_seed_runs():
     both = train(model, ssm.config("sgd", model, task, (4, 7), n_steps=6, batch_size=16), device="cpu")
     one = train(model, ssm.config("sgd", model, task, (7,), n_steps=6, batch_size=16), device="cpu")
     # batched einsum over the seed axis may block differently: equal to rounding (empirical/train.py docstring).
-    assert_seed_equals_single(both, 1, one, rtol=0, atol=1e-12, names=("H_mean", "z_0_25"))
+    assert_seed_equals_single(both, 1, one, rtol=0, atol=1e-12, names=("H_mean", "z"))
 
 
 def test_resume_after_a_kill_equals_uninterrupted(tmp_path):
@@ -374,7 +406,8 @@ def test_text_corpus_and_transformer(tmp_path):
         "heldout", bptt=12)[:8]), vocab_size=corpus.vocab_size, d_model=16, d_ff=16, map_rows=3)
     tr = train(model, ssm.config("text", model, 0.5, (0, 1), n_epochs=2, saveat=SaveAt(every=5)), device="cpu")
     # causal attention rows sum to one; row 0 attends only to key 0
-    a = np.array([[tr[f"attn_{i}_{j}"].values for j in range(3)] for i in range(3)])  # (i, j, seed, time)
+    assert tr.attn.dims == ("trajectory", "time", "query", "key")
+    a = tr.attn.transpose("query", "key", "trajectory", "time").values  # (i, j, seed, time)
     np.testing.assert_allclose(a[0, 0], 1.0)
     assert np.all(a[0, 1:] == 0)
     loss = tr.heldout_loss.values

@@ -536,6 +536,70 @@ def test_trajectory_has_the_probe_names_saveat_steps_and_time_axis(saveat, tmp_p
     same(traj, back)
 
 
+class ArrayProbes(Regression):
+    """:class:`Regression` logging the whole weight vector ``w`` (S, d) and ``w w^T`` (S, d, d) as array probes."""
+
+    name = "toy_regression_arrays"
+
+    @property
+    def probe_dims(self):
+        return {"w": ("component",), "wwT": ("row", "component")}
+
+    @property
+    def probe_coords(self):
+        return {"component": [f"e{i}" for i in range(self.spec.d)]}  # 'row' gets the default 0 .. d - 1
+
+    def probes(self, params):
+        w = params["w"]
+        return {**super().probes(params), "w": w.clone(), "wwT": w[:, :, None] * w[:, None, :]}
+
+
+def test_array_probes_are_one_variable_with_dims_and_survive_resume_and_netcdf(tmp_path):
+    model = ArrayProbes(d=4, bias=True)
+    cfg = config(checkpoint_every=7, optimizer="adam", refill=5)
+    (full, p_full), (resumed, _), _ = kill_and_resume(model, cfg, tmp_path, at=24, checkpoint_step=21,
+                                                      return_params=True)
+    assert full["w"].dims == ("trajectory", "time", "component")
+    assert full["wwT"].dims == ("trajectory", "time", "row", "component")
+    assert list(full["component"].values) == ["e0", "e1", "e2", "e3"] and list(full["row"].values) == [0, 1, 2, 3]
+    assert full.state_names == ["q", "w0", "loss"]  # the scalar probes; arrays are extra variables
+    # the array probe holds exactly the scalar probe's numbers and the final weights (the same tensors, copied)
+    np.testing.assert_array_equal(full["w"].sel(component="e0").values, full["w0"].values)
+    np.testing.assert_array_equal(full["w"].values[:, -1], p_full["w"].numpy())
+    np.testing.assert_array_equal(full["wwT"].values, full["w"].values[..., :, None] * full["w"].values[..., None, :])
+    same(full, resumed)  # bit-identical through a checkpoint that stores (S, n_logged, *shape) records
+    back = Trajectory.load(full.save(tmp_path / "t.nc"))
+    same(full, back)
+    assert back["wwT"].dims == full["wwT"].dims and list(back["component"].values) == ["e0", "e1", "e2", "e3"]
+
+
+def test_array_probes_are_refused_without_or_against_their_declared_dims():
+    class Undeclared(ArrayProbes):
+        probe_dims = {"wwT": ("row", "component")}
+
+    with pytest.raises(ValueError, match=r"logged value 'w' must have shape \(3,\)"):
+        train(Undeclared(d=4), config(), device=CPU)
+
+    class WrongRank(ArrayProbes):
+        probe_dims = {"w": ("component",), "wwT": ("component",)}
+
+    with pytest.raises(ValueError, match=r"'wwT' must have shape \(3, <1 dims of probe_dims>\)"):
+        train(WrongRank(d=4), config(), device=CPU)
+
+    class Clash(ArrayProbes):
+        probe_dims = {"w": ("time",)}
+
+    with pytest.raises(ValueError, match="may not reuse the dims 'trajectory' or 'time'"):
+        train(Clash(d=4), config(), device=CPU)
+
+    class Mismatch(ArrayProbes):
+        probe_dims = {"w": ("component",), "wwT": ("row", "component")}
+        probe_coords = {"component": ["a", "b"]}
+
+    with pytest.raises(ValueError, match=r"probe_coords\['component'\] must have 4 labels"):
+        train(Mismatch(d=4), config(), device=CPU)
+
+
 def test_float32_runs_and_logs_float32_values():
     traj = train(Regression(d=4), config(dtype="float32"), device=CPU)
     assert traj.attrs["dtype"] == "float32"

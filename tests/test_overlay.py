@@ -45,6 +45,29 @@ def test_theory_starts_at_the_learned_step0_state_and_matches_the_exact_solution
     np.testing.assert_array_equal(theory.time.values, learned.time.values)
 
 
+def test_an_array_state_variable_is_flattened_in_c_order_and_starts_the_theory():
+    steps = np.array([0, 4, 9])
+    flat, x0 = _learned(steps, seeds=3)
+    # the same run stored as ONE array variable w of dims (row, col) = (1, 2), as scan_snap stores z (query, token)
+    learned = Trajectory({"w": (("trajectory", "time", "row", "col"), flat.states()[:, :, None, :])},
+                         coords={"trajectory": flat.trajectory.values, "time": flat.time.values,
+                                 "step": ("time", steps), "row": [0], "col": [0, 1]})
+    seen = []
+
+    def theory(state0, at):
+        seen.append(state0)
+        tr = _theory(state0, at)
+        return tr.assign(w=(("trajectory", "time", "row", "col"), tr.states()[:, :, None, :]))
+
+    aligned, _ = overlay(theory, learned, state_variables=("w",))
+    np.testing.assert_array_equal(seen[0], x0)  # (n_seeds, 2): w[0, 0], w[0, 1] in C order
+    exact = np.stack([x0 @ np.linalg.matrix_power(A, int(s)).T for s in steps], axis=1)
+    np.testing.assert_allclose(aligned.w.values[:, :, 0, :], exact, rtol=1e-13, atol=1e-15)
+    learned["w"][2, 0, 0, 1] = np.inf
+    with pytest.raises(ValueError, match=r"'w' \(component 1\) is not finite for trajectory 2"):
+        overlay(theory, learned, state_variables=("w",))
+
+
 def test_alignment_on_time_uses_the_learned_time_axis():
     steps = np.array([0, 2, 4])
     learned, _ = _learned(steps)

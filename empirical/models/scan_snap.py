@@ -22,7 +22,9 @@ Training is the shared trainer :func:`empirical.train.train`; :func:`config("sgd
 momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the Sec. 4.6
 diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``, ``decoder_stats``) on the reduced
 blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (Sec. 4.1), so a torch run and ``map`` align with
-``xarray`` on the names ``z_{m}_{l}``, ``H_mean``.
+``xarray`` on the same variables: ``z`` (dims query, token), ``H`` / ``alpha_tgt`` / ``gamma_hat`` (dim class) and
+``H_mean``, with the closed form's coordinates (the spec's 0-based ids m, l, n). The array probes are declared by
+:attr:`ScanSnapTorch.probe_dims` (the trainer's array-probe protocol, :mod:`empirical.train`).
 
 Symbol table (spec Sec. 0.4; shapes carry the trainer's leading seed axis S)
 ----------------------------------------------------------------------------
@@ -36,8 +38,11 @@ Z            Z            attention logits Z[query id, key id]                  
 U            U            embeddings (full model)                                  (S, V, d)  Sec. 1.3
 W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)  Sec. 1.3
 f            f            LN(X^T b)                                                (S, B, V)  Sec. 1.3
-z_{m}_{l}    z_{ml}       probe Z[Lc + m, l]                                       (S,)       Sec. 1.4
+z            z_{ml}       probe Z[Lc + m, l], dims (query m, token l)              (S, Q, Lc) Sec. 1.4
+H            H_n          distinct-token entropy per class (dim class)             (S, K)     Sec. 4.6
 H_mean       H            distinct-token entropy, mean over classes                (S,)       Sec. 4.6
+alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)     Sec. 4.6
+gamma_hat    gamma_hat    measured speed-control coefficient per class (dim class) (S, K)     Sec. 4.6
 ===========  ===========  =======================================================  =========  ========
 
 V = max(M, Lc + Q) input ids: contextual token l has id l, query m has id Lc + m (the generator layout of Sec. 5.1,
@@ -176,7 +181,8 @@ class ScanSnapTorch:
     d : int
         Embedding width of the full model (>= 1); ignored by "YZ".
     probe_z : bool
-        Log every z_{m}_{l} (needed for attention maps and overlays); False logs only the summaries.
+        Log the logits ``z`` (query, token) (needed for attention maps and overlays); False logs only the
+        per-class summaries.
     """
 
     classes: cf.SequenceClasses
@@ -188,6 +194,20 @@ class ScanSnapTorch:
 
     name = "scan_snap"
     time_unit = "step"
+
+    @property
+    def probe_dims(self) -> dict[str, tuple[str, ...]]:
+        """Dims of the array probes (:mod:`empirical.train` protocol): ``z`` (query, token) when ``probe_z``; per
+        class ``alpha_tgt``, ``gamma_hat`` and ``H`` (``H`` only when every class has distinct tokens, where H_n is
+        defined, spec Sec. 4.6). Coordinates: the trainer's default 0-based ids, as in :mod:`closedform.scan_snap`."""
+        dims = {"z": ("query", "token")} if self.probe_z else {}
+        if self._H_defined:
+            dims["H"] = ("class",)
+        return {**dims, "alpha_tgt": ("class",), "gamma_hat": ("class",)}
+
+    @property
+    def _H_defined(self) -> bool:
+        return all(self.classes.distinct_tokens(n).size for n in range(self.classes.K))
 
     def __post_init__(self):
         if not isinstance(self.classes, cf.SequenceClasses):
@@ -295,23 +315,21 @@ class ScanSnapTorch:
         return -logp.mean(-1)
 
     def probes(self, params):
-        """Sec. 4.6 diagnostics of the reduced blocks, via ``closedform.scan_snap`` (each (S,))."""
+        """Sec. 4.6 diagnostics of the reduced blocks, via ``closedform.scan_snap``: ``z`` (S, Q, Lc), ``H``,
+        ``alpha_tgt``, ``gamma_hat`` (S, K), ``H_mean`` (S,); dims in :attr:`probe_dims`."""
         Y, Z = effective_YZ(params)
         c = self.classes
         Yr, Zr = reduced_blocks(c, Y, Z)
         out = {}
         if self.probe_z:
-            for m in range(c.Q):
-                for l in range(c.Lc):
-                    out[f"z_{m}_{l}"] = Zr[:, m, l]
+            out["z"] = Zr
         H = cf.distinct_entropy(c, Zr)
         out["H_mean"] = np.nanmean(H, axis=-1) if np.any(np.isfinite(H)) else np.zeros(len(Zr))
+        if self._H_defined:
+            out["H"] = H
         st = cf.decoder_stats(c, Yr, Zr)
-        for n in range(c.K):
-            if np.isfinite(H[:, n]).all():
-                out[f"H_{n}"] = H[:, n]
-            out[f"alpha_tgt_{n}"] = st["alpha_tgt"][:, n]
-            out[f"gamma_hat_{n}"] = st["gamma_hat"][:, n]
+        out["alpha_tgt"] = st["alpha_tgt"]
+        out["gamma_hat"] = st["gamma_hat"]
         return {k: torch.as_tensor(np.ascontiguousarray(v), device=Y.device) for k, v in out.items()}
 
 
@@ -373,7 +391,8 @@ class TextTransformer:
     No dropout (module Notes); gradient clipping to total norm ``clip`` per seed (default 0.5, Sec. 5.5; None: off). Data: chunks of ``bptt + 1`` token ids (inputs and shifted targets) of a
     :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks (``config("text")``). Probe ``entropy``:
     average attention entropy (Sec. 5.5) on the held-out chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also
-    the attention map of held-out sequence 0 as ``attn_{i}_{j}`` (Fig. 7).
+    the attention map of held-out sequence 0 as ONE array probe ``attn`` of dims (query, key) = positions 0 ..
+    map_rows - 1 (Fig. 7; :attr:`probe_dims`).
     """
 
     train_chunks: torch.Tensor
@@ -386,6 +405,11 @@ class TextTransformer:
 
     name = "scan_snap_text"
     time_unit = "step"
+
+    @property
+    def probe_dims(self) -> dict[str, tuple[str, ...]]:
+        """``attn`` (query, key) when ``map_rows`` > 0 (the :mod:`empirical.train` array-probe protocol)."""
+        return {"attn": ("query", "key")} if self.map_rows else {}
 
     def __post_init__(self):
         for nm in ("train_chunks", "heldout"):
@@ -499,9 +523,8 @@ class TextTransformer:
         tgt = tok[..., 1:]
         logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
         out = {"entropy": attention_entropy(a), "heldout_loss": -logp.mean(dim=(-1, -2))}
-        for i in range(self.map_rows):
-            for j in range(self.map_rows):
-                out[f"attn_{i}_{j}"] = a[:, 0, i, j]
+        if self.map_rows:
+            out["attn"] = a[:, 0, :self.map_rows, :self.map_rows]
         return out
 
 
@@ -557,3 +580,17 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
         If ``name`` is not one of the listed protocols.
     """
     return dispatch_config(CONFIGS, name, args, kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
+# then each function's own checks
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_MATRICES = _V.Array(ndim=(2, 3))  # one state or a stack of them; the per-step yz_logits is left unchecked
+_V.validate_module(globals(), per_function={
+    "reduced_blocks": {"Y": _MATRICES, "Z": _MATRICES},
+    "distinct_recall": {"Z_full": _MATRICES, "thresholds": _V.Array(ndim=1)},
+})
