@@ -80,6 +80,12 @@ VALID_VALUES = {
     ("dynamics.compare.t_quantile", "df"): {"inf"},  # the normal limit, documented
     ("dynamics.integrate.Dopri5", "dt_max"): {"inf"},  # the default: no step-size limit (documented)
     ("dynamics.integrate.Tsit5", "dt_max"): {"inf"},
+    # the engine: one str in names stores the whole state as one variable; bound=inf (the default) is no bound
+    **{(f"dynamics.integrate.{f}", p): {k} for f in ("iterate", "integrate") for p, k in (("names", "string"),
+                                                                                           ("bound", "inf"))},
+    ("dynamics.integrate.iterate", "n_steps"): {"zero"},  # zero steps: the initial state only (tested)
+    ("empirical.train.TrainConfig", "n_steps"): {"zero"},  # documented n_steps >= 0 (tested)
+    ("empirical.train.TrainConfig", "eval_size"): {"zero"},  # no held-out evaluation
     ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
     ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},  # the saturation limit (saturation_dz)
     # nearest_neighbor: H is the embedded prompt array (any real entries), not a number of heads
