@@ -22,7 +22,6 @@ functions are never wrapped (:func:`validated` refuses them, :func:`validate_mod
 from __future__ import annotations
 
 import collections.abc
-import dataclasses
 import functools
 import inspect
 import numbers

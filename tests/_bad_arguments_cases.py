@@ -25,7 +25,9 @@ arguments stay valid, and classifies what happens:
     The worker process died (segfault, out of memory; worker processes only).
 ``unjudged``
     Returned a finite answer for a value that may be valid for this parameter (zero, negative, a wrong shape where
-    the parameter is not known to need a sign or a shape): not counted in the rate either way.
+    the parameter is not known to need a sign or a shape), or raised ``dynamics.DivergenceError`` for such a value
+    (the dynamics from there blow up), or accepted a value listed in ``VALID_VALUES``: not counted in the rate
+    either way.
 
 The rate of the issue is ``clear / (all probes - unjudged)``.
 """
@@ -76,6 +78,14 @@ VALID_VALUES = {
     ("closedform.special.zeta", "t"): {"inf"},  # zeta(+-inf, g) = 1, the limit (tests/test_special.py)
     ("closedform.special.owens_t", "h"): {"inf"},  # T(+-inf, a) = 0
     ("dynamics.compare.t_quantile", "df"): {"inf"},  # the normal limit, documented
+    ("dynamics.integrate.Dopri5", "dt_max"): {"inf"},  # the default: no step-size limit (documented)
+    ("dynamics.integrate.Tsit5", "dt_max"): {"inf"},
+    # the engine: one str in names stores the whole state as one variable; bound=inf (the default) is no bound
+    **{(f"dynamics.integrate.{f}", p): {k} for f in ("iterate", "integrate") for p, k in (("names", "string"),
+                                                                                           ("bound", "inf"))},
+    ("dynamics.integrate.iterate", "n_steps"): {"zero"},  # zero steps: the initial state only (tested)
+    ("empirical.train.TrainConfig", "n_steps"): {"zero"},  # documented n_steps >= 0 (tested)
+    ("empirical.train.TrainConfig", "eval_size"): {"zero"},  # no held-out evaluation
     ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
     ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},  # the saturation limit (saturation_dz)
     # nearest_neighbor: H is the embedded prompt array (any real entries), not a number of heads
@@ -781,10 +791,15 @@ def _raised_in_project(exc: BaseException) -> bool:
     return rel.split(os.sep)[0] in PROJECT_PACKAGES
 
 
-def classify_exception(exc: BaseException, param: str) -> str:
-    """Verdict on an exception raised by a probe of parameter ``param`` (see the module docstring)."""
+def classify_exception(exc: BaseException, param: str, kind: str = "") -> str:
+    """Verdict on an exception raised by a probe of parameter ``param`` with a bad value of ``kind`` (see the module
+    docstring). A ``dynamics.DivergenceError`` (the run blew up, with the step, trajectory and variable named and the
+    partial run attached) for a value that may be valid (zero, negative, another shape) is the designed answer of a
+    valid call whose dynamics diverge: unjudged."""
     if isinstance(exc, MemoryError):
         return "memory"
+    if type(exc).__name__ == "DivergenceError" and kind not in ALWAYS_INVALID:
+        return "unjudged"
     if not _raised_in_project(exc):
         return "library"
     if isinstance(exc, ValueError | TypeError) and names_parameter(str(exc), param):
@@ -863,7 +878,7 @@ def run_probe(qualname: str, param: str, kind: str, value=NotImplemented) -> tup
     except BaseException as exc:  # noqa: BLE001  (the verdict is the point; SystemExit from a callable counts too)
         if not param:
             return "baseline_error", f"{type(exc).__name__}: {exc}"[:300]
-        return classify_exception(exc, param), f"{type(exc).__name__}: {exc}"[:300]
+        return classify_exception(exc, param, kind), f"{type(exc).__name__}: {exc}"[:300]
     if not param:
         _NAN_BY_DESIGN[qualname] = has_nonfinite(result)
         return "ok", ""

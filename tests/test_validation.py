@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dynamics import validation as V
-from dynamics.validation import Array, ArgumentTypeError, OneOf, Range, validated
+from dynamics.validation import Array, ArgumentTypeError, Range, validated
 
 
 @dataclasses.dataclass(frozen=True)
