@@ -313,3 +313,10 @@ class BlockRNG:
         full, flat = self._out(self._shape(shape), np.int64)
         _fill_integers(self._state, flat, np.uint64(high))
         return self._tensor(full)
+
+
+# argument checks of the public entry points (dynamics.validation)
+from dynamics.validation import Instance, Range, sequence_check, validate_module  # noqa: E402
+
+validate_module(globals(), seq=Instance(np.random.SeedSequence), device=Instance(str, torch.device),
+                pool=sequence_check, block=Range(integer=True, ge=0))

@@ -846,3 +846,15 @@ class _Run:
                 coords[dim] = lab
             data[name] = (("trajectory", "time") + dims, v)
         return traj.assign(data).assign_coords({d: (d, lab) for d, lab in coords.items()})
+
+
+# argument checks of the public entry points (dynamics.validation), on top of TrainConfig.__post_init__
+import os  # noqa: E402
+
+from dynamics.validation import Instance, Range, callable_check, sequence_check, validate_module  # noqa: E402
+
+validate_module(
+    globals(), generators=sequence_check, draw=callable_check, checkpoint_path=Instance(str, os.PathLike),
+    betas=sequence_check, n_steps=Range(integer=True, ge=0), eval_size=Range(integer=True, ge=0),
+    lr=None, lr_scale=None, schedules=None,  # stored converted by __post_init__ (and read back from JSON)
+)
