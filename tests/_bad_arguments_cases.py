@@ -480,6 +480,10 @@ NAMES = {
         "omega": lambda f: np.array([0.4, 0.2]), "mu": lambda f: np.array([1.0, 0.5]), "L_test": lambda f: 4,
         "traj": lambda f: f.icl_traj, "width": lambda f: 2, "learned": lambda f: f.icl_traj,
         "reference": lambda f: f.icl_traj,
+        "KQ": lambda f: __import__("empirical.models.icl_regression", fromlist=["circuits"]).circuits(
+            f.m_icl, f.m_icl_parts[0])[0],
+        "OV": lambda f: __import__("empirical.models.icl_regression", fromlist=["circuits"]).circuits(
+            f.m_icl, f.m_icl_parts[0])[1],
     },
     "empirical.models.nearest_neighbor": {
         "task": lambda f: f.nn, "model": lambda f: f.m_nn, "params": lambda f: f.m_nn_parts[0],
