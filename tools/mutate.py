@@ -34,6 +34,7 @@ Usage::
     python tools/mutate.py closedform/special.py --sample 80        # a sample of one file's mutants
     python tools/mutate.py --sample 400 --seed 1 --recheck          # survivors again, with the new tests
     python tools/mutate.py --summary-only                           # the summary from the journal
+    python tools/mutate.py --only closedform/special.py#12 --tests tests/test_pinned_special.py  # one mutant
     python tools/mutate.py --engine mutmut                          # mutmut over setup.cfg's [mutmut] paths
 
 Not part of CI: a full run takes days on two cores.
@@ -433,18 +434,23 @@ def stratified_order(counts: dict[str, int], n: int, seed: int) -> list[tuple[st
 
 def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | None, seed: int,
              tests: list[str] | None, timeout_factor: float, timeout_slack: float, max_minutes: float | None,
-             recheck: bool, equivalent: dict[str, str]) -> None:
+             recheck: bool, equivalent: dict[str, str], only: list[str] | None = None) -> None:
     """Run the mutants of ``targets`` (all, or a stratified sample), appending one record per mutant to ``journal``.
 
     Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where
     it stopped. With ``recheck`` only the journal's survivors not judged equivalent are run again, with the current
-    tests (after new tests were written), as records of phase ``recheck``.
+    tests (after new tests were written), as records of phase ``recheck``; only the pinned test files
+    (``tests/test_pinned_*.py``) are run then, since the mutant already passed the others, which are not edited. ``only`` (``file#index`` names) runs just
+    those mutants, as records of phase ``check`` (to confirm that a new test kills a survivor; not summarised).
     """
     cache_dir = out_dir / "generated"
     gen = {t: generate_cached(t, cache_dir) for t in targets}
     shas = {t: _sha(code) for t, (code, _) in gen.items()}
     records = read_journal(journal)
-    if recheck:
+    if only:
+        order = [(name.rsplit("#", 1)[0], int(name.rsplit("#", 1)[1])) for name in only]
+        phase = "check"
+    elif recheck:
         latest: dict[tuple, dict] = {}
         for r in records:
             latest[(r["file"], r["sha"], r["index"])] = r
@@ -471,6 +477,11 @@ def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | 
             code, mutants = gen[t]
             m = mutants[i]
             args = tests if tests else tests_for(t)
+            if phase == "recheck" and not tests:
+                # the mutant passed the other tests already (unchanged files), so only the new ones can kill it
+                args = [a for a in args if Path(a).name.startswith("test_pinned_")]
+                if not args:
+                    continue
             status, seconds = runner.run(t, code, m, args)
             rec = {"file": t, "sha": shas[t], "index": i, "line": m.line, "operator": m.operator,
                    "before": m.before, "after": m.after, "status": status, "seconds": round(seconds, 2),
@@ -510,7 +521,7 @@ def summarise(journal: Path, equivalent: dict[str, str], out_dir: Path, counts: 
         key = (r["file"], r["sha"], r["index"])
         if r.get("phase") == "sample":
             first.setdefault(key, r)
-        if key in first:
+        if key in first and r.get("phase") in ("sample", "recheck"):
             last[key] = r
     files = sorted({k[0] for k in first})
     rows, tot = [], {"run": 0, "killed": 0, "timeout": 0, "survived": 0, "equivalent": 0, "error": 0,
@@ -615,6 +626,8 @@ def main(argv=None) -> int:
                              "<out>/equivalent.json if present)")
     parser.add_argument("--recheck", action="store_true",
                         help="rerun the journal's non-equivalent survivors with the current tests")
+    parser.add_argument("--only", nargs="+", default=None, metavar="FILE#INDEX",
+                        help="run only these mutants (phase 'check', e.g. with --tests <new test file>)")
     parser.add_argument("--summary-only", action="store_true", help="only rewrite the summary from the journal")
     parser.add_argument("--tests", nargs=argparse.REMAINDER, help="pytest arguments replacing tests_for()")
     args = parser.parse_args(argv)
@@ -626,11 +639,13 @@ def main(argv=None) -> int:
     journal = Path(args.journal) if args.journal else out_dir / "journal.jsonl"
     eq_path = Path(args.equivalent) if args.equivalent else out_dir / "equivalent.json"
     equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
-    targets = _expand(args.targets)
+    targets = _expand(args.targets or sorted({n.rsplit("#", 1)[0] for n in args.only or []}))
     if not args.summary_only:
         run_disk(targets, out_dir, journal, sample=args.sample, seed=args.seed, tests=args.tests,
                  timeout_factor=args.timeout_factor, timeout_slack=args.timeout_slack, max_minutes=args.max_minutes,
-                 recheck=args.recheck, equivalent=equivalent)
+                 recheck=args.recheck, equivalent=equivalent, only=args.only)
+        if args.only:
+            return 0
     counts = {t: len(generate_cached(t, out_dir / "generated")[1]) for t in targets}
     print(summarise(journal, equivalent, out_dir, counts))
     return 0
