@@ -78,7 +78,7 @@ SKIP_NAMES = ("REFERENCE", "__all__")
 export list."""
 
 
-def tests_for(target: str) -> list[str]:
+def tests_for(target: str, root: Path = ROOT) -> list[str]:
     """The pytest arguments that judge a mutant of ``target`` (a path relative to the repository root).
 
     The mapping follows the file names: ``closedform/<model>.py`` and ``closedform/_<model>_kernels.py`` are judged by
@@ -87,20 +87,20 @@ def tests_for(target: str) -> list[str]:
     where it has one (DYNAMICS_TESTS), else by the engine's tests (ENGINE_TESTS). The pinned tests
     ``tests/test_pinned_<model>*.py`` (``test_pinned_dynamics*.py`` for dynamics/) come first, so that with ``-x`` the
     direct value checks fail first. The empirical and figure tests are left out: they exercise the same formulas
-    through torch and are ten times slower per mutant.
+    through torch and are ten times slower per mutant. Files are looked up in ``root`` (the scratch copy that runs).
     """
     area, name = target.split("/", 1)
     stem = Path(name).stem
     if area == "closedform":
         model = stem[1:-len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
-        pinned = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob(f"test_pinned_{model}*.py"))
+        pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob(f"test_pinned_{model}*.py"))
         files = [*pinned, "tests/test_public_api_values.py", f"tests/test_{model}.py"]
     elif area == "dynamics":
-        pinned = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_pinned_dynamics*.py"))
+        pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_pinned_dynamics*.py"))
         files = [*pinned, *DYNAMICS_TESTS.get(stem, ENGINE_TESTS)]
     else:
         raise ValueError(f"no tests known for {target}: pass --tests <pytest args>")
-    files = list(dict.fromkeys(f for f in files if (ROOT / f).is_file()))
+    files = list(dict.fromkeys(f for f in files if (root / f).is_file()))
     if not files:
         raise ValueError(f"no test file found for {target}")
     return files
@@ -266,8 +266,14 @@ def generate_cached(target: str, cache_dir: Path) -> tuple[str, list[Mutant]]:
     return code, mutants
 
 
-def _scratch_copy() -> Path:
-    """A copy of the tracked files (and untracked, unignored ones) in a temporary folder."""
+def _scratch_copy(base: str | None = None) -> Path:
+    """A copy of the tracked files (and untracked, unignored ones) in a temporary folder; with ``base`` (a git
+    revision) the tracked files of that revision instead, e.g. to judge mutants by the suite before new tests."""
+    if base is not None:
+        dst = Path(tempfile.mkdtemp(prefix="attndyn-mutate-"))
+        archive = subprocess.run(["git", "archive", "--format=tar", base], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
+        return dst
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
     dst = Path(tempfile.mkdtemp(prefix="attndyn-mutate-"))
@@ -335,8 +341,8 @@ def _pytest(scratch: Path, args: list[str], timeout: float) -> tuple[str, float]
 class Runner:
     """Runs mutants in one scratch copy of the repository, restoring the source and numba caches after each."""
 
-    def __init__(self, *, timeout_factor: float, timeout_slack: float):
-        self.scratch = _scratch_copy()
+    def __init__(self, *, timeout_factor: float, timeout_slack: float, base: str | None = None):
+        self.scratch = _scratch_copy(base)
         self.factor, self.slack = timeout_factor, timeout_slack
         self.baseline: dict[tuple[str, ...], float] = {}
         self._deps: dict[str, set[str]] = {}
@@ -434,7 +440,8 @@ def stratified_order(counts: dict[str, int], n: int, seed: int) -> list[tuple[st
 
 def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | None, seed: int,
              tests: list[str] | None, timeout_factor: float, timeout_slack: float, max_minutes: float | None,
-             recheck: bool, equivalent: dict[str, str], only: list[str] | None = None) -> None:
+             recheck: bool, equivalent: dict[str, str], only: list[str] | None = None,
+             base: str | None = None) -> None:
     """Run the mutants of ``targets`` (all, or a stratified sample), appending one record per mutant to ``journal``.
 
     Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where
@@ -466,8 +473,9 @@ def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | 
         order = [(t, i) for t, i in order if (t, shas[t], i) not in done]
         phase = "sample"
     print(f"{len(order)} mutants to run ({phase}); journal {journal}", flush=True)
-    commit = _commit()
-    runner = Runner(timeout_factor=timeout_factor, timeout_slack=timeout_slack)
+    commit = _commit() if base is None else subprocess.run(
+        ["git", "rev-parse", base], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    runner = Runner(timeout_factor=timeout_factor, timeout_slack=timeout_slack, base=base)
     t_start = time.perf_counter()
     try:
         for k, (t, i) in enumerate(order):
@@ -476,7 +484,7 @@ def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | 
                 break
             code, mutants = gen[t]
             m = mutants[i]
-            args = tests if tests else tests_for(t)
+            args = tests if tests else tests_for(t, runner.scratch)
             if phase == "recheck" and not tests:
                 # the mutant passed the other tests already (unchanged files), so only the new ones can kill it
                 args = [a for a in args if Path(a).name.startswith("test_pinned_")]
@@ -628,6 +636,8 @@ def main(argv=None) -> int:
                         help="rerun the journal's non-equivalent survivors with the current tests")
     parser.add_argument("--only", nargs="+", default=None, metavar="FILE#INDEX",
                         help="run only these mutants (phase 'check', e.g. with --tests <new test file>)")
+    parser.add_argument("--base", default=None, metavar="REV",
+                        help="run the sources and tests of this git revision (default: the working tree)")
     parser.add_argument("--summary-only", action="store_true", help="only rewrite the summary from the journal")
     parser.add_argument("--tests", nargs=argparse.REMAINDER, help="pytest arguments replacing tests_for()")
     args = parser.parse_args(argv)
@@ -643,7 +653,7 @@ def main(argv=None) -> int:
     if not args.summary_only:
         run_disk(targets, out_dir, journal, sample=args.sample, seed=args.seed, tests=args.tests,
                  timeout_factor=args.timeout_factor, timeout_slack=args.timeout_slack, max_minutes=args.max_minutes,
-                 recheck=args.recheck, equivalent=equivalent, only=args.only)
+                 recheck=args.recheck, equivalent=equivalent, only=args.only, base=args.base)
         if args.only:
             return 0
     counts = {t: len(generate_cached(t, out_dir / "generated")[1]) for t in targets}
