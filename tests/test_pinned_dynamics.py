@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from dynamics import RK4, DivergenceError, Dopri5, SaveAt, integrate, iterate
+from dynamics import RK4, DivergenceError, Dopri5, Euler, SaveAt, integrate, iterate, sweep
 
 
 @njit(cache=True)
@@ -49,3 +49,35 @@ def test_divergence_partial_keeps_the_derived_variables_of_a_map():
                 derived=_reciprocal)
     part = info.value.partial
     np.testing.assert_allclose(part.recip.values[0], 10.0 ** -(2.0 ** np.arange(part.step.size)), rtol=1e-14)
+
+
+@njit(cache=True)
+def _halving_flow(t, y, p, dy):
+    dy[0] = -0.5 * y[0]
+
+
+def test_integrate_flushes_subnormals_by_default():
+    """Kills the default ``flush_subnormals=True`` -> ``False`` of ``integrate``. Euler with dt = 1 on y' = -y/2 halves
+    y exactly each step (y + 1.0 * (-0.5 y) = y/2 in binary), so from y0 = 2^-1000 the state is 2^-(1000 + k); the
+    documented flush (dynamics.integrate: components below 2.2e-308 in magnitude set to zero after each step) makes
+    every save with 2^-(1000 + k) < 2^-1022 exactly zero, the others exact powers of two."""
+    traj = integrate(_halving_flow, [[2.0**-1000]], (0.0, 40.0), params=[0.0], solver=Euler(dt=1.0),
+                     saveat=SaveAt(every=1), names=["y"])
+    k = np.rint(traj.time.values).astype(int)
+    exact = np.ldexp(1.0, -(1000 + k))
+    expected = np.where(exact < 2.0**-1022, 0.0, exact)
+    assert np.array_equal(traj.y.values[0], expected)
+
+
+def test_sweep_names_a_grid_parameter_given_as_a_ragged_object_array():
+    """Kills ``ValueError(<message>)`` -> ``ValueError(None)`` for an object array of unequal rows (numpy builds it
+    without complaint, so only sweep's own check sees it): the error must name the parameter (STYLE: bad input gets
+    a ValueError naming the parameter and its valid range)."""
+    ragged = np.empty(2, dtype=object)
+    ragged[0], ragged[1] = [1.0, 2.0], [3.0]
+    with pytest.raises(ValueError, match=r"grid parameter 'a' must be a scalar or a 1-D sequence; got ragged"):
+        sweep(_identity, {"a": ragged}, processes=1)
+
+
+def _identity(config):
+    return config
