@@ -26,3 +26,23 @@ def test_transition_times_roots_to_a_few_ulps_against_mpmath(M):
     # t_peak of Sec. 2.4: K (e^x_pk + (M - 1) x_pk - 1) / (M eta_Y), from the 40-digit root
     t_peak = 3 * (mpmath.exp(x_pk) + (M - 1) * x_pk - 1) / (M * 0.5)
     assert got.t_peak == pytest.approx(float(t_peak), rel=1e-14)
+
+
+def _p8_task():
+    """Spec Sec. 7 P8: K = 2, M = 1000, token 0 common with P = 0.3, 5 distinct tokens with P = 0.7 (0.2..1.0)/3."""
+    P = np.zeros((2, 11))
+    P[:, 0] = 0.3
+    for n in range(2):
+        P[n, 1 + 5 * n: 6 + 5 * n] = 0.7 * np.array([0.2, 0.4, 0.6, 0.8, 1.0]) / 3.0
+    return ss.ScanSnap(classes=ss.SequenceClasses.from_P(P, M=1000, name="P8"), eta_Y=1.0, eta_Z=0.5)
+
+
+def test_measure_transition_refines_a_peak_at_the_first_interior_grid_point():
+    """With n_grid = 3 and t_max = 22.6 the grid is (0, 11.3, 22.6): the coarse argmax of gamma_hat is index 1, an
+    interior point, and the bounded Brent refinement must still reach the spec's P8 values (Sec. 7: t_peak =
+    11.297588, gamma_hat_max = 4.4049290, t_half = 15.879335, quoted to 1e-5 / 1e-6 relative as in
+    test_scan_snap's reference test). Kills the interior test ``i == 0`` -> ``i == 1`` (which refuses this grid)."""
+    meas = ss.measure_transition(_p8_task(), 0, t_max=22.6, n_grid=3)
+    assert meas["t_peak"] == pytest.approx(11.297588, rel=1e-5)
+    assert meas["gamma_hat_max"] == pytest.approx(4.4049290, rel=1e-6)
+    assert meas["t_half"] == pytest.approx(15.879335, rel=1e-5)

@@ -15,3 +15,20 @@ def test_vectors_from_state_names_the_five_columns():
     with pytest.raises(ValueError, match=r"state must have 5 columns \(kappa, nu, theta, eta, rho\); got shape "
                                          r"\(3, 4\)"):
         sl.vectors_from_state(sl.SingleLocation(d=6, L=4), np.zeros((3, 4)), rng=0)
+
+
+def test_pgd_per_trajectory_lambda_alpha_and_d_match_one_run_each():
+    """pgd with lam of shape (n, 1), alpha (n,) and d (n,) (spec Sec. 6.4: they enter the map only as numbers) must
+    give each trajectory the run with its own scalars. Reference: separate scalar runs, the path that
+    test_single_location pins to brute-force d-dimensional PGD. Same kernel arithmetic, so agreement to 1e-13
+    relative (a few roundings). Kills ``zip(alphas, lam0, svals)`` -> ``zip(None, ...)`` and swapped or dropped
+    per-trajectory parameters."""
+    state0 = np.array([0.1, 0.05, 0.02, 0.03, 0.01])
+    lams, alphas, ds = [0.5, 1.0, 2.0], [0.1, 0.2, 0.05], [6, 10, 16]
+    names = ["kappa", "nu", "theta", "eta", "rho"]
+    batch = sl.pgd(sl.SingleLocation(d=8, L=4), state0, alpha=np.array(alphas), n_steps=30,
+                   lam=np.array(lams)[:, None], d=np.array(ds))
+    for i, (lam, alpha, d) in enumerate(zip(lams, alphas, ds)):
+        one = sl.pgd(sl.SingleLocation(d=d, L=4), state0, alpha=alpha, n_steps=30, lam=lam)
+        for v in names:
+            np.testing.assert_allclose(batch[v].values[i], one[v].values[0], rtol=1e-13, atol=1e-15)
