@@ -81,3 +81,14 @@ def test_sweep_names_a_grid_parameter_given_as_a_ragged_object_array():
 
 def _identity(config):
     return config
+
+
+def test_sweep_over_a_list_returns_fn_of_each_entry_in_order():
+    """The list interface of sweep: ``[fn(c) for c in grid]`` in order, here squares computed by hand. Kills
+    ``_sweep_list(fn, list(grid), ...)`` -> ``_sweep_list(fn, None, ...)``."""
+    assert sweep(_square, [3, 1, 2], processes=1) == [9, 1, 4]
+    assert sweep(_square, (5,), processes=1) == [25]
+
+
+def _square(config):
+    return config * config

@@ -46,3 +46,14 @@ def test_measure_transition_refines_a_peak_at_the_first_interior_grid_point():
     assert meas["t_peak"] == pytest.approx(11.297588, rel=1e-5)
     assert meas["gamma_hat_max"] == pytest.approx(4.4049290, rel=1e-6)
     assert meas["t_half"] == pytest.approx(15.879335, rel=1e-5)
+
+
+def test_decoder_h_star_by_hand_and_on_no_updates():
+    """Lemma 5 (spec Sec. 2.3) by hand: h*(0) = 0, h*(1) = eta_Y / M, h*(2) = eta_Y / M + eta_Y / (M - 1 + e^eta_Y)
+    (since M h*(1) = eta_Y); rtol 1e-15 (three roundings). An empty array of update counts gives an empty array.
+    Kills ``int(s.max()) if s.size else 0`` -> ``... if s.size or True ...`` (the max of an empty array raises)."""
+    M, eta = 7, 0.3
+    got = ss.decoder_h_star(np.array([2, 0, 1]), M=M, eta_Y=eta)
+    np.testing.assert_allclose(got, [eta / M + eta / (M - 1 + np.exp(eta)), 0.0, eta / M], rtol=1e-15)
+    empty = ss.decoder_h_star(np.array([], dtype=np.int64), M=M, eta_Y=eta)
+    assert empty.shape == (0,)
