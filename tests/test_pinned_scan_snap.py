@@ -57,3 +57,15 @@ def test_decoder_h_star_by_hand_and_on_no_updates():
     np.testing.assert_allclose(got, [eta / M + eta / (M - 1 + np.exp(eta)), 0.0, eta / M], rtol=1e-15)
     empty = ss.decoder_h_star(np.array([], dtype=np.int64), M=M, eta_Y=eta)
     assert empty.shape == (0,)
+
+
+def test_syn_without_distinct_tokens_by_hand():
+    """Spec Sec. 5.1 generator with num_unique = 0 (allowed: the context is then only common tokens): Q = 2 queries,
+    R = 2 classes per query, 1 common token and 1 common-per-query token give Lc = 1 + 2 = 3, K = 4, M = 3 + 2 + 4;
+    class n = 2m + i puts mass 1/2 on token 0 and 1/2 on token 1 + m (by hand). Kills ``min_value=0`` -> ``1`` for
+    num_unique."""
+    cl = ss.SequenceClasses.syn(2, 2, num_common=1, num_common_per_last=1, num_unique=0)
+    P = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [0.5, 0.0, 0.5]])
+    assert cl.M == 9
+    np.testing.assert_array_equal(cl.P, P)
+    np.testing.assert_array_equal(cl.tgt, [5, 6, 7, 8])
