@@ -4,6 +4,7 @@ mutation run of ``tools/mutate.py`` (named in each docstring), against an indepe
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from closedform import icl_regression as icl
 
@@ -30,3 +31,11 @@ def test_true_loss_mc_standard_error_is_calibrated_on_tiny_samples():
     sQ = Q * np.hypot(sA / A, sB / B)
     assert abs(Q - 1.0) <= 4 * sQ, (Q, sQ)
     assert abs(Q * (n - 1) / (n + 1) - 1.0) > 4 * sQ  # the test has the power to see the wrong normalisation
+
+
+@pytest.mark.parametrize("xi", [0.0, -0.5, [1.0, -2.0]])
+def test_bayes_risk_asymptotic_refuses_a_non_positive_ratio(xi):
+    """xi = d/L > 0 (spec §7.4): a zero or negative ratio is refused naming xi (a negative one would otherwise give a
+    finite, meaningless risk). Kills ``np.any(xi <= 0)`` -> ``np.any(None)``."""
+    with pytest.raises(ValueError, match=r"xi must be finite and > 0"):
+        icl.bayes_risk_asymptotic(xi, 0.1)
