@@ -32,3 +32,17 @@ def test_pgd_per_trajectory_lambda_alpha_and_d_match_one_run_each():
         one = sl.pgd(sl.SingleLocation(d=d, L=4), state0, alpha=alpha, n_steps=30, lam=lam)
         for v in names:
             np.testing.assert_allclose(batch[v].values[i], one[v].values[0], rtol=1e-13, atol=1e-15)
+
+
+def test_basins_fractions_and_binomial_standard_errors():
+    """basins (spec Sec. 6.5) at d = 40, L = 10, lambda = 0.05, 40 starts: the counts add up to n, each fraction is
+    count / n and its standard error the binomial sqrt(p (1 - p) / n), computed here from the counts (exact up to
+    two roundings, rtol 1e-15); at this point both attractors the spec names, oracle and swap, are reached.
+    Kills ``classify(task, lam, ...)`` -> ``classify(lam, ...)`` and ``(1 - f)`` -> ``(2 - f)``."""
+    n = 40
+    b = sl.basins(sl.SingleLocation(d=40, L=10), 0.05, n, alpha=4e-3, rng=1, stop_tol=1e-3)
+    counts = np.array(b.counts)
+    assert b.n == n and counts.sum() == n and {"oracle", "swap"} <= set(b.kinds)
+    p = counts / n
+    np.testing.assert_allclose(b.fractions, p, rtol=1e-15)
+    np.testing.assert_allclose(b.standard_errors, np.sqrt(p * (1 - p) / n), rtol=1e-15)
