@@ -8,7 +8,7 @@ import pytest
 
 from closedform import icl_regression as icl
 
-TASK = icl.ICLRegression(d=5, L=40, sigma2=0.1)
+TASK = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
 
 
 def test_true_loss_mc_standard_error_is_calibrated_on_tiny_samples():

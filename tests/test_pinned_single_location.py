@@ -14,7 +14,7 @@ def test_vectors_from_state_names_the_five_columns():
     refused with a message naming the parameter, the five coordinates and the shape given."""
     with pytest.raises(ValueError, match=r"state must have 5 columns \(kappa, nu, theta, eta, rho\); got shape "
                                          r"\(3, 4\)"):
-        sl.vectors_from_state(sl.SingleLocation(d=6, L=4), np.zeros((3, 4)), rng=0)
+        sl.vectors_from_state(sl.SingleLocationTask(d=6, L=4), np.zeros((3, 4)), rng=0)
 
 
 def test_pgd_per_trajectory_lambda_alpha_and_d_match_one_run_each():
@@ -26,10 +26,10 @@ def test_pgd_per_trajectory_lambda_alpha_and_d_match_one_run_each():
     state0 = np.array([0.1, 0.05, 0.02, 0.03, 0.01])
     lams, alphas, ds = [0.5, 1.0, 2.0], [0.1, 0.2, 0.05], [6, 10, 16]
     names = ["kappa", "nu", "theta", "eta", "rho"]
-    batch = sl.pgd(sl.SingleLocation(d=8, L=4), state0, alpha=np.array(alphas), n_steps=30,
+    batch = sl.map(sl.SingleLocationTask(d=8, L=4), state0, alpha=np.array(alphas), n_steps=30,
                    lam=np.array(lams)[:, None], d=np.array(ds))
     for i, (lam, alpha, d) in enumerate(zip(lams, alphas, ds)):
-        one = sl.pgd(sl.SingleLocation(d=d, L=4), state0, alpha=alpha, n_steps=30, lam=lam)
+        one = sl.map(sl.SingleLocationTask(d=d, L=4), state0, alpha=alpha, n_steps=30, lam=lam)
         for v in names:
             np.testing.assert_allclose(batch[v].values[i], one[v].values[0], rtol=1e-13, atol=1e-15)
 
@@ -40,7 +40,7 @@ def test_basins_fractions_and_binomial_standard_errors():
     two roundings, rtol 1e-15); at this point both attractors the spec names, oracle and swap, are reached.
     Kills ``classify(task, lam, ...)`` -> ``classify(lam, ...)`` and ``(1 - f)`` -> ``(2 - f)``."""
     n = 40
-    b = sl.basins(sl.SingleLocation(d=40, L=10), 0.05, n, alpha=4e-3, rng=1, stop_tol=1e-3)
+    b = sl.basins(sl.SingleLocationTask(d=40, L=10), 0.05, n, alpha=4e-3, rng=1, stop_tol=1e-3)
     counts = np.array(b.counts)
     assert b.n == n and counts.sum() == n and {"oracle", "swap"} <= set(b.kinds)
     p = counts / n
