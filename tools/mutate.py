@@ -12,28 +12,42 @@ or the spec constants, which hold most of the mathematics here. This script ther
 * ``disk`` (default): mutmut's own mutation operators (``mutmut.mutation.mutators.mutation_operators``; string
   mutants left out, they only change messages) applied to *every* expression of a file, numba kernels and module
   constants included; each mutant is written over the file in a scratch copy of the repository and the file's
-  tests are run with pytest (``-x``; a mutant is *killed* when pytest fails, *timeout* when it runs past the limit).
-  The numba cache of the mutated module is cleared before each run, so the kernels are recompiled from the mutant.
+  tests (:func:`tests_for`) are run with pytest (``-x``; a mutant is *killed* when pytest fails, *timeout* when it
+  runs past the limit). The numba caches of the mutated file and of every file importing it are set aside for the
+  run, so the kernels are recompiled from the mutant, and put back afterwards with the original source and its
+  timestamp, so the next mutant reuses them.
 
-The summary (``<out>/summary.md`` and one ``<out>/<file>.json`` per file, written atomically) gives the kill rate
-and every survivor with its line and diff; judge each survivor: equivalent (no observable change: say why) or a
-missing test (add one).
+Sampling and resuming
+---------------------
+All mutants of closedform/ and dynamics/ number about 10^4 and each reruns its file's tests (seconds to a minute),
+so ``--sample N --seed S`` draws a stratified random sample: each file's share of N is proportional to its number
+of mutants, drawn from a seeded permutation. Each result is appended to a JSON-lines journal; rerunning the same
+command skips the mutants already there (same file content), and ``--max-minutes`` stops a run cleanly. After new
+tests are written, ``--recheck`` reruns the survivors not listed in the equivalence file. The summary
+(``summary.md``/``summary.json``) gives per file and overall the kill rate over non-equivalent mutants before and
+after the rechecks, with a 95 % Clopper-Pearson interval, and every survivor (equivalent ones with their reason).
 
 Usage::
 
-    python tools/mutate.py                                   # the default targets below, disk engine
-    python tools/mutate.py closedform/special.py --sample 80 # a seeded random sample of that file's mutants
-    python tools/mutate.py --engine mutmut                   # mutmut over setup.cfg's [mutmut] paths
+    python tools/mutate.py                                          # every mutant of closedform/ and dynamics/
+    python tools/mutate.py --sample 400 --seed 1 --max-minutes 75   # a stratified sample over both
+    python tools/mutate.py closedform/special.py --sample 80        # a sample of one file's mutants
+    python tools/mutate.py --sample 400 --seed 1 --recheck          # survivors again, with the new tests
+    python tools/mutate.py --summary-only                           # the summary from the journal
+    python tools/mutate.py --only closedform/special.py#12 --tests tests/test_pinned_special.py  # one mutant
+    python tools/mutate.py --engine mutmut                          # mutmut over setup.cfg's [mutmut] paths
 
-Not part of CI: a file takes minutes to hours (each mutant reruns its tests and recompiles its kernels).
+Not part of CI: a full run takes days on two cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -45,33 +59,74 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TARGETS: dict[str, list[str]] = {
-    "closedform/special.py": ["tests/test_special.py", "tests/test_public_api_values.py"],
-    "dynamics/saveat.py": ["tests/test_dynamics.py", "tests/test_public_api_values.py", "-k", "save"],
-    "dynamics/validation.py": ["tests/test_dynamics.py", "tests/test_figures_framework.py", "-k",
-                               "valid or refus or bad or check"],
-    "dynamics/_steppers.py": ["tests/test_dynamics.py"],
-    "closedform/single_location.py": ["tests/test_single_location.py", "tests/test_public_api_values.py"],
-    "closedform/_single_location_kernels.py": ["tests/test_single_location.py"],
+AREAS = ("closedform", "dynamics")
+"""The packages a full (or stratified-sample) run covers."""
+ENGINE_TESTS = ("tests/test_dynamics.py", "tests/test_engine_solvers.py", "tests/test_engine_cache.py")
+"""The engine's own tests: a mutant of the core of dynamics/ is judged by these."""
+DYNAMICS_TESTS = {
+    "compare": ("tests/test_compare.py",),
+    "overlay": ("tests/test_overlay.py",),
+    "sweep": ("tests/test_sweep.py",),
+    "provenance": ("tests/test_engine_cache.py", "tests/test_dynamics.py"),
+    "validation": ("tests/test_dynamics.py", "tests/test_public_api_values.py"),
+    "saveat": ("tests/test_dynamics.py", "tests/test_public_api_values.py"),
 }
-"""Source file -> pytest arguments selecting its tests (the default run mutates the first two)."""
-DEFAULT_TARGETS = ("closedform/special.py", "dynamics/saveat.py")
+"""dynamics/ modules with their own test file; the others (integrate, _kernels, _steppers, errors, trajectory,
+random) get ENGINE_TESTS."""
 SKIP_NAMES = ("REFERENCE", "__all__")
 """Module-level assignments not mutated: reference data that the tests read (a mutant only tests the test) and the
 export list."""
 
 
+def tests_for(target: str, root: Path = ROOT) -> list[str]:
+    """The pytest arguments that judge a mutant of ``target`` (a path relative to the repository root).
+
+    The mapping follows the file names: ``closedform/<model>.py`` and ``closedform/_<model>_kernels.py`` are judged by
+    ``tests/test_<model>.py``, ``closedform/special.py`` by ``tests/test_special.py`` (every closedform file also by
+    ``tests/test_public_api_values.py``, the value checks of issue 19); ``dynamics/<module>.py`` by its own test file
+    where it has one (DYNAMICS_TESTS), else by the engine's tests (ENGINE_TESTS). The pinned tests
+    ``tests/test_pinned_<model>*.py`` (``test_pinned_dynamics*.py`` for dynamics/) come first, so that with ``-x`` the
+    direct value checks fail first. The empirical and figure tests are left out: they exercise the same formulas
+    through torch and are ten times slower per mutant. Files are looked up in ``root`` (the scratch copy that runs).
+    """
+    area, name = target.split("/", 1)
+    stem = Path(name).stem
+    if area == "closedform":
+        model = stem[1:-len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
+        pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob(f"test_pinned_{model}*.py"))
+        files = [*pinned, "tests/test_public_api_values.py", f"tests/test_{model}.py"]
+    elif area == "dynamics":
+        pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_pinned_dynamics*.py"))
+        files = [*pinned, *DYNAMICS_TESTS.get(stem, ENGINE_TESTS)]
+    else:
+        raise ValueError(f"no tests known for {target}: pass --tests <pytest args>")
+    files = list(dict.fromkeys(f for f in files if (root / f).is_file()))
+    if not files:
+        raise ValueError(f"no test file found for {target}")
+    return files
+
+
+def area_files() -> list[str]:
+    """Every Python source file of closedform/ and dynamics/ (relative paths, sorted)."""
+    return sorted(str(p.relative_to(ROOT)) for a in AREAS for p in (ROOT / a).glob("*.py"))
+
+
 @dataclass
 class Mutant:
-    """One mutant: where, what, and what the tests said."""
+    """One mutant: where, what, and the text that replaces ``source[start:end]``."""
 
     index: int
     line: int
     operator: str
     before: str
     after: str
-    status: str = "pending"  # killed | survived | timeout | error
-    seconds: float = 0.0
+    start: int
+    end: int
+    text: str
+
+    def apply(self, code: str) -> str:
+        """The mutated source."""
+        return code[:self.start] + self.text + code[self.end:]
 
 
 def _operators():
@@ -81,14 +136,16 @@ def _operators():
     return [(t, op) for t, op in mutation_operators if t is not cst.BaseString and "string" not in op.__name__]
 
 
-def generate(path: Path) -> tuple[str, list[tuple[Mutant, str]]]:
-    """All mutants of ``path``: a list of (Mutant, mutated source)."""
+def generate(path: Path) -> tuple[str, list[Mutant]]:
+    """All mutants of ``path``, in a fixed order (a mutant's index identifies it for a given source)."""
     import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
+    from libcst.metadata import MetadataWrapper, PositionProvider, WhitespaceInclusivePositionProvider
 
     code = path.read_text()
     wrapper = MetadataWrapper(cst.parse_module(code))
     pos = wrapper.resolve(PositionProvider)
+    wpos = wrapper.resolve(WhitespaceInclusivePositionProvider)
+    offsets = _line_offsets(code)
     module = wrapper.module
     ops = _operators()
     lines = code.splitlines()
@@ -128,7 +185,7 @@ def generate(path: Path) -> tuple[str, list[tuple[Mutant, str]]]:
             return True
 
     module.visit(Skipper())
-    out = []
+    out: list[Mutant] = []
     for node in _walk(module):
         if id(node) in skip or node not in pos:
             continue
@@ -141,21 +198,46 @@ def generate(path: Path) -> tuple[str, list[tuple[Mutant, str]]]:
                 continue
             for new in variants:
                 try:
-                    src = module.deep_replace(node, new).code
+                    start, end, text = _splice(code, offsets, wpos.get(node), module, node, new)
                 except Exception:  # noqa: BLE001 - an invalid replacement is not a mutant
                     continue
+                src = code[:start] + text + code[end:]
                 if src == code:
                     continue
                 try:
                     compile(src, str(path), "exec")
                 except SyntaxError:
                     continue
-                line = pos[node].start.line
                 before = module.code_for_node(node).strip().splitlines()[0][:120]
-                after = module.code_for_node(new).strip().splitlines()[0][:120]
-                out.append((Mutant(index=len(out), line=line, operator=op.__name__, before=before, after=after),
-                            src))
+                after = (module.code_for_node(new).strip().splitlines() or [""])[0][:120]
+                out.append(Mutant(index=len(out), line=pos[node].start.line, operator=op.__name__, before=before,
+                                  after=after, start=start, end=end, text=text))
     return code, out
+
+
+def _line_offsets(code: str) -> list[int]:
+    """Character offset of the start of each line (1-based line k starts at ``offsets[k - 1]``)."""
+    offsets, total = [], 0
+    for line in code.splitlines(keepends=True):
+        offsets.append(total)
+        total += len(line)
+    offsets.append(total)
+    return offsets
+
+
+def _splice(code: str, offsets: list[int], where, module, node, new) -> tuple[int, int, str]:
+    """``(start, end, text)`` such that ``code[:start] + text + code[end:]`` has ``node`` replaced by ``new``.
+
+    The same source as ``module.deep_replace(node, new).code`` (checked on a whole file; the fallback where the
+    node's text cannot be located) but linear in the mutant instead of the file, so the ~10^4 mutants of
+    closedform/ and dynamics/ are generated in minutes instead of hours.
+    """
+    if where is not None:
+        start = offsets[where.start.line - 1] + where.start.column
+        end = offsets[where.end.line - 1] + where.end.column
+        if code[start:end] == module.code_for_node(node):
+            return start, end, module.code_for_node(new)
+    return 0, len(code), module.deep_replace(node, new).code
 
 
 def _walk(node):
@@ -166,8 +248,32 @@ def _walk(node):
         stack.extend(reversed(n.children))
 
 
-def _scratch_copy() -> Path:
-    """A copy of the tracked files (and untracked, unignored ones) in a temporary folder."""
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def generate_cached(target: str, cache_dir: Path) -> tuple[str, list[Mutant]]:
+    """:func:`generate`, cached in ``cache_dir`` under the SHA-256 of the source (same source, same mutants)."""
+    from dynamics.trajectory import atomic_write
+
+    code = (ROOT / target).read_text()
+    path = cache_dir / f"{target.replace('/', '__')}.{_sha(code)}.json"
+    if path.is_file():
+        return code, [Mutant(**m) for m in json.loads(path.read_text())]
+    code, mutants = generate(ROOT / target)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps([asdict(m) for m in mutants])))
+    return code, mutants
+
+
+def _scratch_copy(base: str | None = None) -> Path:
+    """A copy of the tracked files (and untracked, unignored ones) in a temporary folder; with ``base`` (a git
+    revision) the tracked files of that revision instead, e.g. to judge mutants by the suite before new tests."""
+    if base is not None:
+        dst = Path(tempfile.mkdtemp(prefix="attndyn-mutate-"))
+        archive = subprocess.run(["git", "archive", "--format=tar", base], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
+        return dst
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
     dst = Path(tempfile.mkdtemp(prefix="attndyn-mutate-"))
@@ -184,12 +290,39 @@ def _env(scratch: Path) -> dict:
                MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
                PYTHONDONTWRITEBYTECODE="1")
     env.pop("CI", None)
+    env.pop("ATTNDYN_KERNEL_DIR", None)
     return env
 
 
-def _clear_numba_cache(scratch: Path, stem: str) -> None:
-    for f in (scratch / ".numba_cache").rglob(f"{stem}.*"):
-        f.unlink(missing_ok=True)
+def dependents(target: str) -> set[str]:
+    """``target`` and every file of closedform/ and dynamics/ that imports it, directly or through another.
+
+    numba's on-disk cache checks only the source file of the cached function, not the files of the jitted functions
+    it calls (``closedform/_single_location_kernels.py`` inlines ``closedform.special._zeta``), so a mutant must
+    clear the caches of all these files or a stale compiled copy of the original would run. Importing the package
+    (``import dynamics``, ``from dynamics import X``) counts as importing each of its files.
+    """
+    files = area_files()
+    texts = {f: (ROOT / f).read_text() for f in files}
+
+    def imports(f: str, g: str) -> bool:
+        pkg, stem = g[:-3].split("/")
+        if stem == "__init__":  # the package itself, imported by name
+            pats = (rf"^\s*import\s+{pkg}\s*$", rf"^\s*from\s+{pkg}\s+import\b")
+        else:
+            mod = re.escape(f"{pkg}.{stem}")
+            pats = (rf"^\s*from\s+{mod}\s+import\b", rf"^\s*import\s+{mod}\b",
+                    rf"^\s*from\s+{pkg}\s+import\s+(\([^)]*\b|[^\n]*\b){re.escape(stem)}\b")
+        return f != g and any(re.search(p, texts[f], re.M) for p in pats)
+
+    found, todo = {target}, [target]
+    while todo:
+        g = todo.pop()
+        for f in files:
+            if f not in found and imports(f, g):
+                found.add(f)
+                todo.append(f)
+    return found
 
 
 def _pytest(scratch: Path, args: list[str], timeout: float) -> tuple[str, float]:
@@ -205,42 +338,254 @@ def _pytest(scratch: Path, args: list[str], timeout: float) -> tuple[str, float]
     return status, time.perf_counter() - t0
 
 
-def run_disk(target: str, test_args: list[str], out_dir: Path, *, sample: int | None, seed: int,
-             timeout_factor: float) -> dict:
-    """Mutate ``target`` on disk in a scratch copy and run its tests per mutant; returns the file's summary."""
+class Runner:
+    """Runs mutants in one scratch copy of the repository, restoring the source and numba caches after each."""
+
+    def __init__(self, *, timeout_factor: float, timeout_slack: float, base: str | None = None):
+        self.scratch = _scratch_copy(base)
+        self.factor, self.slack = timeout_factor, timeout_slack
+        self.baseline: dict[tuple[str, ...], float] = {}
+        self._deps: dict[str, set[str]] = {}
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _cache_files(self, stems: set[str]) -> list[Path]:
+        cache = self.scratch / ".numba_cache"
+        return [p for p in cache.rglob("*") if p.is_file() and p.name.split(".", 1)[0] in stems] \
+            if cache.is_dir() else []
+
+    def run(self, target: str, code: str, mutant: Mutant, args: list[str]) -> tuple[str, float]:
+        """Status (killed, survived, timeout, error) and seconds of the tests ``args`` on ``mutant``."""
+        key = tuple(args)
+        if key not in self.baseline:
+            status, base = _pytest(self.scratch, args, timeout=3600)
+            if status != "survived":
+                raise RuntimeError(f"the tests {' '.join(args)} fail before any mutation")
+            self.baseline[key] = base
+            print(f"baseline {' '.join(args)}: {base:.1f} s", flush=True)
+        if target not in self._deps:
+            self._deps[target] = dependents(target)
+        stems = {Path(f).stem for f in self._deps[target]}
+        path = self.scratch / target
+        st = path.stat()
+        stash = Path(tempfile.mkdtemp(prefix="stash-", dir=self.scratch))
+        moved = []
+        for f in self._cache_files(stems):  # keep the original's compiled code aside
+            dst = stash / f.relative_to(self.scratch)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(f, dst)
+            moved.append((f, dst))
+        try:
+            path.write_text(mutant.apply(code))
+            return _pytest(self.scratch, args, timeout=self.factor * self.baseline[key] + self.slack)
+        finally:
+            path.write_text(code)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # numba's cache stamp: mtime and size
+            for f in self._cache_files(stems):
+                f.unlink(missing_ok=True)
+            for f, dst in moved:
+                shutil.move(dst, f)
+            shutil.rmtree(stash, ignore_errors=True)
+
+
+def _commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *AREAS], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
+def read_journal(path: Path) -> list[dict]:
+    """The records of a JSON-lines journal (a torn last line from an interrupted run is ignored)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def _append(path: Path, record: dict) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def stratified_order(counts: dict[str, int], n: int, seed: int) -> list[tuple[str, int]]:
+    """A seeded stratified random sample of ``n`` mutants, in run order.
+
+    Each file gets a share of ``n`` proportional to its number of mutants (largest remainders), drawn without
+    replacement from a seeded random permutation of its mutants (a larger ``n`` extends a smaller one). The run
+    order interleaves the files by the fraction of their share already run, so a run stopped early is still close to
+    a proportional sample.
+    """
+    total = sum(counts.values())
+    n = min(n, total)
+    quota = {f: n * c / total for f, c in counts.items()}
+    share = {f: int(q) for f, q in quota.items()}
+    for f in sorted(counts, key=lambda f: (share[f] - quota[f], f))[:n - sum(share.values())]:
+        share[f] += 1
+    order = []
+    for f, c in sorted(counts.items()):
+        rng = random.Random(f"{seed}:{f}")
+        perm = rng.sample(range(c), c)[:share[f]]
+        order += [((j + rng.random()) / share[f], f, i) for j, i in enumerate(perm)]
+    return [(f, i) for _, f, i in sorted(order)]
+
+
+def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | None, seed: int,
+             tests: list[str] | None, timeout_factor: float, timeout_slack: float, max_minutes: float | None,
+             recheck: bool, equivalent: dict[str, str], only: list[str] | None = None,
+             base: str | None = None) -> None:
+    """Run the mutants of ``targets`` (all, or a stratified sample), appending one record per mutant to ``journal``.
+
+    Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where
+    it stopped. With ``recheck`` only the journal's survivors not judged equivalent are run again, with the current
+    tests (after new tests were written), as records of phase ``recheck``; only the pinned test files
+    (``tests/test_pinned_*.py``) are run then, since the mutant already passed the others, which are not edited. ``only`` (``file#index`` names) runs just
+    those mutants, as records of phase ``check`` (to confirm that a new test kills a survivor; not summarised).
+    """
+    cache_dir = out_dir / "generated"
+    gen = {t: generate_cached(t, cache_dir) for t in targets}
+    shas = {t: _sha(code) for t, (code, _) in gen.items()}
+    records = read_journal(journal)
+    if only:
+        order = [(name.rsplit("#", 1)[0], int(name.rsplit("#", 1)[1])) for name in only]
+        phase = "check"
+    elif recheck:
+        latest: dict[tuple, dict] = {}
+        for r in records:
+            latest[(r["file"], r["sha"], r["index"])] = r
+        order = [(r["file"], r["index"]) for k, r in latest.items()
+                 if r["status"] == "survived" and r["file"] in gen and r["sha"] == shas[r["file"]]
+                 and f"{r['file']}#{r['index']}" not in equivalent]
+        phase = "recheck"
+    else:
+        counts = {t: len(m) for t, (_, m) in gen.items()}
+        order = (stratified_order(counts, sample, seed) if sample is not None
+                 else [(t, i) for t in targets for i in range(counts[t])])
+        done = {(r["file"], r["sha"], r["index"]) for r in records if r.get("phase") == "sample"}
+        order = [(t, i) for t, i in order if (t, shas[t], i) not in done]
+        phase = "sample"
+    print(f"{len(order)} mutants to run ({phase}); journal {journal}", flush=True)
+    commit = _commit() if base is None else subprocess.run(
+        ["git", "rev-parse", base], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    runner = Runner(timeout_factor=timeout_factor, timeout_slack=timeout_slack, base=base)
+    t_start = time.perf_counter()
+    try:
+        for k, (t, i) in enumerate(order):
+            if max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
+                print(f"stopping after {max_minutes} minutes ({k} run); rerun the same command to continue")
+                break
+            code, mutants = gen[t]
+            m = mutants[i]
+            args = tests if tests else tests_for(t, runner.scratch)
+            if phase == "recheck" and not tests:
+                # the mutant passed the other tests already (unchanged files), so only the new ones can kill it
+                args = [a for a in args if Path(a).name.startswith("test_pinned_")]
+                if not args:
+                    continue
+            status, seconds = runner.run(t, code, m, args)
+            rec = {"file": t, "sha": shas[t], "index": i, "line": m.line, "operator": m.operator,
+                   "before": m.before, "after": m.after, "status": status, "seconds": round(seconds, 2),
+                   "tests": args, "phase": phase, "commit": commit, "seed": seed, "sample": sample,
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            _append(journal, rec)
+            print(f"[{k + 1}/{len(order)}] {t}:{m.line} #{i} {m.operator}: {m.before!r} -> {m.after!r}: {status} "
+                  f"({seconds:.1f} s)", flush=True)
+    finally:
+        runner.close()
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided confidence interval of a binomial proportion k/n."""
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def summarise(journal: Path, equivalent: dict[str, str], out_dir: Path, counts: dict[str, int] | None = None) -> str:
+    """``summary.md`` and ``summary.json`` in ``out_dir`` from the journal: kill rates before and after rechecks.
+
+    *Before* is each mutant's first (``sample``) result, *after* its latest (a survivor killed by a recheck with new
+    tests counts as killed). A timeout counts as killed; an ``error`` (pytest could not run) is left out; survivors
+    judged equivalent (``equivalent``, keyed ``file#index``) are left out of the non-equivalent kill rate, whose 95 %
+    Clopper-Pearson interval is given. With proportional allocation the pooled rate is the sample's estimate of the
+    rate over all mutants of the files; the per-file rows show where survivors cluster.
+    """
     from dynamics.trajectory import atomic_write
 
-    path = ROOT / target
-    code, mutants = generate(path)
-    n_total = len(mutants)
-    if sample is not None and sample < n_total:
-        mutants = sorted(random.Random(seed).sample(mutants, sample), key=lambda m: m[0].index)
-    scratch = _scratch_copy()
-    try:
-        status, base = _pytest(scratch, test_args, timeout=3600)
-        if status != "survived":
-            raise RuntimeError(f"the tests of {target} ({' '.join(test_args)}) fail before any mutation")
-        limit = timeout_factor * base + 60.0
-        print(f"{target}: {len(mutants)} of {n_total} mutants; baseline {base:.1f} s, limit {limit:.0f} s",
-              flush=True)
-        for k, (m, src) in enumerate(mutants):
-            (scratch / target).write_text(src)
-            _clear_numba_cache(scratch, path.stem)
-            m.status, m.seconds = _pytest(scratch, test_args, timeout=limit)
-            print(f"  [{k + 1}/{len(mutants)}] line {m.line} {m.operator}: {m.before!r} -> {m.after!r}: "
-                  f"{m.status} ({m.seconds:.1f} s)", flush=True)
-        (scratch / target).write_text(code)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    counts = {s: sum(m.status == s for m, _ in mutants) for s in ("killed", "survived", "timeout", "error")}
-    decided = counts["killed"] + counts["survived"] + counts["timeout"]
-    summary = {"target": target, "tests": test_args, "engine": "disk (mutmut operators)", "n_generated": n_total,
-               "n_run": len(mutants), "sample_seed": seed if sample is not None else None, **counts,
-               "kill_rate": (counts["killed"] + counts["timeout"]) / decided if decided else float("nan"),
-               "mutants": [asdict(m) for m, _ in mutants]}
-    out = out_dir / (target.replace("/", "__") + ".json")
-    atomic_write(out, lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=1)))
-    return summary
+    first: dict[tuple, dict] = {}
+    last: dict[tuple, dict] = {}
+    for r in read_journal(journal):
+        key = (r["file"], r["sha"], r["index"])
+        if r.get("phase") == "sample":
+            first.setdefault(key, r)
+        if key in first and r.get("phase") in ("sample", "recheck"):
+            last[key] = r
+    files = sorted({k[0] for k in first})
+    rows, tot = [], {"run": 0, "killed": 0, "timeout": 0, "survived": 0, "equivalent": 0, "error": 0,
+                     "killed_after": 0}
+    for f in files:
+        keys = [k for k in first if k[0] == f]
+        c = {s: sum(first[k]["status"] == s for k in keys) for s in ("killed", "timeout", "survived", "error")}
+        c["equivalent"] = sum(first[k]["status"] == "survived" and f"{f}#{k[2]}" in equivalent for k in keys)
+        c["killed_after"] = sum(last[k]["status"] in ("killed", "timeout") for k in keys)
+        c["run"] = len(keys)
+        for s in tot:
+            tot[s] += c[s]
+        rows.append((f, c))
+
+    def rate(c, after):
+        n = c["killed"] + c["timeout"] + c["survived"] - c["equivalent"]
+        k = c["killed_after"] if after else c["killed"] + c["timeout"]
+        return k, n
+
+    commits = sorted({r["commit"] for r in first.values()})
+    seeds = sorted({str(r.get("seed")) for r in first.values()})
+    kb, n = rate(tot, False)
+    ka, _ = rate(tot, True)
+    lo_b, hi_b = clopper_pearson(kb, n) if n else (float("nan"), float("nan"))
+    lo_a, hi_a = clopper_pearson(ka, n) if n else (float("nan"), float("nan"))
+    lines = ["# Mutation testing summary", "",
+             f"Journal `{journal}`; source commit(s) {', '.join(commits)}; seed(s) {', '.join(seeds)}.", "",
+             f"**Non-equivalent mutants killed: before {kb}/{n} = {kb / max(n, 1):.1%} (95 % Clopper-Pearson "
+             f"{lo_b:.1%}-{hi_b:.1%}); after rechecks with new tests {ka}/{n} = {ka / max(n, 1):.1%} "
+             f"({lo_a:.1%}-{hi_a:.1%}).**", "",
+             "| file | generated | run | killed | timeout | survived | equivalent | error | rate before | rate after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for f, c in rows + [("**all**", tot)]:
+        k_b, n_f = rate(c, False)
+        k_a, _ = rate(c, True)
+        gen_n = (counts or {}).get(f, sum((counts or {}).values()) if f == "**all**" else "")
+        lines.append(f"| {f} | {gen_n} | {c['run']} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+                     f"{c['equivalent']} | {c['error']} | {k_b}/{n_f} | {k_a}/{n_f} |")
+    surv = sorted((k for k in first if first[k]["status"] == "survived"), key=lambda k: (k[0], first[k]["line"]))
+    eq = [k for k in surv if f"{k[0]}#{k[2]}" in equivalent]
+    gaps = [k for k in surv if f"{k[0]}#{k[2]}" not in equivalent]
+    lines += ["", f"## Survivors judged equivalent ({len(eq)})", ""]
+    lines += [f"- `{k[0]}:{first[k]['line']}` #{k[2]} `{first[k]['before']}` -> `{first[k]['after']}`: "
+              f"{equivalent[f'{k[0]}#{k[2]}']}" for k in eq]
+    lines += ["", f"## Survivors not equivalent ({len(gaps)}; status after rechecks)", ""]
+    lines += [f"- `{k[0]}:{first[k]['line']}` #{k[2]} `{first[k]['before']}` -> `{first[k]['after']}`: "
+              f"{last[k]['status']}" + (f" by {' '.join(last[k]['tests'])}" if last[k] is not first[k] else "")
+              for k in gaps]
+    text = "\n".join(lines) + "\n"
+    summary = {"journal": str(journal), "commits": commits, "non_equivalent": n, "killed_before": kb,
+               "killed_after": ka, "ci95_before": [lo_b, hi_b], "ci95_after": [lo_a, hi_a],
+               "files": {f: c for f, c in rows}, "equivalent": {f"{k[0]}#{k[2]}": equivalent[f"{k[0]}#{k[2]}"]
+                                                                 for k in eq}}
+    atomic_write(out_dir / "summary.md", lambda tmp: Path(tmp).write_text(text))
+    atomic_write(out_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=1)))
+    return text
 
 
 def run_mutmut(out_dir: Path) -> dict:
@@ -260,54 +605,59 @@ def run_mutmut(out_dir: Path) -> dict:
     return summary
 
 
-def write_markdown(summaries: list[dict], out_dir: Path) -> Path:
-    """``summary.md``: one row per file (kill rate = (killed + timeout) / decided) and every survivor."""
-    from dynamics.trajectory import atomic_write
-
-    lines = ["# Mutation testing summary", "", "| file | engine | run / generated | killed | timeout | survived | "
-             "error | kill rate |", "|---|---|---|---|---|---|---|---|"]
-    for s in summaries:
-        lines.append(f"| {s['target']} | {s['engine']} | {s.get('n_run', '')} / {s.get('n_generated', '')} | "
-                     f"{s.get('killed', 0)} | {s.get('timeout', 0)} | {s.get('survived', 0)} | {s.get('error', 0)} "
-                     f"| {s.get('kill_rate', float('nan')):.3f} |")
-    for s in summaries:
-        surv = [m for m in s.get("mutants", []) if m["status"] == "survived"]
-        if surv:
-            lines += ["", f"## Survivors in {s['target']}", ""]
-            lines += [f"- line {m['line']} ({m['operator']}): `{m['before']}` -> `{m['after']}`" for m in surv]
-        elif s.get("survivors"):
-            lines += ["", f"## Survivors ({s['engine']})", ""] + [f"- {n}" for n in s["survivors"]]
-    path = out_dir / "summary.md"
-    atomic_write(path, lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
-    return path
+def _expand(targets: list[str]) -> list[str]:
+    """Files and folders (``closedform``, ``dynamics/``) to the source files they name, without empty ones."""
+    out = []
+    for t in targets or list(AREAS):
+        p = ROOT / t
+        out += sorted(str(q.relative_to(ROOT)) for q in p.glob("*.py")) if p.is_dir() else [t]
+    return [t for t in dict.fromkeys(out) if not t.endswith("__init__.py")]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("targets", nargs="*", help=f"source files (default {' '.join(DEFAULT_TARGETS)}); their "
-                                                   f"tests come from TARGETS or --tests")
+    parser.add_argument("targets", nargs="*", help="source files or folders (default: closedform dynamics)")
     parser.add_argument("--engine", choices=("disk", "mutmut"), default="disk")
-    parser.add_argument("--tests", nargs=argparse.REMAINDER, help="pytest arguments for a target not in TARGETS")
-    parser.add_argument("--sample", type=int, default=None, help="run a seeded random sample of this many mutants")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="run a stratified seeded random sample of this many mutants over the targets "
+                             "(proportional to each file's number of mutants)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout-factor", type=float, default=4.0,
-                        help="a mutant times out after factor x the baseline test time + 60 s")
+    parser.add_argument("--timeout-factor", type=float, default=5.0,
+                        help="a mutant times out after factor x its tests' baseline time + the slack")
+    parser.add_argument("--timeout-slack", type=float, default=120.0, help="seconds (covers numba recompiles)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="start no new mutant after this many minutes (rerun the command to continue)")
     parser.add_argument("--out", default=str(ROOT / "results" / "mutate"))
+    parser.add_argument("--journal", default=None, help="JSON-lines results (default <out>/journal.jsonl)")
+    parser.add_argument("--equivalent", default=None,
+                        help="JSON {'<file>#<index>': 'why this survivor is equivalent'} (default "
+                             "<out>/equivalent.json if present)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="rerun the journal's non-equivalent survivors with the current tests")
+    parser.add_argument("--only", nargs="+", default=None, metavar="FILE#INDEX",
+                        help="run only these mutants (phase 'check', e.g. with --tests <new test file>)")
+    parser.add_argument("--base", default=None, metavar="REV",
+                        help="run the sources and tests of this git revision (default: the working tree)")
+    parser.add_argument("--summary-only", action="store_true", help="only rewrite the summary from the journal")
+    parser.add_argument("--tests", nargs=argparse.REMAINDER, help="pytest arguments replacing tests_for()")
     args = parser.parse_args(argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.engine == "mutmut":
-        summaries = [run_mutmut(out_dir)]
-    else:
-        summaries = []
-        for target in args.targets or DEFAULT_TARGETS:
-            tests = args.tests if args.tests else TARGETS.get(target)
-            if tests is None:
-                parser.error(f"no tests known for {target}: pass --tests <pytest args>")
-            summaries.append(run_disk(target, tests, out_dir, sample=args.sample, seed=args.seed,
-                                      timeout_factor=args.timeout_factor))
-    path = write_markdown(summaries, out_dir)
-    print(path.read_text())
+        print(json.dumps(run_mutmut(out_dir), indent=1))
+        return 0
+    journal = Path(args.journal) if args.journal else out_dir / "journal.jsonl"
+    eq_path = Path(args.equivalent) if args.equivalent else out_dir / "equivalent.json"
+    equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
+    targets = _expand(args.targets or sorted({n.rsplit("#", 1)[0] for n in args.only or []}))
+    if not args.summary_only:
+        run_disk(targets, out_dir, journal, sample=args.sample, seed=args.seed, tests=args.tests,
+                 timeout_factor=args.timeout_factor, timeout_slack=args.timeout_slack, max_minutes=args.max_minutes,
+                 recheck=args.recheck, equivalent=equivalent, only=args.only, base=args.base)
+        if args.only:
+            return 0
+    counts = {t: len(generate_cached(t, out_dir / "generated")[1]) for t in targets}
+    print(summarise(journal, equivalent, out_dir, counts))
     return 0
 
 
