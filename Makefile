@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 ## Mutation testing of closedform/ and dynamics/ (not CI; see docs/contributing.md): results/mutate/summary.md
+MUTATE_ARGS ?= --sample 400 --seed 19 --max-minutes 75 --base HEAD
 mutate: $(STAMP)
 	$(BIN)/python tools/mutate.py $(MUTATE_ARGS)
 

@@ -1438,4 +1438,6 @@ _V.validate_module(
     save_every=_V.Range(integer=True, ge=1), tol=_V.Range(gt=0), stop_tol=_V.Range(gt=0),
     lam0=_V.Range(gt=0), decay=_V.Range(ge=0), converged=_V.Range(gt=0), gamma=_V.Range(gt=0),
     noise=_V.Range(ge=0),
+    # map runs batched configurations: alpha and d may be arrays broadcast against the batch (checked again inside)
+    per_function={"map": {"alpha": _V.Range(array=True, gt=0), "d": _V.Range(array=True, integer=True, ge=2)}},
 )
