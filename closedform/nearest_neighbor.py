@@ -967,3 +967,36 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
     if prompts is not None:
         out["separation_gap"] = separation_gap(prompts)
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Argument checks of every public function and class (dynamics.validation): the annotations (task class, Prompts,
+# int, float, bool) plus these specs by parameter name; each function's own checks (shapes against the task, ...)
+# follow. Checks run once per outermost call, so the inner loops of ``map``/``full_gd`` pay nothing.
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+
+def _check_prompt_samples(name: str, value) -> None:
+    """prompts of ``map``: one Prompts, or a non-empty sequence of them (one trajectory per sample)."""
+    _sample_list(value, Prompts, name)
+
+
+_V.validate_module(
+    globals(),
+    W=_V.Array(ndim=(2, 3)), H=_V.Array(ndim=3), target=_V.Array(ndim=1), W0=_V.Array(ndim=(2, 3)),
+    xi1=_V.Range(array=True), xi2=_V.Range(array=True), quantile=_V.Range(gt=0, lt=1),
+    bound=_V.Range(gt=0, finite=False), n_steps=_V.Range(integer=True, ge=0), n_prompts=_V.Range(integer=True, ge=1),
+    rng=_V.seed_check, seed=_V.seed_check, saveat=_V.Instance(SaveAt), state0=_V.Array(ndim=(1, 2)),
+    eta=_V.Range(array=True, gt=0), params=_V.Array(ndim=1), Y=_V.Array(ndim=(2, 3)), t=_V.Range(array=True, ge=0),
+    delta=_V.Range(gt=0), d=_V.Range(integer=True, ge=1), N=_V.Range(integer=True, ge=1),
+    eta_index=_V.Range(integer=True, ge=0), C=_V.Range(gt=0), C_d=_V.Range(ge=0),
+    per_function={
+        "map": {"prompts": _check_prompt_samples},
+        "probe": {"W": _V.Array(ndim=tuple(range(2, 33)))},
+        "full_diagnostics": {"W": _V.Array(ndim=2)},
+        # 2^d d! matrices of d x d: d = 7 is 645 120 of them (250 MB); d = 8 would need 5 GB
+        "signed_permutations": {"d": _V.Range(integer=True, ge=1, le=7)},
+        "NearestNeighborTask": {"sigma": _V.Range(ge=0), "eta": _V.Range(gt=0)},
+    },
+)
