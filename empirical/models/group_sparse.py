@@ -615,6 +615,7 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 from empirical.models import tensor_check as _tensor  # noqa: E402
+from empirical.models import seeds_check as _seeds  # noqa: E402
 from empirical.models import tensors_check as _tensors  # noqa: E402
 
 
@@ -623,20 +624,12 @@ def _check_samples_arg(name: str, value) -> None:
     cf._sample_list(value, cf.GroupSparseSample, name)
 
 
-def _check_seed_list(name: str, value) -> None:
-    """seeds: one integer seed >= 0 or a non-empty sequence of them."""
-    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
-        _V.seed_check(name, value)
-    else:
-        _V.seeds_check(name, value)
-
-
 _WEIGHTS = _tensors(("W",), ("W_K", "W_Q"), ndim=3)
 _V.validate_module(
     globals(),
     params=_WEIGHTS, W=_V.Array(ndim=3), X=_V.Array(ndim=4), y=_V.Array(ndim=2), X_test=_V.Array(ndim=4),
     y_test=_V.Array(ndim=2), v_star=_V.Array(ndim=1), state0=_V.Array(ndim=1), data=_check_samples_arg,
-    seeds=_check_seed_list, n=_V.Range(integer=True, ge=1), v_tilde_star=_V.Array(ndim=1), gamma=_V.Range(ge=0),
+    seeds=_seeds, n=_V.Range(integer=True, ge=1), v_tilde_star=_V.Array(ndim=1), gamma=_V.Range(ge=0),
     rng=_V.seed_check, checkpoints=_V.Range(array=True, integer=True, ge=1), lr0=_V.Range(gt=0),
     l2=_V.Range(gt=0), init_scale=_V.Range(gt=0),
     per_function={

@@ -499,6 +499,7 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 from empirical.models import tensor_check as _tensor  # noqa: E402
+from empirical.models import seeds_check as _seeds  # noqa: E402
 from empirical.models import tensors_check as _tensors  # noqa: E402
 
 
@@ -515,5 +516,5 @@ _V.validate_module(
     params=_tensors(("W",), ("W_K", "W_Q"), ndim=3), batch=_tensors(("H",), ndim=4),
     seed_index=_V.Range(integer=True, ge=0), data=_check_prompt_samples, test=_check_prompt_samples,
     quantile=_V.Range(gt=0, lt=1), init_scale=_V.Range(gt=0), n_prompts=_V.Range(integer=True, ge=1),
-    seeds=_V.seeds_check,
+    seeds=_seeds,
 )
