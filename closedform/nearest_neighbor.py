@@ -982,9 +982,20 @@ def _check_prompt_samples(name: str, value) -> None:
     _sample_list(value, Prompts, name)
 
 
+_W = _V.Array(ndim=(2, 3))
+
+
+def _check_W(name: str, value) -> None:
+    """W of the full model: (D, D) or (T, D, D) with D = d + 2 (Sec. A.3)."""
+    _W(name, value)
+    shape = tuple(value.shape)
+    if shape[-1] != shape[-2]:
+        raise ValueError(f"{name} must have shape (D, D) or (T, D, D), square in its last two axes; got {shape}")
+
+
 _V.validate_module(
     globals(),
-    W=_V.Array(ndim=(2, 3)), H=_V.Array(ndim=3), target=_V.Array(ndim=1), W0=_V.Array(ndim=(2, 3)),
+    W=_check_W, H=_V.Array(ndim=3), target=_V.Array(ndim=1), W0=_V.Array(ndim=(2, 3)),
     xi1=_V.Range(array=True), xi2=_V.Range(array=True), quantile=_V.Range(gt=0, lt=1),
     bound=_V.Range(gt=0, finite=False), n_steps=_V.Range(integer=True, ge=0), n_prompts=_V.Range(integer=True, ge=1),
     rng=_V.seed_check, seed=_V.seed_check, saveat=_V.Instance(SaveAt), state0=_V.Array(ndim=(1, 2)),

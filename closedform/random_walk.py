@@ -600,6 +600,9 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
     _check_sample(task, sample, "sample")
     x = pack_state(task, V, a, c)
     G, se, loss, se_loss = _gradient_and_se(task, sample, x)
+    if not np.isfinite(loss):
+        raise ValueError("V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of Sec. C.4 is "
+                         "undefined there (every e_y^T f must exceed -eps)")
     GV, Ga, Gc = unpack_state(task, G)
     sV, sa, sc = unpack_state(task, se)
     return ReducedGradient(GV.copy(), Ga.copy(), Gc.copy(), sV.copy(), sa.copy(), sc.copy(), loss, se_loss)
@@ -1049,7 +1052,7 @@ _V.validate_module(
     state0=_V.Array(ndim=(1, 2)), p=_PROB, q=_V.Range(gt=0, lt=1), n=_SIZE, max_walks=_SIZE, save_every=_SIZE,
     n_steps=_V.Range(integer=True, ge=0), tau_end=_V.Range(gt=0), rng=_V.seed_check, walks=_check_walks,
     test=_check_walks, saveat=_V.Instance(dynamics.SaveAt), eta=_V.Range(array=True, gt=0),
-    kind=_V.OneOf("theorem", "derived"),
+    kind=_V.OneOf("theorem", "derived"), K=_V.Range(integer=True, ge=3),
     per_function={
         "predict": {"f": _V.Array(ndim=tuple(range(1, 33)))},
         "unpack_state": {"x": _V.Array(ndim=tuple(range(1, 33)))},
