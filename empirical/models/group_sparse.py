@@ -555,6 +555,11 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
     Xf = X.reshape(X.shape[0], -1)
     y = np.asarray(y, dtype=np.float64)
     l2 = check_positive("l2", l2)
+    Xt = np.asarray(X_test, dtype=np.float64)
+    if y.shape != X.shape[:1] or np.shape(y_test) != Xt.shape[:1] or Xt.shape[1:] != X.shape[1:]:
+        raise ValueError(f"X (n, ...), y (n,), X_test (n_test, ...) and y_test (n_test,) must agree, X and X_test in "
+                         f"their trailing shape; got X {X.shape}, y {y.shape}, X_test {Xt.shape}, "
+                         f"y_test {np.shape(y_test)}")
 
     def fun(w):
         z = y * (Xf @ w)
@@ -564,7 +569,7 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
 
     res = _optimize.minimize(fun, np.zeros(Xf.shape[1]), jac=True, method="L-BFGS-B",
                              options={"maxiter": 5000, "gtol": 1e-10})
-    Xt = np.asarray(X_test, dtype=np.float64).reshape(len(y_test), -1)
+    Xt = Xt.reshape(len(y_test), -1)
     return float(np.mean(np.asarray(y_test) * (Xt @ res.x) <= 0))
 
 
@@ -636,7 +641,8 @@ _V.validate_module(
         "attention": {"W": _tensor(ndim=3), "X": _tensor(ndim=4)},
         "forward": {"params": _tensors(("v", "W"), ("v", "W_K", "W_Q")), "X": _tensor(ndim=4, finite=False)},
         "loss_per_draw": {"f": _tensor(ndim=(1, 2), finite=False), "y": _tensor(ndim=(1, 2), finite=False)},
-        "logistic_baseline": {"X": _V.Array(ndim=3), "y": _V.Array(ndim=1), "X_test": _V.Array(ndim=3),
-                              "y_test": _V.Array(ndim=1)},
+        # X (n, ...) of any trailing shape (raw draws (n, d, D) or features (n, d+D, 1)), read as vec(X)
+        "logistic_baseline": {"X": _V.Array(ndim=tuple(range(2, 33))), "y": _V.Array(ndim=1),
+                              "X_test": _V.Array(ndim=tuple(range(2, 33))), "y_test": _V.Array(ndim=1)},
     },
 )
