@@ -72,3 +72,20 @@ def test_torch_arguments_are_checked_for_type_and_shape():
         erw.walk_samples(RW, 10, [0, -1])
     with pytest.raises(TypeError, match=r"^data must be a WalkSample"):
         erw.RandomWalkAttention(RW, data=3)
+
+
+def test_far_negative_xi_gives_the_limit_not_an_overflow():
+    # e^{-2 xi2} q0^3 -> 0 as xi2 -> -inf (q0 ~ e^{xi2}); math.exp raised OverflowError before
+    g = nn.gradient_xi1_zero(3, 4, -9e5)
+    assert np.all(np.isfinite(g)) and g[1] == 0.0
+    p = nn.sample_prompts(NN, 5, 0, labels=True)
+    assert np.all(nn.shifted_test_bound(-1e6, 1.0, p, 0.2) == np.inf)  # no bound, documented as +inf
+
+
+def test_logistic_baseline_checks_that_its_arrays_agree():
+    gm = pytest.importorskip("empirical.models.group_sparse")
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((8, 3)), np.sign(rng.standard_normal(8))
+    assert 0.0 <= gm.logistic_baseline(X, y, X, y) <= 1.0
+    with pytest.raises(ValueError, match="must agree"):
+        gm.logistic_baseline(X, y, np.ones((8, 3, 2)), y)
