@@ -766,3 +766,37 @@ def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]
     return {"horizon": theorem_horizon(task, eps_B), "loss_order": theorem_loss_order(task, eps_B),
             "attention_lower_bound": attention_lower_bound(task),
             "direction_error_bound": direction_error_bound(task, eps_B), "beta_step1": beta_step1(task)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
+# classes, int, float, bool) plus these specs by parameter name; each function's own checks (shapes against the
+# task, unit v_star, ...) follow. Checks run once per outermost call, so the loops of ``map``/``full_gd`` pay nothing.
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+
+def _check_reduced_samples(name: str, value) -> None:
+    """rs of ``map``: one ReducedSample, or a non-empty sequence of them (one trajectory per sample)."""
+    _sample_list(value, ReducedSample, name)
+
+
+_V.validate_module(
+    globals(),
+    X=_V.Array(ndim=3), y=_V.Array(ndim=1), f=_V.Array(ndim=1), v_star=_V.Array(ndim=1), a=_V.Array(ndim=2),
+    gram=_V.Array(ndim=3), v=_V.Array(ndim=1), W=_V.Array(ndim=2), v0=_V.Array(ndim=1), W0=_V.Array(ndim=2),
+    S=_V.Array(ndim=3), state=_V.Array(ndim=1), state0=_V.Array(ndim=(1, 2)), n_unique=_V.Range(integer=True, ge=1),
+    n=_V.Range(integer=True, ge=1), n_steps=_V.Range(integer=True, ge=0), n_samples=_V.Range(integer=True, ge=2),
+    rng=_V.seed_check, saveat=_V.Instance(SaveAt), project_steps=_V.check_bool, eta=_V.Range(array=True, gt=0),
+    quantile=_V.Range(gt=0, lt=1), t=_V.Range(array=True, ge=0, le=_V.MAX_INT), loss=_V.Range(array=True, ge=0),
+    eps_B=_V.Range(gt=0), eps=_V.Range(gt=0), gamma=_V.Range(gt=0), delta=_V.Range(gt=0, lt=1),
+    const=_V.Range(gt=0), c=_V.Range(gt=0), epsabs=_V.Range(gt=0), epsrel=_V.Range(gt=0),
+    per_function={
+        "map": {"rs": _check_reduced_samples},
+        "step_closed_form": {"t": _V.Range(integer=True, ge=0, le=2)},
+        "downstream_error_bound": {"n": _V.Range(array=True, gt=0, le=_V.MAX_INT)},
+        "GroupSparseTask": {"eta": _V.Range(gt=0), "d": _V.Range(integer=True, ge=2),
+                            "D": _V.Range(integer=True, ge=3), "sigma_x": _V.Range(gt=0),
+                            "jstar": _V.Range(integer=True, ge=1)},
+    },
+)

@@ -481,7 +481,8 @@ def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
     """
     N = check_int("N", N, min_value=2)
     xi2 = np.asarray(xi2, dtype=np.float64)
-    q0 = 1.0 / (N + np.exp(-xi2))
+    with np.errstate(over="ignore"):  # xi2 -> -inf: e^{-xi2} = inf, q0 = 0 (its limit)
+        q0 = 1.0 / (N + np.exp(-xi2))
     return 0.5 * (N * q0**2 - 2.0 * q0 + 1.0), q0
 
 
@@ -505,7 +506,9 @@ def gradient_xi1_zero(d: int, N: int, xi2: float) -> np.ndarray:
     dL/dxi2 = -e^{-2 xi2} q0^3.  Returns the array (dL/dxi1, dL/dxi2).
     """
     _, q0 = loss_xi1_zero(N, xi2)
-    tail = math.exp(-2.0 * float(xi2)) * q0**3
+    with np.errstate(over="ignore"):  # e^{-2 xi2} q0^3 = q0 r^2, r = e^{-xi2} q0 = 1/(N e^{xi2} + 1): no overflow
+        r = 1.0 / (N * np.exp(float(xi2)) + 1.0)
+    tail = q0 * r**2
     return np.array([-q0 * expected_max_inner_product(d, N) + tail, -tail])
 
 
@@ -927,7 +930,7 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
 
     on A_delta, |f - y_{i*}| <= 2 R (N - 1) exp(-xi1 delta/2) + R exp(-(xi2 - xi1 (1 - c_{i*}))), with R = max_j |y_j|
     of the prompt (the labels of the shifted law are Gaussian, so R is per prompt; illustrative, Sec. A.6).
-    Returns the square of the bound, +inf on prompts outside A_delta.
+    Returns the square of the bound, +inf on prompts outside A_delta (and where it overflows).
     """
     xi1, xi2 = _check_state(xi1, xi2)
     delta = check_positive("delta", delta)
@@ -937,7 +940,8 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
         raise ValueError("prompts must carry labels y for the Theorem A2 bound")
     cstar = prompts.c[rows, prompts.istar]
     # (N - 1) exp(-xi1 delta / 2) bounds the sum of q_j over the wrong-label tokens; q_{N+1}/q_{i*} bounds the self term
-    bound = 2.0 * R * (prompts.N - 1) * math.exp(-xi1 * delta / 2.0) + R * np.exp(-(xi2 - xi1 * (1.0 - cstar)))
+    with np.errstate(over="ignore"):  # a far negative xi1 or xi2 overflows to +inf: no bound, as outside A_delta
+        bound = 2.0 * R * (prompts.N - 1) * np.exp(-xi1 * delta / 2.0) + R * np.exp(-(xi2 - xi1 * (1.0 - cstar)))
     return np.where(separation_gap(prompts) >= delta, bound**2, np.inf)
 
 
@@ -967,3 +971,47 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
     if prompts is not None:
         out["separation_gap"] = separation_gap(prompts)
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Argument checks of every public function and class (dynamics.validation): the annotations (task class, Prompts,
+# int, float, bool) plus these specs by parameter name; each function's own checks (shapes against the task, ...)
+# follow. Checks run once per outermost call, so the inner loops of ``map``/``full_gd`` pay nothing.
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+
+def _check_prompt_samples(name: str, value) -> None:
+    """prompts of ``map``: one Prompts, or a non-empty sequence of them (one trajectory per sample)."""
+    _sample_list(value, Prompts, name)
+
+
+_W = _V.Array(ndim=(2, 3))
+
+
+def _check_W(name: str, value) -> None:
+    """W of the full model: (D, D) or (T, D, D) with D = d + 2 (Sec. A.3)."""
+    _W(name, value)
+    shape = tuple(value.shape)
+    if shape[-1] != shape[-2]:
+        raise ValueError(f"{name} must have shape (D, D) or (T, D, D), square in its last two axes; got {shape}")
+
+
+_V.validate_module(
+    globals(),
+    W=_check_W, H=_V.Array(ndim=3), target=_V.Array(ndim=1), W0=_V.Array(ndim=(2, 3)),
+    xi1=_V.Range(array=True), xi2=_V.Range(array=True), quantile=_V.Range(gt=0, lt=1),
+    bound=_V.Range(gt=0, finite=False), n_steps=_V.Range(integer=True, ge=0), n_prompts=_V.Range(integer=True, ge=1),
+    rng=_V.seed_check, seed=_V.seed_check, saveat=_V.Instance(SaveAt), state0=_V.Array(ndim=(1, 2)),
+    eta=_V.Range(array=True, gt=0), params=_V.Array(ndim=1), Y=_V.Array(ndim=(2, 3)), t=_V.Range(array=True, ge=0),
+    delta=_V.Range(gt=0), d=_V.Range(integer=True, ge=1), N=_V.Range(integer=True, ge=1),
+    eta_index=_V.Range(integer=True, ge=0), C=_V.Range(gt=0), C_d=_V.Range(ge=0),
+    per_function={
+        "map": {"prompts": _check_prompt_samples},
+        "probe": {"W": _V.Array(ndim=tuple(range(2, 33)))},
+        "full_diagnostics": {"W": _V.Array(ndim=2)},
+        # 2^d d! matrices of d x d: d = 7 is 645 120 of them (250 MB); d = 8 would need 5 GB
+        "signed_permutations": {"d": _V.Range(integer=True, ge=1, le=7)},
+        "NearestNeighborTask": {"sigma": _V.Range(ge=0), "eta": _V.Range(gt=0)},
+    },
+)

@@ -40,6 +40,7 @@ Self-Attention Mechanism: Case Studies and Theoretical Understanding" (Yuan Cao)
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -599,6 +600,9 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
     _check_sample(task, sample, "sample")
     x = pack_state(task, V, a, c)
     G, se, loss, se_loss = _gradient_and_se(task, sample, x)
+    if not np.isfinite(loss):
+        raise ValueError("V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of Sec. C.4 is "
+                         "undefined there (every e_y^T f must exceed -eps)")
     GV, Ga, Gc = unpack_state(task, G)
     sV, sa, sc = unpack_state(task, se)
     return ReducedGradient(GV.copy(), Ga.copy(), Gc.copy(), sV.copy(), sa.copy(), sc.copy(), loss, se_loss)
@@ -1014,3 +1018,46 @@ def theorem_predictions(task: RandomWalkTask) -> dict:
             "theorem_attention": theorem_attention(task) if covered else None,
             "failure_theorem_applies": failure_theorem_applies(task),
             "direction_limit_distance": direction_limit_distance(task.p)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
+# classes, int, float, bool, str) plus these specs by parameter name; each function's own checks (shapes against the
+# task, states in 0..K-1, ...) follow. Checks run once per outermost call, so the loops of ``map``/``full_gd`` pay
+# nothing.
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_SIZE = _V.Range(integer=True, ge=1)
+
+
+def _check_walks(name: str, value) -> None:
+    """walks (and test) of ``map``/``flow``: a sample size n >= 1, a WalkSample, or a non-empty sequence of WalkSample."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
+        _SIZE(name, value)
+    elif not isinstance(value, WalkSample):
+        if isinstance(value, numbers.Number) or value is None:
+            raise _V.ArgumentTypeError(f"{name} must be a sample size (an integer >= 1), a WalkSample or a "
+                                       f"sequence of WalkSample; got {_V._show(value)}")
+        _sample_list(value, WalkSample, name)
+
+
+_PROB = _V.Range(ge=0, le=1)
+_V.validate_module(
+    globals(),
+    V=_V.Array(ndim=2), W=_V.Array(ndim=2), a=_V.Array(ndim=1), c=_V.Array(ndim=1), V0=_V.Array(ndim=2),
+    W0=_V.Array(ndim=2), x=_V.Array(ndim=1), f=_V.Array(ndim=2), S=_V.Array(ndim=2), target=_V.Array(ndim=2),
+    context=_V.Array(ndim=2, dtype="int", range=_V.Range(ge=0)),
+    states=_V.Array(ndim=2, dtype="int", range=_V.Range(ge=0)), weights=_V.Array(ndim=1, range=_V.Range(ge=0)),
+    state0=_V.Array(ndim=(1, 2)), p=_PROB, q=_V.Range(gt=0, lt=1), n=_SIZE, max_walks=_SIZE, save_every=_SIZE,
+    n_steps=_V.Range(integer=True, ge=0), tau_end=_V.Range(gt=0), rng=_V.seed_check, walks=_check_walks,
+    test=_check_walks, saveat=_V.Instance(dynamics.SaveAt), eta=_V.Range(array=True, gt=0),
+    kind=_V.OneOf("theorem", "derived"), K=_V.Range(integer=True, ge=3),
+    per_function={
+        "predict": {"f": _V.Array(ndim=tuple(range(1, 33)))},
+        "unpack_state": {"x": _V.Array(ndim=tuple(range(1, 33)))},
+        "RandomWalkTask": {"eta": _V.Range(gt=0), "eps": _V.Range(gt=0), "rho": _V.Range(gt=0),
+                           "K": _V.Range(integer=True, ge=3), "N": _V.Range(integer=True, ge=2),
+                           "M": _V.Range(integer=True, ge=3)},
+    },
+)

@@ -10,8 +10,11 @@ name, so no registry needs editing when a model is added.
 from __future__ import annotations
 
 import importlib
+import numbers
 from collections.abc import Callable, Mapping
 from types import ModuleType
+
+import numpy as np
 
 __all__ = ["MODEL_NAMES", "load"]
 
@@ -54,3 +57,53 @@ def dispatch_config(presets: Mapping[str, Callable], name, args: tuple, kwargs: 
     if not isinstance(name, str) or name not in presets:
         raise ValueError(f"name must be one of {', '.join(map(repr, presets))}; got {name!r}")
     return presets[name](*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Argument checks shared by the model modules (dynamics.validation specs for torch arguments)
+
+def tensor_check(*, ndim=None, finite: bool = True) -> Callable:
+    """A ``check(name, value)`` spec for :func:`dynamics.validation.validated`: a real torch tensor with ``ndim`` in
+    the given ones, finite unless ``finite=False`` (the spec of arguments of functions a training step calls, where
+    a finiteness test would synchronise the device: the trainer's divergence check catches non-finite values)."""
+    spec = _V.Array(ndim=ndim, finite=finite)
+
+    def check(name: str, value) -> None:
+        if not _V._is_tensor(value):
+            raise _V.ArgumentTypeError(f"{name} must be a torch.Tensor ({spec.text}); got {_V._show(value)}")
+        spec(name, value)
+    return check
+
+
+def tensors_check(*layouts: tuple[str, ...], ndim=None) -> Callable:
+    """A ``check(name, value)`` spec for a mapping of torch tensors (``params``, ``batch``) holding every key of one
+    of ``layouts``; each of those tensors is checked for type and ``ndim``, not for finiteness (no device
+    synchronisation inside a training step)."""
+    spec = tensor_check(ndim=ndim, finite=False)
+    want = " or ".join("{" + ", ".join(map(repr, keys)) + "}" for keys in layouts)
+
+    def check(name: str, value) -> None:
+        if not isinstance(value, Mapping):
+            raise _V.ArgumentTypeError(f"{name} must be a mapping of torch tensors with keys {want}; "
+                                       f"got {_V._show(value)}")
+        keys = next((k for k in layouts if all(key in value for key in k)), None)
+        if keys is None:
+            raise ValueError(f"{name} must be a mapping of torch tensors with keys {want}; got keys {sorted(value)}")
+        for key in keys:
+            spec(f"{name}[{key!r}]", value[key])
+    return check
+
+
+def seeds_check(name: str, value) -> None:
+    """A ``check(name, value)`` spec for ``seeds``: one integer seed >= 0 or a non-empty sequence of them (the
+    functions read it with ``numpy.atleast_1d``)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
+        _V.seed_check(name, value)
+    else:
+        _V.seeds_check(name, value)
+
+
+from dynamics import validation as _V  # noqa: E402
+
+_V.validate_module(globals(), name=_V.OneOf(*MODEL_NAMES), per_function={"dispatch_config": {"name": None}},
+                   skip=("tensor_check", "tensors_check", "seeds_check"))  # the spec builders: not entry points

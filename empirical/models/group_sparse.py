@@ -555,6 +555,11 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
     Xf = X.reshape(X.shape[0], -1)
     y = np.asarray(y, dtype=np.float64)
     l2 = check_positive("l2", l2)
+    Xt = np.asarray(X_test, dtype=np.float64)
+    if y.shape != X.shape[:1] or np.shape(y_test) != Xt.shape[:1] or Xt.shape[1:] != X.shape[1:]:
+        raise ValueError(f"X (n, ...), y (n,), X_test (n_test, ...) and y_test (n_test,) must agree, X and X_test in "
+                         f"their trailing shape; got X {X.shape}, y {y.shape}, X_test {Xt.shape}, "
+                         f"y_test {np.shape(y_test)}")
 
     def fun(w):
         z = y * (Xf @ w)
@@ -564,7 +569,7 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
 
     res = _optimize.minimize(fun, np.zeros(Xf.shape[1]), jac=True, method="L-BFGS-B",
                              options={"maxiter": 5000, "gtol": 1e-10})
-    Xt = np.asarray(X_test, dtype=np.float64).reshape(len(y_test), -1)
+    Xt = Xt.reshape(len(y_test), -1)
     return float(np.mean(np.asarray(y_test) * (Xt @ res.x) <= 0))
 
 
@@ -605,3 +610,39 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
         If ``name`` is not one of the listed protocols.
     """
     return dispatch_config(CONFIGS, name, args, kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
+# classes, int, float, bool, str) plus these specs by parameter name. The tensors of ``forward`` and
+# ``loss_per_draw`` reach them from every training step: they are checked for type and shape only (a finiteness
+# test would synchronise the device; the trainer's divergence check sees non-finite values).
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+from empirical.models import tensor_check as _tensor  # noqa: E402
+from empirical.models import seeds_check as _seeds  # noqa: E402
+from empirical.models import tensors_check as _tensors  # noqa: E402
+
+
+def _check_samples_arg(name: str, value) -> None:
+    """data: one GroupSparseSample or a non-empty sequence of them (one per seed)."""
+    cf._sample_list(value, cf.GroupSparseSample, name)
+
+
+_WEIGHTS = _tensors(("W",), ("W_K", "W_Q"), ndim=3)
+_V.validate_module(
+    globals(),
+    params=_WEIGHTS, W=_V.Array(ndim=3), X=_V.Array(ndim=4), y=_V.Array(ndim=2), X_test=_V.Array(ndim=4),
+    y_test=_V.Array(ndim=2), v_star=_V.Array(ndim=1), state0=_V.Array(ndim=1), data=_check_samples_arg,
+    seeds=_seeds, n=_V.Range(integer=True, ge=1), v_tilde_star=_V.Array(ndim=1), gamma=_V.Range(ge=0),
+    rng=_V.seed_check, checkpoints=_V.Range(array=True, integer=True, ge=1), lr0=_V.Range(gt=0),
+    l2=_V.Range(gt=0), init_scale=_V.Range(gt=0),
+    per_function={
+        "attention": {"W": _tensor(ndim=3), "X": _tensor(ndim=4)},
+        "forward": {"params": _tensors(("v", "W"), ("v", "W_K", "W_Q")), "X": _tensor(ndim=4, finite=False)},
+        "loss_per_draw": {"f": _tensor(ndim=(1, 2), finite=False), "y": _tensor(ndim=(1, 2), finite=False)},
+        # X (n, ...) of any trailing shape (raw draws (n, d, D) or features (n, d+D, 1)), read as vec(X)
+        "logistic_baseline": {"X": _V.Array(ndim=tuple(range(2, 33))), "y": _V.Array(ndim=1),
+                              "X_test": _V.Array(ndim=tuple(range(2, 33))), "y_test": _V.Array(ndim=1)},
+    },
+)

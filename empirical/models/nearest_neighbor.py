@@ -489,3 +489,32 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
         If ``name`` is not one of the listed protocols.
     """
     return dispatch_config(CONFIGS, name, args, kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Argument checks of every public function and class (dynamics.validation): the annotations (task class, int,
+# float, bool, str, Mapping) plus these specs by parameter name. The tensors of ``embed`` and the ``params``/``batch``
+# mappings of ``predict`` reach them from every training step: they are checked for type and shape only (a
+# finiteness test would synchronise the device; the trainer's divergence check sees non-finite values).
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+from empirical.models import tensor_check as _tensor  # noqa: E402
+from empirical.models import seeds_check as _seeds  # noqa: E402
+from empirical.models import tensors_check as _tensors  # noqa: E402
+
+
+def _check_prompt_samples(name: str, value) -> None:
+    """data / test: one Prompts or a non-empty sequence of them (one per seed); None where the default is None."""
+    cf._sample_list(value, cf.Prompts, name)
+
+
+_LEADING = tuple(range(2, 33))
+_V.validate_module(
+    globals(),
+    X=_tensor(ndim=_LEADING, finite=False), xq=_tensor(ndim=_LEADING[:-1] + (1,), finite=False),
+    y=_tensor(ndim=_LEADING[:-1] + (1,), finite=False), W=_tensor(ndim=3), H=_tensor(ndim=4),
+    params=_tensors(("W",), ("W_K", "W_Q"), ndim=3), batch=_tensors(("H",), ndim=4),
+    seed_index=_V.Range(integer=True, ge=0), data=_check_prompt_samples, test=_check_prompt_samples,
+    quantile=_V.Range(gt=0, lt=1), init_scale=_V.Range(gt=0), n_prompts=_V.Range(integer=True, ge=1),
+    seeds=_seeds,
+)
