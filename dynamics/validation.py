@@ -374,7 +374,8 @@ def seeds_check(name: str, value) -> None:
     sequence_check(name, value)
     seeds = list(value)
     if not seeds:
-        raise ValueError(f"{name} must hold at least one seed; got an empty {type(value).__name__}")
+        raise ValueError(f"{name} must be a non-empty sequence of integer seeds >= 0; got an empty "
+                         f"{type(value).__name__}")
     for i, s in enumerate(seeds):
         if isinstance(s, bool | np.bool_) or not isinstance(s, numbers.Integral) or s < 0:
             raise ValueError(f"{name} must be a sequence of integer seeds >= 0; got {_show(s)} at index {i}")

@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import numbers
 import math
 import re
 import time
@@ -110,7 +111,7 @@ from tqdm.auto import tqdm
 
 from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
-from dynamics.validation import Range, check_choice, check_int, check_nonneg, validate_module
+from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
@@ -823,7 +824,19 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
 
 # Argument checks (dynamics.validation): the annotations, and the arrays of the gap tables.
 _ROWS = dict(times=Range(array=True), theory=Range(array=True), samples=Range(array=True))
+
+
+def _measured_check(name, value):
+    """``measured``/``expected`` of a :class:`CheckResult`: a string, or any real number (inf may mean "not reached",
+    NaN "not defined": the check's own test says how it reads them)."""
+    if isinstance(value, str):
+        return
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real | np.floating | np.integer):
+        raise ArgumentTypeError(f"{name} must be a real number or a string; got {value!r}")
+
+
 validate_module(globals(), per_function={
+    "CheckResult": dict(measured=_measured_check, expected=_measured_check),
     "compare_rows": dict(_ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)),
     "gap_rows": dict(_ROWS, atol=Range(ge=0)),
 })
