@@ -1,12 +1,13 @@
-"""Benchmark of the group-sparse study (spec token_selection.md, Study B): the numba reduced GD map.
+"""Benchmark of the group-sparse study (docs/models/token_selection.md, Study B): the numba reduced GD map.
 
 Rows (throughput in draw-steps per second: draws in the sample times GD steps):
 
 * ``group_sparse.reduced_map``: :func:`closedform.group_sparse.map` (numba kernel through ``dynamics.iterate``)
-  against a plain vectorised numpy implementation of the same 8-scalar update (Sec. B.3), same sample, same steps.
+  against a plain vectorised numpy implementation of the same 8-scalar update (docs/models/token_selection.md §B.3),
+  same sample, same steps.
 * ``group_sparse.reduced_vs_full``: the same numba reduced map against projected full-matrix GD on (v, W) in numpy
   (:func:`closedform.group_sparse.full_gd` with ``project_steps=True``), the computation the reduction replaces
-  exactly (Sec. B.3).
+  exactly (docs/models/token_selection.md §B.3).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from dynamics import SaveAt
 
 
 def _numpy_reduced_gd(spec: gs.GroupSparseTask, rs: gs.ReducedSample, n_steps: int) -> np.ndarray:
-    """Plain numpy twin of the reduced GD map (Sec. B.3), vectorised over draws; returns the final state."""
+    """Plain numpy twin of the reduced GD map (docs/models/token_selection.md §B.3), vectorised over draws; returns the
+    final state."""
     D, js = spec.D, spec.jstar_index
     a, gram = rs.a, rs.gram
     y = np.where(a[:, js] >= 0.0, 1.0, -1.0)
@@ -87,7 +89,7 @@ def run(quick: bool) -> list[Result]:
         run_ = gs.full_gd(spec, s, n_full, project_steps=True, saveat=SaveAt(final=True))
         return run_.trajectory.states()[0, -1]
 
-    gap_full = np.abs(reduced_small() - full_small()).max()  # exact equivalence of Sec. B.3
+    gap_full = np.abs(reduced_small() - full_small()).max()  # exact equivalence of docs/models/token_selection.md §B.3
     if gap_full > 1e-10:
         raise AssertionError(f"reduced map and projected full GD disagree by {gap_full:.3g}")
     t_red = best_time(reduced_small, repeat=repeat)

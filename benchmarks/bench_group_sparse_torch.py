@@ -1,11 +1,13 @@
-"""Benchmark of the torch model of Study B (empirical.models.group_sparse; spec token_selection.md Sec. B.2, B.7):
+"""Benchmark of the torch model of Study B (empirical.models.group_sparse; docs/models/token_selection.md §B.2, §B.7):
 N seeds trained together through the shared trainer against N sequential single-seed runs (issue 8).
 
 Rows (throughput in seed-steps per second: seeds x full-batch GD steps, CPU, float64):
 
 * ``group_sparse torch, merged W``: full-batch GD from zero on n = 200 raw samples per seed, (d, D) = (4, 6),
-  eta = 0.5 (the paper's pre-training setting of Sec. B.7 at a smaller n), N seeds in one ``train`` call vs N calls.
-* ``group_sparse torch, factorised W_K^T W_Q``: the same with the factorised model of Sec. B.7 (random init).
+  eta = 0.5 (the paper's pre-training setting of docs/models/token_selection.md §B.7 at a smaller n), N seeds in one
+  ``train`` call vs N calls.
+* ``group_sparse torch, factorised W_K^T W_Q``: the same with the factorised model of
+  docs/models/token_selection.md §B.7 (random init).
 
 Both sides log the same probes on the same grid, so the ratio measures what batching the seed axis saves (per-step
 Python and autograd overhead). Torch runs with one intra-op thread on both sides: the tensors are tiny and extra

@@ -1,4 +1,4 @@
-"""Benchmark of the 1-NN reduced GD (closedform.nearest_neighbor, spec token_selection.md Sec. A.5).
+"""Benchmark of the 1-NN reduced GD (closedform.nearest_neighbor, docs/models/token_selection.md §A.5).
 
 Compares, on the same prompt sample and in the same run:
 * the numba Monte Carlo gradient (dL/dxi1, dL/dxi2) with a vectorised numpy/scipy evaluation of the same formulas;
@@ -17,7 +17,7 @@ from dynamics import SaveAt
 
 
 def _numpy_gradient(xi1: float, xi2: float, c: np.ndarray, istar: np.ndarray) -> np.ndarray:
-    """Baseline: Sec. A.5 gradients with scipy's softmax over all prompts at once."""
+    """Baseline: docs/models/token_selection.md §A.5 gradients with scipy's softmax over all prompts at once."""
     B, N = c.shape
     scores = np.concatenate([xi1 * c, np.full((B, 1), xi1 - xi2)], axis=1)
     q = scipy.special.softmax(scores, axis=1)
@@ -40,7 +40,8 @@ def _numpy_gd(spec, c, istar, n_steps: int) -> np.ndarray:
 
 
 def run(quick: bool) -> list[Result]:
-    """Time the numba kernels against numpy baselines of the same computation (reference config of Sec. 4)."""
+    """Time the numba kernels against numpy baselines of the same computation (reference config of
+    docs/models/token_selection.md §4)."""
     spec = nn.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)
     n_prompts = 5_000 if quick else 50_000
     n_steps = 10 if quick else 100

@@ -1,9 +1,9 @@
-"""Torch 1-NN attention (empirical.models.nearest_neighbor, spec token_selection.md Study A): many seeds trained
+"""Torch 1-NN attention (empirical.models.nearest_neighbor, docs/models/token_selection.md Study A): many seeds trained
 together through the shared trainer against the same seeds trained one after another (issue 8), CPU, float64.
 
-Two workloads of the reference task d = 4, N = 16, sigma = 5, eta = 5 (spec Sec. 4):
+Two workloads of the reference task d = 4, N = 16, sigma = 5, eta = 5 (docs/models/token_selection.md §4):
 * online SGD, batch 64 (per-step overhead dominates: what the batched seed axis amortises);
-* full-batch GD on 500 fixed prompts per seed (recipe G.A; arithmetic dominates).
+* full-batch GD on 500 fixed prompts per seed (recipe docs/models/token_selection.md §G.A; arithmetic dominates).
 
 Both run with one torch intra-op thread (restored afterwards): the tensors are tiny, and on the shared 2-core machine
 extra threads only contend (measured: ~6x fewer steps/s with the default two threads under load).

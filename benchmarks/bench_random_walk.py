@@ -1,9 +1,9 @@
-"""Benchmark of the random-walk study (spec token_selection.md, Study C): the numba reduced GD map.
+"""Benchmark of the random-walk study (docs/models/token_selection.md, Study C): the numba reduced GD map.
 
 Rows (throughput in walk-steps per second: walks in the training sample times GD steps):
 
-* ``reduced_step_kernel``: the numba step kernel of the exact reduced update (Sec. C.5) against a plain vectorised
-  numpy implementation of the same update, same walks, same steps.
+* ``reduced_step_kernel``: the numba step kernel of the exact reduced update (docs/models/token_selection.md §C.5)
+  against a plain vectorised numpy implementation of the same update, same walks, same steps.
 * ``reduced_gd_vs_full_gd``: :func:`closedform.random_walk.map` end to end (engine, derived loss/SEs,
   provenance) against full-matrix GD on (V, W) in numpy (:func:`closedform.random_walk.full_gd`), the computation
   the reduction replaces (paper sizes K=6, N=97, M=1000).
@@ -21,7 +21,8 @@ from dynamics import SaveAt
 
 
 def _numpy_reduced_gd(spec: rw.RandomWalkTask, sample: rw.WalkSample, n_steps: int) -> np.ndarray:
-    """Plain numpy twin of the reduced GD map (Sec. C.5), vectorised over walks; returns the final state."""
+    """Plain numpy twin of the reduced GD map (docs/models/token_selection.md §C.5), vectorised over walks; returns the
+    final state."""
     K, N, rho = spec.K, spec.N, spec.rho
     ctx, y, w = sample.context, sample.label, sample.weights
     rows = np.broadcast_to(np.arange(sample.n)[:, None], ctx.shape)

@@ -1,4 +1,4 @@
-"""Benchmark of the torch side of Study C (spec token_selection.md Sec. C.3-C.4, C.8): batched vs sequential seeds.
+"""Benchmark of the torch side of Study C (docs/models/token_selection.md §C.3-§C.4, §C.8): batched vs sequential seeds.
 
 Row (throughput in seed-steps per second: seeds times full-batch GD steps):
 

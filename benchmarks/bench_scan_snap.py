@@ -1,6 +1,6 @@
 """Scan and Snap simulators: ``flow`` (numba Dopri5 through ``dynamics.integrate``) against scipy
 ``solve_ivp`` (RK45, the same Dormand-Prince pair, same rtol/atol) on the same right-hand side written in numpy, and
-``map`` against the same map as a plain numpy loop (spec scan_snap.md Sec. 4.2-4.3)."""
+``map`` against the same map as a plain numpy loop (docs/models/scan_snap.md §4.2-§4.3)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ RTOL, ATOL = 1e-10, 1e-12
 
 
 def _numpy_ascent(classes, lay):
-    """grad_Y, grad_Z of spec Sec. 4.2 (lumped or not), vectorised over classes, on the packed state."""
+    """grad_Y, grad_Z of docs/models/scan_snap.md §4.2 (lumped or not), vectorised over classes, on the packed state."""
     P, pi, psi, tcol, mult = classes.P, classes.pi, classes.psi, lay.tcol, lay.mult
     K, Lc, Q, ncol = classes.K, classes.Lc, classes.Q, len(mult)
     with np.errstate(divide="ignore"):

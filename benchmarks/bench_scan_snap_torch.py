@@ -1,6 +1,6 @@
-"""Torch Scan and Snap benchmark (issue 8): the Syn-Small protocol of spec scan_snap.md Sec. 5.2 (Y/Z model, zero init,
-SGD momentum 0.9, batch 128, T = 128, eta_Y = eta_Z = 1), N seeds trained together through the shared trainer against
-N sequential single-seed runs of the same model and steps, in float64 on CPU with one intra-op thread.
+"""Torch Scan and Snap benchmark (issue 8): the Syn-Small protocol of docs/models/scan_snap.md §5.2 (Y/Z model, zero
+init, SGD momentum 0.9, batch 128, T = 128, eta_Y = eta_Z = 1), N seeds trained together through the shared trainer
+against N sequential single-seed runs of the same model and steps, in float64 on CPU with one intra-op thread.
 
 The model is computed from token counts (empirical.models.scan_snap.yz_logits), so a step costs O(batch x V) after
 sampling. The sampler draws the counts directly (Multinomial(T - 1, P(.|n)) over supp(n), exact in law); a second row

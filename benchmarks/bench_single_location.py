@@ -1,4 +1,4 @@
-"""Benchmarks of the single-location PGD maps (spec single_location.md Sec. 6.3-6.4, Sec. 8).
+"""Benchmarks of the single-location PGD maps (docs/models/single_location.md §6.3-§6.4, §8).
 
 Each row times the numba map run through ``dynamics.iterate`` (via ``closedform.single_location.map``) and a plain
 numpy baseline of the same map vectorised over trajectories (scipy.special.erf / owens_t), in the same process.
@@ -27,7 +27,7 @@ _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 
 
 def _numpy_manifold(task, lam, alpha, kappa, nu, n_steps):
-    """Spec Sec. 6.3 map, vectorised over trajectories with numpy."""
+    """docs/models/single_location.md §6.3 map, vectorised over trajectories with numpy."""
     g = lam * task.gamma
     q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
     c = lam * task.s / q
@@ -44,7 +44,8 @@ def _numpy_manifold(task, lam, alpha, kappa, nu, n_steps):
 
 
 def _numpy_partials(task, lam, kappa, nu, theta, eta, rho):
-    """Spec Sec. 4.3 partials, vectorised; zeta through scipy's Owen's T (spec Sec. 3.2)."""
+    """docs/models/single_location.md §4.3 partials, vectorised; zeta through scipy's Owen's T
+    (docs/models/single_location.md §3.2)."""
     s, gamma, L = task.s, task.gamma, task.L
     g = lam * gamma
     q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
@@ -75,7 +76,7 @@ def _numpy_partials(task, lam, kappa, nu, theta, eta, rho):
 
 
 def _numpy_five(task, lam, alpha, state, n_steps):
-    """Spec Sec. 6.4 map (Gram-matrix update), vectorised over trajectories with numpy."""
+    """docs/models/single_location.md §6.4 map (Gram-matrix update), vectorised over trajectories with numpy."""
     kappa, nu, theta, eta, rho = (state[:, j].copy() for j in range(5))
     for _ in range(n_steps):
         rk, rn, rt, re, rr = _numpy_partials(task, lam, kappa, nu, theta, eta, rho)
@@ -106,7 +107,7 @@ def _bench_manifold(quick: bool) -> Result:
     dev = float(np.max(np.abs(check - np.stack(base, axis=1))))
     t_nb = cpu_time(lambda: run(n_steps), repeat=2)
     t_np = cpu_time(lambda: _numpy_manifold(task, 0.1, 4e-3, state0[:, 0], state0[:, 1], n_base), repeat=1)
-    return Result(name="manifold map (Sec. 6.3), 1000 trajectories", unit="trajectory-steps/s per core",
+    return Result(name="manifold map (docs/models/single_location.md §6.3), 1000 trajectories", unit="trajectory-steps/s per core",
                   value=n_traj * n_steps / t_nb, baseline=n_traj * n_base / t_np,
                   baseline_name="numpy vectorised over trajectories", target_value=2e7,
                   note=f"max |numba - numpy| after {n_base} steps: {dev:.1e}")
@@ -118,20 +119,22 @@ def _bench_five(quick: bool, d: int) -> Result:
     n_base = n_steps // 5  # numpy is slow here; the first fifth of the same run
     state0 = sl.sample_initial_state(sl.SingleLocationTask(d=400, L=10), n_traj, 1)  # same starts for every d
     # Fig. 7(b) setting at d = 400; for larger d, lambda sqrt(d) and alpha d are held fixed so that the run stays in
-    # the same (stable) regime: the off-manifold curvature grows like d (spec Sec. 7.4, step-size instability)
+    #  the same (stable) regime: the off-manifold curvature grows like d (docs/models/single_location.md §7.4, step-size
+    # instability)
     lam, alpha = 0.1 * math.sqrt(400 / d), 4e-3 * 400 / d
     run = lambda n: sl.map(task, state0, alpha=alpha, n_steps=n, lam=lam, saveat=SaveAt(final=True))
     dev = float(np.max(np.abs(run(n_base).states()[:, -1, :5] - _numpy_five(task, lam, alpha, state0, n_base))))
     t_nb = cpu_time(lambda: run(n_steps), repeat=2)
     t_np = cpu_time(lambda: _numpy_five(task, lam, alpha, state0, n_base), repeat=1)
-    return Result(name=f"five-scalar map (Sec. 6.4), d = {d}, {n_traj} trajectories",
+    return Result(name=f"five-scalar map (docs/models/single_location.md §6.4), d = {d}, {n_traj} trajectories",
                   unit="trajectory-steps/s per core", value=n_traj * n_steps / t_nb, baseline=n_traj * n_base / t_np,
                   baseline_name="numpy vectorised (scipy owens_t)", target_value=2e6,
                   note=f"max |numba - numpy| after {n_base} steps: {dev:.1e}")
 
 
 def _section5_runs():
-    """All PGD runs of the paper's Section 5 (Figs. 4(a), 4(b), 7(a), 7(b); spec Sec. 8.2, 8.3, 8.6): 30 repeats."""
+    """All PGD runs of the paper's Section 5 (Figs. 4(a), 4(b), 7(a), 7(b);
+    docs/models/single_location.md §8.2, §8.3, §8.6): 30 repeats."""
     task = sl.SingleLocationTask(d=400, L=10)
     sphere = sl.sample_initial_state(task, 30, 0)
     manifold = sl.sample_initial_state(task, 30, 0, on="manifold")
@@ -198,6 +201,7 @@ def _bench_basins(quick: bool) -> Result:
 
 
 def run(quick: bool) -> list[Result]:
-    """Benchmarks of spec Sec. 6.3-6.4 maps and the Section 5 figure runs (see the module docstring)."""
+    """Benchmarks of docs/models/single_location.md §6.3-§6.4 maps and the Section 5 figure runs (see the module
+    docstring)."""
     return [_bench_manifold(quick), _bench_five(quick, 400), _bench_five(quick, 10 ** 6), _bench_section5(quick),
             _bench_basins(quick)]

@@ -1,4 +1,4 @@
-"""Torch single-location benchmark (issues 7, 13): the Fig. 5 protocol (spec single_location.md Sec. 8.4: d = 80,
+"""Torch single-location benchmark (issues 7, 13): the Fig. 5 protocol (docs/models/single_location.md §8.4: d = 80,
 L = 10, batch 5, alpha = 1e-3, lambda_n = 2/(1 + 1e-4 n), online stochastic PGD of the erf predictor), 30 seeds trained
 together through the shared trainer against 30 sequential single-seed runs of the same model and steps (target >= 10x
 on CPU), in float64 on CPU.

@@ -1,6 +1,7 @@
-"""Throughput of the single_location Transformer and multi-head erf models (spec Secs. 8.7-8.9) in the shared trainer:
-N seeds trained together (one run, leading seed axis) against N sequential single-seed runs of the same model and
-steps, float64 on CPU with one intra-op thread (the tensors are tiny; see figures/_single_location_transformer.py).
+"""Throughput of the single_location Transformer and multi-head erf models (docs/models/single_location.md §8.7-§8.9) in
+the shared trainer: N seeds trained together (one run, leading seed axis) against N sequential single-seed runs of the
+same model and steps, float64 on CPU with one intra-op thread (the tensors are tiny; see
+figures/_single_location_transformer.py).
 """
 
 from __future__ import annotations

@@ -1,21 +1,23 @@
-"""Private numba kernels of the group-sparse study (spec token_selection.md, Study B, Sec. B.3).
+"""Private numba kernels of the group-sparse study (docs/models/token_selection.md, Study B,
+docs/models/token_selection.md §B.3).
 
-The reduced model of Sec. B.3: for one draw with a_i = <x_i, v*> (shape (D,)) and the Gram matrix
-gram_ij = <z_i, z_j> of the components z_i = (I - v* v*^T) x_i orthogonal to v* (shape (D, D)), and the reduced state
-state = (beta, w_par, w_perp, m1, m2, m3, m4, m5) (order of ``STATE_NAMES`` in ``closedform.group_sparse``):
+The reduced model of docs/models/token_selection.md §B.3: for one draw with a_i = <x_i, v*> (shape (D,)) and the Gram
+matrix gram_ij = <z_i, z_j> of the components z_i = (I - v* v*^T) x_i orthogonal to v* (shape (D, D)), and the reduced
+state state = (beta, w_par, w_perp, m1, m2, m3, m4, m5) (order of ``STATE_NAMES`` in ``closedform.group_sparse``):
 
     Z_ij = w_par a_i a_j + w_perp gram_ij + [W22]_ij,   S = column-softmax(Z),   f = beta sum_i r_i a_i,
 
 with W22 taking the value m_k on orbit O_k (row = key i, column = query j; O_1 = (j*, j*), O_2 = (j*, j != j*),
 O_3 = (i != j*, j*), O_4 = (i, i) with i != j*, O_5 = the rest). The per-draw partial derivatives of the logistic
-loss ell(y f) with respect to the 8 coordinates are (B.2 gradients projected on the orbit basis, Sec. B.3):
+loss ell(y f) with respect to the 8 coordinates are (docs/models/token_selection.md §B.2 gradients projected on the
+orbit basis, docs/models/token_selection.md §B.3):
 
     dbeta = coef sum_i r_i a_i,  dw_par = coef sum_ij G_ij a_i a_j,  dw_perp = coef sum_ij G_ij gram_ij,
     dm_k = coef sum_{(i, j) in O_k} G_ij,   G_ij = S_ij (u_i - ubar_j),  u_i = beta a_i,  coef = -lambda y.
 
-The label is y = sign(a_{j*}) with sign(0) := +1 (Appendix G.B). No RNG here; all samples come from the caller.
-Layout of the packed parameter vector of ``reduced_step`` (a ``dynamics.iterate`` map):
-p = [eta, d, D, jstar_index, n, a (n*D, row-major), gram (n*D*D, row-major)].
+The label is y = sign(a_{j*}) with sign(0) := +1 (docs/models/token_selection.md §G.B). No RNG here; all samples come
+from the caller. Layout of the packed parameter vector of ``reduced_step`` (a ``dynamics.iterate`` map): p = [eta, d, D,
+jstar_index, n, a (n*D, row-major), gram (n*D*D, row-major)].
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ HEADER = 5  # eta, d, D, jstar_index, n
 
 @njit(cache=True, fastmath=False)
 def _orbit(i, j, js):
-    """Orbit index 0..4 of entry (key i, query j) of W22 (Sec. B.3)."""
+    """Orbit index 0..4 of entry (key i, query j) of W22 (docs/models/token_selection.md §B.3)."""
     if i == js:
         return 0 if j == js else 1
     if j == js:
@@ -43,7 +45,7 @@ def _orbit(i, j, js):
 
 @njit(cache=True, fastmath=False)
 def _w22(state, js, D):
-    """W22 (D, D) of a reduced state: m_k on orbit O_k (Sec. B.3)."""
+    """W22 (D, D) of a reduced state: m_k on orbit O_k (docs/models/token_selection.md §B.3)."""
     M = np.empty((D, D))
     for i in range(D):
         for j in range(D):
@@ -70,7 +72,8 @@ def _sigmoid(x):
 
 @njit(cache=True, fastmath=False)
 def _attention(state, M, a, gram, S, sa):
-    """Fill S (D, D) with the column softmax of the reduced scores Z (Sec. B.3) and sa (D,) with
+    """Fill S (D, D) with the column softmax of the reduced scores Z (docs/models/token_selection.md §B.3) and sa (D,)
+    with
     sa_j = sum_i S_ij a_i; return f = beta sum_i r_i a_i = beta sum_j sa_j. M is W22 (see ``_w22``)."""
     D = a.shape[0]
     w_par = state[1]
@@ -99,10 +102,12 @@ def _attention(state, M, a, gram, S, sa):
 
 @njit(cache=True, fastmath=False)
 def _draw_terms(state, js, M, a, gram, S, sa, g):
-    """Per-draw partial derivatives of ell(y f) w.r.t. the 8 reduced coordinates, written to g (8,) (Sec. B.3).
+    """Per-draw partial derivatives of ell(y f) w.r.t. the 8 reduced coordinates, written to g (8,)
+    (docs/models/token_selection.md §B.3).
 
     Orbit sums of G from four partial sums: O_1 = G[j*, j*], O_2 = row j* - O_1, O_3 = column j* - O_1,
-    O_4 = trace - O_1, O_5 = total - O_1 - O_2 - O_3 - O_4. Returns the per-draw loss log(1 + exp(-y f)) (Sec. B.2).
+    O_4 = trace - O_1, O_5 = total - O_1 - O_2 - O_3 - O_4. Returns the per-draw loss log(1 + exp(-y f))
+    (docs/models/token_selection.md §B.2).
     """
     D = a.shape[0]
     beta = state[0]
@@ -158,7 +163,8 @@ def reduced_terms(state, js, a, gram, terms):
 
 @njit(cache=True, fastmath=False)
 def reduced_grad_mean(state, js, a, gram, grad):
-    """Sample mean of the per-draw gradient terms (the MC population gradient of Sec. B.3), written to grad (8,)."""
+    """Sample mean of the per-draw gradient terms (the MC population gradient of docs/models/token_selection.md §B.3),
+    written to grad (8,)."""
     n, D = a.shape
     S = np.empty((D, D))
     sa = np.empty(D)
@@ -176,7 +182,8 @@ def reduced_grad_mean(state, js, a, gram, grad):
 
 @njit(cache=True, fastmath=False)
 def apply_update(state, grad, eta, d, D, out):
-    """Induced update of full-matrix GD on the reduced coordinates (Sec. B.3, orthogonal-basis projection).
+    """Induced update of full-matrix GD on the reduced coordinates (docs/models/token_selection.md §B.3,
+    orthogonal-basis projection).
 
     beta, w_par: step eta; w_perp: eta / (d - 1); m_k: eta / |O_k| with |O| = (1, D-1, D-1, D-1, (D-1)(D-2)).
     """
@@ -192,7 +199,8 @@ def apply_update(state, grad, eta, d, D, out):
 
 @njit(cache=True, fastmath=False)
 def reduced_step(k, x, p, out):
-    """One reduced GD step (``dynamics.iterate`` map; Sec. B.3) on the fixed sample packed in p (module docstring)."""
+    """One reduced GD step (``dynamics.iterate`` map; docs/models/token_selection.md §B.3) on the fixed sample packed in
+    p (module docstring)."""
     eta = p[0]
     d = p[1]
     D = int(p[2])
@@ -207,7 +215,8 @@ def reduced_step(k, x, p, out):
 
 @njit(cache=True, fastmath=False)
 def reduced_eval(state, js, a, gram, out):
-    """Per-draw diagnostics at one state: out[k] = (loss, correct, mean_j S_{j*, j}, min_j S_{j*, j}) (Sec. B.3.1)."""
+    """Per-draw diagnostics at one state: out[k] = (loss, correct, mean_j S_{j*, j}, min_j S_{j*, j})
+    (docs/models/token_selection.md §B.3.1)."""
     n, D = a.shape
     S = np.empty((D, D))
     sa = np.empty(D)

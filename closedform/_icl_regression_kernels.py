@@ -24,7 +24,8 @@ from numba import njit
 
 @njit(cache=True, fastmath=False)
 def loss_one(omega, mu, d, sigma2, cL):
-    """F(omega, mu) for one configuration: spec §4.1, Eq. (4.1) (Proposition 4.1). Returns a float."""
+    """F(omega, mu) for one configuration: docs/models/icl_regression.md §4.1, Eq. (4.1) (Proposition 4.1). Returns a
+    float."""
     H = omega.shape[0]
     u = 0.0
     for h in range(H):
@@ -41,14 +42,16 @@ def loss_one(omega, mu, d, sigma2, cL):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def loss_batch(Omega, Mu, d, sigma2, cL, out):
-    """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,). Spec §4.1, Eq. (4.1)."""
+    """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,).
+    docs/models/icl_regression.md §4.1, Eq. (4.1)."""
     for n in range(Omega.shape[0]):
         out[n] = loss_one(Omega[n], Mu[n], d, sigma2, cL)
 
 
 @njit(cache=True, fastmath=False)
 def half_grad_one(omega, mu, d, cL, g_omega, g_mu):
-    """Write grad(F/2) (the authors' ``gradients``) into ``g_omega``, ``g_mu``: spec §4.4, Eq. (4.4) halved.
+    """Write grad(F/2) (the authors' ``gradients``) into ``g_omega``, ``g_mu``: docs/models/icl_regression.md §4.4, Eq.
+    (4.4) halved.
 
     d(F/2)/d omega_h = -mu_h (1 - u) + d cL mu_h sum_g mu_g omega_g K_hg,
     d(F/2)/d mu_h    = -omega_h (1 - u) + cL sum_g mu_g K_hg,   u = mu^T omega, K_hg = exp(d omega_h omega_g).
@@ -78,7 +81,7 @@ def half_grad_one(omega, mu, d, cL, g_omega, g_mu):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
-    """grad F (full, no 1/2) for a batch of rows (n, H): spec §4.4, Eq. (4.4)."""
+    """grad F (full, no 1/2) for a batch of rows (n, H): docs/models/icl_regression.md §4.4, Eq. (4.4)."""
     for n in range(Omega.shape[0]):
         half_grad_one(Omega[n], Mu[n], d, cL, G_omega[n], G_mu[n])
         for h in range(Omega.shape[1]):
@@ -88,7 +91,8 @@ def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def flow_rhs(t, y, p, dy):
-    """Gradient flow of F/2 for H heads, state (omega, mu): spec §5.1 (flow of F/2, time convention §0.3)."""
+    """Gradient flow of F/2 for H heads, state (omega, mu): docs/models/icl_regression.md §5.1 (flow of F/2, time
+    convention docs/models/icl_regression.md §0.3)."""
     H = y.shape[0] // 2
     half_grad_one(y[:H], y[H:], p[0], p[1], dy[:H], dy[H:])
     for j in range(2 * H):
@@ -97,7 +101,8 @@ def flow_rhs(t, y, p, dy):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def gd_step(k, x, p, out):
-    """One GD step on F/2 with learning rate ``p[2]``: spec §5.1 (the authors' helper ``gradient_flow``)."""
+    """One GD step on F/2 with learning rate ``p[2]``: docs/models/icl_regression.md §5.1 (the authors' helper
+    ``gradient_flow``)."""
     H = x.shape[0] // 2
     half_grad_one(x[:H], x[H:], p[0], p[1], out[:H], out[H:])
     lr = p[2]
@@ -109,7 +114,7 @@ def gd_step(k, x, p, out):
 def two_head_rhs(t, y, p, dy):
     """Reduced symmetric two-head flow (omega, mu) = (omega_1, mu_1), omega_2 = -omega_1, mu_2 = -mu_1.
 
-    Spec §6.2, Eq. (B.4): d omega/dt = mu - 2 mu^2 omega - 2 d cL mu^2 omega cosh(d omega^2),
+    docs/models/icl_regression.md §6.2, Eq. (B.4): d omega/dt = mu - 2 mu^2 omega - 2 d cL mu^2 omega cosh(d omega^2),
     d mu/dt = omega - 2 mu omega^2 - 2 cL mu sinh(d omega^2).
     """
     d = p[0]
@@ -123,7 +128,8 @@ def two_head_rhs(t, y, p, dy):
 
 @njit(cache=True, fastmath=False)
 def mc_conditional_losses(a, s, omega, mu, d, sigma2, out):
-    """Per-prompt conditional loss of the reduced predictor (3.2) given the covariates: spec §4.1 (reduced form).
+    """Per-prompt conditional loss of the reduced predictor (3.2) given the covariates:
+    docs/models/icl_regression.md §4.1 (reduced form).
 
     Rotated coordinates (exact in law, see ``icl_regression.true_loss_mc``): ``a[n, i] = x_i . xq/|xq|`` and
     ``s[n] = |xq|``, so that x_i . xq = s a_i. With w_i = sum_h mu_h softmax_i(omega_h s a_i) (stable softmax),

@@ -1,10 +1,11 @@
-"""Private numba kernels of the in-context 1-NN model (spec token_selection.md, Study A).
+"""Private numba kernels of the in-context 1-NN model (docs/models/token_selection.md, Study A).
 
-Everything here works in the reduced coordinates (xi1, xi2) of spec §A.5, where the attention of the query is
-softmax over the scores ``xi1 * c_j`` (context token j) and ``xi1 - xi2`` (the query itself), with the labels integrated
-out exactly (spec §A.3, Eq. "L(W) = 1/2 E[(1 - q_{i*})^2 + sum_{j != i*} q_j^2]"). The public wrappers live in
-``closedform.nearest_neighbor``; they validate, draw the prompts and hand the fixed prompt sample (common random
-numbers) to these kernels. No RNG in here, float64 only, sequential sums (deterministic order).
+Everything here works in the reduced coordinates (xi1, xi2) of docs/models/token_selection.md §A.5, where the attention
+of the query is softmax over the scores ``xi1 * c_j`` (context token j) and ``xi1 - xi2`` (the query itself), with the
+labels integrated out exactly (docs/models/token_selection.md §A.3, Eq. "L(W) = 1/2 E[(1 - q_{i*})^2 + sum_{j != i*}
+q_j^2]"). The public wrappers live in ``closedform.nearest_neighbor``; they validate, draw the prompts and hand the
+fixed prompt sample (common random numbers) to these kernels. No RNG in here, float64 only, sequential sums
+(deterministic order).
 
 Parameter vector of the GD step (``gd_step``), float64, packed by ``closedform.nearest_neighbor.pack_params``::
 
@@ -26,7 +27,7 @@ HEADER = 4  # number of scalar entries in front of istar in the packed parameter
 
 @njit(cache=True, fastmath=False)
 def _prompt_stats(xi1, xi2, c_row, istar, q, out):
-    """Per-prompt loss, gradient and attention in the reduced coordinates (spec §A.5).
+    """Per-prompt loss, gradient and attention in the reduced coordinates (docs/models/token_selection.md §A.5).
 
     ``q`` is scratch of length N + 1; ``out`` (5,) receives
     [1/2 (Q2 - 2 q_{i*} + 1), sum_m gamma_m c_m, q_{N+1} (Q2 - q_{i*}), q_{i*}, q_{N+1}].
@@ -90,7 +91,8 @@ def mean_gradient(xi1, xi2, c, istar, grad):
 
 @njit(cache=True, fastmath=False)
 def gd_step(k, x, p, out):
-    """One full-matrix-exact GD step in (xi1, xi2) (spec §A.5): xi1 -= (eta/d) dL/dxi1, xi2 -= eta dL/dxi2.
+    """One full-matrix-exact GD step in (xi1, xi2) (docs/models/token_selection.md §A.5): xi1 -= (eta/d) dL/dxi1, xi2 -=
+    eta dL/dxi2.
 
     Signature of a ``dynamics.iterate`` map: ``k`` step index (unused: constant step size), ``x`` = (xi1, xi2),
     ``p`` the packed parameter vector of the module docstring, ``out`` the next state.

@@ -1,9 +1,10 @@
-"""Private numba kernels of the random-walk study (spec token_selection.md, Study C, Sec. C.5).
+"""Private numba kernels of the random-walk study (docs/models/token_selection.md, Study C,
+docs/models/token_selection.md §C.5).
 
 The public wrappers live in :mod:`closedform.random_walk`; they validate, draw the walks and allocate. Kernels are
 pure: float64 arrays and scalars in, ``out`` arrays or scalars back, no RNG.
 
-Layouts (0-based code indices, Sec. 0):
+Layouts (0-based code indices, docs/models/token_selection.md §0):
 
 * walk sample: ``states`` flat (n * N,), walk ``w`` occupies ``states[w*N:(w+1)*N]``; entries 0..N-2 are the context
   states s_1..s_{N-1} (code values 0..K-1), entry N-1 is the label y = s_N. ``weights`` (n,) sum to one (1/n for a
@@ -26,12 +27,13 @@ N_HEAD = 6  # number of scalar slots at the front of the map parameter vector p
 def _accumulate_gradient(states, weights, K, N, x, rho, eps, G, G2):
     """Negative loss gradient of the reduced model and its weighted second moments; returns (loss, loss second moment).
 
-    Implements spec token_selection.md Sec. C.5 (exact GD updates of (V, a, c)): with S = softmax(l),
+    Implements docs/models/token_selection.md §C.5 (exact GD updates of (V, a, c)): with S = softmax(l),
     l_j = rho a_{s_j} + rho^2 c_j (j < N), l_N = rho^2 c_N, g_i = V[y, s_i] (g_N = 0), gbar = sum_i S_i g_i,
     kappa = 1/(gbar + eps):
     G_V = E[kappa e_y (sum_{i<N} S_i x_i)^T], G_a = E[kappa sum_{i<N} S_i (g_i - gbar) x_i],
     G_c,i = E[kappa S_i (g_i - gbar)]. ``G`` receives these means (the GD update is x + eta G) and ``G2`` the weighted
-    means of the squared per-walk contributions (for standard errors). The loss is E[-log(gbar + eps)] (Sec. C.4).
+    means of the squared per-walk contributions (for standard errors). The loss is E[-log(gbar + eps)]
+    (docs/models/token_selection.md §C.4).
     """
     nV = K * K
     n = weights.shape[0]
@@ -96,7 +98,8 @@ def _accumulate_gradient(states, weights, K, N, x, rho, eps, G, G2):
 
 @njit(cache=True, fastmath=False)
 def reduced_step(k, x, p, out):
-    """One exact GD step of the reduced state (V, a, c): out = x + eta G (spec Sec. C.5, exact GD updates).
+    """One exact GD step of the reduced state (V, a, c): out = x + eta G (docs/models/token_selection.md §C.5, exact GD
+    updates).
 
     Step-kernel signature of ``dynamics.iterate``: ``k`` step index (unused: constant step size), ``x`` the state,
     ``p`` the packed parameters (see the module docstring), ``out`` the next state.
@@ -118,7 +121,7 @@ def reduced_step(k, x, p, out):
 
 @njit(cache=True, fastmath=False)
 def reduced_attention(states, n, K, N, a, c, rho, out):
-    """Attention weights S (n, N) of the reduced model for n walks (spec Sec. C.5, logits l_j)."""
+    """Attention weights S (n, N) of the reduced model for n walks (docs/models/token_selection.md §C.5, logits l_j)."""
     rho2 = rho * rho
     for w in range(n):
         base = w * N
@@ -141,7 +144,8 @@ def reduced_attention(states, n, K, N, a, c, rho, out):
 
 @njit(cache=True, fastmath=False)
 def reduced_rhs(t, y, p, dy):
-    """Gradient-flow vector field of the reduced state: dy/dtau = G(y) (spec Sec. 0 and Sec. C.5, updates / eta).
+    """Gradient-flow vector field of the reduced state: dy/dtau = G(y) (docs/models/token_selection.md §0, §C.5, updates
+    / eta).
 
     ODE-kernel signature of ``dynamics.integrate``; ``p`` as for :func:`reduced_step` (eta unused).
     """

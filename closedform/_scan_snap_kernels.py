@@ -1,4 +1,4 @@
-"""Private numba kernels of ``closedform.scan_snap`` (spec scan_snap.md Sec. 2.3-2.4, Sec. 4.2-4.4).
+"""Private numba kernels of ``closedform.scan_snap`` (docs/models/scan_snap.md §2.3-§2.4, §4.2-§4.4).
 
 All kernels are ``@njit(cache=True, fastmath=False)``, float64, pure, with no RNG. The public wrappers in
 ``closedform/scan_snap.py`` validate inputs, pack the parameter vector ``p`` and build the ``Trajectory``.
@@ -10,11 +10,12 @@ Parameter vector ``p`` (float64, one per trajectory or shared), header then flat
     psi (K), tcol (K), mult (Ncol).
 
 The decoder Y is stored with ``Ncol`` columns, column j standing for ``mult[j]`` identical output columns
-(unlumped: Ncol = M, mult = 1; lumped, spec Sec. 4.2: the K target columns, then one column ``y_rest`` of
-multiplicity M - K when M > K). ``tcol[n]`` is the column holding class n's target output.
+(unlumped: Ncol = M, mult = 1; lumped, docs/models/scan_snap.md §4.2: the K target columns, then one column ``y_rest``
+of multiplicity M - K when M > K). ``tcol[n]`` is the column holding class n's target output.
 
 Flow state ``y``: Y (Lc*Ncol, row-major Y[l, j] at l*Ncol + j), then Z (Q*Lc, row-major z_{ml} at m*Lc + l).
-Map state: the flow state followed by the momentum buffers buf_Y, buf_Z in the same layout (spec Sec. 4.3).
+Map state: the flow state followed by the momentum buffers buf_Y, buf_Z in the same layout
+(docs/models/scan_snap.md §4.3).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _offsets(p):
 
 @njit(cache=True, fastmath=False)
 def _unit_attention(p, o_logP, n, Lc, z, zoff, f):
-    """Write f_n = c~_n / ||c~_n|| (spec Sec. 2.1, Eq. 5) into ``f`` from log P(l|n) + z_ml, max subtracted."""
+    """Write f_n = c~_n / ||c~_n|| (docs/models/scan_snap.md §2.1, Eq. 5) into ``f`` from log P(l|n) + z_ml, max
+    subtracted."""
     o_log = o_logP + int(p[2]) * Lc + n * Lc
     o_P = o_logP + n * Lc
     mx = -np.inf
@@ -63,11 +65,12 @@ def _unit_attention(p, o_logP, n, Lc, z, zoff, f):
 
 @njit(cache=True, fastmath=False)
 def ascent(y, p, out):
-    """Population ascent directions grad_Y, grad_Z of spec Sec. 4.2 (without learning rates), packed like ``y``.
+    """Population ascent directions grad_Y, grad_Z of docs/models/scan_snap.md §4.2 (without learning rates), packed
+    like ``y``.
 
     grad_Y = sum_n pi_n f_n err_n^T and grad_{Z,m} = sum_{psi(n)=m} pi_n f_n * (g_n - f_n (f_n^T g_n)), with
-    err_n = e_tgt(n) - alpha_n, g_n = Y err_n summed over columns with their multiplicities (lumped form of Sec. 4.2).
-    Only the first Lc*Ncol + Q*Lc entries of ``out`` are written.
+    err_n = e_tgt(n) - alpha_n, g_n = Y err_n summed over columns with their multiplicities (lumped form of
+    docs/models/scan_snap.md §4.2). Only the first Lc*Ncol + Q*Lc entries of ``out`` are written.
     """
     Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult = _offsets(p)
     nY = Lc * Ncol
@@ -123,7 +126,8 @@ def ascent(y, p, out):
 
 @njit(cache=True, fastmath=False)
 def exact_rhs(t, y, p, dy):
-    """Exact reduced ODE of spec Sec. 4.2 (POPULATION convention): dY/dt = eta_Y grad_Y, dZ/dt = eta_Z grad_Z."""
+    """Exact reduced ODE of docs/models/scan_snap.md §4.2 (POPULATION convention): dY/dt = eta_Y grad_Y, dZ/dt = eta_Z
+    grad_Z."""
     Lc = int(p[0])
     Ncol = int(p[1])
     Q = int(p[3])
@@ -137,7 +141,8 @@ def exact_rhs(t, y, p, dy):
 
 @njit(cache=True, fastmath=False)
 def map_step(k, x, p, out):
-    """One update s -> s+1 of the population map of spec Sec. 4.3 (heavy-ball with mu = p[6]; mu = 0 is plain GD).
+    """One update s -> s+1 of the population map of docs/models/scan_snap.md §4.3 (heavy-ball with mu = p[6]; mu = 0 is
+    plain GD).
 
     State x = [Y, Z, buf_Y, buf_Z]; buf_1 = grad(Y_0, Z_0), buf_{s+1} = mu buf_s + grad(Y_s, Z_s),
     Y_{s+1} = Y_s + eta_Y buf^Y_{s+1}, Z_{s+1} = Z_s + eta_Z buf^Z_{s+1} (PyTorch SGD, dampening 0).
@@ -159,7 +164,8 @@ def map_step(k, x, p, out):
 
 @njit(cache=True, fastmath=False)
 def wright_omega(x):
-    """Wright omega w + ln w = x by 5 Newton steps from x - ln x (x > 1) or exp(x) (spec Sec. 2.3, numerical note)."""
+    """Wright omega w + ln w = x by 5 Newton steps from x - ln x (x > 1) or exp(x) (docs/models/scan_snap.md §2.3,
+    numerical note)."""
     w = x - np.log(x) if x > 1.0 else np.exp(x)
     for _ in range(5):
         w = w - (w + np.log(w) - x) * w / (1.0 + w)
@@ -168,14 +174,15 @@ def wright_omega(x):
 
 @njit(cache=True, fastmath=False)
 def decoder_h(tau, M, eta_Y):
-    """h(tau) of Lemma 6 (spec Sec. 2.3): M h = ln(M-1) + ln wright_omega(A/(M-1) - ln(M-1)), A = M eta_Y tau + 1."""
+    """h(tau) of Lemma 6 (docs/models/scan_snap.md §2.3): M h = ln(M-1) + ln wright_omega(A/(M-1) - ln(M-1)), A = M
+    eta_Y tau + 1."""
     A = M * eta_Y * tau + 1.0
     return (np.log(M - 1.0) + np.log(wright_omega(A / (M - 1.0) - np.log(M - 1.0)))) / M
 
 
 @njit(cache=True, fastmath=False)
 def speed_gamma(t, M, K, eta_Y):
-    """gamma(t) = (M-1)^2 h(t/K) / ((M-1) + exp(M h(t/K))) (spec Sec. 2.4)."""
+    """gamma(t) = (M-1)^2 h(t/K) / ((M-1) + exp(M h(t/K))) (docs/models/scan_snap.md §2.4)."""
     h = decoder_h(t / K, M, eta_Y)
     return (M - 1.0) ** 2 * h / ((M - 1.0) + np.exp(M * h))
 
@@ -209,7 +216,7 @@ def _cholesky_solve(G, B):
 
 @njit(cache=True, fastmath=False)
 def composite_rhs(t, z, p, dz):
-    """Composite (Theorem-1) ODE of spec Sec. 4.4 in Z only.
+    """Composite (Theorem-1) ODE of docs/models/scan_snap.md §4.4 in Z only.
 
     g_n = gamma(t) F (F^T F)^{-1} q^(n), dz_m/dt = eta_Z sum_{psi(n)=m} pi_n f_n * (g_n - f_n (f_n^T g_n)),
     with q^(n)_n = M/(M-1), q^(n)_k = -M/(M-1)^2 (q_mode = 0, exact) or q^(n) = e_n (q_mode = 1, leading order).
@@ -224,7 +231,7 @@ def composite_rhs(t, z, p, dz):
         _unit_attention(p, o_logP, n, Lc, z, int(p[o_psi + n]) * Lc, f)
         for l in range(Lc):
             F[l, n] = f[l]
-    # Gram matrix F^T F (symmetric positive definite when the f_n are independent, Sec. 2.1)
+    # Gram matrix F^T F (symmetric positive definite when the f_n are independent, docs/models/scan_snap.md §2.1)
     G = np.empty((K, K))
     for a in range(K):
         for b in range(a + 1):

@@ -1,48 +1,51 @@
 """Study B: a one-layer transformer learns optimal variable selection (group-sparse classification).
 
-Implements spec ``token_selection.md`` Study B (Sec. B.0-B.8): the data law (Sec. B.1, Appendix G.B), the
-embedding H = [X; I_D] and the scalar-output softmax-attention model with logistic loss (Sec. B.2), full-matrix
-gradient descent from zero (Sec. B.2), its exact 8-scalar reduction (Sec. B.3), the closed forms of the first two GD
-steps (Sec. B.3), the probes weights -> order parameters (Sec. B.3.1) and the theorem predictions (Sec. B.4).
+Implements ``docs/models/token_selection.md`` Study B (docs/models/token_selection.md §B.0-§B.8): the data law
+(docs/models/token_selection.md §B.1, docs/models/token_selection.md §G.B), the embedding H = [X; I_D] and the
+scalar-output softmax-attention model with logistic loss (docs/models/token_selection.md §B.2), full-matrix gradient
+descent from zero (docs/models/token_selection.md §B.2), its exact 8-scalar reduction
+(docs/models/token_selection.md §B.3), the closed forms of the first two GD steps (docs/models/token_selection.md §B.3),
+the probes weights -> order parameters (docs/models/token_selection.md §B.3.1) and the theorem predictions
+(docs/models/token_selection.md §B.4).
 
-Symbol table (spec Sec. B.0)
-----------------------------
-=======================  ===============  ==============================================  =============  ========
+Symbol table (docs/models/token_selection.md §B.0)
+--------------------------------------------------
+=======================  ===============  ==============================================  =============  ===================================
 code                     paper            meaning                                         shape          defined
-=======================  ===============  ==============================================  =============  ========
-d                        d                group size = token feature dimension (>= 2)     int            Sec. B.1
-D                        D                number of groups = tokens (>= 3)                int            Sec. B.1
-sigma_x                  sigma_x          feature scale, x_j ~ N(0, sigma_x^2 I_d)        float          Sec. B.1
-jstar                    j*               label-relevant group, 1-BASED as in the paper   int            Sec. B.1
-jstar_index              j* - 1           the same group as a 0-based code index          int            Sec. 0
-eta                      eta              GD step size (same for v and W)                 float          Sec. B.2
-v_star                   v*               unit label direction inside group j*            (d,)           Sec. B.1
-X                        X                features; X[k, :, j] = x_j of draw k            (n,d,D)        Sec. B.1
-y                        y                label sign(<x_{j*}, v*>), sign(0) := +1         (n,)           App. G.B
-H                        H                tokens h_j = [x_j; e_j]                         (n,d+D,D)      Sec. B.2
-v                        v                value vector [v_x; v_pos]                       (d+D,)         Sec. B.2
-W                        W                merged key-query matrix (W11, W12, W21, W22)    (d+D,d+D)      Sec. B.2
-S                        S                column softmax of H^T W H; S[k, i, j]: key i    (n,D,D)        Sec. B.2
-f                        f                model output v^T H S 1_D                        (n,)           Sec. B.2
-beta                     beta             v_x = beta v*                                   float          Sec. B.3
-w_par, w_perp            w_par, w_perp    W11 = w_par v*v*^T + w_perp (I - v*v*^T)        float          Sec. B.3
-m1 .. m5                 m_1 .. m_5       W22 on orbits O_1..O_5 (row key, column query)  float          Sec. B.3
-orbit_sizes              abs(O_k)         (1, D-1, D-1, D-1, (D-1)(D-2))                  (5,)           Sec. B.3
-gap_ss, gap_s, gap_self  same             m1 - m3, m2 - m5, m4 - m5                       float          Sec. B.3
-a, gram                  a_i, <z_i, z_j>  <x_i, v*>; Gram of z_i = (I - v*v*^T) x_i       (n,D);(n,D,D)  Sec. B.3
-m_star                   m*               E[lambda y (a_{j*} - abar)] at step 2           float          Sec. B.3
-eps_B, T_star            eps_B, T*        accuracy parameter, horizon of the theorem      float          Sec. B.4
-=======================  ===============  ==============================================  =============  ========
+=======================  ===============  ==============================================  =============  ===================================
+d                        d                group size = token feature dimension (>= 2)     int            docs/models/token_selection.md §B.1
+D                        D                number of groups = tokens (>= 3)                int            docs/models/token_selection.md §B.1
+sigma_x                  sigma_x          feature scale, x_j ~ N(0, sigma_x^2 I_d)        float          docs/models/token_selection.md §B.1
+jstar                    j*               label-relevant group, 1-BASED as in the paper   int            docs/models/token_selection.md §B.1
+jstar_index              j* - 1           the same group as a 0-based code index          int            docs/models/token_selection.md §0
+eta                      eta              GD step size (same for v and W)                 float          docs/models/token_selection.md §B.2
+v_star                   v*               unit label direction inside group j*            (d,)           docs/models/token_selection.md §B.1
+X                        X                features; X[k, :, j] = x_j of draw k            (n,d,D)        docs/models/token_selection.md §B.1
+y                        y                label sign(<x_{j*}, v*>), sign(0) := +1         (n,)           docs/models/token_selection.md §G.B
+H                        H                tokens h_j = [x_j; e_j]                         (n,d+D,D)      docs/models/token_selection.md §B.2
+v                        v                value vector [v_x; v_pos]                       (d+D,)         docs/models/token_selection.md §B.2
+W                        W                merged key-query matrix (W11, W12, W21, W22)    (d+D,d+D)      docs/models/token_selection.md §B.2
+S                        S                column softmax of H^T W H; S[k, i, j]: key i    (n,D,D)        docs/models/token_selection.md §B.2
+f                        f                model output v^T H S 1_D                        (n,)           docs/models/token_selection.md §B.2
+beta                     beta             v_x = beta v*                                   float          docs/models/token_selection.md §B.3
+w_par, w_perp            w_par, w_perp    W11 = w_par v*v*^T + w_perp (I - v*v*^T)        float          docs/models/token_selection.md §B.3
+m1 .. m5                 m_1 .. m_5       W22 on orbits O_1..O_5 (row key, column query)  float          docs/models/token_selection.md §B.3
+orbit_sizes              abs(O_k)         (1, D-1, D-1, D-1, (D-1)(D-2))                  (5,)           docs/models/token_selection.md §B.3
+gap_ss, gap_s, gap_self  same             m1 - m3, m2 - m5, m4 - m5                       float          docs/models/token_selection.md §B.3
+a, gram                  a_i, <z_i, z_j>  <x_i, v*>; Gram of z_i = (I - v*v*^T) x_i       (n,D);(n,D,D)  docs/models/token_selection.md §B.3
+m_star                   m*               E[lambda y (a_{j*} - abar)] at step 2           float          docs/models/token_selection.md §B.3
+eps_B, T_star            eps_B, T*        accuracy parameter, horizon of the theorem      float          docs/models/token_selection.md §B.4
+=======================  ===============  ==============================================  =============  ===================================
 
-Time axis: the GD step t (``step``); ``time`` = eta * t, the gradient-flow time (spec Sec. 0). Every quantity "at t" is
-evaluated at theta^(t), the parameters after t updates, on the training sample.
+Time axis: the GD step t (``step``); ``time`` = eta * t, the gradient-flow time (docs/models/token_selection.md §0).
+Every quantity "at t" is evaluated at theta^(t), the parameters after t updates, on the training sample.
 
 Notes
 -----
 The embedding H = [X; I_D] is [reconstructed] in the spec (strongly constrained); the reduction is [derived] and
 exact for the stated model. The population expectations of the reduced map are Monte Carlo averages over a fixed
-sample (common random numbers across steps); their standard errors count unique draws only (Sec. 0: a mirror image
-(-X, -y) is an exact copy for every quantity of the reduced state).
+sample (common random numbers across steps); their standard errors count unique draws only
+(docs/models/token_selection.md §0: a mirror image (-X, -y) is an exact copy for every quantity of the reduced state).
 """
 
 from __future__ import annotations
@@ -72,12 +75,13 @@ REFERENCE = {
     "venue": "ICLR 2025",
     "arxiv": "2504.08638",
     "bibtex_key": "zhang2025transformer",
-    "spec": "token_selection.md, Study B",
+    "spec": "docs/models/token_selection.md, Study B",
 }
 
 #: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
-#: gradient-flow time of Sec. 0 (with one shared eta; per-trajectory step sizes give time = step).
-TIME_UNIT = "GD step t; time = eta * t, the flow time tau (spec token_selection.md Sec. 0)"
+# : gradient-flow time of docs/models/token_selection.md §0 (with one shared eta; per-trajectory step sizes give time =
+#step).
+TIME_UNIT = "GD step t; time = eta * t, the flow time tau (docs/models/token_selection.md §0)"
 
 STATE_NAMES = ("beta", "w_par", "w_perp", "m1", "m2", "m3", "m4", "m5")
 GAP_NAMES = ("gap_ss", "gap_s", "gap_self")
@@ -90,16 +94,18 @@ N_STATE = len(STATE_NAMES)
 
 @dataclass(frozen=True, kw_only=True)
 class GroupSparseTask:
-    """Group-sparse classification task and its GD training (spec Sec. B.1-Sec. B.2; defaults = paper runs of Sec. B.7).
+    """Group-sparse classification task and its GD training (docs/models/token_selection.md §B.1-§B.2; defaults = paper
+    runs of docs/models/token_selection.md §B.7).
 
     Parameters
     ----------
     d : int
-        Group size (feature dimension of a token), >= 2 (the 8-scalar reduction of Sec. B.3 needs d >= 2).
+        Group size (feature dimension of a token), >= 2 (the 8-scalar reduction of docs/models/token_selection.md §B.3
+        needs d >= 2).
     D : int
-        Number of groups = tokens, >= 3 (Sec. B.3 needs D >= 3).
+        Number of groups = tokens, >= 3 (docs/models/token_selection.md §B.3 needs D >= 3).
     sigma_x : float
-        Feature scale, > 0 (Sec. B.1; the paper value is unknown, suggested 1).
+        Feature scale, > 0 (docs/models/token_selection.md §B.1; the paper value is unknown, suggested 1).
     jstar : int
         Label-relevant group, 1-based as in the paper, in [1, D] (paper figures: 2).
     eta : float
@@ -121,44 +127,46 @@ class GroupSparseTask:
 
     @property
     def jstar_index(self) -> int:
-        """0-based code index of j* (spec Sec. 0)."""
+        """0-based code index of j* (docs/models/token_selection.md §0)."""
         return self.jstar - 1
 
     @property
     def dim(self) -> int:
-        """Token dimension d + D (rows of H, size of v and W; Sec. B.2)."""
+        """Token dimension d + D (rows of H, size of v and W; docs/models/token_selection.md §B.2)."""
         return self.d + self.D
 
     @property
     def seq_len(self) -> int:
-        """Number of tokens D (cross-paper name; Sec. B.1)."""
+        """Number of tokens D (cross-paper name; docs/models/token_selection.md §B.1)."""
         return self.D
 
     @property
     def lr(self) -> float:
-        """Step size eta (cross-paper name; Sec. B.2)."""
+        """Step size eta (cross-paper name; docs/models/token_selection.md §B.2)."""
         return self.eta
 
     @property
     def orbit_sizes(self) -> np.ndarray:
-        """Sizes |O_1..O_5| = (1, D-1, D-1, D-1, (D-1)(D-2)) of the W22 orbits (Sec. B.3)."""
+        """Sizes |O_1..O_5| = (1, D-1, D-1, D-1, (D-1)(D-2)) of the W22 orbits (docs/models/token_selection.md §B.3)."""
         D = self.D
         return np.array([1, D - 1, D - 1, D - 1, (D - 1) * (D - 2)], dtype=np.float64)
 
     def time_of_step(self, step):
-        """Flow time tau = eta * t of GD step t (spec Sec. 0)."""
+        """Flow time tau = eta * t of GD step t (docs/models/token_selection.md §0)."""
         return self.eta * np.asarray(step, dtype=np.float64)
 
     def step_of_time(self, time):
-        """GD step t = tau / eta of flow time tau (spec Sec. 0)."""
+        """GD step t = tau / eta of flow time tau (docs/models/token_selection.md §0)."""
         return np.asarray(time, dtype=np.float64) / self.eta
 
 
 @dataclass(frozen=True, eq=False)
 class GroupSparseSample:
-    """A sample of the data law (Sec. B.1): X (n, d, D), labels y (n,), the direction v_star (d,), n_unique draws.
+    """A sample of the data law (docs/models/token_selection.md §B.1): X (n, d, D), labels y (n,), the direction v_star
+    (d,), n_unique draws.
 
-    ``mirrored`` samples hold the n_unique draws followed by their images (-X, -y) (spec Sec. 0, Appendix G.B).
+    ``mirrored`` samples hold the n_unique draws followed by their images (-X, -y) (docs/models/token_selection.md §0,
+    docs/models/token_selection.md §G.B).
     """
 
     X: np.ndarray
@@ -170,7 +178,8 @@ class GroupSparseSample:
 
 @dataclass(frozen=True, eq=False)
 class ReducedSample:
-    """The reduced statistics of a sample (Sec. B.3): a[k, i] = <x_i, v*>, gram[k] = Gram of (I - v*v*^T) x_i.
+    """The reduced statistics of a sample (docs/models/token_selection.md §B.3): a[k, i] = <x_i, v*>, gram[k] = Gram of
+    (I - v*v*^T) x_i.
 
     ``n_unique`` counts unique draws (standard errors use it; mirror images are exact copies in the reduced model).
     """
@@ -189,7 +198,8 @@ def _unit_vector(name: str, v, d: int) -> np.ndarray:
 
 
 def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool = False) -> GroupSparseSample:
-    """Draw n samples of the group-sparse data law exactly as Appendix G.B (Sec. B.1).
+    """Draw n samples of the group-sparse data law exactly as docs/models/token_selection.md §G.B
+    (docs/models/token_selection.md §B.1).
 
     Order of draws: v_star (only if not given) = normalised standard normal vector, then
     X = sigma_x * standard_normal((n, d, D)); y = sign(X[:, :, j*-1] @ v_star) with sign(0) := +1.
@@ -204,7 +214,7 @@ def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool
     v_star : (d,) array, optional
         Label direction (normalised here); drawn first from ``rng`` when omitted.
     mirror : bool
-        Append the images (-X, -y) (population proxies only, Sec. 0).
+        Append the images (-X, -y) (population proxies only, docs/models/token_selection.md §0).
     """
     n = check_int("n", n, min_value=1)
     rng = as_generator(rng)
@@ -221,7 +231,8 @@ def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool
 
 
 def reduce_sample(s: GroupSparseSample) -> ReducedSample:
-    """Reduced statistics (a, Gram of z) of a sample (Sec. B.3: Z_ij = w_par a_i a_j + w_perp <z_i, z_j> + W22_ij)."""
+    """Reduced statistics (a, Gram of z) of a sample (docs/models/token_selection.md §B.3: Z_ij = w_par a_i a_j + w_perp
+    <z_i, z_j> + W22_ij)."""
     a = np.einsum("e,ned->nd", s.v_star, s.X)
     z = s.X - s.v_star[None, :, None] * a[:, None, :]
     gram = np.einsum("nei,nej->nij", z, z)
@@ -229,7 +240,8 @@ def reduce_sample(s: GroupSparseSample) -> ReducedSample:
 
 
 def population_sample(task: GroupSparseTask, n: int, rng=None) -> ReducedSample:
-    """A Monte Carlo proxy of the population law for the reduced map (Sec. B.3, Sec. 0): n draws of G.B, reduced."""
+    """A Monte Carlo proxy of the population law for the reduced map (docs/models/token_selection.md §B.3, §0): n draws
+    of docs/models/token_selection.md §G.B, reduced."""
     return reduce_sample(sample(task, n, rng))
 
 
@@ -238,7 +250,8 @@ def population_sample(task: GroupSparseTask, n: int, rng=None) -> ReducedSample:
 # ----------------------------------------------------------------------------------------------------------------------
 
 def embed_tokens(X) -> np.ndarray:
-    """Tokens H = [X; I_D] of each draw (Sec. B.2, reconstructed embedding): (n, d, D) -> (n, d + D, D)."""
+    """Tokens H = [X; I_D] of each draw (docs/models/token_selection.md §B.2, reconstructed embedding): (n, d, D) -> (n,
+    d + D, D)."""
     X = np.asarray(X, dtype=np.float64)
     n, d, D = X.shape
     H = np.empty((n, d + D, D))
@@ -254,7 +267,7 @@ def _check_weights(v, W, dim):
 
 
 def forward(v, W, X):
-    """Forward pass f(H; v, W) = v^T H S 1_D with S = column-softmax(H^T W H) (Sec. B.2).
+    """Forward pass f(H; v, W) = v^T H S 1_D with S = column-softmax(H^T W H) (docs/models/token_selection.md §B.2).
 
     Parameters
     ----------
@@ -283,12 +296,13 @@ def forward(v, W, X):
 
 
 def logistic_loss(f, y) -> np.ndarray:
-    """Per-draw logistic loss ell(y f) = log(1 + exp(-y f)) (Sec. B.2)."""
+    """Per-draw logistic loss ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2)."""
     return np.logaddexp(0.0, -np.asarray(y) * np.asarray(f))
 
 
 def full_gradient(v, W, X, y, *, per_sample: bool = False):
-    """Loss and gradients of the full model (Sec. B.2): grad_v = coef H S 1, grad_W = coef H G H^T.
+    """Loss and gradients of the full model (docs/models/token_selection.md §B.2): grad_v = coef H S 1, grad_W = coef H
+    G H^T.
 
     coef = -lambda y, lambda = 1/(1 + exp(y f)), G_ij = S_ij (u_i - ubar_j), u_i = v^T h_i, ubar_j = sum_k S_kj u_k.
 
@@ -322,11 +336,12 @@ def full_gradient(v, W, X, y, *, per_sample: bool = False):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Probes: weights -> order parameters (Sec. B.3.1), the projection and its inverse
+# Probes: weights -> order parameters (docs/models/token_selection.md §B.3.1), the projection and its inverse
 # ----------------------------------------------------------------------------------------------------------------------
 
 def _orbit_index(D: int, js: int) -> np.ndarray:
-    """(D, D) int array: orbit 0..4 of each W22 entry (row = key i, column = query j; Sec. B.3)."""
+    """(D, D) int array: orbit 0..4 of each W22 entry (row = key i, column = query j;
+    docs/models/token_selection.md §B.3)."""
     idx = np.full((D, D), 4, dtype=np.int64)
     idx[np.arange(D), np.arange(D)] = 3
     idx[:, js] = 2
@@ -336,8 +351,9 @@ def _orbit_index(D: int, js: int) -> np.ndarray:
 
 
 def embed_state(task: GroupSparseTask, state, v_star) -> tuple[np.ndarray, np.ndarray]:
-    """Full weights (v, W) of a reduced state (Sec. B.3): v = [beta v*; 0], W11 = w_par v*v*^T + w_perp (I - v*v*^T),
-    W12 = W21 = 0, W22 = m_k on orbit O_k. Inverse of :func:`order_params` on the invariant family.
+    """Full weights (v, W) of a reduced state (docs/models/token_selection.md §B.3): v = [beta v*; 0], W11 = w_par
+    v*v*^T + w_perp (I - v*v*^T), W12 = W21 = 0, W22 = m_k on orbit O_k. Inverse of :func:`order_params` on the
+    invariant family.
     """
     state = check_finite_array("state", state, shape=(N_STATE,))
     d, D = task.d, task.D
@@ -352,7 +368,8 @@ def embed_state(task: GroupSparseTask, state, v_star) -> tuple[np.ndarray, np.nd
 
 
 def project(task: GroupSparseTask, v, W, v_star) -> tuple[np.ndarray, np.ndarray]:
-    """Orthogonal projection P(v, W) onto the invariant family of Sec. B.3 (formulas of Sec. B.3.1)."""
+    """Orthogonal projection P(v, W) onto the invariant family of docs/models/token_selection.md §B.3 (formulas of
+    docs/models/token_selection.md §B.3.1)."""
     return embed_state(task, _reduced_coordinates(task, v, W, v_star), v_star)
 
 
@@ -369,11 +386,12 @@ def _reduced_coordinates(task, v, W, v_star) -> np.ndarray:
 
 
 def order_params(task: GroupSparseTask, v, W, v_star) -> dict[str, float]:
-    """Order parameters of any (v, W) (probes of Sec. B.3.1).
+    """Order parameters of any (v, W) (probes of docs/models/token_selection.md §B.3.1).
 
-    Returns a dict with the reduced coordinates ``STATE_NAMES``; the gaps ``gap_ss, gap_s, gap_self`` (Sec. B.3);
-    ``cos_vx_vstar`` = cos(v_x, v*) (NaN when v_x = 0); ``v_pos_norm`` = ||v_pos||; ``norm_ratio`` =
-    ||v_pos|| / ||v_x|| (Sec. B.7, NaN when v_x = 0); ``w_cross_norm`` = ||W12||_F + ||W21||_F; ``off`` =
+    Returns a dict with the reduced coordinates ``STATE_NAMES``; the gaps ``gap_ss, gap_s, gap_self``
+    (docs/models/token_selection.md §B.3); ``cos_vx_vstar`` = cos(v_x, v*) (NaN when v_x = 0); ``v_pos_norm`` =
+    ||v_pos||; ``norm_ratio`` =
+    ||v_pos|| / ||v_x|| (docs/models/token_selection.md §B.7, NaN when v_x = 0); ``w_cross_norm`` = ||W12||_F + ||W21||_F; ``off`` =
     ||(v, W) - P(v, W)|| / ||(v, W)|| and ``off_W`` = ||W - P(W)|| / ||W|| (0 for the zero matrix), the relative
     distances to the invariant family.
     """
@@ -403,8 +421,8 @@ def _gaps(m) -> list[dict[str, float]]:
 
 
 def attention_diagnostics(task: GroupSparseTask, S, *, quantile: float = 0.05) -> dict[str, float]:
-    """Attention on j* (Sec. B.3.1): the mean of S[j*, j] over draws and all D queries, and the ``quantile`` over draws
-    of min_j S[j*, j] (default the 5% quantile).
+    """Attention on j* (docs/models/token_selection.md §B.3.1): the mean of S[j*, j] over draws and all D queries, and
+    the ``quantile`` over draws of min_j S[j*, j] (default the 5% quantile).
 
     Parameters
     ----------
@@ -417,7 +435,8 @@ def attention_diagnostics(task: GroupSparseTask, S, *, quantile: float = 0.05) -
 
 
 def evaluate(task: GroupSparseTask, v, W, s: GroupSparseSample) -> dict[str, float]:
-    """Training-sample loss, accuracy and attention diagnostics of (v, W) on a sample (Sec. B.2, Sec. B.3.1)."""
+    """Training-sample loss, accuracy and attention diagnostics of (v, W) on a sample
+    (docs/models/token_selection.md §B.2, §B.3.1)."""
     f, S = forward(v, W, s.X)
     out = {"loss": float(logistic_loss(f, s.y).mean()), "accuracy": float(np.mean(s.y * f > 0))}
     out.update(attention_diagnostics(task, S))
@@ -430,7 +449,8 @@ def evaluate(task: GroupSparseTask, v, W, s: GroupSparseSample) -> dict[str, flo
 
 @dataclass(frozen=True, eq=False)
 class FullGDRun:
-    """Result of :func:`full_gd` (GD of Sec. B.2): the probe trajectory and the final weights (v, W)."""
+    """Result of :func:`full_gd` (GD of docs/models/token_selection.md §B.2): the probe trajectory and the final weights
+    (v, W)."""
 
     trajectory: Trajectory
     v: np.ndarray
@@ -443,12 +463,14 @@ FULL_GD_VARIABLES = GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio", "w_
 
 def full_gd(task: GroupSparseTask, s: GroupSparseSample, n_steps: int, *, v0=None, W0=None, project_steps=False,
             saveat: SaveAt | None = None) -> FullGDRun:
-    """Full-matrix gradient descent on the empirical logistic loss of a sample (Sec. B.2), from v = 0, W = 0 by default.
+    """Full-matrix gradient descent on the empirical logistic loss of a sample (docs/models/token_selection.md §B.2),
+    from v = 0, W = 0 by default.
 
     v <- v - eta grad_v L, W <- W - eta grad_W L with the gradients of :func:`full_gradient`. With
     ``project_steps=True`` the weights are projected onto the invariant family after every step (the projected
-    dynamics of Sec. B.3, exactly the reduced map on this sample). The probes of Sec. B.3.1 and the sample loss,
-    accuracy and attention are recorded at the ``saveat`` steps (default ``SaveAt(n=201)``).
+    dynamics of docs/models/token_selection.md §B.3, exactly the reduced map on this sample). The probes of
+    docs/models/token_selection.md §B.3.1 and the sample loss, accuracy and attention are recorded at the ``saveat``
+    steps (default ``SaveAt(n=201)``).
 
     Raises
     ------
@@ -486,13 +508,14 @@ def full_gd(task: GroupSparseTask, s: GroupSparseSample, n_steps: int, *, v0=Non
     traj = Trajectory.from_arrays(
         Y, names=STATE_NAMES, time=task.time_of_step(steps), step=steps, variables=variables,
         attrs={"model": "group_sparse", "spec": task, "source": "full_gd_projected" if project_steps else "full_gd",
-               "time_unit": "eta*step", "equation": "token_selection.md Sec. B.2",
+               "time_unit": "eta*step", "equation": "docs/models/token_selection.md §B.2",
                "config": {"n_unique": s.n_unique, "n_samples": int(s.X.shape[0]), "mirrored": s.mirrored}})
     return FullGDRun(trajectory=traj, v=v, W=W)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The reduced map (Sec. B.3), population expectations by Monte Carlo with common random numbers
+#  The reduced map (docs/models/token_selection.md §B.3), population expectations by Monte Carlo with common random
+# numbers
 # ----------------------------------------------------------------------------------------------------------------------
 
 def _check_state(state) -> np.ndarray:
@@ -506,11 +529,13 @@ def _check_reduced(task: GroupSparseTask, rs: ReducedSample) -> None:
 
 
 def reduced_gradient(task: GroupSparseTask, state, rs: ReducedSample) -> tuple[np.ndarray, np.ndarray]:
-    """Monte Carlo population gradient dL/d(beta, w_par, w_perp, m1..m5) and its standard errors (Sec. B.3).
+    """Monte Carlo population gradient dL/d(beta, w_par, w_perp, m1..m5) and its standard errors
+    (docs/models/token_selection.md §B.3).
 
-    The partial derivatives are the full-matrix gradient of Sec. B.2 projected on the (unnormalised) basis of the
-    invariant family: dL/dbeta = <grad_vx, v*>, dL/dw_par = <grad_W11, v*v*^T>, dL/dw_perp = <grad_W11, I - v*v*^T>,
-    dL/dm_k = sum of grad_W22 over orbit O_k. Standard errors: per-draw standard deviation / sqrt(n_unique).
+    The partial derivatives are the full-matrix gradient of docs/models/token_selection.md §B.2 projected on the
+    (unnormalised) basis of the invariant family: dL/dbeta = <grad_vx, v*>, dL/dw_par = <grad_W11, v*v*^T>, dL/dw_perp =
+    <grad_W11, I - v*v*^T>, dL/dm_k = sum of grad_W22 over orbit O_k. Standard errors: per-draw standard deviation /
+    sqrt(n_unique).
 
     Returns
     -------
@@ -526,7 +551,8 @@ def reduced_gradient(task: GroupSparseTask, state, rs: ReducedSample) -> tuple[n
 
 
 def reduced_update(task: GroupSparseTask, state, rs: ReducedSample) -> np.ndarray:
-    """One step of the reduced GD map (Sec. B.3): beta, w_par step eta; w_perp eta/(d-1); m_k eta/|O_k|."""
+    """One step of the reduced GD map (docs/models/token_selection.md §B.3): beta, w_par step eta; w_perp eta/(d-1); m_k
+    eta/|O_k|."""
     state = _check_state(state)
     _check_reduced(task, rs)
     grad = np.empty(N_STATE)
@@ -538,7 +564,7 @@ def reduced_update(task: GroupSparseTask, state, rs: ReducedSample) -> np.ndarra
 
 def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantile: float = 0.05) -> dict[str, float]:
     """Loss (with its SE), accuracy, mean attention on j* and the ``quantile`` of min_j S[j*, j] at a reduced state
-    on the reduced sample (Sec. B.3.1; equal to :func:`evaluate` at :func:`embed_state`)."""
+    on the reduced sample (docs/models/token_selection.md §B.3.1; equal to :func:`evaluate` at :func:`embed_state`)."""
     state = _check_state(state)
     _check_reduced(task, rs)
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
@@ -550,7 +576,8 @@ def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantil
 
 
 def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
-    """Parameter vector of the ``dynamics.iterate`` map (Sec. B.3): [eta, d, D, j*-1, n, a, gram] (kernel layout)."""
+    """Parameter vector of the ``dynamics.iterate`` map (docs/models/token_selection.md §B.3): [eta, d, D, j*-1, n, a,
+    gram] (kernel layout)."""
     _check_reduced(task, rs)
     n = rs.a.shape[0]
     return np.concatenate([[task.eta, task.d, task.D, task.jstar_index, n], rs.a.ravel(), rs.gram.ravel()])
@@ -558,15 +585,16 @@ def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
 
 def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, rng=None, state0=None,
         saveat: SaveAt | None = None, with_se: bool = True, progress: bool = False, eta=None) -> Trajectory:
-    """The reduced 8-scalar GD dynamics of Sec. B.3 on a fixed Monte Carlo sample (common random numbers), from zero.
+    """The reduced 8-scalar GD dynamics of docs/models/token_selection.md §B.3 on a fixed Monte Carlo sample (common
+    random numbers), from zero.
 
     Runs the numba map through ``dynamics.iterate``. The sample is ``rs`` if given, else ``n_samples`` draws of
-    Appendix G.B from ``rng``. Saved variables: the state ``STATE_NAMES``; derived ``gap_ss, gap_s, gap_self``,
-    ``loss`` (and ``loss_se``), ``accuracy``, ``attn_jstar``, ``attn_jstar_q`` (5% quantile of min_j S[j*, j]); with
-    ``with_se`` also ``grad_<name>`` and ``se_grad_<name>`` (the MC gradient and its standard error at each saved
-    state). Time axis: ``step`` = t, ``time`` = eta t. ``eta`` (float or (n,) array, optional) overrides the
-    spec's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes
-    on the same sample (then ``time`` = t unless they are all equal).
+    docs/models/token_selection.md §G.B from ``rng``. Saved variables: the state ``STATE_NAMES``; derived ``gap_ss,
+    gap_s, gap_self``, ``loss`` (and ``loss_se``), ``accuracy``, ``attn_jstar``, ``attn_jstar_q`` (5% quantile of min_j
+    S[j*, j]); with ``with_se`` also ``grad_<name>`` and ``se_grad_<name>`` (the MC gradient and its standard error at
+    each saved state). Time axis: ``step`` = t, ``time`` = eta t. ``eta`` (float or (n,) array, optional) overrides the
+    spec's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes on
+    the same sample (then ``time`` = t unless they are all equal).
 
     ``rs`` may also be a sequence of ReducedSample (e.g. one per seed, :func:`reduce_sample` of each seed's training
     set): trajectory i then runs on ``rs[i]`` from row i of ``state0`` (or the one ``state0``) with ``eta[i]`` (or
@@ -608,22 +636,24 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
         _k.reduced_step, x0, n_steps, params=p, saveat=saveat, names=list(STATE_NAMES), derived=derived,
         time_scale=time_scale, progress=progress,
         attrs={"model": "group_sparse", "spec": task, "source": "closedform", "time_unit": time_unit,
-               "equation": "token_selection.md Sec. B.3",
+               "equation": "docs/models/token_selection.md §B.3",
                "config": {"n_unique": rs.n_unique, "n_samples": rs.a.shape[0]}})
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Closed forms of the first two GD steps (Sec. B.3)
+# Closed forms of the first two GD steps (docs/models/token_selection.md §B.3)
 # ----------------------------------------------------------------------------------------------------------------------
 
 def beta_step1(task: GroupSparseTask) -> float:
-    """beta^(1) = eta sigma_x / sqrt(2 pi) (Sec. B.3, first GD step; W^(1) = 0, v_pos^(1) = 0)."""
+    """beta^(1) = eta sigma_x / sqrt(2 pi) (docs/models/token_selection.md §B.3, first GD step; W^(1) = 0, v_pos^(1) =
+    0)."""
     return task.eta * task.sigma_x / math.sqrt(2.0 * math.pi)
 
 
 @functools.lru_cache(maxsize=64)
 def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: float = 1e-12) -> Mapping[str, float]:
-    """The three 2-D Gaussian integrals of step 2 (Sec. B.3), by adaptive quadrature over A > 0 (doubled by symmetry).
+    """The three 2-D Gaussian integrals of step 2 (docs/models/token_selection.md §B.3), by adaptive quadrature over A >
+    0 (doubled by symmetry).
 
     With A = a_{j*} ~ N(0, sigma_x^2), R = sum_{k != j*} a_k ~ N(0, (D-1) sigma_x^2), y = sign A, abar = (A+R)/D,
     lambda = 1/(1 + exp(y beta^(1) (A + R))) and c(A, R) = A^2 + R^2/(D-1) + (D-2) sigma_x^2 - (A+R)^2/D:
@@ -656,7 +686,8 @@ def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: 
 
 
 def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
-    """Reduced state (beta, w_par, w_perp, m1..m5) after t in {0, 1, 2} population GD steps (Sec. B.3 closed forms).
+    """Reduced state (beta, w_par, w_perp, m1..m5) after t in {0, 1, 2} population GD steps
+    (docs/models/token_selection.md §B.3 closed forms).
 
     t = 1: beta^(1) = eta sigma_x/sqrt(2 pi), W^(1) = 0. t = 2: beta^(2) = beta^(1) + eta E[lambda y (A + R)],
     w_par^(2) = eta beta^(1) E[lambda y abar sum_i (a_i - abar)^2], w_perp^(2) = 0,
@@ -682,11 +713,12 @@ def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Theorem predictions (Sec. B.4)
+# Theorem predictions (docs/models/token_selection.md §B.4)
 # ----------------------------------------------------------------------------------------------------------------------
 
 def theorem_horizon(task: GroupSparseTask, eps_B: float, *, const: float = 1.0) -> float:
-    """T* = const * max{D^3, 1/(D^3 eps_B^3)} of the pre-training theorem (Sec. B.4; Theta(.), so ``const`` is free)."""
+    """T* = const * max{D^3, 1/(D^3 eps_B^3)} of the pre-training theorem (docs/models/token_selection.md §B.4;
+    Theta(.), so ``const`` is free)."""
     eps_B = check_positive("eps_B", eps_B)
     const = check_positive("const", const)
     D = task.D
@@ -694,31 +726,36 @@ def theorem_horizon(task: GroupSparseTask, eps_B: float, *, const: float = 1.0) 
 
 
 def theorem_loss_order(task: GroupSparseTask, eps_B: float) -> float:
-    """Loss order at T*: Theta(min{eps_B, D^-2}) (Sec. B.4 item 3), returned with constant 1."""
+    """Loss order at T*: Theta(min{eps_B, D^-2}) (docs/models/token_selection.md §B.4 item 3), returned with constant
+    1."""
     eps_B = check_positive("eps_B", eps_B)
     return min(eps_B, task.D ** -2.0)
 
 
 def attention_lower_bound(task: GroupSparseTask, *, c: float = 1.0) -> float:
-    """Attention concentration of Sec. B.4 item 1: S_{j*, j}^(T*) >= 1 - exp(-c D) for all queries j (c = Theta(1))."""
+    """Attention concentration of docs/models/token_selection.md §B.4 item 1: S_{j*, j}^(T*) >= 1 - exp(-c D) for all
+    queries j (c = Theta(1))."""
     c = check_positive("c", c)
     return 1.0 - math.exp(-c * task.D)
 
 
 def direction_error_bound(task: GroupSparseTask, eps_B: float, *, c: float = 1.0) -> float:
-    """|| v_x/||v_x|| - v* || <= eps_B D exp(-c sqrt(D)) (Sec. B.4 item 2; c = Theta(1) unspecified)."""
+    """|| v_x/||v_x|| - v* || <= eps_B D exp(-c sqrt(D)) (docs/models/token_selection.md §B.4 item 2; c = Theta(1)
+    unspecified)."""
     eps_B = check_positive("eps_B", eps_B)
     c = check_positive("c", c)
     return eps_B * task.D * math.exp(-c * math.sqrt(task.D))
 
 
 def loss_rate_statistic(task: GroupSparseTask, t, loss) -> np.ndarray:
-    """D L T^{1/3}, which Sec. B.4 item 3 (read as L(T) = Theta(1/(D T^{1/3})) for T >= D^3) predicts to be constant."""
+    """D L T^{1/3}, which docs/models/token_selection.md §B.4 item 3 (read as L(T) = Theta(1/(D T^{1/3})) for T >= D^3)
+    predicts to be constant."""
     return task.D * np.asarray(loss, dtype=np.float64) * np.cbrt(np.asarray(t, dtype=np.float64))
 
 
 def predicted_loss(task: GroupSparseTask, t, *, const: float = 1.09) -> np.ndarray:
-    """L(T) = const / (D T^{1/3}) (Sec. B.4 item 3, derived reading); const = 1.09 is the mean measured in Sec. B.6."""
+    """L(T) = const / (D T^{1/3}) (docs/models/token_selection.md §B.4 item 3, derived reading); const = 1.09 is the
+    mean measured in docs/models/token_selection.md §B.6."""
     const = check_positive("const", const)
     t = np.asarray(t, dtype=np.float64)
     if np.any(t <= 0):
@@ -727,8 +764,9 @@ def predicted_loss(task: GroupSparseTask, t, *, const: float = 1.09) -> np.ndarr
 
 
 def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: float, const: float = 1.0):
-    """Downstream-transfer bound of Sec. B.4 (Theorem, constants unspecified): after online SGD on n fresh samples
-    with the pre-trained W, test error <= const ((d + D) log^2 n / (gamma^2 n) + log(1/delta) / n).
+    """Downstream-transfer bound of docs/models/token_selection.md §B.4 (Theorem, constants unspecified): after online
+    SGD on n fresh samples with the pre-trained W, test error <= const ((d + D) log^2 n / (gamma^2 n) + log(1/delta) /
+    n).
 
     Compare with :func:`linear_sample_complexity`, the Omega(d D / eps) lower bound of logistic regression on vec(X).
     """
@@ -742,7 +780,8 @@ def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: flo
 
 
 def linear_sample_complexity(task: GroupSparseTask, eps: float, *, const: float = 1.0) -> float:
-    """Omega(d D / eps) samples needed by linear logistic regression on vec(X) (Sec. B.4, downstream theorem),
+    """Omega(d D / eps) samples needed by linear logistic regression on vec(X) (docs/models/token_selection.md §B.4,
+    downstream theorem),
     returned as const d D / eps."""
     eps = check_positive("eps", eps)
     const = check_positive("const", const)
@@ -750,16 +789,19 @@ def linear_sample_complexity(task: GroupSparseTask, eps: float, *, const: float 
 
 
 def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]:
-    """The pre-training theorem's named predictions for ``task`` at accuracy ``eps_B`` (Sec. B.4), with the
-    unrecoverable Theta(1) constants set to 1.
+    """The pre-training theorem's named predictions for ``task`` at accuracy ``eps_B``
+    (docs/models/token_selection.md §B.4), with the unrecoverable Theta(1) constants set to 1.
 
     Keys (each a float):
 
-    * ``horizon``: T* = max{D^3, 1/(D^3 eps_B^3)} (Sec. B.4).
-    * ``loss_order``: the loss order min{eps_B, D^-2} at T* (Sec. B.4 item 3).
-    * ``attention_lower_bound``: 1 - exp(-D), the attention on group j* at T* (Sec. B.4 item 1).
-    * ``direction_error_bound``: eps_B D exp(-sqrt D), the direction error of v_x at T* (Sec. B.4 item 2).
-    * ``beta_step1``: beta^(1) = eta sigma_x / sqrt(2 pi) after the first GD step, exact (Sec. B.3).
+    * ``horizon``: T* = max{D^3, 1/(D^3 eps_B^3)} (docs/models/token_selection.md §B.4).
+    * ``loss_order``: the loss order min{eps_B, D^-2} at T* (docs/models/token_selection.md §B.4 item 3).
+    * ``attention_lower_bound``: 1 - exp(-D), the attention on group j* at T* (docs/models/token_selection.md §B.4 item
+      1).
+    * ``direction_error_bound``: eps_B D exp(-sqrt D), the direction error of v_x at T*
+      (docs/models/token_selection.md §B.4 item 2).
+    * ``beta_step1``: beta^(1) = eta sigma_x / sqrt(2 pi) after the first GD step, exact
+      (docs/models/token_selection.md §B.3).
     """
     if not isinstance(task, GroupSparseTask):
         raise TypeError(f"task must be a GroupSparseTask; got {type(task).__name__}")

@@ -1,47 +1,49 @@
 """A one-layer transformer learns the in-context 1-nearest-neighbour rule: exact reduced GD and theorem checks.
 
-Implements spec ``token_selection.md`` Study A (sections A.0-A.10, public reference values of section 4, recipe G.A).
-Prompts hold N labelled points x_j on the sphere S^{d-1} and a query x_query; the target is the label of the nearest
-context point i*. A softmax attention layer with merged key-query matrix W and identity value reads the label row:
-f_W(H) = sum_j q_j y_j, q = softmax(H^T W h_query) (Sec. A.3). GD on the population square loss from
-W^(0) = diag(0, ..., 0, -sigma) stays on the family W = diag(xi1 I_d, 0, -xi2) (Sec. A.5), so the training dynamics are
-exactly the two-scalar map of Sec. A.5 ("xi1 <- xi1 - (eta/d) dL/dxi1, xi2 <- xi2 - eta dL/dxi2"), with the
-population expectations replaced by a fixed Monte Carlo sample of prompts (common random numbers across steps, Sec. 0).
+Implements ``docs/models/token_selection.md`` Study A (sections A.0-docs/models/token_selection.md §A.10, public
+reference values of section 4, recipe docs/models/token_selection.md §G.A). Prompts hold N labelled points x_j on the
+sphere S^{d-1} and a query x_query; the target is the label of the nearest context point i*. A softmax attention layer
+with merged key-query matrix W and identity value reads the label row: f_W(H) = sum_j q_j y_j, q = softmax(H^T W
+h_query) (docs/models/token_selection.md §A.3). GD on the population square loss from W^(0) = diag(0, ..., 0, -sigma)
+stays on the family W = diag(xi1 I_d, 0, -xi2) (docs/models/token_selection.md §A.5), so the training dynamics are
+exactly the two-scalar map of docs/models/token_selection.md §A.5 ("xi1 <- xi1 - (eta/d) dL/dxi1, xi2 <- xi2 - eta
+dL/dxi2"), with the population expectations replaced by a fixed Monte Carlo sample of prompts (common random numbers
+across steps, docs/models/token_selection.md §0).
 
-Time axis: the GD step t (``step``); ``time`` = eta * t is the flow time tau of Sec. 0.
+Time axis: the GD step t (``step``); ``time`` = eta * t is the flow time tau of docs/models/token_selection.md §0.
 
-Symbol table (spec Sec. A.0)
-----------------------------
-=============  ==============  ============================================================  ==============  =========
+Symbol table (docs/models/token_selection.md §A.0)
+--------------------------------------------------
+=============  ==============  ============================================================  ==============  =====================================
 code           paper           meaning                                                       shape           where
-=============  ==============  ============================================================  ==============  =========
-d              d               dimension; inputs on S^{d-1}                                  int             Sec. A.1
-N              N               number of labelled context points                             int             Sec. A.1
-X, xq          x_j, x_query    context inputs, query                                         (B,N,d), (B,d)  Sec. A.1
-y              y_j             context labels (Rademacher in the canonical instance)         (B, N)          Sec. A.1
-istar          i*              0-based index of the nearest neighbour of x_query             (B,) int        Sec. A.1
-c              c_j             <x_j, x_query>; c_{N+1} := 1                                  (B, N)          Sec. A.5
-H              H, h_j          embedded prompt [x; y; indicator]                             (B,d+2,N+1)     Sec. A.2
-W              W               merged key-query matrix                                       (d+2, d+2)      Sec. A.3
-sigma          sigma           mask, W33^(0) = -sigma                                        float           Sec. A.4
-eta            eta             GD step size                                                  float           Sec. A.4
-xi1, xi2       xi1, xi2        reduced state, W = diag(xi1 I_d, 0, -xi2)                     float           Sec. A.5
-q, q_self      q_j, q_{N+1}    attention of the query on token j / on itself                 (B, N+1)        Sec. A.5
-L              L               population square loss 1/2 E[(f - y_{i*})^2]                  float           Sec. A.4
-off            off             relative Frobenius distance of W to the reduced family        float           Sec. A.5.1
-k_d, a_Nd      k_d, a_{N,d}    constants of Theorem A1                                       float           Sec. A.6
-delta, R       delta, R        separation gap, label bound (Theorem A2)                      float           Sec. A.6
-=============  ==============  ============================================================  ==============  =========
+=============  ==============  ============================================================  ==============  =====================================
+d              d               dimension; inputs on S^{d-1}                                  int             docs/models/token_selection.md §A.1
+N              N               number of labelled context points                             int             docs/models/token_selection.md §A.1
+X, xq          x_j, x_query    context inputs, query                                         (B,N,d), (B,d)  docs/models/token_selection.md §A.1
+y              y_j             context labels (Rademacher in the canonical instance)         (B, N)          docs/models/token_selection.md §A.1
+istar          i*              0-based index of the nearest neighbour of x_query             (B,) int        docs/models/token_selection.md §A.1
+c              c_j             <x_j, x_query>; c_{N+1} := 1                                  (B, N)          docs/models/token_selection.md §A.5
+H              H, h_j          embedded prompt [x; y; indicator]                             (B,d+2,N+1)     docs/models/token_selection.md §A.2
+W              W               merged key-query matrix                                       (d+2, d+2)      docs/models/token_selection.md §A.3
+sigma          sigma           mask, W33^(0) = -sigma                                        float           docs/models/token_selection.md §A.4
+eta            eta             GD step size                                                  float           docs/models/token_selection.md §A.4
+xi1, xi2       xi1, xi2        reduced state, W = diag(xi1 I_d, 0, -xi2)                     float           docs/models/token_selection.md §A.5
+q, q_self      q_j, q_{N+1}    attention of the query on token j / on itself                 (B, N+1)        docs/models/token_selection.md §A.5
+L              L               population square loss 1/2 E[(f - y_{i*})^2]                  float           docs/models/token_selection.md §A.4
+off            off             relative Frobenius distance of W to the reduced family        float           docs/models/token_selection.md §A.5.1
+k_d, a_Nd      k_d, a_{N,d}    constants of Theorem A1                                       float           docs/models/token_selection.md §A.6
+delta, R       delta, R        separation gap, label bound (Theorem A2)                      float           docs/models/token_selection.md §A.6
+=============  ==============  ============================================================  ==============  =====================================
 
 Notes
 -----
-* The loss on the family is evaluated with the labels integrated out exactly (Sec. A.3):
+* The loss on the family is evaluated with the labels integrated out exactly (docs/models/token_selection.md §A.3):
   L = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1]; only the x's are sampled.
 * Theorem A1's rate O(poly(N, d)/log t) is an upper bound with unrecoverable constants; at the sizes we can run the
   loss falls faster, about t^(-1/3), and xi1 grows like t^(1/3) (d=4, N=16: local exponents 0.34-0.36 for
   t = 10^3..2*10^4). Heuristic [derived, not in the spec]: once the self-token is masked, L ~ C/xi1 (the mass on
   near-ties decays like 1/xi1), so dxi1/dt ~ (eta/d) C/xi1^2 and xi1 ~ t^(1/3). The ratio bound xi1 <= (7/15) xi2 of
-  the proof is [not reproduced] (Sec. A.6) and deliberately not implemented.
+  the proof is [not reproduced] (docs/models/token_selection.md §A.6) and deliberately not implemented.
 """
 
 from __future__ import annotations
@@ -68,12 +70,13 @@ REFERENCE = {
     "venue": "NeurIPS 2024",
     "arxiv": "2411.10830",
     "bibtex_key": "li2024onenn",
-    "spec": "token_selection.md, Study A",
+    "spec": "docs/models/token_selection.md, Study A",
 }
 
 #: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
-#: gradient-flow time tau of Sec. 0 (with one shared eta; per-trajectory step sizes give time = step).
-TIME_UNIT = "GD step t; time = eta * t, the flow time tau (spec token_selection.md Sec. 0)"
+# : gradient-flow time tau of docs/models/token_selection.md §0 (with one shared eta; per-trajectory step sizes give
+#time = step).
+TIME_UNIT = "GD step t; time = eta * t, the flow time tau (docs/models/token_selection.md §0)"
 
 STATE_NAMES = ("xi1", "xi2")
 DIAGNOSTIC_NAMES = ("L", "L_se", "q_istar", "q_istar_lo", "q_self", "grad_xi1", "grad_xi1_se", "grad_xi2",
@@ -87,10 +90,12 @@ DIAGNOSTIC_NAMES = ("L", "L_se", "q_istar", "q_istar_lo", "q_self", "grad_xi1", 
 
 @dataclass(frozen=True, kw_only=True)
 class NearestNeighborTask:
-    """The 1-NN in-context task (spec Sec. A.1-A.4): data law, embedding, model, loss, initialisation, step size.
+    """The 1-NN in-context task (docs/models/token_selection.md §A.1-§A.4): data law, embedding, model, loss,
+    initialisation, step size.
 
-    Data: x_1..x_N, x_query i.i.d. uniform on S^{d-1}, labels i.i.d. Rademacher (Sec. A.1). Embedding Sec. A.2, model
-    f_W(H) = sum_j q_j y_j (Sec. A.3), loss 1/2 E[(f - y_{i*})^2] and GD from W^(0) = diag(0_{d+1}, -sigma) (Sec. A.4).
+    Data: x_1..x_N, x_query i.i.d. uniform on S^{d-1}, labels i.i.d. Rademacher (docs/models/token_selection.md §A.1).
+    Embedding docs/models/token_selection.md §A.2, model f_W(H) = sum_j q_j y_j (docs/models/token_selection.md §A.3),
+    loss 1/2 E[(f - y_{i*})^2] and GD from W^(0) = diag(0_{d+1}, -sigma) (docs/models/token_selection.md §A.4).
 
     Parameters
     ----------
@@ -99,7 +104,8 @@ class NearestNeighborTask:
     N : int >= 2
         Number of labelled context points.
     sigma : float >= 0
-        Mask, W33^(0) = -sigma (Sec. A.4; sigma = 0 is the mask ablation of Sec. A.8).
+        Mask, W33^(0) = -sigma (docs/models/token_selection.md §A.4; sigma = 0 is the mask ablation of
+        docs/models/token_selection.md §A.8).
     eta : float > 0
         GD step size.
     """
@@ -127,21 +133,22 @@ class NearestNeighborTask:
 
     @property
     def embed_dim(self) -> int:
-        """Embedding dimension d + 2 (Sec. A.2)."""
+        """Embedding dimension d + 2 (docs/models/token_selection.md §A.2)."""
         return self.d + 2
 
     def time_of_step(self, step):
-        """Flow time tau = eta * t of GD step t (spec Sec. 0)."""
+        """Flow time tau = eta * t of GD step t (docs/models/token_selection.md §0)."""
         return self.eta * np.asarray(step, dtype=np.float64)
 
     def step_of_time(self, time):
-        """GD step t = tau / eta of flow time tau (spec Sec. 0)."""
+        """GD step t = tau / eta of flow time tau (docs/models/token_selection.md §0)."""
         return np.asarray(time, dtype=np.float64) / self.eta
 
 
 @dataclass(frozen=True)
 class Prompts:
-    """A fixed sample of prompts (spec Sec. A.1, recipe G.A), the common random numbers of a reduced-GD run.
+    """A fixed sample of prompts (docs/models/token_selection.md §A.1, recipe docs/models/token_selection.md §G.A), the
+    common random numbers of a reduced-GD run.
 
     Attributes
     ----------
@@ -179,15 +186,16 @@ class Prompts:
         if np.any(istar < 0) or np.any(istar >= N):
             raise ValueError(f"istar must hold 0-based indices in [0, N-1] = [0, {N - 1}]; got values in "
                              f"[{istar.min()}, {istar.max()}] (1-based indices as in the paper: subtract 1)")
-        # c must be <x_j, x_query> (Sec. A.1) and istar its argmax; 1e-9 is round-off of d-term products of unit
-        # vectors, far below the gap to a wrong index (a 1-based istar picks another point, c lower by O(1/N)).
+        #  c must be <x_j, x_query> (docs/models/token_selection.md §A.1) and istar its argmax; 1e-9 is round-off of
+        # d-term products of unit vectors, far below the gap to a wrong index (a 1-based istar picks another point, c
+        # lower by O(1/N)).
         if np.abs(np.einsum("bnd,bd->bn", X, xq) - c).max(initial=0.0) > 1e-9:
-            raise ValueError("c must equal the inner products <X[b, j], xq[b]> (Sec. A.1)")
+            raise ValueError("c must equal the inner products <X[b, j], xq[b]> (docs/models/token_selection.md §A.1)")
         rows = np.arange(X.shape[0])
         short = c.max(axis=1) - c[rows, istar]
         if np.any(short > 1e-12):
             b = int(np.argmax(short))
-            raise ValueError(f"istar must be the 0-based nearest neighbour argmax_j c[b, j] (Sec. A.1); prompt {b}: "
+            raise ValueError(f"istar must be the 0-based nearest neighbour argmax_j c[b, j] (docs/models/token_selection.md §A.1); prompt {b}: "
                              f"istar = {istar[b]}, argmax = {int(np.argmax(c[b]))} (a 1-based index?)")
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "xq", xq)
@@ -226,7 +234,8 @@ def _prompts_from(X, xq, y=None) -> Prompts:
 
 
 def sample_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, labels: bool = False) -> Prompts:
-    """Draw prompts from the training law (spec Sec. A.1) with recipe G.A, exactly in its order of draws.
+    """Draw prompts from the training law (docs/models/token_selection.md §A.1) with recipe
+    docs/models/token_selection.md §G.A, exactly in its order of draws.
 
     X ~ N(0, I) normalised, then xq likewise, then (if ``labels``) y = rng.choice([-1, 1], (B, N)).
 
@@ -237,7 +246,8 @@ def sample_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, label
         Number of prompts B.
     rng : int seed, numpy Generator or None
     labels : bool
-        Draw explicit Rademacher labels (the full-matrix model needs them; the reduced map does not, Sec. A.5).
+        Draw explicit Rademacher labels (the full-matrix model needs them; the reduced map does not,
+        docs/models/token_selection.md §A.5).
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     rng = as_generator(rng)
@@ -250,7 +260,8 @@ def sample_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, label
 
 
 def sample_shifted_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, delta: float = 0.2) -> Prompts:
-    """Draw prompts from the shifted test law of Theorem A2 (spec Sec. A.9, paper App. B; recipe G.A shifted).
+    """Draw prompts from the shifted test law of Theorem A2 (docs/models/token_selection.md §A.9, paper App. B; recipe
+    docs/models/token_selection.md §G.A shifted).
 
     x_i ~ Unif(S^{d-1}), y_i ~ N(0, 1); i* uniform on [N]; x_query = x_{i*}; every x_j (j != i*) with
     ||x_j - x_query||^2 <= delta is replaced by -x_j. The separation event A_delta then holds surely.
@@ -281,7 +292,8 @@ def sample_shifted_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, 
 
 
 def embed(prompts: Prompts) -> np.ndarray:
-    """Embedded prompts H (B, d+2, N+1): columns [x_j; y_j; 0] and [x_query; 0; 1] (spec Sec. A.2)."""
+    """Embedded prompts H (B, d+2, N+1): columns [x_j; y_j; 0] and [x_query; 0; 1]
+    (docs/models/token_selection.md §A.2)."""
     if prompts.y is None:
         raise ValueError("prompts must carry explicit labels y to be embedded (sample_prompts(..., labels=True))")
     B, N, d = prompts.X.shape
@@ -299,12 +311,13 @@ def embed(prompts: Prompts) -> np.ndarray:
 
 
 def initial_W(task: NearestNeighborTask) -> np.ndarray:
-    """The paper's initialisation W^(0) = diag(0_{d+1}, -sigma) (spec Sec. A.4)."""
+    """The paper's initialisation W^(0) = diag(0_{d+1}, -sigma) (docs/models/token_selection.md §A.4)."""
     return family_W(task.d, 0.0, task.sigma)
 
 
 def family_W(d: int, xi1, xi2) -> np.ndarray:
-    """The reduced family W = diag(xi1 I_d, 0, -xi2) (spec Sec. A.5); batched over the shapes of xi1, xi2."""
+    """The reduced family W = diag(xi1 I_d, 0, -xi2) (docs/models/token_selection.md §A.5); batched over the shapes of
+    xi1, xi2."""
     d = check_int("d", d, min_value=2)
     xi1, xi2 = np.broadcast_arrays(np.asarray(xi1, dtype=np.float64), np.asarray(xi2, dtype=np.float64))
     W = np.zeros(xi1.shape + (d + 2, d + 2))
@@ -315,7 +328,7 @@ def family_W(d: int, xi1, xi2) -> np.ndarray:
 
 
 def attention(W, H) -> np.ndarray:
-    """Attention of the query on every token, q = softmax(H^T W h_query) (spec Sec. A.3).
+    """Attention of the query on every token, q = softmax(H^T W h_query) (docs/models/token_selection.md §A.3).
 
     Parameters
     ----------
@@ -333,7 +346,7 @@ def attention(W, H) -> np.ndarray:
 
 
 def forward(W, H) -> tuple[np.ndarray, np.ndarray]:
-    """Attention weights and prediction f_W(H) = [y_1..y_N, 0] q (spec Sec. A.3).
+    """Attention weights and prediction f_W(H) = [y_1..y_N, 0] q (docs/models/token_selection.md §A.3).
 
     Returns (q, f): q as in ``attention``; f of shape (B,) or (T, B).
     """
@@ -343,7 +356,7 @@ def forward(W, H) -> tuple[np.ndarray, np.ndarray]:
 
 
 def full_loss(W, H, target) -> np.ndarray:
-    """Sample square loss 1/2 mean_b (f_W(H_b) - y_{i*,b})^2 of the full model (spec Sec. A.4).
+    """Sample square loss 1/2 mean_b (f_W(H_b) - y_{i*,b})^2 of the full model (docs/models/token_selection.md §A.4).
 
     A scalar for W of shape (D, D), (T,) for (T, D, D).
     """
@@ -352,7 +365,7 @@ def full_loss(W, H, target) -> np.ndarray:
 
 
 def full_gradient(W, H, target) -> np.ndarray:
-    """Gradient of ``full_loss`` with respect to the whole matrix W (spec Sec. A.4).
+    """Gradient of ``full_loss`` with respect to the whole matrix W (docs/models/token_selection.md §A.4).
 
     With s = H^T W h_query and q = softmax(s): dL/ds_m = (f - y_{i*}) q_m (ybar_m - f) (ybar = [y; 0]), and
     dL/dW = mean_b sum_m dL/ds_m h_m h_query^T.
@@ -369,7 +382,7 @@ def full_gradient(W, H, target) -> np.ndarray:
 
 
 def probe(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Reduced coordinates and distance to the reduced family of any W (spec Sec. A.5.1).
+    """Reduced coordinates and distance to the reduced family of any W (docs/models/token_selection.md §A.5.1).
 
     xi1 = tr(W11)/d, xi2 = -W33 are the Frobenius projection of W onto {diag(xi1 I_d, 0, -xi2)};
     off = ||W - diag(xi1 I_d, 0, -xi2)||_F / ||W||_F (0 for W = 0).
@@ -397,10 +410,12 @@ def probe(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def full_diagnostics(W, prompts: Prompts, *, quantile: float = 0.05) -> dict[str, float]:
-    """Diagnostics of any trained W on a fixed labelled prompt set (spec Sec. A.5.1), for the empirical side.
+    """Diagnostics of any trained W on a fixed labelled prompt set (docs/models/token_selection.md §A.5.1), for the
+    empirical side.
 
-    Keys: ``L`` (sample loss with the explicit labels, Sec. A.4), ``q_istar`` = E[q_{i*}], ``q_istar_lo`` (its lower
-    ``quantile``), ``q_self`` = E[q_{N+1}], and the probes ``xi1``, ``xi2``, ``off`` of ``probe``.
+    Keys: ``L`` (sample loss with the explicit labels, docs/models/token_selection.md §A.4), ``q_istar`` = E[q_{i*}],
+    ``q_istar_lo`` (its lower ``quantile``), ``q_self`` = E[q_{N+1}], and the probes ``xi1``, ``xi2``, ``off`` of
+    ``probe``.
     """
     if not 0.0 < quantile < 1.0:
         raise ValueError(f"quantile must lie in (0, 1); got {quantile!r}")
@@ -430,10 +445,11 @@ def _check_state(xi1, xi2) -> tuple[float, float]:
 
 
 def per_prompt(xi1: float, xi2: float, prompts: Prompts) -> dict[str, np.ndarray]:
-    """Per-prompt loss, gradients and attention at W = diag(xi1 I, 0, -xi2) (spec Sec. A.5).
+    """Per-prompt loss, gradients and attention at W = diag(xi1 I, 0, -xi2) (docs/models/token_selection.md §A.5).
 
-    Returns a dict of (B,) arrays: ``loss`` = 1/2 (sum_j q_j^2 - 2 q_{i*} + 1) (labels integrated out, Eq. of Sec. A.5),
-    ``grad_xi1`` = sum_m gamma_m c_m, ``grad_xi2`` = q_{N+1} (Q2 - q_{i*}), ``q_istar``, ``q_self``.
+    Returns a dict of (B,) arrays: ``loss`` = 1/2 (sum_j q_j^2 - 2 q_{i*} + 1) (labels integrated out, Eq. of
+    docs/models/token_selection.md §A.5), ``grad_xi1`` = sum_m gamma_m c_m, ``grad_xi2`` = q_{N+1} (Q2 - q_{i*}),
+    ``q_istar``, ``q_self``.
     """
     xi1, xi2 = _check_state(xi1, xi2)
     out = np.empty((prompts.n_prompts, _k.N_STATS))
@@ -449,12 +465,14 @@ def _mean_se(values: np.ndarray) -> tuple[float, float]:
 
 
 def reduced_loss(xi1: float, xi2: float, prompts: Prompts) -> tuple[float, float]:
-    """Monte Carlo loss L(xi1, xi2) = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1] and its standard error (spec Sec. A.5)."""
+    """Monte Carlo loss L(xi1, xi2) = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1] and its standard error
+    (docs/models/token_selection.md §A.5)."""
     return _mean_se(per_prompt(xi1, xi2, prompts)["loss"])
 
 
 def reduced_gradient(xi1: float, xi2: float, prompts: Prompts) -> tuple[np.ndarray, np.ndarray]:
-    """Monte Carlo (dL/dxi1, dL/dxi2) of spec Sec. A.5 ("dL/dxi1 = E[sum_m gamma_m c_m]", "dL/dxi2 = E[q_{N+1}(Q2 -
+    """Monte Carlo (dL/dxi1, dL/dxi2) of docs/models/token_selection.md §A.5 ("dL/dxi1 = E[sum_m gamma_m c_m]", "dL/dxi2
+    = E[q_{N+1}(Q2 -
     q_{i*})]") and the standard error of each; returns (grad (2,), se (2,))."""
     pp = per_prompt(xi1, xi2, prompts)
     m1, s1 = _mean_se(pp["grad_xi1"])
@@ -463,8 +481,10 @@ def reduced_gradient(xi1: float, xi2: float, prompts: Prompts) -> tuple[np.ndarr
 
 
 def diagnostics(xi1: float, xi2: float, prompts: Prompts, *, quantile: float = 0.05) -> dict[str, float]:
-    """Diagnostics on a fixed prompt set (spec Sec. A.5.1): L and its SE, E[q_{i*}], its lower ``quantile``, E[q_{N+1}],
-    and the gradient (dL/dxi1, dL/dxi2) with standard errors (Sec. A.5). Keys: ``DIAGNOSTIC_NAMES``."""
+    """Diagnostics on a fixed prompt set (docs/models/token_selection.md §A.5.1): L and its SE, E[q_{i*}], its lower
+    ``quantile``, E[q_{N+1}],
+    and the gradient (dL/dxi1, dL/dxi2) with standard errors (docs/models/token_selection.md §A.5). Keys:
+    ``DIAGNOSTIC_NAMES``."""
     pp = per_prompt(xi1, xi2, prompts)
     L, L_se = _mean_se(pp["loss"])
     g1, g1_se = _mean_se(pp["grad_xi1"])
@@ -475,7 +495,8 @@ def diagnostics(xi1: float, xi2: float, prompts: Prompts, *, quantile: float = 0
 
 
 def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
-    """Closed-form loss at xi1 = 0 (spec Sec. A.5): q0 = 1/(N + e^{-xi2}), L = 1/2 (N q0^2 - 2 q0 + 1); returns (L, q0).
+    """Closed-form loss at xi1 = 0 (docs/models/token_selection.md §A.5): q0 = 1/(N + e^{-xi2}), L = 1/2 (N q0^2 - 2 q0
+    + 1); returns (L, q0).
 
     At xi1 = 0 every context token gets q0 and the loss is the same for every prompt.
     """
@@ -487,7 +508,8 @@ def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
 
 
 def expected_max_inner_product(d: int, N: int) -> float:
-    """E[c_{i*}] = E[max_j <x_j, x_query>] for N i.i.d. uniform points on S^{d-1} (used by Sec. A.5 at xi1 = 0).
+    """E[c_{i*}] = E[max_j <x_j, x_query>] for N i.i.d. uniform points on S^{d-1} (used by
+    docs/models/token_selection.md §A.5 at xi1 = 0).
 
     Each c_j has (1 + c)/2 ~ Beta((d-1)/2, (d-1)/2), so E[max] = 1 - int_{-1}^{1} F(c)^N dc (quadrature).
     """
@@ -500,7 +522,7 @@ def expected_max_inner_product(d: int, N: int) -> float:
 
 
 def gradient_xi1_zero(d: int, N: int, xi2: float) -> np.ndarray:
-    """Closed-form population gradient at xi1 = 0 (derived from spec Sec. A.5 with q_j = q0):
+    """Closed-form population gradient at xi1 = 0 (derived from docs/models/token_selection.md §A.5 with q_j = q0):
 
     dL/dxi1 = -q0 E[c_{i*}] + e^{-2 xi2} q0^3 (E[sum_j c_j] = 0, 1 - N q0 = e^{-xi2} q0),
     dL/dxi2 = -e^{-2 xi2} q0^3.  Returns the array (dL/dxi1, dL/dxi2).
@@ -513,7 +535,8 @@ def gradient_xi1_zero(d: int, N: int, xi2: float) -> np.ndarray:
 
 
 def first_step(task: NearestNeighborTask) -> np.ndarray:
-    """Closed-form state after the first population GD step from W^(0) (spec Sec. A.4-A.5 at xi1 = 0):
+    """Closed-form state after the first population GD step from W^(0) (docs/models/token_selection.md §A.4-§A.5 at xi1
+    = 0):
     (xi1_1, xi2_1) = (0, sigma) - (eta/d, eta) * ``gradient_xi1_zero(d, N, sigma)``."""
     g = gradient_xi1_zero(task.d, task.N, task.sigma)
     return np.array([-(task.eta / task.d) * g[0], task.sigma - task.eta * g[1]])
@@ -525,17 +548,19 @@ def first_step(task: NearestNeighborTask) -> np.ndarray:
 
 
 def pack_params(task: NearestNeighborTask, prompts: Prompts) -> np.ndarray:
-    """Parameter vector of the numba GD step of Sec. A.5: [eta, d, N, B, istar, c.ravel()] (layout: kernel module)."""
+    """Parameter vector of the numba GD step of docs/models/token_selection.md §A.5: [eta, d, N, B, istar, c.ravel()]
+    (layout: kernel module)."""
     _check_prompts(task, prompts)
     B = prompts.n_prompts
     return np.concatenate([np.array([task.eta, task.d, task.N, B], dtype=np.float64),
                            prompts.istar.astype(np.float64), np.ascontiguousarray(prompts.c).ravel()])
 
 
-def eta_batch(params: np.ndarray, eta_index: int, eta, state0: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
-                                                                                    str]:
-    """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states (spec Sec. 0: eta enters
-    the GD maps of Sec. A.5, B.3 and C.5 only as a number).
+def eta_batch(params: np.ndarray, eta_index: int, eta: float | np.ndarray | None,
+              state0: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
+    """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states
+    (docs/models/token_selection.md §0: eta enters the GD maps of docs/models/token_selection.md §A.5, §B.3, §C.5 only
+    as a number).
 
     The token-selection maps take eta only as a number in their packed parameter vector, so a grid of step sizes is
     one batch of the engine: row i of the result is ``params`` with entry ``eta_index`` set to ``eta[i]``.
@@ -573,8 +598,8 @@ def eta_batch(params: np.ndarray, eta_index: int, eta, state0: np.ndarray) -> tu
 
 
 def _sample_list(samples, kind: type, name: str) -> list:
-    """The samples of a batched token-selection map (Sec. A.5, B.3, C.5) as a list: one ``kind`` instance or a
-    non-empty sequence of them.
+    """The samples of a batched token-selection map (docs/models/token_selection.md §A.5, §B.3, §C.5) as a list: one
+    ``kind`` instance or a non-empty sequence of them.
 
     Raises ``TypeError`` naming ``name`` for anything else.
     """
@@ -593,7 +618,7 @@ def _sample_list(samples, kind: type, name: str) -> list:
 
 def _over_samples(run, samples: list, state0, eta) -> dynamics.Trajectory:
     """Run ``run(sample, state0_row, eta_i)`` once per sample and stack the runs (``_stack_runs``); the maps of
-    Sec. A.5, B.3 and C.5 batched over seeds.
+    docs/models/token_selection.md §A.5, §B.3, §C.5 batched over seeds.
 
     Trajectory i uses ``samples[i]``, row i of ``state0`` (one row or None: shared) and ``eta[i]`` (one value or
     None: shared). This is how the token-selection ``map`` functions batch over seeds: each seed has its own sample
@@ -619,7 +644,7 @@ def _over_samples(run, samples: list, state0, eta) -> dynamics.Trajectory:
 
 def _stack_runs(runs) -> dynamics.Trajectory:
     """Stack runs saved at the same steps into one Trajectory along ``trajectory`` (relabelled 0..n-1); time axis of
-    Sec. 0.
+    docs/models/token_selection.md §0.
 
     A ``sample`` coordinate along ``trajectory`` holds the index of the run each trajectory came from. When the runs
     have different ``time`` coordinates (different step sizes eta), ``time`` becomes the step and ``time_unit``
@@ -654,7 +679,7 @@ def _check_prompts(task: NearestNeighborTask, prompts: Prompts) -> None:
 
 
 def _attrs(task, prompts, source, extra=None) -> dict:
-    attrs = {"model": "nearest_neighbor", "paper": REFERENCE["arxiv"], "equation": "token_selection.md Sec. A.5",
+    attrs = {"model": "nearest_neighbor", "paper": REFERENCE["arxiv"], "equation": "docs/models/token_selection.md §A.5",
              "spec": task, "source": source, "time_unit": "step (time = eta * step)",
              "n_prompts": prompts.n_prompts}
     attrs.update(extra or {})
@@ -663,8 +688,8 @@ def _attrs(task, prompts, source, extra=None) -> dict:
 
 def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat=None,
         quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None):
-    """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (spec Sec. A.5, Eq. "xi1 <- xi1 - (eta/d) dL/dxi1,
-    xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
+    """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (docs/models/token_selection.md §A.5, Eq. "xi1 <- xi1
+    - (eta/d) dL/dxi1, xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
 
     Parameters
     ----------
@@ -728,10 +753,11 @@ def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat
 
 
 def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):
-    """Full-matrix GD on W (spec Sec. A.4) with explicit labels, batched over initial matrices; numpy.
+    """Full-matrix GD on W (docs/models/token_selection.md §A.4) with explicit labels, batched over initial matrices;
+    numpy.
 
     W_{t+1} = W_t - eta * grad ``full_loss`` on the fixed labelled sample. Used to check that GD stays on the reduced
-    family and equals the reduced map (Sec. A.5, Sec. A.7 item 2).
+    family and equals the reduced map (docs/models/token_selection.md §A.5, §A.7 item 2).
 
     Parameters
     ----------
@@ -784,12 +810,14 @@ def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=Non
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Exactly symmetric samples: make the population invariances of Sec. A.5 hold in finite samples
+#  Exactly symmetric samples: make the population invariances of docs/models/token_selection.md §A.5 hold in finite
+# samples
 # ----------------------------------------------------------------------------------------------------------------
 
 
 def label_design(N: int) -> np.ndarray:
-    """Label vectors whose empirical moments match Rademacher labels up to order 3 (used with Sec. A.5's invariances).
+    """Label vectors whose empirical moments match Rademacher labels up to order 3 (used with
+    docs/models/token_selection.md §A.5's invariances).
 
     Rows +-H[r, 1:N+1] of a Sylvester-Hadamard matrix of order m = 2^ceil(log2(N+1)): the mean over the 2m rows of
     y_j y_k is delta_jk and every odd moment is 0. The full-matrix loss and gradient are quadratic in the labels
@@ -803,12 +831,13 @@ def label_design(N: int) -> np.ndarray:
 
 
 def repeat_with_labels(prompts: Prompts, Y) -> Prompts:
-    """Each prompt repeated once per label vector of ``Y``, carrying those labels (exact label averages, Sec. A.5).
+    """Each prompt repeated once per label vector of ``Y``, carrying those labels (exact label averages,
+    docs/models/token_selection.md §A.5).
 
     Parameters
     ----------
     Y : (n_labels, N) label vectors shared by all prompts (e.g. ``label_design(N)``), or (B, n_labels, N) per prompt
-        (e.g. ``np.stack([y, -y], axis=1)``: the y -> -y duplication of Sec. A.8).
+        (e.g. ``np.stack([y, -y], axis=1)``: the y -> -y duplication of docs/models/token_selection.md §A.8).
 
     Returns
     -------
@@ -828,7 +857,8 @@ def repeat_with_labels(prompts: Prompts, Y) -> Prompts:
 def signed_permutations(d: int) -> np.ndarray:
     """All 2^d d! signed permutation matrices of R^d (the hyperoctahedral group), (2^d d!, d, d).
 
-    The symmetry group used to make the invariances of Sec. A.5 exact on a finite sample (``symmetrized_prompts``).
+    The symmetry group used to make the invariances of docs/models/token_selection.md §A.5 exact on a finite sample
+    (``symmetrized_prompts``).
     """
     d = check_int("d", d, min_value=1)
     mats = []
@@ -840,7 +870,8 @@ def signed_permutations(d: int) -> np.ndarray:
 
 
 def symmetrized_prompts(prompts: Prompts) -> Prompts:
-    """Orbit of a prompt sample under the symmetries used in spec Sec. A.5, with labels from ``label_design``.
+    """Orbit of a prompt sample under the symmetries used in docs/models/token_selection.md §A.5, with labels from
+    ``label_design``.
 
     Every prompt is replaced by its images x -> G x (all x's of the prompt at once) for each signed permutation G,
     each with every label vector of ``label_design(N)``. The hyperoctahedral group acts irreducibly on R^d and
@@ -864,25 +895,28 @@ def symmetrized_prompts(prompts: Prompts) -> Prompts:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Theorem predictions (spec Sec. A.6)
+# Theorem predictions (docs/models/token_selection.md §A.6)
 # ----------------------------------------------------------------------------------------------------------------
 
 
 def k_d(d: int) -> float:
-    """k_d = 2 Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2)) = Theta(sqrt d), constant of Theorem A1 (spec Sec. A.6)."""
+    """k_d = 2 Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2)) = Theta(sqrt d), constant of Theorem A1
+    (docs/models/token_selection.md §A.6)."""
     d = check_int("d", d, min_value=2)
     return float(2.0 * math.exp(math.lgamma(d / 2) - math.lgamma((d - 1) / 2)) / math.sqrt(math.pi))
 
 
 def a_Nd(N: int, d: int) -> float:
-    """a_{N,d} = (2 N sqrt d)^{-2/(d-3)} of Theorem A1's proof (spec Sec. A.6); defined only for d >= 4."""
+    """a_{N,d} = (2 N sqrt d)^{-2/(d-3)} of Theorem A1's proof (docs/models/token_selection.md §A.6); defined only for d
+    >= 4."""
     N = check_int("N", N, min_value=2)
     d = check_int("d", d, min_value=4)
     return float((2.0 * N * math.sqrt(d)) ** (-2.0 / (d - 3)))
 
 
 def sigma_condition(N: int, d: int, C_d: float) -> float:
-    """Mask threshold of Theorem A1 (spec Sec. A.6): 2 max{log(N d), -log(1 - (N sqrt d)^{-1/d}), C_d (1 - 1/(2N))}.
+    """Mask threshold of Theorem A1 (docs/models/token_selection.md §A.6): 2 max{log(N d), -log(1 - (N sqrt d)^{-1/d}),
+    C_d (1 - 1/(2N))}.
 
     C_d = poly(d) is not recoverable and must be given (>= 0). The theorem asks for sigma strictly above this value.
     """
@@ -893,7 +927,8 @@ def sigma_condition(N: int, d: int, C_d: float) -> float:
 
 
 def loss_decay_bound(t, C: float) -> np.ndarray:
-    """Theorem A1's rate (spec Sec. A.6): L(W^(t)) <= C / log t for t >= 2; C = poly(N, d) is unrecoverable (given)."""
+    """Theorem A1's rate (docs/models/token_selection.md §A.6): L(W^(t)) <= C / log t for t >= 2; C = poly(N, d) is
+    unrecoverable (given)."""
     C = check_positive("C", C)
     t = np.asarray(t, dtype=np.float64)
     if np.any(t < 2):
@@ -902,7 +937,8 @@ def loss_decay_bound(t, C: float) -> np.ndarray:
 
 
 def separation_gap(prompts: Prompts) -> np.ndarray:
-    """Largest delta for which each prompt lies in A_delta (Theorem A2, spec Sec. A.6): min over j with
+    """Largest delta for which each prompt lies in A_delta (Theorem A2, docs/models/token_selection.md §A.6): min over j
+    with
     y_j != y_{i*} of ||x_j - x_q||^2 - ||x_{i*} - x_q||^2 = 2 (c_{i*} - c_j); +inf if every label equals y_{i*}."""
     if prompts.y is None:
         raise ValueError("prompts must carry labels y for the separation event A_delta")
@@ -915,7 +951,8 @@ def separation_gap(prompts: Prompts) -> np.ndarray:
 
 def squared_errors(xi1: float, xi2: float, prompts: Prompts) -> np.ndarray:
     """Per-prompt squared error (f_W(H) - y_{i*})^2 at W = diag(xi1 I, 0, -xi2) with explicit labels (Theorem A2,
-    spec Sec. A.6; the test loss has no factor 1/2). Reduced scores, so any prompt law with x's on the sphere works."""
+    docs/models/token_selection.md §A.6; the test loss has no factor 1/2). Reduced scores, so any prompt law with x's on
+    the sphere works."""
     xi1, xi2 = _check_state(xi1, xi2)
     if prompts.y is None:
         raise ValueError("prompts must carry labels y to evaluate the test error")
@@ -926,11 +963,13 @@ def squared_errors(xi1: float, xi2: float, prompts: Prompts) -> np.ndarray:
 
 
 def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -> np.ndarray:
-    """Pointwise bound of Theorem A2's mechanism (spec Sec. A.6, [derived]) on the squared test error, per prompt:
+    """Pointwise bound of Theorem A2's mechanism (docs/models/token_selection.md §A.6, [derived]) on the squared test
+    error, per prompt:
 
     on A_delta, |f - y_{i*}| <= 2 R (N - 1) exp(-xi1 delta/2) + R exp(-(xi2 - xi1 (1 - c_{i*}))), with R = max_j |y_j|
-    of the prompt (the labels of the shifted law are Gaussian, so R is per prompt; illustrative, Sec. A.6).
-    Returns the square of the bound, +inf on prompts outside A_delta (and where it overflows).
+    of the prompt (the labels of the shifted law are Gaussian, so R is per prompt; illustrative,
+    docs/models/token_selection.md §A.6). Returns the square of the bound, +inf on prompts outside A_delta (and where it
+    overflows).
     """
     xi1, xi2 = _check_state(xi1, xi2)
     delta = check_positive("delta", delta)
@@ -951,13 +990,16 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
 
     Keys:
 
-    * ``loss_at_init``: the loss at W^(0) (xi1 = 0, xi2 = sigma), closed form of Sec. A.5 (every prompt alike).
-    * ``first_step``: (xi1, xi2) after the first population GD step from W^(0), Sec. A.4-A.5.
-    * ``k_d``: the constant k_d = Theta(sqrt d) of Theorem A1 (Sec. A.6).
-    * ``loss_decay_bound`` (only with ``t``): Theorem A1's bound C / log t at the steps ``t`` >= 2 (Sec. A.6); the
-      constant C = poly(N, d) is unrecoverable from the paper, so it is the argument ``C`` (default 1).
+    * ``loss_at_init``: the loss at W^(0) (xi1 = 0, xi2 = sigma), closed form of docs/models/token_selection.md §A.5
+      (every prompt alike).
+    * ``first_step``: (xi1, xi2) after the first population GD step from W^(0),
+      docs/models/token_selection.md §A.4-§A.5.
+    * ``k_d``: the constant k_d = Theta(sqrt d) of Theorem A1 (docs/models/token_selection.md §A.6).
+    * ``loss_decay_bound`` (only with ``t``): Theorem A1's bound C / log t at the steps ``t`` >= 2
+      (docs/models/token_selection.md §A.6); the constant C = poly(N, d) is unrecoverable from the paper, so it is the
+      argument ``C`` (default 1).
     * ``separation_gap`` (only with labelled ``prompts``): the largest delta for which each prompt lies in the
-      separation event A_delta of Theorem A2 (Sec. A.6), one value per prompt.
+      separation event A_delta of Theorem A2 (docs/models/token_selection.md §A.6), one value per prompt.
     """
     if not isinstance(task, NearestNeighborTask):
         raise TypeError(f"task must be a NearestNeighborTask; got {type(task).__name__}")
@@ -990,7 +1032,7 @@ _W = _V.Array(ndim=(2, 3))
 
 
 def _check_W(name: str, value) -> None:
-    """W of the full model: (D, D) or (T, D, D) with D = d + 2 (Sec. A.3)."""
+    """W of the full model: (D, D) or (T, D, D) with D = d + 2 (docs/models/token_selection.md §A.3)."""
     _W(name, value)
     shape = tuple(value.shape)
     if shape[-1] != shape[-2]:

@@ -1,37 +1,40 @@
 """Study C: one-layer softmax attention learns a random walk on a circle (reduced GD, closed forms, theorems).
 
-Implements spec ``token_selection.md`` Study C (Sec. C.0-C.9). A walk on K nodes steps clockwise with probability
-p; the model f = V X softmax(X~^T W x~_N) predicts the next node from the N - 1 visited ones. Gradient descent from
-zero keeps W on a (K + N)-dimensional family (a, c) (Sec. C.5), so the exact GD trajectory is the one of the reduced
-state (V, a, c), run here as a numba map through :func:`dynamics.iterate`.
+Implements ``docs/models/token_selection.md`` Study C (docs/models/token_selection.md §C.0-§C.9). A walk on K nodes
+steps clockwise with probability p; the model f = V X softmax(X~^T W x~_N) predicts the next node from the N - 1 visited
+ones. Gradient descent from zero keeps W on a (K + N)-dimensional family (a, c) (docs/models/token_selection.md §C.5),
+so the exact GD trajectory is the one of the reduced state (V, a, c), run here as a numba map through
+:func:`dynamics.iterate`.
 
-Symbol table (Sec. C.0; code indices are 0-based, Sec. 0)
+Symbol table (docs/models/token_selection.md §C.0; code indices are 0-based, docs/models/token_selection.md §0)
 
-| code        | paper    | meaning                                                  | shape         | defined |
-|-------------|----------|----------------------------------------------------------|---------------|---------|
-| K           | K        | number of nodes on the circle                            | int           | C.1     |
-| N           | N        | sequence length: N - 1 context tokens + 1 blank query    | int           | C.1     |
-| p           | p        | probability of a clockwise step                          | float         | C.1     |
-| M           | M        | positional dimension                                     | int           | C.2     |
-| rho         | rho      | squared norm of every positional vector (M/2)            | float         | C.2     |
-| states      | s_i      | node of step i (code values 0..K-1); last = label y      | (n, N) int    | C.1     |
-| Pi          | Pi       | transition matrix, Pi[a, b] = P(next = b given now = a)  | (K, K)        | C.1     |
-| Phi         | Phi      | positional vectors phi_1..phi_N as columns               | (M, N)        | C.2     |
-| V           | V        | value matrix, row = label b, column = state a            | (K, K)        | C.3     |
-| W           | W        | merged key-query matrix, blocks W11, W12, W21, W22       | (K+M, K+M)    | C.3     |
-| a           | a        | W12 = a phi_N^T                                          | (K,)          | C.5     |
-| c           | c        | W22 = (sum_i c_i phi_i) phi_N^T                          | (N,)          | C.5     |
-| S           | S        | attention weights (softmax over all N positions)         | (n, N)        | C.5     |
-| f           | f_theta  | model output                                             | (n, K)        | C.3     |
-| eps, eta    | eps, eta | offset in the log loss; GD step size                     | float         | C.4     |
-| acc, acc_rb | acc      | plain and Rao-Blackwellised accuracy                     | float         | C.3     |
-| C_hat       | C_hat    | empirical joint frequency of (parent, label)             | (K, K)        | C.7     |
+| code        | paper    | meaning                                                 | shape      | defined                             |
+| ----------- | -------- | ------------------------------------------------------- | ---------- | ----------------------------------- |
+| K           | K        | number of nodes on the circle                           | int        | docs/models/token_selection.md §C.1 |
+| N           | N        | sequence length: N - 1 context tokens + 1 blank query   | int        | docs/models/token_selection.md §C.1 |
+| p           | p        | probability of a clockwise step                         | float      | docs/models/token_selection.md §C.1 |
+| M           | M        | positional dimension                                    | int        | docs/models/token_selection.md §C.2 |
+| rho         | rho      | squared norm of every positional vector (M/2)           | float      | docs/models/token_selection.md §C.2 |
+| states      | s_i      | node of step i (code values 0..K-1); last = label y     | (n, N) int | docs/models/token_selection.md §C.1 |
+| Pi          | Pi       | transition matrix, Pi[a, b] = P(next = b given now = a) | (K, K)     | docs/models/token_selection.md §C.1 |
+| Phi         | Phi      | positional vectors phi_1..phi_N as columns              | (M, N)     | docs/models/token_selection.md §C.2 |
+| V           | V        | value matrix, row = label b, column = state a           | (K, K)     | docs/models/token_selection.md §C.3 |
+| W           | W        | merged key-query matrix, blocks W11, W12, W21, W22      | (K+M, K+M) | docs/models/token_selection.md §C.3 |
+| a           | a        | W12 = a phi_N^T                                         | (K,)       | docs/models/token_selection.md §C.5 |
+| c           | c        | W22 = (sum_i c_i phi_i) phi_N^T                         | (N,)       | docs/models/token_selection.md §C.5 |
+| S           | S        | attention weights (softmax over all N positions)        | (n, N)     | docs/models/token_selection.md §C.5 |
+| f           | f_theta  | model output                                            | (n, K)     | docs/models/token_selection.md §C.3 |
+| eps, eta    | eps, eta | offset in the log loss; GD step size                    | float      | docs/models/token_selection.md §C.4 |
+| acc, acc_rb | acc      | plain and Rao-Blackwellised accuracy                    | float      | docs/models/token_selection.md §C.3 |
+| C_hat       | C_hat    | empirical joint frequency of (parent, label)            | (K, K)     | docs/models/token_selection.md §C.7 |
 
-Time axis: the GD step t (integer); trajectories store ``step = t`` and ``time = eta t`` (Sec. 0).
+Time axis: the GD step t (integer); trajectories store ``step = t`` and ``time = eta t``
+(docs/models/token_selection.md §0).
 
-Where the paper's claims fail (Sec. C.6-C.7): Theorem C1 items 2-3 (the direction of V tends to Pi^T) hold only at
-p = 1/2; for p != 1/2 the direction of V tends to the entrywise square root sqrt(Pi^T) (Sec. C.7), see
-:func:`V_direction`. Items 1 (accuracy max{p, 1-p}) and 4 (attention on the parent) hold for all 0 < p < 1.
+Where the paper's claims fail (docs/models/token_selection.md §C.6-§C.7): Theorem C1 items 2-3 (the direction of V tends
+to Pi^T) hold only at p = 1/2; for p != 1/2 the direction of V tends to the entrywise square root sqrt(Pi^T)
+(docs/models/token_selection.md §C.7), see :func:`V_direction`. Items 1 (accuracy max{p, 1-p}) and 4 (attention on the
+parent) hold for all 0 < p < 1.
 
 REFERENCE: Wei Shi and Yuan Cao, "Towards Understanding Transformers in Learning Random Walks", NeurIPS 2025,
 arXiv:2511.23239 (BibTeX key ``shi2025randomwalks``); as summarised in the talk "Token Selection in the
@@ -58,12 +61,13 @@ REFERENCE = {
     "venue": "NeurIPS 2025",
     "arxiv": "2511.23239",
     "bibtex_key": "shi2025randomwalks",
-    "spec": "token_selection.md, Study C",
+    "spec": "docs/models/token_selection.md, Study C",
 }
 
 #: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
-#: gradient-flow time tau of Sec. 0; :func:`flow` integrates in tau, so ``time`` is shared by map and flow.
-TIME_UNIT = "GD step t; time = eta * t, the flow time tau (spec token_selection.md Sec. 0)"
+# : gradient-flow time tau of docs/models/token_selection.md §0; :func:`flow` integrates in tau, so ``time`` is shared
+#by map and flow.
+TIME_UNIT = "GD step t; time = eta * t, the flow time tau (docs/models/token_selection.md §0)"
 
 #: Positional codes of :func:`positional_matrix` (``RandomWalkTask.code``).
 POSITIONAL_CODES = ("onehot", "sine")
@@ -79,36 +83,40 @@ MAX_ENUMERATED_WALKS = 2**22
 
 @dataclass(frozen=True, kw_only=True)
 class RandomWalkTask:
-    """The random-walk task of Sec. C.1-C.4: data law, embedding, model, loss, initialisation and step size.
+    """The random-walk task of docs/models/token_selection.md §C.1-§C.4: data law, embedding, model, loss,
+    initialisation and step size.
 
     Parameters
     ----------
     K : int
-        Number of nodes on the circle, >= 3 (Sec. C.1; with K = 2 both neighbours coincide).
+        Number of nodes on the circle, >= 3 (docs/models/token_selection.md §C.1; with K = 2 both neighbours coincide).
     N : int
-        Sequence length, >= 2: N - 1 context tokens and the blank query (Sec. C.2).
+        Sequence length, >= 2: N - 1 context tokens and the blank query (docs/models/token_selection.md §C.2).
     p : float
-        Probability of a clockwise step, in [0, 1] (Sec. C.1).
+        Probability of a clockwise step, in [0, 1] (docs/models/token_selection.md §C.1).
     M : int
-        Positional dimension, >= N + 1 so that N positional vectors can be mutually orthogonal (Sec. C.2) and the sine
-        code is orthogonal. Default 1000.
+        Positional dimension, >= N + 1 so that N positional vectors can be mutually orthogonal
+        (docs/models/token_selection.md §C.2) and the sine code is orthogonal. Default 1000.
     rho : float, optional
-        Squared norm of every phi_i, > 0. Default M / 2 (the norm of the sine code of Sec. C.2); only rho enters the
-        reduced dynamics (Sec. C.9), and :func:`positional_matrix` scales the code to this norm.
+        Squared norm of every phi_i, > 0. Default M / 2 (the norm of the sine code of
+        docs/models/token_selection.md §C.2); only rho enters the reduced dynamics
+        (docs/models/token_selection.md §C.9), and :func:`positional_matrix` scales the code to this norm.
     code : {"onehot", "sine"}
         Positional code (:func:`positional_matrix`). ``"onehot"`` (default): phi_i = sqrt(rho) e_i, orthogonal
-        exactly in floating point. ``"sine"``: the reconstructed [phi_i]_k = sin(pi i k / M) of Sec. C.2, orthogonal
-        only up to round-off (~1e-13 rho), which the unstable symmetric state of Theorem C2 (p in {0, 1}) amplifies
-        in full-matrix GD. Only orthogonality and rho enter the dynamics (Sec. C.9), so both describe the paper's
-        model; the reduced map of Sec. C.5 is exact for the one-hot code.
+        exactly in floating point. ``"sine"``: the reconstructed [phi_i]_k = sin(pi i k / M) of
+        docs/models/token_selection.md §C.2, orthogonal only up to round-off (~1e-13 rho), which the unstable symmetric
+        state of Theorem C2 (p in {0, 1}) amplifies in full-matrix GD. Only orthogonality and rho enter the dynamics
+        (docs/models/token_selection.md §C.9), so both describe the paper's model; the reduced map of
+        docs/models/token_selection.md §C.5 is exact for the one-hot code.
     eta : float
-        GD step size, > 0 (Sec. C.4). Default 1.
+        GD step size, > 0 (docs/models/token_selection.md §C.4). Default 1.
     eps : float
-        Offset in the loss -log(e_y^T f + eps), > 0 (Sec. C.4). Default 0.1.
+        Offset in the loss -log(e_y^T f + eps), > 0 (docs/models/token_selection.md §C.4). Default 0.1.
 
     Notes
     -----
-    Initialisation is V = 0, W = 0 (Sec. C.4). Implements spec Sec. C.1-C.4.
+    Initialisation is V = 0, W = 0 (docs/models/token_selection.md §C.4). Implements
+    docs/models/token_selection.md §C.1-§C.4.
     """
 
     K: int
@@ -134,35 +142,35 @@ class RandomWalkTask:
 
     @property
     def seq_len(self) -> int:
-        """Sequence length N (cross-paper name; Sec. C.1)."""
+        """Sequence length N (cross-paper name; docs/models/token_selection.md §C.1)."""
         return self.N
 
     @property
     def lr(self) -> float:
-        """GD step size eta (cross-paper name; Sec. C.4)."""
+        """GD step size eta (cross-paper name; docs/models/token_selection.md §C.4)."""
         return self.eta
 
     @property
     def n_state(self) -> int:
-        """Size K^2 + K + N of the reduced state (V, a, c) (Sec. C.5)."""
+        """Size K^2 + K + N of the reduced state (V, a, c) (docs/models/token_selection.md §C.5)."""
         return self.K * self.K + self.K + self.N
 
     def time_of_step(self, step):
-        """Flow time tau = eta t of GD step t (Sec. 0)."""
+        """Flow time tau = eta t of GD step t (docs/models/token_selection.md §0)."""
         return self.eta * np.asarray(step, dtype=np.float64)
 
     def step_of_time(self, time):
-        """GD step t = tau / eta of flow time tau (Sec. 0)."""
+        """GD step t = tau / eta of flow time tau (docs/models/token_selection.md §0)."""
         return np.asarray(time, dtype=np.float64) / self.eta
 
     def to_dict(self) -> dict:
-        """The fields as a JSON-ready dict (Sec. C.0 names)."""
+        """The fields as a JSON-ready dict (docs/models/token_selection.md §C.0 names)."""
         return asdict(self)
 
 
 @dataclass(frozen=True, eq=False)
 class WalkSample:
-    """A weighted set of walks standing for the data law of Sec. C.1.
+    """A weighted set of walks standing for the data law of docs/models/token_selection.md §C.1.
 
     ``states`` (n, N) int64 holds s_1..s_N (code values 0..K-1): columns 0..N-2 are the context, column N-1 the
     label y. ``weights`` (n,) sum to one: 1/n for a Monte Carlo sample (the default), the exact probabilities for an
@@ -192,27 +200,28 @@ class WalkSample:
 
     @property
     def n(self) -> int:
-        """Number of walks (Sec. C.1)."""
+        """Number of walks (docs/models/token_selection.md §C.1)."""
         return self.states.shape[0]
 
     @property
     def context(self) -> np.ndarray:
-        """Context states s_1..s_{N-1}, (n, N-1) int64 (Sec. C.1)."""
+        """Context states s_1..s_{N-1}, (n, N-1) int64 (docs/models/token_selection.md §C.1)."""
         return self.states[:, :-1]
 
     @property
     def label(self) -> np.ndarray:
-        """Labels y = s_N, (n,) int64 (Sec. C.1)."""
+        """Labels y = s_N, (n,) int64 (docs/models/token_selection.md §C.1)."""
         return self.states[:, -1]
 
     @property
     def parent(self) -> np.ndarray:
-        """Direct parents s_{N-1}, (n,) int64 (Sec. C.1)."""
+        """Direct parents s_{N-1}, (n,) int64 (docs/models/token_selection.md §C.1)."""
         return self.states[:, -2]
 
 
 def transition_matrix(K: int, p: float) -> np.ndarray:
-    """Transition matrix Pi = p Pi_0^T + (1-p) Pi_0, Pi[a, (a+1) mod K] = p, Pi[a, (a-1) mod K] = 1-p (Sec. C.1).
+    """Transition matrix Pi = p Pi_0^T + (1-p) Pi_0, Pi[a, (a+1) mod K] = p, Pi[a, (a-1) mod K] = 1-p
+    (docs/models/token_selection.md §C.1).
 
     Returns (K, K) float64 with rows indexed by the current state (0-based code values).
     """
@@ -226,13 +235,14 @@ def transition_matrix(K: int, p: float) -> np.ndarray:
 
 
 def positional_matrix(task: RandomWalkTask) -> np.ndarray:
-    """Positional vectors Phi = [phi_1..phi_N] (Sec. C.2), mutually orthogonal with ||phi_i||^2 = rho.
+    """Positional vectors Phi = [phi_1..phi_N] (docs/models/token_selection.md §C.2), mutually orthogonal with
+    ||phi_i||^2 = rho.
 
     ``task.code == "onehot"``: phi_i = sqrt(rho) e_i (the first N coordinates of R^M), exactly orthogonal in float64,
     every squared norm the same float. ``"sine"``: [phi_i]_k = sqrt(2 rho / M) sin(pi i k / M), k = 1..M, the
-    reconstructed code of Sec. C.2 (rho = M/2 gives the unscaled sines), orthogonal up to round-off only. Both are
-    orthogonal images of each other on span(phi_1..phi_N), so they give the same dynamics in exact arithmetic
-    (Sec. C.9). Returns (M, N) float64.
+    reconstructed code of docs/models/token_selection.md §C.2 (rho = M/2 gives the unscaled sines), orthogonal up to
+    round-off only. Both are orthogonal images of each other on span(phi_1..phi_N), so they give the same dynamics in
+    exact arithmetic (docs/models/token_selection.md §C.9). Returns (M, N) float64.
     """
     if task.code == "onehot":
         Phi = np.zeros((task.M, task.N))
@@ -244,11 +254,12 @@ def positional_matrix(task: RandomWalkTask) -> np.ndarray:
 
 
 def sample_walks(task: RandomWalkTask, n: int, rng=None) -> WalkSample:
-    """Draw n walks from the exact data law of Sec. C.1 with the generator recipe of Appendix G.C.
+    """Draw n walks from the exact data law of docs/models/token_selection.md §C.1 with the generator recipe of
+    docs/models/token_selection.md §G.C.
 
     ``s1 = rng.integers(0, K, n)``, then ``steps = where(rng.random((n, N-1)) < p, +1, -1)`` and cumulative sums
     mod K; the last state is the label. ``rng``: int seed, Generator or None (:func:`dynamics.random.as_generator`).
-    Test walks are drawn by a second call on the same generator (Appendix G.C).
+    Test walks are drawn by a second call on the same generator (docs/models/token_selection.md §G.C).
     """
     n = check_int("n", n, min_value=1)
     rng = as_generator(rng)
@@ -261,7 +272,8 @@ def sample_walks(task: RandomWalkTask, n: int, rng=None) -> WalkSample:
 
 
 def enumerate_walks(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS) -> WalkSample:
-    """The exact law of Sec. C.1 as a weighted list of every walk of positive probability (Appendix G.C).
+    """The exact law of docs/models/token_selection.md §C.1 as a weighted list of every walk of positive probability
+    (docs/models/token_selection.md §G.C).
 
     K 2^{N-1} walks for 0 < p < 1 (weight (1/K) p^{#clockwise} (1-p)^{#anticlockwise}); the K deterministic walks
     s_1 = 0..K-1 for p in {0, 1} (the exact population of Theorem C2).
@@ -292,10 +304,11 @@ def enumerate_walks(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS)
 
 
 def empirical_transitions(sample: WalkSample, K: int) -> np.ndarray:
-    """C_hat[a, b] = weighted frequency of (parent s_{N-1} = a, label y = b) in a walk sample (Sec. C.7).
+    """C_hat[a, b] = weighted frequency of (parent s_{N-1} = a, label y = b) in a walk sample
+    (docs/models/token_selection.md §C.7).
 
     Returns (K, K) float64 summing to one; its transpose's entrywise square root is the finite-sample limit
-    direction of V (Sec. C.7).
+    direction of V (docs/models/token_selection.md §C.7).
     """
     C_hat = np.zeros((K, K))
     np.add.at(C_hat, (sample.parent, sample.label), sample.weights)
@@ -308,7 +321,8 @@ def empirical_transitions(sample: WalkSample, K: int) -> np.ndarray:
 
 
 def _column_scales(task: RandomWalkTask, normalize_tokens: bool) -> tuple[float, float]:
-    """Scale of a context column and of the blank query column of X~ inside the scores (Sec. C.8, Fig. 6 default)."""
+    """Scale of a context column and of the blank query column of X~ inside the scores
+    (docs/models/token_selection.md §C.8, Fig. 6 default)."""
     if not normalize_tokens:
         return 1.0, 1.0
     return 1.0 / np.sqrt(1.0 + task.rho), 1.0 / np.sqrt(task.rho)
@@ -322,7 +336,8 @@ def _one_hot_average(context: np.ndarray, S_ctx: np.ndarray, K: int) -> np.ndarr
 
 
 def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = False):
-    """Attention weights and output of the full model f = V X softmax(X~^T W x~_N) (Sec. C.3).
+    """Attention weights and output of the full model f = V X softmax(X~^T W x~_N)
+    (docs/models/token_selection.md §C.3).
 
     Parameters
     ----------
@@ -335,7 +350,7 @@ def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = Fal
         Context states s_1..s_{N-1} (code values).
     normalize_tokens : bool
         Divide every column of X~ (the blank query included) by its norm inside the scores only: the default of
-        the random-init experiment, Sec. C.8 (Fig. 6).
+        the random-init experiment, docs/models/token_selection.md §C.8 (Fig. 6).
 
     Returns
     -------
@@ -361,7 +376,8 @@ def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = Fal
 
 
 def reduced_forward(task: RandomWalkTask, V, a, c, context):
-    """Attention weights and output of the model on the reduced family W = W(a, c) (Sec. C.5).
+    """Attention weights and output of the model on the reduced family W = W(a, c)
+    (docs/models/token_selection.md §C.5).
 
     Logits l_j = rho a_{s_j} + rho^2 c_j (j < N), l_N = rho^2 c_N. Shapes: V (K, K), a (K,), c (N,),
     context (n, N-1) int. Returns S (n, N) and f (n, K) as :func:`forward`.
@@ -377,12 +393,14 @@ def reduced_forward(task: RandomWalkTask, V, a, c, context):
 
 
 def predict(f) -> np.ndarray:
-    """Prediction rule Pred(f) = min{j : f_j = max_l f_l} (ties -> smallest label), Sec. C.3. f (n, K) -> (n,)."""
+    """Prediction rule Pred(f) = min{j : f_j = max_l f_l} (ties -> smallest label), docs/models/token_selection.md §C.3.
+    f (n, K) -> (n,)."""
     return np.argmax(np.asarray(f), axis=-1)
 
 
 def W_from_reduced(task: RandomWalkTask, a, c) -> np.ndarray:
-    """The key-query matrix W = [[0, a phi_N^T], [0, (sum_i c_i phi_i) phi_N^T]] of the reduced family (Sec. C.5).
+    """The key-query matrix W = [[0, a phi_N^T], [0, (sum_i c_i phi_i) phi_N^T]] of the reduced family
+    (docs/models/token_selection.md §C.5).
 
     Returns (K+M, K+M) float64 (the inverse of :func:`probe_W` on the family).
     """
@@ -397,7 +415,8 @@ def W_from_reduced(task: RandomWalkTask, a, c) -> np.ndarray:
 
 
 def probe_W(task: RandomWalkTask, W):
-    """Probes of Sec. C.5.1: a = W12 phi_N / rho, c_j = phi_j^T W22 phi_N / rho^2, and the relative distance off.
+    """Probes of docs/models/token_selection.md §C.5.1: a = W12 phi_N / rho, c_j = phi_j^T W22 phi_N / rho^2, and the
+    relative distance off.
 
     off = ||W - W_red||_F / ||W||_F with W_red = :func:`W_from_reduced` (a, c), the orthogonal projection of W
     onto the reduced family (0 for GD from zero; 0 is returned for W = 0). Returns (a (K,), c (N,), off).
@@ -414,12 +433,13 @@ def probe_W(task: RandomWalkTask, W):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Diagnostics shared with the empirical probes (Sec. C.5.1)
+# Diagnostics shared with the empirical probes (docs/models/token_selection.md §C.5.1)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def direction_error(V, target) -> float:
-    """||V/||V||_F - T/||T||_F||_F, the direction error of Theorem C1 item 3 (Sec. C.5.1). NaN for V = 0."""
+    """||V/||V||_F - T/||T||_F||_F, the direction error of Theorem C1 item 3 (docs/models/token_selection.md §C.5.1).
+    NaN for V = 0."""
     V = np.asarray(V, dtype=np.float64)
     target = np.asarray(target, dtype=np.float64)
     nv = np.linalg.norm(V)
@@ -429,7 +449,8 @@ def direction_error(V, target) -> float:
 
 
 def direction_errors(V, p: float) -> dict:
-    """The two direction errors of V (Sec. C.5.1, Theorem C1 item 3 and Sec. C.7) and cos_F(V, Pi^T).
+    """The two direction errors of V (docs/models/token_selection.md §C.5.1, Theorem C1 item 3 and
+    docs/models/token_selection.md §C.7) and cos_F(V, Pi^T).
 
     Returns {"dist_V_Pi": to Pi^T, "dist_V_sqrtPi": to sqrt(Pi^T) (entrywise), "cos_V_Pi": <V, Pi^T>_F / norms}.
     """
@@ -442,7 +463,8 @@ def direction_errors(V, p: float) -> dict:
 
 
 def accuracy(task: RandomWalkTask, f, sample: WalkSample) -> tuple[float, float]:
-    """Plain 0/1 accuracy and Rao-Blackwellised accuracy acc_RB = mean Pi[s_{N-1}, Pred(f)] (Sec. C.3).
+    """Plain 0/1 accuracy and Rao-Blackwellised accuracy acc_RB = mean Pi[s_{N-1}, Pred(f)]
+    (docs/models/token_selection.md §C.3).
 
     f (n, K) are the outputs on ``sample`` (finite: a NaN output has no prediction, ``ValueError``); means are
     weighted by ``sample.weights``. Returns (acc, acc_rb).
@@ -464,7 +486,8 @@ def _weighted_quantile(values, weights, q):
 
 
 def attention_stats(S, weights=None, q: float = 0.05) -> dict:
-    """Attention summaries of Sec. C.5.1 for S (n, N): parent (position N-1), its lower q-quantile, blank, max other.
+    """Attention summaries of docs/models/token_selection.md §C.5.1 for S (n, N): parent (position N-1), its lower
+    q-quantile, blank, max other.
 
     Returns {"attn_parent": mean S_{N-1}, "attn_parent_q": q-quantile of S_{N-1}, "attn_blank": mean S_N,
     "attn_max_other": mean over walks of max_{i != N-1} S_i}; weighted by ``weights`` (default uniform).
@@ -478,9 +501,10 @@ def attention_stats(S, weights=None, q: float = 0.05) -> dict:
 
 
 def output_direction_error(task: RandomWalkTask, f, sample: WalkSample) -> float:
-    """Mean over walks of ||f/||f||_2 - Pi^T x_{N-1}/||Pi^T x_{N-1}||_2||_2, Theorem C1 item 2 (Sec. C.6).
+    """Mean over walks of ||f/||f||_2 - Pi^T x_{N-1}/||Pi^T x_{N-1}||_2||_2, Theorem C1 item 2
+    (docs/models/token_selection.md §C.6).
 
-    Like item 3 it holds as stated only at p = 1/2 (Sec. C.7). NaN if some f = 0.
+    Like item 3 it holds as stated only at p = 1/2 (docs/models/token_selection.md §C.7). NaN if some f = 0.
     """
     f = np.asarray(f, dtype=np.float64)
     target = transition_matrix(task.K, task.p)[sample.parent]
@@ -491,7 +515,8 @@ def output_direction_error(task: RandomWalkTask, f, sample: WalkSample) -> float
 
 
 def kl_to_truth(task: RandomWalkTask, f, sample: WalkSample) -> float:
-    """Mean over walks of KL(P_true || P_model), the Fig. 6 (b, d) curve of Sec. C.8 (direction reconstructed there).
+    """Mean over walks of KL(P_true || P_model), the Fig. 6 (b, d) curve of docs/models/token_selection.md §C.8
+    (direction reconstructed there).
 
     P_true = Pi^T x_{N-1}; P_model,k = max(f_k, 1e-12) / sum_l max(f_l, 1e-12) (f may be <= 0 after a random start);
     the sum runs over P_true,k > 0. Weighted by ``sample.weights``.
@@ -507,11 +532,12 @@ def kl_to_truth(task: RandomWalkTask, f, sample: WalkSample) -> float:
 
 
 def diagnostics(task: RandomWalkTask, V, a, c, sample: WalkSample, q: float = 0.05) -> dict:
-    """All scalar diagnostics of Sec. C.5.1 at reduced state (V, a, c) on ``sample`` (normally test walks).
+    """All scalar diagnostics of docs/models/token_selection.md §C.5.1 at reduced state (V, a, c) on ``sample``
+    (normally test walks).
 
-    Keys: acc, acc_rb (Sec. C.3), attn_parent, attn_parent_q, attn_blank, attn_max_other, dist_V_Pi,
-    dist_V_sqrtPi, cos_V_Pi (Theorem C1 item 3), dist_f_Pi (item 2, NaN while f = 0). The empirical side computes
-    the same keys from its probes.
+    Keys: acc, acc_rb (docs/models/token_selection.md §C.3), attn_parent, attn_parent_q, attn_blank, attn_max_other,
+    dist_V_Pi, dist_V_sqrtPi, cos_V_Pi (Theorem C1 item 3), dist_f_Pi (item 2, NaN while f = 0). The empirical side
+    computes the same keys from its probes.
     """
     S, f = reduced_forward(task, V, a, c, sample.context)
     acc, acc_rb = accuracy(task, f, sample)
@@ -527,25 +553,27 @@ DIAGNOSTIC_NAMES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Reduced state and its exact GD map (Sec. C.5)
+# Reduced state and its exact GD map (docs/models/token_selection.md §C.5)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def state_names(task: RandomWalkTask) -> list[str]:
-    """Variable names of the reduced state: V_b_a (row b = label, column a = state), a_k, c_i, 0-based (Sec. C.5)."""
+    """Variable names of the reduced state: V_b_a (row b = label, column a = state), a_k, c_i, 0-based
+    (docs/models/token_selection.md §C.5)."""
     K, N = task.K, task.N
     return ([f"V_{b}_{a}" for b in range(K) for a in range(K)] + [f"a_{k}" for k in range(K)]
             + [f"c_{i}" for i in range(N)])
 
 
 def pack_state(task: RandomWalkTask, V, a, c) -> np.ndarray:
-    """Flatten (V, a, c) into the reduced state vector of length K^2 + K + N (Sec. C.5)."""
+    """Flatten (V, a, c) into the reduced state vector of length K^2 + K + N (docs/models/token_selection.md §C.5)."""
     V, a, c = _check_reduced(task, V, a, c)
     return np.concatenate([V.ravel(), a, c])
 
 
 def unpack_state(task: RandomWalkTask, x):
-    """Split a reduced state vector (..., K^2 + K + N) into V (..., K, K), a (..., K), c (..., N) (Sec. C.5)."""
+    """Split a reduced state vector (..., K^2 + K + N) into V (..., K, K), a (..., K), c (..., N)
+    (docs/models/token_selection.md §C.5)."""
     x = np.asarray(x, dtype=np.float64)
     K = task.K
     if x.shape[-1] != task.n_state:
@@ -555,13 +583,15 @@ def unpack_state(task: RandomWalkTask, x):
 
 
 def initial_state(task: RandomWalkTask) -> np.ndarray:
-    """The paper's initialisation V = 0, W = 0 (Sec. C.4) as a reduced state vector (zeros)."""
+    """The paper's initialisation V = 0, W = 0 (docs/models/token_selection.md §C.4) as a reduced state vector
+    (zeros)."""
     return np.zeros(task.n_state)
 
 
 @dataclass(frozen=True, eq=False)
 class ReducedGradient:
-    """Negative population gradient -grad L of the reduced state, its standard errors, and the loss (Sec. C.5).
+    """Negative population gradient -grad L of the reduced state, its standard errors, and the loss
+    (docs/models/token_selection.md §C.5).
 
     ``G_V`` (K, K), ``G_a`` (K,), ``G_c`` (N,): the GD update is x + eta G. ``se_*``: standard error of each entry
     over the walk sample (zero for an enumerated law). ``loss`` = E[-log(e_y^T f + eps)] and ``se_loss``.
@@ -593,7 +623,7 @@ def _gradient_and_se(task: RandomWalkTask, sample: WalkSample, x: np.ndarray):
 def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> ReducedGradient:
     """Population gradient of the reduced state over a walk sample, with the standard error of every entry.
 
-    Implements the exact GD updates of spec Sec. C.5: G_V = E[kappa e_y (sum_{i<N} S_i x_i)^T],
+    Implements the exact GD updates of docs/models/token_selection.md §C.5: G_V = E[kappa e_y (sum_{i<N} S_i x_i)^T],
     G_a = E[kappa sum_{i<N} S_i (g_i - gbar) x_i], G_c,i = E[kappa S_i (g_i - gbar)] (g_N = 0), kappa = 1/(gbar+eps).
     Expectations are weighted means over ``sample`` (Monte Carlo, or exact for :func:`enumerate_walks`).
     """
@@ -601,7 +631,7 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
     x = pack_state(task, V, a, c)
     G, se, loss, se_loss = _gradient_and_se(task, sample, x)
     if not np.isfinite(loss):
-        raise ValueError("V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of Sec. C.4 is "
+        raise ValueError("V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of docs/models/token_selection.md §C.4 is "
                          "undefined there (every e_y^T f must exceed -eps)")
     GV, Ga, Gc = unpack_state(task, G)
     sV, sa, sc = unpack_state(task, se)
@@ -609,14 +639,16 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
 
 
 def map_params(task: RandomWalkTask, sample: WalkSample) -> np.ndarray:
-    """The packed parameter vector of the reduced map kernel: [K, N, n, rho, eps, eta, states, weights] (Sec. C.5)."""
+    """The packed parameter vector of the reduced map kernel: [K, N, n, rho, eps, eta, states, weights]
+    (docs/models/token_selection.md §C.5)."""
     head = np.array([task.K, task.N, sample.n, task.rho, task.eps, task.eta], dtype=np.float64)
     return np.concatenate([head, sample._flat, sample.weights])
 
 
 def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
         progress: bool = False, attrs: dict | None = None, eta=None):
-    """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers), Sec. C.5.
+    """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers),
+    docs/models/token_selection.md §C.5.
 
     Parameters
     ----------
@@ -631,12 +663,12 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
         all, or one per sample); the result equals the per-sample calls stacked along ``trajectory``
         (with a ``sample`` coordinate).
     rng : int, Generator or None
-        Seed for the walks (training first, then test walks, Appendix G.C).
+        Seed for the walks (training first, then test walks, docs/models/token_selection.md §G.C).
     test : None, int or WalkSample
-        Test walks for the diagnostics (accuracy, attention, Sec. C.5.1); an int draws that many after the training
-        walks from the same generator.
+        Test walks for the diagnostics (accuracy, attention, docs/models/token_selection.md §C.5.1); an int draws that
+        many after the training walks from the same generator.
     state0 : (K^2+K+N,) or (n_traj, K^2+K+N) array, optional
-        Initial reduced state(s); default V = 0, a = 0, c = 0 (Sec. C.4).
+        Initial reduced state(s); default V = 0, a = 0, c = 0 (docs/models/token_selection.md §C.4).
     saveat : dynamics.SaveAt, optional
         Save points (default: the engine's).
     eta : float or (n,) array, optional
@@ -649,8 +681,8 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
         State variables V_b_a, a_k, c_i; derived: loss (training walks) and its SE, se_grad_V / se_grad_a /
         se_grad_c (largest standard error over the entries of each block of the gradient at the saved state; the
         per-entry SEs come from :func:`reduced_gradient`), dist_V_sqrtChat (direction error of V to the
-        finite-sample limit sqrt(C_hat^T) of the training walks, Sec. C.7), and, with ``test``, the
-        :data:`DIAGNOSTIC_NAMES` on the test walks.
+        finite-sample limit sqrt(C_hat^T) of the training walks, docs/models/token_selection.md §C.7), and, with
+        ``test``, the :data:`DIAGNOSTIC_NAMES` on the test walks.
 
     Raises
     ------
@@ -670,7 +702,7 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
     n_steps = check_int("n_steps", n_steps, min_value=0)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)
     run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
-                 "equation": "token_selection.md Sec. C.5 (exact reduced GD)",
+                 "equation": "docs/models/token_selection.md §C.5 (exact reduced GD)",
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "n_steps": n_steps}}
     params, x0, time_scale, time_unit = eta_batch(map_params(task, train), 5, eta, x0)
@@ -685,7 +717,8 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
 
 def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, state0=None, solver=None,
          saveat=None, progress: bool = False, attrs: dict | None = None):
-    """Gradient flow of the reduced state, d(V, a, c)/dtau = the Sec. C.5 updates divided by eta (Sec. 0).
+    """Gradient flow of the reduced state, d(V, a, c)/dtau = the docs/models/token_selection.md §C.5 updates divided by
+    eta (docs/models/token_selection.md §0).
 
     Same arguments and derived variables as :func:`map`, with the flow time ``tau_end`` = eta T instead of
     a step count, and ``solver`` a ``dynamics`` ODE solver (default ``dynamics.Dopri5()``). The ``time`` axis is tau;
@@ -694,7 +727,7 @@ def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, st
     tau_end = check_positive("tau_end", tau_end)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)
     run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "eta*step",
-                 "equation": "token_selection.md Sec. 0 and Sec. C.5 (reduced gradient flow)",
+                 "equation": "docs/models/token_selection.md §0, §C.5 (reduced gradient flow)",
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "tau_end": tau_end}}
     run_attrs.update(attrs or {})
@@ -704,7 +737,8 @@ def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, st
 
 
 def _prepare_run(task, walks, rng, test, state0):
-    """Validate and draw the training / test walks (training first, Appendix G.C) and the initial state(s)."""
+    """Validate and draw the training / test walks (training first, docs/models/token_selection.md §G.C) and the initial
+    state(s)."""
     rng = as_generator(rng)
     if isinstance(walks, WalkSample):
         train = _check_sample(task, walks, "walks")
@@ -753,7 +787,8 @@ def _derived_fn(task, train, test):
 
 
 def full_gradient(task: RandomWalkTask, sample: WalkSample, V, W, *, normalize_tokens: bool = False):
-    """Gradient of L(V, W) = E[-log(e_y^T f + eps)] with respect to the full matrices V and W (Sec. C.3-C.4).
+    """Gradient of L(V, W) = E[-log(e_y^T f + eps)] with respect to the full matrices V and W
+    (docs/models/token_selection.md §C.3-§C.4).
 
     Generic chain rule for any (V, W) (random starts included): dL/dl_j = -kappa S_j (g_j - gbar) and
     dL/dW = E[sum_j dL/dl_j x~_j] x~_N^T, dL/dV = -E[kappa e_y (X S)^T]. No reduced structure is assumed.
@@ -793,20 +828,21 @@ def full_gradient(task: RandomWalkTask, sample: WalkSample, V, W, *, normalize_t
 
 def full_gd(task: RandomWalkTask, sample: WalkSample, n_steps: int, *, V0=None, W0=None,
             normalize_tokens: bool = False, save_every: int = 1, attrs: dict | None = None):
-    """Full-matrix GD on (V, W) in numpy (Sec. C.4), logging the probes of Sec. C.5.1 every ``save_every`` steps.
+    """Full-matrix GD on (V, W) in numpy (docs/models/token_selection.md §C.4), logging the probes of
+    docs/models/token_selection.md §C.5.1 every ``save_every`` steps.
 
     Parameters
     ----------
     sample : WalkSample
         Training walks (fixed: full-batch GD).
     V0, W0 : arrays, optional
-        Initial matrices; default zero (the paper's initialisation, Sec. C.4).
+        Initial matrices; default zero (the paper's initialisation, docs/models/token_selection.md §C.4).
 
     Returns
     -------
     dynamics.Trajectory
-        Variables V_b_a, a_k, c_i (probes of W, Sec. C.5.1; equal to the reduced state for GD from zero),
-        ``off`` (relative distance of W to the reduced family) and ``loss`` (at the saved parameters).
+        Variables V_b_a, a_k, c_i (probes of W, docs/models/token_selection.md §C.5.1; equal to the reduced state for GD
+        from zero), ``off`` (relative distance of W to the reduced family) and ``loss`` (at the saved parameters).
 
     Raises
     ------
@@ -838,7 +874,7 @@ def full_gd(task: RandomWalkTask, sample: WalkSample, n_steps: int, *, V0=None, 
                                                trajectory=0, variable=name, step=t + 1, time=task.eta * (t + 1))
     steps = np.asarray(steps)
     run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
-                 "equation": "token_selection.md Sec. C.3-C.4 (full-matrix GD), probes Sec. C.5.1",
+                 "equation": "docs/models/token_selection.md §C.3-§C.4 (full-matrix GD), probes docs/models/token_selection.md §C.5.1",
                  "config": {"n_train": sample.n, "normalize_tokens": normalize_tokens, "n_steps": n_steps}}
     run_attrs.update(attrs or {})
     return dynamics.Trajectory.from_arrays(np.asarray(saved)[None], names=state_names(task),
@@ -848,12 +884,13 @@ def full_gd(task: RandomWalkTask, sample: WalkSample, n_steps: int, *, V0=None, 
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Closed forms (Sec. C.5)
+# Closed forms (docs/models/token_selection.md §C.5)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def V1_closed(task: RandomWalkTask) -> np.ndarray:
-    """V^(1) = eta/(eps N K) sum_{i=1}^{N-1} (Pi^T)^{N-i} after the first GD step from zero (Sec. C.5, Lemma C.1).
+    """V^(1) = eta/(eps N K) sum_{i=1}^{N-1} (Pi^T)^{N-i} after the first GD step from zero
+    (docs/models/token_selection.md §C.5, Lemma C.1).
 
     W^(1) = 0. Circulant, (K, K), row = label, column = state.
     """
@@ -867,7 +904,8 @@ def V1_closed(task: RandomWalkTask) -> np.ndarray:
 
 
 def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
-    """W^(2) in reduced coordinates (a^(2), c^(2)), exact expectation over the walk law (Sec. C.5, closed forms).
+    """W^(2) in reduced coordinates (a^(2), c^(2)), exact expectation over the walk law
+    (docs/models/token_selection.md §C.5, closed forms).
 
     a^(2) = (eta/N) E[kappa sum_{i<N} (g_i - gbar) x_i], c^(2)_i = (eta/N) E[(g_i - gbar)/(gbar + eps)] (g_N = 0),
     at V = V^(1), S = 1/N, kappa = 1/(gbar + eps). The expectation is a finite sum over the K 2^{N-1} walks
@@ -890,26 +928,28 @@ def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Theorem predictions (Sec. C.6-C.7)
+# Theorem predictions (docs/models/token_selection.md §C.6-§C.7)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def optimal_accuracy(p: float) -> float:
-    """Bayes accuracy OPT = max{p, 1 - p} of predicting y from the walk (Sec. C.1; Theorem C1 item 1)."""
+    """Bayes accuracy OPT = max{p, 1 - p} of predicting y from the walk (docs/models/token_selection.md §C.1; Theorem C1
+    item 1)."""
     p = check_in_range("p", p, 0.0, 1.0)
     return max(p, 1.0 - p)
 
 
 def failure_theorem_applies(task: RandomWalkTask) -> bool:
-    """True when Theorem C2 applies: p in {0, 1} and N = r K + 1 with r >= 1 (Sec. C.6)."""
+    """True when Theorem C2 applies: p in {0, 1} and N = r K + 1 with r >= 1 (docs/models/token_selection.md §C.6)."""
     return task.p in (0.0, 1.0) and (task.N - 1) % task.K == 0
 
 
 def theorem_accuracy(task: RandomWalkTask) -> float:
     """Test accuracy predicted for T >= T_0 GD steps: max{p, 1-p} (Theorem C1, 0 < p < 1) or 1/K (Theorem C2).
 
-    Theorem C1 needs K > 4 and N >= C_p poly(K) with unknown constants (Sec. C.6); the checks of Sec. 4 and C.7 show
-    it from K = 6, N = 97 on. Theorem C2 (p in {0, 1}, N = r K + 1) holds for any loss, step size and T.
+    Theorem C1 needs K > 4 and N >= C_p poly(K) with unknown constants (docs/models/token_selection.md §C.6); the checks
+    of docs/models/token_selection.md §4, §C.7 show it from K = 6, N = 97 on. Theorem C2 (p in {0, 1}, N = r K + 1)
+    holds for any loss, step size and T.
 
     Raises
     ------
@@ -924,11 +964,13 @@ def theorem_accuracy(task: RandomWalkTask) -> float:
 
 
 def theorem_attention(task: RandomWalkTask) -> np.ndarray:
-    """Limiting attention weights over the N positions predicted by the theorems (Sec. C.6), (N,) float64.
+    """Limiting attention weights over the N positions predicted by the theorems (docs/models/token_selection.md §C.6),
+    (N,) float64.
 
     Theorem C1 item 4 (0 < p < 1): one-hot on the direct parent, position N-1 (code index N-2), up to
     exp(-Omega(N)). Theorem C2 (p in {0, 1}, N = r K + 1): 1/(N-1) on every context position and 0 on the blank
-    from step 2 on (the blank's weight is derived in Sec. C.6; exactly 0 in float64 for rho = 500).
+    from step 2 on (the blank's weight is derived in docs/models/token_selection.md §C.6; exactly 0 in float64 for rho =
+    500).
     """
     out = np.zeros(task.N)
     if 0.0 < task.p < 1.0:
@@ -941,12 +983,14 @@ def theorem_attention(task: RandomWalkTask) -> np.ndarray:
 
 
 def V_direction(task: RandomWalkTask, kind: str = "derived") -> np.ndarray:
-    """Unit-Frobenius limiting direction of V (Sec. C.6 item 3 and Sec. C.7), (K, K).
+    """Unit-Frobenius limiting direction of V (docs/models/token_selection.md §C.6 item 3 and
+    docs/models/token_selection.md §C.7), (K, K).
 
-    ``kind="theorem"``: Pi^T/||Pi^T||_F as Theorem C1 item 3 states; it holds only at p = 1/2 (Sec. C.7).
-    ``kind="derived"``: sqrt(Pi^T)/||sqrt(Pi^T)||_F (entrywise square root), the limit of GD under the log loss for
-    every 0 < p < 1 (Sec. C.7: dV_ba = eta Pi_ab / (K (V_ba + eps)) once attention is on the parent). Both
-    coincide at p = 1/2. For a finite training sample the limit is sqrt(C_hat^T), see :func:`empirical_transitions`.
+    ``kind="theorem"``: Pi^T/||Pi^T||_F as Theorem C1 item 3 states; it holds only at p = 1/2
+    (docs/models/token_selection.md §C.7). ``kind="derived"``: sqrt(Pi^T)/||sqrt(Pi^T)||_F (entrywise square root), the
+    limit of GD under the log loss for every 0 < p < 1 (docs/models/token_selection.md §C.7: dV_ba = eta Pi_ab / (K
+    (V_ba + eps)) once attention is on the parent). Both coincide at p = 1/2. For a finite training sample the limit is
+    sqrt(C_hat^T), see :func:`empirical_transitions`.
     """
     if kind not in ("theorem", "derived"):
         raise ValueError(f"kind must be one of 'theorem', 'derived'; got {kind!r}")
@@ -956,7 +1000,8 @@ def V_direction(task: RandomWalkTask, kind: str = "derived") -> np.ndarray:
 
 
 def direction_limit_distance(p: float) -> float:
-    """||sqrt(Pi^T)/||sqrt(Pi^T)|| - Pi^T/||Pi^T|| ||_F = sqrt(2 - 2 (p^1.5 + (1-p)^1.5)/sqrt(p^2 + (1-p)^2)), Sec. C.7.
+    """||sqrt(Pi^T)/||sqrt(Pi^T)|| - Pi^T/||Pi^T|| ||_F = sqrt(2 - 2 (p^1.5 + (1-p)^1.5)/sqrt(p^2 + (1-p)^2)),
+    docs/models/token_selection.md §C.7.
 
     The floor of the Theorem C1 item 3 direction error under GD (any K >= 3); 0 only at p in {0, 1/2, 1}.
     """
@@ -999,16 +1044,19 @@ def _check_reduced(task: RandomWalkTask, V, a, c):
 
 
 def theorem_predictions(task: RandomWalkTask) -> dict:
-    """The paper's named predictions for ``task`` (Theorems C1 and C2, Sec. C.6), assembled from the closed forms.
+    """The paper's named predictions for ``task`` (Theorems C1 and C2, docs/models/token_selection.md §C.6), assembled
+    from the closed forms.
 
     Keys:
 
-    * ``optimal_accuracy``: the Bayes accuracy max{p, 1 - p} (Sec. C.1, Theorem C1 item 1).
+    * ``optimal_accuracy``: the Bayes accuracy max{p, 1 - p} (docs/models/token_selection.md §C.1, Theorem C1 item 1).
     * ``theorem_accuracy``: the test accuracy after enough GD steps: max{p, 1 - p} (Theorem C1) or 1/K (Theorem C2);
       None when neither theorem covers the task (p in {0, 1} with N - 1 not a multiple of K).
-    * ``theorem_attention``: the limiting attention over the N positions, (N,) array (Sec. C.6), or None as above.
+    * ``theorem_attention``: the limiting attention over the N positions, (N,) array
+      (docs/models/token_selection.md §C.6), or None as above.
     * ``failure_theorem_applies``: whether Theorem C2 (p in {0, 1}, N = r K + 1) applies.
-    * ``direction_limit_distance``: the floor of the Theorem C1 item 3 direction error under GD (Sec. C.7).
+    * ``direction_limit_distance``: the floor of the Theorem C1 item 3 direction error under GD
+      (docs/models/token_selection.md §C.7).
     """
     if not isinstance(task, RandomWalkTask):
         raise TypeError(f"task must be a RandomWalkTask; got {type(task).__name__}")

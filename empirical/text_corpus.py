@@ -1,13 +1,14 @@
-"""Word-level text corpus for the real-text experiment of Scan and Snap (spec ``scan_snap.md`` Sec. 5.5, Figs. 7, 10).
+"""Word-level text corpus for the real-text experiment of Scan and Snap (docs/models/scan_snap.md §5.5, Figs. 7, 10).
 
 The paper trains on WikiText-2/103, which would have to be downloaded. This loader reads any local UTF-8 text file;
 its default corpus ships with CPython: the English prose of the Python reference documentation in the stdlib module
 ``pydoc_data.topics`` (about 0.7 MB), so nothing is fetched at run time. [choice: a stand-in for WikiText-2.]
 
-Tokenisation (a "basic English" tokenizer in the spirit of the authors' pipeline, Sec. 5.5): lower-case, words are
-runs of letters/digits/apostrophes, each punctuation mark is its own token; the ``vocab_size - 1`` most frequent
-tokens of the *training* split are kept (ties broken alphabetically) and every other token becomes ``<unk>`` (id 0).
-Splits are contiguous: the first ``1 - heldout_fraction`` of the token stream trains, the rest is held out.
+Tokenisation (a "basic English" tokenizer in the spirit of the authors' pipeline, docs/models/scan_snap.md §5.5):
+lower-case, words are runs of letters/digits/apostrophes, each punctuation mark is its own token; the ``vocab_size - 1``
+most frequent tokens of the *training* split are kept (ties broken alphabetically) and every other token becomes
+``<unk>`` (id 0). Splits are contiguous: the first ``1 - heldout_fraction`` of the token stream trains, the rest is held
+out.
 
 Example
 -------

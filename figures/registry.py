@@ -57,17 +57,18 @@ Worked example (``figures/single_location.py``)::
         idx = [0, ds.sizes["time"] // 2, ds.sizes["time"] - 1]
         return compare_rows("excess risk", ds.step.values[idx], ds.risk_theory.values[idx],
                             ds.risk_pgd.values[:, idx], rel_allowance=0.02,
-                            allowance_source="finite-d bias <= 2 % (spec §8.2)", d=int(ds.attrs["d"]))
+                            allowance_source="finite-d bias <= 2 % (docs/models/single_location.md §8.2)",
+                            d=int(ds.attrs["d"]))
 
 
     def checks_fig4a(ds):
         final = float(ds.kappa_pgd.isel(time=-1).median())
         return [CheckResult(name="Theorem 5: kappa -> 1", passed=abs(final - 1) < 1e-3, measured=final,
-                            expected=1.0, tolerance="1e-3 (spec §7.3, after 2000 steps)")]
+                            expected=1.0, tolerance="1e-3 (docs/models/single_location.md §7.3, after 2000 steps)")]
 
 
     @register(name="single_location.fig4a", model="single_location", paper="Marion et al. (2025), Fig. 4(a)",
-              spec="single_location.md §8.2", caption="PGD from the sphere, decreasing temperature.",
+              spec="docs/models/single_location.md §8.2", caption="PGD from the sphere, decreasing temperature.",
               params={"tiny": {"d": 20, "L": 10, "n_steps": 50, "n_seeds": 3},
                       "quick": {"d": 200, "L": 10, "n_steps": 5000, "n_seeds": 10},
                       "paper": {"d": 400, "L": 10, "n_steps": 120_000, "n_seeds": 30}},
@@ -77,9 +78,10 @@ Worked example (``figures/single_location.py``)::
         ...  # compute with closedform/dynamics/empirical, sizes from cfg.params
         return xr.Dataset(...)
 
-A figure whose parameters the spec marks unrecoverable (e.g. Fig. 3, single_location.md §8.1) adds
-``unrecoverable=("curves vs L = 1..100 at d = 400, gamma^2 = 1/2, eps = 0 (spec §8.1 proposal)",)``; its caption
-then ends with "Not recoverable from the paper; the spec's documented default is used for: ...".
+A figure whose parameters the spec marks unrecoverable (e.g. Fig. 3, docs/models/single_location.md §8.1) adds
+``unrecoverable=("curves vs L = 1..100 at d = 400, gamma^2 = 1/2, eps = 0 (docs/models/single_location.md §8.1
+proposal)",)``; its caption then ends with "Not recoverable from the paper; the spec's documented default is used for:
+...".
 
 Then ``python -m figures make single_location.fig4a --preset quick`` writes ``figures/out/single_location.fig4a.{png,
 pdf}``, and ``python -m figures report`` includes it. Library use: :func:`build` (data, cached), :func:`render`
@@ -94,8 +96,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import numbers
 import math
+import numbers
 import re
 import time
 import warnings
@@ -408,7 +410,7 @@ class CheckResult:
     Attributes
     ----------
     name : str
-        E.g. ``"Theorem 5: kappa -> 1 (single_location.md §7.3)"``.
+        E.g. ``"Theorem 5: kappa -> 1 (docs/models/single_location.md §7.3)"``.
     passed : bool
         Whether the check's own test passed.
     measured, expected : float or str

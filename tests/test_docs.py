@@ -99,3 +99,12 @@ def test_every_docs_citation_in_the_package_resolves_to_a_numbered_heading():
                         line = text.count("\n", 0, m.start()) + 1
                         bad.append(f"{path.relative_to(_ROOT)}:{line}: {m.group(1)} §{num}")
     assert not bad, f"citations of sections the docs pages do not have: {bad}"
+
+
+def test_the_package_cites_the_docs_pages_not_the_outside_specification():
+    """No ``spec Sec. X``, ``spec §X``, ``spec <model>.md`` or ``spec/<model>.md`` is left (issue 16): the package
+    cites ``docs/models/<page>.md §N`` instead."""
+    outside = re.compile(r"\b[Ss]pec(?:'s)?\s+(?:Sec\.|§|(?:" + "|".join(_PAGES) + r")\.md)|\bspec/\w+\.md")
+    hits = [f"{path.relative_to(_ROOT)}:{n}" for pkg in _PACKAGES for path in sorted((_ROOT / pkg).rglob("*.py"))
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if outside.search(line)]
+    assert not hits, f"citations of the specification outside the repository: {hits}"

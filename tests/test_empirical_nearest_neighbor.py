@@ -108,7 +108,7 @@ def test_torch_loss_equals_the_exact_loss_at_xi1_zero():
     mean, se = mean_and_se(loss)
     exact, _ = cf.loss_xi1_zero(16, 5.0)
     assert abs(float(exact) - 0.46875000554) <= 1e-9
-    assert_mc_close(mean, se, exact, what="torch loss at W^(0) vs Sec. A.5 closed form")
+    assert_mc_close(mean, se, exact, what="torch loss at W^(0) vs docs/models/token_selection.md §A.5 closed form")
     assert abs(float(model.loss(params, batch)[0]) - mean) <= 1e-12  # the trainer's loss is this mean
     # negative control: the loss without the factor 1/2 (Sec. A.4) must be rejected
     assert_mc_rejects(mean, se, 2 * exact, what="loss without 1/2")

@@ -172,7 +172,7 @@ def test_full_model_short_run_learns_the_decoder():
     model = ssm.ScanSnapTorch(classes=classes, T=64, parametrisation="full", d=48, probe_z=False)
     tr = train(model, ssm.config("sgd", model, task, seeds, n_steps=20, saveat=SaveAt(steps=(0, 20))), device="cpu")
     a = tr.alpha_tgt.sel({"class": 0}).values
-    assert np.all(a[:, 0] < 0.05) and np.all(a[:, -1] > 0.5), "decoder confidence grows (spec Sec. 2.3)"
+    assert np.all(a[:, 0] < 0.05) and np.all(a[:, -1] > 0.5), "decoder confidence grows (docs/models/scan_snap.md §2.3)"
     # The cubic parametrisation moves Z only through the small W_Q, W_K (Z = U W_Q W_K^T U^T / sqrt(d)), so its
     # attention entropy moves much less than that of the free Y/Z model at the same learning rate and seeds. Test:
     # per-seed |dH_YZ| - |dH_full| over the 20 steps, mean with its two-sided Student-t interval at level 1e-3
@@ -273,7 +273,7 @@ def test_short_run_follows_theorem2_and_the_map(syn_small_run):
         big = np.abs(z_map) > 0.1
         zbar = z[:, m].mean(0)
         assert np.all(zbar[dist & big] > 0), "Theorem 2(a): distinct tokens grow"
-        assert np.all(zbar[comm & big] < 0), "common tokens shrink (spec Sec. 5.2)"
+        assert np.all(zbar[comm & big] < 0), "common tokens shrink (docs/models/scan_snap.md §5.2)"
         assert (dist & big).sum() >= 5 and (comm & big).sum() == 10
         assert np.all(z_map[dist] > 0) and np.all(z_map[comm] < 0), "the map itself follows Theorem 2"
         # Distinct tokens gain in the order of P (Theorem 3): Spearman correlation of z with P over the class's tokens.
@@ -281,7 +281,7 @@ def test_short_run_follows_theorem2_and_the_map(syn_small_run):
         dt = classes.distinct_tokens(n)
         assert scipy.stats.spearmanr(zbar[dt], classes.P[n, dt]).statistic > 0.9
     H = tr.H_mean.values
-    assert np.all(H[:, -1] < H[:, 0] - 0.05), "distinct-token entropy falls (spec Sec. 5.2)"
+    assert np.all(H[:, -1] < H[:, 0] - 0.05), "distinct-token entropy falls (docs/models/scan_snap.md §5.2)"
     # Overlay with the momentum map (Sec. 4.3): within 0.06 in entropy at T = 128, bs = 128 (spec Sec. 6 item 8:
     # bias -0.042 +- 0.011 at steps 48-100; smaller at step 20).
     assert np.max(np.abs(H.mean(0) - ref.H_mean.values[0])) < 0.06

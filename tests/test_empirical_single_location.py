@@ -75,7 +75,7 @@ def test_erf_torch_risk_equals_closed_form_within_5se(point):
     # Negative controls: the authors' coded risk (spec Sec. 9.2, no eps^2 and no (L-1) zeta0) and a missing 1/2-style
     # normalisation error must both be rejected by the same rule.
     authors = exact - eps ** 2 - (L - 1) * float(_zeta0(lam))
-    assert_mc_rejects(mean, se, authors, what=f"{point}: risk without eps^2 and (L-1) zeta0 (spec Sec. 9.2)")
+    assert_mc_rejects(mean, se, authors, what=f"{point}: risk without eps^2 and (L-1) zeta0 (docs/models/single_location.md §9.2)")
     assert_mc_rejects(mean, se, 0.5 * exact, what=f"{point}: risk with a spurious factor 1/2")
 
 
@@ -149,7 +149,7 @@ def test_softmax_torch_risk_matches_spec_reference_within_5se(case):
     model, k, v = _model_at_state(task, state, rng=5, predictor="softmax")
     mean, se = _mc_risk(model, k, v, lam, n_per_chunk=n // 4, n_chunks=4, seed=100)
     both = math.hypot(se, ref_se)  # two independent Monte Carlo estimates: their SEs add in quadrature
-    assert_mc_close(mean, both, ref, n_se=5, what=f"softmax risk ({case}) vs spec Sec. 10.4")
+    assert_mc_close(mean, both, ref, n_se=5, what=f"softmax risk ({case}) vs docs/models/single_location.md §10.4")
     # Negative control: the erf predictor at the same point (a wrong predictor) must be rejected.
     erf_model = slm.SingleLocationAttention(task, k_star=model.k_star_np, v_star=model.v_star_np, predictor="erf")
     wrong, wrong_se = _mc_risk(erf_model, k, v, lam, n_per_chunk=n // 4, n_chunks=4, seed=100)

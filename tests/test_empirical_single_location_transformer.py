@@ -161,10 +161,10 @@ def test_erf_head_loss_matches_closed_form_risk(case):
                                case["state"], atol=1e-12)
     m, se = mean_and_se(_squared_errors(model, params, task, case["n"], seed=11, hyper=hyper))
     exact = float(cf.risk(task, case["lam"], *case["state"]))
-    assert_mc_close(m, se, exact, what="torch erf loss vs closed-form risk (spec Sec. 4.2)")
+    assert_mc_close(m, se, exact, what="torch erf loss vs closed-form risk (docs/models/single_location.md §4.2)")
     # negative controls: the authors' coded risk without eps^2 and (L-1) zeta0 (spec Sec. 9.2) and a loss with 1/2
     coded = exact - task.eps ** 2 - (task.L - 1) * float(cf_zeta(0.0, case["lam"]))
-    assert_mc_rejects(m, se, coded, what="risk without the noise-token constant (spec Sec. 9.2)")
+    assert_mc_rejects(m, se, coded, what="risk without the noise-token constant (docs/models/single_location.md §9.2)")
     assert_mc_rejects(m, se, 0.5 * exact, what="risk with a factor 1/2")
 
 

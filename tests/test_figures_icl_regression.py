@@ -28,7 +28,7 @@ def test_every_spec_9_figure_is_registered_with_three_presets():
     for name in names:
         spec = registry.REGISTRY.get(name)
         assert set(spec.params) == {"tiny", "quick", "paper"}
-        assert spec.spec.startswith("icl_regression.md")
+        assert spec.spec.startswith("docs/models/icl_regression.md")
         if spec.unrecoverable:
             assert "Not recoverable from the paper" in spec.full_caption
 
@@ -60,7 +60,7 @@ def test_tiny_builds_of_all_fast_figures(tiny_builds):
         failed = [c for c in checks.values() if not c.passed and "zero-sum" not in c.name]
         assert not failed, (name, failed)
     fig7 = out["fig7"][1]
-    assert fig7["mu^T omega at n = 10000 (spec §9 Fig. 7 [V])"].passed
+    assert fig7["mu^T omega at n = 10000 (docs/models/icl_regression.md §9 Fig. 7 [V])"].passed
     # learned trajectories carry the closed form's variable names on the Adam-step axis
     ds1 = out["fig1"][0].dataset
     assert {"omega", "mu", "KQ", "OV", "gamma", "mudo_gd", "mupos_gd"} <= set(ds1.data_vars)

@@ -228,7 +228,7 @@ def test_true_loss_mc_matches_brute_force_simulation(case):
     bm, bse = brute_force_loss(task, p["omega"], p["mu"], n_bf, np.random.default_rng(12))
     # two independent estimates: their difference has SE sqrt(se^2 + bse^2)
     assert_mc_close(m - bm, np.hypot(se, bse), 0.0, what=f"reduced MC vs brute force ({case})")
-    assert_mc_close(m, np.hypot(se, ref_se), ref, what=f"reduced MC vs spec §11 value ({case})")
+    assert_mc_close(m, np.hypot(se, ref_se), ref, what=f"reduced MC vs docs/models/icl_regression.md §11 value ({case})")
     # negative controls: F is O(1/L) below the true loss (spec §4.3); both estimators must see that. (At P2 the
     # brute-force SE, 0.005, is too large for its 0.015 gap; its power is shown at P1, gap 0.022 vs SE 0.001.)
     assert_mc_rejects(m, se, icl.approx_loss(task, **p), what="reduced MC vs F")
@@ -355,7 +355,7 @@ def test_ridge_mc_matches_posterior_trace_estimator():
     A = np.einsum("nld,nle->nde", X, X) + task.d * task.sigma2 * np.eye(task.d)
     v = task.sigma2 + task.sigma2 * np.trace(np.linalg.inv(A), axis1=1, axis2=2)
     assert_mc_close(m - v.mean(), np.hypot(se, v.std(ddof=1) / np.sqrt(v.size)), 0.0, what="ridge MC")
-    assert_mc_close(m, np.hypot(se, 0.00006), 0.11447, what="spec §7.4 finite-L value")
+    assert_mc_close(m, np.hypot(se, 0.00006), 0.11447, what="docs/models/icl_regression.md §7.4 finite-L value")
     assert_mc_rejects(m, se, icl.bayes_risk_asymptotic(task.d / task.L, task.sigma2), what="asymptotic at L=40")
 
 

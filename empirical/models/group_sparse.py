@@ -1,48 +1,53 @@
 """Torch one-layer transformer for group-sparse classification (Zhang, Meng, Cao, ICLR 2025; spec Study B).
 
-Implements the empirical side of ``token_selection.md`` Study B: the model f(H; v, W) = v^T H softmax(H^T W H) 1_D on
-tokens h_j = [x_j; e_j] (Sec. B.2, embedding [reconstructed]), the logistic loss ell(y f) = log(1 + exp(-y f))
-(Sec. B.2, mean over the sample, no extra factor), the zero initialisation v^(0) = 0, W^(0) = 0 of the merged model
-(Sec. B.2) and the factorised variant W = W_K^T W_Q with i.i.d. N(0, s^2) factors, s = 0.01, v^(0) = 0 (Sec. B.7,
-Sec. 0: never W_K = W_Q = 0, a stationary point). Training is the shared trainer :func:`empirical.train.train`:
-full-batch GD on fixed samples (Sec. B.7: the paper's finite training sets, step eta = 0.5) via :func:`config("gd") <config>`,
-or online SGD on fresh draws of the data law (Sec. B.1) via :func:`config("sgd") <config>`. The downstream transfer experiment
-(Sec. B.4 runnable recipe, Sec. B.7) is :func:`downstream_sgd` with the baseline :func:`logistic_baseline`.
+Implements the empirical side of ``docs/models/token_selection.md`` Study B: the model f(H; v, W) = v^T H softmax(H^T W
+H) 1_D on tokens h_j = [x_j; e_j] (docs/models/token_selection.md §B.2, embedding [reconstructed]), the logistic loss
+ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2, mean over the sample, no extra factor), the zero
+initialisation v^(0) = 0, W^(0) = 0 of the merged model (docs/models/token_selection.md §B.2) and the factorised variant
+W = W_K^T W_Q with i.i.d. N(0, s^2) factors, s = 0.01, v^(0) = 0 (docs/models/token_selection.md §B.7, §0: never W_K =
+W_Q = 0, a stationary point). Training is the shared trainer :func:`empirical.train.train`: full-batch GD on fixed
+samples (docs/models/token_selection.md §B.7: the paper's finite training sets, step eta = 0.5) via :func:`config("gd")
+<config>`, or online SGD on fresh draws of the data law (docs/models/token_selection.md §B.1) via :func:`config("sgd")
+<config>`. The downstream transfer experiment (docs/models/token_selection.md §B.4 runnable recipe,
+docs/models/token_selection.md §B.7) is :func:`downstream_sgd` with the baseline :func:`logistic_baseline`.
 
 Everything model-specific that already exists in :mod:`closedform.group_sparse` is reused, not copied: the data
-recipe (Appendix G.B, :func:`closedform.group_sparse.sample`), the probes (Sec. B.3.1,
-:func:`closedform.group_sparse.order_params`, :func:`closedform.group_sparse.attention_diagnostics`), the projection
-onto the invariant family (:func:`closedform.group_sparse.project`) and the embedding of a reduced state
+recipe (docs/models/token_selection.md §G.B, :func:`closedform.group_sparse.sample`), the probes
+(docs/models/token_selection.md §B.3.1, :func:`closedform.group_sparse.order_params`,
+:func:`closedform.group_sparse.attention_diagnostics`), the projection onto the invariant family
+(:func:`closedform.group_sparse.project`) and the embedding of a reduced state
 (:func:`closedform.group_sparse.embed_state`). Logged variables carry the closed form's names (``STATE_NAMES``,
 ``FULL_GD_VARIABLES`` of :mod:`closedform.group_sparse`), so a torch run and ``closedform.group_sparse.full_gd`` or
 ``map`` align with ``xarray``.
 
-Symbol table (spec Sec. B.0; shapes carry the trainer's leading seed axis S)
-----------------------------------------------------------------------------
-============  ===========  ==============================================  ================  ========
-code          paper        meaning                                         shape             defined
-============  ===========  ==============================================  ================  ========
-X, y          X, y         features X[k, :, j] = x_j of draw k; label +-1  (S,n,d,D); (S,n)  Sec. B.1
-v_star        v*           unit label direction inside group j*            (d,)              Sec. B.1
-v             v            value vector [v_x; v_pos]                       (S, d+D)          Sec. B.2
-W             W            merged key-query matrix                         (S, d+D, d+D)     Sec. B.2
-W_K, W_Q      W_K, W_Q     factors of the factorised model, W = W_K^T W_Q  (S, d+D, d+D)     Sec. B.7
-init_scale    s            std of the factor entries at init (0.01)        float             Sec. 0
-f, S_att      f, S         output v^T H S 1_D; column softmax of H^T W H   (S,n); (S,n,D,D)  Sec. B.2
-beta .. m5    beta .. m_5  reduced coordinates (probes of Sec. B.3.1)      (S,)              Sec. B.3
-v_tilde_star  v~*          downstream label direction                      (d,)              Sec. B.4
-gamma         gamma        downstream margin                               float             Sec. B.4
-============  ===========  ==============================================  ================  ========
+Symbol table (docs/models/token_selection.md §B.0; shapes carry the trainer's leading seed axis S)
+--------------------------------------------------------------------------------------------------
+============  ===========  =====================================================================  ================  ===================================
+code          paper        meaning                                                                shape             defined
+============  ===========  =====================================================================  ================  ===================================
+X, y          X, y         features X[k, :, j] = x_j of draw k; label +-1                         (S,n,d,D); (S,n)  docs/models/token_selection.md §B.1
+v_star        v*           unit label direction inside group j*                                   (d,)              docs/models/token_selection.md §B.1
+v             v            value vector [v_x; v_pos]                                              (S, d+D)          docs/models/token_selection.md §B.2
+W             W            merged key-query matrix                                                (S, d+D, d+D)     docs/models/token_selection.md §B.2
+W_K, W_Q      W_K, W_Q     factors of the factorised model, W = W_K^T W_Q                         (S, d+D, d+D)     docs/models/token_selection.md §B.7
+init_scale    s            std of the factor entries at init (0.01)                               float             docs/models/token_selection.md §0
+f, S_att      f, S         output v^T H S 1_D; column softmax of H^T W H                          (S,n); (S,n,D,D)  docs/models/token_selection.md §B.2
+beta .. m5    beta .. m_5  reduced coordinates (probes of docs/models/token_selection.md §B.3.1)  (S,)              docs/models/token_selection.md §B.3
+v_tilde_star  v~*          downstream label direction                                             (d,)              docs/models/token_selection.md §B.4
+gamma         gamma        downstream margin                                                      float             docs/models/token_selection.md §B.4
+============  ===========  =====================================================================  ================  ===================================
 
-Time axis: the GD step t (``step``); ``time`` = eta t with eta = the task's step size (spec Sec. 0), as in
-:mod:`closedform.group_sparse`. Use ``lr = task.eta`` (:func:`config("gd") <config>` does) so that both axes agree.
+Time axis: the GD step t (``step``); ``time`` = eta t with eta = the task's step size
+(docs/models/token_selection.md §0), as in :mod:`closedform.group_sparse`. Use ``lr = task.eta`` (:func:`config("gd")
+<config>` does) so that both axes agree.
 
 Notes
 -----
 * With fixed samples (``data=...``) the model's ``sample`` returns those samples, seed by seed in the order of
   ``config.seeds``, for both the training set and the evaluation batch, so the logged ``loss``, ``accuracy`` and
-  attention diagnostics are training-sample values, as spec Sec. 0 requires ("the training loss at t is evaluated on
-  that same sample"). Seed ``s`` of a batched run then equals a single-seed run given ``data=[sample_s]``.
+  attention diagnostics are training-sample values, as docs/models/token_selection.md §0 requires ("the training loss at
+  t is evaluated on that same sample"). Seed ``s`` of a batched run then equals a single-seed run given
+  ``data=[sample_s]``.
 * ``cos_vx_vstar`` and ``norm_ratio`` are 0 (not NaN) while v_x = 0 (at initialisation): the trainer refuses
   non-finite logged values. The closed form's ``order_params`` returns NaN there.
 """
@@ -74,7 +79,7 @@ __all__ = ["build", "EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "GroupSpars
 REFERENCE = cf.REFERENCE
 PARAMETRISATIONS = ("merged", "factorised")
 
-#: Probe names, those of ``closedform.group_sparse.full_gd`` (Sec. B.3.1), in logging order.
+#: Probe names, those of ``closedform.group_sparse.full_gd`` (docs/models/token_selection.md §B.3.1), in logging order.
 PROBE_NAMES: tuple[str, ...] = cf.STATE_NAMES + cf.GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio",
                                                                 "w_cross_norm", "off", "off_W")
 #: Evaluation metrics on the evaluation batch (the training sample for fixed data), names of the closed form.
@@ -96,20 +101,22 @@ class GroupSparseModelSpec:
     Parameters
     ----------
     task : closedform.group_sparse.GroupSparseTask
-        d, D, sigma_x, j* (1-based), eta (Sec. B.1-B.2).
+        d, D, sigma_x, j* (1-based), eta (docs/models/token_selection.md §B.1-§B.2).
     parametrisation : {"merged", "factorised"}
-        ``merged``: trainable v and W from v = 0, W = 0 (Sec. B.2). ``factorised``: trainable v, W_K, W_Q with
-        W = W_K^T W_Q, v = 0 and factor entries i.i.d. N(0, init_scale^2), W_K drawn before W_Q (Sec. B.7).
+        ``merged``: trainable v and W from v = 0, W = 0 (docs/models/token_selection.md §B.2). ``factorised``: trainable
+        v, W_K, W_Q with W = W_K^T W_Q, v = 0 and factor entries i.i.d. N(0, init_scale^2), W_K drawn before W_Q
+        (docs/models/token_selection.md §B.7).
     init_scale : float > 0
         s of the factorised init (spec default 0.01); ignored (must stay 0.01) for the merged model.
     v_star : tuple of d floats
         The unit label direction v* (normalised on construction).
     mirror : bool
-        Online sampler only: each draw of n samples holds n/2 draws, each followed by its image (-X, -y) (Sec. 0,
-        population proxy); n, the batch size and the evaluation size must then be even.
+        Online sampler only: each draw of n samples holds n/2 draws, each followed by its image (-X, -y)
+        (docs/models/token_selection.md §0, population proxy); n, the batch size and the evaluation size must then be
+        even.
     project_steps : bool
-        Merged model only: project (v, W) orthogonally onto the invariant family of Sec. B.3 after every step
-        (the projected dynamics, equal to the reduced map on the same sample).
+        Merged model only: project (v, W) orthogonally onto the invariant family of docs/models/token_selection.md §B.3
+        after every step (the projected dynamics, equal to the reduced map on the same sample).
     state0 : tuple of 8 floats or None
         Merged model only: start at the reduced state (beta, w_par, w_perp, m1..m5) embedded by
         ``closedform.group_sparse.embed_state`` instead of zero.
@@ -142,10 +149,10 @@ class GroupSparseModelSpec:
         if self.parametrisation == "factorised":
             if merged_only:
                 raise ValueError(f"{merged_only[0]} applies only to parametrisation='merged' (the invariant family "
-                                 "of Sec. B.3 is a family of merged W)")
+                                 "of docs/models/token_selection.md §B.3 is a family of merged W)")
         elif self.init_scale != 0.01:
             raise ValueError(f"init_scale applies only to parametrisation='factorised' (the merged model starts at "
-                             f"zero, Sec. B.2); got init_scale={self.init_scale}")
+                             f"zero, docs/models/token_selection.md §B.2); got init_scale={self.init_scale}")
         if self.state0 is not None:
             s0 = np.asarray(self.state0, dtype=np.float64).reshape(-1)
             if s0.shape != (cf.N_STATE,) or not np.all(np.isfinite(s0)):
@@ -159,25 +166,27 @@ class GroupSparseModelSpec:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The forward pass (Sec. B.2), batched over seeds and draws
+# The forward pass (docs/models/token_selection.md §B.2), batched over seeds and draws
 # ----------------------------------------------------------------------------------------------------------------------
 
 def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The merged key-query matrix W (S, d+D, d+D): ``params["W"]``, or W_K^T W_Q for the factorised model (Sec. B.7)."""
+    """The merged key-query matrix W (S, d+D, d+D): ``params["W"]``, or W_K^T W_Q for the factorised model
+    (docs/models/token_selection.md §B.7)."""
     if "W" in params:
         return params["W"]
     return params["W_K"].transpose(-1, -2) @ params["W_Q"]
 
 
 def _tokens(X: torch.Tensor) -> torch.Tensor:
-    """H = [X; I_D] (Sec. B.2): (..., d, D) -> (..., d + D, D)."""
+    """H = [X; I_D] (docs/models/token_selection.md §B.2): (..., d, D) -> (..., d + D, D)."""
     D = X.shape[-1]
     eye = torch.eye(D, dtype=X.dtype, device=X.device).expand(*X.shape[:-2], D, D)
     return torch.cat([X, eye], dim=-2)
 
 
 def attention(W: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens H and column-softmax attention S = softmax(H^T W H) (Sec. B.2, Sec. 0: softmax over keys, axis -2).
+    """Tokens H and column-softmax attention S = softmax(H^T W H) (docs/models/token_selection.md §B.2, §0: softmax over
+    keys, axis -2).
 
     Parameters
     ----------
@@ -194,7 +203,7 @@ def attention(W: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 
 def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Model output f = v^T H S 1_D = sum_i u_i r_i (Sec. B.2) and the attention S.
+    """Model output f = v^T H S 1_D = sum_i u_i r_i (docs/models/token_selection.md §B.2) and the attention S.
 
     Parameters
     ----------
@@ -212,7 +221,8 @@ def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor) -> tuple[torch.
 
 
 def loss_per_draw(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """ell(y f) = log(1 + exp(-y f)) (Sec. B.2), exactly (``logaddexp``, no softplus threshold)."""
+    """ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2), exactly (``logaddexp``, no softplus
+    threshold)."""
     return torch.logaddexp(torch.zeros((), dtype=f.dtype, device=f.device), -y * f)
 
 
@@ -221,17 +231,19 @@ def loss_per_draw(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------------
 
 class GroupSparseAttention:
-    """One-layer softmax transformer of Study B as an :class:`empirical.train.TorchModel` (Sec. B.2, Sec. B.7).
+    """One-layer softmax transformer of Study B as an :class:`empirical.train.TorchModel`
+    (docs/models/token_selection.md §B.2, §B.7).
 
     Parameters
     ----------
     task : closedform.group_sparse.GroupSparseTask
     parametrisation : {"merged", "factorised"}
     init_scale : float
-        Std of the factor entries of the factorised model (default 0.01, Sec. 0).
+        Std of the factor entries of the factorised model (default 0.01, docs/models/token_selection.md §0).
     v_star : (d,) array, optional
-        The label direction. Default: that of ``data`` if given, else the first draw of Appendix G.B from
-        ``numpy.random.default_rng(0)`` (a random unit vector, Sec. B.7 suggestion).
+        The label direction. Default: that of ``data`` if given, else the first draw of
+        docs/models/token_selection.md §G.B from ``numpy.random.default_rng(0)`` (a random unit vector,
+        docs/models/token_selection.md §B.7 suggestion).
     data : sequence of closedform.group_sparse.GroupSparseSample, optional
         Fixed training samples, one per seed (in the order of ``config.seeds``), all with this ``v_star`` and the
         same size; e.g. from :func:`training_samples`. ``None``: online data from the torch sampler.
@@ -260,7 +272,7 @@ class GroupSparseAttention:
             for s in data:
                 if not np.allclose(s.v_star, np.asarray(v_star, dtype=np.float64) / np.linalg.norm(v_star),
                                    rtol=0, atol=1e-15):
-                    raise ValueError("data samples must share the model's v_star (the probes of Sec. B.3.1 use it)")
+                    raise ValueError("data samples must share the model's v_star (the probes of docs/models/token_selection.md §B.3.1 use it)")
             if mirror:
                 raise ValueError("mirror applies to the online sampler only; mirror fixed samples with "
                                  "closedform.group_sparse.sample(..., mirror=True)")
@@ -277,14 +289,15 @@ class GroupSparseAttention:
     # -- time axis ---------------------------------------------------------------------------------------------------
 
     def time_of_step(self, step):
-        """Flow time eta * t of GD step t (spec Sec. 0)."""
+        """Flow time eta * t of GD step t (docs/models/token_selection.md §0)."""
         return self.task.time_of_step(step)
 
     # -- protocol ----------------------------------------------------------------------------------------------------
 
     def init_params(self, generators, *, device, dtype):
-        """v^(0) = 0 and W^(0) = 0 (merged, Sec. B.2) or W_K, W_Q i.i.d. N(0, s^2) from each seed's ``init`` stream,
-        W_K first (factorised, Sec. B.7); or the embedded reduced state ``state0``."""
+        """v^(0) = 0 and W^(0) = 0 (merged, docs/models/token_selection.md §B.2) or W_K, W_Q i.i.d. N(0, s^2) from each
+        seed's ``init`` stream,
+        W_K first (factorised, docs/models/token_selection.md §B.7); or the embedded reduced state ``state0``."""
         dim = self.task.dim
         if self.spec.parametrisation == "factorised":
             s = self.spec.init_scale
@@ -305,11 +318,13 @@ class GroupSparseAttention:
         return {"v": v, "W": W}
 
     def sample(self, generators, n, *, device, dtype):
-        """``n`` draws per seed: the fixed samples (``data``), or fresh draws of Sec. B.1 from each generator.
+        """``n`` draws per seed: the fixed samples (``data``), or fresh draws of docs/models/token_selection.md §B.1
+        from each generator.
 
         Online draw order per seed: X = sigma_x * standard normal (n, d, D) (with ``mirror``: n/2 draws, each
         followed by its image (-X, -y), so that every even-sized consecutive minibatch is mirrored); y =
-        sign(<x_{j*}, v*>) with sign(0) := +1 (Appendix G.B). Returns ``{"X": (S, n, d, D), "y": (S, n)}``.
+        sign(<x_{j*}, v*>) with sign(0) := +1 (docs/models/token_selection.md §G.B). Returns ``{"X": (S, n, d, D), "y":
+        (S, n)}``.
         """
         n = check_int("n", n, min_value=1)
         if self.data is not None:
@@ -340,13 +355,15 @@ class GroupSparseAttention:
         return per_seed(generators, draw)
 
     def loss(self, params, batch, hyper=None):
-        """Empirical logistic loss mean_k log(1 + exp(-y_k f_k)) per seed (Sec. B.2), shape (S,)."""
+        """Empirical logistic loss mean_k log(1 + exp(-y_k f_k)) per seed (docs/models/token_selection.md §B.2), shape
+        (S,)."""
         f, _ = forward(params, batch["X"])
         return loss_per_draw(f, batch["y"]).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper=None):
         """Loss, its SE over unique draws, accuracy P(y f > 0), E[S_{j*,j}] and the 5% quantile of min_j S_{j*,j}
-        on the evaluation batch (Sec. B.3.1; attention diagnostics by ``closedform.group_sparse``)."""
+        on the evaluation batch (docs/models/token_selection.md §B.3.1; attention diagnostics by
+        ``closedform.group_sparse``)."""
         f, S_att = forward(params, batch["X"])
         ell = loss_per_draw(f, batch["y"])
         n = ell.shape[1]
@@ -368,7 +385,8 @@ class GroupSparseAttention:
         return out
 
     def probes(self, params):
-        """Order parameters of Sec. B.3.1 per seed (``closedform.group_sparse.order_params`` on (v, W), W = W_K^T W_Q
+        """Order parameters of docs/models/token_selection.md §B.3.1 per seed (``closedform.group_sparse.order_params``
+        on (v, W), W = W_K^T W_Q
         for the factorised model): ``PROBE_NAMES``; cos and norm ratio are 0 while v_x = 0."""
         v, W = to_weights(params)
         rows = [cf.order_params(self.task, v[s], W[s], self.v_star) for s in range(v.shape[0])]
@@ -381,7 +399,8 @@ class GroupSparseAttention:
         return out
 
     def project(self, params):
-        """With ``project_steps``: the orthogonal projection onto the invariant family (Sec. B.3, B.3.1) in place."""
+        """With ``project_steps``: the orthogonal projection onto the invariant family
+        (docs/models/token_selection.md §B.3, §B.3.1) in place."""
         if not self.spec.project_steps:
             return
         v = params["v"].detach().cpu().numpy()
@@ -406,17 +425,21 @@ def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarr
 
 def training_samples(task: cf.GroupSparseTask, n: int, seeds, v_star, *, mirror: bool = False
                      ) -> list[cf.GroupSparseSample]:
-    """One training sample per seed by the exact recipe of Appendix G.B (``closedform.group_sparse.sample``) with
-    ``numpy.random.default_rng(seed)`` and the given v* (so v* is not drawn; Sec. B.7: raw samples, not mirrored)."""
+    """One training sample per seed by the exact recipe of docs/models/token_selection.md §G.B
+    (``closedform.group_sparse.sample``) with
+    ``numpy.random.default_rng(seed)`` and the given v* (so v* is not drawn; docs/models/token_selection.md §B.7: raw
+    samples, not mirrored)."""
     seeds = [check_int("seed", s, min_value=0) for s in np.atleast_1d(seeds)]
     return [cf.sample(task, n, np.random.default_rng(s), v_star=v_star, mirror=mirror) for s in seeds]
 
 
 def _gd_config(model: GroupSparseAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
                checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
-    """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed samples (Sec. B.2, Sec. B.7).
+    """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed samples
+    (docs/models/token_selection.md §B.2, §B.7).
 
-    The evaluation batch is the training sample (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1.
+    The evaluation batch is the training sample (docs/models/token_selection.md §0). ``seeds`` defaults to
+    0..len(data)-1.
     """
     if model.data is None:
         raise ValueError("config('gd') needs a model with fixed data (GroupSparseAttention(..., data=samples)); use "
@@ -430,7 +453,8 @@ def _gd_config(model: GroupSparseAttention, n_steps: int, *, seeds=None, saveat:
 def _sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 4000,
                 lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
                 dtype: str = "float64") -> TrainConfig:
-    """TrainConfig of online SGD (fresh draws of Sec. B.1 every step; default step ``task.eta``), evaluated on a
+    """TrainConfig of online SGD (fresh draws of docs/models/token_selection.md §B.1 every step; default step
+    ``task.eta``), evaluated on a
     fixed batch of ``eval_size`` fresh draws (a test sample)."""
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed samples")
@@ -443,7 +467,8 @@ def _sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, s
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Downstream transfer (Sec. B.4 runnable recipe [unknown; spec defaults], Sec. B.7)
+#  Downstream transfer (docs/models/token_selection.md §B.4 runnable recipe [unknown; spec defaults],
+# docs/models/token_selection.md §B.7)
 # ----------------------------------------------------------------------------------------------------------------------
 
 #: Smallest acceptance probability P(|<v~*, x_{j*}>| >= gamma) that :func:`sample_downstream` accepts: below it the
@@ -453,7 +478,8 @@ MIN_DOWNSTREAM_ACCEPTANCE = 1e-6
 
 def sample_downstream(task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: float, rng) -> tuple[np.ndarray,
                                                                                                  np.ndarray]:
-    """n downstream draws (Sec. B.4 recipe): x's ~ N(0, sigma_x^2) as in Sec. B.1, kept only if
+    """n downstream draws (docs/models/token_selection.md §B.4 recipe): x's ~ N(0, sigma_x^2) as in
+    docs/models/token_selection.md §B.1, kept only if
     |<v~*, x_{j*}>| >= gamma (margin by rejection), label y~ = sign(<v~*, x_{j*}>). Returns X (n, d, D), y (n,).
 
     ``v_tilde_star`` must be a finite, non-zero vector of length d; ``gamma`` a finite number >= 0 with acceptance
@@ -494,13 +520,14 @@ def sample_downstream(task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: flo
 
 
 def _features(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """phi = H S 1_D (S, n, d+D): with W frozen, f = <v, phi> is linear in v (Sec. B.2)."""
+    """phi = H S 1_D (S, n, d+D): with W frozen, f = <v, phi> is linear in v (docs/models/token_selection.md §B.2)."""
     H, S_att = attention(W, X)
     return (H * S_att.sum(dim=-1)[:, :, None, :]).sum(dim=-1)
 
 
 def downstream_features(W, X) -> np.ndarray:
-    """Features phi = H S 1_D of the frozen attention (Sec. B.2): with W fixed, f = <v, phi> is linear in v, so
+    """Features phi = H S 1_D of the frozen attention (docs/models/token_selection.md §B.2): with W fixed, f = <v, phi>
+    is linear in v, so
     fitting v is logistic regression on phi in R^{d+D}. W (S, d+D, d+D), X (S, n, d, D); returns (S, n, d+D)."""
     W = torch.as_tensor(np.asarray(W, dtype=np.float64))
     X = torch.as_tensor(np.asarray(X, dtype=np.float64))
@@ -513,9 +540,9 @@ def downstream_features(W, X) -> np.ndarray:
 
 def downstream_sgd(task: cf.GroupSparseTask, W, X, y, X_test, y_test, *, checkpoints, lr0: float = 0.1,
                    device: str | torch.device = "cpu") -> np.ndarray:
-    """Fine-tune v by online SGD with W frozen (Sec. B.4 runnable recipe): v = 0, then for i = 1..n one fresh sample,
-    v <- v - (lr0/sqrt(i)) grad_v ell(y~ f(X~_i; v, W)); test error of the iterate after n samples for each n of
-    ``checkpoints``.
+    """Fine-tune v by online SGD with W frozen (docs/models/token_selection.md §B.4 runnable recipe): v = 0, then for i
+    = 1..n one fresh sample, v <- v - (lr0/sqrt(i)) grad_v ell(y~ f(X~_i; v, W)); test error of the iterate after n
+    samples for each n of ``checkpoints``.
 
     Batched over seeds: W (S, d+D, d+D) (e.g. the pre-trained W^(T*), or 0 for "no pre-training"), X (S, n_max, d, D),
     y (S, n_max), X_test (S, n_test, d, D), y_test (S, n_test). Returns the test errors (S, len(checkpoints)), the
@@ -540,7 +567,7 @@ def downstream_sgd(task: cf.GroupSparseTask, W, X, y, X_test, y_test, *, checkpo
     for i in range(1, checkpoints[-1] + 1):
         p, yi = phi[:, i - 1], y[:, i - 1]
         f = (v * p).sum(-1)
-        coef = -yi * torch.sigmoid(-yi * f)  # d ell / d f (Sec. B.2: coef = -lambda y)
+        coef = -yi * torch.sigmoid(-yi * f)  # d ell / d f (docs/models/token_selection.md §B.2: coef = -lambda y)
         v = v - (lr0 / math.sqrt(i)) * coef[:, None] * p
         if i in want:
             f_test = (phi_test @ v[:, :, None])[..., 0]
@@ -549,7 +576,8 @@ def downstream_sgd(task: cf.GroupSparseTask, W, X, y, X_test, y_test, *, checkpo
 
 
 def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
-    """Test error of L2-penalised logistic regression on vec(X) in R^{dD} (Sec. B.4 baseline: penalty l2/2 ||w||^2,
+    """Test error of L2-penalised logistic regression on vec(X) in R^{dD} (docs/models/token_selection.md §B.4 baseline:
+    penalty l2/2 ||w||^2,
     no intercept, fitted to convergence by L-BFGS). X (n, d, D), y (n,); returns the error on (X_test, y_test)."""
     X = np.asarray(X, dtype=np.float64)
     Xf = X.reshape(X.shape[0], -1)
@@ -574,8 +602,9 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
 
 
 def build(task: cf.GroupSparseTask, **kwargs) -> GroupSparseAttention:
-    """The torch model of ``task``: a :class:`GroupSparseAttention` started from zero (Sec. B.2), on the fixed
-    samples ``data`` (one per seed, :func:`training_samples`) or online (``data=None``).
+    """The torch model of ``task``: a :class:`GroupSparseAttention` started from zero
+    (docs/models/token_selection.md §B.2), on the fixed samples ``data`` (one per seed, :func:`training_samples`) or
+    online (``data=None``).
 
     ``kwargs`` go to :class:`GroupSparseAttention` (``data``, ``parametrisation``, ``init_scale``, ``v_star``, ``mirror``,
     ``project_steps``, ``state0``).
@@ -595,12 +624,13 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
     Parameters
     ----------
     name : {"gd", "sgd"}
-        * ``"gd"``: full-batch GD at step ``task.eta`` on the model's fixed samples (Sec. B.2, Sec. B.7; the evaluation
-          batch is the training sample): ``config("gd", model, n_steps, *, seeds=None, saveat=None,
-          checkpoint_every=0, dtype="float64")``; ``seeds`` defaults to 0..len(data)-1.
-        * ``"sgd"``: online SGD on fresh draws of Sec. B.1 (default step ``task.eta``), evaluated on ``eval_size``
-          fresh draws: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,), eval_size=4000, lr=None,
-          saveat=None, checkpoint_every=0, refill=32, dtype="float64")``.
+        * ``"gd"``: full-batch GD at step ``task.eta`` on the model's fixed samples
+          (docs/models/token_selection.md §B.2, §B.7; the evaluation batch is the training sample): ``config("gd",
+          model, n_steps, *, seeds=None, saveat=None, checkpoint_every=0, dtype="float64")``; ``seeds`` defaults to
+          0..len(data)-1.
+        * ``"sgd"``: online SGD on fresh draws of docs/models/token_selection.md §B.1 (default step ``task.eta``),
+          evaluated on ``eval_size`` fresh draws: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,),
+          eval_size=4000, lr=None, saveat=None, checkpoint_every=0, refill=32, dtype="float64")``.
     *args, **kwargs
         The arguments of that protocol, as listed.
 

@@ -1,54 +1,59 @@
 """Torch one-layer attention that learns the in-context 1-NN rule (Li et al., NeurIPS 2024; spec Study A).
 
-Implements the empirical side of ``token_selection.md`` Study A: prompts H = [x_j, x_query; y_j, 0; 0, 1] (Sec. A.2),
-the prediction f_W(H) = sum_j q_j y_j with q = softmax(H^T W h_query) (Sec. A.3, no temperature, value = identity)
-and the square loss 1/2 mean (f - y_{i*})^2 (Sec. A.4), with two parametrisations of the key-query matrix:
+Implements the empirical side of ``docs/models/token_selection.md`` Study A: prompts H = [x_j, x_query; y_j, 0; 0, 1]
+(docs/models/token_selection.md §A.2), the prediction f_W(H) = sum_j q_j y_j with q = softmax(H^T W h_query)
+(docs/models/token_selection.md §A.3, no temperature, value = identity) and the square loss 1/2 mean (f - y_{i*})^2
+(docs/models/token_selection.md §A.4), with two parametrisations of the key-query matrix:
 
-* ``merged``: a full trainable W in R^{(d+2)x(d+2)} from the paper's W^(0) = diag(0_{d+1}, -sigma) (Sec. A.4). Full-
-  batch GD at step eta then equals :func:`closedform.nearest_neighbor.full_gd` on the same labelled prompts, and on a
-  sample where the invariances of Sec. A.5 are exact (:func:`closedform.nearest_neighbor.symmetrized_prompts`) it
-  equals the reduced map :func:`closedform.nearest_neighbor.map` in (xi1, xi2);
+* ``merged``: a full trainable W in R^{(d+2)x(d+2)} from the paper's W^(0) = diag(0_{d+1}, -sigma)
+  (docs/models/token_selection.md §A.4). Full- batch GD at step eta then equals
+  :func:`closedform.nearest_neighbor.full_gd` on the same labelled prompts, and on a sample where the invariances of
+  docs/models/token_selection.md §A.5 are exact (:func:`closedform.nearest_neighbor.symmetrized_prompts`) it equals the
+  reduced map :func:`closedform.nearest_neighbor.map` in (xi1, xi2);
 * ``factorised``: W = W_K^T W_Q with W_K, W_Q in R^{(d+2)x(d+2)} drawn i.i.d. N(0, s^2), s = 0.01, W_K first, and no
-  mask (Sec. A.9 default; never from zero, a stationary point, nor from a factorisation of W^(0), which stays rank 1).
+  mask (docs/models/token_selection.md §A.9 default; never from zero, a stationary point, nor from a factorisation of
+  W^(0), which stays rank 1).
 
 Training is the shared trainer :func:`empirical.train.train`: full-batch GD (or minibatch SGD) on fixed prompts drawn by
-the closed form's sampler (:func:`closedform.nearest_neighbor.sample_prompts`, recipe G.A, so a torch run and the
-reduced map see the same x's) via :func:`config("gd") <config>`, or online SGD on fresh prompts via :func:`config("sgd") <config>`. The
-closed form is reused for everything model-specific: the embedding and numpy forward pass (the torch pass is tested
-against them), the probes (xi1, xi2, off) of Sec. A.5.1 (:func:`closedform.nearest_neighbor.probe`, applied to W or
-to W_K^T W_Q) and the diagnostics L, E[q_{i*}], its lower quantile, E[q_{N+1}]
-(:func:`closedform.nearest_neighbor.full_diagnostics`). Logged names are the closed form's, so a torch run and
-``map`` align with ``xarray``.
+the closed form's sampler (:func:`closedform.nearest_neighbor.sample_prompts`, recipe
+docs/models/token_selection.md §G.A, so a torch run and the reduced map see the same x's) via :func:`config("gd")
+<config>`, or online SGD on fresh prompts via :func:`config("sgd") <config>`. The closed form is reused for everything
+model-specific: the embedding and numpy forward pass (the torch pass is tested against them), the probes (xi1, xi2, off)
+of docs/models/token_selection.md §A.5.1 (:func:`closedform.nearest_neighbor.probe`, applied to W or to W_K^T W_Q) and
+the diagnostics L, E[q_{i*}], its lower quantile, E[q_{N+1}] (:func:`closedform.nearest_neighbor.full_diagnostics`).
+Logged names are the closed form's, so a torch run and ``map`` align with ``xarray``.
 
-Symbol table (spec Sec. A.0; shapes carry the trainer's leading seed axis S)
-----------------------------------------------------------------------------
-=============  =============  ==================================================  =====================  ==========
+Symbol table (docs/models/token_selection.md §A.0; shapes carry the trainer's leading seed axis S)
+--------------------------------------------------------------------------------------------------
+=============  =============  ==================================================  =====================  =====================================
 code           paper          meaning                                             shape                  defined
-=============  =============  ==================================================  =====================  ==========
-X, xq, y       x_j, x_query   context inputs, query on S^{d-1}, labels (+-1)      (n,N,d), (n,d), (n,N)  Sec. A.1
-target         y_{i*}         label of the nearest neighbour of x_query           (S, n)                 Sec. A.1
-H              H              embedded prompts [x; y; indicator] (the batch)      (S, n, d+2, N+1)       Sec. A.2
-W              W              merged key-query matrix                             (S, d+2, d+2)          Sec. A.3
-W_K, W_Q       W_K, W_Q       factors, W = W_K^T W_Q                              (S, d+2, d+2)          Sec. A.9
-init_scale     s              std of the factors' entries at initialisation       float                  Sec. A.9
-q              q              attention of the query, last entry = on itself      (S, n, N+1)            Sec. A.3
-xi1, xi2, off  xi1, xi2, off  probes: tr(W11)/d, -W33, distance to the family     (S,)                   Sec. A.5.1
-L, L_se        L              sample loss 1/2 mean (f - y_{i*})^2 and its SE      (S,)                   Sec. A.4
-acc            --             accuracy of sign(f) against the 1-NN label y_{i*}   (S,)                   Sec. A.3
-mse_test       --             test MSE mean (f - y_{i*})^2 on fixed test prompts  (S,)                   Sec. A.6
-=============  =============  ==================================================  =====================  ==========
+=============  =============  ==================================================  =====================  =====================================
+X, xq, y       x_j, x_query   context inputs, query on S^{d-1}, labels (+-1)      (n,N,d), (n,d), (n,N)  docs/models/token_selection.md §A.1
+target         y_{i*}         label of the nearest neighbour of x_query           (S, n)                 docs/models/token_selection.md §A.1
+H              H              embedded prompts [x; y; indicator] (the batch)      (S, n, d+2, N+1)       docs/models/token_selection.md §A.2
+W              W              merged key-query matrix                             (S, d+2, d+2)          docs/models/token_selection.md §A.3
+W_K, W_Q       W_K, W_Q       factors, W = W_K^T W_Q                              (S, d+2, d+2)          docs/models/token_selection.md §A.9
+init_scale     s              std of the factors' entries at initialisation       float                  docs/models/token_selection.md §A.9
+q              q              attention of the query, last entry = on itself      (S, n, N+1)            docs/models/token_selection.md §A.3
+xi1, xi2, off  xi1, xi2, off  probes: tr(W11)/d, -W33, distance to the family     (S,)                   docs/models/token_selection.md §A.5.1
+L, L_se        L              sample loss 1/2 mean (f - y_{i*})^2 and its SE      (S,)                   docs/models/token_selection.md §A.4
+acc            --             accuracy of sign(f) against the 1-NN label y_{i*}   (S,)                   docs/models/token_selection.md §A.3
+mse_test       --             test MSE mean (f - y_{i*})^2 on fixed test prompts  (S,)                   docs/models/token_selection.md §A.6
+=============  =============  ==================================================  =====================  =====================================
 
-Time axis: the GD step t (``step``); ``time`` = eta t with eta = ``task.eta`` (spec Sec. 0), as in
+Time axis: the GD step t (``step``); ``time`` = eta t with eta = ``task.eta`` (docs/models/token_selection.md §0), as in
 :func:`closedform.nearest_neighbor.map`. :func:`config("gd") <config>` and :func:`config("sgd") <config>` use ``lr = task.eta`` so that
 both axes agree.
 
 Notes
 -----
 * With fixed prompts, ``sample`` returns the training prompts for both the training set and the evaluation batch, so
-  ``L`` is the training-sample loss (spec Sec. 0). With explicit labels it differs from the reduced map's L (labels
-  integrated out, Sec. A.5) by label-sampling noise only; ``duplicate_labels=True`` in :func:`prompt_samples` adds
-  every prompt again with y -> -y (the Sec. A.8 recipe), which cancels the odd label moments.
-* The torch loss is the spec's normalisation exactly: 1/2, mean over prompts, no 1/sqrt(d) temperature (Sec. 0).
+  ``L`` is the training-sample loss (docs/models/token_selection.md §0). With explicit labels it differs from the
+  reduced map's L (labels integrated out, docs/models/token_selection.md §A.5) by label-sampling noise only;
+  ``duplicate_labels=True`` in :func:`prompt_samples` adds every prompt again with y -> -y (the
+  docs/models/token_selection.md §A.8 recipe), which cancels the odd label moments.
+* The torch loss is the spec's normalisation exactly: 1/2, mean over prompts, no 1/sqrt(d) temperature
+  (docs/models/token_selection.md §0).
 * Step size [measured here, not in the spec]: the label-bias entry W23 (score y_j W23 on context token j) has
   curvature lambda = E[(sum_j q_j - f^2)^2] ~ 0.9 at W^(0) (d = 4, N = 16), so full-matrix GD is linearly unstable in
   that direction for eta > 2/lambda ~ 2.2 until xi1 ~ 10; at the reduced map's reference eta = 5 W23 can jump to
@@ -80,7 +85,7 @@ __all__ = ["build", "EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "NearestNei
 REFERENCE = cf.REFERENCE
 PARAMETRISATIONS = ("merged", "factorised")
 
-#: Weight probes of Sec. A.5.1, logged at every save step (names of the closed form).
+#: Weight probes of docs/models/token_selection.md §A.5.1, logged at every save step (names of the closed form).
 PROBE_NAMES: tuple[str, ...] = ("xi1", "xi2", "off")
 #: Evaluation metrics (names of ``closedform.nearest_neighbor.DIAGNOSTIC_NAMES`` where they exist there).
 EVAL_NAMES: tuple[str, ...] = ("L", "L_se", "acc", "q_istar", "q_istar_lo", "q_self")
@@ -113,13 +118,14 @@ class NearestNeighborModelSpec:
     Parameters
     ----------
     task : closedform.nearest_neighbor.NearestNeighborTask
-        d, N, sigma, eta (Sec. A.1-A.4).
+        d, N, sigma, eta (docs/models/token_selection.md §A.1-§A.4).
     parametrisation : {"merged", "factorised"}
-        Trainable W from W^(0) (Sec. A.4), or (W_K, W_Q) from i.i.d. N(0, init_scale^2) entries (Sec. A.9).
+        Trainable W from W^(0) (docs/models/token_selection.md §A.4), or (W_K, W_Q) from i.i.d. N(0, init_scale^2)
+        entries (docs/models/token_selection.md §A.9).
     init_scale : float > 0
         Std of the factors' entries (spec default 0.01); must stay 0.01 for the merged model (no random start).
     quantile : float in (0, 1)
-        Lower quantile of q_{i*} logged as ``q_istar_lo`` (Sec. A.5.1; default 0.05).
+        Lower quantile of q_{i*} logged as ``q_istar_lo`` (docs/models/token_selection.md §A.5.1; default 0.05).
     data_digest, test_digest, init_digest : str or None
         SHA-256 prefixes of the fixed training prompts, the test prompts and explicit initial weights.
     """
@@ -142,17 +148,17 @@ class NearestNeighborModelSpec:
                                                             high_open=True))
         if self.parametrisation == "merged" and self.init_scale != 0.01:
             raise ValueError(f"init_scale applies only to parametrisation='factorised' (the merged W starts at the "
-                             f"paper's W^(0), Sec. A.4); got init_scale={self.init_scale}")
+                             f"paper's W^(0), docs/models/token_selection.md §A.4); got init_scale={self.init_scale}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The forward pass (Sec. A.2-A.3), batched over seeds and prompts
+# The forward pass (docs/models/token_selection.md §A.2-§A.3), batched over seeds and prompts
 # ----------------------------------------------------------------------------------------------------------------
 
 
 def embed(X: torch.Tensor, xq: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Embedded prompts H (..., d+2, N+1) from X (..., N, d), xq (..., d), y (..., N): columns [x_j; y_j; 0] and
-    [x_query; 0; 1] (Sec. A.2), the layout of :func:`closedform.nearest_neighbor.embed`."""
+    [x_query; 0; 1] (docs/models/token_selection.md §A.2), the layout of :func:`closedform.nearest_neighbor.embed`."""
     lead = X.shape[:-2]
     zeros = X.new_zeros(*lead, 1, X.shape[-2])
     ctx = torch.cat([X.transpose(-1, -2), y[..., None, :], zeros], dim=-2)  # (..., d+2, N)
@@ -161,15 +167,17 @@ def embed(X: torch.Tensor, xq: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The merged key-query matrix (S, d+2, d+2): ``params["W"]`` or W_K^T W_Q (factorised, Sec. A.9)."""
+    """The merged key-query matrix (S, d+2, d+2): ``params["W"]`` or W_K^T W_Q (factorised,
+    docs/models/token_selection.md §A.9)."""
     if "W" in params:
         return params["W"]
     return params["W_K"].transpose(-1, -2) @ params["W_Q"]
 
 
 def attention(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-    """q = softmax(H^T W h_query) (S, n, N+1) for W (S, D, D), H (S, n, D, N+1) (Sec. A.3, column-wise softmax of
-    Sec. 0, no temperature); the last entry is the query's attention on itself, q_{N+1}."""
+    """q = softmax(H^T W h_query) (S, n, N+1) for W (S, D, D), H (S, n, D, N+1) (docs/models/token_selection.md §A.3,
+    column-wise softmax of
+    docs/models/token_selection.md §0, no temperature); the last entry is the query's attention on itself, q_{N+1}."""
     v = torch.einsum("sij,snj->sni", W, H[..., -1])  # W h_query
     scores = torch.einsum("snim,sni->snm", H, v)  # h_m^T W h_query
     return torch.softmax(scores, dim=-1)
@@ -177,7 +185,8 @@ def attention(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
 
 def predict(params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (Sec. A.3) on a batch ``{"H": (S, n,
+    """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (docs/models/token_selection.md §A.3) on a
+    batch ``{"H": (S, n,
     d+2, N+1), ...}``."""
     H = batch["H"]
     q = attention(effective_W(params), H)
@@ -235,7 +244,8 @@ def _check_samples(task: cf.NearestNeighborTask, samples, name: str) -> list[cf.
 
 
 class NearestNeighborAttention:
-    """One-layer attention of Study A as an :class:`empirical.train.TorchModel` (Sec. A.2-A.4, Sec. A.9).
+    """One-layer attention of Study A as an :class:`empirical.train.TorchModel`
+    (docs/models/token_selection.md §A.2-§A.4, §A.9).
 
     Parameters
     ----------
@@ -244,14 +254,15 @@ class NearestNeighborAttention:
         See :class:`NearestNeighborModelSpec`.
     data : sequence of closedform.nearest_neighbor.Prompts, optional
         Fixed labelled training prompts, one sample per seed (in the order of ``config.seeds``), all of one size
-        (e.g. :func:`prompt_samples`). ``None``: online prompts from the torch sampler (Sec. A.1).
+        (e.g. :func:`prompt_samples`). ``None``: online prompts from the torch sampler
+        (docs/models/token_selection.md §A.1).
     test : closedform.nearest_neighbor.Prompts or a sequence of them (one per seed), optional
         Fixed labelled test prompts (e.g. the shifted law of Theorem A2, ``sample_shifted_prompts``); the test MSE
-        mean (f - y_{i*})^2 (no 1/2, Sec. A.6) is then logged as ``mse_test``.
+        mean (f - y_{i*})^2 (no 1/2, docs/models/token_selection.md §A.6) is then logged as ``mse_test``.
     init_weights : mapping name -> array, optional
         Explicit initial weights instead of the paper's (``{"W": ...}`` merged, ``{"W_K": ..., "W_Q": ...}``
         factorised), each (d+2, d+2) for every seed or (S, d+2, d+2): e.g. to start both sources on the same point
-        or to rerun a recipe that draws the factors with numpy (Sec. A.9).
+        or to rerun a recipe that draws the factors with numpy (docs/models/token_selection.md §A.9).
     """
 
     name = "nearest_neighbor"
@@ -296,14 +307,15 @@ class NearestNeighborAttention:
         return out
 
     def time_of_step(self, step):
-        """Flow time tau = eta t of GD step t (spec Sec. 0)."""
+        """Flow time tau = eta t of GD step t (docs/models/token_selection.md §0)."""
         return self.task.time_of_step(step)
 
     # -- protocol ----------------------------------------------------------------------------------------------------
 
     def init_params(self, generators, *, device, dtype):
-        """W = W^(0) = diag(0_{d+1}, -sigma) for every seed (merged, Sec. A.4; no randomness), or W_K then W_Q with
-        i.i.d. N(0, init_scale^2) entries from each seed's ``init`` stream (factorised, Sec. A.9); or the explicit
+        """W = W^(0) = diag(0_{d+1}, -sigma) for every seed (merged, docs/models/token_selection.md §A.4; no
+        randomness), or W_K then W_Q with i.i.d. N(0, init_scale^2) entries from each seed's ``init`` stream
+        (factorised, docs/models/token_selection.md §A.9); or the explicit
         ``init_weights``."""
         S, D = len(generators), self.task.embed_dim
         if self.init_weights is not None:
@@ -327,12 +339,12 @@ class NearestNeighborAttention:
         return per_seed(generators, draw)
 
     def sample(self, generators, n, *, device, dtype):
-        """``n`` labelled prompts per seed: ``{"H": (S, n, d+2, N+1), "target": (S, n)}`` (H of Sec. A.2, target
-        y_{i*}).
+        """``n`` labelled prompts per seed: ``{"H": (S, n, d+2, N+1), "target": (S, n)}`` (H of
+        docs/models/token_selection.md §A.2, target y_{i*}).
 
-        Fixed data: the training prompts (``n`` must equal their number). Online (Sec. A.1, the order of recipe G.A
-        with torch generators): X ~ N(0, I) normalised, then x_query likewise, then y Rademacher; target = y_{i*} with
-        i* = argmax_j <x_j, x_query>.
+        Fixed data: the training prompts (``n`` must equal their number). Online (docs/models/token_selection.md §A.1,
+        the order of recipe docs/models/token_selection.md §G.A with torch generators): X ~ N(0, I) normalised, then
+        x_query likewise, then y Rademacher; target = y_{i*} with i* = argmax_j <x_j, x_query>.
         """
         n = check_int("n", n, min_value=1)
         if self.data is not None:
@@ -357,14 +369,16 @@ class NearestNeighborAttention:
         return per_seed(generators, draw)
 
     def loss(self, params, batch, hyper=None):
-        """L = 1/2 mean over prompts of (f_W(H) - y_{i*})^2 per seed (Sec. A.4), shape (S,)."""
+        """L = 1/2 mean over prompts of (f_W(H) - y_{i*})^2 per seed (docs/models/token_selection.md §A.4), shape
+        (S,)."""
         _, f = predict(params, batch)
         return 0.5 * ((f - batch["target"]) ** 2).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper=None):
         """Sample loss ``L`` and its SE, the accuracy ``acc`` of sign(f) against y_{i*}, and the diagnostics of
-        Sec. A.5.1 (E[q_{i*}], its lower quantile, E[q_{N+1}]; :func:`closedform.nearest_neighbor.full_diagnostics` on
-        each seed's W) on the evaluation batch (the training prompts for fixed data); ``mse_test`` on the test
+        docs/models/token_selection.md §A.5.1 (E[q_{i*}], its lower quantile, E[q_{N+1}];
+        :func:`closedform.nearest_neighbor.full_diagnostics` on each seed's W) on the evaluation batch (the training
+        prompts for fixed data); ``mse_test`` on the test
         prompts if given."""
         _, f = predict(params, batch)
         ell = 0.5 * (f - batch["target"]) ** 2
@@ -394,7 +408,8 @@ class NearestNeighborAttention:
         return out
 
     def probes(self, params):
-        """Probes of Sec. A.5.1 per seed (:func:`closedform.nearest_neighbor.probe` on W, or on W_K^T W_Q):
+        """Probes of docs/models/token_selection.md §A.5.1 per seed (:func:`closedform.nearest_neighbor.probe` on W, or
+        on W_K^T W_Q):
         xi1 = tr(W11)/d, xi2 = -W33 and off = ||W - diag(xi1 I, 0, -xi2)||_F / ||W||_F."""
         W = effective_W(params)
         xi1, xi2, off = cf.probe(to_weights(params))
@@ -409,11 +424,11 @@ class NearestNeighborAttention:
 
 def prompt_samples(task: cf.NearestNeighborTask, n_prompts: int, seeds, *, duplicate_labels: bool = False
                    ) -> list[cf.Prompts]:
-    """Labelled training prompts per seed by the exact recipe G.A (x's, then Rademacher labels from the same
-    generator, ``closedform.nearest_neighbor.sample_prompts(task, n_prompts, seed, labels=True)``).
+    """Labelled training prompts per seed by the exact recipe docs/models/token_selection.md §G.A (x's, then Rademacher
+    labels from the same generator, ``closedform.nearest_neighbor.sample_prompts(task, n_prompts, seed, labels=True)``).
 
-    ``duplicate_labels``: every prompt is followed by its copy with y -> -y (Sec. A.8; 2 n_prompts rows, the same
-    x's, so ``map`` on ``sample_prompts(task, n_prompts, seed)`` sees the same inputs).
+    ``duplicate_labels``: every prompt is followed by its copy with y -> -y (docs/models/token_selection.md §A.8; 2
+    n_prompts rows, the same x's, so ``map`` on ``sample_prompts(task, n_prompts, seed)`` sees the same inputs).
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     out = []
@@ -427,9 +442,11 @@ def prompt_samples(task: cf.NearestNeighborTask, n_prompts: int, seeds, *, dupli
 
 def _gd_config(model: NearestNeighborAttention, n_steps: int, *, seeds=None, batch_size: int | None = None,
                saveat: SaveAt | None = None, checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
-    """TrainConfig of GD at step eta = ``task.eta`` on the model's fixed prompts (Sec. A.4): full batch by default,
-    minibatch SGD over per-epoch permutations with ``batch_size``. The evaluation batch is the training sample
-    (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1 (labels of the runs; the prompts are those of the model)."""
+    """TrainConfig of GD at step eta = ``task.eta`` on the model's fixed prompts (docs/models/token_selection.md §A.4):
+    full batch by default, minibatch SGD over per-epoch permutations with ``batch_size``. The evaluation batch is the
+    training sample
+    (docs/models/token_selection.md §0). ``seeds`` defaults to 0..len(data)-1 (labels of the runs; the prompts are those
+    of the model)."""
     if model.data is None:
         raise ValueError("config('gd') needs a model with fixed prompts (NearestNeighborAttention(..., data=samples)); "
                          "use config('sgd') for online training")
@@ -443,7 +460,8 @@ def _gd_config(model: NearestNeighborAttention, n_steps: int, *, seeds=None, bat
 def _sgd_config(model: NearestNeighborAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 2000,
                 saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
                 dtype: str = "float64") -> TrainConfig:
-    """TrainConfig of online SGD at step eta = ``task.eta`` (fresh prompts of Sec. A.1 every step), evaluated on a
+    """TrainConfig of online SGD at step eta = ``task.eta`` (fresh prompts of docs/models/token_selection.md §A.1 every
+    step), evaluated on a
     fixed batch of ``eval_size`` fresh prompts per seed."""
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed prompts")
@@ -452,8 +470,9 @@ def _sgd_config(model: NearestNeighborAttention, n_steps: int, batch_size: int, 
 
 
 def build(task: cf.NearestNeighborTask, **kwargs) -> NearestNeighborAttention:
-    """The torch model of ``task``: a :class:`NearestNeighborAttention` from the paper's W^(0) (Sec. A.4), on the
-    fixed prompt samples ``data`` (one per seed, :func:`prompt_samples`) or online (``data=None``).
+    """The torch model of ``task``: a :class:`NearestNeighborAttention` from the paper's W^(0)
+    (docs/models/token_selection.md §A.4), on the fixed prompt samples ``data`` (one per seed, :func:`prompt_samples`)
+    or online (``data=None``).
 
     ``kwargs`` go to :class:`NearestNeighborAttention` (``data``, ``parametrisation``, ``init_scale``, ``quantile``,
     ``test``, ``init_weights``).
@@ -473,13 +492,13 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
     Parameters
     ----------
     name : {"gd", "sgd"}
-        * ``"gd"``: GD at step ``task.eta`` on the model's fixed prompts (Sec. A.4), full batch by default, minibatch
-          SGD over per-epoch permutations with ``batch_size``; the evaluation batch is the training sample:
-          ``config("gd", model, n_steps, *, seeds=None, batch_size=None, saveat=None, checkpoint_every=0,
-          dtype="float64")``.
-        * ``"sgd"``: online SGD at step ``task.eta`` on fresh prompts of Sec. A.1, evaluated on ``eval_size`` fresh
-          prompts per seed: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,), eval_size=2000, saveat=None,
-          checkpoint_every=0, refill=32, dtype="float64")``.
+        * ``"gd"``: GD at step ``task.eta`` on the model's fixed prompts (docs/models/token_selection.md §A.4), full
+          batch by default, minibatch SGD over per-epoch permutations with ``batch_size``; the evaluation batch is the
+          training sample: ``config("gd", model, n_steps, *, seeds=None, batch_size=None, saveat=None,
+          checkpoint_every=0, dtype="float64")``.
+        * ``"sgd"``: online SGD at step ``task.eta`` on fresh prompts of docs/models/token_selection.md §A.1, evaluated
+          on ``eval_size`` fresh prompts per seed: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,),
+          eval_size=2000, saveat=None, checkpoint_every=0, refill=32, dtype="float64")``.
     *args, **kwargs
         The arguments of that protocol, as listed.
 

@@ -1,62 +1,70 @@
 """Torch one-layer attention that learns a random walk on a circle (Shi, Cao, NeurIPS 2025; spec Study C).
 
-Implements the empirical side of ``token_selection.md`` Study C: the model f = V X softmax(X~^T W x~_N) (Sec. C.3)
-with X~ = [X; Phi] and the blank query x~_N = [0; phi_N] (Sec. C.2), the loss -log(e_y^T f + eps) averaged over the
-walks (Sec. C.4, no extra factor), and three parametrisations of the key-query matrix:
+Implements the empirical side of ``docs/models/token_selection.md`` Study C: the model f = V X softmax(X~^T W x~_N)
+(docs/models/token_selection.md §C.3) with X~ = [X; Phi] and the blank query x~_N = [0; phi_N]
+(docs/models/token_selection.md §C.2), the loss -log(e_y^T f + eps) averaged over the walks
+(docs/models/token_selection.md §C.4, no extra factor), and three parametrisations of the key-query matrix:
 
-* ``merged`` with ``init="zero"``: V = 0, W = 0 (Sec. C.4, the paper's Figs. 4-5); GD then stays on the reduced
-  family (a, c) of Sec. C.5 and equals :func:`closedform.random_walk.map` on the same walks;
-* ``merged`` with ``init="random"``: V, W i.i.d. N(0, s^2), s = 0.01, V drawn first (Sec. C.8, Fig. 6), usually with
-  ``normalize_tokens=True`` (every column of X~, the blank query included, divided by its norm inside the scores
-  only: the spec's default for the unrecoverable detail of Fig. 6);
-* ``factorised``: W = W_K^T W_Q with V, W_K, W_Q i.i.d. N(0, s^2), drawn in that order (Sec. C.8 "our extension";
-  Sec. 0: never W_K = W_Q = 0, a stationary point).
+* ``merged`` with ``init="zero"``: V = 0, W = 0 (docs/models/token_selection.md §C.4, the paper's Figs. 4-5); GD then
+  stays on the reduced family (a, c) of docs/models/token_selection.md §C.5 and equals
+  :func:`closedform.random_walk.map` on the same walks;
+* ``merged`` with ``init="random"``: V, W i.i.d. N(0, s^2), s = 0.01, V drawn first
+  (docs/models/token_selection.md §C.8, Fig. 6), usually with ``normalize_tokens=True`` (every column of X~, the blank
+  query included, divided by its norm inside the scores only: the spec's default for the unrecoverable detail of Fig.
+  6);
+* ``factorised``: W = W_K^T W_Q with V, W_K, W_Q i.i.d. N(0, s^2), drawn in that order
+  (docs/models/token_selection.md §C.8 "our extension"; docs/models/token_selection.md §0: never W_K = W_Q = 0, a
+  stationary point).
 
-The QA tasks of Sec. C.8 ("beyond random walks": majority fruit, preferred fruit; 19-word vocabulary) run the same
-model on word tokens, optionally with an extra ReLU layer: :class:`QAAttention`, :func:`qa_questions`,
-:func:`qa_sample`, :func:`config("qa_gd") <config>`.
+The QA tasks of docs/models/token_selection.md §C.8 ("beyond random walks": majority fruit, preferred fruit; 19-word
+vocabulary) run the same model on word tokens, optionally with an extra ReLU layer: :class:`QAAttention`,
+:func:`qa_questions`, :func:`qa_sample`, :func:`config("qa_gd") <config>`.
 
 Training is the shared trainer :func:`empirical.train.train`: full-batch GD at step eta on fixed training walks
-(:func:`config("gd") <config>`, the paper's protocol of Sec. C.8), or online SGD on fresh walks (:func:`config("sgd") <config>`). Fixed walks
-come from the closed form's sampler (:func:`closedform.random_walk.sample_walks`, recipe Appendix G.C), so a torch run
-and the reduced dynamics see the same walks. Everything model-specific that exists in :mod:`closedform.random_walk` is
-reused: the positional code (:func:`~closedform.random_walk.positional_matrix`), the probes of Sec. C.5.1
-(:func:`~closedform.random_walk.probe_W`), accuracy, attention statistics, direction errors and the KL of Fig. 6
-(:func:`~closedform.random_walk.accuracy`, ``attention_stats``, ``direction_errors``, ``output_direction_error``,
-``kl_to_truth``, ``empirical_transitions``). Logged variables carry the closed form's names (``V_b_a``, ``a_k``,
-``c_i`` of :func:`~closedform.random_walk.state_names`, ``off``, ``loss``, ``se_loss``, ``dist_V_sqrtChat`` and
-:data:`~closedform.random_walk.DIAGNOSTIC_NAMES`), so a torch run and ``map`` align with ``xarray``.
+(:func:`config("gd") <config>`, the paper's protocol of docs/models/token_selection.md §C.8), or online SGD on fresh
+walks (:func:`config("sgd") <config>`). Fixed walks come from the closed form's sampler
+(:func:`closedform.random_walk.sample_walks`, recipe docs/models/token_selection.md §G.C), so a torch run and the
+reduced dynamics see the same walks. Everything model-specific that exists in :mod:`closedform.random_walk` is reused:
+the positional code (:func:`~closedform.random_walk.positional_matrix`), the probes of
+docs/models/token_selection.md §C.5.1 (:func:`~closedform.random_walk.probe_W`), accuracy, attention statistics,
+direction errors and the KL of Fig. 6 (:func:`~closedform.random_walk.accuracy`, ``attention_stats``,
+``direction_errors``, ``output_direction_error``, ``kl_to_truth``, ``empirical_transitions``). Logged variables carry
+the closed form's names (``V_b_a``, ``a_k``, ``c_i`` of :func:`~closedform.random_walk.state_names`, ``off``, ``loss``,
+``se_loss``, ``dist_V_sqrtChat`` and :data:`~closedform.random_walk.DIAGNOSTIC_NAMES`), so a torch run and ``map`` align
+with ``xarray``.
 
-Symbol table (spec Sec. C.0; shapes carry the trainer's leading seed axis S)
-----------------------------------------------------------------------------
-=============  ============  ==================================================  ==================  ==========
+Symbol table (docs/models/token_selection.md §C.0; shapes carry the trainer's leading seed axis S)
+--------------------------------------------------------------------------------------------------
+=============  ============  ==================================================  ==================  =====================================
 code           paper         meaning                                             shape               defined
-=============  ============  ==================================================  ==================  ==========
-states         s_1..s_N      walk (code values 0..K-1, stored as floats); last   (S, n, N)           Sec. C.1
+=============  ============  ==================================================  ==================  =====================================
+states         s_1..s_N      walk (code values 0..K-1, stored as floats); last   (S, n, N)           docs/models/token_selection.md §C.1
                              column = label y
-V              V             value matrix, row = label, column = state           (S, K, K)           Sec. C.3
-W              W             merged key-query matrix (tokens first)              (S, K+M, K+M)       Sec. C.3
-W_K, W_Q       W_K, W_Q      factors of the factorised model, W = W_K^T W_Q      (S, K+M, K+M)       Sec. C.8
-init_scale     0.01          std of the entries of a random start                float               Sec. C.8
-S_att, f       S, f          attention over the N positions; output V X S        (S,n,N); (S,n,K)    Sec. C.3
-a, c           a, c          probes W12 phi_N / rho, phi_j^T W22 phi_N / rho^2   (S, K); (S, N)      Sec. C.5.1
-off            off           ||W - W_red||_F / ||W||_F                           (S,)                Sec. C.5.1
-=============  ============  ==================================================  ==================  ==========
+V              V             value matrix, row = label, column = state           (S, K, K)           docs/models/token_selection.md §C.3
+W              W             merged key-query matrix (tokens first)              (S, K+M, K+M)       docs/models/token_selection.md §C.3
+W_K, W_Q       W_K, W_Q      factors of the factorised model, W = W_K^T W_Q      (S, K+M, K+M)       docs/models/token_selection.md §C.8
+init_scale     0.01          std of the entries of a random start                float               docs/models/token_selection.md §C.8
+S_att, f       S, f          attention over the N positions; output V X S        (S,n,N); (S,n,K)    docs/models/token_selection.md §C.3
+a, c           a, c          probes W12 phi_N / rho, phi_j^T W22 phi_N / rho^2   (S, K); (S, N)      docs/models/token_selection.md §C.5.1
+off            off           ||W - W_red||_F / ||W||_F                           (S,)                docs/models/token_selection.md §C.5.1
+=============  ============  ==================================================  ==================  =====================================
 
-Time axis: the GD step t (``step``); ``time`` = eta t (spec Sec. 0), as in :func:`closedform.random_walk.map`.
-Use ``lr = task.eta`` (:func:`config("gd") <config>` does) so that both axes agree.
+Time axis: the GD step t (``step``); ``time`` = eta t (docs/models/token_selection.md §0), as in
+:func:`closedform.random_walk.map`. Use ``lr = task.eta`` (:func:`config("gd") <config>` does) so that both axes agree.
 
 Notes
 -----
 * With fixed walks the model's ``sample`` returns the training walks, seed by seed in the order of ``config.seeds``,
-  for both the training set and the evaluation batch: ``loss`` and ``se_loss`` are training-sample values (spec
-  Sec. 0), while the diagnostics (accuracy, attention, KL) are measured on the fixed test walks (``test=``), as in
-  the paper (Sec. C.8). Online, the evaluation batch (fresh walks of the ``eval`` stream) serves for both.
+  for both the training set and the evaluation batch: ``loss`` and ``se_loss`` are training-sample values
+  (docs/models/token_selection.md §0), while the diagnostics (accuracy, attention, KL) are measured on the fixed test
+  walks (``test=``), as in the paper (Sec. C.8). Online, the evaluation batch (fresh walks of the ``eval`` stream)
+  serves for both.
 * The trainer refuses non-finite logged values, but a direction of V = 0 (or f = 0) is undefined (the closed form
   returns NaN). Here the normalised zero matrix is taken as 0: at V = 0 the direction errors are 1 and the cosine
   is 0 (:data:`ZERO_DIRECTION_CONVENTION`). Compare with the closed form only where V != 0 (t >= 1 from zero).
 * A random start can make e_y^T f + eps <= 0 for some walk: the loss is then NaN and the trainer raises
-  ``dynamics.DivergenceError`` naming the seed and step (the closed form raises too, Sec. C.4 has no clamp).
+  ``dynamics.DivergenceError`` naming the seed and step (the closed form raises too, docs/models/token_selection.md §C.4
+  has no clamp).
 """
 
 from __future__ import annotations
@@ -129,23 +137,25 @@ class RandomWalkModelSpec:
     Parameters
     ----------
     task : closedform.random_walk.RandomWalkTask
-        K, N, p, M, rho, eta, eps (Sec. C.1-C.4).
+        K, N, p, M, rho, eta, eps (docs/models/token_selection.md §C.1-§C.4).
     parametrisation : {"merged", "factorised"}
-        Trainable (V, W), or (V, W_K, W_Q) with W = W_K^T W_Q (Sec. C.8, our extension).
+        Trainable (V, W), or (V, W_K, W_Q) with W = W_K^T W_Q (docs/models/token_selection.md §C.8, our extension).
     init : {"zero", "random"}
-        V = W = 0 (Sec. C.4; merged only) or i.i.d. N(0, init_scale^2) entries, V first (Sec. C.8, Fig. 6). The
-        factorised model must start at random (W_K = W_Q = 0 is stationary, Sec. 0).
+        V = W = 0 (docs/models/token_selection.md §C.4; merged only) or i.i.d. N(0, init_scale^2) entries, V first
+        (docs/models/token_selection.md §C.8, Fig. 6). The factorised model must start at random (W_K = W_Q = 0 is
+        stationary, docs/models/token_selection.md §0).
     init_scale : float > 0
         Std of a random start (spec 0.01); must stay 0.01 for ``init="zero"``.
     normalize_tokens : bool
-        Divide every column of X~ (blank query included) by its norm inside the scores only (Sec. C.8 default for
-        Fig. 6); the reduced family of Sec. C.5 then no longer applies.
+        Divide every column of X~ (blank query included) by its norm inside the scores only
+        (docs/models/token_selection.md §C.8 default for Fig. 6); the reduced family of
+        docs/models/token_selection.md §C.5 then no longer applies.
     log_profile : bool
         Also log the mean attention on each position over the diagnostic walks, ``attn_pos_0 .. attn_pos_{N-1}``
-        (Fig. 4(c), Sec. C.8).
+        (Fig. 4(c), docs/models/token_selection.md §C.8).
     log_walks : int >= 0
         Also log the token average X S of the first ``log_walks`` diagnostic walks, ``XS_{w}_{k}`` (Fig. 6 appendix
-        snapshots, Sec. C.8).
+        snapshots, docs/models/token_selection.md §C.8).
     data_digest, test_digest : str or None
         SHA-256 prefixes of the fixed training / test walks (set by :class:`RandomWalkAttention`).
     """
@@ -172,25 +182,27 @@ class RandomWalkModelSpec:
         object.__setattr__(self, "log_walks", check_int("log_walks", self.log_walks, min_value=0))
         if self.parametrisation == "factorised" and self.init == "zero":
             raise ValueError("init must be 'random' for parametrisation='factorised': W_K = W_Q = 0 is a stationary "
-                             "point that cannot learn (spec Sec. 0)")
+                             "point that cannot learn (docs/models/token_selection.md §0)")
         if self.init == "zero" and self.init_scale != 0.01:
             raise ValueError(f"init_scale applies only to init='random'; got init_scale={self.init_scale} with "
                              "init='zero'")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The forward pass (Sec. C.3), batched over seeds and walks
+# The forward pass (docs/models/token_selection.md §C.3), batched over seeds and walks
 # ----------------------------------------------------------------------------------------------------------------------
 
 def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The merged key-query matrix W (S, K+M, K+M): ``params["W"]`` or W_K^T W_Q (factorised, Sec. C.8)."""
+    """The merged key-query matrix W (S, K+M, K+M): ``params["W"]`` or W_K^T W_Q (factorised,
+    docs/models/token_selection.md §C.8)."""
     if "W" in params:
         return params["W"]
     return params["W_K"].transpose(-1, -2) @ params["W_Q"]
 
 
 def _query_vector(params: Mapping[str, torch.Tensor], xq: torch.Tensor) -> torch.Tensor:
-    """q = W x~_N (S, K+M); for the factorised model W_K^T (W_Q x~_N), never forming W (Sec. C.3)."""
+    """q = W x~_N (S, K+M); for the factorised model W_K^T (W_Q x~_N), never forming W
+    (docs/models/token_selection.md §C.3)."""
     if "W" in params:
         return params["W"] @ xq
     return (params["W_K"].transpose(-1, -2) @ (params["W_Q"] @ xq)[..., None])[..., 0]
@@ -198,7 +210,8 @@ def _query_vector(params: Mapping[str, torch.Tensor], xq: torch.Tensor) -> torch
 
 def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states: torch.Tensor, *,
             normalize_tokens: bool = False, Phi: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention S = softmax(X~^T W x~_N) over the N positions and output f = V X S (Sec. C.2-C.3), for every seed.
+    """Attention S = softmax(X~^T W x~_N) over the N positions and output f = V X S
+    (docs/models/token_selection.md §C.2-§C.3), for every seed.
 
     The same arithmetic as :func:`closedform.random_walk.forward` (logits of context j: q_{s_j} + phi_j^T q_pos,
     blank: phi_N^T q_pos, each times the column scale of ``normalize_tokens``); the blank contributes 0 to f.
@@ -210,7 +223,7 @@ def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states:
     states : (S, n, N) float or int tensor
         Walks (code values); only the context columns 0..N-2 are read.
     normalize_tokens : bool
-        Unit-norm columns of X~ inside the scores (Sec. C.8, Fig. 6 default).
+        Unit-norm columns of X~ inside the scores (docs/models/token_selection.md §C.8, Fig. 6 default).
     Phi : (M, N) tensor, optional
         The positional code (default :func:`closedform.random_walk.positional_matrix`, on ``states``' device).
 
@@ -238,7 +251,7 @@ def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states:
 
 
 def _token_average(task: cf.RandomWalkTask, states: torch.Tensor, S_att: torch.Tensor) -> torch.Tensor:
-    """u = X S restricted to the context (S, n, K) (Sec. C.3)."""
+    """u = X S restricted to the context (S, n, K) (docs/models/token_selection.md §C.3)."""
     ctx = states[..., : task.N - 1].long()
     return torch.zeros(*ctx.shape[:2], task.K, dtype=S_att.dtype, device=S_att.device).scatter_add(
         2, ctx, S_att[..., : task.N - 1])
@@ -253,13 +266,15 @@ def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarr
 
 
 def probe_names(task: cf.RandomWalkTask) -> tuple[str, ...]:
-    """Names of the weight probes (Sec. C.5.1): the closed form's state names V_b_a, a_k, c_i, then ``off``."""
+    """Names of the weight probes (docs/models/token_selection.md §C.5.1): the closed form's state names V_b_a, a_k,
+    c_i, then ``off``."""
     return tuple(cf.state_names(task)) + ("off",)
 
 
 def attention_profile(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], sample: cf.WalkSample, *,
                       normalize_tokens: bool = False) -> np.ndarray:
-    """Mean attention on each of the N positions over ``sample`` for every seed, (S, N) float64 (Fig. 4(c), C.8).
+    """Mean attention on each of the N positions over ``sample`` for every seed, (S, N) float64 (Fig. 4(c),
+    docs/models/token_selection.md §C.8).
 
     ``params`` carry the seed axis; the same walks serve every seed.
     """
@@ -295,7 +310,8 @@ def _check_samples(task: cf.RandomWalkTask, samples, name: str) -> list[cf.WalkS
 
 
 class RandomWalkAttention:
-    """One-layer attention of Study C as an :class:`empirical.train.TorchModel` (Sec. C.3-C.4, Sec. C.8).
+    """One-layer attention of Study C as an :class:`empirical.train.TorchModel`
+    (docs/models/token_selection.md §C.3-§C.4, §C.8).
 
     Parameters
     ----------
@@ -305,7 +321,8 @@ class RandomWalkAttention:
     data : sequence of closedform.random_walk.WalkSample, optional
         Fixed training walks, one sample per seed (in the order of ``config.seeds``), all of one size, equal
         weights (e.g. :func:`walk_samples`, or :func:`closedform.random_walk.enumerate_walks` for p in {0, 1}).
-        ``None``: online walks from the torch sampler (recipe of Appendix G.C with torch generators).
+        ``None``: online walks from the torch sampler (recipe of docs/models/token_selection.md §G.C with torch
+        generators).
     test : sequence of closedform.random_walk.WalkSample, optional
         Fixed test walks, one per seed, for the diagnostics (fixed data only); default: the training walks.
     """
@@ -354,14 +371,16 @@ class RandomWalkAttention:
                        Phi=self._positional(params["V"]))
 
     def time_of_step(self, step):
-        """Flow time eta t of GD step t (spec Sec. 0)."""
+        """Flow time eta t of GD step t (docs/models/token_selection.md §0)."""
         return self.task.time_of_step(step)
 
     # -- protocol ------------------------------------------------------------------------------------------------------
 
     def init_params(self, generators, *, device, dtype):
-        """V = W = 0 (Sec. C.4), or i.i.d. N(0, s^2) entries from each seed's ``init`` stream: V then W (merged,
-        Sec. C.8 Fig. 6), or V then W_K then W_Q (factorised, Sec. C.8)."""
+        """V = W = 0 (docs/models/token_selection.md §C.4), or i.i.d. N(0, s^2) entries from each seed's ``init``
+        stream: V then W (merged,
+        docs/models/token_selection.md §C.8 Fig. 6), or V then W_K then W_Q (factorised,
+        docs/models/token_selection.md §C.8)."""
         K, D = self.task.K, self.task.K + self.task.M
         if self.spec.init == "zero":
             S = len(generators)
@@ -382,7 +401,8 @@ class RandomWalkAttention:
         """``n`` walks per seed, ``{"states": (S, n, N)}`` (code values as floats; last column = label).
 
         Fixed data: the training walks (``n`` must equal their number). Online: per seed s_1 = randint(0, K, n),
-        steps = where(rand(n, N-1) < p, +1, -1), cumulative sums mod K (Appendix G.C with torch generators).
+        steps = where(rand(n, N-1) < p, +1, -1), cumulative sums mod K (docs/models/token_selection.md §G.C with torch
+        generators).
         """
         n = check_int("n", n, min_value=1)
         if self.data is not None:
@@ -405,7 +425,7 @@ class RandomWalkAttention:
         return per_seed(generators, draw)
 
     def loss(self, params, batch, hyper=None):
-        """L = mean over walks of -log(e_y^T f + eps) per seed (Sec. C.4), shape (S,)."""
+        """L = mean over walks of -log(e_y^T f + eps) per seed (docs/models/token_selection.md §C.4), shape (S,)."""
         _, f = self.forward(params, batch["states"])
         y = batch["states"][..., -1].long()
         gbar = torch.gather(f, 2, y[..., None])[..., 0]
@@ -413,7 +433,8 @@ class RandomWalkAttention:
 
     def evaluate(self, params, batch, hyper=None):
         """Loss and its SE on the evaluation batch (the training walks for fixed data), ``dist_V_sqrtChat`` (fixed
-        data), and the diagnostics of Sec. C.5.1 plus ``kl`` (Fig. 6) on the test walks (module Notes)."""
+        data), and the diagnostics of docs/models/token_selection.md §C.5.1 plus ``kl`` (Fig. 6) on the test walks
+        (module Notes)."""
         states = batch["states"]
         _, f = self.forward(params, states)
         y = states[..., -1].long()
@@ -455,7 +476,8 @@ class RandomWalkAttention:
         return out
 
     def _diagnostics(self, V, S_att, f, sample) -> dict:
-        """The closed form's diagnostics (Sec. C.5.1) from one seed's attention and output, plus the KL of Fig. 6."""
+        """The closed form's diagnostics (docs/models/token_selection.md §C.5.1) from one seed's attention and output,
+        plus the KL of Fig. 6."""
         acc, acc_rb = cf.accuracy(self.task, f, sample)
         row = {"acc": acc, "acc_rb": acc_rb}
         row.update(cf.attention_stats(S_att, sample.weights))
@@ -465,8 +487,9 @@ class RandomWalkAttention:
         return {name: _finite(value, name) for name, value in row.items()}
 
     def probes(self, params):
-        """Probes of Sec. C.5.1 per seed: V_b_a, a_k = (W12 phi_N)_k / rho, c_j = phi_j^T W22 phi_N / rho^2 and
-        off = ||W - W_red||_F / ||W||_F (0 for W = 0), W = W_K^T W_Q for the factorised model (:func:`probe_names`).
+        """Probes of docs/models/token_selection.md §C.5.1 per seed: V_b_a, a_k = (W12 phi_N)_k / rho, c_j = phi_j^T W22
+        phi_N / rho^2 and off = ||W - W_red||_F / ||W||_F (0 for W = 0), W = W_K^T W_Q for the factorised model
+        (:func:`probe_names`).
 
         The formulas of :func:`closedform.random_walk.probe_W`, evaluated in torch on the run's device (W never
         leaves it); the tests check them against ``probe_W`` to round-off.
@@ -507,7 +530,7 @@ def _finite(value: float, name: str) -> float:
 
 def walk_samples(task: cf.RandomWalkTask, n_train: int, seeds, *, n_test: int | None = None
                  ) -> tuple[list[cf.WalkSample], list[cf.WalkSample] | None]:
-    """Training walks and (optionally) test walks per seed by the exact recipe of Appendix G.C.
+    """Training walks and (optionally) test walks per seed by the exact recipe of docs/models/token_selection.md §G.C.
 
     For each seed, ``numpy.random.default_rng(seed)`` draws ``n_train`` training walks, then ``n_test`` test walks
     from the same generator (:func:`closedform.random_walk.sample_walks`), so the closed form's
@@ -526,10 +549,11 @@ def walk_samples(task: cf.RandomWalkTask, n_train: int, seeds, *, n_test: int | 
 
 def _gd_config(model: RandomWalkAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
                checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
-    """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed walks (Sec. C.4, Sec. C.8).
+    """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed walks
+    (docs/models/token_selection.md §C.4, §C.8).
 
-    The evaluation batch is the training sample (spec Sec. 0). ``seeds`` defaults to 0..len(data)-1 (they label the
-    runs; the walks are those given to the model).
+    The evaluation batch is the training sample (docs/models/token_selection.md §0). ``seeds`` defaults to
+    0..len(data)-1 (they label the runs; the walks are those given to the model).
     """
     if model.data is None:
         raise ValueError("config('gd') needs a model with fixed walks (RandomWalkAttention(..., data=samples)); use "
@@ -543,7 +567,8 @@ def _gd_config(model: RandomWalkAttention, n_steps: int, *, seeds=None, saveat: 
 def _sgd_config(model: RandomWalkAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 1000,
                 lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
                 dtype: str = "float64") -> TrainConfig:
-    """TrainConfig of online SGD (fresh walks of Sec. C.1 every step; default step ``task.eta``), evaluated on a
+    """TrainConfig of online SGD (fresh walks of docs/models/token_selection.md §C.1 every step; default step
+    ``task.eta``), evaluated on a
     fixed batch of ``eval_size`` fresh walks (a test sample)."""
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed walks")
@@ -553,17 +578,20 @@ def _sgd_config(model: RandomWalkAttention, n_steps: int, batch_size: int, *, se
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Beyond random walks: the QA tasks of Sec. C.8 (same model on word tokens, optional extra ReLU layer)
+#  Beyond random walks: the QA tasks of docs/models/token_selection.md §C.8 (same model on word tokens, optional extra
+# ReLU layer)
 # ----------------------------------------------------------------------------------------------------------------------
 
-#: The 19-word vocabulary of both QA tasks in alphabetical order (Sec. C.8 [unknown; default]); index = token id.
+# : The 19-word vocabulary of both QA tasks in alphabetical order (docs/models/token_selection.md §C.8 [unknown;
+#default]); index = token id.
 QA_VOCAB: tuple[str, ...] = ("an", "appears", "apple", "based", "do", "frequently", "fruit", "i", "list", "most", "of",
                              "on", "orange", "prefer", "sentence", "the", "to", "type", "which")
 QA_TASKS = ("majority", "preference")
 
 
 def qa_tokens(words: str) -> list[int]:
-    """Token ids of a question: lower-case words, punctuation and quotes dropped (Sec. C.8 [unknown; default])."""
+    """Token ids of a question: lower-case words, punctuation and quotes dropped (docs/models/token_selection.md §C.8
+    [unknown; default])."""
     clean = "".join(ch if ch.isalnum() or ch.isspace() else " " for ch in words.lower())
     try:
         return [QA_VOCAB.index(w) for w in clean.split()]
@@ -572,7 +600,8 @@ def qa_tokens(words: str) -> list[int]:
 
 
 def qa_questions(task: str) -> tuple[np.ndarray, np.ndarray]:
-    """Every question of a QA task with its answer (Sec. C.8): ``(tokens (n_q, n_words) int64, labels (n_q,))``.
+    """Every question of a QA task with its answer (docs/models/token_selection.md §C.8): ``(tokens (n_q, n_words)
+    int64, labels (n_q,))``.
 
     ``majority``: "Based on the list 'w1, w2, w3, w4, w5', which type of fruit appears most frequently?" for the 32
     lists w_i in {apple, orange}; answer the majority fruit (16 words). ``preference``: "Based on the sentence 'I
@@ -609,7 +638,8 @@ def qa_sample(task: str, n: int, rng) -> cf.WalkSample:
 def qa_geometry(task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1,
                 rho: float | None = None) -> cf.RandomWalkTask:
     """The embedding geometry of a QA task: K = 19 tokens, N = words + 1 (blank query last), positional dimension M,
-    squared positional norm rho (default M/2), step eta, offset eps (Sec. C.8 defaults: M = 1000, eta = 0.1,
+    squared positional norm rho (default M/2), step eta, offset eps (docs/models/token_selection.md §C.8 defaults: M =
+    1000, eta = 0.1,
     eps = 0.1). Carried by a ``RandomWalkTask`` whose p (0.5) is not used: there is no walk."""
     n_words = qa_questions(task)[0].shape[1]
     return cf.RandomWalkTask(K=len(QA_VOCAB), N=n_words + 1, M=M, p=0.5, eta=eta, eps=eps, rho=rho)
@@ -617,7 +647,8 @@ def qa_geometry(task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1,
 
 @dataclass(frozen=True, kw_only=True)
 class QAModelSpec:
-    """What defines a QA run (Sec. C.8): task, geometry, ReLU variant, init scale, normalisation, data digests."""
+    """What defines a QA run (docs/models/token_selection.md §C.8): task, geometry, ReLU variant, init scale,
+    normalisation, data digests."""
 
     task: str
     geometry: cf.RandomWalkTask
@@ -635,12 +666,14 @@ class QAModelSpec:
 
 
 class QAAttention:
-    """The model of Sec. C.3 on QA token sequences (Sec. C.8 "Beyond random walks") as a TorchModel.
+    """The model of docs/models/token_selection.md §C.3 on QA token sequences (docs/models/token_selection.md §C.8
+    "Beyond random walks") as a TorchModel.
 
     f = V X softmax(X~^T W x~_N), or with ``relu`` f = A_relu relu(V X S) (V (m_relu, K), A_relu (K, m_relu)); all
-    entries i.i.d. N(0, 0.01^2) (V, then W, then A_relu), tokens normalised inside the scores (Sec. C.8 defaults).
-    Loss -log(max(e_y^T f + eps, 1e-12)) (the clamp of Sec. C.8: f can be negative from a random start). Logged:
-    ``loss`` on the training questions and ``acc`` on the test questions; probes ``norm_V`` and ``norm_W``.
+    entries i.i.d. N(0, 0.01^2) (V, then W, then A_relu), tokens normalised inside the scores
+    (docs/models/token_selection.md §C.8 defaults). Loss -log(max(e_y^T f + eps, 1e-12)) (the clamp of
+    docs/models/token_selection.md §C.8: f can be negative from a random start). Logged: ``loss`` on the training
+    questions and ``acc`` on the test questions; probes ``norm_V`` and ``norm_W``.
     """
 
     name = "random_walk_qa"
@@ -663,11 +696,12 @@ class QAAttention:
     _positional = RandomWalkAttention._positional
 
     def time_of_step(self, step):
-        """Flow time eta t of GD step t (spec Sec. 0)."""
+        """Flow time eta t of GD step t (docs/models/token_selection.md §0)."""
         return self.task.time_of_step(step)
 
     def output(self, params, states):
-        """Model output f (S, n, K) (Sec. C.3; ReLU variant of Sec. C.8)."""
+        """Model output f (S, n, K) (docs/models/token_selection.md §C.3; ReLU variant of
+        docs/models/token_selection.md §C.8)."""
         ref = params["V"]
         if not self.spec.relu:
             return forward(self.task, params, states, normalize_tokens=self.spec.normalize_tokens,
@@ -680,7 +714,8 @@ class QAAttention:
         return torch.einsum("snm,skm->snk", hidden, params["A_relu"])
 
     def init_params(self, generators, *, device, dtype):
-        """V, W (and A_relu) i.i.d. N(0, s^2) from each seed's ``init`` stream, in that order (Sec. C.8)."""
+        """V, W (and A_relu) i.i.d. N(0, s^2) from each seed's ``init`` stream, in that order
+        (docs/models/token_selection.md §C.8)."""
         K, D, m, s = self.task.K, self.task.K + self.task.M, self.spec.m_relu, self.spec.init_scale
 
         def draw(g):
@@ -700,14 +735,15 @@ class QAAttention:
         return {"states": torch.as_tensor(np.stack([s.states for s in self.data]), device=device).to(dtype)}
 
     def loss(self, params, batch, hyper=None):
-        """mean -log(max(e_y^T f + eps, 1e-12)) per seed (Sec. C.4 with the clamp of Sec. C.8), shape (S,)."""
+        """mean -log(max(e_y^T f + eps, 1e-12)) per seed (docs/models/token_selection.md §C.4 with the clamp of
+        docs/models/token_selection.md §C.8), shape (S,)."""
         f = self.output(params, batch["states"])
         y = batch["states"][..., -1].long()
         gbar = torch.gather(f, 2, y[..., None])[..., 0]
         return -torch.log(torch.clamp(gbar + self.task.eps, min=1e-12)).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper=None):
-        """Training loss and test accuracy (Pred = smallest maximiser, Sec. C.3)."""
+        """Training loss and test accuracy (Pred = smallest maximiser, docs/models/token_selection.md §C.3)."""
         ref = params["V"]
         test = torch.as_tensor(np.stack([t.states for t in self.test]), device=ref.device).to(ref.dtype)
         f = self.output(params, test)
@@ -722,7 +758,7 @@ class QAAttention:
 
 def _qa_gd_config(model: QAAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
                   checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
-    """Full-batch GD at step eta on the fixed training questions (Sec. C.8)."""
+    """Full-batch GD at step eta on the fixed training questions (docs/models/token_selection.md §C.8)."""
     n = model.data[0].n
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
@@ -730,8 +766,9 @@ def _qa_gd_config(model: QAAttention, n_steps: int, *, seeds=None, saveat: SaveA
 
 
 def build(task: cf.RandomWalkTask, **kwargs) -> RandomWalkAttention:
-    """The torch model of ``task``: a :class:`RandomWalkAttention` started from zero (Sec. C.4), on the fixed walk
-    samples ``data`` (one per seed, :func:`walk_samples`) or online (``data=None``).
+    """The torch model of ``task``: a :class:`RandomWalkAttention` started from zero
+    (docs/models/token_selection.md §C.4), on the fixed walk samples ``data`` (one per seed, :func:`walk_samples`) or
+    online (``data=None``).
 
     ``kwargs`` go to :class:`RandomWalkAttention` (``data``, ``parametrisation``, ``init``, ``init_scale``,
     ``normalize_tokens``, ``test``, ``log_profile``, ``log_walks``).
@@ -751,14 +788,15 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
     Parameters
     ----------
     name : {"gd", "sgd", "qa_gd"}
-        * ``"gd"``: full-batch GD at step ``task.eta`` on the model's fixed walks (Sec. C.4, Sec. C.8; the evaluation
-          batch is the training sample): ``config("gd", model, n_steps, *, seeds=None, saveat=None,
+        * ``"gd"``: full-batch GD at step ``task.eta`` on the model's fixed walks
+          (docs/models/token_selection.md §C.4, §C.8; the evaluation batch is the training sample): ``config("gd",
+          model, n_steps, *, seeds=None, saveat=None, checkpoint_every=0, dtype="float64")``.
+        * ``"sgd"``: online SGD on fresh walks of docs/models/token_selection.md §C.1 (default step ``task.eta``),
+          evaluated on ``eval_size`` fresh walks: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,),
+          eval_size=1000, lr=None, saveat=None, checkpoint_every=0, refill=32, dtype="float64")``.
+        * ``"qa_gd"``: full-batch GD of a :class:`QAAttention` on its fixed training questions
+          (docs/models/token_selection.md §C.8): ``config("qa_gd", model, n_steps, *, seeds=None, saveat=None,
           checkpoint_every=0, dtype="float64")``.
-        * ``"sgd"``: online SGD on fresh walks of Sec. C.1 (default step ``task.eta``), evaluated on ``eval_size``
-          fresh walks: ``config("sgd", model, n_steps, batch_size, *, seeds=(0,), eval_size=1000, lr=None,
-          saveat=None, checkpoint_every=0, refill=32, dtype="float64")``.
-        * ``"qa_gd"``: full-batch GD of a :class:`QAAttention` on its fixed training questions (Sec. C.8):
-          ``config("qa_gd", model, n_steps, *, seeds=None, saveat=None, checkpoint_every=0, dtype="float64")``.
     *args, **kwargs
         The arguments of that protocol, as listed.
 

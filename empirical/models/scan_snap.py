@@ -1,60 +1,66 @@
 """Torch one-layer attention of Scan and Snap (Tian et al., NeurIPS 2023): the Y/Z model, the full (U, W) model and
 the one-layer text Transformer.
 
-Implements the empirical side of spec ``scan_snap.md``:
+Implements the empirical side of ``docs/models/scan_snap.md``:
 
-* :class:`ScanSnapTorch` with ``parametrisation="YZ"``: the authors' synthetic model (spec Sec. 1.4, Sec. 5.1): free
-  matrices Y (decoder) and Z (attention logits) indexed by vocabulary ids, attention of the query on the T - 1
-  contextual positions (query excluded), l2-normalised attention output f = LN(X^T b), logits Y^T f over all M outputs,
-  cross-entropy averaged over the batch (= -J of Sec. 1.3). Zero init (Sec. 5.2) or random init U(+-1/sqrt(M)) of every
-  entry, Y drawn before Z (Sec. 5.1, 5.3).
-* the same class with ``parametrisation="full"``: embeddings U and W_Q, W_K, W_V (spec Sec. 1.3); the probes map the
-  weights to Y = U W_V^T U^T and Z = U W_Q W_K^T U^T / sqrt(d) (Sec. 1.4), so both parametrisations log the same
-  variables.
-* :func:`distinct_recall`: recall of distinct tokens above attention thresholds (Sec. 5.3, Figs. 11/12).
-* :class:`TextTransformer`: the one-layer post-LayerNorm Transformer of the spec's WikiText experiment (Sec. 5.5,
-  Fig. 10 setting), trained on the word-level corpus of :mod:`empirical.text_corpus`; probe: average attention entropy.
+* :class:`ScanSnapTorch` with ``parametrisation="YZ"``: the authors' synthetic model
+  (docs/models/scan_snap.md §1.4, §5.1): free matrices Y (decoder) and Z (attention logits) indexed by vocabulary ids,
+  attention of the query on the T - 1 contextual positions (query excluded), l2-normalised attention output f = LN(X^T
+  b), logits Y^T f over all M outputs, cross-entropy averaged over the batch (= -J of docs/models/scan_snap.md §1.3).
+  Zero init (docs/models/scan_snap.md §5.2) or random init U(+-1/sqrt(M)) of every entry, Y drawn before Z
+  (docs/models/scan_snap.md §5.1, §5.3).
+* the same class with ``parametrisation="full"``: embeddings U and W_Q, W_K, W_V (docs/models/scan_snap.md §1.3); the
+  probes map the weights to Y = U W_V^T U^T and Z = U W_Q W_K^T U^T / sqrt(d) (docs/models/scan_snap.md §1.4), so both
+  parametrisations log the same variables.
+* :func:`distinct_recall`: recall of distinct tokens above attention thresholds (docs/models/scan_snap.md §5.3, Figs.
+  11/12).
+* :class:`TextTransformer`: the one-layer post-LayerNorm Transformer of the spec's WikiText experiment
+  (docs/models/scan_snap.md §5.5, Fig. 10 setting), trained on the word-level corpus of :mod:`empirical.text_corpus`;
+  probe: average attention entropy.
 
-Data: :meth:`ScanSnapTorch.sample` draws sequences of any :class:`closedform.scan_snap.SequenceClasses` (spec Sec. 1.2,
-Sec. 5.1): class n ~ pi, T - 1 contextual tokens i.i.d. from P(.|n), query qtok(psi(n)), label tgt(n).
+Data: :meth:`ScanSnapTorch.sample` draws sequences of any :class:`closedform.scan_snap.SequenceClasses`
+(docs/models/scan_snap.md §1.2, §5.1): class n ~ pi, T - 1 contextual tokens i.i.d. from P(.|n), query qtok(psi(n)),
+label tgt(n).
 
 Training is the shared trainer :func:`empirical.train.train`; :func:`config("sgd") <config>` gives the paper's protocol (SGD with
-momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the Sec. 4.6
-diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``, ``decoder_stats``) on the reduced
-blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (Sec. 4.1), so a torch run and ``map`` align with
-``xarray`` on the same variables: ``z`` (dims query, token), ``H`` / ``alpha_tgt`` / ``gamma_hat`` (dim class) and
-``H_mean``, with the closed form's coordinates (the spec's 0-based ids m, l, n). The array probes are declared by
-:attr:`ScanSnapTorch.probe_dims` (the trainer's array-probe protocol, :mod:`empirical.train`).
+momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the
+docs/models/scan_snap.md §4.6 diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``,
+``decoder_stats``) on the reduced blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (docs/models/scan_snap.md §4.1),
+so a torch run and ``map`` align with ``xarray`` on the same variables: ``z`` (dims query, token), ``H`` / ``alpha_tgt``
+/ ``gamma_hat`` (dim class) and ``H_mean``, with the closed form's coordinates (the spec's 0-based ids m, l, n). The
+array probes are declared by :attr:`ScanSnapTorch.probe_dims` (the trainer's array-probe protocol,
+:mod:`empirical.train`).
 
-Symbol table (spec Sec. 0.4; shapes carry the trainer's leading seed axis S)
-----------------------------------------------------------------------------
+Symbol table (docs/models/scan_snap.md §0.4; shapes carry the trainer's leading seed axis S)
+--------------------------------------------------------------------------------------------
 ===========  ===========  =======================================================  =========  ========
 code         paper        meaning                                                  shape      defined
 ===========  ===========  =======================================================  =========  ========
-counts       X^T 1        token counts of x_1..x_T-1 (floats, trainer rule)        (S, B, V)  Sec. 1.1
-cls          n            class of the sequence (query and label follow from it)   (S, B)     Sec. 1.2
-Y            Y            decoder matrix, rows = input token ids, columns outputs  (S, V, M)  Sec. 1.4
-Z            Z            attention logits Z[query id, key id]                     (S, V, V)  Sec. 1.4
-U            U            embeddings (full model)                                  (S, V, d)  Sec. 1.3
-W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)  Sec. 1.3
-f            f            LN(X^T b)                                                (S, B, V)  Sec. 1.3
-z            z_{ml}       probe Z[Lc + m, l], dims (query m, token l)              (S, Q, Lc) Sec. 1.4
-H            H_n          distinct-token entropy per class (dim class)             (S, K)     Sec. 4.6
-H_mean       H            distinct-token entropy, mean over classes                (S,)       Sec. 4.6
-alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)     Sec. 4.6
-gamma_hat    gamma_hat    measured speed-control coefficient per class (dim class) (S, K)     Sec. 4.6
+counts       X^T 1        token counts of x_1..x_T-1 (floats, trainer rule)        (S, B, V)  docs/models/scan_snap.md §1.1
+cls          n            class of the sequence (query and label follow from it)   (S, B)     docs/models/scan_snap.md §1.2
+Y            Y            decoder matrix, rows = input token ids, columns outputs  (S, V, M)  docs/models/scan_snap.md §1.4
+Z            Z            attention logits Z[query id, key id]                     (S, V, V)  docs/models/scan_snap.md §1.4
+U            U            embeddings (full model)                                  (S, V, d)  docs/models/scan_snap.md §1.3
+W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)  docs/models/scan_snap.md §1.3
+f            f            LN(X^T b)                                                (S, B, V)  docs/models/scan_snap.md §1.3
+z            z_{ml}       probe Z[Lc + m, l], dims (query m, token l)              (S, Q, Lc) docs/models/scan_snap.md §1.4
+H            H_n          distinct-token entropy per class (dim class)             (S, K)     docs/models/scan_snap.md §4.6
+H_mean       H            distinct-token entropy, mean over classes                (S,)       docs/models/scan_snap.md §4.6
+alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)     docs/models/scan_snap.md §4.6
+gamma_hat    gamma_hat    measured speed-control coefficient per class (dim class) (S, K)     docs/models/scan_snap.md §4.6
 ===========  ===========  =======================================================  =========  ========
 
-V = max(M, Lc + Q) input ids: contextual token l has id l, query m has id Lc + m (the generator layout of Sec. 5.1,
-where V = M). Time axis: optimizer steps, ``time = step`` (spec Sec. 0.2), as in ``closedform.scan_snap``.
+V = max(M, Lc + Q) input ids: contextual token l has id l, query m has id Lc + m (the generator layout of
+docs/models/scan_snap.md §5.1, where V = M). Time axis: optimizer steps, ``time = step``
+(docs/models/scan_snap.md §0.2), as in ``closedform.scan_snap``.
 
 Notes
 -----
 * [choice] Full model: U i.i.d. N(0, 1/d) (near-orthonormal rows for d >> V, where LN(U^T X^T b) ~ U^T LN(X^T b));
   W_Q, W_K, W_V i.i.d. U(+-1/sqrt(d)) (torch's bias-free linear default). The paper gives no recipe.
-* [departure] :class:`TextTransformer` has no dropout (spec Sec. 5.5 choice: dropout 0.2): the shared trainer passes
-  no random stream to the loss. Gradient clipping to total norm 0.5 (Sec. 5.5) is done inside the loss, exactly
-  (:meth:`TextTransformer.loss`).
+* [departure] :class:`TextTransformer` has no dropout (docs/models/scan_snap.md §5.5 choice: dropout 0.2): the shared
+  trainer passes no random stream to the loss. Gradient clipping to total norm 0.5 (docs/models/scan_snap.md §5.5) is
+  done inside the loss, exactly (:meth:`TextTransformer.loss`).
 """
 
 from __future__ import annotations
@@ -81,11 +87,11 @@ INITS = ("zero", "random")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The Y/Z model and the full model (spec Sec. 1.3-1.4, 5.1)
+# The Y/Z model and the full model (docs/models/scan_snap.md §1.3-§1.4, §5.1)
 # ---------------------------------------------------------------------------------------------------------------
 
 def yz_logits(Y: torch.Tensor, Z: torch.Tensor, counts: torch.Tensor, qid: torch.Tensor) -> torch.Tensor:
-    """Decoder logits Y^T LN(X^T b) of the Y/Z model (spec Sec. 1.3-1.4, Lemma 1 setting).
+    """Decoder logits Y^T LN(X^T b) of the Y/Z model (docs/models/scan_snap.md §1.3-§1.4, Lemma 1 setting).
 
     Without positional encoding (Assumption 1a) b_p depends only on the token at p, so X^T b has entries
     v_l = n_l e^{Z[x_T, l]} / sum_k n_k e^{Z[x_T, k]} with n_l the count of token l among x_1..x_{T-1}: the model
@@ -103,12 +109,13 @@ def yz_logits(Y: torch.Tensor, Z: torch.Tensor, counts: torch.Tensor, qid: torch
     V = Z.shape[1]
     Zq = torch.gather(Z, 1, qid[..., None].expand(-1, -1, V))            # (S, B, V): row Z[x_T, :]
     v = torch.softmax(Zq + torch.log(counts), dim=-1)                     # X^T b (log 0 = -inf: absent tokens)
-    f = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)            # LN(X^T b), Sec. 1.3
+    f = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)            # LN(X^T b), docs/models/scan_snap.md §1.3
     return torch.einsum("sbv,svj->sbj", f, Y)
 
 
 def effective_YZ(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Y, Z) of the parameters: themselves (Y/Z model), or Y = U W_V^T U^T, Z = U W_Q W_K^T U^T / sqrt(d) (Sec. 1.4)."""
+    """(Y, Z) of the parameters: themselves (Y/Z model), or Y = U W_V^T U^T, Z = U W_Q W_K^T U^T / sqrt(d)
+    (docs/models/scan_snap.md §1.4)."""
     if "Y" in params:
         return params["Y"], params["Z"]
     U, WQ, WK, WV = params["U"], params["W_Q"], params["W_K"], params["W_V"]
@@ -119,7 +126,8 @@ def effective_YZ(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
 
 
 def reduced_blocks(classes: cf.SequenceClasses, Y, Z) -> tuple[np.ndarray, np.ndarray]:
-    """Reduced state Y_full[0:Lc, :] (.., Lc, M) and Z_full[Lc:Lc+Q, 0:Lc] (.., Q, Lc) as float64 numpy (Sec. 4.1)."""
+    """Reduced state Y_full[0:Lc, :] (.., Lc, M) and Z_full[Lc:Lc+Q, 0:Lc] (.., Q, Lc) as float64 numpy
+    (docs/models/scan_snap.md §4.1)."""
     Lc, Q = classes.Lc, classes.Q
     Yn = torch.as_tensor(Y).detach().cpu().numpy().astype(np.float64, copy=False)
     Zn = torch.as_tensor(Z).detach().cpu().numpy().astype(np.float64, copy=False)
@@ -130,8 +138,8 @@ RECALL_ATTENTION = ("softmax_all_keys", "c_n")
 
 
 def distinct_recall(classes: cf.SequenceClasses, Z_full, thresholds, *, attention: str = "softmax_all_keys"):
-    """Recall of distinct tokens (spec Sec. 5.3, Figs. 11/12): the fraction of a class's distinct tokens whose
-    attention exceeds each threshold, averaged over classes.
+    """Recall of distinct tokens (docs/models/scan_snap.md §5.3, Figs. 11/12): the fraction of a class's distinct tokens
+    whose attention exceeds each threshold, averaged over classes.
 
     Parameters
     ----------
@@ -140,7 +148,7 @@ def distinct_recall(classes: cf.SequenceClasses, Z_full, thresholds, *, attentio
     thresholds : (n_thr,) float
     attention : {"softmax_all_keys", "c_n"}
         Row softmax of Z[Lc + m, :] over all keys (uniform value 1/V; the figures' default, [unverified]), or the
-        class attention map c_n of Eq. 5 (Sec. 4.6).
+        class attention map c_n of Eq. 5 (docs/models/scan_snap.md §4.6).
 
     Returns
     -------
@@ -165,19 +173,22 @@ def distinct_recall(classes: cf.SequenceClasses, Z_full, thresholds, *, attentio
 
 @dataclass(frozen=True, kw_only=True)
 class ScanSnapTorch:
-    """The one-layer attention model of spec Sec. 1.3-1.4 on sequence classes, for :func:`empirical.train.train`.
+    """The one-layer attention model of docs/models/scan_snap.md §1.3-§1.4 on sequence classes, for
+    :func:`empirical.train.train`.
 
     Parameters
     ----------
     classes : closedform.scan_snap.SequenceClasses
-        The data law (Syn-Small, Syn-Medium or any configuration of spec Sec. 4.1).
+        The data law (Syn-Small, Syn-Medium or any configuration of docs/models/scan_snap.md §4.1).
     T : int
-        Paper's sequence length: T - 1 contextual tokens + the query (spec Sec. 1.1; the paper's runs: T = 128).
+        Paper's sequence length: T - 1 contextual tokens + the query (docs/models/scan_snap.md §1.1; the paper's runs: T
+        = 128).
     init : {"zero", "random"}
-        Zero Y, Z (Syn-Small, Sec. 5.2) or every entry U(+-1/sqrt(M)), Y before Z (Syn-Medium, Sec. 5.3). The full
-        model always starts at random (zero U is a stationary point).
+        Zero Y, Z (Syn-Small, docs/models/scan_snap.md §5.2) or every entry U(+-1/sqrt(M)), Y before Z (Syn-Medium,
+        docs/models/scan_snap.md §5.3). The full model always starts at random (zero U is a stationary point).
     parametrisation : {"YZ", "full"}
-        Free Y/Z (the authors' synthetic code) or U, W_Q, W_K, W_V (Sec. 1.3); "full" needs M >= Lc + Q.
+        Free Y/Z (the authors' synthetic code) or U, W_Q, W_K, W_V (docs/models/scan_snap.md §1.3); "full" needs M >= Lc
+        + Q.
     d : int
         Embedding width of the full model (>= 1); ignored by "YZ".
     probe_z : bool
@@ -199,7 +210,8 @@ class ScanSnapTorch:
     def probe_dims(self) -> dict[str, tuple[str, ...]]:
         """Dims of the array probes (:mod:`empirical.train` protocol): ``z`` (query, token) when ``probe_z``; per
         class ``alpha_tgt``, ``gamma_hat`` and ``H`` (``H`` only when every class has distinct tokens, where H_n is
-        defined, spec Sec. 4.6). Coordinates: the trainer's default 0-based ids, as in :mod:`closedform.scan_snap`."""
+        defined, docs/models/scan_snap.md §4.6). Coordinates: the trainer's default 0-based ids, as in
+        :mod:`closedform.scan_snap`."""
         dims = {"z": ("query", "token")} if self.probe_z else {}
         if self._H_defined:
             dims["H"] = ("class",)
@@ -220,7 +232,7 @@ class ScanSnapTorch:
         c = self.classes
         if self.parametrisation == "full" and c.M < c.Lc + c.Q:
             raise ValueError(f"parametrisation='full' needs the generator layout M >= Lc + Q = {c.Lc + c.Q} (outputs "
-                             f"are vocabulary tokens, spec Sec. 5.1); got M = {c.M}")
+                             f"are vocabulary tokens, docs/models/scan_snap.md §5.1); got M = {c.M}")
 
     @property
     def spec(self) -> dict:
@@ -230,18 +242,19 @@ class ScanSnapTorch:
 
     @property
     def V(self) -> int:
-        """Number of input ids, max(M, Lc + Q) (contextual l -> l, query m -> Lc + m; spec Sec. 5.1 layout)."""
+        """Number of input ids, max(M, Lc + Q) (contextual l -> l, query m -> Lc + m; docs/models/scan_snap.md §5.1
+        layout)."""
         return max(self.classes.M, self.classes.Lc + self.classes.Q)
 
     @staticmethod
     def time_of_step(step):
-        """time = step (spec Sec. 0.2), as :meth:`closedform.scan_snap.ScanSnapTask.time_of_step`."""
+        """time = step (docs/models/scan_snap.md §0.2), as :meth:`closedform.scan_snap.ScanSnapTask.time_of_step`."""
         return np.asarray(step, dtype=np.float64)
 
     # -- protocol -------------------------------------------------------------------------------------------------
 
     def init_params(self, generators, *, device, dtype):
-        """Initial parameters (spec Sec. 5.1-5.3; full model: the module's [choice] note), per seed."""
+        """Initial parameters (docs/models/scan_snap.md §5.1-§5.3; full model: the module's [choice] note), per seed."""
         V, M, d = self.V, self.classes.M, self.d
         s = 1.0 / math.sqrt(M)
 
@@ -253,7 +266,7 @@ class ScanSnapTorch:
                 if self.init == "zero":
                     return {"Y": torch.zeros(V, M, device=device, dtype=dtype),
                             "Z": torch.zeros(V, V, device=device, dtype=dtype)}
-                Y = unif(g, (V, M), s)  # Y drawn before Z (spec Sec. 5.3)
+                Y = unif(g, (V, M), s)  # Y drawn before Z (docs/models/scan_snap.md §5.3)
                 return {"Y": Y, "Z": unif(g, (V, V), s)}
             U = torch.randn(V, d, generator=g, device=device, dtype=dtype) / math.sqrt(d)
             w = 1.0 / math.sqrt(d)
@@ -262,7 +275,8 @@ class ScanSnapTorch:
         return per_seed(generators, draw)
 
     def sample(self, generators, n, *, device, dtype):
-        """n sequences per seed: class ~ pi, T - 1 contextual tokens i.i.d. P(.|class) (spec Sec. 1.2, Sec. 5.1).
+        """n sequences per seed: class ~ pi, T - 1 contextual tokens i.i.d. P(.|class)
+        (docs/models/scan_snap.md §1.2, §5.1).
 
         Returns ``cls`` (S, n) and ``counts`` (S, n, V), the token counts of each context (all the model needs,
         :func:`yz_logits`); both float (trainer rule), exact integers.
@@ -307,7 +321,8 @@ class ScanSnapTorch:
         return batch["counts"], qid, tgt
 
     def loss(self, params, batch, hyper):
-        """Cross-entropy -J of spec Sec. 1.3, averaged over the batch (the authors' code); shape (S,)."""
+        """Cross-entropy -J of docs/models/scan_snap.md §1.3, averaged over the batch (the authors' code); shape
+        (S,)."""
         Y, Z = effective_YZ(params)
         counts, qid, tgt = self._ids(batch, Y.device)
         logits = yz_logits(Y, Z, counts, qid)
@@ -315,7 +330,8 @@ class ScanSnapTorch:
         return -logp.mean(-1)
 
     def probes(self, params):
-        """Sec. 4.6 diagnostics of the reduced blocks, via ``closedform.scan_snap``: ``z`` (S, Q, Lc), ``H``,
+        """docs/models/scan_snap.md §4.6 diagnostics of the reduced blocks, via ``closedform.scan_snap``: ``z`` (S, Q,
+        Lc), ``H``,
         ``alpha_tgt``, ``gamma_hat`` (S, K), ``H_mean`` (S,); dims in :attr:`probe_dims`."""
         Y, Z = effective_YZ(params)
         c = self.classes
@@ -335,9 +351,11 @@ class ScanSnapTorch:
 
 def _sgd_config(model: ScanSnapTorch, task: cf.ScanSnapTask, seeds, *, n_steps: int = 100, batch_size: int = 128,
                 momentum: float = 0.9, saveat: SaveAt | None = None, eval_size: int = 0, **kw) -> TrainConfig:
-    """The paper's protocol (spec Sec. 5.2-5.3): SGD, momentum 0.9, batch 128, separate eta_Y, eta_Z (lr_scale).
+    """The paper's protocol (docs/models/scan_snap.md §5.2-§5.3): SGD, momentum 0.9, batch 128, separate eta_Y, eta_Z
+    (lr_scale).
 
-    The full model takes one learning rate eta_Y for all of U, W_Q, W_K, W_V (spec Sec. 1.3 has no split).
+    The full model takes one learning rate eta_Y for all of U, W_Q, W_K, W_V (docs/models/scan_snap.md §1.3 has no
+    split).
     """
     if task.classes != model.classes:
         raise ValueError("task.classes must equal model.classes")
@@ -350,18 +368,20 @@ def _sgd_config(model: ScanSnapTorch, task: cf.ScanSnapTask, seeds, *, n_steps: 
 
 def _adam_config(model: ScanSnapTorch, eta: float, seeds, *, n_steps: int = 100, batch_size: int = 128,
                  saveat: SaveAt | None = None, **kw) -> TrainConfig:
-    """Fig. 5 protocol (spec Sec. 5.2 [choice]): Adam with torch defaults, eta_Y = eta_Z = eta, batch 128."""
+    """Fig. 5 protocol (docs/models/scan_snap.md §5.2 [choice]): Adam with torch defaults, eta_Y = eta_Z = eta, batch
+    128."""
     check_positive("eta", eta)
     return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=eta, optimizer="adam",
                        eval_size=kw.pop("eval_size", 0), saveat=saveat or SaveAt(every=1), **kw)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# One-layer Transformer on text (spec Sec. 5.5, Figs. 7 and 10)
+# One-layer Transformer on text (docs/models/scan_snap.md §5.5, Figs. 7 and 10)
 # ---------------------------------------------------------------------------------------------------------------
 
 def attention_entropy(a: torch.Tensor) -> torch.Tensor:
-    """Average attention entropy -sum_k a_k ln(a_k + 1e-8) over keys, mean over queries and sequences (spec Sec. 5.5).
+    """Average attention entropy -sum_k a_k ln(a_k + 1e-8) over keys, mean over queries and sequences
+    (docs/models/scan_snap.md §5.5).
 
     a : (S, B, Tq, Tk) attention rows; returns (S,).
     """
@@ -383,16 +403,18 @@ def _layer_norm(x, w, b):
 
 @dataclass(frozen=True, kw_only=True)
 class TextTransformer:
-    """One-layer post-LayerNorm Transformer LM of spec Sec. 5.5 (Fig. 10 setting), seeds stacked on a leading axis.
+    """One-layer post-LayerNorm Transformer LM of docs/models/scan_snap.md §5.5 (Fig. 10 setting), seeds stacked on a
+    leading axis.
 
     Embedding ``d_model``, FFN ``d_ff`` (ReLU), 1 head, causal mask, sinusoidal positional encoding, untied decoder
-    with bias; init: embedding and decoder U(+-0.1), decoder bias 0, embeddings x sqrt(d_model) (Sec. 5.5), attention
-    in-projection xavier-uniform with zero biases, out-projection U(+-1/sqrt(d)) with zero bias, FFN torch defaults.
-    No dropout (module Notes); gradient clipping to total norm ``clip`` per seed (default 0.5, Sec. 5.5; None: off). Data: chunks of ``bptt + 1`` token ids (inputs and shifted targets) of a
-    :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks (``config("text")``). Probe ``entropy``:
-    average attention entropy (Sec. 5.5) on the held-out chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also
-    the attention map of held-out sequence 0 as ONE array probe ``attn`` of dims (query, key) = positions 0 ..
-    map_rows - 1 (Fig. 7; :attr:`probe_dims`).
+    with bias; init: embedding and decoder U(+-0.1), decoder bias 0, embeddings x sqrt(d_model)
+    (docs/models/scan_snap.md §5.5), attention in-projection xavier-uniform with zero biases, out-projection
+    U(+-1/sqrt(d)) with zero bias, FFN torch defaults. No dropout (module Notes); gradient clipping to total norm
+    ``clip`` per seed (default 0.5, docs/models/scan_snap.md §5.5; None: off). Data: chunks of ``bptt + 1`` token ids
+    (inputs and shifted targets) of a :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks
+    (``config("text")``). Probe ``entropy``: average attention entropy (docs/models/scan_snap.md §5.5) on the held-out
+    chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also the attention map of held-out sequence 0 as ONE array
+    probe ``attn`` of dims (query, key) = positions 0 .. map_rows - 1 (Fig. 7; :attr:`probe_dims`).
     """
 
     train_chunks: torch.Tensor
@@ -437,7 +459,7 @@ class TextTransformer:
                 "checksum": int(self.train_chunks.long().sum()) * 1000003 + int(self.heldout.long().sum())}
 
     def init_params(self, generators, *, device, dtype):
-        """Initialisation of spec Sec. 5.5 (class docstring), per seed."""
+        """Initialisation of docs/models/scan_snap.md §5.5 (class docstring), per seed."""
         V, d, f = self.vocab_size, self.d_model, self.d_ff
 
         def unif(g, shape, a):
@@ -472,7 +494,8 @@ class TextTransformer:
         return {"tokens": x[None].expand(len(generators), -1, -1).clone()}
 
     def forward(self, params, tokens: torch.Tensor):
-        """Logits (S, B, T, V) and attention (S, B, T, T) for input ids (S, B, T) (spec Sec. 5.5 architecture)."""
+        """Logits (S, B, T, V) and attention (S, B, T, T) for input ids (S, B, T) (docs/models/scan_snap.md §5.5
+        architecture)."""
         p = params
         d = self.d_model
         S, _, T = tokens.shape
@@ -492,12 +515,12 @@ class TextTransformer:
         return torch.einsum("sbtd,svd->sbtv", x, p["W_dec"]) + p["b_dec"][:, None, None, :], a
 
     def loss(self, params, batch, hyper):
-        """Next-token cross-entropy, mean over positions and sequences (spec Sec. 5.5); (S,).
+        """Next-token cross-entropy, mean over positions and sequences (docs/models/scan_snap.md §5.5); (S,).
 
-        With ``clip`` (spec Sec. 5.5: gradient clipping to total norm 0.5 over all parameters) the returned loss of
-        seed s is multiplied by the constant (detached) factor min(1, clip / (||g_s|| + 1e-6)), g_s the gradient of
-        seed s's loss over all its parameters (torch's ``clip_grad_norm_`` rule). Its gradient is therefore exactly
-        the clipped gradient, per seed; the price is one extra backward pass per step.
+        With ``clip`` (docs/models/scan_snap.md §5.5: gradient clipping to total norm 0.5 over all parameters) the
+        returned loss of seed s is multiplied by the constant (detached) factor min(1, clip / (||g_s|| + 1e-6)), g_s the
+        gradient of seed s's loss over all its parameters (torch's ``clip_grad_norm_`` rule). Its gradient is therefore
+        exactly the clipped gradient, per seed; the price is one extra backward pass per step.
         """
         tok = batch["tokens"].long()
         logits, _ = self.forward(params, tok[..., :-1])
@@ -515,7 +538,8 @@ class TextTransformer:
         return loss * torch.clamp(self.clip / (norm + 1e-6), max=1.0).detach()
 
     def probes(self, params):
-        """``entropy``: average attention entropy on the held-out chunks (spec Sec. 5.5, Fig. 10); optional map."""
+        """``entropy``: average attention entropy on the held-out chunks (docs/models/scan_snap.md §5.5, Fig. 10);
+        optional map."""
         S = next(iter(params.values())).shape[0]
         dev = params["emb"].device
         tok = self.heldout.to(dev).long()[None].expand(S, -1, -1)
@@ -530,7 +554,8 @@ class TextTransformer:
 
 def _text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int, *, n_epochs: int = 1,
                  batch_size: int = 20, saveat: SaveAt | None = None, **kw) -> TrainConfig:
-    """Fig. 10 protocol (spec Sec. 5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch 20, n_epochs
+    """Fig. 10 protocol (docs/models/scan_snap.md §5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch
+    20, n_epochs
     passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, clipping in the model (``TextTransformer.clip``)."""
     check_positive("eta", eta)
     n = int(model.train_chunks.shape[0])
@@ -542,8 +567,8 @@ def _text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int,
 
 
 def build(task: cf.ScanSnapTask, *, T: int = 128, **kwargs) -> ScanSnapTorch:
-    """The torch model of ``task``: a :class:`ScanSnapTorch` on ``task.classes`` with sequence length ``T`` (spec
-    Sec. 1.3-1.4; the learning rates eta_Y, eta_Z of the task enter through :func:`config`).
+    """The torch model of ``task``: a :class:`ScanSnapTorch` on ``task.classes`` with sequence length ``T``
+    (docs/models/scan_snap.md §1.3-§1.4; the learning rates eta_Y, eta_Z of the task enter through :func:`config`).
 
     ``kwargs`` go to :class:`ScanSnapTorch` (``init``, ``parametrisation``, ``d``, ``probe_z``).
     """
@@ -563,14 +588,15 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
     Parameters
     ----------
     name : {"sgd", "adam", "text"}
-        * ``"sgd"``: the paper's protocol (Sec. 5.2-5.3): SGD, momentum 0.9, batch 128, separate eta_Y, eta_Z:
-          ``config("sgd", model, task, seeds, *, n_steps=100, batch_size=128, momentum=0.9, saveat=None,
+        * ``"sgd"``: the paper's protocol (docs/models/scan_snap.md §5.2-§5.3): SGD, momentum 0.9, batch 128, separate
+          eta_Y, eta_Z: ``config("sgd", model, task, seeds, *, n_steps=100, batch_size=128, momentum=0.9, saveat=None,
           eval_size=0, **TrainConfig_fields)``.
-        * ``"adam"``: the Fig. 5 protocol (Sec. 5.2): Adam with torch defaults, eta_Y = eta_Z = eta, batch 128:
-          ``config("adam", model, eta, seeds, *, n_steps=100, batch_size=128, saveat=None, **TrainConfig_fields)``.
-        * ``"text"``: the Fig. 10 protocol (Sec. 5.5) of a :class:`TextTransformer`: plain SGD, one learning rate,
-          batch 20, ``n_epochs`` passes over the training chunks: ``config("text", model, eta, seeds, *, n_epochs=1,
-          batch_size=20, saveat=None, **TrainConfig_fields)``.
+        * ``"adam"``: the Fig. 5 protocol (docs/models/scan_snap.md §5.2): Adam with torch defaults, eta_Y = eta_Z =
+          eta, batch 128: ``config("adam", model, eta, seeds, *, n_steps=100, batch_size=128, saveat=None,
+          **TrainConfig_fields)``.
+        * ``"text"``: the Fig. 10 protocol (docs/models/scan_snap.md §5.5) of a :class:`TextTransformer`: plain SGD, one
+          learning rate, batch 20, ``n_epochs`` passes over the training chunks: ``config("text", model, eta, seeds, *,
+          n_epochs=1, batch_size=20, saveat=None, **TrainConfig_fields)``.
     *args, **kwargs
         The arguments of that protocol, as listed.
 

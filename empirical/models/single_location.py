@@ -1,41 +1,44 @@
 """Torch side of single-location regression: erf and softmax predictors trained by online stochastic PGD.
 
-Implements spec single_location.md Sec. 1 (data law), Sec. 2.2 (softmax predictor), Sec. 2.3 (erf predictor, paper
-Eq. (3)), Sec. 6.1 (projected update, paper Definition 1) with the stochastic mini-batch gradient of Sec. 8.4 (Fig. 5
-protocol), and the probes of Sec. 4.1 / 5.1, for the shared trainer :func:`empirical.train.train`. Reference:
-:data:`closedform.single_location.REFERENCE` (Marion, Berthier, Biau, Boyer, ICLR 2025). The Transformer and the
-multiple-location models (spec Sec. 8.7-8.9) live in :mod:`empirical.models.single_location_transformer`.
+Implements docs/models/single_location.md §1 (data law), docs/models/single_location.md §2.2 (softmax predictor),
+docs/models/single_location.md §2.3 (erf predictor, paper Eq. (3)), docs/models/single_location.md §6.1 (projected
+update, paper Definition 1) with the stochastic mini-batch gradient of docs/models/single_location.md §8.4 (Fig. 5
+protocol), and the probes of docs/models/single_location.md §4.1, §5.1, for the shared trainer
+:func:`empirical.train.train`. Reference: :data:`closedform.single_location.REFERENCE` (Marion, Berthier, Biau, Boyer,
+ICLR 2025). The Transformer and the multiple-location models (docs/models/single_location.md §8.7-§8.9) live in
+:mod:`empirical.models.single_location_transformer`.
 
 Symbol table
 ------------
-===================== ============== ============================================== =============== ==============
+===================== ============== ============================================== =============== =========================================
 code                  paper symbol   meaning                                        shape           spec
-===================== ============== ============================================== =============== ==============
-task                  (d, L, gamma,  the task: closedform SingleLocationTask         dataclass       Sec. 1
+===================== ============== ============================================== =============== =========================================
+task                  (d, L, gamma,  the task: closedform SingleLocationTask        dataclass       docs/models/single_location.md §1
                       eps)
-k_star, v_star        k*, v*         oracle directions (orthonormal; shared by the  (d,) float64    Sec. 1
+k_star, v_star        k*, v*         oracle directions (orthonormal; shared by the  (d,) float64    docs/models/single_location.md §1
                                      seeds of one model object)
-X, y                  X, Y           tokens, output                                 (S, B, L, d),   Sec. 1
+X, y                  X, Y           tokens, output                                 (S, B, L, d),   docs/models/single_location.md §1
                                                                                     (S, B)
-k, v                  k, v           trained key / value directions (unit)          (S, d)          Sec. 2.3
-lam                   lambda_n       inverse temperature of update / row n          float           Sec. 0.3, 6.1
-kappa, nu, theta,     kappa, nu,     k.k*, v.v*, v.k*, k.v*, k.v                    (S,)            Sec. 4.1
+k, v                  k, v           trained key / value directions (unit)          (S, d)          docs/models/single_location.md §2.3
+lam                   lambda_n       inverse temperature of update / row n          float           docs/models/single_location.md §0.3, §6.1
+kappa, nu, theta,     kappa, nu,     k.k*, v.v*, v.k*, k.v*, k.v                    (S,)            docs/models/single_location.md §4.1
 eta, rho              theta, eta,
                       rho
-distance_to_manifold  dist_M         sqrt(theta^2 + eta^2 + rho^2)                  (S,)            Sec. 5.1
-risk                  R_lambda       test MSE (eps^2 included) of iterate n at      (S,)            Sec. 0.3, 8.4
+distance_to_manifold  dist_M         sqrt(theta^2 + eta^2 + rho^2)                  (S,)            docs/models/single_location.md §5.1
+risk                  R_lambda       test MSE (eps^2 included) of iterate n at      (S,)            docs/models/single_location.md §0.3, §8.4
                                      lambda_n on the fixed evaluation batch
-excess_risk           R - eps^2      risk - eps^2 (may be negative: it is noisy)    (S,)            Sec. 0.1, 8.4
-===================== ============== ============================================== =============== ==============
+excess_risk           R - eps^2      risk - eps^2 (may be negative: it is noisy)    (S,)            docs/models/single_location.md §0.1, §8.4
+===================== ============== ============================================== =============== =========================================
 
 The logged variables (``kappa, nu, theta, eta, rho, distance_to_manifold, risk, excess_risk, lam``) are exactly those
 of :func:`closedform.single_location.map`, on the same time axis (time = step, the state after ``step`` updates; the
-row at step n holds iterate n and lambda_n, spec Sec. 0.3), so an overlay is an ``xarray`` alignment.
+row at step n holds iterate n and lambda_n, docs/models/single_location.md §0.3), so an overlay is an ``xarray``
+alignment.
 
-Loss (spec Sec. 8.4): the mini-batch mean squared error (1/B) sum_b (T(X_b) - Y_b)^2, no factor 1/2, so that its
-population version is the closed-form risk R of spec Sec. 4.2 (true MSE, eps^2 included). The trainer's
-``sphere_params`` give the update of Sec. 6.1: tangent projection of the gradient, a step of size alpha (= the
-trainer's ``lr``), normalisation.
+Loss (docs/models/single_location.md §8.4): the mini-batch mean squared error (1/B) sum_b (T(X_b) - Y_b)^2, no factor
+1/2, so that its population version is the closed-form risk R of docs/models/single_location.md §4.2 (true MSE, eps^2
+included). The trainer's ``sphere_params`` give the update of docs/models/single_location.md §6.1: tangent projection of
+the gradient, a step of size alpha (= the trainer's ``lr``), normalisation.
 
 Example (Fig. 5 protocol, 30 seeds at once)::
 
@@ -52,7 +55,8 @@ Notes
 -----
 * One model object holds one pair (k*, v*), shared by its seeds (the seeds repeat over initialisation and data).
   The data law and the sphere/manifold initialisations are rotation invariant, so the joint law of every logged
-  quantity of one seed is the same as with a fresh (k*, v*) per repeat (the authors' protocol, spec Sec. 9.5).
+  quantity of one seed is the same as with a fresh (k*, v*) per repeat (the authors' protocol,
+  docs/models/single_location.md §9.5).
 * Data are drawn by :meth:`SingleLocationAttention.draw` from the trainer's counter-keyed block streams
   (:class:`empirical.seeding.BlockRNG`): float64 normals for all seeds in one compiled call, each seed's numbers
   independent of the other seeds. :func:`sample_batch` / ``sample`` draw the same law from a ``torch.Generator``.
@@ -60,8 +64,8 @@ Notes
   on CPU as X (k, v) and its backward); on CPU (torch 2.13) each seed's product is computed as by itself, so a seed
   trained among others is bitwise equal to its single-seed run (a test checks it; on other BLAS builds expect
   agreement to rounding, as the trainer's contract allows).
-* The softmax predictor has no closed-form risk (spec Sec. 2.2); it is checked against the Monte Carlo reference
-  values of spec Sec. 10.4.
+* The softmax predictor has no closed-form risk (docs/models/single_location.md §2.2); it is checked against the Monte
+  Carlo reference values of docs/models/single_location.md §10.4.
 """
 
 from __future__ import annotations
@@ -107,9 +111,9 @@ __all__ = [
     "sample_batch",
 ]
 
-#: Predictors of spec Sec. 2.2-2.3.
+#: Predictors of docs/models/single_location.md §2.2-§2.3.
 PREDICTORS: tuple[str, ...] = ("erf", "softmax")
-#: Initial laws of spec Sec. 6.5 (an explicit five-scalar state is the third option).
+#: Initial laws of docs/models/single_location.md §6.5 (an explicit five-scalar state is the third option).
 INITS: tuple[str, ...] = ("sphere", "manifold")
 
 # Orthonormality tolerance of (k*, v*): float64 Gram–Schmidt is exact to ~1e-15; 1e-10 rejects only wrong inputs.
@@ -124,7 +128,7 @@ def _check_oracle(task: SingleLocationTask, k_star, v_star) -> tuple[np.ndarray,
     ks = check_finite_array("k_star", k_star, shape=(task.d,))
     vs = check_finite_array("v_star", v_star, shape=(task.d,))
     if abs(ks @ ks - 1) > _ORTHO_TOL or abs(vs @ vs - 1) > _ORTHO_TOL or abs(ks @ vs) > _ORTHO_TOL:
-        raise ValueError("k_star and v_star must be orthonormal (spec Sec. 1, Assumption 1), to 1e-10")
+        raise ValueError("k_star and v_star must be orthonormal (docs/models/single_location.md §1, Assumption 1), to 1e-10")
     return np.ascontiguousarray(ks), np.ascontiguousarray(vs)
 
 
@@ -132,7 +136,7 @@ def sample_batch(task: SingleLocationTask, k_star: torch.Tensor, v_star: torch.T
                  n: int) -> dict[str, torch.Tensor]:
     """Draw n sequences of the data law: ``{"X": (n, L, d), "y": (n,)}`` on the device/dtype of ``k_star``.
 
-    Implements spec single_location.md Sec. 1 (paper Sec. 2) with uniform J0: x_J0 ~ N(sqrt(d/2) k*, gamma^2 I),
+    Implements docs/models/single_location.md §1 (paper Sec. 2) with uniform J0: x_J0 ~ N(sqrt(d/2) k*, gamma^2 I),
     the other tokens N(0, I), y = x_J0 . v* + eps xi. Draw order (as :func:`closedform.single_location.sample_data`):
     J0, tokens, noise, all from ``generator``. (The trainer uses the faster :meth:`SingleLocationAttention.draw`, the
     same law from counter-keyed streams.)
@@ -161,7 +165,7 @@ def _place_signal_kernel(X, j0, xi, k_star, v_star, s, gamma, eps, y):  # pragma
 
 
 def _place_signal(task, k_star, v_star, j0, X, xi) -> dict[str, torch.Tensor]:
-    """Data law of spec Sec. 1 from its normals: j0 (S, n), X (S, n, L, d) all N(0, I), xi (S, n).
+    """Data law of docs/models/single_location.md §1 from its normals: j0 (S, n), X (S, n, L, d) all N(0, I), xi (S, n).
 
     The token at J0 becomes x_J0 = sqrt(d/2) k* + gamma z (z its standard normal), and y = x_J0 . v* + eps xi;
     X is modified in place. Returns ``{"X": X, "y": y}`` with the leading axis of the inputs. On CPU one compiled
@@ -190,9 +194,10 @@ def _place_signal_torch(task, k_star, v_star, j0, X, xi) -> dict[str, torch.Tens
 def predict(X: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float, predictor: str = "erf") -> torch.Tensor:
     """The erf or softmax predictor for X (S, B, L, d) and k, v (S, d); returns (S, B).
 
-    ``"erf"``: T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) (spec Sec. 2.3, paper Eq. (3); no normalisation).
-    ``"softmax"``: T^soft_lambda(X) = sum_l softmax(lambda X k)_l (x_l.v) (spec Sec. 2.2; ``torch.softmax``).
-    The projections (x_l.k, x_l.v) are one batched matmul per seed, see the module Notes.
+    ``"erf"``: T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) (docs/models/single_location.md §2.3, paper Eq. (3); no
+    normalisation). ``"softmax"``: T^soft_lambda(X) = sum_l softmax(lambda X k)_l (x_l.v)
+    (docs/models/single_location.md §2.2; ``torch.softmax``). The projections (x_l.k, x_l.v) are one batched matmul per
+    seed, see the module Notes.
     """
     S, B, L, d = X.shape
     ab = torch.bmm(torch.stack([k, v], dim=1), X.reshape(S, B * L, d).transpose(1, 2)).reshape(S, 2, B, L)
@@ -273,7 +278,7 @@ class _ErfMSE(torch.autograd.Function):
 
 def erf_mse(X: torch.Tensor, y: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float) -> torch.Tensor:
     """Per-seed mini-batch MSE of the erf predictor, (1/B) sum_b (T_lambda(X_b) - y_b)^2, shape (S,), differentiable
-    in (k, v) (spec Sec. 2.3 and 8.4).
+    in (k, v) (docs/models/single_location.md §2.3, §8.4).
 
     The same number as ``((predict(X, k, v, lam) - y) ** 2).mean(-1)``, computed by a compiled kernel that reads each
     sample once and forms the gradient on the way, with the hand-derived derivatives
@@ -307,7 +312,7 @@ def _complement_pair(k_star, v_star, generator, d):
 def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator):
     """Unit vectors (k, v) whose inner products with (k*, v*) and each other are the five scalars of ``state``.
 
-    Implements the Gram-matrix parametrisation of spec single_location.md Sec. 4.1 (the same coordinates as
+    Implements the Gram-matrix parametrisation of docs/models/single_location.md §4.1 (the same coordinates as
     :func:`closedform.single_location.vectors_from_state`): with (e3, e4) a random orthonormal pair orthogonal to
     (k*, v*) drawn from ``generator``, k = kappa k* + eta v* + a e3 and v = theta k* + nu v* + b e3 + c e4, where
     a = sqrt(1 - kappa^2 - eta^2), b = (rho - kappa theta - eta nu)/a, c = sqrt(1 - theta^2 - nu^2 - b^2).
@@ -320,12 +325,12 @@ def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator
     kappa, nu, theta, eta, rho = (float(x) for x in check_finite_array("state", state, shape=(5,)))
     d = k_star.shape[0]
     if d < 4:
-        raise ValueError(f"d must be >= 4 to place a five-scalar state (spec Sec. 6.4); got d={d}")
+        raise ValueError(f"d must be >= 4 to place a five-scalar state (docs/models/single_location.md §6.4); got d={d}")
     a = math.sqrt(max(1.0 - kappa ** 2 - eta ** 2, 0.0))
     b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
     c2 = 1.0 - theta ** 2 - nu ** 2 - b ** 2
-    if c2 < -1e-10:  # the Gram matrix of (k, v, k*, v*) is not PSD (spec Sec. 4.1); 1e-10: float64 rounding
-        raise ValueError(f"state must have a positive semidefinite Gram matrix (spec Sec. 4.1); got {tuple(state)}")
+    if c2 < -1e-10:  # the Gram matrix of (k, v, k*, v*) is not PSD (docs/models/single_location.md §4.1); 1e-10: float64 rounding
+        raise ValueError(f"state must have a positive semidefinite Gram matrix (docs/models/single_location.md §4.1); got {tuple(state)}")
     c = math.sqrt(max(c2, 0.0))
     e3, e4 = _complement_pair(k_star, v_star, generator, d)
     k = kappa * k_star + eta * v_star + a * e3
@@ -352,11 +357,12 @@ class SingleLocationModelSpec:
 
 
 class SingleLocationAttention:
-    """Erf (spec Sec. 2.3) or softmax (Sec. 2.2) predictor with (k, v) on the sphere, for :func:`empirical.train.train`.
+    """Erf (docs/models/single_location.md §2.3) or softmax (docs/models/single_location.md §2.2) predictor with (k, v)
+    on the sphere, for :func:`empirical.train.train`.
 
-    Trained by the stochastic PGD of spec Sec. 8.4 / Sec. 6.1 (``sphere_params = ("k", "v")``: the trainer projects
-    the mini-batch gradient on the tangent space, steps with ``lr`` = alpha and renormalises). ``hyper["lam"]`` is
-    lambda_n (``config.schedules = {"lam": ...}``, see :func:`as_train_schedule`).
+    Trained by the stochastic PGD of docs/models/single_location.md §8.4, §6.1 (``sphere_params = ("k", "v")``: the
+    trainer projects the mini-batch gradient on the tangent space, steps with ``lr`` = alpha and renormalises).
+    ``hyper["lam"]`` is lambda_n (``config.schedules = {"lam": ...}``, see :func:`as_train_schedule`).
 
     Parameters
     ----------
@@ -365,11 +371,11 @@ class SingleLocationAttention:
         Oracle directions (:func:`closedform.single_location.random_oracle_directions`).
     predictor : {"erf", "softmax"}
     init : {"sphere", "manifold"} or (5,) array_like
-        ``"sphere"``: k, v independent uniform on S^{d-1} (normalised Gaussians, draw order k then v; spec Sec. 6.5).
-        ``"manifold"``: the authors' manifold initialisation of spec Sec. 6.5 (k Gaussian projected orthogonally to
-        v*; v Gaussian projected orthogonally to k* and to the part of k orthogonal to k*; theta = eta = rho = 0).
-        A state (kappa, nu, theta, eta, rho): every seed starts at these scalars, in its own random frame
-        (:func:`init_from_state`).
+        ``"sphere"``: k, v independent uniform on S^{d-1} (normalised Gaussians, draw order k then v;
+        docs/models/single_location.md §6.5). ``"manifold"``: the authors' manifold initialisation of
+        docs/models/single_location.md §6.5 (k Gaussian projected orthogonally to v*; v Gaussian projected orthogonally
+        to k* and to the part of k orthogonal to k*; theta = eta = rho = 0). A state (kappa, nu, theta, eta, rho): every
+        seed starts at these scalars, in its own random frame (:func:`init_from_state`).
     """
 
     name = "single_location"
@@ -391,7 +397,7 @@ class SingleLocationAttention:
             state0 = tuple(float(x) for x in check_finite_array("init", init, shape=(5,)))
             init = "state"
         if task.d < 4 and init != "sphere":
-            raise ValueError(f"init={init!r} needs d >= 4 (spec Sec. 6.5); got d={task.d}")
+            raise ValueError(f"init={init!r} needs d >= 4 (docs/models/single_location.md §6.5); got d={task.d}")
         self.init = init
         self.state0 = state0
         digest = hashlib.sha256(np.concatenate([self.k_star_np, self.v_star_np]).tobytes()).hexdigest()
@@ -410,12 +416,12 @@ class SingleLocationAttention:
         return self._oracle[key]
 
     def time_of_step(self, step):
-        """time = step (spec Sec. 0.3; ``TIME_UNIT = "step"``)."""
+        """time = step (docs/models/single_location.md §0.3; ``TIME_UNIT = "step"``)."""
         return np.asarray(step, dtype=np.float64)
 
     @staticmethod
     def lam(hyper: Mapping[str, float]) -> float:
-        """lambda_n of this step from ``hyper["lam"]`` (> 0, spec Sec. 0.3)."""
+        """lambda_n of this step from ``hyper["lam"]`` (> 0, docs/models/single_location.md §0.3)."""
         lam = float(hyper["lam"])
         if not lam > 0:
             raise ValueError(f"lam must be > 0 (inverse temperature); got {lam!r}")
@@ -424,7 +430,8 @@ class SingleLocationAttention:
     # -- protocol -------------------------------------------------------------------------------------------------
 
     def init_params(self, generators: Sequence[torch.Generator], *, device, dtype) -> dict[str, torch.Tensor]:
-        """Initial (k, v), each (S, d), seed s from ``generators[s]`` (spec Sec. 6.5; see the class docstring)."""
+        """Initial (k, v), each (S, d), seed s from ``generators[s]`` (docs/models/single_location.md §6.5; see the
+        class docstring)."""
         ks, vs = self.oracle(device, dtype)
         d = self.task.d
 
@@ -434,7 +441,7 @@ class SingleLocationAttention:
                 return {"k": k, "v": v}
             k = torch.randn(d, generator=g, device=device, dtype=dtype)
             v = torch.randn(d, generator=g, device=device, dtype=dtype)
-            if self.init == "manifold":  # spec Sec. 6.5, the authors' manifold initialisation
+            if self.init == "manifold":  # docs/models/single_location.md §6.5, the authors' manifold initialisation
                 k = k - (k @ vs) * vs
                 k_perp = k - (k @ ks) * ks
                 k_perp = _unit(k_perp)
@@ -450,7 +457,8 @@ class SingleLocationAttention:
         return per_seed(generators, lambda g: sample_batch(self.task, ks, vs, g, n))
 
     def draw(self, rng, n, *, device, dtype) -> dict[str, torch.Tensor]:
-        """n sequences per seed from the data law, all seeds at once from the trainer's ``BlockRNG`` (spec Sec. 1).
+        """n sequences per seed from the data law, all seeds at once from the trainer's ``BlockRNG``
+        (docs/models/single_location.md §1).
 
         Draw order per seed (as :func:`sample_batch`): J0 (n,), the tokens' normals (n, L, d), the noise (n,).
         Returns ``X`` (S, n, L, d), ``y`` (S, n) in ``dtype`` (float64 normals; all arithmetic in ``dtype``).
@@ -467,11 +475,13 @@ class SingleLocationAttention:
         return predict(X, params["k"], params["v"], self.lam(hyper), self.predictor)
 
     def squared_errors(self, params, batch, hyper) -> torch.Tensor:
-        """Per-sample squared errors (T(X_b) - Y_b)^2, shape (S, B) (spec Sec. 4: their mean estimates R)."""
+        """Per-sample squared errors (T(X_b) - Y_b)^2, shape (S, B) (docs/models/single_location.md §4: their mean
+        estimates R)."""
         return (self.predict(params, batch["X"], hyper) - batch["y"]) ** 2
 
     def loss(self, params, batch, hyper) -> torch.Tensor:
-        """Mini-batch MSE (1/B) sum_b (T(X_b) - Y_b)^2 per seed, (S,) (spec Sec. 8.4; no 1/2, eps^2 included).
+        """Mini-batch MSE (1/B) sum_b (T(X_b) - Y_b)^2 per seed, (S,) (docs/models/single_location.md §8.4; no 1/2,
+        eps^2 included).
 
         The erf predictor on CPU in float64 uses the compiled one-pass :func:`erf_mse`; otherwise torch autograd of
         :meth:`squared_errors`.
@@ -482,12 +492,14 @@ class SingleLocationAttention:
         return self.squared_errors(params, batch, hyper).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
-        """``risk`` = test MSE at lambda_n, ``excess_risk`` = risk - eps^2, ``lam`` = lambda_n (spec Sec. 0.3, 8.4)."""
+        """``risk`` = test MSE at lambda_n, ``excess_risk`` = risk - eps^2, ``lam`` = lambda_n
+        (docs/models/single_location.md §0.3, §8.4)."""
         risk = self.loss(params, batch, hyper)
         return {"risk": risk, "excess_risk": risk - self.task.eps ** 2, "lam": torch.full_like(risk, self.lam(hyper))}
 
     def probes(self, params) -> dict[str, torch.Tensor]:
-        """kappa, nu, theta, eta, rho (spec Sec. 4.1) and distance_to_manifold (Sec. 5.1) of each seed's (k, v)."""
+        """kappa, nu, theta, eta, rho (docs/models/single_location.md §4.1) and distance_to_manifold
+        (docs/models/single_location.md §5.1) of each seed's (k, v)."""
         k, v = params["k"], params["v"]
         ks, vs = self.oracle(k.device, k.dtype)
         theta, eta, rho = (v * ks).sum(-1), (k * vs).sum(-1), (k * v).sum(-1)
@@ -501,13 +513,14 @@ class SingleLocationAttention:
 
 def build(task: SingleLocationTask, *, rng=None, predictor: str = "erf", init="sphere") -> SingleLocationAttention:
     """A :class:`SingleLocationAttention` with (k*, v*) drawn by :func:`closedform.single_location.random_oracle_directions`
-    from ``rng`` (spec Sec. 1 sampling recipe)."""
+    from ``rng`` (docs/models/single_location.md §1 sampling recipe)."""
     k_star, v_star = random_oracle_directions(task, as_generator(rng))
     return SingleLocationAttention(task, k_star=k_star, v_star=v_star, predictor=predictor, init=init)
 
 
 def as_train_schedule(lam) -> Schedule:
-    """The trainer's ``Schedule`` for lambda_n: a float (constant) or a closedform ``LamSchedule`` (spec Sec. 6.1).
+    """The trainer's ``Schedule`` for lambda_n: a float (constant) or a closedform ``LamSchedule``
+    (docs/models/single_location.md §6.1).
 
     ``LamSchedule(lam0, decay)`` (lambda_n = lam0/(1 + decay n)) becomes ``Schedule(value=lam0, kind="inverse_time",
     rate=decay)``: the same numbers at every update index n, so torch runs and :func:`closedform.single_location.map`
@@ -524,7 +537,7 @@ def as_train_schedule(lam) -> Schedule:
 
 def _fig5_config(seeds, n_steps: int = 200_000, *, lam=None, alpha: float = 1e-3, batch_size: int = 5,
                  log_every: int = 500, eval_size: int = 1000, **kwargs) -> TrainConfig:
-    """TrainConfig of the Fig. 5 protocol (spec single_location.md Sec. 8.4): online stochastic PGD, alpha = 1e-3,
+    """TrainConfig of the Fig. 5 protocol (docs/models/single_location.md §8.4): online stochastic PGD, alpha = 1e-3,
     batch 5, lambda_n = 2/(1 + 1e-4 n), test MSE on 1 000 fixed samples logged every 500 steps.
 
     ``lam`` overrides the schedule (float, ``LamSchedule`` or ``Schedule``); ``kwargs`` go to ``TrainConfig``.
@@ -545,8 +558,8 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
     Parameters
     ----------
     name : {"fig5"}
-        * ``"fig5"``: the Fig. 5 protocol (spec Sec. 8.4): online stochastic PGD, alpha = 1e-3, batch 5,
-          lambda_n = 2/(1 + 1e-4 n), test MSE on 1 000 fixed samples every 500 steps: ``config("fig5", seeds,
+        * ``"fig5"``: the Fig. 5 protocol (docs/models/single_location.md §8.4): online stochastic PGD, alpha = 1e-3,
+          batch 5, lambda_n = 2/(1 + 1e-4 n), test MSE on 1 000 fixed samples every 500 steps: ``config("fig5", seeds,
           n_steps=200_000, *, lam=None, alpha=1e-3, batch_size=5, log_every=500, eval_size=1000,
           **TrainConfig_fields)``; ``lam`` overrides the schedule (float, ``LamSchedule`` or ``Schedule``).
     *args, **kwargs

@@ -1,10 +1,11 @@
-"""Torch models of single_location spec Secs. 8.7-8.9: a one-layer Transformer with a register token, the
+"""Torch models of docs/models/single_location.md §8.7-§8.9: a one-layer Transformer with a register token, the
 multiple-location task and its multi-head erf predictor.
 
-Implements spec single_location.md Sec. 8.7 (Fig. 8: one Transformer layer, paper Eq. (29)), Sec. 8.8 (Fig. 9:
-multiple-location regression, paper Eq. (30), with the multi-head erf predictor of paper Eq. (31)) and Sec. 8.9
-(Fig. 10: the multi-head Transformer on that task), for the shared trainer :func:`empirical.train.train`.
-Reference: :data:`closedform.single_location.REFERENCE` (Marion, Berthier, Biau, Boyer, ICLR 2025).
+Implements docs/models/single_location.md §8.7 (Fig. 8: one Transformer layer, paper Eq. (29)),
+docs/models/single_location.md §8.8 (Fig. 9: multiple-location regression, paper Eq. (30), with the multi-head erf
+predictor of paper Eq. (31)) and docs/models/single_location.md §8.9 (Fig. 10: the multi-head Transformer on that task),
+for the shared trainer :func:`empirical.train.train`. Reference: :data:`closedform.single_location.REFERENCE` (Marion,
+Berthier, Biau, Boyer, ICLR 2025).
 
 Symbol table
 ------------
@@ -32,21 +33,23 @@ kappa, nu, ...     kappa, nu, ...  order parameters (names of the closed form)  
 
 Logged variables (trainer probes + evaluation, the closed form's names where they exist):
 
-* erf heads, H = K = 1: ``kappa, nu, theta, eta, rho, distance_to_manifold`` (spec Sec. 4.1, 5.1) and
-  ``risk`` (test MSE, eps^2 included), ``excess_risk`` (test MSE - eps^2), ``lam``; an overlay with
+* erf heads, H = K = 1: ``kappa, nu, theta, eta, rho, distance_to_manifold`` (docs/models/single_location.md §4.1, §5.1)
+  and ``risk`` (test MSE, eps^2 included), ``excess_risk`` (test MSE - eps^2), ``lam``; an overlay with
   :func:`closedform.single_location.map` is then an ``xarray`` alignment.
-* erf heads otherwise: ``kappa_<h>_<i> = k_h . k_i*`` and ``nu_<h>_<i> = v_h . v_i*`` (signed; spec Sec. 8.8 plots
-  their absolute values), 0-based head h and location i; ``risk``, ``excess_risk``, ``lam``.
+* erf heads otherwise: ``kappa_<h>_<i> = k_h . k_i*`` and ``nu_<h>_<i> = v_h . v_i*`` (signed;
+  docs/models/single_location.md §8.8 plots their absolute values), 0-based head h and location i; ``risk``,
+  ``excess_risk``, ``lam``.
 * Transformer, H = K = 1: ``kappa = |k_hat . k*|``, ``nu = |v_hat . v*| / |v_hat|``, ``sv_ratio``; evaluation
-  ``risk``, ``excess_risk`` and ``nu_mlp`` (the MLP-corrected value direction of spec Sec. 8.7).
+  ``risk``, ``excess_risk`` and ``nu_mlp`` (the MLP-corrected value direction of docs/models/single_location.md §8.7).
 * Transformer otherwise: ``kappa_<h>_<i>``, ``nu_<h>_<i>``, ``sv_ratio_<h>``, ``nu_mlp_<h>_<i>``.
 
-Time (spec Sec. 0.3): time = step, the state after ``step`` updates; the row at step n holds iterate n, its test
-risk evaluated with lambda_n.
+Time (docs/models/single_location.md §0.3): time = step, the state after ``step`` updates; the row at step n holds
+iterate n, its test risk evaluated with lambda_n.
 
 Notes
 -----
-Choices of the toolkit, marked [U] in the spec (Sec. 8.7-8.9), documented here and in the figure captions:
+Choices of the toolkit, marked [U] in the spec (docs/models/single_location.md §8.7-§8.9), documented here and in the
+figure captions:
 
 * The oracle directions belong to the model object and are shared by the seeds of one run (the seeds are repeats
   over initialisation, register and data). The Gaussian initialisation is rotation invariant, so this changes the
@@ -99,16 +102,17 @@ __all__ = [
     "sample_tokens",
 ]
 
-#: LayerNorm epsilon of spec Sec. 8.7 (LN(x) = (x - mean)/sqrt(var + 1e-5), no affine parameters).
+#: LayerNorm epsilon of docs/models/single_location.md §8.7 (LN(x) = (x - mean)/sqrt(var + 1e-5), no affine parameters).
 LN_EPS = 1e-5
 
 
 @dataclass(frozen=True, kw_only=True)
 class MultiLocationTask(LocationTask):
-    """The multiple-location regression task (spec single_location.md Sec. 8.8, paper Eq. (30)).
+    """The multiple-location regression task (docs/models/single_location.md §8.8, paper Eq. (30)).
 
     Y = sum_{i=1}^K x_{J_i}.v_i* + xi with (J_1, ..., J_K) uniform over ordered K-tuples of distinct positions,
-    x_{J_i} ~ N(sqrt(d/2) k_i*, gamma^2 I), the other tokens N(0, I). K = 1 is the single-location task of Sec. 1.
+    x_{J_i} ~ N(sqrt(d/2) k_i*, gamma^2 I), the other tokens N(0, I). K = 1 is the single-location task of
+    docs/models/single_location.md §1.
 
     Parameters
     ----------
@@ -136,12 +140,14 @@ class MultiLocationTask(LocationTask):
 
     @property
     def null_risk(self) -> float:
-        """Risk of the zero predictor, E[Y^2] = K gamma^2 + eps^2 (spec Sec. 1 remark, Sec. 8.8)."""
+        """Risk of the zero predictor, E[Y^2] = K gamma^2 + eps^2 (docs/models/single_location.md §1 remark,
+        docs/models/single_location.md §8.8)."""
         return self.K * self.gamma ** 2 + self.eps ** 2
 
 
 def as_multi_location(task) -> MultiLocationTask:
-    """``task`` as a :class:`MultiLocationTask` (a ``SingleLocationTask`` of spec Sec. 1 is the case K = 1, Sec. 8.8)."""
+    """``task`` as a :class:`MultiLocationTask` (a ``SingleLocationTask`` of docs/models/single_location.md §1 is the
+    case K = 1, docs/models/single_location.md §8.8)."""
     if isinstance(task, MultiLocationTask):
         return task
     if isinstance(task, SingleLocationTask):
@@ -153,9 +159,9 @@ def as_multi_location(task) -> MultiLocationTask:
 def random_oracle_directions(task, rng=None) -> tuple[np.ndarray, np.ndarray]:
     """Draw jointly orthonormal oracle directions (k_i*, v_i*), i = 1..K: two (K, d) float64 arrays.
 
-    Implements the recipe of spec single_location.md Sec. 8.8: the columns (k_1*, v_1*, k_2*, v_2*, ...) of the Q factor
-    of the QR decomposition of a d x 2K standard Gaussian matrix, signs fixed so that diag(R) > 0 (then Q is the
-    Gram-Schmidt orthonormalisation of the columns, which for K = 1 is the recipe of Sec. 1).
+    Implements the recipe of docs/models/single_location.md §8.8: the columns (k_1*, v_1*, k_2*, v_2*, ...) of the Q
+    factor of the QR decomposition of a d x 2K standard Gaussian matrix, signs fixed so that diag(R) > 0 (then Q is the
+    Gram-Schmidt orthonormalisation of the columns, which for K = 1 is the recipe of docs/models/single_location.md §1).
     """
     task = as_multi_location(task)
     rng = as_generator(rng)
@@ -165,7 +171,8 @@ def random_oracle_directions(task, rng=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
-    """(k_star, v_star) as (K, d) float64 arrays; ValueError unless jointly orthonormal (spec Sec. 1, Sec. 8.8)."""
+    """(k_star, v_star) as (K, d) float64 arrays; ValueError unless jointly orthonormal
+    (docs/models/single_location.md §1, §8.8)."""
     out = []
     for name, a in (("k_star", k_star), ("v_star", v_star)):
         a = check_finite_array(name, a, ndim=(1, 2))
@@ -175,12 +182,13 @@ def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, 
     frame = np.concatenate(out)
     # 1e-10: float64 orthonormalisation is exact to ~1e-15; anything larger is a wrong input, not rounding.
     if np.max(np.abs(frame @ frame.T - np.eye(2 * task.K))) > 1e-10:
-        raise ValueError("k_star and v_star must be jointly orthonormal (spec Sec. 1 Assumption 1, Sec. 8.8), to 1e-10")
+        raise ValueError("k_star and v_star must be jointly orthonormal (docs/models/single_location.md §1 Assumption 1, docs/models/single_location.md §8.8), to 1e-10")
     return out[0], out[1]
 
 
 def layer_norm(x: torch.Tensor) -> torch.Tensor:
-    """LN(x) = (x - mean(x)) / sqrt(var(x) + 1e-5) over the last axis, no affine parameters (spec Sec. 8.7)."""
+    """LN(x) = (x - mean(x)) / sqrt(var(x) + 1e-5) over the last axis, no affine parameters
+    (docs/models/single_location.md §8.7)."""
     return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=LN_EPS)
 
 
@@ -188,10 +196,10 @@ def sample_tokens(task, k_star, v_star, generator: torch.Generator, n: int, *, d
                   dtype=torch.float64) -> dict[str, torch.Tensor]:
     """Draw n sequences of the multiple-location law: ``{"X": (n, L, d), "y": (n,), "J": (n, K) int64}``.
 
-    Implements spec single_location.md Sec. 8.8 (paper Eq. (30)); with K = 1 the data model of Sec. 1 with uniform J0.
-    (J_1, ..., J_K) = the first K entries of a uniform random permutation of the L positions (argsort of L uniforms);
-    tokens N(0, I), then x_{J_i} <- sqrt(d/2) k_i* + gamma x_{J_i}; y = sum_i x_{J_i}.v_i* + eps xi. Draw order:
-    permutation uniforms, tokens, noise, all from ``generator``.
+    Implements docs/models/single_location.md §8.8 (paper Eq. (30)); with K = 1 the data model of
+    docs/models/single_location.md §1 with uniform J0. (J_1, ..., J_K) = the first K entries of a uniform random
+    permutation of the L positions (argsort of L uniforms); tokens N(0, I), then x_{J_i} <- sqrt(d/2) k_i* + gamma
+    x_{J_i}; y = sum_i x_{J_i}.v_i* + eps xi. Draw order: permutation uniforms, tokens, noise, all from ``generator``.
     """
     task = as_multi_location(task)
     n = check_int("n", n, min_value=1)
@@ -216,7 +224,8 @@ def _place_locations(task, k_star, v_star, u, X, xi) -> dict[str, torch.Tensor]:
 
 
 class _TaskModel:
-    """Shared parts of the two models: task, oracle directions, data, loss, evaluation (spec Sec. 8.4, 8.7-8.8).
+    """Shared parts of the two models: task, oracle directions, data, loss, evaluation
+    (docs/models/single_location.md §8.4, §8.7-§8.8).
 
     Subclasses define ``predict(params, X, hyper) -> (S, B)``, ``init_params`` and ``probes``.
     """
@@ -240,7 +249,7 @@ class _TaskModel:
         return self._oracle[key]
 
     def time_of_step(self, step):
-        """time = step (spec Sec. 0.3)."""
+        """time = step (docs/models/single_location.md §0.3)."""
         return np.asarray(step, dtype=np.float64)
 
     def sample(self, generators, n, *, device, dtype):
@@ -264,14 +273,17 @@ class _TaskModel:
         return {"X": out["X"], "y": out["y"]}
 
     def loss(self, params, batch, hyper) -> torch.Tensor:
-        """Mini-batch mean squared error (1/B) sum_b (Y_hat_b - Y_b)^2 per seed, shape (S,) (spec Sec. 8.4, 8.7).
+        """Mini-batch mean squared error (1/B) sum_b (Y_hat_b - Y_b)^2 per seed, shape (S,)
+        (docs/models/single_location.md §8.4, §8.7).
 
-        No factor 1/2: the population version is the risk R of spec Sec. 4 (true MSE, eps^2 included).
+        No factor 1/2: the population version is the risk R of docs/models/single_location.md §4 (true MSE, eps^2
+        included).
         """
         return ((self.predict(params, batch["X"], hyper) - batch["y"]) ** 2).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
-        """``risk`` (test MSE, eps^2 included) and ``excess_risk`` = risk - eps^2 (spec Sec. 0.1, 0.3)."""
+        """``risk`` (test MSE, eps^2 included) and ``excess_risk`` = risk - eps^2
+        (docs/models/single_location.md §0.1, §0.3)."""
         risk = self.loss(params, batch, hyper)
         return {"risk": risk, "excess_risk": risk - self.task.eps ** 2}
 
@@ -284,10 +296,11 @@ class _TaskModel:
 class MultiHeadErf(_TaskModel):
     """Multi-head erf predictor sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) with (k_h, v_h) on the sphere.
 
-    Implements spec single_location.md Sec. 8.8 (paper Eq. (31); H = 1 is the erf predictor of Sec. 2.3, paper Eq. (3)),
-    trained by the stochastic PGD of Sec. 8.4 through the trainer's ``sphere_params`` (tangent projection of each
-    head's gradient, then normalisation, per head). Initialisation: each k_h, v_h independent uniform on S^{d-1}
-    (normalised standard Gaussians; draw order k then v). ``hyper["lam"]`` is lambda_n.
+    Implements docs/models/single_location.md §8.8 (paper Eq. (31); H = 1 is the erf predictor of
+    docs/models/single_location.md §2.3, paper Eq. (3)), trained by the stochastic PGD of
+    docs/models/single_location.md §8.4 through the trainer's ``sphere_params`` (tangent projection of each head's
+    gradient, then normalisation, per head). Initialisation: each k_h, v_h independent uniform on S^{d-1} (normalised
+    standard Gaussians; draw order k then v). ``hyper["lam"]`` is lambda_n.
 
     Parameters
     ----------
@@ -308,7 +321,8 @@ class MultiHeadErf(_TaskModel):
         self.lam_floor = check_nonneg("lam_floor", lam_floor)
 
     def init_params(self, generators, *, device, dtype):
-        """k_h, v_h uniform on S^{d-1}, shape (S, H, d) each (spec Sec. 6.5 sphere initialisation, Sec. 8.8)."""
+        """k_h, v_h uniform on S^{d-1}, shape (S, H, d) each (docs/models/single_location.md §6.5 sphere initialisation,
+        docs/models/single_location.md §8.8)."""
         H, d = self.H, self.task.d
 
         def draw(g):
@@ -320,7 +334,7 @@ class MultiHeadErf(_TaskModel):
         return per_seed(generators, draw)
 
     def lam(self, hyper: Mapping[str, float]) -> float:
-        """lambda of this step: max(hyper["lam"], lam_floor) (spec Sec. 8.8 schedule)."""
+        """lambda of this step: max(hyper["lam"], lam_floor) (docs/models/single_location.md §8.8 schedule)."""
         lam = max(float(hyper["lam"]), self.lam_floor)
         if not lam > 0:
             raise ValueError(f"lam must be > 0 (inverse temperature); got {lam!r}")
@@ -333,13 +347,15 @@ class MultiHeadErf(_TaskModel):
         return (torch.erf(self.lam(hyper) * a) * b).sum(dim=(-1, -2))
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
-        """``risk``, ``excess_risk`` (test MSE at lambda_n, spec Sec. 0.3) and ``lam``, the lambda used (Sec. 8.8)."""
+        """``risk``, ``excess_risk`` (test MSE at lambda_n, docs/models/single_location.md §0.3) and ``lam``, the lambda
+        used (docs/models/single_location.md §8.8)."""
         out = super().evaluate(params, batch, hyper)
         out["lam"] = torch.full_like(out["risk"], self.lam(hyper))
         return out
 
     def probes(self, params) -> dict[str, torch.Tensor]:
-        """Inner products with the oracle directions (spec Sec. 4.1 for H = K = 1, Sec. 8.8 otherwise)."""
+        """Inner products with the oracle directions (docs/models/single_location.md §4.1 for H = K = 1,
+        docs/models/single_location.md §8.8 otherwise)."""
         k, v = params["k"], params["v"]
         ks, vs = self.oracle(k)
         if self.single:
@@ -358,15 +374,17 @@ class MultiHeadErf(_TaskModel):
 
 
 class TransformerLayer(_TaskModel):
-    """One Transformer layer with a register token, read out from the register row (spec Sec. 8.7, paper Eq. (29)).
+    """One Transformer layer with a register token, read out from the register row (docs/models/single_location.md §8.7,
+    paper Eq. (29)).
 
     X' = [z_reg; X]; Att_h = softmax_rows(LN(X') W_Q^h (LN(X') W_K^h)^T / sqrt(d_h)); X_mid = X' + sum_h Att_h LN(X')
     W_V^h W_O^h; out = X_mid + ReLU(LN(X_mid) W_1 + 1 b_1^T) W_2 + 1 b_2^T; Y_hat = out[0] . u. Head width d_h = d;
-    W_O^h = I (not a parameter) for H = 1, trained for H > 1 (Sec. 8.9). Every choice is the spec's [U] default.
+    W_O^h = I (not a parameter) for H = 1, trained for H > 1 (docs/models/single_location.md §8.9). Every choice is the
+    spec's [U] default.
 
-    Initialisation (spec Sec. 8.7 defaults; draw order as listed, per seed from its ``init`` stream): z_reg ~ N(0, I_d)
-    (not trained); W_K^h, W_V^h i.i.d. N(0, 1/d); W_O^h i.i.d. N(0, 1/d) (H > 1); W_1, W_2 i.i.d. N(0, 1/d);
-    u i.i.d. N(0, 1/d^2); W_Q^h = 0, b_1 = b_2 = 0.
+    Initialisation (docs/models/single_location.md §8.7 defaults; draw order as listed, per seed from its ``init``
+    stream): z_reg ~ N(0, I_d) (not trained); W_K^h, W_V^h i.i.d. N(0, 1/d); W_O^h i.i.d. N(0, 1/d) (H > 1); W_1, W_2
+    i.i.d. N(0, 1/d); u i.i.d. N(0, 1/d^2); W_Q^h = 0, b_1 = b_2 = 0.
 
     Parameters
     ----------
@@ -384,7 +402,8 @@ class TransformerLayer(_TaskModel):
         self.d_head = self.task.d
 
     def init_params(self, generators, *, device, dtype):
-        """The spec Sec. 8.7 initialisation (see the class docstring), each tensor with a leading seed axis."""
+        """The docs/models/single_location.md §8.7 initialisation (see the class docstring), each tensor with a leading
+        seed axis."""
         H, d = self.H, self.task.d
         sd = 1.0 / math.sqrt(d)
 
@@ -421,12 +440,12 @@ class TransformerLayer(_TaskModel):
 
     @staticmethod
     def _mlp(params, x_mid):
-        """ReLU(LN(x) W_1 + b_1) W_2 + b_2 on rows x (S, B, d) (spec Sec. 8.7)."""
+        """ReLU(LN(x) W_1 + b_1) W_2 + b_2 on rows x (S, B, d) (docs/models/single_location.md §8.7)."""
         hidden = torch.relu(torch.einsum("sbd,sde->sbe", layer_norm(x_mid), params["W_1"]) + params["b_1"][:, None])
         return torch.einsum("sbe,sef->sbf", hidden, params["W_2"]) + params["b_2"][:, None]
 
     def predict(self, params, X, hyper=None) -> torch.Tensor:
-        """Y_hat = out[0] . u for X (S, B, L, d); returns (S, B) (spec Sec. 8.7)."""
+        """Y_hat = out[0] . u for X (S, B, L, d); returns (S, B) (docs/models/single_location.md §8.7)."""
         x_mid = self._attention(params, X)
         out = x_mid + self._mlp(params, x_mid)
         return (out * params["u"][:, None, :]).sum(-1)
@@ -434,7 +453,8 @@ class TransformerLayer(_TaskModel):
     # -- read-out -------------------------------------------------------------------------------------------------
 
     def value_directions(self, params, u=None) -> torch.Tensor:
-        """v_hat_h = W_V^h W_O^h u, shape (S, H, d) (spec Sec. 8.7); ``u`` (S, d) defaults to the read-out vector."""
+        """v_hat_h = W_V^h W_O^h u, shape (S, H, d) (docs/models/single_location.md §8.7); ``u`` (S, d) defaults to the
+        read-out vector."""
         u = params["u"] if u is None else u
         if self.H == 1:
             return torch.einsum("shde,se->shd", params["W_V"], u)
@@ -443,9 +463,9 @@ class TransformerLayer(_TaskModel):
     def key_directions(self, params) -> tuple[torch.Tensor, torch.Tensor]:
         """(k_hat, sv_ratio): key-side top singular vector of QK_h = W_Q^h W_K^h^T (S, H, d) and sv_1/sv_2 (S, H).
 
-        Implements the read-out of spec Sec. 8.7 (U, S, Vt = svd(QK_h); k_hat = Vt[0]). Conventions: where QK_h = 0
-        (step 0, W_Q = 0) k_hat = 0 and the ratio is 1; the ratio is capped at 1/machine epsilon (QK_h is exactly rank
-        one under SGD from W_Q = 0, module Notes).
+        Implements the read-out of docs/models/single_location.md §8.7 (U, S, Vt = svd(QK_h); k_hat = Vt[0]).
+        Conventions: where QK_h = 0 (step 0, W_Q = 0) k_hat = 0 and the ratio is 1; the ratio is capped at 1/machine
+        epsilon (QK_h is exactly rank one under SGD from W_Q = 0, module Notes).
         """
         qk = params["W_Q"] @ params["W_K"].transpose(-1, -2)
         _, sv, vt = torch.linalg.svd(qk)
@@ -474,7 +494,8 @@ class TransformerLayer(_TaskModel):
         return out
 
     def probes(self, params) -> dict[str, torch.Tensor]:
-        """kappa = |k_hat . k*|, nu = |v_hat . v*| / |v_hat|, sv_ratio, per head and location (spec Sec. 8.7, 8.9)."""
+        """kappa = |k_hat . k*|, nu = |v_hat . v*| / |v_hat|, sv_ratio, per head and location
+        (docs/models/single_location.md §8.7, §8.9)."""
         k_hat, ratio = self.key_directions(params)
         out = self._alignments(k_hat, self.value_directions(params))
         if self.single:
@@ -487,8 +508,8 @@ class TransformerLayer(_TaskModel):
     def mlp_corrected_value_directions(self, params, X) -> torch.Tensor:
         """W_V^h W_O^h (I + J_MLP^T) u with J_MLP averaged over the sequences X (S, B, L, d): shape (S, H, d).
 
-        Implements the MLP-corrected read-out of spec Sec. 8.7: J_MLP^T u is the gradient of u . MLP(LN(x)) at the
-        register row x = X_mid[0], one vector-Jacobian product per sequence, averaged over the batch.
+        Implements the MLP-corrected read-out of docs/models/single_location.md §8.7: J_MLP^T u is the gradient of u .
+        MLP(LN(x)) at the register row x = X_mid[0], one vector-Jacobian product per sequence, averaged over the batch.
         """
         with torch.enable_grad():
             p = {k: t.detach() for k, t in params.items()}
@@ -497,13 +518,15 @@ class TransformerLayer(_TaskModel):
         return self.value_directions(p, p["u"] + jtu.mean(dim=1))
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
-        """``risk``, ``excess_risk`` on the test batch and the MLP-corrected alignment ``nu_mlp`` (spec Sec. 8.7)."""
+        """``risk``, ``excess_risk`` on the test batch and the MLP-corrected alignment ``nu_mlp``
+        (docs/models/single_location.md §8.7)."""
         out = super().evaluate(params, batch, hyper)
         out.update(self._alignments(None, self.mlp_corrected_value_directions(params, batch["X"]), prefix_v="nu_mlp"))
         return out
 
 
-#: The models of :func:`build`: the one-layer Transformer (Sec. 8.7, 8.9) and the multi-head erf predictor (Sec. 8.8).
+# : The models of :func:`build`: the one-layer Transformer (docs/models/single_location.md §8.7, §8.9) and the
+#multi-head erf predictor (docs/models/single_location.md §8.8).
 KINDS = ("transformer", "multihead_erf")
 
 
@@ -511,8 +534,8 @@ def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwar
     """The torch model of ``task`` with oracle directions drawn by :func:`random_oracle_directions` from ``rng``.
 
     ``task`` is a :class:`MultiLocationTask` or a ``closedform.single_location.SingleLocationTask`` (one location,
-    spec Sec. 8.7). ``kind="transformer"``: the one-layer Transformer with a register token, paper Eq. (29)
-    (:class:`TransformerLayer`); ``kind="multihead_erf"``: the multi-head erf predictor, paper Eq. (31)
+    docs/models/single_location.md §8.7). ``kind="transformer"``: the one-layer Transformer with a register token, paper
+    Eq. (29) (:class:`TransformerLayer`); ``kind="multihead_erf"``: the multi-head erf predictor, paper Eq. (31)
     (:class:`MultiHeadErf`; ``kwargs`` may hold ``lam_floor``). ``n_heads`` heads.
     """
     check_choice("kind", kind, KINDS)
