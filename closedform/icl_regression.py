@@ -282,7 +282,7 @@ def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     omega, mu = _pair(omega, mu)
     g = 1.0 - 2.0 * omega[..., :, None] * omega[..., None, :]
     if np.any(g <= 0):
-        raise ValueError("refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs (spec §4.2)")
+        raise ValueError("refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs of omega (spec §4.2)")
     d, L, s2 = task.d, task.L, task.sigma2
     u = np.sum(mu * omega, axis=-1)
     mm = mu[..., :, None] * mu[..., None, :]
@@ -1105,3 +1105,33 @@ def theorem_predictions(task: ICLRegressionTask) -> dict[str, float]:
     return {"eta_star": eta_star(task), "loss_infimum": loss_infimum(task), "gd_optimal_eta": eta_gd,
             "gd_optimal_risk": float(gd_risk(task, eta_gd)), "dgd_optimal_risk": float(dgd_risk(task, eta_star(task))),
             "single_head_F": float(single_head_optimum(task).F)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task class, int, float,
+# bool, callable), these specs by parameter name, then each function's own checks
+
+from dynamics import SaveAt as _SaveAt  # noqa: E402
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+def _check_nonzero(name: str, value) -> None:
+    """A finite real (or array) without zeros: the solution manifold has a pole at gamma = 0 (Eq. (4.6))."""
+    _REALS(name, value)
+    if np.any(np.asarray(value) == 0):
+        raise ValueError(f"{name} must be nonzero (mu(gamma) has a pole at gamma = 0, spec Sec. 5.4); got {value!r}")
+
+
+_REALS = _V.Range(array=True)
+_V.validate_module(
+    globals(),
+    omega=_REALS, mu=_REALS, omega0=_REALS, mu0=_REALS, eta=_REALS, sum_mu=_REALS, gamma=_check_nonzero,
+    t=_V.Range(array=True, ge=0), t_span=_V.Array(shape=(2,)), xi=_V.Range(array=True, gt=0),
+    sigma2=_V.Range(array=True, ge=0), X=_V.Array(ndim=3), y=_V.Array(ndim=2), xq=_V.Array(ndim=2),
+    Sigma=_V.Array(ndim=2), G=_V.Array(ndim=2), lr=_V.Range(array=True, gt=0),
+    L=_V.Range(array=True, integer=True, ge=1), L_test=_V.Range(array=True, integer=True, ge=1),
+    H=_V.Range(integer=True, ge=1), n=_V.Range(integer=True, ge=1), n_prompts=_V.Range(integer=True, ge=1),
+    chunk=_V.Range(integer=True, ge=1), n_steps=_V.Range(integer=True, ge=1), d=_V.Range(integer=True, ge=1),
+    rng=_V.seed_check, saveat=_V.Instance(_SaveAt), lam_ridge=_V.Range(ge=0), stop=_V.callable_check,
+    yq=_V.Array(ndim=1), beta=_V.Array(ndim=2), omega_box=_V.Range(gt=0), mu_box=_V.Range(gt=0),
+    per_function={"phase3_asymptotic": {"t": _V.Range(array=True, gt=0)}},
+)

@@ -880,6 +880,7 @@ def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.nd
 
 
 def _need_distinct(classes, n, what):
+    check_int("n", n, min_value=0, max_value=classes.K - 1)
     dt = classes.distinct_tokens(n)
     if dt.size == 0:
         raise ValueError(f"class n={n} has no distinct token, which {what} needs (spec Sec. 1.2, G_DT(n) empty)")
@@ -1042,3 +1043,26 @@ def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
     tt = transition_time(task)
     return {"t0": float(tt.t0), "t0_omega1": float(tt.t0_omega1), "t0p": float(tt.t0p), "omega1": float(tt.omega1),
             "t_peak": float(tt.t_peak), "t_half": float(tt.t_half)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task and class
+# objects, int, float, bool), these specs by parameter name, then each function's own checks
+
+from dynamics import SaveAt as _SaveAt  # noqa: E402
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_REALS = _V.Range(array=True)
+_TIMES = _V.Range(array=True, ge=0)
+_MATRICES = _V.Array(ndim=tuple(range(2, 33)))  # (..., rows, columns)
+_INDEX = _V.Range(integer=True, ge=0)
+_V.validate_module(
+    globals(),
+    Y=_MATRICES, Z=_MATRICES, Y0=_MATRICES, Z0=_MATRICES, t=_TIMES, tau=_TIMES, s=_REALS, z=_REALS, z0=_REALS,
+    dz_l0=_V.Range(array=True, ge=0, finite=False), f_l0_0=_REALS, B=_REALS, n=_INDEX, l=_INDEX, l2=_INDEX,
+    context=_V.Array(ndim=1, dtype="int"), momentum=_V.Range(array=True, ge=0, lt=1),
+    t_span=_V.Array(shape=(2,)), saveat=_V.Instance(_SaveAt), rng=_V.seed_check,
+    n_steps=_V.Range(integer=True, ge=1), M=_V.Range(integer=True, ge=1), K=_V.Range(integer=True, ge=1),
+    eta_Y=_V.Range(array=True, gt=0), eta_Z=_V.Range(array=True, gt=0), n_grid=_V.Range(integer=True, ge=2),
+    t_max=_V.Range(gt=0),
+)

@@ -224,7 +224,7 @@ def _check_state(kappa, nu, theta, eta, rho, where="state"):
     for name, x in zip(_STATE_NAMES, (kappa, nu, theta, eta, rho)):
         if x.size and np.max(np.abs(x)) > 1.0 + _UNIT_TOL:
             bad = float(np.ravel(x)[np.argmax(np.abs(np.ravel(x)))])
-            raise ValueError(f"{name} must lie in [-1, 1] (an inner product of unit vectors); got {bad!r}")
+            raise ValueError(f"{where}: {name} must lie in [-1, 1] (an inner product of unit vectors); got {bad!r}")
     if kappa.size:
         w = np.linalg.eigvalsh(_gram(kappa, nu, theta, eta, rho))[..., 0]
         if np.min(w) < -_PSD_TOL:
@@ -1054,7 +1054,7 @@ def vectors_from_state(task: SingleLocationTask, state, rng=None):
     st = np.atleast_2d(st)
     if st.shape[1] != 5:
         raise ValueError(f"state must have 5 columns (kappa, nu, theta, eta, rho); got shape {st.shape}")
-    _check_state(*(np.ascontiguousarray(st[:, j]) for j in range(5)))
+    _check_state(*(np.ascontiguousarray(st[:, j]) for j in range(5)), where="state")
     kappa, nu, theta, eta, rho = st.T
     a = np.sqrt(np.maximum(1.0 - kappa ** 2 - eta ** 2, 0.0))
     b = np.where(a > 1e-150, (rho - kappa * theta - eta * nu) / np.where(a > 1e-150, a, 1.0), 0.0)
@@ -1097,9 +1097,15 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
 
 def predict_erf(X, k, v, lam):
     """The erf predictor T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) for X (..., L, d) (spec Sec. 2.3, paper Eq. (3))."""
-    X = np.asarray(X, dtype=np.float64)
+    X = check_finite_array("X", X, ndim=tuple(range(2, 33)))
     lam = check_positive("lam", lam)
-    return np.sum(_erf(lam * (X @ np.asarray(k, dtype=np.float64))) * (X @ np.asarray(v, dtype=np.float64)), axis=-1)
+    d = X.shape[-1]
+    k, v = (check_finite_array(name, a) for name, a in (("k", k), ("v", v)))
+    for name, a in (("k", k), ("v", v)):
+        if a.shape != (d,):
+            raise ValueError(f"{name} must have shape (d,) with d = X.shape[-1] = {d} (X of shape (..., L, d)); "
+                             f"got {name} of shape {a.shape}")
+    return np.sum(_erf(lam * (X @ k)) * (X @ v), axis=-1)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1396,3 +1402,40 @@ def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float
     eps2 = bayes_risk_lower_bound(task)
     return {"oracle_risk": oracle, "oracle_excess_risk": oracle - eps2, "bayes_risk_lower_bound": eps2,
             "linear_risk": linear_risk(task), "null_risk": eps2 + task.gamma ** 2}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task class, int, float,
+# bool), these specs by parameter name, then each function's own checks (state in [-1, 1], PSD Gram matrix, ...)
+
+from dynamics import SaveAt as _SaveAt  # noqa: E402
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+def _check_lam(name: str, value) -> None:
+    """lambda: a schedule, or a positive finite number or array (one per step)."""
+    if not isinstance(value, LamSchedule):
+        _LAM(name, value)
+
+
+def _check_points(name: str, value) -> None:
+    """Known fixed points: a sequence of FixedPoint (as returned by fixed_points)."""
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple) or \
+            not all(isinstance(p, FixedPoint) for p in value):
+        raise _V.ArgumentTypeError(f"{name} must be a tuple of FixedPoint (from fixed_points) or None; "
+                                   f"got {type(value).__name__}")
+
+
+_LAM = _V.Range(array=True, gt=0)
+_REALS = _V.Range(array=True)
+_V.validate_module(
+    globals(),
+    lam=_check_lam, kappa=_REALS, nu=_REALS, theta=_REALS, eta=_REALS, rho=_REALS,
+    state=_REALS, state0=_REALS, states=_REALS, X=_REALS, k=_REALS, v=_REALS, k0=_REALS, v0=_REALS,
+    k_star=_REALS, v_star=_REALS, location_probs=_V.Range(array=True, ge=0), rng=_V.seed_check,
+    alpha=_V.Range(gt=0), points=_check_points, saveat=_V.Instance(_SaveAt), d=_V.Range(integer=True, ge=2),
+    n=_V.Range(integer=True, ge=1), n_steps=_V.Range(integer=True, ge=1), n_starts=_V.Range(integer=True, ge=0),
+    max_iter=_V.Range(integer=True, ge=1), chunk=_V.Range(integer=True, ge=1),
+    save_every=_V.Range(integer=True, ge=1), tol=_V.Range(gt=0), stop_tol=_V.Range(gt=0),
+    lam0=_V.Range(gt=0), decay=_V.Range(ge=0), converged=_V.Range(gt=0), gamma=_V.Range(gt=0),
+    noise=_V.Range(ge=0),
+)

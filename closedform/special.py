@@ -34,6 +34,9 @@ import math
 
 import numpy as np
 from numba import njit, vectorize
+from numba.extending import overload
+
+from dynamics.validation import Range, validated
 
 REFERENCE = {
     "title": "Attention layers provably solve single-location regression",
@@ -171,7 +174,7 @@ def _zeta_ttt(t, g):
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
-def zeta(t, g):
+def _zeta_ufunc(t, g):
     """zeta(t, g) = E[erf(t + g Z)^2] for real t and g (even in both).
 
     Implements spec single_location.md Sec. 3.2, zeta(t, g) = 1 - 8 OwenT(sqrt2 t/q, 1/r), evaluated in the equivalent
@@ -193,7 +196,7 @@ def zeta(t, g):
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
-def zeta_t(t, g):
+def _zeta_t_ufunc(t, g):
     """First t-derivative of zeta: (2/q) erf(t/(q r)) erf'(t/q).
 
     Implements spec single_location.md Sec. 3.2 (derivatives of zeta in t; paper Appendix C). Exact closed form, not a
@@ -203,7 +206,7 @@ def zeta_t(t, g):
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
-def zeta_tt(t, g):
+def _zeta_tt_ufunc(t, g):
     """Second t-derivative of zeta, (2/q)[erf'(t/(qr)) erf'(t/q)/(qr) + erf(t/(qr)) erf''(t/q)/q].
 
     Implements spec single_location.md Sec. 3.2 (derivatives of zeta in t). Broadcasts over ``t`` and ``g`` (float64).
@@ -212,7 +215,7 @@ def zeta_tt(t, g):
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
-def zeta_ttt(t, g):
+def _zeta_ttt_ufunc(t, g):
     """Third t-derivative of zeta (spec single_location.md Sec. 3.2, formula for zeta_ttt).
 
     Implements spec single_location.md Sec. 3.2. Broadcasts over ``t`` and ``g`` (float64).
@@ -221,7 +224,7 @@ def zeta_ttt(t, g):
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
-def owens_t(h, a):
+def _owens_t_ufunc(h, a):
     """Owen's T function T(h, a) = (1/2pi) int_0^a exp(-h^2 (1 + x^2)/2) / (1 + x^2) dx.
 
     Implements the function used in spec single_location.md Sec. 3.2 (closed form of zeta). 16-node Gauss–Legendre rule
@@ -233,7 +236,7 @@ def owens_t(h, a):
 
 
 @vectorize(["float64(float64, float64, int64)"], cache=True)
-def phi(t, g, j):
+def _phi_ufunc(t, g, j):
     """phi_j(t, g) = E[erf^(j)(t + g Z)] = erf^(j)(t/q) / q^j for j = 0, 1, 2, 3 (NaN for other j).
 
     Implements spec single_location.md Sec. 3.1 (paper Lemma 18 analogue). Broadcasts over ``t``, ``g``, ``j``.
@@ -243,9 +246,68 @@ def phi(t, g, j):
 
 
 @vectorize(["float64(float64, int64)"], cache=True)
-def erf_derivative(x, j):
+def _erf_derivative_ufunc(x, j):
     """j-th derivative of erf at x for j = 0..3 (NaN otherwise): erf, erf', erf'' = -2x erf', erf''' = (4x^2-2) erf'.
 
     Implements the conventions of spec single_location.md Sec. "Conventions" (top of the spec) used in Sec. 3.1-Sec. 4.3.
     """
     return _erf_deriv(x, j)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# public entry points: the arguments are checked (finite reals, +-inf only for zeta's t and owens_t's h, j in 0..3), then the ufunc runs. Inside
+# numba kernels the same names lower to the ufuncs (``numba.extending.overload``), with no checks in compiled code.
+
+_REAL = Range(array=True)
+_LIMIT = Range(array=True, finite=False)  # +-inf valid here (limits zeta(inf, g) = 1, T(inf, a) = 0); NaN not
+_ORDER = Range(array=True, integer=True, ge=0, le=3)
+
+
+@validated(t=_LIMIT, g=_REAL)
+def zeta(t, g):
+    return _zeta_ufunc(t, g)
+
+
+@validated(t=_REAL, g=_REAL)
+def zeta_t(t, g):
+    return _zeta_t_ufunc(t, g)
+
+
+@validated(t=_REAL, g=_REAL)
+def zeta_tt(t, g):
+    return _zeta_tt_ufunc(t, g)
+
+
+@validated(t=_REAL, g=_REAL)
+def zeta_ttt(t, g):
+    return _zeta_ttt_ufunc(t, g)
+
+
+@validated(h=_LIMIT, a=_REAL)
+def owens_t(h, a):
+    return _owens_t_ufunc(h, a)
+
+
+@validated(t=_REAL, g=_REAL, j=_ORDER)
+def phi(t, g, j):
+    return _phi_ufunc(t, g, j)
+
+
+@validated(x=_REAL, j=_ORDER)
+def erf_derivative(x, j):
+    return _erf_derivative_ufunc(x, j)
+
+
+def _lower_to(ufunc):
+    """The numba implementation of a checked entry point: the ufunc itself (no checks in compiled code)."""
+    def typer(*args):
+        return lambda *args: ufunc(*args)
+    return typer
+
+
+for _entry, _ufunc in ((zeta, _zeta_ufunc), (zeta_t, _zeta_t_ufunc), (zeta_tt, _zeta_tt_ufunc),
+                       (zeta_ttt, _zeta_ttt_ufunc), (owens_t, _owens_t_ufunc), (phi, _phi_ufunc),
+                       (erf_derivative, _erf_derivative_ufunc)):
+    _entry.__doc__ = _ufunc.__doc__ + "\n    Arguments are checked (finite reals, except that zeta's t and owens_t's h may be +-inf; j an integer in 0..3) before the ufunc runs.\n"
+    overload(_entry)(_lower_to(_ufunc))
+del _entry, _ufunc

@@ -35,7 +35,7 @@ import numpy as np
 import xarray as xr
 from scipy.special import stdtrit
 
-from dynamics.validation import check_in_range, check_int, check_nonneg
+from dynamics.validation import Range, check_in_range, check_int, check_nonneg, validate_module
 
 DEFAULT_LEVEL = 1e-3
 """Default false-alarm probability per row (two-sided)."""
@@ -218,3 +218,17 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
     if "step" in learned.coords and learned["step"].dims == ("time",):
         coords["step"] = ("time", np.asarray(learned["step"].values)[il])
     return xr.Dataset(data, coords=coords, attrs={"level": level, "rule": RULE, "n_theory": n_theory})
+
+
+# Argument checks of the public functions (dynamics.validation; annotations give the rest).
+_ARRAY = Range(array=True)
+_SE = Range(array=True, ge=0)
+validate_module(
+    globals(),
+    per_function={
+        "t_quantile": {"df": Range(array=True, gt=0, finite=False)},  # inf = the normal limit
+        "gap_test": dict(theory=_ARRAY, mean=_ARRAY, se_learned=_SE, theory_se=_SE, allowance=_SE,
+                         n_seeds=Range(integer=True, ge=2), theory_n=Range(integer=True, ge=2)),
+        "compare": dict(times=_ARRAY, allowance=Range(ge=0), rel_allowance=Range(ge=0)),
+    },
+)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import xarray as xr
 
+from dynamics.validation import validate_module
+
 __all__ = ["overlay"]
 
 _ON = ("step", "time")
@@ -119,3 +121,6 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     aligned = aligned.assign_coords(time=learned["time"].values, step=("time", steps),
                                     trajectory=learned["trajectory"].values)
     return aligned, learned
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

@@ -7,8 +7,11 @@ functions take ``rng`` arguments and pass them through :func:`as_generator`; the
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
+
+from dynamics.validation import ArgumentTypeError, validate_module
 
 
 def as_generator(seed_or_rng=None) -> np.random.Generator:
@@ -24,10 +27,11 @@ def as_generator(seed_or_rng=None) -> np.random.Generator:
         if seed_or_rng < 0:
             raise ValueError(f"seed must be an integer >= 0; got {seed_or_rng}")
         return np.random.default_rng(int(seed_or_rng))
-    raise ValueError(f"rng must be an int seed >= 0, a numpy Generator, a SeedSequence or None; got {seed_or_rng!r}")
+    raise ArgumentTypeError(f"rng (seed_or_rng) must be an int seed >= 0, a numpy Generator, a SeedSequence or "
+                            f"None; got {seed_or_rng!r}")
 
 
-def spawn_generators(seed, names) -> dict[str, np.random.Generator]:
+def spawn_generators(seed, names: Sequence[str]) -> dict[str, np.random.Generator]:
     """Spawn one independent generator per name, in the order given (the order is part of reproducibility).
 
     Example: ``spawn_generators(7, ["data", "init", "sgd", "mc"])``.
@@ -47,3 +51,6 @@ def _seed_int(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
     return int(seed)
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamics.validation import check_int, check_positive
+from dynamics.validation import check_int, check_positive, validate_module
 
 
 LOG_START_FRACTION = 1e-6
@@ -124,3 +124,6 @@ class SaveAt:
 
 
 DEFAULT_SAVEAT = SaveAt(n=201)
+
+
+validate_module(globals())  # field types from the annotations (dynamics.validation), then __post_init__

@@ -15,12 +15,13 @@ import math
 import multiprocessing
 import os
 import traceback
+from collections.abc import Callable
 
 import numpy as np
 import xarray as xr
 from tqdm.auto import tqdm
 
-from dynamics.validation import check_choice, check_int
+from dynamics.validation import ArgumentTypeError, check_choice, check_int, validate_module
 
 
 class SweepError(RuntimeError):
@@ -41,7 +42,7 @@ class SweepError(RuntimeError):
         self.partial = partial
 
 
-def sweep(fn, grid, *, processes: int | None = None, client=None, chunk_size: int | None = None,
+def sweep(fn: Callable, grid, *, processes: int | None = None, client=None, chunk_size: int | None = None,
           progress: bool = False, on_error: str = "raise"):
     """Evaluate ``fn(**config)`` over a named grid of configurations and return an ``xarray.Dataset``.
 
@@ -296,3 +297,11 @@ def _sweep_list(fn, configs, processes, client, progress) -> list:
             results[futures[fut]] = fut.result()
     return results
 
+
+def _check_client(name: str, client) -> None:
+    if not (callable(getattr(client, "submit", None)) and callable(getattr(client, "gather", None))):
+        raise ArgumentTypeError(f"{name} must be a dask.distributed.Client (with submit and gather) or None; "
+                                f"got {type(client).__name__}")
+
+
+validate_module(globals(), client=_check_client)  # the rest from the annotations (dynamics.validation)

@@ -25,12 +25,14 @@ import hashlib
 import json
 import logging
 import numbers
+import os
 import pathlib
 from collections.abc import Mapping
 
 import torch
 
 from dynamics.trajectory import atomic_write
+from dynamics.validation import ArgumentTypeError, validate_module
 
 __all__ = ["CHECKSUM_KEY", "CheckpointError", "check_compatible", "flatten_json", "load_checkpoint", "previous_path",
            "remove_stale_temporaries", "save_checkpoint", "state_digest"]
@@ -55,13 +57,13 @@ class CheckpointError(ValueError):
         self.path = pathlib.Path(path)
 
 
-def previous_path(path) -> pathlib.Path:
+def previous_path(path: str | os.PathLike) -> pathlib.Path:
     """Where :func:`save_checkpoint` keeps the checkpoint it replaces: ``ck.pt`` -> ``ck.prev.pt``."""
     path = pathlib.Path(path)
     return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
-def remove_stale_temporaries(path) -> list[pathlib.Path]:
+def remove_stale_temporaries(path: str | os.PathLike) -> list[pathlib.Path]:
     """Delete the temporary files that an interrupted atomic write of ``path`` left beside it.
 
     :func:`dynamics.atomic_write` names them ``.<name>.<random>.tmp``; one process writes a given checkpoint, so
@@ -114,7 +116,7 @@ def state_digest(state: Mapping) -> str:
     return digest.hexdigest()
 
 
-def save_checkpoint(path, state: Mapping) -> pathlib.Path:
+def save_checkpoint(path: str | os.PathLike, state: Mapping) -> pathlib.Path:
     """Write ``state`` with ``torch.save`` atomically (temporary file beside ``path``, then ``os.replace``).
 
     Parameters
@@ -163,7 +165,7 @@ def _load_verified(path: pathlib.Path, map_location) -> dict:
     return state
 
 
-def load_checkpoint(path, *, map_location=None, fallback: bool = False) -> dict:
+def load_checkpoint(path: str | os.PathLike, *, map_location=None, fallback: bool = False) -> dict:
     """Read a checkpoint written by :func:`save_checkpoint` with ``torch.load(weights_only=True)`` and verify it.
 
     Parameters
@@ -201,7 +203,7 @@ def load_checkpoint(path, *, map_location=None, fallback: bool = False) -> dict:
         return _load_verified(prev, map_location)
 
 
-def flatten_json(obj, prefix: str = "") -> dict[str, object]:
+def flatten_json(obj: Mapping | list | tuple | str, prefix: str = "") -> dict[str, object]:
     """Flatten nested JSON-like dicts/lists into ``{"a.b.0": leaf}`` (the keys name fields in error messages)."""
     if isinstance(obj, str):
         try:
@@ -225,7 +227,7 @@ def flatten_json(obj, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def check_compatible(found: Mapping, expected: Mapping, *, path="checkpoint") -> None:
+def check_compatible(found: Mapping, expected: Mapping, *, path: str | os.PathLike = "checkpoint") -> None:
     """Refuse a checkpoint whose identity differs from the current run's, naming the first differing field.
 
     Parameters
@@ -248,3 +250,20 @@ def check_compatible(found: Mapping, expected: Mapping, *, path="checkpoint") ->
         if va != vb:
             raise ValueError(f"{path} was written by another configuration: field {key!r} differs "
                              f"(checkpoint: {va!r}, this run: {vb!r}); refusing to resume")
+
+
+def _check_map_location(name: str, value) -> None:
+    """``map_location`` of ``torch.load``: a device (or its name), a mapping of device names, or a callable."""
+    if isinstance(value, torch.device) or callable(value) or isinstance(value, Mapping):
+        return
+    if isinstance(value, str):
+        try:
+            torch.device(value)
+            return
+        except RuntimeError:
+            pass
+    raise ArgumentTypeError(f"{name} must be a torch.device, a device name such as 'cpu' or 'cuda:0', a mapping of "
+                            f"device names or a callable (see torch.load); got {value!r}")
+
+
+validate_module(globals(), map_location=_check_map_location)  # the rest from the annotations (dynamics.validation)

@@ -32,6 +32,8 @@ from typing import NamedTuple
 
 import torch
 
+from dynamics.validation import Instance, Range, validate_module
+
 __all__ = ["DTYPES", "Placement", "resolve", "resolve_device", "resolve_dtype", "set_determinism", "torch_threads"]
 
 log = logging.getLogger(__name__)
@@ -152,7 +154,7 @@ def resolve(device: str | torch.device = "auto", dtype: str | torch.dtype = "flo
 
 
 @contextlib.contextmanager
-def torch_threads(n: int | None = 1, *, device=None):
+def torch_threads(n: int | None = 1, *, device: str | torch.device | None = None):
     """Run a block with ``n`` torch intra-op CPU threads, restoring the previous number afterwards.
 
     The toolkit's models are small (tensors of a few thousand entries): a second OpenMP thread only adds
@@ -170,3 +172,9 @@ def torch_threads(n: int | None = 1, *, device=None):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+# argument checks from the annotations (dynamics.validation); device and dtype are checked (with their valid
+# values named) by resolve_device / resolve_dtype
+validate_module(globals(), device=None, dtype=None, per_function={
+    "torch_threads": {"n": Range(integer=True, ge=1), "device": Instance(str, torch.device, none=True)}})

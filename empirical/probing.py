@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from dynamics.random import as_generator
-from dynamics.validation import check_choice, check_int
+from dynamics.validation import check_choice, check_int, validate_module
 
 __all__ = [
     "PROBE_MODULES",
@@ -656,3 +656,6 @@ def summarize(draws: Sequence[DrawResult]) -> dict[str, np.ndarray]:
         out[field] = np.stack([getattr(d, field) for d in draws])
     out["cls_layer0_spread"] = np.array([d.cls_layer0_spread for d in draws])
     return out
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

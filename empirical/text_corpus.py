@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics.validation import check_choice, check_in_range, check_int
+from dynamics.validation import check_choice, check_in_range, check_int, validate_module
 
 __all__ = ["UNK", "Corpus", "default_text", "load_corpus", "tokenize"]
 
@@ -109,3 +109,6 @@ def load_corpus(path: str | Path | None = None, *, vocab_size: int = 2000, heldo
     index = {w: i for i, w in enumerate(vocab)}
     ids = np.fromiter((index.get(w, 0) for w in tokens), dtype=np.int64, count=len(tokens))
     return Corpus(vocab=vocab, train=ids[:n_train], heldout=ids[n_train:], source=source)
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

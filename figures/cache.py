@@ -33,6 +33,7 @@ import xarray as xr
 
 from dynamics.provenance import utc_now
 from dynamics.trajectory import atomic_write, save_dataset
+from dynamics.validation import validate_module
 from figures.presets import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -198,3 +199,6 @@ def _clear_non_file(path: Path) -> None:
 
 def _write_text_atomic(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

@@ -110,7 +110,7 @@ from tqdm.auto import tqdm
 
 from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
-from dynamics.validation import check_choice, check_int, check_nonneg
+from dynamics.validation import Range, check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
@@ -819,3 +819,11 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
         paths = _style.save_figure(fig, Path(out_dir) / name, formats)
         results.append(replace(result, outputs=tuple(paths)))
     return results
+
+
+# Argument checks (dynamics.validation): the annotations, and the arrays of the gap tables.
+_ROWS = dict(times=Range(array=True), theory=Range(array=True), samples=Range(array=True))
+validate_module(globals(), per_function={
+    "compare_rows": dict(_ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)),
+    "gap_rows": dict(_ROWS, atol=Range(ge=0)),
+})

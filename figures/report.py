@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from dynamics.compare import RULE
 from dynamics.provenance import git_revision, package_versions, utc_now
 from dynamics.trajectory import atomic_write, save_dataset
-from dynamics.validation import check_int
+from dynamics.validation import check_int, validate_module
 from figures import _style, cache
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, check_preset, resolve_device
 from figures.registry import (
@@ -720,3 +720,6 @@ def render_html(sections: Sequence[ModelSection], *, preset: str, seed: int, dev
             f"<h1>attndyn: theory vs practice ({_e(preset)} preset)</h1>\n{header}\n<h2>Summary</h2>\n"
             f"{_summary_table(sections)}\n{legend}\n{_attention_html(sections)}\n{_toc_html(sections)}\n{body}\n"
             "</body>\n</html>\n")
+
+
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

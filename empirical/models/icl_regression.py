@@ -802,3 +802,20 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
         If ``name`` is not one of the listed protocols.
     """
     return dispatch_config(CONFIGS, name, args, kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
+# then each function's own checks
+
+import xarray as _xr  # noqa: E402
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_MODEL = _V.Instance(ICLAttention, ICLModelSpec)
+_V.validate_module(
+    globals(), omega=_V.Range(array=True), mu=_V.Range(array=True), omega0=_V.Range(array=True),
+    mu0=_V.Range(array=True), supports=_V.sequence_check, model_or_spec=_MODEL, traj=_V.Instance(_xr.Dataset),
+    per_function={"pattern_params": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)}},
+)

@@ -557,3 +557,17 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
         If ``name`` is not one of the listed protocols.
     """
     return dispatch_config(CONFIGS, name, args, kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
+# then each function's own checks
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_MATRICES = _V.Array(ndim=(2, 3))  # one state or a stack of them; the per-step yz_logits is left unchecked
+_V.validate_module(globals(), per_function={
+    "reduced_blocks": {"Y": _MATRICES, "Z": _MATRICES},
+    "distinct_recall": {"Z_full": _MATRICES, "thresholds": _V.Array(ndim=1)},
+})

@@ -558,3 +558,14 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
         If ``name`` is not one of the listed protocols.
     """
     return dispatch_config(CONFIGS, name, args, kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
+# then each function's own checks
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_V.validate_module(globals(), k_star=_V.Array(ndim=1), v_star=_V.Array(ndim=1), state=_V.Range(array=True),
+                   rng=_V.seed_check)

@@ -521,3 +521,15 @@ def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwar
     k_star, v_star = random_oracle_directions(task, rng)
     cls = TransformerLayer if kind == "transformer" else MultiHeadErf
     return cls(task, k_star=k_star, v_star=v_star, n_heads=n_heads, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
+# then each function's own checks
+
+from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+
+_V.validate_module(globals(), k_star=_V.Array(ndim=(1, 2)), v_star=_V.Array(ndim=(1, 2)), rng=_V.seed_check,
+                   per_function={"sample_tokens": {"device": _V.Instance(str, torch.device),
+                                                   "dtype": _V.Instance(torch.dtype)}})
