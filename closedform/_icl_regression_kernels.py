@@ -7,7 +7,9 @@ the mathematics is in docs/models/icl_regression.md (He, Pan, Chen, Yang, ICML 2
 Parameter vectors handed to the ``dynamics`` engine:
 
 - flows (:func:`flow_rhs`, :func:`two_head_rhs`): ``p = [d, cL]`` with ``cL = (1 + sigma2) / L``;
-- GD (:func:`gd_step`): ``p = [d, cL, lr]``.
+- GD (:func:`gd_step`): ``p = [d, cL, lr]``;
+- either with ``sigma2`` appended as the last entry when the engine also evaluates :func:`observables` (the
+  compiled derived variables F, mu.omega, sum mu at every save point): ``[d, cL, sigma2]``, ``[d, cL, lr, sigma2]``.
 
 The state of the general-H kernels is ``x = (omega_1..omega_H, mu_1..mu_H)`` (H = len(x) // 2).
 
@@ -103,6 +105,74 @@ def gd_step(k, x, p, out):
     lr = p[2]
     for j in range(2 * H):
         out[j] = x[j] - lr * out[j]
+
+
+# Names of the values written by :func:`observables`, in order (the trajectory variables of ``map``/``flow``).
+OBSERVABLE_NAMES = ("F", "mu_dot_omega", "sum_mu")
+
+
+@njit(cache=True, fastmath=False, _nrt=False)
+def observables(k, x, p, out):
+    """Derived variables of the state x = (omega, mu) for the engine's ``observe=`` hook, at every save point.
+
+    out[0] = F(omega, mu) of spec §4.1, Eq. (4.1), with d = p[0], cL = p[1] and sigma2 = p[-1] (the same arithmetic
+    as :func:`loss_one`); out[1] = mu^T omega (spec §4.4); out[2] = sum_h mu_h (spec §5.2). ``k`` (step or time)
+    is unused.
+    """
+    H = x.shape[0] // 2
+    out[0] = loss_one(x[:H], x[H:], p[0], p[p.shape[0] - 1], p[1])
+    u = 0.0
+    s = 0.0
+    for h in range(H):
+        u += x[H + h] * x[h]
+        s += x[H + h]
+    out[1] = u
+    out[2] = s
+
+
+@njit(cache=True, fastmath=False, _nrt=False)
+def gd_step_observables(k, x, p, out, obs):
+    """:func:`gd_step` into ``out`` and :func:`observables` of ``x`` into ``obs`` in one pass, bit for bit equal to
+    the two separate calls (same operations in the same order): each exponential exp(d omega_h omega_g) serves
+    both the gradient (spec §4.4, Eq. (4.4) halved) and F (spec §4.1, Eq. (4.1)). The engine's ``step_observe``.
+    """
+    H = x.shape[0] // 2
+    d = p[0]
+    cL = p[1]
+    lr = p[2]
+    sigma2 = p[p.shape[0] - 1]
+    u = 0.0
+    s = 0.0
+    for h in range(H):
+        u += x[H + h] * x[h]
+        s += x[H + h]
+        out[h] = 0.0  # sum_g mu_g omega_g K_hg, then the step (as in half_grad_one)
+        out[H + h] = 0.0  # sum_g mu_g K_hg, then the step
+    quad = 0.0  # mu^T K mu / 2 accumulated as in loss_one
+    for h in range(H):
+        wh = x[h]
+        mh = x[H + h]
+        kk = np.exp(d * wh * wh)
+        out[h] += mh * wh * kk
+        out[H + h] += mh * kk
+        acc = 0.5 * kk * mh
+        for g in range(h + 1, H):
+            kk = np.exp(d * wh * x[g])
+            out[h] += x[H + g] * x[g] * kk
+            out[g] += mh * wh * kk
+            out[H + h] += x[H + g] * kk
+            out[H + g] += mh * kk
+            acc += kk * x[H + g]
+        quad += mh * acc
+    one_minus_u = 1.0 - u
+    for h in range(H):
+        g_omega = -x[H + h] * one_minus_u + d * cL * x[H + h] * out[h]
+        g_mu = -x[h] * one_minus_u + cL * out[H + h]
+        out[h] = x[h] - lr * g_omega
+        out[H + h] = x[H + h] - lr * g_mu
+    obs[0] = 1.0 + sigma2 - 2.0 * u + u * u + 2.0 * cL * quad
+    obs[1] = u
+    obs[2] = s
 
 
 @njit(cache=True, fastmath=False)
