@@ -153,16 +153,22 @@ def gd_step_observables(k, x, p, out, obs):
         wh = x[h]
         mh = x[H + h]
         kk = np.exp(d * wh * wh)
-        out[h] += mh * wh * kk
-        out[H + h] += mh * kk
+        # rows h of the two sums, in registers: out[h] already holds the terms g < h, and the terms are added in
+        # half_grad_one's order (g < h, then g = h, then g > h), so the sums are the same bit for bit
+        s_w = out[h] + mh * wh * kk
+        s_m = out[H + h] + mh * kk
         acc = 0.5 * kk * mh
         for g in range(h + 1, H):
-            kk = np.exp(d * wh * x[g])
-            out[h] += x[H + g] * x[g] * kk
+            wg = x[g]
+            mg = x[H + g]
+            kk = np.exp(d * wh * wg)
+            s_w += mg * wg * kk
             out[g] += mh * wh * kk
-            out[H + h] += x[H + g] * kk
+            s_m += mg * kk
             out[H + g] += mh * kk
-            acc += kk * x[H + g]
+            acc += kk * mg
+        out[h] = s_w
+        out[H + h] = s_m
         quad += mh * acc
     one_minus_u = 1.0 - u
     for h in range(H):

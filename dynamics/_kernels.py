@@ -208,7 +208,7 @@ def _write_once(path: pathlib.Path, text: str) -> None:
 def _load_cached(kind: str, funcs, tableau, source: str):
     digest = _digest(funcs, tableau, source)
     method = "" if tableau is None else f"_{tableau.name}"
-    label = "_".join(f.py_func.__name__ for f in funcs)
+    label = "__".join(f.py_func.__name__ for f in funcs)
     name = f"attndyn_{kind}{method}_{label}_{digest[:20]}"
     path = kernel_dir() / f"{name}.py"
     targets = ", ".join(f"{f.py_func.__module__}.{f.py_func.__qualname__}" for f in funcs)
@@ -369,7 +369,7 @@ def run_one(x, p, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, tol, 
 
 
 @njit(cache=CACHE, fastmath=False)
-def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, tol, stop_at, flush, last, W):
+def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, tol, stop_at, flush, last, W, WO):
     """Advance each trajectory by the map MODEL from step k_start to k_end.
 {obs_doc}
     Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
@@ -391,6 +391,8 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, t
     bb = W[1]
     sa = W[2]
     sb = W[3]
+    oa = WO[0]  # observables of a fused step, copied into O (no array view made per step)
+    ob = WO[1]
     use_tol = tol >= 0.0
     for a in range(0, n_traj, 2):
         b = a + 1
@@ -514,7 +516,9 @@ _MAP_OBS = {
 """),
     "obs_end": ("", "                    OBS(kn, x@, p@, O[@, j@])\n", "                    q@ = j@  # kn < k_end\n"),
     "step": ("                MODEL(kk, x@, p@, b@)\n",) * 2 + ("""                if q@ >= 0:
-                    FUSED(kk, x@, p@, b@, O[@, q@])
+                    FUSED(kk, x@, p@, b@, o@)
+                    for m in range(o@.shape[0]):
+                        O[@, q@, m] = o@[m]
                     q@ = -1
                 else:
                     MODEL(kk, x@, p@, b@)

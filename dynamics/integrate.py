@@ -325,13 +325,8 @@ def _finish(Y, names, time, step, P_rows, n_traj, derived, attrs, extra_vars=Non
         computed = derived(Y, P_full)
         for name, value in computed.items():
             variables[name] = np.asarray(value)
-    traj = Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs)
-    for name, value in (per_traj or {}).items():
-        if name in traj.variables:
-            raise ValueError(f"the per-trajectory variable {name!r} clashes with a state or derived name; rename "
-                             "that variable")
-        traj[name] = ("trajectory", value)
-    return traj
+    return Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs,
+                                  per_trajectory=per_traj)
 
 
 def _partial_builder(Y, names, time, step, P, n_traj, derived, attrs, extra=None):
@@ -445,6 +440,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     stop_at = np.full(n_traj, -1, dtype=np.int64)
     last = np.full(n_traj, np.nan)
     work = np.empty((4, n_state))
+    work_obs = np.empty((2, O.shape[2]))
     n_saved = save_steps.size
     partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs,
                                _observables(O, obs_names, save_steps.size))
@@ -453,7 +449,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
         for a, b in chunks:
             j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
             kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at,
-                   bool(flush_subnormals), last, work)
+                   bool(flush_subnormals), last, work, work_obs)
             _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
             bar.update(b - a)
             if stop is not None and save_steps.size:

@@ -170,7 +170,7 @@ def test_the_kernel_cache_key_includes_the_observable(tmp_path, monkeypatch):
         files.append({p.name for p in (tmp_path / "kernels").glob("*.py")})
     assert values == [2.0 * 0.25, 3.0 * 0.25]  # the changed observable was recompiled, not loaded from the cache
     new = files[1] - files[0]
-    assert len(new) == 1 and "_step_obs_" in next(iter(new))
+    assert len(new) == 1 and "_step__obs_" in next(iter(new))
     sys.modules.pop("obsmodel_cachekey", None)
 
 
