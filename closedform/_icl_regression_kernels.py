@@ -115,17 +115,29 @@ OBSERVABLE_NAMES = ("F", "mu_dot_omega", "sum_mu")
 def observables(k, x, p, out):
     """Derived variables of the state x = (omega, mu) for the engine's ``observe=`` hook, at every save point.
 
-    out[0] = F(omega, mu) of spec §4.1, Eq. (4.1), with d = p[0], cL = p[1] and sigma2 = p[-1] (the same arithmetic
-    as :func:`loss_one`); out[1] = mu^T omega (spec §4.4); out[2] = sum_h mu_h (spec §5.2). ``k`` (step or time)
-    is unused.
+    out[0] = F(omega, mu) of spec §4.1, Eq. (4.1), with d = p[0], cL = p[1] and sigma2 = p[-1], written as
+    F = 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h with u = mu^T omega and S_h = sum_g K_hg mu_g the row sums that
+    the gradient (spec §4.4) also needs; each S_h is summed over g = 0..H-1 in the order in which
+    :func:`half_grad_one` accumulates it, so this equals the F of :func:`gd_step_observables` bit for bit (and
+    :func:`loss_one` to rounding). out[1] = mu^T omega (spec §4.4); out[2] = sum_h mu_h (spec §5.2). ``k`` (step
+    or time) is unused. Costs H^2 exponentials (the fused step shares its H(H+1)/2).
     """
     H = x.shape[0] // 2
-    out[0] = loss_one(x[:H], x[H:], p[0], p[p.shape[0] - 1], p[1])
+    d = p[0]
     u = 0.0
     s = 0.0
     for h in range(H):
         u += x[H + h] * x[h]
         s += x[H + h]
+    quad = 0.0  # mu^T K mu
+    for h in range(H):
+        row = 0.0
+        for g in range(H):
+            lo = min(g, h)
+            hi = max(g, h)
+            row += x[H + g] * np.exp(d * x[lo] * x[hi])  # K_hg as half_grad_one computes it
+        quad += x[H + h] * row
+    out[0] = 1.0 + p[p.shape[0] - 1] - 2.0 * u + u * u + p[1] * quad
     out[1] = u
     out[2] = s
 
@@ -133,8 +145,9 @@ def observables(k, x, p, out):
 @njit(cache=True, fastmath=False, _nrt=False)
 def gd_step_observables(k, x, p, out, obs):
     """:func:`gd_step` into ``out`` and :func:`observables` of ``x`` into ``obs`` in one pass, bit for bit equal to
-    the two separate calls (same operations in the same order): each exponential exp(d omega_h omega_g) serves
-    both the gradient (spec §4.4, Eq. (4.4) halved) and F (spec §4.1, Eq. (4.1)). The engine's ``step_observe``.
+    the two separate calls (same operations in the same order): the exponentials exp(d omega_h omega_g) and the
+    row sums S_h = sum_g K_hg mu_g of the gradient (spec §4.4, Eq. (4.4) halved) also give F (spec §4.1,
+    Eq. (4.1)) as 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h. The engine's ``step_observe``.
     """
     H = x.shape[0] // 2
     d = p[0]
@@ -148,7 +161,7 @@ def gd_step_observables(k, x, p, out, obs):
         s += x[H + h]
         out[h] = 0.0  # sum_g mu_g omega_g K_hg, then the step (as in half_grad_one)
         out[H + h] = 0.0  # sum_g mu_g K_hg, then the step
-    quad = 0.0  # mu^T K mu / 2 accumulated as in loss_one
+    quad = 0.0  # mu^T K mu = sum_h mu_h S_h
     for h in range(H):
         wh = x[h]
         mh = x[H + h]
@@ -157,7 +170,6 @@ def gd_step_observables(k, x, p, out, obs):
         # half_grad_one's order (g < h, then g = h, then g > h), so the sums are the same bit for bit
         s_w = out[h] + mh * wh * kk
         s_m = out[H + h] + mh * kk
-        acc = 0.5 * kk * mh
         for g in range(h + 1, H):
             wg = x[g]
             mg = x[H + g]
@@ -166,17 +178,16 @@ def gd_step_observables(k, x, p, out, obs):
             out[g] += mh * wh * kk
             s_m += mg * kk
             out[H + g] += mh * kk
-            acc += kk * mg
         out[h] = s_w
         out[H + h] = s_m
-        quad += mh * acc
+        quad += mh * s_m  # S_h is complete here: its terms g < h came in earlier rows
     one_minus_u = 1.0 - u
     for h in range(H):
         g_omega = -x[H + h] * one_minus_u + d * cL * x[H + h] * out[h]
         g_mu = -x[h] * one_minus_u + cL * out[H + h]
         out[h] = x[h] - lr * g_omega
         out[H + h] = x[H + h] - lr * g_mu
-    obs[0] = 1.0 + sigma2 - 2.0 * u + u * u + 2.0 * cL * quad
+    obs[0] = 1.0 + sigma2 - 2.0 * u + u * u + cL * quad
     obs[1] = u
     obs[2] = s
 

@@ -420,9 +420,16 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, t
             kn = min(k + {block}, k_end - 1)
             if ja < n_save and save_k[ja] < kn:
                 kn = save_k[ja]
-            for m in range(n):
-                sa[m] = xa[m]
-                sb[m] = xb[m]
+            # the state at the block's start, to restart a flagged block from: the save just written at step k
+            # when there is one (with dense saves, every block), else a copy
+            at_a = ja > 0 and save_k[ja - 1] == k
+            at_b = jb > 0 and save_k[jb - 1] == k
+            if not at_a:
+                for m in range(n):
+                    sa[m] = xa[m]
+            if not at_b:
+                for m in range(n):
+                    sb[m] = xb[m]
             fa = False
             fb = False
             q0a = qa
@@ -452,8 +459,12 @@ _LANE = {
                     x@[m] = v
 """,
     "end": """            if f@:
-                for m in range(n):
-                    x@[m] = s@[m]
+                if at_@:
+                    for m in range(n):
+                        x@[m] = Y[@, j@ - 1, m]
+                else:
+                    for m in range(n):
+                        x@[m] = s@[m]
                 j@, r@, q@ = run_one(x@, p@, @, k, kn, k_end, j@, save_k, Y, O, active, status, bound, tol,
                                      stop_at, flush, last, b@, q0@)
             else:

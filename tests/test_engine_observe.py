@@ -214,8 +214,8 @@ def test_icl_map_and_flow_observables_equal_independent_numpy_and_approx_loss():
         u = (mu * omega).sum(-1)
         assert np.all(np.abs(tr.mu_dot_omega.values - u) <= 1e-13 * np.abs(mu * omega).sum(-1))
         assert np.all(np.abs(tr.sum_mu.values - mu.sum(-1)) <= 1e-13 * np.abs(mu).sum(-1))
-        if np.ndim(sigma2) == 0:  # the model's public loss (the former Python derived path): same arithmetic
-            np.testing.assert_array_equal(tr.F.values, icl.approx_loss(task, omega, mu))
+        if np.ndim(sigma2) == 0:  # the model's public loss (the former Python derived path), to rounding
+            assert np.all(np.abs(tr.F.values - icl.approx_loss(task, omega, mu)) <= 1e-13 * scale)
     # the fused step (icl.map) equals the separate step + observables calls bit for bit
     y0 = np.concatenate([om0, mu0], axis=1)
     sep = dynamics.iterate(_k.gd_step, y0, 200, params=[task.d, task.cL, 0.05, task.sigma2],
