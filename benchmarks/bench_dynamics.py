@@ -290,7 +290,7 @@ def _bench_observables(quick: bool) -> list[Result]:
                    note=f"max relative |F_observable - F_python| = {dev:.1e}"),
             Result("icl GD H=8 every=1: separate observables vs Python derived", "trajectory-steps",
                    speed["separate"], speed["python"], "same run, derived= in Python (former path)",
-                   note="observe= without step_observe: H^2 exponentials per save, not shared with the step")]
+                   note="observe= without step_observe: the exponentials are computed again at each save")]
 
 
 def _bench_subnormal(quick: bool) -> list[Result]:

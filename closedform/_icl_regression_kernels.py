@@ -111,7 +111,7 @@ def gd_step(k, x, p, out):
 OBSERVABLE_NAMES = ("F", "mu_dot_omega", "sum_mu")
 
 
-@njit(cache=True, fastmath=False, _nrt=False)
+@njit(cache=True, fastmath=False)
 def observables(k, x, p, out):
     """Derived variables of the state x = (omega, mu) for the engine's ``observe=`` hook, at every save point.
 
@@ -120,7 +120,8 @@ def observables(k, x, p, out):
     the gradient (spec §4.4) also needs; each S_h is summed over g = 0..H-1 in the order in which
     :func:`half_grad_one` accumulates it, so this equals the F of :func:`gd_step_observables` bit for bit (and
     :func:`loss_one` to rounding). out[1] = mu^T omega (spec §4.4); out[2] = sum_h mu_h (spec §5.2). ``k`` (step
-    or time) is unused. Costs H^2 exponentials (the fused step shares its H(H+1)/2).
+    or time) is unused. Costs H(H+1)/2 exponentials and one small allocation (the fused step shares its
+    exponentials with the gradient).
     """
     H = x.shape[0] // 2
     d = p[0]
@@ -129,14 +130,18 @@ def observables(k, x, p, out):
     for h in range(H):
         u += x[H + h] * x[h]
         s += x[H + h]
+    S = np.zeros(H)  # the row sums S_h, accumulated in half_grad_one's order (g < h first, then g = h, g > h)
     quad = 0.0  # mu^T K mu
     for h in range(H):
-        row = 0.0
-        for g in range(H):
-            lo = min(g, h)
-            hi = max(g, h)
-            row += x[H + g] * np.exp(d * x[lo] * x[hi])  # K_hg as half_grad_one computes it
-        quad += x[H + h] * row
+        wh = x[h]
+        mh = x[H + h]
+        kk = np.exp(d * wh * wh)
+        S[h] += mh * kk
+        for g in range(h + 1, H):
+            kk = np.exp(d * wh * x[g])
+            S[h] += x[H + g] * kk
+            S[g] += mh * kk
+        quad += mh * S[h]
     out[0] = 1.0 + p[p.shape[0] - 1] - 2.0 * u + u * u + p[1] * quad
     out[1] = u
     out[2] = s
