@@ -80,14 +80,16 @@ def _henon_python(x0, a, b, n):
     return x, y
 
 
-# --- the plain numba prototype of the manifold map (spec single_location.md Sec. 6.3, paper Lemma 7) ----------------
+#  --- the plain numba prototype of the manifold map (docs/models/single_location.md §6.3, paper Lemma 7)
+# ----------------
 _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def _manifold_prototype(kappa, nu, lam, s, gamma, alpha, n_steps):
     """The reduced PGD map on M, written as one would without an engine: constants hoisted, state in registers,
-    final states only. R_M partials of spec Sec. 5.1; update of Sec. 6.3."""
+    final states only. R_M partials of docs/models/single_location.md §5.1; update of
+    docs/models/single_location.md §6.3."""
     g = lam * gamma
     q = math.sqrt(1.0 + 2.0 * g * g)
     r = math.sqrt(1.0 + 4.0 * g * g)

@@ -1,5 +1,5 @@
-"""Benchmarks of :mod:`closedform.icl_regression` (spec icl_regression.md), each against a plain numpy/scipy baseline
-of the same computation timed in the same run.
+"""Benchmarks of :mod:`closedform.icl_regression` (docs/models/icl_regression.md), each against a plain numpy/scipy
+baseline of the same computation timed in the same run.
 
 Rows:
 
@@ -46,8 +46,9 @@ def _numpy_gd_one(omega, mu, lr, n_steps, d, cL):
 
 
 def _helper_like_gd_one(omega, mu, lr, n_steps, d, cL, sigma2):
-    """Baseline with the per-step work of the authors' ``gradient_flow`` helper (spec §5.1), written from the
-    maths: column vectors, M(omega) rebuilt for the gradient and again for the recorded loss F/2, and histories of
+    """Baseline with the per-step work of the authors' ``gradient_flow`` helper (docs/models/icl_regression.md §5.1),
+    written from the maths: column vectors, M(omega) rebuilt for the gradient and again for the recorded loss F/2, and
+    histories of
     mu, omega and the loss appended at every step."""
     def matrix(w):
         outer = w @ w.T

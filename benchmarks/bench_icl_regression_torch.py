@@ -1,11 +1,11 @@
 """ICL-regression torch model (issues 7, 13): 30 seeds trained together through the shared trainer against 30
 sequential single-seed runs of the same model and steps, on CPU.
 
-Setting of the issue: H = 2 softmax heads, d = 5, L = 40, sigma^2 = 0.1, batch 256, Adam(1e-3) (spec §9). Both sides
-draw the same per-seed data from the counter-keyed block streams of :mod:`empirical.seeding` (all seeds in one
-compiled call, bit-identical per seed across batch sizes) and compute the loss and its gradient with the compiled
-one-pass kernel :func:`empirical.models.icl_regression.softmax_mse` (only the query's attention row; hand-derived
-gradient, tested against autograd to 1e-12).
+Setting of the issue: H = 2 softmax heads, d = 5, L = 40, sigma^2 = 0.1, batch 256, Adam(1e-3)
+(docs/models/icl_regression.md §9). Both sides draw the same per-seed data from the counter-keyed block streams of
+:mod:`empirical.seeding` (all seeds in one compiled call, bit-identical per seed across batch sizes) and compute the
+loss and its gradient with the compiled one-pass kernel :func:`empirical.models.icl_regression.softmax_mse` (only the
+query's attention row; hand-derived gradient, tested against autograd to 1e-12).
 
 What is left per seed and step is work that batching cannot share: 256 prompts x 251 float64 normals (~1.5 ns each,
 ~100 us) and the kernel's ~2 500 flops and 80 exponentials a prompt (~120 us), against a fixed per-step cost (Python,
@@ -38,7 +38,8 @@ class _AutogradLoss(ICLAttention):
 
 
 def _config(seeds, n_steps, dtype):
-    # log only at the start and the end (the benchmark measures training), evaluation batch 256 as in spec §9
+    #  log only at the start and the end (the benchmark measures training), evaluation batch 256 as in
+    # docs/models/icl_regression.md §9
     return config("paper", seeds=seeds, n_steps=n_steps, log_every=n_steps, dtype=dtype)
 
 

@@ -26,7 +26,8 @@ from numba import njit
 
 @njit(cache=True, fastmath=False)
 def loss_one(omega, mu, d, sigma2, cL):
-    """F(omega, mu) for one configuration: spec §4.1, Eq. (4.1) (Proposition 4.1). Returns a float."""
+    """F(omega, mu) for one configuration: docs/models/icl_regression.md §4.1, Eq. (4.1) (Proposition 4.1). Returns a
+    float."""
     H = omega.shape[0]
     u = 0.0
     for h in range(H):
@@ -43,14 +44,16 @@ def loss_one(omega, mu, d, sigma2, cL):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def loss_batch(Omega, Mu, d, sigma2, cL, out):
-    """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,). Spec §4.1, Eq. (4.1)."""
+    """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,).
+    docs/models/icl_regression.md §4.1, Eq. (4.1)."""
     for n in range(Omega.shape[0]):
         out[n] = loss_one(Omega[n], Mu[n], d, sigma2, cL)
 
 
 @njit(cache=True, fastmath=False)
 def half_grad_one(omega, mu, d, cL, g_omega, g_mu):
-    """Write grad(F/2) (the authors' ``gradients``) into ``g_omega``, ``g_mu``: spec §4.4, Eq. (4.4) halved.
+    """Write grad(F/2) (the authors' ``gradients``) into ``g_omega``, ``g_mu``: docs/models/icl_regression.md §4.4, Eq.
+    (4.4) halved.
 
     d(F/2)/d omega_h = -mu_h (1 - u) + d cL mu_h sum_g mu_g omega_g K_hg,
     d(F/2)/d mu_h    = -omega_h (1 - u) + cL sum_g mu_g K_hg,   u = mu^T omega, K_hg = exp(d omega_h omega_g).
@@ -80,7 +83,7 @@ def half_grad_one(omega, mu, d, cL, g_omega, g_mu):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
-    """grad F (full, no 1/2) for a batch of rows (n, H): spec §4.4, Eq. (4.4)."""
+    """grad F (full, no 1/2) for a batch of rows (n, H): docs/models/icl_regression.md §4.4, Eq. (4.4)."""
     for n in range(Omega.shape[0]):
         half_grad_one(Omega[n], Mu[n], d, cL, G_omega[n], G_mu[n])
         for h in range(Omega.shape[1]):
@@ -90,7 +93,8 @@ def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def flow_rhs(t, y, p, dy):
-    """Gradient flow of F/2 for H heads, state (omega, mu): spec §5.1 (flow of F/2, time convention §0.3)."""
+    """Gradient flow of F/2 for H heads, state (omega, mu): docs/models/icl_regression.md §5.1 (flow of F/2, time
+    convention docs/models/icl_regression.md §0.3)."""
     H = y.shape[0] // 2
     half_grad_one(y[:H], y[H:], p[0], p[1], dy[:H], dy[H:])
     for j in range(2 * H):
@@ -99,7 +103,8 @@ def flow_rhs(t, y, p, dy):
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def gd_step(k, x, p, out):
-    """One GD step on F/2 with learning rate ``p[2]``: spec §5.1 (the authors' helper ``gradient_flow``)."""
+    """One GD step on F/2 with learning rate ``p[2]``: docs/models/icl_regression.md §5.1 (the authors' helper
+    ``gradient_flow``)."""
     H = x.shape[0] // 2
     half_grad_one(x[:H], x[H:], p[0], p[1], out[:H], out[H:])
     lr = p[2]
@@ -115,13 +120,13 @@ OBSERVABLE_NAMES = ("F", "mu_dot_omega", "sum_mu")
 def observables(k, x, p, out):
     """Derived variables of the state x = (omega, mu) for the engine's ``observe=`` hook, at every save point.
 
-    out[0] = F(omega, mu) of spec §4.1, Eq. (4.1), with d = p[0], cL = p[1] and sigma2 = p[-1], written as
-    F = 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h with u = mu^T omega and S_h = sum_g K_hg mu_g the row sums that
-    the gradient (spec §4.4) also needs; each S_h is summed over g = 0..H-1 in the order in which
-    :func:`half_grad_one` accumulates it, so this equals the F of :func:`gd_step_observables` bit for bit (and
-    :func:`loss_one` to rounding). out[1] = mu^T omega (spec §4.4); out[2] = sum_h mu_h (spec §5.2). ``k`` (step
-    or time) is unused. Costs H(H+1)/2 exponentials and one small allocation (the fused step shares its
-    exponentials with the gradient).
+    out[0] = F(omega, mu) of docs/models/icl_regression.md §4.1, Eq. (4.1), with d = p[0], cL = p[1] and sigma2 = p[-1],
+    written as F = 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h with u = mu^T omega and S_h = sum_g K_hg mu_g the row sums
+    that the gradient (docs/models/icl_regression.md §4.4) also needs; each S_h is summed over g = 0..H-1 in the order
+    in which :func:`half_grad_one` accumulates it, so this equals the F of :func:`gd_step_observables` bit for bit (and
+    :func:`loss_one` to rounding). out[1] = mu^T omega (docs/models/icl_regression.md §4.4); out[2] = sum_h mu_h
+    (docs/models/icl_regression.md §5.2). ``k`` (step or time) is unused. Costs H(H+1)/2 exponentials and one small
+    allocation (the fused step shares its exponentials with the gradient).
     """
     H = x.shape[0] // 2
     d = p[0]
@@ -151,8 +156,9 @@ def observables(k, x, p, out):
 def gd_step_observables(k, x, p, out, obs):
     """:func:`gd_step` into ``out`` and :func:`observables` of ``x`` into ``obs`` in one pass, bit for bit equal to
     the two separate calls (same operations in the same order): the exponentials exp(d omega_h omega_g) and the
-    row sums S_h = sum_g K_hg mu_g of the gradient (spec §4.4, Eq. (4.4) halved) also give F (spec §4.1,
-    Eq. (4.1)) as 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h. The engine's ``step_observe``.
+    row sums S_h = sum_g K_hg mu_g of the gradient (docs/models/icl_regression.md §4.4, Eq. (4.4) halved) also give F
+    (docs/models/icl_regression.md §4.1, Eq. (4.1)) as 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h. The engine's
+    ``step_observe``.
     """
     H = x.shape[0] // 2
     d = p[0]
@@ -201,7 +207,7 @@ def gd_step_observables(k, x, p, out, obs):
 def two_head_rhs(t, y, p, dy):
     """Reduced symmetric two-head flow (omega, mu) = (omega_1, mu_1), omega_2 = -omega_1, mu_2 = -mu_1.
 
-    Spec §6.2, Eq. (B.4): d omega/dt = mu - 2 mu^2 omega - 2 d cL mu^2 omega cosh(d omega^2),
+    docs/models/icl_regression.md §6.2, Eq. (B.4): d omega/dt = mu - 2 mu^2 omega - 2 d cL mu^2 omega cosh(d omega^2),
     d mu/dt = omega - 2 mu omega^2 - 2 cL mu sinh(d omega^2).
     """
     d = p[0]
@@ -215,7 +221,8 @@ def two_head_rhs(t, y, p, dy):
 
 @njit(cache=True, fastmath=False)
 def mc_conditional_losses(a, s, omega, mu, d, sigma2, out):
-    """Per-prompt conditional loss of the reduced predictor (3.2) given the covariates: spec §4.1 (reduced form).
+    """Per-prompt conditional loss of the reduced predictor (3.2) given the covariates:
+    docs/models/icl_regression.md §4.1 (reduced form).
 
     Rotated coordinates (exact in law, see ``icl_regression.true_loss_mc``): ``a[n, i] = x_i . xq/|xq|`` and
     ``s[n] = |xq|``, so that x_i . xq = s a_i. With w_i = sum_h mu_h softmax_i(omega_h s a_i) (stable softmax),

@@ -1,10 +1,10 @@
-"""Private numba kernels of ``closedform.single_location`` (spec single_location.md Sec. 4-Sec. 6).
+"""Private numba kernels of ``closedform.single_location`` (docs/models/single_location.md §4-§6).
 
 Scalar kernels take the task constants explicitly: ``s = sqrt(d/2)``, ``gamma``, ``L`` (as float) and ``eps``.
 The map kernels follow the engine contract ``step(k, x, p, out)`` (``dynamics.iterate``) with the parameter layout
 below (lambda-dependent constants precomputed per update); the state carries lambda_n as its last component so
-that the row saved at step n holds iterate n together with lambda_n (spec Sec. 0.3). No RNG, no allocation in the
-hot loops, float64 only.
+that the row saved at step n holds iterate n together with lambda_n (docs/models/single_location.md §0.3). No RNG, no
+allocation in the hot loops, float64 only.
 
 The map kernels evaluate zeta by a series form of the same quadrature (zeta_series_constants; equal to it to a few
 ulp) and five_step is compiled with ``_nrt=False``: it allocates nothing, and without it numba keeps four atomic
@@ -22,10 +22,10 @@ from numba import njit
 from closedform.special import _GL_W, _GL_X, _zeta
 
 # Parameter layout of the map kernels: p = [s, gamma, L, alpha, stride, table...]. The table holds, for each update
-# n, the lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2) of spec Sec. 3 and Sec. 5.1, then those of the
-# series form of zeta (below), in the row starting at P_TABLE + stride * n; stride = 0 (one row) for a constant
-# lambda, N_CONST for a schedule (n_steps + 1 rows, the last one being lambda of the final iterate). Precomputing them
-# keeps square roots, arcsines and the quadrature nodes out of the loop.
+#  n, the lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2) of docs/models/single_location.md §3, §5.1, then
+# those of the series form of zeta (below), in the row starting at P_TABLE + stride * n; stride = 0 (one row) for a
+# constant lambda, N_CONST for a schedule (n_steps + 1 rows, the last one being lambda of the final iterate).
+# Precomputing them keeps square roots, arcsines and the quadrature nodes out of the loop.
 P_S, P_GAMMA, P_L, P_ALPHA, P_STRIDE, P_TABLE = 0, 1, 2, 3, 4, 5
 C_LAM, C_G, C_Q, C_R, C_C, C_ZETA0, C_CC, C_B2 = 0, 1, 2, 3, 4, 5, 6, 7
 # Series form of zeta (see _zeta_series): C_ZH = (4/pi) * half the quadrature interval, C_ZAMAX = the largest
@@ -43,7 +43,7 @@ _SQRT2 = math.sqrt(2.0)
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def lam_constants(lam, s, gamma, out):
-    """Write (lam, g, q, r, c, zeta0, C, B2) of spec Sec. 3, Sec. 3.2 and Sec. 5.1 into out[0:8]."""
+    """Write (lam, g, q, r, c, zeta0, C, B2) of docs/models/single_location.md §3, §3.2, §5.1 into out[0:8]."""
     g = lam * gamma
     q = math.sqrt(1.0 + 2.0 * g * g)
     lam2 = lam * lam
@@ -63,12 +63,12 @@ def zeta_series_constants(g, out):
     """Write C_ZH, C_ZAMAX and the coefficients mu_k = M_k / k! of the series form of zeta into ``out``.
 
     closedform.special._zeta evaluates zeta(t, g) = erf(m)^2 + (4/pi) half sum_i W_i exp(-a y_i) / y_i with the
-    16-node Gauss-Legendre rule on [1 - len, 1] (spec Sec. 3.2): m = t/q, a = m^2, len = 4 g^2 / (r (r + 1)),
-    half = len/2, nodes x_i = 1 - half (1 - X_i), y_i = 1 + x_i^2. With d_i = y_i - 2 = (x_i - 1)(x_i + 1) in
-    [-2 len, 0], exp(-a y_i) = exp(-a)^2 sum_k (-a d_i)^k / k!, so the same quadrature sum equals
-    exp(-a)^2 sum_k (-a)^k mu_k with mu_k = sum_i (W_i / y_i) d_i^k / k!. Truncated after ZETA_TERMS terms, the
-    relative error is at most (a D)^ZETA_TERMS e^(2 a D) / ZETA_TERMS! (Lagrange remainder, D = max_i |d_i|),
-    <= 3.1e-19 for a D <= ZETA_SERIES_AD; C_ZAMAX = ZETA_SERIES_AD / D.
+    16-node Gauss-Legendre rule on [1 - len, 1] (docs/models/single_location.md §3.2): m = t/q, a = m^2, len = 4 g^2 /
+    (r (r + 1)), half = len/2, nodes x_i = 1 - half (1 - X_i), y_i = 1 + x_i^2. With d_i = y_i - 2 = (x_i - 1)(x_i + 1)
+    in [-2 len, 0], exp(-a y_i) = exp(-a)^2 sum_k (-a d_i)^k / k!, so the same quadrature sum equals exp(-a)^2 sum_k
+    (-a)^k mu_k with mu_k = sum_i (W_i / y_i) d_i^k / k!. Truncated after ZETA_TERMS terms, the relative error is at
+    most (a D)^ZETA_TERMS e^(2 a D) / ZETA_TERMS! (Lagrange remainder, D = max_i |d_i|), <= 3.1e-19 for a D <=
+    ZETA_SERIES_AD; C_ZAMAX = ZETA_SERIES_AD / D.
     """
     g2 = g * g
     r = math.sqrt(1.0 + 4.0 * g2)
@@ -103,7 +103,8 @@ def lam_table(lams, s, gamma, out):
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def _zeta_family(t, g, q, r):
-    """(zeta, zeta_t, zeta_tt, zeta_ttt, phi0, phi1, phi2, phi3) at (t, g) in one pass (spec Sec. 3.1-3.2).
+    """(zeta, zeta_t, zeta_tt, zeta_ttt, phi0, phi1, phi2, phi3) at (t, g) in one pass
+    (docs/models/single_location.md §3.1-§3.2).
 
     Shares erf(t/q), erf'(t/q), erf(t/(qr)), erf'(t/(qr)) between the derivatives; zeta itself by the
     cancellation-free Gauss-Legendre form (closedform.special).
@@ -141,7 +142,7 @@ def _zeta_family_fast(t, cst, o):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def _zeta_family_m(q, r, m, ex, erfm, z):
     """The derivatives of zeta and the phi_j given m = t/q, ex = exp(-m^2), erfm = erf(m) and zeta itself
-    (spec Sec. 3.1-3.2)."""
+    (docs/models/single_location.md §3.1-§3.2)."""
     u = m / r
     e1m = _TWO_OVER_SQRTPI * ex
     e2m = -2.0 * m * e1m
@@ -158,7 +159,8 @@ def _zeta_family_m(q, r, m, ex, erfm, z):
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def risk_core(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o):
-    """True MSE R(kappa, nu, theta, eta, rho) of spec Sec. 4.2 ("in full"), eps^2 and (L-1) zeta0 included; the
+    """True MSE R(kappa, nu, theta, eta, rho) of docs/models/single_location.md §4.2 ("in full"), eps^2 and (L-1) zeta0
+    included; the
     lam_constants row starts at cst[o]."""
     lam, g, q, r = cst[o + C_LAM], cst[o + C_G], cst[o + C_Q], cst[o + C_R]
     zeta0, C, B2 = cst[o + C_ZETA0], cst[o + C_CC], cst[o + C_B2]
@@ -173,7 +175,8 @@ def risk_core(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o):
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def partials_core(kappa, nu, theta, eta, rho, s, gamma, L, cst, o):
-    """(dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of spec Sec. 4.3; the lam_constants row starts at cst[o]."""
+    """(dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of docs/models/single_location.md §4.3; the lam_constants row
+    starts at cst[o]."""
     lam, g, q, r = cst[o + C_LAM], cst[o + C_G], cst[o + C_Q], cst[o + C_R]
     fam = _zeta_family(lam * s * kappa, g, q, r)
     return _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam)
@@ -188,7 +191,7 @@ def partials_map(kappa, nu, theta, eta, rho, s, gamma, L, cst, o):
 
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam):
-    """The partials of spec Sec. 4.3 given the zeta family ``fam`` at t = lam s kappa."""
+    """The partials of docs/models/single_location.md §4.3 given the zeta family ``fam`` at t = lam s kappa."""
     lam, g = cst[o + C_LAM], cst[o + C_G]
     C, B2 = cst[o + C_CC], cst[o + C_B2]
     z, zt, ztt, zttt, phi0, phi1, phi2, phi3 = fam
@@ -210,7 +213,8 @@ def _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam):
 
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def manifold_partials_core(kappa, nu, gamma, cst, o):
-    """(dR_M/dkappa, dR_M/dnu) of spec Sec. 5.1 (compact form); the lam_constants row starts at cst[o]."""
+    """(dR_M/dkappa, dR_M/dnu) of docs/models/single_location.md §5.1 (compact form); the lam_constants row starts at
+    cst[o]."""
     c, r = cst[o + C_C], cst[o + C_R]
     ck = c * kappa
     gg2 = 2.0 * gamma * gamma
@@ -256,7 +260,7 @@ def manifold_partials_array(kappa, nu, lam, s, gamma, out):
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def manifold_update(kappa, nu, dk, dv):
-    """One reduced PGD update on M (spec Sec. 6.3, paper Lemma 7) given delta_k, delta_v."""
+    """One reduced PGD update on M (docs/models/single_location.md §6.3, paper Lemma 7) given delta_k, delta_v."""
     ok = 1.0 - kappa * kappa
     on = 1.0 - nu * nu
     return ((kappa - dk * ok) / math.sqrt(1.0 + dk * dk * ok),
@@ -265,7 +269,8 @@ def manifold_update(kappa, nu, dk, dv):
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def manifold_step(n, x, p, out):
-    """Engine map kernel on M, state (kappa, nu, lam): update n with lambda_n (spec Sec. 6.3); out[2] = lambda_{n+1}."""
+    """Engine map kernel on M, state (kappa, nu, lam): update n with lambda_n (docs/models/single_location.md §6.3);
+    out[2] = lambda_{n+1}."""
     stride = int(p[P_STRIDE])
     o = P_TABLE + stride * n
     alpha = p[P_ALPHA]
@@ -278,7 +283,8 @@ def manifold_step(n, x, p, out):
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
-    """One exact five-scalar PGD update (spec Sec. 6.4) given the partials; returns (kappa', nu', theta', eta', rho')."""
+    """One exact five-scalar PGD update (docs/models/single_location.md §6.4) given the partials; returns (kappa', nu',
+    theta', eta', rho')."""
     kgk = rk * kappa + re * eta + rr * rho
     vgv = rn * nu + rt * theta + rr * rho
     # coefficients of the unnormalised new k and v on (k, v, k*, v*)
@@ -301,7 +307,8 @@ def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
 
 @njit(cache=True, fastmath=False, error_model="numpy", _nrt=False)
 def five_step(n, x, p, out):
-    """Engine map kernel, state (kappa, nu, theta, eta, rho, lam): update n with lambda_n (spec Sec. 6.4)."""
+    """Engine map kernel, state (kappa, nu, theta, eta, rho, lam): update n with lambda_n
+    (docs/models/single_location.md §6.4)."""
     stride = int(p[P_STRIDE])
     o = P_TABLE + stride * n
     rk, rn, rt, re, rr = partials_map(x[0], x[1], x[2], x[3], x[4], p[P_S], p[P_GAMMA], p[P_L], p, o)
@@ -316,7 +323,8 @@ def five_step(n, x, p, out):
 
 @njit(cache=True, fastmath=False, error_model="numpy")
 def five_map_array(X, lam, alpha, s, gamma, L, out):
-    """One five-scalar PGD update (spec Sec. 6.4) of every row of X (n, 5), with per-row lambda and alpha."""
+    """One five-scalar PGD update (docs/models/single_location.md §6.4) of every row of X (n, 5), with per-row lambda
+    and alpha."""
     cst = np.empty(N_CONST)
     for i in range(X.shape[0]):
         if i == 0 or lam[i] != lam[i - 1]:

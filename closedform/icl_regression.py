@@ -1,33 +1,35 @@
 """Multi-head softmax attention for in-context linear regression: approximate loss, flows, exact risks.
 
-Implements the mathematics of docs/models/icl_regression.md (He, Pan, Chen, Yang, ICML 2025). Conventions (spec §0):
-omega_h is the EFFECTIVE KQ coefficient (after the 1/sqrt(d+1) factor of the authors' code); F approximates the
-plain MSE E[(y_q - yhat)^2] (no 1/2); every flow is the gradient flow of F/2 and its time ``t`` is the F/2-flow time
-of spec §0.3 (GD on F/2 with step ``lr`` after ``n`` updates is close to the flow at ``t = n * lr``).
+Implements the mathematics of docs/models/icl_regression.md (He, Pan, Chen, Yang, ICML 2025). Conventions
+(docs/models/icl_regression.md §0): omega_h is the EFFECTIVE KQ coefficient (after the 1/sqrt(d+1) factor of the
+authors' code); F approximates the plain MSE E[(y_q - yhat)^2] (no 1/2); every flow is the gradient flow of F/2 and its
+time ``t`` is the F/2-flow time of docs/models/icl_regression.md §0.3 (GD on F/2 with step ``lr`` after ``n`` updates is
+close to the flow at ``t = n * lr``).
 
 Symbol table
 ------------
-===============  =============  ========================================================  ===========  =====
+===============  =============  ========================================================  ===========  ==================================
 code name        paper symbol   meaning                                                   shape        where
-===============  =============  ========================================================  ===========  =====
-d, L, sigma2     d, L, sigma^2  covariate dimension, prompt length, label-noise variance  scalars      §1
-L_test           L'             test prompt length                                        scalar       §7.6
-omega, mu        omega_h, mu_h  effective KQ coefficient and OV label entry of each head  (..., H)     §3
-u / muTomega     mu^T omega     effective step of the multi-head predictor                (...)        §4.4
-sum_mu           1^T mu         sum of the OV entries (zero-sum diagnostic)               (...)        §5.2
-Kmat, Mmat       K, M           exp(d omega omega^T); omega omega^T + cL K                (..., H, H)  §4.1
-cL, D            C_L, D         (1 + sigma^2)/L; d (1 + sigma^2)                          scalars      §0
-eta, eta_star    eta, eta*      step of a GD-type predictor; 1/(1 + D/L)                  scalar       §4.4
-gamma, mu_gamma  gamma, mu(g)   common |omega_h| on S_gamma; optimal group OV sum         (...)        §5.4
-chi, ratio       chi, r         d omega^2 and mu/omega in the two-head reduction          scalar       §6.3
-xi               xi             d/L in the proportional limit                             scalar       §7.4
-lam_ridge        lambda         ridge penalty (Bayes: d sigma^2)                          scalar       §7.4
-Sigma, rho, G    Sigma, rho, G  covariate covariance, KMS correlation, preconditioner     (d, d)       §8.1
-t, step, lr      t, n, lr       F/2-flow time, GD update count, learning rate             scalars      §0.3
-===============  =============  ========================================================  ===========  =====
+===============  =============  ========================================================  ===========  ==================================
+d, L, sigma2     d, L, sigma^2  covariate dimension, prompt length, label-noise variance  scalars      docs/models/icl_regression.md §1
+L_test           L'             test prompt length                                        scalar       docs/models/icl_regression.md §7.6
+omega, mu        omega_h, mu_h  effective KQ coefficient and OV label entry of each head  (..., H)     docs/models/icl_regression.md §3
+u / muTomega     mu^T omega     effective step of the multi-head predictor                (...)        docs/models/icl_regression.md §4.4
+sum_mu           1^T mu         sum of the OV entries (zero-sum diagnostic)               (...)        docs/models/icl_regression.md §5.2
+Kmat, Mmat       K, M           exp(d omega omega^T); omega omega^T + cL K                (..., H, H)  docs/models/icl_regression.md §4.1
+cL, D            C_L, D         (1 + sigma^2)/L; d (1 + sigma^2)                          scalars      docs/models/icl_regression.md §0
+eta, eta_star    eta, eta*      step of a GD-type predictor; 1/(1 + D/L)                  scalar       docs/models/icl_regression.md §4.4
+gamma, mu_gamma  gamma, mu(g)   common |omega_h| on S_gamma; optimal group OV sum         (...)        docs/models/icl_regression.md §5.4
+chi, ratio       chi, r         d omega^2 and mu/omega in the two-head reduction          scalar       docs/models/icl_regression.md §6.3
+xi               xi             d/L in the proportional limit                             scalar       docs/models/icl_regression.md §7.4
+lam_ridge        lambda         ridge penalty (Bayes: d sigma^2)                          scalar       docs/models/icl_regression.md §7.4
+Sigma, rho, G    Sigma, rho, G  covariate covariance, KMS correlation, preconditioner     (d, d)       docs/models/icl_regression.md §8.1
+t, step, lr      t, n, lr       F/2-flow time, GD update count, learning rate             scalars      docs/models/icl_regression.md §0.3
+===============  =============  ========================================================  ===========  ==================================
 
 Trajectories of :func:`flow` and :func:`map` have state variables ``omega_0 .. omega_{H-1}``, ``mu_0 .. mu_{H-1}``
-(code head h is math head h+1, spec §0.2) and derived variables ``F``, ``mu_dot_omega``, ``sum_mu``.
+(code head h is math head h+1, docs/models/icl_regression.md §0.2) and derived variables ``F``, ``mu_dot_omega``,
+``sum_mu``.
 
 REFERENCE
 ---------
@@ -63,16 +65,17 @@ REFERENCE = {
     "venue": "ICML 2025",
     "arxiv": "2503.12734",
     "bibtex_key": "he2025incontext",
-    "spec": "spec/icl_regression.md",
+    "spec": "docs/models/icl_regression.md",
 }
 
 MODEL = "icl_regression"
-#: The time axis of every trajectory of this module: the F/2 gradient-flow time t (spec §0.3). :func:`flow` and
-#: :func:`symmetric_flow` integrate in t; :func:`map` (GD on F/2 with learning rate ``lr``) reports ``time = lr * step``
-#: (one shared ``lr``; the update count is ``step``), so a map and a flow of the same task share one time axis.
-TIME_UNIT = "F/2 gradient-flow time t; map: t = lr * step (spec icl_regression.md §0.3)"
-_TIME_FLOW = "F/2 gradient-flow time t (spec icl_regression.md §0.3)"
-_TIME_MAP = "F/2 gradient-flow time t = lr * step (spec icl_regression.md §0.3)"
+# : The time axis of every trajectory of this module: the F/2 gradient-flow time t (docs/models/icl_regression.md §0.3).
+#:func:`flow` and : :func:`symmetric_flow` integrate in t; :func:`map` (GD on F/2 with learning rate ``lr``) reports
+#``time = lr * step`` : (one shared ``lr``; the update count is ``step``), so a map and a flow of the same task share
+#one time axis.
+TIME_UNIT = "F/2 gradient-flow time t; map: t = lr * step (docs/models/icl_regression.md §0.3)"
+_TIME_FLOW = "F/2 gradient-flow time t (docs/models/icl_regression.md §0.3)"
+_TIME_MAP = "F/2 gradient-flow time t = lr * step (docs/models/icl_regression.md §0.3)"
 _EXP_MAX = float(np.log(np.finfo(np.float64).max))  # largest exponent whose exp is finite (~709.78)
 
 
@@ -83,7 +86,7 @@ _EXP_MAX = float(np.log(np.finfo(np.float64).max))  # largest exponent whose exp
 class ICLRegressionTask:
     """In-context linear regression task: x_i, x_q ~ N(0, I_d), beta ~ N(0, I_d/d), label noise N(0, sigma2).
 
-    Spec §1 (data model, Sec. 2 of the paper). ``L`` is the (training) prompt length.
+    docs/models/icl_regression.md §1 (data model, Sec. 2 of the paper). ``L`` is the (training) prompt length.
 
     Parameters
     ----------
@@ -104,43 +107,44 @@ class ICLRegressionTask:
         object.__setattr__(self, "L", check_int("L", self.L, min_value=1))
         object.__setattr__(self, "sigma2", check_nonneg("sigma2", self.sigma2))
 
-    # cross-paper names (STYLE §2.3)
+    # cross-paper names
     @property
     def dim(self) -> int:
-        """Covariate dimension d (spec §1)."""
+        """Covariate dimension d (docs/models/icl_regression.md §1)."""
         return self.d
 
     @property
     def seq_len(self) -> int:
-        """Prompt length L (spec §1)."""
+        """Prompt length L (docs/models/icl_regression.md §1)."""
         return self.L
 
     @property
     def cL(self) -> float:
-        """C_L = (1 + sigma^2)/L (spec §0, Sec. 6.1)."""
+        """C_L = (1 + sigma^2)/L (docs/models/icl_regression.md §0, §6.1)."""
         return (1.0 + self.sigma2) / self.L
 
     @property
     def D(self) -> float:
-        """D = d (1 + sigma^2) (spec §0)."""
+        """D = d (1 + sigma^2) (docs/models/icl_regression.md §0)."""
         return self.d * (1.0 + self.sigma2)
 
     def with_L(self, L: int) -> ICLRegressionTask:
-        """The same task at another prompt length (spec §7.6, length generalisation)."""
+        """The same task at another prompt length (docs/models/icl_regression.md §7.6, length generalisation)."""
         return dataclasses.replace(self, L=L)
 
     @staticmethod
     def time_of_step(step, lr: float):
-        """F/2-flow time of GD step ``step`` with learning rate ``lr``: t = lr * step (spec §0.3)."""
+        """F/2-flow time of GD step ``step`` with learning rate ``lr``: t = lr * step
+        (docs/models/icl_regression.md §0.3)."""
         return lr * np.asarray(step, dtype=np.float64)
 
     @staticmethod
     def step_of_time(t, lr: float):
-        """GD step count closest to flow time ``t``: round(t / lr) (spec §0.3)."""
+        """GD step count closest to flow time ``t``: round(t / lr) (docs/models/icl_regression.md §0.3)."""
         return np.rint(np.asarray(t, dtype=np.float64) / lr).astype(np.int64)
 
     def to_json(self) -> str:
-        """JSON of the spec (provenance, STYLE §2.9); see Sec. 1 of the spec for the meaning of the fields."""
+        """JSON of the spec (provenance); see docs/models/icl_regression.md §1 for the meaning of the fields."""
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
@@ -151,13 +155,15 @@ def _check_task(task) -> ICLRegressionTask:
 
 
 def eta_star(task: ICLRegressionTask) -> float:
-    """eta* = 1/(1 + (1 + sigma^2) d / L): spec §4.4, Eq. (4.3) (optimality condition; = optimal dGD step)."""
+    """eta* = 1/(1 + (1 + sigma^2) d / L): docs/models/icl_regression.md §4.4, Eq. (4.3) (optimality condition; =
+    optimal dGD step)."""
     task = _check_task(task)
     return task.L / (task.L + task.D)
 
 
 def loss_infimum(task: ICLRegressionTask) -> float:
-    """inf F = 1 + sigma^2 - eta*: spec §4.4 (global infimum of Eq. (4.1), approached as gamma -> 0 on S_gamma)."""
+    """inf F = 1 + sigma^2 - eta*: docs/models/icl_regression.md §4.4 (global infimum of Eq. (4.1), approached as gamma
+    -> 0 on S_gamma)."""
     return 1.0 + task.sigma2 - eta_star(task)
 
 
@@ -191,7 +197,7 @@ def _check_exponent(task: ICLRegressionTask, omega: np.ndarray, name: str = "ome
 
 
 def approx_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
-    """Approximate ICL loss F(omega, mu) for H heads: spec §4.1, Eq. (4.1) (Proposition 4.1).
+    """Approximate ICL loss F(omega, mu) for H heads: docs/models/icl_regression.md §4.1, Eq. (4.1) (Proposition 4.1).
 
     F = 1 + sigma^2 - 2 mu^T omega + mu^T (omega omega^T + ((1 + sigma^2)/L) exp.(d omega omega^T)) mu
     (no 1/2; approximates the plain MSE).
@@ -217,14 +223,14 @@ def approx_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
 
 
 def approx_loss_grad(task: ICLRegressionTask, omega, mu) -> tuple[np.ndarray, np.ndarray]:
-    """Gradient of F (full, no 1/2) with respect to omega and mu: spec §4.4, Eq. (4.4).
+    """Gradient of F (full, no 1/2) with respect to omega and mu: docs/models/icl_regression.md §4.4, Eq. (4.4).
 
     grad_omega F = -2 mu + 2 (mu^T omega) mu + (2 d (1+sigma^2)/L) (K o mu mu^T) omega,
     grad_mu F    = -2 omega + 2 M(omega) mu.
 
     Returns
     -------
-    (grad_omega, grad_mu), each (..., H) float64. Halve them for the F/2 flow of spec §5.1.
+    (grad_omega, grad_mu), each (..., H) float64. Halve them for the F/2 flow of docs/models/icl_regression.md §5.1.
     """
     task = _check_task(task)
     omega, mu = _pair(omega, mu)
@@ -237,7 +243,8 @@ def approx_loss_grad(task: ICLRegressionTask, omega, mu) -> tuple[np.ndarray, np
 
 
 def kernel_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
-    """K(omega) = exp.(d omega omega^T) (elementwise): spec §4.1, Eq. (4.1). Shape (..., H, H)."""
+    """K(omega) = exp.(d omega omega^T) (elementwise): docs/models/icl_regression.md §4.1, Eq. (4.1). Shape (..., H,
+    H)."""
     task = _check_task(task)
     omega = check_finite_array("omega", omega, ndim=tuple(range(1, 33)))
     _check_exponent(task, omega)
@@ -245,17 +252,19 @@ def kernel_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
 
 
 def m_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
-    """M(omega) = omega omega^T + ((1 + sigma^2)/L) K(omega): spec §4.4 (Hessian of Eq. (4.1) in mu is 2 M)."""
+    """M(omega) = omega omega^T + ((1 + sigma^2)/L) K(omega): docs/models/icl_regression.md §4.4 (Hessian of Eq. (4.1)
+    in mu is 2 M)."""
     K = kernel_matrix(task, omega)
     omega = np.asarray(omega, dtype=np.float64)
     return omega[..., :, None] * omega[..., None, :] + task.cL * K
 
 
 def optimal_mu(task: ICLRegressionTask, omega) -> np.ndarray:
-    """mu*(omega) = M(omega)^+ omega, the minimiser of F in mu: spec §4.4 (paper Eq. (4.4)).
+    """mu*(omega) = M(omega)^+ omega, the minimiser of F in mu: docs/models/icl_regression.md §4.4 (paper Eq. (4.4)).
 
     M is positive semidefinite; when two heads share omega_h it is singular and the minimum-norm minimiser
-    (Moore-Penrose pseudo-inverse) is returned (spec §10, item 10: only group sums of mu are identified).
+    (Moore-Penrose pseudo-inverse) is returned (docs/models/icl_regression.md §10, item 10: only group sums of mu are
+    identified).
 
     Parameters
     ----------
@@ -271,18 +280,20 @@ def optimal_mu(task: ICLRegressionTask, omega) -> np.ndarray:
 
 
 def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
-    """Refined large-L expansion F_ref of the true loss, exact to O(1/L) for fixed omega: spec §4.2 [D][V].
+    """Refined large-L expansion F_ref of the true loss, exact to O(1/L) for fixed omega:
+    docs/models/icl_regression.md §4.2 [D][V].
 
     F_ref = 1 + sigma^2 - 2u + u^2 + (1/L) sum_{h,h'} mu_h mu_h' [(1+sigma^2) g^{-d/2} + omega_h omega_h' g^{-d/2-1}]
             + (2/L)(1 - u) sum_h mu_h omega_h (1 - 2 omega_h^2)^{-d/2-1},  g = 1 - 2 omega_h omega_h'.
 
-    Needs |omega_h omega_h'| < 1/2 (``ValueError`` otherwise); a diagnostic, not a replacement for F (Sec. 4.2).
+    Needs |omega_h omega_h'| < 1/2 (``ValueError`` otherwise); a diagnostic, not a replacement for F
+    (docs/models/icl_regression.md §4.2).
     """
     task = _check_task(task)
     omega, mu = _pair(omega, mu)
     g = 1.0 - 2.0 * omega[..., :, None] * omega[..., None, :]
     if np.any(g <= 0):
-        raise ValueError("refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs of omega (spec §4.2)")
+        raise ValueError("refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs of omega (docs/models/icl_regression.md §4.2)")
     d, L, s2 = task.d, task.L, task.sigma2
     u = np.sum(mu * omega, axis=-1)
     mm = mu[..., :, None] * mu[..., None, :]
@@ -293,7 +304,8 @@ def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
 
 
 def small_omega_limit(task: ICLRegressionTask, eta, sum_mu) -> np.ndarray:
-    """Exact small-omega limit of the true loss, R -> R_dGD(eta) + a^2 (1 + sigma^2)/L: spec Sec. 4.2 [D][V].
+    """Exact small-omega limit of the true loss, R -> R_dGD(eta) + a^2 (1 + sigma^2)/L:
+    docs/models/icl_regression.md §4.2 [D][V].
 
     Limit of omega -> 0 with mu^T omega -> eta and a = 1^T mu held fixed (any H, any L).
     """
@@ -311,12 +323,13 @@ def _draw_rotated(task: ICLRegressionTask, rng: np.random.Generator, a_out: np.n
 
 
 def true_loss_mc(task: ICLRegressionTask, omega, mu, n_prompts: int, rng=None, *, chunk: int = 65536):
-    """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: spec Eq. (3.2), Sec. 4.1.
+    """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: spec Eq. (3.2),
+    docs/models/icl_regression.md §4.1.
 
-    Uses the variance-reduced form R = sigma^2 + E[(beta^T x_q - yhat)^2] of spec §4.1, with beta and the
-    context-label noise also integrated out exactly (only the covariates are sampled). All configurations in
-    ``omega``/``mu`` (shape (..., H)) are evaluated on the SAME prompts (common random numbers: smooth
-    landscapes, spec §9 Fig. 6).
+    Uses the variance-reduced form R = sigma^2 + E[(beta^T x_q - yhat)^2] of docs/models/icl_regression.md §4.1, with
+    beta and the context-label noise also integrated out exactly (only the covariates are sampled). All configurations
+    in ``omega``/``mu`` (shape (..., H)) are evaluated on the SAME prompts (common random numbers: smooth landscapes,
+    docs/models/icl_regression.md §9 Fig. 6).
 
     Parameters
     ----------
@@ -394,13 +407,15 @@ def _initial_state(omega0, mu0):
 
 
 def state_names(H: int) -> list[str]:
-    """Names of the general-H state: omega_0..omega_{H-1}, mu_0..mu_{H-1} (code head h = math head h+1, Sec. 0.2)."""
+    """Names of the general-H state: omega_0..omega_{H-1}, mu_0..mu_{H-1} (code head h = math head h+1,
+    docs/models/icl_regression.md §0.2)."""
     return [f"omega_{h}" for h in range(H)] + [f"mu_{h}" for h in range(H)]
 
 
 def _batch_params(task: ICLRegressionTask, n_traj: int, sigma2, L, lr=None):
     """Engine parameters [d, cL, sigma2] (flows) or [d, cL, lr, sigma2] (GD), shared or one row per trajectory when
-    sigma2, L or lr is an array broadcast with the batch (they enter the maps only as numbers, spec §5.1; sigma2,
+    sigma2, L or lr is an array broadcast with the batch (they enter the maps only as numbers,
+    docs/models/icl_regression.md §5.1; sigma2,
     last, only enters the observable F). Returns (params, n, per-row sigma2 or None, config)."""
     given = {"sigma2": sigma2, "L": L, "lr": lr}
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in given.items() if v is not None}
@@ -441,7 +456,8 @@ def _attrs(task: ICLRegressionTask, *, equation: str, time_unit: str, config: di
 
 def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, stop=None,
          progress: bool = False, sigma2=None, L=None):
-    """Gradient flow of F/2 for H heads, batched over initial conditions: spec §5.1 (time: F/2-flow time, Sec. 0.3).
+    """Gradient flow of F/2 for H heads, batched over initial conditions: docs/models/icl_regression.md §5.1 (time:
+    F/2-flow time, docs/models/icl_regression.md §0.3).
 
     d omega_h/dt = mu_h (1 - mu^T omega) - (d (1+sigma^2)/L) mu_h sum_h' mu_h' omega_h' exp(d omega_h omega_h'),
     d mu_h/dt    = omega_h (1 - mu^T omega) - ((1+sigma^2)/L) sum_h' mu_h' exp(d omega_h omega_h').
@@ -456,7 +472,8 @@ def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=No
     saveat : dynamics.SaveAt, optional
         Default ``SaveAt(n=201)`` (the engine's).
     solver : dynamics solver, optional
-        Default ``Dopri5(rtol=1e-10, atol=1e-12)`` (spec §12: rtol ~1e-10 reproduces the tables).
+        Default ``Dopri5(rtol=1e-10, atol=1e-12)`` (docs/models/icl_regression.md §12: rtol ~1e-10 reproduces the
+        tables).
     stop, progress :
         Passed to :func:`dynamics.integrate`.
     sigma2, L : number or (n_traj,) array, optional
@@ -478,23 +495,25 @@ def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=No
     return dynamics.integrate(
         _k.flow_rhs, y0, tuple(t_span), params=params, solver=solver, saveat=saveat, names=state_names(H),
         observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, stop=stop, progress=progress,
-        attrs=_attrs(task, equation="spec §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=_TIME_FLOW,
+        attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=_TIME_FLOW,
                      config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span], **cfg}))
 
 
 def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, stop=None,
         progress: bool = False, sigma2=None, L=None):
-    """Gradient descent on F/2 with learning rate ``lr`` (the authors' helper ``gradient_flow``): spec §5.1.
+    """Gradient descent on F/2 with learning rate ``lr`` (the authors' helper ``gradient_flow``):
+    docs/models/icl_regression.md §5.1.
 
     theta_{n+1} = theta_n - lr * grad(F/2)(theta_n), theta = (omega, mu); batched over initial conditions.
-    The trajectory's ``time`` is the F/2-flow time ``lr * step`` (spec §0.3) and ``step`` the update count.
+    The trajectory's ``time`` is the F/2-flow time ``lr * step`` (docs/models/icl_regression.md §0.3) and ``step`` the
+    update count.
 
     Parameters
     ----------
     omega0, mu0 : (H,) or (n_traj, H) float64
     lr : float > 0 or (n_traj,) array
     n_steps : int >= 0
-    saveat : dynamics.SaveAt, optional (entries hold the state after n updates, n = 0 is the initialisation, Sec. 0.2)
+    saveat : dynamics.SaveAt, optional (entries hold the state after n updates, n = 0 is the initialisation, docs/models/icl_regression.md §0.2)
     sigma2, L : number or (n_traj,) array, optional
         Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
 
@@ -516,14 +535,14 @@ def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, 
         _k.gd_step, y0, n_steps, params=params, saveat=saveat, names=state_names(H),
         observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, step_observe=_k.gd_step_observables, stop=stop,
         time_scale=time_scale, progress=progress,
-        attrs=_attrs(task, equation="spec §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=_TIME_MAP,
+        attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=_TIME_MAP,
                      config={"H": H, "lr": np.asarray(lr).tolist(), "n_steps": n_steps, **cfg}))
 
 
 def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     """f(omega, mu) = F((omega, -omega), (mu, -mu)) = 1 + s2 - 4 mu omega + 4 mu^2 omega^2 + 4 cL mu^2 sinh(d omega^2).
 
-    Spec §6.2 (paper Eq. (B.4); the reduced ODE is the gradient flow of f/4).
+    docs/models/icl_regression.md §6.2 (paper Eq. (B.4); the reduced ODE is the gradient flow of f/4).
     """
     task = _check_task(task)
     omega = np.asarray(omega, dtype=np.float64)
@@ -533,15 +552,16 @@ def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
 
 
 def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, progress: bool = False):
-    """Symmetric two-head gradient flow of F/2 in (omega, mu): the reduced system of spec §6.2, Eq. (B.4).
+    """Symmetric two-head gradient flow of F/2 in (omega, mu): the reduced system of docs/models/icl_regression.md §6.2,
+    Eq. (B.4).
 
     On the invariant set omega_1 = -omega_2 = omega, mu_1 = -mu_2 = mu of the two-head flow (``flow`` with H = 2,
-    Sec. 6.1). ``omega0``, ``mu0`` are scalars or (n_traj,) arrays (e.g. omega0 = mu0 = eps0, Definition B.1); the
-    trajectory holds ``omega``, ``mu`` and derived ``F`` (= f of :func:`symmetric_two_head_loss`), ``two_omega_mu``,
-    ``ratio`` (r = mu/omega) and ``chi`` (d omega^2). For the full four-dimensional two-head system use
-    :func:`flow` with (2,)-shaped ``omega0``, ``mu0``.
+    docs/models/icl_regression.md §6.1). ``omega0``, ``mu0`` are scalars or (n_traj,) arrays (e.g. omega0 = mu0 = eps0,
+    Definition B.1); the trajectory holds ``omega``, ``mu`` and derived ``F`` (= f of :func:`symmetric_two_head_loss`),
+    ``two_omega_mu``, ``ratio`` (r = mu/omega) and ``chi`` (d omega^2). For the full four-dimensional two-head system
+    use :func:`flow` with (2,)-shaped ``omega0``, ``mu0``.
 
-    Time is the F/2-flow time (spec §0.3). Default solver ``Dopri5(rtol=1e-10, atol=1e-12)``.
+    Time is the F/2-flow time (docs/models/icl_regression.md §0.3). Default solver ``Dopri5(rtol=1e-10, atol=1e-12)``.
     """
     task = _check_task(task)
     omega0 = check_finite_array("omega0", omega0, ndim=(0, 1))
@@ -563,14 +583,16 @@ def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None,
     return dynamics.integrate(
         _k.two_head_rhs, y0, tuple(t_span), params=np.array([float(task.d), task.cL]), solver=solver,
         saveat=saveat, names=["omega", "mu"], derived=derived, progress=progress,
-        attrs=_attrs(task, equation="spec §6.2, Eq. (B.4) (symmetric two-head flow of F/2)",
+        attrs=_attrs(task, equation="docs/models/icl_regression.md §6.2, Eq. (B.4) (symmetric two-head flow of F/2)",
                      time_unit=_TIME_FLOW, config={"H": 2, "symmetric": True, "solver": repr(solver),
                                                    "t_span": [float(t) for t in t_span]}))
 
 
-# Phase-wise asymptotics of the symmetric two-head flow (spec §6.3) -------------------------------------------------
+#  Phase-wise asymptotics of the symmetric two-head flow (docs/models/icl_regression.md §6.3)
+# -------------------------------------------------
 def phase1_asymptotic(task: ICLRegressionTask, eps0: float, t) -> tuple[np.ndarray, np.ndarray]:
-    """Phase I (linearised flow): omega(t) = mu(t) = eps0 e^t, spec §6.3, Eqs. (B.5)-(B.6). Returns (omega, mu)."""
+    """Phase I (linearised flow): omega(t) = mu(t) = eps0 e^t, docs/models/icl_regression.md §6.3, Eqs. (B.5)-(B.6).
+    Returns (omega, mu)."""
     _check_task(task)
     eps0 = check_positive("eps0", eps0)
     w = eps0 * np.exp(np.asarray(t, dtype=np.float64))
@@ -578,9 +600,11 @@ def phase1_asymptotic(task: ICLRegressionTask, eps0: float, t) -> tuple[np.ndarr
 
 
 def phase2_peak_omega(task: ICLRegressionTask, ratio: float = 1.1) -> float:
-    """Peak value of omega in Phase II, from chi (1 + (D/L) cosh chi) = d/(2 r), chi = d omega^2: Sec. 6.3 (B.7)-(B.8).
+    """Peak value of omega in Phase II, from chi (1 + (D/L) cosh chi) = d/(2 r), chi = d omega^2:
+    docs/models/icl_regression.md §6.3 (B.7)-(B.8).
 
-    ``ratio`` is r = mu/omega at the peak (about 1.1 for the paper's settings, spec §6.3). Returns omega_peak.
+    ``ratio`` is r = mu/omega at the peak (about 1.1 for the paper's settings, docs/models/icl_regression.md §6.3).
+    Returns omega_peak.
     """
     task = _check_task(task)
     r = check_positive("ratio", ratio)
@@ -594,9 +618,11 @@ def phase2_peak_omega(task: ICLRegressionTask, ratio: float = 1.1) -> float:
 
 
 def phase3_asymptotic(task: ICLRegressionTask, t) -> tuple[np.ndarray, np.ndarray]:
-    """Phase III law along the valley: omega(t)^{-6} ~ 4 (1+sigma^2) d^3 t / L, mu ~ eta*/(2 omega): spec Sec. 6.3.
+    """Phase III law along the valley: omega(t)^{-6} ~ 4 (1+sigma^2) d^3 t / L, mu ~ eta*/(2 omega):
+    docs/models/icl_regression.md §6.3.
 
-    (Not the t^{-1/2} of the two-timescale heuristic (B.17)-(B.18); see spec §10, item 5.) Returns (omega, mu).
+    (Not the t^{-1/2} of the two-timescale heuristic (B.17)-(B.18); see docs/models/icl_regression.md §10, item 5.)
+    Returns (omega, mu).
     """
     task = _check_task(task)
     t = np.asarray(t, dtype=np.float64)
@@ -606,7 +632,8 @@ def phase3_asymptotic(task: ICLRegressionTask, t) -> tuple[np.ndarray, np.ndarra
 
 
 def phase3_heuristic_rate(task: ICLRegressionTask, omega) -> np.ndarray:
-    """Heuristic d omega/dt with mu pinned to mu*(omega): -C_L d^3 omega^3 / (6 (1 + C_L d)^2), Sec. 6.3 (B.17)."""
+    """Heuristic d omega/dt with mu pinned to mu*(omega): -C_L d^3 omega^3 / (6 (1 + C_L d)^2),
+    docs/models/icl_regression.md §6.3 (B.17)."""
     task = _check_task(task)
     omega = np.asarray(omega, dtype=np.float64)
     return -task.cL * task.d**3 * omega**3 / (6.0 * (1.0 + task.cL * task.d) ** 2)
@@ -616,21 +643,24 @@ def phase3_heuristic_rate(task: ICLRegressionTask, omega) -> np.ndarray:
 # Solution manifold (4.6)-(4.8) and the head classifier (5.2)-(5.4)
 # ----------------------------------------------------------------------------------------------------------------------
 def solution_manifold_mu(task: ICLRegressionTask, gamma) -> np.ndarray:
-    """mu(gamma) = gamma / (2 [gamma^2 + (1+sigma^2) sinh(d gamma^2)/L]): spec §5.4, Eq. (4.6)."""
+    """mu(gamma) = gamma / (2 [gamma^2 + (1+sigma^2) sinh(d gamma^2)/L]): docs/models/icl_regression.md §5.4, Eq.
+    (4.6)."""
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     return gamma / (2.0 * (gamma**2 + task.cL * np.sinh(task.d * gamma**2)))
 
 
 def manifold_loss(task: ICLRegressionTask, gamma) -> np.ndarray:
-    """F on S_gamma: 1 + sigma^2 - gamma^2/(gamma^2 + (1+sigma^2) sinh(d gamma^2)/L): spec §5.4 (Eqs. (4.6)-(4.7))."""
+    """F on S_gamma: 1 + sigma^2 - gamma^2/(gamma^2 + (1+sigma^2) sinh(d gamma^2)/L): docs/models/icl_regression.md §5.4
+    (Eqs. (4.6)-(4.7))."""
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     return 1.0 + task.sigma2 - 2.0 * gamma * solution_manifold_mu(task, gamma)
 
 
 def manifold_step_series(task: ICLRegressionTask, gamma) -> np.ndarray:
-    """Series 2 gamma mu(gamma) = eta* - (eta*)^2 (1+sigma^2) d^3 gamma^4/(6L) + O(gamma^8): spec §5.4, Eq. (4.8)."""
+    """Series 2 gamma mu(gamma) = eta* - (eta*)^2 (1+sigma^2) d^3 gamma^4/(6L) + O(gamma^8):
+    docs/models/icl_regression.md §5.4, Eq. (4.8)."""
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     es = eta_star(task)
@@ -638,7 +668,8 @@ def manifold_step_series(task: ICLRegressionTask, gamma) -> np.ndarray:
 
 
 class HeadPattern(NamedTuple):
-    """Pattern diagnostics of a state (spec Sec. 3 Observations 1-2, Secs. 5.2-5.4, Eqs. (4.2)-(4.4))."""
+    """Pattern diagnostics of a state (docs/models/icl_regression.md §3 Observations 1-2,
+    docs/models/icl_regression.md §5.2-§5.4, Eqs. (4.2)-(4.4))."""
 
     positive: np.ndarray  # (..., H) bool: non-dummy heads with omega_h > 0 (H+)
     negative: np.ndarray  # (..., H) bool: non-dummy heads with omega_h < 0 (H-)
@@ -654,11 +685,12 @@ class HeadPattern(NamedTuple):
 
 
 def classify_heads(omega, mu, *, dummy_tol: float = 0.05) -> HeadPattern:
-    """Split heads into positive / negative / dummy and compute the diagnostics of spec §3 and Secs. 5.2-5.4.
+    """Split heads into positive / negative / dummy and compute the diagnostics of
+    docs/models/icl_regression.md §3, §5.2-§5.4.
 
-    Dummy: |mu_h| < dummy_tol * max_h' |mu_h'| (spec §3, toolkit choice [U]). Homogeneity: population std / mean
-    of |omega_h| over non-dummy heads (Eq. (4.4) predicts 0); zero-sum: 1^T mu (Eq. (4.2) predicts 0); sign
-    matching sign(mu_h) = sign(omega_h) (Observation 1); mu^T omega (Eq. (4.3) predicts eta*).
+    Dummy: |mu_h| < dummy_tol * max_h' |mu_h'| (docs/models/icl_regression.md §3, toolkit choice [U]). Homogeneity:
+    population std / mean of |omega_h| over non-dummy heads (Eq. (4.4) predicts 0); zero-sum: 1^T mu (Eq. (4.2) predicts
+    0); sign matching sign(mu_h) = sign(omega_h) (Observation 1); mu^T omega (Eq. (4.3) predicts eta*).
 
     Parameters
     ----------
@@ -687,10 +719,11 @@ def classify_heads(omega, mu, *, dummy_tol: float = 0.05) -> HeadPattern:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Section 7: predictors and their exact risks
+# docs/models/icl_regression.md §7: predictors and their exact risks
 # ----------------------------------------------------------------------------------------------------------------------
 def gd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
-    """Exact risk of one-step GD, R_GD(eta) = 1 + s2 - 2 eta + eta^2 (1 + (d + 1 + d s2)/L): spec §7.2 (Eq. (4.11))."""
+    """Exact risk of one-step GD, R_GD(eta) = 1 + s2 - 2 eta + eta^2 (1 + (d + 1 + d s2)/L):
+    docs/models/icl_regression.md §7.2 (Eq. (4.11))."""
     task = _check_task(task)
     eta = np.asarray(eta, dtype=np.float64)
     d, L, s2 = task.d, task.L, task.sigma2
@@ -698,7 +731,8 @@ def gd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
 
 
 def dgd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
-    """Exact risk of debiased GD (4.11): R_dGD = 1 + s2 - 2 eta (L-1)/L + eta^2 (L-1)(L + d + d s2)/L^2, Sec. 7.2."""
+    """Exact risk of debiased GD (4.11): R_dGD = 1 + s2 - 2 eta (L-1)/L + eta^2 (L-1)(L + d + d s2)/L^2,
+    docs/models/icl_regression.md §7.2."""
     task = _check_task(task)
     eta = np.asarray(eta, dtype=np.float64)
     d, L, s2 = task.d, task.L, task.sigma2
@@ -706,23 +740,24 @@ def dgd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
 
 
 def gd_optimal_eta(task: ICLRegressionTask) -> float:
-    """eta_GD,opt = L/(L + d + 1 + d sigma^2): spec Sec. 7.2 (minimiser of R_GD)."""
+    """eta_GD,opt = L/(L + d + 1 + d sigma^2): docs/models/icl_regression.md §7.2 (minimiser of R_GD)."""
     task = _check_task(task)
     return task.L / (task.L + task.d + 1.0 + task.d * task.sigma2)
 
 
 def dgd_optimal_eta(task: ICLRegressionTask) -> float:
-    """eta_dGD,opt = L/(L + d(1 + sigma^2)) = eta* exactly: spec §7.2 (Eq. (4.3))."""
+    """eta_dGD,opt = L/(L + d(1 + sigma^2)) = eta* exactly: docs/models/icl_regression.md §7.2 (Eq. (4.3))."""
     return eta_star(task)
 
 
 class FixedPoint(NamedTuple):
-    """A stationary point of the H-head flow of F/2 (spec §5.1): grad F = 0.
+    """A stationary point of the H-head flow of F/2 (docs/models/icl_regression.md §5.1): grad F = 0.
 
     ``kind``: "origin" (omega = mu = 0), "single_head" (every omega_h equal and non-zero: the heads act as one head,
-    only sum(mu) is identified, spec §4.4; the representative has mu split equally, and the point is one member of a
-    line of stationary points), or "other". ``hessian_eigenvalues``: of F/2 (ascending; a zero for each flat
-    direction). ``stability``: "minimum" (no eigenvalue below -1e-8 relative to the largest), "saddle" or "maximum".
+    only sum(mu) is identified, docs/models/icl_regression.md §4.4; the representative has mu split equally, and the
+    point is one member of a line of stationary points), or "other". ``hessian_eigenvalues``: of F/2 (ascending; a zero
+    for each flat direction). ``stability``: "minimum" (no eigenvalue below -1e-8 relative to the largest), "saddle" or
+    "maximum".
     """
 
     omega: np.ndarray
@@ -747,13 +782,15 @@ def _hessian(task, x, H):
 
 def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, rng=0,
                  omega_box: float = 1.0, mu_box: float = 6.0) -> tuple[FixedPoint, ...]:
-    """Every stationary point of F/2 (spec §4.1, §5.1) reached by a damped Gauss-Newton root search on grad(F/2) = 0.
+    """Every stationary point of F/2 (docs/models/icl_regression.md §4.1, §5.1) reached by a damped Gauss-Newton root
+    search on grad(F/2) = 0.
 
     Starts are uniform in [-omega_box, omega_box]^H x [-mu_box, mu_box]^H; omega is clipped to |omega| <= 2 during the
-    search (exp(d omega^2) must stay finite, spec §12). Roots (gradient max-norm < 1e-12) are merged when their omega
-    agree and the sums of mu over heads with equal omega agree to 1e-6 (only those sums are identified, spec §4.4).
-    The solution manifold S_gamma of §5.4 holds no stationary point (grad_omega F != 0 on it for gamma > 0, spec
-    §5.4): flows on it drift towards gamma -> 0, and the search does not converge there.
+    search (exp(d omega^2) must stay finite, docs/models/icl_regression.md §12). Roots (gradient max-norm < 1e-12) are
+    merged when their omega agree and the sums of mu over heads with equal omega agree to 1e-6 (only those sums are
+    identified, docs/models/icl_regression.md §4.4). The solution manifold S_gamma of docs/models/icl_regression.md §5.4
+    holds no stationary point (grad_omega F != 0 on it for gamma > 0, docs/models/icl_regression.md §5.4): flows on it
+    drift towards gamma -> 0, and the search does not converge there.
 
     Returns
     -------
@@ -814,8 +851,9 @@ def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, r
 
 def classify(task: ICLRegressionTask, omega, mu, *, tol: float = 1e-3) -> np.ndarray:
     """Name where H-head flows of F/2 ended: "single_head" (every omega_h within ``tol`` of 1/sqrt(d) in modulus, one
-    sign, and sum(mu) within ``tol`` of the F_1 optimum, spec §7.3), "solution_manifold" (positive and negative heads
-    with mu^T omega within 0.05 of eta* and |sum mu| < 0.05: the valley S_gamma of spec §5.4, on which the flow keeps
+    sign, and sum(mu) within ``tol`` of the F_1 optimum, docs/models/icl_regression.md §7.3), "solution_manifold"
+    (positive and negative heads with mu^T omega within 0.05 of eta* and |sum mu| < 0.05: the valley S_gamma of
+    docs/models/icl_regression.md §5.4, on which the flow keeps
     drifting), "origin" (all |omega_h|, |mu_h| < tol) or "other". omega, mu: (n, H) or (H,)."""
     task = _check_task(task)
     tol = check_positive("tol", tol)
@@ -830,7 +868,7 @@ def classify(task: ICLRegressionTask, omega, mu, *, tol: float = 1e-3) -> np.nda
 
 
 class SingleHeadOptimum(NamedTuple):
-    """Optimum of the single-head approximate loss F_1 (spec §7.3, Eq. (4.12))."""
+    """Optimum of the single-head approximate loss F_1 (docs/models/icl_regression.md §7.3, Eq. (4.12))."""
 
     omega: float
     mu: float
@@ -838,14 +876,16 @@ class SingleHeadOptimum(NamedTuple):
 
 
 def single_head_optimum(task: ICLRegressionTask) -> SingleHeadOptimum:
-    """F_1 optimum, Sec. 7.3: omega = 1/sqrt(d), mu = sqrt(d)/(1 + e(1+s2)d/L), F_min = 1 + s2 - 1/(1 + e(1+s2)d/L)."""
+    """F_1 optimum, docs/models/icl_regression.md §7.3: omega = 1/sqrt(d), mu = sqrt(d)/(1 + e(1+s2)d/L), F_min = 1 + s2
+    - 1/(1 + e(1+s2)d/L)."""
     task = _check_task(task)
     q = 1.0 + np.e * task.D / task.L
     return SingleHeadOptimum(omega=1.0 / np.sqrt(task.d), mu=np.sqrt(task.d) / q, F=1.0 + task.sigma2 - 1.0 / q)
 
 
 def bayes_risk_asymptotic(xi, sigma2) -> np.ndarray:
-    """Asymptotic Bayes (ridge, lambda = d sigma^2) risk for d/L -> xi: spec §7.4 (Eqs. (D.34)-(D.36)).
+    """Asymptotic Bayes (ridge, lambda = d sigma^2) risk for d/L -> xi: docs/models/icl_regression.md §7.4 (Eqs.
+    (D.34)-(D.36)).
 
     R = (1/2)[sigma^2 + (xi - 1)/xi + sqrt(4 sigma^2 + (sigma^2 + (1 - xi)/xi)^2)] (total risk incl. sigma^2).
     """
@@ -859,7 +899,8 @@ def bayes_risk_asymptotic(xi, sigma2) -> np.ndarray:
 
 
 def linear_attention_risk(task: ICLRegressionTask, eta, L_test) -> np.ndarray:
-    """Risk of single-head linear attention trained at L = task.L, tested at L': R_GD(eta L'/L; d, L', s2), Sec. 7.6."""
+    """Risk of single-head linear attention trained at L = task.L, tested at L': R_GD(eta L'/L; d, L', s2),
+    docs/models/icl_regression.md §7.6."""
     task = _check_task(task)
     L_test = np.asarray(L_test)
     if np.any(L_test < 1) or not np.all(np.equal(np.mod(L_test, 1), 0)):
@@ -872,7 +913,7 @@ def linear_attention_risk(task: ICLRegressionTask, eta, L_test) -> np.ndarray:
 
 
 class Prompts(NamedTuple):
-    """A batch of prompts (spec Sec. 1): X (N, L, d), y (N, L), xq (N, d), yq (N,), beta (N, d)."""
+    """A batch of prompts (docs/models/icl_regression.md §1): X (N, L, d), y (N, L), xq (N, d), yq (N,), beta (N, d)."""
 
     X: np.ndarray
     y: np.ndarray
@@ -882,7 +923,8 @@ class Prompts(NamedTuple):
 
 
 def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> Prompts:
-    """Draw ``n`` independent prompts of the data model of spec Sec. 1 (covariates N(0, Sigma), default I, Sec. 8.1).
+    """Draw ``n`` independent prompts of the data model of docs/models/icl_regression.md §1 (covariates N(0, Sigma),
+    default I, docs/models/icl_regression.md §8.1).
 
     Draw order (reproducibility): X, xq, beta, context noise, query noise.
     """
@@ -906,8 +948,9 @@ def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> 
 def predict_attention(X, y, xq, omega, mu) -> np.ndarray:
     """Reduced H-head softmax-attention predictor (3.2): yhat = sum_h mu_h sum_i y_i softmax_i(omega_h x_i^T x_q).
 
-    Spec §3, Eq. (3.2); with H = 1 it is the Nadaraya-Watson predictor of Sec. 7.3 (Eq. (4.12)) and on S_gamma the
-    two-kernel predictor (4.9). Shapes: X (N, L, d), y (N, L), xq (N, d), omega/mu (H,) -> (N,).
+    docs/models/icl_regression.md §3, Eq. (3.2); with H = 1 it is the Nadaraya-Watson predictor of
+    docs/models/icl_regression.md §7.3 (Eq. (4.12)) and on S_gamma the two-kernel predictor (4.9). Shapes: X (N, L, d),
+    y (N, L), xq (N, d), omega/mu (H,) -> (N,).
     """
     omega, mu = _pair(omega, mu)
     if omega.ndim != 1:
@@ -919,7 +962,8 @@ def predict_attention(X, y, xq, omega, mu) -> np.ndarray:
 
 
 def softmax_weight_norms(d: int, L: int, omega: float, n: int, rng=None) -> np.ndarray:
-    """Euclidean norms of softmax_i(omega x_i^T x_q), i = 1..L, x's iid N(0, I_d): spec Sec. 9 (Fig. 20).
+    """Euclidean norms of softmax_i(omega x_i^T x_q), i = 1..L, x's iid N(0, I_d): docs/models/icl_regression.md §9
+    (Fig. 20).
 
     Concentrates near 1/sqrt(L) for small omega (the large-L concentration behind Proposition 4.1). Returns (n,).
     """
@@ -936,31 +980,34 @@ def softmax_weight_norms(d: int, L: int, omega: float, n: int, rng=None) -> np.n
 def predict_manifold(X, y, xq, gamma: float, mu_gamma: float) -> np.ndarray:
     """Two-kernel predictor on S_gamma, Eq. (4.9): mu(gamma) sum_i y_i [sm_i(gamma x^T xq) - sm_i(-gamma x^T xq)].
 
-    Spec §7.1.
+    docs/models/icl_regression.md §7.1.
     """
     return predict_attention(X, y, xq, [gamma, -gamma], [mu_gamma, -mu_gamma])
 
 
 def predict_nadaraya_watson(X, y, xq, omega: float, mu: float) -> np.ndarray:
-    """Single-head (Nadaraya-Watson) predictor mu sum_i y_i softmax_i(omega x_i^T x_q): spec §7.3, Eq. (4.12)."""
+    """Single-head (Nadaraya-Watson) predictor mu sum_i y_i softmax_i(omega x_i^T x_q):
+    docs/models/icl_regression.md §7.3, Eq. (4.12)."""
     return predict_attention(X, y, xq, [omega], [mu])
 
 
 def predict_gd(X, y, xq, eta: float) -> np.ndarray:
-    """One-step GD predictor (eta/L) sum_i y_i x_i^T x_q: spec Sec. 7.2."""
+    """One-step GD predictor (eta/L) sum_i y_i x_i^T x_q: docs/models/icl_regression.md §7.2."""
     L = X.shape[1]
     return eta / L * np.einsum("nd,nd->n", np.einsum("nl,nld->nd", y, X), xq)
 
 
 def predict_dgd(X, y, xq, eta: float) -> np.ndarray:
-    """Debiased GD predictor (eta/L) sum_i y_i (x_i - xbar)^T x_q: spec §7.2, Eq. (4.11) (first-order form (4.10))."""
+    """Debiased GD predictor (eta/L) sum_i y_i (x_i - xbar)^T x_q: docs/models/icl_regression.md §7.2, Eq. (4.11)
+    (first-order form (4.10))."""
     L = X.shape[1]
     Xc = X - X.mean(axis=1, keepdims=True)
     return eta / L * np.einsum("nd,nd->n", np.einsum("nl,nld->nd", y, Xc), xq)
 
 
 def predict_ridge(X, y, xq, lam_ridge: float) -> np.ndarray:
-    """Ridge predictor x_q^T (X^T X + lambda I)^{-1} X^T y (Bayes-optimal for lambda = d sigma^2): spec Sec. 7.4."""
+    """Ridge predictor x_q^T (X^T X + lambda I)^{-1} X^T y (Bayes-optimal for lambda = d sigma^2):
+    docs/models/icl_regression.md §7.4."""
     d = X.shape[2]
     A = np.einsum("nld,nle->nde", X, X) + lam_ridge * np.eye(d)
     b = np.einsum("nld,nl->nd", X, y)
@@ -969,17 +1016,19 @@ def predict_ridge(X, y, xq, lam_ridge: float) -> np.ndarray:
 
 
 def predict_preconditioned_gd(X, y, xq, G) -> np.ndarray:
-    """Preconditioned GD predictor x_q^T G (1/L) sum_i y_i x_i: spec §8.1 (Lemma E.4, Eq. (5.6))."""
+    """Preconditioned GD predictor x_q^T G (1/L) sum_i y_i x_i: docs/models/icl_regression.md §8.1 (Lemma E.4, Eq.
+    (5.6))."""
     L = X.shape[1]
     v = np.einsum("nl,nle->ne", y, X) / L  # (1/L) sum_i y_i x_i
     return np.einsum("nd,de,ne->n", xq, np.asarray(G, dtype=np.float64), v, optimize=True)
 
 
 def risk_mc(task: ICLRegressionTask, predict: Callable, n_prompts: int, rng=None, *, chunk: int = 50000, Sigma=None):
-    """Monte Carlo risk E[(y_q - yhat)^2] of any batched predictor ``predict(X, y, xq) -> (N,)``: spec Sec. 4.1 form.
+    """Monte Carlo risk E[(y_q - yhat)^2] of any batched predictor ``predict(X, y, xq) -> (N,)``:
+    docs/models/icl_regression.md §4.1 form.
 
-    Uses the variance-reduced form sigma^2 + E[(beta^T x_q - yhat)^2] (query noise integrated out, spec §4.1).
-    Returns (mean, se).
+    Uses the variance-reduced form sigma^2 + E[(beta^T x_q - yhat)^2] (query noise integrated out,
+    docs/models/icl_regression.md §4.1). Returns (mean, se).
     """
     task = _check_task(task)
     n_prompts = check_int("n_prompts", n_prompts, min_value=2)
@@ -998,7 +1047,8 @@ def risk_mc(task: ICLRegressionTask, predict: Callable, n_prompts: int, rng=None
 
 def ridge_risk_mc(task: ICLRegressionTask, n_prompts: int, rng=None, *, lam_ridge: float | None = None,
                   chunk: int = 50000):
-    """Finite-L Monte Carlo risk of ridge (default lambda = d sigma^2, the Bayes predictor): spec Sec. 7.4.
+    """Finite-L Monte Carlo risk of ridge (default lambda = d sigma^2, the Bayes predictor):
+    docs/models/icl_regression.md §7.4.
 
     Uses R = sigma^2 + E|beta_hat - beta|^2 (x_q isotropic and independent of the context). Returns (mean, se).
     """
@@ -1022,7 +1072,7 @@ def ridge_risk_mc(task: ICLRegressionTask, n_prompts: int, rng=None, *, lam_ridg
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Section 8.1: non-isotropic covariates
+# docs/models/icl_regression.md §8.1: non-isotropic covariates
 # ----------------------------------------------------------------------------------------------------------------------
 def _check_cov(Sigma, d: int) -> np.ndarray:
     Sigma = check_finite_array("Sigma", Sigma, shape=(d, d))
@@ -1034,7 +1084,8 @@ def _check_cov(Sigma, d: int) -> np.ndarray:
 
 
 def kms_covariance(d: int, rho: float) -> np.ndarray:
-    """Kac-Murdock-Szego covariance Sigma_ij = rho^|i-j|: spec Sec. 8.1 (code default rho = 0.5)."""
+    """Kac-Murdock-Szego covariance Sigma_ij = rho^|i-j|: docs/models/icl_regression.md §8.1 (code default rho =
+    0.5)."""
     d = check_int("d", d, min_value=1)
     if not (np.isfinite(rho) and -1.0 < rho < 1.0):
         raise ValueError(f"rho must lie in (-1, 1); got {rho!r}")
@@ -1043,7 +1094,8 @@ def kms_covariance(d: int, rho: float) -> np.ndarray:
 
 
 def optimal_preconditioner(task: ICLRegressionTask, Sigma) -> np.ndarray:
-    """G* = ((1 + 1/L) Sigma + ((tr Sigma + d sigma^2)/L) I_d)^{-1}: spec §8.1 (Lemma E.4, Eq. (5.6))."""
+    """G* = ((1 + 1/L) Sigma + ((tr Sigma + d sigma^2)/L) I_d)^{-1}: docs/models/icl_regression.md §8.1 (Lemma E.4, Eq.
+    (5.6))."""
     task = _check_task(task)
     Sigma = _check_cov(Sigma, task.d)
     L = task.L
@@ -1052,7 +1104,8 @@ def optimal_preconditioner(task: ICLRegressionTask, Sigma) -> np.ndarray:
 
 
 def preconditioned_gd_risk(task: ICLRegressionTask, Sigma, G) -> float:
-    """Exact risk R(G) of x_q^T G (1/L) sum_i y_i x_i under x ~ N(0, Sigma): spec §8.1 (Lemma E.4).
+    """Exact risk R(G) of x_q^T G (1/L) sum_i y_i x_i under x ~ N(0, Sigma): docs/models/icl_regression.md §8.1 (Lemma
+    E.4).
 
     R(G) = s2 + (1/d)[tr S - 2 tr(G S^2) + (1 + 1/L) tr(A S^2) + tr(A S) tr(S)/L] + (s2/L) tr(A S), A = G^T S G.
     """
@@ -1067,7 +1120,7 @@ def preconditioned_gd_risk(task: ICLRegressionTask, Sigma, G) -> float:
 
 
 def optimal_preconditioned_risk(task: ICLRegressionTask, Sigma) -> float:
-    """R(G*) = sigma^2 + (tr Sigma - tr(Sigma^2 G*))/d: spec §8.1 (Lemma E.4)."""
+    """R(G*) = sigma^2 + (tr Sigma - tr(Sigma^2 G*))/d: docs/models/icl_regression.md §8.1 (Lemma E.4)."""
     task = _check_task(task)
     S = _check_cov(Sigma, task.d)
     G = optimal_preconditioner(task, S)
@@ -1080,12 +1133,14 @@ def theorem_predictions(task: ICLRegressionTask) -> dict[str, float]:
     Keys (each a float):
 
     * ``eta_star``: eta* = L / (L + d (1 + sigma^2)), the optimality condition mu^T omega = eta* of the trained
-      heads, spec §4.4, Eq. (4.3).
-    * ``loss_infimum``: inf F = 1 + sigma^2 - eta*, the infimum of the approximate loss (4.1), spec §4.4.
-    * ``gd_optimal_eta``, ``gd_optimal_risk``: step and risk of the best one-step GD predictor, spec §7.2,
-      Eq. (4.11).
-    * ``dgd_optimal_risk``: risk of the best debiased GD predictor (its step is eta*), spec §7.2.
-    * ``single_head_F``: F at the single-head optimum, spec §7.3.
+      heads, docs/models/icl_regression.md §4.4, Eq. (4.3).
+    * ``loss_infimum``: inf F = 1 + sigma^2 - eta*, the infimum of the approximate loss (4.1),
+      docs/models/icl_regression.md §4.4.
+    * ``gd_optimal_eta``, ``gd_optimal_risk``: step and risk of the best one-step GD predictor,
+      docs/models/icl_regression.md §7.2, Eq. (4.11).
+    * ``dgd_optimal_risk``: risk of the best debiased GD predictor (its step is eta*),
+      docs/models/icl_regression.md §7.2.
+    * ``single_head_F``: F at the single-head optimum, docs/models/icl_regression.md §7.3.
     """
     task = _check_task(task)
     eta_gd = gd_optimal_eta(task)
@@ -1105,7 +1160,7 @@ def _check_nonzero(name: str, value) -> None:
     """A finite real (or array) without zeros: the solution manifold has a pole at gamma = 0 (Eq. (4.6))."""
     _REALS(name, value)
     if np.any(np.asarray(value) == 0):
-        raise ValueError(f"{name} must be nonzero (mu(gamma) has a pole at gamma = 0, spec Sec. 5.4); got {value!r}")
+        raise ValueError(f"{name} must be nonzero (mu(gamma) has a pole at gamma = 0, docs/models/icl_regression.md §5.4); got {value!r}")
 
 
 _REALS = _V.Range(array=True)

@@ -3,14 +3,16 @@ mapped with its basin.
 
 Registered figures (imported by ``figures/single_location.py`` and ``figures/icl_regression.py``):
 
-* ``single_location.continuation``: the fixed points of the five-scalar PGD map as branches over lambda (spec
-  single_location.md Sec. 7.1, 7.4; closedform.single_location.fixed_points): excess risk, spectral radius of the
-  map's Jacobian at the paper's step size, theta of S and of the swap point; where S appears (it leaves the swap point
-  at theta_S = 1) and where the swap point loses its stability to S.
-* ``single_location.atlas``: basin fractions of the attractors from uniform sphere starts (spec Sec. 6.5) over a
-  (lambda, d) grid at alpha = 4e-3, L = 10, with binomial standard errors (closedform.single_location.basins).
-* ``icl_regression.atlas``: the stationary points of the two-head (omega, mu) flow of F/2 (spec icl_regression.md
-  Sec. 5.1, 6.1) and where the flow from the paper's small random initialisation (Sec. 5.5) ends.
+* ``single_location.continuation``: the fixed points of the five-scalar PGD map as branches over lambda
+  (docs/models/single_location.md §7.1, §7.4; closedform.single_location.fixed_points): excess risk, spectral radius of
+  the map's Jacobian at the paper's step size, theta of S and of the swap point; where S appears (it leaves the swap
+  point at theta_S = 1) and where the swap point loses its stability to S.
+* ``single_location.atlas``: basin fractions of the attractors from uniform sphere starts
+  (docs/models/single_location.md §6.5) over a (lambda, d) grid at alpha = 4e-3, L = 10, with binomial standard errors
+  (closedform.single_location.basins).
+* ``icl_regression.atlas``: the stationary points of the two-head (omega, mu) flow of F/2 (docs/models/icl_regression.md
+  docs/models/icl_regression.md §5.1, §6.1) and where the flow from the paper's small random initialisation
+  (docs/models/icl_regression.md §5.5) ends.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dynamics import SaveAt
 from figures._style import TOL_BRIGHT, new_figure, panel_grid
 from figures.registry import CheckResult, register
 
-ALPHA = 4e-3  # the paper's step size at constant lambda (spec single_location.md Sec. 8.3, 8.6(b))
+ALPHA = 4e-3  # the paper's step size at constant lambda (docs/models/single_location.md §8.3, §8.6(b))
 L_PAPER = 10
 BRANCHES = ("oracle", "saddle", "anti_oracle", "spurious", "swap", "anti_swap")
 COLOURS = {"oracle": TOL_BRIGHT["blue"], "saddle": TOL_BRIGHT["grey"], "anti_oracle": TOL_BRIGHT["red"],
@@ -44,12 +46,14 @@ def _theta_s(task, lam):
 
 
 def _lam_birth(task):
-    """lambda at which theta_S = 1: S leaves the swap point (spec Sec. 7.4: S exists for lambda >= 0.06279)."""
+    """lambda at which theta_S = 1: S leaves the swap point (docs/models/single_location.md §7.4: S exists for lambda >=
+    0.06279)."""
     return brentq(lambda x: _theta_s(task, x) - 1.0, 1e-3, 10.0, xtol=1e-14)
 
 
 def _lam_cross(task, lo):
-    """lambda at which S and the oracle have the same risk (spec Sec. 7.4: 0.09072 at d = 400, L = 10)."""
+    """lambda at which S and the oracle have the same risk (docs/models/single_location.md §7.4: 0.09072 at d = 400, L =
+    10)."""
     f = lambda x: sl.spurious_point(task, x).excess_risk - float(sl.excess_risk(task, x, 1.0, 1.0))  # noqa: E731
     return brentq(f, lo * (1 + 1e-9), 10.0, xtol=1e-14)
 
@@ -142,7 +146,7 @@ def checks_continuation(ds):
 
 
 register(name="single_location.continuation", model="single_location", paper="(toolkit; not in the paper)",
-         spec="single_location.md §7.1, §7.4", plot=plot_continuation, checks=checks_continuation,
+         spec="docs/models/single_location.md §7.1, §7.4", plot=plot_continuation, checks=checks_continuation,
          caption=("Fixed points of the five-scalar PGD map as branches over the inverse temperature lambda (d = 400, "
                   "L = 10, gamma^2 = 1/2, alpha = 4e-3). (a) Excess risk of each branch, thick where every eigenvalue "
                   "of the map's Jacobian has modulus < 1; (b) the spectral radius; (c) theta of S and of the swap "
@@ -166,7 +170,8 @@ ATLAS_KINDS = ("oracle", "swap", "spurious", "unconverged")
 
 def paper_alpha(lam: float) -> float:
     """The paper's step size at constant lambda: 4e-3 up to lambda = 0.1 (Figs. 4(b), 7(b)), 1e-3 above (Fig. 7(a),
-    lambda = 0.9; spec Sec. 8.3, 8.6). At alpha = 4e-3 the oracle itself is unstable for lambda >~ 0.15 (a multiplier
+    lambda = 0.9; docs/models/single_location.md §8.3, §8.6). At alpha = 4e-3 the oracle itself is unstable for lambda
+    >~ 0.15 (a multiplier
     below -1, see single_location.continuation)."""
     return 4e-3 if lam <= 0.1 + 1e-12 else 1e-3
 
@@ -229,8 +234,8 @@ def checks_atlas(ds):
                                             "d = 400)", passed=named >= 0.999, measured=named, expected=">= 0.999",
                                        tolerance="the issue's threshold (point estimate)"))
             if abs(lam - 0.1) < 1e-12:
-                # spec Sec. 7.4: pooled 49 % of 4 600 runs at S (lambda = 0.1, d = 400, 20 000 steps); two-sample
-                # binomial z-test at 5 SE (two-sided false alarm < 6e-7)
+                #  docs/models/single_location.md §7.4: pooled 49 % of 4 600 runs at S (lambda = 0.1, d = 400, 20 000
+                # steps); two-sample binomial z-test at 5 SE (two-sided false alarm < 6e-7)
                 f = float(ds.fraction.sel(lam=lam, d=400, kind="spurious"))
                 n = ds.attrs["n_starts"]
                 se = math.sqrt(0.49 * 0.51 / 4600 + f * (1 - f) / n)
@@ -241,15 +246,15 @@ def checks_atlas(ds):
 
 
 register(name="single_location.atlas", model="single_location", paper="(toolkit; not in the paper)",
-         spec="single_location.md §6.4-6.5, §7.4", plot=plot_atlas, checks=checks_atlas,
+         spec="docs/models/single_location.md §6.4-§6.5, §7.4", plot=plot_atlas, checks=checks_atlas,
          caption=("Basin atlas of five-scalar PGD from uniform sphere starts (L = 10, gamma^2 = 1/2, constant "
                   "lambda, the paper's step sizes: alpha = 4e-3 for lambda <= 0.1, 1e-3 above): fraction of starts "
                   "whose end state is at each attractor (oracle (+-k*, +-v*), "
                   "the swap point k = +-v*, v = +-k*, the spurious point S), with binomial standard errors. Each run "
                   "stops within 1e-3 of an attracting fixed point, or once it is within 1e-3 of an invariant edge "
-                  "that leads to one (M with |nu| = 1 leads to the oracle, spec §7.1; k = +-v* leads to S or the "
+                  "that leads to one (M with |nu| = 1 leads to the oracle, docs/models/single_location.md §7.1; k = +-v* leads to S or the "
                   "swap point), or after n_steps updates ('unconverged' unless within 1e-3 of a fixed point). The "
-                  "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) (spec §7.1). "
+                  "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) (docs/models/single_location.md §7.1). "
                   "Brute-force d-dimensional PGD agrees within SE "
                   "in three cells (tests/test_atlas.py)."),
          params={"tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},
@@ -276,7 +281,8 @@ def data_icl_atlas(cfg) -> xr.Dataset:
     hess = np.array([icl._hessian(task, np.array([o.omega, o.omega, s * o.mu, (1 - s) * o.mu]), H)
                      for s in splits])
     ev = np.linalg.eigvalsh(hess)
-    # end states of GD on F/2 (lr, steps as in spec §5.5 / Fig. 7: flow time lr * n) from N(0, scale^2) inits
+    #  end states of GD on F/2 (lr, steps as in docs/models/icl_regression.md §5.5 / Fig. 7: flow time lr * n) from N(0,
+    # scale^2) inits
     scales = np.asarray(p["init_scales"], dtype=np.float64)
     n = int(p["n_starts"])
     rng = np.random.default_rng(cfg.seed)
@@ -284,7 +290,7 @@ def data_icl_atlas(cfg) -> xr.Dataset:
     finals = np.zeros((scales.size, n, 2 * H))
     classes = np.empty((scales.size, n), dtype=object)
     for i, sc in enumerate(scales):
-        om0 = rng.normal(0.0, sc, (n, H))  # omega drawn first (spec §5.5 recipe)
+        om0 = rng.normal(0.0, sc, (n, H))  # omega drawn first (docs/models/icl_regression.md §5.5 recipe)
         mu0 = rng.normal(0.0, sc, (n, H))
         tr = icl.map(task, om0, mu0, lr=float(p["lr"]), n_steps=int(p["n_steps"]),
                      saveat=SaveAt(final=True))
@@ -319,7 +325,7 @@ def plot_icl_atlas(ds):
     cols = {"solution_manifold": TOL_BRIGHT["blue"], "single_head": TOL_BRIGHT["red"], "origin": "k",
             "other": TOL_BRIGHT["grey"]}
     i0 = 0
-    i0 = int(np.argmin(np.abs(np.log(ds.init_scale.values / 0.01))))  # the paper's scale (spec §5.5)
+    i0 = int(np.argmin(np.abs(np.log(ds.init_scale.values / 0.01))))  # the paper's scale (docs/models/icl_regression.md §5.5)
     Y = ds.final.values[i0]
     names = ds.end_class.values[i0].astype(str)
     for cl in ICL_CLASSES:
@@ -357,10 +363,10 @@ def checks_icl_atlas(ds):
     if single:
         i = single[0]
         w = float(np.abs(ds.sp_omega.values[i, 0]))
-        out.append(CheckResult(name="Spec §11: single-head stationary point at omega = 1/sqrt(5) = 0.447213595499958",
+        out.append(CheckResult(name="docs/models/icl_regression.md §11: single-head stationary point at omega = 1/sqrt(5) = 0.447213595499958",
                                passed=abs(w - 0.447213595499958) < 1e-9, measured=w, expected=0.447213595499958,
                                tolerance="1e-9: root polished to |grad| < 1e-12, Hessian ~0.2"))
-        out.append(CheckResult(name="Spec §11: F there = F_1,min = 0.372072800748053",
+        out.append(CheckResult(name="docs/models/icl_regression.md §11: F there = F_1,min = 0.372072800748053",
                                passed=abs(float(ds.sp_F.values[i]) - 0.372072800748053) < 1e-12,
                                measured=float(ds.sp_F.values[i]), expected=0.372072800748053,
                                tolerance="1e-12: closed form at a root accurate to 1e-9 (F is stationary there)"))
@@ -373,14 +379,14 @@ def checks_icl_atlas(ds):
 
 
 register(name="icl_regression.atlas", model="icl_regression", paper="(toolkit; not in the paper)",
-         spec="icl_regression.md §4.4, §5.1-5.5, §6.1", plot=plot_icl_atlas, checks=checks_icl_atlas,
+         spec="docs/models/icl_regression.md §4.4, §5.1-§5.5, §6.1", plot=plot_icl_atlas, checks=checks_icl_atlas,
          caption=("Stationary points of the two-head approximate loss F/2 (d = 5, L = 40, sigma^2 = 0.1) and where "
                   "GD on F/2 (lr = 0.01) from random N(0, s^2) initialisations ends. The only stationary points are "
                   "the origin (a saddle) and the single-head line omega_1 = omega_2 = +-1/sqrt(d), mu_1 + mu_2 = "
                   "+-mu* (F = F_1,min = 0.372); on it the Hessian is positive semidefinite exactly when mu_1 and "
                   "mu_2 have one sign (c), so the segment attracts. The other starts reach the valley S_gamma of "
                   "the two-head solution (mu^T omega ~ eta*), which holds no stationary point: gamma keeps "
-                  "drifting to 0 (spec §6.3). Standard errors binomial. Scales above ~0.3 make GD at lr = 0.01 "
+                  "drifting to 0 (docs/models/icl_regression.md §6.3). Standard errors binomial. Scales above ~0.3 make GD at lr = 0.01 "
                   "diverge (exp(d omega^2) grows), so they are left out."),
          params={"tiny": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 300, "n_split": 31,
                           "init_scales": [0.01], "n_starts": 200, "lr": 0.01, "n_steps": 5000},

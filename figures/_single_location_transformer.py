@@ -1,18 +1,19 @@
 """Figures 8, 9 and 10 of Marion et al. (2025): Transformer layer and multiple-location regression.
 
-Registers ``single_location.fig8`` (spec single_location.md Sec. 8.7: one Transformer layer with a register token on
-single-location regression), ``single_location.fig9`` (Sec. 8.8: the multi-head erf predictor on multiple-location
-regression) and ``single_location.fig10`` (Sec. 8.9: the multi-head Transformer layer on that task). Imported by
-``figures/single_location.py``, so the figures are discovered with the other single_location figures.
+Registers ``single_location.fig8`` (docs/models/single_location.md §8.7: one Transformer layer with a register token on
+single-location regression), ``single_location.fig9`` (docs/models/single_location.md §8.8: the multi-head erf predictor
+on multiple-location regression) and ``single_location.fig10`` (docs/models/single_location.md §8.9: the multi-head
+Transformer layer on that task). Imported by ``figures/single_location.py``, so the figures are discovered with the
+other single_location figures.
 
 Every run goes through the shared trainer with the models of :mod:`empirical.models.single_location_transformer`;
 reference levels are closed forms of :mod:`closedform.single_location` (null, optimal-linear and best erf-oracle
-risks, spec Sec. 1, 5.2, 5.4). The spec gives no closed form for the learned quantities of these figures, so they
-have theorem/finding checks (spec Sec. 8.7-8.9 numbers) but no gap rows.
+risks, docs/models/single_location.md §1, §5.2, §5.4). The spec gives no closed form for the learned quantities of these
+figures, so they have theorem/finding checks (docs/models/single_location.md §8.7-§8.9 numbers) but no gap rows.
 
-Presets: ``paper`` = the spec's documented defaults ([U], Sec. 8.7-8.9); ``quick`` = reduced sizes with larger step
-sizes (each stated in the figure's parameters) so that the qualitative findings show within about a minute of CPU
-time; ``tiny`` = d = 8, L = 4 with still larger step sizes (seconds; the findings already show).
+Presets: ``paper`` = the spec's documented defaults ([U], docs/models/single_location.md §8.7-§8.9); ``quick`` = reduced
+sizes with larger step sizes (each stated in the figure's parameters) so that the qualitative findings show within about
+a minute of CPU time; ``tiny`` = d = 8, L = 4 with still larger step sizes (seconds; the findings already show).
 """
 
 from __future__ import annotations
@@ -137,8 +138,10 @@ def _pairs(ds, prefix):
 
 
 def _reference_levels(task) -> dict[str, float]:
-    """Closed-form excess-risk levels for K = 1: null predictor (gamma^2), optimal linear predictor (spec Sec. 5.4,
-    Prop. 3) and the erf oracle at its best lambda (spec Sec. 5.2, minimised on a log grid of 4001 lambdas)."""
+    """Closed-form excess-risk levels for K = 1: null predictor (gamma^2), optimal linear predictor
+    (docs/models/single_location.md §5.4,
+    Prop. 3) and the erf oracle at its best lambda (docs/models/single_location.md §5.2, minimised on a log grid of 4001
+    lambdas)."""
     single = cf.SingleLocationTask(d=task.d, L=task.L, gamma=task.gamma, noise=task.noise)
     lams = np.logspace(-4, 1, 4001)
     oracle = np.asarray(cf.oracle_risk(single, lams)) - task.eps ** 2
@@ -148,7 +151,7 @@ def _reference_levels(task) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fig. 8 - one Transformer layer on single-location regression (spec Sec. 8.7)
+# Fig. 8 - one Transformer layer on single-location regression (docs/models/single_location.md §8.7)
 
 
 def plot_fig8(ds: xr.Dataset):
@@ -175,7 +178,8 @@ def plot_fig8(ds: xr.Dataset):
 
 
 def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
-    """Spec Sec. 8.7 findings: low excess risk and both alignments approach 1 (seed means with t intervals).
+    """docs/models/single_location.md §8.7 findings: low excess risk and both alignments approach 1 (seed means with t
+    intervals).
 
     W_Q W_K^T is exactly rank one in this model (W_Q = 0 at init with a fixed register: every SGD update of W_Q is
     rank one along the register direction, see the model's Notes), so "nearly rank one" cannot fail and is not a
@@ -188,7 +192,7 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
         _mean_check("Sec. 8.7: low excess risk (final test excess risk below the optimal linear one, Prop. 3)",
                     ds["excess_risk"].values[:, -1], below=lin,
                     tolerance="t interval of the seed mean at level 1e-3; the linear risk is the closed form of "
-                              "spec Sec. 5.4"),
+                              "docs/models/single_location.md §5.4"),
         _mean_check("Sec. 8.7: the rank-one attention direction is the oracle: final |k_hat . k*| approaches 1",
                     ds["kappa"].values[:, -1], above=0.7,
                     tolerance="t interval at level 1e-3; 'approach 1' has no number in the spec, 0.7 is ours "
@@ -198,7 +202,8 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
     ]
 
 
-# Presets shared by the Transformer figures 8 and 10 (spec §8.7 and §8.9 use the same training protocol).
+#  Presets shared by the Transformer figures 8 and 10 (docs/models/single_location.md §8.7, §8.9 use the same training
+# protocol).
 TRANSFORMER_PRESETS = {
     "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 200, "batch_size": 32, "lr": 5e-2,
              "eval_size": 300, "log_every": 50},
@@ -210,7 +215,7 @@ TRANSFORMER_PRESETS = {
 
 
 @register(
-    name="single_location.fig8", model="single_location", paper=_PAPER.format(8), spec="single_location.md §8.7",
+    name="single_location.fig8", model="single_location", paper=_PAPER.format(8), spec="docs/models/single_location.md §8.7",
     caption=("One Transformer layer (register token, LayerNorm, softmax attention, residual ReLU MLP, read-out from "
              "the register row) trained by online SGD on single-location regression: (a) test excess risk, mean "
              "and 95% percentile band over seeds, with the closed-form null, optimal-linear and best erf-oracle "
@@ -223,13 +228,13 @@ TRANSFORMER_PRESETS = {
         "LayerNorm without affine parameters (eps 1e-5) before attention and MLP; head width d; W_O = I",
         "ReLU MLP of width d with biases; init W_K, W_V, W_1, W_2 ~ N(0, 1/d), W_Q = 0, u ~ N(0, 1/d^2), zero biases",
         ("online SGD, batch 64, lr 1e-3, 200 000 steps, 10 repeats; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1; "
-        "test set 1e4 samples (spec §8.7 defaults, paper preset)"),
+        "test set 1e4 samples (docs/models/single_location.md §8.7 defaults, paper preset)"),
     ),
     params=TRANSFORMER_PRESETS,
     plot=plot_fig8, checks=checks_fig8,
 )
 def data_fig8(cfg) -> xr.Dataset:
-    """Train the spec Sec. 8.7 layer (H = 1) and attach the closed-form reference levels."""
+    """Train the docs/models/single_location.md §8.7 layer (H = 1) and attach the closed-form reference levels."""
     from empirical.models.single_location_transformer import TransformerLayer
 
     task = _task(cfg, K=1)
@@ -243,7 +248,7 @@ def data_fig8(cfg) -> xr.Dataset:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fig. 9 - multi-head erf predictor on multiple-location regression (spec Sec. 8.8)
+# Fig. 9 - multi-head erf predictor on multiple-location regression (docs/models/single_location.md §8.8)
 
 
 def _pair_panel(ax, ds, prefix, title, ylabel):
@@ -288,7 +293,8 @@ def _partial_check(max_key):
 
 
 def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
-    """Spec Sec. 8.8: low risk, partial alignment (above chance, below full), the spec's risk ranges."""
+    """docs/models/single_location.md §8.8: low risk, partial alignment (above chance, below full), the spec's risk
+    ranges."""
     from figures.single_location import _range_check
 
     null = float(ds["null_excess"])
@@ -312,7 +318,7 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(
-    name="single_location.fig9", model="single_location", paper=_PAPER.format(9), spec="single_location.md §8.8",
+    name="single_location.fig9", model="single_location", paper=_PAPER.format(9), spec="docs/models/single_location.md §8.8",
     caption=("Multiple-location regression (K = 2 latent locations, Y = x_J1.v1* + x_J2.v2* + noise) learned by the "
              "two-head erf predictor sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) with online projected SGD: (a) test "
              "excess risk (mean and 95% percentile band over seeds) and the null level 2 gamma^2; (b), (c) the "
@@ -324,7 +330,7 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
         ("oracle directions = QR of a d x 4 Gaussian matrix; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1, batch 5, "
         "alpha = 1e-3, initial heads uniform on the sphere"),
         ("200 000 steps, 30 repeats, lambda_n = 2/(1 + 1e-4 min(n, 100 000)); test set of 1 000 samples per repeat "
-        "(spec §8.8 defaults, paper preset)"),
+        "(docs/models/single_location.md §8.8 defaults, paper preset)"),
     ),
     params={
         "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 400, "batch_size": 5, "alpha": 1e-2,
@@ -337,7 +343,8 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     plot=plot_fig9, checks=checks_fig9,
 )
 def data_fig9(cfg) -> xr.Dataset:
-    """Train two erf heads on the K = 2 task with the spec Sec. 8.8 schedule (frozen at step ``freeze``)."""
+    """Train two erf heads on the K = 2 task with the docs/models/single_location.md §8.8 schedule (frozen at step
+    ``freeze``)."""
     from empirical.models.single_location_transformer import MultiHeadErf
     from empirical.train import Schedule
 
@@ -355,7 +362,7 @@ def data_fig9(cfg) -> xr.Dataset:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fig. 10 - multi-head Transformer layer on multiple-location regression (spec Sec. 8.9)
+# Fig. 10 - multi-head Transformer layer on multiple-location regression (docs/models/single_location.md §8.9)
 
 
 def plot_fig10(ds: xr.Dataset):
@@ -373,7 +380,8 @@ def plot_fig10(ds: xr.Dataset):
 
 
 def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
-    """Spec Sec. 8.9 findings: low excess risk; each head's rank-one attention direction aligns with an oracle key.
+    """docs/models/single_location.md §8.9 findings: low excess risk; each head's rank-one attention direction aligns
+    with an oracle key.
 
     Each W_Q^h W_K^h^T is exactly rank one here (W_Q = 0 at init, fixed register; model Notes): "nearly rank one" is
     not a check (panel (d) is descriptive); the alignment of that direction with the oracle keys is.
@@ -392,7 +400,7 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(
-    name="single_location.fig10", model="single_location", paper=_PAPER.format(10), spec="single_location.md §8.9",
+    name="single_location.fig10", model="single_location", paper=_PAPER.format(10), spec="docs/models/single_location.md §8.9",
     caption=("The Transformer layer of Fig. 8 with H = 2 heads (W_O^h trained) on the multiple-location task of "
              "Fig. 9: (a) test excess risk with the null level 2 gamma^2; (b) |k_hat_h . k_i*|; (c) "
              "|v_hat_h . v_i*|/|v_hat_h| (v_hat_h = W_V^h W_O^h u); (d) sv_1/sv_2 of each W_Q^h W_K^h^T (descriptive: "
@@ -401,14 +409,14 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
     unrecoverable=(
         ("the Fig. 8 layer recipe (register, LayerNorm, head width d, ReLU MLP, initialisation, SGD batch 64, lr 1e-3, "
         "200 000 steps) with H = 2 and W_O^h ~ N(0, 1/d) trained"),
-        ("the Fig. 9 task (K = 2, QR oracle directions), d = 80, L = 10, eps = 0.1, 10 repeats (spec §8.9 defaults, "
+        ("the Fig. 9 task (K = 2, QR oracle directions), d = 80, L = 10, eps = 0.1, 10 repeats (docs/models/single_location.md §8.9 defaults, "
         "paper preset)"),
     ),
     params=TRANSFORMER_PRESETS,
     plot=plot_fig10, checks=checks_fig10,
 )
 def data_fig10(cfg) -> xr.Dataset:
-    """Train the two-head spec Sec. 8.9 layer on the K = 2 task."""
+    """Train the two-head docs/models/single_location.md §8.9 layer on the K = 2 task."""
     from empirical.models.single_location_transformer import TransformerLayer
 
     task = _task(cfg, K=2)

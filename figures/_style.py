@@ -141,7 +141,7 @@ def band_over_seeds(samples, *, axis: int = 0, method: str = "se", level: float 
     method : {"se", "percentile"}
         ``"se"``: mean +- z * SE with z the two-sided normal quantile of ``level`` (a confidence band for the mean;
         SE = sample std (ddof=1) / sqrt(n_seeds)). ``"percentile"``: the central ``level`` range of the seeds
-        themselves (the spread of single runs, e.g. the 95% percentile band of single_location.md §8).
+        themselves (the spread of single runs, e.g. the 95% percentile band of docs/models/single_location.md §8).
     level : float in (0, 1)
 
     Returns

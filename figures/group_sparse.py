@@ -1,25 +1,28 @@
-"""Figures of Study B (group-sparse classification; Zhang, Meng, Cao, ICLR 2025), spec ``token_selection.md`` Sec. B.7.
+"""Figures of Study B (group-sparse classification; Zhang, Meng, Cao, ICLR 2025), docs/models/token_selection.md §B.7.
 
 Registered figures (``python -m figures list --model group_sparse``):
 
 * ``group_sparse.pretrain_n500_d4_D6`` and ``group_sparse.pretrain_n200_d2_D4``: the paper's synthetic pre-training
-  runs (Sec. B.7): full-batch GD from zero on n raw samples (not mirrored), eta = 0.5, j* = 2; four panels: training
-  loss, cos(v_x, v*), the norm ratio ||v_pos|| / ||v_x|| and the attention matrix S at the last step. Torch GD over
-  several training samples (seeds) against the projected 8-scalar population dynamics (Sec. B.3, numba reduced map
-  on a Monte Carlo proxy of the population) and the closed-form first two steps.
-* ``group_sparse.overlay``: the suggested overlay of spec Sec. 5 at (d, D) = (2, 4): population reduced dynamics vs
-  finite-n merged GD (n = 200 and 500, raw samples) vs the factorised transformer W = W_K^T W_Q from i.i.d.
-  N(0, 0.01^2) factors; panels D L T^{1/3}, E[S_{j*,j}], the 5% quantile of min_j S_{j*,j}, 1 - cos(v_x, v*), the
+  runs (docs/models/token_selection.md §B.7): full-batch GD from zero on n raw samples (not mirrored), eta = 0.5, j* =
+  2; four panels: training loss, cos(v_x, v*), the norm ratio ||v_pos|| / ||v_x|| and the attention matrix S at the last
+  step. Torch GD over several training samples (seeds) against the projected 8-scalar population dynamics
+  (docs/models/token_selection.md §B.3, numba reduced map on a Monte Carlo proxy of the population) and the closed-form
+  first two steps.
+* ``group_sparse.overlay``: the suggested overlay of docs/models/token_selection.md §5 at (d, D) = (2, 4): population
+  reduced dynamics vs finite-n merged GD (n = 200 and 500, raw samples) vs the factorised transformer W = W_K^T W_Q from
+  i.i.d. N(0, 0.01^2) factors; panels D L T^{1/3}, E[S_{j*,j}], the 5% quantile of min_j S_{j*,j}, 1 - cos(v_x, v*), the
   norm ratio and the distance to the reduced family.
-* ``group_sparse.downstream``: downstream transfer (Sec. B.4 runnable recipe, Sec. B.7): test error vs downstream
-  sample size n when v is fine-tuned by online SGD with the pre-trained W frozen, against W = 0 (no pre-training)
-  and logistic regression on vec(X).
+* ``group_sparse.downstream``: downstream transfer (docs/models/token_selection.md §B.4 runnable recipe,
+  docs/models/token_selection.md §B.7): test error vs downstream sample size n when v is fine-tuned by online SGD with
+  the pre-trained W frozen, against W = 0 (no pre-training) and logistic regression on vec(X).
 
-Not registered: the CIFAR-10 experiment of Sec. B.7 (data sets are not loadable offline; the spec keeps it optional).
+Not registered: the CIFAR-10 experiment of docs/models/token_selection.md §B.7 (data sets are not loadable offline; the
+spec keeps it optional).
 
-Seeds: training sample k of a build with seed ``s`` is Appendix G.B with ``numpy.random.default_rng(1000 s + k)`` and
-a v* drawn once per build (first stream of ``dynamics.random.spawn_generators(s, ...)``); the torch runs use the same
-integers as trainer seeds (factor initialisation of the factorised model).
+Seeds: training sample k of a build with seed ``s`` is docs/models/token_selection.md §G.B with
+``numpy.random.default_rng(1000 s + k)`` and a v* drawn once per build (first stream of
+``dynamics.random.spawn_generators(s, ...)``); the torch runs use the same integers as trainer seeds (factor
+initialisation of the factorised model).
 """
 
 from __future__ import annotations
@@ -48,15 +51,16 @@ from figures._style import (
 )
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
-ETA, SIGMA_X, JSTAR = 0.5, 1.0, 2  # Sec. B.7: eta = 0.5 [exact], j* = 2 [exact], sigma_x = 1 [unknown; suggested]
+ETA, SIGMA_X, JSTAR = 0.5, 1.0, 2  # docs/models/token_selection.md §B.7: eta = 0.5 [exact], j* = 2 [exact], sigma_x = 1 [unknown; suggested]
 LEARNED = ("loss", "accuracy", "attn_jstar", "attn_jstar_q", "cos_vx_vstar", "norm_ratio", "v_pos_norm", "off",
            "w_cross_norm") + cf.STATE_NAMES + cf.GAP_NAMES
 REDUCED = ("loss", "loss_se", "accuracy", "attn_jstar", "attn_jstar_q") + cf.STATE_NAMES + cf.GAP_NAMES
-UNRECOVERABLE = ("sigma_x = 1, v* a random unit vector (Sec. B.7 suggestions)",
+UNRECOVERABLE = ("sigma_x = 1, v* a random unit vector (docs/models/token_selection.md §B.7 suggestions)",
                  "norm ratio = ||v_pos|| / ||v_x|| [reconstructed]",
                  "embedding H = [X; I_D] [reconstructed]")
 N_PROXY = 8
-"""Independent population proxies (Appendix G.B Monte Carlo samples) behind every reduced-map curve: their spread is
+"""Independent population proxies (docs/models/token_selection.md §G.B Monte Carlo samples) behind every reduced-map
+curve: their spread is
 the theory side's own standard error in the rows (``theory_se``)."""
 
 
@@ -65,7 +69,7 @@ def _task(d: int, D: int) -> cf.GroupSparseTask:
 
 
 def _save_steps(n_steps: int, n_save: int) -> np.ndarray:
-    """Steps 0, 1, 2 (closed forms of Sec. B.3) and a log grid up to n_steps."""
+    """Steps 0, 1, 2 (closed forms of docs/models/token_selection.md §B.3) and a log grid up to n_steps."""
     grid = SaveAt(log=n_save).resolve_steps(n_steps)
     return np.unique(np.concatenate([[0, 1, 2], grid]))
 
@@ -99,7 +103,7 @@ def _mean_attention(params, samples, device) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Pre-training runs (Sec. B.7)
+# Pre-training runs (docs/models/token_selection.md §B.7)
 # ----------------------------------------------------------------------------------------------------------------------
 
 def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
@@ -140,7 +144,8 @@ def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
 
 
 def plot_pretrain(ds: xr.Dataset):
-    """Four panels of Sec. B.7: training loss, cos(v_x, v*), norm ratio, attention matrix S at the last step."""
+    """Four panels of docs/models/token_selection.md §B.7: training loss, cos(v_x, v*), norm ratio, attention matrix S
+    at the last step."""
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.6))
     pos = ds.step.values > 0
     t = ds.step.values[pos]
@@ -152,12 +157,12 @@ def plot_pretrain(ds: xr.Dataset):
     ax.legend(fontsize=7)
     ax = axes[1]
     plot_seed_band(ax, t, ds["cos_vx_vstar"].values[:, pos], method="percentile", label=lab, color=TOL_BRIGHT["green"])
-    plot_theory(ax, t, np.ones_like(t, dtype=float), label="population: 1 exactly (Sec. B.3)", color="k")
+    plot_theory(ax, t, np.ones_like(t, dtype=float), label="population: 1 exactly (docs/models/token_selection.md §B.3)", color="k")
     ax.set(xscale="log", xlabel="GD step t", ylabel=r"cos$(v_x, v^*)$", title="(b) cosine similarity")
     ax.legend(fontsize=7)
     ax = axes[2]
     plot_seed_band(ax, t, ds["norm_ratio"].values[:, pos], method="percentile", label=lab, color=TOL_BRIGHT["red"])
-    plot_theory(ax, t, np.zeros_like(t, dtype=float), label="population: 0 exactly (Sec. B.3)", color="k")
+    plot_theory(ax, t, np.zeros_like(t, dtype=float), label="population: 0 exactly (docs/models/token_selection.md §B.3)", color="k")
     ax.set(xscale="log", xlabel="GD step t", ylabel=r"$\|v_{pos}\| / \|v_x\|$", title="(c) norm ratio")
     ax.legend(fontsize=7)
     ax = axes[3]
@@ -182,7 +187,8 @@ def _row(quantity, time, theory, samples, *, theory_se=None, **kw) -> GapRow:
 
 
 def _reduced_proxies(task, n_steps, steps, n_pop, rng) -> dict:
-    """The projected population map (Sec. B.3) on :data:`N_PROXY` independent population proxies of n_pop draws:
+    """The projected population map (docs/models/token_selection.md §B.3) on :data:`N_PROXY` independent population
+    proxies of n_pop draws:
     ``{name: (N_PROXY, n_saved)}`` for the variables of ``REDUCED``."""
     runs = [cf.map(task, n_steps, n_samples=n_pop, rng=g, saveat=SaveAt(steps=tuple(int(s) for s in steps)),
                    with_se=False) for g in rng.spawn(N_PROXY)]
@@ -200,23 +206,25 @@ def _reduced_vars(prox: dict) -> dict:
 
 def _closed_rows(ds) -> list[GapRow]:
     """Torch GD at t = 1, 2 (on ``early_seed`` training samples) against the closed-form population steps of
-    Sec. B.3."""
+    docs/models/token_selection.md §B.3."""
     rows = []
     for t in (1, 2):
         for name in ("beta", "w_par", "m1", "m3"):
             if t == 1 and name != "beta":
                 continue  # W^(1) = 0 exactly: both sides are 0, no SE to compare in
             # finite-n GD steps 1-2 are unbiased (step 1) / O(1/n)-biased (step 2) estimates of the closed form
-            rows.append(_row(f"{name} (closed form, Sec. B.3)", t, float(ds[f"closed_{name}"].values[t]),
+            rows.append(_row(f"{name} (closed form, docs/models/token_selection.md §B.3)", t, float(ds[f"closed_{name}"].values[t]),
                              ds[f"early_{name}"].values[:, t]))
     return rows
 
 
 def gaps_pretrain(ds: xr.Dataset) -> list[GapRow]:
-    """Learned vs the closed-form population steps t = 1, 2 (Sec. B.3), where finite-n GD estimates the population.
+    """Learned vs the closed-form population steps t = 1, 2 (docs/models/token_selection.md §B.3), where finite-n GD
+    estimates the population.
 
     Later times are not compared here: at the paper's n = 200 / 500 (raw samples) training overfits its sample (Sec.
-    B.6), and the population map does not describe it; the figure shows both, and ``group_sparse.overlay``
+    docs/models/token_selection.md §B.6), and the population map does not describe it; the figure shows both, and
+    ``group_sparse.overlay``
     compares the map with GD at a sample size where it applies."""
     return _closed_rows(ds)
 
@@ -226,25 +234,25 @@ def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckRes
     out = []
     attn = ds[f"{prefix}attn_jstar"].values[:, -1]
     out.append(CheckResult(
-        name=(f"Sec. B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} well above chance 1/D = {1 / D:.3f}, "
+        name=(f"docs/models/token_selection.md §B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} well above chance 1/D = {1 / D:.3f}, "
               "minimum over seeds"), n_seeds=int(attn.size),
         passed=bool(np.all(attn >= 2.4 / D)), measured=float(attn.min()),
         expected=f">= 2.4/D = {2.4 / D:.3f} for every training sample",
-        tolerance="2.4 x chance: Sec. B.6 measures 0.85-0.98 (5-6 x chance) by T = 1e3-1e4 with n = 4000; raw "
+        tolerance="2.4 x chance: docs/models/token_selection.md §B.6 measures 0.85-0.98 (5-6 x chance) by T = 1e3-1e4 with n = 4000; raw "
                   "samples of n = 200-500 at T <= 1000 reach 0.5-0.85 (measured)"))
     q = ds[f"{prefix}attn_jstar_q"].values[:, -1]
     bound = 1.0 - math.exp(-D)
     out.append(CheckResult(
-        name=(f"Sec. B.6 finding reproduced ({who}): the 5% quantile of min_j S_j*,j stays below 1 - exp(-D) (the "
-              "exp(-Theta(D)) deficit of Sec. B.4 item 1 is asymptotic and NOT visible at this size), median over "
+        name=(f"docs/models/token_selection.md §B.6 finding reproduced ({who}): the 5% quantile of min_j S_j*,j stays below 1 - exp(-D) (the "
+              "exp(-Theta(D)) deficit of docs/models/token_selection.md §B.4 item 1 is asymptotic and NOT visible at this size), median over "
               "seeds"), n_seeds=int(q.size),
         passed=bool(np.median(q) < bound), measured=float(np.median(q)), expected=f"< {bound:.4f} (claim not visible)",
-        tolerance="spec Sec. B.6: heavy lower tail from the w_par a_i a_j term, 0.38-0.87 at D <= 10, T <= 1e4"))
+        tolerance="docs/models/token_selection.md §B.6: heavy lower tail from the w_par a_i a_j term, 0.38-0.87 at D <= 10, T <= 1e4"))
     cos = ds[f"{prefix}cos_vx_vstar"].values[:, -1]
     out.append(CheckResult(
         name=f"Sec. B.4 item 2 ({who}): cos(v_x, v*) -> 1 (t = {T}, finite raw samples), minimum over seeds",
         n_seeds=int(cos.size), passed=bool(np.all(cos >= 0.99)), measured=float(cos.min()), expected=">= 0.99 for every sample",
-        tolerance="population: exactly 1 (Sec. B.3); Sec. B.6 measures >= 0.99995 with n = 4000 mirrored draws; "
+        tolerance="population: exactly 1 (docs/models/token_selection.md §B.3); docs/models/token_selection.md §B.6 measures >= 0.99995 with n = 4000 mirrored draws; "
                   "0.99 allows the O(1/sqrt(n)) finite-sample tilt at n = 200-500"))
     return out
 
@@ -256,12 +264,13 @@ def _rate_check(ds) -> CheckResult:
     return CheckResult(
         name=f"Sec. B.4 item 3: D L T^(1/3) = O(1) on the population reduced dynamics (T = {T} >= D^3 = {D ** 3})",
         passed=bool(0.5 <= val <= 3.0), measured=val,
-        expected="in [0.5, 3] for T >= D^3 (Sec. B.6: 1.55 at (4, 6), T = 1e3; -> 1.0-1.2 at T = 1e4)",
+        expected="in [0.5, 3] for T >= D^3 (docs/models/token_selection.md §B.6: 1.55 at (4, 6), T = 1e3; -> 1.0-1.2 at T = 1e4)",
         tolerance="factor ~3 around the measured constant: the theorem fixes only the order Theta(1)")
 
 
 def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
-    """Theorem B.4 items 1-3 and the attention heat map of Sec. B.7, with measured numbers."""
+    """Theorem B.4 items 1-3 and the attention heat map of docs/models/token_selection.md §B.7, with measured
+    numbers."""
     js = ds.attrs["jstar"] - 1
     S = ds["attn_matrix"].values
     others = np.delete(S, js, axis=0)
@@ -271,7 +280,7 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
                        tolerance="strict inequality; the paper's heat map shows row j* ~ 1")]
     out += _common_checks(ds)
     acc = ds["accuracy"].values[:, -1]
-    out.append(CheckResult(name="Training accuracy -> 1 (Sec. B.6: 0.99-0.999), minimum over seeds",
+    out.append(CheckResult(name="Training accuracy -> 1 (docs/models/token_selection.md §B.6: 0.99-0.999), minimum over seeds",
                            passed=bool(np.all(acc >= 0.95)), n_seeds=int(acc.size),
                            measured=float(acc.min()), expected=">= 0.95",
                            tolerance="0.95: a few misclassified draws of n allowed before convergence"))
@@ -280,18 +289,18 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
         name=("Sec. B.4 item 2, v = [v_x; 0]: norm ratio ||v_pos|| / ||v_x|| at the last step on the mirrored version "
               "of the training samples (x -> -x symmetry of the population restored), max over seeds"),
         passed=float(mir.max()) <= 1e-9, measured=float(mir.max()), expected=0.0, n_seeds=int(mir.size),
-        tolerance="1e-9: exactly 0 in exact arithmetic (Sec. B.6: v_pos = 0 to machine precision when mirrored)"))
+        tolerance="1e-9: exactly 0 in exact arithmetic (docs/models/token_selection.md §B.6: v_pos = 0 to machine precision when mirrored)"))
     if int(ds.step.values[-1]) >= ds.attrs["D"] ** 3:
         out.append(_rate_check(ds))
     return out
 
 
-_PRETRAIN_CAPTION = ("Paper Sec. B.7 synthetic pre-training: full-batch GD from v = 0, W = 0 on n raw (not mirrored) "
+_PRETRAIN_CAPTION = ("Paper docs/models/token_selection.md §B.7 synthetic pre-training: full-batch GD from v = 0, W = 0 on n raw (not mirrored) "
                      "samples, eta = 0.5, j* = 2. Markers and bands: torch GD through the shared trainer, mean and "
-                     "95% range over training samples; dashed: the projected 8-scalar population dynamics of Sec. B.3 "
+                     "95% range over training samples; dashed: the projected 8-scalar population dynamics of docs/models/token_selection.md §B.3 "
                      "(numba reduced map, mean over independent Monte Carlo proxies of the population). Time axis: GD "
                      "step t. Only steps 1-2 are compared with the population (rows): later, finite-n training "
-                     "overfits its sample (Sec. B.6). Panel (c): the population keeps v_pos = 0 by the x -> -x "
+                     "overfits its sample (docs/models/token_selection.md §B.6). Panel (c): the population keeps v_pos = 0 by the x -> -x "
                      "symmetry; a raw finite sample breaks it and v_pos fits the sample's own asymmetries (like an "
                      "intercept), so the norm ratio grows (to ~1 at n = 500, T = 600) instead of staying 0; on the "
                      "mirrored samples (-X, -y added) it is 0 to round-off (checks). Panel (d): row j* dominates "
@@ -308,28 +317,29 @@ def _pretrain_params(n, n_quick_steps, n_paper_steps):
 
 
 @register(name="group_sparse.pretrain_n500_d4_D6", model="group_sparse", paper="Zhang, Meng, Cao (2025), synthetic "
-         "pre-training experiment, (n, d, D) = (500, 4, 6)", spec="token_selection.md Sec. B.7",
-         caption=_PRETRAIN_CAPTION, unrecoverable=UNRECOVERABLE + (("iterations: 3000 (paper preset; Sec. B.7 suggests "
+         "pre-training experiment, (n, d, D) = (500, 4, 6)", spec="docs/models/token_selection.md §B.7",
+         caption=_PRETRAIN_CAPTION, unrecoverable=UNRECOVERABLE + (("iterations: 3000 (paper preset; docs/models/token_selection.md §B.7 suggests "
                                                                  "2000-5000)"),),
          params=_pretrain_params(500, 600, 3000), plot=plot_pretrain, gaps=gaps_pretrain,
          checks=checks_pretrain)
 def data_pretrain_n500_d4_D6(cfg) -> xr.Dataset:
-    """Pre-training run (n, d, D) = (500, 4, 6) of Sec. B.7 (``n`` shrinks in the tiny preset)."""
+    """Pre-training run (n, d, D) = (500, 4, 6) of docs/models/token_selection.md §B.7 (``n`` shrinks in the tiny
+    preset)."""
     return _pretrain_data(cfg, 4, 6)
 
 @register(name="group_sparse.pretrain_n200_d2_D4", model="group_sparse", paper="Zhang, Meng, Cao (2025), synthetic "
-         "pre-training experiment, (n, d, D) = (200, 2, 4)", spec="token_selection.md Sec. B.7",
-         caption=_PRETRAIN_CAPTION, unrecoverable=UNRECOVERABLE + (("iterations: 3000 (paper preset; Sec. B.7 suggests "
+         "pre-training experiment, (n, d, D) = (200, 2, 4)", spec="docs/models/token_selection.md §B.7",
+         caption=_PRETRAIN_CAPTION, unrecoverable=UNRECOVERABLE + (("iterations: 3000 (paper preset; docs/models/token_selection.md §B.7 suggests "
                                                                  "2000-5000)"),),
          params=_pretrain_params(200, 1000, 3000), plot=plot_pretrain, gaps=gaps_pretrain,
          checks=checks_pretrain)
 def data_pretrain_n200_d2_D4(cfg) -> xr.Dataset:
-    """Pre-training run (n, d, D) = (200, 2, 4) of Sec. B.7."""
+    """Pre-training run (n, d, D) = (200, 2, 4) of docs/models/token_selection.md §B.7."""
     return _pretrain_data(cfg, 2, 4)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Overlay of spec Sec. 5: population reduced dynamics vs finite-n GD vs factorised W_K, W_Q
+# Overlay of docs/models/token_selection.md §5: population reduced dynamics vs finite-n GD vs factorised W_K, W_Q
 # ----------------------------------------------------------------------------------------------------------------------
 
 SOURCES = (("merged_n_small", "merged W, n = {n_small}"), ("merged_n_large", "merged W, n = {n_large}"),
@@ -361,7 +371,7 @@ def plot_overlay(ds: xr.Dataset):
         if reduced is not None:
             plot_reduced(ax, t, np.asarray(reduced)[pos], label="population, reduced map", color="k")
         elif yscale == "linear":
-            plot_theory(ax, t, np.zeros_like(t, dtype=float), label="population: 0 exactly (Sec. B.3)", color="k")
+            plot_theory(ax, t, np.zeros_like(t, dtype=float), label="population: 0 exactly (docs/models/token_selection.md §B.3)", color="k")
         else:
             title += " (population: 0)"
         ax.set(xscale="log", yscale=yscale, xlabel="GD step t", title=title)
@@ -373,7 +383,8 @@ def plot_overlay(ds: xr.Dataset):
 def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
     """Merged GD on n_big raw samples, where the population map applies, vs the map (mean of the proxies, with their
     SE) at the mid and last saved steps. The paper's n = 200 / 500 and the factorised runs are shown, not compared:
-    finite-sample training overfits its sample (Sec. B.6), and no reduced dynamics describes a random factorised
+    finite-sample training overfits its sample (docs/models/token_selection.md §B.6), and no reduced dynamics describes
+    a random factorised
     start."""
     rows = []
     n = ds.sizes["step"]
@@ -388,7 +399,8 @@ def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
-    """The factorised model leaves the saddle and matches the merged one (Sec. B.6); Theorem B.4 items 1-3."""
+    """The factorised model leaves the saddle and matches the merged one (docs/models/token_selection.md §B.6); Theorem
+    B.4 items 1-3."""
     T = int(ds.step.values[-1])
     f_loss = ds["factorised__loss"].values[:, -1]
     m_loss = ds["merged_n_large__loss"].values[:, -1]
@@ -404,15 +416,15 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(name="group_sparse.overlay", model="group_sparse", paper="Zhang, Meng, Cao (2025): theory vs practice "
-          "(spec Sec. 5 suggested overlay)", spec="token_selection.md Sec. 5, Sec. B.3, Sec. B.6, Sec. B.7",
+          "(docs/models/token_selection.md §5 suggested overlay)", spec="docs/models/token_selection.md §5, §B.3, §B.6, §B.7",
           caption=("Study B overlay at (d, D) = (2, 4), eta = 0.5, j* = 2. Dashed: projected 8-scalar population "
-                   "dynamics (Sec. B.3). Markers and bands (mean and 95% range over training samples): torch "
+                   "dynamics (docs/models/token_selection.md §B.3). Markers and bands (mean and 95% range over training samples): torch "
                    "full-batch GD on raw samples of size n with the merged W from zero, and the factorised "
                    "transformer W = W_K^T W_Q with i.i.d. N(0, 0.01^2) factors and v = 0 (never W_K = W_Q = 0, a "
                    "stationary point). 'off' is the relative distance of (v, W) to the invariant family (Sec. "
-                   "B.3.1). The rows compare the map with merged GD on n_big raw samples, where the population "
-                   "theory applies; the paper's n = 200 / 500 overfit their samples (Sec. B.6) and are shown only."),
-          unrecoverable=UNRECOVERABLE + ("factor init scale s = 0.01 (spec Sec. 0 default)",),
+                   "docs/models/token_selection.md §B.3.1). The rows compare the map with merged GD on n_big raw samples, where the population "
+                   "theory applies; the paper's n = 200 / 500 overfit their samples (docs/models/token_selection.md §B.6) and are shown only."),
+          unrecoverable=UNRECOVERABLE + ("factor init scale s = 0.01 (docs/models/token_selection.md §0 default)",),
           params={"tiny": {"n_small": 100, "n_large": 200, "n_big": 400, "n_steps": 60, "n_seeds": 2, "n_save": 8,
                            "n_pop": 1000},
                   "quick": {"n_small": 200, "n_large": 500, "n_big": 4000, "n_steps": 800, "n_seeds": 8,
@@ -421,7 +433,8 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
                             "n_save": 31, "n_pop": 20000}},
           plot=plot_overlay, gaps=gaps_overlay, checks=checks_overlay)
 def data_overlay(cfg) -> xr.Dataset:
-    """Reduced population map, merged GD at two sample sizes and factorised GD (Sec. 5 overlay)."""
+    """Reduced population map, merged GD at two sample sizes and factorised GD (docs/models/token_selection.md §5
+    overlay)."""
     p = cfg.params
     d, D = 2, 4
     task = _task(d, D)
@@ -446,7 +459,7 @@ def data_overlay(cfg) -> xr.Dataset:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Downstream transfer (Sec. B.4 runnable recipe, Sec. B.7)
+# Downstream transfer (docs/models/token_selection.md §B.4 runnable recipe, docs/models/token_selection.md §B.7)
 # ----------------------------------------------------------------------------------------------------------------------
 
 def plot_downstream(ds: xr.Dataset):
@@ -473,7 +486,8 @@ def plot_downstream(ds: xr.Dataset):
 
 
 def gaps_downstream(ds: xr.Dataset) -> list[GapRow]:
-    """No theory value to compare with: the downstream theorem bounds rates up to constants (Sec. B.4); the claims
+    """No theory value to compare with: the downstream theorem bounds rates up to constants
+    (docs/models/token_selection.md §B.4); the claims
     are the inequalities of :func:`checks_downstream`."""
     return []
 
@@ -497,15 +511,16 @@ def _paired_check(name: str, worse: np.ndarray, better: np.ndarray, *, expected:
 
 
 def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
-    """Pre-training helps (Sec. B.4 downstream theorem, Sec. B.7), each as a paired Student-t test over seeds (the
-    compared models see the same downstream samples): the pre-trained W beats logistic regression on vec(X) when
+    """Pre-training helps (docs/models/token_selection.md §B.4 downstream theorem, docs/models/token_selection.md §B.7),
+    each as a paired Student-t test over seeds (the compared models see the same downstream samples): the pre-trained W
+    beats logistic regression on vec(X) when
     v is fitted like the baseline (d + D vs d D parameters), and beats W = 0 with the theorem's online SGD."""
     n_list = ds.n.values.astype(int)
     dD, dpD = ds.attrs["d"] * ds.attrs["D"], ds.attrs["d"] + ds.attrs["D"]
     out = []
     for i in sorted({0, len(n_list) // 2}):
         out.append(_paired_check(
-            f"Sec. B.4 downstream theorem at n = {n_list[i]}: the W of the population map at T = "
+            f"docs/models/token_selection.md §B.4 downstream theorem at n = {n_list[i]}: the W of the population map at T = "
             f"{ds.attrs['T_theory']} (E[S_j*,j] = {ds.attrs['attn_jstar_theory']:.3f}) with v fitted like the "
             f"baseline ({dpD} parameters) beats logistic regression on vec(X) ({dD}): 99.9% lower bound of "
             "the mean paired error difference (logistic - pre-trained)",
@@ -533,14 +548,14 @@ def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
             reason=("two handicaps of our runnable recipe, not of the theorem: one pass of SGD with step "
                     "0.1/sqrt(i) (the theorem's bound has unspecified constants) against a baseline fitted to "
                     "convergence, and a W pre-trained for T_pre steps, far below T*; with the W of the population "
-                    "map in the theorem's regime and v fitted by the same fitter, pre-training wins (Sec. B.4's "
+                    "map in the theorem's regime and v fitted by the same fitter, pre-training wins (docs/models/token_selection.md §B.4's "
                     "d + D vs d D sample complexities)"),
             evidence="the population-map checks of this figure and its yellow curve")))
     return out
 
 
 @register(name="group_sparse.downstream", model="group_sparse", paper="Zhang, Meng, Cao (2025), downstream transfer "
-          "(synthetic)", spec="token_selection.md Sec. B.4, Sec. B.7",
+          "(synthetic)", spec="docs/models/token_selection.md §B.4, §B.7",
           caption=("Downstream transfer at (d, D) = (4, 6), j* = 2: W pre-trained by full-batch GD (eta = 0.5) on "
                    "n_pre raw samples, then frozen; v fine-tuned from 0 by online SGD (step 0.1/sqrt(i), one fresh "
                    "sample per step) on n downstream samples with a new direction v~* in the same group and margin "
@@ -554,7 +569,7 @@ def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
                    "A longer "
                    "torch pre-training does not close the gap: at T_pre = 3 000 (the paper preset) E[S_j*,j] = 0.78 "
                    "and logistic regression still wins at n = 200 (measured)."),
-          unrecoverable=UNRECOVERABLE + (("downstream protocol of Sec. B.4 (v~* uniform, gamma = 0.1, step "
+          unrecoverable=UNRECOVERABLE + (("downstream protocol of docs/models/token_selection.md §B.4 (v~* uniform, gamma = 0.1, step "
                                          "0.1/sqrt(i), v only, W frozen, logistic baseline with penalty 1e-4/2)"),
                                          "pre-training length T (not given by the paper)"),
           params={"tiny": {"n_pre": 200, "T_pre": 80, "T_theory": 200, "n_seeds": 2, "n_list": [25, 100, 200],
@@ -565,7 +580,8 @@ def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
                             "n_list": [25, 50, 100, 200, 400, 800], "n_test": 10000, "n_pop": 20000}},
           plot=plot_downstream, gaps=gaps_downstream, checks=checks_downstream)
 def data_downstream(cfg) -> xr.Dataset:
-    """Pre-train W (torch GD, and the reduced population map), then the downstream SGD of Sec. B.4 for each n."""
+    """Pre-train W (torch GD, and the reduced population map), then the downstream SGD of
+    docs/models/token_selection.md §B.4 for each n."""
     p = cfg.params
     d, D, gamma = 4, 6, 0.1
     task = _task(d, D)
@@ -583,7 +599,8 @@ def data_downstream(cfg) -> xr.Dataset:
     state = np.array([float(red[name].values[0, -1]) for name in cf.STATE_NAMES])
     S = len(seeds)
     W_red = np.repeat(cf.embed_state(task, state, v_star)[1][None], S, axis=0)
-    # the population map run on into the theorem's regime (T >= D^3, attention on j* near 1): the W of Sec. B.4
+    #  the population map run on into the theorem's regime (T >= D^3, attention on j* near 1): the W of
+    # docs/models/token_selection.md §B.4
     red_long = cf.map(task, p["T_theory"], n_samples=p["n_pop"], rng=gens["population"],
                       saveat=SaveAt(final=True), with_se=False)
     state_long = np.array([float(red_long[name].values[0, -1]) for name in cf.STATE_NAMES])

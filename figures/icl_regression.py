@@ -1,4 +1,4 @@
-"""Figures of He, Pan, Chen, Yang (ICML 2025), spec ``icl_regression.md`` §9: multi-head softmax attention for
+"""Figures of He, Pan, Chen, Yang (ICML 2025), docs/models/icl_regression.md §9: multi-head softmax attention for
 in-context linear regression, theory (closed form, GD on F/2, reduced ODE) against torch training.
 
 Registered figures (``python -m figures list --model icl_regression``):
@@ -11,17 +11,21 @@ Registered figures (``python -m figures list --model icl_regression``):
 * ``icl_regression.fig5``: evolution of the KQ heatmaps of a four-head run and its omega/mu dynamics.
 * ``icl_regression.fig6``: approximate loss F vs true loss (Monte Carlo) on the symmetric two-head slice, and the
   approximation error vs L and along the solution manifold (tables 4.3(a)-(b)).
-* ``icl_regression.fig7``: mu^T omega -> eta* for GD on F/2 with four heads (Sec. 5.5 recipe).
-* ``icl_regression.fig8``: length generalisation: softmax (H = 1, 2) against single-head linear attention (§7.6).
-* ``icl_regression.fig12``: non-isotropic covariates (§8.1): learned preconditioner vs G* and Sigma^{-1}.
+* ``icl_regression.fig7``: mu^T omega -> eta* for GD on F/2 with four heads (docs/models/icl_regression.md §5.5 recipe).
+* ``icl_regression.fig8``: length generalisation: softmax (H = 1, 2) against single-head linear attention
+  (docs/models/icl_regression.md §7.6).
+* ``icl_regression.fig12``: non-isotropic covariates (docs/models/icl_regression.md §8.1): learned preconditioner vs G*
+  and Sigma^{-1}.
 * ``icl_regression.fig13``: dynamics for several H (dummy heads, zero-sum, homogeneity).
-* ``icl_regression.fig16``: multi-task regression (§8.3): per-group KQ and per-task OV of the learned heads.
+* ``icl_regression.fig16``: multi-task regression (docs/models/icl_regression.md §8.3): per-group KQ and per-task OV of
+  the learned heads.
 * ``icl_regression.fig20``: histograms of the norm of the softmax weight vector (concentration behind Prop. 4.1).
 * ``icl_regression.fig21``: four-head training against GD on F/2 from the probed state.
-* ``icl_regression.fig22``: the two-head reduced ODE of §6 (phases I-III).
+* ``icl_regression.fig22``: the two-head reduced ODE of docs/models/icl_regression.md §6 (phases I-III).
 
-Not registered: Figs. 9-11 (other normalised activations, §8.2): the activation functions were not recoverable
-(spec §8.2 infers only their slopes c_act); Fig. 2 is an architecture diagram.
+Not registered: Figs. 9-11 (other normalised activations, docs/models/icl_regression.md §8.2): the activation functions
+were not recoverable (docs/models/icl_regression.md §8.2 infers only their slopes c_act); Fig. 2 is an architecture
+diagram.
 
 Verdicts (issue 12): gap rows through :func:`figures.registry.compare_rows` (Student-t interval over seeds, allowances
 relative or derived, each with its source); checks that summarise seeds are per-seed counts with a one-sided binomial
@@ -32,8 +36,8 @@ Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n
 isotropic H = 2 run, whose first n_seeds seeds are the ones other figures use); Monte Carlo streams come from
 ``dynamics.random.spawn_generators(s, ...)``. Training runs are shared between the figures of one process (a
 memo keyed by every parameter of the run), so building all figures trains each model once. Learned trajectories use
-the Adam step as time (spec §0.2); overlays with GD on F/2 align by the KQ scale gamma (a monotone
-reparametrisation, spec §12), never by step count.
+the Adam step as time (docs/models/icl_regression.md §0.2); overlays with GD on F/2 align by the KQ scale gamma (a
+monotone reparametrisation, docs/models/icl_regression.md §12), never by step count.
 """
 
 from __future__ import annotations
@@ -66,14 +70,14 @@ from figures.registry import CheckResult, Explanation, GapRow, compare_rows, reg
 
 MODEL = "icl_regression"
 PAPER = "He, Pan, Chen, Yang (ICML 2025)"
-D, L_TRAIN, S2 = 5, 40, 0.1  # spec §9 common setup [C]
+D, L_TRAIN, S2 = 5, 40, 0.1  # docs/models/icl_regression.md §9 common setup [C]
 TASK = cf.ICLRegressionTask(d=D, L=L_TRAIN, sigma2=S2)
 ETA_STAR = cf.eta_star(TASK)
 COLORS = list(TOL_BRIGHT.values())
 COUNT_LEVEL = 0.05  # level of the one-sided binomial test of the per-seed count checks (_count_check)
 COMMON_SETUP = ("Adam(1e-3, betas (0.9, 0.999), eps 1e-8), batch 256 fresh prompts, PyTorch-default init, plain MSE, "
-                "d = 5, L = 40, sigma^2 = 0.1 (spec §9)")
-UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, spec §9; quick: 5 000 of them, 8 seeds, the "
+                "d = 5, L = 40, sigma^2 = 0.1 (docs/models/icl_regression.md §9)")
+UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, docs/models/icl_regression.md §9; quick: 5 000 of them, 8 seeds, the "
                "paper's lr 1e-3)")
 
 
@@ -92,10 +96,10 @@ TRAIN_TINY = _train_params(30, 10, 2, 64)
 # splits its heads some 2 000 steps along the valley for the overlay with GD on F/2. A larger lr does not go further
 # along the valley: at lr 1e-2 gamma stalls at 0.21 (Adam noise floor), at 3e-3 it reaches 0.18 by 4 000 steps
 # against 0.21 at 1e-3, so the paper's lr is kept. The paper's omega = +-0.13, mu = +-3.5 need ~1e5 steps
-# (gamma ~ t^(-1/6) in phase III, spec §6.3): the quick runs stop near gamma ~ 0.2, mu_+ ~ 2.2 on the same valley
-# (4.6), and the figures say so. All icl_regression figures at quick: ~250 CPU-s (one thread).
-# H = 2 trains 16 seeds: ~3 in 8 runs from the PyTorch-default init keep both heads on one side (SAME_SIGN below),
-# and the overlay rows of Fig. 1 need >= 8 seeds whose heads split.
+#  (gamma ~ t^(-1/6) in phase III, docs/models/icl_regression.md §6.3): the quick runs stop near gamma ~ 0.2, mu_+ ~ 2.2
+# on the same valley (4.6), and the figures say so. All icl_regression figures at quick: ~250 CPU-s (one thread). H = 2
+# trains 16 seeds: ~3 in 8 runs from the PyTorch-default init keep both heads on one side (SAME_SIGN below), and the
+# overlay rows of Fig. 1 need >= 8 seeds whose heads split.
 TRAIN_QUICK = _train_params(5000, 125, 8, n_seeds_h2=16)
 TRAIN_PAPER = _train_params(500_000, 1000, 8)
 TRAIN_MT_QUICK = _train_params(1000, 100, 8)  # Fig. 16 is decided at --preset paper only (paired heads need 2e4 steps)
@@ -104,13 +108,14 @@ TRAIN_MT_QUICK = _train_params(1000, 100, 8)  # Fig. 16 is decided at --preset p
 # ----------------------------------------------------------------------------------------------------------------------
 # Shared training runs (memoised per process)
 # ----------------------------------------------------------------------------------------------------------------------
-FIG5_STEPS = (0, 1000, 2000, 10_000, 100_000, 500_000)  # spec §9 Fig. 5: the paper's panel steps (toolkit default)
+FIG5_STEPS = (0, 1000, 2000, 10_000, 100_000, 500_000)  # docs/models/icl_regression.md §9 Fig. 5: the paper's panel steps (toolkit default)
 FIG5_EARLY = (250, 500)  # extra early panels of a run shorter than 10 000 steps (the pattern forms within ~1 000)
 
 
 def fig5_panel_steps(n_steps: int) -> tuple[int, ...]:
     """Panel steps of Fig. 5 for a run of ``n_steps`` Adam steps: the paper's absolute steps that the run reaches
-    (spec §9: 0, 1k, 2k, 10k, 100k, 500k), the final step, and, for runs shorter than 10 000 steps, the early steps
+    (docs/models/icl_regression.md §9: 0, 1k, 2k, 10k, 100k, 500k), the final step, and, for runs shorter than 10 000
+    steps, the early steps
     250 and 500 (the pattern forms within the first ~1 000 steps, Observation 4). Distinct and increasing."""
     n_steps = int(n_steps)
     want = [s for s in FIG5_STEPS if s <= n_steps] + [n_steps]
@@ -182,7 +187,7 @@ def _overlay_mean(ds, key):
 
 
 def _learned_arrays(traj, H):
-    """omega, mu (S, T, H), steps (T,), and the spec §3 pattern diagnostics."""
+    """omega, mu (S, T, H), steps (T,), and the docs/models/icl_regression.md §3 pattern diagnostics."""
     omega, mu = im.stack_heads(traj, H)
     return omega, mu, np.asarray(traj["step"].values), cf.classify_heads(omega, mu)
 
@@ -193,14 +198,14 @@ def _sorted_heads(omega_final):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Overlay: learned path against GD on F/2 from the probed state (spec §5.1, §12)
+# Overlay: learned path against GD on F/2 from the probed state (docs/models/icl_regression.md §5.1, §12)
 # ----------------------------------------------------------------------------------------------------------------------
 def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
     """GD on F/2 started, per seed, from the probed (omega, mu) at the first logged step where the pattern has
     formed (sign matched, positive and negative heads for H >= 2, mu^T omega >= ``formed`` eta*, gamma past its
     peak); learned points after it are matched
-    to the GD path at the same KQ scale gamma (mean |omega_h|; decreasing along the valley, spec §5.4) and the GD
-    values there returned.
+    to the GD path at the same KQ scale gamma (mean |omega_h|; decreasing along the valley,
+    docs/models/icl_regression.md §5.4) and the GD values there returned.
 
     Returns dict of (S, T) arrays: start index ``i0`` (S,; T for a seed whose pattern never formed), ``t_match``
     (flow time), ``mudo_gd``, ``mupos_gd``, ``summu_gd``, ``homog_gd`` (nan before the start) and the GD path itself
@@ -213,8 +218,8 @@ def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
     if H >= 2:  # the multi-head pattern: positive and negative heads (same-sign heads are a single-head predictor)
         ok &= pat.positive.any(-1) & pat.negative.any(-1)
     # and not before the learned gamma peaks (Observation 4: |omega| first rises, then decreases along the valley),
-    # so that gamma is a monotone reparametrisation of the compared stretch (spec §12); a seed whose pattern never
-    # formed gets i0 = T (no overlay values at all) instead of joining the overlay at its last step
+    #  so that gamma is a monotone reparametrisation of the compared stretch (docs/models/icl_regression.md §12); a seed
+    # whose pattern never formed gets i0 = T (no overlay values at all) instead of joining the overlay at its last step
     i0 = np.maximum(ok.argmax(axis=1), np.nanargmax(pat.gamma, axis=1))
     i0 = np.where(ok.any(axis=1) & (i0 < T - 1), i0, T)
     i_start = np.minimum(i0, T - 1)  # GD is started from some state for every seed (discarded where i0 = T)
@@ -273,11 +278,11 @@ def _overlay_gaps(ds, tag):
     rows = compare_rows(f"{tag}: mu^T omega, learned - GD on F/2 at matched gamma", steps, [0.0],
                         (ds.mu_dot_omega - ds.mudo_gd).values[use][:, -1:], allowance=0.02,
                         allowance_source="2 x the offset of the learned mu^T omega over F's optimum (0.888 vs "
-                        "eta* = 0.879 at 500k steps, spec §9, §10 item 4): F is not the true loss", d=D)
+                        "eta* = 0.879 at 500k steps, docs/models/icl_regression.md §9, §10 item 4): F is not the true loss", d=D)
     rel = ((ds.mu_pos - ds.mupos_gd) / ds.mupos_gd).values[use][:, -1:]
     rows += compare_rows(f"{tag}: mu_+ relative, learned vs GD on F/2 at matched gamma", steps, [0.0], rel,
                          allowance=0.1, allowance_source="F omits O(1/L) terms, ~9 % of the loss near the learned "
-                         "point (spec §10 item 4), so its valley mu(gamma) is off by that order", d=D)
+                         "point (docs/models/icl_regression.md §10 item 4), so its valley mu(gamma) is off by that order", d=D)
     return rows
 
 
@@ -327,18 +332,19 @@ SAME_SIGN = Explanation(
              "mu_2 share a sign, reached from about 40 % of random small starts")
 
 
-NEAR_DUMMY = 0.15  # |mu_h| / max|mu|: a head above the dummy threshold 0.05 (spec §3) but still shrinking towards it
+NEAR_DUMMY = 0.15  # |mu_h| / max|mu|: a head above the dummy threshold 0.05 (docs/models/icl_regression.md §3) but still shrinking towards it
 NEAR_DUMMY_EXPL = Explanation(
     reason="the seeds whose |omega_h| are not yet homogeneous each have a head in transit to a dummy head: |mu_h| "
-           "between the dummy threshold 0.05 (spec §3, toolkit choice) and 0.15 of the largest |mu| and still "
+           "between the dummy threshold 0.05 (docs/models/icl_regression.md §3, toolkit choice) and 0.15 of the largest |mu| and still "
            "shrinking at the last step, so it counts as active while its omega_h has not reached the common scale; "
-           "dummy heads appear in real training, not in the flow of F (spec §10 item 9)",
+           "dummy heads appear in real training, not in the flow of F (docs/models/icl_regression.md §10 item 9)",
     evidence="icl_regression.fig13: per-head mu_h curves of the H >= 3 runs (one seed shown); icl_regression.fig3: "
              "H = 4 head kinds")
 
 
 def _split_heads(omega, mu):
-    """(S,) bool: the final heads of each seed include a positive and a negative non-dummy head (spec §3)."""
+    """(S,) bool: the final heads of each seed include a positive and a negative non-dummy head
+    (docs/models/icl_regression.md §3)."""
     pat = cf.classify_heads(omega, mu)
     return pat.positive.any(-1) & pat.negative.any(-1)
 
@@ -366,9 +372,9 @@ def _count_check(name, ok, *, claim, criterion, explanation=None):
                        explanation=None if passed else explanation)
 
 
-ZERO_SUM_TOL = 0.05  # |sum mu| / sum |mu|: formed pattern 0.0016 (spec §9 re-implementation), untrained init O(1)
-HOMOG_TOL = 0.1  # std/mean |omega_h|: formed pattern 0.01 (spec §9: omega = 0.132 / -0.132), untrained init O(1)
-MUDO_REL = 0.02  # mu^T omega vs eta*: the true loss puts the learned point at 0.888 = 1.01 eta* (spec §9), twice that
+ZERO_SUM_TOL = 0.05  # |sum mu| / sum |mu|: formed pattern 0.0016 (docs/models/icl_regression.md §9 re-implementation), untrained init O(1)
+HOMOG_TOL = 0.1  # std/mean |omega_h|: formed pattern 0.01 (docs/models/icl_regression.md §9: omega = 0.132 / -0.132), untrained init O(1)
+MUDO_REL = 0.02  # mu^T omega vs eta*: the true loss puts the learned point at 0.888 = 1.01 eta* (docs/models/icl_regression.md §9), twice that
 
 
 def _pattern_checks(ds, tag, *, H):
@@ -383,14 +389,14 @@ def _pattern_checks(ds, tag, *, H):
     if H >= 2:
         zs, hom = pat.zero_sum_rel < ZERO_SUM_TOL, pat.homogeneity < HOMOG_TOL
         out.append(_count_check(tag, zs, claim="zero-sum OV (Eq. (4.2))",
-                                criterion=f"|sum mu| / sum |mu| < {ZERO_SUM_TOL:g} (formed: 0.0016, spec §9)",
+                                criterion=f"|sum mu| / sum |mu| < {ZERO_SUM_TOL:g} (formed: 0.0016, docs/models/icl_regression.md §9)",
                                 explanation=_same_sign_explanation(zs, split) if H == 2 else None))
         share = np.abs(ds.mu.values) / np.abs(ds.mu.values).max(-1, keepdims=True)  # (seed, step, head)
         j = 3 * (share.shape[1] - 1) // 4  # shrinking: its share of |mu| fell over the last quarter of the run
         near_dummy = np.any(~pat.dummy & (share[:, -1] < NEAR_DUMMY) & (share[:, -1] < share[:, j]), axis=-1)
         out.append(_count_check(tag, hom, claim="homogeneous KQ scaling (Eq. (4.4))",
                                 criterion=f"std/mean |omega_h| over non-dummy heads < {HOMOG_TOL:g} (formed: 0.01, "
-                                          "spec §9)",
+                                          "docs/models/icl_regression.md §9)",
                                 explanation=(_same_sign_explanation(hom, split) if H == 2 else
                                              NEAR_DUMMY_EXPL if not np.any(~hom & ~near_dummy) else None)))
     return out
@@ -401,7 +407,7 @@ def _mudo_rows(ds, tag):
     pat = cf.classify_heads(ds.omega.values[:, -1:], ds.mu.values[:, -1:])
     return compare_rows(f"{tag}: mu^T omega vs eta* (4.3)", ds.step.values[-1:], [ETA_STAR], pat.mu_dot_omega,
                         rel_allowance=MUDO_REL, allowance_source="2 x the 1 % offset of the true-loss optimum over "
-                        "F's (learned 0.888 vs eta* = 0.879 at 500k steps, spec §9, §10 item 4)", d=D)
+                        "F's (learned 0.888 vs eta* = 0.879 at 500k steps, docs/models/icl_regression.md §9, §10 item 4)", d=D)
 
 
 def _circuit_vars(model, traj, order):
@@ -519,7 +525,7 @@ def checks_fig1(ds):
                      explanation=_same_sign_explanation(pair, split)),
         _count_check("H=2", np.all(off[:, -1] < 0.5 * off[:, 0], axis=-1),
                      claim="KQ x-x block becomes diagonal (Observation 1)",
-                     criterion="off-diagonal ratio of every head < 0.5 x its initial value (formed: < 0.05, spec §9)"),
+                     criterion="off-diagonal ratio of every head < 0.5 x its initial value (formed: < 0.05, docs/models/icl_regression.md §9)"),
         _overlay_formed_check(ds, "H=2", split),
     ]
 
@@ -529,19 +535,20 @@ _FIG1_CAPTION = ("Two heads (H = 2), " + COMMON_SETUP + ". Top: learned KQ^(h) =
                  "+-1.15 max|entry| (OV: 1.2). Bottom: omega_h and mu_h vs Adam step, every seed (heads sorted by final "
                  "omega; dashed: a seed whose heads did not split into a positive and a negative one; grey: the "
                  "paper's +-0.13 / +-3.5 at 500k steps, which a 5 000-step run does not reach: gamma ~ t^(-1/6) along "
-                 "the valley, spec §6.3); learned path in the (gamma, mu_+) "
+                 "the valley, docs/models/icl_regression.md §6.3); learned path in the (gamma, mu_+) "
                  "plane against GD on F/2 (lr 0.01) started from the probed state once the pattern formed "
                  "(mu^T omega >= 0.9 eta*, gamma past its peak), and the solution manifold (4.6); top right: "
                  "mu^T omega, learned vs GD at matched gamma, against eta* (4.3); bottom right: the learned risk.")
 
 
-@register(name="icl_regression.fig1", model=MODEL, paper=f"{PAPER}, Fig. 1", spec="icl_regression.md §3, §5, §9",
+@register(name="icl_regression.fig1", model=MODEL, paper=f"{PAPER}, Fig. 1", spec="docs/models/icl_regression.md §3, §5, §9",
           caption=_FIG1_CAPTION, unrecoverable=(UNREC_STEPS, "overlay start: first logged step with mu^T omega >= "
                                                 "0.9 eta*, sign matching and gamma past its peak [toolkit choice]"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER},
           plot=plot_fig1, gaps=gaps_fig1, checks=checks_fig1)
 def data_fig1(cfg) -> xr.Dataset:
-    """Fig. 1: H = 2 training (spec §9) with the GD-on-F/2 overlay (spec §5.1, §12)."""
+    """Fig. 1: H = 2 training (docs/models/icl_regression.md §9) with the GD-on-F/2 overlay
+    (docs/models/icl_regression.md §5.1, §12)."""
     return _heads_ds(cfg, 2, overlay=True)
 
 
@@ -591,15 +598,16 @@ def checks_fig3(ds):
 
 
 def gaps_fig3(ds):
-    """H = 1: the learned |omega| against the F_1 optimum 1/sqrt(d) (spec §7.3), mean over seeds."""
-    return compare_rows("H=1: |omega| vs the F_1 optimum 1/sqrt(d) (spec §7.3)", ds.step.values[-1:],
+    """H = 1: the learned |omega| against the F_1 optimum 1/sqrt(d) (docs/models/icl_regression.md §7.3), mean over
+    seeds."""
+    return compare_rows("H=1: |omega| vs the F_1 optimum 1/sqrt(d) (docs/models/icl_regression.md §7.3)", ds.step.values[-1:],
                         [ds.attrs["omega_F1"]], np.abs(ds.omega1.values[:, -1:]), rel_allowance=1 / 3,
                         allowance_source="toolkit allowance (0.15 of 0.447): the net minimises the true loss, which "
-                        "F_1 underestimates by 9 % at its optimum (0.372 vs 0.409, spec §11), so F_1 predicts the "
+                        "F_1 underestimates by 9 % at its optimum (0.372 vs 0.409, docs/models/icl_regression.md §11), so F_1 predicts the "
                         "scale 1/sqrt(d) of omega, not its value", d=D)
 
 
-@register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="icl_regression.md §3, §7.3, §9",
+@register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="docs/models/icl_regression.md §3, §7.3, §9",
           caption=("Learned circuits for H = 1 (single head: Nadaraya-Watson, F_1 optimum omega = 1/sqrt(d), "
                    "mu = sqrt(d)/(1 + e(1+sigma^2)d/L) dash-dot) and H = 4 (positive / negative / dummy heads, "
                    "classified by |mu_h| < 0.05 max|mu|), " + COMMON_SETUP + ". Heatmaps of one seed at the end "
@@ -608,12 +616,12 @@ def gaps_fig3(ds):
                    "heads ranked per seed by their final mu_h (rank 1 most positive). At 5 000 steps every H = 4 run "
                    "has positive and negative heads, but only 1 of 8 has a dummy head yet (weakest |mu_h| below 0.05 "
                    "of the largest; the others 0.06-0.48, median 0.16), where the authors' 500 000-step run shows one "
-                   "(spec §9)."),
-          unrecoverable=(UNREC_STEPS, "dummy-head threshold 0.05 max|mu| (spec §3 toolkit choice)"),
+                   "(docs/models/icl_regression.md §9)."),
+          unrecoverable=(UNREC_STEPS, "dummy-head threshold 0.05 max|mu| (docs/models/icl_regression.md §3 toolkit choice)"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig3,
           gaps=gaps_fig3, checks=checks_fig3)
 def data_fig3(cfg) -> xr.Dataset:
-    """Fig. 3: H = 1 and H = 4 training (spec §9)."""
+    """Fig. 3: H = 1 and H = 4 training (docs/models/icl_regression.md §9)."""
     d1 = _heads_ds(cfg, 1)
     d4 = _heads_ds(cfg, 4)
     pat = cf.classify_heads(d4.omega.values[:, -1], d4.mu.values[:, -1])
@@ -663,7 +671,7 @@ def plot_fig4(ds):
 REDUCED_REL = 0.1  # trained net vs its reduced predictor (3.2): see the allowance source in gaps_fig4/gaps_fig8
 REDUCED_SOURCE = ("toolkit allowance, 10 % of the risk: the off-pattern weights of a short run (KQ off-diagonal, "
                   "y-row, OV x-part; logged per head) are not in the reduced predictor (3.2); they shrink to < 0.04 "
-                  "only after ~1e5 Adam steps (spec §9)")
+                  "only after ~1e5 Adam steps (docs/models/icl_regression.md §9)")
 
 
 def gaps_fig4(ds):
@@ -678,10 +686,10 @@ def gaps_fig4(ds):
     n = int(ds.attrs["n_mc"])
     for j in np.flatnonzero(ds.L.values >= 40):
         rows.append(GapRow.from_stats(
-            quantity="two-head MC risk vs R_dGD(0.897) (spec §9: within 0.0005 for L >= 40)",
+            quantity="two-head MC risk vs R_dGD(0.897) (docs/models/icl_regression.md §9: within 0.0005 for L >= 40)",
             time=float(ds.L.values[j]), theory=float(ds.R_dGD.values[j]), mean=float(ds.two_head.values[j]),
             se=float(ds.two_head_se.values[j]), n_seeds=n, allowance=0.0005,
-            allowance_source="spec §9 Fig. 4(b): the two-head MC is within 0.0005 of R_dGD for L >= 40 (table 4.3(a))"))
+            allowance_source="docs/models/icl_regression.md §9 Fig. 4(b): the two-head MC is within 0.0005 of R_dGD for L >= 40 (table 4.3(a))"))
     return rows
 
 
@@ -704,11 +712,11 @@ def checks_fig4(ds):
     for i, H in enumerate(Hs):
         if H >= 2:
             out.append(_count_check(f"H={H}", t[i, :, -1] < t[i, :, 0],
-                                    claim="test MSE decreases with L' (softmax normalises by L', §7.6)",
+                                    claim="test MSE decreases with L' (softmax normalises by L', docs/models/icl_regression.md §7.6)",
                                     criterion="MSE at the largest L' below that at the smallest"))
     z = stats.norm.isf(1e-3)  # one-sided 1e-3: the MC difference must exceed z of its SEs
     for key, lab, sel in (("ridge", "ridge (Bayes) below the two-head predictor", slice(None)),
-                          ("two_head", "two heads below the single head (e-fold variance penalty, §7.3)",
+                          ("two_head", "two heads below the single head (e-fold variance penalty, docs/models/icl_regression.md §7.3)",
                            ds.L.values >= 20)):
         lo, hi = (ds.ridge, ds.two_head) if key == "ridge" else (ds.two_head, ds.single_head)
         lo_se, hi_se = ds[f"{lo.name}_se"].values[sel], ds[f"{hi.name}_se"].values[sel]
@@ -720,8 +728,8 @@ def checks_fig4(ds):
     return out
 
 
-@register(name="icl_regression.fig4", model=MODEL, paper=f"{PAPER}, Fig. 4", spec="icl_regression.md §7, §9, §10",
-          caption=("(a) Test MSE (noisy y_q, no sigma^2 offset: spec §10 item 2) vs test prompt length L' of models "
+@register(name="icl_regression.fig4", model=MODEL, paper=f"{PAPER}, Fig. 4", spec="docs/models/icl_regression.md §7, §9, §10",
+          caption=("(a) Test MSE (noisy y_q, no sigma^2 offset: docs/models/icl_regression.md §10 item 2) vs test prompt length L' of models "
                    "trained at L = 40 (" + COMMON_SETUP + "), mean and range over seeds, with R_dGD(eta*; L'). "
                    "(b) Monte Carlo risk (noisy y_q, +-2 SE bars) vs L of fixed predictors: two heads at "
                    "(+-0.13, +-3.45), one head at (1/sqrt(d), 1.6277) fixed (the notebook's curve) and re-optimised "
@@ -736,13 +744,14 @@ def checks_fig4(ds):
                                 Ls=list(range(10, 101, 5)), n_mc=50000, authors_plot_offset=0.0)},
           plot=plot_fig4, gaps=gaps_fig4, checks=checks_fig4)
 def data_fig4(cfg) -> xr.Dataset:
-    """Fig. 4(a) (trained models vs L', spec §9) and Fig. 4(b) (MC risks vs L of fixed predictors, §7, §9)."""
+    """Fig. 4(a) (trained models vs L', docs/models/icl_regression.md §9) and Fig. 4(b) (MC risks vs L of fixed
+    predictors, docs/models/icl_regression.md §7, §9)."""
     p = cfg.params
     Hs, L_tests, Ls = list(p["Hs"]), list(p["L_tests"]), list(p["Ls"])
     test = np.empty((len(Hs), p["n_seeds"], len(L_tests)))
     test_se = np.empty_like(test)
     reduced = np.empty_like(test)
-    split = np.zeros((len(Hs), p["n_seeds"]), dtype=np.int8)  # 1: a positive and a negative head formed (spec §3)
+    split = np.zeros((len(Hs), p["n_seeds"]), dtype=np.int8)  # 1: a positive and a negative head formed (docs/models/icl_regression.md §3)
     rng = spawn_generators(cfg.seed, ["reduced", "mc", "ridge"])
     for i, H in enumerate(Hs):
         _, traj, _ = _run(cfg, H)
@@ -760,7 +769,8 @@ def data_fig4(cfg) -> xr.Dataset:
     ses = {k: np.empty(len(Ls)) for k in cols}
     for j, L in enumerate(Ls):
         t = TASK.with_L(L)
-        # the notebook's MC uses noisy y_q (spec §9 Fig. 4(b)); risk_mc integrates the query noise out (same mean)
+        #  the notebook's MC uses noisy y_q (docs/models/icl_regression.md §9 Fig. 4(b)); risk_mc integrates the query
+        # noise out (same mean)
         cols["two_head"][j], ses["two_head"][j] = cf.true_loss_mc(t, [0.13, -0.13], [3.45, -3.45], n, rng=rng["mc"])
         cols["single_head"][j], ses["single_head"][j] = cf.true_loss_mc(t, [opt.omega], [opt.mu], n, rng=rng["mc"])
         mu_re = cf.single_head_optimum(t).mu
@@ -821,20 +831,20 @@ def checks_fig5(ds):
     return [_count_check("H=4", off[:, j] < 0.2 * off[:, 0],
                          claim=f"the KQ diagonal pattern forms early (Observation 4), by step {int(ds.step.values[j])}",
                          criterion="off-diagonal ratio ||G - diag G||_F / ||diag G|| of G = sum_h mu_h KQ_h,xx below "
-                                   "0.2 x its initial value (spec §9: off-diagonal entries < 0.007 against a diagonal "
+                                   "0.2 x its initial value (docs/models/icl_regression.md §9: off-diagonal entries < 0.007 against a diagonal "
                                    "of 0.13 once formed)")]
 
 
-@register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="icl_regression.md §3, §9",
+@register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="docs/models/icl_regression.md §3, §9",
           caption=("Evolution of KQ^(h) (divided by sqrt(d+1), the toolkit default; rows = key features) of a "
                    "four-head run (" + COMMON_SETUP + ") at the paper's steps 0, 1k, 2k, 10k, 100k, 500k that the run "
                    "reaches, plus its last step (and steps 250, 500 for a run shorter than 10k), one colour scale; "
                    "bottom: omega_h and mu_h of the same seed."),
-          unrecoverable=(UNREC_STEPS, "panel 'Step 1' of the paper drawn at step 0 (toolkit logging, spec §0.2)"),
+          unrecoverable=(UNREC_STEPS, "panel 'Step 1' of the paper drawn at step 0 (toolkit logging, docs/models/icl_regression.md §0.2)"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig5,
           checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
-    """Fig. 5: KQ heatmaps of a four-head run at the spec's step fractions (spec §9)."""
+    """Fig. 5: KQ heatmaps of a four-head run at the spec's step fractions (docs/models/icl_regression.md §9)."""
     ds = _heads_ds(cfg, 4)
     want = fig5_panel_steps(cfg.params["n_steps"])
     idx = [int(np.flatnonzero(ds.step.values == w)[0]) for w in want]  # every panel step is logged (_run_cached)
@@ -868,7 +878,7 @@ def plot_fig6(ds):
     ax = axes[2]
     Ls = ds.L.values
     ax.errorbar(Ls, ds.err_L.values, yerr=2 * ds.err_L_se.values, fmt="o", color=COLORS[0], label="F - MC")
-    plot_theory(ax, Ls, ds.err_L_limit.values, color="k", label="-eta(2 - eta/eta*)/L (§4.2)")
+    plot_theory(ax, Ls, ds.err_L_limit.values, color="k", label="-eta(2 - eta/eta*)/L (docs/models/icl_regression.md §4.2)")
     ax.set(xscale="log", xlabel="L", ylabel="F - R", title="(0.13, 3.45): error vs L")
     ax.legend(fontsize=7)
     ax = axes[3]
@@ -907,11 +917,11 @@ def checks_fig6(ds):
                     measured=float(np.max(np.abs(err + ETA_STAR / L_TRAIN))), expected="< 0.006",
                     tolerance="largest |(F - R) + eta*/L| over the gamma grid < 0.006 (table 4.3(b): F - R from "
                               "-0.0218 to -0.0251 against eta*/L = 0.0220)"),
-        CheckResult(name="(F - R) L -> -eta(2 - eta/eta*) as L grows (§4.2)",
+        CheckResult(name="(F - R) L -> -eta(2 - eta/eta*) as L grows (docs/models/icl_regression.md §4.2)",
                     passed=bool(abs(ds.err_L.values[-1] * big_L - ds.err_L_limit.values[-1] * big_L) < 0.3),
                     measured=float(ds.err_L.values[-1] * big_L), expected=float(ds.err_L_limit.values[-1] * big_L),
                     tolerance="+-0.3 at the largest L (table 4.3(a): -0.99 at L = 320)"),
-        CheckResult(name="small-gamma MC on S_gamma -> R_dGD(eta*) = 0.24286 (§4.3(b))",
+        CheckResult(name="small-gamma MC on S_gamma -> R_dGD(eta*) = 0.24286 (docs/models/icl_regression.md §4.3(b))",
                     passed=bool(abs(ds.R_g.values[0] - cf.dgd_risk(TASK, ETA_STAR))
                                 < 5 * ds.R_g_se.values[0] + 1e-3),
                     measured=float(ds.R_g.values[0]), expected=float(cf.dgd_risk(TASK, ETA_STAR)),
@@ -919,19 +929,20 @@ def checks_fig6(ds):
     ]
 
 
-@register(name="icl_regression.fig6", model=MODEL, paper=f"{PAPER}, Fig. 6", spec="icl_regression.md §4.1-4.3, §9",
-          caption=("Approximate loss F (4.1) vs the true ICL loss R (Monte Carlo, conditional form of §4.1, common "
+@register(name="icl_regression.fig6", model=MODEL, paper=f"{PAPER}, Fig. 6", spec="docs/models/icl_regression.md §4.1-§4.3, §9",
+          caption=("Approximate loss F (4.1) vs the true ICL loss R (Monte Carlo, conditional form of docs/models/icl_regression.md §4.1, common "
                    "random numbers over the grid) on the symmetric two-head slice omega = (gamma, -gamma), "
                    "mu = (mu_+, -mu_+), d = 5, L = 40, sigma^2 = 0.1, with the valley mu(gamma) (4.6); right: F - R vs "
                    "L at (0.13, 3.45) with the limit -eta(2 - eta/eta*)/L, and along S_gamma (tables 4.3(a)-(b))."),
           unrecoverable=("grid gamma in linspace(0.01, 0.6), mu_+ in linspace(0, 6); N prompts per grid point "
-                         "(spec §9 Fig. 6 defaults; paper: 30 x 30, 1e5)",),
+                         "(docs/models/icl_regression.md §9 Fig. 6 defaults; paper: 30 x 30, 1e5)",),
           params={"tiny": {"n_grid": 6, "n_mc": 2000, "n_err": 5000},
                   "quick": {"n_grid": 14, "n_mc": 10000, "n_err": 100000},
                   "paper": {"n_grid": 30, "n_mc": 100000, "n_err": 400000}},
           plot=plot_fig6, gaps=gaps_fig6, checks=checks_fig6)
 def data_fig6(cfg) -> xr.Dataset:
-    """Fig. 6: landscape of F and of the MC true loss, and the error tables 4.3(a)-(b) (spec §4.3, §9)."""
+    """Fig. 6: landscape of F and of the MC true loss, and the error tables 4.3(a)-(b)
+    (docs/models/icl_regression.md §4.3, §9)."""
     p = cfg.params
     rng = spawn_generators(cfg.seed, ["grid", "L", "gamma"])
     G = np.linspace(0.01, 0.6, p["n_grid"])
@@ -969,7 +980,7 @@ def data_fig6(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 # Fig. 7: mu^T omega -> eta* under GD on F/2
 # ----------------------------------------------------------------------------------------------------------------------
-FIG7_REF = {1000: 0.8280, 10_000: 0.86980, 100_000: 0.87729, 1_000_000: 0.87874}  # spec §9 Fig. 7 [V]
+FIG7_REF = {1000: 0.8280, 10_000: 0.86980, 100_000: 0.87729, 1_000_000: 0.87874}  # docs/models/icl_regression.md §9 Fig. 7 [V]
 
 
 def plot_fig7(ds):
@@ -978,7 +989,7 @@ def plot_fig7(ds):
     plot_reduced(axes[0], n, ds.mu_dot_omega.values, color=COLORS[0], label="GD on F/2, H = 4")
     axes[0].axhline(ETA_STAR, color="k", lw=1, label="eta* (4.3)")
     ref_n = [k for k in FIG7_REF if k <= ds.step.values[-1]]
-    axes[0].plot(ref_n, [FIG7_REF[k] for k in ref_n], "kx", label="spec §9 values")
+    axes[0].plot(ref_n, [FIG7_REF[k] for k in ref_n], "kx", label="docs/models/icl_regression.md §9 values")
     axes[0].set(xscale="log", xlabel="iteration n", ylabel="mu^T omega", ylim=(-0.05, 1.0))
     axes[0].legend(fontsize=7)
     for h in range(ds.sizes["head"]):
@@ -1000,27 +1011,27 @@ def checks_fig7(ds):
         j = int(np.flatnonzero(ds.step.values == n)[0])
         tol = 1.5e-4 if n == 1000 else 2e-5  # half a unit of the last quoted digit, plus round-off slack
         val = float(ds.mu_dot_omega.values[j])
-        out.append(CheckResult(name=f"mu^T omega at n = {n} (spec §9 Fig. 7 [V])", passed=abs(val - ref) <= tol,
+        out.append(CheckResult(name=f"mu^T omega at n = {n} (docs/models/icl_regression.md §9 Fig. 7 [V])", passed=abs(val - ref) <= tol,
                                measured=val, expected=ref, tolerance=f"+-{tol:g} (quoted digits)"))
     out.append(CheckResult(name="zero-sum OV at the end (Eq. (4.2))", passed=abs(float(ds.mu.values[-1].sum())) < 1e-3,
                            measured=float(ds.mu.values[-1].sum()), expected=0.0,
-                           tolerance="1e-3 (spec §5.5: sum mu ~ 1e-9 at t = 1e4)"))
+                           tolerance="1e-3 (docs/models/icl_regression.md §5.5: sum mu ~ 1e-9 at t = 1e4)"))
     return out
 
 
-@register(name="icl_regression.fig7", model=MODEL, paper=f"{PAPER}, Fig. 7", spec="icl_regression.md §5.1-5.5, §9",
-          caption=("GD on F/2 (lr = 0.01) with H = 4 heads from the small random initialisation of §5.5 (seed 3: "
+@register(name="icl_regression.fig7", model=MODEL, paper=f"{PAPER}, Fig. 7", spec="docs/models/icl_regression.md §5.1-§5.5, §9",
+          caption=("GD on F/2 (lr = 0.01) with H = 4 heads from the small random initialisation of docs/models/icl_regression.md §5.5 (seed 3: "
                    "omega_h, mu_h ~ N(0, 0.01^2)), d = 5, L = 40, sigma^2 = 0.1: mu^T omega converges to eta* (4.3); "
                    "crosses: the spec's verified values."),
-          unrecoverable=("H = 4, init seed 3, lr 0.01, 1e6 iterations (spec §9 Fig. 7 defaults)",),
+          unrecoverable=("H = 4, init seed 3, lr 0.01, 1e6 iterations (docs/models/icl_regression.md §9 Fig. 7 defaults)",),
           params={"tiny": {"n_iter": 10_000, "H": 4, "init_seed": 3, "lr": 0.01},
                   "quick": {"n_iter": 1_000_000, "H": 4, "init_seed": 3, "lr": 0.01},
                   "paper": {"n_iter": 1_000_000, "H": 4, "init_seed": 3, "lr": 0.01}},
           plot=plot_fig7, checks=checks_fig7)
 def data_fig7(cfg) -> xr.Dataset:
-    """Fig. 7: GD on F/2 with the §5.5 initialisation (closedform.icl_regression.map)."""
+    """Fig. 7: GD on F/2 with the docs/models/icl_regression.md §5.5 initialisation (closedform.icl_regression.map)."""
     p = cfg.params
-    rng = np.random.default_rng(p["init_seed"])  # spec §5.5 recipe: omega drawn first, then mu
+    rng = np.random.default_rng(p["init_seed"])  # docs/models/icl_regression.md §5.5 recipe: omega drawn first, then mu
     omega0 = rng.normal(0.0, 0.01, p["H"])
     mu0 = rng.normal(0.0, 0.01, p["H"])
     steps = np.unique(np.concatenate([np.rint(np.geomspace(1, p["n_iter"], 120)).astype(int), [0],
@@ -1043,8 +1054,8 @@ def plot_fig8(ds):
         mean, lo, hi = band_over_seeds(ds.test_mse.values[i], method="percentile")
         plot_empirical_band(ax, ds.L_test.values, mean, lo, hi, color=COLORS[i], label=f"trained {lab}")
     Lf = ds.L_fine.values
-    plot_theory(ax, Lf, ds.R_dGD.values, color="k", label="softmax theory R_dGD(eta*; L') (§7.6)")
-    plot_reduced(ax, Lf, ds.R_lin.values, color=COLORS[2], label="linear attention R_GD(eta L'/40; L') (§7.6)")
+    plot_theory(ax, Lf, ds.R_dGD.values, color="k", label="softmax theory R_dGD(eta*; L') (docs/models/icl_regression.md §7.6)")
+    plot_reduced(ax, Lf, ds.R_lin.values, color=COLORS[2], label="linear attention R_GD(eta L'/40; L') (docs/models/icl_regression.md §7.6)")
     plot_theory(ax, Lf, ds.R_lin_learned.values, color=COLORS[2], label="same, learned eta = omega mu", linewidth=1)
     ax.axvline(L_TRAIN, color="grey", lw=0.8, ls=":")
     ax.set(xlabel="test prompt length L'", ylabel="test MSE", yscale="log")
@@ -1066,17 +1077,17 @@ def checks_fig8(ds):
     i_lin = names.index("linear attention")
     i40 = int(np.argmin(np.abs(ds.L_test.values - 40)))
     out = [_count_check("linear attention", t[i_lin, :, -1] > t[i_lin, :, i40],
-                        claim="error rises for L' beyond L_train (overshoot, §7.6)",
+                        claim="error rises for L' beyond L_train (overshoot, docs/models/icl_regression.md §7.6)",
                         criterion="MSE at the largest L' above that at L' = 40")]
     for i, n in enumerate(names):
         if n.startswith("softmax"):
-            out.append(_count_check(n, t[i, :, -1] < t[i, :, i40], claim="error keeps decreasing with L' (§7.6)",
+            out.append(_count_check(n, t[i, :, -1] < t[i, :, i40], claim="error keeps decreasing with L' (docs/models/icl_regression.md §7.6)",
                                     criterion="MSE at the largest L' below that at L' = 40"))
     return out
 
 
-@register(name="icl_regression.fig8", model=MODEL, paper=f"{PAPER}, Fig. 8", spec="icl_regression.md §7.6, §9",
-          caption=("Length generalisation: softmax attention (H = 1, 2) and single-head linear attention (§7.6: no "
+@register(name="icl_regression.fig8", model=MODEL, paper=f"{PAPER}, Fig. 8", spec="docs/models/icl_regression.md §7.6, §9",
+          caption=("Length generalisation: softmax attention (H = 1, 2) and single-head linear attention (docs/models/icl_regression.md §7.6: no "
                    "softmax, no mask, fixed 1/L_train) trained at L = 40 with " + COMMON_SETUP + ", tested at L'. "
                    "Theory: R_dGD(eta*; L') for softmax and R_lin(L') = R_GD(eta L'/40; L') for linear attention at "
                    "eta_GD,opt = 0.8602 and at the learned eta = omega mu."),
@@ -1086,7 +1097,7 @@ def checks_fig8(ds):
                   "paper": dict(TRAIN_PAPER, L_tests=list(range(10, 101, 5)), n_test=20000)},
           plot=plot_fig8, gaps=gaps_fig8, checks=checks_fig8)
 def data_fig8(cfg) -> xr.Dataset:
-    """Fig. 8: trained softmax (H = 1, 2) and linear attention tested at L' (spec §7.6)."""
+    """Fig. 8: trained softmax (H = 1, 2) and linear attention tested at L' (docs/models/icl_regression.md §7.6)."""
     p = cfg.params
     L_tests = list(p["L_tests"])
     runs = [("softmax H = 1", 1, "softmax"), ("softmax H = 2", 2, "softmax"), ("linear attention", 1, "linear")]
@@ -1112,7 +1123,7 @@ def data_fig8(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 # Figs. 12/15: non-isotropic covariates
 # ----------------------------------------------------------------------------------------------------------------------
-RHO = 0.5  # spec §8.1: code default [C][U]
+RHO = 0.5  # docs/models/icl_regression.md §8.1: code default [C][U]
 
 
 def plot_fig12(ds):
@@ -1144,7 +1155,7 @@ def checks_fig12(ds):
                      criterion=f"sign-matched heads and |sum mu|/sum|mu| < {ZERO_SUM_TOL:g}",
                      explanation=_same_sign_explanation(pattern, split)),
         _count_check("non-isotropic H=2", ds.dist_G_star.values < ds.dist_Sigma_inv.values,
-                     claim="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, §8.1)",
+                     claim="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, docs/models/icl_regression.md §8.1)",
                      criterion="||G - G*|| < ||G - Sigma^-1|| (relative Frobenius)"),
     ]
 
@@ -1159,7 +1170,7 @@ def gaps_fig12(ds):
 
 
 @register(name="icl_regression.fig12", model=MODEL, paper=f"{PAPER}, Figs. 12 and 15",
-          spec="icl_regression.md §8.1", caption=("Non-isotropic covariates x ~ N(0, Sigma), KMS Sigma_ij = rho^|i-j|, "
+          spec="docs/models/icl_regression.md §8.1", caption=("Non-isotropic covariates x ~ N(0, Sigma), KMS Sigma_ij = rho^|i-j|, "
                                                   "rho = 0.5, two heads, " + COMMON_SETUP + ". The learned "
                                                   "first-order preconditioner G = (sum_h mu_h KQ_h[:d,:d])^T (Eqs. "
                                                   "(5.4)-(5.5)) against G* of Lemma E.4 and Sigma^-1."),
@@ -1167,7 +1178,7 @@ def gaps_fig12(ds):
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig12,
           gaps=gaps_fig12, checks=checks_fig12)
 def data_fig12(cfg) -> xr.Dataset:
-    """Figs. 12/15: non-isotropic two-head training (spec §8.1)."""
+    """Figs. 12/15: non-isotropic two-head training (docs/models/icl_regression.md §8.1)."""
     _, traj, _ = _run(cfg, 2, rho=RHO)
     omega, mu, steps, _ = _learned_arrays(traj, 2)
     KQ, _ = im.circuit_arrays(traj, 2, D + 1)
@@ -1225,13 +1236,13 @@ def gaps_fig13(ds):
     return out
 
 
-@register(name="icl_regression.fig13", model=MODEL, paper=f"{PAPER}, Figs. 13-14", spec="icl_regression.md §3, §9",
+@register(name="icl_regression.fig13", model=MODEL, paper=f"{PAPER}, Figs. 13-14", spec="docs/models/icl_regression.md §3, §9",
           caption=("omega_h and mu_h dynamics (one seed) for several H, " + COMMON_SETUP + "; dummy heads (mu_h -> 0) "
                    "and zero-sum OV (dashed). The quick preset trains H = 2 and 4 (the paper: 2-8) for 5 000 steps: "
                    "sign matching and zero-sum OV form, but in the seed shown no head has decayed to a dummy yet "
-                   "(spec §9: one at H = 4 in the authors' 500 000-step run; 1 of our 8 H = 4 runs has one at 5 000 "
+                   "(docs/models/icl_regression.md §9: one at H = 4 in the authors' 500 000-step run; 1 of our 8 H = 4 runs has one at 5 000 "
                    "steps, see Fig. 3); --preset paper trains H = 2-8 for 500 000 steps."),
-          unrecoverable=("every H trained with the common setup (spec §9 Figs. 13-14 default)", UNREC_STEPS),
+          unrecoverable=("every H trained with the common setup (docs/models/icl_regression.md §9 Figs. 13-14 default)", UNREC_STEPS),
           params={"tiny": dict(TRAIN_TINY, Hs=[2, 4]), "quick": dict(TRAIN_QUICK, Hs=[2, 4]),
                   "paper": dict(TRAIN_PAPER, Hs=[2, 3, 4, 5, 6, 7, 8])},
           plot=plot_fig13, gaps=gaps_fig13, checks=checks_fig13)
@@ -1255,7 +1266,7 @@ def data_fig13(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 # Figs. 16-19, Table 2: multi-task regression
 # ----------------------------------------------------------------------------------------------------------------------
-MT_TASK = cf.ICLRegressionTask(d=6, L=48, sigma2=0.1)  # spec §8.3 [C]: d = 6, L = 8d, noise 0.1 per coordinate
+MT_TASK = cf.ICLRegressionTask(d=6, L=48, sigma2=0.1)  # docs/models/icl_regression.md §8.3 [C]: d = 6, L = 8d, noise 0.1 per coordinate
 MT_SUPPORTS = ((0, 1, 2, 3), (2, 3, 4, 5))  # S_1 = {1,2,3,4}, S_2 = {3,4,5,6} (0-based)
 MT_GROUPS = ("t0", "t0t1", "t1")  # {1,2} task 1 only, {3,4} shared, {5,6} task 2 only
 
@@ -1292,13 +1303,13 @@ def checks_fig16(ds):
             m = ds.mu.values[j, :, : int(H), t]
             rel = np.abs(m.sum(-1)) / np.abs(m).sum(-1)
             out.append(_count_check(f"multi-task H={int(H)}", rel < 0.2, claim=f"zero-sum OV for task {t + 1} "
-                                    "(spec §8.3)", criterion="|sum_h mu_h,t| / sum_h |mu_h,t| < 0.2 (reported "
+                                    "(docs/models/icl_regression.md §8.3)", criterion="|sum_h mu_h,t| / sum_h |mu_h,t| < 0.2 (reported "
                                     "3-head run: 0.003)"))
     return out
 
 
 @register(name="icl_regression.fig16", model=MODEL, paper=f"{PAPER}, Figs. 16-19 and Table 2",
-          spec="icl_regression.md §8.3", caption=("Multi-task regression (§8.3): d = 6, two tasks on supports "
+          spec="docs/models/icl_regression.md §8.3", caption=("Multi-task regression (docs/models/icl_regression.md §8.3): d = 6, two tasks on supports "
                                                   "{1,2,3,4} and {3,4,5,6}, L = 48, noise variance 0.1 |S_j| on "
                                                   "context labels, noiseless query labels, Adam(1e-3), batch 256. "
                                                   "Learned mean KQ diagonal per coordinate group and OV label entries "
@@ -1310,7 +1321,7 @@ def checks_fig16(ds):
                   "paper": dict(TRAIN_PAPER, Hs=[1, 2, 3, 4])},
           plot=plot_fig16, checks=checks_fig16)
 def data_fig16(cfg) -> xr.Dataset:
-    """Figs. 16-19: multi-task training (spec §8.3), final per-group omega and per-task mu."""
+    """Figs. 16-19: multi-task training (docs/models/icl_regression.md §8.3), final per-group omega and per-task mu."""
     Hs = list(cfg.params["Hs"])
     Hmax = max(Hs)
     S = cfg.params["n_seeds"]
@@ -1335,7 +1346,8 @@ def data_fig16(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 def _fig20_references(omega: float, d: int, L: int) -> list[tuple[float, str, str]]:
     """Reference lines of one Fig. 20 panel: 1/sqrt(L) always; the large-L prediction exp(omega^2 d/2)/sqrt(L)
-    (spec §4.2) only where it applies (omega^2 d <= 1: beyond it the prediction exceeds the largest possible norm 1,
+    (docs/models/icl_regression.md §4.2) only where it applies (omega^2 d <= 1: beyond it the prediction exceeds the
+    largest possible norm 1,
     e.g. 7.7e7 at d = 40, omega = 1, and would stretch the axis); there, the one-hot norm 1 instead."""
     out = [(1 / math.sqrt(L), "-", "1/sqrt(L)")]
     if omega * omega * d <= 1.0 + 1e-12:
@@ -1367,7 +1379,7 @@ def checks_fig20(ds):
         med = float(np.median(ds.norms.values[j])) * np.sqrt(L)
         if om * om * d <= 1.0 + 1e-12:
             pred = math.exp(om * om * d / 2)
-            out.append(CheckResult(name=f"d={d}, omega={om:.3g}: sqrt(L) |w| ~ exp(omega^2 d / 2) (large-L, §4.2)",
+            out.append(CheckResult(name=f"d={d}, omega={om:.3g}: sqrt(L) |w| ~ exp(omega^2 d / 2) (large-L, docs/models/icl_regression.md §4.2)",
                                    passed=0.6 * pred < med < 1.4 * pred, measured=med, expected=pred,
                                    tolerance="+-40% (finite L = 40, median vs mean-square)"))
         elif d >= L_TRAIN / 2:
@@ -1378,11 +1390,11 @@ def checks_fig20(ds):
     return out
 
 
-@register(name="icl_regression.fig20", model=MODEL, paper=f"{PAPER}, Fig. 20", spec="icl_regression.md §4.2, §9",
+@register(name="icl_regression.fig20", model=MODEL, paper=f"{PAPER}, Fig. 20", spec="docs/models/icl_regression.md §4.2, §9",
           caption=("Histograms of the Euclidean norm of softmax_i(omega x_i^T x_q), i = 1..L, x's iid N(0, I_d), "
                    "L = 40: it concentrates near 1/sqrt(L) (up to exp(omega^2 d/2)) for omega = O(1/sqrt(d)) and "
                    "fails for omega = 1 when d ~ L."),
-          unrecoverable=("L = 40, d in {5, 40}, omega in {1/sqrt(d), 1}, 1e4 draws (spec §9 Fig. 20 defaults)",),
+          unrecoverable=("L = 40, d in {5, 40}, omega in {1/sqrt(d), 1}, 1e4 draws (docs/models/icl_regression.md §9 Fig. 20 defaults)",),
           params={"tiny": {"n": 1000}, "quick": {"n": 10000}, "paper": {"n": 10000}},
           plot=plot_fig20, checks=checks_fig20)
 def data_fig20(cfg) -> xr.Dataset:
@@ -1427,20 +1439,20 @@ def checks_fig21(ds):
     return [_overlay_formed_check(ds, "H=4")]
 
 
-@register(name="icl_regression.fig21", model=MODEL, paper=f"{PAPER}, Fig. 21", spec="icl_regression.md §5, §9, §12",
+@register(name="icl_regression.fig21", model=MODEL, paper=f"{PAPER}, Fig. 21", spec="docs/models/icl_regression.md §5, §9, §12",
           caption=("Four heads: torch training (" + COMMON_SETUP + ") against GD on F/2 (lr 0.01) started from the "
-                   "probed (omega, mu) once the pattern formed, aligned by the KQ scale gamma (spec §12): path in the "
+                   "probed (omega, mu) once the pattern formed, aligned by the KQ scale gamma (docs/models/icl_regression.md §12): path in the "
                    "(gamma, mu_+) plane, mu^T omega, zero-sum and homogeneity. At the quick preset's 5 000 steps "
                    "the learned runs reach zero-sum OV and mu^T omega ~ eta* and lie on S_gamma, but their |omega_h| "
                    "are not yet homogeneous (std/mean ~0.2, 95% seed range 0.05-0.5) where GD on F/2 from the "
-                   "probed states equalises them: the slow drift along the valley (spec §6.3) needs the paper's "
+                   "probed states equalises them: the slow drift along the valley (docs/models/icl_regression.md §6.3) needs the paper's "
                    "longer runs."),
           unrecoverable=(UNREC_STEPS, "overlay start: first logged step with mu^T omega >= 0.9 eta*, sign "
                                       "matching and gamma past its peak [toolkit choice]"),
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig21,
           gaps=gaps_fig21, checks=checks_fig21)
 def data_fig21(cfg) -> xr.Dataset:
-    """Fig. 21: H = 4 training with the GD-on-F/2 overlay (spec §5.1, §12)."""
+    """Fig. 21: H = 4 training with the GD-on-F/2 overlay (docs/models/icl_regression.md §5.1, §12)."""
     return _heads_ds(cfg, 4, overlay=True)
 
 
@@ -1462,7 +1474,7 @@ def plot_fig22(ds):
     w3, m3 = cf.phase3_asymptotic(TASK, tt)
     plot_theory(axes[0], tt, w3, color=COLORS[0], label="phase III law t^(-1/6)", linewidth=1)
     plot_theory(axes[0], tt, m3, color=COLORS[1], label="eta*/(2 omega)", linewidth=1)
-    axes[0].axhline(ds.attrs["omega_peak_pred"], color=COLORS[0], ls=":", lw=1, label="phase II peak (§6.3)")
+    axes[0].axhline(ds.attrs["omega_peak_pred"], color=COLORS[0], ls=":", lw=1, label="phase II peak (docs/models/icl_regression.md §6.3)")
     axes[0].set(xscale="log", yscale="log", xlabel="F/2-flow time t", ylim=(5e-3, 10))
     axes[0].legend(fontsize=6)
     plot_reduced(axes[1], t, ds.ratio.values, color=COLORS[2], label="r = mu/omega")
@@ -1485,21 +1497,22 @@ def checks_fig22(ds):
         out.append(CheckResult(name=f"two-head ODE at t = {t} vs table 6.4", passed=ok, measured=f"{got}",
                                expected=f"{(om, mu)}", tolerance="quoted 6 digits (+-5e-7 + 2e-6 rel)"))
     pk = float(np.max(ds.omega.values))
-    out.append(CheckResult(name="phase II peak omega (eps0 = 0.01: 0.57631, §6.3)", passed=abs(pk - 0.57631) < 2e-4,
+    out.append(CheckResult(name="phase II peak omega (eps0 = 0.01: 0.57631, docs/models/icl_regression.md §6.3)", passed=abs(pk - 0.57631) < 2e-4,
                            measured=pk, expected=0.57631, tolerance="2e-4 (log-spaced output grid)"))
     return out
 
 
-@register(name="icl_regression.fig22", model=MODEL, paper=f"{PAPER}, Fig. 22", spec="icl_regression.md §6",
+@register(name="icl_regression.fig22", model=MODEL, paper=f"{PAPER}, Fig. 22", spec="docs/models/icl_regression.md §6",
           caption=("Symmetric two-head gradient flow of F/2 (reduced ODE (B.4)), d = 5, L = 40, sigma^2 = 0.1, "
                    "omega(0) = mu(0) = 0.01: phase I exponential growth, phase II peak of omega, phase III slow "
                    "decay omega ~ t^(-1/6) along the valley with 2 omega mu -> eta*."),
-          unrecoverable=("eps0 = 0.01, t in [0, 1e4], log-spaced output (spec §9 Fig. 22 defaults)",),
+          unrecoverable=("eps0 = 0.01, t in [0, 1e4], log-spaced output (docs/models/icl_regression.md §9 Fig. 22 defaults)",),
           params={"tiny": {"t1": 100.0, "n_save": 60}, "quick": {"t1": 10000.0, "n_save": 300},
                   "paper": {"t1": 10000.0, "n_save": 600}},
           plot=plot_fig22, checks=checks_fig22)
 def data_fig22(cfg) -> xr.Dataset:
-    """Fig. 22: reduced two-head ODE (closedform.icl_regression.symmetric_flow), spec §6.2-6.4."""
+    """Fig. 22: reduced two-head ODE (closedform.icl_regression.symmetric_flow),
+    docs/models/icl_regression.md §6.2-§6.4."""
     p = cfg.params
     eps0 = 0.01
     ts = np.unique(np.concatenate([[0.0], np.geomspace(1e-2, p["t1"], p["n_save"]),

@@ -1,35 +1,38 @@
-"""Figures of Study C (random walks on a circle; Shi, Cao, NeurIPS 2025), spec ``token_selection.md`` Sec. C.8, Sec. 5.
+"""Figures of Study C (random walks on a circle; Shi, Cao, NeurIPS 2025), docs/models/token_selection.md §C.8, §5.
 
 Registered figures (``python -m figures list``):
 
 * ``random_walk.fig4`` / ``random_walk.fig5``: zero initialisation, K = 6, N = 97, M = 1000, eta = 1, eps = 0.1,
   full-batch GD on 1000 training walks, p = 0.5 (Fig. 4) and p = 1 (Fig. 5): (a) test accuracy (plain and acc_RB)
   vs iteration, (b) heat map of V^(T), (c) mean attention over test walks vs position, (d) zoom near N - 1. Torch
-  full-matrix GD (several training samples = seeds) against the exact reduced map of Sec. C.5 on the same walks.
-  Fig. 5 adds (e): the exact population (the K walks) of Theorem C2, torch vs reduced map.
+  full-matrix GD (several training samples = seeds) against the exact reduced map of docs/models/token_selection.md §C.5
+  on the same walks. Fig. 5 adds (e): the exact population (the K walks) of Theorem C2, torch vs reduced map.
 * ``random_walk.fig6``: random start V, W ~ N(0, 0.01^2), eta = 0.01 on the loss summed over the 1000 training
   walks (eta n_train = 10 on the mean loss: the reading that reproduces the paper's ~0.5 at ~400 iterations; the mean
   loss at eta = 0.01, 0.1 or 1 stays at chance), tokens normalised inside the scores, p = 0.5 and p = 1: accuracy and
   KL(P_true || P_model) vs iteration, with the appendix heat maps (V and S for p = 0.5; snapshots of V and of the
   token average X S for p = 1).
-* ``random_walk.factorised``: W = W_K^T W_Q from N(0, 0.01^2) factors (Sec. C.8 "our extension") at K = 6, N = 25,
-  M = 200, p = 0.5 against the merged model from zero and the reduced map.
-* ``random_walk.large_circle``: (K, N) = (20, 101), zero init, 50 iterations, p = 0.5 and p = 1 (Sec. C.8 appendix).
-* ``random_walk.overlay``: spec Sec. 5: reduced (V, a, c) map vs torch full-matrix GD from zero vs a random start,
-  p in {0, 0.5, 0.7, 1}: acc_RB, S_{N-1} and the direction errors of V (to Pi^T, sqrt(Pi^T), sqrt(C_hat^T)).
+* ``random_walk.factorised``: W = W_K^T W_Q from N(0, 0.01^2) factors (docs/models/token_selection.md §C.8 "our
+  extension") at K = 6, N = 25, M = 200, p = 0.5 against the merged model from zero and the reduced map.
+* ``random_walk.large_circle``: (K, N) = (20, 101), zero init, 50 iterations, p = 0.5 and p = 1
+  (docs/models/token_selection.md §C.8 appendix).
+* ``random_walk.overlay``: docs/models/token_selection.md §5: reduced (V, a, c) map vs torch full-matrix GD from zero vs
+  a random start, p in {0, 0.5, 0.7, 1}: acc_RB, S_{N-1} and the direction errors of V (to Pi^T, sqrt(Pi^T),
+  sqrt(C_hat^T)).
 
-* ``random_walk.qa``: the QA tasks of Sec. C.8 ("beyond random walks": majority fruit, preferred fruit; 19-word
-  vocabulary) with the model of Sec. C.3 and with an extra ReLU layer.
+* ``random_walk.qa``: the QA tasks of docs/models/token_selection.md §C.8 ("beyond random walks": majority fruit,
+  preferred fruit; 19-word vocabulary) with the model of docs/models/token_selection.md §C.3 and with an extra ReLU
+  layer.
 
 Positional code: phi_i = sqrt(rho) e_i with the paper's rho = M/2 (exactly orthogonal; the reconstructed sine code is
 orthogonal only to round-off, which the unstable symmetric state of Theorem C2 amplifies until torch reaches accuracy
 1 at p = 1). With it the coordinates of x~ beyond K + N are 0, so every run uses M = N + 1 (``_task``): exactly the
 paper's M = 1000 from zero, equal in law from a random start, ~100x cheaper.
 
-Seeds: run k of a build with seed ``s`` uses the training walks, then the test walks, of Appendix G.C with
-``numpy.random.default_rng(s + k)`` (so seed 0, run 0 is the spec's exact recipe of Sec. C.7), and ``s + k`` as the
-trainer seed (random starts). Torch runs single-threaded inside ``data`` (small tensors; see
-:func:`empirical.device.torch_threads`).
+Seeds: run k of a build with seed ``s`` uses the training walks, then the test walks, of
+docs/models/token_selection.md §G.C with ``numpy.random.default_rng(s + k)`` (so seed 0, run 0 is the spec's exact
+recipe of docs/models/token_selection.md §C.7), and ``s + k`` as the trainer seed (random starts). Torch runs
+single-threaded inside ``data`` (small tensors; see :func:`empirical.device.torch_threads`).
 """
 
 from __future__ import annotations
@@ -60,15 +63,15 @@ from figures.registry import CheckResult, Explanation, GapRow, compare_rows, reg
 SERIES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "dist_V_Pi", "dist_V_sqrtPi", "cos_V_Pi",
           "dist_V_sqrtChat", "loss", "kl")
 ROUND_OFF = 1e-9
-EXACT_SOURCE = ("float64 round-off: torch full-matrix GD from zero and the reduced map of Sec. C.5 run on the same "
+EXACT_SOURCE = ("float64 round-off: torch full-matrix GD from zero and the reduced map of docs/models/token_selection.md §C.5 run on the same "
                 "walks, so their difference is 0 in exact arithmetic (spec: 7e-16 after 8 steps); 1e-9 bounds the "
                 "round-off over the run")
 RB_SOURCE = ("acc_RB = mean Pi[s_{N-1}, Pred] equals max(p, 1-p) exactly once every prediction is a likeliest "
-             "successor (Sec. C.3); 1e-9 bounds the float64 round-off of the weighted mean")
+             "successor (docs/models/token_selection.md §C.3); 1e-9 bounds the float64 round-off of the weighted mean")
 DEFAULTS_U = (
     "positional code phi_i = sqrt(rho) e_i, rho = M/2: orthogonal exactly in float64 (the sine code "
-    "[phi_i]_k = sin(pi i k / M) reconstructed in Sec. C.2 is orthogonal only to round-off, which the unstable "
-    "symmetric state of Theorem C2 amplifies); only orthogonality and rho enter the dynamics (Sec. C.9). With this "
+    "[phi_i]_k = sin(pi i k / M) reconstructed in docs/models/token_selection.md §C.2 is orthogonal only to round-off, which the unstable "
+    "symmetric state of Theorem C2 amplifies); only orthogonality and rho enter the dynamics (docs/models/token_selection.md §C.9). With this "
     "code the coordinates of x~ beyond K + N are 0, so the rows and columns of W beyond them never enter the scores "
     "nor move: runs use M = N + 1 with rho = M_paper / 2, exactly the paper's M = 1000 from zero and equal in law "
     "from a random start (tests/test_random_walk.py::test_onehot_code_dynamics_do_not_depend_on_M_beyond_N)",)
@@ -133,7 +136,7 @@ def _torch_run(task, cfg, seeds, walks, n_steps, steps, **model_kw):
 
 
 def _reduced_runs(task, walks, n_steps, steps):
-    """The exact reduced GD map (Sec. C.5) on each run's walks; a list of trajectories."""
+    """The exact reduced GD map (docs/models/token_selection.md §C.5) on each run's walks; a list of trajectories."""
     train_w, test_w = walks
     return [cf.map(task, n_steps, walks=tr, test=te, saveat=SaveAt(steps=tuple(steps)))
             for tr, te in zip(train_w, test_w)]
@@ -193,7 +196,7 @@ def _at(ds, var, step):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Figs. 4 and 5: zero initialisation, p = 0.5 and p = 1 (Sec. C.8)
+# Figs. 4 and 5: zero initialisation, p = 0.5 and p = 1 (docs/models/token_selection.md §C.8)
 # ----------------------------------------------------------------------------------------------------------------------
 
 def _zero_init_data(cfg, p: float) -> xr.Dataset:
@@ -295,7 +298,8 @@ def plot_zero_init(ds: xr.Dataset):
 
 
 def gaps_zero_init(ds: xr.Dataset) -> list[GapRow]:
-    """Per-seed torch - reduced differences (exact, Sec. C.5) and the test accuracy against the theorem."""
+    """Per-seed torch - reduced differences (exact, docs/models/token_selection.md §C.5) and the test accuracy against
+    the theorem."""
     T = int(ds.step.values[-1])
     steps = [s for s in sorted({1, 2, 3, 10, T}) if s <= T]
     rows = []
@@ -311,7 +315,7 @@ def gaps_zero_init(ds: xr.Dataset) -> list[GapRow]:
 
 def _checks_common(ds, label) -> list[CheckResult]:
     gap = float(ds.attrs["state_gap_torch_reduced"])
-    return [CheckResult(name=f"{label}: torch full-matrix GD = reduced map (Sec. C.5), max |state gap| over seeds "
+    return [CheckResult(name=f"{label}: torch full-matrix GD = reduced map (docs/models/token_selection.md §C.5), max |state gap| over seeds "
                              "and steps", passed=gap <= ROUND_OFF, measured=gap, expected=0.0,
                         tolerance="1e-9 (float64 round-off; spec measured 7e-16 after 8 steps)",
                         n_seeds=int(ds.sizes["seed"]))]
@@ -324,13 +328,13 @@ def checks_fig4(ds: xr.Dataset) -> list[CheckResult]:
         s2, _ = _at(ds, "torch_attn_parent", 2)
         out.append(CheckResult(name="Theorem C1 item 4: mean S_{N-1} over test walks at t = 2, minimum over seeds",
                                passed=float(s2.min()) > 0.9999, measured=float(s2.min()), expected="> 0.9999",
-                               tolerance="inequality (Sec. 4 row; exact recipe 0.99999987)", n_seeds=n))
+                               tolerance="inequality (docs/models/token_selection.md §4 row; exact recipe 0.99999987)", n_seeds=n))
     late = ds.step.values >= 3
     rb = ds.torch_acc_rb.values[:, late]
     out.append(CheckResult(name=("Theorem C1 item 1: acc_RB = max(p, 1-p) = 0.5 at every t >= 3, max |acc_RB - 0.5| "
                                  "over seeds and steps (torch)"),
                            passed=bool(np.all(np.abs(rb - 0.5) <= 1e-9)), measured=float(np.abs(rb - 0.5).max()),
-                           expected=0.0, tolerance="1e-9: acc_RB is exact once Pred is a neighbour (Sec. 4 row)",
+                           expected=0.0, tolerance="1e-9: acc_RB is exact once Pred is a neighbour (docs/models/token_selection.md §4 row)",
                            n_seeds=n))
     d = ds.torch_dist_V_Pi.values
     t = ds.step.values
@@ -340,7 +344,7 @@ def checks_fig4(ds: xr.Dataset) -> list[CheckResult]:
         out.append(CheckResult(
             name=(f"Theorem C1 item 3 (p = 1/2): sqrt(t) dist(V, Pi^T) at t = {t[-1]} over its value at t = "
                   f"{t[i10]}, mean over seeds"), passed=0.75 <= ratio.mean() <= 1.5, measured=float(ratio.mean()),
-            expected=1.0, tolerance=("[0.75, 1.5]: O(1/sqrt t) until the finite-sample floor (Sec. C.7: sqrt(t) dist "
+            expected=1.0, tolerance=("[0.75, 1.5]: O(1/sqrt t) until the finite-sample floor (docs/models/token_selection.md §C.7: sqrt(t) dist "
                                      "= 1.24, 1.24, 1.25 at t = 10, 30, 100, then 1.50 at t = 1000 at the floor)"),
             n_seeds=n))
     return out
@@ -353,18 +357,18 @@ def checks_fig5(ds: xr.Dataset) -> list[CheckResult]:
         acc = ds.pop_reduced_acc.values
         out.append(CheckResult(name="Theorem C2, exact population, reduced map: accuracy = 1/K at every t",
                                passed=bool(np.all(acc == 1 / K)), measured=float(np.abs(acc - 1 / K).max()),
-                               expected=0.0, tolerance="exact (Sec. 4 row: enumeration)"))
+                               expected=0.0, tolerance="exact (docs/models/token_selection.md §4 row: enumeration)"))
         spread = ds.pop_torch_spread.values
         out.append(CheckResult(
             name=("Theorem C2, exact population, torch full-matrix GD: max over t of the spread max - min of the "
                   "context attention S_1..S_{N-1}"), passed=float(spread.max()) <= 1e-12,
-            measured=float(spread.max()), expected=0.0, tolerance="1e-12 (Sec. 4 row)"))
+            measured=float(spread.max()), expected=0.0, tolerance="1e-12 (docs/models/token_selection.md §4 row)"))
         pert = ds.pop_perturbed_acc.values
         out.append(CheckResult(
             name=("Theorem C2 ridge is unstable (measured, not in the paper): reduced map on the exact population, "
                   "state perturbed by 1e-16 max|state| at t = 2; accuracy at the last step"),
             passed=float(pert[-1]) > 0.5, measured=float(pert[-1]), expected="> 0.5 (leaves 1/K)",
-            tolerance=("a stable ridge would keep 1/K = 0.167; any perturbation of the symmetric state grows (Sec. C.6 "
+            tolerance=("a stable ridge would keep 1/K = 0.167; any perturbation of the symmetric state grows (docs/models/token_selection.md §C.6 "
                        "proves invariance in exact arithmetic only)")))
     return out
 
@@ -378,23 +382,23 @@ _ZERO_PARAMS = {
               "population_steps": 50, "dense": 50},
 }
 _ZERO_CAPTION = ("Zero initialisation V = W = 0, eta = 1, eps = 0.1, full-batch GD on n_train training walks; accuracy "
-                 "and attention on n_test test walks (Sec. C.8). Markers/bands: torch full-matrix GD (mean and 95% "
-                 "range over training samples); dashed: the exact reduced (V, a, c) map of Sec. C.5 on the same "
-                 "walks; black: the theorem's accuracy. acc_RB = mean Pi[s_{N-1}, Pred] (Sec. C.3).")
+                 "and attention on n_test test walks (docs/models/token_selection.md §C.8). Markers/bands: torch full-matrix GD (mean and 95% "
+                 "range over training samples); dashed: the exact reduced (V, a, c) map of docs/models/token_selection.md §C.5 on the same "
+                 "walks; black: the theorem's accuracy. acc_RB = mean Pi[s_{N-1}, Pred] (docs/models/token_selection.md §C.3).")
 
 
 @register(name="random_walk.fig4", model="random_walk", paper="Shi & Cao (2025), Fig. 4 (p = 0.5, zero init)",
-          spec="token_selection.md Sec. C.8, Sec. C.5, Sec. C.6", caption=_ZERO_CAPTION + " p = 0.5.",
+          spec="docs/models/token_selection.md §C.8, §C.5, §C.6", caption=_ZERO_CAPTION + " p = 0.5.",
           unrecoverable=DEFAULTS_U, params={k: {kk: vv for kk, vv in v.items() if kk != "population_steps"}
                                             for k, v in _ZERO_PARAMS.items()},
           plot=plot_zero_init, gaps=gaps_zero_init, checks=checks_fig4)
 def data_fig4(cfg) -> xr.Dataset:
-    """Fig. 4 of Sec. C.8: p = 0.5 from zero."""
+    """Fig. 4 of docs/models/token_selection.md §C.8: p = 0.5 from zero."""
     return _zero_init_data(cfg, 0.5)
 
 
 @register(name="random_walk.fig5", model="random_walk", paper="Shi & Cao (2025), Fig. 5 (p = 1, zero init)",
-          spec="token_selection.md Sec. C.8, Sec. C.6 (Theorem C2), Sec. C.7", caption=_ZERO_CAPTION + (
+          spec="docs/models/token_selection.md §C.8, §C.6 (Theorem C2), docs/models/token_selection.md §C.7", caption=_ZERO_CAPTION + (
               " p = 1 (N = 16K + 1: Theorem C2). Panel (e): the exact population (the K walks s_1 = 1..K), spread "
               "max - min of the context attention (log scale; 1e-18 = exactly 0) and accuracies (right axis): "
               "torch and the reduced map stay on the symmetric state; the same reduced map perturbed by 1e-16 at "
@@ -402,19 +406,19 @@ def data_fig4(cfg) -> xr.Dataset:
           unrecoverable=DEFAULTS_U, params=_ZERO_PARAMS, plot=plot_zero_init, gaps=gaps_zero_init,
           checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
-    """Fig. 5 of Sec. C.8: p = 1 from zero, plus the exact population of Theorem C2."""
+    """Fig. 5 of docs/models/token_selection.md §C.8: p = 1 from zero, plus the exact population of Theorem C2."""
     return _zero_init_data(cfg, 1.0)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Fig. 6: random start, normalised tokens, eta = 0.01 (Sec. C.8)
+# Fig. 6: random start, normalised tokens, eta = 0.01 (docs/models/token_selection.md §C.8)
 # ----------------------------------------------------------------------------------------------------------------------
 
 _FIG6_P = (0.5, 1.0)
 
 
 @register(name="random_walk.fig6", model="random_walk", paper="Shi & Cao (2025), Fig. 6 and appendix heat maps",
-          spec="token_selection.md Sec. C.8",
+          spec="docs/models/token_selection.md §C.8",
           caption=("Random start V, W ~ N(0, 0.01^2) (merged W), eta = 0.01, eps = 0.1, full-batch GD on n_train = "
                    "1000 walks with the loss summed over the walks (step eta n_train = 10 on the mean loss, see "
                    "below), tokens normalised to unit length inside the softmax only. Top: test accuracy (plain and "
@@ -428,10 +432,10 @@ _FIG6_P = (0.5, 1.0)
                    "reaches accuracy 1.0 by ~300 iterations, while the paper's p = 1 panel stays below 1.0 for 1000: "
                    "no (normalisation, step) we tried reproduces both panels (see the p = 1 check)."),
           unrecoverable=DEFAULTS_U + (
-              "every column of X~, the blank query included, divided by its norm inside the scores (Sec. C.8)",
+              "every column of X~, the blank query included, divided by its norm inside the scores (docs/models/token_selection.md §C.8)",
               "loss summed over the training walks: eta = 0.01 on the sum = 10 on the mean (our reading: it matches "
               "the paper's ~0.5 at ~400 iterations for p = 0.5; the mean stays at chance)",
-              "KL direction KL(P_true || P_model), P_model = max(f, 1e-12) normalised (Sec. C.8)"),
+              "KL direction KL(P_true || P_model), P_model = max(f, 1e-12) normalised (docs/models/token_selection.md §C.8)"),
           params={"tiny": {"K": 6, "N": 25, "M": 200, "n_train": 200, "n_test": 200, "n_steps": 60, "eta": 0.05,
                            "n_seeds": 2},
                   "quick": {"K": 6, "N": 97, "M": 1000, "n_train": 1000, "n_test": 500, "n_steps": 600,
@@ -441,7 +445,7 @@ _FIG6_P = (0.5, 1.0)
           plot=lambda ds: plot_fig6(ds), gaps=lambda ds: gaps_fig6(ds),
           checks=lambda ds: checks_fig6(ds))
 def data_fig6(cfg) -> xr.Dataset:
-    """Fig. 6 of Sec. C.8 (random start) and its appendix snapshots."""
+    """Fig. 6 of docs/models/token_selection.md §C.8 (random start) and its appendix snapshots."""
     par = cfg.params
     T = par["n_steps"]
     snaps = tuple(round(f * T) for f in (0.1, 0.4, 0.7, 1.0))
@@ -533,7 +537,7 @@ def checks_fig6(ds: xr.Dataset) -> list[CheckResult]:
     med = float(np.median(np.where(reach < 0, np.inf, reach)))
     out = [CheckResult(name=("Fig. 6(a): p = 0.5 reaches acc_RB ~ 0.5 after ~400 iterations: median over seeds of "
                              "the first saved t with acc_RB >= 0.49 (inf = not reached)"),
-                       passed=200 <= med <= 800, measured=med, expected="~400 (Sec. C.8)",
+                       passed=200 <= med <= 800, measured=med, expected="~400 (docs/models/token_selection.md §C.8)",
                        tolerance="[200, 800]: 'about 400' read as within a factor 2", n_seeds=n)]
     acc1 = ds.p1_acc.values
     reach1 = _first_reach(t, acc1, 0.999)
@@ -541,7 +545,7 @@ def checks_fig6(ds: xr.Dataset) -> list[CheckResult]:
     out.append(CheckResult(
         name=(f"Fig. 6(c): p = 1 does not reach accuracy 1.0 within {int(t[-1])} iterations: seeds that never reach "
               "it"), passed=never == n, measured=never, expected=n,
-        tolerance="all seeds (Sec. C.8: symmetry broken slowly)", n_seeds=n,
+        tolerance="all seeds (docs/models/token_selection.md §C.8: symmetry broken slowly)", n_seeds=n,
         explanation=Explanation(
             reason=("the step that reproduces the p = 0.5 timing (summed loss, eta n_train = 10) breaks the p = 1 "
                     "symmetry by ~300 iterations; with the mean loss (eta = 0.01, 0.1, 1) neither p learns in 1000 "
@@ -557,7 +561,7 @@ def checks_fig6(ds: xr.Dataset) -> list[CheckResult]:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Factorised variant (Sec. C.8, our extension)
+# Factorised variant (docs/models/token_selection.md §C.8, our extension)
 # ----------------------------------------------------------------------------------------------------------------------
 
 def plot_factorised(ds: xr.Dataset):
@@ -611,7 +615,7 @@ def checks_factorised(ds: xr.Dataset) -> list[CheckResult]:
             name=("factorised starts whose attention peaks at the parent: acc_RB = max(p, 1-p) = 0.5 at the last step "
                   "(Theorem C1 item 1's endpoint), max |acc_RB - 0.5| over those seeds"),
             passed=dev <= 1e-9, measured=dev, expected=0.0,
-            tolerance="1e-9: acc_RB is exact once Pred is a neighbour of the parent (Sec. C.3)",
+            tolerance="1e-9: acc_RB is exact once Pred is a neighbour of the parent (docs/models/token_selection.md §C.3)",
             n_seeds=int(parent.sum())))
     others = [f"run {i}: position {int(p)} (mass {m:.2f})" for i, (p, m, ok) in enumerate(zip(peak, mass, parent))
               if not ok]
@@ -628,11 +632,11 @@ def checks_factorised(ds: xr.Dataset) -> list[CheckResult]:
 
 
 @register(name="random_walk.factorised", model="random_walk", paper="Shi & Cao (2025): factorised W = W_K^T W_Q "
-          "(spec Sec. C.8, our extension)", spec="token_selection.md Sec. C.8, Sec. 0",
+          "(docs/models/token_selection.md §C.8, our extension)", spec="docs/models/token_selection.md §C.8, §0",
           caption=("K = 6, N = 25, M = 200, p = 0.5, eta = 1, eps = 0.1, full-batch GD on n_train walks, no token "
                    "normalisation. Green: W = W_K^T W_Q with V, W_K, W_Q i.i.d. N(0, 0.01^2) (never W_K = W_Q = 0, "
-                   "a stationary point); blue: merged W from zero; dashed: reduced map of Sec. C.5."),
-          unrecoverable=DEFAULTS_U + ("factor init scale 0.01 (spec Sec. 0 default)",),
+                   "a stationary point); blue: merged W from zero; dashed: reduced map of docs/models/token_selection.md §C.5."),
+          unrecoverable=DEFAULTS_U + ("factor init scale 0.01 (docs/models/token_selection.md §0 default)",),
           params={"tiny": {"K": 6, "N": 25, "M": 200, "n_train": 300, "n_test": 300, "n_steps": 12, "n_seeds": 2},
                   "quick": {"K": 6, "N": 25, "M": 200, "n_train": 2000, "n_test": 2000, "n_steps": 30,
                             "n_seeds": 8},
@@ -640,7 +644,7 @@ def checks_factorised(ds: xr.Dataset) -> list[CheckResult]:
                             "n_seeds": 10}},
           plot=plot_factorised, gaps=gaps_factorised, checks=checks_factorised)
 def data_factorised(cfg) -> xr.Dataset:
-    """Factorised check of Sec. C.8 against the merged model and the reduced map."""
+    """Factorised check of docs/models/token_selection.md §C.8 against the merged model and the reduced map."""
     par = cfg.params
     task = _task(0.5, par)
     seeds = _seeds(cfg, par["n_seeds"])
@@ -660,7 +664,7 @@ def data_factorised(cfg) -> xr.Dataset:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Larger circle (Sec. C.8 appendix)
+# Larger circle (docs/models/token_selection.md §C.8 appendix)
 # ----------------------------------------------------------------------------------------------------------------------
 
 def plot_large_circle(ds: xr.Dataset):
@@ -704,17 +708,17 @@ def checks_large_circle(ds: xr.Dataset) -> list[CheckResult]:
     return [CheckResult(name=("Theorem C1 item 1 at K = 20: acc_RB = 0.5 at the last step, max |acc_RB - 0.5| over "
                               "seeds (torch)"),
                         passed=bool(np.all(np.abs(rb - 0.5) <= 1e-9)), measured=float(np.abs(rb - 0.5).max()),
-                        expected=0.0, tolerance="1e-9 (acc_RB is exact once Pred is a neighbour, Sec. C.3)",
+                        expected=0.0, tolerance="1e-9 (acc_RB is exact once Pred is a neighbour, docs/models/token_selection.md §C.3)",
                         n_seeds=n),
             CheckResult(name=("Theorem C2 ridge is unstable (measured, not in the paper): reduced map perturbed by "
                               "1e-16 max|state| at t = 2, p = 1; mean over seeds of the last-step accuracy"),
                         passed=float(pert.mean()) > 0.5, measured=float(pert.mean()), expected="> 0.5 (leaves 1/K)",
                         tolerance=("a stable ridge would keep 1/K = 0.05; Theorem C2 proves invariance in exact "
-                                   "arithmetic only (Sec. C.6)"), n_seeds=n)]
+                                   "arithmetic only (docs/models/token_selection.md §C.6)"), n_seeds=n)]
 
 
 @register(name="random_walk.large_circle", model="random_walk", paper="Shi & Cao (2025), appendix: K = 20, N = 101",
-          spec="token_selection.md Sec. C.8", caption=(
+          spec="docs/models/token_selection.md §C.8", caption=(
               "(K, N) = (20, 101), M = 1000, zero init, eta = 1, eps = 0.1, full-batch GD on n_train walks, test "
               "accuracy on n_test walks vs iteration for p = 0.5 and p = 1 (N = 5K + 1: Theorem C2). Torch "
               "full-matrix GD (bands over training samples) vs the reduced map (dashed); purple: the reduced map "
@@ -728,7 +732,7 @@ def checks_large_circle(ds: xr.Dataset) -> list[CheckResult]:
                             "n_seeds": 8}},
           plot=plot_large_circle, gaps=gaps_large_circle, checks=checks_large_circle)
 def data_large_circle(cfg) -> xr.Dataset:
-    """Appendix run of Sec. C.8 at (K, N) = (20, 101)."""
+    """Appendix run of docs/models/token_selection.md §C.8 at (K, N) = (20, 101)."""
     par = cfg.params
     seeds = _seeds(cfg, par["n_seeds"])
     steps = _save_steps(par["n_steps"], dense=10, n_log=8)
@@ -749,7 +753,7 @@ def data_large_circle(cfg) -> xr.Dataset:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Overlay of spec Sec. 5
+# Overlay of docs/models/token_selection.md §5
 # ----------------------------------------------------------------------------------------------------------------------
 
 _OVERLAY_P = (0.0, 0.5, 0.7, 1.0)
@@ -760,20 +764,20 @@ def _ptag(p: float) -> str:
     return f"p{round(100 * p):03d}"
 
 
-@register(name="random_walk.overlay", model="random_walk", paper="Shi & Cao (2025): theory vs practice (spec Sec. 5 "
-          "suggested overlay)", spec="token_selection.md Sec. 5, Sec. C.5, Sec. C.6, Sec. C.7",
+@register(name="random_walk.overlay", model="random_walk", paper="Shi & Cao (2025): theory vs practice (docs/models/token_selection.md §5 "
+          "suggested overlay)", spec="docs/models/token_selection.md §5, §C.5, §C.6, §C.7",
           caption=("K = 6, N = 97, M = 1000, eta = 1, eps = 0.1, full-batch GD on n_train walks, p in {0, 0.5, 0.7, "
-                   "1}. Dashed: exact reduced (V, a, c) map (Sec. C.5); markers: torch full-matrix GD from zero; "
+                   "1}. Dashed: exact reduced (V, a, c) map (docs/models/token_selection.md §C.5); markers: torch full-matrix GD from zero; "
                    "dotted thin: torch from a random start V, W ~ N(0, 0.01^2), tokens normalised as in Fig. 6 (without "
                    "normalisation the random scores rho W ~ 5 make the blank take all attention, f = 0). Right: "
                    "direction errors of V (Theorem C1 item 3) to Pi^T, to sqrt(Pi^T) (entrywise) and to "
                    "sqrt(C_hat^T) of the training walks; grey: the population floor "
-                   "dist(sqrt(Pi^T), Pi^T) of Sec. C.7 (0.1745 at p = 0.7): the paper's Pi^T claim holds at p = 1/2 "
+                   "dist(sqrt(Pi^T), Pi^T) of docs/models/token_selection.md §C.7 (0.1745 at p = 0.7): the paper's Pi^T claim holds at p = 1/2 "
                    "only. Left: thin solid lines max(p, 1-p) (Theorem C1) and 1/K at p = 0, 1 (the symmetric state of "
                    "Theorem C2); hollow markers of decreasing size, so coinciding curves (p = 0, 0.5, 1 on the parent "
                    "attention) stay visible."),
           unrecoverable=DEFAULTS_U + (("random start with tokens normalised as in Fig. 6 at eta = 1 (our choice for "
-                                       "the Sec. 5 overlay)"),),
+                                       "the docs/models/token_selection.md §5 overlay)"),),
           params={"tiny": {"K": 6, "N": 25, "M": 200, "n_train": 200, "n_test": 200, "n_steps": 20,
                            "n_steps_reduced": 60, "n_seeds": 2},
                   "quick": {"K": 6, "N": 97, "M": 1000, "n_train": 1000, "n_test": 500, "n_steps": 20,
@@ -782,7 +786,7 @@ def _ptag(p: float) -> str:
                             "n_steps_reduced": 3000, "n_seeds": 4}},
           plot=lambda ds: plot_overlay(ds), gaps=lambda ds: gaps_overlay(ds), checks=lambda ds: checks_overlay(ds))
 def data_overlay(cfg) -> xr.Dataset:
-    """Spec Sec. 5 overlay for Study C."""
+    """docs/models/token_selection.md §5 overlay for Study C."""
     par = cfg.params
     seeds = _seeds(cfg, par["n_seeds"])
     T, T_red = par["n_steps"], par["n_steps_reduced"]
@@ -844,7 +848,7 @@ def plot_overlay(ds: xr.Dataset):
             plot_reduced(ax, tr[sel], ds[f"{tag}_reduced_{name}"].values.mean(0)[sel], label=f"reduced {label}",
                          color=color)
             ax.plot(t[t >= 1], ds[f"{tag}_torch_{name}"].values.mean(0)[t >= 1], "o", ms=3, color=color)
-        ax.axhline(cf.direction_limit_distance(p), color="grey", lw=0.8, label="population floor (Sec. C.7)")
+        ax.axhline(cf.direction_limit_distance(p), color="grey", lw=0.8, label="population floor (docs/models/token_selection.md §C.7)")
         ax.set(xscale="log", yscale="log", xlabel="iteration t", ylabel="direction error of V",
                title=f"({'c' if p == 0.7 else 'd'}) p = {p:g}")
         ax.legend(fontsize=6)
@@ -852,7 +856,8 @@ def plot_overlay(ds: xr.Dataset):
 
 
 def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
-    """Per-seed torch - reduced differences at the last torch step (exact, Sec. C.5) for every p."""
+    """Per-seed torch - reduced differences at the last torch step (exact, docs/models/token_selection.md §C.5) for
+    every p."""
     T = int(ds.step.values[-1])
     j = int(np.nonzero(ds.step_red.values == T)[0][0])
     rows = []
@@ -877,19 +882,19 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
                   "of predicting argmax_b C_hat[parent, b] (the sample's most frequent successor; max(p, 1-p) when "
                   "it is the likelier neighbour), max over seeds"),
             passed=float(dev.max()) <= 1e-9, measured=float(dev.max()), expected=0.0,
-            tolerance="1e-9: V -> sqrt(C_hat^T) direction keeps C_hat's argmax (Sec. C.7); acc_RB is exact",
+            tolerance="1e-9: V -> sqrt(C_hat^T) direction keeps C_hat's argmax (docs/models/token_selection.md §C.7); acc_RB is exact",
             n_seeds=n))
     tag = _ptag(0.7)
     d_c = ds[f"{tag}_reduced_dist_V_sqrtChat"].values
     d_pi = ds[f"{tag}_reduced_dist_V_Pi"].values
     T = int(tr[-1])
-    i0 = int(np.argmin(np.abs(tr - T / 10)))  # t >= 40: past the transient (Sec. C.7: sqrt(t) dist ~ 1.23 from t = 10)
+    i0 = int(np.argmin(np.abs(tr - T / 10)))  # t >= 40: past the transient (docs/models/token_selection.md §C.7: sqrt(t) dist ~ 1.23 from t = 10)
     ratio = np.sqrt(T) * d_c[:, -1] / (np.sqrt(tr[i0]) * d_c[:, i0])
     out.append(CheckResult(
         name=(f"Sec. C.7 correction, p = 0.7: V approaches the sqrt(C_hat^T) direction like t^(-1/2): sqrt(t) "
               f"dist(V, sqrt(C_hat^T)) at t = {T} over its value at t = {int(tr[i0])}, mean over seeds"),
         passed=0.75 <= float(ratio.mean()) <= 1.33, measured=float(ratio.mean()), expected=1.0,
-        tolerance="[0.75, 1.33] (Sec. C.7: 0.1228, 0.0385, 0.0221 at t = 100, 1000, 3000, i.e. sqrt(t) dist within 1%)",
+        tolerance="[0.75, 1.33] (docs/models/token_selection.md §C.7: 0.1228, 0.0385, 0.0221 at t = 100, 1000, 3000, i.e. sqrt(t) dist within 1%)",
         n_seeds=n))
     r = d_pi[:, -1] / d_c[:, -1]
     out.append(CheckResult(
@@ -897,19 +902,19 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
               "Pi^T direction: dist(V, Pi^T) / dist(V, sqrt(C_hat^T)), minimum over seeds"),
         passed=float(r.min()) > 2.0, measured=float(r.min()), expected="> 2 (paper's Theorem C1 item 3: < 1 as t grows)",
         tolerance=("ratio > 2: dist(V, Pi^T) levels off at dist(sqrt(C_hat^T), Pi^T) ~ 0.18 while dist(V, "
-                   "sqrt(C_hat^T)) decays (Sec. C.7)"), n_seeds=n))
+                   "sqrt(C_hat^T)) decays (docs/models/token_selection.md §C.7)"), n_seeds=n))
     return out
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Beyond random walks: QA tasks (Sec. C.8)
+# Beyond random walks: QA tasks (docs/models/token_selection.md §C.8)
 # ----------------------------------------------------------------------------------------------------------------------
 
 _QA_RUNS = (("majority", False), ("majority", True), ("preference", False), ("preference", True))
 QA_IMBALANCE = Explanation(
     reason=("the loss -log(e_y^T f + eps) has no margin and the token averages of all questions are nearly equal "
             "(11 of 16 words are shared), so the output's common part, which follows the sample's label frequencies "
-            "(as V ~ sqrt(C_hat) in Sec. C.7), outweighs the part that counts the fruits: a sampled training set "
+            "(as V ~ sqrt(C_hat) in docs/models/token_selection.md §C.7), outweighs the part that counts the fruits: a sampled training set "
             "whose labels are not exactly balanced pulls the ReLU model to its majority label (accuracy ~ 0.5), "
             "and slowly flips the plain model's borderline lists (2 vs 3 apples, after ~600 iterations); with "
             "every question equally often the plain model stays at 100% and the ReLU model learns, but slowly "
@@ -930,27 +935,28 @@ def _qa_balanced(task: str, n: int) -> cf.WalkSample:
 
 
 @register(name="random_walk.qa", model="random_walk", paper="Shi & Cao (2025): beyond random walks (QA tasks)",
-          spec="token_selection.md Sec. C.8", caption=(
+          spec="docs/models/token_selection.md §C.8", caption=(
               "Task 1 (majority fruit of a 5-word list, (K, N) = (19, 17)) and Task 2 (preferred fruit of 'I prefer "
               "an X to an Y', (K, N) = (19, 19)); random start N(0, 0.01^2), eta = 0.1, eps = 0.1, full-batch GD on "
               "n_train questions drawn at random, test accuracy on n_test questions vs iteration, for the model of "
-              "Sec. C.3 (plain) and with an extra ReLU layer f = A relu(V X S) (m = 19). Bands: mean and 95% range "
+              "docs/models/token_selection.md §C.3 (plain) and with an extra ReLU layer f = A relu(V X S) (m = 19). Bands: mean and 95% range "
               "over runs. Dashed (Task 1): the same models trained on a balanced set (each of the 32 questions "
-              "equally often). Expected (Sec. C.8): Task 1 ~100% within 100 iterations, Task 2 ~50% (both "
+              "equally often). Expected (docs/models/token_selection.md §C.8): Task 1 ~100% within 100 iterations, Task 2 ~50% (both "
               "questions share the bag of words), the same with ReLU. Measured: on a random sample the ReLU model "
               "predicts the sample's majority label (see the rows); on the balanced set it rises slowly, 0.75 at "
               "400 and 0.81 at 1 000 iterations (mean of 8 runs), not the paper's ~100%. The plain model on random "
               "samples stays at 1.0 to ~500 iterations, then decays (0.93 at 1 000; label imbalance)."),
           unrecoverable=DEFAULTS_U + (
               ("tokenisation: lower-case words, punctuation dropped, 19-word vocabulary in alphabetical order, "
-               "blank query last (Sec. C.8)"), "M = 1000, tokens normalised as in Fig. 6, 1000 iterations (Sec. C.8)",
-              "ReLU variant: A_relu i.i.d. N(0, 0.01^2), log argument clamped at 1e-12 (Sec. C.8)"),
+               "blank query last (docs/models/token_selection.md §C.8)"), "M = 1000, tokens normalised as in Fig. 6, 1000 iterations (docs/models/token_selection.md §C.8)",
+              "ReLU variant: A_relu i.i.d. N(0, 0.01^2), log argument clamped at 1e-12 (docs/models/token_selection.md §C.8)"),
           params={"tiny": {"M": 100, "n_train": 200, "n_test": 200, "n_steps": 30, "n_seeds": 2},
                   "quick": {"M": 1000, "n_train": 1000, "n_test": 500, "n_steps": 400, "n_seeds": 8},
                   "paper": {"M": 1000, "n_train": 1000, "n_test": 1000, "n_steps": 1000, "n_seeds": 8}},
           plot=lambda ds: plot_qa(ds), gaps=lambda ds: gaps_qa(ds), checks=lambda ds: checks_qa(ds))
 def data_qa(cfg) -> xr.Dataset:
-    """QA tasks of Sec. C.8 (plain and ReLU variants), and Task 1 on a balanced training set."""
+    """QA tasks of docs/models/token_selection.md §C.8 (plain and ReLU variants), and Task 1 on a balanced training
+    set."""
     par = cfg.params
     seeds = _seeds(cfg, par["n_seeds"])
     T = par["n_steps"]
@@ -982,14 +988,14 @@ def plot_qa(ds: xr.Dataset):
     t = ds.step.values
     for ax, task, expected, title in ((axes[0], "majority", 1.0, "Task 1: majority fruit"),
                                       (axes[1], "preference", 0.5, "Task 2: preferred fruit")):
-        _band(ax, t, ds[f"{task}_plain_acc"].values, "model of Sec. C.3", TOL_BRIGHT["blue"])
+        _band(ax, t, ds[f"{task}_plain_acc"].values, "model of docs/models/token_selection.md §C.3", TOL_BRIGHT["blue"])
         _band(ax, t, ds[f"{task}_relu_acc"].values, "with ReLU layer", TOL_BRIGHT["green"])
         for relu, color in ((False, TOL_BRIGHT["blue"]), (True, TOL_BRIGHT["green"])):
             name = f"{_qa_tag(task, relu)}_balanced_acc"
             if name in ds:
                 plot_reduced(ax, t, ds[name].values.mean(0), color=color,
                              label=f"{'ReLU' if relu else 'plain'}, balanced training set (mean)")
-        plot_theory(ax, t, np.full(t.shape, expected), label="expected (Sec. C.8)", color="k", linewidth=0.8)
+        plot_theory(ax, t, np.full(t.shape, expected), label="expected (docs/models/token_selection.md §C.8)", color="k", linewidth=0.8)
         ax.set(xlabel="iteration t", ylabel="test accuracy", ylim=(0, 1.05), title=title)
         ax.legend(fontsize=7)
     return fig
@@ -1006,7 +1012,7 @@ def gaps_qa(ds: xr.Dataset) -> list[GapRow]:
             i = int(np.argmin(np.abs(t - 100)))
             rows += compare_rows(f"QA Task 1 ({tag}) test accuracy vs ~100%", [t[i]], [1.0],
                                  ds[f"{tag}_acc"].values[:, i:i + 1], rel_allowance=0.02,
-                                 allowance_source="'approximately 100%' (Sec. C.8) read as >= 98%",
+                                 allowance_source="'approximately 100%' (docs/models/token_selection.md §C.8) read as >= 98%",
                                  explanation=QA_IMBALANCE if relu else None)
         else:
             rows += compare_rows(f"QA Task 2 ({tag}) test accuracy vs 50% (bag of words)", [t[-1]], [0.5],
@@ -1031,4 +1037,4 @@ def checks_qa(ds: xr.Dataset) -> list[CheckResult]:
         name=f"QA Task 1, plain model, balanced training set: accuracy at t = {int(t[i])}, minimum over seeds",
         passed=float(ds.majority_plain_balanced_acc.values[:, i].min()) >= 0.98,
         measured=float(ds.majority_plain_balanced_acc.values[:, i].min()), expected=1.0,
-        tolerance=">= 0.98 ('approximately 100% within 100 iterations', Sec. C.8)", n_seeds=n)]
+        tolerance=">= 0.98 ('approximately 100% within 100 iterations', docs/models/token_selection.md §C.8)", n_seeds=n)]

@@ -1,20 +1,25 @@
-"""Figures of Scan and Snap (Tian et al., NeurIPS 2023), spec ``scan_snap.md`` Sec. 5.
+"""Figures of Scan and Snap (Tian et al., NeurIPS 2023), docs/models/scan_snap.md §5.
 
 Registered figures (``python -m figures list``):
 
 * ``scan_snap.fig4``: Syn-Small attention maps c_n at iterations 0, 2, ..., 10 and 48 (SGD, momentum 0.9, zero init,
-  eta_Y in {1, 10}, eta_Z = 1) against the momentum population map of Sec. 4.3, plus the distinct-token entropy.
-* ``scan_snap.gap_T``: the SGD-map entropy gap against the sequence length T (finite-T bias O(1/T), Sec. 4.7, 6.8).
-* ``scan_snap.fig5``: Syn-Small with Adam, eta_Y = eta_Z in {0.1, 0.5, 1} (Sec. 5.2 [choice]).
-* ``scan_snap.fig6``: Syn-Medium entropy grid after 100 steps (random init, Sec. 5.3) against the random-init map.
-* ``scan_snap.fig11``, ``scan_snap.fig12``: Syn-Medium recall of distinct tokens vs threshold (Sec. 5.3).
-* ``scan_snap.fig3``, ``scan_snap.fig8``, ``scan_snap.fig9``: theory figures of Sec. 5.4 (growth factor chi(t),
-  decoder scalars h and h*, drive integral B with the B(t0) dots).
+  eta_Y in {1, 10}, eta_Z = 1) against the momentum population map of docs/models/scan_snap.md §4.3, plus the
+  distinct-token entropy.
+* ``scan_snap.gap_T``: the SGD-map entropy gap against the sequence length T (finite-T bias O(1/T),
+  docs/models/scan_snap.md §4.7, §6.8).
+* ``scan_snap.fig5``: Syn-Small with Adam, eta_Y = eta_Z in {0.1, 0.5, 1} (docs/models/scan_snap.md §5.2 [choice]).
+* ``scan_snap.fig6``: Syn-Medium entropy grid after 100 steps (random init, docs/models/scan_snap.md §5.3) against the
+  random-init map.
+* ``scan_snap.fig11``, ``scan_snap.fig12``: Syn-Medium recall of distinct tokens vs threshold
+  (docs/models/scan_snap.md §5.3).
+* ``scan_snap.fig3``, ``scan_snap.fig8``, ``scan_snap.fig9``: theory figures of docs/models/scan_snap.md §5.4 (growth
+  factor chi(t), decoder scalars h and h*, drive integral B with the B(t0) dots).
 * ``scan_snap.fig10``: one-layer Transformer on the shipped text corpus (stdlib ``pydoc_data.topics`` in place of
-  WikiText, Sec. 5.5 [choice]): attention entropy over training for several learning rates, and a Fig.-7-style map.
+  WikiText, docs/models/scan_snap.md §5.5 [choice]): attention entropy over training for several learning rates, and a
+  Fig.-7-style map.
 
 Every torch run goes through the shared trainer (:mod:`empirical.train`) and every overlay through the closed form
-(:func:`closedform.scan_snap.map`), with the diagnostics of :mod:`closedform.scan_snap` (Sec. 4.6).
+(:func:`closedform.scan_snap.map`), with the diagnostics of :mod:`closedform.scan_snap` (docs/models/scan_snap.md §4.6).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from figures._style import (
 from figures.registry import CheckResult, compare_rows, register
 
 SNAPSHOTS = (0, 2, 4, 6, 8, 10)
-"""Iterations shown in Fig. 4/5 (plus the last, 48, spec Sec. 5.2)."""
+"""Iterations shown in Fig. 4/5 (plus the last, 48, docs/models/scan_snap.md §5.2)."""
 
 
 def _torch():
@@ -89,7 +94,7 @@ def _mean_t_check(name: str, diffs, *, sign: int, statistic: str, level: float =
 # Fig. 4 and Fig. 5: Syn-Small
 # ----------------------------------------------------------------------------------------------------------------
 
-_U_SYN = ("T = 128 (127 contextual tokens), batch 128, iterations 0-10 and 48 as 'Final' (spec Sec. 5.2, E8)",)
+_U_SYN = ("T = 128 (127 contextual tokens), batch 128, iterations 0-10 and 48 as 'Final' (docs/models/scan_snap.md §5.2, E8)",)
 
 
 def _snap_heatmap(ax, img, snaps, *, label: str, title: str, vmax: float):
@@ -120,8 +125,8 @@ def plot_fig4(ds: xr.Dataset):
     return fig
 
 
-_FIG4_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T - 1 = 127, batch 128: -0.042 +- 0.011 (spec Sec. 6 item 8; "
-                          "O(1/T), Sec. 4.7, measured in the gap_T figure); 0.06 = its upper 95% end rounded up")
+_FIG4_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T - 1 = 127, batch 128: -0.042 +- 0.011 (docs/models/scan_snap.md §6 item 8; "
+                          "O(1/T), docs/models/scan_snap.md §4.7, measured in the gap_T figure); 0.06 = its upper 95% end rounded up")
 
 
 def gaps_fig4(ds):
@@ -138,25 +143,25 @@ def checks_fig4(ds):
     out = []
     e1 = ds.H_map.sel(eta_Y=1.0)
     if int(ds.step.values[-1]) == 48:
-        out.append(CheckResult(name="P4: map entropy at step 48, eta_Y = eta_Z = 1 (spec Sec. 7)",
+        out.append(CheckResult(name="P4: map entropy at step 48, eta_Y = eta_Z = 1 (docs/models/scan_snap.md §7)",
                                passed=abs(float(e1.values[-1]) - 1.9813818) < 1e-7, measured=float(e1.values[-1]),
-                               expected=1.9813818, tolerance="1e-7 (spec Sec. 7, discrete map)"))
+                               expected=1.9813818, tolerance="1e-7 (docs/models/scan_snap.md §7, discrete map)"))
     if int(ds.step.values[-1]) >= 10:
         v = float(e1.sel(step=10))
-        out.append(CheckResult(name="P4: map entropy at step 10 (spec Sec. 7)", passed=abs(v - 2.0984380) < 1e-7,
-                               measured=v, expected=2.0984380, tolerance="1e-7 (spec Sec. 7)"))
+        out.append(CheckResult(name="P4: map entropy at step 10 (docs/models/scan_snap.md §7)", passed=abs(v - 2.0984380) < 1e-7,
+                               measured=v, expected=2.0984380, tolerance="1e-7 (docs/models/scan_snap.md §7)"))
     c = ds.c_sgd.sel(eta_Y=1.0).isel(snap=-1, **{"class": 0}).values  # (seed, token)
     second = np.sort(c[:, 10:19], axis=1)[:, -1]
     out.append(_mean_t_check("highest-P distinct token (19) dominates class 0: c_19 minus the largest other "
-                             "distinct c (spec Sec. 5.2)", c[:, 19] - second, sign=1,
+                             "distinct c (docs/models/scan_snap.md §5.2)", c[:, 19] - second, sign=1,
                              statistic="per-seed margin at the last snapshot, eta_Y = 1"))
     out.append(_mean_t_check("common tokens lose attention: mean common-token c minus its initial 1/15.5 "
-                             "(spec Sec. 5.2)", c[:, :10].mean(1) - 1 / 15.5, sign=-1,
+                             "(docs/models/scan_snap.md §5.2)", c[:, :10].mean(1) - 1 / 15.5, sign=-1,
                              statistic="per-seed difference at the last snapshot, eta_Y = 1"))
     if len(ds.eta_Y) > 1:
         d = (ds.H_sgd.sel(eta_Y=ds.eta_Y.values.max()) - ds.H_sgd.sel(eta_Y=1.0)).isel(step=-1).values
         out.append(_mean_t_check(f"eta_Y = {ds.eta_Y.values.max():g} freezes less sparse (higher final entropy) than "
-                                 "eta_Y = 1 (spec Sec. 5.2, Sec. 7 P4)", d, sign=1,
+                                 "eta_Y = 1 (docs/models/scan_snap.md §5.2, §7 P4)", d, sign=1,
                                  statistic="per-seed entropy difference (paired: same seed, same data stream)"))
     return out
 
@@ -166,18 +171,19 @@ def _snap_index(steps, n_steps):
 
 
 @register(name="scan_snap.fig4", model="scan_snap", paper="Tian et al. (2023), Fig. 4 (Syn-Small, SGD)",
-          spec="scan_snap.md Sec. 5.2, Sec. 4.3, Sec. 7 P4", caption=(
+          spec="docs/models/scan_snap.md §5.2, §4.3, §7 P4", caption=(
               "Syn-Small (M = 34, K = 2): attention map c_0 over tokens 0-19 at the shown iterations, SGD with "
-              "momentum 0.9 from zero init (mean over seeds) and the momentum population map of Sec. 4.3 (T -> inf), "
+              "momentum 0.9 from zero init (mean over seeds) and the momentum population map of docs/models/scan_snap.md §4.3 (T -> inf), "
               "for eta_Y = 1 and 10 (eta_Z = 1); bottom: distinct-token entropy, SGD (band: 95% CI of the mean) vs "
-              "map (dashed). The ODE is not a valid overlay for momentum runs (Sec. 0.3)."),
+              "map (dashed). The ODE is not a valid overlay for momentum runs (docs/models/scan_snap.md §0.3)."),
           unrecoverable=_U_SYN,
           params={"tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta_Y": [1.0]},
                   "quick": {"T": 128, "n_seeds": 8, "n_steps": 48, "eta_Y": [1.0, 10.0]},
                   "paper": {"T": 128, "n_seeds": 10, "n_steps": 48, "eta_Y": [1.0, 10.0]}},
           plot=plot_fig4, gaps=gaps_fig4, checks=checks_fig4)
 def data_fig4(cfg) -> xr.Dataset:
-    """Fig. 4 of spec Sec. 5.2: SGD (torch) and the population map (Sec. 4.3), mu = 0.9."""
+    """Fig. 4 of docs/models/scan_snap.md §5.2: SGD (torch) and the population map (docs/models/scan_snap.md §4.3), mu =
+    0.9."""
     p = cfg.params
     classes = cf.SequenceClasses.syn_small()
     n_steps = int(p["n_steps"])
@@ -214,7 +220,8 @@ def plot_gap_T(ds: xr.Dataset):
 
 
 def gaps_gap_T(ds):
-    """The 1/T law (spec Sec. 4.7): gap(T) = gap(T_0) (T_0 - 1)/(T - 1). The theory side is the law through the
+    """The 1/T law (docs/models/scan_snap.md §4.7): gap(T) = gap(T_0) (T_0 - 1)/(T - 1). The theory side is the law
+    through the
     shortest T, a Monte Carlo estimate itself (its SE, from independent runs, scales by the same factor)."""
     n = ds.T.values - 1
     g = -ds.gap.values
@@ -222,7 +229,7 @@ def gaps_gap_T(ds):
     se0 = g[:, 0].std(ddof=1) / np.sqrt(g.shape[0])
     return compare_rows("entropy gap (map - SGD) vs the 1/T law from the shortest T", n[1:], g[:, 0].mean() * k,
                         g[:, 1:], theory_se=se0 * k, theory_n_seeds=g.shape[0], rel_allowance=0.5,
-                        allowance_source=("the 1/T law is asymptotic (spec Sec. 4.7): spec Sec. 6 item 8 gives "
+                        allowance_source=("the 1/T law is asymptotic (docs/models/scan_snap.md §4.7): docs/models/scan_snap.md §6 item 8 gives "
                                           "-0.042, -0.011, -0.003 at T - 1 = 127, 511, 2047 (ratios 3.8, 3.7 for "
                                           "a factor 4, i.e. 5-8 % off 1/T from T - 1 = 127); extrapolating from "
                                           "T - 1 = 32 the O(1/T^2) term is ~4x larger (up to ~30 %), rounded up "
@@ -230,22 +237,23 @@ def gaps_gap_T(ds):
 
 
 def checks_gap_T(ds):
-    """Sign of the finite-T bias (spec Sec. 6 item 8: SGD entropy below the map's, -0.042 at T - 1 = 127)."""
+    """Sign of the finite-T bias (docs/models/scan_snap.md §6 item 8: SGD entropy below the map's, -0.042 at T - 1 =
+    127)."""
     i = int(np.argmin(np.abs(ds.T.values - 128)))
     return [_mean_t_check(f"finite-T bias: map minus SGD entropy > 0 at T - 1 = {int(ds.T.values[i]) - 1} "
-                          "(spec Sec. 4.7, Sec. 6 item 8)", -ds.gap.values[:, i], sign=1,
+                          "(docs/models/scan_snap.md §4.7, §6 item 8)", -ds.gap.values[:, i], sign=1,
                           statistic="per-seed late-time entropy gap")]
 
 
-@register(name="scan_snap.gap_T", model="scan_snap", paper="Tian et al. (2023), Sec. 4.7 check (spec Sec. 6 item 8)",
-          spec="scan_snap.md Sec. 4.7, Sec. 6 item 8", caption=(
+@register(name="scan_snap.gap_T", model="scan_snap", paper="Tian et al. (2023), docs/models/scan_snap.md §4.7 check (docs/models/scan_snap.md §6 item 8)",
+          spec="docs/models/scan_snap.md §4.7, §6 item 8", caption=(
               "Syn-Small, eta_Y = eta_Z = 1, SGD momentum 0.9, batch 128, zero init: entropy of the momentum "
               "population map minus SGD entropy, averaged over the second half of the run, vs the number of "
               "contextual tokens T - 1 (log-log), with a 1/T line through the first point. The 1/T law is "
-              "asymptotic (Sec. 4.7): at 48 steps the gap falls by ~3x, not 4x, per factor 4 in T (a 32-seed rerun: "
+              "asymptotic (docs/models/scan_snap.md §4.7): at 48 steps the gap falls by ~3x, not 4x, per factor 4 in T (a 32-seed rerun: "
               "0.040 +- 0.002 at T - 1 = 128, 0.014 +- 0.002 at 512, against 0.032 and 0.008 from the line), so the "
               "rows allow 50 % (see their source). Shows the claim only in part: a 16-seed, 100-step rerun at "
-              "T - 1 = 128, 512, 2048 gives 0.046, 0.018 +- 0.003, 0.011 +- 0.002 (spec Sec. 6 item 8: 0.042, "
+              "T - 1 = 128, 512, 2048 gives 0.046, 0.018 +- 0.003, 0.011 +- 0.002 (docs/models/scan_snap.md §6 item 8: 0.042, "
               "0.011, 0.003), a floor of ~0.01 that does not shrink with T, so the 1/T law is not resolved beyond "
               "T - 1 ~ 500 at this batch size (128)."),
           params={"tiny": {"T": [17, 65], "n_seeds": 2, "n_steps": 12},
@@ -253,7 +261,7 @@ def checks_gap_T(ds):
                   "paper": {"T": [33, 129, 513, 2049], "n_seeds": 10, "n_steps": 100}},
           plot=plot_gap_T, gaps=gaps_gap_T, checks=checks_gap_T)
 def data_gap_T(cfg) -> xr.Dataset:
-    """SGD minus map entropy (late-time mean) per seed and T (spec Sec. 4.7)."""
+    """SGD minus map entropy (late-time mean) per seed and T (docs/models/scan_snap.md §4.7)."""
     p = cfg.params
     classes = cf.SequenceClasses.syn_small()
     task = cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
@@ -282,7 +290,8 @@ def plot_fig5(ds: xr.Dataset):
 
 
 def checks_fig5(ds):
-    """Adam is outside the theory (spec Sec. 5.2); the one claim common to every optimiser that follows the gradient
+    """Adam is outside the theory (docs/models/scan_snap.md §5.2); the one claim common to every optimiser that follows
+    the gradient
     direction (Theorem 2's sign pattern): common tokens lose attention mass."""
     out = []
     for e in ds.eta.values:
@@ -294,17 +303,17 @@ def checks_fig5(ds):
 
 
 @register(name="scan_snap.fig5", model="scan_snap", paper="Tian et al. (2023), Fig. 5 (Syn-Small, Adam)",
-          spec="scan_snap.md Sec. 5.2", caption=(
+          spec="docs/models/scan_snap.md §5.2", caption=(
               "Syn-Small with Adam (torch defaults), eta_Y = eta_Z = eta, zero init, batch 128: c_0 at the shown "
-              "iterations (mean over seeds) and the distinct-token entropy. No population counterpart (Sec. 0.3)."),
+              "iterations (mean over seeds) and the distinct-token entropy. No population counterpart (docs/models/scan_snap.md §0.3)."),
           unrecoverable=(*_U_SYN, ("Adam runs: the Fig. 4 command with the optimizer switched, zero init, betas "
-                                   "(0.9, 0.999), eps 1e-8, 100 iterations (spec Sec. 5.2 [choice])")),
+                                   "(0.9, 0.999), eps 1e-8, 100 iterations (docs/models/scan_snap.md §5.2 [choice])")),
           params={"tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta": [0.1, 1.0]},
                   "quick": {"T": 128, "n_seeds": 8, "n_steps": 48, "eta": [0.1, 0.5, 1.0]},
                   "paper": {"T": 128, "n_seeds": 10, "n_steps": 100, "eta": [0.1, 0.5, 1.0]}},
           plot=plot_fig5, checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
-    """Fig. 5 of spec Sec. 5.2: Adam on Syn-Small (torch only)."""
+    """Fig. 5 of docs/models/scan_snap.md §5.2: Adam on Syn-Small (torch only)."""
     ssm, train = _torch()
     p = cfg.params
     classes = cf.SequenceClasses.syn_small()
@@ -334,28 +343,30 @@ _MEDIUM_PARAMS = {
     "paper": {"num_last": [1, 3, 5, 10], "eta_Z": [0.5, 1.0, 2.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
               "n_seeds": 10, "n_steps": 100, "T": 128, "n_draws": 10, "n_thr": 11}}
 """Fig. 6/11/12 presets: ``quick`` is the paper's whole grid (4 panels x 4 eta_Z x 4 ratios, 100 steps, T = 128)
-with 8 seeds instead of 10 (spec Sec. 5.3)."""
+with 8 seeds instead of 10 (docs/models/scan_snap.md §5.3)."""
 
 _MEDIUM_U = (("random initialisation U(+-1/sqrt(M)) for Y and Z (spec E9); torch seeds are the toolkit's, not the "
               "authors'"),
-             ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (spec Sec. 5.3 default, "
+             ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (docs/models/scan_snap.md §5.3 default, "
               "[unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))
 
 _MEDIUM_CACHE: dict = {}
 
 
 def _thresholds(M: int, n: int) -> np.ndarray:
-    """Thresholds 0.92/M .. 1.25/M: they span the paper's x ranges for M = 33, 79, 125, 240 (spec Sec. 5.3)."""
+    """Thresholds 0.92/M .. 1.25/M: they span the paper's x ranges for M = 33, 79, 125, 240
+    (docs/models/scan_snap.md §5.3)."""
     return np.linspace(0.92, 1.25, n) / M
 
 
 def _medium_runs(cfg) -> xr.Dataset:
-    """The Syn-Medium grid of spec Sec. 5.3 (torch SGD, momentum 0.9, random init) and its population map.
+    """The Syn-Medium grid of docs/models/scan_snap.md §5.3 (torch SGD, momentum 0.9, random init) and its population
+    map.
 
     For every (num_last, eta_Z, ratio): the distinct-token entropy at step 0 and at the end per seed, the recall of
-    distinct tokens per seed and threshold at both ends (Figs. 11/12), and the random-init momentum map (Sec. 5.3
-    recipe, draws d = 0..n_draws-1; one engine call per panel over all learning rates and draws). Memoised per
-    configuration, so Figs. 6, 11 and 12 built in one process share the runs.
+    distinct tokens per seed and threshold at both ends (Figs. 11/12), and the random-init momentum map
+    (docs/models/scan_snap.md §5.3 recipe, draws d = 0..n_draws-1; one engine call per panel over all learning rates and
+    draws). Memoised per configuration, so Figs. 6, 11 and 12 built in one process share the runs.
     """
     key = (cfg.seed, str(cfg.device), json.dumps(dict(cfg.params), sort_keys=True))
     if key in _MEDIUM_CACHE:
@@ -452,7 +463,7 @@ def gaps_fig6(ds):
 
 _FIG6_ALLOWANCE = 0.1
 _FIG6_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T = 128 against the T = inf map: +0.047 on average over the 64 "
-                          "cells, same trends (spec Sec. 6 item 9; O(1/T), Sec. 4.7, gap_T figure); 0.1 = about twice "
+                          "cells, same trends (docs/models/scan_snap.md §6 item 9; O(1/T), docs/models/scan_snap.md §4.7, gap_T figure); 0.1 = about twice "
                           "the average to cover its spread between cells")
 
 
@@ -465,7 +476,7 @@ def checks_fig6(ds):
                 got = float(ds.H_map.sel(num_last=1, eta_Z=ez, ratio=r).mean())
                 out.append(CheckResult(name=f"P5b: random-init map mean, eta_Z = {ez:g}, ratio {r:g}",
                                        passed=abs(got - v) < 1e-6, measured=got, expected=v,
-                                       tolerance="1e-6 (spec Sec. 7, exact recipe of Sec. 5.3)"))
+                                       tolerance="1e-6 (docs/models/scan_snap.md §7, exact recipe of docs/models/scan_snap.md §5.3)"))
     H = ds.H_sgd  # seeds are paired across cells: same init and data stream for a seed number
     ez, r = ds.eta_Z.values, ds.ratio.values
     d = (H.sel(eta_Z=ez.max()) - H.sel(eta_Z=ez.min())).sel(ratio=r.min()).mean("num_last").values
@@ -481,14 +492,15 @@ def checks_fig6(ds):
 
 
 @register(name="scan_snap.fig6", model="scan_snap", paper="Tian et al. (2023), Fig. 6 (Syn-Medium)",
-          spec="scan_snap.md Sec. 5.3, Sec. 7 P5b, Sec. 6 item 9", caption=(
+          spec="docs/models/scan_snap.md §5.3, §7 P5b, docs/models/scan_snap.md §6 item 9", caption=(
               "Syn-Medium: distinct-token entropy after 100 SGD steps (momentum 0.9, batch 128, T = 128, random "
               "init U(+-1/sqrt(M))) vs eta_Y/eta_Z, one curve per eta_Z, one panel per #last/next tokens; error bars: "
               "seed-to-seed std (E10). Dashed: the momentum population map (T = inf) from the random-init recipe of "
-              "Sec. 5.3, mean over the draws."),
+              "docs/models/scan_snap.md §5.3, mean over the draws."),
           unrecoverable=_MEDIUM_U[:1], params=_MEDIUM_PARAMS, plot=plot_fig6, gaps=gaps_fig6, checks=checks_fig6)
 def data_fig6(cfg) -> xr.Dataset:
-    """Fig. 6 of spec Sec. 5.3: torch SGD grid and the random-init population map (:func:`_medium_runs`)."""
+    """Fig. 6 of docs/models/scan_snap.md §5.3: torch SGD grid and the random-init population map
+    (:func:`_medium_runs`)."""
     return _medium_runs(cfg)
 
 
@@ -549,7 +561,7 @@ def checks_fig12(ds):
 
 
 register(name="scan_snap.fig11", model="scan_snap", paper="Tian et al. (2023), Fig. 11 (Syn-Medium recall)",
-         spec="scan_snap.md Sec. 5.3", caption=(
+         spec="docs/models/scan_snap.md §5.3", caption=(
              "Syn-Medium: recall of distinct tokens (fraction of a class's distinct tokens whose attention exceeds "
              "the threshold, mean over classes; band: 95% CI over seeds) vs the threshold (in units of 1/M), one "
              "panel per (M, eta_Z), one curve per eta_Y/eta_Z; grey: the same at step 0 (random init). Same runs "
@@ -558,14 +570,14 @@ register(name="scan_snap.fig11", model="scan_snap", paper="Tian et al. (2023), F
          shares_data_with="scan_snap.fig6")(data_fig6)
 
 register(name="scan_snap.fig12", model="scan_snap", paper="Tian et al. (2023), Fig. 12 (Syn-Medium recall)",
-         spec="scan_snap.md Sec. 5.3", caption=(
+         spec="docs/models/scan_snap.md §5.3", caption=(
              "As Fig. 11, one panel per (M, eta_Y/eta_Z), one curve per eta_Z. Same runs as Fig. 6."),
          unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig12, checks=checks_fig12,
          shares_data_with="scan_snap.fig6")(data_fig6)
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Theory figures (Sec. 5.4)
+# Theory figures (docs/models/scan_snap.md §5.4)
 # ----------------------------------------------------------------------------------------------------------------
 
 def plot_fig3(ds: xr.Dataset):
@@ -580,21 +592,21 @@ def plot_fig3(ds: xr.Dataset):
 
 def checks_fig3(ds):
     ref = {0.5: 45.23, 1.0: 34.72, 2.0: 26.29, 5.0: 18.01}
-    return [CheckResult(name=f"Fig. 3: chi(700), eta_Y = {e:g} (spec Sec. 5.4)",
+    return [CheckResult(name=f"Fig. 3: chi(700), eta_Y = {e:g} (docs/models/scan_snap.md §5.4)",
                         passed=abs(float(ds.chi.sel(eta_Y=e).sel(t=700.0)) - v) < 0.005,
                         measured=float(ds.chi.sel(eta_Y=e).sel(t=700.0)), expected=v,
                         tolerance="0.005 (printed to 2 decimals)") for e, v in ref.items()]
 
 
-@register(name="scan_snap.fig3", model="scan_snap", paper="Tian et al. (2023), Fig. 3", spec="scan_snap.md Sec. 5.4",
+@register(name="scan_snap.fig3", model="scan_snap", paper="Tian et al. (2023), Fig. 3", spec="docs/models/scan_snap.md §5.4",
           caption=("Growth factor chi(t) = exp(2 B_printed(t; C0 = 1)) of the dominant token (Theorem 4), K = 10, "
                    "M = 1000, eta_Z = 0.5; dotted lines at t0 = 2 K ln M / eta_Y. The published y-axis (~600) is not "
-                   "reproducible (spec Sec. 5.4); the ordering and the t0 markers are."),
-          unrecoverable=("normalisation of chi: exp(2 B_printed(t; C0 = 1)) (spec Sec. 5.4)",),
+                   "reproducible (docs/models/scan_snap.md §5.4); the ordering and the t0 markers are."),
+          unrecoverable=("normalisation of chi: exp(2 B_printed(t; C0 = 1)) (docs/models/scan_snap.md §5.4)",),
           params={p: {"n_t": n} for p, n in (("tiny", 141), ("quick", 701), ("paper", 7001))},
           plot=plot_fig3, checks=checks_fig3)
 def data_fig3(cfg) -> xr.Dataset:
-    """Fig. 3 of spec Sec. 5.4 from :func:`closedform.scan_snap.drive_B` (form 'printed', C0 = 1)."""
+    """Fig. 3 of docs/models/scan_snap.md §5.4 from :func:`closedform.scan_snap.drive_B` (form 'printed', C0 = 1)."""
     t = np.linspace(0.0, 700.0, int(cfg.params["n_t"]))
     etas = np.array([0.5, 1.0, 2.0, 5.0])
     chi = np.array([np.exp(2 * cf.drive_B(t, M=1000, K=10, eta_Y=e, eta_Z=0.5, C0=1.0, form="printed"))
@@ -622,22 +634,22 @@ def checks_fig8(ds):
     excess = (ds.h_star - h_int) / (2.0 * ds.eta_Y / ds.M)  # (h* - h) / (2 eta_Y / M) per curve
     gap = float(excess.max())
     low = float((ds.h_star - h_int).min())
-    return [CheckResult(name="h(80), M = 50, eta_Y = 2 (spec Sec. 5.4)", passed=abs(h50 - 0.1786) < 5e-5,
+    return [CheckResult(name="h(80), M = 50, eta_Y = 2 (docs/models/scan_snap.md §5.4)", passed=abs(h50 - 0.1786) < 5e-5,
                         measured=h50, expected=0.1786, tolerance="5e-5 (printed to 4 decimals)"),
-            CheckResult(name="h(70), M = 1000, eta_Y = 4 (spec Sec. 5.4)", passed=abs(h1k - 0.0125) < 5e-5,
+            CheckResult(name="h(70), M = 1000, eta_Y = 4 (docs/models/scan_snap.md §5.4)", passed=abs(h1k - 0.0125) < 5e-5,
                         measured=h1k, expected=0.0125, tolerance="5e-5 (printed to 4 decimals)"),
             CheckResult(name="Lemma 7: 0 <= (h* - h) / (2 eta_Y / M) <= 1 at integer s", passed=gap <= 1.0 and
                         low >= -1e-12, measured=gap, expected="<= 1 (and >= 0)",
                         tolerance="Lemma 7 bound; 1e-12 rounding allowance for >= 0")]
 
 
-@register(name="scan_snap.fig8", model="scan_snap", paper="Tian et al. (2023), Fig. 8", spec="scan_snap.md Sec. 5.4",
+@register(name="scan_snap.fig8", model="scan_snap", paper="Tian et al. (2023), Fig. 8", spec="docs/models/scan_snap.md §5.4",
           caption=("Decoder scalar h(t) of Lemma 6 (smooth) and h*(s) of Lemma 5 (steps), K = 1: M = 50 with "
                    "eta_Y in {0.1, 0.2, 0.5, 1, 2}, M = 1000 with eta_Y in {0.2, 0.5, 1, 2, 4}."),
           params={p: {"n_t": n} for p, n in (("tiny", 161), ("quick", 801), ("paper", 8001))},
           plot=plot_fig8, checks=checks_fig8)
 def data_fig8(cfg) -> xr.Dataset:
-    """Fig. 8 of spec Sec. 5.4 from :func:`closedform.scan_snap.decoder_h` and ``decoder_h_star``."""
+    """Fig. 8 of docs/models/scan_snap.md §5.4 from :func:`closedform.scan_snap.decoder_h` and ``decoder_h_star``."""
     t = np.linspace(0.0, 80.0, int(cfg.params["n_t"]))
     t = np.union1d(t, np.arange(81.0))
     s = np.arange(81)
@@ -671,24 +683,24 @@ def checks_fig9(ds):
     for k, (v, name) in enumerate(((0.509846, "left B(t0)"), (1.381698, "right B(t0)"))):
         got = float(ds.B_t0.isel(panel=k))
         out.append(CheckResult(name=f"P2: Fig. 9 {name}", passed=abs(got - v) < 1e-6, measured=got, expected=v,
-                               tolerance="1e-6 absolute (spec Sec. 7 P2)"))
+                               tolerance="1e-6 absolute (docs/models/scan_snap.md §7 P2)"))
     refs = ((0, 0, 0.620160, "left B(5), eta_Z = 0.5"), (0, 4, 0.782794, "left B(5), eta_Z = 8"),
             (1, 0, 1.407816, "right B(50), eta_Z = 0.5"), (1, 4, 1.533215, "right B(50), eta_Z = 8"))
     for k, i, v, name in refs:
         got = float(ds.B.isel(panel=k, pair=i).values[-1])
         out.append(CheckResult(name=f"P2: Fig. 9 {name}", passed=abs(got - v) < 1e-6, measured=got, expected=v,
-                               tolerance="1e-6 absolute (spec Sec. 7 P2)"))
+                               tolerance="1e-6 absolute (docs/models/scan_snap.md §7 P2)"))
     return out
 
 
-@register(name="scan_snap.fig9", model="scan_snap", paper="Tian et al. (2023), Fig. 9", spec="scan_snap.md Sec. 5.4, "
-          "Sec. 7 P2", caption=("Drive integral B_printed(t; C0 = 1) (Eq. 129; = B_paper with C0 = 1), K = 1, exact "
+@register(name="scan_snap.fig9", model="scan_snap", paper="Tian et al. (2023), Fig. 9", spec="docs/models/scan_snap.md §5.4, "
+          "docs/models/scan_snap.md §7 P2", caption=("Drive integral B_printed(t; C0 = 1) (Eq. 129; = B_paper with C0 = 1), K = 1, exact "
                                 "h. Left: nu = eta_Y/eta_Z = 10 (caption typo E7), M = 100; right: nu = 1, M = 10^4. "
                                 "Dotted: t0 = 2 ln M / eta_Y; dots: B(t0), the same for every eta_Z at fixed nu."),
           params={p: {"n_t": n} for p, n in (("tiny", 101), ("quick", 501), ("paper", 5001))},
           plot=plot_fig9, checks=checks_fig9)
 def data_fig9(cfg) -> xr.Dataset:
-    """Fig. 9 of spec Sec. 5.4 from :func:`closedform.scan_snap.drive_B` (form 'printed', C0 = 1)."""
+    """Fig. 9 of docs/models/scan_snap.md §5.4 from :func:`closedform.scan_snap.drive_B` (form 'printed', C0 = 1)."""
     n = int(cfg.params["n_t"])
     ez = np.array([0.5, 1.0, 2.0, 4.0, 8.0])
     panels = ((100, 10.0, 5.0), (10_000, 1.0, 50.0))
@@ -733,7 +745,8 @@ def plot_fig10(ds: xr.Dataset):
 
 
 def checks_fig10(ds):
-    """Seed-level checks of the two real-text claims (spec Sec. 5.5): attention sharpens during training (Fig. 7), and
+    """Seed-level checks of the two real-text claims (docs/models/scan_snap.md §5.5): attention sharpens during training
+    (Fig. 7), and
     more with a larger learning rate (Fig. 10); seeds are paired across eta (same init and data order)."""
     H = ds.entropy
     out = [_mean_t_check(f"eta = {e:g}: attention entropy falls during training (Fig. 7 claim)",
@@ -747,7 +760,7 @@ def checks_fig10(ds):
 
 
 @register(name="scan_snap.fig10", model="scan_snap", paper="Tian et al. (2023), Figs. 7 and 10 (WikiText)",
-          spec="scan_snap.md Sec. 5.5", caption=(
+          spec="docs/models/scan_snap.md §5.5", caption=(
               "One-layer post-LayerNorm Transformer (1 head, sinusoidal positions, causal mask) trained on the "
               "word-level text of the CPython stdlib module pydoc_data.topics (shipped corpus; WikiText is not "
               "downloaded): average attention entropy on held-out chunks during training for several learning "
@@ -758,7 +771,7 @@ def checks_fig10(ds):
               "152 steps at quick)."),
           unrecoverable=("corpus: pydoc_data.topics instead of WikiText-2/103 (107 k training tokens, 152 steps an "
                          "epoch at batch 20 x bptt 35), top-V words + <unk>",
-                         ("Fig. 10 setting of spec Sec. 5.5 [choice]: plain SGD, one learning rate eta in 1..5 (the "
+                         ("Fig. 10 setting of docs/models/scan_snap.md §5.5 [choice]: plain SGD, one learning rate eta in 1..5 (the "
                           "paper's x axis), gradient clipping to total norm 0.5, batch 20, bptt 35; no dropout"),
                          "quick: width 32 and one epoch (paper preset: width 200, 5 epochs)"),
           params={"tiny": {"vocab": 200, "max_tokens": 4000, "d": 8, "eta": [1.0, 5.0], "n_seeds": 2,
@@ -769,7 +782,7 @@ def checks_fig10(ds):
                             "n_seeds": 5, "n_epochs": 5, "n_heldout": 50, "n_save": 21, "map_rows": 35}},
           plot=plot_fig10, checks=checks_fig10)
 def data_fig10(cfg) -> xr.Dataset:
-    """Figs. 7/10 of spec Sec. 5.5 on the shipped corpus (:mod:`empirical.text_corpus`)."""
+    """Figs. 7/10 of docs/models/scan_snap.md §5.5 on the shipped corpus (:mod:`empirical.text_corpus`)."""
     ssm, train = _torch()
     from empirical.text_corpus import load_corpus
 

@@ -1,26 +1,31 @@
-"""Figures of single-location regression (Marion, Berthier, Biau, Boyer, ICLR 2025), spec ``single_location.md`` Sec. 8.
+"""Figures of single-location regression (Marion, Berthier, Biau, Boyer, ICLR 2025), docs/models/single_location.md §8.
 
 Registered figures (``python -m figures list``):
 
-* ``single_location.fig3``: erf-oracle risk vs the optimal linear risk, vs L and vs d (Sec. 8.1; closed forms of
-  Sec. 5.2-5.4; parameters [U], the spec's proposal).
-* ``single_location.fig4a``: exact five-scalar PGD from the sphere, lambda_n = 1/(1 + 1e-4 n) (Sec. 8.2).
-* ``single_location.fig4b``: PGD on the manifold M, lambda = 0.1 (Sec. 8.3; Theorem 5).
-* ``single_location.fig5``: online stochastic PGD of the torch erf predictor (Sec. 8.4) against the deterministic
-  five-scalar PGD started from the same initial scalars (overlay): the paper's batch 5 (rows explained by SGD noise;
-  checks against the spec's table of 12 runs) and a batch-100 run over the transient (rows hold).
-* ``single_location.fig6``: the five fixed points on M and the vector field of the reduced flow (Sec. 8.5; [U]).
+* ``single_location.fig3``: erf-oracle risk vs the optimal linear risk, vs L and vs d
+  (docs/models/single_location.md §8.1; closed forms of docs/models/single_location.md §5.2-§5.4; parameters [U], the
+  spec's proposal).
+* ``single_location.fig4a``: exact five-scalar PGD from the sphere, lambda_n = 1/(1 + 1e-4 n)
+  (docs/models/single_location.md §8.2).
+* ``single_location.fig4b``: PGD on the manifold M, lambda = 0.1 (docs/models/single_location.md §8.3; Theorem 5).
+* ``single_location.fig5``: online stochastic PGD of the torch erf predictor (docs/models/single_location.md §8.4)
+  against the deterministic five-scalar PGD started from the same initial scalars (overlay): the paper's batch 5 (rows
+  explained by SGD noise; checks against the spec's table of 12 runs) and a batch-100 run over the transient (rows
+  hold).
+* ``single_location.fig6``: the five fixed points on M and the vector field of the reduced flow
+  (docs/models/single_location.md §8.5; [U]).
 * ``single_location.fig7``: PGD from the sphere at constant lambda = 0.9 (a) and 0.1 (b), with the spurious point S of
-  Sec. 7.4 (Sec. 8.6).
+  docs/models/single_location.md §7.4 (docs/models/single_location.md §8.6).
 
-The four-panel dynamics figures follow Sec. 8: (1) excess risk R - eps^2 vs step, (2) |kappa| and |nu|, (3) (kappa, nu)
-paths of selected runs coloured by step, (4) distance to M on a log axis, plotted as max(dist_M, 1e-16) (Sec. 0.3).
-Bands are the 95% percentile range over runs (Sec. 8); rows follow Sec. 0.3 (row n = iterate n with lambda_n).
+The four-panel dynamics figures follow docs/models/single_location.md §8: (1) excess risk R - eps^2 vs step, (2) |kappa|
+and |nu|, (3) (kappa, nu) paths of selected runs coloured by step, (4) distance to M on a log axis, plotted as
+max(dist_M, 1e-16) (docs/models/single_location.md §0.3). Bands are the 95% percentile range over runs
+(docs/models/single_location.md §8); rows follow docs/models/single_location.md §0.3 (row n = iterate n with lambda_n).
 
 Seeds: every figure draws its initial states from ``dynamics.random.spawn_generators(cfg.seed, ["init", "oracle"])``;
-Figs. 4(a), 7(a), 7(b) share the same initial states, as in the authors' code (Sec. 8.6, Sec. 9.5). Fig. 5's torch
-seeds are ``cfg.seed * 1000 + i`` (i = 0 .. n_runs-1), and the deterministic PGD starts from each seed's step-0
-scalars.
+Figs. 4(a), 7(a), 7(b) share the same initial states, as in the authors' code
+(docs/models/single_location.md §8.6, §9.5). Fig. 5's torch seeds are ``cfg.seed * 1000 + i`` (i = 0 .. n_runs-1), and
+the deterministic PGD starts from each seed's step-0 scalars.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from figures.registry import CheckResult, Explanation, GapRow, compare_rows, reg
 
 STATE = ("kappa", "nu", "theta", "eta", "rho")
 DYN_VARS = STATE + ("excess_risk", "distance_to_manifold")
-DIST_FLOOR = 1e-16  # float64 floor for dist_M on a log axis (spec Sec. 0.3)
+DIST_FLOOR = 1e-16  # float64 floor for dist_M on a log axis (docs/models/single_location.md §0.3)
 GAMMA = math.sqrt(0.5)
 
 
@@ -64,7 +69,8 @@ def _initial_states(cfg, task, n, on="sphere"):
 
 
 def _pgd_dataset(task, states, *, alpha, n_steps, lam, log_every, manifold=False, progress=False):
-    """Exact PGD (spec Sec. 6.3/6.4) as a plain Dataset with dims (run, time), coordinate step."""
+    """Exact PGD (docs/models/single_location.md §6.3, §6.4) as a plain Dataset with dims (run, time), coordinate
+    step."""
     traj = sl.map(task, states, alpha=alpha, n_steps=n_steps, lam=lam, saveat=SaveAt(every=log_every),
                   manifold=manifold, progress=progress)
     return xr.Dataset({v: (("run", "time"), np.asarray(traj[v].values, dtype=np.float64)) for v in DYN_VARS + ("lam",)},
@@ -77,7 +83,7 @@ def _final(ds, var, absolute=False):
 
 
 def _band(ax, x, samples, color, label, theory=True):
-    """Across-run mean (solid: exact dynamics) with the 95% percentile band (spec Sec. 8)."""
+    """Across-run mean (solid: exact dynamics) with the 95% percentile band (docs/models/single_location.md §8)."""
     mean, lo, hi = band_over_seeds(samples, axis=0, method="percentile")
     if theory:
         plot_theory(ax, x, mean, label=label, color=color)
@@ -90,7 +96,8 @@ _RUN_MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def _path_panel(ax, ds, runs, prefix=""):
-    """Panel (3): (kappa, nu) paths of selected runs coloured by step, axes [-1.1, 1.1]^2 (spec Sec. 8).
+    """Panel (3): (kappa, nu) paths of selected runs coloured by step, axes [-1.1, 1.1]^2
+    (docs/models/single_location.md §8).
 
     Each run's end point has its own marker, named in the legend (runs often end at the same fixed point, where
     text labels at the end points would overlap).
@@ -169,7 +176,7 @@ def _task(p, noise=0.0):
 
 
 def _best_lam(task):
-    """lambda minimising the erf-oracle risk (spec Sec. 5.2), by bounded search on log lambda."""
+    """lambda minimising the erf-oracle risk (docs/models/single_location.md §5.2), by bounded search on log lambda."""
     res = minimize_scalar(lambda u: float(sl.oracle_risk(task, math.exp(u))), bounds=(math.log(1e-4), math.log(10)),
                           method="bounded", options={"xatol": 1e-8})
     return math.exp(res.x)
@@ -197,7 +204,8 @@ def plot_fig3(ds):
 
 def checks_fig3(ds):
     out = []
-    # Spec Sec. 5.3 numerical illustration (gamma^2 = 1/2, lambda = d^{-1/4}, L = 10), 3-4 significant digits given.
+    #  docs/models/single_location.md §5.3 numerical illustration (gamma^2 = 1/2, lambda = d^{-1/4}, L = 10), 3-4
+    # significant digits given.
     ref = {1e2: 0.959, 1e3: 0.341, 1e4: 0.112, 1e5: 0.0360, 1e6: 0.0114}
     for dv, val in ref.items():
         hit = np.nonzero(np.isclose(ds.d.values, dv))[0]
@@ -206,7 +214,7 @@ def checks_fig3(ds):
             out.append(_check(f"Sec. 5.3: oracle excess risk at d = {dv:.0e}, lambda = d^-1/4", m, val * 0.995,
                               val * 1.005, "0.5%: the spec quotes 3 significant digits"))
     i10 = np.nonzero(ds.L.values == 10)[0]
-    if i10.size:  # Sec. 10.3: linear risk (uniform J0, gamma^2 = 1/2, L = 10, eps = 0) = 0.4736842105
+    if i10.size:  # docs/models/single_location.md §10.3: linear risk (uniform J0, gamma^2 = 1/2, L = 10, eps = 0) = 0.4736842105
         out.append(_check("Sec. 5.4/10.3: linear risk at L = 10", float(ds.linear_L.values[i10[0]]),
                           0.4736842105 - 1e-9, 0.4736842105 + 1e-9, "1e-9: closed form, 10 digits quoted"))
     big = ds.L.values >= 2
@@ -223,18 +231,19 @@ def checks_fig3(ds):
 
 
 @register(name="single_location.fig3", model="single_location", paper="Marion et al. (2025), Fig. 3",
-          spec="single_location.md §8.1, §5.2-5.4",
-          caption=("Erf-oracle risk R_lambda(k*, v*) (Sec. 5.2) against the optimal linear risk (Prop. 3, Sec. 5.4), "
+          spec="docs/models/single_location.md §8.1, §5.2-§5.4",
+          caption=("Erf-oracle risk R_lambda(k*, v*) (docs/models/single_location.md §5.2) against the optimal linear risk (Prop. 3, docs/models/single_location.md §5.4), "
                    "the null risk gamma^2 and the Bayes bound eps^2, gamma^2 = 1/2, eps = 0. Left: vs L at d = 400 "
                    "with lambda = 0.1 or the best lambda per point. Right: excess risk vs d with lambda = d^(-1/4), "
                    "L = 10 (Corollary 2: the oracle tends to eps^2, the linear predictor does not)."),
           unrecoverable=(("axis variables and parameters: curves vs L = 1..100 at d = 400, gamma^2 = 1/2, eps = 0, "
                           "lambda = 0.1 or optimised; vs d = 1e1..1e6 with lambda = d^(-1/4), L = 10 "
-                          "(spec §8.1 proposal)"),),
+                          "(docs/models/single_location.md §8.1 proposal)"),),
           params={"tiny": {"n_L": 8, "n_d": 6}, "quick": {"n_L": 40, "n_d": 26}, "paper": {"n_L": 100, "n_d": 51}},
           plot=plot_fig3, checks=checks_fig3)
 def data_fig3(cfg) -> xr.Dataset:
-    """Closed forms of spec Sec. 5.2-5.4 on the grids of the Sec. 8.1 proposal."""
+    """Closed forms of docs/models/single_location.md §5.2-§5.4 on the grids of the docs/models/single_location.md §8.1
+    proposal."""
     p = cfg.params
     d0, lam0, L0 = 400, 0.1, 10
     Ls = np.unique(np.rint(np.geomspace(1, 100, int(p["n_L"]))).astype(int))
@@ -274,7 +283,7 @@ def plot_fig4a(ds):
 
 
 def _classify_final(ds, task, lam_final):
-    """Runs that recovered (on M, |nu| ~ 1) and runs at the spurious point S (spec Sec. 7.4)."""
+    """Runs that recovered (on M, |nu| ~ 1) and runs at the spurious point S (docs/models/single_location.md §7.4)."""
     S = sl.spurious_point(task, lam_final)
     dist = _final(ds, "distance_to_manifold")
     at_s = (np.abs(dist - S.distance_to_manifold) < 0.05) & (np.abs(_final(ds, "eta")) > 0.95)
@@ -316,11 +325,11 @@ def checks_fig4a(ds):
 
 
 @register(name="single_location.fig4a", model="single_location", paper="Marion et al. (2025), Fig. 4(a)",
-          spec="single_location.md §8.2, §6.4, §7.4",
-          caption=("Exact projected gradient descent on the population risk (five-scalar map, Sec. 6.4), sphere "
+          spec="docs/models/single_location.md §8.2, §6.4, §7.4",
+          caption=("Exact projected gradient descent on the population risk (five-scalar map, docs/models/single_location.md §6.4), sphere "
                    "initialisation, d = 400, L = 10, gamma^2 = 1/2, eps = 0, alpha = 4e-3, lambda_n = 1/(1 + 1e-4 n). "
                    "Mean over runs with the 95% percentile band; paths of runs 1 and 3; dist_M plotted with the "
-                   "float64 floor 1e-16. A few runs end at the spurious point S of Sec. 7.4 (not a bug)."),
+                   "float64 floor 1e-16. A few runs end at the spurious point S of docs/models/single_location.md §7.4 (not a bug)."),
           params=_pgd_params(30, 120_000, 300, 3000, 300), plot=plot_fig4a, checks=checks_fig4a)
 def data_fig4a(cfg) -> xr.Dataset:
     p = cfg.params
@@ -341,7 +350,7 @@ def checks_fig4b(ds):
     i = _at_step(ds, 5000)
     if i is not None:
         k, n = ds.kappa.values[:, i], ds.nu.values[:, i]
-        out.append(CheckResult(name="Theorem 5 / Sec. 8.3: sign(kappa) = sign(nu) for all runs at step 5 000",
+        out.append(CheckResult(name="Theorem 5 / docs/models/single_location.md §8.3: sign(kappa) = sign(nu) for all runs at step 5 000",
                                passed=bool(np.all(np.sign(k) == np.sign(n))),
                                measured=float(np.mean(np.sign(k) == np.sign(n))), expected=1.0,
                                tolerance="all runs"))
@@ -365,9 +374,9 @@ def checks_fig4b(ds):
 
 
 @register(name="single_location.fig4b", model="single_location", paper="Marion et al. (2025), Fig. 4(b)",
-          spec="single_location.md §8.3, §6.3, §7.3",
-          caption=("Exact PGD on the invariant manifold M (reduced map of Sec. 6.3), manifold initialisation "
-                   "(Sec. 6.5), d = 400, L = 10, gamma^2 = 1/2, eps = 0, lambda = 0.1, alpha = 4e-3. Every run "
+          spec="docs/models/single_location.md §8.3, §6.3, §7.3",
+          caption=("Exact PGD on the invariant manifold M (reduced map of docs/models/single_location.md §6.3), manifold initialisation "
+                   "(docs/models/single_location.md §6.5), d = 400, L = 10, gamma^2 = 1/2, eps = 0, lambda = 0.1, alpha = 4e-3. Every run "
                    "converges to (1, 1) or (-1, -1) (Theorem 5); dist_M is exactly 0 and drawn at the floor 1e-16."),
           params=_pgd_params(30, 20_000, 200, 5000, 200), plot=plot_fig4b, checks=checks_fig4b)
 def data_fig4b(cfg) -> xr.Dataset:
@@ -385,7 +394,8 @@ def plot_fig7(ds):
     fig_b = ds.sel(part="b").dropna("time", how="all")
     # two 2 x 2 blocks, (a) on top of (b): at most two panels a row so the labels read at page width
     fig, flat = panel_grid(8, max_per_row=2, panel_size=(5.0, 3.3))
-    # (b): paths of two recovering runs and one run that ends at S (Sec. 7.4), so both outcomes are drawn
+    #  (b): paths of two recovering runs and one run that ends at S (docs/models/single_location.md §7.4), so both
+    # outcomes are drawn
     dist_b = fig_b.distance_to_manifold.values[:, -1]
     runs_b = list(np.flatnonzero(dist_b < 1e-3)[:2]) + list(np.flatnonzero(dist_b > 0.5)[:1])
     for row, (sub, runs, individual, title) in enumerate(((fig_a, [0, 2], False, "(a) lambda = 0.9, alpha = 1e-3"),
@@ -409,7 +419,7 @@ def plot_fig7(ds):
             _band(ax[1], x, np.abs(sub.nu.values), TOL_BRIGHT["red"], r"$|\nu|$")
             _band(ax[3], x, np.maximum(sub.distance_to_manifold.values, DIST_FLOOR), TOL_BRIGHT["green"], "dist_M")
         S = float(ds.S_dist.sel(part="a" if row == 0 else "b"))
-        ax[3].axhline(S, color=TOL_BRIGHT["purple"], linestyle="--", linewidth=0.8, label="dist_M at S (Sec. 7.4)")
+        ax[3].axhline(S, color=TOL_BRIGHT["purple"], linestyle="--", linewidth=0.8, label="dist_M at S (docs/models/single_location.md §7.4)")
         ax[0].axhline(float(ds.S_excess.sel(part="a" if row == 0 else "b")), color=TOL_BRIGHT["purple"],
                       linestyle="--", linewidth=0.8, label="S")
         top = 1.1 * float(np.nanmax(sub.excess_risk.values))
@@ -428,7 +438,8 @@ def checks_fig7(ds):
     out = []
     L, d = int(ds.attrs["L"]), int(ds.attrs["d"])
     task = sl.SingleLocationTask(d=d, L=L, gamma=GAMMA)
-    # Sec. 7.4 table (d = 400, L = 10): theta_S, dist_M and excess risk at S for lambda = 0.1 and 0.9.
+    #  docs/models/single_location.md §7.4 table (d = 400, L = 10): theta_S, dist_M and excess risk at S for lambda =
+    # 0.1 and 0.9.
     if (d, L) == (400, 10):
         for lam, th, dist, exc in ((0.1, 0.629772, 1.18178, 0.115512), (0.9, 0.090351, 1.00407, 3.984798)):
             S = sl.spurious_point(task, lam)
@@ -466,11 +477,11 @@ def checks_fig7(ds):
 
 
 @register(name="single_location.fig7", model="single_location", paper="Marion et al. (2025), Fig. 7(a), 7(b)",
-          spec="single_location.md §8.6, §7.4",
-          caption=("Exact PGD from the sphere at constant lambda (five-scalar map, Sec. 6.4), d = 400, L = 10, "
+          spec="docs/models/single_location.md §8.6, §7.4",
+          caption=("Exact PGD from the sphere at constant lambda (five-scalar map, docs/models/single_location.md §6.4), d = 400, L = 10, "
                    "gamma^2 = 1/2, eps = 0, same initial states as Fig. 4(a). (a) lambda = 0.9, alpha = 1e-3: the "
                    "runs leave (0, 0) but end off M. (b) lambda = 0.1, alpha = 4e-3, every run drawn: about half of "
-                   "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of Sec. 7.4 "
+                   "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of docs/models/single_location.md §7.4 "
                    "(dashed purple), the others recover (k*, v*); the (kappa, nu) panel draws two recovering runs "
                    "and one that ends at S."),
           params={"tiny": {"d": 400, "L": 10, "n_runs": 4, "n_steps_a": 3000, "n_steps_b": 2000},
@@ -555,12 +566,12 @@ def checks_fig6(ds):
 
 
 @register(name="single_location.fig6", model="single_location", paper="Marion et al. (2025), Fig. 6",
-          spec="single_location.md §8.5, §7.1-7.2",
-          caption=("Dynamics on the invariant manifold M in the (kappa, nu) square (Sec. 5.1, 7.1). (a) R_M with the "
+          spec="docs/models/single_location.md §8.5, §7.1-§7.2",
+          caption=("Dynamics on the invariant manifold M in the (kappa, nu) square (docs/models/single_location.md §5.1, §7.1). (a) R_M with the "
                    "five fixed points: minima (1, 1), (-1, -1) (yellow), saddle (0, 0) (blue), maxima (1, -1), "
                    "(-1, 1) (red); dashed: the kappa-nullcline nu = erf(c kappa / r). (b) The vector field "
                    "-((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), arrows normalised, colour = magnitude."),
-          unrecoverable=("d = 400, L = 10, gamma^2 = 1/2, lambda = 0.1 (spec §8.5 default)",),
+          unrecoverable=("d = 400, L = 10, gamma^2 = 1/2, lambda = 0.1 (docs/models/single_location.md §8.5 default)",),
           params={"tiny": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 41},
                   "quick": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 161},
                   "paper": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 401}},
@@ -638,7 +649,7 @@ def plot_fig5(ds):
     return _tidy_step_axes(fig)
 
 
-# Spec Sec. 8.4 table (median, min, max over 12 runs) at the steps it quotes.
+# docs/models/single_location.md §8.4 table (median, min, max over 12 runs) at the steps it quotes.
 _FIG5_TABLE = {
     1000: {"kappa": (0.12, 0.00, 0.35), "nu": (0.29, 0.04, 0.47), "excess_risk": (6.92, 6.64, 8.77),
            "distance_to_manifold": (0.16, 0.05, 0.32)},
@@ -727,16 +738,16 @@ def checks_fig5(ds):
 
 
 @register(name="single_location.fig5", model="single_location", paper="Marion et al. (2025), Fig. 5",
-          spec="single_location.md §8.4, §6.4",
-          caption=("Online stochastic PGD of the torch erf predictor (Sec. 8.4): d = 80, L = 10, gamma^2 = 1/2, "
+          spec="docs/models/single_location.md §8.4, §6.4",
+          caption=("Online stochastic PGD of the torch erf predictor (docs/models/single_location.md §8.4): d = 80, L = 10, gamma^2 = 1/2, "
                    "eps = 0.1, lambda_n = 2/(1 + 1e-4 n), alpha = 1e-3, batch 5, sphere initialisation, float64. "
                    "Markers and bands: mean and 95% range over seeds; excess risk = closed-form risk of each "
                    "iterate at lambda_n (grey: the noisy 1 000-sample test MSE). Dashed: the deterministic "
-                   "five-scalar PGD (Sec. 6.4) started from each seed's initial scalars, averaged over seeds. At batch "
+                   "five-scalar PGD (docs/models/single_location.md §6.4) started from each seed's initial scalars, averaged over seeds. At batch "
                    "5 the gradient noise is large (a tangent step of about alpha |g| ~ 0.08 per update in d = 80) and "
                    "each renormalisation shrinks the alignments: the SGD mean lags the noiseless PGD (rows explained "
                    "by SGD noise). The same protocol at a large batch (orange, first steps) follows PGD over the "
-                   "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs (Sec. 8.4 "
+                   "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs (docs/models/single_location.md §8.4 "
                    "table)."),
           params={"tiny": {"d": 20, "L": 5, "n_runs": 3, "n_steps": 300, "log_every": 50, "eval_size": 100,
                            "batch_lb": 20, "n_steps_lb": 200, "log_every_lb": 50},
@@ -773,7 +784,7 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
     with torch_threads(1):  # CPU: tiny tensors, threads only contend; GPU: unaffected
         traj = train(model, config, device=cfg.device, progress=cfg.progress)
     scal = {v: np.asarray(traj[v].values, dtype=np.float64) for v in STATE}
-    lams = np.asarray(lam(traj.step.values), dtype=np.float64)  # lambda_n of each logged row (spec Sec. 0.3)
+    lams = np.asarray(lam(traj.step.values), dtype=np.float64)  # lambda_n of each logged row (docs/models/single_location.md §0.3)
     exact = sl.excess_risk(task, lams, *(scal[v] for v in STATE))
     state0 = np.stack([scal[v][:, 0] for v in STATE], axis=1)
     pgd = _pgd_dataset(task, state0, alpha=1e-3, n_steps=n_steps, lam=lam, log_every=log_every)
@@ -791,7 +802,8 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
                              "lam": "2/(1 + 1e-4 n)", "torch_device": str(traj.attrs.get("device", cfg.device))})
 
 
-# The Transformer and multi-location figures (spec §8.7-8.9) live in their own module; importing it registers them.
+#  The Transformer and multi-location figures (docs/models/single_location.md §8.7-§8.9) live in their own module;
+# importing it registers them.
 if importlib.util.find_spec("figures._single_location_transformer") is not None:
     from figures import _single_location_transformer  # noqa: F401
 

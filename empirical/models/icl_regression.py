@@ -1,41 +1,45 @@
 """Torch H-head softmax attention for in-context linear regression (He, Pan, Chen, Yang, ICML 2025).
 
 Implements the empirical side of docs/models/icl_regression.md: the one-layer H-head softmax attention of
-spec §2 (embedding (2.1), strict causal mask so the query attends to the L context tokens only, logits scaled by
-1/sqrt(d+1), read-out width 1, PyTorch-default initialisation, plain MSE loss), the single-head linear-attention
-baseline of §7.6, the non-isotropic data law of §8.1 (KMS covariance) and the multi-task law of §8.3. It is trained
-by the shared trainer :func:`empirical.train.train` (Adam settings of spec §9 in :func:`config("paper") <config>`).
+docs/models/icl_regression.md §2 (embedding (2.1), strict causal mask so the query attends to the L context tokens only,
+logits scaled by 1/sqrt(d+1), read-out width 1, PyTorch-default initialisation, plain MSE loss), the single-head
+linear-attention baseline of docs/models/icl_regression.md §7.6, the non-isotropic data law of
+docs/models/icl_regression.md §8.1 (KMS covariance) and the multi-task law of docs/models/icl_regression.md §8.3. It is
+trained by the shared trainer :func:`empirical.train.train` (Adam settings of docs/models/icl_regression.md §9 in
+:func:`config("paper") <config>`).
 
 Variables are the closed form's (:mod:`closedform.icl_regression`): ``omega_0 .. omega_{H-1}`` (effective KQ
 coefficient: mean of the x-x diagonal of KQ^(h) = W_K^T W_Q / sqrt(d+1)), ``mu_0 .. mu_{H-1}`` (label entry of
-OV^(h) = W_O W_V), ``mu_dot_omega`` and ``sum_mu`` (spec §3 extraction; code head h is math head h+1, §0.2); the
-off-pattern magnitudes of §3 per head (``kq_offdiag_h``, ``kq_yrow_h``, ``ov_x_h``); evaluation metrics ``risk``
-(sigma^2 + E[(beta^T x_q - yhat)^2], the variance-reduced true ICL loss R of §4.1) and ``mse`` (noisy y_q, the
-authors' validation MSE of §9). Head classification (positive / negative / dummy), homogeneity and zero-sum are
-computed from these with :func:`closedform.icl_regression.classify_heads` (see :func:`head_pattern`).
+OV^(h) = W_O W_V), ``mu_dot_omega`` and ``sum_mu`` (docs/models/icl_regression.md §3 extraction; code head h is math
+head h+1, docs/models/icl_regression.md §0.2); the off-pattern magnitudes of docs/models/icl_regression.md §3 per head
+(``kq_offdiag_h``, ``kq_yrow_h``, ``ov_x_h``); evaluation metrics ``risk`` (sigma^2 + E[(beta^T x_q - yhat)^2], the
+variance-reduced true ICL loss R of docs/models/icl_regression.md §4.1) and ``mse`` (noisy y_q, the authors' validation
+MSE of docs/models/icl_regression.md §9). Head classification (positive / negative / dummy), homogeneity and zero-sum
+are computed from these with :func:`closedform.icl_regression.classify_heads` (see :func:`head_pattern`).
 
 Speed (issue 13): on CPU the single-task softmax model's training loss and its gradient come from one compiled pass
 over the prompts (:func:`softmax_mse`: only the query's attention row, hand-derived softmax gradient with respect to
 the circuits, a vectorisable exp), and isotropic prompts are labelled by a compiled loop from the counter-stream
 normals; a seed's numbers never depend on the other seeds of the run. Evaluation and every other variant use torch.
 
-Time axis: the Adam step count n (state after n updates, spec §0.2). Adam steps do not map to F/2-flow time;
-overlays with the reduced flow align by a monotone reparametrisation (spec §12), see :func:`align_to_flow`.
+Time axis: the Adam step count n (state after n updates, docs/models/icl_regression.md §0.2). Adam steps do not map to
+F/2-flow time; overlays with the reduced flow align by a monotone reparametrisation (docs/models/icl_regression.md §12),
+see :func:`align_to_flow`.
 
 Symbol table (names as in the closed form; shapes carry the trainer's leading seed axis S)
 ------------------------------------------------------------------------------------------
-=============  ==================  ===================================================  ==================  =======
-code name      paper symbol        meaning                                               shape               where
-=============  ==================  ===================================================  ==================  =======
-Wq, Wk, Wv     W_Q^(h), W_K, W_V   per-head query/key/value weights (torch out x in)    (S, H, p, p)        §2
-Wo             W_O^(h)             per-head read-out block (columns of o_proj)          (S, H, n_out, p)    §2
-KQ             KQ^(h)              W_K^T W_Q / sqrt(p) (softmax); W_K^T W_Q (linear)     (S, H, p, p)        (2.4)
-OV             OV^(h)              W_O W_V                                               (S, H, n_out, p)    (2.4)
-omega, mu      omega_h, mu_h       mean x-x diagonal of KQ^(h); OV^(h) label entry       (S,) per head       §3
-X, y, xq, yq   x_i, y_i, x_q, y_q  prompt (L context examples and the query)            (S, n, L, d) ...    §1
-beta           beta                task vector N(0, I_d/d)                               (S, n, d)           §1
-p              d + n_out           token width (embedding (2.1))                         scalar              §2
-=============  ==================  ===================================================  ==================  =======
+=============  ==================  ===================================================  ==================  ================================
+code name      paper symbol        meaning                                              shape               where
+=============  ==================  ===================================================  ==================  ================================
+Wq, Wk, Wv     W_Q^(h), W_K, W_V   per-head query/key/value weights (torch out x in)    (S, H, p, p)        docs/models/icl_regression.md §2
+Wo             W_O^(h)             per-head read-out block (columns of o_proj)          (S, H, n_out, p)    docs/models/icl_regression.md §2
+KQ             KQ^(h)              W_K^T W_Q / sqrt(p) (softmax); W_K^T W_Q (linear)    (S, H, p, p)        (2.4)
+OV             OV^(h)              W_O W_V                                              (S, H, n_out, p)    (2.4)
+omega, mu      omega_h, mu_h       mean x-x diagonal of KQ^(h); OV^(h) label entry      (S,) per head       docs/models/icl_regression.md §3
+X, y, xq, yq   x_i, y_i, x_q, y_q  prompt (L context examples and the query)            (S, n, L, d) ...    docs/models/icl_regression.md §1
+beta           beta                task vector N(0, I_d/d)                              (S, n, d)           docs/models/icl_regression.md §1
+p              d + n_out           token width (embedding (2.1))                        scalar              docs/models/icl_regression.md §2
+=============  ==================  ===================================================  ==================  ================================
 
 REFERENCE: see :data:`closedform.icl_regression.REFERENCE` (arXiv:2503.12734).
 """
@@ -71,18 +75,21 @@ class ICLModelSpec:
     Parameters
     ----------
     task : closedform.icl_regression.ICLRegressionTask
-        d, training prompt length L and label-noise variance sigma^2 (spec §1).
+        d, training prompt length L and label-noise variance sigma^2 (docs/models/icl_regression.md §1).
     H : int >= 1
-        Number of heads (spec §2). Linear attention (§7.6) is single-head: H must be 1.
+        Number of heads (docs/models/icl_regression.md §2). Linear attention (docs/models/icl_regression.md §7.6) is
+        single-head: H must be 1.
     attention : {"softmax", "linear"}
-        ``softmax``: the model of spec §2 (strict causal mask, logits z_i^T W_K^T W_Q z_q / sqrt(d+1)).
-        ``linear``: TF_lin of spec §7.6, yhat = OV . sum_{tokens} z (z^T W_K^T W_Q z_q) / L_train (no softmax, no
-        mask: the sum runs over the L context tokens and the query token; fixed normalisation 1/task.L).
+        ``softmax``: the model of docs/models/icl_regression.md §2 (strict causal mask, logits z_i^T W_K^T W_Q z_q /
+        sqrt(d+1)). ``linear``: TF_lin of docs/models/icl_regression.md §7.6, yhat = OV . sum_{tokens} z (z^T W_K^T W_Q
+        z_q) / L_train (no softmax, no mask: the sum runs over the L context tokens and the query token; fixed
+        normalisation 1/task.L).
     rho : float in (-1, 1) or None
-        Non-isotropic covariates x ~ N(0, Sigma), Sigma_ij = rho^|i-j| (spec §8.1); None = isotropic.
+        Non-isotropic covariates x ~ N(0, Sigma), Sigma_ij = rho^|i-j| (docs/models/icl_regression.md §8.1); None =
+        isotropic.
     supports : tuple of tuples of int, or None
-        Multi-task regression (spec §8.3): one 0-based coordinate support S_j per task; the tokens then carry
-        n_task labels (width d + n_task, read-out width n_task). None = single-task.
+        Multi-task regression (docs/models/icl_regression.md §8.3): one 0-based coordinate support S_j per task; the
+        tokens then carry n_task labels (width d + n_task, read-out width n_task). None = single-task.
     """
 
     task: cf.ICLRegressionTask
@@ -97,7 +104,7 @@ class ICLModelSpec:
         object.__setattr__(self, "H", check_int("H", self.H, min_value=1))
         check_choice("attention", self.attention, ATTENTIONS)
         if self.attention == "linear" and self.H != 1:
-            raise ValueError(f"H must be 1 for attention='linear' (single-head baseline, spec §7.6); got {self.H}")
+            raise ValueError(f"H must be 1 for attention='linear' (single-head baseline, docs/models/icl_regression.md §7.6); got {self.H}")
         if self.rho is not None:
             cf.kms_covariance(self.task.d, self.rho)  # validates rho in (-1, 1)
             object.__setattr__(self, "rho", float(self.rho))
@@ -111,12 +118,12 @@ class ICLModelSpec:
                     raise ValueError(f"supports must hold distinct coordinates in [0, d-1 = {self.task.d - 1}]; "
                                      f"got {s}")
             if self.rho is not None:
-                raise ValueError("rho (spec §8.1) and supports (spec §8.3) cannot be combined")
+                raise ValueError("rho (docs/models/icl_regression.md §8.1) and supports (docs/models/icl_regression.md §8.3) cannot be combined")
             object.__setattr__(self, "supports", sup)
 
     @property
     def n_out(self) -> int:
-        """Number of label slots per token (1, or n_task for spec §8.3)."""
+        """Number of label slots per token (1, or n_task for docs/models/icl_regression.md §8.3)."""
         return 1 if self.supports is None else len(self.supports)
 
     @property
@@ -126,19 +133,21 @@ class ICLModelSpec:
 
     @property
     def logit_scale(self) -> float:
-        """1/sqrt(p) for softmax attention (spec §2: 1/sqrt(d+1)); 1 for linear attention (§7.6)."""
+        """1/sqrt(p) for softmax attention (docs/models/icl_regression.md §2: 1/sqrt(d+1)); 1 for linear attention
+        (docs/models/icl_regression.md §7.6)."""
         return 1.0 / math.sqrt(self.width) if self.attention == "softmax" else 1.0
 
     def covariance(self) -> np.ndarray | None:
-        """The KMS covariance of spec §8.1, or None (isotropic)."""
+        """The KMS covariance of docs/models/icl_regression.md §8.1, or None (isotropic)."""
         return None if self.rho is None else cf.kms_covariance(self.task.d, self.rho)
 
 
 class ICLAttention:
     """One-layer H-head attention on ICL regression prompts, as a :class:`empirical.train.TorchModel`.
 
-    Spec §2 (model, PyTorch-default init U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = p for q/k/v and H p for o),
-    §1 / §8.1 / §8.3 (data law), loss = plain MSE E[(y_q - yhat)^2] (torch ``MSELoss``, mean, no 1/2; spec §0).
+    docs/models/icl_regression.md §2 (model, PyTorch-default init U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = p for
+    q/k/v and H p for o), docs/models/icl_regression.md §1, §8.1, §8.3 (data law), loss = plain MSE E[(y_q - yhat)^2]
+    (torch ``MSELoss``, mean, no 1/2; docs/models/icl_regression.md §0).
 
     Parameters
     ----------
@@ -151,12 +160,12 @@ class ICLAttention:
         the PyTorch-default init (linattn-icl's zeroed blocks; start on the theory's manifold).
     log_circuits : bool
         Also log every entry of the circuits (2.4): ``KQ_{h}_{i}_{j}`` (row i = key feature, column j = query
-        feature) and ``OV_{h}_{j}`` for the label row (single-task models only), for the heatmaps of spec §9
-        (Figs. 1, 3, 5).
+        feature) and ``OV_{h}_{j}`` for the label row (single-task models only), for the heatmaps of
+        docs/models/icl_regression.md §9 (Figs. 1, 3, 5).
     """
 
     name = cf.MODEL
-    time_unit = "Adam step n (state after n updates, spec icl_regression.md §0.2)"
+    time_unit = "Adam step n (state after n updates, docs/models/icl_regression.md §0.2)"
 
     def __init__(self, task: cf.ICLRegressionTask, H: int, *, attention: str = "softmax", rho: float | None = None,
                  supports=None, omega0=None, mu0=None, log_circuits: bool = False):
@@ -179,7 +188,8 @@ class ICLAttention:
     # -- protocol ---------------------------------------------------------------------------------------------------
 
     def init_params(self, generators, *, device, dtype):
-        """PyTorch-default init of q/k/v/o_proj (spec §2), per seed from its ``init`` stream; or the pattern (3.1)."""
+        """PyTorch-default init of q/k/v/o_proj (docs/models/icl_regression.md §2), per seed from its ``init`` stream;
+        or the pattern (3.1)."""
         if self.pattern0 is not None:
             S = len(generators)
             om, m = self.pattern0
@@ -192,18 +202,20 @@ class ICLAttention:
                 bound = 1.0 / math.sqrt(fan_in)
                 return (torch.rand(n_rows, fan_in, generator=g, device=device, dtype=dtype) * 2.0 - 1.0) * bound
 
-            q, k, v = (linear(H * p, p).reshape(H, p, p) for _ in range(3))  # rows h*p:(h+1)*p = head h (§2)
+            q, k, v = (linear(H * p, p).reshape(H, p, p) for _ in range(3))  # rows h*p:(h+1)*p = head h (docs/models/icl_regression.md §2)
             o = linear(n_out, H * p).reshape(n_out, H, p).transpose(0, 1).contiguous()  # columns of head h
             return {"Wq": q, "Wk": k, "Wv": v, "Wo": o}
 
         return per_seed(generators, draw)
 
     def sample(self, generators, n, *, device, dtype, L: int | None = None):
-        """``n`` prompts per seed from the data law of spec §1 (or §8.1 / §8.3), prompt length ``L`` (default task.L).
+        """``n`` prompts per seed from the data law of docs/models/icl_regression.md §1 (or
+        docs/models/icl_regression.md §8.1, §8.3), prompt length ``L`` (default task.L).
 
-        Draw order per seed (one ``torch.Generator`` each): X, xq (covariates, then the KMS factor of §8.1), beta,
-        context noise, query noise. Returns X (S, n, L, d), xq (S, n, d), y (S, n, L, n_out), yq (S, n, n_out),
-        beta (S, n, d) or, for multi-task, (S, n, n_task, d) (beta_j zero outside S_j).
+        Draw order per seed (one ``torch.Generator`` each): X, xq (covariates, then the KMS factor of
+        docs/models/icl_regression.md §8.1), beta, context noise, query noise. Returns X (S, n, L, d), xq (S, n, d), y
+        (S, n, L, n_out), yq (S, n, n_out), beta (S, n, d) or, for multi-task, (S, n, n_task, d) (beta_j zero outside
+        S_j).
         """
         L = self.spec.task.L if L is None else check_int("L", L, min_value=1)
 
@@ -236,7 +248,8 @@ class ICLAttention:
                              dtype=dtype)
 
     def _prompts(self, normal, n, L, *, device, dtype):
-        """Prompts of spec §1 / §8.1 / §8.3 from ``normal(shape)``: standard normals of ``shape``, with or without a
+        """Prompts of docs/models/icl_regression.md §1, §8.1, §8.3 from ``normal(shape)``: standard normals of
+        ``shape``, with or without a
         leading seed axis (every operation broadcasts over it)."""
         spec = self.spec
         d, s2 = spec.task.d, spec.task.sigma2
@@ -252,7 +265,8 @@ class ICLAttention:
             y = X @ beta[..., None] + sd * normal((n, L, 1))
             yq = (xq * beta).sum(-1, keepdim=True) + sd * normal((n, 1))
         else:
-            # spec §8.3 [C]: beta_j ~ N(0, I_{|S_j|}) (unscaled), context noise variance |S_j| sigma^2, no query noise
+            #  docs/models/icl_regression.md §8.3 [C]: beta_j ~ N(0, I_{|S_j|}) (unscaled), context noise variance |S_j|
+            # sigma^2, no query noise
             mask = torch.zeros(len(spec.supports), d, device=device, dtype=dtype)
             for j, sup in enumerate(spec.supports):
                 mask[j, list(sup)] = 1.0
@@ -263,7 +277,8 @@ class ICLAttention:
         return {"X": X, "xq": xq, "y": y, "yq": yq, "beta": beta}
 
     def loss(self, params, batch, hyper=None):
-        """Plain MSE mean over the batch (and over the n_task outputs) of (y_q - yhat)^2: spec §0, (2.5); (S,).
+        """Plain MSE mean over the batch (and over the n_task outputs) of (y_q - yhat)^2:
+        docs/models/icl_regression.md §0, (2.5); (S,).
 
         Single-task softmax attention on CPU uses the compiled one-pass :func:`softmax_mse` (loss and analytic
         gradient in one pass over the prompts); otherwise torch autograd of :func:`predict`.
@@ -275,7 +290,8 @@ class ICLAttention:
         return (err * err).mean(dim=(1, 2))
 
     def evaluate(self, params, batch, hyper=None):
-        """``mse`` (noisy y_q, spec §9 validation MSE) and ``risk`` = sigma^2 + mean (beta^T x_q - yhat)^2 (§4.1)."""
+        """``mse`` (noisy y_q, docs/models/icl_regression.md §9 validation MSE) and ``risk`` = sigma^2 + mean (beta^T
+        x_q - yhat)^2 (docs/models/icl_regression.md §4.1)."""
         yhat = predict(self.spec, params, batch)
         err = batch["yq"] - yhat
         out = {"mse": (err * err).mean(dim=(1, 2))}
@@ -285,7 +301,8 @@ class ICLAttention:
         return out
 
     def probes(self, params):
-        """Order parameters of spec §3 per seed: omega_h, mu_h, mu_dot_omega, sum_mu and the off-pattern ratios."""
+        """Order parameters of docs/models/icl_regression.md §3 per seed: omega_h, mu_h, mu_dot_omega, sum_mu and the
+        off-pattern ratios."""
         spec = self.spec
         d, H = spec.task.d, spec.H
         KQ, OV = circuits(spec, params)
@@ -295,7 +312,7 @@ class ICLAttention:
         off = torch.linalg.matrix_norm(XX - torch.diag_embed(diag))
         out = {}
         if spec.supports is None:
-            omega = diag.mean(-1)  # trace(KQ_h[:d, :d]) / d (spec §3, 0-based)
+            omega = diag.mean(-1)  # trace(KQ_h[:d, :d]) / d (docs/models/icl_regression.md §3, 0-based)
             mu = OV[:, :, 0, d]  # OV_h[d], the label entry
             for h in range(H):
                 out[f"omega_{h}"] = omega[:, h]
@@ -307,7 +324,8 @@ class ICLAttention:
             ovx = torch.linalg.vector_norm(OV[:, :, 0, :d], dim=-1)
             ovx = ovx / OV[:, :, 0, d].abs().clamp_min(_DEN_FLOOR)
         else:
-            # spec §8.3: omega per coordinate group (coordinates with the same task membership), mu per task
+            #  docs/models/icl_regression.md §8.3: omega per coordinate group (coordinates with the same task
+            # membership), mu per task
             for h in range(H):
                 for gname, coords in _groups(spec):
                     out[f"omega_{h}_{gname}"] = diag[:, h, list(coords)].mean(-1)
@@ -336,8 +354,9 @@ class ICLAttention:
 
 @njit(cache=True)
 def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd):  # pragma: no cover (compiled; tested via draw)
-    """Spec §1 labels from standard normals, in place, each seed by itself: beta <- beta_scale * beta, then the
-    noise draws become the labels, eps[s, b, i] <- x_i . beta + sd eps[s, b, i] and eps_q[s, b] <- x_q . beta +
+    """docs/models/icl_regression.md §1 labels from standard normals, in place, each seed by itself: beta <- beta_scale
+    * beta, then the noise draws become the labels, eps[s, b, i] <- x_i . beta + sd eps[s, b, i] and eps_q[s, b] <- x_q
+    . beta +
     sd eps_q[s, b]."""
     S, n, L, d = X.shape
     for s in range(S):
@@ -356,7 +375,8 @@ def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd):  # pragma: no cover
 
 
 def _groups(spec: ICLModelSpec) -> list[tuple[str, tuple[int, ...]]]:
-    """Coordinate groups of spec §8.3: coordinates with the same set of tasks, named by it (e.g. ``t0``, ``t0t1``)."""
+    """Coordinate groups of docs/models/icl_regression.md §8.3: coordinates with the same set of tasks, named by it
+    (e.g. ``t0``, ``t0t1``)."""
     groups: dict[str, list[int]] = {}
     for c in range(spec.task.d):
         key = "".join(f"t{j}" for j, s in enumerate(spec.supports) if c in s) or "none"
@@ -377,7 +397,8 @@ def _spec_of(model_or_spec) -> ICLModelSpec:
 def circuits(model_or_spec, params: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Effective circuits (2.4): KQ^(h) = W_K^T W_Q * logit_scale (S, H, p, p) and OV^(h) = W_O W_V (S, H, n_out, p).
 
-    Rows of KQ index key features, columns query features (spec §2); torch weights are out x in.
+    Rows of KQ index key features, columns query features (docs/models/icl_regression.md §2); torch weights are out x
+    in.
     """
     spec = _spec_of(model_or_spec)
     KQ = params["Wk"].transpose(-1, -2) @ params["Wq"] * spec.logit_scale
@@ -386,7 +407,8 @@ def circuits(model_or_spec, params: Mapping[str, torch.Tensor]) -> tuple[torch.T
 
 
 def predict(model_or_spec, params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The model's prediction yhat (S, n, n_out) for a batch (S, n, ...): spec (2.3) (softmax) or §7.6 (linear).
+    """The model's prediction yhat (S, n, n_out) for a batch (S, n, ...): spec (2.3) (softmax) or
+    docs/models/icl_regression.md §7.6 (linear).
 
     Softmax: yhat = sum_h OV^(h) . sum_{i<=L} p_i^(h) z_i, p^(h) = softmax_i(z_i^T KQ^(h) z_q) (strict causal mask:
     the query attends to the context only). The prompt length is read from the batch (length generalisation).
@@ -413,7 +435,8 @@ def _predict_circuits(spec: ICLModelSpec, KQ: torch.Tensor, OV: torch.Tensor, ba
             return out.sum(-1)[..., None]
         pooled = torch.cat([px, weights @ y], dim=-1)  # (S, n, H, p)
     else:
-        # linear attention (spec §7.6): no softmax, no mask (query token included), fixed 1/L_train
+        #  linear attention (docs/models/icl_regression.md §7.6): no softmax, no mask (query token included), fixed
+        # 1/L_train
         Z = torch.cat([X, y], dim=-1)  # (S, n, L, p): z_i = (x_i; y_i)
         logits = torch.einsum("snlp,snhp->snhl", Z, kq_q)
         zq_score = torch.einsum("snhd,snd->snh", kq_q[..., :d], xq)  # z_q^T KQ z_q
@@ -626,14 +649,14 @@ def softmax_mse(model_or_spec, KQ: torch.Tensor, OV: torch.Tensor, batch: Mappin
 def pattern_params(model_or_spec, omega, mu, *, device="cpu", dtype=torch.float64) -> dict[str, torch.Tensor]:
     """Weights realising the reduced pattern (3.1) exactly: KQ^(h) = diag(omega_h I_d, 0), OV^(h) = (0_d, mu_h).
 
-    ``init_from_state`` of STYLE §2.2: W_K = I, W_Q = diag(omega_h I_d, 0) / logit_scale, W_V = I,
+    ``init_from_state``: W_K = I, W_Q = diag(omega_h I_d, 0) / logit_scale, W_V = I,
     W_O = (0, ..., 0, mu_h). :meth:`ICLAttention.probes` maps them back to (omega, mu) exactly.
 
     Parameters
     ----------
     omega, mu : (S, H) or (H,) array_like
-        Per seed and head (a 1-D input is one seed). For multi-task specs (§8.3) mu is (S, H, n_task) (the label
-        entry of each task's read-out row) and omega is shared by all coordinates.
+        Per seed and head (a 1-D input is one seed). For multi-task specs (docs/models/icl_regression.md §8.3) mu is (S,
+        H, n_task) (the label entry of each task's read-out row) and omega is shared by all coordinates.
 
     Returns
     -------
@@ -666,12 +689,13 @@ def pattern_params(model_or_spec, omega, mu, *, device="cpu", dtype=torch.float6
 # ----------------------------------------------------------------------------------------------------------------------
 def risk_at_length(model: ICLAttention, params: Mapping[str, torch.Tensor], L_test: int, n_prompts: int, seed: int = 0,
               *, chunk: int = 20000, noisy: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Test MSE of trained weights at prompt length L' (length generalisation, spec §7.6 and §9 Fig. 4(a)/8).
+    """Test MSE of trained weights at prompt length L' (length generalisation, docs/models/icl_regression.md §7.6, §9
+    Fig. 4(a)/8).
 
     Fresh prompts of length ``L_test`` from the model's data law (the same prompts for every seed of ``params``,
     drawn from ``torch.Generator(cpu).manual_seed(seed)`` on the CPU and moved to the weights' device).
-    ``noisy=True`` averages (y_q - yhat)^2 (the toolkit's true MSE, no sigma^2 offset, spec §10 item 2);
-    ``noisy=False`` averages sigma^2 + (beta^T x_q - yhat)^2 (same expectation, smaller variance).
+    ``noisy=True`` averages (y_q - yhat)^2 (the toolkit's true MSE, no sigma^2 offset, docs/models/icl_regression.md §10
+    item 2); ``noisy=False`` averages sigma^2 + (beta^T x_q - yhat)^2 (same expectation, smaller variance).
 
     Returns
     -------
@@ -727,19 +751,20 @@ def circuit_arrays(traj, H: int, width: int) -> tuple[np.ndarray, np.ndarray]:
 def head_pattern(traj, H: int, *, dummy_tol: float = 0.05) -> cf.HeadPattern:
     """Head classification and pattern diagnostics of a trajectory: :func:`closedform.icl_regression.classify_heads`.
 
-    Spec §3 Observations 1-2 (positive / negative / dummy heads, sign matching, homogeneity, zero-sum OV) and
-    (4.3) (mu^T omega). Arrays have shape (n_traj, n_time[, H]).
+    docs/models/icl_regression.md §3 Observations 1-2 (positive / negative / dummy heads, sign matching, homogeneity,
+    zero-sum OV) and (4.3) (mu^T omega). Arrays have shape (n_traj, n_time[, H]).
     """
     omega, mu = stack_heads(traj, H)
     return cf.classify_heads(omega, mu, dummy_tol=dummy_tol)
 
 
 def align_to_flow(learned, reference, *, key: str = "mu_dot_omega") -> np.ndarray:
-    """Flow times at which a monotone reference curve reaches the learned values of ``key`` (spec §12).
+    """Flow times at which a monotone reference curve reaches the learned values of ``key``
+    (docs/models/icl_regression.md §12).
 
-    Adam steps do not map to F/2-flow time; spec §12 aligns learned and simulated trajectories by a monotone
-    reparametrisation, e.g. matching mu^T omega. ``reference`` is a flow Trajectory with one trajectory; its
-    ``key`` must be increasing over the used range. Returns the interpolated flow times (shape of ``learned``);
+    Adam steps do not map to F/2-flow time; docs/models/icl_regression.md §12 aligns learned and simulated trajectories
+    by a monotone reparametrisation, e.g. matching mu^T omega. ``reference`` is a flow Trajectory with one trajectory;
+    its ``key`` must be increasing over the used range. Returns the interpolated flow times (shape of ``learned``);
     values outside the reference range are clipped to its ends.
     """
     ref_t = np.asarray(reference["time"], dtype=np.float64)
@@ -752,10 +777,12 @@ def align_to_flow(learned, reference, *, key: str = "mu_dot_omega") -> np.ndarra
 def _paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_every: int = 1000,
                   batch_size: int = 256, eval_size: int = 256, refill: int = 4, dtype: str = "float64",
                   checkpoint_every: int = 0) -> TrainConfig:
-    """The training setup of spec §9: Adam(lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay), batch 256.
+    """The training setup of docs/models/icl_regression.md §9: Adam(lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight
+    decay), batch 256.
 
-    Toolkit logging (spec §0.2): entries at n = 0, log_every, ..., n_steps. ``eval_size`` defaults to the
-    notebook's validation batch of 256 prompts (§9), fixed here (the trainer's eval stream) instead of redrawn.
+    Toolkit logging (docs/models/icl_regression.md §0.2): entries at n = 0, log_every, ..., n_steps. ``eval_size``
+    defaults to the notebook's validation batch of 256 prompts (docs/models/icl_regression.md §9), fixed here (the
+    trainer's eval stream) instead of redrawn.
     """
     log_every = check_int("log_every", log_every, min_value=1)
     from dynamics.saveat import SaveAt
@@ -767,8 +794,8 @@ def _paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_ev
 
 
 def build(task: cf.ICLRegressionTask, H: int = 1, **kwargs) -> ICLAttention:
-    """The torch model of ``task``: an :class:`ICLAttention` with ``H`` heads (spec §2: the paper's multi-head
-    softmax attention, scalar-pattern initialisation of §3.1 when ``omega0``/``mu0`` are given).
+    """The torch model of ``task``: an :class:`ICLAttention` with ``H`` heads (docs/models/icl_regression.md §2: the
+    paper's multi-head softmax attention, scalar-pattern initialisation of §3.1 when ``omega0``/``mu0`` are given).
 
     ``kwargs`` go to :class:`ICLAttention` (``attention``, ``rho``, ``supports``, ``omega0``, ``mu0``,
     ``log_circuits``).
@@ -789,9 +816,9 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
     Parameters
     ----------
     name : {"paper"}
-        * ``"paper"``: the training setup of spec §9 (every figure of the paper): Adam(lr 1e-3, betas (0.9, 0.999),
-          eps 1e-8), batch 256, entries at n = 0, log_every, ..., n_steps: ``config("paper", *, seeds=(0,),
-          n_steps=500_001, log_every=1000, batch_size=256, eval_size=256, refill=4, dtype="float64",
+        * ``"paper"``: the training setup of docs/models/icl_regression.md §9 (every figure of the paper): Adam(lr 1e-3,
+          betas (0.9, 0.999), eps 1e-8), batch 256, entries at n = 0, log_every, ..., n_steps: ``config("paper", *,
+          seeds=(0,), n_steps=500_001, log_every=1000, batch_size=256, eval_size=256, refill=4, dtype="float64",
           checkpoint_every=0)``.
     *args, **kwargs
         The arguments of that protocol, as listed.
