@@ -5,8 +5,11 @@ Rows:
 * Henon map and RK4 on cheap test systems, 1 000 trajectories, against a vectorised numpy loop and a plain Python
   loop (the strongest plain-numpy form and the papers' helper-script form).
 * Saves inside the compiled loop: ``SaveAt(every=1)`` against ``SaveAt(final=True)`` per step, for a map (Henon),
-  a fixed-step flow (RK4) and icl_regression GD at H = 8 (that one includes the model's derived losses at every
-  save); target: saving every step costs <= 2x (ratio >= 0.5). Dense output: Dopri5 with 2 001 save times against
+  a fixed-step flow (RK4) and icl_regression GD at H = 8 (that one includes the model's observables F, mu.omega,
+  sum mu at every save); target: saving every step costs <= 2x (ratio >= 0.5).
+* Observables: icl_regression GD at H = 8 saving every step with its compiled observables (fused with the step,
+  as ``icl.map`` runs it) against the same run with the observables computed in Python afterwards (``derived=``,
+  the former path), and against compiled observables not fused with the step. Dense output: Dopri5 with 2 001 save times against
   ``final=True`` (same step count, so the ratio is the cost of interpolation).
 * The manifold (kappa, nu) map of ``closedform.single_location.map(manifold=True)`` against a 60-line plain numba
   prototype of the same map (target >= 1x), and icl_regression GD at H = 8 saving every step and saving the final
@@ -186,7 +189,8 @@ def _bench_saves(quick: bool) -> list[Result]:
     t_final = cpu_time(lambda: icl.map(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=final), repeat=2)
     results.append(Result("icl_regression GD H=8, every=1 vs final (+derived)", "trajectory-steps",
                           N_TRAJ * n_gd / t_every, N_TRAJ * n_gd / t_final, "same run, SaveAt(final=True)",
-                          note="model level: includes icl_regression's derived losses at every save (model-side cost)"))
+                          note="model level: includes icl_regression's observables F, mu.omega, sum mu at every "
+                               "save"))
     n_flow = 20 if quick else 100
     ts = SaveAt(n=2001)
     solver = Dopri5(rtol=1e-8, atol=1e-10)
@@ -199,7 +203,7 @@ def _bench_saves(quick: bool) -> list[Result]:
                                        solver=solver), repeat=2)
     results.append(Result("icl flow Dopri5 H=8, 2001 dense saves vs final", "trajectories", n_flow / t_dense,
                           n_flow / t_last, "same run, SaveAt(final=True)",
-                          note=f"model level (+derived losses); identical step counts with and without the saves: "
+                          note=f"model level (+observables); identical step counts with and without the saves: "
                                f"{same_steps}"))
     return results
 
@@ -245,9 +249,50 @@ def _bench_models(quick: bool) -> list[Result]:
         results.append(Result(f"icl GD H=8, {label}, vs authors' loop", "trajectory-steps",
                               n_traj * n_steps / t_gd, n_base / t_py, "helper-style Python loop, 1 trajectory",
                               target_ratio=100,
-                              note="every=1 includes the model's derived F, mu.omega, sum mu at every save"
-                              if sv.every == 1 else ""))
+                              note="every=1 includes the model's F, mu.omega, sum mu at every save (compiled "
+                                   "observables, fused with the step)" if sv.every == 1 else ""))
     return results
+
+
+def _bench_observables(quick: bool) -> list[Result]:
+    """icl_regression GD at H = 8 saving every step: the derived F, mu.omega, sum mu as compiled observables (fused
+    with the step, as ``icl.map`` does; or evaluated separately at each save) against a Python ``derived=`` pass
+    over the saved rows (the former path: the model's ``approx_loss`` and numpy sums)."""
+    from closedform import _icl_regression_kernels as _k
+    from closedform import icl_regression as icl
+
+    task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
+    rng = np.random.default_rng(2)
+    H, n_traj, lr = 8, 1_000, 0.01
+    y0 = rng.normal(0, 0.01, (n_traj, 2 * H))
+    n_steps = 200 if quick else 1_000
+    params = np.array([float(task.d), task.cL, lr, task.sigma2])
+    names = icl.state_names(H)
+
+    def derived(Y, P):
+        omega, mu = Y[..., :H], Y[..., H:]
+        return {"F": icl.approx_loss(task, omega, mu), "mu_dot_omega": np.sum(mu * omega, axis=-1),
+                "sum_mu": np.sum(mu, axis=-1)}
+
+    obs = dict(observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES)
+    runs = {
+        "python": lambda: iterate(_k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names,
+                                  derived=derived),
+        "fused": lambda: iterate(_k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names,
+                                 step_observe=_k.gd_step_observables, **obs),
+        "separate": lambda: iterate(_k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names,
+                                    **obs),
+    }
+    ref, got = runs["python"](), runs["fused"]()
+    dev = float(np.max(np.abs(got.F.values - ref.F.values) / np.abs(ref.F.values)))
+    t = {key: cpu_time(run, repeat=2) for key, run in runs.items()}
+    speed = {key: n_traj * n_steps / v for key, v in t.items()}
+    return [Result("icl GD H=8 every=1: fused observables vs Python derived", "trajectory-steps", speed["fused"],
+                   speed["python"], "same run, derived= in Python (former path)",
+                   note=f"max relative |F_observable - F_python| = {dev:.1e}"),
+            Result("icl GD H=8 every=1: separate observables vs Python derived", "trajectory-steps",
+                   speed["separate"], speed["python"], "same run, derived= in Python (former path)",
+                   note="observe= without step_observe: the exponentials are computed again at each save")]
 
 
 def _bench_subnormal(quick: bool) -> list[Result]:
@@ -314,5 +359,5 @@ def _bench_first_call(quick: bool) -> list[Result]:
 
 
 def run(quick: bool) -> list[Result]:
-    return (_bench_basic(quick) + _bench_saves(quick) + _bench_models(quick) + _bench_subnormal(quick)
-            + _bench_first_call(quick))
+    return (_bench_basic(quick) + _bench_saves(quick) + _bench_models(quick) + _bench_observables(quick)
+            + _bench_subnormal(quick) + _bench_first_call(quick))

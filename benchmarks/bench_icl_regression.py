@@ -112,15 +112,15 @@ def run(quick: bool) -> list[Result]:
                           target_value=5e6))
     results.append(Result("GD on F/2, H=8, 1000 inits (lean baseline)", "trajectory-steps", value, n_base / t_np,
                           "lean numpy Python loop, 1 trajectory"))
-    # saving every step, as the authors' helper does (the model's derived F, mu.omega, sum mu at every save)
+    # saving every step, as the authors' helper does (the model's F, mu.omega, sum mu at every save)
     n_every = 200 if quick else 1000
     t_every = best_time(lambda: icl.map(TASK, om0, mu0, lr=lr, n_steps=n_every, saveat=SaveAt(every=1)), repeat=2,
                         min_time=0.0)
     results.append(Result("GD on F/2, H=8, 1000 inits, saving every step", "trajectory-steps",
                           n_traj * n_every / t_every, n_base / t_helper,
                           "authors' helper structure (grad + loss per step), 1 traj", target_ratio=100,
-                          note="includes icl_regression's derived F at every save (computed outside the compiled "
-                               "loop)"))
+                          note="includes icl_regression's F, mu.omega, sum mu at every save (compiled observables, "
+                               "fused with the step)"))
 
     # --- true_loss_mc, H = 2, d = 5, L = 40 ---------------------------------------------------------------------------
     om, mu = np.array([0.13, -0.13]), np.array([3.45, -3.45])

@@ -7,7 +7,9 @@ the mathematics is in docs/models/icl_regression.md (He, Pan, Chen, Yang, ICML 2
 Parameter vectors handed to the ``dynamics`` engine:
 
 - flows (:func:`flow_rhs`, :func:`two_head_rhs`): ``p = [d, cL]`` with ``cL = (1 + sigma2) / L``;
-- GD (:func:`gd_step`): ``p = [d, cL, lr]``.
+- GD (:func:`gd_step`): ``p = [d, cL, lr]``;
+- either with ``sigma2`` appended as the last entry when the engine also evaluates :func:`observables` (the
+  compiled derived variables F, mu.omega, sum mu at every save point): ``[d, cL, sigma2]``, ``[d, cL, lr, sigma2]``.
 
 The state of the general-H kernels is ``x = (omega_1..omega_H, mu_1..mu_H)`` (H = len(x) // 2).
 
@@ -108,6 +110,97 @@ def gd_step(k, x, p, out):
     lr = p[2]
     for j in range(2 * H):
         out[j] = x[j] - lr * out[j]
+
+
+# Names of the values written by :func:`observables`, in order (the trajectory variables of ``map``/``flow``).
+OBSERVABLE_NAMES = ("F", "mu_dot_omega", "sum_mu")
+
+
+@njit(cache=True, fastmath=False)
+def observables(k, x, p, out):
+    """Derived variables of the state x = (omega, mu) for the engine's ``observe=`` hook, at every save point.
+
+    out[0] = F(omega, mu) of docs/models/icl_regression.md §4.1, Eq. (4.1), with d = p[0], cL = p[1] and sigma2 = p[-1],
+    written as F = 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h with u = mu^T omega and S_h = sum_g K_hg mu_g the row sums
+    that the gradient (docs/models/icl_regression.md §4.4) also needs; each S_h is summed over g = 0..H-1 in the order
+    in which :func:`half_grad_one` accumulates it, so this equals the F of :func:`gd_step_observables` bit for bit (and
+    :func:`loss_one` to rounding). out[1] = mu^T omega (docs/models/icl_regression.md §4.4); out[2] = sum_h mu_h
+    (docs/models/icl_regression.md §5.2). ``k`` (step or time) is unused. Costs H(H+1)/2 exponentials and one small
+    allocation (the fused step shares its exponentials with the gradient).
+    """
+    H = x.shape[0] // 2
+    d = p[0]
+    u = 0.0
+    s = 0.0
+    for h in range(H):
+        u += x[H + h] * x[h]
+        s += x[H + h]
+    S = np.zeros(H)  # the row sums S_h, accumulated in half_grad_one's order (g < h first, then g = h, g > h)
+    quad = 0.0  # mu^T K mu
+    for h in range(H):
+        wh = x[h]
+        mh = x[H + h]
+        kk = np.exp(d * wh * wh)
+        S[h] += mh * kk
+        for g in range(h + 1, H):
+            kk = np.exp(d * wh * x[g])
+            S[h] += x[H + g] * kk
+            S[g] += mh * kk
+        quad += mh * S[h]
+    out[0] = 1.0 + p[p.shape[0] - 1] - 2.0 * u + u * u + p[1] * quad
+    out[1] = u
+    out[2] = s
+
+
+@njit(cache=True, fastmath=False, _nrt=False)
+def gd_step_observables(k, x, p, out, obs):
+    """:func:`gd_step` into ``out`` and :func:`observables` of ``x`` into ``obs`` in one pass, bit for bit equal to
+    the two separate calls (same operations in the same order): the exponentials exp(d omega_h omega_g) and the
+    row sums S_h = sum_g K_hg mu_g of the gradient (docs/models/icl_regression.md §4.4, Eq. (4.4) halved) also give F
+    (docs/models/icl_regression.md §4.1, Eq. (4.1)) as 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h. The engine's
+    ``step_observe``.
+    """
+    H = x.shape[0] // 2
+    d = p[0]
+    cL = p[1]
+    lr = p[2]
+    sigma2 = p[p.shape[0] - 1]
+    u = 0.0
+    s = 0.0
+    for h in range(H):
+        u += x[H + h] * x[h]
+        s += x[H + h]
+        out[h] = 0.0  # sum_g mu_g omega_g K_hg, then the step (as in half_grad_one)
+        out[H + h] = 0.0  # sum_g mu_g K_hg, then the step
+    quad = 0.0  # mu^T K mu = sum_h mu_h S_h
+    for h in range(H):
+        wh = x[h]
+        mh = x[H + h]
+        kk = np.exp(d * wh * wh)
+        # rows h of the two sums, in registers: out[h] already holds the terms g < h, and the terms are added in
+        # half_grad_one's order (g < h, then g = h, then g > h), so the sums are the same bit for bit
+        s_w = out[h] + mh * wh * kk
+        s_m = out[H + h] + mh * kk
+        for g in range(h + 1, H):
+            wg = x[g]
+            mg = x[H + g]
+            kk = np.exp(d * wh * wg)
+            s_w += mg * wg * kk
+            out[g] += mh * wh * kk
+            s_m += mg * kk
+            out[H + g] += mh * kk
+        out[h] = s_w
+        out[H + h] = s_m
+        quad += mh * s_m  # S_h is complete here: its terms g < h came in earlier rows
+    one_minus_u = 1.0 - u
+    for h in range(H):
+        g_omega = -x[H + h] * one_minus_u + d * cL * x[H + h] * out[h]
+        g_mu = -x[h] * one_minus_u + cL * out[H + h]
+        out[h] = x[h] - lr * g_omega
+        out[H + h] = x[H + h] - lr * g_mu
+    obs[0] = 1.0 + sigma2 - 2.0 * u + u * u + cL * quad
+    obs[1] = u
+    obs[2] = s
 
 
 @njit(cache=True, fastmath=False)

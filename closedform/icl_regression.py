@@ -412,25 +412,10 @@ def state_names(H: int) -> list[str]:
     return [f"omega_{h}" for h in range(H)] + [f"mu_{h}" for h in range(H)]
 
 
-def _derived_general(task: ICLRegressionTask, H: int, sigma2_rows=None) -> Callable:
-    def derived(Y, P):
-        omega, mu = Y[..., :H], Y[..., H:]
-        if sigma2_rows is None:
-            F = approx_loss(task, omega, mu)
-        else:  # per-trajectory (sigma2, L): F of docs/models/icl_regression.md §4.1 with each row's constants
-            F = np.empty(Y.shape[:-1])
-            for i in range(Y.shape[0]):
-                _k.loss_batch(np.ascontiguousarray(omega[i]), np.ascontiguousarray(mu[i]), float(task.d),
-                              float(sigma2_rows[i]), float(P[i, 1]), F[i])
-        return {"F": F, "mu_dot_omega": np.sum(mu * omega, axis=-1), "sum_mu": np.sum(mu, axis=-1)}
-
-    return derived
-
-
 def _batch_params(task: ICLRegressionTask, n_traj: int, sigma2, L, lr=None):
-    """Engine parameters [d, cL] (flows) or [d, cL, lr] (GD), shared or one row per trajectory when sigma2, L or lr
-    is an array broadcast with the batch (they enter the maps only as numbers, docs/models/icl_regression.md §5.1).
-    Returns
+    """Engine parameters [d, cL, sigma2] (flows) or [d, cL, lr, sigma2] (GD), shared or one row per trajectory when
+    sigma2, L or lr is an array broadcast with the batch (they enter the maps only as numbers,
+    docs/models/icl_regression.md §5.1; sigma2, last, only enters the observable F). Returns
     (params, n, per-row sigma2 or None, config)."""
     given = {"sigma2": sigma2, "L": L, "lr": lr}
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in given.items() if v is not None}
@@ -456,6 +441,7 @@ def _batch_params(task: ICLRegressionTask, n_traj: int, sigma2, L, lr=None):
         if np.min(lrs) <= 0:
             raise ValueError(f"lr must be > 0; got min {float(np.min(lrs))!r}")
         cols.append(lrs)
+    cols.append(s2)  # read by _k.observables as p[-1]
     P = np.stack(cols, axis=1)
     per_row = any(a.ndim == 1 for a in arrays.values())
     if not per_row:
@@ -504,11 +490,11 @@ def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=No
     _check_exponent(task, y0[:, :H], "omega0")
     if solver is None:
         solver = dynamics.Dopri5(rtol=1e-10, atol=1e-12)
-    params, n, s2_rows, cfg = _batch_params(task, y0.shape[0], sigma2, L)
+    params, n, _, cfg = _batch_params(task, y0.shape[0], sigma2, L)
     y0 = np.ascontiguousarray(np.broadcast_to(y0, (n, y0.shape[1])))
     return dynamics.integrate(
         _k.flow_rhs, y0, tuple(t_span), params=params, solver=solver, saveat=saveat, names=state_names(H),
-        derived=_derived_general(task, H, s2_rows), stop=stop, progress=progress,
+        observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, stop=stop, progress=progress,
         attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=_TIME_FLOW,
                      config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span], **cfg}))
 
@@ -541,13 +527,14 @@ def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, 
     n_steps = check_int("n_steps", n_steps, min_value=0)
     y0, H = _initial_state(omega0, mu0)
     _check_exponent(task, y0[:, :H], "omega0")
-    params, n, s2_rows, cfg = _batch_params(task, y0.shape[0], sigma2, L, lr)
+    params, n, _, cfg = _batch_params(task, y0.shape[0], sigma2, L, lr)
     y0 = np.ascontiguousarray(np.broadcast_to(y0, (n, y0.shape[1])))
     # time = lr * step needs one lr: a per-trajectory lr gives time = step
     time_scale = float(lr) if np.ndim(lr) == 0 else 1.0
     return dynamics.iterate(
         _k.gd_step, y0, n_steps, params=params, saveat=saveat, names=state_names(H),
-        derived=_derived_general(task, H, s2_rows), stop=stop, time_scale=time_scale, progress=progress,
+        observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, step_observe=_k.gd_step_observables, stop=stop,
+        time_scale=time_scale, progress=progress,
         attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=_TIME_MAP,
                      config={"H": H, "lr": np.asarray(lr).tolist(), "n_steps": n_steps, **cfg}))
 

@@ -181,6 +181,49 @@ def _names(names, n_state: int) -> list[str] | str:
     return names
 
 
+# Distinct bit pattern (a NaN payload no arithmetic produces) marking the entries an observable did not write.
+_UNWRITTEN = np.array([0x7FF4DEADBEEF0001], dtype=np.int64).view(np.float64)[0]
+
+
+def _check_observe(observe, observe_names, x, p, when):
+    """Validate ``observe``/``observe_names`` and return (observe, names) or (None, ()).
+
+    The observable is called once on the first initial state into a buffer longer than ``observe_names``: it must
+    write exactly the first ``len(observe_names)`` entries (an observable that fills whatever buffer it gets is also
+    accepted), so a names list of the wrong length is caught before the run instead of writing out of bounds."""
+    if observe is None:
+        if observe_names is not None:
+            raise TypeError("observe_names was given without observe; pass observe=<numba function "
+                            "observe(k, x, p, out)> or drop observe_names")
+        return None, ()
+    observe = _kernels.check_model("observe", observe, "observe(k, x, p, out)")
+    if observe_names is None or isinstance(observe_names, str):
+        raise TypeError(f"observe_names must be a sequence of names, one per value written by observe; got "
+                        f"{observe_names!r}")
+    names = [str(n) for n in observe_names]
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"observe_names must be non-empty and distinct; got {names}")
+    extra = 8
+    probe = np.full(len(names) + extra, _UNWRITTEN)
+    observe(when, x, p, probe)
+    unwritten = probe.view(np.int64) == _UNWRITTEN.view(np.int64)
+    if unwritten.any() and (unwritten[:len(names)].any() or not unwritten[len(names):].all()):
+        written = int(np.flatnonzero(~unwritten).max()) + 1 if (~unwritten).any() else 0
+        raise ValueError(f"observe_names has {len(names)} entries ({names}) but observe "
+                         f"{observe.py_func.__qualname__} writes {written} values (out[0..{written - 1}]); give one "
+                         "name per value written")
+    return observe, names
+
+
+def _observable_array(names, n_traj: int, n_save: int) -> np.ndarray:
+    """The kernel's observables output O (n_traj, n_save, n_obs); an empty placeholder when there are none."""
+    return np.empty((n_traj, n_save, len(names)) if names else (n_traj, 0, 0))
+
+
+def _observables(O, names, n: int) -> dict:
+    return {name: O[:, :n, q] for q, name in enumerate(names)}
+
+
 def _check_saveat(saveat) -> SaveAt:
     if saveat is None:
         return DEFAULT_SAVEAT
@@ -282,13 +325,8 @@ def _finish(Y, names, time, step, P_rows, n_traj, derived, attrs, extra_vars=Non
         computed = derived(Y, P_full)
         for name, value in computed.items():
             variables[name] = np.asarray(value)
-    traj = Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs)
-    for name, value in (per_traj or {}).items():
-        if name in traj.variables:
-            raise ValueError(f"the per-trajectory variable {name!r} clashes with a state or derived name; rename "
-                             "that variable")
-        traj[name] = ("trajectory", value)
-    return traj
+    return Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs,
+                                  per_trajectory=per_traj)
 
 
 def _partial_builder(Y, names, time, step, P, n_traj, derived, attrs, extra=None):
@@ -326,7 +364,8 @@ _CONVERGED_DOC = """converged : float > 0, optional
 def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, names=None, derived=None, stop=None,
             time_scale: float = 1.0, progress: bool = False, attrs: dict | None = None,
             bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True,
-            convergence_tol: float | None = None, warn_unconverged: bool = False) -> Trajectory:
+            convergence_tol: float | None = None, warn_unconverged: bool = False, observe=None,
+            observe_names=None, step_observe=None) -> Trajectory:
     """Iterate a discrete map ``x_{k+1} = step(k, x_k; p)`` for ``n_steps`` steps on a batch of trajectories.
 
     Parameters
@@ -344,7 +383,16 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     ----------------
     names : state variable names (default ``y0, y1, ...``); one string stores the state as a single array variable
         with a ``<name>_component`` dimension (use it for states of hundreds of components or more).
-    derived : ``derived(Y, P) -> {name: (n_traj, n_save) array}``, evaluated on the saved states.
+    derived : ``derived(Y, P) -> {name: (n_traj, n_save) array}``, evaluated in Python on the saved states.
+    observe : numba ``@njit`` function ``observe(k, x, p, out)`` writing ``len(observe_names)`` derived values of
+        the state ``x`` (step ``k``, parameter row ``p``) into ``out``; evaluated by the compiled loop at every save
+        point (stopped trajectories included), each value stored as a variable named by ``observe_names``. The
+        compiled alternative to ``derived`` (which costs a Python pass over every saved row).
+    observe_names : sequence of str, one per value ``observe`` writes (checked on the first state).
+    step_observe : numba ``@njit`` function ``step_observe(k, x, p, out, obs)``, optional: ``step`` and ``observe``
+        of the same state in one call (sharing their work, e.g. exponentials both need), whose results must equal
+        the two separate calls bit for bit. The compiled loop then gets the observables of every save that a step
+        follows from that step, and calls ``observe`` alone only at the last save and on frozen states.
     stop : ``stop(step, X, P) -> bool (n_traj,)`` checked in Python at every save point; stopped trajectories
         freeze, and once all have stopped the time axis ends there. (The run then returns to Python at each save
         point; prefer ``converged`` for speed.)
@@ -378,21 +426,30 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     n_traj, n_state = X.shape
     names = _names(names, n_state)
     save_steps = saveat.resolve_steps(n_steps)
-    kernel = _kernels.get_kernel("map", step, n_state=n_state)
+    observe, obs_names = _check_observe(observe, observe_names, X[0], P[0], np.int64(0))
+    if step_observe is not None:
+        step_observe = _kernels.check_model("step_observe", step_observe, "step_observe(k, x, p, out, obs)")
+        if observe is None:
+            raise TypeError("step_observe needs observe (used at the last save and on frozen states) and "
+                            "observe_names")
+    kernel = _kernels.get_kernel("map", step, n_state=n_state, observe=observe, fused=step_observe)
     Y = np.empty((n_traj, save_steps.size, n_state))
+    O = _observable_array(obs_names, n_traj, save_steps.size)
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
     stop_at = np.full(n_traj, -1, dtype=np.int64)
     last = np.full(n_traj, np.nan)
     work = np.empty((4, n_state))
+    work_obs = np.empty((2, O.shape[2]))
     n_saved = save_steps.size
-    partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs)
+    partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs,
+                               _observables(O, obs_names, save_steps.size))
     chunks = _chunks(0, n_steps, progress, save_steps if stop is not None else ())
     with tqdm(total=n_steps, disable=not progress, desc="iterate", unit="step", leave=False) as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
-            kernel(X, P, a, b, save_steps, j_start, Y, active, status, bound, tol, stop_at, bool(flush_subnormals),
-                   last, work)
+            kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at,
+                   bool(flush_subnormals), last, work, work_obs)
             _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
             bar.update(b - a)
             if stop is not None and save_steps.size:
@@ -406,13 +463,13 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     per_traj = {"stopped_at": stop_at} if converged is not None else {}
     per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map"))
     return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs,
-                   per_traj=per_traj)
+                   _observables(O, obs_names, n_saved), per_traj=per_traj)
 
 
 def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None = None, names=None, derived=None,
               stop=None, progress: bool = False, attrs: dict | None = None, bound: float = np.inf,
               converged: float | None = None, flush_subnormals: bool = True, convergence_tol: float | None = None,
-              warn_unconverged: bool = False) -> Trajectory:
+              warn_unconverged: bool = False, observe=None, observe_names=None) -> Trajectory:
     """Integrate ``dy/dt = rhs(t, y; p)`` over ``t_span = (t0, t1)`` for a batch of initial conditions.
 
     Parameters
@@ -431,6 +488,9 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     ----------------
     names, derived, stop, progress, attrs, bound, converged, flush_subnormals, convergence_tol, warn_unconverged
         As in :func:`iterate` (``stop(t, X, P)`` takes the time).
+    observe, observe_names
+        As in :func:`iterate`, with ``observe(t, y, p, out)`` taking the save time (for fixed-step solvers
+        ``t0 + k dt + h`` of the save).
 
     Returns
     -------
@@ -462,23 +522,27 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     saveat = _check_saveat(saveat)
     X, P = _broadcast_batch(_prepare_state(state0), params)
     names = _names(names, X.shape[1])
+    observe = _check_observe(observe, observe_names, X[0], P[0], t0)
     dt = getattr(solver, "dt", None)
     save_times = saveat.resolve_times(t0, t1, dt)
     diag = (_convergence_tol(convergence_tol, converged), bool(warn_unconverged))
-    opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None, diag)
+    opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None, diag,
+            observe)
     if isinstance(solver, _Adaptive):
         return _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, *opts)
     return _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, *opts)
 
 
 def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                     flush, record_stop, diag):
+                     flush, record_stop, diag, observe):
     n_traj, n_state = X.shape
     dt = float(solver.dt)
     save_k, save_h = _steppers.fixed_grid_saves(save_times, t0, dt)
     k_last = int(save_k[-1])
-    kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state)
+    observe, obs_names = observe
+    kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state, observe=observe)
     Y = np.empty((n_traj, save_times.size, n_state))
+    O = _observable_array(obs_names, n_traj, save_times.size)
     steps = save_k + (save_h > 0)
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
@@ -488,13 +552,14 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     yt = np.empty(n_state)
     buf = np.empty(n_state)
     n_saved = save_times.size
-    partial = _partial_builder(Y, names, save_times, steps, P, n_traj, derived, attrs)
+    partial = _partial_builder(Y, names, save_times, steps, P, n_traj, derived, attrs,
+                               _observables(O, obs_names, save_times.size))
     chunks = _chunks(0, k_last, progress, save_k if stop is not None else ())
     with tqdm(total=k_last, disable=not progress, desc="integrate", unit="step", leave=False) as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
-            kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, active, status, bound, tol, stop_at, flush, last,
-                   K, yt, buf)
+            kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, flush,
+                   last, K, yt, buf)
             _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial)
             bar.update(b - a)
             if stop is not None:
@@ -508,7 +573,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     per_traj.update(_diagnostics(last, *diag, "flow"))
     return _finish(Y[:, :n_saved], names, save_times[:n_saved], steps[:n_saved], P, n_traj, derived, attrs,
-                   per_traj=per_traj)
+                   _observables(O, obs_names, n_saved), per_traj=per_traj)
 
 
 def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
@@ -521,10 +586,11 @@ def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
 
 
 def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                        flush, record_stop, diag):
+                        flush, record_stop, diag, observe):
     n_traj, n_state = X.shape
     tab = solver.tableau
-    kernel = _kernels.get_kernel("adaptive", rhs, tab)
+    observe, obs_names = observe
+    kernel = _kernels.get_kernel("adaptive", rhs, tab, observe=observe)
     T = np.full(n_traj, t0)
     H = np.full(n_traj, solver.dt0 if solver.dt0 is not None else 0.0)
     F0 = np.zeros((n_traj, n_state))
@@ -541,9 +607,10 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     n_save = save_times.size
     Y = np.empty((n_traj, n_save, n_state))
     NS = np.zeros((n_traj, n_save), dtype=np.int64)
+    O = _observable_array(obs_names, n_traj, n_save)
     n_saved = n_save
     partial = _partial_builder(Y, names, save_times, np.arange(n_save), P, n_traj, derived, attrs,
-                               {"n_rhs_steps": NS})
+                               {"n_rhs_steps": NS, **_observables(O, obs_names, n_save)})
     if stop is not None:
         bounds = list(range(n_save + 1))
     elif progress:
@@ -555,7 +622,7 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
         for ja, jb in zip(bounds[:-1], bounds[1:]):
             kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
                    float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush,
-                   Y, work[0], work[1], work[2], work[3])
+                   Y, O, work[0], work[1], work[2], work[3])
             _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]), partial_fn=partial)
             s = float(save_times[jb - 1])
             bar.update(s - last)
@@ -563,7 +630,7 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
             if stop is not None and _stop_at_save(stop, s, Y[:, jb - 1], X, P, active):
                 n_saved = jb
                 break
-    extra = {"n_rhs_steps": NS[:, :n_saved]}
+    extra = {"n_rhs_steps": NS[:, :n_saved], **_observables(O, obs_names, n_saved)}
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     # F0 holds f(T, y) at each trajectory's current state (set after every accepted step): no extra evaluation
     per_traj.update(_diagnostics(np.max(np.abs(F0), axis=1), *diag, "flow"))

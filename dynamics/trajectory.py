@@ -29,7 +29,7 @@ class Trajectory(xr.Dataset):
 
     @classmethod
     def from_arrays(cls, Y, *, names, time, step=None, variables=None, attrs=None,
-                    trajectory=None) -> Trajectory:
+                    trajectory=None, per_trajectory=None) -> Trajectory:
         """Build a Trajectory from saved states.
 
         Parameters
@@ -49,6 +49,9 @@ class Trajectory(xr.Dataset):
             Provenance; ``spec``/``config`` entries are stored as JSON (see ``provenance_attrs``).
         trajectory : (n_traj,) array, optional
             Coordinate labels of the batch axis (e.g. seeds); default ``arange(n_traj)``.
+        per_trajectory : dict name -> (n_traj,) array, optional
+            Variables over the ``trajectory`` dimension only (diagnostics, stop steps); built with the Dataset,
+            which is much cheaper than adding them afterwards.
         """
         Y = np.asarray(Y, dtype=np.float64)
         if Y.ndim == 2:
@@ -80,6 +83,14 @@ class Trajectory(xr.Dataset):
                 raise ValueError(f"derived variable {name!r} clashes with a state name")
             extra = tuple(f"{name}_dim{i}" for i in range(value.ndim - 2))
             data_vars[name] = (dims + extra, value)
+        for name, value in (per_trajectory or {}).items():
+            if name in data_vars:
+                raise ValueError(f"the per-trajectory variable {name!r} clashes with a state or derived name; "
+                                 "rename that variable")
+            value = np.asarray(value)
+            if value.shape != Y.shape[:1]:
+                raise ValueError(f"per-trajectory variable {name!r} must have shape {Y.shape[:1]}; got {value.shape}")
+            data_vars[name] = (("trajectory",), value)
         coords = {
             "time": ("time", time),
             "step": ("time", step),
