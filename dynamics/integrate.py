@@ -40,7 +40,8 @@ from dynamics import _kernels, _steppers
 from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
-from dynamics.validation import check_finite_array, check_int, check_positive
+from dynamics.validation import (Array, Range, callable_check, check_finite_array, check_int, check_positive,
+                                 sequence_check, validate_module)
 
 # Progress bars are serviced this many times per run when progress is on.
 _PROGRESS_UPDATES = 200
@@ -639,3 +640,20 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
 
 
 iterate.__doc__ = iterate.__doc__.replace("{converged}", _CONVERGED_DOC)
+
+
+# argument checks of the public entry points (dynamics.validation), on top of the checks above
+
+
+def _check_names(name: str, value) -> None:
+    if not isinstance(value, str):
+        sequence_check(name, value)
+
+
+_SOLVER = {"dt_max": Range(gt=0, finite=False), "max_steps": Range(integer=True, ge=1, le=10**9)}
+validate_module(
+    globals(), state0=Range(array=True), params=Range(array=True), n_steps=Range(integer=True, ge=0),
+    t_span=Array(shape=(2,)), names=_check_names, derived=callable_check, stop=callable_check,
+    time_scale=Range(gt=0), bound=Range(gt=0, finite=False), converged=Range(gt=0),
+    per_function={"Dopri5": _SOLVER, "Tsit5": _SOLVER},
+)

@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from dynamics.provenance import provenance_attrs, sanitize_attrs
+from dynamics.validation import Instance, callable_check, validate_module
 
 
 class Trajectory(xr.Dataset):
@@ -109,7 +110,8 @@ class Trajectory(xr.Dataset):
     def states(self) -> np.ndarray:
         """The saved states as an array (n_traj, n_time, n_state), in state order."""
         if self.attrs.get("state_layout") == "array":
-            return self[self.state_names[0]].values
+            values = self[self.state_names[0]].transpose("trajectory", "time", ...).values
+            return values.reshape(values.shape[:2] + (-1,))  # array state with named dims, flattened in C order
         variables = self.variables  # Variable objects: ~100x cheaper than building a DataArray per name
         return np.stack([variables[name].values for name in self.state_names], axis=-1)
 
@@ -148,3 +150,7 @@ def save_dataset(ds: xr.Dataset, path) -> pathlib.Path:
     ds = ds.copy()
     ds.attrs = sanitize_attrs(dict(ds.attrs))
     return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
+
+
+# argument checks of the public entry points (dynamics.validation)
+validate_module(globals(), path=Instance(str, os.PathLike), write=callable_check, ds=Instance(xr.Dataset))
