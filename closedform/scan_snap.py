@@ -898,8 +898,17 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
 # ---------------------------------------------------------------------------------------------------------------
 
 def growth_factor(z, z0) -> np.ndarray:
-    """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (docs/models/scan_snap.md §3.3, Theorem 3)."""
-    return np.exp(2.0 * (np.asarray(z, dtype=np.float64) - np.asarray(z0, dtype=np.float64)))
+    """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (docs/models/scan_snap.md §3.3, Theorem 3).
+
+    Raises ``ValueError`` where z - z0 > 354.89 (chi would overflow float64) instead of returning inf."""
+    dz = np.asarray(z, dtype=np.float64) - np.asarray(z0, dtype=np.float64)
+    if np.any(dz > _MAX_LOG_GROWTH):
+        raise ValueError(f"z - z0 must be <= {_MAX_LOG_GROWTH:.2f} (chi = exp(2 (z - z0)) overflows float64 beyond); "
+                         f"got max(z - z0) = {np.max(dz)!r} (in growth_factor)")
+    return np.exp(2.0 * dz)
+
+
+_MAX_LOG_GROWTH = np.log(np.finfo(np.float64).max) / 2.0  # 354.89: the largest z - z0 with finite exp(2 (z - z0))
 
 
 def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:
@@ -955,8 +964,8 @@ def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
 
 
 def theorem3_bounds(f_l0_0, B):
-    """Bounds of Eq. (12) (docs/models/scan_snap.md §3.3, Theorem 3): exp(2 f_{nl0}(0)^2 B) <= chi_{l0}(t) <= exp(2
-    B)."""
+    """Bounds of Eq. (12) (docs/models/scan_snap.md §3.3, Theorem 3): exp(2 f_{nl0}(0)^2 B) <= chi_{l0}(t) <=
+    exp(2 B), with f_{nl0}(0) in [0, 1] (an entry of a unit-norm vector)."""
     f = np.asarray(f_l0_0, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
     return np.exp(2.0 * f ** 2 * B), np.exp(2.0 * B)
@@ -1098,7 +1107,7 @@ _INDEX = _V.Range(integer=True, ge=0)
 _V.validate_module(
     globals(),
     Y=_MATRICES, Z=_MATRICES, Y0=_MATRICES, Z0=_MATRICES, t=_TIMES, tau=_TIMES, s=_REALS, z=_REALS, z0=_REALS,
-    dz_l0=_V.Range(array=True, ge=0, finite=False), f_l0_0=_REALS, B=_REALS, n=_INDEX, l=_INDEX, l2=_INDEX,
+    dz_l0=_V.Range(array=True, ge=0, finite=False), f_l0_0=_V.Range(array=True, ge=0, le=1), B=_REALS, n=_INDEX, l=_INDEX, l2=_INDEX,
     context=_V.Array(ndim=1, dtype="int"), momentum=_V.Range(array=True, ge=0, lt=1),
     t_span=_V.Array(shape=(2,)), saveat=_V.Instance(_SaveAt), rng=_V.seed_check,
     n_steps=_V.Range(integer=True, ge=1), M=_V.Range(integer=True, ge=1), K=_V.Range(integer=True, ge=1),

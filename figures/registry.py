@@ -829,12 +829,14 @@ _ROWS = dict(times=Range(array=True), theory=Range(array=True), samples=Range(ar
 
 
 def _measured_check(name, value):
-    """``measured``/``expected`` of a :class:`CheckResult`: a string, or any real number (inf may mean "not reached",
-    NaN "not defined": the check's own test says how it reads them)."""
+    """``measured`` of a :class:`CheckResult`: a string, or any real number (inf may mean "not reached", NaN "not
+    defined": the check's own test says how it reads them); ``expected``, the prediction, may not be NaN."""
     if isinstance(value, str):
         return
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real | np.floating | np.integer):
         raise ArgumentTypeError(f"{name} must be a real number or a string; got {value!r}")
+    if name == "expected" and value != value:
+        raise ValueError(f"expected must be a number (inf allowed) or a string, not NaN; got {value!r}")
 
 
 validate_module(globals(), per_function={
