@@ -497,8 +497,8 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     -------
     Trajectory as in :func:`iterate`, with ``final_step_norm`` the max-norm ``max_m |f_m(t, y)|`` of the vector
     field at the state the solver ended on (the last grid point for fixed-step solvers, t1 for adaptive ones, the
-    frozen state of a trajectory stopped by ``converged``) and ``converged`` = ``final_step_norm <
-    convergence_tol``. Adaptive solvers also return ``n_rhs_steps``.
+    frozen state of a trajectory stopped by ``converged``) and ``converged`` = (``final_step_norm`` <
+    ``convergence_tol``). Adaptive solvers also return ``n_rhs_steps``.
 
     Notes
     -----

@@ -150,8 +150,9 @@ def _plot_dynamics(ds, runs, *, individual=False, title=""):
     axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment with (k*, v*)")
     axes[1].legend(loc="lower right")
     _path_panel(axes[2], ds, runs)
-    axes[3].set(xlabel="step", ylabel=r"dist$_M$ (floor $10^{-16}$)", yscale="log", ylim=(1e-17, 2),
-                title="distance to M")
+    # limits before the log scale: runs that stay on M sit on the floor, and a log scale over one value warns
+    axes[3].set(xlabel="step", ylabel=r"dist$_M$ (floor $10^{-16}$)", ylim=(1e-17, 2), title="distance to M")
+    axes[3].set_yscale("log")
     if title:
         fig.suptitle(title)
     return _tidy_step_axes(fig)
@@ -429,7 +430,8 @@ def plot_fig7(ds):
         ax[1].legend(fontsize=7, loc="lower right")
         _path_panel(ax[2], sub, runs)
         ax[2].set_title(f"{title[:3]} (kappa, nu) paths")
-        ax[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2), title=f"{title[:3]} distance to M")
+        ax[3].set(xlabel="step", ylabel=r"dist$_M$", ylim=(1e-17, 2), title=f"{title[:3]} distance to M")
+        ax[3].set_yscale("log")
         ax[3].legend(fontsize=7, loc="lower left")
     return _tidy_step_axes(fig)
 

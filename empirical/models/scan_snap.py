@@ -33,22 +33,22 @@ array probes are declared by :attr:`ScanSnapTorch.probe_dims` (the trainer's arr
 
 Symbol table (docs/models/scan_snap.md §0.4; shapes carry the trainer's leading seed axis S)
 --------------------------------------------------------------------------------------------
-===========  ===========  =======================================================  =========  ========
-code         paper        meaning                                                  shape      defined
-===========  ===========  =======================================================  =========  ========
-counts       X^T 1        token counts of x_1..x_T-1 (floats, trainer rule)        (S, B, V)  docs/models/scan_snap.md §1.1
-cls          n            class of the sequence (query and label follow from it)   (S, B)     docs/models/scan_snap.md §1.2
-Y            Y            decoder matrix, rows = input token ids, columns outputs  (S, V, M)  docs/models/scan_snap.md §1.4
-Z            Z            attention logits Z[query id, key id]                     (S, V, V)  docs/models/scan_snap.md §1.4
-U            U            embeddings (full model)                                  (S, V, d)  docs/models/scan_snap.md §1.3
-W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)  docs/models/scan_snap.md §1.3
-f            f            LN(X^T b)                                                (S, B, V)  docs/models/scan_snap.md §1.3
-z            z_{ml}       probe Z[Lc + m, l], dims (query m, token l)              (S, Q, Lc) docs/models/scan_snap.md §1.4
-H            H_n          distinct-token entropy per class (dim class)             (S, K)     docs/models/scan_snap.md §4.6
-H_mean       H            distinct-token entropy, mean over classes                (S,)       docs/models/scan_snap.md §4.6
-alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)     docs/models/scan_snap.md §4.6
-gamma_hat    gamma_hat    measured speed-control coefficient per class (dim class) (S, K)     docs/models/scan_snap.md §4.6
-===========  ===========  =======================================================  =========  ========
+===========  ===========  =======================================================  ==========  ========
+code         paper        meaning                                                  shape       defined
+===========  ===========  =======================================================  ==========  ========
+counts       X^T 1        token counts of x_1..x_T-1 (floats, trainer rule)        (S, B, V)   docs/models/scan_snap.md §1.1
+cls          n            class of the sequence (query and label follow from it)   (S, B)      docs/models/scan_snap.md §1.2
+Y            Y            decoder matrix, rows = input token ids, columns outputs  (S, V, M)   docs/models/scan_snap.md §1.4
+Z            Z            attention logits Z[query id, key id]                     (S, V, V)   docs/models/scan_snap.md §1.4
+U            U            embeddings (full model)                                  (S, V, d)   docs/models/scan_snap.md §1.3
+W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)   docs/models/scan_snap.md §1.3
+f            f            LN(X^T b)                                                (S, B, V)   docs/models/scan_snap.md §1.3
+z            z_{ml}       probe Z[Lc + m, l], dims (query m, token l)              (S, Q, Lc)  docs/models/scan_snap.md §1.4
+H            H_n          distinct-token entropy per class (dim class)             (S, K)      docs/models/scan_snap.md §4.6
+H_mean       H            distinct-token entropy, mean over classes                (S,)        docs/models/scan_snap.md §4.6
+alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)      docs/models/scan_snap.md §4.6
+gamma_hat    gamma_hat    measured speed-control coefficient (dim class)           (S, K)      docs/models/scan_snap.md §4.6
+===========  ===========  =======================================================  ==========  ========
 
 V = max(M, Lc + Q) input ids: contextual token l has id l, query m has id Lc + m (the generator layout of
 docs/models/scan_snap.md §5.1, where V = M). Time axis: optimizer steps, ``time = step``
