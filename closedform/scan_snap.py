@@ -896,6 +896,8 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
 # ---------------------------------------------------------------------------------------------------------------
 # Theorems 2-4 (docs/models/scan_snap.md §3)
 # ---------------------------------------------------------------------------------------------------------------
+_MAX_LOG_GROWTH = np.log(np.finfo(np.float64).max) / 2.0  # 354.89: the largest z - z0 with finite exp(2 (z - z0))
+
 
 def growth_factor(z, z0) -> np.ndarray:
     """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (docs/models/scan_snap.md §3.3, Theorem 3).
@@ -907,8 +909,6 @@ def growth_factor(z, z0) -> np.ndarray:
                          f"got max(z - z0) = {np.max(dz)!r} (in growth_factor)")
     return np.exp(2.0 * dz)
 
-
-_MAX_LOG_GROWTH = np.log(np.finfo(np.float64).max) / 2.0  # 354.89: the largest z - z0 with finite exp(2 (z - z0))
 
 
 def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:

@@ -262,8 +262,8 @@ def _erf_derivative_ufunc(x, j):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# public entry points: the arguments are checked (finite reals, +-inf only for zeta's t and owens_t's h, j in 0..3), then the ufunc runs. Inside
-# numba kernels the same names lower to the ufuncs (``numba.extending.overload``), with no checks in compiled code.
+# public entry points: the arguments are checked (finite reals, +-inf only for zeta's t and owens_t's h, j in 0..3),
+# then the ufunc runs. Inside numba kernels the same names lower to the ufuncs (``numba.extending.overload``), with no checks in compiled code.
 
 _REAL = Range(array=True)
 _LIMIT = Range(array=True, finite=False)  # +-inf valid here (limits zeta(inf, g) = 1, T(inf, a) = 0); NaN not
@@ -315,6 +315,7 @@ def _lower_to(ufunc):
 for _entry, _ufunc in ((zeta, _zeta_ufunc), (zeta_t, _zeta_t_ufunc), (zeta_tt, _zeta_tt_ufunc),
                        (zeta_ttt, _zeta_ttt_ufunc), (owens_t, _owens_t_ufunc), (phi, _phi_ufunc),
                        (erf_derivative, _erf_derivative_ufunc)):
-    _entry.__doc__ = _ufunc.__doc__ + "\n    Arguments are checked (finite reals, except that zeta's t and owens_t's h may be +-inf; j an integer in 0..3) before the ufunc runs.\n"
+    _entry.__doc__ = _ufunc.__doc__ + ("\n    Arguments are checked (finite reals, except that zeta's t and owens_t's h "
+                                       "may be +-inf; j an integer in 0..3) before the ufunc runs.\n")
     overload(_entry)(_lower_to(_ufunc))
 del _entry, _ufunc

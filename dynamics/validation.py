@@ -381,6 +381,15 @@ def seeds_check(name: str, value) -> None:
             raise ValueError(f"{name} must be a sequence of integer seeds >= 0; got {_show(s)} at index {i}")
 
 
+
+def seed_or_seeds_check(name: str, value) -> None:
+    """One integer seed >= 0 or a non-empty sequence of them (the forms ``TrainConfig`` and the samplers accept)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
+        seed_check(name, value)
+    else:
+        seeds_check(name, value)
+
+
 #: Checks of the scalar annotations.
 def _bool_check(name, value):
     if value is not True and value is not False and not isinstance(value, np.bool_):

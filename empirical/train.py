@@ -164,7 +164,6 @@ import dataclasses
 import json
 import logging
 import math
-import numbers
 import os
 import pathlib
 from collections.abc import Callable, Mapping, Sequence
@@ -179,7 +178,7 @@ from dynamics.provenance import to_jsonable
 from dynamics.saveat import SaveAt
 from dynamics.trajectory import Trajectory
 from dynamics.validation import (Instance, Range, callable_check, check_choice, check_in_range, check_int, check_nonneg,
-                                 check_positive, seed_check, seeds_check, sequence_check, validate_module)
+                                 check_positive, seed_or_seeds_check, sequence_check, validate_module)
 from empirical.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 from empirical.device import resolve, resolve_dtype
 from empirical.seeding import BlockRNG, check_seeds, stream_generators, stream_keys
@@ -853,17 +852,9 @@ class _Run:
 
 
 # argument checks of the public entry points (dynamics.validation), on top of TrainConfig.__post_init__
-
-def _one_or_more_seeds(name, value):
-    """``seeds``: one integer seed >= 0 or a non-empty sequence of them (TrainConfig's documented forms)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        seed_check(name, value)
-    else:
-        seeds_check(name, value)
-
-
 validate_module(
-    globals(), seeds=_one_or_more_seeds, generators=sequence_check, draw=callable_check,
-    checkpoint_path=Instance(str, os.PathLike), betas=sequence_check, n_steps=Range(integer=True, ge=0), eval_size=Range(integer=True, ge=0),
+    globals(), seeds=seed_or_seeds_check, generators=sequence_check, draw=callable_check,
+    checkpoint_path=Instance(str, os.PathLike), betas=sequence_check, n_steps=Range(integer=True, ge=0),
+    eval_size=Range(integer=True, ge=0),
     lr=None, lr_scale=None, schedules=None,  # stored converted by __post_init__ (and read back from JSON)
 )

@@ -830,17 +830,22 @@ _ROWS = dict(times=Range(array=True), theory=Range(array=True), samples=Range(ar
 
 def _measured_check(name, value):
     """``measured`` of a :class:`CheckResult`: a string, or any real number (inf may mean "not reached", NaN "not
-    defined": the check's own test says how it reads them); ``expected``, the prediction, may not be NaN."""
+    defined": the check's own test says how it reads them)."""
     if isinstance(value, str):
         return
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real | np.floating | np.integer):
         raise ArgumentTypeError(f"{name} must be a real number or a string; got {value!r}")
-    if name == "expected" and value != value:
-        raise ValueError(f"expected must be a number (inf allowed) or a string, not NaN; got {value!r}")
+
+
+def _expected_check(name, value):
+    """``expected`` of a :class:`CheckResult`, the prediction: as ``measured``, but never NaN."""
+    _measured_check(name, value)
+    if not isinstance(value, str) and value != value:
+        raise ValueError(f"{name} must be a number (inf allowed) or a string, not NaN; got {value!r}")
 
 
 validate_module(globals(), per_function={
-    "CheckResult": dict(measured=_measured_check, expected=_measured_check),
+    "CheckResult": dict(measured=_measured_check, expected=_expected_check),
     "compare_rows": dict(_ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)),
     "gap_rows": dict(_ROWS, atol=Range(ge=0)),
 })

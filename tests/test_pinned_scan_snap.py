@@ -69,3 +69,11 @@ def test_syn_without_distinct_tokens_by_hand():
     assert cl.M == 9
     np.testing.assert_array_equal(cl.P, P)
     np.testing.assert_array_equal(cl.tgt, [5, 6, 7, 8])
+
+
+def test_growth_factor_refuses_overflow_and_keeps_the_largest_finite_value():
+    """chi = exp(2 (z - z0)) is finite up to z - z0 = log(max float64) / 2 = 354.89 and refused beyond (it used to
+    return inf silently); exp(708) is float64-exact to a few ulps (rtol 1e-14 of numpy's own exp)."""
+    np.testing.assert_allclose(ss.growth_factor(354.0, 0.0), np.exp(708.0), rtol=1e-14)
+    with pytest.raises(ValueError, match=r"z - z0 must be <= 354.89"):
+        ss.growth_factor(0.0, -355.0)

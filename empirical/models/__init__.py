@@ -10,11 +10,8 @@ name, so no registry needs editing when a model is added.
 from __future__ import annotations
 
 import importlib
-import numbers
 from collections.abc import Callable, Mapping
 from types import ModuleType
-
-import numpy as np
 
 __all__ = ["MODEL_NAMES", "load"]
 
@@ -94,16 +91,8 @@ def tensors_check(*layouts: tuple[str, ...], ndim=None) -> Callable:
     return check
 
 
-def seeds_check(name: str, value) -> None:
-    """A ``check(name, value)`` spec for ``seeds``: one integer seed >= 0 or a non-empty sequence of them (the
-    functions read it with ``numpy.atleast_1d``)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
-        _V.seed_check(name, value)
-    else:
-        _V.seeds_check(name, value)
-
 
 from dynamics import validation as _V  # noqa: E402
 
 _V.validate_module(globals(), name=_V.OneOf(*MODEL_NAMES), per_function={"dispatch_config": {"name": None}},
-                   skip=("tensor_check", "tensors_check", "seeds_check"))  # the spec builders: not entry points
+                   skip=("tensor_check", "tensors_check"))  # the spec builders: not entry points

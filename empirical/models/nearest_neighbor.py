@@ -518,7 +518,7 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 from empirical.models import tensor_check as _tensor  # noqa: E402
-from empirical.models import seeds_check as _seeds  # noqa: E402
+from dynamics.validation import seed_or_seeds_check as _seeds  # noqa: E402
 from empirical.models import tensors_check as _tensors  # noqa: E402
 
 
