@@ -1,4 +1,4 @@
-"""Command line: ``python -m figures list | make NAME... | report`` (also installed as ``attndyn-figures``).
+"""Command line: ``python -m figures list [--markdown] | make NAME... | report`` (also installed as ``attndyn-figures``).
 
 Examples::
 
@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p_list = sub.add_parser("list", help="list the registered figures per model")
     p_list.add_argument("--model", default=None, help="only this model")
+    p_list.add_argument("--markdown", action="store_true",
+                        help="print the figure table of the README (figure, paper, docs, command) as Markdown")
 
     def common(p):
         p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)} (default "
@@ -104,11 +106,36 @@ def _check_dirs(args) -> None:
     check_writable_dir(args.cache_dir, "--cache-dir")
 
 
+MARKDOWN_HEADER = ("| figure | paper | mathematics | command (quick preset; add `--preset paper` for the paper's sizes) |\n"
+                   "|---|---|---|---|")
+"""Header of the Markdown figure table (``list --markdown``), as the README shows it."""
+
+
+def markdown_table(reg: registry.Registry, models: Sequence[str]) -> str:
+    """The figure table of the README: one row per registered figure of ``models``, in registration order.
+
+    Columns: the figure's name, the paper figure it reproduces (with the registry's flags for documented defaults
+    and paper-only figures), the documentation section of its mathematics and the command that builds it. The README
+    holds this table verbatim; a test regenerates it so that the two cannot drift apart.
+    """
+    rows = [MARKDOWN_HEADER]
+    for model in models:
+        for name in reg.names(model):
+            spec = reg.get(name)
+            paper = spec.paper + (" (unrecoverable parameters: documented defaults)" if spec.unrecoverable else "") + (
+                f" ({registry.PAPER_ONLY_NOTE})" if spec.paper_only else "")
+            rows.append(f"| `{name}` | {paper} | {spec.spec} | `python -m figures make {name}` |")
+    return "\n".join(rows)
+
+
 def _cmd_list(args, reg: registry.Registry) -> int:
     if args.model is not None and args.model not in reg.models:
         raise UsageError(f"--model must be one of {', '.join(reg.models)}; got {args.model!r}")
     statuses = reg.discover()
     models = reg.models if args.model is None else (args.model,)
+    if args.markdown:
+        _write(markdown_table(reg, models))
+        return 1 if any(statuses[m].state == "error" for m in models) else 0
     for model in models:
         status = statuses[model]
         names = reg.names(model)
