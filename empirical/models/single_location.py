@@ -215,8 +215,9 @@ def predict(X: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float, predi
 # Reassociation lets LLVM vectorise the dot products over d (~2x faster). The kernel is only ever called with a
 # C-contiguous X (see _ErfMSE), so it is one compiled loop whatever S is: a seed's sums never depend on the others.
 # exp(-(lam a)^2) of a sample's L tokens is one vectorised loop (icl_regression's Cody-Waite exp, tested there to
-# ~1 ulp) instead of L libm calls, and the gradient accumulates four tokens per pass over (gk, gv), whose
-# read-modify-writes bound that loop: together ~20 % of the kernel (1.95 -> 1.6 us a seed-step at Fig. 5's sizes).
+# ~1 ulp) instead of L libm calls, the projections take two tokens per pass and the gradient accumulates four tokens
+# per pass over (gk, gv), whose read-modify-writes bound that loop: together ~25 % of the kernel (1.95 -> 1.5 us a
+# seed-step at Fig. 5's sizes).
 @njit(cache=True, fastmath={"reassoc", "contract"})
 def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cover (compiled; tested via erf_mse)
     """Per seed s: loss[s] = (1/B) sum_b (T(X_sb) - y_sb)^2 with T = sum_l erf(lam x.k)(x.v), and its gradients
@@ -227,6 +228,7 @@ def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cov
     bv = np.empty(L)
     e = np.empty(L)
     ex = np.empty(L)
+    ta = np.empty(L)
     ck = np.empty(L)
     cv = np.empty(L)
     kbits = np.empty(L, dtype=np.int64)
@@ -238,18 +240,42 @@ def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cov
             gv[s, j] = 0.0
         for b in range(B):
             pred = 0.0
-            for l in range(L):
-                sa = 0.0
-                sb = 0.0
+            # x_l.k and x_l.v of two tokens per pass (k, v loaded once for both), then the nonlinearities
+            l = 0
+            while l + 2 <= L:
+                sa0 = 0.0
+                sb0 = 0.0
+                sa1 = 0.0
+                sb1 = 0.0
                 for j in range(d):
-                    x = X[s, b, l, j]
-                    sa += x * k[s, j]
-                    sb += x * v[s, j]
-                t = lam * sa
+                    kj = k[s, j]
+                    vj = v[s, j]
+                    x0 = X[s, b, l, j]
+                    x1 = X[s, b, l + 1, j]
+                    sa0 += x0 * kj
+                    sb0 += x0 * vj
+                    sa1 += x1 * kj
+                    sb1 += x1 * vj
+                ta[l] = sa0
+                ta[l + 1] = sa1
+                bv[l] = sb0
+                bv[l + 1] = sb1
+                l += 2
+            while l < L:
+                sa0 = 0.0
+                sb0 = 0.0
+                for j in range(d):
+                    x0 = X[s, b, l, j]
+                    sa0 += x0 * k[s, j]
+                    sb0 += x0 * v[s, j]
+                ta[l] = sa0
+                bv[l] = sb0
+                l += 1
+            for l in range(L):
+                t = lam * ta[l]
                 q[l] = -(t * t)
-                bv[l] = sb
                 e[l] = math.erf(t)
-                pred += e[l] * sb
+                pred += e[l] * bv[l]
             r = pred - y[s, b]
             acc += r * r
             if with_grad:
