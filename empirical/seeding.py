@@ -29,9 +29,9 @@ receives a :class:`BlockRNG`: one small-state generator per seed, started from a
   numpy does when seeding SFC64;
 * standard normals come from a 256-layer ziggurat (Marsaglia & Tsang 2000, with the independent index/sign/mantissa
   bits of Doornik 2005 and numpy), exact in float64: 8 bits pick the layer, 1 bit the sign, 53 bits the abscissa;
-  the tail beyond r = 3.654 uses Marsaglia's exact exponential method. ~1.35 ns a normal on the CI machine (AMD EPYC,
-  one thread; ~22 instructions on the fast path: the generator step, one signed-table load and compare, one
-  product), float64 throughout.
+  the tail beyond r = 3.654 uses Marsaglia's exact exponential method. ~1.35 ns a normal on the CI machine (AMD
+  EPYC, one thread; ~35 instructions on the fast path, issue-bound: the generator step, one signed-table load and
+  compare, one product), float64 throughout.
 * integers in ``[0, high)`` use Lemire's multiply-shift with rejection (unbiased); uniforms are 53-bit doubles.
 
 What is reproducible: the numbers seed ``s`` draws from block ``b`` depend only on ``(s, stream, b)`` and on the
