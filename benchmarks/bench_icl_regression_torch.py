@@ -7,11 +7,15 @@ Setting of the issue: H = 2 softmax heads, d = 5, L = 40, sigma^2 = 0.1, batch 2
 loss and its gradient with the compiled one-pass kernel :func:`empirical.models.icl_regression.softmax_mse` (only the
 query's attention row; hand-derived gradient, tested against autograd to 1e-12).
 
-What is left per seed and step is work that batching cannot share: 256 prompts x 251 float64 normals (~1.5 ns each,
-~100 us) and the kernel's ~2 500 flops and 80 exponentials a prompt (~120 us), against a fixed per-step cost (Python,
-autograd of the circuits, Adam) of ~0.4 ms that a single-seed run pays per seed. The ratio is therefore bounded by
-about (0.4 + 0.22) / 0.22 ~ 3 whatever the batch: the issue's >= 10x is not reachable for this model on CPU
-without making the single-seed run slower. A third row measures what the compiled loss buys in absolute terms: the
+What is left per seed and step is work that batching cannot share. Measured (issue 13, 2-core CI machine, process
+time, one thread): a single-seed step costs O ~ 0.34 ms of fixed work (Python, autograd of the circuits, Adam) and
+each seed adds c ~ 0.25 ms: 256 prompts x 251 float64 normals (~1.35 ns each, ~87 us; the ziggurat is issue-bound
+at ~35 instructions a normal), the labels (~18 us), the compiled kernel (~110 us: ~2 500 flops and 80 exponentials
+a prompt; its vectorised exp is ~20 us of it, the prompt's feature-major copy ~10 us) and ~30 us of logging and
+small torch ops. The ratio (O + c) / (O/30 + c) = (0.34 + 0.25) / (0.011 + 0.25) ~ 2.3 is what the rows show; 10x
+would need c <= 20 O / 270 ~ 25 us a seed-step, less than a third of the normals alone, so the issue's >= 10x is
+not reachable for this model on CPU without making the single-seed run slower or drawing less data than the
+paper's batch of 256 prompts. A third row measures what the compiled loss buys in absolute terms: the
 same 30-seed batched run with the torch-autograd loss (the code before issue 13's kernel) against the compiled one.
 Rows in float64 (theory comparisons) and float32 storage (the kernel computes in float64). torch runs with one
 intra-op thread (restored afterwards); times are process-CPU times.

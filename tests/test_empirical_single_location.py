@@ -99,13 +99,14 @@ def test_counter_stream_draw_gives_the_closed_form_risk_within_5se(point):
     assert_mc_rejects(mean, se, 0.5 * exact, what=f"{point}: draw() risk with a spurious factor 1/2")
 
 
-@pytest.mark.parametrize("contiguous", [True, False])
-def test_compiled_erf_loss_and_gradient_equal_torch_autograd(contiguous):
+@pytest.mark.parametrize(("contiguous", "L"), [(True, 10), (False, 10), (True, 7), (True, 1)])
+def test_compiled_erf_loss_and_gradient_equal_torch_autograd(contiguous, L):
     """The one-pass compiled erf MSE (``erf_mse``, used by ``loss`` on CPU float64) and its hand-derived gradient
     equal torch autograd of the batched-matmul predictor, per seed, to 1e-13 relative (float64 rounding of sums of
-    ~800 terms); a wrong derivative (lambda dropped from d erf(lambda a)/da) is rejected by the same tolerance."""
+    ~800 terms); a wrong derivative (lambda dropped from d erf(lambda a)/da) is rejected by the same tolerance.
+    L = 7 and 1 take the kernel's leftover-token paths (it handles two tokens a pass forward, four backward)."""
     g = torch.Generator().manual_seed(3)
-    S, B, L, d, lam = 3, 5, 10, 40, 1.7
+    S, B, d, lam = 3, 5, 40, 1.7
     X = torch.randn(S, 2 * B, L, d, generator=g, dtype=F64)
     X = X[:, :B].clone() if contiguous else X[:, ::2]
     assert X.is_contiguous() == contiguous
