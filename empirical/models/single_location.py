@@ -95,7 +95,7 @@ from dynamics.validation import (
     check_positive,
 )
 from empirical.models import dispatch_config
-from empirical.models.icl_regression import _exp_shifted
+from empirical.models._fastexp import exp_shifted as _exp_shifted
 from empirical.train import Schedule, TrainConfig, per_seed
 
 __all__ = [
