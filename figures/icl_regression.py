@@ -104,7 +104,7 @@ TRAIN_TINY = _train_params(30, 10, 2, 64)
 # overlay rows of Fig. 1 need >= 8 seeds whose heads split.
 TRAIN_QUICK = _train_params(5000, 125, 8, n_seeds_h2=16)
 TRAIN_PAPER = _train_params(500_000, 1000, 8)
-TRAIN_MT_QUICK = _train_params(1000, 100, 8)  # Fig. 16 is decided at --preset paper only (paired heads need 2e4 steps)
+TRAIN_MT_QUICK = _train_params(1000, 100, 8)  # Fig. 16 is decided at --preset paper only (see its paper_only text)
 PAPER_LR = 1e-3  # docs/models/icl_regression.md §9: Adam(1e-3)
 # Figs. 3, 13, 21 (dummy heads, homogeneous |omega_h|: stage II of docs/models/icl_regression.md §5.5) train their own
 # runs, shared by the three figures (one data function, built once in one worker): quick trains H = 2, 3, 4, 8 for
@@ -1371,9 +1371,10 @@ def gaps_fig13(ds):
         out += compare_rows(f"H={H}: gamma (mean |omega_h|, non-dummy heads) vs gamma of H = 2 (App. A.1 (ii))",
                             ds.step.values[-1:], [g2.mean()], g[:, None], theory_se=[g2.std(ddof=1) / np.sqrt(g2.size)],
                             theory_n_seeds=int(g2.size), rel_allowance=GAMMA_REL,
-                            allowance_source="gamma drifts down the valley as t^(-1/6) (docs/models/icl_regression.md "
-                            "§6.3): a run whose pattern formed at 6 000 rather than 1 500 of its 15 000 steps has "
-                            "drifted for 2/3 of the time, (3/2)^(1/6) - 1 = 7 %, rounded up to 10 %", d=D)
+                            allowance_source="toolkit allowance, 10 % of gamma: the paper calls the values across H "
+                            "'roughly equal' (App. A.1 (ii)); gamma still drifts down the valley "
+                            "(docs/models/icl_regression.md §6.3), ~2 % over the last fifth of a quick run, and the "
+                            "runs of different H homogenise at different times (3 000-12 000 of 15 000 steps)", d=D)
     return out
 
 
@@ -1442,8 +1443,14 @@ def checks_fig16(ds):
                                                   "Learned mean KQ diagonal per coordinate group and OV label entries "
                                                   "per task, one seed at the end."),
           unrecoverable=(UNREC_STEPS,),
-          paper_only=("the multi-task heads pair up (per-task zero-sum, Table 2) only after ~20 000 Adam steps; the "
-                      "quick run (1 000 steps) shows the start of training"),
+          paper_only=("the multi-task modes need far longer runs than the quick preset affords. Measured for H = 4 "
+                      "(Mode III: heads paired per task, i.e. each head's OV >= 80 % on one task, its KQ on the other "
+                      "task's exclusive coordinates <= 1/4 of that on its own, one positive and one negative head per "
+                      "task): at the paper's lr 1e-3, 1 of 4 seeds paired from 18 000 steps on and still 1 of 4 at "
+                      "30 000 (the other three mix the tasks in every head; validation MSE flat at 0.41 from 5 000 "
+                      "steps on); at lr 1e-2, 2 of 8 seeds by 3 000 steps. A multi-task H = 4 step costs ~1.5 ms per "
+                      "seed on one CPU thread, so 8 seeds x 20 000 steps alone would take ~240 CPU-s. The quick run "
+                      "(H = 2, 1 000 steps) shows the start of training"),
           params={"tiny": dict(TRAIN_TINY, Hs=[2]), "quick": dict(TRAIN_MT_QUICK, Hs=[2]),
                   "paper": dict(TRAIN_PAPER, Hs=[1, 2, 3, 4])},
           plot=plot_fig16, checks=checks_fig16)
