@@ -99,7 +99,8 @@ TRAIN_TINY = _train_params(30, 10, 2, 64)
 # along the valley: at lr 1e-2 gamma stalls at 0.21 (Adam noise floor), at 3e-3 it reaches 0.18 by 4 000 steps
 # against 0.21 at 1e-3, so the paper's lr is kept. The paper's omega = +-0.13, mu = +-3.5 need ~1e5 steps
 #  (gamma ~ t^(-1/6) in phase III, docs/models/icl_regression.md §6.3): the quick runs stop near gamma ~ 0.2, mu_+ ~ 2.2
-# on the same valley (4.6), and the figures say so. All icl_regression figures at quick: ~250 CPU-s (one thread). H = 2
+# on the same valley (4.6), and the figures say so. The icl_regression figures on these runs at quick: ~200 CPU-s (one
+# thread; Figs. 3, 13, 21 train TRAIN_HEADS below, ~230 CPU-s more). H = 2
 # trains 16 seeds: ~3 in 8 runs from the PyTorch-default init keep both heads on one side (SAME_SIGN below), and the
 # overlay rows of Fig. 1 need >= 8 seeds whose heads split.
 TRAIN_QUICK = _train_params(5000, 125, 8, n_seeds_h2=16)
@@ -1442,7 +1443,8 @@ def checks_fig16(ds):
                                                   "context labels, noiseless query labels, Adam(1e-3), batch 256. "
                                                   "Learned mean KQ diagonal per coordinate group and OV label entries "
                                                   "per task, one seed at the end."),
-          unrecoverable=(UNREC_STEPS,),
+          unrecoverable=("training length per preset (paper: 500,001 Adam steps at lr 1e-3, docs/models/icl_regression.md "
+                         "§9; quick: H = 2 only, 1 000 steps, 8 seeds)",),
           paper_only=("the multi-task modes need far longer runs than the quick preset affords. Measured for H = 4 "
                       "(Mode III: heads paired per task, i.e. each head's OV >= 80 % on one task, its KQ on the other "
                       "task's exclusive coordinates <= 1/4 of that on its own, one positive and one negative head per "
