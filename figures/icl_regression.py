@@ -112,8 +112,8 @@ PAPER_LR = 1e-3  # docs/models/icl_regression.md §9: Adam(1e-3)
 # 15 000 Adam steps at lr 3e-3. Measured (seeds 0-7, H = 4, homogeneity = std/mean |omega_h| over non-dummy heads):
 # stage II is paced by the Adam time lr x n, as the flow time of docs/models/icl_regression.md §0.3 is: every seed
 # homogeneous (< 0.1) and 4 of 8 with a dummy head at lr x n ~ 30 for lr 1e-3 (32 000 steps), 3e-3 (10 500; 8 of 8
-# at 15 000) and 1e-2 (3 000), against 6 of 8 homogeneous (two runs at 0.35, 0.48, a head still in transit) and 1 of
-# 8 with a dummy head at the former 5 000 steps of lr 1e-3. What does not scale with lr x n is the slow drift along the
+# at 15 000; held-out seeds 8-15: 8 of 8, 3 with a dummy) and 1e-2 (3 000), against 5 of 8 homogeneous (the others
+# 0.10, 0.35, 0.48: a head still in transit) and 1 of 8 with a dummy head at the former 5 000 steps of lr 1e-3. What does not scale with lr x n is the slow drift along the
 # valley, which Adam's noise floor stops early: gamma reaches 0.14 (lr 1e-3, 40 000 steps), 0.16 (3e-3, from 9 000
 # steps on) and stalls at 0.20-0.21 (1e-2); of the three, 3e-3 is the largest lr whose valley end stays near the
 # paper's (gamma 0.13 after 500 000 steps at 1e-3). H = 3 (2 of 8 with a dummy) and H = 8 (7 of 8) are
