@@ -97,7 +97,7 @@ def test_overlay_matches_gd_on_F_when_started_on_its_own_path():
                 n_steps=200_000, saveat=SaveAt(log=60))
     omega, mu = im.stack_heads(gd, 2)
     ov = fig_icl._overlay(task, omega, mu, n_gd=200_000)
-    gamma = np.abs(omega).mean(-1)
+    gamma = fig_icl._kq_scale(omega, mu)
     assert np.all(ov["i0"] == gamma.argmax(1))  # formed from the start (mu^T omega ~ 0.87): starts at gamma's peak
     mudo = np.sum(omega * mu, -1)
     # gamma first rises a little (t < ~20) and is matched by its monotone envelope; from t = 50 on it decreases and
@@ -222,3 +222,99 @@ def test_explanations_are_attached_only_where_their_evidence_covers_every_failin
     # the split test itself: same-sign heads (both omega > 0) are not split; (+, -) heads are
     np.testing.assert_array_equal(fig_icl._split_heads(np.array([[0.5, 0.55], [0.2, -0.2]]),
                                                        np.array([[0.3, 1.2], [2.0, -2.0]])), [False, True])
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Figs. 3, 13, 21: their own runs (lr 3e-3 at quick), shared; dummy heads, homogeneity, a common gamma for every H
+# ----------------------------------------------------------------------------------------------------------------------
+def test_figs_3_13_21_share_one_data_function_with_their_own_lr(tiny_builds):
+    """One data function and one parameter set for the three figures, so the report trains their runs once (in one
+    worker); the quick preset trains H = 2, 3, 4, 8 at lr 3e-3 and the lr reaches the trainer's run key."""
+    specs = {n: registry.REGISTRY.get(f"icl_regression.{n}") for n in ("fig3", "fig13", "fig21")}
+    assert specs["fig13"].data is specs["fig3"].data is specs["fig21"].data
+    assert specs["fig13"].shares_data_with == specs["fig21"].shares_data_with == "icl_regression.fig3"
+    quick = specs["fig3"].params["quick"]
+    assert quick["lr"] == 3e-3 and quick["Hs"] == [2, 3, 4, 8] and quick["n_seeds"] >= 8
+    assert quick["single"] == fig_icl.TRAIN_QUICK  # H = 1: the common runs of Figs. 4 and 8
+    cfg = registry.run_config(specs["fig3"], "quick")
+    assert fig_icl._run_key(cfg, 4)[-2] == 3e-3
+    assert fig_icl._run_key(cfg, 1, params=quick["single"])[-2] == fig_icl.PAPER_LR
+    ds3, ds13 = tiny_builds["fig3"][0].dataset, tiny_builds["fig13"][0].dataset
+    xr.testing.assert_identical(ds3.drop_attrs(), ds13.drop_attrs())
+    np.testing.assert_array_equal(ds13.H.values, [2, 4])
+    # H = 4 in the sweep is the run whose heads Fig. 3 shows (sorted there by final omega)
+    om4 = ds13.omega_H.sel(H=4).values[..., :4]
+    np.testing.assert_array_equal(np.sort(om4, -1), np.sort(ds3.omega.values, -1))
+
+
+def test_kq_scale_is_gamma_on_the_manifold_and_drops_a_dummy_head_continuously():
+    """On S_gamma (docs/models/icl_regression.md §5.4) with a dummy head (omega_4 = mu_4 = 0) the scale is gamma, where
+    the plain mean |omega_h| is 3/4 gamma; as mu_4 -> 0 with omega_4 fixed it tends to gamma continuously."""
+    g = 0.16
+    om = np.array([g, -g, g, 0.0])
+    mu = np.array([1.2, -2.8, 1.6, 0.0])
+    assert fig_icl._kq_scale(om, mu) == pytest.approx(g, rel=1e-15)
+    assert np.abs(om).mean() == pytest.approx(0.75 * g)
+    om_t = np.array([g, -g, g, 0.02])
+    vals = [fig_icl._kq_scale(om_t, np.array([1.2, -2.8, 1.6, m])) for m in (0.4, 0.1, 0.01, 0.0)]
+    assert np.all(np.diff(vals) > 0) and vals[-1] == pytest.approx(g, rel=1e-15)
+    # |mu|-weighted mean, computed by hand for a generic state
+    om2, mu2 = np.array([0.1, -0.3]), np.array([2.0, -1.0])
+    assert fig_icl._kq_scale(om2, mu2) == pytest.approx((2 * 0.1 + 1 * 0.3) / 3, rel=1e-15)
+
+
+def test_dummy_check_is_an_existence_check_that_can_fail():
+    none = np.zeros((8, 4), dtype=bool)
+    one = none.copy()
+    one[5, 3] = True
+    assert not fig_icl._dummy_check("H=4", none).passed
+    res = fig_icl._dummy_check("H=4", one)
+    assert res.passed and res.measured == "1/8 seeds" and res.n_seeds == 8
+
+
+def _sweep_ds(gamma_by_H, n=8, T=3):
+    """A synthetic data_heads-like Dataset: for each H, n seeds on S_gamma at gamma_by_H[H] (alternating signs, OV
+    sums +-eta*/(2 gamma)), constant over T steps; heads padded with NaN."""
+    Hs = sorted(gamma_by_H)
+    Hmax = max(Hs)
+    om = np.full((len(Hs), n, T, Hmax), np.nan)
+    mu = np.full_like(om, np.nan)
+    rng = np.random.default_rng(0)
+    for j, H in enumerate(Hs):
+        sign = np.where(np.arange(H) % 2 == 0, 1.0, -1.0)
+        g = gamma_by_H[H] * (1 + 0.01 * rng.standard_normal((n, 1, 1)))
+        om[j, :, :, :H] = sign * g
+        n_pos, n_neg = (H + 1) // 2, H // 2
+        m = fig_icl.ETA_STAR / (2 * g)
+        mu[j, :, :, :H] = np.where(sign > 0, m / n_pos, -m / n_neg)
+    return xr.Dataset({"omega_H": (("H", "seed", "step", "headH"), om), "mu_H": (("H", "seed", "step", "headH"), mu)},
+                      coords={"H": Hs, "step": np.arange(T), "seed": np.arange(n)})
+
+
+def test_fig13_gamma_rows_accept_a_common_gamma_and_reject_a_different_one():
+    """App. A.1 (ii): the same gamma for every H. 1 % seed scatter: equal gammas hold; H = 4 at 1.3 x gamma of H = 2
+    (outside the 10 % allowance) fails; mu^T omega = eta* holds in both."""
+    same = {r.quantity: r for r in fig_icl.gaps_fig13(_sweep_ds({2: 0.16, 3: 0.16, 4: 0.16}))}
+    off = {r.quantity: r for r in fig_icl.gaps_fig13(_sweep_ds({2: 0.16, 3: 0.16, 4: 0.208}))}
+    key4 = [k for k in same if k.startswith("H=4: gamma")][0]
+    assert same[key4].status == "holds" and off[key4].status == "fails"
+    assert all(r.status == "holds" for k, r in off.items() if "mu^T omega" in k)
+    checks = {c.name: c for c in fig_icl.checks_fig13(_sweep_ds({2: 0.16, 3: 0.16, 4: 0.16}))}
+    assert checks["H=3: homogeneous KQ scaling (Eq. (4.4))"].passed
+    assert not checks["H=3: dummy heads emerge (in some runs: their appearance is random, paper §3)"].passed
+    assert not any(name.startswith("H=4: dummy") for name in checks)  # H = 4's dummy check is Fig. 3's
+
+
+def test_fig21_homogeneity_row_rejects_unequal_heads():
+    """Learned |omega_h| with std/mean 0.3 against GD on F/2 at 0 fails the row; 0.02 against 0 holds."""
+    n, T = 8, 12
+    base = {"i0": (("seed",), np.zeros(n, dtype=int)), "mu_dot_omega": (("seed", "step"), np.full((n, T), 0.88)),
+            "mudo_gd": (("seed", "step"), np.full((n, T), 0.88)), "mu_pos": (("seed", "step"), np.full((n, T), 2.5)),
+            "mupos_gd": (("seed", "step"), np.full((n, T), 2.5)), "homog_gd": (("seed", "step"), np.zeros((n, T)))}
+    rng = np.random.default_rng(1)
+    for h, want in ((0.3, "fails"), (0.02, "holds")):
+        ds = xr.Dataset(dict(base, homogeneity=(("seed", "step"), h + 0.005 * rng.standard_normal((n, T)))),
+                        coords={"step": np.arange(T)})
+        rows = {r.quantity: r for r in fig_icl.gaps_fig21(ds)}
+        row = [r for k, r in rows.items() if "homogeneity" in k][0]
+        assert row.status == want, (h, row)
