@@ -73,7 +73,12 @@ def test_pretrain_dataset_matches_closed_form(built, name):
     # mirrored samples restore the x -> -x symmetry: v_pos = 0 to round-off (Sec. B.6), the evidence for the
     # explained norm-ratio check; the raw samples' ratio is not 0
     assert np.all(ds["mirrored_norm_ratio"].values <= 1e-9)
+    assert np.all(ds["mirrored_w_cross_norm"].values <= 1e-9)  # W12 = W21 = 0 too (Sec. B.3)
     assert np.all(ds["norm_ratio"].values[:, -1] > 1e-6)
+    # the mirrored and projected runs start at the zero init as well (S = 1/D), and their heat map is a softmax
+    for key in ("mirrored_attn_jstar", "projected_attn_jstar"):
+        np.testing.assert_allclose(ds[key].values[:, 0], 1.0 / D, rtol=1e-12)
+    np.testing.assert_allclose(ds["mirrored_attn_matrix"].values.sum(axis=0), 1.0, rtol=1e-12)
     # the reduced curve is the mean of the population proxies, with a non-negative SE
     assert np.all(ds["reduced_loss_pse"].values >= 0) and np.any(ds["reduced_loss_pse"].values[1:] > 0)
 
@@ -97,3 +102,24 @@ def test_downstream_errors_in_range(built):
         err = ds[f"error_{key}"].values
         assert err.shape == (ds.sizes["seed"], ds.sizes["n"])
         assert np.all((err >= 0) & (err <= 1))
+
+
+@pytest.mark.parametrize("name", NAMES[:1])
+def test_pretrain_symmetry_check_can_fail(built, name):
+    """The sign test behind the explained row-j* deficit: all samples higher when mirrored -> passes; no difference
+    (mirrored = raw) or the opposite sign -> fails."""
+    res, _ = built[name]
+    ds = res.dataset.copy()
+    check = res.spec.checks
+
+    def symmetry(d):
+        (c,) = [c for c in check(d) if "x -> -x symmetry" in c.name and "mirror images added" in c.name]
+        return c
+
+    raw = ds["attn_jstar"].values
+    ds["mirrored_attn_jstar"] = (("seed", "step"), raw + 0.1)
+    assert symmetry(ds).passed == (raw.shape[0] >= 7)  # 2^-7 < 0.01 <= 2^-6: needs >= 7 of 7 (tiny has fewer)
+    ds["mirrored_attn_jstar"] = (("seed", "step"), raw.copy())
+    assert not symmetry(ds).passed
+    ds["mirrored_attn_jstar"] = (("seed", "step"), raw - 0.1)
+    assert not symmetry(ds).passed
