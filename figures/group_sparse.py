@@ -532,24 +532,30 @@ def data_overlay(cfg) -> xr.Dataset:
 
 def plot_downstream(ds: xr.Dataset):
     """Test error vs downstream sample size n (log-log)."""
-    fig, ax = new_figure(figsize=(9.0, 4.2))
+    fig, ax = new_figure(figsize=(9.0, 6.0))
     n = ds.n.values
-    for key, label, color in (("pretrained", f"pre-trained W (T = {ds.attrs['T_pre']}), v by online SGD",
-                               TOL_BRIGHT["blue"]),
-                              ("pretrained_fit", "pre-trained W, v fitted like the baseline", TOL_BRIGHT["purple"]),
-                              ("theory_fit", f"population-map W at T = {ds.attrs['T_theory']}, v fitted like the "
-                               "baseline", TOL_BRIGHT["yellow"]),
-                              ("no_pretraining", "W = 0 (no pre-training), v by online SGD", TOL_BRIGHT["red"]),
-                              ("logistic", "logistic regression on vec(X)", TOL_BRIGHT["green"])):
-        plot_seed_band(ax, n, ds[f"error_{key}"].values, method="percentile", label=label, color=color)
+    T_pre, T_th = ds.attrs["T_pre"], ds.attrs["T_theory"]
+    for key, label, color, marker in (
+            ("theory", f"W(T*): population map at T = {T_th}, v by online SGD (the theorem's estimator)",
+             TOL_BRIGHT["blue"], "o"),
+            ("theory_fit", f"W(T*): population map at T = {T_th}, v fitted like the baseline", TOL_BRIGHT["cyan"], "s"),
+            ("pretrained", f"torch W, {ds.attrs['n_pre']} raw samples, T = {T_pre}, v by online SGD",
+             TOL_BRIGHT["purple"], "^"),
+            ("pretrained_fit", "torch W as above, v fitted like the baseline", TOL_BRIGHT["yellow"], "v"),
+            ("no_pretraining", "W = 0 (no pre-training), v by online SGD", TOL_BRIGHT["red"], "x"),
+            ("logistic", "logistic regression on vec(X) (d D weights)", TOL_BRIGHT["green"], "D")):
+        plot_seed_band(ax, n, ds[f"error_{key}"].values, method="percentile", label=label, color=color,
+                       marker=marker)
     plot_reduced(ax, n, ds["error_reduced"].values.mean(axis=0),
-                 label=f"W of the population map at T = {ds.attrs['T_pre']}, v by online SGD", color="k")
+                 label=f"population map at T = {T_pre} (the torch run's length), v by online SGD", color="k")
     ax.set_xscale("log")
     ax.set_xticks(n, [str(int(v)) for v in n])
     ax.minorticks_off()
-    ax.set(xlabel="downstream sample size n", ylabel="test error",
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set(xlabel="downstream sample size n", ylabel="test error (linear below 1e-3)",
            title=f"Downstream transfer, d = {ds.attrs['d']}, D = {ds.attrs['D']}, gamma = {ds.attrs['gamma']}")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: inside it covers the bands
+    ax.set_ylim(0.0, 0.6)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: inside it covers bands
     return fig
 
 
@@ -578,65 +584,72 @@ def _paired_check(name: str, worse: np.ndarray, better: np.ndarray, *, expected:
     return check.explained(explanation) if explanation is not None and not check.passed else check
 
 
+_RAW_W_WHY = Explanation(
+    reason=("the torch W is pre-trained on the paper's raw finite sample (n_pre = 500) for T_pre steps, not the "
+            "theorem's W(T*) of population GD: the sample's broken x -> -x symmetry grows v_pos, W12, W21 and caps "
+            "the row-j* weight near 0.75 (group_sparse.pretrain_n500_d4_D6), so the features phi = H S 1 keep a share "
+            "of the irrelevant groups' x, an error floor (~0.05 here) that no v removes, while logistic regression on "
+            "vec(X) keeps improving; longer torch pre-training does not help (T_pre = 3 000: E[S_j*,j] = 0.78, "
+            "logistic regression still wins at n = 200, measured)"),
+    evidence=("the black dashed curve (population map at the same T_pre: no floor) and the W(T*) curves and checks "
+              "of this figure; the sign-test check of group_sparse.pretrain_n500_d4_D6"))
+
+
 def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
-    """Pre-training helps (docs/models/token_selection.md §B.4 downstream theorem, docs/models/token_selection.md §B.7),
-    each as a paired Student-t test over seeds (the compared models see the same downstream samples): the pre-trained W
-    beats logistic regression on vec(X) when
-    v is fitted like the baseline (d + D vs d D parameters), and beats W = 0 with the theorem's online SGD."""
+    """The downstream claims (docs/models/token_selection.md §B.4 downstream theorem, §B.7) with W = W(T*), the W of
+    population GD at T* (the reduced map, exact for population GD, at T_theory >= D^3), each as a paired Student-t
+    test over seeds (the compared models see the same downstream samples): with the theorem's estimator (online SGD
+    on v) the pre-trained W beats W = 0 at the largest n and logistic regression on vec(X) at the smallest and a
+    middle n, and so it does with v fitted like the baseline (d + D against d D parameters). (At the largest n both
+    errors are ~1e-4, below the resolution of the test set.) The comparisons with logistic regression for the torch W
+    pre-trained on the paper's raw samples are explained (:data:`_RAW_W_WHY`)."""
     n_list = ds.n.values.astype(int)
     dD, dpD = ds.attrs["d"] * ds.attrs["D"], ds.attrs["d"] + ds.attrs["D"]
-    out = []
+    T_th, T_pre = ds.attrs["T_theory"], ds.attrs["T_pre"]
+    wt = f"W(T*) (population map at T = {T_th}, E[S_j*,j] = {ds.attrs['attn_jstar_theory']:.3f})"
+    wl = (f"the torch W (raw n = {ds.attrs['n_pre']}, T_pre = {T_pre}, E[S_j*,j] = "
+          f"{float(ds['pretrain_attn_jstar'].values.mean()):.3f}, mean over seeds)")
+    err = {k: ds[f"error_{k}"].values for k in ("theory", "theory_fit", "pretrained", "pretrained_fit",
+                                                 "no_pretraining", "logistic")}
+    bound = "99.9% lower bound of the mean paired error difference"
+    out = [_paired_check(f"Sec. B.7: with online SGD on v (the theorem's estimator), {wt} beats W = 0 at n = "
+                         f"{n_list[-1]}: {bound} (W = 0 - pre-trained)", err["no_pretraining"][:, -1],
+                         err["theory"][:, -1])]
     for i in sorted({0, len(n_list) // 2}):
         out.append(_paired_check(
-            f"docs/models/token_selection.md §B.4 downstream theorem at n = {n_list[i]}: the W of the population map at T = "
-            f"{ds.attrs['T_theory']} (E[S_j*,j] = {ds.attrs['attn_jstar_theory']:.3f}) with v fitted like the "
-            f"baseline ({dpD} parameters) beats logistic regression on vec(X) ({dD}): 99.9% lower bound of "
-            "the mean paired error difference (logistic - pre-trained)",
-            ds["error_logistic"].values[:, i], ds["error_theory_fit"].values[:, i]))
+            f"Sec. B.4 downstream theorem at n = {n_list[i]}: online SGD with {wt} beats logistic regression on "
+            f"vec(X) ({dD} weights, fitted to convergence): {bound} (logistic - pre-trained)",
+            err["logistic"][:, i], err["theory"][:, i]))
         out.append(_paired_check(
-            f"the same with the torch-pre-trained W at T_pre = {ds.attrs['T_pre']} (E[S_j*,j] = "
-            f"{float(ds['pretrain_attn_jstar'].values.mean()):.3f}, mean over seeds), n = {n_list[i]}",
-            ds["error_logistic"].values[:, i], ds["error_pretrained_fit"].values[:, i],
-            explanation=Explanation(
-                reason=("T_pre is far below the theorem's T* (attention on j* well below 1): the features "
-                        "phi = H S 1 still mix the irrelevant groups' x into the d coordinates of x_j*, a noise "
-                        "floor no choice of v removes, while logistic regression on vec(X) can select x_j*"),
-                evidence=("the check with the population-map W at T_theory just above, and the purple vs yellow "
-                          "curves"))))
-    out.append(_paired_check(
-        f"Sec. B.7: with online SGD (the theorem's estimator), pre-trained W beats W = 0 at n = {n_list[-1]}: "
-        "99.9% lower bound of the mean paired error difference (W = 0 - pre-trained)",
-        ds["error_no_pretraining"].values[:, -1], ds["error_pretrained"].values[:, -1]))
-    out.append(_paired_check(
-        f"online SGD on the pre-trained W vs logistic regression on vec(X) fitted to convergence at n = "
-        f"{n_list[-1]}: 99.9% lower bound of the mean paired error difference (logistic - SGD)",
-        ds["error_logistic"].values[:, -1], ds["error_pretrained"].values[:, -1],
-        expected="> 0 (paper: pre-training wins)",
-        explanation=Explanation(
-            reason=("two handicaps of our runnable recipe, not of the theorem: one pass of SGD with step "
-                    "0.1/sqrt(i) (the theorem's bound has unspecified constants) against a baseline fitted to "
-                    "convergence, and a W pre-trained for T_pre steps, far below T*; with the W of the population "
-                    "map in the theorem's regime and v fitted by the same fitter, pre-training wins (docs/models/token_selection.md §B.4's "
-                    "d + D vs d D sample complexities)"),
-            evidence="the population-map checks of this figure and its yellow curve")))
+            f"the same with v fitted like the baseline ({dpD} parameters against {dD}), n = {n_list[i]}: {bound} "
+            "(logistic - pre-trained)", err["logistic"][:, i], err["theory_fit"][:, i]))
+    out.append(_paired_check(f"with online SGD, {wl} beats W = 0 at n = {n_list[-1]}: {bound} (W = 0 - pre-trained)",
+                             err["no_pretraining"][:, -1], err["pretrained"][:, -1]))
+    for i in sorted({0, len(n_list) // 2}):
+        out.append(_paired_check(
+            f"the same with {wl}, v fitted like the baseline, n = {n_list[i]}: {bound} (logistic - pre-trained)",
+            err["logistic"][:, i], err["pretrained_fit"][:, i], explanation=_RAW_W_WHY))
     return out
 
 
 @register(name="group_sparse.downstream", model="group_sparse", paper="Zhang, Meng, Cao (2025), downstream transfer "
           "(synthetic)", spec="docs/models/token_selection.md §B.4, §B.7",
-          caption=("Downstream transfer at (d, D) = (4, 6), j* = 2: W pre-trained by full-batch GD (eta = 0.5) on "
-                   "n_pre raw samples, then frozen; v fine-tuned from 0 by online SGD (step 0.1/sqrt(i), one fresh "
-                   "sample per step) on n downstream samples with a new direction v~* in the same group and margin "
-                   "gamma = 0.1. Test error on fresh samples vs n. Compared: the torch-pre-trained W (markers), the "
-                   "W of the projected population dynamics at the same step (dashed), W = 0 (no pre-training), and "
-                   "L2-penalised logistic regression on vec(X) (d D parameters). At the quick preset the torch W "
-                   "(T_pre = 400, far below the theorem's T*) beats W = 0 at every n, but its mean error is below "
-                   "logistic regression's only for n <= 50 (not significantly); the W of the population map at "
-                   "T = 3000 (nearer T*, yellow, v fitted like the baseline) has the lowest error at every n "
-                   "(significantly at n = 200, checked), the paper's claim (rows explained, see their reasons). "
-                   "A longer "
-                   "torch pre-training does not close the gap: at T_pre = 3 000 (the paper preset) E[S_j*,j] = 0.78 "
-                   "and logistic regression still wins at n = 200 (measured)."),
+          caption=("Downstream transfer at (d, D) = (4, 6), j* = 2 (docs/models/token_selection.md §B.4 "
+                   "runnable recipe): W pre-trained, then frozen; v fine-tuned from 0 by online SGD (step "
+                   "0.1/sqrt(i), one fresh sample per step, the theorem's estimator) or fitted like the baseline, on n "
+                   "downstream samples with a new direction v~* in the same group and margin gamma = 0.1; test error "
+                   "on fresh samples vs n, against W = 0 (no pre-training) and L2-penalised logistic regression on "
+                   "vec(X) (d D weights). The paper uses the pre-trained W(T*) of its theorem: population GD run to "
+                   "T* >= D^3, where attention sits on group j*. Here that W is the reduced population map's at "
+                   "T_theory (blue, cyan), and with it the paper's comparison holds: with the theorem's online SGD "
+                   "it beats W = 0 and logistic regression at every n (checked at n = 25 and 200; at n = 800 both "
+                   "errors are ~1e-4, below the test set's resolution), and so it does with v fitted like the "
+                   "baseline (d + D against d D parameters). The torch W pre-trained on the paper's raw n_pre = 500 samples (purple, "
+                   "yellow) stops at an error floor of ~0.05: its row-j* weight is capped near 0.75 by the raw "
+                   "sample's broken x -> -x symmetry (root cause measured in group_sparse.pretrain_n500_d4_D6), "
+                   "while the population map at the same T_pre (black dashed) has no floor; so it beats logistic "
+                   "regression only for n <= 50 (explained). Longer torch pre-training does not close the gap "
+                   "(T_pre = 3 000: E[S_j*,j] = 0.78, logistic regression still wins at n = 200, measured)."),
           unrecoverable=UNRECOVERABLE + (("downstream protocol of docs/models/token_selection.md §B.4 (v~* uniform, gamma = 0.1, step "
                                          "0.1/sqrt(i), v only, W frozen, logistic baseline with penalty 1e-4/2)"),
                                          "pre-training length T (not given by the paper)"),
@@ -682,7 +695,8 @@ def data_downstream(cfg) -> xr.Dataset:
     X, y, Xt, yt = (np.stack(a) for a in (Xs, ys, Xts, yts))
     with torch_threads(1):
         err = {name: gm.downstream_sgd(task, W, X, y, Xt, yt, checkpoints=n_list, device=cfg.device)
-               for name, W in (("pretrained", W_learned), ("reduced", W_red), ("no_pretraining", np.zeros_like(W_red)))}
+               for name, W in (("pretrained", W_learned), ("reduced", W_red), ("theory", W_long),
+                               ("no_pretraining", np.zeros_like(W_red)))}
     err["logistic"] = np.array([[gm.logistic_baseline(X[s, :n], y[s, :n], Xt[s], yt[s]) for n in n_list]
                                 for s in range(S)])
     # the same fitter on the pre-trained features phi = H S 1 (d + D parameters instead of d D)

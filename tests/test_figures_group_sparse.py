@@ -98,7 +98,7 @@ def test_overlay_rate_statistic_and_sources(built):
 
 def test_downstream_errors_in_range(built):
     ds = built["group_sparse.downstream"][0].dataset
-    for key in ("pretrained", "pretrained_fit", "theory_fit", "reduced", "no_pretraining", "logistic"):
+    for key in ("pretrained", "pretrained_fit", "theory", "theory_fit", "reduced", "no_pretraining", "logistic"):
         err = ds[f"error_{key}"].values
         assert err.shape == (ds.sizes["seed"], ds.sizes["n"])
         assert np.all((err >= 0) & (err <= 1))
@@ -123,3 +123,28 @@ def test_pretrain_symmetry_check_can_fail(built, name):
     assert not symmetry(ds).passed
     ds["mirrored_attn_jstar"] = (("seed", "step"), raw - 0.1)
     assert not symmetry(ds).passed
+
+
+def test_downstream_checks_decide_the_comparison(built):
+    """The W(T*) checks pass on errors that are clearly lower than logistic regression's and fail when the roles are
+    swapped (a check that can fail); the torch-W comparisons with logistic regression carry the explanation."""
+    res, _ = built["group_sparse.downstream"]
+    ds = res.dataset.copy()
+    S, m = ds.sizes["seed"], ds.sizes["n"]
+    rng = np.random.default_rng(0)
+    low, high = 0.01 + 0.001 * rng.random((S, m)), 0.2 + 0.001 * rng.random((S, m))
+    for key in ("theory", "theory_fit"):
+        ds[f"error_{key}"] = (("seed", "n"), low)
+    ds["error_logistic"] = (("seed", "n"), high)
+    ds["error_no_pretraining"] = (("seed", "n"), high + 0.1)
+    checks = res.spec.checks(ds)
+    w_star = [c for c in checks if "W(T*)" in c.name or c.name.startswith("the same with v fitted")]
+    assert len(w_star) == 5 and all(c.passed for c in w_star)
+    ds["error_logistic"] = (("seed", "n"), low)
+    for key in ("theory", "theory_fit"):
+        ds[f"error_{key}"] = (("seed", "n"), high)
+    swapped = [c for c in res.spec.checks(ds) if "logistic" in c.name and ("W(T*)" in c.name
+                                                                            or c.name.startswith("the same with v"))]
+    assert swapped and not any(c.passed for c in swapped)
+    torch_w = [c for c in checks if "torch W" in c.name and "logistic" in c.name]
+    assert torch_w and all(c.explanation is not None for c in torch_w)
