@@ -4,17 +4,19 @@ Registered figures (``python -m figures list --model group_sparse``):
 
 * ``group_sparse.pretrain_n500_d4_D6`` and ``group_sparse.pretrain_n200_d2_D4``: the paper's synthetic pre-training
   runs (docs/models/token_selection.md §B.7): full-batch GD from zero on n raw samples (not mirrored), eta = 0.5, j* =
-  2; four panels: training loss, cos(v_x, v*), the norm ratio ||v_pos|| / ||v_x|| and the attention matrix S at the last
-  step. Torch GD over several training samples (seeds) against the projected 8-scalar population dynamics
-  (docs/models/token_selection.md §B.3, numba reduced map on a Monte Carlo proxy of the population) and the closed-form
-  first two steps.
+  2; the paper's four panels (training loss, cos(v_x, v*), the norm ratio ||v_pos|| / ||v_x||, the attention matrix S
+  at the last step) and two more: the row-j* weight E[S_j*,j] against t and S of the same draws with their mirror
+  images. Torch GD over several training samples (seeds), on the raw samples, on the mirrored samples and projected
+  onto the invariant family, against the projected 8-scalar population dynamics (docs/models/token_selection.md §B.3,
+  numba reduced map on a Monte Carlo proxy of the population) and the closed-form first two steps.
 * ``group_sparse.overlay``: the suggested overlay of docs/models/token_selection.md §5 at (d, D) = (2, 4): population
   reduced dynamics vs finite-n merged GD (n = 200 and 500, raw samples) vs the factorised transformer W = W_K^T W_Q from
   i.i.d. N(0, 0.01^2) factors; panels D L T^{1/3}, E[S_{j*,j}], the 5% quantile of min_j S_{j*,j}, 1 - cos(v_x, v*), the
   norm ratio and the distance to the reduced family.
 * ``group_sparse.downstream``: downstream transfer (docs/models/token_selection.md §B.4 runnable recipe,
-  docs/models/token_selection.md §B.7): test error vs downstream sample size n when v is fine-tuned by online SGD with
-  the pre-trained W frozen, against W = 0 (no pre-training) and logistic regression on vec(X).
+  docs/models/token_selection.md §B.7): test error vs downstream sample size n when v is fine-tuned by online SGD (or
+  fitted) with the pre-trained W frozen, for the theorem's W(T*) (population map) and the torch W of the paper's
+  raw-sample pre-training, against W = 0 (no pre-training) and logistic regression on vec(X).
 
 Not registered: the CIFAR-10 experiment of docs/models/token_selection.md §B.7 (data sets are not loadable offline; the
 spec keeps it optional).
