@@ -390,7 +390,7 @@ def _pretrain_params(n, n_quick_steps, n_paper_steps):
          "pre-training experiment, (n, d, D) = (500, 4, 6)", spec="docs/models/token_selection.md §B.7",
          caption=_PRETRAIN_CAPTION, unrecoverable=UNRECOVERABLE + (("iterations: 3000 (paper preset; docs/models/token_selection.md §B.7 suggests "
                                                                  "2000-5000)"),),
-         params=_pretrain_params(500, 600, 3000), plot=plot_pretrain, gaps=gaps_pretrain,
+         params=_pretrain_params(500, 1500, 3000), plot=plot_pretrain, gaps=gaps_pretrain,
          checks=checks_pretrain)
 def data_pretrain_n500_d4_D6(cfg) -> xr.Dataset:
     """Pre-training run (n, d, D) = (500, 4, 6) of docs/models/token_selection.md §B.7 (``n`` shrinks in the tiny
