@@ -126,25 +126,50 @@ def test_pretrain_symmetry_check_can_fail(built, name):
 
 
 def test_downstream_checks_decide_the_comparison(built):
-    """The W(T*) checks pass on errors that are clearly lower than logistic regression's and fail when the roles are
-    swapped (a check that can fail); the torch-W comparisons with logistic regression carry the explanation."""
+    """The W(T*) checks pass on errors clearly lower than logistic regression's over 12 seeds and fail when the roles
+    are swapped or the errors are equal (checks that can fail); the torch-W comparisons with logistic regression carry
+    the explanation when they fail."""
+    import xarray as xr
+
     res, _ = built["group_sparse.downstream"]
-    ds = res.dataset.copy()
-    S, m = ds.sizes["seed"], ds.sizes["n"]
+    tiny = res.dataset
+    S, n = 12, tiny.n.values
     rng = np.random.default_rng(0)
-    low, high = 0.01 + 0.001 * rng.random((S, m)), 0.2 + 0.001 * rng.random((S, m))
-    for key in ("theory", "theory_fit"):
-        ds[f"error_{key}"] = (("seed", "n"), low)
-    ds["error_logistic"] = (("seed", "n"), high)
-    ds["error_no_pretraining"] = (("seed", "n"), high + 0.1)
-    checks = res.spec.checks(ds)
-    w_star = [c for c in checks if "W(T*)" in c.name or c.name.startswith("the same with v fitted")]
-    assert len(w_star) == 5 and all(c.passed for c in w_star)
-    ds["error_logistic"] = (("seed", "n"), low)
-    for key in ("theory", "theory_fit"):
-        ds[f"error_{key}"] = (("seed", "n"), high)
-    swapped = [c for c in res.spec.checks(ds) if "logistic" in c.name and ("W(T*)" in c.name
-                                                                            or c.name.startswith("the same with v"))]
-    assert swapped and not any(c.passed for c in swapped)
+    low, high = 0.01 + 0.001 * rng.random((S, n.size)), 0.2 + 0.001 * rng.random((S, n.size))
+
+    def dataset(theory, logistic):
+        data = {f"error_{k}": (("seed", "n"), v) for k, v in (("theory", theory), ("theory_fit", theory),
+                                                              ("logistic", logistic), ("no_pretraining", high + 0.1),
+                                                              ("pretrained", high), ("pretrained_fit", high))}
+        data["pretrain_attn_jstar"] = (("seed",), np.full(S, 0.7))
+        return xr.Dataset(data, coords={"seed": np.arange(S), "n": n}, attrs=dict(tiny.attrs))
+
+    def w_star(checks):
+        return [c for c in checks if "W(T*)" in c.name or c.name.startswith("the same with v fitted")]
+
+    checks = res.spec.checks(dataset(low, high))
+    assert len(w_star(checks)) == 5 and all(c.passed for c in w_star(checks))
     torch_w = [c for c in checks if "torch W" in c.name and "logistic" in c.name]
-    assert torch_w and all(c.explanation is not None for c in torch_w)
+    assert torch_w and all(not c.passed and c.explanation is not None for c in torch_w)
+    for theory, logistic in ((high, low), (low, low)):
+        against = [c for c in w_star(res.spec.checks(dataset(theory, logistic))) if "logistic" in c.name]
+        assert len(against) == 4 and not any(c.passed for c in against)
+
+
+def test_pretrain_raw_check_explained_only_when_mirroring_fixes_it(built):
+    res, _ = built["group_sparse.pretrain_n500_d4_D6"]
+    ds = res.dataset.copy()
+    D = int(ds.attrs["D"])
+
+    def raw_attention_check(d):
+        (c,) = [c for c in res.spec.checks(d) if "E[S_j*,j]" in c.name and "torch GD" in c.name]
+        return c
+
+    attn = ds["attn_jstar"].values.copy()
+    attn[0, -1] = 0.5 / D  # one raw sample near chance
+    ds["attn_jstar"] = (("seed", "step"), attn)
+    ds["mirrored_attn_jstar"] = (("seed", "step"), np.full_like(attn, 0.9))
+    c = raw_attention_check(ds)
+    assert not c.passed and c.status == "explained"
+    ds["mirrored_attn_jstar"] = (("seed", "step"), np.full_like(attn, 0.5 / D))  # mirroring does not fix it
+    assert raw_attention_check(ds).status == "fails"
