@@ -671,8 +671,8 @@ def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
                    "n_pre = 500 samples (purple, yellow) stops at an error floor of ~0.05: its row-j* weight is "
                    "capped near 0.75 by the raw sample's broken x -> -x symmetry (root cause measured in "
                    "group_sparse.pretrain_n500_d4_D6), while the population map at the same T_pre (black dashed) "
-                   "has no such floor; so its mean error is below logistic regression's only for n <= 50-100, not "
-                   "significantly (explained). Longer torch pre-training does not close the gap "
+                   "has no such floor; so it beats logistic regression with few samples (n = 25, checked) but not "
+                   "from n ~ 100 on (explained). Longer torch pre-training does not close the gap "
                    "(T_pre = 3 000: E[S_j*,j] = 0.78, logistic regression still wins at n = 200, measured)."),
           unrecoverable=UNRECOVERABLE + (("downstream protocol of docs/models/token_selection.md §B.4 (v~* uniform, gamma = 0.1, step "
                                          "0.1/sqrt(i), v only, W frozen, logistic baseline with penalty 1e-4/2)"),
