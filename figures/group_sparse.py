@@ -360,18 +360,11 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
         passed=float(mir.max()) <= 1e-9, measured=float(mir.max()), expected=0.0, n_seeds=int(mir.size),
         tolerance="1e-9: exactly 0 in exact arithmetic (docs/models/token_selection.md §B.6: v_pos = 0 to machine precision when mirrored)"))
     raw, mirrored = ds["attn_jstar"].values[:, -1], ds["mirrored_attn_jstar"].values[:, -1]
-    higher = int(np.sum(mirrored > raw))
-    p_sign = float(scipy.stats.binomtest(higher, raw.size, 0.5, alternative="greater").pvalue)
-    out.append(CheckResult(
-        name=(f"the raw samples' row-j* weight is below the population's because they break the x -> -x symmetry: "
-              f"E[S_j*,j] at t = {int(ds.step.values[-1])} is higher on the same draws with their mirror images "
-              "added (symmetry restored) than on the raw draws, in how many of the paired samples"),
-        passed=p_sign < 1e-2, measured=float(higher), n_seeds=int(raw.size),
-        expected=f"all or nearly all of {raw.size} (one-sided sign test p < 0.01)",
-        tolerance=(f"exact one-sided sign test (binomial, p = 1/2 under 'no effect'): p = {p_sign:.2g}; a sign test, "
-                   "not Student t, because the raw runs' spread is heavy-tailed (one sample in eight far below the "
-                   "rest); mean paired difference "
-                   f"{float(np.mean(mirrored - raw)):.3f}")).explained(_SYMMETRY_WHY))
+    out.append(_paired_check(
+        (f"the raw samples' row-j* weight is below the population's because they break the x -> -x symmetry: "
+         f"E[S_j*,j] at t = {int(ds.step.values[-1])} is higher on the same draws with their mirror images added "
+         "(symmetry restored) than on the raw draws; mean paired difference (mirrored - raw)"),
+        mirrored, raw, expected="> 0 (the symmetry-breaking directions take weight off row j*)"))
     if int(ds.step.values[-1]) >= ds.attrs["D"] ** 3:
         out.append(_rate_check(ds))
     return out
@@ -591,11 +584,12 @@ PAIRED_LEVEL = 1e-2
 
 def _paired_check(name: str, worse: np.ndarray, better: np.ndarray, *, expected: str = "> 0",
                   explanation: Explanation | None = None) -> CheckResult:
-    """Check that ``better`` has the lower error: the one-sided exact Wilcoxon signed-rank test of the paired
-    differences ``worse - better`` over seeds (the compared models see the same downstream samples) rejects "no
-    difference" at :data:`PAIRED_LEVEL`. Signed ranks, not Student t: the differences are heavy-tailed (one seed's
-    baseline error several times the others'), which leaves a t interval without power at 8-12 seeds. ``measured`` is
-    the mean paired difference; ``explanation`` is attached only if the check fails."""
+    """Check that ``worse`` exceeds ``better`` seed by seed (errors of two models on the same downstream samples, or
+    a run's row-j* weight on the mirrored against the raw draws): the one-sided exact Wilcoxon signed-rank test of the
+    paired differences ``worse - better`` rejects "no difference" at :data:`PAIRED_LEVEL`. Signed ranks, not Student
+    t: the differences are heavy-tailed (one seed's baseline error, or one raw sample's symmetry breaking, several
+    times the others'), which leaves a t interval without power at 8-12 seeds. ``measured`` is the mean paired
+    difference; ``explanation`` is attached only if the check fails."""
     diff = np.asarray(worse, dtype=np.float64) - np.asarray(better, dtype=np.float64)
     n = int(diff.size)
     # all-zero differences (both errors 0 on every seed): no evidence either way
