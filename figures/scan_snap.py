@@ -5,8 +5,8 @@ Registered figures (``python -m figures list``):
 * ``scan_snap.fig4``: Syn-Small attention maps c_n at iterations 0, 2, ..., 10 and 48 (SGD, momentum 0.9, zero init,
   eta_Y in {1, 10}, eta_Z = 1) against the momentum population map of docs/models/scan_snap.md §4.3, plus the
   distinct-token entropy.
-* ``scan_snap.gap_T``: the SGD-map entropy gap against the sequence length T (finite-T bias O(1/T),
-  docs/models/scan_snap.md §4.7, §6.8).
+* ``scan_snap.gap_T``: the SGD-map entropy gap against the sequence length T at two batch sizes (finite-T bias
+  O(1/T) plus an SGD-noise term that falls with the batch, docs/models/scan_snap.md §4.7, §6.8).
 * ``scan_snap.fig5``: Syn-Small with Adam, eta_Y = eta_Z in {0.1, 0.5, 1} (docs/models/scan_snap.md §5.2 [choice]).
 * ``scan_snap.fig6``: Syn-Medium entropy grid after 100 steps (random init, docs/models/scan_snap.md §5.3) against the
   random-init map.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 
+import matplotlib.ticker
 import numpy as np
 import torch
 import xarray as xr
@@ -70,11 +71,13 @@ def _Z_of(traj, classes) -> np.ndarray:
     return z.values
 
 
-def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0, probe_z=True, saveat=None):
+def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0, probe_z=True, saveat=None,
+         batch_size=128):
     ssm, train = _torch()
     model = ssm.ScanSnapTorch(classes=classes, T=T, init=init, probe_z=probe_z)
     seeds = tuple(range(cfg.seed * 1000 + seed_offset, cfg.seed * 1000 + seed_offset + n_seeds))
-    return train(model, ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=saveat), device=cfg.device)
+    return train(model, ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=saveat, batch_size=batch_size),
+                 device=cfg.device)
 
 
 def _mean_t_check(name: str, diffs, *, sign: int, statistic: str, level: float = 1e-2) -> CheckResult:
@@ -210,72 +213,108 @@ def data_fig4(cfg) -> xr.Dataset:
         attrs={"eta_Z": 1.0, "T": int(p["T"]), "batch_size": 128, "momentum": 0.9})
 
 
+def _gaps(ds) -> list[np.ndarray]:
+    """Map minus SGD entropy, one (seed, T) array per batch size, smallest batch first: positive, the SGD entropy is
+    below the map's."""
+    return [-ds[f"gap_b{int(b)}"].values for b in ds.batch.values]
+
+
 def plot_gap_T(ds: xr.Dataset):
     fig, ax = new_figure()
     n = ds.T.values - 1
-    g = -ds.gap.values  # (seed, T): SGD entropy is below the map's
-    mean, lo, hi = band_over_seeds(g, axis=0)
-    plot_empirical_band(ax, n, mean, lo, hi, label="map - SGD entropy, mean over late steps")
-    plot_theory(ax, n, mean[0] * n[0] / n, label="1/T law through the first point")
-    ax.set(xscale="log", yscale="log", xlabel="T - 1 (contextual tokens)", ylabel="entropy gap")
-    ax.legend()
+    g = _gaps(ds)
+    for k, b in enumerate(ds.batch.values):
+        mean, lo, hi = band_over_seeds(g[k], axis=0)
+        plot_empirical_band(ax, n, mean, lo, hi, color=f"C{k}",
+                            label=f"map - SGD entropy, batch {int(b)} (mean over steps {ds.attrs['n_steps'] // 2}-"
+                                  f"{ds.attrs['n_steps']}, {g[k].shape[0]} seeds)")
+    g0 = g[-1][:, 0].mean()
+    plot_theory(ax, n, g0 * n[0] / n, color="k",
+                label=f"1/T law through T - 1 = {int(n[0])} (batch {int(ds.batch.values[-1])})")
+    ax.set(xscale="log", yscale="log", xlabel="T - 1 (contextual tokens)", ylabel="entropy gap",
+           title="finite-T bias O(1/T) plus an SGD-noise term that shrinks with the batch")
+    ax.set_xticks(n, [str(int(v)) for v in n])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(fontsize=7)
     return fig
 
 
 def gaps_gap_T(ds):
-    """The 1/T law (docs/models/scan_snap.md §4.7): gap(T) = gap(T_0) (T_0 - 1)/(T - 1). The theory side is the law
-    through the
-    shortest T, a Monte Carlo estimate itself (its SE, from independent runs, scales by the same factor)."""
+    """The 1/T law (docs/models/scan_snap.md §4.7) at the largest batch, where the SGD-noise term is small:
+    gap(T) = gap(T_0) (T_0 - 1)/(T - 1) through the shortest T. The theory side is a Monte Carlo estimate itself (its
+    SE, from independent runs, scales by the same factor)."""
     n = ds.T.values - 1
-    g = -ds.gap.values
+    g = _gaps(ds)[-1]
     k = n[0] / n[1:]
     se0 = g[:, 0].std(ddof=1) / np.sqrt(g.shape[0])
-    return compare_rows("entropy gap (map - SGD) vs the 1/T law from the shortest T", n[1:], g[:, 0].mean() * k,
-                        g[:, 1:], theory_se=se0 * k, theory_n_seeds=g.shape[0], rel_allowance=0.5,
-                        allowance_source=("the 1/T law is asymptotic (docs/models/scan_snap.md §4.7): docs/models/scan_snap.md §6 item 8 gives "
-                                          "-0.042, -0.011, -0.003 at T - 1 = 127, 511, 2047 (ratios 3.8, 3.7 for "
-                                          "a factor 4, i.e. 5-8 % off 1/T from T - 1 = 127); extrapolating from "
-                                          "T - 1 = 32 the O(1/T^2) term is ~4x larger (up to ~30 %), rounded up "
-                                          "to 50 %"))
+    b = int(ds.batch.values[-1])
+    return compare_rows(f"entropy gap (map - SGD), batch {b}, vs the 1/T law from T - 1 = {int(n[0])}", n[1:],
+                        g[:, 0].mean() * k, g[:, 1:], theory_se=se0 * k, theory_n_seeds=g.shape[0],
+                        rel_allowance=0.1,
+                        allowance_source=("the 1/T law is asymptotic (docs/models/scan_snap.md §4.7): "
+                                          "docs/models/scan_snap.md §6 item 8 gives 0.042, 0.011, 0.003 at T - 1 = "
+                                          "127, 511, 2047 (ratios 3.8 and 3.7 for a factor 4, i.e. 5-8 % off 1/T "
+                                          "from T - 1 = 127), rounded up to 10 %"))
 
 
 def checks_gap_T(ds):
-    """Sign of the finite-T bias (docs/models/scan_snap.md §6 item 8: SGD entropy below the map's, -0.042 at T - 1 =
-    127)."""
+    """Sign of the finite-T bias (docs/models/scan_snap.md §6 item 8: SGD entropy below the map's, 0.042 at T - 1 =
+    127), and the part of the gap that does not shrink with T is SGD noise: it falls with the batch size
+    (docs/models/scan_snap.md §4.7, noise of standard deviation O(b^-1/2))."""
     i = int(np.argmin(np.abs(ds.T.values - 128)))
-    return [_mean_t_check(f"finite-T bias: map minus SGD entropy > 0 at T - 1 = {int(ds.T.values[i]) - 1} "
-                          "(docs/models/scan_snap.md §4.7, §6 item 8)", -ds.gap.values[:, i], sign=1,
-                          statistic="per-seed late-time entropy gap")]
+    g = _gaps(ds)
+    b_small, b_large = int(ds.batch.values[0]), int(ds.batch.values[-1])
+    T_last = int(ds.T.values[-1]) - 1
+    large = g[-1][:, -1]
+    return [_mean_t_check(f"finite-T bias: map minus SGD entropy > 0 at T - 1 = {int(ds.T.values[i]) - 1}, batch "
+                          f"{b_large} (docs/models/scan_snap.md §4.7, §6 item 8)", g[-1][:, i], sign=1,
+                          statistic="per-seed late-time entropy gap"),
+            _mean_t_check(f"the gap left at T - 1 = {T_last} is SGD noise, not finite T: it is larger at batch "
+                          f"{b_small} than at batch {b_large} (docs/models/scan_snap.md §4.7)",
+                          g[0][:, -1] - large.mean(), sign=1,
+                          statistic=(f"per-seed gap at batch {b_small} minus the mean gap at batch {b_large} (its SE, "
+                                     f"{large.std(ddof=1) / np.sqrt(large.size):.2g}, is far below the small batch's "
+                                     "spread)"))]
 
 
 @register(name="scan_snap.gap_T", model="scan_snap", paper="Tian et al. (2023), docs/models/scan_snap.md §4.7 check (docs/models/scan_snap.md §6 item 8)",
           spec="docs/models/scan_snap.md §4.7, §6 item 8", caption=(
-              "Syn-Small, eta_Y = eta_Z = 1, SGD momentum 0.9, batch 128, zero init: entropy of the momentum "
-              "population map minus SGD entropy, averaged over the second half of the run, vs the number of "
-              "contextual tokens T - 1 (log-log), with a 1/T line through the first point. The 1/T law is "
-              "asymptotic (docs/models/scan_snap.md §4.7): at 48 steps the gap falls by ~3x, not 4x, per factor 4 in T (a 32-seed rerun: "
-              "0.040 +- 0.002 at T - 1 = 128, 0.014 +- 0.002 at 512, against 0.032 and 0.008 from the line), so the "
-              "rows allow 50 % (see their source). Shows the claim only in part: a 16-seed, 100-step rerun at "
-              "T - 1 = 128, 512, 2048 gives 0.046, 0.018 +- 0.003, 0.011 +- 0.002 (docs/models/scan_snap.md §6 item 8: 0.042, "
-              "0.011, 0.003), a floor of ~0.01 that does not shrink with T, so the 1/T law is not resolved beyond "
-              "T - 1 ~ 500 at this batch size (128)."),
-          params={"tiny": {"T": [17, 65], "n_seeds": 2, "n_steps": 12},
-                  "quick": {"T": [33, 129, 513], "n_seeds": 8, "n_steps": 48},
-                  "paper": {"T": [33, 129, 513, 2049], "n_seeds": 10, "n_steps": 100}},
+              "Syn-Small, eta_Y = eta_Z = 1, SGD momentum 0.9, zero init: entropy of the momentum population map "
+              "minus the SGD entropy, averaged over the second half of the run, vs the number of contextual tokens "
+              "T - 1 (log-log), at the paper's batch of 128 sequences and at a large batch, with the 1/T line "
+              "through the first point of the large batch. docs/models/scan_snap.md §4.7 has two terms: the "
+              "finite-T bias, O(1/T), and the SGD noise (standard deviation O(b^-1/2)), whose effect on the "
+              "entropy does not shrink with T. At batch 128 the noise term is a floor of ~0.01 (16 seeds, 100 "
+              "steps, measured: 0.046, 0.018, 0.011, 0.009 at T - 1 = 128, 512, 2048, 8192); at batch 2048 it is "
+              "~0.0002 (0.039, 0.010, 0.0025, 0.0008 at the same T - 1), and the gap follows 1/T (ratios 3.9 and "
+              "4.0 per factor 4). The spec's 0.003 at T - 1 = 2047 (docs/models/scan_snap.md §6 item 8) was "
+              "measured at batch 512 (0.0032 here). Rows: the 1/T law at the large batch; checks: the sign of the "
+              "bias and that the residual at the largest T falls with the batch."),
+          params={"tiny": {"T": [17, 65], "batch": [16, 64], "n_seeds": [4, 2], "n_steps": 12},
+                  "quick": {"T": [129, 513, 2049], "batch": [128, 2048], "n_seeds": [32, 8], "n_steps": 100},
+                  "paper": {"T": [129, 513, 2049], "batch": [128, 512, 2048], "n_seeds": [64, 16, 16],
+                            "n_steps": 100}},
           plot=plot_gap_T, gaps=gaps_gap_T, checks=checks_gap_T)
 def data_gap_T(cfg) -> xr.Dataset:
-    """SGD minus map entropy (late-time mean) per seed and T (docs/models/scan_snap.md §4.7)."""
+    """SGD minus map entropy (late-time mean) per batch size, seed and T (docs/models/scan_snap.md §4.7)."""
     p = cfg.params
     classes = cf.SequenceClasses.syn_small()
     task = cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     n = int(p["n_steps"])
     ref = cf.map(task, n, momentum=0.9).H_mean.values[0]
-    gaps = []
-    for T in p["T"]:
-        tr = _sgd(cfg, classes, task, T=int(T), n_seeds=int(p["n_seeds"]), n_steps=n, probe_z=False)
-        gaps.append((tr.H_mean.values[:, n // 2:] - ref[n // 2:]).mean(1))
-    return xr.Dataset({"gap": (("seed", "T"), np.array(gaps).T)}, coords={"T": np.array(p["T"])},
-                      attrs={"n_steps": n, "batch_size": 128})
+    batches = [int(b) for b in p["batch"]]
+    if batches != sorted(batches) or len(p["n_seeds"]) != len(batches):
+        raise ValueError(f"batch must be increasing and n_seeds give one count per batch; got {batches}, "
+                         f"{p['n_seeds']}")
+    data = {}
+    for k, (b, n_seeds) in enumerate(zip(batches, p["n_seeds"])):
+        row = []
+        for T in p["T"]:
+            tr = _sgd(cfg, classes, task, T=int(T), n_seeds=int(n_seeds), n_steps=n, probe_z=False, batch_size=b,
+                      seed_offset=100 * k)  # independent seeds per batch size
+            row.append((tr.H_mean.values[:, n // 2:] - ref[n // 2:]).mean(1))
+        data[f"gap_b{b}"] = ((f"seed_b{b}", "T"), np.array(row).T)
+    return xr.Dataset(data, coords={"batch": np.array(batches), "T": np.array(p["T"])}, attrs={"n_steps": n})
 
 
 def plot_fig5(ds: xr.Dataset):

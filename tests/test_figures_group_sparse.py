@@ -73,7 +73,12 @@ def test_pretrain_dataset_matches_closed_form(built, name):
     # mirrored samples restore the x -> -x symmetry: v_pos = 0 to round-off (Sec. B.6), the evidence for the
     # explained norm-ratio check; the raw samples' ratio is not 0
     assert np.all(ds["mirrored_norm_ratio"].values <= 1e-9)
+    assert np.all(ds["mirrored_w_cross_norm"].values <= 1e-9)  # W12 = W21 = 0 too (Sec. B.3)
     assert np.all(ds["norm_ratio"].values[:, -1] > 1e-6)
+    # the mirrored and projected runs start at the zero init as well (S = 1/D), and their heat map is a softmax
+    for key in ("mirrored_attn_jstar", "projected_attn_jstar"):
+        np.testing.assert_allclose(ds[key].values[:, 0], 1.0 / D, rtol=1e-12)
+    np.testing.assert_allclose(ds["mirrored_attn_matrix"].values.sum(axis=0), 1.0, rtol=1e-12)
     # the reduced curve is the mean of the population proxies, with a non-negative SE
     assert np.all(ds["reduced_loss_pse"].values >= 0) and np.any(ds["reduced_loss_pse"].values[1:] > 0)
 
@@ -93,7 +98,79 @@ def test_overlay_rate_statistic_and_sources(built):
 
 def test_downstream_errors_in_range(built):
     ds = built["group_sparse.downstream"][0].dataset
-    for key in ("pretrained", "pretrained_fit", "theory_fit", "reduced", "no_pretraining", "logistic"):
+    for key in ("pretrained", "pretrained_fit", "theory", "theory_fit", "reduced", "no_pretraining", "logistic"):
         err = ds[f"error_{key}"].values
         assert err.shape == (ds.sizes["seed"], ds.sizes["n"])
         assert np.all((err >= 0) & (err <= 1))
+
+
+@pytest.mark.parametrize("name", NAMES[:1])
+def test_pretrain_symmetry_check_can_fail(built, name):
+    """The signed-rank test behind the explained row-j* deficit: all samples higher when mirrored -> passes; no
+    difference (mirrored = raw) or the opposite sign -> fails, and is not explained (the check is the evidence)."""
+    res, _ = built[name]
+    ds = res.dataset.copy()
+    check = res.spec.checks
+
+    def symmetry(d):
+        (c,) = [c for c in check(d) if "x -> -x symmetry" in c.name and "mirror images added" in c.name]
+        return c
+
+    raw = ds["attn_jstar"].values
+    ds["mirrored_attn_jstar"] = (("seed", "step"), raw + 0.1)
+    # all differences positive: exact p = 2^-n, below 0.01 from n = 7 on (tiny has fewer seeds)
+    assert symmetry(ds).passed == (raw.shape[0] >= 7)
+    ds["mirrored_attn_jstar"] = (("seed", "step"), raw.copy())
+    assert not symmetry(ds).passed and symmetry(ds).status == "fails"
+    ds["mirrored_attn_jstar"] = (("seed", "step"), raw - 0.1)
+    assert not symmetry(ds).passed
+
+
+def test_downstream_checks_decide_the_comparison(built):
+    """The W(T*) checks pass on errors clearly lower than logistic regression's over 12 seeds and fail when the roles
+    are swapped or the errors are equal (checks that can fail); the torch-W comparisons with logistic regression carry
+    the explanation when they fail."""
+    import xarray as xr
+
+    res, _ = built["group_sparse.downstream"]
+    tiny = res.dataset
+    S, n = 12, tiny.n.values
+    rng = np.random.default_rng(0)
+    low, high = 0.01 + 0.001 * rng.random((S, n.size)), 0.2 + 0.001 * rng.random((S, n.size))
+
+    def dataset(theory, logistic):
+        data = {f"error_{k}": (("seed", "n"), v) for k, v in (("theory", theory), ("theory_fit", theory),
+                                                              ("logistic", logistic), ("no_pretraining", high + 0.1),
+                                                              ("pretrained", high), ("pretrained_fit", high))}
+        data["pretrain_attn_jstar"] = (("seed",), np.full(S, 0.7))
+        return xr.Dataset(data, coords={"seed": np.arange(S), "n": n}, attrs=dict(tiny.attrs))
+
+    def w_star(checks):
+        return [c for c in checks if "W(T*)" in c.name or c.name.startswith("the same with v fitted")]
+
+    checks = res.spec.checks(dataset(low, high))
+    assert len(w_star(checks)) == 5 and all(c.passed for c in w_star(checks))
+    torch_w = [c for c in checks if "torch W" in c.name and "logistic" in c.name]
+    assert torch_w and all(not c.passed and c.explanation is not None for c in torch_w)
+    for theory, logistic in ((high, low), (low, low)):
+        against = [c for c in w_star(res.spec.checks(dataset(theory, logistic))) if "logistic" in c.name]
+        assert len(against) == 4 and not any(c.passed for c in against)
+
+
+def test_pretrain_raw_check_explained_only_when_mirroring_fixes_it(built):
+    res, _ = built["group_sparse.pretrain_n500_d4_D6"]
+    ds = res.dataset.copy()
+    D = int(ds.attrs["D"])
+
+    def raw_attention_check(d):
+        (c,) = [c for c in res.spec.checks(d) if "E[S_j*,j]" in c.name and "torch GD" in c.name]
+        return c
+
+    attn = ds["attn_jstar"].values.copy()
+    attn[0, -1] = 0.5 / D  # one raw sample near chance
+    ds["attn_jstar"] = (("seed", "step"), attn)
+    ds["mirrored_attn_jstar"] = (("seed", "step"), np.full_like(attn, 0.9))
+    c = raw_attention_check(ds)
+    assert not c.passed and c.status == "explained"
+    ds["mirrored_attn_jstar"] = (("seed", "step"), np.full_like(attn, 0.5 / D))  # mirroring does not fix it
+    assert raw_attention_check(ds).status == "fails"

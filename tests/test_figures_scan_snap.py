@@ -129,3 +129,43 @@ def test_recall_recomputed_for_one_cell(built):
     a = np.exp(Z[:, classes.Lc]) / np.exp(Z[:, classes.Lc]).sum(-1, keepdims=True)  # one query (num_last = 1)
     want = np.mean([(a[:, classes.distinct_tokens(k), None] > thr).mean(1) for k in range(classes.K)], axis=0)
     np.testing.assert_allclose(ds.recall.sel(num_last=1, eta_Z=ez, ratio=r).values, want, atol=1e-15)
+
+
+def test_gap_T_rows_use_the_largest_batch(built):
+    ds = built["scan_snap.gap_T"][0].dataset
+    spec = registry.REGISTRY.get("scan_snap.gap_T")
+    assert list(ds.batch.values) == [16, 64]
+    assert ds["gap_b16"].dims == ("seed_b16", "T") and ds["gap_b16"].shape == (4, 2)
+    assert ds["gap_b64"].shape == (2, 2)
+    g = -ds["gap_b64"].values
+    (row,) = spec.gaps(ds)
+    # the 1/T law through the shortest T - 1 = 16, read at T - 1 = 64
+    np.testing.assert_allclose(row.theory, g[:, 0].mean() * 16 / 64, rtol=1e-12)
+    np.testing.assert_allclose(row.mean, g[:, 1].mean(), rtol=1e-12)
+    noise = spec.checks(ds)[1]
+    np.testing.assert_allclose(noise.measured, (-ds["gap_b16"].values[:, -1]).mean() - g[:, -1].mean(), rtol=1e-12)
+
+
+def _synthetic_gap_T(floor_small: float, floor_large: float, seed: int = 0):
+    """A gap_T dataset whose gaps are 5/(T-1) plus a floor per batch, with seed noise of 2 % (for the checks)."""
+    import xarray as xr
+
+    rng = np.random.default_rng(seed)
+    T = np.array([129, 513, 2049])
+    data = {}
+    for b, floor, n in ((128, floor_small, 32), (2048, floor_large, 8)):
+        mean = 5.0 / (T - 1) + floor
+        data[f"gap_b{b}"] = ((f"seed_b{b}", "T"), -(mean * (1 + 0.02 * rng.standard_normal((n, T.size)))))
+    return xr.Dataset(data, coords={"batch": [128, 2048], "T": T}, attrs={"n_steps": 100})
+
+
+def test_gap_T_checks_can_fail():
+    spec = registry.REGISTRY.get("scan_snap.gap_T")
+    # the spec's picture (1/T at the large batch, a floor at the small one): rows hold, both checks pass
+    good = _synthetic_gap_T(0.008, 0.0)
+    assert all(r.status == "holds" for r in spec.gaps(good))
+    assert all(c.passed for c in spec.checks(good))
+    # no batch dependence: the noise check must fail
+    assert not spec.checks(_synthetic_gap_T(0.0, 0.0))[1].passed
+    # a floor at the large batch too: the 1/T rows must fail at T - 1 = 2048 (0.0024 + 0.008 against 0.0024)
+    assert spec.gaps(_synthetic_gap_T(0.008, 0.008))[-1].status == "fails"
