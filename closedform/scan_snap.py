@@ -52,6 +52,7 @@ import scipy.optimize
 import scipy.special
 
 from closedform import _scan_snap_kernels as _k
+from dynamics.convergence import check_run
 from dynamics.validation import check_choice, check_finite_array, check_int, check_positive
 
 REFERENCE = {
@@ -614,6 +615,9 @@ def _finish(traj, classes, lay, *, has_Y=True):
     data = {"z": (base + ("query", "token"), Z)}
     for name, (dims, arr) in _diagnostic_vars(classes, lay, Y, Z).items():
         data[name] = (base + dims, arr)
+    for name, var in traj.data_vars.items():  # the engine's per-trajectory diagnostics (final_step_norm, ...)
+        if var.dims == ("trajectory",):
+            data[name] = (("trajectory",), var.values)
     coords = {c: traj.coords[c] for c in ("time", "step", "trajectory")}
     coords["query"] = ("query", np.arange(Q))
     coords["class"] = ("class", np.arange(classes.K))
@@ -665,8 +669,13 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
     Trajectory with the state variable ``z`` (trajectory, time, query, token): the logits z_{ml} of the Z rows,
     coordinates ``query`` = m and ``token`` = l; ``Y`` (token, column), columns labelled by output
     index, or ``t{n}`` (target of class n) and ``rest`` when lumped; diagnostics ``c`` (class, token), ``H``
-    (class), ``H_mean``, ``alpha_tgt``, ``gamma_hat``, ``loss`` (class). Raises ``dynamics.DivergenceError`` on a
-    non-finite state.
+    (class), ``H_mean``, ``alpha_tgt``, ``gamma_hat``, ``loss`` (class); the engine's convergence diagnostics
+    ``final_step_norm``, ``converged`` (< 1e-8) and ``step_norm_trend`` (``dynamics.convergence``). Raises
+    ``dynamics.DivergenceError`` on a non-finite state.
+
+    The flow never warns about convergence, because it never converges: the cross-entropy has no minimiser at
+    finite (Y, Z), and the logits grow without bound by design (like log t once the attention snaps,
+    docs/models/scan_snap.md §3) while their rate decays; a gradient flow cannot cycle, and its blow-up raises.
     """
     from dynamics import integrate
 
@@ -683,7 +692,7 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
 
 
 def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, saveat=None,
-        lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None):
+        lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None, warn_unconverged: bool = True):
     """Iterate the discrete population map of docs/models/scan_snap.md §4.3 (plain GD or heavy-ball momentum), step for
     step.
 
@@ -700,6 +709,11 @@ def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, sav
     eta_Y, eta_Z : float or (n,) float, optional
         Learning rates per trajectory, overriding the task's; ``momentum`` and the rates broadcast with the Y0/Z0
         batch (each of length 1 or n), so a grid of optimiser settings runs in one call.
+    warn_unconverged : bool, default True
+        Warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm (max-norm of one update, momentum
+        buffers included) did not decrease over the last half of the run: oscillation or chaos from too large a
+        learning rate or momentum. A run that is merely unconverged does not warn: none converges (see
+        :func:`flow`), the steps only shrink.
 
     Returns
     -------
@@ -717,7 +731,7 @@ def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, sav
                    progress=progress,
                    attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
                           "equation": "docs/models/scan_snap.md 4.3", "time_unit": "step", "lumped": int(lumped), **rates})
-    return _finish(traj, classes, lay)
+    return check_run(_finish(traj, classes, lay), warn_unconverged, what="scan_snap.map", fixed_points=False)
 
 
 def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
@@ -727,7 +741,7 @@ def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_
     Implements docs/models/scan_snap.md §4.4: g_n = gamma(t) F (F^T F)^{-1} q^(n) (Theorem 1, Eq. 9) in the POPULATION
     attention ODE of Lemma 4 (docs/models/scan_snap.md §3.1). Requires uniform pi. ``leading_order=True`` uses q^(n) =
     e_n. ``eta_Y``, ``eta_Z`` (float or (n,) arrays) override the task's rates per trajectory, broadcast with the Z0
-    batch.
+    batch. Never warns about convergence, as :func:`flow`.
 
     Returns
     -------
