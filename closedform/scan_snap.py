@@ -599,9 +599,9 @@ def _diagnostic_vars(classes, lay, Y, Z):
 
 
 def _finish(traj, classes, lay, *, has_Y=True):
-    """Compact Trajectory: ONE state variable ``z`` (trajectory, time, query, token) holding the logits z_{ml};
+    """Compact Trajectory: ONE state variable ``z`` (trajectory, time, query_token, token) holding the logits z_{ml};
     ``Y`` (token, column) and the docs/models/scan_snap.md §4.6 diagnostics as multi-dimensional variables (class,
-    token). Every dim has a coordinate: ``query`` m, ``class`` n and ``token`` l are the spec's 0-based ids
+    token). Every dim has a coordinate: ``query_token`` m, ``class`` n and ``token`` l are the spec's 0-based ids
     (docs/models/scan_snap.md §0.1), ``column``
     the output labels of :func:`_layout`. Provenance attributes are the engine's."""
     from dynamics import Trajectory
@@ -612,14 +612,14 @@ def _finish(traj, classes, lay, *, has_Y=True):
     base = ("trajectory", "time")
     Z = X[..., nY:nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))  # row-major z_{ml} at m*Lc + l (kernel layout)
     Y = X[..., :nY].reshape(X.shape[:-1] + (Lc, len(lay.mult))) if has_Y else None
-    data = {"z": (base + ("query", "token"), Z)}
+    data = {"z": (base + ("query_token", "token"), Z)}
     for name, (dims, arr) in _diagnostic_vars(classes, lay, Y, Z).items():
         data[name] = (base + dims, arr)
     for name, var in traj.data_vars.items():  # the engine's per-trajectory diagnostics (final_step_norm, ...)
         if var.dims == ("trajectory",):
             data[name] = (("trajectory",), var.values)
     coords = {c: traj.coords[c] for c in ("time", "step", "trajectory")}
-    coords["query"] = ("query", np.arange(Q))
+    coords["query_token"] = ("query_token", np.arange(Q))
     coords["class"] = ("class", np.arange(classes.K))
     coords["token"] = ("token", np.arange(Lc))
     if has_Y:
@@ -666,8 +666,8 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
 
     Returns
     -------
-    Trajectory with the state variable ``z`` (trajectory, time, query, token): the logits z_{ml} of the Z rows,
-    coordinates ``query`` = m and ``token`` = l; ``Y`` (token, column), columns labelled by output
+    Trajectory with the state variable ``z`` (trajectory, time, query_token, token): the logits z_{ml} of the Z rows,
+    coordinates ``query_token`` = m and ``token`` = l; ``Y`` (token, column), columns labelled by output
     index, or ``t{n}`` (target of class n) and ``rest`` when lumped; diagnostics ``c`` (class, token), ``H``
     (class), ``H_mean``, ``alpha_tgt``, ``gamma_hat``, ``loss`` (class); the engine's convergence diagnostics
     ``final_step_norm``, ``converged`` (< 1e-8) and ``step_norm_trend`` (``dynamics.convergence``). Raises
@@ -745,7 +745,7 @@ def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_
 
     Returns
     -------
-    Trajectory with ``z`` (query, token) and the diagnostics ``c`` (class, token), ``H`` (class), ``H_mean``.
+    Trajectory with ``z`` (query_token, token) and the diagnostics ``c`` (class, token), ``H`` (class), ``H_mean``.
     """
     from dynamics import integrate
 

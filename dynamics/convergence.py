@@ -154,7 +154,8 @@ def convergence_warning(traj, *, what: str, fixed_points: bool = True, tol: floa
     what : name of the run in the message (e.g. ``"single_location.map"``).
     fixed_points : bool, default True
         The dynamics have fixed points at finite state: warn about every unconverged trajectory, naming how many
-        are still converging (run longer) and how many are not (cycle, chaos). False (the state grows without
+        are still converging (run longer) and how many are not (cycle, chaos); a run of fewer than
+        :data:`MIN_STEPS` steps (trend 0) is not judged. False (the state grows without
         bound by design, e.g. logits that saturate a softmax, or the run ends by a stop condition): warn only
         about trajectories whose step norm is not decreasing.
     tol : the threshold of ``converged`` (named in the message).
@@ -172,8 +173,7 @@ def convergence_warning(traj, *, what: str, fixed_points: bool = True, tol: floa
     wandering = bad & (trend == 1)
     drifting = bad & (trend == 2)
     still = bad & (trend == -1)
-    unknown = bad & (trend == 0)
-    flagged = bad if fixed_points else wandering
+    flagged = (bad & (trend != 0)) if fixed_points else wandering  # a run too short to judge is not flagged
     if not flagged.any():
         return None
     n = ok.size
@@ -188,8 +188,6 @@ def convergence_warning(traj, *, what: str, fixed_points: bool = True, tol: floa
     if fixed_points and drifting.any():
         parts.append(f"{int(drifting.sum())} of {n} are still moving steadily with a step norm that did not fall "
                      f"(final step norm up to {np.nanmax(norm[drifting]):.3g}; a slow phase or a transition)")
-    if fixed_points and unknown.any():
-        parts.append(f"{int(unknown.sum())} of {n} ended unconverged after too few steps to judge the trend")
     threshold = "" if tol is None else f" (converged: final step norm < {tol:.3g})"
     msg = (f"{what}: " + "; ".join(parts) + f"{threshold}. See the variables converged, final_step_norm and "
            f"step_norm_trend; pass {keyword}=False to silence this warning.")
