@@ -42,10 +42,11 @@ Every quantity "at t" is evaluated at theta^(t), the parameters after t updates,
 
 Notes
 -----
-The embedding H = [X; I_D] is [reconstructed] in the spec (strongly constrained); the reduction is [derived] and
-exact for the stated model. The population expectations of the reduced map are Monte Carlo averages over a fixed
-sample (common random numbers across steps); their standard errors count unique draws only
-(docs/models/token_selection.md §0: a mirror image (-X, -y) is an exact copy for every quantity of the reduced state).
+The embedding H = [X; I_D] is [reconstructed] (docs/models/token_selection.md §B.2; strongly constrained); the
+reduction is [derived] and exact for the stated model. The population expectations of the reduced map are Monte
+Carlo averages over a fixed sample (common random numbers across steps); their standard errors count unique draws
+only (docs/models/token_selection.md §0: a mirror image (-X, -y) is an exact copy for every quantity of the reduced
+state).
 """
 
 from __future__ import annotations
@@ -595,7 +596,7 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
     gap_s, gap_self``, ``loss`` (and ``loss_se``), ``accuracy``, ``attn_jstar``, ``attn_jstar_q`` (5% quantile of min_j
     S[j*, j]); with ``with_se`` also ``grad_<name>`` and ``se_grad_<name>`` (the MC gradient and its standard error at
     each saved state). Time axis: ``step`` = t, ``time`` = eta t. ``eta`` (float or (n,) array, optional) overrides the
-    spec's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes on
+    task's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes on
     the same sample (then ``time`` = t unless they are all equal).
 
     ``rs`` may also be a sequence of ReducedSample (e.g. one per seed, :func:`reduce_sample` of each seed's training

@@ -148,7 +148,7 @@ class ICLRegressionTask:
         return np.rint(np.asarray(t, dtype=np.float64) / lr).astype(np.int64)
 
     def to_json(self) -> str:
-        """JSON of the spec (provenance); see docs/models/icl_regression.md §1 for the meaning of the fields."""
+        """JSON of the task (provenance); see docs/models/icl_regression.md §1 for the meaning of the fields."""
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
@@ -327,8 +327,8 @@ def _draw_rotated(task: ICLRegressionTask, rng: np.random.Generator, a_out: np.n
 
 
 def true_loss_mc(task: ICLRegressionTask, omega, mu, n_prompts: int, rng=None, *, chunk: int = 65536):
-    """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: spec Eq. (3.2),
-    docs/models/icl_regression.md §4.1.
+    """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: paper Eq. (3.2)
+    (docs/models/icl_regression.md §4.3), docs/models/icl_regression.md §4.1.
 
     Uses the variance-reduced form R = sigma^2 + E[(beta^T x_q - yhat)^2] of docs/models/icl_regression.md §4.1, with
     beta and the context-label noise also integrated out exactly (only the covariates are sampled). All configurations

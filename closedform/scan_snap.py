@@ -39,8 +39,9 @@ C0_paper, C0_cons | C0  | Theorem 4 constants                                 | 
 
 Notes
 -----
-Departures from the printed paper follow the spec's errata: E' sign (E1), B_n(0) = 0 (E2, form 'paper'), the
-consistent common-token rate with 1/(4K) prefactor (E3, form 'cons'), pi_n in the attention ODE (E4).
+Departures from the printed paper follow the errata of docs/models/scan_snap.md §8: E' sign (E1), B_n(0) = 0 (E2,
+form 'paper'), the consistent common-token rate with 1/(4K) prefactor (E3, form 'cons'), pi_n in the attention ODE
+(E4).
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class SequenceClasses:
     P : (K, Lc) float64
         P(l|n): rows non-negative, summing to 1 (docs/models/scan_snap.md §1.2).
     tgt : (K,) int, optional
-        Output index of each class's next token, distinct, in [0, M) (default: n, as in spec P7/P8).
+        Output index of each class's next token, distinct, in [0, M) (default: n, as in the reference values of
+        docs/models/scan_snap.md §7).
     psi : (K,) int, optional
         Query index of each class (default: all 0, a single query).
     Q : int, optional
@@ -567,7 +569,8 @@ def random_init(classes: SequenceClasses, rng=None):
     (docs/models/scan_snap.md §4.1).
 
     Returns Y0 = Yfull[0:Lc, :] (Lc, M) and Z0 = Zfull[Lc:Lc+Q, 0:Lc] (Q, Lc). Needs the generator layout
-    (M >= Lc + Q); ``rng`` is an int seed or Generator (the spec's draw d uses ``numpy.random.default_rng(d)``).
+    (M >= Lc + Q); ``rng`` is an int seed or Generator (reference draw d uses ``numpy.random.default_rng(d)``,
+    docs/models/scan_snap.md §7).
     """
     from dynamics.random import as_generator
 
@@ -601,9 +604,9 @@ def _diagnostic_vars(classes, lay, Y, Z):
 def _finish(traj, classes, lay, *, has_Y=True):
     """Compact Trajectory: ONE state variable ``z`` (trajectory, time, query_token, token) holding the logits z_{ml};
     ``Y`` (token, column) and the docs/models/scan_snap.md §4.6 diagnostics as multi-dimensional variables (class,
-    token). Every dim has a coordinate: ``query_token`` m, ``class`` n and ``token`` l are the spec's 0-based ids
-    (docs/models/scan_snap.md §0.1), ``column``
-    the output labels of :func:`_layout`. Provenance attributes are the engine's."""
+    token). Every dim has a coordinate: ``query_token`` m, ``class`` n and ``token`` l are the 0-based ids of
+    docs/models/scan_snap.md §0.1, ``column`` the output labels of :func:`_layout`. Provenance attributes are the
+    engine's."""
     from dynamics import Trajectory
 
     X = traj.states()  # the engine ran with the whole state as one array variable (names="state")
@@ -633,7 +636,7 @@ def _finish(traj, classes, lay, *, has_Y=True):
 def _default_solver():
     from dynamics import Dopri5
 
-    #  rtol 1e-10 / atol 1e-12: the spec's reference settings (docs/models/scan_snap.md §7) for ODE values to 1e-6
+    #  rtol 1e-10 / atol 1e-12: the reference settings of docs/models/scan_snap.md §7 for ODE values to 1e-6
     # absolute.
     return Dopri5(rtol=1e-10, atol=1e-12)
 

@@ -996,7 +996,7 @@ class SpuriousPoint:
 def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
     """The spurious stationary point S (k = v*): theta_S = gamma g phi_1(0, g) / (s zeta(0, g)).
 
-    Implements docs/models/single_location.md §7.4 (found in the spec's verification work; not in the paper). S exists
+    Implements docs/models/single_location.md §7.4 (found by this toolkit's verification; not in the paper). S exists
     when theta_S <= 1. Its excess risk is gamma^2 [1 - g^2 phi_1(0,g)^2/zeta(0,g) + zeta(0,g)] + (L-1) zeta0(lambda).
     """
     task = _task(task)
@@ -1017,7 +1017,7 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
     """Draw n initial states (kappa, nu, theta, eta, rho) from their exact laws; returns (n, 5) float64.
 
     Implements docs/models/single_location.md §6.5. ``on="sphere"``: k, v independent uniform on S^{d-1}, with the
-    spec's reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
+    toolkit's reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
     manifold initialisation, kappa = Z1/sqrt(Z1^2 + chi2(d-2)), nu = Z2/sqrt(Z2^2 + chi2(d-3)) (draw order (Z1, Z2),
     then the two chi-squares), theta = eta = rho = 0. Needs d >= 4.
     """

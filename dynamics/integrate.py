@@ -426,8 +426,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     when ``n_steps = 0``), ``converged``, ``final_step_norm < convergence_tol``, and ``step_norm_trend`` (int8:
     -1 when the step norm, sampled in nine blocks of 8 steps from n/2 to n, decreases: still converging; +1 when
     it does not and the state gets nowhere: a cycle or chaos; 2 when it does not but the state moves steadily:
-    drifting; 0 when fewer than 128 steps; see :mod:`dynamics.convergence`). All are computed inside the compiled loop; a cycle or chaos shows as a large
-    final step that does not decrease.
+    drifting; 0 when fewer than 128 steps; see :mod:`dynamics.convergence`). All are computed inside the compiled
+    loop; a cycle or chaos shows as a large final step that does not decrease.
 
     Raises
     ------

@@ -14,7 +14,7 @@ Implements the empirical side of ``docs/models/scan_snap.md``:
   parametrisations log the same variables.
 * :func:`distinct_recall`: recall of distinct tokens above attention thresholds (docs/models/scan_snap.md §5.3, Figs.
   11/12).
-* :class:`TextTransformer`: the one-layer post-LayerNorm Transformer of the spec's WikiText experiment
+* :class:`TextTransformer`: the one-layer post-LayerNorm Transformer of the WikiText experiment
   (docs/models/scan_snap.md §5.5, Fig. 10 setting), trained on the word-level corpus of :mod:`empirical.text_corpus`;
   probe: average attention entropy.
 
@@ -26,10 +26,10 @@ Training is the shared trainer :func:`empirical.train.train`; :func:`config("sgd
 momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the
 docs/models/scan_snap.md §4.6 diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``,
 ``decoder_stats``) on the reduced blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (docs/models/scan_snap.md §4.1),
-so a torch run and ``map`` align with ``xarray`` on the same variables: ``z`` (dims query_token, token), ``H`` / ``alpha_tgt``
-/ ``gamma_hat`` (dim class) and ``H_mean``, with the closed form's coordinates (the spec's 0-based ids m, l, n). The
-array probes are declared by :attr:`ScanSnapTorch.probe_dims` (the trainer's array-probe protocol,
-:mod:`empirical.train`).
+so a torch run and ``map`` align with ``xarray`` on the same variables: ``z`` (dims query_token, token), ``H`` /
+``alpha_tgt`` / ``gamma_hat`` (dim class) and ``H_mean``, with the closed form's coordinates (the 0-based ids m, l,
+n of docs/models/scan_snap.md §0.1). The array probes are declared by :attr:`ScanSnapTorch.probe_dims` (the
+trainer's array-probe protocol, :mod:`empirical.train`).
 
 Symbol table (docs/models/scan_snap.md §0.4; shapes carry the trainer's leading seed axis S)
 --------------------------------------------------------------------------------------------
@@ -430,7 +430,8 @@ class TextTransformer:
 
     @property
     def probe_dims(self) -> dict[str, tuple[str, ...]]:
-        """``attn`` (query_position, key_position) when ``map_rows`` > 0 (the :mod:`empirical.train` array-probe protocol)."""
+        """``attn`` (query_position, key_position) when ``map_rows`` > 0 (the :mod:`empirical.train` array-probe
+        protocol)."""
         return {"attn": ("query_position", "key_position")} if self.map_rows else {}
 
     def __post_init__(self):
