@@ -881,7 +881,7 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
     ts = np.linspace(0.0, t_max, check_int("n_grid", n_grid, min_value=3))
     solver = _default_solver()
     X = integrate(_k.exact_rhs, _initial_state(classes, lay, None, None), (0.0, float(ts[-1])), params=p,
-                  solver=solver, saveat=SaveAt(ts=ts), names="state").states()[0]
+                  solver=solver, saveat=SaveAt(ts=ts), names="state", trend=False).states()[0]
 
     def stats_of(Xs):
         Y, Z = _unpack(classes, lay, Xs)
@@ -892,7 +892,7 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
         if t == ts[i]:
             return X[i]
         return integrate(_k.exact_rhs, X[i], (float(ts[i]), float(t)), params=p, solver=solver,
-                         saveat=SaveAt(final=True), names="state").states()[0, -1]
+                         saveat=SaveAt(final=True), names="state", trend=False).states()[0, -1]
 
     s = stats_of(X)
     g = s["gamma_hat"][:, n]

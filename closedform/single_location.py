@@ -930,7 +930,7 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
     while live.size and done < n_steps:
         m = min(chunk, n_steps - done)
         x0 = np.concatenate([X[live], np.full((live.size, 1), lam)], axis=1)
-        tr = dynamics.iterate(_k.five_step, x0, m, params=params, saveat=dynamics.SaveAt(final=True))
+        tr = dynamics.iterate(_k.five_step, x0, m, params=params, saveat=dynamics.SaveAt(final=True), trend=False)
         new = tr.states()[:, -1, :5]
         moved = np.max(np.abs(new - X[live]), axis=1)
         X[live] = new

@@ -214,3 +214,15 @@ def test_step_norm_trend_of_flows(solver):
                     saveat=SaveAt(ts=np.union1d(np.linspace(0.0, 4.0, 9), [1.3])))
     assert np.array_equal(run.states(), sub.states()[:, np.isin(sub.time.values, [0.0, 1.3, 4.0])])
     assert np.array_equal(ref.final_step_norm.values, run.final_step_norm.values)
+
+
+def test_trend_off_leaves_the_run_unchanged_and_the_trend_unknown():
+    x0 = np.array([[0.15], [0.3]])
+    on = iterate(_logistic, x0, 3000, params=[3.9], saveat=SaveAt(every=100))
+    off = iterate(_logistic, x0, 3000, params=[3.9], saveat=SaveAt(every=100), trend=False)
+    assert np.array_equal(on.states(), off.states())
+    assert np.array_equal(on.final_step_norm.values, off.final_step_norm.values)
+    assert np.all(on.step_norm_trend.values == 1) and np.all(off.step_norm_trend.values == 0)
+    for solver in (RK4(dt=0.01), Dopri5()):
+        flow = integrate(_decay, x0, (0.0, 4.0), params=[2.0], solver=solver, saveat=SaveAt(n=5), trend=False)
+        assert np.all(flow.step_norm_trend.values == 0)
