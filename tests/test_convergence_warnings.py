@@ -74,6 +74,20 @@ def test_single_location_absurd_step_and_silencing():
     _warns(lambda: sl.map(task, x0, alpha=50.0, n_steps=2000, lam=sched, saveat=FINAL), "not converging")
 
 
+def test_single_location_period_two_cycle_of_the_step_size_instability_warns():
+    # d = 400, alpha = 4e-3, constant lambda = 0.5 (docs/models/single_location.md §7.4): PGD ends on a period-2
+    # cycle, shown independently of the diagnostic by x_n = x_{n-2} (to rounding) while x_n - x_{n-1} stays 0.02
+    task = sl.SingleLocationTask(d=400, L=10)
+    x0 = sl.sample_initial_state(task, 3, rng=0)
+    n = 40_000
+    run = _warns(lambda: sl.map(task, x0, alpha=4e-3, n_steps=n, lam=0.5, saveat=SaveAt(steps=[n - 2, n - 1, n])),
+                 "3 of 3 trajectories are not converging")
+    X = run.states()[..., :5]
+    assert np.max(np.abs(X[:, 2] - X[:, 0])) < 1e-12  # rounding of a cycle reached long ago (|x| <= 1)
+    assert np.min(np.max(np.abs(X[:, 2] - X[:, 1]), axis=1)) > 1e-2
+    assert np.all(run.step_norm_trend.values == 1)
+
+
 def test_full_pgd_carries_the_diagnostics_and_warns_on_chaos():
     task = sl.SingleLocationTask(d=1000, L=10)
     x0 = sl.sample_initial_state(task, 1, rng=1)[0]
