@@ -42,10 +42,11 @@ Every quantity "at t" is evaluated at theta^(t), the parameters after t updates,
 
 Notes
 -----
-The embedding H = [X; I_D] is [reconstructed] in the spec (strongly constrained); the reduction is [derived] and
-exact for the stated model. The population expectations of the reduced map are Monte Carlo averages over a fixed
-sample (common random numbers across steps); their standard errors count unique draws only
-(docs/models/token_selection.md §0: a mirror image (-X, -y) is an exact copy for every quantity of the reduced state).
+The embedding H = [X; I_D] is [reconstructed] (docs/models/token_selection.md §B.2; strongly constrained); the
+reduction is [derived] and exact for the stated model. The population expectations of the reduced map are Monte
+Carlo averages over a fixed sample (common random numbers across steps); their standard errors count unique draws
+only (docs/models/token_selection.md §0: a mirror image (-X, -y) is an exact copy for every quantity of the reduced
+state).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from scipy.special import expit, softmax
 import dynamics
 from closedform import _group_sparse_kernels as _k
 from closedform.nearest_neighbor import _over_samples, _sample_list, eta_batch
+from dynamics.convergence import check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
@@ -584,7 +586,8 @@ def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
 
 
 def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, rng=None, state0=None,
-        saveat: SaveAt | None = None, with_se: bool = True, progress: bool = False, eta=None) -> Trajectory:
+        saveat: SaveAt | None = None, with_se: bool = True, progress: bool = False, eta=None,
+        warn_unconverged: bool = True) -> Trajectory:
     """The reduced 8-scalar GD dynamics of docs/models/token_selection.md §B.3 on a fixed Monte Carlo sample (common
     random numbers), from zero.
 
@@ -593,18 +596,26 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
     gap_s, gap_self``, ``loss`` (and ``loss_se``), ``accuracy``, ``attn_jstar``, ``attn_jstar_q`` (5% quantile of min_j
     S[j*, j]); with ``with_se`` also ``grad_<name>`` and ``se_grad_<name>`` (the MC gradient and its standard error at
     each saved state). Time axis: ``step`` = t, ``time`` = eta t. ``eta`` (float or (n,) array, optional) overrides the
-    spec's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes on
+    task's step per trajectory (:func:`closedform.nearest_neighbor.eta_batch`): one call runs a grid of step sizes on
     the same sample (then ``time`` = t unless they are all equal).
 
     ``rs`` may also be a sequence of ReducedSample (e.g. one per seed, :func:`reduce_sample` of each seed's training
     set): trajectory i then runs on ``rs[i]`` from row i of ``state0`` (or the one ``state0``) with ``eta[i]`` (or
     the one ``eta``), and the result equals the per-sample calls stacked along ``trajectory``
     (with a ``sample`` coordinate).
+
+    ``warn_unconverged`` (default True): warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm (the
+    max-norm of one update) did not decrease over the last half of the run, i.e. a cycle or chaos from too large
+    a step size (past the stability limit the map can also raise ``dynamics.DivergenceError``). A run that is merely
+    unconverged does not warn: the logistic loss has no minimiser at finite weights (the attention and value
+    scalars keep growing, docs/models/token_selection.md §B.4), so the steps only shrink. ``final_step_norm``,
+    ``converged`` (step norm < 1e-8) and ``step_norm_trend`` (``dynamics.convergence``) are returned either way.
     """
     if rs is not None and not isinstance(rs, ReducedSample):
-        return _over_samples(lambda r, s0, e: map(task, n_steps, rs=r, state0=s0, saveat=saveat, with_se=with_se,
-                                                  progress=progress, eta=e),
+        traj = _over_samples(lambda r, s0, e: map(task, n_steps, rs=r, state0=s0, saveat=saveat, with_se=with_se,
+                                                  progress=progress, eta=e, warn_unconverged=False),
                              _sample_list(rs, ReducedSample, "rs"), state0, eta)
+        return check_run(traj, warn_unconverged, what="group_sparse.map", fixed_points=False)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if rs is None:
         rs = population_sample(task, check_int("n_samples", n_samples, min_value=2), rng)
@@ -632,12 +643,13 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
                     out[name][i, t] = val
         return out
 
-    return dynamics.iterate(
+    traj = dynamics.iterate(
         _k.reduced_step, x0, n_steps, params=p, saveat=saveat, names=list(STATE_NAMES), derived=derived,
         time_scale=time_scale, progress=progress,
         attrs={"model": "group_sparse", "spec": task, "source": "closedform", "time_unit": time_unit,
                "equation": "docs/models/token_selection.md §B.3",
                "config": {"n_unique": rs.n_unique, "n_samples": rs.a.shape[0]}})
+    return check_run(traj, warn_unconverged, what="group_sparse.map", fixed_points=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

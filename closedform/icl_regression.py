@@ -52,6 +52,7 @@ import scipy.special
 
 import dynamics
 from closedform import _icl_regression_kernels as _k
+from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
@@ -76,6 +77,9 @@ MODEL = "icl_regression"
 TIME_UNIT = "F/2 gradient-flow time t; map: t = lr * step (docs/models/icl_regression.md §0.3)"
 _TIME_FLOW = "F/2 gradient-flow time t (docs/models/icl_regression.md §0.3)"
 _TIME_MAP = "F/2 gradient-flow time t = lr * step (docs/models/icl_regression.md §0.3)"
+
+# Threshold of ``converged`` in flow and symmetric_flow (max-norm of d(omega, mu)/dt at the end; map: lr times it).
+CONVERGENCE_TOL = DEFAULT_CONVERGENCE_TOL
 _EXP_MAX = float(np.log(np.finfo(np.float64).max))  # largest exponent whose exp is finite (~709.78)
 
 
@@ -144,7 +148,7 @@ class ICLRegressionTask:
         return np.rint(np.asarray(t, dtype=np.float64) / lr).astype(np.int64)
 
     def to_json(self) -> str:
-        """JSON of the spec (provenance); see docs/models/icl_regression.md §1 for the meaning of the fields."""
+        """JSON of the task (provenance); see docs/models/icl_regression.md §1 for the meaning of the fields."""
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
@@ -323,8 +327,8 @@ def _draw_rotated(task: ICLRegressionTask, rng: np.random.Generator, a_out: np.n
 
 
 def true_loss_mc(task: ICLRegressionTask, omega, mu, n_prompts: int, rng=None, *, chunk: int = 65536):
-    """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: spec Eq. (3.2),
-    docs/models/icl_regression.md §4.1.
+    """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: paper Eq. (3.2)
+    (docs/models/icl_regression.md §4.3), docs/models/icl_regression.md §4.1.
 
     Uses the variance-reduced form R = sigma^2 + E[(beta^T x_q - yhat)^2] of docs/models/icl_regression.md §4.1, with
     beta and the context-label noise also integrated out exactly (only the covariates are sampled). All configurations
@@ -455,7 +459,7 @@ def _attrs(task: ICLRegressionTask, *, equation: str, time_unit: str, config: di
 
 
 def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, stop=None,
-         progress: bool = False, sigma2=None, L=None):
+         progress: bool = False, sigma2=None, L=None, warn_unconverged: bool = True):
     """Gradient flow of F/2 for H heads, batched over initial conditions: docs/models/icl_regression.md §5.1 (time:
     F/2-flow time, docs/models/icl_regression.md §0.3).
 
@@ -478,10 +482,17 @@ def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=No
         Passed to :func:`dynamics.integrate`.
     sigma2, L : number or (n_traj,) array, optional
         Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
+    warn_unconverged : bool, default True
+        For one head (H = 1, whose F has a finite minimiser, docs/models/icl_regression.md §7.3): warn
+        (``dynamics.UnconvergedWarning``) when a trajectory ends with the max-norm of the vector field >= 1e-8
+        (:data:`CONVERGENCE_TOL`), unless ``stop`` ended the run on purpose. For H >= 2 the flow never warns: its
+        infimum lies at the end of the solution manifold (gamma -> 0, docs/models/icl_regression.md §5.4, §6.3;
+        omega ~ t^(-1/6)), so no run converges, and a gradient flow cannot cycle (its blow-up raises).
 
     Returns
     -------
-    dynamics.Trajectory with variables omega_0.., mu_0.., F, mu_dot_omega, sum_mu.
+    dynamics.Trajectory with variables omega_0.., mu_0.., F, mu_dot_omega, sum_mu, and the convergence diagnostics
+    ``final_step_norm``, ``converged``, ``step_norm_trend`` (``dynamics.convergence``).
     A non-finite value (e.g. exp(d omega_h omega_h') overflowing) raises ``dynamics.DivergenceError`` naming the
     time, trajectory and head variable.
     """
@@ -492,15 +503,18 @@ def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=No
         solver = dynamics.Dopri5(rtol=1e-10, atol=1e-12)
     params, n, _, cfg = _batch_params(task, y0.shape[0], sigma2, L)
     y0 = np.ascontiguousarray(np.broadcast_to(y0, (n, y0.shape[1])))
-    return dynamics.integrate(
+    traj = dynamics.integrate(
         _k.flow_rhs, y0, tuple(t_span), params=params, solver=solver, saveat=saveat, names=state_names(H),
         observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, stop=stop, progress=progress,
+        convergence_tol=CONVERGENCE_TOL,
         attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=_TIME_FLOW,
                      config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span], **cfg}))
+    return check_run(traj, warn_unconverged and H == 1 and stop is None, what="icl_regression.flow",
+                     tol=CONVERGENCE_TOL)
 
 
 def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, stop=None,
-        progress: bool = False, sigma2=None, L=None):
+        progress: bool = False, sigma2=None, L=None, warn_unconverged: bool = True):
     """Gradient descent on F/2 with learning rate ``lr`` (the authors' helper ``gradient_flow``):
     docs/models/icl_regression.md §5.1.
 
@@ -516,10 +530,17 @@ def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, 
     saveat : dynamics.SaveAt, optional (entries hold the state after n updates, n = 0 is the initialisation, docs/models/icl_regression.md §0.2)
     sigma2, L : number or (n_traj,) array, optional
         Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
+    warn_unconverged : bool, default True
+        Warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm did not decrease over the last half of
+        the run (an ``lr`` beyond the stability limit gives a cycle or chaos, or a ``dynamics.DivergenceError``);
+        for one head without ``stop`` (see :func:`flow`) also when it is still converging, the threshold on the
+        last update being ``lr`` (the smallest, for an array) times :data:`CONVERGENCE_TOL` (the flow's gradient
+        size).
 
     Returns
     -------
-    dynamics.Trajectory with variables omega_0.., mu_0.., F, mu_dot_omega, sum_mu.
+    dynamics.Trajectory with variables omega_0.., mu_0.., F, mu_dot_omega, sum_mu and the convergence diagnostics
+    of :func:`flow`.
     """
     task = _check_task(task)
     if np.ndim(lr) == 0:
@@ -531,12 +552,15 @@ def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, 
     y0 = np.ascontiguousarray(np.broadcast_to(y0, (n, y0.shape[1])))
     # time = lr * step needs one lr: a per-trajectory lr gives time = step
     time_scale = float(lr) if np.ndim(lr) == 0 else 1.0
-    return dynamics.iterate(
+    tol = CONVERGENCE_TOL * float(np.min(lr))
+    traj = dynamics.iterate(
         _k.gd_step, y0, n_steps, params=params, saveat=saveat, names=state_names(H),
         observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, step_observe=_k.gd_step_observables, stop=stop,
-        time_scale=time_scale, progress=progress,
+        time_scale=time_scale, progress=progress, convergence_tol=tol,
         attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=_TIME_MAP,
                      config={"H": H, "lr": np.asarray(lr).tolist(), "n_steps": n_steps, **cfg}))
+    return check_run(traj, warn_unconverged, what="icl_regression.map", fixed_points=H == 1 and stop is None,
+                     tol=tol)
 
 
 def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
@@ -562,6 +586,7 @@ def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None,
     use :func:`flow` with (2,)-shaped ``omega0``, ``mu0``.
 
     Time is the F/2-flow time (docs/models/icl_regression.md §0.3). Default solver ``Dopri5(rtol=1e-10, atol=1e-12)``.
+    Never warns about convergence, as :func:`flow` with H = 2.
     """
     task = _check_task(task)
     omega0 = check_finite_array("omega0", omega0, ndim=(0, 1))
@@ -582,7 +607,7 @@ def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None,
 
     return dynamics.integrate(
         _k.two_head_rhs, y0, tuple(t_span), params=np.array([float(task.d), task.cL]), solver=solver,
-        saveat=saveat, names=["omega", "mu"], derived=derived, progress=progress,
+        saveat=saveat, names=["omega", "mu"], derived=derived, progress=progress, convergence_tol=CONVERGENCE_TOL,
         attrs=_attrs(task, equation="docs/models/icl_regression.md §6.2, Eq. (B.4) (symmetric two-head flow of F/2)",
                      time_unit=_TIME_FLOW, config={"H": 2, "symmetric": True, "solver": repr(solver),
                                                    "t_span": [float(t) for t in t_span]}))

@@ -41,7 +41,7 @@ Notes
   L = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1]; only the x's are sampled.
 * Theorem A1's rate O(poly(N, d)/log t) is an upper bound with unrecoverable constants; at the sizes we can run the
   loss falls faster, about t^(-1/3), and xi1 grows like t^(1/3) (d=4, N=16: local exponents 0.34-0.36 for
-  t = 10^3..2*10^4). Heuristic [derived, not in the spec]: once the self-token is masked, L ~ C/xi1 (the mass on
+  t = 10^3..2*10^4). Heuristic [derived here, not in the paper]: once the self-token is masked, L ~ C/xi1 (the mass on
   near-ties decays like 1/xi1), so dxi1/dt ~ (eta/d) C/xi1^2 and xi1 ~ t^(1/3). The ratio bound xi1 <= (7/15) xi2 of
   the proof is [not reproduced] (docs/models/token_selection.md §A.6) and deliberately not implemented.
 """
@@ -59,6 +59,7 @@ import scipy.special
 
 import dynamics
 from closedform import _nearest_neighbor_kernels as _k
+from dynamics.convergence import check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.saveat import SaveAt
@@ -269,7 +270,7 @@ def sample_shifted_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, 
     Parameters
     ----------
     delta : float in (0, 2)
-        Separation gap (its paper value is [unknown]; spec default 0.2).
+        Separation gap (its paper value is [unknown]; toolkit default 0.2).
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     delta = check_positive("delta", delta)
@@ -675,7 +676,7 @@ def _stack_runs(runs) -> dynamics.Trajectory:
 
 def _check_prompts(task: NearestNeighborTask, prompts: Prompts) -> None:
     if prompts.N != task.N or prompts.d != task.d:
-        raise ValueError(f"prompts have (N, d) = ({prompts.N}, {prompts.d}) but the spec has ({task.N}, {task.d})")
+        raise ValueError(f"prompts have (N, d) = ({prompts.N}, {prompts.d}) but the task has ({task.N}, {task.d})")
 
 
 def _attrs(task, prompts, source, extra=None) -> dict:
@@ -687,7 +688,8 @@ def _attrs(task, prompts, source, extra=None) -> dict:
 
 
 def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat=None,
-        quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None):
+        quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None,
+        warn_unconverged: bool = True):
     """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (docs/models/token_selection.md §A.5, Eq. "xi1 <- xi1
     - (eta/d) dL/dxi1, xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
 
@@ -713,6 +715,14 @@ def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat
     eta : float or (n,) array, optional
         Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows (:func:`eta_batch`):
         one call runs a grid of step sizes on the same sample.
+    warn_unconverged : bool, default True
+        Warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm (max-norm of one update) did not decrease
+        over the last half of the run: a cycle or chaos from too large a step size (a step size past the stability
+        limit can also raise ``dynamics.DivergenceError``). A run that is merely unconverged does not warn: the loss
+        has no minimiser at finite (xi1, xi2) -- xi1 grows as the softmax hardens towards the nearest-neighbour rule
+        (docs/models/token_selection.md §A.5) -- so the steps only shrink.
+        ``final_step_norm``, ``converged`` (step norm < 1e-8) and ``step_norm_trend`` (``dynamics.convergence``)
+        are returned either way.
 
     Returns
     -------
@@ -722,9 +732,11 @@ def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat
         ``dynamics.DivergenceError`` on a non-finite state.
     """
     if not isinstance(prompts, Prompts):
-        return _over_samples(lambda p, s0, e: map(task, p, n_steps, state0=s0, saveat=saveat, quantile=quantile,
-                                                  bound=bound, progress=progress, seed=seed, eta=e),
+        traj = _over_samples(lambda p, s0, e: map(task, p, n_steps, state0=s0, saveat=saveat, quantile=quantile,
+                                                  bound=bound, progress=progress, seed=seed, eta=e,
+                                                  warn_unconverged=False),
                              _sample_list(prompts, Prompts, "prompts"), state0, eta)
+        return check_run(traj, warn_unconverged, what="nearest_neighbor.map", fixed_points=False)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if not 0.0 < quantile < 1.0:
         raise ValueError(f"quantile must lie in (0, 1); got {quantile!r}")
@@ -748,8 +760,9 @@ def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat
     attrs["time_unit"] = time_unit
     if eta is not None:
         attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
-    return dynamics.iterate(_k.gd_step, state0, n_steps, params=params, saveat=saveat, names=list(STATE_NAMES),
+    traj = dynamics.iterate(_k.gd_step, state0, n_steps, params=params, saveat=saveat, names=list(STATE_NAMES),
                             derived=derived, time_scale=time_scale, progress=progress, bound=bound, attrs=attrs)
+    return check_run(traj, warn_unconverged, what="nearest_neighbor.map", fixed_points=False)
 
 
 def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):

@@ -52,6 +52,7 @@ from scipy.special import softmax
 import dynamics
 from closedform import _random_walk_kernels as _kern
 from closedform.nearest_neighbor import _over_samples, _sample_list, eta_batch
+from dynamics.convergence import check_run
 from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
@@ -646,7 +647,7 @@ def map_params(task: RandomWalkTask, sample: WalkSample) -> np.ndarray:
 
 
 def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
-        progress: bool = False, attrs: dict | None = None, eta=None):
+        progress: bool = False, attrs: dict | None = None, eta=None, warn_unconverged: bool = True):
     """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers),
     docs/models/token_selection.md §C.5.
 
@@ -674,6 +675,13 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
     eta : float or (n,) array, optional
         Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows
         (:func:`closedform.nearest_neighbor.eta_batch`); ``time`` is then the step.
+    warn_unconverged : bool, default True
+        Warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm (max-norm of one update) did not
+        decrease over the last half of the run: a cycle or chaos from too large a step size (past the stability
+        limit the map can also raise ``dynamics.DivergenceError``). A run that is merely unconverged does not warn:
+        the cross-entropy has no minimiser at finite (V, a, c) (V grows like sqrt(t),
+        docs/models/token_selection.md §C.7), so the steps only shrink. ``final_step_norm``, ``converged`` (step
+        norm < 1e-8) and ``step_norm_trend`` (``dynamics.convergence``) are returned either way.
 
     Returns
     -------
@@ -696,9 +704,11 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
         if len(tests) != len(samples):
             raise ValueError(f"test must be None, one WalkSample or one per training sample ({len(samples)}); "
                              f"got {len(tests)}")
-        return _over_samples(lambda wt, s0, e: map(task, n_steps, walks=wt[0], test=wt[1], state0=s0,
-                                                   saveat=saveat, progress=progress, attrs=attrs, eta=e),
+        traj = _over_samples(lambda wt, s0, e: map(task, n_steps, walks=wt[0], test=wt[1], state0=s0,
+                                                   saveat=saveat, progress=progress, attrs=attrs, eta=e,
+                                                   warn_unconverged=False),
                              list(zip(samples, tests)), state0, eta)
+        return check_run(traj, warn_unconverged, what="random_walk.map", fixed_points=False)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)
     run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
@@ -710,9 +720,10 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
         run_attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
         run_attrs["time_unit"] = "step"
     run_attrs.update(attrs or {})
-    return dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, saveat=saveat,
+    traj = dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, saveat=saveat,
                             names=state_names(task), derived=_derived_fn(task, train, test), time_scale=time_scale,
                             progress=progress, attrs=run_attrs)
+    return check_run(traj, warn_unconverged, what="random_walk.map", fixed_points=False)
 
 
 def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, state0=None, solver=None,
@@ -722,7 +733,10 @@ def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, st
 
     Same arguments and derived variables as :func:`map`, with the flow time ``tau_end`` = eta T instead of
     a step count, and ``solver`` a ``dynamics`` ODE solver (default ``dynamics.Dopri5()``). The ``time`` axis is tau;
-    compare with the map at step tau / eta.
+    compare with the map at step tau / eta. The result carries the convergence diagnostics of :func:`map` (on the
+    size of the vector field) but never warns: a gradient flow cannot cycle or be chaotic, its blow-up raises
+    ``dynamics.DivergenceError``, and without a finite minimiser it never converges, so an unconverged end says
+    nothing (its vector field may even grow for a while as the attention moves to the parent token).
     """
     tau_end = check_positive("tau_end", tau_end)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)

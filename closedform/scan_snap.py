@@ -39,8 +39,9 @@ C0_paper, C0_cons | C0  | Theorem 4 constants                                 | 
 
 Notes
 -----
-Departures from the printed paper follow the spec's errata: E' sign (E1), B_n(0) = 0 (E2, form 'paper'), the
-consistent common-token rate with 1/(4K) prefactor (E3, form 'cons'), pi_n in the attention ODE (E4).
+Departures from the printed paper follow the errata of docs/models/scan_snap.md §8: E' sign (E1), B_n(0) = 0 (E2,
+form 'paper'), the consistent common-token rate with 1/(4K) prefactor (E3, form 'cons'), pi_n in the attention ODE
+(E4).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import scipy.optimize
 import scipy.special
 
 from closedform import _scan_snap_kernels as _k
+from dynamics.convergence import check_run
 from dynamics.validation import check_choice, check_finite_array, check_int, check_positive
 
 REFERENCE = {
@@ -101,7 +103,8 @@ class SequenceClasses:
     P : (K, Lc) float64
         P(l|n): rows non-negative, summing to 1 (docs/models/scan_snap.md §1.2).
     tgt : (K,) int, optional
-        Output index of each class's next token, distinct, in [0, M) (default: n, as in spec P7/P8).
+        Output index of each class's next token, distinct, in [0, M) (default: n, as in the reference values of
+        docs/models/scan_snap.md §7).
     psi : (K,) int, optional
         Query index of each class (default: all 0, a single query).
     Q : int, optional
@@ -566,7 +569,8 @@ def random_init(classes: SequenceClasses, rng=None):
     (docs/models/scan_snap.md §4.1).
 
     Returns Y0 = Yfull[0:Lc, :] (Lc, M) and Z0 = Zfull[Lc:Lc+Q, 0:Lc] (Q, Lc). Needs the generator layout
-    (M >= Lc + Q); ``rng`` is an int seed or Generator (the spec's draw d uses ``numpy.random.default_rng(d)``).
+    (M >= Lc + Q); ``rng`` is an int seed or Generator (reference draw d uses ``numpy.random.default_rng(d)``,
+    docs/models/scan_snap.md §7).
     """
     from dynamics.random import as_generator
 
@@ -598,11 +602,11 @@ def _diagnostic_vars(classes, lay, Y, Z):
 
 
 def _finish(traj, classes, lay, *, has_Y=True):
-    """Compact Trajectory: ONE state variable ``z`` (trajectory, time, query, token) holding the logits z_{ml};
+    """Compact Trajectory: ONE state variable ``z`` (trajectory, time, query_token, token) holding the logits z_{ml};
     ``Y`` (token, column) and the docs/models/scan_snap.md §4.6 diagnostics as multi-dimensional variables (class,
-    token). Every dim has a coordinate: ``query`` m, ``class`` n and ``token`` l are the spec's 0-based ids
-    (docs/models/scan_snap.md §0.1), ``column``
-    the output labels of :func:`_layout`. Provenance attributes are the engine's."""
+    token). Every dim has a coordinate: ``query_token`` m, ``class`` n and ``token`` l are the 0-based ids of
+    docs/models/scan_snap.md §0.1, ``column`` the output labels of :func:`_layout`. Provenance attributes are the
+    engine's."""
     from dynamics import Trajectory
 
     X = traj.states()  # the engine ran with the whole state as one array variable (names="state")
@@ -611,11 +615,14 @@ def _finish(traj, classes, lay, *, has_Y=True):
     base = ("trajectory", "time")
     Z = X[..., nY:nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))  # row-major z_{ml} at m*Lc + l (kernel layout)
     Y = X[..., :nY].reshape(X.shape[:-1] + (Lc, len(lay.mult))) if has_Y else None
-    data = {"z": (base + ("query", "token"), Z)}
+    data = {"z": (base + ("query_token", "token"), Z)}
     for name, (dims, arr) in _diagnostic_vars(classes, lay, Y, Z).items():
         data[name] = (base + dims, arr)
+    for name, var in traj.data_vars.items():  # the engine's per-trajectory diagnostics (final_step_norm, ...)
+        if var.dims == ("trajectory",):
+            data[name] = (("trajectory",), var.values)
     coords = {c: traj.coords[c] for c in ("time", "step", "trajectory")}
-    coords["query"] = ("query", np.arange(Q))
+    coords["query_token"] = ("query_token", np.arange(Q))
     coords["class"] = ("class", np.arange(classes.K))
     coords["token"] = ("token", np.arange(Lc))
     if has_Y:
@@ -629,7 +636,7 @@ def _finish(traj, classes, lay, *, has_Y=True):
 def _default_solver():
     from dynamics import Dopri5
 
-    #  rtol 1e-10 / atol 1e-12: the spec's reference settings (docs/models/scan_snap.md §7) for ODE values to 1e-6
+    #  rtol 1e-10 / atol 1e-12: the reference settings of docs/models/scan_snap.md §7 for ODE values to 1e-6
     # absolute.
     return Dopri5(rtol=1e-10, atol=1e-12)
 
@@ -662,11 +669,16 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
 
     Returns
     -------
-    Trajectory with the state variable ``z`` (trajectory, time, query, token): the logits z_{ml} of the Z rows,
-    coordinates ``query`` = m and ``token`` = l; ``Y`` (token, column), columns labelled by output
+    Trajectory with the state variable ``z`` (trajectory, time, query_token, token): the logits z_{ml} of the Z rows,
+    coordinates ``query_token`` = m and ``token`` = l; ``Y`` (token, column), columns labelled by output
     index, or ``t{n}`` (target of class n) and ``rest`` when lumped; diagnostics ``c`` (class, token), ``H``
-    (class), ``H_mean``, ``alpha_tgt``, ``gamma_hat``, ``loss`` (class). Raises ``dynamics.DivergenceError`` on a
-    non-finite state.
+    (class), ``H_mean``, ``alpha_tgt``, ``gamma_hat``, ``loss`` (class); the engine's convergence diagnostics
+    ``final_step_norm``, ``converged`` (< 1e-8) and ``step_norm_trend`` (``dynamics.convergence``). Raises
+    ``dynamics.DivergenceError`` on a non-finite state.
+
+    The flow never warns about convergence, because it never converges: the cross-entropy has no minimiser at
+    finite (Y, Z), and the logits grow without bound by design (like log t once the attention snaps,
+    docs/models/scan_snap.md §3) while their rate decays; a gradient flow cannot cycle, and its blow-up raises.
     """
     from dynamics import integrate
 
@@ -683,7 +695,7 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
 
 
 def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, saveat=None,
-        lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None):
+        lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None, warn_unconverged: bool = True):
     """Iterate the discrete population map of docs/models/scan_snap.md §4.3 (plain GD or heavy-ball momentum), step for
     step.
 
@@ -700,6 +712,11 @@ def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, sav
     eta_Y, eta_Z : float or (n,) float, optional
         Learning rates per trajectory, overriding the task's; ``momentum`` and the rates broadcast with the Y0/Z0
         batch (each of length 1 or n), so a grid of optimiser settings runs in one call.
+    warn_unconverged : bool, default True
+        Warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm (max-norm of one update, momentum
+        buffers included) did not decrease over the last half of the run: oscillation or chaos from too large a
+        learning rate or momentum. A run that is merely unconverged does not warn: none converges (see
+        :func:`flow`), the steps only shrink.
 
     Returns
     -------
@@ -717,7 +734,7 @@ def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, sav
                    progress=progress,
                    attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
                           "equation": "docs/models/scan_snap.md 4.3", "time_unit": "step", "lumped": int(lumped), **rates})
-    return _finish(traj, classes, lay)
+    return check_run(_finish(traj, classes, lay), warn_unconverged, what="scan_snap.map", fixed_points=False)
 
 
 def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
@@ -727,11 +744,11 @@ def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_
     Implements docs/models/scan_snap.md §4.4: g_n = gamma(t) F (F^T F)^{-1} q^(n) (Theorem 1, Eq. 9) in the POPULATION
     attention ODE of Lemma 4 (docs/models/scan_snap.md §3.1). Requires uniform pi. ``leading_order=True`` uses q^(n) =
     e_n. ``eta_Y``, ``eta_Z`` (float or (n,) arrays) override the task's rates per trajectory, broadcast with the Z0
-    batch.
+    batch. Never warns about convergence, as :func:`flow`.
 
     Returns
     -------
-    Trajectory with ``z`` (query, token) and the diagnostics ``c`` (class, token), ``H`` (class), ``H_mean``.
+    Trajectory with ``z`` (query_token, token) and the diagnostics ``c`` (class, token), ``H`` (class), ``H_mean``.
     """
     from dynamics import integrate
 
@@ -864,7 +881,7 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
     ts = np.linspace(0.0, t_max, check_int("n_grid", n_grid, min_value=3))
     solver = _default_solver()
     X = integrate(_k.exact_rhs, _initial_state(classes, lay, None, None), (0.0, float(ts[-1])), params=p,
-                  solver=solver, saveat=SaveAt(ts=ts), names="state").states()[0]
+                  solver=solver, saveat=SaveAt(ts=ts), names="state", trend=False).states()[0]
 
     def stats_of(Xs):
         Y, Z = _unpack(classes, lay, Xs)
@@ -875,7 +892,7 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
         if t == ts[i]:
             return X[i]
         return integrate(_k.exact_rhs, X[i], (float(ts[i]), float(t)), params=p, solver=solver,
-                         saveat=SaveAt(final=True), names="state").states()[0, -1]
+                         saveat=SaveAt(final=True), names="state", trend=False).states()[0, -1]
 
     s = stats_of(X)
     g = s["gamma_hat"][:, n]

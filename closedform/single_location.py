@@ -58,6 +58,7 @@ import dynamics
 from closedform import _single_location_kernels as _k
 from closedform.special import phi as _phi
 from closedform.special import zeta as _zeta_u
+from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, block_samples, check_run, step_norm_trend, tail_blocks
 from dynamics.random import as_generator
 from dynamics.validation import (
     check_choice,
@@ -112,6 +113,9 @@ __all__ = [
 
 TIME_UNIT = "step"
 """Time axis of single-location trajectories: time = PGD step (docs/models/single_location.md §0.3)."""
+
+# Threshold of ``converged`` in map and full_pgd with a constant lambda (max-norm of the last update of the scalars).
+CONVERGENCE_TOL = DEFAULT_CONVERGENCE_TOL
 
 # Tolerances of the state checks: inner products of float64 unit vectors are exact to a few ulps, and PGD states
 # accumulate rounding of order 1e-15 per 1e5 steps; 1e-12 (|scalar| <= 1) and 1e-10 (smallest Gram eigenvalue)
@@ -926,7 +930,7 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
     while live.size and done < n_steps:
         m = min(chunk, n_steps - done)
         x0 = np.concatenate([X[live], np.full((live.size, 1), lam)], axis=1)
-        tr = dynamics.iterate(_k.five_step, x0, m, params=params, saveat=dynamics.SaveAt(final=True))
+        tr = dynamics.iterate(_k.five_step, x0, m, params=params, saveat=dynamics.SaveAt(final=True), trend=False)
         new = tr.states()[:, -1, :5]
         moved = np.max(np.abs(new - X[live]), axis=1)
         X[live] = new
@@ -992,7 +996,7 @@ class SpuriousPoint:
 def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
     """The spurious stationary point S (k = v*): theta_S = gamma g phi_1(0, g) / (s zeta(0, g)).
 
-    Implements docs/models/single_location.md §7.4 (found in the spec's verification work; not in the paper). S exists
+    Implements docs/models/single_location.md §7.4 (found by this toolkit's verification; not in the paper). S exists
     when theta_S <= 1. Its excess risk is gamma^2 [1 - g^2 phi_1(0,g)^2/zeta(0,g) + zeta(0,g)] + (L-1) zeta0(lambda).
     """
     task = _task(task)
@@ -1013,7 +1017,7 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
     """Draw n initial states (kappa, nu, theta, eta, rho) from their exact laws; returns (n, 5) float64.
 
     Implements docs/models/single_location.md §6.5. ``on="sphere"``: k, v independent uniform on S^{d-1}, with the
-    spec's reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
+    toolkit's reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
     manifold initialisation, kappa = Z1/sqrt(Z1^2 + chi2(d-2)), nu = Z2/sqrt(Z2^2 + chi2(d-3)) (draw order (Z1, Z2),
     then the two chi-squares), theta = eta = rho = 0. Needs d >= 4.
     """
@@ -1257,7 +1261,7 @@ def _derived_fn(task, manifold):
 
 
 def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
-        progress: bool = False, d=None, converged: float | None = None):
+        progress: bool = False, d=None, converged: float | None = None, warn_unconverged: bool = True):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
 
     Implements docs/models/single_location.md §6.4 (exact five-scalar map, cost independent of d) or, with
@@ -1287,6 +1291,14 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
         ``converged`` (its last state is then carried to the later save points, and ``stopped_at`` records the
         step); for basin maps and runs to convergence. With a decreasing lambda schedule the lambda column keeps
         moving, so use it with a constant lambda.
+    warn_unconverged : bool, default True
+        Warn (``dynamics.UnconvergedWarning``) when a trajectory ends unconverged: its last update moves a state
+        scalar by ``converged`` or more (default 1e-8; with a decreasing lambda schedule, at least twice the
+        schedule's own last increment, since the lambda column moves by that much at every step). With a constant
+        lambda the map has fixed points (docs/models/single_location.md §7), so both a run that is still converging
+        and one that is not (the step-size instability and chaotic windows of §7.4 and §9.7, e.g. d = 1000,
+        lambda >= 0.3, alpha = 4e-3) warn; with a schedule only the latter. The variables ``final_step_norm``,
+        ``converged`` and ``step_norm_trend`` (``dynamics.convergence``) are returned either way.
 
     Arrays of size n (lam (n, 1), alpha (n,), d (n,)) broadcast with the batch: a single state0 row is repeated.
 
@@ -1330,13 +1342,17 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
         "config": {"alpha": alpha_desc, "n_steps": n_steps, "lam": lam_desc, "manifold": bool(manifold),
                    "d": d_desc},
     }
-    return dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names,
+    constant = lams is None or np.ptp(lams) == 0
+    tol = converged if converged is not None else max(CONVERGENCE_TOL, 0.0 if constant else
+                                                        2.0 * float(abs(lams[-1] - lams[-2])))
+    traj = dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names,
                             derived=_derived_fn(task, manifold), progress=progress, attrs=attrs,
-                            converged=converged)
+                            converged=converged, convergence_tol=tol)
+    return check_run(traj, warn_unconverged, what="single_location.map", fixed_points=constant, tol=tol)
 
 
 def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, n_steps: int, lam,
-             save_every: int = 1, save_vectors: bool = False):
+             save_every: int = 1, save_vectors: bool = False, warn_unconverged: bool = True):
     """Brute-force PGD with d-dimensional vectors and the chain-rule gradient (reference for the reduced maps).
 
     Implements docs/models/single_location.md §6.1 (paper Definition 1) with grad_k R = R_kappa k* + R_eta v* + R_rho v
@@ -1351,10 +1367,13 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
         Record every ``save_every`` steps (and the last step).
     save_vectors : bool
         Also store ``k`` and ``v`` as variables of shape (trajectory, time, d).
+    warn_unconverged : bool, default True
+        As in :func:`map`, with the step norm taken over the six scalars (kappa, ..., rho, lambda) of each update.
 
     Returns
     -------
-    dynamics.Trajectory with the variables of :func:`map`, the scalars computed as inner products of the vectors.
+    dynamics.Trajectory with the variables of :func:`map`, the scalars computed as inner products of the vectors,
+    and the convergence diagnostics ``final_step_norm``, ``converged``, ``step_norm_trend`` of :func:`map`.
     """
     task = _task(task)
     alpha = check_positive("alpha", alpha)
@@ -1379,8 +1398,18 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
     partials = np.empty((n, 5))
     s, gamma, L = task.s, task.gamma, float(task.L)
     j = 0
+    blocks, recorded, previous, moved, mid = tail_blocks(0, n_steps), {}, None, np.full(n, np.nan), None
+    tail = set(np.concatenate(blocks).tolist()) if blocks else set()
     for step in range(n_steps + 1):
         sc = [k @ ks, v @ vs, v @ ks, k @ vs, np.sum(k * v, axis=1)]
+        current = np.stack(sc + [np.full(n, lams[step])], axis=1)
+        if previous is not None:  # the max-norm of the update into this step, as the engine's final_step_norm
+            moved = np.max(np.abs(current - previous), axis=1)
+            if step in tail:
+                recorded[step] = moved
+                if step == blocks[0][-1]:
+                    mid = current  # the scalars at the first tail point, for the displacement
+        previous = current
         if step == steps[j]:
             saved[:, j, :5] = np.stack(sc, axis=1)
             saved[:, j, 5] = lams[step]
@@ -1410,8 +1439,16 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
     attrs = {"model": "single_location", "spec": task, "source": "closedform-vectors", "time_unit": TIME_UNIT,
              "equation": "docs/models/single_location.md §6.1, §4.3",
              "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "save_every": save_every}}
-    return dynamics.Trajectory.from_arrays(saved, names=["kappa", "nu", "theta", "eta", "rho", "lam"],
-                                           time=steps.astype(np.float64), step=steps, variables=derived, attrs=attrs)
+    constant = np.ptp(lams) == 0
+    tol = max(CONVERGENCE_TOL, 0.0 if constant else 2.0 * float(abs(lams[-1] - lams[-2])))
+    samples, ends = block_samples(blocks, recorded)
+    trend = step_norm_trend(np.stack(samples, axis=1) if samples else np.empty((n, 0)), ends,
+                            None if mid is None else np.max(np.abs(previous - mid), axis=1))
+    diagnostics = {"final_step_norm": moved, "converged": moved < tol, "step_norm_trend": trend}
+    traj = dynamics.Trajectory.from_arrays(saved, names=["kappa", "nu", "theta", "eta", "rho", "lam"],
+                                           time=steps.astype(np.float64), step=steps, variables=derived, attrs=attrs,
+                                           per_trajectory=diagnostics)
+    return check_run(traj, warn_unconverged, what="single_location.full_pgd", fixed_points=constant, tol=tol)
 
 
 def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float]:

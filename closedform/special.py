@@ -61,7 +61,8 @@ _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 
 @njit(cache=True, fastmath=False)
 def _erf_deriv(x, j):
-    """j-th derivative of erf at x, j = 0..3 (spec conventions: erf' = 2/sqrt(pi) e^{-x^2}, erf'' = -2x erf', ...)."""
+    """j-th derivative of erf at x, j = 0..3 (docs/models/single_location.md §0 conventions: erf' = 2/sqrt(pi)
+    e^{-x^2}, erf'' = -2x erf', ...)."""
     if j == 0:
         return math.erf(x)
     e1 = _TWO_OVER_SQRTPI * math.exp(-x * x)
@@ -255,7 +256,7 @@ def _phi_ufunc(t, g, j):
 def _erf_derivative_ufunc(x, j):
     """j-th derivative of erf at x for j = 0..3 (NaN otherwise): erf, erf', erf'' = -2x erf', erf''' = (4x^2-2) erf'.
 
-    Implements the conventions of docs/models/single_location.md Sec. "Conventions" (top of the spec) used in
+    Implements the conventions of docs/models/single_location.md §0 (Conventions) used in
     docs/models/single_location.md §3.1-§4.3.
     """
     return _erf_deriv(x, j)

@@ -486,9 +486,9 @@ _LANE = {
 }
 
 
-def _obs_frozen(indent: str, Oi: str, x: str, p: str, when: str) -> str:
-    """Lines evaluating OBS on the frozen state ``x`` for the saves j0..j-1 just filled by ``fill_frozen``."""
-    return (f"{indent}for q in range(j0, j):\n"
+def _obs_frozen(indent: str, Oi: str, x: str, p: str, when: str, j: str = "j") -> str:
+    """Lines evaluating OBS on the frozen state ``x`` for the saves j0..``j``-1 just filled by ``fill_frozen``."""
+    return (f"{indent}for q in range(j0, {j}):\n"
             f"{indent}    OBS({when}, {x}, {p}, {Oi}[q])\n")
 
 
@@ -544,7 +544,7 @@ def _map_source(tableau, n_state, obs: bool = False, fused: bool = False) -> str
     fill["obs_doc"] = ("", _OBS_DOC, _OBS_DOC + _FUSED_DOC)[level]
     frozen = _obs_frozen(" " * 12, "O[i]", "x", "p", "save_k[q]") if obs else ""
     lane = {"obs_end": fill.pop("obs_end"), "step": fill.pop("step"),
-            "frozen_fin": _obs_frozen(" " * 16, "O[@]", "x@", "p@", "save_k[q]") if obs else ""}
+            "frozen_fin": _obs_frozen(" " * 16, "O[@]", "x@", "p@", "save_k[q]", "j@") if obs else ""}
     texts = dict(_LANE, step="{step}")
     pieces = {f"{part}_{ln}": text.format(**lane).replace("@", ln) for part, text in texts.items() for ln in "ab"}
     return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK, frozen_run=frozen,

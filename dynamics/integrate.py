@@ -37,6 +37,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dynamics import _kernels, _steppers
+from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, block_samples, step_norm_trend, tail_blocks, tail_points
 from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
@@ -225,6 +226,11 @@ def _observables(O, names, n: int) -> dict:
     return {name: O[:, :n, q] for q, name in enumerate(names)}
 
 
+def _kept_observables(O, names, keep) -> dict:
+    """The observables of the saves selected by the boolean mask ``keep``."""
+    return {name: O[:, keep, q] for q, name in enumerate(names)}
+
+
 def _check_saveat(saveat) -> SaveAt:
     if saveat is None:
         return DEFAULT_SAVEAT
@@ -240,8 +246,6 @@ def _check_bound(bound) -> float:
     return _steppers.finite_bound(bound)
 
 
-# Default of ``convergence_tol`` when neither it nor ``converged`` is given (absolute, max norm).
-DEFAULT_CONVERGENCE_TOL = 1e-8
 
 
 def _convergence_tol(convergence_tol, converged) -> float:
@@ -252,17 +256,28 @@ def _convergence_tol(convergence_tol, converged) -> float:
     return DEFAULT_CONVERGENCE_TOL if converged is None else float(converged)
 
 
-def _diagnostics(norm, tol: float, warn: bool, kind: str) -> dict:
-    """Per-trajectory ``final_step_norm`` and ``converged`` (see :func:`iterate`), warning when asked."""
+def _diagnostics(norm, tol: float, warn: bool, kind: str, samples=(), points=None, displacement=None) -> dict:
+    """Per-trajectory ``final_step_norm``, ``converged`` and ``step_norm_trend`` (see :func:`iterate` and
+    :mod:`dynamics.convergence`; ``samples`` are the step norms at the tail ``points``, in time order, and
+    ``displacement`` the max-norm distance from the state at the first of them to the end), warning when asked."""
     norm = np.asarray(norm, dtype=np.float64)
     ok = norm < tol  # NaN (no step taken) counts as not converged
+    trend = step_norm_trend(np.stack(samples, axis=1) if len(samples) else np.empty((norm.size, 0)), points,
+                            displacement)
     if warn and not ok.all():
         bad = int((~ok).sum())
+        cycling = int(((~ok) & (trend == 1)).sum())
         what = "last update" if kind == "map" else "vector field at the final state"
-        warnings.warn(f"{bad} of {ok.size} trajectories ended unconverged: the max-norm of the {what} is >= "
-                      f"convergence_tol={tol:g} (see the final_step_norm variable); run longer, lower the step size, "
-                      "or check for cycles or chaos", RuntimeWarning, stacklevel=3 if kind == "map" else 4)
-    return {"final_step_norm": norm, "converged": ok}
+        warnings.warn(f"{bad} of {ok.size} trajectories ended unconverged ({cycling} of them cycling or chaotic: "
+                      f"see step_norm_trend): the max-norm of the {what} is >= convergence_tol={tol:g} (see the "
+                      "final_step_norm variable); run longer, lower the step size, or check for cycles or chaos",
+                      RuntimeWarning, stacklevel=3 if kind == "map" else 4)
+    return {"final_step_norm": norm, "converged": ok, "step_norm_trend": trend}
+
+
+def _displacement(start, end) -> np.ndarray | None:
+    """Max-norm distance per trajectory between two states (None when the first was not recorded)."""
+    return None if start is None else np.max(np.abs(end - start), axis=1)
 
 
 def _check_converged(converged) -> float:
@@ -359,14 +374,18 @@ _CONVERGED_DOC = """converged : float > 0, optional
         Threshold of the ``converged`` diagnostic (below); default the ``converged`` stop tolerance when that is
         given, else 1e-8 (absolute: state units per step for maps, per unit time for flows).
     warn_unconverged : bool, default False
-        Issue a ``RuntimeWarning`` naming how many trajectories ended unconverged."""
+        Issue a ``RuntimeWarning`` naming how many trajectories ended unconverged.
+    trend : bool, default True
+        Sample the step norm over the last half of the run for ``step_norm_trend`` (below). It cuts the compiled
+        loop at 72 steps (maps) or 9 points (flows), which costs about 0.5 ms (maps) or 0.2 ms (flows) per call and
+        changes no result; False (e.g. for many short calls in a loop) gives ``step_norm_trend = 0``."""
 
 
 def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, names=None, derived=None, stop=None,
             time_scale: float = 1.0, progress: bool = False, attrs: dict | None = None,
             bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True,
             convergence_tol: float | None = None, warn_unconverged: bool = False, observe=None,
-            observe_names=None, step_observe=None) -> Trajectory:
+            observe_names=None, step_observe=None, trend: bool = True) -> Trajectory:
     """Iterate a discrete map ``x_{k+1} = step(k, x_k; p)`` for ``n_steps`` steps on a batch of trajectories.
 
     Parameters
@@ -408,8 +427,11 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     Trajectory with variables ``names`` (+ derived, + ``stopped_at`` when ``converged`` is set), dims
     (trajectory, time), coords ``step`` and ``time``; and two convergence diagnostics over ``trajectory``:
     ``final_step_norm``, the max-norm ``max_m |x_{k+1,m} - x_{k,m}|`` of the last update each trajectory took (NaN
-    when ``n_steps = 0``), and ``converged``, ``final_step_norm < convergence_tol``. Both are computed inside the
-    compiled loop; a cycle or chaos shows as a large final step.
+    when ``n_steps = 0``), ``converged``, ``final_step_norm < convergence_tol``, and ``step_norm_trend`` (int8:
+    -1 when the step norm, sampled in nine blocks of 8 steps from n/2 to n, decreases: still converging; +1 when
+    it does not and the state gets nowhere: a cycle or chaos; 2 when it does not but the state moves steadily:
+    drifting; 0 when fewer than 128 steps; see :mod:`dynamics.convergence`). All are computed inside the compiled
+    loop; a cycle or chaos shows as a large final step that does not decrease.
 
     Raises
     ------
@@ -445,13 +467,21 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     n_saved = save_steps.size
     partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs,
                                _observables(O, obs_names, save_steps.size))
-    chunks = _chunks(0, n_steps, progress, save_steps if stop is not None else ())
+    blocks = tail_blocks(0, n_steps) if trend else []  # steps whose step norm feeds step_norm_trend
+    tail = set(np.concatenate(blocks).tolist()) if blocks else set()
+    recorded, x_mid = {}, None
+    cuts = sorted(tail.union(save_steps.tolist() if stop is not None else ()))
+    chunks = _chunks(0, n_steps, progress, cuts)
     with tqdm(total=n_steps, disable=not progress, desc="iterate", unit="step", leave=False) as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
             kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at,
                    bool(flush_subnormals), last, work, work_obs)
             _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
+            if b in tail and b > a:
+                recorded[b] = last.copy()
+                if b == blocks[0][-1]:
+                    x_mid = X.copy()  # the state at the first tail point, for the displacement
             bar.update(b - a)
             if stop is not None and save_steps.size:
                 j = int(np.searchsorted(save_steps, b))
@@ -462,7 +492,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
                         break
     steps_out = save_steps[:n_saved]
     per_traj = {"stopped_at": stop_at} if converged is not None else {}
-    per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map"))
+    per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map", *block_samples(blocks, recorded),
+                                 _displacement(x_mid, X)))
     return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs,
                    _observables(O, obs_names, n_saved), per_traj=per_traj)
 
@@ -470,7 +501,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
 def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None = None, names=None, derived=None,
               stop=None, progress: bool = False, attrs: dict | None = None, bound: float = np.inf,
               converged: float | None = None, flush_subnormals: bool = True, convergence_tol: float | None = None,
-              warn_unconverged: bool = False, observe=None, observe_names=None) -> Trajectory:
+              warn_unconverged: bool = False, observe=None, observe_names=None, trend: bool = True) -> Trajectory:
     """Integrate ``dy/dt = rhs(t, y; p)`` over ``t_span = (t0, t1)`` for a batch of initial conditions.
 
     Parameters
@@ -487,7 +518,7 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
 
     Other Parameters
     ----------------
-    names, derived, stop, progress, attrs, bound, converged, flush_subnormals, convergence_tol, warn_unconverged
+    names, derived, stop, progress, attrs, bound, converged, flush_subnormals, convergence_tol, warn_unconverged, trend
         As in :func:`iterate` (``stop(t, X, P)`` takes the time).
     observe, observe_names
         As in :func:`iterate`, with ``observe(t, y, p, out)`` taking the save time (for fixed-step solvers
@@ -497,8 +528,10 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     -------
     Trajectory as in :func:`iterate`, with ``final_step_norm`` the max-norm ``max_m |f_m(t, y)|`` of the vector
     field at the state the solver ended on (the last grid point for fixed-step solvers, t1 for adaptive ones, the
-    frozen state of a trajectory stopped by ``converged``) and ``converged`` = (``final_step_norm`` <
-    ``convergence_tol``). Adaptive solvers also return ``n_rhs_steps``.
+    frozen state of a trajectory stopped by ``converged``), ``converged`` = (``final_step_norm`` <
+    ``convergence_tol``) and ``step_norm_trend`` from ``|f|`` sampled at the same fractions of the span (adaptive
+    solvers: just past each fraction, through saves by dense output that leave the steps unchanged and are not
+    returned). Adaptive solvers also return ``n_rhs_steps``.
 
     Notes
     -----
@@ -526,7 +559,7 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     observe = _check_observe(observe, observe_names, X[0], P[0], t0)
     dt = getattr(solver, "dt", None)
     save_times = saveat.resolve_times(t0, t1, dt)
-    diag = (_convergence_tol(convergence_tol, converged), bool(warn_unconverged))
+    diag = (_convergence_tol(convergence_tol, converged), bool(warn_unconverged), bool(trend))
     opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None, diag,
             observe)
     if isinstance(solver, _Adaptive):
@@ -555,13 +588,21 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     n_saved = save_times.size
     partial = _partial_builder(Y, names, save_times, steps, P, n_traj, derived, attrs,
                                _observables(O, obs_names, save_times.size))
-    chunks = _chunks(0, k_last, progress, save_k if stop is not None else ())
+    blocks = tail_blocks(0, k_last, 1) if diag[2] else []
+    points = np.concatenate(blocks) if blocks else np.empty(0, np.int64)  # grid steps of the |f| samples
+    tail = set(points.tolist())
+    recorded, x_mid = {}, None
+    chunks = _chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ())))
     with tqdm(total=k_last, disable=not progress, desc="integrate", unit="step", leave=False) as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
             kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, flush,
                    last, K, yt, buf)
             _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial)
+            if b in tail and b > a:
+                recorded[b] = last.copy()
+                if b == points[0]:
+                    x_mid = X.copy()
             bar.update(b - a)
             if stop is not None:
                 js = np.flatnonzero(save_k == b)
@@ -572,7 +613,9 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
                 if n_saved < save_times.size:
                     break
     per_traj = {"stopped_at": stop_at} if record_stop else {}
-    per_traj.update(_diagnostics(last, *diag, "flow"))
+    got = [int(k) for k in points if int(k) in recorded]
+    per_traj.update(_diagnostics(last, *diag[:2], "flow", [recorded[k] for k in got], np.asarray(got) * dt,
+                                 _displacement(x_mid, X)))
     return _finish(Y[:, :n_saved], names, save_times[:n_saved], steps[:n_saved], P, n_traj, derived, attrs,
                    _observables(O, obs_names, n_saved), per_traj=per_traj)
 
@@ -592,6 +635,13 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     tab = solver.tableau
     observe, obs_names = observe
     kernel = _kernels.get_kernel("adaptive", rhs, tab, observe=observe)
+    # probe saves at the tail points of step_norm_trend (served by dense output, so they never change the step
+    # sequence; dropped from the result): |f| at the solver's state just past each
+    user_times = save_times
+    probes = tail_points(t0, float(user_times[-1]), integer=False) if diag[2] else np.empty(0)
+    save_times = np.union1d(user_times, probes)
+    user = np.isin(save_times, user_times)
+    probe_ends = set((np.searchsorted(save_times, probes) + 1).tolist())
     T = np.full(n_traj, t0)
     H = np.full(n_traj, solver.dt0 if solver.dt0 is not None else 0.0)
     F0 = np.zeros((n_traj, n_state))
@@ -610,14 +660,21 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     NS = np.zeros((n_traj, n_save), dtype=np.int64)
     O = _observable_array(obs_names, n_traj, n_save)
     n_saved = n_save
-    partial = _partial_builder(Y, names, save_times, np.arange(n_save), P, n_traj, derived, attrs,
-                               {"n_rhs_steps": NS, **_observables(O, obs_names, n_save)})
+    index = np.arange(user_times.size)
+
+    def partial(n):  # the user's saves among the first n written
+        keep = user & (np.arange(n_save) < n)
+        return _partial_builder(Y[:, keep], names, save_times[keep], index[:int(keep.sum())], P, n_traj, derived,
+                                attrs, {"n_rhs_steps": NS[:, keep], **_kept_observables(O, obs_names, keep)})(
+                                    int(keep.sum()))
     if stop is not None:
         bounds = list(range(n_save + 1))
     elif progress:
-        bounds = sorted(set(np.linspace(0, n_save, min(n_save, _PROGRESS_UPDATES) + 1).astype(int).tolist()))
+        bounds = sorted(set(np.linspace(0, n_save, min(n_save, _PROGRESS_UPDATES) + 1).astype(int).tolist())
+                        | probe_ends)
     else:
-        bounds = [0, n_save]
+        bounds = sorted({0, n_save} | probe_ends)
+    samples, sample_t = [], []
     with tqdm(total=t1 - t0, disable=not progress, desc="integrate", unit="time", leave=False) as bar:
         last = t0
         for ja, jb in zip(bounds[:-1], bounds[1:]):
@@ -625,17 +682,24 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
                    float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush,
                    Y, O, work[0], work[1], work[2], work[3])
             _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]), partial_fn=partial)
+            if jb in probe_ends:
+                samples.append(np.max(np.abs(F0), axis=1))
+                sample_t.append(float(save_times[jb - 1]))
             s = float(save_times[jb - 1])
             bar.update(s - last)
             last = s
-            if stop is not None and _stop_at_save(stop, s, Y[:, jb - 1], X, P, active):
+            if stop is not None and user[jb - 1] and _stop_at_save(stop, s, Y[:, jb - 1], X, P, active):
                 n_saved = jb
                 break
-    extra = {"n_rhs_steps": NS[:, :n_saved], **_observables(O, obs_names, n_saved)}
+    keep = user & (np.arange(n_save) < n_saved)
+    n_keep = int(keep.sum())
+    extra = {"n_rhs_steps": NS[:, keep], **_kept_observables(O, obs_names, keep)}
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     # F0 holds f(T, y) at each trajectory's current state (set after every accepted step): no extra evaluation
-    per_traj.update(_diagnostics(np.max(np.abs(F0), axis=1), *diag, "flow"))
-    return _finish(Y[:, :n_saved], names, save_times[:n_saved], np.arange(n_saved), P, n_traj, derived, attrs,
+    first = int(np.searchsorted(save_times, sample_t[0])) if sample_t else None
+    per_traj.update(_diagnostics(np.max(np.abs(F0), axis=1), *diag[:2], "flow", samples, sample_t,
+                                 None if first is None else _displacement(Y[:, first], X)))
+    return _finish(Y[:, keep], names, save_times[keep], index[:n_keep], P, n_traj, derived, attrs,
                    extra, per_traj=per_traj)
 
 

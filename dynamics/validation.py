@@ -34,7 +34,7 @@ import typing
 
 import numpy as np
 
-#: Largest integer any checked ``int`` parameter accepts unless its spec says otherwise: sizes, counts, step numbers
+#: Largest integer any checked ``int`` parameter accepts unless its check says otherwise: sizes, counts, step numbers
 #: and indices all stay in the int32 range that numba's and torch's index arithmetic use on some paths, and every
 #: array sized by such a count must in any case fit in memory (``check_allocation``).
 MAX_INT = 2**31 - 1

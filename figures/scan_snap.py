@@ -62,11 +62,11 @@ def _torch():
 
 
 def _Z_of(traj, classes) -> np.ndarray:
-    """Z rows (trajectory, time, Q, Lc) from the logged array variable ``z`` (dims query, token; closed form or
+    """Z rows (trajectory, time, Q, Lc) from the logged array variable ``z`` (dims query_token, token; closed form or
     torch)."""
-    z = traj["z"].transpose("trajectory", "time", "query", "token")
+    z = traj["z"].transpose("trajectory", "time", "query_token", "token")
     if z.shape[2:] != (classes.Q, classes.Lc):
-        raise ValueError(f"z has (query, token) sizes {z.shape[2:]}; the classes have (Q, Lc) = "
+        raise ValueError(f"z has (query_token, token) sizes {z.shape[2:]}; the classes have (Q, Lc) = "
                          f"{(classes.Q, classes.Lc)}")
     return z.values
 
@@ -845,11 +845,11 @@ def data_fig10(cfg) -> xr.Dataset:
         steps = tr.step.values
         ent.append(tr.entropy.values)
         loss.append(tr.heldout_loss.values)
-        maps.append(tr.attn.transpose("trajectory", "time", "query", "key").values[0])  # (step, query, key)
+        maps.append(tr.attn.transpose("trajectory", "time", "query_position", "key_position").values[0])
     attn = maps[-1]  # last eta, first seed
     return xr.Dataset({"entropy": (("eta", "seed", "step"), np.array(ent)),
                        "heldout_loss": (("eta", "seed", "step"), np.array(loss)),
-                       "attn_map": (("step", "query", "key"), attn)},
+                       "attn_map": (("step", "query_position", "key_position"), attn)},
                       coords={"eta": np.array(p["eta"], dtype=float), "step": steps},
                       attrs={"corpus": corpus.source, "vocab_size": corpus.vocab_size, "bptt": bptt,
                              "n_train_chunks": int(tr_chunks.shape[0])})

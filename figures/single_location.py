@@ -72,7 +72,7 @@ def _pgd_dataset(task, states, *, alpha, n_steps, lam, log_every, manifold=False
     """Exact PGD (docs/models/single_location.md §6.3, §6.4) as a plain Dataset with dims (run, time), coordinate
     step."""
     traj = sl.map(task, states, alpha=alpha, n_steps=n_steps, lam=lam, saveat=SaveAt(every=log_every),
-                  manifold=manifold, progress=progress)
+                  manifold=manifold, progress=progress, warn_unconverged=False)  # the paper's finite horizons
     return xr.Dataset({v: (("run", "time"), np.asarray(traj[v].values, dtype=np.float64)) for v in DYN_VARS + ("lam",)},
                       coords={"step": ("time", traj.step.values.astype(np.int64)), "run": np.arange(states.shape[0])})
 

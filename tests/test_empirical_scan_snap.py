@@ -253,11 +253,11 @@ def test_short_run_follows_theorem2_and_the_map(syn_small_run):
         np.testing.assert_array_equal(tr.H_mean.values[:, s], ref.H_mean.values[0, s])
     # The torch probe z is one variable with the closed form's dims and coordinates (issue 16), so the two align
     # with xarray: at steps 0 and 1 (Z = 0 exactly, Sec. 4.2) the difference is exactly zero for every seed.
-    assert tr.z.dims == ref.z.dims == ("trajectory", "time", "query", "token")
-    for dim in ("query", "token", "class"):
+    assert tr.z.dims == ref.z.dims == ("trajectory", "time", "query_token", "token")
+    for dim in ("query_token", "token", "class"):
         np.testing.assert_array_equal(tr[dim].values, ref[dim].values)
     diff = tr.z.isel(time=[0, 1]) - ref.z.isel(trajectory=0, time=[0, 1])
-    assert diff.dims == ("trajectory", "time", "query", "token") and np.all(diff.values == 0)
+    assert diff.dims == ("trajectory", "time", "query_token", "token") and np.all(diff.values == 0)
     np.testing.assert_array_equal(tr.H.isel(time=[0, 1]).values, np.broadcast_to(ref.H.values[:, :2], (3, 2, 2)))
     signs = cf.theorem2_signs(classes)
     z = tr.z.values[:, -1]  # (seed, m, l)
@@ -266,7 +266,7 @@ def test_short_run_follows_theorem2_and_the_map(syn_small_run):
         # Syn-Small has 10 common tokens and 2 queries: Theorem 2(b)/Cor. 2 are silent (NaN), but spec Sec. 5.2
         # reports (and the map shows) that common tokens lose attention.
         comm = np.isin(np.arange(classes.Lc), classes.common_tokens())
-        z_map = ref.z.sel(query=m).values[0, -1]
+        z_map = ref.z.sel(query_token=m).values[0, -1]
         # Theorem 2 is a population statement; a single SGD run at T = 128, bs = 128 scatters z by ~0.05 around the
         # map (batch noise + finite-T bias, spec Sec. 6 item 8), so the sign of the 3-seed mean is tested where the
         # map's |z| exceeds 0.1 (6 distinct and all 10 common tokens per query).
@@ -406,8 +406,8 @@ def test_text_corpus_and_transformer(tmp_path):
         "heldout", bptt=12)[:8]), vocab_size=corpus.vocab_size, d_model=16, d_ff=16, map_rows=3)
     tr = train(model, ssm.config("text", model, 0.5, (0, 1), n_epochs=2, saveat=SaveAt(every=5)), device="cpu")
     # causal attention rows sum to one; row 0 attends only to key 0
-    assert tr.attn.dims == ("trajectory", "time", "query", "key")
-    a = tr.attn.transpose("query", "key", "trajectory", "time").values  # (i, j, seed, time)
+    assert tr.attn.dims == ("trajectory", "time", "query_position", "key_position")
+    a = tr.attn.transpose("query_position", "key_position", "trajectory", "time").values  # (i, j, seed, time)
     np.testing.assert_allclose(a[0, 0], 1.0)
     assert np.all(a[0, 1:] == 0)
     loss = tr.heldout_loss.values

@@ -169,3 +169,60 @@ def test_flow_final_step_norm_is_the_vector_field_at_the_end(solver, rtol):
     with pytest.warns(RuntimeWarning, match="3 of 3 trajectories ended unconverged"):
         integrate(_decay, y0, (0.0, 1.0), params=[a], solver=solver, saveat=SaveAt(final=True),
                   warn_unconverged=True)
+
+
+def test_step_norm_trend_tells_still_converging_from_cycles_and_chaos():
+    # x -> c x: with c = 0.95 a monotone approach, with c = -0.95 an oscillating one; after 200 steps the step is
+    # ~1e-5 (unconverged at 1e-8) and shrinks by 0.95 per step: both still converging (trend -1)
+    x0 = np.array([[0.15], [0.3], [0.7], [0.85]])
+    for c in (0.95, -0.95):
+        run = iterate(_affine, x0, 200, params=[c, 0.0], saveat=SaveAt(final=True))
+        assert not run.converged.values.any()
+        assert run.step_norm_trend.dtype == np.int8 and run.step_norm_trend.dims == ("trajectory",)
+        assert np.all(run.step_norm_trend.values == -1), (c, run.step_norm_trend.values)
+    # logistic map: r = 3.2 has an attracting 2-cycle (the step norm is the cycle's constant width, the state gets
+    # nowhere) and r = 3.9 is chaotic (the step norm wanders, the state stays in [0, 1]): both trend +1
+    for r in (3.2, 3.9):
+        run = iterate(_logistic, x0, 3000, params=[r], saveat=SaveAt(final=True))
+        assert not run.converged.values.any()
+        assert np.all(run.step_norm_trend.values == 1), (r, run.step_norm_trend.values)
+    short = iterate(_logistic, x0, 100, params=[3.9], saveat=SaveAt(final=True))  # below MIN_STEPS: unknown
+    assert np.all(short.step_norm_trend.values == 0)
+    # x -> x + c: steps of constant size c and a steady drift (trend 2, not a cycle)
+    drift = iterate(_affine, x0, 400, params=[1.0, 1e-3], saveat=SaveAt(final=True))
+    assert np.all(drift.step_norm_trend.values == 2)
+    # the samples are taken by cutting the compiled loop into chunks: the saved states are unchanged bit for bit
+    one = iterate(_logistic, x0, 3000, params=[3.9], saveat=SaveAt(every=7), progress=True)
+    two = iterate(_logistic, x0, 3000, params=[3.9], saveat=SaveAt(every=7))
+    assert np.array_equal(one.states(), two.states())
+
+
+@pytest.mark.parametrize("solver", [RK4(dt=0.01), Dopri5(rtol=1e-10, atol=1e-12)])
+def test_step_norm_trend_of_flows(solver):
+    # dy/dt = -a y: |f| = a |y| decays like e^{-a t} (trend -1); dy/dt = +a y grows steadily (drifting, 2)
+    y0 = np.array([[1.0], [-2.0]])
+    for a, trend in ((2.0, -1), (-0.5, 2)):
+        run = integrate(_decay, y0, (0.0, 4.0), params=[a], solver=solver, saveat=SaveAt(n=3))
+        assert np.all(run.step_norm_trend.values == trend)
+        assert run.time.size == 3  # the adaptive solver's probe saves are not returned
+    # adaptive: probe saves are served by dense output and leave the user's saves bit for bit as without them
+    # (a save grid that already holds every probe time gives the reference)
+    probe_grid = SaveAt(ts=np.linspace(0.0, 4.0, 9))
+    ref = integrate(_decay, y0, (0.0, 4.0), params=[2.0], solver=solver, saveat=probe_grid)
+    run = integrate(_decay, y0, (0.0, 4.0), params=[2.0], solver=solver, saveat=SaveAt(ts=[0.0, 1.3, 4.0]))
+    sub = integrate(_decay, y0, (0.0, 4.0), params=[2.0], solver=solver,
+                    saveat=SaveAt(ts=np.union1d(np.linspace(0.0, 4.0, 9), [1.3])))
+    assert np.array_equal(run.states(), sub.states()[:, np.isin(sub.time.values, [0.0, 1.3, 4.0])])
+    assert np.array_equal(ref.final_step_norm.values, run.final_step_norm.values)
+
+
+def test_trend_off_leaves_the_run_unchanged_and_the_trend_unknown():
+    x0 = np.array([[0.15], [0.3]])
+    on = iterate(_logistic, x0, 3000, params=[3.9], saveat=SaveAt(every=100))
+    off = iterate(_logistic, x0, 3000, params=[3.9], saveat=SaveAt(every=100), trend=False)
+    assert np.array_equal(on.states(), off.states())
+    assert np.array_equal(on.final_step_norm.values, off.final_step_norm.values)
+    assert np.all(on.step_norm_trend.values == 1) and np.all(off.step_norm_trend.values == 0)
+    for solver in (RK4(dt=0.01), Dopri5()):
+        flow = integrate(_decay, x0, (0.0, 4.0), params=[2.0], solver=solver, saveat=SaveAt(n=5), trend=False)
+        assert np.all(flow.step_norm_trend.values == 0)

@@ -76,6 +76,8 @@ def test_observable_of_a_linear_map_equals_the_closed_form(fused):
     {"saveat": dynamics.SaveAt(steps=[0, 3, 4, 17, 60])},
     {"saveat": dynamics.SaveAt(every=1), "progress": True},
     {"saveat": dynamics.SaveAt(every=1), "converged": 1e-3},
+    # several chunks with stopped trajectories: the frozen saves of a later chunk get their observables too
+    {"saveat": dynamics.SaveAt(every=1), "converged": 1e-3, "progress": True},
     {"saveat": dynamics.SaveAt(final=True)},
 ])
 def test_fused_and_separate_observables_equal_python_on_the_saved_states(kwargs):

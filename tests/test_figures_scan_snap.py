@@ -103,7 +103,7 @@ def test_fig6_step0_recall_uses_the_trainers_initial_state(built):
 
 def test_fig10_attention_rows_sum_to_one(built):
     ds = built["scan_snap.fig10"][0].dataset
-    a = ds.attn_map.values  # (step, query, key) for the first map_rows queries/keys of a causal map
+    a = ds.attn_map.values  # (step, query_position, key_position) for the first map_rows queries/keys of a causal map
     n = a.shape[1]
     np.testing.assert_allclose(a[:, 0, 0], 1.0)  # query 0 sees only key 0
     assert np.all(np.triu(a[0], 1) == 0)  # causal mask

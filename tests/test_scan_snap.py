@@ -178,9 +178,9 @@ def test_exact_flow_matches_solve_ivp():
     ref = scipy.integrate.solve_ivp(numpy_rhs(cl, 1.5, 0.8), (0, 20), y0, method="DOP853", t_eval=ts,
                                     rtol=1e-10, atol=1e-12).y.T
     tr = ss.flow(task, (0, 20), Y0=Y0, Z0=Z0, saveat=SaveAt(ts=ts), lumped=False)
-    # one state variable z (trajectory, time, query, token), coordinates m and l (issue 16: no z_{m}_{l} scalars)
-    assert tr["z"].dims == ("trajectory", "time", "query", "token")
-    assert list(tr["query"].values) == list(range(cl.Q)) and list(tr["token"].values) == list(range(cl.Lc))
+    # one state variable z (trajectory, time, query_token, token), coordinates m and l (issue 16: no z_{m}_{l} scalars)
+    assert tr["z"].dims == ("trajectory", "time", "query_token", "token")
+    assert list(tr["query_token"].values) == list(range(cl.Q)) and list(tr["token"].values) == list(range(cl.Lc))
     assert tr.state_names == ["z"] and not any(v.startswith("z_") for v in tr.data_vars)
     Zs = tr["z"].values[0].reshape(len(ts), -1)  # row-major z_{ml} at m*Lc + l, as the solve_ivp state
     Zref = ref[:, cl.Lc * cl.M:]
@@ -312,7 +312,7 @@ def test_reference_p3_exact_ode_syn_small():
     task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
     tr = ss.flow(task, (0, 1000), saveat=SaveAt(ts=[10, 100, 1000]))
     atol = 1e-6  # spec Sec. 7: ODE values 1e-6 absolute
-    z = tr.z.sel(query=0).values[0]  # (time, token)
+    z = tr.z.sel(query_token=0).values[0]  # (time, token)
     np.testing.assert_allclose(z[:, 19], [0.077827968, 0.49585531, 0.60115534], atol=atol)
     np.testing.assert_allclose(z[:, 10], [0.00084708642, 0.0074093967, 0.013289143], atol=atol)
     np.testing.assert_allclose(z[:, 0], [-0.030885276, -0.22764484, -0.31914177], atol=atol)
@@ -364,15 +364,15 @@ def test_reference_p6_composite_syn_small():
     task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
     tr = ss.composite_flow(task, (0, 1000), saveat=SaveAt(ts=[0, 10, 1000]))
     atol = 1e-5  # spec Sec. 7: P6 printed to 6 decimals, 1e-5 absolute
-    np.testing.assert_allclose(tr["z"].sel(query=0, token=19).values[0, 1:], [0.524411, 1.670404], atol=atol)
-    np.testing.assert_allclose(tr["z"].sel(query=0, token=10).values[0, 1:], [0.003259, 0.004846], atol=atol)
-    np.testing.assert_allclose(tr["z"].sel(query=0, token=0).values[0, 1:], [-0.168149, -0.373572], atol=atol)
+    np.testing.assert_allclose(tr["z"].sel(query_token=0, token=19).values[0, 1:], [0.524411, 1.670404], atol=atol)
+    np.testing.assert_allclose(tr["z"].sel(query_token=0, token=10).values[0, 1:], [0.003259, 0.004846], atol=atol)
+    np.testing.assert_allclose(tr["z"].sel(query_token=0, token=0).values[0, 1:], [-0.168149, -0.373572], atol=atol)
     sat = ss.saturation_dz(task.classes, 0)
     np.testing.assert_allclose(sat[10:19], [0.0050, 0.0204, 0.0472, 0.0872, 0.1438, 0.2231, 0.3367, 0.5108, 0.8304],
                                atol=5e-5)  # printed to 4 decimals
     assert np.isinf(sat[19]) and np.all(np.isnan(sat[:10]))
     # Theorem 3 in the composite ODE: r_{l/l'|n}(t) = r(0) chi_l(t) and the integrated form, to integrator precision
-    z = tr["z"].sel(query=0).values[0]  # (time, Lc)
+    z = tr["z"].sel(query_token=0).values[0]  # (time, Lc)
     Z = np.zeros((3, 2, 30))
     Z[:, 0] = z
     for l in range(10, 19):
@@ -397,8 +397,8 @@ def test_reference_p7_weak_correlation():
     assert ss.drive_B(30.0, C0=c["C0_cons"], form="cons", **kw) == pytest.approx(0.19461358, rel=1e-6)
     np.testing.assert_allclose(ss.common_token_z([30.0, 3000.0], task), [-0.38922716, -0.59701913], rtol=1e-6)
     ts = [30.0, 3000.0]
-    comp = ss.composite_flow(task, (0, 3000), saveat=SaveAt(ts=ts))["z"].sel(query=0, token=0).values[0]
-    exact = ss.flow(task, (0, 3000), saveat=SaveAt(ts=ts))["z"].sel(query=0, token=0).values[0]
+    comp = ss.composite_flow(task, (0, 3000), saveat=SaveAt(ts=ts))["z"].sel(query_token=0, token=0).values[0]
+    exact = ss.flow(task, (0, 3000), saveat=SaveAt(ts=ts))["z"].sel(query_token=0, token=0).values[0]
     np.testing.assert_allclose(comp, [-0.37368968, -0.57552726], atol=1e-6)  # ODE values 1e-6 absolute
     np.testing.assert_allclose(exact, [-0.0044007006, -0.0086540976], atol=1e-6)
 
@@ -591,6 +591,6 @@ def test_array_variables_carry_named_coordinates():
     assert list(tr.c.coords["class"].values) == [0, 1] and list(tr.c.coords["token"].values) == list(range(30))
     assert float(tr.c.sel({"class": 1, "token": 25}).values[0, -1]) == float(tr.c.values[0, -1, 1, 25])
     assert tr.Y.dims[-2:] == ("token", "column") and tr.H.dims[-1] == "class"
-    # the state z (query m, token l): labels select the kernel's row-major slot m*Lc + l (Sec. 4.1 layout)
-    assert tr.z.dims == ("trajectory", "time", "query", "token") and list(tr["query"].values) == [0, 1]
-    assert float(tr.z.sel(query=1, token=25).values[0, -1]) == float(tr.z.values[0, -1].ravel()[1 * 30 + 25])
+    # the state z (query_token m, token l): labels select the kernel's row-major slot m*Lc + l (Sec. 4.1 layout)
+    assert tr.z.dims == ("trajectory", "time", "query_token", "token") and list(tr["query_token"].values) == [0, 1]
+    assert float(tr.z.sel(query_token=1, token=25).values[0, -1]) == float(tr.z.values[0, -1].ravel()[1 * 30 + 25])

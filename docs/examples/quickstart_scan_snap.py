@@ -18,7 +18,7 @@ task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=0.5)
 print("predicted snapping time t0:", ss.theorem_predictions(task)["t0"])
 model = build(task, T=256)                                                 # zero init, the paper's Y/Z model
 learned = train(model, config("sgd", model, task, range(8), n_steps=100, saveat=SaveAt(every=10)))
-# learned["z"]: the logits z_{ml}, dims (trajectory, time, query, token), as in the closed form's Trajectory
+# learned["z"]: the logits z_{ml}, dims (trajectory, time, query_token, token), as in the closed form's Trajectory
 
 
 def theory(state0, steps):  # population map from each seed's step-0 logits (state0 holds z flattened per seed)
@@ -27,8 +27,8 @@ def theory(state0, steps):  # population map from each seed's step-0 logits (sta
 
 
 theory_run, learned = overlay(theory, learned, state_variables=("z",))
-z19 = dict(query=0, token=19)  # a distinct token of class 0
+z19 = dict(query_token=0, token=19)  # a distinct token of class 0
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run.z.sel(**z19).isel(trajectory=0), "k--", label="population map")
 ax.plot(learned.step, learned.z.sel(**z19).T, alpha=0.5)
-ax.set(xlabel="SGD step", ylabel="z (query 0, token 19)", title="attention logit: population map vs torch SGD")
+ax.set(xlabel="SGD step", ylabel="z (query token 0, token 19)", title="attention logit: population map vs torch SGD")

@@ -14,7 +14,7 @@ Implements the empirical side of ``docs/models/scan_snap.md``:
   parametrisations log the same variables.
 * :func:`distinct_recall`: recall of distinct tokens above attention thresholds (docs/models/scan_snap.md §5.3, Figs.
   11/12).
-* :class:`TextTransformer`: the one-layer post-LayerNorm Transformer of the spec's WikiText experiment
+* :class:`TextTransformer`: the one-layer post-LayerNorm Transformer of the WikiText experiment
   (docs/models/scan_snap.md §5.5, Fig. 10 setting), trained on the word-level corpus of :mod:`empirical.text_corpus`;
   probe: average attention entropy.
 
@@ -26,10 +26,10 @@ Training is the shared trainer :func:`empirical.train.train`; :func:`config("sgd
 momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the
 docs/models/scan_snap.md §4.6 diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``,
 ``decoder_stats``) on the reduced blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (docs/models/scan_snap.md §4.1),
-so a torch run and ``map`` align with ``xarray`` on the same variables: ``z`` (dims query, token), ``H`` / ``alpha_tgt``
-/ ``gamma_hat`` (dim class) and ``H_mean``, with the closed form's coordinates (the spec's 0-based ids m, l, n). The
-array probes are declared by :attr:`ScanSnapTorch.probe_dims` (the trainer's array-probe protocol,
-:mod:`empirical.train`).
+so a torch run and ``map`` align with ``xarray`` on the same variables: ``z`` (dims query_token, token), ``H`` /
+``alpha_tgt`` / ``gamma_hat`` (dim class) and ``H_mean``, with the closed form's coordinates (the 0-based ids m, l,
+n of docs/models/scan_snap.md §0.1). The array probes are declared by :attr:`ScanSnapTorch.probe_dims` (the
+trainer's array-probe protocol, :mod:`empirical.train`).
 
 Symbol table (docs/models/scan_snap.md §0.4; shapes carry the trainer's leading seed axis S)
 --------------------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ Z            Z            attention logits Z[query id, key id]                  
 U            U            embeddings (full model)                                  (S, V, d)   docs/models/scan_snap.md §1.3
 W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)   docs/models/scan_snap.md §1.3
 f            f            LN(X^T b)                                                (S, B, V)   docs/models/scan_snap.md §1.3
-z            z_{ml}       probe Z[Lc + m, l], dims (query m, token l)              (S, Q, Lc)  docs/models/scan_snap.md §1.4
+z            z_{ml}       probe Z[Lc + m, l], dims (query_token m, token l)        (S, Q, Lc)  docs/models/scan_snap.md §1.4
 H            H_n          distinct-token entropy per class (dim class)             (S, K)      docs/models/scan_snap.md §4.6
 H_mean       H            distinct-token entropy, mean over classes                (S,)        docs/models/scan_snap.md §4.6
 alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)      docs/models/scan_snap.md §4.6
@@ -192,7 +192,7 @@ class ScanSnapTorch:
     d : int
         Embedding width of the full model (>= 1); ignored by "YZ".
     probe_z : bool
-        Log the logits ``z`` (query, token) (needed for attention maps and overlays); False logs only the
+        Log the logits ``z`` (query_token, token) (needed for attention maps and overlays); False logs only the
         per-class summaries.
     """
 
@@ -208,11 +208,11 @@ class ScanSnapTorch:
 
     @property
     def probe_dims(self) -> dict[str, tuple[str, ...]]:
-        """Dims of the array probes (:mod:`empirical.train` protocol): ``z`` (query, token) when ``probe_z``; per
+        """Dims of the array probes (:mod:`empirical.train` protocol): ``z`` (query_token, token) when ``probe_z``; per
         class ``alpha_tgt``, ``gamma_hat`` and ``H`` (``H`` only when every class has distinct tokens, where H_n is
         defined, docs/models/scan_snap.md §4.6). Coordinates: the trainer's default 0-based ids, as in
         :mod:`closedform.scan_snap`."""
-        dims = {"z": ("query", "token")} if self.probe_z else {}
+        dims = {"z": ("query_token", "token")} if self.probe_z else {}
         if self._H_defined:
             dims["H"] = ("class",)
         return {**dims, "alpha_tgt": ("class",), "gamma_hat": ("class",)}
@@ -414,7 +414,7 @@ class TextTransformer:
     (inputs and shifted targets) of a :class:`empirical.text_corpus.Corpus`; a fixed dataset of training chunks
     (``config("text")``). Probe ``entropy``: average attention entropy (docs/models/scan_snap.md §5.5) on the held-out
     chunks ``heldout`` (n, bptt + 1); with ``map_rows`` > 0 also the attention map of held-out sequence 0 as ONE array
-    probe ``attn`` of dims (query, key) = positions 0 .. map_rows - 1 (Fig. 7; :attr:`probe_dims`).
+    probe ``attn`` of dims (query_position, key_position) = positions 0 .. map_rows - 1 (Fig. 7; :attr:`probe_dims`).
     """
 
     train_chunks: torch.Tensor
@@ -430,8 +430,9 @@ class TextTransformer:
 
     @property
     def probe_dims(self) -> dict[str, tuple[str, ...]]:
-        """``attn`` (query, key) when ``map_rows`` > 0 (the :mod:`empirical.train` array-probe protocol)."""
-        return {"attn": ("query", "key")} if self.map_rows else {}
+        """``attn`` (query_position, key_position) when ``map_rows`` > 0 (the :mod:`empirical.train` array-probe
+        protocol)."""
+        return {"attn": ("query_position", "key_position")} if self.map_rows else {}
 
     def __post_init__(self):
         for nm in ("train_chunks", "heldout"):
