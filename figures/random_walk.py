@@ -952,7 +952,8 @@ QA_IMBALANCE = Explanation(
             "0.95 / 0.78 / 0.69; init scale 0.001: 0.50 / 0.51 / 0.56, the small-start plateau of a two-layer map). "
             "With softmax cross-entropy, which also lowers the wrong label, the same ReLU model reaches 100% (4 runs "
             "of 1 024 questions: 1.0 at t = 400 on the balanced set, 1.0 at t = 1000 on random samples, where the "
-            "plain model also stays at 1.0): the paper's 'same outcome' for the ReLU variant is not reproduced under the loss of §C.4, and "
+            "plain model also stays at 1.0): the paper's 'same outcome' for the ReLU variant is not reproduced "
+            "under the loss of §C.4, and "
             "the cause is that loss, not the data or the step"),
     evidence=("random_walk.qa: the 'balanced training set' curves (each of the 32 questions equally often) and the "
               "'ReLU, cross-entropy, balanced' curve; checks 'a balanced training set lifts ...' and 'cross-entropy "
@@ -977,7 +978,8 @@ def _qa_balanced(task: str, n: int) -> cf.WalkSample:
               "n_train questions drawn at random, test accuracy on n_test questions vs iteration, for the model of "
               "docs/models/token_selection.md §C.3 (plain) and with an extra ReLU layer f = A relu(V X S) (m = 19). Bands: mean and 95% range "
               "over runs. Dashed (Task 1): the same models trained on a balanced set (each of the 32 questions "
-              "equally often). Dotted red: the ReLU model on the balanced set with softmax cross-entropy instead of the paper's "
+              "equally often). Dotted red: the ReLU model on the balanced set with softmax cross-entropy instead of "
+              "the paper's "
               "loss (a diagnostic). Expected (docs/models/token_selection.md §C.8): Task 1 ~100% within 100 "
               "iterations, Task 2 ~50% (both questions share the bag of words), the same with ReLU. Measured: on a "
               "random sample the ReLU model predicts the sample's majority label (see the rows); on the balanced set "
@@ -1098,5 +1100,6 @@ def checks_qa(ds: xr.Dataset) -> list[CheckResult]:
         name=f"QA Task 1, plain model, balanced training set: accuracy at t = {int(t[i])}, minimum over seeds",
         passed=float(ds.majority_plain_balanced_acc.values[:, i].min()) >= 0.98,
         measured=float(ds.majority_plain_balanced_acc.values[:, i].min()), expected=1.0,
-        tolerance=">= 0.98 ('approximately 100% within 100 iterations', docs/models/token_selection.md §C.8)", n_seeds=n))
+        tolerance=">= 0.98 ('approximately 100% within 100 iterations', docs/models/token_selection.md §C.8)",
+        n_seeds=n))
     return out
