@@ -11,7 +11,8 @@ Registered figures (``python -m figures list``):
   walks (eta n_train = 10 on the mean loss: the reading that reproduces the paper's ~0.5 at ~400 iterations; the mean
   loss at eta = 0.01, 0.1 or 1 stays at chance), tokens normalised inside the scores, p = 0.5 and p = 1: accuracy and
   KL(P_true || P_model) vs iteration, with the appendix heat maps (V and S for p = 0.5; snapshots of V and of the
-  token average X S for p = 1).
+  token average X S for p = 1). The p = 1 panel departs from the paper (it leaves the symmetric state of Theorem C2
+  before p = 0.5 learns, at every step tried): :data:`FIG6_P1_EXPLANATION` gives the measured cause.
 * ``random_walk.factorised``: W = W_K^T W_Q from N(0, 0.01^2) factors (docs/models/token_selection.md §C.8 "our
   extension") at K = 6, N = 25, M = 200, p = 0.5 against the merged model from zero and the reduced map.
 * ``random_walk.large_circle``: (K, N) = (20, 101), zero init, 50 iterations, p = 0.5 and p = 1
@@ -22,7 +23,8 @@ Registered figures (``python -m figures list``):
 
 * ``random_walk.qa``: the QA tasks of docs/models/token_selection.md §C.8 ("beyond random walks": majority fruit,
   preferred fruit; 19-word vocabulary) with the model of docs/models/token_selection.md §C.3 and with an extra ReLU
-  layer.
+  layer; Task 1 also on a balanced training set, and (a diagnostic of the ReLU variant's departure) with softmax
+  cross-entropy in place of the paper's loss.
 
 Positional code: phi_i = sqrt(rho) e_i with the paper's rho = M/2 (exactly orthogonal; the reconstructed sine code is
 orthogonal only to round-off, which the unstable symmetric state of Theorem C2 amplifies until torch reaches accuracy
