@@ -12,7 +12,7 @@ Registered figures (``python -m figures list``):
   loss at eta = 0.01, 0.1 or 1 stays at chance), tokens normalised inside the scores, p = 0.5 and p = 1: accuracy and
   KL(P_true || P_model) vs iteration, with the appendix heat maps (V and S for p = 0.5; snapshots of V and of the
   token average X S for p = 1). The p = 1 panel departs from the paper (it leaves the symmetric state of Theorem C2
-  before p = 0.5 learns, at every step tried): :data:`FIG6_P1_EXPLANATION` gives the measured cause.
+  before p = 0.5 learns, at every step tried): ``FIG6_P1_EXPLANATION`` gives the measured cause.
 * ``random_walk.factorised``: W = W_K^T W_Q from N(0, 0.01^2) factors (docs/models/token_selection.md §C.8 "our
   extension") at K = 6, N = 25, M = 200, p = 0.5 against the merged model from zero and the reduced map.
 * ``random_walk.large_circle``: (K, N) = (20, 101), zero init, 50 iterations, p = 0.5 and p = 1
