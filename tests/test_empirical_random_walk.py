@@ -426,3 +426,20 @@ def test_qa_model_forward_equals_closedform_and_loss_clamps():
     p_relu = relu.init_params([torch.Generator().manual_seed(1)], device=torch.device("cpu"), dtype=torch.float64)
     p_relu["A_relu"] = -p_relu["A_relu"].abs() * 1e3  # f < -eps for every label: the log argument is clamped
     assert torch.isfinite(relu.loss(p_relu, {"states": states})).all()
+
+
+def test_qa_cross_entropy_loss_is_torch_cross_entropy():
+    """loss="cross_entropy" is torch's softmax cross-entropy of the model output (an independent implementation);
+    the paper's loss stays the default; an unknown loss name is refused."""
+    rng = np.random.default_rng(0)
+    tr, te = rwm.qa_sample("majority", 30, rng), rwm.qa_sample("majority", 10, rng)
+    model = rwm.QAAttention("majority", data=[tr], test=[te], M=60, relu=True, loss="cross_entropy")
+    assert rwm.QAAttention("majority", data=[tr], test=[te], M=60).spec.loss == "log_eps"
+    params = model.init_params([torch.Generator().manual_seed(2)], device=torch.device("cpu"), dtype=torch.float64)
+    params = {k: v * 30 for k, v in params.items()}  # outputs of order 1, so the softmax is not flat
+    states = torch.as_tensor(tr.states, dtype=torch.float64)[None]
+    f = model.output(params, states)[0]
+    expected = torch.nn.functional.cross_entropy(f, states[0, :, -1].long())
+    torch.testing.assert_close(model.loss(params, {"states": states})[0], expected, rtol=1e-14, atol=0)
+    with pytest.raises(ValueError, match="^loss must be one of"):
+        rwm.QAAttention("majority", data=[tr], test=[te], M=60, loss="hinge")

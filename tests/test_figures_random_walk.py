@@ -113,3 +113,57 @@ def test_qa_accuracies_are_fractions_of_the_test_set(built):
         if var.endswith("_acc"):
             v = ds[var].values * n
             np.testing.assert_allclose(v, np.rint(v), atol=1e-9)
+
+
+def test_fig6_p1_break_is_seeded_by_the_random_start():
+    """The mechanism behind the Fig. 6 p = 1 explanation, with closedform's numpy full-matrix GD (independent of the
+    torch model the figure trains): on the exact p = 1 population with N = 4K + 1, normalised tokens and the figure's
+    step, a start V = W = 0 stays on the symmetric state of Theorem C2 (accuracy exactly 1/K, residue sums of the
+    context attention equal), while a random V alone (W = 0) leaves it: the residue sums split and the accuracy
+    reaches 1."""
+    from closedform import random_walk as cf
+
+    K, N = 6, 25
+    task = cf.RandomWalkTask(K=K, N=N, M=N + 1, rho=500.0, p=1.0, eta=10.0, eps=0.1)
+    pop = cf.enumerate_walks(task)
+    V_rand = 0.01 * np.random.default_rng(0).standard_normal((K, K))
+    out = {}
+    for label, V0 in (("zero", None), ("random V", V_rand)):
+        traj = cf.full_gd(task, pop, 300, V0=V0, normalize_tokens=True, save_every=300)
+        V, a, c = cf.unpack_state(task, traj.states()[0, -1])
+        S, f = cf.forward(task, V, cf.W_from_reduced(task, a, c), pop.context, normalize_tokens=True)
+        residue = S[:, :-1].reshape(len(pop.label), N // K, K).sum(axis=1)  # position j -> (j - 1) mod K
+        out[label] = (cf.accuracy(task, f, pop)[0], float(np.ptp(residue)), float(traj["off"].values[0, -1]))
+    # accuracy = weighted mean over the K walks: 1e-12 bounds its float64 round-off
+    assert out["zero"][0] == pytest.approx(1 / K, abs=1e-12) and out["zero"][1] <= 1e-12  # Theorem C2: on the ridge
+    assert out["random V"][0] == pytest.approx(1.0, abs=1e-12) and out["random V"][1] > 1e-3
+    assert out["random V"][2] <= 1e-12  # W = 0 start: GD stays on the reduced family, so W_from_reduced is exact
+
+
+@pytest.mark.slow
+def test_fig6_p1_breaks_first_at_every_step():
+    """The step sweep behind the Fig. 6 p = 1 explanation (figure's model, K = 6, N = 97, random start, normalised
+    tokens, 1000 training walks): at eta n_train = 3 and 30 on the mean loss (the figure uses 10), every run leaves
+    the p = 1 ridge (accuracy >= 0.5) before the same seed's p = 0.5 run reaches acc_RB 0.49 — so no step reproduces
+    both of the paper's panels. Measured: 520 / 610 against 990 / 1000 (eta 3), 100 / 110 against 140 / 150 (eta
+    30)."""
+    import torch
+
+    from closedform import random_walk as cf
+    from dynamics.saveat import SaveAt
+    from empirical.models import random_walk as rwm
+    from empirical.train import train
+
+    seeds = (0, 1)
+    for eta, T in ((3.0, 1300), (30.0, 400)):
+        first = {}
+        for p, var, level in ((0.5, "acc_rb", 0.49), (1.0, "acc", 0.5)):
+            task = cf.RandomWalkTask(K=6, N=97, M=98, rho=500.0, p=p, eta=eta, eps=0.1)
+            tr, te = rwm.walk_samples(task, 1000, list(seeds), n_test=500)
+            model = rwm.RandomWalkAttention(task, init="random", normalize_tokens=True, data=tr, test=te)
+            steps = tuple(range(0, T + 1, 10))
+            torch.set_num_threads(1)
+            traj = train(model, rwm.config("gd", model, T, seeds=seeds, saveat=SaveAt(steps=steps)), device="cpu")
+            v = traj[var].values
+            first[p] = [steps[int(np.argmax(row >= level))] if np.any(row >= level) else np.inf for row in v]
+        assert all(b < a for a, b in zip(first[0.5], first[1.0])), (eta, first)

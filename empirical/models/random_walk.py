@@ -88,6 +88,7 @@ __all__ = [
     "EVAL_NAMES",
     "INITS",
     "PARAMETRISATIONS",
+    "QA_LOSSES",
     "QA_TASKS",
     "QA_VOCAB",
     "ZERO_DIRECTION_CONVENTION",
@@ -587,6 +588,9 @@ def _sgd_config(model: RandomWalkAttention, n_steps: int, batch_size: int, *, se
 QA_VOCAB: tuple[str, ...] = ("an", "appears", "apple", "based", "do", "frequently", "fruit", "i", "list", "most", "of",
                              "on", "orange", "prefer", "sentence", "the", "to", "type", "which")
 QA_TASKS = ("majority", "preference")
+#: Losses of :class:`QAAttention`: the paper's -log(e_y^T f + eps) (docs/models/token_selection.md §C.4, with the clamp
+#: of §C.8), and softmax cross-entropy -log softmax(f)_y, a diagnostic that also lowers the other labels' outputs.
+QA_LOSSES = ("log_eps", "cross_entropy")
 
 
 def qa_tokens(words: str) -> list[int]:
@@ -656,11 +660,13 @@ class QAModelSpec:
     m_relu: int = 19
     init_scale: float = 0.01
     normalize_tokens: bool = True
+    loss: str = "log_eps"
     data_digest: str | None = None
     test_digest: str | None = None
 
     def __post_init__(self):
         check_choice("task", self.task, QA_TASKS)
+        check_choice("loss", self.loss, QA_LOSSES)
         object.__setattr__(self, "m_relu", check_int("m_relu", self.m_relu, min_value=1))
         object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
 
@@ -674,6 +680,11 @@ class QAAttention:
     (docs/models/token_selection.md §C.8 defaults). Loss -log(max(e_y^T f + eps, 1e-12)) (the clamp of
     docs/models/token_selection.md §C.8: f can be negative from a random start). Logged: ``loss`` on the training
     questions and ``acc`` on the test questions; probes ``norm_V`` and ``norm_W``.
+
+    ``loss="cross_entropy"`` replaces the paper's loss by -log softmax(f)_y, a diagnostic: the paper's loss only ever
+    raises e_y^T f (its gradient in f is -e_y / (e_y^T f + eps)), so nothing lowers the other labels' outputs and the
+    prediction margin is left to the part of f shared by all questions; cross-entropy also pushes the wrong labels
+    down (figure ``random_walk.qa``).
     """
 
     name = "random_walk_qa"
@@ -681,14 +692,15 @@ class QAAttention:
 
     def __init__(self, task: str, *, data: Sequence[cf.WalkSample], test: Sequence[cf.WalkSample], M: int = 1000,
                  eta: float = 0.1, eps: float = 0.1, relu: bool = False, m_relu: int = 19,
-                 init_scale: float = 0.01, normalize_tokens: bool = True, rho: float | None = None):
+                 init_scale: float = 0.01, normalize_tokens: bool = True, rho: float | None = None,
+                 loss: str = "log_eps"):
         geometry = qa_geometry(task, M=M, eta=eta, eps=eps, rho=rho)
         self.data = _check_samples(geometry, data, "data")
         self.test = _check_samples(geometry, test, "test")
         if len(self.test) != len(self.data):
             raise ValueError(f"test must hold one sample per seed like data ({len(self.data)}); got {len(self.test)}")
         self.spec = QAModelSpec(task=task, geometry=geometry, relu=relu, m_relu=m_relu, init_scale=init_scale,
-                                normalize_tokens=normalize_tokens, data_digest=_digest(self.data),
+                                normalize_tokens=normalize_tokens, loss=loss, data_digest=_digest(self.data),
                                 test_digest=_digest(self.test))
         self.task = geometry
         self._Phi: dict = {}
@@ -736,9 +748,11 @@ class QAAttention:
 
     def loss(self, params, batch, hyper=None):
         """mean -log(max(e_y^T f + eps, 1e-12)) per seed (docs/models/token_selection.md §C.4 with the clamp of
-        docs/models/token_selection.md §C.8), shape (S,)."""
+        docs/models/token_selection.md §C.8), or mean -log softmax(f)_y (``loss="cross_entropy"``), shape (S,)."""
         f = self.output(params, batch["states"])
         y = batch["states"][..., -1].long()
+        if self.spec.loss == "cross_entropy":
+            return -torch.gather(torch.log_softmax(f, dim=-1), 2, y[..., None])[..., 0].mean(dim=-1)
         gbar = torch.gather(f, 2, y[..., None])[..., 0]
         return -torch.log(torch.clamp(gbar + self.task.eps, min=1e-12)).mean(dim=-1)
 
