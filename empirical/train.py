@@ -40,8 +40,9 @@ Required:
     Per-seed loss ``(S,)`` on a batch ``(S, B, ...)`` (mean over the batch, with the paper's normalisation);
     ``hyper`` maps each name of ``config.schedules`` to its float value at the current step (e.g. ``{"lam": 1.9}``).
 ``probes(params) -> dict[str, Tensor]``
-    Order parameters ``(S,)`` computed from the weights with the spec's definitions (e.g. ``kappa``, ``nu``), named
-    exactly as in the closed form. A probe named in ``probe_dims`` is an array per seed, ``(S, *shape)`` (below).
+    Order parameters ``(S,)`` computed from the weights with the definitions of docs/models (e.g. ``kappa``,
+    ``nu``), named exactly as in the closed form. A probe named in ``probe_dims`` is an array per seed,
+    ``(S, *shape)`` (below).
 
 Optional:
 
@@ -65,13 +66,13 @@ Optional:
     the quantity under the closed form's name (e.g. ``{"risk": mse - eps**2}``).
 ``probe_dims: Mapping[str, tuple[str, ...]]`` and ``probe_coords: Mapping[str, Sequence]``
     Array probes. ``probe_dims[name]`` names the extra dims of probe ``name``, which must then be a tensor
-    ``(S, *shape)`` with ``len(shape) == len(probe_dims[name])`` (e.g. ``{"z": ("query", "token")}`` for a
+    ``(S, *shape)`` with ``len(shape) == len(probe_dims[name])`` (e.g. ``{"z": ("query_token", "token")}`` for a
     ``(S, Q, Lc)`` matrix of logits); every other probe and every evaluation metric stays ``(S,)``. The output
     stores each array probe as ONE variable of dims ``(trajectory, time, *probe_dims[name])``, the closed form's
     layout, so the two align and subtract as they are. ``probe_coords[dim]`` labels a dim (length = its size); a
-    dim without an entry gets ``0 .. size - 1`` (the spec's 0-based ids). Probes sharing a dim name must agree on
-    its size. Checkpoints store the records as ``(S, n_logged, *shape)``; the shape of a probe may not change
-    during a run.
+    dim without an entry gets ``0 .. size - 1`` (0-based ids, as in the docs pages). Probes sharing a dim name
+    must agree on its size. Checkpoints store the records as ``(S, n_logged, *shape)``; the shape of a probe may not
+    change during a run.
 ``time_of_step(step: ndarray) -> ndarray`` and ``time_unit: str``
     The model's time axis; default ``time = step``, unit ``"step"``.
 ``spec``

@@ -147,14 +147,14 @@ def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
     data["mirrored_cos_vx_vstar"] = (("seed", "step"), mir["cos_vx_vstar"].values)
     data["mirrored_attn_jstar_q"] = (("seed", "step"), mir["attn_jstar_q"].values)
     data["projected_attn_jstar"] = (("seed", "step"), proj["attn_jstar"].values)
-    data["mirrored_attn_matrix"] = (("key", "query"), mir_attn)
+    data["mirrored_attn_matrix"] = (("key_group", "query_group"), mir_attn)
     data.update({f"early_{name}": (("early_seed", "closed_step"), early[name].values) for name in cf.STATE_NAMES})
     data.update(_reduced_vars(prox))
     data.update({f"closed_{name}": (("closed_step",), closed[:, i]) for i, name in enumerate(cf.STATE_NAMES)})
-    data["attn_matrix"] = (("key", "query"), attn)
+    data["attn_matrix"] = (("key_group", "query_group"), attn)
     return xr.Dataset(data, coords={"seed": list(seeds), "step": steps, "time": ("step", task.time_of_step(steps)),
                                     "early_seed": list(early_seeds), "closed_step": [0, 1, 2],
-                                    "key": np.arange(1, D + 1), "query": np.arange(1, D + 1)},
+                                    "key_group": np.arange(1, D + 1), "query_group": np.arange(1, D + 1)},
                       attrs={"d": d, "D": D, "n": p["n"], "eta": ETA, "sigma_x": SIGMA_X, "jstar": JSTAR,
                              "n_pop": p["n_pop"], "v_star_json": json.dumps(v_star.tolist()),
                              "time_unit": "GD step t (time = eta t)"})

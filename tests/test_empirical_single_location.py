@@ -28,6 +28,11 @@ from empirical.train import train
 from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
 from tests._training import assert_seed_equals_single, kill_and_resume, same
 
+# These tests run the maps for finite horizons on purpose (reference trajectories, brute-force comparisons); the
+# default warning on runs that end unconverged (docs/guides/engine.md, convergence diagnostics) is tested in
+# tests/test_convergence_warnings.py.
+pytestmark = pytest.mark.filterwarnings("ignore::dynamics.convergence.UnconvergedWarning")
+
 CPU = torch.device("cpu")
 F64 = torch.float64
 
