@@ -144,7 +144,7 @@ def _cmd_list(args, reg: registry.Registry) -> int:
         _write(f"{model}  ({note})")
         for name in names:
             spec = reg.get(name)
-            flags = ("  [unrecoverable parameters: spec defaults]" if spec.unrecoverable else "") + (
+            flags = ("  [unrecoverable parameters: documented defaults]" if spec.unrecoverable else "") + (
                 f"  [{registry.PAPER_ONLY_NOTE}]" if spec.paper_only else "")
             _write(f"  {name:32s} {spec.paper}; {spec.spec}{flags}")
     return 1 if any(statuses[m].state == "error" for m in models) else 0

@@ -128,10 +128,10 @@ def checks_continuation(ds):
     out = []
     out.append(CheckResult(name="Sec. 7.4: S exists from lambda = 0.06279 (theta_S = 1 there)",
                            passed=abs(ds.attrs["lam_birth"] - 0.06279) <= 5e-6, measured=ds.attrs["lam_birth"],
-                           expected=0.06279, tolerance="5 digits quoted by the spec", ))
+                           expected=0.06279, tolerance="5 digits quoted by the reference", ))
     out.append(CheckResult(name="Sec. 7.4: S and the oracle have equal risk at lambda = 0.09072",
                            passed=abs(ds.attrs["lam_cross"] - 0.09072) <= 5e-6, measured=ds.attrs["lam_cross"],
-                           expected=0.09072, tolerance="5 digits quoted by the spec"))
+                           expected=0.09072, tolerance="5 digits quoted by the reference"))
     lam = ds.lam.values
     birth = ds.attrs["lam_birth"]
     away = np.abs(np.log(lam / birth)) > 0.02  # the exchange is at birth: its neighbourhood is marginal
@@ -241,7 +241,7 @@ def checks_atlas(ds):
                 se = math.sqrt(0.49 * 0.51 / 4600 + f * (1 - f) / n)
                 out.append(CheckResult(name="Sec. 7.4: fraction of sphere starts ending at S (lambda = 0.1, d = 400)",
                                        passed=abs(f - 0.49) < 5 * se, measured=f, expected=0.49,
-                                       tolerance=f"5 SE of the difference ({se:.4f}): spec's 4 600 runs + ours"))
+                                       tolerance=f"5 SE of the difference ({se:.4f}): the reference 4 600 runs + ours"))
     return out
 
 

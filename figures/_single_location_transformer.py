@@ -11,7 +11,7 @@ reference levels are closed forms of :mod:`closedform.single_location` (null, op
 risks, docs/models/single_location.md §1, §5.2, §5.4). The spec gives no closed form for the learned quantities of these
 figures, so they have theorem/finding checks (docs/models/single_location.md §8.7-§8.9 numbers) but no gap rows.
 
-Presets: ``paper`` = the spec's documented defaults ([U], docs/models/single_location.md §8.7-§8.9); ``quick`` = reduced
+Presets: ``paper`` = the documented defaults ([U], docs/models/single_location.md §8.7-§8.9); ``quick`` = reduced
 sizes with larger step sizes (each stated in the figure's parameters) so that the qualitative findings show within about
 a minute of CPU time; ``tiny`` = d = 8, L = 4 with still larger step sizes (seconds; the findings already show).
 """
@@ -195,10 +195,10 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
                               "docs/models/single_location.md §5.4"),
         _mean_check("Sec. 8.7: the rank-one attention direction is the oracle: final |k_hat . k*| approaches 1",
                     ds["kappa"].values[:, -1], above=0.7,
-                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the spec, 0.7 is ours "
+                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the reference, 0.7 is ours "
                               "(chance level 1/sqrt(d))"),
         _mean_check("Sec. 8.7: value alignment approaches 1 (final, max of plain and MLP-corrected)", nu, above=0.7,
-                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the spec, 0.7 is ours"),
+                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the reference, 0.7 is ours"),
     ]
 
 
@@ -288,12 +288,12 @@ def _partial_check(max_key):
     return CheckResult(name="Sec. 8.8: alignment only partial (final max_h,i |k_h . k_i*| < 0.9 in most runs)",
                        passed=bool(2 * below >= x.size), measured=f"{below} of {x.size} runs below 0.9",
                        expected=f">= {math.ceil(x.size / 2)} of {x.size}",
-                       tolerance="per-seed count rule (spec: |k_h . k_i*| between 0 and 0.53 at step 200 000 in all "
+                       tolerance="per-seed count rule (reference: |k_h . k_i*| between 0 and 0.53 at step 200 000 in all "
                                  "8 of its runs; full alignment would put every run near 1)", n_seeds=x.size)
 
 
 def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
-    """docs/models/single_location.md §8.8: low risk, partial alignment (above chance, below full), the spec's risk
+    """docs/models/single_location.md §8.8: low risk, partial alignment (above chance, below full), the reference risk
     ranges."""
     from figures.single_location import _range_check
 
@@ -303,7 +303,7 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     out = [
         _mean_check("Sec. 8.8: low risk (final test excess risk below the null predictor's K gamma^2)",
                     ds["excess_risk"].values[:, -1], below=null,
-                    tolerance="t interval of the seed mean at level 1e-3 (spec: 0.29-0.34 at step 200 000, null 1)"),
+                    tolerance="t interval of the seed mean at level 1e-3 (reference: 0.29-0.34 at step 200 000, null 1)"),
         _above_chance_check("Sec. 8.8: some alignment (final max over heads, locations, keys and values of "
                             "|. . *|)", best, d, n_overlaps=2 * len(_pairs(ds, "kappa"))),
         _partial_check(_max_pair(ds, "kappa")),
@@ -312,7 +312,7 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
         for step, lo, hi in ((50_000, 0.34, 0.51), (200_000, 0.29, 0.34)):
             vals = _at_step(ds, "excess_risk", step)
             if vals is not None:
-                out.append(_range_check(f"Sec. 8.8: test excess risk at step {step} has the law of the spec's 8 runs",
+                out.append(_range_check(f"Sec. 8.8: test excess risk at step {step} has the law of the reference's 8 runs",
                                         vals, lo, hi, n_ref=8))
     return out
 
@@ -323,7 +323,7 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
              "two-head erf predictor sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) with online projected SGD: (a) test "
              "excess risk (mean and 95% percentile band over seeds) and the null level 2 gamma^2; (b), (c) the "
              "2 x 2 matrices |k_h . k_i*| and |v_h . v_i*| (mean and band, no matching of heads to locations). "
-             "The quick preset is the spec's recipe (d = 80, alpha = 1e-3) for 50 000 of its 200 000 steps with "
+             "The quick preset is the reference recipe (d = 80, alpha = 1e-3) for 50 000 of its 200 000 steps with "
              "8 seeds; a larger alpha with fewer steps is not equivalent: the SGD noise grows with alpha and keeps "
              "the heads from aligning (risk 0.75, no key alignment at alpha = 5e-3)."),
     unrecoverable=(
@@ -392,7 +392,7 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
     return [
         _mean_check("Sec. 8.9: low excess risk (final test excess risk below half the null predictor's)",
                     ds["excess_risk"].values[:, -1], below=0.5 * null,
-                    tolerance="t interval at level 1e-3; 'low' has no number in the spec, half the null level 2 "
+                    tolerance="t interval at level 1e-3; 'low' has no number in the reference, half the null level 2 "
                               "gamma^2 is ours"),
         _above_chance_check("Sec. 8.9: the heads' rank-one attention directions align with oracle keys (final "
                             "max_h,i |k_hat_h . k_i*|)", best_key, d, n_overlaps=len(_pairs(ds, "kappa"))),

@@ -943,7 +943,7 @@ def checks_fig5(ds):
           params={"tiny": TRAIN_TINY, "quick": TRAIN_QUICK, "paper": TRAIN_PAPER}, plot=plot_fig5,
           checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
-    """Fig. 5: KQ heatmaps of a four-head run at the spec's step fractions (docs/models/icl_regression.md §9)."""
+    """Fig. 5: KQ heatmaps of a four-head run at the reference step fractions (docs/models/icl_regression.md §9)."""
     ds = _heads_ds(cfg, 4)
     want = fig5_panel_steps(cfg.params["n_steps"])
     idx = [int(np.flatnonzero(ds.step.values == w)[0]) for w in want]  # every panel step is logged (_run_cached)
@@ -990,7 +990,7 @@ def plot_fig6(ds):
 
 
 def gaps_fig6(ds):
-    """Monte Carlo true loss against the spec's Monte Carlo tables: both sides carry their SE (theory_se)."""
+    """Monte Carlo true loss against the reference Monte Carlo tables: both sides carry their SE (theory_se)."""
     rows = []
     n = int(ds.attrs["n_mc"])
     for j, L in enumerate(ds.L.values):
@@ -1121,7 +1121,7 @@ def checks_fig7(ds):
 @register(name="icl_regression.fig7", model=MODEL, paper=f"{PAPER}, Fig. 7", spec="docs/models/icl_regression.md §5.1-§5.5, §9",
           caption=("GD on F/2 (lr = 0.01) with H = 4 heads from the small random initialisation of docs/models/icl_regression.md §5.5 (seed 3: "
                    "omega_h, mu_h ~ N(0, 0.01^2)), d = 5, L = 40, sigma^2 = 0.1: mu^T omega converges to eta* (4.3); "
-                   "crosses: the spec's verified values."),
+                   "crosses: the reference verified values."),
           unrecoverable=("H = 4, init seed 3, lr 0.01, 1e6 iterations (docs/models/icl_regression.md §9 Fig. 7 defaults)",),
           params={"tiny": {"n_iter": 10_000, "H": 4, "init_seed": 3, "lr": 0.01},
                   "quick": {"n_iter": 1_000_000, "H": 4, "init_seed": 3, "lr": 0.01},

@@ -331,7 +331,7 @@ def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckRe
                            tolerance="< -0.2: faster than any 1/log t decay at these t"))
     ratio = float(np.max(xi1 / xi2))
     out.append(CheckResult(name=f"docs/models/token_selection.md §A.6 ratio bound xi1 <= (7/15) xi2 for all t [not reproduced]: violated, as "
-                                f"the spec documents ({label})", passed=ratio > 7 / 15, measured=ratio,
+                                f"the reference documents ({label})", passed=ratio > 7 / 15, measured=ratio,
                            expected="max_t xi1/xi2 > 7/15 = 0.467 (measured truth: the bound fails)",
                            tolerance="sign of max_t xi1/xi2 - 7/15 on the saved steps"))
     out.append(CheckResult(name=f"Sec. A.7 item 1: E[q_i*] increases towards 1, E[q_N+1] stays small ({label})",
@@ -364,7 +364,7 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
     out.append(CheckResult(name="Sec. A.7 item 4: on the training law the MSE plateaus far above the shifted-law MSE "
                                 "(P(A_delta^c) > 0)", passed=bool(train_law[-1] > 10 * shift[-1]),
                            measured=float(train_law[-1] / shift[-1]), expected="> 10 (ratio training-law / shifted)",
-                           tolerance="factor 10 (spec: 46x at t = 3000, d = 4, N = 16)"))
+                           tolerance="factor 10 (reference: 46x at t = 3000, d = 4, N = 16)"))
     out.append(CheckResult(name="Theorem A2 pointwise bound (docs/models/token_selection.md §A.6 [derived]) holds on every shifted test prompt "
                                 "at the final (xi1, xi2)", passed=bool(ds.bound_ok), measured=float(ds.bound_ok),
                            expected=1.0, tolerance="err <= bound (1 + 1e-12) on every prompt"))
@@ -509,7 +509,7 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
     out.append(CheckResult(name="Sec. A.5 / A.8: full-matrix GD from W^(0) stays near diag(xi1 I, 0, -xi2) (off = "
                                 "label-sampling noise), max over seeds of off at the last step", passed=off_m < 0.1,
                            measured=off_m, n_seeds=int(ds.sizes["seed"]),
-                           expected="< 0.1 (spec: 2.4% at 4000 prompts, d = 3)",
+                           expected="< 0.1 (reference: 2.4% at 4000 prompts, d = 3)",
                            tolerance="0.1: label noise O(1/sqrt(n)) at the preset's n"))
     xf = ds.xi1_factorised.values
     k_early = int(np.searchsorted(t, 20))
@@ -518,13 +518,13 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
                                 "leaves it (median over seeds of the final xi1)",
                            passed=bool(np.all(np.abs(xf[:, k_early]) < 0.05) and esc > 5.0),
                            measured=esc, n_seeds=int(xf.shape[0]), expected=f"|xi1| < 0.05 at t = {int(t[k_early])}; xi1 > 5 at the end",
-                           tolerance="spec: the saddle is left after ~100 steps at eta = 5 (measured ~200 at eta = 2)"))
+                           tolerance="reference: the saddle is left after ~100 steps at eta = 5 (measured ~200 at eta = 2)"))
     off_f = float(np.median(ds.off_factorised.values[:, -1]))
     out.append(CheckResult(name=("Sec. A.9: the factorised W approaches the reduced family (off small after the "
                                  "escape), median over seeds of off at the last step"),
                            passed=off_f < 0.15, measured=off_f, n_seeds=int(ds.off_factorised.values.shape[0]),
-                           expected="< 0.15 (spec: off = 4-8% from t = 200 on, 4000 prompts)",
-                           tolerance="0.15: fewer prompts than the spec's check in the quick preset"))
+                           expected="< 0.15 (reference: off = 4-8% from t = 200 on, 4000 prompts)",
+                           tolerance="0.15: fewer prompts than the reference check in the quick preset"))
     return out
 
 

@@ -32,7 +32,7 @@ orthogonal only to round-off, which the unstable symmetric state of Theorem C2 a
 paper's M = 1000 from zero, equal in law from a random start, ~100x cheaper.
 
 Seeds: run k of a build with seed ``s`` uses the training walks, then the test walks, of
-docs/models/token_selection.md §G.C with ``numpy.random.default_rng(s + k)`` (so seed 0, run 0 is the spec's exact
+docs/models/token_selection.md §G.C with ``numpy.random.default_rng(s + k)`` (so seed 0, run 0 is the reference exact
 recipe of docs/models/token_selection.md §C.7), and ``s + k`` as the trainer seed (random starts). Torch runs
 single-threaded inside ``data`` (small tensors; see :func:`empirical.device.torch_threads`).
 """
@@ -66,7 +66,7 @@ SERIES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "dist_V
           "dist_V_sqrtChat", "loss", "kl")
 ROUND_OFF = 1e-9
 EXACT_SOURCE = ("float64 round-off: torch full-matrix GD from zero and the reduced map of docs/models/token_selection.md §C.5 run on the same "
-                "walks, so their difference is 0 in exact arithmetic (spec: 7e-16 after 8 steps); 1e-9 bounds the "
+                "walks, so their difference is 0 in exact arithmetic (reference: 7e-16 after 8 steps); 1e-9 bounds the "
                 "round-off over the run")
 RB_SOURCE = ("acc_RB = mean Pi[s_{N-1}, Pred] equals max(p, 1-p) exactly once every prediction is a likeliest "
              "successor (docs/models/token_selection.md §C.3); 1e-9 bounds the float64 round-off of the weighted mean")
@@ -429,7 +429,7 @@ FIG6_P1_EXPLANATION = Explanation(
             "mean loss the medians are 515 / 185 / 95 for p = 1 (accuracy >= 0.5) against 895 / 325 / 145 for "
             "p = 0.5, a ratio ~0.6 that the step does not change; with the blank query left unnormalised (mean "
             "loss, eta = 0.01-0.1) p = 1 breaks by 15-110 while p = 0.5 mostly stays at chance, and without "
-            "normalisation p = 1 breaks within 10-60. So no step or normalisation reading of the spec reproduces "
+            "normalisation p = 1 breaks within 10-60. So no step or normalisation reading of the reference reproduces "
             "the paper's p = 1 panel together with its p = 0.5 timing: a disagreement with the paper, not a "
             "defect"),
     evidence=("check 'Fig. 6 reading: p = 1 leaves the Theorem C2 ridge before p = 0.5 reaches 0.49' on this run; "
@@ -446,7 +446,7 @@ FIG6_P1_EXPLANATION = Explanation(
                    "over training samples and starts). Bottom: V and attention S (first test walks) at the last step "
                    "for p = 0.5; V and the token average X S of the first test walks at 10/40/70/100% of the run for "
                    "p = 1. The reduced map does not apply (random start). Theory line: max(p, 1-p). With the mean "
-                   "loss at eta = 0.01 (the spec's reading) the normalised scores hardly move: acc_RB stays at "
+                   "loss at eta = 0.01 (the documented reading) the normalised scores hardly move: acc_RB stays at "
                    "chance (0.17) for 1000 iterations, and also at eta = 0.1 and 1 (measured, 2 runs each); the "
                    "summed loss reaches 0.5 at ~400 iterations, as the paper reports for p = 0.5. At that step p = 1 "
                    "reaches accuracy 1.0 by ~300 iterations, while the paper's p = 1 panel stays below 1.0 for 1000. "

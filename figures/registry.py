@@ -22,7 +22,7 @@ Optionally, for the report (:mod:`figures.report`):
 
 * ``gaps(ds) -> list[GapRow]``: theory vs practice at chosen times (:func:`compare_rows` builds them from arrays):
   the raw gap ``mean - theory``, its Student-t confidence interval over seeds (:mod:`dynamics.compare`, calibrated
-  for any number of seeds >= 2), an allowance with its source where the spec derives one, and a status ``holds`` /
+  for any number of seeds >= 2), an allowance with its source where the docs derive one, and a status ``holds`` /
   ``explained`` (a documented deviation, :class:`Explanation`) / ``fails``.
 * ``checks(ds) -> list[CheckResult]``: theorem checks with the measured numbers; same three statuses.
 
@@ -30,8 +30,8 @@ Optionally, for the report (:mod:`figures.report`):
 paper`` its caption and badge say so and its failing rows and checks are ``explained`` by that reason.
 
 Parameters per preset (``tiny`` for the tests: seconds; ``quick``: the whole set in minutes on a CPU; ``paper``: the
-papers' sizes) are declared at registration and must be JSON values. Where the spec marks a parameter as
-unrecoverable ([U]/[choice]), use the spec's proposed default and list it in ``unrecoverable``: the caption then says
+papers' sizes) are declared at registration and must be JSON values. Where the docs mark a parameter as
+unrecoverable ([U]/[choice]), use the documented default and list it in ``unrecoverable``: the caption then says
 so (:attr:`FigureSpec.full_caption`).
 
 Worked example (``figures/single_location.py``)::
@@ -78,9 +78,9 @@ Worked example (``figures/single_location.py``)::
         ...  # compute with closedform/dynamics/empirical, sizes from cfg.params
         return xr.Dataset(...)
 
-A figure whose parameters the spec marks unrecoverable (e.g. Fig. 3, docs/models/single_location.md §8.1) adds
+A figure whose parameters the docs mark unrecoverable (e.g. Fig. 3, docs/models/single_location.md §8.1) adds
 ``unrecoverable=("curves vs L = 1..100 at d = 400, gamma^2 = 1/2, eps = 0 (docs/models/single_location.md §8.1
-proposal)",)``; its caption then ends with "Not recoverable from the paper; the spec's documented default is used for:
+proposal)",)``; its caption then ends with "Not recoverable from the paper; the documented default is used for:
 ...".
 
 Then ``python -m figures make single_location.fig4a --preset quick`` writes ``figures/out/single_location.fig4a.{png,
@@ -200,7 +200,7 @@ class GapRow:
     allowance : float
         Absolute allowance ``allowance + rel_allowance * |theory|`` (0: none).
     allowance_source : str
-        Where a non-zero allowance comes from (spec section, derivation); empty when it is 0.
+        Where a non-zero allowance comes from (docs section, derivation); empty when it is 0.
     se : float
         Standard error of the gap (the seeds' SE, combined with the theory's own SE for a Monte Carlo theory).
     n_seeds : int
@@ -519,11 +519,11 @@ class FigureSpec:
 
     @property
     def full_caption(self) -> str:
-        """The caption, followed by the unrecoverable parameters (and the spec defaults used for them) and, for a
+        """The caption, followed by the unrecoverable parameters (and the documented defaults used for them) and, for a
         ``paper_only`` figure, the note that its claim is decided at ``--preset paper`` only."""
         text = self.caption.rstrip()
         if self.unrecoverable:
-            text += (f" Not recoverable from the paper; the spec's documented default is used for: "
+            text += (f" Not recoverable from the paper; the documented default is used for: "
                      f"{'; '.join(self.unrecoverable)}.")
         if self.paper_only is not None:
             text += f" {PAPER_ONLY_NOTE[0].upper()}{PAPER_ONLY_NOTE[1:]}: {self.paper_only.rstrip('.')}."

@@ -651,7 +651,7 @@ def _versions_text(versions) -> str:
 def _figure_html(f: FigureEntry, report_git: str) -> str:
     spec = f.spec
     parts = [f'<article id="{_e(_anchor(spec.name))}">', f"<h3>{_figure_badge(f)} {_e(spec.name)}</h3>",
-             f'<p class="meta">{_e(spec.paper)} &#183; spec: {_e(spec.spec)} &#183; data: {_e(f.status)}'
+             f'<p class="meta">{_e(spec.paper)} &#183; reference: {_e(spec.spec)} &#183; data: {_e(f.status)}'
              f" &#183; runtime: {_runtime(f.runtime_s)}</p>",
              f'<p class="meta">Size vs the paper ({_e(f.preset)} preset): {_e(preset_distance(spec, f.preset))}</p>']
     if f.error:

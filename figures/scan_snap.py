@@ -287,7 +287,7 @@ def checks_gap_T(ds):
               "entropy does not shrink with T. At batch 128 the noise term is a floor of ~0.01 (16 seeds, 100 "
               "steps, measured: 0.046, 0.018, 0.011, 0.009 at T - 1 = 128, 512, 2048, 8192); at batch 2048 it is "
               "~0.0002 (0.039, 0.010, 0.0025, 0.0008 at the same T - 1), and the gap follows 1/T (ratios 3.9 and "
-              "4.0 per factor 4). The spec's 0.003 at T - 1 = 2047 (docs/models/scan_snap.md §6 item 8) was "
+              "4.0 per factor 4). The reference 0.003 at T - 1 = 2047 (docs/models/scan_snap.md §6 item 8) was "
               "measured at batch 512 (0.0032 here). Rows: the 1/T law at the large batch; checks: the sign of the "
               "bias and that the residual at the largest T falls with the batch."),
           params={"tiny": {"T": [17, 65], "batch": [16, 64], "n_seeds": [4, 2], "n_steps": 12},
@@ -387,7 +387,7 @@ _MEDIUM_PARAMS = {
 """Fig. 6/11/12 presets: ``quick`` is the paper's whole grid (4 panels x 4 eta_Z x 4 ratios, 100 steps, T = 128)
 with 8 seeds instead of 10 (docs/models/scan_snap.md §5.3)."""
 
-_MEDIUM_U = (("random initialisation U(+-1/sqrt(M)) for Y and Z (spec E9); torch seeds are the toolkit's, not the "
+_MEDIUM_U = (("random initialisation U(+-1/sqrt(M)) for Y and Z (reference E9); torch seeds are the toolkit's, not the "
               "authors'"),
              ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (docs/models/scan_snap.md §5.3 default, "
               "[unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))

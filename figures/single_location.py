@@ -4,13 +4,13 @@ Registered figures (``python -m figures list``):
 
 * ``single_location.fig3``: erf-oracle risk vs the optimal linear risk, vs L and vs d
   (docs/models/single_location.md §8.1; closed forms of docs/models/single_location.md §5.2-§5.4; parameters [U], the
-  spec's proposal).
+  the reference proposal).
 * ``single_location.fig4a``: exact five-scalar PGD from the sphere, lambda_n = 1/(1 + 1e-4 n)
   (docs/models/single_location.md §8.2).
 * ``single_location.fig4b``: PGD on the manifold M, lambda = 0.1 (docs/models/single_location.md §8.3; Theorem 5).
 * ``single_location.fig5``: online stochastic PGD of the torch erf predictor (docs/models/single_location.md §8.4)
   against the deterministic five-scalar PGD started from the same initial scalars (overlay): the paper's batch 5 (rows
-  explained by SGD noise; checks against the spec's table of 12 runs) and a batch-100 run over the transient (rows
+  explained by SGD noise; checks against the reference table of 12 runs) and a batch-100 run over the transient (rows
   hold).
 * ``single_location.fig6``: the five fixed points on M and the vector field of the reduced flow
   (docs/models/single_location.md §8.5; [U]).
@@ -296,13 +296,13 @@ def checks_fig4a(ds):
     task = sl.SingleLocationTask(d=int(ds.attrs["d"]), L=int(ds.attrs["L"]), gamma=GAMMA)
     out = []
     r0 = ds.excess_risk.isel(time=0).values
-    out.append(_check("Sec. 8.2: median excess risk at step 0 (spec 5.10; 95% of inits in [4.87, 6.53])",
-                      float(np.median(r0)), 4.87, 6.53, "the spec's 95% range over initialisations"))
+    out.append(_check("Sec. 8.2: median excess risk at step 0 (reference 5.10; 95% of inits in [4.87, 6.53])",
+                      float(np.median(r0)), 4.87, 6.53, "the reference 95% range over initialisations"))
     i = _at_step(ds, 1200)  # the 300-step log grid has 900 and 1200; spec quotes step 1 000
     if i is not None:
-        out.append(_check("Sec. 8.2: v aligns first, median |nu| at step 1 200 (spec ~0.98 at 1 000)",
+        out.append(_check("Sec. 8.2: v aligns first, median |nu| at step 1 200 (reference ~0.98 at 1 000)",
                           float(np.median(np.abs(ds.nu.values[:, i]))), 0.9, 1.0, "two time scales, margin 0.08"))
-        out.append(_check("Sec. 8.2: k lags, median |kappa| at step 1 200 (spec ~0.12 at 1 000)",
+        out.append(_check("Sec. 8.2: k lags, median |kappa| at step 1 200 (reference ~0.12 at 1 000)",
                           float(np.median(np.abs(ds.kappa.values[:, i]))), 0.0, 0.4, "two time scales, margin"))
     if int(ds.step.values[-1]) == 120_000:
         lam_f = float(ds.lam.values[0, -1])
@@ -311,16 +311,16 @@ def checks_fig4a(ds):
                                passed=bool(np.all(recovered | at_s)), measured=float(np.mean(recovered | at_s)),
                                expected=1.0, tolerance="all runs"))
         if recovered.any():
-            out.append(_check("Sec. 8.2: final excess risk of recovering runs (spec 0.07501)",
+            out.append(_check("Sec. 8.2: final excess risk of recovering runs (reference 0.07501)",
                               float(np.median(_final(ds, "excess_risk")[recovered])), 0.07500, 0.07502,
                               "5 significant digits quoted"))
-            out.append(_check("Sec. 8.2: final |kappa| of recovering runs (spec 0.99997)",
+            out.append(_check("Sec. 8.2: final |kappa| of recovering runs (reference 0.99997)",
                               float(np.median(_final(ds, "kappa", True)[recovered])), 0.99996, 0.99998,
                               "5 significant digits quoted"))
         n = ds.sizes["run"]
         # 3.7% of runs at S; 5 binomial SD above the mean (0 below) bounds the count.
         hi = 0.037 * n + 5 * math.sqrt(n * 0.037 * 0.963)
-        out.append(_check("Sec. 8.2: number of runs at the spurious point S (spec ~3.7%)", float(at_s.sum()), 0, hi,
+        out.append(_check("Sec. 8.2: number of runs at the spurious point S (reference ~3.7%)", float(at_s.sum()), 0, hi,
                           "binomial(n, 0.037) mean + 5 SD"))
     return out
 
@@ -355,21 +355,21 @@ def checks_fig4b(ds):
                                passed=bool(np.all(np.sign(k) == np.sign(n))),
                                measured=float(np.mean(np.sign(k) == np.sign(n))), expected=1.0,
                                tolerance="all runs"))
-        out.append(_check("Sec. 8.3: min |nu| at step 5 000 (spec |nu| = 1 by ~5 000)",
+        out.append(_check("Sec. 8.3: min |nu| at step 5 000 (reference |nu| = 1 by ~5 000)",
                           float(np.min(np.abs(n))), 0.999, 1.0, "1e-3"))
-        out.append(_check("Sec. 8.3: median |kappa| at step 5 000 (spec 0.890, 5-95%: 0.871-0.897)",
-                          float(np.median(np.abs(k))), 0.871, 0.897, "the spec's 5-95% range"))
+        out.append(_check("Sec. 8.3: median |kappa| at step 5 000 (reference 0.890, 5-95%: 0.871-0.897)",
+                          float(np.median(np.abs(k))), 0.871, 0.897, "the reference 5-95% range"))
     if int(ds.step.values[-1]) == 20_000:
-        out.append(_check("Sec. 8.3: median |kappa| at step 20 000 (spec 0.983, 0.982-0.984)",
-                          float(np.median(_final(ds, "kappa", True))), 0.982, 0.984, "the spec's range"))
-        out.append(_check("Sec. 8.3: median excess risk at step 20 000 (spec 0.1137, limit 0.113498)",
+        out.append(_check("Sec. 8.3: median |kappa| at step 20 000 (reference 0.983, 0.982-0.984)",
+                          float(np.median(_final(ds, "kappa", True))), 0.982, 0.984, "the reference range"))
+        out.append(_check("Sec. 8.3: median excess risk at step 20 000 (reference 0.1137, limit 0.113498)",
                           float(np.median(_final(ds, "excess_risk"))), 0.113498, 0.1138, "spec value, 4 digits"))
     out.append(_check("Sec. 6.2 (Lemma 4): M is invariant, max dist_M over all rows", float(
         np.max(ds.distance_to_manifold.values)), 0.0, 0.0, "exactly 0 for the map on M"))
     r0 = ds.excess_risk.isel(time=0).values
     # Spec: mean 0.619 over manifold inits; 5 SE over runs.
     se = float(np.std(r0, ddof=1) / math.sqrt(r0.size))
-    out.append(_check("Sec. 8.3: mean excess risk at step 0 (spec 0.619)", float(np.mean(r0)), 0.619 - 5 * se,
+    out.append(_check("Sec. 8.3: mean excess risk at step 0 (reference 0.619)", float(np.mean(r0)), 0.619 - 5 * se,
                       0.619 + 5 * se, "5 SE over runs"))
     return out
 
@@ -462,19 +462,19 @@ def checks_fig7(ds):
         n = sub_b.sizes["run"]
         # 49% of runs end at S (pooled 4 600 runs); the count over n runs is binomial: mean +- 5 SD.
         mu, sd = 0.49 * n, math.sqrt(n * 0.49 * 0.51)
-        out.append(_check("Sec. 8.6(b): number of runs at the spurious point S (spec ~49%)", float(at_s.sum()),
+        out.append(_check("Sec. 8.6(b): number of runs at the spurious point S (reference ~49%)", float(at_s.sum()),
                           max(0.0, mu - 5 * sd), mu + 5 * sd, "binomial(n, 0.49) mean +- 5 SD"))
         rec = (_final(sub_b, "distance_to_manifold") < 1e-6)
         if rec.any():
-            out.append(_check("Sec. 8.6(b): median |kappa| of recovering runs at 20 000 (spec 0.983, 0.982-0.984)",
-                              float(np.median(_final(sub_b, "kappa", True)[rec])), 0.982, 0.984, "the spec's range"))
+            out.append(_check("Sec. 8.6(b): median |kappa| of recovering runs at 20 000 (reference 0.983, 0.982-0.984)",
+                              float(np.median(_final(sub_b, "kappa", True)[rec])), 0.982, 0.984, "the reference range"))
     sub_a = ds.sel(part="a").dropna("time", how="all")
     if int(sub_a.step.values[-1]) == 120_000:
         notS = ~(np.abs(_final(sub_a, "eta")) > 0.95)
-        out.append(_check("Sec. 8.6(a): median final |kappa| (spec 0.2986, 5-95%: 0.287-0.2995)",
-                          float(np.median(_final(sub_a, "kappa", True)[notS])), 0.287, 0.2995, "the spec's range"))
-        out.append(_check("Sec. 8.6(a): median final excess risk (spec 3.8094, 5-95%: 3.8086-3.819)",
-                          float(np.median(_final(sub_a, "excess_risk"))), 3.8086, 3.819, "the spec's range"))
+        out.append(_check("Sec. 8.6(a): median final |kappa| (reference 0.2986, 5-95%: 0.287-0.2995)",
+                          float(np.median(_final(sub_a, "kappa", True)[notS])), 0.287, 0.2995, "the reference range"))
+        out.append(_check("Sec. 8.6(a): median final excess risk (reference 3.8094, 5-95%: 3.8086-3.819)",
+                          float(np.median(_final(sub_a, "excess_risk"))), 3.8086, 3.819, "the reference range"))
     return out
 
 
@@ -560,9 +560,9 @@ def checks_fig6(ds):
                       float(np.max(np.abs(ds.nullcline_field.values))), 0.0, 1e-10, "1e-10: float64 rounding"))
     if (int(ds.attrs["d"]), float(ds.attrs["lam"])) == (400, 0.1):
         ev = np.sort(ds.saddle_map_eigenvalues.values)
-        out.append(_check("Sec. 7.2: PGD-map eigenvalue < 1 at the saddle (spec 0.986928, alpha = 4e-3)", ev[0],
+        out.append(_check("Sec. 7.2: PGD-map eigenvalue < 1 at the saddle (reference 0.986928, alpha = 4e-3)", ev[0],
                           0.986928 - 1e-6, 0.986928 + 1e-6, "6 digits quoted"))
-        out.append(_check("Sec. 7.2: PGD-map eigenvalue > 1 at the saddle (spec 1.003086)", ev[1], 1.003086 - 1e-6,
+        out.append(_check("Sec. 7.2: PGD-map eigenvalue > 1 at the saddle (reference 1.003086)", ev[1], 1.003086 - 1e-6,
                           1.003086 + 1e-6, "6 digits quoted"))
     return out
 

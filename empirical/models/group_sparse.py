@@ -107,7 +107,7 @@ class GroupSparseModelSpec:
         v, W_K, W_Q with W = W_K^T W_Q, v = 0 and factor entries i.i.d. N(0, init_scale^2), W_K drawn before W_Q
         (docs/models/token_selection.md §B.7).
     init_scale : float > 0
-        s of the factorised init (spec default 0.01); ignored (must stay 0.01) for the merged model.
+        s of the factorised init (documented default 0.01); ignored (must stay 0.01) for the merged model.
     v_star : tuple of d floats
         The unit label direction v* (normalised on construction).
     mirror : bool
@@ -467,7 +467,7 @@ def _sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, s
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-#  Downstream transfer (docs/models/token_selection.md §B.4 runnable recipe [unknown; spec defaults],
+#  Downstream transfer (docs/models/token_selection.md §B.4 runnable recipe [unknown; documented defaults],
 # docs/models/token_selection.md §B.7)
 # ----------------------------------------------------------------------------------------------------------------------
 

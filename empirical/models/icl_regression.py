@@ -580,8 +580,8 @@ class _SoftmaxMSE(torch.autograd.Function):
 
 
 def softmax_mse(model_or_spec, KQ: torch.Tensor, OV: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Per-seed MSE (1/n) sum_b (y_q - yhat_b)^2 of single-task softmax attention (spec (2.3), (2.5)), shape (S,),
-    differentiable in the circuits KQ (S, H, p, p) and OV (S, H, 1, p) of (2.4).
+    """Per-seed MSE (1/n) sum_b (y_q - yhat_b)^2 of single-task softmax attention, shape (S,), differentiable in the
+    circuits KQ (S, H, p, p) and OV (S, H, 1, p) (docs/models/icl_regression.md §2, Eqs. (2.3)-(2.5)).
 
     The same number as :meth:`ICLAttention.loss`'s torch path, computed by a compiled kernel that reads each prompt
     once (only the query's row of attention: its logits over the L context tokens) and forms the gradient on the

@@ -52,9 +52,9 @@ Notes
   reduced map's L (labels integrated out, docs/models/token_selection.md §A.5) by label-sampling noise only;
   ``duplicate_labels=True`` in :func:`prompt_samples` adds every prompt again with y -> -y (the
   docs/models/token_selection.md §A.8 recipe), which cancels the odd label moments.
-* The torch loss is the spec's normalisation exactly: 1/2, mean over prompts, no 1/sqrt(d) temperature
+* The torch loss has the documented normalisation exactly: 1/2, mean over prompts, no 1/sqrt(d) temperature
   (docs/models/token_selection.md §0).
-* Step size [measured here, not in the spec]: the label-bias entry W23 (score y_j W23 on context token j) has
+* Step size [measured here, not in the talk]: the label-bias entry W23 (score y_j W23 on context token j) has
   curvature lambda = E[(sum_j q_j - f^2)^2] ~ 0.9 at W^(0) (d = 4, N = 16), so full-matrix GD is linearly unstable in
   that direction for eta > 2/lambda ~ 2.2 until xi1 ~ 10; at the reduced map's reference eta = 5 W23 can jump to
   +-0.9 with a loss spike (tests/test_empirical_nearest_neighbor.py). The reduced map cannot see this direction: use
@@ -123,7 +123,7 @@ class NearestNeighborModelSpec:
         Trainable W from W^(0) (docs/models/token_selection.md §A.4), or (W_K, W_Q) from i.i.d. N(0, init_scale^2)
         entries (docs/models/token_selection.md §A.9).
     init_scale : float > 0
-        Std of the factors' entries (spec default 0.01); must stay 0.01 for the merged model (no random start).
+        Std of the factors' entries (documented default 0.01); must stay 0.01 for the merged model (no random start).
     quantile : float in (0, 1)
         Lower quantile of q_{i*} logged as ``q_istar_lo`` (docs/models/token_selection.md §A.5.1; default 0.05).
     data_digest, test_digest, init_digest : str or None

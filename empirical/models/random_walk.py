@@ -10,8 +10,8 @@ Implements the empirical side of ``docs/models/token_selection.md`` Study C: the
   :func:`closedform.random_walk.map` on the same walks;
 * ``merged`` with ``init="random"``: V, W i.i.d. N(0, s^2), s = 0.01, V drawn first
   (docs/models/token_selection.md §C.8, Fig. 6), usually with ``normalize_tokens=True`` (every column of X~, the blank
-  query included, divided by its norm inside the scores only: the spec's default for the unrecoverable detail of Fig.
-  6);
+  query included, divided by its norm inside the scores only: the documented default for a detail of Fig. 6 the talk does
+  not give);
 * ``factorised``: W = W_K^T W_Q with V, W_K, W_Q i.i.d. N(0, s^2), drawn in that order
   (docs/models/token_selection.md §C.8 "our extension"; docs/models/token_selection.md §0: never W_K = W_Q = 0, a
   stationary point).
@@ -146,7 +146,7 @@ class RandomWalkModelSpec:
         (docs/models/token_selection.md §C.8, Fig. 6). The factorised model must start at random (W_K = W_Q = 0 is
         stationary, docs/models/token_selection.md §0).
     init_scale : float > 0
-        Std of a random start (spec 0.01); must stay 0.01 for ``init="zero"``.
+        Std of a random start (documented default 0.01); must stay 0.01 for ``init="zero"``.
     normalize_tokens : bool
         Divide every column of X~ (blank query included) by its norm inside the scores only
         (docs/models/token_selection.md §C.8 default for Fig. 6); the reduced family of

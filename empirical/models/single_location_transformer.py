@@ -48,7 +48,7 @@ iterate n, its test risk evaluated with lambda_n.
 
 Notes
 -----
-Choices of the toolkit, marked [U] in the spec (docs/models/single_location.md §8.7-§8.9), documented here and in the
+Choices of the toolkit where the paper is silent (docs/models/single_location.md §8.7-§8.9), documented here and in the
 figure captions:
 
 * The oracle directions belong to the model object and are shared by the seeds of one run (the seeds are repeats
@@ -59,7 +59,7 @@ figure captions:
   row 0 only, and LayerNorm and the MLP act row-wise, so the other rows' outputs never enter it (the test suite
   checks this against a numpy forward of the full (L+1)-row layer).
 * Transformer: with the fixed register, the only query that ever enters the loss is LN(z_reg) W_Q^h, so every SGD
-  gradient of W_Q^h has the form LN(z_reg) a^T. Starting from W_Q^h = 0 (spec default), W_Q^h stays rank one and so
+  gradient of W_Q^h has the form LN(z_reg) a^T. Starting from W_Q^h = 0 (documented default), W_Q^h stays rank one and so
   does QK_h: the ratio sv_1/sv_2 is infinite up to rounding at every step > 0 (it is reported capped at
   1 / machine epsilon). The paper's "nearly rank one" finding is automatic in this reconstruction.
 * ``z_reg`` is stored as a parameter (so it is seeded from the ``init`` stream and checkpointed) but used detached:
@@ -341,7 +341,7 @@ class MultiHeadErf(_TaskModel):
         return lam
 
     def predict(self, params, X, hyper) -> torch.Tensor:
-        """T(X) = sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) for X (S, B, L, d); returns (S, B) (spec Eq. (31))."""
+        """T(X) = sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) for X (S, B, L, d); returns (S, B) (Eq. (31) of the paper)."""
         a = torch.einsum("sbld,shd->sbhl", X, params["k"])
         b = torch.einsum("sbld,shd->sbhl", X, params["v"])
         return (torch.erf(self.lam(hyper) * a) * b).sum(dim=(-1, -2))
@@ -380,7 +380,7 @@ class TransformerLayer(_TaskModel):
     X' = [z_reg; X]; Att_h = softmax_rows(LN(X') W_Q^h (LN(X') W_K^h)^T / sqrt(d_h)); X_mid = X' + sum_h Att_h LN(X')
     W_V^h W_O^h; out = X_mid + ReLU(LN(X_mid) W_1 + 1 b_1^T) W_2 + 1 b_2^T; Y_hat = out[0] . u. Head width d_h = d;
     W_O^h = I (not a parameter) for H = 1, trained for H > 1 (docs/models/single_location.md §8.9). Every choice is the
-    spec's [U] default.
+    documented default for a detail the paper does not give.
 
     Initialisation (docs/models/single_location.md §8.7 defaults; draw order as listed, per seed from its ``init``
     stream): z_reg ~ N(0, I_d) (not trained); W_K^h, W_V^h i.i.d. N(0, 1/d); W_O^h i.i.d. N(0, 1/d) (H > 1); W_1, W_2
