@@ -415,7 +415,8 @@ class CheckResult:
         Whether the check's own test passed.
     measured, expected : float or str
         The measured number and the prediction (numbers are shown with 6 significant digits). A check that
-        summarises seeds states the statistic it tests and reports that same statistic here.
+        summarises seeds states the statistic it tests and reports that same statistic here. ``measured`` may be
+        NaN (not defined for this run) or +-inf (an unbounded statistic); ``passed`` decides either way.
     tolerance : str
         The tolerance and where it comes from.
     n_seeds : int or None

@@ -104,9 +104,12 @@ VALID_VALUES = {
     ("closedform.nearest_neighbor.map", "bound"): {"inf"},
     # the torch nearest_neighbor attention takes the embedded prompts H (any real entries), as the closed form does
     ("empirical.models.nearest_neighbor.attention", "H"): {"zero", "negative"},
-    # a checkpoint path is any file name; a check's measurement may be NaN ("not defined": its own test decides)
+    # a checkpoint path is any file name; a check's measurement may be NaN ("not defined") or +-inf (an unbounded
+    # statistic, e.g. a singular-value ratio whose second value is 0): its own test decides, and the report prints it
     ("empirical.train.train", "checkpoint_path"): {"string"},
-    ("figures.registry.CheckResult", "measured"): {"nan"},
+    ("figures.registry.CheckResult", "measured"): {"nan", "inf"},
+    # a prediction may be +-inf (e.g. "sv_1/sv_2 -> inf" for a rank-one limit); only NaN is refused there
+    ("figures.registry.CheckResult", "expected"): {"inf"},
     # a seed is not a size: numpy takes any integer >= 0 as a seed
     ("*", "seed"): {"huge"}, ("*", "seeds"): {"huge"}, ("*", "rng"): {"huge"}, ("*", "seed_or_rng"): {"huge"},
 }
