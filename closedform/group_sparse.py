@@ -63,7 +63,7 @@ from scipy.special import expit, softmax
 
 import dynamics
 from closedform import _group_sparse_kernels as _k
-from closedform.nearest_neighbor import _over_samples, _sample_list, eta_batch
+from closedform.nearest_neighbor import _over_samples, _sample_list, eta_batch, _sample_list_check
 from dynamics.convergence import check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
@@ -830,11 +830,6 @@ def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
 
-def _check_reduced_samples(name: str, value) -> None:
-    """rs of ``map``: one ReducedSample, or a non-empty sequence of them (one trajectory per sample)."""
-    _sample_list(value, ReducedSample, name)
-
-
 _V.validate_module(
     globals(),
     X=_V.Array(ndim=3), y=_V.Array(ndim=1), f=_V.Array(ndim=1), v_star=_V.Array(ndim=1), a=_V.Array(ndim=2),
@@ -846,7 +841,7 @@ _V.validate_module(
     eps_B=_V.Range(gt=0), eps=_V.Range(gt=0), gamma=_V.Range(gt=0), delta=_V.Range(gt=0, lt=1),
     const=_V.Range(gt=0), c=_V.Range(gt=0), epsabs=_V.Range(gt=0), epsrel=_V.Range(gt=0),
     per_function={
-        "map": {"rs": _check_reduced_samples},
+        "map": {"rs": _sample_list_check(ReducedSample)},
         "step_closed_form": {"t": _V.Range(integer=True, ge=0, le=2)},
         "downstream_error_bound": {"n": _V.Range(array=True, gt=0, le=_V.MAX_INT)},
         "GroupSparseTask": {"eta": _V.Range(gt=0), "d": _V.Range(integer=True, ge=2),

@@ -617,6 +617,14 @@ def _sample_list(samples, kind: type, name: str) -> list:
     return out
 
 
+def _sample_list_check(kind: type):
+    """A :mod:`dynamics.validation` spec ``check(name, value)`` for a batched-samples argument: one ``kind`` instance
+    or a non-empty sequence of them (one trajectory or seed per sample), as :func:`_sample_list` accepts."""
+    def check(name: str, value) -> None:
+        _sample_list(value, kind, name)
+    return check
+
+
 def _over_samples(run, samples: list, state0, eta) -> dynamics.Trajectory:
     """Run ``run(sample, state0_row, eta_i)`` once per sample and stack the runs (``_stack_runs``); the maps of
     docs/models/token_selection.md §A.5, §B.3, §C.5 batched over seeds.
@@ -1036,11 +1044,6 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
 
-def _check_prompt_samples(name: str, value) -> None:
-    """prompts of ``map``: one Prompts, or a non-empty sequence of them (one trajectory per sample)."""
-    _sample_list(value, Prompts, name)
-
-
 _W = _V.Array(ndim=(2, 3))
 
 
@@ -1062,7 +1065,7 @@ _V.validate_module(
     delta=_V.Range(gt=0), d=_V.Range(integer=True, ge=1), N=_V.Range(integer=True, ge=1),
     eta_index=_V.Range(integer=True, ge=0), C=_V.Range(gt=0), C_d=_V.Range(ge=0),
     per_function={
-        "map": {"prompts": _check_prompt_samples},
+        "map": {"prompts": _sample_list_check(Prompts)},
         "probe": {"W": _V.Array(ndim=tuple(range(2, 33)))},
         "full_diagnostics": {"W": _V.Array(ndim=2)},
         # 2^d d! matrices of d x d: d = 7 is 645 120 of them (250 MB); d = 8 would need 5 GB

@@ -648,22 +648,19 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 # ``loss_per_draw`` reach them from every training step: they are checked for type and shape only (a finiteness
 # test would synchronise the device; the trainer's divergence check sees non-finite values).
 
+from closedform.nearest_neighbor import _sample_list_check  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 from empirical.models import tensor_check as _tensor  # noqa: E402
 from dynamics.validation import seed_or_seeds_check as _seeds  # noqa: E402
 from empirical.models import tensors_check as _tensors  # noqa: E402
 
 
-def _check_samples_arg(name: str, value) -> None:
-    """data: one GroupSparseSample or a non-empty sequence of them (one per seed)."""
-    cf._sample_list(value, cf.GroupSparseSample, name)
-
-
+_SAMPLES = _sample_list_check(cf.GroupSparseSample)
 _WEIGHTS = _tensors(("W",), ("W_K", "W_Q"), ndim=3)
 _V.validate_module(
     globals(),
     params=_WEIGHTS, W=_V.Array(ndim=3), X=_V.Array(ndim=4), y=_V.Array(ndim=2), X_test=_V.Array(ndim=4),
-    y_test=_V.Array(ndim=2), v_star=_V.Array(ndim=1), state0=_V.Array(ndim=1), data=_check_samples_arg,
+    y_test=_V.Array(ndim=2), v_star=_V.Array(ndim=1), state0=_V.Array(ndim=1), data=_SAMPLES,
     seeds=_seeds, n=_V.Range(integer=True, ge=1), v_tilde_star=_V.Array(ndim=1), gamma=_V.Range(ge=0),
     rng=_V.seed_check, checkpoints=_V.Range(array=True, integer=True, ge=1), lr0=_V.Range(gt=0),
     l2=_V.Range(gt=0), init_scale=_V.Range(gt=0),

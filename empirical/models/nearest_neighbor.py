@@ -516,24 +516,21 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 # mappings of ``predict`` reach them from every training step: they are checked for type and shape only (a
 # finiteness test would synchronise the device; the trainer's divergence check sees non-finite values).
 
+from closedform.nearest_neighbor import _sample_list_check  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 from empirical.models import tensor_check as _tensor  # noqa: E402
 from dynamics.validation import seed_or_seeds_check as _seeds  # noqa: E402
 from empirical.models import tensors_check as _tensors  # noqa: E402
 
 
-def _check_prompt_samples(name: str, value) -> None:
-    """data / test: one Prompts or a non-empty sequence of them (one per seed); None where the default is None."""
-    cf._sample_list(value, cf.Prompts, name)
-
-
+_PROMPT_SAMPLES = _sample_list_check(cf.Prompts)
 _LEADING = tuple(range(2, 33))
 _V.validate_module(
     globals(),
     X=_tensor(ndim=_LEADING, finite=False), xq=_tensor(ndim=_LEADING[:-1] + (1,), finite=False),
     y=_tensor(ndim=_LEADING[:-1] + (1,), finite=False), W=_tensor(ndim=3), H=_tensor(ndim=4),
     params=_tensors(("W",), ("W_K", "W_Q"), ndim=3), batch=_tensors(("H",), ndim=4),
-    seed_index=_V.Range(integer=True, ge=0), data=_check_prompt_samples, test=_check_prompt_samples,
+    seed_index=_V.Range(integer=True, ge=0), data=_PROMPT_SAMPLES, test=_PROMPT_SAMPLES,
     quantile=_V.Range(gt=0, lt=1), init_scale=_V.Range(gt=0), n_prompts=_V.Range(integer=True, ge=1),
     seeds=_seeds,
 )

@@ -828,22 +828,19 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 # every training step: they are checked for type and shape only (a finiteness test would synchronise the device;
 # the trainer's divergence check sees non-finite values).
 
+from closedform.nearest_neighbor import _sample_list_check  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 from dynamics.validation import seed_or_seeds_check as _seeds  # noqa: E402
 from empirical.models import tensor_check as _tensor  # noqa: E402
 from empirical.models import tensors_check as _tensors  # noqa: E402
 
 
-def _check_walk_samples(name: str, value) -> None:
-    """data / test: one WalkSample or a non-empty sequence of them (one per seed)."""
-    cf._sample_list(value, cf.WalkSample, name)
-
-
+_WALK_SAMPLES = _sample_list_check(cf.WalkSample)
 _SIZE = _V.Range(integer=True, ge=1)
 _V.validate_module(
     globals(),
     params=_tensors(("V", "W"), ("V", "W_K", "W_Q")), states=_tensor(ndim=3, finite=False),
-    Phi=_tensor(ndim=2, finite=False), data=_check_walk_samples, test=_check_walk_samples,
+    Phi=_tensor(ndim=2, finite=False), data=_WALK_SAMPLES, test=_WALK_SAMPLES,
     seeds=_seeds, n=_SIZE, n_train=_SIZE, n_test=_SIZE, m_relu=_SIZE, M=_V.Range(integer=True, ge=3),
     log_walks=_V.Range(integer=True, ge=0), init_scale=_V.Range(gt=0), rng=_V.seed_check,
     eta=_V.Range(gt=0), eps=_V.Range(gt=0), rho=_V.Range(gt=0),
