@@ -440,6 +440,7 @@ def test_qa_cross_entropy_loss_is_torch_cross_entropy():
     states = torch.as_tensor(tr.states, dtype=torch.float64)[None]
     f = model.output(params, states)[0]
     expected = torch.nn.functional.cross_entropy(f, states[0, :, -1].long())
+    # the same log-sum-exp in float64 by two code paths: they differ by rounding only (~10 ulp)
     torch.testing.assert_close(model.loss(params, {"states": states})[0], expected, rtol=1e-14, atol=0)
     with pytest.raises(ValueError, match="^loss must be one of"):
         rwm.QAAttention("majority", data=[tr], test=[te], M=60, loss="hinge")

@@ -76,6 +76,7 @@ def test_pretrain_dataset_matches_closed_form(built, name):
     assert np.all(ds["mirrored_w_cross_norm"].values <= 1e-9)  # W12 = W21 = 0 too (Sec. B.3)
     assert np.all(ds["norm_ratio"].values[:, -1] > 1e-6)
     # the mirrored and projected runs start at the zero init as well (S = 1/D), and their heat map is a softmax
+    # (rtol 1e-12: float64 rounding of a softmax and a mean over draws, as above)
     for key in ("mirrored_attn_jstar", "projected_attn_jstar"):
         np.testing.assert_allclose(ds[key].values[:, 0], 1.0 / D, rtol=1e-12)
     np.testing.assert_allclose(ds["mirrored_attn_matrix"].values.sum(axis=0), 1.0, rtol=1e-12)
