@@ -21,6 +21,7 @@ import numpy as np
 import xarray as xr
 from tqdm.auto import tqdm
 
+from dynamics.provenance import provenance_attrs
 from dynamics.validation import ArgumentTypeError, check_choice, check_int, validate_module
 
 
@@ -71,7 +72,9 @@ def sweep(fn: Callable, grid, *, processes: int | None = None, client=None, chun
     Returns
     -------
     xarray.Dataset with the grid dimensions first, then each variable's own dimensions; the parameters are
-    coordinates.
+    coordinates. Its attributes record what ran (``function``, ``parameters``, ``n_configurations``,
+    ``chunk_size``, ``executor``: this process, local processes or the Dask scheduler's address) and the provenance
+    that a :class:`~dynamics.Trajectory` carries (``git_rev``, ``versions_json``, ``created_utc``).
 
     Raises
     ------
@@ -92,7 +95,29 @@ def sweep(fn: Callable, grid, *, processes: int | None = None, client=None, chun
         1, math.ceil(n / (4 * workers)))
     chunks = [configs[i:i + size] for i in range(0, n, size)]
     outcomes = _run_chunks(fn, chunks, processes, client, progress)
-    return _assemble(outcomes, configs, params, coords, shape, on_error)
+    attrs = _provenance(fn, params, n, size, workers, client, on_error)
+    try:
+        ds = _assemble(outcomes, configs, params, coords, shape, on_error)
+    except SweepError as err:
+        if err.partial is not None:
+            err.partial.attrs.update(attrs)
+        raise
+    ds.attrs.update(attrs)
+    return ds
+
+
+def _provenance(fn, params, n: int, chunk_size: int, workers: int, client, on_error: str) -> dict:
+    """The attributes of a sweep's result: what ran, where, and the usual provenance (git revision, versions, time),
+    as a Trajectory carries them."""
+    if client is not None:
+        scheduler = getattr(getattr(client, "scheduler", None), "address", None) or type(client).__name__
+        executor = f"dask ({scheduler})"
+    else:
+        executor = "this process" if workers == 1 else f"{workers} local processes"
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    return provenance_attrs({"kind": "sweep", "function": name, "parameters": ", ".join(params) or "(none)",
+                             "n_configurations": n, "chunk_size": chunk_size, "executor": executor,
+                             "on_error": on_error})
 
 
 def _item(arr, idx):

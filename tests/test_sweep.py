@@ -56,7 +56,12 @@ def test_dask_local_cluster_gives_the_same_result_and_reports_failures():
         with pytest.raises(SweepError) as info:
             sweep(fragile, GRID, client=client, chunk_size=1)
     local = sweep(model, GRID, processes=1)
-    xr.testing.assert_identical(remote, local)
+    # the same data and coordinates; the attributes differ only in where and when the sweep ran
+    where = {"executor", "chunk_size", "created_utc"}
+    xr.testing.assert_identical(remote.drop_attrs(), local.drop_attrs())
+    assert {k: v for k, v in remote.attrs.items() if k not in where} == {
+        k: v for k, v in local.attrs.items() if k not in where}
+    assert remote.attrs["executor"].startswith("dask (")
     err = info.value
     assert len(err.failures) == 1 and err.failures[0]["rate"] == 0.5 and err.failures[0]["x0"] == 2.0
     assert "rate=0.5, x0=2.0" in str(err) and "boom" in str(err)
@@ -96,3 +101,26 @@ def lambda_free_model(rate, x0):
 def test_bad_grids_name_the_parameter_and_shapes(grid, match):
     with pytest.raises(ValueError, match=match):
         sweep(model, grid, processes=1)
+
+
+def _square(x):
+    return {"y": x * x}
+
+
+def test_sweep_result_carries_provenance_like_a_trajectory():
+    from dynamics.provenance import provenance_attrs
+
+    ds = sweep(_square, {"x": [1.0, 2.0, 3.0]}, processes=1)
+    np.testing.assert_array_equal(ds["y"].values, [1.0, 4.0, 9.0])
+    expected = set(provenance_attrs({}))  # git_rev, versions_json, created_utc: what a Trajectory carries
+    assert expected <= set(ds.attrs)
+    assert ds.attrs["function"].endswith("_square") and ds.attrs["parameters"] == "x"
+    assert ds.attrs["n_configurations"] == 3 and ds.attrs["executor"] == "this process"
+    # the attributes survive a netCDF round trip (no nested containers or booleans)
+    from dynamics import save_dataset
+    import tempfile, pathlib, xarray as xr
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = save_dataset(ds, pathlib.Path(tmp) / "s.nc")
+        with xr.open_dataset(path, engine="h5netcdf") as back:
+            assert back.attrs["function"] == ds.attrs["function"]

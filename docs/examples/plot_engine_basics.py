@@ -31,6 +31,9 @@ def rotation(t, y, p, out):
 flow = integrate(rotation, np.array([[1.0, 0.0]]), (0.0, 10.0), solver=Dopri5(rtol=1e-10, atol=1e-12),
                  params=np.array([1.0]), saveat=SaveAt(ts=np.linspace(0, 10, 101)), names=("x", "y"))
 print("error against cos(t):", float(np.abs(flow.x.values[0] - np.cos(flow.time.values)).max()))
+# %%
+# The two coordinates of the flow against time.
+
 fig, ax = plt.subplots()
 ax.plot(flow.time, flow.x[0], label="x(t)")
 ax.plot(flow.time, flow.y[0], label="y(t)")

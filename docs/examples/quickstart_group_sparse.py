@@ -30,6 +30,10 @@ def theory(state0, steps):  # the exact reduced map on each seed's own sample (i
 
 
 theory_run, learned = overlay(theory, learned, state_variables=gs.STATE_NAMES)
+# %%
+# The overlay: the reduced dynamics (dashed) started from every seed's own step-0 state, and the
+# learned runs of the seeds.
+
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run.attn_jstar.T, "k--", lw=1)
 ax.plot(learned.step, learned.attn_jstar.T, alpha=0.6)

@@ -27,6 +27,10 @@ def theory(state0, steps):  # SGD with step lr on the MSE is GD with step 2 lr o
 
 
 theory_run, learned = overlay(theory, learned, state_variables=("omega_0", "omega_1", "mu_0", "mu_1"))
+# %%
+# The overlay: the reduced dynamics (dashed) started from every seed's own step-0 state, and the
+# learned runs of the seeds.
+
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run.mu_dot_omega.T, "k--", lw=1)
 ax.plot(learned.step, learned.mu_dot_omega.T, alpha=0.6)

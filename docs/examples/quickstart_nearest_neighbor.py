@@ -26,6 +26,10 @@ def theory(state0, steps):  # the exact (xi1, xi2) map on each seed's own sample
 
 
 theory_run, learned = overlay(theory, learned, state_variables=("xi1", "xi2"))
+# %%
+# The overlay: the reduced dynamics (dashed) started from every seed's own step-0 state, and the
+# learned runs of the seeds.
+
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run.xi1.T, "k--", lw=1)
 ax.plot(learned.step, learned.xi1.T, alpha=0.6)

@@ -25,6 +25,10 @@ def theory(state0, steps):  # the exact reduced map on each seed's own walks, fr
 
 
 theory_run, learned = overlay(theory, learned, state_variables=rw.state_names(task))
+# %%
+# The overlay: the reduced dynamics (dashed) started from every seed's own step-0 state, and the
+# learned runs of the seeds.
+
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run[f"c_{task.N - 2}"].T, "k--", lw=1)
 ax.plot(learned.step, learned[f"c_{task.N - 2}"].T, alpha=0.6)

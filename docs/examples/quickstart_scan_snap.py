@@ -28,6 +28,10 @@ def theory(state0, steps):  # population map from each seed's step-0 logits (sta
 
 theory_run, learned = overlay(theory, learned, state_variables=("z",))
 z19 = dict(query_token=0, token=19)  # a distinct token of class 0
+# %%
+# The overlay: the reduced dynamics (dashed) started from every seed's own step-0 state, and the
+# learned runs of the seeds.
+
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, theory_run.z.sel(**z19).isel(trajectory=0), "k--", label="population map")
 ax.plot(learned.step, learned.z.sel(**z19).T, alpha=0.5)

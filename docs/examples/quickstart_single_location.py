@@ -25,6 +25,10 @@ def theory(state0, steps):  # exact population PGD from each seed's start, over 
 
 
 theory_run, learned = overlay(theory, learned, state_variables=("kappa", "nu", "theta", "eta", "rho"))
+# %%
+# The overlay: the reduced dynamics (dashed) started from every seed's own step-0 state, and the
+# learned runs of the seeds.
+
 fig, ax = plt.subplots()
 ax.plot(theory_run.step, abs(theory_run.kappa.T), "k--", lw=1)
 ax.plot(learned.step, abs(learned.kappa.T), alpha=0.6)
