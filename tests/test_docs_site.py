@@ -127,3 +127,51 @@ def test_search_shows_snippets_offline(site, tmp_path):
     snippets = re.findall(r'<p class="context">(.*?)</p>', dom, re.DOTALL)
     assert snippets, "the search page shows no snippet for 'saddle'"
     assert any("saddle" in s.lower() for s in snippets)
+
+
+# A page loaded in an iframe of a local harness page (file:// pages may read each other with
+# --allow-file-access-from-files) is measured after layout; the harness writes the numbers into its own DOM.
+_HARNESS = """<!doctype html><html><body><iframe id="f" src="{src}" style="width:{width}px;height:2000px"></iframe>
+<pre id="out">pending</pre><script>
+document.getElementById("f").onload = function () {{
+  const doc = this.contentDocument;
+  const over = [];
+  doc.querySelectorAll("article table").forEach(function (t, i) {{
+    const box = t.closest(".table-wrapper") || t.parentElement;
+    if (t.scrollWidth > box.clientWidth + 1) over.push("table " + i + ": " + t.scrollWidth + " > " + box.clientWidth);
+  }});
+  doc.querySelectorAll("article .highlight pre").forEach(function (p, i) {{
+    if (p.scrollWidth > p.clientWidth + 1) over.push("code " + i + ": " + p.scrollWidth + " > " + p.clientWidth);
+  }});
+  document.getElementById("out").textContent = "RESULT:" + JSON.stringify(over);
+}};
+</script></body></html>"""
+
+
+def _overflows(page: Path, tmp_path: Path, width: int) -> list[str]:
+    import json
+
+    harness = tmp_path / "harness.html"
+    harness.write_text(_HARNESS.format(src=page.resolve().as_uri(), width=width), encoding="utf-8")
+    dom = _rendered_dom(harness, tmp_path)
+    found = re.search(r"RESULT:(\[.*?\])", dom)
+    assert found, "the harness did not measure the page"
+    return json.loads(found.group(1).replace("&quot;", '"'))
+
+
+@pytest.mark.parametrize("page", ["index.html", "auto_examples/quickstart_single_location.html",
+                                  "auto_examples/quickstart_icl_regression.html"])
+def test_tables_and_code_fit_the_content_column(site, page, tmp_path):
+    over = _overflows(site / page, tmp_path, width=1400)
+    assert not over, f"{page}: wider than the column at 1400 px: {over}"
+
+
+def test_gallery_shows_code_before_its_output_and_no_reprs(site):
+    for page in sorted((site / "auto_examples").glob("*.html")):
+        if page.name == "index.html":
+            continue
+        text = page.read_text(encoding="utf-8")
+        code, output = text.find('class="highlight-Python'), text.find("sphx-glr-script-out")
+        assert code != -1, f"{page.name} shows no code"
+        assert output == -1 or code < output, f"{page.name} shows output above its code"
+        assert "[Text(" not in text, f"{page.name} prints the repr of matplotlib Text objects"

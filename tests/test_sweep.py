@@ -124,3 +124,34 @@ def test_sweep_result_carries_provenance_like_a_trajectory():
         path = save_dataset(ds, pathlib.Path(tmp) / "s.nc")
         with xr.open_dataset(path, engine="h5netcdf") as back:
             assert back.attrs["function"] == ds.attrs["function"]
+
+
+def test_kernels_load_safely_from_many_threads():
+    """A Dask worker runs tasks in threads: the first use of a kernel from several threads at once must give every
+    thread the complete compiled kernel (a half-executed kernel module raised AttributeError before)."""
+    import sys
+    import threading
+
+    from closedform import single_location as sl
+    from dynamics import _kernels
+
+    task = sl.SingleLocationTask(d=40, L=5)
+    for name in [n for n in sys.modules if n.startswith("attndyn_")]:
+        del sys.modules[name]  # force every thread through the module loader
+    _kernels._LOADED.clear()
+    errors, barrier = [], threading.Barrier(4)
+
+    def run():
+        try:
+            barrier.wait()
+            sl.map(task, np.array([[0.1, 0.2, 0.0, 0.0, 0.0]]), alpha=0.01, n_steps=5, lam=0.3,
+                   warn_unconverged=False)
+        except Exception as err:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
