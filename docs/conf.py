@@ -21,7 +21,6 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
-    "sphinx.ext.viewcode",
     "sphinx_gallery.gen_gallery",
 ]
 
@@ -48,7 +47,8 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "abort_on_example_error": True,
     "within_subsection_order": "FileNameSortKey",
-    "capture_repr": (),  # an example's last expression (e.g. the Text objects that ax.set returns) is not printed
+    "capture_repr": (),
+    "write_computation_times": False,  # that page loads jQuery and DataTables from CDNs  # an example's last expression (e.g. the Text objects that ax.set returns) is not printed
 }
 
 # The same short names (d, L, M, eta, ...) are attributes of several models' task classes; a bare name in a
@@ -113,6 +113,7 @@ def _api_page(name: str) -> str | None:
     exported = list(getattr(module, "__all__", None) or [
         n for n, obj in vars(module).items() if not n.startswith("_") and getattr(obj, "__module__", None) == name])
     parent = name.rpartition(".")[0]
+    reexported = set()
     if parent:
         reexported = set(getattr(importlib.import_module(parent), "__all__", []))
         exported = [n for n in exported if n not in reexported]
@@ -120,6 +121,10 @@ def _api_page(name: str) -> str | None:
     if not exported and not is_package:
         return None
     members = f"   :members: {', '.join(exported)}\n" if exported else "   :no-members:\n"
+    if parent and name.rpartition(".")[2] in reexported:
+        # the package exports a function of the module's own name (dynamics.compare): the module's page is then not
+        # indexed, so that the name keeps meaning the function
+        members += "   :no-index:\n"
     return f"# `{name}`\n\n```{{eval-rst}}\n.. automodule:: {name}\n{members}```\n"
 
 
