@@ -40,7 +40,7 @@ mutate: $(STAMP)
 
 ## The documentation site (Sphinx + MyST; the gallery's examples run at tiny sizes); warnings are errors.
 docs: $(STAMP)
-	rm -rf docs/_build docs/auto_examples
+	rm -rf docs/_build docs/auto_examples docs/api docs/cli docs/sg_execution_times.rst
 	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 clean:
