@@ -23,8 +23,8 @@ Layout of ``report.html``:
 
 Building: figures are built in ``jobs`` worker processes (:mod:`figures.runner`: ``spawn`` start method, so torch
 and numba start clean; each worker runs numba, torch and BLAS with one thread) and collected in registry order, so
-the report and its data are the same as a serial build. A figure that raises is shown with its error; the report is still written and
-:attr:`ReportResult.n_failed` counts such errors (verdicts are data, never errors).
+the report and its data are the same as a serial build. A figure that raises is shown with its error; the report is
+still written and :attr:`ReportResult.n_failed` counts such errors (verdicts are data, never errors).
 """
 
 from __future__ import annotations
