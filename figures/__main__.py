@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from dynamics.validation import check_int
-from figures import cache, registry
+from figures import cache, registry, runner
 from figures._style import SAVE_METADATA
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, DEVICES, PRESETS, check_preset, resolve_device
 from figures.report import DEFAULT_JOBS, DEFAULT_REPORT_DIR, build_report
@@ -201,7 +202,12 @@ def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = N
     try:
         args = _parser().parse_args(argv)
         command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report}[args.command]
-        return command(args, reg)
+        with runner.signals_as_interrupts():  # SIGTERM stops a build as Ctrl-C does: workers stopped, temp files gone
+            return command(args, reg)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # runner.Interrupted carries its signal; a plain Ctrl-C is SIGINT (2)
+        sys.stderr.write(f"interrupted ({signal.Signals(signum).name}): stopped; finished figures stay cached\n")
+        return 128 + signum
     except ValueError as exc:  # UsageError and the validation errors of presets, devices, names, seeds
         message = " ".join(str(exc).split())  # one line
         sys.stderr.write(f"error: {message}\n")

@@ -6,6 +6,17 @@ method (torch and numba start clean) and run numba, torch and BLAS with one thre
 data go to the same worker, one after the other, so a shared run is computed once and the others read it from the
 cache. Results come back keyed by their position, so the caller puts them in registry order and the report is the
 same as a serial build.
+
+Stopping. A worker ignores SIGINT (a Ctrl-C reaches the whole process group; the parent decides) and turns SIGTERM
+into an exit that runs its clean-up (a half-written cache file is removed by the atomic writer); on Linux it also
+asks the kernel for SIGTERM when its parent dies, so no worker outlives a killed report. When the parent is
+interrupted (:class:`Interrupted`, raised by :func:`signals_as_interrupts` for SIGTERM, or a ``KeyboardInterrupt``),
+:func:`parallel_entries` cancels the figures not started, sends SIGTERM to every worker, waits at most
+:data:`GRACE_S` seconds, kills what is left and removes the temporary files a killed worker may have left in the
+cache and output folders; then the interruption propagates.
+
+Resources. :func:`bounded_jobs` caps the number of workers at the usable cores and at the available memory divided by
+:data:`WORKER_MEMORY_BYTES`, with a logged message saying why.
 """
 
 from __future__ import annotations
@@ -16,7 +27,9 @@ import logging
 import math
 import multiprocessing
 import os
+import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,7 +46,102 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "N
 EntryFn = Callable[[FigureSpec, str, "Path | None", dict], dict]
 """Builds one figure: ``fn(spec, preset, out_dir, build_kw) -> fields`` (picklable; ``"traceback"`` on failure)."""
 
+GRACE_S = 3.0
+"""Seconds an interrupted report waits for its workers to exit after SIGTERM before killing them."""
+
+WORKER_MEMORY_BYTES = 1 << 30
+"""Memory budgeted per worker by :func:`bounded_jobs` (a quick-preset worker peaks below this: numpy, torch, numba
+and one figure's data)."""
+
+TEMP_GLOB = ".*.tmp"
+"""Names of the atomic writer's temporary files (``.<name>.<random>.tmp``, :func:`dynamics.trajectory.atomic_write`)."""
+
 _WORKER_REGISTRY: Registry | None = None
+_STOPPING = False
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (``signum``); raised in the main thread by :func:`signals_as_interrupts`."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    """While active, SIGTERM (and SIGHUP) raise :class:`Interrupted` in the main thread, as Ctrl-C raises
+    ``KeyboardInterrupt``, so ``finally`` blocks, the atomic writer's clean-up and :func:`parallel_entries`' worker
+    shutdown run. The previous handlers are restored on exit."""
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    saved = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            saved[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread: leave the handlers alone
+            break
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to new processes (``MemAvailable`` of /proc/meminfo), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform has one, else ``os.cpu_count()``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def bounded_jobs(jobs: int, *, cores: int | None = None, memory: int | None = None) -> int:
+    """``jobs`` capped at the usable ``cores`` and at ``memory`` (bytes available) // :data:`WORKER_MEMORY_BYTES`
+    (at least 1); a reduction is logged with its reason. ``cores``/``memory`` default to this machine's."""
+    cores = usable_cores() if cores is None else cores
+    memory = _available_memory() if memory is None else memory
+    limits = {"usable cores": cores}
+    if memory is not None:
+        limits[f"{memory / 2**30:.1f} GiB available memory at {WORKER_MEMORY_BYTES / 2**30:.1f} GiB a worker"] = \
+            max(1, memory // WORKER_MEMORY_BYTES)
+    reason, cap = min(limits.items(), key=lambda kv: kv[1])
+    if jobs > cap:
+        logger.warning("--jobs %d reduced to %d (%s: %d)", jobs, cap, reason, cap)
+        return int(cap)
+    return jobs
+
+
+def _set_parent_death_signal() -> None:
+    """Linux: ask the kernel to send SIGTERM to this process when its parent dies (no orphaned workers)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # no libc prctl: workers still stop on the parent's SIGTERM
+        pass
+
+
+def _worker_sigterm(signum, frame):
+    global _STOPPING
+    _STOPPING = True
+    raise SystemExit(128 + signum)
 
 
 def default_registry() -> Registry:
@@ -45,6 +153,11 @@ def default_registry() -> Registry:
 def _worker_init(factory) -> None:
     """Worker start: build the registry, then pin numba and torch to one thread each."""
     global _WORKER_REGISTRY
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_sigterm)
+    _set_parent_death_signal()
+    if os.getppid() == 1:  # the parent died before the request above took effect
+        os._exit(1)
     _WORKER_REGISTRY = factory()
     _WORKER_REGISTRY.discover()
     if "numba" in sys.modules:
@@ -58,8 +171,13 @@ def _worker_entries(entry_fn: EntryFn, names: list[str], preset: str, out_dir: s
     """Build the figures ``names`` one after the other in this worker (figures that share their data go together,
     so the shared runs are computed once and the others read them from the cache)."""
     kw = {**build_kw, "registry": _WORKER_REGISTRY}
-    return [entry_fn(_WORKER_REGISTRY.get(name), preset, None if out_dir is None else Path(out_dir), kw)
-            for name in names]
+    try:
+        return [entry_fn(_WORKER_REGISTRY.get(name), preset, None if out_dir is None else Path(out_dir), kw)
+                for name in names]
+    except BaseException:
+        if _STOPPING:  # SIGTERM: the clean-up above has run; leave now instead of taking the pool's next task
+            os._exit(143)
+        raise
 
 
 @contextlib.contextmanager
@@ -96,20 +214,65 @@ def _tasks(specs: list[FigureSpec], preset: str, cache_dir) -> list[list[int]]:
     return [sorted(members, key=lambda i: specs[i].shares_data_with is not None) for members in groups.values()]
 
 
+def _stop_workers(pool: cf.ProcessPoolExecutor, folders) -> None:
+    """Cancel what has not started, SIGTERM every worker, wait up to :data:`GRACE_S`, SIGKILL the rest; if one had to
+    be killed, remove the atomic writer's temporary files it may have left in ``folders``."""
+    procs = list(getattr(pool, "_processes", {}).values())  # the executor keeps no public list of its workers
+    for proc in procs:
+        if proc.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    killed = [proc for proc in procs if proc.is_alive()]
+    for proc in killed:
+        proc.kill()
+        proc.join(1.0)
+    pool.shutdown(wait=False, cancel_futures=True)
+    if killed:
+        removed = remove_temp_files(folders)
+        logger.warning("killed %d worker(s) that ignored SIGTERM for %.0f s; removed %d temporary file(s)",
+                       len(killed), GRACE_S, removed)
+
+
+def remove_temp_files(folders) -> int:
+    """Remove the atomic writer's temporary files (:data:`TEMP_GLOB`) under ``folders`` (None entries skipped);
+    return how many. Call only when no process is writing there."""
+    n = 0
+    for folder in folders:
+        if folder is None or not Path(folder).is_dir():
+            continue
+        for path in Path(folder).rglob(TEMP_GLOB):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                n += 1
+    return n
+
+
 def parallel_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_jobs: int, factory,
                      out_dir: Path | None, build_kw: dict, progress: bool) -> list[dict]:
     """Build ``specs`` in ``n_jobs`` worker processes; return ``entry_fn``'s fields per spec, in the order given.
 
-    A worker that dies is an error of its figures (``status="failed"`` with the reason), never a lost figure.
+    A worker that dies is an error of its figures (``status="failed"`` with the reason), never a lost figure. On an
+    interruption (``KeyboardInterrupt``, :class:`Interrupted`) the workers are stopped (see the module docstring)
+    before it propagates.
     """
+    n_jobs = bounded_jobs(n_jobs)
     ctx = multiprocessing.get_context("spawn")
     results: list[dict | None] = [None] * len(specs)
     kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
     tasks = _tasks(specs, preset, build_kw.get("cache_dir"))
-    with _single_threaded_env(), cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx,
-                                                        initializer=_worker_init, initargs=(factory,)) as pool:
-        futures = {pool.submit(_worker_entries, entry_fn, [specs[i].name for i in task], preset,
-                               None if out_dir is None else str(out_dir), kw): task for task in tasks}
+    with _single_threaded_env():  # inherited by the workers, spawned as tasks are submitted
+        pool = cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx, initializer=_worker_init,
+                                      initargs=(factory,))
+        try:
+            futures = {pool.submit(_worker_entries, entry_fn, [specs[i].name for i in task], preset,
+                                   None if out_dir is None else str(out_dir), kw): task for task in tasks}
+        except BaseException:
+            _stop_workers(pool, (build_kw.get("cache_dir"), out_dir))
+            raise
+    try:
         with tqdm(total=len(specs), desc=f"report ({preset}, {n_jobs} workers)", unit="fig",
                   disable=None if progress else True) as bar:
             for fut in cf.as_completed(futures):
@@ -122,4 +285,8 @@ def parallel_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_
                 for i, f in zip(task, fields):
                     results[i] = f
                 bar.update(len(task))
+    except BaseException:
+        _stop_workers(pool, (build_kw.get("cache_dir"), out_dir))
+        raise
+    pool.shutdown(wait=True)
     return results
