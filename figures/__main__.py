@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     p_report.add_argument("--out", default=str(DEFAULT_REPORT_DIR), help="output folder (default report)")
     p_report.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
                           help=f"worker processes building figures in parallel (default {DEFAULT_JOBS})")
+    p_report.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
+                          help="build on a Dask cluster: 'local' (a LocalCluster of --jobs workers) or a scheduler "
+                               "address such as tcp://host:8786 (needs the dask extra; cache and --out shared)")
     return parser
 
 
@@ -183,7 +186,8 @@ def _cmd_report(args, reg: registry.Registry) -> int:
     device = _common_checks(args)
     _check_dirs(args)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
-                          recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs)
+                          recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs,
+                          scheduler=args.scheduler)
     for s in result.sections:
         n_cached = sum(f.status == "cached" for f in s.figures)
         counts = ", ".join(f"{st} {s.count(st)}" for st in registry.STATUSES)

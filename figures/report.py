@@ -222,13 +222,15 @@ def _entry(spec: FigureSpec, fields_: dict) -> FigureEntry:
 
 def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "cpu",
             cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, recompute: bool = False, progress: bool = False,
-            registry: Registry = REGISTRY, jobs: int = 1, out_dir: str | Path | None = None) -> list[ModelSection]:
+            registry: Registry = REGISTRY, jobs: int = 1, out_dir: str | Path | None = None,
+            scheduler: str | None = None) -> list[ModelSection]:
     """Discover the figure modules, build every registered figure (cached) and evaluate its rows and checks.
 
     ``device`` must be resolved (``cpu`` or ``cuda``); ``jobs`` worker processes (1: in this process); with
     ``out_dir`` each figure's data is also written to ``<out_dir>/data/<figure>.nc``. A registry other than the
-    package's is built in workers only if it has a ``factory`` (else serially). Other arguments as
-    :func:`figures.registry.build`.
+    package's is built in workers only if it has a ``factory`` (else serially). ``scheduler`` (``"local"`` or a
+    Dask scheduler address) builds on a Dask cluster instead (:func:`figures.runner.dask_entries`). Other arguments
+    as :func:`figures.registry.build`.
     """
     jobs_n = check_int("jobs", jobs, min_value=1)
     statuses = registry.discover()
@@ -240,7 +242,11 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
     n_workers = min(jobs_n, len(todo))
     if n_workers > 1 and factory is None:
         logger.info("registry has no factory: building %d figures serially", len(todo))
-    if n_workers > 1 and factory is not None:
+    if scheduler is not None:
+        specs = [spec for _, spec in todo]
+        entries = [_entry(spec, f) for spec, f in zip(specs, runner.dask_entries(
+            _entry_fields, specs, preset, max(n_workers, 1), factory, out, build_kw, progress, scheduler))]
+    elif n_workers > 1 and factory is not None:
         specs = [spec for _, spec in todo]
         entries = [_entry(spec, f) for spec, f in zip(specs, runner.parallel_entries(
             _entry_fields, specs, preset, n_workers, factory, out, build_kw, progress))]
@@ -256,7 +262,7 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
 def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
                  out_dir: str | Path = DEFAULT_REPORT_DIR, cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
                  recompute: bool = False, progress: bool = False, registry: Registry = REGISTRY,
-                 jobs: int = DEFAULT_JOBS) -> ReportResult:
+                 jobs: int = DEFAULT_JOBS, scheduler: str | None = None) -> ReportResult:
     """Build every registered figure at ``preset`` and write the report folder (each file atomically).
 
     Parameters
@@ -269,7 +275,9 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     cache_dir, recompute, progress, registry
         As :func:`figures.registry.build`.
     jobs : int >= 1
-        Worker processes (default 2).
+        Worker processes (default 2); with ``scheduler="local"``, the ``LocalCluster``'s workers.
+    scheduler : str, optional
+        ``"local"`` (a ``LocalCluster``) or the address of a Dask scheduler: build there (needs the ``dask`` extra).
     """
     check_preset(preset)
     check_int("seed", seed, min_value=0)
@@ -280,7 +288,7 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now()}
     t0 = time.perf_counter()  # provenance above is taken before the build, as the figures' own
     sections = collect(preset, seed=seed, device=resolved, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry, jobs=jobs, out_dir=out)
+                       progress=progress, registry=registry, jobs=jobs, out_dir=out, scheduler=scheduler)
     wall = time.perf_counter() - t0
     meta.update(wall_s=round(wall, 3), jobs=jobs, versions=package_versions())
     text = render_html(sections, **meta)

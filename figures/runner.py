@@ -1,4 +1,4 @@
-"""Where the report's figures are built: worker processes on this machine.
+"""Where the report's figures are built: worker processes on this machine, or a Dask cluster.
 
 The report hands :func:`parallel_entries` its figures and a picklable top-level function that builds, plots and
 evaluates one figure and returns plain fields; this module schedules them. Workers are started with the ``spawn``
@@ -14,6 +14,9 @@ interrupted (:class:`Interrupted`, raised by :func:`signals_as_interrupts` for S
 :func:`parallel_entries` cancels the figures not started, sends SIGTERM to every worker, waits at most
 :data:`GRACE_S` seconds, kills what is left and removes the temporary files a killed worker may have left in the
 cache and output folders; then the interruption propagates.
+
+Dask. :func:`dask_entries` runs the same tasks (a figure with the figures sharing its data) on a ``LocalCluster``
+or a remote scheduler; the entries are the same function's output, so the report is the same, bit for bit.
 
 Resources. :func:`bounded_jobs` caps the number of workers at the usable cores and at the available memory divided by
 :data:`WORKER_MEMORY_BYTES`, with a logged message saying why.
@@ -289,4 +292,88 @@ def parallel_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_
         _stop_workers(pool, (build_kw.get("cache_dir"), out_dir))
         raise
     pool.shutdown(wait=True)
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The same work on a Dask cluster (optional extra ``dask``)
+# ----------------------------------------------------------------------------------------------------------------
+DASK_RETRIES = 2
+"""Extra attempts of a task that raised on a worker (a worker that dies is handled by Dask's own rescheduling)."""
+
+_DASK_REGISTRIES: dict = {}
+
+
+def _dask_entries(entry_fn: EntryFn, factory, names: list[str], preset: str, out_dir: str | None,
+                  build_kw: dict) -> list[dict]:
+    """One task on a Dask worker: the figures ``names`` built one after the other (the registry is built once per
+    worker process from ``factory``; numba and torch use one thread)."""
+    key = repr(factory)  # a factory arrives unpickled as a new object per task; its repr names the same function
+    reg = _DASK_REGISTRIES.get(key)
+    if reg is None:
+        reg = _DASK_REGISTRIES[key] = factory()
+        reg.discover()
+        for mod in ("numba", "torch"):
+            if mod in sys.modules:
+                sys.modules[mod].set_num_threads(1)
+    kw = {**build_kw, "registry": reg}
+    return [entry_fn(reg.get(name), preset, None if out_dir is None else Path(out_dir), kw) for name in names]
+
+
+def _dask_client(scheduler: str, n_jobs: int):
+    """``(client, cluster)``: a ``LocalCluster`` of ``n_jobs`` single-threaded worker processes for ``"local"``,
+    else a client of the scheduler at address ``scheduler`` (``cluster`` None)."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise ImportError("--scheduler needs the optional extra 'dask' (pip install 'attndyn[dask]')") from exc
+    if not isinstance(scheduler, str) or not scheduler.strip():
+        raise ValueError(f"scheduler must be 'local' or a Dask scheduler address (tcp://host:port); got {scheduler!r}")
+    if scheduler == "local":
+        n_jobs = bounded_jobs(n_jobs)
+        with _single_threaded_env():  # inherited by the worker processes
+            cluster = LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+        return Client(cluster), cluster
+    return Client(scheduler, timeout="30s"), None
+
+
+def dask_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_jobs: int, factory,
+                 out_dir: Path | None, build_kw: dict, progress: bool, scheduler: str) -> list[dict]:
+    """As :func:`parallel_entries`, on the Dask cluster ``scheduler`` (``"local"`` or an address).
+
+    The unit of work is a figure with the figures that share its data. Every worker writes to the same cache
+    folder and output folder, so on a remote cluster both must be on a file system the workers share. A worker lost
+    mid-figure is replaced and its task rerun by Dask; a task whose workers keep dying (Dask's ``KilledWorker``) or
+    that raises :data:`DASK_RETRIES` + 1 times becomes ``status="failed"`` naming the lost figures.
+    """
+    if factory is None:
+        raise ValueError("scheduler needs a registry with a factory (workers rebuild the registry)")
+    client, cluster = _dask_client(scheduler, n_jobs)
+    results: list[dict | None] = [None] * len(specs)
+    kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
+    try:
+        from dask.distributed import as_completed
+
+        tasks = _tasks(specs, preset, build_kw.get("cache_dir"))
+        futures = {client.submit(_dask_entries, entry_fn, factory, [specs[i].name for i in task], preset,
+                                 None if out_dir is None else str(out_dir), kw, pure=False, retries=DASK_RETRIES,
+                                 key=f"figures-{specs[task[0]].name}-{os.getpid()}-{time.time_ns()}"): task
+                   for task in tasks}
+        with tqdm(total=len(specs), desc=f"report ({preset}, dask {scheduler})", unit="fig",
+                  disable=None if progress else True) as bar:
+            for fut in as_completed(list(futures)):
+                task = futures[fut]
+                try:
+                    fields = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a lost worker or task is an error of its figures, by name
+                    names = ", ".join(specs[i].name for i in task)
+                    fields = [{"preset": preset, "status": "failed", "error": f"lost on the Dask cluster ({names}): "
+                               f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()} for _ in task]
+                for i, f in zip(task, fields):
+                    results[i] = f
+                bar.update(len(task))
+    finally:  # closing the client releases its tasks; closing a LocalCluster stops its workers
+        client.close()
+        if cluster is not None:
+            cluster.close()
     return results
