@@ -68,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     p_make.add_argument("--out", default=str(registry.DEFAULT_OUT_DIR), help="output folder (default figures/out)")
     p_make.add_argument("--formats", default="png,pdf", help=f"comma-separated, among {', '.join(SAVE_METADATA)}")
 
-    p_est = sub.add_parser("estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset (measured at tiny)")
+    p_est = sub.add_parser("estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset "
+                           "(measured at tiny)")
     p_est.add_argument("names", nargs="*", metavar="NAME", help="figure or model names (default: every figure)")
     p_est.add_argument("--preset", default="paper", help=f"one of {', '.join(PRESETS)} (default paper)")
     p_est.add_argument("--device", default="cpu", help=f"one of {', '.join(DEVICES)} (default cpu)")

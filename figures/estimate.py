@@ -12,7 +12,8 @@ both presets cancel. The estimate at a preset is
 with ``seconds(tiny)`` the computation time of a second tiny build in this process (the first one compiles the
 numba kernels and warms caches; that one-off cost is reported separately as ``overhead_s``). Memory is the peak of
 Python-traced allocations (numpy arrays included, torch's own allocator not) during the tiny build, scaled by the
-work without the time axes (steps, iterations and epochs are not held in memory at once). A figure that shares its data with another costs nothing of its own.
+work without the time axes (steps, iterations and epochs are not held in memory at once). A figure that shares its
+data with another costs nothing of its own.
 
 The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
 prints the CPU measurement and says so. Rough by construction (one power law per figure, fixed costs folded in):
