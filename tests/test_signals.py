@@ -109,6 +109,34 @@ def test_report_stops_quickly_with_its_workers_and_leaves_no_temp_files(tmp_path
     assert list(tmp_path.rglob(runner.TEMP_GLOB)) == []
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups read from Linux /proc")
+def test_figures_make_stops_on_sigterm_and_removes_its_temp_file(tmp_path):
+    """``figures make`` builds in its own process: SIGTERM ends it through the atomic writer's clean-up."""
+    code = _CHILD.replace("['report', '--preset', 'tiny', '--jobs', '2',", "['make', 'toy.a', '--preset', 'tiny',")
+    code = code.replace("'--out', sys.argv[1] + '/report'", "'--out', sys.argv[1] + '/out'")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               **{ENV_DIR: str(tmp_path)})
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "started.toy.a").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the figure never started"
+            time.sleep(0.2)
+        assert len(list(tmp_path.rglob(runner.TEMP_GLOB))) == 1
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143 and elapsed < STOP_WITHIN_S, err
+    assert list(tmp_path.rglob(runner.TEMP_GLOB)) == []
+
+
 def test_jobs_are_bounded_by_cores_and_memory(caplog):
     with caplog.at_level(logging.WARNING, logger="figures.runner"):
         assert runner.bounded_jobs(2, cores=4, memory=64 << 30) == 2  # within both: unchanged, no message

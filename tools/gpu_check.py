@@ -185,6 +185,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="summary JSON path (default: see the module docstring)")
     parser.add_argument("--install", action="store_true", help="install missing runtime packages first")
     args = parser.parse_args(argv)
+    # the toolkit's deterministic cuBLAS setting must be in place before anything initialises CUDA (the environment
+    # stage does), as empirical.device would set it
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     out = Path(args.out) if args.out else default_out()
     t0 = time.perf_counter()
     summary: dict = {"check": "attndyn gpu-check", "device": args.device}
