@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 export MPLBACKEND := Agg
 
-.PHONY: report test test-all bench docs mutate install clean
+.PHONY: report test test-all bench docs mutate install clean gpu-check
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,3 +45,12 @@ docs: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .numba_cache results report figures/out .pytest_cache .hypothesis docs/_build docs/auto_examples
+
+## The prepared GPU check (tools/gpu_check.py): gpu tests, seeds/s GPU vs CPU, 1 % of a paper-preset figure; one JSON.
+## Uses .venv's python when present, else python3 (on a GPU machine, its own torch); installs only missing packages
+## (from .whl/ when present). GPU_DEVICE=cpu is the CI dry run; the summary goes to GPU_CHECK_OUT, else $OUT.
+GPU_DEVICE ?= auto
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+gpu-check:
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) tools/gpu_check.py --install --device $(GPU_DEVICE) \
+		$(if $(GPU_CHECK_OUT),--out $(GPU_CHECK_OUT))

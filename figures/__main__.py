@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from dynamics.validation import check_int
-from figures import cache, registry
+from figures import cache, registry, runner
 from figures._style import SAVE_METADATA
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, DEVICES, PRESETS, check_preset, resolve_device
 from figures.report import DEFAULT_JOBS, DEFAULT_REPORT_DIR, build_report
@@ -67,11 +68,20 @@ def _parser() -> argparse.ArgumentParser:
     p_make.add_argument("--out", default=str(registry.DEFAULT_OUT_DIR), help="output folder (default figures/out)")
     p_make.add_argument("--formats", default="png,pdf", help=f"comma-separated, among {', '.join(SAVE_METADATA)}")
 
+    p_est = sub.add_parser("estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset "
+                           "(measured at tiny)")
+    p_est.add_argument("names", nargs="*", metavar="NAME", help="figure or model names (default: every figure)")
+    p_est.add_argument("--preset", default="paper", help=f"one of {', '.join(PRESETS)} (default paper)")
+    p_est.add_argument("--device", default="cpu", help=f"one of {', '.join(DEVICES)} (default cpu)")
+
     p_report = sub.add_parser("report", help="build every figure and write <out>/report.html, summary.json, data/")
     common(p_report)
     p_report.add_argument("--out", default=str(DEFAULT_REPORT_DIR), help="output folder (default report)")
     p_report.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
                           help=f"worker processes building figures in parallel (default {DEFAULT_JOBS})")
+    p_report.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
+                          help="build on a Dask cluster: 'local' (a LocalCluster of --jobs workers) or a scheduler "
+                               "address such as tcp://host:8786 (needs the dask extra; cache and --out shared)")
     return parser
 
 
@@ -161,6 +171,8 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     reg.discover()
     names = reg.resolve(args.names)
     _check_dirs(args)
+    if args.preset == "paper":
+        _paper_estimate_first(names, device, reg)
     try:
         results = registry.make(names, args.preset, seed=args.seed, device=device, cache_dir=args.cache_dir,
                                 out_dir=args.out, formats=formats, recompute=args.recompute,
@@ -177,12 +189,36 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     return 0
 
 
+def _cmd_estimate(args, reg: registry.Registry) -> int:
+    from figures import estimate
+
+    check_preset(args.preset)
+    cuda = args.device == "cuda"
+    device = resolve_device("auto" if cuda else args.device)  # no CUDA here: measure on the CPU and say so
+    reg.discover()
+    names = reg.resolve(args.names) if args.names else reg.names()
+    est = estimate.estimate(names, args.preset, device=device, registry=reg)
+    _write(estimate.format_table(est, cuda_measured=not cuda or device == "cuda"))
+    return 0
+
+
+def _paper_estimate_first(names: Sequence[str] | None, device: str, reg: registry.Registry) -> None:
+    """At --preset paper: print the estimate (measured at tiny) before computing, and on a CPU how to go faster."""
+    from figures import estimate
+
+    logger.info("--preset paper: estimating the cost first (each figure measured at --preset tiny)")
+    _write(estimate.format_table(estimate.estimate(names, "paper", device=device, registry=reg)))
+
+
 def _cmd_report(args, reg: registry.Registry) -> int:
     check_int("--jobs", args.jobs, min_value=1)
     device = _common_checks(args)
     _check_dirs(args)
+    if args.preset == "paper":
+        _paper_estimate_first(None, device, reg)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
-                          recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs)
+                          recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs,
+                          scheduler=args.scheduler)
     for s in result.sections:
         n_cached = sum(f.status == "cached" for f in s.figures)
         counts = ", ".join(f"{st} {s.count(st)}" for st in registry.STATUSES)
@@ -200,8 +236,14 @@ def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = N
         logging.getLogger("fontTools").setLevel(logging.WARNING)  # the PDF backend's font subsetting chatter
     try:
         args = _parser().parse_args(argv)
-        command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report}[args.command]
-        return command(args, reg)
+        command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report,
+                   "estimate": _cmd_estimate}[args.command]
+        with runner.signals_as_interrupts():  # SIGTERM stops a build as Ctrl-C does: workers stopped, temp files gone
+            return command(args, reg)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # runner.Interrupted carries its signal; a plain Ctrl-C is SIGINT (2)
+        sys.stderr.write(f"interrupted ({signal.Signals(signum).name}): stopped; finished figures stay cached\n")
+        return 128 + signum
     except ValueError as exc:  # UsageError and the validation errors of presets, devices, names, seeds
         message = " ".join(str(exc).split())  # one line
         sys.stderr.write(f"error: {message}\n")

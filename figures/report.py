@@ -21,27 +21,22 @@ Layout of ``report.html``:
    allowance and its source, SE, seeds, confidence interval, status; the test stated once under the table), the
    checks, and the figure's configuration.
 
-Building: figures are built in ``jobs`` worker processes (``spawn`` start method, so torch and numba start clean;
-each worker runs numba, torch and BLAS with one thread) and collected in registry order, so the report and its data
-are the same as a serial build. A figure that raises is shown with its error; the report is still written and
-:attr:`ReportResult.n_failed` counts such errors (verdicts are data, never errors).
+Building: figures are built in ``jobs`` worker processes (:mod:`figures.runner`: ``spawn`` start method, so torch
+and numba start clean; each worker runs numba, torch and BLAS with one thread) and collected in registry order, so
+the report and its data are the same as a serial build. A figure that raises is shown with its error; the report is
+still written and :attr:`ReportResult.n_failed` counts such errors (verdicts are data, never errors).
 """
 
 from __future__ import annotations
 
 import base64
-import concurrent.futures as cf
-import contextlib
 import html
 import json
 import logging
 import math
-import multiprocessing
-import os
-import sys
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -51,7 +46,7 @@ from dynamics.compare import RULE
 from dynamics.provenance import git_revision, package_versions, utc_now
 from dynamics.trajectory import atomic_write, save_dataset
 from dynamics.validation import check_int, validate_module
-from figures import _style, cache
+from figures import _style, cache, runner
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, check_preset, resolve_device
 from figures.registry import (
     PAPER_ONLY_NOTE,
@@ -87,8 +82,6 @@ DEFAULT_JOBS = 2
 
 BADGES: tuple[str, ...] = ("holds", "explained", "fails", "error", "descriptive")
 """A figure's badge: the worst status of its rows and checks, ``error``, or ``descriptive`` (no verdicts)."""
-
-_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
 @dataclass(kw_only=True)
@@ -215,7 +208,11 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
 
 
 def _figure_entry(spec: FigureSpec, preset: str, out_dir: Path | None = None, **build_kw) -> FigureEntry:
-    fields_ = _entry_fields(spec, preset, out_dir, build_kw)
+    return _entry(spec, _entry_fields(spec, preset, out_dir, build_kw))
+
+
+def _entry(spec: FigureSpec, fields_: dict) -> FigureEntry:
+    """The :class:`FigureEntry` of ``spec`` from :func:`_entry_fields`' output (its traceback logged on failure)."""
     tb = fields_.pop("traceback", "")
     entry = FigureEntry(spec=spec, **fields_)
     if entry.error:
@@ -223,101 +220,17 @@ def _figure_entry(spec: FigureSpec, preset: str, out_dir: Path | None = None, **
     return entry
 
 
-_WORKER_REGISTRY: Registry | None = None
-
-
-def _default_registry() -> Registry:
-    """The package registry with its figure modules imported (what a worker builds from by default)."""
-    REGISTRY.discover()
-    return REGISTRY
-
-
-def _worker_init(factory) -> None:
-    """Worker start: build the registry, then pin numba and torch to one thread each."""
-    global _WORKER_REGISTRY
-    _WORKER_REGISTRY = factory()
-    _WORKER_REGISTRY.discover()
-    if "numba" in sys.modules:
-        sys.modules["numba"].set_num_threads(1)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
-
-
-def _worker_entries(names: list[str], preset: str, out_dir: str | None, build_kw: dict) -> list[dict]:
-    """Build the figures ``names`` one after the other in this worker (figures that share their data go together,
-    so the shared runs are computed once and the others read them from the cache)."""
-    kw = {**build_kw, "registry": _WORKER_REGISTRY}
-    return [_entry_fields(_WORKER_REGISTRY.get(name), preset, None if out_dir is None else Path(out_dir), kw)
-            for name in names]
-
-
-@contextlib.contextmanager
-def _single_threaded_env() -> Iterator[None]:
-    """Set the BLAS/OpenMP/numba thread counts to 1 in ``os.environ`` (inherited by spawned workers), then restore."""
-    saved = {k: os.environ.get(k) for k in _THREAD_VARS}
-    os.environ.update({k: "1" for k in _THREAD_VARS})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _longest_first(names: list[str], preset: str, cache_dir) -> list[int]:
-    """Indices of ``names`` in the order to submit them: longest previous runtime first (figures never built, or
-    without a cache, first of all), so no long figure starts last while the other workers idle. The entries are put
-    back in registry order afterwards, so the order changes nothing in the report."""
-    def key(i):
-        runtime = None if cache_dir is None else cache.previous_runtime(cache_dir, names[i], preset)
-        return -math.inf if runtime is None else -runtime
-
-    return sorted(range(len(names)), key=key)
-
-
-def _parallel_entries(jobs: list[tuple[ModelSection, FigureSpec]], preset: str, n_jobs: int, factory,
-                      out_dir: Path | None, build_kw: dict, progress: bool) -> list[FigureEntry]:
-    ctx = multiprocessing.get_context("spawn")
-    entries: list[FigureEntry | None] = [None] * len(jobs)
-    kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
-    groups: dict[str, list[int]] = {}  # one task per data source: the figure itself and those sharing its data
-    for i in _longest_first([spec.name for _, spec in jobs], preset, build_kw.get("cache_dir")):
-        groups.setdefault(jobs[i][1].data_source, []).append(i)
-    tasks = [sorted(members, key=lambda i: jobs[i][1].shares_data_with is not None) for members in groups.values()]
-    with _single_threaded_env(), cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx,
-                                                        initializer=_worker_init, initargs=(factory,)) as pool:
-        futures = {pool.submit(_worker_entries, [jobs[i][1].name for i in task], preset,
-                               None if out_dir is None else str(out_dir), kw): task for task in tasks}
-        with tqdm(total=len(jobs), desc=f"report ({preset}, {n_jobs} workers)", unit="fig",
-                  disable=None if progress else True) as bar:
-            for fut in cf.as_completed(futures):
-                task = futures[fut]
-                try:
-                    results = fut.result()
-                except Exception as exc:  # noqa: BLE001 - a dead worker is an error of its figures, shown in the report
-                    results = [{"preset": preset, "status": "failed", "error": f"worker process failed: "
-                                f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()} for _ in task]
-                for i, fields_ in zip(task, results):
-                    spec = jobs[i][1]
-                    tb = fields_.pop("traceback", "")
-                    entries[i] = FigureEntry(spec=spec, **fields_)
-                    if entries[i].error:
-                        logger.error("figure %s failed: %s\n%s", spec.name, entries[i].error, tb)
-                bar.update(len(task))
-    return entries
-
-
 def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "cpu",
             cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, recompute: bool = False, progress: bool = False,
-            registry: Registry = REGISTRY, jobs: int = 1, out_dir: str | Path | None = None) -> list[ModelSection]:
+            registry: Registry = REGISTRY, jobs: int = 1, out_dir: str | Path | None = None,
+            scheduler: str | None = None) -> list[ModelSection]:
     """Discover the figure modules, build every registered figure (cached) and evaluate its rows and checks.
 
     ``device`` must be resolved (``cpu`` or ``cuda``); ``jobs`` worker processes (1: in this process); with
     ``out_dir`` each figure's data is also written to ``<out_dir>/data/<figure>.nc``. A registry other than the
-    package's is built in workers only if it has a ``factory`` (else serially). Other arguments as
-    :func:`figures.registry.build`.
+    package's is built in workers only if it has a ``factory`` (else serially). ``scheduler`` (``"local"`` or a
+    Dask scheduler address) builds on a Dask cluster instead (:func:`figures.runner.dask_entries`). Other arguments
+    as :func:`figures.registry.build`.
     """
     jobs_n = check_int("jobs", jobs, min_value=1)
     statuses = registry.discover()
@@ -325,12 +238,18 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
     todo = [(section, registry.get(name)) for section in sections for name in registry.names(section.model)]
     out = None if out_dir is None else Path(out_dir)
     build_kw = dict(seed=seed, device=device, cache_dir=cache_dir, recompute=recompute, progress=False)
-    factory = _default_registry if registry is REGISTRY else registry.factory
+    factory = runner.default_registry if registry is REGISTRY else registry.factory
     n_workers = min(jobs_n, len(todo))
     if n_workers > 1 and factory is None:
         logger.info("registry has no factory: building %d figures serially", len(todo))
-    if n_workers > 1 and factory is not None:
-        entries = _parallel_entries(todo, preset, n_workers, factory, out, build_kw, progress)
+    if scheduler is not None:
+        specs = [spec for _, spec in todo]
+        entries = [_entry(spec, f) for spec, f in zip(specs, runner.dask_entries(
+            _entry_fields, specs, preset, max(n_workers, 1), factory, out, build_kw, progress, scheduler))]
+    elif n_workers > 1 and factory is not None:
+        specs = [spec for _, spec in todo]
+        entries = [_entry(spec, f) for spec, f in zip(specs, runner.parallel_entries(
+            _entry_fields, specs, preset, n_workers, factory, out, build_kw, progress))]
     else:
         entries = [_figure_entry(spec, preset, out, **build_kw, registry=registry)
                    for _, spec in tqdm(todo, desc=f"report ({preset})", unit="fig",
@@ -343,7 +262,7 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
 def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
                  out_dir: str | Path = DEFAULT_REPORT_DIR, cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
                  recompute: bool = False, progress: bool = False, registry: Registry = REGISTRY,
-                 jobs: int = DEFAULT_JOBS) -> ReportResult:
+                 jobs: int = DEFAULT_JOBS, scheduler: str | None = None) -> ReportResult:
     """Build every registered figure at ``preset`` and write the report folder (each file atomically).
 
     Parameters
@@ -356,7 +275,9 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     cache_dir, recompute, progress, registry
         As :func:`figures.registry.build`.
     jobs : int >= 1
-        Worker processes (default 2).
+        Worker processes (default 2); with ``scheduler="local"``, the ``LocalCluster``'s workers.
+    scheduler : str, optional
+        ``"local"`` (a ``LocalCluster``) or the address of a Dask scheduler: build there (needs the ``dask`` extra).
     """
     check_preset(preset)
     check_int("seed", seed, min_value=0)
@@ -367,7 +288,7 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now()}
     t0 = time.perf_counter()  # provenance above is taken before the build, as the figures' own
     sections = collect(preset, seed=seed, device=resolved, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry, jobs=jobs, out_dir=out)
+                       progress=progress, registry=registry, jobs=jobs, out_dir=out, scheduler=scheduler)
     wall = time.perf_counter() - t0
     meta.update(wall_s=round(wall, 3), jobs=jobs, versions=package_versions())
     text = render_html(sections, **meta)

@@ -30,7 +30,8 @@ def pytest_collection_modifyitems(config, items):
     # Only the `gpu` marker counts: `"gpu" in item.keywords` also matched a parameter id such as `[gpu]`, which
     # silently skipped `test_unknown_device_is_refused_naming_the_choices[gpu]` on CPU (issue 19).
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
-    if gpu_items and not _cuda_available():
+    # ATTNDYN_TEST_DEVICE=cpu: the GPU check's dry run (tools/gpu_check.py --device cpu) runs them on the CPU.
+    if gpu_items and not _cuda_available() and os.environ.get("ATTNDYN_TEST_DEVICE") != "cpu":
         skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
         for item in gpu_items:
             item.add_marker(skip_gpu)

@@ -61,6 +61,7 @@ def test_cuda_without_a_gpu_is_an_error_not_a_silent_fallback():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (not part of the CPU dry run)")
 def test_cuda_resolves_on_a_gpu_machine():
     device, dtype = resolve("cuda")
     assert device.type == "cuda" and dtype == torch.float64

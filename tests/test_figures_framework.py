@@ -487,7 +487,7 @@ def test_parallel_report_equals_serial(tmp_path):
 
 
 def test_parallel_build_schedules_the_longest_figures_first(tmp_path):
-    from figures import report
+    from figures import runner
 
     reg = make_registry()
     for name in reg.names():
@@ -500,8 +500,8 @@ def test_parallel_build_schedules_the_longest_figures_first(tmp_path):
     names = ["toy.decay", "toy.heat", "toy.new"]
     assert cache.previous_runtime(tmp_path, "toy.heat", "tiny") == 5.0
     assert cache.previous_runtime(tmp_path, "toy.heat", "quick") is None
-    assert report._longest_first(names, "tiny", tmp_path) == [2, 1, 0]  # never built first, then 5 s, then 1 s
-    assert report._longest_first(names, "tiny", None) == [0, 1, 2]
+    assert runner._longest_first(names, "tiny", tmp_path) == [2, 1, 0]  # never built first, then 5 s, then 1 s
+    assert runner._longest_first(names, "tiny", None) == [0, 1, 2]
 
 
 def test_layout_helpers_colour_bars_and_panels_per_row():

@@ -1,0 +1,185 @@
+"""Cost estimates of the figures at a preset, from runs measured at the ``tiny`` preset.
+
+Model. A figure's computation is taken to cost in proportion to its *work*, a number computed from its registered
+parameters by their names (:func:`work`): time axes (steps, iterations, epochs) add up, repetitions (seeds, runs,
+draws, starts), configuration lists and sizes multiply, and of the sample counts (batch, training and test set
+sizes) the largest counts; parameters that do not set the amount of computation (:data:`NOT_WORK`: logging and
+saving intervals, seeds of an initialisation, plotting offsets) and non-integers are left out. Parameters equal at
+both presets cancel. The estimate at a preset is
+
+    seconds(preset) = seconds(tiny) * work(preset) / work(tiny)
+
+with ``seconds(tiny)`` the computation time of a second tiny build in this process (the first one compiles the
+numba kernels and warms caches; that one-off cost is reported separately as ``overhead_s``). Memory is the peak of
+Python-traced allocations (numpy arrays included, torch's own allocator not) during the tiny build, scaled by the
+work without the time axes (steps, iterations and epochs are not held in memory at once). A figure that shares its
+data with another costs nothing of its own.
+
+The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
+prints the CPU measurement and says so. Rough by construction (one power law per figure, fixed costs folded in):
+the check is that quick-preset estimates land within a factor of 2 of measured quick builds for most figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+import tracemalloc
+from collections.abc import Mapping, Sequence
+
+from figures.presets import check_preset, resolve_device
+from figures.registry import REGISTRY, Registry, build
+
+SMALL_PRESET = "tiny"
+"""The preset measured."""
+
+NOT_WORK = re.compile(r"(log_every|save|every|seed$|init_seed|offset|freeze|map_rows|max_tokens|^H$|^K$|^C$)")
+"""Parameter names that do not scale the computation (matched with ``re.search``)."""
+
+TIME_LIKE = re.compile(r"(step|iter|epoch|^n_t$|^T_)")
+"""Time axes: their values add up (runs one after the other) and are left out of the memory scaling."""
+
+REPLICATES = re.compile(r"(seed|runs|draws|starts|^n_mc$|^n_search$)")
+"""Independent repetitions: multiply."""
+
+SAMPLES = re.compile(r"(batch|n_train|n_test|n_pop|prompts|eval_size|^n$|^n_big$|^n_large$|^n_small$|^n_pre$|"
+                     r"^n_err$|^n_torch$|^n_heldout$)")
+"""Sample counts of one step or one evaluation: the largest one counts (training and evaluation alternate)."""
+
+
+def work(params: Mapping, *, memory: bool = False) -> float:
+    """The work of a parameter set: (sum of the time axes) x (product of the repetitions, the list lengths and the
+    remaining sizes) x (largest sample count); a nested mapping adds its own work. ``memory=True`` leaves out the
+    time axes. Names in :data:`NOT_WORK`, non-integers and non-positive values are ignored."""
+    time_sum, product, largest, nested = 0.0, 1.0, 1.0, 0.0
+    for name, value in params.items():
+        if NOT_WORK.search(name):
+            continue
+        if isinstance(value, Mapping):
+            nested += work(value, memory=memory)
+            continue
+        if isinstance(value, (list, tuple)):
+            if value:
+                product *= len(value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            continue
+        if TIME_LIKE.search(name):
+            time_sum += 0 if memory else value
+        elif SAMPLES.search(name):
+            largest = max(largest, value)
+        else:  # repetitions and sizes (grids, dimensions, vocabularies) multiply
+            product *= value
+    return max(time_sum, 1.0) * product * largest + nested
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FigureEstimate:
+    """The estimate of one figure at ``preset`` on ``device`` (seconds and bytes; 0 for a figure sharing data)."""
+
+    name: str
+    preset: str
+    device: str
+    measured_s: float
+    overhead_s: float
+    work_ratio: float
+    seconds: float
+    memory_bytes: float
+    shares_data_with: str | None = None
+
+
+def measure(name: str, *, device: str = "cpu", registry: Registry = REGISTRY) -> tuple[float, float, int]:
+    """``(first_s, second_s, peak_bytes)``: computation time of two tiny builds of ``name`` (no cache) and the
+    traced-allocation peak of the second."""
+    first = build(name, SMALL_PRESET, device=device, cache_dir=None, registry=registry).runtime_s
+    tracemalloc.start()
+    try:
+        second = build(name, SMALL_PRESET, device=device, cache_dir=None, registry=registry).runtime_s
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return first, second, peak
+
+
+def estimate(names: Sequence[str] | None = None, preset: str = "paper", *, device: str = "cpu",
+             registry: Registry = REGISTRY, progress: bool = False) -> list[FigureEstimate]:
+    """Estimate ``names`` (default every registered figure) at ``preset`` on ``device`` (``cpu`` or ``cuda``)."""
+    check_preset(preset)
+    device = resolve_device(device)
+    registry.discover()
+    names = registry.resolve(names) if names else registry.names()
+    out = []
+    for name in names:
+        spec = registry.get(name)
+        ratio = work(spec.params[preset]) / work(spec.params[SMALL_PRESET])
+        if spec.shares_data_with is not None:
+            out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=0.0, overhead_s=0.0,
+                                      work_ratio=ratio, seconds=0.0, memory_bytes=0.0,
+                                      shares_data_with=spec.shares_data_with))
+            continue
+        t0 = time.perf_counter()
+        first, second, peak = measure(name, device=device, registry=registry)
+        mem_ratio = work(spec.params[preset], memory=True) / work(spec.params[SMALL_PRESET], memory=True)
+        out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=second,
+                                  overhead_s=max(0.0, first - second), work_ratio=ratio, seconds=second * ratio,
+                                  memory_bytes=peak * mem_ratio))
+        if progress:
+            print(f"  measured {name} in {time.perf_counter() - t0:.1f} s", flush=True)
+    return out
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _fmt_b(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # unreachable
+
+
+def format_table(estimates: Sequence[FigureEstimate], *, cuda_measured: bool = True) -> str:
+    """The table ``estimate`` prints: one row per figure, then the total (and the advice for large totals)."""
+    if not estimates:
+        return "no figures"
+    unit = "GPU-s" if estimates[0].device == "cuda" else "CPU-s"
+    lines = [f"{'figure':34s} {'tiny (s)':>9s} {'work x':>10s} {unit:>10s} {'memory':>10s}"]
+    for e in estimates:
+        if e.shares_data_with:
+            lines.append(f"{e.name:34s} {'':>9s} {'':>10s} {'0':>10s} {'':>10s}  (data of {e.shares_data_with})")
+            continue
+        lines.append(f"{e.name:34s} {e.measured_s:9.2f} {e.work_ratio:10.3g} {_fmt_s(e.seconds):>10s} "
+                     f"{_fmt_b(e.memory_bytes):>10s}")
+    total = sum(e.seconds for e in estimates)
+    peak = max(e.memory_bytes for e in estimates)
+    preset, device = estimates[0].preset, estimates[0].device
+    lines.append(f"total at --preset {preset} on {device}: {_fmt_s(total)} ({total:.0f} {unit}) of computation, "
+                 f"largest figure memory {_fmt_b(peak)}; with --jobs N about total/N wall time")
+    if not cuda_measured:
+        lines.append("(no CUDA device here: the GPU column is the CPU measurement; run `python -m figures estimate "
+                     "--device cuda` on the GPU machine for a measured one)")
+    if device == "cpu" and (total > 3600 or preset == "paper"):
+        lines.append(advice())
+    return "\n".join(lines)
+
+
+def advice() -> str:
+    """How to spend less wall time than one CPU (printed with large estimates)."""
+    return ("hint: this is hours of CPU. Spread it: `python -m figures report --scheduler local --jobs N` (a Dask "
+            "LocalCluster), or `--scheduler tcp://HOST:8786` for a cluster sharing this folder; torch figures also "
+            "take `--device cuda` (measure first: `python -m figures estimate --device cuda` on that machine). "
+            "See docs/guides/scaling.md.")
+
+
+def total_seconds(estimates: Sequence[FigureEstimate]) -> float:
+    """Sum of the figures' estimated seconds."""
+    return math.fsum(e.seconds for e in estimates)
+

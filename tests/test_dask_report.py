@@ -1,0 +1,101 @@
+"""The report on a Dask cluster (``--scheduler local|ADDRESS``): the same summary as the local build, bit for bit;
+a worker lost mid-figure is replaced and the figure rebuilt, and a figure whose workers keep dying is named as lost.
+
+Fast tests use the toy figures of tests/_figures.py on a ``LocalCluster`` of 2 single-threaded worker processes; the
+slow test compares the whole tiny-preset report of the package's figures.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dask.distributed")
+
+import dask  # noqa: E402
+
+from figures import registry  # noqa: E402
+from figures.report import build_report  # noqa: E402
+from tests._figures import TOY_PARAMS, synthetic_registry, toy_data, toy_plot  # noqa: E402
+
+ENV_DIR = "ATTNDYN_DASK_TEST_DIR"
+
+
+def _same_summary(a: Path, b: Path) -> None:
+    """summary.json rows and checks identical, and every figure's badge and error; runtimes and provenance differ."""
+    sa, sb = (json.loads(p.read_text()) for p in (a, b))
+    assert sa["rows"] == sb["rows"] and sa["rows"]
+    assert sa["counts"] == sb["counts"]
+    keep = ("model", "figure", "badge", "error", "data_file", "layout_problems", "preset_distance")
+    assert [{k: f[k] for k in keep} for f in sa["figures"]] == [{k: f[k] for k in keep} for f in sb["figures"]]
+
+
+def _dying_data(cfg):
+    """Kill this worker process on the first attempt (``p["die"] == "once"``) or on every attempt (``"always"``)."""
+    marker = Path(os.environ[ENV_DIR]) / f"died.{cfg.figure}"
+    if cfg.params["die"] == "always" or not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return toy_data(cfg)
+
+
+def dying_registry(mode: str) -> registry.Registry:
+    """The toy figures with verdicts, plus ``toy.dies`` that kills the process building it (see ``_dying_data``)."""
+    reg = synthetic_registry(with_verdicts=True)
+    reg.factory = functools.partial(dying_registry, mode)
+    params = {k: {**v, "die": mode} for k, v in TOY_PARAMS.items()}
+    reg.register(name="toy.dies", model="toy", paper="Toy", spec="toy.md", caption="Kills its worker.",
+                 params=params, plot=toy_plot)(_dying_data)
+    return reg
+
+
+def test_local_cluster_report_equals_the_local_build_after_losing_a_worker(tmp_path, monkeypatch):
+    """One worker is killed inside ``toy.dies``; Dask reruns it on a new worker and the report equals the local
+    build (built second: the marker left by the killed worker keeps this process alive)."""
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))  # inherited by the LocalCluster's worker processes
+    reg = dying_registry("once")
+    remote = build_report("tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", registry=reg,
+                          jobs=2, scheduler="local")
+    assert (tmp_path / "died.toy.dies").exists()  # a worker did die inside the figure
+    local = build_report("tiny", device="cpu", out_dir=tmp_path / "l", cache_dir=tmp_path / "cl", registry=reg,
+                         jobs=1)
+    assert local.n_failed == remote.n_failed == 0
+    _same_summary(local.summary_path, remote.summary_path)
+    pngs = [[f.png for s in r.sections for f in s.figures] for r in (local, remote)]
+    assert pngs[0] == pngs[1]
+    # results landed in the checksummed cache: a second local build reads every figure from it
+    again = build_report("tiny", device="cpu", out_dir=tmp_path / "again", cache_dir=tmp_path / "cd", registry=reg,
+                         jobs=1)
+    assert {f.status for s in again.sections for f in s.figures} == {"cached"}
+
+
+@pytest.mark.slow
+def test_a_figure_whose_workers_keep_dying_is_named_as_lost(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):  # the scheduler runs in this process
+        result = build_report("tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "c",
+                              registry=dying_registry("always"), jobs=2, scheduler="local")
+    entries = {f.spec.name: f for s in result.sections for f in s.figures}
+    assert result.n_failed == 1 and not entries["toy.decay"].failed
+    assert "lost on the Dask cluster (toy.dies)" in entries["toy.dies"].error
+    assert "KilledWorker" in entries["toy.dies"].error
+
+
+def test_scheduler_address_is_checked():
+    from figures import runner
+
+    with pytest.raises(ValueError, match="scheduler must be 'local' or a Dask scheduler address"):
+        runner._dask_client("", 1)
+
+
+@pytest.mark.slow
+def test_tiny_report_of_every_figure_on_a_local_cluster_equals_the_local_build(tmp_path):
+    local = build_report("tiny", device="cpu", out_dir=tmp_path / "l", cache_dir=tmp_path / "cl", jobs=2)
+    remote = build_report("tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", jobs=2,
+                          scheduler="local")
+    _same_summary(local.summary_path, remote.summary_path)
