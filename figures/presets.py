@@ -1,8 +1,9 @@
 """Presets, devices and the run configuration every figure's ``data`` function receives.
 
-A *preset* is a size class shared by all figures; each figure declares its own parameters for every preset in its
+A *preset* is a size class shared by all figures; each figure declares its own parameters per preset in its
 registration (``register(params={"tiny": {...}, "quick": {...}, "paper": {...}})``, see :mod:`figures.registry`), so
-the sizes of one figure live next to its code and the framework can hash them.
+the sizes of one figure live next to its code and the framework can hash them. They become instances of the figure's
+typed record (:mod:`figures.params`); a preset a figure leaves out falls back to a neighbouring one, with a message.
 
 ========  =====================================================================================================
 preset    meaning
@@ -31,6 +32,7 @@ from typing import Any
 
 from dynamics.provenance import git_revision, to_jsonable
 from dynamics.validation import check_choice, check_int
+from figures.params import ParamsRecord
 
 PRESETS: dict[str, str] = {
     "tiny": "test size: every figure builds in seconds (used by the test suite)",
@@ -80,7 +82,10 @@ def code_version() -> str:
     return f"{version}+{git_revision()}"
 
 
-def _frozen_params(params: Mapping[str, Any]) -> types.MappingProxyType:
+def _frozen_params(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A figure's parameter record as it is (already frozen and checked), or a read-only copy of a mapping."""
+    if isinstance(params, ParamsRecord):
+        return params
     if not isinstance(params, Mapping):
         raise ValueError(f"params must be a mapping of JSON-serialisable values; got {type(params).__name__}")
     try:  # NaN/inf are rejected before to_jsonable could turn them into strings
@@ -109,6 +114,12 @@ class RunConfig:
         The figure's own parameters for this preset (read-only), as declared at registration.
     code : str
         Code version, :func:`code_version`.
+    overrides : tuple of str
+        Names of the parameters set away from the preset (``--set``); recorded in the hash only when non-empty, so
+        a build without overrides keeps its cache entry.
+    params_from : str
+        The preset whose parameters were used (a figure may define only some presets; default ``preset``);
+        recorded in the hash only when it differs from ``preset``.
     progress : bool
         Whether the data function may show progress bars. Not part of the configuration hash.
     """
@@ -119,6 +130,8 @@ class RunConfig:
     device: str = "cpu"
     params: Mapping[str, Any] = field(default_factory=dict)
     code: str = field(default_factory=code_version)
+    overrides: tuple[str, ...] = ()
+    params_from: str = ""
     progress: bool = field(default=False, compare=False)
 
     def __post_init__(self):
@@ -128,14 +141,24 @@ class RunConfig:
         object.__setattr__(self, "seed", check_int("seed", self.seed, min_value=0))
         check_choice("device", self.device, ("cpu", "cuda"))
         object.__setattr__(self, "params", _frozen_params(self.params))
+        if isinstance(self.overrides, str) or not all(isinstance(k, str) and k in self.params
+                                                      for k in self.overrides):
+            raise ValueError(f"overrides must name parameters of params; got {self.overrides!r}")
+        object.__setattr__(self, "overrides", tuple(sorted(set(self.overrides))))
+        object.__setattr__(self, "params_from", check_preset(self.params_from or self.preset))
 
     def __hash__(self) -> int:
         return hash(self.to_json())
 
     def to_dict(self) -> dict[str, Any]:
         """The hashed configuration as plain JSON values (``progress`` excluded)."""
-        return {"figure": self.figure, "preset": self.preset, "seed": self.seed, "device": self.device,
-                "params": to_jsonable(dict(self.params)), "code": self.code}
+        out = {"figure": self.figure, "preset": self.preset, "seed": self.seed, "device": self.device,
+               "params": to_jsonable(dict(self.params)), "code": self.code}
+        if self.overrides:
+            out["overrides"] = list(self.overrides)
+        if self.params_from != self.preset:
+            out["params_from"] = self.params_from
+        return out
 
     def to_json(self) -> str:
         """Canonical JSON text of :meth:`to_dict` (sorted keys, no spaces): the input of the cache hash."""

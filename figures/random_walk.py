@@ -377,9 +377,9 @@ def checks_fig5(ds: xr.Dataset) -> list[CheckResult]:
 
 _ZERO_PARAMS = {
     "tiny": {"K": 6, "N": 25, "M": 200, "n_train": 200, "n_test": 200, "n_steps": 12, "n_seeds": 2,
-             "population_steps": 12},
+             "population_steps": 12, "dense": 10},
     "quick": {"K": 6, "N": 97, "M": 1000, "n_train": 1000, "n_test": 1000, "n_steps": 50, "n_seeds": 8,
-              "population_steps": 30},
+              "population_steps": 30, "dense": 10},
     "paper": {"K": 6, "N": 97, "M": 1000, "n_train": 1000, "n_test": 1000, "n_steps": 50, "n_seeds": 8,
               "population_steps": 50, "dense": 50},
 }
