@@ -244,7 +244,7 @@ def _cmd_report(args, reg: registry.Registry) -> int:
     _check_dirs(args)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
                           recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs,
-                          **({"overrides": overrides} if overrides else {}))
+                          overrides=overrides)
     for s in result.sections:
         n_cached = sum(f.status == "cached" for f in s.figures)
         counts = ", ".join(f"{st} {s.count(st)}" for st in registry.STATUSES)
@@ -263,7 +263,9 @@ def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = N
     try:
         args = _parser().parse_args(argv)
         command = {"list": _cmd_list, "params": _cmd_params, "make": _cmd_make, "report": _cmd_report}[args.command]
-        return command(args, reg)
+        status = command(args, reg)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return status
     except ValueError as exc:  # UsageError and the validation errors of presets, devices, names, seeds, --set
         message = " ".join(str(exc).split())  # one line
         sys.stderr.write(f"error: {message}\n")
