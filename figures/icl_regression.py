@@ -58,7 +58,8 @@ from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import icl_regression as im
-from empirical.train import Schedule, train
+from empirical.train import Schedule
+from figures import experiments
 from figures._style import (
     TOL_BRIGHT,
     band_over_seeds,
@@ -68,6 +69,7 @@ from figures._style import (
     plot_reduced,
     plot_theory,
 )
+from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 MODEL = "icl_regression"
@@ -171,7 +173,9 @@ def _run_key(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK,
 
 def _run(cfg, H, **kw):
     """Train (or reuse) the model of a figure (:func:`_run_key`)."""
-    return _run_cached(*_run_key(cfg, H, **kw))
+    model, traj, params = _run_cached(*_run_key(cfg, H, **kw))
+    experiments.note(traj)  # a run reused from the memo is recorded for this figure too
+    return model, traj, params
 
 
 @functools.lru_cache(maxsize=64)

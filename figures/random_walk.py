@@ -51,7 +51,6 @@ from closedform import random_walk as cf
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import random_walk as rwm
-from empirical.train import train
 from figures._style import (
     TOL_BRIGHT,
     new_figure,
@@ -61,6 +60,7 @@ from figures._style import (
     plot_seed_band,
     plot_theory,
 )
+from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 SERIES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "dist_V_Pi", "dist_V_sqrtPi", "cos_V_Pi",

@@ -116,7 +116,7 @@ from tqdm.auto import tqdm
 from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
 from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
-from figures import _style, cache
+from figures import _style, cache, experiments
 from figures.params import Param, ParamsRecord, parse_assignment, records
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
@@ -880,7 +880,8 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
     With caching on, the returned Dataset is always the one read back from the verified cache file, so a fresh
     build and a cache hit give identical objects. Attributes added: ``figure``, ``model``, ``paper``,
     ``spec_section``, ``preset``, ``seed``, ``device``, ``code``, ``config_json`` (the full resolved configuration),
-    ``overrides_json`` (parameter -> value and preset value), ``caption``, ``config_key``, ``git_rev``,
+    ``overrides_json`` (parameter -> value and preset value), ``caption``, ``train_configs_json`` (the trainer's
+    configuration of every torch run, :mod:`figures.experiments`), ``config_key``, ``git_rev``,
     ``versions_json``; nested attribute values become JSON text (netCDF-safe).
     """
     spec = registry.get(name)
@@ -908,12 +909,13 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
         if lookup.status == "corrupt":
             status = "repaired"
     t0 = time.perf_counter()
-    dataset = spec.data(cfg)
+    with experiments.recording() as runs:
+        dataset = spec.data(cfg)
     runtime = time.perf_counter() - t0
     if not isinstance(dataset, xr.Dataset):
         raise TypeError(f"data function of figure {name!r} must return an xarray.Dataset; got "
                         f"{type(dataset).__name__}")
-    dataset = _with_provenance(dataset, spec, cfg)
+    dataset = _with_provenance(dataset, spec, cfg, runs)
     path = None
     if cache_dir is not None:
         path = cache.store(cache_dir, cfg, dataset, runtime_s=runtime)
@@ -927,8 +929,10 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
     return BuildResult(spec=spec, config=cfg, dataset=dataset, status=status, runtime_s=runtime, cache_path=path)
 
 
-def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig) -> xr.Dataset:
-    """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance."""
+def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig,
+                     runs: Sequence[dict] = ()) -> xr.Dataset:
+    """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance (``runs``: the training runs
+    recorded by :mod:`figures.experiments`)."""
     dataset = dataset.copy(deep=False)  # data shared; the attribute dicts below are replaced, not mutated
     for var in dataset.variables.values():
         var.attrs = sanitize_attrs(dict(var.attrs))
@@ -938,6 +942,7 @@ def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig) -> x
     attrs.update(figure=spec.name, model=spec.model, paper=spec.paper, spec_section=spec.spec, preset=cfg.preset,
                  seed=cfg.seed, device=cfg.device, code=cfg.code, config_json=cfg.to_json(),
                  overrides_json=json.dumps(overrides, sort_keys=True), caption=spec.caption_for(cfg),
+                 train_configs_json=experiments.records_json(list(runs)),
                  config_key=cache.cache_key(cfg), git_rev=git_revision(), versions_json=package_versions())
     dataset.attrs = sanitize_attrs(attrs)
     return dataset

@@ -52,7 +52,7 @@ SNAPSHOTS = (0, 2, 4, 6, 8, 10)
 
 def _torch():
     from empirical.models import scan_snap as ssm
-    from empirical.train import train
+    from figures.experiments import train
 
     def train_1t(*args, **kw):
         with torch_threads(1):

@@ -785,7 +785,7 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
     """Torch SGD (batch ``batch_size``) of the Fig. 5 protocol and the exact PGD from each seed's initial scalars."""
     from empirical.device import torch_threads
     from empirical.models import single_location as slm
-    from empirical.train import train
+    from figures.experiments import train
 
     lam = sl.lam_schedule(2.0)
     config = slm.config("fig5", seeds, n_steps=n_steps, lam=lam, log_every=log_every, eval_size=eval_size,
