@@ -39,6 +39,7 @@ from matplotlib.colors import LogNorm
 from scipy.optimize import minimize_scalar
 
 from closedform import single_location as sl
+from dynamics.overlay import overlay
 from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from figures._style import (
@@ -795,10 +796,12 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
     scal = {v: np.asarray(traj[v].values, dtype=np.float64) for v in STATE}
     lams = np.asarray(lam(traj.step.values), dtype=np.float64)  # lambda_n of each logged row (docs/models/single_location.md §0.3)
     exact = sl.excess_risk(task, lams, *(scal[v] for v in STATE))
-    state0 = np.stack([scal[v][:, 0] for v in STATE], axis=1)
-    pgd = _pgd_dataset(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, log_every=log_every)
-    if not np.array_equal(pgd.step.values, traj.step.values):
-        raise RuntimeError("torch and closed-form logging grids differ")  # same SaveAt(every=...) by construction
+
+    def exact_pgd(state0, at):  # the five-scalar PGD from each seed's step-0 scalars, saved at the torch run's steps
+        return sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam,
+                      saveat=SaveAt(steps=tuple(int(s) for s in at)), warn_unconverged=False)  # finite horizon
+
+    pgd, _ = overlay(exact_pgd, traj, state_variables=STATE)
     sgd_vals = {**scal, "distance_to_manifold": np.asarray(traj.distance_to_manifold.values), "excess_risk": exact}
     data = {v: (("source", "run", "time"), np.stack([sgd_vals[v], pgd[v].values])) for v in _FIG5_VARS}
     test = (np.asarray(traj.excess_risk.values, dtype=np.float64) if eval_size
