@@ -1,15 +1,20 @@
-"""Command line: ``python -m figures list [--markdown] | make NAME... | report`` (also installed as ``attndyn-figures``).
+"""Command line: ``python -m figures list [--markdown] | params NAME... | make NAME... | report`` (also installed as
+``attndyn-figures``).
 
 Examples::
 
     python -m figures list
+    python -m figures params scan_snap.fig4                                  # parameters, units, ranges, presets
+    python -m figures make scan_snap.fig4 --set num_unique=20 --set eta_Y=3  # away from the preset
+    python -m figures report --set scan_snap.fig4.eta_Y=3
     python -m figures make single_location.fig4a scan_snap --preset quick     # a model name = all its figures
     python -m figures report                                                 # report/, quick preset, 2 workers
     python -m figures report --preset paper --device auto --out report-paper --jobs 4
 
 Exit status: 0 when the report (or the requested figures) was built, whatever the verdicts (verdicts are data, in
 ``report/summary.json``); 1 if a figure (or a figure module) raised an error; 2 on bad input, with a one-line
-message and no traceback: unknown figure, preset, device or format, a negative seed, ``--jobs < 1``, an output or
+message and no traceback: unknown figure, preset, device or format, a negative seed, an unknown parameter or a
+value out of its range in ``--set`` (the message lists the valid keys), ``--jobs < 1``, an output or
 cache folder that is a file or not writable (checked before anything is computed). Progress bars go to stderr (only
 on a terminal), log messages to stderr, the summary to stdout.
 """
@@ -17,6 +22,7 @@ on a terminal), log messages to stderr, the summary to stdout.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -28,6 +34,7 @@ from pathlib import Path
 from dynamics.validation import check_int
 from figures import cache, registry, runner
 from figures._style import SAVE_METADATA
+from figures.params import parse_assignment
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, DEVICES, PRESETS, check_preset, resolve_device
 from figures.report import DEFAULT_JOBS, DEFAULT_REPORT_DIR, build_report
 
@@ -53,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     p_list.add_argument("--markdown", action="store_true",
                         help="print the figure table of the README (figure, paper, docs, command) as Markdown")
 
+    p_params = sub.add_parser("params", help="print a figure's parameters: meaning, unit, valid range, preset values")
+    p_params.add_argument("names", nargs="+", metavar="NAME", help="figure names, or model names for all their figures")
+    p_params.add_argument("--json", action="store_true", help="print them as JSON (preset -> parameter -> value)")
+
     def common(p):
         p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)} (default "
                        f"{DEFAULT_PRESET})")
@@ -61,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--cache-dir", default=str(cache.DEFAULT_CACHE_DIR), help="cache root (default results)")
         p.add_argument("--recompute", action="store_true", help="ignore cached data, recompute and overwrite")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        p.add_argument("--set", action="append", default=[], metavar="[FIGURE.]PARAM=VALUE", dest="overrides",
+                       help="set a parameter away from the preset (repeatable; VALUE is JSON, e.g. 3, 1e-3, [1,2]; "
+                            "`python -m figures params NAME` lists the parameters). make: PARAM=VALUE applies to "
+                            "every figure named; report: FIGURE.PARAM=VALUE")
 
     p_make = sub.add_parser("make", help="build figures and write <out>/<name>.png/.pdf")
     p_make.add_argument("names", nargs="+", metavar="NAME", help="figure names, or model names for all their figures")
@@ -160,6 +175,43 @@ def _cmd_list(args, reg: registry.Registry) -> int:
     return 1 if any(statuses[m].state == "error" for m in models) else 0
 
 
+def _overrides(args, *, figure_required: bool) -> dict:
+    """``--set`` options as ``{"[figure.]param": value}`` (a later --set of the same key wins)."""
+    out = {}
+    for text in args.overrides:
+        figure, key, value = parse_assignment(text, figure_required=figure_required)
+        out[f"{figure}.{key}" if figure else key] = value
+    return out
+
+
+def params_text(reg: registry.Registry, name: str) -> str:
+    """The parameters of figure ``name``: one line per parameter with its value in each preset, its unit, range and
+    meaning (the record type's field metadata), and the presets the figure defines."""
+    spec = reg.get(name)
+    info = spec.record_type.describe()
+    kinds = spec.record_type.kinds
+    width = max(len(k) for k in info)
+    head = f"{name}  ({spec.record_type.__name__}; presets defined: {', '.join(spec.defined_presets)})"
+    lines = [head, f"  {'parameter':{width}s}  " + "  ".join(f"{p:>12s}" for p in PRESETS) + "  meaning"]
+    for key, param in info.items():
+        values = "  ".join(f"{json.dumps(spec.params[p][key], separators=(',', ':')):>12s}" for p in PRESETS)
+        lines.append(f"  {key:{width}s}  {values}  {param.text(kinds[key])}")
+    if spec.calibrated_at:
+        lines.append("  allowances calibrated at: " + ", ".join(f"{k} = {json.dumps(v)}"
+                                                             for k, v in spec.calibrated_at.items()))
+    return "\n".join(lines)
+
+
+def _cmd_params(args, reg: registry.Registry) -> int:
+    reg.discover()
+    names = reg.resolve(args.names)
+    if args.json:
+        _write(json.dumps({n: {p: reg.get(n).params[p].to_dict() for p in PRESETS} for n in names}, indent=1))
+        return 0
+    _write("\n\n".join(params_text(reg, n) for n in names))
+    return 0
+
+
 def _cmd_make(args, reg: registry.Registry) -> int:
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     if not formats:
@@ -170,13 +222,15 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     device = _common_checks(args)
     reg.discover()
     names = reg.resolve(args.names)
+    overrides = _overrides(args, figure_required=False)
+    registry.split_overrides(names, overrides, registry=reg)  # refused here, before anything runs
     _check_dirs(args)
     if args.preset == "paper":
         _paper_estimate_first(names, device, reg)
     try:
         results = registry.make(names, args.preset, seed=args.seed, device=device, cache_dir=args.cache_dir,
                                 out_dir=args.out, formats=formats, recompute=args.recompute,
-                                progress=not args.no_progress, registry=reg)
+                                progress=not args.no_progress, registry=reg, **overrides)
     except Exception:  # noqa: BLE001 - a failing figure is reported with its traceback and a non-zero exit
         logger.exception("building figures failed")
         return 1
@@ -184,6 +238,9 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     for r in results:
         _write(f"{r.spec.name:34s} {r.status:10s} {r.runtime_s:11.2f}  {', '.join(str(p) for p in r.outputs)}")
     counts = {s: sum(r.status == s for r in results) for s in ("cached", "computed", "recomputed", "repaired")}
+    for r in results:
+        if r.config.overrides:
+            _write(f"{r.spec.name}: {r.dataset.attrs.get('caption', '')}")
     _write(f"{len(results)} figures ({args.preset}, device {device}): " +
            ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; cache {args.cache_dir}")
     return 0
@@ -213,12 +270,16 @@ def _paper_estimate_first(names: Sequence[str] | None, device: str, reg: registr
 def _cmd_report(args, reg: registry.Registry) -> int:
     check_int("--jobs", args.jobs, min_value=1)
     device = _common_checks(args)
+    overrides = _overrides(args, figure_required=True)
+    if overrides:
+        reg.discover()
+        registry.split_overrides(reg.names(), overrides, registry=reg, figure_required=True)
     _check_dirs(args)
     if args.preset == "paper":
         _paper_estimate_first(None, device, reg)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
                           recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs,
-                          scheduler=args.scheduler)
+                          scheduler=args.scheduler, overrides=overrides)
     for s in result.sections:
         n_cached = sum(f.status == "cached" for f in s.figures)
         counts = ", ".join(f"{st} {s.count(st)}" for st in registry.STATUSES)
@@ -236,18 +297,33 @@ def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = N
         logging.getLogger("fontTools").setLevel(logging.WARNING)  # the PDF backend's font subsetting chatter
     try:
         args = _parser().parse_args(argv)
-        command = {"list": _cmd_list, "make": _cmd_make, "report": _cmd_report,
+        command = {"list": _cmd_list, "params": _cmd_params, "make": _cmd_make, "report": _cmd_report,
                    "estimate": _cmd_estimate}[args.command]
         with runner.signals_as_interrupts():  # SIGTERM stops a build as Ctrl-C does: workers stopped, temp files gone
-            return command(args, reg)
+            status = command(args, reg)
+            sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+            return status
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", 2)  # runner.Interrupted carries its signal; a plain Ctrl-C is SIGINT (2)
         sys.stderr.write(f"interrupted ({signal.Signals(signum).name}): stopped; finished figures stay cached\n")
         return 128 + signum
-    except ValueError as exc:  # UsageError and the validation errors of presets, devices, names, seeds
+    except ValueError as exc:  # UsageError and the validation errors of presets, devices, names, seeds, --set
         message = " ".join(str(exc).split())  # one line
         sys.stderr.write(f"error: {message}\n")
         return 2
+    except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as a shell tool does
+        _quiet_stdout()
+        return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of a closed pipe raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file (captured in tests): nothing to flush there
+        pass
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ def _run(cfg, model, *, lr, batch_size, schedules=None):
     """Train ``model`` for ``cfg.params["n_seeds"]`` seeds through :func:`empirical.train.train`; return a Dataset
     with dims (seed, time), coordinate ``step``, and the training configuration in the attributes."""
     from empirical.device import torch_threads
-    from empirical.train import TrainConfig, train
+    from empirical.train import TrainConfig
+    from figures.experiments import train
 
     p = cfg.params
     n = int(p["n_seeds"])

@@ -42,7 +42,6 @@ from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import group_sparse as gm
-from empirical.train import train
 from figures._style import (
     TOL_BRIGHT,
     new_figure,
@@ -51,6 +50,7 @@ from figures._style import (
     plot_seed_band,
     plot_theory,
 )
+from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 ETA, SIGMA_X, JSTAR = 0.5, 1.0, 2  # docs/models/token_selection.md §B.7: eta = 0.5 [exact], j* = 2 [exact], sigma_x = 1 [unknown; suggested]

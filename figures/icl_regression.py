@@ -58,7 +58,8 @@ from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import icl_regression as im
-from empirical.train import Schedule, train
+from empirical.train import Schedule
+from figures import experiments
 from figures._style import (
     TOL_BRIGHT,
     band_over_seeds,
@@ -68,6 +69,7 @@ from figures._style import (
     plot_reduced,
     plot_theory,
 )
+from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 MODEL = "icl_regression"
@@ -85,10 +87,8 @@ UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, docs/mode
 
 def _train_params(n_steps, log_every, n_seeds, batch=256, n_seeds_h2=None):
     """Training parameters of a preset; ``n_seeds_h2``: seeds of the isotropic softmax H = 2 run (default n_seeds)."""
-    out = {"n_steps": n_steps, "log_every": log_every, "n_seeds": n_seeds, "batch": batch}
-    if n_seeds_h2 is not None:
-        out["n_seeds_h2"] = n_seeds_h2
-    return out
+    return {"n_steps": n_steps, "log_every": log_every, "n_seeds": n_seeds, "batch": batch,
+            "n_seeds_h2": n_seeds if n_seeds_h2 is None else n_seeds_h2}
 
 
 TRAIN_TINY = _train_params(30, 10, 2, 64)
@@ -119,9 +119,9 @@ PAPER_LR = 1e-3  # docs/models/icl_regression.md §9: Adam(1e-3)
 # paper's (gamma 0.13 after 500 000 steps at 1e-3). H = 3 (2 of 8 with a dummy) and H = 8 (7 of 8) are
 # homogeneous in 8 of 8 runs by 12 000 steps. CPU (one thread, 8 seeds, 15 000 steps): H = 2 39 s, 3 48 s, 4 49 s,
 # 8 79 s.
-TRAIN_HEADS = {"tiny": dict(TRAIN_TINY, Hs=[2, 4], single=TRAIN_TINY),
+TRAIN_HEADS = {"tiny": dict(TRAIN_TINY, lr=PAPER_LR, Hs=[2, 4], single=TRAIN_TINY),
                "quick": dict(_train_params(15_000, 300, 8), lr=3e-3, Hs=[2, 3, 4, 8], single=TRAIN_QUICK),
-               "paper": dict(TRAIN_PAPER, Hs=[2, 3, 4, 5, 6, 7, 8], single=TRAIN_PAPER)}
+               "paper": dict(TRAIN_PAPER, lr=PAPER_LR, Hs=[2, 3, 4, 5, 6, 7, 8], single=TRAIN_PAPER)}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -173,7 +173,9 @@ def _run_key(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK,
 
 def _run(cfg, H, **kw):
     """Train (or reuse) the model of a figure (:func:`_run_key`)."""
-    return _run_cached(*_run_key(cfg, H, **kw))
+    model, traj, params = _run_cached(*_run_key(cfg, H, **kw))
+    experiments.note(traj)  # a run reused from the memo is recorded for this figure too
+    return model, traj, params
 
 
 @functools.lru_cache(maxsize=64)

@@ -37,8 +37,8 @@ from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
-from empirical.train import train
 from figures._style import TOL_BRIGHT, new_figure, plot_reduced, plot_seed_band
+from figures.experiments import train
 from figures.registry import CheckResult, GapRow, compare_rows, register
 
 LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (docs/models/token_selection.md §A.5) whose second-order effect makes torch "

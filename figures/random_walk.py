@@ -31,10 +31,11 @@ orthogonal only to round-off, which the unstable symmetric state of Theorem C2 a
 1 at p = 1). With it the coordinates of x~ beyond K + N are 0, so every run uses M = N + 1 (``_task``): exactly the
 paper's M = 1000 from zero, equal in law from a random start, ~100x cheaper.
 
-Seeds: run k of a build with seed ``s`` uses the training walks, then the test walks, of
-docs/models/token_selection.md §G.C with ``numpy.random.default_rng(s + k)`` (so seed 0, run 0 is the reference exact
-recipe of docs/models/token_selection.md §C.7), and ``s + k`` as the trainer seed (random starts). Torch runs
-single-threaded inside ``data`` (small tensors; see :func:`empirical.device.torch_threads`).
+Seeds (the seed rule of :mod:`figures.presets`): repeat k of a figure uses the k-th seed ``r_k`` of its run
+``"walks"`` (``cfg.seeds("walks", n_seeds)``): the training walks, then the test walks, of
+docs/models/token_selection.md §G.C are drawn with ``numpy.random.default_rng(r_k)``, and ``r_k`` is the trainer
+seed (random starts). Torch runs single-threaded inside ``data`` (small tensors; see
+:func:`empirical.device.torch_threads`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from closedform import random_walk as cf
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import random_walk as rwm
-from empirical.train import train
 from figures._style import (
     TOL_BRIGHT,
     new_figure,
@@ -60,6 +60,7 @@ from figures._style import (
     plot_seed_band,
     plot_theory,
 )
+from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 SERIES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "dist_V_Pi", "dist_V_sqrtPi", "cos_V_Pi",
@@ -124,7 +125,8 @@ def _save_steps(n_steps: int, dense: int = 10, n_log: int = 12) -> tuple[int, ..
 
 
 def _seeds(cfg, n_seeds: int) -> list[int]:
-    return [cfg.seed + k for k in range(n_seeds)]
+    """The seeds of the figure's repeats: walks and trainer seed of each (the seed rule, run ``"walks"``)."""
+    return list(cfg.seeds("walks", n_seeds))
 
 
 def _torch_run(task, cfg, seeds, walks, n_steps, steps, **model_kw):
@@ -229,8 +231,9 @@ def _zero_init_data(cfg, p: float) -> xr.Dataset:
         psteps = tuple(range(n_pop + 1))
         model_p = rwm.RandomWalkAttention(task, data=law, test=law, log_profile=True)
         with torch_threads(1):
-            traj_p = train(model_p, rwm.config("gd", model_p, n_pop, seeds=(cfg.seed,), saveat=SaveAt(steps=psteps)),
-                           device=cfg.device)
+            pop_config = rwm.config("gd", model_p, n_pop, seeds=cfg.seeds(f"population p={p}", 1),
+                                    saveat=SaveAt(steps=psteps))
+            traj_p = train(model_p, pop_config, device=cfg.device)
         red_p = cf.map(task, n_pop, walks=law, test=law, saveat=SaveAt(steps=psteps))
         prof = np.stack([traj_p[f"attn_pos_{j}"].values[0] for j in range(task.N)], -1)
         spread_r = []
@@ -377,9 +380,9 @@ def checks_fig5(ds: xr.Dataset) -> list[CheckResult]:
 
 _ZERO_PARAMS = {
     "tiny": {"K": 6, "N": 25, "M": 200, "n_train": 200, "n_test": 200, "n_steps": 12, "n_seeds": 2,
-             "population_steps": 12},
+             "population_steps": 12, "dense": 10},
     "quick": {"K": 6, "N": 97, "M": 1000, "n_train": 1000, "n_test": 1000, "n_steps": 50, "n_seeds": 8,
-              "population_steps": 30},
+              "population_steps": 30, "dense": 10},
     "paper": {"K": 6, "N": 97, "M": 1000, "n_train": 1000, "n_test": 1000, "n_steps": 50, "n_seeds": 8,
               "population_steps": 50, "dense": 50},
 }

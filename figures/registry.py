@@ -95,11 +95,13 @@ import as ``error`` (with the message), so ``list`` and ``report`` can say so.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import math
 import numbers
 import re
 import time
+import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -114,7 +116,8 @@ from tqdm.auto import tqdm
 from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
 from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
-from figures import _style, cache
+from figures import _style, cache, experiments
+from figures.params import Param, ParamsRecord, parse_assignment, records
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -476,6 +479,9 @@ class FigureSpec:
     checks: Callable[[xr.Dataset], list[CheckResult]] | None = None
     paper_only: str | None = None
     shares_data_with: str | None = None
+    param_info: Mapping[str, Param] = field(default_factory=dict)
+    calibrated_at: Mapping[str, Any] = field(default_factory=dict)
+    defined_presets: tuple[str, ...] = field(init=False)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -488,11 +494,23 @@ class FigureSpec:
         if isinstance(self.unrecoverable, str) or not all(isinstance(u, str) and u for u in self.unrecoverable):
             raise ValueError(f"unrecoverable must be a tuple of non-empty strings; got {self.unrecoverable!r}")
         object.__setattr__(self, "unrecoverable", tuple(self.unrecoverable))
-        if not isinstance(self.params, Mapping) or set(self.params) != set(PRESETS):
+        if not isinstance(self.params, Mapping) or not self.params or not set(self.params) <= set(PRESETS):
             got = sorted(self.params) if isinstance(self.params, Mapping) else type(self.params).__name__
-            raise ValueError(f"params must map every preset {sorted(PRESETS)} to the figure's parameters; got {got}")
-        for preset in PRESETS:  # validates JSON-ability now, not at the first build
-            RunConfig(figure=self.name, preset=preset, params=self.params[preset], code="")
+            raise ValueError(f"params must map some of the presets {list(PRESETS)} to the figure's parameters; got "
+                             f"{got}")
+        defined = tuple(p for p in PRESETS if p in self.params)
+        typed = _param_records(self.name, {p: self.params[p] for p in defined}, self.param_info)
+        object.__setattr__(self, "defined_presets", defined)
+        # every preset maps to a record: a preset the figure does not define falls back (fallback_preset)
+        object.__setattr__(self, "params", types.MappingProxyType(
+            {p: typed[fallback_preset(p, defined)] for p in PRESETS}))
+        object.__setattr__(self, "param_info", types.MappingProxyType(dict(self.param_info)))
+        bad = sorted(set(self.calibrated_at) - set(self.record_type.valid_keys()))
+        if bad:
+            raise ValueError(f"calibrated_at names unknown parameters {bad}; valid keys: "
+                             f"{', '.join(self.record_type.valid_keys())}")
+        object.__setattr__(self, "calibrated_at", types.MappingProxyType(
+            {k: self.params[defined[0]].replace(**{k: v})[k] for k, v in self.calibrated_at.items()}))
         for attr in ("data", "plot"):
             if not callable(getattr(self, attr)):
                 raise ValueError(f"{attr} must be callable; got {getattr(self, attr)!r}")
@@ -505,6 +523,50 @@ class FigureSpec:
                                                   or not _NAME_RE.match(self.shares_data_with)
                                                   or self.shares_data_with == self.name):
             raise ValueError(f"shares_data_with must be None or another figure's name; got {self.shares_data_with!r}")
+
+    @property
+    def record_type(self) -> type[ParamsRecord]:
+        """The figure's parameter record (a frozen dataclass; the presets are its instances)."""
+        return type(self.params[self.defined_presets[0]])
+
+    def resolve_params(self, preset: str, overrides: Mapping[str, Any] | None = None) -> ParamsRecord:
+        """The parameters at ``preset`` with ``overrides`` applied and validated (``ValueError`` naming the valid
+        keys, or the valid range, before anything runs)."""
+        check_preset(preset)
+        record = self.params[preset]
+        return record.replace(**dict(overrides)) if overrides else record
+
+    def calibration_warnings(self, params: Mapping[str, Any]) -> list[str]:
+        """One line per parameter of ``params`` outside the values at which the figure's allowances or checks were
+        calibrated (``calibrated_at``): a number that differs, or a list with values the calibration did not see."""
+        out = []
+        for key, calibrated in self.calibrated_at.items():
+            value = params[key]
+            inside = (set(_flat(value)) <= set(_flat(calibrated)) if isinstance(calibrated, list)
+                      else value == calibrated)
+            if not inside:
+                out.append(f"{key} = {_json(value)} is outside the value its allowances and checks were calibrated "
+                           f"at ({key} = {_json(calibrated)})")
+        return out
+
+    def caption_for(self, config: RunConfig) -> str:
+        """:attr:`full_caption` plus, for a build with overrides, every overridden parameter (with its preset
+        value) and any calibration warning."""
+        text = self.full_caption
+        if self.calibrated_at:
+            text += (" Allowances and checks calibrated at " +
+                     ", ".join(f"{k} = {_json(v)}" for k, v in self.calibrated_at.items()) + ".")
+        if config.params_from != config.preset:
+            text += f" Parameters of preset {config.params_from!r} (the figure defines no {config.preset!r} preset)."
+        if config.overrides:
+            preset_params = self.params[config.preset]
+            changes = "; ".join(f"{k} = {_json(config.params[k])} (preset {_json(preset_params[k])})"
+                                for k in config.overrides)
+            text += f" Overridden parameters: {changes}."
+            warns = self.calibration_warnings(config.params)
+            if warns:
+                text += " Caution: " + "; ".join(warns) + "."
+        return text
 
     @property
     def data_source(self) -> str:
@@ -529,6 +591,38 @@ class FigureSpec:
         if self.paper_only is not None:
             text += f" {PAPER_ONLY_NOTE[0].upper()}{PAPER_ONLY_NOTE[1:]}: {self.paper_only.rstrip('.')}."
         return text
+
+
+def fallback_preset(preset: str, defined: Sequence[str]) -> str:
+    """The preset whose parameters a figure uses at ``preset``: ``preset`` itself when the figure defines it, else
+    the largest defined preset below it, else the smallest above it."""
+    if preset in defined:
+        return preset
+    order = list(PRESETS)
+    below = [p for p in defined if order.index(p) < order.index(preset)]
+    return below[-1] if below else defined[0]
+
+
+def _param_records(name: str, params: Mapping[str, Mapping[str, Any]],
+                   param_info: Mapping[str, Param]) -> dict[str, ParamsRecord]:
+    """Preset -> record of figure ``name``: records given as such are kept (all of one type), dictionaries are
+    turned into records of a type made for the figure (:func:`figures.params.records`)."""
+    given = [v for v in params.values() if isinstance(v, ParamsRecord)]
+    if given:
+        if len(given) != len(params) or len({type(v) for v in given}) != 1:
+            raise ValueError(f"params of figure {name!r} must be all records of one type or all mappings")
+        return dict(params)
+    return records(name, params, param_info)
+
+
+def _flat(value) -> list:
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+def _json(value) -> str:
+    return json.dumps(value, separators=(", ", ": "))
 
 
 @dataclass(frozen=True)
@@ -566,7 +660,9 @@ class Registry:
     def register(self, *, name: str, model: str, paper: str, spec: str, caption: str,
                  params: Mapping[str, Mapping[str, Any]], plot: Callable, unrecoverable: Sequence[str] = (),
                  gaps: Callable | None = None, checks: Callable | None = None,
-                 paper_only: str | None = None, shares_data_with: str | None = None) -> Callable:
+                 paper_only: str | None = None, shares_data_with: str | None = None,
+                 param_info: Mapping[str, Param] | None = None,
+                 calibrated_at: Mapping[str, Any] | None = None) -> Callable:
         """Decorator registering ``data`` (the decorated function) as figure ``name``; returns ``data`` unchanged.
 
         See the module docstring for the meaning of each argument and a worked example. ``paper_only="reason"``
@@ -577,6 +673,13 @@ class Registry:
         ``shares_data_with="<model>.<figure>"`` declares that this figure shows the same runs as another figure
         (same parameters, same data function): :func:`build` then builds (or reads from the cache) the other figure's
         data once for both, and the parallel report builds the two in one worker, one after the other.
+
+        ``params`` maps some or all presets to the figure's parameters (JSON values, or instances of one
+        :class:`figures.params.ParamsRecord` type); a preset left out falls back to another (:func:`fallback_preset`,
+        with a one-line message at build time). ``param_info`` gives the meaning, unit and range of parameters that
+        :data:`figures.params.VOCABULARY` lacks (or that mean something else here). ``calibrated_at`` maps parameters
+        to the values at which the figure's allowances and checks were calibrated: the caption says so, and a build
+        whose overrides move outside them warns.
         """
         if model not in self.models:
             raise ValueError(f"model must be one of {', '.join(self.models)}; got {model!r}")
@@ -584,7 +687,8 @@ class Registry:
         def decorator(data: Callable) -> Callable:
             fig = FigureSpec(name=name, model=model, paper=paper, spec=spec, caption=caption,
                              unrecoverable=unrecoverable, params=params, data=data, plot=plot, gaps=gaps,
-                             checks=checks, paper_only=paper_only, shares_data_with=shares_data_with)
+                             checks=checks, paper_only=paper_only, shares_data_with=shares_data_with,
+                             param_info=param_info or {}, calibrated_at=calibrated_at or {})
             old = self._figures.get(name)
             if old is not None and (old.data.__module__, old.data.__qualname__) != (data.__module__,
                                                                                    data.__qualname__):
@@ -700,19 +804,52 @@ class BuildResult:
     outputs: tuple[Path, ...] = field(default_factory=tuple)
 
 
+class CalibrationWarning(UserWarning):
+    """A build whose overrides move a figure outside the parameter values its allowances were calibrated at."""
+
+
 def run_config(spec: FigureSpec, preset: str, *, seed: int = DEFAULT_SEED, device: str = "cpu",
-               progress: bool = False) -> RunConfig:
-    """The :class:`RunConfig` of ``spec`` at ``preset`` (``device`` must already be resolved: cpu or cuda)."""
-    check_preset(preset)
-    return RunConfig(figure=spec.name, preset=preset, seed=seed, device=device, params=spec.params[preset],
-                     progress=progress)
+               progress: bool = False, **overrides) -> RunConfig:
+    """The :class:`RunConfig` of ``spec`` at ``preset`` with parameter ``overrides`` (validated: an unknown key or
+    a value out of range raises ``ValueError`` naming the valid keys or range). ``device`` must already be resolved
+    (cpu or cuda). Overrides equal to the preset's value are no overrides (same configuration, same cache entry)."""
+    params = spec.resolve_params(preset, overrides)
+    base = spec.params[preset]
+    changed = tuple(k for k in overrides if params[k] != base[k])
+    return RunConfig(figure=spec.name, preset=preset, seed=seed, device=device, params=params, overrides=changed,
+                     params_from=fallback_preset(preset, spec.defined_presets), progress=progress)
+
+
+def split_overrides(names: Sequence[str], overrides: Mapping[str, Any], *, registry: Registry = REGISTRY,
+                    figure_required: bool = False) -> dict[str, dict[str, Any]]:
+    """Per-figure overrides from ``{"param": value}`` (every figure of ``names``) and ``{"figure.param": value}``
+    (that figure, which must be among ``names``); each figure's overrides are validated now, before anything runs.
+
+    Returns figure name -> {param: value} for every figure of ``names`` (empty where none applies).
+    """
+    out: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for text, value in overrides.items():
+        figure, key, _ = parse_assignment(f"{text}=null", figure_required=figure_required)
+        targets = list(names) if figure is None else [figure]
+        if figure is not None and figure not in out:
+            registry.get(figure)  # an unknown figure: ValueError listing the valid ones
+            raise ValueError(f"--set {text}: figure {figure!r} is not among the figures built "
+                             f"({', '.join(names)})")
+        for name in targets:
+            out[name][key] = value
+    for name, values in out.items():
+        spec = registry.get(name)
+        spec.resolve_params(DEFAULT_PRESET, values)  # unknown keys and ranges do not depend on the preset
+        if spec.shares_data_with is not None and values:
+            out.setdefault(spec.shares_data_with, {})
+    return out
 
 
 def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
           cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, recompute: bool = False, progress: bool = False,
-          registry: Registry = REGISTRY) -> BuildResult:
-    """Return the data of figure ``name`` at ``preset``: from the cache if a verified entry exists, else computed
-    (and stored).
+          registry: Registry = REGISTRY, **overrides) -> BuildResult:
+    """Build figure ``name`` at ``preset``, with parameter ``overrides``: its data from the cache if a verified entry
+    exists, else computed (and stored), as a :class:`BuildResult`.
 
     Parameters
     ----------
@@ -720,6 +857,7 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
         A registered figure name (unknown -> ``ValueError`` listing the valid ones).
     preset : {"tiny", "quick", "paper"}
     seed : int >= 0
+        The run's seed; every random stream of the figure is spawned from it (:func:`figures.presets.spawn_seeds`).
     device : {"auto", "cpu", "cuda"}
         Resolved with :func:`figures.presets.resolve_device`.
     cache_dir : path or None
@@ -728,25 +866,40 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
         Ignore an existing entry, compute and overwrite it.
     progress : bool
         Passed to ``data`` through ``cfg.progress``.
+    **overrides
+        Parameters of the figure set away from the preset (``python -m figures params NAME`` lists them with their
+        units and ranges); validated before anything is computed.
+
+    Returns
+    -------
+    BuildResult
+        The dataset, the :class:`RunConfig` (the resolved parameters included) and how the data was obtained.
 
     Notes
     -----
     With caching on, the returned Dataset is always the one read back from the verified cache file, so a fresh
     build and a cache hit give identical objects. Attributes added: ``figure``, ``model``, ``paper``,
-    ``spec_section``, ``preset``, ``seed``, ``device``, ``code``, ``config_json``, ``config_key``, ``git_rev``,
+    ``spec_section``, ``preset``, ``seed``, ``device``, ``code``, ``config_json`` (the full resolved configuration),
+    ``overrides_json`` (parameter -> value and preset value), ``caption``, ``train_configs_json`` (the trainer's
+    configuration of every torch run, :mod:`figures.experiments`), ``config_key``, ``git_rev``,
     ``versions_json``; nested attribute values become JSON text (netCDF-safe).
     """
     spec = registry.get(name)
     check_preset(preset)
+    cfg = run_config(spec, preset, seed=seed, device="cpu", **overrides)  # validates before anything runs
     if spec.shares_data_with is not None:
         source = registry.get(spec.shares_data_with)
         if source.shares_data_with is not None or source.data is not spec.data or source.params != spec.params:
             raise ValueError(f"figure {name!r} shares its data with {source.name!r}, which must be a figure of its own "
                              "with the same data function and parameters")
         shared = build(source.name, preset, seed=seed, device=device, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry)
+                       progress=progress, registry=registry, **overrides)
         return replace(shared, spec=spec)
-    cfg = run_config(spec, preset, seed=seed, device=resolve_device(device), progress=progress)
+    if cfg.params_from != preset:
+        logger.warning("%s defines no %r preset; using its %r parameters", name, preset, cfg.params_from)
+    for line in spec.calibration_warnings(cfg.params) if cfg.overrides else ():
+        warnings.warn(f"{name}: {line}", CalibrationWarning, stacklevel=2)
+    cfg = replace(cfg, device=resolve_device(device), progress=progress)
     status = "recomputed" if recompute else "computed"
     if cache_dir is not None and not recompute:
         lookup = cache.load(cache_dir, cfg)
@@ -756,12 +909,13 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
         if lookup.status == "corrupt":
             status = "repaired"
     t0 = time.perf_counter()
-    dataset = spec.data(cfg)
+    with experiments.recording() as runs:
+        dataset = spec.data(cfg)
     runtime = time.perf_counter() - t0
     if not isinstance(dataset, xr.Dataset):
         raise TypeError(f"data function of figure {name!r} must return an xarray.Dataset; got "
                         f"{type(dataset).__name__}")
-    dataset = _with_provenance(dataset, spec, cfg)
+    dataset = _with_provenance(dataset, spec, cfg, runs)
     path = None
     if cache_dir is not None:
         path = cache.store(cache_dir, cfg, dataset, runtime_s=runtime)
@@ -775,14 +929,20 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
     return BuildResult(spec=spec, config=cfg, dataset=dataset, status=status, runtime_s=runtime, cache_path=path)
 
 
-def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig) -> xr.Dataset:
-    """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance."""
+def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig,
+                     runs: Sequence[dict] = ()) -> xr.Dataset:
+    """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance (``runs``: the training runs
+    recorded by :mod:`figures.experiments`)."""
     dataset = dataset.copy(deep=False)  # data shared; the attribute dicts below are replaced, not mutated
     for var in dataset.variables.values():
         var.attrs = sanitize_attrs(dict(var.attrs))
     attrs = dict(dataset.attrs)
+    base = spec.params[cfg.preset]
+    overrides = {k: {"value": cfg.params[k], "preset_value": base[k]} for k in cfg.overrides}
     attrs.update(figure=spec.name, model=spec.model, paper=spec.paper, spec_section=spec.spec, preset=cfg.preset,
                  seed=cfg.seed, device=cfg.device, code=cfg.code, config_json=cfg.to_json(),
+                 overrides_json=json.dumps(overrides, sort_keys=True), caption=spec.caption_for(cfg),
+                 train_configs_json=experiments.records_json(list(runs)),
                  config_key=cache.cache_key(cfg), git_rev=git_revision(), versions_json=package_versions())
     dataset.attrs = sanitize_attrs(attrs)
     return dataset
@@ -792,22 +952,28 @@ def render(spec: FigureSpec, dataset: xr.Dataset) -> Figure:
     """Call ``spec.plot(dataset)`` inside the shared style and check that it returned a ``Figure``."""
     with _style.style_context():
         fig = spec.plot(dataset)
-    if not isinstance(fig, Figure):
-        raise TypeError(f"plot function of figure {spec.name!r} must return a matplotlib Figure; got "
-                        f"{type(fig).__name__}")
+        if not isinstance(fig, Figure):
+            raise TypeError(f"plot function of figure {spec.name!r} must return a matplotlib Figure; got "
+                            f"{type(fig).__name__}")
+        overrides = json.loads(dataset.attrs.get("overrides_json", "{}") or "{}")
+        if overrides:  # a figure built away from its preset says so on the image itself
+            text = "overridden: " + ", ".join(f"{k} = {_json(v['value'])}" for k, v in sorted(overrides.items()))
+            fig.text(0.005, 0.005, text, fontsize="x-small", color="#882255", ha="left", va="bottom")
     return fig
 
 
 def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
          cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, out_dir: str | Path = DEFAULT_OUT_DIR,
          formats: Sequence[str] = ("png", "pdf"), recompute: bool = False, progress: bool = False,
-         registry: Registry = REGISTRY) -> list[BuildResult]:
+         registry: Registry = REGISTRY, **overrides) -> list[BuildResult]:
     """Build figures (names or model names) and write ``<out_dir>/<name>.<fmt>``; return one result per figure.
 
-    All names are validated before anything is computed. See :func:`build` for the other arguments.
+    ``overrides``: ``param=value`` applies to every figure built, ``**{"figure.param": value}`` to one. All names
+    and overrides are validated before anything is computed. See :func:`build` for the other arguments.
     """
     figures = registry.resolve(names)
     check_preset(preset)
+    per_figure = split_overrides(figures, overrides, registry=registry)
     if isinstance(formats, str) or not formats:
         raise ValueError(f"formats must be a non-empty sequence among {', '.join(_style.SAVE_METADATA)}; got "
                          f"{formats!r}")
@@ -818,7 +984,7 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
     results = []
     for name in tqdm(figures, desc=f"figures ({preset})", unit="fig", disable=None if progress else True):
         result = build(name, preset, seed=seed, device=device, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry)
+                       progress=progress, registry=registry, **per_figure[name])
         fig = render(result.spec, result.dataset)
         paths = _style.save_figure(fig, Path(out_dir) / name, formats)
         results.append(replace(result, outputs=tuple(paths)))

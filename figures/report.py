@@ -36,9 +36,10 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -59,6 +60,7 @@ from figures.registry import (
     Registry,
     build,
     render,
+    split_overrides,
 )
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,8 @@ class FigureEntry:
     cache_path: str = ""
     data_file: str = ""
     layout: list[str] = field(default_factory=list)
+    caption: str = ""  # the build's caption (overrides and calibration notes included); empty: spec.full_caption
+    overrides: dict = field(default_factory=dict)  # parameter -> {"value", "preset_value"} of a --set build
 
     @property
     def failed(self) -> bool:
@@ -179,8 +183,11 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
     """Build, plot and evaluate one figure; return the :class:`FigureEntry` fields (picklable, no ``spec``)."""
     out = {"preset": preset}
     try:
-        result = build(spec.name, preset, **build_kw)
+        kw = {k: v for k, v in build_kw.items() if k != "overrides"}
+        result = build(spec.name, preset, **kw, **build_kw.get("overrides", {}).get(spec.name, {}))
         ds = result.dataset
+        out.update(caption=str(ds.attrs.get("caption", "")),
+                   overrides=json.loads(ds.attrs.get("overrides_json", "{}") or "{}"))
         out.update(status=result.status, runtime_s=result.runtime_s, config_json=result.config.to_json(),
                    cache_path=str(result.cache_path) if result.cache_path is not None else "(caching off)",
                    seed=result.config.seed, device=result.config.device, git_rev=str(ds.attrs.get("git_rev", "")),
@@ -223,14 +230,14 @@ def _entry(spec: FigureSpec, fields_: dict) -> FigureEntry:
 def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "cpu",
             cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, recompute: bool = False, progress: bool = False,
             registry: Registry = REGISTRY, jobs: int = 1, out_dir: str | Path | None = None,
-            scheduler: str | None = None) -> list[ModelSection]:
+            scheduler: str | None = None, overrides: Mapping[str, Any] | None = None) -> list[ModelSection]:
     """Discover the figure modules, build every registered figure (cached) and evaluate its rows and checks.
 
     ``device`` must be resolved (``cpu`` or ``cuda``); ``jobs`` worker processes (1: in this process); with
     ``out_dir`` each figure's data is also written to ``<out_dir>/data/<figure>.nc``. A registry other than the
     package's is built in workers only if it has a ``factory`` (else serially). ``scheduler`` (``"local"`` or a
-    Dask scheduler address) builds on a Dask cluster instead (:func:`figures.runner.dask_entries`). Other arguments
-    as :func:`figures.registry.build`.
+    Dask scheduler address) builds on a Dask cluster instead (:func:`figures.runner.dask_entries`). ``overrides``:
+    ``{"figure.param": value}`` (validated before anything runs). Other arguments as :func:`figures.registry.build`.
     """
     jobs_n = check_int("jobs", jobs, min_value=1)
     statuses = registry.discover()
@@ -238,6 +245,8 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
     todo = [(section, registry.get(name)) for section in sections for name in registry.names(section.model)]
     out = None if out_dir is None else Path(out_dir)
     build_kw = dict(seed=seed, device=device, cache_dir=cache_dir, recompute=recompute, progress=False)
+    if overrides:
+        build_kw["overrides"] = split_overrides(registry.names(), overrides, registry=registry, figure_required=True)
     factory = runner.default_registry if registry is REGISTRY else registry.factory
     n_workers = min(jobs_n, len(todo))
     if n_workers > 1 and factory is None:
@@ -262,7 +271,8 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
 def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
                  out_dir: str | Path = DEFAULT_REPORT_DIR, cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
                  recompute: bool = False, progress: bool = False, registry: Registry = REGISTRY,
-                 jobs: int = DEFAULT_JOBS, scheduler: str | None = None) -> ReportResult:
+                 jobs: int = DEFAULT_JOBS, scheduler: str | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> ReportResult:
     """Build every registered figure at ``preset`` and write the report folder (each file atomically).
 
     Parameters
@@ -278,6 +288,9 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
         Worker processes (default 2); with ``scheduler="local"``, the ``LocalCluster``'s workers.
     scheduler : str, optional
         ``"local"`` (a ``LocalCluster``) or the address of a Dask scheduler: build there (needs the ``dask`` extra).
+    overrides : mapping, optional
+        ``{"figure.param": value}``: parameters set away from the preset (``--set``), shown in each figure's caption
+        and configuration and in ``summary.json``.
     """
     check_preset(preset)
     check_int("seed", seed, min_value=0)
@@ -288,7 +301,8 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now()}
     t0 = time.perf_counter()  # provenance above is taken before the build, as the figures' own
     sections = collect(preset, seed=seed, device=resolved, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry, jobs=jobs, out_dir=out, scheduler=scheduler)
+                       progress=progress, registry=registry, jobs=jobs, out_dir=out, scheduler=scheduler,
+                       overrides=overrides)
     wall = time.perf_counter() - t0
     meta.update(wall_s=round(wall, 3), jobs=jobs, versions=package_versions())
     text = render_html(sections, **meta)
@@ -359,7 +373,7 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict) -> dict:
             figures.append({"model": s.model, "figure": f.spec.name, "badge": f.badge, "build": f.status,
                             "runtime_s": _finite(f.runtime_s), "error": f.error or None,
                             "paper_only": f.spec.paper_only, "data_file": f.data_file or None,
-                            "layout_problems": f.layout,
+                            "layout_problems": f.layout, "overrides": f.overrides,
                             "preset_distance": preset_distance(f.spec, meta["preset"])})
             rows += [_row_dict(f, r) for r in f.gaps + f.checks]
     counts = {status: sum(r["status"] == status for r in rows) for status in STATUSES}
@@ -577,11 +591,11 @@ def _figure_html(f: FigureEntry, report_git: str) -> str:
              f'<p class="meta">Size vs the paper ({_e(f.preset)} preset): {_e(preset_distance(spec, f.preset))}</p>']
     if f.error:
         parts.append(f'<div class="error">{_badge("error")} {_e(f.error)}</div>')
-        parts.append(f"<p>{_e(spec.full_caption)}</p>")
+        parts.append(f"<p>{_e(f.caption or spec.full_caption)}</p>")
     if f.png is not None:
         b64 = base64.b64encode(f.png).decode("ascii")
         parts.append(f'<figure><img src="data:image/png;base64,{b64}" alt="{_e(spec.name)}" />'
-                     f"<figcaption>{_e(spec.full_caption)}</figcaption></figure>")
+                     f"<figcaption>{_e(f.caption or spec.full_caption)}</figcaption></figure>")
     if f.layout:
         parts.append(f'<p class="meta">Layout: {_e("; ".join(f.layout))} (figures._style.layout_problems)</p>')
     if f.data_file:
@@ -596,6 +610,8 @@ def _figure_html(f: FigureEntry, report_git: str) -> str:
         parts.append(
             "<h4>Configuration</h4><table>"
             f"<tr><th>parameters</th><td><code>{_e(json.dumps(params, sort_keys=True))}</code></td></tr>"
+            + (f"<tr><th>overridden</th><td><code>{_e(json.dumps(f.overrides, sort_keys=True))}</code></td></tr>"
+               if f.overrides else "") +
             f"<tr><th>seed</th><td>{_e(f.seed)}</td></tr><tr><th>device</th><td>{_e(f.device)}</td></tr>{git}"
             f"<tr><th>cache entry</th><td>{_e(f.cache_path)}</td></tr></table>")
     parts.append("</article>")

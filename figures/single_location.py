@@ -39,6 +39,7 @@ from matplotlib.colors import LogNorm
 from scipy.optimize import minimize_scalar
 
 from closedform import single_location as sl
+from dynamics.overlay import overlay
 from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from figures._style import (
@@ -752,11 +753,14 @@ def checks_fig5(ds):
                    "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs (docs/models/single_location.md §8.4 "
                    "table)."),
           params={"tiny": {"d": 20, "L": 5, "n_runs": 3, "n_steps": 300, "log_every": 50, "eval_size": 100,
-                           "batch_lb": 20, "n_steps_lb": 200, "log_every_lb": 50},
+                           "batch_lb": 20, "n_steps_lb": 200, "log_every_lb": 50, "alpha": 1e-3, "batch_size": 5},
                   "quick": {"d": 80, "L": 10, "n_runs": 8, "n_steps": 200_000, "log_every": 2000, "eval_size": 1000,
-                            "batch_lb": 100, "n_steps_lb": 12_000, "log_every_lb": 1000},
+                            "batch_lb": 100, "n_steps_lb": 12_000, "log_every_lb": 1000, "alpha": 1e-3,
+                            "batch_size": 5},
                   "paper": {"d": 80, "L": 10, "n_runs": 30, "n_steps": 200_000, "log_every": 500,
-                            "eval_size": 1000, "batch_lb": 100, "n_steps_lb": 12_000, "log_every_lb": 500}},
+                            "eval_size": 1000, "batch_lb": 100, "n_steps_lb": 12_000, "log_every_lb": 500,
+                            "alpha": 1e-3, "batch_size": 5}},
+          calibrated_at={"d": 80, "L": 10, "alpha": 1e-3, "batch_size": 5},  # the paper's table the checks compare with
           plot=plot_fig5, gaps=gaps_fig5, checks=checks_fig5)
 def data_fig5(cfg) -> xr.Dataset:
     p = cfg.params
@@ -765,33 +769,39 @@ def data_fig5(cfg) -> xr.Dataset:
 
     model = slm.build(task, rng=spawn_generators(cfg.seed, ["init", "oracle"])["oracle"])
     seeds = [cfg.seed * 1000 + i for i in range(int(p["n_runs"]))]
-    main = _fig5_run(cfg, task, model, seeds, 5, int(p["n_steps"]), int(p["log_every"]), int(p["eval_size"]))
+    alpha = float(p["alpha"])
+    main = _fig5_run(cfg, task, model, seeds, int(p["batch_size"]), int(p["n_steps"]), int(p["log_every"]),
+                     int(p["eval_size"]), alpha)
     lb = int(p["batch_lb"])
-    large = _fig5_run(cfg, task, model, seeds, lb, int(p["n_steps_lb"]), int(p["log_every_lb"]), 0)
+    large = _fig5_run(cfg, task, model, seeds, lb, int(p["n_steps_lb"]), int(p["log_every_lb"]), 0, alpha)
+    lb_train_config = large.attrs["train_config_json"]
     large = large.drop_vars(["test_excess_risk"]).rename(
         {**{v: "lb_" + v for v in large.data_vars if v != "test_excess_risk"}, "time": "time_lb", "step": "lb_step"})
     return xr.merge([main, large], combine_attrs="override").assign_attrs(
-        {"batch_lb": lb, "n_steps": int(p["n_steps"]), "n_steps_lb": int(p["n_steps_lb"])})
+        {"batch_lb": lb, "n_steps": int(p["n_steps"]), "n_steps_lb": int(p["n_steps_lb"]),
+         "lb_train_config_json": lb_train_config})
 
 
-def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size) -> xr.Dataset:
+def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size, alpha) -> xr.Dataset:
     """Torch SGD (batch ``batch_size``) of the Fig. 5 protocol and the exact PGD from each seed's initial scalars."""
     from empirical.device import torch_threads
     from empirical.models import single_location as slm
-    from empirical.train import train
+    from figures.experiments import train
 
     lam = sl.lam_schedule(2.0)
     config = slm.config("fig5", seeds, n_steps=n_steps, lam=lam, log_every=log_every, eval_size=eval_size,
-                             batch_size=batch_size)
+                        batch_size=batch_size, alpha=alpha)
     with torch_threads(1):  # CPU: tiny tensors, threads only contend; GPU: unaffected
         traj = train(model, config, device=cfg.device, progress=cfg.progress)
     scal = {v: np.asarray(traj[v].values, dtype=np.float64) for v in STATE}
     lams = np.asarray(lam(traj.step.values), dtype=np.float64)  # lambda_n of each logged row (docs/models/single_location.md §0.3)
     exact = sl.excess_risk(task, lams, *(scal[v] for v in STATE))
-    state0 = np.stack([scal[v][:, 0] for v in STATE], axis=1)
-    pgd = _pgd_dataset(task, state0, alpha=1e-3, n_steps=n_steps, lam=lam, log_every=log_every)
-    if not np.array_equal(pgd.step.values, traj.step.values):
-        raise RuntimeError("torch and closed-form logging grids differ")  # same SaveAt(every=...) by construction
+
+    def exact_pgd(state0, at):  # the five-scalar PGD from each seed's step-0 scalars, saved at the torch run's steps
+        return sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam,
+                      saveat=SaveAt(steps=tuple(int(s) for s in at)), warn_unconverged=False)  # finite horizon
+
+    pgd, _ = overlay(exact_pgd, traj, state_variables=STATE)
     sgd_vals = {**scal, "distance_to_manifold": np.asarray(traj.distance_to_manifold.values), "excess_risk": exact}
     data = {v: (("source", "run", "time"), np.stack([sgd_vals[v], pgd[v].values])) for v in _FIG5_VARS}
     test = (np.asarray(traj.excess_risk.values, dtype=np.float64) if eval_size
@@ -800,8 +810,9 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
     data["lam"] = ("time", lams)
     return xr.Dataset(data, coords={"source": ["sgd", "pgd"], "run": seeds,
                                     "step": ("time", traj.step.values.astype(np.int64))},
-                      attrs={"d": task.d, "L": task.L, "alpha": 1e-3, "batch_size": 5, "noise": task.eps,
-                             "lam": "2/(1 + 1e-4 n)", "torch_device": str(traj.attrs.get("device", cfg.device))})
+                      attrs={"d": task.d, "L": task.L, "alpha": alpha, "batch_size": batch_size, "noise": task.eps,
+                             "lam": "2/(1 + 1e-4 n)", "torch_device": str(traj.attrs.get("device", cfg.device)),
+                             "train_config_json": config.to_json()})
 
 
 #  The Transformer and multi-location figures (docs/models/single_location.md §8.7-§8.9) live in their own module;

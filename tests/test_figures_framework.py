@@ -68,10 +68,12 @@ def test_register_validates_its_arguments(reg):
         reg.register(name="empty.x", **good)(toy_data)
     with pytest.raises(ValueError, match="name must look like"):
         reg.register(name="toy/x", **good)(toy_data)
-    with pytest.raises(ValueError, match="params must map every preset"):
-        reg.register(name="toy.x", **{**good, "params": {"quick": {}}})(toy_data)
-    with pytest.raises(ValueError, match="JSON-serialisable"):
-        reg.register(name="toy.x", **{**good, "params": {k: {"a": float("nan")} for k in TOY_PARAMS}})(toy_data)
+    with pytest.raises(ValueError, match="params must map some of the presets"):
+        reg.register(name="toy.x", **{**good, "params": {"huge": {}}})(toy_data)
+    with pytest.raises(ValueError, match="sigma must be a finite number >= 0; got nan"):
+        reg.register(name="toy.x", **{**good, "params": {k: {"sigma": float("nan")} for k in TOY_PARAMS}})(toy_data)
+    with pytest.raises(ValueError, match="'a' of figure 'toy.x' has no meaning declared"):
+        reg.register(name="toy.x", **{**good, "params": {k: {"a": 1.0} for k in TOY_PARAMS}})(toy_data)
     with pytest.raises(ValueError, match="unrecoverable must be a tuple"):
         reg.register(name="toy.x", **good, unrecoverable="gamma")(toy_data)
     with pytest.raises(ValueError, match="caption must be a non-empty string"):

@@ -1,0 +1,62 @@
+"""The figures' one entry to torch training: every run a figure trains goes through :func:`train` here.
+
+:func:`train` calls :func:`empirical.train.train` and records what was trained (the model, the trainer's full
+configuration, the device and dtype) while a figure is built (a run reused from an in-process memo is recorded with
+:func:`note`): :func:`figures.registry.build` collects those records
+(:func:`recording`) into the ``train_configs_json`` attribute of the figure's netCDF, so every figure states the
+trainer configuration behind its numbers, next to its own resolved parameters (``config_json``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator
+
+_RECORDS: contextvars.ContextVar[list | None] = contextvars.ContextVar("figures_training_records", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[dict]]:
+    """Collect a record of every :func:`train` call made inside the ``with`` block (nested blocks each see their
+    own calls, and the enclosing block sees them too)."""
+    records: list[dict] = []
+    outer = _RECORDS.get()
+    token = _RECORDS.set(records)
+    try:
+        yield records
+    finally:
+        _RECORDS.reset(token)
+        if outer is not None:
+            outer.extend(records)
+
+
+def train(model, config, **kwargs):
+    """:func:`empirical.train.train` (same arguments and result), recording the run for the figure being built
+    (:func:`note`)."""
+    from empirical.train import train as _train
+
+    out = _train(model, config, **kwargs)
+    note(out[0] if isinstance(out, tuple) else out)
+    return out
+
+
+def note(trajectory) -> None:
+    """Record the run behind ``trajectory`` (a trainer's result, fresh or reused from a memo) for the figure being
+    built: its model, device, dtype and the trainer's configuration (the trajectory's own attributes)."""
+    records = _RECORDS.get()
+    if records is None:
+        return
+    attrs = trajectory.attrs
+    records.append({"model": str(attrs.get("model", "")), "device": str(attrs.get("device", "")),
+                    "dtype": str(attrs.get("dtype", "")), "config": json.loads(attrs.get("config_json", "null"))})
+
+
+def records_json(records: list[dict]) -> str:
+    """The records as compact JSON text (a netCDF attribute); identical runs are listed once, in call order."""
+    unique: list[dict] = []
+    for r in records:
+        if r not in unique:
+            unique.append(r)
+    return json.dumps(unique, sort_keys=True, separators=(",", ":"))
