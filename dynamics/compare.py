@@ -157,24 +157,25 @@ def p_value(gap, se, df, allowance=0.0) -> np.ndarray:
 def _seeds_to_decide(gap, sd_learned, theory_se, df_cap, allowance, level, n_now) -> np.ndarray:
     """Smallest seed count ``n >= n_now`` at which ``q(df(n)) * se(n) < ||gap| - a|`` with ``se(n)^2 =
     sd^2 / n + theory_se^2`` and ``df(n) = min(n - 1, df_cap)``: the measured gap and spread taken as the truth.
-    ``inf`` where no count decides (the gap on a band edge, or the theory's own SE too large)."""
+    ``inf`` where no count up to 2^40 decides (the gap on a band edge, or the theory's own SE too large). Counts
+    above 10 000 are rounded up to a grid of 1 % steps (a projection, not a promise)."""
     margin = np.abs(np.abs(gap) - allowance)
-    big = 2.0 ** 40
+    grid = np.unique(np.concatenate([np.arange(n_now, max(n_now, 10_000) + 1, dtype=np.float64),
+                                     np.ceil(np.geomspace(max(n_now, 10_000), 2.0 ** 40, 2200))]))
+    q = t_quantile(level, np.minimum(grid - 1.0, df_cap))  # one quantile per candidate count, shared by all rows
 
-    def decided(n):
-        df = np.minimum(n - 1.0, df_cap)
-        return t_quantile(level, df) * np.sqrt(sd_learned ** 2 / n + theory_se ** 2) < margin
+    def decided(i):
+        return q[i] * np.sqrt(sd_learned ** 2 / grid[i] + theory_se ** 2) < margin
 
-    lo = np.full(gap.shape, float(n_now))
-    hi = np.full(gap.shape, big)
-    possible = decided(hi)
-    done = decided(lo)
-    for _ in range(45):  # bisection on integers up to 2^40: 41 halvings suffice
-        mid = np.floor((lo + hi) / 2.0)
+    lo = np.zeros(gap.shape, dtype=np.int64)
+    hi = np.full(gap.shape, grid.size - 1, dtype=np.int64)
+    possible, done = decided(hi), decided(lo)
+    while np.any(hi - lo > 1):  # invariant where possible and not done: decided(hi), not decided(lo)
+        mid = (lo + hi) // 2
         ok = decided(mid)
         hi = np.where(ok, mid, hi)
         lo = np.where(ok, lo, mid)
-    out = np.where(done, float(n_now), hi)
+    out = np.where(done, float(n_now), grid[hi])
     return np.where(possible, out, np.inf)
 
 
@@ -185,8 +186,11 @@ def _verdicts(gap, se, df, a, level, power, *, sd_learned, theory_se, df_cap, n_
     fails = (lo > a) | (hi < -a)
     shown = (lo >= -a) & (hi <= a)
     status = np.where(fails, "fails", np.where(shown, "holds", "consistent")).astype("<U12")
-    n_decide = _seeds_to_decide(gap, sd_learned, theory_se, df_cap, a, level, n_now)
-    n_decide = np.where(status == "consistent", n_decide, float(n_now))
+    n_decide = np.full(gap.shape, float(n_now))
+    open_ = status == "consistent"
+    if np.any(open_):
+        n_decide[open_] = _seeds_to_decide(gap[open_], sd_learned[open_], theory_se[open_], df_cap, a[open_], level,
+                                           n_now)
     return {"gap": gap, "se": se, "df": df, "half_width": half, "ci_low": lo, "ci_high": hi, "allowance": a.copy(),
             "holds": ~fails, "shown": shown, "fails": fails, "status": status,
             "p_value": p_value(gap, se, df, a), "mdd": a + mdd_factor(level, df, power) * se,
@@ -443,7 +447,8 @@ def adjust(results, method: str = "holm", level: float | None = None):
     ``expected_false_fails_per_row``.
     """
     method = check_choice("method", method, _METHODS)
-    is_ds, is_map = isinstance(results, xr.Dataset), isinstance(results, Mapping)
+    is_ds = isinstance(results, xr.Dataset)
+    is_map = not is_ds and isinstance(results, Mapping)  # a Dataset is a Mapping too
     if level is None:
         level = float(results.attrs.get("level", DEFAULT_LEVEL)) if is_ds else DEFAULT_LEVEL
     level = check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
