@@ -75,7 +75,7 @@ from scipy.special import stdtr, stdtrit
 
 from dynamics.validation import Range, check_choice, check_in_range, check_int, check_nonneg, validate_module
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_POWER", "RULE", "STATUSES", "adjust", "compare", "gap_test", "mdd_factor",
+__all__ = ["DEFAULT_LEVEL", "DEFAULT_POWER", "PAIRED_ATTR", "RULE", "STATUSES", "adjust", "compare", "gap_test", "mdd_factor",
            "p_value", "t_quantile"]
 
 DEFAULT_LEVEL = 1e-3
@@ -86,6 +86,10 @@ DEFAULT_POWER = 0.8
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(400)
 _GL_U, _GL_W = 0.5 * (_GL_X + 1.0), 0.5 * _GL_W  # nodes and weights on [0, 1]
+
+PAIRED_ATTR = "started_from_learned_seeds"
+"""Attribute that :func:`dynamics.overlay` sets (1) on its theory: trajectory ``i`` started from learned seed
+``i``'s state, so :func:`compare` pairs the two by default."""
 
 STATUSES: tuple[str, ...] = ("holds", "consistent", "fails", "out_of_range")
 """Statuses of a :func:`compare` row (module docstring)."""
@@ -276,7 +280,7 @@ _TESTS = {"equivalence": "equivalence within the allowance (holds = shown) and d
 
 def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequence[str], times=None,
             allowance: float = 0.0, rel_allowance: float = 0.0, level: float = DEFAULT_LEVEL,
-            paired: bool = False, power: float = DEFAULT_POWER) -> xr.Dataset:
+            paired: bool | None = None, power: float = DEFAULT_POWER) -> xr.Dataset:
     """Compare learned trajectories (seeds) with a theory, variable by variable and time by time.
 
     Parameters
@@ -299,9 +303,10 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
         The allowance is ``allowance + rel_allowance * |theory|`` (per variable and time).
     level : float in (0, 1)
         Two-sided false-alarm probability of each (variable, time) test; default ``1e-3``.
-    paired : bool
-        Test the per-seed differences (theory trajectory ``i`` started from learned seed ``i``'s state; as
-        :func:`dynamics.overlay` returns them).
+    paired : bool, optional
+        Test the per-seed differences (theory trajectory ``i`` started from learned seed ``i``'s state, as
+        :func:`dynamics.overlay` returns them). Default: paired exactly when the theory carries the attribute
+        ``started_from_learned_seeds = 1`` that :func:`dynamics.overlay` sets.
     power : float in (level, 1)
         Power at which the minimum detectable deviation ``mdd`` is stated (default 0.8).
 
@@ -338,6 +343,8 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
     if n_seeds < 2:
         raise ValueError(f"learned must hold at least 2 seeds along 'trajectory' for a standard error; got {n_seeds}")
     n_theory = int(theory.sizes.get("trajectory", 1))
+    if paired is None:
+        paired = bool(theory.attrs.get(PAIRED_ATTR, 0))
     if paired and n_theory != n_seeds:
         raise ValueError(f"paired=True needs one theory trajectory per learned seed: theory has {n_theory} "
                          f"trajectories, learned {n_seeds} seeds")
