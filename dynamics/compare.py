@@ -75,8 +75,8 @@ from scipy.special import stdtr, stdtrit
 
 from dynamics.validation import Range, check_choice, check_in_range, check_int, check_nonneg, validate_module
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_POWER", "PAIRED_ATTR", "RULE", "STATUSES", "adjust", "compare", "gap_test", "mdd_factor",
-           "p_value", "t_quantile"]
+__all__ = ["DEFAULT_LEVEL", "DEFAULT_POWER", "PAIRED_ATTR", "RULE", "STATUSES", "adjust", "compare", "gap_test",
+           "mdd_factor", "p_value", "t_quantile"]
 
 DEFAULT_LEVEL = 1e-3
 """Default false-alarm probability per row (two-sided)."""
