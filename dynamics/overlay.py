@@ -5,18 +5,29 @@ off the weights). To compare them trajectory by trajectory, the reduced dynamics
 learned run started: :func:`overlay` reads the order parameters of every seed at step 0, hands them to the caller's
 ``theory_fn`` and returns the theory's trajectories restricted to exactly the save points of the learned run, so
 that the two Datasets share their ``trajectory`` and ``time`` coordinates and subtract, plot or go to
-:func:`dynamics.compare` as they are. Nothing is interpolated and nothing is clipped: a save point of the learned run
-that the theory did not produce is an error that names it.
+:func:`dynamics.compare` as they are; the theory is marked as started from the seeds' own states, so
+:func:`dynamics.compare` tests the per-seed differences (paired) by default. Nothing is interpolated and nothing is
+clipped: a save point of the learned run that the theory did not produce is an error that names it.
+
+When the claim holds only up to a monotone time reparametrisation, ``overlay(..., align=<variable>, grid=<theory
+times>)`` runs the theory on ``grid`` instead and maps each seed onto it (:func:`dynamics.align.align`: isotonic,
+never backwards, points beyond the theory's range marked, never pinned), reporting each seed's fitted time scale.
+Without ``align``, :func:`overlay` warns (:class:`dynamics.align.TimeScaleWarning`) when the learned run visibly
+moves at a constant multiple of the theory's speed from the start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import warnings
+
 import numpy as np
 import xarray as xr
 
-from dynamics.validation import validate_module
+from dynamics.align import TimeScaleWarning, align as _align
+from dynamics.compare import PAIRED_ATTR
+from dynamics.validation import check_finite_array, validate_module
 
 __all__ = ["overlay"]
 
@@ -34,8 +45,36 @@ def _as_run(name: str, ds) -> xr.Dataset:
     return ds
 
 
+# time-scale warning: a learned/theory displacement ratio outside [1 / _RATIO, _RATIO] at the first two save points
+# where the theory has moved by more than _MOVED of its range, on every moving state variable, in the same direction
+_RATIO = 2.0
+_MOVED = 0.02
+
+
+def _time_scale_ratios(theory: xr.Dataset, learned: xr.Dataset, variables) -> np.ndarray:
+    """Median over seeds of (learned - its start) / (theory - its start) at the first two save points where the
+    theory has moved appreciably, per scalar variable that moves (NaN where it cannot be formed)."""
+    out = []
+    for v in variables:
+        if set(learned[v].dims) != {"trajectory", "time"}:
+            continue
+        th = np.asarray(theory[v].transpose("trajectory", "time").values, dtype=np.float64)
+        lr = np.asarray(learned[v].transpose("trajectory", "time").values, dtype=np.float64)
+        d_th, d_lr = th - th[:, :1], lr - lr[:, :1]
+        span = np.nanmax(np.abs(d_th)) if d_th.size else 0.0
+        if not np.isfinite(span) or span == 0:
+            continue
+        moved = np.flatnonzero(np.nanmedian(np.abs(d_th), axis=0) > _MOVED * span)[:2]
+        if moved.size < 2:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out.append(np.nanmedian(d_lr[:, moved] / d_th[:, moved], axis=0))
+    return np.array(out).reshape(-1, 2)
+
+
 def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, *,
-            state_variables: Sequence[str], on: str = "step") -> tuple[xr.Dataset, xr.Dataset]:
+            state_variables: Sequence[str], on: str = "step", align: str | None = None,
+            grid=None) -> tuple[xr.Dataset, xr.Dataset]:
     """Start the reduced dynamics from each learned seed's step-0 state and align it with the learned run.
 
     Parameters
@@ -56,13 +95,29 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
         one array variable such as ``("z",)``.
     on : ``"step"`` or ``"time"``
         The coordinate on which the two runs are matched: update counts (exact), or the model's time axis
-        (matched to a relative 1e-12, i.e. to the rounding of the time grids).
+        (matched to a relative 1e-12, i.e. to the rounding of the time grids). Ignored with ``align``.
+    align : str, optional
+        A scalar variable to align the runs on, up to a monotone time reparametrisation (module docstring and
+        :func:`dynamics.align.align`). Needs ``grid``.
+    grid : array_like, optional
+        With ``align``: the theory times (increasing, from 0) at which ``theory_fn`` runs the theory (``at`` is
+        then this grid) and on which the aligned learned run is returned; fine and long enough to cover the
+        learned run.
 
     Returns
     -------
     theory, learned : Trajectory, Trajectory
-        The theory restricted to the learned save points, with the learned run's ``trajectory``, ``time`` and
-        ``step`` coordinates, and the learned run itself.
+        Without ``align``: the theory restricted to the learned save points, with the learned run's
+        ``trajectory``, ``time`` and ``step`` coordinates, and the learned run itself. With ``align``: the theory
+        on ``grid`` and the learned run mapped onto it (``in_range``, ``time_scale`` per seed, ...; see
+        :func:`dynamics.align.align`). The theory carries the attribute ``started_from_learned_seeds = 1``.
+
+    Warns
+    -----
+    dynamics.align.TimeScaleWarning
+        Without ``align``, when every moving scalar state variable moves, over the first two save points where
+        the theory moves by more than 2 % of its range, at more than twice or less than half the theory's speed
+        (median over seeds), in the same direction.
 
     Raises
     ------
@@ -77,6 +132,15 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     learned = _as_run("learned", learned)
     if on not in _ON:
         raise ValueError(f"on must be one of {_ON}; got {on!r}")
+    if align is not None:
+        if grid is None:
+            raise ValueError("align needs grid: the theory times at which to run the theory and compare")
+        grid = check_finite_array("grid", grid, ndim=1)
+        if grid[0] != 0 or np.any(np.diff(grid) <= 0):
+            raise ValueError(f"grid must be increasing and start at 0; got {grid[:3].tolist()}...")
+        if not isinstance(align, str) or align not in learned.data_vars:
+            raise ValueError(f"align must name a variable of the learned run; got {align!r} "
+                             f"(it has {sorted(learned.data_vars)})")
     if isinstance(state_variables, str) or not len(state_variables):
         raise ValueError(f"state_variables must be a non-empty sequence of names; got {state_variables!r}")
     missing = [v for v in state_variables if v not in learned.data_vars]
@@ -100,6 +164,13 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
         first = int(np.flatnonzero(owner == owner[col])[0])  # the variable's first state column
         where = "" if blocks[owner[col]].shape[1] == 1 else f" (component {col - first})"
         raise ValueError(f"the learned step-0 value of {var!r}{where} is not finite for trajectory {seed}")
+    if align is not None:
+        theory = _as_run("theory_fn's result", theory_fn(state0, grid.copy()))
+        if theory.sizes["trajectory"] != n_seeds:
+            raise ValueError(f"theory_fn returned {theory.sizes['trajectory']} trajectories for {n_seeds} learned "
+                             "seeds")
+        th, aligned = _align(theory, learned, variable=align, grid=grid)
+        return th.assign_attrs({PAIRED_ATTR: 1}), aligned
     at = learned[on].values.copy()
     theory = theory_fn(state0, at)
     theory = _as_run("theory_fn's result", theory)
@@ -128,6 +199,17 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     aligned = theory.isel(time=np.asarray(index))
     aligned = aligned.assign_coords(time=learned["time"].values, step=("time", steps),
                                     trajectory=learned["trajectory"].values)
+    aligned = aligned.assign_attrs({PAIRED_ATTR: 1})
+    ratios = _time_scale_ratios(aligned, learned, state_variables)
+    if ratios.size and np.all(np.isfinite(ratios)):
+        fast, slow = np.all(ratios > _RATIO), np.all((ratios < 1.0 / _RATIO) & (ratios > 0))
+        if fast or slow:
+            warnings.warn(f"the learned run moves at about {float(np.median(ratios)):.3g} times the speed of the "
+                          "reduced dynamics from the start (median over seeds of the displacement ratio, on every "
+                          "moving state variable): the two clocks differ by a constant factor (e.g. an optimiser or "
+                          "parametrisation that rescales the reduced gradient). Compare up to reparametrisation with "
+                          "overlay(..., align=<variable>, grid=<theory times>)",
+                          TimeScaleWarning, stacklevel=3)  # 3: past the argument-check wrapper, to the caller
     return aligned, learned
 
 

@@ -127,21 +127,35 @@ def test_outputs_against_a_direct_computation():
 
 
 def test_allowance_semantics():
-    """Seeds at 11 +- c exactly (mean 11, se c / sqrt(7)), theory 10: the gap is 1 with a tiny interval, so the
-    verdict switches exactly where the allowance crosses 1 - half width."""
+    """Seeds at 11 +- c exactly (mean 11, se c / sqrt(7)), theory 10: the gap is 1 with a tiny interval [1 - half,
+    1 + half], so the status switches exactly where the allowance crosses its ends: fails below 1 - half, consistent
+    between (the interval straddles the band edge), holds (equivalence shown) above 1 + half."""
     c = 1e-4
     samples = (11.0 + c * np.array([-1, 1] * 4))[:, None]
     half = stats.t.ppf(1 - 5e-4, 7) * c / np.sqrt(7)
     th, lr = _exact([10.0]), _learned(samples)
     status = lambda **kw: str(dynamics.compare(th, lr, variables="x", **kw).status.item())  # noqa: E731
     assert status() == "fails"
-    assert status(allowance=1.0 - 0.5 * half) == "holds"  # interval [1 - half, 1 + half] meets [-a, a]
     assert status(allowance=1.0 - 2.0 * half) == "fails"
-    assert status(rel_allowance=0.1) == "holds"  # 0.1 * |theory| = 1
+    assert status(allowance=1.0 - 0.5 * half) == "consistent"  # the interval meets the band but is not inside it
+    assert status(allowance=1.0 + 0.5 * half) == "consistent"
+    assert status(allowance=1.0 + 2.0 * half) == "holds"  # the interval lies inside [-a, a]
+    assert status(rel_allowance=0.1) == "consistent"  # 0.1 * |theory| = 1: the gap sits on the band edge
     assert status(allowance=0.09, rel_allowance=0.09) == "fails"  # 0.99 < 1 - half
-    assert status(allowance=0.5, rel_allowance=0.05) == "holds"  # both parts add up to 1
+    assert status(allowance=0.5, rel_allowance=0.06) == "holds"  # both parts add up to 1.1 > 1 + half
     # The sign does not matter: theory 12 gives gap -1.
-    assert str(dynamics.compare(_exact([12.0]), lr, variables="x", allowance=1.0).status.item()) == "holds"
+    assert str(dynamics.compare(_exact([12.0]), lr, variables="x", allowance=1.1).status.item()) == "holds"
+    # A gap on the band edge is undecidable by more seeds; one just inside it is decided by a finite number.
+    edge = dynamics.compare(th, lr, variables="x", rel_allowance=0.1)
+    assert np.isinf(edge.n_seeds_to_decide.item())
+    near = dynamics.compare(th, lr, variables="x", allowance=1.0 + 0.5 * half)
+    n_dec = float(near.n_seeds_to_decide.item())
+    sd = samples.std(ddof=1)  # independent check: the t half-width with n seeds must fall below the margin 0.5 half
+    margin = 0.5 * half
+    assert stats.t.ppf(1 - 5e-4, n_dec - 1) * sd / np.sqrt(n_dec) < margin
+    assert stats.t.ppf(1 - 5e-4, n_dec - 2) * sd / np.sqrt(n_dec - 1) >= margin
+    assert near.tests.item().startswith("equivalence")
+    assert dynamics.compare(th, lr, variables="x").tests.item().startswith("difference only")
 
 
 def test_bad_input_is_refused():
