@@ -13,7 +13,11 @@ from its module by qualified name, so numba inlines it as if hand-written) and c
   process that loses the race uses the winner's identical file), so two processes compiling at once are safe and
   numba's source-timestamp check stays valid.
 * The folder is ``$ATTNDYN_KERNEL_DIR``, else ``$NUMBA_CACHE_DIR/attndyn_kernels``, else
-  ``$XDG_CACHE_HOME/attndyn/kernels`` (``~/.cache``); if none is writable, a per-user temporary folder.
+  ``$XDG_CACHE_HOME/attndyn/kernels`` (``~/.cache``), else a per-user temporary folder: the first that is a real
+  directory owned by this user and writable by no one else (created 0700; one this user owns is tightened with
+  chmod go-w). A generated file is imported only if it is a regular file owned by this user, writable by no one
+  else, whose bytes equal the source this process generated (the name carries its digest); otherwise, or without
+  a safe folder, the kernel is compiled in memory with a warning, never imported from an untrusted file.
 * A model function that cannot be imported by name (defined in ``__main__`` or inside a function) gets the same
   kernel compiled in memory, without disk caching.
 
@@ -29,10 +33,12 @@ import importlib
 import importlib.util
 import os
 import pathlib
+import stat
 import sys
 import sysconfig
 import tempfile
 import types
+import warnings
 
 import numba
 from numba.core.registry import CPUDispatcher
@@ -205,8 +211,27 @@ def _digest(funcs, tableau, source: str) -> str:
     return h.hexdigest()
 
 
-def kernel_dir() -> pathlib.Path:
-    """The folder of generated kernel sources (see the module docstring)."""
+def _safe_folder(folder: pathlib.Path) -> bool:
+    """True for a real directory (not a link) owned by this user that no one else may write to; a folder this
+    user owns but that others may write to is tightened first (chmod go-w), since nothing else may be loaded from
+    there until it is. Created with mode 0700 when missing."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    if st.st_mode & 0o022:
+        try:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
+        except OSError:
+            return False
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def kernel_dir() -> pathlib.Path | None:
+    """The folder of generated kernel sources (see the module docstring), or None when no candidate is safe."""
     candidates = []
     if os.environ.get("ATTNDYN_KERNEL_DIR"):
         candidates.append(pathlib.Path(os.environ["ATTNDYN_KERNEL_DIR"]))
@@ -216,17 +241,14 @@ def kernel_dir() -> pathlib.Path:
     candidates.append(pathlib.Path(xdg) / "attndyn" / "kernels")
     candidates.append(pathlib.Path(tempfile.gettempdir()) / f"attndyn_kernels_{os.getuid()}")
     for folder in candidates:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            if os.access(folder, os.W_OK):
-                return folder
-        except OSError:
-            continue
-    raise OSError(f"no writable folder for engine kernels among {[str(c) for c in candidates]}")
+        if _safe_folder(folder):
+            return folder
+    return None
 
 
 def _write_once(path: pathlib.Path, text: str) -> None:
-    """Create ``path`` with ``text`` atomically unless it exists; never overwrite (see the module docstring)."""
+    """Create ``path`` with ``text`` atomically unless it exists; never overwrite (see the module docstring). The
+    file is private to this user (mode 0600 from ``mkstemp``): it is code that will be imported."""
     if path.exists():
         return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -236,25 +258,53 @@ def _write_once(path: pathlib.Path, text: str) -> None:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            pass  # another process won the race with the same content
+            pass  # another process won the race with the same content (checked before import)
     finally:
         os.unlink(tmp)
 
 
+def _trusted(path: pathlib.Path, text: str) -> bool:
+    """True when ``path`` is a regular file (not a link) owned by this user, writable by no one else, whose bytes
+    are exactly ``text`` (the source this process generated, whose SHA-256 prefix is in the file name)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+        return fh.read() == text.encode()
+
+
 def _load_cached(kind: str, funcs, tableau, source: str):
+    """Import the generated kernel module from the kernel folder, writing it first if needed; falls back to an
+    in-memory compile (no disk cache) when no safe folder exists or the file there is not the expected one."""
+    folder = kernel_dir()
+    if folder is None:
+        warnings.warn("no private kernel folder (owned by this user, writable only by this user) among "
+                      "$ATTNDYN_KERNEL_DIR, $NUMBA_CACHE_DIR/attndyn_kernels, ~/.cache/attndyn/kernels and the "
+                      "temporary folder: engine kernels are compiled in memory in every process; set "
+                      "ATTNDYN_KERNEL_DIR to a private folder", RuntimeWarning, stacklevel=4)
+        return _compile_in_memory(funcs, source)
     digest = _digest(funcs, tableau, source)
     method = "" if tableau is None else f"_{tableau.name}"
     label = "__".join(f.py_func.__name__ for f in funcs)
     name = f"attndyn_{kind}{method}_{label}_{digest[:20]}"
-    path = kernel_dir() / f"{name}.py"
+    path = folder / f"{name}.py"
     targets = ", ".join(f"{f.py_func.__module__}.{f.py_func.__qualname__}" for f in funcs)
     imports = "".join(f"{g} = resolve_model({f.py_func.__module__!r}, {f.py_func.__qualname__!r})\n"
                       for g, f in zip(_GLOBALS, funcs))
     text = (f"# Generated by dynamics._kernels for {targets}; do not edit.\n" + _header(True)
             + "from dynamics._kernels import resolve_model\n" + imports + source)
-    _write_once(path, text)
     module = sys.modules.get(name)
     if module is None:
+        _write_once(path, text)
+        if not _trusted(path, text):
+            warnings.warn(f"the engine kernel file {path} is not the source this process generated, or is not "
+                          "private to this user; it was not imported (the kernel is compiled in memory). Delete "
+                          "the file if it is stale", RuntimeWarning, stacklevel=4)
+            return _compile_in_memory(funcs, source)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

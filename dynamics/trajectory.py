@@ -127,16 +127,33 @@ class Trajectory(xr.Dataset):
         return cls(ds.data_vars, coords=ds.coords, attrs=ds.attrs)
 
 
+def _current_umask() -> int:
+    """The process's file-mode creation mask (read from /proc on Linux, else set and restored)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path, write) -> pathlib.Path:
     """Write a file atomically: ``write(tmp_path)`` fills a temporary file beside ``path``, then ``os.replace``
     moves it into place, so a reader (or a run killed mid-write) never sees a partial file. The folder is created
-    if needed; the temporary file is removed on failure. The toolkit's one writer of results and checkpoints."""
+    if needed; the temporary file is removed on failure. The file gets the mode a plain ``open(path, "w")`` would
+    give (0666 less the user's umask), not the private 0600 of the temporary file. The toolkit's one writer of
+    results and checkpoints."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
