@@ -40,7 +40,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from dynamics import _kernels, _steppers
 from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, block_samples, step_norm_trend, tail_blocks, tail_points
@@ -121,6 +120,27 @@ class Tsit5(_Adaptive):
 
 
 _SOLVERS = (Euler, RK4, Dopri5, Tsit5)
+
+
+class _NoBar:
+    """Stands in for a progress bar when progress is off (tqdm is then neither imported nor built)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n):
+        pass
+
+
+def _bar(progress: bool, total, desc: str, unit: str):
+    """A tqdm progress bar when ``progress``, else a no-op stand-in."""
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, leave=False)
 
 
 def _real_array(name: str, value, shapes: str) -> np.ndarray:
@@ -554,7 +574,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     recorded, x_mid = {}, None
     cuts = sorted(tail.union(save_steps.tolist() if stop is not None else ()))
     chunks = _chunks(0, n_steps, progress, cuts)
-    with tqdm(total=n_steps, disable=not progress, desc="iterate", unit="step", leave=False) as bar:
+    with _bar(progress, n_steps, "iterate", "step") as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
             kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at,
@@ -680,7 +700,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     tail = set(points.tolist())
     recorded, x_mid = {}, None
     chunks = _chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ())))
-    with tqdm(total=k_last, disable=not progress, desc="integrate", unit="step", leave=False) as bar:
+    with _bar(progress, k_last, "integrate", "step") as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
             kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, flush,
@@ -763,7 +783,7 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     else:
         bounds = sorted({0, n_save} | probe_ends)
     samples, sample_t = [], []
-    with tqdm(total=t1 - t0, disable=not progress, desc="integrate", unit="time", leave=False) as bar:
+    with _bar(progress, t1 - t0, "integrate", "time") as bar:
         last = t0
         for ja, jb in zip(bounds[:-1], bounds[1:]):
             kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
