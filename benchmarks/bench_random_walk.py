@@ -56,11 +56,12 @@ def run(quick: bool) -> list[Result]:
     repeat = 2 if quick else 3
     sample = rw.sample_walks(spec, n_walks, 0)
     params = rw.map_params(spec, sample)
+    data = rw._kernel_args(spec, sample)
 
     def kernel_run():
         x, out = rw.initial_state(spec), np.empty(spec.n_state)
         for k in range(n_steps):
-            _kern.reduced_step(k, x, params, out)
+            _kern.reduced_step(k, x, params, data, out)
             x, out = out, x
         return x
 

@@ -16,8 +16,8 @@ orbit basis, docs/models/token_selection.md §B.3):
     dm_k = coef sum_{(i, j) in O_k} G_ij,   G_ij = S_ij (u_i - ubar_j),  u_i = beta a_i,  coef = -lambda y.
 
 The label is y = sign(a_{j*}) with sign(0) := +1 (docs/models/token_selection.md §G.B). No RNG here; all samples come
-from the caller. Layout of the packed parameter vector of ``reduced_step`` (a ``dynamics.iterate`` map): p = [eta, d, D,
-jstar_index, n, a (n*D, row-major), gram (n*D*D, row-major)].
+from the caller. ``reduced_step`` is a ``dynamics.iterate`` map of the five-argument form: parameter row p = [eta, d],
+data args = (a (n, D), gram (n, D, D), index = [jstar_index] (int64)).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import numpy as np
 from numba import njit
 
 N_STATE = 8
-HEADER = 5  # eta, d, D, jstar_index, n
 
 
 @njit(cache=True, fastmath=False)
@@ -198,16 +197,15 @@ def apply_update(state, grad, eta, d, D, out):
 
 
 @njit(cache=True, fastmath=False)
-def reduced_step(k, x, p, out):
-    """One reduced GD step (``dynamics.iterate`` map; docs/models/token_selection.md §B.3) on the fixed sample packed in
-    p (module docstring)."""
+def reduced_step(k, x, p, args, out):
+    """One reduced GD step (``dynamics.iterate`` map; docs/models/token_selection.md §B.3) on the fixed sample ``args``
+    (module docstring)."""
     eta = p[0]
     d = p[1]
-    D = int(p[2])
-    js = int(p[3])
-    n = int(p[4])
-    a = p[HEADER:HEADER + n * D].reshape((n, D))
-    gram = p[HEADER + n * D:HEADER + n * D + n * D * D].reshape((n, D, D))
+    a = args[0]
+    gram = args[1]
+    js = args[2][0]
+    D = a.shape[1]
     grad = np.empty(N_STATE)
     reduced_grad_mean(x, js, a, gram, grad)
     apply_update(x, grad, eta, d, float(D), out)

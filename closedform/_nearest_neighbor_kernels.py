@@ -7,11 +7,10 @@ q_j^2]"). The public wrappers live in ``closedform.nearest_neighbor``; they vali
 fixed prompt sample (common random numbers) to these kernels. No RNG in here, float64 only, sequential sums
 (deterministic order).
 
-Parameter vector of the GD step (``gd_step``), float64, packed by ``closedform.nearest_neighbor.pack_params``::
-
-    p[0] = eta,  p[1] = d,  p[2] = N,  p[3] = B (number of prompts),
-    p[4 : 4 + B]                   = istar (0-based, stored as float64),
-    p[4 + B : 4 + B + B * N]       = c, row-major (B, N): c[b, j] = <x_{b,j}, x_query_b>.
+The GD step (``gd_step``) is a ``dynamics.iterate`` map of the five-argument form, with the parameter row
+``p = [eta, d]`` (``closedform.nearest_neighbor.pack_params``) and the prompt sample as data
+``args = (istar (B,) int64, 0-based; c (B, N) float64 with c[b, j] = <x_{b,j}, x_query_b>)``
+(``closedform.nearest_neighbor._kernel_args``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import numpy as np
 from numba import njit
 
 N_STATS = 5  # columns of per_prompt_stats: loss, dL/dxi1, dL/dxi2, q_{i*}, q_{N+1}
-HEADER = 4  # number of scalar entries in front of istar in the packed parameter vector
 
 
 @njit(cache=True, fastmath=False)
@@ -90,19 +88,17 @@ def mean_gradient(xi1, xi2, c, istar, grad):
 
 
 @njit(cache=True, fastmath=False)
-def gd_step(k, x, p, out):
+def gd_step(k, x, p, args, out):
     """One full-matrix-exact GD step in (xi1, xi2) (docs/models/token_selection.md §A.5): xi1 -= (eta/d) dL/dxi1, xi2 -=
     eta dL/dxi2.
 
     Signature of a ``dynamics.iterate`` map: ``k`` step index (unused: constant step size), ``x`` = (xi1, xi2),
-    ``p`` the packed parameter vector of the module docstring, ``out`` the next state.
+    ``p`` = [eta, d], ``args`` = (istar, c) of the module docstring, ``out`` the next state.
     """
     eta = p[0]
     d = p[1]
-    n = int(p[2])
-    n_prompts = int(p[3])
-    istar = p[HEADER : HEADER + n_prompts].astype(np.int64)
-    c = p[HEADER + n_prompts : HEADER + n_prompts + n_prompts * n].reshape((n_prompts, n))
+    istar = args[0]
+    c = args[1]
     grad = np.empty(2)
     mean_gradient(x[0], x[1], c, istar, grad)
     out[0] = x[0] - (eta / d) * grad[0]

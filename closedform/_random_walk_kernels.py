@@ -10,7 +10,8 @@ Layouts (0-based code indices, docs/models/token_selection.md §0):
   states s_1..s_{N-1} (code values 0..K-1), entry N-1 is the label y = s_N. ``weights`` (n,) sum to one (1/n for a
   Monte Carlo sample, the exact probabilities for an enumerated law).
 * reduced state ``x`` (K*K + K + N,): V row-major (row = label b, column = state a), then a (K,), then c (N,).
-* map parameters ``p``: [K, N, n, rho, eps, eta, states (n*N as float64), weights (n)].
+* map/flow kernels (five-argument form of ``dynamics``): parameter row ``p`` = [rho, eps, eta]; data
+  ``args`` = (states (n*N,) float64, weights (n,), dims = [K, N] int64).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import math
 import numpy as np
 from numba import njit
 
-N_HEAD = 6  # number of scalar slots at the front of the map parameter vector p
 
 
 @njit(cache=True, fastmath=False)
@@ -97,21 +97,20 @@ def _accumulate_gradient(states, weights, K, N, x, rho, eps, G, G2):
 
 
 @njit(cache=True, fastmath=False)
-def reduced_step(k, x, p, out):
+def reduced_step(k, x, p, args, out):
     """One exact GD step of the reduced state (V, a, c): out = x + eta G (docs/models/token_selection.md §C.5, exact GD
     updates).
 
     Step-kernel signature of ``dynamics.iterate``: ``k`` step index (unused: constant step size), ``x`` the state,
-    ``p`` the packed parameters (see the module docstring), ``out`` the next state.
+    ``p`` and ``args`` as in the module docstring, ``out`` the next state.
     """
-    K = int(p[0])
-    N = int(p[1])
-    n = int(p[2])
-    rho = p[3]
-    eps = p[4]
-    eta = p[5]
-    states = p[N_HEAD:N_HEAD + n * N]
-    weights = p[N_HEAD + n * N:N_HEAD + n * N + n]
+    states = args[0]
+    weights = args[1]
+    K = args[2][0]
+    N = args[2][1]
+    rho = p[0]
+    eps = p[1]
+    eta = p[2]
     G = np.empty(x.shape[0])
     G2 = np.empty(x.shape[0])
     _accumulate_gradient(states, weights, K, N, x, rho, eps, G, G2)
@@ -143,16 +142,13 @@ def reduced_attention(states, n, K, N, a, c, rho, out):
 
 
 @njit(cache=True, fastmath=False)
-def reduced_rhs(t, y, p, dy):
+def reduced_rhs(t, y, p, args, dy):
     """Gradient-flow vector field of the reduced state: dy/dtau = G(y) (docs/models/token_selection.md §0, §C.5, updates
     / eta).
 
     ODE-kernel signature of ``dynamics.integrate``; ``p`` as for :func:`reduced_step` (eta unused).
     """
-    K = int(p[0])
-    N = int(p[1])
-    n = int(p[2])
-    states = p[N_HEAD:N_HEAD + n * N]
-    weights = p[N_HEAD + n * N:N_HEAD + n * N + n]
+    states = args[0]
+    weights = args[1]
     G2 = np.empty(y.shape[0])
-    _accumulate_gradient(states, weights, K, N, y, p[3], p[4], dy, G2)
+    _accumulate_gradient(states, weights, args[2][0], args[2][1], y, p[0], p[1], dy, G2)

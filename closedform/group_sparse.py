@@ -578,11 +578,17 @@ def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantil
 
 
 def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
-    """Parameter vector of the ``dynamics.iterate`` map (docs/models/token_selection.md §B.3): [eta, d, D, j*-1, n, a,
-    gram] (kernel layout)."""
+    """Parameter row of the ``dynamics.iterate`` map (docs/models/token_selection.md §B.3): [eta, d]; the sample goes
+    to the kernel as data (:func:`_kernel_args`)."""
     _check_reduced(task, rs)
-    n = rs.a.shape[0]
-    return np.concatenate([[task.eta, task.d, task.D, task.jstar_index, n], rs.a.ravel(), rs.gram.ravel()])
+    return np.array([task.eta, task.d], dtype=np.float64)
+
+
+def _kernel_args(task: GroupSparseTask, rs: ReducedSample) -> tuple:
+    """Data of the map kernel (``dynamics.iterate``'s ``args``): (a (n, D), gram (n, D, D), [j* - 1] as int64)."""
+    _check_reduced(task, rs)
+    return (np.ascontiguousarray(rs.a, dtype=np.float64), np.ascontiguousarray(rs.gram, dtype=np.float64),
+            np.array([task.jstar_index], dtype=np.int64))
 
 
 def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, rng=None, state0=None,
@@ -644,7 +650,8 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
         return out
 
     traj = dynamics.iterate(
-        _k.reduced_step, x0, n_steps, params=p, saveat=saveat, names=list(STATE_NAMES), derived=derived,
+        _k.reduced_step, x0, n_steps, params=p, args=_kernel_args(task, rs), saveat=saveat, names=list(STATE_NAMES),
+        derived=derived,
         time_scale=time_scale, progress=progress,
         attrs={"model": "group_sparse", "spec": task, "source": "closedform", "time_unit": time_unit,
                "equation": "docs/models/token_selection.md §B.3",

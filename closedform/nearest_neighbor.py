@@ -549,12 +549,16 @@ def first_step(task: NearestNeighborTask) -> np.ndarray:
 
 
 def pack_params(task: NearestNeighborTask, prompts: Prompts) -> np.ndarray:
-    """Parameter vector of the numba GD step of docs/models/token_selection.md §A.5: [eta, d, N, B, istar, c.ravel()]
-    (layout: kernel module)."""
+    """Parameter row of the numba GD step of docs/models/token_selection.md §A.5: [eta, d]; the prompt sample goes to
+    the kernel as data (:func:`_kernel_args`)."""
     _check_prompts(task, prompts)
-    B = prompts.n_prompts
-    return np.concatenate([np.array([task.eta, task.d, task.N, B], dtype=np.float64),
-                           prompts.istar.astype(np.float64), np.ascontiguousarray(prompts.c).ravel()])
+    return np.array([task.eta, task.d], dtype=np.float64)
+
+
+def _kernel_args(task: NearestNeighborTask, prompts: Prompts) -> tuple:
+    """Data of the GD step (``dynamics.iterate``'s ``args``): (istar (B,) int64, c (B, N) float64)."""
+    _check_prompts(task, prompts)
+    return (np.ascontiguousarray(prompts.istar, dtype=np.int64), np.ascontiguousarray(prompts.c, dtype=np.float64))
 
 
 def eta_batch(params: np.ndarray, eta_index: int, eta: float | np.ndarray | None,
@@ -768,7 +772,8 @@ def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat
     attrs["time_unit"] = time_unit
     if eta is not None:
         attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
-    traj = dynamics.iterate(_k.gd_step, state0, n_steps, params=params, saveat=saveat, names=list(STATE_NAMES),
+    traj = dynamics.iterate(_k.gd_step, state0, n_steps, params=params, args=_kernel_args(task, prompts),
+                            saveat=saveat, names=list(STATE_NAMES),
                             derived=derived, time_scale=time_scale, progress=progress, bound=bound, attrs=attrs)
     return check_run(traj, warn_unconverged, what="nearest_neighbor.map", fixed_points=False)
 

@@ -640,10 +640,16 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
 
 
 def map_params(task: RandomWalkTask, sample: WalkSample) -> np.ndarray:
-    """The packed parameter vector of the reduced map kernel: [K, N, n, rho, eps, eta, states, weights]
-    (docs/models/token_selection.md §C.5)."""
-    head = np.array([task.K, task.N, sample.n, task.rho, task.eps, task.eta], dtype=np.float64)
-    return np.concatenate([head, sample._flat, sample.weights])
+    """The parameter row of the reduced map and flow kernels: [rho, eps, eta] (docs/models/token_selection.md §C.5);
+    the walks go to the kernel as data (:func:`_kernel_args`)."""
+    return np.array([task.rho, task.eps, task.eta], dtype=np.float64)
+
+
+def _kernel_args(task: RandomWalkTask, sample: WalkSample) -> tuple:
+    """Data of the reduced map and flow kernels (``dynamics``' ``args``): (states (n N,) float64, weights (n,),
+    [K, N] int64)."""
+    return (sample._flat, np.ascontiguousarray(sample.weights, dtype=np.float64),
+            np.array([task.K, task.N], dtype=np.int64))
 
 
 def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
@@ -715,12 +721,13 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
                  "equation": "docs/models/token_selection.md §C.5 (exact reduced GD)",
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "n_steps": n_steps}}
-    params, x0, time_scale, time_unit = eta_batch(map_params(task, train), 5, eta, x0)
+    params, x0, time_scale, time_unit = eta_batch(map_params(task, train), 2, eta, x0)
     if eta is not None:
         run_attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
         run_attrs["time_unit"] = "step"
     run_attrs.update(attrs or {})
-    traj = dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, saveat=saveat,
+    traj = dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, args=_kernel_args(task, train),
+                            saveat=saveat,
                             names=state_names(task), derived=_derived_fn(task, train, test), time_scale=time_scale,
                             progress=progress, attrs=run_attrs)
     return check_run(traj, warn_unconverged, what="random_walk.map", fixed_points=False)
@@ -745,7 +752,8 @@ def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, st
                  "config": {"n_train": train.n, "train_exact": train.exact,
                             "n_test": None if test is None else test.n, "tau_end": tau_end}}
     run_attrs.update(attrs or {})
-    return dynamics.integrate(_kern.reduced_rhs, x0, (0.0, tau_end), params=map_params(task, train), solver=solver,
+    return dynamics.integrate(_kern.reduced_rhs, x0, (0.0, tau_end), params=map_params(task, train),
+                              args=_kernel_args(task, train), solver=solver,
                               saveat=saveat, names=state_names(task), derived=_derived_fn(task, train, test),
                               progress=progress, attrs=run_attrs)
 

@@ -13,7 +13,11 @@ from its module by qualified name, so numba inlines it as if hand-written) and c
   process that loses the race uses the winner's identical file), so two processes compiling at once are safe and
   numba's source-timestamp check stays valid.
 * The folder is ``$ATTNDYN_KERNEL_DIR``, else ``$NUMBA_CACHE_DIR/attndyn_kernels``, else
-  ``$XDG_CACHE_HOME/attndyn/kernels`` (``~/.cache``); if none is writable, a per-user temporary folder.
+  ``$XDG_CACHE_HOME/attndyn/kernels`` (``~/.cache``), else a per-user temporary folder: the first that is a real
+  directory owned by this user and writable by no one else (created 0700; one this user owns is tightened with
+  chmod go-w). A generated file is imported only if it is a regular file owned by this user, writable by no one
+  else, whose bytes equal the source this process generated (the name carries its digest); otherwise, or without
+  a safe folder, the kernel is compiled in memory with a warning, never imported from an untrusted file.
 * A model function that cannot be imported by name (defined in ``__main__`` or inside a function) gets the same
   kernel compiled in memory, without disk caching.
 
@@ -29,14 +33,18 @@ import importlib
 import importlib.util
 import os
 import pathlib
+import stat
 import sys
 import sysconfig
 import tempfile
 import threading
 import types
+import warnings
 
 import numba
 from numba.core.registry import CPUDispatcher
+
+import numpy as np
 
 from dynamics import _steppers
 
@@ -70,28 +78,62 @@ UNROLL_MAX = 8
 
 
 def get_kernel(kind: str, fn, tableau: _steppers.Tableau | None = None, n_state: int | None = None,
-               observe=None, fused=None):
+               observe=None, fused=None, args_spec: tuple | None = None):
     """The compiled kernel ``kind`` ('map', 'fixed' or 'adaptive') for model ``fn`` (and ``tableau``).
 
     ``observe`` (a numba function ``observe(k, x, p, out)``, or None) becomes the global ``OBS`` of the generated
     module and part of its cache key: the kernel then evaluates it at every save point into ``O[i, j]``. For maps,
     ``fused`` (``fused(k, x, p, out, obs)``: the step and the observables of x in one call, or None) becomes
-    ``FUSED``, used for the saves that a step follows."""
+    ``FUSED``, used for the saves that a step follows.
+
+    ``args_spec`` is None for model functions of the four-argument form, else one bool per data array of the
+    five-argument form ``fn(k, x, p, args, out)`` (``observe(k, x, p, args, out)``, ``fused(k, x, p, args, out,
+    obs)``): True for an array whose leading axis is the trajectory (trajectory i sees row i), False for an array
+    shared by all trajectories. Every kernel takes the args tuple ``A`` as its last argument (:data:`NO_ARGS` for
+    the four-argument form) and calls the model functions in the five-argument form, through adapters generated
+    here for four-argument functions."""
     if fused is not None and (kind != "map" or observe is None):
         raise ValueError("a fused step-and-observe function needs kind 'map' and an observe function")
     spec = n_state if kind != "adaptive" and n_state is not None and n_state <= UNROLL_MAX else None
-    key = (kind, fn, None if tableau is None else tableau.name, spec, observe, fused)
+    args_spec = None if args_spec is None else tuple(bool(b) for b in args_spec)
+    key = (kind, fn, None if tableau is None else tableau.name, spec, observe, fused, args_spec)
     kernel = _LOADED.get(key)
     if kernel is None:
         n_src = "X.shape[1]" if spec is None else str(int(spec))
         source = (_map_source(tableau, n_src, observe is not None, fused is not None) if kind == "map"
                   else _SOURCES[kind](tableau, n_src, observe is not None))
+        source = _args_source(args_spec, observe is not None, fused is not None) + source
         kind_name = kind if spec is None else f"{kind}{spec}"
         funcs = tuple(f for f in (fn, observe, fused) if f is not None)
         kernel = (_load_cached(kind_name, funcs, tableau, source) if all(_importable(f) for f in funcs)
                   else _compile_in_memory(funcs, source))
         _LOADED[key] = kernel
     return kernel
+
+
+# The args tuple handed to kernels of four-argument model functions (never read by them).
+NO_ARGS = (np.zeros(0),)
+
+
+def _args_source(args_spec, obs: bool, fused: bool) -> str:
+    """The generated module's five-argument MODEL/OBS/FUSED (the model's own functions, or adapters that drop the
+    args row of a four-argument function) and ``args_row(A, i)``, the data trajectory i sees."""
+    lines = []
+    for name, sig, call, present in (("MODEL", "a, x, p, g, out", "a, x, p, out", True),
+                                     ("OBS", "a, x, p, g, out", "a, x, p, out", obs),
+                                     ("FUSED", "a, x, p, g, out, obs", "a, x, p, out, obs", fused)):
+        if not present:
+            continue
+        if args_spec is None:
+            lines += ["@njit(cache=CACHE, fastmath=False)", f"def {name}({sig}):", f"    {name}_FN({call})", ""]
+        else:
+            lines.append(f"{name} = {name}_FN")
+    if args_spec is None or not any(args_spec):
+        row = "A"
+    else:
+        row = "(" + "".join(f"A[{q}][i], " if per else f"A[{q}], " for q, per in enumerate(args_spec)) + ")"
+    lines += ["", "@njit(cache=CACHE, fastmath=False)", "def args_row(A, i):", f"    return {row}", ""]
+    return "\n" + "\n".join(lines) + "\n"
 
 
 def _importable(fn) -> bool:
@@ -112,7 +154,7 @@ def _header(cache: bool) -> str:
 
 
 # Globals of a generated module: the model function, then (optionally) the observables function.
-_GLOBALS = ("MODEL", "OBS", "FUSED")
+_GLOBALS = ("MODEL_FN", "OBS_FN", "FUSED_FN")
 
 
 def _compile_in_memory(funcs, source: str):
@@ -171,8 +213,27 @@ def _digest(funcs, tableau, source: str) -> str:
     return h.hexdigest()
 
 
-def kernel_dir() -> pathlib.Path:
-    """The folder of generated kernel sources (see the module docstring)."""
+def _safe_folder(folder: pathlib.Path) -> bool:
+    """True for a real directory (not a link) owned by this user that no one else may write to; a folder this
+    user owns but that others may write to is tightened first (chmod go-w), since nothing else may be loaded from
+    there until it is. Created with mode 0700 when missing."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    if st.st_mode & 0o022:
+        try:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
+        except OSError:
+            return False
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def kernel_dir() -> pathlib.Path | None:
+    """The folder of generated kernel sources (see the module docstring), or None when no candidate is safe."""
     candidates = []
     if os.environ.get("ATTNDYN_KERNEL_DIR"):
         candidates.append(pathlib.Path(os.environ["ATTNDYN_KERNEL_DIR"]))
@@ -182,17 +243,14 @@ def kernel_dir() -> pathlib.Path:
     candidates.append(pathlib.Path(xdg) / "attndyn" / "kernels")
     candidates.append(pathlib.Path(tempfile.gettempdir()) / f"attndyn_kernels_{os.getuid()}")
     for folder in candidates:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            if os.access(folder, os.W_OK):
-                return folder
-        except OSError:
-            continue
-    raise OSError(f"no writable folder for engine kernels among {[str(c) for c in candidates]}")
+        if _safe_folder(folder):
+            return folder
+    return None
 
 
 def _write_once(path: pathlib.Path, text: str) -> None:
-    """Create ``path`` with ``text`` atomically unless it exists; never overwrite (see the module docstring)."""
+    """Create ``path`` with ``text`` atomically unless it exists; never overwrite (see the module docstring). The
+    file is private to this user (mode 0600 from ``mkstemp``): it is code that will be imported."""
     if path.exists():
         return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -202,26 +260,54 @@ def _write_once(path: pathlib.Path, text: str) -> None:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            pass  # another process won the race with the same content
+            pass  # another process won the race with the same content (checked before import)
     finally:
         os.unlink(tmp)
 
 
+def _trusted(path: pathlib.Path, text: str) -> bool:
+    """True when ``path`` is a regular file (not a link) owned by this user, writable by no one else, whose bytes
+    are exactly ``text`` (the source this process generated, whose SHA-256 prefix is in the file name)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+        return fh.read() == text.encode()
+
+
 def _load_cached(kind: str, funcs, tableau, source: str):
+    """Import the generated kernel module from the kernel folder, writing it first if needed; falls back to an
+    in-memory compile (no disk cache) when no safe folder exists or the file there is not the expected one."""
+    folder = kernel_dir()
+    if folder is None:
+        warnings.warn("no private kernel folder (owned by this user, writable only by this user) among "
+                      "$ATTNDYN_KERNEL_DIR, $NUMBA_CACHE_DIR/attndyn_kernels, ~/.cache/attndyn/kernels and the "
+                      "temporary folder: engine kernels are compiled in memory in every process; set "
+                      "ATTNDYN_KERNEL_DIR to a private folder", RuntimeWarning, stacklevel=4)
+        return _compile_in_memory(funcs, source)
     digest = _digest(funcs, tableau, source)
     method = "" if tableau is None else f"_{tableau.name}"
     label = "__".join(f.py_func.__name__ for f in funcs)
     name = f"attndyn_{kind}{method}_{label}_{digest[:20]}"
-    path = kernel_dir() / f"{name}.py"
+    path = folder / f"{name}.py"
     targets = ", ".join(f"{f.py_func.__module__}.{f.py_func.__qualname__}" for f in funcs)
     imports = "".join(f"{g} = resolve_model({f.py_func.__module__!r}, {f.py_func.__qualname__!r})\n"
                       for g, f in zip(_GLOBALS, funcs))
     text = (f"# Generated by dynamics._kernels for {targets}; do not edit.\n" + _header(True)
             + "from dynamics._kernels import resolve_model\n" + imports + source)
-    _write_once(path, text)
     with _LOAD_LOCK:  # threads (e.g. a Dask worker's) must not see a module before it has finished executing
         module = sys.modules.get(name)
         if module is None:
+            _write_once(path, text)
+            if not _trusted(path, text):
+                warnings.warn(f"the engine kernel file {path} is not the source this process generated, or is not "
+                              "private to this user; it was not imported (the kernel is compiled in memory). Delete "
+                              "the file if it is stale", RuntimeWarning, stacklevel=4)
+                return _compile_in_memory(funcs, source)
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
@@ -250,11 +336,11 @@ def _stages(tab, t: str, y: str, h: str, indent: str, first: bool = True) -> lis
     """Lines computing the stages k0..k(s-1) of one step of size ``h`` from (t, y); stage 0 only if ``first``."""
     lines = []
     if first:
-        lines.append(f"{indent}MODEL({t}, {y}, p, k0)")
+        lines.append(f"{indent}MODEL({t}, {y}, p, g, k0)")
     for s in range(1, tab.stages):
         lines.append(f"{indent}for m in range(n):")
         lines.append(f"{indent}    yt[m] = {y}[m] + {h} * ({_combo(tab.A[s][:s], indent, 'k')})")
-        lines.append(f"{indent}MODEL({t} + {_lit(tab.c[s])} * {h}, yt, p, k{s})")
+        lines.append(f"{indent}MODEL({t} + {_lit(tab.c[s])} * {h}, yt, p, g, k{s})")
     return lines
 
 
@@ -296,6 +382,7 @@ def kernel({args}):
             continue
         x = X[i]
         p = P[0] if shared else P[i]
+        g = args_row(A, i)
         j = j_start
         if active[i]:
             k = k_start
@@ -320,7 +407,7 @@ def kernel({args}):
                     stop_at[i] = {stop_value}
                     break
             if status[i, 0] == 0:  # size of the vector field at the state reached (last[i])
-                MODEL(t0 + k * dt, x, p, buf)
+                MODEL(t0 + k * dt, x, p, g, buf)
                 fmax = 0.0
                 for m in range(n):
                     fmax = max(fmax, abs(buf[m]))
@@ -339,7 +426,7 @@ PAIR_BLOCK = 512
 
 _MAP = '''
 @njit(cache=CACHE, fastmath=False)
-def run_one(x, p, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, tol, stop_at, flush, last, buf, pend):
+def run_one(x, p, g, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, tol, stop_at, flush, last, buf, pend):
     """Steps k -> kb of trajectory i (state x, parameters p) with every check made after every step; writes the
     saves due at steps in (k, kb] (and, when the trajectory stops, its frozen state into the saves up to k_end).
     Records the size of the step into k_end in last[i]. ``pend`` >= 0 is a save of the state at step k whose
@@ -376,7 +463,7 @@ def run_one(x, p, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, tol, 
 
 
 @njit(cache=CACHE, fastmath=False)
-def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, tol, stop_at, flush, last, W, WO):
+def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, tol, stop_at, flush, last, W, WO, A):
     """Advance each trajectory by the map MODEL from step k_start to k_end.
 {obs_doc}
     Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
@@ -421,8 +508,10 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, t
         jb = j
         xa = X[a]
         pa = P[0] if shared else P[a]
+        ga = args_row(A, a)
         xb = X[b if b < n_traj else a]
         pb = P[0] if shared else P[b if b < n_traj else a]
+        gb = args_row(A, b if b < n_traj else a)
         while ra and rb and k < k_end - 1:
             kn = min(k + {block}, k_end - 1)
             if ja < n_save and save_k[ja] < kn:
@@ -472,7 +561,7 @@ _LANE = {
                 else:
                     for m in range(n):
                         x@[m] = s@[m]
-                j@, r@, q@ = run_one(x@, p@, @, k, kn, k_end, j@, save_k, Y, O, active, status, bound, tol,
+                j@, r@, q@ = run_one(x@, p@, g@, @, k, kn, k_end, j@, save_k, Y, O, active, status, bound, tol,
                                      stop_at, flush, last, b@, q0@)
             else:
                 while j@ < n_save and save_k[j@] == kn:
@@ -481,7 +570,7 @@ _LANE = {
 {obs_end}                    j@ += 1
 """,
     "tail": """        if r@:
-            j@, r@, q@ = run_one(x@, p@, @, k, k_end, k_end, j@, save_k, Y, O, active, status, bound, tol,
+            j@, r@, q@ = run_one(x@, p@, g@, @, k, k_end, k_end, j@, save_k, Y, O, active, status, bound, tol,
                                  stop_at, flush, last, b@, q@)
 """,
     "fin": """        if ok@:
@@ -493,53 +582,53 @@ _LANE = {
 }
 
 
-def _obs_frozen(indent: str, Oi: str, x: str, p: str, when: str, j: str = "j") -> str:
+def _obs_frozen(indent: str, Oi: str, x: str, p: str, when: str, j: str = "j", g: str = "g") -> str:
     """Lines evaluating OBS on the frozen state ``x`` for the saves j0..``j``-1 just filled by ``fill_frozen``."""
     return (f"{indent}for q in range(j0, {j}):\n"
-            f"{indent}    OBS({when}, {x}, {p}, {Oi}[q])\n")
+            f"{indent}    OBS({when}, {x}, {p}, {g}, {Oi}[q])\n")
 
 
 _OBS_DOC = """
-    Observables: OBS(k, x, p, O[i, j]) is evaluated on the state of every save j (also the frozen ones).
+    Observables: OBS(k, x, p, g, O[i, j]) is evaluated on the state of every save j (also the frozen ones).
 """
 
 
 _FUSED_DOC = """
     Fused observables: the observables of a save at step k < k_end of a running trajectory are written by the step
-    taken from it, FUSED(k, x, p, out, O[i, j]) (the step and the observables of x in one pass, sharing their
-    work); saves at k_end and frozen saves use OBS(k, x, p, O[i, j]).
+    taken from it, FUSED(k, x, p, g, out, O[i, j]) (the step and the observables of x in one pass, sharing their
+    work); saves at k_end and frozen saves use OBS(k, x, p, g, O[i, j]).
 """
 
 # The map kernel's save and step pieces: without observables, with OBS at every save, and with a fused step.
 _MAP_OBS = {
-    "step_run": ("        MODEL(k, x, p, buf)\n",) * 2 + ("""        if pend >= 0:
-            FUSED(k, x, p, buf, O[i, pend])
+    "step_run": ("        MODEL(k, x, p, g, buf)\n",) * 2 + ("""        if pend >= 0:
+            FUSED(k, x, p, g, buf, O[i, pend])
             pend = -1
         else:
-            MODEL(k, x, p, buf)
+            MODEL(k, x, p, g, buf)
 """,),
-    "obs_run": ("", "            OBS(k, x, p, O[i, j])\n", """            if k < k_end:
+    "obs_run": ("", "            OBS(k, x, p, g, O[i, j])\n", """            if k < k_end:
                 pend = j
             else:
-                OBS(k, x, p, O[i, j])
+                OBS(k, x, p, g, O[i, j])
 """),
-    "obs_init": ("", "                    OBS(k, X[i], P[0] if shared else P[i], O[i, j])\n",
+    "obs_init": ("", "                    OBS(k, X[i], P[0] if shared else P[i], args_row(A, i), O[i, j])\n",
                  """                    if k < k_end and active[i]:
                         if i == a:
                             qa = j
                         else:
                             qb = j
                     else:
-                        OBS(k, X[i], P[0] if shared else P[i], O[i, j])
+                        OBS(k, X[i], P[0] if shared else P[i], args_row(A, i), O[i, j])
 """),
-    "obs_end": ("", "                    OBS(kn, x@, p@, O[@, j@])\n", "                    q@ = j@  # kn < k_end\n"),
-    "step": ("                MODEL(kk, x@, p@, b@)\n",) * 2 + ("""                if q@ >= 0:
-                    FUSED(kk, x@, p@, b@, o@)
+    "obs_end": ("", "                    OBS(kn, x@, p@, g@, O[@, j@])\n", "                    q@ = j@  # kn < k_end\n"),
+    "step": ("                MODEL(kk, x@, p@, g@, b@)\n",) * 2 + ("""                if q@ >= 0:
+                    FUSED(kk, x@, p@, g@, b@, o@)
                     for m in range(o@.shape[0]):
                         O[@, q@, m] = o@[m]
                     q@ = -1
                 else:
-                    MODEL(kk, x@, p@, b@)
+                    MODEL(kk, x@, p@, g@, b@)
 """,),
 }
 
@@ -551,7 +640,7 @@ def _map_source(tableau, n_state, obs: bool = False, fused: bool = False) -> str
     fill["obs_doc"] = ("", _OBS_DOC, _OBS_DOC + _FUSED_DOC)[level]
     frozen = _obs_frozen(" " * 12, "O[i]", "x", "p", "save_k[q]") if obs else ""
     lane = {"obs_end": fill.pop("obs_end"), "step": fill.pop("step"),
-            "frozen_fin": _obs_frozen(" " * 16, "O[@]", "x@", "p@", "save_k[q]", "j@") if obs else ""}
+            "frozen_fin": _obs_frozen(" " * 16, "O[@]", "x@", "p@", "save_k[q]", "j@", "g@") if obs else ""}
     texts = dict(_LANE, step="{step}")
     pieces = {f"{part}_{ln}": text.format(**lane).replace("@", ln) for part, text in texts.items() for ln in "ab"}
     return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK, frozen_run=frozen,
@@ -573,20 +662,20 @@ def _fixed_source(tab, n_state, obs: bool = False) -> str:
                             status[i, 2] = bad
                             break"""
     step = "                t = t0 + k * dt\n" + "\n".join(_rk_step(tab, "t", "x", "dt", "buf", " " * 16))
-    obs_save = "                    OBS(t0 + k * dt + save_h[j], out, p, O[i, j])\n" if obs else ""
+    obs_save = "                    OBS(t0 + k * dt + save_h[j], out, p, g, O[i, j])\n" if obs else ""
     frozen = _obs_frozen(" " * 12, "O[i]", "x", "p", "t0 + save_k[q] * dt + save_h[q]") if obs else ""
     return _GRID.format(
         obs_save=obs_save, frozen=frozen, obs_doc=_OBS_DOC if obs else "", check=_check_source(" " * 16, "break"), n_state=n_state,
         args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, "
-             "flush, last, K, yt, buf",
+             "flush, last, K, yt, buf, A",
         doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
             "between grid points is a partial step save_h[j] from grid point save_k[j].",
         views=_stage_views(tab, "K", "    "), save=save, step=step, tol="tol * dt", stop_value="t0 + k * dt")
 
 
 def _adaptive_source(tab, n_state, obs: bool = False) -> str:
-    obs_save = "\n                    OBS(save_t[j], out, p, O[i, j])" if obs else ""
-    obs_frozen = "\n                OBS(save_t[j], y, p, O[i, j])" if obs else ""
+    obs_save = "\n                    OBS(save_t[j], out, p, g, O[i, j])" if obs else ""
+    obs_frozen = "\n                OBS(save_t[j], y, p, g, O[i, j])" if obs else ""
     obs_doc = _OBS_DOC if obs else ""
     s_last = tab.stages - 1
     inv = 1.0 / tab.order
@@ -598,7 +687,7 @@ def _adaptive_source(tab, n_state, obs: bool = False) -> str:
         f"+ theta * {_lit(d[3])})))" for q, d in enumerate(tab.dense) if q in dense_stages)
     dense_terms = " + ".join(f"b{q}t * k{q}[m]" for q in dense_stages)
     first_stage = ("                for m in range(n):\n                    k0[m] = F0[i, m]" if tab.fsal
-                   else "                MODEL(t, y, p, k0)")
+                   else "                MODEL(t, y, p, g, k0)")
     stages = "\n".join(_stages(tab, "t", "y", "h", " " * 16, first=False))
     if tab.fsal:
         new_state = "                for m in range(n):\n                    ynew[m] = yt[m]  # the last stage point"
@@ -607,10 +696,10 @@ def _adaptive_source(tab, n_state, obs: bool = False) -> str:
         new_state = f"                for m in range(n):\n                    ynew[m] = y[m] + h * ({_combo(tab.b, '', 'k')})"
         f_new = None
     fsal_update = (f"                    for m in range(n):\n                        F0[i, m] = {f_new}[m]" if f_new
-                   else "                    MODEL(T[i], y, p, F0[i])")
+                   else "                    MODEL(T[i], y, p, g, F0[i])")
     return f'''
 @njit(cache=CACHE, fastmath=False)
-def initial_step(t, y, p, f0, rtol, atol, y1, f1):
+def initial_step(t, y, p, g, f0, rtol, atol, y1, f1):
     """Initial step size of Hairer, Nørsett & Wanner (Solving ODEs I, Sec. II.4), for order {tab.order}."""
     d0 = rms_scaled(y, y, atol, rtol)
     d1 = rms_scaled(f0, y, atol, rtol)
@@ -620,7 +709,7 @@ def initial_step(t, y, p, f0, rtol, atol, y1, f1):
         h0 = 0.01 * d0 / d1
     for m in range(y.shape[0]):
         y1[m] = y[m] + h0 * f0[m]
-    MODEL(t + h0, y1, p, f1)
+    MODEL(t + h0, y1, p, g, f1)
     for m in range(y.shape[0]):
         y1[m] = f1[m] - f0[m]
     d2 = rms_scaled(y1, y, atol, rtol) / h0
@@ -634,7 +723,7 @@ def initial_step(t, y, p, f0, rtol, atol, y1, f1):
 @njit(cache=CACHE, fastmath=False)
 def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t_end, rtol, atol, dt_max,
            max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush, Y, O, yt, ynew, w0,
-           w1):
+           w1, A):
     """Adaptive {tab.name}: advance each trajectory until the saves j_start..j_end-1 are written (dense output
     at save_t[j]; steps are clipped only at t_end, so saving never changes the step sequence).
 
@@ -649,12 +738,13 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
             continue
         y = X[i]
         p = P[0] if shared else P[i]
+        g = args_row(A, i)
         j = j_start
         if active[i]:
             Ki = K[i]
 {_stage_views(tab, "Ki", "            ")}
             if fresh[i] == 1:
-                MODEL(T[i], y, p, F0[i])
+                MODEL(T[i], y, p, g, F0[i])
                 bad = first_bad(F0[i], 1.7976931348623157e308)
                 if bad >= 0:  # the vector field itself is non-finite at the start
                     status[i, 0] = 1
@@ -663,7 +753,7 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
                     status[i, 3] = j
                     continue
                 if H[i] <= 0.0:
-                    H[i] = initial_step(T[i], y, p, F0[i], rtol, atol, w0, w1)
+                    H[i] = initial_step(T[i], y, p, g, F0[i], rtol, atol, w0, w1)
                 fresh[i] = 0
             rejected_last = False
             converged = False

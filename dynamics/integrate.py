@@ -13,7 +13,13 @@ Model kernels are numba functions written by the model modules (the engine contr
 
 * ``step(k, x, p, out)``: ``k`` the int64 index of the step (from state k to state k+1), ``x`` float64[n_state]
   (read only), ``p`` float64[n_params] (the trajectory's parameter row), ``out`` float64[n_state] to fill;
-* ``rhs(t, y, p, dy)``: writes dy/dt into ``dy``.
+* ``rhs(t, y, p, dy)``: writes dy/dt into ``dy``;
+* with ``args=(A0, A1, ...)`` (a tuple of numpy arrays: samples, tables, index arrays) the five-argument forms
+  ``step(k, x, p, args, out)`` / ``rhs(t, y, p, args, dy)``, reading ``args[0]``, ``args[1]``, ... inside the
+  kernel (``observe`` and ``step_observe`` take ``args`` after ``p`` the same way). Data never goes into ``p``.
+  ``args_per_trajectory`` (a bool, or one bool per array) marks arrays whose leading axis is the trajectory:
+  trajectory i then sees ``A[i]`` (so a batched run equals the one-at-a-time runs with ``A[i]`` bit for bit),
+  and a single start with per-trajectory data runs one trajectory per row of the data.
 
 ``state0`` is (n_traj, n_state); all trajectories advance inside one compiled loop that also writes the saved states
 into a pre-allocated array, so saving every step costs about as much as saving none. ``params`` is (n_params,) shared
@@ -34,7 +40,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from dynamics import _kernels, _steppers
 from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, block_samples, step_norm_trend, tail_blocks, tail_points
@@ -117,6 +122,27 @@ class Tsit5(_Adaptive):
 _SOLVERS = (Euler, RK4, Dopri5, Tsit5)
 
 
+class _NoBar:
+    """Stands in for a progress bar when progress is off (tqdm is then neither imported nor built)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n):
+        pass
+
+
+def _bar(progress: bool, total, desc: str, unit: str):
+    """A tqdm progress bar when ``progress``, else a no-op stand-in."""
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, leave=False)
+
+
 def _real_array(name: str, value, shapes: str) -> np.ndarray:
     """``value`` as a float64 array; complex or non-numeric input raises ``ValueError`` naming ``name``."""
     if np.iscomplexobj(value):
@@ -172,6 +198,69 @@ def _broadcast_batch(X, params):
     return X, _prepare_params(params, X.shape[0])
 
 
+def _prepare_args(args, args_per_trajectory):
+    """The model's data arrays as a tuple of C-contiguous numpy arrays and the per-trajectory flag of each (the
+    ``args_spec`` of :func:`dynamics._kernels.get_kernel`), or (NO_ARGS, None) without args."""
+    if args is None:
+        if args_per_trajectory is not None:
+            raise TypeError("args_per_trajectory was given without args; pass args=(array, ...) or drop it")
+        return _kernels.NO_ARGS, None
+    if not isinstance(args, tuple) or not args:
+        raise TypeError(f"args must be a non-empty tuple of numpy arrays (args=(A,) for one array); got "
+                        f"{type(args).__name__}")
+    arrays = []
+    for q, a in enumerate(args):
+        if not isinstance(a, np.ndarray) or a.dtype.kind not in "fiub" or a.ndim == 0:
+            what = f"a {a.dtype} array of {a.ndim} dimensions" if isinstance(a, np.ndarray) else type(a).__name__
+            raise TypeError(f"args[{q}] must be a numpy array of at least 1 dimension with a real, integer or bool "
+                            f"dtype; got {what}")
+        if a.dtype.kind == "f":
+            check_finite_array(f"args[{q}]", a)
+        arrays.append(np.ascontiguousarray(a))
+    if args_per_trajectory is None or isinstance(args_per_trajectory, bool | np.bool_):
+        flags = (bool(args_per_trajectory),) * len(arrays)
+    else:
+        flags = tuple(args_per_trajectory)
+        if len(flags) != len(arrays) or not all(isinstance(f, bool | np.bool_) for f in flags):
+            raise ValueError(f"args_per_trajectory must be a bool or one bool per array of args ({len(arrays)}); "
+                             f"got {args_per_trajectory!r}")
+        flags = tuple(bool(f) for f in flags)
+    return tuple(arrays), flags
+
+
+def _batch_args(A, spec, X, P):
+    """Broadcast the batch with the per-trajectory args: their leading axes must all equal n_traj, which a single
+    state and parameter row take from them. Returns (X, P)."""
+    if not spec or not any(spec):
+        return X, P
+    rows = {A[q].shape[0] for q, per in enumerate(spec) if per}
+    n_traj = max(X.shape[0], P.shape[0])
+    if len(rows) == 1 and X.shape[0] == 1 and P.shape[0] == 1:
+        n_traj = rows.pop()
+        X = np.ascontiguousarray(np.repeat(X, n_traj, axis=0))
+    for q, per in enumerate(spec):
+        if per and A[q].shape[0] != n_traj:
+            raise ValueError(f"args[{q}] is per trajectory (args_per_trajectory) so its leading axis must be "
+                             f"n_traj={n_traj}; got shape {A[q].shape}")
+    return X, P
+
+
+def _args_row(A, spec, i: int) -> tuple:
+    """The data trajectory ``i`` sees (what the kernels' args_row gives), for Python-side checks."""
+    return tuple(a[i] if per else a for a, per in zip(A, spec))
+
+
+def _check_arity(name: str, fn, args_spec, base: int, form: str):
+    """``fn`` must take ``base`` arguments (no args) or ``base + 1`` (with args); the error shows both forms."""
+    want = base if args_spec is None else base + 1
+    got = fn.py_func.__code__.co_argcount
+    if got != want:
+        given = "args was not given" if args_spec is None else "args was given"
+        raise TypeError(f"{name} {fn.py_func.__qualname__} takes {got} arguments but {given}: it must be "
+                        f"{form.format(a='') if args_spec is None else form.format(a='args, ')}")
+    return fn
+
+
 def _names(names, n_state: int) -> list[str] | str:
     if names is None:
         return [f"y{j}" for j in range(n_state)]
@@ -187,7 +276,7 @@ def _names(names, n_state: int) -> list[str] | str:
 _UNWRITTEN = np.array([0x7FF4DEADBEEF0001], dtype=np.int64).view(np.float64)[0]
 
 
-def _check_observe(observe, observe_names, x, p, when):
+def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
     """Validate ``observe``/``observe_names`` and return (observe, names) or (None, ()).
 
     The observable is called once on the first initial state into a buffer longer than ``observe_names``: it must
@@ -198,7 +287,8 @@ def _check_observe(observe, observe_names, x, p, when):
             raise TypeError("observe_names was given without observe; pass observe=<numba function "
                             "observe(k, x, p, out)> or drop observe_names")
         return None, ()
-    observe = _kernels.check_model("observe", observe, "observe(k, x, p, out)")
+    observe = _check_arity("observe", _kernels.check_model("observe", observe, "observe(k, x, p, out)"), spec, 4,
+                           "observe(k, x, p, {a}out)")
     if observe_names is None or isinstance(observe_names, str):
         raise TypeError(f"observe_names must be a sequence of names, one per value written by observe; got "
                         f"{observe_names!r}")
@@ -207,7 +297,10 @@ def _check_observe(observe, observe_names, x, p, when):
         raise ValueError(f"observe_names must be non-empty and distinct; got {names}")
     extra = 8
     probe = np.full(len(names) + extra, _UNWRITTEN)
-    observe(when, x, p, probe)
+    if spec is None:
+        observe(when, x, p, probe)
+    else:
+        observe(when, x, p, _args_row(A, spec, 0), probe)
     unwritten = probe.view(np.int64) == _UNWRITTEN.view(np.int64)
     if unwritten.any() and (unwritten[:len(names)].any() or not unwritten[len(names):].all()):
         written = int(np.flatnonzero(~unwritten).max()) + 1 if (~unwritten).any() else 0
@@ -385,7 +478,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
             time_scale: float = 1.0, progress: bool = False, attrs: dict | None = None,
             bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True,
             convergence_tol: float | None = None, warn_unconverged: bool = False, observe=None,
-            observe_names=None, step_observe=None, trend: bool = True) -> Trajectory:
+            observe_names=None, step_observe=None, trend: bool = True, args: tuple | None = None,
+            args_per_trajectory=None) -> Trajectory:
     """Iterate a discrete map ``x_{k+1} = step(k, x_k; p)`` for ``n_steps`` steps on a batch of trajectories.
 
     Parameters
@@ -413,6 +507,10 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
         of the same state in one call (sharing their work, e.g. exponentials both need), whose results must equal
         the two separate calls bit for bit. The compiled loop then gets the observables of every save that a step
         follows from that step, and calls ``observe`` alone only at the last save and on frozen states.
+    args : tuple of numpy arrays, optional
+        Data for the five-argument form ``step(k, x, p, args, out)`` (see the module docstring).
+    args_per_trajectory : bool or sequence of bool, optional
+        Which arrays of ``args`` have the trajectory as leading axis (default: none, all shared).
     stop : ``stop(step, X, P) -> bool (n_traj,)`` checked in Python at every save point; stopped trajectories
         freeze, and once all have stopped the time axis ends there. (The run then returns to Python at each save
         point; prefer ``converged`` for speed.)
@@ -438,24 +536,28 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     ValueError/TypeError for invalid arguments (naming the parameter); DivergenceError naming the trajectory, step
     and variable, with ``partial`` the Trajectory up to the last save point before the failure.
     """
-    step = _kernels.check_model("step", step, "step(k, x, p, out)")
+    A, spec = _prepare_args(args, args_per_trajectory)
+    step = _check_arity("step", _kernels.check_model("step", step, "step(k, x, p, out)"), spec, 4,
+                        "step(k, x, p, {a}out)")
     n_steps = check_int("n_steps", n_steps, min_value=0)
     time_scale = check_positive("time_scale", time_scale)
     bound = _check_bound(bound)
     tol = _check_converged(converged)
     diag_tol = _convergence_tol(convergence_tol, converged)
     saveat = _check_saveat(saveat)
-    X, P = _broadcast_batch(_prepare_state(state0), params)
+    X, P = _batch_args(A, spec, *_broadcast_batch(_prepare_state(state0), params))
     n_traj, n_state = X.shape
     names = _names(names, n_state)
     save_steps = saveat.resolve_steps(n_steps)
-    observe, obs_names = _check_observe(observe, observe_names, X[0], P[0], np.int64(0))
+    observe, obs_names = _check_observe(observe, observe_names, X[0], P[0], np.int64(0), A, spec)
     if step_observe is not None:
-        step_observe = _kernels.check_model("step_observe", step_observe, "step_observe(k, x, p, out, obs)")
+        step_observe = _check_arity("step_observe", _kernels.check_model(
+            "step_observe", step_observe, "step_observe(k, x, p, out, obs)"), spec, 5,
+            "step_observe(k, x, p, {a}out, obs)")
         if observe is None:
             raise TypeError("step_observe needs observe (used at the last save and on frozen states) and "
                             "observe_names")
-    kernel = _kernels.get_kernel("map", step, n_state=n_state, observe=observe, fused=step_observe)
+    kernel = _kernels.get_kernel("map", step, n_state=n_state, observe=observe, fused=step_observe, args_spec=spec)
     Y = np.empty((n_traj, save_steps.size, n_state))
     O = _observable_array(obs_names, n_traj, save_steps.size)
     active = np.ones(n_traj, dtype=np.bool_)
@@ -472,11 +574,11 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     recorded, x_mid = {}, None
     cuts = sorted(tail.union(save_steps.tolist() if stop is not None else ()))
     chunks = _chunks(0, n_steps, progress, cuts)
-    with tqdm(total=n_steps, disable=not progress, desc="iterate", unit="step", leave=False) as bar:
+    with _bar(progress, n_steps, "iterate", "step") as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
             kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at,
-                   bool(flush_subnormals), last, work, work_obs)
+                   bool(flush_subnormals), last, work, work_obs, A)
             _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
             if b in tail and b > a:
                 recorded[b] = last.copy()
@@ -501,7 +603,8 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
 def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None = None, names=None, derived=None,
               stop=None, progress: bool = False, attrs: dict | None = None, bound: float = np.inf,
               converged: float | None = None, flush_subnormals: bool = True, convergence_tol: float | None = None,
-              warn_unconverged: bool = False, observe=None, observe_names=None, trend: bool = True) -> Trajectory:
+              warn_unconverged: bool = False, observe=None, observe_names=None, trend: bool = True,
+              args: tuple | None = None, args_per_trajectory=None) -> Trajectory:
     """Integrate ``dy/dt = rhs(t, y; p)`` over ``t_span = (t0, t1)`` for a batch of initial conditions.
 
     Parameters
@@ -520,6 +623,8 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     ----------------
     names, derived, stop, progress, attrs, bound, converged, flush_subnormals, convergence_tol, warn_unconverged, trend
         As in :func:`iterate` (``stop(t, X, P)`` takes the time).
+    args, args_per_trajectory
+        As in :func:`iterate`, for ``rhs(t, y, p, args, dy)``.
     observe, observe_names
         As in :func:`iterate`, with ``observe(t, y, p, out)`` taking the save time (for fixed-step solvers
         ``t0 + k dt + h`` of the save).
@@ -541,7 +646,8 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     the steps); the ``n_rhs_steps`` variable records the number of attempted steps of each trajectory at each save
     time.
     """
-    rhs = _kernels.check_model("rhs", rhs, "rhs(t, y, p, dy)")
+    A, spec = _prepare_args(args, args_per_trajectory)
+    rhs = _check_arity("rhs", _kernels.check_model("rhs", rhs, "rhs(t, y, p, dy)"), spec, 4, "rhs(t, y, p, {a}dy)")
     solver = Dopri5() if solver is None else solver
     if not isinstance(solver, _SOLVERS):
         raise ValueError(f"solver must be Euler(dt), RK4(dt), Dopri5(...) or Tsit5(...); got {solver!r}")
@@ -554,27 +660,28 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     bound = _check_bound(bound)
     tol = _check_converged(converged)
     saveat = _check_saveat(saveat)
-    X, P = _broadcast_batch(_prepare_state(state0), params)
+    X, P = _batch_args(A, spec, *_broadcast_batch(_prepare_state(state0), params))
     names = _names(names, X.shape[1])
-    observe = _check_observe(observe, observe_names, X[0], P[0], t0)
+    observe = _check_observe(observe, observe_names, X[0], P[0], t0, A, spec)
     dt = getattr(solver, "dt", None)
     save_times = saveat.resolve_times(t0, t1, dt)
     diag = (_convergence_tol(convergence_tol, converged), bool(warn_unconverged), bool(trend))
     opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None, diag,
-            observe)
+            observe, (A, spec))
     if isinstance(solver, _Adaptive):
         return _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, *opts)
     return _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, *opts)
 
 
 def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                     flush, record_stop, diag, observe):
+                     flush, record_stop, diag, observe, data):
     n_traj, n_state = X.shape
+    A, spec = data
     dt = float(solver.dt)
     save_k, save_h = _steppers.fixed_grid_saves(save_times, t0, dt)
     k_last = int(save_k[-1])
     observe, obs_names = observe
-    kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state, observe=observe)
+    kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state, observe=observe, args_spec=spec)
     Y = np.empty((n_traj, save_times.size, n_state))
     O = _observable_array(obs_names, n_traj, save_times.size)
     steps = save_k + (save_h > 0)
@@ -593,11 +700,11 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     tail = set(points.tolist())
     recorded, x_mid = {}, None
     chunks = _chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ())))
-    with tqdm(total=k_last, disable=not progress, desc="integrate", unit="step", leave=False) as bar:
+    with _bar(progress, k_last, "integrate", "step") as bar:
         for a, b in chunks:
             j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
             kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, flush,
-                   last, K, yt, buf)
+                   last, K, yt, buf, A)
             _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial)
             if b in tail and b > a:
                 recorded[b] = last.copy()
@@ -630,11 +737,12 @@ def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
 
 
 def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                        flush, record_stop, diag, observe):
+                        flush, record_stop, diag, observe, data):
     n_traj, n_state = X.shape
+    A, spec = data
     tab = solver.tableau
     observe, obs_names = observe
-    kernel = _kernels.get_kernel("adaptive", rhs, tab, observe=observe)
+    kernel = _kernels.get_kernel("adaptive", rhs, tab, observe=observe, args_spec=spec)
     # probe saves at the tail points of step_norm_trend (served by dense output, so they never change the step
     # sequence; dropped from the result): |f| at the solver's state just past each
     user_times = save_times
@@ -675,12 +783,12 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     else:
         bounds = sorted({0, n_save} | probe_ends)
     samples, sample_t = [], []
-    with tqdm(total=t1 - t0, disable=not progress, desc="integrate", unit="time", leave=False) as bar:
+    with _bar(progress, t1 - t0, "integrate", "time") as bar:
         last = t0
         for ja, jb in zip(bounds[:-1], bounds[1:]):
             kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
                    float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush,
-                   Y, O, work[0], work[1], work[2], work[3])
+                   Y, O, work[0], work[1], work[2], work[3], A)
             _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]), partial_fn=partial)
             if jb in probe_ends:
                 samples.append(np.max(np.abs(F0), axis=1))

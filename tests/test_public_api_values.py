@@ -194,9 +194,11 @@ def test_pack_state_and_map_params_layouts():
     np.testing.assert_array_equal(V2, V) and np.testing.assert_array_equal(c2, c)
     sample = rw.sample_walks(spec, 5, rng=1)
     params = rw.map_params(spec, sample)
-    np.testing.assert_array_equal(params[:6], [3, 4, 5, spec.rho, spec.eps, spec.eta])
-    np.testing.assert_array_equal(params[6:6 + 5 * 4], np.asarray(sample.states, dtype=np.float64).ravel())
-    np.testing.assert_array_equal(params[6 + 20:], sample.weights)
+    np.testing.assert_array_equal(params, [spec.rho, spec.eps, spec.eta])
+    states, weights, dims = rw._kernel_args(spec, sample)
+    np.testing.assert_array_equal(states, np.asarray(sample.states, dtype=np.float64).ravel())
+    np.testing.assert_array_equal(weights, sample.weights)
+    np.testing.assert_array_equal(dims, [3, 4])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -217,15 +219,18 @@ def test_group_sparse_and_nearest_neighbor_pack_params_layouts():
     spec = gs.GroupSparseTask(d=3, D=4, jstar=2, eta=0.25)
     rs = gs.population_sample(spec, 6, rng=0)
     p = gs.pack_params(spec, rs)
-    np.testing.assert_array_equal(p[:5], [0.25, 3, 4, 1, 6])  # [eta, d, D, j*-1, n]
-    np.testing.assert_array_equal(p[5:5 + 24], rs.a.ravel())
-    np.testing.assert_array_equal(p[5 + 24:], rs.gram.ravel())
+    np.testing.assert_array_equal(p, [0.25, 3])  # [eta, d]
+    a, gram, index = gs._kernel_args(spec, rs)
+    np.testing.assert_array_equal(a, rs.a)
+    np.testing.assert_array_equal(gram, rs.gram)
+    np.testing.assert_array_equal(index, [1])  # j* - 1
     nspec = nn.NearestNeighborTask(d=3, N=5, sigma=1.0, eta=0.5)
     prompts = nn.sample_prompts(nspec, 4, rng=0)
     q = nn.pack_params(nspec, prompts)
-    np.testing.assert_array_equal(q[:4], [0.5, 3, 5, 4])  # [eta, d, N, B]
-    np.testing.assert_array_equal(q[4:8], np.argmax(prompts.X @ prompts.xq[:, :, None], axis=1)[:, 0])
-    np.testing.assert_array_equal(q[8:], np.einsum("bnd,bd->bn", prompts.X, prompts.xq).ravel())
+    np.testing.assert_array_equal(q, [0.5, 3])  # [eta, d]
+    istar, c = nn._kernel_args(nspec, prompts)
+    np.testing.assert_array_equal(istar, np.argmax(prompts.X @ prompts.xq[:, :, None], axis=1)[:, 0])
+    np.testing.assert_array_equal(c, np.einsum("bnd,bd->bn", prompts.X, prompts.xq))
 
 
 # ----------------------------------------------------------------------------------------------------------------
