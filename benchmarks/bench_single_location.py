@@ -16,6 +16,7 @@ import numpy as np
 from scipy.special import erf, owens_t
 
 from benchmarks._common import Result, cpu_time
+from benchmarks._dense import dense_save_result
 from closedform import single_location as sl
 from dynamics import SaveAt
 
@@ -200,8 +201,27 @@ def _bench_basins(quick: bool) -> Result:
                        f"extrapolated to {1e6 * cpu / n_sub:.0f} s CPU; named {100 * named:.2f} %")
 
 
+def _bench_dense(quick: bool) -> list[Result]:
+    """Saving every step against the final state only through ``single_location.map`` (risk, excess_risk and
+    distance_to_manifold are computed in the compiled loop at every save): five-scalar and manifold maps, 1000
+    trajectories x 1000 steps, and one trajectory x 1e5 steps (1e4 quick)."""
+    task = sl.SingleLocationTask(d=400, L=10)
+    out = []
+    n_long = 10_000 if quick else 100_000
+    for manifold in (False, True):
+        on = "manifold" if manifold else "sphere"
+        for n_traj, n_steps in ((1000, 200 if quick else 1000), (1, n_long)):
+            state0 = sl.sample_initial_state(task, n_traj, 0, on=on)
+            call = (lambda st, n, man: lambda saveat: sl.map(task, st, alpha=4e-3, n_steps=n, lam=0.1, manifold=man,
+                                                           saveat=saveat, warn_unconverged=False))(state0, n_steps,
+                                                                                                   manifold)
+            what = "manifold" if manifold else "five-scalar"
+            out.append(dense_save_result(f"single_location.map {what}, {n_traj} x {n_steps}", call, n_steps, n_traj))
+    return out
+
+
 def run(quick: bool) -> list[Result]:
     """Benchmarks of docs/models/single_location.md §6.3-§6.4 maps and the Section 5 figure runs (see the module
     docstring)."""
     return [_bench_manifold(quick), _bench_five(quick, 400), _bench_five(quick, 10 ** 6), _bench_section5(quick),
-            _bench_basins(quick)]
+            _bench_basins(quick), *_bench_dense(quick)]

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from closedform._simd import exp_poly, load, stack_buffer, store
+
 
 @njit(cache=True, fastmath=False)
 def loss_one(omega, mu, d, sigma2, cL):
@@ -50,54 +52,107 @@ def loss_batch(Omega, Mu, d, sigma2, cL, out):
         out[n] = loss_one(Omega[n], Mu[n], d, sigma2, cL)
 
 
-@njit(cache=True, fastmath=False)
-def half_grad_one(omega, mu, d, cL, g_omega, g_mu):
-    """Write grad(F/2) (the authors' ``gradients``) into ``g_omega``, ``g_mu``: docs/models/icl_regression.md §4.4, Eq.
-    (4.4) halved.
+# The kernel matrix K_hg = exp(d omega_h omega_g) of the gradient and of F: its upper triangle (each exponential once,
+# K symmetric) is evaluated into a stack buffer in three loops: the arguments, then the exponentials (vectorised by
+# LLVM with exp_poly from H = VEC_HEADS heads on; below that, H(H+1)/2 <= 15 library calls are cheaper than the
+# vector loop), then the row sums. Cost per evaluation: c0 + c2 H^2, with H(H+1)/2 exponentials at SIMD throughput
+# and ~4 H^2 serial flops for the sums. The buffer holds the triangle of at most MAX_HEADS heads.
+MAX_HEADS = 90
+VEC_HEADS = 6
 
-    d(F/2)/d omega_h = -mu_h (1 - u) + d cL mu_h sum_g mu_g omega_g K_hg,
-    d(F/2)/d mu_h    = -omega_h (1 - u) + cL sum_g mu_g K_hg,   u = mu^T omega, K_hg = exp(d omega_h omega_g).
-    Each exponential is computed once (K symmetric).
-    """
-    H = omega.shape[0]
+
+@njit(cache=True, fastmath=False, inline="always")
+def _kernel_row_sums(x, d, out):
+    """Row sums of K_hg = exp(d omega_h omega_g) for the state x = (omega, mu) (H = len(x) // 2): out[h] =
+    sum_g mu_g omega_g K_hg and out[H + h] = sum_g mu_g K_hg (docs/models/icl_regression.md §4.4), each summed over
+    g = 0..H-1 in increasing order. Returns u = mu^T omega."""
+    H = x.shape[0] // 2
+    if H > MAX_HEADS:
+        raise ValueError("icl_regression kernels: more heads than MAX_HEADS")
+    E = stack_buffer(4095)  # MAX_HEADS (MAX_HEADS + 1) / 2 values
+    vec = H >= VEC_HEADS
     u = 0.0
     for h in range(H):
-        u += mu[h] * omega[h]
-        g_omega[h] = 0.0  # holds sum_g mu_g omega_g K_hg until the final pass
-        g_mu[h] = 0.0  # holds sum_g mu_g K_hg until the final pass
+        u += x[H + h] * x[h]
+        out[h] = 0.0  # holds the terms g < h until row h is reached
+        out[H + h] = 0.0
+    n = 0
     for h in range(H):
-        k = np.exp(d * omega[h] * omega[h])
-        g_omega[h] += mu[h] * omega[h] * k
-        g_mu[h] += mu[h] * k
+        a = d * x[h]
+        for g in range(h, H):
+            store(E, n, a * x[g])
+            n += 1
+    if vec:
+        for j in range(n):
+            store(E, j, exp_poly(load(E, j)))
+    else:
+        for j in range(n):
+            store(E, j, np.exp(load(E, j)))
+    i = 0
+    for h in range(H):
+        wh = x[h]
+        mh = x[H + h]
+        kk = load(E, i)
+        i += 1
+        # row h in registers: out[h] holds the terms g < h, then g = h, then g > h are added
+        s_w = out[h] + mh * wh * kk
+        s_m = out[H + h] + mh * kk
         for g in range(h + 1, H):
-            k = np.exp(d * omega[h] * omega[g])
-            g_omega[h] += mu[g] * omega[g] * k
-            g_omega[g] += mu[h] * omega[h] * k
-            g_mu[h] += mu[g] * k
-            g_mu[g] += mu[h] * k
+            wg = x[g]
+            mg = x[H + g]
+            kk = load(E, i)
+            i += 1
+            s_w += mg * wg * kk
+            out[g] += mh * wh * kk
+            s_m += mg * kk
+            out[H + g] += mh * kk
+        out[h] = s_w
+        out[H + h] = s_m
+    return u
+
+
+@njit(cache=True, fastmath=False, inline="always")
+def _half_grad_from_sums(x, d, cL, u, out, h):
+    """(d(F/2)/d omega_h, d(F/2)/d mu_h) from the row sums of _kernel_row_sums in ``out``."""
+    H = x.shape[0] // 2
     one_minus_u = 1.0 - u
-    for h in range(H):
-        g_omega[h] = -mu[h] * one_minus_u + d * cL * mu[h] * g_omega[h]
-        g_mu[h] = -omega[h] * one_minus_u + cL * g_mu[h]
+    return (-x[H + h] * one_minus_u + d * cL * x[H + h] * out[h],
+            -x[h] * one_minus_u + cL * out[H + h])
 
 
 @njit(cache=True, fastmath=False, _nrt=False)
-def grad_batch(Omega, Mu, d, cL, G_omega, G_mu):
-    """grad F (full, no 1/2) for a batch of rows (n, H): docs/models/icl_regression.md §4.4, Eq. (4.4)."""
-    for n in range(Omega.shape[0]):
-        half_grad_one(Omega[n], Mu[n], d, cL, G_omega[n], G_mu[n])
-        for h in range(Omega.shape[1]):
-            G_omega[n, h] *= 2.0
-            G_mu[n, h] *= 2.0
+def half_grad_state(x, d, cL, out):
+    """grad(F/2) at the state x = (omega, mu) into out = (g_omega, g_mu) (the authors' ``gradients``):
+    docs/models/icl_regression.md §4.4, Eq. (4.4) halved,
+
+    d(F/2)/d omega_h = -mu_h (1 - u) + d cL mu_h sum_g mu_g omega_g K_hg,
+    d(F/2)/d mu_h    = -omega_h (1 - u) + cL sum_g mu_g K_hg,   u = mu^T omega, K_hg = exp(d omega_h omega_g),
+
+    the sums from _kernel_row_sums (each exponential once)."""
+    H = x.shape[0] // 2
+    u = _kernel_row_sums(x, d, out)
+    for h in range(H):
+        g_omega, g_mu = _half_grad_from_sums(x, d, cL, u, out, h)
+        out[h] = g_omega
+        out[H + h] = g_mu
+
+
+@njit(cache=True, fastmath=False, _nrt=False)
+def grad_batch(X, d, cL, G):
+    """grad F (full, no 1/2) for a batch of states, rows of X (n, 2H) = (omega, mu) -> G (n, 2H):
+    docs/models/icl_regression.md §4.4, Eq. (4.4)."""
+    for n in range(X.shape[0]):
+        half_grad_state(X[n], d, cL, G[n])
+        for j in range(X.shape[1]):
+            G[n, j] *= 2.0
 
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def flow_rhs(t, y, p, dy):
     """Gradient flow of F/2 for H heads, state (omega, mu): docs/models/icl_regression.md §5.1 (flow of F/2, time
     convention docs/models/icl_regression.md §0.3)."""
-    H = y.shape[0] // 2
-    half_grad_one(y[:H], y[H:], p[0], p[1], dy[:H], dy[H:])
-    for j in range(2 * H):
+    half_grad_state(y, p[0], p[1], dy)
+    for j in range(y.shape[0]):
         dy[j] = -dy[j]
 
 
@@ -106,14 +161,32 @@ def gd_step(k, x, p, out):
     """One GD step on F/2 with learning rate ``p[2]``: docs/models/icl_regression.md §5.1 (the authors' helper
     ``gradient_flow``)."""
     H = x.shape[0] // 2
-    half_grad_one(x[:H], x[H:], p[0], p[1], out[:H], out[H:])
+    d = p[0]
+    cL = p[1]
     lr = p[2]
-    for j in range(2 * H):
-        out[j] = x[j] - lr * out[j]
+    u = _kernel_row_sums(x, d, out)
+    for h in range(H):
+        g_omega, g_mu = _half_grad_from_sums(x, d, cL, u, out, h)
+        out[h] = x[h] - lr * g_omega
+        out[H + h] = x[H + h] - lr * g_mu
 
 
 # Names of the values written by :func:`observables`, in order (the trajectory variables of ``map``/``flow``).
 OBSERVABLE_NAMES = ("F", "mu_dot_omega", "sum_mu")
+
+
+@njit(cache=True, fastmath=False, inline="always")
+def _write_observables(x, p, u, sums, obs):
+    """F, mu^T omega and sum_h mu_h from u and the row sums S_h = sums[H + h] of _kernel_row_sums."""
+    H = x.shape[0] // 2
+    s = 0.0
+    quad = 0.0  # mu^T K mu = sum_h mu_h S_h
+    for h in range(H):
+        s += x[H + h]
+        quad += x[H + h] * sums[H + h]
+    obs[0] = 1.0 + p[p.shape[0] - 1] - 2.0 * u + u * u + p[1] * quad
+    obs[1] = u
+    obs[2] = s
 
 
 @njit(cache=True, fastmath=False)
@@ -122,85 +195,33 @@ def observables(k, x, p, out):
 
     out[0] = F(omega, mu) of docs/models/icl_regression.md §4.1, Eq. (4.1), with d = p[0], cL = p[1] and sigma2 = p[-1],
     written as F = 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h with u = mu^T omega and S_h = sum_g K_hg mu_g the row sums
-    that the gradient (docs/models/icl_regression.md §4.4) also needs; each S_h is summed over g = 0..H-1 in the order
-    in which :func:`half_grad_one` accumulates it, so this equals the F of :func:`gd_step_observables` bit for bit (and
-    :func:`loss_one` to rounding). out[1] = mu^T omega (docs/models/icl_regression.md §4.4); out[2] = sum_h mu_h
-    (docs/models/icl_regression.md §5.2). ``k`` (step or time) is unused. Costs H(H+1)/2 exponentials and one small
-    allocation (the fused step shares its exponentials with the gradient).
+    that the gradient (docs/models/icl_regression.md §4.4) also needs (from the same _kernel_row_sums, so this equals
+    the F of :func:`gd_step_observables` bit for bit, and :func:`loss_one` to rounding). out[1] = mu^T omega
+    (docs/models/icl_regression.md §4.4); out[2] = sum_h mu_h (docs/models/icl_regression.md §5.2). ``k`` (step or
+    time) is unused. Allocates the row sums (the fused step shares them with the gradient).
     """
-    H = x.shape[0] // 2
-    d = p[0]
-    u = 0.0
-    s = 0.0
-    for h in range(H):
-        u += x[H + h] * x[h]
-        s += x[H + h]
-    S = np.zeros(H)  # the row sums S_h, accumulated in half_grad_one's order (g < h first, then g = h, g > h)
-    quad = 0.0  # mu^T K mu
-    for h in range(H):
-        wh = x[h]
-        mh = x[H + h]
-        kk = np.exp(d * wh * wh)
-        S[h] += mh * kk
-        for g in range(h + 1, H):
-            kk = np.exp(d * wh * x[g])
-            S[h] += x[H + g] * kk
-            S[g] += mh * kk
-        quad += mh * S[h]
-    out[0] = 1.0 + p[p.shape[0] - 1] - 2.0 * u + u * u + p[1] * quad
-    out[1] = u
-    out[2] = s
+    sums = np.empty(x.shape[0])
+    u = _kernel_row_sums(x, p[0], sums)
+    _write_observables(x, p, u, sums, out)
 
 
 @njit(cache=True, fastmath=False, _nrt=False)
 def gd_step_observables(k, x, p, out, obs):
     """:func:`gd_step` into ``out`` and :func:`observables` of ``x`` into ``obs`` in one pass, bit for bit equal to
-    the two separate calls (same operations in the same order): the exponentials exp(d omega_h omega_g) and the
-    row sums S_h = sum_g K_hg mu_g of the gradient (docs/models/icl_regression.md §4.4, Eq. (4.4) halved) also give F
-    (docs/models/icl_regression.md §4.1, Eq. (4.1)) as 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h. The engine's
-    ``step_observe``.
+    the two separate calls (same operations in the same order): the row sums S_h = sum_g K_hg mu_g of the gradient
+    (docs/models/icl_regression.md §4.4, Eq. (4.4) halved) also give F (docs/models/icl_regression.md §4.1, Eq. (4.1))
+    as 1 + sigma2 - 2 u + u^2 + cL sum_h mu_h S_h. The engine's ``step_observe``.
     """
     H = x.shape[0] // 2
     d = p[0]
     cL = p[1]
     lr = p[2]
-    sigma2 = p[p.shape[0] - 1]
-    u = 0.0
-    s = 0.0
+    u = _kernel_row_sums(x, d, out)
+    _write_observables(x, p, u, out, obs)
     for h in range(H):
-        u += x[H + h] * x[h]
-        s += x[H + h]
-        out[h] = 0.0  # sum_g mu_g omega_g K_hg, then the step (as in half_grad_one)
-        out[H + h] = 0.0  # sum_g mu_g K_hg, then the step
-    quad = 0.0  # mu^T K mu = sum_h mu_h S_h
-    for h in range(H):
-        wh = x[h]
-        mh = x[H + h]
-        kk = np.exp(d * wh * wh)
-        # rows h of the two sums, in registers: out[h] already holds the terms g < h, and the terms are added in
-        # half_grad_one's order (g < h, then g = h, then g > h), so the sums are the same bit for bit
-        s_w = out[h] + mh * wh * kk
-        s_m = out[H + h] + mh * kk
-        for g in range(h + 1, H):
-            wg = x[g]
-            mg = x[H + g]
-            kk = np.exp(d * wh * wg)
-            s_w += mg * wg * kk
-            out[g] += mh * wh * kk
-            s_m += mg * kk
-            out[H + g] += mh * kk
-        out[h] = s_w
-        out[H + h] = s_m
-        quad += mh * s_m  # S_h is complete here: its terms g < h came in earlier rows
-    one_minus_u = 1.0 - u
-    for h in range(H):
-        g_omega = -x[H + h] * one_minus_u + d * cL * x[H + h] * out[h]
-        g_mu = -x[h] * one_minus_u + cL * out[H + h]
+        g_omega, g_mu = _half_grad_from_sums(x, d, cL, u, out, h)
         out[h] = x[h] - lr * g_omega
         out[H + h] = x[H + h] - lr * g_mu
-    obs[0] = 1.0 + sigma2 - 2.0 * u + u * u + cL * quad
-    obs[1] = u
-    obs[2] = s
 
 
 @njit(cache=True, fastmath=False)

@@ -21,12 +21,13 @@ from numba import njit
 
 from closedform.special import _GL_W, _GL_X, _zeta
 
-# Parameter layout of the map kernels: p = [s, gamma, L, alpha, stride, table...]. The table holds, for each update
+# Parameter layout of the map kernels: p = [s, gamma, L, alpha, stride, eps, table...] (eps for the observables'
+# risk). The table holds, for each update
 #  n, the lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2) of docs/models/single_location.md §3, §5.1, then
 # those of the series form of zeta (below), in the row starting at P_TABLE + stride * n; stride = 0 (one row) for a
 # constant lambda, N_CONST for a schedule (n_steps + 1 rows, the last one being lambda of the final iterate).
 # Precomputing them keeps square roots, arcsines and the quadrature nodes out of the loop.
-P_S, P_GAMMA, P_L, P_ALPHA, P_STRIDE, P_TABLE = 0, 1, 2, 3, 4, 5
+P_S, P_GAMMA, P_L, P_ALPHA, P_STRIDE, P_EPS, P_TABLE = 0, 1, 2, 3, 4, 5, 6
 C_LAM, C_G, C_Q, C_R, C_C, C_ZETA0, C_CC, C_B2 = 0, 1, 2, 3, 4, 5, 6, 7
 # Series form of zeta (see _zeta_series): C_ZH = (4/pi) * half the quadrature interval, C_ZAMAX = the largest
 # a = (t/q)^2 for which the series is used, C_ZMU .. C_ZMU + ZETA_TERMS - 1 its coefficients.
@@ -160,11 +161,17 @@ def _zeta_family_m(q, r, m, ex, erfm, z):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def risk_core(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o):
     """True MSE R(kappa, nu, theta, eta, rho) of docs/models/single_location.md §4.2 ("in full"), eps^2 and (L-1) zeta0
-    included; the
-    lam_constants row starts at cst[o]."""
-    lam, g, q, r = cst[o + C_LAM], cst[o + C_G], cst[o + C_Q], cst[o + C_R]
+    included; the lam_constants row starts at cst[o]."""
+    fam = _zeta_family(cst[o + C_LAM] * s * kappa, cst[o + C_G], cst[o + C_Q], cst[o + C_R])
+    return _risk(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o, fam)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _risk(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o, fam):
+    """The risk of docs/models/single_location.md §4.2 given the zeta family ``fam`` at t = lam s kappa."""
+    g = cst[o + C_G]
     zeta0, C, B2 = cst[o + C_ZETA0], cst[o + C_CC], cst[o + C_B2]
-    z, zt, ztt, _, phi0, phi1, phi2, _ = _zeta_family(lam * s * kappa, g, q, r)
+    z, zt, ztt, _, phi0, phi1, phi2, _ = fam
     gg = gamma * gamma
     return (eps * eps + gg
             - 2.0 * gg * nu * phi0 - 2.0 * g * gamma * s * theta * eta * phi1 - 2.0 * g * g * gg * rho * eta * phi2
@@ -215,10 +222,20 @@ def _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam):
 def manifold_partials_core(kappa, nu, gamma, cst, o):
     """(dR_M/dkappa, dR_M/dnu) of docs/models/single_location.md §5.1 (compact form); the lam_constants row starts at
     cst[o]."""
+    rk, rn, _, _, _ = _manifold_partials_shared(kappa, nu, gamma, cst, o)
+    return rk, rn
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _manifold_partials_shared(kappa, nu, gamma, cst, o):
+    """manifold_partials_core and the values it shares with the risk on M: (dR_M/dkappa, dR_M/dnu, m, exp(-m^2),
+    erf(m)) with m = c kappa (= t/q up to rounding, t = lam s kappa; docs/models/single_location.md §5.1)."""
     c, r = cst[o + C_C], cst[o + C_R]
     ck = c * kappa
     gg2 = 2.0 * gamma * gamma
-    return gg2 * c * _TWO_OVER_SQRTPI * math.exp(-ck * ck) * (math.erf(ck / r) - nu), -gg2 * math.erf(ck)
+    ex = math.exp(-ck * ck)
+    erfm = math.erf(ck)
+    return gg2 * c * _TWO_OVER_SQRTPI * ex * (math.erf(ck / r) - nu), -gg2 * erfm, ck, ex, erfm
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -336,3 +353,109 @@ def five_map_array(X, lam, alpha, s, gamma, L, out):
         out[i, 2] = c
         out[i, 3] = d
         out[i, 4] = e
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Observables: the derived variables of ``map``, evaluated by the engine's compiled loop at every save point
+# (``observe``), or together with the step that leaves the saved state (``step_observe``, sharing the zeta family).
+# Both use the series form of zeta (as the map does), so the saved risk equals risk_core (16-node quadrature) to a
+# few ulp of the terms it sums; the fused and the separate forms are equal bit for bit.
+
+OBSERVABLE_NAMES = ("risk", "excess_risk", "distance_to_manifold")
+MANIFOLD_OBSERVABLE_NAMES = ("risk", "excess_risk")
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _write_five_observables(x, s, gamma, L, eps, cst, o, fam, obs):
+    r = _risk(x[0], x[1], x[2], x[3], x[4], s, gamma, L, eps, cst, o, fam)
+    obs[0] = r
+    obs[1] = r - eps * eps
+    obs[2] = math.sqrt(x[2] * x[2] + x[3] * x[3] + x[4] * x[4])
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _manifold_risk(t, nu, gamma, L, eps, cst, o, m, ex, erfm):
+    """The risk on M (theta = eta = rho = 0) of docs/models/single_location.md §4.2 given m = t/q, exp(-m^2), erf(m):
+    the terms of _risk that do not vanish there, in its order (so equal to _risk at zero off-manifold scalars, bit
+    for bit, for the same zeta and phi0)."""
+    gg = gamma * gamma
+    z = _zeta_series(t, m, ex, erfm, cst[o + C_G], cst, o)
+    return eps * eps + gg - 2.0 * gg * nu * erfm + gg * z + (L - 1.0) * cst[o + C_ZETA0]
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def _own_row(lam, s, gamma):
+    """A lam_constants row for lambda = ``lam`` (allocated; only for states whose lambda is not the table's row)."""
+    cst = np.empty(N_CONST)
+    lam_constants(lam, s, gamma, cst)
+    return cst
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def five_observe(n, x, p, out):
+    """Engine observable of the five-scalar map (state (kappa, nu, theta, eta, rho, lam), saved at step n): risk,
+    excess risk and distance to M (docs/models/single_location.md §4.2, §5) into out[0:3].
+
+    The lam_constants row is that of update n, unless the state's lambda differs from it (a state frozen by the
+    ``converged`` stop under a schedule); then the row is computed for the state's own lambda."""
+    stride = int(p[P_STRIDE])
+    o = P_TABLE + stride * n
+    s, gamma, L, eps = p[P_S], p[P_GAMMA], p[P_L], p[P_EPS]
+    if p[o + C_LAM] == x[5]:
+        _write_five_observables(x, s, gamma, L, eps, p, o, _zeta_family_fast(x[5] * s * x[0], p, o), out)
+    else:
+        cst = _own_row(x[5], s, gamma)
+        _write_five_observables(x, s, gamma, L, eps, cst, 0, _zeta_family_fast(x[5] * s * x[0], cst, 0), out)
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", _nrt=False)
+def five_step_observe(n, x, p, out, obs):
+    """five_step into ``out`` and five_observe of ``x`` into ``obs`` in one pass (the risk and the partials share the
+    zeta family at t = lam s kappa); bit for bit the two separate calls. The engine's ``step_observe``."""
+    stride = int(p[P_STRIDE])
+    o = P_TABLE + stride * n
+    s, gamma, L = p[P_S], p[P_GAMMA], p[P_L]
+    fam = _zeta_family_fast(p[o + C_LAM] * s * x[0], p, o)
+    rk, rn, rt, re, rr = _partials(x[0], x[1], x[2], x[3], x[4], s, gamma, L, p, o, fam)
+    a, b, c, d, e = five_update(x[0], x[1], x[2], x[3], x[4], rk, rn, rt, re, rr, p[P_ALPHA])
+    _write_five_observables(x, s, gamma, L, p[P_EPS], p, o, fam, obs)
+    out[0] = a
+    out[1] = b
+    out[2] = c
+    out[3] = d
+    out[4] = e
+    out[5] = p[o + stride + C_LAM]
+
+
+@njit(cache=True, fastmath=False, error_model="numpy")
+def manifold_observe(n, x, p, out):
+    """Engine observable of the map on M (state (kappa, nu, lam), saved at step n): risk and excess risk
+    (docs/models/single_location.md §4.2 at theta = eta = rho = 0) into out[0:2]; rows as in five_observe."""
+    stride = int(p[P_STRIDE])
+    o = P_TABLE + stride * n
+    s, gamma, L, eps = p[P_S], p[P_GAMMA], p[P_L], p[P_EPS]
+    cst = p if p[o + C_LAM] == x[2] else _own_row(x[2], s, gamma)
+    o = o if p[o + C_LAM] == x[2] else 0
+    m = cst[o + C_C] * x[0]
+    r = _manifold_risk(x[2] * s * x[0], x[1], gamma, L, eps, cst, o, m, math.exp(-m * m), math.erf(m))
+    out[0] = r
+    out[1] = r - eps * eps
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", _nrt=False)
+def manifold_step_observe(n, x, p, out, obs):
+    """manifold_step into ``out`` and manifold_observe of ``x`` into ``obs`` in one pass (exp(-m^2) and erf(m) shared);
+    bit for bit the two separate calls. The engine's ``step_observe``."""
+    stride = int(p[P_STRIDE])
+    o = P_TABLE + stride * n
+    alpha = p[P_ALPHA]
+    gamma = p[P_GAMMA]
+    rk, rn, m, ex, erfm = _manifold_partials_shared(x[0], x[1], gamma, p, o)
+    k1, n1 = manifold_update(x[0], x[1], alpha * rk, alpha * rn)
+    eps = p[P_EPS]
+    r = _manifold_risk(x[2] * p[P_S] * x[0], x[1], gamma, p[P_L], eps, p, o, m, ex, erfm)
+    obs[0] = r
+    obs[1] = r - eps * eps
+    out[0] = k1
+    out[1] = n1
+    out[2] = p[o + stride + C_LAM]

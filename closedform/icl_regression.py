@@ -240,10 +240,10 @@ def approx_loss_grad(task: ICLRegressionTask, omega, mu) -> tuple[np.ndarray, np
     omega, mu = _pair(omega, mu)
     _check_exponent(task, omega)
     H = omega.shape[-1]
-    g_omega = np.empty((omega.size // H, H))
-    g_mu = np.empty_like(g_omega)
-    _k.grad_batch(omega.reshape(-1, H), mu.reshape(-1, H), float(task.d), task.cL, g_omega, g_mu)
-    return g_omega.reshape(omega.shape), g_mu.reshape(mu.shape)
+    X = np.concatenate([omega.reshape(-1, H), mu.reshape(-1, H)], axis=1)
+    G = np.empty_like(X)
+    _k.grad_batch(X, float(task.d), task.cL, G)
+    return G[:, :H].reshape(omega.shape), G[:, H:].reshape(mu.shape)
 
 
 def kernel_matrix(task: ICLRegressionTask, omega) -> np.ndarray:

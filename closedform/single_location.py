@@ -1168,12 +1168,12 @@ def _lam_sequence(lam, n_steps):
 
 
 def _map_params(task, alpha, lams, s=None):
-    """Kernel parameter vector [s, gamma, L, alpha, stride, table] (layout in _single_location_kernels)."""
+    """Kernel parameter vector [s, gamma, L, alpha, stride, eps, table] (layout in _single_location_kernels)."""
     s = task.s if s is None else s
     table = np.empty((lams.shape[0], _k.N_CONST))
     _k.lam_table(np.ascontiguousarray(lams), s, task.gamma, table)
     stride = 0 if lams.shape[0] == 1 else _k.N_CONST
-    return np.concatenate([[s, task.gamma, float(task.L), alpha, float(stride)], table.ravel()])
+    return np.concatenate([[s, task.gamma, float(task.L), alpha, float(stride), task.eps], table.ravel()])
 
 
 def _batch_params(task, lam, alpha, d, n_traj, n_steps):
@@ -1230,34 +1230,23 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
     return np.array(rows), np.full(n, lams[0]), lams, n, (lam_desc, alphas, ds)
 
 
-def _derived_fn(task, manifold):
-    gamma, L, eps = task.gamma, float(task.L), task.eps
+def _risk_variables(task, saved):
+    """risk, excess_risk and distance_to_manifold of saved five-scalar rows (n, n_save, 6) with lambda in the last
+    column (docs/models/single_location.md §4.2), by risk_core (16-node quadrature of zeta); for :func:`full_pgd`,
+    whose saves are made in Python (``map`` computes the same variables in its compiled loop)."""
+    shape = saved.shape[:2]
+    flat = [np.ascontiguousarray(saved[..., j]).ravel() for j in range(6)]
+    r = np.empty(flat[0].shape[0])
+    _k.risk_array(*flat, task.s, task.gamma, float(task.L), task.eps, r)
+    r = r.reshape(shape)
+    theta, eta, rho = saved[..., 2], saved[..., 3], saved[..., 4]
+    return {"risk": r, "excess_risk": r - task.eps ** 2,
+            "distance_to_manifold": np.sqrt(theta ** 2 + eta ** 2 + rho ** 2)}
 
-    def derived(Y, P):
-        shape = Y.shape[:2]
-        if manifold:
-            kappa, nu, lam = Y[..., 0], Y[..., 1], Y[..., 2]
-            zero = np.zeros(shape)
-            theta = eta = rho = zero
-        else:
-            kappa, nu, theta, eta, rho, lam = (Y[..., j] for j in range(6))
-        svals = np.broadcast_to(np.asarray(P)[:, _k.P_S][:, None], shape) if P is not None else np.full(shape, task.s)
-        flat = [np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (kappa, nu, theta, eta, rho, lam)]
-        sflat = np.ascontiguousarray(svals).ravel()
-        r = np.empty(flat[0].shape[0])
-        for sv in np.unique(sflat):  # d (through s) may differ between trajectories
-            m = sflat == sv
-            part = np.empty(int(m.sum()))
-            _k.risk_array(*(np.ascontiguousarray(x[m]) for x in flat), float(sv), gamma, L, eps, part)
-            r[m] = part
-        r = r.reshape(shape)
-        out = {"risk": r, "excess_risk": r - eps ** 2,
-               "distance_to_manifold": np.sqrt(theta ** 2 + eta ** 2 + rho ** 2) * np.ones(shape)}
-        if manifold:
-            out.update(theta=np.zeros(shape), eta=np.zeros(shape), rho=np.zeros(shape))
-        return out
 
-    return derived
+def _off_manifold_zeros(Y, P):
+    """theta, eta, rho and distance_to_manifold of a run on M (all zero)."""
+    return {name: np.zeros(Y.shape[:2]) for name in ("distance_to_manifold", "theta", "eta", "rho")}
 
 
 def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
@@ -1345,9 +1334,13 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     constant = lams is None or np.ptp(lams) == 0
     tol = converged if converged is not None else max(CONVERGENCE_TOL, 0.0 if constant else
                                                         2.0 * float(abs(lams[-1] - lams[-2])))
-    traj = dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names,
-                            derived=_derived_fn(task, manifold), progress=progress, attrs=attrs,
-                            converged=converged, convergence_tol=tol)
+    if manifold:
+        observe = dict(observe=_k.manifold_observe, observe_names=_k.MANIFOLD_OBSERVABLE_NAMES,
+                       step_observe=_k.manifold_step_observe, derived=_off_manifold_zeros)
+    else:
+        observe = dict(observe=_k.five_observe, observe_names=_k.OBSERVABLE_NAMES, step_observe=_k.five_step_observe)
+    traj = dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names, progress=progress, attrs=attrs,
+                            converged=converged, convergence_tol=tol, **observe)
     return check_run(traj, warn_unconverged, what="single_location.map", fixed_points=constant, tol=tol)
 
 
@@ -1433,7 +1426,7 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
             bad = int(np.argmax(~np.all(np.isfinite(k), axis=1) | ~np.all(np.isfinite(v), axis=1)))
             raise dynamics.DivergenceError(f"full_pgd: non-finite vector at step {step + 1}, trajectory {bad}",
                                            trajectory=bad, variable="k/v", step=step + 1, time=float(step + 1))
-    derived = _derived_fn(task, manifold=False)(saved, None)
+    derived = _risk_variables(task, saved)
     if save_vectors:
         derived.update(k=vec_k, v=vec_v)
     attrs = {"model": "single_location", "spec": task, "source": "closedform-vectors", "time_unit": TIME_UNIT,
