@@ -22,9 +22,12 @@ Optionally, for the report (:mod:`figures.report`):
 
 * ``gaps(ds) -> list[GapRow]``: theory vs practice at chosen times (:func:`compare_rows` builds them from arrays):
   the raw gap ``mean - theory``, its Student-t confidence interval over seeds (:mod:`dynamics.compare`, calibrated
-  for any number of seeds >= 2), an allowance with its source where the docs derive one, and a status ``holds`` /
-  ``explained`` (a documented deviation, :class:`Explanation`) / ``fails``.
-* ``checks(ds) -> list[CheckResult]``: theorem checks with the measured numbers; same three statuses.
+  for any number of seeds >= 2), an allowance with its source where the docs derive one, and a status of :data:`STATUSES`
+  (``holds`` shown, ``consistent`` undecided, ``fails``; with an :class:`Explanation`: ``explained`` /
+  ``disagrees`` / ``deferred``).
+* ``checks(ds) -> list[CheckResult]``: theorem checks with the measured numbers; same statuses (no
+  ``consistent``). Rows that should agree exactly (same data, same steps) use :func:`per_seed_check`. A check
+  must be able to fail: identities that hold by construction belong in the test suite, not in the report.
 
 ``paper_only="reason"`` at registration marks a figure whose claim truly needs the paper's sizes: below ``--preset
 paper`` its caption and badge say so and its failing rows and checks are ``explained`` by that reason.
@@ -94,6 +97,7 @@ import as ``error`` (with the message), so ``list`` and ``report`` can say so.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -111,9 +115,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
+from scipy.optimize import brentq
+from scipy.special import nctdtr, stdtr
 from tqdm.auto import tqdm
 
-from dynamics.compare import DEFAULT_LEVEL, gap_test
+from dynamics.compare import DEFAULT_LEVEL, gap_test, t_quantile
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
 from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache, experiments
@@ -138,34 +144,57 @@ PAPER_ONLY_NOTE = "decided at --preset paper only"
 # ----------------------------------------------------------------------------------------------------------------
 # Report rows
 # ----------------------------------------------------------------------------------------------------------------
-STATUSES: tuple[str, ...] = ("holds", "explained", "fails")
-"""The three verdicts of a row or check: ``holds``; ``explained`` (a known, documented deviation, with its reason
-and where the evidence is shown; not a failure); ``fails`` (unexplained)."""
+STATUSES: tuple[str, ...] = ("holds", "consistent", "explained", "disagrees", "deferred", "fails")
+"""The verdicts of a row or check, in report order.
+
+* ``holds``: shown. A gap row: the confidence interval of the gap lies inside the allowance band ``[-a, a]``
+  (equivalence shown at the row's level); a check: its own test passed.
+* ``consistent``: not contradicted, not shown (a gap row whose interval straddles an edge of the band; more seeds
+  decide it, :attr:`GapRow.n_seeds_to_decide`).
+* ``explained``: the test fails for an understood reason of the setup (e.g. SGD noise at batch 5), and a run that
+  removes the cause holds (the :class:`Explanation` says where).
+* ``disagrees``: the paper's claim does not reproduce under its protocol; the explanation gives the measured cause.
+  A result of the toolkit, not a defect.
+* ``deferred``: decided only at the paper's sizes; the explanation gives the measured evidence that the larger run
+  moves towards the claim.
+* ``fails``: the test fails and nothing explains it.
+"""
+
+EXPLANATION_KINDS: tuple[str, ...] = ("explained", "disagrees", "deferred")
+"""The statuses an :class:`Explanation` can give to a row or check whose test fails."""
+
+MDD_POWER = 0.8
+"""Power at which a row's minimum detectable deviation (:attr:`GapRow.mdd`) is stated."""
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """Why a row or check deviates from the theory, and where the evidence for that reason is shown.
+    """Why a row or check deviates from the theory, of which kind, and where the evidence for that reason is shown.
 
     Parameters
     ----------
     reason : str
         E.g. ``"SGD noise at batch 5: the theory is noiseless PGD"``.
     evidence : str
-        Where the reader can check the reason, e.g. ``"single_location.fig5, rows 'batch-100 SGD' (hold)"``.
+        Where the reader can check the reason, e.g. ``"single_location.fig5, rows 'batch-100 SGD' (hold)"``: for
+        ``disagrees`` the measured cause, for ``deferred`` the measured trend towards the claim (never a command).
+    kind : {"explained", "disagrees", "deferred"}
+        The status it gives to a failing row or check (see :data:`STATUSES`).
     """
 
     reason: str
     evidence: str
+    kind: str = "explained"
 
     def __post_init__(self):
         for name in ("reason", "evidence"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"Explanation.{name} must be a non-empty string; got {value!r}")
+        check_choice("kind", self.kind, EXPLANATION_KINDS)
 
     def to_dict(self) -> dict[str, str]:
-        return {"reason": self.reason, "evidence": self.evidence}
+        return {"reason": self.reason, "evidence": self.evidence, "kind": self.kind}
 
 
 def _check_explanation(explanation) -> Explanation | None:
@@ -175,9 +204,28 @@ def _check_explanation(explanation) -> Explanation | None:
 
 
 def _status(test_passed: bool, explanation: Explanation | None) -> str:
+    """A check's status: ``holds``, else its explanation's kind, else ``fails``."""
     if test_passed:
         return "holds"
-    return "explained" if explanation is not None else "fails"
+    return explanation.kind if explanation is not None else "fails"
+
+
+@functools.lru_cache(maxsize=256)
+def _detectable_ncp(df: float, level: float, power: float) -> float:
+    """The noncentrality ``delta`` at which a Student t with ``df`` exceeds its two-sided ``level`` critical value
+    with probability ``power`` (the far tail, below ``-q``, is negligible at the levels used and ignored)."""
+    q = float(t_quantile(level, df))
+    return float(brentq(lambda delta: nctdtr(df, delta, q) - (1.0 - power), 0.0, q + 50.0, xtol=1e-12))
+
+
+def _gap_status(ci_low: float, ci_high: float, allowance: float, explanation: Explanation | None) -> str:
+    """A gap row's status from its interval and band: ``holds`` (inside), ``consistent`` (straddles an edge), else
+    (disjoint) the explanation's kind or ``fails``."""
+    if -allowance <= ci_low and ci_high <= allowance:
+        return "holds"
+    if ci_low <= allowance and ci_high >= -allowance:
+        return "consistent"
+    return explanation.kind if explanation is not None else "fails"
 
 
 _DERIVED = ("gap", "df", "ci_low", "ci_high", "status")
@@ -215,8 +263,8 @@ class GapRow:
     level : float
         False-alarm probability of the test.
     status : str
-        ``holds`` (the interval meets ``[-allowance, allowance]``), ``explained`` (it does not, but
-        ``explanation`` documents why) or ``fails``.
+        ``holds`` (the interval lies inside ``[-allowance, allowance]``), ``consistent`` (it straddles an edge),
+        else the explanation's kind (``explained``, ``disagrees``, ``deferred``) or ``fails`` (:data:`STATUSES`).
     explanation : Explanation or None
     d : int or None
         The dimension of the empirical runs, where the theory is a d -> infinity limit (state d).
@@ -276,7 +324,8 @@ class GapRow:
                        allowance=float(allowance), level=level)
         return {"gap": float(res["gap"]), "allowance": float(res["allowance"]), "se": float(res["se"]),
                 "df": float(res["df"]), "ci_low": float(res["ci_low"]), "ci_high": float(res["ci_high"]),
-                "status": _status(bool(res["holds"]), _check_explanation(explanation)),
+                "status": _gap_status(float(res["ci_low"]), float(res["ci_high"]), float(res["allowance"]),
+                                      _check_explanation(explanation)),
                 "allowance_source": allowance_source}
 
     def __post_init__(self):
@@ -293,8 +342,10 @@ class GapRow:
             raise ValueError("allowance_source must say where a non-zero allowance comes from; got an empty string")
         check_choice("status", self.status, STATUSES)
         _check_explanation(self.explanation)
-        if self.status == "explained" and self.explanation is None:
-            raise ValueError("status 'explained' needs an explanation")
+        if self.status != _gap_status(self.ci_low, self.ci_high, self.allowance, self.explanation):
+            raise ValueError(f"status {self.status!r} does not follow from the interval [{self.ci_low}, "
+                             f"{self.ci_high}], the allowance {self.allowance} and the explanation "
+                             f"{self.explanation!r}")
         if self.d is not None:
             object.__setattr__(self, "d", check_int("d", self.d, min_value=1))
 
@@ -312,9 +363,48 @@ class GapRow:
         return cls(**stats, **derived)
 
     @property
+    def test_status(self) -> str:
+        """The statistical test's own verdict, before any explanation: ``holds``, ``consistent`` or ``fails``."""
+        return _gap_status(self.ci_low, self.ci_high, self.allowance, None)
+
+    @property
     def test_holds(self) -> bool:
-        """Whether the statistical test itself holds (before any explanation)."""
-        return self.status == "holds"
+        """Whether the statistical test shows equivalence (before any explanation)."""
+        return self.test_status == "holds"
+
+    @property
+    def mdd(self) -> float:
+        """Minimum detectable deviation: the true ``|gap|`` this row calls ``fails`` with probability
+        :data:`MDD_POWER`, at the measured SE: ``allowance + delta * se``, where ``(gap_hat - allowance) / se_hat``
+        is noncentral Student t with the row's df and noncentrality ``delta`` (:func:`_detectable_ncp`)."""
+        return self.allowance + _detectable_ncp(self.df, self.level, MDD_POWER) * self.se
+
+    @property
+    def p_value(self) -> float:
+        """p-value of the row's ``fails`` test (null hypothesis ``|true gap| <= allowance``): the row fails at level
+        ``level`` exactly when ``p_value < level`` (up to ties). Family-wise rules (Holm) use it."""
+        excess = abs(self.gap) - self.allowance
+        if excess <= 0:
+            return 1.0
+        if self.se == 0:
+            return 0.0
+        return float(min(1.0, 2.0 * stdtr(self.df, -excess / self.se)))
+
+    @property
+    def n_seeds_to_decide(self) -> int | None:
+        """For a ``consistent`` row: seeds (at the measured spread) whose interval would no longer straddle the band
+        edge nearest the measured gap, i.e. decide ``holds`` or ``fails``; None for a decided row or an undecidable
+        one (gap on the edge or no spread)."""
+        margin = abs(abs(self.gap) - self.allowance)
+        if self.test_status != "consistent" or margin == 0 or self.se == 0:
+            return None
+        sd = self.se * math.sqrt(self.n_seeds)
+        n = self.n_seeds
+        while n < 10**7:
+            n = max(n + 1, int(n * 1.05))
+            if float(t_quantile(self.level, n - 1)) * sd / math.sqrt(n) < margin:
+                return n
+        return None
 
     @property
     def gap_se(self) -> float:
@@ -329,8 +419,9 @@ class GapRow:
         return self.status != "fails"
 
     def explained(self, explanation: Explanation) -> GapRow:
-        """This row with ``explanation`` attached (a ``fails`` row becomes ``explained``)."""
-        return replace(self, explanation=explanation, status=_status(self.test_holds, explanation))
+        """This row with ``explanation`` attached (a row whose test fails takes the explanation's kind)."""
+        return replace(self, explanation=explanation,
+                       status=_gap_status(self.ci_low, self.ci_high, self.allowance, explanation))
 
 
 def compare_rows(quantity: str, times, theory, samples, *, allowance: float = 0.0, rel_allowance: float = 0.0,
@@ -389,7 +480,8 @@ def compare_rows(quantity: str, times, theory, samples, *, allowance: float = 0.
     return [GapRow(quantity=quantity, time=times[i], theory=theory[i], mean=mean[i], gap=res["gap"][i],
                    allowance=res["allowance"][i], allowance_source=allowance_source if res["allowance"][i] > 0 else "",
                    se=res["se"][i], n_seeds=n, df=res["df"][i], ci_low=res["ci_low"][i], ci_high=res["ci_high"][i],
-                   level=level, status=_status(bool(res["holds"][i]), explanation), explanation=explanation, d=d)
+                   level=level, status=_gap_status(res["ci_low"][i], res["ci_high"][i], res["allowance"][i],
+                                                   explanation), explanation=explanation, d=d)
             for i in range(times.size)]
 
 
@@ -404,6 +496,36 @@ def gap_rows(quantity: str, times, theory, samples, *, tol_se: float | None = No
                   DeprecationWarning, stacklevel=2)
     return compare_rows(quantity, times, theory, samples, allowance=atol,
                         allowance_source=justification if atol > 0 else "", d=d)
+
+
+def per_seed_check(name: str, reference, samples, *, tol: float, tolerance: str,
+                   explanation: Explanation | None = None) -> CheckResult:
+    """Two computations that should agree exactly (same data, same steps), compared seed by seed: passes only if
+    every seed's ``|sample - reference| <= tol`` (``tol``: round-off, with its source in ``tolerance``).
+
+    Parameters
+    ----------
+    name : str
+    reference, samples : array_like, (n_seeds, ...)
+        Per-seed values of the two computations (same shape).
+    tol : float >= 0
+        Largest deviation attributed to round-off.
+    tolerance : str
+        Where ``tol`` comes from.
+    explanation : Explanation, optional
+        A measured cause for seeds beyond round-off.
+    """
+    reference = np.asarray(reference, dtype=np.float64)
+    samples = np.asarray(samples, dtype=np.float64)
+    if reference.shape != samples.shape or reference.ndim < 1:
+        raise ValueError(f"reference and samples must have the same shape (n_seeds, ...); got {reference.shape} "
+                         f"and {samples.shape}")
+    dev = np.abs(samples - reference).reshape(samples.shape[0], -1).max(axis=1)
+    bad = np.flatnonzero(~(dev <= tol))
+    detail = f"; seeds beyond: {bad.tolist()} (max {dev.max():.3g})" if bad.size else ""
+    return CheckResult(name=f"{name} (per seed, {samples.shape[0]} seeds){detail}", passed=not bad.size,
+                       measured=float(dev.max()), expected=0.0, tolerance=tolerance, n_seeds=int(samples.shape[0]),
+                       explanation=explanation)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -451,7 +573,8 @@ class CheckResult:
 
     @property
     def status(self) -> str:
-        """``holds`` if passed, else ``explained`` with an explanation, else ``fails``."""
+        """``holds`` if passed, else the explanation's kind (``explained``, ``disagrees``, ``deferred``), else
+        ``fails``."""
         return _status(self.passed, self.explanation)
 
     def explained(self, explanation: Explanation) -> CheckResult:
@@ -577,8 +700,8 @@ class FigureSpec:
         """The explanation given to the failing rows and checks of a ``paper_only`` figure built below ``paper``."""
         if self.paper_only is None or preset == "paper":
             return None
-        return Explanation(reason=f"{PAPER_ONLY_NOTE}: {self.paper_only}",
-                           evidence=f"python -m figures make {self.name} --preset paper")
+        return Explanation(reason=f"{PAPER_ONLY_NOTE}: {self.paper_only}", kind="deferred",
+                           evidence=f"{self.name}: the measured trend towards the claim, in its caption and rows")
 
     @property
     def full_caption(self) -> str:
@@ -1015,4 +1138,5 @@ validate_module(globals(), per_function={
     "CheckResult": dict(measured=_measured_check, expected=_expected_check),
     "compare_rows": dict(_ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)),
     "gap_rows": dict(_ROWS, atol=Range(ge=0)),
+    "per_seed_check": dict(reference=Range(array=True), samples=Range(array=True), tol=Range(ge=0)),
 })

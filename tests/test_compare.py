@@ -193,11 +193,11 @@ def test_rows_statuses_and_explanations():
     samples = rng.normal(0.0, 0.1, size=(8, 3))
     theory = np.array([0.0, 0.0, 1.0])  # the last time is 10 sigma off
     rows = compare_rows("q", [0, 1, 2], theory, samples)
-    assert [r.status for r in rows] == ["holds", "holds", "fails"]
+    assert [r.status for r in rows] == ["consistent", "consistent", "fails"]  # allowance 0: never shown
     assert all(r.n_seeds == 8 and r.df == 7 and r.level == 1e-3 for r in rows)
     why = Explanation(reason="toy bias", evidence="this test, row 3")
     explained = compare_rows("q", [0, 1, 2], theory, samples, explanation=why)
-    assert [r.status for r in explained] == ["holds", "holds", "explained"]  # a row that holds stays holds
+    assert [r.status for r in explained] == ["consistent", "consistent", "explained"]  # only a failing row changes
     assert explained[2].explanation == why and rows[2].explained(why).status == "explained"
     # Monte Carlo theory in compare_rows: the SEs add in quadrature.
     mc = compare_rows("q", [0], [0.0], samples[:, :1], theory_se=[0.05], theory_n_seeds=4)
@@ -211,7 +211,7 @@ def test_rows_statuses_and_explanations():
         Explanation(reason="", evidence="x")
     with pytest.raises(TypeError, match="explanation must be an Explanation"):
         CheckResult(name="c", passed=False, measured=2, expected=1, tolerance="t", explanation="because")
-    with pytest.raises(ValueError, match="needs an explanation"):
+    with pytest.raises(ValueError, match="does not follow from the interval"):
         GapRow(**{**rows[2].__dict__, "status": "explained"})
 
 

@@ -25,6 +25,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import xarray as xr
+from scipy import stats
 
 from figures import _style, cache, registry
 from figures.__main__ import main
@@ -373,7 +374,9 @@ def check_report_html(path, models):
     assert "http://" not in text and "https://" not in text and "<script" not in text  # self-contained
     for model in models:
         assert f"model-{model}" in parser.ids, model
-    assert parser.order[0] == "table:summary"  # the summary table opens the report
+    # The first screen: the counts per status (what happened), then the per-model summary table.
+    assert parser.order[:2] == ["counts", "table:counts"]
+    assert parser.order.index("table:counts") < parser.order.index("table:summary") < parser.order.index("contents")
     for src in parser.imgs:
         assert src.startswith("data:image/png;base64,")
         image = matplotlib.image.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")
@@ -398,47 +401,60 @@ def test_report_with_figures_gaps_checks_and_a_failure(tmp_path, caplog):
     assert "x(2) = exp(-2)" in text and "n_seeds" in html.unescape(text)
     toy, empty = result.sections
     assert (toy.verdict, empty.verdict) == ("error", "no figures yet")
-    assert toy.count("holds", "gaps") == 3 and toy.count("holds", "checks") == 1
+    # allowance 0: equivalence cannot be shown, the rows of a right theory are "consistent" (undecided)
+    assert toy.count("consistent", "gaps") == 3 and toy.count("holds", "checks") == 1
     assert all(r.d == 7 for r in toy.figures[0].gaps)
     # A second build reads the cache, and the CLI exits 1 because a figure raised (an error, not a verdict).
     assert main(["report", "--preset", "tiny", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "rep"),
                  "--cache-dir", str(tmp_path / "res"), "--jobs", "1"], reg=reg) == 1
 
 
-def test_report_three_statuses_attention_list_toc_summary_and_data(tmp_path):
+def test_report_statuses_first_screen_attention_list_toc_summary_and_data(tmp_path):
     reg = make_registry(with_verdicts=True)
     result = build_report("tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res",
                           registry=reg, jobs=1)
     text, parser = check_report_html(result.path, reg.models)
     figs = {f.spec.name: f for f in result.sections[0].figures}
-    assert {n: f.badge for n, f in figs.items()} == {"toy.decay": "holds", "toy.heat": "descriptive",
-                                                     "toy.biased": "fails", "toy.paper_only": "explained"}
+    assert {n: f.badge for n, f in figs.items()} == {"toy.decay": "consistent", "toy.heat": "descriptive",
+                                                     "toy.biased": "fails", "toy.paper_only": "disagrees"}
     biased = [r.status for r in figs["toy.biased"].gaps]
-    assert biased == ["fails", "fails", "explained", "explained", "holds", "holds"]
-    # paper_only: what fails is explained by the paper-only reason; what holds stays holds; own explanations stay.
+    assert biased == ["fails", "fails", "explained", "explained", "consistent", "consistent", "disagrees",
+                      "disagrees"]
+    # paper_only: what fails is deferred by the paper-only reason; what is undecided stays; own explanations stay.
     paper = figs["toy.paper_only"]
-    assert [r.status for r in paper.gaps] == ["explained"] * 4 + ["holds"] * 2
-    assert ["decided at --preset paper only" in r.explanation.reason for r in paper.gaps[:4]] == [True, True,
-                                                                                                 False, False]
+    assert [r.status for r in paper.gaps] == ["deferred"] * 2 + ["explained"] * 2 + ["consistent"] * 2 + [
+        "disagrees"] * 2
     assert "Decided at --preset paper only: the bias vanishes only at 401 times." in paper.spec.full_caption
-    assert "explained (decided at --preset paper only)" in text
-    # The attention list comes before the contents and names every fails and explained row with a link.
-    assert parser.order.index("attention") < parser.order.index("contents") < parser.order.index("model-toy")
-    attention = text[text.index('id="attention"'):text.index('id="contents"')]
-    n_fails, n_explained = 2, 2 + 4
-    assert attention.count('href="#fig-toy.biased"') == n_fails + 2
-    assert attention.count('href="#fig-toy.paper_only"') == 4
-    assert f"Fails (unexplained): {n_fails}" in attention and f"not failures): {n_explained}" in attention
+    assert "disagrees (decided at --preset paper only)" in text
+    # The first screen: counts per status, the many-rows rule, every disagrees and deferred row with its cause.
+    counts = text[text.index('id="counts"'):text.index('class="summary"')]
+    for status in registry.STATUSES:
+        assert f"b-{status}" in counts
+    assert "Holm" in counts and "expected number of false 'fails'" in html.unescape(counts)
+    assert "Disagreements with the papers (results): 4" in counts and "Deferred to the paper's sizes: 2" in counts
+    assert counts.count("the toy paper&#x27;s Euler map is off by 0.2 (toy)") == 2  # once per figure
+    assert "decided at --preset paper only: the bias vanishes" in counts
+    # Contents come before the attention list, which names every fails/disagrees/deferred/explained row with a
+    # link; each explanation is written out once and referenced by number.
+    assert parser.order.index("contents") < parser.order.index("attention") < parser.order.index("model-toy")
+    attention = text[text.index('id="attention"'):text.index('id="model-toy"')]
+    assert attention.count('href="#fig-toy.biased"') == 2 + 2 + 2
+    assert attention.count('href="#fig-toy.paper_only"') == 2 + 2 + 2
+    assert "Fails (unexplained): 2" in attention and "not failures): 4" in attention
+    assert "Disagrees with the paper (results): 4" in attention and "Deferred to the paper's sizes: 2" in attention
+    assert text.count("the Euler map is not this figure&#x27;s theory (toy)") == 1  # written once, referenced
+    assert text.count('href="#why-1"') == 4 + 4  # 4 explained rows: in the attention list and in the gap tables
     # Contents: one badge per figure, linked.
-    contents = text[text.index('id="contents"'):text.index('id="model-toy"')]
+    contents = text[text.index('id="contents"'):text.index('id="attention"')]
     assert contents.count('class="badge') == 4 and contents.count('href="#fig-') == 4
     # Gap table columns, the allowance source as a note, the test stated once per table.
     decay = text[text.index('id="fig-toy.decay"'):text.index('id="fig-toy.heat"')]
-    for column in ("raw gap", "allowance [source]", "SE", "seeds", "CI of the gap", "status"):
+    for column in ("raw gap", "allowance [source]", "SE", "seeds", "CI of the gap", "MDD", "status", "family-wise"):
         assert column in decay
     assert decay.count("Test: holds iff") == 1
     biased_html = text[text.index('id="fig-toy.biased"'):text.index('id="fig-toy.paper_only"')]
     assert "toy bound 0.05 (test)" in biased_html and biased_html.count("toy bound 0.05 (test)") == 1
+    assert "seeds decide it)" in biased_html  # a consistent row says how many seeds would decide it
     # Size vs the paper, from the registered params.
     assert "n_times 21 of 401; n_seeds 8 of 30" in decay
     # Data next to the HTML, linked; identical to the cached data.
@@ -452,14 +468,23 @@ def test_report_three_statuses_attention_list_toc_summary_and_data(tmp_path):
     n_rows = sum(len(f.gaps) + len(f.checks) for f in figs.values())
     assert len(summary["rows"]) == n_rows
     for row in summary["rows"]:
-        assert {"model", "figure", "name", "status", "gap", "allowance", "se", "n_seeds", "explanation"} <= set(row)
-        assert (row["explanation"] is not None) == (row["status"] == "explained")
-    assert summary["counts"]["rows"] == {"holds": n_rows - 2 - 6, "explained": 6, "fails": 2}
+        assert {"model", "figure", "name", "status", "gap", "allowance", "se", "n_seeds", "explanation", "mdd",
+                "adjusted_status"} <= set(row)
+        assert (row["explanation"] is not None) == (row["status"] in ("explained", "disagrees", "deferred"))
+        if row["kind"] == "gap":  # at a true gap of MDD the row fails with probability 0.8 (scipy's noncentral t)
+            q, ncp = stats.t.ppf(1 - row["level"] / 2, row["df"]), (row["mdd"] - row["allowance"]) / row["se"]
+            assert stats.nct.sf(q, row["df"], ncp) == pytest.approx(0.8, abs=1e-6)
+    assert summary["counts"]["rows"] == {"holds": 1, "consistent": n_rows - 1 - 2 - 4 - 2 - 4,
+                                         "explained": 4, "disagrees": 4, "deferred": 2, "fails": 2}
+    # The 6 rows 40 SE off are rejected family-wise too (p ~ 1e-5 against Holm's smallest threshold 0.05 / 19).
+    assert summary["counts"]["rows_adjusted"] == summary["counts"]["rows"]
+    assert summary["family_wise"]["n_gap_rows"] == n_rows - 1 and summary["family_wise"]["method"] == "holm"
+    assert summary["family_wise"]["expected_false_fails_per_row_rule"] == pytest.approx((n_rows - 1) * 1e-3)
     assert summary["counts"]["gap_rows_below_min_seeds"] == 0 and summary["counts"]["paper_only_figures"] == 1
     assert summary["counts"]["figures_with_layout_problems"] == 0
     # The raw gap is shown even inside the allowance (the old "gap / SE" column showed 0 there).
     inside = [r for r in summary["rows"] if r["name"] == "x with allowance"]
-    assert inside and all(r["status"] == "holds" and r["gap"] != 0 and r["allowance"] == 0.05 for r in inside)
+    assert inside and all(r["status"] == "consistent" and r["gap"] != 0 and r["allowance"] == 0.05 for r in inside)
     for r in inside:
         assert f"<td class=\"num\">{r['gap']:.4g}</td>" in biased_html
     assert not list((tmp_path / "rep").glob("*.tmp")) and not list((tmp_path / "rep").glob(".*.tmp"))
@@ -547,7 +572,8 @@ def test_layout_helpers_colour_bars_and_panels_per_row():
     entry = report._figure_entry(small.get("toy.bad_layout"), "tiny", None, seed=0, device="cpu", cache_dir=None,
                                  recompute=False, progress=False, registry=small)
     assert len(entry.layout) == 2 and not entry.error
-    assert "Layout: heat map without a colour bar" in report._figure_html(entry, "")
+    assert "Layout: heat map without a colour bar" in report._figure_html(entry, "", report.family_wise([]),
+                                                                          report._Why([]))
     with pytest.raises(ValueError, match="max_per_row must be an integer in"):
         _style.panel_grid(4, max_per_row=4)
     with pytest.raises(ValueError, match="label must say"):
@@ -610,8 +636,8 @@ def test_report_of_the_registered_figures(tiny_cache, tmp_path):
     summary = json.loads(result.summary_path.read_text())
     assert len(summary["figures"]) == len(_REAL)
     for row in summary["rows"]:
-        assert row["status"] in ("holds", "explained", "fails") and row["model"] in registry.MODELS
-        assert (row["explanation"] is not None) == (row["status"] == "explained")
+        assert row["status"] in registry.STATUSES and row["model"] in registry.MODELS
+        assert (row["explanation"] is not None) == (row["status"] in ("explained", "disagrees", "deferred"))
 
 
 def test_a_figure_sharing_another_figures_data_builds_it_once(tmp_path):
