@@ -6,6 +6,7 @@ Examples::
     python -m figures make single_location.fig4a scan_snap --preset quick     # a model name = all its figures
     python -m figures report                                                 # report/, quick preset, 2 workers
     python -m figures report --preset paper --device auto --out report-paper --jobs 4
+    python -m figures report --include scan_snap --preset tiny               # one model (any registered one)
 
 Exit status: 0 when the report (or the requested figures) was built, whatever the verdicts (verdicts are data, in
 ``report/summary.json``); 1 if a figure (or a figure module) raised an error; 2 on bad input, with a one-line
@@ -17,6 +18,7 @@ on a terminal), log messages to stderr, the summary to stdout.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import sys
@@ -72,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     p_report.add_argument("--out", default=str(DEFAULT_REPORT_DIR), help="output folder (default report)")
     p_report.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
                           help=f"worker processes building figures in parallel (default {DEFAULT_JOBS})")
+    p_report.add_argument("--include", action="append", metavar="MODEL",
+                          help="only the figures of this model (repeatable; default every registered model)")
     return parser
 
 
@@ -177,8 +181,26 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     return 0
 
 
+def _package_registry() -> registry.Registry:
+    """The package's registry: what the report's workers rebuild when ``--include`` narrows the models."""
+    return registry.REGISTRY
+
+
+def _only(reg: registry.Registry, include: Sequence[str]) -> registry.Registry:
+    """A view of ``reg`` holding the models of ``include`` only (figures and import statuses shared)."""
+    unknown = [m for m in include if m not in reg.models]
+    if unknown:
+        raise UsageError(f"--include must name registered models ({', '.join(reg.models)}); got {unknown}")
+    view = copy.copy(reg)
+    view.models = tuple(m for m in reg.models if m in include)
+    view.factory = reg.factory or (_package_registry if reg is registry.REGISTRY else None)
+    return view
+
+
 def _cmd_report(args, reg: registry.Registry) -> int:
     check_int("--jobs", args.jobs, min_value=1)
+    if args.include:
+        reg = _only(reg, args.include)
     device = _common_checks(args)
     _check_dirs(args)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
