@@ -1,6 +1,7 @@
 """Closed-form mathematics of each attention model: task specs, risks, gradients, reduced maps and flows.
 
-One module per model (``single_location``, ``scan_snap``, ``icl_regression``, ``nearest_neighbor``,
-``group_sparse``, ``random_walk``) plus ``special`` (Gaussian special functions). Import the model module you need,
-e.g. ``from closedform import single_location``. Nothing here imports torch.
+One module per model, plus ``special`` (Gaussian special functions) and ``models``, the model contract and the one
+registry of models (:func:`closedform.models.names` lists them; other packages add theirs through the entry-point
+group ``attndyn.models``). Import the model module you need, e.g. ``from closedform import single_location``.
+Nothing here imports torch.
 """

@@ -10,6 +10,7 @@ Examples::
     python -m figures make single_location.fig4a scan_snap --preset quick     # a model name = all its figures
     python -m figures report                                                 # report/, quick preset, 2 workers
     python -m figures report --preset paper --device auto --out report-paper --jobs 4
+    python -m figures report --include scan_snap --preset tiny               # one model (any registered one)
 
 Exit status: 0 when the report (or the requested figures) was built, whatever the verdicts (verdicts are data, in
 ``report/summary.json``); 1 if a figure (or a figure module) raised an error; 2 on bad input, with a one-line
@@ -22,6 +23,7 @@ on a terminal), log messages to stderr, the summary to stdout.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -97,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     p_report.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
                           help="build on a Dask cluster: 'local' (a LocalCluster of --jobs workers) or a scheduler "
                                "address such as tcp://host:8786 (needs the dask extra; cache and --out shared)")
+    p_report.add_argument("--include", action="append", metavar="MODEL",
+                          help="only the figures of this model (repeatable; default every registered model)")
     return parser
 
 
@@ -267,8 +271,26 @@ def _paper_estimate_first(names: Sequence[str] | None, device: str, reg: registr
     _write(estimate.format_table(estimate.estimate(names, "paper", device=device, registry=reg)))
 
 
+def _package_registry() -> registry.Registry:
+    """The package's registry: what the report's workers rebuild when ``--include`` narrows the models."""
+    return registry.REGISTRY
+
+
+def _only(reg: registry.Registry, include: Sequence[str]) -> registry.Registry:
+    """A view of ``reg`` holding the models of ``include`` only (figures and import statuses shared)."""
+    unknown = [m for m in include if m not in reg.models]
+    if unknown:
+        raise UsageError(f"--include must name registered models ({', '.join(reg.models)}); got {unknown}")
+    view = copy.copy(reg)
+    view.models = tuple(m for m in reg.models if m in include)
+    view.factory = reg.factory or (_package_registry if reg is registry.REGISTRY else None)
+    return view
+
+
 def _cmd_report(args, reg: registry.Registry) -> int:
     check_int("--jobs", args.jobs, min_value=1)
+    if args.include:
+        reg = _only(reg, args.include)
     device = _common_checks(args)
     overrides = _overrides(args, figure_required=True)
     if overrides:

@@ -119,6 +119,7 @@ from scipy.optimize import brentq
 from scipy.special import nctdtr, stdtr
 from tqdm.auto import tqdm
 
+from closedform import models as _models
 from dynamics.compare import DEFAULT_LEVEL, gap_test, t_quantile
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
 from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
@@ -128,9 +129,17 @@ from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, ch
 
 logger = logging.getLogger(__name__)
 
-MODELS: tuple[str, ...] = ("single_location", "scan_snap", "icl_regression", "nearest_neighbor", "group_sparse",
-                           "random_walk")
-"""The models of the toolkit, in report order; figures of model ``m`` live in ``figures/m.py``."""
+MODELS: tuple[str, ...] = _models.names()
+"""The registered models (:mod:`closedform.models`: the built-in ones, then other packages' by name), in report
+order; figures of model ``m`` live in the module its record names (``figures/m.py`` for a built-in model)."""
+
+
+def _figure_module(package: str, model: str) -> str:
+    """The module registering the figures of ``model``: the record's ``figures`` for the package ``figures`` (a
+    registered package's own module), else ``<package>.<model>``."""
+    if package == "figures" and model in _models.names():
+        return _models.get(model).figures or f"{package}.{model}"
+    return f"{package}.{model}"
 
 DEFAULT_OUT_DIR = Path("figures") / "out"
 """Where :func:`make` writes ``<name>.png``/``.pdf`` by default (relative to the working directory; git-ignored)."""
@@ -830,7 +839,7 @@ class Registry:
             if self.package is None:
                 self._status[model] = ModuleStatus(model, "direct")
                 continue
-            module = f"{self.package}.{model}"
+            module = _figure_module(self.package, model)
             try:
                 importlib.import_module(module)
             except ModuleNotFoundError as exc:

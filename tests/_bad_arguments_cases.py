@@ -46,14 +46,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from closedform import models as _model_registry
+
 #: Modules swept, in import order (dynamics -> closedform -> empirical -> figures).
+_BUILTIN = sorted(_model_registry.names(builtin=True))
 MODULES = (
     "dynamics.random", "dynamics.integrate", "dynamics.saveat", "dynamics.trajectory",
     "dynamics.sweep", "dynamics.overlay", "dynamics.compare",
-    "closedform.special", "closedform.group_sparse", "closedform.icl_regression", "closedform.nearest_neighbor",
-    "closedform.random_walk", "closedform.scan_snap", "closedform.single_location",
-    "empirical.models.group_sparse", "empirical.models.icl_regression", "empirical.models.nearest_neighbor",
-    "empirical.models.random_walk", "empirical.models.scan_snap", "empirical.models.single_location",
+    "closedform.special", *(f"closedform.{m}" for m in _BUILTIN), *(f"empirical.models.{m}" for m in _BUILTIN),
     "empirical.models.single_location_transformer", "empirical.train", "empirical.checkpoint", "empirical.seeding",
     "empirical.device", "figures.registry", "figures.report",
 )
@@ -99,8 +99,8 @@ VALID_VALUES = {
         "measure_transition", "relative_gain", "dominant_token", "saturation_dz", "theorem3_dz")},
     # token-selection GD maps: zero steps return the initial state (documented n_steps >= 0; no last step, so the
     # engine's final_step_norm is NaN by definition); bound=inf is the documented default (no bound)
-    **{(f"closedform.{m}.{f}", "n_steps"): {"zero"} for m in ("nearest_neighbor", "group_sparse", "random_walk")
-       for f in ("map", "full_gd")},
+    **{(f"closedform.{m.name}.{f}", "n_steps"): {"zero"} for m in _model_registry.models(builtin=True)
+       if m.docs == "docs/models/token_selection.md" for f in ("map", "full_gd")},
     ("closedform.nearest_neighbor.map", "bound"): {"inf"},
     # the torch nearest_neighbor attention takes the embedded prompts H (any real entries), as the closed form does
     ("empirical.models.nearest_neighbor.attention", "H"): {"zero", "negative"},

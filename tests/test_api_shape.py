@@ -9,41 +9,46 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 
 import numpy as np
 import pytest
 
-MODELS = ("single_location", "scan_snap", "icl_regression", "nearest_neighbor", "group_sparse", "random_walk")
-TASKS = {"single_location": "SingleLocationTask", "scan_snap": "ScanSnapTask", "icl_regression": "ICLRegressionTask",
-         "nearest_neighbor": "NearestNeighborTask", "group_sparse": "GroupSparseTask", "random_walk": "RandomWalkTask"}
-#: The protocols each model's ``config`` dispatches to (the old factory names, now private).
-CONFIGS = {"single_location": ("fig5",), "scan_snap": ("sgd", "adam", "text"), "icl_regression": ("paper",),
-           "nearest_neighbor": ("gd", "sgd"), "group_sparse": ("gd", "sgd"), "random_walk": ("gd", "sgd", "qa_gd")}
+from closedform import models as model_registry
+
+MODELS = model_registry.names(builtin=True)
+
+
+def _configs(model: str) -> tuple[str, ...]:
+    """The protocols each model's ``config`` dispatches to, as the API table of the docs lists them."""
+    return tuple(re.findall(r'`"(\w+)"`', model_registry.get(model).summary["configs"]))
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_closedform_model_has_a_frozen_task_class_a_time_unit_and_the_shared_verbs(model):
     cf = importlib.import_module(f"closedform.{model}")
-    cls = getattr(cf, TASKS[model])
+    record = model_registry.get(model)
+    cls = record.resolve("params")
+    assert cls is getattr(cf, cls.__name__)
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
-    assert isinstance(cf.TIME_UNIT, str) and cf.TIME_UNIT
+    assert isinstance(cf.TIME_UNIT, str) and cf.TIME_UNIT and record.resolve("time_unit") == cf.TIME_UNIT
     assert callable(cf.map) and callable(cf.theorem_predictions)
-    has_flow = model in ("scan_snap", "icl_regression", "random_walk")
-    assert hasattr(cf, "flow") == has_flow
-    has_fixed = model in ("single_location", "icl_regression")  # the papers with a fixed-point analysis
+    assert hasattr(cf, "flow") == (record.flow is not None)
+    has_fixed = record.fixed_points is not None  # the papers with a fixed-point analysis
     assert hasattr(cf, "fixed_points") == has_fixed and hasattr(cf, "classify") == has_fixed
+    assert (record.classify is not None) == has_fixed
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_config_dispatches_to_its_protocols_and_names_the_choices_on_error(model):
     pytest.importorskip("torch")
     em = importlib.import_module(f"empirical.models.{model}")
-    assert tuple(em.CONFIGS) == CONFIGS[model]
-    for name in CONFIGS[model]:
+    assert tuple(em.CONFIGS) == _configs(model)
+    for name in _configs(model):
         assert em.CONFIGS[name].__name__ == f"_{name}_config"
     with pytest.raises(ValueError, match="name must be one of") as err:
         em.config("nope")
-    for name in CONFIGS[model]:
+    for name in _configs(model):
         assert repr(name) in str(err.value)
     with pytest.raises(ValueError, match="name"):
         em.config(3)

@@ -11,14 +11,17 @@ import re
 import pytest
 
 import closedform
+from closedform import models as model_registry
 
 CITATION = re.compile(r"(Eq\.|Eqs\.|Equation|Lemma|Theorem|Thm\.|Prop\.|Proposition|Corollary|Definition|Sec\.|"
                       r"Section|§|Appendix|Table|Fig\.)")
-MODELS = ("single_location", "scan_snap", "icl_regression", "nearest_neighbor", "group_sparse", "random_walk")
+MODELS = model_registry.names(builtin=True)
+_INFRASTRUCTURE = ("models",)  # the model registry: records and plumbing, no mathematics to cite
 
 
 def _public_modules():
-    return [m.name for m in pkgutil.iter_modules(closedform.__path__) if not m.name.startswith("_")]
+    return [m.name for m in pkgutil.iter_modules(closedform.__path__)
+            if not m.name.startswith("_") and m.name not in _INFRASTRUCTURE]
 
 
 def _public_callables(module):
@@ -64,7 +67,7 @@ def test_the_package_points_to_no_file_outside_the_repository():
 
 # -- citations of the model pages: ``docs/models/<page>.md §<N>`` must name a numbered heading of that page ----------
 _ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
-_PAGES = ("single_location", "scan_snap", "icl_regression", "token_selection")
+_PAGES = tuple(dict.fromkeys(__import__("pathlib").Path(m.docs).stem for m in model_registry.models(builtin=True)))
 _SECTION = r"(?:[A-C]\.\d+(?:\.\d+)*|G\.[ABC]|\d+(?:\.\d+)*)"
 _CITATION = re.compile(r"docs/models/(\w+)\.md((?:(?:\s?,\s*|\s?[-/\u2013]\s?|\s+)§" + _SECTION + r")+)")
 _PACKAGES = ("closedform", "dynamics", "empirical", "figures", "benchmarks", "tools")

@@ -3,8 +3,9 @@
 Each module ``empirical/models/<model>.py`` defines a class implementing :class:`empirical.train.TorchModel`
 (``name``, ``init_params``, ``sample``, ``loss``, ``probes`` and the optional hooks documented in
 :mod:`empirical.train`), built from the model's closed-form spec, with the paper's initialisation, data law, loss
-normalisation and probes (weights -> order parameters, named as in the closed form). :func:`load` imports one by
-name, so no registry needs editing when a model is added.
+normalisation and probes (weights -> order parameters, named as in the closed form). The model names are those of
+the one model registry, :mod:`closedform.models` (the built-in models and the models other packages register through
+the ``attndyn.models`` entry points); :func:`load` imports the module of a model's torch ``build``.
 """
 
 from __future__ import annotations
@@ -13,32 +14,28 @@ import importlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
 
+from closedform import models as _registry
+
 __all__ = ["MODEL_NAMES", "load"]
 
-#: The paper models of the toolkit; each may have a module ``empirical.models.<name>``.
-MODEL_NAMES: tuple[str, ...] = (
-    "single_location",
-    "scan_snap",
-    "icl_regression",
-    "nearest_neighbor",
-    "group_sparse",
-    "random_walk",
-)
+#: The registered models (:func:`closedform.models.names`), read when this package is imported.
+MODEL_NAMES: tuple[str, ...] = _registry.names()
 
 
 def load(name: str) -> ModuleType:
-    """Import and return ``empirical.models.<name>`` for a model name of :data:`MODEL_NAMES`.
+    """Import and return the torch module of a registered model (for a built-in one, ``empirical.models.<name>``).
 
     Raises
     ------
     ValueError
-        If ``name`` is not a known model.
+        If ``name`` is not a registered model, or the model has no torch side.
     ModuleNotFoundError
-        If the model's torch module has not been written yet.
+        If the model's torch module does not exist.
     """
-    if name not in MODEL_NAMES:
-        raise ValueError(f"name must be one of {', '.join(map(repr, MODEL_NAMES))}; got {name!r}")
-    return importlib.import_module(f"empirical.models.{name}")
+    module = _registry.get(name).torch_module
+    if module is None:
+        raise ValueError(f"name: model {name!r} has no torch side (its record gives no build)")
+    return importlib.import_module(module)
 
 
 def dispatch_config(presets: Mapping[str, Callable], name, args: tuple, kwargs: dict):
