@@ -5,13 +5,13 @@ registration (``register(params={"tiny": {...}, "quick": {...}, "paper": {...}})
 the sizes of one figure live next to its code and the framework can hash them. They become instances of the figure's
 typed record (:mod:`figures.params`); a preset a figure leaves out falls back to a neighbouring one, with a message.
 
-========  =====================================================================================================
-preset    meaning
-========  =====================================================================================================
-``tiny``  the test size: every figure builds (data + plot) in a few seconds on one CPU core; used by the test suite
-``quick`` CPU, the whole set of figures in minutes (the README's main command: ``python -m figures report``)
-``paper`` the papers' sizes and repeat counts; GPU where training needs it (``--device auto`` picks CUDA if present)
-========  =====================================================================================================
+=========  ==========================================================================================================
+preset     meaning
+=========  ==========================================================================================================
+``tiny``   the test size: every figure builds (data + plot) in a few seconds on one CPU core; used by the test suite
+``quick``  CPU, the whole set of figures in minutes (the README's main command: ``python -m figures report``)
+``paper``  the papers' sizes and repeat counts; GPU where training needs it (``--device auto`` picks CUDA if present)
+=========  ==========================================================================================================
 
 Devices: ``auto`` (CUDA when torch sees one, else CPU; via ``empirical.device``), ``cpu``, ``cuda``.
 :func:`resolve_device` turns the request into ``"cpu"`` or ``"cuda"``; the resolved name is part of the cache key,
