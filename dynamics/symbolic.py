@@ -85,7 +85,7 @@ def numba_function(name: str, impl, derivatives: Sequence):
     def fdiff(self, argindex=1):
         rule = derivatives[argindex - 1]
         if rule is None:
-            raise sympy.ArgumentIndexError(self, argindex)
+            raise ValueError(f"no derivative rule for argument {argindex} of {name}: give one to numba_function")
         return rule(*self.args)
 
     cls = type(name, (sympy.Function,), {"nargs": nargs, "fdiff": fdiff, "_attndyn_impl": impl})
