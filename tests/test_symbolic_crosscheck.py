@@ -126,3 +126,77 @@ def test_single_location_saddle_eigenvalue_from_the_symbolic_jacobian():
     np.testing.assert_allclose(ev, [0.986928, 1.003086], atol=5e-7)  # 6 decimals quoted
     saddle = sl.fixed_points(task, lam, alpha, n_starts=0)[0]
     np.testing.assert_allclose(sorted(saddle.manifold_map_eigenvalues), ev, rtol=0, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# icl_regression: the approximate loss F (docs/models/icl_regression.md §4.1), grad(F/2) and the H-head flow and GD
+# step of F/2 (§4.4, §5.1) against the symbolic model of F/2. The flow vanishes at stationary points, so errors are
+# measured relative to max(|reference|, 1) per point (the terms of the gradient are O(1) or larger on this box):
+# 1e-12 absolute there, relative elsewhere.
+
+from closedform import _icl_regression_kernels as _ik  # noqa: E402
+from closedform import icl_regression as icl  # noqa: E402
+
+
+def _icl_model(H):
+    import sympy as sp
+
+    from dynamics.symbolic import SymbolicModel
+
+    om = sp.symbols(f"omega0:{H}", real=True)
+    mu = sp.symbols(f"mu0:{H}", real=True)
+    d, cL, s2 = sp.symbols("d cL sigma2", real=True)
+    # F written out as a double sum, not as matrices
+    F = 1 + s2 - 2 * sum(m * w for m, w in zip(mu, om)) + sum(
+        mu[h] * mu[g] * (om[h] * om[g] + cL * sp.exp(d * om[h] * om[g])) for h in range(H) for g in range(H))
+    return SymbolicModel.from_risk(F / 2, om + mu, [d, cL, s2], step_size="lr")
+
+
+def _icl_points(H, n, seed):
+    rng = np.random.default_rng(seed)
+    d = rng.integers(1, 12, n).astype(float)
+    L = rng.integers(1, 100, n).astype(float)
+    s2 = rng.uniform(0, 2, n)
+    X = np.column_stack([rng.uniform(-0.6, 0.6, (n, H)), rng.uniform(-3, 3, (n, H))])
+    P = np.column_stack([d, (1 + s2) / L, s2, rng.uniform(1e-3, 0.1, n)])
+    if H == 1:  # the single-head optimum of the paper's example task (a named stationary point)
+        task = icl.ICLRegressionTask(d=5, L=20, sigma2=0.25)
+        opt = icl.single_head_optimum(task)
+        X = np.vstack([X, [opt.omega, opt.mu], [-opt.omega, -opt.mu]])
+        row = [task.d, (1 + task.sigma2) / task.L, task.sigma2, 0.05]
+        P = np.vstack([P, row, row])
+    return X, P
+
+
+def _icl_half_grad(X, P, half_grad):
+    H = X.shape[1] // 2
+    out = np.empty_like(X)
+    for i, (x, p) in enumerate(zip(X, P)):
+        go, gm = np.empty(H), np.empty(H)
+        half_grad(x[:H].copy(), x[H:].copy(), p[0], p[1], go, gm)
+        out[i] = np.concatenate([go, gm])
+    return out
+
+
+# H = 8: ~40 s on a cold cache (sympy derivation of a 16-variable model), hence slow
+@pytest.mark.parametrize("H", [1, 3, pytest.param(8, marks=pytest.mark.slow)])
+def test_icl_regression_loss_gradient_flow_and_gd_match_the_symbolic_model(H):
+    model = _icl_model(H)
+    X, P = _icl_points(H, 1000, seed=H)
+    n = X.shape[0]
+    sym_grad = model.gradient(X, P)
+    floor = np.ones(n)
+    F = np.array([_ik.loss_one(x[:H], x[H:], p[0], p[2], p[1]) for x, p in zip(X, P)])
+    assert_formula_close(F, 2 * model.risk(X, P), rtol=RTOL, floor=floor, what="F")
+    assert_formula_close(_icl_half_grad(X, P, _ik.half_grad_one), sym_grad, rtol=RTOL, floor=floor, what="grad F/2")
+    flow = np.empty_like(X)
+    step = np.empty_like(X)
+    for i, (x, p) in enumerate(zip(X, P)):
+        _ik.flow_rhs(0.0, x, p[:2].copy(), flow[i])
+        _ik.gd_step(0, x, p[[0, 1, 3]].copy(), step[i])
+    assert_formula_close(flow, model.vector_field(X, P), rtol=RTOL, floor=floor, what="H-head flow")
+    assert_formula_close(step, model.map(X, P), rtol=RTOL, floor=floor, what="GD step on F/2")
+    sign = _mutant(_ik.half_grad_one, "g_omega[h] = -mu[h] * one_minus_u", "g_omega[h] = mu[h] * one_minus_u")
+    factor = _mutant(_ik.half_grad_one, "+ d * cL * mu[h] * g_omega[h]", "+ cL * mu[h] * g_omega[h]")
+    for wrong in (sign, factor):
+        assert_formula_rejects(_icl_half_grad(X, P, wrong), sym_grad, rtol=RTOL, floor=floor)
