@@ -54,6 +54,33 @@ def _bench_single_location(quick: bool) -> Result:
                        "kernel evaluates zeta by its series form)")
 
 
+def _bench_icl(quick: bool, H: int = 4) -> Result:
+    """GD on F/2 with H heads (docs/models/icl_regression.md §5.1): hand gd_step vs the step generated from F/2."""
+    from closedform import _icl_regression_kernels as _ik
+    from tests.test_symbolic_crosscheck import _icl_model
+
+    model = _icl_model(H)
+    n_traj, n_steps = (64, 2000) if quick else (256, 20_000)
+    rng = np.random.default_rng(1)
+    X0 = np.column_stack([rng.uniform(-0.3, 0.3, (n_traj, H)), rng.uniform(-1, 1, (n_traj, H))])
+    d, cL, s2, lr = 5.0, 1.25 / 20, 0.25, 0.05
+    hand_p, gen_p = np.array([d, cL, lr]), np.array([d, cL, s2, lr])
+
+    def hand():
+        return iterate(_ik.gd_step, X0, n_steps, params=hand_p, saveat=SaveAt(final=True), trend=False)
+
+    def generated():
+        return iterate(model.step, X0, n_steps, params=gen_p, saveat=SaveAt(final=True), trend=False)
+
+    dev = float(np.max(np.abs(hand().states()[:, -1] - generated().states()[:, -1])))
+    t_hand = cpu_time(hand)
+    t_gen = cpu_time(generated)
+    work = n_traj * n_steps
+    return Result(f"icl_regression GD step on F/2, H={H} (generated/hand)", "traj-steps/s", work / t_gen,
+                  baseline=work / t_hand, baseline_name="hand-written gd_step", target_ratio=1 / 1.3,
+                  note=f"{n_traj} traj x {n_steps} steps; max |generated - hand| after the run {dev:.1e}")
+
+
 _CHILD = textwrap.dedent("""
     import time
     import numpy as np
@@ -84,7 +111,7 @@ def _generation_times() -> tuple[float, float]:
 
 def run(quick: bool) -> list[Result]:
     """Generated/hand-written step ratios and generation times (see the module docstring)."""
-    rows = [_bench_single_location(quick)]
+    rows = [_bench_single_location(quick), _bench_icl(quick)]
     cold, warm = _generation_times()
     rows.append(Result("single_location symbolic model: generate + compile, cold", "builds/s", 1 / cold,
                        note=f"{cold:.2f} s in a fresh process with empty caches (sympy derivation, cse, numba)"))
