@@ -544,6 +544,21 @@ _SYM_PARAMS = ("lam", "s", "gamma", "L", "eps", "alpha")
 
 @functools.lru_cache(maxsize=None)
 def _symbolic_scalar_model():
+    """The model of :func:`_build_scalar_model`, loaded from the kernel folder when built before (no sympy work)."""
+    from dynamics.symbolic import SymbolicModel
+
+    return SymbolicModel.cached(_build_scalar_model)
+
+
+@functools.lru_cache(maxsize=None)
+def _symbolic_vector_model():
+    """The model of :func:`_build_vector_model`, loaded from the kernel folder when built before."""
+    from dynamics.symbolic import SymbolicModel
+
+    return SymbolicModel.cached(_build_vector_model)
+
+
+def _build_scalar_model():
     """Five-scalar model (kappa, nu, theta, eta, rho): risk of docs/models/single_location.md §4.2, the exact PGD map
     of §6.4 and the Riemannian gradient flow, derived symbolically from the risk's gradient; its Jacobians are the
     linearisations of :func:`_describe`.
@@ -576,8 +591,7 @@ def _symbolic_scalar_model():
                          aux={r: sympy.diff(R, v) for r, v in zip(partials, st)}, gradient=partials)
 
 
-@functools.lru_cache(maxsize=None)
-def _symbolic_vector_model():
+def _build_vector_model():
     """PGD and the Riemannian gradient flow of R on (S^5)^2, k and v in R^6 with k* = e1, v* = e2, from the risk as a
     function of the vectors (docs/models/single_location.md §4.1, §6.1) by the symbolic front end's sphere
     projection."""

@@ -147,6 +147,26 @@ def _body(outputs, targets, indent="    ", prefix="_c") -> list[str]:
     return lines
 
 
+def _import(name: str, path: pathlib.Path):
+    """Import the generated module file ``path`` as ``name`` (registered in sys.modules, so that the engine can
+    resolve its functions by module and qualified name)."""
+    module = _MODULES.get(name) or sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    _MODULES[name] = module
+    return module
+
+
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "<unreadable>"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the model
 
@@ -257,11 +277,57 @@ class SymbolicModel:
             self._exprs["risk"] = self._canonical(sympy.sympify(risk), "risk")
         if not self._exprs:
             raise ValueError("give at least one of map, flow or risk")
-        self._module = self._load()
-        self.kernels = {name: getattr(self._module, name) for name in self._module.KERNELS}
+        self._bind(self._load())
+
+    def _bind(self, module):
+        self._module = module
+        self.kernels = {name: getattr(module, name) for name in module.KERNELS}
         self.step = self.kernels.get("step")
         self.rhs = self.kernels.get("rhs")
-        self.path = pathlib.Path(self._module.__file__)
+        self.path = pathlib.Path(module.__file__)
+
+    @classmethod
+    def cached(cls, builder):
+        """The model ``builder()`` returns, found without calling it when a process built it before.
+
+        ``builder`` is a top-level function of no arguments returning a :class:`SymbolicModel`. Its compiled module
+        is looked up by a SHA-256 of the builder's source file, of this generator and of the numba/Python
+        versions; when found (and the sources of its special functions are unchanged since, checked by their
+        hashes), no sympy expression is built or differentiated, so loading costs an import and numba's cache.
+        Otherwise ``builder()`` runs once and its module is stored under that hash. :meth:`expression` calls the
+        builder when first needed.
+        """
+        import inspect
+
+        src = pathlib.Path(inspect.getsourcefile(builder))
+        h = hashlib.sha256()
+        for part in (src.read_bytes(), builder.__module__.encode(), builder.__qualname__.encode(),
+                     _GENERATOR_FILE.read_bytes(), _kernels._digest((), None, "").encode()):
+            h.update(part)
+            h.update(b"\0")
+        name = f"attndyn_symbolic_{builder.__name__.strip('_')}_{h.hexdigest()[:20]}"
+        path = _kernels.kernel_dir() / f"{name}.py"
+        module = _MODULES.get(name)
+        if module is None and path.exists():
+            module = _import(name, path)
+            if not all(_file_digest(f) == d for f, d in module.DEPS.items()):
+                module = None  # a special function's source changed: the content-hashed build below is right
+        if module is not None:
+            model = cls.__new__(cls)
+            model._builder = builder
+            model._bind(module)
+            return model
+        model = builder()
+        if not path.exists():
+            files = set()
+            for f in _registered(model._all_exprs()):
+                _kernels._dependency_files(f._attndyn_impl, files=files)
+            deps = {f: _file_digest(f) for f in sorted(files)}
+            _kernels._write_once(path, model.path.read_text() + f"DEPS = {deps!r}\n")
+        module = _import(name, path)
+        if all(_file_digest(f) == d for f, d in module.DEPS.items()):
+            model._bind(module)
+        return model
 
     # --------------------------------------------------------------------------------------------------------
     # construction
@@ -356,11 +422,11 @@ class SymbolicModel:
 
     @property
     def state_names(self) -> tuple:
-        return tuple(s.name for s in self._state)
+        return tuple(self._module.STATE_NAMES) if hasattr(self, "_module") else tuple(s.name for s in self._state)
 
     @property
     def param_names(self) -> tuple:
-        return tuple(s.name for s in self._params)
+        return tuple(self._module.PARAM_NAMES) if hasattr(self, "_module") else tuple(s.name for s in self._params)
 
     # sympy derivatives (computed when first asked for; a warm process that only runs kernels never needs them)
     def _dsym(self, i, j):
@@ -411,6 +477,8 @@ class SymbolicModel:
         """The sympy expression (scalar or Matrix) of ``name``: one of ``risk``, ``gradient``, ``hessian``,
         ``step`` (the map), ``rhs`` (the flow), ``jacobian_map``, ``jacobian_flow``, in the state and parameters
         (auxiliaries and their derivatives substituted)."""
+        if not hasattr(self, "_exprs"):  # loaded by cached(): build the expressions now
+            return self._builder().expression(name)
         sym = self._derived()
         if name not in sym:
             raise ValueError(f"name must be one of {sorted(sym)}; got {name!r}")
@@ -496,7 +564,8 @@ class SymbolicModel:
             call = {"risk": "OUT[i] = risk(X[i], p)", "step": "step(0, X[i], p, OUT[i])",
                     "rhs": "rhs(0.0, X[i], p, OUT[i])"}.get(name, f"{name}(X[i], p, OUT[i])")
             lines.append(f"        {call}")
-        lines += ["", "", f"KERNELS = {tuple(kernels)!r}", ""]
+        lines += ["", "", f"KERNELS = {tuple(kernels)!r}", f"STATE_NAMES = {self.state_names!r}",
+                  f"PARAM_NAMES = {self.param_names!r}", ""]
         return "\n".join(lines)
 
     def _aux_levels(self, names):
@@ -521,16 +590,12 @@ class SymbolicModel:
     def _load(self):
         key = self._key()
         name = f"attndyn_symbolic_{key[:24]}"
-        module = _MODULES.get(name) or sys.modules.get(name)
+        module = _MODULES.get(name)
         if module is None:
             path = _kernels.kernel_dir() / f"{name}.py"
             if not path.exists():
                 _kernels._write_once(path, self._source())
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        _MODULES[name] = module
+            module = _import(name, path)
         return module
 
     # --------------------------------------------------------------------------------------------------------
@@ -549,12 +614,12 @@ class SymbolicModel:
     def _call(self, name, x, p, shape):
         if name not in self.kernels:
             raise ValueError(f"this model has no {name} (it has {sorted(self.kernels)})")
-        n = len(self._state)
+        n = len(self.state_names)
         X = np.asarray(x, dtype=np.float64)
         if X.ndim == 0 or X.shape[-1] != n:
             raise ValueError(f"x must have shape (..., {n}) (state {self.state_names}); got {X.shape}")
-        n_p = max(len(self._params), 1)
-        P = np.asarray(np.zeros(1) if p is None or len(self._params) == 0 else p, dtype=np.float64)
+        n_p = max(len(self.param_names), 1)
+        P = np.asarray(np.zeros(1) if p is None or len(self.param_names) == 0 else p, dtype=np.float64)
         if P.ndim == 0 or P.shape[-1] != n_p:
             raise ValueError(f"p must have shape (..., {n_p}) (params {self.param_names}); got {P.shape}")
         lead = np.broadcast_shapes(X.shape[:-1], P.shape[:-1])
@@ -571,30 +636,30 @@ class SymbolicModel:
 
     def gradient(self, x, p=None) -> np.ndarray:
         """dR/dx at ``x`` (..., n_state): shape (..., n_state)."""
-        return self._call("gradient", x, p, (len(self._state),))
+        return self._call("gradient", x, p, (len(self.state_names),))
 
     def hessian(self, x, p=None) -> np.ndarray:
         """d2R/dx2 at ``x``: shape (..., n_state, n_state)."""
-        n = len(self._state)
+        n = len(self.state_names)
         return self._call("hessian", x, p, (n, n))
 
     def map(self, x, p=None) -> np.ndarray:
         """One step of the map from ``x`` (the engine's ``step`` at k = 0)."""
-        return self._call("step", x, p, (len(self._state),))
+        return self._call("step", x, p, (len(self.state_names),))
 
     def vector_field(self, x, p=None) -> np.ndarray:
         """The flow's vector field at ``x``."""
-        return self._call("rhs", x, p, (len(self._state),))
+        return self._call("rhs", x, p, (len(self.state_names),))
 
     def jacobian_map(self, x, p=None) -> np.ndarray:
         """Jacobian dF/dx of the map at ``x``: shape (..., n_state, n_state), row i = component i of F. A callable
         ``jac(x, p)`` as fixed-point and stability routines take it."""
-        n = len(self._state)
+        n = len(self.state_names)
         return self._call("jacobian_map", x, p, (n, n))
 
     def jacobian_flow(self, x, p=None) -> np.ndarray:
         """Jacobian df/dx of the vector field at ``x``: shape (..., n_state, n_state)."""
-        n = len(self._state)
+        n = len(self.state_names)
         return self._call("jacobian_flow", x, p, (n, n))
 
     # --------------------------------------------------------------------------------------------------------

@@ -189,3 +189,15 @@ def test_second_process_reuses_the_generated_module(model, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     path, derived = out.stdout.split()
     assert path == str(model.path) and derived == "False"
+
+
+def test_cached_builder_is_not_called_by_a_second_process():
+    """SymbolicModel.cached finds a built model by the hash of its builder's source: no sympy expression at all."""
+    from closedform import single_location as sl
+
+    first = sl._symbolic_scalar_model()
+    code = ("from closedform import single_location as sl\n"
+            "m = sl._symbolic_scalar_model()\n"
+            "print(hasattr(m, '_exprs'), m.path, ','.join(m.state_names))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", str(first.path), "kappa,nu,theta,eta,rho"]
