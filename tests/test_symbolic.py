@@ -6,6 +6,8 @@ closed-form t-derivative of closedform.special's zeta for a registered special f
 
 from __future__ import annotations
 
+import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -19,6 +21,10 @@ import dynamics
 from dynamics import SaveAt
 from dynamics.symbolic import SymbolicModel, numba_function
 from dynamics.testing import assert_formula_close, assert_formula_rejects, assert_jacobian_close
+
+# child processes import the repository's packages whatever the caller's PYTHONPATH
+_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[1]),
+                                                    os.environ.get("PYTHONPATH", "")]))
 
 x, y, z = sp.symbols("x y z", real=True)
 a, b = sp.symbols("a b", real=True)
@@ -186,7 +192,7 @@ def test_second_process_reuses_the_generated_module(model, tmp_path):
         m.gradient([0.1, 0.2, 0.3], [1.0, 0.5, 0.1])
         print(m.path, hasattr(m, "_sym"))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_ENV)
     path, derived = out.stdout.split()
     assert path == str(model.path) and derived == "False"
 
@@ -199,5 +205,5 @@ def test_cached_builder_is_not_called_by_a_second_process():
     code = ("from closedform import single_location as sl\n"
             "m = sl._symbolic_scalar_model()\n"
             "print(hasattr(m, '_exprs'), m.path, ','.join(m.state_names))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_ENV).stdout.split()
     assert out == ["False", str(first.path), "kappa,nu,theta,eta,rho"]
