@@ -224,6 +224,9 @@ class SymbolicModel:
         The auxiliaries that are the partials of ``risk`` along the state variables, in order: the gradient
         kernel then reuses them and the Hessian is their total derivative (instead of differentiating ``risk``
         twice).
+    derivatives : bool, default True
+        Generate the Hessian and the Jacobians. False generates only the risk, its gradient, the map and the flow,
+        which saves the second derivatives (the costly part of generating a large model).
 
     Symbols that match a state or parameter *name* are identified with it (whatever their assumptions). Any other
     free symbol raises ``ValueError``. Use :meth:`from_risk` to derive the map and the flow from a risk.
@@ -239,11 +242,14 @@ class SymbolicModel:
     """
 
     def __init__(self, state, params=(), *, map=None, flow=None, risk=None, aux=None,  # noqa: A002
-                 gradient=None):
+                 gradient=None, derivatives: bool = True):
         self._grad_aux = None if gradient is None else tuple(gradient)
-        self._init(state, params, map=map, flow=flow, risk=risk, aux=aux)
+        self._init(state, params, map=map, flow=flow, risk=risk, aux=aux, derivatives=derivatives)
 
-    def _init(self, state, params, *, map, flow, risk, aux):  # noqa: A002
+    def _init(self, state, params, *, map, flow, risk, aux, derivatives=True):  # noqa: A002
+        if not isinstance(derivatives, bool):
+            raise ValueError(f"derivatives must be True or False; got {derivatives!r}")
+        self._with_derivatives = derivatives
         self._state = _symbols("state", state)
         self._params = _symbols("params", params)
         aux = dict(aux or {})
@@ -333,7 +339,8 @@ class SymbolicModel:
     # construction
 
     @classmethod
-    def from_risk(cls, risk, state, params=(), *, step_size="alpha", spheres=(), order_params=None):
+    def from_risk(cls, risk, state, params=(), *, step_size="alpha", spheres=(), order_params=None,
+                  derivatives: bool = True):
         """The gradient-descent map and gradient flow of ``risk``, projected onto unit spheres where asked.
 
         Parameters
@@ -352,6 +359,8 @@ class SymbolicModel:
             Intermediate variables through which ``risk`` depends on the state (e.g. the overlaps of weight
             vectors): the risk is then differentiated in them and the chain rule applied in the generated code,
             which is much cheaper than differentiating the substituted risk when the state is large.
+        derivatives : bool, default True
+            As for :class:`SymbolicModel`.
 
         Returns
         -------
@@ -406,7 +415,7 @@ class SymbolicModel:
                 flow[i] = -(grad[i] - radial * state[i])
         model = cls.__new__(cls)
         model._grad_aux = gsyms
-        model._init(state, params, map=step, flow=flow, risk=risk, aux=aux)
+        model._init(state, params, map=step, flow=flow, risk=risk, aux=aux, derivatives=derivatives)
         return model
 
     def _canonical(self, expr, where, aux=None):
@@ -451,14 +460,18 @@ class SymbolicModel:
                 if self._grad_aux is not None:  # the gradient is an auxiliary and the Hessian its derivative
                     sym["gradient"] = sympy.Matrix(self._grad_aux)
                     idx = [self._aux_syms.index(g) for g in self._grad_aux]
-                    sym["hessian"] = sympy.Matrix(len(idx), len(self._state), lambda i, j: self._dsym(idx[i], j))
+                    if self._with_derivatives:
+                        sym["hessian"] = sympy.Matrix(len(idx), len(self._state),
+                                                      lambda i, j: self._dsym(idx[i], j))
                 else:
                     sym["gradient"] = self._total([sym["risk"]]).T
-                    sym["hessian"] = self._total(list(sym["gradient"]))
+                    if self._with_derivatives:
+                        sym["hessian"] = self._total(list(sym["gradient"]))
             for key, name in (("map", "step"), ("flow", "rhs")):
                 if key in self._exprs:
                     sym[name] = sympy.Matrix(self._exprs[key])
-                    sym[f"jacobian_{key}"] = self._total(self._exprs[key])
+                    if self._with_derivatives:
+                        sym[f"jacobian_{key}"] = self._total(self._exprs[key])
             self._sym = sym
         return self._sym
 
@@ -491,7 +504,8 @@ class SymbolicModel:
         """SHA-256 of everything the generated source depends on (computed without differentiating anything)."""
         h = hashlib.sha256()
         parts = [self.state_names, self.param_names, tuple(s.name for s in self._aux_syms),
-                 tuple(sympy.srepr(e) for e in self._aux), self._grad_aux is not None]
+                 tuple(sympy.srepr(e) for e in self._aux), self._grad_aux is not None,
+                 self._with_derivatives]
         for key in sorted(self._exprs):
             e = self._exprs[key]
             parts.append((key, sympy.srepr(e) if key == "risk" else tuple(sympy.srepr(v) for v in e)))

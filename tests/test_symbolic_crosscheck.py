@@ -149,7 +149,7 @@ def _icl_model(H):
     # F written out as a double sum, not as matrices
     F = 1 + s2 - 2 * sum(m * w for m, w in zip(mu, om)) + sum(
         mu[h] * mu[g] * (om[h] * om[g] + cL * sp.exp(d * om[h] * om[g])) for h in range(H) for g in range(H))
-    return SymbolicModel.from_risk(F / 2, om + mu, [d, cL, s2], step_size="lr")
+    return SymbolicModel.from_risk(F / 2, om + mu, [d, cL, s2], step_size="lr", derivatives=H < 8)
 
 
 def _icl_points(H, n, seed):
@@ -200,3 +200,68 @@ def test_icl_regression_loss_gradient_flow_and_gd_match_the_symbolic_model(H):
     factor = _mutant(_ik.half_grad_one, "+ d * cL * mu[h] * g_omega[h]", "+ cL * mu[h] * g_omega[h]")
     for wrong in (sign, factor):
         assert_formula_rejects(_icl_half_grad(X, P, wrong), sym_grad, rtol=RTOL, floor=floor)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# scan_snap: the exact reduced vector field (docs/models/scan_snap.md §4.2) is the gradient ascent of the population
+# log-likelihood J(Y, Z) = sum_n pi_n log softmax(Y^T f_n)_tgt(n), f_n = c_n / |c_n|, c_nl = P(l|n) exp(z_psi(n),l);
+# the symbolic model differentiates J (unlumped decoder, one column per output) and is compared with exact_rhs.
+# Entries are O(1); 1e-12 relative to max(|reference|, 1) per state.
+
+from closedform import _scan_snap_kernels as _sk  # noqa: E402
+
+
+def _scan_snap_case(seed):
+    """A small random class structure: Lc = 4 tokens, M = 3 outputs, K = 3 classes on Q = 2 queries; P has a zero."""
+    import sympy as sp
+
+    from dynamics.symbolic import SymbolicModel
+
+    rng = np.random.default_rng(seed)
+    Lc, M, K, Q = 4, 3, 3, 2
+    P = rng.uniform(0.1, 1.0, (K, Lc))
+    P[1, 2] = 0.0
+    P /= P.sum(axis=1, keepdims=True)
+    pi = rng.dirichlet(np.ones(K))
+    psi = np.array([0, 1, 1])
+    tgt = np.array([0, 2, 1])
+    Y = sp.Matrix(Lc, M, lambda i, j: sp.Symbol(f"Y{i}_{j}", real=True))
+    Z = sp.Matrix(Q, Lc, lambda i, j: sp.Symbol(f"Z{i}_{j}", real=True))
+    etaY, etaZ = sp.symbols("eta_Y eta_Z", real=True)
+    J = 0
+    for n in range(K):
+        c = [sp.Float(P[n, l]) * sp.exp(Z[psi[n], l]) for l in range(Lc)]
+        norm = sp.sqrt(sum(ci ** 2 for ci in c))
+        a = [sum(Y[l, j] * c[l] for l in range(Lc)) / norm for j in range(M)]
+        J += sp.Float(pi[n]) * (a[tgt[n]] - sp.log(sum(sp.exp(aj) for aj in a)))
+    state = list(Y) + list(Z)  # row-major, as the kernel's layout
+    flow = [etaY * sp.diff(J, v) for v in list(Y)] + [etaZ * sp.diff(J, v) for v in list(Z)]
+    model = SymbolicModel(state, [etaY, etaZ], flow=flow, derivatives=False)  # the vector field alone
+    logP = np.where(P > 0, np.log(np.where(P > 0, P, 1.0)), 0.0)
+    p = np.concatenate([[Lc, M, K, Q, 0.7, 1.3, 0.0, 0.0, M], P.ravel(), logP.ravel(), pi, psi, tgt, np.ones(M)])
+    return model, p, rng
+
+
+def _scan_ascent(X, p, ascent):
+    out = np.empty_like(X)
+    nY = int(p[0] * p[1])
+    for i, x in enumerate(X):
+        ascent(x, p, out[i])
+        out[i, :nY] *= p[4]
+        out[i, nY:] *= p[5]
+    return out
+
+
+def test_scan_snap_exact_vector_field_matches_the_symbolic_gradient_of_the_likelihood():
+    model, p, rng = _scan_snap_case(0)
+    X = np.vstack([rng.normal(0, 1.5, (1000, 20)), np.zeros((1, 20))])  # random states and the zero start
+    ref = model.vector_field(X, np.array([0.7, 1.3]))
+    floor = np.ones(X.shape[0])
+    hand = np.empty_like(X)
+    for i, x in enumerate(X):
+        _sk.exact_rhs(0.0, x, p, hand[i])
+    assert_formula_close(hand, ref, rtol=RTOL, floor=floor, what="scan_snap exact_rhs")
+    sign = _mutant(_sk.ascent, "a[j] = -a[j] / nrm", "a[j] = a[j] / nrm")
+    factor = _mutant(_sk.ascent, "out[zoff + l] -= pin * fl * fl * fg", "out[zoff + l] -= 2.0 * pin * fl * fl * fg")
+    for wrong in (sign, factor):
+        assert_formula_rejects(_scan_ascent(X, p, wrong), ref, rtol=RTOL, floor=floor)
