@@ -205,5 +205,5 @@ def test_cached_builder_is_not_called_by_a_second_process():
     code = ("from closedform import single_location as sl\n"
             "m = sl._symbolic_scalar_model()\n"
             "print(hasattr(m, '_exprs'), m.path, ','.join(m.state_names))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_ENV).stdout.split()
-    assert out == ["False", str(first.path), "kappa,nu,theta,eta,rho"]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_ENV)
+    assert out.stdout.split() == ["False", str(first.path), "kappa,nu,theta,eta,rho"]
