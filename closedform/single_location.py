@@ -48,6 +48,7 @@ docs/models/single_location.md §9.3 pairing).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -460,10 +461,8 @@ class FixedPoint:
 # plateaus near the oracle corners (docs/models/single_location.md §7.1 caveat) stall at ~1e-11);
 # _FP_SAME: two roots closer than this are one point (distinct critical points are >= 1e-3 apart on the lambda-d grid
 # of the atlas; Levenberg-Marquardt roots agree to 1e-9);
-# _FD_H: central-difference step of the Jacobians (truncation ~h^2 ~ 1e-12, rounding ~1e-16/h ~ 1e-10).
 _FP_RESID = 1e-12
 _FP_SAME = 1e-6
-_FD_H = 1e-6
 
 
 def _unit_rows(P):
@@ -502,28 +501,115 @@ def _tangent_residual(task, lam, X):
                      rt + ka * rr - vgv * th, rn + et * rr - vgv * nu, et * rn + ka * rt + rr - vgv * rh], axis=1)
 
 
-def _scalar_flow(task, lam, X):
-    """Velocity of the five scalars under the Riemannian gradient flow of R: (dkappa, dnu, dtheta, deta, drho)/dt."""
-    r = _tangent_residual(task, lam, X)
-    return -np.stack([r[:, 0], r[:, 4], r[:, 3], r[:, 1], r[:, 2] + r[:, 5]], axis=1)
+def _symbolic_zeta():
+    """zeta(t, g) as a sympy function evaluated by closedform.special's numba kernel, with its derivative rules:
+    d/dt = (2/q) erf(t/(q r)) erf'(t/q) (docs/models/single_location.md §3.2) and d/dg = g d2/dt2 (zeta is a
+    Gaussian expectation over t + gZ, whose variance g^2 enters as in the heat equation)."""
+    import sympy
+
+    import dynamics.symbolic
+    from closedform.special import _zeta
+
+    def zeta_t(t, g):
+        q, r = sympy.sqrt(1 + 2 * g ** 2), sympy.sqrt(1 + 4 * g ** 2)
+        return 2 / q * sympy.erf(t / (q * r)) * 2 / sympy.sqrt(sympy.pi) * sympy.exp(-(t / q) ** 2)
+
+    return dynamics.symbolic.numba_function("zeta", _zeta, (zeta_t, lambda t, g: g * sympy.diff(zeta_t(t, g), t)))
 
 
-def _map_once(task, lam, alpha, X):
-    """One five-scalar PGD update (docs/models/single_location.md §6.4) of every row of X (n, 5) at constant lambda."""
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    out = np.empty_like(X)
-    _k.five_map_array(X, np.broadcast_to(np.asarray(lam, dtype=np.float64), (X.shape[0],)).copy(),
-                      np.broadcast_to(np.asarray(alpha, dtype=np.float64), (X.shape[0],)).copy(),
-                      task.s, task.gamma, float(task.L), out)
-    return out
+def _symbolic_risk(kappa, nu, theta, eta, rho, lam, s, gamma, L, eps, zeta):
+    """The five-scalar risk of docs/models/single_location.md §4.2 as a sympy expression: phi_j and the
+    zeta-derivatives by differentiation (§3.1-§3.2), C = lam phi_1(0, lam), B_2 = lam^2 zeta_tt(0, lam)."""
+    import sympy
+
+    T = sympy.Dummy("T")
+    g = lam * gamma
+    q = sympy.sqrt(1 + 2 * g ** 2)
+    t = lam * s * kappa
+    phi = [sympy.diff(sympy.erf(T / q), T, j).subs(T, t) for j in range(3)]
+    z = [sympy.diff(zeta(T, g), T, j).subs(T, t) for j in range(3)]
+    C = lam * sympy.diff(sympy.erf(T / sympy.sqrt(1 + 2 * lam ** 2)), T).subs(T, 0)
+    B2 = lam ** 2 * sympy.diff(zeta(T, lam), T, 2).subs(T, 0)
+    gg = gamma ** 2
+    return (eps ** 2 + gg - 2 * gg * nu * phi[0] - 2 * g * gamma * s * theta * eta * phi[1]
+            - 2 * g ** 2 * gg * rho * eta * phi[2] + (s ** 2 * theta ** 2 + gg) * z[0]
+            + 2 * g * gamma * s * theta * rho * z[1] + g ** 2 * gg * rho ** 2 * z[2] + (L - 1) * zeta(0, lam)
+            + (L - 1) * B2 * rho ** 2 + (L - 1) * (L - 2) * C ** 2 * rho ** 2
+            + 2 * (L - 1) * C * rho * (s * theta * phi[0] + g * gamma * rho * phi[1]))
 
 
-def _jacobian(fn, x):
-    """Central-difference Jacobian (5, 5) of fn: (n, 5) -> (n, 5) at the point x (5,)."""
-    E = np.eye(5) * _FD_H
-    pts = np.concatenate([x + E, x - E])
-    f = fn(pts)
-    return ((f[:5] - f[5:]) / (2 * _FD_H)).T
+# Parameter row of the symbolic models: (lam, s, gamma, L, eps, alpha).
+_SYM_PARAMS = ("lam", "s", "gamma", "L", "eps", "alpha")
+
+
+@functools.lru_cache(maxsize=None)
+def _symbolic_scalar_model():
+    """The model of :func:`_build_scalar_model`, loaded from the kernel folder when built before (no sympy work)."""
+    from dynamics.symbolic import SymbolicModel
+
+    return SymbolicModel.cached(_build_scalar_model)
+
+
+@functools.lru_cache(maxsize=None)
+def _symbolic_vector_model():
+    """The model of :func:`_build_vector_model`, loaded from the kernel folder when built before."""
+    from dynamics.symbolic import SymbolicModel
+
+    return SymbolicModel.cached(_build_vector_model)
+
+
+def _build_scalar_model():
+    """Five-scalar model (kappa, nu, theta, eta, rho): risk of docs/models/single_location.md §4.2, the exact PGD map
+    of §6.4 and the Riemannian gradient flow, derived symbolically from the risk's gradient; its Jacobians are the
+    linearisations of :func:`_describe`.
+
+    The Euclidean gradients (§4.3) and the new unnormalised vectors are combinations of (k, v, k*, v*), whose
+    products the Gram matrix G gives: a coefficient vector c has squared norm c.Gc and scalars (Gc)_3, (Gc)_4."""
+    import sympy
+
+    st = sympy.symbols("kappa nu theta eta rho", real=True)
+    lam, s, gamma, L, eps, alpha = sympy.symbols(_SYM_PARAMS, real=True)
+    kappa, nu, theta, eta, rho = st
+    R = _symbolic_risk(*st, lam, s, gamma, L, eps, _symbolic_zeta())
+    partials = sympy.symbols("R_kappa R_nu R_theta R_eta R_rho", real=True)  # computed once per call (aux)
+    rk, rn, rt, re, rr = partials
+    G = sympy.Matrix([[1, rho, kappa, eta], [rho, 1, theta, nu], [kappa, theta, 1, 0], [eta, nu, 0, 1]])
+    grad_k = sympy.Matrix([0, rr, rk, re])  # coefficients on (k, v, k*, v*)
+    grad_v = sympy.Matrix([rr, 0, rt, rn])
+    tk = grad_k - (sympy.Matrix([1, 0, 0, 0]).T * G * grad_k)[0] * sympy.Matrix([1, 0, 0, 0])  # tangent parts
+    tv = grad_v - (sympy.Matrix([0, 1, 0, 0]).T * G * grad_v)[0] * sympy.Matrix([0, 1, 0, 0])
+    k1 = sympy.Matrix([1, 0, 0, 0]) - alpha * tk
+    v1 = sympy.Matrix([0, 1, 0, 0]) - alpha * tv
+    Gk, Gv = G * k1, G * v1
+    nk, nv = sympy.sqrt((k1.T * Gk)[0]), sympy.sqrt((v1.T * Gv)[0])
+    step = [Gk[2] / nk, Gv[3] / nv, Gv[2] / nv, Gk[3] / nk, (k1.T * Gv)[0] / (nk * nv)]
+    Gtk, Gtv = G * tk, G * tv
+    flow = [-Gtk[2], -Gtv[3], -Gtv[2], -Gtk[3], -(Gtv[0] + Gtk[1])]
+    from dynamics.symbolic import SymbolicModel
+
+    return SymbolicModel(st, _SYM_PARAMS, map=step, flow=flow, risk=R,
+                         aux={r: sympy.diff(R, v) for r, v in zip(partials, st)}, gradient=partials)
+
+
+def _build_vector_model():
+    """PGD and the Riemannian gradient flow of R on (S^5)^2, k and v in R^6 with k* = e1, v* = e2, from the risk as a
+    function of the vectors (docs/models/single_location.md §4.1, §6.1) by the symbolic front end's sphere
+    projection."""
+    import sympy
+
+    from dynamics.symbolic import SymbolicModel
+
+    k = sympy.symbols(f"k0:{_DV}", real=True)
+    v = sympy.symbols(f"v0:{_DV}", real=True)
+    st = sympy.symbols("kappa nu theta eta rho", real=True)
+    lam, s, gamma, L, eps, _ = sympy.symbols(_SYM_PARAMS, real=True)
+    R = _symbolic_risk(*st, lam, s, gamma, L, eps, _symbolic_zeta())
+    overlaps = dict(zip(st, (k[0], v[1], v[0], k[1], sum(a * b for a, b in zip(k, v)))))
+    return SymbolicModel.from_risk(R, k + v, _SYM_PARAMS, spheres=(k, v), order_params=overlaps)
+
+
+def _symbolic_params(task, lam, alpha):
+    return np.array([lam, task.s, task.gamma, float(task.L), task.eps, 0.0 if alpha is None else alpha])
 
 
 def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int = 2000, rng=0, max_iter: int = 150):
@@ -742,7 +828,8 @@ def _vector_linearisation(task, lam, x, alpha):
     """Eigenvalues of the linearised PGD map (alpha given) or Riemannian gradient flow (alpha None) at a fixed point,
     computed on (S^5)^2 (vectors, not scalars, so that points on the boundary of the Gram set, e.g. k = k*, are
     regular), with the neutral directions of the rotations fixing k* and v* (a symmetry, eigenvalue 1 for the map and
-    0 for the flow) divided out. Central differences with step _FD_H."""
+    0 for the flow) divided out. The Jacobian is the symbolic one of :func:`_symbolic_vector_model` restricted to the
+    tangent spaces."""
     k, v = _frame_vectors(x)
     eye = np.eye(_DV)
 
@@ -755,18 +842,11 @@ def _vector_linearisation(task, lam, x, alpha):
     basis = np.zeros((n_t, 2 * _DV))
     basis[:_DV - 1, :_DV] = Bk.T
     basis[_DV - 1:, _DV:] = Bv.T
-    pts = np.concatenate([np.concatenate([k, v]) + _FD_H * basis, np.concatenate([k, v]) - _FD_H * basis])
-    K = pts[:, :_DV] / np.linalg.norm(pts[:, :_DV], axis=1, keepdims=True)
-    V = pts[:, _DV:] / np.linalg.norm(pts[:, _DV:], axis=1, keepdims=True)
-    gk, gv = _tangent_gradients(task, lam, K, V)
-    if alpha is None:
-        F = np.concatenate([-gk, -gv], axis=1)
-    else:
-        Kn, Vn = K - alpha * gk, V - alpha * gv
-        F = np.concatenate([Kn / np.linalg.norm(Kn, axis=1, keepdims=True),
-                            Vn / np.linalg.norm(Vn, axis=1, keepdims=True)], axis=1)
-    D = (F[:n_t] - F[n_t:]) / (2 * _FD_H)  # row i: derivative along basis vector i, in R^12
-    J = basis @ D.T  # (n_t, n_t): tangent coordinates of the derivative
+    model = _symbolic_vector_model()
+    p = _symbolic_params(task, lam, alpha)
+    xv = np.concatenate([k, v])
+    J_ambient = model.jacobian_flow(xv, p) if alpha is None else model.jacobian_map(xv, p)
+    J = basis @ J_ambient @ basis.T  # (n_t, n_t): tangent coordinates of the derivative
     # neutral directions of the symmetry: (A k, A v) for rotations A of span(e3..e6)
     gens = []
     for i in range(2, _DV):
@@ -789,7 +869,7 @@ def _describe(task, lam, alpha, x):
     if on_m:
         #  the (kappa, nu) block in the coordinates of docs/models/single_location.md §7.2 (scalar Jacobian of the
         # reduced map on M)
-        Jf = _jacobian(lambda X: _scalar_flow(task, lam, X), x)
+        Jf = _symbolic_scalar_model().jacobian_flow(x, _symbolic_params(task, lam, None))
         flow = np.linalg.eigvals(Jf[:2, :2])
         if kind != "saddle":
             #  corners: the kappa-multiplier underflows for large c (docs/models/single_location.md §7.1 caveat); name
@@ -802,7 +882,7 @@ def _describe(task, lam, alpha, x):
             gap = (-math.erfc(c / r) if kc == nc else 1.0 + math.erf(c / r)) * kc
             stab = _stability([np.sign(kc * gap), np.sign(-nc * math.erf(c * kc))])
         if alpha is not None:
-            Jm = _jacobian(lambda X: _map_once(task, lam, alpha, X), x)
+            Jm = _symbolic_scalar_model().jacobian_map(x, _symbolic_params(task, lam, alpha))
             mm = np.linalg.eigvals(Jm[:2, :2])
             manifold_map = tuple(float(z.real) for z in mm[np.argsort(-np.abs(mm))])
     mapped = attracting = None

@@ -244,7 +244,7 @@ def test_gap_test_vectorised_equals_scalar():
 
 
 def test_assert_t_close_helper():
-    from tests._stats import assert_t_close
+    from dynamics.testing import assert_t_close
 
     rng = np.random.default_rng(8)
     samples = rng.normal(1.0, 0.1, size=(8, 50))

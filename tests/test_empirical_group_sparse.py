@@ -26,7 +26,7 @@ from closedform import group_sparse as cf
 from dynamics.saveat import SaveAt
 from empirical.models import group_sparse as gm
 from empirical.train import train
-from tests._stats import assert_mc_close, assert_mc_rejects
+from dynamics.testing import assert_mc_close, assert_mc_rejects
 from tests._training import kill_and_resume, same
 
 CPU = "cpu"

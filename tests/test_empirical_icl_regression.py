@@ -4,7 +4,7 @@ Independent references: a literal nn.Linear transcription of the spec's "torch m
 (L+1)-token sequence with an explicit strict causal mask), the numpy reduced predictor and the numba Monte Carlo /
 exact risks of ``closedform.icl_regression`` (§3.2, §4.1, §7.2, §7.6, §8.1), the spec's published reference values
 (§4.3, §11) and the shared trainer's contracts (resume, batched seeds). Monte Carlo comparisons use the 5-SE rule of
-tests/_stats.py, each with a negative control that must be rejected.
+dynamics.testing, each with a negative control that must be rejected.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from empirical.checkpoint import load_checkpoint
 from empirical.models import _fastexp as fastexp
 from empirical.models import icl_regression as m
 from empirical.train import TrainConfig, train
-from tests._stats import assert_mc_close, assert_mc_rejects
+from dynamics.testing import assert_mc_close, assert_mc_rejects
 
 TASK = cf.ICLRegressionTask(d=5, L=40, sigma2=0.1)  # the paper's main setting (spec §9)
 CPU = "cpu"

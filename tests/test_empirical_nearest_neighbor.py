@@ -4,7 +4,7 @@ Independent references used here:
 * the closed form's numpy embedding, forward pass and loss (closedform.nearest_neighbor.embed/forward/full_loss) at
   fixed weights, to 1e-12;
 * exact values: the loss at xi1 = 0 (Sec. A.5, spec Sec. 4 row 1) and the landscape value L(2, 5) of Appendix R, with
-  5-SE Monte Carlo tolerances and negative controls (wrong normalisations) that must be rejected (tests/_stats.py);
+  5-SE Monte Carlo tolerances and negative controls (wrong normalisations) that must be rejected (dynamics.testing);
 * the closed form's numpy full-matrix GD (closedform.nearest_neighbor.full_gd) and, on a sample where the invariances
   of Sec. A.5 are exact (symmetrized_prompts), the reduced (xi1, xi2) map map, to round-off;
 * the chain rule dL/dW_K = W_Q G^T, dL/dW_Q = W_K G (Sec. A.9) with G from the numpy full gradient;
@@ -25,7 +25,7 @@ from dynamics import SaveAt
 from dynamics.compare import gap_test
 from empirical.models import nearest_neighbor as nnm
 from empirical.train import TrainConfig, train
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se
 from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = "cpu"

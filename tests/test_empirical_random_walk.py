@@ -19,7 +19,7 @@ from closedform import random_walk as cf
 from dynamics import SaveAt
 from empirical.models import random_walk as rwm
 from empirical.train import TrainConfig, train
-from tests._stats import assert_mc_close, assert_mc_rejects
+from dynamics.testing import assert_mc_close, assert_mc_rejects
 from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = "cpu"

@@ -27,7 +27,7 @@ from empirical.models import scan_snap as ssm
 from empirical.seeding import stream_generators
 from empirical.text_corpus import load_corpus, tokenize
 from empirical.train import train
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se
 from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 CPU = torch.device("cpu")
@@ -91,7 +91,7 @@ def test_torch_loss_equals_exact_finite_T_expectation():
     losses = _torch_losses(model, Y, Z, 40_000)
     m, se = mean_and_se(losses)
     exact = _exact_finite_T_loss(classes, Y, Z, T)
-    # atol 1e-12: float64 summation of ~100 enumerated terms; 5 SE rule of tests/_stats.py.
+    # atol 1e-12: float64 summation of ~100 enumerated terms; 5 SE rule of dynamics.testing.
     assert_mc_close(m, se, exact, atol=1e-12, what="torch batch loss vs exact finite-T expectation")
     # Negative controls: the loss without the l2 normalisation LN(X^T b) (Sec. 1.3), and the T = infinity value.
     assert_mc_rejects(m, se, _exact_finite_T_loss(classes, Y, Z, T, normalise=False), what="no l2 normalisation")

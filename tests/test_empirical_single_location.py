@@ -25,7 +25,7 @@ from empirical.device import torch_threads
 from empirical.models import single_location as slm
 from empirical.seeding import BlockRNG, stream_generators, stream_keys
 from empirical.train import train
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se
 from tests._training import assert_seed_equals_single, kill_and_resume, same
 
 # These tests run the maps for finite horizons on purpose (reference trajectories, brute-force comparisons); the
@@ -75,7 +75,7 @@ def test_erf_torch_risk_equals_closed_form_within_5se(point):
     model, k, v = _model_at_state(task, state, rng=11)
     mean, se = _mc_risk(model, k, v, lam, n_per_chunk=n // 4, n_chunks=4)
     exact = sl.risk(task, lam, *state)
-    # 5 SE: two-sided false-alarm rate < 6e-7 (tests/_stats.py); atol 1e-12: float64 rounding of the closed form.
+    # 5 SE: two-sided false-alarm rate < 6e-7 (dynamics.testing); atol 1e-12: float64 rounding of the closed form.
     assert_mc_close(mean, se, exact, n_se=5, atol=1e-12, what=f"torch erf risk at {point}")
     # Negative controls: the authors' coded risk (spec Sec. 9.2, no eps^2 and no (L-1) zeta0) and a missing 1/2-style
     # normalisation error must both be rejected by the same rule.
@@ -99,7 +99,7 @@ def test_counter_stream_draw_gives_the_closed_form_risk_within_5se(point):
         sq = model.squared_errors(params, batch, {"lam": lam}).reshape(-1).numpy()
     mean, se = mean_and_se(sq)
     exact = sl.risk(task, lam, *state)
-    # 5 SE: two-sided false-alarm rate < 6e-7 (tests/_stats.py); atol 1e-12: float64 rounding of the closed form.
+    # 5 SE: two-sided false-alarm rate < 6e-7 (dynamics.testing); atol 1e-12: float64 rounding of the closed form.
     assert_mc_close(mean, se, exact, n_se=5, atol=1e-12, what=f"draw() erf risk at {point}")
     assert_mc_rejects(mean, se, 0.5 * exact, what=f"{point}: draw() risk with a spurious factor 1/2")
 

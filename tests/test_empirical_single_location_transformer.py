@@ -25,7 +25,7 @@ from dynamics.saveat import SaveAt
 from empirical.models import single_location_transformer as slt
 from empirical.seeding import BlockRNG, stream_keys
 from empirical.train import Schedule, TrainConfig, train
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se
 from tests._training import assert_seed_equals_single
 
 DT = torch.float64
@@ -83,7 +83,7 @@ def test_sampler_law_moments():
     X, y, J = b["X"].numpy(), b["y"].numpy(), b["J"].numpy()
     assert X.shape == (n, 6, 10) and y.shape == (n,) and J.shape == (n, 2)
     assert np.all(J[:, 0] != J[:, 1])
-    # E[Y^2] = K gamma^2 + eps^2 (spec Sec. 1 remark, Sec. 8.8), 5 SE rule of tests/_stats.py
+    # E[Y^2] = K gamma^2 + eps^2 (spec Sec. 1 remark, Sec. 8.8), 5 SE rule of dynamics.testing
     m, se = mean_and_se(y ** 2)
     assert_mc_close(m, se, task.null_risk, what="E[Y^2]")
     assert_mc_rejects(m, se, task.gamma ** 2 + task.eps ** 2, what="E[Y^2] of a one-location law")

@@ -26,7 +26,7 @@ from dynamics.trajectory import Trajectory  # noqa: E402
 from empirical.checkpoint import load_checkpoint  # noqa: E402
 from empirical.seeding import STREAMS, BlockRNG, stream_keys  # noqa: E402
 from empirical.train import Schedule, TrainConfig, per_seed, train  # noqa: E402
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se  # noqa: E402
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se  # noqa: E402
 from tests._training import kill_and_resume, same  # noqa: E402
 
 CPU = "cpu"

@@ -40,7 +40,7 @@ from tests._figures import (
     toy_data,
     toy_plot,
 )
-from tests._stats import assert_mc_close, assert_mc_rejects
+from dynamics.testing import assert_mc_close, assert_mc_rejects
 
 # A blank (one-colour) image has pixel variance 0; a white page with a few dark lines (values in [0, 1]) covering
 # ~1% of the pixels already has variance ~1e-2, so 1e-4 separates "blank" from "drew something" with margin.

@@ -24,7 +24,7 @@ from scipy.special import expit
 
 from closedform import group_sparse as gs
 from dynamics import DivergenceError, SaveAt
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se
 
 # ----------------------------------------------------------------------------------------------------------------------
 # helpers

@@ -4,7 +4,7 @@ Independent references used here:
 * the full-matrix model in numpy (forward pass, loss, gradient on W) against the numba reduced kernel;
 * central finite differences for both gradients;
 * closed forms (Sec. A.5 at xi1 = 0; for d = 3, <x_j, x_query> is uniform on [-1, 1], so E[max] = (N-1)/(N+1));
-* Monte Carlo on fresh samples with 5-SE tolerances and negative controls (tests/_stats.py);
+* Monte Carlo on fresh samples with 5-SE tolerances and negative controls (dynamics.testing);
 * the public reference values of spec Sec. 4 and the numbers of Sec. A.8 (exact recipe G.A).
 """
 
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import dynamics
 from closedform import nearest_neighbor as nn
 from dynamics import DivergenceError, SaveAt
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se
 
 REF_SPEC = nn.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)  # the Sec. 4 trajectory rows and Sec. A.8
 

@@ -20,7 +20,7 @@ from scipy.special import softmax
 import dynamics
 from closedform import random_walk as rw
 from dynamics import SaveAt
-from tests._stats import assert_mc_close, assert_mc_rejects
+from dynamics.testing import assert_mc_close, assert_mc_rejects
 
 # ---------------------------------------------------------------------------------------------------------------------
 # bad input

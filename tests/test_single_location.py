@@ -22,7 +22,7 @@ import dynamics
 from closedform import single_location as sl
 from closedform import special
 from dynamics import SaveAt
-from tests._stats import assert_mc_close, assert_mc_rejects, mean_and_se
+from dynamics.testing import assert_mc_close, assert_mc_rejects, mean_and_se
 
 # These tests run the maps for finite horizons on purpose (reference trajectories, brute-force comparisons); the
 # default warning on runs that end unconverged (docs/guides/engine.md, convergence diagnostics) is tested in

@@ -1,0 +1,124 @@
+"""Generated (dynamics.symbolic) against hand-written kernels, and the cost of generating them.
+
+Rows:
+
+* per model, the engine's map loop (``dynamics.iterate``, same batch, same steps, same process) with the step
+  generated from the sympy risk against the hand-written numba step; throughput in trajectory-steps per second of
+  process CPU time; the ratio generated / hand-written must be >= 1/1.3 (within 1.3x per step). Before timing, the
+  two runs are checked to agree (max deviation in the note).
+* generating + compiling a model's kernels in a fresh process: cold (empty kernel and numba cache folders) and warm
+  (a second process, cache hit), timed inside the child process (process CPU time, robust to other jobs; wall time
+  in the note) from before the model is built until its step, Jacobian and gradient have run once (sympy and numba
+  already imported, as in a user's script).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import numpy as np
+
+from benchmarks._common import Result, cpu_time
+from closedform import _single_location_kernels as _k
+from closedform import single_location as sl
+from dynamics import SaveAt, iterate
+
+
+def _bench_single_location(quick: bool) -> Result:
+    """Five-scalar PGD (docs/models/single_location.md §6.4) at d = 400, L = 10, lambda = 0.1, alpha = 4e-3."""
+    task = sl.SingleLocationTask(d=400, L=10)
+    lam, alpha = 0.1, 4e-3
+    n_traj, n_steps = (64, 2000) if quick else (256, 20_000)
+    X0 = sl.sample_initial_state(task, n_traj, rng=np.random.default_rng(0))[:, :5]
+    hand_p = sl._map_params(task, alpha, np.array([lam]))
+    hand_x0 = np.column_stack([X0, np.full(n_traj, lam)])
+    model = sl._symbolic_scalar_model()
+    gen_p = sl._symbolic_params(task, lam, alpha)
+
+    def hand():
+        return iterate(_k.five_step, hand_x0, n_steps, params=hand_p, saveat=SaveAt(final=True), trend=False)
+
+    def generated():
+        return iterate(model.step, X0, n_steps, params=gen_p, saveat=SaveAt(final=True), trend=False)
+
+    dev = float(np.max(np.abs(hand().states()[:, -1, :5] - generated().states()[:, -1])))
+    t_hand = cpu_time(hand)
+    t_gen = cpu_time(generated)
+    work = n_traj * n_steps
+    return Result("single_location five-scalar PGD step (generated/hand)", "traj-steps/s", work / t_gen,
+                  baseline=work / t_hand, baseline_name="hand-written five_step", target_ratio=1 / 1.3,
+                  note=f"{n_traj} traj x {n_steps} steps; max |generated - hand| after the run {dev:.1e} (the hand "
+                       "kernel evaluates zeta by its series form)")
+
+
+def _bench_icl(quick: bool, H: int = 4) -> Result:
+    """GD on F/2 with H heads (docs/models/icl_regression.md §5.1): hand gd_step vs the step generated from F/2."""
+    from closedform import _icl_regression_kernels as _ik
+    from tests.test_symbolic_crosscheck import _icl_model
+
+    model = _icl_model(H)
+    n_traj, n_steps = (64, 2000) if quick else (256, 20_000)
+    rng = np.random.default_rng(1)
+    X0 = np.column_stack([rng.uniform(-0.3, 0.3, (n_traj, H)), rng.uniform(-1, 1, (n_traj, H))])
+    d, cL, s2, lr = 5.0, 1.25 / 20, 0.25, 0.05
+    hand_p, gen_p = np.array([d, cL, lr]), np.array([d, cL, s2, lr])
+
+    def hand():
+        return iterate(_ik.gd_step, X0, n_steps, params=hand_p, saveat=SaveAt(final=True), trend=False)
+
+    def generated():
+        return iterate(model.step, X0, n_steps, params=gen_p, saveat=SaveAt(final=True), trend=False)
+
+    dev = float(np.max(np.abs(hand().states()[:, -1] - generated().states()[:, -1])))
+    t_hand = cpu_time(hand)
+    t_gen = cpu_time(generated)
+    work = n_traj * n_steps
+    return Result(f"icl_regression GD step on F/2, H={H} (generated/hand)", "traj-steps/s", work / t_gen,
+                  baseline=work / t_hand, baseline_name="hand-written gd_step", target_ratio=1 / 1.3,
+                  note=f"{n_traj} traj x {n_steps} steps; max |generated - hand| after the run {dev:.1e}")
+
+
+_CHILD = textwrap.dedent("""
+    import time
+    import numpy as np
+    import sympy
+    import numba
+    from closedform import single_location as sl
+    t0, c0 = time.perf_counter(), time.process_time()
+    m = sl._symbolic_scalar_model()
+    x, p = np.full(5, 0.1), np.array([0.1, 14.14, 0.7071, 10.0, 0.0, 4e-3])
+    out = np.empty(5)
+    m.step(0, x, p, out)
+    m.jacobian_map(x, p)
+    m.gradient(x, p)
+    print(time.perf_counter() - t0, time.process_time() - c0)
+""")
+
+
+def _generation_times() -> list[tuple[float, float]]:
+    """[(wall, cpu) cold, (wall, cpu) warm] seconds of building the single_location scalar model in two fresh
+    processes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, NUMBA_CACHE_DIR=tmp, ATTNDYN_KERNEL_DIR=os.path.join(tmp, "kernels"))
+        times = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, check=True, env=env)
+            times.append(tuple(float(v) for v in out.stdout.split()[-2:]))
+    return times
+
+
+def run(quick: bool) -> list[Result]:
+    """Generated/hand-written step ratios and generation times (see the module docstring)."""
+    rows = [_bench_single_location(quick), _bench_icl(quick)]
+    (cold, cold_cpu), (warm, warm_cpu) = _generation_times()
+    rows.append(Result("single_location symbolic model: generate + compile, cold", "builds/s", 1 / cold_cpu,
+                       note=f"{cold_cpu:.2f} s CPU ({cold:.2f} s wall) in a fresh process with empty caches (sympy "
+                            "derivation, cse, numba)"))
+    rows.append(Result("single_location symbolic model: load, warm (2nd process)", "builds/s", 1 / warm_cpu,
+                       target_value=2.0, note=f"{warm_cpu:.3f} s CPU ({warm:.3f} s wall; target <= 0.5 s): module "
+                                              "found by its builder's hash, numba cache hit"))
+    return rows
