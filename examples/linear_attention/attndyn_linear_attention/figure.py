@@ -42,7 +42,7 @@ def plot(ds):
 
 
 def gaps(ds):
-    idx = np.linspace(0, ds.sizes["step"] - 1, 5).astype(int)
+    idx = np.linspace(0, ds.sizes["step"] - 1, 6).astype(int)[1:]  # step 0: every seed starts at (k0, v0)
     return [row for x in ("k", "v") for row in compare_rows(x, ds.step.values[idx], ds[f"{x}_map"].values[idx],
                                                             ds[f"{x}_torch"].values[:, idx], d=int(ds.attrs["d"]))]
 
