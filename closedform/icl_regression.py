@@ -807,15 +807,17 @@ def _hessian(task, x, H):
 
 def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, rng=0,
                  omega_box: float = 1.0, mu_box: float = 6.0) -> tuple[FixedPoint, ...]:
-    """Every stationary point of F/2 (docs/models/icl_regression.md §4.1, §5.1) reached by a damped Gauss-Newton root
-    search on grad(F/2) = 0.
+    """Every stationary point of F/2 (docs/models/icl_regression.md §4.1, §5.1) reached by a root search on the
+    H-head flow (the engine's vector field, through :func:`dynamics.fixed_points`).
 
     Starts are uniform in [-omega_box, omega_box]^H x [-mu_box, mu_box]^H; omega is clipped to |omega| <= 2 during the
     search (exp(d omega^2) must stay finite, docs/models/icl_regression.md §12). Roots (gradient max-norm < 1e-12) are
-    merged when their omega agree and the sums of mu over heads with equal omega agree to 1e-6 (only those sums are
-    identified, docs/models/icl_regression.md §4.4). The solution manifold S_gamma of docs/models/icl_regression.md §5.4
-    holds no stationary point (grad_omega F != 0 on it for gamma > 0, docs/models/icl_regression.md §5.4): flows on it
-    drift towards gamma -> 0, and the search does not converge there.
+    merged when their omega agree and the sums of mu over heads with equal omega agree to 1e-5 (only those sums are
+    identified, docs/models/icl_regression.md §4.4; heads count as equal when their omega agree to 1e-4: near the line
+    of single-head points the flow is flat to ~1e-6, so roots there polish to a residual of 1e-12 but only to ~1e-6 in
+    omega). Each point is represented by its best-polished root. The solution manifold S_gamma of
+    docs/models/icl_regression.md §5.4 holds no stationary point (grad_omega F != 0 on it for gamma > 0,
+    docs/models/icl_regression.md §5.4): flows on it drift towards gamma -> 0, and the search does not converge there.
 
     Returns
     -------
@@ -827,40 +829,29 @@ def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, r
     rng = as_generator(rng)
     X = np.concatenate([rng.uniform(-omega_box, omega_box, (n_starts, H)),
                         rng.uniform(-mu_box, mu_box, (n_starts, H))], axis=1)
-    damp = np.full(n_starts, 1e-3)
-    eye = np.eye(2 * H)
-    h = 1e-7
     lim = min(2.0, 0.95 * np.sqrt(700.0 / task.d))
-    for _ in range(300):
-        g0 = _half_grad_rows(task, X, H)
-        f0 = np.sum(g0 * g0, axis=1)
-        J = np.stack([(_half_grad_rows(task, X + h * eye[j], H) - _half_grad_rows(task, X - h * eye[j], H)) / (2 * h)
-                      for j in range(2 * H)], axis=2)
-        J = np.where(np.isfinite(J), J, 0.0)
-        JT = np.transpose(J, (0, 2, 1))
-        # pseudo-inverse: J^T J + damp I can be singular to rounding when damp has shrunk to its floor
-        step = (np.linalg.pinv(JT @ J + damp[:, None, None] * eye) @ -(JT @ g0[..., None]))[..., 0]
-        Xn = X + step
-        Xn[:, :H] = np.clip(Xn[:, :H], -lim, lim)
-        f1 = np.sum(_half_grad_rows(task, Xn, H) ** 2, axis=1)
-        ok = np.isfinite(f1) & (f1 < f0)
-        X[ok] = Xn[ok]
-        damp = np.clip(np.where(ok, damp * 0.3, damp * 10.0), 1e-15, 1e10)
-    res = np.max(np.abs(_half_grad_rows(task, X, H)), axis=1)
-    out: list[FixedPoint] = []
-    keys: list[np.ndarray] = []
-    for x in X[res < 1e-12]:
+    equal = 1e-4
+
+    def clip(Y):
+        Y = Y.copy()
+        Y[:, :H] = np.clip(Y[:, :H], -lim, lim)
+        return Y
+
+    def key(x):
         om, mu = x[:H], x[H:]
-        groups = [np.abs(om - om[h]) < 1e-6 for h in range(H)]  # heads with equal omega act as one (roots: 1e-8)
-        key = np.concatenate([om, [mu[g].sum() for g in groups]])
-        if any(np.max(np.abs(key - k)) < 1e-6 for k in keys):
-            continue
-        keys.append(key)
+        return np.concatenate([om, [mu[np.abs(om - om[h]) < equal].sum() for h in range(H)]])
+
+    params, *_ = _batch_params(task, 1, None, None)
+    roots = dynamics.fixed_points(_k.flow_rhs, params, X, kind="flow", canonical=key, project=clip, tol=1e-12,
+                                  same=1e-5, max_iter=300)
+    out: list[FixedPoint] = []
+    for root in roots:
+        om, mu = root.state[:H], root.state[H:]
         if np.all(np.abs(om) < 1e-10):
             kind = "origin"
             mu = np.zeros(H)
             om = np.zeros(H)
-        elif all(g.all() for g in groups):
+        elif np.all(np.abs(om - om[0]) < equal):
             kind = "single_head"
             mu = np.full(H, mu.sum() / H)
         else:

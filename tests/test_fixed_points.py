@@ -130,22 +130,30 @@ def _icl_starts(H, n, seed=0):
 
 @pytest.mark.parametrize("H", [1, 2])
 def test_icl_regression_fixed_point_set_is_reproduced_through_the_engine_kernel(H):
+    """The stationary points of F/2: the origin and the single-head points omega_h = +-1/sqrt(d), sum mu = +-mu*
+    (closed form of docs/models/icl_regression.md §7.3, ``single_head_optimum``), also the model's own list."""
     p, *_ = icl._batch_params(ICL_TASK, 1, None, None)
     # same=1e-5: on the line of single-head equilibria (H = 2) roots polish to 1e-12 in the residual but only to
     # ~1e-6 in omega (the flow is flat along the line), so keys are compared at 1e-5
     found = fixed_points(icl_k.flow_rhs, p, _icl_starts(H, 300), kind="flow", canonical=_icl_canonical(H),
                          same=1e-5)
+    opt = icl.single_head_optimum(ICL_TASK)
+    closed = np.array([np.zeros(2 * H), np.full(2 * H, 1.0), np.full(2 * H, -1.0)])
+    closed[1:, :H] *= opt.omega
+    closed[1:, H:] *= opt.mu  # the key holds the sum of mu over the equal heads, in every head's slot
+    idx = _match(np.array([fp.key for fp in found]), closed, 1e-5)
+    assert len(found) == 3 and sorted(idx.tolist()) == [0, 1, 2]
     listed = icl.fixed_points(ICL_TASK, H)
     key = _icl_canonical(H)
     ref = np.array([key(np.concatenate([q.omega, q.mu])) for q in listed])
-    idx = _match(np.array([fp.key for fp in found]), ref, 1e-5)
-    assert len(found) == len(listed) and np.all(idx >= 0) and len(set(idx.tolist())) == len(listed)
-    if H == 1:
-        for fp, j in zip(found, idx):
-            want = {"minimum": "attracting", "saddle": "saddle", "maximum": "repelling"}[listed[j].stability]
+    assert sorted(_match(ref, closed, 1e-5).tolist()) == [0, 1, 2]
+    for fp, j in zip(found, idx):
+        want = "saddle" if j == 0 else "attracting"
+        if H == 1:
             assert fp.stability == want
             # the flow is -grad(F/2): its Jacobian is minus the model's Hessian (central differences, ~1e-9)
-            np.testing.assert_allclose(np.sort(-fp.eigenvalues.real), listed[j].hessian_eigenvalues, atol=1e-6)
+            q = next(q for q in listed if np.allclose(q.omega, fp.state[:H], atol=1e-6))
+            np.testing.assert_allclose(np.sort(-fp.eigenvalues.real), q.hessian_eigenvalues, atol=1e-6)
 
 
 def test_icl_map_step_size_limit_is_where_gd_stops_converging():

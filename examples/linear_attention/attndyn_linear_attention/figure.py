@@ -10,6 +10,7 @@ from attndyn_linear_attention import model as m
 
 
 def data(cfg):
+    """Torch runs (seeds), and both reduced maps from each seed's step-0 state (dynamics.overlay)."""
     from attndyn_linear_attention.torch_model import train_run  # torch only when the figure is built
 
     P = cfg.params
@@ -30,6 +31,7 @@ def data(cfg):
 
 
 def plot(ds):
+    """k and v: the torch band and the two reduced maps."""
     fig, axes = new_figure(1, 2)
     for ax, x in zip(axes, ("k", "v")):
         mean, lo, hi = band_over_seeds(ds[f"{x}_torch"].values, axis=0)
@@ -42,12 +44,14 @@ def plot(ds):
 
 
 def gaps(ds):
-    idx = np.linspace(0, ds.sizes["step"] - 1, 5).astype(int)
+    """Torch against the lr/d map at five save points (the calibrated gap test)."""
+    idx = np.linspace(0, ds.sizes["step"] - 1, 6).astype(int)[1:]  # step 0: every seed starts at (k0, v0)
     return [row for x in ("k", "v") for row in compare_rows(x, ds.step.values[idx], ds[f"{x}_map"].values[idx],
                                                             ds[f"{x}_torch"].values[:, idx], d=int(ds.attrs["d"]))]
 
 
 def checks(ds):
+    """The trap map is rejected; fixed_points finds the closed-form minimum."""
     naive = [r for x in ("k", "v") for r in compare_rows(x, ds.step.values, ds[f"{x}_naive"].values,
                                                          ds[f"{x}_torch"].values)]
     return [CheckResult(name="the map with torch's lr on k (no 1/d) is rejected", passed=any(

@@ -27,10 +27,12 @@ class Task:
 
     @property
     def c(self) -> float:
+        """c = 1 + (d + 1) / N: E[h h^T] = c / d I (Wishart second moment)."""
         return 1.0 + (self.d + 1) / self.N
 
 
 def risk(task: Task, k, v):
+    """R(k, v) of the module docstring."""
     return 1 + task.s2 - 2 * k * v + task.c * (k * v) ** 2 + task.lam / 2 * (k ** 2 + v ** 2)
 
 
@@ -63,7 +65,8 @@ def params(task: Task, lr: float, *, full_matrix: bool = True) -> np.ndarray:
 
 def reduced_map(task: Task, state0, lr: float, steps, *, full_matrix: bool = True):
     """The reduced GD map from ``state0`` (n, 2), saved at ``steps``."""
-    return dynamics.iterate(step, np.atleast_2d(state0), int(np.max(steps)), params=params(task, lr, full_matrix=full_matrix),
+    p = params(task, lr, full_matrix=full_matrix)
+    return dynamics.iterate(step, np.atleast_2d(state0), int(np.max(steps)), params=p,
                             saveat=dynamics.SaveAt(steps=np.asarray(steps)), names=["k", "v"])
 
 

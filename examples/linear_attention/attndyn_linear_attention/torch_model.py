@@ -43,6 +43,7 @@ class LinearAttention:
 
 
 def build(task, k0: float = 0.1, v0: float = 0.1) -> LinearAttention:
+    """The torch model of ``task`` (the record's ``build``)."""
     return LinearAttention(task, k0, v0)
 
 
