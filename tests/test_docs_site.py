@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not SITE, reason="set ATTNDYN_DOCS_HTML to a bui
 # it replaces was 1.5 MB.
 MAX_PAGE_BYTES = 300_000
 # The model pages are the toolkit's specification: all of them must render their formulas.
-MODEL_PAGES = ("single_location", "scan_snap", "icl_regression", "token_selection")
+MODEL_PAGES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "docs" / "models").glob("*.md"))
 # Chromium flags that keep every request on this machine: no DNS answers, no proxy reachable, no background traffic.
 OFFLINE_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND",
