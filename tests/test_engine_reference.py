@@ -22,6 +22,13 @@ with np.load(reference_runs.OUT, allow_pickle=False) as _f:
 RUNS = sorted({k.split("/")[0] for k in STORED})
 
 
+# single_location's risk observables are now computed inside the compiled loop (the same formula, its terms summed in
+# another order) instead of a Python pass over the saved states: it agrees to a few ulp (measured: 1.3 ulp, relative
+# 2.9e-16), while the states themselves stay bit for bit. 8 ulp of a risk of order 1: 8 * 2.2e-16.
+SUMMED_IN_THE_LOOP = {(run, var) for run in ("sl_five", "sl_five_stop") for var in ("risk", "excess_risk")}
+SUMMED_RTOL = 8 * np.finfo(np.float64).eps
+
+
 @pytest.fixture(scope="module")
 def calls():
     return reference_runs.runs()
@@ -40,6 +47,9 @@ def test_run_equals_stored_reference_bit_for_bit(calls, name):
     assert sorted(got) == sorted(want)
     for var, ref in want.items():
         assert got[var].dtype == ref.dtype, var
+        if (name, var) in SUMMED_IN_THE_LOOP:
+            np.testing.assert_allclose(got[var], ref, rtol=SUMMED_RTOL, atol=0, err_msg=f"{name}/{var}")
+            continue
         np.testing.assert_array_equal(got[var], ref, err_msg=f"{name}/{var}", strict=True)
 
 
