@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from closedform import models
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,8 +31,7 @@ def test_gpu_check_dry_run_writes_one_passing_summary(tmp_path):
     assert summary["passed"] and summary["device"] == "cpu"
     records = summary["tests"]["records"]
     assert {k for k in records if k.startswith("trainer_")} == {
-        f"trainer_{m}" for m in ("single_location", "icl_regression", "scan_snap", "nearest_neighbor",
-                                 "group_sparse", "random_walk", "single_location_transformer")}
+        f"trainer_{m}" for m in (*models.names(builtin=True), "single_location_transformer")}
     assert all(r["max_rel_diff"] == 0.0 for k, r in records.items() if k.startswith("trainer_"))  # CPU vs CPU
     measured = [r for rows in summary["seeds_per_second"].values() for r in rows if "wall_s" in r]
     assert measured and all(r["seed_steps_per_s"] > 0 for r in measured)

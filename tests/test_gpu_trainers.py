@@ -28,6 +28,7 @@ torch = pytest.importorskip("torch")
 
 from scipy import stats  # noqa: E402
 
+from closedform import models  # noqa: E402
 from closedform import group_sparse as gs_cf  # noqa: E402
 from closedform import icl_regression as icl_cf  # noqa: E402
 from closedform import nearest_neighbor as nn_cf  # noqa: E402
@@ -106,8 +107,8 @@ def _transformer():
     return model, TrainConfig(seeds=SEEDS, n_steps=20, batch_size=8, lr=1e-2, eval_size=64, saveat=SaveAt(every=10))
 
 
-CASES = {"single_location": _single_location, "icl_regression": _icl_regression, "scan_snap": _scan_snap,
-         "nearest_neighbor": _nearest_neighbor, "group_sparse": _group_sparse, "random_walk": _random_walk,
+# one case per built-in model (the registry's names; each has a _<name> builder above), plus the Transformer layer
+CASES = {**{name: globals()[f"_{name}"] for name in models.names(builtin=True)},
          "single_location_transformer": _transformer}
 
 
