@@ -318,8 +318,11 @@ def _params(task: ScanSnapTask | SequenceClasses, lay: _Layout, *, eta_Y=1.0, et
         eta_Y, eta_Z = task.eta_Y, task.eta_Z
     head = [classes.Lc, len(lay.mult), classes.K, classes.Q, eta_Y, eta_Z, mu, q_mode, classes.M]
     logP = np.log(np.where(classes.P > 0, classes.P, 1.0))  # 0 where P = 0 (the kernels test P > 0 first)
+    rows, tokens = np.nonzero(classes.P > 0)  # the supports, row by row with increasing tokens
+    sup = np.searchsorted(rows, np.arange(classes.K + 1))
     return np.concatenate([np.asarray(head, dtype=np.float64), classes.P.ravel(), logP.ravel(), classes.pi,
-                           classes.psi.astype(np.float64), lay.tcol.astype(np.float64), lay.mult])
+                           classes.psi.astype(np.float64), lay.tcol.astype(np.float64), lay.mult,
+                           sup.astype(np.float64), tokens.astype(np.float64)])
 
 
 def _rate_batch(task: ScanSnapTask, n_init: int, **rates):
