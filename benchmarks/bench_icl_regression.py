@@ -22,9 +22,12 @@ import numpy as np
 import scipy.integrate
 import scipy.special
 
-from benchmarks._common import Result, best_time
+from numba import njit
+
+from benchmarks._common import Result, best_time, cpu_time
+from benchmarks._dense import dense_save_result
 from closedform import icl_regression as icl
-from dynamics import Dopri5, SaveAt
+from dynamics import Dopri5, SaveAt, iterate
 
 TASK = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
 
@@ -84,6 +87,64 @@ def _numpy_true_loss(task, omega, mu, n, rng):
     yhat = np.einsum("h,hnl,nl->n", mu, p, y)
     v = task.sigma2 + (np.einsum("nd,nd->n", xq, beta) - yhat) ** 2
     return v.mean()
+
+
+@njit(cache=True, fastmath=False, _nrt=False)
+def _library_exp_gd_step(k, x, p, out):
+    """GD step on F/2 as the kernel computed it before its exponentials were vectorised: one library exp per pair
+    h <= g inside the row-sum loop (the same sums in the same order; docs/models/icl_regression.md §4.4)."""
+    H = x.shape[0] // 2
+    d, cL, lr = p[0], p[1], p[2]
+    u = 0.0
+    for h in range(H):
+        u += x[H + h] * x[h]
+        out[h] = 0.0
+        out[H + h] = 0.0
+    for h in range(H):
+        wh, mh = x[h], x[H + h]
+        kk = np.exp(d * wh * wh)
+        s_w = out[h] + mh * wh * kk
+        s_m = out[H + h] + mh * kk
+        for g in range(h + 1, H):
+            kk = np.exp(d * wh * x[g])
+            s_w += x[H + g] * x[g] * kk
+            out[g] += mh * wh * kk
+            s_m += x[H + g] * kk
+            out[H + g] += mh * kk
+        out[h] = s_w
+        out[H + h] = s_m
+    for h in range(H):
+        g_omega = -x[H + h] * (1.0 - u) + d * cL * x[H + h] * out[h]
+        g_mu = -x[h] * (1.0 - u) + cL * out[H + h]
+        out[h] = x[h] - lr * g_omega
+        out[H + h] = x[H + h] - lr * g_mu
+
+
+def _many_heads(quick: bool) -> list[Result]:
+    """GD on F/2 against H (issue goal: >= 5e6 trajectory-steps/s at H = 8), the kernel against the same step with
+    one library exp per pair (the kernel before the vectorised exponentials), both through dynamics.iterate, final
+    state only, 1000 trajectories; the note gives ns per trajectory-step, whose law in H is c0 + c2 H^2."""
+    rng = np.random.default_rng(1)
+    n_traj, n_steps = 1000, (200 if quick else 2000)
+    out, per_step = [], []
+    for H in (2, 4, 8, 16, 32):
+        y0 = np.concatenate([rng.normal(0, 0.01, (n_traj, H)), rng.normal(0, 0.01, (n_traj, H))], axis=1)
+        p = np.array([float(TASK.d), TASK.cL, 0.01])
+        new = iterate(icl._k.gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True), trend=False).states()
+        old = iterate(_library_exp_gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True), trend=False).states()
+        dev = float(np.max(np.abs(new - old)))
+        t_new = cpu_time(lambda: iterate(icl._k.gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True),
+                                         trend=False), repeat=3)
+        t_old = cpu_time(lambda: iterate(_library_exp_gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True),
+                                         trend=False), repeat=3)
+        work = n_traj * n_steps
+        per_step.append(f"H={H}: {t_new / work * 1e9:.0f} ns")
+        out.append(Result(f"GD on F/2 kernel, H={H}, {n_traj} inits", "trajectory-steps/s per core", work / t_new,
+                          work / t_old, "one library exp per pair (kernel before vectorising)",
+                          target_value=5e6 if H == 8 else None,
+                          note=f"max |new - library exp| after {n_steps} steps {dev:.1e}"))
+    out[-1] = Result(**{**out[-1].__dict__, "note": out[-1].note + "; cost per trajectory-step " + ", ".join(per_step)})
+    return out
 
 
 def run(quick: bool) -> list[Result]:
@@ -154,4 +215,11 @@ def run(quick: bool) -> list[Result]:
     t_sc = best_time(scipy_all, repeat=1, min_time=0.0)
     results.append(Result("flow (Dopri5), H=8, t=100", "trajectories", n_flow / t_fl, n_flow / t_sc,
                           "scipy solve_ivp RK45, same tolerances"))
+    results.extend(_many_heads(quick))
+    n_dense = 200 if quick else 1000
+    results.append(dense_save_result(f"icl_regression.map H=8, 1000 x {n_dense}", lambda saveat: icl.map(
+        TASK, om0, mu0, lr=lr, n_steps=n_dense, saveat=saveat, warn_unconverged=False), n_dense, n_traj))
+    results.append(dense_save_result("icl_regression.flow H=8 Dopri5 t=100, 100 x 1001 saves", lambda saveat: icl.flow(
+        TASK, om0[:100], mu0[:100], (0, 100), saveat=saveat, warn_unconverged=False), 1000, 100,
+        dense=SaveAt(n=1001)))
     return results

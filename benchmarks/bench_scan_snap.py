@@ -8,9 +8,15 @@ import numpy as np
 import scipy.integrate
 import scipy.special
 
-from benchmarks._common import Result, best_time
+import time
+
+from numba import njit
+
+from benchmarks._common import Result, best_time, cpu_time
+from benchmarks._dense import dense_save_result
+from closedform import _scan_snap_kernels as _k
 from closedform import scan_snap as ss
-from dynamics import SaveAt
+from dynamics import Dopri5, SaveAt, integrate
 
 RTOL, ATOL = 1e-10, 1e-12
 
@@ -108,6 +114,64 @@ def _map_case(quick):
                   "numpy loop of the same map", target_value=1e4)
 
 
+@njit(cache=True, fastmath=False)
+def _linear_rhs(t, y, p, dy):
+    """dy/dt = -1e-3 y: a right-hand side of negligible cost, to time the solver's own work per step."""
+    for i in range(y.shape[0]):
+        dy[i] = -1e-3 * y[i]
+
+
+@njit(cache=True, fastmath=False)
+def _rhs_loop(y, p, dy, n):
+    for _ in range(n):
+        _k.exact_rhs(0.0, y, p, dy)
+
+
+def _k20_cost_model(t1: float) -> Result:
+    """Why the exact flow at K = 20 stays below 20x solve_ivp: the pieces of one ``flow`` call, each timed (CPU).
+
+    engine = n_rhs * (one numba right-hand side) + (the solver's own work on the n_state components for the same
+    number of steps, timed with a right-hand side of negligible cost) + (the call's wrapping: validation,
+    provenance, diagnostics, Dataset); scipy = nfev * (numpy right-hand side + solve_ivp's per-evaluation work).
+    The ratio cannot exceed scipy / (solver work + wrapping) even with a free right-hand side."""
+    classes = ss.SequenceClasses.syn_medium(10)
+    task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
+    lay = ss._layout(classes, True)
+    y0, params, _ = ss._batched_params(task, lay, ss._initial_state(classes, lay, None, None))
+    p = params if params.ndim == 1 else params[0]
+    y = y0[0].copy()
+    dy = np.empty_like(y)
+    n_loop = 2000
+    t_rhs = cpu_time(lambda: _rhs_loop(y, p, dy, n_loop), repeat=3) / n_loop
+    solver = Dopri5(rtol=RTOL, atol=ATOL)
+    run_raw = lambda: integrate(_k.exact_rhs, y0, (0.0, t1), params=params, solver=solver, saveat=SaveAt(final=True),
+                                names="state")
+    steps = int(run_raw()["n_rhs_steps"].values[0, -1])
+    t_raw = cpu_time(run_raw, repeat=3)
+    t_flow = cpu_time(lambda: ss.flow(task, (0.0, t1), saveat=SaveAt(final=True)), repeat=3)
+    lin = Dopri5(rtol=RTOL, atol=ATOL, dt_max=t1 / steps)  # the same number of steps
+    t_solver = cpu_time(lambda: integrate(_linear_rhs, y0, (0.0, t1), params=np.zeros(1), solver=lin,
+                                          saveat=SaveAt(final=True), names="state"), repeat=3)
+    grads = _numpy_ascent(classes, lay)
+
+    def rhs(t, yy):
+        gY, gZ = grads(yy)
+        return np.concatenate([gY, gZ])
+
+    c0 = time.process_time()
+    sol = scipy.integrate.solve_ivp(rhs, (0.0, t1), y0[0], method="RK45", rtol=RTOL, atol=ATOL)
+    t_scipy = time.process_time() - c0
+    t_np_rhs = cpu_time(lambda: rhs(0.0, y), repeat=20)
+    bound = t_scipy / (t_solver + t_flow - t_raw)
+    return Result(f"exact_flow K=20 cost model (t={t1:g})", "integrations", 1.0 / t_flow, 1.0 / t_scipy,
+                  "solve_ivp RK45 on a numpy rhs (CPU time)", target_ratio=20,
+                  note=f"n_state {y.size}, {steps} steps; numba rhs {t_rhs * 1e6:.1f} us x ~{6 * steps} evaluations; "
+                       f"solver work alone {t_solver * 1e3:.1f} ms; integrate {t_raw * 1e3:.1f} ms; flow() "
+                       f"{t_flow * 1e3:.1f} ms (wrapping {(t_flow - t_raw) * 1e3:.1f} ms); scipy {t_scipy * 1e3:.0f} "
+                       f"ms = {sol.nfev} nfev x {t_scipy / sol.nfev * 1e6:.0f} us (numpy rhs {t_np_rhs * 1e6:.0f} "
+                       f"us); ratio bound with a free rhs: {bound:.1f}x")
+
+
 def run(quick: bool) -> list[Result]:
     t1 = 1e2 if quick else 1e3
     results = [
@@ -116,5 +180,12 @@ def run(quick: bool) -> list[Result]:
         _flow_case("Syn-Medium 10/20 (K=20, M=240)", ss.SequenceClasses.syn_medium(10), t1),
         _flow_case("P8 layout M=1e4, K=8", _p8_layout(8, 10**4), t1),
         _map_case(quick),
+        _k20_cost_model(t1),
     ]
+    task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
+    n_map = 200 if quick else 2000
+    results.append(dense_save_result(f"scan_snap.map Syn-Small, 1 x {n_map}", lambda saveat: ss.map(
+        task, n_map, momentum=0.9, saveat=saveat, warn_unconverged=False), n_map, 1))
+    results.append(dense_save_result("scan_snap.flow Syn-Small Dopri5 t=1000, 2001 saves", lambda saveat: ss.flow(
+        task, (0.0, 1e3), saveat=saveat), 2000, 1, dense=SaveAt(n=2001)))
     return results

@@ -7,7 +7,8 @@ Parameter vector ``p`` (float64, one per trajectory or shared), header then flat
 
     p[0] Lc   p[1] Ncol   p[2] K   p[3] Q   p[4] eta_Y   p[5] eta_Z   p[6] mu   p[7] q_mode   p[8] M
     then P (K*Lc, row-major), logP (K*Lc: log P where P > 0, else 0; finite as the engine requires), pi (K),
-    psi (K), tcol (K), mult (Ncol).
+    psi (K), tcol (K), mult (Ncol), then the supports of the classes in compressed form: sup (K+1 offsets) and
+    tok (the tokens l with P(l|n) > 0 of class n, increasing, at tok[sup[n]:sup[n+1]]).
 
 The decoder Y is stored with ``Ncol`` columns, column j standing for ``mult[j]`` identical output columns
 (unlumped: Ncol = M, mult = 1; lumped, docs/models/scan_snap.md §4.2: the K target columns, then one column ``y_rest``
@@ -63,6 +64,27 @@ def _unit_attention(p, o_logP, n, Lc, z, zoff, f):
         f[l] /= nrm
 
 
+@njit(cache=True, fastmath=False, inline="always")
+def _support_attention(p, o_log, o_tok, a, b, z, zoff, f):
+    """_unit_attention on the support of the class only: f[q] for the tokens l = p[o_tok + q], q in [a, b) (the
+    arithmetic of _unit_attention on those tokens, whose other entries are 0)."""
+    mx = -np.inf
+    for q in range(a, b):
+        l = int(p[o_tok + q])
+        v = p[o_log + l] + z[zoff + l]
+        if v > mx:
+            mx = v
+    s2 = 0.0
+    for q in range(a, b):
+        l = int(p[o_tok + q])
+        c = np.exp(p[o_log + l] + z[zoff + l] - mx)
+        f[q - a] = c
+        s2 += c * c
+    nrm = np.sqrt(s2)
+    for q in range(b - a):
+        f[q] /= nrm
+
+
 @njit(cache=True, fastmath=False)
 def ascent(y, p, out):
     """Population ascent directions grad_Y, grad_Z of docs/models/scan_snap.md §4.2 (without learning rates), packed
@@ -70,27 +92,36 @@ def ascent(y, p, out):
 
     grad_Y = sum_n pi_n f_n err_n^T and grad_{Z,m} = sum_{psi(n)=m} pi_n f_n * (g_n - f_n (f_n^T g_n)), with
     err_n = e_tgt(n) - alpha_n, g_n = Y err_n summed over columns with their multiplicities (lumped form of
-    docs/models/scan_snap.md §4.2). Only the first Lc*Ncol + Q*Lc entries of ``out`` are written.
+    docs/models/scan_snap.md §4.2). Only the first Lc*Ncol + Q*Lc entries of ``out`` are written. Each class runs
+    over its support only (f_n vanishes elsewhere), in increasing token order, with the products over the columns in
+    loops of their own (vectorised by LLVM) and every sum in the order of the dense formula, so the result equals
+    the dense computation bit for bit.
     """
     Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult = _offsets(p)
+    o_sup = o_mult + Ncol
+    o_tok = o_sup + K + 1
+    o_log = o_logP + K * Lc
     nY = Lc * Ncol
     for i in range(nY + Q * Lc):
         out[i] = 0.0
     f = np.empty(Lc)
     a = np.empty(Ncol)
+    ma = np.empty(Ncol)
     for n in range(K):
         pin = p[o_pi + n]
         m = int(p[o_psi + n])
         tc = int(p[o_tcol + n])
         zoff = nY + m * Lc
-        _unit_attention(p, o_logP, n, Lc, y, zoff, f)
+        qa = int(p[o_sup + n])
+        qb = int(p[o_sup + n + 1])
+        _support_attention(p, o_log + n * Lc, o_tok, qa, qb, y, zoff, f)
         # decoder logits a_j = y_j^T f_n
         for j in range(Ncol):
             a[j] = 0.0
-        for l in range(Lc):
-            fl = f[l]
+        for q in range(qb - qa):
+            fl = f[q]
             if fl != 0.0:
-                row = l * Ncol
+                row = int(p[o_tok + qa + q]) * Ncol
                 for j in range(Ncol):
                     a[j] += y[row + j] * fl
         amax = a[0]
@@ -105,23 +136,28 @@ def ascent(y, p, out):
         for j in range(Ncol):
             a[j] = -a[j] / nrm
         a[tc] += 1.0
+        for j in range(Ncol):
+            ma[j] = p[o_mult + j] * a[j]
         # grad_Y and g_n = sum_j mult_j err_j y_j restricted to supp(f_n); f^T g
         fg = 0.0
-        for l in range(Lc):
-            fl = f[l]
+        for q in range(qb - qa):
+            fl = f[q]
             if fl != 0.0:
+                l = int(p[o_tok + qa + q])
                 row = l * Ncol
+                c = pin * fl
+                for j in range(Ncol):
+                    out[row + j] += c * a[j]
                 gl = 0.0
                 for j in range(Ncol):
-                    out[row + j] += pin * fl * a[j]
-                    gl += p[o_mult + j] * a[j] * y[row + j]
+                    gl += ma[j] * y[row + j]
                 # store g_l temporarily in the Z slot; finished below once f^T g is known
-                out[zoff + l] += pin * fl * gl
+                out[zoff + l] += c * gl
                 fg += fl * gl
-        for l in range(Lc):
-            fl = f[l]
+        for q in range(qb - qa):
+            fl = f[q]
             if fl != 0.0:
-                out[zoff + l] -= pin * fl * fl * fg
+                out[zoff + int(p[o_tok + qa + q])] -= pin * fl * fl * fg
 
 
 @njit(cache=True, fastmath=False)
@@ -133,10 +169,12 @@ def exact_rhs(t, y, p, dy):
     Q = int(p[3])
     ascent(y, p, dy)
     nY = Lc * Ncol
-    for i in range(nY):
-        dy[i] *= p[4]
-    for i in range(nY, nY + Q * Lc):
-        dy[i] *= p[5]
+    if p[4] != 1.0:  # (a product by 1.0 changes nothing)
+        for i in range(nY):
+            dy[i] *= p[4]
+    if p[5] != 1.0:
+        for i in range(nY, nY + Q * Lc):
+            dy[i] *= p[5]
 
 
 @njit(cache=True, fastmath=False)

@@ -405,6 +405,9 @@ def _initial_state(omega0, mu0):
     omega0, mu0 = _pair(omega0, mu0, name_omega="omega0", name_mu="mu0")
     if omega0.ndim > 2:
         raise ValueError(f"omega0 must have shape (H,) or (n_traj, H); got {omega0.shape}")
+    if omega0.shape[-1] > _k.MAX_HEADS:
+        raise ValueError(f"omega0 and mu0 must have 1 <= H <= {_k.MAX_HEADS} heads (last axis) for the compiled "
+                         f"kernels; got H = {omega0.shape[-1]}")
     omega0 = np.atleast_2d(omega0)
     mu0 = np.atleast_2d(mu0)
     return np.ascontiguousarray(np.concatenate([omega0, mu0], axis=1)), omega0.shape[1]

@@ -318,8 +318,11 @@ def _params(task: ScanSnapTask | SequenceClasses, lay: _Layout, *, eta_Y=1.0, et
         eta_Y, eta_Z = task.eta_Y, task.eta_Z
     head = [classes.Lc, len(lay.mult), classes.K, classes.Q, eta_Y, eta_Z, mu, q_mode, classes.M]
     logP = np.log(np.where(classes.P > 0, classes.P, 1.0))  # 0 where P = 0 (the kernels test P > 0 first)
+    rows, tokens = np.nonzero(classes.P > 0)  # the supports, row by row with increasing tokens
+    sup = np.searchsorted(rows, np.arange(classes.K + 1))
     return np.concatenate([np.asarray(head, dtype=np.float64), classes.P.ravel(), logP.ravel(), classes.pi,
-                           classes.psi.astype(np.float64), lay.tcol.astype(np.float64), lay.mult])
+                           classes.psi.astype(np.float64), lay.tcol.astype(np.float64), lay.mult,
+                           sup.astype(np.float64), tokens.astype(np.float64)])
 
 
 def _rate_batch(task: ScanSnapTask, n_init: int, **rates):
@@ -447,7 +450,11 @@ def distinct_entropy(classes: SequenceClasses, Z) -> np.ndarray:
 
     Returns (..., K); NaN for a class without distinct tokens (H_n undefined there).
     """
-    c = attention_maps(classes, Z)
+    return _distinct_entropy_of(classes, attention_maps(classes, Z))
+
+
+def _distinct_entropy_of(classes: SequenceClasses, c) -> np.ndarray:
+    """distinct_entropy from the attention maps c (..., K, Lc)."""
     H = np.full(c.shape[:-1], np.nan)
     for n in range(classes.K):
         dt = classes.distinct_tokens(n)
@@ -484,7 +491,11 @@ def decoder_stats(classes: SequenceClasses, Y, Z, *, lumped: bool = False) -> di
     dict with 'alpha_tgt', 'gamma_hat', 'loss', each (..., K).
     """
     lay, Y = _decoder_cols(classes, Y, lumped)
-    f = unit_attention(classes, Z)
+    return _decoder_stats_of(classes, lay, Y, unit_attention(classes, Z))
+
+
+def _decoder_stats_of(classes: SequenceClasses, lay: _Layout, Y, f) -> dict:
+    """decoder_stats from the decoder columns Y (..., Lc, Ncol) of layout ``lay`` and the unit attention f."""
     w = np.einsum("...lj,...nl->...nj", Y, f)  # (..., K, Ncol)
     logN = scipy.special.logsumexp(w + np.log(lay.mult), axis=-1, keepdims=True)
     alpha = np.exp(w - logN)
@@ -590,13 +601,15 @@ def random_init(classes: SequenceClasses, rng=None):
 
 def _diagnostic_vars(classes, lay, Y, Z):
     """Derived variables (name -> (dims, array)) on saved states Y (n, t, Lc, Ncol), Z (n, t, Q, Lc)."""
-    out = {"c": (("class", "token"), attention_maps(classes, Z))}
-    H = distinct_entropy(classes, Z)
+    c = attention_maps(classes, Z)  # once for the three diagnostics (each public function recomputes it)
+    out = {"c": (("class", "token"), c)}
+    H = _distinct_entropy_of(classes, c)
     out["H"] = (("class",), H)
     with np.errstate(invalid="ignore"):
         out["H_mean"] = ((), np.nanmean(H, axis=-1) if np.any(np.isfinite(H)) else np.full(H.shape[:-1], np.nan))
     if Y is not None:
-        for k, v in decoder_stats(classes, Y, Z, lumped=lay.lumped).items():
+        f = c / np.linalg.norm(c, axis=-1, keepdims=True)  # unit_attention
+        for k, v in _decoder_stats_of(classes, lay, _decoder_cols(classes, Y, lay.lumped)[1], f).items():
             out[k] = (("class",), v)
     return out
 

@@ -1375,7 +1375,8 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     -------
     dynamics.Trajectory with variables kappa, nu, theta, eta, rho, lam (lambda_n of the row), risk (true MSE of
     iterate n at lambda_n, at the trajectory's d), excess_risk (risk - eps^2), distance_to_manifold; time = step
-    (docs/models/single_location.md §0.3).
+    (docs/models/single_location.md §0.3). The risks are computed inside the compiled loop at every save, from the
+    zeta values the update itself uses (series form), so they equal :func:`risk` to a few ulp of its terms.
 
     Raises
     ------
