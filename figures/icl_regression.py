@@ -639,12 +639,12 @@ def plot_fig3(ds):
     # row 1: H = 1; rows 2-3: H = 4 (its four KQ^(h) tiled 2 x 2 in one panel, one colour scale)
     fig, axes = panel_grid(7, max_per_row=3, panel_size=(4.2, 3.3))
     _heatmap(axes[0], ds.KQ1.values[0, -1, 0], "H=1: KQ (final)")
-    _heatmap(axes[1], ds.OV1.values[0, -1].T, "H=1: OV label row", scale=1.2)
+    _heatmap(axes[1], ds.OV1.values[0, -1].T, "H=1: OV label row", scale=1.2, aspect="auto")  # (d+1) x 1
     s4 = _fig3_seed(ds)
     kinds = ", ".join(["dummy", "pos.", "neg."][int(k)] for k in ds.kind4.values[s4])
     _heatmap(axes[3], _mosaic(ds.KQ.values[s4, -1]),
              f"H=4, seed {int(ds.seed[s4])}: KQ^(1) KQ^(2) / KQ^(3) KQ^(4)\n({kinds})")
-    _heatmap(axes[4], ds.OV.values[s4, -1].T, "H=4: OV label rows", scale=1.2)
+    _heatmap(axes[4], ds.OV.values[s4, -1].T, "H=4: OV label rows", scale=1.2, aspect="auto")
     ax = axes[2]
     sign = np.sign(ds.omega1.values[:, -1:])  # the single head's sign is random: show |omega| and sign(omega) mu
     for vals, color, ref, lab in ((np.abs(ds.omega1.values), COLORS[0], ds.attrs["omega_F1"], "|omega| (H=1)"),
@@ -1165,7 +1165,7 @@ def plot_fig8(ds):
     plot_theory(ax, Lf, ds.R_lin_learned.values, color=COLORS[2], label="same, learned eta = omega mu", linewidth=1)
     ax.axvline(L_TRAIN, color="grey", lw=0.8, ls=":")
     ax.set(xlabel="test prompt length L'", ylabel="test MSE", yscale="log")
-    ax.legend(fontsize=7)
+    fig.legend(fontsize=7, loc="outside lower center", ncol=2)  # below the panel: the curves fill it
     return fig
 
 

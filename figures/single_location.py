@@ -148,7 +148,7 @@ def _plot_dynamics(ds, runs, *, individual=False, title=""):
     top = 1.1 * float(np.nanmax(ds.excess_risk.values))  # the scale of the run (Fig. 4(a) ~6, Fig. 4(b) ~0.7)
     axes[0].set(xlabel="step", ylabel=r"excess risk $R - \varepsilon^2$", ylim=(-0.05 * top, top), title="excess risk")
     axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment with (k*, v*)")
-    axes[1].legend(loc="lower right")
+    axes[1].legend(loc="best")  # runs that have not aligned yet sit in the lower right
     _path_panel(axes[2], ds, runs)
     # limits before the log scale: runs that stay on M sit on the floor, and a log scale over one value warns
     axes[3].set(xlabel="step", ylabel=r"dist$_M$ (floor $10^{-16}$)", ylim=(1e-17, 2), title="distance to M")
