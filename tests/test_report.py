@@ -217,3 +217,12 @@ def test_runtime_counts_a_shared_run_once_and_the_report_states_build_time_and_l
     assert "the runs of <a href=\"#fig-toy.a\">toy.a</a> (counted there)" in text
     assert summary["cpus"] >= 1
     assert summary["load_start"] is None or len(summary["load_start"]) == 3  # None where the OS has no load average
+
+
+@pytest.mark.parametrize("n_seeds", [2, 3, 8, 100])
+def test_mdd_power_is_exact_for_any_number_of_seeds(n_seeds):
+    """scipy's noncentral t: at a true gap of MDD the row fails with probability 0.8 (2 seeds need a noncentrality
+    far beyond the critical value: 816 SE at level 1e-3)."""
+    row = GapRow.from_stats(quantity="q", time=0.0, theory=0.0, mean=0.0, se=0.5, n_seeds=n_seeds)
+    q = stats.t.ppf(1 - row.level / 2, n_seeds - 1)
+    assert stats.nct.sf(q, n_seeds - 1, row.mdd / row.se) == pytest.approx(0.8, abs=1e-9)
