@@ -264,8 +264,11 @@ def plot_heatmap(ax, z, *, x=None, y=None, label: str, cmap: str | None = None, 
 
 def layout_problems(fig: Figure) -> list[str]:
     """What breaks the report's layout rules in ``fig``: a heat map (image, mesh or filled contour) without a colour
-    bar (its own, or a shared one drawn for the same colour map and limits), or more than :data:`MAX_PANELS_PER_ROW`
-    panels in a row (colour-bar axes not counted, a twin axis counted with its host). Empty if none."""
+    bar (its own, or a shared one drawn for the same colour map and limits), more than :data:`MAX_PANELS_PER_ROW`
+    panels in a row (colour-bar axes not counted, a twin axis counted with its host), a panel squeezed into a strip
+    (:data:`MIN_PANEL_SHARE`), one small legend for many panels (:data:`MIN_SHARED_LEGEND_PT`), a legend over a curve
+    (:data:`MAX_LEGEND_COVER`), a curve squeezed into a small part of a shared x-axis (:data:`MIN_CURVE_SPAN`).
+    Empty if none."""
     from matplotlib.collections import QuadMesh
     from matplotlib.contour import ContourSet
     from matplotlib.image import AxesImage
@@ -300,4 +303,72 @@ def layout_problems(fig: Figure) -> list[str]:
     widest = max((len(cells) for cells in rows.values()), default=0)
     if widest > MAX_PANELS_PER_ROW:
         problems.append(f"{widest} panels in one row (at most {MAX_PANELS_PER_ROW}: use panel_grid or a larger figure)")
+    problems += _drawn_layout_problems(fig, panels)
+    return problems
+
+
+MIN_PANEL_SHARE = 0.3
+"""A panel drawn on less than this share of its grid cell (e.g. an equal-aspect image of a 1 x n matrix) is a strip."""
+
+MIN_SHARED_LEGEND_PT = 8.0
+"""A figure of more than 6 panels with a single legend needs at least this font size for it."""
+
+MAX_LEGEND_COVER = 0.05
+"""A legend box over more than this share of a curve's points hides it."""
+
+MIN_CURVE_SPAN = 0.15
+"""A curve over less than this share of an x-axis that another curve spans (>= 80 %) is squeezed against an edge."""
+
+
+def _drawn_layout_problems(fig: Figure, panels: list) -> list[str]:
+    """The rules that need the drawn figure: strips, a small shared legend, a legend over a curve, a curve squeezed
+    into a small part of the x-axis that another curve fills."""
+    problems = []
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()  # positions after aspect adjustment and legend placement
+    renderer = canvas.get_renderer()
+
+    def title(ax):
+        return ax.get_title() or f"panel {panels.index(ax) + 1}"
+
+    for ax in panels:
+        cell, drawn = ax.get_position(original=True), ax.get_position()
+        share = (drawn.width * drawn.height) / (cell.width * cell.height) if cell.width * cell.height > 0 else 1.0
+        if share < MIN_PANEL_SHARE:
+            problems.append(f"{title(ax)!r} drawn on {share:.0%} of its cell (a strip: use aspect='auto')")
+    legends = [ax.get_legend() for ax in panels if ax.get_legend() is not None] + list(fig.legends)
+    if len(panels) > 6 and len(legends) == 1:
+        size = min((t.get_fontsize() for t in legends[0].get_texts()), default=MIN_SHARED_LEGEND_PT)
+        if size < MIN_SHARED_LEGEND_PT:
+            problems.append(f"one {size:g}-pt legend for {len(panels)} panels (at least {MIN_SHARED_LEGEND_PT:g} pt, "
+                            "or a legend per panel)")
+    for ax in panels:
+        lines = [ln for ln in ax.get_lines() if ln.get_visible() and ln.get_transform() == ax.transData
+                 and not (ln.get_label() or "").startswith("_child")]
+        data = []
+        for ln in lines:
+            xy = np.asarray(ln.get_xydata(), dtype=float)
+            xy = xy[np.all(np.isfinite(xy), axis=1)] if xy.ndim == 2 and xy.size else np.empty((0, 2))
+            if len(xy) >= 10 and np.ptp(xy[:, 0]) > 0 and np.ptp(xy[:, 1]) > 0:  # a curve, not a reference line
+                data.append(xy)
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible():
+            box = legend.get_window_extent(renderer)
+            for xy in data:
+                px = ax.transData.transform(xy)
+                inside = (px[:, 0] >= box.x0) & (px[:, 0] <= box.x1) & (px[:, 1] >= box.y0) & (px[:, 1] <= box.y1)
+                if inside.mean() > MAX_LEGEND_COVER:
+                    problems.append(f"legend over {inside.mean():.0%} of a curve in {title(ax)!r}")
+                    break
+        if len(data) >= 2:
+            log = ax.get_xscale() == "log"
+            xs = [np.log10(xy[:, 0][xy[:, 0] > 0]) if log else xy[:, 0] for xy in data]
+            xs = [x for x in xs if x.size]
+            width = np.ptp(np.concatenate(xs)) if xs else 0.0
+            spans = [np.ptp(x) / width for x in xs] if width > 0 else [1.0]
+            if max(spans) >= 0.8 and min(spans) < MIN_CURVE_SPAN:
+                problems.append(f"a curve spans {min(spans):.0%} of the x-axis in {title(ax)!r} (another spans "
+                                f"{max(spans):.0%}: a separate panel or a shared, shorter axis)")
     return problems

@@ -261,7 +261,8 @@ _SYMMETRY_WHY = Explanation(
     evidence=("panel (e) and the rows and checks of this figure: the same draws with their mirror images (symmetry "
               "restored) and GD projected onto the invariant family recover the population's weight; measured at "
               "t = 600 with raw samples of n = 500, 2 000, 8 000: E[S_j*,j] = 0.70, 0.86, 0.89, norm ratio 1.47, "
-              "0.47, 0.15 (population map: 0.89)"))
+              "0.47, 0.15 (population map: 0.89)"),
+    kind="disagrees")
 
 
 def gaps_pretrain(ds: xr.Dataset) -> list[GapRow]:
@@ -287,21 +288,30 @@ def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckRes
     D, T = ds.attrs["D"], int(ds.step.values[-1])
     out = []
     attn = ds[f"{prefix}attn_jstar"].values[:, -1]
+    # The theorem's weight is the population's: the population map at the same t (not a threshold read off these runs).
+    pop = float(ds["reduced_attn_jstar"].values[-1])
+    n = int(ds.attrs["n"] if "n" in ds.attrs else ds.attrs["n_large"])
+    slack = 1.5 / math.sqrt(n)
     out.append(CheckResult(
-        name=(f"docs/models/token_selection.md §B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} well above chance 1/D = {1 / D:.3f}, "
-              "minimum over seeds"), n_seeds=int(attn.size),
-        passed=bool(np.all(attn >= 2.4 / D)), measured=float(attn.min()),
-        expected=f">= 2.4/D = {2.4 / D:.3f} for every training sample",
-        tolerance="2.4 x chance: docs/models/token_selection.md §B.6 measures 0.85-0.98 (5-6 x chance) by T = 1e3-1e4 with n = 4000; raw "
-                  "samples of n = 200-500 at T <= 1000 reach 0.5-0.85 (measured)"))
+        name=(f"docs/models/token_selection.md §B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} reaches the population "
+              f"map's {pop:.3f}, minimum over seeds"), n_seeds=int(attn.size),
+        passed=bool(np.all(attn >= pop - slack)), measured=float(attn.min()),
+        expected=f">= {pop:.3f} - {slack:.3f} for every training sample",
+        tolerance=(f"1.5/sqrt(n) = {slack:.3f} at n = {n}: 3 SD of a mean of n draws of a weight in [0, 1] (SD <= 1/2), "
+                   "the sampling error of finite-sample GD against the population")))
     q = ds[f"{prefix}attn_jstar_q"].values[:, -1]
     bound = 1.0 - math.exp(-D)
     out.append(CheckResult(
-        name=(f"docs/models/token_selection.md §B.6 finding reproduced ({who}): the 5% quantile of min_j S_j*,j stays below 1 - exp(-D) (the "
-              "exp(-Theta(D)) deficit of docs/models/token_selection.md §B.4 item 1 is asymptotic and NOT visible at this size), median over "
-              "seeds"), n_seeds=int(q.size),
-        passed=bool(np.median(q) < bound), measured=float(np.median(q)), expected=f"< {bound:.4f} (claim not visible)",
-        tolerance="docs/models/token_selection.md §B.6: heavy lower tail from the w_par a_i a_j term, 0.38-0.87 at D <= 10, T <= 1e4"))
+        name=(f"docs/models/token_selection.md §B.4 item 1 (quantile form, {who}): the 5% quantile of min_j S_j*,j "
+              f"reaches 1 - exp(-D), median over seeds"), n_seeds=int(q.size),
+        passed=bool(np.median(q) >= bound), measured=float(np.median(q)), expected=f">= {bound:.4f}",
+        tolerance="the theorem's bound 1 - exp(-D), no slack",
+        explanation=Explanation(
+            kind="disagrees",
+            reason=("the exp(-Theta(D)) deficit of the theorem is asymptotic: at D <= 10 the quantile has a heavy "
+                    "lower tail from the w_par a_i a_j term"),
+            evidence=("docs/models/token_selection.md §B.6 measures the 5% quantile at 0.38-0.87 for D <= 10, "
+                      "T <= 1e4; this check's measured median"))))
     cos = ds[f"{prefix}cos_vx_vstar"].values[:, -1]
     out.append(CheckResult(
         name=f"Sec. B.4 item 2 ({who}): cos(v_x, v*) -> 1 (t = {T}, finite raw samples), minimum over seeds",
@@ -343,7 +353,7 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
         if key is not None and not c.passed and mirrored_passed.get(key, False):
             worst = float(ds["norm_ratio"].values[:, -1].max())
             c = c.explained(Explanation(
-                reason=_SYMMETRY_WHY.reason,
+                reason=_SYMMETRY_WHY.reason, kind="disagrees",
                 evidence=("the same check on the same draws with their mirror images added (holds), and the norm "
                           f"ratio of the raw samples at the last step (max {worst:.3g}, population 0)")))
         out.append(c)
@@ -353,12 +363,7 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
                            passed=bool(np.all(acc >= 0.95)), n_seeds=int(acc.size),
                            measured=float(acc.min()), expected=">= 0.95",
                            tolerance="0.95: a few misclassified draws of n allowed before convergence"))
-    mir = ds["mirrored_norm_ratio"].values
-    out.append(CheckResult(
-        name=("Sec. B.4 item 2, v = [v_x; 0]: norm ratio ||v_pos|| / ||v_x|| at the last step on the mirrored version "
-              "of the training samples (x -> -x symmetry of the population restored), max over seeds"),
-        passed=float(mir.max()) <= 1e-9, measured=float(mir.max()), expected=0.0, n_seeds=int(mir.size),
-        tolerance="1e-9: exactly 0 in exact arithmetic (docs/models/token_selection.md §B.6: v_pos = 0 to machine precision when mirrored)"))
+    # v_pos = 0 on the mirrored samples holds by symmetry (an identity: tests/test_group_sparse.py), not a finding.
     raw, mirrored = ds["attn_jstar"].values[:, -1], ds["mirrored_attn_jstar"].values[:, -1]
     out.append(_paired_check(
         (f"the raw samples' row-j* weight is below the population's because they break the x -> -x symmetry: "
@@ -608,7 +613,8 @@ _RAW_W_WHY = Explanation(
             "vec(X) keeps improving; longer torch pre-training does not help (T_pre = 3 000: E[S_j*,j] = 0.78, "
             "logistic regression still wins at n = 200, measured)"),
     evidence=("the black dashed curve (population map at the same T_pre: no floor) and the W(T*) curves and checks "
-              "of this figure; the sign-test check of group_sparse.pretrain_n500_d4_D6"))
+              "of this figure; the sign-test check of group_sparse.pretrain_n500_d4_D6"),
+    kind="disagrees")
 
 
 def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:

@@ -116,7 +116,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 from scipy.optimize import brentq
-from scipy.special import nctdtr, stdtr
+from scipy.special import nctdtr, ndtri, stdtr
 from tqdm.auto import tqdm
 
 from closedform import models as _models
@@ -224,7 +224,16 @@ def _detectable_ncp(df: float, level: float, power: float) -> float:
     """The noncentrality ``delta`` at which a Student t with ``df`` exceeds its two-sided ``level`` critical value
     with probability ``power`` (the far tail, below ``-q``, is negligible at the levels used and ignored)."""
     q = float(t_quantile(level, df))
-    return float(brentq(lambda delta: nctdtr(df, delta, q) - (1.0 - power), 0.0, q + 50.0, xtol=1e-12))
+    if not math.isfinite(df):  # the normal limit
+        return q + float(ndtri(power))
+
+    def excess(delta):
+        return nctdtr(df, delta, q) - (1.0 - power)
+
+    hi = q + 50.0
+    while excess(hi) > 0 and hi < 1e12:  # few df (e.g. 2 seeds) need a noncentrality far beyond q
+        hi *= 4.0
+    return float(brentq(excess, 0.0, hi, xtol=1e-12))
 
 
 def _gap_status(ci_low: float, ci_high: float, allowance: float, explanation: Explanation | None) -> str:

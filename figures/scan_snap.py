@@ -563,7 +563,9 @@ def _plot_recall(ds: xr.Dataset, panel_dim: str, curve_dim: str):
             ax.set(xlabel="threshold x M", ylim=(-0.02, 1.02),
                    title=f"M = {int(ds.M.values[k])}, {_LABEL[panel_dim]} = {pv:g}")
             ax.set_ylabel("recall of distinct tokens")
-    axes[0].legend(fontsize=6)
+    # one legend for all panels, above them and at a readable size (the curves and colours are the same in each)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=min(len(labels), 5), fontsize=9)
     return fig
 
 

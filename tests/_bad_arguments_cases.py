@@ -138,6 +138,7 @@ EXCLUDED = {
     "figures.report.ReportResult": "result record",
     "figures.report.FigureEntry": "result record",
     "figures.report.ModelSection": "result record",
+    "figures.report.FamilyWise": "result record",
     # whole-figure builds: a valid call computes a paper figure (minutes)
     "figures.registry.build": "a valid call builds a figure (minutes of CPU)",
     "figures.registry.make": "a valid call builds figures (minutes of CPU)",
@@ -548,11 +549,14 @@ NAMES = {
         "samples": lambda f: np.array([[1.0, 2.0], [1.1, 2.1], [0.9, 1.9]]), "name": lambda f: "check",
         "passed": lambda f: True, "measured": lambda f: 1.0, "expected": lambda f: 1.0, "tolerance": lambda f: "0.1",
         "spec": lambda f: f.fig_spec, "preset": lambda f: "quick", "models": lambda f: ("single_location",),
+        "reference": lambda f: np.array([[1.0, 2.0], [1.1, 2.1], [0.9, 1.9]]), "tol": lambda f: 1e-9,
     },
     "figures.report": {
         "spec": lambda f: f.fig_spec, "preset": lambda f: "quick", "sections": lambda f: [f.section],
         "meta": lambda f: {"preset": "quick", "seed": 0, "device": "cpu"}, "seed": lambda f: 0,
-        "device": lambda f: "cpu", "wall_s": lambda f: 1.0,
+        "device": lambda f: "cpu", "wall_s": lambda f: 1.0, "pvalues": lambda f: [0.01, 0.5], "rejected": lambda f: True,
+        "row": lambda f: __import__("figures.registry", fromlist=["compare_rows"]).compare_rows(
+            "x", [0.0], [1.0], np.array([[1.0], [1.1], [0.9]]))[0],
     },
 }
 

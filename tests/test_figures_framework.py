@@ -479,6 +479,7 @@ def test_report_statuses_first_screen_attention_list_toc_summary_and_data(tmp_pa
     # The 6 rows 40 SE off are rejected family-wise too (p ~ 1e-5 against Holm's smallest threshold 0.05 / 19).
     assert summary["counts"]["rows_adjusted"] == summary["counts"]["rows"]
     assert summary["family_wise"]["n_gap_rows"] == n_rows - 1 and summary["family_wise"]["method"] == "holm"
+    assert (summary["family_wise"]["rejected_family_wise"], summary["family_wise"]["fails_family_wise"]) == (12, 2)
     assert summary["family_wise"]["expected_false_fails_per_row_rule"] == pytest.approx((n_rows - 1) * 1e-3)
     assert summary["counts"]["gap_rows_below_min_seeds"] == 0 and summary["counts"]["paper_only_figures"] == 1
     assert summary["counts"]["figures_with_layout_problems"] == 0

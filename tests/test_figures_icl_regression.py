@@ -211,7 +211,7 @@ def test_explanations_are_attached_only_where_their_evidence_covers_every_failin
     split = np.array([True] * 5 + [False] * 3)
     covered = fig_icl._count_check("t", split, claim="c", criterion="x",
                                    explanation=fig_icl._same_sign_explanation(split, split))
-    assert covered.status == "explained" and covered.explanation is fig_icl.SAME_SIGN
+    assert covered.status == "disagrees" and covered.explanation is fig_icl.SAME_SIGN
     ok = split.copy()
     ok[0] = False  # a split seed fails too
     assert fig_icl._same_sign_explanation(ok, split) is None

@@ -47,7 +47,7 @@ def test_closed_form_figures_pass_spec_checks_at_quick_preset(name):
     (medians and ranges over runs, counts of runs at S, fixed points) must all hold."""
     spec, ds = _build(name, "quick")
     checks = spec.checks(ds)
-    assert len(checks) >= 4
+    assert len(checks) >= 3  # fig6: its fixed points are identities, in tests/test_single_location.py
     failed = [c for c in checks if not c.passed]
     assert not failed, failed
 

@@ -238,6 +238,7 @@ def test_tiny_figure_builds_and_its_checks_are_well_formed(encoder):
     np.testing.assert_array_equal(ds["cls_layer0_spread"].values, 0.0)
     checks = fig_module.checks_fig1(ds)
     assert checks and all(isinstance(c, CheckResult) for c in checks)
-    assert checks[0].passed  # layer 0 at chance
+    # layer 0 is at chance by construction (cls_layer0_spread == 0 above): an identity here, not a report check
+    assert not any("at chance" in c.name for c in checks)
     fig = registry.render(res.spec, ds)
     assert len(fig.axes) >= 4

@@ -137,3 +137,92 @@ def test_per_seed_check_fails_on_any_seed_beyond_round_off():
     assert bad.measured == pytest.approx(0.5)
     with pytest.raises(ValueError, match="same shape"):
         per_seed_check("x", ref, ref[:, :2], tol=0.0, tolerance="t")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The layout check learns the defects a reader found (each a synthetic figure that has it, and one that does not)
+# ----------------------------------------------------------------------------------------------------------------
+def _problems(fig):
+    from figures import _style
+
+    return _style.layout_problems(fig)
+
+
+def test_layout_check_finds_a_strip_panel():
+    from figures import _style
+
+    with _style.style_context():
+        fig, axes = _style.new_figure(1, 2)
+        im = axes[0].imshow(np.arange(8.0)[None, :])  # a 1 x 8 matrix at equal aspect: a strip
+        _style.add_colorbar(axes[0], im, label="mu")
+        axes[1].plot(np.arange(10.0), np.arange(10.0) ** 2)
+    assert any("a strip" in p for p in _problems(fig))
+    im.axes.set_aspect("auto")
+    assert not any("a strip" in p for p in _problems(fig))
+
+
+def test_layout_check_finds_one_small_legend_for_many_panels():
+    from figures import _style
+
+    with _style.style_context():
+        fig, axes = _style.panel_grid(9)
+        for ax in axes:
+            ax.plot(np.arange(10.0), np.sin(np.arange(10.0)), label="curve")
+        axes[0].legend(fontsize=6)
+    assert any("6-pt legend for 9 panels" in p for p in _problems(fig))
+    axes[0].legend(fontsize=9)
+    assert not any("legend for" in p for p in _problems(fig))
+
+
+def test_layout_check_finds_a_legend_over_a_curve_and_a_squeezed_curve():
+    from figures import _style
+
+    x = np.linspace(0.0, 1.0, 200)
+    with _style.style_context():
+        fig, axes = _style.new_figure(1, 2)
+        axes[0].plot(x, np.full_like(x, 0.9) + 0.01 * x, label="a curve under the legend")
+        axes[0].plot(x, x, label="another")
+        axes[0].set_ylim(0, 1)
+        axes[0].legend(loc="upper left")
+        axes[1].plot(x * 100, np.sin(x), label="full range")
+        axes[1].plot(x * 6, np.cos(x), label="6 % of the axis")
+    problems = _problems(fig)
+    assert any("legend over" in p for p in problems), problems
+    assert any("a curve spans 6% of the x-axis" in p for p in problems), problems
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the panel
+    axes[1].set_xscale("linear")
+    axes[1].lines[1].set_xdata(x * 90)
+    assert not _problems(fig)
+
+
+def test_runtime_counts_a_shared_run_once_and_the_report_states_build_time_and_load(tmp_path):
+    import json
+
+    from figures.registry import Registry
+    from figures.report import build_report
+    from tests._figures import TOY_PARAMS, toy_data, toy_plot
+
+    reg = Registry(models=("toy",), package=None)
+    kw = dict(model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=toy_plot)
+    reg.register(name="toy.a", **kw)(toy_data)
+    reg.register(name="toy.b", shares_data_with="toy.a", **kw)(toy_data)
+    result = build_report("tiny", device="cpu", out_dir=tmp_path, cache_dir=tmp_path / "res", registry=reg, jobs=1)
+    summary = json.loads(result.summary_path.read_text())
+    a, b = summary["figures"]
+    assert a["runtime_s"] == b["runtime_s"] > 0  # both show the one run ...
+    assert (a["counted_runtime_s"], b["counted_runtime_s"]) == (a["runtime_s"], 0.0)  # ... counted once
+    assert summary["runtime_s_counted_once"] == a["runtime_s"]
+    text = result.path.read_text()
+    assert "Build time: <b>" in text and "load average (1, 5, 15 min)" in text
+    assert "the runs of <a href=\"#fig-toy.a\">toy.a</a> (counted there)" in text
+    assert summary["cpus"] >= 1
+    assert summary["load_start"] is None or len(summary["load_start"]) == 3  # None where the OS has no load average
+
+
+@pytest.mark.parametrize("n_seeds", [2, 3, 8, 100])
+def test_mdd_power_is_exact_for_any_number_of_seeds(n_seeds):
+    """scipy's noncentral t: at a true gap of MDD the row fails with probability 0.8 (2 seeds need a noncentrality
+    far beyond the critical value: 816 SE at level 1e-3)."""
+    row = GapRow.from_stats(quantity="q", time=0.0, theory=0.0, mean=0.0, se=0.5, n_seeds=n_seeds)
+    q = stats.t.ppf(1 - row.level / 2, n_seeds - 1)
+    assert stats.nct.sf(q, n_seeds - 1, row.mdd / row.se) == pytest.approx(0.8, abs=1e-9)
