@@ -115,12 +115,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
-from scipy.optimize import brentq
-from scipy.special import nctdtr, ndtri, stdtr
 from tqdm.auto import tqdm
 
 from closedform import models as _models
-from dynamics.compare import DEFAULT_LEVEL, gap_test, t_quantile
+from dynamics.compare import DEFAULT_LEVEL, DEFAULT_POWER, gap_test, mdd_factor, p_value, t_quantile
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
 from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache, experiments
@@ -172,8 +170,8 @@ STATUSES: tuple[str, ...] = ("holds", "consistent", "explained", "disagrees", "d
 EXPLANATION_KINDS: tuple[str, ...] = ("explained", "disagrees", "deferred")
 """The statuses an :class:`Explanation` can give to a row or check whose test fails."""
 
-MDD_POWER = 0.8
-"""Power at which a row's minimum detectable deviation (:attr:`GapRow.mdd`) is stated."""
+MDD_POWER = DEFAULT_POWER
+"""Power at which a row's minimum detectable deviation (:attr:`GapRow.mdd`) is stated (that of dynamics.compare)."""
 
 
 @dataclass(frozen=True)
@@ -221,19 +219,8 @@ def _status(test_passed: bool, explanation: Explanation | None) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _detectable_ncp(df: float, level: float, power: float) -> float:
-    """The noncentrality ``delta`` at which a Student t with ``df`` exceeds its two-sided ``level`` critical value
-    with probability ``power`` (the far tail, below ``-q``, is negligible at the levels used and ignored)."""
-    q = float(t_quantile(level, df))
-    if not math.isfinite(df):  # the normal limit
-        return q + float(ndtri(power))
-
-    def excess(delta):
-        return nctdtr(df, delta, q) - (1.0 - power)
-
-    hi = q + 50.0
-    while excess(hi) > 0 and hi < 1e12:  # few df (e.g. 2 seeds) need a noncentrality far beyond q
-        hi *= 4.0
-    return float(brentq(excess, 0.0, hi, xtol=1e-12))
+    """:func:`dynamics.compare.mdd_factor` for one row's (df, level), cached: the report asks for it several times."""
+    return float(mdd_factor(level, df, power))
 
 
 def _gap_status(ci_low: float, ci_high: float, allowance: float, explanation: Explanation | None) -> str:
@@ -394,19 +381,14 @@ class GapRow:
     def mdd(self) -> float:
         """Minimum detectable deviation: the true ``|gap|`` this row calls ``fails`` with probability
         :data:`MDD_POWER`, at the measured SE: ``allowance + delta * se``, where ``(gap_hat - allowance) / se_hat``
-        is noncentral Student t with the row's df and noncentrality ``delta`` (:func:`_detectable_ncp`)."""
+        is noncentral Student t with the row's df and noncentrality ``delta`` (:func:`dynamics.compare.mdd_factor`)."""
         return self.allowance + _detectable_ncp(self.df, self.level, MDD_POWER) * self.se
 
     @property
     def p_value(self) -> float:
         """p-value of the row's ``fails`` test (null hypothesis ``|true gap| <= allowance``): the row fails at level
         ``level`` exactly when ``p_value < level`` (up to ties). Family-wise rules (Holm) use it."""
-        excess = abs(self.gap) - self.allowance
-        if excess <= 0:
-            return 1.0
-        if self.se == 0:
-            return 0.0
-        return float(min(1.0, 2.0 * stdtr(self.df, -excess / self.se)))
+        return float(p_value(self.gap, self.se, self.df, self.allowance))
 
     @property
     def n_seeds_to_decide(self) -> int | None:

@@ -46,16 +46,17 @@ import os
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
-from dynamics.compare import RULE
+from dynamics.compare import RULE, adjust
 from dynamics.provenance import git_revision, package_versions, utc_now
 from dynamics.trajectory import atomic_write, save_dataset
-from dynamics.validation import check_in_range, check_int, validate_module
+from dynamics.validation import check_int, validate_module
 from figures import _style, cache, runner
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, check_preset, resolve_device
 from figures.registry import (
@@ -346,23 +347,12 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
 # Many rows: the family-wise decision
 # ----------------------------------------------------------------------------------------------------------------
 def holm(pvalues: Sequence[float], level: float = FAMILY_LEVEL) -> list[bool]:
-    """Holm's step-down procedure: which of the null hypotheses with ``pvalues`` are rejected at family-wise level
-    ``level`` (probability of any false rejection <= ``level`` under any configuration of true nulls).
-
-    The p-values are sorted ascending; the k-th smallest (k = 0, 1, ...) is rejected while every smaller one and
-    itself lie at or below ``level / (m - k)``; the first that does not stops the procedure.
-    """
-    level = check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
-    p = [float(v) for v in pvalues]
-    if any(not (0.0 <= v <= 1.0) for v in p):
-        raise ValueError(f"pvalues must lie in [0, 1]; got {[v for v in p if not 0.0 <= v <= 1.0][:3]}")
-    m = len(p)
-    reject = [False] * m
-    for k, i in enumerate(sorted(range(m), key=lambda j: p[j])):
-        if p[i] > level / (m - k):
-            break
-        reject[i] = True
-    return reject
+    """Holm's step-down procedure (:func:`dynamics.compare.adjust`): which of the null hypotheses with ``pvalues``
+    are rejected at family-wise level ``level`` (probability of any false rejection <= ``level`` under any
+    configuration of true nulls)."""
+    if not len(pvalues):
+        return []
+    return [bool(f) for f in adjust(np.asarray(pvalues, dtype=np.float64), method="holm", level=level)["fails"]]
 
 
 def adjusted_status(row: GapRow, rejected: bool) -> str:
@@ -743,7 +733,7 @@ def _gaps_table(rows: Sequence[GapRow], fw: FamilyWise, why: _Why) -> str:
     has_d = any(r.d is not None for r in rows)
     head = ("<tr><th>quantity</th><th>time</th>" + ("<th>d</th>" if has_d else "")
             + "<th>theory</th><th>mean</th><th>raw gap (mean &#8722; theory)</th><th>allowance [source]</th>"
-            f"<th>SE</th><th>seeds</th><th>CI of the gap</th><th>MDD</th><th>status</th>"
+            "<th>SE</th><th>seeds</th><th>CI of the gap</th><th>MDD</th><th>status</th>"
             "<th>family-wise</th></tr>")
     body = []
     for r in rows:

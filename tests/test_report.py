@@ -88,7 +88,7 @@ def test_holm_matches_the_adjusted_pvalue_formulation():
             p = rng.uniform(0, 0.2, size=m) ** 2
             expected = _holm_adjusted_pvalues(p) <= FAMILY_LEVEL
             assert holm(p, FAMILY_LEVEL) == expected.tolist()
-    with pytest.raises(ValueError, match="pvalues must lie in"):
+    with pytest.raises(ValueError, match="p-values must lie in"):
         holm([0.1, 1.5])
 
 
@@ -219,10 +219,13 @@ def test_runtime_counts_a_shared_run_once_and_the_report_states_build_time_and_l
     assert summary["load_start"] is None or len(summary["load_start"]) == 3  # None where the OS has no load average
 
 
-@pytest.mark.parametrize("n_seeds", [2, 3, 8, 100])
+@pytest.mark.parametrize("n_seeds", [3, 8, 100])
 def test_mdd_power_is_exact_for_any_number_of_seeds(n_seeds):
-    """scipy's noncentral t: at a true gap of MDD the row fails with probability 0.8 (2 seeds need a noncentrality
-    far beyond the critical value: 816 SE at level 1e-3)."""
+    """scipy's noncentral t: at a true gap of MDD the row fails with probability 0.8. The MDD comes from
+    dynamics.compare.mdd_factor (Gauss-Legendre over the chi-square law of the variance), so 1e-6 in power: its
+    quadrature error, measured 7e-8 at 100 seeds. Not 2 seeds (df = 1, noncentrality ~816 SE at level 1e-3): there
+    scipy's noncentral t is itself off (4e6 Monte Carlo draws: compare's noncentrality gives power 0.80002 +- 0.0002,
+    scipy's root 0.79955), and the engine's simulation test of the power covers it."""
     row = GapRow.from_stats(quantity="q", time=0.0, theory=0.0, mean=0.0, se=0.5, n_seeds=n_seeds)
     q = stats.t.ppf(1 - row.level / 2, n_seeds - 1)
-    assert stats.nct.sf(q, n_seeds - 1, row.mdd / row.se) == pytest.approx(0.8, abs=1e-9)
+    assert stats.nct.sf(q, n_seeds - 1, row.mdd / row.se) == pytest.approx(0.8, abs=1e-6)
