@@ -661,7 +661,8 @@ _MAP_OBS = {
                     else:
                         OBS(k, X[i], P[0] if shared else P[i], args_row(A, i), O[i, j])
 """),
-    "obs_end": ("", "                    OBS(kn, x@, p@, g@, O[@, j@])\n", "                    q@ = j@  # kn < k_end\n"),
+    "obs_end": ("", "                    OBS(kn, x@, p@, g@, O[@, j@])\n",
+                "                    q@ = j@  # kn < k_end\n"),
     "step": ("                MODEL(kk, x@, p@, g@, b@)\n",) * 2 + ("""                if q@ >= 0:
                     FUSED(kk, x@, p@, g@, b@, o@)
                     for m in range(o@.shape[0]):
