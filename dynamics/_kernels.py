@@ -148,8 +148,8 @@ def _importable(fn) -> bool:
 
 def _header(cache: bool) -> str:
     return ("import numpy as np\nfrom numba import njit\n"
-            "from dynamics._steppers import (commit_moved, fill_frozen, first_bad, is_bad, rms_scaled,\n"
-            "                               step_factor)\n"
+            "from dynamics._steppers import (commit_moved, fill_frozen, first_bad, in_tail, is_bad, rms_scaled,\n"
+            "                               step_factor, tail_add)\n"
             f"CACHE = {cache}\n")
 
 
@@ -426,13 +426,18 @@ PAIR_BLOCK = 512
 
 _MAP = '''
 @njit(cache=CACHE, fastmath=False)
-def run_one(x, p, g, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, tol, stop_at, flush, last, buf, pend):
+def run_one(x, p, g, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, tol, stop_at, flush, last, buf, pend,
+            TL, TH, S, XM, kmid):
     """Steps k -> kb of trajectory i (state x, parameters p) with every check made after every step; writes the
     saves due at steps in (k, kb] (and, when the trajectory stops, its frozen state into the saves up to k_end).
-    Records the size of the step into k_end in last[i]. ``pend`` >= 0 is a save of the state at step k whose
-    observables the next (fused) step writes. Returns (next save index, still running, pending save or -1)."""
+    Records the size of the step into k_end in last[i], the step sizes of the tail blocks in S[i] and the state at
+    step kmid in XM[i] (see the kernel). ``pend`` >= 0 is a save of the state at step k whose observables the next
+    (fused) step writes. Returns (next save index, still running, pending save or -1)."""
     n = {n_one}
     n_save = save_k.shape[0]
+    nb = TL.shape[0]
+    t_lo = TL[0] if nb > 0 else 1
+    t_hi = TH[nb - 1] if nb > 0 else 0
     while k < kb:
 {step_run}        k += 1
 {check}
@@ -447,10 +452,20 @@ def run_one(x, p, g, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, to
             x[m] = v
         if k == k_end:
             last[i] = moved
+        if t_lo <= k <= t_hi:
+            tail_add(S[i], TL, TH, k, k, moved)
+        if k == kmid:
+            for m in range(n):
+                XM[i, m] = x[m]
         if moved < tol:
             active[i] = False
             stop_at[i] = k
             last[i] = moved
+            # a stopped trajectory's step size stands for the steps left in this call (as if sampled there)
+            tail_add(S[i], TL, TH, k + 1, k_end, moved)
+            if k < kmid and kmid <= k_end:
+                for m in range(n):
+                    XM[i, m] = x[m]
             j0 = j
             j = fill_frozen(Y[i], j, save_k, k_end, x)
 {frozen_run}            return j, False, -1
@@ -463,7 +478,8 @@ def run_one(x, p, g, i, k, kb, k_end, j, save_k, Y, O, active, status, bound, to
 
 
 @njit(cache=CACHE, fastmath=False)
-def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, tol, stop_at, flush, last, W, WO, A):
+def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, tol, stop_at, flush, last, W, WO,
+           TL, TH, TC, S, XM, kmid, A):
     """Advance each trajectory by the map MODEL from step k_start to k_end.
 {obs_doc}
     Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
@@ -476,7 +492,13 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, t
     trajectory whether any step produced a value that is NaN or beyond the bound, or (with tol) a step smaller than
     tol; a flagged trajectory is set back to the block's start and the block is run again by run_one, which makes
     every check after every step, so the reported step and variable and all results are those of one-at-a-time
-    runs, bit for bit. The last step of each trajectory is always taken by run_one (it records last[i])."""
+    runs, bit for bit. The last step of each trajectory is always taken by run_one (it records last[i]).
+
+    Convergence trend, sampled inside the loop: S[i, b] is the largest step size max_m |x_k - x_(k-1)|_m over the
+    steps k in [TL[b], TH[b]] (tail block b) run by this call (a stopped trajectory contributes its last step size
+    last[i] for the steps after it stopped), XM[i] the state at step kmid. Pair blocks are cut at the points TC
+    (TL - 1 and TH), so every step of a block lies in the same tail blocks; their sizes are folded into S only
+    when the block is not run again."""
     n_traj = X.shape[0]
     n = {n_state}
     n_save = save_k.shape[0]
@@ -488,6 +510,13 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, t
     oa = WO[0]  # observables of a fused step, copied into O (no array view made per step)
     ob = WO[1]
     use_tol = tol >= 0.0
+    n_cut = TC.shape[0]
+    for i in range(n_traj):  # trajectories stopped before this call: their last step size stands for these steps
+        if status[i, 0] == 0 and not active[i]:
+            tail_add(S[i], TL, TH, k_start + 1, k_end, last[i])
+            if k_start < kmid and kmid <= k_end:
+                for m in range(n):
+                    XM[i, m] = X[i, m]
     for a in range(0, n_traj, 2):
         b = a + 1
         oka = status[a, 0] == 0  # trajectories that failed in an earlier call are left as they are
@@ -512,10 +541,19 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, t
         xb = X[b if b < n_traj else a]
         pb = P[0] if shared else P[b if b < n_traj else a]
         gb = args_row(A, b if b < n_traj else a)
+        tc = 0
         while ra and rb and k < k_end - 1:
             kn = min(k + {block}, k_end - 1)
             if ja < n_save and save_k[ja] < kn:
                 kn = save_k[ja]
+            while tc < n_cut and TC[tc] <= k:
+                tc += 1
+            if tc < n_cut and TC[tc] < kn:
+                kn = TC[tc]
+            intail = in_tail(TL, TH, kn)  # the steps (k, kn] all lie in the same tail blocks
+            track = use_tol or intail
+            ta = -1.0
+            tb = -1.0
             # the state at the block's start, to restart a flagged block from: the save just written at step k
             # when there is one (with dense saves, every block), else a copy
             at_a = ja > 0 and save_k[ja - 1] == k
@@ -538,6 +576,10 @@ def kernel(X, P, k_start, k_end, save_k, j_start, Y, O, active, status, bound, t
 {commit_a}{commit_b}                if use_tol:
                     fa |= ma < tol
                     fb |= mb < tol
+                if ma > ta:
+                    ta = ma
+                if mb > tb:
+                    tb = mb
 {end_a}{end_b}            k = kn
 {tail_a}{tail_b}{fin_a}{fin_b}'''
 
@@ -550,7 +592,7 @@ _LANE = {
                     f@ |= not abs(v) <= bound
                     if flush and abs(v) < 2.2250738585072014e-308:
                         v = v * 0.0
-                    if use_tol:
+                    if track:
                         m@ = max(m@, abs(v - x@[m]))
                     x@[m] = v
 """,
@@ -562,8 +604,13 @@ _LANE = {
                     for m in range(n):
                         x@[m] = s@[m]
                 j@, r@, q@ = run_one(x@, p@, g@, @, k, kn, k_end, j@, save_k, Y, O, active, status, bound, tol,
-                                     stop_at, flush, last, b@, q0@)
+                                     stop_at, flush, last, b@, q0@, TL, TH, S, XM, kmid)
             else:
+                if intail:
+                    tail_add(S[@], TL, TH, kn, kn, t@)
+                if kn == kmid:
+                    for m in range(n):
+                        XM[@, m] = x@[m]
                 while j@ < n_save and save_k[j@] == kn:
                     for m in range(n):
                         Y[@, j@, m] = x@[m]
@@ -571,7 +618,7 @@ _LANE = {
 """,
     "tail": """        if r@:
             j@, r@, q@ = run_one(x@, p@, g@, @, k, k_end, k_end, j@, save_k, Y, O, active, status, bound, tol,
-                                 stop_at, flush, last, b@, q@)
+                                 stop_at, flush, last, b@, q@, TL, TH, S, XM, kmid)
 """,
     "fin": """        if ok@:
             if status[@, 0] == 0 and not active[@]:
@@ -621,7 +668,8 @@ _MAP_OBS = {
                     else:
                         OBS(k, X[i], P[0] if shared else P[i], args_row(A, i), O[i, j])
 """),
-    "obs_end": ("", "                    OBS(kn, x@, p@, g@, O[@, j@])\n", "                    q@ = j@  # kn < k_end\n"),
+    "obs_end": ("", "                    OBS(kn, x@, p@, g@, O[@, j@])\n",
+                "                    q@ = j@  # kn < k_end\n"),
     "step": ("                MODEL(kk, x@, p@, g@, b@)\n",) * 2 + ("""                if q@ >= 0:
                     FUSED(kk, x@, p@, g@, b@, o@)
                     for m in range(o@.shape[0]):

@@ -180,6 +180,26 @@ def fill_frozen(Yi, j, save_k, k_end, x):
     return j
 
 
+@njit(cache=True, fastmath=False)
+def in_tail(TL, TH, k):
+    """True when step ``k`` lies in one of the tail blocks [TL[b], TH[b]]."""
+    for b in range(TL.shape[0]):
+        if TL[b] <= k <= TH[b]:
+            return True
+    return False
+
+
+@njit(cache=True, fastmath=False)
+def tail_add(row, TL, TH, k_from, k_to, v):
+    """Fold the step size ``v`` into ``row[b]`` for every tail block [TL[b], TH[b]] that has a step in [k_from,
+    k_to]: row[b] = max(row[b], v), with NaN kept once it appears (as numpy's max over the samples would)."""
+    for b in range(TL.shape[0]):
+        if TL[b] <= k_to and TH[b] >= k_from:
+            cur = row[b]
+            if cur == cur and not v <= cur:
+                row[b] = v
+
+
 def finite_bound(bound: float) -> float:
     """The bound the kernels compare with: at most the largest float64, so ``|x| <= bound`` also rejects inf."""
     return min(float(bound), float(np.finfo(np.float64).max))

@@ -26,10 +26,12 @@ into a pre-allocated array, so saving every step costs about as much as saving n
 by all trajectories or (n_traj, n_params), one row per trajectory: per-configuration task parameters (a learning rate,
 a regularisation) enter this way, and a single initial state with n parameter rows runs n trajectories. A schedule
 that changes with the step (a temperature, a learning rate) is written into the kernel as a function of ``k``, or
-packed as a tail of ``p``. Python runs only between coarse chunks (progress bar, divergence reports, a Python
-``stop`` condition). Kernels are generated per model function and cached on disk across processes
-(``dynamics._kernels``). Non-finite values are caught inside the kernels at the exact step and raised as
-:class:`DivergenceError`, which carries the run up to the last save point before the failure.
+given as an array through ``args``. One driver loop (:func:`_drive`) serves the map and both integrators: a run
+is one compiled call unless a progress bar, a Python ``stop`` condition (checked at each save) or a flow's
+convergence samples cut it into segments; failures are reported and stop conditions applied there. Kernels are
+generated per model function and cached on disk across processes (``dynamics._kernels``). Non-finite values are
+caught inside the kernels at the exact step and raised as :class:`DivergenceError`, which carries the run up to the
+last save point before the failure.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynamics import _kernels, _steppers
-from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, block_samples, step_norm_trend, tail_blocks, tail_points
+from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, step_norm_trend, tail_blocks, tail_points
 from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
@@ -456,6 +458,31 @@ def _apply_stop(stop, when, X, P_rows, active):
     active &= ~done
 
 
+def _drive(segments, advance, check, *, bar, amount, stop=None, saves_at=None, X=None, P=None, active=None,
+           after=None):
+    """The one driver loop of :func:`iterate` and both integrators.
+
+    For each segment ``(a, b)`` of the run (step, grid-step or save indices, per kind): ``advance(a, b)`` runs the
+    compiled kernel, which writes the saves and stops converged trajectories itself; ``check()`` raises the first
+    failure (divergence, step limits) with the partial run; ``after(a, b)`` records what the kind samples between
+    segments; the progress bar moves by ``amount(a, b)``. With a Python ``stop`` condition (segments then end at
+    save points), it is applied to each save ``saves_at(b)`` completed at b, as ``(j, when, saved states)`` in
+    order; stopped trajectories freeze at their saved state, and once all have stopped the run ends there.
+    Returns the number of saves kept when a stop ended the run, else None."""
+    with bar:
+        for a, b in segments:
+            advance(a, b)
+            check()
+            if after is not None:
+                after(a, b)
+            bar.update(amount(a, b))
+            if stop is not None:
+                for j, when, Ysave in saves_at(b):
+                    if _stop_at_save(stop, when, Ysave, X, P, active):
+                        return j + 1
+    return None
+
+
 _CONVERGED_DOC = """converged : float > 0, optional
         Per-trajectory stop inside the compiled loop: a trajectory whose step moves no component by ``converged``
         or more (max norm; for ODEs the rate ``|y_{n+1} - y_n| / h``) is frozen there, and its later saves repeat
@@ -469,9 +496,9 @@ _CONVERGED_DOC = """converged : float > 0, optional
     warn_unconverged : bool, default False
         Issue a ``RuntimeWarning`` naming how many trajectories ended unconverged.
     trend : bool, default True
-        Sample the step norm over the last half of the run for ``step_norm_trend`` (below). It cuts the compiled
-        loop at 72 steps (maps) or 9 points (flows), which costs about 0.5 ms (maps) or 0.2 ms (flows) per call and
-        changes no result; False (e.g. for many short calls in a loop) gives ``step_norm_trend = 0``."""
+        Sample the step norm over the last half of the run for ``step_norm_trend`` (below). Maps sample it inside
+        the compiled loop (the loop is not cut); flows cut the compiled loop at 9 points, which costs about 0.2 ms
+        per call. Neither changes a result; False gives ``step_norm_trend = 0``."""
 
 
 def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, names=None, derived=None, stop=None,
@@ -566,36 +593,40 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     last = np.full(n_traj, np.nan)
     work = np.empty((4, n_state))
     work_obs = np.empty((2, O.shape[2]))
-    n_saved = save_steps.size
     partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs,
                                _observables(O, obs_names, save_steps.size))
-    blocks = tail_blocks(0, n_steps) if trend else []  # steps whose step norm feeds step_norm_trend
-    tail = set(np.concatenate(blocks).tolist()) if blocks else set()
-    recorded, x_mid = {}, None
-    cuts = sorted(tail.union(save_steps.tolist() if stop is not None else ()))
-    chunks = _chunks(0, n_steps, progress, cuts)
-    with _bar(progress, n_steps, "iterate", "step") as bar:
-        for a, b in chunks:
-            j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
-            kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at,
-                   bool(flush_subnormals), last, work, work_obs, A)
-            _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial)
-            if b in tail and b > a:
-                recorded[b] = last.copy()
-                if b == blocks[0][-1]:
-                    x_mid = X.copy()  # the state at the first tail point, for the displacement
-            bar.update(b - a)
-            if stop is not None and save_steps.size:
-                j = int(np.searchsorted(save_steps, b))
-                if j < save_steps.size and save_steps[j] == b:
-                    _apply_stop(stop, b, X, P, active)
-                    if not active.any():
-                        n_saved = j + 1
-                        break
+    # the step-norm samples of step_norm_trend, taken by the kernel: block b of steps [TL[b], TH[b]]
+    blocks = tail_blocks(0, n_steps) if trend else []
+    TL = np.array([blk[0] for blk in blocks], dtype=np.int64)
+    TH = np.array([blk[-1] for blk in blocks], dtype=np.int64)
+    TC = np.unique(np.concatenate([TL - 1, TH]))
+    S = np.full((n_traj, TL.size), -np.inf)
+    XM = np.zeros((n_traj, n_state))
+    kmid = int(TH[0]) if TH.size else -1
+    reached = [0]
+
+    def advance(a, b):
+        j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
+        kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at, bool(flush_subnormals),
+               last, work, work_obs, TL, TH, TC, S, XM, kmid, A)
+        reached[0] = b
+
+    def saves_at(b):
+        j = int(np.searchsorted(save_steps, b))
+        return [(j, b, Y[:, j])] if j < save_steps.size and save_steps[j] == b else []
+
+    stopped = _drive(_chunks(0, n_steps, progress, save_steps.tolist() if stop is not None else ()), advance,
+                     lambda: _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale,
+                                           partial_fn=partial),
+                     bar=_bar(progress, n_steps, "iterate", "step"), amount=lambda a, b: b - a, stop=stop,
+                     saves_at=saves_at, X=X, P=P, active=active)
+    n_saved = save_steps.size if stopped is None else stopped
+    k_reached = reached[0]
     steps_out = save_steps[:n_saved]
     per_traj = {"stopped_at": stop_at} if converged is not None else {}
-    per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map", *block_samples(blocks, recorded),
-                                 _displacement(x_mid, X)))
+    sampled = np.flatnonzero(TL <= k_reached)  # blocks the run reached (all of them unless a stop ended it early)
+    per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map", [S[:, b] for b in sampled],
+                                 TH[sampled].tolist(), _displacement(XM if 0 <= kmid <= k_reached else None, X)))
     return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs,
                    _observables(O, obs_names, n_saved), per_traj=per_traj)
 
@@ -692,33 +723,32 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     K = np.empty((solver.tableau.stages, n_state))
     yt = np.empty(n_state)
     buf = np.empty(n_state)
-    n_saved = save_times.size
     partial = _partial_builder(Y, names, save_times, steps, P, n_traj, derived, attrs,
                                _observables(O, obs_names, save_times.size))
     blocks = tail_blocks(0, k_last, 1) if diag[2] else []
     points = np.concatenate(blocks) if blocks else np.empty(0, np.int64)  # grid steps of the |f| samples
     tail = set(points.tolist())
-    recorded, x_mid = {}, None
-    chunks = _chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ())))
-    with _bar(progress, k_last, "integrate", "step") as bar:
-        for a, b in chunks:
-            j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
-            kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, flush,
-                   last, K, yt, buf, A)
-            _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial)
-            if b in tail and b > a:
-                recorded[b] = last.copy()
-                if b == points[0]:
-                    x_mid = X.copy()
-            bar.update(b - a)
-            if stop is not None:
-                js = np.flatnonzero(save_k == b)
-                for j in js:  # the stop condition sees each save (on or off the grid) in turn
-                    if _stop_at_save(stop, float(save_times[j]), Y[:, j], X, P, active):
-                        n_saved = int(j) + 1
-                        break
-                if n_saved < save_times.size:
-                    break
+    recorded, mid = {}, []
+
+    def advance(a, b):
+        j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
+        kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, flush, last,
+               K, yt, buf, A)
+
+    def after(a, b):  # |f| at the tail points of step_norm_trend, and the state at the first of them
+        if b in tail and b > a:
+            recorded[b] = last.copy()
+            if b == points[0]:
+                mid.append(X.copy())
+
+    stopped = _drive(_chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ()))),
+                     advance, lambda: _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt,
+                                                    partial_fn=partial),
+                     bar=_bar(progress, k_last, "integrate", "step"), amount=lambda a, b: b - a, stop=stop,
+                     saves_at=lambda b: [(int(j), float(save_times[j]), Y[:, j]) for j in np.flatnonzero(save_k == b)],
+                     X=X, P=P, active=active, after=after)
+    n_saved = save_times.size if stopped is None else stopped
+    x_mid = mid[0] if mid else None
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     got = [int(k) for k in points if int(k) in recorded]
     per_traj.update(_diagnostics(last, *diag[:2], "flow", [recorded[k] for k in got], np.asarray(got) * dt,
@@ -767,7 +797,6 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     Y = np.empty((n_traj, n_save, n_state))
     NS = np.zeros((n_traj, n_save), dtype=np.int64)
     O = _observable_array(obs_names, n_traj, n_save)
-    n_saved = n_save
     index = np.arange(user_times.size)
 
     def partial(n):  # the user's saves among the first n written
@@ -783,22 +812,29 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     else:
         bounds = sorted({0, n_save} | probe_ends)
     samples, sample_t = [], []
-    with _bar(progress, t1 - t0, "integrate", "time") as bar:
-        last = t0
-        for ja, jb in zip(bounds[:-1], bounds[1:]):
-            kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
-                   float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush,
-                   Y, O, work[0], work[1], work[2], work[3], A)
-            _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]), partial_fn=partial)
-            if jb in probe_ends:
-                samples.append(np.max(np.abs(F0), axis=1))
-                sample_t.append(float(save_times[jb - 1]))
-            s = float(save_times[jb - 1])
-            bar.update(s - last)
-            last = s
-            if stop is not None and user[jb - 1] and _stop_at_save(stop, s, Y[:, jb - 1], X, P, active):
-                n_saved = jb
-                break
+
+    def advance(ja, jb):
+        kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
+               float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush, Y, O,
+               work[0], work[1], work[2], work[3], A)
+
+    def after(ja, jb):  # |f| just past each tail point of step_norm_trend (a probe save)
+        if jb in probe_ends:
+            samples.append(np.max(np.abs(F0), axis=1))
+            sample_t.append(float(save_times[jb - 1]))
+
+    def amount(ja, jb):  # flow time covered, from the start to the segment's last save
+        return float(save_times[jb - 1]) - (t0 if ja == 0 else float(save_times[ja - 1]))
+
+    # with a stop condition every segment is one save; it sees the user's saves only (not the probes)
+    stopped = _drive(list(zip(bounds[:-1], bounds[1:])), advance,
+                     lambda: _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]),
+                                           partial_fn=partial),
+                     bar=_bar(progress, t1 - t0, "integrate", "time"), amount=amount, stop=stop,
+                     saves_at=lambda jb: ([(jb - 1, float(save_times[jb - 1]), Y[:, jb - 1])] if user[jb - 1]
+                                          else []),
+                     X=X, P=P, active=active, after=after)
+    n_saved = n_save if stopped is None else stopped
     keep = user & (np.arange(n_save) < n_saved)
     n_keep = int(keep.sum())
     extra = {"n_rhs_steps": NS[:, keep], **_kept_observables(O, obs_names, keep)}

@@ -68,3 +68,97 @@ def _step():
         out[0] = p[0] * x[0]
 
     return halve
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# step-norm samples of step_norm_trend, taken inside the compiled loop, against a brute-force numpy run
+
+from numba import njit  # noqa: E402
+
+from dynamics import convergence  # noqa: E402
+
+
+@njit(cache=True, fastmath=False)
+def henon(k, x, p, out):
+    out[0] = 1.0 - p[0] * x[0] * x[0] + x[1]
+    out[1] = p[1] * x[0]
+
+
+def _brute_samples(x0, P, n_steps, tol):
+    """Per-trajectory step norms of every step by a numpy loop (the same float operations), frozen at the first
+    step smaller than ``tol``; then the engine's sample definition: block maxima over tail_blocks, and the state
+    at the first block's end."""
+    x = x0.copy()
+    norms = np.full((x0.shape[0], n_steps + 1), np.nan)
+    states = [x.copy()]
+    running = np.ones(x0.shape[0], dtype=bool)
+    for k in range(1, n_steps + 1):
+        new = np.stack([1.0 - P[:, 0] * x[:, 0] * x[:, 0] + x[:, 1], P[:, 1] * x[:, 0]], axis=1)
+        moved = np.max(np.abs(new - x), axis=1)
+        norms[:, k] = np.where(running, moved, norms[:, k - 1])
+        x = np.where(running[:, None], new, x)
+        running &= ~(moved < tol)
+        states.append(x.copy())
+    blocks = convergence.tail_blocks(0, n_steps)
+    return [norms[:, blk].max(axis=1) for blk in blocks], [int(b[-1]) for b in blocks], states[blocks[0][-1]]
+
+
+@pytest.mark.parametrize("tol", [None, 1e-9])
+@pytest.mark.parametrize("n_traj", [1, 4, 5])
+def test_in_loop_step_norm_samples_equal_brute_force(monkeypatch, tol, n_traj):
+    import dynamics
+    I = sys.modules["dynamics.integrate"]
+    rng = np.random.default_rng(n_traj)
+    x0 = rng.uniform(-0.1, 0.1, size=(n_traj, 2))
+    P = np.column_stack([np.where(np.arange(n_traj) % 2, 1.4, 0.2), np.full(n_traj, 0.3)])  # chaotic / converging
+    captured = {}
+    real = I._diagnostics
+
+    def spy(norm, tol_, warn, kind, samples=(), points=None, displacement=None):
+        captured.update(samples=samples, points=points, displacement=displacement)
+        return real(norm, tol_, warn, kind, samples, points, displacement)
+
+    monkeypatch.setattr(I, "_diagnostics", spy)
+    n_steps = 700  # > PAIR_BLOCK, so pair blocks, save cuts and tail cuts all occur
+    tr = dynamics.iterate(henon, x0, n_steps, params=P, saveat=dynamics.SaveAt(n=7), converged=tol)
+    samples, points, x_mid = _brute_samples(x0, P, n_steps, -1.0 if tol is None else tol)
+    assert captured["points"] == points
+    assert len(captured["samples"]) == len(samples) == 9
+    for got, want in zip(captured["samples"], samples):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(captured["displacement"], np.max(np.abs(tr.states()[:, -1] - x_mid), axis=1))
+    if tol is not None:
+        assert (tr.stopped_at.values[::2] > 0).all()  # the converging ones stopped (the frozen path was taken)
+
+
+def test_in_loop_samples_with_a_python_stop_condition(monkeypatch):
+    # a stop condition at the save points cuts the loop there; every trajectory stops at step 400, so the blocks
+    # after it are not sampled and the block around it only up to step 400 (as if the run had ended there)
+    import dynamics
+    I = sys.modules["dynamics.integrate"]
+    x0 = np.array([[0.05, 0.0], [0.01, 0.02], [-0.03, 0.01]])
+    P = np.array([[1.4, 0.3], [0.2, 0.3], [1.4, 0.3]])
+    captured = {}
+    real = I._diagnostics
+
+    def spy(norm, tol_, warn, kind, samples=(), points=None, displacement=None):
+        captured.update(samples=samples, points=points)
+        return real(norm, tol_, warn, kind, samples, points, displacement)
+
+    monkeypatch.setattr(I, "_diagnostics", spy)
+    full = dynamics.iterate(henon, x0, 400, params=P, saveat=dynamics.SaveAt(steps=[0, 250, 400]))
+    stop = lambda k, X, P_: np.full(X.shape[0], k >= 400)
+    tr = dynamics.iterate(henon, x0, 700, params=P, saveat=dynamics.SaveAt(steps=[0, 250, 400, 430, 700]), stop=stop)
+    assert tr.step.values[-1] == 400
+    np.testing.assert_array_equal(tr.states(), full.states())
+    x, norms = x0.copy(), [np.full(3, np.nan)]
+    for _ in range(400):
+        new = np.stack([1.0 - P[:, 0] * x[:, 0] * x[:, 0] + x[:, 1], P[:, 1] * x[:, 0]], axis=1)
+        norms.append(np.max(np.abs(new - x), axis=1))
+        x = new
+    norms = np.stack(norms, axis=1)
+    want = [(norms[:, blk[0]:min(blk[-1], 400) + 1].max(axis=1), int(blk[-1]))
+            for blk in convergence.tail_blocks(0, 700) if blk[0] <= 400]
+    assert 0 < len(want) < 9 and captured["points"] == [p for _, p in want]
+    for got, (ref, _) in zip(captured["samples"], want):
+        np.testing.assert_array_equal(got, ref)

@@ -3,8 +3,8 @@
 block of data out of it.
 
 The check reads each model's kernel module: every function whose signature is an engine step or vector field
-(``p`` its third argument: ``(k, x, p, ...)`` / ``(t, y, p, ...)``) is inspected for ``int(p[...])``, ``p[...].astype``, ``p[a:b]`` slices and
-reshapes of ``p``. A planted packing kernel is rejected by the same check.
+(``p`` its third argument: ``(k, x, p, ...)`` / ``(t, y, p, ...)``) is inspected for ``int(p[...])``,
+``p[...].astype``, ``p[a:b]`` slices and reshapes of ``p``. A planted packing kernel is rejected by the same check.
 """
 
 from __future__ import annotations
