@@ -14,7 +14,7 @@ Parameter vectors handed to the ``dynamics`` engine:
 The state of the general-H kernels is ``x = (omega_1..omega_H, mu_1..mu_H)`` (H = len(x) // 2).
 
 The engine kernels ``gd_step`` and ``flow_rhs`` and the row loops ``loss_batch`` and ``grad_batch`` allocate
-nothing and are compiled with ``_nrt=False``: the views (one row) they pass on otherwise cost atomic
+nothing and are compiled without reference counting (``dynamics._jit.njit_noref``): the views (one row) they pass on otherwise cost atomic
 reference-count pairs per call (~30 % of a GD step at H = 8, ~20 % of a loss row). The exponentials of the gradient
 and of F are evaluated in one loop over a stack buffer (see ``_kernel_row_sums``), vectorised from ``VEC_HEADS``
 heads on with ``closedform._simd.exp_poly`` (within 1.5 ulp of exp; the library exp, as before, below).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from dynamics._jit import njit_noref
 
 from closedform._simd import exp_poly, load, stack_buffer, store
 
@@ -46,7 +47,7 @@ def loss_one(omega, mu, d, sigma2, cL):
     return 1.0 + sigma2 - 2.0 * u + u * u + 2.0 * cL * quad
 
 
-@njit(cache=True, fastmath=False, _nrt=False)
+@njit_noref(cache=True, fastmath=False)
 def loss_batch(Omega, Mu, d, sigma2, cL, out):
     """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,).
     docs/models/icl_regression.md §4.1, Eq. (4.1)."""
@@ -124,7 +125,7 @@ def _half_grad_from_sums(x, d, cL, u, out, h):
             -x[h] * one_minus_u + cL * out[H + h])
 
 
-@njit(cache=True, fastmath=False, _nrt=False)
+@njit_noref(cache=True, fastmath=False)
 def half_grad_state(x, d, cL, out):
     """grad(F/2) at the state x = (omega, mu) into out = (g_omega, g_mu) (the authors' ``gradients``):
     docs/models/icl_regression.md §4.4, Eq. (4.4) halved,
@@ -141,7 +142,7 @@ def half_grad_state(x, d, cL, out):
         out[H + h] = g_mu
 
 
-@njit(cache=True, fastmath=False, _nrt=False)
+@njit_noref(cache=True, fastmath=False)
 def grad_batch(X, d, cL, G):
     """grad F (full, no 1/2) for a batch of states, rows of X (n, 2H) = (omega, mu) -> G (n, 2H):
     docs/models/icl_regression.md §4.4, Eq. (4.4)."""
@@ -151,7 +152,7 @@ def grad_batch(X, d, cL, G):
             G[n, j] *= 2.0
 
 
-@njit(cache=True, fastmath=False, _nrt=False)
+@njit_noref(cache=True, fastmath=False)
 def flow_rhs(t, y, p, dy):
     """Gradient flow of F/2 for H heads, state (omega, mu): docs/models/icl_regression.md §5.1 (flow of F/2, time
     convention docs/models/icl_regression.md §0.3)."""
@@ -160,7 +161,7 @@ def flow_rhs(t, y, p, dy):
         dy[j] = -dy[j]
 
 
-@njit(cache=True, fastmath=False, _nrt=False)
+@njit_noref(cache=True, fastmath=False)
 def gd_step(k, x, p, out):
     """One GD step on F/2 with learning rate ``p[2]``: docs/models/icl_regression.md §5.1 (the authors' helper
     ``gradient_flow``)."""
@@ -209,7 +210,7 @@ def observables(k, x, p, out):
     _write_observables(x, p, u, sums, out)
 
 
-@njit(cache=True, fastmath=False, _nrt=False)
+@njit_noref(cache=True, fastmath=False)
 def gd_step_observables(k, x, p, out, obs):
     """:func:`gd_step` into ``out`` and :func:`observables` of ``x`` into ``obs`` in one pass, bit for bit equal to
     the two separate calls (same operations in the same order): the row sums S_h = sum_g K_hg mu_g of the gradient

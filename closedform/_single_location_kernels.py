@@ -7,7 +7,7 @@ that the row saved at step n holds iterate n together with lambda_n (docs/models
 allocation in the hot loops, float64 only.
 
 The map kernels evaluate zeta by a series form of the same quadrature (zeta_series_constants; equal to it to a few
-ulp) and five_step is compiled with ``_nrt=False``: it allocates nothing, and without it numba keeps four atomic
+ulp) and five_step is compiled without reference counting (``dynamics._jit.njit_noref``): it allocates nothing, and without it numba keeps four atomic
 reference-count increments and decrements per call (its pruning pass gives up on large functions), which cost as
 much as the rest of the step.
 """
@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 from numba import njit
+from dynamics._jit import njit_noref
 
 from closedform.special import _GL_W, _GL_X, _zeta
 
@@ -322,7 +323,7 @@ def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
     return gk2 / nk, gv3 / nv, gv2 / nv, gk3 / nk, rho1
 
 
-@njit(cache=True, fastmath=False, error_model="numpy", _nrt=False)
+@njit_noref(cache=True, fastmath=False, error_model="numpy")
 def five_step(n, x, p, out):
     """Engine map kernel, state (kappa, nu, theta, eta, rho, lam): update n with lambda_n
     (docs/models/single_location.md §6.4)."""
@@ -408,7 +409,7 @@ def five_observe(n, x, p, out):
         _write_five_observables(x, s, gamma, L, eps, cst, 0, _zeta_family_fast(x[5] * s * x[0], cst, 0), out)
 
 
-@njit(cache=True, fastmath=False, error_model="numpy", _nrt=False)
+@njit_noref(cache=True, fastmath=False, error_model="numpy")
 def five_step_observe(n, x, p, out, obs):
     """five_step into ``out`` and five_observe of ``x`` into ``obs`` in one pass (the risk and the partials share the
     zeta family at t = lam s kappa); bit for bit the two separate calls. The engine's ``step_observe``."""
@@ -442,7 +443,7 @@ def manifold_observe(n, x, p, out):
     out[1] = r - eps * eps
 
 
-@njit(cache=True, fastmath=False, error_model="numpy", _nrt=False)
+@njit_noref(cache=True, fastmath=False, error_model="numpy")
 def manifold_step_observe(n, x, p, out, obs):
     """manifold_step into ``out`` and manifold_observe of ``x`` into ``obs`` in one pass (exp(-m^2) and erf(m) shared);
     bit for bit the two separate calls. The engine's ``step_observe``."""
