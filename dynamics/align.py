@@ -29,7 +29,7 @@ import xarray as xr
 
 from dynamics.validation import check_finite_array, validate_module
 
-__all__ = ["TimeScaleWarning", "align", "isotonic"]
+__all__ = ["TimeScaleWarning", "align", "isotonic", "reference_times"]
 
 
 class TimeScaleWarning(UserWarning):
@@ -79,6 +79,32 @@ def _inverse(curve_t, curve_v, values):
     out = np.interp(target, env_v, env_t) if env_v.size > 1 else np.full(values.shape, np.nan)
     inside = (target >= env_v[0]) & (target <= env_v[-1]) & np.isfinite(target)
     return np.where(inside, out, np.nan)
+
+
+def reference_times(times, curve, values) -> np.ndarray:
+    """Steps 1-2 of the module docstring for one seed: the theory times at which the reference ``curve`` (over
+    ``times``) reaches ``values`` (given in learned-time order), made non-decreasing by isotonic regression.
+
+    Parameters
+    ----------
+    times, curve : array_like, (m,)
+        The reference's time grid (increasing) and its values of the alignment variable (finite).
+    values : array_like, (n,)
+        Learned values of the same variable, in the order of the learned save points.
+
+    Returns
+    -------
+    ndarray, (n,): theory times, NaN where a value lies outside the range of the reference's monotone envelope
+    (never clipped to an end).
+    """
+    times = check_finite_array("times", times, ndim=1)
+    curve = check_finite_array("curve", curve, ndim=1, shape=times.shape)
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    s = _inverse(times, curve, values)
+    ok = np.isfinite(s)
+    if ok.any():
+        s[ok] = isotonic(s[ok])
+    return s
 
 
 def _on_grid(mapped, values, grid):
@@ -170,12 +196,12 @@ def align(theory: xr.Dataset, learned: xr.Dataset, *, variable: str, grid=None) 
     scale = np.full(n_seeds, np.nan)
     for i in range(n_seeds):
         curve = curves[i if n_theory > 1 else 0]
-        s = _inverse(t_theory, curve, v_learned[i])
+        s = reference_times(t_theory, curve, v_learned[i])
         ok = np.isfinite(s)
         if ok.sum() == 0:
             raise ValueError(f"no learned value of {variable!r} in seed {i} lies within the theory's range "
                              f"[{curve.min():.6g}, {curve.max():.6g}]: extend the theory's time grid")
-        fitted = isotonic(s[ok])
+        fitted = s[ok]
         mapped_all[i, ok] = fitted
         tl = t_learned[ok]
         if np.dot(tl, tl) > 0:

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 import dynamics
-from dynamics import Trajectory, overlay
+from dynamics import SaveAt, Trajectory, overlay
 from dynamics.align import TimeScaleWarning, align, isotonic
 
 
@@ -128,3 +128,20 @@ def test_bad_alignment_input_is_refused():
                        coords={"time": np.linspace(0, 1, 5)})
     with pytest.raises(ValueError, match="must be scalar per seed"):
         align(two_d, two_d, variable="x")
+
+
+def test_icl_align_to_flow_marks_values_beyond_the_reference_and_never_runs_backwards():
+    pytest.importorskip("torch")
+    from closedform import icl_regression as cf
+    from empirical.models import icl_regression as m
+
+    task = cf.ICLRegressionTask(d=5, L=40, sigma2=0.1)
+    ref = cf.map(task, [0.01, -0.01], [0.01, -0.01], lr=0.01, n_steps=10_000, saveat=SaveAt(log=60))  # t <= 100
+    curve = ref["mu_dot_omega"].values[0]
+    t = np.array([3.0, 10.0, 9.0, 50.0])
+    vals = np.interp(t, ref["time"].values, curve)
+    vals = np.append(vals, curve.max() + 1e-3)  # above the reference's maximum: NaN, not the end time
+    got = m.align_to_flow(np.stack([vals, vals]), ref, key="mu_dot_omega")
+    assert got.shape == (2, 5) and np.all(np.isnan(got[:, -1]))
+    assert np.all(np.diff(got[0, :-1]) >= 0)  # 10 then 9 pooled: never backwards
+    np.testing.assert_allclose(got[0, [0, 3]], t[[0, 3]], rtol=0.05)  # piecewise-linear reference on a log grid
