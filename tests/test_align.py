@@ -57,8 +57,9 @@ def test_align_recovers_per_seed_time_scales_and_maps_the_run_onto_the_theory():
     learned = _learned(x0, scales, t_learned)
     theory, aligned = overlay(lambda s0, at: _flow(s0[:, 0], at), learned, state_variables=("x",), align="x",
                               grid=grid)
-    # exact data: the fitted map is s = c t to interpolation accuracy (grid step 0.01, curvature of exp: ~1e-5)
-    np.testing.assert_allclose(aligned.time_scale.values, scales, rtol=1e-4)
+    # exact data: the time scale is c up to the linear interpolation of the learned crossing time between save
+    # points 0.1 apart (relative error ~ (c 0.1)^2 / 8 = 3e-4 for c = 0.5) and of the theory's (step 0.01)
+    np.testing.assert_allclose(aligned.time_scale.values, scales, rtol=1e-3)
     assert np.all(np.diff(aligned.theory_time.values, axis=1)[np.isfinite(np.diff(aligned.theory_time.values,
                                                                                   axis=1))] >= 0)
     # in range: up to c_i * 12 in theory time; beyond it out of range (NaN), never pinned to the last value
