@@ -146,3 +146,19 @@ def test_icl_align_to_flow_marks_values_beyond_the_reference_and_never_runs_back
     assert got.shape == (2, 5) and np.all(np.isnan(got[:, -1]))
     assert np.all(np.diff(got[0, :-1]) >= 0)  # 10 then 9 pooled: never backwards
     np.testing.assert_allclose(got[0, [0, 3]], t[[0, 3]], rtol=0.05)  # piecewise-linear reference on a log grid
+
+
+def test_overlay_warns_when_variables_move_at_different_constant_multiples():
+    """Learned x moves at 1/4 of the theory's speed and y at its speed: a rescaled gradient, not a common clock."""
+    x0 = np.array([1.0, 1.5, 2.0])
+    t = np.linspace(0.0, 4.0, 41)
+
+    def two(state0, times):
+        path = np.stack([state0[:, :1] * np.exp(-times[None, :]), state0[:, 1:] * np.exp(-times[None, :])], -1)
+        return Trajectory.from_arrays(path, names=("x", "y"), time=times, step=np.arange(times.size),
+                                      trajectory=np.arange(state0.shape[0]))
+
+    path = np.stack([x0[:, None] * np.exp(-0.25 * t[None, :]), x0[:, None] * np.exp(-t[None, :])], -1)
+    learned = Trajectory.from_arrays(path, names=("x", "y"), time=t, step=np.arange(t.size), trajectory=np.arange(3))
+    with pytest.warns(TimeScaleWarning, match=r"constant multiples .*\(x: 0\.2\d+; .*another path"):
+        overlay(two, learned, state_variables=("x", "y"), on="time")
