@@ -315,9 +315,10 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
     xarray.Dataset
         Over ``(variable, time)``: ``theory`` (its mean over trajectories if several), ``mean``, ``gap`` (mean -
         theory, signed), ``allowance`` (absolute), ``se``, ``n_seeds``, ``df``, ``ci_low``, ``ci_high``,
-        ``p_value``, ``mdd``, ``n_seeds_to_decide``, ``status`` (``"holds"``, ``"consistent"``, ``"fails"`` or
-        ``"out_of_range"``) and ``tests`` (what the row can show); attributes ``level``, ``power``, ``paired``,
-        ``n_theory`` and ``rule`` (the test in words). NaN marks the numbers of ``out_of_range`` rows.
+        ``p_value``, ``mdd``, ``n_seeds_to_decide`` (the current count where decided), ``status``
+        (``"holds"``, ``"consistent"``, ``"fails"`` or ``"out_of_range"``) and ``tests`` (what the row can
+        show); attributes ``level``, ``power``, ``paired``, ``n_theory`` and ``rule`` (the test in words). NaN
+        marks the numbers of ``out_of_range`` rows.
 
     Raises
     ------

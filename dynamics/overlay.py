@@ -18,14 +18,14 @@ moves at a constant multiple of the theory's speed from the start.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import xarray as xr
 
-from dynamics.align import TimeScaleWarning, align as _align
+from dynamics.align import TimeScaleWarning
+from dynamics.align import align as _align
 from dynamics.compare import PAIRED_ATTR
 from dynamics.validation import check_finite_array, validate_module
 

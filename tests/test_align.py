@@ -85,7 +85,7 @@ def test_values_beyond_the_reference_are_marked_not_pinned_and_the_map_never_run
     learned = _learned(x0, np.array([0.5, 0.5, 0.5]), t_learned, noise=0.01, rng=3)
     learned["x"][0, 50] = 1.2  # above the theory's maximum (its start, 1.0): out of range, not clipped
     theory = _flow(x0, np.linspace(0.0, 8.0, 801))
-    th, aligned = align(theory, learned, variable="x")
+    _, aligned = align(theory, learned, variable="x")
     assert bool(aligned.out_of_range.values[0, 50]) and np.isnan(aligned.theory_time.values[0, 50])
     mapped = aligned.theory_time.values
     for i in range(3):
@@ -103,7 +103,7 @@ def test_overlay_warns_on_a_constant_time_scale_and_not_on_matching_clocks():
                 on="time")
     with warnings.catch_warnings():
         warnings.simplefilter("error", TimeScaleWarning)
-        theory, learned = overlay(lambda s0, at: _flow(s0[:, 0], at), _learned(x0, np.full(3, 1.1), t),
+        theory, _ = overlay(lambda s0, at: _flow(s0[:, 0], at), _learned(x0, np.full(3, 1.1), t),
                                   state_variables=("x",), on="time")
     assert theory.attrs["started_from_learned_seeds"] == 1
 
@@ -111,7 +111,10 @@ def test_overlay_warns_on_a_constant_time_scale_and_not_on_matching_clocks():
 def test_bad_alignment_input_is_refused():
     x0 = np.array([1.0, 2.0])
     learned = _learned(x0, np.ones(2), np.linspace(0, 1, 5))
-    fn = lambda s0, at: _flow(s0[:, 0], at)  # noqa: E731
+
+    def fn(s0, at):
+        return _flow(s0[:, 0], at)
+
     with pytest.raises(ValueError, match="align needs grid"):
         overlay(fn, learned, state_variables=("x",), align="x")
     with pytest.raises(ValueError, match="grid must be increasing and start at 0"):

@@ -6,10 +6,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from closedform import icl_regression as cf  # noqa: E402
-from dynamics import SaveAt  # noqa: E402
-from empirical.models import icl_regression as m  # noqa: E402
-from empirical.train import Schedule, TrainConfig, train  # noqa: E402
+from closedform import icl_regression as cf
+from dynamics import SaveAt
+from empirical.models import icl_regression as m
+from empirical.train import Schedule, TrainConfig, train
 
 
 @pytest.mark.parametrize(("optimizer", "name", "other"), [("sgd", "SGD", "Adam"), ("adam", "Adam", "SGD")])
