@@ -317,8 +317,10 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
         theory, signed), ``allowance`` (absolute), ``se``, ``n_seeds``, ``df``, ``ci_low``, ``ci_high``,
         ``p_value``, ``mdd``, ``n_seeds_to_decide`` (the current count where decided), ``status``
         (``"holds"``, ``"consistent"``, ``"fails"`` or ``"out_of_range"``) and ``tests`` (what the row can
-        show); attributes ``level``, ``power``, ``paired``, ``n_theory`` and ``rule`` (the test in words). NaN
-        marks the numbers of ``out_of_range`` rows.
+        show), and the family-wise decision of :func:`adjust` (Holm) over this result's rows, ``adjusted_p`` and
+        ``adjusted_status``; attributes ``level``, ``power``, ``paired``, ``n_theory``, ``rule`` (the test in
+        words) and those of :func:`adjust` (``family_size``, ``expected_false_fails_per_row``, ...). NaN marks the
+        numbers of ``out_of_range`` rows. To adjust over a larger family, pass all its p-values to :func:`adjust`.
 
     Raises
     ------
@@ -423,7 +425,7 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
     attrs = {"level": level, "power": power, "paired": int(bool(paired)), "rule": RULE, "n_theory": n_theory}
     if aligned_on is not None:
         attrs["aligned_on"] = aligned_on
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    return adjust(xr.Dataset(data, coords=coords, attrs=attrs), method="holm")  # this result's rows as the family
 
 
 _METHODS = ("holm", "bonferroni")
