@@ -467,7 +467,13 @@ def adjust(results, method: str = "holm", level: float | None = None):
             raise ValueError("results must carry 'p_value' (a compare() Dataset or a gap_test() dict)")
         p = np.asarray(results["p_value"], dtype=np.float64)
     else:
-        p = np.asarray(results, dtype=np.float64)
+        if np.iscomplexobj(results):
+            raise ValueError("results must be real p-values in [0, 1]; got complex values")
+        try:
+            p = np.asarray(results, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError("results must be a compare() Dataset, a gap_test() dict or an array of p-values; got "
+                             f"{type(results).__name__}") from exc
     tested = ~np.isnan(p)
     if np.any((p[tested] < 0) | (p[tested] > 1)):
         raise ValueError(f"p-values must lie in [0, 1] (NaN: no test); got min {p[tested].min()!r}, "

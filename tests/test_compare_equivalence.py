@@ -145,3 +145,7 @@ def test_adjust_on_a_compare_result_keeps_holds_and_out_of_range_rows():
         adjust(res, method="fdr")
     with pytest.raises(ValueError, match=r"p-values must lie in \[0, 1\]"):
         adjust(np.array([0.1, 1.5]))
+    with pytest.raises(ValueError, match="results must be a compare"):
+        adjust("many rows")
+    with pytest.raises(ValueError, match="results must carry 'p_value'"):
+        adjust({"status": np.array(["fails"])})
