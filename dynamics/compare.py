@@ -94,8 +94,8 @@ PAIRED_ATTR = "started_from_learned_seeds"
 STATUSES: tuple[str, ...] = ("holds", "consistent", "fails", "out_of_range")
 """Statuses of a :func:`compare` row (module docstring)."""
 
-RULE = ("Student-t confidence interval of the gap (mean - theory) at the stated level: 'holds' (agreement shown, "
-        "TOST) iff it lies inside [-allowance, +allowance], 'fails' iff it lies entirely outside, 'consistent' "
+RULE = ("holds iff the two-sided Student-t confidence interval of the gap (mean - theory) at the stated level lies "
+        "inside [-allowance, +allowance] (agreement shown: TOST), fails iff it lies entirely outside, consistent "
         "otherwise; df = n_seeds - 1 (exact or paired theory) or min(n_seeds - 1, n_theory - 1) for a Monte Carlo "
         "theory; SE = sqrt(SE_learned^2 + SE_theory^2), or the SE of the per-seed differences when paired; "
         "false 'fails' rate under the null <= level, false 'holds' rate at a band edge <= level / 2")
