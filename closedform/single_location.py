@@ -919,7 +919,9 @@ def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3,
         From :func:`fixed_points` (computed when not given).
     basin : bool
         Also name states within 1e-3 of two invariant edges by the attractor they reach (see
-        :func:`_edge_certificate`): on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap").
+        :func:`_edge_certificate`): on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap"), only when
+        that point attracts at the step size of ``points`` (``fixed_points(task, lam, alpha)``; points computed
+        without a step size certify nothing).
 
     Returns
     -------
@@ -940,7 +942,7 @@ def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3,
     idx = np.where(dist[np.arange(st.shape[0]), idx] <= tol, idx, len(images))
     out = names[idx].astype(object)
     if basin:
-        cert = _edge_certificate(task, lam, st)
+        cert = _edge_certificate(task, lam, st, pts)
         out = np.where((out == "unconverged") & (cert != ""), cert, out)
     return out.astype(str)
 
@@ -950,8 +952,11 @@ def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3,
 _EDGE_TOL = 1e-3
 
 
-def _edge_certificate(task, lam, st):
-    """Kind of the attractor that states near two invariant edges reach (else ""): within _EDGE_TOL of the edge.
+def _edge_certificate(task, lam, st, points):
+    """Kind of the attractor that states near two invariant edges reach (else ""): within _EDGE_TOL of the edge,
+    and only when a fixed point of that kind in ``points`` attracts at their step size (``FixedPoint.attracting``
+    True): an edge leads to its end point only if that point attracts (at lambda = 0.2, d = 400, alpha = 4e-3 the
+    oracle's map multiplier is -1.11 and runs on the nu = 1 edge stay at |kappa| ~ 0.72, still moving).
 
     (i) M with nu = +-1: M is invariant (docs/models/single_location.md §6.2), so is nu = +-1 (the factor 1 - nu^2 of
     docs/models/single_location.md §6.3), and along it dR_M/dkappa has the sign of -nu for every kappa
@@ -965,11 +970,14 @@ def _edge_certificate(task, lam, st):
     ``basin=True`` at such step sizes only."""
     ka, nu, th, et, rh = st.T
     out = np.full(st.shape[0], "", dtype=object)
+    attracting = {fp.kind for fp in points if fp.attracting}
     on_m = np.maximum(np.maximum(np.abs(th), np.abs(et)), np.abs(rh)) < _EDGE_TOL
-    out[on_m & (np.abs(nu) > 1 - _EDGE_TOL)] = "oracle"
+    if "oracle" in attracting:
+        out[on_m & (np.abs(nu) > 1 - _EDGE_TOL)] = "oracle"
     edge = (np.maximum(np.maximum(np.abs(ka), np.abs(nu)), np.abs(rh)) < _EDGE_TOL) & (np.abs(et) > 1 - _EDGE_TOL)
     target = "spurious" if spurious_point(task, lam).theta_S < 1.0 - _FP_SAME else "swap"
-    out[edge & (th * et > -1 + 1e-3)] = target
+    if target in attracting:
+        out[edge & (th * et > -1 + 1e-3)] = target
     return out
 
 
@@ -981,7 +989,7 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
     A trajectory stops once it is within ``stop_tol`` (max norm over the five scalars) of an attracting fixed point of
     ``points`` (default ``fixed_points(task, lam, alpha)``), or once a block of ``chunk`` steps moves it by less than
     1e-13 (a frozen state, docs/models/single_location.md §7.1 caveat), or (``certify=True``) once it is on an invariant
-    edge that leads to an attractor (:func:`_edge_certificate`), or after ``n_steps`` updates. It runs through
+    edge that leads to a point attracting at ``alpha`` (:func:`_edge_certificate`), or after ``n_steps`` updates. It runs through
     ``dynamics.iterate`` in blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping converged trajectories also
     keeps them clear of the subnormal range (docs/models/single_location.md §0.3: converging components decay
     geometrically).
@@ -1020,7 +1028,7 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
         if attract.size:
             near = np.min(np.max(np.abs(new[:, None, :] - attract[None]), axis=2), axis=1) < stop_tol
         if certify:
-            near |= _edge_certificate(task, lam, new) != ""
+            near |= _edge_certificate(task, lam, new, pts) != ""
         live = live[~(near | (moved < 1e-13))]
     return X, steps
 
@@ -1035,6 +1043,7 @@ class Basins:
     fractions: tuple
     standard_errors: tuple
     mean_steps: float
+    notes: tuple = ()
 
 
 def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
@@ -1047,19 +1056,56 @@ def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3,
     :func:`_edge_certificate`, by the attractor they reach); the standard error of a fraction
     p is sqrt(p (1 - p) / n) (binomial, independent starts). Kinds never reached are omitted; "unconverged" counts
     end states that are at no fixed point within ``tol`` after ``n_steps`` updates.
+
+    With ``certify=True`` a run is never named after a fixed point that does not attract at ``alpha`` (a map
+    multiplier of modulus >= 1, e.g. the oracle at lambda >= 0.2, d = 400, alpha = 4e-3): neither through an edge
+    certificate nor by sitting within ``tol`` of it. Such runs count as "unconverged", and ``notes`` says, per
+    nearest fixed point, how many there are, how far they are from it and why they were not named after it.
+    ``points`` must then carry the step size (``fixed_points(task, lam, alpha)``).
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
+    alpha = check_positive("alpha", alpha)
     pts = fixed_points(task, lam, alpha) if points is None else points
+    if certify and any(fp.attracting is None for fp in pts):
+        raise ValueError("certify=True needs points computed at the run's step size: fixed_points(task, lam, alpha)")
     x0 = sample_initial_state(task, n, rng)
     X, steps = run_to_fixed_point(task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts, stop_tol=stop_tol,
                                   certify=certify)
     names = classify(task, lam, X, tol=tol, points=pts, basin=certify)
+    notes = ()
+    if certify:
+        names, notes = _certified_names(X, names, pts, alpha)
     kinds, counts = np.unique(names, return_counts=True)
     frac = counts / n
     return Basins(kinds=tuple(str(k) for k in kinds), counts=tuple(int(c) for c in counts), n=n,
                   fractions=tuple(float(f) for f in frac),
-                  standard_errors=tuple(float(np.sqrt(f * (1 - f) / n)) for f in frac), mean_steps=float(steps.mean()))
+                  standard_errors=tuple(float(np.sqrt(f * (1 - f) / n)) for f in frac), mean_steps=float(steps.mean()),
+                  notes=notes)
+
+
+def _certified_names(X, names, pts, alpha):
+    """Names with every state whose nearest fixed point does not attract at ``alpha`` turned "unconverged", and one
+    note per nearest fixed point of the unconverged states (count, distance range, whether it attracts and why)."""
+    images = [(np.array(y), fp) for fp in pts for y in fp.orbit]
+    ref = np.array([y for y, _ in images])
+    dist = np.max(np.abs(X[:, None, :] - ref[None, :, :]), axis=2)
+    nearest = np.argmin(dist, axis=1)
+    d_near = dist[np.arange(X.shape[0]), nearest]
+    names = np.asarray(names, dtype=object).copy()
+    repelling = np.array([not images[i][1].attracting for i in nearest])
+    names[repelling & (names != "unconverged")] = "unconverged"
+    notes = []
+    unconv = names == "unconverged"
+    for kind in sorted({images[i][1].kind for i in nearest[unconv]}):
+        sel = unconv & np.array([images[i][1].kind == kind for i in nearest])
+        fp = images[nearest[sel][0]][1]
+        top = max(abs(complex(z)) for z in fp.map_eigenvalues)
+        why = (f"it does not attract at alpha = {alpha:g} (largest map multiplier modulus {top:.4g})"
+               if not fp.attracting else "not reached within the run's steps")
+        notes.append(f"{int(sel.sum())} unconverged runs nearest to {kind!r} (max-norm distance "
+                     f"{d_near[sel].min():.3g} .. {d_near[sel].max():.3g}): {why}")
+    return names.astype(str), tuple(notes)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,8 +17,9 @@ The map, per seed ``i``:
 3. the learned run's variables are interpolated linearly in the mapped time onto the theory grid points that the
    seed's mapped points span; grid points outside that span are out of range (``in_range`` False, values NaN).
 
-The fitted *time scale* of a seed is the least-squares slope ``c`` of ``s = c t`` through the origin over its
-in-range points: theory time per unit of learned time (1 when the two clocks agree). A variable used for the
+The fitted *time scale* of a seed is theory time per unit of learned time (1 when the two clocks agree), read
+where the map is best conditioned: the ratio of the times at which the theory and the seed first reach the
+midpoint of the theory curve's range (near a plateau a small change in value means a large change in time). A variable used for the
 alignment matches by construction up to interpolation; :func:`dynamics.compare` labels its rows so.
 """
 
@@ -29,7 +30,7 @@ import xarray as xr
 
 from dynamics.validation import check_finite_array, validate_module
 
-__all__ = ["TimeScaleWarning", "align", "isotonic"]
+__all__ = ["TimeScaleWarning", "align", "isotonic", "reference_times"]
 
 
 class TimeScaleWarning(UserWarning):
@@ -79,6 +80,48 @@ def _inverse(curve_t, curve_v, values):
     out = np.interp(target, env_v, env_t) if env_v.size > 1 else np.full(values.shape, np.nan)
     inside = (target >= env_v[0]) & (target <= env_v[-1]) & np.isfinite(target)
     return np.where(inside, out, np.nan)
+
+
+def reference_times(times, curve, values) -> np.ndarray:
+    """Steps 1-2 of the module docstring for one seed: the theory times at which the reference ``curve`` (over
+    ``times``) reaches ``values`` (given in learned-time order), made non-decreasing by isotonic regression.
+
+    Parameters
+    ----------
+    times, curve : array_like, (m,)
+        The reference's time grid (increasing) and its values of the alignment variable (finite).
+    values : array_like, (n,)
+        Learned values of the same variable, in the order of the learned save points.
+
+    Returns
+    -------
+    ndarray, (n,): theory times, NaN where a value lies outside the range of the reference's monotone envelope
+    (never clipped to an end).
+    """
+    times = check_finite_array("times", times, ndim=1)
+    curve = check_finite_array("curve", curve, ndim=1, shape=times.shape)
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    s = _inverse(times, curve, values)
+    ok = np.isfinite(s)
+    if ok.any():
+        s[ok] = isotonic(s[ok])
+    return s
+
+
+def _half_way_scale(t_theory, curve, t_learned, v_learned) -> float:
+    """Theory time over learned time at which each first reaches the midpoint of the theory curve's range (NaN if
+    the learned run never reaches it): the time scale where the map is best conditioned (mid-transition, away from
+    the plateaus where a small change in value means a large change in time)."""
+    mid = 0.5 * (curve[0] + curve[-1])
+    sign = 1.0 if curve[-1] >= curve[0] else -1.0
+    s_mid = _inverse(t_theory, curve, np.array([mid]))[0]
+    above = np.flatnonzero(sign * (v_learned - mid) >= 0)
+    if above.size == 0 or above[0] == 0 or not np.isfinite(s_mid):
+        return float("nan")
+    k = above[0]
+    v0, v1 = v_learned[k - 1], v_learned[k]
+    t_mid = t_learned[k - 1] + (mid - v0) / (v1 - v0) * (t_learned[k] - t_learned[k - 1])
+    return float(s_mid / t_mid) if t_mid > 0 else float("nan")
 
 
 def _on_grid(mapped, values, grid):
@@ -170,16 +213,15 @@ def align(theory: xr.Dataset, learned: xr.Dataset, *, variable: str, grid=None) 
     scale = np.full(n_seeds, np.nan)
     for i in range(n_seeds):
         curve = curves[i if n_theory > 1 else 0]
-        s = _inverse(t_theory, curve, v_learned[i])
+        s = reference_times(t_theory, curve, v_learned[i])
         ok = np.isfinite(s)
         if ok.sum() == 0:
             raise ValueError(f"no learned value of {variable!r} in seed {i} lies within the theory's range "
                              f"[{curve.min():.6g}, {curve.max():.6g}]: extend the theory's time grid")
-        fitted = isotonic(s[ok])
+        fitted = s[ok]
         mapped_all[i, ok] = fitted
         tl = t_learned[ok]
-        if np.dot(tl, tl) > 0:
-            scale[i] = float(np.dot(tl, fitted) / np.dot(tl, tl))
+        scale[i] = _half_way_scale(t_theory, curve, t_learned, v_learned[i])
         cols = np.concatenate([np.asarray(blocks[v][i][ok]).reshape(ok.sum(), -1) for v in names] + [tl[:, None]],
                               axis=1)
         vals, inside = _on_grid(fitted, cols, grid_t)

@@ -94,8 +94,8 @@ PAIRED_ATTR = "started_from_learned_seeds"
 STATUSES: tuple[str, ...] = ("holds", "consistent", "fails", "out_of_range")
 """Statuses of a :func:`compare` row (module docstring)."""
 
-RULE = ("Student-t confidence interval of the gap (mean - theory) at the stated level: 'holds' (agreement shown, "
-        "TOST) iff it lies inside [-allowance, +allowance], 'fails' iff it lies entirely outside, 'consistent' "
+RULE = ("holds iff the two-sided Student-t confidence interval of the gap (mean - theory) at the stated level lies "
+        "inside [-allowance, +allowance] (agreement shown: TOST), fails iff it lies entirely outside, consistent "
         "otherwise; df = n_seeds - 1 (exact or paired theory) or min(n_seeds - 1, n_theory - 1) for a Monte Carlo "
         "theory; SE = sqrt(SE_learned^2 + SE_theory^2), or the SE of the per-seed differences when paired; "
         "false 'fails' rate under the null <= level, false 'holds' rate at a band edge <= level / 2")
@@ -315,9 +315,12 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
     xarray.Dataset
         Over ``(variable, time)``: ``theory`` (its mean over trajectories if several), ``mean``, ``gap`` (mean -
         theory, signed), ``allowance`` (absolute), ``se``, ``n_seeds``, ``df``, ``ci_low``, ``ci_high``,
-        ``p_value``, ``mdd``, ``n_seeds_to_decide``, ``status`` (``"holds"``, ``"consistent"``, ``"fails"`` or
-        ``"out_of_range"``) and ``tests`` (what the row can show); attributes ``level``, ``power``, ``paired``,
-        ``n_theory`` and ``rule`` (the test in words). NaN marks the numbers of ``out_of_range`` rows.
+        ``p_value``, ``mdd``, ``n_seeds_to_decide`` (the current count where decided), ``status``
+        (``"holds"``, ``"consistent"``, ``"fails"`` or ``"out_of_range"``) and ``tests`` (what the row can
+        show), and the family-wise decision of :func:`adjust` (Holm) over this result's rows, ``adjusted_p`` and
+        ``adjusted_status``; attributes ``level``, ``power``, ``paired``, ``n_theory``, ``rule`` (the test in
+        words) and those of :func:`adjust` (``family_size``, ``expected_false_fails_per_row``, ...). NaN marks the
+        numbers of ``out_of_range`` rows. To adjust over a larger family, pass all its p-values to :func:`adjust`.
 
     Raises
     ------
@@ -422,7 +425,7 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
     attrs = {"level": level, "power": power, "paired": int(bool(paired)), "rule": RULE, "n_theory": n_theory}
     if aligned_on is not None:
         attrs["aligned_on"] = aligned_on
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    return adjust(xr.Dataset(data, coords=coords, attrs=attrs), method="holm")  # this result's rows as the family
 
 
 _METHODS = ("holm", "bonferroni")
@@ -464,7 +467,13 @@ def adjust(results, method: str = "holm", level: float | None = None):
             raise ValueError("results must carry 'p_value' (a compare() Dataset or a gap_test() dict)")
         p = np.asarray(results["p_value"], dtype=np.float64)
     else:
-        p = np.asarray(results, dtype=np.float64)
+        if np.iscomplexobj(results):
+            raise ValueError("results must be real p-values in [0, 1]; got complex values")
+        try:
+            p = np.asarray(results, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError("results must be a compare() Dataset, a gap_test() dict or an array of p-values; got "
+                             f"{type(results).__name__}") from exc
     tested = ~np.isnan(p)
     if np.any((p[tested] < 0) | (p[tested] > 1)):
         raise ValueError(f"p-values must lie in [0, 1] (NaN: no test); got min {p[tested].min()!r}, "

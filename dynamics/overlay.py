@@ -18,14 +18,14 @@ moves at a constant multiple of the theory's speed from the start.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import xarray as xr
 
-from dynamics.align import TimeScaleWarning, align as _align
+from dynamics.align import TimeScaleWarning
+from dynamics.align import align as _align
 from dynamics.compare import PAIRED_ATTR
 from dynamics.validation import check_finite_array, validate_module
 
@@ -45,16 +45,18 @@ def _as_run(name: str, ds) -> xr.Dataset:
     return ds
 
 
-# time-scale warning: a learned/theory displacement ratio outside [1 / _RATIO, _RATIO] at the first two save points
-# where the theory has moved by more than _MOVED of its range, on every moving state variable, in the same direction
+# time-scale warning: a variable whose learned/theory displacement ratio lies outside [1 / _RATIO, _RATIO] at both of
+# the first two save points where the theory has moved by more than _MOVED of its range, the two ratios agreeing
+# within _SAME (a constant multiple, not noise); multiples within _SAME of each other count as one common clock
 _RATIO = 2.0
 _MOVED = 0.02
+_SAME = 0.5
 
 
-def _time_scale_ratios(theory: xr.Dataset, learned: xr.Dataset, variables) -> np.ndarray:
+def _time_scale_ratios(theory: xr.Dataset, learned: xr.Dataset, variables) -> dict[str, np.ndarray]:
     """Median over seeds of (learned - its start) / (theory - its start) at the first two save points where the
-    theory has moved appreciably, per scalar variable that moves (NaN where it cannot be formed)."""
-    out = []
+    theory has moved appreciably, per scalar variable that moves."""
+    out = {}
     for v in variables:
         if set(learned[v].dims) != {"trajectory", "time"}:
             continue
@@ -68,8 +70,32 @@ def _time_scale_ratios(theory: xr.Dataset, learned: xr.Dataset, variables) -> np
         if moved.size < 2:
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
-            out.append(np.nanmedian(d_lr[:, moved] / d_th[:, moved], axis=0))
-    return np.array(out).reshape(-1, 2)
+            out[v] = np.nanmedian(d_lr[:, moved] / d_th[:, moved], axis=0)
+    return out
+
+
+def _time_scale_message(ratios: dict[str, np.ndarray]) -> str | None:
+    """The warning text when some variables move at a constant multiple (not 1) of the theory's speed, else None."""
+    flagged = {}
+    for v, (r1, r2) in ratios.items():
+        if not (np.isfinite(r1) and np.isfinite(r2)) or r1 <= 0 or r2 <= 0:
+            continue
+        off = all(r > _RATIO or r < 1.0 / _RATIO for r in (r1, r2))
+        if off and abs(np.log(r1 / r2)) < np.log(1.0 + _SAME):
+            flagged[v] = float(np.sqrt(r1 * r2))
+    if not flagged:
+        return None
+    listed = ", ".join(f"{v}: {r:.3g}" for v, r in flagged.items())
+    values = np.array(list(flagged.values()))
+    if len(flagged) == len(ratios) and values.max() / values.min() < 1.0 + _SAME:
+        return (f"the learned run moves at about {float(np.median(values)):.3g} times the speed of the reduced "
+                f"dynamics from the start ({listed}; median over seeds of the displacement ratio): the two clocks "
+                "differ by a constant factor (e.g. an optimiser or parametrisation that rescales the reduced "
+                "gradient). Compare up to reparametrisation with overlay(..., align=<variable>, grid=<theory times>)")
+    return (f"learned variables move at constant multiples of the reduced dynamics' speed from the start ({listed}; "
+            "median over seeds of the displacement ratio): a rescaled (preconditioned) gradient, not only another "
+            "clock. overlay(..., align=<variable>, grid=<theory times>) removes a common clock; the variables that "
+            "still differ after aligning on one of them follow another path")
 
 
 def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, *,
@@ -115,9 +141,10 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     Warns
     -----
     dynamics.align.TimeScaleWarning
-        Without ``align``, when every moving scalar state variable moves, over the first two save points where
-        the theory moves by more than 2 % of its range, at more than twice or less than half the theory's speed
-        (median over seeds), in the same direction.
+        Without ``align``, when a scalar state variable moves, over the first two save points where the theory
+        moves by more than 2 % of its range, at a constant multiple (the two agreeing within 50 %) of more than
+        twice or less than half the theory's speed (median over seeds). The message says whether every variable
+        shares one multiple (a different clock: use ``align``) or not (a rescaled gradient: another path).
 
     Raises
     ------
@@ -200,16 +227,9 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     aligned = aligned.assign_coords(time=learned["time"].values, step=("time", steps),
                                     trajectory=learned["trajectory"].values)
     aligned = aligned.assign_attrs({PAIRED_ATTR: 1})
-    ratios = _time_scale_ratios(aligned, learned, state_variables)
-    if ratios.size and np.all(np.isfinite(ratios)):
-        fast, slow = np.all(ratios > _RATIO), np.all((ratios < 1.0 / _RATIO) & (ratios > 0))
-        if fast or slow:
-            warnings.warn(f"the learned run moves at about {float(np.median(ratios)):.3g} times the speed of the "
-                          "reduced dynamics from the start (median over seeds of the displacement ratio, on every "
-                          "moving state variable): the two clocks differ by a constant factor (e.g. an optimiser or "
-                          "parametrisation that rescales the reduced gradient). Compare up to reparametrisation with "
-                          "overlay(..., align=<variable>, grid=<theory times>)",
-                          TimeScaleWarning, stacklevel=3)  # 3: past the argument-check wrapper, to the caller
+    message = _time_scale_message(_time_scale_ratios(aligned, learned, state_variables))
+    if message is not None:
+        warnings.warn(message, TimeScaleWarning, stacklevel=3)  # 3: past the argument-check wrapper, to the caller
     return aligned, learned
 
 

@@ -73,8 +73,11 @@ Optional:
     dim without an entry gets ``0 .. size - 1`` (0-based ids, as in the docs pages). Probes sharing a dim name
     must agree on its size. Checkpoints store the records as ``(S, n_logged, *shape)``; the shape of a probe may not
     change during a run.
-``time_of_step(step: ndarray) -> ndarray`` and ``time_unit: str``
-    The model's time axis; default ``time = step``, unit ``"step"``.
+``time_of_step(step: ndarray) -> ndarray`` and ``time_unit: str`` (both optional)
+    The model's time axis; default ``time = step`` (no ``time_of_step`` method), unit ``"step"``. A unit that
+    names an optimiser ("Adam step n ...") is rewritten to name the one the run used (``config.optimizer``), so a
+    trajectory's ``time_unit`` always follows the optimiser that produced it; the ``optimizer`` attribute records
+    it too.
 ``spec``
     The model's frozen spec dataclass; stored in the output attrs and compared when resuming.
 ``schedule_names: tuple[str, ...]``
@@ -167,6 +170,7 @@ import logging
 import math
 import os
 import pathlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -479,10 +483,11 @@ def train(model: TorchModel, config: TrainConfig, *, device: str | torch.device 
     -------
     Trajectory
         Dims ``(trajectory, time)``, coordinate ``trajectory`` = the seeds, ``step`` = the logged steps, ``time`` =
-        ``model.time_of_step(step)``; one variable per probe and evaluation metric (an array probe with its
-        ``probe_dims`` and their coordinates; ``state_names`` lists the scalar ones); attrs ``model``, ``source =
-        "torch"``, ``device``, ``dtype``, ``seeds``, ``config_json``, ``spec_json`` (if the model has a ``spec``),
-        ``time_unit``.
+        ``model.time_of_step(step)`` when the model has that method, else the step itself; one variable per probe
+        and evaluation metric (an array probe with its ``probe_dims`` and their coordinates; ``state_names`` lists
+        the scalar ones); attrs ``model``, ``source = "torch"``, ``device``, ``dtype``, ``seeds``, ``config_json``,
+        ``spec_json`` (if the model has a ``spec``), ``optimizer`` and ``time_unit`` (the model's, default
+        ``"step"``, naming the optimiser that ran; see the protocol above).
 
     Raises
     ------
@@ -517,6 +522,19 @@ def train(model: TorchModel, config: TrainConfig, *, device: str | torch.device 
     if return_params:
         return traj, {k: v.detach().clone() for k, v in run.params.items()}
     return traj
+
+
+_OPTIMIZER_NAMES = {"sgd": "SGD", "adam": "Adam"}
+
+
+def _time_unit(model, optimizer: str) -> str:
+    """The model's ``time_unit`` (default ``"step"``) with any other optimiser's name replaced by ``optimizer``'s."""
+    unit = str(getattr(model, "time_unit", "step"))
+    own = _OPTIMIZER_NAMES[optimizer]
+    for key, name in _OPTIMIZER_NAMES.items():
+        if key != optimizer:
+            unit = re.sub(rf"\b{name}\b", own, unit)
+    return unit
 
 
 class _Run:
@@ -815,7 +833,8 @@ class _Run:
         attrs = {
             "model": model.name,
             "source": "torch",
-            "time_unit": getattr(model, "time_unit", "step"),
+            "time_unit": _time_unit(model, c.optimizer),
+            "optimizer": c.optimizer,
             "device": str(self.device),
             "dtype": self.identity["dtype"],
             "seeds": json.dumps(list(c.seeds)),

@@ -184,6 +184,7 @@ def data_atlas(cfg) -> xr.Dataset:
     extra = set()
     frac = {}
     steps = np.zeros((lams.size, ds_.size))
+    notes = []
     rng = np.random.default_rng(cfg.seed)
     for i, lam in enumerate(lams):
         for j, d in enumerate(ds_):
@@ -193,6 +194,7 @@ def data_atlas(cfg) -> xr.Dataset:
             b = sl.basins(task, float(lam), n, alpha=paper_alpha(float(lam)), n_steps=int(p["n_steps"]), rng=rng,
                           stop_tol=1e-3, certify=True)
             frac[(i, j)] = dict(zip(b.kinds, b.counts))
+            notes += [f"lambda = {lam:g}, d = {int(d)}: {note}" for note in b.notes]  # why runs stay unnamed
             extra |= set(b.kinds) - set(ATLAS_KINDS)
             steps[i, j] = b.mean_steps
     kinds = list(ATLAS_KINDS) + sorted(extra)
@@ -205,7 +207,7 @@ def data_atlas(cfg) -> xr.Dataset:
         {"count": (("lam", "d", "kind"), counts), "fraction": (("lam", "d", "kind"), f),
          "se": (("lam", "d", "kind"), np.sqrt(f * (1 - f) / n)), "mean_steps": (("lam", "d"), steps)},
         coords={"lam": lams, "d": ds_, "kind": kinds, "alpha": ("lam", [paper_alpha(float(x)) for x in lams])},
-        attrs={"n_starts": n, "L": L_PAPER, "n_steps": int(p["n_steps"])})
+        attrs={"n_starts": n, "L": L_PAPER, "n_steps": int(p["n_steps"]), "unconverged_notes": "; ".join(notes)})
 
 
 def plot_atlas(ds):

@@ -609,6 +609,9 @@ EXAMPLES = {
     "dynamics.compare.gap_test": lambda f: dict(theory=np.array([1.0, 2.0]), mean=np.array([1.1, 1.9]),
                                                 se_learned=np.array([0.1, 0.1]), n_seeds=4),
     "dynamics.compare.compare": lambda f: dict(theory=f.theory_ds, learned=f.learned_ds, variables="x"),
+    "dynamics.compare.mdd_factor": lambda f: dict(level=0.05, df=3.0),
+    "dynamics.compare.p_value": lambda f: dict(gap=np.array([0.1, -0.3]), se=np.array([0.1, 0.1]), df=3.0),
+    "dynamics.compare.adjust": lambda f: dict(results=np.array([0.01, 0.2, 0.5])),
     "closedform.icl_regression.softmax_weight_norms": lambda f: dict(d=2, L=4, omega=0.4, n=3, rng=0),
     "closedform.icl_regression.predict_nadaraya_watson": lambda f: dict(
         X=f.icl_prompts.X, y=f.icl_prompts.y, xq=f.icl_prompts.xq, omega=0.4, mu=1.6),

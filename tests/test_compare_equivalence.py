@@ -129,6 +129,7 @@ def test_adjust_on_a_compare_result_keeps_holds_and_out_of_range_rows():
     res = dynamics.compare(theory, learned, variables="x", allowance=0.5)
     per_row = res.status.values[0]
     assert per_row[3] == "out_of_range" and np.isnan(res.p_value.values[0, 3])
+    np.testing.assert_array_equal(res.adjusted_status, adjust(res).adjusted_status)  # compare adjusts its own rows
     out = adjust(res)
     adj = out.adjusted_status.values[0]
     assert out.attrs["family_size"] == 5 and out.attrs["method"] == "holm"
@@ -144,3 +145,7 @@ def test_adjust_on_a_compare_result_keeps_holds_and_out_of_range_rows():
         adjust(res, method="fdr")
     with pytest.raises(ValueError, match=r"p-values must lie in \[0, 1\]"):
         adjust(np.array([0.1, 1.5]))
+    with pytest.raises(ValueError, match="results must be a compare"):
+        adjust("many rows")
+    with pytest.raises(ValueError, match="results must carry 'p_value'"):
+        adjust({"status": np.array(["fails"])})

@@ -708,19 +708,43 @@ def head_pattern(traj, H: int, *, dummy_tol: float = 0.05) -> cf.HeadPattern:
 
 
 def align_to_flow(learned, reference, *, key: str = "mu_dot_omega") -> np.ndarray:
-    """Flow times at which a monotone reference curve reaches the learned values of ``key``
-    (docs/models/icl_regression.md §12).
+    """Flow times at which the reference flow reaches the learned values of ``key``
+    (docs/models/icl_regression.md §12), seed by seed: monotone, and NaN beyond the reference's range.
 
-    Adam steps do not map to F/2-flow time; docs/models/icl_regression.md §12 aligns learned and simulated trajectories
-    by a monotone reparametrisation, e.g. matching mu^T omega. ``reference`` is a flow Trajectory with one trajectory;
-    its ``key`` must be increasing over the used range. Returns the interpolated flow times (shape of ``learned``);
-    values outside the reference range are clipped to its ends.
+    Adam or SGD steps of the full network do not map to F/2-flow time by a constant (the trained W_K, W_Q, W_O, W_V
+    precondition the (omega, mu) gradient); docs/models/icl_regression.md §12 aligns learned and simulated
+    trajectories by a monotone reparametrisation, e.g. matching mu^T omega. This is the model's use of
+    :func:`dynamics.align.reference_times`; to compare whole runs on a common flow-time grid use
+    ``dynamics.overlay(..., align=key, grid=...)``.
+
+    Parameters
+    ----------
+    learned : array_like, (n,) or (S, n)
+        Learned values of ``key`` in the order of the save points (one row per seed).
+    reference : Trajectory
+        A flow with one trajectory (or one per row of ``learned``) holding ``key``, long enough to reach the
+        learned values.
+    key : str
+        The alignment variable; its reference curve is read through its monotone envelope.
+
+    Returns
+    -------
+    ndarray, the shape of ``learned``: flow times, non-decreasing along each row (isotonic fit), NaN where a learned
+    value lies outside the reference's range (never clipped to its ends).
     """
+    from dynamics.align import reference_times
+
+    if not isinstance(reference, _xr.Dataset) or key not in reference.data_vars:
+        raise ValueError(f"reference must be a flow Trajectory holding {key!r}")
+    values = np.asarray(learned, dtype=np.float64)
+    rows = np.atleast_2d(values)
     ref_t = np.asarray(reference["time"], dtype=np.float64)
-    ref_v = np.asarray(reference[key], dtype=np.float64).reshape(-1, ref_t.size)[0]
-    v = np.maximum.accumulate(ref_v)  # monotone envelope (flat where the reference overshoots)
-    keep = np.concatenate([[True], np.diff(v) > 0])
-    return np.interp(np.asarray(learned, dtype=np.float64), v[keep], ref_t[keep])
+    ref_v = np.asarray(reference[key], dtype=np.float64).reshape(-1, ref_t.size)
+    if ref_v.shape[0] not in (1, rows.shape[0]):
+        raise ValueError(f"reference must hold 1 trajectory or one per row of learned ({rows.shape[0]}); got "
+                         f"{ref_v.shape[0]}")
+    out = np.stack([reference_times(ref_t, ref_v[i if ref_v.shape[0] > 1 else 0], row) for i, row in enumerate(rows)])
+    return out.reshape(values.shape)
 
 
 def _paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_every: int = 1000,
