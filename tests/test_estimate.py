@@ -46,8 +46,8 @@ def test_paper_preset_make_prints_the_estimate_before_computing(tmp_path, capsys
 
 @pytest.mark.slow
 def test_quick_estimates_are_within_a_factor_2_of_measured_quick_builds_for_90_percent(tmp_path):
-    """The acceptance check of the estimates: estimate every figure at quick (measured at tiny), build the quick report, compare
-    with the runtimes in its summary.json (figures sharing data excluded: they cost nothing of their own)."""
+    """The acceptance check of the estimates: estimate every figure at quick (measured at tiny), build the quick
+    report, compare with the runtimes in its summary.json (figures sharing data excluded: no cost of their own)."""
     from figures.report import build_report
 
     est = {e.name: e for e in estimate.estimate(None, "quick", device="cpu")}
