@@ -153,13 +153,13 @@ def default_registry() -> Registry:
     return REGISTRY
 
 
-def _worker_init(factory) -> None:
-    """Worker start: build the registry, then pin numba and torch to one thread each."""
+def _worker_init(factory, parent_pid: int | None = None) -> None:
+    """Worker start: stop with the parent (signals above), build the registry, pin numba and torch to one thread."""
     global _WORKER_REGISTRY
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _worker_sigterm)
     _set_parent_death_signal()
-    if os.getppid() == 1:  # the parent died before the request above took effect
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(1)
     _WORKER_REGISTRY = factory()
     _WORKER_REGISTRY.discover()
@@ -268,7 +268,7 @@ def parallel_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_
     tasks = _tasks(specs, preset, build_kw.get("cache_dir"))
     with _single_threaded_env():  # inherited by the workers, spawned as tasks are submitted
         pool = cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx, initializer=_worker_init,
-                                      initargs=(factory,))
+                                      initargs=(factory, os.getpid()))
         try:
             futures = {pool.submit(_worker_entries, entry_fn, [specs[i].name for i in task], preset,
                                    None if out_dir is None else str(out_dir), kw): task for task in tasks}
