@@ -10,12 +10,12 @@ both presets cancel.
 Measurement. Each figure's data function runs three times at the ``tiny`` sizes, single-threaded, timed in process
 CPU seconds (so a busy machine does not inflate it): once to compile the numba kernels and warm caches (reported as
 ``overhead_s``, the excess over the second run), once at the tiny sizes (``t1`` at work ``W1``) and once with every
-time axis doubled (``t2`` at ``W2``). The cost is fitted as a fixed part plus a part proportional to the work,
-``seconds(W) = a + b W`` with ``b = (t2 - t1) / (W2 - W1)`` and ``a = t1 - b W1`` (both kept >= 0); a figure without
-a time axis, or whose doubled run fails, is taken as proportional (``a = 0``, ``b = t1 / W1``). Memory is the peak of
-Python-traced allocations (numpy arrays included, torch's own allocator not) during the tiny run, scaled by the work
-without the time axes (steps, iterations and epochs are not held in memory at once). A figure that shares its data
-with another costs nothing of its own.
+time axis doubled, or every ``n_*`` count for a figure without time axes (``t2`` at ``W2``). The cost is fitted as
+a fixed part plus a part proportional to the work, ``seconds(W) = a + b W`` with ``b = (t2 - t1) / (W2 - W1)`` and
+``a = t1 - b W1`` (both kept >= 0); a figure whose second run fails or adds no work is taken as proportional
+(``a = 0``, ``b = t1 / W1``). Memory is the peak of Python-traced allocations (numpy arrays included, torch's own
+allocator not) during the tiny run, scaled by the work without the time axes (steps, iterations and epochs are not
+held in memory at once). A figure that shares its data with another costs nothing of its own.
 
 The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
 prints the CPU measurement and says so. Rough by construction (one power law per figure, fixed costs folded in):
@@ -98,18 +98,29 @@ class FigureEstimate:
     shares_data_with: str | None = None
 
 
-def _doubled_time(params: Mapping) -> dict:
-    """``params`` with every integer time axis (:data:`TIME_LIKE`, not :data:`NOT_WORK`) doubled, nested too."""
+def _doubled(params: Mapping, pattern: re.Pattern) -> dict:
+    """``params`` with every positive integer whose name matches ``pattern`` (and not :data:`NOT_WORK`) doubled,
+    nested mappings too."""
     out = {}
     for name, value in params.items():
         if isinstance(value, Mapping):
-            out[name] = _doubled_time(value)
-        elif (TIME_LIKE.search(name) and not NOT_WORK.search(name) and isinstance(value, int)
+            out[name] = _doubled(value, pattern)
+        elif (pattern.search(name) and not NOT_WORK.search(name) and isinstance(value, int)
               and not isinstance(value, bool) and value > 0):
             out[name] = 2 * value
         else:
             out[name] = value
     return out
+
+
+COUNTS = re.compile(r"^n_")
+"""Counts doubled for the second measurement of a figure without a time axis (grid points, starts, samples)."""
+
+
+def _second_point(params: Mapping) -> dict:
+    """The parameters of the second measurement: time axes doubled, or, without any, every ``n_*`` count."""
+    doubled = _doubled(params, TIME_LIKE)
+    return doubled if work(doubled) > work(params) else _doubled(params, COUNTS)
 
 
 def _cpu_seconds(spec, params, device) -> float:
@@ -132,7 +143,7 @@ def measure(name: str, *, device: str = "cpu", registry: Registry = REGISTRY) ->
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        w1, doubled = work(small), _doubled_time(small)
+        w1, doubled = work(small), _second_point(small)
         w2 = work(doubled)
         a, b = 0.0, t1 / w1
         if w2 > w1:
