@@ -3,9 +3,10 @@
 Model. A figure's computation is taken to cost in proportion to its *work*, a number computed from its registered
 parameters by their names (:func:`work`): time axes (steps, iterations, epochs) add up, repetitions (seeds, runs,
 draws, starts), configuration lists and sizes multiply, and of the sample counts (batch, training and test set
-sizes) the largest counts; parameters that do not set the amount of computation (:data:`NOT_WORK`: logging and
-saving intervals, seeds of an initialisation, plotting offsets) and non-integers are left out. Parameters equal at
-both presets cancel.
+sizes) the largest counts; a list of positive integers counts as the sum of its entries (the largest for sample
+counts), any other list as its length; parameters that do not set the amount of computation (:data:`NOT_WORK`:
+logging and saving intervals, seeds of an initialisation, plotting offsets) and non-integers are left out.
+Parameters equal at both presets cancel.
 
 Measurement. Each figure's data function runs three times at the ``tiny`` sizes, single-threaded, timed in process
 CPU seconds (so a busy machine does not inflate it): once to compile the numba kernels and warm caches (reported as
@@ -58,7 +59,8 @@ SAMPLES = re.compile(r"(batch|n_train|n_test|n_pop|prompts|eval_size|^n$|^n_big$
 
 def work(params: Mapping, *, memory: bool = False) -> float:
     """The work of a parameter set: (sum of the time axes) x (product of the repetitions, the list lengths and the
-    remaining sizes) x (largest sample count); a nested mapping adds its own work. ``memory=True`` leaves out the
+    remaining sizes) x (largest sample count), an integer list counting as its sum (its largest entry for sample
+    counts); a nested mapping adds its own work. ``memory=True`` leaves out the
     time axes. Names in :data:`NOT_WORK`, non-integers and non-positive values are ignored."""
     time_sum, product, largest, nested = 0.0, 1.0, 1.0, 0.0
     for name, value in params.items():
@@ -68,9 +70,13 @@ def work(params: Mapping, *, memory: bool = False) -> float:
             nested += work(value, memory=memory)
             continue
         if isinstance(value, (list, tuple)):
-            if value:
-                product *= len(value)
-            continue
+            if not value:
+                continue
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+                product *= len(value)  # a list of configurations: one run each
+                continue
+            # a list of counts (sizes, seeds, steps of separate runs): runs one per entry, costs add up
+            value = max(value) if SAMPLES.search(name) else sum(value)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             continue
         if TIME_LIKE.search(name):

@@ -15,12 +15,14 @@ from tests._figures import synthetic_registry
 
 
 def test_work_adds_time_axes_multiplies_repetitions_and_takes_the_largest_sample():
-    p = {"n_steps": 100, "n_steps_b": 50, "n_seeds": 4, "Hs": [1, 2, 3], "batch": 64, "n_test": 1000,
+    p = {"n_steps": 100, "n_steps_b": 50, "n_seeds": 4, "eta": [0.1, 0.5, 1.0], "batch": 64, "n_test": 1000,
          "log_every": 10, "lr": 0.1, "d": 5}
     assert estimate.work(p) == (100 + 50) * 4 * 3 * 5 * 1000
     assert estimate.work(p, memory=True) == 4 * 3 * 5 * 1000  # time axes are not held in memory
     assert estimate.work({"single": {"n_steps": 10}, "n_seeds": 2}) == 2 + 10  # a nested run adds its own work
     assert estimate.work({}) == 1.0
+    # integer lists: sizes add up, sample counts take the largest, other lists count their entries
+    assert estimate.work({"T": [17, 65], "batch": [16, 64], "eta": [0.1, 1.0]}) == (17 + 65) * 64 * 2
 
 
 def test_fixed_plus_proportional_fit_recovers_a_known_cost(monkeypatch):
