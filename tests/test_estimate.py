@@ -60,6 +60,15 @@ def test_estimate_scales_the_measured_tiny_build_and_prints_a_total(capsys):
     assert all(name in out for name in reg.names())
 
 
+def test_a_figure_that_cannot_run_is_named_and_the_others_estimated(capsys):
+    reg = synthetic_registry(with_broken=True)
+    rows = {r.name: r for r in estimate.estimate(None, "quick", registry=reg)}
+    assert "FloatingPointError: toy divergence" in rows["toy.broken"].error
+    assert rows["toy.decay"].seconds >= 0 and not rows["toy.decay"].error
+    table = estimate.format_table(list(rows.values()))
+    assert "toy.broken" in table and "1 figure(s) not measured" in table
+
+
 def test_paper_preset_make_prints_the_estimate_before_computing(tmp_path, capsys):
     reg = synthetic_registry()
     assert main(["make", "toy.decay", "--preset", "paper", "--device", "cpu", "--no-progress", "--formats", "png",
