@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import logging
 import os
@@ -84,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     common(p_make)
     p_make.add_argument("--out", default=str(registry.DEFAULT_OUT_DIR), help="output folder (default figures/out)")
     p_make.add_argument("--formats", default="png,pdf", help=f"comma-separated, among {', '.join(SAVE_METADATA)}")
+    p_make.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
+                        help="compute the figures' data on a Dask cluster ('local' or tcp://host:8786; shared "
+                             "--cache-dir), then draw them here")
 
     p_est = sub.add_parser("estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset "
                            "(measured at tiny)")
@@ -231,6 +235,16 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     _check_dirs(args)
     if args.preset == "paper":
         _paper_estimate_first(names, device, reg)
+    if args.scheduler is not None:
+        _check_scheduler(args.scheduler)
+        specs = [reg.get(n) for n in names]
+        kw = dict(seed=args.seed, device=device, cache_dir=args.cache_dir, recompute=args.recompute, progress=False)
+        factory = runner.default_registry if reg is registry.REGISTRY else reg.factory
+        for spec, fields in zip(specs, runner.dask_entries(runner.build_only, specs, args.preset, DEFAULT_JOBS,
+                                                           factory, None, kw, not args.no_progress, args.scheduler)):
+            if fields.get("error"):
+                logger.error("figure %s failed on the cluster: %s", spec.name, fields["error"])
+        args.recompute = False  # the cluster has just (re)computed what is in the cache
     try:
         results = registry.make(names, args.preset, seed=args.seed, device=device, cache_dir=args.cache_dir,
                                 out_dir=args.out, formats=formats, recompute=args.recompute,
@@ -287,6 +301,13 @@ def _only(reg: registry.Registry, include: Sequence[str]) -> registry.Registry:
     return view
 
 
+def _check_scheduler(scheduler: str) -> None:
+    if not scheduler.strip():
+        raise UsageError("--scheduler must be 'local' or a Dask scheduler address such as tcp://host:8786; got ''")
+    if importlib.util.find_spec("distributed") is None:
+        raise UsageError("--scheduler needs the optional extra 'dask' (pip install 'attndyn[dask]')")
+
+
 def _cmd_report(args, reg: registry.Registry) -> int:
     check_int("--jobs", args.jobs, min_value=1)
     if args.include:
@@ -297,6 +318,8 @@ def _cmd_report(args, reg: registry.Registry) -> int:
         reg.discover()
         registry.split_overrides(reg.names(), overrides, registry=reg, figure_required=True)
     _check_dirs(args)
+    if args.scheduler is not None:
+        _check_scheduler(args.scheduler)
     if args.preset == "paper":
         _paper_estimate_first(None, device, reg)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,

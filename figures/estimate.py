@@ -3,17 +3,20 @@
 Model. A figure's computation is taken to cost in proportion to its *work*, a number computed from its registered
 parameters by their names (:func:`work`): time axes (steps, iterations, epochs) add up, repetitions (seeds, runs,
 draws, starts), configuration lists and sizes multiply, and of the sample counts (batch, training and test set
-sizes) the largest counts; parameters that do not set the amount of computation (:data:`NOT_WORK`: logging and
-saving intervals, seeds of an initialisation, plotting offsets) and non-integers are left out. Parameters equal at
-both presets cancel. The estimate at a preset is
+sizes) the largest counts; a list of positive integers counts as the sum of its entries (the largest for sample
+counts), any other list as its length; parameters that do not set the amount of computation (:data:`NOT_WORK`:
+logging and saving intervals, seeds of an initialisation, plotting offsets) and non-integers are left out.
+Parameters equal at both presets cancel.
 
-    seconds(preset) = seconds(tiny) * work(preset) / work(tiny)
-
-with ``seconds(tiny)`` the computation time of a second tiny build in this process (the first one compiles the
-numba kernels and warms caches; that one-off cost is reported separately as ``overhead_s``). Memory is the peak of
-Python-traced allocations (numpy arrays included, torch's own allocator not) during the tiny build, scaled by the
-work without the time axes (steps, iterations and epochs are not held in memory at once). A figure that shares its
-data with another costs nothing of its own.
+Measurement. Each figure's data function runs three times at the ``tiny`` sizes, single-threaded, timed in process
+CPU seconds (so a busy machine does not inflate it): once to compile the numba kernels and warm caches (reported as
+``overhead_s``, the excess over the second run), once at the tiny sizes (``t1`` at work ``W1``) and once with every
+time axis doubled, or every ``n_*`` count for a figure without time axes (``t2`` at ``W2``). The cost is fitted as
+a fixed part plus a part proportional to the work, ``seconds(W) = a + b W`` with ``b = (t2 - t1) / (W2 - W1)`` and
+``a = t1 - b W1`` (both kept >= 0); a figure whose second run fails or adds no work is taken as proportional
+(``a = 0``, ``b = t1 / W1``). Memory is the peak of Python-traced allocations (numpy arrays included, torch's own
+allocator not) during the tiny run, scaled by the work without the time axes (steps, iterations and epochs are not
+held in memory at once). A figure that shares its data with another costs nothing of its own.
 
 The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
 prints the CPU measurement and says so. Rough by construction (one power law per figure, fixed costs folded in):
@@ -22,15 +25,20 @@ the check is that quick-preset estimates land within a factor of 2 of measured q
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
 import re
+import sys
 import time
 import tracemalloc
 from collections.abc import Mapping, Sequence
 
-from figures.presets import check_preset, resolve_device
-from figures.registry import REGISTRY, Registry, build
+from figures.presets import RunConfig, check_preset, resolve_device
+from figures.registry import REGISTRY, Registry
+
+logger = logging.getLogger(__name__)
 
 SMALL_PRESET = "tiny"
 """The preset measured."""
@@ -51,7 +59,8 @@ SAMPLES = re.compile(r"(batch|n_train|n_test|n_pop|prompts|eval_size|^n$|^n_big$
 
 def work(params: Mapping, *, memory: bool = False) -> float:
     """The work of a parameter set: (sum of the time axes) x (product of the repetitions, the list lengths and the
-    remaining sizes) x (largest sample count); a nested mapping adds its own work. ``memory=True`` leaves out the
+    remaining sizes) x (largest sample count), an integer list counting as its sum (its largest entry for sample
+    counts); a nested mapping adds its own work. ``memory=True`` leaves out the
     time axes. Names in :data:`NOT_WORK`, non-integers and non-positive values are ignored."""
     time_sum, product, largest, nested = 0.0, 1.0, 1.0, 0.0
     for name, value in params.items():
@@ -61,9 +70,13 @@ def work(params: Mapping, *, memory: bool = False) -> float:
             nested += work(value, memory=memory)
             continue
         if isinstance(value, (list, tuple)):
-            if value:
-                product *= len(value)
-            continue
+            if not value:
+                continue
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+                product *= len(value)  # a list of configurations: one run each
+                continue
+            # a list of counts (sizes, seeds, steps of separate runs): runs one per entry, costs add up
+            value = max(value) if SAMPLES.search(name) else sum(value)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             continue
         if TIME_LIKE.search(name):
@@ -77,7 +90,8 @@ def work(params: Mapping, *, memory: bool = False) -> float:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FigureEstimate:
-    """The estimate of one figure at ``preset`` on ``device`` (seconds and bytes; 0 for a figure sharing data)."""
+    """The estimate of one figure at ``preset`` on ``device`` (seconds and bytes; 0 for a figure sharing data).
+    ``measured_s`` is the tiny run's CPU time, ``work_ratio`` the work at ``preset`` over the work at tiny."""
 
     name: str
     preset: str
@@ -88,19 +102,81 @@ class FigureEstimate:
     seconds: float
     memory_bytes: float
     shares_data_with: str | None = None
+    error: str = ""
 
 
-def measure(name: str, *, device: str = "cpu", registry: Registry = REGISTRY) -> tuple[float, float, int]:
-    """``(first_s, second_s, peak_bytes)``: computation time of two tiny builds of ``name`` (no cache) and the
-    traced-allocation peak of the second."""
-    first = build(name, SMALL_PRESET, device=device, cache_dir=None, registry=registry).runtime_s
-    tracemalloc.start()
+def _doubled(params: Mapping, pattern: re.Pattern) -> dict:
+    """``params`` with every positive integer whose name matches ``pattern`` (and not :data:`NOT_WORK`) doubled,
+    nested mappings too."""
+    out = {}
+    for name, value in params.items():
+        if isinstance(value, Mapping):
+            out[name] = _doubled(value, pattern)
+        elif (pattern.search(name) and not NOT_WORK.search(name) and isinstance(value, int)
+              and not isinstance(value, bool) and value > 0):
+            out[name] = 2 * value
+        else:
+            out[name] = value
+    return out
+
+
+COUNTS = re.compile(r"^n_")
+"""Counts doubled for the second measurement of a figure without a time axis (grid points, starts, samples)."""
+
+
+def _second_point(params: Mapping) -> dict:
+    """The parameters of the second measurement: time axes doubled, or, without any, every ``n_*`` count."""
+    doubled = _doubled(params, TIME_LIKE)
+    return doubled if work(doubled) > work(params) else _doubled(params, COUNTS)
+
+
+def _cpu_seconds(spec, params, device) -> float:
+    cfg = RunConfig(figure=spec.name, preset=SMALL_PRESET, device=device, params=params)
+    t0 = time.process_time()
+    spec.data(cfg)
+    return time.process_time() - t0
+
+
+def measure(name: str, *, device: str = "cpu", registry: Registry = REGISTRY) -> dict:
+    """Time figure ``name``'s data function at the tiny sizes (see the module docstring); return ``a``, ``b`` (the
+    fitted cost ``a + b W`` in CPU seconds), ``overhead_s``, ``t1`` and ``peak_bytes`` (traced allocations)."""
+    spec = registry.get(name)
+    small = dict(spec.params[SMALL_PRESET])
+    with _one_thread():
+        first = _cpu_seconds(spec, small, device)
+        tracemalloc.start()
+        try:
+            t1 = _cpu_seconds(spec, small, device)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        w1, doubled = work(small), _second_point(small)
+        w2 = work(doubled)
+        a, b = 0.0, t1 / w1
+        if w2 > w1:
+            try:
+                t2 = _cpu_seconds(spec, doubled, device)
+            except Exception as exc:  # noqa: BLE001 - a figure that refuses longer runs is taken as proportional
+                logger.info("%s: doubled time axes refused (%s); cost taken proportional to work", name, exc)
+            else:
+                b = max(t2 - t1, 0.0) / (w2 - w1)
+                a = max(t1 - b * w1, 0.0)
+    return {"a": a, "b": b, "overhead_s": max(0.0, first - t1), "t1": t1, "peak_bytes": peak}
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """numba and torch (where loaded) on one thread, as in the report's workers; restored afterwards."""
+    saved = {}
+    for mod in ("numba", "torch"):
+        if mod in sys.modules:
+            saved[mod] = sys.modules[mod].get_num_threads()
+            sys.modules[mod].set_num_threads(1)
     try:
-        second = build(name, SMALL_PRESET, device=device, cache_dir=None, registry=registry).runtime_s
-        peak = tracemalloc.get_traced_memory()[1]
+        yield
     finally:
-        tracemalloc.stop()
-    return first, second, peak
+        for mod, n in saved.items():
+            sys.modules[mod].set_num_threads(n)
 
 
 def estimate(names: Sequence[str] | None = None, preset: str = "paper", *, device: str = "cpu",
@@ -120,11 +196,19 @@ def estimate(names: Sequence[str] | None = None, preset: str = "paper", *, devic
                                       shares_data_with=spec.shares_data_with))
             continue
         t0 = time.perf_counter()
-        first, second, peak = measure(name, device=device, registry=registry)
+        try:
+            m = measure(name, device=device, registry=registry)
+        except Exception as exc:  # noqa: BLE001 - one figure that cannot run here is named, the others estimated
+            logger.error("%s: could not be measured on %s: %s: %s", name, device, type(exc).__name__, exc)
+            out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=math.nan,
+                                      overhead_s=math.nan, work_ratio=ratio, seconds=math.nan,
+                                      memory_bytes=math.nan, error=f"{type(exc).__name__}: {exc}"))
+            continue
         mem_ratio = work(spec.params[preset], memory=True) / work(spec.params[SMALL_PRESET], memory=True)
-        out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=second,
-                                  overhead_s=max(0.0, first - second), work_ratio=ratio, seconds=second * ratio,
-                                  memory_bytes=peak * mem_ratio))
+        out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=m["t1"],
+                                  overhead_s=m["overhead_s"], work_ratio=ratio,
+                                  seconds=m["a"] + m["b"] * work(spec.params[preset]),
+                                  memory_bytes=m["peak_bytes"] * mem_ratio))
         if progress:
             print(f"  measured {name} in {time.perf_counter() - t0:.1f} s", flush=True)
     return out
@@ -153,16 +237,21 @@ def format_table(estimates: Sequence[FigureEstimate], *, cuda_measured: bool = T
     unit = "GPU-s" if estimates[0].device == "cuda" else "CPU-s"
     lines = [f"{'figure':34s} {'tiny (s)':>9s} {'work x':>10s} {unit:>10s} {'memory':>10s}"]
     for e in estimates:
+        if e.error:
+            lines.append(f"{e.name:34s} not measured: {e.error}")
+            continue
         if e.shares_data_with:
             lines.append(f"{e.name:34s} {'':>9s} {'':>10s} {'0':>10s} {'':>10s}  (data of {e.shares_data_with})")
             continue
         lines.append(f"{e.name:34s} {e.measured_s:9.2f} {e.work_ratio:10.3g} {_fmt_s(e.seconds):>10s} "
                      f"{_fmt_b(e.memory_bytes):>10s}")
-    total = sum(e.seconds for e in estimates)
-    peak = max(e.memory_bytes for e in estimates)
+    ok = [e for e in estimates if not e.error]
+    total = sum(e.seconds for e in ok)
+    peak = max((e.memory_bytes for e in ok), default=0.0)
     preset, device = estimates[0].preset, estimates[0].device
     lines.append(f"total at --preset {preset} on {device}: {_fmt_s(total)} ({total:.0f} {unit}) of computation, "
-                 f"largest figure memory {_fmt_b(peak)}; with --jobs N about total/N wall time")
+                 f"largest figure memory {_fmt_b(peak)}; with --jobs N about total/N wall time" +
+                 (f"; {len(estimates) - len(ok)} figure(s) not measured" if len(ok) < len(estimates) else ""))
     if not cuda_measured:
         lines.append("(no CUDA device here: the GPU column is the CPU measurement; run `python -m figures estimate "
                      "--device cuda` on the GPU machine for a measured one)")
@@ -180,6 +269,6 @@ def advice() -> str:
 
 
 def total_seconds(estimates: Sequence[FigureEstimate]) -> float:
-    """Sum of the figures' estimated seconds."""
-    return math.fsum(e.seconds for e in estimates)
+    """Sum of the figures' estimated seconds (figures that could not be measured left out)."""
+    return math.fsum(e.seconds for e in estimates if not e.error)
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from figures import cache
-from figures.registry import REGISTRY, FigureSpec, Registry
+from figures.registry import REGISTRY, FigureSpec, Registry, build
 
 logger = logging.getLogger(__name__)
 
@@ -153,13 +153,13 @@ def default_registry() -> Registry:
     return REGISTRY
 
 
-def _worker_init(factory) -> None:
-    """Worker start: build the registry, then pin numba and torch to one thread each."""
+def _worker_init(factory, parent_pid: int | None = None) -> None:
+    """Worker start: stop with the parent (signals above), build the registry, pin numba and torch to one thread."""
     global _WORKER_REGISTRY
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _worker_sigterm)
     _set_parent_death_signal()
-    if os.getppid() == 1:  # the parent died before the request above took effect
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(1)
     _WORKER_REGISTRY = factory()
     _WORKER_REGISTRY.discover()
@@ -268,7 +268,7 @@ def parallel_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_
     tasks = _tasks(specs, preset, build_kw.get("cache_dir"))
     with _single_threaded_env():  # inherited by the workers, spawned as tasks are submitted
         pool = cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx, initializer=_worker_init,
-                                      initargs=(factory,))
+                                      initargs=(factory, os.getpid()))
         try:
             futures = {pool.submit(_worker_entries, entry_fn, [specs[i].name for i in task], preset,
                                    None if out_dir is None else str(out_dir), kw): task for task in tasks}
@@ -320,6 +320,16 @@ def _dask_entries(entry_fn: EntryFn, factory, names: list[str], preset: str, out
     return [entry_fn(reg.get(name), preset, None if out_dir is None else Path(out_dir), kw) for name in names]
 
 
+def build_only(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw: dict) -> dict:
+    """An entry function that only builds the figure's data into the cache (``figures make --scheduler``: the
+    figures are then rendered from the cache on the client)."""
+    try:
+        result = build(spec.name, preset, **build_kw)
+        return {"status": result.status, "runtime_s": result.runtime_s}
+    except Exception as exc:  # noqa: BLE001 - reported by name; the client's own build raises it again
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+
+
 def _dask_client(scheduler: str, n_jobs: int):
     """``(client, cluster)``: a ``LocalCluster`` of ``n_jobs`` single-threaded worker processes for ``"local"``,
     else a client of the scheduler at address ``scheduler`` (``cluster`` None)."""
@@ -350,7 +360,10 @@ def dask_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_jobs
         raise ValueError("scheduler needs a registry with a factory (workers rebuild the registry)")
     client, cluster = _dask_client(scheduler, n_jobs)
     results: list[dict | None] = [None] * len(specs)
-    kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
+    # absolute paths: a worker's working folder need not be the client's
+    kw = {k: (str(Path(v).resolve()) if k == "cache_dir" and v is not None else v) for k, v in build_kw.items()
+          if k != "registry"}
+    out_dir = None if out_dir is None else Path(out_dir).resolve()
     try:
         from dask.distributed import as_completed
 

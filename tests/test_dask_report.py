@@ -86,11 +86,26 @@ def test_a_figure_whose_workers_keep_dying_is_named_as_lost(tmp_path, monkeypatc
     assert "KilledWorker" in entries["toy.dies"].error
 
 
-def test_scheduler_address_is_checked():
+def test_scheduler_address_is_checked(capsys):
     from figures import runner
+    from figures.__main__ import main
 
     with pytest.raises(ValueError, match="scheduler must be 'local' or a Dask scheduler address"):
         runner._dask_client("", 1)
+    assert main(["report", "--scheduler", " ", "--preset", "tiny"], reg=synthetic_registry()) == 2
+    assert "--scheduler must be 'local'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_figures_make_computes_on_the_cluster_and_draws_here(tmp_path, capsys):
+    from figures.__main__ import main
+
+    reg = synthetic_registry()
+    argv = ["make", "toy.decay", "toy.heat", "--preset", "tiny", "--device", "cpu", "--no-progress", "--formats",
+            "png", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+    assert main(argv + ["--scheduler", "local"], reg=reg) == 0
+    assert "2 cached" in capsys.readouterr().out  # computed by the workers into the cache, read back here
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["toy.decay.png", "toy.heat.png"]
 
 
 @pytest.mark.slow
