@@ -240,7 +240,7 @@ def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states:
     xq = torch.cat([torch.zeros(K, dtype=V.dtype, device=V.device), a_q * Phi[:, N - 1]])
     q = _query_vector(params, xq)                                  # (S, K+M)
     q_tok, q_pos = q[:, :K], q[:, K:]
-    ctx = states[..., : N - 1].long()                               # (S, n, N-1)
+    ctx = states[..., : N - 1].long().to(V.device)                  # (S, n, N-1), on the parameters' device
     pos = q_pos @ Phi[:, : N - 1]                                   # (S, N-1): phi_j^T q_pos
     tok = torch.gather(q_tok[:, None, :].expand(-1, ctx.shape[1], -1), 2, ctx)
     logits_ctx = a_ctx * (tok + pos[:, None, :])
@@ -253,7 +253,7 @@ def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states:
 
 def _token_average(task: cf.RandomWalkTask, states: torch.Tensor, S_att: torch.Tensor) -> torch.Tensor:
     """u = X S restricted to the context (S, n, K) (docs/models/token_selection.md §C.3)."""
-    ctx = states[..., : task.N - 1].long()
+    ctx = states[..., : task.N - 1].long().to(S_att.device)
     return torch.zeros(*ctx.shape[:2], task.K, dtype=S_att.dtype, device=S_att.device).scatter_add(
         2, ctx, S_att[..., : task.N - 1])
 
@@ -428,7 +428,7 @@ class RandomWalkAttention:
     def loss(self, params, batch, hyper=None):
         """L = mean over walks of -log(e_y^T f + eps) per seed (docs/models/token_selection.md §C.4), shape (S,)."""
         _, f = self.forward(params, batch["states"])
-        y = batch["states"][..., -1].long()
+        y = batch["states"][..., -1].long().to(f.device)
         gbar = torch.gather(f, 2, y[..., None])[..., 0]
         return -torch.log(gbar + self.task.eps).mean(dim=-1)
 
@@ -438,7 +438,7 @@ class RandomWalkAttention:
         (module Notes)."""
         states = batch["states"]
         _, f = self.forward(params, states)
-        y = states[..., -1].long()
+        y = states[..., -1].long().to(f.device)
         ell = -torch.log(torch.gather(f, 2, y[..., None])[..., 0] + self.task.eps)
         n = ell.shape[1]
         se = ell.std(dim=1, correction=1) / math.sqrt(n) if n > 1 else torch.zeros_like(ell[:, 0])
@@ -750,7 +750,7 @@ class QAAttention:
         """mean -log(max(e_y^T f + eps, 1e-12)) per seed (docs/models/token_selection.md §C.4 with the clamp of
         docs/models/token_selection.md §C.8), or mean -log softmax(f)_y (``loss="cross_entropy"``), shape (S,)."""
         f = self.output(params, batch["states"])
-        y = batch["states"][..., -1].long()
+        y = batch["states"][..., -1].long().to(f.device)
         if self.spec.loss == "cross_entropy":
             return -torch.gather(torch.log_softmax(f, dim=-1), 2, y[..., None])[..., 0].mean(dim=-1)
         gbar = torch.gather(f, 2, y[..., None])[..., 0]
