@@ -8,8 +8,8 @@ A figure is a *pure* pair:
 
 * ``data(cfg: RunConfig) -> xarray.Dataset`` computes everything the figure shows (closed-form curves, reduced
   dynamics, learned trajectories with a ``seed`` dimension). ``cfg.params`` holds the figure's own parameters for
-  the requested preset, ``cfg.seed`` the run's one seed, ``cfg.device`` ``"cpu"`` or ``"cuda"``. Same ``cfg`` ->
-  same data (bitwise, on one machine): all randomness comes from ``cfg.seed``. The result is cached on disk under
+  the requested preset (with any overrides), ``cfg.seed`` the run's one seed, ``cfg.device`` ``"cpu"`` or
+  ``"cuda"``. Same ``cfg`` -> same data (bitwise, on one machine): all randomness comes from ``cfg.seed``. The result is cached on disk under
   ``results/<name>/`` keyed by a hash of ``cfg`` (:mod:`figures.cache`).
 * ``plot(ds) -> matplotlib.figure.Figure`` draws it from the Dataset alone (no computation, no I/O, no pyplot).
   It is called inside :func:`figures._style.style_context`; use :func:`figures._style.new_figure` and the source
@@ -30,9 +30,16 @@ Optionally, for the report (:mod:`figures.report`):
 paper`` its caption and badge say so and its failing rows and checks are ``explained`` by that reason.
 
 Parameters per preset (``tiny`` for the tests: seconds; ``quick``: the whole set in minutes on a CPU; ``paper``: the
-papers' sizes) are declared at registration and must be JSON values. Where the docs mark a parameter as
-unrecoverable ([U]/[choice]), use the documented default and list it in ``unrecoverable``: the caption then says
-so (:attr:`FigureSpec.full_caption`).
+papers' sizes) are declared at registration as JSON values; they become instances of the figure's typed record
+(:mod:`figures.params`: one frozen dataclass per figure, with each parameter's meaning, unit and valid range), and
+``cfg.params`` is that record (read like a dictionary). Every quantity the paper varies should be a parameter:
+users change them with ``build(name, preset, key=value)`` or ``python -m figures make NAME --set key=value``
+(validated before anything runs; recorded in the configuration, the caption and the netCDF). A figure may define
+only some presets (the others fall back, with a message). ``calibrated_at`` names the parameter values at which
+its allowances were measured. Randomness follows the one seed rule of :mod:`figures.presets`
+(``cfg.seeds(run, n)``, ``cfg.generators(run, names)``); torch training goes through :mod:`figures.experiments`.
+Where the docs mark a parameter as unrecoverable ([U]/[choice]), use the documented default and list it in
+``unrecoverable``: the caption then says so (:attr:`FigureSpec.full_caption`).
 
 Worked example (``figures/single_location.py``)::
 
