@@ -24,7 +24,6 @@ Every torch run goes through the shared trainer (:mod:`empirical.train`) and eve
 
 from __future__ import annotations
 
-import json
 
 import matplotlib.ticker
 import numpy as np
@@ -411,7 +410,7 @@ def _medium_runs(cfg) -> xr.Dataset:
     (docs/models/scan_snap.md §5.3 recipe, draws d = 0..n_draws-1; one engine call per panel over all learning rates and
     draws). Memoised per configuration, so Figs. 6, 11 and 12 built in one process share the runs.
     """
-    key = (cfg.seed, str(cfg.device), json.dumps(dict(cfg.params), sort_keys=True))
+    key = cfg.to_json()  # figure, seed, device, parameters and code: everything the runs depend on
     if key in _MEDIUM_CACHE:
         return _MEDIUM_CACHE[key]
     ssm, train = _torch()
