@@ -124,7 +124,7 @@ from dynamics.compare import DEFAULT_LEVEL, gap_test
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
 from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache, experiments
-from figures.params import Param, ParamsRecord, parse_assignment, records
+from figures.params import Param, ParamsRecord, records, split_key
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -836,7 +836,7 @@ def split_overrides(names: Sequence[str], overrides: Mapping[str, Any], *, regis
     """
     out: dict[str, dict[str, Any]] = {name: {} for name in names}
     for text, value in overrides.items():
-        figure, key, _ = parse_assignment(f"{text}=null", figure_required=figure_required)
+        figure, key = split_key(text, figure_required=figure_required)
         targets = list(names) if figure is None else [figure]
         if figure is not None and figure not in out:
             registry.get(figure)  # an unknown figure: ValueError listing the valid ones
@@ -847,8 +847,6 @@ def split_overrides(names: Sequence[str], overrides: Mapping[str, Any], *, regis
     for name, values in out.items():
         spec = registry.get(name)
         spec.resolve_params(DEFAULT_PRESET, values)  # unknown keys and ranges do not depend on the preset
-        if spec.shares_data_with is not None and values:
-            out.setdefault(spec.shares_data_with, {})
     return out
 
 
