@@ -33,6 +33,7 @@ import xarray as xr
 from closedform import scan_snap as cf
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
+from figures import experiments
 from figures._style import (
     band_over_seeds,
     new_figure,
@@ -410,9 +411,12 @@ def _medium_runs(cfg) -> xr.Dataset:
     (docs/models/scan_snap.md §5.3 recipe, draws d = 0..n_draws-1; one engine call per panel over all learning rates and
     draws). Memoised per configuration, so Figs. 6, 11 and 12 built in one process share the runs.
     """
-    key = cfg.to_json()  # figure, seed, device, parameters and code: everything the runs depend on
-    if key in _MEDIUM_CACHE:
-        return _MEDIUM_CACHE[key]
+    # keyed by figure, seed, device, parameters and code: everything the runs depend on
+    return experiments.memo(_MEDIUM_CACHE, cfg.to_json(), lambda: _compute_medium_runs(cfg))
+
+
+def _compute_medium_runs(cfg) -> xr.Dataset:
+    """The runs of :func:`_medium_runs`, computed."""
     ssm, train = _torch()
     from empirical.seeding import stream_generators
 
@@ -467,8 +471,6 @@ def _medium_runs(cfg) -> xr.Dataset:
                             "M": ("num_last", [cf.SequenceClasses.syn_medium(int(q)).M for q in p["num_last"]])},
                     attrs={"n_steps": n, "T": int(p["T"]), "batch_size": 128, "momentum": 0.9,
                            "attention": "softmax_all_keys"})
-    _MEDIUM_CACHE.clear()
-    _MEDIUM_CACHE[key] = ds
     return ds
 
 
