@@ -208,7 +208,7 @@ def test_every_registered_figure_round_trips_through_params(capsys):
 def test_scan_snap_fig4_vocabulary_size_is_a_parameter():
     registry.discover()
     spec = registry.REGISTRY.get("scan_snap.fig4")
-    assert spec.params["quick"]["num_unique"] == 10 and spec.calibrated_at == {"num_unique": 10}
+    assert spec.params["quick"]["num_unique"] == 10 and spec.calibrated_at["num_unique"] == 10
     assert spec.calibration_warnings(spec.params["quick"].replace(num_unique=20)) != []
 
 
