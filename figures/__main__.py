@@ -213,7 +213,7 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     reg.discover()
     names = reg.resolve(args.names)
     overrides = _overrides(args, figure_required=False)
-    registry.split_overrides(names, overrides, registry=reg)  # refused here, before anything runs
+    reg.split_overrides(names, overrides)  # refused here, before anything runs
     _check_dirs(args)
     try:
         results = registry.make(names, args.preset, seed=args.seed, device=device, cache_dir=args.cache_dir,
@@ -240,7 +240,7 @@ def _cmd_report(args, reg: registry.Registry) -> int:
     overrides = _overrides(args, figure_required=True)
     if overrides:
         reg.discover()
-        registry.split_overrides(reg.names(), overrides, registry=reg, figure_required=True)
+        reg.split_overrides(reg.names(), overrides, figure_required=True)
     _check_dirs(args)
     result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
                           recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs,

@@ -508,9 +508,9 @@ class FigureSpec:
         defined = tuple(p for p in PRESETS if p in self.params)
         typed = _param_records(self.name, {p: self.params[p] for p in defined}, self.param_info)
         object.__setattr__(self, "defined_presets", defined)
-        # every preset maps to a record: a preset the figure does not define falls back (fallback_preset)
+        # every preset maps to a record: a preset the figure does not define falls back (_fallback_preset)
         object.__setattr__(self, "params", types.MappingProxyType(
-            {p: typed[fallback_preset(p, defined)] for p in PRESETS}))
+            {p: typed[_fallback_preset(p, defined)] for p in PRESETS}))
         object.__setattr__(self, "param_info", types.MappingProxyType(dict(self.param_info)))
         bad = sorted(set(self.calibrated_at) - set(self.record_type.valid_keys()))
         if bad:
@@ -535,6 +535,11 @@ class FigureSpec:
     def record_type(self) -> type[ParamsRecord]:
         """The figure's parameter record (a frozen dataclass; the presets are its instances)."""
         return type(self.params[self.defined_presets[0]])
+
+    def params_from(self, preset: str) -> str:
+        """The preset whose parameters this figure uses at ``preset``: ``preset`` itself when the figure defines it,
+        else the largest defined preset below it, else the smallest above it."""
+        return _fallback_preset(check_preset(preset), self.defined_presets)
 
     def resolve_params(self, preset: str, overrides: Mapping[str, Any] | None = None) -> ParamsRecord:
         """The parameters at ``preset`` with ``overrides`` applied and validated (``ValueError`` naming the valid
@@ -600,7 +605,7 @@ class FigureSpec:
         return text
 
 
-def fallback_preset(preset: str, defined: Sequence[str]) -> str:
+def _fallback_preset(preset: str, defined: Sequence[str]) -> str:
     """The preset whose parameters a figure uses at ``preset``: ``preset`` itself when the figure defines it, else
     the largest defined preset below it, else the smallest above it."""
     if preset in defined:
@@ -682,7 +687,7 @@ class Registry:
         data once for both, and the parallel report builds the two in one worker, one after the other.
 
         ``params`` maps some or all presets to the figure's parameters (JSON values, or instances of one
-        :class:`figures.params.ParamsRecord` type); a preset left out falls back to another (:func:`fallback_preset`,
+        :class:`figures.params.ParamsRecord` type); a preset left out falls back to another (:meth:`FigureSpec.params_from`,
         with a one-line message at build time). ``param_info`` gives the meaning, unit and range of parameters that
         :data:`figures.params.VOCABULARY` lacks (or that mean something else here). ``calibrated_at`` maps parameters
         to the values at which the figure's allowances and checks were calibrated: the caption says so, and a build
@@ -757,6 +762,28 @@ class Registry:
             out.extend(n for n in expanded if n not in out)
         return out
 
+    def split_overrides(self, names: Sequence[str], overrides: Mapping[str, Any], *,
+                        figure_required: bool = False) -> dict[str, dict[str, Any]]:
+        """Per-figure overrides from ``{"param": value}`` (every figure of ``names``) and ``{"figure.param": value}``
+        (that figure, which must be among ``names``); each figure's overrides are validated now, before anything runs.
+
+        Returns figure name -> {param: value} for every figure of ``names`` (empty where none applies).
+        """
+        out: dict[str, dict[str, Any]] = {name: {} for name in names}
+        for text, value in overrides.items():
+            figure, key = split_key(text, figure_required=figure_required)
+            targets = list(names) if figure is None else [figure]
+            if figure is not None and figure not in out:
+                self.get(figure)  # an unknown figure: ValueError listing the valid ones
+                raise ValueError(f"--set {text}: figure {figure!r} is not among the figures built "
+                                 f"({', '.join(names)})")
+            for name in targets:
+                out[name][key] = value
+        for name, values in out.items():
+            spec = self.get(name)
+            spec.resolve_params(DEFAULT_PRESET, values)  # unknown keys and ranges do not depend on the preset
+        return out
+
     def _unknown_message(self, name: str) -> str:
         valid = self.names()
         if not valid:
@@ -824,30 +851,7 @@ def run_config(spec: FigureSpec, preset: str, *, seed: int = DEFAULT_SEED, devic
     base = spec.params[preset]
     changed = tuple(k for k in overrides if params[k] != base[k])
     return RunConfig(figure=spec.name, preset=preset, seed=seed, device=device, params=params, overrides=changed,
-                     params_from=fallback_preset(preset, spec.defined_presets), progress=progress)
-
-
-def split_overrides(names: Sequence[str], overrides: Mapping[str, Any], *, registry: Registry = REGISTRY,
-                    figure_required: bool = False) -> dict[str, dict[str, Any]]:
-    """Per-figure overrides from ``{"param": value}`` (every figure of ``names``) and ``{"figure.param": value}``
-    (that figure, which must be among ``names``); each figure's overrides are validated now, before anything runs.
-
-    Returns figure name -> {param: value} for every figure of ``names`` (empty where none applies).
-    """
-    out: dict[str, dict[str, Any]] = {name: {} for name in names}
-    for text, value in overrides.items():
-        figure, key = split_key(text, figure_required=figure_required)
-        targets = list(names) if figure is None else [figure]
-        if figure is not None and figure not in out:
-            registry.get(figure)  # an unknown figure: ValueError listing the valid ones
-            raise ValueError(f"--set {text}: figure {figure!r} is not among the figures built "
-                             f"({', '.join(names)})")
-        for name in targets:
-            out[name][key] = value
-    for name, values in out.items():
-        spec = registry.get(name)
-        spec.resolve_params(DEFAULT_PRESET, values)  # unknown keys and ranges do not depend on the preset
-    return out
+                     params_from=spec.params_from(preset), progress=progress)
 
 
 def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
@@ -978,7 +982,7 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
     """
     figures = registry.resolve(names)
     check_preset(preset)
-    per_figure = split_overrides(figures, overrides, registry=registry)
+    per_figure = registry.split_overrides(figures, overrides)
     if isinstance(formats, str) or not formats:
         raise ValueError(f"formats must be a non-empty sequence among {', '.join(_style.SAVE_METADATA)}; got "
                          f"{formats!r}")
