@@ -21,10 +21,10 @@ Registered figures (``python -m figures list --model group_sparse``):
 Not registered: the CIFAR-10 experiment of docs/models/token_selection.md §B.7 (data sets are not loadable offline; the
 spec keeps it optional).
 
-Seeds (the seed rule of :mod:`figures.presets`): training sample k of a build is docs/models/token_selection.md §G.B
-with ``numpy.random.default_rng(r_k)``, ``r_k`` the k-th seed of the figure's run ``"samples"``
-(``cfg.seeds("samples", n)``), and a v* drawn once per build (first stream of ``cfg.generators("theory", ...)``);
-the torch runs use the same integers as trainer seeds (factor initialisation of the factorised model).
+Seeds: training sample k of a build with seed ``s`` is docs/models/token_selection.md §G.B with
+``numpy.random.default_rng(1000 s + k)`` and a v* drawn once per build (first stream of
+``dynamics.random.spawn_generators(s, ...)``); the torch runs use the same integers as trainer seeds (factor
+initialisation of the factorised model).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import torch
 import xarray as xr
 
 from closedform import group_sparse as cf
+from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import group_sparse as gm
@@ -81,9 +82,7 @@ def _v_star(gen: np.random.Generator, d: int) -> np.ndarray:
 
 
 def _seeds(cfg, n_seeds: int) -> tuple[int, ...]:
-    """Seeds of the training samples (and trainer seeds) of a build: the seed rule, run ``"samples"``; the first k
-    are the same for every n_seeds >= k."""
-    return cfg.seeds("samples", n_seeds)
+    return tuple(1000 * cfg.seed + k for k in range(n_seeds))
 
 
 def _train_gd(task, samples, seeds, n_steps, steps, device, progress, **model_kw):
@@ -119,7 +118,7 @@ def _mean_attention(params, samples, device) -> np.ndarray:
 def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
     p = cfg.params
     task = _task(d, D)
-    gens = cfg.generators("theory", ["v_star", "population"])
+    gens = spawn_generators(cfg.seed, ["v_star", "population"])
     v_star = _v_star(gens["v_star"], d)
     seeds = _seeds(cfg, p["n_seeds"])
     steps = _save_steps(p["n_steps"], p["n_save"])
@@ -519,7 +518,7 @@ def data_overlay(cfg) -> xr.Dataset:
     p = cfg.params
     d, D = 2, 4
     task = _task(d, D)
-    gens = cfg.generators("theory", ["v_star", "population"])
+    gens = spawn_generators(cfg.seed, ["v_star", "population"])
     v_star = _v_star(gens["v_star"], d)
     seeds = _seeds(cfg, p["n_seeds"])
     steps = _save_steps(p["n_steps"], p["n_save"])
@@ -685,7 +684,7 @@ def data_downstream(cfg) -> xr.Dataset:
     p = cfg.params
     d, D, gamma = 4, 6, 0.1
     task = _task(d, D)
-    gens = cfg.generators("theory", ["v_star", "population", "downstream"])
+    gens = spawn_generators(cfg.seed, ["v_star", "population", "downstream"])
     v_star = _v_star(gens["v_star"], d)
     seeds = _seeds(cfg, p["n_seeds"])
     n_list = sorted(int(n) for n in p["n_list"])
