@@ -9,8 +9,8 @@ A figure is a *pure* pair:
 * ``data(cfg: RunConfig) -> xarray.Dataset`` computes everything the figure shows (closed-form curves, reduced
   dynamics, learned trajectories with a ``seed`` dimension). ``cfg.params`` holds the figure's own parameters for
   the requested preset (with any overrides), ``cfg.seed`` the run's one seed, ``cfg.device`` ``"cpu"`` or
-  ``"cuda"``. Same ``cfg`` -> same data (bitwise, on one machine): all randomness comes from ``cfg.seed``. The result is cached on disk under
-  ``results/<name>/`` keyed by a hash of ``cfg`` (:mod:`figures.cache`).
+  ``"cuda"``. Same ``cfg`` -> same data (bitwise, on one machine): all randomness comes from ``cfg.seed``. The
+  result is cached on disk under ``results/<name>/`` keyed by a hash of ``cfg`` (:mod:`figures.cache`).
 * ``plot(ds) -> matplotlib.figure.Figure`` draws it from the Dataset alone (no computation, no I/O, no pyplot).
   It is called inside :func:`figures._style.style_context`; use :func:`figures._style.new_figure` and the source
   helpers ``plot_theory`` (solid), ``plot_reduced`` (dashed), ``plot_empirical_band`` (mean over seeds + band).
@@ -687,8 +687,8 @@ class Registry:
         data once for both, and the parallel report builds the two in one worker, one after the other.
 
         ``params`` maps some or all presets to the figure's parameters (JSON values, or instances of one
-        :class:`figures.params.ParamsRecord` type); a preset left out falls back to another (:meth:`FigureSpec.params_from`,
-        with a one-line message at build time). ``param_info`` gives the meaning, unit and range of parameters that
+        :class:`figures.params.ParamsRecord` type); a preset left out falls back to another
+        (:meth:`FigureSpec.params_from`, with a one-line message at build time). ``param_info`` gives the meaning, unit and range of parameters that
         :data:`figures.params.VOCABULARY` lacks (or that mean something else here). ``calibrated_at`` maps parameters
         to the values at which the figure's allowances and checks were calibrated: the caption says so, and a build
         whose overrides move outside them warns.
