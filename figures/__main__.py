@@ -231,7 +231,7 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     reg.discover()
     names = reg.resolve(args.names)
     overrides = _overrides(args, figure_required=False)
-    registry.split_overrides(names, overrides, registry=reg)  # refused here, before anything runs
+    reg.split_overrides(names, overrides)  # refused here, before anything runs
     _check_dirs(args)
     if args.preset == "paper":
         _paper_estimate_first(names, device, reg)
@@ -316,7 +316,7 @@ def _cmd_report(args, reg: registry.Registry) -> int:
     overrides = _overrides(args, figure_required=True)
     if overrides:
         reg.discover()
-        registry.split_overrides(reg.names(), overrides, registry=reg, figure_required=True)
+        reg.split_overrides(reg.names(), overrides, figure_required=True)
     _check_dirs(args)
     if args.scheduler is not None:
         _check_scheduler(args.scheduler)

@@ -296,7 +296,7 @@ def _partial_check(max_key):
 def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     """docs/models/single_location.md §8.8: low risk, partial alignment (above chance, below full), the reference risk
     ranges."""
-    from figures.single_location import _range_check
+    from figures._range_test import _range_check
 
     null = float(ds["null_excess"])
     d = int(ds.attrs["d"])

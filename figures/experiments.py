@@ -1,8 +1,8 @@
 """The figures' one entry to torch training: every run a figure trains goes through :func:`train` here.
 
 :func:`train` calls :func:`empirical.train.train` and records what was trained (the model, the trainer's full
-configuration, the device and dtype) while a figure is built (a run reused from an in-process memo is recorded with
-:func:`note`): :func:`figures.registry.build` collects those records
+configuration, the device and dtype) while a figure is built (runs reused from an in-process memo are recorded too:
+:func:`memo`, or :func:`note` on the reused trajectory): :func:`figures.registry.build` collects those records
 (:func:`recording`) into the ``train_configs_json`` attribute of the figure's netCDF, so every figure states the
 trainer configuration behind its numbers, next to its own resolved parameters (``config_json``).
 """
@@ -51,6 +51,22 @@ def note(trajectory) -> None:
     attrs = trajectory.attrs
     records.append({"model": str(attrs.get("model", "")), "device": str(attrs.get("device", "")),
                     "dtype": str(attrs.get("dtype", "")), "config": json.loads(attrs.get("config_json", "null"))})
+
+
+def memo(store: dict, key, compute):
+    """``compute()`` memoised in ``store`` under ``key`` (one entry kept), with its training records: a hit records
+    the runs behind the value again, so a figure built from memoised runs states them as a fresh build does."""
+    if key in store:
+        value, runs = store[key]
+        records = _RECORDS.get()
+        if records is not None:
+            records.extend(runs)
+        return value
+    with recording() as runs:
+        value = compute()
+    store.clear()
+    store[key] = (value, list(runs))
+    return value
 
 
 def records_json(records: list[dict]) -> str:

@@ -189,8 +189,9 @@ def _length_curve_cached(run_key, L_tests, n_prompts, seed):
 
 def _length_curve(cfg, H, L_tests, n_prompts, *, attention="softmax"):
     """Test MSE (S, n_L) of the first ``n_seeds`` seeds of a run at the prompt lengths ``L_tests``."""
-    m, se = _length_curve_cached(_run_key(cfg, H, attention=attention), tuple(int(L) for L in L_tests),
-                                 int(n_prompts), 7919 * cfg.seed)
+    key = _run_key(cfg, H, attention=attention)
+    experiments.note(_run_cached(*key)[1])  # the run behind the curve (memoised: no second training)
+    m, se = _length_curve_cached(key, tuple(int(L) for L in L_tests), int(n_prompts), 7919 * cfg.seed)
     n = cfg.params["n_seeds"]
     return m[:n], se[:n]
 

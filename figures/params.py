@@ -418,17 +418,22 @@ def parse_value(text: str):
         return text
 
 
-def parse_assignment(text: str, *, figure_required: bool = False) -> tuple[str | None, str, Any]:
-    """``"key=value"`` or ``"figure.key=value"`` -> ``(figure or None, key, value)``.
-
-    The key is the part after the last dot before ``=`` (parameter names have no dots; figure names do).
-    """
-    if not isinstance(text, str) or "=" not in text:
-        raise ValueError(f"--set takes KEY=VALUE{'' if not figure_required else ' with KEY = FIGURE.PARAM'}; got "
-                         f"{text!r}")
-    lhs, _, rhs = text.partition("=")
-    figure, _, key = lhs.strip().rpartition(".")
+def split_key(text: str, *, figure_required: bool = False) -> tuple[str | None, str]:
+    """``"key"`` or ``"figure.key"`` -> ``(figure or None, key)``: the key is the part after the last dot (parameter
+    names have no dots; figure names do)."""
+    figure, _, key = str(text).strip().rpartition(".")
     if not _KEY_RE.match(key) or (figure_required and not figure):
-        form = "FIGURE.PARAM=VALUE (e.g. scan_snap.fig4.eta_Y=3)" if figure_required else "PARAM=VALUE"
+        form = "FIGURE.PARAM=VALUE (e.g. scan_snap.fig4.eta_Y=3)" if figure_required else "[FIGURE.]PARAM=VALUE"
         raise ValueError(f"--set takes {form}; got {text!r}")
-    return (figure or None), key, parse_value(rhs.strip())
+    return (figure or None), key
+
+
+def parse_assignment(text: str, *, figure_required: bool = False) -> tuple[str | None, str, Any]:
+    """``"key=value"`` or ``"figure.key=value"`` -> ``(figure or None, key, value)`` (:func:`split_key`,
+    :func:`parse_value`)."""
+    if not isinstance(text, str) or "=" not in text:
+        form = "FIGURE.PARAM=VALUE" if figure_required else "[FIGURE.]PARAM=VALUE"
+        raise ValueError(f"--set takes {form}; got {text!r}")
+    lhs, _, rhs = text.partition("=")
+    figure, key = split_key(lhs, figure_required=figure_required)
+    return figure, key, parse_value(rhs.strip())

@@ -8,9 +8,9 @@ A figure is a *pure* pair:
 
 * ``data(cfg: RunConfig) -> xarray.Dataset`` computes everything the figure shows (closed-form curves, reduced
   dynamics, learned trajectories with a ``seed`` dimension). ``cfg.params`` holds the figure's own parameters for
-  the requested preset, ``cfg.seed`` the run's one seed, ``cfg.device`` ``"cpu"`` or ``"cuda"``. Same ``cfg`` ->
-  same data (bitwise, on one machine): all randomness comes from ``cfg.seed``. The result is cached on disk under
-  ``results/<name>/`` keyed by a hash of ``cfg`` (:mod:`figures.cache`).
+  the requested preset (with any overrides), ``cfg.seed`` the run's one seed, ``cfg.device`` ``"cpu"`` or
+  ``"cuda"``. Same ``cfg`` -> same data (bitwise, on one machine): all randomness comes from ``cfg.seed``. The
+  result is cached on disk under ``results/<name>/`` keyed by a hash of ``cfg`` (:mod:`figures.cache`).
 * ``plot(ds) -> matplotlib.figure.Figure`` draws it from the Dataset alone (no computation, no I/O, no pyplot).
   It is called inside :func:`figures._style.style_context`; use :func:`figures._style.new_figure` and the source
   helpers ``plot_theory`` (solid), ``plot_reduced`` (dashed), ``plot_empirical_band`` (mean over seeds + band).
@@ -33,9 +33,16 @@ Optionally, for the report (:mod:`figures.report`):
 paper`` its caption and badge say so and its failing rows and checks are ``explained`` by that reason.
 
 Parameters per preset (``tiny`` for the tests: seconds; ``quick``: the whole set in minutes on a CPU; ``paper``: the
-papers' sizes) are declared at registration and must be JSON values. Where the docs mark a parameter as
-unrecoverable ([U]/[choice]), use the documented default and list it in ``unrecoverable``: the caption then says
-so (:attr:`FigureSpec.full_caption`).
+papers' sizes) are declared at registration as JSON values; they become instances of the figure's typed record
+(:mod:`figures.params`: one frozen dataclass per figure, with each parameter's meaning, unit and valid range), and
+``cfg.params`` is that record (read like a dictionary). Every quantity the paper varies should be a parameter:
+users change them with ``build(name, preset, key=value)`` or ``python -m figures make NAME --set key=value``
+(validated before anything runs; recorded in the configuration, the caption and the netCDF). A figure may define
+only some presets (the others fall back, with a message). ``calibrated_at`` names the parameter values at which
+its allowances were measured. Randomness follows the one seed rule of :mod:`figures.presets`
+(``cfg.seeds(run, n)``, ``cfg.generators(run, names)``); torch training goes through :mod:`figures.experiments`.
+Where the docs mark a parameter as unrecoverable ([U]/[choice]), use the documented default and list it in
+``unrecoverable``: the caption then says so (:attr:`FigureSpec.full_caption`).
 
 Worked example (``figures/single_location.py``)::
 
@@ -122,7 +129,7 @@ from dynamics.compare import DEFAULT_LEVEL, DEFAULT_POWER, gap_test, mdd_factor,
 from dynamics.provenance import git_revision, package_versions, sanitize_attrs
 from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, check_nonneg, validate_module
 from figures import _style, cache, experiments
-from figures.params import Param, ParamsRecord, parse_assignment, records
+from figures.params import Param, ParamsRecord, records, split_key
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -624,9 +631,9 @@ class FigureSpec:
         defined = tuple(p for p in PRESETS if p in self.params)
         typed = _param_records(self.name, {p: self.params[p] for p in defined}, self.param_info)
         object.__setattr__(self, "defined_presets", defined)
-        # every preset maps to a record: a preset the figure does not define falls back (fallback_preset)
+        # every preset maps to a record: a preset the figure does not define falls back (_fallback_preset)
         object.__setattr__(self, "params", types.MappingProxyType(
-            {p: typed[fallback_preset(p, defined)] for p in PRESETS}))
+            {p: typed[_fallback_preset(p, defined)] for p in PRESETS}))
         object.__setattr__(self, "param_info", types.MappingProxyType(dict(self.param_info)))
         bad = sorted(set(self.calibrated_at) - set(self.record_type.valid_keys()))
         if bad:
@@ -651,6 +658,11 @@ class FigureSpec:
     def record_type(self) -> type[ParamsRecord]:
         """The figure's parameter record (a frozen dataclass; the presets are its instances)."""
         return type(self.params[self.defined_presets[0]])
+
+    def params_from(self, preset: str) -> str:
+        """The preset whose parameters this figure uses at ``preset``: ``preset`` itself when the figure defines it,
+        else the largest defined preset below it, else the smallest above it."""
+        return _fallback_preset(check_preset(preset), self.defined_presets)
 
     def resolve_params(self, preset: str, overrides: Mapping[str, Any] | None = None) -> ParamsRecord:
         """The parameters at ``preset`` with ``overrides`` applied and validated (``ValueError`` naming the valid
@@ -716,7 +728,7 @@ class FigureSpec:
         return text
 
 
-def fallback_preset(preset: str, defined: Sequence[str]) -> str:
+def _fallback_preset(preset: str, defined: Sequence[str]) -> str:
     """The preset whose parameters a figure uses at ``preset``: ``preset`` itself when the figure defines it, else
     the largest defined preset below it, else the smallest above it."""
     if preset in defined:
@@ -798,8 +810,8 @@ class Registry:
         data once for both, and the parallel report builds the two in one worker, one after the other.
 
         ``params`` maps some or all presets to the figure's parameters (JSON values, or instances of one
-        :class:`figures.params.ParamsRecord` type); a preset left out falls back to another (:func:`fallback_preset`,
-        with a one-line message at build time). ``param_info`` gives the meaning, unit and range of parameters that
+        :class:`figures.params.ParamsRecord` type); a preset left out falls back to another
+        (:meth:`FigureSpec.params_from`, with a one-line message at build time). ``param_info`` gives the meaning, unit and range of parameters that
         :data:`figures.params.VOCABULARY` lacks (or that mean something else here). ``calibrated_at`` maps parameters
         to the values at which the figure's allowances and checks were calibrated: the caption says so, and a build
         whose overrides move outside them warns.
@@ -873,6 +885,28 @@ class Registry:
             out.extend(n for n in expanded if n not in out)
         return out
 
+    def split_overrides(self, names: Sequence[str], overrides: Mapping[str, Any], *,
+                        figure_required: bool = False) -> dict[str, dict[str, Any]]:
+        """Per-figure overrides from ``{"param": value}`` (every figure of ``names``) and ``{"figure.param": value}``
+        (that figure, which must be among ``names``); each figure's overrides are validated now, before anything runs.
+
+        Returns figure name -> {param: value} for every figure of ``names`` (empty where none applies).
+        """
+        out: dict[str, dict[str, Any]] = {name: {} for name in names}
+        for text, value in overrides.items():
+            figure, key = split_key(text, figure_required=figure_required)
+            targets = list(names) if figure is None else [figure]
+            if figure is not None and figure not in out:
+                self.get(figure)  # an unknown figure: ValueError listing the valid ones
+                raise ValueError(f"--set {text}: figure {figure!r} is not among the figures built "
+                                 f"({', '.join(names)})")
+            for name in targets:
+                out[name][key] = value
+        for name, values in out.items():
+            spec = self.get(name)
+            spec.resolve_params(DEFAULT_PRESET, values)  # unknown keys and ranges do not depend on the preset
+        return out
+
     def _unknown_message(self, name: str) -> str:
         valid = self.names()
         if not valid:
@@ -940,32 +974,7 @@ def run_config(spec: FigureSpec, preset: str, *, seed: int = DEFAULT_SEED, devic
     base = spec.params[preset]
     changed = tuple(k for k in overrides if params[k] != base[k])
     return RunConfig(figure=spec.name, preset=preset, seed=seed, device=device, params=params, overrides=changed,
-                     params_from=fallback_preset(preset, spec.defined_presets), progress=progress)
-
-
-def split_overrides(names: Sequence[str], overrides: Mapping[str, Any], *, registry: Registry = REGISTRY,
-                    figure_required: bool = False) -> dict[str, dict[str, Any]]:
-    """Per-figure overrides from ``{"param": value}`` (every figure of ``names``) and ``{"figure.param": value}``
-    (that figure, which must be among ``names``); each figure's overrides are validated now, before anything runs.
-
-    Returns figure name -> {param: value} for every figure of ``names`` (empty where none applies).
-    """
-    out: dict[str, dict[str, Any]] = {name: {} for name in names}
-    for text, value in overrides.items():
-        figure, key, _ = parse_assignment(f"{text}=null", figure_required=figure_required)
-        targets = list(names) if figure is None else [figure]
-        if figure is not None and figure not in out:
-            registry.get(figure)  # an unknown figure: ValueError listing the valid ones
-            raise ValueError(f"--set {text}: figure {figure!r} is not among the figures built "
-                             f"({', '.join(names)})")
-        for name in targets:
-            out[name][key] = value
-    for name, values in out.items():
-        spec = registry.get(name)
-        spec.resolve_params(DEFAULT_PRESET, values)  # unknown keys and ranges do not depend on the preset
-        if spec.shares_data_with is not None and values:
-            out.setdefault(spec.shares_data_with, {})
-    return out
+                     params_from=spec.params_from(preset), progress=progress)
 
 
 def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
@@ -1096,7 +1105,7 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
     """
     figures = registry.resolve(names)
     check_preset(preset)
-    per_figure = split_overrides(figures, overrides, registry=registry)
+    per_figure = registry.split_overrides(figures, overrides)
     if isinstance(formats, str) or not formats:
         raise ValueError(f"formats must be a non-empty sequence among {', '.join(_style.SAVE_METADATA)}; got "
                          f"{formats!r}")

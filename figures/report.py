@@ -72,7 +72,6 @@ from figures.registry import (
     Registry,
     build,
     render,
-    split_overrides,
 )
 
 logger = logging.getLogger(__name__)
@@ -272,7 +271,8 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
     out = None if out_dir is None else Path(out_dir)
     build_kw = dict(seed=seed, device=device, cache_dir=cache_dir, recompute=recompute, progress=False)
     if overrides:
-        build_kw["overrides"] = split_overrides(registry.names(), overrides, registry=registry, figure_required=True)
+        build_kw["overrides"] = registry.split_overrides(registry.names(), overrides,
+                                                       figure_required=True)
     factory = runner.default_registry if registry is REGISTRY else registry.factory
     n_workers = min(jobs_n, len(todo))
     if n_workers > 1 and factory is None:

@@ -79,3 +79,19 @@ def test_recording_nests_and_is_off_outside_a_build():
             experiments.note(fake_trajectory(2))
     assert [r["config"]["n_steps"] for r in inner] == [2]
     assert [r["config"]["n_steps"] for r in outer] == [1, 2]
+
+
+def test_memo_records_the_runs_of_a_hit_again():
+    store: dict = {}
+    calls = []
+
+    def compute():
+        calls.append(1)
+        experiments.note(fake_trajectory(7))
+        return "value"
+
+    for _ in range(2):
+        with experiments.recording() as runs:
+            assert experiments.memo(store, "k", compute) == "value"
+        assert [r["config"]["n_steps"] for r in runs] == [7]
+    assert calls == [1]

@@ -166,8 +166,9 @@ def test_partial_presets_fall_back_with_a_message(tmp_path, caplog):
     assert [r.getMessage() for r in caplog.records] == ["toy.count defines no 'paper' preset; using its 'quick' "
                                                         "parameters"]
     assert res.config.params_from == "quick" and "defines no 'paper' preset" in res.dataset.attrs["caption"]
-    assert registry.fallback_preset("tiny", ("quick", "paper")) == "quick"
-    assert registry.fallback_preset("paper", ("tiny", "quick")) == "quick"
+    assert spec.params_from("tiny") == "quick" and spec.params_from("quick") == "quick"
+    assert registry._fallback_preset("paper", ("tiny", "quick")) == "quick"
+    assert registry._fallback_preset("tiny", ("quick", "paper")) == "quick"
 
 
 def test_override_outside_the_calibration_warns():
@@ -208,7 +209,7 @@ def test_every_registered_figure_round_trips_through_params(capsys):
 def test_scan_snap_fig4_vocabulary_size_is_a_parameter():
     registry.discover()
     spec = registry.REGISTRY.get("scan_snap.fig4")
-    assert spec.params["quick"]["num_unique"] == 10 and spec.calibrated_at == {"num_unique": 10}
+    assert spec.params["quick"]["num_unique"] == 10 and spec.calibrated_at["num_unique"] == 10
     assert spec.calibration_warnings(spec.params["quick"].replace(num_unique=20)) != []
 
 

@@ -58,3 +58,19 @@ def test_bad_seed_arguments_are_refused():
         run_seeds(0, "f.x", "r", 0)
     with pytest.raises(ValueError, match="non-empty strings"):
         run_seeds(0, "f.x", "", 2)
+
+
+# Figure modules whose every stream follows the rule (the others still derive theirs from cfg.seed directly:
+# 1000 * seed + k, seed * n + k or SeedSequence(seed), none of which overlaps between --seed values at their sizes).
+RULED = ("random_walk",)
+
+
+@pytest.mark.parametrize("model", RULED)
+def test_ruled_figure_modules_draw_only_through_the_rule(model):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "figures" / f"{model}.py").read_text(encoding="utf-8")
+    raw = re.findall(r".*\bcfg\.seed\b(?!s).*", text)
+    assert raw == [], raw
+    assert "spawn_generators(" not in text
