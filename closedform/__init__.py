@@ -5,3 +5,5 @@ registry of models (:func:`closedform.models.names` lists them; other packages a
 group ``attndyn.models``). Import the model module you need, e.g. ``from closedform import single_location``.
 Nothing here imports torch.
 """
+
+__all__: list[str] = []  # the package re-exports nothing: its public surface is its modules, imported by name

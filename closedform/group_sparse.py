@@ -71,6 +71,16 @@ from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
+__all__ = [
+    "REFERENCE", "TIME_UNIT", "STATE_NAMES", "GAP_NAMES", "N_STATE", "GroupSparseTask", "GroupSparseSample",
+    "ReducedSample", "sample", "reduce_sample", "population_sample", "embed_tokens", "forward", "logistic_loss",
+    "full_gradient", "embed_state", "project", "order_params", "attention_diagnostics", "evaluate", "FullGDRun",
+    "FULL_GD_VARIABLES", "full_gd", "reduced_gradient", "reduced_update", "reduced_evaluate", "pack_params", "map",
+    "beta_step1", "step2_expectations", "step_closed_form", "theorem_horizon", "theorem_loss_order",
+    "attention_lower_bound", "direction_error_bound", "loss_rate_statistic", "predicted_loss",
+    "downstream_error_bound", "linear_sample_complexity", "theorem_predictions"
+]
+
 REFERENCE = {
     "title": "Transformer learns optimal variable selection in group-sparse classification",
     "authors": "Chenyang Zhang, Xuran Meng, Yuan Cao",
@@ -579,7 +589,7 @@ def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantil
 
 def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
     """Parameter row of the ``dynamics.iterate`` map (docs/models/token_selection.md §B.3): [eta, d]; the sample goes
-    to the kernel as data (:func:`_kernel_args`)."""
+    to the kernel as data (the engine's ``args`` channel)."""
     _check_reduced(task, rs)
     return np.array([task.eta, task.d], dtype=np.float64)
 

@@ -57,6 +57,19 @@ from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
 
+__all__ = [
+    "REFERENCE", "MODEL", "TIME_UNIT", "CONVERGENCE_TOL", "ICLRegressionTask", "eta_star", "loss_infimum",
+    "approx_loss", "approx_loss_grad", "kernel_matrix", "m_matrix", "optimal_mu", "refined_loss",
+    "small_omega_limit", "true_loss_mc", "state_names", "flow", "map", "symmetric_two_head_loss", "symmetric_flow",
+    "phase1_asymptotic", "phase2_peak_omega", "phase3_asymptotic", "phase3_heuristic_rate", "solution_manifold_mu",
+    "manifold_loss", "manifold_step_series", "HeadPattern", "classify_heads", "gd_risk", "dgd_risk",
+    "gd_optimal_eta", "dgd_optimal_eta", "FixedPoint", "fixed_points", "classify", "SingleHeadOptimum",
+    "single_head_optimum", "bayes_risk_asymptotic", "linear_attention_risk", "Prompts", "sample_prompts",
+    "predict_attention", "softmax_weight_norms", "predict_manifold", "predict_nadaraya_watson", "predict_gd",
+    "predict_dgd", "predict_ridge", "predict_preconditioned_gd", "risk_mc", "ridge_risk_mc", "kms_covariance",
+    "optimal_preconditioner", "preconditioned_gd_risk", "optimal_preconditioned_risk", "theorem_predictions"
+]
+
 logger = logging.getLogger(__name__)
 
 REFERENCE = {

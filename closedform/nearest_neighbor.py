@@ -65,6 +65,16 @@ from dynamics.random import as_generator
 from dynamics.saveat import SaveAt
 from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
 
+__all__ = [
+    "REFERENCE", "TIME_UNIT", "STATE_NAMES", "DIAGNOSTIC_NAMES", "NearestNeighborTask", "Prompts", "sample_prompts",
+    "sample_shifted_prompts", "embed", "initial_W", "family_W", "attention", "forward", "full_loss",
+    "full_gradient", "probe", "full_diagnostics", "per_prompt", "reduced_loss", "reduced_gradient", "diagnostics",
+    "loss_xi1_zero", "expected_max_inner_product", "gradient_xi1_zero", "first_step", "pack_params", "eta_batch",
+    "map", "full_gd", "label_design", "repeat_with_labels", "signed_permutations", "symmetrized_prompts", "k_d",
+    "a_Nd", "sigma_condition", "loss_decay_bound", "separation_gap", "squared_errors", "shifted_test_bound",
+    "theorem_predictions"
+]
+
 REFERENCE = {
     "title": "One-layer transformer provably learns one-nearest neighbor in context",
     "authors": "Li, Cao, Gao, He, Liu, Klusowski, Fan, Wang",
@@ -550,7 +560,7 @@ def first_step(task: NearestNeighborTask) -> np.ndarray:
 
 def pack_params(task: NearestNeighborTask, prompts: Prompts) -> np.ndarray:
     """Parameter row of the numba GD step of docs/models/token_selection.md §A.5: [eta, d]; the prompt sample goes to
-    the kernel as data (:func:`_kernel_args`)."""
+    the kernel as data (the engine's ``args`` channel)."""
     _check_prompts(task, prompts)
     return np.array([task.eta, task.d], dtype=np.float64)
 

@@ -56,6 +56,16 @@ from dynamics.convergence import check_run
 from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
+__all__ = [
+    "REFERENCE", "TIME_UNIT", "POSITIONAL_CODES", "MAX_ENUMERATED_WALKS", "RandomWalkTask", "WalkSample",
+    "transition_matrix", "positional_matrix", "sample_walks", "enumerate_walks", "empirical_transitions", "forward",
+    "reduced_forward", "predict", "W_from_reduced", "probe_W", "direction_error", "direction_errors", "accuracy",
+    "attention_stats", "output_direction_error", "kl_to_truth", "diagnostics", "DIAGNOSTIC_NAMES", "state_names",
+    "pack_state", "unpack_state", "initial_state", "ReducedGradient", "reduced_gradient", "map_params", "map",
+    "flow", "full_gradient", "full_gd", "V1_closed", "W2_closed", "optimal_accuracy", "failure_theorem_applies",
+    "theorem_accuracy", "theorem_attention", "V_direction", "direction_limit_distance", "theorem_predictions"
+]
+
 REFERENCE = {
     "title": "Towards Understanding Transformers in Learning Random Walks",
     "authors": "Wei Shi, Yuan Cao",
@@ -641,7 +651,7 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
 
 def map_params(task: RandomWalkTask, sample: WalkSample) -> np.ndarray:
     """The parameter row of the reduced map and flow kernels: [rho, eps, eta] (docs/models/token_selection.md §C.5);
-    the walks go to the kernel as data (:func:`_kernel_args`)."""
+    the walks go to the kernel as data (the engine's ``args`` channel)."""
     return np.array([task.rho, task.eps, task.eta], dtype=np.float64)
 
 

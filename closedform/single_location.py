@@ -81,7 +81,7 @@ REFERENCE = {
 __all__ = [
     "REFERENCE", "theorem_predictions",
     "TIME_UNIT",
-    "FixedPoint",
+    "FixedPoint", "FIXED_POINT_KINDS",
     "LamSchedule",
     "LocationTask",
     "SingleLocationTask",
@@ -619,7 +619,7 @@ def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int
     (docs/models/single_location.md §6.1, §6.4) for every step size. Because grad R lies in span(k, v, k*, v*), each one
     is represented in R^4 with k* = e1, v* = e2, k = (kappa, eta, a, 0), v = (theta, nu, b, c)
     (docs/models/single_location.md §4.1); the search runs over (k, v) in S^2 x S^3 (the remaining rotation fixing k*
-    and v* is a symmetry), solving the six tangent-gradient equations of :func:`_tangent_residual` (residual < 1e-12) by
+    and v* is a symmetry), solving the six tangent-gradient equations of the tangent-gradient residual (residual < 1e-12) by
     damped Gauss–Newton with central-difference Jacobians, from ``n_starts`` independent uniform starts on S^2 x S^3.
 
     Returns
@@ -919,7 +919,7 @@ def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3,
         From :func:`fixed_points` (computed when not given).
     basin : bool
         Also name states within 1e-3 of two invariant edges by the attractor they reach (see
-        :func:`_edge_certificate`): on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap"), only when
+        the edge certificate of :func:`classify`): on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap"), only when
         that point attracts at the step size of ``points`` (``fixed_points(task, lam, alpha)``; points computed
         without a step size certify nothing).
 
@@ -989,7 +989,7 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
     A trajectory stops once it is within ``stop_tol`` (max norm over the five scalars) of an attracting fixed point of
     ``points`` (default ``fixed_points(task, lam, alpha)``), or once a block of ``chunk`` steps moves it by less than
     1e-13 (a frozen state, docs/models/single_location.md §7.1 caveat), or (``certify=True``) once it is on an invariant
-    edge that leads to a point attracting at ``alpha`` (:func:`_edge_certificate`), or after ``n_steps`` updates. It runs through
+    edge that leads to a point attracting at ``alpha`` (the edge certificate of :func:`classify`), or after ``n_steps`` updates. It runs through
     ``dynamics.iterate`` in blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping converged trajectories also
     keeps them clear of the subnormal range (docs/models/single_location.md §0.3: converging components decay
     geometrically).
@@ -1033,6 +1033,11 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
     return X, steps
 
 
+FIXED_POINT_KINDS: tuple[str, ...] = ("oracle", "anti_oracle", "saddle", "spurious", "swap", "anti_swap", "collinear",
+                                      "mixed")
+"""Every ``kind`` a :class:`FixedPoint` can have (docs/models/single_location.md §7.1, §7.4)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Basins:
     """Basin fractions of the end states of PGD (Definition 1) from uniform sphere starts (see :func:`basins`)."""
@@ -1053,9 +1058,10 @@ def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3,
 
     Runs :func:`run_to_fixed_point` (stopping within ``stop_tol`` of an attracting fixed point) and names the end
     states with :func:`classify` (within ``tol``; with ``certify=True`` also states on the invariant edges of
-    :func:`_edge_certificate`, by the attractor they reach); the standard error of a fraction
-    p is sqrt(p (1 - p) / n) (binomial, independent starts). Kinds never reached are omitted; "unconverged" counts
-    end states that are at no fixed point within ``tol`` after ``n_steps`` updates.
+    the edge certificate of :func:`classify`, by the attractor they reach); the standard error of a fraction
+    p is sqrt(p (1 - p) / n) (binomial, independent starts). Every kind of :data:`FIXED_POINT_KINDS` is listed, in
+    that order, with its count (0 for kinds no start reached), then "unconverged": the end states that are at no fixed
+    point within ``tol`` after ``n_steps`` updates.
 
     With ``certify=True`` a run is never named after a fixed point that does not attract at ``alpha`` (a map
     multiplier of modulus >= 1, e.g. the oracle at lambda >= 0.2, d = 400, alpha = 4e-3): neither through an edge
@@ -1076,9 +1082,10 @@ def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3,
     notes = ()
     if certify:
         names, notes = _certified_names(X, names, pts, alpha)
-    kinds, counts = np.unique(names, return_counts=True)
+    kinds = FIXED_POINT_KINDS + ("unconverged",)  # every kind, reached or not, so sweeps get the same variables
+    counts = np.array([int(np.sum(names == k)) for k in kinds])
     frac = counts / n
-    return Basins(kinds=tuple(str(k) for k in kinds), counts=tuple(int(c) for c in counts), n=n,
+    return Basins(kinds=kinds, counts=tuple(int(c) for c in counts), n=n,
                   fractions=tuple(float(f) for f in frac),
                   standard_errors=tuple(float(np.sqrt(f * (1 - f) / n)) for f in frac), mean_steps=float(steps.mean()),
                   notes=notes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["DivergenceError", "MaxStepsError"]
+
 
 class DivergenceError(FloatingPointError):
     """A run produced a non-finite (NaN/inf) value or left the allowed range.

@@ -6,7 +6,7 @@ Main entry points (the design follows diffrax's ``diffeqsolve``; docs/guides/eng
 * :func:`integrate` for an ODE ``dy/dt = rhs(t, y; p)`` with the explicit Runge-Kutta methods :class:`Euler`,
   :class:`RK4` (fixed step) or :class:`Dopri5`, :class:`Tsit5` (adaptive 5(4) pairs with rtol/atol step control,
   per-trajectory step sizes and 4th-order dense output at the save times). Every method is a Butcher tableau
-  (``dynamics._steppers``) turned into one generated kernel; the step-size controller is separate
+  (the engine's steppers) turned into one generated kernel; the step-size controller is separate
   (``_steppers.step_factor``).
 
 Model kernels are numba functions written by the model modules (the engine contract):
@@ -26,10 +26,10 @@ into a pre-allocated array, so saving every step costs about as much as saving n
 by all trajectories or (n_traj, n_params), one row per trajectory: per-configuration task parameters (a learning rate,
 a regularisation) enter this way, and a single initial state with n parameter rows runs n trajectories. A schedule
 that changes with the step (a temperature, a learning rate) is written into the kernel as a function of ``k``, or
-given as an array through ``args``. One driver loop (:func:`_drive`) serves the map and both integrators: a run
+given as an array through ``args``. One driver loop serves the map and both integrators: a run
 is one compiled call unless a progress bar, a Python ``stop`` condition (checked at each save) or a flow's
 convergence samples cut it into segments; failures are reported and stop conditions applied there. Kernels are
-generated per model function and cached on disk across processes (``dynamics._kernels``). Non-finite values are
+generated per model function and cached on disk across processes (see docs/guides/engine.md). Non-finite values are
 caught inside the kernels at the exact step and raised as :class:`DivergenceError`, which carries the run up to the
 last save point before the failure.
 """
@@ -50,6 +50,8 @@ from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
 from dynamics.validation import (Array, Range, callable_check, check_finite_array, check_int, check_positive,
                                  sequence_check, validate_module)
+
+__all__ = ["Euler", "RK4", "Dopri5", "Tsit5", "iterate", "integrate"]
 
 # Progress bars are serviced this many times per run when progress is on.
 _PROGRESS_UPDATES = 200

@@ -15,6 +15,10 @@ import sys
 
 import numpy as np
 
+__all__ = [
+    "to_jsonable", "to_json", "git_revision", "package_versions", "utc_now", "provenance_attrs", "sanitize_attrs"
+]
+
 _PACKAGES = ("numpy", "scipy", "numba", "xarray", "h5netcdf", "sympy", "matplotlib")
 
 

@@ -13,6 +13,8 @@ import numpy as np
 
 from dynamics.validation import ArgumentTypeError, validate_module
 
+__all__ = ["as_generator", "spawn_generators"]
+
 
 def as_generator(seed_or_rng=None) -> np.random.Generator:
     """Return a ``numpy.random.Generator`` from an int seed, a ``SeedSequence``, a ``Generator`` or ``None``.

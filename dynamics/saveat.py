@@ -23,6 +23,8 @@ import numpy as np
 
 from dynamics.validation import check_int, check_positive, validate_module
 
+__all__ = ["LOG_START_FRACTION", "SaveAt", "DEFAULT_SAVEAT"]
+
 
 LOG_START_FRACTION = 1e-6
 """Default first positive offset of ``SaveAt(log=n)`` on an ODE, as a fraction of the span."""

@@ -3,7 +3,7 @@ and collect the results as an ``xarray.Dataset`` with the grid as coordinates.
 
 Configurations are cut into chunks of consecutive grid points; each chunk is one task (one inter-process call, one
 Dask task), so millisecond configurations do not pay a round trip each. Engine kernels are cached on disk
-(``dynamics._kernels``), so workers load them instead of recompiling. A configuration that raises is reported with
+(the engine's kernel cache), so workers load them instead of recompiling. A configuration that raises is reported with
 its coordinates (never lost): ``SweepError`` lists the failures and carries the partial result, or with
 ``on_error="mask"`` the result holds NaN there and an ``error`` variable with the message.
 """
@@ -23,6 +23,8 @@ from tqdm.auto import tqdm
 
 from dynamics.provenance import provenance_attrs
 from dynamics.validation import ArgumentTypeError, check_choice, check_int, validate_module
+
+__all__ = ["SweepError", "sweep"]
 
 
 class SweepError(RuntimeError):

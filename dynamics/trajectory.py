@@ -19,6 +19,8 @@ import xarray as xr
 from dynamics.provenance import provenance_attrs, sanitize_attrs
 from dynamics.validation import Instance, callable_check, validate_module
 
+__all__ = ["Trajectory", "atomic_write", "save_dataset"]
+
 
 class Trajectory(xr.Dataset):
     """A batch of trajectories on a common time grid (an ``xarray.Dataset`` subclass).

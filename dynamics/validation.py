@@ -34,6 +34,13 @@ import typing
 
 import numpy as np
 
+__all__ = [
+    "MAX_INT", "ArgumentTypeError", "check_int", "check_positive", "check_nonneg", "check_in_range",
+    "check_finite_array", "check_choice", "check_instance", "check_bool", "available_memory", "check_allocation",
+    "Range", "Array", "OneOf", "Instance", "seed_check", "seeds_check", "seed_or_seeds_check", "callable_check",
+    "sequence_check", "validated", "validate_module"
+]
+
 #: Largest integer any checked ``int`` parameter accepts unless its check says otherwise: sizes, counts, step numbers
 #: and indices all stay in the int32 range that numba's and torch's index arithmetic use on some paths, and every
 #: array sized by such a count must in any case fit in memory (``check_allocation``).

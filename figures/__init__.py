@@ -2,12 +2,13 @@
 
 Each figure of the papers is a registered pair ``data(cfg) -> xarray.Dataset`` (cached under ``results/``) and a pure
 ``plot(ds) -> Figure``, declared in ``figures/<model>.py`` with :func:`register`; see :mod:`figures.registry` for the
-contract and a worked example, :mod:`figures._style` for the shared look (and the layout helpers ``panel_grid``,
-``add_colorbar``, ``plot_heatmap``), :mod:`figures.report` for the HTML report and ``summary.json``. Verdicts use the
+contract and a worked example, the shared look (a matplotlib style and the layout helpers ``panel_grid``,
+``add_colorbar``, ``plot_heatmap``, exported here), :mod:`figures.report` for the HTML report and ``summary.json``. Verdicts use the
 calibrated test of :func:`dynamics.compare` through :func:`compare_rows`.
 
-Command line: ``python -m figures list``, ``python -m figures make NAME... [--preset quick|paper] [--device ...]``,
-``python -m figures report [--preset ...] [--out DIR] [--jobs N]``.
+Command line: ``python -m figures list``, ``params NAME``, ``make NAME... [--preset ...] [--set key=value]``,
+``report [--preset ...] [--set FIGURE.key=value] [--scheduler local|ADDRESS]``, ``estimate``; every verb has a page in
+the documentation's command-line reference.
 """
 
 from figures._style import (

@@ -195,7 +195,7 @@ def data_atlas(cfg) -> xr.Dataset:
                           stop_tol=1e-3, certify=True)
             frac[(i, j)] = dict(zip(b.kinds, b.counts))
             notes += [f"lambda = {lam:g}, d = {int(d)}: {note}" for note in b.notes]  # why runs stay unnamed
-            extra |= set(b.kinds) - set(ATLAS_KINDS)
+            extra |= {k for k, c in zip(b.kinds, b.counts) if c} - set(ATLAS_KINDS)  # kinds some start reached
             steps[i, j] = b.mean_steps
     kinds = list(ATLAS_KINDS) + sorted(extra)
     counts = np.zeros((lams.size, ds_.size, len(kinds)), dtype=np.int64)

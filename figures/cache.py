@@ -36,6 +36,11 @@ from dynamics.trajectory import atomic_write, save_dataset
 from dynamics.validation import validate_module
 from figures.presets import RunConfig
 
+__all__ = [
+    "KEY_LENGTH", "DEFAULT_CACHE_DIR", "cache_key", "entry_paths", "file_sha256", "CacheLookup", "load",
+    "previous_runtime", "store"
+]
+
 logger = logging.getLogger(__name__)
 
 KEY_LENGTH = 12

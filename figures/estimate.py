@@ -38,6 +38,11 @@ from collections.abc import Mapping, Sequence
 from figures.presets import RunConfig, check_preset, resolve_device
 from figures.registry import REGISTRY, Registry
 
+__all__ = [
+    "SMALL_PRESET", "NOT_WORK", "TIME_LIKE", "REPLICATES", "SAMPLES", "work", "FigureEstimate", "COUNTS", "measure",
+    "estimate", "format_table", "advice", "total_seconds"
+]
+
 logger = logging.getLogger(__name__)
 
 SMALL_PRESET = "tiny"

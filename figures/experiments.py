@@ -14,6 +14,8 @@ import contextvars
 import json
 from collections.abc import Iterator
 
+__all__ = ["recording", "train", "note", "memo", "records_json"]
+
 _RECORDS: contextvars.ContextVar[list | None] = contextvars.ContextVar("figures_training_records", default=None)
 
 

@@ -53,6 +53,13 @@ from figures._style import (
 from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
+__all__ = [
+    "LEARNED", "REDUCED", "UNRECOVERABLE", "N_PROXY", "plot_pretrain", "gaps_pretrain", "checks_pretrain",
+    "data_pretrain_n500_d4_D6", "data_pretrain_n200_d2_D4", "SOURCES", "plot_overlay", "gaps_overlay",
+    "checks_overlay", "data_overlay", "plot_downstream", "gaps_downstream", "PAIRED_LEVEL", "checks_downstream",
+    "data_downstream"
+]
+
 ETA, SIGMA_X, JSTAR = 0.5, 1.0, 2  # docs/models/token_selection.md §B.7: eta = 0.5 [exact], j* = 2 [exact], sigma_x = 1 [unknown; suggested]
 LEARNED = ("loss", "accuracy", "attn_jstar", "attn_jstar_q", "cos_vx_vstar", "norm_ratio", "v_pos_norm", "off",
            "w_cross_norm") + cf.STATE_NAMES + cf.GAP_NAMES

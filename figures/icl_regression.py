@@ -29,7 +29,7 @@ diagram.
 
 Verdicts (issue 12): gap rows through :func:`figures.registry.compare_rows` (Student-t interval over seeds, allowances
 relative or derived, each with its source); checks that summarise seeds are per-seed counts with a one-sided binomial
-test (:func:`_count_check`); an explanation is attached only where its evidence covers every failing seed
+test (a one-sided binomial count check); an explanation is attached only where its evidence covers every failing seed
 (:data:`SAME_SIGN`, :data:`NEAR_DUMMY_EXPL`). Fig. 16 is decided at ``--preset paper`` only (``paper_only``).
 
 Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n_seeds-1 (n_seeds_h2 for the
@@ -71,6 +71,20 @@ from figures._style import (
 )
 from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
+
+__all__ = [
+    "MODEL", "PAPER", "TASK", "ETA_STAR", "COLORS", "COUNT_LEVEL", "COMMON_SETUP", "UNREC_STEPS", "UNREC_STEPS_H2",
+    "TRAIN_TINY", "TRAIN_QUICK", "TRAIN_PAPER", "TRAIN_MT_QUICK", "PAPER_LR", "TRAIN_HEADS", "FIG5_STEPS",
+    "FIG5_EARLY", "fig5_panel_steps", "OVERLAY_MIN_LOGS", "SAME_SIGN", "NEAR_DUMMY", "NEAR_DUMMY_EXPL",
+    "ZERO_SUM_TOL", "HOMOG_TOL", "MUDO_REL", "plot_fig1", "gaps_fig1", "checks_fig1", "data_fig1", "HEADS_SETUP",
+    "HEADS_UNREC", "plot_fig3", "checks_fig3", "gaps_fig3", "data_heads", "plot_fig4", "REDUCED_REL",
+    "REDUCED_SOURCE", "gaps_fig4", "checks_fig4", "data_fig4", "plot_fig5", "checks_fig5", "data_fig5", "TABLE_43A",
+    "TABLE_43B", "plot_fig6", "gaps_fig6", "checks_fig6", "data_fig6", "FIG7_REF", "plot_fig7", "checks_fig7",
+    "data_fig7", "plot_fig8", "gaps_fig8", "checks_fig8", "data_fig8", "RHO", "plot_fig12", "checks_fig12",
+    "gaps_fig12", "data_fig12", "plot_fig13", "checks_fig13", "GAMMA_REL", "gaps_fig13", "MT_TASK", "MT_SUPPORTS",
+    "MT_GROUPS", "plot_fig16", "checks_fig16", "data_fig16", "plot_fig20", "checks_fig20", "data_fig20",
+    "plot_fig21", "gaps_fig21", "checks_fig21", "TABLE_64", "plot_fig22", "checks_fig22", "data_fig22"
+]
 
 MODEL = "icl_regression"
 PAPER = "He, Pan, Chen, Yang (ICML 2025)"
@@ -422,7 +436,7 @@ MUDO_REL = 0.02  # mu^T omega vs eta*: the true loss puts the learned point at 0
 
 def _pattern_checks(ds, tag, *, H):
     """Observations 1-2 at the last logged step, one statistic each: sign matching, zero-sum OV and homogeneity
-    (per-seed counts, :func:`_count_check`); mu^T omega -> eta* is a gap row (:func:`_mudo_rows`)."""
+    (per-seed counts, one-sided binomial tests); mu^T omega -> eta* is a gap row."""
     om = ds.omega.values[:, -1]
     mu = ds.mu.values[:, -1]
     pat = cf.classify_heads(om, mu)
@@ -1342,8 +1356,8 @@ def plot_fig13(ds):
 
 
 def checks_fig13(ds):
-    """Per H: sign matching, zero-sum OV and homogeneity (:func:`_pattern_checks`), and for H >= 3 dummy heads
-    (:func:`_dummy_check`; H = 4's is Fig. 3's, from the same run)."""
+    """Per H: sign matching, zero-sum OV and homogeneity, and for H >= 3 dummy heads
+    (H = 4's is Fig. 3's, from the same run)."""
     out = []
     for j, H in enumerate(ds.H.values):
         sub = _fig13_sub(ds, j)
@@ -1358,7 +1372,7 @@ GAMMA_REL = 0.1  # gamma of H heads vs H = 2: see the allowance source in gaps_f
 
 
 def gaps_fig13(ds):
-    """Per H >= 2: mu^T omega vs eta* (:func:`_mudo_rows`); per H > 2: the common KQ scale gamma (mean |omega_h| over
+    """Per H >= 2: mu^T omega vs eta*; per H > 2: the common KQ scale gamma (mean |omega_h| over
     non-dummy heads) against that of H = 2 (paper App. A.1 (ii): the same limiting values for every H), over the seeds
     whose heads split (a same-sign H = 2 run sits at the single-head solution, :data:`SAME_SIGN`)."""
     out = []
@@ -1577,7 +1591,7 @@ def plot_fig21(ds):
 
 
 def gaps_fig21(ds):
-    """The overlay rows of :func:`_overlay_gaps` and the homogeneity of |omega_h| (over non-dummy heads, Eq. (4.4)),
+    """The overlay rows (the flow against the trained heads) and the homogeneity of |omega_h| (over non-dummy heads, Eq. (4.4)),
     learned minus GD on F/2 at matched gamma at the last logged step, over the same seeds."""
     rows = _overlay_gaps(ds, "H=4")
     T = ds.sizes["step"]

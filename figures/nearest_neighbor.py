@@ -41,6 +41,12 @@ from figures._style import TOL_BRIGHT, new_figure, plot_reduced, plot_seed_band
 from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
+__all__ = [
+    "LABEL_BIAS_SOURCE", "ETA", "DELTA", "COLORS", "DIAG", "plot_fig1", "checks_fig1", "data_fig1", "APPENDIX_R",
+    "plot_fig2", "gaps_fig2", "checks_fig2", "data_fig2", "plot_fig3", "gaps_fig3", "checks_fig3", "data_fig3",
+    "plot_overlay", "gaps_overlay", "checks_overlay", "data_overlay"
+]
+
 LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (docs/models/token_selection.md §A.5) whose second-order effect makes torch "
                      "xi1 lag the map on the same x's: about 8% of a step's drift per step at n = 1000 (per-prompt "
                      "gradient noise ~2.4x the mean dL/dxi1 at W^(0)), diluted as xi1 grows (docs/models/token_selection.md §A.8: +0.3% at "

@@ -30,6 +30,11 @@ from typing import Any, ClassVar
 
 from dynamics.validation import Range
 
+__all__ = [
+    "Param", "VOCABULARY", "RESERVED", "ParamsRecord", "record_type", "records", "parse_value", "split_key",
+    "parse_assignment"
+]
+
 _INT = Range(integer=True, ge=1)
 _INT0 = Range(integer=True, ge=0)
 _SEEDS = Range(integer=True, ge=2)

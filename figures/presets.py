@@ -50,6 +50,11 @@ from dynamics.provenance import git_revision, to_jsonable
 from dynamics.validation import check_choice, check_int
 from figures.params import ParamsRecord
 
+__all__ = [
+    "PRESETS", "DEVICES", "DEFAULT_PRESET", "DEFAULT_SEED", "run_seed_sequence", "run_seeds", "check_preset",
+    "check_device", "resolve_device", "code_version", "RunConfig"
+]
+
 PRESETS: dict[str, str] = {
     "tiny": "test size: every figure builds in seconds (used by the test suite)",
     "quick": "CPU, the whole set in minutes (README's main command)",

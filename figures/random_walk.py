@@ -28,7 +28,7 @@ Registered figures (``python -m figures list``):
 
 Positional code: phi_i = sqrt(rho) e_i with the paper's rho = M/2 (exactly orthogonal; the reconstructed sine code is
 orthogonal only to round-off, which the unstable symmetric state of Theorem C2 amplifies until torch reaches accuracy
-1 at p = 1). With it the coordinates of x~ beyond K + N are 0, so every run uses M = N + 1 (``_task``): exactly the
+1 at p = 1). With it the coordinates of x~ beyond K + N are 0, so every run uses M = N + 1: exactly the
 paper's M = 1000 from zero, equal in law from a random start, ~100x cheaper.
 
 Seeds (the seed rule of :mod:`figures.presets`): repeat k of a figure uses the k-th seed ``r_k`` of its run
@@ -62,6 +62,15 @@ from figures._style import (
 )
 from figures.experiments import train
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, per_seed_check, register
+
+__all__ = [
+    "SERIES", "ROUND_OFF", "EXACT_SOURCE", "RB_SOURCE", "DEFAULTS_U", "RIDGE_EXPLANATION", "plot_zero_init",
+    "gaps_zero_init", "checks_fig4", "checks_fig5", "data_fig4", "data_fig5", "FIG6_P1_EXPLANATION", "data_fig6",
+    "plot_fig6", "gaps_fig6", "checks_fig6", "plot_factorised", "gaps_factorised", "checks_factorised",
+    "data_factorised", "plot_large_circle", "gaps_large_circle", "checks_large_circle", "data_large_circle",
+    "data_overlay", "plot_overlay", "gaps_overlay", "checks_overlay", "QA_IMBALANCE", "data_qa", "plot_qa",
+    "gaps_qa", "checks_qa"
+]
 
 SERIES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "dist_V_Pi", "dist_V_sqrtPi", "cos_V_Pi",
           "dist_V_sqrtChat", "loss", "kl")

@@ -132,6 +132,12 @@ from figures import _style, cache, experiments
 from figures.params import Param, ParamsRecord, records, split_key
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
+__all__ = [
+    "MODELS", "DEFAULT_OUT_DIR", "PAPER_ONLY_NOTE", "STATUSES", "EXPLANATION_KINDS", "MDD_POWER", "Explanation",
+    "GapRow", "compare_rows", "gap_rows", "per_seed_check", "CheckResult", "FigureSpec", "ModuleStatus", "Registry",
+    "REGISTRY", "register", "discover", "BuildResult", "CalibrationWarning", "run_config", "build", "render", "make"
+]
+
 logger = logging.getLogger(__name__)
 
 MODELS: tuple[str, ...] = _models.names()

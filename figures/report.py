@@ -74,6 +74,13 @@ from figures.registry import (
     render,
 )
 
+__all__ = [
+    "DEFAULT_REPORT_DIR", "REPORT_FILE", "SUMMARY_FILE", "DATA_DIR", "MIN_SEEDS", "MAX_PAPER_ONLY", "DEFAULT_JOBS",
+    "BADGES", "BADGE_ORDER", "FAMILY_LEVEL", "FigureEntry", "ModelSection", "ReportResult", "collect",
+    "build_report", "holm", "adjusted_status", "FamilyWise", "family_wise", "preset_distance", "summary_dict",
+    "render_html"
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_REPORT_DIR = Path("report")

@@ -42,6 +42,12 @@ from tqdm.auto import tqdm
 from figures import cache
 from figures.registry import REGISTRY, FigureSpec, Registry, build
 
+__all__ = [
+    "GRACE_S", "WORKER_MEMORY_BYTES", "TEMP_GLOB", "Interrupted", "signals_as_interrupts",
+    "usable_cores", "bounded_jobs", "default_registry", "remove_temp_files", "parallel_entries", "DASK_RETRIES",
+    "build_only", "dask_entries"
+]
+
 logger = logging.getLogger(__name__)
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")

@@ -46,6 +46,14 @@ from figures._style import (
 )
 from figures.registry import CheckResult, compare_rows, register
 
+__all__ = [
+    "SNAPSHOTS", "plot_fig4", "gaps_fig4", "checks_fig4", "data_fig4", "plot_gap_T", "gaps_gap_T", "checks_gap_T",
+    "data_gap_T", "plot_fig5", "checks_fig5", "data_fig5", "plot_fig6", "gaps_fig6", "checks_fig6", "data_fig6",
+    "plot_fig11", "plot_fig12", "checks_fig11", "checks_fig12", "plot_fig3", "checks_fig3", "data_fig3",
+    "plot_fig8", "checks_fig8", "data_fig8", "plot_fig9", "checks_fig9", "data_fig9", "plot_fig10", "checks_fig10",
+    "data_fig10"
+]
+
 SNAPSHOTS = (0, 2, 4, 6, 8, 10)
 """Iterations shown in Fig. 4/5 (plus the last, 48, docs/models/scan_snap.md §5.2)."""
 
@@ -550,7 +558,7 @@ def checks_fig6(ds):
           unrecoverable=_MEDIUM_U[:1], params=_MEDIUM_PARAMS, plot=plot_fig6, gaps=gaps_fig6, checks=checks_fig6)
 def data_fig6(cfg) -> xr.Dataset:
     """Fig. 6 of docs/models/scan_snap.md §5.3: torch SGD grid and the random-init population map
-    (:func:`_medium_runs`)."""
+    (the medium-length runs shared with its sibling figures)."""
     return _medium_runs(cfg)
 
 

@@ -55,6 +55,12 @@ from figures._style import (
 )
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
+__all__ = [
+    "STATE", "DYN_VARS", "DIST_FLOOR", "GAMMA", "plot_fig3", "checks_fig3", "data_fig3", "plot_fig4a",
+    "checks_fig4a", "data_fig4a", "plot_fig4b", "checks_fig4b", "data_fig4b", "plot_fig7", "checks_fig7",
+    "data_fig7", "plot_fig6", "checks_fig6", "data_fig6", "plot_fig5", "gaps_fig5", "checks_fig5", "data_fig5"
+]
+
 STATE = ("kappa", "nu", "theta", "eta", "rho")
 DYN_VARS = STATE + ("excess_risk", "distance_to_manifold")
 DIST_FLOOR = 1e-16  # float64 floor for dist_M on a log axis (docs/models/single_location.md §0.3)

@@ -29,8 +29,8 @@ def test_runs_are_not_named_after_an_oracle_that_repels_at_their_step(lam, multi
     dist = np.max(np.abs(tr.states()[0, :, :5] - np.array([1.0, 1.0, 0.0, 0.0, 0.0])), axis=1)
     assert (dist[1] / dist[0]) ** (1 / 20) == pytest.approx(top, abs=2e-3)
     b = sl.basins(task, lam, 40, alpha=ALPHA, n_steps=4000, rng=1, certify=True, points=pts)
-    assert "oracle" not in b.kinds
     counts = dict(zip(b.kinds, b.counts))
+    assert counts["oracle"] == 0  # listed (every kind is), never reached
     assert counts.get("unconverged", 0) >= 10  # about half of the starts end on the nu = +-1 edge
     (note,) = [s for s in b.notes if "'oracle'" in s]
     assert f"{multiplier:.4g}" in note and "does not attract at alpha = 0.004" in note
@@ -55,3 +55,13 @@ def test_certify_needs_points_at_the_step_size():
     assert sl.classify(task, 0.2, on_edge, points=pts, basin=True)[0] == "unconverged"
     at_step = sl.fixed_points(task, 0.05, ALPHA, n_starts=0)  # the oracle attracts at lambda = 0.05
     assert sl.classify(task, 0.05, on_edge, points=at_step, basin=True)[0] == "oracle"
+
+
+def test_basins_lists_every_kind_with_zero_counts():
+    """Every kind of fixed point is reported, reached or not, in one fixed order (a sweep over parameters then gets the
+    same variables at every grid point); the counts add up to n."""
+    task = sl.SingleLocationTask(d=40, L=10)
+    b = sl.basins(task, 0.05, 40, alpha=4e-3, rng=3, stop_tol=1e-3, n_steps=4000)
+    assert b.kinds == sl.FIXED_POINT_KINDS + ("unconverged",)
+    assert sum(b.counts) == b.n == 40 and 0 in b.counts  # some kinds (e.g. the maximum) are never reached
+    assert all(f == c / b.n for f, c in zip(b.fractions, b.counts))
