@@ -234,11 +234,16 @@ class SymbolicModel:
     Attributes
     ----------
     state_names, param_names : tuple of str
-    step : numba function ``step(k, x, p, out)`` (the map; an engine kernel for :func:`dynamics.iterate`)
-    rhs : numba function ``rhs(t, x, p, out)`` (the flow; for :func:`dynamics.integrate`)
-    kernels : dict of every generated numba function by name (``risk``, ``gradient``, ``hessian``, ``step``,
-        ``rhs``, ``jacobian_map``, ``jacobian_flow``, those the model has).
-    path : pathlib.Path of the generated module.
+        The names of the state variables and of the parameters, in order.
+    step : numba function
+        ``step(k, x, p, out)``: the map, an engine kernel for :func:`dynamics.iterate`.
+    rhs : numba function
+        ``rhs(t, x, p, out)``: the flow, for :func:`dynamics.integrate`.
+    kernels : dict
+        Every generated numba function by name (``risk``, ``gradient``, ``hessian``, ``step``, ``rhs``,
+        ``jacobian_map``, ``jacobian_flow``: those the model has).
+    path : pathlib.Path
+        The generated module's file.
     """
 
     def __init__(self, state, params=(), *, map=None, flow=None, risk=None, aux=None,  # noqa: A002
