@@ -1,4 +1,4 @@
-"""Device, precision and determinism for every torch run (issue 7).
+"""Device, precision and determinism for every torch run.
 
 Nothing here runs at import: CUDA is queried only when :func:`resolve` / :func:`resolve_device` is called, so importing
 ``empirical`` never initialises CUDA and works on CPU-only machines.

@@ -18,7 +18,7 @@ touches torch's global generator.
 Counter-keyed block streams (fast sampling for many seeds)
 -----------------------------------------------------------
 torch's float64 normal sampler costs ~15 ns a normal on CPU and one call per seed; in a many-seed run it dominated
-training (issue 13). A model that defines ``draw(rng, n, *, device, dtype)`` (see :mod:`empirical.train`) instead
+training. A model that defines ``draw(rng, n, *, device, dtype)`` (see :mod:`empirical.train`) instead
 receives a :class:`BlockRNG`: one small-state generator per seed, started from a state that is a fixed function of
 ``(seed, stream, block)`` only, and advanced by compiled kernels that draw for **all seeds in one call**:
 

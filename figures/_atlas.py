@@ -1,4 +1,4 @@
-"""Attractor atlases of the reduced dynamics (issue 15): every fixed point named, followed in the temperature, and
+"""Attractor atlases of the reduced dynamics: every fixed point named, followed in the temperature, and
 mapped with its basin.
 
 Registered figures (imported by ``figures/single_location.py`` and ``figures/icl_regression.py``):
@@ -232,7 +232,7 @@ def checks_atlas(ds):
         for lam in ds.lam.values:
             if abs(lam - 0.05) < 1e-12:
                 named = 1.0 - float(ds.fraction.sel(lam=lam, d=400, kind="unconverged"))
-                out.append(CheckResult(name="Issue 15: classify names >= 99.9 % of sphere end states (lambda = 0.05, "
+                out.append(CheckResult(name="classify names >= 99.9 % of sphere end states (lambda = 0.05, "
                                             "d = 400)", passed=named >= 0.999, measured=named, expected=">= 0.999",
                                        tolerance="the issue's threshold (point estimate)"))
             if abs(lam - 0.1) < 1e-12:

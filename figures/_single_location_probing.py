@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 LEVEL = 1e-3
 """One-sided false-alarm level of every verdict (before the Bonferroni factor over layers)."""
 TRAIN_MIN = 0.95
-"""The paper's finding for the train set: some later layer reaches (at least) 95 % train accuracy (issue 17)."""
+"""The paper's finding for the train set: some later layer reaches (at least) 95 % train accuracy."""
 WELL_ABOVE = 0.6
 """'Well above chance' on a test set: mean accuracy >= 0.6 (ours; the paper's OOD numbers were lost) and a lower
 confidence bound above 1/2."""

@@ -27,7 +27,7 @@ Not registered: Figs. 9-11 (other normalised activations, docs/models/icl_regres
 were not recoverable (docs/models/icl_regression.md §8.2 infers only their slopes c_act); Fig. 2 is an architecture
 diagram.
 
-Verdicts (issue 12): gap rows through :func:`figures.registry.compare_rows` (Student-t interval over seeds, allowances
+Verdicts: gap rows through :func:`figures.registry.compare_rows` (Student-t interval over seeds, allowances
 relative or derived, each with its source); checks that summarise seeds are per-seed counts with a one-sided binomial
 test (a one-sided binomial count check); an explanation is attached only where its evidence covers every failing seed
 (:data:`SAME_SIGN`, :data:`NEAR_DUMMY_EXPL`). Fig. 16 is decided at ``--preset paper`` only (``paper_only``).
@@ -107,7 +107,7 @@ def _train_params(n_steps, log_every, n_seeds, batch=256, n_seeds_h2=None):
 
 
 TRAIN_TINY = _train_params(30, 10, 2, 64)
-# quick: 8 seeds (>= 8 per compared row, issue 12) and 5 000 of the paper's 500 000 Adam steps at the paper's lr 1e-3.
+# quick: 8 seeds (>= 8 per compared row) and 5 000 of the paper's 500 000 Adam steps at the paper's lr 1e-3.
 # Measured (seeds 0-15): the pattern (sign matching, zero-sum < 0.02, diagonal effective KQ) forms by ~1 000 steps in
 # most runs, some only by ~3 000, and mu^T omega sits at eta* from ~1 500 on; 5 000 steps leave every run that
 # splits its heads some 2 000 steps along the valley for the overlay with GD on F/2. A larger lr does not go further

@@ -325,7 +325,7 @@ def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckRe
     out = []
     # Theorem A1 (L <= C / log t, C = poly(N, d) unrecoverable) is checked through its two testable parts: L decreases
     # at every saved step (here), and it falls faster than 1/log t at the end of the run (the rate check below). A
-    # "C/log t" check with C fitted on the same trajectory would hold by construction (issue 19).
+    # "C/log t" check with C fitted on the same trajectory would hold by construction.
     out.append(CheckResult(name=f"Theorem A1: L(W^(t)) decreases at every saved step ({label})",
                            passed=bool(np.all(np.diff(L) < 0)), measured=float(np.max(np.diff(L))),
                            expected="< 0 (largest step-to-step change)", tolerance="strict inequality"))

@@ -92,7 +92,7 @@ DATA_DIR = "data"
 """Sub-folder of the report folder holding ``<figure>.nc``."""
 
 MIN_SEEDS = 8
-"""Seeds every compared row should use at the default preset (issue 12); rows below are counted in the report."""
+"""Seeds every compared row should use at the default preset (a Student-t interval needs them); rows below are counted in the report."""
 
 MAX_PAPER_ONLY = 2
 """At most this many ``paper_only`` (deferred) figures in the report; more are flagged in the attention list."""

@@ -81,3 +81,17 @@ def test_public_docstrings_point_to_no_private_name(name):
             if refs:
                 found[f"{name}.{where}"] = refs
     assert not found, f"public docstrings that point to private names: {found}"
+
+
+ISSUE_NUMBER = re.compile(r"\bissues? [0-9]+", re.IGNORECASE)
+
+
+def test_no_issue_numbers_in_the_packages():
+    """Package code and docstrings state facts, not tracker numbers that mean nothing to a user."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    hits = [f"{path.relative_to(root)}:{n}" for pkg in PACKAGES for path in sorted((root / pkg).rglob("*.py"))
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ISSUE_NUMBER.search(line)]
+    assert not hits, f"issue numbers in package files: {hits}"
+    assert ISSUE_NUMBER.search("Speed (issue 13): on CPU")  # control: the rule sees one

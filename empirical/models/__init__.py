@@ -41,7 +41,7 @@ def load(name: str) -> ModuleType:
 def dispatch_config(presets: Mapping[str, Callable], name, args: tuple, kwargs: dict):
     """Call the preset ``name`` of a model module's ``config(name, ...)`` with the remaining arguments.
 
-    Shared by the ``config`` functions of every model module (one API shape, issue 16).
+    Shared by the ``config`` functions of every model module (one API shape for every model).
 
     Raises
     ------

@@ -17,7 +17,7 @@ variance-reduced true ICL loss R of docs/models/icl_regression.md §4.1) and ``m
 MSE of docs/models/icl_regression.md §9). Head classification (positive / negative / dummy), homogeneity and zero-sum
 are computed from these with :func:`closedform.icl_regression.classify_heads` (see :func:`head_pattern`).
 
-Speed (issue 13): on CPU the single-task softmax model's training loss and its gradient come from one compiled pass
+Speed: on CPU the single-task softmax model's training loss and its gradient come from one compiled pass
 over the prompts (:func:`softmax_mse`: only the query's attention row, hand-derived softmax gradient with respect to
 the circuits, a vectorisable exp), and isotropic prompts are labelled by a compiled loop from the counter-stream
 normals; a seed's numbers never depend on the other seeds of the run. Evaluation and every other variant use torch.
