@@ -8,9 +8,9 @@ Rows:
   a fixed-step flow (RK4) and icl_regression GD at H = 8 (that one includes the model's observables F, mu.omega,
   sum mu at every save); target: saving every step costs <= 2x (ratio >= 0.5).
 * Observables: icl_regression GD at H = 8 saving every step with its compiled observables (fused with the step,
-  as ``icl.map`` runs it) against the same run with the observables computed in Python afterwards (``derived=``,
-  the former path), and against compiled observables not fused with the step. Dense output: Dopri5 with 2 001 save times against
-  ``final=True`` (same step count, so the ratio is the cost of interpolation).
+  as ``icl.map`` runs it) against the same run with the observables computed in Python afterwards (``derived=``, the
+  former path), and against compiled observables not fused with the step. Dense output: Dopri5 with 2 001 save times
+  against ``final=True`` (same step count, so the ratio is the cost of interpolation).
 * The manifold (kappa, nu) map of ``closedform.single_location.map(manifold=True)`` against a 60-line plain numba
   prototype of the same map (target >= 1x), and icl_regression GD at H = 8 saving every step and saving the final
   state only, against a plain Python loop in the structure of the authors' helper (target >= 100x).
@@ -175,15 +175,19 @@ def _bench_saves(quick: bool) -> list[Result]:
     y0 = rng.normal(0, 0.01, (N_TRAJ, 16))
     p_gd = np.array([float(task.d), task.cL, 0.01])
     n_gd = 200 if quick else 1_000
-    gd = lambda sv: iterate(_icl_k.gd_step, y0, n_gd, params=p_gd, saveat=sv, names="state")
+    def gd(sv):
+        return iterate(_icl_k.gd_step, y0, n_gd, params=p_gd, saveat=sv, names="state")
+
     t_every = cpu_time(lambda: gd(every), repeat=2)
     t_final = cpu_time(lambda: gd(final), repeat=2)
     results.append(Result("icl_regression gd_step H=8 (engine), every=1 vs final", "trajectory-steps",
                           N_TRAJ * n_gd / t_every, N_TRAJ * n_gd / t_final, "same run, SaveAt(final=True)",
                           target_ratio=0.5))
     y0f = X0[:100]
-    osc = lambda sv: integrate(_oscillator, y0f, (0.0, 100.0), params=[4.0, 0.1], solver=Dopri5(rtol=1e-8,
-                               atol=1e-10), saveat=sv, names="state")
+    def osc(sv):
+        return integrate(_oscillator, y0f, (0.0, 100.0), params=[4.0, 0.1], solver=Dopri5(rtol=1e-8, atol=1e-10),
+                         saveat=sv, names="state")
+
     t_dense = cpu_time(lambda: osc(SaveAt(n=2001)), repeat=2)
     t_last = cpu_time(lambda: osc(final), repeat=2)
     steps = int(osc(final).n_rhs_steps.values[0, -1])
@@ -227,8 +231,10 @@ def _bench_models(quick: bool) -> list[Result]:
     for n_traj in (1_000, 100_000):
         n_steps = (2_000 if quick else 20_000) * 1_000 // n_traj
         state0 = sl.sample_initial_state(task, n_traj, 0, on="manifold")
-        engine = lambda: sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, manifold=True,
-                                saveat=SaveAt(final=True))
+        def engine():
+            return sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, manifold=True,
+                          saveat=SaveAt(final=True))
+
 
         def proto():
             k, v = state0[:, 0].copy(), state0[:, 1].copy()

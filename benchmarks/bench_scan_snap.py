@@ -144,8 +144,11 @@ def _k20_cost_model(t1: float) -> Result:
     n_loop = 2000
     t_rhs = cpu_time(lambda: _rhs_loop(y, p, dy, n_loop), repeat=3) / n_loop
     solver = Dopri5(rtol=RTOL, atol=ATOL)
-    run_raw = lambda: integrate(_k.exact_rhs, y0, (0.0, t1), params=params, solver=solver, saveat=SaveAt(final=True),
-                                names="state")
+    def run_raw():
+        return integrate(_k.exact_rhs, y0, (0.0, t1), params=params, solver=solver, saveat=SaveAt(final=True),
+                         names="state")
+
+
     steps = int(run_raw()["n_rhs_steps"].values[0, -1])
     t_raw = cpu_time(run_raw, repeat=3)
     t_flow = cpu_time(lambda: ss.flow(task, (0.0, t1), saveat=SaveAt(final=True)), repeat=3)

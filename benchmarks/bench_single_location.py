@@ -101,8 +101,9 @@ def _bench_manifold(quick: bool) -> Result:
     n_traj, n_steps = 1000, (2000 if quick else 20000)
     n_base = n_steps  # the same steps: the cost of erf depends on the state (cheaper near kappa = 0)
     state0 = sl.sample_initial_state(task, n_traj, 0, on="manifold")
-    run = lambda n: sl.map(task, state0, alpha=4e-3, n_steps=n, lam=0.1, manifold=True,
-                           saveat=SaveAt(final=True))
+    def run(n):
+        return sl.map(task, state0, alpha=4e-3, n_steps=n, lam=0.1, manifold=True, saveat=SaveAt(final=True))
+
     check = run(n_base).states()[:, -1, :2]
     base = _numpy_manifold(task, 0.1, 4e-3, state0[:, 0], state0[:, 1], n_base)
     dev = float(np.max(np.abs(check - np.stack(base, axis=1))))
@@ -123,7 +124,10 @@ def _bench_five(quick: bool, d: int) -> Result:
     #  the same (stable) regime: the off-manifold curvature grows like d (docs/models/single_location.md §7.4, step-size
     # instability)
     lam, alpha = 0.1 * math.sqrt(400 / d), 4e-3 * 400 / d
-    run = lambda n: sl.map(task, state0, alpha=alpha, n_steps=n, lam=lam, saveat=SaveAt(final=True))
+    def run(n):
+        return sl.map(task, state0, alpha=alpha, n_steps=n, lam=lam, saveat=SaveAt(final=True))
+
+
     dev = float(np.max(np.abs(run(n_base).states()[:, -1, :5] - _numpy_five(task, lam, alpha, state0, n_base))))
     t_nb = cpu_time(lambda: run(n_steps), repeat=2)
     t_np = cpu_time(lambda: _numpy_five(task, lam, alpha, state0, n_base), repeat=1)

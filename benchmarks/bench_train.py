@@ -3,7 +3,8 @@ trainer's per-step overhead against a hand-written torch loop of the same comput
 
 The toy model is online linear regression (d = 20, batch 8, SGD), small enough that per-step Python overhead, the
 quantity the batched seed axis amortises, dominates; it is measured with per-seed ``torch.Generator`` sampling
-(``sample``) and with the counter-keyed block streams (``draw``, one compiled call for all seeds). Paper models measure their own ratio in their benchmarks.
+(``sample``) and with the counter-keyed block streams (``draw``, one compiled call for all seeds). Paper models measure
+their own ratio in their benchmarks.
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ Parameter vectors handed to the ``dynamics`` engine:
 
 The state of the general-H kernels is ``x = (omega_1..omega_H, mu_1..mu_H)`` (H = len(x) // 2).
 
-The engine kernels ``gd_step`` and ``flow_rhs`` and the row loops ``loss_batch`` and ``grad_batch`` allocate
-nothing and are compiled without reference counting (``dynamics._jit.njit_noref``): the views (one row) they pass on otherwise cost atomic
-reference-count pairs per call (~30 % of a GD step at H = 8, ~20 % of a loss row). The exponentials of the gradient
-and of F are evaluated in one loop over a stack buffer (see ``_kernel_row_sums``), vectorised from ``VEC_HEADS``
-heads on with ``closedform._simd.exp_poly`` (within 1.5 ulp of exp; the library exp, as before, below).
+The engine kernels ``gd_step`` and ``flow_rhs`` and the row loops ``loss_batch`` and ``grad_batch`` allocate nothing and
+are compiled without reference counting (``dynamics._jit.njit_noref``): the views (one row) they pass on otherwise cost
+atomic reference-count pairs per call (~30 % of a GD step at H = 8, ~20 % of a loss row). The exponentials of the
+gradient and of F are evaluated in one loop over a stack buffer (see ``_kernel_row_sums``), vectorised from
+``VEC_HEADS`` heads on with ``closedform._simd.exp_poly`` (within 1.5 ulp of exp; the library exp, as before, below).
 """
 
 from __future__ import annotations

@@ -49,19 +49,19 @@ def _unit_attention(p, o_logP, n, Lc, z, zoff, f):
     o_log = o_logP + int(p[2]) * Lc + n * Lc
     o_P = o_logP + n * Lc
     mx = -np.inf
-    for l in range(Lc):
-        if p[o_P + l] > 0.0:
-            v = p[o_log + l] + z[zoff + l]
+    for ell in range(Lc):
+        if p[o_P + ell] > 0.0:
+            v = p[o_log + ell] + z[zoff + ell]
             if v > mx:
                 mx = v
     s2 = 0.0
-    for l in range(Lc):
-        c = np.exp(p[o_log + l] + z[zoff + l] - mx) if p[o_P + l] > 0.0 else 0.0
-        f[l] = c
+    for ell in range(Lc):
+        c = np.exp(p[o_log + ell] + z[zoff + ell] - mx) if p[o_P + ell] > 0.0 else 0.0
+        f[ell] = c
         s2 += c * c
     nrm = np.sqrt(s2)
-    for l in range(Lc):
-        f[l] /= nrm
+    for ell in range(Lc):
+        f[ell] /= nrm
 
 
 @njit(cache=True, fastmath=False, inline="always")
@@ -70,14 +70,14 @@ def _support_attention(p, o_log, o_tok, a, b, z, zoff, f):
     arithmetic of _unit_attention on those tokens, whose other entries are 0)."""
     mx = -np.inf
     for q in range(a, b):
-        l = int(p[o_tok + q])
-        v = p[o_log + l] + z[zoff + l]
+        ell = int(p[o_tok + q])
+        v = p[o_log + ell] + z[zoff + ell]
         if v > mx:
             mx = v
     s2 = 0.0
     for q in range(a, b):
-        l = int(p[o_tok + q])
-        c = np.exp(p[o_log + l] + z[zoff + l] - mx)
+        ell = int(p[o_tok + q])
+        c = np.exp(p[o_log + ell] + z[zoff + ell] - mx)
         f[q - a] = c
         s2 += c * c
     nrm = np.sqrt(s2)
@@ -143,8 +143,8 @@ def ascent(y, p, out):
         for q in range(qb - qa):
             fl = f[q]
             if fl != 0.0:
-                l = int(p[o_tok + qa + q])
-                row = l * Ncol
+                ell = int(p[o_tok + qa + q])
+                row = ell * Ncol
                 c = pin * fl
                 for j in range(Ncol):
                     out[row + j] += c * a[j]
@@ -152,7 +152,7 @@ def ascent(y, p, out):
                 for j in range(Ncol):
                     gl += ma[j] * y[row + j]
                 # store g_l temporarily in the Z slot; finished below once f^T g is known
-                out[zoff + l] += c * gl
+                out[zoff + ell] += c * gl
                 fg += fl * gl
         for q in range(qb - qa):
             fl = f[q]
@@ -267,15 +267,15 @@ def composite_rhs(t, z, p, dz):
     f = np.empty(Lc)
     for n in range(K):
         _unit_attention(p, o_logP, n, Lc, z, int(p[o_psi + n]) * Lc, f)
-        for l in range(Lc):
-            F[l, n] = f[l]
+        for ell in range(Lc):
+            F[ell, n] = f[ell]
     # Gram matrix F^T F (symmetric positive definite when the f_n are independent, docs/models/scan_snap.md §2.1)
     G = np.empty((K, K))
     for a in range(K):
         for b in range(a + 1):
             s = 0.0
-            for l in range(Lc):
-                s += F[l, a] * F[l, b]
+            for ell in range(Lc):
+                s += F[ell, a] * F[ell, b]
             G[a, b] = s
             G[b, a] = s
     if p[7] == 0.0:
@@ -292,15 +292,15 @@ def composite_rhs(t, z, p, dz):
     for n in range(K):
         for k in range(K):
             x = X[k, n]
-            for l in range(Lc):
-                Gn[l, n] += F[l, k] * x
+            for ell in range(Lc):
+                Gn[ell, n] += F[ell, k] * x
     for i in range(Q * Lc):
         dz[i] = 0.0
     for n in range(K):
         zoff = int(p[o_psi + n]) * Lc
         fg = 0.0
-        for l in range(Lc):
-            fg += F[l, n] * Gn[l, n]
+        for ell in range(Lc):
+            fg += F[ell, n] * Gn[ell, n]
         c = eta_Z * gam * p[o_pi + n]
-        for l in range(Lc):
-            dz[zoff + l] += c * F[l, n] * (Gn[l, n] - F[l, n] * fg)
+        for ell in range(Lc):
+            dz[zoff + ell] += c * F[ell, n] * (Gn[ell, n] - F[ell, n] * fg)

@@ -6,10 +6,10 @@ below (lambda-dependent constants precomputed per update); the state carries lam
 that the row saved at step n holds iterate n together with lambda_n (docs/models/single_location.md §0.3). No RNG, no
 allocation in the hot loops, float64 only.
 
-The map kernels evaluate zeta by a series form of the same quadrature (zeta_series_constants; equal to it to a few
-ulp) and five_step is compiled without reference counting (``dynamics._jit.njit_noref``): it allocates nothing, and without it numba keeps four atomic
-reference-count increments and decrements per call (its pruning pass gives up on large functions), which cost as
-much as the rest of the step.
+The map kernels evaluate zeta by a series form of the same quadrature (zeta_series_constants; equal to it to a few ulp)
+and five_step is compiled without reference counting (``dynamics._jit.njit_noref``): it allocates nothing, and without
+it numba keeps four atomic reference-count increments and decrements per call (its pruning pass gives up on large
+functions), which cost as much as the rest of the step.
 """
 
 from __future__ import annotations

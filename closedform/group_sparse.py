@@ -10,32 +10,34 @@ the probes weights -> order parameters (docs/models/token_selection.md §B.3.1) 
 
 Symbol table (docs/models/token_selection.md §B.0)
 --------------------------------------------------
-=======================  ===============  ==============================================  =============  ===================================
+Sections (§) in the last column are those of docs/models/token_selection.md.
+
+=======================  ===============  ==============================================  =============  =======
 code                     paper            meaning                                         shape          defined
-=======================  ===============  ==============================================  =============  ===================================
-d                        d                group size = token feature dimension (>= 2)     int            docs/models/token_selection.md §B.1
-D                        D                number of groups = tokens (>= 3)                int            docs/models/token_selection.md §B.1
-sigma_x                  sigma_x          feature scale, x_j ~ N(0, sigma_x^2 I_d)        float          docs/models/token_selection.md §B.1
-jstar                    j*               label-relevant group, 1-BASED as in the paper   int            docs/models/token_selection.md §B.1
-jstar_index              j* - 1           the same group as a 0-based code index          int            docs/models/token_selection.md §0
-eta                      eta              GD step size (same for v and W)                 float          docs/models/token_selection.md §B.2
-v_star                   v*               unit label direction inside group j*            (d,)           docs/models/token_selection.md §B.1
-X                        X                features; X[k, :, j] = x_j of draw k            (n,d,D)        docs/models/token_selection.md §B.1
-y                        y                label sign(<x_{j*}, v*>), sign(0) := +1         (n,)           docs/models/token_selection.md §G.B
-H                        H                tokens h_j = [x_j; e_j]                         (n,d+D,D)      docs/models/token_selection.md §B.2
-v                        v                value vector [v_x; v_pos]                       (d+D,)         docs/models/token_selection.md §B.2
-W                        W                merged key-query matrix (W11, W12, W21, W22)    (d+D,d+D)      docs/models/token_selection.md §B.2
-S                        S                column softmax of H^T W H; S[k, i, j]: key i    (n,D,D)        docs/models/token_selection.md §B.2
-f                        f                model output v^T H S 1_D                        (n,)           docs/models/token_selection.md §B.2
-beta                     beta             v_x = beta v*                                   float          docs/models/token_selection.md §B.3
-w_par, w_perp            w_par, w_perp    W11 = w_par v*v*^T + w_perp (I - v*v*^T)        float          docs/models/token_selection.md §B.3
-m1 .. m5                 m_1 .. m_5       W22 on orbits O_1..O_5 (row key, column query)  float          docs/models/token_selection.md §B.3
-orbit_sizes              abs(O_k)         (1, D-1, D-1, D-1, (D-1)(D-2))                  (5,)           docs/models/token_selection.md §B.3
-gap_ss, gap_s, gap_self  same             m1 - m3, m2 - m5, m4 - m5                       float          docs/models/token_selection.md §B.3
-a, gram                  a_i, <z_i, z_j>  <x_i, v*>; Gram of z_i = (I - v*v*^T) x_i       (n,D);(n,D,D)  docs/models/token_selection.md §B.3
-m_star                   m*               E[lambda y (a_{j*} - abar)] at step 2           float          docs/models/token_selection.md §B.3
-eps_B, T_star            eps_B, T*        accuracy parameter, horizon of the theorem      float          docs/models/token_selection.md §B.4
-=======================  ===============  ==============================================  =============  ===================================
+=======================  ===============  ==============================================  =============  =======
+d                        d                group size = token feature dimension (>= 2)     int            §B.1
+D                        D                number of groups = tokens (>= 3)                int            §B.1
+sigma_x                  sigma_x          feature scale, x_j ~ N(0, sigma_x^2 I_d)        float          §B.1
+jstar                    j*               label-relevant group, 1-BASED as in the paper   int            §B.1
+jstar_index              j* - 1           the same group as a 0-based code index          int            §0
+eta                      eta              GD step size (same for v and W)                 float          §B.2
+v_star                   v*               unit label direction inside group j*            (d,)           §B.1
+X                        X                features; X[k, :, j] = x_j of draw k            (n,d,D)        §B.1
+y                        y                label sign(<x_{j*}, v*>), sign(0) := +1         (n,)           §G.B
+H                        H                tokens h_j = [x_j; e_j]                         (n,d+D,D)      §B.2
+v                        v                value vector [v_x; v_pos]                       (d+D,)         §B.2
+W                        W                merged key-query matrix (W11, W12, W21, W22)    (d+D,d+D)      §B.2
+S                        S                column softmax of H^T W H; S[k, i, j]: key i    (n,D,D)        §B.2
+f                        f                model output v^T H S 1_D                        (n,)           §B.2
+beta                     beta             v_x = beta v*                                   float          §B.3
+w_par, w_perp            w_par, w_perp    W11 = w_par v*v*^T + w_perp (I - v*v*^T)        float          §B.3
+m1 .. m5                 m_1 .. m_5       W22 on orbits O_1..O_5 (row key, column query)  float          §B.3
+orbit_sizes              abs(O_k)         (1, D-1, D-1, D-1, (D-1)(D-2))                  (5,)           §B.3
+gap_ss, gap_s, gap_self  same             m1 - m3, m2 - m5, m4 - m5                       float          §B.3
+a, gram                  a_i, <z_i, z_j>  <x_i, v*>; Gram of z_i = (I - v*v*^T) x_i       (n,D);(n,D,D)  §B.3
+m_star                   m*               E[lambda y (a_{j*} - abar)] at step 2           float          §B.3
+eps_B, T_star            eps_B, T*        accuracy parameter, horizon of the theorem      float          §B.4
+=======================  ===============  ==============================================  =============  =======
 
 Time axis: the GD step t (``step``); ``time`` = eta * t, the gradient-flow time (docs/models/token_selection.md §0).
 Every quantity "at t" is evaluated at theta^(t), the parameters after t updates, on the training sample.
@@ -403,7 +405,9 @@ def order_params(task: GroupSparseTask, v, W, v_star) -> dict[str, float]:
     Returns a dict with the reduced coordinates ``STATE_NAMES``; the gaps ``gap_ss, gap_s, gap_self``
     (docs/models/token_selection.md §B.3); ``cos_vx_vstar`` = cos(v_x, v*) (NaN when v_x = 0); ``v_pos_norm`` =
     ||v_pos||; ``norm_ratio`` =
-    ||v_pos|| / ||v_x|| (docs/models/token_selection.md §B.7, NaN when v_x = 0); ``w_cross_norm`` = ||W12||_F + ||W21||_F; ``off`` =
+    ||v_pos|| / ||v_x|| (docs/models/token_selection.md §B.7, NaN when v_x = 0); ``w_cross_norm`` =
+    ||W12||_F + ||W21||_F; ``off`` =
+
     ||(v, W) - P(v, W)|| / ||(v, W)|| and ``off_W`` = ||W - P(W)|| / ||W|| (0 for the zero matrix), the relative
     distances to the invariant family.
     """

@@ -8,24 +8,26 @@ close to the flow at ``t = n * lr``).
 
 Symbol table
 ------------
-===============  =============  ========================================================  ===========  ==================================
+Sections (§) in the last column are those of docs/models/icl_regression.md.
+
+===============  =============  ========================================================  ===========  =====
 code name        paper symbol   meaning                                                   shape        where
-===============  =============  ========================================================  ===========  ==================================
-d, L, sigma2     d, L, sigma^2  covariate dimension, prompt length, label-noise variance  scalars      docs/models/icl_regression.md §1
-L_test           L'             test prompt length                                        scalar       docs/models/icl_regression.md §7.6
-omega, mu        omega_h, mu_h  effective KQ coefficient and OV label entry of each head  (..., H)     docs/models/icl_regression.md §3
-u / muTomega     mu^T omega     effective step of the multi-head predictor                (...)        docs/models/icl_regression.md §4.4
-sum_mu           1^T mu         sum of the OV entries (zero-sum diagnostic)               (...)        docs/models/icl_regression.md §5.2
-Kmat, Mmat       K, M           exp(d omega omega^T); omega omega^T + cL K                (..., H, H)  docs/models/icl_regression.md §4.1
-cL, D            C_L, D         (1 + sigma^2)/L; d (1 + sigma^2)                          scalars      docs/models/icl_regression.md §0
-eta, eta_star    eta, eta*      step of a GD-type predictor; 1/(1 + D/L)                  scalar       docs/models/icl_regression.md §4.4
-gamma, mu_gamma  gamma, mu(g)   common |omega_h| on S_gamma; optimal group OV sum         (...)        docs/models/icl_regression.md §5.4
-chi, ratio       chi, r         d omega^2 and mu/omega in the two-head reduction          scalar       docs/models/icl_regression.md §6.3
-xi               xi             d/L in the proportional limit                             scalar       docs/models/icl_regression.md §7.4
-lam_ridge        lambda         ridge penalty (Bayes: d sigma^2)                          scalar       docs/models/icl_regression.md §7.4
-Sigma, rho, G    Sigma, rho, G  covariate covariance, KMS correlation, preconditioner     (d, d)       docs/models/icl_regression.md §8.1
-t, step, lr      t, n, lr       F/2-flow time, GD update count, learning rate             scalars      docs/models/icl_regression.md §0.3
-===============  =============  ========================================================  ===========  ==================================
+===============  =============  ========================================================  ===========  =====
+d, L, sigma2     d, L, sigma^2  covariate dimension, prompt length, label-noise variance  scalars      §1
+L_test           L'             test prompt length                                        scalar       §7.6
+omega, mu        omega_h, mu_h  effective KQ coefficient and OV label entry of each head  (..., H)     §3
+u / muTomega     mu^T omega     effective step of the multi-head predictor                (...)        §4.4
+sum_mu           1^T mu         sum of the OV entries (zero-sum diagnostic)               (...)        §5.2
+Kmat, Mmat       K, M           exp(d omega omega^T); omega omega^T + cL K                (..., H, H)  §4.1
+cL, D            C_L, D         (1 + sigma^2)/L; d (1 + sigma^2)                          scalars      §0
+eta, eta_star    eta, eta*      step of a GD-type predictor; 1/(1 + D/L)                  scalar       §4.4
+gamma, mu_gamma  gamma, mu(g)   common |omega_h| on S_gamma; optimal group OV sum         (...)        §5.4
+chi, ratio       chi, r         d omega^2 and mu/omega in the two-head reduction          scalar       §6.3
+xi               xi             d/L in the proportional limit                             scalar       §7.4
+lam_ridge        lambda         ridge penalty (Bayes: d sigma^2)                          scalar       §7.4
+Sigma, rho, G    Sigma, rho, G  covariate covariance, KMS correlation, preconditioner     (d, d)       §8.1
+t, step, lr      t, n, lr       F/2-flow time, GD update count, learning rate             scalars      §0.3
+===============  =============  ========================================================  ===========  =====
 
 Trajectories of :func:`flow` and :func:`map` have state variables ``omega_0 .. omega_{H-1}``, ``mu_0 .. mu_{H-1}``
 (code head h is math head h+1, docs/models/icl_regression.md §0.2) and derived variables ``F``, ``mu_dot_omega``,
@@ -310,7 +312,8 @@ def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     omega, mu = _pair(omega, mu)
     g = 1.0 - 2.0 * omega[..., :, None] * omega[..., None, :]
     if np.any(g <= 0):
-        raise ValueError("refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs of omega (docs/models/icl_regression.md §4.2)")
+        raise ValueError("refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs of omega "
+                         "(docs/models/icl_regression.md §4.2)")
     d, L, s2 = task.d, task.L, task.sigma2
     u = np.sum(mu * omega, axis=-1)
     mm = mu[..., :, None] * mu[..., None, :]
@@ -543,7 +546,9 @@ def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, 
     omega0, mu0 : (H,) or (n_traj, H) float64
     lr : float > 0 or (n_traj,) array
     n_steps : int >= 0
-    saveat : dynamics.SaveAt, optional (entries hold the state after n updates, n = 0 is the initialisation, docs/models/icl_regression.md §0.2)
+    saveat : dynamics.SaveAt, optional
+        Entries hold the state after n updates, n = 0 is the initialisation (docs/models/icl_regression.md §0.2).
+
     sigma2, L : number or (n_traj,) array, optional
         Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
     warn_unconverged : bool, default True
@@ -1192,7 +1197,9 @@ def _check_nonzero(name: str, value) -> None:
     """A finite real (or array) without zeros: the solution manifold has a pole at gamma = 0 (Eq. (4.6))."""
     _REALS(name, value)
     if np.any(np.asarray(value) == 0):
-        raise ValueError(f"{name} must be nonzero (mu(gamma) has a pole at gamma = 0, docs/models/icl_regression.md §5.4); got {value!r}")
+        raise ValueError(f"{name} must be nonzero (mu(gamma) has a pole at gamma = 0, "
+                         f"docs/models/icl_regression.md §5.4); got {value!r}")
+
 
 
 _REALS = _V.Range(array=True)

@@ -14,26 +14,28 @@ Time axis: the GD step t (``step``); ``time`` = eta * t is the flow time tau of 
 
 Symbol table (docs/models/token_selection.md §A.0)
 --------------------------------------------------
-=============  ==============  ============================================================  ==============  =====================================
+Sections (§) in the last column are those of docs/models/token_selection.md.
+
+=============  ==============  ============================================================  ==============  ======
 code           paper           meaning                                                       shape           where
-=============  ==============  ============================================================  ==============  =====================================
-d              d               dimension; inputs on S^{d-1}                                  int             docs/models/token_selection.md §A.1
-N              N               number of labelled context points                             int             docs/models/token_selection.md §A.1
-X, xq          x_j, x_query    context inputs, query                                         (B,N,d), (B,d)  docs/models/token_selection.md §A.1
-y              y_j             context labels (Rademacher in the canonical instance)         (B, N)          docs/models/token_selection.md §A.1
-istar          i*              0-based index of the nearest neighbour of x_query             (B,) int        docs/models/token_selection.md §A.1
-c              c_j             <x_j, x_query>; c_{N+1} := 1                                  (B, N)          docs/models/token_selection.md §A.5
-H              H, h_j          embedded prompt [x; y; indicator]                             (B,d+2,N+1)     docs/models/token_selection.md §A.2
-W              W               merged key-query matrix                                       (d+2, d+2)      docs/models/token_selection.md §A.3
-sigma          sigma           mask, W33^(0) = -sigma                                        float           docs/models/token_selection.md §A.4
-eta            eta             GD step size                                                  float           docs/models/token_selection.md §A.4
-xi1, xi2       xi1, xi2        reduced state, W = diag(xi1 I_d, 0, -xi2)                     float           docs/models/token_selection.md §A.5
-q, q_self      q_j, q_{N+1}    attention of the query on token j / on itself                 (B, N+1)        docs/models/token_selection.md §A.5
-L              L               population square loss 1/2 E[(f - y_{i*})^2]                  float           docs/models/token_selection.md §A.4
-off            off             relative Frobenius distance of W to the reduced family        float           docs/models/token_selection.md §A.5.1
-k_d, a_Nd      k_d, a_{N,d}    constants of Theorem A1                                       float           docs/models/token_selection.md §A.6
-delta, R       delta, R        separation gap, label bound (Theorem A2)                      float           docs/models/token_selection.md §A.6
-=============  ==============  ============================================================  ==============  =====================================
+=============  ==============  ============================================================  ==============  ======
+d              d               dimension; inputs on S^{d-1}                                  int             §A.1
+N              N               number of labelled context points                             int             §A.1
+X, xq          x_j, x_query    context inputs, query                                         (B,N,d), (B,d)  §A.1
+y              y_j             context labels (Rademacher in the canonical instance)         (B, N)          §A.1
+istar          i*              0-based index of the nearest neighbour of x_query             (B,) int        §A.1
+c              c_j             <x_j, x_query>; c_{N+1} := 1                                  (B, N)          §A.5
+H              H, h_j          embedded prompt [x; y; indicator]                             (B,d+2,N+1)     §A.2
+W              W               merged key-query matrix                                       (d+2, d+2)      §A.3
+sigma          sigma           mask, W33^(0) = -sigma                                        float           §A.4
+eta            eta             GD step size                                                  float           §A.4
+xi1, xi2       xi1, xi2        reduced state, W = diag(xi1 I_d, 0, -xi2)                     float           §A.5
+q, q_self      q_j, q_{N+1}    attention of the query on token j / on itself                 (B, N+1)        §A.5
+L              L               population square loss 1/2 E[(f - y_{i*})^2]                  float           §A.4
+off            off             relative Frobenius distance of W to the reduced family        float           §A.5.1
+k_d, a_Nd      k_d, a_{N,d}    constants of Theorem A1                                       float           §A.6
+delta, R       delta, R        separation gap, label bound (Theorem A2)                      float           §A.6
+=============  ==============  ============================================================  ==============  ======
 
 Notes
 -----
@@ -206,7 +208,9 @@ class Prompts:
         short = c.max(axis=1) - c[rows, istar]
         if np.any(short > 1e-12):
             b = int(np.argmax(short))
-            raise ValueError(f"istar must be the 0-based nearest neighbour argmax_j c[b, j] (docs/models/token_selection.md §A.1); prompt {b}: "
+            raise ValueError(f"istar must be the 0-based nearest neighbour argmax_j c[b, j] "
+                             f"(docs/models/token_selection.md §A.1); prompt {b}: "
+
                              f"istar = {istar[b]}, argmax = {int(np.argmax(c[b]))} (a 1-based index?)")
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "xq", xq)

@@ -8,25 +8,27 @@ so the exact GD trajectory is the one of the reduced state (V, a, c), run here a
 
 Symbol table (docs/models/token_selection.md §C.0; code indices are 0-based, docs/models/token_selection.md §0)
 
-| code        | paper    | meaning                                                 | shape      | defined                             |
-| ----------- | -------- | ------------------------------------------------------- | ---------- | ----------------------------------- |
-| K           | K        | number of nodes on the circle                           | int        | docs/models/token_selection.md §C.1 |
-| N           | N        | sequence length: N - 1 context tokens + 1 blank query   | int        | docs/models/token_selection.md §C.1 |
-| p           | p        | probability of a clockwise step                         | float      | docs/models/token_selection.md §C.1 |
-| M           | M        | positional dimension                                    | int        | docs/models/token_selection.md §C.2 |
-| rho         | rho      | squared norm of every positional vector (M/2)           | float      | docs/models/token_selection.md §C.2 |
-| states      | s_i      | node of step i (code values 0..K-1); last = label y     | (n, N) int | docs/models/token_selection.md §C.1 |
-| Pi          | Pi       | transition matrix, Pi[a, b] = P(next = b given now = a) | (K, K)     | docs/models/token_selection.md §C.1 |
-| Phi         | Phi      | positional vectors phi_1..phi_N as columns              | (M, N)     | docs/models/token_selection.md §C.2 |
-| V           | V        | value matrix, row = label b, column = state a           | (K, K)     | docs/models/token_selection.md §C.3 |
-| W           | W        | merged key-query matrix, blocks W11, W12, W21, W22      | (K+M, K+M) | docs/models/token_selection.md §C.3 |
-| a           | a        | W12 = a phi_N^T                                         | (K,)       | docs/models/token_selection.md §C.5 |
-| c           | c        | W22 = (sum_i c_i phi_i) phi_N^T                         | (N,)       | docs/models/token_selection.md §C.5 |
-| S           | S        | attention weights (softmax over all N positions)        | (n, N)     | docs/models/token_selection.md §C.5 |
-| f           | f_theta  | model output                                            | (n, K)     | docs/models/token_selection.md §C.3 |
-| eps, eta    | eps, eta | offset in the log loss; GD step size                    | float      | docs/models/token_selection.md §C.4 |
-| acc, acc_rb | acc      | plain and Rao-Blackwellised accuracy                    | float      | docs/models/token_selection.md §C.3 |
-| C_hat       | C_hat    | empirical joint frequency of (parent, label)            | (K, K)     | docs/models/token_selection.md §C.7 |
+Sections (§) in the last column are those of docs/models/token_selection.md.
+
+| code        | paper    | meaning                                                 | shape      | defined |
+| ----------- | -------- | ------------------------------------------------------- | ---------- | ------- |
+| K           | K        | number of nodes on the circle                           | int        | §C.1    |
+| N           | N        | sequence length: N - 1 context tokens + 1 blank query   | int        | §C.1    |
+| p           | p        | probability of a clockwise step                         | float      | §C.1    |
+| M           | M        | positional dimension                                    | int        | §C.2    |
+| rho         | rho      | squared norm of every positional vector (M/2)           | float      | §C.2    |
+| states      | s_i      | node of step i (code values 0..K-1); last = label y     | (n, N) int | §C.1    |
+| Pi          | Pi       | transition matrix, Pi[a, b] = P(next = b given now = a) | (K, K)     | §C.1    |
+| Phi         | Phi      | positional vectors phi_1..phi_N as columns              | (M, N)     | §C.2    |
+| V           | V        | value matrix, row = label b, column = state a           | (K, K)     | §C.3    |
+| W           | W        | merged key-query matrix, blocks W11, W12, W21, W22      | (K+M, K+M) | §C.3    |
+| a           | a        | W12 = a phi_N^T                                         | (K,)       | §C.5    |
+| c           | c        | W22 = (sum_i c_i phi_i) phi_N^T                         | (N,)       | §C.5    |
+| S           | S        | attention weights (softmax over all N positions)        | (n, N)     | §C.5    |
+| f           | f_theta  | model output                                            | (n, K)     | §C.3    |
+| eps, eta    | eps, eta | offset in the log loss; GD step size                    | float      | §C.4    |
+| acc, acc_rb | acc      | plain and Rao-Blackwellised accuracy                    | float      | §C.3    |
+| C_hat       | C_hat    | empirical joint frequency of (parent, label)            | (K, K)     | §C.7    |
 
 Time axis: the GD step t (integer); trajectories store ``step = t`` and ``time = eta t``
 (docs/models/token_selection.md §0).
@@ -642,7 +644,8 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
     x = pack_state(task, V, a, c)
     G, se, loss, se_loss = _gradient_and_se(task, sample, x)
     if not np.isfinite(loss):
-        raise ValueError("V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of docs/models/token_selection.md §C.4 is "
+        raise ValueError("V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of "
+                         "docs/models/token_selection.md §C.4 is "
                          "undefined there (every e_y^T f must exceed -eps)")
     GV, Ga, Gc = unpack_state(task, G)
     sV, sa, sc = unpack_state(task, se)
@@ -906,7 +909,8 @@ def full_gd(task: RandomWalkTask, sample: WalkSample, n_steps: int, *, V0=None, 
                                                trajectory=0, variable=name, step=t + 1, time=task.eta * (t + 1))
     steps = np.asarray(steps)
     run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
-                 "equation": "docs/models/token_selection.md §C.3-§C.4 (full-matrix GD), probes docs/models/token_selection.md §C.5.1",
+                 "equation": ("docs/models/token_selection.md §C.3-§C.4 (full-matrix GD), "
+                              "probes docs/models/token_selection.md §C.5.1"),
                  "config": {"n_train": sample.n, "normalize_tokens": normalize_tokens, "n_steps": n_steps}}
     run_attrs.update(attrs or {})
     return dynamics.Trajectory.from_arrays(np.asarray(saved)[None], names=state_names(task),
@@ -1112,7 +1116,8 @@ _SIZE = _V.Range(integer=True, ge=1)
 
 
 def _check_walks(name: str, value) -> None:
-    """walks (and test) of ``map``/``flow``: a sample size n >= 1, a WalkSample, or a non-empty sequence of WalkSample."""
+    """walks (and test) of ``map``/``flow``: a sample size n >= 1, a WalkSample, or a non-empty sequence of them."""
+
     if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
         _SIZE(name, value)
     elif not isinstance(value, WalkSample):

@@ -12,30 +12,32 @@ Conventions: POPULATION convention (class prior pi_n inside the vector fields, e
 
 Symbol table (code name | paper symbol | meaning | shape | where defined)
 -------------------------------------------------------------------------
-M          | M          | output (softmax) size                               | int          | docs/models/scan_snap.md §0.4, §4.1
-K          | K          | number of classes                                   | int          | docs/models/scan_snap.md §1.2
-Lc         | Lc         | number of contextual token types                    | int          | docs/models/scan_snap.md §0.4
-Q          | Q          | number of query tokens                              | int          | docs/models/scan_snap.md §0.4
-P          | P(l|n)     | contextual-token law of class n                     | (K, Lc)      | docs/models/scan_snap.md §1.2
-pi         | pi_n       | class prior                                         | (K,)         | docs/models/scan_snap.md §1.2
-psi        | psi(n)     | query index of class n                              | (K,) int     | docs/models/scan_snap.md §1.2
-tgt        | tgt(n)     | output index of class n's next token                | (K,) int     | docs/models/scan_snap.md §1.2
-Y          | Y          | decoder, contextual rows                            | (Lc, M)      | docs/models/scan_snap.md §1.4, §4.1
-Z          | Z, z_{ml}  | attention logits of query m on token l              | (Q, Lc)      | docs/models/scan_snap.md §1.4, §4.1
-eta_Y      | eta_Y      | decoder learning rate                               | float        | docs/models/scan_snap.md §1.6
-eta_Z      | eta_Z      | attention learning rate                             | float        | docs/models/scan_snap.md §1.6
-mu         | mu         | heavy-ball momentum                                 | float        | docs/models/scan_snap.md §4.3
+Sections (§) in the last column are those of docs/models/scan_snap.md.
+
+M          | M          | output (softmax) size                               | int          | §0.4, §4.1
+K          | K          | number of classes                                   | int          | §1.2
+Lc         | Lc         | number of contextual token types                    | int          | §0.4
+Q          | Q          | number of query tokens                              | int          | §0.4
+P          | P(l|n)     | contextual-token law of class n                     | (K, Lc)      | §1.2
+pi         | pi_n       | class prior                                         | (K,)         | §1.2
+psi        | psi(n)     | query index of class n                              | (K,) int     | §1.2
+tgt        | tgt(n)     | output index of class n's next token                | (K,) int     | §1.2
+Y          | Y          | decoder, contextual rows                            | (Lc, M)      | §1.4, §4.1
+Z          | Z, z_{ml}  | attention logits of query m on token l              | (Q, Lc)      | §1.4, §4.1
+eta_Y      | eta_Y      | decoder learning rate                               | float        | §1.6
+eta_Z      | eta_Z      | attention learning rate                             | float        | §1.6
+mu         | mu         | heavy-ball momentum                                 | float        | §4.3
 c          | c_{l|n}    | attention map of class n                            | (K, Lc)      | Eq. (5)
-f          | f_n        | c~_n / ||c~_n||                                     | (K, Lc)      | docs/models/scan_snap.md §2.1
-alpha_tgt  | alpha_{n,tgt(n)} | decoder confidence                            | (K,)         | docs/models/scan_snap.md §4.6
-gamma_hat  | gamma_hat_n| measured speed-control coefficient                  | (K,)         | docs/models/scan_snap.md §4.6
-H          | H_n        | distinct-token entropy                              | (K,)         | docs/models/scan_snap.md §4.6
+f          | f_n        | c~_n / ||c~_n||                                     | (K, Lc)      | §2.1
+alpha_tgt  | alpha_{n,tgt(n)} | decoder confidence                            | (K,)         | §4.6
+gamma_hat  | gamma_hat_n| measured speed-control coefficient                  | (K,)         | §4.6
+H          | H_n        | distinct-token entropy                              | (K,)         | §4.6
 h, h_star  | h, h*      | continuous / discrete decoder scalar                | float        | Lemmas 5-6
-gamma, Gamma | gamma, Gamma | speed-control coefficient, eta_Z x its integral | float        | docs/models/scan_snap.md §2.4
-t0p, t0, t0_omega1, t_peak, t_half | | decoder time scales                     | float        | docs/models/scan_snap.md §2.4
-chi, r     | chi_l, r_{l/l'|n} | growth factor, relative gain                 | float        | Theorem 3, docs/models/scan_snap.md §3.3
-B          | B_n        | drive integral (printed / paper / cons forms)       | float        | Theorem 4, docs/models/scan_snap.md §3.4
-C0_paper, C0_cons | C0  | Theorem 4 constants                                 | float        | docs/models/scan_snap.md §3.4
+gamma, Gamma | gamma, Gamma | speed-control coefficient, eta_Z x its integral | float        | §2.4
+t0p, t0, t0_omega1, t_peak, t_half | | decoder time scales                     | float        | §2.4
+chi, r     | chi_l, r_{l/l'|n} | growth factor, relative gain                 | float        | Theorem 3, §3.3
+B          | B_n        | drive integral (printed / paper / cons forms)       | float        | Theorem 4, §3.4
+C0_paper, C0_cons | C0  | Theorem 4 constants                                 | float        | §3.4
 
 Notes
 -----
@@ -179,7 +181,7 @@ class SequenceClasses:
         docs/models/scan_snap.md §4.1)."""
         return bool(np.allclose(self.pi, 1.0 / self.K, rtol=0, atol=1e-15))
 
-    def classes_of(self, l: int) -> np.ndarray:
+    def classes_of(self, l: int) -> np.ndarray:  # noqa: E741 (the paper's token index l)
         """Omega(l) = {n : P(l|n) > 0} (docs/models/scan_snap.md §1.2)."""
         return np.flatnonzero(self.P[:, l] > 0)
 
@@ -282,7 +284,8 @@ class ScanSnapTask:
 
 def _require_uniform(classes: SequenceClasses):
     if not classes.uniform_prior:
-        raise ValueError("pi must be uniform (pi_n = 1/K) for gamma, h(t/K) and the Theorem 1-4 forms (docs/models/scan_snap.md §4.1)")
+        raise ValueError("pi must be uniform (pi_n = 1/K) for gamma, h(t/K) and the Theorem 1-4 forms "
+                         "(docs/models/scan_snap.md §4.1)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -393,7 +396,9 @@ def _initial_state(classes: SequenceClasses, lay: _Layout, Y0, Z0):
     if lay.lumped:
         rest = np.setdiff1d(np.arange(M), classes.tgt)
         if rest.size and not np.all(Yb[:, :, rest] == Yb[:, :, rest[:1]]):
-            raise ValueError("lumped=True needs all non-target columns of Y0 equal (docs/models/scan_snap.md §4.2); pass lumped=False")
+            raise ValueError("lumped=True needs all non-target columns of Y0 equal (docs/models/scan_snap.md §4.2); "
+                             "pass lumped=False")
+
         cols = np.concatenate([classes.tgt, rest[:1]])
         Yc = Yb[:, :, cols]
     else:
@@ -941,7 +946,7 @@ def growth_factor(z, z0) -> np.ndarray:
 
 
 
-def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:
+def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:  # noqa: E741 (paper's l)
     """Relative gain r_{l/l'|n} = c~_{l|n}^2 / c~_{l'|n}^2 - 1 (docs/models/scan_snap.md §3.3, Theorem 3); Z (..., Q,
     Lc)."""
     lg = _attention_logits(classes, Z)

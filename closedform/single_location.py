@@ -8,31 +8,33 @@ of those five scalars (docs/models/single_location.md §6.4) whose cost does not
 
 Symbol table
 ------------
-================== ============== ================================================== ============ ===================================
+Sections (§) in the last column are those of docs/models/single_location.md.
+
+================== ============== ================================================== ============ =============
 code               paper symbol   meaning                                            shape        where defined
-================== ============== ================================================== ============ ===================================
-d, L               d, L           token dimension, tokens per sequence               int          docs/models/single_location.md §1
-gamma              gamma          std of the informative token around its mean       float        docs/models/single_location.md §1
-noise (eps)        eps            std of the output noise xi                         float        docs/models/single_location.md §1
-lam                lambda         inverse temperature of the erf predictor           float/array  docs/models/single_location.md §2.3
-lam_n              lambda_n       lambda used by update n                            float        docs/models/single_location.md §0.3
-alpha              alpha          PGD step size                                      float        docs/models/single_location.md §6.1
-k_star, v_star     k*, v*         oracle key / value directions (orthonormal)        (d,)         docs/models/single_location.md §1
-k, v               k, v           trained directions (unit)                          (d,)         docs/models/single_location.md §2.3
-kappa              kappa          k.k*                                               float        docs/models/single_location.md §4.1
-nu                 nu             v.v*                                               float        docs/models/single_location.md §4.1
-theta              theta          v.k*                                               float        docs/models/single_location.md §4.1
-eta                eta            k.v*                                               float        docs/models/single_location.md §4.1
-rho                rho            k.v                                                float        docs/models/single_location.md §4.1
-s                  s              sqrt(d/2)                                          float        docs/models/single_location.md §3
-g, q, r            g, q, r        lambda gamma, sqrt(1+2g^2), sqrt(1+4g^2)           float        docs/models/single_location.md §3
-c                  c              lambda s / q                                       float        docs/models/single_location.md §5.1
-risk               R_lambda       true mean squared error, eps^2 included            float        docs/models/single_location.md §4.2
-excess_risk        R - eps^2      "excess risk" of the paper's plots                 float        docs/models/single_location.md §0.1
-risk_M             R_M            R restricted to M                                  float        docs/models/single_location.md §5.1
-dist_M             dist_M         sqrt(theta^2 + eta^2 + rho^2)                      float        docs/models/single_location.md §5.1
-theta_S            theta_S        theta coordinate of the spurious point S           float        docs/models/single_location.md §7.4
-================== ============== ================================================== ============ ===================================
+================== ============== ================================================== ============ =============
+d, L               d, L           token dimension, tokens per sequence               int          §1
+gamma              gamma          std of the informative token around its mean       float        §1
+noise (eps)        eps            std of the output noise xi                         float        §1
+lam                lambda         inverse temperature of the erf predictor           float/array  §2.3
+lam_n              lambda_n       lambda used by update n                            float        §0.3
+alpha              alpha          PGD step size                                      float        §6.1
+k_star, v_star     k*, v*         oracle key / value directions (orthonormal)        (d,)         §1
+k, v               k, v           trained directions (unit)                          (d,)         §2.3
+kappa              kappa          k.k*                                               float        §4.1
+nu                 nu             v.v*                                               float        §4.1
+theta              theta          v.k*                                               float        §4.1
+eta                eta            k.v*                                               float        §4.1
+rho                rho            k.v                                                float        §4.1
+s                  s              sqrt(d/2)                                          float        §3
+g, q, r            g, q, r        lambda gamma, sqrt(1+2g^2), sqrt(1+4g^2)           float        §3
+c                  c              lambda s / q                                       float        §5.1
+risk               R_lambda       true mean squared error, eps^2 included            float        §4.2
+excess_risk        R - eps^2      "excess risk" of the paper's plots                 float        §0.1
+risk_M             R_M            R restricted to M                                  float        §5.1
+dist_M             dist_M         sqrt(theta^2 + eta^2 + rho^2)                      float        §5.1
+theta_S            theta_S        theta coordinate of the spurious point S           float        §7.4
+================== ============== ================================================== ============ =============
 
 Time (docs/models/single_location.md §0.3): the time axis of every trajectory here is the PGD step, time = step ("step
 n" is the state after n updates). The row saved at step n holds iterate n and lambda_n, and its ``risk`` is that of
@@ -243,7 +245,8 @@ def _check_state(kappa, nu, theta, eta, rho, where="state"):
             i = int(np.argmin(np.ravel(w)))
             vals = ", ".join(f"{n}={float(np.ravel(x)[i]):.6g}" for n, x in zip(_STATE_NAMES, (kappa, nu, theta, eta,
                                                                                                   rho)))
-            raise ValueError(f"{where}: the Gram matrix of (k, v, k*, v*) must be positive semidefinite (docs/models/single_location.md §4.1); "
+            raise ValueError(f"{where}: the Gram matrix of (k, v, k*, v*) must be positive semidefinite "
+                             f"(docs/models/single_location.md §4.1); "
                              f"smallest eigenvalue {float(np.ravel(w)[i]):.3g} at ({vals})")
 
 
@@ -989,10 +992,10 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
     A trajectory stops once it is within ``stop_tol`` (max norm over the five scalars) of an attracting fixed point of
     ``points`` (default ``fixed_points(task, lam, alpha)``), or once a block of ``chunk`` steps moves it by less than
     1e-13 (a frozen state, docs/models/single_location.md §7.1 caveat), or (``certify=True``) once it is on an invariant
-    edge that leads to a point attracting at ``alpha`` (the edge certificate of :func:`classify`), or after ``n_steps`` updates. It runs through
-    ``dynamics.iterate`` in blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping converged trajectories also
-    keeps them clear of the subnormal range (docs/models/single_location.md §0.3: converging components decay
-    geometrically).
+    edge that leads to a point attracting at ``alpha`` (the edge certificate of :func:`classify`), or after ``n_steps``
+    updates. It runs through ``dynamics.iterate`` in blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping
+    converged trajectories also keeps them clear of the subnormal range (docs/models/single_location.md §0.3:
+    converging components decay geometrically).
 
     Returns
     -------
@@ -1185,7 +1188,8 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
 
 def _need_d4(task):
     if task.d < 4:
-        raise ValueError(f"d must be >= 4 for the five-scalar map and initial laws (docs/models/single_location.md §6.4-§6.5); got d={task.d}")
+        raise ValueError(f"d must be >= 4 for the five-scalar map and initial laws "
+                         f"(docs/models/single_location.md §6.4-§6.5); got d={task.d}")
 
 
 def random_oracle_directions(task: SingleLocationTask, rng=None) -> tuple[np.ndarray, np.ndarray]:
@@ -1347,13 +1351,14 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
                 raise ValueError("d must be integers")
         ds = np.broadcast_to(d_arr, (n,)).astype(np.int64)
         if np.min(ds) < 4:
-            raise ValueError(f"d must be >= 4 for the five-scalar map (docs/models/single_location.md §6.4); got min {int(np.min(ds))}")
+            raise ValueError(f"d must be >= 4 for the five-scalar map (docs/models/single_location.md §6.4); "
+                             f"got min {int(np.min(ds))}")
     svals = np.sqrt(ds / 2.0)
     if per_lam:
         lam0 = np.broadcast_to(lam_arr[:, 0], (n,)).astype(np.float64)
         if not np.all(np.isfinite(lam0)) or np.min(lam0) <= 0:
             raise ValueError(f"lam must be finite and > 0; got min {float(np.min(lam0))!r}")
-        rows = [_map_params(task, a, np.array([l]), s) for a, l, s in zip(alphas, lam0, svals)]
+        rows = [_map_params(task, a, np.array([lam_i]), s) for a, lam_i, s in zip(alphas, lam0, svals)]
         return np.array(rows), lam0, None, n, ("per-trajectory", alphas, ds)
     lams, lam_desc = _lam_sequence(lam, n_steps)
     if n == 1 or (alpha_arr.ndim == 0 and d_arr is None):
@@ -1444,7 +1449,9 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     if manifold:
         if st.shape[1] == 5:
             if np.any(st[:, 2:] != 0):
-                raise ValueError("state0 with manifold=True must have theta = eta = rho = 0 (a point of M, docs/models/single_location.md §5.1)")
+                raise ValueError("state0 with manifold=True must have theta = eta = rho = 0 "
+                                 "(a point of M, docs/models/single_location.md §5.1)")
+
             st = st[:, :2]
         if st.shape[1] != 2:
             raise ValueError(f"state0 with manifold=True must have 2 (kappa, nu) or 5 columns; got shape {st.shape}")

@@ -5,20 +5,22 @@ called with scalar arguments from inside other ``@njit`` kernels (numba lowers t
 
 Symbol table
 ------------
-======== ================ =============================================================== ========= =======================================
+Sections (§) in the last column are those of docs/models/single_location.md.
+
+======== ================ =============================================================== ========= =============
 code     paper symbol     meaning                                                         shape     where defined
-======== ================ =============================================================== ========= =======================================
-t        t                argument of the informative-token erf, lambda sqrt(d/2) kappa   scalar    docs/models/single_location.md §3, §3.2
-g        g                lambda * gamma (std of the Gaussian smoothing)                  scalar    docs/models/single_location.md §3
-q        q                sqrt(1 + 2 g^2)                                                 scalar    docs/models/single_location.md §3
-r        r                sqrt(1 + 4 g^2)                                                 scalar    docs/models/single_location.md §3
-zeta     zeta(t, g)       E[erf(t + g Z)^2], Z standard normal                            ufunc     docs/models/single_location.md §3.2
-zeta_t   d zeta / dt      first t-derivative                                              ufunc     docs/models/single_location.md §3.2
-zeta_tt  d2 zeta / dt2    second t-derivative                                             ufunc     docs/models/single_location.md §3.2
-zeta_ttt d3 zeta / dt3    third t-derivative                                              ufunc     docs/models/single_location.md §3.2
-owens_t  T(h, a)          Owen's T function (1/2pi) int_0^a exp(-h^2(1+x^2)/2)/(1+x^2) dx ufunc     docs/models/single_location.md §3.2
-phi      phi_j(t, g)      E[erf^(j)(t + g Z)] = erf^(j)(t/q) / q^j, j = 0..3              ufunc     docs/models/single_location.md §3.1
-======== ================ =============================================================== ========= =======================================
+======== ================ =============================================================== ========= =============
+t        t                argument of the informative-token erf, lambda sqrt(d/2) kappa   scalar    §3, §3.2
+g        g                lambda * gamma (std of the Gaussian smoothing)                  scalar    §3
+q        q                sqrt(1 + 2 g^2)                                                 scalar    §3
+r        r                sqrt(1 + 4 g^2)                                                 scalar    §3
+zeta     zeta(t, g)       E[erf(t + g Z)^2], Z standard normal                            ufunc     §3.2
+zeta_t   d zeta / dt      first t-derivative                                              ufunc     §3.2
+zeta_tt  d2 zeta / dt2    second t-derivative                                             ufunc     §3.2
+zeta_ttt d3 zeta / dt3    third t-derivative                                              ufunc     §3.2
+owens_t  T(h, a)          Owen's T function (1/2pi) int_0^a exp(-h^2(1+x^2)/2)/(1+x^2) dx ufunc     §3.2
+phi      phi_j(t, g)      E[erf^(j)(t + g Z)] = erf^(j)(t/q) / q^j, j = 0..3              ufunc     §3.1
+======== ================ =============================================================== ========= =============
 
 Numerics (docs/models/single_location.md §3.2, §11): zeta uses the cancellation-free Gauss–Legendre form
 ``zeta = erf(t/q)^2 + (4/pi) int_{1/r}^1 exp(-h^2 (1+x^2)/2)/(1+x^2) dx`` with ``h = sqrt2 t/q`` and the interval
@@ -264,7 +266,9 @@ def _erf_derivative_ufunc(x, j):
 
 # ----------------------------------------------------------------------------------------------------------------
 # public entry points: the arguments are checked (finite reals, +-inf only for zeta's t and owens_t's h, j in 0..3),
-# then the ufunc runs. Inside numba kernels the same names lower to the ufuncs (``numba.extending.overload``), with no checks in compiled code.
+# then the ufunc runs. Inside numba kernels the same names lower to the ufuncs (``numba.extending.overload``), with no
+# checks in compiled code.
+
 
 _REAL = Range(array=True)
 _LIMIT = Range(array=True, finite=False)  # +-inf valid here (limits zeta(inf, g) = 1, T(inf, a) = 0); NaN not

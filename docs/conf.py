@@ -47,8 +47,8 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "abort_on_example_error": True,
     "within_subsection_order": "FileNameSortKey",
-    "capture_repr": (),
-    "write_computation_times": False,  # that page loads jQuery and DataTables from CDNs  # an example's last expression (e.g. the Text objects that ax.set returns) is not printed
+    "capture_repr": (),  # an example's last expression (e.g. the Text objects that ax.set returns) is not printed
+    "write_computation_times": False,  # that page loads jQuery and DataTables from CDNs
 }
 
 # The same short names (d, L, M, eta, ...) are attributes of several models' task classes; a bare name in a
@@ -60,8 +60,8 @@ html_title = "attndyn"
 html_static_path = ["_static"]
 html_css_files = ["attndyn.css"]  # tables fit the content column; long code lines wrap instead of scrolling
 
-# -- math without a network: MathJax 3 (its full SVG build: glyphs and TeX extensions built in) is copied from the installed
-# sphinx-mathjax-offline package (the docs extra) into the site, so no page loads a remote script ----------------
+# -- math without a network: MathJax 3 (its full SVG build: glyphs and TeX extensions built in) is copied from the
+# installed sphinx-mathjax-offline package (the docs extra) into the site, so no page loads a remote script -------
 _MATHJAX_FILE = "tex-svg-full.js"  # every TeX extension built in: nothing is fetched on demand
 
 
@@ -224,7 +224,8 @@ def _plain_text_to_rest(app, what, name, obj, options, lines):
 
     * Markdown tables (runs of ``| a | b |`` lines) become literal blocks, shown as written.
     * ``|x|`` (an absolute value or a norm) would be read as a substitution reference: the bars become the
-      one-character sign U+2758 (light vertical bar, of single width), so simple-table columns and title underlines keep their widths.
+      one-character sign U+2758 (light vertical bar, of single width), so simple-table columns and title underlines
+      keep their widths.
     """
     out, i, literal_indent, in_table = [], 0, None, False
     while i < len(lines):
@@ -299,8 +300,9 @@ def _collect_search_text(app, doctree, docname):
         _SEARCH_TEXT[docname] = f'<div role="main">{_section_html(doctree)}</div>'
 
 
-_OFFLINE_SEARCH_JS = """// Answers the search page's requests for page text from _static/search_text.js when the site is read from disk
-// (file://), where a browser refuses to fetch other files; over http the pages are fetched as usual.
+_OFFLINE_SEARCH_JS = """// Answers the search page's requests for page text from _static/search_text.js when the site is
+// read from disk (file://), where a browser refuses to fetch other files; over http the pages are fetched as usual.
+
 (function () {
   const fetchPage = window.fetch.bind(window);
   window.fetch = function (url, options) {

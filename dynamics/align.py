@@ -17,10 +17,10 @@ The map, per seed ``i``:
 3. the learned run's variables are interpolated linearly in the mapped time onto the theory grid points that the
    seed's mapped points span; grid points outside that span are out of range (``in_range`` False, values NaN).
 
-The fitted *time scale* of a seed is theory time per unit of learned time (1 when the two clocks agree), read
-where the map is best conditioned: the ratio of the times at which the theory and the seed first reach the
-midpoint of the theory curve's range (near a plateau a small change in value means a large change in time). A variable used for the
-alignment matches by construction up to interpolation; :func:`dynamics.compare` labels its rows so.
+The fitted *time scale* of a seed is theory time per unit of learned time (1 when the two clocks agree), read where the
+map is best conditioned: the ratio of the times at which the theory and the seed first reach the midpoint of the theory
+curve's range (near a plateau a small change in value means a large change in time). A variable used for the alignment
+matches by construction up to interpolation; :func:`dynamics.compare` labels its rows so.
 """
 
 from __future__ import annotations

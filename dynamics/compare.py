@@ -103,7 +103,9 @@ RULE = ("holds iff the two-sided Student-t confidence interval of the gap (mean 
 
 
 def t_quantile(level: float, df) -> np.ndarray:
-    """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (``df`` may be an array; inf = normal)."""
+    """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (array ``df`` allowed; inf = normal)."""
+
+
     level = check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     return stdtrit(np.asarray(df, dtype=np.float64), 1.0 - level / 2.0)
 

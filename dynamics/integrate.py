@@ -319,13 +319,13 @@ def _observable_array(names, n_traj: int, n_save: int) -> np.ndarray:
     return np.empty((n_traj, n_save, len(names)) if names else (n_traj, 0, 0))
 
 
-def _observables(O, names, n: int) -> dict:
-    return {name: O[:, :n, q] for q, name in enumerate(names)}
+def _observables(obs_arr, names, n: int) -> dict:
+    return {name: obs_arr[:, :n, q] for q, name in enumerate(names)}
 
 
-def _kept_observables(O, names, keep) -> dict:
+def _kept_observables(obs_arr, names, keep) -> dict:
     """The observables of the saves selected by the boolean mask ``keep``."""
-    return {name: O[:, keep, q] for q, name in enumerate(names)}
+    return {name: obs_arr[:, keep, q] for q, name in enumerate(names)}
 
 
 def _check_saveat(saveat) -> SaveAt:
@@ -588,15 +588,15 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
                             "observe_names")
     kernel = _kernels.get_kernel("map", step, n_state=n_state, observe=observe, fused=step_observe, args_spec=spec)
     Y = np.empty((n_traj, save_steps.size, n_state))
-    O = _observable_array(obs_names, n_traj, save_steps.size)
+    obs_arr = _observable_array(obs_names, n_traj, save_steps.size)
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
     stop_at = np.full(n_traj, -1, dtype=np.int64)
     last = np.full(n_traj, np.nan)
     work = np.empty((4, n_state))
-    work_obs = np.empty((2, O.shape[2]))
+    work_obs = np.empty((2, obs_arr.shape[2]))
     partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs,
-                               _observables(O, obs_names, save_steps.size))
+                               _observables(obs_arr, obs_names, save_steps.size))
     # the step-norm samples of step_norm_trend, taken by the kernel: block b of steps [TL[b], TH[b]]
     blocks = tail_blocks(0, n_steps) if trend else []
     TL = np.array([blk[0] for blk in blocks], dtype=np.int64)
@@ -609,7 +609,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
 
     def advance(a, b):
         j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
-        kernel(X, P, a, b, save_steps, j_start, Y, O, active, status, bound, tol, stop_at, bool(flush_subnormals),
+        kernel(X, P, a, b, save_steps, j_start, Y, obs_arr, active, status, bound, tol, stop_at, bool(flush_subnormals),
                last, work, work_obs, TL, TH, TC, S, XM, kmid, A)
         reached[0] = b
 
@@ -630,7 +630,7 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map", [S[:, b] for b in sampled],
                                  TH[sampled].tolist(), _displacement(XM if 0 <= kmid <= k_reached else None, X)))
     return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs,
-                   _observables(O, obs_names, n_saved), per_traj=per_traj)
+                   _observables(obs_arr, obs_names, n_saved), per_traj=per_traj)
 
 
 def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None = None, names=None, derived=None,
@@ -716,7 +716,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     observe, obs_names = observe
     kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state, observe=observe, args_spec=spec)
     Y = np.empty((n_traj, save_times.size, n_state))
-    O = _observable_array(obs_names, n_traj, save_times.size)
+    obs_arr = _observable_array(obs_names, n_traj, save_times.size)
     steps = save_k + (save_h > 0)
     active = np.ones(n_traj, dtype=np.bool_)
     status = np.zeros((n_traj, 4), dtype=np.int64)
@@ -726,7 +726,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     yt = np.empty(n_state)
     buf = np.empty(n_state)
     partial = _partial_builder(Y, names, save_times, steps, P, n_traj, derived, attrs,
-                               _observables(O, obs_names, save_times.size))
+                               _observables(obs_arr, obs_names, save_times.size))
     blocks = tail_blocks(0, k_last, 1) if diag[2] else []
     points = np.concatenate(blocks) if blocks else np.empty(0, np.int64)  # grid steps of the |f| samples
     tail = set(points.tolist())
@@ -734,7 +734,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
 
     def advance(a, b):
         j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
-        kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, flush, last,
+        kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, obs_arr, active, status, bound, tol, stop_at, flush, last,
                K, yt, buf, A)
 
     def after(a, b):  # |f| at the tail points of step_norm_trend, and the state at the first of them
@@ -756,7 +756,7 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     per_traj.update(_diagnostics(last, *diag[:2], "flow", [recorded[k] for k in got], np.asarray(got) * dt,
                                  _displacement(x_mid, X)))
     return _finish(Y[:, :n_saved], names, save_times[:n_saved], steps[:n_saved], P, n_traj, derived, attrs,
-                   _observables(O, obs_names, n_saved), per_traj=per_traj)
+                   _observables(obs_arr, obs_names, n_saved), per_traj=per_traj)
 
 
 def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
@@ -798,13 +798,13 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     n_save = save_times.size
     Y = np.empty((n_traj, n_save, n_state))
     NS = np.zeros((n_traj, n_save), dtype=np.int64)
-    O = _observable_array(obs_names, n_traj, n_save)
+    obs_arr = _observable_array(obs_names, n_traj, n_save)
     index = np.arange(user_times.size)
 
     def partial(n):  # the user's saves among the first n written
         keep = user & (np.arange(n_save) < n)
         return _partial_builder(Y[:, keep], names, save_times[keep], index[:int(keep.sum())], P, n_traj, derived,
-                                attrs, {"n_rhs_steps": NS[:, keep], **_kept_observables(O, obs_names, keep)})(
+                                attrs, {"n_rhs_steps": NS[:, keep], **_kept_observables(obs_arr, obs_names, keep)})(
                                     int(keep.sum()))
     if stop is not None:
         bounds = list(range(n_save + 1))
@@ -817,7 +817,7 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
 
     def advance(ja, jb):
         kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
-               float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush, Y, O,
+               float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush, Y, obs_arr,
                work[0], work[1], work[2], work[3], A)
 
     def after(ja, jb):  # |f| just past each tail point of step_norm_trend (a probe save)
@@ -839,7 +839,7 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     n_saved = n_save if stopped is None else stopped
     keep = user & (np.arange(n_save) < n_saved)
     n_keep = int(keep.sum())
-    extra = {"n_rhs_steps": NS[:, keep], **_kept_observables(O, obs_names, keep)}
+    extra = {"n_rhs_steps": NS[:, keep], **_kept_observables(obs_arr, obs_names, keep)}
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     # F0 holds f(T, y) at each trajectory's current state (set after every accepted step): no extra evaluation
     first = int(np.searchsorted(save_times, sample_t[0])) if sample_t else None

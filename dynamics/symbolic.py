@@ -37,7 +37,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import sympy
-from numba.core.registry import CPUDispatcher
 from sympy.printing.pycode import PythonCodePrinter
 
 from dynamics import _kernels

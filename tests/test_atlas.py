@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy.special import erf
 
 from closedform import single_location as sl
 from dynamics import SaveAt

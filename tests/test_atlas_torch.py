@@ -62,8 +62,8 @@ def _true_single_head_optimum(n_prompts=100_000):
     [0.35, 0.7]. Returns (omega_opt, mu_opt, omega grid, mu_opt on the grid)."""
     om = np.linspace(0.35, 0.70, 15)
     mus = np.array([0.5, 1.5, 2.5])
-    O, M = np.meshgrid(om, mus, indexing="ij")
-    mean, _ = icl.true_loss_mc(TASK, O[..., None], M[..., None], n_prompts, rng=3)
+    OM, MU = np.meshgrid(om, mus, indexing="ij")
+    mean, _ = icl.true_loss_mc(TASK, OM[..., None], MU[..., None], n_prompts, rng=3)
     coef = np.array([np.polyfit(mus, mean[i], 2) for i in range(om.size)])
     mu_opt = -coef[:, 1] / (2 * coef[:, 0])
     r_opt = coef[:, 2] - coef[:, 1] ** 2 / (4 * coef[:, 0])

@@ -48,15 +48,21 @@ KNOWN_GAPS: dict[str, tuple[str, str, str]] = {
 #: Public callables the example table cannot call validly yet (swept by nobody): {qualname: reason}.
 NO_EXAMPLE: dict[str, str] = {
     'empirical.models.icl_regression.align_to_flow':
-        'TypeError: cannot directly convert an xarray.Dataset into a numpy array. Instead, create an xarray.D',
+        ('TypeError: cannot directly convert an xarray.Dataset into a numpy array. '
+         'Instead, create an xarray.D'),
     'empirical.models.icl_regression.circuit_arrays':
-        'KeyError: "No variable named \'KQ_0_0_0\'. Variables on the dataset include [\'omega_0\', \'omega_1\', \'mu',
+        ('KeyError: "No variable named \'KQ_0_0_0\'. '
+         'Variables on the dataset include [\'omega_0\', \'omega_1\', \'mu'),
     'empirical.models.scan_snap.TextTransformer':
-        'KeyError: "no example value for parameter \'train_chunks\' of empirical.models.scan_snap.TextTransform',
+        ('KeyError: "no example value for parameter \'train_chunks\' of '
+         'empirical.models.scan_snap.TextTransform'),
     'empirical.models.scan_snap.yz_logits':
-        'KeyError: "no example value for parameter \'counts\' of empirical.models.scan_snap.yz_logits"',
+        ('KeyError: "no example value for parameter \'counts\' of '
+         'empirical.models.scan_snap.yz_logits"'),
     'figures.registry.GapRow':
-        "TypeError: GapRow._derive() missing 4 required keyword-only arguments: 'theory', 'mean', 'se', and '",
+        ("TypeError: GapRow._derive() missing 4 required keyword-only arguments: "
+         "'theory', 'mean', 'se', and '"),
+
     'figures.registry.register':
         'KeyError: "no example value for parameter \'model\' of figures.registry.register"',
     'figures.registry.render':

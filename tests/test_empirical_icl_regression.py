@@ -367,11 +367,11 @@ def test_draw_gives_each_seed_its_own_prompts_bit_for_bit_and_the_spec_1_law():
 
 @pytest.mark.parametrize("H", [1, 2, 3])
 def test_compiled_softmax_loss_and_gradient_equal_torch_autograd(H):
-    """``softmax_mse`` (the compiled loss used on CPU) and its hand-derived gradient equal torch autograd of the
-    einsum predictor (spec (2.3)) for every weight, per seed, to 1e-12 relative (float64 rounding of sums over 256 x 40
-    tokens, ~1e-15 observed); central differences in two KQ entries agree to 1e-7 (their h^2 truncation and 1e-16/h
-    rounding at h = 1e-5). The softmax    chain rule written out in torch agrees to 1e-12 and its mutant without the centring term of the softmax Jacobian
-    (diag(p) - p p^T with p p^T forgotten) is rejected by the same rule."""
+    """``softmax_mse`` (the compiled loss used on CPU) and its hand-derived gradient equal torch autograd of the einsum
+    predictor (spec (2.3)) for every weight, per seed, to 1e-12 relative (float64 rounding of sums over 256 x 40 tokens,
+    ~1e-15 observed); central differences in two KQ entries agree to 1e-7 (their h^2 truncation and 1e-16/h rounding at
+    h = 1e-5). The softmax chain rule written out in torch agrees to 1e-12 and its mutant without the centring term of
+    the softmax Jacobian (diag(p) - p p^T with p p^T forgotten) is rejected by the same rule."""
     from empirical.seeding import BlockRNG, stream_keys
 
     model = m.ICLAttention(TASK, H)

@@ -1,12 +1,15 @@
-"""Tests of the torch side of Scan and Snap (empirical/models/scan_snap.py, empirical/text_corpus.py; spec scan_snap.md).
+"""Tests of the torch side of Scan and Snap.
+
+Modules tested: empirical/models/scan_snap.py and empirical/text_corpus.py; spec scan_snap.md.
 
 Independent computations used:
 * the finite-T expected loss by exact enumeration of the token counts (multinomial pmf x loss of the counts, numpy),
   against the torch batch loss within 5 SE, with negative controls (no l2 normalisation; the T = infinity value);
 * Lemma 1 (closedform.scan_snap.lemma1_gradient, the closed form's finite-T formula) against torch autograd;
 * the full (U, W_Q, W_K, W_V) model against the Y/Z model at Y = U W_V^T U^T, Z = U W_Q W_K^T U^T / sqrt(d) (Sec. 1.4);
-* the discrete population map (closedform.scan_snap.map, spec Sec. 4.3) against seeded SGD runs: exact at
-  step 0-1 from zero init, predicted signs (Theorem 2), entropy falling, and a gap that shrinks like 1/T (Sec. 4.7, 6.8).
+* the discrete population map (closedform.scan_snap.map, spec Sec. 4.3) against seeded SGD runs: exact at step 0-1
+  from zero init, predicted signs (Theorem 2), entropy falling, and a gap that shrinks like 1/T (Sec. 4.7, 6.8).
+
 """
 
 from __future__ import annotations

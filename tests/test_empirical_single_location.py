@@ -163,7 +163,8 @@ def test_softmax_torch_risk_matches_spec_reference_within_5se(case):
 
 
 def test_softmax_negative_control_wrong_temperature():
-    """At lambda = 0.5 (spec Sec. 10.4, second setting) the softmax risk with lambda dropped (lambda = 1) is rejected."""
+    """At lambda = 0.5 (spec Sec. 10.4, second setting) the softmax risk with lambda dropped (= 1) is rejected."""
+
     d, L, gamma, eps, _lam, state, ref, ref_se, n = SOFTMAX_REF["P5-like"]
     task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=eps)
     model, k, v = _model_at_state(task, state, rng=5, predictor="softmax")

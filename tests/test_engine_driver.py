@@ -51,9 +51,9 @@ def test_no_progress_bar_without_progress(monkeypatch):
     from numba import njit  # noqa: F401  (the engine needs numba anyway)
 
     import dynamics
-    I = sys.modules["dynamics.integrate"]
+    integ = sys.modules["dynamics.integrate"]
 
-    assert isinstance(I._bar(False, 10, "x", "step"), I._NoBar)
+    assert isinstance(integ._bar(False, 10, "x", "step"), integ._NoBar)
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # importing tqdm would now fail
     tests_step = _step()
     tr = dynamics.iterate(tests_step, [0.5], 3, params=[0.5], saveat=dynamics.SaveAt(final=True))
@@ -107,18 +107,18 @@ def _brute_samples(x0, P, n_steps, tol):
 @pytest.mark.parametrize("n_traj", [1, 4, 5])
 def test_in_loop_step_norm_samples_equal_brute_force(monkeypatch, tol, n_traj):
     import dynamics
-    I = sys.modules["dynamics.integrate"]
+    integ = sys.modules["dynamics.integrate"]
     rng = np.random.default_rng(n_traj)
     x0 = rng.uniform(-0.1, 0.1, size=(n_traj, 2))
     P = np.column_stack([np.where(np.arange(n_traj) % 2, 1.4, 0.2), np.full(n_traj, 0.3)])  # chaotic / converging
     captured = {}
-    real = I._diagnostics
+    real = integ._diagnostics
 
     def spy(norm, tol_, warn, kind, samples=(), points=None, displacement=None):
         captured.update(samples=samples, points=points, displacement=displacement)
         return real(norm, tol_, warn, kind, samples, points, displacement)
 
-    monkeypatch.setattr(I, "_diagnostics", spy)
+    monkeypatch.setattr(integ, "_diagnostics", spy)
     n_steps = 700  # > PAIR_BLOCK, so pair blocks, save cuts and tail cuts all occur
     tr = dynamics.iterate(henon, x0, n_steps, params=P, saveat=dynamics.SaveAt(n=7), converged=tol)
     samples, points, x_mid = _brute_samples(x0, P, n_steps, -1.0 if tol is None else tol)
@@ -135,19 +135,22 @@ def test_in_loop_samples_with_a_python_stop_condition(monkeypatch):
     # a stop condition at the save points cuts the loop there; every trajectory stops at step 400, so the blocks
     # after it are not sampled and the block around it only up to step 400 (as if the run had ended there)
     import dynamics
-    I = sys.modules["dynamics.integrate"]
+    integ = sys.modules["dynamics.integrate"]
     x0 = np.array([[0.05, 0.0], [0.01, 0.02], [-0.03, 0.01]])
     P = np.array([[1.4, 0.3], [0.2, 0.3], [1.4, 0.3]])
     captured = {}
-    real = I._diagnostics
+    real = integ._diagnostics
 
     def spy(norm, tol_, warn, kind, samples=(), points=None, displacement=None):
         captured.update(samples=samples, points=points)
         return real(norm, tol_, warn, kind, samples, points, displacement)
 
-    monkeypatch.setattr(I, "_diagnostics", spy)
+    monkeypatch.setattr(integ, "_diagnostics", spy)
     full = dynamics.iterate(henon, x0, 400, params=P, saveat=dynamics.SaveAt(steps=[0, 250, 400]))
-    stop = lambda k, X, P_: np.full(X.shape[0], k >= 400)
+    def stop(k, X, P_):
+        return np.full(X.shape[0], k >= 400)
+
+
     tr = dynamics.iterate(henon, x0, 700, params=P, saveat=dynamics.SaveAt(steps=[0, 250, 400, 430, 700]), stop=stop)
     assert tr.step.values[-1] == 400
     np.testing.assert_array_equal(tr.states(), full.states())

@@ -103,7 +103,10 @@ def test_observables_in_flows_see_the_saved_state_and_time(solver):
 
 
 def test_bad_observe_arguments_are_named():
-    run = lambda **kw: dynamics.iterate(lin_step, X0, 5, params=[A, B], **kw)
+    def run(**kw):
+        return dynamics.iterate(lin_step, X0, 5, params=[A, B], **kw)
+
+
     with pytest.raises(TypeError, match="observe must be a numba @njit function"):
         run(observe=plain_obs, observe_names=["a"])
     with pytest.raises(ValueError, match=r"observe_names has 2 entries .* writes 3 values"):

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from dynamics import _kernels

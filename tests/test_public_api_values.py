@@ -135,7 +135,7 @@ def test_attention_maps_unit_attention_and_distinct_entropy_by_hand():
     Z = np.array([[0.3, -1.0, 0.5, 2.0, 0.0, -0.4]])
     c = np.zeros((2, 6))
     for n in range(2):
-        weights = [P[n, l] * math.exp(Z[0, l]) for l in range(6)]
+        weights = [P[n, ell] * math.exp(Z[0, ell]) for ell in range(6)]
         c[n] = np.array(weights) / sum(weights)
     np.testing.assert_allclose(ss.attention_maps(classes, Z), c, rtol=1e-14, atol=1e-300)
     np.testing.assert_allclose(ss.unit_attention(classes, Z), c / np.sqrt((c ** 2).sum(1, keepdims=True)),

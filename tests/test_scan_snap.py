@@ -375,12 +375,12 @@ def test_reference_p6_composite_syn_small():
     z = tr["z"].sel(query_token=0).values[0]  # (time, Lc)
     Z = np.zeros((3, 2, 30))
     Z[:, 0] = z
-    for l in range(10, 19):
-        r = ss.relative_gain(task.classes, Z, 0, l, 19)
-        chi = ss.growth_factor(z[:, l], z[0, l])
+    for ell in range(10, 19):
+        r = ss.relative_gain(task.classes, Z, 0, ell, 19)
+        chi = ss.growth_factor(z[:, ell], z[0, ell])
         np.testing.assert_allclose(r, r[0] * chi, rtol=1e-9, atol=0)  # Dopri5 rtol 1e-10 on z
         # negative control: the growth factor without the factor 2 is rejected
-        assert np.max(np.abs(r - r[0] * np.exp(z[:, l] - z[0, l])) / np.abs(r)) > 1e-6
+        assert np.max(np.abs(r - r[0] * np.exp(z[:, ell] - z[0, ell])) / np.abs(r)) > 1e-6
     pred = ss.theorem3_dz(task.classes, 0, z[:, 19] - z[0, 19])
     np.testing.assert_allclose(pred[:, 10:20], z[:, 10:20] - z[0, 10:20], rtol=0, atol=1e-9)
 

@@ -23,22 +23,22 @@ def _dense_ascent(y, classes, lay):
     for n in range(classes.K):
         pin, m, tc = float(classes.pi[n]), int(classes.psi[n]), int(lay.tcol[n])
         zoff = nY + m * Lc
-        logs = [math.log(P[n, l]) if P[n, l] > 0 else 0.0 for l in range(Lc)]
+        logs = [math.log(P[n, ell]) if P[n, ell] > 0 else 0.0 for ell in range(Lc)]
         mx = -math.inf
-        for l in range(Lc):
-            if P[n, l] > 0 and logs[l] + y[zoff + l] > mx:
-                mx = logs[l] + y[zoff + l]
+        for ell in range(Lc):
+            if P[n, ell] > 0 and logs[ell] + y[zoff + ell] > mx:
+                mx = logs[ell] + y[zoff + ell]
         f, s2 = [], 0.0
-        for l in range(Lc):
-            c = math.exp(logs[l] + y[zoff + l] - mx) if P[n, l] > 0 else 0.0
+        for ell in range(Lc):
+            c = math.exp(logs[ell] + y[zoff + ell] - mx) if P[n, ell] > 0 else 0.0
             f.append(c)
             s2 += c * c
         f = [c / math.sqrt(s2) for c in f]
         a = [0.0] * ncol
-        for l in range(Lc):
-            if f[l] != 0.0:
+        for ell in range(Lc):
+            if f[ell] != 0.0:
                 for j in range(ncol):
-                    a[j] += y[l * ncol + j] * f[l]
+                    a[j] += y[ell * ncol + j] * f[ell]
         amax = max(a)
         nrm = 0.0
         for j in range(ncol):
@@ -47,17 +47,17 @@ def _dense_ascent(y, classes, lay):
         a = [-v / nrm for v in a]
         a[tc] += 1.0
         fg = 0.0
-        for l in range(Lc):
-            if f[l] != 0.0:
+        for ell in range(Lc):
+            if f[ell] != 0.0:
                 gl = 0.0
                 for j in range(ncol):
-                    out[l * ncol + j] += pin * f[l] * a[j]
-                    gl += lay.mult[j] * a[j] * y[l * ncol + j]
-                out[zoff + l] += pin * f[l] * gl
-                fg += f[l] * gl
-        for l in range(Lc):
-            if f[l] != 0.0:
-                out[zoff + l] -= pin * f[l] * f[l] * fg
+                    out[ell * ncol + j] += pin * f[ell] * a[j]
+                    gl += lay.mult[j] * a[j] * y[ell * ncol + j]
+                out[zoff + ell] += pin * f[ell] * gl
+                fg += f[ell] * gl
+        for ell in range(Lc):
+            if f[ell] != 0.0:
+                out[zoff + ell] -= pin * f[ell] * f[ell] * fg
     return np.array(out)
 
 

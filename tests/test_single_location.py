@@ -503,7 +503,9 @@ def test_exactly_five_fixed_points_on_manifold(lam):
     for fp in fps:
         if fp.stability == "saddle":
             h = 1e-3
-            f = lambda a, b: sl.manifold_risk(task, lam, a, b)
+            def f(a, b):
+                return sl.manifold_risk(task, lam, a, b)
+
             hkk = (f(h, 0) - 2 * f(0, 0) + f(-h, 0)) / h ** 2
             hkn = (f(h, h) - f(h, -h) - f(-h, h) + f(-h, -h)) / (4 * h * h)
             assert hkk * 0 - hkn ** 2 < 0 and abs(hkn) > 1e-3  # R_M is linear in nu: h_nn = 0
@@ -567,7 +569,9 @@ def test_sphere_initial_law_matches_explicit_vectors():
     k /= np.linalg.norm(k, axis=1, keepdims=True)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     slow = np.stack([k[:, 0], v[:, 1], v[:, 0], k[:, 1], np.sum(k * v, axis=1)], axis=1)
-    stats = lambda s: [s[:, 0], s[:, 4], s[:, 4] - s[:, 0] * s[:, 2] - s[:, 3] * s[:, 1], s[:, 0] * s[:, 2]]
+    def stats(s):
+        return [s[:, 0], s[:, 4], s[:, 4] - s[:, 0] * s[:, 2] - s[:, 3] * s[:, 1], s[:, 0] * s[:, 2]]
+
     for a, b in zip(stats(fast), stats(slow)):
         # p > 1e-4: a false alarm has probability 1e-4 per statistic (fixed seeds make it deterministic)
         assert scipy.stats.ks_2samp(a, b).pvalue > 1e-4
@@ -582,7 +586,10 @@ def test_manifold_initial_law():
     task = sl.SingleLocationTask(d=d, L=3)
     st = sl.sample_initial_state(task, n, 9, on="manifold")
     assert np.all(st[:, 2:] == 0)
-    beta = lambda m: scipy.stats.beta((m - 1) / 2, (m - 1) / 2)  # coordinate law on S^{m-1}
+    def beta(m):  # coordinate law on S^{m-1}
+        return scipy.stats.beta((m - 1) / 2, (m - 1) / 2)
+
+
     assert scipy.stats.kstest((st[:, 0] + 1) / 2, beta(d - 1).cdf).pvalue > 1e-4
     assert scipy.stats.kstest((st[:, 1] + 1) / 2, beta(d - 2).cdf).pvalue > 1e-4
     assert scipy.stats.kstest((st[:, 1] + 1) / 2, beta(d).cdf).pvalue < 1e-6  # wrong law rejected

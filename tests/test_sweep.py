@@ -118,7 +118,9 @@ def test_sweep_result_carries_provenance_like_a_trajectory():
     assert ds.attrs["n_configurations"] == 3 and ds.attrs["executor"] == "this process"
     # the attributes survive a netCDF round trip (no nested containers or booleans)
     from dynamics import save_dataset
-    import tempfile, pathlib, xarray as xr
+    import tempfile
+    import pathlib
+    import xarray as xr
 
     with tempfile.TemporaryDirectory() as tmp:
         path = save_dataset(ds, pathlib.Path(tmp) / "s.nc")

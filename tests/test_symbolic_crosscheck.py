@@ -230,9 +230,9 @@ def _scan_snap_case(seed):
     etaY, etaZ = sp.symbols("eta_Y eta_Z", real=True)
     J = 0
     for n in range(K):
-        c = [sp.Float(P[n, l]) * sp.exp(Z[psi[n], l]) for l in range(Lc)]
+        c = [sp.Float(P[n, ell]) * sp.exp(Z[psi[n], ell]) for ell in range(Lc)]
         norm = sp.sqrt(sum(ci ** 2 for ci in c))
-        a = [sum(Y[l, j] * c[l] for l in range(Lc)) / norm for j in range(M)]
+        a = [sum(Y[ell, j] * c[ell] for ell in range(Lc)) / norm for j in range(M)]
         J += sp.Float(pi[n]) * (a[tgt[n]] - sp.log(sum(sp.exp(aj) for aj in a)))
     state = list(Y) + list(Z)  # row-major, as the kernel's layout
     flow = [etaY * sp.diff(J, v) for v in list(Y)] + [etaZ * sp.diff(J, v) for v in list(Z)]

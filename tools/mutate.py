@@ -444,11 +444,12 @@ def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | 
              base: str | None = None) -> None:
     """Run the mutants of ``targets`` (all, or a stratified sample), appending one record per mutant to ``journal``.
 
-    Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where
-    it stopped. With ``recheck`` only the journal's survivors not judged equivalent are run again, with the current
-    tests (after new tests were written), as records of phase ``recheck``; only the pinned test files
-    (``tests/test_pinned_*.py``) are run then, since the mutant already passed the others, which are not edited. ``only`` (``file#index`` names) runs just
-    those mutants, as records of phase ``check`` (to confirm that a new test kills a survivor; not summarised).
+    Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where it
+    stopped. With ``recheck`` only the journal's survivors not judged equivalent are run again, with the current tests
+    (after new tests were written), as records of phase ``recheck``; only the pinned test files
+    (``tests/test_pinned_*.py``) are run then, since the mutant already passed the others, which are not edited.
+    ``only`` (``file#index`` names) runs just those mutants, as records of phase ``check`` (to confirm that a new test
+    kills a survivor; not summarised).
     """
     cache_dir = out_dir / "generated"
     gen = {t: generate_cached(t, cache_dir) for t in targets}

@@ -22,20 +22,22 @@ recipe (docs/models/token_selection.md §G.B, :func:`closedform.group_sparse.sam
 
 Symbol table (docs/models/token_selection.md §B.0; shapes carry the trainer's leading seed axis S)
 --------------------------------------------------------------------------------------------------
-============  ===========  =====================================================================  ================  ===================================
-code          paper        meaning                                                                shape             defined
-============  ===========  =====================================================================  ================  ===================================
-X, y          X, y         features X[k, :, j] = x_j of draw k; label +-1                         (S,n,d,D); (S,n)  docs/models/token_selection.md §B.1
-v_star        v*           unit label direction inside group j*                                   (d,)              docs/models/token_selection.md §B.1
-v             v            value vector [v_x; v_pos]                                              (S, d+D)          docs/models/token_selection.md §B.2
-W             W            merged key-query matrix                                                (S, d+D, d+D)     docs/models/token_selection.md §B.2
-W_K, W_Q      W_K, W_Q     factors of the factorised model, W = W_K^T W_Q                         (S, d+D, d+D)     docs/models/token_selection.md §B.7
-init_scale    s            std of the factor entries at init (0.01)                               float             docs/models/token_selection.md §0
-f, S_att      f, S         output v^T H S 1_D; column softmax of H^T W H                          (S,n); (S,n,D,D)  docs/models/token_selection.md §B.2
-beta .. m5    beta .. m_5  reduced coordinates (probes of docs/models/token_selection.md §B.3.1)  (S,)              docs/models/token_selection.md §B.3
-v_tilde_star  v~*          downstream label direction                                             (d,)              docs/models/token_selection.md §B.4
-gamma         gamma        downstream margin                                                      float             docs/models/token_selection.md §B.4
-============  ===========  =====================================================================  ================  ===================================
+Sections (§) in the last column are those of docs/models/token_selection.md.
+
+============  ===========  ================================================  ================  =======
+code          paper        meaning                                           shape             defined
+============  ===========  ================================================  ================  =======
+X, y          X, y         features X[k, :, j] = x_j of draw k; label +-1    (S,n,d,D); (S,n)  §B.1
+v_star        v*           unit label direction inside group j*              (d,)              §B.1
+v             v            value vector [v_x; v_pos]                         (S, d+D)          §B.2
+W             W            merged key-query matrix                           (S, d+D, d+D)     §B.2
+W_K, W_Q      W_K, W_Q     factors of the factorised model, W = W_K^T W_Q    (S, d+D, d+D)     §B.7
+init_scale    s            std of the factor entries at init (0.01)          float             §0
+f, S_att      f, S         output v^T H S 1_D; column softmax of H^T W H     (S,n); (S,n,D,D)  §B.2
+beta .. m5    beta .. m_5  reduced coordinates (probes, §B.3.1)              (S,)              §B.3
+v_tilde_star  v~*          downstream label direction                        (d,)              §B.4
+gamma         gamma        downstream margin                                 float             §B.4
+============  ===========  ================================================  ================  =======
 
 Time axis: the GD step t (``step``); ``time`` = eta t with eta = the task's step size
 (docs/models/token_selection.md §0), as in :mod:`closedform.group_sparse`. Use ``lr = task.eta`` (:func:`config("gd")
@@ -272,7 +274,8 @@ class GroupSparseAttention:
             for s in data:
                 if not np.allclose(s.v_star, np.asarray(v_star, dtype=np.float64) / np.linalg.norm(v_star),
                                    rtol=0, atol=1e-15):
-                    raise ValueError("data samples must share the model's v_star (the probes of docs/models/token_selection.md §B.3.1 use it)")
+                    raise ValueError("data samples must share the model's v_star "
+                                     "(the probes of docs/models/token_selection.md §B.3.1 use it)")
             if mirror:
                 raise ValueError("mirror applies to the online sampler only; mirror fixed samples with "
                                  "closedform.group_sparse.sample(..., mirror=True)")
@@ -606,8 +609,9 @@ def build(task: cf.GroupSparseTask, **kwargs) -> GroupSparseAttention:
     (docs/models/token_selection.md §B.2), on the fixed samples ``data`` (one per seed, :func:`training_samples`) or
     online (``data=None``).
 
-    ``kwargs`` go to :class:`GroupSparseAttention` (``data``, ``parametrisation``, ``init_scale``, ``v_star``, ``mirror``,
-    ``project_steps``, ``state0``).
+    ``kwargs`` go to :class:`GroupSparseAttention` (``data``, ``parametrisation``, ``init_scale``, ``v_star``,
+    ``mirror``, ``project_steps``, ``state0``).
+
     """
     if not isinstance(task, cf.GroupSparseTask):
         raise TypeError(f"task must be a closedform.group_sparse.GroupSparseTask; got {type(task).__name__}")

@@ -28,18 +28,20 @@ see :func:`align_to_flow`.
 
 Symbol table (names as in the closed form; shapes carry the trainer's leading seed axis S)
 ------------------------------------------------------------------------------------------
-=============  ==================  ===================================================  ==================  ================================
+Sections (§) in the last column are those of docs/models/icl_regression.md.
+
+=============  ==================  ===================================================  ==================  =====
 code name      paper symbol        meaning                                              shape               where
-=============  ==================  ===================================================  ==================  ================================
-Wq, Wk, Wv     W_Q^(h), W_K, W_V   per-head query/key/value weights (torch out x in)    (S, H, p, p)        docs/models/icl_regression.md §2
-Wo             W_O^(h)             per-head read-out block (columns of o_proj)          (S, H, n_out, p)    docs/models/icl_regression.md §2
+=============  ==================  ===================================================  ==================  =====
+Wq, Wk, Wv     W_Q^(h), W_K, W_V   per-head query/key/value weights (torch out x in)    (S, H, p, p)        §2
+Wo             W_O^(h)             per-head read-out block (columns of o_proj)          (S, H, n_out, p)    §2
 KQ             KQ^(h)              W_K^T W_Q / sqrt(p) (softmax); W_K^T W_Q (linear)    (S, H, p, p)        (2.4)
 OV             OV^(h)              W_O W_V                                              (S, H, n_out, p)    (2.4)
-omega, mu      omega_h, mu_h       mean x-x diagonal of KQ^(h); OV^(h) label entry      (S,) per head       docs/models/icl_regression.md §3
-X, y, xq, yq   x_i, y_i, x_q, y_q  prompt (L context examples and the query)            (S, n, L, d) ...    docs/models/icl_regression.md §1
-beta           beta                task vector N(0, I_d/d)                              (S, n, d)           docs/models/icl_regression.md §1
-p              d + n_out           token width (embedding (2.1))                        scalar              docs/models/icl_regression.md §2
-=============  ==================  ===================================================  ==================  ================================
+omega, mu      omega_h, mu_h       mean x-x diagonal of KQ^(h); OV^(h) label entry      (S,) per head       §3
+X, y, xq, yq   x_i, y_i, x_q, y_q  prompt (L context examples and the query)            (S, n, L, d) ...    §1
+beta           beta                task vector N(0, I_d/d)                              (S, n, d)           §1
+p              d + n_out           token width (embedding (2.1))                        scalar              §2
+=============  ==================  ===================================================  ==================  =====
 
 REFERENCE: see :data:`closedform.icl_regression.REFERENCE` (arXiv:2503.12734).
 """
@@ -104,7 +106,8 @@ class ICLModelSpec:
         object.__setattr__(self, "H", check_int("H", self.H, min_value=1))
         check_choice("attention", self.attention, ATTENTIONS)
         if self.attention == "linear" and self.H != 1:
-            raise ValueError(f"H must be 1 for attention='linear' (single-head baseline, docs/models/icl_regression.md §7.6); got {self.H}")
+            raise ValueError(f"H must be 1 for attention='linear' (single-head baseline, "
+                             f"docs/models/icl_regression.md §7.6); got {self.H}")
         if self.rho is not None:
             cf.kms_covariance(self.task.d, self.rho)  # validates rho in (-1, 1)
             object.__setattr__(self, "rho", float(self.rho))
@@ -118,7 +121,9 @@ class ICLModelSpec:
                     raise ValueError(f"supports must hold distinct coordinates in [0, d-1 = {self.task.d - 1}]; "
                                      f"got {s}")
             if self.rho is not None:
-                raise ValueError("rho (docs/models/icl_regression.md §8.1) and supports (docs/models/icl_regression.md §8.3) cannot be combined")
+                raise ValueError("rho (docs/models/icl_regression.md §8.1) and supports "
+                                 "(docs/models/icl_regression.md §8.3) cannot be combined")
+
             object.__setattr__(self, "supports", sup)
 
     @property

@@ -25,25 +25,28 @@ Logged names are the closed form's, so a torch run and ``map`` align with ``xarr
 
 Symbol table (docs/models/token_selection.md §A.0; shapes carry the trainer's leading seed axis S)
 --------------------------------------------------------------------------------------------------
-=============  =============  ==================================================  =====================  =====================================
+Sections (§) in the last column are those of docs/models/token_selection.md.
+
+=============  =============  ==================================================  =====================  =======
 code           paper          meaning                                             shape                  defined
-=============  =============  ==================================================  =====================  =====================================
-X, xq, y       x_j, x_query   context inputs, query on S^{d-1}, labels (+-1)      (n,N,d), (n,d), (n,N)  docs/models/token_selection.md §A.1
-target         y_{i*}         label of the nearest neighbour of x_query           (S, n)                 docs/models/token_selection.md §A.1
-H              H              embedded prompts [x; y; indicator] (the batch)      (S, n, d+2, N+1)       docs/models/token_selection.md §A.2
-W              W              merged key-query matrix                             (S, d+2, d+2)          docs/models/token_selection.md §A.3
-W_K, W_Q       W_K, W_Q       factors, W = W_K^T W_Q                              (S, d+2, d+2)          docs/models/token_selection.md §A.9
-init_scale     s              std of the factors' entries at initialisation       float                  docs/models/token_selection.md §A.9
-q              q              attention of the query, last entry = on itself      (S, n, N+1)            docs/models/token_selection.md §A.3
-xi1, xi2, off  xi1, xi2, off  probes: tr(W11)/d, -W33, distance to the family     (S,)                   docs/models/token_selection.md §A.5.1
-L, L_se        L              sample loss 1/2 mean (f - y_{i*})^2 and its SE      (S,)                   docs/models/token_selection.md §A.4
-acc            --             accuracy of sign(f) against the 1-NN label y_{i*}   (S,)                   docs/models/token_selection.md §A.3
-mse_test       --             test MSE mean (f - y_{i*})^2 on fixed test prompts  (S,)                   docs/models/token_selection.md §A.6
-=============  =============  ==================================================  =====================  =====================================
+=============  =============  ==================================================  =====================  =======
+X, xq, y       x_j, x_query   context inputs, query on S^{d-1}, labels (+-1)      (n,N,d), (n,d), (n,N)  §A.1
+target         y_{i*}         label of the nearest neighbour of x_query           (S, n)                 §A.1
+H              H              embedded prompts [x; y; indicator] (the batch)      (S, n, d+2, N+1)       §A.2
+W              W              merged key-query matrix                             (S, d+2, d+2)          §A.3
+W_K, W_Q       W_K, W_Q       factors, W = W_K^T W_Q                              (S, d+2, d+2)          §A.9
+init_scale     s              std of the factors' entries at initialisation       float                  §A.9
+q              q              attention of the query, last entry = on itself      (S, n, N+1)            §A.3
+xi1, xi2, off  xi1, xi2, off  probes: tr(W11)/d, -W33, distance to the family     (S,)                   §A.5.1
+L, L_se        L              sample loss 1/2 mean (f - y_{i*})^2 and its SE      (S,)                   §A.4
+acc            --             accuracy of sign(f) against the 1-NN label y_{i*}   (S,)                   §A.3
+mse_test       --             test MSE mean (f - y_{i*})^2 on fixed test prompts  (S,)                   §A.6
+=============  =============  ==================================================  =====================  =======
 
 Time axis: the GD step t (``step``); ``time`` = eta t with eta = ``task.eta`` (docs/models/token_selection.md §0), as in
-:func:`closedform.nearest_neighbor.map`. :func:`config("gd") <config>` and :func:`config("sgd") <config>` use ``lr = task.eta`` so that
-both axes agree.
+:func:`closedform.nearest_neighbor.map`. :func:`config("gd") <config>` and :func:`config("sgd") <config>` use
+``lr = task.eta`` so that both axes agree.
+
 
 Notes
 -----

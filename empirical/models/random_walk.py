@@ -10,8 +10,8 @@ Implements the empirical side of ``docs/models/token_selection.md`` Study C: the
   :func:`closedform.random_walk.map` on the same walks;
 * ``merged`` with ``init="random"``: V, W i.i.d. N(0, s^2), s = 0.01, V drawn first
   (docs/models/token_selection.md §C.8, Fig. 6), usually with ``normalize_tokens=True`` (every column of X~, the blank
-  query included, divided by its norm inside the scores only: the documented default for a detail of Fig. 6 the talk does
-  not give);
+  query included, divided by its norm inside the scores only: the documented default for a detail of Fig. 6 the talk
+  does not give);
 * ``factorised``: W = W_K^T W_Q with V, W_K, W_Q i.i.d. N(0, s^2), drawn in that order
   (docs/models/token_selection.md §C.8 "our extension"; docs/models/token_selection.md §0: never W_K = W_Q = 0, a
   stationary point).
@@ -35,19 +35,21 @@ with ``xarray``.
 
 Symbol table (docs/models/token_selection.md §C.0; shapes carry the trainer's leading seed axis S)
 --------------------------------------------------------------------------------------------------
-=============  ============  ==================================================  ==================  =====================================
+Sections (§) in the last column are those of docs/models/token_selection.md.
+
+=============  ============  ==================================================  ==================  =======
 code           paper         meaning                                             shape               defined
-=============  ============  ==================================================  ==================  =====================================
-states         s_1..s_N      walk (code values 0..K-1, stored as floats); last   (S, n, N)           docs/models/token_selection.md §C.1
+=============  ============  ==================================================  ==================  =======
+states         s_1..s_N      walk (code values 0..K-1, stored as floats); last   (S, n, N)           §C.1
                              column = label y
-V              V             value matrix, row = label, column = state           (S, K, K)           docs/models/token_selection.md §C.3
-W              W             merged key-query matrix (tokens first)              (S, K+M, K+M)       docs/models/token_selection.md §C.3
-W_K, W_Q       W_K, W_Q      factors of the factorised model, W = W_K^T W_Q      (S, K+M, K+M)       docs/models/token_selection.md §C.8
-init_scale     0.01          std of the entries of a random start                float               docs/models/token_selection.md §C.8
-S_att, f       S, f          attention over the N positions; output V X S        (S,n,N); (S,n,K)    docs/models/token_selection.md §C.3
-a, c           a, c          probes W12 phi_N / rho, phi_j^T W22 phi_N / rho^2   (S, K); (S, N)      docs/models/token_selection.md §C.5.1
-off            off           ||W - W_red||_F / ||W||_F                           (S,)                docs/models/token_selection.md §C.5.1
-=============  ============  ==================================================  ==================  =====================================
+V              V             value matrix, row = label, column = state           (S, K, K)           §C.3
+W              W             merged key-query matrix (tokens first)              (S, K+M, K+M)       §C.3
+W_K, W_Q       W_K, W_Q      factors of the factorised model, W = W_K^T W_Q      (S, K+M, K+M)       §C.8
+init_scale     0.01          std of the entries of a random start                float               §C.8
+S_att, f       S, f          attention over the N positions; output V X S        (S,n,N); (S,n,K)    §C.3
+a, c           a, c          probes W12 phi_N / rho, phi_j^T W22 phi_N / rho^2   (S, K); (S, N)      §C.5.1
+off            off           ||W - W_red||_F / ||W||_F                           (S,)                §C.5.1
+=============  ============  ==================================================  ==================  =======
 
 Time axis: the GD step t (``step``); ``time`` = eta t (docs/models/token_selection.md §0), as in
 :func:`closedform.random_walk.map`. Use ``lr = task.eta`` (:func:`config("gd") <config>` does) so that both axes agree.

@@ -22,8 +22,8 @@ Data: :meth:`ScanSnapTorch.sample` draws sequences of any :class:`closedform.sca
 (docs/models/scan_snap.md §1.2, §5.1): class n ~ pi, T - 1 contextual tokens i.i.d. from P(.|n), query qtok(psi(n)),
 label tgt(n).
 
-Training is the shared trainer :func:`empirical.train.train`; :func:`config("sgd") <config>` gives the paper's protocol (SGD with
-momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the
+Training is the shared trainer :func:`empirical.train.train`; :func:`config("sgd") <config>` gives the paper's protocol
+(SGD with momentum 0.9, batch 128, T = 128, separate learning rates eta_Y, eta_Z as ``lr_scale``). The probes REUSE the
 docs/models/scan_snap.md §4.6 diagnostics of :mod:`closedform.scan_snap` (``attention_maps``, ``distinct_entropy``,
 ``decoder_stats``) on the reduced blocks Y = Y_full[0:Lc, :], Z = Z_full[Lc:Lc+Q, 0:Lc] (docs/models/scan_snap.md §4.1),
 so a torch run and ``map`` align with ``xarray`` on the same variables: ``z`` (dims query_token, token), ``H`` /
@@ -33,22 +33,24 @@ trainer's array-probe protocol, :mod:`empirical.train`).
 
 Symbol table (docs/models/scan_snap.md §0.4; shapes carry the trainer's leading seed axis S)
 --------------------------------------------------------------------------------------------
-===========  ===========  =======================================================  ==========  ========
+Sections (§) in the last column are those of docs/models/scan_snap.md.
+
+===========  ===========  =======================================================  ==========  =======
 code         paper        meaning                                                  shape       defined
-===========  ===========  =======================================================  ==========  ========
-counts       X^T 1        token counts of x_1..x_T-1 (floats, trainer rule)        (S, B, V)   docs/models/scan_snap.md §1.1
-cls          n            class of the sequence (query and label follow from it)   (S, B)      docs/models/scan_snap.md §1.2
-Y            Y            decoder matrix, rows = input token ids, columns outputs  (S, V, M)   docs/models/scan_snap.md §1.4
-Z            Z            attention logits Z[query id, key id]                     (S, V, V)   docs/models/scan_snap.md §1.4
-U            U            embeddings (full model)                                  (S, V, d)   docs/models/scan_snap.md §1.3
-W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)   docs/models/scan_snap.md §1.3
-f            f            LN(X^T b)                                                (S, B, V)   docs/models/scan_snap.md §1.3
-z            z_{ml}       probe Z[Lc + m, l], dims (query_token m, token l)        (S, Q, Lc)  docs/models/scan_snap.md §1.4
-H            H_n          distinct-token entropy per class (dim class)             (S, K)      docs/models/scan_snap.md §4.6
-H_mean       H            distinct-token entropy, mean over classes                (S,)        docs/models/scan_snap.md §4.6
-alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)      docs/models/scan_snap.md §4.6
-gamma_hat    gamma_hat    measured speed-control coefficient (dim class)           (S, K)      docs/models/scan_snap.md §4.6
-===========  ===========  =======================================================  ==========  ========
+===========  ===========  =======================================================  ==========  =======
+counts       X^T 1        token counts of x_1..x_T-1 (floats, trainer rule)        (S, B, V)   §1.1
+cls          n            class of the sequence (query and label follow from it)   (S, B)      §1.2
+Y            Y            decoder matrix, rows = input token ids, columns outputs  (S, V, M)   §1.4
+Z            Z            attention logits Z[query id, key id]                     (S, V, V)   §1.4
+U            U            embeddings (full model)                                  (S, V, d)   §1.3
+W_Q,W_K,W_V  W_Q,W_K,W_V  projections (full model)                                 (S, d, d)   §1.3
+f            f            LN(X^T b)                                                (S, B, V)   §1.3
+z            z_{ml}       probe Z[Lc + m, l], dims (query_token m, token l)        (S, Q, Lc)  §1.4
+H            H_n          distinct-token entropy per class (dim class)             (S, K)      §4.6
+H_mean       H            distinct-token entropy, mean over classes                (S,)        §4.6
+alpha_tgt    alpha_tgt    target probability per class (dim class)                 (S, K)      §4.6
+gamma_hat    gamma_hat    measured speed-control coefficient (dim class)           (S, K)      §4.6
+===========  ===========  =======================================================  ==========  =======
 
 V = max(M, Lc + Q) input ids: contextual token l has id l, query m has id Lc + m (the generator layout of
 docs/models/scan_snap.md §5.1, where V = M). Time axis: optimizer steps, ``time = step``
@@ -557,7 +559,9 @@ def _text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int,
                  batch_size: int = 20, saveat: SaveAt | None = None, **kw) -> TrainConfig:
     """Fig. 10 protocol (docs/models/scan_snap.md §5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch
     20, n_epochs
-    passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, clipping in the model (``TextTransformer.clip``)."""
+    passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, clipping in the model
+    (``TextTransformer.clip``)."""
+
     check_positive("eta", eta)
     n = int(model.train_chunks.shape[0])
     n_epochs = check_int("n_epochs", n_epochs, min_value=1)

@@ -10,25 +10,27 @@ ICLR 2025). The Transformer and the multiple-location models (docs/models/single
 
 Symbol table
 ------------
-===================== ============== ============================================== =============== =========================================
+Sections (§) in the last column are those of docs/models/single_location.md.
+
+===================== ============== ============================================== =============== ==========
 code                  paper symbol   meaning                                        shape           spec
-===================== ============== ============================================== =============== =========================================
-task                  (d, L, gamma,  the task: closedform SingleLocationTask        dataclass       docs/models/single_location.md §1
+===================== ============== ============================================== =============== ==========
+task                  (d, L, gamma,  the task: closedform SingleLocationTask        dataclass       §1
                       eps)
-k_star, v_star        k*, v*         oracle directions (orthonormal; shared by the  (d,) float64    docs/models/single_location.md §1
+k_star, v_star        k*, v*         oracle directions (orthonormal; shared by the  (d,) float64    §1
                                      seeds of one model object)
-X, y                  X, Y           tokens, output                                 (S, B, L, d),   docs/models/single_location.md §1
+X, y                  X, Y           tokens, output                                 (S, B, L, d),   §1
                                                                                     (S, B)
-k, v                  k, v           trained key / value directions (unit)          (S, d)          docs/models/single_location.md §2.3
-lam                   lambda_n       inverse temperature of update / row n          float           docs/models/single_location.md §0.3, §6.1
-kappa, nu, theta,     kappa, nu,     k.k*, v.v*, v.k*, k.v*, k.v                    (S,)            docs/models/single_location.md §4.1
+k, v                  k, v           trained key / value directions (unit)          (S, d)          §2.3
+lam                   lambda_n       inverse temperature of update / row n          float           §0.3, §6.1
+kappa, nu, theta,     kappa, nu,     k.k*, v.v*, v.k*, k.v*, k.v                    (S,)            §4.1
 eta, rho              theta, eta,
                       rho
-distance_to_manifold  dist_M         sqrt(theta^2 + eta^2 + rho^2)                  (S,)            docs/models/single_location.md §5.1
-risk                  R_lambda       test MSE (eps^2 included) of iterate n at      (S,)            docs/models/single_location.md §0.3, §8.4
+distance_to_manifold  dist_M         sqrt(theta^2 + eta^2 + rho^2)                  (S,)            §5.1
+risk                  R_lambda       test MSE (eps^2 included) of iterate n at      (S,)            §0.3, §8.4
                                      lambda_n on the fixed evaluation batch
-excess_risk           R - eps^2      risk - eps^2 (may be negative: it is noisy)    (S,)            docs/models/single_location.md §0.1, §8.4
-===================== ============== ============================================== =============== =========================================
+excess_risk           R - eps^2      risk - eps^2 (may be negative: it is noisy)    (S,)            §0.1, §8.4
+===================== ============== ============================================== =============== ==========
 
 The logged variables (``kappa, nu, theta, eta, rho, distance_to_manifold, risk, excess_risk, lam``) are exactly those
 of :func:`closedform.single_location.map`, on the same time axis (time = step, the state after ``step`` updates; the
@@ -156,11 +158,11 @@ def _place_signal_kernel(X, j0, xi, k_star, v_star, s, gamma, eps, y):  # pragma
     S, n, L, d = X.shape
     for a in range(S):
         for i in range(n):
-            l = j0[a, i]
+            ell = j0[a, i]
             acc = 0.0
             for j in range(d):
-                x = s * k_star[j] + gamma * X[a, i, l, j]
-                X[a, i, l, j] = x
+                x = s * k_star[j] + gamma * X[a, i, ell, j]
+                X[a, i, ell, j] = x
                 acc += x * v_star[j]
             y[a, i] = acc + eps * xi[a, i]
 
@@ -241,8 +243,8 @@ def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cov
         for b in range(B):
             pred = 0.0
             # x_l.k and x_l.v of two tokens per pass (k, v loaded once for both), then the nonlinearities
-            l = 0
-            while l + 2 <= L:
+            ell = 0
+            while ell + 2 <= L:
                 sa0 = 0.0
                 sb0 = 0.0
                 sa1 = 0.0
@@ -250,61 +252,61 @@ def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cov
                 for j in range(d):
                     kj = k[s, j]
                     vj = v[s, j]
-                    x0 = X[s, b, l, j]
-                    x1 = X[s, b, l + 1, j]
+                    x0 = X[s, b, ell, j]
+                    x1 = X[s, b, ell + 1, j]
                     sa0 += x0 * kj
                     sb0 += x0 * vj
                     sa1 += x1 * kj
                     sb1 += x1 * vj
-                ta[l] = sa0
-                ta[l + 1] = sa1
-                bv[l] = sb0
-                bv[l + 1] = sb1
-                l += 2
-            while l < L:
+                ta[ell] = sa0
+                ta[ell + 1] = sa1
+                bv[ell] = sb0
+                bv[ell + 1] = sb1
+                ell += 2
+            while ell < L:
                 sa0 = 0.0
                 sb0 = 0.0
                 for j in range(d):
-                    x0 = X[s, b, l, j]
+                    x0 = X[s, b, ell, j]
                     sa0 += x0 * k[s, j]
                     sb0 += x0 * v[s, j]
-                ta[l] = sa0
-                bv[l] = sb0
-                l += 1
-            for l in range(L):
-                t = lam * ta[l]
-                q[l] = -(t * t)
-                e[l] = math.erf(t)
-                pred += e[l] * bv[l]
+                ta[ell] = sa0
+                bv[ell] = sb0
+                ell += 1
+            for ell in range(L):
+                t = lam * ta[ell]
+                q[ell] = -(t * t)
+                e[ell] = math.erf(t)
+                pred += e[ell] * bv[ell]
             r = pred - y[s, b]
             acc += r * r
             if with_grad:
                 coef = 2.0 * r / B
-                _exp_shifted(q, 0.0, L, ex, kbits, kscale)  # ex[l] = exp(-(lam a_l)^2), one vectorised loop
-                for l in range(L):
-                    ck[l] = coef * bv[l] * c * ex[l]
-                    cv[l] = coef * e[l]
+                _exp_shifted(q, 0.0, L, ex, kbits, kscale)  # ex[ell] = exp(-(lam a_ell)^2), one vectorised loop
+                for ell in range(L):
+                    ck[ell] = coef * bv[ell] * c * ex[ell]
+                    cv[ell] = coef * e[ell]
                 # gk += sum_l ck_l x_l, gv += sum_l cv_l x_l, four tokens per pass over (gk, gv): a quarter of the
                 # read-modify-writes of the accumulators, which bound this loop
-                l = 0
-                while l + 4 <= L:
-                    ck0, ck1, ck2, ck3 = ck[l], ck[l + 1], ck[l + 2], ck[l + 3]
-                    cv0, cv1, cv2, cv3 = cv[l], cv[l + 1], cv[l + 2], cv[l + 3]
+                ell = 0
+                while ell + 4 <= L:
+                    ck0, ck1, ck2, ck3 = ck[ell], ck[ell + 1], ck[ell + 2], ck[ell + 3]
+                    cv0, cv1, cv2, cv3 = cv[ell], cv[ell + 1], cv[ell + 2], cv[ell + 3]
                     for j in range(d):
-                        x0 = X[s, b, l, j]
-                        x1 = X[s, b, l + 1, j]
-                        x2 = X[s, b, l + 2, j]
-                        x3 = X[s, b, l + 3, j]
+                        x0 = X[s, b, ell, j]
+                        x1 = X[s, b, ell + 1, j]
+                        x2 = X[s, b, ell + 2, j]
+                        x3 = X[s, b, ell + 3, j]
                         gk[s, j] += (ck0 * x0 + ck1 * x1) + (ck2 * x2 + ck3 * x3)
                         gv[s, j] += (cv0 * x0 + cv1 * x1) + (cv2 * x2 + cv3 * x3)
-                    l += 4
-                while l < L:
-                    ck0, cv0 = ck[l], cv[l]
+                    ell += 4
+                while ell < L:
+                    ck0, cv0 = ck[ell], cv[ell]
                     for j in range(d):
-                        x0 = X[s, b, l, j]
+                        x0 = X[s, b, ell, j]
                         gk[s, j] += ck0 * x0
                         gv[s, j] += cv0 * x0
-                    l += 1
+                    ell += 1
         loss[s] = acc / B
 
 
@@ -384,7 +386,8 @@ def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator
     b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
     c2 = 1.0 - theta ** 2 - nu ** 2 - b ** 2
     if c2 < -1e-10:  # the Gram matrix of (k, v, k*, v*) is not PSD (docs/models/single_location.md §4.1); 1e-10: float64 rounding
-        raise ValueError(f"state must have a positive semidefinite Gram matrix (docs/models/single_location.md §4.1); got {tuple(state)}")
+        raise ValueError(f"state must have a positive semidefinite Gram matrix (docs/models/single_location.md §4.1); "
+                         f"got {tuple(state)}")
     c = math.sqrt(max(c2, 0.0))
     e3, e4 = _complement_pair(k_star, v_star, generator, d)
     k = kappa * k_star + eta * v_star + a * e3
@@ -566,8 +569,11 @@ class SingleLocationAttention:
 
 
 def build(task: SingleLocationTask, *, rng=None, predictor: str = "erf", init="sphere") -> SingleLocationAttention:
-    """A :class:`SingleLocationAttention` with (k*, v*) drawn by :func:`closedform.single_location.random_oracle_directions`
-    from ``rng`` (docs/models/single_location.md §1 sampling recipe)."""
+    """A :class:`SingleLocationAttention` with (k*, v*) drawn from ``rng``.
+
+    The directions come from :func:`closedform.single_location.random_oracle_directions`
+    (docs/models/single_location.md §1 sampling recipe)."""
+
     k_star, v_star = random_oracle_directions(task, as_generator(rng))
     return SingleLocationAttention(task, k_star=k_star, v_star=v_star, predictor=predictor, init=init)
 

@@ -59,9 +59,9 @@ figure captions:
   row 0 only, and LayerNorm and the MLP act row-wise, so the other rows' outputs never enter it (the test suite
   checks this against a numpy forward of the full (L+1)-row layer).
 * Transformer: with the fixed register, the only query that ever enters the loss is LN(z_reg) W_Q^h, so every SGD
-  gradient of W_Q^h has the form LN(z_reg) a^T. Starting from W_Q^h = 0 (documented default), W_Q^h stays rank one and so
-  does QK_h: the ratio sv_1/sv_2 is infinite up to rounding at every step > 0 (it is reported capped at
-  1 / machine epsilon). The paper's "nearly rank one" finding is automatic in this reconstruction.
+  gradient of W_Q^h has the form LN(z_reg) a^T. Starting from W_Q^h = 0 (documented default), W_Q^h stays rank one and
+  so does QK_h: the ratio sv_1/sv_2 is infinite up to rounding at every step > 0 (it is reported capped at 1 / machine
+  epsilon). The paper's "nearly rank one" finding is automatic in this reconstruction.
 * ``z_reg`` is stored as a parameter (so it is seeded from the ``init`` stream and checkpointed) but used detached:
   it gets no gradient, and ``torch.optim`` leaves parameters without gradient unchanged.
 * The Fig. 9 schedule lambda_n = lam0/(1 + 1e-4 min(n, n_freeze)) is an ``inverse_time`` schedule of the trainer
@@ -182,7 +182,8 @@ def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, 
     frame = np.concatenate(out)
     # 1e-10: float64 orthonormalisation is exact to ~1e-15; anything larger is a wrong input, not rounding.
     if np.max(np.abs(frame @ frame.T - np.eye(2 * task.K))) > 1e-10:
-        raise ValueError("k_star and v_star must be jointly orthonormal (docs/models/single_location.md §1 Assumption 1, docs/models/single_location.md §8.8), to 1e-10")
+        raise ValueError("k_star and v_star must be jointly orthonormal (docs/models/single_location.md §1 Assumption 1, "
+                         "docs/models/single_location.md §8.8), to 1e-10")
     return out[0], out[1]
 
 
@@ -341,7 +342,8 @@ class MultiHeadErf(_TaskModel):
         return lam
 
     def predict(self, params, X, hyper) -> torch.Tensor:
-        """T(X) = sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) for X (S, B, L, d); returns (S, B) (Eq. (31) of the paper)."""
+        """T(X) = sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) for X (S, B, L, d); returns (S, B) (the paper's Eq. (31))."""
+
         a = torch.einsum("sbld,shd->sbhl", X, params["k"])
         b = torch.einsum("sbld,shd->sbhl", X, params["v"])
         return (torch.erf(self.lam(hyper) * a) * b).sum(dim=(-1, -2))
