@@ -48,12 +48,13 @@ def _hand_partials(task, lam, X, partials=None):
     return out
 
 
-def _mutant(fn, old, new):
-    """A copy of the (numba) function ``fn`` with ``old`` replaced by ``new`` in its source, as plain Python."""
+def _mutant(fn, old, new, **replace_globals):
+    """A copy of the (numba) function ``fn`` with ``old`` replaced by ``new`` in its source, as plain Python (with
+    ``replace_globals`` standing in for the functions it calls)."""
     src = inspect.getsource(fn.py_func)
     assert src.count(old) == 1, old
     src = "\n".join(line for line in src.replace(old, new).splitlines() if not line.startswith("@"))
-    namespace = dict(fn.py_func.__globals__)
+    namespace = {**fn.py_func.__globals__, **replace_globals}
     exec(compile(src, "<mutant>", "exec"), namespace)
     return namespace[fn.py_func.__name__]
 
@@ -169,12 +170,9 @@ def _icl_points(H, n, seed):
 
 
 def _icl_half_grad(X, P, half_grad):
-    H = X.shape[1] // 2
     out = np.empty_like(X)
     for i, (x, p) in enumerate(zip(X, P)):
-        go, gm = np.empty(H), np.empty(H)
-        half_grad(x[:H].copy(), x[H:].copy(), p[0], p[1], go, gm)
-        out[i] = np.concatenate([go, gm])
+        half_grad(x.copy(), p[0], p[1], out[i])  # half_grad_state(x = (omega, mu), d, cL, out)
     return out
 
 
@@ -188,7 +186,8 @@ def test_icl_regression_loss_gradient_flow_and_gd_match_the_symbolic_model(H):
     floor = np.ones(n)
     F = np.array([_ik.loss_one(x[:H], x[H:], p[0], p[2], p[1]) for x, p in zip(X, P)])
     assert_formula_close(F, 2 * model.risk(X, P), rtol=RTOL, floor=floor, what="F")
-    assert_formula_close(_icl_half_grad(X, P, _ik.half_grad_one), sym_grad, rtol=RTOL, floor=floor, what="grad F/2")
+    assert_formula_close(_icl_half_grad(X, P, _ik.half_grad_state), sym_grad, rtol=RTOL, floor=floor,
+                         what="grad F/2")
     flow = np.empty_like(X)
     step = np.empty_like(X)
     for i, (x, p) in enumerate(zip(X, P)):
@@ -196,9 +195,13 @@ def test_icl_regression_loss_gradient_flow_and_gd_match_the_symbolic_model(H):
         _ik.gd_step(0, x, p[[0, 1, 3]].copy(), step[i])
     assert_formula_close(flow, model.vector_field(X, P), rtol=RTOL, floor=floor, what="H-head flow")
     assert_formula_close(step, model.map(X, P), rtol=RTOL, floor=floor, what="GD step on F/2")
-    sign = _mutant(_ik.half_grad_one, "g_omega[h] = -mu[h] * one_minus_u", "g_omega[h] = mu[h] * one_minus_u")
-    factor = _mutant(_ik.half_grad_one, "+ d * cL * mu[h] * g_omega[h]", "+ cL * mu[h] * g_omega[h]")
-    for wrong in (sign, factor):
+    # controls: one sign (the (1 - u) term of d/d omega_h) and one factor (the d of its kernel sum), each mutated in
+    # the helper that half_grad_state calls
+    sign = _mutant(_ik._half_grad_from_sums, "(-x[H + h] * one_minus_u", "(x[H + h] * one_minus_u")
+    factor = _mutant(_ik._half_grad_from_sums, "+ d * cL * x[H + h] * out[h]", "+ cL * x[H + h] * out[h]")
+    for helper in (sign, factor):
+        wrong = _mutant(_ik.half_grad_state, "u = _kernel_row_sums(x, d, out)", "u = _kernel_row_sums(x, d, out)",
+                        _half_grad_from_sums=helper)  # the compiled row sums, the mutated gradient helper
         assert_formula_rejects(_icl_half_grad(X, P, wrong), sym_grad, rtol=RTOL, floor=floor)
 
 
@@ -238,7 +241,10 @@ def _scan_snap_case(seed):
     flow = [etaY * sp.diff(J, v) for v in list(Y)] + [etaZ * sp.diff(J, v) for v in list(Z)]
     model = SymbolicModel(state, [etaY, etaZ], flow=flow, derivatives=False)  # the vector field alone
     logP = np.where(P > 0, np.log(np.where(P > 0, P, 1.0)), 0.0)
-    p = np.concatenate([[Lc, M, K, Q, 0.7, 1.3, 0.0, 0.0, M], P.ravel(), logP.ravel(), pi, psi, tgt, np.ones(M)])
+    rows, tokens = np.nonzero(P > 0)  # the kernels' class supports (closedform.scan_snap's parameter-row layout)
+    sup = np.searchsorted(rows, np.arange(K + 1))
+    p = np.concatenate([[Lc, M, K, Q, 0.7, 1.3, 0.0, 0.0, M], P.ravel(), logP.ravel(), pi, psi, tgt, np.ones(M),
+                        sup, tokens])
     return model, p, rng
 
 
@@ -262,6 +268,7 @@ def test_scan_snap_exact_vector_field_matches_the_symbolic_gradient_of_the_likel
         _sk.exact_rhs(0.0, x, p, hand[i])
     assert_formula_close(hand, ref, rtol=RTOL, floor=floor, what="scan_snap exact_rhs")
     sign = _mutant(_sk.ascent, "a[j] = -a[j] / nrm", "a[j] = a[j] / nrm")
-    factor = _mutant(_sk.ascent, "out[zoff + l] -= pin * fl * fl * fg", "out[zoff + l] -= 2.0 * pin * fl * fl * fg")
+    factor = _mutant(_sk.ascent, "out[zoff + int(p[o_tok + qa + q])] -= pin * fl * fl * fg",
+                     "out[zoff + int(p[o_tok + qa + q])] -= 2.0 * pin * fl * fl * fg")
     for wrong in (sign, factor):
         assert_formula_rejects(_scan_ascent(X, p, wrong), ref, rtol=RTOL, floor=floor)
