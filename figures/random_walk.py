@@ -1064,7 +1064,8 @@ def plot_qa(ds: xr.Dataset):
                     label="ReLU, cross-entropy loss, balanced (mean; diagnostic)")
         plot_theory(ax, t, np.full(t.shape, expected), label="expected (docs/models/token_selection.md §C.8)", color="k", linewidth=0.8)
         ax.set(xlabel="iteration t", ylabel="test accuracy", ylim=(0, 1.05), title=title)
-        ax.legend(fontsize=7)
+        # below the panel: inside, the legend covers the accuracy curves (the report's layout check)
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
     return fig
 
 

@@ -19,7 +19,9 @@ pytest.importorskip("dask.distributed")
 
 import dask  # noqa: E402
 
+from dynamics.validation import Range  # noqa: E402
 from figures import registry  # noqa: E402
+from figures.params import Param  # noqa: E402
 from figures.report import build_report  # noqa: E402
 from tests._figures import TOY_PARAMS, synthetic_registry, toy_data, toy_plot  # noqa: E402
 
@@ -36,9 +38,9 @@ def _same_summary(a: Path, b: Path) -> None:
 
 
 def _dying_data(cfg):
-    """Kill this worker process on the first attempt (``p["die"] == "once"``) or on every attempt (``"always"``)."""
+    """Kill this worker process on the first attempt (``p["die"] == 0``) or on every attempt (``1``)."""
     marker = Path(os.environ[ENV_DIR]) / f"died.{cfg.figure}"
-    if cfg.params["die"] == "always" or not marker.exists():
+    if cfg.params["die"] == 1 or not marker.exists():
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
     return toy_data(cfg)
@@ -48,9 +50,11 @@ def dying_registry(mode: str) -> registry.Registry:
     """The toy figures with verdicts, plus ``toy.dies`` that kills the process building it (see ``_dying_data``)."""
     reg = synthetic_registry(with_verdicts=True)
     reg.factory = functools.partial(dying_registry, mode)
-    params = {k: {**v, "die": mode} for k, v in TOY_PARAMS.items()}
+    params = {k: {**v, "die": {"once": 0, "always": 1}[mode]} for k, v in TOY_PARAMS.items()}
+    die = Param("1: the figure kills its worker on every attempt; 0: on the first only", "",
+                Range(integer=True, ge=0, le=1))
     reg.register(name="toy.dies", model="toy", paper="Toy", spec="toy.md", caption="Kills its worker.",
-                 params=params, plot=toy_plot)(_dying_data)
+                 params=params, param_info={"die": die}, plot=toy_plot)(_dying_data)
     return reg
 
 
