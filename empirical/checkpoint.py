@@ -22,6 +22,7 @@ checkpoint with the current run's and names the first differing field (``"config
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import numbers
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 
 import torch
 
-from dynamics.trajectory import atomic_write
+from dynamics.trajectory import atomic_write, write_bytes
 from dynamics.validation import ArgumentTypeError, validate_module
 
 __all__ = ["CHECKSUM_KEY", "CheckpointError", "check_compatible", "flatten_json", "load_checkpoint", "previous_path",
@@ -126,6 +127,12 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping) -> pathlib.Path:
     state : mapping
         Tensors, numbers, strings, ``None`` and (nested) lists/tuples/dicts of them: the types that
         ``torch.load(weights_only=True)`` accepts.
+
+    Raises
+    ------
+    OSError
+        The disk is full, the folder cannot be written, or another OS error: the message names ``path``, the
+        temporary file is removed and the checkpoint already at ``path`` (if any) is kept.
     """
     state = {k: v for k, v in dict(state).items() if k != CHECKSUM_KEY}
     state[CHECKSUM_KEY] = state_digest(state)
@@ -133,7 +140,9 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping) -> pathlib.Path:
     remove_stale_temporaries(path)
 
     def write(tmp):
-        torch.save(state, tmp)
+        buffer = io.BytesIO()  # serialised in memory: a full disk is an OSError of write_bytes, not a torch error
+        torch.save(state, buffer)
+        write_bytes(tmp, buffer.getbuffer())
         if path.exists():  # keep the checkpoint being replaced as the fallback (a kill here leaves it in place)
             path.replace(previous_path(path))
 
