@@ -73,3 +73,15 @@ def test_empty_path_refused():
     import xarray as xr
     with pytest.raises(ValueError, match="path must be a non-empty path"):
         dynamics.save_dataset(xr.Dataset({"a": ("x", np.arange(3.0))}), "")
+
+
+@pytest.mark.parametrize("argv, words", [(["--seed", str(10**30)], ("--seed", "2147483647")),
+                                         (["--out", ""], ("--out", "non-empty")),
+                                         (["--cache-dir", ""], ("--cache-dir", "non-empty"))])
+def test_cli_huge_seed_and_empty_paths(argv, words, capsys, tmp_path, monkeypatch):
+    from figures.__main__ import main
+    monkeypatch.chdir(tmp_path)  # nothing may be written here
+    assert main(["make", "single_location.fig3", "--preset", "tiny", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in words)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # refused before computing or writing
