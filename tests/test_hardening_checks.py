@@ -85,3 +85,36 @@ def test_cli_huge_seed_and_empty_paths(argv, words, capsys, tmp_path, monkeypatc
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and all(w in err for w in words)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # refused before computing or writing
+
+
+def test_saveat_negative_steps_refused():
+    with pytest.raises(ValueError, match="SaveAt.steps must be integers >= 0"):
+        dynamics.SaveAt(steps=(-1, -1, -1))
+
+
+@pytest.mark.parametrize("args, match", [((None, np.ones(3)), "proj_pos must be an array"),
+                                         ((np.ones(1), np.ones(3)), "proj_pos must hold at least 2"),
+                                         (([1 + 2j, 1.0], [1.0, 2.0]), "complex values are refused"),
+                                         ((np.ones(3), [1.0, np.nan]), "proj_neg must be")])
+def test_probing_separation_refuses_invalid_groups(args, match):
+    from empirical import probing
+    with pytest.raises(ValueError, match=match):
+        probing.separation(*args)
+
+
+def test_probing_separation_value():
+    from empirical import probing
+    # by hand: means 2 and 1, sample variances 1 and 1 -> d' = 1 / sqrt(1) = 1
+    assert probing.separation([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]) == 1.0
+
+
+def test_probing_fit_probe_refuses_mismatched_labels():
+    from empirical import probing
+    with pytest.raises(ValueError, match="y_train must have one label per row"):
+        probing.fit_probe(np.ones((4, 3)), np.ones(3, dtype=int))
+
+
+def test_single_location_preset_refuses_a_huge_batch():
+    from empirical.models import single_location
+    with pytest.raises(ValueError, match="batch_size"):
+        single_location.config("fig5", (0, 1), 10, batch_size=10**12)
