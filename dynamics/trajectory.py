@@ -232,10 +232,11 @@ def _write_error(path: pathlib.Path, exc: OSError) -> OSError:
 
 
 def write_bytes(path, data) -> None:
-    """Write ``data`` (bytes-like) to the existing file ``path`` with plain OS calls and flush it to disk
+    """Write ``data`` (bytes-like) to the file ``path`` (created mode 0600 if missing, else truncated) with plain OS
+    calls and flush it to disk
     (``fsync``), so that a short write or a full disk is an ``OSError`` at this point, never a truncated file."""
     view = memoryview(data).cast("B")
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         done = 0
         while done < len(view):
