@@ -214,6 +214,11 @@ def load_checkpoint(path: str | os.PathLike, *, map_location=None, fallback: boo
 
 def flatten_json(obj: Mapping | list | tuple | str, prefix: str = "") -> dict[str, object]:
     """Flatten nested JSON-like dicts/lists into ``{"a.b.0": leaf}`` (the keys name fields in error messages)."""
+    return _flatten(obj, prefix)
+
+
+def _flatten(obj, prefix: str) -> dict[str, object]:
+    """:func:`flatten_json` of any node (leaves included), unchecked: it recurses once per entry."""
     if isinstance(obj, str):
         try:
             parsed = json.loads(obj)
@@ -230,7 +235,7 @@ def flatten_json(obj: Mapping | list | tuple | str, prefix: str = "") -> dict[st
         return {prefix: obj}
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else str(key)
-        out.update(flatten_json(value, name))
+        out.update(_flatten(value, name))
     if not out and prefix:
         out[prefix] = obj
     return out
