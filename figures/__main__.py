@@ -128,7 +128,8 @@ def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
 def _common_checks(args) -> str:
     """Validate the options shared by make and report (before anything is computed); return the resolved device."""
     check_preset(args.preset)
-    check_int("--seed", args.seed, min_value=0, max_value=MAX_INT)
+    check_int("--seed", args.seed, min_value=0)
+    check_int("--seed", args.seed, max_value=MAX_INT)
     return resolve_device(args.device)
 
 
