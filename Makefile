@@ -11,8 +11,8 @@ export MPLBACKEND := Agg
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]"
+	$(BIN)/python -m pip install --quiet --upgrade pip || $(PYTHON) tools/index_reachable.py
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]" || { $(PYTHON) tools/index_reachable.py; exit 1; }
 	touch $(STAMP)
 
 install: $(STAMP)

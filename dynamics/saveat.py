@@ -61,6 +61,8 @@ class SaveAt:
             arr = np.atleast_1d(np.asarray(self.steps))
             if arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
                 raise ValueError(f"SaveAt.steps must be a non-empty sequence of integers; got {self.steps!r}")
+            if arr.min() < 0:
+                raise ValueError(f"SaveAt.steps must be integers >= 0 (step numbers); got {self.steps!r}")
             object.__setattr__(self, "steps", tuple(int(s) for s in arr))
         if self.ts is not None:
             arr = np.atleast_1d(np.asarray(self.ts, dtype=np.float64))

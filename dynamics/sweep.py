@@ -6,6 +6,11 @@ Dask task), so millisecond configurations do not pay a round trip each. Engine k
 (the engine's kernel cache), so workers load them instead of recompiling. A configuration that raises is reported with
 its coordinates (never lost): ``SweepError`` lists the failures and carries the partial result, or with
 ``on_error="mask"`` the result holds NaN there and an ``error`` variable with the message.
+
+Workers can be lost too: when a local worker process dies (killed, out of memory), the chunks it broke are run once
+more in a fresh pool, and those lost twice become failed configurations (``WorkerLost``) beside the finished ones;
+a Dask sweep whose cluster has had no workers for ``DASK_NO_WORKER_TIMEOUT`` seconds stops waiting and reports its
+unfinished configurations the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import concurrent.futures as cf
 import math
 import multiprocessing
 import os
+import time
 import traceback
 from collections.abc import Callable
 
@@ -235,7 +241,7 @@ def _run_chunks(fn, chunks, processes, client, progress):
             futures = [client.submit(_run_chunk, fn, chunk, pure=False) for chunk in chunks]
             for fut in futures:
                 fut.add_done_callback(lambda _f: bar.update(1))
-            return client.gather(futures)
+            return _gather_dask(client, futures, chunks)
         n_proc = _n_workers(processes, None)
         if n_proc == 1 or len(chunks) <= 1:
             out = []
@@ -243,16 +249,74 @@ def _run_chunks(fn, chunks, processes, client, progress):
                 out.append(_run_chunk(fn, chunk))
                 bar.update(1)
             return out
-        ctx = multiprocessing.get_context("spawn")  # numba/torch state is not fork-safe
-        results = [None] * len(chunks)
-        with cf.ProcessPoolExecutor(max_workers=min(n_proc, len(chunks)), mp_context=ctx) as pool:
-            futures = {pool.submit(_run_chunk, fn, chunk): i for i, chunk in enumerate(chunks)}
-            for fut in cf.as_completed(futures):
-                results[futures[fut]] = fut.result()
-                bar.update(1)
-        return results
+        return _run_local_pool(fn, chunks, n_proc, bar)
     finally:
         bar.close()
+
+
+#: Seconds a Dask sweep waits while its cluster has no workers before the unfinished chunks are reported as failed.
+DASK_NO_WORKER_TIMEOUT = 120.0
+
+
+def _gather_dask(client, futures, chunks, poll: float = 0.5):
+    """The outcomes of the Dask futures. While the cluster has no workers at all for ``DASK_NO_WORKER_TIMEOUT``
+    seconds, the sweep stops waiting: the unfinished chunks are cancelled and reported as failed configurations
+    (so the finished ones are kept in the partial result), instead of waiting forever."""
+    idle_since = None
+    while not all(f.done() for f in futures):
+        if _n_live_workers(client) == 0:
+            idle_since = time.monotonic() if idle_since is None else idle_since
+            if time.monotonic() - idle_since > DASK_NO_WORKER_TIMEOUT:
+                break
+        else:
+            idle_since = None
+        time.sleep(poll)
+    finished = [i for i, f in enumerate(futures) if f.done() and getattr(f, "status", "finished") == "finished"]
+    values = dict(zip(finished, client.gather([futures[i] for i in finished]))) if finished else {}
+    lost = [futures[i] for i in range(len(futures)) if i not in values]
+    if lost and callable(getattr(client, "cancel", None)):
+        client.cancel(lost)
+    message = (f"WorkerLost: no Dask worker was left for {DASK_NO_WORKER_TIMEOUT:.0f} s (or the task was lost); the "
+               "configuration was not computed")
+    return [values[i] if i in values else [("error", message)] * len(chunks[i]) for i in range(len(futures))]
+
+
+def _n_live_workers(client) -> int:
+    """Workers the Dask scheduler knows now (-1 when the client cannot say, which never counts as none)."""
+    try:
+        return len(client.scheduler_info().get("workers", {}))
+    except Exception:  # noqa: BLE001 - a client without scheduler information
+        return -1
+
+
+def _run_local_pool(fn, chunks, n_proc, bar):
+    """Run the chunks in spawned worker processes. A worker that dies (killed, out of memory) breaks the pool: the
+    chunks that had not finished are run once more in a fresh pool, and those lost again are reported as failed
+    configurations (``"error"`` outcomes naming the lost worker), so that everything that finished is kept."""
+    ctx = multiprocessing.get_context("spawn")  # numba/torch state is not fork-safe
+    results = [None] * len(chunks)
+    pending = list(range(len(chunks)))
+    for attempt in range(2):
+        lost = []
+        with cf.ProcessPoolExecutor(max_workers=min(n_proc, len(pending)), mp_context=ctx) as pool:
+            futures = {pool.submit(_run_chunk, fn, chunks[i]): i for i in pending}
+            for fut in cf.as_completed(futures):
+                i = futures[fut]
+                try:
+                    results[i] = fut.result()
+                except cf.process.BrokenProcessPool:
+                    lost.append(i)
+                    continue
+                bar.update(1)
+        pending = sorted(lost)
+        if not pending:
+            return results
+    for i in pending:
+        message = ("WorkerLost: the worker process running this configuration died (killed or out of memory) "
+                   "twice; the configuration was not computed")
+        results[i] = [("error", message)] * len(chunks[i])
+        bar.update(1)
+    return results
 
 
 def _describe(config: dict) -> str:

@@ -8,6 +8,7 @@ along ``time``), one variable per state component and per derived quantity, and 
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
 import tempfile
@@ -17,7 +18,7 @@ import pandas as pd
 import xarray as xr
 
 from dynamics.provenance import provenance_attrs, sanitize_attrs
-from dynamics.validation import Instance, callable_check, validate_module
+from dynamics.validation import ArgumentTypeError, Instance, callable_check, path_check, validate_module
 
 __all__ = ["Trajectory", "atomic_write", "save_dataset"]
 
@@ -179,30 +180,95 @@ def _current_umask() -> int:
 def atomic_write(path, write) -> pathlib.Path:
     """Write a file atomically: ``write(tmp_path)`` fills a temporary file beside ``path``, then ``os.replace``
     moves it into place, so a reader (or a run killed mid-write) never sees a partial file. The folder is created
-    if needed; the temporary file is removed on failure. The file gets the mode a plain ``open(path, "w")`` would
+    if needed; the temporary file is removed on any failure. The file gets the mode a plain ``open(path, "w")`` would
     give (0666 less the user's umask), not the private 0600 of the temporary file. The toolkit's one writer of
-    results and checkpoints."""
+    results and checkpoints.
+
+    ``write`` may also be a ``bytes``-like object: the bytes are then written with plain OS calls
+    (:func:`write_bytes`), which is how the binary formats are written (serialised in memory first, so that a full
+    disk is an ``OSError`` here and never reaches the HDF5 or torch writers, which can crash on one).
+
+    Raises
+    ------
+    OSError
+        Disk full, permission denied or any other OS error, of the same class and ``errno``, with a message naming
+        ``path``; nothing is left behind and a previous file at ``path`` is unchanged.
+    """
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
-        write(tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        if isinstance(write, bytes | bytearray | memoryview):
+            write_bytes(tmp, write)
+        else:
+            write(tmp)
         os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(exc, OSError) and not getattr(exc, "names_file", False):
+            raise _write_error(path, exc) from exc
         raise
     return path
 
 
+def _write_error(path: pathlib.Path, exc: OSError) -> OSError:
+    """An ``OSError`` of ``exc``'s errno (so of its subclass: ``PermissionError`` for EACCES, ...) whose message names
+    ``path`` and says that nothing was written; marked ``names_file`` so that an enclosing writer keeps it."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    hint = {errno.ENOSPC: " (the disk is full: free space or choose another folder)",
+            errno.EDQUOT: " (disk quota exceeded)",
+            errno.EACCES: " (permission denied: choose a folder you can write)",
+            errno.EPERM: " (operation not permitted: choose a folder you can write)",
+            errno.EROFS: " (read-only file system: choose another folder)"}.get(exc.errno, "")
+    err = OSError(exc.errno, f"cannot write {path}: {reason}{hint}; nothing was written there and any previous "
+                             "file is unchanged")
+    err.names_file = True
+    return err
+
+
+def write_bytes(path, data) -> None:
+    """Write ``data`` (bytes-like) to the file ``path`` (created mode 0600 if missing, else truncated) with plain OS
+    calls and flush it to disk
+    (``fsync``), so that a short write or a full disk is an ``OSError`` at this point, never a truncated file."""
+    view = memoryview(data).cast("B")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        done = 0
+        while done < len(view):
+            done += os.write(fd, view[done:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save_dataset(ds: xr.Dataset, path) -> pathlib.Path:
-    """Write any Dataset to netCDF (h5netcdf engine) atomically, with netCDF-safe attributes."""
+    """Write any Dataset to netCDF (h5netcdf engine) atomically, with netCDF-safe attributes.
+
+    The file is serialised in memory and then written with :func:`atomic_write`, so a full disk or a folder that
+    cannot be written raises an ``OSError`` naming ``path`` (never a crash inside the HDF5 library).
+    """
     ds = ds.copy()
     ds.attrs = sanitize_attrs(dict(ds.attrs))
-    return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
+    return atomic_write(path, ds.to_netcdf(engine="h5netcdf"))
+
+
+def _check_writer(name, value) -> None:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        callable_check(name, value)
+
+
+def _check_bytes(name, value) -> None:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ArgumentTypeError(f"{name} must be bytes, a bytearray or a memoryview; got {type(value).__name__}")
 
 
 # argument checks of the public entry points (dynamics.validation)
-validate_module(globals(), path=Instance(str, os.PathLike), write=callable_check, ds=Instance(xr.Dataset))
+validate_module(globals(), path=path_check, write=_check_writer, ds=Instance(xr.Dataset),
+                data=_check_bytes)

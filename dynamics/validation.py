@@ -14,9 +14,10 @@ Wrong types raise :class:`ArgumentTypeError` (a ``TypeError`` that is also a ``V
 the ``ValueError`` the helpers raised before keep working); values of the right type outside their range raise
 ``ValueError``. Every message names the parameter, the valid range and the value.
 
-Checks run once per outermost call: a checked function called from inside another checked call skips them (its
-arguments come from code that was checked already), which keeps the cost out of inner loops. Numba-compiled
-functions are never wrapped (:func:`validated` refuses them, :func:`validate_module` skips them).
+Every call of a checked function checks its own arguments, however deep it is called (from a user's callback inside
+a sweep, a theory function of an overlay, another checked function); a check costs about a microsecond per call, so
+inner loops call the unwrapped functions (``fn.__wrapped__``) or numba kernels. Numba-compiled functions are never
+wrapped (:func:`validated` refuses them, :func:`validate_module` skips them).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import numbers
 import os
 import pathlib
 import sys
-import threading
 import types
 import typing
 
@@ -257,9 +257,11 @@ class Range:
         self._array(name, value)
 
     def _scalar(self, name, x):
-        if x != x or (self.finite and not np.isfinite(x)):
+        if isinstance(x, numbers.Integral):  # any size: np.isfinite refuses ints beyond int64
+            x = int(x)
+        elif x != x or (self.finite and not np.isfinite(x)):
             raise ValueError(f"{name} must be {self.text}; got {x!r}")
-        if self.integer and not float(x).is_integer():
+        if self.integer and not isinstance(x, int) and not float(x).is_integer():
             raise ValueError(f"{name} must be {self.text}; got {x!r}")
         if (self.gt is not None and not x > self.gt) or (self.ge is not None and not x >= self.ge) or \
                 (self.lt is not None and not x < self.lt) or (self.le is not None and not x <= self.le):
@@ -417,9 +419,15 @@ def _ndarray_check(name, value):
     _real_array(name, value, "an array of real numbers")
 
 
-def _path_check(name, value):
+def path_check(name, value):
+    """A non-empty path: a ``str`` or an ``os.PathLike`` (an empty string would silently mean the current folder)."""
+    if isinstance(value, os.PathLike) and not isinstance(value, pathlib.PurePath):
+        value = os.fspath(value)
     if not isinstance(value, str | os.PathLike) or (isinstance(value, str) and not value):
         raise ArgumentTypeError(f"{name} must be a non-empty path (str or os.PathLike); got {_show(value)}")
+
+
+_path_check = path_check
 
 
 def sequence_check(name, value):
@@ -435,9 +443,6 @@ def _str_check(name, value):
 
 # ----------------------------------------------------------------------------------------------------------------
 # the decorator
-
-_depth = threading.local()
-
 
 def validated(fn=None, /, **specs):
     """Check the arguments of ``fn`` on each outermost call (see the module docstring).
@@ -546,8 +551,6 @@ def _wrap(fn, specs: dict, owner=None, only_known: bool = False):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         nonlocal plan
-        if _depth.__dict__:
-            return fn(*args, **kwargs)
         if plan is None:
             plan = build()
         n_args = len(args)
@@ -564,11 +567,7 @@ def _wrap(fn, specs: dict, owner=None, only_known: bool = False):
                 check(name, value)
             except (TypeError, ValueError) as exc:
                 raise _prefixed(exc, label) from None
-        _depth.n = 1
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            del _depth.n
+        return fn(*args, **kwargs)
 
     wrapper.__validated__ = True
     wrapper.__wrapped__ = fn

@@ -22,6 +22,7 @@ checkpoint with the current run's and names the first differing field (``"config
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import numbers
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 
 import torch
 
-from dynamics.trajectory import atomic_write
+from dynamics.trajectory import atomic_write, write_bytes
 from dynamics.validation import ArgumentTypeError, validate_module
 
 __all__ = ["CHECKSUM_KEY", "CheckpointError", "check_compatible", "flatten_json", "load_checkpoint", "previous_path",
@@ -126,6 +127,12 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping) -> pathlib.Path:
     state : mapping
         Tensors, numbers, strings, ``None`` and (nested) lists/tuples/dicts of them: the types that
         ``torch.load(weights_only=True)`` accepts.
+
+    Raises
+    ------
+    OSError
+        The disk is full, the folder cannot be written, or another OS error: the message names ``path``, the
+        temporary file is removed and the checkpoint already at ``path`` (if any) is kept.
     """
     state = {k: v for k, v in dict(state).items() if k != CHECKSUM_KEY}
     state[CHECKSUM_KEY] = state_digest(state)
@@ -133,7 +140,9 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping) -> pathlib.Path:
     remove_stale_temporaries(path)
 
     def write(tmp):
-        torch.save(state, tmp)
+        buffer = io.BytesIO()  # serialised in memory: a full disk is an OSError of write_bytes, not a torch error
+        torch.save(state, buffer)
+        write_bytes(tmp, buffer.getbuffer())
         if path.exists():  # keep the checkpoint being replaced as the fallback (a kill here leaves it in place)
             path.replace(previous_path(path))
 
@@ -205,6 +214,11 @@ def load_checkpoint(path: str | os.PathLike, *, map_location=None, fallback: boo
 
 def flatten_json(obj: Mapping | list | tuple | str, prefix: str = "") -> dict[str, object]:
     """Flatten nested JSON-like dicts/lists into ``{"a.b.0": leaf}`` (the keys name fields in error messages)."""
+    return _flatten(obj, prefix)
+
+
+def _flatten(obj, prefix: str) -> dict[str, object]:
+    """:func:`flatten_json` of any node (leaves included), unchecked: it recurses once per entry."""
     if isinstance(obj, str):
         try:
             parsed = json.loads(obj)
@@ -221,7 +235,7 @@ def flatten_json(obj: Mapping | list | tuple | str, prefix: str = "") -> dict[st
         return {prefix: obj}
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else str(key)
-        out.update(flatten_json(value, name))
+        out.update(_flatten(value, name))
     if not out and prefix:
         out[prefix] = obj
     return out

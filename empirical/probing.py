@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from dynamics.random import as_generator
-from dynamics.validation import check_choice, check_int, validate_module
+from dynamics.validation import Array, Range, check_choice, check_int, path_check, validate_module
 
 __all__ = [
     "PROBE_MODULES",
@@ -497,6 +497,9 @@ def fit_probe(x_train, y_train, *, C: float = 1.0, standardization=None) -> Prob
     from sklearn.linear_model import LogisticRegression
 
     x = np.asarray(x_train, dtype=np.float64)
+    if np.shape(y_train) != x.shape[:1]:
+        raise ValueError(f"y_train must have one label per row of x_train, shape ({x.shape[0]},); got shape "
+                         f"{np.shape(y_train)}")
     mean, scale = standardizer(x) if standardization is None else standardization
     model = LogisticRegression(C=C, max_iter=5000, tol=1e-8).fit((x - mean) / scale, y_train)
     return Probe(mean=mean, scale=scale, model=model)
@@ -506,6 +509,9 @@ def separation(proj_pos, proj_neg) -> float:
     """Standardised separation (d') of two groups of projections: (mean_pos - mean_neg) / sqrt((var_pos +
     var_neg) / 2), sample variances with ddof = 1; 0 when both groups are constant and equal means."""
     a, b = np.asarray(proj_pos, np.float64), np.asarray(proj_neg, np.float64)
+    for name, group in (("proj_pos", a), ("proj_neg", b)):
+        if group.size < 2:
+            raise ValueError(f"{name} must hold at least 2 projections (a sample variance); got {group.size}")
     diff = a.mean() - b.mean()
     pooled = np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)
     if pooled == 0:
@@ -658,4 +664,12 @@ def summarize(draws: Sequence[DrawResult]) -> dict[str, np.ndarray]:
     return out
 
 
-validate_module(globals())  # argument checks from the annotations (dynamics.validation)
+def _optional_path(name, value) -> None:
+    if value is not None:
+        path_check(name, value)
+
+
+# argument checks from the annotations and of the unannotated arrays (dynamics.validation)
+validate_module(globals(), x=Array(ndim=2), x_train=Array(ndim=2), y_train=Array(ndim=1, dtype="int"),
+                x_pos=Array(ndim=2), x_neg=Array(ndim=2), proj_pos=Array(ndim=1), proj_neg=Array(ndim=1),
+                rel_floor=Range(gt=0), C=Range(gt=0), model_dir=_optional_path)

@@ -494,7 +494,8 @@ def train(model: TorchModel, config: TrainConfig, *, device: str | torch.device 
     ValueError
         Bad configuration, a model that breaks the protocol's shapes, or a checkpoint of another configuration.
     dynamics.DivergenceError
-        A non-finite loss, parameter or logged value; ``trajectory`` is the seed index, ``step`` the step.
+        A non-finite loss, parameter or logged value; ``trajectory`` is the seed index, ``step`` the step, and
+        ``partial`` the Trajectory of every record logged before it (all seeds; None if nothing was logged).
     """
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig; got {type(config).__name__}")
@@ -724,7 +725,22 @@ class _Run:
                 f"{self.model.name}: non-finite {variable} at step {step} for seed {self.config.seeds[i]} "
                 f"(trajectory {i})" + (f"; last good checkpoint: {self.path}" if self.path is not None and
                                        self.path.exists() else ""),
-                trajectory=i, variable=variable, step=step, time=time)
+                trajectory=i, variable=variable, step=step, time=time, partial=self._partial())
+
+    def _partial(self) -> Trajectory | None:
+        """The records logged so far (every seed, up to the last complete logging step) as a Trajectory; None when
+        nothing was logged. Never raises: it is built while a DivergenceError is being raised."""
+        n = len(self.rec_steps)
+        if not n:
+            return None
+        complete = self.records
+        try:
+            self.records = {k: v[:n] for k, v in complete.items()}  # a step being logged may be half recorded
+            return self.trajectory()
+        except Exception:  # noqa: BLE001 - the divergence is the error to report, not a failure to package records
+            return None
+        finally:
+            self.records = complete
 
     def _time(self, steps: np.ndarray) -> np.ndarray:
         fn = getattr(self.model, "time_of_step", None)

@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from dynamics.validation import check_int
+from dynamics.validation import MAX_INT, check_int
 from figures import cache, registry, runner
 from figures._style import SAVE_METADATA
 from figures.params import parse_assignment
@@ -115,6 +115,8 @@ def _write(text: str) -> None:
 def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
     """Create folder ``path`` if needed and prove it writable (a temporary file is created and removed);
     else raise :class:`UsageError` naming ``what`` (the option) and the reason."""
+    if not str(path).strip():
+        raise UsageError(f"{what} must be a non-empty folder path; got {str(path)!r}")
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UsageError(f"{what} {str(p)!r} exists and is not a folder; give a folder path")
@@ -131,6 +133,7 @@ def _common_checks(args) -> str:
     """Validate the options shared by make and report (before anything is computed); return the resolved device."""
     check_preset(args.preset)
     check_int("--seed", args.seed, min_value=0)
+    check_int("--seed", args.seed, max_value=MAX_INT)
     return resolve_device(args.device)
 
 

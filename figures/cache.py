@@ -178,6 +178,9 @@ def previous_runtime(root: str | os.PathLike, figure: str, preset: str) -> float
 def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runtime_s: float) -> Path:
     """Write ``dataset`` as the cache entry of ``cfg`` (atomically, data then sidecar); return the data path.
 
+    A full disk, a folder that cannot be written or any other OS error raises ``OSError`` naming the file, with no
+    temporary file and no entry left behind (a data file whose sidecar could not be written is removed).
+
     The netCDF file is written by :func:`dynamics.trajectory.save_dataset` (the engine's one writer), so figure data
     and trajectories share their on-disk format.
     """
@@ -187,7 +190,11 @@ def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runti
     save_dataset(dataset, data_path)
     sidecar = {"sha256": file_sha256(data_path), "config": cfg.to_dict(), "runtime_s": float(runtime_s),
                "created_utc": utc_now(), "file": data_path.name}
-    _write_text_atomic(sidecar_path, json.dumps(sidecar, sort_keys=True, indent=1) + "\n")
+    try:
+        _write_text_atomic(sidecar_path, json.dumps(sidecar, sort_keys=True, indent=1) + "\n")
+    except BaseException:  # no entry without its sidecar: the data file alone would only be recomputed later
+        data_path.unlink(missing_ok=True)
+        raise
     return data_path
 
 
@@ -203,7 +210,7 @@ def _clear_non_file(path: Path) -> None:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write(path, text.encode("utf-8"))
 
 
 validate_module(globals())  # argument checks from the annotations (dynamics.validation)

@@ -622,6 +622,7 @@ EXAMPLES = {
     "closedform.scan_snap.common_token_z": lambda f: dict(t=np.array([0.5, 1.0]), task=f.ss1),
     "dynamics.trajectory.atomic_write": lambda f: dict(path=os.path.join(_scratch(), "a.txt"),
                                                        write=lambda p: open(p, "w").close()),
+    "dynamics.trajectory.write_bytes": lambda f: dict(path=os.path.join(_scratch(), "b.bin"), data=b"xy"),
     "dynamics.trajectory.save_dataset": lambda f: dict(ds=f.dataset, path=os.path.join(_scratch(), "d.nc")),
     "dynamics.sweep.sweep": lambda f: dict(fn=_sweep_fn, grid={"x": [1.0, 2.0]}, processes=1),
     "closedform.nearest_neighbor.eta_batch": lambda f: dict(params=np.array([1.0, 0.5]), eta_index=0,

@@ -32,7 +32,6 @@ from tests import _bad_arguments_cases as C
 KNOWN_GAPS: dict[str, tuple[str, str, str]] = {
     'closedform.icl_regression.symmetric_flow': ('omega0', 'zero', 'silent_nan'),
     'dynamics.trajectory.Trajectory': ('data_vars', 'string', 'library'),
-    'empirical.models.group_sparse.forward': ('X', 'nan', 'silent_nan'),
     'empirical.models.group_sparse.loss_per_draw': ('f', 'nan', 'silent_nan'),
     'empirical.models.icl_regression.softmax_mse': ('KQ', 'complex', 'library'),
     'empirical.models.nearest_neighbor.embed': ('X', 'nan', 'silent_nan'),

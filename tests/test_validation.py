@@ -91,7 +91,7 @@ def test_positional_and_keyword_binding():
         _fn(Task(2), n_steps=3, x=np.ones(2), lam=-1.0)
 
 
-def test_nested_calls_skip_checks_outer_calls_check():
+def test_nested_calls_check_their_own_arguments():
     calls = []
 
     @validated(y=Range(gt=0))
@@ -101,13 +101,14 @@ def test_nested_calls_skip_checks_outer_calls_check():
 
     @validated
     def outer(y: float):
-        return inner(-y)  # an inner call with a value the inner spec refuses: trusted (it comes from checked code)
+        return inner(-y)  # an inner call with a value the inner spec refuses: refused there too
 
-    assert outer(2.0) == -2.0
+    assert outer(-2.0) == 2.0
+    with pytest.raises(ValueError, match="y must be a finite number > 0"):
+        outer(2.0)
+    assert calls == [2.0]  # the refused inner call never ran
     with pytest.raises(ValueError, match="y must be a finite number > 0"):
         inner(-2.0)
-    with pytest.raises(ValueError):  # the depth counter is reset after an error
-        inner(-1.0)
     assert inner(1.0) == 1.0
 
 
