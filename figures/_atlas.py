@@ -193,7 +193,7 @@ def data_atlas(cfg) -> xr.Dataset:
             # ~1e-6): the classification tolerance, so a stopped run is named
             b = sl.basins(task, float(lam), n, alpha=paper_alpha(float(lam)), n_steps=int(p["n_steps"]), rng=rng,
                           stop_tol=1e-3, certify=True)
-            frac[(i, j)] = dict(zip(b.kinds, b.counts))
+            frac[(i, j)] = {k: c for k, c in zip(b.kinds, b.counts) if c}  # basins lists every kind; keep reached
             notes += [f"lambda = {lam:g}, d = {int(d)}: {note}" for note in b.notes]  # why runs stay unnamed
             extra |= {k for k, c in zip(b.kinds, b.counts) if c} - set(ATLAS_KINDS)  # kinds some start reached
             steps[i, j] = b.mean_steps
