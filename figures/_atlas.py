@@ -392,8 +392,7 @@ register(name="icl_regression.atlas", model="icl_regression", paper="(toolkit; n
                   "mu_2 have one sign (c), so the segment attracts. The other starts reach the valley S_gamma of "
                   "the two-head solution (mu^T omega ~ eta*), which holds no stationary point: gamma keeps "
                   "drifting to 0 (docs/models/icl_regression.md §6.3). Standard errors binomial. Scales above ~0.3 make GD "
-                  "at lr = 0.01 "
-                  "diverge (exp(d omega^2) grows), so they are left out."),
+                  "at lr = 0.01 diverge (exp(d omega^2) grows), so they are left out."),
          params={"tiny": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 300, "n_split": 31,
                           "init_scales": [0.01], "n_starts": 200, "lr": 0.01, "n_steps": 5000},
                  "quick": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 2000, "n_split": 121,

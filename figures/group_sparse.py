@@ -378,8 +378,7 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
     out.append(_paired_check(
         (f"the raw samples' row-j* weight is below the population's because they break the x -> -x symmetry: "
          f"E[S_j*,j] at t = {int(ds.step.values[-1])} is higher on the same draws with their mirror "
-         "images added "
-         "(symmetry restored) than on the raw draws; mean paired difference (mirrored - raw)"),
+         "images added (symmetry restored) than on the raw draws; mean paired difference (mirrored - raw)"),
         mirrored, raw, expected="> 0 (the symmetry-breaking directions take weight off row j*)"))
     if int(ds.step.values[-1]) >= ds.attrs["D"] ** 3:
         out.append(_rate_check(ds))
@@ -503,8 +502,7 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
     rel = float(np.max(np.abs(f_loss - m_loss) / m_loss))
     out = [CheckResult(
         name=(f"Sec. B.6: factorised W_K^T W_Q leaves the saddle at 0 and reaches the merged loss (t = {T}), "
-              "max over "
-              "seeds of the relative loss difference"), n_seeds=int(f_loss.size),
+              "max over seeds of the relative loss difference"), n_seeds=int(f_loss.size),
         passed=rel <= 0.5, measured=rel, expected="<= 0.5",
         tolerance="Sec. B.6: 0.0186 vs 0.0191 at T = 3000; 50% allows the slower start (~100 steps) at short T")]
     out += _common_checks(ds, prefix="factorised__", who="factorised W_K^T W_Q")

@@ -96,8 +96,7 @@ COUNT_LEVEL = 0.05  # level of the one-sided binomial test of the per-seed count
 COMMON_SETUP = ("Adam(1e-3, betas (0.9, 0.999), eps 1e-8), batch 256 fresh prompts, PyTorch-default init, plain MSE, "
                 "d = 5, L = 40, sigma^2 = 0.1 (docs/models/icl_regression.md §9)")
 UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, docs/models/icl_regression.md §9; quick: 5 000 of "
-               "them, 8 seeds, the "
-               "paper's lr 1e-3)")
+               "them, 8 seeds, the paper's lr 1e-3)")
 UNREC_STEPS_H2 = UNREC_STEPS.replace("8 seeds", "16 seeds for this H = 2 run")
 
 
@@ -715,8 +714,7 @@ def gaps_fig3(ds):
                         [ds.attrs["omega_F1"]], np.abs(ds.omega1.values[:, -1:]), rel_allowance=1 / 3,
                         allowance_source="toolkit allowance (0.15 of 0.447): the net minimises the true loss, which "
                         "F_1 underestimates by 9 % at its optimum (0.372 vs 0.409, docs/models/icl_regression.md §11), so F_1 "
-                        "predicts the "
-                        "scale 1/sqrt(d) of omega, not its value", d=D)
+                        "predicts the scale 1/sqrt(d) of omega, not its value", d=D)
 
 
 @register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="docs/models/icl_regression.md §3, §7.3, §9",
@@ -969,8 +967,7 @@ def checks_fig5(ds):
                          claim=f"the KQ diagonal pattern forms early (Observation 4), by step {int(ds.step.values[j])}",
                          criterion="off-diagonal ratio ||G - diag G||_F / ||diag G|| of G = sum_h mu_h KQ_h,xx below "
                                    "0.2 x its initial value (docs/models/icl_regression.md §9: off-diagonal entries < 0.007 against a "
-                                   "diagonal "
-                                   "of 0.13 once formed)")]
+                                   "diagonal of 0.13 once formed)")]
 
 
 @register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="docs/models/icl_regression.md §3, §9",

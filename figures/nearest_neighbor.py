@@ -51,8 +51,7 @@ LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (docs/models/
                      "effect makes torch "
                      "xi1 lag the map on the same x's: about 8% of a step's drift per step at n = 1000 (per-prompt "
                      "gradient noise ~2.4x the mean dL/dxi1 at W^(0)), diluted as xi1 grows (docs/models/token_selection.md §A.8: "
-                     "+0.3% at "
-                     "n = 4000, t = 300); 6% of |theory| bounds it from t >= 25 on at n >= 1000")
+                     "+0.3% at n = 4000, t = 300); 6% of |theory| bounds it from t >= 25 on at n >= 1000")
 ETA = 2.0
 """GD step of every torch-vs-reduced panel. The reduced map's reference eta = 5 (docs/models/token_selection.md §4) is
 past the edge of stability of full-matrix GD: the label-bias entry W23 (score y_j W23 on context token j) has curvature
@@ -353,8 +352,7 @@ def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckRe
                            passed=bool(np.all(np.diff(q_istar) > 0) and np.max(q_self) < 0.05),
                            measured=float(q_istar[-1]), expected="increasing; E[q_N+1] < 0.05 throughout",
                            tolerance=f"monotone; max_t E[q_N+1] = {float(np.max(q_self)):.2g} (docs/models/token_selection.md §A.8: "
-                                     "9e-4 at "
-                                     "t = 20000, d = 4, N = 16)"))
+                                     "9e-4 at t = 20000, d = 4, N = 16)"))
     return out
 
 

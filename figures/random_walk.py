@@ -656,8 +656,7 @@ def checks_factorised(ds: xr.Dataset) -> list[CheckResult]:
         dev = float(np.abs(rb[parent] - 0.5).max())
         out.append(CheckResult(
             name=("factorised starts whose attention peaks at the parent: acc_RB = max(p, 1-p) = 0.5 at the "
-                  "last step "
-                  "(Theorem C1 item 1's endpoint), max |acc_RB - 0.5| over those seeds"),
+                  "last step (Theorem C1 item 1's endpoint), max |acc_RB - 0.5| over those seeds"),
             passed=dev <= 1e-9, measured=dev, expected=0.0,
             tolerance="1e-9: acc_RB is exact once Pred is a neighbour of the parent "
                       "(docs/models/token_selection.md §C.3)",

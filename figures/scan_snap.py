@@ -407,8 +407,7 @@ with 8 seeds instead of 10 (docs/models/scan_snap.md §5.3)."""
 _MEDIUM_U = (("random initialisation U(+-1/sqrt(M)) for Y and Z (reference E9); torch seeds are the toolkit's, not the "
               "authors'"),
              ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (docs/models/scan_snap.md "
-              "§5.3 default, "
-              "[unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))
+              "§5.3 default, [unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))
 
 _MEDIUM_CACHE: dict = {}
 
@@ -525,8 +524,7 @@ def gaps_fig6(ds):
 _FIG6_ALLOWANCE = 0.1
 _FIG6_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T = 128 against the T = inf map: +0.047 on average over the 64 "
                           "cells, same trends (docs/models/scan_snap.md §6 item 9; O(1/T), docs/models/scan_snap.md §4.7, gap_T "
-                          "figure); 0.1 = about twice "
-                          "the average to cover its spread between cells")
+                          "figure); 0.1 = about twice the average to cover its spread between cells")
 
 
 def checks_fig6(ds):

@@ -744,8 +744,7 @@ def checks_fig5(ds):
                    "each renormalisation shrinks the alignments: the SGD mean lags the noiseless PGD (rows explained "
                    "by SGD noise). The same protocol at a large batch (orange, first steps) follows PGD over the "
                    "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs "
-                   "(docs/models/single_location.md §8.4 "
-                   "table)."),
+                   "(docs/models/single_location.md §8.4 table)."),
           params={"tiny": {"d": 20, "L": 5, "n_runs": 3, "n_steps": 300, "log_every": 50, "eval_size": 100,
                            "batch_lb": 20, "n_steps_lb": 200, "log_every_lb": 50, "alpha": 1e-3, "batch_size": 5},
                   "quick": {"d": 80, "L": 10, "n_runs": 8, "n_steps": 200_000, "log_every": 2000, "eval_size": 1000,
