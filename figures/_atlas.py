@@ -254,9 +254,11 @@ register(name="single_location.atlas", model="single_location", paper="(toolkit;
                   "whose end state is at each attractor (oracle (+-k*, +-v*), "
                   "the swap point k = +-v*, v = +-k*, the spurious point S), with binomial standard errors. Each run "
                   "stops within 1e-3 of an attracting fixed point, or once it is within 1e-3 of an invariant edge "
-                  "that leads to one (M with |nu| = 1 leads to the oracle, docs/models/single_location.md §7.1; k = +-v* leads to S or the "
+                  "that leads to one (M with |nu| = 1 leads to the oracle, docs/models/single_location.md §7.1; k = +-v* "
+                  "leads to S or the "
                   "swap point), or after n_steps updates ('unconverged' unless within 1e-3 of a fixed point). The "
-                  "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) (docs/models/single_location.md §7.1). "
+                  "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) "
+                  "(docs/models/single_location.md §7.1). "
                   "Brute-force d-dimensional PGD agrees within SE "
                   "in three cells (tests/test_atlas.py)."),
          params={"tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},
@@ -365,7 +367,8 @@ def checks_icl_atlas(ds):
     if single:
         i = single[0]
         w = float(np.abs(ds.sp_omega.values[i, 0]))
-        out.append(CheckResult(name="docs/models/icl_regression.md §11: single-head stationary point at omega = 1/sqrt(5) = 0.447213595499958",
+        out.append(CheckResult(name="docs/models/icl_regression.md §11: single-head stationary point at omega = 1/sqrt(5) = "
+                                    "0.447213595499958",
                                passed=abs(w - 0.447213595499958) < 1e-9, measured=w, expected=0.447213595499958,
                                tolerance="1e-9: root polished to |grad| < 1e-12, Hessian ~0.2"))
         out.append(CheckResult(name="docs/models/icl_regression.md §11: F there = F_1,min = 0.372072800748053",
@@ -388,8 +391,8 @@ register(name="icl_regression.atlas", model="icl_regression", paper="(toolkit; n
                   "+-mu* (F = F_1,min = 0.372); on it the Hessian is positive semidefinite exactly when mu_1 and "
                   "mu_2 have one sign (c), so the segment attracts. The other starts reach the valley S_gamma of "
                   "the two-head solution (mu^T omega ~ eta*), which holds no stationary point: gamma keeps "
-                  "drifting to 0 (docs/models/icl_regression.md §6.3). Standard errors binomial. Scales above ~0.3 make GD at lr = 0.01 "
-                  "diverge (exp(d omega^2) grows), so they are left out."),
+                  "drifting to 0 (docs/models/icl_regression.md §6.3). Standard errors binomial. Scales above ~0.3 make GD "
+                  "at lr = 0.01 diverge (exp(d omega^2) grows), so they are left out."),
          params={"tiny": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 300, "n_split": 31,
                           "init_scales": [0.01], "n_starts": 200, "lr": 0.01, "n_steps": 5000},
                  "quick": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 2000, "n_split": 121,

@@ -408,9 +408,11 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
              "exactly rank one by construction); mean and 95% percentile band over seeds. The quick preset uses "
              "d = 20 and lr = 1e-2 for 2 000 steps, 8 seeds."),
     unrecoverable=(
-        ("the Fig. 8 layer recipe (register, LayerNorm, head width d, ReLU MLP, initialisation, SGD batch 64, lr 1e-3, "
+        ("the Fig. 8 layer recipe (register, LayerNorm, head width d, ReLU MLP, initialisation, SGD batch 64, "
+         "lr 1e-3, "
         "200 000 steps) with H = 2 and W_O^h ~ N(0, 1/d) trained"),
-        ("the Fig. 9 task (K = 2, QR oracle directions), d = 80, L = 10, eps = 0.1, 10 repeats (docs/models/single_location.md §8.9 defaults, "
+        ("the Fig. 9 task (K = 2, QR oracle directions), d = 80, L = 10, eps = 0.1, 10 repeats "
+         "(docs/models/single_location.md §8.9 defaults, "
         "paper preset)"),
     ),
     params=TRANSFORMER_PRESETS,

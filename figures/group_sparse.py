@@ -300,7 +300,8 @@ def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckRes
     n = int(ds.attrs["n"] if "n" in ds.attrs else ds.attrs["n_large"])
     slack = 1.5 / math.sqrt(n)
     out.append(CheckResult(
-        name=(f"docs/models/token_selection.md §B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} reaches the population "
+        name=(f"docs/models/token_selection.md §B.4 item 1 (mean form, {who}): E[S_j*,j] at t = {T} reaches "
+              "the population "
               f"map's {pop:.3f}, minimum over seeds"), n_seeds=int(attn.size),
         passed=bool(np.all(attn >= pop - slack)), measured=float(attn.min()),
         expected=f">= {pop:.3f} - {slack:.3f} for every training sample",
@@ -323,7 +324,8 @@ def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckRes
     out.append(CheckResult(
         name=f"Sec. B.4 item 2 ({who}): cos(v_x, v*) -> 1 (t = {T}, finite raw samples), minimum over seeds",
         n_seeds=int(cos.size), passed=bool(np.all(cos >= 0.99)), measured=float(cos.min()), expected=">= 0.99 for every sample",
-        tolerance="population: exactly 1 (docs/models/token_selection.md §B.3); docs/models/token_selection.md §B.6 measures >= 0.99995 with n = 4000 mirrored draws; "
+        tolerance="population: exactly 1 (docs/models/token_selection.md §B.3); docs/models/token_selection.md "
+                  "§B.6 measures >= 0.99995 with n = 4000 mirrored draws; "
                   "0.99 allows the O(1/sqrt(n)) finite-sample tilt at n = 200-500"))
     return out
 
@@ -335,7 +337,8 @@ def _rate_check(ds) -> CheckResult:
     return CheckResult(
         name=f"Sec. B.4 item 3: D L T^(1/3) = O(1) on the population reduced dynamics (T = {T} >= D^3 = {D ** 3})",
         passed=bool(0.5 <= val <= 3.0), measured=val,
-        expected="in [0.5, 3] for T >= D^3 (docs/models/token_selection.md §B.6: 1.55 at (4, 6), T = 1e3; -> 1.0-1.2 at T = 1e4)",
+        expected="in [0.5, 3] for T >= D^3 (docs/models/token_selection.md §B.6: 1.55 at (4, 6), T = 1e3; -> 1.0-1.2 "
+                 "at T = 1e4)",
         tolerance="factor ~3 around the measured constant: the theorem fixes only the order Theta(1)")
 
 
@@ -374,8 +377,8 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
     raw, mirrored = ds["attn_jstar"].values[:, -1], ds["mirrored_attn_jstar"].values[:, -1]
     out.append(_paired_check(
         (f"the raw samples' row-j* weight is below the population's because they break the x -> -x symmetry: "
-         f"E[S_j*,j] at t = {int(ds.step.values[-1])} is higher on the same draws with their mirror images added "
-         "(symmetry restored) than on the raw draws; mean paired difference (mirrored - raw)"),
+         f"E[S_j*,j] at t = {int(ds.step.values[-1])} is higher on the same draws with their mirror "
+         "images added (symmetry restored) than on the raw draws; mean paired difference (mirrored - raw)"),
         mirrored, raw, expected="> 0 (the symmetry-breaking directions take weight off row j*)"))
     if int(ds.step.values[-1]) >= ds.attrs["D"] ** 3:
         out.append(_rate_check(ds))
@@ -498,8 +501,8 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
     m_loss = ds["merged_n_large__loss"].values[:, -1]
     rel = float(np.max(np.abs(f_loss - m_loss) / m_loss))
     out = [CheckResult(
-        name=(f"Sec. B.6: factorised W_K^T W_Q leaves the saddle at 0 and reaches the merged loss (t = {T}), max over "
-              "seeds of the relative loss difference"), n_seeds=int(f_loss.size),
+        name=(f"Sec. B.6: factorised W_K^T W_Q leaves the saddle at 0 and reaches the merged loss (t = {T}), "
+              "max over seeds of the relative loss difference"), n_seeds=int(f_loss.size),
         passed=rel <= 0.5, measured=rel, expected="<= 0.5",
         tolerance="Sec. B.6: 0.0186 vs 0.0191 at T = 3000; 50% allows the slower start (~100 steps) at short T")]
     out += _common_checks(ds, prefix="factorised__", who="factorised W_K^T W_Q")
@@ -510,12 +513,15 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
 @register(name="group_sparse.overlay", model="group_sparse", paper="Zhang, Meng, Cao (2025): theory vs practice "
           "(docs/models/token_selection.md §5 suggested overlay)", spec="docs/models/token_selection.md §5, §B.3, §B.6, §B.7",
           caption=("Study B overlay at (d, D) = (2, 4), eta = 0.5, j* = 2. Dashed: projected 8-scalar population "
-                   "dynamics (docs/models/token_selection.md §B.3). Markers and bands (mean and 95% range over training samples): torch "
+                   "dynamics (docs/models/token_selection.md §B.3). Markers and bands (mean and 95% range over training "
+                   "samples): torch "
                    "full-batch GD on raw samples of size n with the merged W from zero, and the factorised "
                    "transformer W = W_K^T W_Q with i.i.d. N(0, 0.01^2) factors and v = 0 (never W_K = W_Q = 0, a "
                    "stationary point). 'off' is the relative distance of (v, W) to the invariant family (Sec. "
-                   "docs/models/token_selection.md §B.3.1). The rows compare the map with merged GD on n_big raw samples, where the population "
-                   "theory applies; the paper's n = 200 / 500 overfit their samples (docs/models/token_selection.md §B.6) and are shown only."),
+                   "docs/models/token_selection.md §B.3.1). The rows compare the map with merged GD on n_big raw samples, "
+                   "where the population "
+                   "theory applies; the paper's n = 200 / 500 overfit their samples (docs/models/token_selection.md §B.6) "
+                   "and are shown only."),
           unrecoverable=UNRECOVERABLE + ("factor init scale s = 0.01 (docs/models/token_selection.md §0 default)",),
           params={"tiny": {"n_small": 100, "n_large": 200, "n_big": 400, "n_steps": 60, "n_seeds": 2, "n_save": 8,
                            "n_pop": 1000},

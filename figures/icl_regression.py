@@ -95,8 +95,8 @@ COLORS = list(TOL_BRIGHT.values())
 COUNT_LEVEL = 0.05  # level of the one-sided binomial test of the per-seed count checks (_count_check)
 COMMON_SETUP = ("Adam(1e-3, betas (0.9, 0.999), eps 1e-8), batch 256 fresh prompts, PyTorch-default init, plain MSE, "
                 "d = 5, L = 40, sigma^2 = 0.1 (docs/models/icl_regression.md §9)")
-UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, docs/models/icl_regression.md §9; quick: 5 000 of them, 8 seeds, the "
-               "paper's lr 1e-3)")
+UNREC_STEPS = ("training length per preset (paper: 500,001 Adam steps, docs/models/icl_regression.md §9; quick: 5 000 of "
+               "them, 8 seeds, the paper's lr 1e-3)")
 UNREC_STEPS_H2 = UNREC_STEPS.replace("8 seeds", "16 seeds for this H = 2 run")
 
 
@@ -128,12 +128,12 @@ PAPER_LR = 1e-3  # docs/models/icl_regression.md §9: Adam(1e-3)
 # stage II is paced by the Adam time lr x n, as the flow time of docs/models/icl_regression.md §0.3 is: every seed
 # homogeneous (< 0.1) and 4 of 8 with a dummy head at lr x n ~ 30 for lr 1e-3 (32 000 steps), 3e-3 (10 500; 8 of 8
 # at 15 000; held-out seeds 8-15: 8 of 8, 3 with a dummy) and 1e-2 (3 000), against 5 of 8 homogeneous (the others
-# 0.10, 0.35, 0.48: a head still in transit) and 1 of 8 with a dummy head at the former 5 000 steps of lr 1e-3. What does not scale with lr x n is the slow drift along the
-# valley, which Adam's noise floor stops early: gamma reaches 0.14 (lr 1e-3, 40 000 steps), 0.16 (3e-3, from 9 000
-# steps on) and stalls at 0.20-0.21 (1e-2); of the three, 3e-3 is the largest lr whose valley end stays near the
-# paper's (gamma 0.13 after 500 000 steps at 1e-3). H = 3 (2 of 8 with a dummy) and H = 8 (7 of 8) are
-# homogeneous in 8 of 8 runs by 12 000 steps. CPU (one thread, 8 seeds, 15 000 steps): H = 2 39 s, 3 48 s, 4 49 s,
-# 8 79 s.
+# 0.10, 0.35, 0.48: a head still in transit) and 1 of 8 with a dummy head at the former 5 000 steps of lr 1e-3. What
+# does not scale with lr x n is the slow drift along the valley, which Adam's noise floor stops early: gamma reaches
+# 0.14 (lr 1e-3, 40 000 steps), 0.16 (3e-3, from 9 000 steps on) and stalls at 0.20-0.21 (1e-2); of the three, 3e-3 is
+# the largest lr whose valley end stays near the paper's (gamma 0.13 after 500 000 steps at 1e-3). H = 3 (2 of 8 with a
+# dummy) and H = 8 (7 of 8) are homogeneous in 8 of 8 runs by 12 000 steps. CPU (one thread, 8 seeds, 15 000 steps):
+# H = 2 39 s, 3 48 s, 4 49 s, 8 79 s.
 TRAIN_HEADS = {"tiny": dict(TRAIN_TINY, lr=PAPER_LR, Hs=[2, 4], single=TRAIN_TINY),
                "quick": dict(_train_params(15_000, 300, 8), lr=3e-3, Hs=[2, 3, 4, 8], single=TRAIN_QUICK),
                "paper": dict(TRAIN_PAPER, lr=PAPER_LR, Hs=[2, 3, 4, 5, 6, 7, 8], single=TRAIN_PAPER)}
@@ -389,10 +389,13 @@ SAME_SIGN = Explanation(
              "mu_2 share a sign, reached from about 40 % of random small starts")
 
 
-NEAR_DUMMY = 0.15  # |mu_h| / max|mu|: a head above the dummy threshold 0.05 (docs/models/icl_regression.md §3) but still shrinking towards it
+# |mu_h| / max|mu|: a head above the dummy threshold 0.05 (docs/models/icl_regression.md §3) but still shrinking
+# towards it
+NEAR_DUMMY = 0.15
 NEAR_DUMMY_EXPL = Explanation(
     reason="the seeds whose |omega_h| are not yet homogeneous each have a head in transit to a dummy head: |mu_h| "
-           "between the dummy threshold 0.05 (docs/models/icl_regression.md §3, toolkit choice) and 0.15 of the largest |mu| and still "
+           "between the dummy threshold 0.05 (docs/models/icl_regression.md §3, toolkit choice) and 0.15 of the largest "
+           "|mu| and still "
            "shrinking at the last step, so it counts as active while its omega_h has not reached the common scale; "
            "dummy heads appear in real training, not in the flow of F (docs/models/icl_regression.md §10 item 9)",
     evidence="icl_regression.fig13: per-head mu_h curves of the H >= 3 runs (one seed shown); icl_regression.fig3: "
@@ -429,9 +432,14 @@ def _count_check(name, ok, *, claim, criterion, explanation=None):
                        explanation=None if passed else explanation)
 
 
-ZERO_SUM_TOL = 0.05  # |sum mu| / sum |mu|: formed pattern 0.0016 (docs/models/icl_regression.md §9 re-implementation), untrained init O(1)
-HOMOG_TOL = 0.1  # std/mean |omega_h|: formed pattern 0.01 (docs/models/icl_regression.md §9: omega = 0.132 / -0.132), untrained init O(1)
-MUDO_REL = 0.02  # mu^T omega vs eta*: the true loss puts the learned point at 0.888 = 1.01 eta* (docs/models/icl_regression.md §9), twice that
+# |sum mu| / sum |mu|: formed pattern 0.0016 (docs/models/icl_regression.md §9 re-implementation), untrained init O(1)
+ZERO_SUM_TOL = 0.05
+# std/mean |omega_h|: formed pattern 0.01 (docs/models/icl_regression.md §9: omega = 0.132 / -0.132), untrained
+# init O(1)
+HOMOG_TOL = 0.1
+# mu^T omega vs eta*: the true loss puts the learned point at 0.888 = 1.01 eta* (docs/models/icl_regression.md §9),
+# twice that
+MUDO_REL = 0.02
 
 
 def _pattern_checks(ds, tag, *, H):
@@ -584,7 +592,8 @@ def checks_fig1(ds):
                      explanation=_same_sign_explanation(pair, split)),
         _count_check("H=2", np.all(off[:, -1] < 0.5 * off[:, 0], axis=-1),
                      claim="KQ x-x block becomes diagonal (Observation 1)",
-                     criterion="off-diagonal ratio of every head < 0.5 x its initial value (formed: < 0.05, docs/models/icl_regression.md §9)"),
+                     criterion="off-diagonal ratio of every head < 0.5 x its initial value (formed: < 0.05, "
+                               "docs/models/icl_regression.md §9)"),
         _overlay_formed_check(ds, "H=2", split),
     ]
 
@@ -704,8 +713,8 @@ def gaps_fig3(ds):
     return compare_rows("H=1: |omega| vs the F_1 optimum 1/sqrt(d) (docs/models/icl_regression.md §7.3)", ds.step1.values[-1:],
                         [ds.attrs["omega_F1"]], np.abs(ds.omega1.values[:, -1:]), rel_allowance=1 / 3,
                         allowance_source="toolkit allowance (0.15 of 0.447): the net minimises the true loss, which "
-                        "F_1 underestimates by 9 % at its optimum (0.372 vs 0.409, docs/models/icl_regression.md §11), so F_1 predicts the "
-                        "scale 1/sqrt(d) of omega, not its value", d=D)
+                        "F_1 underestimates by 9 % at its optimum (0.372 vs 0.409, docs/models/icl_regression.md §11), so F_1 "
+                        "predicts the scale 1/sqrt(d) of omega, not its value", d=D)
 
 
 @register(name="icl_regression.fig3", model=MODEL, paper=f"{PAPER}, Fig. 3", spec="docs/models/icl_regression.md §3, §7.3, §9",
@@ -809,10 +818,12 @@ def gaps_fig4(ds):
     n = int(ds.attrs["n_mc"])
     for j in np.flatnonzero(ds.L.values >= 40):
         rows.append(GapRow.from_stats(
-            quantity="two-head MC risk vs R_dGD(0.897) (docs/models/icl_regression.md §9: within 0.0005 for L >= 40)",
+            quantity="two-head MC risk vs R_dGD(0.897) (docs/models/icl_regression.md §9: within 0.0005 for L >= "
+                     "40)",
             time=float(ds.L.values[j]), theory=float(ds.R_dGD.values[j]), mean=float(ds.two_head.values[j]),
             se=float(ds.two_head_se.values[j]), n_seeds=n, allowance=0.0005,
-            allowance_source="docs/models/icl_regression.md §9 Fig. 4(b): the two-head MC is within 0.0005 of R_dGD for L >= 40 (table 4.3(a))"))
+            allowance_source="docs/models/icl_regression.md §9 Fig. 4(b): the two-head MC is within 0.0005 of "
+                             "R_dGD for L >= 40 (table 4.3(a))"))
     return rows
 
 
@@ -852,7 +863,8 @@ def checks_fig4(ds):
 
 
 @register(name="icl_regression.fig4", model=MODEL, paper=f"{PAPER}, Fig. 4", spec="docs/models/icl_regression.md §7, §9, §10",
-          caption=("(a) Test MSE (noisy y_q, no sigma^2 offset: docs/models/icl_regression.md §10 item 2) vs test prompt length L' of models "
+          caption=("(a) Test MSE (noisy y_q, no sigma^2 offset: docs/models/icl_regression.md §10 item 2) vs test prompt "
+                   "length L' of models "
                    "trained at L = 40 (" + COMMON_SETUP + "), mean and range over seeds, with R_dGD(eta*; L'). "
                    "(b) Monte Carlo risk (noisy y_q, +-2 SE bars) vs L of fixed predictors: two heads at "
                    "(+-0.13, +-3.45), one head at (1/sqrt(d), 1.6277) fixed (the notebook's curve) and re-optimised "
@@ -954,8 +966,8 @@ def checks_fig5(ds):
     return [_count_check("H=4", off[:, j] < 0.2 * off[:, 0],
                          claim=f"the KQ diagonal pattern forms early (Observation 4), by step {int(ds.step.values[j])}",
                          criterion="off-diagonal ratio ||G - diag G||_F / ||diag G|| of G = sum_h mu_h KQ_h,xx below "
-                                   "0.2 x its initial value (docs/models/icl_regression.md §9: off-diagonal entries < 0.007 against a diagonal "
-                                   "of 0.13 once formed)")]
+                                   "0.2 x its initial value (docs/models/icl_regression.md §9: off-diagonal entries < 0.007 against a "
+                                   "diagonal of 0.13 once formed)")]
 
 
 @register(name="icl_regression.fig5", model=MODEL, paper=f"{PAPER}, Fig. 5", spec="docs/models/icl_regression.md §3, §9",
@@ -1053,7 +1065,8 @@ def checks_fig6(ds):
 
 
 @register(name="icl_regression.fig6", model=MODEL, paper=f"{PAPER}, Fig. 6", spec="docs/models/icl_regression.md §4.1-§4.3, §9",
-          caption=("Approximate loss F (4.1) vs the true ICL loss R (Monte Carlo, conditional form of docs/models/icl_regression.md §4.1, common "
+          caption=("Approximate loss F (4.1) vs the true ICL loss R (Monte Carlo, conditional form of "
+                   "docs/models/icl_regression.md §4.1, common "
                    "random numbers over the grid) on the symmetric two-head slice omega = (gamma, -gamma), "
                    "mu = (mu_+, -mu_+), d = 5, L = 40, sigma^2 = 0.1, with the valley mu(gamma) (4.6); right: F - R vs "
                    "L at (0.13, 3.45) with the limit -eta(2 - eta/eta*)/L, and along S_gamma (tables 4.3(a)-(b))."),
@@ -1143,7 +1156,8 @@ def checks_fig7(ds):
 
 
 @register(name="icl_regression.fig7", model=MODEL, paper=f"{PAPER}, Fig. 7", spec="docs/models/icl_regression.md §5.1-§5.5, §9",
-          caption=("GD on F/2 (lr = 0.01) with H = 4 heads from the small random initialisation of docs/models/icl_regression.md §5.5 (seed 3: "
+          caption=("GD on F/2 (lr = 0.01) with H = 4 heads from the small random initialisation of "
+                   "docs/models/icl_regression.md §5.5 (seed 3: "
                    "omega_h, mu_h ~ N(0, 0.01^2)), d = 5, L = 40, sigma^2 = 0.1: mu^T omega converges to eta* (4.3); "
                    "crosses: the reference verified values."),
           unrecoverable=("H = 4, init seed 3, lr 0.01, 1e6 iterations (docs/models/icl_regression.md §9 Fig. 7 defaults)",),
@@ -1210,7 +1224,8 @@ def checks_fig8(ds):
 
 
 @register(name="icl_regression.fig8", model=MODEL, paper=f"{PAPER}, Fig. 8", spec="docs/models/icl_regression.md §7.6, §9",
-          caption=("Length generalisation: softmax attention (H = 1, 2) and single-head linear attention (docs/models/icl_regression.md §7.6: no "
+          caption=("Length generalisation: softmax attention (H = 1, 2) and single-head linear attention "
+                   "(docs/models/icl_regression.md §7.6: no "
                    "softmax, no mask, fixed 1/L_train) trained at L = 40 with " + COMMON_SETUP + ", tested at L'. "
                    "Theory: R_dGD(eta*; L') for softmax and R_lin(L') = R_GD(eta L'/40; L') for linear attention at "
                    "eta_GD,opt = 0.8602 and at the learned eta = omega mu."),
@@ -1278,7 +1293,8 @@ def checks_fig12(ds):
                      criterion=f"sign-matched heads and |sum mu|/sum|mu| < {ZERO_SUM_TOL:g}",
                      explanation=_same_sign_explanation(pattern, split)),
         _count_check("non-isotropic H=2", ds.dist_G_star.values < ds.dist_Sigma_inv.values,
-                     claim="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, docs/models/icl_regression.md §8.1)",
+                     claim="learned preconditioner closer to G* than to Sigma^-1 (paper's conjecture, "
+                           "docs/models/icl_regression.md §8.1)",
                      criterion="||G - G*|| < ||G - Sigma^-1|| (relative Frobenius)"),
     ]
 
@@ -1539,7 +1555,8 @@ def checks_fig20(ds):
         med = float(np.median(ds.norms.values[j])) * np.sqrt(L)
         if om * om * d <= 1.0 + 1e-12:
             pred = math.exp(om * om * d / 2)
-            out.append(CheckResult(name=f"d={d}, omega={om:.3g}: sqrt(L) |w| ~ exp(omega^2 d / 2) (large-L, docs/models/icl_regression.md §4.2)",
+            out.append(CheckResult(name=f"d={d}, omega={om:.3g}: sqrt(L) |w| ~ exp(omega^2 d / 2) (large-L, "
+                                        "docs/models/icl_regression.md §4.2)",
                                    passed=0.6 * pred < med < 1.4 * pred, measured=med, expected=pred,
                                    tolerance="+-40% (finite L = 40, median vs mean-square)"))
         elif d >= L_TRAIN / 2:
@@ -1591,8 +1608,8 @@ def plot_fig21(ds):
 
 
 def gaps_fig21(ds):
-    """The overlay rows (the flow against the trained heads) and the homogeneity of |omega_h| (over non-dummy heads, Eq. (4.4)),
-    learned minus GD on F/2 at matched gamma at the last logged step, over the same seeds."""
+    """The overlay rows (the flow against the trained heads) and the homogeneity of |omega_h| (over non-dummy heads,
+    Eq. (4.4)), learned minus GD on F/2 at matched gamma at the last logged step, over the same seeds."""
     rows = _overlay_gaps(ds, "H=4")
     T = ds.sizes["step"]
     use = ds.i0.values <= T - 1 - OVERLAY_MIN_LOGS

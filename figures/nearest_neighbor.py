@@ -47,10 +47,11 @@ __all__ = [
     "plot_overlay", "gaps_overlay", "checks_overlay", "data_overlay"
 ]
 
-LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (docs/models/token_selection.md §A.5) whose second-order effect makes torch "
+LABEL_BIAS_SOURCE = ("explicit labels add zero-mean gradient noise (docs/models/token_selection.md §A.5) whose second-order "
+                     "effect makes torch "
                      "xi1 lag the map on the same x's: about 8% of a step's drift per step at n = 1000 (per-prompt "
-                     "gradient noise ~2.4x the mean dL/dxi1 at W^(0)), diluted as xi1 grows (docs/models/token_selection.md §A.8: +0.3% at "
-                     "n = 4000, t = 300); 6% of |theory| bounds it from t >= 25 on at n >= 1000")
+                     "gradient noise ~2.4x the mean dL/dxi1 at W^(0)), diluted as xi1 grows (docs/models/token_selection.md §A.8: "
+                     "+0.3% at n = 4000, t = 300); 6% of |theory| bounds it from t >= 25 on at n >= 1000")
 ETA = 2.0
 """GD step of every torch-vs-reduced panel. The reduced map's reference eta = 5 (docs/models/token_selection.md §4) is
 past the edge of stability of full-matrix GD: the label-bias entry W23 (score y_j W23 on context token j) has curvature
@@ -135,7 +136,8 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
           caption=("In-context 1-NN on S^2 (d = 3): N labelled context points (markers, Rademacher labels) and, "
                    "left, every query on the sphere coloured by the label of its nearest context point; right, the "
                    "prediction f_W = sum_j q_j y_j of the attention layer at the (xi1, xi2) reached by the exact "
-                   "reduced GD map (docs/models/token_selection.md §A.5; sigma = 3, eta = 2, docs/models/token_selection.md §A.8 setting) on B prompts of the training "
+                   "reduced GD map (docs/models/token_selection.md §A.5; sigma = 3, eta = 2, docs/models/token_selection.md "
+                   "§A.8 setting) on B prompts of the training "
                    "law. Equirectangular projection."),
           unrecoverable=("the figure's point count and layout (illustration); training setting d = 3, N = 8, sigma "
                          "= 3, eta = 2 of docs/models/token_selection.md §A.8",),
@@ -227,7 +229,8 @@ def checks_fig2(ds: xr.Dataset) -> list[CheckResult]:
           spec="docs/models/token_selection.md §A.9 (Fig. 2), docs/models/token_selection.md §A.5, Appendix R",
           caption=("Loss landscape L(xi1, xi2) = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1] of the reduced family "
                    "W = diag(xi1 I_d, 0, -xi2) for d = N = 4 (labels integrated out exactly, Monte Carlo over B "
-                   "prompts of recipe docs/models/token_selection.md §G.A, common to all grid points): heat map with contours and the Appendix R "
+                   "prompts of recipe docs/models/token_selection.md §G.A, common to all grid points): heat map with "
+                   "contours and the Appendix R "
                    "reference points (left), 3-D surface (right). The report compares the torch loss (explicit "
                    "labels) with Appendix R."),
           unrecoverable=("axis ranges xi1 in [0, 20], xi2 in [0, 40] (docs/models/token_selection.md §A.9 suggestion)",),
@@ -348,8 +351,8 @@ def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckRe
     out.append(CheckResult(name=f"Sec. A.7 item 1: E[q_i*] increases towards 1, E[q_N+1] stays small ({label})",
                            passed=bool(np.all(np.diff(q_istar) > 0) and np.max(q_self) < 0.05),
                            measured=float(q_istar[-1]), expected="increasing; E[q_N+1] < 0.05 throughout",
-                           tolerance=f"monotone; max_t E[q_N+1] = {float(np.max(q_self)):.2g} (docs/models/token_selection.md §A.8: 9e-4 at "
-                                     "t = 20000, d = 4, N = 16)"))
+                           tolerance=f"monotone; max_t E[q_N+1] = {float(np.max(q_self)):.2g} (docs/models/token_selection.md §A.8: "
+                                     "9e-4 at t = 20000, d = 4, N = 16)"))
     return out
 
 
@@ -376,7 +379,8 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
                                 "(P(A_delta^c) > 0)", passed=bool(train_law[-1] > 10 * shift[-1]),
                            measured=float(train_law[-1] / shift[-1]), expected="> 10 (ratio training-law / shifted)",
                            tolerance="factor 10 (reference: 46x at t = 3000, d = 4, N = 16)"))
-    out.append(CheckResult(name="Theorem A2 pointwise bound (docs/models/token_selection.md §A.6 [derived]) holds on every shifted test prompt "
+    out.append(CheckResult(name="Theorem A2 pointwise bound (docs/models/token_selection.md §A.6 [derived]) holds on every shifted "
+                                "test prompt "
                                 "at the final (xi1, xi2)", passed=bool(ds.bound_ok), measured=float(ds.bound_ok),
                            expected=1.0, tolerance="err <= bound (1 + 1e-12) on every prompt"))
     mt = ds.mse_shift_torch.values[0]
@@ -391,7 +395,8 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
 @register(name="nearest_neighbor.fig3", model="nearest_neighbor", paper="Li et al. (2024), Fig. 3",
           spec="docs/models/token_selection.md §A.9 (Fig. 3), docs/models/token_selection.md §A.6-§A.8",
           caption=("Left: training loss vs GD step for several (N, d). Dashed: the exact reduced (xi1, xi2) map "
-                   "(docs/models/token_selection.md §A.5) on a large prompt sample (population proxy, labels integrated out), run further than "
+                   "(docs/models/token_selection.md §A.5) on a large prompt sample (population proxy, labels integrated "
+                   "out), run further than "
                    "the torch runs (it is cheap), so the theorem checks see long times. Markers and "
                    "bands (mean and 95% range over training samples): torch full-matrix W from W^(0) = diag(0, "
                    "-sigma), full-batch GD at eta = 2 on fixed training prompts with explicit Rademacher labels. "
@@ -541,13 +546,17 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
 
 @register(name="nearest_neighbor.overlay", model="nearest_neighbor", paper="Li et al. (2024): theory vs practice "
           "(docs/models/token_selection.md §5 suggested overlay)", spec="docs/models/token_selection.md §5, §A.5, §A.8, §A.9",
-          caption=("Study A overlay at d = 4, N = 16, sigma = 5, eta = 2 (docs/models/token_selection.md §4 setting with a smaller step: at "
+          caption=("Study A overlay at d = 4, N = 16, sigma = 5, eta = 2 (docs/models/token_selection.md §4 setting with a "
+                   "smaller step: at "
                    "eta = 5 full-matrix GD is unstable in the label-bias entry W23, which the reduced map cannot see). "
                    "Dashed: the "
-                   "exact reduced (xi1, xi2) GD map (docs/models/token_selection.md §A.5) on each seed's prompts (mean over seeds). Markers and "
+                   "exact reduced (xi1, xi2) GD map (docs/models/token_selection.md §A.5) on each seed's prompts (mean over "
+                   "seeds). Markers and "
                    "bands (mean and 95% range over prompt samples): torch full-matrix GD from W^(0) on the same x's "
-                   "with explicit Rademacher labels, each prompt also with y -> -y (docs/models/token_selection.md §A.8), and the factorised "
-                   "W = W_K^T W_Q from i.i.d. N(0, 0.01^2) factors with no mask (docs/models/token_selection.md §A.9; never from zero, a "
+                   "with explicit Rademacher labels, each prompt also with y -> -y (docs/models/token_selection.md §A.8), "
+                   "and the factorised "
+                   "W = W_K^T W_Q from i.i.d. N(0, 0.01^2) factors with no mask (docs/models/token_selection.md §A.9; never "
+                   "from zero, a "
                    "stationary point). Probes xi1 = tr(W11)/d, xi2 = -W33 and off (docs/models/token_selection.md §A.5.1)."),
           unrecoverable=("factor init scale s = 0.01 (docs/models/token_selection.md §0 default)",
                          "eta = 2 instead of the reference 5 (stability of full-matrix GD, see the caption)"),

@@ -75,15 +75,18 @@ __all__ = [
 SERIES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "dist_V_Pi", "dist_V_sqrtPi", "cos_V_Pi",
           "dist_V_sqrtChat", "loss", "kl")
 ROUND_OFF = 1e-9
-EXACT_SOURCE = ("float64 round-off: torch full-matrix GD from zero and the reduced map of docs/models/token_selection.md §C.5 run on the same "
+EXACT_SOURCE = ("float64 round-off: torch full-matrix GD from zero and the reduced map of docs/models/token_selection.md "
+                "§C.5 run on the same "
                 "walks, so their difference is 0 in exact arithmetic (reference: 7e-16 after 8 steps); 1e-9 bounds the "
                 "round-off over the run")
 RB_SOURCE = ("acc_RB = mean Pi[s_{N-1}, Pred] equals max(p, 1-p) exactly once every prediction is a likeliest "
              "successor (docs/models/token_selection.md §C.3); 1e-9 bounds the float64 round-off of the weighted mean")
 DEFAULTS_U = (
     "positional code phi_i = sqrt(rho) e_i, rho = M/2: orthogonal exactly in float64 (the sine code "
-    "[phi_i]_k = sin(pi i k / M) reconstructed in docs/models/token_selection.md §C.2 is orthogonal only to round-off, which the unstable "
-    "symmetric state of Theorem C2 amplifies); only orthogonality and rho enter the dynamics (docs/models/token_selection.md §C.9). With this "
+    "[phi_i]_k = sin(pi i k / M) reconstructed in docs/models/token_selection.md §C.2 is orthogonal only to "
+    "round-off, which the unstable "
+    "symmetric state of Theorem C2 amplifies); only orthogonality and rho enter the dynamics "
+    "(docs/models/token_selection.md §C.9). With this "
     "code the coordinates of x~ beyond K + N are 0, so the rows and columns of W beyond them never enter the scores "
     "nor move: runs use M = N + 1 with rho = M_paper / 2, exactly the paper's M = 1000 from zero and equal in law "
     "from a random start (tests/test_random_walk.py::test_onehot_code_dynamics_do_not_depend_on_M_beyond_N)",)
@@ -334,7 +337,8 @@ def _checks_common(ds, label) -> list[CheckResult]:
     T = int(ds.step.values[-1])
     steps = [s for s in sorted({1, 2, 3, 10, T}) if s <= T]
     # continuous observables only: an accuracy is a count of predictions, which round-off flips at a score tie
-    return _paired_checks(ds, ("attn_parent", "dist_V_Pi"), steps) + [CheckResult(name=f"{label}: torch full-matrix GD = reduced map (docs/models/token_selection.md §C.5), max |state gap| over seeds "
+    return _paired_checks(ds, ("attn_parent", "dist_V_Pi"), steps) + [CheckResult(name=f"{label}: torch full-matrix GD = reduced map (docs/models/token_selection.md §C.5), max |state "
+                                                                                       "gap| over seeds "
                              "and steps", passed=gap <= ROUND_OFF, measured=gap, expected=0.0,
                         tolerance="1e-9 (float64 round-off; spec measured 7e-16 after 8 steps)",
                         n_seeds=int(ds.sizes["seed"]))]
@@ -363,7 +367,8 @@ def checks_fig4(ds: xr.Dataset) -> list[CheckResult]:
         out.append(CheckResult(
             name=(f"Theorem C1 item 3 (p = 1/2): sqrt(t) dist(V, Pi^T) at t = {t[-1]} over its value at t = "
                   f"{t[i10]}, mean over seeds"), passed=0.75 <= ratio.mean() <= 1.5, measured=float(ratio.mean()),
-            expected=1.0, tolerance=("[0.75, 1.5]: O(1/sqrt t) until the finite-sample floor (docs/models/token_selection.md §C.7: sqrt(t) dist "
+            expected=1.0, tolerance=("[0.75, 1.5]: O(1/sqrt t) until the finite-sample floor (docs/models/token_selection.md "
+                                     "§C.7: sqrt(t) dist "
                                      "= 1.24, 1.24, 1.25 at t = 10, 30, 100, then 1.50 at t = 1000 at the floor)"),
             n_seeds=n))
     return out
@@ -395,8 +400,10 @@ _ZERO_PARAMS = {
               "population_steps": 50, "dense": 50},
 }
 _ZERO_CAPTION = ("Zero initialisation V = W = 0, eta = 1, eps = 0.1, full-batch GD on n_train training walks; accuracy "
-                 "and attention on n_test test walks (docs/models/token_selection.md §C.8). Markers/bands: torch full-matrix GD (mean and 95% "
-                 "range over training samples); dashed: the exact reduced (V, a, c) map of docs/models/token_selection.md §C.5 on the same "
+                 "and attention on n_test test walks (docs/models/token_selection.md §C.8). Markers/bands: torch full-matrix "
+                 "GD (mean and 95% "
+                 "range over training samples); dashed: the exact reduced (V, a, c) map of docs/models/token_selection.md "
+                 "§C.5 on the same "
                  "walks; black: the theorem's accuracy. acc_RB = mean Pi[s_{N-1}, Pred] (docs/models/token_selection.md §C.3).")
 
 
@@ -466,7 +473,8 @@ FIG6_P1_EXPLANATION = Explanation(
                    "(a start with V = W = 0 stays at 1/6), and p = 1 leaves it before p = 0.5 reaches 0.5 at every "
                    "step (ratio ~0.6 at eta n_train = 3, 10, 30) and normalisation reading we tried."),
           unrecoverable=DEFAULTS_U + (
-              "every column of X~, the blank query included, divided by its norm inside the scores (docs/models/token_selection.md §C.8)",
+              "every column of X~, the blank query included, divided by its norm inside the scores "
+              "(docs/models/token_selection.md §C.8)",
               "loss summed over the training walks: eta = 0.01 on the sum = 10 on the mean (our reading: it matches "
               "the paper's ~0.5 at ~400 iterations for p = 0.5; the mean stays at chance)",
               "KL direction KL(P_true || P_model), P_model = max(f, 1e-12) normalised (docs/models/token_selection.md §C.8)"),
@@ -647,10 +655,11 @@ def checks_factorised(ds: xr.Dataset) -> list[CheckResult]:
     if parent.any():
         dev = float(np.abs(rb[parent] - 0.5).max())
         out.append(CheckResult(
-            name=("factorised starts whose attention peaks at the parent: acc_RB = max(p, 1-p) = 0.5 at the last step "
-                  "(Theorem C1 item 1's endpoint), max |acc_RB - 0.5| over those seeds"),
+            name=("factorised starts whose attention peaks at the parent: acc_RB = max(p, 1-p) = 0.5 at the "
+                  "last step (Theorem C1 item 1's endpoint), max |acc_RB - 0.5| over those seeds"),
             passed=dev <= 1e-9, measured=dev, expected=0.0,
-            tolerance="1e-9: acc_RB is exact once Pred is a neighbour of the parent (docs/models/token_selection.md §C.3)",
+            tolerance="1e-9: acc_RB is exact once Pred is a neighbour of the parent "
+                      "(docs/models/token_selection.md §C.3)",
             n_seeds=int(parent.sum())))
     others = [f"run {i}: position {int(p)} (mass {m:.2f})" for i, (p, m, ok) in enumerate(zip(peak, mass, parent))
               if not ok]
@@ -813,12 +822,14 @@ def _ptag(p: float) -> str:
 @register(name="random_walk.overlay", model="random_walk", paper="Shi & Cao (2025): theory vs practice (docs/models/token_selection.md §5 "
           "suggested overlay)", spec="docs/models/token_selection.md §5, §C.5, §C.6, §C.7",
           caption=("K = 6, N = 97, M = 1000, eta = 1, eps = 0.1, full-batch GD on n_train walks, p in {0, 0.5, 0.7, "
-                   "1}. Dashed: exact reduced (V, a, c) map (docs/models/token_selection.md §C.5); markers: torch full-matrix GD from zero; "
+                   "1}. Dashed: exact reduced (V, a, c) map (docs/models/token_selection.md §C.5); markers: torch "
+                   "full-matrix GD from zero; "
                    "dotted thin: torch from a random start V, W ~ N(0, 0.01^2), tokens normalised as in Fig. 6 (without "
                    "normalisation the random scores rho W ~ 5 make the blank take all attention, f = 0). Right: "
                    "direction errors of V (Theorem C1 item 3) to Pi^T, to sqrt(Pi^T) (entrywise) and to "
                    "sqrt(C_hat^T) of the training walks; grey: the population floor "
-                   "dist(sqrt(Pi^T), Pi^T) of docs/models/token_selection.md §C.7 (0.1745 at p = 0.7): the paper's Pi^T claim holds at p = 1/2 "
+                   "dist(sqrt(Pi^T), Pi^T) of docs/models/token_selection.md §C.7 (0.1745 at p = 0.7): the paper's Pi^T "
+                   "claim holds at p = 1/2 "
                    "only. Left: thin solid lines max(p, 1-p) (Theorem C1) and 1/K at p = 0, 1 (the symmetric state of "
                    "Theorem C2); hollow markers of decreasing size, so coinciding curves (p = 0, 0.5, 1 on the parent "
                    "attention) stay visible."),
@@ -928,7 +939,8 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
                   "of predicting argmax_b C_hat[parent, b] (the sample's most frequent successor; max(p, 1-p) when "
                   "it is the likelier neighbour), max over seeds"),
             passed=float(dev.max()) <= 1e-9, measured=float(dev.max()), expected=0.0,
-            tolerance="1e-9: V -> sqrt(C_hat^T) direction keeps C_hat's argmax (docs/models/token_selection.md §C.7); acc_RB is exact",
+            tolerance="1e-9: V -> sqrt(C_hat^T) direction keeps C_hat's argmax (docs/models/token_selection.md "
+                      "§C.7); acc_RB is exact",
             n_seeds=n))
     tag = _ptag(0.7)
     d_c = ds[f"{tag}_reduced_dist_V_sqrtChat"].values
@@ -940,7 +952,8 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
         name=(f"Sec. C.7 correction, p = 0.7: V approaches the sqrt(C_hat^T) direction like t^(-1/2): sqrt(t) "
               f"dist(V, sqrt(C_hat^T)) at t = {T} over its value at t = {int(tr[i0])}, mean over seeds"),
         passed=0.75 <= float(ratio.mean()) <= 1.33, measured=float(ratio.mean()), expected=1.0,
-        tolerance="[0.75, 1.33] (docs/models/token_selection.md §C.7: 0.1228, 0.0385, 0.0221 at t = 100, 1000, 3000, i.e. sqrt(t) dist within 1%)",
+        tolerance="[0.75, 1.33] (docs/models/token_selection.md §C.7: 0.1228, 0.0385, 0.0221 at t = 100, 1000, "
+                  "3000, i.e. sqrt(t) dist within 1%)",
         n_seeds=n))
     r = d_pi[:, -1] / d_c[:, -1]
     out.append(CheckResult(
@@ -994,7 +1007,8 @@ def _qa_balanced(task: str, n: int) -> cf.WalkSample:
               "Task 1 (majority fruit of a 5-word list, (K, N) = (19, 17)) and Task 2 (preferred fruit of 'I prefer "
               "an X to an Y', (K, N) = (19, 19)); random start N(0, 0.01^2), eta = 0.1, eps = 0.1, full-batch GD on "
               "n_train questions drawn at random, test accuracy on n_test questions vs iteration, for the model of "
-              "docs/models/token_selection.md §C.3 (plain) and with an extra ReLU layer f = A relu(V X S) (m = 19). Bands: mean and 95% range "
+              "docs/models/token_selection.md §C.3 (plain) and with an extra ReLU layer f = A relu(V X S) (m = 19). "
+              "Bands: mean and 95% range "
               "over runs. Dashed (Task 1): the same models trained on a balanced set (each of the 32 questions "
               "equally often). Dotted red: the ReLU model on the balanced set with softmax cross-entropy instead of "
               "the paper's "
@@ -1113,7 +1127,8 @@ def checks_qa(ds: xr.Dataset) -> list[CheckResult]:
                   f"the last-step accuracy above the paper's loss -log(e_y^T f + eps): one-sided 99% Student-t lower "
                   f"bound of the mean paired difference (t = {int(t[-1])})"),
             passed=low > 0, measured=low, expected="> 0",
-            tolerance=f"Student t, {n - 1} df, over seeds (same questions and start per seed; only the loss differs)",
+            tolerance=f"Student t, {n - 1} df, over seeds (same questions and start per seed; only the loss "
+                      "differs)",
             n_seeds=n))
     out.append(CheckResult(
         name=f"QA Task 1, plain model, balanced training set: accuracy at t = {int(t[i])}, minimum over seeds",

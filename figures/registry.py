@@ -22,8 +22,8 @@ Optionally, for the report (:mod:`figures.report`):
 
 * ``gaps(ds) -> list[GapRow]``: theory vs practice at chosen times (:func:`compare_rows` builds them from arrays):
   the raw gap ``mean - theory``, its Student-t confidence interval over seeds (:mod:`dynamics.compare`, calibrated
-  for any number of seeds >= 2), an allowance with its source where the docs derive one, and a status of :data:`STATUSES`
-  (``holds`` shown, ``consistent`` undecided, ``fails``; with an :class:`Explanation`: ``explained`` /
+  for any number of seeds >= 2), an allowance with its source where the docs derive one, and a status of
+  :data:`STATUSES` (``holds`` shown, ``consistent`` undecided, ``fails``; with an :class:`Explanation`: ``explained`` /
   ``disagrees`` / ``deferred``).
 * ``checks(ds) -> list[CheckResult]``: theorem checks with the measured numbers; same statuses (no
   ``consistent``). Rows that should agree exactly (same data, same steps) use :func:`per_seed_check`. A check
@@ -817,10 +817,10 @@ class Registry:
 
         ``params`` maps some or all presets to the figure's parameters (JSON values, or instances of one
         :class:`figures.params.ParamsRecord` type); a preset left out falls back to another
-        (:meth:`FigureSpec.params_from`, with a one-line message at build time). ``param_info`` gives the meaning, unit and range of parameters that
-        :data:`figures.params.VOCABULARY` lacks (or that mean something else here). ``calibrated_at`` maps parameters
-        to the values at which the figure's allowances and checks were calibrated: the caption says so, and a build
-        whose overrides move outside them warns.
+        (:meth:`FigureSpec.params_from`, with a one-line message at build time). ``param_info`` gives the meaning, unit
+        and range of parameters that :data:`figures.params.VOCABULARY` lacks (or that mean something else here).
+        ``calibrated_at`` maps parameters to the values at which the figure's allowances and checks were calibrated: the
+        caption says so, and a build whose overrides move outside them warns.
         """
         if model not in self.models:
             raise ValueError(f"model must be one of {', '.join(self.models)}; got {model!r}")

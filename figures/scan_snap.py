@@ -187,7 +187,8 @@ def _snap_index(steps, n_steps):
 @register(name="scan_snap.fig4", model="scan_snap", paper="Tian et al. (2023), Fig. 4 (Syn-Small, SGD)",
           spec="docs/models/scan_snap.md §5.2, §4.3, §7 P4", caption=(
               "Syn-Small (M = 34, K = 2): attention map c_0 over tokens 0-19 at the shown iterations, SGD with "
-              "momentum 0.9 from zero init (mean over seeds) and the momentum population map of docs/models/scan_snap.md §4.3 (T -> inf), "
+              "momentum 0.9 from zero init (mean over seeds) and the momentum population map of "
+              "docs/models/scan_snap.md §4.3 (T -> inf), "
               "for eta_Y = 1 and 10 (eta_Z = 1); bottom: distinct-token entropy, SGD (band: 95% CI of the mean) vs "
               "map (dashed). The ODE is not a valid overlay for momentum runs (docs/models/scan_snap.md §0.3)."),
           unrecoverable=_U_SYN,
@@ -362,7 +363,8 @@ def checks_fig5(ds):
 @register(name="scan_snap.fig5", model="scan_snap", paper="Tian et al. (2023), Fig. 5 (Syn-Small, Adam)",
           spec="docs/models/scan_snap.md §5.2", caption=(
               "Syn-Small with Adam (torch defaults), eta_Y = eta_Z = eta, zero init, batch 128: c_0 at the shown "
-              "iterations (mean over seeds) and the distinct-token entropy. No population counterpart (docs/models/scan_snap.md §0.3)."),
+              "iterations (mean over seeds) and the distinct-token entropy. No population counterpart "
+              "(docs/models/scan_snap.md §0.3)."),
           unrecoverable=(*_U_SYN, ("Adam runs: the Fig. 4 command with the optimizer switched, zero init, betas "
                                    "(0.9, 0.999), eps 1e-8, 100 iterations (docs/models/scan_snap.md §5.2 [choice])")),
           params={"tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta": [0.1, 1.0]},
@@ -404,8 +406,8 @@ with 8 seeds instead of 10 (docs/models/scan_snap.md §5.3)."""
 
 _MEDIUM_U = (("random initialisation U(+-1/sqrt(M)) for Y and Z (reference E9); torch seeds are the toolkit's, not the "
               "authors'"),
-             ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (docs/models/scan_snap.md §5.3 default, "
-              "[unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))
+             ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (docs/models/scan_snap.md "
+              "§5.3 default, [unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))
 
 _MEDIUM_CACHE: dict = {}
 
@@ -521,8 +523,8 @@ def gaps_fig6(ds):
 
 _FIG6_ALLOWANCE = 0.1
 _FIG6_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T = 128 against the T = inf map: +0.047 on average over the 64 "
-                          "cells, same trends (docs/models/scan_snap.md §6 item 9; O(1/T), docs/models/scan_snap.md §4.7, gap_T figure); 0.1 = about twice "
-                          "the average to cover its spread between cells")
+                          "cells, same trends (docs/models/scan_snap.md §6 item 9; O(1/T), docs/models/scan_snap.md §4.7, gap_T "
+                          "figure); 0.1 = about twice the average to cover its spread between cells")
 
 
 def checks_fig6(ds):

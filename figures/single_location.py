@@ -241,7 +241,8 @@ def checks_fig3(ds):
 
 @register(name="single_location.fig3", model="single_location", paper="Marion et al. (2025), Fig. 3",
           spec="docs/models/single_location.md §8.1, §5.2-§5.4",
-          caption=("Erf-oracle risk R_lambda(k*, v*) (docs/models/single_location.md §5.2) against the optimal linear risk (Prop. 3, docs/models/single_location.md §5.4), "
+          caption=("Erf-oracle risk R_lambda(k*, v*) (docs/models/single_location.md §5.2) against the optimal linear risk "
+                   "(Prop. 3, docs/models/single_location.md §5.4), "
                    "the null risk gamma^2 and the Bayes bound eps^2, gamma^2 = 1/2, eps = 0. Left: vs L at d = 400 "
                    "with lambda = 0.1 or the best lambda per point. Right: excess risk vs d with lambda = d^(-1/4), "
                    "L = 10 (Corollary 2: the oracle tends to eps^2, the linear predictor does not)."),
@@ -335,10 +336,12 @@ def checks_fig4a(ds):
 
 @register(name="single_location.fig4a", model="single_location", paper="Marion et al. (2025), Fig. 4(a)",
           spec="docs/models/single_location.md §8.2, §6.4, §7.4",
-          caption=("Exact projected gradient descent on the population risk (five-scalar map, docs/models/single_location.md §6.4), sphere "
+          caption=("Exact projected gradient descent on the population risk (five-scalar map, "
+                   "docs/models/single_location.md §6.4), sphere "
                    "initialisation, d = 400, L = 10, gamma^2 = 1/2, eps = 0, alpha = 4e-3, lambda_n = 1/(1 + 1e-4 n). "
                    "Mean over runs with the 95% percentile band; paths of runs 1 and 3; dist_M plotted with the "
-                   "float64 floor 1e-16. A few runs end at the spurious point S of docs/models/single_location.md §7.4 (not a bug)."),
+                   "float64 floor 1e-16. A few runs end at the spurious point S of docs/models/single_location.md §7.4 (not "
+                   "a bug)."),
           params=_pgd_params(30, 120_000, 300, 3000, 300), plot=plot_fig4a, checks=checks_fig4a)
 def data_fig4a(cfg) -> xr.Dataset:
     p = cfg.params
@@ -359,7 +362,8 @@ def checks_fig4b(ds):
     i = _at_step(ds, 5000)
     if i is not None:
         k, n = ds.kappa.values[:, i], ds.nu.values[:, i]
-        out.append(CheckResult(name="Theorem 5 / docs/models/single_location.md §8.3: sign(kappa) = sign(nu) for all runs at step 5 000",
+        out.append(CheckResult(name="Theorem 5 / docs/models/single_location.md §8.3: sign(kappa) = sign(nu) for all runs at step 5 "
+                                    "000",
                                passed=bool(np.all(np.sign(k) == np.sign(n))),
                                measured=float(np.mean(np.sign(k) == np.sign(n))), expected=1.0,
                                tolerance="all runs"))
@@ -383,8 +387,10 @@ def checks_fig4b(ds):
 
 @register(name="single_location.fig4b", model="single_location", paper="Marion et al. (2025), Fig. 4(b)",
           spec="docs/models/single_location.md §8.3, §6.3, §7.3",
-          caption=("Exact PGD on the invariant manifold M (reduced map of docs/models/single_location.md §6.3), manifold initialisation "
-                   "(docs/models/single_location.md §6.5), d = 400, L = 10, gamma^2 = 1/2, eps = 0, lambda = 0.1, alpha = 4e-3. Every run "
+          caption=("Exact PGD on the invariant manifold M (reduced map of docs/models/single_location.md §6.3), manifold "
+                   "initialisation "
+                   "(docs/models/single_location.md §6.5), d = 400, L = 10, gamma^2 = 1/2, eps = 0, lambda = 0.1, alpha = "
+                   "4e-3. Every run "
                    "converges to (1, 1) or (-1, -1) (Theorem 5); dist_M is exactly 0 and drawn at the floor 1e-16."),
           params=_pgd_params(30, 20_000, 200, 5000, 200), plot=plot_fig4b, checks=checks_fig4b)
 def data_fig4b(cfg) -> xr.Dataset:
@@ -487,10 +493,12 @@ def checks_fig7(ds):
 
 @register(name="single_location.fig7", model="single_location", paper="Marion et al. (2025), Fig. 7(a), 7(b)",
           spec="docs/models/single_location.md §8.6, §7.4",
-          caption=("Exact PGD from the sphere at constant lambda (five-scalar map, docs/models/single_location.md §6.4), d = 400, L = 10, "
+          caption=("Exact PGD from the sphere at constant lambda (five-scalar map, docs/models/single_location.md §6.4), d "
+                   "= 400, L = 10, "
                    "gamma^2 = 1/2, eps = 0, same initial states as Fig. 4(a). (a) lambda = 0.9, alpha = 1e-3: the "
                    "runs leave (0, 0) but end off M. (b) lambda = 0.1, alpha = 4e-3, every run drawn: about half of "
-                   "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of docs/models/single_location.md §7.4 "
+                   "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of "
+                   "docs/models/single_location.md §7.4 "
                    "(dashed purple), the others recover (k*, v*); the (kappa, nu) panel draws two recovering runs "
                    "and one that ends at S."),
           params={"tiny": {"d": 400, "L": 10, "n_runs": 4, "n_steps_a": 3000, "n_steps_b": 2000},
@@ -571,7 +579,8 @@ def checks_fig6(ds):
 
 @register(name="single_location.fig6", model="single_location", paper="Marion et al. (2025), Fig. 6",
           spec="docs/models/single_location.md §8.5, §7.1-§7.2",
-          caption=("Dynamics on the invariant manifold M in the (kappa, nu) square (docs/models/single_location.md §5.1, §7.1). (a) R_M with the "
+          caption=("Dynamics on the invariant manifold M in the (kappa, nu) square (docs/models/single_location.md §5.1, "
+                   "§7.1). (a) R_M with the "
                    "five fixed points: minima (1, 1), (-1, -1) (yellow), saddle (0, 0) (blue), maxima (1, -1), "
                    "(-1, 1) (red); dashed: the kappa-nullcline nu = erf(c kappa / r). (b) The vector field "
                    "-((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), arrows normalised, colour = magnitude."),
@@ -724,16 +733,18 @@ def checks_fig5(ds):
 
 @register(name="single_location.fig5", model="single_location", paper="Marion et al. (2025), Fig. 5",
           spec="docs/models/single_location.md §8.4, §6.4",
-          caption=("Online stochastic PGD of the torch erf predictor (docs/models/single_location.md §8.4): d = 80, L = 10, gamma^2 = 1/2, "
+          caption=("Online stochastic PGD of the torch erf predictor (docs/models/single_location.md §8.4): d = 80, L = 10, "
+                   "gamma^2 = 1/2, "
                    "eps = 0.1, lambda_n = 2/(1 + 1e-4 n), alpha = 1e-3, batch 5, sphere initialisation, float64. "
                    "Markers and bands: mean and 95% range over seeds; excess risk = closed-form risk of each "
                    "iterate at lambda_n (grey: the noisy 1 000-sample test MSE). Dashed: the deterministic "
-                   "five-scalar PGD (docs/models/single_location.md §6.4) started from each seed's initial scalars, averaged over seeds. At batch "
+                   "five-scalar PGD (docs/models/single_location.md §6.4) started from each seed's initial scalars, "
+                   "averaged over seeds. At batch "
                    "5 the gradient noise is large (a tangent step of about alpha |g| ~ 0.08 per update in d = 80) and "
                    "each renormalisation shrinks the alignments: the SGD mean lags the noiseless PGD (rows explained "
                    "by SGD noise). The same protocol at a large batch (orange, first steps) follows PGD over the "
-                   "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs (docs/models/single_location.md §8.4 "
-                   "table)."),
+                   "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs "
+                   "(docs/models/single_location.md §8.4 table)."),
           params={"tiny": {"d": 20, "L": 5, "n_runs": 3, "n_steps": 300, "log_every": 50, "eval_size": 100,
                            "batch_lb": 20, "n_steps_lb": 200, "log_every_lb": 50, "alpha": 1e-3, "batch_size": 5},
                   "quick": {"d": 80, "L": 10, "n_runs": 8, "n_steps": 200_000, "log_every": 2000, "eval_size": 1000,
