@@ -37,11 +37,12 @@ def format_table(rows: list[tuple[str, Result]]) -> str:
             ok = "yes" if ratio >= r.target_ratio else "NO"
         if r.target_value is not None:
             target = (target + " " if target else "") + f">={r.target_value:.3g}"
-            ok = ("yes" if r.value >= r.target_value and ok != "NO" else "NO")
+            ok = "yes" if r.value >= r.target_value and ok != "NO" else "NO"
         base = f"{r.baseline:.4g}" if r.baseline is not None else "-"
         rat = f"{ratio:.1f}x" if ratio is not None else "-"
-        lines.append(f"{module:<18} {r.name[:52]:<52} {r.value:>10.4g} {r.unit[:3]:<3} {base:>14} {rat:>9} "
-                     f"{target:>10} {ok}")
+        lines.append(
+            f"{module:<18} {r.name[:52]:<52} {r.value:>10.4g} {r.unit[:3]:<3} {base:>14} {rat:>9} {target:>10} {ok}"
+        )
         if r.note:
             lines.append(f"{'':<18}   note: {r.note}")
     return "\n".join(lines)

@@ -19,7 +19,13 @@ def dense_save_result(name: str, call, n_steps: int, n_traj: int, *, dense=None,
     t_final = cpu_time(lambda: call(SaveAt(final=True)), repeat=repeat)
     t_dense = cpu_time(lambda: call(dense), repeat=repeat)
     work = n_traj * n_steps
-    return Result(name=f"dense saves: {name}", unit="trajectory-steps/s per core", value=work / t_dense,
-                  baseline=work / t_final, baseline_name="the same call saving the final state only",
-                  target_ratio=0.5, note=f"dense {t_dense * 1e3:.1f} ms, final only {t_final * 1e3:.1f} ms CPU: "
-                                         f"{t_dense / t_final:.2f}x (goal <= 2x)")
+    return Result(
+        name=f"dense saves: {name}",
+        unit="trajectory-steps/s per core",
+        value=work / t_dense,
+        baseline=work / t_final,
+        baseline_name="the same call saving the final state only",
+        target_ratio=0.5,
+        note=f"dense {t_dense * 1e3:.1f} ms, final only {t_final * 1e3:.1f} ms CPU: "
+        f"{t_dense / t_final:.2f}x (goal <= 2x)",
+    )

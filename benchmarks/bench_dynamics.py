@@ -129,23 +129,48 @@ def _bench_basic(quick: bool) -> list[Result]:
     ref = _henon_numpy(X0, 1.4, 0.3, 50)
     got = iterate(_henon, X0, 50, params=[1.4, 0.3], saveat=SaveAt(final=True)).states()[:, -1]
     assert np.allclose(ref, got, rtol=1e-12, atol=1e-12)
-    results = [Result("Henon map, 1000 trajectories", "trajectory-steps", N_TRAJ * n_map / t_engine,
-                      N_TRAJ * n_np / t_numpy, "vectorised numpy loop", target_ratio=50,
-                      note="the issue's 50x target is out of reach against a 1000-wide vectorised loop")]
+    results = [
+        Result(
+            "Henon map, 1000 trajectories",
+            "trajectory-steps",
+            N_TRAJ * n_map / t_engine,
+            N_TRAJ * n_np / t_numpy,
+            "vectorised numpy loop",
+            target_ratio=50,
+            note="the issue's 50x target is out of reach against a 1000-wide vectorised loop",
+        )
+    ]
     n_py = 2_000 if quick else 20_000
     t_python = best_time(lambda: _henon_python(X0[0], 1.4, 0.3, n_py))
-    results.append(Result("Henon map vs plain Python loop (1 trajectory)", "trajectory-steps",
-                          N_TRAJ * n_map / t_engine, n_py / t_python, "python loop, one trajectory",
-                          target_ratio=50))
+    results.append(
+        Result(
+            "Henon map vs plain Python loop (1 trajectory)",
+            "trajectory-steps",
+            N_TRAJ * n_map / t_engine,
+            n_py / t_python,
+            "python loop, one trajectory",
+            target_ratio=50,
+        )
+    )
     dt = 0.01
     n_ode = 2_000 if quick else 20_000
     n_ode_np = 200 if quick else 2_000
-    t_rk4 = best_time(lambda: integrate(_oscillator, X0, (0.0, n_ode * dt), params=[4.0, 0.1], solver=RK4(dt=dt),
-                                        saveat=SaveAt(final=True)))
+    t_rk4 = best_time(
+        lambda: integrate(
+            _oscillator, X0, (0.0, n_ode * dt), params=[4.0, 0.1], solver=RK4(dt=dt), saveat=SaveAt(final=True)
+        )
+    )
     t_rk4_np = best_time(lambda: _rk4_numpy(X0, 4.0, 0.1, dt, n_ode_np))
-    results.append(Result("RK4, damped oscillator, 1000 trajectories", "trajectory-steps",
-                          N_TRAJ * n_ode / t_rk4, N_TRAJ * n_ode_np / t_rk4_np, "vectorised numpy RK4 loop",
-                          target_ratio=50))
+    results.append(
+        Result(
+            "RK4, damped oscillator, 1000 trajectories",
+            "trajectory-steps",
+            N_TRAJ * n_ode / t_rk4,
+            N_TRAJ * n_ode_np / t_rk4_np,
+            "vectorised numpy RK4 loop",
+            target_ratio=50,
+        )
+    )
     return results
 
 
@@ -159,14 +184,23 @@ def _bench_saves(quick: bool) -> list[Result]:
     results = []
     for name, run in (
         ("Henon map", lambda sv: iterate(_henon, X0, n, params=[1.4, 0.3], saveat=sv)),
-        ("RK4 oscillator", lambda sv: integrate(_oscillator, X0, (0.0, n * 0.01), params=[4.0, 0.1],
-                                                solver=RK4(dt=0.01), saveat=sv)),
+        (
+            "RK4 oscillator",
+            lambda sv: integrate(_oscillator, X0, (0.0, n * 0.01), params=[4.0, 0.1], solver=RK4(dt=0.01), saveat=sv),
+        ),
     ):
         t_every = cpu_time(lambda: run(every), repeat=3)
         t_final = cpu_time(lambda: run(final), repeat=3)
-        results.append(Result(f"{name}, SaveAt(every=1) vs final, 1000 traj", "trajectory-steps",
-                              N_TRAJ * n / t_every, N_TRAJ * n / t_final, "same run, SaveAt(final=True)",
-                              target_ratio=0.5))
+        results.append(
+            Result(
+                f"{name}, SaveAt(every=1) vs final, 1000 traj",
+                "trajectory-steps",
+                N_TRAJ * n / t_every,
+                N_TRAJ * n / t_final,
+                "same run, SaveAt(final=True)",
+                target_ratio=0.5,
+            )
+        )
     # the same comparison at engine level with a real model's map and a real flow (the state as one variable, no
     # derived quantities), so the ratio is the cost of the in-loop saves alone
     from closedform import _icl_regression_kernels as _icl_k
@@ -175,48 +209,86 @@ def _bench_saves(quick: bool) -> list[Result]:
     y0 = rng.normal(0, 0.01, (N_TRAJ, 16))
     p_gd = np.array([float(task.d), task.cL, 0.01])
     n_gd = 200 if quick else 1_000
+
     def gd(sv):
         return iterate(_icl_k.gd_step, y0, n_gd, params=p_gd, saveat=sv, names="state")
 
     t_every = cpu_time(lambda: gd(every), repeat=2)
     t_final = cpu_time(lambda: gd(final), repeat=2)
-    results.append(Result("icl_regression gd_step H=8 (engine), every=1 vs final", "trajectory-steps",
-                          N_TRAJ * n_gd / t_every, N_TRAJ * n_gd / t_final, "same run, SaveAt(final=True)",
-                          target_ratio=0.5))
+    results.append(
+        Result(
+            "icl_regression gd_step H=8 (engine), every=1 vs final",
+            "trajectory-steps",
+            N_TRAJ * n_gd / t_every,
+            N_TRAJ * n_gd / t_final,
+            "same run, SaveAt(final=True)",
+            target_ratio=0.5,
+        )
+    )
     y0f = X0[:100]
+
     def osc(sv):
-        return integrate(_oscillator, y0f, (0.0, 100.0), params=[4.0, 0.1], solver=Dopri5(rtol=1e-8, atol=1e-10),
-                         saveat=sv, names="state")
+        return integrate(
+            _oscillator,
+            y0f,
+            (0.0, 100.0),
+            params=[4.0, 0.1],
+            solver=Dopri5(rtol=1e-8, atol=1e-10),
+            saveat=sv,
+            names="state",
+        )
 
     t_dense = cpu_time(lambda: osc(SaveAt(n=2001)), repeat=2)
     t_last = cpu_time(lambda: osc(final), repeat=2)
     steps = int(osc(final).n_rhs_steps.values[0, -1])
-    results.append(Result("Dopri5 oscillator (engine), 2001 dense saves vs final", "trajectories", 100 / t_dense,
-                          100 / t_last, "same run, SaveAt(final=True)", target_ratio=0.5,
-                          note=f"{steps} steps per trajectory either way (saves never shrink the steps)"))
+    results.append(
+        Result(
+            "Dopri5 oscillator (engine), 2001 dense saves vs final",
+            "trajectories",
+            100 / t_dense,
+            100 / t_last,
+            "same run, SaveAt(final=True)",
+            target_ratio=0.5,
+            note=f"{steps} steps per trajectory either way (saves never shrink the steps)",
+        )
+    )
     om0 = rng.normal(0, 0.01, (N_TRAJ, 8))
     mu0 = rng.normal(0, 0.01, (N_TRAJ, 8))
     n_gd = 200 if quick else 1_000
     t_every = cpu_time(lambda: icl.map(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=every), repeat=2)
     t_final = cpu_time(lambda: icl.map(task, om0, mu0, lr=0.01, n_steps=n_gd, saveat=final), repeat=2)
-    results.append(Result("icl_regression GD H=8, every=1 vs final (+derived)", "trajectory-steps",
-                          N_TRAJ * n_gd / t_every, N_TRAJ * n_gd / t_final, "same run, SaveAt(final=True)",
-                          note="model level: includes icl_regression's observables F, mu.omega, sum mu at every "
-                               "save"))
+    results.append(
+        Result(
+            "icl_regression GD H=8, every=1 vs final (+derived)",
+            "trajectory-steps",
+            N_TRAJ * n_gd / t_every,
+            N_TRAJ * n_gd / t_final,
+            "same run, SaveAt(final=True)",
+            note="model level: includes icl_regression's observables F, mu.omega, sum mu at every save",
+        )
+    )
     n_flow = 20 if quick else 100
     ts = SaveAt(n=2001)
     solver = Dopri5(rtol=1e-8, atol=1e-10)
     dense = icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=ts, solver=solver)
     last = icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=final, solver=solver)
     same_steps = bool(np.array_equal(dense.n_rhs_steps.values[:, -1], last.n_rhs_steps.values[:, -1]))
-    t_dense = cpu_time(lambda: icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=ts,
-                                        solver=solver), repeat=2)
-    t_last = cpu_time(lambda: icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=final,
-                                       solver=solver), repeat=2)
-    results.append(Result("icl flow Dopri5 H=8, 2001 dense saves vs final", "trajectories", n_flow / t_dense,
-                          n_flow / t_last, "same run, SaveAt(final=True)",
-                          note=f"model level (+observables); identical step counts with and without the saves: "
-                               f"{same_steps}"))
+    t_dense = cpu_time(
+        lambda: icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=ts, solver=solver), repeat=2
+    )
+    t_last = cpu_time(
+        lambda: icl.flow(task, om0[:n_flow], mu0[:n_flow], (0.0, 100.0), saveat=final, solver=solver), repeat=2
+    )
+    results.append(
+        Result(
+            "icl flow Dopri5 H=8, 2001 dense saves vs final",
+            "trajectories",
+            n_flow / t_dense,
+            n_flow / t_last,
+            "same run, SaveAt(final=True)",
+            note=f"model level (+observables); identical step counts with and without the saves: {same_steps}",
+        )
+    )
     return results
 
 
@@ -231,10 +303,9 @@ def _bench_models(quick: bool) -> list[Result]:
     for n_traj in (1_000, 100_000):
         n_steps = (2_000 if quick else 20_000) * 1_000 // n_traj
         state0 = sl.sample_initial_state(task, n_traj, 0, on="manifold")
-        def engine():
-            return sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, manifold=True,
-                          saveat=SaveAt(final=True))
 
+        def engine():
+            return sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam, manifold=True, saveat=SaveAt(final=True))
 
         def proto():
             k, v = state0[:, 0].copy(), state0[:, 1].copy()
@@ -246,25 +317,42 @@ def _bench_models(quick: bool) -> list[Result]:
         dev = float(np.max(np.abs(got - ref)))
         t_engine = cpu_time(engine, repeat=3)
         t_proto = cpu_time(proto, repeat=3)
-        results.append(Result(f"manifold map, {n_traj} traj x {n_steps}, vs numba prototype", "trajectory-steps",
-                              n_traj * n_steps / t_engine, n_traj * n_steps / t_proto,
-                              "60-line plain numba kernel", target_ratio=0.9,
-                              note=f"max |pgd - prototype| = {dev:.1e} (same arithmetic up to the lambda table)"))
+        results.append(
+            Result(
+                f"manifold map, {n_traj} traj x {n_steps}, vs numba prototype",
+                "trajectory-steps",
+                n_traj * n_steps / t_engine,
+                n_traj * n_steps / t_proto,
+                "60-line plain numba kernel",
+                target_ratio=0.9,
+                note=f"max |pgd - prototype| = {dev:.1e} (same arithmetic up to the lambda table)",
+            )
+        )
     gd_task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
     rng = np.random.default_rng(1)
     H, n_traj, lr = 8, 1_000, 0.01
     om0, mu0 = rng.normal(0, 0.01, (n_traj, H)), rng.normal(0, 0.01, (n_traj, H))
     n_steps = 200 if quick else 1_000
     n_base = 200 if quick else 1_000
-    t_py = cpu_time(lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, gd_task.d, gd_task.cL,
-                                                gd_task.sigma2), repeat=2)
+    t_py = cpu_time(
+        lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, gd_task.d, gd_task.cL, gd_task.sigma2), repeat=2
+    )
     for label, sv in (("saving every step", SaveAt(every=1)), ("final saves", SaveAt(final=True))):
         t_gd = cpu_time(lambda: icl.map(gd_task, om0, mu0, lr=lr, n_steps=n_steps, saveat=sv), repeat=2)
-        results.append(Result(f"icl GD H=8, {label}, vs authors' loop", "trajectory-steps",
-                              n_traj * n_steps / t_gd, n_base / t_py, "helper-style Python loop, 1 trajectory",
-                              target_ratio=100,
-                              note="every=1 includes the model's F, mu.omega, sum mu at every save (compiled "
-                                   "observables, fused with the step)" if sv.every == 1 else ""))
+        results.append(
+            Result(
+                f"icl GD H=8, {label}, vs authors' loop",
+                "trajectory-steps",
+                n_traj * n_steps / t_gd,
+                n_base / t_py,
+                "helper-style Python loop, 1 trajectory",
+                target_ratio=100,
+                note="every=1 includes the model's F, mu.omega, sum mu at every save (compiled "
+                "observables, fused with the step)"
+                if sv.every == 1
+                else "",
+            )
+        )
     return results
 
 
@@ -285,28 +373,51 @@ def _bench_observables(quick: bool) -> list[Result]:
 
     def derived(Y, P):
         omega, mu = Y[..., :H], Y[..., H:]
-        return {"F": icl.approx_loss(task, omega, mu), "mu_dot_omega": np.sum(mu * omega, axis=-1),
-                "sum_mu": np.sum(mu, axis=-1)}
+        return {
+            "F": icl.approx_loss(task, omega, mu),
+            "mu_dot_omega": np.sum(mu * omega, axis=-1),
+            "sum_mu": np.sum(mu, axis=-1),
+        }
 
     obs = dict(observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES)
     runs = {
-        "python": lambda: iterate(_k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names,
-                                  derived=derived),
-        "fused": lambda: iterate(_k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names,
-                                 step_observe=_k.gd_step_observables, **obs),
-        "separate": lambda: iterate(_k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names,
-                                    **obs),
+        "python": lambda: iterate(
+            _k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names, derived=derived
+        ),
+        "fused": lambda: iterate(
+            _k.gd_step,
+            y0,
+            n_steps,
+            params=params,
+            saveat=SaveAt(every=1),
+            names=names,
+            step_observe=_k.gd_step_observables,
+            **obs,
+        ),
+        "separate": lambda: iterate(_k.gd_step, y0, n_steps, params=params, saveat=SaveAt(every=1), names=names, **obs),
     }
     ref, got = runs["python"](), runs["fused"]()
     dev = float(np.max(np.abs(got.F.values - ref.F.values) / np.abs(ref.F.values)))
     t = {key: cpu_time(run, repeat=2) for key, run in runs.items()}
     speed = {key: n_traj * n_steps / v for key, v in t.items()}
-    return [Result("icl GD H=8 every=1: fused observables vs Python derived", "trajectory-steps", speed["fused"],
-                   speed["python"], "same run, derived= in Python (former path)",
-                   note=f"max relative |F_observable - F_python| = {dev:.1e}"),
-            Result("icl GD H=8 every=1: separate observables vs Python derived", "trajectory-steps",
-                   speed["separate"], speed["python"], "same run, derived= in Python (former path)",
-                   note="observe= without step_observe: the exponentials are computed again at each save")]
+    return [
+        Result(
+            "icl GD H=8 every=1: fused observables vs Python derived",
+            "trajectory-steps",
+            speed["fused"],
+            speed["python"],
+            "same run, derived= in Python (former path)",
+            note=f"max relative |F_observable - F_python| = {dev:.1e}",
+        ),
+        Result(
+            "icl GD H=8 every=1: separate observables vs Python derived",
+            "trajectory-steps",
+            speed["separate"],
+            speed["python"],
+            "same run, derived= in Python (former path)",
+            note="observe= without step_observe: the exponentials are computed again at each save",
+        ),
+    ]
 
 
 def _bench_subnormal(quick: bool) -> list[Result]:
@@ -331,11 +442,24 @@ def _bench_subnormal(quick: bool) -> list[Result]:
     t_flush = cpu_time(lambda: run(subnormal, True), repeat=2)
     t_raw = cpu_time(lambda: run(subnormal, False), repeat=2)
     speed = n_traj * n_steps
-    return [Result("five-scalar map from subnormal start, flushed", "trajectory-steps", speed / t_flush,
-                   speed / t_normal, "same map from a normal-range start", target_ratio=0.9),
-            Result("five-scalar map from subnormal start, not flushed", "trajectory-steps", speed / t_raw,
-                   speed / t_normal, "same map from a normal-range start",
-                   note="flush_subnormals=False: the slowdown the default flush removes")]
+    return [
+        Result(
+            "five-scalar map from subnormal start, flushed",
+            "trajectory-steps",
+            speed / t_flush,
+            speed / t_normal,
+            "same map from a normal-range start",
+            target_ratio=0.9,
+        ),
+        Result(
+            "five-scalar map from subnormal start, not flushed",
+            "trajectory-steps",
+            speed / t_raw,
+            speed / t_normal,
+            "same map from a normal-range start",
+            note="flush_subnormals=False: the slowdown the default flush removes",
+        ),
+    ]
 
 
 _FIRST_CALL = textwrap.dedent("""
@@ -357,18 +481,18 @@ _FIRST_CALL = textwrap.dedent("""
 
 _MODEL_CALLS = {
     "single_location.map (five)": "sl.map(sl.SingleLocationTask(d=40, L=6), sl.sample_initial_state("
-                                  "sl.SingleLocationTask(d=40, L=6), 2, 0), alpha=4e-3, n_steps=10, lam=0.1)",
+    "sl.SingleLocationTask(d=40, L=6), 2, 0), alpha=4e-3, n_steps=10, lam=0.1)",
     "single_location.map (manifold)": "sl.map(sl.SingleLocationTask(d=40, L=6), sl.sample_initial_state("
-                                      "sl.SingleLocationTask(d=40, L=6), 2, 0, on='manifold'), alpha=4e-3, "
-                                      "n_steps=10, lam=0.1, manifold=True)",
+    "sl.SingleLocationTask(d=40, L=6), 2, 0, on='manifold'), alpha=4e-3, "
+    "n_steps=10, lam=0.1, manifold=True)",
     "icl_regression.map": "icl.map(icl.ICLRegressionTask(d=5, L=40, sigma2=0.1), np.full((2, 2), 0.01), "
-                          "np.full((2, 2), 0.02), lr=0.01, n_steps=10)",
+    "np.full((2, 2), 0.02), lr=0.01, n_steps=10)",
     "icl_regression.flow": "icl.flow(icl.ICLRegressionTask(d=5, L=40, sigma2=0.1), np.full((2, 2), 0.01), "
-                           "np.full((2, 2), 0.02), (0.0, 1.0))",
+    "np.full((2, 2), 0.02), (0.0, 1.0))",
     "scan_snap.flow": "ss.flow(ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0), "
-                      "(0.0, 1.0))",
+    "(0.0, 1.0))",
     "nearest_neighbor.map": "nn.map(nn.NearestNeighborTask(d=3, N=5, sigma=2.0, eta=1.0), nn.sample_prompts("
-                            "nn.NearestNeighborTask(d=3, N=5, sigma=2.0, eta=1.0), 20, 1), 10)",
+    "nn.NearestNeighborTask(d=3, N=5, sigma=2.0, eta=1.0), 20, 1), 10)",
     "group_sparse.map": "gs.map(gs.GroupSparseTask(d=3, D=4), 10, n_samples=40, rng=2, with_se=False)",
     "random_walk.map": "rw.map(rw.RandomWalkTask(K=5, N=6, M=20, p=0.5), 10, walks=30, rng=3)",
 }
@@ -384,10 +508,22 @@ _MODEL_CALL = textwrap.dedent("""
     print(json.dumps(time.process_time() - t0))
 """)
 
-_IMPORT = "import importlib, sys, time; t = time.process_time(); importlib.import_module(sys.argv[1]); " \
-          "print(time.process_time() - t)"
-IMPORTED = ("numpy", "numba", "scipy.special", "pandas", "xarray", "h5netcdf", "tqdm.auto", "dynamics",
-            "closedform.single_location", "closedform.icl_regression")
+_IMPORT = (
+    "import importlib, sys, time; t = time.process_time(); importlib.import_module(sys.argv[1]); "
+    "print(time.process_time() - t)"
+)
+IMPORTED = (
+    "numpy",
+    "numba",
+    "scipy.special",
+    "pandas",
+    "xarray",
+    "h5netcdf",
+    "tqdm.auto",
+    "dynamics",
+    "closedform.single_location",
+    "closedform.icl_regression",
+)
 
 
 def _fresh(code: str, arg: str, cache_dir: str | None = None) -> float:
@@ -404,10 +540,16 @@ def _bench_imports(quick: bool) -> list[Result]:
     cost = {name: min(_fresh(_IMPORT, name) for _ in range(2)) for name in IMPORTED}
     note = ", ".join(f"{k} {v:.2f}" for k, v in cost.items())
     floor = cost["numba"] + cost["xarray"]
-    return [Result("import closedform.single_location (fresh process)", "imports/CPU-s",
-                   1 / cost["closedform.single_location"], target_value=2.0,
-                   note=f"CPU s each, alone in a fresh process: {note}; numba + xarray alone (the engine's compiled "
-                        f"loops and its result type) take {floor:.2f} s")]
+    return [
+        Result(
+            "import closedform.single_location (fresh process)",
+            "imports/CPU-s",
+            1 / cost["closedform.single_location"],
+            target_value=2.0,
+            note=f"CPU s each, alone in a fresh process: {note}; numba + xarray alone (the engine's compiled "
+            f"loops and its result type) take {floor:.2f} s",
+        )
+    ]
 
 
 def _bench_model_first_calls(quick: bool) -> list[Result]:
@@ -418,9 +560,17 @@ def _bench_model_first_calls(quick: bool) -> list[Result]:
         with tempfile.TemporaryDirectory() as cache:
             cold = _fresh(_MODEL_CALL, call, cache)
             warm = _fresh(_MODEL_CALL, call, cache)
-        rows.append(Result(f"first call, fresh process: {label}", "calls/CPU-s", 1 / warm, 1 / cold,
-                           "cold (empty caches)", target_value=2.0,
-                           note=f"warm {warm:.3f} s, cold {cold:.1f} s CPU (imports excluded)"))
+        rows.append(
+            Result(
+                f"first call, fresh process: {label}",
+                "calls/CPU-s",
+                1 / warm,
+                1 / cold,
+                "cold (empty caches)",
+                target_value=2.0,
+                note=f"warm {warm:.3f} s, cold {cold:.1f} s CPU (imports excluded)",
+            )
+        )
     return rows
 
 
@@ -446,23 +596,36 @@ def _bench_per_call(quick: bool) -> list[Result]:
     om, mu = np.full((1, 2), 0.01), np.full((1, 2), 0.02)
     final = SaveAt(final=True)
     calls = {
-        "single_location.map, 1 x 1 step": (lambda: sl.map(task, x0, alpha=4e-3, n_steps=1, lam=0.1, saveat=final,
-                                                           warn_unconverged=False), 0.5e-3),
-        "icl_regression.map, 1 x 1 step": (lambda: icl.map(gd_task, om, mu, lr=0.01, n_steps=1, saveat=final,
-                                                           warn_unconverged=False), 0.5e-3),
-        "icl_regression.flow, 1 x (0, 0.01)": (lambda: icl.flow(gd_task, om, mu, (0.0, 0.01), saveat=final,
-                                                                warn_unconverged=False), 0.5e-3),
+        "single_location.map, 1 x 1 step": (
+            lambda: sl.map(task, x0, alpha=4e-3, n_steps=1, lam=0.1, saveat=final, warn_unconverged=False),
+            0.5e-3,
+        ),
+        "icl_regression.map, 1 x 1 step": (
+            lambda: icl.map(gd_task, om, mu, lr=0.01, n_steps=1, saveat=final, warn_unconverged=False),
+            0.5e-3,
+        ),
+        "icl_regression.flow, 1 x (0, 0.01)": (
+            lambda: icl.flow(gd_task, om, mu, (0.0, 0.01), saveat=final, warn_unconverged=False),
+            0.5e-3,
+        ),
         "single_location.map, 1 x 2000 steps, SaveAt(n=11)": (
-            lambda: sl.map(task, x0, alpha=4e-3, n_steps=2000, lam=0.1, saveat=SaveAt(n=11),
-                           warn_unconverged=False), None),
+            lambda: sl.map(task, x0, alpha=4e-3, n_steps=2000, lam=0.1, saveat=SaveAt(n=11), warn_unconverged=False),
+            None,
+        ),
     }
     n = 100 if quick else 500
     rows = []
     for label, (fn, goal) in calls.items():
         t = _per_call_cpu(fn, n)
-        rows.append(Result(f"per call: {label}", "calls/CPU-s", 1 / t, target_value=None if goal is None else 1 / goal,
-                           note=f"{t * 1e3:.3f} ms CPU per call" + ("" if goal is None else
-                                                                    f" (goal <= {goal * 1e3:.1f} ms)")))
+        rows.append(
+            Result(
+                f"per call: {label}",
+                "calls/CPU-s",
+                1 / t,
+                target_value=None if goal is None else 1 / goal,
+                note=f"{t * 1e3:.3f} ms CPU per call" + ("" if goal is None else f" (goal <= {goal * 1e3:.1f} ms)"),
+            )
+        )
     return rows
 
 
@@ -481,11 +644,17 @@ def _bench_basins(quick: bool) -> list[Result]:
     t_sub = time.process_time() - t0
     per_start = max(t_sub - t_fixed, 1e-12) / (n_sub - n_small)
     total = t_fixed + 1e6 * per_start
-    return [Result(f"basins() defaults: 10^6 sphere starts ({n_sub} timed)", "starts/CPU-s", 1e6 / total,
-                   target_value=1e6 / 600.0,
-                   note=f"extrapolated {total / 60:.1f} min CPU for 10^6 = fixed {t_fixed:.2f} s + 10^6 x "
-                        f"{per_start * 1e3:.3f} ms; mean {b.mean_steps:.0f} steps a start, "
-                        f"{b.mean_steps / per_start / 1e6:.2f} M steps/s (goal 10 min)")]
+    return [
+        Result(
+            f"basins() defaults: 10^6 sphere starts ({n_sub} timed)",
+            "starts/CPU-s",
+            1e6 / total,
+            target_value=1e6 / 600.0,
+            note=f"extrapolated {total / 60:.1f} min CPU for 10^6 = fixed {t_fixed:.2f} s + 10^6 x "
+            f"{per_start * 1e3:.3f} ms; mean {b.mean_steps:.0f} steps a start, "
+            f"{b.mean_steps / per_start / 1e6:.2f} M steps/s (goal 10 min)",
+        )
+    ]
 
 
 def _first_call_seconds(cache_dir: str) -> dict:
@@ -499,13 +668,30 @@ def _bench_first_call(quick: bool) -> list[Result]:
     with tempfile.TemporaryDirectory() as cache:
         cold = _first_call_seconds(cache)
         warm = _first_call_seconds(cache)
-    return [Result(f"first call in a fresh process: {what}", "calls/CPU-s", 1 / warm[key], 1 / cold[key],
-                   "cold (empty caches)", target_value=2.0,
-                   note=f"warm {warm[key]:.3f} s, cold {cold[key]:.2f} s CPU (imports excluded)")
-            for what, key in (("iterate (five-scalar map)", "iterate"), ("integrate Dopri5 (icl flow)", "dopri5"))]
+    return [
+        Result(
+            f"first call in a fresh process: {what}",
+            "calls/CPU-s",
+            1 / warm[key],
+            1 / cold[key],
+            "cold (empty caches)",
+            target_value=2.0,
+            note=f"warm {warm[key]:.3f} s, cold {cold[key]:.2f} s CPU (imports excluded)",
+        )
+        for what, key in (("iterate (five-scalar map)", "iterate"), ("integrate Dopri5 (icl flow)", "dopri5"))
+    ]
 
 
 def run(quick: bool) -> list[Result]:
-    return (_bench_per_call(quick) + _bench_basic(quick) + _bench_saves(quick) + _bench_models(quick)
-            + _bench_observables(quick) + _bench_subnormal(quick) + _bench_first_call(quick) + _bench_imports(quick)
-            + ([] if quick else _bench_model_first_calls(quick)) + _bench_basins(quick))
+    return (
+        _bench_per_call(quick)
+        + _bench_basic(quick)
+        + _bench_saves(quick)
+        + _bench_models(quick)
+        + _bench_observables(quick)
+        + _bench_subnormal(quick)
+        + _bench_first_call(quick)
+        + _bench_imports(quick)
+        + ([] if quick else _bench_model_first_calls(quick))
+        + _bench_basins(quick)
+    )

@@ -74,9 +74,16 @@ def run(quick: bool) -> list[Result]:
     t_numba = best_time(numba_run, repeat=repeat)
     t_numpy = best_time(numpy_run, repeat=repeat)
     work = n * n_steps
-    results.append(Result(name="group_sparse.reduced_map", unit="draw-steps", value=work / t_numba,
-                          baseline=work / t_numpy, baseline_name="numpy vectorised reduced map",
-                          note=f"d=4, D=6, {n} draws, {n_steps} steps; max state gap {gap:.1e}"))
+    results.append(
+        Result(
+            name="group_sparse.reduced_map",
+            unit="draw-steps",
+            value=work / t_numba,
+            baseline=work / t_numpy,
+            baseline_name="numpy vectorised reduced map",
+            note=f"d=4, D=6, {n} draws, {n_steps} steps; max state gap {gap:.1e}",
+        )
+    )
 
     n_full = 5 if quick else 20
     s = gs.sample(spec, n, 1)
@@ -95,7 +102,14 @@ def run(quick: bool) -> list[Result]:
     t_red = best_time(reduced_small, repeat=repeat)
     t_full = best_time(full_small, repeat=repeat)
     work = n * n_full
-    results.append(Result(name="group_sparse.reduced_vs_full", unit="draw-steps", value=work / t_red,
-                          baseline=work / t_full, baseline_name="projected full-matrix GD (numpy)",
-                          note=f"d=4, D=6, {n} draws, {n_full} steps; max state gap {gap_full:.1e}"))
+    results.append(
+        Result(
+            name="group_sparse.reduced_vs_full",
+            unit="draw-steps",
+            value=work / t_red,
+            baseline=work / t_full,
+            baseline_name="projected full-matrix GD (numpy)",
+            note=f"d=4, D=6, {n} draws, {n_full} steps; max state gap {gap_full:.1e}",
+        )
+    )
     return results

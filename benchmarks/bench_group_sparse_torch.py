@@ -43,13 +43,22 @@ def run(quick: bool) -> list[Result]:
         out = []
         for par in ("merged", "factorised"):
             t_batched = best_time(lambda par=par: _run(task, samples, seeds, n_steps, par), repeat=2, min_time=0.0)
-            t_seq = best_time(lambda par=par: [_run(task, samples[k:k + 1], (k,), n_steps, par) for k in range(N_SEEDS)],
-                              repeat=1, min_time=0.0)
+            t_seq = best_time(
+                lambda par=par: [_run(task, samples[k : k + 1], (k,), n_steps, par) for k in range(N_SEEDS)],
+                repeat=1,
+                min_time=0.0,
+            )
             seed_steps = N_SEEDS * n_steps
             label = "merged W" if par == "merged" else "factorised W_K^T W_Q"
-            out.append(Result(f"group_sparse torch, {label}: {N_SEEDS} seeds in one run vs {N_SEEDS} runs",
-                              "seed-steps", seed_steps / t_batched, seed_steps / t_seq,
-                              f"{N_SEEDS} sequential single-seed train() calls",
-                              note=f"full-batch GD, n = {N_SAMPLES}, (d, D) = (4, 6), {n_steps} steps, float64 CPU, "
-                                   f"1 torch thread; batched: {n_steps / t_batched:.1f} steps/s"))
+            out.append(
+                Result(
+                    f"group_sparse torch, {label}: {N_SEEDS} seeds in one run vs {N_SEEDS} runs",
+                    "seed-steps",
+                    seed_steps / t_batched,
+                    seed_steps / t_seq,
+                    f"{N_SEEDS} sequential single-seed train() calls",
+                    note=f"full-batch GD, n = {N_SAMPLES}, (d, D) = (4, 6), {n_steps} steps, float64 CPU, "
+                    f"1 torch thread; batched: {n_steps / t_batched:.1f} steps/s",
+                )
+            )
         return out

@@ -53,6 +53,7 @@ def _helper_like_gd_one(omega, mu, lr, n_steps, d, cL, sigma2):
     written from the maths: column vectors, M(omega) rebuilt for the gradient and again for the recorded loss F/2, and
     histories of
     mu, omega and the loss appended at every step."""
+
     def matrix(w):
         outer = w @ w.T
         return outer + cL * np.exp(d * outer)
@@ -133,16 +134,26 @@ def _many_heads(quick: bool) -> list[Result]:
         new = iterate(icl._k.gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True), trend=False).states()
         old = iterate(_library_exp_gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True), trend=False).states()
         dev = float(np.max(np.abs(new - old)))
-        t_new = cpu_time(lambda: iterate(icl._k.gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True),
-                                         trend=False), repeat=3)
-        t_old = cpu_time(lambda: iterate(_library_exp_gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True),
-                                         trend=False), repeat=3)
+        t_new = cpu_time(
+            lambda: iterate(icl._k.gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True), trend=False), repeat=3
+        )
+        t_old = cpu_time(
+            lambda: iterate(_library_exp_gd_step, y0, n_steps, params=p, saveat=SaveAt(final=True), trend=False),
+            repeat=3,
+        )
         work = n_traj * n_steps
         per_step.append(f"H={H}: {t_new / work * 1e9:.0f} ns")
-        out.append(Result(f"GD on F/2 kernel, H={H}, {n_traj} inits", "trajectory-steps/s per core", work / t_new,
-                          work / t_old, "one library exp per pair (kernel before vectorising)",
-                          target_value=5e6 if H == 8 else None,
-                          note=f"max |new - library exp| after {n_steps} steps {dev:.1e}"))
+        out.append(
+            Result(
+                f"GD on F/2 kernel, H={H}, {n_traj} inits",
+                "trajectory-steps/s per core",
+                work / t_new,
+                work / t_old,
+                "one library exp per pair (kernel before vectorising)",
+                target_value=5e6 if H == 8 else None,
+                note=f"max |new - library exp| after {n_steps} steps {dev:.1e}",
+            )
+        )
     out[-1] = Result(**{**out[-1].__dict__, "note": out[-1].note + "; cost per trajectory-step " + ", ".join(per_step)})
     return out
 
@@ -160,38 +171,71 @@ def run(quick: bool) -> list[Result]:
     # the three compute the same thing (checked before timing)
     got = icl.map(TASK, om0[0], mu0[0], lr=lr, n_steps=50, saveat=SaveAt(final=True))
     got = np.array([got[f"omega_{h}"].values[0, -1] for h in range(H)])
-    for baseline in (_numpy_gd_one(om0[0], mu0[0], lr, 50, TASK.d, TASK.cL),
-                     _helper_like_gd_one(om0[0], mu0[0], lr, 50, TASK.d, TASK.cL, TASK.sigma2)):
+    for baseline in (
+        _numpy_gd_one(om0[0], mu0[0], lr, 50, TASK.d, TASK.cL),
+        _helper_like_gd_one(om0[0], mu0[0], lr, 50, TASK.d, TASK.cL, TASK.sigma2),
+    ):
         assert np.allclose(got, baseline[0], rtol=1e-10, atol=1e-15)
     t_gd = best_time(lambda: icl.map(TASK, om0, mu0, lr=lr, n_steps=n_steps, saveat=SaveAt(final=True)), repeat=3)
     t_np = best_time(lambda: _numpy_gd_one(om0[0], mu0[0], lr, n_base, TASK.d, TASK.cL), repeat=3)
-    t_helper = best_time(lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, TASK.d, TASK.cL, TASK.sigma2),
-                         repeat=3)
+    t_helper = best_time(
+        lambda: _helper_like_gd_one(om0[0], mu0[0], lr, n_base, TASK.d, TASK.cL, TASK.sigma2), repeat=3
+    )
     value = n_traj * n_steps / t_gd
-    results.append(Result("GD on F/2, H=8, 1000 inits", "trajectory-steps", value, n_base / t_helper,
-                          "authors' helper structure (grad + loss per step), 1 traj", target_ratio=100,
-                          target_value=5e6))
-    results.append(Result("GD on F/2, H=8, 1000 inits (lean baseline)", "trajectory-steps", value, n_base / t_np,
-                          "lean numpy Python loop, 1 trajectory"))
+    results.append(
+        Result(
+            "GD on F/2, H=8, 1000 inits",
+            "trajectory-steps",
+            value,
+            n_base / t_helper,
+            "authors' helper structure (grad + loss per step), 1 traj",
+            target_ratio=100,
+            target_value=5e6,
+        )
+    )
+    results.append(
+        Result(
+            "GD on F/2, H=8, 1000 inits (lean baseline)",
+            "trajectory-steps",
+            value,
+            n_base / t_np,
+            "lean numpy Python loop, 1 trajectory",
+        )
+    )
     # saving every step, as the authors' helper does (the model's F, mu.omega, sum mu at every save)
     n_every = 200 if quick else 1000
-    t_every = best_time(lambda: icl.map(TASK, om0, mu0, lr=lr, n_steps=n_every, saveat=SaveAt(every=1)), repeat=2,
-                        min_time=0.0)
-    results.append(Result("GD on F/2, H=8, 1000 inits, saving every step", "trajectory-steps",
-                          n_traj * n_every / t_every, n_base / t_helper,
-                          "authors' helper structure (grad + loss per step), 1 traj", target_ratio=100,
-                          note="includes icl_regression's F, mu.omega, sum mu at every save (compiled observables, "
-                               "fused with the step)"))
+    t_every = best_time(
+        lambda: icl.map(TASK, om0, mu0, lr=lr, n_steps=n_every, saveat=SaveAt(every=1)), repeat=2, min_time=0.0
+    )
+    results.append(
+        Result(
+            "GD on F/2, H=8, 1000 inits, saving every step",
+            "trajectory-steps",
+            n_traj * n_every / t_every,
+            n_base / t_helper,
+            "authors' helper structure (grad + loss per step), 1 traj",
+            target_ratio=100,
+            note="includes icl_regression's F, mu.omega, sum mu at every save (compiled observables, "
+            "fused with the step)",
+        )
+    )
 
     # --- true_loss_mc, H = 2, d = 5, L = 40 ---------------------------------------------------------------------------
     om, mu = np.array([0.13, -0.13]), np.array([3.45, -3.45])
     n_mc = 100_000 if quick else 1_000_000
     n_bf = 20_000 if quick else 100_000
     t_mc = best_time(lambda: icl.true_loss_mc(TASK, om, mu, n_mc, rng=1), repeat=3, min_time=0.0)
-    t_bf = best_time(lambda: _numpy_true_loss(TASK, om, mu, n_bf, np.random.default_rng(2)), repeat=3,
-                     min_time=0.0)
-    results.append(Result("true_loss_mc, H=2, d=5, L=40", "prompts", n_mc / t_mc, n_bf / t_bf,
-                          "vectorised numpy brute force", target_value=1e6))
+    t_bf = best_time(lambda: _numpy_true_loss(TASK, om, mu, n_bf, np.random.default_rng(2)), repeat=3, min_time=0.0)
+    results.append(
+        Result(
+            "true_loss_mc, H=2, d=5, L=40",
+            "prompts",
+            n_mc / t_mc,
+            n_bf / t_bf,
+            "vectorised numpy brute force",
+            target_value=1e6,
+        )
+    )
 
     # --- flow, H = 8, 100 initial conditions, Dopri5 vs scipy RK45 ----------------------------------------------------
     n_flow = 20 if quick else 100
@@ -207,19 +251,41 @@ def run(quick: bool) -> list[Result]:
 
     def scipy_all():
         for i in range(n_flow):
-            scipy.integrate.solve_ivp(rhs_np, (0, t_end), np.concatenate([om0f[i], mu0f[i]]), method="RK45",
-                                      rtol=1e-8, atol=1e-10)
+            scipy.integrate.solve_ivp(
+                rhs_np, (0, t_end), np.concatenate([om0f[i], mu0f[i]]), method="RK45", rtol=1e-8, atol=1e-10
+            )
 
-    t_fl = best_time(lambda: icl.flow(TASK, om0f, mu0f, (0, t_end), saveat=SaveAt(final=True),
-                                      solver=Dopri5(rtol=1e-8, atol=1e-10)), repeat=2)
+    t_fl = best_time(
+        lambda: icl.flow(TASK, om0f, mu0f, (0, t_end), saveat=SaveAt(final=True), solver=Dopri5(rtol=1e-8, atol=1e-10)),
+        repeat=2,
+    )
     t_sc = best_time(scipy_all, repeat=1, min_time=0.0)
-    results.append(Result("flow (Dopri5), H=8, t=100", "trajectories", n_flow / t_fl, n_flow / t_sc,
-                          "scipy solve_ivp RK45, same tolerances"))
+    results.append(
+        Result(
+            "flow (Dopri5), H=8, t=100",
+            "trajectories",
+            n_flow / t_fl,
+            n_flow / t_sc,
+            "scipy solve_ivp RK45, same tolerances",
+        )
+    )
     results.extend(_many_heads(quick))
     n_dense = 200 if quick else 1000
-    results.append(dense_save_result(f"icl_regression.map H=8, 1000 x {n_dense}", lambda saveat: icl.map(
-        TASK, om0, mu0, lr=lr, n_steps=n_dense, saveat=saveat, warn_unconverged=False), n_dense, n_traj))
-    results.append(dense_save_result("icl_regression.flow H=8 Dopri5 t=100, 100 x 1001 saves", lambda saveat: icl.flow(
-        TASK, om0[:100], mu0[:100], (0, 100), saveat=saveat, warn_unconverged=False), 1000, 100,
-        dense=SaveAt(n=1001)))
+    results.append(
+        dense_save_result(
+            f"icl_regression.map H=8, 1000 x {n_dense}",
+            lambda saveat: icl.map(TASK, om0, mu0, lr=lr, n_steps=n_dense, saveat=saveat, warn_unconverged=False),
+            n_dense,
+            n_traj,
+        )
+    )
+    results.append(
+        dense_save_result(
+            "icl_regression.flow H=8 Dopri5 t=100, 100 x 1001 saves",
+            lambda saveat: icl.flow(TASK, om0[:100], mu0[:100], (0, 100), saveat=saveat, warn_unconverged=False),
+            1000,
+            100,
+            dense=SaveAt(n=1001),
+        )
+    )
     return results

@@ -58,18 +58,30 @@ def run(quick: bool) -> list[Result]:
             singles = [_config((s,), n_steps, dtype) for s in range(N_SEEDS)]
             t_batched = cpu_time(lambda c=batched: train(model, c, device="cpu"), repeat=2)
             t_seq = cpu_time(lambda cs=singles: [train(model, c, device="cpu") for c in cs], warmup=False)
-            out.append(Result(
-                f"ICL H={H}: {N_SEEDS} seeds in one run vs {N_SEEDS} runs ({dtype})", "seed-steps",
-                seed_steps / t_batched, seed_steps / t_seq, f"{N_SEEDS} sequential single-seed train() calls",
-                target_ratio=10,
-                note=f"d=5, L=40, batch 256, Adam, {n_steps} steps, CPU, 1 thread, process time; batched run "
-                     f"{n_steps / t_batched:.3g} steps/s (all {N_SEEDS} seeds), single seed "
-                     f"{N_SEEDS * n_steps / t_seq:.3g} steps/s"))
+            out.append(
+                Result(
+                    f"ICL H={H}: {N_SEEDS} seeds in one run vs {N_SEEDS} runs ({dtype})",
+                    "seed-steps",
+                    seed_steps / t_batched,
+                    seed_steps / t_seq,
+                    f"{N_SEEDS} sequential single-seed train() calls",
+                    target_ratio=10,
+                    note=f"d=5, L=40, batch 256, Adam, {n_steps} steps, CPU, 1 thread, process time; batched run "
+                    f"{n_steps / t_batched:.3g} steps/s (all {N_SEEDS} seeds), single seed "
+                    f"{N_SEEDS * n_steps / t_seq:.3g} steps/s",
+                )
+            )
         batched = _config(tuple(range(N_SEEDS)), n_steps, "float64")
         t_fused = cpu_time(lambda: train(model, batched, device="cpu"), repeat=2)
         t_autograd = cpu_time(lambda: train(_AutogradLoss(TASK, H), batched, device="cpu"), repeat=2)
-        out.append(Result(
-            f"ICL H={H}: {N_SEEDS} seeds batched, compiled loss vs torch autograd (float64)", "seed-steps",
-            seed_steps / t_fused, seed_steps / t_autograd, "the same run with the torch-autograd loss",
-            note=f"absolute gain of the compiled softmax MSE kernel; {n_steps} steps, process time"))
+        out.append(
+            Result(
+                f"ICL H={H}: {N_SEEDS} seeds batched, compiled loss vs torch autograd (float64)",
+                "seed-steps",
+                seed_steps / t_fused,
+                seed_steps / t_autograd,
+                "the same run with the torch-autograd loss",
+                note=f"absolute gain of the compiled softmax MSE kernel; {n_steps} steps, process time",
+            )
+        )
     return out

@@ -70,9 +70,19 @@ def run(quick: bool) -> list[Result]:
     t_map = best_time(reduced_map, repeat=2)
     t_loop = best_time(lambda: _numpy_gd(spec, c, istar, n_steps), repeat=2)
     return [
-        Result(name=f"MC gradient B={n_prompts} N=16", unit="prompts", value=n_prompts / t_kernel,
-               baseline=n_prompts / t_numpy, baseline_name="numpy/scipy softmax, vectorised"),
-        Result(name=f"reduced GD map B={n_prompts} {n_steps} steps",
-               unit="steps", value=n_steps / t_map, baseline=n_steps / t_loop, baseline_name="numpy loop",
-               note="includes diagnostics at the saved points"),
+        Result(
+            name=f"MC gradient B={n_prompts} N=16",
+            unit="prompts",
+            value=n_prompts / t_kernel,
+            baseline=n_prompts / t_numpy,
+            baseline_name="numpy/scipy softmax, vectorised",
+        ),
+        Result(
+            name=f"reduced GD map B={n_prompts} {n_steps} steps",
+            unit="steps",
+            value=n_steps / t_map,
+            baseline=n_steps / t_loop,
+            baseline_name="numpy loop",
+            note="includes diagnostics at the saved points",
+        ),
     ]

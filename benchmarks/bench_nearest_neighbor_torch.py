@@ -27,6 +27,7 @@ TASK = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=5.0)
 def _compare(model, cfg, what: str, note: str) -> Result:
     t_batched = best_time(lambda: train(model, cfg, device="cpu"), repeat=1, min_time=0.0)
     if model.data is None:
+
         def sequential():
             for s in cfg.seeds:
                 train(model, dataclasses.replace(cfg, seeds=(s,)), device="cpu")
@@ -36,12 +37,17 @@ def _compare(model, cfg, what: str, note: str) -> Result:
         def sequential():
             for s, single in zip(cfg.seeds, singles):
                 train(single, dataclasses.replace(cfg, seeds=(s,)), device="cpu")
+
     t_seq = best_time(sequential, repeat=1, min_time=0.0)
     seed_steps = len(cfg.seeds) * cfg.n_steps
-    return Result(f"torch {what}, {N_SEEDS} seeds batched vs sequential", "seed-steps",
-                  seed_steps / t_batched, seed_steps / t_seq, f"{N_SEEDS} sequential single-seed train() calls",
-                  note=f"{note}; {cfg.n_steps} steps, float64 CPU; steps/s batched = "
-                       f"{cfg.n_steps / t_batched:.1f}")
+    return Result(
+        f"torch {what}, {N_SEEDS} seeds batched vs sequential",
+        "seed-steps",
+        seed_steps / t_batched,
+        seed_steps / t_seq,
+        f"{N_SEEDS} sequential single-seed train() calls",
+        note=f"{note}; {cfg.n_steps} steps, float64 CPU; steps/s batched = {cfg.n_steps / t_batched:.1f}",
+    )
 
 
 def run(quick: bool) -> list[Result]:
@@ -52,5 +58,7 @@ def run(quick: bool) -> list[Result]:
     fixed = nnm.NearestNeighborAttention(TASK, data=nnm.prompt_samples(TASK, 500, seeds))
     gd = nnm.config("gd", fixed, n_steps, saveat=SaveAt(n=3))
     with torch_threads(1):
-        return [_compare(online, sgd, "online SGD", "batch 64, d=4, N=16"),
-                _compare(fixed, gd, "full-batch GD", "500 prompts per seed, d=4, N=16")]
+        return [
+            _compare(online, sgd, "online SGD", "batch 64, d=4, N=16"),
+            _compare(fixed, gd, "full-batch GD", "500 prompts per seed, d=4, N=16"),
+        ]

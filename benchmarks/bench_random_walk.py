@@ -74,9 +74,16 @@ def run(quick: bool) -> list[Result]:
     work = n_walks * n_steps
     t_kernel = best_time(kernel_run, repeat=repeat)
     t_numpy = best_time(numpy_run, repeat=repeat)
-    results.append(Result(name="random_walk.reduced_step_kernel", unit="walk-steps", value=work / t_kernel,
-                          baseline=work / t_numpy, baseline_name="numpy vectorised reduced map",
-                          note=f"K=6, N=97, {n_walks} walks, {n_steps} steps; max state gap {gap:.1e}"))
+    results.append(
+        Result(
+            name="random_walk.reduced_step_kernel",
+            unit="walk-steps",
+            value=work / t_kernel,
+            baseline=work / t_numpy,
+            baseline_name="numpy vectorised reduced map",
+            note=f"K=6, N=97, {n_walks} walks, {n_steps} steps; max state gap {gap:.1e}",
+        )
+    )
 
     n_full = 3 if quick else 10
     small = rw.sample_walks(spec, 1000, 1)
@@ -89,8 +96,14 @@ def run(quick: bool) -> list[Result]:
 
     t_red = best_time(reduced_small, repeat=repeat)
     t_full = best_time(full_small, repeat=repeat, min_time=0.0)
-    results.append(Result(name="random_walk.reduced_gd_vs_full_gd", unit="walk-steps", value=1000 * n_full / t_red,
-                          baseline=1000 * n_full / t_full, baseline_name="numpy full-matrix GD (M=1000)",
-                          note=f"K=6, N=97, M=1000, 1000 walks, {n_full} steps; end to end (engine, derived, "
-                               "provenance included)"))
+    results.append(
+        Result(
+            name="random_walk.reduced_gd_vs_full_gd",
+            unit="walk-steps",
+            value=1000 * n_full / t_red,
+            baseline=1000 * n_full / t_full,
+            baseline_name="numpy full-matrix GD (M=1000)",
+            note=f"K=6, N=97, M=1000, 1000 walks, {n_full} steps; end to end (engine, derived, provenance included)",
+        )
+    )
     return results

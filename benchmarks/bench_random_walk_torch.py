@@ -55,17 +55,33 @@ def run(quick: bool) -> list[Result]:
             return out
 
         rwm.RandomWalkAttention(task)  # imports, positional code
-        train(rwm.RandomWalkAttention(task, data=[train_w[0]]), rwm.config("gd",
-            rwm.RandomWalkAttention(task, data=[train_w[0]]), 1, seeds=(0,), saveat=SaveAt(final=True)),
-            device="cpu")  # warm-up: torch deterministic-mode import
+        train(
+            rwm.RandomWalkAttention(task, data=[train_w[0]]),
+            rwm.config(
+                "gd", rwm.RandomWalkAttention(task, data=[train_w[0]]), 1, seeds=(0,), saveat=SaveAt(final=True)
+            ),
+            device="cpu",
+        )  # warm-up: torch deterministic-mode import
         t_b, traj = _timed(batched)
         t_s, singles = _timed(sequential)
-        gap = max(float(np.max(np.abs(traj[v].values[i] - singles[i][v].values[0])))
-                  for i in seeds for v in ("V_1_0", "a_0", "c_95", "loss"))
+        gap = max(
+            float(np.max(np.abs(traj[v].values[i] - singles[i][v].values[0])))
+            for i in seeds
+            for v in ("V_1_0", "a_0", "c_95", "loss")
+        )
         if gap > 1e-10:
             raise AssertionError(f"batched and sequential seeds disagree by {gap:.3g}")
         work = n_seeds * n_steps
-        return [Result(name="random_walk.torch_batched_seeds", unit="seed-steps", value=work / t_b,
-                       baseline=work / t_s, baseline_name=f"{n_seeds} sequential single-seed runs",
-                       note=(f"K=6, N=97, M=1000, {n_walks} walks/seed, {n_steps} full-batch GD steps, CPU, 1 thread; "
-                             f"max gap batched vs sequential {gap:.1e}"))]
+        return [
+            Result(
+                name="random_walk.torch_batched_seeds",
+                unit="seed-steps",
+                value=work / t_b,
+                baseline=work / t_s,
+                baseline_name=f"{n_seeds} sequential single-seed runs",
+                note=(
+                    f"K=6, N=97, M=1000, {n_walks} walks/seed, {n_steps} full-batch GD steps, CPU, 1 thread; "
+                    f"max gap batched vs sequential {gap:.1e}"
+                ),
+            )
+        ]

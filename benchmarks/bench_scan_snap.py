@@ -32,8 +32,8 @@ def _numpy_ascent(classes, lay):
     onehot[np.arange(K), tcol] = 1.0
 
     def grads(y):
-        Y = y[:Lc * ncol].reshape(Lc, ncol)
-        Z = y[Lc * ncol:].reshape(Q, Lc)
+        Y = y[: Lc * ncol].reshape(Lc, ncol)
+        Z = y[Lc * ncol :].reshape(Q, Lc)
         F = scipy.special.softmax(logP + Z[psi], axis=1)
         F /= np.linalg.norm(F, axis=1, keepdims=True)
         W = F @ Y
@@ -70,16 +70,22 @@ def _flow_case(name, classes, t1):
     assert np.allclose(engine(), baseline(), rtol=0, atol=1e-6)
     t_eng = best_time(engine, repeat=2, min_time=0.1)
     t_np = best_time(baseline, repeat=1, min_time=0.1)
-    return Result(f"exact_flow lumped to t={t1:g}, {name}", "integrations", 1.0 / t_eng, 1.0 / t_np,
-                  "solve_ivp RK45 on a numpy rhs", target_ratio=20,
-                  note=f"engine {t_eng:.3g} s, scipy {t_np:.3g} s")
+    return Result(
+        f"exact_flow lumped to t={t1:g}, {name}",
+        "integrations",
+        1.0 / t_eng,
+        1.0 / t_np,
+        "solve_ivp RK45 on a numpy rhs",
+        target_ratio=20,
+        note=f"engine {t_eng:.3g} s, scipy {t_np:.3g} s",
+    )
 
 
 def _p8_layout(K, M):
     P = np.zeros((K, 1 + 5 * K))
     P[:, 0] = 0.3
     for n in range(K):
-        P[n, 1 + 5 * n: 6 + 5 * n] = 0.7 * np.array([0.2, 0.4, 0.6, 0.8, 1.0]) / 3.0
+        P[n, 1 + 5 * n : 6 + 5 * n] = 0.7 * np.array([0.2, 0.4, 0.6, 0.8, 1.0]) / 3.0
     return ss.SequenceClasses.from_P(P, M=M)
 
 
@@ -110,8 +116,14 @@ def _map_case(quick):
     assert np.allclose(engine(50), baseline(50), rtol=0, atol=1e-12)
     t_eng = best_time(lambda: engine(n_eng), repeat=2, min_time=0.1)
     t_np = best_time(lambda: baseline(n_np), repeat=2, min_time=0.1)
-    return Result("population_map, momentum 0.9, Syn-Small (lumped)", "steps", n_eng / t_eng, n_np / t_np,
-                  "numpy loop of the same map", target_value=1e4)
+    return Result(
+        "population_map, momentum 0.9, Syn-Small (lumped)",
+        "steps",
+        n_eng / t_eng,
+        n_np / t_np,
+        "numpy loop of the same map",
+        target_value=1e4,
+    )
 
 
 @njit(cache=True, fastmath=False)
@@ -144,17 +156,22 @@ def _k20_cost_model(t1: float) -> Result:
     n_loop = 2000
     t_rhs = cpu_time(lambda: _rhs_loop(y, p, dy, n_loop), repeat=3) / n_loop
     solver = Dopri5(rtol=RTOL, atol=ATOL)
-    def run_raw():
-        return integrate(_k.exact_rhs, y0, (0.0, t1), params=params, solver=solver, saveat=SaveAt(final=True),
-                         names="state")
 
+    def run_raw():
+        return integrate(
+            _k.exact_rhs, y0, (0.0, t1), params=params, solver=solver, saveat=SaveAt(final=True), names="state"
+        )
 
     steps = int(run_raw()["n_rhs_steps"].values[0, -1])
     t_raw = cpu_time(run_raw, repeat=3)
     t_flow = cpu_time(lambda: ss.flow(task, (0.0, t1), saveat=SaveAt(final=True)), repeat=3)
     lin = Dopri5(rtol=RTOL, atol=ATOL, dt_max=t1 / steps)  # the same number of steps
-    t_solver = cpu_time(lambda: integrate(_linear_rhs, y0, (0.0, t1), params=np.zeros(1), solver=lin,
-                                          saveat=SaveAt(final=True), names="state"), repeat=3)
+    t_solver = cpu_time(
+        lambda: integrate(
+            _linear_rhs, y0, (0.0, t1), params=np.zeros(1), solver=lin, saveat=SaveAt(final=True), names="state"
+        ),
+        repeat=3,
+    )
     grads = _numpy_ascent(classes, lay)
 
     def rhs(t, yy):
@@ -166,13 +183,19 @@ def _k20_cost_model(t1: float) -> Result:
     t_scipy = time.process_time() - c0
     t_np_rhs = cpu_time(lambda: rhs(0.0, y), repeat=20)
     bound = t_scipy / (t_solver + t_flow - t_raw)
-    return Result(f"exact_flow K=20 cost model (t={t1:g})", "integrations", 1.0 / t_flow, 1.0 / t_scipy,
-                  "solve_ivp RK45 on a numpy rhs (CPU time)", target_ratio=20,
-                  note=f"n_state {y.size}, {steps} steps; numba rhs {t_rhs * 1e6:.1f} us x ~{6 * steps} evaluations; "
-                       f"solver work alone {t_solver * 1e3:.1f} ms; integrate {t_raw * 1e3:.1f} ms; flow() "
-                       f"{t_flow * 1e3:.1f} ms (wrapping {(t_flow - t_raw) * 1e3:.1f} ms); scipy {t_scipy * 1e3:.0f} "
-                       f"ms = {sol.nfev} nfev x {t_scipy / sol.nfev * 1e6:.0f} us (numpy rhs {t_np_rhs * 1e6:.0f} "
-                       f"us); ratio bound with a free rhs: {bound:.1f}x")
+    return Result(
+        f"exact_flow K=20 cost model (t={t1:g})",
+        "integrations",
+        1.0 / t_flow,
+        1.0 / t_scipy,
+        "solve_ivp RK45 on a numpy rhs (CPU time)",
+        target_ratio=20,
+        note=f"n_state {y.size}, {steps} steps; numba rhs {t_rhs * 1e6:.1f} us x ~{6 * steps} evaluations; "
+        f"solver work alone {t_solver * 1e3:.1f} ms; integrate {t_raw * 1e3:.1f} ms; flow() "
+        f"{t_flow * 1e3:.1f} ms (wrapping {(t_flow - t_raw) * 1e3:.1f} ms); scipy {t_scipy * 1e3:.0f} "
+        f"ms = {sol.nfev} nfev x {t_scipy / sol.nfev * 1e6:.0f} us (numpy rhs {t_np_rhs * 1e6:.0f} "
+        f"us); ratio bound with a free rhs: {bound:.1f}x",
+    )
 
 
 def run(quick: bool) -> list[Result]:
@@ -187,8 +210,21 @@ def run(quick: bool) -> list[Result]:
     ]
     task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
     n_map = 200 if quick else 2000
-    results.append(dense_save_result(f"scan_snap.map Syn-Small, 1 x {n_map}", lambda saveat: ss.map(
-        task, n_map, momentum=0.9, saveat=saveat, warn_unconverged=False), n_map, 1))
-    results.append(dense_save_result("scan_snap.flow Syn-Small Dopri5 t=1000, 2001 saves", lambda saveat: ss.flow(
-        task, (0.0, 1e3), saveat=saveat), 2000, 1, dense=SaveAt(n=2001)))
+    results.append(
+        dense_save_result(
+            f"scan_snap.map Syn-Small, 1 x {n_map}",
+            lambda saveat: ss.map(task, n_map, momentum=0.9, saveat=saveat, warn_unconverged=False),
+            n_map,
+            1,
+        )
+    )
+    results.append(
+        dense_save_result(
+            "scan_snap.flow Syn-Small Dopri5 t=1000, 2001 saves",
+            lambda saveat: ss.flow(task, (0.0, 1e3), saveat=saveat),
+            2000,
+            1,
+            dense=SaveAt(n=2001),
+        )
+    )
     return results

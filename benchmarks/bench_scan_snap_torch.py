@@ -34,10 +34,10 @@ def run(quick: bool) -> list[Result]:
         return ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=SaveAt(steps=(0, n_steps)))
 
     with torch_threads(1):
-        t_batched = best_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2,
-                              min_time=0.0)
-        t_sequential = best_time(lambda: [train(model, config((s,)), device="cpu") for s in range(N_SEEDS)],
-                                 repeat=1, min_time=0.0)
+        t_batched = best_time(lambda: train(model, config(tuple(range(N_SEEDS))), device="cpu"), repeat=2, min_time=0.0)
+        t_sequential = best_time(
+            lambda: [train(model, config((s,)), device="cpu") for s in range(N_SEEDS)], repeat=1, min_time=0.0
+        )
     seed_steps = N_SEEDS * n_steps
     n_seq = 1280
     medium = cf.SequenceClasses.syn_medium(3)
@@ -58,12 +58,22 @@ def run(quick: bool) -> list[Result]:
         t_tokens = best_time(token_sampler, repeat=3)
     n_draw = N_SEEDS * n_seq
     return [
-        Result("scan_snap sampler: token counts drawn directly vs tokens drawn and counted", "sequences",
-               n_draw / t_counts, n_draw / t_tokens, "torch.multinomial tokens + scatter_add",
-               note=f"Syn-Medium 3/6 (M = 79), T - 1 = 127, {N_SEEDS} seeds x {n_seq} sequences, float64 CPU, 1 thread"),
-        Result(f"scan_snap Syn-Small SGD: {N_SEEDS} seeds in one run vs {N_SEEDS} single-seed runs", "seed-steps",
-               seed_steps / t_batched, seed_steps / t_sequential, f"{N_SEEDS} sequential train() calls",
-               note=f"Y/Z model, M=34, batch 128, T=128, momentum 0.9, {n_steps} steps, float64 CPU, 1 thread; "
-                    f"batched: {n_steps / t_batched:.1f} steps/s ({N_SEEDS} seeds), single seed: "
-                    f"{seed_steps / t_sequential:.1f} steps/s"),
+        Result(
+            "scan_snap sampler: token counts drawn directly vs tokens drawn and counted",
+            "sequences",
+            n_draw / t_counts,
+            n_draw / t_tokens,
+            "torch.multinomial tokens + scatter_add",
+            note=f"Syn-Medium 3/6 (M = 79), T - 1 = 127, {N_SEEDS} seeds x {n_seq} sequences, float64 CPU, 1 thread",
+        ),
+        Result(
+            f"scan_snap Syn-Small SGD: {N_SEEDS} seeds in one run vs {N_SEEDS} single-seed runs",
+            "seed-steps",
+            seed_steps / t_batched,
+            seed_steps / t_sequential,
+            f"{N_SEEDS} sequential train() calls",
+            note=f"Y/Z model, M=34, batch 128, T=128, momentum 0.9, {n_steps} steps, float64 CPU, 1 thread; "
+            f"batched: {n_steps / t_batched:.1f} steps/s ({N_SEEDS} seeds), single seed: "
+            f"{seed_steps / t_sequential:.1f} steps/s",
+        ),
     ]

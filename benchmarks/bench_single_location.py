@@ -32,7 +32,7 @@ def _numpy_manifold(task, lam, alpha, kappa, nu, n_steps):
     g = lam * task.gamma
     q, r = math.sqrt(1 + 2 * g * g), math.sqrt(1 + 4 * g * g)
     c = lam * task.s / q
-    gg2 = 2 * task.gamma ** 2
+    gg2 = 2 * task.gamma**2
     kappa, nu = kappa.copy(), nu.copy()
     for _ in range(n_steps):
         ck = c * kappa
@@ -59,20 +59,38 @@ def _numpy_partials(task, lam, kappa, nu, theta, eta, rho):
     e2m, e3m = -2 * m * e1m, (4 * m * m - 2) * e1m
     erfu, e1u = erf(u), _TWO_OVER_SQRTPI * np.exp(-u * u)
     e2u = -2 * u * e1u
-    phi0, phi1, phi2, phi3 = erf(m), e1m / q, e2m / q ** 2, e3m / q ** 3
+    phi0, phi1, phi2, phi3 = erf(m), e1m / q, e2m / q**2, e3m / q**3
     z = 1 - 8 * owens_t(math.sqrt(2) * t / q, 1 / r)
     zt = 2 / q * erfu * e1m
     ztt = 2 / q * (e1u * e1m / (q * r) + erfu * e2m / q)
-    zttt = 2 / q * (e2u * e1m / (q * r) ** 2 + 2 * e1u * e2m / (q * q * r) + erfu * e3m / q ** 2)
+    zttt = 2 / q * (e2u * e1m / (q * r) ** 2 + 2 * e1u * e2m / (q * q * r) + erfu * e3m / q**2)
     gg, st = gamma * gamma, s * theta
-    rk = lam * s * (-2 * gamma * (st * eta * g * phi2 + gamma * nu * phi1 + gamma * rho * eta * g * g * phi3)
-                    + (st * st + gg) * zt + 2 * g * gamma * st * rho * ztt + g * g * gg * rho * rho * zttt
-                    + 2 * (L - 1) * C * rho * (st * phi1 + g * gamma * rho * phi2))
+    rk = (
+        lam
+        * s
+        * (
+            -2 * gamma * (st * eta * g * phi2 + gamma * nu * phi1 + gamma * rho * eta * g * g * phi3)
+            + (st * st + gg) * zt
+            + 2 * g * gamma * st * rho * ztt
+            + g * g * gg * rho * rho * zttt
+            + 2 * (L - 1) * C * rho * (st * phi1 + g * gamma * rho * phi2)
+        )
+    )
     rn = -2 * gg * phi0
-    rt = -2 * g * gamma * s * eta * phi1 + 2 * s * st * z + 2 * g * gamma * s * rho * zt + 2 * (L - 1) * C * rho * s * phi0
+    rt = (
+        -2 * g * gamma * s * eta * phi1
+        + 2 * s * st * z
+        + 2 * g * gamma * s * rho * zt
+        + 2 * (L - 1) * C * rho * s * phi0
+    )
     re = -2 * gamma * (g * st * phi1 + g * g * gamma * rho * phi2)
-    rr = (-2 * g * g * gg * eta * phi2 + 2 * g * gamma * st * zt + 2 * g * g * gg * rho * ztt
-          + 2 * (L - 1) * (B2 + (L - 2) * C * C) * rho + 2 * (L - 1) * C * (st * phi0 + 2 * g * gamma * rho * phi1))
+    rr = (
+        -2 * g * g * gg * eta * phi2
+        + 2 * g * gamma * st * zt
+        + 2 * g * g * gg * rho * ztt
+        + 2 * (L - 1) * (B2 + (L - 2) * C * C) * rho
+        + 2 * (L - 1) * C * (st * phi0 + 2 * g * gamma * rho * phi1)
+    )
     return rk, rn, rt, re, rr
 
 
@@ -101,6 +119,7 @@ def _bench_manifold(quick: bool) -> Result:
     n_traj, n_steps = 1000, (2000 if quick else 20000)
     n_base = n_steps  # the same steps: the cost of erf depends on the state (cheaper near kappa = 0)
     state0 = sl.sample_initial_state(task, n_traj, 0, on="manifold")
+
     def run(n):
         return sl.map(task, state0, alpha=4e-3, n_steps=n, lam=0.1, manifold=True, saveat=SaveAt(final=True))
 
@@ -109,10 +128,15 @@ def _bench_manifold(quick: bool) -> Result:
     dev = float(np.max(np.abs(check - np.stack(base, axis=1))))
     t_nb = cpu_time(lambda: run(n_steps), repeat=2)
     t_np = cpu_time(lambda: _numpy_manifold(task, 0.1, 4e-3, state0[:, 0], state0[:, 1], n_base), repeat=1)
-    return Result(name="manifold map (docs/models/single_location.md §6.3), 1000 trajectories", unit="trajectory-steps/s per core",
-                  value=n_traj * n_steps / t_nb, baseline=n_traj * n_base / t_np,
-                  baseline_name="numpy vectorised over trajectories", target_value=2e7,
-                  note=f"max |numba - numpy| after {n_base} steps: {dev:.1e}")
+    return Result(
+        name="manifold map (docs/models/single_location.md §6.3), 1000 trajectories",
+        unit="trajectory-steps/s per core",
+        value=n_traj * n_steps / t_nb,
+        baseline=n_traj * n_base / t_np,
+        baseline_name="numpy vectorised over trajectories",
+        target_value=2e7,
+        note=f"max |numba - numpy| after {n_base} steps: {dev:.1e}",
+    )
 
 
 def _bench_five(quick: bool, d: int) -> Result:
@@ -124,17 +148,22 @@ def _bench_five(quick: bool, d: int) -> Result:
     #  the same (stable) regime: the off-manifold curvature grows like d (docs/models/single_location.md §7.4, step-size
     # instability)
     lam, alpha = 0.1 * math.sqrt(400 / d), 4e-3 * 400 / d
+
     def run(n):
         return sl.map(task, state0, alpha=alpha, n_steps=n, lam=lam, saveat=SaveAt(final=True))
-
 
     dev = float(np.max(np.abs(run(n_base).states()[:, -1, :5] - _numpy_five(task, lam, alpha, state0, n_base))))
     t_nb = cpu_time(lambda: run(n_steps), repeat=2)
     t_np = cpu_time(lambda: _numpy_five(task, lam, alpha, state0, n_base), repeat=1)
-    return Result(name=f"five-scalar map (docs/models/single_location.md §6.4), d = {d}, {n_traj} trajectories",
-                  unit="trajectory-steps/s per core", value=n_traj * n_steps / t_nb, baseline=n_traj * n_base / t_np,
-                  baseline_name="numpy vectorised (scipy owens_t)", target_value=2e6,
-                  note=f"max |numba - numpy| after {n_base} steps: {dev:.1e}")
+    return Result(
+        name=f"five-scalar map (docs/models/single_location.md §6.4), d = {d}, {n_traj} trajectories",
+        unit="trajectory-steps/s per core",
+        value=n_traj * n_steps / t_nb,
+        baseline=n_traj * n_base / t_np,
+        baseline_name="numpy vectorised (scipy owens_t)",
+        target_value=2e6,
+        note=f"max |numba - numpy| after {n_base} steps: {dev:.1e}",
+    )
 
 
 def _section5_runs():
@@ -144,8 +173,14 @@ def _section5_runs():
     sphere = sl.sample_initial_state(task, 30, 0)
     manifold = sl.sample_initial_state(task, 30, 0, on="manifold")
     return [
-        {"state0": sphere, "alpha": 4e-3, "n_steps": 120_000, "lam": sl.lam_schedule(1.0), "every": 300,
-         "manifold": False},
+        {
+            "state0": sphere,
+            "alpha": 4e-3,
+            "n_steps": 120_000,
+            "lam": sl.lam_schedule(1.0),
+            "every": 300,
+            "manifold": False,
+        },
         {"state0": manifold, "alpha": 4e-3, "n_steps": 20_000, "lam": 0.1, "every": 200, "manifold": True},
         {"state0": sphere, "alpha": 1e-3, "n_steps": 120_000, "lam": 0.9, "every": 300, "manifold": False},
         {"state0": sphere, "alpha": 4e-3, "n_steps": 20_000, "lam": 0.1, "every": 200, "manifold": False},
@@ -161,8 +196,15 @@ def _bench_section5(quick: bool) -> Result:
         for r in runs:
             n = r["n_steps"] // scale
             lam = r["lam"]
-            sl.map(task, r["state0"], alpha=r["alpha"], n_steps=n, lam=lam, manifold=r["manifold"],
-                   saveat=SaveAt(every=r["every"]))
+            sl.map(
+                task,
+                r["state0"],
+                alpha=r["alpha"],
+                n_steps=n,
+                lam=lam,
+                manifold=r["manifold"],
+                saveat=SaveAt(every=r["every"]),
+            )
 
     all_runs()  # compile both kernels
     w0, c0 = time.perf_counter(), time.process_time()
@@ -171,12 +213,16 @@ def _bench_section5(quick: bool) -> Result:
     # numpy baseline: the same five-scalar computation on Fig. 7(a)'s 30 runs for a slice of steps
     n_base = 200 if quick else 1000
     t_np = cpu_time(lambda: _numpy_five(task, 0.9, 1e-3, runs[2]["state0"], n_base), repeat=1)
-    return Result(name="Section 5 PGD runs (Figs 4a, 4b, 7a, 7b; 30 repeats each)" + (" / 10" if quick else ""),
-                  unit="trajectory-steps/s", value=total / wall, baseline=30 * n_base / t_np,
-                  baseline_name="numpy five-scalar map (CPU time, Fig. 7(a) runs)",
-                  target_value=total / 30.0 if not quick else None,
-                  note=f"{total:.3g} trajectory-steps in {wall:.2f} s wall ({cpu:.2f} s CPU), compilation excluded; "
-                       f"numpy would need ~{total / (30 * n_base / t_np):.0f} s CPU")
+    return Result(
+        name="Section 5 PGD runs (Figs 4a, 4b, 7a, 7b; 30 repeats each)" + (" / 10" if quick else ""),
+        unit="trajectory-steps/s",
+        value=total / wall,
+        baseline=30 * n_base / t_np,
+        baseline_name="numpy five-scalar map (CPU time, Fig. 7(a) runs)",
+        target_value=total / 30.0 if not quick else None,
+        note=f"{total:.3g} trajectory-steps in {wall:.2f} s wall ({cpu:.2f} s CPU), compilation excluded; "
+        f"numpy would need ~{total / (30 * n_base / t_np):.0f} s CPU",
+    )
 
 
 def _bench_basins(quick: bool) -> Result:
@@ -197,12 +243,16 @@ def _bench_basins(quick: bool) -> Result:
     n_base = 100
     t_np = cpu_time(lambda: _numpy_five(task, lam, alpha, state0[:2000], n_base), repeat=1)
     np_rate = 2000 * n_base / t_np  # numpy trajectory-steps per CPU second
-    return Result(name=f"basins: sphere starts to convergence (lambda = 0.05, d = 400), {n_sub} starts timed",
-                  unit="starts/s per core", value=n_sub / cpu, baseline=np_rate / float(steps.mean()),
-                  baseline_name="numpy five-scalar map at the same mean steps per start",
-                  target_value=1e6 / 600.0,
-                  note=f"mean {steps.mean():.0f} steps/start, {n_sub * steps.mean() / cpu:.3g} steps/s; 10^6 starts "
-                       f"extrapolated to {1e6 * cpu / n_sub:.0f} s CPU; named {100 * named:.2f} %")
+    return Result(
+        name=f"basins: sphere starts to convergence (lambda = 0.05, d = 400), {n_sub} starts timed",
+        unit="starts/s per core",
+        value=n_sub / cpu,
+        baseline=np_rate / float(steps.mean()),
+        baseline_name="numpy five-scalar map at the same mean steps per start",
+        target_value=1e6 / 600.0,
+        note=f"mean {steps.mean():.0f} steps/start, {n_sub * steps.mean() / cpu:.3g} steps/s; 10^6 starts "
+        f"extrapolated to {1e6 * cpu / n_sub:.0f} s CPU; named {100 * named:.2f} %",
+    )
 
 
 def _bench_dense(quick: bool) -> list[Result]:
@@ -216,9 +266,13 @@ def _bench_dense(quick: bool) -> list[Result]:
         on = "manifold" if manifold else "sphere"
         for n_traj, n_steps in ((1000, 200 if quick else 1000), (1, n_long)):
             state0 = sl.sample_initial_state(task, n_traj, 0, on=on)
-            call = (lambda st, n, man: lambda saveat: sl.map(task, st, alpha=4e-3, n_steps=n, lam=0.1, manifold=man,
-                                                           saveat=saveat, warn_unconverged=False))(state0, n_steps,
-                                                                                                   manifold)
+            call = (
+                lambda st, n, man: (
+                    lambda saveat: sl.map(
+                        task, st, alpha=4e-3, n_steps=n, lam=0.1, manifold=man, saveat=saveat, warn_unconverged=False
+                    )
+                )
+            )(state0, n_steps, manifold)
             what = "manifold" if manifold else "five-scalar"
             out.append(dense_save_result(f"single_location.map {what}, {n_traj} x {n_steps}", call, n_steps, n_traj))
     return out
@@ -227,5 +281,11 @@ def _bench_dense(quick: bool) -> list[Result]:
 def run(quick: bool) -> list[Result]:
     """Benchmarks of docs/models/single_location.md §6.3-§6.4 maps and the Section 5 figure runs (see the module
     docstring)."""
-    return [_bench_manifold(quick), _bench_five(quick, 400), _bench_five(quick, 10 ** 6), _bench_section5(quick),
-            _bench_basins(quick), *_bench_dense(quick)]
+    return [
+        _bench_manifold(quick),
+        _bench_five(quick, 400),
+        _bench_five(quick, 10**6),
+        _bench_section5(quick),
+        _bench_basins(quick),
+        *_bench_dense(quick),
+    ]

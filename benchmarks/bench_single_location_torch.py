@@ -58,12 +58,18 @@ def run(quick: bool) -> list[Result]:
         for label, model in (("block streams", fast), ("per-seed torch.Generator", slow)):
             t_batched, t_sequential = _ratio(model, n_steps)
             seed_steps = N_SEEDS * n_steps
-            out.append(Result(
-                f"single_location Fig. 5 SGD ({label}): {N_SEEDS} seeds in one run vs {N_SEEDS} single-seed runs",
-                "seed-steps", seed_steps / t_batched, seed_steps / t_sequential,
-                f"{N_SEEDS} sequential train() calls", target_ratio=10 if model is fast else None,
-                note=f"erf predictor, d=80, L=10, batch 5, {n_steps} steps, 100 test samples, float64 normals and "
-                     f"arithmetic, data from {label}, CPU, 1 thread, process time; batched run: "
-                     f"{n_steps / t_batched:.0f} steps/s ({N_SEEDS} seeds), single seed: "
-                     f"{N_SEEDS * n_steps / t_sequential:.0f} steps/s"))
+            out.append(
+                Result(
+                    f"single_location Fig. 5 SGD ({label}): {N_SEEDS} seeds in one run vs {N_SEEDS} single-seed runs",
+                    "seed-steps",
+                    seed_steps / t_batched,
+                    seed_steps / t_sequential,
+                    f"{N_SEEDS} sequential train() calls",
+                    target_ratio=10 if model is fast else None,
+                    note=f"erf predictor, d=80, L=10, batch 5, {n_steps} steps, 100 test samples, float64 normals and "
+                    f"arithmetic, data from {label}, CPU, 1 thread, process time; batched run: "
+                    f"{n_steps / t_batched:.0f} steps/s ({N_SEEDS} seeds), single seed: "
+                    f"{N_SEEDS * n_steps / t_sequential:.0f} steps/s",
+                )
+            )
     return out

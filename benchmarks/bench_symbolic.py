@@ -49,10 +49,16 @@ def _bench_single_location(quick: bool) -> Result:
     t_hand = cpu_time(hand)
     t_gen = cpu_time(generated)
     work = n_traj * n_steps
-    return Result("single_location five-scalar PGD step (generated/hand)", "traj-steps/s", work / t_gen,
-                  baseline=work / t_hand, baseline_name="hand-written five_step", target_ratio=1 / 1.3,
-                  note=f"{n_traj} traj x {n_steps} steps; max |generated - hand| after the run {dev:.1e} (the hand "
-                       "kernel evaluates zeta by its series form)")
+    return Result(
+        "single_location five-scalar PGD step (generated/hand)",
+        "traj-steps/s",
+        work / t_gen,
+        baseline=work / t_hand,
+        baseline_name="hand-written five_step",
+        target_ratio=1 / 1.3,
+        note=f"{n_traj} traj x {n_steps} steps; max |generated - hand| after the run {dev:.1e} (the hand "
+        "kernel evaluates zeta by its series form)",
+    )
 
 
 def _bench_icl(quick: bool, H: int = 4) -> Result:
@@ -77,9 +83,15 @@ def _bench_icl(quick: bool, H: int = 4) -> Result:
     t_hand = cpu_time(hand)
     t_gen = cpu_time(generated)
     work = n_traj * n_steps
-    return Result(f"icl_regression GD step on F/2, H={H} (generated/hand)", "traj-steps/s", work / t_gen,
-                  baseline=work / t_hand, baseline_name="hand-written gd_step", target_ratio=1 / 1.3,
-                  note=f"{n_traj} traj x {n_steps} steps; max |generated - hand| after the run {dev:.1e}")
+    return Result(
+        f"icl_regression GD step on F/2, H={H} (generated/hand)",
+        "traj-steps/s",
+        work / t_gen,
+        baseline=work / t_hand,
+        baseline_name="hand-written gd_step",
+        target_ratio=1 / 1.3,
+        note=f"{n_traj} traj x {n_steps} steps; max |generated - hand| after the run {dev:.1e}",
+    )
 
 
 _CHILD = textwrap.dedent("""
@@ -115,10 +127,23 @@ def run(quick: bool) -> list[Result]:
     """Generated/hand-written step ratios and generation times (see the module docstring)."""
     rows = [_bench_single_location(quick), _bench_icl(quick)]
     (cold, cold_cpu), (warm, warm_cpu) = _generation_times()
-    rows.append(Result("single_location symbolic model: generate + compile, cold", "builds/s", 1 / cold_cpu,
-                       note=f"{cold_cpu:.2f} s CPU ({cold:.2f} s wall) in a fresh process with empty caches (sympy "
-                            "derivation, cse, numba)"))
-    rows.append(Result("single_location symbolic model: load, warm (2nd process)", "builds/s", 1 / warm_cpu,
-                       target_value=2.0, note=f"{warm_cpu:.3f} s CPU ({warm:.3f} s wall; target <= 0.5 s): module "
-                                              "found by its builder's hash, numba cache hit"))
+    rows.append(
+        Result(
+            "single_location symbolic model: generate + compile, cold",
+            "builds/s",
+            1 / cold_cpu,
+            note=f"{cold_cpu:.2f} s CPU ({cold:.2f} s wall) in a fresh process with empty caches (sympy "
+            "derivation, cse, numba)",
+        )
+    )
+    rows.append(
+        Result(
+            "single_location symbolic model: load, warm (2nd process)",
+            "builds/s",
+            1 / warm_cpu,
+            target_value=2.0,
+            note=f"{warm_cpu:.3f} s CPU ({warm:.3f} s wall; target <= 0.5 s): module "
+            "found by its builder's hash, numba cache hit",
+        )
+    )
     return rows

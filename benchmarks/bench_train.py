@@ -24,8 +24,9 @@ class _Regression:
     name = "bench_regression"
 
     def init_params(self, generators, *, device, dtype):
-        return per_seed(generators, lambda g: {"w": torch.randn(D, generator=g, device=device, dtype=dtype)
-                                               / math.sqrt(D)})
+        return per_seed(
+            generators, lambda g: {"w": torch.randn(D, generator=g, device=device, dtype=dtype) / math.sqrt(D)}
+        )
 
     def sample(self, generators, n, *, device, dtype):
         def draw(g):
@@ -39,7 +40,7 @@ class _Regression:
 
     def probes(self, params):
         w = params["w"]
-        return {"q": (w ** 2).sum(-1) - 2 * w[:, 0] + 1.0}
+        return {"q": (w**2).sum(-1) - 2 * w[:, 0] + 1.0}
 
 
 class _CounterRegression(_Regression):
@@ -76,16 +77,30 @@ def run(quick: bool) -> list[Result]:
     out = []
     for label, model in (("torch.Generator streams", _Regression()), ("counter block streams", _CounterRegression())):
         t_batched = best_time(lambda: train(model, _config(tuple(range(N_SEEDS)), n_steps), device="cpu"), repeat=2)
-        t_sequential = best_time(lambda: [train(model, _config((s,), n_steps), device="cpu") for s in range(N_SEEDS)],
-                                 repeat=1, min_time=0.0)
-        out.append(Result(f"{N_SEEDS} seeds in one run vs {N_SEEDS} single-seed runs ({label})", "seed-steps",
-                          seed_steps / t_batched, seed_steps / t_sequential, f"{N_SEEDS} sequential train() calls",
-                          target_ratio=10, note=f"toy online regression d={D}, batch {BATCH}, {n_steps} steps, float64 "
-                                                f"CPU, data from {label}"))
+        t_sequential = best_time(
+            lambda: [train(model, _config((s,), n_steps), device="cpu") for s in range(N_SEEDS)], repeat=1, min_time=0.0
+        )
+        out.append(
+            Result(
+                f"{N_SEEDS} seeds in one run vs {N_SEEDS} single-seed runs ({label})",
+                "seed-steps",
+                seed_steps / t_batched,
+                seed_steps / t_sequential,
+                f"{N_SEEDS} sequential train() calls",
+                target_ratio=10,
+                note=f"toy online regression d={D}, batch {BATCH}, {n_steps} steps, float64 CPU, data from {label}",
+            )
+        )
     model = _Regression()
     t_single = best_time(lambda: train(model, _config((0,), n_steps), device="cpu"), repeat=3)
     t_hand = best_time(lambda: _hand_loop(n_steps), repeat=3)
     return out + [
-        Result("trainer, 1 seed vs hand-written torch loop", "steps", n_steps / t_single, n_steps / t_hand,
-               "plain torch SGD loop", note="ratio < 1 is the trainer's overhead (logging, checks, refills)"),
+        Result(
+            "trainer, 1 seed vs hand-written torch loop",
+            "steps",
+            n_steps / t_single,
+            n_steps / t_hand,
+            "plain torch SGD loop",
+            note="ratio < 1 is the trainer's overhead (logging, checks, refills)",
+        ),
     ]

@@ -121,8 +121,7 @@ def _half_grad_from_sums(x, d, cL, u, out, h):
     """(d(F/2)/d omega_h, d(F/2)/d mu_h) from the row sums of _kernel_row_sums in ``out``."""
     H = x.shape[0] // 2
     one_minus_u = 1.0 - u
-    return (-x[H + h] * one_minus_u + d * cL * x[H + h] * out[h],
-            -x[h] * one_minus_u + cL * out[H + h])
+    return (-x[H + h] * one_minus_u + d * cL * x[H + h] * out[h], -x[h] * one_minus_u + cL * out[H + h])
 
 
 @njit_noref(cache=True, fastmath=False)

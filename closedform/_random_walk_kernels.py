@@ -22,7 +22,6 @@ import numpy as np
 from numba import njit
 
 
-
 @njit(cache=True, fastmath=False)
 def _accumulate_gradient(states, weights, K, N, x, rho, eps, G, G2):
     """Negative loss gradient of the reduced model and its weighted second moments; returns (loss, loss second moment).

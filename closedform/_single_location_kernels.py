@@ -174,11 +174,20 @@ def _risk(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o, fam):
     zeta0, C, B2 = cst[o + C_ZETA0], cst[o + C_CC], cst[o + C_B2]
     z, zt, ztt, _, phi0, phi1, phi2, _ = fam
     gg = gamma * gamma
-    return (eps * eps + gg
-            - 2.0 * gg * nu * phi0 - 2.0 * g * gamma * s * theta * eta * phi1 - 2.0 * g * g * gg * rho * eta * phi2
-            + (s * s * theta * theta + gg) * z + 2.0 * g * gamma * s * theta * rho * zt + g * g * gg * rho * rho * ztt
-            + (L - 1.0) * zeta0 + (L - 1.0) * B2 * rho * rho + (L - 1.0) * (L - 2.0) * C * C * rho * rho
-            + 2.0 * (L - 1.0) * C * rho * (s * theta * phi0 + g * gamma * rho * phi1))
+    return (
+        eps * eps
+        + gg
+        - 2.0 * gg * nu * phi0
+        - 2.0 * g * gamma * s * theta * eta * phi1
+        - 2.0 * g * g * gg * rho * eta * phi2
+        + (s * s * theta * theta + gg) * z
+        + 2.0 * g * gamma * s * theta * rho * zt
+        + g * g * gg * rho * rho * ztt
+        + (L - 1.0) * zeta0
+        + (L - 1.0) * B2 * rho * rho
+        + (L - 1.0) * (L - 2.0) * C * C * rho * rho
+        + 2.0 * (L - 1.0) * C * rho * (s * theta * phi0 + g * gamma * rho * phi1)
+    )
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -206,16 +215,28 @@ def _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam):
     gg = gamma * gamma
     ls = lam * s
     st = s * theta
-    r_kappa = ls * (-2.0 * gamma * (st * eta * g * phi2 + gamma * nu * phi1 + gamma * rho * eta * g * g * phi3)
-                    + (st * st + gg) * zt + 2.0 * g * gamma * st * rho * ztt + g * g * gg * rho * rho * zttt
-                    + 2.0 * (L - 1.0) * C * rho * (st * phi1 + g * gamma * rho * phi2))
+    r_kappa = ls * (
+        -2.0 * gamma * (st * eta * g * phi2 + gamma * nu * phi1 + gamma * rho * eta * g * g * phi3)
+        + (st * st + gg) * zt
+        + 2.0 * g * gamma * st * rho * ztt
+        + g * g * gg * rho * rho * zttt
+        + 2.0 * (L - 1.0) * C * rho * (st * phi1 + g * gamma * rho * phi2)
+    )
     r_nu = -2.0 * gg * phi0
-    r_theta = (-2.0 * g * gamma * s * eta * phi1 + 2.0 * s * st * z + 2.0 * g * gamma * s * rho * zt
-               + 2.0 * (L - 1.0) * C * rho * s * phi0)
+    r_theta = (
+        -2.0 * g * gamma * s * eta * phi1
+        + 2.0 * s * st * z
+        + 2.0 * g * gamma * s * rho * zt
+        + 2.0 * (L - 1.0) * C * rho * s * phi0
+    )
     r_eta = -2.0 * gamma * (g * st * phi1 + g * g * gamma * rho * phi2)
-    r_rho = (-2.0 * g * g * gg * eta * phi2 + 2.0 * g * gamma * st * zt + 2.0 * g * g * gg * rho * ztt
-             + 2.0 * (L - 1.0) * (B2 + (L - 2.0) * C * C) * rho
-             + 2.0 * (L - 1.0) * C * (st * phi0 + 2.0 * g * gamma * rho * phi1))
+    r_rho = (
+        -2.0 * g * g * gg * eta * phi2
+        + 2.0 * g * gamma * st * zt
+        + 2.0 * g * g * gg * rho * ztt
+        + 2.0 * (L - 1.0) * (B2 + (L - 2.0) * C * C) * rho
+        + 2.0 * (L - 1.0) * C * (st * phi0 + 2.0 * g * gamma * rho * phi1)
+    )
     return r_kappa, r_nu, r_theta, r_eta, r_rho
 
 
@@ -281,8 +302,7 @@ def manifold_update(kappa, nu, dk, dv):
     """One reduced PGD update on M (docs/models/single_location.md §6.3, paper Lemma 7) given delta_k, delta_v."""
     ok = 1.0 - kappa * kappa
     on = 1.0 - nu * nu
-    return ((kappa - dk * ok) / math.sqrt(1.0 + dk * dk * ok),
-            (nu - dv * on) / math.sqrt(1.0 + dv * dv * on))
+    return ((kappa - dk * ok) / math.sqrt(1.0 + dk * dk * ok), (nu - dv * on) / math.sqrt(1.0 + dv * dv * on))
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")

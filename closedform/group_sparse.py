@@ -74,13 +74,46 @@ from dynamics.trajectory import Trajectory
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
 __all__ = [
-    "REFERENCE", "TIME_UNIT", "STATE_NAMES", "GAP_NAMES", "N_STATE", "GroupSparseTask", "GroupSparseSample",
-    "ReducedSample", "sample", "reduce_sample", "population_sample", "embed_tokens", "forward", "logistic_loss",
-    "full_gradient", "embed_state", "project", "order_params", "attention_diagnostics", "evaluate", "FullGDRun",
-    "FULL_GD_VARIABLES", "full_gd", "reduced_gradient", "reduced_update", "reduced_evaluate", "pack_params", "map",
-    "beta_step1", "step2_expectations", "step_closed_form", "theorem_horizon", "theorem_loss_order",
-    "attention_lower_bound", "direction_error_bound", "loss_rate_statistic", "predicted_loss",
-    "downstream_error_bound", "linear_sample_complexity", "theorem_predictions"
+    "REFERENCE",
+    "TIME_UNIT",
+    "STATE_NAMES",
+    "GAP_NAMES",
+    "N_STATE",
+    "GroupSparseTask",
+    "GroupSparseSample",
+    "ReducedSample",
+    "sample",
+    "reduce_sample",
+    "population_sample",
+    "embed_tokens",
+    "forward",
+    "logistic_loss",
+    "full_gradient",
+    "embed_state",
+    "project",
+    "order_params",
+    "attention_diagnostics",
+    "evaluate",
+    "FullGDRun",
+    "FULL_GD_VARIABLES",
+    "full_gd",
+    "reduced_gradient",
+    "reduced_update",
+    "reduced_evaluate",
+    "pack_params",
+    "map",
+    "beta_step1",
+    "step2_expectations",
+    "step_closed_form",
+    "theorem_horizon",
+    "theorem_loss_order",
+    "attention_lower_bound",
+    "direction_error_bound",
+    "loss_rate_statistic",
+    "predicted_loss",
+    "downstream_error_bound",
+    "linear_sample_complexity",
+    "theorem_predictions",
 ]
 
 REFERENCE = {
@@ -94,7 +127,7 @@ REFERENCE = {
 
 #: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
 # : gradient-flow time of docs/models/token_selection.md §0 (with one shared eta; per-trajectory step sizes give time =
-#step).
+# step).
 TIME_UNIT = "GD step t; time = eta * t, the flow time tau (docs/models/token_selection.md §0)"
 
 STATE_NAMES = ("beta", "w_par", "w_perp", "m1", "m2", "m3", "m4", "m5")
@@ -105,6 +138,7 @@ N_STATE = len(STATE_NAMES)
 # ----------------------------------------------------------------------------------------------------------------------
 # Task spec and data
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, kw_only=True)
 class GroupSparseTask:
@@ -263,6 +297,7 @@ def population_sample(task: GroupSparseTask, n: int, rng=None) -> ReducedSample:
 # The full model (numpy, batched)
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 def embed_tokens(X) -> np.ndarray:
     """Tokens H = [X; I_D] of each draw (docs/models/token_selection.md §B.2, reconstructed embedding): (n, d, D) -> (n,
     d + D, D)."""
@@ -352,6 +387,7 @@ def full_gradient(v, W, X, y, *, per_sample: bool = False):
 # ----------------------------------------------------------------------------------------------------------------------
 # Probes: weights -> order parameters (docs/models/token_selection.md §B.3.1), the projection and its inverse
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 def _orbit_index(D: int, js: int) -> np.ndarray:
     """(D, D) int array: orbit 0..4 of each W22 entry (row = key i, column = query j;
@@ -463,6 +499,7 @@ def evaluate(task: GroupSparseTask, v, W, s: GroupSparseSample) -> dict[str, flo
 # Full-matrix GD (numpy)
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, eq=False)
 class FullGDRun:
     """Result of :func:`full_gd` (GD of docs/models/token_selection.md §B.2): the probe trajectory and the final weights
@@ -473,12 +510,30 @@ class FullGDRun:
     W: np.ndarray
 
 
-FULL_GD_VARIABLES = GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio", "w_cross_norm", "off", "off_W",
-                                 "loss", "accuracy", "attn_jstar", "attn_jstar_q")
+FULL_GD_VARIABLES = GAP_NAMES + (
+    "cos_vx_vstar",
+    "v_pos_norm",
+    "norm_ratio",
+    "w_cross_norm",
+    "off",
+    "off_W",
+    "loss",
+    "accuracy",
+    "attn_jstar",
+    "attn_jstar_q",
+)
 
 
-def full_gd(task: GroupSparseTask, s: GroupSparseSample, n_steps: int, *, v0=None, W0=None, project_steps=False,
-            saveat: SaveAt | None = None) -> FullGDRun:
+def full_gd(
+    task: GroupSparseTask,
+    s: GroupSparseSample,
+    n_steps: int,
+    *,
+    v0=None,
+    W0=None,
+    project_steps=False,
+    saveat: SaveAt | None = None,
+) -> FullGDRun:
     """Full-matrix gradient descent on the empirical logistic loss of a sample (docs/models/token_selection.md §B.2),
     from v = 0, W = 0 by default.
 
@@ -515,17 +570,32 @@ def full_gd(task: GroupSparseTask, s: GroupSparseSample, n_steps: int, *, v0=Non
             W = W - task.eta * gW
         for name, arr in (("v", v), ("W", W)):
             if not np.all(np.isfinite(arr)):
-                raise DivergenceError(f"full GD diverged at step {t + 1}: {name} is not finite", trajectory=0,
-                                      variable=name, step=t + 1, time=task.eta * (t + 1))
+                raise DivergenceError(
+                    f"full GD diverged at step {t + 1}: {name} is not finite",
+                    trajectory=0,
+                    variable=name,
+                    step=t + 1,
+                    time=task.eta * (t + 1),
+                )
         if project_steps:
             v, W = project(task, v, W, s.v_star)
     Y = np.array([[row[name] for name in STATE_NAMES] for row in rows])
     variables = {name: np.array([[row[name] for row in rows]]) for name in FULL_GD_VARIABLES}
     traj = Trajectory.from_arrays(
-        Y, names=STATE_NAMES, time=task.time_of_step(steps), step=steps, variables=variables,
-        attrs={"model": "group_sparse", "spec": task, "source": "full_gd_projected" if project_steps else "full_gd",
-               "time_unit": "eta*step", "equation": "docs/models/token_selection.md §B.2",
-               "config": {"n_unique": s.n_unique, "n_samples": int(s.X.shape[0]), "mirrored": s.mirrored}})
+        Y,
+        names=STATE_NAMES,
+        time=task.time_of_step(steps),
+        step=steps,
+        variables=variables,
+        attrs={
+            "model": "group_sparse",
+            "spec": task,
+            "source": "full_gd_projected" if project_steps else "full_gd",
+            "time_unit": "eta*step",
+            "equation": "docs/models/token_selection.md §B.2",
+            "config": {"n_unique": s.n_unique, "n_samples": int(s.X.shape[0]), "mirrored": s.mirrored},
+        },
+    )
     return FullGDRun(trajectory=traj, v=v, W=W)
 
 
@@ -534,14 +604,16 @@ def full_gd(task: GroupSparseTask, s: GroupSparseSample, n_steps: int, *, v0=Non
 # numbers
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 def _check_state(state) -> np.ndarray:
     return check_finite_array("state", state, shape=(N_STATE,))
 
 
 def _check_reduced(task: GroupSparseTask, rs: ReducedSample) -> None:
     if rs.a.ndim != 2 or rs.a.shape[1] != task.D or rs.gram.shape != (rs.a.shape[0], task.D, task.D):
-        raise ValueError(f"reduced sample must have a (n, D={task.D}) and gram (n, D, D); got {rs.a.shape}, "
-                         f"{rs.gram.shape}")
+        raise ValueError(
+            f"reduced sample must have a (n, D={task.D}) and gram (n, D, D); got {rs.a.shape}, {rs.gram.shape}"
+        )
 
 
 def reduced_gradient(task: GroupSparseTask, state, rs: ReducedSample) -> tuple[np.ndarray, np.ndarray]:
@@ -586,9 +658,13 @@ def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantil
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
     out = np.empty((rs.a.shape[0], 4))
     _k.reduced_eval(state, task.jstar_index, rs.a, rs.gram, out)
-    return {"loss": float(out[:, 0].mean()), "loss_se": float(out[:, 0].std(ddof=1) / math.sqrt(rs.n_unique)),
-            "accuracy": float(out[:, 1].mean()), "attn_jstar": float(out[:, 2].mean()),
-            "attn_jstar_q": float(np.quantile(out[:, 3], quantile))}
+    return {
+        "loss": float(out[:, 0].mean()),
+        "loss_se": float(out[:, 0].std(ddof=1) / math.sqrt(rs.n_unique)),
+        "accuracy": float(out[:, 1].mean()),
+        "attn_jstar": float(out[:, 2].mean()),
+        "attn_jstar_q": float(np.quantile(out[:, 3], quantile)),
+    }
 
 
 def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
@@ -601,13 +677,27 @@ def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
 def _kernel_args(task: GroupSparseTask, rs: ReducedSample) -> tuple:
     """Data of the map kernel (``dynamics.iterate``'s ``args``): (a (n, D), gram (n, D, D), [j* - 1] as int64)."""
     _check_reduced(task, rs)
-    return (np.ascontiguousarray(rs.a, dtype=np.float64), np.ascontiguousarray(rs.gram, dtype=np.float64),
-            np.array([task.jstar_index], dtype=np.int64))
+    return (
+        np.ascontiguousarray(rs.a, dtype=np.float64),
+        np.ascontiguousarray(rs.gram, dtype=np.float64),
+        np.array([task.jstar_index], dtype=np.int64),
+    )
 
 
-def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, rng=None, state0=None,
-        saveat: SaveAt | None = None, with_se: bool = True, progress: bool = False, eta=None,
-        warn_unconverged: bool = True) -> Trajectory:
+def map(
+    task: GroupSparseTask,
+    n_steps: int,
+    *,
+    rs=None,
+    n_samples: int = 4000,
+    rng=None,
+    state0=None,
+    saveat: SaveAt | None = None,
+    with_se: bool = True,
+    progress: bool = False,
+    eta=None,
+    warn_unconverged: bool = True,
+) -> Trajectory:
     """The reduced 8-scalar GD dynamics of docs/models/token_selection.md §B.3 on a fixed Monte Carlo sample (common
     random numbers), from zero.
 
@@ -632,9 +722,22 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
     ``converged`` (step norm < 1e-8) and ``step_norm_trend`` (``dynamics.convergence``) are returned either way.
     """
     if rs is not None and not isinstance(rs, ReducedSample):
-        traj = _over_samples(lambda r, s0, e: map(task, n_steps, rs=r, state0=s0, saveat=saveat, with_se=with_se,
-                                                  progress=progress, eta=e, warn_unconverged=False),
-                             _sample_list(rs, ReducedSample, "rs"), state0, eta)
+        traj = _over_samples(
+            lambda r, s0, e: map(
+                task,
+                n_steps,
+                rs=r,
+                state0=s0,
+                saveat=saveat,
+                with_se=with_se,
+                progress=progress,
+                eta=e,
+                warn_unconverged=False,
+            ),
+            _sample_list(rs, ReducedSample, "rs"),
+            state0,
+            eta,
+        )
         return check_run(traj, warn_unconverged, what="group_sparse.map", fixed_points=False)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if rs is None:
@@ -644,8 +747,10 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
     p, x0, time_scale, time_unit = eta_batch(pack_params(task, rs), 0, eta, x0)
 
     def derived(Y, P):
-        out = {name: np.empty(Y.shape[:2]) for name in GAP_NAMES + ("loss", "loss_se", "accuracy", "attn_jstar",
-                                                                     "attn_jstar_q")}
+        out = {
+            name: np.empty(Y.shape[:2])
+            for name in GAP_NAMES + ("loss", "loss_se", "accuracy", "attn_jstar", "attn_jstar_q")
+        }
         if with_se:
             for name in STATE_NAMES:
                 out[f"grad_{name}"] = np.empty(Y.shape[:2])
@@ -664,18 +769,32 @@ def map(task: GroupSparseTask, n_steps: int, *, rs=None, n_samples: int = 4000, 
         return out
 
     traj = dynamics.iterate(
-        _k.reduced_step, x0, n_steps, params=p, args=_kernel_args(task, rs), saveat=saveat, names=list(STATE_NAMES),
+        _k.reduced_step,
+        x0,
+        n_steps,
+        params=p,
+        args=_kernel_args(task, rs),
+        saveat=saveat,
+        names=list(STATE_NAMES),
         derived=derived,
-        time_scale=time_scale, progress=progress,
-        attrs={"model": "group_sparse", "spec": task, "source": "closedform", "time_unit": time_unit,
-               "equation": "docs/models/token_selection.md §B.3",
-               "config": {"n_unique": rs.n_unique, "n_samples": rs.a.shape[0]}})
+        time_scale=time_scale,
+        progress=progress,
+        attrs={
+            "model": "group_sparse",
+            "spec": task,
+            "source": "closedform",
+            "time_unit": time_unit,
+            "equation": "docs/models/token_selection.md §B.3",
+            "config": {"n_unique": rs.n_unique, "n_samples": rs.a.shape[0]},
+        },
+    )
     return check_run(traj, warn_unconverged, what="group_sparse.map", fixed_points=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Closed forms of the first two GD steps (docs/models/token_selection.md §B.3)
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 def beta_step1(task: GroupSparseTask) -> float:
     """beta^(1) = eta sigma_x / sqrt(2 pi) (docs/models/token_selection.md §B.3, first GD step; W^(1) = 0, v_pos^(1) =
@@ -712,8 +831,9 @@ def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: 
 
     out = {}
     for which, name in enumerate(("e_beta", "m_star", "e_wpar")):
-        val, _ = _integrate.dblquad(integrand, 0.0, np.inf, -np.inf, np.inf, args=(which,), epsabs=epsabs,
-                                    epsrel=epsrel)
+        val, _ = _integrate.dblquad(
+            integrand, 0.0, np.inf, -np.inf, np.inf, args=(which,), epsabs=epsabs, epsrel=epsrel
+        )
         out[name] = float(val)
     return MappingProxyType(out)
 
@@ -749,20 +869,21 @@ def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
 # Theorem predictions (docs/models/token_selection.md §B.4)
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 def theorem_horizon(task: GroupSparseTask, eps_B: float, *, const: float = 1.0) -> float:
     """T* = const * max{D^3, 1/(D^3 eps_B^3)} of the pre-training theorem (docs/models/token_selection.md §B.4;
     Theta(.), so ``const`` is free)."""
     eps_B = check_positive("eps_B", eps_B)
     const = check_positive("const", const)
     D = task.D
-    return const * max(D ** 3, 1.0 / (D ** 3 * eps_B ** 3))
+    return const * max(D**3, 1.0 / (D**3 * eps_B**3))
 
 
 def theorem_loss_order(task: GroupSparseTask, eps_B: float) -> float:
     """Loss order at T*: Theta(min{eps_B, D^-2}) (docs/models/token_selection.md §B.4 item 3), returned with constant
     1."""
     eps_B = check_positive("eps_B", eps_B)
-    return min(eps_B, task.D ** -2.0)
+    return min(eps_B, task.D**-2.0)
 
 
 def attention_lower_bound(task: GroupSparseTask, *, c: float = 1.0) -> float:
@@ -809,7 +930,7 @@ def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: flo
     n = np.asarray(n, dtype=np.float64)
     if np.any(n < 2):
         raise ValueError("n must be >= 2 (downstream sample size)")
-    return const * ((task.d + task.D) * np.log(n) ** 2 / (gamma ** 2 * n) + math.log(1.0 / delta) / n)
+    return const * ((task.d + task.D) * np.log(n) ** 2 / (gamma**2 * n) + math.log(1.0 / delta) / n)
 
 
 def linear_sample_complexity(task: GroupSparseTask, eps: float, *, const: float = 1.0) -> float:
@@ -838,9 +959,13 @@ def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]
     """
     if not isinstance(task, GroupSparseTask):
         raise TypeError(f"task must be a GroupSparseTask; got {type(task).__name__}")
-    return {"horizon": theorem_horizon(task, eps_B), "loss_order": theorem_loss_order(task, eps_B),
-            "attention_lower_bound": attention_lower_bound(task),
-            "direction_error_bound": direction_error_bound(task, eps_B), "beta_step1": beta_step1(task)}
+    return {
+        "horizon": theorem_horizon(task, eps_B),
+        "loss_order": theorem_loss_order(task, eps_B),
+        "attention_lower_bound": attention_lower_bound(task),
+        "direction_error_bound": direction_error_bound(task, eps_B),
+        "beta_step1": beta_step1(task),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -853,20 +978,48 @@ from dynamics import validation as _V  # noqa: E402  (the checks wrap the functi
 
 _V.validate_module(
     globals(),
-    X=_V.Array(ndim=3), y=_V.Array(ndim=1), f=_V.Array(ndim=1), v_star=_V.Array(ndim=1), a=_V.Array(ndim=2),
-    gram=_V.Array(ndim=3), v=_V.Array(ndim=1), W=_V.Array(ndim=2), v0=_V.Array(ndim=1), W0=_V.Array(ndim=2),
-    S=_V.Array(ndim=3), state=_V.Array(ndim=1), state0=_V.Array(ndim=(1, 2)), n_unique=_V.Range(integer=True, ge=1),
-    n=_V.Range(integer=True, ge=1), n_steps=_V.Range(integer=True, ge=0), n_samples=_V.Range(integer=True, ge=2),
-    rng=_V.seed_check, saveat=_V.Instance(SaveAt), project_steps=_V.check_bool, eta=_V.Range(array=True, gt=0),
-    quantile=_V.Range(gt=0, lt=1), t=_V.Range(array=True, ge=0, le=_V.MAX_INT), loss=_V.Range(array=True, ge=0),
-    eps_B=_V.Range(gt=0), eps=_V.Range(gt=0), gamma=_V.Range(gt=0), delta=_V.Range(gt=0, lt=1),
-    const=_V.Range(gt=0), c=_V.Range(gt=0), epsabs=_V.Range(gt=0), epsrel=_V.Range(gt=0),
+    X=_V.Array(ndim=3),
+    y=_V.Array(ndim=1),
+    f=_V.Array(ndim=1),
+    v_star=_V.Array(ndim=1),
+    a=_V.Array(ndim=2),
+    gram=_V.Array(ndim=3),
+    v=_V.Array(ndim=1),
+    W=_V.Array(ndim=2),
+    v0=_V.Array(ndim=1),
+    W0=_V.Array(ndim=2),
+    S=_V.Array(ndim=3),
+    state=_V.Array(ndim=1),
+    state0=_V.Array(ndim=(1, 2)),
+    n_unique=_V.Range(integer=True, ge=1),
+    n=_V.Range(integer=True, ge=1),
+    n_steps=_V.Range(integer=True, ge=0),
+    n_samples=_V.Range(integer=True, ge=2),
+    rng=_V.seed_check,
+    saveat=_V.Instance(SaveAt),
+    project_steps=_V.check_bool,
+    eta=_V.Range(array=True, gt=0),
+    quantile=_V.Range(gt=0, lt=1),
+    t=_V.Range(array=True, ge=0, le=_V.MAX_INT),
+    loss=_V.Range(array=True, ge=0),
+    eps_B=_V.Range(gt=0),
+    eps=_V.Range(gt=0),
+    gamma=_V.Range(gt=0),
+    delta=_V.Range(gt=0, lt=1),
+    const=_V.Range(gt=0),
+    c=_V.Range(gt=0),
+    epsabs=_V.Range(gt=0),
+    epsrel=_V.Range(gt=0),
     per_function={
         "map": {"rs": _sample_list_check(ReducedSample)},
         "step_closed_form": {"t": _V.Range(integer=True, ge=0, le=2)},
         "downstream_error_bound": {"n": _V.Range(array=True, gt=0, le=_V.MAX_INT)},
-        "GroupSparseTask": {"eta": _V.Range(gt=0), "d": _V.Range(integer=True, ge=2),
-                            "D": _V.Range(integer=True, ge=3), "sigma_x": _V.Range(gt=0),
-                            "jstar": _V.Range(integer=True, ge=1)},
+        "GroupSparseTask": {
+            "eta": _V.Range(gt=0),
+            "d": _V.Range(integer=True, ge=2),
+            "D": _V.Range(integer=True, ge=3),
+            "sigma_x": _V.Range(gt=0),
+            "jstar": _V.Range(integer=True, ge=1),
+        },
     },
 )

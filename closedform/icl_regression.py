@@ -60,16 +60,63 @@ from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
 
 __all__ = [
-    "REFERENCE", "MODEL", "TIME_UNIT", "CONVERGENCE_TOL", "ICLRegressionTask", "eta_star", "loss_infimum",
-    "approx_loss", "approx_loss_grad", "kernel_matrix", "m_matrix", "optimal_mu", "refined_loss",
-    "small_omega_limit", "true_loss_mc", "state_names", "flow", "map", "symmetric_two_head_loss", "symmetric_flow",
-    "phase1_asymptotic", "phase2_peak_omega", "phase3_asymptotic", "phase3_heuristic_rate", "solution_manifold_mu",
-    "manifold_loss", "manifold_step_series", "HeadPattern", "classify_heads", "gd_risk", "dgd_risk",
-    "gd_optimal_eta", "dgd_optimal_eta", "FixedPoint", "fixed_points", "classify", "SingleHeadOptimum",
-    "single_head_optimum", "bayes_risk_asymptotic", "linear_attention_risk", "Prompts", "sample_prompts",
-    "predict_attention", "softmax_weight_norms", "predict_manifold", "predict_nadaraya_watson", "predict_gd",
-    "predict_dgd", "predict_ridge", "predict_preconditioned_gd", "risk_mc", "ridge_risk_mc", "kms_covariance",
-    "optimal_preconditioner", "preconditioned_gd_risk", "optimal_preconditioned_risk", "theorem_predictions"
+    "REFERENCE",
+    "MODEL",
+    "TIME_UNIT",
+    "CONVERGENCE_TOL",
+    "ICLRegressionTask",
+    "eta_star",
+    "loss_infimum",
+    "approx_loss",
+    "approx_loss_grad",
+    "kernel_matrix",
+    "m_matrix",
+    "optimal_mu",
+    "refined_loss",
+    "small_omega_limit",
+    "true_loss_mc",
+    "state_names",
+    "flow",
+    "map",
+    "symmetric_two_head_loss",
+    "symmetric_flow",
+    "phase1_asymptotic",
+    "phase2_peak_omega",
+    "phase3_asymptotic",
+    "phase3_heuristic_rate",
+    "solution_manifold_mu",
+    "manifold_loss",
+    "manifold_step_series",
+    "HeadPattern",
+    "classify_heads",
+    "gd_risk",
+    "dgd_risk",
+    "gd_optimal_eta",
+    "dgd_optimal_eta",
+    "FixedPoint",
+    "fixed_points",
+    "classify",
+    "SingleHeadOptimum",
+    "single_head_optimum",
+    "bayes_risk_asymptotic",
+    "linear_attention_risk",
+    "Prompts",
+    "sample_prompts",
+    "predict_attention",
+    "softmax_weight_norms",
+    "predict_manifold",
+    "predict_nadaraya_watson",
+    "predict_gd",
+    "predict_dgd",
+    "predict_ridge",
+    "predict_preconditioned_gd",
+    "risk_mc",
+    "ridge_risk_mc",
+    "kms_covariance",
+    "optimal_preconditioner",
+    "preconditioned_gd_risk",
+    "optimal_preconditioned_risk",
+    "theorem_predictions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -87,8 +134,8 @@ REFERENCE = {
 MODEL = "icl_regression"
 # : The time axis of every trajectory of this module: the F/2 gradient-flow time t (docs/models/icl_regression.md §0.3).
 #:func:`flow` and : :func:`symmetric_flow` integrate in t; :func:`map` (GD on F/2 with learning rate ``lr``) reports
-#``time = lr * step`` : (one shared ``lr``; the update count is ``step``), so a map and a flow of the same task share
-#one time axis.
+# ``time = lr * step`` : (one shared ``lr``; the update count is ``step``), so a map and a flow of the same task share
+# one time axis.
 TIME_UNIT = "F/2 gradient-flow time t; map: t = lr * step (docs/models/icl_regression.md §0.3)"
 _TIME_FLOW = "F/2 gradient-flow time t (docs/models/icl_regression.md §0.3)"
 _TIME_MAP = "F/2 gradient-flow time t = lr * step (docs/models/icl_regression.md §0.3)"
@@ -195,8 +242,10 @@ def _pair(omega, mu, *, name_omega="omega", name_mu="mu"):
     if omega.ndim == 0 or mu.ndim == 0:
         raise ValueError(f"{name_omega} and {name_mu} must have a trailing head axis (shape [..., H])")
     if omega.shape[-1] != mu.shape[-1]:
-        raise ValueError(f"{name_omega} and {name_mu} must have the same number of heads H (last axis); "
-                         f"got shapes {omega.shape} and {mu.shape}")
+        raise ValueError(
+            f"{name_omega} and {name_mu} must have the same number of heads H (last axis); "
+            f"got shapes {omega.shape} and {mu.shape}"
+        )
     try:
         omega, mu = np.broadcast_arrays(omega, mu)
     except ValueError as exc:
@@ -212,7 +261,10 @@ def _check_exponent(task: ICLRegressionTask, omega: np.ndarray, name: str = "ome
         n, h = np.unravel_index(int(np.argmax(expo)), expo.shape)
         raise DivergenceError(
             f"exp(d * {name}_h * {name}_h') overflows float64: d * {name}_{h}^2 = {expo[n, h]:.4g} > {_EXP_MAX:.2f} "
-            f"(configuration {n}, head {h})", trajectory=int(n), variable=f"{name}_{h}")
+            f"(configuration {n}, head {h})",
+            trajectory=int(n),
+            variable=f"{name}_{h}",
+        )
 
 
 def approx_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
@@ -236,8 +288,9 @@ def approx_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     _check_exponent(task, omega)
     lead = omega.shape[:-1]
     out = np.empty(int(np.prod(lead, dtype=np.int64)))
-    _k.loss_batch(omega.reshape(-1, omega.shape[-1]), mu.reshape(-1, mu.shape[-1]), float(task.d),
-                  task.sigma2, task.cL, out)
+    _k.loss_batch(
+        omega.reshape(-1, omega.shape[-1]), mu.reshape(-1, mu.shape[-1]), float(task.d), task.sigma2, task.cL, out
+    )
     return out.reshape(lead)
 
 
@@ -312,8 +365,10 @@ def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     omega, mu = _pair(omega, mu)
     g = 1.0 - 2.0 * omega[..., :, None] * omega[..., None, :]
     if np.any(g <= 0):
-        raise ValueError("refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs of omega "
-                         "(docs/models/icl_regression.md §4.2)")
+        raise ValueError(
+            "refined_loss needs |omega_h omega_h'| < 1/2 for all head pairs of omega "
+            "(docs/models/icl_regression.md §4.2)"
+        )
     d, L, s2 = task.d, task.L, task.sigma2
     u = np.sum(mu * omega, axis=-1)
     mm = mu[..., :, None] * mu[..., None, :]
@@ -422,8 +477,10 @@ def _initial_state(omega0, mu0):
     if omega0.ndim > 2:
         raise ValueError(f"omega0 must have shape (H,) or (n_traj, H); got {omega0.shape}")
     if omega0.shape[-1] > _k.MAX_HEADS:
-        raise ValueError(f"omega0 and mu0 must have 1 <= H <= {_k.MAX_HEADS} heads (last axis) for the compiled "
-                         f"kernels; got H = {omega0.shape[-1]}")
+        raise ValueError(
+            f"omega0 and mu0 must have 1 <= H <= {_k.MAX_HEADS} heads (last axis) for the compiled "
+            f"kernels; got H = {omega0.shape[-1]}"
+        )
     omega0 = np.atleast_2d(omega0)
     mu0 = np.atleast_2d(mu0)
     return np.ascontiguousarray(np.concatenate([omega0, mu0], axis=1)), omega0.shape[1]
@@ -473,12 +530,31 @@ def _batch_params(task: ICLRegressionTask, n_traj: int, sigma2, L, lr=None):
 
 
 def _attrs(task: ICLRegressionTask, *, equation: str, time_unit: str, config: dict) -> dict:
-    return {"model": MODEL, "spec": dataclasses.asdict(task), "config": config, "source": "closedform",
-            "equation": equation, "time_unit": time_unit, "paper": REFERENCE["arxiv"]}
+    return {
+        "model": MODEL,
+        "spec": dataclasses.asdict(task),
+        "config": config,
+        "source": "closedform",
+        "equation": equation,
+        "time_unit": time_unit,
+        "paper": REFERENCE["arxiv"],
+    }
 
 
-def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, stop=None,
-         progress: bool = False, sigma2=None, L=None, warn_unconverged: bool = True):
+def flow(
+    task: ICLRegressionTask,
+    omega0,
+    mu0,
+    t_span,
+    *,
+    saveat=None,
+    solver=None,
+    stop=None,
+    progress: bool = False,
+    sigma2=None,
+    L=None,
+    warn_unconverged: bool = True,
+):
     """Gradient flow of F/2 for H heads, batched over initial conditions: docs/models/icl_regression.md §5.1 (time:
     F/2-flow time, docs/models/icl_regression.md §0.3).
 
@@ -523,17 +599,44 @@ def flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=No
     params, n, _, cfg = _batch_params(task, y0.shape[0], sigma2, L)
     y0 = np.ascontiguousarray(np.broadcast_to(y0, (n, y0.shape[1])))
     traj = dynamics.integrate(
-        _k.flow_rhs, y0, tuple(t_span), params=params, solver=solver, saveat=saveat, names=state_names(H),
-        observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, stop=stop, progress=progress,
+        _k.flow_rhs,
+        y0,
+        tuple(t_span),
+        params=params,
+        solver=solver,
+        saveat=saveat,
+        names=state_names(H),
+        observe=_k.observables,
+        observe_names=_k.OBSERVABLE_NAMES,
+        stop=stop,
+        progress=progress,
         convergence_tol=CONVERGENCE_TOL,
-        attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (gradient flow of F/2, F = Eq. (4.1))", time_unit=_TIME_FLOW,
-                     config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span], **cfg}))
-    return check_run(traj, warn_unconverged and H == 1 and stop is None, what="icl_regression.flow",
-                     tol=CONVERGENCE_TOL)
+        attrs=_attrs(
+            task,
+            equation="docs/models/icl_regression.md §5.1 (gradient flow of F/2, F = Eq. (4.1))",
+            time_unit=_TIME_FLOW,
+            config={"H": H, "solver": repr(solver), "t_span": [float(t) for t in t_span], **cfg},
+        ),
+    )
+    return check_run(
+        traj, warn_unconverged and H == 1 and stop is None, what="icl_regression.flow", tol=CONVERGENCE_TOL
+    )
 
 
-def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, stop=None,
-        progress: bool = False, sigma2=None, L=None, warn_unconverged: bool = True):
+def map(
+    task: ICLRegressionTask,
+    omega0,
+    mu0,
+    *,
+    lr,
+    n_steps: int,
+    saveat=None,
+    stop=None,
+    progress: bool = False,
+    sigma2=None,
+    L=None,
+    warn_unconverged: bool = True,
+):
     """Gradient descent on F/2 with learning rate ``lr`` (the authors' helper ``gradient_flow``):
     docs/models/icl_regression.md §5.1.
 
@@ -575,13 +678,27 @@ def map(task: ICLRegressionTask, omega0, mu0, *, lr, n_steps: int, saveat=None, 
     time_scale = float(lr) if np.ndim(lr) == 0 else 1.0
     tol = CONVERGENCE_TOL * float(np.min(lr))
     traj = dynamics.iterate(
-        _k.gd_step, y0, n_steps, params=params, saveat=saveat, names=state_names(H),
-        observe=_k.observables, observe_names=_k.OBSERVABLE_NAMES, step_observe=_k.gd_step_observables, stop=stop,
-        time_scale=time_scale, progress=progress, convergence_tol=tol,
-        attrs=_attrs(task, equation="docs/models/icl_regression.md §5.1 (GD on F/2, F = Eq. (4.1))", time_unit=_TIME_MAP,
-                     config={"H": H, "lr": np.asarray(lr).tolist(), "n_steps": n_steps, **cfg}))
-    return check_run(traj, warn_unconverged, what="icl_regression.map", fixed_points=H == 1 and stop is None,
-                     tol=tol)
+        _k.gd_step,
+        y0,
+        n_steps,
+        params=params,
+        saveat=saveat,
+        names=state_names(H),
+        observe=_k.observables,
+        observe_names=_k.OBSERVABLE_NAMES,
+        step_observe=_k.gd_step_observables,
+        stop=stop,
+        time_scale=time_scale,
+        progress=progress,
+        convergence_tol=tol,
+        attrs=_attrs(
+            task,
+            equation="docs/models/icl_regression.md §5.1 (GD on F/2, F = Eq. (4.1))",
+            time_unit=_TIME_MAP,
+            config={"H": H, "lr": np.asarray(lr).tolist(), "n_steps": n_steps, **cfg},
+        ),
+    )
+    return check_run(traj, warn_unconverged, what="icl_regression.map", fixed_points=H == 1 and stop is None, tol=tol)
 
 
 def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
@@ -592,8 +709,13 @@ def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     task = _check_task(task)
     omega = np.asarray(omega, dtype=np.float64)
     mu = np.asarray(mu, dtype=np.float64)
-    return (1.0 + task.sigma2 - 4.0 * mu * omega + 4.0 * mu**2 * omega**2
-            + 4.0 * task.cL * mu**2 * np.sinh(task.d * omega**2))
+    return (
+        1.0
+        + task.sigma2
+        - 4.0 * mu * omega
+        + 4.0 * mu**2 * omega**2
+        + 4.0 * task.cL * mu**2 * np.sinh(task.d * omega**2)
+    )
 
 
 def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, progress: bool = False):
@@ -623,15 +745,31 @@ def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None,
     def derived(Y, P):
         om, m = Y[..., 0], Y[..., 1]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return {"F": symmetric_two_head_loss(task, om, m), "two_omega_mu": 2.0 * om * m,
-                    "ratio": m / om, "chi": task.d * om**2}
+            return {
+                "F": symmetric_two_head_loss(task, om, m),
+                "two_omega_mu": 2.0 * om * m,
+                "ratio": m / om,
+                "chi": task.d * om**2,
+            }
 
     return dynamics.integrate(
-        _k.two_head_rhs, y0, tuple(t_span), params=np.array([float(task.d), task.cL]), solver=solver,
-        saveat=saveat, names=["omega", "mu"], derived=derived, progress=progress, convergence_tol=CONVERGENCE_TOL,
-        attrs=_attrs(task, equation="docs/models/icl_regression.md §6.2, Eq. (B.4) (symmetric two-head flow of F/2)",
-                     time_unit=_TIME_FLOW, config={"H": 2, "symmetric": True, "solver": repr(solver),
-                                                   "t_span": [float(t) for t in t_span]}))
+        _k.two_head_rhs,
+        y0,
+        tuple(t_span),
+        params=np.array([float(task.d), task.cL]),
+        solver=solver,
+        saveat=saveat,
+        names=["omega", "mu"],
+        derived=derived,
+        progress=progress,
+        convergence_tol=CONVERGENCE_TOL,
+        attrs=_attrs(
+            task,
+            equation="docs/models/icl_regression.md §6.2, Eq. (B.4) (symmetric two-head flow of F/2)",
+            time_unit=_TIME_FLOW,
+            config={"H": 2, "symmetric": True, "solver": repr(solver), "t_span": [float(t) for t in t_span]},
+        ),
+    )
 
 
 #  Phase-wise asymptotics of the symmetric two-head flow (docs/models/icl_regression.md §6.3)
@@ -757,11 +895,19 @@ def classify_heads(omega, mu, *, dummy_tol: float = 0.05) -> HeadPattern:
     sum_mu = mu.sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         zero_sum_rel = np.abs(sum_mu) / amu.sum(axis=-1)
-    return HeadPattern(positive=positive, negative=negative, dummy=dummy, sign_matched=sign_matched, gamma=gamma,
-                       homogeneity=homogeneity, sum_mu=sum_mu, zero_sum_rel=zero_sum_rel,
-                       mu_pos=np.where(positive, mu, 0.0).sum(axis=-1),
-                       mu_neg=np.where(negative, mu, 0.0).sum(axis=-1),
-                       mu_dot_omega=np.sum(mu * omega, axis=-1))
+    return HeadPattern(
+        positive=positive,
+        negative=negative,
+        dummy=dummy,
+        sign_matched=sign_matched,
+        gamma=gamma,
+        homogeneity=homogeneity,
+        sum_mu=sum_mu,
+        zero_sum_rel=zero_sum_rel,
+        mu_pos=np.where(positive, mu, 0.0).sum(axis=-1),
+        mu_neg=np.where(negative, mu, 0.0).sum(axis=-1),
+        mu_dot_omega=np.sum(mu * omega, axis=-1),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -826,8 +972,9 @@ def _hessian(task, x, H):
     return 0.5 * (Hm + Hm.T)
 
 
-def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, rng=0,
-                 omega_box: float = 1.0, mu_box: float = 6.0) -> tuple[FixedPoint, ...]:
+def fixed_points(
+    task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, rng=0, omega_box: float = 1.0, mu_box: float = 6.0
+) -> tuple[FixedPoint, ...]:
     """Every stationary point of F/2 (docs/models/icl_regression.md §4.1, §5.1) reached by a root search on the
     H-head flow (the engine's vector field, through :func:`dynamics.fixed_points`).
 
@@ -848,8 +995,9 @@ def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, r
     H = check_int("H", H, min_value=1)
     n_starts = check_int("n_starts", n_starts, min_value=1)
     rng = as_generator(rng)
-    X = np.concatenate([rng.uniform(-omega_box, omega_box, (n_starts, H)),
-                        rng.uniform(-mu_box, mu_box, (n_starts, H))], axis=1)
+    X = np.concatenate(
+        [rng.uniform(-omega_box, omega_box, (n_starts, H)), rng.uniform(-mu_box, mu_box, (n_starts, H))], axis=1
+    )
     lim = min(2.0, 0.95 * np.sqrt(700.0 / task.d))
     equal = 1e-4
 
@@ -863,8 +1011,9 @@ def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, r
         return np.concatenate([om, [mu[np.abs(om - om[h]) < equal].sum() for h in range(H)]])
 
     params, *_ = _batch_params(task, 1, None, None)
-    roots = dynamics.fixed_points(_k.flow_rhs, params, X, kind="flow", canonical=key, project=clip, tol=1e-12,
-                                  same=1e-5, max_iter=300)
+    roots = dynamics.fixed_points(
+        _k.flow_rhs, params, X, kind="flow", canonical=key, project=clip, tol=1e-12, same=1e-5, max_iter=300
+    )
     out: list[FixedPoint] = []
     for root in roots:
         om, mu = root.state[:H], root.state[H:]
@@ -881,8 +1030,11 @@ def fixed_points(task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, r
         ev = np.linalg.eigvalsh(_hessian(task, z, H))
         scale = max(1.0, float(np.max(np.abs(ev))))
         stab = "minimum" if ev[0] > -1e-8 * scale else ("maximum" if ev[-1] < 1e-8 * scale else "saddle")
-        out.append(FixedPoint(omega=om, mu=mu, kind=kind, F=float(approx_loss(task, om, mu)),
-                              hessian_eigenvalues=ev, stability=stab))
+        out.append(
+            FixedPoint(
+                omega=om, mu=mu, kind=kind, F=float(approx_loss(task, om, mu)), hessian_eigenvalues=ev, stability=stab
+            )
+        )
     return tuple(sorted(out, key=lambda p: p.F))
 
 
@@ -897,9 +1049,9 @@ def classify(task: ICLRegressionTask, omega, mu, *, tol: float = 1e-3) -> np.nda
     om, mu = _pair(np.atleast_2d(omega), np.atleast_2d(mu))
     o = single_head_optimum(task)
     sgn = np.sign(om[:, :1])
-    single = (np.all(np.abs(om * sgn - o.omega) < tol, axis=1) & (np.abs(mu.sum(1) * sgn[:, 0] - o.mu) < tol))
+    single = np.all(np.abs(om * sgn - o.omega) < tol, axis=1) & (np.abs(mu.sum(1) * sgn[:, 0] - o.mu) < tol)
     u = np.sum(om * mu, axis=1)
-    valley = ((om.max(1) > 0) & (om.min(1) < 0) & (np.abs(u - eta_star(task)) < 0.05) & (np.abs(mu.sum(1)) < 0.05))
+    valley = (om.max(1) > 0) & (om.min(1) < 0) & (np.abs(u - eta_star(task)) < 0.05) & (np.abs(mu.sum(1)) < 0.05)
     origin = np.all(np.abs(om) < tol, axis=1) & np.all(np.abs(mu) < tol, axis=1)
     return np.where(single, "single_head", np.where(valley, "solution_manifold", np.where(origin, "origin", "other")))
 
@@ -1082,8 +1234,9 @@ def risk_mc(task: ICLRegressionTask, predict: Callable, n_prompts: int, rng=None
     return float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size))
 
 
-def ridge_risk_mc(task: ICLRegressionTask, n_prompts: int, rng=None, *, lam_ridge: float | None = None,
-                  chunk: int = 50000):
+def ridge_risk_mc(
+    task: ICLRegressionTask, n_prompts: int, rng=None, *, lam_ridge: float | None = None, chunk: int = 50000
+):
     """Finite-L Monte Carlo risk of ridge (default lambda = d sigma^2, the Bayes predictor):
     docs/models/icl_regression.md §7.4.
 
@@ -1152,8 +1305,17 @@ def preconditioned_gd_risk(task: ICLRegressionTask, Sigma, G) -> float:
     d, L, s2 = task.d, task.L, task.sigma2
     A = G.T @ S @ G
     S2 = S @ S
-    return float(s2 + (np.trace(S) - 2.0 * np.trace(G @ S2) + (1.0 + 1.0 / L) * np.trace(A @ S2)
-                       + np.trace(A @ S) * np.trace(S) / L) / d + s2 / L * np.trace(A @ S))
+    return float(
+        s2
+        + (
+            np.trace(S)
+            - 2.0 * np.trace(G @ S2)
+            + (1.0 + 1.0 / L) * np.trace(A @ S2)
+            + np.trace(A @ S) * np.trace(S) / L
+        )
+        / d
+        + s2 / L * np.trace(A @ S)
+    )
 
 
 def optimal_preconditioned_risk(task: ICLRegressionTask, Sigma) -> float:
@@ -1181,9 +1343,14 @@ def theorem_predictions(task: ICLRegressionTask) -> dict[str, float]:
     """
     task = _check_task(task)
     eta_gd = gd_optimal_eta(task)
-    return {"eta_star": eta_star(task), "loss_infimum": loss_infimum(task), "gd_optimal_eta": eta_gd,
-            "gd_optimal_risk": float(gd_risk(task, eta_gd)), "dgd_optimal_risk": float(dgd_risk(task, eta_star(task))),
-            "single_head_F": float(single_head_optimum(task).F)}
+    return {
+        "eta_star": eta_star(task),
+        "loss_infimum": loss_infimum(task),
+        "gd_optimal_eta": eta_gd,
+        "gd_optimal_risk": float(gd_risk(task, eta_gd)),
+        "dgd_optimal_risk": float(dgd_risk(task, eta_star(task))),
+        "single_head_F": float(single_head_optimum(task).F),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1193,26 +1360,52 @@ def theorem_predictions(task: ICLRegressionTask) -> dict[str, float]:
 from dynamics import SaveAt as _SaveAt  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
+
 def _check_nonzero(name: str, value) -> None:
     """A finite real (or array) without zeros: the solution manifold has a pole at gamma = 0 (Eq. (4.6))."""
     _REALS(name, value)
     if np.any(np.asarray(value) == 0):
-        raise ValueError(f"{name} must be nonzero (mu(gamma) has a pole at gamma = 0, "
-                         f"docs/models/icl_regression.md §5.4); got {value!r}")
-
+        raise ValueError(
+            f"{name} must be nonzero (mu(gamma) has a pole at gamma = 0, "
+            f"docs/models/icl_regression.md §5.4); got {value!r}"
+        )
 
 
 _REALS = _V.Range(array=True)
 _V.validate_module(
     globals(),
-    omega=_REALS, mu=_REALS, omega0=_REALS, mu0=_REALS, eta=_REALS, sum_mu=_REALS, gamma=_check_nonzero,
-    t=_V.Range(array=True, ge=0), t_span=_V.Array(shape=(2,)), xi=_V.Range(array=True, gt=0),
-    sigma2=_V.Range(array=True, ge=0), X=_V.Array(ndim=3), y=_V.Array(ndim=2), xq=_V.Array(ndim=2),
-    Sigma=_V.Array(ndim=2), G=_V.Array(ndim=2), lr=_V.Range(array=True, gt=0),
-    L=_V.Range(array=True, integer=True, ge=1), L_test=_V.Range(array=True, integer=True, ge=1),
-    H=_V.Range(integer=True, ge=1), n=_V.Range(integer=True, ge=1), n_prompts=_V.Range(integer=True, ge=1),
-    chunk=_V.Range(integer=True, ge=1), n_steps=_V.Range(integer=True, ge=1), d=_V.Range(integer=True, ge=1),
-    rng=_V.seed_check, saveat=_V.Instance(_SaveAt), lam_ridge=_V.Range(ge=0), stop=_V.callable_check,
-    yq=_V.Array(ndim=1), beta=_V.Array(ndim=2), omega_box=_V.Range(gt=0), mu_box=_V.Range(gt=0),
+    omega=_REALS,
+    mu=_REALS,
+    omega0=_REALS,
+    mu0=_REALS,
+    eta=_REALS,
+    sum_mu=_REALS,
+    gamma=_check_nonzero,
+    t=_V.Range(array=True, ge=0),
+    t_span=_V.Array(shape=(2,)),
+    xi=_V.Range(array=True, gt=0),
+    sigma2=_V.Range(array=True, ge=0),
+    X=_V.Array(ndim=3),
+    y=_V.Array(ndim=2),
+    xq=_V.Array(ndim=2),
+    Sigma=_V.Array(ndim=2),
+    G=_V.Array(ndim=2),
+    lr=_V.Range(array=True, gt=0),
+    L=_V.Range(array=True, integer=True, ge=1),
+    L_test=_V.Range(array=True, integer=True, ge=1),
+    H=_V.Range(integer=True, ge=1),
+    n=_V.Range(integer=True, ge=1),
+    n_prompts=_V.Range(integer=True, ge=1),
+    chunk=_V.Range(integer=True, ge=1),
+    n_steps=_V.Range(integer=True, ge=1),
+    d=_V.Range(integer=True, ge=1),
+    rng=_V.seed_check,
+    saveat=_V.Instance(_SaveAt),
+    lam_ridge=_V.Range(ge=0),
+    stop=_V.callable_check,
+    yq=_V.Array(ndim=1),
+    beta=_V.Array(ndim=2),
+    omega_box=_V.Range(gt=0),
+    mu_box=_V.Range(gt=0),
     per_function={"phase3_asymptotic": {"t": _V.Range(array=True, gt=0)}},
 )

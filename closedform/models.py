@@ -33,16 +33,36 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ENTRY_POINT_GROUP", "Model", "api_table", "get", "models", "names", "plugin_errors", "refresh",
-           "register", "resolve"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Model",
+    "api_table",
+    "get",
+    "models",
+    "names",
+    "plugin_errors",
+    "refresh",
+    "register",
+    "resolve",
+]
 
 ENTRY_POINT_GROUP = "attndyn.models"
 """The ``importlib.metadata`` entry-point group through which other packages register models."""
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-_CODE_FIELDS = ("params", "step", "rhs", "map", "flow", "fixed_points", "classify", "theorem_predictions", "build",
-                "probe")
+_CODE_FIELDS = (
+    "params",
+    "step",
+    "rhs",
+    "map",
+    "flow",
+    "fixed_points",
+    "classify",
+    "theorem_predictions",
+    "build",
+    "probe",
+)
 _RESOLVABLE = _CODE_FIELDS + ("time_unit",)
 
 
@@ -132,8 +152,9 @@ class Model:
             raise ValueError(f"name must be an identifier (letters, digits, underscores); got {self.name!r}")
         for attr in ("title", "time_unit"):
             if not isinstance(getattr(self, attr), str) or not getattr(self, attr).strip():
-                raise ValueError(f"{attr} of model {self.name!r} must be a non-empty string; got "
-                                 f"{getattr(self, attr)!r}")
+                raise ValueError(
+                    f"{attr} of model {self.name!r} must be a non-empty string; got {getattr(self, attr)!r}"
+                )
         for attr in ("state_names", "data"):
             value = getattr(self, attr)
             if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
@@ -146,8 +167,10 @@ class Model:
         for attr in ("build", "probe"):
             value = getattr(self, attr)
             if value is not None and not (isinstance(value, str) and _REF.match(value)):
-                raise ValueError(f"{attr} of model {self.name!r} must be None or a reference 'module:attribute' "
-                                 f"(the torch side is imported on demand only); got {value!r}")
+                raise ValueError(
+                    f"{attr} of model {self.name!r} must be None or a reference 'module:attribute' "
+                    f"(the torch side is imported on demand only); got {value!r}"
+                )
         for attr in ("figures", "docs"):
             value = getattr(self, attr)
             if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -155,8 +178,9 @@ class Model:
         for attr in _CODE_FIELDS:
             value = getattr(self, attr)
             if isinstance(value, str) and not _REF.match(value):
-                raise ValueError(f"{attr} of model {self.name!r} must be an object or a reference "
-                                 f"'module:attribute'; got {value!r}")
+                raise ValueError(
+                    f"{attr} of model {self.name!r} must be an object or a reference 'module:attribute'; got {value!r}"
+                )
         if attr_bad := [k for k, v in dict(self.summary).items() if not (isinstance(k, str) and isinstance(v, str))]:
             raise ValueError(f"summary of model {self.name!r} must map strings to strings; bad keys {attr_bad}")
         object.__setattr__(self, "summary", MappingProxyType(dict(self.summary)))
@@ -215,8 +239,11 @@ def _load_plugins() -> None:
             register(model)
         except Exception as exc:  # noqa: BLE001 - one broken package must not hide the others: recorded, warned
             _PLUGIN_ERRORS[ep.name] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(f"model entry point {ep.name!r} ({ep.value}) could not be registered: {exc}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"model entry point {ep.name!r} ({ep.value}) could not be registered: {exc}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 def models(*, builtin: bool | None = None) -> tuple[Model, ...]:
@@ -225,8 +252,9 @@ def models(*, builtin: bool | None = None) -> tuple[Model, ...]:
     ``builtin=True`` / ``False`` keeps only the built-in / the registered packages' models.
     """
     _load_plugins()
-    out = [m for m in _REGISTRY.values() if m.builtin] + sorted((m for m in _REGISTRY.values() if not m.builtin),
-                                                                  key=lambda m: m.name)
+    out = [m for m in _REGISTRY.values() if m.builtin] + sorted(
+        (m for m in _REGISTRY.values() if not m.builtin), key=lambda m: m.name
+    )
     return tuple(m for m in out if builtin is None or m.builtin == builtin)
 
 
@@ -275,8 +303,10 @@ _TABLE_ROWS: tuple[tuple[str, Callable[[Model], str]], ...] = (
     ("full model (numpy)", lambda m: m.summary.get("full", "-")),
     ("`fixed_points`", lambda m: "yes" if m.fixed_points is not None else "-"),
     ("`classify`", lambda m: "yes" if m.classify is not None else "-"),
-    ("`theorem_predictions`", lambda m: m.summary.get("predictions", "-") if m.theorem_predictions is not None
-     else "-"),
+    (
+        "`theorem_predictions`",
+        lambda m: m.summary.get("predictions", "-") if m.theorem_predictions is not None else "-",
+    ),
     ("`TIME_UNIT`", lambda m: m.summary.get("time") or str(resolve(m.time_unit))),
     ("`empirical.models.<model>.build`", lambda m: m.summary.get("build", "-") if m.build is not None else "-"),
     ("`config(name, ...)` names", lambda m: m.summary.get("configs", "-")),
@@ -296,67 +326,157 @@ def api_table(*, builtin: bool | None = True) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 # The built-in models (report order). Each record's references are checked by tests/test_model_registry.py.
 # ----------------------------------------------------------------------------------------------------------------
-def _builtin(name: str, *, title: str, state_names, params: str, kernels: Mapping[str, str],
-             verbs: tuple[str, ...], torch_class: str, summary: Mapping[str, str], data: tuple[str, ...] = (),
-             docs: str) -> Model:
+def _builtin(
+    name: str,
+    *,
+    title: str,
+    state_names,
+    params: str,
+    kernels: Mapping[str, str],
+    verbs: tuple[str, ...],
+    torch_class: str,
+    summary: Mapping[str, str],
+    data: tuple[str, ...] = (),
+    docs: str,
+) -> Model:
     module = f"closedform.{name}"
-    return register(Model(
-        name=name, title=title, state_names=tuple(state_names), params=f"{module}:{params}",
-        time_unit=f"{module}:TIME_UNIT",
-        data=data, **{k: f"closedform._{name}_kernels:{v}" for k, v in kernels.items()},
-        **{verb: f"{module}:{verb}" for verb in verbs},
-        build=f"empirical.models.{name}:build", probe=f"empirical.models.{name}:{torch_class}.probes",
-        figures=f"figures.{name}", docs=docs, summary=summary, builtin=True))
+    return register(
+        Model(
+            name=name,
+            title=title,
+            state_names=tuple(state_names),
+            params=f"{module}:{params}",
+            time_unit=f"{module}:TIME_UNIT",
+            data=data,
+            **{k: f"closedform._{name}_kernels:{v}" for k, v in kernels.items()},
+            **{verb: f"{module}:{verb}" for verb in verbs},
+            build=f"empirical.models.{name}:build",
+            probe=f"empirical.models.{name}:{torch_class}.probes",
+            figures=f"figures.{name}",
+            docs=docs,
+            summary=summary,
+            builtin=True,
+        )
+    )
 
 
 _TOKEN_TIME = "GD step, time $=\\eta t$"
 
 _builtin(
-    "single_location", title="single-location regression, Marion et al. (2025)",
-    state_names=("kappa", "nu", "theta", "eta", "rho"), params="SingleLocationTask", kernels={"step": "five_step"},
+    "single_location",
+    title="single-location regression, Marion et al. (2025)",
+    state_names=("kappa", "nu", "theta", "eta", "rho"),
+    params="SingleLocationTask",
+    kernels={"step": "five_step"},
     verbs=("map", "fixed_points", "classify", "theorem_predictions"),
-    torch_class="SingleLocationAttention", docs="docs/models/single_location.md",
-    summary={"risk": "`risk`, `excess_risk`, `manifold_risk`", "map": "five-scalar PGD", "full": "`full_pgd`",
-             "predictions": "oracle, linear, Bayes-bound and null risks", "time": "PGD step",
-             "build": "`build(task, rng=...)`", "configs": '`"fig5"`'})
+    torch_class="SingleLocationAttention",
+    docs="docs/models/single_location.md",
+    summary={
+        "risk": "`risk`, `excess_risk`, `manifold_risk`",
+        "map": "five-scalar PGD",
+        "full": "`full_pgd`",
+        "predictions": "oracle, linear, Bayes-bound and null risks",
+        "time": "PGD step",
+        "build": "`build(task, rng=...)`",
+        "configs": '`"fig5"`',
+    },
+)
 _builtin(
-    "scan_snap", title="scan and snap, Tian et al. (2023)", state_names=("Y", "Z"), params="ScanSnapTask",
+    "scan_snap",
+    title="scan and snap, Tian et al. (2023)",
+    state_names=("Y", "Z"),
+    params="ScanSnapTask",
     kernels={"step": "map_step", "rhs": "exact_rhs"},
-    verbs=("map", "flow", "theorem_predictions"), torch_class="ScanSnapTorch", docs="docs/models/scan_snap.md",
-    summary={"risk": "`decoder_stats` (loss per class)", "map": "population GD / momentum",
-             "flow": "exact reduced ODE (and `composite_flow`)",
-             "predictions": "transition times $t_0$, $t_{peak}$, $t_{1/2}$, $\\omega_1$", "time": "optimizer step",
-             "build": "`build(task, T=...)`", "configs": '`"sgd"`, `"adam"`, `"text"`'})
+    verbs=("map", "flow", "theorem_predictions"),
+    torch_class="ScanSnapTorch",
+    docs="docs/models/scan_snap.md",
+    summary={
+        "risk": "`decoder_stats` (loss per class)",
+        "map": "population GD / momentum",
+        "flow": "exact reduced ODE (and `composite_flow`)",
+        "predictions": "transition times $t_0$, $t_{peak}$, $t_{1/2}$, $\\omega_1$",
+        "time": "optimizer step",
+        "build": "`build(task, T=...)`",
+        "configs": '`"sgd"`, `"adam"`, `"text"`',
+    },
+)
 _builtin(
-    "icl_regression", title="in-context regression with multi-head softmax attention",
-    state_names=("omega_h", "mu_h"), params="ICLRegressionTask", kernels={"step": "gd_step", "rhs": "flow_rhs"},
-    verbs=("map", "flow", "fixed_points", "classify", "theorem_predictions"), torch_class="ICLAttention",
+    "icl_regression",
+    title="in-context regression with multi-head softmax attention",
+    state_names=("omega_h", "mu_h"),
+    params="ICLRegressionTask",
+    kernels={"step": "gd_step", "rhs": "flow_rhs"},
+    verbs=("map", "flow", "fixed_points", "classify", "theorem_predictions"),
+    torch_class="ICLAttention",
     docs="docs/models/icl_regression.md",
-    summary={"risk": "`approx_loss`, `refined_loss`, `true_loss_mc`", "map": "GD on $F/2$",
-             "flow": "$H$-head flow (and `symmetric_flow`)",
-             "predictions": "$\\eta^*$, $\\inf F$, GD / dGD optima, single-head $F$",
-             "time": "$F/2$-flow time ($t$ = lr $\\cdot$ step for `map`)", "build": "`build(task, H, ...)`",
-             "configs": '`"paper"`'})
+    summary={
+        "risk": "`approx_loss`, `refined_loss`, `true_loss_mc`",
+        "map": "GD on $F/2$",
+        "flow": "$H$-head flow (and `symmetric_flow`)",
+        "predictions": "$\\eta^*$, $\\inf F$, GD / dGD optima, single-head $F$",
+        "time": "$F/2$-flow time ($t$ = lr $\\cdot$ step for `map`)",
+        "build": "`build(task, H, ...)`",
+        "configs": '`"paper"`',
+    },
+)
 _builtin(
-    "nearest_neighbor", title="nearest-neighbour token selection", state_names=("xi1", "xi2"),
-    params="NearestNeighborTask", kernels={"step": "gd_step"}, data=("prompts",),
-    verbs=("map", "theorem_predictions"), torch_class="NearestNeighborAttention", docs="docs/models/token_selection.md",
-    summary={"risk": "`reduced_loss`, `loss_xi1_zero`", "map": "$(\\xi_1,\\xi_2)$ GD", "full": "`full_gd`",
-             "predictions": "loss at $W^{(0)}$, first step, $k_d$, $C/\\log t$ bound, separation gap",
-             "time": _TOKEN_TIME, "build": "`build(task, data=...)`", "configs": '`"gd"`, `"sgd"`'})
-_builtin(
-    "group_sparse", title="group-sparse token selection",
-    state_names=("beta", "w_par", "w_perp", "m1", "m2", "m3", "m4", "m5"), params="GroupSparseTask",
-    kernels={"step": "reduced_step"}, data=("reduced sample",),
-    verbs=("map", "theorem_predictions"), torch_class="GroupSparseAttention", docs="docs/models/token_selection.md",
-    summary={"risk": "`reduced_evaluate`, `evaluate`", "map": "eight-scalar GD", "full": "`full_gd`",
-             "predictions": "horizon $T^*$, loss order, attention and direction bounds, $\\beta^{(1)}$",
-             "time": _TOKEN_TIME, "build": "`build(task, data=...)`", "configs": '`"gd"`, `"sgd"`'})
-_builtin(
-    "random_walk", title="random-walk token selection", state_names=("V", "a", "c"), params="RandomWalkTask",
-    kernels={"step": "reduced_step", "rhs": "reduced_rhs"}, data=("walks",),
-    verbs=("map", "flow", "theorem_predictions"), torch_class="RandomWalkAttention",
+    "nearest_neighbor",
+    title="nearest-neighbour token selection",
+    state_names=("xi1", "xi2"),
+    params="NearestNeighborTask",
+    kernels={"step": "gd_step"},
+    data=("prompts",),
+    verbs=("map", "theorem_predictions"),
+    torch_class="NearestNeighborAttention",
     docs="docs/models/token_selection.md",
-    summary={"risk": "`accuracy`, `kl_to_truth`", "map": "$(V,a,c)$ GD", "flow": "$(V,a,c)$ flow",
-             "full": "`full_gd`", "predictions": "optimal and theorem accuracy, limiting attention, direction floor",
-             "time": _TOKEN_TIME, "build": "`build(task, data=...)`", "configs": '`"gd"`, `"sgd"`, `"qa_gd"`'})
+    summary={
+        "risk": "`reduced_loss`, `loss_xi1_zero`",
+        "map": "$(\\xi_1,\\xi_2)$ GD",
+        "full": "`full_gd`",
+        "predictions": "loss at $W^{(0)}$, first step, $k_d$, $C/\\log t$ bound, separation gap",
+        "time": _TOKEN_TIME,
+        "build": "`build(task, data=...)`",
+        "configs": '`"gd"`, `"sgd"`',
+    },
+)
+_builtin(
+    "group_sparse",
+    title="group-sparse token selection",
+    state_names=("beta", "w_par", "w_perp", "m1", "m2", "m3", "m4", "m5"),
+    params="GroupSparseTask",
+    kernels={"step": "reduced_step"},
+    data=("reduced sample",),
+    verbs=("map", "theorem_predictions"),
+    torch_class="GroupSparseAttention",
+    docs="docs/models/token_selection.md",
+    summary={
+        "risk": "`reduced_evaluate`, `evaluate`",
+        "map": "eight-scalar GD",
+        "full": "`full_gd`",
+        "predictions": "horizon $T^*$, loss order, attention and direction bounds, $\\beta^{(1)}$",
+        "time": _TOKEN_TIME,
+        "build": "`build(task, data=...)`",
+        "configs": '`"gd"`, `"sgd"`',
+    },
+)
+_builtin(
+    "random_walk",
+    title="random-walk token selection",
+    state_names=("V", "a", "c"),
+    params="RandomWalkTask",
+    kernels={"step": "reduced_step", "rhs": "reduced_rhs"},
+    data=("walks",),
+    verbs=("map", "flow", "theorem_predictions"),
+    torch_class="RandomWalkAttention",
+    docs="docs/models/token_selection.md",
+    summary={
+        "risk": "`accuracy`, `kl_to_truth`",
+        "map": "$(V,a,c)$ GD",
+        "flow": "$(V,a,c)$ flow",
+        "full": "`full_gd`",
+        "predictions": "optimal and theorem accuracy, limiting attention, direction floor",
+        "time": _TOKEN_TIME,
+        "build": "`build(task, data=...)`",
+        "configs": '`"gd"`, `"sgd"`, `"qa_gd"`',
+    },
+)

@@ -68,13 +68,47 @@ from dynamics.saveat import SaveAt
 from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
 
 __all__ = [
-    "REFERENCE", "TIME_UNIT", "STATE_NAMES", "DIAGNOSTIC_NAMES", "NearestNeighborTask", "Prompts", "sample_prompts",
-    "sample_shifted_prompts", "embed", "initial_W", "family_W", "attention", "forward", "full_loss",
-    "full_gradient", "probe", "full_diagnostics", "per_prompt", "reduced_loss", "reduced_gradient", "diagnostics",
-    "loss_xi1_zero", "expected_max_inner_product", "gradient_xi1_zero", "first_step", "pack_params", "eta_batch",
-    "map", "full_gd", "label_design", "repeat_with_labels", "signed_permutations", "symmetrized_prompts", "k_d",
-    "a_Nd", "sigma_condition", "loss_decay_bound", "separation_gap", "squared_errors", "shifted_test_bound",
-    "theorem_predictions"
+    "REFERENCE",
+    "TIME_UNIT",
+    "STATE_NAMES",
+    "DIAGNOSTIC_NAMES",
+    "NearestNeighborTask",
+    "Prompts",
+    "sample_prompts",
+    "sample_shifted_prompts",
+    "embed",
+    "initial_W",
+    "family_W",
+    "attention",
+    "forward",
+    "full_loss",
+    "full_gradient",
+    "probe",
+    "full_diagnostics",
+    "per_prompt",
+    "reduced_loss",
+    "reduced_gradient",
+    "diagnostics",
+    "loss_xi1_zero",
+    "expected_max_inner_product",
+    "gradient_xi1_zero",
+    "first_step",
+    "pack_params",
+    "eta_batch",
+    "map",
+    "full_gd",
+    "label_design",
+    "repeat_with_labels",
+    "signed_permutations",
+    "symmetrized_prompts",
+    "k_d",
+    "a_Nd",
+    "sigma_condition",
+    "loss_decay_bound",
+    "separation_gap",
+    "squared_errors",
+    "shifted_test_bound",
+    "theorem_predictions",
 ]
 
 REFERENCE = {
@@ -88,12 +122,21 @@ REFERENCE = {
 
 #: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
 # : gradient-flow time tau of docs/models/token_selection.md §0 (with one shared eta; per-trajectory step sizes give
-#time = step).
+# time = step).
 TIME_UNIT = "GD step t; time = eta * t, the flow time tau (docs/models/token_selection.md §0)"
 
 STATE_NAMES = ("xi1", "xi2")
-DIAGNOSTIC_NAMES = ("L", "L_se", "q_istar", "q_istar_lo", "q_self", "grad_xi1", "grad_xi1_se", "grad_xi2",
-                    "grad_xi2_se")
+DIAGNOSTIC_NAMES = (
+    "L",
+    "L_se",
+    "q_istar",
+    "q_istar_lo",
+    "q_self",
+    "grad_xi1",
+    "grad_xi1_se",
+    "grad_xi2",
+    "grad_xi2_se",
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -197,8 +240,10 @@ class Prompts:
         istar = istar.astype(np.int64)
         N = X.shape[1]
         if np.any(istar < 0) or np.any(istar >= N):
-            raise ValueError(f"istar must hold 0-based indices in [0, N-1] = [0, {N - 1}]; got values in "
-                             f"[{istar.min()}, {istar.max()}] (1-based indices as in the paper: subtract 1)")
+            raise ValueError(
+                f"istar must hold 0-based indices in [0, N-1] = [0, {N - 1}]; got values in "
+                f"[{istar.min()}, {istar.max()}] (1-based indices as in the paper: subtract 1)"
+            )
         #  c must be <x_j, x_query> (docs/models/token_selection.md §A.1) and istar its argmax; 1e-9 is round-off of
         # d-term products of unit vectors, far below the gap to a wrong index (a 1-based istar picks another point, c
         # lower by O(1/N)).
@@ -208,10 +253,11 @@ class Prompts:
         short = c.max(axis=1) - c[rows, istar]
         if np.any(short > 1e-12):
             b = int(np.argmax(short))
-            raise ValueError(f"istar must be the 0-based nearest neighbour argmax_j c[b, j] "
-                             f"(docs/models/token_selection.md §A.1); prompt {b}: "
-
-                             f"istar = {istar[b]}, argmax = {int(np.argmax(c[b]))} (a 1-based index?)")
+            raise ValueError(
+                f"istar must be the 0-based nearest neighbour argmax_j c[b, j] "
+                f"(docs/models/token_selection.md §A.1); prompt {b}: "
+                f"istar = {istar[b]}, argmax = {int(np.argmax(c[b]))} (a 1-based index?)"
+            )
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "xq", xq)
         object.__setattr__(self, "c", c)
@@ -439,9 +485,15 @@ def full_diagnostics(W, prompts: Prompts, *, quantile: float = 0.05) -> dict[str
     q, f = forward(W, H)
     q_istar = q[np.arange(prompts.n_prompts), prompts.istar]
     xi1, xi2, off = probe(W)
-    return {"L": float(0.5 * np.mean((f - prompts.target) ** 2)), "q_istar": float(np.mean(q_istar)),
-            "q_istar_lo": float(np.quantile(q_istar, quantile)), "q_self": float(np.mean(q[:, -1])),
-            "xi1": float(xi1), "xi2": float(xi2), "off": float(off)}
+    return {
+        "L": float(0.5 * np.mean((f - prompts.target) ** 2)),
+        "q_istar": float(np.mean(q_istar)),
+        "q_istar_lo": float(np.quantile(q_istar, quantile)),
+        "q_self": float(np.mean(q[:, -1])),
+        "xi1": float(xi1),
+        "xi2": float(xi2),
+        "off": float(off),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -469,8 +521,7 @@ def per_prompt(xi1: float, xi2: float, prompts: Prompts) -> dict[str, np.ndarray
     xi1, xi2 = _check_state(xi1, xi2)
     out = np.empty((prompts.n_prompts, _k.N_STATS))
     _k.per_prompt_stats(xi1, xi2, np.ascontiguousarray(prompts.c), np.ascontiguousarray(prompts.istar), out)
-    return {"loss": out[:, 0], "grad_xi1": out[:, 1], "grad_xi2": out[:, 2], "q_istar": out[:, 3],
-            "q_self": out[:, 4]}
+    return {"loss": out[:, 0], "grad_xi1": out[:, 1], "grad_xi2": out[:, 2], "q_istar": out[:, 3], "q_self": out[:, 4]}
 
 
 def _mean_se(values: np.ndarray) -> tuple[float, float]:
@@ -504,9 +555,17 @@ def diagnostics(xi1: float, xi2: float, prompts: Prompts, *, quantile: float = 0
     L, L_se = _mean_se(pp["loss"])
     g1, g1_se = _mean_se(pp["grad_xi1"])
     g2, g2_se = _mean_se(pp["grad_xi2"])
-    return {"L": L, "L_se": L_se, "q_istar": float(np.mean(pp["q_istar"])),
-            "q_istar_lo": float(np.quantile(pp["q_istar"], quantile)), "q_self": float(np.mean(pp["q_self"])),
-            "grad_xi1": g1, "grad_xi1_se": g1_se, "grad_xi2": g2, "grad_xi2_se": g2_se}
+    return {
+        "L": L,
+        "L_se": L_se,
+        "q_istar": float(np.mean(pp["q_istar"])),
+        "q_istar_lo": float(np.quantile(pp["q_istar"], quantile)),
+        "q_self": float(np.mean(pp["q_self"])),
+        "grad_xi1": g1,
+        "grad_xi1_se": g1_se,
+        "grad_xi2": g2,
+        "grad_xi2_se": g2_se,
+    }
 
 
 def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
@@ -531,8 +590,9 @@ def expected_max_inner_product(d: int, N: int) -> float:
     d = check_int("d", d, min_value=2)
     N = check_int("N", N, min_value=1)
     a = 0.5 * (d - 1)
-    val, _ = scipy.integrate.quad(lambda c: scipy.special.betainc(a, a, 0.5 * (1.0 + c)) ** N, -1.0, 1.0,
-                                  epsabs=1e-14, epsrel=1e-13, limit=200)
+    val, _ = scipy.integrate.quad(
+        lambda c: scipy.special.betainc(a, a, 0.5 * (1.0 + c)) ** N, -1.0, 1.0, epsabs=1e-14, epsrel=1e-13, limit=200
+    )
     return 1.0 - val
 
 
@@ -575,8 +635,9 @@ def _kernel_args(task: NearestNeighborTask, prompts: Prompts) -> tuple:
     return (np.ascontiguousarray(prompts.istar, dtype=np.int64), np.ascontiguousarray(prompts.c, dtype=np.float64))
 
 
-def eta_batch(params: np.ndarray, eta_index: int, eta: float | np.ndarray | None,
-              state0: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
+def eta_batch(
+    params: np.ndarray, eta_index: int, eta: float | np.ndarray | None, state0: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float, str]:
     """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states
     (docs/models/token_selection.md §0: eta enters the GD maps of docs/models/token_selection.md §A.5, §B.3, §C.5 only
     as a number).
@@ -615,7 +676,6 @@ def eta_batch(params: np.ndarray, eta_index: int, eta: float | np.ndarray | None
     return P, X0, 1.0, "step (eta differs between trajectories: see the eta parameter)"
 
 
-
 def _sample_list(samples, kind: type, name: str) -> list:
     """The samples of a batched token-selection map (docs/models/token_selection.md §A.5, §B.3, §C.5) as a list: one
     ``kind`` instance or a non-empty sequence of them.
@@ -638,8 +698,10 @@ def _sample_list(samples, kind: type, name: str) -> list:
 def _sample_list_check(kind: type):
     """A :mod:`dynamics.validation` spec ``check(name, value)`` for a batched-samples argument: one ``kind`` instance
     or a non-empty sequence of them (one trajectory or seed per sample), as :func:`_sample_list` accepts."""
+
     def check(name: str, value) -> None:
         _sample_list(value, kind, name)
+
     return check
 
 
@@ -694,8 +756,9 @@ def _stack_runs(runs) -> dynamics.Trajectory:
         attrs["time_unit"] = "step (eta differs between trajectories: see the eta parameter)"
     sizes = [r.sizes["trajectory"] for r in runs]
     ds = xr.concat(runs, dim="trajectory", combine_attrs="override")
-    ds = ds.assign_coords(trajectory=("trajectory", np.arange(sum(sizes))),
-                          sample=("trajectory", np.repeat(np.arange(len(runs)), sizes)))
+    ds = ds.assign_coords(
+        trajectory=("trajectory", np.arange(sum(sizes))), sample=("trajectory", np.repeat(np.arange(len(runs)), sizes))
+    )
     attrs["n_samples"] = len(runs)
     return dynamics.Trajectory(ds.data_vars, coords=ds.coords, attrs=attrs)
 
@@ -706,16 +769,33 @@ def _check_prompts(task: NearestNeighborTask, prompts: Prompts) -> None:
 
 
 def _attrs(task, prompts, source, extra=None) -> dict:
-    attrs = {"model": "nearest_neighbor", "paper": REFERENCE["arxiv"], "equation": "docs/models/token_selection.md §A.5",
-             "spec": task, "source": source, "time_unit": "step (time = eta * step)",
-             "n_prompts": prompts.n_prompts}
+    attrs = {
+        "model": "nearest_neighbor",
+        "paper": REFERENCE["arxiv"],
+        "equation": "docs/models/token_selection.md §A.5",
+        "spec": task,
+        "source": source,
+        "time_unit": "step (time = eta * step)",
+        "n_prompts": prompts.n_prompts,
+    }
     attrs.update(extra or {})
     return attrs
 
 
-def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat=None,
-        quantile: float = 0.05, bound: float = np.inf, progress: bool = False, seed=None, eta=None,
-        warn_unconverged: bool = True):
+def map(
+    task: NearestNeighborTask,
+    prompts,
+    n_steps: int,
+    *,
+    state0=None,
+    saveat=None,
+    quantile: float = 0.05,
+    bound: float = np.inf,
+    progress: bool = False,
+    seed=None,
+    eta=None,
+    warn_unconverged: bool = True,
+):
     """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (docs/models/token_selection.md §A.5, Eq. "xi1 <- xi1
     - (eta/d) dL/dxi1, xi2 <- xi2 - eta dL/dxi2"), run through ``dynamics.iterate``.
 
@@ -758,10 +838,24 @@ def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat
         ``dynamics.DivergenceError`` on a non-finite state.
     """
     if not isinstance(prompts, Prompts):
-        traj = _over_samples(lambda p, s0, e: map(task, p, n_steps, state0=s0, saveat=saveat, quantile=quantile,
-                                                  bound=bound, progress=progress, seed=seed, eta=e,
-                                                  warn_unconverged=False),
-                             _sample_list(prompts, Prompts, "prompts"), state0, eta)
+        traj = _over_samples(
+            lambda p, s0, e: map(
+                task,
+                p,
+                n_steps,
+                state0=s0,
+                saveat=saveat,
+                quantile=quantile,
+                bound=bound,
+                progress=progress,
+                seed=seed,
+                eta=e,
+                warn_unconverged=False,
+            ),
+            _sample_list(prompts, Prompts, "prompts"),
+            state0,
+            eta,
+        )
         return check_run(traj, warn_unconverged, what="nearest_neighbor.map", fixed_points=False)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     if not 0.0 < quantile < 1.0:
@@ -786,9 +880,20 @@ def map(task: NearestNeighborTask, prompts, n_steps: int, *, state0=None, saveat
     attrs["time_unit"] = time_unit
     if eta is not None:
         attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
-    traj = dynamics.iterate(_k.gd_step, state0, n_steps, params=params, args=_kernel_args(task, prompts),
-                            saveat=saveat, names=list(STATE_NAMES),
-                            derived=derived, time_scale=time_scale, progress=progress, bound=bound, attrs=attrs)
+    traj = dynamics.iterate(
+        _k.gd_step,
+        state0,
+        n_steps,
+        params=params,
+        args=_kernel_args(task, prompts),
+        saveat=saveat,
+        names=list(STATE_NAMES),
+        derived=derived,
+        time_scale=time_scale,
+        progress=progress,
+        bound=bound,
+        attrs=attrs,
+    )
     return check_run(traj, warn_unconverged, what="nearest_neighbor.map", fixed_points=False)
 
 
@@ -839,14 +944,22 @@ def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=Non
             bad = ~np.isfinite(W)
             if bad.any():
                 traj, row, col = (int(i) for i in np.argwhere(bad)[0])
-                raise DivergenceError(f"full-matrix GD: W[{row}, {col}] of trajectory {traj} is non-finite at step "
-                                      f"{k + 1}", trajectory=traj, variable=f"W[{row},{col}]", step=k + 1,
-                                      time=task.eta * (k + 1))
+                raise DivergenceError(
+                    f"full-matrix GD: W[{row}, {col}] of trajectory {traj} is non-finite at step {k + 1}",
+                    trajectory=traj,
+                    variable=f"W[{row},{col}]",
+                    step=k + 1,
+                    time=task.eta * (k + 1),
+                )
     xi1, xi2, off = probe(saved_W)
     return dynamics.Trajectory.from_arrays(
-        np.stack([xi1, xi2], axis=-1), names=list(STATE_NAMES), time=task.time_of_step(save_steps),
-        step=save_steps, variables={"off": off, "L": saved_L, "W": saved_W},
-        attrs=_attrs(task, prompts, "closedform-full-matrix", {"seed": seed}))
+        np.stack([xi1, xi2], axis=-1),
+        names=list(STATE_NAMES),
+        time=task.time_of_step(save_steps),
+        step=save_steps,
+        variables={"off": off, "L": saved_L, "W": saved_W},
+        attrs=_attrs(task, prompts, "closedform-full-matrix", {"seed": seed}),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -890,8 +1003,13 @@ def repeat_with_labels(prompts: Prompts, Y) -> Prompts:
     if Y.ndim != 3 or Y.shape[0] != B or Y.shape[2] != N:
         raise ValueError(f"Y must have shape (n_labels, N={N}) or (B={B}, n_labels, N={N}); got {Y.shape}")
     rep = np.repeat(np.arange(B), Y.shape[1])
-    return Prompts(X=prompts.X[rep], xq=prompts.xq[rep], c=prompts.c[rep], istar=prompts.istar[rep],
-                   y=np.ascontiguousarray(Y.reshape(-1, N)))
+    return Prompts(
+        X=prompts.X[rep],
+        xq=prompts.xq[rep],
+        c=prompts.c[rep],
+        istar=prompts.istar[rep],
+        y=np.ascontiguousarray(Y.reshape(-1, N)),
+    )
 
 
 def signed_permutations(d: int) -> np.ndarray:
@@ -930,8 +1048,13 @@ def symmetrized_prompts(prompts: Prompts) -> Prompts:
     y = np.broadcast_to(Y[None, None], (B, nG, nY, N)).reshape(-1, N)
     c = np.broadcast_to(prompts.c[:, None, None], (B, nG, nY, N)).reshape(-1, N)
     istar = np.broadcast_to(prompts.istar[:, None, None], (B, nG, nY)).reshape(-1)
-    return Prompts(X=np.ascontiguousarray(X), xq=np.ascontiguousarray(xq), c=np.ascontiguousarray(c),
-                   istar=np.ascontiguousarray(istar), y=np.ascontiguousarray(y))
+    return Prompts(
+        X=np.ascontiguousarray(X),
+        xq=np.ascontiguousarray(xq),
+        c=np.ascontiguousarray(c),
+        istar=np.ascontiguousarray(istar),
+        y=np.ascontiguousarray(y),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1024,8 +1147,7 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
     return np.where(separation_gap(prompts) >= delta, bound**2, np.inf)
 
 
-def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, prompts: Prompts | None = None
-                        ) -> dict:
+def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, prompts: Prompts | None = None) -> dict:
     """The paper's named predictions for ``task``, assembled from the closed forms.
 
     Keys:
@@ -1046,8 +1168,11 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
     C = check_positive("C", C)
     if prompts is not None and not isinstance(prompts, Prompts):
         raise TypeError(f"prompts must be a Prompts sample or None; got {type(prompts).__name__}")
-    out = {"loss_at_init": float(loss_xi1_zero(task.N, task.sigma)[0]), "first_step": first_step(task),
-           "k_d": k_d(task.d)}
+    out = {
+        "loss_at_init": float(loss_xi1_zero(task.N, task.sigma)[0]),
+        "first_step": first_step(task),
+        "k_d": k_d(task.d),
+    }
     if t is not None:
         out["loss_decay_bound"] = loss_decay_bound(check_finite_array("t", t, ndim=(0, 1)), C)
     if prompts is not None:
@@ -1076,13 +1201,30 @@ def _check_W(name: str, value) -> None:
 
 _V.validate_module(
     globals(),
-    W=_check_W, H=_V.Array(ndim=3), target=_V.Array(ndim=1), W0=_V.Array(ndim=(2, 3)),
-    xi1=_V.Range(array=True), xi2=_V.Range(array=True), quantile=_V.Range(gt=0, lt=1),
-    bound=_V.Range(gt=0, finite=False), n_steps=_V.Range(integer=True, ge=0), n_prompts=_V.Range(integer=True, ge=1),
-    rng=_V.seed_check, seed=_V.seed_check, saveat=_V.Instance(SaveAt), state0=_V.Array(ndim=(1, 2)),
-    eta=_V.Range(array=True, gt=0), params=_V.Array(ndim=1), Y=_V.Array(ndim=(2, 3)), t=_V.Range(array=True, ge=0),
-    delta=_V.Range(gt=0), d=_V.Range(integer=True, ge=1), N=_V.Range(integer=True, ge=1),
-    eta_index=_V.Range(integer=True, ge=0), C=_V.Range(gt=0), C_d=_V.Range(ge=0),
+    W=_check_W,
+    H=_V.Array(ndim=3),
+    target=_V.Array(ndim=1),
+    W0=_V.Array(ndim=(2, 3)),
+    xi1=_V.Range(array=True),
+    xi2=_V.Range(array=True),
+    quantile=_V.Range(gt=0, lt=1),
+    bound=_V.Range(gt=0, finite=False),
+    n_steps=_V.Range(integer=True, ge=0),
+    n_prompts=_V.Range(integer=True, ge=1),
+    rng=_V.seed_check,
+    seed=_V.seed_check,
+    saveat=_V.Instance(SaveAt),
+    state0=_V.Array(ndim=(1, 2)),
+    eta=_V.Range(array=True, gt=0),
+    params=_V.Array(ndim=1),
+    Y=_V.Array(ndim=(2, 3)),
+    t=_V.Range(array=True, ge=0),
+    delta=_V.Range(gt=0),
+    d=_V.Range(integer=True, ge=1),
+    N=_V.Range(integer=True, ge=1),
+    eta_index=_V.Range(integer=True, ge=0),
+    C=_V.Range(gt=0),
+    C_d=_V.Range(ge=0),
     per_function={
         "map": {"prompts": _sample_list_check(Prompts)},
         "probe": {"W": _V.Array(ndim=tuple(range(2, 33)))},

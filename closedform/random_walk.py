@@ -59,13 +59,50 @@ from dynamics.random import as_generator
 from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
 
 __all__ = [
-    "REFERENCE", "TIME_UNIT", "POSITIONAL_CODES", "MAX_ENUMERATED_WALKS", "RandomWalkTask", "WalkSample",
-    "transition_matrix", "positional_matrix", "sample_walks", "enumerate_walks", "empirical_transitions", "forward",
-    "reduced_forward", "predict", "W_from_reduced", "probe_W", "direction_error", "direction_errors", "accuracy",
-    "attention_stats", "output_direction_error", "kl_to_truth", "diagnostics", "DIAGNOSTIC_NAMES", "state_names",
-    "pack_state", "unpack_state", "initial_state", "ReducedGradient", "reduced_gradient", "map_params", "map",
-    "flow", "full_gradient", "full_gd", "V1_closed", "W2_closed", "optimal_accuracy", "failure_theorem_applies",
-    "theorem_accuracy", "theorem_attention", "V_direction", "direction_limit_distance", "theorem_predictions"
+    "REFERENCE",
+    "TIME_UNIT",
+    "POSITIONAL_CODES",
+    "MAX_ENUMERATED_WALKS",
+    "RandomWalkTask",
+    "WalkSample",
+    "transition_matrix",
+    "positional_matrix",
+    "sample_walks",
+    "enumerate_walks",
+    "empirical_transitions",
+    "forward",
+    "reduced_forward",
+    "predict",
+    "W_from_reduced",
+    "probe_W",
+    "direction_error",
+    "direction_errors",
+    "accuracy",
+    "attention_stats",
+    "output_direction_error",
+    "kl_to_truth",
+    "diagnostics",
+    "DIAGNOSTIC_NAMES",
+    "state_names",
+    "pack_state",
+    "unpack_state",
+    "initial_state",
+    "ReducedGradient",
+    "reduced_gradient",
+    "map_params",
+    "map",
+    "flow",
+    "full_gradient",
+    "full_gd",
+    "V1_closed",
+    "W2_closed",
+    "optimal_accuracy",
+    "failure_theorem_applies",
+    "theorem_accuracy",
+    "theorem_attention",
+    "V_direction",
+    "direction_limit_distance",
+    "theorem_predictions",
 ]
 
 REFERENCE = {
@@ -79,7 +116,7 @@ REFERENCE = {
 
 #: The time axis of every trajectory of this module: the GD step t (``step``); ``time`` = eta * t is the
 # : gradient-flow time tau of docs/models/token_selection.md §0; :func:`flow` integrates in tau, so ``time`` is shared
-#by map and flow.
+# by map and flow.
 TIME_UNIT = "GD step t; time = eta * t, the flow time tau (docs/models/token_selection.md §0)"
 
 #: Positional codes of :func:`positional_matrix` (``RandomWalkTask.code``).
@@ -304,8 +341,10 @@ def enumerate_walks(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS)
         return WalkSample(states, np.full(K, 1.0 / K), exact=True)
     n_walks = K * 2 ** (N - 1)
     if n_walks > max_walks:
-        raise ValueError(f"N must be small enough that K 2^(N-1) <= max_walks = {max_walks} for exact enumeration; "
-                         f"got K={K}, N={N} ({n_walks} walks)")
+        raise ValueError(
+            f"N must be small enough that K 2^(N-1) <= max_walks = {max_walks} for exact enumeration; "
+            f"got K={K}, N={N} ({n_walks} walks)"
+        )
     codes = np.arange(2 ** (N - 1), dtype=np.int64)
     bits = (codes[:, None] >> np.arange(N - 1)[None, :]) & 1  # 1 = clockwise
     steps = 2 * bits - 1
@@ -471,8 +510,7 @@ def direction_errors(V, p: float) -> dict:
     PiT = transition_matrix(V.shape[0], p).T
     nv = np.linalg.norm(V)
     cos = float("nan") if nv == 0 else float(np.sum(V * PiT) / (nv * np.linalg.norm(PiT)))
-    return {"dist_V_Pi": direction_error(V, PiT), "dist_V_sqrtPi": direction_error(V, np.sqrt(PiT)),
-            "cos_V_Pi": cos}
+    return {"dist_V_Pi": direction_error(V, PiT), "dist_V_sqrtPi": direction_error(V, np.sqrt(PiT)), "cos_V_Pi": cos}
 
 
 def accuracy(task: RandomWalkTask, f, sample: WalkSample) -> tuple[float, float]:
@@ -509,8 +547,12 @@ def attention_stats(S, weights=None, q: float = 0.05) -> dict:
     w = np.full(S.shape[0], 1.0 / S.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     parent = S[:, -2]
     others = np.delete(S, S.shape[1] - 2, axis=1)
-    return {"attn_parent": float(w @ parent), "attn_parent_q": _weighted_quantile(parent, w, q),
-            "attn_blank": float(w @ S[:, -1]), "attn_max_other": float(w @ others.max(axis=1))}
+    return {
+        "attn_parent": float(w @ parent),
+        "attn_parent_q": _weighted_quantile(parent, w, q),
+        "attn_blank": float(w @ S[:, -1]),
+        "attn_max_other": float(w @ others.max(axis=1)),
+    }
 
 
 def output_direction_error(task: RandomWalkTask, f, sample: WalkSample) -> float:
@@ -561,8 +603,18 @@ def diagnostics(task: RandomWalkTask, V, a, c, sample: WalkSample, q: float = 0.
     return out
 
 
-DIAGNOSTIC_NAMES = ("acc", "acc_rb", "attn_parent", "attn_parent_q", "attn_blank", "attn_max_other", "dist_V_Pi",
-                    "dist_V_sqrtPi", "cos_V_Pi", "dist_f_Pi")
+DIAGNOSTIC_NAMES = (
+    "acc",
+    "acc_rb",
+    "attn_parent",
+    "attn_parent_q",
+    "attn_blank",
+    "attn_max_other",
+    "dist_V_Pi",
+    "dist_V_sqrtPi",
+    "cos_V_Pi",
+    "dist_f_Pi",
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -574,8 +626,9 @@ def state_names(task: RandomWalkTask) -> list[str]:
     """Variable names of the reduced state: V_b_a (row b = label, column a = state), a_k, c_i, 0-based
     (docs/models/token_selection.md §C.5)."""
     K, N = task.K, task.N
-    return ([f"V_{b}_{a}" for b in range(K) for a in range(K)] + [f"a_{k}" for k in range(K)]
-            + [f"c_{i}" for i in range(N)])
+    return (
+        [f"V_{b}_{a}" for b in range(K) for a in range(K)] + [f"a_{k}" for k in range(K)] + [f"c_{i}" for i in range(N)]
+    )
 
 
 def pack_state(task: RandomWalkTask, V, a, c) -> np.ndarray:
@@ -592,7 +645,7 @@ def unpack_state(task: RandomWalkTask, x):
     if x.shape[-1] != task.n_state:
         raise ValueError(f"x must have last axis K^2 + K + N = {task.n_state}; got shape {x.shape}")
     V = x[..., : K * K].reshape(x.shape[:-1] + (K, K))
-    return V, x[..., K * K: K * K + K], x[..., K * K + K:]
+    return V, x[..., K * K : K * K + K], x[..., K * K + K :]
 
 
 def initial_state(task: RandomWalkTask) -> np.ndarray:
@@ -623,8 +676,7 @@ class ReducedGradient:
 def _gradient_and_se(task: RandomWalkTask, sample: WalkSample, x: np.ndarray):
     G = np.empty(task.n_state)
     G2 = np.empty(task.n_state)
-    loss, loss2 = _kern._accumulate_gradient(sample._flat, sample.weights, task.K, task.N, x, task.rho, task.eps,
-                                             G, G2)
+    loss, loss2 = _kern._accumulate_gradient(sample._flat, sample.weights, task.K, task.N, x, task.rho, task.eps, G, G2)
     if sample.exact or sample.n < 2:
         return G, np.zeros_like(G), loss, 0.0
     # equal weights 1/n: sample variance (ddof=1) = n/(n-1) (m2 - m1^2), SE = sqrt(var/n)
@@ -644,9 +696,11 @@ def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> Reduc
     x = pack_state(task, V, a, c)
     G, se, loss, se_loss = _gradient_and_se(task, sample, x)
     if not np.isfinite(loss):
-        raise ValueError("V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of "
-                         "docs/models/token_selection.md §C.4 is "
-                         "undefined there (every e_y^T f must exceed -eps)")
+        raise ValueError(
+            "V, a, c give e_y^T f + eps <= 0 on some walk of sample: the log loss of "
+            "docs/models/token_selection.md §C.4 is "
+            "undefined there (every e_y^T f must exceed -eps)"
+        )
     GV, Ga, Gc = unpack_state(task, G)
     sV, sa, sc = unpack_state(task, se)
     return ReducedGradient(GV.copy(), Ga.copy(), Gc.copy(), sV.copy(), sa.copy(), sc.copy(), loss, se_loss)
@@ -661,12 +715,27 @@ def map_params(task: RandomWalkTask, sample: WalkSample) -> np.ndarray:
 def _kernel_args(task: RandomWalkTask, sample: WalkSample) -> tuple:
     """Data of the reduced map and flow kernels (``dynamics``' ``args``): (states (n N,) float64, weights (n,),
     [K, N] int64)."""
-    return (sample._flat, np.ascontiguousarray(sample.weights, dtype=np.float64),
-            np.array([task.K, task.N], dtype=np.int64))
+    return (
+        sample._flat,
+        np.ascontiguousarray(sample.weights, dtype=np.float64),
+        np.array([task.K, task.N], dtype=np.int64),
+    )
 
 
-def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state0=None, saveat=None,
-        progress: bool = False, attrs: dict | None = None, eta=None, warn_unconverged: bool = True):
+def map(
+    task: RandomWalkTask,
+    n_steps: int,
+    *,
+    walks,
+    rng=None,
+    test=None,
+    state0=None,
+    saveat=None,
+    progress: bool = False,
+    attrs: dict | None = None,
+    eta=None,
+    warn_unconverged: bool = True,
+):
     """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers),
     docs/models/token_selection.md §C.5.
 
@@ -718,36 +787,82 @@ def map(task: RandomWalkTask, n_steps: int, *, walks, rng=None, test=None, state
     """
     if not isinstance(walks, (WalkSample, int, np.integer)):
         samples = _sample_list(walks, WalkSample, "walks")
-        tests = [test] * len(samples) if test is None or isinstance(test, WalkSample) else \
-            _sample_list(test, WalkSample, "test")
+        tests = (
+            [test] * len(samples)
+            if test is None or isinstance(test, WalkSample)
+            else _sample_list(test, WalkSample, "test")
+        )
         if len(tests) != len(samples):
-            raise ValueError(f"test must be None, one WalkSample or one per training sample ({len(samples)}); "
-                             f"got {len(tests)}")
-        traj = _over_samples(lambda wt, s0, e: map(task, n_steps, walks=wt[0], test=wt[1], state0=s0,
-                                                   saveat=saveat, progress=progress, attrs=attrs, eta=e,
-                                                   warn_unconverged=False),
-                             list(zip(samples, tests)), state0, eta)
+            raise ValueError(
+                f"test must be None, one WalkSample or one per training sample ({len(samples)}); got {len(tests)}"
+            )
+        traj = _over_samples(
+            lambda wt, s0, e: map(
+                task,
+                n_steps,
+                walks=wt[0],
+                test=wt[1],
+                state0=s0,
+                saveat=saveat,
+                progress=progress,
+                attrs=attrs,
+                eta=e,
+                warn_unconverged=False,
+            ),
+            list(zip(samples, tests)),
+            state0,
+            eta,
+        )
         return check_run(traj, warn_unconverged, what="random_walk.map", fixed_points=False)
     n_steps = check_int("n_steps", n_steps, min_value=0)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)
-    run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
-                 "equation": "docs/models/token_selection.md §C.5 (exact reduced GD)",
-                 "config": {"n_train": train.n, "train_exact": train.exact,
-                            "n_test": None if test is None else test.n, "n_steps": n_steps}}
+    run_attrs = {
+        "model": "random_walk",
+        "spec": task.to_dict(),
+        "source": "closedform",
+        "time_unit": "step",
+        "equation": "docs/models/token_selection.md §C.5 (exact reduced GD)",
+        "config": {
+            "n_train": train.n,
+            "train_exact": train.exact,
+            "n_test": None if test is None else test.n,
+            "n_steps": n_steps,
+        },
+    }
     params, x0, time_scale, time_unit = eta_batch(map_params(task, train), 2, eta, x0)
     if eta is not None:
         run_attrs["eta"] = np.atleast_1d(np.asarray(eta, dtype=np.float64)).tolist()
         run_attrs["time_unit"] = "step"
     run_attrs.update(attrs or {})
-    traj = dynamics.iterate(_kern.reduced_step, x0, n_steps, params=params, args=_kernel_args(task, train),
-                            saveat=saveat,
-                            names=state_names(task), derived=_derived_fn(task, train, test), time_scale=time_scale,
-                            progress=progress, attrs=run_attrs)
+    traj = dynamics.iterate(
+        _kern.reduced_step,
+        x0,
+        n_steps,
+        params=params,
+        args=_kernel_args(task, train),
+        saveat=saveat,
+        names=state_names(task),
+        derived=_derived_fn(task, train, test),
+        time_scale=time_scale,
+        progress=progress,
+        attrs=run_attrs,
+    )
     return check_run(traj, warn_unconverged, what="random_walk.map", fixed_points=False)
 
 
-def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, state0=None, solver=None,
-         saveat=None, progress: bool = False, attrs: dict | None = None):
+def flow(
+    task: RandomWalkTask,
+    tau_end: float,
+    *,
+    walks,
+    rng=None,
+    test=None,
+    state0=None,
+    solver=None,
+    saveat=None,
+    progress: bool = False,
+    attrs: dict | None = None,
+):
     """Gradient flow of the reduced state, d(V, a, c)/dtau = the docs/models/token_selection.md §C.5 updates divided by
     eta (docs/models/token_selection.md §0).
 
@@ -760,15 +875,33 @@ def flow(task: RandomWalkTask, tau_end: float, *, walks, rng=None, test=None, st
     """
     tau_end = check_positive("tau_end", tau_end)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)
-    run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "eta*step",
-                 "equation": "docs/models/token_selection.md §0, §C.5 (reduced gradient flow)",
-                 "config": {"n_train": train.n, "train_exact": train.exact,
-                            "n_test": None if test is None else test.n, "tau_end": tau_end}}
+    run_attrs = {
+        "model": "random_walk",
+        "spec": task.to_dict(),
+        "source": "closedform",
+        "time_unit": "eta*step",
+        "equation": "docs/models/token_selection.md §0, §C.5 (reduced gradient flow)",
+        "config": {
+            "n_train": train.n,
+            "train_exact": train.exact,
+            "n_test": None if test is None else test.n,
+            "tau_end": tau_end,
+        },
+    }
     run_attrs.update(attrs or {})
-    return dynamics.integrate(_kern.reduced_rhs, x0, (0.0, tau_end), params=map_params(task, train),
-                              args=_kernel_args(task, train), solver=solver,
-                              saveat=saveat, names=state_names(task), derived=_derived_fn(task, train, test),
-                              progress=progress, attrs=run_attrs)
+    return dynamics.integrate(
+        _kern.reduced_rhs,
+        x0,
+        (0.0, tau_end),
+        params=map_params(task, train),
+        args=_kernel_args(task, train),
+        solver=solver,
+        saveat=saveat,
+        names=state_names(task),
+        derived=_derived_fn(task, train, test),
+        progress=progress,
+        attrs=run_attrs,
+    )
 
 
 def _prepare_run(task, walks, rng, test, state0):
@@ -842,8 +975,7 @@ def full_gradient(task: RandomWalkTask, sample: WalkSample, V, W, *, normalize_t
     gbar = f[np.arange(sample.n), y]
     arg = gbar + task.eps
     if not np.all(arg > 0):
-        raise dynamics.DivergenceError("e_y^T f + eps <= 0: the log loss is undefined", trajectory=0,
-                                       variable="loss")
+        raise dynamics.DivergenceError("e_y^T f + eps <= 0: the log loss is undefined", trajectory=0, variable="loss")
     kappa = 1.0 / arg
     loss = float(w @ -np.log(arg))
     u = _one_hot_average(ctx, S[:, :-1], K)
@@ -861,8 +993,17 @@ def full_gradient(task: RandomWalkTask, sample: WalkSample, V, W, *, normalize_t
     return dV, np.outer(col, xq), loss
 
 
-def full_gd(task: RandomWalkTask, sample: WalkSample, n_steps: int, *, V0=None, W0=None,
-            normalize_tokens: bool = False, save_every: int = 1, attrs: dict | None = None):
+def full_gd(
+    task: RandomWalkTask,
+    sample: WalkSample,
+    n_steps: int,
+    *,
+    V0=None,
+    W0=None,
+    normalize_tokens: bool = False,
+    save_every: int = 1,
+    attrs: dict | None = None,
+):
     """Full-matrix GD on (V, W) in numpy (docs/models/token_selection.md §C.4), logging the probes of
     docs/models/token_selection.md §C.5.1 every ``save_every`` steps.
 
@@ -905,18 +1046,33 @@ def full_gd(task: RandomWalkTask, sample: WalkSample, n_steps: int, *, V0=None, 
         W = W - task.eta * dW
         for name, arr in (("V", V), ("W", W)):
             if not np.all(np.isfinite(arr)):
-                raise dynamics.DivergenceError(f"full-matrix GD produced a non-finite {name} at step {t + 1}",
-                                               trajectory=0, variable=name, step=t + 1, time=task.eta * (t + 1))
+                raise dynamics.DivergenceError(
+                    f"full-matrix GD produced a non-finite {name} at step {t + 1}",
+                    trajectory=0,
+                    variable=name,
+                    step=t + 1,
+                    time=task.eta * (t + 1),
+                )
     steps = np.asarray(steps)
-    run_attrs = {"model": "random_walk", "spec": task.to_dict(), "source": "closedform", "time_unit": "step",
-                 "equation": ("docs/models/token_selection.md §C.3-§C.4 (full-matrix GD), "
-                              "probes docs/models/token_selection.md §C.5.1"),
-                 "config": {"n_train": sample.n, "normalize_tokens": normalize_tokens, "n_steps": n_steps}}
+    run_attrs = {
+        "model": "random_walk",
+        "spec": task.to_dict(),
+        "source": "closedform",
+        "time_unit": "step",
+        "equation": (
+            "docs/models/token_selection.md §C.3-§C.4 (full-matrix GD), probes docs/models/token_selection.md §C.5.1"
+        ),
+        "config": {"n_train": sample.n, "normalize_tokens": normalize_tokens, "n_steps": n_steps},
+    }
     run_attrs.update(attrs or {})
-    return dynamics.Trajectory.from_arrays(np.asarray(saved)[None], names=state_names(task),
-                                           time=task.time_of_step(steps), step=steps,
-                                           variables={"off": np.asarray(off)[None], "loss": np.asarray(losses)[None]},
-                                           attrs=run_attrs)
+    return dynamics.Trajectory.from_arrays(
+        np.asarray(saved)[None],
+        names=state_names(task),
+        time=task.time_of_step(steps),
+        step=steps,
+        variables={"off": np.asarray(off)[None], "loss": np.asarray(losses)[None]},
+        attrs=run_attrs,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1075,8 +1231,11 @@ def _check_sample(task: RandomWalkTask, sample: WalkSample, name: str) -> WalkSa
 
 def _check_reduced(task: RandomWalkTask, V, a, c):
     K, N = task.K, task.N
-    return (check_finite_array("V", V, shape=(K, K)), check_finite_array("a", a, shape=(K,)),
-            check_finite_array("c", c, shape=(N,)))
+    return (
+        check_finite_array("V", V, shape=(K, K)),
+        check_finite_array("a", a, shape=(K,)),
+        check_finite_array("c", c, shape=(N,)),
+    )
 
 
 def theorem_predictions(task: RandomWalkTask) -> dict:
@@ -1097,11 +1256,13 @@ def theorem_predictions(task: RandomWalkTask) -> dict:
     if not isinstance(task, RandomWalkTask):
         raise TypeError(f"task must be a RandomWalkTask; got {type(task).__name__}")
     covered = 0.0 < task.p < 1.0 or failure_theorem_applies(task)
-    return {"optimal_accuracy": optimal_accuracy(task.p),
-            "theorem_accuracy": theorem_accuracy(task) if covered else None,
-            "theorem_attention": theorem_attention(task) if covered else None,
-            "failure_theorem_applies": failure_theorem_applies(task),
-            "direction_limit_distance": direction_limit_distance(task.p)}
+    return {
+        "optimal_accuracy": optimal_accuracy(task.p),
+        "theorem_accuracy": theorem_accuracy(task) if covered else None,
+        "theorem_attention": theorem_attention(task) if covered else None,
+        "failure_theorem_applies": failure_theorem_applies(task),
+        "direction_limit_distance": direction_limit_distance(task.p),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1122,27 +1283,54 @@ def _check_walks(name: str, value) -> None:
         _SIZE(name, value)
     elif not isinstance(value, WalkSample):
         if isinstance(value, numbers.Number) or value is None:
-            raise _V.ArgumentTypeError(f"{name} must be a sample size (an integer >= 1), a WalkSample or a "
-                                       f"sequence of WalkSample; got {_V._show(value)}")
+            raise _V.ArgumentTypeError(
+                f"{name} must be a sample size (an integer >= 1), a WalkSample or a "
+                f"sequence of WalkSample; got {_V._show(value)}"
+            )
         _sample_list(value, WalkSample, name)
 
 
 _PROB = _V.Range(ge=0, le=1)
 _V.validate_module(
     globals(),
-    V=_V.Array(ndim=2), W=_V.Array(ndim=2), a=_V.Array(ndim=1), c=_V.Array(ndim=1), V0=_V.Array(ndim=2),
-    W0=_V.Array(ndim=2), x=_V.Array(ndim=1), f=_V.Array(ndim=2), S=_V.Array(ndim=2), target=_V.Array(ndim=2),
+    V=_V.Array(ndim=2),
+    W=_V.Array(ndim=2),
+    a=_V.Array(ndim=1),
+    c=_V.Array(ndim=1),
+    V0=_V.Array(ndim=2),
+    W0=_V.Array(ndim=2),
+    x=_V.Array(ndim=1),
+    f=_V.Array(ndim=2),
+    S=_V.Array(ndim=2),
+    target=_V.Array(ndim=2),
     context=_V.Array(ndim=2, dtype="int", range=_V.Range(ge=0)),
-    states=_V.Array(ndim=2, dtype="int", range=_V.Range(ge=0)), weights=_V.Array(ndim=1, range=_V.Range(ge=0)),
-    state0=_V.Array(ndim=(1, 2)), p=_PROB, q=_V.Range(gt=0, lt=1), n=_SIZE, max_walks=_SIZE, save_every=_SIZE,
-    n_steps=_V.Range(integer=True, ge=0), tau_end=_V.Range(gt=0), rng=_V.seed_check, walks=_check_walks,
-    test=_check_walks, saveat=_V.Instance(dynamics.SaveAt), eta=_V.Range(array=True, gt=0),
-    kind=_V.OneOf("theorem", "derived"), K=_V.Range(integer=True, ge=3),
+    states=_V.Array(ndim=2, dtype="int", range=_V.Range(ge=0)),
+    weights=_V.Array(ndim=1, range=_V.Range(ge=0)),
+    state0=_V.Array(ndim=(1, 2)),
+    p=_PROB,
+    q=_V.Range(gt=0, lt=1),
+    n=_SIZE,
+    max_walks=_SIZE,
+    save_every=_SIZE,
+    n_steps=_V.Range(integer=True, ge=0),
+    tau_end=_V.Range(gt=0),
+    rng=_V.seed_check,
+    walks=_check_walks,
+    test=_check_walks,
+    saveat=_V.Instance(dynamics.SaveAt),
+    eta=_V.Range(array=True, gt=0),
+    kind=_V.OneOf("theorem", "derived"),
+    K=_V.Range(integer=True, ge=3),
     per_function={
         "predict": {"f": _V.Array(ndim=tuple(range(1, 33)))},
         "unpack_state": {"x": _V.Array(ndim=tuple(range(1, 33)))},
-        "RandomWalkTask": {"eta": _V.Range(gt=0), "eps": _V.Range(gt=0), "rho": _V.Range(gt=0),
-                           "K": _V.Range(integer=True, ge=3), "N": _V.Range(integer=True, ge=2),
-                           "M": _V.Range(integer=True, ge=3)},
+        "RandomWalkTask": {
+            "eta": _V.Range(gt=0),
+            "eps": _V.Range(gt=0),
+            "rho": _V.Range(gt=0),
+            "K": _V.Range(integer=True, ge=3),
+            "N": _V.Range(integer=True, ge=2),
+            "M": _V.Range(integer=True, ge=3),
+        },
     },
 )

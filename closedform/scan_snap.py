@@ -68,24 +68,51 @@ REFERENCE = {
 }
 
 # : The time axis of every trajectory of this module: optimizer steps (docs/models/scan_snap.md §0.2). :func:`map`
-#counts updates : (``time`` = ``step``); :func:`flow` and :func:`composite_flow` integrate in the same unit (ODE time 1
-#= one : step at the task's learning rates eta_Y, eta_Z), so map and flows share one axis.
+# counts updates : (``time`` = ``step``); :func:`flow` and :func:`composite_flow` integrate in the same unit (ODE time 1
+# = one : step at the task's learning rates eta_Y, eta_Z), so map and flows share one axis.
 TIME_UNIT = "step (optimizer steps; flows integrate in the same unit, docs/models/scan_snap.md §0.2)"
 
 __all__ = [
-    "REFERENCE", "theorem_predictions", "TIME_UNIT", "SequenceClasses", "ScanSnapTask", "TransitionTimes",
-    "flow", "map", "composite_flow", "random_init",
-    "population_gradient", "lemma1_gradient",
-    "attention_maps", "unit_attention", "distinct_entropy", "decoder_stats", "token_drive",
-    "decoder_h", "decoder_h_star", "speed_control", "transition_times", "transition_time", "measure_transition",
-    "growth_factor", "relative_gain", "dominant_token", "saturation_dz", "theorem3_dz", "theorem3_bounds",
-    "theorem4_constants", "drive_B", "common_token_z", "theorem2_signs",
+    "REFERENCE",
+    "theorem_predictions",
+    "TIME_UNIT",
+    "SequenceClasses",
+    "ScanSnapTask",
+    "TransitionTimes",
+    "flow",
+    "map",
+    "composite_flow",
+    "random_init",
+    "population_gradient",
+    "lemma1_gradient",
+    "attention_maps",
+    "unit_attention",
+    "distinct_entropy",
+    "decoder_stats",
+    "token_drive",
+    "decoder_h",
+    "decoder_h_star",
+    "speed_control",
+    "transition_times",
+    "transition_time",
+    "measure_transition",
+    "growth_factor",
+    "relative_gain",
+    "dominant_token",
+    "saturation_dz",
+    "theorem3_dz",
+    "theorem3_bounds",
+    "theorem4_constants",
+    "drive_B",
+    "common_token_z",
+    "theorem2_signs",
 ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Data model
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _frozen(a, dtype):
     a = np.array(a, dtype=dtype, copy=True)
@@ -150,14 +177,26 @@ class SequenceClasses:
             raise ValueError(f"pi must be a probability vector of length K={K}; got {pi}")
         object.__setattr__(self, "M", M)
         object.__setattr__(self, "Q", Q)
-        for name, arr, dt in (("P", P, np.float64), ("tgt", tgt, np.int64), ("psi", psi, np.int64),
-                              ("pi", pi, np.float64)):
+        for name, arr, dt in (
+            ("P", P, np.float64),
+            ("tgt", tgt, np.int64),
+            ("psi", psi, np.int64),
+            ("pi", pi, np.float64),
+        ):
             object.__setattr__(self, name, _frozen(arr, dt))
 
     # value semantics (numpy fields: compare by content)
     def _key(self):
-        return (self.M, self.Q, self.name, self.P.tobytes(), self.P.shape, self.tgt.tobytes(), self.psi.tobytes(),
-                self.pi.tobytes())
+        return (
+            self.M,
+            self.Q,
+            self.name,
+            self.P.tobytes(),
+            self.P.shape,
+            self.tgt.tobytes(),
+            self.psi.tobytes(),
+            self.pi.tobytes(),
+        )
 
     def __eq__(self, other):
         return isinstance(other, SequenceClasses) and self._key() == other._key()
@@ -196,8 +235,17 @@ class SequenceClasses:
 
     def to_dict(self) -> dict:
         """JSON-ready description (provenance; docs/models/scan_snap.md §4.1 configuration)."""
-        return {"name": self.name, "M": self.M, "K": self.K, "Lc": self.Lc, "Q": self.Q, "P": self.P.tolist(),
-                "tgt": self.tgt.tolist(), "psi": self.psi.tolist(), "pi": self.pi.tolist()}
+        return {
+            "name": self.name,
+            "M": self.M,
+            "K": self.K,
+            "Lc": self.Lc,
+            "Q": self.Q,
+            "P": self.P.tolist(),
+            "tgt": self.tgt.tolist(),
+            "psi": self.psi.tolist(),
+            "pi": self.pi.tolist(),
+        }
 
     # ---- constructors ---------------------------------------------------------------------------------------
     @classmethod
@@ -207,8 +255,17 @@ class SequenceClasses:
         return cls(M=M, P=P, tgt=tgt, psi=psi, Q=Q, pi=pi, name=name)
 
     @classmethod
-    def syn(cls, num_last: int, num_next_per_last: int, *, num_common: int = 10, num_common_per_last: int = 0,
-            num_unique: int = 10, p_min: float = 0.1, p_max: float = 1.0) -> SequenceClasses:
+    def syn(
+        cls,
+        num_last: int,
+        num_next_per_last: int,
+        *,
+        num_common: int = 10,
+        num_common_per_last: int = 0,
+        num_unique: int = 10,
+        p_min: float = 0.1,
+        p_max: float = 1.0,
+    ) -> SequenceClasses:
         """Synthetic generator of docs/models/scan_snap.md §5.1 (the authors' code): layout, weights and M = Lc + Q + K.
 
         Common tokens weigh 1, the Nd distinct tokens of each class weigh linspace(p_min, p_max, Nd); class
@@ -229,11 +286,10 @@ class SequenceClasses:
         W[:, :Nc] = 1.0
         for n in range(K):
             m = n // R
-            W[n, Nc + Ncl * m: Nc + Ncl * (m + 1)] = 1.0
-            W[n, Nc + Ncl * Q + Nd * n: Nc + Ncl * Q + Nd * (n + 1)] = np.linspace(p_min, p_max, Nd)
+            W[n, Nc + Ncl * m : Nc + Ncl * (m + 1)] = 1.0
+            W[n, Nc + Ncl * Q + Nd * n : Nc + Ncl * Q + Nd * (n + 1)] = np.linspace(p_min, p_max, Nd)
         P = W / W.sum(axis=1, keepdims=True)
-        return cls(M=Lc + Q + K, P=P, tgt=Lc + Q + np.arange(K), psi=np.arange(K) // R, Q=Q,
-                   name=f"syn({Q},{R})")
+        return cls(M=Lc + Q + K, P=P, tgt=Lc + Q + np.arange(K), psi=np.arange(K) // R, Q=Q, name=f"syn({Q},{R})")
 
     @classmethod
     def syn_small(cls) -> SequenceClasses:
@@ -284,13 +340,16 @@ class ScanSnapTask:
 
 def _require_uniform(classes: SequenceClasses):
     if not classes.uniform_prior:
-        raise ValueError("pi must be uniform (pi_n = 1/K) for gamma, h(t/K) and the Theorem 1-4 forms "
-                         "(docs/models/scan_snap.md §4.1)")
+        raise ValueError(
+            "pi must be uniform (pi_n = 1/K) for gamma, h(t/K) and the Theorem 1-4 forms "
+            "(docs/models/scan_snap.md §4.1)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Packing (private)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Layout:
@@ -323,9 +382,19 @@ def _params(task: ScanSnapTask | SequenceClasses, lay: _Layout, *, eta_Y=1.0, et
     logP = np.log(np.where(classes.P > 0, classes.P, 1.0))  # 0 where P = 0 (the kernels test P > 0 first)
     rows, tokens = np.nonzero(classes.P > 0)  # the supports, row by row with increasing tokens
     sup = np.searchsorted(rows, np.arange(classes.K + 1))
-    return np.concatenate([np.asarray(head, dtype=np.float64), classes.P.ravel(), logP.ravel(), classes.pi,
-                           classes.psi.astype(np.float64), lay.tcol.astype(np.float64), lay.mult,
-                           sup.astype(np.float64), tokens.astype(np.float64)])
+    return np.concatenate(
+        [
+            np.asarray(head, dtype=np.float64),
+            classes.P.ravel(),
+            logP.ravel(),
+            classes.pi,
+            classes.psi.astype(np.float64),
+            lay.tcol.astype(np.float64),
+            lay.mult,
+            sup.astype(np.float64),
+            tokens.astype(np.float64),
+        ]
+    )
 
 
 def _rate_batch(task: ScanSnapTask, n_init: int, **rates):
@@ -349,8 +418,10 @@ def _rate_batch(task: ScanSnapTask, n_init: int, **rates):
         vals[name] = a
         if len(a) != 1:
             if n not in (1, len(a)):
-                raise ValueError(f"{name} has length {len(a)}, but the batch (initial states or another rate) has "
-                                 f"length {n}; lengths must be 1 or equal")
+                raise ValueError(
+                    f"{name} has length {len(a)}, but the batch (initial states or another rate) has "
+                    f"length {n}; lengths must be 1 or equal"
+                )
             n = len(a)
     return n, {k: np.broadcast_to(a, (n,)).astype(np.float64) for k, a in vals.items()}
 
@@ -362,8 +433,12 @@ def _batched_params(task: ScanSnapTask, lay: _Layout, y0, *, eta_Y=None, eta_Z=N
         rates["momentum"] = momentum
     n, r = _rate_batch(task, len(y0), **rates)
     mu = r.get("momentum", np.zeros(n))
-    rows = np.array([_params(task.classes, lay, eta_Y=r["eta_Y"][i], eta_Z=r["eta_Z"][i], mu=mu[i], q_mode=q_mode)
-                     for i in range(n)])
+    rows = np.array(
+        [
+            _params(task.classes, lay, eta_Y=r["eta_Y"][i], eta_Z=r["eta_Z"][i], mu=mu[i], q_mode=q_mode)
+            for i in range(n)
+        ]
+    )
     if np.all(rows == rows[0]):
         rows = rows[0]
     if len(y0) != n:
@@ -396,8 +471,10 @@ def _initial_state(classes: SequenceClasses, lay: _Layout, Y0, Z0):
     if lay.lumped:
         rest = np.setdiff1d(np.arange(M), classes.tgt)
         if rest.size and not np.all(Yb[:, :, rest] == Yb[:, :, rest[:1]]):
-            raise ValueError("lumped=True needs all non-target columns of Y0 equal (docs/models/scan_snap.md §4.2); "
-                             "pass lumped=False")
+            raise ValueError(
+                "lumped=True needs all non-target columns of Y0 equal (docs/models/scan_snap.md §4.2); "
+                "pass lumped=False"
+            )
 
         cols = np.concatenate([classes.tgt, rest[:1]])
         Yc = Yb[:, :, cols]
@@ -410,12 +487,13 @@ def _unpack(classes: SequenceClasses, lay: _Layout, X):
     """Split states (..., n_state) into Y (..., Lc, Ncol) and Z (..., Q, Lc)."""
     Lc, Q, ncol = classes.Lc, classes.Q, len(lay.mult)
     nY = Lc * ncol
-    return X[..., :nY].reshape(X.shape[:-1] + (Lc, ncol)), X[..., nY:nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))
+    return X[..., :nY].reshape(X.shape[:-1] + (Lc, ncol)), X[..., nY : nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Diagnostics of docs/models/scan_snap.md §4.6 (vectorised numpy; shared by simulators and empirical probes)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _attention_logits(classes: SequenceClasses, Z):
     Z = np.asarray(Z, dtype=np.float64)
@@ -475,8 +553,9 @@ def _decoder_cols(classes, Y, lumped):
     lay = _layout(classes, lumped)
     Y = np.asarray(Y, dtype=np.float64)
     if Y.shape[-2:] != (classes.Lc, len(lay.mult)):
-        raise ValueError(f"Y must have shape (..., Lc={classes.Lc}, {len(lay.mult)}) for lumped={lumped}; "
-                         f"got {Y.shape}")
+        raise ValueError(
+            f"Y must have shape (..., Lc={classes.Lc}, {len(lay.mult)}) for lumped={lumped}; got {Y.shape}"
+        )
     return lay, Y
 
 
@@ -597,12 +676,13 @@ def random_init(classes: SequenceClasses, rng=None):
     s = 1.0 / np.sqrt(M)
     Yfull = g.uniform(-s, s, size=(M, M))
     Zfull = g.uniform(-s, s, size=(M, M))
-    return Yfull[:Lc, :].copy(), Zfull[Lc:Lc + Q, :Lc].copy()
+    return Yfull[:Lc, :].copy(), Zfull[Lc : Lc + Q, :Lc].copy()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Simulators (docs/models/scan_snap.md §4.2-§4.4)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _diagnostic_vars(classes, lay, Y, Z):
     """Derived variables (name -> (dims, array)) on saved states Y (n, t, Lc, Ncol), Z (n, t, Q, Lc)."""
@@ -631,7 +711,7 @@ def _finish(traj, classes, lay, *, has_Y=True):
     Lc, Q = classes.Lc, classes.Q
     nY = Lc * len(lay.mult) if has_Y else 0
     base = ("trajectory", "time")
-    Z = X[..., nY:nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))  # row-major z_{ml} at m*Lc + l (kernel layout)
+    Z = X[..., nY : nY + Q * Lc].reshape(X.shape[:-1] + (Q, Lc))  # row-major z_{ml} at m*Lc + l (kernel layout)
     Y = X[..., :nY].reshape(X.shape[:-1] + (Lc, len(lay.mult))) if has_Y else None
     data = {"z": (base + ("query_token", "token"), Z)}
     for name, (dims, arr) in _diagnostic_vars(classes, lay, Y, Z).items():
@@ -646,8 +726,11 @@ def _finish(traj, classes, lay, *, has_Y=True):
     if has_Y:
         data["Y"] = (base + ("token", "column"), Y)
         coords["column"] = ("column", list(lay.labels))
-    attrs = {**{k: v for k, v in traj.attrs.items() if k not in ("state_names", "state_layout")},
-             "state_names": "z", "state_layout": "array"}
+    attrs = {
+        **{k: v for k, v in traj.attrs.items() if k not in ("state_names", "state_layout")},
+        "state_names": "z",
+        "state_layout": "array",
+    }
     return Trajectory(data, coords=coords, attrs=attrs)
 
 
@@ -659,8 +742,19 @@ def _default_solver():
     return Dopri5(rtol=1e-10, atol=1e-12)
 
 
-def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: bool = True, solver=None,
-         progress: bool = False, eta_Y=None, eta_Z=None):
+def flow(
+    task: ScanSnapTask,
+    t_span,
+    *,
+    Y0=None,
+    Z0=None,
+    saveat=None,
+    lumped: bool = True,
+    solver=None,
+    progress: bool = False,
+    eta_Y=None,
+    eta_Z=None,
+):
     """Integrate the exact reduced ODE of docs/models/scan_snap.md §4.2 (POPULATION convention), lumped or not.
 
     Implements docs/models/scan_snap.md §4.2 (exact reduced ODE, lumping of the M - K non-target outputs), with the
@@ -704,16 +798,42 @@ def flow(task: ScanSnapTask, t_span, *, Y0=None, Z0=None, saveat=None, lumped: b
     lay = _layout(classes, lumped)
     y0, params, rates = _batched_params(task, lay, _initial_state(classes, lay, Y0, Z0), eta_Y=eta_Y, eta_Z=eta_Z)
     # names="state": one array variable inside the engine (thousands of components); _finish shapes it into z
-    traj = integrate(_k.exact_rhs, y0, tuple(t_span), params=params,
-                     solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
-                     attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                            "equation": "docs/models/scan_snap.md 4.2", "time_unit": "step", "lumped": int(lumped),
-                            **rates})
+    traj = integrate(
+        _k.exact_rhs,
+        y0,
+        tuple(t_span),
+        params=params,
+        solver=solver or _default_solver(),
+        saveat=saveat,
+        names="state",
+        progress=progress,
+        attrs={
+            "model": "scan_snap",
+            "spec": task.to_dict(),
+            "source": "closedform",
+            "equation": "docs/models/scan_snap.md 4.2",
+            "time_unit": "step",
+            "lumped": int(lumped),
+            **rates,
+        },
+    )
     return _finish(traj, classes, lay)
 
 
-def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, saveat=None,
-        lumped: bool = True, progress: bool = False, eta_Y=None, eta_Z=None, warn_unconverged: bool = True):
+def map(
+    task: ScanSnapTask,
+    n_steps: int,
+    *,
+    momentum=0.0,
+    Y0=None,
+    Z0=None,
+    saveat=None,
+    lumped: bool = True,
+    progress: bool = False,
+    eta_Y=None,
+    eta_Z=None,
+    warn_unconverged: bool = True,
+):
     """Iterate the discrete population map of docs/models/scan_snap.md §4.3 (plain GD or heavy-ball momentum), step for
     step.
 
@@ -745,18 +865,43 @@ def map(task: ScanSnapTask, n_steps: int, *, momentum=0.0, Y0=None, Z0=None, sav
     n_steps = check_int("n_steps", n_steps, min_value=1)
     classes = task.classes
     lay = _layout(classes, lumped)
-    y0, params, rates = _batched_params(task, lay, _initial_state(classes, lay, Y0, Z0), eta_Y=eta_Y, eta_Z=eta_Z,
-                                        momentum=momentum)
+    y0, params, rates = _batched_params(
+        task, lay, _initial_state(classes, lay, Y0, Z0), eta_Y=eta_Y, eta_Z=eta_Z, momentum=momentum
+    )
     x0 = np.concatenate([y0, np.zeros_like(y0)], axis=1)
-    traj = iterate(_k.map_step, x0, n_steps, params=params, saveat=saveat, names="state",
-                   progress=progress,
-                   attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                          "equation": "docs/models/scan_snap.md 4.3", "time_unit": "step", "lumped": int(lumped), **rates})
+    traj = iterate(
+        _k.map_step,
+        x0,
+        n_steps,
+        params=params,
+        saveat=saveat,
+        names="state",
+        progress=progress,
+        attrs={
+            "model": "scan_snap",
+            "spec": task.to_dict(),
+            "source": "closedform",
+            "equation": "docs/models/scan_snap.md 4.3",
+            "time_unit": "step",
+            "lumped": int(lumped),
+            **rates,
+        },
+    )
     return check_run(_finish(traj, classes, lay), warn_unconverged, what="scan_snap.map", fixed_points=False)
 
 
-def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_order: bool = False, solver=None,
-                   progress: bool = False, eta_Y=None, eta_Z=None):
+def composite_flow(
+    task: ScanSnapTask,
+    t_span,
+    *,
+    Z0=None,
+    saveat=None,
+    leading_order: bool = False,
+    solver=None,
+    progress: bool = False,
+    eta_Y=None,
+    eta_Z=None,
+):
     """Integrate the composite Theorem-1 ODE in Z only (docs/models/scan_snap.md §4.4), exact-q or leading-order form.
 
     Implements docs/models/scan_snap.md §4.4: g_n = gamma(t) F (F^T F)^{-1} q^(n) (Theorem 1, Eq. 9) in the POPULATION
@@ -774,19 +919,35 @@ def composite_flow(task: ScanSnapTask, t_span, *, Z0=None, saveat=None, leading_
     _require_uniform(classes)
     lay = _layout(classes, True)
     Zb = np.zeros((1, classes.Q, classes.Lc)) if Z0 is None else _batch("Z0", Z0, (classes.Q, classes.Lc))
-    z0, params, rates = _batched_params(task, lay, Zb.reshape(len(Zb), -1), eta_Y=eta_Y, eta_Z=eta_Z,
-                                        q_mode=1.0 if leading_order else 0.0)
-    traj = integrate(_k.composite_rhs, z0, tuple(t_span), params=params,
-                     solver=solver or _default_solver(), saveat=saveat, names="state", progress=progress,
-                     attrs={"model": "scan_snap", "spec": task.to_dict(), "source": "closedform",
-                            "equation": "docs/models/scan_snap.md 4.4", "time_unit": "step",
-                            "leading_order": int(leading_order), **rates})
+    z0, params, rates = _batched_params(
+        task, lay, Zb.reshape(len(Zb), -1), eta_Y=eta_Y, eta_Z=eta_Z, q_mode=1.0 if leading_order else 0.0
+    )
+    traj = integrate(
+        _k.composite_rhs,
+        z0,
+        tuple(t_span),
+        params=params,
+        solver=solver or _default_solver(),
+        saveat=saveat,
+        names="state",
+        progress=progress,
+        attrs={
+            "model": "scan_snap",
+            "spec": task.to_dict(),
+            "source": "closedform",
+            "equation": "docs/models/scan_snap.md 4.4",
+            "time_unit": "step",
+            "leading_order": int(leading_order),
+            **rates,
+        },
+    )
     return _finish(traj, classes, lay, has_Y=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Decoder closed forms (docs/models/scan_snap.md §2.3-§2.4)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _check_M(M):
     return check_int("M", M, min_value=2)
@@ -833,7 +994,7 @@ def speed_control(t, *, M: int, K: int, eta_Y: float, eta_Z: float):
     t = np.asarray(t, dtype=np.float64)
     h = decoder_h(t / K, M=M, eta_Y=eta_Y)
     gamma = (M - 1.0) ** 2 * h / ((M - 1.0) + np.exp(M * h))
-    Gamma = (eta_Z / eta_Y) * K * (M - 1.0) ** 2 * h ** 2 / 2.0
+    Gamma = (eta_Z / eta_Y) * K * (M - 1.0) ** 2 * h**2 / 2.0
     return gamma, Gamma
 
 
@@ -841,13 +1002,13 @@ def speed_control(t, *, M: int, K: int, eta_Y: float, eta_Z: float):
 class TransitionTimes:
     """Decoder time scales of docs/models/scan_snap.md §2.4 (Lemma 9 and the derived landmarks)."""
 
-    t0p: float        # K ln M / eta_Y (end of the growing regime)
-    t0: float         # 2 K ln M / eta_Y (the paper's transition time, omega1 dropped)
+    t0p: float  # K ln M / eta_Y (end of the growing regime)
+    t0: float  # 2 K ln M / eta_Y (the paper's transition time, omega1 dropped)
     t0_omega1: float  # 2 (1 + omega1) K ln M / eta_Y
-    omega1: float     # M h = (1 + omega1) ln M is the larger root of exp(M h) = (M-1) M h
-    x_pk: float       # M h at the peak of gamma: exp(x)(x - 1) = M - 1
-    t_peak: float     # time of the peak of gamma
-    t_half: float     # time when alpha_{n,tgt(n)} = 1/2 (M h = ln(M-1))
+    omega1: float  # M h = (1 + omega1) ln M is the larger root of exp(M h) = (M-1) M h
+    x_pk: float  # M h at the peak of gamma: exp(x)(x - 1) = M - 1
+    t_peak: float  # time of the peak of gamma
+    t_half: float  # time when alpha_{n,tgt(n)} = 1/2 (M h = ln(M-1))
 
 
 def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
@@ -866,8 +1027,15 @@ def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
     x_pk = float(scipy.optimize.brentq(lambda x: np.exp(x) * (x - 1.0) - (M - 1.0), 1.0, 2.0 + lnM, xtol=1e-15))
     t_peak = K * (np.exp(x_pk) + (M - 1.0) * x_pk - 1.0) / (M * eta_Y)
     t_half = K * ((M - 1.0) * (1.0 + np.log(M - 1.0)) - 1.0) / (M * eta_Y)
-    return TransitionTimes(t0p=K * lnM / eta_Y, t0=2 * K * lnM / eta_Y, t0_omega1=2 * (1 + omega1) * K * lnM / eta_Y,
-                           omega1=omega1, x_pk=x_pk, t_peak=float(t_peak), t_half=float(t_half))
+    return TransitionTimes(
+        t0p=K * lnM / eta_Y,
+        t0=2 * K * lnM / eta_Y,
+        t0_omega1=2 * (1 + omega1) * K * lnM / eta_Y,
+        omega1=omega1,
+        x_pk=x_pk,
+        t_peak=float(t_peak),
+        t_half=float(t_half),
+    )
 
 
 def transition_time(task: ScanSnapTask) -> TransitionTimes:
@@ -876,8 +1044,9 @@ def transition_time(task: ScanSnapTask) -> TransitionTimes:
     return transition_times(M=task.classes.M, K=task.classes.K, eta_Y=task.eta_Y)
 
 
-def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = None, n_grid: int = 3001,
-                       lumped: bool = True) -> dict:
+def measure_transition(
+    task: ScanSnapTask, n: int = 0, *, t_max: float | None = None, n_grid: int = 3001, lumped: bool = True
+) -> dict:
     """Measured transition landmarks of the exact ODE (docs/models/scan_snap.md §4.2, §6 item 6,
     docs/models/scan_snap.md §7 P8).
 
@@ -898,8 +1067,16 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
     p = _params(task, lay)
     ts = np.linspace(0.0, t_max, check_int("n_grid", n_grid, min_value=3))
     solver = _default_solver()
-    X = integrate(_k.exact_rhs, _initial_state(classes, lay, None, None), (0.0, float(ts[-1])), params=p,
-                  solver=solver, saveat=SaveAt(ts=ts), names="state", trend=False).states()[0]
+    X = integrate(
+        _k.exact_rhs,
+        _initial_state(classes, lay, None, None),
+        (0.0, float(ts[-1])),
+        params=p,
+        solver=solver,
+        saveat=SaveAt(ts=ts),
+        names="state",
+        trend=False,
+    ).states()[0]
 
     def stats_of(Xs):
         Y, Z = _unpack(classes, lay, Xs)
@@ -909,16 +1086,28 @@ def measure_transition(task: ScanSnapTask, n: int = 0, *, t_max: float | None = 
         i = int(np.searchsorted(ts, t, side="right") - 1)
         if t == ts[i]:
             return X[i]
-        return integrate(_k.exact_rhs, X[i], (float(ts[i]), float(t)), params=p, solver=solver,
-                         saveat=SaveAt(final=True), names="state", trend=False).states()[0, -1]
+        return integrate(
+            _k.exact_rhs,
+            X[i],
+            (float(ts[i]), float(t)),
+            params=p,
+            solver=solver,
+            saveat=SaveAt(final=True),
+            names="state",
+            trend=False,
+        ).states()[0, -1]
 
     s = stats_of(X)
     g = s["gamma_hat"][:, n]
     i = int(np.argmax(g))
     if i == 0 or i == len(ts) - 1:
         raise ValueError(f"gamma_hat has no interior maximum on [0, t_max={t_max}]; increase t_max")
-    res = scipy.optimize.minimize_scalar(lambda t: -stats_of(at(t))["gamma_hat"][n], bounds=(ts[i - 1], ts[i + 1]),
-                                         method="bounded", options={"xatol": 1e-9})
+    res = scipy.optimize.minimize_scalar(
+        lambda t: -stats_of(at(t))["gamma_hat"][n],
+        bounds=(ts[i - 1], ts[i + 1]),
+        method="bounded",
+        options={"xatol": 1e-9},
+    )
     a = s["alpha_tgt"][:, n] - 0.5
     j = np.flatnonzero((a[:-1] < 0) & (a[1:] >= 0))
     if j.size == 0:
@@ -940,10 +1129,11 @@ def growth_factor(z, z0) -> np.ndarray:
     Raises ``ValueError`` where z - z0 > 354.89 (chi would overflow float64) instead of returning inf."""
     dz = np.asarray(z, dtype=np.float64) - np.asarray(z0, dtype=np.float64)
     if np.any(dz > _MAX_LOG_GROWTH):
-        raise ValueError(f"z - z0 must be <= {_MAX_LOG_GROWTH:.2f} (chi = exp(2 (z - z0)) overflows float64 beyond); "
-                         f"got max(z - z0) = {np.max(dz)!r} (in growth_factor)")
+        raise ValueError(
+            f"z - z0 must be <= {_MAX_LOG_GROWTH:.2f} (chi = exp(2 (z - z0)) overflows float64 beyond); "
+            f"got max(z - z0) = {np.max(dz)!r} (in growth_factor)"
+        )
     return np.exp(2.0 * dz)
-
 
 
 def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:  # noqa: E741 (paper's l)
@@ -957,7 +1147,9 @@ def _need_distinct(classes, n, what):
     check_int("n", n, min_value=0, max_value=classes.K - 1)
     dt = classes.distinct_tokens(n)
     if dt.size == 0:
-        raise ValueError(f"class n={n} has no distinct token, which {what} needs (docs/models/scan_snap.md §1.2, G_DT(n) empty)")
+        raise ValueError(
+            f"class n={n} has no distinct token, which {what} needs (docs/models/scan_snap.md §1.2, G_DT(n) empty)"
+        )
     return dt
 
 
@@ -1003,7 +1195,7 @@ def theorem3_bounds(f_l0_0, B):
     exp(2 B), with f_{nl0}(0) in [0, 1] (an entry of a unit-norm vector)."""
     f = np.asarray(f_l0_0, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
-    return np.exp(2.0 * f ** 2 * B), np.exp(2.0 * B)
+    return np.exp(2.0 * f**2 * B), np.exp(2.0 * B)
 
 
 def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
@@ -1026,8 +1218,9 @@ def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
     Pc = classes.P[:, lc]
     if not np.allclose(Pc, Pc[0], rtol=1e-12, atol=0):
         raise ValueError(f"Theorem 4 needs the same P_c = P(l_c|n) in every class; got {Pc}")
-    Z0 = np.zeros((classes.Q, classes.Lc)) if Z0 is None else check_finite_array("Z0", Z0,
-                                                                                  shape=(classes.Q, classes.Lc))
+    Z0 = (
+        np.zeros((classes.Q, classes.Lc)) if Z0 is None else check_finite_array("Z0", Z0, shape=(classes.Q, classes.Lc))
+    )
     for n in range(K):
         _need_distinct(classes, n, "Theorem 4")
     ctil = classes.P * np.exp(Z0[classes.psi] - Z0[classes.psi, lc][:, None])  # c~ relative to e^{z_c(0)}
@@ -1036,8 +1229,13 @@ def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
         raise ValueError("Theorem 4 needs ||c~_n(0)|| equal across classes (roughly constant normalisations)")
     P_c = float(Pc[0])
     rho0 = float(norms[0] / P_c)
-    return {"l_common": lc, "P_c": P_c, "rho0": rho0, "C0_paper": rho0 ** 4 / K,
-            "C0_cons": float(norms[0] ** 4 / ((K - 1) * P_c ** 4))}
+    return {
+        "l_common": lc,
+        "P_c": P_c,
+        "rho0": rho0,
+        "C0_paper": rho0**4 / K,
+        "C0_cons": float(norms[0] ** 4 / ((K - 1) * P_c**4)),
+    }
 
 
 def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: str = "cons") -> np.ndarray:
@@ -1097,8 +1295,12 @@ def _corollary2(classes: SequenceClasses) -> bool:
     if ct.size and not np.allclose(classes.P[:, ct], classes.P[:1, ct], rtol=1e-12, atol=0):
         return False
     ref = np.sort(classes.P[0, classes.distinct_tokens(0)])
-    return all(np.allclose(np.sort(classes.P[n, classes.distinct_tokens(n)]), ref, rtol=1e-12, atol=0)
-               if classes.distinct_tokens(n).size == ref.size else False for n in range(classes.K))
+    return all(
+        np.allclose(np.sort(classes.P[n, classes.distinct_tokens(n)]), ref, rtol=1e-12, atol=0)
+        if classes.distinct_tokens(n).size == ref.size
+        else False
+        for n in range(classes.K)
+    )
 
 
 def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
@@ -1124,8 +1326,14 @@ def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
     if not isinstance(task, ScanSnapTask):
         raise TypeError(f"task must be a ScanSnapTask; got {type(task).__name__}")
     tt = transition_time(task)
-    return {"t0": float(tt.t0), "t0_omega1": float(tt.t0_omega1), "t0p": float(tt.t0p), "omega1": float(tt.omega1),
-            "t_peak": float(tt.t_peak), "t_half": float(tt.t_half)}
+    return {
+        "t0": float(tt.t0),
+        "t0_omega1": float(tt.t0_omega1),
+        "t0p": float(tt.t0p),
+        "omega1": float(tt.omega1),
+        "t_peak": float(tt.t_peak),
+        "t_half": float(tt.t_half),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1141,11 +1349,31 @@ _MATRICES = _V.Array(ndim=tuple(range(2, 33)))  # (..., rows, columns)
 _INDEX = _V.Range(integer=True, ge=0)
 _V.validate_module(
     globals(),
-    Y=_MATRICES, Z=_MATRICES, Y0=_MATRICES, Z0=_MATRICES, t=_TIMES, tau=_TIMES, s=_REALS, z=_REALS, z0=_REALS,
-    dz_l0=_V.Range(array=True, ge=0, finite=False), f_l0_0=_V.Range(array=True, ge=0, le=1), B=_REALS, n=_INDEX, l=_INDEX, l2=_INDEX,
-    context=_V.Array(ndim=1, dtype="int"), momentum=_V.Range(array=True, ge=0, lt=1),
-    t_span=_V.Array(shape=(2,)), saveat=_V.Instance(_SaveAt), rng=_V.seed_check,
-    n_steps=_V.Range(integer=True, ge=1), M=_V.Range(integer=True, ge=1), K=_V.Range(integer=True, ge=1),
-    eta_Y=_V.Range(array=True, gt=0), eta_Z=_V.Range(array=True, gt=0), n_grid=_V.Range(integer=True, ge=2),
+    Y=_MATRICES,
+    Z=_MATRICES,
+    Y0=_MATRICES,
+    Z0=_MATRICES,
+    t=_TIMES,
+    tau=_TIMES,
+    s=_REALS,
+    z=_REALS,
+    z0=_REALS,
+    dz_l0=_V.Range(array=True, ge=0, finite=False),
+    f_l0_0=_V.Range(array=True, ge=0, le=1),
+    B=_REALS,
+    n=_INDEX,
+    l=_INDEX,
+    l2=_INDEX,
+    context=_V.Array(ndim=1, dtype="int"),
+    momentum=_V.Range(array=True, ge=0, lt=1),
+    t_span=_V.Array(shape=(2,)),
+    saveat=_V.Instance(_SaveAt),
+    rng=_V.seed_check,
+    n_steps=_V.Range(integer=True, ge=1),
+    M=_V.Range(integer=True, ge=1),
+    K=_V.Range(integer=True, ge=1),
+    eta_Y=_V.Range(array=True, gt=0),
+    eta_Z=_V.Range(array=True, gt=0),
+    n_grid=_V.Range(integer=True, ge=2),
     t_max=_V.Range(gt=0),
 )

@@ -81,9 +81,11 @@ REFERENCE = {
 }
 
 __all__ = [
-    "REFERENCE", "theorem_predictions",
+    "REFERENCE",
+    "theorem_predictions",
     "TIME_UNIT",
-    "FixedPoint", "FIXED_POINT_KINDS",
+    "FixedPoint",
+    "FIXED_POINT_KINDS",
     "LamSchedule",
     "LocationTask",
     "SingleLocationTask",
@@ -243,11 +245,14 @@ def _check_state(kappa, nu, theta, eta, rho, where="state"):
         w = np.linalg.eigvalsh(_gram(kappa, nu, theta, eta, rho))[..., 0]
         if np.min(w) < -_PSD_TOL:
             i = int(np.argmin(np.ravel(w)))
-            vals = ", ".join(f"{n}={float(np.ravel(x)[i]):.6g}" for n, x in zip(_STATE_NAMES, (kappa, nu, theta, eta,
-                                                                                                  rho)))
-            raise ValueError(f"{where}: the Gram matrix of (k, v, k*, v*) must be positive semidefinite "
-                             f"(docs/models/single_location.md §4.1); "
-                             f"smallest eigenvalue {float(np.ravel(w)[i]):.3g} at ({vals})")
+            vals = ", ".join(
+                f"{n}={float(np.ravel(x)[i]):.6g}" for n, x in zip(_STATE_NAMES, (kappa, nu, theta, eta, rho))
+            )
+            raise ValueError(
+                f"{where}: the Gram matrix of (k, v, k*, v*) must be positive semidefinite "
+                f"(docs/models/single_location.md §4.1); "
+                f"smallest eigenvalue {float(np.ravel(w)[i]):.3g} at ({vals})"
+            )
 
 
 def _broadcast(lam, *state, check=True):
@@ -338,8 +343,11 @@ def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
     g = lam * task.gamma
     c = lam * task.s / np.sqrt(1.0 + 2.0 * g * g)
-    out = (task.eps ** 2 + (task.L - 1) * _zeta_u(0.0, lam)
-           + task.gamma ** 2 * (1.0 - 2.0 * nu * _erf(c * kappa) + _zeta_u(lam * task.s * kappa, g)))
+    out = (
+        task.eps**2
+        + (task.L - 1) * _zeta_u(0.0, lam)
+        + task.gamma**2 * (1.0 - 2.0 * nu * _erf(c * kappa) + _zeta_u(lam * task.s * kappa, g))
+    )
     return out.reshape(shape)[()]
 
 
@@ -353,8 +361,8 @@ def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
     out = np.empty((lam.shape[0], 2), dtype=np.float64)
     _k.manifold_partials_array(kappa, nu, lam, task.s, task.gamma, out)
-    out[:, 0] *= -(1.0 - kappa ** 2)
-    out[:, 1] *= -(1.0 - nu ** 2)
+    out[:, 0] *= -(1.0 - kappa**2)
+    out[:, 1] *= -(1.0 - nu**2)
     return out.reshape(shape + (2,))
 
 
@@ -367,8 +375,11 @@ def oracle_risk(task: SingleLocationTask, lam):
     shape, (lam,) = _broadcast(lam)
     g = lam * task.gamma
     c = lam * task.s / np.sqrt(1.0 + 2.0 * g * g)
-    out = (task.eps ** 2 + task.gamma ** 2 * (1.0 - 2.0 * _erf(c) + _zeta_u(lam * task.s, g))
-           + (task.L - 1) * _zeta_u(0.0, lam))
+    out = (
+        task.eps**2
+        + task.gamma**2 * (1.0 - 2.0 * _erf(c) + _zeta_u(lam * task.s, g))
+        + (task.L - 1) * _zeta_u(0.0, lam)
+    )
     return out.reshape(shape)[()]
 
 
@@ -389,8 +400,8 @@ def linear_risk(task: SingleLocationTask, location_probs=None) -> float:
     """
     task = _task(task)
     p = _location_probs(task, location_probs)
-    g2 = task.gamma ** 2
-    return float(task.eps ** 2 + g2 - np.sum(p * p * g2 * g2 / (1.0 + p * (g2 - 1.0))))
+    g2 = task.gamma**2
+    return float(task.eps**2 + g2 - np.sum(p * p * g2 * g2 / (1.0 + p * (g2 - 1.0))))
 
 
 def _location_probs(task, location_probs):
@@ -478,8 +489,9 @@ def _scalars_of_frame(P):
     """Five scalars of k = P[:, 0:3] (coordinates on k*, v*, e3) and v = P[:, 3:7] (on k*, v*, e3, e4), normalised."""
     k = P[:, 0:3] / np.linalg.norm(P[:, 0:3], axis=1, keepdims=True)
     v = P[:, 3:7] / np.linalg.norm(P[:, 3:7], axis=1, keepdims=True)
-    return np.stack([k[:, 0], v[:, 1], v[:, 0], k[:, 1], k[:, 0] * v[:, 0] + k[:, 1] * v[:, 1] + k[:, 2] * v[:, 2]],
-                    axis=1)
+    return np.stack(
+        [k[:, 0], v[:, 1], v[:, 0], k[:, 1], k[:, 0] * v[:, 0] + k[:, 1] * v[:, 1] + k[:, 2] * v[:, 2]], axis=1
+    )
 
 
 def _tangent_residual(task, lam, X):
@@ -494,14 +506,24 @@ def _tangent_residual(task, lam, X):
     n = X.shape[0]
     out = np.empty((n, 5))
     cols = [np.ascontiguousarray(X[:, j]) for j in range(5)]
-    _k.partials_array(*cols, np.broadcast_to(np.asarray(lam, dtype=np.float64), (n,)).copy(), task.s, task.gamma,
-                      float(task.L), out)
+    _k.partials_array(
+        *cols, np.broadcast_to(np.asarray(lam, dtype=np.float64), (n,)).copy(), task.s, task.gamma, float(task.L), out
+    )
     ka, nu, th, et, rh = cols
     rk, rn, rt, re, rr = out.T
     kgk = rk * ka + re * et + rr * rh
     vgv = rn * nu + rt * th + rr * rh
-    return np.stack([rk + th * rr - kgk * ka, re + nu * rr - kgk * et, th * rk + nu * re + rr - kgk * rh,
-                     rt + ka * rr - vgv * th, rn + et * rr - vgv * nu, et * rn + ka * rt + rr - vgv * rh], axis=1)
+    return np.stack(
+        [
+            rk + th * rr - kgk * ka,
+            re + nu * rr - kgk * et,
+            th * rk + nu * re + rr - kgk * rh,
+            rt + ka * rr - vgv * th,
+            rn + et * rr - vgv * nu,
+            et * rn + ka * rt + rr - vgv * rh,
+        ],
+        axis=1,
+    )
 
 
 def _symbolic_zeta():
@@ -514,8 +536,8 @@ def _symbolic_zeta():
     from closedform.special import _zeta
 
     def zeta_t(t, g):
-        q, r = sympy.sqrt(1 + 2 * g ** 2), sympy.sqrt(1 + 4 * g ** 2)
-        return 2 / q * sympy.erf(t / (q * r)) * 2 / sympy.sqrt(sympy.pi) * sympy.exp(-(t / q) ** 2)
+        q, r = sympy.sqrt(1 + 2 * g**2), sympy.sqrt(1 + 4 * g**2)
+        return 2 / q * sympy.erf(t / (q * r)) * 2 / sympy.sqrt(sympy.pi) * sympy.exp(-((t / q) ** 2))
 
     return dynamics.symbolic.numba_function("zeta", _zeta, (zeta_t, lambda t, g: g * sympy.diff(zeta_t(t, g), t)))
 
@@ -527,18 +549,27 @@ def _symbolic_risk(kappa, nu, theta, eta, rho, lam, s, gamma, L, eps, zeta):
 
     T = sympy.Dummy("T")
     g = lam * gamma
-    q = sympy.sqrt(1 + 2 * g ** 2)
+    q = sympy.sqrt(1 + 2 * g**2)
     t = lam * s * kappa
     phi = [sympy.diff(sympy.erf(T / q), T, j).subs(T, t) for j in range(3)]
     z = [sympy.diff(zeta(T, g), T, j).subs(T, t) for j in range(3)]
-    C = lam * sympy.diff(sympy.erf(T / sympy.sqrt(1 + 2 * lam ** 2)), T).subs(T, 0)
-    B2 = lam ** 2 * sympy.diff(zeta(T, lam), T, 2).subs(T, 0)
-    gg = gamma ** 2
-    return (eps ** 2 + gg - 2 * gg * nu * phi[0] - 2 * g * gamma * s * theta * eta * phi[1]
-            - 2 * g ** 2 * gg * rho * eta * phi[2] + (s ** 2 * theta ** 2 + gg) * z[0]
-            + 2 * g * gamma * s * theta * rho * z[1] + g ** 2 * gg * rho ** 2 * z[2] + (L - 1) * zeta(0, lam)
-            + (L - 1) * B2 * rho ** 2 + (L - 1) * (L - 2) * C ** 2 * rho ** 2
-            + 2 * (L - 1) * C * rho * (s * theta * phi[0] + g * gamma * rho * phi[1]))
+    C = lam * sympy.diff(sympy.erf(T / sympy.sqrt(1 + 2 * lam**2)), T).subs(T, 0)
+    B2 = lam**2 * sympy.diff(zeta(T, lam), T, 2).subs(T, 0)
+    gg = gamma**2
+    return (
+        eps**2
+        + gg
+        - 2 * gg * nu * phi[0]
+        - 2 * g * gamma * s * theta * eta * phi[1]
+        - 2 * g**2 * gg * rho * eta * phi[2]
+        + (s**2 * theta**2 + gg) * z[0]
+        + 2 * g * gamma * s * theta * rho * z[1]
+        + g**2 * gg * rho**2 * z[2]
+        + (L - 1) * zeta(0, lam)
+        + (L - 1) * B2 * rho**2
+        + (L - 1) * (L - 2) * C**2 * rho**2
+        + 2 * (L - 1) * C * rho * (s * theta * phi[0] + g * gamma * rho * phi[1])
+    )
 
 
 # Parameter row of the symbolic models: (lam, s, gamma, L, eps, alpha).
@@ -590,8 +621,15 @@ def _build_scalar_model():
     flow = [-Gtk[2], -Gtv[3], -Gtv[2], -Gtk[3], -(Gtv[0] + Gtk[1])]
     from dynamics.symbolic import SymbolicModel
 
-    return SymbolicModel(st, _SYM_PARAMS, map=step, flow=flow, risk=R,
-                         aux={r: sympy.diff(R, v) for r, v in zip(partials, st)}, gradient=partials)
+    return SymbolicModel(
+        st,
+        _SYM_PARAMS,
+        map=step,
+        flow=flow,
+        risk=R,
+        aux={r: sympy.diff(R, v) for r, v in zip(partials, st)},
+        gradient=partials,
+    )
 
 
 def _build_vector_model():
@@ -622,7 +660,7 @@ def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int
     (docs/models/single_location.md §6.1, §6.4) for every step size. Because grad R lies in span(k, v, k*, v*), each one
     is represented in R^4 with k* = e1, v* = e2, k = (kappa, eta, a, 0), v = (theta, nu, b, c)
     (docs/models/single_location.md §4.1); the search runs over (k, v) in S^2 x S^3 (the remaining rotation fixing k*
-    and v* is a symmetry), solving the six tangent-gradient equations of the tangent-gradient residual (residual < 1e-12) by
+    and v* is a symmetry), solving the six tangent-gradient equations (residual < 1e-12) by
     damped Gauss–Newton with central-difference Jacobians, from ``n_starts`` independent uniform starts on S^2 x S^3.
 
     Returns
@@ -650,8 +688,10 @@ def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int
         Pl, rl, ml = P[live], r0[live], mu[live]
         J = np.empty((Pl.shape[0], 6, 7))
         for j in range(7):
-            J[:, :, j] = (_tangent_residual(task, lam, _scalars_of_frame(Pl + h * eye[j]))
-                          - _tangent_residual(task, lam, _scalars_of_frame(Pl - h * eye[j]))) / (2 * h)
+            J[:, :, j] = (
+                _tangent_residual(task, lam, _scalars_of_frame(Pl + h * eye[j]))
+                - _tangent_residual(task, lam, _scalars_of_frame(Pl - h * eye[j]))
+            ) / (2 * h)
         J = np.where(np.isfinite(J), J, 0.0)
         JT = np.transpose(J, (0, 2, 1))
         # pseudo-inverse: J^T J + mu I can be singular to rounding when mu has shrunk to its floor
@@ -702,13 +742,22 @@ def _closed_form_points(task, lam):
     (docs/models/single_location.md §7.4), the four swap points (0, 0, +-1, +-1, 0) (stationary since phi_0(0) =
     phi_2(0) = zeta_t(0) = 0 make every partial but
     R_theta, R_eta vanish there, and those two are normal to the sphere constraints)."""
-    pts = [(0.0, 0.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0), (-1.0, -1.0, 0.0, 0.0, 0.0),
-           (1.0, -1.0, 0.0, 0.0, 0.0), (-1.0, 1.0, 0.0, 0.0, 0.0)]
+    pts = [
+        (0.0, 0.0, 0.0, 0.0, 0.0),
+        (1.0, 1.0, 0.0, 0.0, 0.0),
+        (-1.0, -1.0, 0.0, 0.0, 0.0),
+        (1.0, -1.0, 0.0, 0.0, 0.0),
+        (-1.0, 1.0, 0.0, 0.0, 0.0),
+    ]
     S = spurious_point(task, lam)
     if S.theta_S < 1.0 - _FP_SAME:  # at theta_S = 1, S is the swap point itself
         pts += [S.state, (0.0, 0.0, -S.theta_S, -1.0, 0.0)]
-    pts += [(0.0, 0.0, 1.0, 1.0, 0.0), (0.0, 0.0, -1.0, -1.0, 0.0), (0.0, 0.0, 1.0, -1.0, 0.0),
-            (0.0, 0.0, -1.0, 1.0, 0.0)]
+    pts += [
+        (0.0, 0.0, 1.0, 1.0, 0.0),
+        (0.0, 0.0, -1.0, -1.0, 0.0),
+        (0.0, 0.0, 1.0, -1.0, 0.0),
+        (0.0, 0.0, -1.0, 1.0, 0.0),
+    ]
     return np.array(pts)
 
 
@@ -736,8 +785,9 @@ def _stability(eigs) -> str:
     return "saddle"
 
 
-def fixed_points(task: SingleLocationTask, lam: float, alpha: float | None = None, *, n_starts: int = 1000,
-                 rng=0) -> tuple[FixedPoint, ...]:
+def fixed_points(
+    task: SingleLocationTask, lam: float, alpha: float | None = None, *, n_starts: int = 1000, rng=0
+) -> tuple[FixedPoint, ...]:
     """All fixed points of the five-scalar PGD map at (task, lambda), named, with risk, linearisation and orbit.
 
     Implements docs/models/single_location.md §7.1-§7.2 (the five points of M: (0, 0) saddle, (1, 1) and (-1, -1)
@@ -803,9 +853,9 @@ def _frame_vectors(x):
     """k, v in R^6 with k* = e1, v* = e2 and the given five scalars (Gram–Schmidt coordinates as in
     vectors_from_state)."""
     kappa, nu, theta, eta, rho = (float(t) for t in x)
-    a = math.sqrt(max(1.0 - kappa ** 2 - eta ** 2, 0.0))
+    a = math.sqrt(max(1.0 - kappa**2 - eta**2, 0.0))
     b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
-    c = math.sqrt(max(1.0 - theta ** 2 - nu ** 2 - b ** 2, 0.0))
+    c = math.sqrt(max(1.0 - theta**2 - nu**2 - b**2, 0.0))
     k = np.zeros(_DV)
     v = np.zeros(_DV)
     k[:3] = kappa, eta, a
@@ -837,14 +887,14 @@ def _vector_linearisation(task, lam, x, alpha):
     eye = np.eye(_DV)
 
     def complement(u):
-        q = np.linalg.svd(np.eye(_DV) - np.outer(u, u))[0][:, :_DV - 1]
+        q = np.linalg.svd(np.eye(_DV) - np.outer(u, u))[0][:, : _DV - 1]
         return q
 
     Bk, Bv = complement(k), complement(v)  # (6, 5) orthonormal bases of the tangent spaces
     n_t = 2 * (_DV - 1)
     basis = np.zeros((n_t, 2 * _DV))
-    basis[:_DV - 1, :_DV] = Bk.T
-    basis[_DV - 1:, _DV:] = Bv.T
+    basis[: _DV - 1, :_DV] = Bk.T
+    basis[_DV - 1 :, _DV:] = Bv.T
     model = _symbolic_vector_model()
     p = _symbolic_params(task, lam, alpha)
     xv = np.concatenate([k, v])
@@ -898,15 +948,26 @@ def _describe(task, lam, alpha, x):
         attracting = bool(top < 1.0 or (top <= 1.0 + 1e-12 and kind == "oracle" and stab == "minimum"))
         mapped = tuple(complex(z) if abs(z.imag) > 1e-12 else float(z.real) for z in mapped)
     r = float(risk(task, lam, *x))
-    return FixedPoint(state=tuple(float(v) + 0.0 for v in x), kappa=float(x[0]) + 0.0, nu=float(x[1]) + 0.0,
-                      kind=kind, stability=stab, risk=r, excess_risk=r - task.eps ** 2,
-                      flow_eigenvalues=tuple(float(v) for v in np.sort(flow.real)), map_eigenvalues=mapped,
-                      manifold_map_eigenvalues=manifold_map, attracting=attracting, on_manifold=on_m,
-                      orbit=_orbit(x))
+    return FixedPoint(
+        state=tuple(float(v) + 0.0 for v in x),
+        kappa=float(x[0]) + 0.0,
+        nu=float(x[1]) + 0.0,
+        kind=kind,
+        stability=stab,
+        risk=r,
+        excess_risk=r - task.eps**2,
+        flow_eigenvalues=tuple(float(v) for v in np.sort(flow.real)),
+        map_eigenvalues=mapped,
+        manifold_map_eigenvalues=manifold_map,
+        attracting=attracting,
+        on_manifold=on_m,
+        orbit=_orbit(x),
+    )
 
 
-def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3, points=None,
-             basin: bool = False) -> np.ndarray:
+def classify(
+    task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3, points=None, basin: bool = False
+) -> np.ndarray:
     """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
 
     The names are those of :func:`fixed_points` (the five stationary points on M of Props. 8-10, S of
@@ -921,10 +982,11 @@ def classify(task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3,
     points : tuple of FixedPoint, optional
         From :func:`fixed_points` (computed when not given).
     basin : bool
-        Also name states within 1e-3 of two invariant edges by the attractor they reach (see
-        the edge certificate of :func:`classify`): on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap"), only when
-        that point attracts at the step size of ``points`` (``fixed_points(task, lam, alpha)``; points computed
-        without a step size certify nothing).
+        Also name states within 1e-3 of two invariant edges by the attractor they reach (the edge certificate):
+        on M with |nu| = 1 ("oracle") and k = +-v* ("spurious" or "swap"), only when that point attracts at the
+        step size of ``points`` (``fixed_points(task, lam, alpha)``; points computed without a step size certify
+        nothing). The dynamics along each edge is monotone towards its attractor (docs/models/single_location.md
+        §7.1, §7.4).
 
     Returns
     -------
@@ -984,8 +1046,18 @@ def _edge_certificate(task, lam, st, points):
     return out
 
 
-def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: float, n_steps: int = 10_000,
-                       points=None, stop_tol: float = 1e-4, chunk: int = 250, certify: bool = False):
+def run_to_fixed_point(
+    task: SingleLocationTask,
+    state0,
+    *,
+    alpha: float,
+    lam: float,
+    n_steps: int = 10_000,
+    points=None,
+    stop_tol: float = 1e-4,
+    chunk: int = 250,
+    certify: bool = False,
+):
     """Five-scalar PGD (docs/models/single_location.md §6.4) at constant lambda, final states only, each trajectory
     stopped when converged.
 
@@ -1036,8 +1108,16 @@ def run_to_fixed_point(task: SingleLocationTask, state0, *, alpha: float, lam: f
     return X, steps
 
 
-FIXED_POINT_KINDS: tuple[str, ...] = ("oracle", "anti_oracle", "saddle", "spurious", "swap", "anti_swap", "collinear",
-                                      "mixed")
+FIXED_POINT_KINDS: tuple[str, ...] = (
+    "oracle",
+    "anti_oracle",
+    "saddle",
+    "spurious",
+    "swap",
+    "anti_swap",
+    "collinear",
+    "mixed",
+)
 """Every ``kind`` a :class:`FixedPoint` can have (docs/models/single_location.md §7.1, §7.4)."""
 
 
@@ -1054,8 +1134,19 @@ class Basins:
     notes: tuple = ()
 
 
-def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3, n_steps: int = 10_000, rng=None,
-           tol: float = 1e-3, stop_tol: float = 1e-4, points=None, certify: bool = False) -> Basins:
+def basins(
+    task: SingleLocationTask,
+    lam: float,
+    n: int,
+    *,
+    alpha: float = 4e-3,
+    n_steps: int = 10_000,
+    rng=None,
+    tol: float = 1e-3,
+    stop_tol: float = 1e-4,
+    points=None,
+    certify: bool = False,
+) -> Basins:
     """Fractions of n uniform sphere starts (docs/models/single_location.md §6.5) whose PGD end state sits at each kind
     of fixed point.
 
@@ -1079,8 +1170,9 @@ def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3,
     if certify and any(fp.attracting is None for fp in pts):
         raise ValueError("certify=True needs points computed at the run's step size: fixed_points(task, lam, alpha)")
     x0 = sample_initial_state(task, n, rng)
-    X, steps = run_to_fixed_point(task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts, stop_tol=stop_tol,
-                                  certify=certify)
+    X, steps = run_to_fixed_point(
+        task, x0, alpha=alpha, lam=lam, n_steps=n_steps, points=pts, stop_tol=stop_tol, certify=certify
+    )
     names = classify(task, lam, X, tol=tol, points=pts, basin=certify)
     notes = ()
     if certify:
@@ -1088,10 +1180,15 @@ def basins(task: SingleLocationTask, lam: float, n: int, *, alpha: float = 4e-3,
     kinds = FIXED_POINT_KINDS + ("unconverged",)  # every kind, reached or not, so sweeps get the same variables
     counts = np.array([int(np.sum(names == k)) for k in kinds])
     frac = counts / n
-    return Basins(kinds=kinds, counts=tuple(int(c) for c in counts), n=n,
-                  fractions=tuple(float(f) for f in frac),
-                  standard_errors=tuple(float(np.sqrt(f * (1 - f) / n)) for f in frac), mean_steps=float(steps.mean()),
-                  notes=notes)
+    return Basins(
+        kinds=kinds,
+        counts=tuple(int(c) for c in counts),
+        n=n,
+        fractions=tuple(float(f) for f in frac),
+        standard_errors=tuple(float(np.sqrt(f * (1 - f) / n)) for f in frac),
+        mean_steps=float(steps.mean()),
+        notes=notes,
+    )
 
 
 def _certified_names(X, names, pts, alpha):
@@ -1111,10 +1208,15 @@ def _certified_names(X, names, pts, alpha):
         sel = unconv & np.array([images[i][1].kind == kind for i in nearest])
         fp = images[nearest[sel][0]][1]
         top = max(abs(complex(z)) for z in fp.map_eigenvalues)
-        why = (f"it does not attract at alpha = {alpha:g} (largest map multiplier modulus {top:.4g})"
-               if not fp.attracting else "not reached within the run's steps")
-        notes.append(f"{int(sel.sum())} unconverged runs nearest to {kind!r} (max-norm distance "
-                     f"{d_near[sel].min():.3g} .. {d_near[sel].max():.3g}): {why}")
+        why = (
+            f"it does not attract at alpha = {alpha:g} (largest map multiplier modulus {top:.4g})"
+            if not fp.attracting
+            else "not reached within the run's steps"
+        )
+        notes.append(
+            f"{int(sel.sum())} unconverged runs nearest to {kind!r} (max-norm distance "
+            f"{d_near[sel].min():.3g} .. {d_near[sel].max():.3g}): {why}"
+        )
     return names.astype(str), tuple(notes)
 
 
@@ -1140,9 +1242,14 @@ def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
     g = lam * task.gamma
     p1, z0g = float(_phi(0.0, g, 1)), float(_zeta_u(0.0, g))
     theta_s = task.gamma * g * p1 / (task.s * z0g)
-    exc = task.gamma ** 2 * (1 - g * g * p1 * p1 / z0g + z0g) + (task.L - 1) * float(_zeta_u(0.0, lam))
-    return SpuriousPoint(theta_S=theta_s, state=(0.0, 0.0, theta_s, 1.0, 0.0), exists=theta_s <= 1.0,
-                         excess_risk=exc, distance_to_manifold=math.sqrt(1.0 + theta_s ** 2))
+    exc = task.gamma**2 * (1 - g * g * p1 * p1 / z0g + z0g) + (task.L - 1) * float(_zeta_u(0.0, lam))
+    return SpuriousPoint(
+        theta_S=theta_s,
+        state=(0.0, 0.0, theta_s, 1.0, 0.0),
+        exists=theta_s <= 1.0,
+        excess_risk=exc,
+        distance_to_manifold=math.sqrt(1.0 + theta_s**2),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1175,7 +1282,7 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
         len_v = np.sqrt(z34[:, 0] ** 2 + z34[:, 1] ** 2 + q_v)
         kappa, eta = z12[:, 0] / len_k, z12[:, 1] / len_k
         theta, nu = z34[:, 0] / len_v, z34[:, 1] / len_v
-        rho = kappa * theta + eta * nu + np.sqrt(q_k * q_v) / (len_k * len_v) * z5 / np.sqrt(z5 ** 2 + q_kv)
+        rho = kappa * theta + eta * nu + np.sqrt(q_k * q_v) / (len_k * len_v) * z5 / np.sqrt(z5**2 + q_kv)
         out[:] = np.stack([kappa, nu, theta, eta, rho], axis=1)
     else:
         z = rng.standard_normal((n, 2))
@@ -1188,8 +1295,10 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
 
 def _need_d4(task):
     if task.d < 4:
-        raise ValueError(f"d must be >= 4 for the five-scalar map and initial laws "
-                         f"(docs/models/single_location.md §6.4-§6.5); got d={task.d}")
+        raise ValueError(
+            f"d must be >= 4 for the five-scalar map and initial laws "
+            f"(docs/models/single_location.md §6.4-§6.5); got d={task.d}"
+        )
 
 
 def random_oracle_directions(task: SingleLocationTask, rng=None) -> tuple[np.ndarray, np.ndarray]:
@@ -1223,9 +1332,9 @@ def vectors_from_state(task: SingleLocationTask, state, rng=None):
         raise ValueError(f"state must have 5 columns (kappa, nu, theta, eta, rho); got shape {st.shape}")
     _check_state(*(np.ascontiguousarray(st[:, j]) for j in range(5)), where="state")
     kappa, nu, theta, eta, rho = st.T
-    a = np.sqrt(np.maximum(1.0 - kappa ** 2 - eta ** 2, 0.0))
+    a = np.sqrt(np.maximum(1.0 - kappa**2 - eta**2, 0.0))
     b = np.where(a > 1e-150, (rho - kappa * theta - eta * nu) / np.where(a > 1e-150, a, 1.0), 0.0)
-    cc = np.sqrt(np.maximum(1.0 - theta ** 2 - nu ** 2 - b ** 2, 0.0))
+    cc = np.sqrt(np.maximum(1.0 - theta**2 - nu**2 - b**2, 0.0))
     n = st.shape[0]
     coords = np.zeros((n, 4, 4))  # (state, vector k/v/k*/v*, coordinate)
     coords[:, 0] = np.stack([kappa, eta, a, np.zeros(n)], axis=1)
@@ -1252,7 +1361,9 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
     k_star = check_finite_array("k_star", k_star, shape=(task.d,))
     v_star = check_finite_array("v_star", v_star, shape=(task.d,))
     if abs(k_star @ k_star - 1) > 1e-10 or abs(v_star @ v_star - 1) > 1e-10 or abs(k_star @ v_star) > 1e-10:
-        raise ValueError("k_star and v_star must be orthonormal (docs/models/single_location.md §1, Assumption 1), to 1e-10")
+        raise ValueError(
+            "k_star and v_star must be orthonormal (docs/models/single_location.md §1, Assumption 1), to 1e-10"
+        )
     p = _location_probs(task, location_probs)
     j0 = rng.choice(task.L, size=n, p=p)
     X = rng.standard_normal((n, task.L, task.d))
@@ -1271,8 +1382,10 @@ def predict_erf(X, k, v, lam):
     k, v = (check_finite_array(name, a) for name, a in (("k", k), ("v", v)))
     for name, a in (("k", k), ("v", v)):
         if a.shape != (d,):
-            raise ValueError(f"{name} must have shape (d,) with d = X.shape[-1] = {d} (X of shape (..., L, d)); "
-                             f"got {name} of shape {a.shape}")
+            raise ValueError(
+                f"{name} must have shape (d,) with d = X.shape[-1] = {d} (X of shape (..., L, d)); "
+                f"got {name} of shape {a.shape}"
+            )
     return np.sum(_erf(lam * (X @ k)) * (X @ v), axis=-1)
 
 
@@ -1295,8 +1408,9 @@ def _lam_sequence(lam, n_steps):
         return np.array([val]), val
     arr = check_finite_array("lam", arr, ndim=1)
     if arr.shape[0] not in (n_steps, n_steps + 1):
-        raise ValueError(f"lam as an array must have n_steps={n_steps} (one per update) or n_steps+1 entries; got "
-                         f"{arr.shape[0]}")
+        raise ValueError(
+            f"lam as an array must have n_steps={n_steps} (one per update) or n_steps+1 entries; got {arr.shape[0]}"
+        )
     if np.min(arr) <= 0:
         raise ValueError(f"lam must be > 0 at every step; got min {float(np.min(arr))!r}")
     if arr.shape[0] == n_steps:
@@ -1325,8 +1439,10 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
     sizes = {"state0": n_traj}
     if per_lam:
         if lam_arr.shape[1] != 1:
-            raise ValueError("lam as a 2-D array is one constant per trajectory, shape (n_traj, 1); got "
-                             f"{lam_arr.shape} (a shared schedule is 1-D)")
+            raise ValueError(
+                "lam as a 2-D array is one constant per trajectory, shape (n_traj, 1); got "
+                f"{lam_arr.shape} (a shared schedule is 1-D)"
+            )
         sizes["lam"] = lam_arr.shape[0]
     if alpha_arr.ndim > 1:
         raise ValueError(f"alpha must be a number or a 1-D array (one per trajectory); got shape {alpha_arr.shape}")
@@ -1351,8 +1467,10 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
                 raise ValueError("d must be integers")
         ds = np.broadcast_to(d_arr, (n,)).astype(np.int64)
         if np.min(ds) < 4:
-            raise ValueError(f"d must be >= 4 for the five-scalar map (docs/models/single_location.md §6.4); "
-                             f"got min {int(np.min(ds))}")
+            raise ValueError(
+                f"d must be >= 4 for the five-scalar map (docs/models/single_location.md §6.4); "
+                f"got min {int(np.min(ds))}"
+            )
     svals = np.sqrt(ds / 2.0)
     if per_lam:
         lam0 = np.broadcast_to(lam_arr[:, 0], (n,)).astype(np.float64)
@@ -1362,8 +1480,13 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
         return np.array(rows), lam0, None, n, ("per-trajectory", alphas, ds)
     lams, lam_desc = _lam_sequence(lam, n_steps)
     if n == 1 or (alpha_arr.ndim == 0 and d_arr is None):
-        return _map_params(task, float(alphas[0]), lams), np.full(n, lams[0]), lams, n, (lam_desc, float(alphas[0]),
-                                                                                            task.d)
+        return (
+            _map_params(task, float(alphas[0]), lams),
+            np.full(n, lams[0]),
+            lams,
+            n,
+            (lam_desc, float(alphas[0]), task.d),
+        )
     rows = [_map_params(task, a, lams, s) for a, s in zip(alphas, svals)]
     return np.array(rows), np.full(n, lams[0]), lams, n, (lam_desc, alphas, ds)
 
@@ -1378,8 +1501,7 @@ def _risk_variables(task, saved):
     _k.risk_array(*flat, task.s, task.gamma, float(task.L), task.eps, r)
     r = r.reshape(shape)
     theta, eta, rho = saved[..., 2], saved[..., 3], saved[..., 4]
-    return {"risk": r, "excess_risk": r - task.eps ** 2,
-            "distance_to_manifold": np.sqrt(theta ** 2 + eta ** 2 + rho ** 2)}
+    return {"risk": r, "excess_risk": r - task.eps**2, "distance_to_manifold": np.sqrt(theta**2 + eta**2 + rho**2)}
 
 
 def _off_manifold_zeros(Y, P):
@@ -1387,8 +1509,20 @@ def _off_manifold_zeros(Y, P):
     return {name: np.zeros(Y.shape[:2]) for name in ("distance_to_manifold", "theta", "eta", "rho")}
 
 
-def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=None, manifold: bool = False,
-        progress: bool = False, d=None, converged: float | None = None, warn_unconverged: bool = True):
+def map(
+    task: SingleLocationTask,
+    state0,
+    *,
+    alpha,
+    n_steps: int,
+    lam,
+    saveat=None,
+    manifold: bool = False,
+    progress: bool = False,
+    d=None,
+    converged: float | None = None,
+    warn_unconverged: bool = True,
+):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
 
     Implements docs/models/single_location.md §6.4 (exact five-scalar map, cost independent of d) or, with
@@ -1449,8 +1583,10 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     if manifold:
         if st.shape[1] == 5:
             if np.any(st[:, 2:] != 0):
-                raise ValueError("state0 with manifold=True must have theta = eta = rho = 0 "
-                                 "(a point of M, docs/models/single_location.md §5.1)")
+                raise ValueError(
+                    "state0 with manifold=True must have theta = eta = rho = 0 "
+                    "(a point of M, docs/models/single_location.md §5.1)"
+                )
 
             st = st[:, :2]
         if st.shape[1] != 2:
@@ -1467,26 +1603,60 @@ def map(task: SingleLocationTask, state0, *, alpha, n_steps: int, lam, saveat=No
     names = ["kappa", "nu", "lam"] if manifold else ["kappa", "nu", "theta", "eta", "rho", "lam"]
     step = _k.manifold_step if manifold else _k.five_step
     attrs = {
-        "model": "single_location", "spec": task, "source": "closedform", "time_unit": TIME_UNIT,
-        "equation": "docs/models/single_location.md §6.3 (Lemma 7)" if manifold else "docs/models/single_location.md §6.4",
-        "config": {"alpha": alpha_desc, "n_steps": n_steps, "lam": lam_desc, "manifold": bool(manifold),
-                   "d": d_desc},
+        "model": "single_location",
+        "spec": task,
+        "source": "closedform",
+        "time_unit": TIME_UNIT,
+        "equation": "docs/models/single_location.md §6.3 (Lemma 7)"
+        if manifold
+        else "docs/models/single_location.md §6.4",
+        "config": {"alpha": alpha_desc, "n_steps": n_steps, "lam": lam_desc, "manifold": bool(manifold), "d": d_desc},
     }
     constant = lams is None or np.ptp(lams) == 0
-    tol = converged if converged is not None else max(CONVERGENCE_TOL, 0.0 if constant else
-                                                        2.0 * float(abs(lams[-1] - lams[-2])))
+    tol = (
+        converged
+        if converged is not None
+        else max(CONVERGENCE_TOL, 0.0 if constant else 2.0 * float(abs(lams[-1] - lams[-2])))
+    )
     if manifold:
-        observe = dict(observe=_k.manifold_observe, observe_names=_k.MANIFOLD_OBSERVABLE_NAMES,
-                       step_observe=_k.manifold_step_observe, derived=_off_manifold_zeros)
+        observe = dict(
+            observe=_k.manifold_observe,
+            observe_names=_k.MANIFOLD_OBSERVABLE_NAMES,
+            step_observe=_k.manifold_step_observe,
+            derived=_off_manifold_zeros,
+        )
     else:
         observe = dict(observe=_k.five_observe, observe_names=_k.OBSERVABLE_NAMES, step_observe=_k.five_step_observe)
-    traj = dynamics.iterate(step, x0, n_steps, params=p, saveat=saveat, names=names, progress=progress, attrs=attrs,
-                            converged=converged, convergence_tol=tol, **observe)
+    traj = dynamics.iterate(
+        step,
+        x0,
+        n_steps,
+        params=p,
+        saveat=saveat,
+        names=names,
+        progress=progress,
+        attrs=attrs,
+        converged=converged,
+        convergence_tol=tol,
+        **observe,
+    )
     return check_run(traj, warn_unconverged, what="single_location.map", fixed_points=constant, tol=tol)
 
 
-def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, n_steps: int, lam,
-             save_every: int = 1, save_vectors: bool = False, warn_unconverged: bool = True):
+def full_pgd(
+    task: SingleLocationTask,
+    k0,
+    v0,
+    k_star,
+    v_star,
+    *,
+    alpha: float,
+    n_steps: int,
+    lam,
+    save_every: int = 1,
+    save_vectors: bool = False,
+    warn_unconverged: bool = True,
+):
     """Brute-force PGD with d-dimensional vectors and the chain-rule gradient (reference for the reduced maps).
 
     Implements docs/models/single_location.md §6.1 (paper Definition 1) with grad_k R = R_kappa k* + R_eta v* + R_rho v
@@ -1554,7 +1724,7 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
             break
         lam_vec = np.full(n, lams[step])
         _k.partials_array(*(np.ascontiguousarray(x) for x in sc), lam_vec, s, gamma, L, partials)
-        r_k, r_n, r_t, r_e, r_r = (partials[:, i:i + 1] for i in range(5))
+        r_k, r_n, r_t, r_e, r_r = (partials[:, i : i + 1] for i in range(5))
         grad_k = r_k * ks + r_e * vs + r_r * v
         grad_v = r_n * vs + r_t * ks + r_r * k
         grad_k -= np.sum(grad_k * k, axis=1, keepdims=True) * k
@@ -1565,23 +1735,42 @@ def full_pgd(task: SingleLocationTask, k0, v0, k_star, v_star, *, alpha: float, 
         v = v_new / np.linalg.norm(v_new, axis=1, keepdims=True)
         if not (np.all(np.isfinite(k)) and np.all(np.isfinite(v))):
             bad = int(np.argmax(~np.all(np.isfinite(k), axis=1) | ~np.all(np.isfinite(v), axis=1)))
-            raise dynamics.DivergenceError(f"full_pgd: non-finite vector at step {step + 1}, trajectory {bad}",
-                                           trajectory=bad, variable="k/v", step=step + 1, time=float(step + 1))
+            raise dynamics.DivergenceError(
+                f"full_pgd: non-finite vector at step {step + 1}, trajectory {bad}",
+                trajectory=bad,
+                variable="k/v",
+                step=step + 1,
+                time=float(step + 1),
+            )
     derived = _risk_variables(task, saved)
     if save_vectors:
         derived.update(k=vec_k, v=vec_v)
-    attrs = {"model": "single_location", "spec": task, "source": "closedform-vectors", "time_unit": TIME_UNIT,
-             "equation": "docs/models/single_location.md §6.1, §4.3",
-             "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "save_every": save_every}}
+    attrs = {
+        "model": "single_location",
+        "spec": task,
+        "source": "closedform-vectors",
+        "time_unit": TIME_UNIT,
+        "equation": "docs/models/single_location.md §6.1, §4.3",
+        "config": {"alpha": alpha, "n_steps": n_steps, "lam": lam_desc, "save_every": save_every},
+    }
     constant = np.ptp(lams) == 0
     tol = max(CONVERGENCE_TOL, 0.0 if constant else 2.0 * float(abs(lams[-1] - lams[-2])))
     samples, ends = block_samples(blocks, recorded)
-    trend = step_norm_trend(np.stack(samples, axis=1) if samples else np.empty((n, 0)), ends,
-                            None if mid is None else np.max(np.abs(previous - mid), axis=1))
+    trend = step_norm_trend(
+        np.stack(samples, axis=1) if samples else np.empty((n, 0)),
+        ends,
+        None if mid is None else np.max(np.abs(previous - mid), axis=1),
+    )
     diagnostics = {"final_step_norm": moved, "converged": moved < tol, "step_norm_trend": trend}
-    traj = dynamics.Trajectory.from_arrays(saved, names=["kappa", "nu", "theta", "eta", "rho", "lam"],
-                                           time=steps.astype(np.float64), step=steps, variables=derived, attrs=attrs,
-                                           per_trajectory=diagnostics)
+    traj = dynamics.Trajectory.from_arrays(
+        saved,
+        names=["kappa", "nu", "theta", "eta", "rho", "lam"],
+        time=steps.astype(np.float64),
+        step=steps,
+        variables=derived,
+        attrs=attrs,
+        per_trajectory=diagnostics,
+    )
     return check_run(traj, warn_unconverged, what="single_location.full_pgd", fixed_points=constant, tol=tol)
 
 
@@ -1604,8 +1793,13 @@ def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float
     lam = check_positive("lam", lam)
     oracle = float(oracle_risk(task, lam))
     eps2 = bayes_risk_lower_bound(task)
-    return {"oracle_risk": oracle, "oracle_excess_risk": oracle - eps2, "bayes_risk_lower_bound": eps2,
-            "linear_risk": linear_risk(task), "null_risk": eps2 + task.gamma ** 2}
+    return {
+        "oracle_risk": oracle,
+        "oracle_excess_risk": oracle - eps2,
+        "bayes_risk_lower_bound": eps2,
+        "linear_risk": linear_risk(task),
+        "null_risk": eps2 + task.gamma**2,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1615,6 +1809,7 @@ def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float
 from dynamics import SaveAt as _SaveAt  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
+
 def _check_lam(name: str, value) -> None:
     """lambda: a schedule, or a positive finite number or array (one per step)."""
     if not isinstance(value, LamSchedule):
@@ -1623,24 +1818,54 @@ def _check_lam(name: str, value) -> None:
 
 def _check_points(name: str, value) -> None:
     """Known fixed points: a sequence of FixedPoint (as returned by fixed_points)."""
-    if isinstance(value, str | bytes) or not isinstance(value, list | tuple) or \
-            not all(isinstance(p, FixedPoint) for p in value):
-        raise _V.ArgumentTypeError(f"{name} must be a tuple of FixedPoint (from fixed_points) or None; "
-                                   f"got {type(value).__name__}")
+    if (
+        isinstance(value, str | bytes)
+        or not isinstance(value, list | tuple)
+        or not all(isinstance(p, FixedPoint) for p in value)
+    ):
+        raise _V.ArgumentTypeError(
+            f"{name} must be a tuple of FixedPoint (from fixed_points) or None; got {type(value).__name__}"
+        )
 
 
 _LAM = _V.Range(array=True, gt=0)
 _REALS = _V.Range(array=True)
 _V.validate_module(
     globals(),
-    lam=_check_lam, kappa=_REALS, nu=_REALS, theta=_REALS, eta=_REALS, rho=_REALS,
-    state=_REALS, state0=_REALS, states=_REALS, X=_REALS, k=_REALS, v=_REALS, k0=_REALS, v0=_REALS,
-    k_star=_REALS, v_star=_REALS, location_probs=_V.Range(array=True, ge=0), rng=_V.seed_check,
-    alpha=_V.Range(gt=0), points=_check_points, saveat=_V.Instance(_SaveAt), d=_V.Range(integer=True, ge=2),
-    n=_V.Range(integer=True, ge=1), n_steps=_V.Range(integer=True, ge=1), n_starts=_V.Range(integer=True, ge=0),
-    max_iter=_V.Range(integer=True, ge=1), chunk=_V.Range(integer=True, ge=1),
-    save_every=_V.Range(integer=True, ge=1), tol=_V.Range(gt=0), stop_tol=_V.Range(gt=0),
-    lam0=_V.Range(gt=0), decay=_V.Range(ge=0), converged=_V.Range(gt=0), gamma=_V.Range(gt=0),
+    lam=_check_lam,
+    kappa=_REALS,
+    nu=_REALS,
+    theta=_REALS,
+    eta=_REALS,
+    rho=_REALS,
+    state=_REALS,
+    state0=_REALS,
+    states=_REALS,
+    X=_REALS,
+    k=_REALS,
+    v=_REALS,
+    k0=_REALS,
+    v0=_REALS,
+    k_star=_REALS,
+    v_star=_REALS,
+    location_probs=_V.Range(array=True, ge=0),
+    rng=_V.seed_check,
+    alpha=_V.Range(gt=0),
+    points=_check_points,
+    saveat=_V.Instance(_SaveAt),
+    d=_V.Range(integer=True, ge=2),
+    n=_V.Range(integer=True, ge=1),
+    n_steps=_V.Range(integer=True, ge=1),
+    n_starts=_V.Range(integer=True, ge=0),
+    max_iter=_V.Range(integer=True, ge=1),
+    chunk=_V.Range(integer=True, ge=1),
+    save_every=_V.Range(integer=True, ge=1),
+    tol=_V.Range(gt=0),
+    stop_tol=_V.Range(gt=0),
+    lam0=_V.Range(gt=0),
+    decay=_V.Range(ge=0),
+    converged=_V.Range(gt=0),
+    gamma=_V.Range(gt=0),
     noise=_V.Range(ge=0),
     # map runs batched configurations: alpha and d may be arrays broadcast against the batch (checked again inside)
     per_function={"map": {"alpha": _V.Range(array=True, gt=0), "d": _V.Range(array=True, integer=True, ge=2)}},

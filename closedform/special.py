@@ -176,9 +176,11 @@ def _zeta_ttt(t, g):
     r = math.sqrt(1.0 + 4.0 * g2)
     u, m = t / (q * r), t / q
     qr = q * r
-    return (2.0 / q) * (_erf_deriv(u, 2) * _erf_deriv(m, 1) / (qr * qr)
-                        + 2.0 * _erf_deriv(u, 1) * _erf_deriv(m, 2) / (q * q * r)
-                        + math.erf(u) * _erf_deriv(m, 3) / (q * q))
+    return (2.0 / q) * (
+        _erf_deriv(u, 2) * _erf_deriv(m, 1) / (qr * qr)
+        + 2.0 * _erf_deriv(u, 1) * _erf_deriv(m, 2) / (q * q * r)
+        + math.erf(u) * _erf_deriv(m, 3) / (q * q)
+    )
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
@@ -251,7 +253,7 @@ def _phi_ufunc(t, g, j):
     Implements docs/models/single_location.md §3.1 (paper Lemma 18 analogue). Broadcasts over ``t``, ``g``, ``j``.
     """
     q = math.sqrt(1.0 + 2.0 * g * g)
-    return _erf_deriv(t / q, j) / q ** j
+    return _erf_deriv(t / q, j) / q**j
 
 
 @vectorize(["float64(float64, int64)"], cache=True)
@@ -312,15 +314,25 @@ def erf_derivative(x, j):
 
 def _lower_to(ufunc):
     """The numba implementation of a checked entry point: the ufunc itself (no checks in compiled code)."""
+
     def typer(*args):
         return lambda *args: ufunc(*args)
+
     return typer
 
 
-for _entry, _ufunc in ((zeta, _zeta_ufunc), (zeta_t, _zeta_t_ufunc), (zeta_tt, _zeta_tt_ufunc),
-                       (zeta_ttt, _zeta_ttt_ufunc), (owens_t, _owens_t_ufunc), (phi, _phi_ufunc),
-                       (erf_derivative, _erf_derivative_ufunc)):
-    _entry.__doc__ = _ufunc.__doc__ + ("\n    Arguments are checked (finite reals, except that zeta's t and owens_t's h "
-                                       "may be +-inf; j an integer in 0..3) before the ufunc runs.\n")
+for _entry, _ufunc in (
+    (zeta, _zeta_ufunc),
+    (zeta_t, _zeta_t_ufunc),
+    (zeta_tt, _zeta_tt_ufunc),
+    (zeta_ttt, _zeta_ttt_ufunc),
+    (owens_t, _owens_t_ufunc),
+    (phi, _phi_ufunc),
+    (erf_derivative, _erf_derivative_ufunc),
+):
+    _entry.__doc__ = _ufunc.__doc__ + (
+        "\n    Arguments are checked (finite reals, except that zeta's t and owens_t's h "
+        "may be +-inf; j an integer in 0..3) before the ufunc runs.\n"
+    )
     overload(_entry)(_lower_to(_ufunc))
 del _entry, _ufunc

@@ -71,8 +71,10 @@ def _bundled_mathjax() -> Path:
 
     spec = importlib.util.find_spec("sphinx-mathjax-offline")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the docs need the package sphinx-mathjax-offline (pip install -e '.[docs]'): it bundles "
-                           "MathJax so that formulas render without a network")
+        raise RuntimeError(
+            "the docs need the package sphinx-mathjax-offline (pip install -e '.[docs]'): it bundles "
+            "MathJax so that formulas render without a network"
+        )
     folder = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
     if not (folder / _MATHJAX_FILE).is_file():
         raise RuntimeError(f"sphinx-mathjax-offline has no {_MATHJAX_FILE} under {folder}")
@@ -110,8 +112,10 @@ def _api_page(name: str) -> str | None:
     import importlib
 
     module = importlib.import_module(name)
-    exported = list(getattr(module, "__all__", None) or [
-        n for n, obj in vars(module).items() if not n.startswith("_") and getattr(obj, "__module__", None) == name])
+    exported = list(
+        getattr(module, "__all__", None)
+        or [n for n, obj in vars(module).items() if not n.startswith("_") and getattr(obj, "__module__", None) == name]
+    )
     parent = name.rpartition(".")[0]
     reexported = set()
     if parent:
@@ -162,8 +166,9 @@ def _write_cli_pages():
     wanted = {}
     for verb, sub in verbs.choices.items():
         sub.formatter_class = lambda prog: __import__("argparse").HelpFormatter(prog, width=100)
-        wanted[f"{verb}.md"] = (f"# `{verb}`\n\n{(helps.get(verb) or '').capitalize()}.\n\n"
-                                f"```text\n{sub.format_help().rstrip()}\n```\n")
+        wanted[f"{verb}.md"] = (
+            f"# `{verb}`\n\n{(helps.get(verb) or '').capitalize()}.\n\n```text\n{sub.format_help().rstrip()}\n```\n"
+        )
     for old in folder.glob("*.md"):
         if old.name not in wanted:
             old.unlink()
@@ -193,7 +198,9 @@ def _section_anchors():
 
     anchors = {}
     for path in sorted((ROOT / "docs" / "models").glob("*.md")):
-        heads = re.findall(r"^#{1,4}\s+((" + _SECTION + r")\.?\s.*?)\s*$", path.read_text(encoding="utf-8"), re.MULTILINE)
+        heads = re.findall(
+            r"^#{1,4}\s+((" + _SECTION + r")\.?\s.*?)\s*$", path.read_text(encoding="utf-8"), re.MULTILINE
+        )
         anchors[path.stem] = {num: github_slugify(title) for title, num in heads}
     return anchors
 

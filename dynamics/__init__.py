@@ -18,7 +18,23 @@ from dynamics.sweep import SweepError, sweep
 from dynamics.trajectory import Trajectory, atomic_write, save_dataset
 
 __all__ = [
-    "DivergenceError", "MaxStepsError", "UnconvergedWarning", "Dopri5", "Euler", "RK4", "SaveAt", "SweepError",
-    "Trajectory", "Tsit5", "atomic_write", "basins", "compare", "fixed_points", "integrate", "iterate", "overlay",
-    "save_dataset", "sweep",
+    "DivergenceError",
+    "MaxStepsError",
+    "UnconvergedWarning",
+    "Dopri5",
+    "Euler",
+    "RK4",
+    "SaveAt",
+    "SweepError",
+    "Trajectory",
+    "Tsit5",
+    "atomic_write",
+    "basins",
+    "compare",
+    "fixed_points",
+    "integrate",
+    "iterate",
+    "overlay",
+    "save_dataset",
+    "sweep",
 ]

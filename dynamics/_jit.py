@@ -29,6 +29,10 @@ def njit_noref(**options):
     (with a ``RuntimeWarning``). Use it only for functions that allocate nothing."""
     if nrt_option_supported():
         return numba.njit(_nrt=False, **options)
-    warnings.warn(f"numba {numba.__version__} no longer maps njit's _nrt option to its nrt flag; kernels are compiled "
-                  "with reference counting (same results, somewhat slower)", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"numba {numba.__version__} no longer maps njit's _nrt option to its nrt flag; kernels are compiled "
+        "with reference counting (same results, somewhat slower)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     return numba.njit(**options)

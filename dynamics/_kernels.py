@@ -51,16 +51,21 @@ from dynamics import _steppers
 _ENGINE_FILES = (pathlib.Path(__file__), pathlib.Path(_steppers.__file__))
 _LOADED: dict = {}
 _LOAD_LOCK = threading.RLock()
-_STDLIB = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                            sysconfig.get_paths()["platlib"]} if p)
+_STDLIB = tuple(
+    p
+    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    if p
+)
 
 
 def check_model(name: str, fn, signature: str):
     """Raise ``TypeError`` naming ``name`` unless ``fn`` is a numba ``@njit`` function."""
     if not isinstance(fn, CPUDispatcher):
         kind = "a plain Python function" if callable(fn) else type(fn).__name__
-        raise TypeError(f"{name} must be a numba @njit function {signature}; got {kind} {fn!r}. Decorate it with "
-                        "numba.njit (cache=True recommended)")
+        raise TypeError(
+            f"{name} must be a numba @njit function {signature}; got {kind} {fn!r}. Decorate it with "
+            "numba.njit (cache=True recommended)"
+        )
     return fn
 
 
@@ -77,8 +82,15 @@ def resolve_model(module: str, qualname: str):
 UNROLL_MAX = 8
 
 
-def get_kernel(kind: str, fn, tableau: _steppers.Tableau | None = None, n_state: int | None = None,
-               observe=None, fused=None, args_spec: tuple | None = None):
+def get_kernel(
+    kind: str,
+    fn,
+    tableau: _steppers.Tableau | None = None,
+    n_state: int | None = None,
+    observe=None,
+    fused=None,
+    args_spec: tuple | None = None,
+):
     """The compiled kernel ``kind`` ('map', 'fixed' or 'adaptive') for model ``fn`` (and ``tableau``).
 
     ``observe`` (a numba function ``observe(k, x, p, out)``, or None) becomes the global ``OBS`` of the generated
@@ -100,13 +112,19 @@ def get_kernel(kind: str, fn, tableau: _steppers.Tableau | None = None, n_state:
     kernel = _LOADED.get(key)
     if kernel is None:
         n_src = "X.shape[1]" if spec is None else str(int(spec))
-        source = (_map_source(tableau, n_src, observe is not None, fused is not None) if kind == "map"
-                  else _SOURCES[kind](tableau, n_src, observe is not None))
+        source = (
+            _map_source(tableau, n_src, observe is not None, fused is not None)
+            if kind == "map"
+            else _SOURCES[kind](tableau, n_src, observe is not None)
+        )
         source = _args_source(args_spec, observe is not None, fused is not None) + source
         kind_name = kind if spec is None else f"{kind}{spec}"
         funcs = tuple(f for f in (fn, observe, fused) if f is not None)
-        kernel = (_load_cached(kind_name, funcs, tableau, source) if all(_importable(f) for f in funcs)
-                  else _compile_in_memory(funcs, source))
+        kernel = (
+            _load_cached(kind_name, funcs, tableau, source)
+            if all(_importable(f) for f in funcs)
+            else _compile_in_memory(funcs, source)
+        )
         _LOADED[key] = kernel
     return kernel
 
@@ -119,9 +137,11 @@ def _args_source(args_spec, obs: bool, fused: bool) -> str:
     """The generated module's five-argument MODEL/OBS/FUSED (the model's own functions, or adapters that drop the
     args row of a four-argument function) and ``args_row(A, i)``, the data trajectory i sees."""
     lines = []
-    for name, sig, call, present in (("MODEL", "a, x, p, g, out", "a, x, p, out", True),
-                                     ("OBS", "a, x, p, g, out", "a, x, p, out", obs),
-                                     ("FUSED", "a, x, p, g, out, obs", "a, x, p, out, obs", fused)):
+    for name, sig, call, present in (
+        ("MODEL", "a, x, p, g, out", "a, x, p, out", True),
+        ("OBS", "a, x, p, g, out", "a, x, p, out", obs),
+        ("FUSED", "a, x, p, g, out, obs", "a, x, p, out, obs", fused),
+    ):
         if not present:
             continue
         if args_spec is None:
@@ -147,10 +167,12 @@ def _importable(fn) -> bool:
 
 
 def _header(cache: bool) -> str:
-    return ("import numpy as np\nfrom numba import njit\n"
-            "from dynamics._steppers import (commit_moved, fill_frozen, first_bad, in_tail, is_bad, rms_scaled,\n"
-            "                               step_factor, tail_add)\n"
-            f"CACHE = {cache}\n")
+    return (
+        "import numpy as np\nfrom numba import njit\n"
+        "from dynamics._steppers import (commit_moved, fill_frozen, first_bad, in_tail, is_bad, rms_scaled,\n"
+        "                               step_factor, tail_add)\n"
+        f"CACHE = {cache}\n"
+    )
 
 
 # Globals of a generated module: the model function, then (optionally) the observables function.
@@ -284,10 +306,14 @@ def _load_cached(kind: str, funcs, tableau, source: str):
     in-memory compile (no disk cache) when no safe folder exists or the file there is not the expected one."""
     folder = kernel_dir()
     if folder is None:
-        warnings.warn("no private kernel folder (owned by this user, writable only by this user) among "
-                      "$ATTNDYN_KERNEL_DIR, $NUMBA_CACHE_DIR/attndyn_kernels, ~/.cache/attndyn/kernels and the "
-                      "temporary folder: engine kernels are compiled in memory in every process; set "
-                      "ATTNDYN_KERNEL_DIR to a private folder", RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            "no private kernel folder (owned by this user, writable only by this user) among "
+            "$ATTNDYN_KERNEL_DIR, $NUMBA_CACHE_DIR/attndyn_kernels, ~/.cache/attndyn/kernels and the "
+            "temporary folder: engine kernels are compiled in memory in every process; set "
+            "ATTNDYN_KERNEL_DIR to a private folder",
+            RuntimeWarning,
+            stacklevel=4,
+        )
         return _compile_in_memory(funcs, source)
     digest = _digest(funcs, tableau, source)
     method = "" if tableau is None else f"_{tableau.name}"
@@ -295,18 +321,28 @@ def _load_cached(kind: str, funcs, tableau, source: str):
     name = f"attndyn_{kind}{method}_{label}_{digest[:20]}"
     path = folder / f"{name}.py"
     targets = ", ".join(f"{f.py_func.__module__}.{f.py_func.__qualname__}" for f in funcs)
-    imports = "".join(f"{g} = resolve_model({f.py_func.__module__!r}, {f.py_func.__qualname__!r})\n"
-                      for g, f in zip(_GLOBALS, funcs))
-    text = (f"# Generated by dynamics._kernels for {targets}; do not edit.\n" + _header(True)
-            + "from dynamics._kernels import resolve_model\n" + imports + source)
+    imports = "".join(
+        f"{g} = resolve_model({f.py_func.__module__!r}, {f.py_func.__qualname__!r})\n" for g, f in zip(_GLOBALS, funcs)
+    )
+    text = (
+        f"# Generated by dynamics._kernels for {targets}; do not edit.\n"
+        + _header(True)
+        + "from dynamics._kernels import resolve_model\n"
+        + imports
+        + source
+    )
     with _LOAD_LOCK:  # threads (e.g. a Dask worker's) must not see a module before it has finished executing
         module = sys.modules.get(name)
         if module is None:
             _write_once(path, text)
             if not _trusted(path, text):
-                warnings.warn(f"the engine kernel file {path} is not the source this process generated, or is not "
-                              "private to this user; it was not imported (the kernel is compiled in memory). Delete "
-                              "the file if it is stale", RuntimeWarning, stacklevel=4)
+                warnings.warn(
+                    f"the engine kernel file {path} is not the source this process generated, or is not "
+                    "private to this user; it was not imported (the kernel is compiled in memory). Delete "
+                    "the file if it is stale",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
                 return _compile_in_memory(funcs, source)
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
@@ -321,6 +357,7 @@ def _load_cached(kind: str, funcs, tableau, source: str):
 
 # ----------------------------------------------------------------------------------------------------------------
 # Source generation. Kernel arguments are documented at each template; the model function is the global MODEL.
+
 
 def _lit(v: float) -> str:
     return repr(float(v))
@@ -359,8 +396,17 @@ def _stage_views(tab, src: str, indent: str) -> str:
 def _check_source(indent: str, leave: str) -> str:
     """Lines that record status (1, k, first bad component) and ``leave`` when a component of ``buf`` is NaN or
     beyond ``bound`` (written out, not a helper call, so that a constant n unrolls the loop)."""
-    body = ["bad = -1", "for m in range(n):", "    if bad < 0 and not abs(buf[m]) <= bound:", "        bad = m",
-            "if bad >= 0:", "    status[i, 0] = 1", "    status[i, 1] = k", "    status[i, 2] = bad", f"    {leave}"]
+    body = [
+        "bad = -1",
+        "for m in range(n):",
+        "    if bad < 0 and not abs(buf[m]) <= bound:",
+        "        bad = m",
+        "if bad >= 0:",
+        "    status[i, 0] = 1",
+        "    status[i, 1] = k",
+        "    status[i, 2] = bad",
+        f"    {leave}",
+    ]
     return "\n".join(indent + line for line in body)
 
 
@@ -631,8 +677,7 @@ _LANE = {
 
 def _obs_frozen(indent: str, Oi: str, x: str, p: str, when: str, j: str = "j", g: str = "g") -> str:
     """Lines evaluating OBS on the frozen state ``x`` for the saves j0..``j``-1 just filled by ``fill_frozen``."""
-    return (f"{indent}for q in range(j0, {j}):\n"
-            f"{indent}    OBS({when}, {x}, {p}, {g}, {Oi}[q])\n")
+    return f"{indent}for q in range(j0, {j}):\n{indent}    OBS({when}, {x}, {p}, {g}, {Oi}[q])\n"
 
 
 _OBS_DOC = """
@@ -648,36 +693,52 @@ _FUSED_DOC = """
 
 # The map kernel's save and step pieces: without observables, with OBS at every save, and with a fused step.
 _MAP_OBS = {
-    "step_run": ("        MODEL(k, x, p, g, buf)\n",) * 2 + ("""        if pend >= 0:
+    "step_run": ("        MODEL(k, x, p, g, buf)\n",) * 2
+    + (
+        """        if pend >= 0:
             FUSED(k, x, p, g, buf, O[i, pend])
             pend = -1
         else:
             MODEL(k, x, p, g, buf)
-""",),
-    "obs_run": ("", "            OBS(k, x, p, g, O[i, j])\n", """            if k < k_end:
+""",
+    ),
+    "obs_run": (
+        "",
+        "            OBS(k, x, p, g, O[i, j])\n",
+        """            if k < k_end:
                 pend = j
             else:
                 OBS(k, x, p, g, O[i, j])
-"""),
-    "obs_init": ("", "                    OBS(k, X[i], P[0] if shared else P[i], args_row(A, i), O[i, j])\n",
-                 """                    if k < k_end and active[i]:
+""",
+    ),
+    "obs_init": (
+        "",
+        "                    OBS(k, X[i], P[0] if shared else P[i], args_row(A, i), O[i, j])\n",
+        """                    if k < k_end and active[i]:
                         if i == a:
                             qa = j
                         else:
                             qb = j
                     else:
                         OBS(k, X[i], P[0] if shared else P[i], args_row(A, i), O[i, j])
-"""),
-    "obs_end": ("", "                    OBS(kn, x@, p@, g@, O[@, j@])\n",
-                "                    q@ = j@  # kn < k_end\n"),
-    "step": ("                MODEL(kk, x@, p@, g@, b@)\n",) * 2 + ("""                if q@ >= 0:
+""",
+    ),
+    "obs_end": (
+        "",
+        "                    OBS(kn, x@, p@, g@, O[@, j@])\n",
+        "                    q@ = j@  # kn < k_end\n",
+    ),
+    "step": ("                MODEL(kk, x@, p@, g@, b@)\n",) * 2
+    + (
+        """                if q@ >= 0:
                     FUSED(kk, x@, p@, g@, b@, o@)
                     for m in range(o@.shape[0]):
                         O[@, q@, m] = o@[m]
                     q@ = -1
                 else:
                     MODEL(kk, x@, p@, g@, b@)
-""",),
+""",
+    ),
 }
 
 
@@ -687,12 +748,22 @@ def _map_source(tableau, n_state, obs: bool = False, fused: bool = False) -> str
     fill = {key: texts[level] for key, texts in _MAP_OBS.items()}
     fill["obs_doc"] = ("", _OBS_DOC, _OBS_DOC + _FUSED_DOC)[level]
     frozen = _obs_frozen(" " * 12, "O[i]", "x", "p", "save_k[q]") if obs else ""
-    lane = {"obs_end": fill.pop("obs_end"), "step": fill.pop("step"),
-            "frozen_fin": _obs_frozen(" " * 16, "O[@]", "x@", "p@", "save_k[q]", "j@", "g@") if obs else ""}
+    lane = {
+        "obs_end": fill.pop("obs_end"),
+        "step": fill.pop("step"),
+        "frozen_fin": _obs_frozen(" " * 16, "O[@]", "x@", "p@", "save_k[q]", "j@", "g@") if obs else "",
+    }
     texts = dict(_LANE, step="{step}")
     pieces = {f"{part}_{ln}": text.format(**lane).replace("@", ln) for part, text in texts.items() for ln in "ab"}
-    return _MAP.format(n_state=n_state, n_one=n_one, block=PAIR_BLOCK, frozen_run=frozen,
-                       check=_check_source(" " * 8, "return j, False, -1"), **pieces, **fill)
+    return _MAP.format(
+        n_state=n_state,
+        n_one=n_one,
+        block=PAIR_BLOCK,
+        frozen_run=frozen,
+        check=_check_source(" " * 8, "return j, False, -1"),
+        **pieces,
+        **fill,
+    )
 
 
 def _fixed_source(tab, n_state, obs: bool = False) -> str:
@@ -713,12 +784,21 @@ def _fixed_source(tab, n_state, obs: bool = False) -> str:
     obs_save = "                    OBS(t0 + k * dt + save_h[j], out, p, g, O[i, j])\n" if obs else ""
     frozen = _obs_frozen(" " * 12, "O[i]", "x", "p", "t0 + save_k[q] * dt + save_h[q]") if obs else ""
     return _GRID.format(
-        obs_save=obs_save, frozen=frozen, obs_doc=_OBS_DOC if obs else "", check=_check_source(" " * 16, "break"), n_state=n_state,
+        obs_save=obs_save,
+        frozen=frozen,
+        obs_doc=_OBS_DOC if obs else "",
+        check=_check_source(" " * 16, "break"),
+        n_state=n_state,
         args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, "
-             "flush, last, K, yt, buf, A",
+        "flush, last, K, yt, buf, A",
         doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
-            "between grid points is a partial step save_h[j] from grid point save_k[j].",
-        views=_stage_views(tab, "K", "    "), save=save, step=step, tol="tol * dt", stop_value="t0 + k * dt")
+        "between grid points is a partial step save_h[j] from grid point save_k[j].",
+        views=_stage_views(tab, "K", "    "),
+        save=save,
+        step=step,
+        tol="tol * dt",
+        stop_value="t0 + k * dt",
+    )
 
 
 def _adaptive_source(tab, n_state, obs: bool = False) -> str:
@@ -732,19 +812,30 @@ def _adaptive_source(tab, n_state, obs: bool = False) -> str:
     dense_stages = [q for q, d in enumerate(tab.dense) if any(v != 0.0 for v in d)]
     dense_weights = "\n".join(
         f"                        b{q}t = theta * ({_lit(d[0])} + theta * ({_lit(d[1])} + theta * ({_lit(d[2])} "
-        f"+ theta * {_lit(d[3])})))" for q, d in enumerate(tab.dense) if q in dense_stages)
+        f"+ theta * {_lit(d[3])})))"
+        for q, d in enumerate(tab.dense)
+        if q in dense_stages
+    )
     dense_terms = " + ".join(f"b{q}t * k{q}[m]" for q in dense_stages)
-    first_stage = ("                for m in range(n):\n                    k0[m] = F0[i, m]" if tab.fsal
-                   else "                MODEL(t, y, p, g, k0)")
+    first_stage = (
+        "                for m in range(n):\n                    k0[m] = F0[i, m]"
+        if tab.fsal
+        else "                MODEL(t, y, p, g, k0)"
+    )
     stages = "\n".join(_stages(tab, "t", "y", "h", " " * 16, first=False))
     if tab.fsal:
         new_state = "                for m in range(n):\n                    ynew[m] = yt[m]  # the last stage point"
         f_new = f"k{s_last}"
     else:
-        new_state = f"                for m in range(n):\n                    ynew[m] = y[m] + h * ({_combo(tab.b, '', 'k')})"
+        new_state = (
+            f"                for m in range(n):\n                    ynew[m] = y[m] + h * ({_combo(tab.b, '', 'k')})"
+        )
         f_new = None
-    fsal_update = (f"                    for m in range(n):\n                        F0[i, m] = {f_new}[m]" if f_new
-                   else "                    MODEL(T[i], y, p, g, F0[i])")
+    fsal_update = (
+        f"                    for m in range(n):\n                        F0[i, m] = {f_new}[m]"
+        if f_new
+        else "                    MODEL(T[i], y, p, g, F0[i])"
+    )
     return f'''
 @njit(cache=CACHE, fastmath=False)
 def initial_step(t, y, p, g, f0, rtol, atol, y1, f1):

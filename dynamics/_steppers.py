@@ -56,9 +56,12 @@ def _rows(rows):
 EULER = Tableau("euler", c=(0.0,), A=((0.0,),), b=(1.0,), order=1)
 
 RK4 = Tableau(
-    "rk4", c=(0.0, 0.5, 0.5, 1.0),
+    "rk4",
+    c=(0.0, 0.5, 0.5, 1.0),
     A=_rows([[0, 0, 0, 0], [0.5, 0, 0, 0], [0, 0.5, 0, 0], [0, 0, 1, 0]]),
-    b=tuple(float(v) for v in (F(1, 6), F(1, 3), F(1, 3), F(1, 6))), order=4)
+    b=tuple(float(v) for v in (F(1, 6), F(1, 3), F(1, 3), F(1, 6))),
+    order=4,
+)
 
 # Dormand & Prince 1980 (Hairer, Nørsett & Wanner, Table II.5.2); row 6 of A is b (FSAL). Dense output: the
 # order-4 continuous extension of Shampine (1986), the coefficients of scipy's RK45.P.
@@ -72,19 +75,26 @@ _DP_A = [
     [F(35, 384), 0, F(500, 1113), F(125, 192), F(-2187, 6784), F(11, 84), 0],
 ]
 DOPRI5 = Tableau(
-    "dopri5", c=tuple(float(v) for v in (0, F(1, 5), F(3, 10), F(4, 5), F(8, 9), 1, 1)), A=_rows(_DP_A),
-    b=tuple(float(v) for v in _DP_A[6]), order=5, err_order=4, fsal=True,
-    e=tuple(float(v) for v in (F(-71, 57600), 0, F(71, 16695), F(-71, 1920), F(17253, 339200), F(-22, 525),
-                               F(1, 40))),
-    dense=_rows([
-        [1, F(-8048581381, 2820520608), F(8663915743, 2820520608), F(-12715105075, 11282082432)],
-        [0, 0, 0, 0],
-        [0, F(131558114200, 32700410799), F(-68118460800, 10900136933), F(87487479700, 32700410799)],
-        [0, F(-1754552775, 470086768), F(14199869525, 1410260304), F(-10690763975, 1880347072)],
-        [0, F(127303824393, 49829197408), F(-318862633887, 49829197408), F(701980252875, 199316789632)],
-        [0, F(-282668133, 205662961), F(2019193451, 616988883), F(-1453857185, 822651844)],
-        [0, F(40617522, 29380423), F(-110615467, 29380423), F(69997945, 29380423)],
-    ]))
+    "dopri5",
+    c=tuple(float(v) for v in (0, F(1, 5), F(3, 10), F(4, 5), F(8, 9), 1, 1)),
+    A=_rows(_DP_A),
+    b=tuple(float(v) for v in _DP_A[6]),
+    order=5,
+    err_order=4,
+    fsal=True,
+    e=tuple(float(v) for v in (F(-71, 57600), 0, F(71, 16695), F(-71, 1920), F(17253, 339200), F(-22, 525), F(1, 40))),
+    dense=_rows(
+        [
+            [1, F(-8048581381, 2820520608), F(8663915743, 2820520608), F(-12715105075, 11282082432)],
+            [0, 0, 0, 0],
+            [0, F(131558114200, 32700410799), F(-68118460800, 10900136933), F(87487479700, 32700410799)],
+            [0, F(-1754552775, 470086768), F(14199869525, 1410260304), F(-10690763975, 1880347072)],
+            [0, F(127303824393, 49829197408), F(-318862633887, 49829197408), F(701980252875, 199316789632)],
+            [0, F(-282668133, 205662961), F(2019193451, 616988883), F(-1453857185, 822651844)],
+            [0, F(40617522, 29380423), F(-110615467, 29380423), F(69997945, 29380423)],
+        ]
+    ),
+)
 
 
 def _tsit5() -> Tableau:
@@ -110,27 +120,42 @@ def _tsit5() -> Tableau:
     b = A[6].copy()
     # Error weights e = b - b_hat as tabulated (the sign of the last entry as corrected after publication); they
     # sum to 0 (both weight vectors sum to 1), which tests/test_engine_solvers.py checks in exact arithmetic.
-    e = [0.001780011052226, 0.000816434459657, -0.007880878010262, 0.144711007173263, -0.582357165452555,
-         0.458082105929187, -1.0 / 66.0]
+    e = [
+        0.001780011052226,
+        0.000816434459657,
+        -0.007880878010262,
+        0.144711007173263,
+        -0.582357165452555,
+        0.458082105929187,
+        -1.0 / 66.0,
+    ]
     P = npoly.Polynomial
     th = P([0.0, 1.0])
     polys = [
-        -1.0530884977290216 * th * (th - 1.3299890189751412) * (th ** 2 - 1.4364028541716351 * th
-                                                                + 0.7139816917074209),
-        0.1017 * th ** 2 * (th ** 2 - 2.1966568338249754 * th + 1.2949852507374631),
-        2.490627285651252793 * th ** 2 * (th ** 2 - 2.38535645472061657 * th + 1.57803468208092486),
-        -16.54810288924490272 * (th - 1.21712927295533244) * (th - 0.61620406037800089) * th ** 2,
-        47.37952196281928122 * (th - 1.203071208372362603) * (th - 0.658047292653547382) * th ** 2,
-        -34.87065786149660974 * (th - 1.2) * (th - 0.666666666666666667) * th ** 2,
-        2.5 * (th - 1.0) * (th - 0.6) * th ** 2,
+        -1.0530884977290216 * th * (th - 1.3299890189751412) * (th**2 - 1.4364028541716351 * th + 0.7139816917074209),
+        0.1017 * th**2 * (th**2 - 2.1966568338249754 * th + 1.2949852507374631),
+        2.490627285651252793 * th**2 * (th**2 - 2.38535645472061657 * th + 1.57803468208092486),
+        -16.54810288924490272 * (th - 1.21712927295533244) * (th - 0.61620406037800089) * th**2,
+        47.37952196281928122 * (th - 1.203071208372362603) * (th - 0.658047292653547382) * th**2,
+        -34.87065786149660974 * (th - 1.2) * (th - 0.666666666666666667) * th**2,
+        2.5 * (th - 1.0) * (th - 0.6) * th**2,
     ]
     dense = np.zeros((7, 4))
     for s, poly in enumerate(polys):
         coef = np.zeros(5)
-        coef[:len(poly.coef)] = poly.coef
+        coef[: len(poly.coef)] = poly.coef
         dense[s] = coef[1:5]  # constant term is 0: y(t) = y at theta = 0
-    return Tableau("tsit5", c=tuple(c), A=_rows(A), b=tuple(float(v) for v in b), order=5, err_order=4,
-                   fsal=True, e=tuple(float(v) for v in e), dense=_rows(dense))
+    return Tableau(
+        "tsit5",
+        c=tuple(c),
+        A=_rows(A),
+        b=tuple(float(v) for v in b),
+        order=5,
+        err_order=4,
+        fsal=True,
+        e=tuple(float(v) for v in e),
+        dense=_rows(dense),
+    )
 
 
 TSIT5 = _tsit5()
@@ -222,11 +247,11 @@ def step_factor(err, accepted, rejected_last, exponent):
     ``0.9 err^(-exponent)`` clipped to [0.2, 10]; after an accepted step that followed a rejection the step may not
     grow; ``exponent = 1/(q + 1)`` with q the order of the embedded error estimate."""
     if accepted:
-        fac = 10.0 if err == 0.0 else min(10.0, 0.9 * err ** -exponent)
+        fac = 10.0 if err == 0.0 else min(10.0, 0.9 * err**-exponent)
         if rejected_last:
             fac = min(fac, 1.0)
         return fac
-    return max(0.2, 0.9 * err ** -exponent)
+    return max(0.2, 0.9 * err**-exponent)
 
 
 def fixed_grid_saves(save_times, t0: float, dt: float):

@@ -179,11 +179,14 @@ def align(theory: xr.Dataset, learned: xr.Dataset, *, variable: str, grid=None) 
         if "trajectory" not in ds.dims or "time" not in ds.dims:
             raise ValueError(f"{name} must have dims ('trajectory', 'time'); got {tuple(ds.dims)}")
         if not isinstance(variable, str) or variable not in ds.data_vars:
-            raise ValueError(f"variable must name a variable of {name}; got {variable!r} (it has "
-                             f"{sorted(ds.data_vars)})")
+            raise ValueError(
+                f"variable must name a variable of {name}; got {variable!r} (it has {sorted(ds.data_vars)})"
+            )
         if set(ds[variable].dims) != {"trajectory", "time"}:
-            raise ValueError(f"variable {variable!r} must be scalar per seed and time (dims ('trajectory', "
-                             f"'time')) in {name}; got {ds[variable].dims}")
+            raise ValueError(
+                f"variable {variable!r} must be scalar per seed and time (dims ('trajectory', "
+                f"'time')) in {name}; got {ds[variable].dims}"
+            )
     n_seeds, n_theory = learned.sizes["trajectory"], theory.sizes["trajectory"]
     if n_theory not in (1, n_seeds):
         raise ValueError(f"theory must hold 1 trajectory or one per learned seed ({n_seeds}); got {n_theory}")
@@ -204,8 +207,7 @@ def align(theory: xr.Dataset, learned: xr.Dataset, *, variable: str, grid=None) 
         raise ValueError(f"learned[{variable!r}] must be finite")
 
     names = [v for v in learned.data_vars if "time" in learned[v].dims and "trajectory" in learned[v].dims]
-    blocks = {v: np.asarray(learned[v].transpose("trajectory", "time", ...).values, dtype=np.float64)
-              for v in names}
+    blocks = {v: np.asarray(learned[v].transpose("trajectory", "time", ...).values, dtype=np.float64) for v in names}
     out = {v: np.full((n_seeds, grid_t.size) + b.shape[2:], np.nan) for v, b in blocks.items()}
     in_range = np.zeros((n_seeds, grid_t.size), dtype=bool)
     learned_time = np.full((n_seeds, grid_t.size), np.nan)
@@ -216,30 +218,44 @@ def align(theory: xr.Dataset, learned: xr.Dataset, *, variable: str, grid=None) 
         s = reference_times(t_theory, curve, v_learned[i])
         ok = np.isfinite(s)
         if ok.sum() == 0:
-            raise ValueError(f"no learned value of {variable!r} in seed {i} lies within the theory's range "
-                             f"[{curve.min():.6g}, {curve.max():.6g}]: extend the theory's time grid")
+            raise ValueError(
+                f"no learned value of {variable!r} in seed {i} lies within the theory's range "
+                f"[{curve.min():.6g}, {curve.max():.6g}]: extend the theory's time grid"
+            )
         fitted = s[ok]
         mapped_all[i, ok] = fitted
         tl = t_learned[ok]
         scale[i] = _half_way_scale(t_theory, curve, t_learned, v_learned[i])
-        cols = np.concatenate([np.asarray(blocks[v][i][ok]).reshape(ok.sum(), -1) for v in names] + [tl[:, None]],
-                              axis=1)
+        cols = np.concatenate(
+            [np.asarray(blocks[v][i][ok]).reshape(ok.sum(), -1) for v in names] + [tl[:, None]], axis=1
+        )
         vals, inside = _on_grid(fitted, cols, grid_t)
         in_range[i] = inside
         learned_time[i] = vals[:, -1]
         start = 0
         for v in names:
             width = int(np.prod(blocks[v].shape[2:], dtype=np.int64))
-            out[v][i] = vals[:, start:start + width].reshape((grid_t.size,) + blocks[v].shape[2:])
+            out[v][i] = vals[:, start : start + width].reshape((grid_t.size,) + blocks[v].shape[2:])
             start += width
-    data = {v: (("trajectory", "time") + tuple(d for d in learned[v].transpose("trajectory", "time", ...).dims[2:]),
-                out[v]) for v in names}
-    data.update(in_range=(("trajectory", "time"), in_range), learned_time=(("trajectory", "time"), learned_time),
-                time_scale=(("trajectory",), scale), theory_time=(("trajectory", "save"), mapped_all),
-                out_of_range=(("trajectory", "save"), ~np.isfinite(mapped_all)))
+    data = {
+        v: (("trajectory", "time") + tuple(d for d in learned[v].transpose("trajectory", "time", ...).dims[2:]), out[v])
+        for v in names
+    }
+    data.update(
+        in_range=(("trajectory", "time"), in_range),
+        learned_time=(("trajectory", "time"), learned_time),
+        time_scale=(("trajectory",), scale),
+        theory_time=(("trajectory", "save"), mapped_all),
+        out_of_range=(("trajectory", "save"), ~np.isfinite(mapped_all)),
+    )
     coords = {"trajectory": learned["trajectory"].values, "time": grid_t, "save": t_learned}
-    coords.update({k: learned.coords[k] for k in learned.coords if k not in ("trajectory", "time", "step")
-                   and "time" not in learned.coords[k].dims})
+    coords.update(
+        {
+            k: learned.coords[k]
+            for k in learned.coords
+            if k not in ("trajectory", "time", "step") and "time" not in learned.coords[k].dims
+        }
+    )
     aligned = xr.Dataset(data, coords=coords, attrs={**learned.attrs, "aligned_on": variable})
     th = theory.isel(time=grid_idx)
     if n_theory == n_seeds:

@@ -75,8 +75,19 @@ from scipy.special import stdtr, stdtrit
 
 from dynamics.validation import Range, check_choice, check_in_range, check_int, check_nonneg, validate_module
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_POWER", "PAIRED_ATTR", "RULE", "STATUSES", "adjust", "compare", "gap_test",
-           "mdd_factor", "p_value", "t_quantile"]
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_POWER",
+    "PAIRED_ATTR",
+    "RULE",
+    "STATUSES",
+    "adjust",
+    "compare",
+    "gap_test",
+    "mdd_factor",
+    "p_value",
+    "t_quantile",
+]
 
 DEFAULT_LEVEL = 1e-3
 """Default false-alarm probability per row (two-sided)."""
@@ -94,17 +105,18 @@ PAIRED_ATTR = "started_from_learned_seeds"
 STATUSES: tuple[str, ...] = ("holds", "consistent", "fails", "out_of_range")
 """Statuses of a :func:`compare` row (module docstring)."""
 
-RULE = ("holds iff the two-sided Student-t confidence interval of the gap (mean - theory) at the stated level lies "
-        "inside [-allowance, +allowance] (agreement shown: TOST), fails iff it lies entirely outside, consistent "
-        "otherwise; df = n_seeds - 1 (exact or paired theory) or min(n_seeds - 1, n_theory - 1) for a Monte Carlo "
-        "theory; SE = sqrt(SE_learned^2 + SE_theory^2), or the SE of the per-seed differences when paired; "
-        "false 'fails' rate under the null <= level, false 'holds' rate at a band edge <= level / 2")
+RULE = (
+    "holds iff the two-sided Student-t confidence interval of the gap (mean - theory) at the stated level lies "
+    "inside [-allowance, +allowance] (agreement shown: TOST), fails iff it lies entirely outside, consistent "
+    "otherwise; df = n_seeds - 1 (exact or paired theory) or min(n_seeds - 1, n_theory - 1) for a Monte Carlo "
+    "theory; SE = sqrt(SE_learned^2 + SE_theory^2), or the SE of the per-seed differences when paired; "
+    "false 'fails' rate under the null <= level, false 'holds' rate at a band edge <= level / 2"
+)
 """One-line statement of the test, shown once per gap table in the report."""
 
 
 def t_quantile(level: float, df) -> np.ndarray:
     """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (array ``df`` allowed; inf = normal)."""
-
 
     level = check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     return stdtrit(np.asarray(df, dtype=np.float64), 1.0 - level / 2.0)
@@ -166,12 +178,18 @@ def _seeds_to_decide(gap, sd_learned, theory_se, df_cap, allowance, level, n_now
     ``inf`` where no count up to 2^40 decides (the gap on a band edge, or the theory's own SE too large). Counts
     above 10 000 are rounded up to a grid of 1 % steps (a projection, not a promise)."""
     margin = np.abs(np.abs(gap) - allowance)
-    grid = np.unique(np.concatenate([np.arange(n_now, max(n_now, 10_000) + 1, dtype=np.float64),
-                                     np.ceil(np.geomspace(max(n_now, 10_000), 2.0 ** 40, 2200))]))
+    grid = np.unique(
+        np.concatenate(
+            [
+                np.arange(n_now, max(n_now, 10_000) + 1, dtype=np.float64),
+                np.ceil(np.geomspace(max(n_now, 10_000), 2.0**40, 2200)),
+            ]
+        )
+    )
     q = t_quantile(level, np.minimum(grid - 1.0, df_cap))  # one quantile per candidate count, shared by all rows
 
     def decided(i):
-        return q[i] * np.sqrt(sd_learned ** 2 / grid[i] + theory_se ** 2) < margin
+        return q[i] * np.sqrt(sd_learned**2 / grid[i] + theory_se**2) < margin
 
     lo = np.zeros(gap.shape, dtype=np.int64)
     hi = np.full(gap.shape, grid.size - 1, dtype=np.int64)
@@ -195,16 +213,39 @@ def _verdicts(gap, se, df, a, level, power, *, sd_learned, theory_se, df_cap, n_
     n_decide = np.full(gap.shape, float(n_now))
     open_ = status == "consistent"
     if np.any(open_):
-        n_decide[open_] = _seeds_to_decide(gap[open_], sd_learned[open_], theory_se[open_], df_cap, a[open_], level,
-                                           n_now)
-    return {"gap": gap, "se": se, "df": df, "half_width": half, "ci_low": lo, "ci_high": hi, "allowance": a.copy(),
-            "holds": ~fails, "shown": shown, "fails": fails, "status": status,
-            "p_value": p_value(gap, se, df, a), "mdd": a + mdd_factor(level, df, power) * se,
-            "n_seeds_to_decide": n_decide}
+        n_decide[open_] = _seeds_to_decide(
+            gap[open_], sd_learned[open_], theory_se[open_], df_cap, a[open_], level, n_now
+        )
+    return {
+        "gap": gap,
+        "se": se,
+        "df": df,
+        "half_width": half,
+        "ci_low": lo,
+        "ci_high": hi,
+        "allowance": a.copy(),
+        "holds": ~fails,
+        "shown": shown,
+        "fails": fails,
+        "status": status,
+        "p_value": p_value(gap, se, df, a),
+        "mdd": a + mdd_factor(level, df, power) * se,
+        "n_seeds_to_decide": n_decide,
+    }
 
 
-def gap_test(theory, mean, se_learned, n_seeds: int, *, theory_se=None, theory_n: int | None = None,
-             allowance=0.0, level: float = DEFAULT_LEVEL, power: float = DEFAULT_POWER) -> dict[str, np.ndarray]:
+def gap_test(
+    theory,
+    mean,
+    se_learned,
+    n_seeds: int,
+    *,
+    theory_se=None,
+    theory_n: int | None = None,
+    allowance=0.0,
+    level: float = DEFAULT_LEVEL,
+    power: float = DEFAULT_POWER,
+) -> dict[str, np.ndarray]:
     """The calibrated gap test of the module docstring on arrays (broadcast elementwise).
 
     Parameters
@@ -251,16 +292,16 @@ def gap_test(theory, mean, se_learned, n_seeds: int, *, theory_se=None, theory_n
     se2 = arrays["se_learned"] ** 2
     th_se = arrays.get("theory_se", np.zeros(()))
     if theory_se is not None:
-        se2 = se2 + th_se ** 2
+        se2 = se2 + th_se**2
         if theory_n is not None:
             df_cap = check_int("theory_n", theory_n, min_value=2) - 1
             df_value = min(df_value, df_cap)
     gap = arrays["mean"] - arrays["theory"]
-    gap, se, a, sd, th_se = np.broadcast_arrays(gap, np.sqrt(se2), arrays["allowance"],
-                                                arrays["se_learned"] * np.sqrt(n_seeds), th_se)
+    gap, se, a, sd, th_se = np.broadcast_arrays(
+        gap, np.sqrt(se2), arrays["allowance"], arrays["se_learned"] * np.sqrt(n_seeds), th_se
+    )
     df = np.full(gap.shape, float(df_value))
-    return _verdicts(gap, se, df, a, level, power, sd_learned=sd, theory_se=th_se, df_cap=float(df_cap),
-                     n_now=n_seeds)
+    return _verdicts(gap, se, df, a, level, power, sd_learned=sd, theory_se=th_se, df_cap=float(df_cap), n_now=n_seeds)
 
 
 def _time_index(name: str, grid: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -269,20 +310,33 @@ def _time_index(name: str, grid: np.ndarray, times: np.ndarray) -> np.ndarray:
     ok = np.isclose(grid[idx], times, rtol=1e-9, atol=1e-12)
     if not np.all(ok):
         missing = times[~ok][:5]
-        raise ValueError(f"times must lie on the time grid of {name}; {missing.tolist()} do not "
-                         f"(grid {grid[:3].tolist()}...{grid[-1:].tolist()})")
+        raise ValueError(
+            f"times must lie on the time grid of {name}; {missing.tolist()} do not "
+            f"(grid {grid[:3].tolist()}...{grid[-1:].tolist()})"
+        )
     return idx
 
 
-_TESTS = {"equivalence": "equivalence within the allowance (holds = shown) and difference beyond it",
-          "difference": "difference only: allowance 0, so agreement cannot be shown, only contradicted",
-          "alignment": "the alignment variable: matched by the time map, so the row tests only its interpolation"}
+_TESTS = {
+    "equivalence": "equivalence within the allowance (holds = shown) and difference beyond it",
+    "difference": "difference only: allowance 0, so agreement cannot be shown, only contradicted",
+    "alignment": "the alignment variable: matched by the time map, so the row tests only its interpolation",
+}
 """What a row tests, by kind (the ``tests`` variable of :func:`compare`)."""
 
 
-def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequence[str], times=None,
-            allowance: float = 0.0, rel_allowance: float = 0.0, level: float = DEFAULT_LEVEL,
-            paired: bool | None = None, power: float = DEFAULT_POWER) -> xr.Dataset:
+def compare(
+    theory: xr.Dataset,
+    learned: xr.Dataset,
+    *,
+    variables: str | Sequence[str],
+    times=None,
+    allowance: float = 0.0,
+    rel_allowance: float = 0.0,
+    level: float = DEFAULT_LEVEL,
+    paired: bool | None = None,
+    power: float = DEFAULT_POWER,
+) -> xr.Dataset:
     """Compare learned trajectories (seeds) with a theory, variable by variable and time by time.
 
     Parameters
@@ -351,12 +405,15 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
     if paired is None:
         paired = bool(theory.attrs.get(PAIRED_ATTR, 0))
     if paired and n_theory != n_seeds:
-        raise ValueError(f"paired=True needs one theory trajectory per learned seed: theory has {n_theory} "
-                         f"trajectories, learned {n_seeds} seeds")
+        raise ValueError(
+            f"paired=True needs one theory trajectory per learned seed: theory has {n_theory} "
+            f"trajectories, learned {n_seeds} seeds"
+        )
     for v in variables:
-        for name, ds, allowed in (("learned", learned, [("trajectory", "time")]),
-                                  ("theory", theory, [("trajectory", "time")] if paired
-                                   else [("time",), ("trajectory", "time")])):
+        for name, ds, allowed in (
+            ("learned", learned, [("trajectory", "time")]),
+            ("theory", theory, [("trajectory", "time")] if paired else [("time",), ("trajectory", "time")]),
+        ):
             if v not in ds.data_vars:
                 raise ValueError(f"variable {v!r} is not in {name} (it has {sorted(ds.data_vars)})")
             if ds[v].dims not in allowed:
@@ -378,8 +435,19 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
         in_range = mask[:, il].all(axis=0)
     aligned_on = learned.attrs.get("aligned_on")
 
-    keys = ("theory", "mean", "gap", "allowance", "se", "df", "ci_low", "ci_high", "p_value", "mdd",
-            "n_seeds_to_decide")
+    keys = (
+        "theory",
+        "mean",
+        "gap",
+        "allowance",
+        "se",
+        "df",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "mdd",
+        "n_seeds_to_decide",
+    )
     out = {k: [] for k in keys + ("status", "tests")}
     for v in variables:
         x = np.asarray(learned[v].transpose("trajectory", "time").values, dtype=np.float64)[:, il]
@@ -398,12 +466,22 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
             res = gap_test(0.0, d_mean, d_se, n_seeds, allowance=a, level=level, power=power)
         elif th_in.ndim == 2 and n_theory > 1:
             th_se = th_in.std(axis=0, ddof=1) / np.sqrt(n_theory)
-            res = gap_test(th_mean, mean, x.std(axis=0, ddof=1) / np.sqrt(n_seeds), n_seeds, theory_se=th_se,
-                           theory_n=n_theory, allowance=a, level=level, power=power)
+            res = gap_test(
+                th_mean,
+                mean,
+                x.std(axis=0, ddof=1) / np.sqrt(n_seeds),
+                n_seeds,
+                theory_se=th_se,
+                theory_n=n_theory,
+                allowance=a,
+                level=level,
+                power=power,
+            )
         else:
             th_mean = th_mean.reshape(-1)
-            res = gap_test(th_mean, mean, x.std(axis=0, ddof=1) / np.sqrt(n_seeds), n_seeds, allowance=a,
-                           level=level, power=power)
+            res = gap_test(
+                th_mean, mean, x.std(axis=0, ddof=1) / np.sqrt(n_seeds), n_seeds, allowance=a, level=level, power=power
+            )
         full = {"theory": th_mean, "mean": mean, **{k: res[k] for k in keys[2:]}}
         for k in keys:
             row = np.full(times_arr.size, np.nan)
@@ -413,8 +491,11 @@ def compare(theory: xr.Dataset, learned: xr.Dataset, *, variables: str | Sequenc
         status[in_range] = res["status"]
         out["status"].append(status)
         kind = "alignment" if v == aligned_on else "equivalence"
-        tests = np.where(np.nan_to_num(out["allowance"][-1], nan=1.0) > 0, _TESTS[kind],
-                         _TESTS["alignment" if kind == "alignment" else "difference"])
+        tests = np.where(
+            np.nan_to_num(out["allowance"][-1], nan=1.0) > 0,
+            _TESTS[kind],
+            _TESTS["alignment" if kind == "alignment" else "difference"],
+        )
         out["tests"].append(tests)
     dims = ("variable", "time")
     data = {k: (dims, np.stack(out[k])) for k in keys}
@@ -474,12 +555,15 @@ def adjust(results, method: str = "holm", level: float | None = None):
         try:
             p = np.asarray(results, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise ValueError("results must be a compare() Dataset, a gap_test() dict or an array of p-values; got "
-                             f"{type(results).__name__}") from exc
+            raise ValueError(
+                "results must be a compare() Dataset, a gap_test() dict or an array of p-values; got "
+                f"{type(results).__name__}"
+            ) from exc
     tested = ~np.isnan(p)
     if np.any((p[tested] < 0) | (p[tested] > 1)):
-        raise ValueError(f"p-values must lie in [0, 1] (NaN: no test); got min {p[tested].min()!r}, "
-                         f"max {p[tested].max()!r}")
+        raise ValueError(
+            f"p-values must lie in [0, 1] (NaN: no test); got min {p[tested].min()!r}, max {p[tested].max()!r}"
+        )
     flat = p[tested]
     k = flat.size
     adj = np.full(p.shape, np.nan)
@@ -493,8 +577,12 @@ def adjust(results, method: str = "holm", level: float | None = None):
             adj_flat[order] = np.minimum(1.0, stepped)
         adj[tested] = adj_flat
     fails = tested & (np.nan_to_num(adj, nan=1.0) < level)
-    extra = {"family_size": int(k), "method": method, "familywise_level": level,
-             "expected_false_fails_per_row": k * float(results.attrs.get("level", level) if is_ds else level)}
+    extra = {
+        "family_size": int(k),
+        "method": method,
+        "familywise_level": level,
+        "expected_false_fails_per_row": k * float(results.attrs.get("level", level) if is_ds else level),
+    }
     if not (is_ds or is_map):
         return {"adjusted_p": adj, "fails": fails, **extra}
     status = np.asarray(results["status"]).astype("<U12")
@@ -518,8 +606,15 @@ validate_module(
         "t_quantile": {"df": Range(array=True, gt=0, finite=False)},  # inf = the normal limit
         "mdd_factor": {"df": Range(array=True, gt=0)},
         "p_value": dict(gap=_ARRAY, se=_SE, df=Range(array=True, gt=0), allowance=_SE),
-        "gap_test": dict(theory=_ARRAY, mean=_ARRAY, se_learned=_SE, theory_se=_SE, allowance=_SE,
-                         n_seeds=Range(integer=True, ge=2), theory_n=Range(integer=True, ge=2)),
+        "gap_test": dict(
+            theory=_ARRAY,
+            mean=_ARRAY,
+            se_learned=_SE,
+            theory_se=_SE,
+            allowance=_SE,
+            n_seeds=Range(integer=True, ge=2),
+            theory_n=Range(integer=True, ge=2),
+        ),
         "compare": dict(times=_ARRAY, allowance=Range(ge=0), rel_allowance=Range(ge=0)),
     },
 )

@@ -32,9 +32,22 @@ import warnings
 
 import numpy as np
 
-__all__ = ["BLOCK_STEPS", "DEFAULT_CONVERGENCE_TOL", "MIN_STEPS", "STRONG_DECAY", "TAIL_FRACTIONS", "TREND_RATIO",
-           "UnconvergedWarning", "WANDER_EFFICIENCY",
-           "block_samples", "check_run", "convergence_warning", "step_norm_trend", "tail_blocks", "tail_points"]
+__all__ = [
+    "BLOCK_STEPS",
+    "DEFAULT_CONVERGENCE_TOL",
+    "MIN_STEPS",
+    "STRONG_DECAY",
+    "TAIL_FRACTIONS",
+    "TREND_RATIO",
+    "UnconvergedWarning",
+    "WANDER_EFFICIENCY",
+    "block_samples",
+    "check_run",
+    "convergence_warning",
+    "step_norm_trend",
+    "tail_blocks",
+    "tail_points",
+]
 
 # Default of the engine's ``convergence_tol`` when neither it nor ``converged`` is given (absolute, max norm).
 DEFAULT_CONVERGENCE_TOL = 1e-8
@@ -122,8 +135,9 @@ def step_norm_trend(samples, points=None, displacement=None) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             efficiency = np.where(path > 0, np.asarray(displacement, dtype=np.float64) / path, 1.0)
     with np.errstate(invalid="ignore"):
-        decreasing = (late <= TREND_RATIO * early) & ((efficiency >= WANDER_EFFICIENCY) |
-                                                      (late <= STRONG_DECAY * early))
+        decreasing = (late <= TREND_RATIO * early) & (
+            (efficiency >= WANDER_EFFICIENCY) | (late <= STRONG_DECAY * early)
+        )
         wandering = ~decreasing & (efficiency < WANDER_EFFICIENCY)
     trend = np.where(decreasing, -1, np.where(wandering, 1, 2)).astype(np.int8)
     trend[~(np.isfinite(s).all(axis=1) & np.isfinite(efficiency))] = 0
@@ -140,12 +154,14 @@ def _caller_stacklevel() -> int:
     return level
 
 
-_PACKAGE_DIRS = tuple(str(pathlib.Path(__file__).resolve().parent.parent / pkg) + os.sep
-                      for pkg in ("dynamics", "closedform"))
+_PACKAGE_DIRS = tuple(
+    str(pathlib.Path(__file__).resolve().parent.parent / pkg) + os.sep for pkg in ("dynamics", "closedform")
+)
 
 
-def convergence_warning(traj, *, what: str, fixed_points: bool = True, tol: float | None = None,
-                        keyword: str = "warn_unconverged") -> str | None:
+def convergence_warning(
+    traj, *, what: str, fixed_points: bool = True, tol: float | None = None, keyword: str = "warn_unconverged"
+) -> str | None:
     """Warn (:class:`UnconvergedWarning`) when trajectories of ``traj`` ended unconverged; return the message.
 
     Parameters
@@ -179,18 +195,26 @@ def convergence_warning(traj, *, what: str, fixed_points: bool = True, tol: floa
     n = ok.size
     parts = []
     if wandering.any():
-        parts.append(f"{int(wandering.sum())} of {n} trajectories are not converging (over the last half of the run "
-                     "the step norm did not fall while the state got nowhere: a cycle or chaos; final step norm up "
-                     f"to {np.nanmax(norm[wandering]):.3g}; lower the step size)")
+        parts.append(
+            f"{int(wandering.sum())} of {n} trajectories are not converging (over the last half of the run "
+            "the step norm did not fall while the state got nowhere: a cycle or chaos; final step norm up "
+            f"to {np.nanmax(norm[wandering]):.3g}; lower the step size)"
+        )
     if fixed_points and still.any():
-        parts.append(f"{int(still.sum())} of {n} are still converging (final step norm up to "
-                     f"{np.nanmax(norm[still]):.3g}; run longer)")
+        parts.append(
+            f"{int(still.sum())} of {n} are still converging (final step norm up to "
+            f"{np.nanmax(norm[still]):.3g}; run longer)"
+        )
     if fixed_points and drifting.any():
-        parts.append(f"{int(drifting.sum())} of {n} are still moving steadily with a step norm that did not fall "
-                     f"(final step norm up to {np.nanmax(norm[drifting]):.3g}; a slow phase or a transition)")
+        parts.append(
+            f"{int(drifting.sum())} of {n} are still moving steadily with a step norm that did not fall "
+            f"(final step norm up to {np.nanmax(norm[drifting]):.3g}; a slow phase or a transition)"
+        )
     threshold = "" if tol is None else f" (converged: final step norm < {tol:.3g})"
-    msg = (f"{what}: " + "; ".join(parts) + f"{threshold}. See the variables converged, final_step_norm and "
-           f"step_norm_trend; pass {keyword}=False to silence this warning.")
+    msg = (
+        f"{what}: " + "; ".join(parts) + f"{threshold}. See the variables converged, final_step_norm and "
+        f"step_norm_trend; pass {keyword}=False to silence this warning."
+    )
     warnings.warn(msg, UnconvergedWarning, stacklevel=_caller_stacklevel())
     return msg
 

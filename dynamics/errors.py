@@ -24,8 +24,16 @@ class DivergenceError(FloatingPointError):
         reached with finite values (raised by ``dynamics.iterate``/``integrate``; None where not available).
     """
 
-    def __init__(self, message: str, *, trajectory: int, variable: str, step: int | None = None,
-                 time: float | None = None, partial=None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        trajectory: int,
+        variable: str,
+        step: int | None = None,
+        time: float | None = None,
+        partial=None,
+    ):
         super().__init__(message)
         self.trajectory = trajectory
         self.variable = variable

@@ -129,11 +129,13 @@ def _evaluator(fn: Callable, params, args, vectorized: bool, dim: int, kind: str
     p = np.asarray(params, dtype=np.float64) if params is not None else np.empty(0)
     n_args = _arity(fn)
     if vectorized:
+
         def batch(X):
             out = np.asarray(fn(X, params), dtype=X.dtype if np.iscomplexobj(X) else np.float64)
             if out.shape != X.shape:
                 raise ValueError(f"fn must return an array of shape {X.shape} for a batch; got {out.shape}")
             return out
+
         return batch
     if n_args in (4, 5):
         if n_args == 5 and args is None:
@@ -152,17 +154,22 @@ def _evaluator(fn: Callable, params, args, vectorized: bool, dim: int, kind: str
                     fn(first, x, p, args, row)
                 out[i] = row
             return out
+
         return batch
     if n_args == 2 or n_args == -1:
+
         def batch(X):
             rows = [np.asarray(fn(x, params)) for x in X]
             out = np.array(rows, dtype=np.result_type(X.dtype, *rows) if rows else np.float64)
             if out.shape != X.shape:
                 raise ValueError(f"fn(x, p) must return an array of shape {X.shape[1:]}; got {out.shape[1:]}")
             return out
+
         return batch
-    raise ValueError(f"fn must be an engine kernel fn(k, x, p, out) or fn(k, x, p, args, out), or a callable "
-                     f"fn(x, p); got a function of {n_args} arguments")
+    raise ValueError(
+        f"fn must be an engine kernel fn(k, x, p, out) or fn(k, x, p, args, out), or a callable "
+        f"fn(x, p); got a function of {n_args} arguments"
+    )
 
 
 def _residual_of(evaluate, kind):
@@ -184,6 +191,7 @@ def _jacobian_fd(func, x, h_scale, *, complex_step: bool) -> tuple[np.ndarray, f
         E = np.diag(h)
         f = func(np.concatenate([x + E, x - E]))
         return ((f[:dim] - f[dim:]) / (2.0 * h)).T
+
     J = central(h_scale)
     J2 = central(2.0 * h_scale)
     return J, float(np.max(np.abs(J - J2)))
@@ -222,10 +230,23 @@ def _max_step(mu, active):
 # ----------------------------------------------------------------------------------------------------------------
 # The solver
 # ----------------------------------------------------------------------------------------------------------------
-def fixed_points(fn: Callable, params, starts, *, kind: str = "map", jacobian=None, args=None,
-                 vectorized: bool = False, canonical: Callable | None = None, project: Callable | None = None,
-                 tol: float = 1e-12, same: float = 1e-6, max_iter: int = 200, neutral_tol: float = 1e-7,
-                 step_param: int | None = None) -> tuple[FixedPoint, ...]:
+def fixed_points(
+    fn: Callable,
+    params,
+    starts,
+    *,
+    kind: str = "map",
+    jacobian=None,
+    args=None,
+    vectorized: bool = False,
+    canonical: Callable | None = None,
+    project: Callable | None = None,
+    tol: float = 1e-12,
+    same: float = 1e-6,
+    max_iter: int = 200,
+    neutral_tol: float = 1e-7,
+    step_param: int | None = None,
+) -> tuple[FixedPoint, ...]:
     """Every distinct fixed point of a map (or equilibrium of a flow) reached from ``starts``.
 
     Parameters
@@ -333,8 +354,9 @@ def fixed_points(fn: Callable, params, starts, *, kind: str = "map", jacobian=No
             damp[live] = np.clip(np.where(ok, damp[live] * 0.3, damp[live] * 10.0), 1e-15, 1e10)
     res = np.max(np.abs(R), axis=1)
     good = np.flatnonzero(np.isfinite(res) & (res < tol))
-    keys = [np.atleast_1d(np.asarray(canonical(X[i]) if canonical is not None else X[i], dtype=np.float64))
-            for i in good]
+    keys = [
+        np.atleast_1d(np.asarray(canonical(X[i]) if canonical is not None else X[i], dtype=np.float64)) for i in good
+    ]
     clusters: list[list[int]] = []  # indices into good
     for j, key in enumerate(keys):
         for members in clusters:
@@ -347,8 +369,20 @@ def fixed_points(fn: Callable, params, starts, *, kind: str = "map", jacobian=No
     for members in clusters:
         best = min(members, key=lambda j: res[good[j]])
         x = X[good[best]].copy()
-        out.append(_describe(x, keys[best], float(res[good[best]]), len(members), evaluate, params, kind, jacobian,
-                             neutral_tol, step_param))
+        out.append(
+            _describe(
+                x,
+                keys[best],
+                float(res[good[best]]),
+                len(members),
+                evaluate,
+                params,
+                kind,
+                jacobian,
+                neutral_tol,
+                step_param,
+            )
+        )
     return tuple(sorted(out, key=lambda fp: (-fp.count, tuple(fp.key))))
 
 
@@ -369,12 +403,34 @@ def _describe(x, key, residual, count, evaluate, params, kind, jacobian, neutral
             alpha = float(np.asarray(params, dtype=np.float64).ravel()[step_param])
             rate = _max_step(mu / alpha, active)  # mu / alpha: the flow's rates to first order in alpha
             max_step = rate
-    return FixedPoint(state=x, key=key, residual=residual, jacobian=J, jacobian_error=err, eigenvalues=eigs,
-                      stability=stability, n_neutral=n_neutral, max_step=max_step, count=count)
+    return FixedPoint(
+        state=x,
+        key=key,
+        residual=residual,
+        jacobian=J,
+        jacobian_error=err,
+        eigenvalues=eigs,
+        stability=stability,
+        n_neutral=n_neutral,
+        max_step=max_step,
+        count=count,
+    )
 
 
-def basins(fn: Callable, params, starts, points, *, kind: str = "map", n_steps: int = 10_000, t_end: float = 100.0,
-           args=None, vectorized: bool = False, canonical: Callable | None = None, tol: float = 1e-6):
+def basins(
+    fn: Callable,
+    params,
+    starts,
+    points,
+    *,
+    kind: str = "map",
+    n_steps: int = 10_000,
+    t_end: float = 100.0,
+    args=None,
+    vectorized: bool = False,
+    canonical: Callable | None = None,
+    tol: float = 1e-6,
+):
     """Run the map ``n_steps`` times (or the flow to ``t_end``) from every start and name the point it ends at.
 
     Parameters
@@ -407,11 +463,19 @@ def basins(fn: Callable, params, starts, points, *, kind: str = "map", n_steps: 
     if n_args == 4 and not vectorized and hasattr(fn, "py_func"):  # a numba kernel: the engine runs it
         from dynamics.integrate import Dopri5, integrate, iterate
         from dynamics.saveat import SaveAt
+
         if kind == "map":
             tr = iterate(fn, X, n_steps, params=params, saveat=SaveAt(final=True), trend=False)
         else:
-            tr = integrate(fn, X, (0.0, t_end), params=params, solver=Dopri5(rtol=1e-10, atol=1e-12),
-                           saveat=SaveAt(final=True), trend=False)
+            tr = integrate(
+                fn,
+                X,
+                (0.0, t_end),
+                params=params,
+                solver=Dopri5(rtol=1e-10, atol=1e-12),
+                saveat=SaveAt(final=True),
+                trend=False,
+            )
         final = tr.states()[:, -1, :]
     else:
         evaluate = _evaluator(fn, params, args, vectorized, X.shape[1], kind)
@@ -421,8 +485,13 @@ def basins(fn: Callable, params, starts, points, *, kind: str = "map", n_steps: 
                 final = evaluate(final)
         else:
             from scipy.integrate import solve_ivp
-            final = np.array([solve_ivp(lambda t, y: evaluate(y[None, :])[0], (0.0, t_end), x, rtol=1e-10,
-                                        atol=1e-12).y[:, -1] for x in X])
+
+            final = np.array(
+                [
+                    solve_ivp(lambda t, y: evaluate(y[None, :])[0], (0.0, t_end), x, rtol=1e-10, atol=1e-12).y[:, -1]
+                    for x in X
+                ]
+            )
     labels = np.full(X.shape[0], -1, dtype=np.int64)
     for i, x in enumerate(final):
         if not np.all(np.isfinite(x)):

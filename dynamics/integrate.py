@@ -48,8 +48,16 @@ from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, step_norm_trend, tail_
 from dynamics.errors import DivergenceError, MaxStepsError
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
-from dynamics.validation import (Array, Range, callable_check, check_finite_array, check_int, check_positive,
-                                 sequence_check, validate_module)
+from dynamics.validation import (
+    Array,
+    Range,
+    callable_check,
+    check_finite_array,
+    check_int,
+    check_positive,
+    sequence_check,
+    validate_module,
+)
 
 __all__ = ["Euler", "RK4", "Dopri5", "Tsit5", "iterate", "integrate"]
 
@@ -94,8 +102,7 @@ class _Adaptive:
         check_positive("atol", self.atol)
         if self.dt0 is not None:
             check_positive("dt0", self.dt0)
-        if (isinstance(self.dt_max, bool) or not isinstance(self.dt_max, numbers.Real)
-                or not self.dt_max > 0):
+        if isinstance(self.dt_max, bool) or not isinstance(self.dt_max, numbers.Real) or not self.dt_max > 0:
             raise ValueError(f"dt_max must be a number > 0 (math.inf for no limit); got {self.dt_max!r}")
         check_int("max_steps", self.max_steps, min_value=1)
 
@@ -144,6 +151,7 @@ def _bar(progress: bool, total, desc: str, unit: str):
     if not progress:
         return _NoBar()
     from tqdm.auto import tqdm
+
     return tqdm(total=total, desc=desc, unit=unit, leave=False)
 
 
@@ -179,9 +187,11 @@ def _prepare_params(params, n_traj: int) -> np.ndarray:
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[0] not in (1, n_traj):
-        raise ValueError(f"params must have shape (n_params,), (1, n_params) or (n_traj={n_traj}, n_params) to "
-                         f"broadcast with the batch of state0 (n_traj={n_traj} rows); got params of shape "
-                         f"{arr.shape}")
+        raise ValueError(
+            f"params must have shape (n_params,), (1, n_params) or (n_traj={n_traj}, n_params) to "
+            f"broadcast with the batch of state0 (n_traj={n_traj} rows); got params of shape "
+            f"{arr.shape}"
+        )
     if arr.shape[1] == 0:
         arr = np.zeros((arr.shape[0], 1))
     check_finite_array("params", arr)
@@ -210,14 +220,17 @@ def _prepare_args(args, args_per_trajectory):
             raise TypeError("args_per_trajectory was given without args; pass args=(array, ...) or drop it")
         return _kernels.NO_ARGS, None
     if not isinstance(args, tuple) or not args:
-        raise TypeError(f"args must be a non-empty tuple of numpy arrays (args=(A,) for one array); got "
-                        f"{type(args).__name__}")
+        raise TypeError(
+            f"args must be a non-empty tuple of numpy arrays (args=(A,) for one array); got {type(args).__name__}"
+        )
     arrays = []
     for q, a in enumerate(args):
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "fiub" or a.ndim == 0:
             what = f"a {a.dtype} array of {a.ndim} dimensions" if isinstance(a, np.ndarray) else type(a).__name__
-            raise TypeError(f"args[{q}] must be a numpy array of at least 1 dimension with a real, integer or bool "
-                            f"dtype; got {what}")
+            raise TypeError(
+                f"args[{q}] must be a numpy array of at least 1 dimension with a real, integer or bool "
+                f"dtype; got {what}"
+            )
         if a.dtype.kind == "f":
             check_finite_array(f"args[{q}]", a)
         arrays.append(np.ascontiguousarray(a))
@@ -226,8 +239,10 @@ def _prepare_args(args, args_per_trajectory):
     else:
         flags = tuple(args_per_trajectory)
         if len(flags) != len(arrays) or not all(isinstance(f, bool | np.bool_) for f in flags):
-            raise ValueError(f"args_per_trajectory must be a bool or one bool per array of args ({len(arrays)}); "
-                             f"got {args_per_trajectory!r}")
+            raise ValueError(
+                f"args_per_trajectory must be a bool or one bool per array of args ({len(arrays)}); "
+                f"got {args_per_trajectory!r}"
+            )
         flags = tuple(bool(f) for f in flags)
     return tuple(arrays), flags
 
@@ -244,8 +259,10 @@ def _batch_args(A, spec, X, P):
         X = np.ascontiguousarray(np.repeat(X, n_traj, axis=0))
     for q, per in enumerate(spec):
         if per and A[q].shape[0] != n_traj:
-            raise ValueError(f"args[{q}] is per trajectory (args_per_trajectory) so its leading axis must be "
-                             f"n_traj={n_traj}; got shape {A[q].shape}")
+            raise ValueError(
+                f"args[{q}] is per trajectory (args_per_trajectory) so its leading axis must be "
+                f"n_traj={n_traj}; got shape {A[q].shape}"
+            )
     return X, P
 
 
@@ -260,8 +277,10 @@ def _check_arity(name: str, fn, args_spec, base: int, form: str):
     got = fn.py_func.__code__.co_argcount
     if got != want:
         given = "args was not given" if args_spec is None else "args was given"
-        raise TypeError(f"{name} {fn.py_func.__qualname__} takes {got} arguments but {given}: it must be "
-                        f"{form.format(a='') if args_spec is None else form.format(a='args, ')}")
+        raise TypeError(
+            f"{name} {fn.py_func.__qualname__} takes {got} arguments but {given}: it must be "
+            f"{form.format(a='') if args_spec is None else form.format(a='args, ')}"
+        )
     return fn
 
 
@@ -288,14 +307,22 @@ def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
     accepted), so a names list of the wrong length is caught before the run instead of writing out of bounds."""
     if observe is None:
         if observe_names is not None:
-            raise TypeError("observe_names was given without observe; pass observe=<numba function "
-                            "observe(k, x, p, out)> or drop observe_names")
+            raise TypeError(
+                "observe_names was given without observe; pass observe=<numba function "
+                "observe(k, x, p, out)> or drop observe_names"
+            )
         return None, ()
-    observe = _check_arity("observe", _kernels.check_model("observe", observe, "observe(k, x, p, out)"), spec, 4,
-                           "observe(k, x, p, {a}out)")
+    observe = _check_arity(
+        "observe",
+        _kernels.check_model("observe", observe, "observe(k, x, p, out)"),
+        spec,
+        4,
+        "observe(k, x, p, {a}out)",
+    )
     if observe_names is None or isinstance(observe_names, str):
-        raise TypeError(f"observe_names must be a sequence of names, one per value written by observe; got "
-                        f"{observe_names!r}")
+        raise TypeError(
+            f"observe_names must be a sequence of names, one per value written by observe; got {observe_names!r}"
+        )
     names = [str(n) for n in observe_names]
     if not names or len(set(names)) != len(names):
         raise ValueError(f"observe_names must be non-empty and distinct; got {names}")
@@ -306,11 +333,13 @@ def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
     else:
         observe(when, x, p, _args_row(A, spec, 0), probe)
     unwritten = probe.view(np.int64) == _UNWRITTEN.view(np.int64)
-    if unwritten.any() and (unwritten[:len(names)].any() or not unwritten[len(names):].all()):
+    if unwritten.any() and (unwritten[: len(names)].any() or not unwritten[len(names) :].all()):
         written = int(np.flatnonzero(~unwritten).max()) + 1 if (~unwritten).any() else 0
-        raise ValueError(f"observe_names has {len(names)} entries ({names}) but observe "
-                         f"{observe.py_func.__qualname__} writes {written} values (out[0..{written - 1}]); give one "
-                         "name per value written")
+        raise ValueError(
+            f"observe_names has {len(names)} entries ({names}) but observe "
+            f"{observe.py_func.__qualname__} writes {written} values (out[0..{written - 1}]); give one "
+            "name per value written"
+        )
     return observe, names
 
 
@@ -343,8 +372,6 @@ def _check_bound(bound) -> float:
     return _steppers.finite_bound(bound)
 
 
-
-
 def _convergence_tol(convergence_tol, converged) -> float:
     """The threshold of the ``converged`` diagnostic: ``convergence_tol``, else the stop tolerance ``converged``,
     else :data:`DEFAULT_CONVERGENCE_TOL`."""
@@ -359,16 +386,20 @@ def _diagnostics(norm, tol: float, warn: bool, kind: str, samples=(), points=Non
     ``displacement`` the max-norm distance from the state at the first of them to the end), warning when asked."""
     norm = np.asarray(norm, dtype=np.float64)
     ok = norm < tol  # NaN (no step taken) counts as not converged
-    trend = step_norm_trend(np.stack(samples, axis=1) if len(samples) else np.empty((norm.size, 0)), points,
-                            displacement)
+    trend = step_norm_trend(
+        np.stack(samples, axis=1) if len(samples) else np.empty((norm.size, 0)), points, displacement
+    )
     if warn and not ok.all():
         bad = int((~ok).sum())
         cycling = int(((~ok) & (trend == 1)).sum())
         what = "last update" if kind == "map" else "vector field at the final state"
-        warnings.warn(f"{bad} of {ok.size} trajectories ended unconverged ({cycling} of them cycling or chaotic: "
-                      f"see step_norm_trend): the max-norm of the {what} is >= convergence_tol={tol:g} (see the "
-                      "final_step_norm variable); run longer, lower the step size, or check for cycles or chaos",
-                      RuntimeWarning, stacklevel=3 if kind == "map" else 4)
+        warnings.warn(
+            f"{bad} of {ok.size} trajectories ended unconverged ({cycling} of them cycling or chaotic: "
+            f"see step_norm_trend): the max-norm of the {what} is >= convergence_tol={tol:g} (see the "
+            "final_step_norm variable); run longer, lower the step size, or check for cycles or chaos",
+            RuntimeWarning,
+            stacklevel=3 if kind == "map" else 4,
+        )
     return {"final_step_norm": norm, "converged": ok, "step_norm_trend": trend}
 
 
@@ -414,21 +445,27 @@ def _raise_status(status, names, *, kind, time_of, partial_fn):
     code, where, var = (int(v) for v in status[i, :3])
     variable = _variable_name(names, var)
     if code == 2:
-        raise MaxStepsError(f"trajectory {i}: the adaptive solver took max_steps={where} steps without reaching "
-                            "the end; try increasing max_steps or loosening rtol/atol (the flow may be stiff)")
+        raise MaxStepsError(
+            f"trajectory {i}: the adaptive solver took max_steps={where} steps without reaching "
+            "the end; try increasing max_steps or loosening rtol/atol (the flow may be stiff)"
+        )
     partial = partial_fn(int(status[:, 3].min()))
     time = time_of(i, where)
     if kind == "map":
         msg = f"map diverged: trajectory {i}, step {where}, variable {variable!r} became non-finite or left the bound"
         raise DivergenceError(msg, trajectory=i, step=where, time=time, variable=variable, partial=partial)
     if code == 3:
-        msg = (f"ODE step size underflow: trajectory {i}, time {time:.6g} (fastest variable {variable!r}); the "
-               "flow is singular or blowing up there")
+        msg = (
+            f"ODE step size underflow: trajectory {i}, time {time:.6g} (fastest variable {variable!r}); the "
+            "flow is singular or blowing up there"
+        )
     else:
-        msg = (f"ODE diverged: trajectory {i}, time {time:.6g}, variable {variable!r} became non-finite or left "
-               "the bound")
-    raise DivergenceError(msg, trajectory=i, step=None if code == 3 else where, time=time, variable=variable,
-                          partial=partial)
+        msg = (
+            f"ODE diverged: trajectory {i}, time {time:.6g}, variable {variable!r} became non-finite or left the bound"
+        )
+    raise DivergenceError(
+        msg, trajectory=i, step=None if code == 3 else where, time=time, variable=variable, partial=partial
+    )
 
 
 def _finish(Y, names, time, step, P_rows, n_traj, derived, attrs, extra_vars=None, per_traj=None):
@@ -438,12 +475,14 @@ def _finish(Y, names, time, step, P_rows, n_traj, derived, attrs, extra_vars=Non
         computed = derived(Y, P_full)
         for name, value in computed.items():
             variables[name] = np.asarray(value)
-    return Trajectory.from_arrays(Y, names=names, time=time, step=step, variables=variables, attrs=attrs,
-                                  per_trajectory=per_traj)
+    return Trajectory.from_arrays(
+        Y, names=names, time=time, step=step, variables=variables, attrs=attrs, per_trajectory=per_traj
+    )
 
 
 def _partial_builder(Y, names, time, step, P, n_traj, derived, attrs, extra=None):
     """A function n -> Trajectory of the first n save points (for DivergenceError.partial)."""
+
     def build(n):
         n = max(int(n), 0)
         extra_n = {k: v[:, :n] for k, v in (extra or {}).items()}
@@ -451,6 +490,7 @@ def _partial_builder(Y, names, time, step, P, n_traj, derived, attrs, extra=None
             return _finish(Y[:, :n].copy(), names, time[:n], step[:n], P, n_traj, derived, attrs, extra_n)
         except Exception:  # a derived quantity that fails on the partial run must not hide the divergence
             return _finish(Y[:, :n].copy(), names, time[:n], step[:n], P, n_traj, None, attrs, extra_n)
+
     return build
 
 
@@ -460,8 +500,7 @@ def _apply_stop(stop, when, X, P_rows, active):
     active &= ~done
 
 
-def _drive(segments, advance, check, *, bar, amount, stop=None, saves_at=None, X=None, P=None, active=None,
-           after=None):
+def _drive(segments, advance, check, *, bar, amount, stop=None, saves_at=None, X=None, P=None, active=None, after=None):
     """The one driver loop of :func:`iterate` and both integrators.
 
     For each segment ``(a, b)`` of the run (step, grid-step or save indices, per kind): ``advance(a, b)`` runs the
@@ -503,12 +542,31 @@ _CONVERGED_DOC = """converged : float > 0, optional
         per call. Neither changes a result; False gives ``step_norm_trend = 0``."""
 
 
-def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, names=None, derived=None, stop=None,
-            time_scale: float = 1.0, progress: bool = False, attrs: dict | None = None,
-            bound: float = np.inf, converged: float | None = None, flush_subnormals: bool = True,
-            convergence_tol: float | None = None, warn_unconverged: bool = False, observe=None,
-            observe_names=None, step_observe=None, trend: bool = True, args: tuple | None = None,
-            args_per_trajectory=None) -> Trajectory:
+def iterate(
+    step,
+    state0,
+    n_steps,
+    *,
+    params,
+    saveat: SaveAt | None = None,
+    names=None,
+    derived=None,
+    stop=None,
+    time_scale: float = 1.0,
+    progress: bool = False,
+    attrs: dict | None = None,
+    bound: float = np.inf,
+    converged: float | None = None,
+    flush_subnormals: bool = True,
+    convergence_tol: float | None = None,
+    warn_unconverged: bool = False,
+    observe=None,
+    observe_names=None,
+    step_observe=None,
+    trend: bool = True,
+    args: tuple | None = None,
+    args_per_trajectory=None,
+) -> Trajectory:
     """Iterate a discrete map ``x_{k+1} = step(k, x_k; p)`` for ``n_steps`` steps on a batch of trajectories.
 
     Parameters
@@ -566,8 +624,9 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     and variable, with ``partial`` the Trajectory up to the last save point before the failure.
     """
     A, spec = _prepare_args(args, args_per_trajectory)
-    step = _check_arity("step", _kernels.check_model("step", step, "step(k, x, p, out)"), spec, 4,
-                        "step(k, x, p, {a}out)")
+    step = _check_arity(
+        "step", _kernels.check_model("step", step, "step(k, x, p, out)"), spec, 4, "step(k, x, p, {a}out)"
+    )
     n_steps = check_int("n_steps", n_steps, min_value=0)
     time_scale = check_positive("time_scale", time_scale)
     bound = _check_bound(bound)
@@ -580,12 +639,15 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     save_steps = saveat.resolve_steps(n_steps)
     observe, obs_names = _check_observe(observe, observe_names, X[0], P[0], np.int64(0), A, spec)
     if step_observe is not None:
-        step_observe = _check_arity("step_observe", _kernels.check_model(
-            "step_observe", step_observe, "step_observe(k, x, p, out, obs)"), spec, 5,
-            "step_observe(k, x, p, {a}out, obs)")
+        step_observe = _check_arity(
+            "step_observe",
+            _kernels.check_model("step_observe", step_observe, "step_observe(k, x, p, out, obs)"),
+            spec,
+            5,
+            "step_observe(k, x, p, {a}out, obs)",
+        )
         if observe is None:
-            raise TypeError("step_observe needs observe (used at the last save and on frozen states) and "
-                            "observe_names")
+            raise TypeError("step_observe needs observe (used at the last save and on frozen states) and observe_names")
     kernel = _kernels.get_kernel("map", step, n_state=n_state, observe=observe, fused=step_observe, args_spec=spec)
     Y = np.empty((n_traj, save_steps.size, n_state))
     obs_arr = _observable_array(obs_names, n_traj, save_steps.size)
@@ -595,8 +657,17 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
     last = np.full(n_traj, np.nan)
     work = np.empty((4, n_state))
     work_obs = np.empty((2, obs_arr.shape[2]))
-    partial = _partial_builder(Y, names, save_steps * time_scale, save_steps, P, n_traj, derived, attrs,
-                               _observables(obs_arr, obs_names, save_steps.size))
+    partial = _partial_builder(
+        Y,
+        names,
+        save_steps * time_scale,
+        save_steps,
+        P,
+        n_traj,
+        derived,
+        attrs,
+        _observables(obs_arr, obs_names, save_steps.size),
+    )
     # the step-norm samples of step_norm_trend, taken by the kernel: block b of steps [TL[b], TH[b]]
     blocks = tail_blocks(0, n_steps) if trend else []
     TL = np.array([blk[0] for blk in blocks], dtype=np.int64)
@@ -609,35 +680,104 @@ def iterate(step, state0, n_steps, *, params, saveat: SaveAt | None = None, name
 
     def advance(a, b):
         j_start = int(np.searchsorted(save_steps, a, side="left" if a == 0 else "right"))
-        kernel(X, P, a, b, save_steps, j_start, Y, obs_arr, active, status, bound, tol, stop_at, bool(flush_subnormals),
-               last, work, work_obs, TL, TH, TC, S, XM, kmid, A)
+        kernel(
+            X,
+            P,
+            a,
+            b,
+            save_steps,
+            j_start,
+            Y,
+            obs_arr,
+            active,
+            status,
+            bound,
+            tol,
+            stop_at,
+            bool(flush_subnormals),
+            last,
+            work,
+            work_obs,
+            TL,
+            TH,
+            TC,
+            S,
+            XM,
+            kmid,
+            A,
+        )
         reached[0] = b
 
     def saves_at(b):
         j = int(np.searchsorted(save_steps, b))
         return [(j, b, Y[:, j])] if j < save_steps.size and save_steps[j] == b else []
 
-    stopped = _drive(_chunks(0, n_steps, progress, save_steps.tolist() if stop is not None else ()), advance,
-                     lambda: _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale,
-                                           partial_fn=partial),
-                     bar=_bar(progress, n_steps, "iterate", "step"), amount=lambda a, b: b - a, stop=stop,
-                     saves_at=saves_at, X=X, P=P, active=active)
+    stopped = _drive(
+        _chunks(0, n_steps, progress, save_steps.tolist() if stop is not None else ()),
+        advance,
+        lambda: _raise_status(status, names, kind="map", time_of=lambda i, s: s * time_scale, partial_fn=partial),
+        bar=_bar(progress, n_steps, "iterate", "step"),
+        amount=lambda a, b: b - a,
+        stop=stop,
+        saves_at=saves_at,
+        X=X,
+        P=P,
+        active=active,
+    )
     n_saved = save_steps.size if stopped is None else stopped
     k_reached = reached[0]
     steps_out = save_steps[:n_saved]
     per_traj = {"stopped_at": stop_at} if converged is not None else {}
     sampled = np.flatnonzero(TL <= k_reached)  # blocks the run reached (all of them unless a stop ended it early)
-    per_traj.update(_diagnostics(last, diag_tol, warn_unconverged, "map", [S[:, b] for b in sampled],
-                                 TH[sampled].tolist(), _displacement(XM if 0 <= kmid <= k_reached else None, X)))
-    return _finish(Y[:, :n_saved], names, steps_out * time_scale, steps_out, P, n_traj, derived, attrs,
-                   _observables(obs_arr, obs_names, n_saved), per_traj=per_traj)
+    per_traj.update(
+        _diagnostics(
+            last,
+            diag_tol,
+            warn_unconverged,
+            "map",
+            [S[:, b] for b in sampled],
+            TH[sampled].tolist(),
+            _displacement(XM if 0 <= kmid <= k_reached else None, X),
+        )
+    )
+    return _finish(
+        Y[:, :n_saved],
+        names,
+        steps_out * time_scale,
+        steps_out,
+        P,
+        n_traj,
+        derived,
+        attrs,
+        _observables(obs_arr, obs_names, n_saved),
+        per_traj=per_traj,
+    )
 
 
-def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None = None, names=None, derived=None,
-              stop=None, progress: bool = False, attrs: dict | None = None, bound: float = np.inf,
-              converged: float | None = None, flush_subnormals: bool = True, convergence_tol: float | None = None,
-              warn_unconverged: bool = False, observe=None, observe_names=None, trend: bool = True,
-              args: tuple | None = None, args_per_trajectory=None) -> Trajectory:
+def integrate(
+    rhs,
+    state0,
+    t_span,
+    *,
+    params,
+    solver=None,
+    saveat: SaveAt | None = None,
+    names=None,
+    derived=None,
+    stop=None,
+    progress: bool = False,
+    attrs: dict | None = None,
+    bound: float = np.inf,
+    converged: float | None = None,
+    flush_subnormals: bool = True,
+    convergence_tol: float | None = None,
+    warn_unconverged: bool = False,
+    observe=None,
+    observe_names=None,
+    trend: bool = True,
+    args: tuple | None = None,
+    args_per_trajectory=None,
+) -> Trajectory:
     """Integrate ``dy/dt = rhs(t, y; p)`` over ``t_span = (t0, t1)`` for a batch of initial conditions.
 
     Parameters
@@ -699,15 +839,46 @@ def integrate(rhs, state0, t_span, *, params, solver=None, saveat: SaveAt | None
     dt = getattr(solver, "dt", None)
     save_times = saveat.resolve_times(t0, t1, dt)
     diag = (_convergence_tol(convergence_tol, converged), bool(warn_unconverged), bool(trend))
-    opts = (names, derived, stop, progress, attrs, bound, tol, bool(flush_subnormals), converged is not None, diag,
-            observe, (A, spec))
+    opts = (
+        names,
+        derived,
+        stop,
+        progress,
+        attrs,
+        bound,
+        tol,
+        bool(flush_subnormals),
+        converged is not None,
+        diag,
+        observe,
+        (A, spec),
+    )
     if isinstance(solver, _Adaptive):
         return _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, *opts)
     return _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, *opts)
 
 
-def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                     flush, record_stop, diag, observe, data):
+def _integrate_fixed(
+    rhs,
+    X,
+    P,
+    t0,
+    t1,
+    solver,
+    save_times,
+    names,
+    derived,
+    stop,
+    progress,
+    attrs,
+    bound,
+    tol,
+    flush,
+    record_stop,
+    diag,
+    observe,
+    data,
+):
     n_traj, n_state = X.shape
     A, spec = data
     dt = float(solver.dt)
@@ -725,8 +896,9 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
     K = np.empty((solver.tableau.stages, n_state))
     yt = np.empty(n_state)
     buf = np.empty(n_state)
-    partial = _partial_builder(Y, names, save_times, steps, P, n_traj, derived, attrs,
-                               _observables(obs_arr, obs_names, save_times.size))
+    partial = _partial_builder(
+        Y, names, save_times, steps, P, n_traj, derived, attrs, _observables(obs_arr, obs_names, save_times.size)
+    )
     blocks = tail_blocks(0, k_last, 1) if diag[2] else []
     points = np.concatenate(blocks) if blocks else np.empty(0, np.int64)  # grid steps of the |f| samples
     tail = set(points.tolist())
@@ -734,8 +906,30 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
 
     def advance(a, b):
         j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
-        kernel(X, P, t0, dt, a, b, save_k, save_h, j_start, Y, obs_arr, active, status, bound, tol, stop_at, flush, last,
-               K, yt, buf, A)
+        kernel(
+            X,
+            P,
+            t0,
+            dt,
+            a,
+            b,
+            save_k,
+            save_h,
+            j_start,
+            Y,
+            obs_arr,
+            active,
+            status,
+            bound,
+            tol,
+            stop_at,
+            flush,
+            last,
+            K,
+            yt,
+            buf,
+            A,
+        )
 
     def after(a, b):  # |f| at the tail points of step_norm_trend, and the state at the first of them
         if b in tail and b > a:
@@ -743,20 +937,38 @@ def _integrate_fixed(rhs, X, P, t0, t1, solver, save_times, names, derived, stop
             if b == points[0]:
                 mid.append(X.copy())
 
-    stopped = _drive(_chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ()))),
-                     advance, lambda: _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt,
-                                                    partial_fn=partial),
-                     bar=_bar(progress, k_last, "integrate", "step"), amount=lambda a, b: b - a, stop=stop,
-                     saves_at=lambda b: [(int(j), float(save_times[j]), Y[:, j]) for j in np.flatnonzero(save_k == b)],
-                     X=X, P=P, active=active, after=after)
+    stopped = _drive(
+        _chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ()))),
+        advance,
+        lambda: _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial),
+        bar=_bar(progress, k_last, "integrate", "step"),
+        amount=lambda a, b: b - a,
+        stop=stop,
+        saves_at=lambda b: [(int(j), float(save_times[j]), Y[:, j]) for j in np.flatnonzero(save_k == b)],
+        X=X,
+        P=P,
+        active=active,
+        after=after,
+    )
     n_saved = save_times.size if stopped is None else stopped
     x_mid = mid[0] if mid else None
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     got = [int(k) for k in points if int(k) in recorded]
-    per_traj.update(_diagnostics(last, *diag[:2], "flow", [recorded[k] for k in got], np.asarray(got) * dt,
-                                 _displacement(x_mid, X)))
-    return _finish(Y[:, :n_saved], names, save_times[:n_saved], steps[:n_saved], P, n_traj, derived, attrs,
-                   _observables(obs_arr, obs_names, n_saved), per_traj=per_traj)
+    per_traj.update(
+        _diagnostics(last, *diag[:2], "flow", [recorded[k] for k in got], np.asarray(got) * dt, _displacement(x_mid, X))
+    )
+    return _finish(
+        Y[:, :n_saved],
+        names,
+        save_times[:n_saved],
+        steps[:n_saved],
+        P,
+        n_traj,
+        derived,
+        attrs,
+        _observables(obs_arr, obs_names, n_saved),
+        per_traj=per_traj,
+    )
 
 
 def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
@@ -768,8 +980,27 @@ def _stop_at_save(stop, t, Ysave, X, P, active) -> bool:
     return not active.any()
 
 
-def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, stop, progress, attrs, bound, tol,
-                        flush, record_stop, diag, observe, data):
+def _integrate_adaptive(
+    rhs,
+    X,
+    P,
+    t0,
+    t1,
+    solver,
+    save_times,
+    names,
+    derived,
+    stop,
+    progress,
+    attrs,
+    bound,
+    tol,
+    flush,
+    record_stop,
+    diag,
+    observe,
+    data,
+):
     n_traj, n_state = X.shape
     A, spec = data
     tab = solver.tableau
@@ -803,22 +1034,64 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
 
     def partial(n):  # the user's saves among the first n written
         keep = user & (np.arange(n_save) < n)
-        return _partial_builder(Y[:, keep], names, save_times[keep], index[:int(keep.sum())], P, n_traj, derived,
-                                attrs, {"n_rhs_steps": NS[:, keep], **_kept_observables(obs_arr, obs_names, keep)})(
-                                    int(keep.sum()))
+        return _partial_builder(
+            Y[:, keep],
+            names,
+            save_times[keep],
+            index[: int(keep.sum())],
+            P,
+            n_traj,
+            derived,
+            attrs,
+            {"n_rhs_steps": NS[:, keep], **_kept_observables(obs_arr, obs_names, keep)},
+        )(int(keep.sum()))
+
     if stop is not None:
         bounds = list(range(n_save + 1))
     elif progress:
-        bounds = sorted(set(np.linspace(0, n_save, min(n_save, _PROGRESS_UPDATES) + 1).astype(int).tolist())
-                        | probe_ends)
+        bounds = sorted(
+            set(np.linspace(0, n_save, min(n_save, _PROGRESS_UPDATES) + 1).astype(int).tolist()) | probe_ends
+        )
     else:
         bounds = sorted({0, n_save} | probe_ends)
     samples, sample_t = [], []
 
     def advance(ja, jb):
-        kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_times, ja, jb, t1, solver.rtol, solver.atol,
-               float(solver.dt_max), solver.max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush, Y, obs_arr,
-               work[0], work[1], work[2], work[3], A)
+        kernel(
+            X,
+            P,
+            T,
+            H,
+            F0,
+            K,
+            Yold,
+            Told,
+            Hold,
+            fresh,
+            save_times,
+            ja,
+            jb,
+            t1,
+            solver.rtol,
+            solver.atol,
+            float(solver.dt_max),
+            solver.max_steps,
+            nsteps,
+            NS,
+            active,
+            status,
+            bound,
+            tol,
+            stop_at,
+            flush,
+            Y,
+            obs_arr,
+            work[0],
+            work[1],
+            work[2],
+            work[3],
+            A,
+        )
 
     def after(ja, jb):  # |f| just past each tail point of step_norm_trend (a probe save)
         if jb in probe_ends:
@@ -829,13 +1102,19 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
         return float(save_times[jb - 1]) - (t0 if ja == 0 else float(save_times[ja - 1]))
 
     # with a stop condition every segment is one save; it sees the user's saves only (not the probes)
-    stopped = _drive(list(zip(bounds[:-1], bounds[1:])), advance,
-                     lambda: _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]),
-                                           partial_fn=partial),
-                     bar=_bar(progress, t1 - t0, "integrate", "time"), amount=amount, stop=stop,
-                     saves_at=lambda jb: ([(jb - 1, float(save_times[jb - 1]), Y[:, jb - 1])] if user[jb - 1]
-                                          else []),
-                     X=X, P=P, active=active, after=after)
+    stopped = _drive(
+        list(zip(bounds[:-1], bounds[1:])),
+        advance,
+        lambda: _raise_status(status, names, kind="ode", time_of=lambda i, _n: float(T[i]), partial_fn=partial),
+        bar=_bar(progress, t1 - t0, "integrate", "time"),
+        amount=amount,
+        stop=stop,
+        saves_at=lambda jb: [(jb - 1, float(save_times[jb - 1]), Y[:, jb - 1])] if user[jb - 1] else [],
+        X=X,
+        P=P,
+        active=active,
+        after=after,
+    )
     n_saved = n_save if stopped is None else stopped
     keep = user & (np.arange(n_save) < n_saved)
     n_keep = int(keep.sum())
@@ -843,10 +1122,19 @@ def _integrate_adaptive(rhs, X, P, t0, t1, solver, save_times, names, derived, s
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     # F0 holds f(T, y) at each trajectory's current state (set after every accepted step): no extra evaluation
     first = int(np.searchsorted(save_times, sample_t[0])) if sample_t else None
-    per_traj.update(_diagnostics(np.max(np.abs(F0), axis=1), *diag[:2], "flow", samples, sample_t,
-                                 None if first is None else _displacement(Y[:, first], X)))
-    return _finish(Y[:, keep], names, save_times[keep], index[:n_keep], P, n_traj, derived, attrs,
-                   extra, per_traj=per_traj)
+    per_traj.update(
+        _diagnostics(
+            np.max(np.abs(F0), axis=1),
+            *diag[:2],
+            "flow",
+            samples,
+            sample_t,
+            None if first is None else _displacement(Y[:, first], X),
+        )
+    )
+    return _finish(
+        Y[:, keep], names, save_times[keep], index[:n_keep], P, n_traj, derived, attrs, extra, per_traj=per_traj
+    )
 
 
 iterate.__doc__ = iterate.__doc__.replace("{converged}", _CONVERGED_DOC)
@@ -862,8 +1150,16 @@ def _check_names(name: str, value) -> None:
 
 _SOLVER = {"dt_max": Range(gt=0, finite=False), "max_steps": Range(integer=True, ge=1, le=10**9)}
 validate_module(
-    globals(), state0=Range(array=True), params=Range(array=True), n_steps=Range(integer=True, ge=0),
-    t_span=Array(shape=(2,)), names=_check_names, derived=callable_check, stop=callable_check,
-    time_scale=Range(gt=0), bound=Range(gt=0, finite=False), converged=Range(gt=0),
+    globals(),
+    state0=Range(array=True),
+    params=Range(array=True),
+    n_steps=Range(integer=True, ge=0),
+    t_span=Array(shape=(2,)),
+    names=_check_names,
+    derived=callable_check,
+    stop=callable_check,
+    time_scale=Range(gt=0),
+    bound=Range(gt=0, finite=False),
+    converged=Range(gt=0),
     per_function={"Dopri5": _SOLVER, "Tsit5": _SOLVER},
 )

@@ -88,19 +88,29 @@ def _time_scale_message(ratios: dict[str, np.ndarray]) -> str | None:
     listed = ", ".join(f"{v}: {r:.3g}" for v, r in flagged.items())
     values = np.array(list(flagged.values()))
     if len(flagged) == len(ratios) and values.max() / values.min() < 1.0 + _SAME:
-        return (f"the learned run moves at about {float(np.median(values)):.3g} times the speed of the reduced "
-                f"dynamics from the start ({listed}; median over seeds of the displacement ratio): the two clocks "
-                "differ by a constant factor (e.g. an optimiser or parametrisation that rescales the reduced "
-                "gradient). Compare up to reparametrisation with overlay(..., align=<variable>, grid=<theory times>)")
-    return (f"learned variables move at constant multiples of the reduced dynamics' speed from the start ({listed}; "
-            "median over seeds of the displacement ratio): a rescaled (preconditioned) gradient, not only another "
-            "clock. overlay(..., align=<variable>, grid=<theory times>) removes a common clock; the variables that "
-            "still differ after aligning on one of them follow another path")
+        return (
+            f"the learned run moves at about {float(np.median(values)):.3g} times the speed of the reduced "
+            f"dynamics from the start ({listed}; median over seeds of the displacement ratio): the two clocks "
+            "differ by a constant factor (e.g. an optimiser or parametrisation that rescales the reduced "
+            "gradient). Compare up to reparametrisation with overlay(..., align=<variable>, grid=<theory times>)"
+        )
+    return (
+        f"learned variables move at constant multiples of the reduced dynamics' speed from the start ({listed}; "
+        "median over seeds of the displacement ratio): a rescaled (preconditioned) gradient, not only another "
+        "clock. overlay(..., align=<variable>, grid=<theory times>) removes a common clock; the variables that "
+        "still differ after aligning on one of them follow another path"
+    )
 
 
-def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, *,
-            state_variables: Sequence[str], on: str = "step", align: str | None = None,
-            grid=None) -> tuple[xr.Dataset, xr.Dataset]:
+def overlay(
+    theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset],
+    learned,
+    *,
+    state_variables: Sequence[str],
+    on: str = "step",
+    align: str | None = None,
+    grid=None,
+) -> tuple[xr.Dataset, xr.Dataset]:
     """Start the reduced dynamics from each learned seed's step-0 state and align it with the learned run.
 
     Parameters
@@ -166,22 +176,28 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
         if grid[0] != 0 or np.any(np.diff(grid) <= 0):
             raise ValueError(f"grid must be increasing and start at 0; got {grid[:3].tolist()}...")
         if not isinstance(align, str) or align not in learned.data_vars:
-            raise ValueError(f"align must name a variable of the learned run; got {align!r} "
-                             f"(it has {sorted(learned.data_vars)})")
+            raise ValueError(
+                f"align must name a variable of the learned run; got {align!r} (it has {sorted(learned.data_vars)})"
+            )
     if isinstance(state_variables, str) or not len(state_variables):
         raise ValueError(f"state_variables must be a non-empty sequence of names; got {state_variables!r}")
     missing = [v for v in state_variables if v not in learned.data_vars]
     if missing:
-        raise ValueError(f"state_variables {missing} are not variables of the learned run "
-                         f"(it has {sorted(learned.data_vars)})")
+        raise ValueError(
+            f"state_variables {missing} are not variables of the learned run (it has {sorted(learned.data_vars)})"
+        )
     steps = learned["step"].values
     if steps.size == 0 or steps[0] != 0:
         first = None if steps.size == 0 else int(steps[0])
-        raise ValueError(f"the learned run's first save point is step {first}, not 0: the overlay starts the reduced "
-                         "dynamics from the learned order parameters at step 0, so the run must save step 0")
+        raise ValueError(
+            f"the learned run's first save point is step {first}, not 0: the overlay starts the reduced "
+            "dynamics from the learned order parameters at step 0, so the run must save step 0"
+        )
     n_seeds = learned.sizes["trajectory"]
-    blocks = [np.asarray(learned[v].isel(time=0).transpose("trajectory", ...).values,
-                         dtype=np.float64).reshape(n_seeds, -1) for v in state_variables]
+    blocks = [
+        np.asarray(learned[v].isel(time=0).transpose("trajectory", ...).values, dtype=np.float64).reshape(n_seeds, -1)
+        for v in state_variables
+    ]
     state0 = np.concatenate(blocks, axis=-1)
     owner = np.repeat(np.arange(len(blocks)), [b.shape[1] for b in blocks])  # state column -> variable index
     bad = np.argwhere(~np.isfinite(state0))
@@ -194,16 +210,19 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     if align is not None:
         theory = _as_run("theory_fn's result", theory_fn(state0, grid.copy()))
         if theory.sizes["trajectory"] != n_seeds:
-            raise ValueError(f"theory_fn returned {theory.sizes['trajectory']} trajectories for {n_seeds} learned "
-                             "seeds")
+            raise ValueError(
+                f"theory_fn returned {theory.sizes['trajectory']} trajectories for {n_seeds} learned seeds"
+            )
         th, aligned = _align(theory, learned, variable=align, grid=grid)
         return th.assign_attrs({PAIRED_ATTR: 1}), aligned
     at = learned[on].values.copy()
     theory = theory_fn(state0, at)
     theory = _as_run("theory_fn's result", theory)
     if theory.sizes["trajectory"] != learned.sizes["trajectory"]:
-        raise ValueError(f"theory_fn returned {theory.sizes['trajectory']} trajectories for "
-                         f"{learned.sizes['trajectory']} learned seeds")
+        raise ValueError(
+            f"theory_fn returned {theory.sizes['trajectory']} trajectories for "
+            f"{learned.sizes['trajectory']} learned seeds"
+        )
     have = theory[on].values
     if on == "step":
         pos = {int(s): i for i, s in enumerate(have)}
@@ -220,12 +239,15 @@ def overlay(theory_fn: Callable[[np.ndarray, np.ndarray], xr.Dataset], learned, 
     absent = [at[n] for n, i in enumerate(index) if i < 0]
     if absent:
         shown = ", ".join(f"{a:g}" for a in absent[:5]) + (" ..." if len(absent) > 5 else "")
-        raise ValueError(f"the theory lacks {len(absent)} of the learned run's save points on {on!r} ({shown}); "
-                         f"it covers {have.min():g} .. {have.max():g}: save the theory at exactly the learned points "
-                         "(nothing is interpolated or clipped)")
+        raise ValueError(
+            f"the theory lacks {len(absent)} of the learned run's save points on {on!r} ({shown}); "
+            f"it covers {have.min():g} .. {have.max():g}: save the theory at exactly the learned points "
+            "(nothing is interpolated or clipped)"
+        )
     aligned = theory.isel(time=np.asarray(index))
-    aligned = aligned.assign_coords(time=learned["time"].values, step=("time", steps),
-                                    trajectory=learned["trajectory"].values)
+    aligned = aligned.assign_coords(
+        time=learned["time"].values, step=("time", steps), trajectory=learned["trajectory"].values
+    )
     aligned = aligned.assign_attrs({PAIRED_ATTR: 1})
     message = _time_scale_message(_time_scale_ratios(aligned, learned, state_variables))
     if message is not None:

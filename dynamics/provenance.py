@@ -16,7 +16,13 @@ import sys
 import numpy as np
 
 __all__ = [
-    "to_jsonable", "to_json", "git_revision", "package_versions", "utc_now", "provenance_attrs", "sanitize_attrs"
+    "to_jsonable",
+    "to_json",
+    "git_revision",
+    "package_versions",
+    "utc_now",
+    "provenance_attrs",
+    "sanitize_attrs",
 ]
 
 _PACKAGES = ("numpy", "scipy", "numba", "xarray", "h5netcdf", "sympy", "matplotlib")
@@ -58,8 +64,14 @@ def git_revision() -> str:
     """``git describe --always --dirty`` of the source tree this package runs from, or ``"unknown"``."""
     here = pathlib.Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True,
-                             text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     rev = out.stdout.strip()

@@ -29,8 +29,9 @@ def as_generator(seed_or_rng=None) -> np.random.Generator:
         if seed_or_rng < 0:
             raise ValueError(f"seed must be an integer >= 0; got {seed_or_rng}")
         return np.random.default_rng(int(seed_or_rng))
-    raise ArgumentTypeError(f"rng (seed_or_rng) must be an int seed >= 0, a numpy Generator, a SeedSequence or "
-                            f"None; got {seed_or_rng!r}")
+    raise ArgumentTypeError(
+        f"rng (seed_or_rng) must be an int seed >= 0, a numpy Generator, a SeedSequence or None; got {seed_or_rng!r}"
+    )
 
 
 def spawn_generators(seed, names: Sequence[str]) -> dict[str, np.random.Generator]:

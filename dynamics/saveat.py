@@ -54,8 +54,7 @@ class SaveAt:
             given.append("final")
         if len(given) != 1:
             raise ValueError(
-                "SaveAt takes exactly one of steps=, ts=, every=, n=, log=, final=True; "
-                f"got {given or 'none'}"
+                f"SaveAt takes exactly one of steps=, ts=, every=, n=, log=, final=True; got {given or 'none'}"
             )
         if self.steps is not None:
             arr = np.atleast_1d(np.asarray(self.steps))
@@ -85,8 +84,9 @@ class SaveAt:
         if self.steps is not None:
             arr = np.asarray(self.steps, dtype=np.int64)
             if arr.min() < 0 or arr.max() > n_steps:
-                raise ValueError(f"SaveAt.steps must lie in [0, n_steps={n_steps}]; got range "
-                                 f"[{arr.min()}, {arr.max()}]")
+                raise ValueError(
+                    f"SaveAt.steps must lie in [0, n_steps={n_steps}]; got range [{arr.min()}, {arr.max()}]"
+                )
             return np.unique(arr)
         if self.every is not None:
             arr = np.arange(0, n_steps + 1, self.every, dtype=np.int64)

@@ -51,8 +51,16 @@ class SweepError(RuntimeError):
         self.partial = partial
 
 
-def sweep(fn: Callable, grid, *, processes: int | None = None, client=None, chunk_size: int | None = None,
-          progress: bool = False, on_error: str = "raise"):
+def sweep(
+    fn: Callable,
+    grid,
+    *,
+    processes: int | None = None,
+    client=None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    on_error: str = "raise",
+):
     """Evaluate ``fn(**config)`` over a named grid of configurations and return an ``xarray.Dataset``.
 
     Parameters
@@ -99,9 +107,12 @@ def sweep(fn: Callable, grid, *, processes: int | None = None, client=None, chun
     n = int(np.prod(shape)) if shape else 1
     configs = [{name: _item(arr, idx) for name, arr in params.items()} for idx in np.ndindex(*shape)] or [{}]
     workers = _n_workers(processes, client)
-    size = check_int("chunk_size", chunk_size, min_value=1) if chunk_size is not None else max(
-        1, math.ceil(n / (4 * workers)))
-    chunks = [configs[i:i + size] for i in range(0, n, size)]
+    size = (
+        check_int("chunk_size", chunk_size, min_value=1)
+        if chunk_size is not None
+        else max(1, math.ceil(n / (4 * workers)))
+    )
+    chunks = [configs[i : i + size] for i in range(0, n, size)]
     outcomes = _run_chunks(fn, chunks, processes, client, progress)
     attrs = _provenance(fn, params, n, size, workers, client, on_error)
     try:
@@ -123,9 +134,17 @@ def _provenance(fn, params, n: int, chunk_size: int, workers: int, client, on_er
     else:
         executor = "this process" if workers == 1 else f"{workers} local processes"
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
-    return provenance_attrs({"kind": "sweep", "function": name, "parameters": ", ".join(params) or "(none)",
-                             "n_configurations": n, "chunk_size": chunk_size, "executor": executor,
-                             "on_error": on_error})
+    return provenance_attrs(
+        {
+            "kind": "sweep",
+            "function": name,
+            "parameters": ", ".join(params) or "(none)",
+            "n_configurations": n,
+            "chunk_size": chunk_size,
+            "executor": executor,
+            "on_error": on_error,
+        }
+    )
 
 
 def _item(arr, idx):
@@ -140,8 +159,10 @@ def _check_values(name: str, values: np.ndarray) -> None:
         raise ValueError(f"grid parameter {name!r} must be real; got complex values")
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         bad = np.argwhere(~np.isfinite(values))[0]
-        raise ValueError(f"grid parameter {name!r} must be finite; found {values[tuple(bad)]} at index "
-                         f"{tuple(int(i) for i in bad)} (shape {values.shape})")
+        raise ValueError(
+            f"grid parameter {name!r} must be finite; found {values[tuple(bad)]} at index "
+            f"{tuple(int(i) for i in bad)} (shape {values.shape})"
+        )
 
 
 def _parse_grid(grid):
@@ -163,13 +184,16 @@ def _parse_grid(grid):
             try:
                 arr = np.asarray(values)
             except ValueError as exc:  # ragged nested sequences
-                raise ValueError(f"grid parameter {name!r} must be a scalar or a 1-D sequence; got ragged "
-                                 "values") from exc
+                raise ValueError(
+                    f"grid parameter {name!r} must be a scalar or a 1-D sequence; got ragged values"
+                ) from exc
             if arr.dtype == object and arr.ndim >= 1 and any(np.ndim(v) > 0 for v in arr.ravel()):
                 raise ValueError(f"grid parameter {name!r} must be a scalar or a 1-D sequence; got ragged values")
             if arr.ndim > 1:
-                raise ValueError(f"grid parameter {name!r} must be a scalar, a 1-D sequence or an xarray.DataArray "
-                                 f"with named dimensions; got an array of shape {arr.shape}")
+                raise ValueError(
+                    f"grid parameter {name!r} must be a scalar, a 1-D sequence or an xarray.DataArray "
+                    f"with named dimensions; got an array of shape {arr.shape}"
+                )
             arrays[name] = xr.DataArray(arr, dims=() if arr.ndim == 0 else (name,), name=name)
     else:
         raise TypeError(f"grid must be a dict of name -> values or an xarray.Dataset; got {type(grid).__name__}")
@@ -179,15 +203,18 @@ def _parse_grid(grid):
         for dim, length in da.sizes.items():
             if dim in sizes and sizes[dim][1] != length:
                 other = sizes[dim][0]
-                raise ValueError(f"grid parameters {other!r} and {name!r} share dimension {dim!r} but their lengths "
-                                 f"differ: {other!r} has shape {tuple(arrays[other].shape)}, {name!r} has shape "
-                                 f"{tuple(da.shape)}")
+                raise ValueError(
+                    f"grid parameters {other!r} and {name!r} share dimension {dim!r} but their lengths "
+                    f"differ: {other!r} has shape {tuple(arrays[other].shape)}, {name!r} has shape "
+                    f"{tuple(da.shape)}"
+                )
             sizes.setdefault(dim, (name, length))
     try:
         broadcast = xr.broadcast(*arrays.values())
     except ValueError as exc:
-        raise ValueError(f"grid parameters do not broadcast: shapes "
-                         f"{ {k: tuple(v.shape) for k, v in arrays.items()} }") from exc
+        raise ValueError(
+            f"grid parameters do not broadcast: shapes { {k: tuple(v.shape) for k, v in arrays.items()} }"
+        ) from exc
     dims = broadcast[0].dims
     broadcast = [b.transpose(*dims) for b in broadcast]
     shape = tuple(broadcast[0].shape)
@@ -222,10 +249,12 @@ def _run_chunk(fn, configs):
 def _normalise(value) -> dict:
     """A result as {name: (dims or None, ndarray)} plus the coordinates of a Dataset result under '__coords__'."""
     if isinstance(value, xr.Dataset):
-        out = {name: (tuple(str(d) for d in value[name].dims), np.asarray(value[name].values))
-               for name in value.data_vars}
-        out["__coords__"] = {name: (tuple(str(d) for d in c.dims), np.asarray(c.values))
-                             for name, c in value.coords.items()}
+        out = {
+            name: (tuple(str(d) for d in value[name].dims), np.asarray(value[name].values)) for name in value.data_vars
+        }
+        out["__coords__"] = {
+            name: (tuple(str(d) for d in c.dims), np.asarray(c.values)) for name, c in value.coords.items()
+        }
         return out
     if isinstance(value, xr.DataArray):
         return {value.name or "result": (tuple(str(d) for d in value.dims), np.asarray(value.values))}
@@ -276,8 +305,10 @@ def _gather_dask(client, futures, chunks, poll: float = 0.5):
     lost = [futures[i] for i in range(len(futures)) if i not in values]
     if lost and callable(getattr(client, "cancel", None)):
         client.cancel(lost)
-    message = (f"WorkerLost: no Dask worker was left for {DASK_NO_WORKER_TIMEOUT:.0f} s (or the task was lost); the "
-               "configuration was not computed")
+    message = (
+        f"WorkerLost: no Dask worker was left for {DASK_NO_WORKER_TIMEOUT:.0f} s (or the task was lost); the "
+        "configuration was not computed"
+    )
     return [values[i] if i in values else [("error", message)] * len(chunks[i]) for i in range(len(futures))]
 
 
@@ -312,8 +343,10 @@ def _run_local_pool(fn, chunks, n_proc, bar):
         if not pending:
             return results
     for i in pending:
-        message = ("WorkerLost: the worker process running this configuration died (killed or out of memory) "
-                   "twice; the configuration was not computed")
+        message = (
+            "WorkerLost: the worker process running this configuration died (killed or out of memory) "
+            "twice; the configuration was not computed"
+        )
         results[i] = [("error", message)] * len(chunks[i])
         bar.update(1)
     return results
@@ -347,9 +380,11 @@ def _assemble(outcomes, configs, params, coords_info, shape, on_error):
                     continue
                 if name not in value or value[name][1].shape != arr.shape:
                     got = "missing" if name not in value else f"shape {value[name][1].shape}"
-                    raise ValueError(f"sweep: variable {name!r} has shape {arr.shape} for the first configuration "
-                                     f"but is {got} for {_describe(configs[i])}; fn must return the same "
-                                     "variables and shapes for every configuration")
+                    raise ValueError(
+                        f"sweep: variable {name!r} has shape {arr.shape} for the first configuration "
+                        f"but is {got} for {_describe(configs[i])}; fn must return the same "
+                        "variables and shapes for every configuration"
+                    )
                 full[np.unravel_index(i, shape) if shape else ()] = value[name][1]
             data_vars[name] = (tuple(dims) + vdims, full)
         result_coords = dict(coords)
@@ -364,11 +399,14 @@ def _assemble(outcomes, configs, params, coords_info, shape, on_error):
             data_vars["error"] = (tuple(dims), errors.astype(str))
         ds = xr.Dataset(data_vars, coords=result_coords)
     if failures and (on_error == "raise" or ds is None):
-        shown = "; ".join(f"{_describe({k: v for k, v in f.items() if k != 'error'})}: "
-                          f"{f['error'].splitlines()[0]}" for f in failures[:5])
+        shown = "; ".join(
+            f"{_describe({k: v for k, v in f.items() if k != 'error'})}: {f['error'].splitlines()[0]}"
+            for f in failures[:5]
+        )
         more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
-        raise SweepError(f"{len(failures)} of {len(flat)} configurations failed: {shown}{more}", failures=failures,
-                         partial=ds)
+        raise SweepError(
+            f"{len(failures)} of {len(flat)} configurations failed: {shown}{more}", failures=failures, partial=ds
+        )
     return ds
 
 
@@ -383,16 +421,16 @@ def _sweep_list(fn, configs, processes, client, progress) -> list:
     results = [None] * len(configs)
     with cf.ProcessPoolExecutor(max_workers=n_proc, mp_context=ctx) as pool:
         futures = {pool.submit(fn, c): i for i, c in enumerate(configs)}
-        for fut in tqdm(cf.as_completed(futures), total=len(configs), disable=not progress, desc="sweep",
-                        leave=False):
+        for fut in tqdm(cf.as_completed(futures), total=len(configs), disable=not progress, desc="sweep", leave=False):
             results[futures[fut]] = fut.result()
     return results
 
 
 def _check_client(name: str, client) -> None:
     if not (callable(getattr(client, "submit", None)) and callable(getattr(client, "gather", None))):
-        raise ArgumentTypeError(f"{name} must be a dask.distributed.Client (with submit and gather) or None; "
-                                f"got {type(client).__name__}")
+        raise ArgumentTypeError(
+            f"{name} must be a dask.distributed.Client (with submit and gather) or None; got {type(client).__name__}"
+        )
 
 
 validate_module(globals(), client=_check_client)  # the rest from the annotations (dynamics.validation)

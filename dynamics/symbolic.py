@@ -50,6 +50,7 @@ _MODULES: dict = {}
 # ----------------------------------------------------------------------------------------------------------------
 # special functions backed by numba implementations
 
+
 def numba_function(name: str, impl, derivatives: Sequence):
     """A sympy function ``name`` evaluated by the numba function ``impl``, with partial-derivative rules.
 
@@ -73,13 +74,16 @@ def numba_function(name: str, impl, derivatives: Sequence):
         raise ValueError(f"name must be a Python identifier; got {name!r}")
     _kernels.check_model("impl", impl, "impl(*args) -> float")
     if not _kernels._importable(impl):
-        raise ValueError(f"impl must be importable by name (a top-level function of a module); got "
-                         f"{impl.py_func.__module__}.{impl.py_func.__qualname__}")
+        raise ValueError(
+            f"impl must be importable by name (a top-level function of a module); got "
+            f"{impl.py_func.__module__}.{impl.py_func.__qualname__}"
+        )
     nargs = impl.py_func.__code__.co_argcount
     derivatives = tuple(derivatives)
     if len(derivatives) != nargs:
-        raise ValueError(f"derivatives must have one rule (or None) per argument of {name} ({nargs}); got "
-                         f"{len(derivatives)}")
+        raise ValueError(
+            f"derivatives must have one rule (or None) per argument of {name} ({nargs}); got {len(derivatives)}"
+        )
 
     def fdiff(self, argindex=1):
         rule = derivatives[argindex - 1]
@@ -89,8 +93,10 @@ def numba_function(name: str, impl, derivatives: Sequence):
 
     cls = type(name, (sympy.Function,), {"nargs": nargs, "fdiff": fdiff, "_attndyn_impl": impl})
     probe = sympy.symbols(f"_a0:{nargs}")
-    cls._attndyn_key = (f"{impl.py_func.__module__}.{impl.py_func.__qualname__}",
-                        tuple("None" if r is None else sympy.srepr(r(*probe)) for r in derivatives))
+    cls._attndyn_key = (
+        f"{impl.py_func.__module__}.{impl.py_func.__qualname__}",
+        tuple("None" if r is None else sympy.srepr(r(*probe)) for r in derivatives),
+    )
     return cls
 
 
@@ -106,6 +112,7 @@ def _registered(expr) -> list:
 
 # ----------------------------------------------------------------------------------------------------------------
 # printing
+
 
 class _Printer(PythonCodePrinter):
     """Python source for numba: floats printed exactly, small integer powers as products, registered functions by
@@ -168,6 +175,7 @@ def _file_digest(path: str) -> str:
 
 # ----------------------------------------------------------------------------------------------------------------
 # the model
+
 
 def _symbols(name: str, values) -> tuple:
     if isinstance(values, str | sympy.Symbol):
@@ -245,8 +253,18 @@ class SymbolicModel:
         The generated module's file.
     """
 
-    def __init__(self, state, params=(), *, map=None, flow=None, risk=None, aux=None,  # noqa: A002
-                 gradient=None, derivatives: bool = True):
+    def __init__(
+        self,
+        state,
+        params=(),
+        *,
+        map=None,
+        flow=None,
+        risk=None,
+        aux=None,  # noqa: A002
+        gradient=None,
+        derivatives: bool = True,
+    ):
         self._grad_aux = None if gradient is None else tuple(gradient)
         self._init(state, params, map=map, flow=flow, risk=risk, aux=aux, derivatives=derivatives)
 
@@ -280,8 +298,9 @@ class SymbolicModel:
             if value is not None:
                 value = [self._canonical(sympy.sympify(v), key) for v in value]
                 if len(value) != len(self._state):
-                    raise ValueError(f"{key} must have one expression per state variable ({len(self._state)}); "
-                                     f"got {len(value)}")
+                    raise ValueError(
+                        f"{key} must have one expression per state variable ({len(self._state)}); got {len(value)}"
+                    )
                 self._exprs[key] = value
         if risk is not None:
             self._exprs["risk"] = self._canonical(sympy.sympify(risk), "risk")
@@ -311,8 +330,13 @@ class SymbolicModel:
 
         src = pathlib.Path(inspect.getsourcefile(builder))
         h = hashlib.sha256()
-        for part in (src.read_bytes(), builder.__module__.encode(), builder.__qualname__.encode(),
-                     _GENERATOR_FILE.read_bytes(), _kernels._digest((), None, "").encode()):
+        for part in (
+            src.read_bytes(),
+            builder.__module__.encode(),
+            builder.__qualname__.encode(),
+            _GENERATOR_FILE.read_bytes(),
+            _kernels._digest((), None, "").encode(),
+        ):
             h.update(part)
             h.update(b"\0")
         name = f"attndyn_symbolic_{builder.__name__.strip('_')}_{h.hexdigest()[:20]}"
@@ -343,8 +367,9 @@ class SymbolicModel:
     # construction
 
     @classmethod
-    def from_risk(cls, risk, state, params=(), *, step_size="alpha", spheres=(), order_params=None,
-                  derivatives: bool = True):
+    def from_risk(
+        cls, risk, state, params=(), *, step_size="alpha", spheres=(), order_params=None, derivatives: bool = True
+    ):
         """The gradient-descent map and gradient flow of ``risk``, projected onto unit spheres where asked.
 
         Parameters
@@ -413,7 +438,7 @@ class SymbolicModel:
             idx = [state.index(m) for m in members]
             radial = sum(state[i] * grad[i] for i in idx)
             moved = {i: state[i] - alpha * (grad[i] - radial * state[i]) for i in idx}
-            norm = sympy.sqrt(sum(m ** 2 for m in moved.values()))
+            norm = sympy.sqrt(sum(m**2 for m in moved.values()))
             for i in idx:
                 step[i] = moved[i] / norm
                 flow[i] = -(grad[i] - radial * state[i])
@@ -429,8 +454,10 @@ class SymbolicModel:
         known = {s.name: s for s in self._state + self._params + tuple(aux)}
         unknown = sorted(s.name for s in expr.free_symbols if s.name not in known)
         if unknown:
-            raise ValueError(f"{where} has free symbols {unknown} that are neither state {self.state_names}, "
-                             f"params {self.param_names} nor (earlier) aux {[a.name for a in aux]}")
+            raise ValueError(
+                f"{where} has free symbols {unknown} that are neither state {self.state_names}, "
+                f"params {self.param_names} nor (earlier) aux {[a.name for a in aux]}"
+            )
         return expr.xreplace({s: known[s.name] for s in expr.free_symbols})
 
     @property
@@ -465,8 +492,7 @@ class SymbolicModel:
                     sym["gradient"] = sympy.Matrix(self._grad_aux)
                     idx = [self._aux_syms.index(g) for g in self._grad_aux]
                     if self._with_derivatives:
-                        sym["hessian"] = sympy.Matrix(len(idx), len(self._state),
-                                                      lambda i, j: self._dsym(idx[i], j))
+                        sym["hessian"] = sympy.Matrix(len(idx), len(self._state), lambda i, j: self._dsym(idx[i], j))
                 else:
                     sym["gradient"] = self._total([sym["risk"]]).T
                     if self._with_derivatives:
@@ -507,9 +533,14 @@ class SymbolicModel:
     def _key(self) -> str:
         """SHA-256 of everything the generated source depends on (computed without differentiating anything)."""
         h = hashlib.sha256()
-        parts = [self.state_names, self.param_names, tuple(s.name for s in self._aux_syms),
-                 tuple(sympy.srepr(e) for e in self._aux), self._grad_aux is not None,
-                 self._with_derivatives]
+        parts = [
+            self.state_names,
+            self.param_names,
+            tuple(s.name for s in self._aux_syms),
+            tuple(sympy.srepr(e) for e in self._aux),
+            self._grad_aux is not None,
+            self._with_derivatives,
+        ]
         for key in sorted(self._exprs):
             e = self._exprs[key]
             parts.append((key, sympy.srepr(e) if key == "risk" else tuple(sympy.srepr(v) for v in e)))
@@ -534,21 +565,31 @@ class SymbolicModel:
         names.update({s: sympy.Symbol(f"_a{i}") for i, s in enumerate(self._aux_syms)})
         pre = self._aux_levels(names)
         pre_lines = {}
-        unpack = ([f"    _x{i} = x[{i}]" for i in range(len(self._state))]
-                  + [f"    _p{i} = p[{i}]" for i in range(len(self._params))])
+        unpack = [f"    _x{i} = x[{i}]" for i in range(len(self._state))] + [
+            f"    _p{i} = p[{i}]" for i in range(len(self._params))
+        ]
         decorator = '@njit(cache=True, fastmath=False, error_model="numpy", nogil=True)'
-        lines = [f"# Generated by dynamics.symbolic for state {self.state_names}, params {self.param_names}; "
-                 "do not edit.", "import math", "import numpy as np", "from numba import njit",
-                 "from dynamics._kernels import resolve_model"]
+        lines = [
+            f"# Generated by dynamics.symbolic for state {self.state_names}, params {self.param_names}; do not edit.",
+            "import math",
+            "import numpy as np",
+            "from numba import njit",
+            "from dynamics._kernels import resolve_model",
+        ]
         for f in _registered(self._all_exprs()):
             module, qualname = f._attndyn_key[0].rsplit(".", 1)
             lines.append(f"_f_{f.__name__} = resolve_model({module!r}, {qualname!r})")
         kernels = []
         n = len(self._state)
-        for name, sig, shape in (("risk", "x, p", None), ("gradient", "x, p, out", (n,)),
-                                 ("hessian", "x, p, out", (n, n)), ("step", "k, x, p, out", (n,)),
-                                 ("rhs", "t, x, p, out", (n,)), ("jacobian_map", "x, p, out", (n, n)),
-                                 ("jacobian_flow", "x, p, out", (n, n))):
+        for name, sig, shape in (
+            ("risk", "x, p", None),
+            ("gradient", "x, p, out", (n,)),
+            ("hessian", "x, p, out", (n, n)),
+            ("step", "k, x, p, out", (n,)),
+            ("rhs", "t, x, p, out", (n,)),
+            ("jacobian_map", "x, p, out", (n, n)),
+            ("jacobian_flow", "x, p, out", (n, n)),
+        ):
             if name not in sym:
                 continue
             kernels.append(name)
@@ -575,15 +616,29 @@ class SymbolicModel:
             lines += _body(outputs, targets)
             lines.append("    return _r" if shape is None else "    return None")
             # batched form: rows of X (and of P, or one shared row) into rows of OUT
-            lines += ["", "", decorator, f"def batch_{name}(X, P, OUT):",
-                      "    shared = P.shape[0] == 1",
-                      "    for i in range(X.shape[0]):",
-                      "        p = P[0] if shared else P[i]"]
-            call = {"risk": "OUT[i] = risk(X[i], p)", "step": "step(0, X[i], p, OUT[i])",
-                    "rhs": "rhs(0.0, X[i], p, OUT[i])"}.get(name, f"{name}(X[i], p, OUT[i])")
+            lines += [
+                "",
+                "",
+                decorator,
+                f"def batch_{name}(X, P, OUT):",
+                "    shared = P.shape[0] == 1",
+                "    for i in range(X.shape[0]):",
+                "        p = P[0] if shared else P[i]",
+            ]
+            call = {
+                "risk": "OUT[i] = risk(X[i], p)",
+                "step": "step(0, X[i], p, OUT[i])",
+                "rhs": "rhs(0.0, X[i], p, OUT[i])",
+            }.get(name, f"{name}(X[i], p, OUT[i])")
             lines.append(f"        {call}")
-        lines += ["", "", f"KERNELS = {tuple(kernels)!r}", f"STATE_NAMES = {self.state_names!r}",
-                  f"PARAM_NAMES = {self.param_names!r}", ""]
+        lines += [
+            "",
+            "",
+            f"KERNELS = {tuple(kernels)!r}",
+            f"STATE_NAMES = {self.state_names!r}",
+            f"PARAM_NAMES = {self.param_names!r}",
+            "",
+        ]
         return "\n".join(lines)
 
     def _aux_levels(self, names):
@@ -625,8 +680,9 @@ class SymbolicModel:
         missing = [n for n in self.param_names if n not in values]
         extra = sorted(set(values) - set(self.param_names))
         if missing or extra:
-            raise ValueError(f"params_row needs exactly the parameters {self.param_names}; missing {missing}, "
-                             f"unknown {extra}")
+            raise ValueError(
+                f"params_row needs exactly the parameters {self.param_names}; missing {missing}, unknown {extra}"
+            )
         return np.array([float(values[n]) for n in self.param_names], dtype=np.float64)
 
     def _call(self, name, x, p, shape):
@@ -642,8 +698,11 @@ class SymbolicModel:
             raise ValueError(f"p must have shape (..., {n_p}) (params {self.param_names}); got {P.shape}")
         lead = np.broadcast_shapes(X.shape[:-1], P.shape[:-1])
         Xf = np.ascontiguousarray(np.broadcast_to(X, lead + (n,)).reshape(-1, n))
-        Pf = (np.ascontiguousarray(P.reshape(1, n_p)) if P.ndim == 1
-              else np.ascontiguousarray(np.broadcast_to(P, lead + (n_p,)).reshape(-1, n_p)))
+        Pf = (
+            np.ascontiguousarray(P.reshape(1, n_p))
+            if P.ndim == 1
+            else np.ascontiguousarray(np.broadcast_to(P, lead + (n_p,)).reshape(-1, n_p))
+        )
         out = np.empty((Xf.shape[0],) + shape)
         getattr(self._module, f"batch_{name}")(Xf, Pf, out)
         return out.reshape(lead + shape)[()]
@@ -702,5 +761,4 @@ class SymbolicModel:
         return integrate(self.rhs, state0, t_span, params=params, **kwargs)
 
     def __repr__(self):
-        return (f"SymbolicModel(state={self.state_names}, params={self.param_names}, "
-                f"kernels={tuple(self.kernels)})")
+        return f"SymbolicModel(state={self.state_names}, params={self.param_names}, kernels={tuple(self.kernels)})"

@@ -22,9 +22,20 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import norm
 
-__all__ = ["assert_formula_close", "assert_formula_rejects", "assert_jacobian_close", "assert_mc_close",
-           "assert_mc_rejects", "assert_reduction_close", "assert_t_close", "finite_difference_jacobian",
-           "formula_error", "mc_gap_in_se", "mean_and_se", "n_se_for_level"]
+__all__ = [
+    "assert_formula_close",
+    "assert_formula_rejects",
+    "assert_jacobian_close",
+    "assert_mc_close",
+    "assert_mc_rejects",
+    "assert_reduction_close",
+    "assert_t_close",
+    "finite_difference_jacobian",
+    "formula_error",
+    "mc_gap_in_se",
+    "mean_and_se",
+    "n_se_for_level",
+]
 
 #: Default width of the Monte Carlo acceptance band in standard errors (false alarm 5.7e-7, two-sided).
 DEFAULT_N_SE = 5.0
@@ -62,8 +73,16 @@ def mean_and_se(samples, axis=0):
     return samples.mean(axis=axis), samples.std(axis=axis, ddof=1) / np.sqrt(n)
 
 
-def assert_mc_close(mean, se, value, n_se: float = DEFAULT_N_SE, atol: float = 0.0,
-                    what: str = "Monte Carlo estimate", *, level: float | None = None):
+def assert_mc_close(
+    mean,
+    se,
+    value,
+    n_se: float = DEFAULT_N_SE,
+    atol: float = 0.0,
+    what: str = "Monte Carlo estimate",
+    *,
+    level: float | None = None,
+):
     """Assert ``|mean - value| <= n_se * se + atol`` elementwise (see the module docstring for the false-alarm
     rate; ``level`` sets it directly). Raises ``AssertionError`` naming the worst element."""
     n_se = _n_se(n_se, level)
@@ -75,22 +94,33 @@ def assert_mc_close(mean, se, value, n_se: float = DEFAULT_N_SE, atol: float = 0
         v = np.ravel(np.broadcast_to(value, gap.shape))[worst]
         raise AssertionError(
             f"{what}: MC mean {m:.10g} +- {s:.3g} (SE) vs exact {v:.10g}: gap {gap.ravel()[worst]:.2f} SE > "
-            f"{n_se:.3g} SE (worst of {gap.size}; atol={atol:g})")
+            f"{n_se:.3g} SE (worst of {gap.size}; atol={atol:g})"
+        )
 
 
-def assert_mc_rejects(mean, se, wrong_value, n_se: float = DEFAULT_N_SE, atol: float = 0.0,
-                      what: str = "negative control", *, level: float | None = None):
+def assert_mc_rejects(
+    mean,
+    se,
+    wrong_value,
+    n_se: float = DEFAULT_N_SE,
+    atol: float = 0.0,
+    what: str = "negative control",
+    *,
+    level: float | None = None,
+):
     """Assert that a deliberately wrong value fails the :func:`assert_mc_close` rule at some element at least."""
     n_se = _n_se(n_se, level)
     gap = mc_gap_in_se(mean, se, wrong_value, atol)
     if not np.any(gap > n_se):
         raise AssertionError(
             f"{what}: the wrong formula was NOT rejected (max gap {float(np.max(gap)):.2f} SE <= {n_se:.3g} SE); "
-            "the Monte Carlo test has no power against this bug: increase the sample size")
+            "the Monte Carlo test has no power against this bug: increase the sample size"
+        )
 
 
-def assert_t_close(samples, value, *, level: float = 1e-6, allowance: float = 0.0, axis: int = 0,
-                   what: str = "seed mean"):
+def assert_t_close(
+    samples, value, *, level: float = 1e-6, allowance: float = 0.0, axis: int = 0, what: str = "seed mean"
+):
     """Assert that the mean of ``samples`` (seeds along ``axis``, any number >= 2) agrees with ``value`` by the
     calibrated Student-t test of :func:`dynamics.compare.gap_test` at false-alarm probability ``level`` per
     element, up to ``allowance``."""
@@ -102,13 +132,16 @@ def assert_t_close(samples, value, *, level: float = 1e-6, allowance: float = 0.
     res = gap_test(value, mean, se, n, allowance=allowance, level=level)
     if not np.all(res["holds"]):
         worst = int(np.argmax(np.abs(res["gap"]) - res["half_width"]))
-        raise AssertionError(f"{what}: gap {np.ravel(res['gap'])[worst]:.4g}, t interval half-width "
-                             f"{np.ravel(res['half_width'])[worst]:.3g} ({n} seeds, level {level:g}), allowance "
-                             f"{allowance:g}")
+        raise AssertionError(
+            f"{what}: gap {np.ravel(res['gap'])[worst]:.4g}, t interval half-width "
+            f"{np.ravel(res['half_width'])[worst]:.3g} ({n} seeds, level {level:g}), allowance "
+            f"{allowance:g}"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # exact comparisons
+
 
 def formula_error(candidate, reference, *, floor: float = 0.0) -> np.ndarray:
     """Relative error per point: ``max |candidate - reference| / max(max |reference|, floor)`` over the last axis
@@ -128,25 +161,29 @@ def formula_error(candidate, reference, *, floor: float = 0.0) -> np.ndarray:
     return np.where(np.isnan(a).any(axis=-1) | np.isnan(b).any(axis=-1), np.inf, rel)
 
 
-def assert_formula_close(candidate, reference, *, rtol: float = 1e-12, floor: float = 0.0,
-                         what: str = "formula"):
+def assert_formula_close(candidate, reference, *, rtol: float = 1e-12, floor: float = 0.0, what: str = "formula"):
     """Assert that ``candidate`` equals an exact ``reference`` to ``rtol`` relative (:func:`formula_error`) at
     every point; the message names the worst point and its error."""
     rel = formula_error(candidate, reference, floor=floor)
     if not np.all(rel <= rtol):
         worst = int(np.argmax(rel))
-        raise AssertionError(f"{what}: relative error {rel.ravel()[worst]:.3g} > {rtol:g} at point {worst} "
-                             f"(worst of {rel.size}; {int(np.sum(rel > rtol))} points fail)")
+        raise AssertionError(
+            f"{what}: relative error {rel.ravel()[worst]:.3g} > {rtol:g} at point {worst} "
+            f"(worst of {rel.size}; {int(np.sum(rel > rtol))} points fail)"
+        )
     return float(np.max(rel)) if rel.size else 0.0
 
 
-def assert_formula_rejects(wrong, reference, *, rtol: float = 1e-12, floor: float = 0.0,
-                           what: str = "negative control"):
+def assert_formula_rejects(
+    wrong, reference, *, rtol: float = 1e-12, floor: float = 0.0, what: str = "negative control"
+):
     """Assert that a deliberately wrong formula fails :func:`assert_formula_close` at some point at least."""
     rel = formula_error(wrong, reference, floor=floor)
     if np.all(rel <= rtol):
-        raise AssertionError(f"{what}: the wrong formula was NOT rejected (max relative error "
-                             f"{float(np.max(rel)):.3g} <= {rtol:g}): the points do not exercise this bug")
+        raise AssertionError(
+            f"{what}: the wrong formula was NOT rejected (max relative error "
+            f"{float(np.max(rel)):.3g} <= {rtol:g}): the points do not exercise this bug"
+        )
 
 
 def finite_difference_jacobian(f, x, h: float = 1e-6) -> np.ndarray:
@@ -160,8 +197,9 @@ def finite_difference_jacobian(f, x, h: float = 1e-6) -> np.ndarray:
     return np.stack(cols, axis=-1)
 
 
-def assert_jacobian_close(jac, f, x, *, h: float = 1e-6, third: float = 1.0, safety: float = 10.0,
-                          what: str = "Jacobian"):
+def assert_jacobian_close(
+    jac, f, x, *, h: float = 1e-6, third: float = 1.0, safety: float = 10.0, what: str = "Jacobian"
+):
     """Assert that ``jac`` (the claimed Jacobian or gradient of ``f`` at ``x``) equals central differences.
 
     The tolerance is that of the central difference itself, ``safety * (h^2 * third / 6 + eps * |f| / h)``
@@ -181,13 +219,16 @@ def assert_jacobian_close(jac, f, x, *, h: float = 1e-6, third: float = 1.0, saf
     if not np.all(ratio <= 1.0):
         worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
         bound = np.broadcast_to(tol, ratio.shape)[worst]
-        raise AssertionError(f"{what}: entry {tuple(int(i) for i in worst)} is {jac[worst]:.12g}, central "
-                             f"differences give {fd[worst]:.12g} (tolerance {bound:.2g}, h={h:g})")
+        raise AssertionError(
+            f"{what}: entry {tuple(int(i) for i in worst)} is {jac[worst]:.12g}, central "
+            f"differences give {fd[worst]:.12g} (tolerance {bound:.2g}, h={h:g})"
+        )
     return float(np.max(ratio))
 
 
-def assert_reduction_close(reduced, full, *, rtol: float = 1e-10, atol: float = 0.0, names=None,
-                           what: str = "reduced dynamics"):
+def assert_reduction_close(
+    reduced, full, *, rtol: float = 1e-10, atol: float = 0.0, names=None, what: str = "reduced dynamics"
+):
     """Assert that a reduced run equals the full dynamics it reduces, on the reduced variables.
 
     ``reduced`` and ``full`` are :class:`dynamics.Trajectory` objects (or dicts of arrays) over the same starts and
@@ -196,6 +237,7 @@ def assert_reduction_close(reduced, full, *, rtol: float = 1e-10, atol: float = 
     to ``atol + rtol * max|full|`` at every save; the message names the variable, trajectory and save of the worst
     mismatch.
     """
+
     def arrays(obj):
         if hasattr(obj, "data_vars"):
             return {k: np.asarray(obj[k].values, dtype=np.float64) for k in obj.data_vars}
@@ -215,8 +257,10 @@ def assert_reduction_close(reduced, full, *, rtol: float = 1e-10, atol: float = 
         bad = ~(err <= tol)
         if bad.any():
             idx = np.unravel_index(int(np.argmax(np.where(np.isnan(err), np.inf, err))), err.shape)
-            raise AssertionError(f"{what}: {k} at index {tuple(int(i) for i in idx)} is {x[idx]:.15g} reduced vs "
-                                 f"{y[idx]:.15g} full (tolerance {tol:.3g}; {int(bad.sum())} entries fail)")
+            raise AssertionError(
+                f"{what}: {k} at index {tuple(int(i) for i in idx)} is {x[idx]:.15g} reduced vs "
+                f"{y[idx]:.15g} full (tolerance {tol:.3g}; {int(bad.sum())} entries fail)"
+            )
         if tol > 0:
             worst = max(worst, (float(np.max(err)) / tol, k), key=lambda t: t[0])
     return worst[0]

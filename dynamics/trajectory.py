@@ -33,8 +33,9 @@ class Trajectory(xr.Dataset):
     __slots__ = ()
 
     @classmethod
-    def from_arrays(cls, Y, *, names, time, step=None, variables=None, attrs=None,
-                    trajectory=None, per_trajectory=None) -> Trajectory:
+    def from_arrays(
+        cls, Y, *, names, time, step=None, variables=None, attrs=None, trajectory=None, per_trajectory=None
+    ) -> Trajectory:
         """Build a Trajectory from saved states.
 
         Parameters
@@ -90,8 +91,9 @@ class Trajectory(xr.Dataset):
             data_vars[name] = (dims + extra, value)
         for name, value in (per_trajectory or {}).items():
             if name in data_vars:
-                raise ValueError(f"the per-trajectory variable {name!r} clashes with a state or derived name; "
-                                 "rename that variable")
+                raise ValueError(
+                    f"the per-trajectory variable {name!r} clashes with a state or derived name; rename that variable"
+                )
             value = np.asarray(value)
             if value.shape != Y.shape[:1]:
                 raise ValueError(f"per-trajectory variable {name!r} must have shape {Y.shape[:1]}; got {value.shape}")
@@ -222,13 +224,16 @@ def _write_error(path: pathlib.Path, exc: OSError) -> OSError:
     """An ``OSError`` of ``exc``'s errno (so of its subclass: ``PermissionError`` for EACCES, ...) whose message names
     ``path`` and says that nothing was written; marked ``names_file`` so that an enclosing writer keeps it."""
     reason = exc.strerror or str(exc) or type(exc).__name__
-    hint = {errno.ENOSPC: " (the disk is full: free space or choose another folder)",
-            errno.EDQUOT: " (disk quota exceeded)",
-            errno.EACCES: " (permission denied: choose a folder you can write)",
-            errno.EPERM: " (operation not permitted: choose a folder you can write)",
-            errno.EROFS: " (read-only file system: choose another folder)"}.get(exc.errno, "")
-    err = OSError(exc.errno, f"cannot write {path}: {reason}{hint}; nothing was written there and any previous "
-                             "file is unchanged")
+    hint = {
+        errno.ENOSPC: " (the disk is full: free space or choose another folder)",
+        errno.EDQUOT: " (disk quota exceeded)",
+        errno.EACCES: " (permission denied: choose a folder you can write)",
+        errno.EPERM: " (operation not permitted: choose a folder you can write)",
+        errno.EROFS: " (read-only file system: choose another folder)",
+    }.get(exc.errno, "")
+    err = OSError(
+        exc.errno, f"cannot write {path}: {reason}{hint}; nothing was written there and any previous file is unchanged"
+    )
     err.names_file = True
     return err
 
@@ -270,5 +275,4 @@ def _check_bytes(name, value) -> None:
 
 
 # argument checks of the public entry points (dynamics.validation)
-validate_module(globals(), path=path_check, write=_check_writer, ds=Instance(xr.Dataset),
-                data=_check_bytes)
+validate_module(globals(), path=path_check, write=_check_writer, ds=Instance(xr.Dataset), data=_check_bytes)

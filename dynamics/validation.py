@@ -35,10 +35,29 @@ import typing
 import numpy as np
 
 __all__ = [
-    "MAX_INT", "ArgumentTypeError", "check_int", "check_positive", "check_nonneg", "check_in_range",
-    "check_finite_array", "check_choice", "check_instance", "check_bool", "available_memory", "check_allocation",
-    "Range", "Array", "OneOf", "Instance", "seed_check", "seeds_check", "seed_or_seeds_check", "callable_check",
-    "sequence_check", "validated", "validate_module"
+    "MAX_INT",
+    "ArgumentTypeError",
+    "check_int",
+    "check_positive",
+    "check_nonneg",
+    "check_in_range",
+    "check_finite_array",
+    "check_choice",
+    "check_instance",
+    "check_bool",
+    "available_memory",
+    "check_allocation",
+    "Range",
+    "Array",
+    "OneOf",
+    "Instance",
+    "seed_check",
+    "seeds_check",
+    "seed_or_seeds_check",
+    "callable_check",
+    "sequence_check",
+    "validated",
+    "validate_module",
 ]
 
 #: Largest integer any checked ``int`` parameter accepts unless its check says otherwise: sizes, counts, step numbers
@@ -54,14 +73,19 @@ class ArgumentTypeError(TypeError, ValueError):
 # ----------------------------------------------------------------------------------------------------------------
 # helpers for one value
 
+
 def check_int(name: str, value, *, min_value: int | None = None, max_value: int | None = None) -> int:
     """Return ``value`` as ``int`` if it is an integer in [min_value, max_value]; else raise ``ValueError``.
 
     A float with an integral value is accepted; ``bool``, complex numbers, strings and ``None`` are not.
     """
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_) and np.isfinite(value) \
-                and float(value).is_integer():
+        if (
+            isinstance(value, numbers.Real)
+            and not isinstance(value, bool | np.bool_)
+            and np.isfinite(value)
+            and float(value).is_integer()
+        ):
             value = int(value)
         else:
             raise ValueError(f"{name} must be an integer{_range_text(min_value, max_value)}; got {_show(value)}")
@@ -87,8 +111,9 @@ def check_nonneg(name: str, value) -> float:
     return x
 
 
-def check_in_range(name: str, value, low: float, high: float, *, low_open: bool = False,
-                   high_open: bool = False) -> float:
+def check_in_range(
+    name: str, value, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> float:
     """Return ``value`` as float if it lies in the interval (closed unless ``*_open``); else raise."""
     x = _real(name, value)
     ok_low = x > low if low_open else x >= low
@@ -100,8 +125,14 @@ def check_in_range(name: str, value, low: float, high: float, *, low_open: bool 
     return x
 
 
-def check_finite_array(name: str, value, *, ndim: int | tuple[int, ...] | None = None,
-                       shape: tuple[int | None, ...] | None = None, allow_empty: bool = False) -> np.ndarray:
+def check_finite_array(
+    name: str,
+    value,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    shape: tuple[int | None, ...] | None = None,
+    allow_empty: bool = False,
+) -> np.ndarray:
     """Return ``value`` as a C-contiguous float64 array after checking finiteness, ndim and shape.
 
     ``shape`` may contain ``None`` for free axes. Complex, string and object arrays are refused (a complex value is
@@ -174,6 +205,7 @@ def available_memory() -> int:
             avail = 2**63
     try:
         import resource
+
         soft = resource.getrlimit(resource.RLIMIT_AS)[0]
         if soft != resource.RLIM_INFINITY:
             with open("/proc/self/statm") as fh:
@@ -195,13 +227,16 @@ def check_allocation(name: str, shape, *, itemsize: int = 8, what: str = "an arr
         n_bytes *= max(s, 0)
     avail = available_memory()
     if n_bytes > avail:
-        raise ValueError(f"{name} too large: {what} of shape {dims} needs {_bytes_text(n_bytes)}, "
-                         f"{_bytes_text(avail)} available; reduce {name}")
+        raise ValueError(
+            f"{name} too large: {what} of shape {dims} needs {_bytes_text(n_bytes)}, "
+            f"{_bytes_text(avail)} available; reduce {name}"
+        )
     return dims
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # specs for the decorator
+
 
 class Range:
     """A real number (or, with ``array=True``, also an array of them) in a range, finite unless ``finite=False``
@@ -213,8 +248,9 @@ class Range:
 
     __slots__ = ("gt", "ge", "lt", "le", "integer", "finite", "array", "text")
 
-    def __init__(self, *, gt=None, ge=None, lt=None, le=None, integer: bool = False, finite: bool = True,
-                 array: bool = False):
+    def __init__(
+        self, *, gt=None, ge=None, lt=None, le=None, integer: bool = False, finite: bool = True, array: bool = False
+    ):
         if integer and lt is None and le is None:
             le = MAX_INT
         self.gt, self.ge, self.lt, self.le = gt, ge, lt, le
@@ -235,11 +271,15 @@ class Range:
     def __call__(self, name: str, value) -> None:
         t = type(value)
         if t is float or t is int:  # fast path of the common case
-            if (value != value) or (self.finite and (value - value != 0)) or (self.integer and t is float and not value.is_integer()) \
-                    or (self.gt is not None and not value > self.gt) \
-                    or (self.ge is not None and not value >= self.ge) \
-                    or (self.lt is not None and not value < self.lt) \
-                    or (self.le is not None and not value <= self.le):
+            if (
+                (value != value)
+                or (self.finite and (value - value != 0))
+                or (self.integer and t is float and not value.is_integer())
+                or (self.gt is not None and not value > self.gt)
+                or (self.ge is not None and not value >= self.ge)
+                or (self.lt is not None and not value < self.lt)
+                or (self.le is not None and not value <= self.le)
+            ):
                 self._scalar(name, value)
             return
         if isinstance(value, bool | np.bool_):
@@ -263,8 +303,12 @@ class Range:
             raise ValueError(f"{name} must be {self.text}; got {x!r}")
         if self.integer and not isinstance(x, int) and not float(x).is_integer():
             raise ValueError(f"{name} must be {self.text}; got {x!r}")
-        if (self.gt is not None and not x > self.gt) or (self.ge is not None and not x >= self.ge) or \
-                (self.lt is not None and not x < self.lt) or (self.le is not None and not x <= self.le):
+        if (
+            (self.gt is not None and not x > self.gt)
+            or (self.ge is not None and not x >= self.ge)
+            or (self.lt is not None and not x < self.lt)
+            or (self.le is not None and not x <= self.le)
+        ):
             raise ValueError(f"{name} must be {self.text}; got {x!r}")
 
     def _array(self, name, value):
@@ -278,8 +322,12 @@ class Range:
             raise ValueError(f"{name} must be {self.text}, not NaN; found NaN at index {idx}")
         if self.integer and arr.dtype.kind == "f" and not np.all(np.mod(arr[np.isfinite(arr)], 1) == 0):
             raise ValueError(f"{name} must be {self.text}; got non-integral entries")
-        for bound, op, sym in ((self.gt, np.greater, ">"), (self.ge, np.greater_equal, ">="),
-                               (self.lt, np.less, "<"), (self.le, np.less_equal, "<=")):
+        for bound, op, sym in (
+            (self.gt, np.greater, ">"),
+            (self.ge, np.greater_equal, ">="),
+            (self.lt, np.less, "<"),
+            (self.le, np.less_equal, "<="),
+        ):
             if bound is not None:
                 ok = op(arr, bound)
                 if not np.all(ok):
@@ -297,8 +345,16 @@ class Array:
 
     __slots__ = ("ndim", "shape", "range", "dtype", "finite", "allow_empty", "text")
 
-    def __init__(self, *, ndim=None, shape=None, range: Range | None = None, dtype: str = "real",
-                 finite: bool = True, allow_empty: bool = False):
+    def __init__(
+        self,
+        *,
+        ndim=None,
+        shape=None,
+        range: Range | None = None,
+        dtype: str = "real",
+        finite: bool = True,
+        allow_empty: bool = False,
+    ):
         self.ndim = (ndim,) if isinstance(ndim, int) else ndim
         self.shape, self.range, self.dtype = shape, range, dtype
         self.finite, self.allow_empty = finite, allow_empty
@@ -374,8 +430,9 @@ def seed_check(name: str, value) -> None:
         return
     if type(value).__module__.startswith("torch") and type(value).__name__ == "Generator":
         return
-    raise ArgumentTypeError(f"{name} must be an integer seed >= 0, a numpy Generator or a SeedSequence; "
-                            f"got {_show(value)}")
+    raise ArgumentTypeError(
+        f"{name} must be an integer seed >= 0, a numpy Generator or a SeedSequence; got {_show(value)}"
+    )
 
 
 def seeds_check(name: str, value) -> None:
@@ -383,12 +440,12 @@ def seeds_check(name: str, value) -> None:
     sequence_check(name, value)
     seeds = list(value)
     if not seeds:
-        raise ValueError(f"{name} must be a non-empty sequence of integer seeds >= 0; got an empty "
-                         f"{type(value).__name__}")
+        raise ValueError(
+            f"{name} must be a non-empty sequence of integer seeds >= 0; got an empty {type(value).__name__}"
+        )
     for i, s in enumerate(seeds):
         if isinstance(s, bool | np.bool_) or not isinstance(s, numbers.Integral) or s < 0:
             raise ValueError(f"{name} must be a sequence of integer seeds >= 0; got {_show(s)} at index {i}")
-
 
 
 def seed_or_seeds_check(name: str, value) -> None:
@@ -444,6 +501,7 @@ def _str_check(name, value):
 # ----------------------------------------------------------------------------------------------------------------
 # the decorator
 
+
 def validated(fn=None, /, **specs):
     """Check the arguments of ``fn`` on each outermost call (see the module docstring).
 
@@ -495,8 +553,12 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
             if isinstance(init, types.FunctionType) and not getattr(init, "__validated__", False):
                 obj.__init__ = _wrap(init, own, owner=obj, only_known=True)
                 done.append(name)
-            elif hasattr(obj, "_fields") and isinstance(new, staticmethod) and \
-                    isinstance(new.__func__, types.FunctionType) and not getattr(new.__func__, "__validated__", False):
+            elif (
+                hasattr(obj, "_fields")
+                and isinstance(new, staticmethod)
+                and isinstance(new.__func__, types.FunctionType)
+                and not getattr(new.__func__, "__validated__", False)
+            ):
                 obj.__new__ = staticmethod(_wrap(new.__func__, own, owner=obj, only_known=True))  # a NamedTuple
                 done.append(name)
     unknown = set(per_function) - set(done) - set(skip)
@@ -515,8 +577,10 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
 def _refuse_compiled(fn) -> None:
     mod = type(fn).__module__ or ""
     if mod.startswith("numba") or hasattr(fn, "py_func"):
-        raise TypeError(f"validated cannot wrap the numba-compiled {getattr(fn, '__name__', fn)!r}: "
-                        "check the arguments in the Python function that calls it")
+        raise TypeError(
+            f"validated cannot wrap the numba-compiled {getattr(fn, '__name__', fn)!r}: "
+            "check the arguments in the Python function that calls it"
+        )
 
 
 def _wrap(fn, specs: dict, owner=None, only_known: bool = False):
@@ -531,7 +595,7 @@ def _wrap(fn, specs: dict, owner=None, only_known: bool = False):
         raise TypeError(f"validated({fn.__qualname__}): no parameter named {sorted(unknown)}")
     positional = tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
     offset = 1 if owner is not None else 0
-    label = (owner.__qualname__ if owner is not None else fn.__qualname__)
+    label = owner.__qualname__ if owner is not None else fn.__qualname__
     plan = None
 
     def build():
@@ -653,6 +717,7 @@ def _annotation_check(ann):
                 c(name, value)
                 return
         raise ArgumentTypeError(f"{name} must be {text}; got {_show(value)}")
+
     return union_check, optional
 
 
@@ -679,8 +744,11 @@ def _single_check(ann):
         return None
     if cls in (dict,) or cls is collections.abc.Mapping:
         return Instance(collections.abc.Mapping)
-    if cls in (list, tuple, set, frozenset) or cls in (collections.abc.Sequence, collections.abc.Iterable,
-                                                       collections.abc.Collection):
+    if cls in (list, tuple, set, frozenset) or cls in (
+        collections.abc.Sequence,
+        collections.abc.Iterable,
+        collections.abc.Collection,
+    ):
         return sequence_check
     if issubclass(cls, os.PathLike) or cls is pathlib.PurePath or issubclass(cls, pathlib.PurePath):
         return _path_check
@@ -725,6 +793,7 @@ def _matches(ann, value) -> bool:
 # ----------------------------------------------------------------------------------------------------------------
 # private helpers
 
+
 def _real(name: str, value) -> float:
     if isinstance(value, complex | np.complexfloating):
         raise ValueError(f"{name} must be a real number (complex values are refused); got {value!r}")
@@ -754,13 +823,17 @@ def _check_tensor(name, t, spec: Array) -> None:
         raise ValueError(f"{name} must be {spec.text}, not empty; got shape {tuple(t.shape)}")
     if spec.finite and t.is_floating_point():
         import torch
+
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"{name} must be {spec.text}; it holds NaN or inf")
 
 
 def _refuse_non_real_array(name, value) -> None:
-    if isinstance(value, complex | np.complexfloating) or (
-            isinstance(value, np.ndarray) and value.dtype.kind == "c") or (_is_tensor(value) and value.is_complex()):
+    if (
+        isinstance(value, complex | np.complexfloating)
+        or (isinstance(value, np.ndarray) and value.dtype.kind == "c")
+        or (_is_tensor(value) and value.is_complex())
+    ):
         raise ValueError(f"{name} must hold real numbers (complex values are refused); got {_show(value)}")
 
 
@@ -788,8 +861,10 @@ def _check_dims(name, arr, ndim, shape, text=None) -> None:
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if len(got) not in allowed:
-            raise ValueError(f"{name} must {'be ' + text if text and 'ndim' in text else 'have ndim in ' + str(allowed)}"
-                             f"; got shape {got}")
+            raise ValueError(
+                f"{name} must {'be ' + text if text and 'ndim' in text else 'have ndim in ' + str(allowed)}"
+                f"; got shape {got}"
+            )
     if shape is not None:
         if len(got) != len(shape) or any(s is not None and s != a for s, a in zip(shape, got)):
             want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
@@ -839,8 +914,7 @@ def _show(value) -> str:
     text = " ".join(repr(value).split())
     if len(text) > 80:
         text = text[:77] + "..."
-    return f"{text} ({type(value).__name__})" if not isinstance(value, str | int | float) or value is None \
-        else text
+    return f"{text} ({type(value).__name__})" if not isinstance(value, str | int | float) or value is None else text
 
 
 def _bytes_text(n: int) -> str:

@@ -35,8 +35,17 @@ import torch
 from dynamics.trajectory import atomic_write, write_bytes
 from dynamics.validation import ArgumentTypeError, validate_module
 
-__all__ = ["CHECKSUM_KEY", "CheckpointError", "check_compatible", "flatten_json", "load_checkpoint", "previous_path",
-           "remove_stale_temporaries", "save_checkpoint", "state_digest"]
+__all__ = [
+    "CHECKSUM_KEY",
+    "CheckpointError",
+    "check_compatible",
+    "flatten_json",
+    "load_checkpoint",
+    "previous_path",
+    "remove_stale_temporaries",
+    "save_checkpoint",
+    "state_digest",
+]
 
 log = logging.getLogger(__name__)
 
@@ -153,24 +162,35 @@ def _load_verified(path: pathlib.Path, map_location) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} is not a regular file (a directory?); remove it or pass another "
-                              "checkpoint_path", path=path)
+        raise CheckpointError(
+            f"checkpoint {path} is not a regular file (a directory?); remove it or pass another checkpoint_path",
+            path=path,
+        )
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises RuntimeError, EOFError, OSError, UnpicklingError, KeyError ... here
-        raise CheckpointError(f"checkpoint {path} is damaged and cannot be read ({type(exc).__name__}: {exc}); "
-                              f"delete it to start afresh, or resume from {previous_path(path)} if it exists "
-                              "(load_checkpoint(..., fallback=True))", path=path) from exc
+        raise CheckpointError(
+            f"checkpoint {path} is damaged and cannot be read ({type(exc).__name__}: {exc}); "
+            f"delete it to start afresh, or resume from {previous_path(path)} if it exists "
+            "(load_checkpoint(..., fallback=True))",
+            path=path,
+        ) from exc
     if not isinstance(state, dict) or CHECKSUM_KEY not in state:
-        raise CheckpointError(f"checkpoint {path} carries no {CHECKSUM_KEY!r} checksum (written by another program "
-                              "or an older attndyn); delete it to start afresh", path=path)
+        raise CheckpointError(
+            f"checkpoint {path} carries no {CHECKSUM_KEY!r} checksum (written by another program "
+            "or an older attndyn); delete it to start afresh",
+            path=path,
+        )
     stored = state.pop(CHECKSUM_KEY)
     actual = state_digest(state)
     if stored != actual:
-        raise CheckpointError(f"checkpoint {path} is damaged: its contents do not match their SHA-256 checksum "
-                              f"(stored {str(stored)[:12]}..., computed {actual[:12]}...); delete it to start afresh, "
-                              f"or resume from {previous_path(path)} if it exists "
-                              "(load_checkpoint(..., fallback=True))", path=path)
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: its contents do not match their SHA-256 checksum "
+            f"(stored {str(stored)[:12]}..., computed {actual[:12]}...); delete it to start afresh, "
+            f"or resume from {previous_path(path)} if it exists "
+            "(load_checkpoint(..., fallback=True))",
+            path=path,
+        )
     return state
 
 
@@ -262,8 +282,10 @@ def check_compatible(found: Mapping, expected: Mapping, *, path: str | os.PathLi
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, "<absent>"), b.get(key, "<absent>")
         if va != vb:
-            raise ValueError(f"{path} was written by another configuration: field {key!r} differs "
-                             f"(checkpoint: {va!r}, this run: {vb!r}); refusing to resume")
+            raise ValueError(
+                f"{path} was written by another configuration: field {key!r} differs "
+                f"(checkpoint: {va!r}, this run: {vb!r}); refusing to resume"
+            )
 
 
 def _check_map_location(name: str, value) -> None:
@@ -276,8 +298,10 @@ def _check_map_location(name: str, value) -> None:
             return
         except RuntimeError:
             pass
-    raise ArgumentTypeError(f"{name} must be a torch.device, a device name such as 'cpu' or 'cuda:0', a mapping of "
-                            f"device names or a callable (see torch.load); got {value!r}")
+    raise ArgumentTypeError(
+        f"{name} must be a torch.device, a device name such as 'cpu' or 'cuda:0', a mapping of "
+        f"device names or a callable (see torch.load); got {value!r}"
+    )
 
 
 validate_module(globals(), map_location=_check_map_location)  # the rest from the annotations (dynamics.validation)

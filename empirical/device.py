@@ -76,8 +76,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("cpu")
     if _CUDA_RE.match(name):
         if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} was requested but CUDA is not available on this machine; "
-                             "use device='cpu' or 'auto'")
+            raise ValueError(
+                f"device={device!r} was requested but CUDA is not available on this machine; use device='cpu' or 'auto'"
+            )
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= torch.cuda.device_count():
             raise ValueError(f"device={device!r}: index must be in [0, {torch.cuda.device_count() - 1}]")
@@ -101,8 +102,10 @@ def resolve_dtype(dtype: str | torch.dtype = "float64") -> torch.dtype:
         raise ValueError(f"dtype must be 'float64' or 'float32'; got {dtype!r}")
     name = {"double": "float64", "float": "float32"}.get(name, name)
     if name in _REFUSED_DTYPES:
-        raise ValueError(f"dtype={name!r} is refused: theory comparisons need 'float64' (default); "
-                         "'float32' is allowed for speed studies")
+        raise ValueError(
+            f"dtype={name!r} is refused: theory comparisons need 'float64' (default); "
+            "'float32' is allowed for speed studies"
+        )
     if name not in DTYPES:
         raise ValueError(f"dtype must be 'float64' or 'float32'; got {dtype!r}")
     return DTYPES[name]
@@ -129,8 +132,9 @@ def set_determinism(enabled: bool = True) -> None:
     torch.set_float32_matmul_precision("highest")
 
 
-def resolve(device: str | torch.device = "auto", dtype: str | torch.dtype = "float64", *,
-            deterministic: bool = True) -> Placement:
+def resolve(
+    device: str | torch.device = "auto", dtype: str | torch.dtype = "float64", *, deterministic: bool = True
+) -> Placement:
     """Resolve the device and dtype of a run and set deterministic mode (TF32 off).
 
     Parameters
@@ -176,5 +180,9 @@ def torch_threads(n: int | None = 1, *, device: str | torch.device | None = None
 
 # argument checks from the annotations (dynamics.validation); device and dtype are checked (with their valid
 # values named) by resolve_device / resolve_dtype
-validate_module(globals(), device=None, dtype=None, per_function={
-    "torch_threads": {"n": Range(integer=True, ge=1), "device": Instance(str, torch.device, none=True)}})
+validate_module(
+    globals(),
+    device=None,
+    dtype=None,
+    per_function={"torch_threads": {"n": Range(integer=True, ge=1), "device": Instance(str, torch.device, none=True)}},
+)

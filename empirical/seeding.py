@@ -113,8 +113,7 @@ def stream_keys(seeds, stream: str) -> np.ndarray:
     if stream not in STREAMS:
         raise ValueError(f"stream must be one of {STREAMS}; got {stream!r}")
     idx = STREAMS.index(stream)
-    return np.stack([np.random.SeedSequence(s).spawn(len(STREAMS))[idx].generate_state(2, np.uint64)
-                     for s in seeds])
+    return np.stack([np.random.SeedSequence(s).spawn(len(STREAMS))[idx].generate_state(2, np.uint64) for s in seeds])
 
 
 # 256-layer ziggurat for the half-normal density f(x) = exp(-x^2/2) (unnormalised): layer i >= 1 is the rectangle
@@ -128,7 +127,7 @@ _ZIG_V = 4.92867323399e-3
 
 def _ziggurat_tables() -> tuple[np.ndarray, np.ndarray]:
     x = np.empty(_ZIG_LAYERS + 1)
-    x[0] = _ZIG_V / math.exp(-0.5 * _ZIG_R ** 2)
+    x[0] = _ZIG_V / math.exp(-0.5 * _ZIG_R**2)
     x[1] = _ZIG_R
     for i in range(1, _ZIG_LAYERS - 1):
         x[i + 1] = math.sqrt(-2.0 * math.log(_ZIG_V / x[i] + math.exp(-0.5 * x[i] ** 2)))
@@ -140,7 +139,7 @@ _ZIG_X, _ZIG_F = _ziggurat_tables()
 _U53 = 1.0 / 9007199254740992.0  # 2**-53: a 53-bit integer times this is a uniform double in [0, 1)
 # Fast-path bound of the 53-bit abscissa integer m: m < K[i] implies z = m 2^-53 X[i] < X[i+1] (K is shrunk by
 # 2e-16 relative so that float64 rounding of the ratio never admits a point outside); the exact test decides the rest.
-_ZIG_K = np.floor(_ZIG_X[1:] / _ZIG_X[:-1] * 2.0 ** 53 * (1 - 2e-16)).astype(np.uint64)
+_ZIG_K = np.floor(_ZIG_X[1:] / _ZIG_X[:-1] * 2.0**53 * (1 - 2e-16)).astype(np.uint64)
 # The sampler's signed tables, indexed by layer + 256 sign: +-X[i] 2^-53 and K[i] (see _fill_normal).
 _ZIG_XS = np.concatenate([_ZIG_X[:-1], -_ZIG_X[:-1]]) * _U53
 _ZIG_KS = np.concatenate([_ZIG_K, _ZIG_K])
@@ -151,8 +150,13 @@ _MASK64 = (1 << 64) - 1
 def _sfc(a, b, c, ctr):
     """One SFC64 step: returns the output and the new state ``(out, a, b, c, counter)`` (kept in registers)."""
     out = a + b + ctr
-    return out, b ^ (b >> uint64(11)), c + (c << uint64(3)), ((c << uint64(24)) | (c >> uint64(40))) + out, \
-        ctr + uint64(1)
+    return (
+        out,
+        b ^ (b >> uint64(11)),
+        c + (c << uint64(3)),
+        ((c << uint64(24)) | (c >> uint64(40))) + out,
+        ctr + uint64(1),
+    )
 
 
 @njit(cache=True)
@@ -329,5 +333,10 @@ class BlockRNG:
 # argument checks of the public entry points (dynamics.validation)
 from dynamics.validation import Instance, Range, sequence_check, validate_module  # noqa: E402
 
-validate_module(globals(), seq=Instance(np.random.SeedSequence), device=Instance(str, torch.device),
-                pool=sequence_check, block=Range(integer=True, ge=0))
+validate_module(
+    globals(),
+    seq=Instance(np.random.SeedSequence),
+    device=Instance(str, torch.device),
+    pool=sequence_check,
+    block=Range(integer=True, ge=0),
+)

@@ -74,8 +74,13 @@ class Corpus:
         return ids[idx]
 
 
-def load_corpus(path: str | Path | None = None, *, vocab_size: int = 2000, heldout_fraction: float = 0.1,
-                max_tokens: int | None = None) -> Corpus:
+def load_corpus(
+    path: str | Path | None = None,
+    *,
+    vocab_size: int = 2000,
+    heldout_fraction: float = 0.1,
+    max_tokens: int | None = None,
+) -> Corpus:
     """Read and tokenise a local text file (default: the stdlib corpus, module docstring).
 
     Parameters
@@ -100,12 +105,12 @@ def load_corpus(path: str | Path | None = None, *, vocab_size: int = 2000, heldo
         text, source = p.read_text(encoding="utf-8"), str(p)
     tokens = tokenize(text)
     if max_tokens is not None:
-        tokens = tokens[:check_int("max_tokens", max_tokens, min_value=2)]
+        tokens = tokens[: check_int("max_tokens", max_tokens, min_value=2)]
     n_train = round(len(tokens) * (1.0 - heldout_fraction))
     if n_train < 2 or len(tokens) - n_train < 2:
         raise ValueError(f"the corpus has {len(tokens)} tokens: too few for a train/held-out split")
     counts = collections.Counter(tokens[:n_train])
-    words = sorted(counts, key=lambda w: (-counts[w], w))[:vocab_size - 1]
+    words = sorted(counts, key=lambda w: (-counts[w], w))[: vocab_size - 1]
     vocab = (UNK, *words)
     index = {w: i for i, w in enumerate(vocab)}
     ids = np.fromiter((index.get(w, 0) for w in tokens), dtype=np.int64, count=len(tokens))

@@ -182,8 +182,19 @@ from dynamics.errors import DivergenceError
 from dynamics.provenance import to_jsonable
 from dynamics.saveat import SaveAt
 from dynamics.trajectory import Trajectory
-from dynamics.validation import (Instance, Range, callable_check, check_choice, check_in_range, check_int, check_nonneg,
-                                 check_positive, seed_or_seeds_check, sequence_check, validate_module)
+from dynamics.validation import (
+    Instance,
+    Range,
+    callable_check,
+    check_choice,
+    check_in_range,
+    check_int,
+    check_nonneg,
+    check_positive,
+    seed_or_seeds_check,
+    sequence_check,
+    validate_module,
+)
 from empirical.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 from empirical.device import resolve, resolve_dtype
 from empirical.seeding import BlockRNG, check_seeds, stream_generators, stream_keys
@@ -232,11 +243,14 @@ class Schedule:
         object.__setattr__(self, "gamma", check_positive("Schedule.gamma", self.gamma))
         object.__setattr__(self, "every", check_int("Schedule.every", self.every, min_value=1))
         if self.kind != "inverse_time" and self.rate != 0.0:
-            raise ValueError(f"Schedule.rate applies only to kind='inverse_time'; got rate={self.rate} with "
-                             f"kind={self.kind!r}")
+            raise ValueError(
+                f"Schedule.rate applies only to kind='inverse_time'; got rate={self.rate} with kind={self.kind!r}"
+            )
         if self.kind != "exponential" and (self.gamma != 1.0 or self.every != 1):
-            raise ValueError(f"Schedule.gamma and Schedule.every apply only to kind='exponential'; got "
-                             f"gamma={self.gamma}, every={self.every} with kind={self.kind!r}")
+            raise ValueError(
+                f"Schedule.gamma and Schedule.every apply only to kind='exponential'; got "
+                f"gamma={self.gamma}, every={self.every} with kind={self.kind!r}"
+            )
 
     def at(self, step: int) -> float:
         """Value used by update ``step`` (0-based; update ``n`` maps iterate ``n`` to ``n + 1``)."""
@@ -320,17 +334,18 @@ class TrainConfig:
         put("optimizer", check_choice("optimizer", self.optimizer, ("sgd", "adam")))
         put("momentum", check_in_range("momentum", self.momentum, 0.0, 1.0, high_open=True))
         if self.optimizer == "adam" and self.momentum != 0.0:
-            raise ValueError("momentum applies only to optimizer='sgd' (Adam uses betas); got "
-                             f"momentum={self.momentum}")
+            raise ValueError(
+                f"momentum applies only to optimizer='sgd' (Adam uses betas); got momentum={self.momentum}"
+            )
         betas = tuple(self.betas)
         if len(betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2); got {self.betas!r}")
         put("betas", tuple(check_in_range(f"betas[{i}]", b, 0.0, 1.0, high_open=True) for i, b in enumerate(betas)))
         put("adam_eps", check_positive("adam_eps", self.adam_eps))
-        put("lr_scale", _frozen_mapping("lr_scale", self.lr_scale,
-                                        lambda k, v: check_positive(f"lr_scale[{k!r}]", v)))
-        put("schedules", _frozen_mapping("schedules", self.schedules,
-                                         lambda k, v: _as_schedule(f"schedules[{k!r}]", v)))
+        put("lr_scale", _frozen_mapping("lr_scale", self.lr_scale, lambda k, v: check_positive(f"lr_scale[{k!r}]", v)))
+        put(
+            "schedules", _frozen_mapping("schedules", self.schedules, lambda k, v: _as_schedule(f"schedules[{k!r}]", v))
+        )
         if self.dataset_size is not None:
             put("dataset_size", check_int("dataset_size", self.dataset_size, min_value=self.batch_size))
         put("eval_size", check_int("eval_size", self.eval_size, min_value=0))
@@ -407,11 +422,13 @@ class TorchModel(Protocol):
 
     name: str
 
-    def init_params(self, generators: Sequence[torch.Generator], *, device: torch.device,
-                    dtype: torch.dtype) -> Tensors: ...
+    def init_params(
+        self, generators: Sequence[torch.Generator], *, device: torch.device, dtype: torch.dtype
+    ) -> Tensors: ...
 
-    def sample(self, generators: Sequence[torch.Generator], n: int, *, device: torch.device,
-               dtype: torch.dtype) -> Tensors: ...
+    def sample(
+        self, generators: Sequence[torch.Generator], n: int, *, device: torch.device, dtype: torch.dtype
+    ) -> Tensors: ...
 
     def loss(self, params: Tensors, batch: Tensors, hyper: Mapping[str, float]) -> torch.Tensor: ...
 
@@ -422,14 +439,16 @@ def _probe_dims(model) -> dict[str, tuple[str, ...]]:
     """The model's ``probe_dims`` (module docstring) as ``{name: tuple of dim names}``, checked."""
     raw = getattr(model, "probe_dims", None) or {}
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{model.name}.probe_dims must be a mapping probe name -> tuple of dim names; got "
-                         f"{type(raw).__name__}")
+        raise ValueError(
+            f"{model.name}.probe_dims must be a mapping probe name -> tuple of dim names; got {type(raw).__name__}"
+        )
     out = {}
     for name, dims in raw.items():
         dims = (dims,) if isinstance(dims, str) else tuple(dims)
         if not dims or not all(isinstance(d, str) and d for d in dims) or len(set(dims)) != len(dims):
-            raise ValueError(f"{model.name}.probe_dims[{name!r}] must be a non-empty tuple of distinct dim names; "
-                             f"got {raw[name]!r}")
+            raise ValueError(
+                f"{model.name}.probe_dims[{name!r}] must be a non-empty tuple of distinct dim names; got {raw[name]!r}"
+            )
         if set(dims) & {"trajectory", "time"}:
             raise ValueError(f"{model.name}.probe_dims[{name!r}] may not reuse the dims 'trajectory' or 'time'")
         out[str(name)] = dims
@@ -456,9 +475,16 @@ def per_seed(generators: Sequence[torch.Generator], draw: Callable[[torch.Genera
 # The trainer
 
 
-def train(model: TorchModel, config: TrainConfig, *, device: str | torch.device = "auto",
-          checkpoint_path=None, resume: bool = False, progress: bool = False,
-          return_params: bool = False) -> Trajectory | tuple[Trajectory, Tensors]:
+def train(
+    model: TorchModel,
+    config: TrainConfig,
+    *,
+    device: str | torch.device = "auto",
+    checkpoint_path=None,
+    resume: bool = False,
+    progress: bool = False,
+    return_params: bool = False,
+) -> Trajectory | tuple[Trajectory, Tensors]:
     """Train ``model`` for all ``config.seeds`` at once and return the logged order parameters as a Trajectory.
 
     Parameters
@@ -508,12 +534,16 @@ def train(model: TorchModel, config: TrainConfig, *, device: str | torch.device 
         raise ValueError("resume=True needs a checkpoint_path")
     wanted = getattr(model, "schedule_names", None)
     if wanted is not None and set(wanted) != {k for k, _ in config.schedules}:
-        raise ValueError(f"schedules must provide exactly {sorted(wanted)} for model {model.name!r}; "
-                         f"got {sorted(k for k, _ in config.schedules)}")
+        raise ValueError(
+            f"schedules must provide exactly {sorted(wanted)} for model {model.name!r}; "
+            f"got {sorted(k for k, _ in config.schedules)}"
+        )
     fresh = not resume and checkpoint_path is not None and config.checkpoint_every
     if fresh and pathlib.Path(checkpoint_path).exists():
-        log.warning("starting afresh: the checkpoint at %s will be overwritten (pass resume=True to continue it)",
-                    checkpoint_path)
+        log.warning(
+            "starting afresh: the checkpoint at %s will be overwritten (pass resume=True to continue it)",
+            checkpoint_path,
+        )
     placement = resolve(device, config.dtype)
     run = _Run(model, config, placement.device, placement.dtype, checkpoint_path)
     if resume:
@@ -548,12 +578,14 @@ class _Run:
         self.gens = stream_generators(config.seeds, device)
         # Counter-keyed block streams for the data and evaluation draws when the model implements `draw`.
         self.draw = getattr(model, "draw", None)
-        self.keys = ({name: stream_keys(config.seeds, name) for name in ("data", "eval")} if self.draw is not None
-                     else None)
+        self.keys = (
+            {name: stream_keys(config.seeds, name) for name in ("data", "eval")} if self.draw is not None else None
+        )
         self.identity = {
             "config": config.to_json(),
-            "model": json.dumps(to_jsonable({"name": model.name, "spec": getattr(model, "spec", None)}),
-                                sort_keys=True),
+            "model": json.dumps(
+                to_jsonable({"name": model.name, "spec": getattr(model, "spec", None)}), sort_keys=True
+            ),
             "dtype": str(dtype).removeprefix("torch."),
             "device": device.type,
             "streams": _STREAMS_COUNTER if self.draw is not None else _STREAMS_TORCH,
@@ -562,8 +594,10 @@ class _Run:
         self.sphere = tuple(getattr(model, "sphere_params", ()))
         for name in self.sphere:
             if name not in self.params:
-                raise ValueError(f"sphere_params names {name!r}, which is not a parameter of {model.name!r}; "
-                                 f"parameters: {sorted(self.params)}")
+                raise ValueError(
+                    f"sphere_params names {name!r}, which is not a parameter of {model.name!r}; "
+                    f"parameters: {sorted(self.params)}"
+                )
         self.project = getattr(model, "project", None)
         self.probe_dims = _probe_dims(model)
         self.optimizer, self.lr_scales = self._optimizer()
@@ -606,23 +640,30 @@ class _Run:
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{self.model.name}: {what} must be a torch.Tensor; got {type(t).__name__}")
         if t.ndim < 1 or t.shape[0] != self.S or (ndim is not None and t.ndim != ndim):
-            want = (f"({self.S},)" if ndim == 1 else f"({self.S}, ...)" if ndim is None
-                    else f"({self.S}, <{ndim - 1} dims of probe_dims>)")
-            raise ValueError(f"{self.model.name}: {what} must have shape {want} (leading seed axis); "
-                             f"got {tuple(t.shape)}")
+            want = (
+                f"({self.S},)"
+                if ndim == 1
+                else f"({self.S}, ...)"
+                if ndim is None
+                else f"({self.S}, <{ndim - 1} dims of probe_dims>)"
+            )
+            raise ValueError(
+                f"{self.model.name}: {what} must have shape {want} (leading seed axis); got {tuple(t.shape)}"
+            )
         dtype_ok = t.dtype.is_floating_point if any_float else t.dtype == self.dtype
         if not dtype_ok or t.device.type != self.device.type:
             want = "a floating dtype" if any_float else self.dtype
-            raise ValueError(f"{self.model.name}: {what} must be {want} on {self.device}; "
-                             f"got {t.dtype} on {t.device}")
+            raise ValueError(f"{self.model.name}: {what} must be {want} on {self.device}; got {t.dtype} on {t.device}")
 
     def _optimizer(self):
         c = self.config
         scales = dict(c.lr_scale)
         unknown = sorted(set(scales) - set(self.params))
         if unknown:
-            raise ValueError(f"lr_scale names {unknown}, which are not parameters of {self.model.name!r}; "
-                             f"parameters: {sorted(self.params)}")
+            raise ValueError(
+                f"lr_scale names {unknown}, which are not parameters of {self.model.name!r}; "
+                f"parameters: {sorted(self.params)}"
+            )
         lr0 = c.lr.at(0)
         groups = [{"params": [p], "lr": lr0 * scales.get(name, 1.0)} for name, p in self.params.items()]
         if c.optimizer == "sgd":
@@ -644,8 +685,9 @@ class _Run:
         for name, t in batch.items():
             self._check_seed_tensor(f"sample()[{name!r}]", t)
             if t.ndim < 2 or t.shape[1] != n:
-                raise ValueError(f"{self.model.name}: sample()[{name!r}] must have shape ({self.S}, {n}, ...); "
-                                 f"got {tuple(t.shape)}")
+                raise ValueError(
+                    f"{self.model.name}: sample()[{name!r}] must have shape ({self.S}, {n}, ...); got {tuple(t.shape)}"
+                )
         return dict(batch)
 
     # -- data -----------------------------------------------------------------------------------------------------
@@ -657,8 +699,9 @@ class _Run:
         if self.dataset is None:
             self.block = self._sample("data", c.refill * c.batch_size)
         elif self.block_gens:
-            self.block = torch.stack([torch.randperm(c.dataset_size, generator=g, device=self.device)
-                                      for g in self.block_gens])
+            self.block = torch.stack(
+                [torch.randperm(c.dataset_size, generator=g, device=self.device) for g in self.block_gens]
+            )
         else:
             self.block = None  # full-batch gradient descent
         self.block_index = index
@@ -682,10 +725,10 @@ class _Run:
             self._draw_block(index)
         B = self.config.batch_size
         if self.dataset is None:
-            return {k: v[:, j * B:(j + 1) * B] for k, v in self.block.items()}
+            return {k: v[:, j * B : (j + 1) * B] for k, v in self.block.items()}
         if self.block is None:
             return self.dataset
-        idx = self.block[:, j * B:(j + 1) * B]
+        idx = self.block[:, j * B : (j + 1) * B]
         return {k: v[self.seed_index, idx] for k, v in self.dataset.items()}
 
     # -- logging and checks ---------------------------------------------------------------------------------------
@@ -698,8 +741,11 @@ class _Run:
             values = dict(self.model.probes(self.params))
             if self.eval_batch is not None:
                 hyper = self._hyper(step)
-                metrics = (self.evaluate(self.params, self.eval_batch, hyper) if self.evaluate is not None
-                           else {"loss": self.model.loss(self.params, self.eval_batch, hyper)})
+                metrics = (
+                    self.evaluate(self.params, self.eval_batch, hyper)
+                    if self.evaluate is not None
+                    else {"loss": self.model.loss(self.params, self.eval_batch, hyper)}
+                )
                 clash = sorted(set(values) & set(metrics))
                 if clash:
                     raise ValueError(f"{self.model.name}: probe and evaluation names clash: {clash}")
@@ -707,11 +753,14 @@ class _Run:
         if self.records and list(values) != list(self.records):
             raise ValueError(f"{self.model.name}: logged names changed from {list(self.records)} to {list(values)}")
         for name, v in values.items():
-            self._check_seed_tensor(f"logged value {name!r}", v, ndim=1 + len(self.probe_dims.get(name, ())),
-                                    any_float=True)
+            self._check_seed_tensor(
+                f"logged value {name!r}", v, ndim=1 + len(self.probe_dims.get(name, ())), any_float=True
+            )
             if self.records.get(name) and self.records[name][0].shape != v.shape:
-                raise ValueError(f"{self.model.name}: logged value {name!r} changed shape from "
-                                 f"{tuple(self.records[name][0].shape)} to {tuple(v.shape)}")
+                raise ValueError(
+                    f"{self.model.name}: logged value {name!r} changed shape from "
+                    f"{tuple(self.records[name][0].shape)} to {tuple(v.shape)}"
+                )
             self._check_finite(v, step, name)
             self.records.setdefault(name, []).append(v.detach().clone())
         self.rec_steps.append(step)
@@ -723,9 +772,14 @@ class _Run:
             time = float(np.asarray(self._time(np.asarray([step])))[0])
             raise DivergenceError(
                 f"{self.model.name}: non-finite {variable} at step {step} for seed {self.config.seeds[i]} "
-                f"(trajectory {i})" + (f"; last good checkpoint: {self.path}" if self.path is not None and
-                                       self.path.exists() else ""),
-                trajectory=i, variable=variable, step=step, time=time, partial=self._partial())
+                f"(trajectory {i})"
+                + (f"; last good checkpoint: {self.path}" if self.path is not None and self.path.exists() else ""),
+                trajectory=i,
+                variable=variable,
+                step=step,
+                time=time,
+                partial=self._partial(),
+            )
 
     def _partial(self) -> Trajectory | None:
         """The records logged so far (every seed, up to the last complete logging step) as a Trajectory; None when
@@ -758,8 +812,10 @@ class _Run:
             "params": {k: v.detach() for k, v in self.params.items()},
             "optimizer": self.optimizer.state_dict(),
             "block": {"index": self.block_index, "states": list(self.block_states)},
-            "records": {"steps": torch.tensor(self.rec_steps, dtype=torch.int64),
-                        "values": {k: torch.stack(v, dim=1) for k, v in self.records.items()}},
+            "records": {
+                "steps": torch.tensor(self.rec_steps, dtype=torch.int64),
+                "values": {k: torch.stack(v, dim=1) for k, v in self.records.items()},
+            },
         }
         save_checkpoint(self.path, state)
         log.info("checkpoint at step %d written to %s", self.step, self.path)
@@ -768,12 +824,14 @@ class _Run:
         """Load the checkpoint at ``self.path`` into this run (refusing another configuration)."""
         ckpt = load_checkpoint(self.path, map_location="cpu")  # generator states must stay CPU byte tensors
         if ckpt.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{self.path}: unknown checkpoint format {ckpt.get('format')!r}; "
-                             f"expected {CHECKPOINT_FORMAT!r}")
+            raise ValueError(
+                f"{self.path}: unknown checkpoint format {ckpt.get('format')!r}; expected {CHECKPOINT_FORMAT!r}"
+            )
         check_compatible(ckpt["identity"], self.identity, path=self.path)
         if sorted(ckpt["params"]) != sorted(self.params):
-            raise ValueError(f"{self.path}: parameters {sorted(ckpt['params'])} differ from the model's "
-                             f"{sorted(self.params)}")
+            raise ValueError(
+                f"{self.path}: parameters {sorted(ckpt['params'])} differ from the model's {sorted(self.params)}"
+            )
         with torch.no_grad():
             for name, p in self.params.items():
                 p.copy_(ckpt["params"][name])
@@ -862,11 +920,18 @@ class _Run:
         seeds = np.asarray(c.seeds, dtype=np.int64)
         if names:
             Y = np.stack([values[k] for k in names], axis=-1)
-            traj = Trajectory.from_arrays(Y, names=names, time=self._time(steps), step=steps, attrs=attrs,
-                                          trajectory=seeds)
+            traj = Trajectory.from_arrays(
+                Y, names=names, time=self._time(steps), step=steps, attrs=attrs, trajectory=seeds
+            )
         else:  # array probes only: no scalar state
-            traj = Trajectory.from_arrays(np.zeros((self.S, steps.size, 0)), names=[], time=self._time(steps),
-                                          step=steps, attrs=attrs, trajectory=seeds)
+            traj = Trajectory.from_arrays(
+                np.zeros((self.S, steps.size, 0)),
+                names=[],
+                time=self._time(steps),
+                step=steps,
+                attrs=attrs,
+                trajectory=seeds,
+            )
         arrays = {k: v for k, v in values.items() if k in self.probe_dims}
         if not arrays:
             return traj
@@ -876,12 +941,15 @@ class _Run:
             dims = tuple(self.probe_dims[name])
             for dim, size in zip(dims, v.shape[2:]):
                 if dim in coords and len(coords[dim]) != size:
-                    raise ValueError(f"{model.name}: dim {dim!r} has size {len(coords[dim])} in one probe and "
-                                     f"{size} in {name!r}")
+                    raise ValueError(
+                        f"{model.name}: dim {dim!r} has size {len(coords[dim])} in one probe and {size} in {name!r}"
+                    )
                 lab = np.asarray(labels[dim]) if dim in labels else np.arange(size)
                 if lab.shape != (size,):
-                    raise ValueError(f"{model.name}: probe_coords[{dim!r}] must have {size} labels (the size of "
-                                     f"{name!r} along it); got shape {lab.shape}")
+                    raise ValueError(
+                        f"{model.name}: probe_coords[{dim!r}] must have {size} labels (the size of "
+                        f"{name!r} along it); got shape {lab.shape}"
+                    )
                 coords[dim] = lab
             data[name] = (("trajectory", "time") + dims, v)
         return traj.assign(data).assign_coords({d: (d, lab) for d, lab in coords.items()})
@@ -889,8 +957,15 @@ class _Run:
 
 # argument checks of the public entry points (dynamics.validation), on top of TrainConfig.__post_init__
 validate_module(
-    globals(), seeds=seed_or_seeds_check, generators=sequence_check, draw=callable_check,
-    checkpoint_path=Instance(str, os.PathLike), betas=sequence_check, n_steps=Range(integer=True, ge=0),
+    globals(),
+    seeds=seed_or_seeds_check,
+    generators=sequence_check,
+    draw=callable_check,
+    checkpoint_path=Instance(str, os.PathLike),
+    betas=sequence_check,
+    n_steps=Range(integer=True, ge=0),
     eval_size=Range(integer=True, ge=0),
-    lr=None, lr_scale=None, schedules=None,  # stored converted by __post_init__ (and read back from JSON)
+    lr=None,
+    lr_scale=None,
+    schedules=None,  # stored converted by __post_init__ (and read back from JSON)
 )

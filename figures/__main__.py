@@ -54,43 +54,59 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m figures", description="Regenerate the papers' figures and the "
-                     "theory-vs-practice report.")
+    parser = _Parser(
+        prog="python -m figures", description="Regenerate the papers' figures and the theory-vs-practice report."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_list = sub.add_parser("list", help="list the registered figures per model")
     p_list.add_argument("--model", default=None, help="only this model")
-    p_list.add_argument("--markdown", action="store_true",
-                        help="print the figure table of the README (figure, paper, docs, command) as Markdown")
+    p_list.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the figure table of the README (figure, paper, docs, command) as Markdown",
+    )
 
     p_params = sub.add_parser("params", help="print a figure's parameters: meaning, unit, valid range, preset values")
     p_params.add_argument("names", nargs="+", metavar="NAME", help="figure names, or model names for all their figures")
     p_params.add_argument("--json", action="store_true", help="print them as JSON (preset -> parameter -> value)")
 
     def common(p):
-        p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)} (default "
-                       f"{DEFAULT_PRESET})")
+        p.add_argument(
+            "--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)} (default {DEFAULT_PRESET})"
+        )
         p.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)} (default auto)")
         p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the run's seed >= 0 (default {DEFAULT_SEED})")
         p.add_argument("--cache-dir", default=str(cache.DEFAULT_CACHE_DIR), help="cache root (default results)")
         p.add_argument("--recompute", action="store_true", help="ignore cached data, recompute and overwrite")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
-        p.add_argument("--set", action="append", default=[], metavar="[FIGURE.]PARAM=VALUE", dest="overrides",
-                       help="set a parameter away from the preset (repeatable; VALUE is JSON, e.g. 3, 1e-3, [1,2]; "
-                            "`python -m figures params NAME` lists the parameters). make: PARAM=VALUE applies to "
-                            "every figure named; report: FIGURE.PARAM=VALUE")
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="[FIGURE.]PARAM=VALUE",
+            dest="overrides",
+            help="set a parameter away from the preset (repeatable; VALUE is JSON, e.g. 3, 1e-3, [1,2]; "
+            "`python -m figures params NAME` lists the parameters). make: PARAM=VALUE applies to "
+            "every figure named; report: FIGURE.PARAM=VALUE",
+        )
 
     p_make = sub.add_parser("make", help="build figures and write <out>/<name>.png/.pdf")
     p_make.add_argument("names", nargs="+", metavar="NAME", help="figure names, or model names for all their figures")
     common(p_make)
     p_make.add_argument("--out", default=str(registry.DEFAULT_OUT_DIR), help="output folder (default figures/out)")
     p_make.add_argument("--formats", default="png,pdf", help=f"comma-separated, among {', '.join(SAVE_METADATA)}")
-    p_make.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
-                        help="compute the figures' data on a Dask cluster ('local' or tcp://host:8786; shared "
-                             "--cache-dir), then draw them here")
+    p_make.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS|local",
+        help="compute the figures' data on a Dask cluster ('local' or tcp://host:8786; shared "
+        "--cache-dir), then draw them here",
+    )
 
-    p_est = sub.add_parser("estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset "
-                           "(measured at tiny)")
+    p_est = sub.add_parser(
+        "estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset (measured at tiny)"
+    )
     p_est.add_argument("names", nargs="*", metavar="NAME", help="figure or model names (default: every figure)")
     p_est.add_argument("--preset", default="paper", help=f"one of {', '.join(PRESETS)} (default paper)")
     p_est.add_argument("--device", default="cpu", help=f"one of {', '.join(DEVICES)} (default cpu)")
@@ -98,13 +114,25 @@ def _parser() -> argparse.ArgumentParser:
     p_report = sub.add_parser("report", help="build every figure and write <out>/report.html, summary.json, data/")
     common(p_report)
     p_report.add_argument("--out", default=str(DEFAULT_REPORT_DIR), help="output folder (default report)")
-    p_report.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
-                          help=f"worker processes building figures in parallel (default {DEFAULT_JOBS})")
-    p_report.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
-                          help="build on a Dask cluster: 'local' (a LocalCluster of --jobs workers) or a scheduler "
-                               "address such as tcp://host:8786 (needs the dask extra; cache and --out shared)")
-    p_report.add_argument("--include", action="append", metavar="MODEL",
-                          help="only the figures of this model (repeatable; default every registered model)")
+    p_report.add_argument(
+        "--jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        help=f"worker processes building figures in parallel (default {DEFAULT_JOBS})",
+    )
+    p_report.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS|local",
+        help="build on a Dask cluster: 'local' (a LocalCluster of --jobs workers) or a scheduler "
+        "address such as tcp://host:8786 (needs the dask extra; cache and --out shared)",
+    )
+    p_report.add_argument(
+        "--include",
+        action="append",
+        metavar="MODEL",
+        help="only the figures of this model (repeatable; default every registered model)",
+    )
     return parser
 
 
@@ -142,8 +170,10 @@ def _check_dirs(args) -> None:
     check_writable_dir(args.cache_dir, "--cache-dir")
 
 
-MARKDOWN_HEADER = ("| figure | paper | mathematics | command (quick preset; add `--preset paper` for the paper's sizes) |\n"
-                   "|---|---|---|---|")
+MARKDOWN_HEADER = (
+    "| figure | paper | mathematics | command (quick preset; add `--preset paper` for the paper's sizes) |\n"
+    "|---|---|---|---|"
+)
 """Header of the Markdown figure table (``list --markdown``), as the README shows it."""
 
 
@@ -158,8 +188,11 @@ def markdown_table(reg: registry.Registry, models: Sequence[str]) -> str:
     for model in models:
         for name in reg.names(model):
             spec = reg.get(name)
-            paper = spec.paper + (" (unrecoverable parameters: documented defaults)" if spec.unrecoverable else "") + (
-                f" ({registry.PAPER_ONLY_NOTE})" if spec.paper_only else "")
+            paper = (
+                spec.paper
+                + (" (unrecoverable parameters: documented defaults)" if spec.unrecoverable else "")
+                + (f" ({registry.PAPER_ONLY_NOTE})" if spec.paper_only else "")
+            )
             rows.append(f"| `{name}` | {paper} | {spec.spec} | `python -m figures make {name}` |")
     return "\n".join(rows)
 
@@ -175,13 +208,15 @@ def _cmd_list(args, reg: registry.Registry) -> int:
     for model in models:
         status = statuses[model]
         names = reg.names(model)
-        note = {"missing": status.detail, "error": f"IMPORT ERROR: {status.detail}"}.get(status.state,
-                                                                                         f"{len(names)} figures")
+        note = {"missing": status.detail, "error": f"IMPORT ERROR: {status.detail}"}.get(
+            status.state, f"{len(names)} figures"
+        )
         _write(f"{model}  ({note})")
         for name in names:
             spec = reg.get(name)
             flags = ("  [unrecoverable parameters: documented defaults]" if spec.unrecoverable else "") + (
-                f"  [{registry.PAPER_ONLY_NOTE}]" if spec.paper_only else "")
+                f"  [{registry.PAPER_ONLY_NOTE}]" if spec.paper_only else ""
+            )
             _write(f"  {name:32s} {spec.paper}; {spec.spec}{flags}")
     return 1 if any(statuses[m].state == "error" for m in models) else 0
 
@@ -208,8 +243,9 @@ def params_text(reg: registry.Registry, name: str) -> str:
         values = "  ".join(f"{json.dumps(spec.params[p][key], separators=(',', ':')):>12s}" for p in PRESETS)
         lines.append(f"  {key:{width}s}  {values}  {param.text(kinds[key])}")
     if spec.calibrated_at:
-        lines.append("  allowances calibrated at: " + ", ".join(f"{k} = {json.dumps(v)}"
-                                                             for k, v in spec.calibrated_at.items()))
+        lines.append(
+            "  allowances calibrated at: " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in spec.calibrated_at.items())
+        )
     return "\n".join(lines)
 
 
@@ -243,15 +279,37 @@ def _cmd_make(args, reg: registry.Registry) -> int:
         specs = [reg.get(n) for n in names]
         kw = dict(seed=args.seed, device=device, cache_dir=args.cache_dir, recompute=args.recompute, progress=False)
         factory = runner.default_registry if reg is registry.REGISTRY else reg.factory
-        for spec, fields in zip(specs, runner.dask_entries(runner.build_only, specs, args.preset, DEFAULT_JOBS,
-                                                           factory, None, kw, not args.no_progress, args.scheduler)):
+        for spec, fields in zip(
+            specs,
+            runner.dask_entries(
+                runner.build_only,
+                specs,
+                args.preset,
+                DEFAULT_JOBS,
+                factory,
+                None,
+                kw,
+                not args.no_progress,
+                args.scheduler,
+            ),
+        ):
             if fields.get("error"):
                 logger.error("figure %s failed on the cluster: %s", spec.name, fields["error"])
         args.recompute = False  # the cluster has just (re)computed what is in the cache
     try:
-        results = registry.make(names, args.preset, seed=args.seed, device=device, cache_dir=args.cache_dir,
-                                out_dir=args.out, formats=formats, recompute=args.recompute,
-                                progress=not args.no_progress, registry=reg, **overrides)
+        results = registry.make(
+            names,
+            args.preset,
+            seed=args.seed,
+            device=device,
+            cache_dir=args.cache_dir,
+            out_dir=args.out,
+            formats=formats,
+            recompute=args.recompute,
+            progress=not args.no_progress,
+            registry=reg,
+            **overrides,
+        )
     except Exception:  # noqa: BLE001 - a failing figure is reported with its traceback and a non-zero exit
         logger.exception("building figures failed")
         return 1
@@ -262,8 +320,11 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     for r in results:
         if r.config.overrides:
             _write(f"{r.spec.name}: {r.dataset.attrs.get('caption', '')}")
-    _write(f"{len(results)} figures ({args.preset}, device {device}): " +
-           ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; cache {args.cache_dir}")
+    _write(
+        f"{len(results)} figures ({args.preset}, device {device}): "
+        + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        + f"; cache {args.cache_dir}"
+    )
     return 0
 
 
@@ -325,9 +386,19 @@ def _cmd_report(args, reg: registry.Registry) -> int:
         _check_scheduler(args.scheduler)
     if args.preset == "paper":
         _paper_estimate_first(None, device, reg)
-    result = build_report(args.preset, seed=args.seed, device=device, out_dir=args.out, cache_dir=args.cache_dir,
-                          recompute=args.recompute, progress=not args.no_progress, registry=reg, jobs=args.jobs,
-                          scheduler=args.scheduler, overrides=overrides)
+    result = build_report(
+        args.preset,
+        seed=args.seed,
+        device=device,
+        out_dir=args.out,
+        cache_dir=args.cache_dir,
+        recompute=args.recompute,
+        progress=not args.no_progress,
+        registry=reg,
+        jobs=args.jobs,
+        scheduler=args.scheduler,
+        overrides=overrides,
+    )
     for s in result.sections:
         n_cached = sum(f.status == "cached" for f in s.figures)
         counts = ", ".join(f"{st} {s.count(st)}" for st in registry.STATUSES)
@@ -345,8 +416,13 @@ def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = N
         logging.getLogger("fontTools").setLevel(logging.WARNING)  # the PDF backend's font subsetting chatter
     try:
         args = _parser().parse_args(argv)
-        command = {"list": _cmd_list, "params": _cmd_params, "make": _cmd_make, "report": _cmd_report,
-                   "estimate": _cmd_estimate}[args.command]
+        command = {
+            "list": _cmd_list,
+            "params": _cmd_params,
+            "make": _cmd_make,
+            "report": _cmd_report,
+            "estimate": _cmd_estimate,
+        }[args.command]
         with runner.signals_as_interrupts():  # SIGTERM stops a build as Ctrl-C does: workers stopped, temp files gone
             status = command(args, reg)
             sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit

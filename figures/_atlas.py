@@ -32,9 +32,17 @@ from figures.registry import CheckResult, register
 ALPHA = 4e-3  # the paper's step size at constant lambda (docs/models/single_location.md §8.3, §8.6(b))
 L_PAPER = 10
 BRANCHES = ("oracle", "saddle", "anti_oracle", "spurious", "swap", "anti_swap")
-COLOURS = {"oracle": TOL_BRIGHT["blue"], "saddle": TOL_BRIGHT["grey"], "anti_oracle": TOL_BRIGHT["red"],
-           "spurious": TOL_BRIGHT["purple"], "swap": TOL_BRIGHT["green"], "anti_swap": TOL_BRIGHT["yellow"],
-           "collinear": TOL_BRIGHT["cyan"], "mixed": "k", "unconverged": "0.6"}
+COLOURS = {
+    "oracle": TOL_BRIGHT["blue"],
+    "saddle": TOL_BRIGHT["grey"],
+    "anti_oracle": TOL_BRIGHT["red"],
+    "spurious": TOL_BRIGHT["purple"],
+    "swap": TOL_BRIGHT["green"],
+    "anti_swap": TOL_BRIGHT["yellow"],
+    "collinear": TOL_BRIGHT["cyan"],
+    "mixed": "k",
+    "unconverged": "0.6",
+}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -88,11 +96,17 @@ def data_continuation(cfg) -> xr.Dataset:
             n_attr[i] += bool(fp.attracting)
     birth = _lam_birth(task)
     return xr.Dataset(
-        {"excess_risk": (("lam", "branch"), risk), "spectral_radius": (("lam", "branch"), radius),
-         "theta": (("lam", "branch"), theta), "attracting": (("lam", "branch"), attracting),
-         "n_points": (("lam_search", "kind"), counts), "n_attracting": ("lam_search", n_attr)},
+        {
+            "excess_risk": (("lam", "branch"), risk),
+            "spectral_radius": (("lam", "branch"), radius),
+            "theta": (("lam", "branch"), theta),
+            "attracting": (("lam", "branch"), attracting),
+            "n_points": (("lam_search", "kind"), counts),
+            "n_attracting": ("lam_search", n_attr),
+        },
         coords={"lam": lams, "branch": list(BRANCHES), "lam_search": lam_s, "kind": list(kinds)},
-        attrs={"d": task.d, "L": task.L, "alpha": ALPHA, "lam_birth": birth, "lam_cross": _lam_cross(task, birth)})
+        attrs={"d": task.d, "L": task.L, "alpha": ALPHA, "lam_birth": birth, "lam_cross": _lam_cross(task, birth)},
+    )
 
 
 def plot_continuation(ds):
@@ -102,10 +116,17 @@ def plot_continuation(ds):
         col = COLOURS[str(br)]
         r = ds.excess_risk.sel(branch=br).values
         att = ds.attracting.sel(branch=br).values
-        a.plot(lam, np.where(att, r, np.nan), color=col, linewidth=2.0,
-               label=f"{br} (attracting)" if att.any() else None)
-        a.plot(lam, np.where(~att, r, np.nan), color=col, linewidth=1.0, linestyle="--",
-               label=f"{br} (unstable)" if (~att).any() else None)
+        a.plot(
+            lam, np.where(att, r, np.nan), color=col, linewidth=2.0, label=f"{br} (attracting)" if att.any() else None
+        )
+        a.plot(
+            lam,
+            np.where(~att, r, np.nan),
+            color=col,
+            linewidth=1.0,
+            linestyle="--",
+            label=f"{br} (unstable)" if (~att).any() else None,
+        )
         b.plot(lam, ds.spectral_radius.sel(branch=br).values - 1.0, color=col, label=str(br))
     for ax in (a, b, c):
         ax.axvline(ds.attrs["lam_birth"], color="k", linewidth=0.6, linestyle=":")
@@ -126,39 +147,91 @@ def plot_continuation(ds):
 
 def checks_continuation(ds):
     out = []
-    out.append(CheckResult(name="Sec. 7.4: S exists from lambda = 0.06279 (theta_S = 1 there)",
-                           passed=abs(ds.attrs["lam_birth"] - 0.06279) <= 5e-6, measured=ds.attrs["lam_birth"],
-                           expected=0.06279, tolerance="5 digits quoted by the reference", ))
-    out.append(CheckResult(name="Sec. 7.4: S and the oracle have equal risk at lambda = 0.09072",
-                           passed=abs(ds.attrs["lam_cross"] - 0.09072) <= 5e-6, measured=ds.attrs["lam_cross"],
-                           expected=0.09072, tolerance="5 digits quoted by the reference"))
+    out.append(
+        CheckResult(
+            name="Sec. 7.4: S exists from lambda = 0.06279 (theta_S = 1 there)",
+            passed=abs(ds.attrs["lam_birth"] - 0.06279) <= 5e-6,
+            measured=ds.attrs["lam_birth"],
+            expected=0.06279,
+            tolerance="5 digits quoted by the reference",
+        )
+    )
+    out.append(
+        CheckResult(
+            name="Sec. 7.4: S and the oracle have equal risk at lambda = 0.09072",
+            passed=abs(ds.attrs["lam_cross"] - 0.09072) <= 5e-6,
+            measured=ds.attrs["lam_cross"],
+            expected=0.09072,
+            tolerance="5 digits quoted by the reference",
+        )
+    )
     lam = ds.lam.values
     birth = ds.attrs["lam_birth"]
     away = np.abs(np.log(lam / birth)) > 0.02  # the exchange is at birth: its neighbourhood is marginal
     swap = ds.attracting.sel(branch="swap").values
     spur = ds.attracting.sel(branch="spurious").values
-    exchange = bool(np.all(swap[away & (lam < birth)]) and not np.any(swap[away & (lam > birth)])
-                    and np.all(spur[away & (lam > birth) & (lam < 0.25)]))
-    out.append(CheckResult(name="Exchange of stability: the swap point attracts below lambda_birth, S above (to 0.25)",
-                           passed=exchange, measured=f"swap attracting at {int(swap.sum())} of {lam.size} lambdas",
-                           expected="lambda < lambda_birth exactly", tolerance="grid points at least 2% from birth"))
+    exchange = bool(
+        np.all(swap[away & (lam < birth)])
+        and not np.any(swap[away & (lam > birth)])
+        and np.all(spur[away & (lam > birth) & (lam < 0.25)])
+    )
+    out.append(
+        CheckResult(
+            name="Exchange of stability: the swap point attracts below lambda_birth, S above (to 0.25)",
+            passed=exchange,
+            measured=f"swap attracting at {int(swap.sum())} of {lam.size} lambdas",
+            expected="lambda < lambda_birth exactly",
+            tolerance="grid points at least 2% from birth",
+        )
+    )
     return out
 
 
-register(name="single_location.continuation", model="single_location", paper="(toolkit; not in the paper)",
-         spec="docs/models/single_location.md §7.1, §7.4", plot=plot_continuation, checks=checks_continuation,
-         caption=("Fixed points of the five-scalar PGD map as branches over the inverse temperature lambda (d = 400, "
-                  "L = 10, gamma^2 = 1/2, alpha = 4e-3). (a) Excess risk of each branch, thick where every eigenvalue "
-                  "of the map's Jacobian has modulus < 1; (b) the spectral radius; (c) theta of S and of the swap "
-                  "point (0, 0, 1, 1, 0). Dotted: lambda where S leaves the swap point (theta_S = 1) and, purple, "
-                  "where S and the oracle have equal risk. The collinear (k = +-v) and mixed critical points found "
-                  "by the root search are all unstable; their numbers are in the dataset (n_points)."),
-         params={"tiny": {"d": 400, "L": L_PAPER, "lam_min": 0.02, "lam_max": 1.0, "n_lam": 25, "n_lam_search": 2,
-                          "n_starts": 300},
-                 "quick": {"d": 400, "L": L_PAPER, "lam_min": 0.02, "lam_max": 1.0, "n_lam": 120, "n_lam_search": 6,
-                           "n_starts": 1000},
-                 "paper": {"d": 400, "L": L_PAPER, "lam_min": 0.02, "lam_max": 1.0, "n_lam": 400,
-                           "n_lam_search": 25, "n_starts": 4000}})(data_continuation)
+register(
+    name="single_location.continuation",
+    model="single_location",
+    paper="(toolkit; not in the paper)",
+    spec="docs/models/single_location.md §7.1, §7.4",
+    plot=plot_continuation,
+    checks=checks_continuation,
+    caption=(
+        "Fixed points of the five-scalar PGD map as branches over the inverse temperature lambda (d = 400, "
+        "L = 10, gamma^2 = 1/2, alpha = 4e-3). (a) Excess risk of each branch, thick where every eigenvalue "
+        "of the map's Jacobian has modulus < 1; (b) the spectral radius; (c) theta of S and of the swap "
+        "point (0, 0, 1, 1, 0). Dotted: lambda where S leaves the swap point (theta_S = 1) and, purple, "
+        "where S and the oracle have equal risk. The collinear (k = +-v) and mixed critical points found "
+        "by the root search are all unstable; their numbers are in the dataset (n_points)."
+    ),
+    params={
+        "tiny": {
+            "d": 400,
+            "L": L_PAPER,
+            "lam_min": 0.02,
+            "lam_max": 1.0,
+            "n_lam": 25,
+            "n_lam_search": 2,
+            "n_starts": 300,
+        },
+        "quick": {
+            "d": 400,
+            "L": L_PAPER,
+            "lam_min": 0.02,
+            "lam_max": 1.0,
+            "n_lam": 120,
+            "n_lam_search": 6,
+            "n_starts": 1000,
+        },
+        "paper": {
+            "d": 400,
+            "L": L_PAPER,
+            "lam_min": 0.02,
+            "lam_max": 1.0,
+            "n_lam": 400,
+            "n_lam_search": 25,
+            "n_starts": 4000,
+        },
+    },
+)(data_continuation)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -191,8 +264,16 @@ def data_atlas(cfg) -> xr.Dataset:
             task = sl.SingleLocationTask(d=int(d), L=L_PAPER)
             # stop within 1e-3 of an attractor, inside its linear basin (Jacobian multipliers < 1; nonlinear terms
             # ~1e-6): the classification tolerance, so a stopped run is named
-            b = sl.basins(task, float(lam), n, alpha=paper_alpha(float(lam)), n_steps=int(p["n_steps"]), rng=rng,
-                          stop_tol=1e-3, certify=True)
+            b = sl.basins(
+                task,
+                float(lam),
+                n,
+                alpha=paper_alpha(float(lam)),
+                n_steps=int(p["n_steps"]),
+                rng=rng,
+                stop_tol=1e-3,
+                certify=True,
+            )
             frac[(i, j)] = {k: c for k, c in zip(b.kinds, b.counts) if c}  # basins lists every kind; keep reached
             notes += [f"lambda = {lam:g}, d = {int(d)}: {note}" for note in b.notes]  # why runs stay unnamed
             extra |= {k for k, c in zip(b.kinds, b.counts) if c} - set(ATLAS_KINDS)  # kinds some start reached
@@ -204,10 +285,15 @@ def data_atlas(cfg) -> xr.Dataset:
             counts[i, j, kinds.index(k)] = v
     f = counts / n
     return xr.Dataset(
-        {"count": (("lam", "d", "kind"), counts), "fraction": (("lam", "d", "kind"), f),
-         "se": (("lam", "d", "kind"), np.sqrt(f * (1 - f) / n)), "mean_steps": (("lam", "d"), steps)},
+        {
+            "count": (("lam", "d", "kind"), counts),
+            "fraction": (("lam", "d", "kind"), f),
+            "se": (("lam", "d", "kind"), np.sqrt(f * (1 - f) / n)),
+            "mean_steps": (("lam", "d"), steps),
+        },
         coords={"lam": lams, "d": ds_, "kind": kinds, "alpha": ("lam", [paper_alpha(float(x)) for x in lams])},
-        attrs={"n_starts": n, "L": L_PAPER, "n_steps": int(p["n_steps"]), "unconverged_notes": "; ".join(notes)})
+        attrs={"n_starts": n, "L": L_PAPER, "n_steps": int(p["n_steps"]), "unconverged_notes": "; ".join(notes)},
+    )
 
 
 def plot_atlas(ds):
@@ -218,10 +304,23 @@ def plot_atlas(ds):
             fr = ds.fraction.sel(d=d, kind=k).values
             if not np.any(fr > 0):
                 continue
-            ax.errorbar(ds.lam.values, fr, yerr=ds.se.sel(d=d, kind=k).values, marker="o", ms=3, capsize=2,
-                        color=COLOURS.get(str(k), "k"), label=str(k))
-        ax.set(xscale="log", xlabel=r"$\lambda$", ylabel="basin fraction", ylim=(-0.02, 1.02),
-               title=f"d = {int(d)}, L = {ds.attrs['L']}, {ds.attrs['n_starts']} starts")
+            ax.errorbar(
+                ds.lam.values,
+                fr,
+                yerr=ds.se.sel(d=d, kind=k).values,
+                marker="o",
+                ms=3,
+                capsize=2,
+                color=COLOURS.get(str(k), "k"),
+                label=str(k),
+            )
+        ax.set(
+            xscale="log",
+            xlabel=r"$\lambda$",
+            ylabel="basin fraction",
+            ylim=(-0.02, 1.02),
+            title=f"d = {int(d)}, L = {ds.attrs['L']}, {ds.attrs['n_starts']} starts",
+        )
         ax.legend(fontsize=7)
     return fig
 
@@ -232,39 +331,65 @@ def checks_atlas(ds):
         for lam in ds.lam.values:
             if abs(lam - 0.05) < 1e-12:
                 named = 1.0 - float(ds.fraction.sel(lam=lam, d=400, kind="unconverged"))
-                out.append(CheckResult(name="classify names >= 99.9 % of sphere end states (lambda = 0.05, "
-                                            "d = 400)", passed=named >= 0.999, measured=named, expected=">= 0.999",
-                                       tolerance="the issue's threshold (point estimate)"))
+                out.append(
+                    CheckResult(
+                        name="classify names >= 99.9 % of sphere end states (lambda = 0.05, d = 400)",
+                        passed=named >= 0.999,
+                        measured=named,
+                        expected=">= 0.999",
+                        tolerance="the issue's threshold (point estimate)",
+                    )
+                )
             if abs(lam - 0.1) < 1e-12:
                 #  docs/models/single_location.md §7.4: pooled 49 % of 4 600 runs at S (lambda = 0.1, d = 400, 20 000
                 # steps); two-sample binomial z-test at 5 SE (two-sided false alarm < 6e-7)
                 f = float(ds.fraction.sel(lam=lam, d=400, kind="spurious"))
                 n = ds.attrs["n_starts"]
                 se = math.sqrt(0.49 * 0.51 / 4600 + f * (1 - f) / n)
-                out.append(CheckResult(name="Sec. 7.4: fraction of sphere starts ending at S (lambda = 0.1, d = 400)",
-                                       passed=abs(f - 0.49) < 5 * se, measured=f, expected=0.49,
-                                       tolerance=f"5 SE of the difference ({se:.4f}): the reference 4 600 runs + ours"))
+                out.append(
+                    CheckResult(
+                        name="Sec. 7.4: fraction of sphere starts ending at S (lambda = 0.1, d = 400)",
+                        passed=abs(f - 0.49) < 5 * se,
+                        measured=f,
+                        expected=0.49,
+                        tolerance=f"5 SE of the difference ({se:.4f}): the reference 4 600 runs + ours",
+                    )
+                )
     return out
 
 
-register(name="single_location.atlas", model="single_location", paper="(toolkit; not in the paper)",
-         spec="docs/models/single_location.md §6.4-§6.5, §7.4", plot=plot_atlas, checks=checks_atlas,
-         caption=("Basin atlas of five-scalar PGD from uniform sphere starts (L = 10, gamma^2 = 1/2, constant "
-                  "lambda, the paper's step sizes: alpha = 4e-3 for lambda <= 0.1, 1e-3 above): fraction of starts "
-                  "whose end state is at each attractor (oracle (+-k*, +-v*), "
-                  "the swap point k = +-v*, v = +-k*, the spurious point S), with binomial standard errors. Each run "
-                  "stops within 1e-3 of an attracting fixed point, or once it is within 1e-3 of an invariant edge "
-                  "that leads to one (M with |nu| = 1 leads to the oracle, docs/models/single_location.md §7.1; k = +-v* "
-                  "leads to S or the "
-                  "swap point), or after n_steps updates ('unconverged' unless within 1e-3 of a fixed point). The "
-                  "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) "
-                  "(docs/models/single_location.md §7.1). "
-                  "Brute-force d-dimensional PGD agrees within SE "
-                  "in three cells (tests/test_atlas.py)."),
-         params={"tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},
-                 "quick": {"lams": [0.03, 0.05, 0.1], "ds": [80, 400], "n_starts": 10_000, "n_steps": 30_000},
-                 "paper": {"lams": [0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.5, 1.0], "ds": [20, 80, 400, 2000],
-                           "n_starts": 1_000_000, "n_steps": 10_000}})(data_atlas)
+register(
+    name="single_location.atlas",
+    model="single_location",
+    paper="(toolkit; not in the paper)",
+    spec="docs/models/single_location.md §6.4-§6.5, §7.4",
+    plot=plot_atlas,
+    checks=checks_atlas,
+    caption=(
+        "Basin atlas of five-scalar PGD from uniform sphere starts (L = 10, gamma^2 = 1/2, constant "
+        "lambda, the paper's step sizes: alpha = 4e-3 for lambda <= 0.1, 1e-3 above): fraction of starts "
+        "whose end state is at each attractor (oracle (+-k*, +-v*), "
+        "the swap point k = +-v*, v = +-k*, the spurious point S), with binomial standard errors. Each run "
+        "stops within 1e-3 of an attracting fixed point, or once it is within 1e-3 of an invariant edge "
+        "that leads to one (M with |nu| = 1 leads to the oracle, docs/models/single_location.md §7.1; k = +-v* "
+        "leads to S or the "
+        "swap point), or after n_steps updates ('unconverged' unless within 1e-3 of a fixed point). The "
+        "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) "
+        "(docs/models/single_location.md §7.1). "
+        "Brute-force d-dimensional PGD agrees within SE "
+        "in three cells (tests/test_atlas.py)."
+    ),
+    params={
+        "tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},
+        "quick": {"lams": [0.03, 0.05, 0.1], "ds": [80, 400], "n_starts": 10_000, "n_steps": 30_000},
+        "paper": {
+            "lams": [0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.5, 1.0],
+            "ds": [20, 80, 400, 2000],
+            "n_starts": 1_000_000,
+            "n_steps": 10_000,
+        },
+    },
+)(data_atlas)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -282,8 +407,7 @@ def data_icl_atlas(cfg) -> xr.Dataset:
     # the single-head line omega_1 = omega_2 = 1/sqrt(d), mu_1 + mu_2 = mu*: Hessian of F/2 along the split s = mu_1/mu*
     o = icl.single_head_optimum(task)
     splits = np.linspace(-1.0, 2.0, int(p["n_split"]))
-    hess = np.array([icl._hessian(task, np.array([o.omega, o.omega, s * o.mu, (1 - s) * o.mu]), H)
-                     for s in splits])
+    hess = np.array([icl._hessian(task, np.array([o.omega, o.omega, s * o.mu, (1 - s) * o.mu]), H) for s in splits])
     ev = np.linalg.eigvalsh(hess)
     #  end states of GD on F/2 (lr, steps as in docs/models/icl_regression.md §5.5 / Fig. 7: flow time lr * n) from N(0,
     # scale^2) inits
@@ -296,8 +420,7 @@ def data_icl_atlas(cfg) -> xr.Dataset:
     for i, sc in enumerate(scales):
         om0 = rng.normal(0.0, sc, (n, H))  # omega drawn first (docs/models/icl_regression.md §5.5 recipe)
         mu0 = rng.normal(0.0, sc, (n, H))
-        tr = icl.map(task, om0, mu0, lr=float(p["lr"]), n_steps=int(p["n_steps"]),
-                     saveat=SaveAt(final=True))
+        tr = icl.map(task, om0, mu0, lr=float(p["lr"]), n_steps=int(p["n_steps"]), saveat=SaveAt(final=True))
         Y = tr.states()[:, -1]
         finals[i] = Y
         names = icl.classify(task, Y[:, :H], Y[:, H:])
@@ -306,30 +429,54 @@ def data_icl_atlas(cfg) -> xr.Dataset:
             counts[i, j] = int(np.sum(names == c))
     frac = counts / n
     return xr.Dataset(
-        {"sp_omega": (("point", "head"), np.array([q.omega for q in pts])),
-         "sp_mu": (("point", "head"), np.array([q.mu for q in pts])),
-         "sp_kind": ("point", [q.kind for q in pts]), "sp_stability": ("point", [q.stability for q in pts]),
-         "sp_F": ("point", [q.F for q in pts]),
-         "sp_hessian": (("point", "eig"), np.array([q.hessian_eigenvalues for q in pts])),
-         "line_hessian": (("split", "eig"), ev),
-         "count": (("init_scale", "end"), counts), "fraction": (("init_scale", "end"), frac),
-         "se": (("init_scale", "end"), np.sqrt(frac * (1 - frac) / n)),
-         "final": (("init_scale", "start", "coord"), finals),
-         "end_class": (("init_scale", "start"), classes.astype(str))},
-        coords={"split": splits, "init_scale": scales, "end": list(ICL_CLASSES),
-                "coord": ["omega_1", "omega_2", "mu_1", "mu_2"]},
-        attrs={"d": task.d, "L": task.L, "sigma2": task.sigma2, "lr": float(p["lr"]), "n_steps": int(p["n_steps"]),
-               "flow_time": float(p["lr"]) * int(p["n_steps"]), "n_starts": n,
-               "single_head_omega": o.omega, "single_head_mu": o.mu, "single_head_F": o.F,
-               "eta_star": icl.eta_star(task)})
+        {
+            "sp_omega": (("point", "head"), np.array([q.omega for q in pts])),
+            "sp_mu": (("point", "head"), np.array([q.mu for q in pts])),
+            "sp_kind": ("point", [q.kind for q in pts]),
+            "sp_stability": ("point", [q.stability for q in pts]),
+            "sp_F": ("point", [q.F for q in pts]),
+            "sp_hessian": (("point", "eig"), np.array([q.hessian_eigenvalues for q in pts])),
+            "line_hessian": (("split", "eig"), ev),
+            "count": (("init_scale", "end"), counts),
+            "fraction": (("init_scale", "end"), frac),
+            "se": (("init_scale", "end"), np.sqrt(frac * (1 - frac) / n)),
+            "final": (("init_scale", "start", "coord"), finals),
+            "end_class": (("init_scale", "start"), classes.astype(str)),
+        },
+        coords={
+            "split": splits,
+            "init_scale": scales,
+            "end": list(ICL_CLASSES),
+            "coord": ["omega_1", "omega_2", "mu_1", "mu_2"],
+        },
+        attrs={
+            "d": task.d,
+            "L": task.L,
+            "sigma2": task.sigma2,
+            "lr": float(p["lr"]),
+            "n_steps": int(p["n_steps"]),
+            "flow_time": float(p["lr"]) * int(p["n_steps"]),
+            "n_starts": n,
+            "single_head_omega": o.omega,
+            "single_head_mu": o.mu,
+            "single_head_F": o.F,
+            "eta_star": icl.eta_star(task),
+        },
+    )
 
 
 def plot_icl_atlas(ds):
     fig, (a, b, c) = new_figure(1, 3, figsize=(15.0, 4.4))
-    cols = {"solution_manifold": TOL_BRIGHT["blue"], "single_head": TOL_BRIGHT["red"], "origin": "k",
-            "other": TOL_BRIGHT["grey"]}
+    cols = {
+        "solution_manifold": TOL_BRIGHT["blue"],
+        "single_head": TOL_BRIGHT["red"],
+        "origin": "k",
+        "other": TOL_BRIGHT["grey"],
+    }
     i0 = 0
-    i0 = int(np.argmin(np.abs(np.log(ds.init_scale.values / 0.01))))  # the paper's scale (docs/models/icl_regression.md §5.5)
+    i0 = int(
+        np.argmin(np.abs(np.log(ds.init_scale.values / 0.01)))
+    )  # the paper's scale (docs/models/icl_regression.md §5.5)
     Y = ds.final.values[i0]
     names = ds.end_class.values[i0].astype(str)
     for cl in ICL_CLASSES:
@@ -338,25 +485,54 @@ def plot_icl_atlas(ds):
             a.scatter(Y[m, 0], Y[m, 1], s=4, color=cols[cl], label=f"{cl} ({int(m.sum())})")
     om = ds.sp_omega.values
     # hollow stars: the end states that sit on a stationary point stay visible through them
-    a.scatter(om[:, 0], om[:, 1], marker="*", s=220, facecolor="none", edgecolor="k", linewidth=0.8, zorder=3,
-              label="stationary points")
-    a.set(xlabel=r"$\omega_1$", ylabel=r"$\omega_2$", aspect="equal",
-          title=f"(a) end states, init N(0, {ds.init_scale.values[i0]:g}^2), t = {ds.attrs['flow_time']:g}")
+    a.scatter(
+        om[:, 0],
+        om[:, 1],
+        marker="*",
+        s=220,
+        facecolor="none",
+        edgecolor="k",
+        linewidth=0.8,
+        zorder=3,
+        label="stationary points",
+    )
+    a.set(
+        xlabel=r"$\omega_1$",
+        ylabel=r"$\omega_2$",
+        aspect="equal",
+        title=f"(a) end states, init N(0, {ds.init_scale.values[i0]:g}^2), t = {ds.attrs['flow_time']:g}",
+    )
     a.legend(fontsize=6)
     for cl in ds.end.values:
         fr = ds.fraction.sel(end=cl).values
         if np.any(fr > 0):
-            b.errorbar(ds.init_scale.values, fr, yerr=ds.se.sel(end=cl).values, marker="o", capsize=2,
-                       color=cols[str(cl)], label=str(cl))
-    b.set(xscale="log", xlabel="initialisation scale", ylabel="fraction of starts", ylim=(-0.02, 1.02),
-          title=f"(b) where GD on F/2 ends ({ds.attrs['n_starts']} starts)")
+            b.errorbar(
+                ds.init_scale.values,
+                fr,
+                yerr=ds.se.sel(end=cl).values,
+                marker="o",
+                capsize=2,
+                color=cols[str(cl)],
+                label=str(cl),
+            )
+    b.set(
+        xscale="log",
+        xlabel="initialisation scale",
+        ylabel="fraction of starts",
+        ylim=(-0.02, 1.02),
+        title=f"(b) where GD on F/2 ends ({ds.attrs['n_starts']} starts)",
+    )
     b.legend(fontsize=7)
     for k in range(ds.sizes["eig"]):
         c.plot(ds.split.values, ds.line_hessian.values[:, k], color="k", linewidth=1.0)
     c.axhline(0.0, color=TOL_BRIGHT["red"], linewidth=0.6)
     c.axvspan(0.0, 1.0, color=TOL_BRIGHT["green"], alpha=0.15, label="mu_1, mu_2 of one sign")
-    c.set(xlabel=r"split $\mu_1 / (\mu_1 + \mu_2)$", ylabel="Hessian eigenvalues of F/2", yscale="symlog",
-          title=r"(c) the single-head line $\omega_1 = \omega_2 = 1/\sqrt{d}$")
+    c.set(
+        xlabel=r"split $\mu_1 / (\mu_1 + \mu_2)$",
+        ylabel="Hessian eigenvalues of F/2",
+        yscale="symlog",
+        title=r"(c) the single-head line $\omega_1 = \omega_2 = 1/\sqrt{d}$",
+    )
     c.legend(fontsize=7)
     return fig
 
@@ -367,37 +543,89 @@ def checks_icl_atlas(ds):
     if single:
         i = single[0]
         w = float(np.abs(ds.sp_omega.values[i, 0]))
-        out.append(CheckResult(name="docs/models/icl_regression.md §11: single-head stationary point at omega = 1/sqrt(5) = "
-                                    "0.447213595499958",
-                               passed=abs(w - 0.447213595499958) < 1e-9, measured=w, expected=0.447213595499958,
-                               tolerance="1e-9: root polished to |grad| < 1e-12, Hessian ~0.2"))
-        out.append(CheckResult(name="docs/models/icl_regression.md §11: F there = F_1,min = 0.372072800748053",
-                               passed=abs(float(ds.sp_F.values[i]) - 0.372072800748053) < 1e-12,
-                               measured=float(ds.sp_F.values[i]), expected=0.372072800748053,
-                               tolerance="1e-12: closed form at a root accurate to 1e-9 (F is stationary there)"))
+        out.append(
+            CheckResult(
+                name="docs/models/icl_regression.md §11: single-head stationary point at omega = 1/sqrt(5) = "
+                "0.447213595499958",
+                passed=abs(w - 0.447213595499958) < 1e-9,
+                measured=w,
+                expected=0.447213595499958,
+                tolerance="1e-9: root polished to |grad| < 1e-12, Hessian ~0.2",
+            )
+        )
+        out.append(
+            CheckResult(
+                name="docs/models/icl_regression.md §11: F there = F_1,min = 0.372072800748053",
+                passed=abs(float(ds.sp_F.values[i]) - 0.372072800748053) < 1e-12,
+                measured=float(ds.sp_F.values[i]),
+                expected=0.372072800748053,
+                tolerance="1e-12: closed form at a root accurate to 1e-9 (F is stationary there)",
+            )
+        )
         ev = ds.sp_hessian.values[i]
         flat = int(np.sum(np.abs(ev) < 1e-6 * np.max(np.abs(ev))))
-        out.append(CheckResult(name="Equal split: F/2 has a minimum with one flat direction (the mu_1 - mu_2 split)",
-                               passed=flat == 1 and ev[0] > -1e-8, measured=f"eigenvalues {np.round(ev, 5).tolist()}",
-                               expected="one zero, the others > 0", tolerance="zero = |eig| < 1e-6 max|eig| (FD)"))
+        out.append(
+            CheckResult(
+                name="Equal split: F/2 has a minimum with one flat direction (the mu_1 - mu_2 split)",
+                passed=flat == 1 and ev[0] > -1e-8,
+                measured=f"eigenvalues {np.round(ev, 5).tolist()}",
+                expected="one zero, the others > 0",
+                tolerance="zero = |eig| < 1e-6 max|eig| (FD)",
+            )
+        )
     return out
 
 
-register(name="icl_regression.atlas", model="icl_regression", paper="(toolkit; not in the paper)",
-         spec="docs/models/icl_regression.md §4.4, §5.1-§5.5, §6.1", plot=plot_icl_atlas, checks=checks_icl_atlas,
-         caption=("Stationary points of the two-head approximate loss F/2 (d = 5, L = 40, sigma^2 = 0.1) and where "
-                  "GD on F/2 (lr = 0.01) from random N(0, s^2) initialisations ends. The only stationary points are "
-                  "the origin (a saddle) and the single-head line omega_1 = omega_2 = +-1/sqrt(d), mu_1 + mu_2 = "
-                  "+-mu* (F = F_1,min = 0.372); on it the Hessian is positive semidefinite exactly when mu_1 and "
-                  "mu_2 have one sign (c), so the segment attracts. The other starts reach the valley S_gamma of "
-                  "the two-head solution (mu^T omega ~ eta*), which holds no stationary point: gamma keeps "
-                  "drifting to 0 (docs/models/icl_regression.md §6.3). Standard errors binomial. Scales above ~0.3 make GD "
-                  "at lr = 0.01 diverge (exp(d omega^2) grows), so they are left out."),
-         params={"tiny": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 300, "n_split": 31,
-                          "init_scales": [0.01], "n_starts": 200, "lr": 0.01, "n_steps": 5000},
-                 "quick": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 2000, "n_split": 121,
-                           "init_scales": [0.001, 0.01, 0.1], "n_starts": 2000, "lr": 0.01,
-                           "n_steps": 20_000},
-                 "paper": {"d": 5, "L": 40, "sigma2": 0.1, "n_search": 10_000, "n_split": 301,
-                           "init_scales": [0.001, 0.003, 0.01, 0.03, 0.1], "n_starts": 100_000,
-                           "lr": 0.01, "n_steps": 100_000}})(data_icl_atlas)
+register(
+    name="icl_regression.atlas",
+    model="icl_regression",
+    paper="(toolkit; not in the paper)",
+    spec="docs/models/icl_regression.md §4.4, §5.1-§5.5, §6.1",
+    plot=plot_icl_atlas,
+    checks=checks_icl_atlas,
+    caption=(
+        "Stationary points of the two-head approximate loss F/2 (d = 5, L = 40, sigma^2 = 0.1) and where "
+        "GD on F/2 (lr = 0.01) from random N(0, s^2) initialisations ends. The only stationary points are "
+        "the origin (a saddle) and the single-head line omega_1 = omega_2 = +-1/sqrt(d), mu_1 + mu_2 = "
+        "+-mu* (F = F_1,min = 0.372); on it the Hessian is positive semidefinite exactly when mu_1 and "
+        "mu_2 have one sign (c), so the segment attracts. The other starts reach the valley S_gamma of "
+        "the two-head solution (mu^T omega ~ eta*), which holds no stationary point: gamma keeps "
+        "drifting to 0 (docs/models/icl_regression.md §6.3). Standard errors binomial. Scales above ~0.3 make GD "
+        "at lr = 0.01 diverge (exp(d omega^2) grows), so they are left out."
+    ),
+    params={
+        "tiny": {
+            "d": 5,
+            "L": 40,
+            "sigma2": 0.1,
+            "n_search": 300,
+            "n_split": 31,
+            "init_scales": [0.01],
+            "n_starts": 200,
+            "lr": 0.01,
+            "n_steps": 5000,
+        },
+        "quick": {
+            "d": 5,
+            "L": 40,
+            "sigma2": 0.1,
+            "n_search": 2000,
+            "n_split": 121,
+            "init_scales": [0.001, 0.01, 0.1],
+            "n_starts": 2000,
+            "lr": 0.01,
+            "n_steps": 20_000,
+        },
+        "paper": {
+            "d": 5,
+            "L": 40,
+            "sigma2": 0.1,
+            "n_search": 10_000,
+            "n_split": 301,
+            "init_scales": [0.001, 0.003, 0.01, 0.03, 0.1],
+            "n_starts": 100_000,
+            "lr": 0.01,
+            "n_steps": 100_000,
+        },
+    },
+)(data_icl_atlas)

@@ -35,10 +35,13 @@ def _range_check(name, samples, lo, hi, n_ref=_FIG5_REF_RUNS):
     inside = int(np.sum((samples >= lo) & (samples <= hi)))
     n = int(samples.size)
     pval = range_count_pvalue(inside, n, n_ref)
-    return CheckResult(name=name, passed=bool(pval > _FIG5_LEVEL), measured=f"{inside} of {n} runs inside",
-                       expected=f"spec range [{lo:.4g}, {hi:.4g}] over {n_ref} runs; P(<= {inside} inside) = "
-                                f"{pval:.2g}",
-                       tolerance=f"exact rank test: fails if P(count <= observed) < {_FIG5_LEVEL:g} under 'same law "
-                                 f"as the paper's {n_ref} runs' (every run lands inside with prob. "
-                                 f"{(n_ref - 1) / (n_ref + 1):.3f})",
-                       n_seeds=n)
+    return CheckResult(
+        name=name,
+        passed=bool(pval > _FIG5_LEVEL),
+        measured=f"{inside} of {n} runs inside",
+        expected=f"spec range [{lo:.4g}, {hi:.4g}] over {n_ref} runs; P(<= {inside} inside) = {pval:.2g}",
+        tolerance=f"exact rank test: fails if P(count <= observed) < {_FIG5_LEVEL:g} under 'same law "
+        f"as the paper's {n_ref} runs' (every run lands inside with prob. "
+        f"{(n_ref - 1) / (n_ref + 1):.3f})",
+        n_seeds=n,
+    )

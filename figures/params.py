@@ -31,8 +31,15 @@ from typing import Any, ClassVar
 from dynamics.validation import Range
 
 __all__ = [
-    "Param", "VOCABULARY", "RESERVED", "ParamsRecord", "record_type", "records", "parse_value", "split_key",
-    "parse_assignment"
+    "Param",
+    "VOCABULARY",
+    "RESERVED",
+    "ParamsRecord",
+    "record_type",
+    "records",
+    "parse_value",
+    "split_key",
+    "parse_assignment",
 ]
 
 _INT = Range(integer=True, ge=1)
@@ -96,8 +103,12 @@ VOCABULARY: dict[str, Param] = {
     "Hs": _p("numbers of attention heads compared", "heads", _INT),
     "T": _p("context length", "tokens", _INT),
     "vocab": _p("vocabulary size of the corpus", "tokens", _INT),
-    "num_unique": _p("distinct tokens per class of the synthetic data law (Syn-Small: vocabulary size "
-                     "M = 14 + 2 num_unique, 34 at the paper's 10)", "tokens", _INT),
+    "num_unique": _p(
+        "distinct tokens per class of the synthetic data law (Syn-Small: vocabulary size "
+        "M = 14 + 2 num_unique, 34 at the paper's 10)",
+        "tokens",
+        _INT,
+    ),
     "num_last": _p("last tokens (queries) of the synthetic data law", "tokens", _INT),
     "configs": _p("(T, batch) configurations", "", _INT),
     "max_tokens": _p("cap on the corpus tokens read (null: all)", "tokens", _INT),
@@ -184,8 +195,22 @@ VOCABULARY: dict[str, Param] = {
 
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-RESERVED: frozenset[str] = frozenset({"name", "names", "preset", "seed", "device", "cache_dir", "recompute",
-                                      "progress", "registry", "out_dir", "formats", "spec"})
+RESERVED: frozenset[str] = frozenset(
+    {
+        "name",
+        "names",
+        "preset",
+        "seed",
+        "device",
+        "cache_dir",
+        "recompute",
+        "progress",
+        "registry",
+        "out_dir",
+        "formats",
+        "spec",
+    }
+)
 """Keyword arguments of ``build``/``make``/``run_config``: no parameter may be called so."""
 
 
@@ -258,9 +283,13 @@ def _thaw(value):
     return value
 
 
-_TYPES = {"scalar": (int, float), "optional": (int | None, float | None), "list": (tuple[int, ...], tuple[float, ...]),
-          "pairs": (tuple[tuple[int, ...], ...], tuple[tuple[float, ...], ...]),
-          "object": (Mapping[str, Any], Mapping[str, Any])}
+_TYPES = {
+    "scalar": (int, float),
+    "optional": (int | None, float | None),
+    "list": (tuple[int, ...], tuple[float, ...]),
+    "pairs": (tuple[tuple[int, ...], ...], tuple[tuple[float, ...], ...]),
+    "object": (Mapping[str, Any], Mapping[str, Any]),
+}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -322,13 +351,14 @@ class ParamsRecord(Mapping):
         """A copy with ``overrides`` applied, validated; an unknown key raises ``ValueError`` naming the valid keys."""
         unknown = sorted(set(overrides) - set(self.kinds))
         if unknown:
-            raise ValueError(f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} of figure "
-                             f"{self.figure!r}; valid keys: {', '.join(self.kinds)}")
+            raise ValueError(
+                f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} of figure "
+                f"{self.figure!r}; valid keys: {', '.join(self.kinds)}"
+            )
         values = {k: getattr(self, k) for k in self.kinds}
         for key, value in overrides.items():
             try:
-                values[key] = _freeze(key, value, self.kinds[key], type(self).describe()[key],
-                                      self.templates.get(key))
+                values[key] = _freeze(key, value, self.kinds[key], type(self).describe()[key], self.templates.get(key))
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"figure {self.figure!r}, parameter {exc}") from None
         return type(self)(**values)
@@ -343,8 +373,9 @@ def _class_name(figure: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in parts if p) + "Params"
 
 
-def record_type(figure: str, presets: Mapping[str, Mapping[str, Any]],
-                param_info: Mapping[str, Param] | None = None) -> type[ParamsRecord]:
+def record_type(
+    figure: str, presets: Mapping[str, Mapping[str, Any]], param_info: Mapping[str, Param] | None = None
+) -> type[ParamsRecord]:
     """A frozen dataclass for figure ``figure`` with one field per parameter of ``presets``.
 
     Parameters
@@ -367,22 +398,27 @@ def record_type(figure: str, presets: Mapping[str, Mapping[str, Any]],
     keys = None
     for preset, values in presets.items():
         if not isinstance(values, Mapping):
-            raise ValueError(f"params[{preset!r}] of figure {figure!r} must be a mapping; got "
-                             f"{type(values).__name__}")
+            raise ValueError(f"params[{preset!r}] of figure {figure!r} must be a mapping; got {type(values).__name__}")
         if keys is None:
             keys = list(values)
         elif set(values) != set(keys):
-            raise ValueError(f"every preset of figure {figure!r} must give the same parameters; {preset!r} differs by "
-                             f"{sorted(set(values) ^ set(keys))}")
+            raise ValueError(
+                f"every preset of figure {figure!r} must give the same parameters; {preset!r} differs by "
+                f"{sorted(set(values) ^ set(keys))}"
+            )
     kinds, templates, specs = {}, {}, []
     for key in keys:
         if not isinstance(key, str) or not _KEY_RE.match(key) or key in RESERVED:
-            raise ValueError(f"parameter names of figure {figure!r} must be identifiers other than "
-                             f"{', '.join(sorted(RESERVED))}; got {key!r}")
+            raise ValueError(
+                f"parameter names of figure {figure!r} must be identifiers other than "
+                f"{', '.join(sorted(RESERVED))}; got {key!r}"
+            )
         info = info_table.get(key)
         if info is None:
-            raise ValueError(f"parameter {key!r} of figure {figure!r} has no meaning declared: add it to "
-                             "figures.params.VOCABULARY or pass param_info={...: Param(...)} at registration")
+            raise ValueError(
+                f"parameter {key!r} of figure {figure!r} has no meaning declared: add it to "
+                "figures.params.VOCABULARY or pass param_info={...: Param(...)} at registration"
+            )
         values = [presets[p][key] for p in presets]
         try:
             kind = _kind_of(values)
@@ -393,17 +429,28 @@ def record_type(figure: str, presets: Mapping[str, Mapping[str, Any]],
             templates[key] = types.MappingProxyType(dict(values[0]))
         annotation = _TYPES[kind][0 if info.integer else 1]
         specs.append((key, annotation, field(metadata={"param": info, "kind": kind})))
-    cls = make_dataclass(_class_name(figure), specs, bases=(ParamsRecord,), frozen=True, eq=False,
-                         namespace={"figure": figure, "kinds": types.MappingProxyType(kinds),
-                                    "templates": types.MappingProxyType(templates),
-                                    "__module__": __name__, "__hash__": ParamsRecord.__hash__,
-                                    "__eq__": ParamsRecord.__eq__})
+    cls = make_dataclass(
+        _class_name(figure),
+        specs,
+        bases=(ParamsRecord,),
+        frozen=True,
+        eq=False,
+        namespace={
+            "figure": figure,
+            "kinds": types.MappingProxyType(kinds),
+            "templates": types.MappingProxyType(templates),
+            "__module__": __name__,
+            "__hash__": ParamsRecord.__hash__,
+            "__eq__": ParamsRecord.__eq__,
+        },
+    )
     cls.__doc__ = f"Parameters of figure {figure!r} (one field per parameter; presets are instances)."
     return cls
 
 
-def records(figure: str, presets: Mapping[str, Mapping[str, Any]],
-            param_info: Mapping[str, Param] | None = None) -> dict[str, ParamsRecord]:
+def records(
+    figure: str, presets: Mapping[str, Mapping[str, Any]], param_info: Mapping[str, Param] | None = None
+) -> dict[str, ParamsRecord]:
     """Preset name -> record instance, for the presets ``presets`` defines (see :func:`record_type`)."""
     cls = record_type(figure, presets, param_info)
     out = {}

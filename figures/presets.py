@@ -51,8 +51,17 @@ from dynamics.validation import check_choice, check_int
 from figures.params import ParamsRecord
 
 __all__ = [
-    "PRESETS", "DEVICES", "DEFAULT_PRESET", "DEFAULT_SEED", "run_seed_sequence", "run_seeds", "check_preset",
-    "check_device", "resolve_device", "code_version", "RunConfig"
+    "PRESETS",
+    "DEVICES",
+    "DEFAULT_PRESET",
+    "DEFAULT_SEED",
+    "run_seed_sequence",
+    "run_seeds",
+    "check_preset",
+    "check_device",
+    "resolve_device",
+    "code_version",
+    "RunConfig",
 ]
 
 PRESETS: dict[str, str] = {
@@ -191,8 +200,7 @@ class RunConfig:
         object.__setattr__(self, "seed", check_int("seed", self.seed, min_value=0))
         check_choice("device", self.device, ("cpu", "cuda"))
         object.__setattr__(self, "params", _frozen_params(self.params))
-        if isinstance(self.overrides, str) or not all(isinstance(k, str) and k in self.params
-                                                      for k in self.overrides):
+        if isinstance(self.overrides, str) or not all(isinstance(k, str) and k in self.params for k in self.overrides):
             raise ValueError(f"overrides must name parameters of params; got {self.overrides!r}")
         object.__setattr__(self, "overrides", tuple(sorted(set(self.overrides))))
         object.__setattr__(self, "params_from", check_preset(self.params_from or self.preset))
@@ -212,8 +220,14 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The hashed configuration as plain JSON values (``progress`` excluded)."""
-        out = {"figure": self.figure, "preset": self.preset, "seed": self.seed, "device": self.device,
-               "params": to_jsonable(dict(self.params)), "code": self.code}
+        out = {
+            "figure": self.figure,
+            "preset": self.preset,
+            "seed": self.seed,
+            "device": self.device,
+            "params": to_jsonable(dict(self.params)),
+            "code": self.code,
+        }
         if self.overrides:
             out["overrides"] = list(self.overrides)
         if self.params_from != self.preset:

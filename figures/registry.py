@@ -133,9 +133,30 @@ from figures.params import Param, ParamsRecord, records, split_key
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, RunConfig, check_preset, resolve_device
 
 __all__ = [
-    "MODELS", "DEFAULT_OUT_DIR", "PAPER_ONLY_NOTE", "STATUSES", "EXPLANATION_KINDS", "MDD_POWER", "Explanation",
-    "GapRow", "compare_rows", "gap_rows", "per_seed_check", "CheckResult", "FigureSpec", "ModuleStatus", "Registry",
-    "REGISTRY", "register", "discover", "BuildResult", "CalibrationWarning", "run_config", "build", "render", "make"
+    "MODELS",
+    "DEFAULT_OUT_DIR",
+    "PAPER_ONLY_NOTE",
+    "STATUSES",
+    "EXPLANATION_KINDS",
+    "MDD_POWER",
+    "Explanation",
+    "GapRow",
+    "compare_rows",
+    "gap_rows",
+    "per_seed_check",
+    "CheckResult",
+    "FigureSpec",
+    "ModuleStatus",
+    "Registry",
+    "REGISTRY",
+    "register",
+    "discover",
+    "BuildResult",
+    "CalibrationWarning",
+    "run_config",
+    "build",
+    "render",
+    "make",
 ]
 
 logger = logging.getLogger(__name__)
@@ -151,6 +172,7 @@ def _figure_module(package: str, model: str) -> str:
     if package == "figures" and model in _models.names():
         return _models.get(model).figures or f"{package}.{model}"
     return f"{package}.{model}"
+
 
 DEFAULT_OUT_DIR = Path("figures") / "out"
 """Where :func:`make` writes ``<name>.png``/``.pdf`` by default (relative to the working directory; git-ignored)."""
@@ -312,8 +334,12 @@ class GapRow:
         ``justification`` its source; ``tol_se`` is ignored in favour of the calibrated test)."""
         legacy = {k: kwargs.pop(k) for k in ("tol_se", "atol", "justification") if k in kwargs}
         if legacy:
-            warnings.warn("GapRow(tol_se=, atol=, justification=) is deprecated; use compare_rows or "
-                          "GapRow.from_stats(allowance=, allowance_source=)", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "GapRow(tol_se=, atol=, justification=) is deprecated; use compare_rows or "
+                "GapRow.from_stats(allowance=, allowance_source=)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             atol = check_nonneg("atol", legacy.get("atol", 0.0))
             kwargs.setdefault("allowance", atol)
             kwargs.setdefault("allowance_source", str(legacy.get("justification", "")) if atol > 0 else "")
@@ -335,16 +361,43 @@ class GapRow:
         self.__post_init__()
 
     @staticmethod
-    def _derive(*, theory, mean, se, n_seeds, allowance=0.0, level=DEFAULT_LEVEL, explanation=None,
-                theory_se=None, theory_n=None, allowance_source="", **_others) -> dict:
+    def _derive(
+        *,
+        theory,
+        mean,
+        se,
+        n_seeds,
+        allowance=0.0,
+        level=DEFAULT_LEVEL,
+        explanation=None,
+        theory_se=None,
+        theory_n=None,
+        allowance_source="",
+        **_others,
+    ) -> dict:
         """The fields the gap test derives from the summary statistics (:func:`dynamics.compare.gap_test`)."""
-        res = gap_test(float(theory), float(mean), float(se), n_seeds, theory_se=theory_se, theory_n=theory_n,
-                       allowance=float(allowance), level=level)
-        return {"gap": float(res["gap"]), "allowance": float(res["allowance"]), "se": float(res["se"]),
-                "df": float(res["df"]), "ci_low": float(res["ci_low"]), "ci_high": float(res["ci_high"]),
-                "status": _gap_status(float(res["ci_low"]), float(res["ci_high"]), float(res["allowance"]),
-                                      _check_explanation(explanation)),
-                "allowance_source": allowance_source}
+        res = gap_test(
+            float(theory),
+            float(mean),
+            float(se),
+            n_seeds,
+            theory_se=theory_se,
+            theory_n=theory_n,
+            allowance=float(allowance),
+            level=level,
+        )
+        return {
+            "gap": float(res["gap"]),
+            "allowance": float(res["allowance"]),
+            "se": float(res["se"]),
+            "df": float(res["df"]),
+            "ci_low": float(res["ci_low"]),
+            "ci_high": float(res["ci_high"]),
+            "status": _gap_status(
+                float(res["ci_low"]), float(res["ci_high"]), float(res["allowance"]), _check_explanation(explanation)
+            ),
+            "allowance_source": allowance_source,
+        }
 
     def __post_init__(self):
         if not isinstance(self.quantity, str) or not self.quantity.strip():
@@ -361,23 +414,52 @@ class GapRow:
         check_choice("status", self.status, STATUSES)
         _check_explanation(self.explanation)
         if self.status != _gap_status(self.ci_low, self.ci_high, self.allowance, self.explanation):
-            raise ValueError(f"status {self.status!r} does not follow from the interval [{self.ci_low}, "
-                             f"{self.ci_high}], the allowance {self.allowance} and the explanation "
-                             f"{self.explanation!r}")
+            raise ValueError(
+                f"status {self.status!r} does not follow from the interval [{self.ci_low}, "
+                f"{self.ci_high}], the allowance {self.allowance} and the explanation "
+                f"{self.explanation!r}"
+            )
         if self.d is not None:
             object.__setattr__(self, "d", check_int("d", self.d, min_value=1))
 
     @classmethod
-    def from_stats(cls, *, quantity: str, time: float, theory: float, mean: float, se: float, n_seeds: int,
-                   allowance: float = 0.0, allowance_source: str = "", theory_se: float | None = None,
-                   theory_n: int | None = None, level: float = DEFAULT_LEVEL, d: int | None = None,
-                   explanation: Explanation | None = None) -> GapRow:
+    def from_stats(
+        cls,
+        *,
+        quantity: str,
+        time: float,
+        theory: float,
+        mean: float,
+        se: float,
+        n_seeds: int,
+        allowance: float = 0.0,
+        allowance_source: str = "",
+        theory_se: float | None = None,
+        theory_n: int | None = None,
+        level: float = DEFAULT_LEVEL,
+        d: int | None = None,
+        explanation: Explanation | None = None,
+    ) -> GapRow:
         """A row from summary statistics: ``mean`` and its SE ``se`` over ``n_seeds`` seeds, optionally the
         theory's own SE ``theory_se`` from ``theory_n`` Monte Carlo samples (see :func:`compare_rows`)."""
-        stats = dict(quantity=quantity, time=time, theory=theory, mean=mean, n_seeds=n_seeds, level=level, d=d,
-                     explanation=explanation)
-        derived = cls._derive(**stats, se=se, allowance=allowance, allowance_source=allowance_source,
-                              theory_se=theory_se, theory_n=theory_n)
+        stats = dict(
+            quantity=quantity,
+            time=time,
+            theory=theory,
+            mean=mean,
+            n_seeds=n_seeds,
+            level=level,
+            d=d,
+            explanation=explanation,
+        )
+        derived = cls._derive(
+            **stats,
+            se=se,
+            allowance=allowance,
+            allowance_source=allowance_source,
+            theory_se=theory_se,
+            theory_n=theory_n,
+        )
         return cls(**stats, **derived)
 
     @property
@@ -433,14 +515,26 @@ class GapRow:
 
     def explained(self, explanation: Explanation) -> GapRow:
         """This row with ``explanation`` attached (a row whose test fails takes the explanation's kind)."""
-        return replace(self, explanation=explanation,
-                       status=_gap_status(self.ci_low, self.ci_high, self.allowance, explanation))
+        return replace(
+            self, explanation=explanation, status=_gap_status(self.ci_low, self.ci_high, self.allowance, explanation)
+        )
 
 
-def compare_rows(quantity: str, times, theory, samples, *, allowance: float = 0.0, rel_allowance: float = 0.0,
-                 allowance_source: str = "", theory_se=None, theory_n_seeds: int | None = None,
-                 level: float = DEFAULT_LEVEL, d: int | None = None,
-                 explanation: Explanation | None = None) -> list[GapRow]:
+def compare_rows(
+    quantity: str,
+    times,
+    theory,
+    samples,
+    *,
+    allowance: float = 0.0,
+    rel_allowance: float = 0.0,
+    allowance_source: str = "",
+    theory_se=None,
+    theory_n_seeds: int | None = None,
+    level: float = DEFAULT_LEVEL,
+    d: int | None = None,
+    explanation: Explanation | None = None,
+) -> list[GapRow]:
     """One :class:`GapRow` per time from arrays, with the calibrated test of :mod:`dynamics.compare`.
 
     Parameters
@@ -472,8 +566,10 @@ def compare_rows(quantity: str, times, theory, samples, *, allowance: float = 0.
     if samples.ndim == 1:
         samples = samples[:, None]
     if samples.ndim != 2 or not (times.shape == theory.shape == samples.shape[1:]):
-        raise ValueError(f"samples must have shape (n_seeds, n_times) matching times {times.shape} and theory "
-                         f"{theory.shape}; got {samples.shape}")
+        raise ValueError(
+            f"samples must have shape (n_seeds, n_times) matching times {times.shape} and theory "
+            f"{theory.shape}; got {samples.shape}"
+        )
     n = samples.shape[0]
     if n < 2:
         raise ValueError(f"samples must hold at least 2 seeds (axis 0) for a standard error; got {n}")
@@ -487,32 +583,69 @@ def compare_rows(quantity: str, times, theory, samples, *, allowance: float = 0.
         theory_se = np.broadcast_to(np.asarray(theory_se, dtype=np.float64), theory.shape)
     mean = samples.mean(axis=0)
     se = samples.std(axis=0, ddof=1) / np.sqrt(n)
-    res = gap_test(theory, mean, se, n, theory_se=theory_se, theory_n=theory_n_seeds,
-                   allowance=allowance + rel_allowance * np.abs(theory), level=level)
+    res = gap_test(
+        theory,
+        mean,
+        se,
+        n,
+        theory_se=theory_se,
+        theory_n=theory_n_seeds,
+        allowance=allowance + rel_allowance * np.abs(theory),
+        level=level,
+    )
     _check_explanation(explanation)
-    return [GapRow(quantity=quantity, time=times[i], theory=theory[i], mean=mean[i], gap=res["gap"][i],
-                   allowance=res["allowance"][i], allowance_source=allowance_source if res["allowance"][i] > 0 else "",
-                   se=res["se"][i], n_seeds=n, df=res["df"][i], ci_low=res["ci_low"][i], ci_high=res["ci_high"][i],
-                   level=level, status=_gap_status(res["ci_low"][i], res["ci_high"][i], res["allowance"][i],
-                                                   explanation), explanation=explanation, d=d)
-            for i in range(times.size)]
+    return [
+        GapRow(
+            quantity=quantity,
+            time=times[i],
+            theory=theory[i],
+            mean=mean[i],
+            gap=res["gap"][i],
+            allowance=res["allowance"][i],
+            allowance_source=allowance_source if res["allowance"][i] > 0 else "",
+            se=res["se"][i],
+            n_seeds=n,
+            df=res["df"][i],
+            ci_low=res["ci_low"][i],
+            ci_high=res["ci_high"][i],
+            level=level,
+            status=_gap_status(res["ci_low"][i], res["ci_high"][i], res["allowance"][i], explanation),
+            explanation=explanation,
+            d=d,
+        )
+        for i in range(times.size)
+    ]
 
 
-def gap_rows(quantity: str, times, theory, samples, *, tol_se: float | None = None, justification: str = "",
-             atol: float = 0.0, d: int | None = None) -> list[GapRow]:
+def gap_rows(
+    quantity: str,
+    times,
+    theory,
+    samples,
+    *,
+    tol_se: float | None = None,
+    justification: str = "",
+    atol: float = 0.0,
+    d: int | None = None,
+) -> list[GapRow]:
     """Deprecated shim onto :func:`compare_rows` (``allowance = atol``, ``allowance_source = justification``).
 
     ``tol_se`` is ignored: the fixed "k SE" rule is replaced by the Student-t interval at the default level, which
     is calibrated for any number of seeds (a fixed 5 SE is not: its false-alarm rate is 12.6 % with 2 seeds).
     """
-    warnings.warn("gap_rows is deprecated; use compare_rows (allowance, allowance_source, explanation)",
-                  DeprecationWarning, stacklevel=2)
-    return compare_rows(quantity, times, theory, samples, allowance=atol,
-                        allowance_source=justification if atol > 0 else "", d=d)
+    warnings.warn(
+        "gap_rows is deprecated; use compare_rows (allowance, allowance_source, explanation)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return compare_rows(
+        quantity, times, theory, samples, allowance=atol, allowance_source=justification if atol > 0 else "", d=d
+    )
 
 
-def per_seed_check(name: str, reference, samples, *, tol: float, tolerance: str,
-                   explanation: Explanation | None = None) -> CheckResult:
+def per_seed_check(
+    name: str, reference, samples, *, tol: float, tolerance: str, explanation: Explanation | None = None
+) -> CheckResult:
     """Two computations that should agree exactly (same data, same steps), compared seed by seed: passes only if
     every seed's ``|sample - reference| <= tol`` (``tol``: round-off, with its source in ``tolerance``).
 
@@ -531,14 +664,21 @@ def per_seed_check(name: str, reference, samples, *, tol: float, tolerance: str,
     reference = np.asarray(reference, dtype=np.float64)
     samples = np.asarray(samples, dtype=np.float64)
     if reference.shape != samples.shape or reference.ndim < 1:
-        raise ValueError(f"reference and samples must have the same shape (n_seeds, ...); got {reference.shape} "
-                         f"and {samples.shape}")
+        raise ValueError(
+            f"reference and samples must have the same shape (n_seeds, ...); got {reference.shape} and {samples.shape}"
+        )
     dev = np.abs(samples - reference).reshape(samples.shape[0], -1).max(axis=1)
     bad = np.flatnonzero(~(dev <= tol))
     detail = f"; seeds beyond: {bad.tolist()} (max {dev.max():.3g})" if bad.size else ""
-    return CheckResult(name=f"{name} (per seed, {samples.shape[0]} seeds){detail}", passed=not bad.size,
-                       measured=float(dev.max()), expected=0.0, tolerance=tolerance, n_seeds=int(samples.shape[0]),
-                       explanation=explanation)
+    return CheckResult(
+        name=f"{name} (per seed, {samples.shape[0]} seeds){detail}",
+        passed=not bad.size,
+        measured=float(dev.max()),
+        expected=0.0,
+        tolerance=tolerance,
+        n_seeds=int(samples.shape[0]),
+        explanation=explanation,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -632,21 +772,29 @@ class FigureSpec:
         object.__setattr__(self, "unrecoverable", tuple(self.unrecoverable))
         if not isinstance(self.params, Mapping) or not self.params or not set(self.params) <= set(PRESETS):
             got = sorted(self.params) if isinstance(self.params, Mapping) else type(self.params).__name__
-            raise ValueError(f"params must map some of the presets {list(PRESETS)} to the figure's parameters; got "
-                             f"{got}")
+            raise ValueError(
+                f"params must map some of the presets {list(PRESETS)} to the figure's parameters; got {got}"
+            )
         defined = tuple(p for p in PRESETS if p in self.params)
         typed = _param_records(self.name, {p: self.params[p] for p in defined}, self.param_info)
         object.__setattr__(self, "defined_presets", defined)
         # every preset maps to a record: a preset the figure does not define falls back (_fallback_preset)
-        object.__setattr__(self, "params", types.MappingProxyType(
-            {p: typed[_fallback_preset(p, defined)] for p in PRESETS}))
+        object.__setattr__(
+            self, "params", types.MappingProxyType({p: typed[_fallback_preset(p, defined)] for p in PRESETS})
+        )
         object.__setattr__(self, "param_info", types.MappingProxyType(dict(self.param_info)))
         bad = sorted(set(self.calibrated_at) - set(self.record_type.valid_keys()))
         if bad:
-            raise ValueError(f"calibrated_at names unknown parameters {bad}; valid keys: "
-                             f"{', '.join(self.record_type.valid_keys())}")
-        object.__setattr__(self, "calibrated_at", types.MappingProxyType(
-            {k: self.params[defined[0]].replace(**{k: v})[k] for k, v in self.calibrated_at.items()}))
+            raise ValueError(
+                f"calibrated_at names unknown parameters {bad}; valid keys: {', '.join(self.record_type.valid_keys())}"
+            )
+        object.__setattr__(
+            self,
+            "calibrated_at",
+            types.MappingProxyType(
+                {k: self.params[defined[0]].replace(**{k: v})[k] for k, v in self.calibrated_at.items()}
+            ),
+        )
         for attr in ("data", "plot"):
             if not callable(getattr(self, attr)):
                 raise ValueError(f"{attr} must be callable; got {getattr(self, attr)!r}")
@@ -655,9 +803,11 @@ class FigureSpec:
                 raise ValueError(f"{attr} must be callable or None; got {getattr(self, attr)!r}")
         if self.paper_only is not None and (not isinstance(self.paper_only, str) or not self.paper_only.strip()):
             raise ValueError(f"paper_only must be None or a non-empty reason; got {self.paper_only!r}")
-        if self.shares_data_with is not None and (not isinstance(self.shares_data_with, str)
-                                                  or not _NAME_RE.match(self.shares_data_with)
-                                                  or self.shares_data_with == self.name):
+        if self.shares_data_with is not None and (
+            not isinstance(self.shares_data_with, str)
+            or not _NAME_RE.match(self.shares_data_with)
+            or self.shares_data_with == self.name
+        ):
             raise ValueError(f"shares_data_with must be None or another figure's name; got {self.shares_data_with!r}")
 
     @property
@@ -683,11 +833,14 @@ class FigureSpec:
         out = []
         for key, calibrated in self.calibrated_at.items():
             value = params[key]
-            inside = (set(_flat(value)) <= set(_flat(calibrated)) if isinstance(calibrated, list)
-                      else value == calibrated)
+            inside = (
+                set(_flat(value)) <= set(_flat(calibrated)) if isinstance(calibrated, list) else value == calibrated
+            )
             if not inside:
-                out.append(f"{key} = {_json(value)} is outside the value its allowances and checks were calibrated "
-                           f"at ({key} = {_json(calibrated)})")
+                out.append(
+                    f"{key} = {_json(value)} is outside the value its allowances and checks were calibrated "
+                    f"at ({key} = {_json(calibrated)})"
+                )
         return out
 
     def caption_for(self, config: RunConfig) -> str:
@@ -695,14 +848,18 @@ class FigureSpec:
         value) and any calibration warning."""
         text = self.full_caption
         if self.calibrated_at:
-            text += (" Allowances and checks calibrated at " +
-                     ", ".join(f"{k} = {_json(v)}" for k, v in self.calibrated_at.items()) + ".")
+            text += (
+                " Allowances and checks calibrated at "
+                + ", ".join(f"{k} = {_json(v)}" for k, v in self.calibrated_at.items())
+                + "."
+            )
         if config.params_from != config.preset:
             text += f" Parameters of preset {config.params_from!r} (the figure defines no {config.preset!r} preset)."
         if config.overrides:
             preset_params = self.params[config.preset]
-            changes = "; ".join(f"{k} = {_json(config.params[k])} (preset {_json(preset_params[k])})"
-                                for k in config.overrides)
+            changes = "; ".join(
+                f"{k} = {_json(config.params[k])} (preset {_json(preset_params[k])})" for k in config.overrides
+            )
             text += f" Overridden parameters: {changes}."
             warns = self.calibration_warnings(config.params)
             if warns:
@@ -718,8 +875,11 @@ class FigureSpec:
         """The explanation given to the failing rows and checks of a ``paper_only`` figure built below ``paper``."""
         if self.paper_only is None or preset == "paper":
             return None
-        return Explanation(reason=f"{PAPER_ONLY_NOTE}: {self.paper_only}", kind="deferred",
-                           evidence=f"{self.name}: the measured trend towards the claim, in its caption and rows")
+        return Explanation(
+            reason=f"{PAPER_ONLY_NOTE}: {self.paper_only}",
+            kind="deferred",
+            evidence=f"{self.name}: the measured trend towards the claim, in its caption and rows",
+        )
 
     @property
     def full_caption(self) -> str:
@@ -727,8 +887,9 @@ class FigureSpec:
         ``paper_only`` figure, the note that its claim is decided at ``--preset paper`` only."""
         text = self.caption.rstrip()
         if self.unrecoverable:
-            text += (f" Not recoverable from the paper; the documented default is used for: "
-                     f"{'; '.join(self.unrecoverable)}.")
+            text += (
+                f" Not recoverable from the paper; the documented default is used for: {'; '.join(self.unrecoverable)}."
+            )
         if self.paper_only is not None:
             text += f" {PAPER_ONLY_NOTE[0].upper()}{PAPER_ONLY_NOTE[1:]}: {self.paper_only.rstrip('.')}."
         return text
@@ -744,8 +905,9 @@ def _fallback_preset(preset: str, defined: Sequence[str]) -> str:
     return below[-1] if below else defined[0]
 
 
-def _param_records(name: str, params: Mapping[str, Mapping[str, Any]],
-                   param_info: Mapping[str, Param]) -> dict[str, ParamsRecord]:
+def _param_records(
+    name: str, params: Mapping[str, Mapping[str, Any]], param_info: Mapping[str, Param]
+) -> dict[str, ParamsRecord]:
     """Preset -> record of figure ``name``: records given as such are kept (all of one type), dictionaries are
     turned into records of a type made for the figure (:func:`figures.params.records`)."""
     given = [v for v in params.values() if isinstance(v, ParamsRecord)]
@@ -790,20 +952,36 @@ class Registry:
         parallel report's workers use it; without it a hand-filled registry is built serially).
     """
 
-    def __init__(self, models: Sequence[str] = MODELS, package: str | None = "figures",
-                 factory: Callable[[], Registry] | None = None):
+    def __init__(
+        self,
+        models: Sequence[str] = MODELS,
+        package: str | None = "figures",
+        factory: Callable[[], Registry] | None = None,
+    ):
         self.models = tuple(models)
         self.package = package
         self.factory = factory
         self._figures: dict[str, FigureSpec] = {}
         self._status: dict[str, ModuleStatus] = {}
 
-    def register(self, *, name: str, model: str, paper: str, spec: str, caption: str,
-                 params: Mapping[str, Mapping[str, Any]], plot: Callable, unrecoverable: Sequence[str] = (),
-                 gaps: Callable | None = None, checks: Callable | None = None,
-                 paper_only: str | None = None, shares_data_with: str | None = None,
-                 param_info: Mapping[str, Param] | None = None,
-                 calibrated_at: Mapping[str, Any] | None = None) -> Callable:
+    def register(
+        self,
+        *,
+        name: str,
+        model: str,
+        paper: str,
+        spec: str,
+        caption: str,
+        params: Mapping[str, Mapping[str, Any]],
+        plot: Callable,
+        unrecoverable: Sequence[str] = (),
+        gaps: Callable | None = None,
+        checks: Callable | None = None,
+        paper_only: str | None = None,
+        shares_data_with: str | None = None,
+        param_info: Mapping[str, Param] | None = None,
+        calibrated_at: Mapping[str, Any] | None = None,
+    ) -> Callable:
         """Decorator registering ``data`` (the decorated function) as figure ``name``; returns ``data`` unchanged.
 
         See the module docstring for the meaning of each argument and a worked example. ``paper_only="reason"``
@@ -826,15 +1004,28 @@ class Registry:
             raise ValueError(f"model must be one of {', '.join(self.models)}; got {model!r}")
 
         def decorator(data: Callable) -> Callable:
-            fig = FigureSpec(name=name, model=model, paper=paper, spec=spec, caption=caption,
-                             unrecoverable=unrecoverable, params=params, data=data, plot=plot, gaps=gaps,
-                             checks=checks, paper_only=paper_only, shares_data_with=shares_data_with,
-                             param_info=param_info or {}, calibrated_at=calibrated_at or {})
+            fig = FigureSpec(
+                name=name,
+                model=model,
+                paper=paper,
+                spec=spec,
+                caption=caption,
+                unrecoverable=unrecoverable,
+                params=params,
+                data=data,
+                plot=plot,
+                gaps=gaps,
+                checks=checks,
+                paper_only=paper_only,
+                shares_data_with=shares_data_with,
+                param_info=param_info or {},
+                calibrated_at=calibrated_at or {},
+            )
             old = self._figures.get(name)
-            if old is not None and (old.data.__module__, old.data.__qualname__) != (data.__module__,
-                                                                                   data.__qualname__):
-                raise ValueError(f"figure {name!r} is already registered by {old.data.__module__}."
-                                 f"{old.data.__qualname__}")
+            if old is not None and (old.data.__module__, old.data.__qualname__) != (data.__module__, data.__qualname__):
+                raise ValueError(
+                    f"figure {name!r} is already registered by {old.data.__module__}.{old.data.__qualname__}"
+                )
             self._figures[name] = fig  # same function re-registered (module reload): replace
             return data
 
@@ -856,8 +1047,9 @@ class Registry:
                     self._status[model] = ModuleStatus(model, "error", f"{type(exc).__name__}: {exc}")
                     logger.error("importing %s failed: %s", module, exc)
                 else:
-                    self._status[model] = ModuleStatus(model, "missing", f"{module.replace('.', '/')}.py not "
-                                                                         "written yet")
+                    self._status[model] = ModuleStatus(
+                        model, "missing", f"{module.replace('.', '/')}.py not written yet"
+                    )
             except Exception as exc:  # noqa: BLE001 - reported in `list` and the report, never hidden
                 self._status[model] = ModuleStatus(model, "error", f"{type(exc).__name__}: {exc}")
                 logger.error("importing %s failed: %s", module, exc, exc_info=True)
@@ -891,8 +1083,9 @@ class Registry:
             out.extend(n for n in expanded if n not in out)
         return out
 
-    def split_overrides(self, names: Sequence[str], overrides: Mapping[str, Any], *,
-                        figure_required: bool = False) -> dict[str, dict[str, Any]]:
+    def split_overrides(
+        self, names: Sequence[str], overrides: Mapping[str, Any], *, figure_required: bool = False
+    ) -> dict[str, dict[str, Any]]:
         """Per-figure overrides from ``{"param": value}`` (every figure of ``names``) and ``{"figure.param": value}``
         (that figure, which must be among ``names``); each figure's overrides are validated now, before anything runs.
 
@@ -904,8 +1097,7 @@ class Registry:
             targets = list(names) if figure is None else [figure]
             if figure is not None and figure not in out:
                 self.get(figure)  # an unknown figure: ValueError listing the valid ones
-                raise ValueError(f"--set {text}: figure {figure!r} is not among the figures built "
-                                 f"({', '.join(names)})")
+                raise ValueError(f"--set {text}: figure {figure!r} is not among the figures built ({', '.join(names)})")
             for name in targets:
                 out[name][key] = value
         for name, values in out.items():
@@ -916,11 +1108,15 @@ class Registry:
     def _unknown_message(self, name: str) -> str:
         valid = self.names()
         if not valid:
-            return (f"unknown figure {name!r}: no figures are registered yet (models: {', '.join(self.models)}; "
-                    "run `python -m figures list`)")
+            return (
+                f"unknown figure {name!r}: no figures are registered yet (models: {', '.join(self.models)}; "
+                "run `python -m figures list`)"
+            )
         with_figs = [m for m in self.models if self.names(m)]
-        return (f"unknown figure {name!r}; valid figures: {', '.join(valid)} "
-                f"(or a model name for all its figures: {', '.join(with_figs)})")
+        return (
+            f"unknown figure {name!r}; valid figures: {', '.join(valid)} "
+            f"(or a model name for all its figures: {', '.join(with_figs)})"
+        )
 
 
 REGISTRY = Registry()
@@ -971,21 +1167,39 @@ class CalibrationWarning(UserWarning):
     """A build whose overrides move a figure outside the parameter values its allowances were calibrated at."""
 
 
-def run_config(spec: FigureSpec, preset: str, *, seed: int = DEFAULT_SEED, device: str = "cpu",
-               progress: bool = False, **overrides) -> RunConfig:
+def run_config(
+    spec: FigureSpec, preset: str, *, seed: int = DEFAULT_SEED, device: str = "cpu", progress: bool = False, **overrides
+) -> RunConfig:
     """The :class:`RunConfig` of ``spec`` at ``preset`` with parameter ``overrides`` (validated: an unknown key or
     a value out of range raises ``ValueError`` naming the valid keys or range). ``device`` must already be resolved
     (cpu or cuda). Overrides equal to the preset's value are no overrides (same configuration, same cache entry)."""
     params = spec.resolve_params(preset, overrides)
     base = spec.params[preset]
     changed = tuple(k for k in overrides if params[k] != base[k])
-    return RunConfig(figure=spec.name, preset=preset, seed=seed, device=device, params=params, overrides=changed,
-                     params_from=spec.params_from(preset), progress=progress)
+    return RunConfig(
+        figure=spec.name,
+        preset=preset,
+        seed=seed,
+        device=device,
+        params=params,
+        overrides=changed,
+        params_from=spec.params_from(preset),
+        progress=progress,
+    )
 
 
-def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
-          cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, recompute: bool = False, progress: bool = False,
-          registry: Registry = REGISTRY, **overrides) -> BuildResult:
+def build(
+    name: str,
+    preset: str = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    device: str = "auto",
+    cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
+    recompute: bool = False,
+    progress: bool = False,
+    registry: Registry = REGISTRY,
+    **overrides,
+) -> BuildResult:
     """Build figure ``name`` at ``preset``, with parameter ``overrides``: its data from the cache if a verified entry
     exists, else computed (and stored), as a :class:`BuildResult`.
 
@@ -1028,10 +1242,21 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
     if spec.shares_data_with is not None:
         source = registry.get(spec.shares_data_with)
         if source.shares_data_with is not None or source.data is not spec.data or source.params != spec.params:
-            raise ValueError(f"figure {name!r} shares its data with {source.name!r}, which must be a figure of its own "
-                             "with the same data function and parameters")
-        shared = build(source.name, preset, seed=seed, device=device, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry, **overrides)
+            raise ValueError(
+                f"figure {name!r} shares its data with {source.name!r}, which must be a figure of its own "
+                "with the same data function and parameters"
+            )
+        shared = build(
+            source.name,
+            preset,
+            seed=seed,
+            device=device,
+            cache_dir=cache_dir,
+            recompute=recompute,
+            progress=progress,
+            registry=registry,
+            **overrides,
+        )
         return replace(shared, spec=spec)
     if cfg.params_from != preset:
         logger.warning("%s defines no %r preset; using its %r parameters", name, preset, cfg.params_from)
@@ -1042,8 +1267,14 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
     if cache_dir is not None and not recompute:
         lookup = cache.load(cache_dir, cfg)
         if lookup.status == "hit":
-            return BuildResult(spec=spec, config=cfg, dataset=lookup.dataset, status="cached",
-                               runtime_s=lookup.runtime_s, cache_path=cache.entry_paths(cache_dir, cfg)[0])
+            return BuildResult(
+                spec=spec,
+                config=cfg,
+                dataset=lookup.dataset,
+                status="cached",
+                runtime_s=lookup.runtime_s,
+                cache_path=cache.entry_paths(cache_dir, cfg)[0],
+            )
         if lookup.status == "corrupt":
             status = "repaired"
     t0 = time.perf_counter()
@@ -1051,8 +1282,7 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
         dataset = spec.data(cfg)
     runtime = time.perf_counter() - t0
     if not isinstance(dataset, xr.Dataset):
-        raise TypeError(f"data function of figure {name!r} must return an xarray.Dataset; got "
-                        f"{type(dataset).__name__}")
+        raise TypeError(f"data function of figure {name!r} must return an xarray.Dataset; got {type(dataset).__name__}")
     dataset = _with_provenance(dataset, spec, cfg, runs)
     path = None
     if cache_dir is not None:
@@ -1067,8 +1297,7 @@ def build(name: str, preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, 
     return BuildResult(spec=spec, config=cfg, dataset=dataset, status=status, runtime_s=runtime, cache_path=path)
 
 
-def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig,
-                     runs: Sequence[dict] = ()) -> xr.Dataset:
+def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig, runs: Sequence[dict] = ()) -> xr.Dataset:
     """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance (``runs``: the training runs
     recorded by :mod:`figures.experiments`)."""
     dataset = dataset.copy(deep=False)  # data shared; the attribute dicts below are replaced, not mutated
@@ -1077,11 +1306,23 @@ def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig,
     attrs = dict(dataset.attrs)
     base = spec.params[cfg.preset]
     overrides = {k: {"value": cfg.params[k], "preset_value": base[k]} for k in cfg.overrides}
-    attrs.update(figure=spec.name, model=spec.model, paper=spec.paper, spec_section=spec.spec, preset=cfg.preset,
-                 seed=cfg.seed, device=cfg.device, code=cfg.code, config_json=cfg.to_json(),
-                 overrides_json=json.dumps(overrides, sort_keys=True), caption=spec.caption_for(cfg),
-                 train_configs_json=experiments.records_json(list(runs)),
-                 config_key=cache.cache_key(cfg), git_rev=git_revision(), versions_json=package_versions())
+    attrs.update(
+        figure=spec.name,
+        model=spec.model,
+        paper=spec.paper,
+        spec_section=spec.spec,
+        preset=cfg.preset,
+        seed=cfg.seed,
+        device=cfg.device,
+        code=cfg.code,
+        config_json=cfg.to_json(),
+        overrides_json=json.dumps(overrides, sort_keys=True),
+        caption=spec.caption_for(cfg),
+        train_configs_json=experiments.records_json(list(runs)),
+        config_key=cache.cache_key(cfg),
+        git_rev=git_revision(),
+        versions_json=package_versions(),
+    )
     dataset.attrs = sanitize_attrs(attrs)
     return dataset
 
@@ -1091,8 +1332,9 @@ def render(spec: FigureSpec, dataset: xr.Dataset) -> Figure:
     with _style.style_context():
         fig = spec.plot(dataset)
         if not isinstance(fig, Figure):
-            raise TypeError(f"plot function of figure {spec.name!r} must return a matplotlib Figure; got "
-                            f"{type(fig).__name__}")
+            raise TypeError(
+                f"plot function of figure {spec.name!r} must return a matplotlib Figure; got {type(fig).__name__}"
+            )
         overrides = json.loads(dataset.attrs.get("overrides_json", "{}") or "{}")
         if overrides:  # a figure built away from its preset says so on the image itself
             text = "overridden: " + ", ".join(f"{k} = {_json(v['value'])}" for k, v in sorted(overrides.items()))
@@ -1100,10 +1342,20 @@ def render(spec: FigureSpec, dataset: xr.Dataset) -> Figure:
     return fig
 
 
-def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
-         cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, out_dir: str | Path = DEFAULT_OUT_DIR,
-         formats: Sequence[str] = ("png", "pdf"), recompute: bool = False, progress: bool = False,
-         registry: Registry = REGISTRY, **overrides) -> list[BuildResult]:
+def make(
+    names: Sequence[str],
+    preset: str = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    device: str = "auto",
+    cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
+    out_dir: str | Path = DEFAULT_OUT_DIR,
+    formats: Sequence[str] = ("png", "pdf"),
+    recompute: bool = False,
+    progress: bool = False,
+    registry: Registry = REGISTRY,
+    **overrides,
+) -> list[BuildResult]:
     """Build figures (names or model names) and write ``<out_dir>/<name>.<fmt>``; return one result per figure.
 
     ``overrides``: ``param=value`` applies to every figure built, ``**{"figure.param": value}`` to one. All names
@@ -1113,16 +1365,26 @@ def make(names: Sequence[str], preset: str = DEFAULT_PRESET, *, seed: int = DEFA
     check_preset(preset)
     per_figure = registry.split_overrides(figures, overrides)
     if isinstance(formats, str) or not formats:
-        raise ValueError(f"formats must be a non-empty sequence among {', '.join(_style.SAVE_METADATA)}; got "
-                         f"{formats!r}")
+        raise ValueError(
+            f"formats must be a non-empty sequence among {', '.join(_style.SAVE_METADATA)}; got {formats!r}"
+        )
     for fmt in formats:
         if fmt not in _style.SAVE_METADATA:
             raise ValueError(f"formats must be among {', '.join(_style.SAVE_METADATA)}; got {fmt!r}")
     device = resolve_device(device)
     results = []
     for name in tqdm(figures, desc=f"figures ({preset})", unit="fig", disable=None if progress else True):
-        result = build(name, preset, seed=seed, device=device, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry, **per_figure[name])
+        result = build(
+            name,
+            preset,
+            seed=seed,
+            device=device,
+            cache_dir=cache_dir,
+            recompute=recompute,
+            progress=progress,
+            registry=registry,
+            **per_figure[name],
+        )
         fig = render(result.spec, result.dataset)
         paths = _style.save_figure(fig, Path(out_dir) / name, formats)
         results.append(replace(result, outputs=tuple(paths)))
@@ -1149,9 +1411,14 @@ def _expected_check(name, value):
         raise ValueError(f"{name} must be a number (inf allowed) or a string, not NaN; got {value!r}")
 
 
-validate_module(globals(), per_function={
-    "CheckResult": dict(measured=_measured_check, expected=_expected_check),
-    "compare_rows": dict(_ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)),
-    "gap_rows": dict(_ROWS, atol=Range(ge=0)),
-    "per_seed_check": dict(reference=Range(array=True), samples=Range(array=True), tol=Range(ge=0)),
-})
+validate_module(
+    globals(),
+    per_function={
+        "CheckResult": dict(measured=_measured_check, expected=_expected_check),
+        "compare_rows": dict(
+            _ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)
+        ),
+        "gap_rows": dict(_ROWS, atol=Range(ge=0)),
+        "per_seed_check": dict(reference=Range(array=True), samples=Range(array=True), tol=Range(ge=0)),
+    },
+)

@@ -75,10 +75,28 @@ from figures.registry import (
 )
 
 __all__ = [
-    "DEFAULT_REPORT_DIR", "REPORT_FILE", "SUMMARY_FILE", "DATA_DIR", "MIN_SEEDS", "MAX_PAPER_ONLY", "DEFAULT_JOBS",
-    "BADGES", "BADGE_ORDER", "FAMILY_LEVEL", "FigureEntry", "ModelSection", "ReportResult", "collect",
-    "build_report", "holm", "adjusted_status", "FamilyWise", "family_wise", "preset_distance", "summary_dict",
-    "render_html"
+    "DEFAULT_REPORT_DIR",
+    "REPORT_FILE",
+    "SUMMARY_FILE",
+    "DATA_DIR",
+    "MIN_SEEDS",
+    "MAX_PAPER_ONLY",
+    "DEFAULT_JOBS",
+    "BADGES",
+    "BADGE_ORDER",
+    "FAMILY_LEVEL",
+    "FigureEntry",
+    "ModelSection",
+    "ReportResult",
+    "collect",
+    "build_report",
+    "holm",
+    "adjusted_status",
+    "FamilyWise",
+    "family_wise",
+    "preset_distance",
+    "summary_dict",
+    "render_html",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,7 +110,8 @@ DATA_DIR = "data"
 """Sub-folder of the report folder holding ``<figure>.nc``."""
 
 MIN_SEEDS = 8
-"""Seeds every compared row should use at the default preset (a Student-t interval needs them); rows below are counted in the report."""
+"""Seeds every compared row should use at the default preset (a Student-t interval needs them); rows below are
+counted in the report."""
 
 MAX_PAPER_ONLY = 2
 """At most this many ``paper_only`` (deferred) figures in the report; more are flagged in the attention list."""
@@ -180,8 +199,11 @@ class ModelSection:
 
     def count(self, status: str, kind: str = "all") -> int:
         """Rows (``kind="gaps"``), checks (``"checks"``) or both with ``status``."""
-        return sum((r.status == status) for f in self.figures for r in
-                   ((f.gaps if kind in ("gaps", "all") else []) + (f.checks if kind in ("checks", "all") else [])))
+        return sum(
+            (r.status == status)
+            for f in self.figures
+            for r in ((f.gaps if kind in ("gaps", "all") else []) + (f.checks if kind in ("checks", "all") else []))
+        )
 
     @property
     def verdict(self) -> str:
@@ -218,12 +240,19 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
         kw = {k: v for k, v in build_kw.items() if k != "overrides"}
         result = build(spec.name, preset, **kw, **build_kw.get("overrides", {}).get(spec.name, {}))
         ds = result.dataset
-        out.update(caption=str(ds.attrs.get("caption", "")),
-                   overrides=json.loads(ds.attrs.get("overrides_json", "{}") or "{}"))
-        out.update(status=result.status, runtime_s=result.runtime_s, config_json=result.config.to_json(),
-                   cache_path=str(result.cache_path) if result.cache_path is not None else "(caching off)",
-                   seed=result.config.seed, device=result.config.device, git_rev=str(ds.attrs.get("git_rev", "")),
-                   versions_json=str(ds.attrs.get("versions_json", "")))
+        out.update(
+            caption=str(ds.attrs.get("caption", "")), overrides=json.loads(ds.attrs.get("overrides_json", "{}") or "{}")
+        )
+        out.update(
+            status=result.status,
+            runtime_s=result.runtime_s,
+            config_json=result.config.to_json(),
+            cache_path=str(result.cache_path) if result.cache_path is not None else "(caching off)",
+            seed=result.config.seed,
+            device=result.config.device,
+            git_rev=str(ds.attrs.get("git_rev", "")),
+            versions_json=str(ds.attrs.get("versions_json", "")),
+        )
         if out_dir is not None:
             rel = f"{DATA_DIR}/{spec.name}.nc"
             save_dataset(ds, out_dir / rel)
@@ -259,10 +288,20 @@ def _entry(spec: FigureSpec, fields_: dict) -> FigureEntry:
     return entry
 
 
-def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "cpu",
-            cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR, recompute: bool = False, progress: bool = False,
-            registry: Registry = REGISTRY, jobs: int = 1, out_dir: str | Path | None = None,
-            scheduler: str | None = None, overrides: Mapping[str, Any] | None = None) -> list[ModelSection]:
+def collect(
+    preset: str = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    device: str = "cpu",
+    cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
+    recompute: bool = False,
+    progress: bool = False,
+    registry: Registry = REGISTRY,
+    jobs: int = 1,
+    out_dir: str | Path | None = None,
+    scheduler: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[ModelSection]:
     """Discover the figure modules, build every registered figure (cached) and evaluate its rows and checks.
 
     ``device`` must be resolved (``cpu`` or ``cuda``); ``jobs`` worker processes (1: in this process); with
@@ -278,34 +317,55 @@ def collect(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: s
     out = None if out_dir is None else Path(out_dir)
     build_kw = dict(seed=seed, device=device, cache_dir=cache_dir, recompute=recompute, progress=False)
     if overrides:
-        build_kw["overrides"] = registry.split_overrides(registry.names(), overrides,
-                                                       figure_required=True)
+        build_kw["overrides"] = registry.split_overrides(registry.names(), overrides, figure_required=True)
     factory = runner.default_registry if registry is REGISTRY else registry.factory
     n_workers = min(jobs_n, len(todo))
     if n_workers > 1 and factory is None:
         logger.info("registry has no factory: building %d figures serially", len(todo))
     if scheduler is not None:
         specs = [spec for _, spec in todo]
-        entries = [_entry(spec, f) for spec, f in zip(specs, runner.dask_entries(
-            _entry_fields, specs, preset, max(n_workers, 1), factory, out, build_kw, progress, scheduler))]
+        entries = [
+            _entry(spec, f)
+            for spec, f in zip(
+                specs,
+                runner.dask_entries(
+                    _entry_fields, specs, preset, max(n_workers, 1), factory, out, build_kw, progress, scheduler
+                ),
+            )
+        ]
     elif n_workers > 1 and factory is not None:
         specs = [spec for _, spec in todo]
-        entries = [_entry(spec, f) for spec, f in zip(specs, runner.parallel_entries(
-            _entry_fields, specs, preset, n_workers, factory, out, build_kw, progress))]
+        entries = [
+            _entry(spec, f)
+            for spec, f in zip(
+                specs,
+                runner.parallel_entries(_entry_fields, specs, preset, n_workers, factory, out, build_kw, progress),
+            )
+        ]
     else:
-        entries = [_figure_entry(spec, preset, out, **build_kw, registry=registry)
-                   for _, spec in tqdm(todo, desc=f"report ({preset})", unit="fig",
-                                       disable=None if progress else True)]
+        entries = [
+            _figure_entry(spec, preset, out, **build_kw, registry=registry)
+            for _, spec in tqdm(todo, desc=f"report ({preset})", unit="fig", disable=None if progress else True)
+        ]
     for (section, _), entry in zip(todo, entries):
         section.figures.append(entry)
     return sections
 
 
-def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, device: str = "auto",
-                 out_dir: str | Path = DEFAULT_REPORT_DIR, cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
-                 recompute: bool = False, progress: bool = False, registry: Registry = REGISTRY,
-                 jobs: int = DEFAULT_JOBS, scheduler: str | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> ReportResult:
+def build_report(
+    preset: str = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    device: str = "auto",
+    out_dir: str | Path = DEFAULT_REPORT_DIR,
+    cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
+    recompute: bool = False,
+    progress: bool = False,
+    registry: Registry = REGISTRY,
+    jobs: int = DEFAULT_JOBS,
+    scheduler: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ReportResult:
     """Build every registered figure at ``preset`` and write the report folder (each file atomically).
 
     Parameters
@@ -331,15 +391,32 @@ def build_report(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, devi
     resolved = resolve_device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"preset": preset, "seed": seed, "device": resolved, "git_rev": git_revision(), "created_utc": utc_now(),
-            "load_start": _load_average()}
+    meta = {
+        "preset": preset,
+        "seed": seed,
+        "device": resolved,
+        "git_rev": git_revision(),
+        "created_utc": utc_now(),
+        "load_start": _load_average(),
+    }
     t0 = time.perf_counter()  # provenance above is taken before the build, as the figures' own
-    sections = collect(preset, seed=seed, device=resolved, cache_dir=cache_dir, recompute=recompute,
-                       progress=progress, registry=registry, jobs=jobs, out_dir=out, scheduler=scheduler,
-                       overrides=overrides)
+    sections = collect(
+        preset,
+        seed=seed,
+        device=resolved,
+        cache_dir=cache_dir,
+        recompute=recompute,
+        progress=progress,
+        registry=registry,
+        jobs=jobs,
+        out_dir=out,
+        scheduler=scheduler,
+        overrides=overrides,
+    )
     wall = time.perf_counter() - t0
-    meta.update(wall_s=round(wall, 3), jobs=jobs, versions=package_versions(), load_end=_load_average(),
-                cpus=os.cpu_count())
+    meta.update(
+        wall_s=round(wall, 3), jobs=jobs, versions=package_versions(), load_end=_load_average(), cpus=os.cpu_count()
+    )
     fw = family_wise(sections)
     text = render_html(sections, **meta, fw=fw)
     path = atomic_write(out / REPORT_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
@@ -390,21 +467,27 @@ class FamilyWise:
         return sum(s == "fails" for s in self.adjusted.values())
 
     def statement(self) -> str:
-        return (f"Each of the {self.n_rows} gap rows is tested at its own level; under the null hypothesis (every "
-                f"theory right) the expected number of false 'fails' is the sum of the levels, "
-                f"{self.expected_false_fails:.3g}. Family-wise decision: Holm's step-down procedure over the p-values "
-                f"of all {self.n_rows} gap rows at level {self.level:g} (probability of any false 'fails' <= "
-                f"{self.level:g}); a row that fails on its own but is not rejected by Holm is 'consistent' at the "
-                f"family level. Holm rejects {self.n_rejected} gap rows, {self.n_fails} of them unexplained "
-                f"('fails').")
+        return (
+            f"Each of the {self.n_rows} gap rows is tested at its own level; under the null hypothesis (every "
+            f"theory right) the expected number of false 'fails' is the sum of the levels, "
+            f"{self.expected_false_fails:.3g}. Family-wise decision: Holm's step-down procedure over the p-values "
+            f"of all {self.n_rows} gap rows at level {self.level:g} (probability of any false 'fails' <= "
+            f"{self.level:g}); a row that fails on its own but is not rejected by Holm is 'consistent' at the "
+            f"family level. Holm rejects {self.n_rejected} gap rows, {self.n_fails} of them unexplained "
+            f"('fails')."
+        )
 
 
 def family_wise(sections: Sequence[ModelSection], level: float = FAMILY_LEVEL) -> FamilyWise:
     """Holm over every gap row of ``sections``; ``adjusted`` maps ``id(row)`` to its family-wise decision."""
     rows = [r for s in sections for f in s.figures for r in f.gaps]
     rejected = holm([r.p_value for r in rows], level) if rows else []
-    return FamilyWise(level=level, n_rows=len(rows), expected_false_fails=float(sum(r.level for r in rows)),
-                      adjusted={id(r): adjusted_status(r, rej) for r, rej in zip(rows, rejected)})
+    return FamilyWise(
+        level=level,
+        n_rows=len(rows),
+        expected_false_fails=float(sum(r.level for r in rows)),
+        adjusted={id(r): adjusted_status(r, rej) for r, rej in zip(rows, rejected)},
+    )
 
 
 def _load_average() -> list[float] | None:
@@ -457,19 +540,51 @@ def _shown_explanation(r: GapRow | CheckResult):
 
 def _row_dict(f: FigureEntry, r: GapRow | CheckResult, fw: FamilyWise) -> dict:
     why = _shown_explanation(r)
-    common = {"model": f.spec.model, "figure": f.spec.name, "status": r.status,
-              "explanation": why.to_dict() if why is not None else None}
+    common = {
+        "model": f.spec.model,
+        "figure": f.spec.name,
+        "status": r.status,
+        "explanation": why.to_dict() if why is not None else None,
+    }
     if isinstance(r, GapRow):
-        return {**common, "kind": "gap", "name": r.quantity, "time": _finite(r.time), "theory": _finite(r.theory),
-                "mean": _finite(r.mean), "gap": _finite(r.gap), "allowance": _finite(r.allowance),
-                "allowance_source": r.allowance_source, "se": _finite(r.se), "n_seeds": r.n_seeds,
-                "df": _finite(r.df), "ci_low": _finite(r.ci_low), "ci_high": _finite(r.ci_high), "level": r.level,
-                "d": r.d, "mdd": _finite(r.mdd), "mdd_power": MDD_POWER, "p_value": r.p_value,
-                "n_seeds_to_decide": r.n_seeds_to_decide, "adjusted_status": fw.adjusted[id(r)]}
+        return {
+            **common,
+            "kind": "gap",
+            "name": r.quantity,
+            "time": _finite(r.time),
+            "theory": _finite(r.theory),
+            "mean": _finite(r.mean),
+            "gap": _finite(r.gap),
+            "allowance": _finite(r.allowance),
+            "allowance_source": r.allowance_source,
+            "se": _finite(r.se),
+            "n_seeds": r.n_seeds,
+            "df": _finite(r.df),
+            "ci_low": _finite(r.ci_low),
+            "ci_high": _finite(r.ci_high),
+            "level": r.level,
+            "d": r.d,
+            "mdd": _finite(r.mdd),
+            "mdd_power": MDD_POWER,
+            "p_value": r.p_value,
+            "n_seeds_to_decide": r.n_seeds_to_decide,
+            "adjusted_status": fw.adjusted[id(r)],
+        }
     # A check is its own threshold test: its decision is the same per row and family-wise; no MDD (not a t test).
-    return {**common, "kind": "check", "name": r.name, "gap": None, "allowance": None, "se": None,
-            "n_seeds": r.n_seeds, "measured": _finite(r.measured), "expected": _finite(r.expected),
-            "tolerance": r.tolerance, "mdd": None, "adjusted_status": r.status}
+    return {
+        **common,
+        "kind": "check",
+        "name": r.name,
+        "gap": None,
+        "allowance": None,
+        "se": None,
+        "n_seeds": r.n_seeds,
+        "measured": _finite(r.measured),
+        "expected": _finite(r.expected),
+        "tolerance": r.tolerance,
+        "mdd": None,
+        "adjusted_status": r.status,
+    }
 
 
 def summary_dict(sections: Sequence[ModelSection], meta: dict, fw: FamilyWise | None = None) -> dict:
@@ -479,12 +594,23 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict, fw: FamilyWise | 
     figures, rows = [], []
     for s in sections:
         for f in s.figures:
-            figures.append({"model": s.model, "figure": f.spec.name, "badge": f.badge, "build": f.status,
-                            "runtime_s": _finite(f.runtime_s), "counted_runtime_s": _finite(f.counted_runtime_s),
-                            "shares_data_with": f.spec.shares_data_with, "error": f.error or None,
-                            "paper_only": f.spec.paper_only, "data_file": f.data_file or None,
-                            "layout_problems": f.layout, "overrides": f.overrides,
-                            "preset_distance": preset_distance(f.spec, meta["preset"])})
+            figures.append(
+                {
+                    "model": s.model,
+                    "figure": f.spec.name,
+                    "badge": f.badge,
+                    "build": f.status,
+                    "runtime_s": _finite(f.runtime_s),
+                    "counted_runtime_s": _finite(f.counted_runtime_s),
+                    "shares_data_with": f.spec.shares_data_with,
+                    "error": f.error or None,
+                    "paper_only": f.spec.paper_only,
+                    "data_file": f.data_file or None,
+                    "layout_problems": f.layout,
+                    "overrides": f.overrides,
+                    "preset_distance": preset_distance(f.spec, meta["preset"]),
+                }
+            )
             rows += [_row_dict(f, r, fw) for r in f.gaps + f.checks]
     counts = {status: sum(r["status"] == status for r in rows) for status in STATUSES}
     adjusted = {status: sum(r["adjusted_status"] == status for r in rows) for status in STATUSES}
@@ -493,17 +619,33 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict, fw: FamilyWise | 
     few = sum(r["kind"] == "gap" and r["n_seeds"] < MIN_SEEDS for r in rows)
     layout = sum(bool(f["layout_problems"]) for f in figures)
     paper_only = sum(f["paper_only"] is not None for f in figures)
-    family = {"method": "holm", "level": fw.level, "n_gap_rows": fw.n_rows,
-              "expected_false_fails_per_row_rule": fw.expected_false_fails, "rejected_family_wise": fw.n_rejected,
-              "fails_family_wise": fw.n_fails,
-              "statement": fw.statement()}
+    family = {
+        "method": "holm",
+        "level": fw.level,
+        "n_gap_rows": fw.n_rows,
+        "expected_false_fails_per_row_rule": fw.expected_false_fails,
+        "rejected_family_wise": fw.n_rejected,
+        "fails_family_wise": fw.n_fails,
+        "statement": fw.statement(),
+    }
     runtime = sum(f["counted_runtime_s"] or 0.0 for f in figures)
-    return {**meta, "rule": RULE, "family_wise": family, "runtime_s_counted_once": runtime,
-            "counts": {"rows": counts, "rows_adjusted": adjusted, "figures": badges,
-                       "gap_rows_below_min_seeds": few, "paper_only_figures": paper_only,
-                       "figures_with_layout_problems": layout},
-            "modules": modules,
-            "figures": figures, "rows": rows}
+    return {
+        **meta,
+        "rule": RULE,
+        "family_wise": family,
+        "runtime_s_counted_once": runtime,
+        "counts": {
+            "rows": counts,
+            "rows_adjusted": adjusted,
+            "figures": badges,
+            "gap_rows_below_min_seeds": few,
+            "paper_only_figures": paper_only,
+            "figures_with_layout_problems": layout,
+        },
+        "modules": modules,
+        "figures": figures,
+        "rows": rows,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -601,8 +743,10 @@ class _Why:
     def html(self) -> str:
         if not self.index:
             return ""
-        items = "".join(f'<li id="why-{n}" value="{n}">{_badge(kind)} <i>{_e(reason)}</i> (evidence: '
-                        f"{_e(evidence)})</li>" for (reason, evidence, kind), n in self.index.items())
+        items = "".join(
+            f'<li id="why-{n}" value="{n}">{_badge(kind)} <i>{_e(reason)}</i> (evidence: {_e(evidence)})</li>'
+            for (reason, evidence, kind), n in self.index.items()
+        )
         return f'<h3>Explanations, each written once</h3>\n<ol class="notes">{items}</ol>'
 
 
@@ -611,15 +755,21 @@ def _counts_html(sections: Sequence[ModelSection], fw: FamilyWise, why: _Why) ->
     rows = [r for s in sections for f in s.figures for r in f.gaps]
     checks = [c for s in sections for f in s.figures for c in f.checks]
     cells = "".join(
-        f"<tr><td>{_badge(st)}</td><td class=\"num\">{sum(r.status == st for r in rows)}</td>"
-        f"<td class=\"num\">{sum(c.status == st for c in checks)}</td>"
-        f"<td class=\"num\">{sum(fw.adjusted[id(r)] == st for r in rows) + sum(c.status == st for c in checks)}</td>"
-        f"<td>{_e(_STATUS_WORDS[st])}</td></tr>" for st in STATUSES)
-    table = ('<table class="counts">\n<tr><th>status</th><th>gap rows</th><th>checks</th>'
-             "<th>rows + checks, family-wise</th><th>meaning</th></tr>\n" + cells + "\n</table>")
+        f'<tr><td>{_badge(st)}</td><td class="num">{sum(r.status == st for r in rows)}</td>'
+        f'<td class="num">{sum(c.status == st for c in checks)}</td>'
+        f'<td class="num">{sum(fw.adjusted[id(r)] == st for r in rows) + sum(c.status == st for c in checks)}</td>'
+        f"<td>{_e(_STATUS_WORDS[st])}</td></tr>"
+        for st in STATUSES
+    )
+    table = (
+        '<table class="counts">\n<tr><th>status</th><th>gap rows</th><th>checks</th>'
+        "<th>rows + checks, family-wise</th><th>meaning</th></tr>\n" + cells + "\n</table>"
+    )
     results = []
-    for kind, title in (("disagrees", "Disagreements with the papers (results)"),
-                        ("deferred", "Deferred to the paper's sizes")):
+    for kind, title in (
+        ("disagrees", "Disagreements with the papers (results)"),
+        ("deferred", "Deferred to the paper's sizes"),
+    ):
         items = []
         for s in sections:
             for f in s.figures:
@@ -630,13 +780,20 @@ def _counts_html(sections: Sequence[ModelSection], fw: FamilyWise, why: _Why) ->
                 for name, explanation in names:
                     by_cause.setdefault(explanation, []).append(name)
                 for explanation, what in by_cause.items():
-                    items.append(f"<li>{link}: {len(what)} &#215; {'; '.join(_e(w) for w in what[:3])}"
-                                 f"{' ...' if len(what) > 3 else ''}{why.cause(explanation)}</li>")
-        results.append(f"<h3>{_badge(kind)} {title}: {sum(st == kind for st in (r.status for r in rows + checks))}"
-                       "</h3>" + (f"<ul>{''.join(items)}</ul>" if items else '<p class="muted">None.</p>'))
-    return (f'<section id="counts">\n{table}\n<p class="meta">{_e(fw.statement())} Each gap row states its minimum '
-            f"detectable deviation (MDD: the true |gap| it calls 'fails' with probability {MDD_POWER:.0%}).</p>\n"
-            + "\n".join(results) + "\n</section>")
+                    items.append(
+                        f"<li>{link}: {len(what)} &#215; {'; '.join(_e(w) for w in what[:3])}"
+                        f"{' ...' if len(what) > 3 else ''}{why.cause(explanation)}</li>"
+                    )
+        results.append(
+            f"<h3>{_badge(kind)} {title}: {sum(st == kind for st in (r.status for r in rows + checks))}"
+            "</h3>" + (f"<ul>{''.join(items)}</ul>" if items else '<p class="muted">None.</p>')
+        )
+    return (
+        f'<section id="counts">\n{table}\n<p class="meta">{_e(fw.statement())} Each gap row states its minimum '
+        f"detectable deviation (MDD: the true |gap| it calls 'fails' with probability {MDD_POWER:.0%}).</p>\n"
+        + "\n".join(results)
+        + "\n</section>"
+    )
 
 
 def _summary_table(sections: Sequence[ModelSection]) -> str:
@@ -650,10 +807,13 @@ def _summary_table(sections: Sequence[ModelSection]) -> str:
             f"<td>{figs}</td>"
             + "".join(f'<td class="num">{s.count(st, "gaps")} + {s.count(st, "checks")}</td>' for st in STATUSES)
             + f'<td class="num">{sum(f.counted_runtime_s for f in s.figures):.1f}</td>'
-            f"<td>{_badge(s.verdict) if s.verdict in BADGES else _e(s.verdict)}</td></tr>")
-    head = ("<tr><th>model</th><th>figure module</th><th>figures</th>"
-            + "".join(f"<th>{st} (rows + checks)</th>" for st in STATUSES)
-            + "<th>runtime (s; a shared run once)</th><th>verdict</th></tr>")
+            f"<td>{_badge(s.verdict) if s.verdict in BADGES else _e(s.verdict)}</td></tr>"
+        )
+    head = (
+        "<tr><th>model</th><th>figure module</th><th>figures</th>"
+        + "".join(f"<th>{st} (rows + checks)</th>" for st in STATUSES)
+        + "<th>runtime (s; a shared run once)</th><th>verdict</th></tr>"
+    )
     return f'<table class="summary">\n{head}\n' + "\n".join(rows) + "\n</table>"
 
 
@@ -669,8 +829,10 @@ def _attention_html(sections: Sequence[ModelSection], why: _Why) -> str:
                 items["error"].append(f"<li>{link}: {_e(f.error)}</li>")
             for r in f.gaps:
                 if r.status in items:
-                    what = (f"{_e(r.quantity)} at {_num(r.time)}: gap {_num(r.gap)}, CI [{_num(r.ci_low)}, "
-                            f"{_num(r.ci_high)}], allowance {_num(r.allowance)}")
+                    what = (
+                        f"{_e(r.quantity)} at {_num(r.time)}: gap {_num(r.gap)}, CI [{_num(r.ci_low)}, "
+                        f"{_num(r.ci_high)}], allowance {_num(r.allowance)}"
+                    )
                     items[r.status].append(f"<li>{link}: {what}{why.ref(_shown_explanation(r))}</li>")
             for c in f.checks:
                 if c.status in items:
@@ -679,15 +841,23 @@ def _attention_html(sections: Sequence[ModelSection], why: _Why) -> str:
     parts = ['<section id="attention"><h2>Needs attention</h2>']
     n_few = sum(r.n_seeds < MIN_SEEDS for s in sections for f in s.figures for r in f.gaps)
     if n_few:
-        parts.append(f'<p class="meta">{n_few} gap rows use fewer than {MIN_SEEDS} seeds (the default presets use '
-                     f"at least {MIN_SEEDS}); their intervals are wide.</p>")
+        parts.append(
+            f'<p class="meta">{n_few} gap rows use fewer than {MIN_SEEDS} seeds (the default presets use '
+            f"at least {MIN_SEEDS}); their intervals are wide.</p>"
+        )
     n_paper = sum(f.spec.paper_only is not None for s in sections for f in s.figures)
     if n_paper > MAX_PAPER_ONLY:
-        parts.append(f'<p class="meta">{n_paper} figures are decided at --preset paper only (at most '
-                     f"{MAX_PAPER_ONLY} expected).</p>")
-    titles = {"error": "Errors (figure did not build)", "fails": "Fails (unexplained)",
-              "disagrees": "Disagrees with the paper (results)", "deferred": "Deferred to the paper's sizes",
-              "explained": "Explained (artefacts of the setup, not failures)"}
+        parts.append(
+            f'<p class="meta">{n_paper} figures are decided at --preset paper only (at most '
+            f"{MAX_PAPER_ONLY} expected).</p>"
+        )
+    titles = {
+        "error": "Errors (figure did not build)",
+        "fails": "Fails (unexplained)",
+        "disagrees": "Disagrees with the paper (results)",
+        "deferred": "Deferred to the paper's sizes",
+        "explained": "Explained (artefacts of the setup, not failures)",
+    }
     for key, title in titles.items():
         parts.append(f"<h3>{_badge(key)} {title}: {len(items[key])}</h3>")
         parts.append("<ul>" + "".join(items[key]) + "</ul>" if items[key] else '<p class="muted">None.</p>')
@@ -707,8 +877,10 @@ def _toc_html(sections: Sequence[ModelSection]) -> str:
         for f in s.figures:
             n = {st: f.statuses.count(st) for st in STATUSES}
             counts = ", ".join(f"{v} {k}" for k, v in n.items() if v) or "no verdicts"
-            items.append(f'<li>{_figure_badge(f)} <a href="#{_e(_anchor(f.spec.name))}">{_e(f.spec.name)}</a> '
-                         f'<span class="muted">({counts})</span></li>')
+            items.append(
+                f'<li>{_figure_badge(f)} <a href="#{_e(_anchor(f.spec.name))}">{_e(f.spec.name)}</a> '
+                f'<span class="muted">({counts})</span></li>'
+            )
         parts.append('<ul class="toc">' + "".join(items) + "</ul>")
     parts.append("</section>")
     return "\n".join(parts)
@@ -738,40 +910,48 @@ def _gaps_table(rows: Sequence[GapRow], fw: FamilyWise, why: _Why) -> str:
         return '<p class="muted">No theory-vs-practice gap rows for this figure.</p>'
     src_index, src_notes = _notes([r.allowance_source for r in rows])
     has_d = any(r.d is not None for r in rows)
-    head = ("<tr><th>quantity</th><th>time</th>" + ("<th>d</th>" if has_d else "")
-            + "<th>theory</th><th>mean</th><th>raw gap (mean &#8722; theory)</th><th>allowance [source]</th>"
-            "<th>SE</th><th>seeds</th><th>CI of the gap</th><th>MDD</th><th>status</th>"
-            "<th>family-wise</th></tr>")
+    head = (
+        "<tr><th>quantity</th><th>time</th>"
+        + ("<th>d</th>" if has_d else "")
+        + "<th>theory</th><th>mean</th><th>raw gap (mean &#8722; theory)</th><th>allowance [source]</th>"
+        "<th>SE</th><th>seeds</th><th>CI of the gap</th><th>MDD</th><th>status</th>"
+        "<th>family-wise</th></tr>"
+    )
     body = []
     for r in rows:
         allow = _num(r.allowance) + (f" [{src_index[r.allowance_source]}]" if r.allowance_source else "")
         body.append(
-            f"<tr><td>{_e(r.quantity)}</td><td class=\"num\">{_num(r.time)}</td>"
-            + (f"<td class=\"num\">{_num(r.d)}</td>" if has_d else "")
-            + f"<td class=\"num\">{_num(r.theory)}</td><td class=\"num\">{_num(r.mean)}</td>"
-            f"<td class=\"num\">{_num(r.gap)}</td><td class=\"num\">{allow}</td><td class=\"num\">{_num(r.se)}</td>"
-            f"<td class=\"num\">{r.n_seeds}</td><td class=\"num\">[{_num(r.ci_low)}, {_num(r.ci_high)}]</td>"
-            f"<td class=\"num\">{_num(r.mdd)}</td><td>{_status_cell(r, fw, why)}</td>"
-            f"<td>{_badge(fw.adjusted[id(r)])}</td></tr>")
+            f'<tr><td>{_e(r.quantity)}</td><td class="num">{_num(r.time)}</td>'
+            + (f'<td class="num">{_num(r.d)}</td>' if has_d else "")
+            + f'<td class="num">{_num(r.theory)}</td><td class="num">{_num(r.mean)}</td>'
+            f'<td class="num">{_num(r.gap)}</td><td class="num">{allow}</td><td class="num">{_num(r.se)}</td>'
+            f'<td class="num">{r.n_seeds}</td><td class="num">[{_num(r.ci_low)}, {_num(r.ci_high)}]</td>'
+            f'<td class="num">{_num(r.mdd)}</td><td>{_status_cell(r, fw, why)}</td>'
+            f"<td>{_badge(fw.adjusted[id(r)])}</td></tr>"
+        )
     levels = sorted({r.level for r in rows})
     dfs = sorted({int(r.df) if float(r.df).is_integer() else r.df for r in rows})
-    caption = (f"<caption>Test: {_e(RULE)}. Level {', '.join(f'{lv:g}' for lv in levels)}; df "
-               f"{', '.join(map(str, dfs))}; CI = gap &#177; t quantile &#215; SE; holds = CI inside the band, "
-               f"consistent = CI across a band edge, fails = CI outside it. MDD = allowance + (t quantile + "
-               f"t_{MDD_POWER:g}) &#215; SE: the deviation detected with probability {MDD_POWER:.0%}. Family-wise: "
-               f"Holm over all gap rows of the report at {fw.level:g}.</caption>")
-    note = (f'<p class="meta">Allowance sources:</p>{src_notes}' if src_notes else "")
+    caption = (
+        f"<caption>Test: {_e(RULE)}. Level {', '.join(f'{lv:g}' for lv in levels)}; df "
+        f"{', '.join(map(str, dfs))}; CI = gap &#177; t quantile &#215; SE; holds = CI inside the band, "
+        f"consistent = CI across a band edge, fails = CI outside it. MDD = allowance + (t quantile + "
+        f"t_{MDD_POWER:g}) &#215; SE: the deviation detected with probability {MDD_POWER:.0%}. Family-wise: "
+        f"Holm over all gap rows of the report at {fw.level:g}.</caption>"
+    )
+    note = f'<p class="meta">Allowance sources:</p>{src_notes}' if src_notes else ""
     return f"<table>\n{caption}\n{head}\n" + "\n".join(body) + "\n</table>" + note
 
 
 def _checks_table(rows: Sequence[CheckResult], why: _Why) -> str:
     if not rows:
         return '<p class="muted">No theorem checks for this figure.</p>'
-    head = ("<tr><th>check</th><th>status</th><th>measured</th><th>expected</th><th>seeds</th><th>tolerance</th>"
-            "</tr>")
-    body = [f"<tr><td>{_e(c.name)}</td><td>{_badge(c.status)}{why.ref(_shown_explanation(c))}</td>"
-            f"<td class=\"num\">{_num(c.measured)}</td><td class=\"num\">{_num(c.expected)}</td>"
-            f"<td class=\"num\">{_num(c.n_seeds)}</td><td>{_e(c.tolerance)}</td></tr>" for c in rows]
+    head = "<tr><th>check</th><th>status</th><th>measured</th><th>expected</th><th>seeds</th><th>tolerance</th></tr>"
+    body = [
+        f"<tr><td>{_e(c.name)}</td><td>{_badge(c.status)}{why.ref(_shown_explanation(c))}</td>"
+        f'<td class="num">{_num(c.measured)}</td><td class="num">{_num(c.expected)}</td>'
+        f'<td class="num">{_num(c.n_seeds)}</td><td>{_e(c.tolerance)}</td></tr>'
+        for c in rows
+    ]
     return "<table>\n" + head + "\n" + "\n".join(body) + "\n</table>"
 
 
@@ -788,37 +968,53 @@ def _figure_html(f: FigureEntry, report_git: str, fw: FamilyWise, why: _Why) -> 
     spec = f.spec
     runtime = _runtime(f.runtime_s)
     if spec.shares_data_with is not None:
-        runtime = (f'the runs of <a href="#{_e(_anchor(spec.shares_data_with))}">{_e(spec.shares_data_with)}</a> '
-                   "(counted there)")
-    parts = [f'<article id="{_e(_anchor(spec.name))}">', f"<h3>{_figure_badge(f)} {_e(spec.name)}</h3>",
-             f'<p class="meta">{_e(spec.paper)} &#183; reference: {_e(spec.spec)} &#183; data: {_e(f.status)}'
-             f" &#183; runtime: {runtime}</p>",
-             f'<p class="meta">Size vs the paper ({_e(f.preset)} preset): {_e(preset_distance(spec, f.preset))}</p>']
+        runtime = (
+            f'the runs of <a href="#{_e(_anchor(spec.shares_data_with))}">{_e(spec.shares_data_with)}</a> '
+            "(counted there)"
+        )
+    parts = [
+        f'<article id="{_e(_anchor(spec.name))}">',
+        f"<h3>{_figure_badge(f)} {_e(spec.name)}</h3>",
+        f'<p class="meta">{_e(spec.paper)} &#183; reference: {_e(spec.spec)} &#183; data: {_e(f.status)}'
+        f" &#183; runtime: {runtime}</p>",
+        f'<p class="meta">Size vs the paper ({_e(f.preset)} preset): {_e(preset_distance(spec, f.preset))}</p>',
+    ]
     if f.error:
         parts.append(f'<div class="error">{_badge("error")} {_e(f.error)}</div>')
         parts.append(f"<p>{_e(f.caption or spec.full_caption)}</p>")
     if f.png is not None:
         b64 = base64.b64encode(f.png).decode("ascii")
-        parts.append(f'<figure><img src="data:image/png;base64,{b64}" alt="{_e(spec.name)}" />'
-                     f"<figcaption>{_e(f.caption or spec.full_caption)}</figcaption></figure>")
+        parts.append(
+            f'<figure><img src="data:image/png;base64,{b64}" alt="{_e(spec.name)}" />'
+            f"<figcaption>{_e(f.caption or spec.full_caption)}</figcaption></figure>"
+        )
     if f.layout:
         parts.append(f'<p class="meta">Layout: {_e("; ".join(f.layout))} (figures._style.layout_problems)</p>')
     if f.data_file:
-        parts.append(f'<p class="meta">Data behind this figure: <a href="{_e(f.data_file)}">{_e(f.data_file)}</a> '
-                     "(netCDF)</p>")
+        parts.append(
+            f'<p class="meta">Data behind this figure: <a href="{_e(f.data_file)}">{_e(f.data_file)}</a> (netCDF)</p>'
+        )
     if not f.error:
-        parts += ["<h4>Theory vs practice</h4>", _gaps_table(f.gaps, fw, why), "<h4>Theorem checks</h4>",
-                  _checks_table(f.checks, why)]
+        parts += [
+            "<h4>Theory vs practice</h4>",
+            _gaps_table(f.gaps, fw, why),
+            "<h4>Theorem checks</h4>",
+            _checks_table(f.checks, why),
+        ]
     if f.config_json:
         params = json.loads(f.config_json).get("params", {})
         git = "" if f.git_rev == report_git else f"<tr><th>git revision</th><td>{_e(f.git_rev)}</td></tr>"
         parts.append(
             "<h4>Configuration</h4><table>"
             f"<tr><th>parameters</th><td><code>{_e(json.dumps(params, sort_keys=True))}</code></td></tr>"
-            + (f"<tr><th>overridden</th><td><code>{_e(json.dumps(f.overrides, sort_keys=True))}</code></td></tr>"
-               if f.overrides else "") +
-            f"<tr><th>seed</th><td>{_e(f.seed)}</td></tr><tr><th>device</th><td>{_e(f.device)}</td></tr>{git}"
-            f"<tr><th>cache entry</th><td>{_e(f.cache_path)}</td></tr></table>")
+            + (
+                f"<tr><th>overridden</th><td><code>{_e(json.dumps(f.overrides, sort_keys=True))}</code></td></tr>"
+                if f.overrides
+                else ""
+            )
+            + f"<tr><th>seed</th><td>{_e(f.seed)}</td></tr><tr><th>device</th><td>{_e(f.device)}</td></tr>{git}"
+            f"<tr><th>cache entry</th><td>{_e(f.cache_path)}</td></tr></table>"
+        )
     parts.append("</article>")
     return "\n".join(parts)
 
@@ -826,8 +1022,10 @@ def _figure_html(f: FigureEntry, report_git: str, fw: FamilyWise, why: _Why) -> 
 def _model_html(s: ModelSection, report_git: str, fw: FamilyWise, why: _Why) -> str:
     parts = [f'<section id="model-{_e(s.model)}">', f"<h2>{_e(s.model)}</h2>"]
     if s.module.state == "error":
-        parts.append(f'<div class="error">{_badge("error")} figures/{_e(s.model)}.py does not import: '
-                     f"{_e(s.module.detail)}</div>")
+        parts.append(
+            f'<div class="error">{_badge("error")} figures/{_e(s.model)}.py does not import: '
+            f"{_e(s.module.detail)}</div>"
+        )
     if not s.figures:
         why_none = s.module.detail or "no figures registered"
         parts.append(f'<p class="muted">No figures yet for this model ({_e(why_none)}).</p>')
@@ -840,10 +1038,22 @@ def _load_text(load) -> str:
     return "n/a" if not load else ", ".join(f"{v:g}" for v in load)
 
 
-def render_html(sections: Sequence[ModelSection], *, preset: str, seed: int, device: str, wall_s: float,
-                git_rev: str | None = None, created_utc: str | None = None, jobs: int = 1,
-                versions: dict | None = None, load_start: list[float] | None = None,
-                load_end: list[float] | None = None, cpus: int | None = None, fw: FamilyWise | None = None) -> str:
+def render_html(
+    sections: Sequence[ModelSection],
+    *,
+    preset: str,
+    seed: int,
+    device: str,
+    wall_s: float,
+    git_rev: str | None = None,
+    created_utc: str | None = None,
+    jobs: int = 1,
+    versions: dict | None = None,
+    load_start: list[float] | None = None,
+    load_end: list[float] | None = None,
+    cpus: int | None = None,
+    fw: FamilyWise | None = None,
+) -> str:
     """The complete, self-contained HTML document (well-formed XHTML-compatible markup, inline CSS, no scripts).
 
     ``load_start`` / ``load_end`` are the load averages (1, 5, 15 min) at the start and end of the build, ``cpus``
@@ -855,26 +1065,34 @@ def render_html(sections: Sequence[ModelSection], *, preset: str, seed: int, dev
     n_err = sum(f.failed for s in sections for f in s.figures)
     runtime = sum(f.counted_runtime_s for s in sections for f in s.figures)
     header = (
-        f"<p class=\"meta\">preset <b>{_e(preset)}</b> ({_e(PRESETS[preset])}) &#183; seed {_e(seed)} &#183; "
+        f'<p class="meta">preset <b>{_e(preset)}</b> ({_e(PRESETS[preset])}) &#183; seed {_e(seed)} &#183; '
         f"device {_e(device)} &#183; git {_e(git_rev)} &#183; built {_e(created_utc or utc_now())} &#183; "
         f"{n_figs} figures, {n_err} errors</p>"
-        f"<p class=\"meta\">Build time: <b>{wall_s:.1f} s wall</b> with {jobs} worker process(es) on "
+        f'<p class="meta">Build time: <b>{wall_s:.1f} s wall</b> with {jobs} worker process(es) on '
         f"{_e(cpus or 'an unknown number of')} CPUs; load average (1, 5, 15 min) {_e(_load_text(load_start))} at "
         f"the start, {_e(_load_text(load_end))} at the end; the figures' own runtimes add up to {runtime:.1f} s "
         "(a run shared by several figures counted once; cached figures count the run that made the entry).</p>"
-        f"<p class=\"meta\">versions: {_e(_versions_text(versions or package_versions()))}</p>"
-        f"<p class=\"meta\">Summary for machines: <a href=\"{SUMMARY_FILE}\">{SUMMARY_FILE}</a>; the data of each "
-        f"figure: <code>{DATA_DIR}/&lt;figure&gt;.nc</code>, linked under it.</p>")
-    legend = ("<p class=\"meta\">A figure's badge is the worst of its rows and checks (" + ", ".join(
-        _badge(b) for b in BADGE_ORDER) + "); " + _badge("descriptive") + " a figure with no verdicts. Line styles: "
+        f'<p class="meta">versions: {_e(_versions_text(versions or package_versions()))}</p>'
+        f'<p class="meta">Summary for machines: <a href="{SUMMARY_FILE}">{SUMMARY_FILE}</a>; the data of each '
+        f"figure: <code>{DATA_DIR}/&lt;figure&gt;.nc</code>, linked under it.</p>"
+    )
+    legend = (
+        '<p class="meta">A figure\'s badge is the worst of its rows and checks ('
+        + ", ".join(_badge(b) for b in BADGE_ORDER)
+        + "); "
+        + _badge("descriptive")
+        + " a figure with no verdicts. Line styles: "
         "closed-form theory solid, reduced ODE/map dashed, learned trajectories dotted (mean over seeds) with "
-        "a shaded band.</p>")
+        "a shaded band.</p>"
+    )
     body = "\n".join(_model_html(s, git_rev, fw, why) for s in sections)
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\" />\n"
-            f"<title>attndyn report ({_e(preset)})</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-            f"<h1>attndyn: theory vs practice ({_e(preset)} preset)</h1>\n{header}\n<h2>What happened</h2>\n"
-            f"{_counts_html(sections, fw, why)}\n<h2>Per model</h2>\n{_summary_table(sections)}\n{legend}\n"
-            f"{_toc_html(sections)}\n{_attention_html(sections, why)}\n{body}\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
+        f"<title>attndyn report ({_e(preset)})</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<h1>attndyn: theory vs practice ({_e(preset)} preset)</h1>\n{header}\n<h2>What happened</h2>\n"
+        f"{_counts_html(sections, fw, why)}\n<h2>Per model</h2>\n{_summary_table(sections)}\n{legend}\n"
+        f"{_toc_html(sections)}\n{_attention_html(sections, why)}\n{body}\n</body>\n</html>\n"
+    )
 
 
 validate_module(globals())  # argument checks from the annotations (dynamics.validation)

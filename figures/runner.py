@@ -43,9 +43,19 @@ from figures import cache
 from figures.registry import REGISTRY, FigureSpec, Registry, build
 
 __all__ = [
-    "GRACE_S", "WORKER_MEMORY_BYTES", "TEMP_GLOB", "Interrupted", "signals_as_interrupts",
-    "usable_cores", "bounded_jobs", "default_registry", "remove_temp_files", "parallel_entries", "DASK_RETRIES",
-    "build_only", "dask_entries"
+    "GRACE_S",
+    "WORKER_MEMORY_BYTES",
+    "TEMP_GLOB",
+    "Interrupted",
+    "signals_as_interrupts",
+    "usable_cores",
+    "bounded_jobs",
+    "default_registry",
+    "remove_temp_files",
+    "parallel_entries",
+    "DASK_RETRIES",
+    "build_only",
+    "dask_entries",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,6 +92,7 @@ def signals_as_interrupts() -> Iterator[None]:
     """While active, SIGTERM (and SIGHUP) raise :class:`Interrupted` in the main thread, as Ctrl-C raises
     ``KeyboardInterrupt``, so ``finally`` blocks, the atomic writer's clean-up and :func:`parallel_entries`' worker
     shutdown run. The previous handlers are restored on exit."""
+
     def handler(signum, frame):
         raise Interrupted(signum)
 
@@ -125,8 +136,9 @@ def bounded_jobs(jobs: int, *, cores: int | None = None, memory: int | None = No
     memory = _available_memory() if memory is None else memory
     limits = {"usable cores": cores}
     if memory is not None:
-        limits[f"{memory / 2**30:.1f} GiB available memory at {WORKER_MEMORY_BYTES / 2**30:.1f} GiB a worker"] = \
-            max(1, memory // WORKER_MEMORY_BYTES)
+        limits[f"{memory / 2**30:.1f} GiB available memory at {WORKER_MEMORY_BYTES / 2**30:.1f} GiB a worker"] = max(
+            1, memory // WORKER_MEMORY_BYTES
+        )
     reason, cap = min(limits.items(), key=lambda kv: kv[1])
     if jobs > cap:
         logger.warning("--jobs %d reduced to %d (%s: %d)", jobs, cap, reason, cap)
@@ -175,14 +187,17 @@ def _worker_init(factory, parent_pid: int | None = None) -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
-def _worker_entries(entry_fn: EntryFn, names: list[str], preset: str, out_dir: str | None,
-                    build_kw: dict) -> list[dict]:
+def _worker_entries(
+    entry_fn: EntryFn, names: list[str], preset: str, out_dir: str | None, build_kw: dict
+) -> list[dict]:
     """Build the figures ``names`` one after the other in this worker (figures that share their data go together,
     so the shared runs are computed once and the others read them from the cache)."""
     kw = {**build_kw, "registry": _WORKER_REGISTRY}
     try:
-        return [entry_fn(_WORKER_REGISTRY.get(name), preset, None if out_dir is None else Path(out_dir), kw)
-                for name in names]
+        return [
+            entry_fn(_WORKER_REGISTRY.get(name), preset, None if out_dir is None else Path(out_dir), kw)
+            for name in names
+        ]
     except BaseException:
         if _STOPPING:  # SIGTERM: the clean-up above has run; leave now instead of taking the pool's next task
             os._exit(143)
@@ -208,6 +223,7 @@ def _longest_first(names: list[str], preset: str, cache_dir) -> list[int]:
     """Indices of ``names`` in the order to submit them: longest previous runtime first (figures never built, or
     without a cache, first of all), so no long figure starts last while the other workers idle. The entries are put
     back in registry order afterwards, so the order changes nothing in the report."""
+
     def key(i):
         runtime = None if cache_dir is None else cache.previous_runtime(cache_dir, names[i], preset)
         return -math.inf if runtime is None else -runtime
@@ -241,8 +257,12 @@ def _stop_workers(pool: cf.ProcessPoolExecutor, folders) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
     if killed:
         removed = remove_temp_files(folders)
-        logger.warning("killed %d worker(s) that ignored SIGTERM for %.0f s; removed %d temporary file(s)",
-                       len(killed), GRACE_S, removed)
+        logger.warning(
+            "killed %d worker(s) that ignored SIGTERM for %.0f s; removed %d temporary file(s)",
+            len(killed),
+            GRACE_S,
+            removed,
+        )
 
 
 def remove_temp_files(folders) -> int:
@@ -259,8 +279,16 @@ def remove_temp_files(folders) -> int:
     return n
 
 
-def parallel_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_jobs: int, factory,
-                     out_dir: Path | None, build_kw: dict, progress: bool) -> list[dict]:
+def parallel_entries(
+    entry_fn: EntryFn,
+    specs: list[FigureSpec],
+    preset: str,
+    n_jobs: int,
+    factory,
+    out_dir: Path | None,
+    build_kw: dict,
+    progress: bool,
+) -> list[dict]:
     """Build ``specs`` in ``n_jobs`` worker processes; return ``entry_fn``'s fields per spec, in the order given.
 
     A worker that dies is an error of its figures (``status="failed"`` with the reason), never a lost figure. On an
@@ -273,24 +301,45 @@ def parallel_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_
     kw = {k: (str(v) if isinstance(v, Path) else v) for k, v in build_kw.items() if k != "registry"}
     tasks = _tasks(specs, preset, build_kw.get("cache_dir"))
     with _single_threaded_env():  # inherited by the workers, spawned as tasks are submitted
-        pool = cf.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx, initializer=_worker_init,
-                                      initargs=(factory, os.getpid()))
+        pool = cf.ProcessPoolExecutor(
+            max_workers=n_jobs, mp_context=ctx, initializer=_worker_init, initargs=(factory, os.getpid())
+        )
         try:
-            futures = {pool.submit(_worker_entries, entry_fn, [specs[i].name for i in task], preset,
-                                   None if out_dir is None else str(out_dir), kw): task for task in tasks}
+            futures = {
+                pool.submit(
+                    _worker_entries,
+                    entry_fn,
+                    [specs[i].name for i in task],
+                    preset,
+                    None if out_dir is None else str(out_dir),
+                    kw,
+                ): task
+                for task in tasks
+            }
         except BaseException:
             _stop_workers(pool, (build_kw.get("cache_dir"), out_dir))
             raise
     try:
-        with tqdm(total=len(specs), desc=f"report ({preset}, {n_jobs} workers)", unit="fig",
-                  disable=None if progress else True) as bar:
+        with tqdm(
+            total=len(specs),
+            desc=f"report ({preset}, {n_jobs} workers)",
+            unit="fig",
+            disable=None if progress else True,
+        ) as bar:
             for fut in cf.as_completed(futures):
                 task = futures[fut]
                 try:
                     fields = fut.result()
                 except Exception as exc:  # noqa: BLE001 - a dead worker is an error of its figures, shown in the report
-                    fields = [{"preset": preset, "status": "failed", "error": f"worker process failed: "
-                               f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()} for _ in task]
+                    fields = [
+                        {
+                            "preset": preset,
+                            "status": "failed",
+                            "error": f"worker process failed: {type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc(),
+                        }
+                        for _ in task
+                    ]
                 for i, f in zip(task, fields):
                     results[i] = f
                 bar.update(len(task))
@@ -310,8 +359,9 @@ DASK_RETRIES = 2
 _DASK_REGISTRIES: dict = {}
 
 
-def _dask_entries(entry_fn: EntryFn, factory, names: list[str], preset: str, out_dir: str | None,
-                  build_kw: dict) -> list[dict]:
+def _dask_entries(
+    entry_fn: EntryFn, factory, names: list[str], preset: str, out_dir: str | None, build_kw: dict
+) -> list[dict]:
     """One task on a Dask worker: the figures ``names`` built one after the other (the registry is built once per
     worker process from ``factory``; numba and torch use one thread)."""
     key = repr(factory)  # a factory arrives unpickled as a new object per task; its repr names the same function
@@ -353,8 +403,17 @@ def _dask_client(scheduler: str, n_jobs: int):
     return Client(scheduler, timeout="30s"), None
 
 
-def dask_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_jobs: int, factory,
-                 out_dir: Path | None, build_kw: dict, progress: bool, scheduler: str) -> list[dict]:
+def dask_entries(
+    entry_fn: EntryFn,
+    specs: list[FigureSpec],
+    preset: str,
+    n_jobs: int,
+    factory,
+    out_dir: Path | None,
+    build_kw: dict,
+    progress: bool,
+    scheduler: str,
+) -> list[dict]:
     """As :func:`parallel_entries`, on the Dask cluster ``scheduler`` (``"local"`` or an address).
 
     The unit of work is a figure with the figures that share its data. Every worker writes to the same cache
@@ -367,27 +426,52 @@ def dask_entries(entry_fn: EntryFn, specs: list[FigureSpec], preset: str, n_jobs
     client, cluster = _dask_client(scheduler, n_jobs)
     results: list[dict | None] = [None] * len(specs)
     # absolute paths: a worker's working folder need not be the client's
-    kw = {k: (str(Path(v).resolve()) if k == "cache_dir" and v is not None else v) for k, v in build_kw.items()
-          if k != "registry"}
+    kw = {
+        k: (str(Path(v).resolve()) if k == "cache_dir" and v is not None else v)
+        for k, v in build_kw.items()
+        if k != "registry"
+    }
     out_dir = None if out_dir is None else Path(out_dir).resolve()
     try:
         from dask.distributed import as_completed
 
         tasks = _tasks(specs, preset, build_kw.get("cache_dir"))
-        futures = {client.submit(_dask_entries, entry_fn, factory, [specs[i].name for i in task], preset,
-                                 None if out_dir is None else str(out_dir), kw, pure=False, retries=DASK_RETRIES,
-                                 key=f"figures-{specs[task[0]].name}-{os.getpid()}-{time.time_ns()}"): task
-                   for task in tasks}
-        with tqdm(total=len(specs), desc=f"report ({preset}, dask {scheduler})", unit="fig",
-                  disable=None if progress else True) as bar:
+        futures = {
+            client.submit(
+                _dask_entries,
+                entry_fn,
+                factory,
+                [specs[i].name for i in task],
+                preset,
+                None if out_dir is None else str(out_dir),
+                kw,
+                pure=False,
+                retries=DASK_RETRIES,
+                key=f"figures-{specs[task[0]].name}-{os.getpid()}-{time.time_ns()}",
+            ): task
+            for task in tasks
+        }
+        with tqdm(
+            total=len(specs),
+            desc=f"report ({preset}, dask {scheduler})",
+            unit="fig",
+            disable=None if progress else True,
+        ) as bar:
             for fut in as_completed(list(futures)):
                 task = futures[fut]
                 try:
                     fields = fut.result()
                 except Exception as exc:  # noqa: BLE001 - a lost worker or task is an error of its figures, by name
                     names = ", ".join(specs[i].name for i in task)
-                    fields = [{"preset": preset, "status": "failed", "error": f"lost on the Dask cluster ({names}): "
-                               f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()} for _ in task]
+                    fields = [
+                        {
+                            "preset": preset,
+                            "status": "failed",
+                            "error": f"lost on the Dask cluster ({names}): {type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc(),
+                        }
+                        for _ in task
+                    ]
                 for i, f in zip(task, fields):
                     results[i] = f
                 bar.update(len(task))

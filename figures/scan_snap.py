@@ -47,11 +47,38 @@ from figures._style import (
 from figures.registry import CheckResult, compare_rows, register
 
 __all__ = [
-    "SNAPSHOTS", "plot_fig4", "gaps_fig4", "checks_fig4", "data_fig4", "plot_gap_T", "gaps_gap_T", "checks_gap_T",
-    "data_gap_T", "plot_fig5", "checks_fig5", "data_fig5", "plot_fig6", "gaps_fig6", "checks_fig6", "data_fig6",
-    "plot_fig11", "plot_fig12", "checks_fig11", "checks_fig12", "plot_fig3", "checks_fig3", "data_fig3",
-    "plot_fig8", "checks_fig8", "data_fig8", "plot_fig9", "checks_fig9", "data_fig9", "plot_fig10", "checks_fig10",
-    "data_fig10"
+    "SNAPSHOTS",
+    "plot_fig4",
+    "gaps_fig4",
+    "checks_fig4",
+    "data_fig4",
+    "plot_gap_T",
+    "gaps_gap_T",
+    "checks_gap_T",
+    "data_gap_T",
+    "plot_fig5",
+    "checks_fig5",
+    "data_fig5",
+    "plot_fig6",
+    "gaps_fig6",
+    "checks_fig6",
+    "data_fig6",
+    "plot_fig11",
+    "plot_fig12",
+    "checks_fig11",
+    "checks_fig12",
+    "plot_fig3",
+    "checks_fig3",
+    "data_fig3",
+    "plot_fig8",
+    "checks_fig8",
+    "data_fig8",
+    "plot_fig9",
+    "checks_fig9",
+    "data_fig9",
+    "plot_fig10",
+    "checks_fig10",
+    "data_fig10",
 ]
 
 SNAPSHOTS = (0, 2, 4, 6, 8, 10)
@@ -74,18 +101,23 @@ def _Z_of(traj, classes) -> np.ndarray:
     torch)."""
     z = traj["z"].transpose("trajectory", "time", "query_token", "token")
     if z.shape[2:] != (classes.Q, classes.Lc):
-        raise ValueError(f"z has (query_token, token) sizes {z.shape[2:]}; the classes have (Q, Lc) = "
-                         f"{(classes.Q, classes.Lc)}")
+        raise ValueError(
+            f"z has (query_token, token) sizes {z.shape[2:]}; the classes have (Q, Lc) = {(classes.Q, classes.Lc)}"
+        )
     return z.values
 
 
-def _sgd(cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0, probe_z=True, saveat=None,
-         batch_size=128):
+def _sgd(
+    cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0, probe_z=True, saveat=None, batch_size=128
+):
     ssm, train = _torch()
     model = ssm.ScanSnapTorch(classes=classes, T=T, init=init, probe_z=probe_z)
     seeds = tuple(range(cfg.seed * 1000 + seed_offset, cfg.seed * 1000 + seed_offset + n_seeds))
-    return train(model, ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=saveat, batch_size=batch_size),
-                 device=cfg.device)
+    return train(
+        model,
+        ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=saveat, batch_size=batch_size),
+        device=cfg.device,
+    )
 
 
 def _mean_t_check(name: str, diffs, *, sign: int, statistic: str, level: float = 1e-2) -> CheckResult:
@@ -98,17 +130,27 @@ def _mean_t_check(name: str, diffs, *, sign: int, statistic: str, level: float =
     half = float(t_quantile(level, d.size - 1)) * se
     lo, hi = m - half, m + half
     ok = lo > 0 if sign > 0 else hi < 0
-    return CheckResult(name=name, passed=ok, measured=m, expected=("> 0" if sign > 0 else "< 0"),
-                       tolerance=(f"{statistic}; mean over {d.size} seeds with its {100 * (1 - level):g}% Student-t "
-                                  f"interval [{lo:.4g}, {hi:.4g}] (df {d.size - 1}) must lie entirely "
-                                  f"{'above' if sign > 0 else 'below'} 0"), n_seeds=int(d.size))
+    return CheckResult(
+        name=name,
+        passed=ok,
+        measured=m,
+        expected=("> 0" if sign > 0 else "< 0"),
+        tolerance=(
+            f"{statistic}; mean over {d.size} seeds with its {100 * (1 - level):g}% Student-t "
+            f"interval [{lo:.4g}, {hi:.4g}] (df {d.size - 1}) must lie entirely "
+            f"{'above' if sign > 0 else 'below'} 0"
+        ),
+        n_seeds=int(d.size),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Fig. 4 and Fig. 5: Syn-Small
 # ----------------------------------------------------------------------------------------------------------------
 
-_U_SYN = ("T = 128 (127 contextual tokens), batch 128, iterations 0-10 and 48 as 'Final' (docs/models/scan_snap.md §5.2, E8)",)
+_U_SYN = (
+    "T = 128 (127 contextual tokens), batch 128, iterations 0-10 and 48 as 'Final' (docs/models/scan_snap.md §5.2, E8)",
+)
 
 
 def _snap_heatmap(ax, img, snaps, *, label: str, title: str, vmax: float):
@@ -126,10 +168,17 @@ def plot_fig4(ds: xr.Dataset):
     fig, axes = panel_grid(2 * len(etas) + 1, max_per_row=2, panel_size=(4.6, 3.2))
     vmax = float(max(ds.c_map.max(), ds.c_sgd.mean("seed").max()))
     for i, e in enumerate(etas):
-        for j, (img, name) in enumerate(((ds.c_sgd.sel(eta_Y=e).mean("seed"), "SGD, seed mean"),
-                                         (ds.c_map.sel(eta_Y=e), "population map"))):
-            _snap_heatmap(axes[2 * i + j], img.isel(**{"class": 0}).values[:, :20], snaps, label="c_0",
-                          title=f"c_0, {name}, eta_Y = {e:g}", vmax=vmax)
+        for j, (img, name) in enumerate(
+            ((ds.c_sgd.sel(eta_Y=e).mean("seed"), "SGD, seed mean"), (ds.c_map.sel(eta_Y=e), "population map"))
+        ):
+            _snap_heatmap(
+                axes[2 * i + j],
+                img.isel(**{"class": 0}).values[:, :20],
+                snaps,
+                label="c_0",
+                title=f"c_0, {name}, eta_Y = {e:g}",
+                vmax=vmax,
+            )
     ax = axes[-1]
     for i, e in enumerate(etas):
         plot_seed_band(ax, ds.step.values, ds.H_sgd.sel(eta_Y=e).values, color=f"C{i}", label=f"SGD, eta_Y = {e:g}")
@@ -139,17 +188,24 @@ def plot_fig4(ds: xr.Dataset):
     return fig
 
 
-_FIG4_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T - 1 = 127, batch 128: -0.042 +- 0.011 (docs/models/scan_snap.md §6 item 8; "
-                          "O(1/T), docs/models/scan_snap.md §4.7, measured in the gap_T figure); 0.06 = its upper 95% end rounded up")
+_FIG4_ALLOWANCE_SOURCE = (
+    "finite-T bias of SGD at T - 1 = 127, batch 128: -0.042 +- 0.011 (docs/models/scan_snap.md §6 item 8; "
+    "O(1/T), docs/models/scan_snap.md §4.7, measured in the gap_T figure); 0.06 = its upper 95% end rounded up"
+)
 
 
 def gaps_fig4(ds):
     rows = []
     idx = [ds.sizes["step"] // 2, ds.sizes["step"] - 1]
     for e in ds.eta_Y.values:
-        rows += compare_rows(f"entropy H (eta_Y = {e:g})", ds.step.values[idx], ds.H_map.sel(eta_Y=e).values[idx],
-                             ds.H_sgd.sel(eta_Y=e).values[:, idx], allowance=0.06,
-                             allowance_source=_FIG4_ALLOWANCE_SOURCE)
+        rows += compare_rows(
+            f"entropy H (eta_Y = {e:g})",
+            ds.step.values[idx],
+            ds.H_map.sel(eta_Y=e).values[idx],
+            ds.H_sgd.sel(eta_Y=e).values[:, idx],
+            allowance=0.06,
+            allowance_source=_FIG4_ALLOWANCE_SOURCE,
+        )
     return rows
 
 
@@ -157,26 +213,57 @@ def checks_fig4(ds):
     out = []
     e1 = ds.H_map.sel(eta_Y=1.0)
     if int(ds.step.values[-1]) == 48:
-        out.append(CheckResult(name="P4: map entropy at step 48, eta_Y = eta_Z = 1 (docs/models/scan_snap.md §7)",
-                               passed=abs(float(e1.values[-1]) - 1.9813818) < 1e-7, measured=float(e1.values[-1]),
-                               expected=1.9813818, tolerance="1e-7 (docs/models/scan_snap.md §7, discrete map)"))
+        out.append(
+            CheckResult(
+                name="P4: map entropy at step 48, eta_Y = eta_Z = 1 (docs/models/scan_snap.md §7)",
+                passed=abs(float(e1.values[-1]) - 1.9813818) < 1e-7,
+                measured=float(e1.values[-1]),
+                expected=1.9813818,
+                tolerance="1e-7 (docs/models/scan_snap.md §7, discrete map)",
+            )
+        )
     if int(ds.step.values[-1]) >= 10:
         v = float(e1.sel(step=10))
-        out.append(CheckResult(name="P4: map entropy at step 10 (docs/models/scan_snap.md §7)", passed=abs(v - 2.0984380) < 1e-7,
-                               measured=v, expected=2.0984380, tolerance="1e-7 (docs/models/scan_snap.md §7)"))
+        out.append(
+            CheckResult(
+                name="P4: map entropy at step 10 (docs/models/scan_snap.md §7)",
+                passed=abs(v - 2.0984380) < 1e-7,
+                measured=v,
+                expected=2.0984380,
+                tolerance="1e-7 (docs/models/scan_snap.md §7)",
+            )
+        )
     c = ds.c_sgd.sel(eta_Y=1.0).isel(snap=-1, **{"class": 0}).values  # (seed, token)
     second = np.sort(c[:, 10:19], axis=1)[:, -1]
-    out.append(_mean_t_check("highest-P distinct token (19) dominates class 0: c_19 minus the largest other "
-                             "distinct c (docs/models/scan_snap.md §5.2)", c[:, 19] - second, sign=1,
-                             statistic="per-seed margin at the last snapshot, eta_Y = 1"))
-    out.append(_mean_t_check("common tokens lose attention: mean common-token c minus its initial 1/15.5 "
-                             "(docs/models/scan_snap.md §5.2)", c[:, :10].mean(1) - 1 / 15.5, sign=-1,
-                             statistic="per-seed difference at the last snapshot, eta_Y = 1"))
+    out.append(
+        _mean_t_check(
+            "highest-P distinct token (19) dominates class 0: c_19 minus the largest other "
+            "distinct c (docs/models/scan_snap.md §5.2)",
+            c[:, 19] - second,
+            sign=1,
+            statistic="per-seed margin at the last snapshot, eta_Y = 1",
+        )
+    )
+    out.append(
+        _mean_t_check(
+            "common tokens lose attention: mean common-token c minus its initial 1/15.5 "
+            "(docs/models/scan_snap.md §5.2)",
+            c[:, :10].mean(1) - 1 / 15.5,
+            sign=-1,
+            statistic="per-seed difference at the last snapshot, eta_Y = 1",
+        )
+    )
     if len(ds.eta_Y) > 1:
         d = (ds.H_sgd.sel(eta_Y=ds.eta_Y.values.max()) - ds.H_sgd.sel(eta_Y=1.0)).isel(step=-1).values
-        out.append(_mean_t_check(f"eta_Y = {ds.eta_Y.values.max():g} freezes less sparse (higher final entropy) than "
-                                 "eta_Y = 1 (docs/models/scan_snap.md §5.2, §7 P4)", d, sign=1,
-                                 statistic="per-seed entropy difference (paired: same seed, same data stream)"))
+        out.append(
+            _mean_t_check(
+                f"eta_Y = {ds.eta_Y.values.max():g} freezes less sparse (higher final entropy) than "
+                "eta_Y = 1 (docs/models/scan_snap.md §5.2, §7 P4)",
+                d,
+                sign=1,
+                statistic="per-seed entropy difference (paired: same seed, same data stream)",
+            )
+        )
     return out
 
 
@@ -184,23 +271,54 @@ def _snap_index(steps, n_steps):
     return [s for s in SNAPSHOTS if s <= n_steps] + ([n_steps] if n_steps not in SNAPSHOTS else [])
 
 
-@register(name="scan_snap.fig4", model="scan_snap", paper="Tian et al. (2023), Fig. 4 (Syn-Small, SGD)",
-          spec="docs/models/scan_snap.md §5.2, §4.3, §7 P4", caption=(
-              "Syn-Small (M = 34, K = 2): attention map c_0 over tokens 0-19 at the shown iterations, SGD with "
-              "momentum 0.9 from zero init (mean over seeds) and the momentum population map of "
-              "docs/models/scan_snap.md §4.3 (T -> inf), "
-              "for eta_Y = 1 and 10 (eta_Z = 1); bottom: distinct-token entropy, SGD (band: 95% CI of the mean) vs "
-              "map (dashed). The ODE is not a valid overlay for momentum runs (docs/models/scan_snap.md §0.3)."),
-          unrecoverable=_U_SYN,
-          params={"tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta_Y": [1.0], "num_unique": 10, "eta_Z": 1.0,
-                           "batch_size": 128},
-                  "quick": {"T": 128, "n_seeds": 8, "n_steps": 48, "eta_Y": [1.0, 10.0], "num_unique": 10,
-                            "eta_Z": 1.0, "batch_size": 128},
-                  "paper": {"T": 128, "n_seeds": 10, "n_steps": 48, "eta_Y": [1.0, 10.0], "num_unique": 10,
-                            "eta_Z": 1.0, "batch_size": 128}},
-          # the entropy allowance was measured at Syn-Small's M = 34, T = 128, batch 128 only; P4 is stated at eta_Z = 1
-          calibrated_at={"num_unique": 10, "T": 128, "batch_size": 128, "eta_Z": 1.0},
-          plot=plot_fig4, gaps=gaps_fig4, checks=checks_fig4)
+@register(
+    name="scan_snap.fig4",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 4 (Syn-Small, SGD)",
+    spec="docs/models/scan_snap.md §5.2, §4.3, §7 P4",
+    caption=(
+        "Syn-Small (M = 34, K = 2): attention map c_0 over tokens 0-19 at the shown iterations, SGD with "
+        "momentum 0.9 from zero init (mean over seeds) and the momentum population map of "
+        "docs/models/scan_snap.md §4.3 (T -> inf), "
+        "for eta_Y = 1 and 10 (eta_Z = 1); bottom: distinct-token entropy, SGD (band: 95% CI of the mean) vs "
+        "map (dashed). The ODE is not a valid overlay for momentum runs (docs/models/scan_snap.md §0.3)."
+    ),
+    unrecoverable=_U_SYN,
+    params={
+        "tiny": {
+            "T": 32,
+            "n_seeds": 2,
+            "n_steps": 10,
+            "eta_Y": [1.0],
+            "num_unique": 10,
+            "eta_Z": 1.0,
+            "batch_size": 128,
+        },
+        "quick": {
+            "T": 128,
+            "n_seeds": 8,
+            "n_steps": 48,
+            "eta_Y": [1.0, 10.0],
+            "num_unique": 10,
+            "eta_Z": 1.0,
+            "batch_size": 128,
+        },
+        "paper": {
+            "T": 128,
+            "n_seeds": 10,
+            "n_steps": 48,
+            "eta_Y": [1.0, 10.0],
+            "num_unique": 10,
+            "eta_Z": 1.0,
+            "batch_size": 128,
+        },
+    },
+    # the entropy allowance was measured at Syn-Small's M = 34, T = 128, batch 128 only; P4 is stated at eta_Z = 1
+    calibrated_at={"num_unique": 10, "T": 128, "batch_size": 128, "eta_Z": 1.0},
+    plot=plot_fig4,
+    gaps=gaps_fig4,
+    checks=checks_fig4,
+)
 def data_fig4(cfg) -> xr.Dataset:
     """Fig. 4 of docs/models/scan_snap.md §5.2: SGD (torch) and the population map (docs/models/scan_snap.md §4.3), mu =
     0.9."""
@@ -211,8 +329,15 @@ def data_fig4(cfg) -> xr.Dataset:
     out = {k: [] for k in ("c_sgd", "c_map", "H_sgd", "H_map")}
     for e in p["eta_Y"]:
         task = cf.ScanSnapTask(classes=classes, eta_Y=float(e), eta_Z=float(p["eta_Z"]))
-        tr = _sgd(cfg, classes, task, T=int(p["T"]), n_seeds=int(p["n_seeds"]), n_steps=n_steps,
-                  batch_size=int(p["batch_size"]))
+        tr = _sgd(
+            cfg,
+            classes,
+            task,
+            T=int(p["T"]),
+            n_seeds=int(p["n_seeds"]),
+            n_steps=n_steps,
+            batch_size=int(p["batch_size"]),
+        )
         ref = cf.map(task, n_steps, momentum=0.9)
         c = cf.attention_maps(classes, _Z_of(tr, classes))  # (seed, time, K, Lc)
         out["c_sgd"].append(c[:, snaps])
@@ -220,13 +345,21 @@ def data_fig4(cfg) -> xr.Dataset:
         out["H_sgd"].append(tr.H_mean.values)
         out["H_map"].append(ref.H_mean.values[0])
     return xr.Dataset(
-        {"c_sgd": (("eta_Y", "seed", "snap", "class", "token"), np.array(out["c_sgd"])),
-         "c_map": (("eta_Y", "snap", "class", "token"), np.array(out["c_map"])),
-         "H_sgd": (("eta_Y", "seed", "step"), np.array(out["H_sgd"])),
-         "H_map": (("eta_Y", "step"), np.array(out["H_map"]))},
+        {
+            "c_sgd": (("eta_Y", "seed", "snap", "class", "token"), np.array(out["c_sgd"])),
+            "c_map": (("eta_Y", "snap", "class", "token"), np.array(out["c_map"])),
+            "H_sgd": (("eta_Y", "seed", "step"), np.array(out["H_sgd"])),
+            "H_map": (("eta_Y", "step"), np.array(out["H_map"])),
+        },
         coords={"eta_Y": np.array(p["eta_Y"], dtype=float), "snap": snaps, "step": np.arange(n_steps + 1)},
-        attrs={"eta_Z": float(p["eta_Z"]), "T": int(p["T"]), "batch_size": int(p["batch_size"]), "momentum": 0.9,
-               "M": int(classes.M)})
+        attrs={
+            "eta_Z": float(p["eta_Z"]),
+            "T": int(p["T"]),
+            "batch_size": int(p["batch_size"]),
+            "momentum": 0.9,
+            "M": int(classes.M),
+        },
+    )
 
 
 def _gaps(ds) -> list[np.ndarray]:
@@ -241,14 +374,27 @@ def plot_gap_T(ds: xr.Dataset):
     g = _gaps(ds)
     for k, b in enumerate(ds.batch.values):
         mean, lo, hi = band_over_seeds(g[k], axis=0)
-        plot_empirical_band(ax, n, mean, lo, hi, color=f"C{k}",
-                            label=f"map - SGD entropy, batch {int(b)} (mean over steps {ds.attrs['n_steps'] // 2}-"
-                                  f"{ds.attrs['n_steps']}, {g[k].shape[0]} seeds)")
+        plot_empirical_band(
+            ax,
+            n,
+            mean,
+            lo,
+            hi,
+            color=f"C{k}",
+            label=f"map - SGD entropy, batch {int(b)} (mean over steps {ds.attrs['n_steps'] // 2}-"
+            f"{ds.attrs['n_steps']}, {g[k].shape[0]} seeds)",
+        )
     g0 = g[-1][:, 0].mean()
-    plot_theory(ax, n, g0 * n[0] / n, color="k",
-                label=f"1/T law through T - 1 = {int(n[0])} (batch {int(ds.batch.values[-1])})")
-    ax.set(xscale="log", yscale="log", xlabel="T - 1 (contextual tokens)", ylabel="entropy gap",
-           title="finite-T bias O(1/T) plus an SGD-noise term that shrinks with the batch")
+    plot_theory(
+        ax, n, g0 * n[0] / n, color="k", label=f"1/T law through T - 1 = {int(n[0])} (batch {int(ds.batch.values[-1])})"
+    )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="T - 1 (contextual tokens)",
+        ylabel="entropy gap",
+        title="finite-T bias O(1/T) plus an SGD-noise term that shrinks with the batch",
+    )
     ax.set_xticks(n, [str(int(v)) for v in n])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=7)
@@ -264,13 +410,21 @@ def gaps_gap_T(ds):
     k = n[0] / n[1:]
     se0 = g[:, 0].std(ddof=1) / np.sqrt(g.shape[0])
     b = int(ds.batch.values[-1])
-    return compare_rows(f"entropy gap (map - SGD), batch {b}, vs the 1/T law from T - 1 = {int(n[0])}", n[1:],
-                        g[:, 0].mean() * k, g[:, 1:], theory_se=se0 * k, theory_n_seeds=g.shape[0],
-                        rel_allowance=0.1,
-                        allowance_source=("the 1/T law is asymptotic (docs/models/scan_snap.md §4.7): "
-                                          "docs/models/scan_snap.md §6 item 8 gives 0.042, 0.011, 0.003 at T - 1 = "
-                                          "127, 511, 2047 (ratios 3.8 and 3.7 for a factor 4, i.e. 5-8 % off 1/T "
-                                          "from T - 1 = 127), rounded up to 10 %"))
+    return compare_rows(
+        f"entropy gap (map - SGD), batch {b}, vs the 1/T law from T - 1 = {int(n[0])}",
+        n[1:],
+        g[:, 0].mean() * k,
+        g[:, 1:],
+        theory_se=se0 * k,
+        theory_n_seeds=g.shape[0],
+        rel_allowance=0.1,
+        allowance_source=(
+            "the 1/T law is asymptotic (docs/models/scan_snap.md §4.7): "
+            "docs/models/scan_snap.md §6 item 8 gives 0.042, 0.011, 0.003 at T - 1 = "
+            "127, 511, 2047 (ratios 3.8 and 3.7 for a factor 4, i.e. 5-8 % off 1/T "
+            "from T - 1 = 127), rounded up to 10 %"
+        ),
+    )
 
 
 def checks_gap_T(ds):
@@ -282,35 +436,55 @@ def checks_gap_T(ds):
     b_small, b_large = int(ds.batch.values[0]), int(ds.batch.values[-1])
     T_last = int(ds.T.values[-1]) - 1
     large = g[-1][:, -1]
-    return [_mean_t_check(f"finite-T bias: map minus SGD entropy > 0 at T - 1 = {int(ds.T.values[i]) - 1}, batch "
-                          f"{b_large} (docs/models/scan_snap.md §4.7, §6 item 8)", g[-1][:, i], sign=1,
-                          statistic="per-seed late-time entropy gap"),
-            _mean_t_check(f"the gap left at T - 1 = {T_last} is SGD noise, not finite T: it is larger at batch "
-                          f"{b_small} than at batch {b_large} (docs/models/scan_snap.md §4.7)",
-                          g[0][:, -1] - large.mean(), sign=1,
-                          statistic=(f"per-seed gap at batch {b_small} minus the mean gap at batch {b_large} (its SE, "
-                                     f"{large.std(ddof=1) / np.sqrt(large.size):.2g}, is far below the small batch's "
-                                     "spread)"))]
+    return [
+        _mean_t_check(
+            f"finite-T bias: map minus SGD entropy > 0 at T - 1 = {int(ds.T.values[i]) - 1}, batch "
+            f"{b_large} (docs/models/scan_snap.md §4.7, §6 item 8)",
+            g[-1][:, i],
+            sign=1,
+            statistic="per-seed late-time entropy gap",
+        ),
+        _mean_t_check(
+            f"the gap left at T - 1 = {T_last} is SGD noise, not finite T: it is larger at batch "
+            f"{b_small} than at batch {b_large} (docs/models/scan_snap.md §4.7)",
+            g[0][:, -1] - large.mean(),
+            sign=1,
+            statistic=(
+                f"per-seed gap at batch {b_small} minus the mean gap at batch {b_large} (its SE, "
+                f"{large.std(ddof=1) / np.sqrt(large.size):.2g}, is far below the small batch's "
+                "spread)"
+            ),
+        ),
+    ]
 
 
-@register(name="scan_snap.gap_T", model="scan_snap", paper="Tian et al. (2023), docs/models/scan_snap.md §4.7 check (docs/models/scan_snap.md §6 item 8)",
-          spec="docs/models/scan_snap.md §4.7, §6 item 8", caption=(
-              "Syn-Small, eta_Y = eta_Z = 1, SGD momentum 0.9, zero init: entropy of the momentum population map "
-              "minus the SGD entropy, averaged over the second half of the run, vs the number of contextual tokens "
-              "T - 1 (log-log), at the paper's batch of 128 sequences and at a large batch, with the 1/T line "
-              "through the first point of the large batch. docs/models/scan_snap.md §4.7 has two terms: the "
-              "finite-T bias, O(1/T), and the SGD noise (standard deviation O(b^-1/2)), whose effect on the "
-              "entropy does not shrink with T. At batch 128 the noise term is a floor of ~0.01 (16 seeds, 100 "
-              "steps, measured: 0.046, 0.018, 0.011, 0.009 at T - 1 = 128, 512, 2048, 8192); at batch 2048 it is "
-              "~0.0002 (0.039, 0.010, 0.0025, 0.0008 at the same T - 1), and the gap follows 1/T (ratios 3.9 and "
-              "4.0 per factor 4). The reference 0.003 at T - 1 = 2047 (docs/models/scan_snap.md §6 item 8) was "
-              "measured at batch 512 (0.0032 here). Rows: the 1/T law at the large batch; checks: the sign of the "
-              "bias and that the residual at the largest T falls with the batch."),
-          params={"tiny": {"T": [17, 65], "batch": [16, 64], "n_seeds": [4, 2], "n_steps": 12},
-                  "quick": {"T": [129, 513, 2049], "batch": [128, 2048], "n_seeds": [32, 8], "n_steps": 100},
-                  "paper": {"T": [129, 513, 2049], "batch": [128, 512, 2048], "n_seeds": [64, 16, 16],
-                            "n_steps": 100}},
-          plot=plot_gap_T, gaps=gaps_gap_T, checks=checks_gap_T)
+@register(
+    name="scan_snap.gap_T",
+    model="scan_snap",
+    paper="Tian et al. (2023), docs/models/scan_snap.md §4.7 check (docs/models/scan_snap.md §6 item 8)",
+    spec="docs/models/scan_snap.md §4.7, §6 item 8",
+    caption=(
+        "Syn-Small, eta_Y = eta_Z = 1, SGD momentum 0.9, zero init: entropy of the momentum population map "
+        "minus the SGD entropy, averaged over the second half of the run, vs the number of contextual tokens "
+        "T - 1 (log-log), at the paper's batch of 128 sequences and at a large batch, with the 1/T line "
+        "through the first point of the large batch. docs/models/scan_snap.md §4.7 has two terms: the "
+        "finite-T bias, O(1/T), and the SGD noise (standard deviation O(b^-1/2)), whose effect on the "
+        "entropy does not shrink with T. At batch 128 the noise term is a floor of ~0.01 (16 seeds, 100 "
+        "steps, measured: 0.046, 0.018, 0.011, 0.009 at T - 1 = 128, 512, 2048, 8192); at batch 2048 it is "
+        "~0.0002 (0.039, 0.010, 0.0025, 0.0008 at the same T - 1), and the gap follows 1/T (ratios 3.9 and "
+        "4.0 per factor 4). The reference 0.003 at T - 1 = 2047 (docs/models/scan_snap.md §6 item 8) was "
+        "measured at batch 512 (0.0032 here). Rows: the 1/T law at the large batch; checks: the sign of the "
+        "bias and that the residual at the largest T falls with the batch."
+    ),
+    params={
+        "tiny": {"T": [17, 65], "batch": [16, 64], "n_seeds": [4, 2], "n_steps": 12},
+        "quick": {"T": [129, 513, 2049], "batch": [128, 2048], "n_seeds": [32, 8], "n_steps": 100},
+        "paper": {"T": [129, 513, 2049], "batch": [128, 512, 2048], "n_seeds": [64, 16, 16], "n_steps": 100},
+    },
+    plot=plot_gap_T,
+    gaps=gaps_gap_T,
+    checks=checks_gap_T,
+)
 def data_gap_T(cfg) -> xr.Dataset:
     """SGD minus map entropy (late-time mean) per batch size, seed and T (docs/models/scan_snap.md §4.7)."""
     p = cfg.params
@@ -320,15 +494,25 @@ def data_gap_T(cfg) -> xr.Dataset:
     ref = cf.map(task, n, momentum=0.9).H_mean.values[0]
     batches = [int(b) for b in p["batch"]]
     if batches != sorted(batches) or len(p["n_seeds"]) != len(batches):
-        raise ValueError(f"batch must be increasing and n_seeds give one count per batch; got {batches}, "
-                         f"{p['n_seeds']}")
+        raise ValueError(
+            f"batch must be increasing and n_seeds give one count per batch; got {batches}, {p['n_seeds']}"
+        )
     data = {}
     for k, (b, n_seeds) in enumerate(zip(batches, p["n_seeds"])):
         row = []
         for T in p["T"]:
-            tr = _sgd(cfg, classes, task, T=int(T), n_seeds=int(n_seeds), n_steps=n, probe_z=False, batch_size=b,
-                      seed_offset=100 * k)  # independent seeds per batch size
-            row.append((tr.H_mean.values[:, n // 2:] - ref[n // 2:]).mean(1))
+            tr = _sgd(
+                cfg,
+                classes,
+                task,
+                T=int(T),
+                n_seeds=int(n_seeds),
+                n_steps=n,
+                probe_z=False,
+                batch_size=b,
+                seed_offset=100 * k,
+            )  # independent seeds per batch size
+            row.append((tr.H_mean.values[:, n // 2 :] - ref[n // 2 :]).mean(1))
         data[f"gap_b{b}"] = ((f"seed_b{b}", "T"), np.array(row).T)
     return xr.Dataset(data, coords={"batch": np.array(batches), "T": np.array(p["T"])}, attrs={"n_steps": n})
 
@@ -338,8 +522,14 @@ def plot_fig5(ds: xr.Dataset):
     fig, axes = panel_grid(len(etas) + 1, max_per_row=2, panel_size=(4.6, 3.2))
     vmax = float(ds.c.mean("seed").isel(**{"class": 0}).max())
     for i, e in enumerate(etas):
-        _snap_heatmap(axes[i], ds.c.sel(eta=e).mean("seed").isel(**{"class": 0}).values[:, :20], ds.snap.values,
-                      label="c_0", title=f"c_0, Adam, eta_Y = eta_Z = {e:g}, seed mean", vmax=vmax)
+        _snap_heatmap(
+            axes[i],
+            ds.c.sel(eta=e).mean("seed").isel(**{"class": 0}).values[:, :20],
+            ds.snap.values,
+            label="c_0",
+            title=f"c_0, Adam, eta_Y = eta_Z = {e:g}, seed mean",
+            vmax=vmax,
+        )
     for i, e in enumerate(etas):
         plot_seed_band(axes[-1], ds.step.values, ds.H.sel(eta=e).values, color=f"C{i}", label=f"eta = {e:g}")
     axes[-1].set(xlabel="iteration", ylabel="distinct-token entropy")
@@ -354,23 +544,42 @@ def checks_fig5(ds):
     out = []
     for e in ds.eta.values:
         c = ds.c.sel(eta=e).isel(**{"class": 0}).values  # (seed, snap, token)
-        out.append(_mean_t_check(f"Adam eta = {e:g}: common tokens lose attention mass (last snapshot minus step 0)",
-                                 c[:, -1, :10].sum(-1) - c[:, 0, :10].sum(-1), sign=-1,
-                                 statistic="per-seed change of the common-token mass of class 0"))
+        out.append(
+            _mean_t_check(
+                f"Adam eta = {e:g}: common tokens lose attention mass (last snapshot minus step 0)",
+                c[:, -1, :10].sum(-1) - c[:, 0, :10].sum(-1),
+                sign=-1,
+                statistic="per-seed change of the common-token mass of class 0",
+            )
+        )
     return out
 
 
-@register(name="scan_snap.fig5", model="scan_snap", paper="Tian et al. (2023), Fig. 5 (Syn-Small, Adam)",
-          spec="docs/models/scan_snap.md §5.2", caption=(
-              "Syn-Small with Adam (torch defaults), eta_Y = eta_Z = eta, zero init, batch 128: c_0 at the shown "
-              "iterations (mean over seeds) and the distinct-token entropy. No population counterpart "
-              "(docs/models/scan_snap.md §0.3)."),
-          unrecoverable=(*_U_SYN, ("Adam runs: the Fig. 4 command with the optimizer switched, zero init, betas "
-                                   "(0.9, 0.999), eps 1e-8, 100 iterations (docs/models/scan_snap.md §5.2 [choice])")),
-          params={"tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta": [0.1, 1.0]},
-                  "quick": {"T": 128, "n_seeds": 8, "n_steps": 48, "eta": [0.1, 0.5, 1.0]},
-                  "paper": {"T": 128, "n_seeds": 10, "n_steps": 100, "eta": [0.1, 0.5, 1.0]}},
-          plot=plot_fig5, checks=checks_fig5)
+@register(
+    name="scan_snap.fig5",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 5 (Syn-Small, Adam)",
+    spec="docs/models/scan_snap.md §5.2",
+    caption=(
+        "Syn-Small with Adam (torch defaults), eta_Y = eta_Z = eta, zero init, batch 128: c_0 at the shown "
+        "iterations (mean over seeds) and the distinct-token entropy. No population counterpart "
+        "(docs/models/scan_snap.md §0.3)."
+    ),
+    unrecoverable=(
+        *_U_SYN,
+        (
+            "Adam runs: the Fig. 4 command with the optimizer switched, zero init, betas "
+            "(0.9, 0.999), eps 1e-8, 100 iterations (docs/models/scan_snap.md §5.2 [choice])"
+        ),
+    ),
+    params={
+        "tiny": {"T": 32, "n_seeds": 2, "n_steps": 10, "eta": [0.1, 1.0]},
+        "quick": {"T": 128, "n_seeds": 8, "n_steps": 48, "eta": [0.1, 0.5, 1.0]},
+        "paper": {"T": 128, "n_seeds": 10, "n_steps": 100, "eta": [0.1, 0.5, 1.0]},
+    },
+    plot=plot_fig5,
+    checks=checks_fig5,
+)
 def data_fig5(cfg) -> xr.Dataset:
     """Fig. 5 of docs/models/scan_snap.md §5.2: Adam on Syn-Small (torch only)."""
     ssm, train = _torch()
@@ -385,9 +594,10 @@ def data_fig5(cfg) -> xr.Dataset:
         tr = train(model, ssm.config("adam", model, float(e), seeds, n_steps=n), device=cfg.device)
         cs.append(cf.attention_maps(classes, _Z_of(tr, classes))[:, snaps])
         Hs.append(tr.H_mean.values)
-    return xr.Dataset({"c": (("eta", "seed", "snap", "class", "token"), np.array(cs)),
-                       "H": (("eta", "seed", "step"), np.array(Hs))},
-                      coords={"eta": np.array(p["eta"], dtype=float), "snap": snaps, "step": np.arange(n + 1)})
+    return xr.Dataset(
+        {"c": (("eta", "seed", "snap", "class", "token"), np.array(cs)), "H": (("eta", "seed", "step"), np.array(Hs))},
+        coords={"eta": np.array(p["eta"], dtype=float), "snap": snaps, "step": np.arange(n + 1)},
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -395,19 +605,50 @@ def data_fig5(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------
 
 _MEDIUM_PARAMS = {
-    "tiny": {"num_last": [1], "eta_Z": [0.5, 3.0], "ratio": [1.0, 10.0], "n_seeds": 2, "n_steps": 20, "T": 32,
-             "n_draws": 2, "n_thr": 5},
-    "quick": {"num_last": [1, 3, 5, 10], "eta_Z": [0.5, 1.0, 2.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
-              "n_seeds": 8, "n_steps": 100, "T": 128, "n_draws": 10, "n_thr": 9},
-    "paper": {"num_last": [1, 3, 5, 10], "eta_Z": [0.5, 1.0, 2.0, 3.0], "ratio": [1.0, 2.0, 5.0, 10.0],
-              "n_seeds": 10, "n_steps": 100, "T": 128, "n_draws": 10, "n_thr": 11}}
+    "tiny": {
+        "num_last": [1],
+        "eta_Z": [0.5, 3.0],
+        "ratio": [1.0, 10.0],
+        "n_seeds": 2,
+        "n_steps": 20,
+        "T": 32,
+        "n_draws": 2,
+        "n_thr": 5,
+    },
+    "quick": {
+        "num_last": [1, 3, 5, 10],
+        "eta_Z": [0.5, 1.0, 2.0, 3.0],
+        "ratio": [1.0, 2.0, 5.0, 10.0],
+        "n_seeds": 8,
+        "n_steps": 100,
+        "T": 128,
+        "n_draws": 10,
+        "n_thr": 9,
+    },
+    "paper": {
+        "num_last": [1, 3, 5, 10],
+        "eta_Z": [0.5, 1.0, 2.0, 3.0],
+        "ratio": [1.0, 2.0, 5.0, 10.0],
+        "n_seeds": 10,
+        "n_steps": 100,
+        "T": 128,
+        "n_draws": 10,
+        "n_thr": 11,
+    },
+}
 """Fig. 6/11/12 presets: ``quick`` is the paper's whole grid (4 panels x 4 eta_Z x 4 ratios, 100 steps, T = 128)
 with 8 seeds instead of 10 (docs/models/scan_snap.md §5.3)."""
 
-_MEDIUM_U = (("random initialisation U(+-1/sqrt(M)) for Y and Z (reference E9); torch seeds are the toolkit's, not the "
-              "authors'"),
-             ("Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (docs/models/scan_snap.md "
-              "§5.3 default, [unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"))
+_MEDIUM_U = (
+    (
+        "random initialisation U(+-1/sqrt(M)) for Y and Z (reference E9); torch seeds are the toolkit's, not the "
+        "authors'"
+    ),
+    (
+        "Figs. 11/12: attention thresholded = row softmax of Z[query] over all M keys (docs/models/scan_snap.md "
+        "§5.3 default, [unverified]); thresholds 0.92/M..1.25/M (the paper's x ranges)"
+    ),
+)
 
 _MEDIUM_CACHE: dict = {}
 
@@ -448,16 +689,21 @@ def _compute_medium_runs(cfg) -> xr.Dataset:
         thr_all.append(thr)
         model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
         with torch_threads(1):
-            Z0 = model.init_params(stream_generators(seeds, torch.device("cpu"))["init"], device="cpu",
-                                   dtype=torch.float64)["Z"]
+            Z0 = model.init_params(
+                stream_generators(seeds, torch.device("cpu"))["init"], device="cpu", dtype=torch.float64
+            )["Z"]
         r0 = ssm.distinct_recall(classes, Z0, thr)  # (seed, thr): the same init in every cell (paired seeds)
         hs, h0s, rs = [], [], []
         for ez in eta_Z:
             hr, h0r, rr = [], [], []
             for r in ratio:
                 task = cf.ScanSnapTask(classes=classes, eta_Y=float(ez * r), eta_Z=float(ez))
-                tr, params = train(model, ssm.config("sgd", model, task, seeds, n_steps=n, saveat=SaveAt(steps=(0, n))),
-                                   device=cfg.device, return_params=True)
+                tr, params = train(
+                    model,
+                    ssm.config("sgd", model, task, seeds, n_steps=n, saveat=SaveAt(steps=(0, n))),
+                    device=cfg.device,
+                    return_params=True,
+                )
                 hr.append(tr.H_mean.values[:, -1])
                 h0r.append(tr.H_mean.values[:, 0])
                 rr.append(ssm.distinct_recall(classes, params["Z"], thr))
@@ -469,24 +715,40 @@ def _compute_medium_runs(cfg) -> xr.Dataset:
         Zm = np.tile(np.stack([b for _, b in inits]), (eta_Z.size * ratio.size, 1, 1))
         eZ = np.repeat(np.repeat(eta_Z, ratio.size), n_draws)
         eY = np.repeat((eta_Z[:, None] * ratio[None, :]).ravel(), n_draws)
-        ref = cf.map(cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0), n, momentum=0.9, Y0=Y0, Z0=Zm,
-                     eta_Y=eY, eta_Z=eZ, lumped=False, saveat=SaveAt(steps=(0, n)))
+        ref = cf.map(
+            cf.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0),
+            n,
+            momentum=0.9,
+            Y0=Y0,
+            Z0=Zm,
+            eta_Y=eY,
+            eta_Z=eZ,
+            lumped=False,
+            saveat=SaveAt(steps=(0, n)),
+        )
         H_map.append(ref.H_mean.values[:, -1].reshape(eta_Z.size, ratio.size, n_draws))
         H_sgd.append(hs)
         H0_sgd.append(h0s)
         rec.append(rs)
         rec0.append(np.broadcast_to(r0, (eta_Z.size, ratio.size) + r0.shape))
     dims = ("num_last", "eta_Z", "ratio")
-    ds = xr.Dataset({"H_sgd": (dims + ("seed",), np.array(H_sgd)),
-                     "H0_sgd": (dims + ("seed",), np.array(H0_sgd)),
-                     "H_map": (dims + ("draw",), np.array(H_map)),
-                     "recall": (dims + ("seed", "thr_index"), np.array(rec)),
-                     "recall0": (dims + ("seed", "thr_index"), np.array(rec0)),
-                     "threshold": (("num_last", "thr_index"), np.array(thr_all))},
-                    coords={"num_last": np.array(p["num_last"]), "eta_Z": eta_Z, "ratio": ratio,
-                            "M": ("num_last", [cf.SequenceClasses.syn_medium(int(q)).M for q in p["num_last"]])},
-                    attrs={"n_steps": n, "T": int(p["T"]), "batch_size": 128, "momentum": 0.9,
-                           "attention": "softmax_all_keys"})
+    ds = xr.Dataset(
+        {
+            "H_sgd": (dims + ("seed",), np.array(H_sgd)),
+            "H0_sgd": (dims + ("seed",), np.array(H0_sgd)),
+            "H_map": (dims + ("draw",), np.array(H_map)),
+            "recall": (dims + ("seed", "thr_index"), np.array(rec)),
+            "recall0": (dims + ("seed", "thr_index"), np.array(rec0)),
+            "threshold": (("num_last", "thr_index"), np.array(thr_all)),
+        },
+        coords={
+            "num_last": np.array(p["num_last"]),
+            "eta_Z": eta_Z,
+            "ratio": ratio,
+            "M": ("num_last", [cf.SequenceClasses.syn_medium(int(q)).M for q in p["num_last"]]),
+        },
+        attrs={"n_steps": n, "T": int(p["T"]), "batch_size": 128, "momentum": 0.9, "attention": "softmax_all_keys"},
+    )
     return ds
 
 
@@ -498,10 +760,16 @@ def plot_fig6(ds: xr.Dataset):
         for j, ez in enumerate(ds.eta_Z.values):
             H = ds.H_sgd.sel(num_last=q, eta_Z=ez).values  # (ratio, seed)
             m, s = H.mean(-1), H.std(-1, ddof=0)
-            ax.errorbar(ds.ratio.values, m, yerr=s, color=f"C{j}", marker="o", linestyle=":", capsize=2,
-                        label=f"eta_Z = {ez:g}")
-            plot_reduced(ax, ds.ratio.values, ds.H_map.sel(num_last=q, eta_Z=ez).values.mean(-1), color=f"C{j}",
-                         label="map (T = inf)" if j == 0 else None)
+            ax.errorbar(
+                ds.ratio.values, m, yerr=s, color=f"C{j}", marker="o", linestyle=":", capsize=2, label=f"eta_Z = {ez:g}"
+            )
+            plot_reduced(
+                ax,
+                ds.ratio.values,
+                ds.H_map.sel(num_last=q, eta_Z=ez).values.mean(-1),
+                color=f"C{j}",
+                label="map (T = inf)" if j == 0 else None,
+            )
         ax.set(xscale="log", xlabel="eta_Y / eta_Z", title=f"#last/next = {q}/{2 * q} (M = {int(ds.M.values[i])})")
         ax.set_xticks(ds.ratio.values, [f"{r:g}" for r in ds.ratio.values])
         ax.set_ylabel("distinct-token entropy, step 100")
@@ -515,16 +783,24 @@ def gaps_fig6(ds):
         for ez in ds.eta_Z.values:
             m = ds.H_map.sel(num_last=q, eta_Z=ez).values  # (ratio, draw): Monte Carlo over random inits
             rows += compare_rows(
-                f"H at step 100, num_last = {q}, eta_Z = {ez:g} (x = eta_Y/eta_Z)", ds.ratio.values, m.mean(-1),
-                ds.H_sgd.sel(num_last=q, eta_Z=ez).values.T, theory_se=m.std(-1, ddof=1) / np.sqrt(m.shape[-1]),
-                theory_n_seeds=m.shape[-1], allowance=_FIG6_ALLOWANCE, allowance_source=_FIG6_ALLOWANCE_SOURCE)
+                f"H at step 100, num_last = {q}, eta_Z = {ez:g} (x = eta_Y/eta_Z)",
+                ds.ratio.values,
+                m.mean(-1),
+                ds.H_sgd.sel(num_last=q, eta_Z=ez).values.T,
+                theory_se=m.std(-1, ddof=1) / np.sqrt(m.shape[-1]),
+                theory_n_seeds=m.shape[-1],
+                allowance=_FIG6_ALLOWANCE,
+                allowance_source=_FIG6_ALLOWANCE_SOURCE,
+            )
     return rows
 
 
 _FIG6_ALLOWANCE = 0.1
-_FIG6_ALLOWANCE_SOURCE = ("finite-T bias of SGD at T = 128 against the T = inf map: +0.047 on average over the 64 "
-                          "cells, same trends (docs/models/scan_snap.md §6 item 9; O(1/T), docs/models/scan_snap.md §4.7, gap_T "
-                          "figure); 0.1 = about twice the average to cover its spread between cells")
+_FIG6_ALLOWANCE_SOURCE = (
+    "finite-T bias of SGD at T = 128 against the T = inf map: +0.047 on average over the 64 "
+    "cells, same trends (docs/models/scan_snap.md §6 item 9; O(1/T), docs/models/scan_snap.md §4.7, gap_T "
+    "figure); 0.1 = about twice the average to cover its spread between cells"
+)
 
 
 def checks_fig6(ds):
@@ -534,30 +810,56 @@ def checks_fig6(ds):
         for (ez, r), v in P5b.items():
             if ez in ds.eta_Z.values and r in ds.ratio.values:
                 got = float(ds.H_map.sel(num_last=1, eta_Z=ez, ratio=r).mean())
-                out.append(CheckResult(name=f"P5b: random-init map mean, eta_Z = {ez:g}, ratio {r:g}",
-                                       passed=abs(got - v) < 1e-6, measured=got, expected=v,
-                                       tolerance="1e-6 (docs/models/scan_snap.md §7, exact recipe of docs/models/scan_snap.md §5.3)"))
+                out.append(
+                    CheckResult(
+                        name=f"P5b: random-init map mean, eta_Z = {ez:g}, ratio {r:g}",
+                        passed=abs(got - v) < 1e-6,
+                        measured=got,
+                        expected=v,
+                        tolerance="1e-6 (docs/models/scan_snap.md §7, exact recipe of docs/models/scan_snap.md §5.3)",
+                    )
+                )
     H = ds.H_sgd  # seeds are paired across cells: same init and data stream for a seed number
     ez, r = ds.eta_Z.values, ds.ratio.values
     d = (H.sel(eta_Z=ez.max()) - H.sel(eta_Z=ez.min())).sel(ratio=r.min()).mean("num_last").values
-    out.append(_mean_t_check(f"Theorem 4(b): entropy falls with eta_Z (eta_Z = {ez.max():g} minus {ez.min():g}, "
-                             f"ratio {r.min():g}, SGD)", d, sign=-1,
-                             statistic="per-seed entropy difference, mean over the panels"))
+    out.append(
+        _mean_t_check(
+            f"Theorem 4(b): entropy falls with eta_Z (eta_Z = {ez.max():g} minus {ez.min():g}, ratio {r.min():g}, SGD)",
+            d,
+            sign=-1,
+            statistic="per-seed entropy difference, mean over the panels",
+        )
+    )
     r_lo = 2.0 if 2.0 in r else float(r.min())
     d2 = (H.sel(ratio=r.max()) - H.sel(ratio=r_lo)).mean(("num_last", "eta_Z")).values
-    out.append(_mean_t_check(f"Theorem 4(c): entropy rises with eta_Y/eta_Z above 2 (ratio {r.max():g} minus "
-                             f"{r_lo:g}, SGD)", d2, sign=1,
-                             statistic="per-seed entropy difference, mean over the panels and eta_Z"))
+    out.append(
+        _mean_t_check(
+            f"Theorem 4(c): entropy rises with eta_Y/eta_Z above 2 (ratio {r.max():g} minus {r_lo:g}, SGD)",
+            d2,
+            sign=1,
+            statistic="per-seed entropy difference, mean over the panels and eta_Z",
+        )
+    )
     return out
 
 
-@register(name="scan_snap.fig6", model="scan_snap", paper="Tian et al. (2023), Fig. 6 (Syn-Medium)",
-          spec="docs/models/scan_snap.md §5.3, §7 P5b, docs/models/scan_snap.md §6 item 9", caption=(
-              "Syn-Medium: distinct-token entropy after 100 SGD steps (momentum 0.9, batch 128, T = 128, random "
-              "init U(+-1/sqrt(M))) vs eta_Y/eta_Z, one curve per eta_Z, one panel per #last/next tokens; error bars: "
-              "seed-to-seed std (E10). Dashed: the momentum population map (T = inf) from the random-init recipe of "
-              "docs/models/scan_snap.md §5.3, mean over the draws."),
-          unrecoverable=_MEDIUM_U[:1], params=_MEDIUM_PARAMS, plot=plot_fig6, gaps=gaps_fig6, checks=checks_fig6)
+@register(
+    name="scan_snap.fig6",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 6 (Syn-Medium)",
+    spec="docs/models/scan_snap.md §5.3, §7 P5b, docs/models/scan_snap.md §6 item 9",
+    caption=(
+        "Syn-Medium: distinct-token entropy after 100 SGD steps (momentum 0.9, batch 128, T = 128, random "
+        "init U(+-1/sqrt(M))) vs eta_Y/eta_Z, one curve per eta_Z, one panel per #last/next tokens; error bars: "
+        "seed-to-seed std (E10). Dashed: the momentum population map (T = inf) from the random-init recipe of "
+        "docs/models/scan_snap.md §5.3, mean over the draws."
+    ),
+    unrecoverable=_MEDIUM_U[:1],
+    params=_MEDIUM_PARAMS,
+    plot=plot_fig6,
+    gaps=gaps_fig6,
+    checks=checks_fig6,
+)
 def data_fig6(cfg) -> xr.Dataset:
     """Fig. 6 of docs/models/scan_snap.md §5.3: torch SGD grid and the random-init population map
     (the medium-length runs shared with its sibling figures)."""
@@ -575,10 +877,14 @@ def _plot_recall(ds: xr.Dataset, panel_dim: str, curve_dim: str):
             for j, cv in enumerate(ds[curve_dim].values):
                 r = ds.recall.sel(num_last=q, **{panel_dim: pv, curve_dim: cv}).values  # (seed, thr)
                 plot_seed_band(ax, thr, r, color=f"C{j}", label=f"{_LABEL[curve_dim]} = {cv:g}")
-            plot_seed_band(ax, thr, ds.recall0.sel(num_last=q).isel(eta_Z=0, ratio=0).values, color="0.5",
-                           label="step 0")
-            ax.set(xlabel="threshold x M", ylim=(-0.02, 1.02),
-                   title=f"M = {int(ds.M.values[k])}, {_LABEL[panel_dim]} = {pv:g}")
+            plot_seed_band(
+                ax, thr, ds.recall0.sel(num_last=q).isel(eta_Z=0, ratio=0).values, color="0.5", label="step 0"
+            )
+            ax.set(
+                xlabel="threshold x M",
+                ylim=(-0.02, 1.02),
+                title=f"M = {int(ds.M.values[k])}, {_LABEL[panel_dim]} = {pv:g}",
+            )
             ax.set_ylabel("recall of distinct tokens")
     # one legend for all panels, above them and at a readable size (the curves and colours are the same in each)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -606,9 +912,14 @@ def checks_fig11(ds):
     """Theorem 2 on the recall at threshold ~1/M (the uniform attention): distinct tokens gain attention, so after
     training more of them exceed 1/M than at the (random) start; per seed, averaged over the grid."""
     gain = (ds.recall - ds.recall0).isel(thr_index=_uniform_index(ds)).mean(("num_last", "eta_Z", "ratio")).values
-    return [_mean_t_check("Theorem 2: distinct tokens gain attention (recall at threshold ~1/M after training minus "
-                          "at step 0)", gain, sign=1,
-                          statistic="per-seed recall gain, mean over panels, eta_Z and ratios")]
+    return [
+        _mean_t_check(
+            "Theorem 2: distinct tokens gain attention (recall at threshold ~1/M after training minus at step 0)",
+            gain,
+            sign=1,
+            statistic="per-seed recall gain, mean over panels, eta_Z and ratios",
+        )
+    ]
 
 
 def checks_fig12(ds):
@@ -617,30 +928,52 @@ def checks_fig12(ds):
     panels and ratios."""
     ez = ds.eta_Z.values
     d = (ds.recall.sel(eta_Z=ez.max()) - ds.recall.sel(eta_Z=ez.min())).isel(thr_index=_uniform_index(ds))
-    return [_mean_t_check(f"Theorem 4(b): recall at threshold ~1/M falls with eta_Z ({ez.max():g} minus {ez.min():g})",
-                          d.mean(("num_last", "ratio")).values, sign=-1,
-                          statistic="per-seed recall difference, mean over panels and ratios")]
+    return [
+        _mean_t_check(
+            f"Theorem 4(b): recall at threshold ~1/M falls with eta_Z ({ez.max():g} minus {ez.min():g})",
+            d.mean(("num_last", "ratio")).values,
+            sign=-1,
+            statistic="per-seed recall difference, mean over panels and ratios",
+        )
+    ]
 
 
-register(name="scan_snap.fig11", model="scan_snap", paper="Tian et al. (2023), Fig. 11 (Syn-Medium recall)",
-         spec="docs/models/scan_snap.md §5.3", caption=(
-             "Syn-Medium: recall of distinct tokens (fraction of a class's distinct tokens whose attention exceeds "
-             "the threshold, mean over classes; band: 95% CI over seeds) vs the threshold (in units of 1/M), one "
-             "panel per (M, eta_Z), one curve per eta_Y/eta_Z; grey: the same at step 0 (random init). Same runs "
-             "as Fig. 6."),
-         unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig11, checks=checks_fig11,
-         shares_data_with="scan_snap.fig6")(data_fig6)
+register(
+    name="scan_snap.fig11",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 11 (Syn-Medium recall)",
+    spec="docs/models/scan_snap.md §5.3",
+    caption=(
+        "Syn-Medium: recall of distinct tokens (fraction of a class's distinct tokens whose attention exceeds "
+        "the threshold, mean over classes; band: 95% CI over seeds) vs the threshold (in units of 1/M), one "
+        "panel per (M, eta_Z), one curve per eta_Y/eta_Z; grey: the same at step 0 (random init). Same runs "
+        "as Fig. 6."
+    ),
+    unrecoverable=_MEDIUM_U,
+    params=_MEDIUM_PARAMS,
+    plot=plot_fig11,
+    checks=checks_fig11,
+    shares_data_with="scan_snap.fig6",
+)(data_fig6)
 
-register(name="scan_snap.fig12", model="scan_snap", paper="Tian et al. (2023), Fig. 12 (Syn-Medium recall)",
-         spec="docs/models/scan_snap.md §5.3", caption=(
-             "As Fig. 11, one panel per (M, eta_Y/eta_Z), one curve per eta_Z. Same runs as Fig. 6."),
-         unrecoverable=_MEDIUM_U, params=_MEDIUM_PARAMS, plot=plot_fig12, checks=checks_fig12,
-         shares_data_with="scan_snap.fig6")(data_fig6)
+register(
+    name="scan_snap.fig12",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 12 (Syn-Medium recall)",
+    spec="docs/models/scan_snap.md §5.3",
+    caption=("As Fig. 11, one panel per (M, eta_Y/eta_Z), one curve per eta_Z. Same runs as Fig. 6."),
+    unrecoverable=_MEDIUM_U,
+    params=_MEDIUM_PARAMS,
+    plot=plot_fig12,
+    checks=checks_fig12,
+    shares_data_with="scan_snap.fig6",
+)(data_fig6)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Theory figures (docs/models/scan_snap.md §5.4)
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def plot_fig3(ds: xr.Dataset):
     fig, ax = new_figure()
@@ -654,25 +987,38 @@ def plot_fig3(ds: xr.Dataset):
 
 def checks_fig3(ds):
     ref = {0.5: 45.23, 1.0: 34.72, 2.0: 26.29, 5.0: 18.01}
-    return [CheckResult(name=f"Fig. 3: chi(700), eta_Y = {e:g} (docs/models/scan_snap.md §5.4)",
-                        passed=abs(float(ds.chi.sel(eta_Y=e).sel(t=700.0)) - v) < 0.005,
-                        measured=float(ds.chi.sel(eta_Y=e).sel(t=700.0)), expected=v,
-                        tolerance="0.005 (printed to 2 decimals)") for e, v in ref.items()]
+    return [
+        CheckResult(
+            name=f"Fig. 3: chi(700), eta_Y = {e:g} (docs/models/scan_snap.md §5.4)",
+            passed=abs(float(ds.chi.sel(eta_Y=e).sel(t=700.0)) - v) < 0.005,
+            measured=float(ds.chi.sel(eta_Y=e).sel(t=700.0)),
+            expected=v,
+            tolerance="0.005 (printed to 2 decimals)",
+        )
+        for e, v in ref.items()
+    ]
 
 
-@register(name="scan_snap.fig3", model="scan_snap", paper="Tian et al. (2023), Fig. 3", spec="docs/models/scan_snap.md §5.4",
-          caption=("Growth factor chi(t) = exp(2 B_printed(t; C0 = 1)) of the dominant token (Theorem 4), K = 10, "
-                   "M = 1000, eta_Z = 0.5; dotted lines at t0 = 2 K ln M / eta_Y. The published y-axis (~600) is not "
-                   "reproducible (docs/models/scan_snap.md §5.4); the ordering and the t0 markers are."),
-          unrecoverable=("normalisation of chi: exp(2 B_printed(t; C0 = 1)) (docs/models/scan_snap.md §5.4)",),
-          params={p: {"n_t": n} for p, n in (("tiny", 141), ("quick", 701), ("paper", 7001))},
-          plot=plot_fig3, checks=checks_fig3)
+@register(
+    name="scan_snap.fig3",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 3",
+    spec="docs/models/scan_snap.md §5.4",
+    caption=(
+        "Growth factor chi(t) = exp(2 B_printed(t; C0 = 1)) of the dominant token (Theorem 4), K = 10, "
+        "M = 1000, eta_Z = 0.5; dotted lines at t0 = 2 K ln M / eta_Y. The published y-axis (~600) is not "
+        "reproducible (docs/models/scan_snap.md §5.4); the ordering and the t0 markers are."
+    ),
+    unrecoverable=("normalisation of chi: exp(2 B_printed(t; C0 = 1)) (docs/models/scan_snap.md §5.4)",),
+    params={p: {"n_t": n} for p, n in (("tiny", 141), ("quick", 701), ("paper", 7001))},
+    plot=plot_fig3,
+    checks=checks_fig3,
+)
 def data_fig3(cfg) -> xr.Dataset:
     """Fig. 3 of docs/models/scan_snap.md §5.4 from :func:`closedform.scan_snap.drive_B` (form 'printed', C0 = 1)."""
     t = np.linspace(0.0, 700.0, int(cfg.params["n_t"]))
     etas = np.array([0.5, 1.0, 2.0, 5.0])
-    chi = np.array([np.exp(2 * cf.drive_B(t, M=1000, K=10, eta_Y=e, eta_Z=0.5, C0=1.0, form="printed"))
-                    for e in etas])
+    chi = np.array([np.exp(2 * cf.drive_B(t, M=1000, K=10, eta_Y=e, eta_Z=0.5, C0=1.0, form="printed")) for e in etas])
     t0 = np.array([cf.transition_times(M=1000, K=10, eta_Y=e).t0 for e in etas])
     return xr.Dataset({"chi": (("eta_Y", "t"), chi), "t0": (("eta_Y",), t0)}, coords={"eta_Y": etas, "t": t})
 
@@ -696,20 +1042,44 @@ def checks_fig8(ds):
     excess = (ds.h_star - h_int) / (2.0 * ds.eta_Y / ds.M)  # (h* - h) / (2 eta_Y / M) per curve
     gap = float(excess.max())
     low = float((ds.h_star - h_int).min())
-    return [CheckResult(name="h(80), M = 50, eta_Y = 2 (docs/models/scan_snap.md §5.4)", passed=abs(h50 - 0.1786) < 5e-5,
-                        measured=h50, expected=0.1786, tolerance="5e-5 (printed to 4 decimals)"),
-            CheckResult(name="h(70), M = 1000, eta_Y = 4 (docs/models/scan_snap.md §5.4)", passed=abs(h1k - 0.0125) < 5e-5,
-                        measured=h1k, expected=0.0125, tolerance="5e-5 (printed to 4 decimals)"),
-            CheckResult(name="Lemma 7: 0 <= (h* - h) / (2 eta_Y / M) <= 1 at integer s", passed=gap <= 1.0 and
-                        low >= -1e-12, measured=gap, expected="<= 1 (and >= 0)",
-                        tolerance="Lemma 7 bound; 1e-12 rounding allowance for >= 0")]
+    return [
+        CheckResult(
+            name="h(80), M = 50, eta_Y = 2 (docs/models/scan_snap.md §5.4)",
+            passed=abs(h50 - 0.1786) < 5e-5,
+            measured=h50,
+            expected=0.1786,
+            tolerance="5e-5 (printed to 4 decimals)",
+        ),
+        CheckResult(
+            name="h(70), M = 1000, eta_Y = 4 (docs/models/scan_snap.md §5.4)",
+            passed=abs(h1k - 0.0125) < 5e-5,
+            measured=h1k,
+            expected=0.0125,
+            tolerance="5e-5 (printed to 4 decimals)",
+        ),
+        CheckResult(
+            name="Lemma 7: 0 <= (h* - h) / (2 eta_Y / M) <= 1 at integer s",
+            passed=gap <= 1.0 and low >= -1e-12,
+            measured=gap,
+            expected="<= 1 (and >= 0)",
+            tolerance="Lemma 7 bound; 1e-12 rounding allowance for >= 0",
+        ),
+    ]
 
 
-@register(name="scan_snap.fig8", model="scan_snap", paper="Tian et al. (2023), Fig. 8", spec="docs/models/scan_snap.md §5.4",
-          caption=("Decoder scalar h(t) of Lemma 6 (smooth) and h*(s) of Lemma 5 (steps), K = 1: M = 50 with "
-                   "eta_Y in {0.1, 0.2, 0.5, 1, 2}, M = 1000 with eta_Y in {0.2, 0.5, 1, 2, 4}."),
-          params={p: {"n_t": n} for p, n in (("tiny", 161), ("quick", 801), ("paper", 8001))},
-          plot=plot_fig8, checks=checks_fig8)
+@register(
+    name="scan_snap.fig8",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 8",
+    spec="docs/models/scan_snap.md §5.4",
+    caption=(
+        "Decoder scalar h(t) of Lemma 6 (smooth) and h*(s) of Lemma 5 (steps), K = 1: M = 50 with "
+        "eta_Y in {0.1, 0.2, 0.5, 1, 2}, M = 1000 with eta_Y in {0.2, 0.5, 1, 2, 4}."
+    ),
+    params={p: {"n_t": n} for p, n in (("tiny", 161), ("quick", 801), ("paper", 8001))},
+    plot=plot_fig8,
+    checks=checks_fig8,
+)
 def data_fig8(cfg) -> xr.Dataset:
     """Fig. 8 of docs/models/scan_snap.md §5.4 from :func:`closedform.scan_snap.decoder_h` and ``decoder_h_star``."""
     t = np.linspace(0.0, 80.0, int(cfg.params["n_t"]))
@@ -718,8 +1088,10 @@ def data_fig8(cfg) -> xr.Dataset:
     etas = np.array([[0.1, 0.2, 0.5, 1.0, 2.0], [0.2, 0.5, 1.0, 2.0, 4.0]])
     h = np.array([[cf.decoder_h(t, M=M, eta_Y=e) for e in etas[k]] for k, M in enumerate((50, 1000))])
     hs = np.array([[cf.decoder_h_star(s, M=M, eta_Y=e) for e in etas[k]] for k, M in enumerate((50, 1000))])
-    return xr.Dataset({"h": (("M", "eta", "t"), h), "h_star": (("M", "eta", "s"), hs),
-                       "eta_Y": (("M", "eta"), etas)}, coords={"M": [50, 1000], "t": t, "s": s})
+    return xr.Dataset(
+        {"h": (("M", "eta", "t"), h), "h_star": (("M", "eta", "s"), hs), "eta_Y": (("M", "eta"), etas)},
+        coords={"M": [50, 1000], "t": t, "s": s},
+    )
 
 
 def plot_fig9(ds: xr.Dataset):
@@ -729,8 +1101,13 @@ def plot_fig9(ds: xr.Dataset):
         for i in range(ds.sizes["pair"]):
             e = float(ds.eta_Y.isel(panel=k, pair=i))
             t = ds.t.isel(panel=k).values
-            plot_theory(ax, t, ds.B.isel(panel=k, pair=i).values, color=f"C{i}",
-                        label=f"eta_Z = {float(ds.eta_Z.isel(panel=k, pair=i)):g}, eta_Y = {e:g}")
+            plot_theory(
+                ax,
+                t,
+                ds.B.isel(panel=k, pair=i).values,
+                color=f"C{i}",
+                label=f"eta_Z = {float(ds.eta_Z.isel(panel=k, pair=i)):g}, eta_Y = {e:g}",
+            )
             t0 = float(ds.t0.isel(panel=k, pair=i))
             if t0 <= t[-1]:
                 ax.axvline(t0, color=f"C{i}", linestyle=":", linewidth=1)
@@ -744,23 +1121,49 @@ def checks_fig9(ds):
     out = []
     for k, (v, name) in enumerate(((0.509846, "left B(t0)"), (1.381698, "right B(t0)"))):
         got = float(ds.B_t0.isel(panel=k))
-        out.append(CheckResult(name=f"P2: Fig. 9 {name}", passed=abs(got - v) < 1e-6, measured=got, expected=v,
-                               tolerance="1e-6 absolute (docs/models/scan_snap.md §7 P2)"))
-    refs = ((0, 0, 0.620160, "left B(5), eta_Z = 0.5"), (0, 4, 0.782794, "left B(5), eta_Z = 8"),
-            (1, 0, 1.407816, "right B(50), eta_Z = 0.5"), (1, 4, 1.533215, "right B(50), eta_Z = 8"))
+        out.append(
+            CheckResult(
+                name=f"P2: Fig. 9 {name}",
+                passed=abs(got - v) < 1e-6,
+                measured=got,
+                expected=v,
+                tolerance="1e-6 absolute (docs/models/scan_snap.md §7 P2)",
+            )
+        )
+    refs = (
+        (0, 0, 0.620160, "left B(5), eta_Z = 0.5"),
+        (0, 4, 0.782794, "left B(5), eta_Z = 8"),
+        (1, 0, 1.407816, "right B(50), eta_Z = 0.5"),
+        (1, 4, 1.533215, "right B(50), eta_Z = 8"),
+    )
     for k, i, v, name in refs:
         got = float(ds.B.isel(panel=k, pair=i).values[-1])
-        out.append(CheckResult(name=f"P2: Fig. 9 {name}", passed=abs(got - v) < 1e-6, measured=got, expected=v,
-                               tolerance="1e-6 absolute (docs/models/scan_snap.md §7 P2)"))
+        out.append(
+            CheckResult(
+                name=f"P2: Fig. 9 {name}",
+                passed=abs(got - v) < 1e-6,
+                measured=got,
+                expected=v,
+                tolerance="1e-6 absolute (docs/models/scan_snap.md §7 P2)",
+            )
+        )
     return out
 
 
-@register(name="scan_snap.fig9", model="scan_snap", paper="Tian et al. (2023), Fig. 9", spec="docs/models/scan_snap.md §5.4, "
-          "docs/models/scan_snap.md §7 P2", caption=("Drive integral B_printed(t; C0 = 1) (Eq. 129; = B_paper with C0 = 1), K = 1, exact "
-                                "h. Left: nu = eta_Y/eta_Z = 10 (caption typo E7), M = 100; right: nu = 1, M = 10^4. "
-                                "Dotted: t0 = 2 ln M / eta_Y; dots: B(t0), the same for every eta_Z at fixed nu."),
-          params={p: {"n_t": n} for p, n in (("tiny", 101), ("quick", 501), ("paper", 5001))},
-          plot=plot_fig9, checks=checks_fig9)
+@register(
+    name="scan_snap.fig9",
+    model="scan_snap",
+    paper="Tian et al. (2023), Fig. 9",
+    spec="docs/models/scan_snap.md §5.4, docs/models/scan_snap.md §7 P2",
+    caption=(
+        "Drive integral B_printed(t; C0 = 1) (Eq. 129; = B_paper with C0 = 1), K = 1, exact "
+        "h. Left: nu = eta_Y/eta_Z = 10 (caption typo E7), M = 100; right: nu = 1, M = 10^4. "
+        "Dotted: t0 = 2 ln M / eta_Y; dots: B(t0), the same for every eta_Z at fixed nu."
+    ),
+    params={p: {"n_t": n} for p, n in (("tiny", 101), ("quick", 501), ("paper", 5001))},
+    plot=plot_fig9,
+    checks=checks_fig9,
+)
 def data_fig9(cfg) -> xr.Dataset:
     """Fig. 9 of docs/models/scan_snap.md §5.4 from :func:`closedform.scan_snap.drive_B` (form 'printed', C0 = 1)."""
     n = int(cfg.params["n_t"])
@@ -776,14 +1179,22 @@ def data_fig9(cfg) -> xr.Dataset:
         t_all.append(t)
         eY.append(nu * ez)
         eZ.append(ez)
-    return xr.Dataset({"B": (("panel", "pair", "i"), np.array(B)), "t": (("panel", "i"), np.array(t_all)),
-                       "t0": (("panel", "pair"), np.array(t0s)), "B_t0": (("panel",), np.array(Bt0)),
-                       "eta_Y": (("panel", "pair"), np.array(eY)), "eta_Z": (("panel", "pair"), np.array(eZ))})
+    return xr.Dataset(
+        {
+            "B": (("panel", "pair", "i"), np.array(B)),
+            "t": (("panel", "i"), np.array(t_all)),
+            "t0": (("panel", "pair"), np.array(t0s)),
+            "B_t0": (("panel",), np.array(Bt0)),
+            "eta_Y": (("panel", "pair"), np.array(eY)),
+            "eta_Z": (("panel", "pair"), np.array(eZ)),
+        }
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Figs. 7 and 10: the one-layer Transformer on real text
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def plot_fig10(ds: xr.Dataset):
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(4.6, 3.4))
@@ -798,11 +1209,20 @@ def plot_fig10(ds: xr.Dataset):
     ax.set(xlabel="learning rate eta", ylabel="final attention entropy", title="Fig. 10: end of training (+-1 std)")
     for ax, k in ((axes[2], 0), (axes[3], -1)):
         a = ds.attn_map.isel(step=k).values
-        plot_heatmap(ax, np.where(np.triu(np.ones_like(a), 1) > 0, np.nan, a), label="attention weight",
-                     cmap="viridis", vmin=0.0, vmax=1.0)
+        plot_heatmap(
+            ax,
+            np.where(np.triu(np.ones_like(a), 1) > 0, np.nan, a),
+            label="attention weight",
+            cmap="viridis",
+            vmin=0.0,
+            vmax=1.0,
+        )
         ax.invert_yaxis()
-        ax.set(title=f"Fig. 7 map, eta = {float(ds.eta.values[-1]):g}, iteration {int(ds.step.values[k])}",
-               xlabel="key position", ylabel="query position")
+        ax.set(
+            title=f"Fig. 7 map, eta = {float(ds.eta.values[-1]):g}, iteration {int(ds.step.values[k])}",
+            xlabel="key position",
+            ylabel="query position",
+        )
     return fig
 
 
@@ -811,38 +1231,89 @@ def checks_fig10(ds):
     (Fig. 7), and
     more with a larger learning rate (Fig. 10); seeds are paired across eta (same init and data order)."""
     H = ds.entropy
-    out = [_mean_t_check(f"eta = {e:g}: attention entropy falls during training (Fig. 7 claim)",
-                         (H.sel(eta=e).isel(step=-1) - H.sel(eta=e).isel(step=0)).values, sign=-1,
-                         statistic="per-seed final minus initial held-out entropy") for e in ds.eta.values]
+    out = [
+        _mean_t_check(
+            f"eta = {e:g}: attention entropy falls during training (Fig. 7 claim)",
+            (H.sel(eta=e).isel(step=-1) - H.sel(eta=e).isel(step=0)).values,
+            sign=-1,
+            statistic="per-seed final minus initial held-out entropy",
+        )
+        for e in ds.eta.values
+    ]
     lo, hi = ds.eta.values.min(), ds.eta.values.max()
-    out.append(_mean_t_check(f"Fig. 10: larger eta -> lower final entropy (eta = {hi:g} minus eta = {lo:g})",
-                             (H.sel(eta=hi) - H.sel(eta=lo)).isel(step=-1).values, sign=-1,
-                             statistic="per-seed difference of final held-out entropy"))
+    out.append(
+        _mean_t_check(
+            f"Fig. 10: larger eta -> lower final entropy (eta = {hi:g} minus eta = {lo:g})",
+            (H.sel(eta=hi) - H.sel(eta=lo)).isel(step=-1).values,
+            sign=-1,
+            statistic="per-seed difference of final held-out entropy",
+        )
+    )
     return out
 
 
-@register(name="scan_snap.fig10", model="scan_snap", paper="Tian et al. (2023), Figs. 7 and 10 (WikiText)",
-          spec="docs/models/scan_snap.md §5.5", caption=(
-              "One-layer post-LayerNorm Transformer (1 head, sinusoidal positions, causal mask) trained on the "
-              "word-level text of the CPython stdlib module pydoc_data.topics (shipped corpus; WikiText is not "
-              "downloaded): average attention entropy on held-out chunks during training for several learning "
-              "rates (plain SGD with gradient clipping 0.5, batch 20, bptt 35; band: 95% CI over seeds), the final "
-              "entropy vs eta (+-1 std over seeds), and the attention map (queries x keys) of one held-out chunk at "
-              "the first and the last step for the largest eta (Fig. 7). Without clipping, eta >= 2 diverges within "
-              "30 steps; with it, a larger eta sharpens attention faster (the substitute corpus gives one epoch of "
-              "152 steps at quick)."),
-          unrecoverable=("corpus: pydoc_data.topics instead of WikiText-2/103 (107 k training tokens, 152 steps an "
-                         "epoch at batch 20 x bptt 35), top-V words + <unk>",
-                         ("Fig. 10 setting of docs/models/scan_snap.md §5.5 [choice]: plain SGD, one learning rate eta in 1..5 (the "
-                          "paper's x axis), gradient clipping to total norm 0.5, batch 20, bptt 35; no dropout"),
-                         "quick: width 32 and one epoch (paper preset: width 200, 5 epochs)"),
-          params={"tiny": {"vocab": 200, "max_tokens": 4000, "d": 8, "eta": [1.0, 5.0], "n_seeds": 2,
-                           "n_epochs": 1, "n_heldout": 2, "n_save": 3, "map_rows": 6},
-                  "quick": {"vocab": 500, "max_tokens": None, "d": 32, "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
-                            "n_seeds": 8, "n_epochs": 1, "n_heldout": 8, "n_save": 7, "map_rows": 35},
-                  "paper": {"vocab": 5000, "max_tokens": None, "d": 200, "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
-                            "n_seeds": 5, "n_epochs": 5, "n_heldout": 50, "n_save": 21, "map_rows": 35}},
-          plot=plot_fig10, checks=checks_fig10)
+@register(
+    name="scan_snap.fig10",
+    model="scan_snap",
+    paper="Tian et al. (2023), Figs. 7 and 10 (WikiText)",
+    spec="docs/models/scan_snap.md §5.5",
+    caption=(
+        "One-layer post-LayerNorm Transformer (1 head, sinusoidal positions, causal mask) trained on the "
+        "word-level text of the CPython stdlib module pydoc_data.topics (shipped corpus; WikiText is not "
+        "downloaded): average attention entropy on held-out chunks during training for several learning "
+        "rates (plain SGD with gradient clipping 0.5, batch 20, bptt 35; band: 95% CI over seeds), the final "
+        "entropy vs eta (+-1 std over seeds), and the attention map (queries x keys) of one held-out chunk at "
+        "the first and the last step for the largest eta (Fig. 7). Without clipping, eta >= 2 diverges within "
+        "30 steps; with it, a larger eta sharpens attention faster (the substitute corpus gives one epoch of "
+        "152 steps at quick)."
+    ),
+    unrecoverable=(
+        "corpus: pydoc_data.topics instead of WikiText-2/103 (107 k training tokens, 152 steps an "
+        "epoch at batch 20 x bptt 35), top-V words + <unk>",
+        (
+            "Fig. 10 setting of docs/models/scan_snap.md §5.5 [choice]: plain SGD, one learning rate eta in 1..5 (the "
+            "paper's x axis), gradient clipping to total norm 0.5, batch 20, bptt 35; no dropout"
+        ),
+        "quick: width 32 and one epoch (paper preset: width 200, 5 epochs)",
+    ),
+    params={
+        "tiny": {
+            "vocab": 200,
+            "max_tokens": 4000,
+            "d": 8,
+            "eta": [1.0, 5.0],
+            "n_seeds": 2,
+            "n_epochs": 1,
+            "n_heldout": 2,
+            "n_save": 3,
+            "map_rows": 6,
+        },
+        "quick": {
+            "vocab": 500,
+            "max_tokens": None,
+            "d": 32,
+            "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
+            "n_seeds": 8,
+            "n_epochs": 1,
+            "n_heldout": 8,
+            "n_save": 7,
+            "map_rows": 35,
+        },
+        "paper": {
+            "vocab": 5000,
+            "max_tokens": None,
+            "d": 200,
+            "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
+            "n_seeds": 5,
+            "n_epochs": 5,
+            "n_heldout": 50,
+            "n_save": 21,
+            "map_rows": 35,
+        },
+    },
+    plot=plot_fig10,
+    checks=checks_fig10,
+)
 def data_fig10(cfg) -> xr.Dataset:
     """Figs. 7/10 of docs/models/scan_snap.md §5.5 on the shipped corpus (:mod:`empirical.text_corpus`)."""
     ssm, train = _torch()
@@ -853,23 +1324,38 @@ def data_fig10(cfg) -> xr.Dataset:
     bptt = 35
     tr_chunks = torch.tensor(corpus.chunks("train", bptt=bptt))
     ho = torch.tensor(corpus.chunks("heldout", bptt=bptt)[: int(p["n_heldout"])])
-    model = ssm.TextTransformer(train_chunks=tr_chunks, heldout=ho, vocab_size=corpus.vocab_size,
-                                d_model=int(p["d"]), d_ff=int(p["d"]), map_rows=int(p["map_rows"]))
+    model = ssm.TextTransformer(
+        train_chunks=tr_chunks,
+        heldout=ho,
+        vocab_size=corpus.vocab_size,
+        d_model=int(p["d"]),
+        d_ff=int(p["d"]),
+        map_rows=int(p["map_rows"]),
+    )
     seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + int(p["n_seeds"])))
     ent, loss, maps = [], [], []
     steps = None
     for e in p["eta"]:
-        conf = ssm.config("text", model, float(e), seeds, n_epochs=int(p["n_epochs"]),
-                               saveat=SaveAt(n=int(p["n_save"])))
+        conf = ssm.config(
+            "text", model, float(e), seeds, n_epochs=int(p["n_epochs"]), saveat=SaveAt(n=int(p["n_save"]))
+        )
         tr = train(model, conf, device=cfg.device)
         steps = tr.step.values
         ent.append(tr.entropy.values)
         loss.append(tr.heldout_loss.values)
         maps.append(tr.attn.transpose("trajectory", "time", "query_position", "key_position").values[0])
     attn = maps[-1]  # last eta, first seed
-    return xr.Dataset({"entropy": (("eta", "seed", "step"), np.array(ent)),
-                       "heldout_loss": (("eta", "seed", "step"), np.array(loss)),
-                       "attn_map": (("step", "query_position", "key_position"), attn)},
-                      coords={"eta": np.array(p["eta"], dtype=float), "step": steps},
-                      attrs={"corpus": corpus.source, "vocab_size": corpus.vocab_size, "bptt": bptt,
-                             "n_train_chunks": int(tr_chunks.shape[0])})
+    return xr.Dataset(
+        {
+            "entropy": (("eta", "seed", "step"), np.array(ent)),
+            "heldout_loss": (("eta", "seed", "step"), np.array(loss)),
+            "attn_map": (("step", "query_position", "key_position"), attn),
+        },
+        coords={"eta": np.array(p["eta"], dtype=float), "step": steps},
+        attrs={
+            "corpus": corpus.source,
+            "vocab_size": corpus.vocab_size,
+            "bptt": bptt,
+            "n_train_chunks": int(tr_chunks.shape[0]),
+        },
+    )

@@ -56,9 +56,29 @@ from figures._style import (
 from figures.registry import CheckResult, Explanation, GapRow, compare_rows, register
 
 __all__ = [
-    "STATE", "DYN_VARS", "DIST_FLOOR", "GAMMA", "plot_fig3", "checks_fig3", "data_fig3", "plot_fig4a",
-    "checks_fig4a", "data_fig4a", "plot_fig4b", "checks_fig4b", "data_fig4b", "plot_fig7", "checks_fig7",
-    "data_fig7", "plot_fig6", "checks_fig6", "data_fig6", "plot_fig5", "gaps_fig5", "checks_fig5", "data_fig5"
+    "STATE",
+    "DYN_VARS",
+    "DIST_FLOOR",
+    "GAMMA",
+    "plot_fig3",
+    "checks_fig3",
+    "data_fig3",
+    "plot_fig4a",
+    "checks_fig4a",
+    "data_fig4a",
+    "plot_fig4b",
+    "checks_fig4b",
+    "data_fig4b",
+    "plot_fig7",
+    "checks_fig7",
+    "data_fig7",
+    "plot_fig6",
+    "checks_fig6",
+    "data_fig6",
+    "plot_fig5",
+    "gaps_fig5",
+    "checks_fig5",
+    "data_fig5",
 ]
 
 STATE = ("kappa", "nu", "theta", "eta", "rho")
@@ -79,10 +99,21 @@ def _initial_states(cfg, task, n, on="sphere"):
 def _pgd_dataset(task, states, *, alpha, n_steps, lam, log_every, manifold=False, progress=False):
     """Exact PGD (docs/models/single_location.md §6.3, §6.4) as a plain Dataset with dims (run, time), coordinate
     step."""
-    traj = sl.map(task, states, alpha=alpha, n_steps=n_steps, lam=lam, saveat=SaveAt(every=log_every),
-                  manifold=manifold, progress=progress, warn_unconverged=False)  # the paper's finite horizons
-    return xr.Dataset({v: (("run", "time"), np.asarray(traj[v].values, dtype=np.float64)) for v in DYN_VARS + ("lam",)},
-                      coords={"step": ("time", traj.step.values.astype(np.int64)), "run": np.arange(states.shape[0])})
+    traj = sl.map(
+        task,
+        states,
+        alpha=alpha,
+        n_steps=n_steps,
+        lam=lam,
+        saveat=SaveAt(every=log_every),
+        manifold=manifold,
+        progress=progress,
+        warn_unconverged=False,
+    )  # the paper's finite horizons
+    return xr.Dataset(
+        {v: (("run", "time"), np.asarray(traj[v].values, dtype=np.float64)) for v in DYN_VARS + ("lam",)},
+        coords={"step": ("time", traj.step.values.astype(np.int64)), "run": np.arange(states.shape[0])},
+    )
 
 
 def _final(ds, var, absolute=False):
@@ -118,8 +149,16 @@ def _path_panel(ax, ds, runs, prefix=""):
         kap, nu = ds[prefix + "kappa"].values[r], ds[prefix + "nu"].values[r]
         ax.plot(kap, nu, color=TOL_BRIGHT["grey"], linewidth=0.6)
         sc = ax.scatter(kap, nu, c=step, s=5, cmap="viridis")
-        ax.plot(kap[-1], nu[-1], linestyle="none", marker=_RUN_MARKERS[j % len(_RUN_MARKERS)], markersize=7,
-                markerfacecolor="none", markeredgecolor="k", label=f"run {r + 1} (end)")
+        ax.plot(
+            kap[-1],
+            nu[-1],
+            linestyle="none",
+            marker=_RUN_MARKERS[j % len(_RUN_MARKERS)],
+            markersize=7,
+            markerfacecolor="none",
+            markeredgecolor="k",
+            label=f"run {r + 1} (end)",
+        )
     ax.set(xlim=(-1.1, 1.1), ylim=(-1.1, 1.1), xlabel=r"$\kappa$", ylabel=r"$\nu$", title="(kappa, nu) paths")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="best")
@@ -143,16 +182,20 @@ def _plot_dynamics(ds, runs, *, individual=False, title=""):
             axes[0].plot(x, ds.excess_risk.values[r], color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
             axes[1].plot(x, np.abs(ds.kappa.values[r]), color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
             axes[1].plot(x, np.abs(ds.nu.values[r]), color=TOL_BRIGHT["red"], linewidth=0.6, alpha=0.6)
-            axes[3].plot(x, np.maximum(ds.distance_to_manifold.values[r], DIST_FLOOR), color=TOL_BRIGHT["green"],
-                         linewidth=0.6, alpha=0.6)
+            axes[3].plot(
+                x,
+                np.maximum(ds.distance_to_manifold.values[r], DIST_FLOOR),
+                color=TOL_BRIGHT["green"],
+                linewidth=0.6,
+                alpha=0.6,
+            )
         axes[1].plot([], [], color=TOL_BRIGHT["blue"], label=r"$|\kappa|$")
         axes[1].plot([], [], color=TOL_BRIGHT["red"], label=r"$|\nu|$")
     else:
         _band(axes[0], x, ds.excess_risk.values, TOL_BRIGHT["blue"], "PGD (exact 5-scalar map)")
         _band(axes[1], x, np.abs(ds.kappa.values), TOL_BRIGHT["blue"], r"$|\kappa|$")
         _band(axes[1], x, np.abs(ds.nu.values), TOL_BRIGHT["red"], r"$|\nu|$")
-        _band(axes[3], x, np.maximum(ds.distance_to_manifold.values, DIST_FLOOR), TOL_BRIGHT["green"],
-              r"dist$_M$")
+        _band(axes[3], x, np.maximum(ds.distance_to_manifold.values, DIST_FLOOR), TOL_BRIGHT["green"], r"dist$_M$")
     top = 1.1 * float(np.nanmax(ds.excess_risk.values))  # the scale of the run (Fig. 4(a) ~6, Fig. 4(b) ~0.7)
     axes[0].set(xlabel="step", ylabel=r"excess risk $R - \varepsilon^2$", ylim=(-0.05 * top, top), title="excess risk")
     axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment with (k*, v*)")
@@ -167,8 +210,13 @@ def _plot_dynamics(ds, runs, *, individual=False, title=""):
 
 
 def _check(name, measured, lo, hi, tolerance):
-    return CheckResult(name=name, passed=bool(lo <= measured <= hi), measured=float(measured),
-                       expected=f"[{lo:.6g}, {hi:.6g}]", tolerance=tolerance)
+    return CheckResult(
+        name=name,
+        passed=bool(lo <= measured <= hi),
+        measured=float(measured),
+        expected=f"[{lo:.6g}, {hi:.6g}]",
+        tolerance=tolerance,
+    )
 
 
 def _at_step(ds, step):
@@ -186,16 +234,25 @@ def _task(p, noise=0.0):
 
 def _best_lam(task):
     """lambda minimising the erf-oracle risk (docs/models/single_location.md §5.2), by bounded search on log lambda."""
-    res = minimize_scalar(lambda u: float(sl.oracle_risk(task, math.exp(u))), bounds=(math.log(1e-4), math.log(10)),
-                          method="bounded", options={"xatol": 1e-8})
+    res = minimize_scalar(
+        lambda u: float(sl.oracle_risk(task, math.exp(u))),
+        bounds=(math.log(1e-4), math.log(10)),
+        method="bounded",
+        options={"xatol": 1e-8},
+    )
     return math.exp(res.x)
 
 
 def plot_fig3(ds):
     fig, (a, b) = new_figure(1, 2, figsize=(10.0, 3.6))
     L = ds.L.values
-    plot_theory(a, L, ds.oracle_fixed.values, label=rf"erf oracle, $\lambda$ = {ds.attrs['lam_fixed']}",
-                color=TOL_BRIGHT["blue"])
+    plot_theory(
+        a,
+        L,
+        ds.oracle_fixed.values,
+        label=rf"erf oracle, $\lambda$ = {ds.attrs['lam_fixed']}",
+        color=TOL_BRIGHT["blue"],
+    )
     plot_theory(a, L, ds.oracle_best.values, label=r"erf oracle, best $\lambda$", color=TOL_BRIGHT["cyan"])
     plot_theory(a, L, ds.linear_L.values, label="optimal linear (Prop. 3)", color=TOL_BRIGHT["red"])
     a.axhline(ds.attrs["null_risk"], color=TOL_BRIGHT["grey"], linestyle=":", label=r"null $\gamma^2$")
@@ -220,37 +277,73 @@ def checks_fig3(ds):
         hit = np.nonzero(np.isclose(ds.d.values, dv))[0]
         if hit.size:
             m = float(ds.oracle_d.values[hit[0]])
-            out.append(_check(f"Sec. 5.3: oracle excess risk at d = {dv:.0e}, lambda = d^-1/4", m, val * 0.995,
-                              val * 1.005, "0.5%: the spec quotes 3 significant digits"))
+            out.append(
+                _check(
+                    f"Sec. 5.3: oracle excess risk at d = {dv:.0e}, lambda = d^-1/4",
+                    m,
+                    val * 0.995,
+                    val * 1.005,
+                    "0.5%: the spec quotes 3 significant digits",
+                )
+            )
     i10 = np.nonzero(ds.L.values == 10)[0]
-    if i10.size:  # docs/models/single_location.md §10.3: linear risk (uniform J0, gamma^2 = 1/2, L = 10, eps = 0) = 0.4736842105
-        out.append(_check("Sec. 5.4/10.3: linear risk at L = 10", float(ds.linear_L.values[i10[0]]),
-                          0.4736842105 - 1e-9, 0.4736842105 + 1e-9, "1e-9: closed form, 10 digits quoted"))
+    if (
+        i10.size
+    ):  # docs/models/single_location.md §10.3: linear risk (uniform J0, gamma^2 = 1/2, L = 10, eps = 0) = 0.4736842105
+        out.append(
+            _check(
+                "Sec. 5.4/10.3: linear risk at L = 10",
+                float(ds.linear_L.values[i10[0]]),
+                0.4736842105 - 1e-9,
+                0.4736842105 + 1e-9,
+                "1e-9: closed form, 10 digits quoted",
+            )
+        )
     big = ds.L.values >= 2
-    out.append(CheckResult(name="Sec. 5.4: linear risk increases towards the null risk gamma^2 as L grows",
-                           passed=bool(np.all(np.diff(ds.linear_L.values) > 0)
-                                       and ds.linear_L.values[-1] < ds.attrs["null_risk"]),
-                           measured=float(ds.linear_L.values[-1]), expected=f"< {ds.attrs['null_risk']}",
-                           tolerance="strict monotonicity (closed form)"))
-    out.append(CheckResult(name="best-lambda erf oracle beats the linear predictor for L >= 2 (d = 400)",
-                           passed=bool(np.all(ds.oracle_best.values[big] < ds.linear_L.values[big])),
-                           measured=float(np.max(ds.oracle_best.values[big] - ds.linear_L.values[big])),
-                           expected="< 0", tolerance="strict (closed forms)"))
+    out.append(
+        CheckResult(
+            name="Sec. 5.4: linear risk increases towards the null risk gamma^2 as L grows",
+            passed=bool(np.all(np.diff(ds.linear_L.values) > 0) and ds.linear_L.values[-1] < ds.attrs["null_risk"]),
+            measured=float(ds.linear_L.values[-1]),
+            expected=f"< {ds.attrs['null_risk']}",
+            tolerance="strict monotonicity (closed form)",
+        )
+    )
+    out.append(
+        CheckResult(
+            name="best-lambda erf oracle beats the linear predictor for L >= 2 (d = 400)",
+            passed=bool(np.all(ds.oracle_best.values[big] < ds.linear_L.values[big])),
+            measured=float(np.max(ds.oracle_best.values[big] - ds.linear_L.values[big])),
+            expected="< 0",
+            tolerance="strict (closed forms)",
+        )
+    )
     return out
 
 
-@register(name="single_location.fig3", model="single_location", paper="Marion et al. (2025), Fig. 3",
-          spec="docs/models/single_location.md §8.1, §5.2-§5.4",
-          caption=("Erf-oracle risk R_lambda(k*, v*) (docs/models/single_location.md §5.2) against the optimal linear risk "
-                   "(Prop. 3, docs/models/single_location.md §5.4), "
-                   "the null risk gamma^2 and the Bayes bound eps^2, gamma^2 = 1/2, eps = 0. Left: vs L at d = 400 "
-                   "with lambda = 0.1 or the best lambda per point. Right: excess risk vs d with lambda = d^(-1/4), "
-                   "L = 10 (Corollary 2: the oracle tends to eps^2, the linear predictor does not)."),
-          unrecoverable=(("axis variables and parameters: curves vs L = 1..100 at d = 400, gamma^2 = 1/2, eps = 0, "
-                          "lambda = 0.1 or optimised; vs d = 1e1..1e6 with lambda = d^(-1/4), L = 10 "
-                          "(docs/models/single_location.md §8.1 proposal)"),),
-          params={"tiny": {"n_L": 8, "n_d": 6}, "quick": {"n_L": 40, "n_d": 26}, "paper": {"n_L": 100, "n_d": 51}},
-          plot=plot_fig3, checks=checks_fig3)
+@register(
+    name="single_location.fig3",
+    model="single_location",
+    paper="Marion et al. (2025), Fig. 3",
+    spec="docs/models/single_location.md §8.1, §5.2-§5.4",
+    caption=(
+        "Erf-oracle risk R_lambda(k*, v*) (docs/models/single_location.md §5.2) against the optimal linear risk "
+        "(Prop. 3, docs/models/single_location.md §5.4), "
+        "the null risk gamma^2 and the Bayes bound eps^2, gamma^2 = 1/2, eps = 0. Left: vs L at d = 400 "
+        "with lambda = 0.1 or the best lambda per point. Right: excess risk vs d with lambda = d^(-1/4), "
+        "L = 10 (Corollary 2: the oracle tends to eps^2, the linear predictor does not)."
+    ),
+    unrecoverable=(
+        (
+            "axis variables and parameters: curves vs L = 1..100 at d = 400, gamma^2 = 1/2, eps = 0, "
+            "lambda = 0.1 or optimised; vs d = 1e1..1e6 with lambda = d^(-1/4), L = 10 "
+            "(docs/models/single_location.md §8.1 proposal)"
+        ),
+    ),
+    params={"tiny": {"n_L": 8, "n_d": 6}, "quick": {"n_L": 40, "n_d": 26}, "paper": {"n_L": 100, "n_d": 51}},
+    plot=plot_fig3,
+    checks=checks_fig3,
+)
 def data_fig3(cfg) -> xr.Dataset:
     """Closed forms of docs/models/single_location.md §5.2-§5.4 on the grids of the docs/models/single_location.md §8.1
     proposal."""
@@ -268,13 +361,19 @@ def data_fig3(cfg) -> xr.Dataset:
     oracle_d, lin_d = [], []
     for dv in ds_:
         task = sl.SingleLocationTask(d=round(dv), L=L0, gamma=GAMMA)
-        oracle_d.append(float(sl.oracle_risk(task, task.d ** -0.25)))
+        oracle_d.append(float(sl.oracle_risk(task, task.d**-0.25)))
         lin_d.append(sl.linear_risk(task))
     return xr.Dataset(
-        {"oracle_fixed": ("L", oracle_fixed), "oracle_best": ("L", oracle_best), "linear_L": ("L", lin_L),
-         "oracle_d": ("d", oracle_d), "linear_d": ("d", lin_d)},
+        {
+            "oracle_fixed": ("L", oracle_fixed),
+            "oracle_best": ("L", oracle_best),
+            "linear_L": ("L", lin_L),
+            "oracle_d": ("d", oracle_d),
+            "linear_d": ("d", lin_d),
+        },
         coords={"L": Ls, "d": np.rint(ds_)},
-        attrs={"d_fixed": d0, "lam_fixed": lam0, "L_fixed": L0, "null_risk": GAMMA ** 2, "bayes_bound": 0.0})
+        attrs={"d_fixed": d0, "lam_fixed": lam0, "L_fixed": L0, "null_risk": GAMMA**2, "bayes_bound": 0.0},
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -283,9 +382,11 @@ def data_fig3(cfg) -> xr.Dataset:
 
 def _pgd_params(n_runs_quick, n_steps, log_every, tiny_steps, tiny_log):
     base = {"d": 400, "L": 10}
-    return {"tiny": {**base, "n_runs": 4, "n_steps": tiny_steps, "log_every": tiny_log},
-            "quick": {**base, "n_runs": n_runs_quick, "n_steps": n_steps, "log_every": log_every},
-            "paper": {**base, "n_runs": 30, "n_steps": n_steps, "log_every": log_every}}
+    return {
+        "tiny": {**base, "n_runs": 4, "n_steps": tiny_steps, "log_every": tiny_log},
+        "quick": {**base, "n_runs": n_runs_quick, "n_steps": n_steps, "log_every": log_every},
+        "paper": {**base, "n_runs": 30, "n_steps": n_steps, "log_every": log_every},
+    }
 
 
 def plot_fig4a(ds):
@@ -305,50 +406,111 @@ def checks_fig4a(ds):
     task = sl.SingleLocationTask(d=int(ds.attrs["d"]), L=int(ds.attrs["L"]), gamma=GAMMA)
     out = []
     r0 = ds.excess_risk.isel(time=0).values
-    out.append(_check("Sec. 8.2: median excess risk at step 0 (reference 5.10; 95% of inits in [4.87, 6.53])",
-                      float(np.median(r0)), 4.87, 6.53, "the reference 95% range over initialisations"))
+    out.append(
+        _check(
+            "Sec. 8.2: median excess risk at step 0 (reference 5.10; 95% of inits in [4.87, 6.53])",
+            float(np.median(r0)),
+            4.87,
+            6.53,
+            "the reference 95% range over initialisations",
+        )
+    )
     i = _at_step(ds, 1200)  # the 300-step log grid has 900 and 1200; spec quotes step 1 000
     if i is not None:
-        out.append(_check("Sec. 8.2: v aligns first, median |nu| at step 1 200 (reference ~0.98 at 1 000)",
-                          float(np.median(np.abs(ds.nu.values[:, i]))), 0.9, 1.0, "two time scales, margin 0.08"))
-        out.append(_check("Sec. 8.2: k lags, median |kappa| at step 1 200 (reference ~0.12 at 1 000)",
-                          float(np.median(np.abs(ds.kappa.values[:, i]))), 0.0, 0.4, "two time scales, margin"))
+        out.append(
+            _check(
+                "Sec. 8.2: v aligns first, median |nu| at step 1 200 (reference ~0.98 at 1 000)",
+                float(np.median(np.abs(ds.nu.values[:, i]))),
+                0.9,
+                1.0,
+                "two time scales, margin 0.08",
+            )
+        )
+        out.append(
+            _check(
+                "Sec. 8.2: k lags, median |kappa| at step 1 200 (reference ~0.12 at 1 000)",
+                float(np.median(np.abs(ds.kappa.values[:, i]))),
+                0.0,
+                0.4,
+                "two time scales, margin",
+            )
+        )
     if int(ds.step.values[-1]) == 120_000:
         lam_f = float(ds.lam.values[0, -1])
         recovered, at_s, _ = _classify_final(ds, task, lam_f)
-        out.append(CheckResult(name="Sec. 8.2: every run recovers (k*, v*) or ends at S(1/13) (Sec. 7.4)",
-                               passed=bool(np.all(recovered | at_s)), measured=float(np.mean(recovered | at_s)),
-                               expected=1.0, tolerance="all runs"))
+        out.append(
+            CheckResult(
+                name="Sec. 8.2: every run recovers (k*, v*) or ends at S(1/13) (Sec. 7.4)",
+                passed=bool(np.all(recovered | at_s)),
+                measured=float(np.mean(recovered | at_s)),
+                expected=1.0,
+                tolerance="all runs",
+            )
+        )
         if recovered.any():
-            out.append(_check("Sec. 8.2: final excess risk of recovering runs (reference 0.07501)",
-                              float(np.median(_final(ds, "excess_risk")[recovered])), 0.07500, 0.07502,
-                              "5 significant digits quoted"))
-            out.append(_check("Sec. 8.2: final |kappa| of recovering runs (reference 0.99997)",
-                              float(np.median(_final(ds, "kappa", True)[recovered])), 0.99996, 0.99998,
-                              "5 significant digits quoted"))
+            out.append(
+                _check(
+                    "Sec. 8.2: final excess risk of recovering runs (reference 0.07501)",
+                    float(np.median(_final(ds, "excess_risk")[recovered])),
+                    0.07500,
+                    0.07502,
+                    "5 significant digits quoted",
+                )
+            )
+            out.append(
+                _check(
+                    "Sec. 8.2: final |kappa| of recovering runs (reference 0.99997)",
+                    float(np.median(_final(ds, "kappa", True)[recovered])),
+                    0.99996,
+                    0.99998,
+                    "5 significant digits quoted",
+                )
+            )
         n = ds.sizes["run"]
         # 3.7% of runs at S; 5 binomial SD above the mean (0 below) bounds the count.
         hi = 0.037 * n + 5 * math.sqrt(n * 0.037 * 0.963)
-        out.append(_check("Sec. 8.2: number of runs at the spurious point S (reference ~3.7%)", float(at_s.sum()), 0, hi,
-                          "binomial(n, 0.037) mean + 5 SD"))
+        out.append(
+            _check(
+                "Sec. 8.2: number of runs at the spurious point S (reference ~3.7%)",
+                float(at_s.sum()),
+                0,
+                hi,
+                "binomial(n, 0.037) mean + 5 SD",
+            )
+        )
     return out
 
 
-@register(name="single_location.fig4a", model="single_location", paper="Marion et al. (2025), Fig. 4(a)",
-          spec="docs/models/single_location.md §8.2, §6.4, §7.4",
-          caption=("Exact projected gradient descent on the population risk (five-scalar map, "
-                   "docs/models/single_location.md §6.4), sphere "
-                   "initialisation, d = 400, L = 10, gamma^2 = 1/2, eps = 0, alpha = 4e-3, lambda_n = 1/(1 + 1e-4 n). "
-                   "Mean over runs with the 95% percentile band; paths of runs 1 and 3; dist_M plotted with the "
-                   "float64 floor 1e-16. A few runs end at the spurious point S of docs/models/single_location.md §7.4 (not "
-                   "a bug)."),
-          params=_pgd_params(30, 120_000, 300, 3000, 300), plot=plot_fig4a, checks=checks_fig4a)
+@register(
+    name="single_location.fig4a",
+    model="single_location",
+    paper="Marion et al. (2025), Fig. 4(a)",
+    spec="docs/models/single_location.md §8.2, §6.4, §7.4",
+    caption=(
+        "Exact projected gradient descent on the population risk (five-scalar map, "
+        "docs/models/single_location.md §6.4), sphere "
+        "initialisation, d = 400, L = 10, gamma^2 = 1/2, eps = 0, alpha = 4e-3, lambda_n = 1/(1 + 1e-4 n). "
+        "Mean over runs with the 95% percentile band; paths of runs 1 and 3; dist_M plotted with the "
+        "float64 floor 1e-16. A few runs end at the spurious point S of docs/models/single_location.md §7.4 (not "
+        "a bug)."
+    ),
+    params=_pgd_params(30, 120_000, 300, 3000, 300),
+    plot=plot_fig4a,
+    checks=checks_fig4a,
+)
 def data_fig4a(cfg) -> xr.Dataset:
     p = cfg.params
     task = _task(p)
     states = _initial_states(cfg, task, int(p["n_runs"]))
-    ds = _pgd_dataset(task, states, alpha=4e-3, n_steps=int(p["n_steps"]), lam=sl.lam_schedule(1.0),
-                      log_every=int(p["log_every"]), progress=cfg.progress)
+    ds = _pgd_dataset(
+        task,
+        states,
+        alpha=4e-3,
+        n_steps=int(p["n_steps"]),
+        lam=sl.lam_schedule(1.0),
+        log_every=int(p["log_every"]),
+        progress=cfg.progress,
+    )
     ds.attrs.update(d=task.d, L=task.L, alpha=4e-3, lam="1/(1 + 1e-4 n)")
     return ds
 
@@ -362,43 +524,99 @@ def checks_fig4b(ds):
     i = _at_step(ds, 5000)
     if i is not None:
         k, n = ds.kappa.values[:, i], ds.nu.values[:, i]
-        out.append(CheckResult(name="Theorem 5 / docs/models/single_location.md §8.3: sign(kappa) = sign(nu) for all runs at step 5 "
-                                    "000",
-                               passed=bool(np.all(np.sign(k) == np.sign(n))),
-                               measured=float(np.mean(np.sign(k) == np.sign(n))), expected=1.0,
-                               tolerance="all runs"))
-        out.append(_check("Sec. 8.3: min |nu| at step 5 000 (reference |nu| = 1 by ~5 000)",
-                          float(np.min(np.abs(n))), 0.999, 1.0, "1e-3"))
-        out.append(_check("Sec. 8.3: median |kappa| at step 5 000 (reference 0.890, 5-95%: 0.871-0.897)",
-                          float(np.median(np.abs(k))), 0.871, 0.897, "the reference 5-95% range"))
+        out.append(
+            CheckResult(
+                name="Theorem 5 / docs/models/single_location.md §8.3: sign(kappa) = sign(nu) for all runs at step 5 "
+                "000",
+                passed=bool(np.all(np.sign(k) == np.sign(n))),
+                measured=float(np.mean(np.sign(k) == np.sign(n))),
+                expected=1.0,
+                tolerance="all runs",
+            )
+        )
+        out.append(
+            _check(
+                "Sec. 8.3: min |nu| at step 5 000 (reference |nu| = 1 by ~5 000)",
+                float(np.min(np.abs(n))),
+                0.999,
+                1.0,
+                "1e-3",
+            )
+        )
+        out.append(
+            _check(
+                "Sec. 8.3: median |kappa| at step 5 000 (reference 0.890, 5-95%: 0.871-0.897)",
+                float(np.median(np.abs(k))),
+                0.871,
+                0.897,
+                "the reference 5-95% range",
+            )
+        )
     if int(ds.step.values[-1]) == 20_000:
-        out.append(_check("Sec. 8.3: median |kappa| at step 20 000 (reference 0.983, 0.982-0.984)",
-                          float(np.median(_final(ds, "kappa", True))), 0.982, 0.984, "the reference range"))
-        out.append(_check("Sec. 8.3: median excess risk at step 20 000 (reference 0.1137, limit 0.113498)",
-                          float(np.median(_final(ds, "excess_risk"))), 0.113498, 0.1138, "spec value, 4 digits"))
+        out.append(
+            _check(
+                "Sec. 8.3: median |kappa| at step 20 000 (reference 0.983, 0.982-0.984)",
+                float(np.median(_final(ds, "kappa", True))),
+                0.982,
+                0.984,
+                "the reference range",
+            )
+        )
+        out.append(
+            _check(
+                "Sec. 8.3: median excess risk at step 20 000 (reference 0.1137, limit 0.113498)",
+                float(np.median(_final(ds, "excess_risk"))),
+                0.113498,
+                0.1138,
+                "spec value, 4 digits",
+            )
+        )
     # M's invariance under the map on M (dist_M = 0) holds by construction: tests/test_single_location.py checks it.
     r0 = ds.excess_risk.isel(time=0).values
     # Spec: mean 0.619 over manifold inits; 5 SE over runs.
     se = float(np.std(r0, ddof=1) / math.sqrt(r0.size))
-    out.append(_check("Sec. 8.3: mean excess risk at step 0 (reference 0.619)", float(np.mean(r0)), 0.619 - 5 * se,
-                      0.619 + 5 * se, "5 SE over runs"))
+    out.append(
+        _check(
+            "Sec. 8.3: mean excess risk at step 0 (reference 0.619)",
+            float(np.mean(r0)),
+            0.619 - 5 * se,
+            0.619 + 5 * se,
+            "5 SE over runs",
+        )
+    )
     return out
 
 
-@register(name="single_location.fig4b", model="single_location", paper="Marion et al. (2025), Fig. 4(b)",
-          spec="docs/models/single_location.md §8.3, §6.3, §7.3",
-          caption=("Exact PGD on the invariant manifold M (reduced map of docs/models/single_location.md §6.3), manifold "
-                   "initialisation "
-                   "(docs/models/single_location.md §6.5), d = 400, L = 10, gamma^2 = 1/2, eps = 0, lambda = 0.1, alpha = "
-                   "4e-3. Every run "
-                   "converges to (1, 1) or (-1, -1) (Theorem 5); dist_M is exactly 0 and drawn at the floor 1e-16."),
-          params=_pgd_params(30, 20_000, 200, 5000, 200), plot=plot_fig4b, checks=checks_fig4b)
+@register(
+    name="single_location.fig4b",
+    model="single_location",
+    paper="Marion et al. (2025), Fig. 4(b)",
+    spec="docs/models/single_location.md §8.3, §6.3, §7.3",
+    caption=(
+        "Exact PGD on the invariant manifold M (reduced map of docs/models/single_location.md §6.3), manifold "
+        "initialisation "
+        "(docs/models/single_location.md §6.5), d = 400, L = 10, gamma^2 = 1/2, eps = 0, lambda = 0.1, alpha = "
+        "4e-3. Every run "
+        "converges to (1, 1) or (-1, -1) (Theorem 5); dist_M is exactly 0 and drawn at the floor 1e-16."
+    ),
+    params=_pgd_params(30, 20_000, 200, 5000, 200),
+    plot=plot_fig4b,
+    checks=checks_fig4b,
+)
 def data_fig4b(cfg) -> xr.Dataset:
     p = cfg.params
     task = _task(p)
     states = _initial_states(cfg, task, int(p["n_runs"]), on="manifold")
-    ds = _pgd_dataset(task, states[:, :2], alpha=4e-3, n_steps=int(p["n_steps"]), lam=0.1,
-                      log_every=int(p["log_every"]), manifold=True, progress=cfg.progress)
+    ds = _pgd_dataset(
+        task,
+        states[:, :2],
+        alpha=4e-3,
+        n_steps=int(p["n_steps"]),
+        lam=0.1,
+        log_every=int(p["log_every"]),
+        manifold=True,
+        progress=cfg.progress,
+    )
     ds.attrs.update(d=task.d, L=task.L, alpha=4e-3, lam=0.1)
     return ds
 
@@ -412,19 +630,27 @@ def plot_fig7(ds):
     # outcomes are drawn
     dist_b = fig_b.distance_to_manifold.values[:, -1]
     runs_b = list(np.flatnonzero(dist_b < 1e-3)[:2]) + list(np.flatnonzero(dist_b > 0.5)[:1])
-    for row, (sub, runs, individual, title) in enumerate(((fig_a, [0, 2], False, "(a) lambda = 0.9, alpha = 1e-3"),
-                                                          (fig_b, runs_b or [0], True,
-                                                           "(b) lambda = 0.1, alpha = 4e-3"))):
+    for row, (sub, runs, individual, title) in enumerate(
+        (
+            (fig_a, [0, 2], False, "(a) lambda = 0.9, alpha = 1e-3"),
+            (fig_b, runs_b or [0], True, "(b) lambda = 0.1, alpha = 4e-3"),
+        )
+    ):
         sub = sub.assign_coords(step=("time", sub.step.values.astype(np.int64)))
         x = sub.step.values
-        ax = flat[4 * row: 4 * row + 4]
+        ax = flat[4 * row : 4 * row + 4]
         if individual:
             for r in range(sub.sizes["run"]):
                 ax[0].plot(x, sub.excess_risk.values[r], color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
                 ax[1].plot(x, np.abs(sub.kappa.values[r]), color=TOL_BRIGHT["blue"], linewidth=0.6, alpha=0.6)
                 ax[1].plot(x, np.abs(sub.nu.values[r]), color=TOL_BRIGHT["red"], linewidth=0.6, alpha=0.6)
-                ax[3].plot(x, np.maximum(sub.distance_to_manifold.values[r], DIST_FLOOR), color=TOL_BRIGHT["green"],
-                           linewidth=0.6, alpha=0.6)
+                ax[3].plot(
+                    x,
+                    np.maximum(sub.distance_to_manifold.values[r], DIST_FLOOR),
+                    color=TOL_BRIGHT["green"],
+                    linewidth=0.6,
+                    alpha=0.6,
+                )
             ax[1].plot([], [], color=TOL_BRIGHT["blue"], label=r"$|\kappa|$")
             ax[1].plot([], [], color=TOL_BRIGHT["red"], label=r"$|\nu|$")
         else:
@@ -433,9 +659,20 @@ def plot_fig7(ds):
             _band(ax[1], x, np.abs(sub.nu.values), TOL_BRIGHT["red"], r"$|\nu|$")
             _band(ax[3], x, np.maximum(sub.distance_to_manifold.values, DIST_FLOOR), TOL_BRIGHT["green"], "dist_M")
         S = float(ds.S_dist.sel(part="a" if row == 0 else "b"))
-        ax[3].axhline(S, color=TOL_BRIGHT["purple"], linestyle="--", linewidth=0.8, label="dist_M at S (docs/models/single_location.md §7.4)")
-        ax[0].axhline(float(ds.S_excess.sel(part="a" if row == 0 else "b")), color=TOL_BRIGHT["purple"],
-                      linestyle="--", linewidth=0.8, label="S")
+        ax[3].axhline(
+            S,
+            color=TOL_BRIGHT["purple"],
+            linestyle="--",
+            linewidth=0.8,
+            label="dist_M at S (docs/models/single_location.md §7.4)",
+        )
+        ax[0].axhline(
+            float(ds.S_excess.sel(part="a" if row == 0 else "b")),
+            color=TOL_BRIGHT["purple"],
+            linestyle="--",
+            linewidth=0.8,
+            label="S",
+        )
         top = 1.1 * float(np.nanmax(sub.excess_risk.values))
         ax[0].set(xlabel="step", ylabel="excess risk", ylim=(-0.05 * top, top), title=f"{title}: excess risk")
         ax[0].legend(fontsize=7)
@@ -459,60 +696,110 @@ def checks_fig7(ds):
         for lam, th, dist, exc in ((0.1, 0.629772, 1.18178, 0.115512), (0.9, 0.090351, 1.00407, 3.984798)):
             S = sl.spurious_point(task, lam)
             out.append(_check(f"Sec. 7.4: theta_S({lam})", S.theta_S, th - 1e-6, th + 1e-6, "6 digits quoted"))
-            out.append(_check(f"Sec. 7.4: excess risk at S({lam})", S.excess_risk, exc - 1e-6, exc + 1e-6,
-                              "6 digits quoted"))
-            out.append(_check(f"Sec. 7.4: dist_M at S({lam})", S.distance_to_manifold, dist - 1e-5, dist + 1e-5,
-                              "6 digits quoted"))
+            out.append(
+                _check(f"Sec. 7.4: excess risk at S({lam})", S.excess_risk, exc - 1e-6, exc + 1e-6, "6 digits quoted")
+            )
+            out.append(
+                _check(
+                    f"Sec. 7.4: dist_M at S({lam})", S.distance_to_manifold, dist - 1e-5, dist + 1e-5, "6 digits quoted"
+                )
+            )
     for part, lam, alpha in (("a", 0.9, 1e-3), ("b", 0.1, 4e-3)):
         S = sl.spurious_point(task, lam)
         one = sl.map(task, np.array(S.state), alpha=alpha, n_steps=1, lam=lam, saveat=SaveAt(final=True))
         moved = float(np.max(np.abs(np.array([one[v].values[0, -1] for v in STATE]) - np.array(S.state))))
-        out.append(_check(f"Sec. 7.4: S({lam}) is a fixed point of the five-scalar PGD map (max change in 1 step)",
-                          moved, 0.0, 1e-12, "1e-12: float64 rounding"))
+        out.append(
+            _check(
+                f"Sec. 7.4: S({lam}) is a fixed point of the five-scalar PGD map (max change in 1 step)",
+                moved,
+                0.0,
+                1e-12,
+                "1e-12: float64 rounding",
+            )
+        )
     sub_b = ds.sel(part="b").dropna("time", how="all")
     if int(sub_b.step.values[-1]) == 20_000:
         _, at_s, _ = _classify_final(sub_b, task, 0.1)
         n = sub_b.sizes["run"]
         # 49% of runs end at S (pooled 4 600 runs); the count over n runs is binomial: mean +- 5 SD.
         mu, sd = 0.49 * n, math.sqrt(n * 0.49 * 0.51)
-        out.append(_check("Sec. 8.6(b): number of runs at the spurious point S (reference ~49%)", float(at_s.sum()),
-                          max(0.0, mu - 5 * sd), mu + 5 * sd, "binomial(n, 0.49) mean +- 5 SD"))
-        rec = (_final(sub_b, "distance_to_manifold") < 1e-6)
+        out.append(
+            _check(
+                "Sec. 8.6(b): number of runs at the spurious point S (reference ~49%)",
+                float(at_s.sum()),
+                max(0.0, mu - 5 * sd),
+                mu + 5 * sd,
+                "binomial(n, 0.49) mean +- 5 SD",
+            )
+        )
+        rec = _final(sub_b, "distance_to_manifold") < 1e-6
         if rec.any():
-            out.append(_check("Sec. 8.6(b): median |kappa| of recovering runs at 20 000 (reference 0.983, 0.982-0.984)",
-                              float(np.median(_final(sub_b, "kappa", True)[rec])), 0.982, 0.984, "the reference range"))
+            out.append(
+                _check(
+                    "Sec. 8.6(b): median |kappa| of recovering runs at 20 000 (reference 0.983, 0.982-0.984)",
+                    float(np.median(_final(sub_b, "kappa", True)[rec])),
+                    0.982,
+                    0.984,
+                    "the reference range",
+                )
+            )
     sub_a = ds.sel(part="a").dropna("time", how="all")
     if int(sub_a.step.values[-1]) == 120_000:
         notS = ~(np.abs(_final(sub_a, "eta")) > 0.95)
-        out.append(_check("Sec. 8.6(a): median final |kappa| (reference 0.2986, 5-95%: 0.287-0.2995)",
-                          float(np.median(_final(sub_a, "kappa", True)[notS])), 0.287, 0.2995, "the reference range"))
-        out.append(_check("Sec. 8.6(a): median final excess risk (reference 3.8094, 5-95%: 3.8086-3.819)",
-                          float(np.median(_final(sub_a, "excess_risk"))), 3.8086, 3.819, "the reference range"))
+        out.append(
+            _check(
+                "Sec. 8.6(a): median final |kappa| (reference 0.2986, 5-95%: 0.287-0.2995)",
+                float(np.median(_final(sub_a, "kappa", True)[notS])),
+                0.287,
+                0.2995,
+                "the reference range",
+            )
+        )
+        out.append(
+            _check(
+                "Sec. 8.6(a): median final excess risk (reference 3.8094, 5-95%: 3.8086-3.819)",
+                float(np.median(_final(sub_a, "excess_risk"))),
+                3.8086,
+                3.819,
+                "the reference range",
+            )
+        )
     return out
 
 
-@register(name="single_location.fig7", model="single_location", paper="Marion et al. (2025), Fig. 7(a), 7(b)",
-          spec="docs/models/single_location.md §8.6, §7.4",
-          caption=("Exact PGD from the sphere at constant lambda (five-scalar map, docs/models/single_location.md §6.4), d "
-                   "= 400, L = 10, "
-                   "gamma^2 = 1/2, eps = 0, same initial states as Fig. 4(a). (a) lambda = 0.9, alpha = 1e-3: the "
-                   "runs leave (0, 0) but end off M. (b) lambda = 0.1, alpha = 4e-3, every run drawn: about half of "
-                   "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of "
-                   "docs/models/single_location.md §7.4 "
-                   "(dashed purple), the others recover (k*, v*); the (kappa, nu) panel draws two recovering runs "
-                   "and one that ends at S."),
-          params={"tiny": {"d": 400, "L": 10, "n_runs": 4, "n_steps_a": 3000, "n_steps_b": 2000},
-                  "quick": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000},
-                  "paper": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000}},
-          plot=plot_fig7, checks=checks_fig7)
+@register(
+    name="single_location.fig7",
+    model="single_location",
+    paper="Marion et al. (2025), Fig. 7(a), 7(b)",
+    spec="docs/models/single_location.md §8.6, §7.4",
+    caption=(
+        "Exact PGD from the sphere at constant lambda (five-scalar map, docs/models/single_location.md §6.4), d "
+        "= 400, L = 10, "
+        "gamma^2 = 1/2, eps = 0, same initial states as Fig. 4(a). (a) lambda = 0.9, alpha = 1e-3: the "
+        "runs leave (0, 0) but end off M. (b) lambda = 0.1, alpha = 4e-3, every run drawn: about half of "
+        "the runs converge to the spurious stationary point S = (0, 0, theta_S, 1, 0) of "
+        "docs/models/single_location.md §7.4 "
+        "(dashed purple), the others recover (k*, v*); the (kappa, nu) panel draws two recovering runs "
+        "and one that ends at S."
+    ),
+    params={
+        "tiny": {"d": 400, "L": 10, "n_runs": 4, "n_steps_a": 3000, "n_steps_b": 2000},
+        "quick": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000},
+        "paper": {"d": 400, "L": 10, "n_runs": 30, "n_steps_a": 120_000, "n_steps_b": 20_000},
+    },
+    plot=plot_fig7,
+    checks=checks_fig7,
+)
 def data_fig7(cfg) -> xr.Dataset:
     p = cfg.params
     task = _task(p)
     states = _initial_states(cfg, task, int(p["n_runs"]))
-    a = _pgd_dataset(task, states, alpha=1e-3, n_steps=int(p["n_steps_a"]), lam=0.9, log_every=300,
-                     progress=cfg.progress)
-    b = _pgd_dataset(task, states, alpha=4e-3, n_steps=int(p["n_steps_b"]), lam=0.1, log_every=200,
-                     progress=cfg.progress)
+    a = _pgd_dataset(
+        task, states, alpha=1e-3, n_steps=int(p["n_steps_a"]), lam=0.9, log_every=300, progress=cfg.progress
+    )
+    b = _pgd_dataset(
+        task, states, alpha=4e-3, n_steps=int(p["n_steps_b"]), lam=0.1, log_every=200, progress=cfg.progress
+    )
     parts = []
     for ds in (a, b):
         ds = ds.assign_coords(time=ds.step.values.astype(np.float64)).drop_vars("step")
@@ -544,19 +831,39 @@ def plot_fig6(ds):
     a.plot(kap, ds.nullcline.values, color="w", linestyle="--", linewidth=1.0, label=r"$\nu = $erf$(c\kappa/r)$")
     for i in range(ds.sizes["point"]):
         kind = str(ds.fp_kind.values[i])
-        a.scatter(ds.fp_kappa.values[i], ds.fp_nu.values[i], s=70, color=colours[kind], edgecolor="k", zorder=3,
-                  label=kind if kind not in [str(x) for x in ds.fp_kind.values[:i]] else None)
+        a.scatter(
+            ds.fp_kappa.values[i],
+            ds.fp_nu.values[i],
+            s=70,
+            color=colours[kind],
+            edgecolor="k",
+            zorder=3,
+            label=kind if kind not in [str(x) for x in ds.fp_kind.values[:i]] else None,
+        )
     a.set(title=r"(a) $R_M$ and the five fixed points")
     a.legend(fontsize=7, loc="center left", frameon=True, framealpha=0.8)  # clear of the fixed points
     U, V = ds.field_kappa.values.T, ds.field_nu.values.T
     mag = np.hypot(U, V)
     step = max(1, kap.size // 20)
-    mesh = b.pcolormesh(K, N, np.maximum(mag, 1e-12), norm=LogNorm(vmin=max(mag.max() * 1e-6, 1e-12),
-                                                                    vmax=mag.max()), cmap="magma", shading="auto")
+    mesh = b.pcolormesh(
+        K,
+        N,
+        np.maximum(mag, 1e-12),
+        norm=LogNorm(vmin=max(mag.max() * 1e-6, 1e-12), vmax=mag.max()),
+        cmap="magma",
+        shading="auto",
+    )
     fig.colorbar(mesh, ax=b, label="|field|")
     sl_ = (slice(None, None, step), slice(None, None, step))
-    b.quiver(K[sl_], N[sl_], (U / np.maximum(mag, 1e-300))[sl_], (V / np.maximum(mag, 1e-300))[sl_], color="0.15",
-             scale=30, width=0.003)
+    b.quiver(
+        K[sl_],
+        N[sl_],
+        (U / np.maximum(mag, 1e-300))[sl_],
+        (V / np.maximum(mag, 1e-300))[sl_],
+        color="0.15",
+        scale=30,
+        width=0.003,
+    )
     b.plot(kap, ds.nullcline.values, color=TOL_BRIGHT["cyan"], linestyle="--", linewidth=1.0)
     b.set(title=rf"(b) $-((1-\kappa^2)\partial_\kappa R_M, (1-\nu^2)\partial_\nu R_M)$, $\lambda$ = {ds.attrs['lam']}")
     return fig
@@ -566,29 +873,59 @@ def checks_fig6(ds):
     out = []
     # The five fixed points are placed analytically (Sec. 7.1); their count, kinds and zero field are identities
     # checked in tests/test_single_location.py, not findings of this figure.
-    out.append(_check("Sec. 8.5: kappa-component of the field on the nullcline nu = erf(c kappa/r)",
-                      float(np.max(np.abs(ds.nullcline_field.values))), 0.0, 1e-10, "1e-10: float64 rounding"))
+    out.append(
+        _check(
+            "Sec. 8.5: kappa-component of the field on the nullcline nu = erf(c kappa/r)",
+            float(np.max(np.abs(ds.nullcline_field.values))),
+            0.0,
+            1e-10,
+            "1e-10: float64 rounding",
+        )
+    )
     if (int(ds.attrs["d"]), float(ds.attrs["lam"])) == (400, 0.1):
         ev = np.sort(ds.saddle_map_eigenvalues.values)
-        out.append(_check("Sec. 7.2: PGD-map eigenvalue < 1 at the saddle (reference 0.986928, alpha = 4e-3)", ev[0],
-                          0.986928 - 1e-6, 0.986928 + 1e-6, "6 digits quoted"))
-        out.append(_check("Sec. 7.2: PGD-map eigenvalue > 1 at the saddle (reference 1.003086)", ev[1], 1.003086 - 1e-6,
-                          1.003086 + 1e-6, "6 digits quoted"))
+        out.append(
+            _check(
+                "Sec. 7.2: PGD-map eigenvalue < 1 at the saddle (reference 0.986928, alpha = 4e-3)",
+                ev[0],
+                0.986928 - 1e-6,
+                0.986928 + 1e-6,
+                "6 digits quoted",
+            )
+        )
+        out.append(
+            _check(
+                "Sec. 7.2: PGD-map eigenvalue > 1 at the saddle (reference 1.003086)",
+                ev[1],
+                1.003086 - 1e-6,
+                1.003086 + 1e-6,
+                "6 digits quoted",
+            )
+        )
     return out
 
 
-@register(name="single_location.fig6", model="single_location", paper="Marion et al. (2025), Fig. 6",
-          spec="docs/models/single_location.md §8.5, §7.1-§7.2",
-          caption=("Dynamics on the invariant manifold M in the (kappa, nu) square (docs/models/single_location.md §5.1, "
-                   "§7.1). (a) R_M with the "
-                   "five fixed points: minima (1, 1), (-1, -1) (yellow), saddle (0, 0) (blue), maxima (1, -1), "
-                   "(-1, 1) (red); dashed: the kappa-nullcline nu = erf(c kappa / r). (b) The vector field "
-                   "-((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), arrows normalised, colour = magnitude."),
-          unrecoverable=("d = 400, L = 10, gamma^2 = 1/2, lambda = 0.1 (docs/models/single_location.md §8.5 default)",),
-          params={"tiny": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 41},
-                  "quick": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 161},
-                  "paper": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 401}},
-          plot=plot_fig6, checks=checks_fig6)
+@register(
+    name="single_location.fig6",
+    model="single_location",
+    paper="Marion et al. (2025), Fig. 6",
+    spec="docs/models/single_location.md §8.5, §7.1-§7.2",
+    caption=(
+        "Dynamics on the invariant manifold M in the (kappa, nu) square (docs/models/single_location.md §5.1, "
+        "§7.1). (a) R_M with the "
+        "five fixed points: minima (1, 1), (-1, -1) (yellow), saddle (0, 0) (blue), maxima (1, -1), "
+        "(-1, 1) (red); dashed: the kappa-nullcline nu = erf(c kappa / r). (b) The vector field "
+        "-((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), arrows normalised, colour = magnitude."
+    ),
+    unrecoverable=("d = 400, L = 10, gamma^2 = 1/2, lambda = 0.1 (docs/models/single_location.md §8.5 default)",),
+    params={
+        "tiny": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 41},
+        "quick": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 161},
+        "paper": {"d": 400, "L": 10, "lam": 0.1, "n_grid": 401},
+    },
+    plot=plot_fig6,
+    checks=checks_fig6,
+)
 def data_fig6(cfg) -> xr.Dataset:
     p = cfg.params
     task = _task(p)
@@ -596,7 +933,7 @@ def data_fig6(cfg) -> xr.Dataset:
     g = np.linspace(-1.0, 1.0, int(p["n_grid"]))
     K, N = np.meshgrid(g, g, indexing="ij")  # (kappa, nu)
     field = sl.manifold_vector_field(task, lam, K, N)
-    risk_M = sl.manifold_risk(task, lam, K, N) - task.eps ** 2
+    risk_M = sl.manifold_risk(task, lam, K, N) - task.eps**2
     gg = lam * task.gamma
     q, r = math.sqrt(1 + 2 * gg * gg), math.sqrt(1 + 4 * gg * gg)
     c = lam * task.s / q
@@ -608,14 +945,22 @@ def data_fig6(cfg) -> xr.Dataset:
     fp_field = np.array([np.max(np.abs(sl.manifold_vector_field(task, lam, f.kappa, f.nu))) for f in fps])
     saddle = next(f for f in fps if f.kind == "saddle")
     return xr.Dataset(
-        {"field_kappa": (("kappa", "nu"), field[..., 0]), "field_nu": (("kappa", "nu"), field[..., 1]),
-         "risk_M": (("kappa", "nu"), risk_M), "nullcline": ("kappa", nullcline),
-         "nullcline_field": ("kappa", null_field),
-         "fp_kappa": ("point", [f.kappa for f in fps]), "fp_nu": ("point", [f.nu for f in fps]),
-         "fp_kind": ("point", [f.stability for f in fps]), "fp_risk": ("point", [f.risk for f in fps]),
-         "fp_field": ("point", fp_field),
-         "saddle_map_eigenvalues": ("eig", list(saddle.manifold_map_eigenvalues))},
-        coords={"kappa": g, "nu": g}, attrs={"d": task.d, "L": task.L, "lam": lam, "alpha": 4e-3})
+        {
+            "field_kappa": (("kappa", "nu"), field[..., 0]),
+            "field_nu": (("kappa", "nu"), field[..., 1]),
+            "risk_M": (("kappa", "nu"), risk_M),
+            "nullcline": ("kappa", nullcline),
+            "nullcline_field": ("kappa", null_field),
+            "fp_kappa": ("point", [f.kappa for f in fps]),
+            "fp_nu": ("point", [f.nu for f in fps]),
+            "fp_kind": ("point", [f.stability for f in fps]),
+            "fp_risk": ("point", [f.risk for f in fps]),
+            "fp_field": ("point", fp_field),
+            "saddle_map_eigenvalues": ("eig", list(saddle.manifold_map_eigenvalues)),
+        },
+        coords={"kappa": g, "nu": g},
+        attrs={"d": task.d, "L": task.L, "lam": lam, "alpha": 4e-3},
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -632,22 +977,45 @@ def plot_fig5(ds):
     sgd, pgd = ds.sel(source="sgd"), ds.sel(source="pgd")
     d = ds.attrs["d"]
     colour = TOL_BRIGHT["blue"]
-    plot_seed_band(axes[0], x, sgd.excess_risk.values, method="percentile", label=f"SGD (torch, d = {d}), exact risk",
-                   color=colour)
-    axes[0].plot(x, ds.test_excess_risk.mean("run").values, color=TOL_BRIGHT["grey"], linewidth=0.8,
-                 label="SGD, test MSE - eps^2")
-    plot_reduced(axes[0], x, pgd.excess_risk.mean("run").values, label="deterministic PGD (mean)",
-                 color=TOL_BRIGHT["purple"])
+    plot_seed_band(
+        axes[0], x, sgd.excess_risk.values, method="percentile", label=f"SGD (torch, d = {d}), exact risk", color=colour
+    )
+    axes[0].plot(
+        x,
+        ds.test_excess_risk.mean("run").values,
+        color=TOL_BRIGHT["grey"],
+        linewidth=0.8,
+        label="SGD, test MSE - eps^2",
+    )
+    plot_reduced(
+        axes[0], x, pgd.excess_risk.mean("run").values, label="deterministic PGD (mean)", color=TOL_BRIGHT["purple"]
+    )
     lb, xl = int(ds.attrs["batch_lb"]), ds.lb_step.values
     orange = TOL_BRIGHT["yellow"]
     # The large-batch run covers the transient only: its own panels (e, f) on the transient's step range.
     early = x <= xl[-1]
-    plot_seed_band(axes[4], x[early], sgd.excess_risk.values[:, early], method="percentile",
-                   label="SGD batch 5 (paper)", color=colour)
-    plot_reduced(axes[4], x[early], pgd.excess_risk.mean("run").values[early], label="deterministic PGD (mean)",
-                 color=TOL_BRIGHT["purple"])
-    axes[4].plot(xl, ds.lb_excess_risk.sel(source="sgd").mean("run").values, color=orange, linewidth=1.2,
-                 label=f"SGD batch {lb} (mean)")
+    plot_seed_band(
+        axes[4],
+        x[early],
+        sgd.excess_risk.values[:, early],
+        method="percentile",
+        label="SGD batch 5 (paper)",
+        color=colour,
+    )
+    plot_reduced(
+        axes[4],
+        x[early],
+        pgd.excess_risk.mean("run").values[early],
+        label="deterministic PGD (mean)",
+        color=TOL_BRIGHT["purple"],
+    )
+    axes[4].plot(
+        xl,
+        ds.lb_excess_risk.sel(source="sgd").mean("run").values,
+        color=orange,
+        linewidth=1.2,
+        label=f"SGD batch {lb} (mean)",
+    )
     axes[4].set(xlabel="step", ylabel="excess risk", ylim=(-0.1, 10), title="(e) transient: excess risk")
     axes[4].legend(fontsize=7)
     axes[0].set(xlabel="step", ylabel="excess risk", ylim=(-0.1, 10), title="excess risk")
@@ -655,20 +1023,39 @@ def plot_fig5(ds):
     for var, col, lab in (("kappa", TOL_BRIGHT["blue"], r"|\kappa|"), ("nu", TOL_BRIGHT["red"], r"|\nu|")):
         plot_seed_band(axes[1], x, np.abs(sgd[var].values), method="percentile", label=f"${lab}$ SGD", color=col)
         plot_reduced(axes[1], x, np.abs(pgd[var].values).mean(0), label=f"${lab}$ PGD", color=col)
-    for var, style, lab, col in (("kappa", "-", r"|\kappa|", TOL_BRIGHT["blue"]),
-                                 ("nu", "--", r"|\nu|", TOL_BRIGHT["red"])):
+    for var, style, lab, col in (
+        ("kappa", "-", r"|\kappa|", TOL_BRIGHT["blue"]),
+        ("nu", "--", r"|\nu|", TOL_BRIGHT["red"]),
+    ):
         plot_reduced(axes[5], x[early], np.abs(pgd[var].values).mean(0)[early], label=f"${lab}$ PGD", color=col)
-        axes[5].plot(xl, np.abs(ds["lb_" + var].sel(source="sgd").values).mean(0), color=orange, linestyle=style,
-                     linewidth=1.2, label=rf"$|\{var}|$ SGD batch {lb}")
+        axes[5].plot(
+            xl,
+            np.abs(ds["lb_" + var].sel(source="sgd").values).mean(0),
+            color=orange,
+            linestyle=style,
+            linewidth=1.2,
+            label=rf"$|\{var}|$ SGD batch {lb}",
+        )
     axes[5].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="(f) transient: alignment")
     axes[5].legend(fontsize=7, loc="lower right")
     axes[1].set(xlabel="step", ylabel="alignment", ylim=(-0.05, 1.05), title="alignment")
     axes[1].legend(fontsize=7, loc="lower right")
     _path_panel(axes[2], sgd, [0, 1])
-    plot_seed_band(axes[3], x, np.maximum(sgd.distance_to_manifold.values, DIST_FLOOR), method="percentile",
-                   label="SGD", color=TOL_BRIGHT["green"])
-    plot_reduced(axes[3], x, np.maximum(pgd.distance_to_manifold.values, DIST_FLOOR).mean(0), label="PGD",
-                 color=TOL_BRIGHT["green"])
+    plot_seed_band(
+        axes[3],
+        x,
+        np.maximum(sgd.distance_to_manifold.values, DIST_FLOOR),
+        method="percentile",
+        label="SGD",
+        color=TOL_BRIGHT["green"],
+    )
+    plot_reduced(
+        axes[3],
+        x,
+        np.maximum(pgd.distance_to_manifold.values, DIST_FLOOR).mean(0),
+        label="PGD",
+        color=TOL_BRIGHT["green"],
+    )
     axes[3].set(xlabel="step", ylabel=r"dist$_M$", yscale="log", ylim=(1e-17, 2), title="distance to M")
     axes[3].legend(fontsize=7)
     return _tidy_step_axes(fig)
@@ -676,15 +1063,33 @@ def plot_fig5(ds):
 
 # docs/models/single_location.md §8.4 table (median, min, max over 12 runs) at the steps it quotes.
 _FIG5_TABLE = {
-    1000: {"kappa": (0.12, 0.00, 0.35), "nu": (0.29, 0.04, 0.47), "excess_risk": (6.92, 6.64, 8.77),
-           "distance_to_manifold": (0.16, 0.05, 0.32)},
-    50_000: {"kappa": (0.577, 0.536, 0.615), "nu": (0.965, 0.961, 0.973), "excess_risk": (1.093, 1.087, 1.168),
-             "distance_to_manifold": (0.044, 0.008, 0.104)},
-    100_000: {"kappa": (0.924, 0.909, 0.944), "nu": (0.994, 0.993, 0.996), "excess_risk": (0.379, 0.371, 0.403),
-              "distance_to_manifold": (0.025, 0.013, 0.062)},
-    200_000: {"kappa": (0.998, 0.997, 0.998), "nu": (0.9985, 0.998, 0.999), "excess_risk": (0.1838, 0.18, 0.19),
-              "distance_to_manifold": (0.010, 0.004, 0.021)},
+    1000: {
+        "kappa": (0.12, 0.00, 0.35),
+        "nu": (0.29, 0.04, 0.47),
+        "excess_risk": (6.92, 6.64, 8.77),
+        "distance_to_manifold": (0.16, 0.05, 0.32),
+    },
+    50_000: {
+        "kappa": (0.577, 0.536, 0.615),
+        "nu": (0.965, 0.961, 0.973),
+        "excess_risk": (1.093, 1.087, 1.168),
+        "distance_to_manifold": (0.044, 0.008, 0.104),
+    },
+    100_000: {
+        "kappa": (0.924, 0.909, 0.944),
+        "nu": (0.994, 0.993, 0.996),
+        "excess_risk": (0.379, 0.371, 0.403),
+        "distance_to_manifold": (0.025, 0.013, 0.062),
+    },
+    200_000: {
+        "kappa": (0.998, 0.997, 0.998),
+        "nu": (0.9985, 0.998, 0.999),
+        "excess_risk": (0.1838, 0.18, 0.19),
+        "distance_to_manifold": (0.010, 0.004, 0.021),
+    },
 }
+
+
 def _fig5_rows(ds, prefix, quantity_prefix, explanation=None):
     sgd, pgd = ds.sel(source="sgd"), ds.sel(source="pgd")
     step = ds[prefix + "step"].values
@@ -695,8 +1100,14 @@ def _fig5_rows(ds, prefix, quantity_prefix, explanation=None):
     for var in ("kappa", "nu", "excess_risk"):
         f = np.abs if var in ("kappa", "nu") else (lambda x: x)
         name = f"|{var}|" if var in ("kappa", "nu") else var
-        rows += compare_rows(f"{quantity_prefix}: {name}", step[idx], f(pgd[prefix + var].values[:, idx]).mean(0),
-                             f(sgd[prefix + var].values[:, idx]), d=int(ds.attrs["d"]), explanation=explanation)
+        rows += compare_rows(
+            f"{quantity_prefix}: {name}",
+            step[idx],
+            f(pgd[prefix + var].values[:, idx]).mean(0),
+            f(sgd[prefix + var].values[:, idx]),
+            d=int(ds.attrs["d"]),
+            explanation=explanation,
+        )
     return rows
 
 
@@ -706,11 +1117,16 @@ def gaps_fig5(ds):
     lb = int(ds.attrs["batch_lb"])
     rows = _fig5_rows(ds, "lb_", f"batch-{lb} SGD")
     noise = Explanation(
-        reason=("SGD noise at batch 5: the theory is the noiseless PGD. Each update takes a random tangent step of "
-                "about alpha |g| ~ 0.08 in d = 80, whose renormalisation shrinks the alignments by ~alpha^2 |g|^2 / 2 "
-                "per step, comparable to the population drift (alpha x O(1)); this term scales as alpha / batch"),
-        evidence=(f"single_location.fig5, rows 'batch-{lb} SGD' (the same protocol with a {lb // 5}x larger batch "
-                  "follows PGD over the transient)"))
+        reason=(
+            "SGD noise at batch 5: the theory is the noiseless PGD. Each update takes a random tangent step of "
+            "about alpha |g| ~ 0.08 in d = 80, whose renormalisation shrinks the alignments by ~alpha^2 |g|^2 / 2 "
+            "per step, comparable to the population drift (alpha x O(1)); this term scales as alpha / batch"
+        ),
+        evidence=(
+            f"single_location.fig5, rows 'batch-{lb} SGD' (the same protocol with a {lb // 5}x larger batch "
+            "follows PGD over the transient)"
+        ),
+    )
     return rows + _fig5_rows(ds, "", "batch-5 SGD (paper)", explanation=noise)
 
 
@@ -726,35 +1142,79 @@ def checks_fig5(ds):
         for var, (_med, lo, hi) in table.items():
             x = sgd[var].values[:, i]
             x = np.abs(x) if var in ("kappa", "nu") else x
-            out.append(_range_check(f"Sec. 8.4: batch-5 SGD {var} at step {step} has the law of the paper's 12 runs",
-                                    x, lo, hi))
+            out.append(
+                _range_check(
+                    f"Sec. 8.4: batch-5 SGD {var} at step {step} has the law of the paper's 12 runs", x, lo, hi
+                )
+            )
     return out
 
 
-@register(name="single_location.fig5", model="single_location", paper="Marion et al. (2025), Fig. 5",
-          spec="docs/models/single_location.md §8.4, §6.4",
-          caption=("Online stochastic PGD of the torch erf predictor (docs/models/single_location.md §8.4): d = 80, L = 10, "
-                   "gamma^2 = 1/2, "
-                   "eps = 0.1, lambda_n = 2/(1 + 1e-4 n), alpha = 1e-3, batch 5, sphere initialisation, float64. "
-                   "Markers and bands: mean and 95% range over seeds; excess risk = closed-form risk of each "
-                   "iterate at lambda_n (grey: the noisy 1 000-sample test MSE). Dashed: the deterministic "
-                   "five-scalar PGD (docs/models/single_location.md §6.4) started from each seed's initial scalars, "
-                   "averaged over seeds. At batch "
-                   "5 the gradient noise is large (a tangent step of about alpha |g| ~ 0.08 per update in d = 80) and "
-                   "each renormalisation shrinks the alignments: the SGD mean lags the noiseless PGD (rows explained "
-                   "by SGD noise). The same protocol at a large batch (orange, first steps) follows PGD over the "
-                   "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs "
-                   "(docs/models/single_location.md §8.4 table)."),
-          params={"tiny": {"d": 20, "L": 5, "n_runs": 3, "n_steps": 300, "log_every": 50, "eval_size": 100,
-                           "batch_lb": 20, "n_steps_lb": 200, "log_every_lb": 50, "alpha": 1e-3, "batch_size": 5},
-                  "quick": {"d": 80, "L": 10, "n_runs": 8, "n_steps": 200_000, "log_every": 2000, "eval_size": 1000,
-                            "batch_lb": 100, "n_steps_lb": 12_000, "log_every_lb": 1000, "alpha": 1e-3,
-                            "batch_size": 5},
-                  "paper": {"d": 80, "L": 10, "n_runs": 30, "n_steps": 200_000, "log_every": 500,
-                            "eval_size": 1000, "batch_lb": 100, "n_steps_lb": 12_000, "log_every_lb": 500,
-                            "alpha": 1e-3, "batch_size": 5}},
-          calibrated_at={"d": 80, "L": 10, "alpha": 1e-3, "batch_size": 5},  # the paper's table the checks compare with
-          plot=plot_fig5, gaps=gaps_fig5, checks=checks_fig5)
+@register(
+    name="single_location.fig5",
+    model="single_location",
+    paper="Marion et al. (2025), Fig. 5",
+    spec="docs/models/single_location.md §8.4, §6.4",
+    caption=(
+        "Online stochastic PGD of the torch erf predictor (docs/models/single_location.md §8.4): d = 80, L = 10, "
+        "gamma^2 = 1/2, "
+        "eps = 0.1, lambda_n = 2/(1 + 1e-4 n), alpha = 1e-3, batch 5, sphere initialisation, float64. "
+        "Markers and bands: mean and 95% range over seeds; excess risk = closed-form risk of each "
+        "iterate at lambda_n (grey: the noisy 1 000-sample test MSE). Dashed: the deterministic "
+        "five-scalar PGD (docs/models/single_location.md §6.4) started from each seed's initial scalars, "
+        "averaged over seeds. At batch "
+        "5 the gradient noise is large (a tangent step of about alpha |g| ~ 0.08 per update in d = 80) and "
+        "each renormalisation shrinks the alignments: the SGD mean lags the noiseless PGD (rows explained "
+        "by SGD noise). The same protocol at a large batch (orange, first steps) follows PGD over the "
+        "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs "
+        "(docs/models/single_location.md §8.4 table)."
+    ),
+    params={
+        "tiny": {
+            "d": 20,
+            "L": 5,
+            "n_runs": 3,
+            "n_steps": 300,
+            "log_every": 50,
+            "eval_size": 100,
+            "batch_lb": 20,
+            "n_steps_lb": 200,
+            "log_every_lb": 50,
+            "alpha": 1e-3,
+            "batch_size": 5,
+        },
+        "quick": {
+            "d": 80,
+            "L": 10,
+            "n_runs": 8,
+            "n_steps": 200_000,
+            "log_every": 2000,
+            "eval_size": 1000,
+            "batch_lb": 100,
+            "n_steps_lb": 12_000,
+            "log_every_lb": 1000,
+            "alpha": 1e-3,
+            "batch_size": 5,
+        },
+        "paper": {
+            "d": 80,
+            "L": 10,
+            "n_runs": 30,
+            "n_steps": 200_000,
+            "log_every": 500,
+            "eval_size": 1000,
+            "batch_lb": 100,
+            "n_steps_lb": 12_000,
+            "log_every_lb": 500,
+            "alpha": 1e-3,
+            "batch_size": 5,
+        },
+    },
+    calibrated_at={"d": 80, "L": 10, "alpha": 1e-3, "batch_size": 5},  # the paper's table the checks compare with
+    plot=plot_fig5,
+    gaps=gaps_fig5,
+    checks=checks_fig5,
+)
 def data_fig5(cfg) -> xr.Dataset:
     p = cfg.params
     task = _task(p, noise=0.1)
@@ -763,16 +1223,31 @@ def data_fig5(cfg) -> xr.Dataset:
     model = slm.build(task, rng=spawn_generators(cfg.seed, ["init", "oracle"])["oracle"])
     seeds = [cfg.seed * 1000 + i for i in range(int(p["n_runs"]))]
     alpha = float(p["alpha"])
-    main = _fig5_run(cfg, task, model, seeds, int(p["batch_size"]), int(p["n_steps"]), int(p["log_every"]),
-                     int(p["eval_size"]), alpha)
+    main = _fig5_run(
+        cfg,
+        task,
+        model,
+        seeds,
+        int(p["batch_size"]),
+        int(p["n_steps"]),
+        int(p["log_every"]),
+        int(p["eval_size"]),
+        alpha,
+    )
     lb = int(p["batch_lb"])
     large = _fig5_run(cfg, task, model, seeds, lb, int(p["n_steps_lb"]), int(p["log_every_lb"]), 0, alpha)
     lb_train_config = large.attrs["train_config_json"]
     large = large.drop_vars(["test_excess_risk"]).rename(
-        {**{v: "lb_" + v for v in large.data_vars if v != "test_excess_risk"}, "time": "time_lb", "step": "lb_step"})
+        {**{v: "lb_" + v for v in large.data_vars if v != "test_excess_risk"}, "time": "time_lb", "step": "lb_step"}
+    )
     return xr.merge([main, large], combine_attrs="override").assign_attrs(
-        {"batch_lb": lb, "n_steps": int(p["n_steps"]), "n_steps_lb": int(p["n_steps_lb"]),
-         "lb_train_config_json": lb_train_config})
+        {
+            "batch_lb": lb,
+            "n_steps": int(p["n_steps"]),
+            "n_steps_lb": int(p["n_steps_lb"]),
+            "lb_train_config_json": lb_train_config,
+        }
+    )
 
 
 def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size, alpha) -> xr.Dataset:
@@ -782,30 +1257,55 @@ def _fig5_run(cfg, task, model, seeds, batch_size, n_steps, log_every, eval_size
     from figures.experiments import train
 
     lam = sl.lam_schedule(2.0)
-    config = slm.config("fig5", seeds, n_steps=n_steps, lam=lam, log_every=log_every, eval_size=eval_size,
-                        batch_size=batch_size, alpha=alpha)
+    config = slm.config(
+        "fig5",
+        seeds,
+        n_steps=n_steps,
+        lam=lam,
+        log_every=log_every,
+        eval_size=eval_size,
+        batch_size=batch_size,
+        alpha=alpha,
+    )
     with torch_threads(1):  # CPU: tiny tensors, threads only contend; GPU: unaffected
         traj = train(model, config, device=cfg.device, progress=cfg.progress)
     scal = {v: np.asarray(traj[v].values, dtype=np.float64) for v in STATE}
-    lams = np.asarray(lam(traj.step.values), dtype=np.float64)  # lambda_n of each logged row (docs/models/single_location.md §0.3)
+    lams = np.asarray(
+        lam(traj.step.values), dtype=np.float64
+    )  # lambda_n of each logged row (docs/models/single_location.md §0.3)
     exact = sl.excess_risk(task, lams, *(scal[v] for v in STATE))
 
     def exact_pgd(state0, at):  # the five-scalar PGD from each seed's step-0 scalars, saved at the torch run's steps
-        return sl.map(task, state0, alpha=alpha, n_steps=n_steps, lam=lam,
-                      saveat=SaveAt(steps=tuple(int(s) for s in at)), warn_unconverged=False)  # finite horizon
+        return sl.map(
+            task,
+            state0,
+            alpha=alpha,
+            n_steps=n_steps,
+            lam=lam,
+            saveat=SaveAt(steps=tuple(int(s) for s in at)),
+            warn_unconverged=False,
+        )  # finite horizon
 
     pgd, _ = overlay(exact_pgd, traj, state_variables=STATE)
     sgd_vals = {**scal, "distance_to_manifold": np.asarray(traj.distance_to_manifold.values), "excess_risk": exact}
     data = {v: (("source", "run", "time"), np.stack([sgd_vals[v], pgd[v].values])) for v in _FIG5_VARS}
-    test = (np.asarray(traj.excess_risk.values, dtype=np.float64) if eval_size
-            else np.full(exact.shape, np.nan))
+    test = np.asarray(traj.excess_risk.values, dtype=np.float64) if eval_size else np.full(exact.shape, np.nan)
     data["test_excess_risk"] = (("run", "time"), test)
     data["lam"] = ("time", lams)
-    return xr.Dataset(data, coords={"source": ["sgd", "pgd"], "run": seeds,
-                                    "step": ("time", traj.step.values.astype(np.int64))},
-                      attrs={"d": task.d, "L": task.L, "alpha": alpha, "batch_size": batch_size, "noise": task.eps,
-                             "lam": "2/(1 + 1e-4 n)", "torch_device": str(traj.attrs.get("device", cfg.device)),
-                             "train_config_json": config.to_json()})
+    return xr.Dataset(
+        data,
+        coords={"source": ["sgd", "pgd"], "run": seeds, "step": ("time", traj.step.values.astype(np.int64))},
+        attrs={
+            "d": task.d,
+            "L": task.L,
+            "alpha": alpha,
+            "batch_size": batch_size,
+            "noise": task.eps,
+            "lam": "2/(1 + 1e-4 n)",
+            "torch_device": str(traj.attrs.get("device", cfg.device)),
+            "train_config_json": config.to_json(),
+        },
+    )
 
 
 #  The Transformer and multi-location figures (docs/models/single_location.md §8.7-§8.9) live in their own module;

@@ -51,11 +51,23 @@ from closedform import models as _model_registry
 #: Modules swept, in import order (dynamics -> closedform -> empirical -> figures).
 _BUILTIN = sorted(_model_registry.names(builtin=True))
 MODULES = (
-    "dynamics.random", "dynamics.integrate", "dynamics.saveat", "dynamics.trajectory",
-    "dynamics.sweep", "dynamics.overlay", "dynamics.compare",
-    "closedform.special", *(f"closedform.{m}" for m in _BUILTIN), *(f"empirical.models.{m}" for m in _BUILTIN),
-    "empirical.models.single_location_transformer", "empirical.train", "empirical.checkpoint", "empirical.seeding",
-    "empirical.device", "figures.registry", "figures.report",
+    "dynamics.random",
+    "dynamics.integrate",
+    "dynamics.saveat",
+    "dynamics.trajectory",
+    "dynamics.sweep",
+    "dynamics.overlay",
+    "dynamics.compare",
+    "closedform.special",
+    *(f"closedform.{m}" for m in _BUILTIN),
+    *(f"empirical.models.{m}" for m in _BUILTIN),
+    "empirical.models.single_location_transformer",
+    "empirical.train",
+    "empirical.checkpoint",
+    "empirical.seeding",
+    "empirical.device",
+    "figures.registry",
+    "figures.report",
 )
 
 #: Bad-value kinds, in the order they are tried.
@@ -66,11 +78,45 @@ ALWAYS_INVALID = frozenset({"none", "string", "object", "nan", "inf", "complex",
 
 #: Parameters that must be > 0 wherever they occur (sizes, counts, rates, scales, variances): accepting zero or a
 #: negative value is a failure for them. Other parameters (times, coordinates, indices, seeds) may take such values.
-POSITIVE = frozenset({
-    "n", "N", "d", "D", "L", "K", "M", "H", "n_steps", "n_prompts", "n_samples", "n_train", "n_test", "batch_size",
-    "chunk", "eval_size", "n_grid", "max_walks", "width", "dt", "lr", "alpha", "sigma2", "sigma_x", "tau_end",
-    "rtol", "atol", "dt_max", "max_steps", "vocab_size", "L_test", "n_seeds", "save_every", "log_every", "Q",
-})
+POSITIVE = frozenset(
+    {
+        "n",
+        "N",
+        "d",
+        "D",
+        "L",
+        "K",
+        "M",
+        "H",
+        "n_steps",
+        "n_prompts",
+        "n_samples",
+        "n_train",
+        "n_test",
+        "batch_size",
+        "chunk",
+        "eval_size",
+        "n_grid",
+        "max_walks",
+        "width",
+        "dt",
+        "lr",
+        "alpha",
+        "sigma2",
+        "sigma_x",
+        "tau_end",
+        "rtol",
+        "atol",
+        "dt_max",
+        "max_steps",
+        "vocab_size",
+        "L_test",
+        "n_seeds",
+        "save_every",
+        "log_every",
+        "Q",
+    }
+)
 
 #: Documented valid values of an always-invalid kind: {(qualname or "*", parameter): kinds}. Accepting them is
 #: right, so the probe is unjudged (a NaN/inf in the answer still counts as silent_nan).
@@ -81,26 +127,39 @@ VALID_VALUES = {
     ("dynamics.integrate.Dopri5", "dt_max"): {"inf"},  # the default: no step-size limit (documented)
     ("dynamics.integrate.Tsit5", "dt_max"): {"inf"},
     # the engine: one str in names stores the whole state as one variable; bound=inf (the default) is no bound
-    **{(f"dynamics.integrate.{f}", p): {k} for f in ("iterate", "integrate") for p, k in (("names", "string"),
-                                                                                           ("bound", "inf"))},
+    **{
+        (f"dynamics.integrate.{f}", p): {k}
+        for f in ("iterate", "integrate")
+        for p, k in (("names", "string"), ("bound", "inf"))
+    },
     ("dynamics.integrate.iterate", "n_steps"): {"zero"},  # zero steps: the initial state only (tested)
     ("empirical.train.TrainConfig", "n_steps"): {"zero"},  # documented n_steps >= 0 (tested)
     ("empirical.train.TrainConfig", "eval_size"): {"zero"},  # no held-out evaluation
     ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
     ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},  # the saturation limit (saturation_dz)
     # nearest_neighbor: H is the embedded prompt array (any real entries), not a number of heads
-    **{(f"closedform.nearest_neighbor.{f}", "H"): {"zero", "negative"} for f in (
-        "attention", "forward", "full_loss", "full_gradient")},
+    **{
+        (f"closedform.nearest_neighbor.{f}", "H"): {"zero", "negative"}
+        for f in ("attention", "forward", "full_loss", "full_gradient")
+    },
     # icl_regression: sigma2 = 0 is the noise-free task (spec Sec. 1)
-    **{(f"closedform.icl_regression.{f}", "sigma2"): {"zero"} for f in (
-        "ICLRegressionTask", "flow", "map", "bayes_risk_asymptotic")},
+    **{
+        (f"closedform.icl_regression.{f}", "sigma2"): {"zero"}
+        for f in ("ICLRegressionTask", "flow", "map", "bayes_risk_asymptotic")
+    },
     # scan_snap: n is a class index (0 = the first class), not a size
-    **{(f"closedform.scan_snap.{f}", "n"): {"zero"} for f in (
-        "measure_transition", "relative_gain", "dominant_token", "saturation_dz", "theorem3_dz")},
+    **{
+        (f"closedform.scan_snap.{f}", "n"): {"zero"}
+        for f in ("measure_transition", "relative_gain", "dominant_token", "saturation_dz", "theorem3_dz")
+    },
     # token-selection GD maps: zero steps return the initial state (documented n_steps >= 0; no last step, so the
     # engine's final_step_norm is NaN by definition); bound=inf is the documented default (no bound)
-    **{(f"closedform.{m.name}.{f}", "n_steps"): {"zero"} for m in _model_registry.models(builtin=True)
-       if m.docs == "docs/models/token_selection.md" for f in ("map", "full_gd")},
+    **{
+        (f"closedform.{m.name}.{f}", "n_steps"): {"zero"}
+        for m in _model_registry.models(builtin=True)
+        if m.docs == "docs/models/token_selection.md"
+        for f in ("map", "full_gd")
+    },
     ("closedform.nearest_neighbor.map", "bound"): {"inf"},
     # the torch nearest_neighbor attention takes the embedded prompts H (any real entries), as the closed form does
     ("empirical.models.nearest_neighbor.attention", "H"): {"zero", "negative"},
@@ -111,7 +170,10 @@ VALID_VALUES = {
     # a prediction may be +-inf (e.g. "sv_1/sv_2 -> inf" for a rank-one limit); only NaN is refused there
     ("figures.registry.CheckResult", "expected"): {"inf"},
     # a seed is not a size: numpy takes any integer >= 0 as a seed
-    ("*", "seed"): {"huge"}, ("*", "seeds"): {"huge"}, ("*", "rng"): {"huge"}, ("*", "seed_or_rng"): {"huge"},
+    ("*", "seed"): {"huge"},
+    ("*", "seeds"): {"huge"},
+    ("*", "rng"): {"huge"},
+    ("*", "seed_or_rng"): {"huge"},
 }
 
 #: Project packages: an exception whose innermost frame is in one of them was raised by project code.
@@ -162,15 +224,24 @@ class Fixtures:
     # dynamics
     def _make_traj_map(self):
         import dynamics
-        return dynamics.iterate(self.step, np.array([[1.0, 0.5], [0.8, 0.4]]), 3, params=np.array([0.9]),
-                                names=("x0", "x1"))
+
+        return dynamics.iterate(
+            self.step, np.array([[1.0, 0.5], [0.8, 0.4]]), 3, params=np.array([0.9]), names=("x0", "x1")
+        )
 
     def _make_theory_fn(self):
         import dynamics
 
         def theory_fn(state0, at):
-            return dynamics.iterate(self.step, state0, int(max(at)), params=np.array([0.9]), names=("x0", "x1"),
-                                    saveat=dynamics.SaveAt(steps=tuple(int(a) for a in at)))
+            return dynamics.iterate(
+                self.step,
+                state0,
+                int(max(at)),
+                params=np.array([0.9]),
+                names=("x0", "x1"),
+                saveat=dynamics.SaveAt(steps=tuple(int(a) for a in at)),
+            )
+
         return theory_fn
 
     def _make_rhs(self):
@@ -180,6 +251,7 @@ class Fixtures:
         def rhs(t, y, p, dy):
             for i in range(y.shape[0]):
                 dy[i] = -p[0] * y[i]
+
         return rhs
 
     def _make_step(self):
@@ -189,111 +261,138 @@ class Fixtures:
         def step(k, x, p, out):
             for i in range(x.shape[0]):
                 out[i] = p[0] * x[i]
+
         return step
 
     def _make_dataset(self):
         import xarray as xr
+
         return xr.Dataset({"x": ("t", np.linspace(0.0, 1.0, 4))}, coords={"t": np.arange(4.0)})
 
     # closedform
     def _make_gs(self):
         import closedform.group_sparse as gs
+
         return gs.GroupSparseTask(d=2, D=4, eta=0.5, sigma_x=1.0, jstar=2)
 
     def _make_gs_sample(self):
         import closedform.group_sparse as gs
+
         return gs.sample(self.gs, 6, rng=0)
 
     def _make_gs_rs(self):
         import closedform.group_sparse as gs
+
         return gs.reduce_sample(self.gs_sample)
 
     def _make_gs_state(self):
         import closedform.group_sparse as gs
+
         return np.linspace(0.1, 0.4, gs.N_STATE)
 
     def _make_gs_vW(self):
         import closedform.group_sparse as gs
+
         return gs.embed_state(self.gs, self.gs_state, self.gs_sample.v_star)
 
     def _make_icl(self):
         import closedform.icl_regression as icl
+
         return icl.ICLRegressionTask(d=2, L=4, sigma2=0.1)
 
     def _make_icl_prompts(self):
         import closedform.icl_regression as icl
+
         return icl.sample_prompts(self.icl, 3, rng=0)
 
     def _make_nn(self):
         import closedform.nearest_neighbor as nn
+
         return nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)
 
     def _make_nn_prompts(self):
         import closedform.nearest_neighbor as nn
+
         return nn.sample_prompts(self.nn, 5, rng=0, labels=True)
 
     def _make_nn_H(self):
         import closedform.nearest_neighbor as nn
+
         return nn.embed(self.nn_prompts)
 
     def _make_nn_W(self):
         import closedform.nearest_neighbor as nn
+
         return nn.family_W(self.nn.d, 0.3, 0.2)
 
     def _make_rw(self):
         import closedform.random_walk as rw
+
         return rw.RandomWalkTask(K=3, N=4, M=10, p=0.7)
 
     def _make_rw_sample(self):
         import closedform.random_walk as rw
+
         return rw.sample_walks(self.rw, 20, rng=0)
 
     def _make_rw_state(self):
         import closedform.random_walk as rw
+
         return rw.unpack_state(self.rw, rw.initial_state(self.rw) + 0.1)
 
     def _make_rw_f(self):
         import closedform.random_walk as rw
+
         V, a, c = self.rw_state
         return rw.reduced_forward(self.rw, V, a, c, self.rw_sample.states[:, :-1])[1]
 
     def _make_ss_classes(self):
         import closedform.scan_snap as ss
+
         return ss.SequenceClasses.syn_small()
 
     def _make_ss(self):
         import closedform.scan_snap as ss
+
         return ss.ScanSnapTask(classes=self.ss_classes, eta_Y=1.0, eta_Z=1.0)
 
     def _make_ss_YZ(self):
         import closedform.scan_snap as ss
+
         return ss.random_init(self.ss_classes, rng=0)
 
     def _make_ss_classes1(self):
         import closedform.scan_snap as ss
+
         return ss.SequenceClasses.syn(1, 2, num_common=1, num_unique=2)
 
     def _make_ss1(self):
         import closedform.scan_snap as ss
+
         return ss.ScanSnapTask(classes=self.ss_classes1, eta_Y=1.0, eta_Z=1.0)
 
     def _make_theory_ds(self):
         import xarray as xr
+
         return xr.Dataset({"x": ("time", np.array([1.0, 0.5, 0.25]))}, coords={"time": np.arange(3.0)})
 
     def _make_learned_ds(self):
         import xarray as xr
+
         x = np.array([1.0, 0.5, 0.25]) + np.array([[0.01], [-0.02], [0.015]])
-        return xr.Dataset({"x": (("trajectory", "time"), x)},
-                          coords={"time": np.arange(3.0), "trajectory": np.arange(3)})
+        return xr.Dataset(
+            {"x": (("trajectory", "time"), x)}, coords={"time": np.arange(3.0), "trajectory": np.arange(3)}
+        )
 
     # empirical
     def _make_gens(self):
         import torch
+
         return [torch.Generator().manual_seed(0)]
 
     def _torch_parts(self, model):
         import torch
+
         cpu = torch.device("cpu")
         params = model.init_params(self.gens, device=cpu, dtype=torch.float64)
         batch = model.sample(self.gens, 4, device=cpu, dtype=torch.float64)
@@ -301,6 +400,7 @@ class Fixtures:
 
     def _make_m_gs(self):
         import empirical.models.group_sparse as m
+
         return m.GroupSparseAttention(self.gs)
 
     def _make_m_gs_parts(self):
@@ -308,6 +408,7 @@ class Fixtures:
 
     def _make_m_icl(self):
         import empirical.models.icl_regression as m
+
         return m.ICLAttention(self.icl, 2)
 
     def _make_m_icl_parts(self):
@@ -315,6 +416,7 @@ class Fixtures:
 
     def _make_m_nn(self):
         import empirical.models.nearest_neighbor as m
+
         return m.NearestNeighborAttention(self.nn)
 
     def _make_m_nn_parts(self):
@@ -322,6 +424,7 @@ class Fixtures:
 
     def _make_m_rw(self):
         import empirical.models.random_walk as m
+
         return m.RandomWalkAttention(self.rw)
 
     def _make_m_rw_parts(self):
@@ -329,6 +432,7 @@ class Fixtures:
 
     def _make_m_ss(self):
         import empirical.models.scan_snap as m
+
         return m.ScanSnapTorch(classes=self.ss_classes, T=16)
 
     def _make_m_ss_parts(self):
@@ -336,60 +440,75 @@ class Fixtures:
 
     def _make_m_sl(self):
         import empirical.models.single_location as m
+
         return m.build(self.sl, rng=0)
 
     def _make_sl_tdirs(self):
         import torch
+
         return tuple(torch.as_tensor(a) for a in self.sl_dirs)
 
     def _make_ckpt_path(self):
         import torch
 
         import empirical.checkpoint as ck
+
         path = os.path.join(_scratch(), "c.ckpt")
         ck.save_checkpoint(path, {"step": 1, "w": torch.zeros(2)})
         return path
 
     def _make_icl_traj(self):
         import empirical.train as tr
+
         model = self.m_icl
         return tr.train(model, tr.TrainConfig(seeds=(0,), n_steps=2, batch_size=2, lr=0.01), device="cpu")
 
     def _make_qa_sample(self):
         import empirical.models.random_walk as m
+
         return m.qa_sample("majority", 4, 0)
 
     def _make_m_qa(self):
         import empirical.models.random_walk as m
+
         return m.QAAttention("majority", data=[self.qa_sample], test=[self.qa_sample])
 
     def _make_sl_X(self):
         import torch
+
         return torch.full((1, 2, 4, 8), 0.1, dtype=torch.float64)
 
     def _make_cfg(self):
         import empirical.train as tr
+
         return tr.TrainConfig(seeds=(0,), n_steps=2, batch_size=2, lr=0.01)
 
     # figures
     def _make_fig_spec(self):
         from figures.registry import REGISTRY
+
         REGISTRY.discover()
         return REGISTRY.get(REGISTRY.names()[0])
 
     def _make_section(self):
         from figures.registry import ModuleStatus
         from figures.report import FigureEntry, ModelSection
+
         spec = self.fig_spec
-        return ModelSection(model=spec.model, module=ModuleStatus(spec.model, "ok"),
-                            figures=[FigureEntry(spec=spec, status="failed", error="not built")])
+        return ModelSection(
+            model=spec.model,
+            module=ModuleStatus(spec.model, "ok"),
+            figures=[FigureEntry(spec=spec, status="failed", error="not built")],
+        )
 
     def _make_sl(self):
         import closedform.single_location as sl
+
         return sl.SingleLocationTask(d=8, L=4, noise=0.1)
 
     def _make_sl_dirs(self):
         import closedform.single_location as sl
+
         return sl.random_oracle_directions(self.sl, rng=0)
 
     def _make_sl_state(self):
@@ -408,165 +527,335 @@ def _nn_prompts_fields(fx):
 #: fixtures. Parameters with a default keep it unless the callable has an entry in EXAMPLES.
 NAMES = {
     "*": {
-        "rng": lambda f: 0, "seed": lambda f: 0, "seeds": lambda f: (0,),
-        "n_steps": lambda f: 3, "n_prompts": lambda f: 3, "n": lambda f: 3,
+        "rng": lambda f: 0,
+        "seed": lambda f: 0,
+        "seeds": lambda f: (0,),
+        "n_steps": lambda f: 3,
+        "n_prompts": lambda f: 3,
+        "n": lambda f: 3,
     },
     "dynamics.validation": {
-        "name": lambda f: "x", "value": lambda f: 1, "low": lambda f: 0.0, "high": lambda f: 2.0,
+        "name": lambda f: "x",
+        "value": lambda f: 1,
+        "low": lambda f: 0.0,
+        "high": lambda f: 2.0,
         "choices": lambda f: (1, 2),
     },
     "dynamics.random": {"seed": lambda f: 0, "names": lambda f: ("a", "b")},
     "closedform.special": {
-        "t": lambda f: 0.5, "g": lambda f: 0.7, "h": lambda f: 0.5, "a": lambda f: 0.3, "j": lambda f: 1,
+        "t": lambda f: 0.5,
+        "g": lambda f: 0.7,
+        "h": lambda f: 0.5,
+        "a": lambda f: 0.3,
+        "j": lambda f: 1,
         "x": lambda f: 0.4,
     },
     "closedform.group_sparse": {
-        "task": lambda f: f.gs, "s": lambda f: f.gs_sample, "rs": lambda f: f.gs_rs, "state": lambda f: f.gs_state,
-        "v": lambda f: f.gs_vW[0], "W": lambda f: f.gs_vW[1], "X": lambda f: f.gs_sample.X,
-        "y": lambda f: f.gs_sample.y, "v_star": lambda f: f.gs_sample.v_star, "t": lambda f: 2,
-        "eps_B": lambda f: 0.1, "eps": lambda f: 0.1, "gamma": lambda f: 0.5, "delta": lambda f: 0.1,
-        "loss": lambda f: np.array([0.5, 0.4, 0.3]), "f": lambda f: np.linspace(-0.5, 0.5, 6),
-        "a": lambda f: f.gs_rs.a, "gram": lambda f: f.gs_rs.gram,
-        "S": lambda f: np.full((2, 4, 4), 0.25), "n_unique": lambda f: 6,
+        "task": lambda f: f.gs,
+        "s": lambda f: f.gs_sample,
+        "rs": lambda f: f.gs_rs,
+        "state": lambda f: f.gs_state,
+        "v": lambda f: f.gs_vW[0],
+        "W": lambda f: f.gs_vW[1],
+        "X": lambda f: f.gs_sample.X,
+        "y": lambda f: f.gs_sample.y,
+        "v_star": lambda f: f.gs_sample.v_star,
+        "t": lambda f: 2,
+        "eps_B": lambda f: 0.1,
+        "eps": lambda f: 0.1,
+        "gamma": lambda f: 0.5,
+        "delta": lambda f: 0.1,
+        "loss": lambda f: np.array([0.5, 0.4, 0.3]),
+        "f": lambda f: np.linspace(-0.5, 0.5, 6),
+        "a": lambda f: f.gs_rs.a,
+        "gram": lambda f: f.gs_rs.gram,
+        "S": lambda f: np.full((2, 4, 4), 0.25),
+        "n_unique": lambda f: 6,
     },
     "closedform.icl_regression": {
-        "task": lambda f: f.icl, "omega": lambda f: np.array([0.4, 0.2]), "mu": lambda f: np.array([1.0, 0.5]),
-        "eta": lambda f: 0.5, "sum_mu": lambda f: 1.5, "omega0": lambda f: np.array([0.4, 0.2]),
-        "mu0": lambda f: np.array([1.0, 0.5]), "t_span": lambda f: (0.0, 0.5), "lr": lambda f: 0.1,
-        "eps0": lambda f: 0.01, "t": lambda f: np.array([1.0, 2.0]), "gamma": lambda f: 0.13, "xi": lambda f: 0.125,
-        "sigma2": lambda f: 0.1, "L_test": lambda f: 4, "X": lambda f: f.icl_prompts.X,
-        "y": lambda f: f.icl_prompts.y, "xq": lambda f: f.icl_prompts.xq, "mu_gamma": lambda f: 3.4,
-        "lam_ridge": lambda f: 0.5, "G": lambda f: np.eye(2), "Sigma": lambda f: np.eye(2), "rho": lambda f: 0.3,
-        "d": lambda f: 2, "L": lambda f: 4, "H": lambda f: 2, "yq": lambda f: f.icl_prompts.yq,
+        "task": lambda f: f.icl,
+        "omega": lambda f: np.array([0.4, 0.2]),
+        "mu": lambda f: np.array([1.0, 0.5]),
+        "eta": lambda f: 0.5,
+        "sum_mu": lambda f: 1.5,
+        "omega0": lambda f: np.array([0.4, 0.2]),
+        "mu0": lambda f: np.array([1.0, 0.5]),
+        "t_span": lambda f: (0.0, 0.5),
+        "lr": lambda f: 0.1,
+        "eps0": lambda f: 0.01,
+        "t": lambda f: np.array([1.0, 2.0]),
+        "gamma": lambda f: 0.13,
+        "xi": lambda f: 0.125,
+        "sigma2": lambda f: 0.1,
+        "L_test": lambda f: 4,
+        "X": lambda f: f.icl_prompts.X,
+        "y": lambda f: f.icl_prompts.y,
+        "xq": lambda f: f.icl_prompts.xq,
+        "mu_gamma": lambda f: 3.4,
+        "lam_ridge": lambda f: 0.5,
+        "G": lambda f: np.eye(2),
+        "Sigma": lambda f: np.eye(2),
+        "rho": lambda f: 0.3,
+        "d": lambda f: 2,
+        "L": lambda f: 4,
+        "H": lambda f: 2,
+        "yq": lambda f: f.icl_prompts.yq,
         "beta": lambda f: f.icl_prompts.beta,
-        "predict": lambda f: (lambda X, y, xq: np.zeros(np.shape(xq)[0])),
+        "predict": lambda f: lambda X, y, xq: np.zeros(np.shape(xq)[0]),
     },
     "closedform.nearest_neighbor": {
-        "task": lambda f: f.nn, "prompts": lambda f: f.nn_prompts, "xi1": lambda f: 0.3, "xi2": lambda f: 0.2,
-        "W": lambda f: f.nn_W, "H": lambda f: f.nn_H, "target": lambda f: f.nn_prompts.c[:, 0] * 0 + 1.0,
-        "d": lambda f: 3, "N": lambda f: 4, "C_d": lambda f: 1.0, "t": lambda f: np.array([2.0, 3.0]),
-        "C": lambda f: 1.0, "delta": lambda f: 0.1, "y": lambda f: f.nn_prompts.y, "Y": lambda f: np.eye(4)[:2],
-        "X": lambda f: f.nn_prompts.X, "xq": lambda f: f.nn_prompts.xq, "c": lambda f: f.nn_prompts.c,
-        "istar": lambda f: f.nn_prompts.istar, "sigma": lambda f: 1.0, "eta": lambda f: 1.0,
+        "task": lambda f: f.nn,
+        "prompts": lambda f: f.nn_prompts,
+        "xi1": lambda f: 0.3,
+        "xi2": lambda f: 0.2,
+        "W": lambda f: f.nn_W,
+        "H": lambda f: f.nn_H,
+        "target": lambda f: f.nn_prompts.c[:, 0] * 0 + 1.0,
+        "d": lambda f: 3,
+        "N": lambda f: 4,
+        "C_d": lambda f: 1.0,
+        "t": lambda f: np.array([2.0, 3.0]),
+        "C": lambda f: 1.0,
+        "delta": lambda f: 0.1,
+        "y": lambda f: f.nn_prompts.y,
+        "Y": lambda f: np.eye(4)[:2],
+        "X": lambda f: f.nn_prompts.X,
+        "xq": lambda f: f.nn_prompts.xq,
+        "c": lambda f: f.nn_prompts.c,
+        "istar": lambda f: f.nn_prompts.istar,
+        "sigma": lambda f: 1.0,
+        "eta": lambda f: 1.0,
     },
     "closedform.random_walk": {
-        "task": lambda f: f.rw, "sample": lambda f: f.rw_sample, "walks": lambda f: f.rw_sample,
-        "K": lambda f: 3, "N": lambda f: 4, "p": lambda f: 0.7, "V": lambda f: f.rw_state[0],
-        "a": lambda f: f.rw_state[1], "c": lambda f: f.rw_state[2], "context": lambda f: f.rw_sample.states[:, :-1],
+        "task": lambda f: f.rw,
+        "sample": lambda f: f.rw_sample,
+        "walks": lambda f: f.rw_sample,
+        "K": lambda f: 3,
+        "N": lambda f: 4,
+        "p": lambda f: 0.7,
+        "V": lambda f: f.rw_state[0],
+        "a": lambda f: f.rw_state[1],
+        "c": lambda f: f.rw_state[2],
+        "context": lambda f: f.rw_sample.states[:, :-1],
         "W": lambda f: __import__("closedform.random_walk").random_walk.W_from_reduced(f.rw, *f.rw_state[1:]),
-        "f": lambda f: f.rw_f, "target": lambda f: np.eye(3), "S": lambda f: np.full((2, 3), 1 / 3),
+        "f": lambda f: f.rw_f,
+        "target": lambda f: np.eye(3),
+        "S": lambda f: np.full((2, 3), 1 / 3),
         "x": lambda f: __import__("closedform.random_walk").random_walk.initial_state(f.rw),
-        "states": lambda f: f.rw_sample.states, "tau_end": lambda f: 0.5,
+        "states": lambda f: f.rw_sample.states,
+        "tau_end": lambda f: 0.5,
     },
     "closedform.scan_snap": {
-        "classes": lambda f: f.ss_classes, "task": lambda f: f.ss, "Y": lambda f: f.ss_YZ[0],
-        "Z": lambda f: f.ss_YZ[1], "t_span": lambda f: (0.0, 0.5), "M": lambda f: 50, "K": lambda f: 2,
-        "eta_Y": lambda f: 1.0, "eta_Z": lambda f: 1.0, "tau": lambda f: np.array([0.5, 1.0]),
-        "s": lambda f: np.array([1, 2]), "P": lambda f: f.ss_classes.P, "t": lambda f: np.array([0.5, 1.0]),
+        "classes": lambda f: f.ss_classes,
+        "task": lambda f: f.ss,
+        "Y": lambda f: f.ss_YZ[0],
+        "Z": lambda f: f.ss_YZ[1],
+        "t_span": lambda f: (0.0, 0.5),
+        "M": lambda f: 50,
+        "K": lambda f: 2,
+        "eta_Y": lambda f: 1.0,
+        "eta_Z": lambda f: 1.0,
+        "tau": lambda f: np.array([0.5, 1.0]),
+        "s": lambda f: np.array([1, 2]),
+        "P": lambda f: f.ss_classes.P,
+        "t": lambda f: np.array([0.5, 1.0]),
         "z": lambda f: np.array([0.2]),
-        "z0": lambda f: np.array([0.1]), "n": lambda f: 0, "l": lambda f: 0, "l2": lambda f: 1, "C0": lambda f: 1.0,
-        "f_l0_0": lambda f: 0.5, "B": lambda f: 1.0, "query": lambda f: 0, "target": lambda f: 1,
-        "context": lambda f: np.array([0, 1, 2]), "dz_l0": lambda f: 0.1,
+        "z0": lambda f: np.array([0.1]),
+        "n": lambda f: 0,
+        "l": lambda f: 0,
+        "l2": lambda f: 1,
+        "C0": lambda f: 1.0,
+        "f_l0_0": lambda f: 0.5,
+        "B": lambda f: 1.0,
+        "query": lambda f: 0,
+        "target": lambda f: 1,
+        "context": lambda f: np.array([0, 1, 2]),
+        "dz_l0": lambda f: 0.1,
     },
     "closedform.single_location": {
-        "task": lambda f: f.sl, "lam": lambda f: 0.5, "kappa": lambda f: 0.4, "nu": lambda f: 0.3,
-        "theta": lambda f: 0.1, "eta": lambda f: 0.1, "rho": lambda f: 0.1, "lam0": lambda f: 0.5,
-        "d": lambda f: 8, "L": lambda f: 4, "state0": lambda f: f.sl_state, "state": lambda f: f.sl_state,
-        "states": lambda f: np.array([[0.4, 0.3, 0.1, 0.1, 0.1]]), "alpha": lambda f: 0.01,
-        "k_star": lambda f: f.sl_dirs[0], "v_star": lambda f: f.sl_dirs[1],
-        "k0": lambda f: f.sl_dirs[0], "v0": lambda f: f.sl_dirs[1], "k": lambda f: f.sl_dirs[0],
+        "task": lambda f: f.sl,
+        "lam": lambda f: 0.5,
+        "kappa": lambda f: 0.4,
+        "nu": lambda f: 0.3,
+        "theta": lambda f: 0.1,
+        "eta": lambda f: 0.1,
+        "rho": lambda f: 0.1,
+        "lam0": lambda f: 0.5,
+        "d": lambda f: 8,
+        "L": lambda f: 4,
+        "state0": lambda f: f.sl_state,
+        "state": lambda f: f.sl_state,
+        "states": lambda f: np.array([[0.4, 0.3, 0.1, 0.1, 0.1]]),
+        "alpha": lambda f: 0.01,
+        "k_star": lambda f: f.sl_dirs[0],
+        "v_star": lambda f: f.sl_dirs[1],
+        "k0": lambda f: f.sl_dirs[0],
+        "v0": lambda f: f.sl_dirs[1],
+        "k": lambda f: f.sl_dirs[0],
         "v": lambda f: f.sl_dirs[1],
         "X": lambda f: np.ones((2, 4, 8)) * 0.1,
     },
     "empirical.models.group_sparse": {
-        "task": lambda f: f.gs, "model": lambda f: f.m_gs, "params": lambda f: f.m_gs_parts[0],
-        "X": lambda f: f.m_gs_parts[1]["X"], "y": lambda f: f.m_gs_parts[1]["y"],
+        "task": lambda f: f.gs,
+        "model": lambda f: f.m_gs,
+        "params": lambda f: f.m_gs_parts[0],
+        "X": lambda f: f.m_gs_parts[1]["X"],
+        "y": lambda f: f.m_gs_parts[1]["y"],
         "W": lambda f: f.m_gs_parts[0].get("W"),
         "f": lambda f: __import__("torch").zeros(4, dtype=__import__("torch").float64),
-        "v_star": lambda f: f.gs_sample.v_star, "batch_size": lambda f: 2,
+        "v_star": lambda f: f.gs_sample.v_star,
+        "batch_size": lambda f: 2,
         "v_tilde_star": lambda f: np.array([1.0, 0.0]),
-        "gamma": lambda f: 0.1, "X_test": lambda f: f.m_gs_parts[1]["X"], "y_test": lambda f: f.m_gs_parts[1]["y"],
+        "gamma": lambda f: 0.1,
+        "X_test": lambda f: f.m_gs_parts[1]["X"],
+        "y_test": lambda f: f.m_gs_parts[1]["y"],
         "checkpoints": lambda f: (1, 2),
     },
     "empirical.models.icl_regression": {
-        "task": lambda f: f.icl, "H": lambda f: 2, "model_or_spec": lambda f: f.m_icl, "model": lambda f: f.m_icl,
-        "params": lambda f: f.m_icl_parts[0], "batch": lambda f: f.m_icl_parts[1],
-        "omega": lambda f: np.array([0.4, 0.2]), "mu": lambda f: np.array([1.0, 0.5]), "L_test": lambda f: 4,
-        "traj": lambda f: f.icl_traj, "width": lambda f: 2, "learned": lambda f: f.icl_traj,
+        "task": lambda f: f.icl,
+        "H": lambda f: 2,
+        "model_or_spec": lambda f: f.m_icl,
+        "model": lambda f: f.m_icl,
+        "params": lambda f: f.m_icl_parts[0],
+        "batch": lambda f: f.m_icl_parts[1],
+        "omega": lambda f: np.array([0.4, 0.2]),
+        "mu": lambda f: np.array([1.0, 0.5]),
+        "L_test": lambda f: 4,
+        "traj": lambda f: f.icl_traj,
+        "width": lambda f: 2,
+        "learned": lambda f: f.icl_traj,
         "reference": lambda f: f.icl_traj,
         "KQ": lambda f: __import__("empirical.models.icl_regression", fromlist=["circuits"]).circuits(
-            f.m_icl, f.m_icl_parts[0])[0],
+            f.m_icl, f.m_icl_parts[0]
+        )[0],
         "OV": lambda f: __import__("empirical.models.icl_regression", fromlist=["circuits"]).circuits(
-            f.m_icl, f.m_icl_parts[0])[1],
+            f.m_icl, f.m_icl_parts[0]
+        )[1],
     },
     "empirical.models.nearest_neighbor": {
-        "task": lambda f: f.nn, "model": lambda f: f.m_nn, "params": lambda f: f.m_nn_parts[0],
-        "batch": lambda f: f.m_nn_parts[1], "seed_index": lambda f: 0, "batch_size": lambda f: 2,
-        "W": lambda f: f.m_nn_parts[0]["W"], "H": lambda f: f.m_nn_parts[1]["H"],
+        "task": lambda f: f.nn,
+        "model": lambda f: f.m_nn,
+        "params": lambda f: f.m_nn_parts[0],
+        "batch": lambda f: f.m_nn_parts[1],
+        "seed_index": lambda f: 0,
+        "batch_size": lambda f: 2,
+        "W": lambda f: f.m_nn_parts[0]["W"],
+        "H": lambda f: f.m_nn_parts[1]["H"],
         "X": lambda f: __import__("torch").as_tensor(f.nn_prompts.X),
         "xq": lambda f: __import__("torch").as_tensor(f.nn_prompts.xq),
         "y": lambda f: __import__("torch").as_tensor(f.nn_prompts.y),
     },
     "empirical.models.random_walk": {
-        "task": lambda f: f.rw, "model": lambda f: f.m_rw, "params": lambda f: f.m_rw_parts[0],
-        "states": lambda f: f.m_rw_parts[1]["states"], "sample": lambda f: f.rw_sample,
-        "n_train": lambda f: 20, "batch_size": lambda f: 2, "words": lambda f: "the cat",
+        "task": lambda f: f.rw,
+        "model": lambda f: f.m_rw,
+        "params": lambda f: f.m_rw_parts[0],
+        "states": lambda f: f.m_rw_parts[1]["states"],
+        "sample": lambda f: f.rw_sample,
+        "n_train": lambda f: 20,
+        "batch_size": lambda f: 2,
+        "words": lambda f: "the cat",
     },
     "empirical.models.scan_snap": {
-        "classes": lambda f: f.ss_classes, "model": lambda f: f.m_ss, "task": lambda f: f.ss,
+        "classes": lambda f: f.ss_classes,
+        "model": lambda f: f.m_ss,
+        "task": lambda f: f.ss,
         "params": lambda f: f.m_ss_parts[0],
-        "Z_full": lambda f: np.zeros((f.ss_classes.M, f.ss_classes.M)), "thresholds": lambda f: np.array([0.1, 0.5]),
-        "Y": lambda f: f.ss_YZ[0], "Z": lambda f: f.ss_YZ[1], "eta": lambda f: 0.01,
+        "Z_full": lambda f: np.zeros((f.ss_classes.M, f.ss_classes.M)),
+        "thresholds": lambda f: np.array([0.1, 0.5]),
+        "Y": lambda f: f.ss_YZ[0],
+        "Z": lambda f: f.ss_YZ[1],
+        "eta": lambda f: 0.01,
         "a": lambda f: __import__("torch").full((1, 2, 4, 4), 0.25, dtype=__import__("torch").float64),
     },
     "empirical.models.single_location": {
-        "task": lambda f: f.sl, "k_star": lambda f: f.sl_tdirs[0], "v_star": lambda f: f.sl_tdirs[1],
-        "generator": lambda f: f.gens[0], "X": lambda f: f.sl_X[0],
-        "k": lambda f: f.sl_tdirs[0], "v": lambda f: f.sl_tdirs[1], "lam": lambda f: 0.5, "state": lambda f: f.sl_state,
-        "predictor": lambda f: "erf", "init": lambda f: "sphere",
+        "task": lambda f: f.sl,
+        "k_star": lambda f: f.sl_tdirs[0],
+        "v_star": lambda f: f.sl_tdirs[1],
+        "generator": lambda f: f.gens[0],
+        "X": lambda f: f.sl_X[0],
+        "k": lambda f: f.sl_tdirs[0],
+        "v": lambda f: f.sl_tdirs[1],
+        "lam": lambda f: 0.5,
+        "state": lambda f: f.sl_state,
+        "predictor": lambda f: "erf",
+        "init": lambda f: "sphere",
     },
     "empirical.models.single_location_transformer": {
-        "task": lambda f: f.sl, "d": lambda f: 8, "L": lambda f: 4, "k_star": lambda f: f.sl_dirs[0],
-        "v_star": lambda f: f.sl_dirs[1], "generator": lambda f: f.gens[0],
+        "task": lambda f: f.sl,
+        "d": lambda f: 8,
+        "L": lambda f: 4,
+        "k_star": lambda f: f.sl_dirs[0],
+        "v_star": lambda f: f.sl_dirs[1],
+        "generator": lambda f: f.gens[0],
         "x": lambda f: __import__("torch").full((2, 4, 8), 0.1, dtype=__import__("torch").float64),
     },
     "empirical.train": {
-        "value": lambda f: 0.1, "batch_size": lambda f: 2, "lr": lambda f: 0.01, "generators": lambda f: f.gens,
-        "draw": lambda f: (lambda g: {"x": __import__("torch").zeros(2)}), "model": lambda f: f.m_gs,
+        "value": lambda f: 0.1,
+        "batch_size": lambda f: 2,
+        "lr": lambda f: 0.01,
+        "generators": lambda f: f.gens,
+        "draw": lambda f: lambda g: {"x": __import__("torch").zeros(2)},
+        "model": lambda f: f.m_gs,
         "config": lambda f: f.cfg,
     },
     "empirical.checkpoint": {
-        "path": lambda f: f.ckpt_path, "state": lambda f: {"step": 1, "w": __import__("torch").zeros(2)},
-        "obj": lambda f: {"a": {"b": 1}}, "found": lambda f: {"a": 1}, "expected": lambda f: {"a": 1},
+        "path": lambda f: f.ckpt_path,
+        "state": lambda f: {"step": 1, "w": __import__("torch").zeros(2)},
+        "obj": lambda f: {"a": {"b": 1}},
+        "found": lambda f: {"a": 1},
+        "expected": lambda f: {"a": 1},
     },
     "empirical.seeding": {
-        "seq": lambda f: np.random.SeedSequence(0), "device": lambda f: __import__("torch").device("cpu"),
+        "seq": lambda f: np.random.SeedSequence(0),
+        "device": lambda f: __import__("torch").device("cpu"),
     },
     "empirical.device": {"device": lambda f: "cpu", "dtype": lambda f: "float64"},
     "figures.registry": {
-        "reason": lambda f: "why", "evidence": lambda f: "how", "quantity": lambda f: "x",
-        "times": lambda f: np.array([0.0, 1.0]), "theory": lambda f: np.array([1.0, 2.0]),
-        "samples": lambda f: np.array([[1.0, 2.0], [1.1, 2.1], [0.9, 1.9]]), "name": lambda f: "check",
-        "passed": lambda f: True, "measured": lambda f: 1.0, "expected": lambda f: 1.0, "tolerance": lambda f: "0.1",
-        "spec": lambda f: f.fig_spec, "preset": lambda f: "quick", "models": lambda f: ("single_location",),
-        "reference": lambda f: np.array([[1.0, 2.0], [1.1, 2.1], [0.9, 1.9]]), "tol": lambda f: 1e-9,
+        "reason": lambda f: "why",
+        "evidence": lambda f: "how",
+        "quantity": lambda f: "x",
+        "times": lambda f: np.array([0.0, 1.0]),
+        "theory": lambda f: np.array([1.0, 2.0]),
+        "samples": lambda f: np.array([[1.0, 2.0], [1.1, 2.1], [0.9, 1.9]]),
+        "name": lambda f: "check",
+        "passed": lambda f: True,
+        "measured": lambda f: 1.0,
+        "expected": lambda f: 1.0,
+        "tolerance": lambda f: "0.1",
+        "spec": lambda f: f.fig_spec,
+        "preset": lambda f: "quick",
+        "models": lambda f: ("single_location",),
+        "reference": lambda f: np.array([[1.0, 2.0], [1.1, 2.1], [0.9, 1.9]]),
+        "tol": lambda f: 1e-9,
     },
     "figures.report": {
-        "spec": lambda f: f.fig_spec, "preset": lambda f: "quick", "sections": lambda f: [f.section],
-        "meta": lambda f: {"preset": "quick", "seed": 0, "device": "cpu"}, "seed": lambda f: 0,
-        "device": lambda f: "cpu", "wall_s": lambda f: 1.0, "pvalues": lambda f: [0.01, 0.5], "rejected": lambda f: True,
+        "spec": lambda f: f.fig_spec,
+        "preset": lambda f: "quick",
+        "sections": lambda f: [f.section],
+        "meta": lambda f: {"preset": "quick", "seed": 0, "device": "cpu"},
+        "seed": lambda f: 0,
+        "device": lambda f: "cpu",
+        "wall_s": lambda f: 1.0,
+        "pvalues": lambda f: [0.01, 0.5],
+        "rejected": lambda f: True,
         "row": lambda f: __import__("figures.registry", fromlist=["compare_rows"]).compare_rows(
-            "x", [0.0], [1.0], np.array([[1.0], [1.1], [0.9]]))[0],
+            "x", [0.0], [1.0], np.array([[1.0], [1.1], [0.9]])
+        )[0],
     },
 }
 
 #: Whole example calls (keyword arguments) of callables that the name table cannot serve.
 EXAMPLES = {
-    "dynamics.integrate.iterate": lambda f: dict(step=f.step, state0=np.array([[1.0, 0.5]]), n_steps=3,
-                                                 params=np.array([0.9])),
-    "dynamics.integrate.integrate": lambda f: dict(rhs=f.rhs, state0=np.array([[1.0, 0.5]]), t_span=(0.0, 0.5),
-                                                   params=np.array([1.0]),
-                                                   solver=__import__("dynamics").RK4(dt=0.1)),
+    "dynamics.integrate.iterate": lambda f: dict(
+        step=f.step, state0=np.array([[1.0, 0.5]]), n_steps=3, params=np.array([0.9])
+    ),
+    "dynamics.integrate.integrate": lambda f: dict(
+        rhs=f.rhs,
+        state0=np.array([[1.0, 0.5]]),
+        t_span=(0.0, 0.5),
+        params=np.array([1.0]),
+        solver=__import__("dynamics").RK4(dt=0.1),
+    ),
     "dynamics.integrate.Euler": lambda f: dict(dt=0.1),
     "dynamics.integrate.RK4": lambda f: dict(dt=0.1),
     "dynamics.integrate.Dopri5": lambda f: dict(rtol=1e-6, atol=1e-8),
@@ -575,62 +864,87 @@ EXAMPLES = {
     "empirical.train.train": lambda f: dict(model=f.m_gs, config=f.cfg, device="cpu"),
     "empirical.device.torch_threads": lambda f: dict(n=1),
     "empirical.models.group_sparse.logistic_baseline": lambda f: dict(
-        X=np.linspace(-1, 1, 24).reshape(8, 3), y=np.array([1.0, -1.0] * 4),
-        X_test=np.linspace(-1, 1, 12).reshape(4, 3), y_test=np.array([1.0, -1.0] * 2)),
+        X=np.linspace(-1, 1, 24).reshape(8, 3),
+        y=np.array([1.0, -1.0] * 4),
+        X_test=np.linspace(-1, 1, 12).reshape(4, 3),
+        y_test=np.array([1.0, -1.0] * 2),
+    ),
     "figures.registry.FigureSpec": lambda f: _fields(f.fig_spec),
     "empirical.models.single_location.SingleLocationModelSpec": lambda f: _fields(f.m_sl.spec),
     "empirical.models.random_walk.QAModelSpec": lambda f: _fields(f.m_qa.spec),
     "figures.registry.Registry": lambda f: dict(models=("single_location",), package=None),
     "empirical.models.single_location.config": lambda f: dict(name="fig5", seeds=(0,), n_steps=2),
     "empirical.models.icl_regression.config": lambda f: dict(name="paper", seeds=(0,), n_steps=2),
-    "empirical.models.scan_snap.config": lambda f: dict(name="sgd", model=f.m_ss, task=f.ss, seeds=(0,),
-                                                        n_steps=2),
-    "empirical.models.group_sparse.config": lambda f: dict(name="gd",
+    "empirical.models.scan_snap.config": lambda f: dict(name="sgd", model=f.m_ss, task=f.ss, seeds=(0,), n_steps=2),
+    "empirical.models.group_sparse.config": lambda f: dict(
+        name="gd",
         model=__import__("empirical.models.group_sparse").models.group_sparse.GroupSparseAttention(
-            f.gs, data=[f.gs_sample]), n_steps=2),
-    "empirical.models.nearest_neighbor.config": lambda f: dict(name="gd",
+            f.gs, data=[f.gs_sample]
+        ),
+        n_steps=2,
+    ),
+    "empirical.models.nearest_neighbor.config": lambda f: dict(
+        name="gd",
         model=__import__("empirical.models.nearest_neighbor").models.nearest_neighbor.NearestNeighborAttention(
-            f.nn, data=[f.nn_prompts]), n_steps=2),
-    "empirical.models.random_walk.config": lambda f: dict(name="gd",
+            f.nn, data=[f.nn_prompts]
+        ),
+        n_steps=2,
+    ),
+    "empirical.models.random_walk.config": lambda f: dict(
+        name="gd",
         model=__import__("empirical.models.random_walk").models.random_walk.RandomWalkAttention(
-            f.rw, data=[f.rw_sample]), n_steps=2),
+            f.rw, data=[f.rw_sample]
+        ),
+        n_steps=2,
+    ),
     "empirical.models.random_walk.qa_tokens": lambda f: dict(words="i prefer the apple"),
-    "empirical.models.random_walk.QAAttention": lambda f: dict(task="majority", data=[f.qa_sample],
-                                                              test=[f.qa_sample]),
-    "empirical.models.single_location.predict": lambda f: dict(X=f.sl_X, k=f.sl_tdirs[0][None], v=f.sl_tdirs[1][None],
-                                                              lam=0.5),
+    "empirical.models.random_walk.QAAttention": lambda f: dict(task="majority", data=[f.qa_sample], test=[f.qa_sample]),
+    "empirical.models.single_location.predict": lambda f: dict(
+        X=f.sl_X, k=f.sl_tdirs[0][None], v=f.sl_tdirs[1][None], lam=0.5
+    ),
     "empirical.models.single_location.erf_mse": lambda f: dict(
-        X=f.sl_X, y=__import__("torch").zeros((1, 2), dtype=__import__("torch").float64), k=f.sl_tdirs[0][None],
-        v=f.sl_tdirs[1][None], lam=0.5),
+        X=f.sl_X,
+        y=__import__("torch").zeros((1, 2), dtype=__import__("torch").float64),
+        k=f.sl_tdirs[0][None],
+        v=f.sl_tdirs[1][None],
+        lam=0.5,
+    ),
     "empirical.models.random_walk.qa_questions": lambda f: dict(task="majority"),
     "empirical.models.random_walk.qa_sample": lambda f: dict(task="majority", n=4, rng=0),
     "empirical.models.random_walk.qa_geometry": lambda f: dict(task="majority"),
     "dynamics.compare.t_quantile": lambda f: dict(level=0.05, df=3.0),
-    "dynamics.compare.gap_test": lambda f: dict(theory=np.array([1.0, 2.0]), mean=np.array([1.1, 1.9]),
-                                                se_learned=np.array([0.1, 0.1]), n_seeds=4),
+    "dynamics.compare.gap_test": lambda f: dict(
+        theory=np.array([1.0, 2.0]), mean=np.array([1.1, 1.9]), se_learned=np.array([0.1, 0.1]), n_seeds=4
+    ),
     "dynamics.compare.compare": lambda f: dict(theory=f.theory_ds, learned=f.learned_ds, variables="x"),
     "dynamics.compare.mdd_factor": lambda f: dict(level=0.05, df=3.0),
     "dynamics.compare.p_value": lambda f: dict(gap=np.array([0.1, -0.3]), se=np.array([0.1, 0.1]), df=3.0),
     "dynamics.compare.adjust": lambda f: dict(results=np.array([0.01, 0.2, 0.5])),
     "closedform.icl_regression.softmax_weight_norms": lambda f: dict(d=2, L=4, omega=0.4, n=3, rng=0),
     "closedform.icl_regression.predict_nadaraya_watson": lambda f: dict(
-        X=f.icl_prompts.X, y=f.icl_prompts.y, xq=f.icl_prompts.xq, omega=0.4, mu=1.6),
+        X=f.icl_prompts.X, y=f.icl_prompts.y, xq=f.icl_prompts.xq, omega=0.4, mu=1.6
+    ),
     "closedform.nearest_neighbor.a_Nd": lambda f: dict(N=4, d=4),
-    "closedform.scan_snap.lemma1_gradient": lambda f: dict(Y=np.eye(5) * 0.1, Z=np.eye(5) * 0.2,
-                                                          context=np.array([0, 1, 2]), query=3, target=4),
+    "closedform.scan_snap.lemma1_gradient": lambda f: dict(
+        Y=np.eye(5) * 0.1, Z=np.eye(5) * 0.2, context=np.array([0, 1, 2]), query=3, target=4
+    ),
     "closedform.scan_snap.theorem4_constants": lambda f: dict(classes=f.ss_classes1),
     "closedform.scan_snap.common_token_z": lambda f: dict(t=np.array([0.5, 1.0]), task=f.ss1),
-    "dynamics.trajectory.atomic_write": lambda f: dict(path=os.path.join(_scratch(), "a.txt"),
-                                                       write=lambda p: open(p, "w").close()),
+    "dynamics.trajectory.atomic_write": lambda f: dict(
+        path=os.path.join(_scratch(), "a.txt"), write=lambda p: open(p, "w").close()
+    ),
     "dynamics.trajectory.write_bytes": lambda f: dict(path=os.path.join(_scratch(), "b.bin"), data=b"xy"),
     "dynamics.trajectory.save_dataset": lambda f: dict(ds=f.dataset, path=os.path.join(_scratch(), "d.nc")),
     "dynamics.sweep.sweep": lambda f: dict(fn=_sweep_fn, grid={"x": [1.0, 2.0]}, processes=1),
-    "closedform.nearest_neighbor.eta_batch": lambda f: dict(params=np.array([1.0, 0.5]), eta_index=0,
-                                                           eta=np.array([0.1, 0.2]), state0=np.array([[0.1, 0.2]])),
+    "closedform.nearest_neighbor.eta_batch": lambda f: dict(
+        params=np.array([1.0, 0.5]), eta_index=0, eta=np.array([0.1, 0.2]), state0=np.array([[0.1, 0.2]])
+    ),
     "empirical.seeding.stream_keys": lambda f: dict(seeds=(0, 1), stream="data"),
     "empirical.seeding.BlockRNG": lambda f: dict(
-        keys=__import__("empirical.seeding").seeding.stream_keys((0,), "data"), block=0,
-        device=__import__("torch").device("cpu")),
+        keys=__import__("empirical.seeding").seeding.stream_keys((0,), "data"),
+        block=0,
+        device=__import__("torch").device("cpu"),
+    ),
 }
 
 
@@ -649,6 +963,7 @@ def _scratch() -> str:
     import atexit
     import shutil
     import tempfile
+
     path = os.path.join(tempfile.gettempdir(), f"attndyn_bad_args_{os.getpid()}")
     if not os.path.isdir(path):
         os.makedirs(path)
@@ -658,6 +973,7 @@ def _scratch() -> str:
 
 # ----------------------------------------------------------------------------------------------------------------
 # enumeration
+
 
 def public_callables(module_name: str) -> list[str]:
     """Qualified names of the public callables defined in ``module_name`` (names without a leading underscore)."""
@@ -713,6 +1029,7 @@ def call(qualname: str, kwargs: dict):
 
 # ----------------------------------------------------------------------------------------------------------------
 # bad values
+
 
 def _is_str_param(p: inspect.Parameter, valid) -> bool:
     ann = str(p.annotation)
@@ -782,6 +1099,7 @@ def _like(valid, x):
         out.flat[0] = x
     if type(valid).__module__.startswith("torch"):
         import torch
+
         return torch.as_tensor(out)
     return out
 
@@ -799,6 +1117,7 @@ def probes(qualname: str, valid: dict) -> list[tuple[str, str]]:
 
 # ----------------------------------------------------------------------------------------------------------------
 # verdict
+
 
 def names_parameter(message: str, name: str) -> bool:
     """Whether ``message`` names ``name`` as a word (``x`` in ``"x must be..."``, ``spec.d``, ``x[0]``)."""
@@ -847,6 +1166,7 @@ def has_nonfinite(obj, depth: int = 0) -> bool:
     mod = type(obj).__module__
     if mod.startswith("torch"):
         import torch
+
         if isinstance(obj, torch.Tensor):
             return bool(obj.is_floating_point() or obj.is_complex()) and not bool(torch.isfinite(obj).all())
         if isinstance(obj, torch.nn.Module):
@@ -888,6 +1208,7 @@ def run_probe(qualname: str, param: str, kind: str, value=NotImplemented) -> tup
     ``value`` replaces the standard bad value of ``kind`` (the CI test draws it with hypothesis).
     """
     import warnings
+
     kwargs = example(qualname)
     if param:
         p = next(q for q in parameters(qualname) if q.name == param)

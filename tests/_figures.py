@@ -63,14 +63,19 @@ def check_tiny_build(built: dict, name: str, budget_s: float, *, gaps: bool = Tr
 # ----------------------------------------------------------------------------------------------------------------
 # Synthetic figures for the framework tests: cheap, registered in private registries (never the package's)
 # ----------------------------------------------------------------------------------------------------------------
-TOY_PARAMS = {"tiny": {"n_times": 21, "n_seeds": 8, "sigma": 0.05},
-              "quick": {"n_times": 101, "n_seeds": 10, "sigma": 0.05},
-              "paper": {"n_times": 401, "n_seeds": 30, "sigma": 0.05}}
+TOY_PARAMS = {
+    "tiny": {"n_times": 21, "n_seeds": 8, "sigma": 0.05},
+    "quick": {"n_times": 101, "n_seeds": 10, "sigma": 0.05},
+    "paper": {"n_times": 401, "n_seeds": 30, "sigma": 0.05},
+}
 """Sizes of the toy figures; the report's "size vs the paper" line is computed from them."""
 
 TOY_WHY = Explanation(reason="the Euler map is not this figure's theory (toy)", evidence="toy.decay rows (hold)")
-TOY_DISAGREES = Explanation(reason="the toy paper's Euler map is off by 0.2 (toy)", kind="disagrees",
-                            evidence="measured gap 0.2 at every time (toy)")
+TOY_DISAGREES = Explanation(
+    reason="the toy paper's Euler map is off by 0.2 (toy)",
+    kind="disagrees",
+    evidence="measured gap 0.2 at every time (toy)",
+)
 
 
 def toy_data(cfg) -> xr.Dataset:
@@ -82,9 +87,11 @@ def toy_data(cfg) -> xr.Dataset:
     theory = np.exp(-t)
     reduced = (1.0 - (t[1] - t[0])) ** np.arange(t.size)  # Euler map of x' = -x
     learned = theory + p["sigma"] * rng.standard_normal((p["n_seeds"], t.size))
-    return xr.Dataset({"x_theory": ("time", theory), "x_reduced": ("time", reduced),
-                       "x_learned": (("seed", "time"), learned)}, coords={"time": t},
-                      attrs={"nested": {"a": [1, 2]}})  # a nested attribute the framework must make netCDF-safe
+    return xr.Dataset(
+        {"x_theory": ("time", theory), "x_reduced": ("time", reduced), "x_learned": (("seed", "time"), learned)},
+        coords={"time": t},
+        attrs={"nested": {"a": [1, 2]}},
+    )  # a nested attribute the framework must make netCDF-safe
 
 
 def toy_plot(ds: xr.Dataset):
@@ -104,8 +111,15 @@ def toy_gaps(ds: xr.Dataset):
 
 def toy_checks(ds: xr.Dataset):
     final = float(ds.x_theory[-1])
-    return [CheckResult(name="x(2) = exp(-2)", passed=abs(final - np.exp(-2)) < 1e-12, measured=final,
-                        expected=float(np.exp(-2)), tolerance="1e-12 (float64 round-off)")]
+    return [
+        CheckResult(
+            name="x(2) = exp(-2)",
+            passed=abs(final - np.exp(-2)) < 1e-12,
+            measured=final,
+            expected=float(np.exp(-2)),
+            tolerance="1e-12 (float64 round-off)",
+        )
+    ]
 
 
 def toy_biased_gaps(ds: xr.Dataset):
@@ -113,14 +127,31 @@ def toy_biased_gaps(ds: xr.Dataset):
     explanation (``explained``) and with a disagreement (``disagrees``), and a theory off by 0.01 inside an
     allowance of 0.05 (``consistent``: the interval of 8 seeds, +-0.1, is wider than the band)."""
     idx = [ds.sizes["time"] // 2, ds.sizes["time"] - 1]
-    rows = compare_rows("x vs Euler map", ds.time.values[idx], ds.x_reduced.values[idx] + 0.2,
-                        ds.x_learned.values[:, idx])
-    rows += compare_rows("x vs Euler map (explained)", ds.time.values[idx], ds.x_reduced.values[idx] + 0.2,
-                         ds.x_learned.values[:, idx], explanation=TOY_WHY)
-    rows += compare_rows("x with allowance", ds.time.values[idx], ds.x_theory.values[idx] + 0.01,
-                         ds.x_learned.values[:, idx], allowance=0.05, allowance_source="toy bound 0.05 (test)")
-    rows += compare_rows("x vs the paper's Euler map", ds.time.values[idx], ds.x_reduced.values[idx] + 0.2,
-                         ds.x_learned.values[:, idx], explanation=TOY_DISAGREES)
+    rows = compare_rows(
+        "x vs Euler map", ds.time.values[idx], ds.x_reduced.values[idx] + 0.2, ds.x_learned.values[:, idx]
+    )
+    rows += compare_rows(
+        "x vs Euler map (explained)",
+        ds.time.values[idx],
+        ds.x_reduced.values[idx] + 0.2,
+        ds.x_learned.values[:, idx],
+        explanation=TOY_WHY,
+    )
+    rows += compare_rows(
+        "x with allowance",
+        ds.time.values[idx],
+        ds.x_theory.values[idx] + 0.01,
+        ds.x_learned.values[:, idx],
+        allowance=0.05,
+        allowance_source="toy bound 0.05 (test)",
+    )
+    rows += compare_rows(
+        "x vs the paper's Euler map",
+        ds.time.values[idx],
+        ds.x_reduced.values[idx] + 0.2,
+        ds.x_learned.values[:, idx],
+        explanation=TOY_DISAGREES,
+    )
     return rows
 
 
@@ -140,20 +171,60 @@ def broken_data(cfg):
 def synthetic_registry(with_broken: bool = False, with_verdicts: bool = False) -> registry.Registry:
     """A private registry of toy figures (models ``toy`` and ``empty``); picklable through its ``factory`` so the
     parallel report can rebuild it in worker processes."""
-    reg = registry.Registry(models=("toy", "empty"), package=None,
-                            factory=functools.partial(synthetic_registry, with_broken, with_verdicts))
-    reg.register(name="toy.decay", model="toy", paper="Toy (2026), Fig. 1", spec="toy.md §1",
-                 caption="Exponential decay.", unrecoverable=("sigma = 0.05 (toy default)",), params=TOY_PARAMS,
-                 plot=toy_plot, gaps=toy_gaps, checks=toy_checks)(toy_data)
-    reg.register(name="toy.heat", model="toy", paper="Toy (2026), Fig. 3", spec="toy.md §3",
-                 caption="A heat map.", params=TOY_PARAMS, plot=heat_plot)(toy_data)
+    reg = registry.Registry(
+        models=("toy", "empty"), package=None, factory=functools.partial(synthetic_registry, with_broken, with_verdicts)
+    )
+    reg.register(
+        name="toy.decay",
+        model="toy",
+        paper="Toy (2026), Fig. 1",
+        spec="toy.md §1",
+        caption="Exponential decay.",
+        unrecoverable=("sigma = 0.05 (toy default)",),
+        params=TOY_PARAMS,
+        plot=toy_plot,
+        gaps=toy_gaps,
+        checks=toy_checks,
+    )(toy_data)
+    reg.register(
+        name="toy.heat",
+        model="toy",
+        paper="Toy (2026), Fig. 3",
+        spec="toy.md §3",
+        caption="A heat map.",
+        params=TOY_PARAMS,
+        plot=heat_plot,
+    )(toy_data)
     if with_verdicts:
-        reg.register(name="toy.biased", model="toy", paper="Toy (2026), Fig. 4", spec="toy.md §4",
-                     caption="Biased comparator.", params=TOY_PARAMS, plot=toy_plot, gaps=toy_biased_gaps)(toy_data)
-        reg.register(name="toy.paper_only", model="toy", paper="Toy (2026), Fig. 5", spec="toy.md §5",
-                     caption="Needs the paper's size.", params=TOY_PARAMS, plot=toy_plot, gaps=toy_biased_gaps,
-                     paper_only="the bias vanishes only at 401 times")(toy_data)
+        reg.register(
+            name="toy.biased",
+            model="toy",
+            paper="Toy (2026), Fig. 4",
+            spec="toy.md §4",
+            caption="Biased comparator.",
+            params=TOY_PARAMS,
+            plot=toy_plot,
+            gaps=toy_biased_gaps,
+        )(toy_data)
+        reg.register(
+            name="toy.paper_only",
+            model="toy",
+            paper="Toy (2026), Fig. 5",
+            spec="toy.md §5",
+            caption="Needs the paper's size.",
+            params=TOY_PARAMS,
+            plot=toy_plot,
+            gaps=toy_biased_gaps,
+            paper_only="the bias vanishes only at 401 times",
+        )(toy_data)
     if with_broken:
-        reg.register(name="toy.broken", model="toy", paper="Toy (2026), Fig. 2", spec="toy.md §2",
-                     caption="Always fails.", params=TOY_PARAMS, plot=toy_plot)(broken_data)
+        reg.register(
+            name="toy.broken",
+            model="toy",
+            paper="Toy (2026), Fig. 2",
+            spec="toy.md §2",
+            caption="Always fails.",
+            params=TOY_PARAMS,
+            plot=toy_plot,
+        )(broken_data)
     return reg

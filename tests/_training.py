@@ -38,8 +38,9 @@ class KillAt:
         return self._model.loss(params, batch, hyper)
 
 
-def kill_and_resume(model, cfg, tmp_path, *, at, device="cpu", every_call=False, checkpoint_step=None,
-                    return_params=False):
+def kill_and_resume(
+    model, cfg, tmp_path, *, at, device="cpu", every_call=False, checkpoint_step=None, return_params=False
+):
     """Train ``model`` uninterrupted (checkpoint ``tmp_path/a.pt``), then again killed at the ``at``-th loss call of
     :class:`KillAt` (checkpoint ``tmp_path/b.pt``; with ``checkpoint_step``, the step it must hold after the kill) and
     resumed from it. Returns ``(full, resumed, path)``: the two ``train`` results and the resumed run's checkpoint."""
@@ -66,5 +67,6 @@ def assert_seed_equals_single(batched, index, single, *, rtol=0.0, atol=0.0, nam
     """Seed ``index`` of the batched trajectory equals the single-seed run ``single`` on ``names`` (default: every
     variable of ``single``) to ``rtol``/``atol`` (0: bit for bit)."""
     for name in single.data_vars if names is None else names:
-        np.testing.assert_allclose(batched[name].values[index], single[name].values[0], rtol=rtol, atol=atol,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            batched[name].values[index], single[name].values[0], rtol=rtol, atol=atol, err_msg=name
+        )

@@ -17,7 +17,7 @@ from dynamics.align import TimeScaleWarning, align, isotonic
 def _minmax_isotonic(y):
     """Closed form of the least-squares isotonic fit: f_i = max_{j <= i} min_{k >= i} mean(y[j..k])."""
     n = y.size
-    return np.array([max(min(y[j:k + 1].mean() for k in range(i, n)) for j in range(i + 1)) for i in range(n)])
+    return np.array([max(min(y[j : k + 1].mean() for k in range(i, n)) for j in range(i + 1)) for i in range(n)])
 
 
 def test_isotonic_matches_the_min_max_formula_and_is_monotone():
@@ -35,8 +35,13 @@ def _flow(x0, times):
     """Exact reduced dynamics x' = -x (each seed from its own start), on the given theory times."""
     x0 = np.asarray(x0, dtype=float).reshape(-1)
     path = x0[:, None] * np.exp(-np.asarray(times)[None, :])
-    return Trajectory.from_arrays(path[..., None], names=("x",), time=np.asarray(times, float),
-                                  step=np.arange(len(times)), trajectory=np.arange(x0.size))
+    return Trajectory.from_arrays(
+        path[..., None],
+        names=("x",),
+        time=np.asarray(times, float),
+        step=np.arange(len(times)),
+        trajectory=np.arange(x0.size),
+    )
 
 
 def _learned(x0, scales, times, noise=0.0, rng=0):
@@ -45,8 +50,13 @@ def _learned(x0, scales, times, noise=0.0, rng=0):
     path = np.asarray(x0)[:, None] * np.exp(-np.outer(scales, times))
     path = path + noise * rng.standard_normal(path.shape)
     path[:, 0] = x0
-    return Trajectory.from_arrays(path[..., None], names=("x",), time=np.asarray(times, float),
-                                  step=np.arange(len(times)), trajectory=np.arange(10, 10 + len(x0)))
+    return Trajectory.from_arrays(
+        path[..., None],
+        names=("x",),
+        time=np.asarray(times, float),
+        step=np.arange(len(times)),
+        trajectory=np.arange(10, 10 + len(x0)),
+    )
 
 
 def test_align_recovers_per_seed_time_scales_and_maps_the_run_onto_the_theory():
@@ -55,13 +65,13 @@ def test_align_recovers_per_seed_time_scales_and_maps_the_run_onto_the_theory():
     t_learned = np.linspace(0.0, 12.0, 121)
     grid = np.linspace(0.0, 6.0, 601)
     learned = _learned(x0, scales, t_learned)
-    theory, aligned = overlay(lambda s0, at: _flow(s0[:, 0], at), learned, state_variables=("x",), align="x",
-                              grid=grid)
+    theory, aligned = overlay(lambda s0, at: _flow(s0[:, 0], at), learned, state_variables=("x",), align="x", grid=grid)
     # exact data: the time scale is c up to the linear interpolation of the learned crossing time between save
     # points 0.1 apart (relative error ~ (c 0.1)^2 / 8 = 3e-4 for c = 0.5) and of the theory's (step 0.01)
     np.testing.assert_allclose(aligned.time_scale.values, scales, rtol=1e-3)
-    assert np.all(np.diff(aligned.theory_time.values, axis=1)[np.isfinite(np.diff(aligned.theory_time.values,
-                                                                                  axis=1))] >= 0)
+    assert np.all(
+        np.diff(aligned.theory_time.values, axis=1)[np.isfinite(np.diff(aligned.theory_time.values, axis=1))] >= 0
+    )
     # in range: up to c_i * 12 in theory time; beyond it out of range (NaN), never pinned to the last value
     for i, c in enumerate(scales):
         inside = aligned.in_range.values[i]
@@ -99,12 +109,14 @@ def test_overlay_warns_on_a_constant_time_scale_and_not_on_matching_clocks():
     x0 = np.array([1.0, 1.5, 2.0])
     t = np.linspace(0.0, 4.0, 41)
     with pytest.warns(TimeScaleWarning, match=r"about 0\.2\d+ times .*align="):
-        overlay(lambda s0, at: _flow(s0[:, 0], at), _learned(x0, np.full(3, 0.25), t), state_variables=("x",),
-                on="time")
+        overlay(
+            lambda s0, at: _flow(s0[:, 0], at), _learned(x0, np.full(3, 0.25), t), state_variables=("x",), on="time"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("error", TimeScaleWarning)
-        theory, _ = overlay(lambda s0, at: _flow(s0[:, 0], at), _learned(x0, np.full(3, 1.1), t),
-                                  state_variables=("x",), on="time")
+        theory, _ = overlay(
+            lambda s0, at: _flow(s0[:, 0], at), _learned(x0, np.full(3, 1.1), t), state_variables=("x",), on="time"
+        )
     assert theory.attrs["started_from_learned_seeds"] == 1
 
 
@@ -128,8 +140,7 @@ def test_bad_alignment_input_is_refused():
         align(_flow(np.ones(3), np.linspace(0, 1, 11)), learned, variable="x")
     with pytest.raises(ValueError, match="grid must lie on the theory's time axis"):
         align(_flow(x0, np.linspace(0, 1, 11)), learned, variable="x", grid=[0.05])
-    two_d = xr.Dataset({"x": (("trajectory", "time", "k"), np.ones((2, 5, 2)))},
-                       coords={"time": np.linspace(0, 1, 5)})
+    two_d = xr.Dataset({"x": (("trajectory", "time", "k"), np.ones((2, 5, 2)))}, coords={"time": np.linspace(0, 1, 5)})
     with pytest.raises(ValueError, match="must be scalar per seed"):
         align(two_d, two_d, variable="x")
 
@@ -158,8 +169,9 @@ def test_overlay_warns_when_variables_move_at_different_constant_multiples():
 
     def two(state0, times):
         path = np.stack([state0[:, :1] * np.exp(-times[None, :]), state0[:, 1:] * np.exp(-times[None, :])], -1)
-        return Trajectory.from_arrays(path, names=("x", "y"), time=times, step=np.arange(times.size),
-                                      trajectory=np.arange(state0.shape[0]))
+        return Trajectory.from_arrays(
+            path, names=("x", "y"), time=times, step=np.arange(times.size), trajectory=np.arange(state0.shape[0])
+        )
 
     path = np.stack([x0[:, None] * np.exp(-0.25 * t[None, :]), x0[:, None] * np.exp(-t[None, :])], -1)
     learned = Trajectory.from_arrays(path, names=("x", "y"), time=t, step=np.arange(t.size), trajectory=np.arange(3))

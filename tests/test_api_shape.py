@@ -189,16 +189,21 @@ def test_icl_regression_theorem_predictions():
     assert p["loss_infimum"] == pytest.approx(1 + s2 - L / (L + d * (1 + s2)), rel=1e-14)
 
     def r_gd(eta):
-        return 1 + s2 - 2 * eta + eta ** 2 * (1 + (d + 1 + d * s2) / L)
+        return 1 + s2 - 2 * eta + eta**2 * (1 + (d + 1 + d * s2) / L)
 
     best = scipy.optimize.minimize_scalar(r_gd, bracket=(0.0, 0.8, 2.0), method="golden", tol=1e-12)
     assert p["gd_optimal_eta"] == pytest.approx(best.x, abs=1e-7)
     assert p["gd_optimal_risk"] == pytest.approx(best.fun, abs=1e-12)
     eta = p["eta_star"]
     assert p["dgd_optimal_risk"] == pytest.approx(
-        1 + s2 - 2 * eta * (L - 1) / L + eta ** 2 * (L - 1) * (L + d + d * s2) / L ** 2, rel=1e-14)
-    res = scipy.optimize.minimize(lambda x: float(icl.approx_loss(task, [x[0]], [x[1]])), [0.4, 1.0],
-                                  method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-14})
+        1 + s2 - 2 * eta * (L - 1) / L + eta**2 * (L - 1) * (L + d + d * s2) / L**2, rel=1e-14
+    )
+    res = scipy.optimize.minimize(
+        lambda x: float(icl.approx_loss(task, [x[0]], [x[1]])),
+        [0.4, 1.0],
+        method="Nelder-Mead",
+        options={"xatol": 1e-10, "fatol": 1e-14},
+    )
     assert p["single_head_F"] == pytest.approx(res.fun, abs=1e-8)
 
 
@@ -260,7 +265,8 @@ def test_random_walk_theorem_predictions():
     PiT = rw.transition_matrix(6, 0.7).T
     A, B = np.sqrt(PiT), PiT
     assert p["direction_limit_distance"] == pytest.approx(
-        np.linalg.norm(A / np.linalg.norm(A) - B / np.linalg.norm(B)), rel=1e-12)
+        np.linalg.norm(A / np.linalg.norm(A) - B / np.linalg.norm(B)), rel=1e-12
+    )
     q = rw.theorem_predictions(rw.RandomWalkTask(K=3, N=7, p=1.0, M=14))
     assert q["failure_theorem_applies"] and q["theorem_accuracy"] == pytest.approx(1 / 3, rel=1e-15)
     np.testing.assert_allclose(q["theorem_attention"], [1 / 6] * 6 + [0.0], rtol=1e-15)

@@ -32,7 +32,7 @@ def _swap_excess_risk(task, lam):
     g, s, gam = lam * task.gamma, task.s, task.gamma
     q = math.sqrt(1 + 2 * g * g)
     z = lambda x: 2 / math.pi * math.asin(2 * x * x / (1 + 2 * x * x))  # noqa: E731
-    return gam ** 2 - 2 * g * gam * s * (2 / math.sqrt(math.pi)) / q + (s * s + gam ** 2) * z(g) + (task.L - 1) * z(lam)
+    return gam**2 - 2 * g * gam * s * (2 / math.sqrt(math.pi)) / q + (s * s + gam**2) * z(g) + (task.L - 1) * z(lam)
 
 
 def test_swap_point_is_listed_with_its_risk_at_lambda_005():
@@ -120,8 +120,10 @@ def _sphere_vectors(d, n, rng):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize(("lam", "d"), [pytest.param(0.05, 400, marks=pytest.mark.slow),
-                                        pytest.param(0.1, 400, marks=pytest.mark.slow), (0.2, 80)])
+@pytest.mark.parametrize(
+    ("lam", "d"),
+    [pytest.param(0.05, 400, marks=pytest.mark.slow), pytest.param(0.1, 400, marks=pytest.mark.slow), (0.2, 80)],
+)
 def test_basin_fractions_match_brute_force_pgd(lam, d):
     """Basin fractions from the five-scalar atlas (2 000 starts) against brute-force d-dimensional PGD from 150
     independent uniform vectors; two-sample binomial z-test at 5 SE per kind (false alarm < 6e-7 per kind)."""
@@ -149,8 +151,14 @@ def test_batched_pgd_equals_per_configuration_calls():
     ds = np.array([400, 80, 2000, 20])
     tr = sl.map(TASK, x0, alpha=alphas, n_steps=200, lam=lams, d=ds, saveat=SaveAt(every=50))
     for i in range(4):
-        one = sl.map(sl.SingleLocationTask(d=int(ds[i]), L=10), x0[i], alpha=float(alphas[i]), n_steps=200,
-                     lam=float(lams[i, 0]), saveat=SaveAt(every=50))
+        one = sl.map(
+            sl.SingleLocationTask(d=int(ds[i]), L=10),
+            x0[i],
+            alpha=float(alphas[i]),
+            n_steps=200,
+            lam=float(lams[i, 0]),
+            saveat=SaveAt(every=50),
+        )
         np.testing.assert_array_equal(tr.states()[i], one.states()[0])
         np.testing.assert_array_equal(tr.risk.values[i], one.risk.values[0])
     # one state broadcast against per-trajectory lambdas; a shared 1-D schedule still works

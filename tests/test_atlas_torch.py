@@ -97,9 +97,16 @@ def _torch_end_classes(omega0, mu0, *, n_steps, seeds=SEEDS, lr=0.1, omega_lr_sc
     settled; the valley's slow drift in gamma moves u and sum mu by far less than their 0.05 windows over that span).
     """
     model = m.ICLAttention(TASK, H, omega0=list(omega0), mu0=list(mu0))
-    cfg = TrainConfig(seeds=tuple(seeds), n_steps=n_steps, batch_size=batch_size, lr=lr, optimizer="sgd",
-                      eval_size=16, saveat=SaveAt(every=max(1, n_steps // 20)),
-                      lr_scale={"Wq": omega_lr_scale, "Wk": omega_lr_scale})
+    cfg = TrainConfig(
+        seeds=tuple(seeds),
+        n_steps=n_steps,
+        batch_size=batch_size,
+        lr=lr,
+        optimizer="sgd",
+        eval_size=16,
+        saveat=SaveAt(every=max(1, n_steps // 20)),
+        lr_scale={"Wq": omega_lr_scale, "Wk": omega_lr_scale},
+    )
     tr = train(model, cfg, device="cpu")
     om, mu = m.stack_heads(tr, H)  # (seeds, time, H)
     k = max(1, om.shape[1] // 4)
@@ -109,7 +116,7 @@ def _torch_end_classes(omega0, mu0, *, n_steps, seeds=SEEDS, lr=0.1, omega_lr_sc
 
 def _binomial_tail(k, n, p=0.5):
     """P(X >= k) for X ~ Binomial(n, p)."""
-    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+    return sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
 
 
 def _check_start(name, n_steps, seeds=SEEDS, min_agree=None):
@@ -121,8 +128,13 @@ def _check_start(name, n_steps, seeds=SEEDS, min_agree=None):
     n = len(seeds)
     if min_agree is None:  # smallest k with P(>= k | p = 1/2) <= 0.05 (8 seeds: 7, level 0.035)
         min_agree = min(k for k in range(n + 1) if _binomial_tail(k, n) <= 0.05)
-    assert agree >= min_agree, (name, predicted, classes.tolist(), np.round(om_end, 3).tolist(),
-                                np.round(mu_end, 3).tolist())
+    assert agree >= min_agree, (
+        name,
+        predicted,
+        classes.tolist(),
+        np.round(om_end, 3).tolist(),
+        np.round(mu_end, 3).tolist(),
+    )
     return classes, om_end, mu_end
 
 

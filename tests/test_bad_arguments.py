@@ -30,42 +30,39 @@ from tests import _bad_arguments_cases as C
 #: functions on the training-step path below check types and shapes but not finiteness (that would cost a pass over
 #: every batch, and a device sync on a GPU, at every step; the trainer's divergence check catches non-finite values).
 KNOWN_GAPS: dict[str, tuple[str, str, str]] = {
-    'closedform.icl_regression.symmetric_flow': ('omega0', 'zero', 'silent_nan'),
-    'dynamics.trajectory.Trajectory': ('data_vars', 'string', 'library'),
-    'empirical.models.group_sparse.loss_per_draw': ('f', 'nan', 'silent_nan'),
-    'empirical.models.icl_regression.softmax_mse': ('KQ', 'complex', 'library'),
-    'empirical.models.nearest_neighbor.embed': ('X', 'nan', 'silent_nan'),
-    'empirical.models.random_walk.forward': ('states', 'nan', 'unclear'),
-    'empirical.models.scan_snap.attention_entropy': ('a', 'nan', 'silent_nan'),
-    'empirical.models.scan_snap.distinct_recall': ('Z_full', 'wrong_shape', 'unclear'),
-    'empirical.models.single_location.erf_mse': ('X', 'complex', 'library'),
-    'empirical.models.single_location.predict': ('X', 'complex', 'unclear'),
-    'empirical.models.single_location_transformer.layer_norm': ('x', 'complex', 'library'),
-    'empirical.models.single_location_transformer.sample_tokens': ('k_star', 'wrong_shape', 'unclear'),
+    "closedform.icl_regression.symmetric_flow": ("omega0", "zero", "silent_nan"),
+    "dynamics.trajectory.Trajectory": ("data_vars", "string", "library"),
+    "empirical.models.group_sparse.loss_per_draw": ("f", "nan", "silent_nan"),
+    "empirical.models.icl_regression.softmax_mse": ("KQ", "complex", "library"),
+    "empirical.models.nearest_neighbor.embed": ("X", "nan", "silent_nan"),
+    "empirical.models.random_walk.forward": ("states", "nan", "unclear"),
+    "empirical.models.scan_snap.attention_entropy": ("a", "nan", "silent_nan"),
+    "empirical.models.scan_snap.distinct_recall": ("Z_full", "wrong_shape", "unclear"),
+    "empirical.models.single_location.erf_mse": ("X", "complex", "library"),
+    "empirical.models.single_location.predict": ("X", "complex", "unclear"),
+    "empirical.models.single_location_transformer.layer_norm": ("x", "complex", "library"),
+    "empirical.models.single_location_transformer.sample_tokens": ("k_star", "wrong_shape", "unclear"),
 }
 
 #: Public callables the example table cannot call validly yet (swept by nobody): {qualname: reason}.
 NO_EXAMPLE: dict[str, str] = {
-    'empirical.models.icl_regression.align_to_flow':
-        ('TypeError: cannot directly convert an xarray.Dataset into a numpy array. '
-         'Instead, create an xarray.D'),
-    'empirical.models.icl_regression.circuit_arrays':
-        ('KeyError: "No variable named \'KQ_0_0_0\'. '
-         'Variables on the dataset include [\'omega_0\', \'omega_1\', \'mu'),
-    'empirical.models.scan_snap.TextTransformer':
-        ('KeyError: "no example value for parameter \'train_chunks\' of '
-         'empirical.models.scan_snap.TextTransform'),
-    'empirical.models.scan_snap.yz_logits':
-        ('KeyError: "no example value for parameter \'counts\' of '
-         'empirical.models.scan_snap.yz_logits"'),
-    'figures.registry.GapRow':
-        ("TypeError: GapRow._derive() missing 4 required keyword-only arguments: "
-         "'theory', 'mean', 'se', and '"),
-
-    'figures.registry.register':
-        'KeyError: "no example value for parameter \'model\' of figures.registry.register"',
-    'figures.registry.render':
-        'KeyError: "no example value for parameter \'dataset\' of figures.registry.render"',
+    "empirical.models.icl_regression.align_to_flow": (
+        "TypeError: cannot directly convert an xarray.Dataset into a numpy array. Instead, create an xarray.D"
+    ),
+    "empirical.models.icl_regression.circuit_arrays": (
+        "KeyError: \"No variable named 'KQ_0_0_0'. Variables on the dataset include ['omega_0', 'omega_1', 'mu"
+    ),
+    "empirical.models.scan_snap.TextTransformer": (
+        "KeyError: \"no example value for parameter 'train_chunks' of empirical.models.scan_snap.TextTransform"
+    ),
+    "empirical.models.scan_snap.yz_logits": (
+        "KeyError: \"no example value for parameter 'counts' of empirical.models.scan_snap.yz_logits\""
+    ),
+    "figures.registry.GapRow": (
+        "TypeError: GapRow._derive() missing 4 required keyword-only arguments: 'theory', 'mean', 'se', and '"
+    ),
+    "figures.registry.register": "KeyError: \"no example value for parameter 'model' of figures.registry.register\"",
+    "figures.registry.render": "KeyError: \"no example value for parameter 'dataset' of figures.registry.render\"",
 }
 
 #: Failures of an unchecked huge size: which one shows (a MemoryError, no answer in time, the worker killed) depends
@@ -116,14 +113,19 @@ VARIANTS = {
     "negative": st.floats(min_value=-1e6, max_value=-1e-3),
     "string": st.text(max_size=8).filter(_not_a_number),
     "complex": st.complex_numbers(max_magnitude=1e3, allow_nan=False, allow_infinity=False).filter(
-        lambda z: z.imag != 0),
+        lambda z: z.imag != 0
+    ),
     "huge": st.integers(min_value=2**40, max_value=2**62),
 }
 
 
 @pytest.mark.skipif(not PASSING, reason="no clean callable")
-@settings(max_examples=120, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=120,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_clean_callables_reject_bad_values_naming_the_parameter(data):
     q = data.draw(st.sampled_from(PASSING), label="callable")
@@ -133,8 +135,7 @@ def test_clean_callables_reject_bad_values_naming_the_parameter(data):
     value = NotImplemented
     if kind in VARIANTS:
         drawn = data.draw(VARIANTS[kind], label=kind)
-        value = C._like(valid.get(param, p.default), drawn) if kind in ("nan", "inf", "negative", "complex") \
-            else drawn
+        value = C._like(valid.get(param, p.default), drawn) if kind in ("nan", "inf", "negative", "complex") else drawn
     verdict, detail = C.run_probe(q, param, kind, value)
     assert verdict in ("clear", "unjudged"), f"{q}({param}={kind}: {value!r}) -> {verdict}: {detail}"
 
@@ -155,6 +156,8 @@ def test_known_gaps_are_exact():
                 changed.append(f"{q}({param}={kind}): {verdict} -> {r['verdict']}: {r.get('detail', '')[:120]}")
     finally:
         worker.stop()
-    assert not fixed, ("these known gaps are fixed: remove them from KNOWN_GAPS or replace them by the callable's "
-                       f"next failing probe (python tools/bad_arguments.py --gaps): {fixed}")
+    assert not fixed, (
+        "these known gaps are fixed: remove them from KNOWN_GAPS or replace them by the callable's "
+        f"next failing probe (python tools/bad_arguments.py --gaps): {fixed}"
+    )
     assert not changed, f"these known gaps fail differently now; update KNOWN_GAPS: {changed}"

@@ -24,8 +24,15 @@ def test_runs_are_not_named_after_an_oracle_that_repels_at_their_step(lam, multi
     # independent of the linearisation: brute-force growth of a 1e-10 offset (k tilted towards v*) under the map,
     # per step over 20 steps once the other modes have decayed (window); 2e-3 covers their remaining transient
     e = 1e-10
-    tr = sl.map(task, np.array([[np.sqrt(1 - e * e), 1.0, 0.0, e, e]]), alpha=ALPHA, n_steps=window + 20, lam=lam,
-                saveat=SaveAt(steps=[window, window + 20]), warn_unconverged=False)
+    tr = sl.map(
+        task,
+        np.array([[np.sqrt(1 - e * e), 1.0, 0.0, e, e]]),
+        alpha=ALPHA,
+        n_steps=window + 20,
+        lam=lam,
+        saveat=SaveAt(steps=[window, window + 20]),
+        warn_unconverged=False,
+    )
     dist = np.max(np.abs(tr.states()[0, :, :5] - np.array([1.0, 1.0, 0.0, 0.0, 0.0])), axis=1)
     assert (dist[1] / dist[0]) ** (1 / 20) == pytest.approx(top, abs=2e-3)
     b = sl.basins(task, lam, 40, alpha=ALPHA, n_steps=4000, rng=1, certify=True, points=pts)
@@ -39,8 +46,9 @@ def test_runs_are_not_named_after_an_oracle_that_repels_at_their_step(lam, multi
     X, _ = sl.run_to_fixed_point(task, x0, alpha=ALPHA, lam=lam, n_steps=4000, points=pts, certify=True)
     names = sl.classify(task, lam, X, points=pts, basin=True)
     assert "oracle" not in set(names)
-    end = sl.map(task, X, alpha=ALPHA, n_steps=20_000, lam=lam, saveat=SaveAt(final=True),
-                 warn_unconverged=False).states()[:, -1, :5]
+    end = sl.map(
+        task, X, alpha=ALPHA, n_steps=20_000, lam=lam, saveat=SaveAt(final=True), warn_unconverged=False
+    ).states()[:, -1, :5]
     near_oracle = np.min([np.max(np.abs(end - np.array(y)), axis=1) for y in oracle.orbit], axis=0)
     assert np.all(near_oracle > 0.1)
 

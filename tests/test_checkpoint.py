@@ -10,7 +10,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from empirical.checkpoint import (  # noqa: E402
-    CHECKSUM_KEY, CheckpointError, load_checkpoint, previous_path, save_checkpoint, state_digest)
+    CHECKSUM_KEY,
+    CheckpointError,
+    load_checkpoint,
+    previous_path,
+    save_checkpoint,
+    state_digest,
+)
 
 # A recognisable, non-repeating float64 pattern: its raw bytes occur once in the file, so a test can find the
 # tensor's record inside torch's zip archive and flip one byte of it.
@@ -18,9 +24,14 @@ PATTERN = torch.arange(1, 65, dtype=torch.float64) * 1.000000123456789
 
 
 def _state(step=7):
-    return {"format": "test/1", "step": step, "params": {"w": PATTERN.clone() + step},
-            "optimizer": {"state": {0: {"exp_avg": torch.zeros(3)}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
-            "gen": torch.ByteTensor([1, 2, 3]), "note": None}
+    return {
+        "format": "test/1",
+        "step": step,
+        "params": {"w": PATTERN.clone() + step},
+        "optimizer": {"state": {0: {"exp_avg": torch.zeros(3)}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+        "gen": torch.ByteTensor([1, 2, 3]),
+        "note": None,
+    }
 
 
 def _flip_byte_in_tensor(path: pathlib.Path, tensor: torch.Tensor) -> None:

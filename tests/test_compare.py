@@ -31,8 +31,10 @@ ALARM = 1e-6  # probability that a correct rule fails one of the binomial assert
 def _learned(samples) -> xr.Dataset:
     """A Trajectory-shaped Dataset: samples (n_seeds, n_times) as variable x over (trajectory, time)."""
     n, k = samples.shape
-    return xr.Dataset({"x": (("trajectory", "time"), samples)}, coords={"time": np.arange(k, dtype=float),
-                                                                         "step": ("time", np.arange(k))})
+    return xr.Dataset(
+        {"x": (("trajectory", "time"), samples)},
+        coords={"time": np.arange(k, dtype=float), "step": ("time", np.arange(k))},
+    )
 
 
 def _exact(values) -> xr.Dataset:
@@ -73,8 +75,7 @@ def test_monte_carlo_theory_is_conservative(m_theory):
     n, level = 3, 0.05
     learned = rng.standard_normal((n, N_REP))
     theory_samples = 3.0 * rng.standard_normal((m_theory, N_REP))
-    theory = xr.Dataset({"x": (("trajectory", "time"), theory_samples)},
-                        coords={"time": np.arange(N_REP, dtype=float)})
+    theory = xr.Dataset({"x": (("trajectory", "time"), theory_samples)}, coords={"time": np.arange(N_REP, dtype=float)})
     res = dynamics.compare(theory, _learned(learned), variables="x", level=level)
     k = int((res.status == "fails").sum())
     upper = stats.binom.ppf(1 - ALARM, N_REP, level)
@@ -94,8 +95,9 @@ def test_power_against_a_shifted_mean():
     the chi-square law of the sample variance), within 5 binomial SE, and is large."""
     n, level, shift, reps = 8, 1e-3, 3.0, 4000
     rng = np.random.default_rng(3)
-    res = dynamics.compare(_exact(np.zeros(reps)), _learned(shift + rng.standard_normal((n, reps))),
-                           variables="x", level=level)
+    res = dynamics.compare(
+        _exact(np.zeros(reps)), _learned(shift + rng.standard_normal((n, reps))), variables="x", level=level
+    )
     rate = float((res.status == "fails").mean())
     q, df, ncp = stats.t.ppf(1 - level / 2, n - 1), n - 1, shift * np.sqrt(n)
 
@@ -223,13 +225,28 @@ def test_deprecated_gap_rows_shim_uses_the_calibrated_test():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         (tight,) = gap_rows("q", [0], [1.0], samples, tol_se=5.0, justification="none")
-        legacy = GapRow(quantity="q", time=0, theory=1.0, mean=1.2, se=1e-3, n_seeds=3, tol_se=5, atol=0.25,
-                        justification="finite-d bias 0.25")
+        legacy = GapRow(
+            quantity="q",
+            time=0,
+            theory=1.0,
+            mean=1.2,
+            se=1e-3,
+            n_seeds=3,
+            tol_se=5,
+            atol=0.25,
+            justification="finite-d bias 0.25",
+        )
     assert tight.status == "fails" and tight.allowance == 0.0
     assert legacy.status == "holds" and legacy.allowance_source == "finite-d bias 0.25"
     # The summary-statistics row equals the array row.
-    direct = GapRow.from_stats(quantity="q", time=0, theory=1.0, mean=float(samples.mean()),
-                               se=float(samples.std(ddof=1) / np.sqrt(3)), n_seeds=3)
+    direct = GapRow.from_stats(
+        quantity="q",
+        time=0,
+        theory=1.0,
+        mean=float(samples.mean()),
+        se=float(samples.std(ddof=1) / np.sqrt(3)),
+        n_seeds=3,
+    )
     assert (direct.ci_low, direct.ci_high) == pytest.approx((tight.ci_low, tight.ci_high), rel=1e-12)
 
 

@@ -122,9 +122,13 @@ def test_adjust_on_a_compare_result_keeps_holds_and_out_of_range_rows():
     samples = rng.normal(0.0, 0.1, size=(8, 6))
     samples[:, 5] += 0.25  # about 7 SE off: fails per row (p ~ 2e-4) but not after Holm over 6 rows at 1e-3
     samples[:, 4] += 2.0  # far off: fails either way
-    learned = xr.Dataset({"x": (("trajectory", "time"), samples),
-                          "in_range": (("trajectory", "time"), np.arange(6)[None, :].repeat(8, 0) != 3)},
-                         coords={"time": np.arange(6.0)})
+    learned = xr.Dataset(
+        {
+            "x": (("trajectory", "time"), samples),
+            "in_range": (("trajectory", "time"), np.arange(6)[None, :].repeat(8, 0) != 3),
+        },
+        coords={"time": np.arange(6.0)},
+    )
     theory = xr.Dataset({"x": ("time", np.zeros(6))}, coords={"time": np.arange(6.0)})
     res = dynamics.compare(theory, learned, variables="x", allowance=0.5)
     per_row = res.status.values[0]

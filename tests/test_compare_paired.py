@@ -28,8 +28,10 @@ def _runs(theta, x):
     """theory (n, k) and learned (n, k) as two Trajectory-shaped Datasets over (trajectory, time)."""
     n, k = x.shape
     coords = {"trajectory": np.arange(n), "time": np.arange(k, dtype=float)}
-    return (xr.Dataset({"x": (("trajectory", "time"), theta)}, coords=coords),
-            xr.Dataset({"x": (("trajectory", "time"), x)}, coords=coords))
+    return (
+        xr.Dataset({"x": (("trajectory", "time"), theta)}, coords=coords),
+        xr.Dataset({"x": (("trajectory", "time"), x)}, coords=coords),
+    )
 
 
 def _simulate(n, delta, rng, spread=3.0, noise=0.5):
@@ -74,8 +76,9 @@ def test_paired_test_gains_power_over_the_unpaired_one():
     n, level, delta, noise = 8, 0.05, 0.75, 0.5
     rng = np.random.default_rng(11)
     theory, learned = _simulate(n, delta, rng, spread=3.0, noise=noise)
-    paired = float((dynamics.compare(theory, learned, variables="x", level=level, paired=True).status
-                    == "fails").mean())
+    paired = float(
+        (dynamics.compare(theory, learned, variables="x", level=level, paired=True).status == "fails").mean()
+    )
     unpaired = float((dynamics.compare(theory, learned, variables="x", level=level).status == "fails").mean())
     power = _exact_power(n, level, delta * np.sqrt(n) / noise)
     assert abs(paired - power) <= 5 * np.sqrt(power * (1 - power) / N_REP), (paired, power)

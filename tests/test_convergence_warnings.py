@@ -42,24 +42,41 @@ def _warns(fn, match):
 
 # --- single_location: fixed points; chaos, cycles and slow runs all warn ------------------------------------------
 
+
 def test_single_location_chaotic_pgd_warns_and_a_run_to_a_fixed_point_does_not():
     task = sl.SingleLocationTask(d=1000, L=10)
     x0 = sl.sample_initial_state(task, 4, rng=1)
-    run = _warns(lambda: sl.map(task, x0, alpha=4e-3, n_steps=5000, lam=0.5, saveat=FINAL),
-                 "4 of 4 trajectories are not converging")
+    run = _warns(
+        lambda: sl.map(task, x0, alpha=4e-3, n_steps=5000, lam=0.5, saveat=FINAL),
+        "4 of 4 trajectories are not converging",
+    )
     # independent evidence of chaos: a start moved by 1e-9 ends O(1) away after 5000 steps
-    near = sl.map(task, x0 + 1e-9 * np.array([1, -1, 0, 0, 0]), alpha=4e-3, n_steps=5000, lam=0.5, saveat=FINAL,
-                  warn_unconverged=False)
+    near = sl.map(
+        task,
+        x0 + 1e-9 * np.array([1, -1, 0, 0, 0]),
+        alpha=4e-3,
+        n_steps=5000,
+        lam=0.5,
+        saveat=FINAL,
+        warn_unconverged=False,
+    )
     assert np.max(np.abs(near.kappa.values - run.kappa.values)) > 1e-2
     assert np.all(run.step_norm_trend.values == 1)
     # d = 400, lambda = 0.1: these two starts reach a fixed point (final step at rounding level)
     small = sl.SingleLocationTask(d=400, L=10)
-    done = _quiet(lambda: sl.map(small, sl.sample_initial_state(small, 4, rng=1)[:2], alpha=4e-3, n_steps=40_000,
-                                 lam=0.1, saveat=FINAL))
+    done = _quiet(
+        lambda: sl.map(
+            small, sl.sample_initial_state(small, 4, rng=1)[:2], alpha=4e-3, n_steps=40_000, lam=0.1, saveat=FINAL
+        )
+    )
     assert np.all(done.final_step_norm.values < 1e-15)
     # the same starts stopped early are still converging: a warning that says so
-    _warns(lambda: sl.map(small, sl.sample_initial_state(small, 4, rng=1)[:2], alpha=4e-3, n_steps=3000, lam=0.1,
-                          saveat=FINAL), "2 of 2 are still converging")
+    _warns(
+        lambda: sl.map(
+            small, sl.sample_initial_state(small, 4, rng=1)[:2], alpha=4e-3, n_steps=3000, lam=0.1, saveat=FINAL
+        ),
+        "2 of 2 are still converging",
+    )
 
 
 def test_single_location_absurd_step_and_silencing():
@@ -80,8 +97,10 @@ def test_single_location_period_two_cycle_of_the_step_size_instability_warns():
     task = sl.SingleLocationTask(d=400, L=10)
     x0 = sl.sample_initial_state(task, 3, rng=0)
     n = 40_000
-    run = _warns(lambda: sl.map(task, x0, alpha=4e-3, n_steps=n, lam=0.5, saveat=SaveAt(steps=[n - 2, n - 1, n])),
-                 "3 of 3 trajectories are not converging")
+    run = _warns(
+        lambda: sl.map(task, x0, alpha=4e-3, n_steps=n, lam=0.5, saveat=SaveAt(steps=[n - 2, n - 1, n])),
+        "3 of 3 trajectories are not converging",
+    )
     X = run.states()[..., :5]
     assert np.max(np.abs(X[:, 2] - X[:, 0])) < 1e-12  # rounding of a cycle reached long ago (|x| <= 1)
     assert np.min(np.max(np.abs(X[:, 2] - X[:, 1]), axis=1)) > 1e-2
@@ -92,16 +111,21 @@ def test_full_pgd_carries_the_diagnostics_and_warns_on_chaos():
     task = sl.SingleLocationTask(d=1000, L=10)
     x0 = sl.sample_initial_state(task, 1, rng=1)[0]
     k0, v0, k_star, v_star = sl.vectors_from_state(task, x0, rng=3)
-    run = _warns(lambda: sl.full_pgd(task, k0, v0, k_star, v_star, alpha=4e-3, n_steps=1500, lam=0.5,
-                                     save_every=1500), "1 of 1 trajectories are not converging")
+    run = _warns(
+        lambda: sl.full_pgd(task, k0, v0, k_star, v_star, alpha=4e-3, n_steps=1500, lam=0.5, save_every=1500),
+        "1 of 1 trajectories are not converging",
+    )
     assert run.step_norm_trend.values.tolist() == [1] and not run.converged.values.any()
     red = sl.map(task, x0, alpha=4e-3, n_steps=1500, lam=0.5, saveat=FINAL, warn_unconverged=False)
     assert red.step_norm_trend.values.tolist() == [1]  # the five-scalar map makes the same diagnosis
     # d = 400, lambda = 0.1 from a start whose five-scalar run reaches its fixed point (test above): quiet
     small = sl.SingleLocationTask(d=400, L=10)
     y0 = sl.sample_initial_state(small, 4, rng=1)[0]
-    done = _quiet(lambda: sl.full_pgd(small, *sl.vectors_from_state(small, y0, rng=3), alpha=4e-3, n_steps=40_000,
-                                      lam=0.1, save_every=40_000))
+    done = _quiet(
+        lambda: sl.full_pgd(
+            small, *sl.vectors_from_state(small, y0, rng=3), alpha=4e-3, n_steps=40_000, lam=0.1, save_every=40_000
+        )
+    )
     assert done.converged.values.all()
 
 
@@ -130,20 +154,25 @@ def test_icl_multi_head_flow_never_warns_and_an_absurd_lr_diverges_or_warns():
 
 # --- token selection and scan_snap: the state grows by design; only cycles or chaos warn ---------------------------
 
+
 def test_group_sparse_warns_for_a_cycling_step_only():
     task = gs.GroupSparseTask(d=2, D=4)
     run = _quiet(lambda: gs.map(task, 500, n_samples=300, rng=0, with_se=False, saveat=FINAL))
     assert not run.converged.values.any()  # unconverged (the weights grow), but the steps shrink: no warning
     # eta = 50: the step overshoots back and forth (step norm ~36 with no net progress)
-    bad = _warns(lambda: gs.map(task, 500, n_samples=300, rng=0, eta=50.0, with_se=False, saveat=FINAL),
-                 "1 of 1 trajectories are not converging")
+    bad = _warns(
+        lambda: gs.map(task, 500, n_samples=300, rng=0, eta=50.0, with_se=False, saveat=FINAL),
+        "1 of 1 trajectories are not converging",
+    )
     assert bad.step_norm_trend.values.tolist() == [1]
-    _quiet(lambda: gs.map(task, 500, n_samples=300, rng=0, eta=50.0, with_se=False, saveat=FINAL,
-                          warn_unconverged=False))
+    _quiet(
+        lambda: gs.map(task, 500, n_samples=300, rng=0, eta=50.0, with_se=False, saveat=FINAL, warn_unconverged=False)
+    )
 
 
 # The nearest-neighbour, random-walk and scan-snap losses saturate: an absurd step size makes the state grow
 # steadily (drifting, code 2) rather than cycle, which is their normal long-run behaviour, so it does not warn.
+
 
 def test_nearest_neighbor_absurd_step_drifts_without_warning():
     spec = nn.NearestNeighborTask(d=3, N=4, sigma=1.0, eta=1.0)

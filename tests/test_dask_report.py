@@ -51,10 +51,19 @@ def dying_registry(mode: str) -> registry.Registry:
     reg = synthetic_registry(with_verdicts=True)
     reg.factory = functools.partial(dying_registry, mode)
     params = {k: {**v, "die": {"once": 0, "always": 1}[mode]} for k, v in TOY_PARAMS.items()}
-    die = Param("1: the figure kills its worker on every attempt; 0: on the first only", "",
-                Range(integer=True, ge=0, le=1))
-    reg.register(name="toy.dies", model="toy", paper="Toy", spec="toy.md", caption="Kills its worker.",
-                 params=params, param_info={"die": die}, plot=toy_plot)(_dying_data)
+    die = Param(
+        "1: the figure kills its worker on every attempt; 0: on the first only", "", Range(integer=True, ge=0, le=1)
+    )
+    reg.register(
+        name="toy.dies",
+        model="toy",
+        paper="Toy",
+        spec="toy.md",
+        caption="Kills its worker.",
+        params=params,
+        param_info={"die": die},
+        plot=toy_plot,
+    )(_dying_data)
     return reg
 
 
@@ -63,18 +72,19 @@ def test_local_cluster_report_equals_the_local_build_after_losing_a_worker(tmp_p
     build (built second: the marker left by the killed worker keeps this process alive)."""
     monkeypatch.setenv(ENV_DIR, str(tmp_path))  # inherited by the LocalCluster's worker processes
     reg = dying_registry("once")
-    remote = build_report("tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", registry=reg,
-                          jobs=2, scheduler="local")
+    remote = build_report(
+        "tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", registry=reg, jobs=2, scheduler="local"
+    )
     assert (tmp_path / "died.toy.dies").exists()  # a worker did die inside the figure
-    local = build_report("tiny", device="cpu", out_dir=tmp_path / "l", cache_dir=tmp_path / "cl", registry=reg,
-                         jobs=1)
+    local = build_report("tiny", device="cpu", out_dir=tmp_path / "l", cache_dir=tmp_path / "cl", registry=reg, jobs=1)
     assert local.n_failed == remote.n_failed == 0
     _same_summary(local.summary_path, remote.summary_path)
     pngs = [[f.png for s in r.sections for f in s.figures] for r in (local, remote)]
     assert pngs[0] == pngs[1]
     # results landed in the checksummed cache: a second local build reads every figure from it
-    again = build_report("tiny", device="cpu", out_dir=tmp_path / "again", cache_dir=tmp_path / "cd", registry=reg,
-                         jobs=1)
+    again = build_report(
+        "tiny", device="cpu", out_dir=tmp_path / "again", cache_dir=tmp_path / "cd", registry=reg, jobs=1
+    )
     assert {f.status for s in again.sections for f in s.figures} == {"cached"}
 
 
@@ -82,8 +92,15 @@ def test_local_cluster_report_equals_the_local_build_after_losing_a_worker(tmp_p
 def test_a_figure_whose_workers_keep_dying_is_named_as_lost(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_DIR, str(tmp_path))
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):  # the scheduler runs in this process
-        result = build_report("tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "c",
-                              registry=dying_registry("always"), jobs=2, scheduler="local")
+        result = build_report(
+            "tiny",
+            device="cpu",
+            out_dir=tmp_path / "d",
+            cache_dir=tmp_path / "c",
+            registry=dying_registry("always"),
+            jobs=2,
+            scheduler="local",
+        )
     entries = {f.spec.name: f for s in result.sections for f in s.figures}
     assert result.n_failed == 1 and not entries["toy.decay"].failed
     assert "lost on the Dask cluster (toy.dies)" in entries["toy.dies"].error
@@ -105,8 +122,22 @@ def test_figures_make_computes_on_the_cluster_and_draws_here(tmp_path, capsys):
     from figures.__main__ import main
 
     reg = synthetic_registry()
-    argv = ["make", "toy.decay", "toy.heat", "--preset", "tiny", "--device", "cpu", "--no-progress", "--formats",
-            "png", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+    argv = [
+        "make",
+        "toy.decay",
+        "toy.heat",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--formats",
+        "png",
+        "--out",
+        str(tmp_path / "o"),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
     assert main(argv + ["--scheduler", "local"], reg=reg) == 0
     assert "2 cached" in capsys.readouterr().out  # computed by the workers into the cache, read back here
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["toy.decay.png", "toy.heat.png"]
@@ -115,6 +146,7 @@ def test_figures_make_computes_on_the_cluster_and_draws_here(tmp_path, capsys):
 @pytest.mark.slow
 def test_tiny_report_of_every_figure_on_a_local_cluster_equals_the_local_build(tmp_path):
     local = build_report("tiny", device="cpu", out_dir=tmp_path / "l", cache_dir=tmp_path / "cl", jobs=2)
-    remote = build_report("tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", jobs=2,
-                          scheduler="local")
+    remote = build_report(
+        "tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", jobs=2, scheduler="local"
+    )
     _same_summary(local.summary_path, remote.summary_path)

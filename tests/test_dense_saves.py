@@ -25,8 +25,7 @@ def _risk_tol(task, theta):
     (1 ulp, moving erf and zeta by ~1 ulp). zeta enters the risk with weight s^2 theta^2 + gamma^2, so it moves it
     by <= 4e-15 (s^2 theta^2 + gamma^2); the ~15 other terms are each at most ~gamma^2 L + eps^2 here and are summed
     in the same order, so the changed partial sums add <= 16 ulp of that scale."""
-    return 4e-15 * (task.s ** 2 * theta ** 2 + task.gamma ** 2) + 16 * EPS64 * (task.gamma ** 2 * task.L + task.eps ** 2
-                                                                              + 1.0)
+    return 4e-15 * (task.s**2 * theta**2 + task.gamma**2) + 16 * EPS64 * (task.gamma**2 * task.L + task.eps**2 + 1.0)
 
 
 def _api_risk(task, tr, lam=None):
@@ -41,12 +40,20 @@ def test_map_risk_equals_the_risk_api_at_every_save(manifold):
     task = sl.SingleLocationTask(d=400, L=10, noise=0.3)
     state0 = sl.sample_initial_state(task, 6, 0, on="manifold" if manifold else "sphere")
     lam = sl.lam_schedule(0.5, 2e-3)  # a schedule: every saved row has its own lambda (table row)
-    tr = sl.map(task, state0, alpha=4e-3, n_steps=400, lam=lam, manifold=manifold, saveat=SaveAt(every=1),
-                warn_unconverged=False)
+    tr = sl.map(
+        task,
+        state0,
+        alpha=4e-3,
+        n_steps=400,
+        lam=lam,
+        manifold=manifold,
+        saveat=SaveAt(every=1),
+        warn_unconverged=False,
+    )
     ref = _api_risk(task, tr)
     tol = _risk_tol(task, np.abs(tr["theta"].values))
     assert np.all(np.abs(tr["risk"].values - ref) <= tol)
-    np.testing.assert_array_equal(tr["excess_risk"].values, tr["risk"].values - task.eps ** 2)
+    np.testing.assert_array_equal(tr["excess_risk"].values, tr["risk"].values - task.eps**2)
     dist = np.sqrt(tr["theta"].values ** 2 + tr["eta"].values ** 2 + tr["rho"].values ** 2)
     np.testing.assert_array_equal(tr["distance_to_manifold"].values, dist)
     # a risk read at the next row's lambda (an off-by-one in the table) is far outside the tolerance
@@ -59,8 +66,16 @@ def test_fused_observables_equal_the_separate_ones_and_keep_the_states(manifold)
     task = sl.SingleLocationTask(d=400, L=10, noise=0.1)
     state0 = sl.sample_initial_state(task, 5, 3, on="manifold" if manifold else "sphere")
     alpha = np.array([1e-3, 2e-3, 4e-3, 4e-3, 8e-3])  # per-trajectory rows
-    tr = sl.map(task, state0, alpha=alpha, n_steps=300, lam=0.1, manifold=manifold, saveat=SaveAt(every=1),
-                warn_unconverged=False)
+    tr = sl.map(
+        task,
+        state0,
+        alpha=alpha,
+        n_steps=300,
+        lam=0.1,
+        manifold=manifold,
+        saveat=SaveAt(every=1),
+        warn_unconverged=False,
+    )
     p, _, _, _, _ = sl._batch_params(task, 0.1, alpha, None, 5, 300)
     step, observe = (K.manifold_step, K.manifold_observe) if manifold else (K.five_step, K.five_observe)
     names = ["kappa", "nu", "lam"] if manifold else ["kappa", "nu", "theta", "eta", "rho", "lam"]
@@ -81,8 +96,16 @@ def test_frozen_states_under_a_schedule_use_their_own_lambda():
     state0 = sl.sample_initial_state(task, 2, 1)  # these two stop at steps 11 722 and 11 583 (1e-8, lambda 0.1)
     lams = np.full(14_001, 0.1)
     lams[12_000:] = 0.2  # a step in lambda after the runs have converged and frozen
-    tr = sl.map(task, state0, alpha=4e-3, n_steps=14_000, lam=lams, converged=1e-8, saveat=SaveAt(every=500),
-                warn_unconverged=False)
+    tr = sl.map(
+        task,
+        state0,
+        alpha=4e-3,
+        n_steps=14_000,
+        lam=lams,
+        converged=1e-8,
+        saveat=SaveAt(every=500),
+        warn_unconverged=False,
+    )
     frozen = tr["stopped_at"].values
     assert np.all((frozen > 0) & (frozen < 12_000))
     assert np.all(tr["lam"].values[:, -1] == 0.1)
@@ -96,8 +119,7 @@ def test_per_trajectory_dimension_risk():
     task = sl.SingleLocationTask(d=400, L=10)
     state0 = sl.sample_initial_state(task, 1, 2)
     ds = np.array([8, 400, 10_000])
-    tr = sl.map(task, state0, alpha=4e-4, n_steps=50, lam=0.05, d=ds, saveat=SaveAt(every=10),
-                warn_unconverged=False)
+    tr = sl.map(task, state0, alpha=4e-4, n_steps=50, lam=0.05, d=ds, saveat=SaveAt(every=10), warn_unconverged=False)
     for i, d in enumerate(ds):
         t_d = sl.SingleLocationTask(d=int(d), L=10)
         ref = sl.risk(t_d, 0.05, *(tr[v].values[i] for v in ("kappa", "nu", "theta", "eta", "rho")))

@@ -13,15 +13,20 @@ import pytest
 import closedform
 from closedform import models as model_registry
 
-CITATION = re.compile(r"(Eq\.|Eqs\.|Equation|Lemma|Theorem|Thm\.|Prop\.|Proposition|Corollary|Definition|Sec\.|"
-                      r"Section|§|Appendix|Table|Fig\.)")
+CITATION = re.compile(
+    r"(Eq\.|Eqs\.|Equation|Lemma|Theorem|Thm\.|Prop\.|Proposition|Corollary|Definition|Sec\.|"
+    r"Section|§|Appendix|Table|Fig\.)"
+)
 MODELS = model_registry.names(builtin=True)
 _INFRASTRUCTURE = ("models",)  # the model registry: records and plumbing, no mathematics to cite
 
 
 def _public_modules():
-    return [m.name for m in pkgutil.iter_modules(closedform.__path__)
-            if not m.name.startswith("_") and m.name not in _INFRASTRUCTURE]
+    return [
+        m.name
+        for m in pkgutil.iter_modules(closedform.__path__)
+        if not m.name.startswith("_") and m.name not in _INFRASTRUCTURE
+    ]
 
 
 def _public_callables(module):
@@ -39,8 +44,9 @@ def test_public_callables_cite_their_source(module_name):
         doc = inspect.getdoc(obj) or ""
         if not CITATION.search(doc):
             missing.append(name)
-    assert not missing, f"closedform.{module_name}: public callables without an Eq./Lemma/Theorem/Sec. citation: " \
-                        f"{missing}"
+    assert not missing, (
+        f"closedform.{module_name}: public callables without an Eq./Lemma/Theorem/Sec. citation: {missing}"
+    )
 
 
 @pytest.mark.parametrize("module_name", [m for m in MODELS if m in _public_modules()])
@@ -59,9 +65,13 @@ def test_the_package_points_to_no_file_outside_the_repository():
 
     root = pathlib.Path(__file__).resolve().parent.parent
     outside = re.compile(r"\.\./shared|STYLE\.md|DESIGN\.md")
-    hits = [f"{path.relative_to(root)}:{n}" for pkg in ("dynamics", "closedform", "empirical", "figures")
-            for path in sorted((root / pkg).rglob("*.py"))
-            for n, line in enumerate(path.read_text().splitlines(), 1) if outside.search(line)]
+    hits = [
+        f"{path.relative_to(root)}:{n}"
+        for pkg in ("dynamics", "closedform", "empirical", "figures")
+        for path in sorted((root / pkg).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
     assert not hits, f"references to files outside the repository: {hits}"
 
 
@@ -108,6 +118,11 @@ def test_the_package_cites_the_docs_pages_not_the_outside_specification():
     """No ``spec Sec. X``, ``spec §X``, ``spec <model>.md`` or ``spec/<model>.md`` is left (issue 16): the package
     cites ``docs/models/<page>.md §N`` instead."""
     outside = re.compile(r"\b[Ss]pec(?:'s)?\s+(?:Sec\.|§|(?:" + "|".join(_PAGES) + r")\.md)|\bspec/\w+\.md")
-    hits = [f"{path.relative_to(_ROOT)}:{n}" for pkg in _PACKAGES for path in sorted((_ROOT / pkg).rglob("*.py"))
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if outside.search(line)]
+    hits = [
+        f"{path.relative_to(_ROOT)}:{n}"
+        for pkg in _PACKAGES
+        for path in sorted((_ROOT / pkg).rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if outside.search(line)
+    ]
     assert not hits, f"citations of the specification outside the repository: {hits}"

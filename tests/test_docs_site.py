@@ -26,9 +26,18 @@ MAX_PAGE_BYTES = 300_000
 # The model pages are the toolkit's specification: all of them must render their formulas.
 MODEL_PAGES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "docs" / "models").glob("*.md"))
 # Chromium flags that keep every request on this machine: no DNS answers, no proxy reachable, no background traffic.
-OFFLINE_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND",
-                 "--proxy-server=127.0.0.1:9", "--allow-file-access-from-files"]
+OFFLINE_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--proxy-server=127.0.0.1:9",
+    "--allow-file-access-from-files",
+]
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +97,14 @@ def _rendered_dom(page: Path, tmp_path: Path) -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.fail("chromium is needed to check the rendered site (.ci/run installs it)")
-    cmd = [chromium, *OFFLINE_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=30000",
-           "--dump-dom", page.resolve().as_uri()]
+    cmd = [
+        chromium,
+        *OFFLINE_FLAGS,
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=30000",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
     return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
 
 
@@ -121,8 +136,14 @@ def test_search_shows_snippets_offline(site, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.fail("chromium is needed to check the search page (.ci/run installs it)")
-    cmd = [chromium, *OFFLINE_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=30000",
-           "--dump-dom", url]
+    cmd = [
+        chromium,
+        *OFFLINE_FLAGS,
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=30000",
+        "--dump-dom",
+        url,
+    ]
     dom = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
     snippets = re.findall(r'<p class="context">(.*?)</p>', dom, re.DOTALL)
     assert snippets, "the search page shows no snippet for 'saddle'"
@@ -159,8 +180,10 @@ def _overflows(page: Path, tmp_path: Path, width: int) -> list[str]:
     return json.loads(found.group(1).replace("&quot;", '"'))
 
 
-@pytest.mark.parametrize("page", ["index.html", "auto_examples/quickstart_single_location.html",
-                                  "auto_examples/quickstart_icl_regression.html"])
+@pytest.mark.parametrize(
+    "page",
+    ["index.html", "auto_examples/quickstart_single_location.html", "auto_examples/quickstart_icl_regression.html"],
+)
 def test_tables_and_code_fit_the_content_column(site, page, tmp_path):
     over = _overflows(site / page, tmp_path, width=1400)
     assert not over, f"{page}: wider than the column at 1400 px: {over}"

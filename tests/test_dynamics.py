@@ -77,8 +77,9 @@ def test_fixed_step_solvers_converge_at_declared_order(solver_cls, order):
     dts = np.array([0.1, 0.05, 0.025, 0.0125]) if order == 1 else np.array([0.2, 0.1, 0.05, 0.025])
     errors = []
     for dt in dts:
-        tr = integrate(linear_rhs, Y0_LIN, (0.0, 2.0), params=A_LIN.ravel(), solver=solver_cls(dt=dt),
-                       saveat=SaveAt(final=True))
+        tr = integrate(
+            linear_rhs, Y0_LIN, (0.0, 2.0), params=A_LIN.ravel(), solver=solver_cls(dt=dt), saveat=SaveAt(final=True)
+        )
         errors.append(np.linalg.norm(tr.states()[0, -1] - _exact_linear(Y0_LIN, 2.0)))
     slope = np.polyfit(np.log(dts), np.log(errors), 1)[0]
     # The fitted slope of log error against log dt equals the order up to higher-order terms; 0.15 covers them
@@ -92,8 +93,14 @@ def test_dopri5_converges_at_order_five_with_fixed_steps():
     dts = np.array([0.4, 0.2, 0.1, 0.05])
     errors = []
     for dt in dts:
-        tr = integrate(linear_rhs, Y0_LIN, (0.0, 2.0), params=A_LIN.ravel(),
-                       solver=Dopri5(rtol=1e6, atol=1e6, dt0=dt, dt_max=dt), saveat=SaveAt(final=True))
+        tr = integrate(
+            linear_rhs,
+            Y0_LIN,
+            (0.0, 2.0),
+            params=A_LIN.ravel(),
+            solver=Dopri5(rtol=1e6, atol=1e6, dt0=dt, dt_max=dt),
+            saveat=SaveAt(final=True),
+        )
         errors.append(np.linalg.norm(tr.states()[0, -1] - _exact_linear(Y0_LIN, 2.0)))
     slope = np.polyfit(np.log(dts), np.log(errors), 1)[0]
     assert abs(slope - 5) < 0.3, (slope, errors)  # same reasoning as above; the 4th/5th-order terms mix more
@@ -102,11 +109,19 @@ def test_dopri5_converges_at_order_five_with_fixed_steps():
 def test_dopri5_matches_scipy_dop853_on_van_der_pol():
     ts = np.linspace(0.0, 10.0, 11)
     y0s = np.array([[2.0, 0.0], [0.5, -1.0], [-1.0, 1.5]])
-    tr = integrate(van_der_pol, y0s, (0.0, 10.0), params=[1.3], solver=Dopri5(rtol=1e-12, atol=1e-14),
-                   saveat=SaveAt(ts=ts))
+    tr = integrate(
+        van_der_pol, y0s, (0.0, 10.0), params=[1.3], solver=Dopri5(rtol=1e-12, atol=1e-14), saveat=SaveAt(ts=ts)
+    )
     for i, y0 in enumerate(y0s):
-        ref = solve_ivp(lambda t, y: [y[1], 1.3 * (1 - y[0] ** 2) * y[1] - y[0]], (0.0, 10.0), y0,
-                        method="DOP853", rtol=1e-12, atol=1e-14, t_eval=ts).y.T
+        ref = solve_ivp(
+            lambda t, y: [y[1], 1.3 * (1 - y[0] ** 2) * y[1] - y[0]],
+            (0.0, 10.0),
+            y0,
+            method="DOP853",
+            rtol=1e-12,
+            atol=1e-14,
+            t_eval=ts,
+        ).y.T
         # Both solvers run at rtol 1e-12; on this O(1) limit cycle the global errors stay far below the 1e-8
         # required by the issue, which leaves room for the error growth of the cycle's stable manifold.
         np.testing.assert_allclose(tr.states()[i], ref, rtol=0, atol=1e-8)
@@ -117,20 +132,39 @@ def test_dopri5_dense_output_matches_scipy_between_steps():
     # global and interpolation errors are ~1e-9 on this O(1) system; 1e-7 is a loose bound for a smoke test (the
     # dense coefficients themselves are pinned to rounding level by test_engine_solvers.py's quadrature test).
     ts = np.linspace(0.0, 5.0, 501)
-    tr = integrate(forced, np.array([1.0, 0.0]), (0.0, 5.0), params=[0.7], solver=Dopri5(rtol=1e-10, atol=1e-12),
-                   saveat=SaveAt(ts=ts))
-    ref = solve_ivp(lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2], (0.0, 5.0), [1.0, 0.0],
-                    method="DOP853", rtol=1e-13, atol=1e-14, t_eval=ts).y.T
+    tr = integrate(
+        forced,
+        np.array([1.0, 0.0]),
+        (0.0, 5.0),
+        params=[0.7],
+        solver=Dopri5(rtol=1e-10, atol=1e-12),
+        saveat=SaveAt(ts=ts),
+    )
+    ref = solve_ivp(
+        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
+        (0.0, 5.0),
+        [1.0, 0.0],
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-14,
+        t_eval=ts,
+    ).y.T
     np.testing.assert_allclose(tr.states()[0], ref, rtol=0, atol=1e-7)
 
 
 def test_rk4_matches_scipy_on_forced_system():
     # 0.37 / 1e-3 is 370 within rounding, so this save snaps to the grid (off-grid saves: test_engine_solvers.py)
     ts = np.array([0.0, 0.37, 1.0, 2.5])
-    tr = integrate(forced, np.array([1.0, 0.0]), (0.0, 2.5), params=[0.7], solver=RK4(dt=1e-3),
-                   saveat=SaveAt(ts=ts))
-    ref = solve_ivp(lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2], (0.0, 2.5), [1.0, 0.0],
-                    method="DOP853", rtol=1e-13, atol=1e-14, t_eval=ts).y.T
+    tr = integrate(forced, np.array([1.0, 0.0]), (0.0, 2.5), params=[0.7], solver=RK4(dt=1e-3), saveat=SaveAt(ts=ts))
+    ref = solve_ivp(
+        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
+        (0.0, 2.5),
+        [1.0, 0.0],
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-14,
+        t_eval=ts,
+    ).y.T
     # RK4 global error ~ C dt^4 = O(1e-12) with C = O(1) on this smooth system.
     np.testing.assert_allclose(tr.states()[0], ref, rtol=0, atol=1e-10)
     assert np.array_equal(tr.step.values, [0, 370, 1000, 2500])
@@ -175,7 +209,7 @@ def test_saveat_semantics_maps():
     tr = iterate(decay_map, x0, 10, params=[0.5], saveat=SaveAt(steps=[0, 3, 10]), names=["x"], time_scale=0.1)
     assert list(tr.step.values) == [0, 3, 10]
     np.testing.assert_allclose(tr.time.values, [0.0, 0.3, 1.0])
-    np.testing.assert_array_equal(tr.x.values[0], [0.5, 0.5 ** 4, 0.5 ** 11])  # powers of 2 are exact
+    np.testing.assert_array_equal(tr.x.values[0], [0.5, 0.5**4, 0.5**11])  # powers of 2 are exact
     assert list(SaveAt(every=4).resolve_steps(10)) == [0, 4, 8, 10]
     assert list(SaveAt(n=3).resolve_steps(10)) == [0, 5, 10]
     assert list(SaveAt(final=True).resolve_steps(10)) == [10]
@@ -190,8 +224,7 @@ def test_saveat_semantics_odes():
     assert list(SaveAt(every=2).resolve_times(0.0, 1.0, dt=0.25)) == [0.0, 0.5, 1.0]
     np.testing.assert_allclose(SaveAt(n=3).resolve_times(1.0, 2.0), [1.0, 1.5, 2.0])
     np.testing.assert_allclose(SaveAt(log=3, log_start=0.01).resolve_times(0.0, 1.0), [0.0, 0.01, 1.0])
-    tr = integrate(linear_rhs, Y0_LIN, (0.0, 1.0), params=A_LIN.ravel(), solver=RK4(dt=0.1),
-                   saveat=SaveAt(ts=[0.0]))
+    tr = integrate(linear_rhs, Y0_LIN, (0.0, 1.0), params=A_LIN.ravel(), solver=RK4(dt=0.1), saveat=SaveAt(ts=[0.0]))
     assert np.array_equal(tr.states()[0, 0], Y0_LIN)  # t = t0 returns y0 exactly
 
 
@@ -203,9 +236,17 @@ def test_per_step_schedule_packed_in_params():
 
 
 def test_derived_and_attrs():
-    tr = iterate(decay_map, np.array([[1.0], [2.0]]), 4, params=[0.5], names=["x"], saveat=SaveAt(every=1),
-                 derived=lambda Y, P: {"x2": Y[..., 0] ** 2}, attrs={"model": "toy", "spec": {"a": 1}, "seed": 3})
-    np.testing.assert_array_equal(tr.x2.values, tr.x.values ** 2)
+    tr = iterate(
+        decay_map,
+        np.array([[1.0], [2.0]]),
+        4,
+        params=[0.5],
+        names=["x"],
+        saveat=SaveAt(every=1),
+        derived=lambda Y, P: {"x2": Y[..., 0] ** 2},
+        attrs={"model": "toy", "spec": {"a": 1}, "seed": 3},
+    )
+    np.testing.assert_array_equal(tr.x2.values, tr.x.values**2)
     assert tr.attrs["model"] == "toy" and tr.attrs["spec_json"] == '{"a":1}' and tr.attrs["seed"] == 3
     for key in ("git_rev", "versions_json", "created_utc"):
         assert key in tr.attrs
@@ -213,8 +254,9 @@ def test_derived_and_attrs():
 
 def test_stop_condition_freezes_and_truncates():
     x0 = np.array([[1.0], [1e-3]])
-    tr = iterate(decay_map, x0, 100, params=[0.5], saveat=SaveAt(every=1), names=["x"],
-                 stop=lambda k, X, P: X[:, 0] < 1e-2)
+    tr = iterate(
+        decay_map, x0, 100, params=[0.5], saveat=SaveAt(every=1), names=["x"], stop=lambda k, X, P: X[:, 0] < 1e-2
+    )
     # trajectory 1 is below 1e-2 from the start: frozen at its initial value
     assert np.all(tr.x.values[1] == 1e-3)
     # trajectory 0 crosses 1e-2 after 7 halvings (2^-7 < 1e-2): the run ends at that save point
@@ -242,10 +284,23 @@ def test_ode_divergence_names_trajectory_and_time(solver):
 
 
 def test_trajectory_roundtrip(tmp_path):
-    tr = integrate(van_der_pol, np.array([[2.0, 0.0], [1.0, 1.0]]), (0.0, 1.0), params=[1.0], solver=RK4(dt=0.01),
-                   saveat=SaveAt(n=11), names=["x", "v"], derived=lambda Y, P: {"energy": Y[..., 0] ** 2},
-                   attrs={"model": "vdp", "spec": {"mu": 1.0, "flags": [1, 2]}, "config": {"deep": {"a": None}},
-                          "seed": 11, "source": "closedform"})
+    tr = integrate(
+        van_der_pol,
+        np.array([[2.0, 0.0], [1.0, 1.0]]),
+        (0.0, 1.0),
+        params=[1.0],
+        solver=RK4(dt=0.01),
+        saveat=SaveAt(n=11),
+        names=["x", "v"],
+        derived=lambda Y, P: {"energy": Y[..., 0] ** 2},
+        attrs={
+            "model": "vdp",
+            "spec": {"mu": 1.0, "flags": [1, 2]},
+            "config": {"deep": {"a": None}},
+            "seed": 11,
+            "source": "closedform",
+        },
+    )
     path = tr.save(tmp_path / "sub" / "t.nc")
     back = Trajectory.load(path)
     assert isinstance(back, Trajectory)
@@ -260,21 +315,26 @@ def test_trajectory_roundtrip(tmp_path):
 
 
 def test_importing_dynamics_and_closedform_does_not_import_torch():
-    code = ("import sys, dynamics, closedform, pkgutil, importlib\n"
-            "for m in pkgutil.iter_modules(closedform.__path__):\n"
-            "    importlib.import_module('closedform.' + m.name)\n"
-            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    code = (
+        "import sys, dynamics, closedform, pkgutil, importlib\n"
+        "for m in pkgutil.iter_modules(closedform.__path__):\n"
+        "    importlib.import_module('closedform.' + m.name)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"n_steps": -1}, "n_steps"),
-    ({"state0": np.zeros((0, 1))}, "state0"),
-    ({"state0": np.zeros((2, 1, 1))}, "state0"),
-    ({"state0": np.array([[np.nan]])}, "state0"),
-    ({"params": np.zeros((3, 1))}, "params"),
-    ({"saveat": SaveAt(steps=[0, 11])}, "steps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n_steps": -1}, "n_steps"),
+        ({"state0": np.zeros((0, 1))}, "state0"),
+        ({"state0": np.zeros((2, 1, 1))}, "state0"),
+        ({"state0": np.array([[np.nan]])}, "state0"),
+        ({"params": np.zeros((3, 1))}, "params"),
+        ({"saveat": SaveAt(steps=[0, 11])}, "steps"),
+    ],
+)
 def test_iterate_bad_input(kwargs, match):
     args = {"state0": np.array([[0.5], [0.2]]), "n_steps": 10, "params": [0.5]}
     args.update(kwargs)
@@ -282,17 +342,20 @@ def test_iterate_bad_input(kwargs, match):
         iterate(decay_map, args.pop("state0"), args.pop("n_steps"), **args)
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda: Dopri5(rtol=0.0), "rtol"),
-    (lambda: Dopri5(atol=-1.0), "atol"),
-    (lambda: RK4(dt=0.0), "dt"),
-    (lambda: integrate(blowup, [1.0], (1.0, 0.0), params=[0.0]), "t_span"),
-    (lambda: integrate(blowup, [0.1], (0.0, 1.0), params=[0.0], saveat=SaveAt(ts=[0.5, 2.0])), "t_span"),
-    (lambda: integrate(blowup, [0.1], (0.0, 1.0), params=[0.0], saveat=SaveAt(every=2)), "fixed-step"),
-    (lambda: SaveAt(), "exactly one"),
-    (lambda: SaveAt(n=5, final=True), "exactly one"),
-    (lambda: integrate(blowup, [0.1], (0.0, 1.0), params=[0.0], solver="rk4"), "solver"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: Dopri5(rtol=0.0), "rtol"),
+        (lambda: Dopri5(atol=-1.0), "atol"),
+        (lambda: RK4(dt=0.0), "dt"),
+        (lambda: integrate(blowup, [1.0], (1.0, 0.0), params=[0.0]), "t_span"),
+        (lambda: integrate(blowup, [0.1], (0.0, 1.0), params=[0.0], saveat=SaveAt(ts=[0.5, 2.0])), "t_span"),
+        (lambda: integrate(blowup, [0.1], (0.0, 1.0), params=[0.0], saveat=SaveAt(every=2)), "fixed-step"),
+        (lambda: SaveAt(), "exactly one"),
+        (lambda: SaveAt(n=5, final=True), "exactly one"),
+        (lambda: integrate(blowup, [0.1], (0.0, 1.0), params=[0.0], solver="rk4"), "solver"),
+    ],
+)
 def test_integrate_bad_input(make, match):
     with pytest.raises(ValueError, match=match):
         make()
@@ -350,6 +413,7 @@ def square_all(k, x, p, out):
 
 def test_check_finite_array_accepts_scalars():
     from dynamics.validation import check_finite_array
+
     assert check_finite_array("x", 2.5, ndim=0).shape == ()
 
 

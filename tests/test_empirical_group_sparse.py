@@ -66,6 +66,7 @@ def _close(a, b, rtol, what):
 # Forward pass, loss and gradients at fixed weights
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("d,D", [(2, 3), (4, 6)])
 def test_forward_matches_closedform_numpy(d, D):
     task = _task(d, D)
@@ -155,7 +156,7 @@ def test_torch_loss_equals_reduced_evaluation_at_generic_state_within_5se():
         assert abs(float(ev[name][0]) - ref[name]) < 2e-2, name
     # Negative control: softmax over queries (rows) instead of keys (columns): W22 -> W22^T in the scores.
     Wt = W.copy()
-    Wt[task.d:, task.d:] = W[task.d:, task.d:].T
+    Wt[task.d :, task.d :] = W[task.d :, task.d :].T
     wrong = float(model.evaluate(_params(v, Wt), batch)["loss"][0])
     assert_mc_rejects(wrong, se_comb, ref["loss"], what="softmax over the wrong axis")
 
@@ -164,8 +165,11 @@ def test_torch_loss_equals_reduced_evaluation_at_generic_state_within_5se():
 # Torch GD through the trainer against the closed-form module
 # ----------------------------------------------------------------------------------------------------------------------
 
-COMPARED = cf.STATE_NAMES + cf.GAP_NAMES + ("v_pos_norm", "w_cross_norm", "off", "off_W", "loss", "accuracy",
-                                            "attn_jstar", "attn_jstar_q")
+COMPARED = (
+    cf.STATE_NAMES
+    + cf.GAP_NAMES
+    + ("v_pos_norm", "w_cross_norm", "off", "off_W", "loss", "accuracy", "attn_jstar", "attn_jstar_q")
+)
 
 
 def test_torch_gd_equals_numpy_full_gd_and_seeds_batch():
@@ -252,6 +256,7 @@ def test_two_torch_gd_steps_match_closed_form_note_b():
 # Short seeded runs: the predicted qualitative behaviour (Sec. B.4, B.6)
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 def test_short_runs_select_jstar_merged_and_factorised():
     """Sec. B.6: take-off from the log 2 plateau at t ~ 30-100 for D = 4; the factorised model leaves the saddle at 0
     after ~100 steps. Thresholds: measured values at t = 200 (n = 200, seeds 0, 1) are loss 0.047-0.066, E[S_{j*,j}]
@@ -291,6 +296,7 @@ def test_online_sgd_sampler_law_and_run():
 # Checkpoint and resume
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("parametrisation", ["merged", "factorised"])
 def test_resume_equals_uninterrupted(tmp_path, parametrisation):
     task = _task(2, 3)
@@ -300,8 +306,9 @@ def test_resume_equals_uninterrupted(tmp_path, parametrisation):
     full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=8)  # dies in update 7, checkpoint at 5
     same(full, resumed)
     # Another training sample is another run: resume refuses it.
-    other = gm.GroupSparseAttention(task, data=gm.training_samples(task, 40, [5, 6], np.array([1.0, 0.0])),
-                                    parametrisation=parametrisation)
+    other = gm.GroupSparseAttention(
+        task, data=gm.training_samples(task, 40, [5, 6], np.array([1.0, 0.0])), parametrisation=parametrisation
+    )
     with pytest.raises(ValueError, match="data_digest"):
         train(other, cfg, device=CPU, checkpoint_path=path, resume=True)
 
@@ -309,6 +316,7 @@ def test_resume_equals_uninterrupted(tmp_path, parametrisation):
 # ----------------------------------------------------------------------------------------------------------------------
 # Downstream transfer (Sec. B.4 recipe)
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 def test_downstream_sgd_matches_numpy_loop_and_baseline_runs():
     task = _task(2, 4)
@@ -324,8 +332,8 @@ def test_downstream_sgd_matches_numpy_loop_and_baseline_runs():
     v = np.zeros(task.dim)
     ref = []
     for i in range(1, 51):
-        _, S = cf.forward(v, W, X[i - 1:i])
-        H = cf.embed_tokens(X[i - 1:i])[0]
+        _, S = cf.forward(v, W, X[i - 1 : i])
+        H = cf.embed_tokens(X[i - 1 : i])[0]
         phi = H @ S[0].sum(axis=1)
         lam = 1.0 / (1.0 + math.exp(y[i - 1] * (v @ phi)))
         v = v + 0.1 / math.sqrt(i) * lam * y[i - 1] * phi
@@ -353,6 +361,7 @@ def test_downstream_sgd_matches_numpy_loop_and_baseline_runs():
 # ----------------------------------------------------------------------------------------------------------------------
 # Invalid configurations
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 def test_invalid_configurations_raise_clear_errors():
     task = _task(2, 3)
@@ -386,11 +395,19 @@ def test_invalid_configurations_raise_clear_errors():
     with pytest.raises(ValueError, match="one sample per seed"):
         train(fixed, gm.config("gd", fixed, 2, seeds=(0, 1)), device=CPU)
     with pytest.raises(ValueError, match="n must be even"):
-        gm.GroupSparseAttention(task, v_star=vs, mirror=True).sample([torch.Generator()], 5, device=torch.device(CPU),
-                                                                     dtype=F64)
+        gm.GroupSparseAttention(task, v_star=vs, mirror=True).sample(
+            [torch.Generator()], 5, device=torch.device(CPU), dtype=F64
+        )
     with pytest.raises(ValueError, match="checkpoints"):
-        gm.downstream_sgd(task, np.zeros((1, 5, 5)), np.zeros((1, 4, 2, 3)), np.ones((1, 4)), np.zeros((1, 4, 2, 3)),
-                          np.ones((1, 4)), checkpoints=[5])
+        gm.downstream_sgd(
+            task,
+            np.zeros((1, 5, 5)),
+            np.zeros((1, 4, 2, 3)),
+            np.ones((1, 4)),
+            np.zeros((1, 4, 2, 3)),
+            np.ones((1, 4)),
+            checkpoints=[5],
+        )
     with pytest.raises(ValueError, match="gamma"):
         gm.sample_downstream(task, 5, vs, -0.1, 0)
 
@@ -418,6 +435,7 @@ def test_sample_downstream_refuses_bad_direction_and_unreachable_margin_without_
 # ----------------------------------------------------------------------------------------------------------------------
 # Reference values of spec Sec. 4 / Sec. B.6 (slow: 1e4 and 3e3 full-batch steps on 8000 samples)
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_long_run_exact_recipe_reference_sec4():

@@ -121,7 +121,8 @@ def test_probes_follow_the_spec_3_extraction_from_torch_weights():
             assert pr[f"omega_{h}"][s].item() == pytest.approx(np.trace(XX) / d, rel=1e-12)
             assert pr[f"mu_{h}"][s].item() == pytest.approx(OV[d], rel=1e-12)
             assert pr[f"kq_offdiag_{h}"][s].item() == pytest.approx(
-                np.linalg.norm(XX - np.diag(np.diag(XX))) / dn, rel=1e-12)
+                np.linalg.norm(XX - np.diag(np.diag(XX))) / dn, rel=1e-12
+            )
             assert pr[f"kq_yrow_{h}"][s].item() == pytest.approx(np.linalg.norm(KQ[d, :d]) / dn, rel=1e-12)
             assert pr[f"ov_x_{h}"][s].item() == pytest.approx(np.linalg.norm(OV[:d]) / abs(OV[d]), rel=1e-12)
 
@@ -224,8 +225,7 @@ def test_non_isotropic_sampler_and_preconditioned_linear_attention():
     mean, se = m.risk_at_length(model, params, task.L, 60000, seed=51)
     exact = cf.preconditioned_gd_risk(task, Sigma, G)
     assert_mc_close(mean[0], se[0], exact, what="R(G*) under the KMS sampler")
-    assert_mc_rejects(mean[0], se[0], cf.preconditioned_gd_risk(task, Sigma, np.linalg.inv(Sigma)),
-                      what="R(Sigma^-1)")
+    assert_mc_rejects(mean[0], se[0], cf.preconditioned_gd_risk(task, Sigma, np.linalg.inv(Sigma)), what="R(Sigma^-1)")
     batch = model.sample(gens(52), 20000, device=CPU, dtype=F64)
     emp = torch.einsum("nli,nlj->ij", batch["X"][0], batch["X"][0]).numpy() / (20000 * task.L)
     # entries of a sample covariance over 8e5 draws: SE <= sqrt((1 + rho^2)/8e5) ~ 1.3e-3; 6e-3 is > 4.5 SE
@@ -280,8 +280,14 @@ def test_short_training_forms_the_kq_diagonal_and_sign_matched_pattern():
     # mu^T omega -> eta* (4.3): mean over the 8 seeds, two-sided Student-t interval at level 1e-3 (7 df: +-5.41 SE)
     # must meet eta* +- 2 % (the learned 0.888 = 1.01 eta* at 500k steps, spec §9, twice that): the tolerance is the
     # seeds' standard error, not a margin read off a run
-    res = gap_test(cf.eta_star(TASK), v.mean(), v.std(ddof=1) / np.sqrt(v.size), v.size,
-                   allowance=0.02 * cf.eta_star(TASK), level=1e-3)
+    res = gap_test(
+        cf.eta_star(TASK),
+        v.mean(),
+        v.std(ddof=1) / np.sqrt(v.size),
+        v.size,
+        allowance=0.02 * cf.eta_star(TASK),
+        level=1e-3,
+    )
     assert bool(res["holds"]), res
     # on the formed seeds: zero-sum OV (4.2) |sum mu| / sum |mu| < 0.15 (formed pattern ~0.003 at 1e5 steps, spec §9;
     # an unsplit init ~1), and the off-pattern ratios shrink from their initial values (KQ off-diagonal mass ~sqrt(d-1)
@@ -317,8 +323,16 @@ class KillAt:
 
 
 def small_config(**kw):
-    base = dict(seeds=(3, 5), n_steps=30, batch_size=32, lr=1e-3, optimizer="adam", eval_size=64,
-                saveat=SaveAt(every=10), refill=4)
+    base = dict(
+        seeds=(3, 5),
+        n_steps=30,
+        batch_size=32,
+        lr=1e-3,
+        optimizer="adam",
+        eval_size=64,
+        saveat=SaveAt(every=10),
+        refill=4,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -434,7 +448,7 @@ def test_compiled_exp_is_exact_to_a_few_ulp():
     # the returned total is the sum of the outputs: sequential summation of n terms errs by at most n u relative
     assert abs(total - math.fsum(out)) <= x.size * 1.2e-16 * math.fsum(out)
     k = np.floor(x / math.log(2) + 0.5)
-    no_lo = np.exp(x - k * fastexp._LN2_HI - k * 0.0) * 2.0 ** k  # the mutant: lo part of ln 2 dropped
+    no_lo = np.exp(x - k * fastexp._LN2_HI - k * 0.0) * 2.0**k  # the mutant: lo part of ln 2 dropped
     assert (np.abs(no_lo - np.exp(x)) / np.exp(x)).max() > 1e-9
 
 
@@ -480,15 +494,18 @@ def test_align_to_flow_inverts_a_monotone_reference():
     np.testing.assert_allclose(got, t, rtol=0.05)  # piecewise-linear interpolation on a 60-point log grid
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(H=0), "H"),
-    (dict(H=2, attention="linear"), "H must be 1"),
-    (dict(H=1, attention="relu"), "attention"),
-    (dict(H=1, rho=1.5), "rho"),
-    (dict(H=1, supports=((0, 9),)), "supports"),
-    (dict(H=2, omega0=[0.1, 0.2]), "together"),
-    (dict(H=2, omega0=[0.1], mu0=[0.2]), "shape"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(H=0), "H"),
+        (dict(H=2, attention="linear"), "H must be 1"),
+        (dict(H=1, attention="relu"), "attention"),
+        (dict(H=1, rho=1.5), "rho"),
+        (dict(H=1, supports=((0, 9),)), "supports"),
+        (dict(H=2, omega0=[0.1, 0.2]), "together"),
+        (dict(H=2, omega0=[0.1], mu0=[0.2]), "shape"),
+    ],
+)
 def test_bad_input_is_refused_naming_the_parameter(kwargs, match):
     with pytest.raises(ValueError, match=match):
         m.ICLAttention(TASK, **kwargs)

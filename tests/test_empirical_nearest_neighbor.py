@@ -54,8 +54,10 @@ def test_forward_and_loss_equal_the_closed_form_numpy_pass():
     W = 2.0 * rng.standard_normal((6, 6))  # a generic W: every block enters the scores
     W_K, W_Q = rng.standard_normal((6, 6)), rng.standard_normal((6, 6))
     H = cf.embed(prompts)
-    for params, W_np in (({"W": torch.as_tensor(W)[None]}, W),
-                         ({"W_K": torch.as_tensor(W_K)[None], "W_Q": torch.as_tensor(W_Q)[None]}, W_K.T @ W_Q)):
+    for params, W_np in (
+        ({"W": torch.as_tensor(W)[None]}, W),
+        ({"W_K": torch.as_tensor(W_K)[None], "W_Q": torch.as_tensor(W_Q)[None]}, W_K.T @ W_Q),
+    ):
         q, f = nnm.predict(params, batch)
         q_np, f_np = cf.forward(W_np, H)
         # float64 round-off of a 6x6 product and a 17-term softmax: 1e-12 (issue 8)
@@ -186,8 +188,9 @@ def test_factorised_gd_step_is_the_chain_rule_of_the_merged_gradient():
     data = nnm.prompt_samples(task, 200, [5])
     rng = np.random.default_rng(0)
     W_K, W_Q = rng.standard_normal((5, 5)), rng.standard_normal((5, 5))
-    model = nnm.NearestNeighborAttention(task, parametrisation="factorised", data=data,
-                                         init_weights={"W_K": W_K, "W_Q": W_Q})
+    model = nnm.NearestNeighborAttention(
+        task, parametrisation="factorised", data=data, init_weights={"W_K": W_K, "W_Q": W_Q}
+    )
     _, params = train(model, nnm.config("gd", model, 2, saveat=SaveAt(final=True)), device=CPU, return_params=True)
     H, target = cf.embed(data[0]), data[0].target
     for _ in range(2):
@@ -203,8 +206,7 @@ def test_torch_full_gd_reproduces_spec_A8():
     # Exact recipe: agreement to the printed digits (half a unit in the last digit).
     task = cf.NearestNeighborTask(d=3, N=8, sigma=3.0, eta=2.0)
     model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 4000, [3], duplicate_labels=True))
-    traj, params = train(model, nnm.config("gd", model, 300, saveat=SaveAt(final=True)), device=CPU,
-                         return_params=True)
+    traj, params = train(model, nnm.config("gd", model, 300, saveat=SaveAt(final=True)), device=CPU, return_params=True)
     W = params["W"][0].numpy()
     assert abs(np.mean(np.diag(W)[:3]) - 6.411) <= 5e-4
     assert abs(W[4, 4] + 5.612) <= 5e-4
@@ -260,10 +262,10 @@ def test_full_matrix_gd_at_the_reference_step_is_unstable_in_the_label_bias_entr
         task = cf.NearestNeighborTask(d=4, N=16, sigma=5.0, eta=eta)
         W0 = cf.initial_W(task)
         W0[4, 5] = 1e-8
-        model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, 300, [5], duplicate_labels=True),
-                                             init_weights={"W": W0})
-        _, params = train(model, nnm.config("gd", model, 80, saveat=SaveAt(final=True)), device=CPU,
-                          return_params=True)
+        model = nnm.NearestNeighborAttention(
+            task, data=nnm.prompt_samples(task, 300, [5], duplicate_labels=True), init_weights={"W": W0}
+        )
+        _, params = train(model, nnm.config("gd", model, 80, saveat=SaveAt(final=True)), device=CPU, return_params=True)
         W23[eta] = abs(float(params["W"][0, 4, 5]))
     assert W23[5.0] > 0.3  # grown by > 3e7: linear instability (measured 0.93 when round-off seeds it)
     assert W23[2.0] < 1e-8  # decayed below its seed
@@ -275,8 +277,9 @@ def test_full_matrix_gd_at_the_reference_step_is_unstable_in_the_label_bias_entr
     H, target, W0, h = cf.embed(dup), dup.target, cf.initial_W(task), 1e-3
     E = np.zeros((6, 6))
     E[4, 5] = 1.0
-    lam = (cf.full_loss(W0 + h * E, H, target) - 2 * cf.full_loss(W0, H, target)
-           + cf.full_loss(W0 - h * E, H, target)) / h**2
+    lam = (
+        cf.full_loss(W0 + h * E, H, target) - 2 * cf.full_loss(W0, H, target) + cf.full_loss(W0 - h * E, H, target)
+    ) / h**2
     assert 2 / 5.0 < lam < 2 / 2.0, lam
 
 
@@ -284,8 +287,9 @@ def test_factorised_model_leaves_the_saddle_and_approaches_the_family():
     # Sec. A.9: from i.i.d. N(0, 0.01^2) factors (no mask) the saddle at 0 is left after ~100 steps (eta = 5,
     # d = 4, N = 16) and W then stays close to the reduced family (off = 8%, 5% at t = 200, 300 with 4000 prompts).
     task = cf.NearestNeighborTask(d=4, N=16, sigma=0.0, eta=5.0)
-    model = nnm.NearestNeighborAttention(task, parametrisation="factorised",
-                                         data=nnm.prompt_samples(task, 500, [1], duplicate_labels=True))
+    model = nnm.NearestNeighborAttention(
+        task, parametrisation="factorised", data=nnm.prompt_samples(task, 500, [1], duplicate_labels=True)
+    )
     traj = train(model, nnm.config("gd", model, 300, saveat=SaveAt(steps=[0, 20, 300])), device=CPU)
     xi1, off, L = traj.xi1.values[0], traj.off.values[0], traj.L.values[0]
     # near the saddle early: W = W_K^T W_Q = O(s^2) (measured xi1 = 3e-3 at t = 20, 0.24 at t = 50, 4.0 at t = 100)
@@ -340,8 +344,9 @@ def test_invalid_configurations_raise_clear_errors():
     with pytest.raises(ValueError, match="labels"):
         nnm.NearestNeighborAttention(task, data=[cf.sample_prompts(task, 10, 0)])
     with pytest.raises(ValueError, match=r"\(N, d\)"):
-        nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(cf.NearestNeighborTask(d=3, N=5, sigma=1.0,
-                                                                                          eta=1.0), 10, [0]))
+        nnm.NearestNeighborAttention(
+            task, data=nnm.prompt_samples(cf.NearestNeighborTask(d=3, N=5, sigma=1.0, eta=1.0), 10, [0])
+        )
     with pytest.raises(ValueError, match="same number"):
         nnm.NearestNeighborAttention(task, data=data + nnm.prompt_samples(task, 11, [1]))
     with pytest.raises(ValueError, match="init_weights"):
@@ -372,8 +377,9 @@ def test_factorised_random_start_matches_spec_A9_numbers():
     data = nnm.prompt_samples(task, 4000, [1], duplicate_labels=True)
     rng = np.random.default_rng(0)
     W_K, W_Q = 0.01 * rng.standard_normal((6, 6)), 0.01 * rng.standard_normal((6, 6))
-    fact = nnm.NearestNeighborAttention(task, parametrisation="factorised", data=data,
-                                        init_weights={"W_K": W_K, "W_Q": W_Q})
+    fact = nnm.NearestNeighborAttention(
+        task, parametrisation="factorised", data=data, init_weights={"W_K": W_K, "W_Q": W_Q}
+    )
     traj = train(fact, nnm.config("gd", fact, 1000, saveat=SaveAt(steps=[200, 300, 1000])), device=CPU)
     assert np.all(traj.off.values < 0.10)
     assert abs(float(traj.L.values[0, -1]) / 0.077 - 1) < 0.05

@@ -79,7 +79,9 @@ def test_probes_equal_closedform_probe_W():
         assert abs(probes["off"][s].item() - off) < 1e-12
     assert probes["off"][1].item() < 1e-12  # on the family: off = 0 up to round-off
     assert probes["off"][0].item() > 0.5  # a generic W is far from the (K+N)-dim family of a (K+M)^2 space
-    zero = model.probes({"V": torch.zeros(1, SMALL.K, SMALL.K, dtype=torch.float64), "W": torch.zeros(1, 45, 45, dtype=torch.float64)})
+    zero = model.probes(
+        {"V": torch.zeros(1, SMALL.K, SMALL.K, dtype=torch.float64), "W": torch.zeros(1, 45, 45, dtype=torch.float64)}
+    )
     assert zero["off"].item() == 0.0
 
 
@@ -124,10 +126,18 @@ def test_online_sampler_follows_the_walk_law():
     """Fraction of clockwise steps is p and the start state is uniform, within 5 SE (Sec. C.1, Appendix G.C)."""
     task = cf.RandomWalkTask(K=5, N=9, M=30, p=0.7)
     model = rwm.RandomWalkAttention(task)
-    st = model.sample([torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)], 20_000,
-                      device=torch.device("cpu"), dtype=torch.float64)["states"].long().numpy()
+    st = (
+        model.sample(
+            [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)],
+            20_000,
+            device=torch.device("cpu"),
+            dtype=torch.float64,
+        )["states"]
+        .long()
+        .numpy()
+    )
     assert st.shape == (2, 20_000, 9)
-    step = (np.diff(st, axis=-1) % task.K)
+    step = np.diff(st, axis=-1) % task.K
     assert set(np.unique(step)) <= {1, task.K - 1}  # +-1 steps only
     cw = (step == 1).mean(axis=(1, 2))
     n = step.shape[1] * step.shape[2]
@@ -156,8 +166,9 @@ def test_full_matrix_gd_from_zero_equals_the_reduced_map():
         # 1e-12: 8 float64 GD steps on O(1) states; the spec measured 7e-16
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
         for name in ("loss", "se_loss", "dist_V_sqrtChat") + cf.DIAGNOSTIC_NAMES:
-            np.testing.assert_allclose(traj[name].values[s, 1:], red[name].values[0, 1:], rtol=0, atol=1e-12,
-                                       err_msg=name)  # t = 0: V = 0, NaN in the closed form (module Notes)
+            np.testing.assert_allclose(
+                traj[name].values[s, 1:], red[name].values[0, 1:], rtol=0, atol=1e-12, err_msg=name
+            )  # t = 0: V = 0, NaN in the closed form (module Notes)
     assert traj["off"].values.max() < 1e-12
     np.testing.assert_array_equal(traj["time"].values, SMALL.eta * traj["step"].values)
     # The V = 0 convention at t = 0 (the closed form gives NaN there).
@@ -370,8 +381,9 @@ def test_invalid_configurations_raise_clear_errors():
     with pytest.raises(ValueError, match="^data walks must all have shape"):
         rwm.RandomWalkAttention(SMALL, data=rwm.walk_samples(other, 20, [0])[0])
     with pytest.raises(ValueError, match="^data walks must carry equal weights"):
-        rwm.RandomWalkAttention(cf.RandomWalkTask(K=3, N=4, M=10, p=0.7),
-                                data=cf.enumerate_walks(cf.RandomWalkTask(K=3, N=4, M=10, p=0.7)))
+        rwm.RandomWalkAttention(
+            cf.RandomWalkTask(K=3, N=4, M=10, p=0.7), data=cf.enumerate_walks(cf.RandomWalkTask(K=3, N=4, M=10, p=0.7))
+        )
     with pytest.raises(ValueError, match="^log_walks must be at most"):
         rwm.RandomWalkAttention(SMALL, data=train_w, test=test_w, log_walks=11)
     with pytest.raises(ValueError, match="^config[(]'gd'[)] needs a model with fixed walks"):
@@ -380,8 +392,9 @@ def test_invalid_configurations_raise_clear_errors():
     with pytest.raises(ValueError, match="^config[(]'sgd'[)] needs an online model"):
         rwm.config("sgd", model, 5, 10)
     with pytest.raises(ValueError, match="dataset_size and eval_size must equal"):
-        train(model, TrainConfig(seeds=(0, 1), n_steps=1, batch_size=10, dataset_size=10, eval_size=0, lr=1.0),
-              device=CPU)
+        train(
+            model, TrainConfig(seeds=(0, 1), n_steps=1, batch_size=10, dataset_size=10, eval_size=0, lr=1.0), device=CPU
+        )
     with pytest.raises(ValueError, match="data holds 2 fixed samples but the run has 1 seeds"):
         train(model, rwm.config("gd", model, 1, seeds=(0,)), device=CPU)
 

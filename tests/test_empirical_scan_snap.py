@@ -53,10 +53,10 @@ def _random_full(classes, rng, scale=1.5):
 
 def _loss_of_counts(Y, Z, counts, q, t, normalise=True):
     """Loss -ln alpha_t of one sequence with token counts ``counts`` (spec Sec. 1.3, b_p ∝ e^{Z[q, x_p]})."""
-    w = counts * np.exp(Z[q, :len(counts)])
+    w = counts * np.exp(Z[q, : len(counts)])
     v = w / w.sum()  # X^T b
     f = v / np.linalg.norm(v) if normalise else v
-    logits = Y[:len(counts)].T @ f
+    logits = Y[: len(counts)].T @ f
     return scipy.special.logsumexp(logits) - logits[t]
 
 
@@ -98,7 +98,7 @@ def test_torch_loss_equals_exact_finite_T_expectation():
     assert_mc_close(m, se, exact, atol=1e-12, what="torch batch loss vs exact finite-T expectation")
     # Negative controls: the loss without the l2 normalisation LN(X^T b) (Sec. 1.3), and the T = infinity value.
     assert_mc_rejects(m, se, _exact_finite_T_loss(classes, Y, Z, T, normalise=False), what="no l2 normalisation")
-    st = cf.decoder_stats(classes, Y[:classes.Lc], Z[classes.Lc:classes.Lc + 1, :classes.Lc])
+    st = cf.decoder_stats(classes, Y[: classes.Lc], Z[classes.Lc : classes.Lc + 1, : classes.Lc])
     assert_mc_rejects(m, se, float(classes.pi @ st["loss"]), what="T = infinity population loss")
 
 
@@ -147,9 +147,20 @@ def test_full_model_equals_YZ_model_at_effective_matrices():
     batch = full.sample(gens["data"], 6, device=CPU, dtype=F64)
     # Independent reference: the spec's formulas written out per sequence from the raw weights.
     counts, qid, tgt = full._ids(batch, CPU)
-    want = np.array([[_full_model_loss_by_hand(*(p[k][s].numpy() for k in ("U", "W_Q", "W_K", "W_V")),
-                                               counts[s, i].numpy(), int(qid[s, i]), int(tgt[s, i]))
-                      for i in range(6)] for s in range(2)]).mean(1)
+    want = np.array(
+        [
+            [
+                _full_model_loss_by_hand(
+                    *(p[k][s].numpy() for k in ("U", "W_Q", "W_K", "W_V")),
+                    counts[s, i].numpy(),
+                    int(qid[s, i]),
+                    int(tgt[s, i]),
+                )
+                for i in range(6)
+            ]
+            for s in range(2)
+        ]
+    ).mean(1)
     # 1e-12: float64 rounding of sums over 48-dim embeddings and 31 positions (entries O(1))
     np.testing.assert_allclose(full.loss(p, batch, {}).detach().numpy(), want, rtol=0, atol=1e-12)
     # The Y/Z model at the effective matrices gives the same loss and probes (Sec. 1.4 reparameterisation).
@@ -193,9 +204,9 @@ def test_sampler_follows_the_class_law():
     model = ssm.ScanSnapTorch(classes=classes, T=65)
     b = model.sample(stream_generators([5], CPU)["data"], 4000, device=CPU, dtype=F64)
     cls, cnt = b["cls"][0].long().numpy(), b["counts"][0].numpy()
-    assert cnt.shape == (4000, classes.M) and np.all(cnt.sum(1) == 64) and np.all(cnt[:, classes.Lc:] == 0)
+    assert cnt.shape == (4000, classes.M) and np.all(cnt.sum(1) == 64) and np.all(cnt[:, classes.Lc :] == 0)
     for n in range(classes.K):
-        counts = cnt[cls == n, :classes.Lc] / 64.0
+        counts = cnt[cls == n, : classes.Lc] / 64.0
         m, se = mean_and_se(counts)
         ok = se > 0
         # Token frequencies per class equal P(.|n) (Sec. 1.2); tokens outside supp(n) never occur.
@@ -217,7 +228,7 @@ def test_count_sampler_has_the_multinomial_law():
     T, n = 9, 30_000
     model = ssm.ScanSnapTorch(classes=classes, T=T)
     b = model.sample(stream_generators([11], CPU)["data"], n, device=CPU, dtype=F64)
-    cls, cnt = b["cls"][0].long().numpy(), b["counts"][0].numpy()[:, :classes.Lc]
+    cls, cnt = b["cls"][0].long().numpy(), b["counts"][0].numpy()[:, : classes.Lc]
     rng = np.random.default_rng(3)
     for k in range(classes.K):
         x = cnt[cls == k]
@@ -299,8 +310,9 @@ def test_overlay_starts_the_map_from_the_learned_z(syn_small_run):
 
     def theory(state0, at):
         starts.append(state0)
-        return cf.map(task, int(at[-1]), momentum=0.9, Z0=state0.reshape(n, classes.Q, classes.Lc),
-                      saveat=SaveAt(steps=at))
+        return cf.map(
+            task, int(at[-1]), momentum=0.9, Z0=state0.reshape(n, classes.Q, classes.Lc), saveat=SaveAt(steps=at)
+        )
 
     aligned, learned = overlay(theory, tr, state_variables=("z",))
     assert starts[0].shape == (n, classes.Q * classes.Lc)
@@ -342,7 +354,7 @@ def _gap_vs_T(n_seeds, n_steps, Ts):
     for T in Ts:
         model = ssm.ScanSnapTorch(classes=classes, T=T, probe_z=False)
         tr = train(model, ssm.config("sgd", model, task, range(n_seeds), n_steps=n_steps), device="cpu")
-        gaps.append(float(np.mean(tr.H_mean.values[:, n_steps // 2:].mean(0) - ref[n_steps // 2:])))
+        gaps.append(float(np.mean(tr.H_mean.values[:, n_steps // 2 :].mean(0) - ref[n_steps // 2 :])))
     gaps = np.abs(gaps)
     assert gaps[0] > gaps[1] > gaps[2]
     scaled = gaps * (np.array(Ts) - 1)
@@ -368,8 +380,7 @@ def test_resume_after_a_kill_equals_uninterrupted(tmp_path):
     # the 8th loss call, evaluations (loss on the evaluation batch) included
     full, resumed, path = kill_and_resume(model, cfg, tmp_path, at=8, every_call=True)
     same(resumed, full)  # same device and dtype: bit-identical (empirical/train.py contract)
-    other = ssm.config("sgd", model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4,
-                           momentum=0.5)
+    other = ssm.config("sgd", model, task, (0, 1), n_steps=10, batch_size=8, checkpoint_every=3, refill=4, momentum=0.5)
     with pytest.raises(ValueError, match="momentum"):
         train(model, other, device="cpu", checkpoint_path=path, resume=True)
 
@@ -405,8 +416,14 @@ def test_text_corpus_and_transformer(tmp_path):
     corpus = load_corpus(vocab_size=300, max_tokens=20_000)  # stdlib corpus, no download
     x = corpus.chunks("train", bptt=12)
     assert x.shape[1] == 13 and np.array_equal(x[0, 1:], corpus.train[1:13]) and x[1, 0] == corpus.train[12]
-    model = ssm.TextTransformer(train_chunks=torch.tensor(x[:200]), heldout=torch.tensor(corpus.chunks(
-        "heldout", bptt=12)[:8]), vocab_size=corpus.vocab_size, d_model=16, d_ff=16, map_rows=3)
+    model = ssm.TextTransformer(
+        train_chunks=torch.tensor(x[:200]),
+        heldout=torch.tensor(corpus.chunks("heldout", bptt=12)[:8]),
+        vocab_size=corpus.vocab_size,
+        d_model=16,
+        d_ff=16,
+        map_rows=3,
+    )
     tr = train(model, ssm.config("text", model, 0.5, (0, 1), n_epochs=2, saveat=SaveAt(every=5)), device="cpu")
     # causal attention rows sum to one; row 0 attends only to key 0
     assert tr.attn.dims == ("trajectory", "time", "query_position", "key_position")
@@ -433,11 +450,11 @@ def test_text_transformer_clipping_equals_clip_grad_norm():
     p = {k: v.clone().requires_grad_() for k, v in p0.items()}
     clipped.loss(p, batch, {}).sum().backward()
     for s in range(2):
-        q = {k: v[s:s + 1].clone().requires_grad_() for k, v in p0.items()}
-        plain.loss(q, {"tokens": batch["tokens"][s:s + 1]}, {}).sum().backward()
+        q = {k: v[s : s + 1].clone().requires_grad_() for k, v in p0.items()}
+        plain.loss(q, {"tokens": batch["tokens"][s : s + 1]}, {}).sum().backward()
         norm = torch.nn.utils.clip_grad_norm_(list(q.values()), max_norm=2.0)
         assert (norm > 2.0) == (s == 0), f"seed 0 must be clipped, seed 1 not (test design); norm {float(norm)}"
         for k in q:  # rounding only: one extra multiplication and summation order
-            torch.testing.assert_close(p[k].grad[s:s + 1], q[k].grad, rtol=1e-12, atol=1e-15)
+            torch.testing.assert_close(p[k].grad[s : s + 1], q[k].grad, rtol=1e-12, atol=1e-15)
     with pytest.raises(ValueError, match="clip"):
         ssm.TextTransformer(**kw, clip=0.0)

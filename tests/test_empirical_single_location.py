@@ -79,8 +79,10 @@ def test_erf_torch_risk_equals_closed_form_within_5se(point):
     assert_mc_close(mean, se, exact, n_se=5, atol=1e-12, what=f"torch erf risk at {point}")
     # Negative controls: the authors' coded risk (spec Sec. 9.2, no eps^2 and no (L-1) zeta0) and a missing 1/2-style
     # normalisation error must both be rejected by the same rule.
-    authors = exact - eps ** 2 - (L - 1) * float(_zeta0(lam))
-    assert_mc_rejects(mean, se, authors, what=f"{point}: risk without eps^2 and (L-1) zeta0 (docs/models/single_location.md §9.2)")
+    authors = exact - eps**2 - (L - 1) * float(_zeta0(lam))
+    assert_mc_rejects(
+        mean, se, authors, what=f"{point}: risk without eps^2 and (L-1) zeta0 (docs/models/single_location.md §9.2)"
+    )
     assert_mc_rejects(mean, se, 0.5 * exact, what=f"{point}: risk with a spurious factor 1/2")
 
 
@@ -130,14 +132,17 @@ def test_compiled_erf_loss_and_gradient_equal_torch_autograd(contiguous, L):
     ref = grads(lambda k, v: ((slm.predict(X, k, v, lam) - y) ** 2).mean(-1))
     for a, b in zip(fast, ref):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
-    wrong = grads(lambda k, v: ((slm.predict(X, k, v, 1.0) - y) ** 2).mean(-1)
-                  + 0 * ((slm.predict(X, k, v, lam) - y) ** 2).mean(-1))
+    wrong = grads(
+        lambda k, v: (
+            ((slm.predict(X, k, v, 1.0) - y) ** 2).mean(-1) + 0 * ((slm.predict(X, k, v, lam) - y) ** 2).mean(-1)
+        )
+    )
     assert not torch.allclose(fast[1], wrong[1], rtol=1e-13, atol=1e-13)
 
 
 def _zeta0(lam):
     """zeta0(lambda) = E[erf(lambda Z)^2] = (2/pi) arcsin(2 lam^2/(1 + 2 lam^2)) (spec Sec. 3.2 special value)."""
-    return 2.0 / math.pi * math.asin(2 * lam ** 2 / (1 + 2 * lam ** 2))
+    return 2.0 / math.pi * math.asin(2 * lam**2 / (1 + 2 * lam**2))
 
 
 # Spec Sec. 10.4 (full d-dimensional Monte Carlo, 1e6 samples): (d, L, gamma, eps, lam, state, value, se).
@@ -189,7 +194,7 @@ def test_one_sgd_update_equals_spec_formula_in_numpy():
         X, y = batch["X"][s, :B].numpy(), batch["y"][s, :B].numpy()
         a, b = X @ k, X @ v
         T = np.sum(np_erf(lam * a) * b, axis=1)
-        erf_prime = 2 / math.sqrt(math.pi) * np.exp(-(lam * a) ** 2)
+        erf_prime = 2 / math.sqrt(math.pi) * np.exp(-((lam * a) ** 2))
         gk = np.mean(2 * (T - y)[:, None] * np.einsum("nl,nld->nd", lam * erf_prime * b, X), axis=0)
         gv = np.mean(2 * (T - y)[:, None] * np.einsum("nl,nld->nd", np_erf(lam * a), X), axis=0)
         gk -= (gk @ k) * k
@@ -212,8 +217,9 @@ def test_short_sgd_run_tracks_deterministic_pgd():
     # stays below the seed SE over 500 steps (measured |gap| <= 2.5 SE); a factor-2 error in alpha or lambda moves
     # kappa/nu by > 10 SE at step 300 (negative control below).
     # 16 seeds: the 5 SE rule is then a Student t_15 test, false alarm ~1.6e-4 per point (33 points: < 1 %).
-    cfg = slm.config("fig5", range(16), n_steps=n_steps, lam=lam, alpha=alpha, batch_size=100, log_every=50,
-                     eval_size=10)
+    cfg = slm.config(
+        "fig5", range(16), n_steps=n_steps, lam=lam, alpha=alpha, batch_size=100, log_every=50, eval_size=10
+    )
     with torch_threads(1):
         traj = train(model, cfg, device=CPU)
     saveat = SaveAt(every=50)
@@ -242,8 +248,9 @@ def test_probes_init_laws_and_variables():
         for j, name in enumerate(("kappa", "nu", "theta", "eta", "rho")):
             # 1e-13: float64 rounding of unit vectors built from the scalars.
             np.testing.assert_allclose(p[name].numpy(), state[j], rtol=0, atol=1e-13, err_msg=name)
-        np.testing.assert_allclose(p["distance_to_manifold"].numpy(),
-                                   sl.distance_to_manifold(*state[2:]), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(
+            p["distance_to_manifold"].numpy(), sl.distance_to_manifold(*state[2:]), rtol=0, atol=1e-13
+        )
         man = slm.build(task, rng=1, init="manifold")
         pm = man.probes(man.init_params(gens, device=CPU, dtype=F64))
         for name in ("theta", "eta", "rho"):  # on M exactly (spec Sec. 6.5), up to float64 rounding

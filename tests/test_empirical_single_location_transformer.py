@@ -46,8 +46,9 @@ def _squared_errors(model, params, task, n, seed, hyper=None, chunk=20_000, samp
     for j, start in enumerate(range(0, n, chunk)):
         m = min(chunk, n - start)
         if sampler == "draw":
-            batch = model.draw(BlockRNG(stream_keys([seed], "data"), j, torch.device("cpu")), m,
-                               device=torch.device("cpu"), dtype=DT)
+            batch = model.draw(
+                BlockRNG(stream_keys([seed], "data"), j, torch.device("cpu")), m, device=torch.device("cpu"), dtype=DT
+            )
         else:
             b = slt.sample_tokens(task, model.k_star_np, model.v_star_np, g, m)
             batch = {"X": b["X"][None], "y": b["y"][None]}
@@ -84,9 +85,9 @@ def test_sampler_law_moments():
     assert X.shape == (n, 6, 10) and y.shape == (n,) and J.shape == (n, 2)
     assert np.all(J[:, 0] != J[:, 1])
     # E[Y^2] = K gamma^2 + eps^2 (spec Sec. 1 remark, Sec. 8.8), 5 SE rule of dynamics.testing
-    m, se = mean_and_se(y ** 2)
+    m, se = mean_and_se(y**2)
     assert_mc_close(m, se, task.null_risk, what="E[Y^2]")
-    assert_mc_rejects(m, se, task.gamma ** 2 + task.eps ** 2, what="E[Y^2] of a one-location law")
+    assert_mc_rejects(m, se, task.gamma**2 + task.eps**2, what="E[Y^2] of a one-location law")
     # J_1 uniform over the L positions: frequency 1/L, binomial SE
     freq = np.mean(J[:, 0] == 2)
     assert_mc_close(freq, math.sqrt((1 / 6) * (5 / 6) / n), 1 / 6, what="P(J_1 = 2)")
@@ -96,7 +97,7 @@ def test_sampler_law_moments():
     m, se = mean_and_se(proj)
     assert_mc_close(m, se, task.s, what="E[x_J2 . k_2*]")
     m, se = mean_and_se((proj - task.s) ** 2)
-    assert_mc_close(m, se, task.gamma ** 2, what="Var[x_J2 . k_2*]")
+    assert_mc_close(m, se, task.gamma**2, what="Var[x_J2 . k_2*]")
 
 
 def test_sampler_reproducible_and_single_location_case():
@@ -109,13 +110,16 @@ def test_sampler_reproducible_and_single_location_case():
     assert slt.as_multi_location(task).K == 1
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"d": 3, "L": 5, "K": 2}, "d must be"),
-    ({"d": 8, "L": 1, "K": 2}, "L must be"),
-    ({"d": 8, "L": 5, "K": 0}, "K must be"),
-    ({"d": 8, "L": 5, "K": 2, "gamma": 0.0}, "gamma"),
-    ({"d": 8, "L": 5, "K": 2, "noise": -1.0}, "noise"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"d": 3, "L": 5, "K": 2}, "d must be"),
+        ({"d": 8, "L": 1, "K": 2}, "L must be"),
+        ({"d": 8, "L": 5, "K": 0}, "K must be"),
+        ({"d": 8, "L": 5, "K": 2, "gamma": 0.0}, "gamma"),
+        ({"d": 8, "L": 5, "K": 2, "noise": -1.0}, "noise"),
+    ],
+)
 def test_task_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         slt.MultiLocationTask(**kwargs)
@@ -143,13 +147,23 @@ def test_model_validation():
 # erf heads against the closed form
 
 
-@pytest.mark.parametrize("case", [
-    # spec Sec. 10.1 P5 (gamma = 1) and P6 (gamma = 1.5), and a gamma^2 = 1/2 point (P1's scalars at d = 40, L = 6)
-    {"d": 20, "L": 5, "gamma": 1.0, "noise": 0.3, "lam": 0.5, "state": (0.2, 0.1, 0.3, 0.3, 0.5), "n": 200_000},
-    {"d": 50, "L": 3, "gamma": 1.5, "noise": 0.0, "lam": 0.3, "state": (0.01, 0.02, 0.15, -0.1, 0.2), "n": 100_000},
-    {"d": 40, "L": 6, "gamma": math.sqrt(0.5), "noise": 0.1, "lam": 1.0, "state": (0.3, 0.4, 0.1, -0.2, 0.25),
-     "n": 100_000},
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        # spec Sec. 10.1 P5 (gamma = 1) and P6 (gamma = 1.5), and a gamma^2 = 1/2 point (P1's scalars at d = 40, L = 6)
+        {"d": 20, "L": 5, "gamma": 1.0, "noise": 0.3, "lam": 0.5, "state": (0.2, 0.1, 0.3, 0.3, 0.5), "n": 200_000},
+        {"d": 50, "L": 3, "gamma": 1.5, "noise": 0.0, "lam": 0.3, "state": (0.01, 0.02, 0.15, -0.1, 0.2), "n": 100_000},
+        {
+            "d": 40,
+            "L": 6,
+            "gamma": math.sqrt(0.5),
+            "noise": 0.1,
+            "lam": 1.0,
+            "state": (0.3, 0.4, 0.1, -0.2, 0.25),
+            "n": 100_000,
+        },
+    ],
+)
 def test_erf_head_loss_matches_closed_form_risk(case):
     task = cf.SingleLocationTask(d=case["d"], L=case["L"], gamma=case["gamma"], noise=case["noise"])
     k, v, k_star, v_star = cf.vectors_from_state(task, np.array(case["state"]), np.random.default_rng(0))
@@ -157,13 +171,14 @@ def test_erf_head_loss_matches_closed_form_risk(case):
     params = {"k": torch.tensor(k).reshape(1, 1, -1), "v": torch.tensor(v).reshape(1, 1, -1)}
     hyper = {"lam": case["lam"]}
     probes = model.probes(params)
-    np.testing.assert_allclose([float(probes[n][0]) for n in ("kappa", "nu", "theta", "eta", "rho")],
-                               case["state"], atol=1e-12)
+    np.testing.assert_allclose(
+        [float(probes[n][0]) for n in ("kappa", "nu", "theta", "eta", "rho")], case["state"], atol=1e-12
+    )
     m, se = mean_and_se(_squared_errors(model, params, task, case["n"], seed=11, hyper=hyper))
     exact = float(cf.risk(task, case["lam"], *case["state"]))
     assert_mc_close(m, se, exact, what="torch erf loss vs closed-form risk (docs/models/single_location.md §4.2)")
     # negative controls: the authors' coded risk without eps^2 and (L-1) zeta0 (spec Sec. 9.2) and a loss with 1/2
-    coded = exact - task.eps ** 2 - (task.L - 1) * float(cf_zeta(0.0, case["lam"]))
+    coded = exact - task.eps**2 - (task.L - 1) * float(cf_zeta(0.0, case["lam"]))
     assert_mc_rejects(m, se, coded, what="risk without the noise-token constant (docs/models/single_location.md §9.2)")
     assert_mc_rejects(m, se, 0.5 * exact, what="risk with a factor 1/2")
 
@@ -171,9 +186,9 @@ def test_erf_head_loss_matches_closed_form_risk(case):
 def _head_vectors(state, basis):
     """Unit vectors k, v with the five scalars ``state`` on basis (k*, v*, e, f) (Gram-Schmidt, spec Sec. 4.1)."""
     kappa, nu, theta, eta, rho = state
-    a = math.sqrt(1 - kappa ** 2 - eta ** 2)
+    a = math.sqrt(1 - kappa**2 - eta**2)
     b = (rho - kappa * theta - eta * nu) / a
-    c = math.sqrt(1 - theta ** 2 - nu ** 2 - b ** 2)
+    c = math.sqrt(1 - theta**2 - nu**2 - b**2)
     return basis.T @ np.array([kappa, eta, a, 0.0]), basis.T @ np.array([theta, nu, b, c])
 
 
@@ -192,18 +207,24 @@ def test_two_head_two_location_loss_matches_decomposed_closed_form(sampler):
     states = [(0.3, 0.4, 0.35, -0.2, 0.5), (0.5, 0.6, 0.3, 0.2, 0.5)]  # cross term 2 m_1 m_2 = 5.3
     heads = [_head_vectors(states[0], Q[[0, 1, 4, 5]]), _head_vectors(states[1], Q[[2, 3, 6, 7]])]
     model = slt.MultiHeadErf(task, k_star=Q[[0, 2]], v_star=Q[[1, 3]], n_heads=2)
-    params = {"k": torch.tensor(np.stack([h[0] for h in heads]))[None],
-              "v": torch.tensor(np.stack([h[1] for h in heads]))[None]}
+    params = {
+        "k": torch.tensor(np.stack([h[0] for h in heads]))[None],
+        "v": torch.tensor(np.stack([h[1] for h in heads]))[None],
+    }
     probes = model.probes(params)
     np.testing.assert_allclose([float(probes["kappa_1_1"][0]), float(probes["nu_0_0"][0])], [0.5, 0.4], atol=1e-12)
     assert abs(float(probes["kappa_0_1"][0])) < 1e-12  # head 0 is orthogonal to location 1's directions
     single = cf.SingleLocationTask(d=d, L=L, gamma=1.0, noise=0.0)
     s, g = single.s, lam
-    C = 2 * lam / math.sqrt(math.pi * (1 + 2 * lam ** 2))
+    C = 2 * lam / math.sqrt(math.pi * (1 + 2 * lam**2))
     r_h = [float(cf.risk(single, lam, *st)) for st in states]
-    m_h = [s * st[2] * float(cf_phi(lam * s * st[0], g, 0)) + g * st[4] * float(cf_phi(lam * s * st[0], g, 1))
-           + (L - 1) * C * st[4] for st in states]
-    exact = eps ** 2 + sum(r_h) + 2 * m_h[0] * m_h[1]
+    m_h = [
+        s * st[2] * float(cf_phi(lam * s * st[0], g, 0))
+        + g * st[4] * float(cf_phi(lam * s * st[0], g, 1))
+        + (L - 1) * C * st[4]
+        for st in states
+    ]
+    exact = eps**2 + sum(r_h) + 2 * m_h[0] * m_h[1]
     m, se = mean_and_se(_squared_errors(model, params, task, 200_000, seed=12, hyper={"lam": lam}, sampler=sampler))
     assert_mc_close(m, se, exact, what="two-head torch loss vs decomposed closed form")
     assert_mc_rejects(m, se, exact - 2 * m_h[0] * m_h[1], what="decomposition without the cross-head term")
@@ -214,8 +235,14 @@ def test_erf_step_zero_excess_risk_is_about_15():
     task = slt.MultiLocationTask(d=80, L=10, K=2, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=2)
-    cfg = TrainConfig(seeds=tuple(range(12)), n_steps=0, batch_size=5, lr=1e-3, eval_size=500,
-                      schedules={"lam": Schedule(value=2.0, kind="inverse_time", rate=1e-4)})
+    cfg = TrainConfig(
+        seeds=tuple(range(12)),
+        n_steps=0,
+        batch_size=5,
+        lr=1e-3,
+        eval_size=500,
+        schedules={"lam": Schedule(value=2.0, kind="inverse_time", rate=1e-4)},
+    )
     traj = train(model, cfg, device="cpu")
     excess = traj["excess_risk"].values[:, 0]
     # "~ 15" (spec, 8 runs); the mean over 12 random initialisations must lie within +-20% of it
@@ -282,8 +309,9 @@ def test_transformer_loss_matches_numpy_monte_carlo():
     m_t, se_t = mean_and_se(_squared_errors(model, params, task, 60_000, seed=13))
     X, y, _ = cf.sample_data(task, 60_000, np.random.default_rng(14), k_star=k_star, v_star=v_star)
     p_np = {n: t[0].numpy() for n, t in params.items()}
-    err_np = np.concatenate([(_np_transformer(p_np, X[i:i + 10_000]) - y[i:i + 10_000]) ** 2
-                             for i in range(0, 60_000, 10_000)])
+    err_np = np.concatenate(
+        [(_np_transformer(p_np, X[i : i + 10_000]) - y[i : i + 10_000]) ** 2 for i in range(0, 60_000, 10_000)]
+    )
     m_n, se_n = mean_and_se(err_np)
     se = math.hypot(se_t, se_n)  # difference of two independent means
     assert_mc_close(m_t, se, m_n, what="torch Transformer loss vs numpy Monte Carlo")
@@ -349,7 +377,7 @@ def test_transformer_training_learns_and_qk_is_rank_one():
     traj = train(model, cfg, device="cpu")
     excess = traj["excess_risk"].values
     linear_excess = cf.linear_risk(cf.SingleLocationTask(d=12, L=6, noise=0.1)) - 0.01  # Prop. 3: 0.455
-    null_excess = task.gamma ** 2  # 0.5 (spec Sec. 1 remark)
+    null_excess = task.gamma**2  # 0.5 (spec Sec. 1 remark)
     assert np.all(excess[:, 0] > 0.9 * null_excess)  # u ~ N(0, 1/d^2): the initial predictor is almost null
     assert np.all(excess[:, -1] < 0.75 * linear_excess), excess[:, -1]
     # QK = LN(z_reg) w^T W_K^T is exactly rank one at every step > 0 (module Notes): the ratio is at rounding level
@@ -367,8 +395,15 @@ def test_multihead_erf_short_training_decreases_risk_and_stays_on_sphere():
     task = slt.MultiLocationTask(d=80, L=10, K=2, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=2, lam_floor=2 / 11)
-    cfg = TrainConfig(seeds=(0, 1, 2), n_steps=1000, batch_size=5, lr=1e-3, eval_size=500, saveat=SaveAt(n=3),
-                      schedules={"lam": Schedule(value=2.0, kind="inverse_time", rate=1e-4)})
+    cfg = TrainConfig(
+        seeds=(0, 1, 2),
+        n_steps=1000,
+        batch_size=5,
+        lr=1e-3,
+        eval_size=500,
+        saveat=SaveAt(n=3),
+        schedules={"lam": Schedule(value=2.0, kind="inverse_time", rate=1e-4)},
+    )
     traj, params = train(model, cfg, device="cpu", return_params=True)
     excess = traj["excess_risk"].values
     assert np.all(excess[:, -1] < 0.5 * excess[:, 0]), excess
@@ -401,10 +436,21 @@ def test_erf_single_head_logs_the_closed_form_names():
     task = cf.SingleLocationTask(d=8, L=4, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v)
-    traj = train(model, TrainConfig(seeds=(0,), n_steps=4, batch_size=5, lr=1e-3, eval_size=10,
-                                    schedules={"lam": 1.0}, saveat=SaveAt(every=2)), device="cpu")
-    ref = cf.map(task, cf.sample_initial_state(task, 1, np.random.default_rng(0)), alpha=1e-3, n_steps=4, lam=1.0,
-                 saveat=SaveAt(every=2))
+    traj = train(
+        model,
+        TrainConfig(
+            seeds=(0,), n_steps=4, batch_size=5, lr=1e-3, eval_size=10, schedules={"lam": 1.0}, saveat=SaveAt(every=2)
+        ),
+        device="cpu",
+    )
+    ref = cf.map(
+        task,
+        cf.sample_initial_state(task, 1, np.random.default_rng(0)),
+        alpha=1e-3,
+        n_steps=4,
+        lam=1.0,
+        saveat=SaveAt(every=2),
+    )
     names = {"kappa", "nu", "theta", "eta", "rho", "distance_to_manifold", "risk", "excess_risk", "lam"}
     assert names <= set(traj.data_vars) and names <= set(ref.data_vars)
     np.testing.assert_array_equal(traj["step"].values, ref["step"].values)
@@ -435,8 +481,15 @@ def test_multihead_erf_spec_recipe_at_50k_steps():
     task = slt.MultiLocationTask(d=80, L=10, K=2, noise=0.1)
     k, v = slt.random_oracle_directions(task, 0)
     model = slt.MultiHeadErf(task, k_star=k, v_star=v, n_heads=2, lam_floor=2 / 11)
-    cfg = TrainConfig(seeds=(0, 1, 2, 3), n_steps=50_000, batch_size=5, lr=1e-3, eval_size=1000,
-                      saveat=SaveAt(final=True), schedules={"lam": Schedule(value=2.0, kind="inverse_time", rate=1e-4)})
+    cfg = TrainConfig(
+        seeds=(0, 1, 2, 3),
+        n_steps=50_000,
+        batch_size=5,
+        lr=1e-3,
+        eval_size=1000,
+        saveat=SaveAt(final=True),
+        schedules={"lam": Schedule(value=2.0, kind="inverse_time", rate=1e-4)},
+    )
     traj = train(model, cfg, device="cpu")
     med = float(np.median(traj["excess_risk"].values[:, -1]))
     assert 0.25 < med < 0.65, med

@@ -85,7 +85,7 @@ class Regression:
 
     def probes(self, params):
         w = params["w"]
-        q = (w ** 2).sum(-1) - 2 * w[:, 0] + 1.0  # |w - e_1|^2
+        q = (w**2).sum(-1) - 2 * w[:, 0] + 1.0  # |w - e_1|^2
         return {"q": q, "w0": w[:, 0].clone()}
 
 
@@ -199,8 +199,8 @@ def _q_recursion(n_steps, *, q0, lr, d, B, eps, fresh_variance=True):
     ``fresh_variance=False`` is the negative control: it drops the sampling variance of A (as if each minibatch were
     the population), i.e. factor (1 - lr)^2.
     """
-    f = 1 - 2 * lr + lr ** 2 * (d + 1 + B) / B if fresh_variance else (1 - lr) ** 2
-    c = lr ** 2 * d * eps ** 2 / B
+    f = 1 - 2 * lr + lr**2 * (d + 1 + B) / B if fresh_variance else (1 - lr) ** 2
+    c = lr**2 * d * eps**2 / B
     q = [q0]
     for _ in range(n_steps):
         q.append(q[-1] * f + c)
@@ -210,8 +210,11 @@ def _q_recursion(n_steps, *, q0, lr, d, B, eps, fresh_variance=True):
 @pytest.mark.statistical
 def test_online_sgd_matches_the_exact_mean_square_recursion():
     d, B, lr, eps, S = 10, 4, 0.1, 0.5, 500  # S = 500 seeds: the negative control is rejected at ~13 SE
-    traj = train(Regression(d=d, eps=eps), config(seeds=range(S), n_steps=30, batch_size=B, lr=lr,
-                                                   saveat=SaveAt(every=5), eval_size=200), device=CPU)
+    traj = train(
+        Regression(d=d, eps=eps),
+        config(seeds=range(S), n_steps=30, batch_size=B, lr=lr, saveat=SaveAt(every=5), eval_size=200),
+        device=CPU,
+    )
     steps = traj["step"].values
     q_mc, q_se = mean_and_se(traj["q"].values, axis=0)
     # E q_0 = |w*|^2 + E|w_0|^2 = 1 + d * (1/d) = 2 (w_0 ~ N(0, I/d)).
@@ -222,8 +225,8 @@ def test_online_sgd_matches_the_exact_mean_square_recursion():
     assert_mc_rejects(q_mc, q_se, wrong, atol=1e-12, what="recursion without minibatch variance")
     # Logged loss = 0.5 mean over the (independent) evaluation batch: its expectation is 0.5 (q + eps^2).
     l_mc, l_se = mean_and_se(traj["loss"].values, axis=0)
-    assert_mc_close(l_mc, l_se, 0.5 * (exact + eps ** 2), atol=1e-12, what="logged evaluation loss")
-    assert_mc_rejects(l_mc, l_se, exact + eps ** 2, atol=1e-12, what="loss without the factor 1/2")
+    assert_mc_close(l_mc, l_se, 0.5 * (exact + eps**2), atol=1e-12, what="logged evaluation loss")
+    assert_mc_rejects(l_mc, l_se, exact + eps**2, atol=1e-12, what="loss without the factor 1/2")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,12 +265,20 @@ def _numpy_reference(model, cfg, seed):
     return rows
 
 
-@pytest.mark.parametrize("opt", [dict(optimizer="sgd"), dict(optimizer="sgd", momentum=0.9),
-                                 dict(optimizer="adam", lr=0.02)])
+@pytest.mark.parametrize(
+    "opt", [dict(optimizer="sgd"), dict(optimizer="sgd", momentum=0.9), dict(optimizer="adam", lr=0.02)]
+)
 def test_fixed_dataset_full_batch_matches_numpy_optimiser(opt):
     model = Regression(d=4, eps=0.3, bias=True)
-    base = dict(n_steps=25, batch_size=32, dataset_size=32, lr_scale={"b": 0.5}, saveat=SaveAt(every=5),
-                eval_size=0, lr=Schedule(value=0.1, kind="inverse_time", rate=0.05))
+    base = dict(
+        n_steps=25,
+        batch_size=32,
+        dataset_size=32,
+        lr_scale={"b": 0.5},
+        saveat=SaveAt(every=5),
+        eval_size=0,
+        lr=Schedule(value=0.1, kind="inverse_time", rate=0.05),
+    )
     base.update(opt)
     if "lr" in opt:
         base["lr"] = opt["lr"]
@@ -279,8 +290,11 @@ def test_fixed_dataset_full_batch_matches_numpy_optimiser(opt):
         # float64 rounding: torch and numpy sum in different orders (~1e-16 per op) over 25 contracting steps.
         np.testing.assert_allclose(traj["w0"].values[i], want, rtol=1e-11, atol=1e-13)
         # Negative control: the same reference with the wrong optimiser coefficient differs far beyond that.
-        wrong = (dataclasses.replace(cfg, betas=(0.5, 0.999)) if cfg.optimizer == "adam"
-                 else dataclasses.replace(cfg, lr_scale={"b": 1.0}, momentum=0.0 if cfg.momentum else 0.5))
+        wrong = (
+            dataclasses.replace(cfg, betas=(0.5, 0.999))
+            if cfg.optimizer == "adam"
+            else dataclasses.replace(cfg, lr_scale={"b": 1.0}, momentum=0.0 if cfg.momentum else 0.5)
+        )
         bad = np.array([_numpy_reference(model, wrong, seed)[s] for s in traj["step"].values])
         assert np.max(np.abs(bad - want)) > 1e-4
 
@@ -297,7 +311,7 @@ def test_minibatches_follow_per_epoch_permutations_of_the_sgd_stream():
     for n in range(7):
         if n % 3 == 0:  # 10 // 3 = 3 steps per epoch; the 10th sample of each permutation is dropped
             perm = torch.randperm(10, generator=g_sgd).numpy()
-        idx = perm[(n % 3) * 3:(n % 3) * 3 + 3]
+        idx = perm[(n % 3) * 3 : (n % 3) * 3 + 3]
         w = w - 0.2 * X[idx].T @ (X[idx] @ w - y[idx]) / 3
         got.append(w[0])
     # float64 rounding only (order of summation), 7 steps.
@@ -306,8 +320,7 @@ def test_minibatches_follow_per_epoch_permutations_of_the_sgd_stream():
 
 def test_projected_sgd_keeps_the_norm_and_matches_the_pgd_formula():
     model = SphereTeacher(d=5)
-    cfg = config(seeds=(2, 9), n_steps=30, batch_size=16, dataset_size=16, lr=0.1, saveat=SaveAt(every=1),
-                 eval_size=0)
+    cfg = config(seeds=(2, 9), n_steps=30, batch_size=16, dataset_size=16, lr=0.1, saveat=SaveAt(every=1), eval_size=0)
     traj = train(model, cfg, device=CPU)
     # |w| = 1 up to float64 rounding of one normalisation (a few ulp).
     np.testing.assert_allclose(traj["norm"].values, 1.0, rtol=0, atol=4e-16)
@@ -329,8 +342,9 @@ def test_projected_sgd_keeps_the_norm_and_matches_the_pgd_formula():
 def test_lr_temperature_and_per_parameter_schedules_are_applied_at_each_step():
     lr = Schedule(value=0.5, kind="exponential", gamma=0.5, every=3)
     lam = Schedule(value=2.0, kind="inverse_time", rate=0.25)
-    cfg = config(seeds=(0,), n_steps=9, lr=lr, lr_scale={"b": 3.0}, schedules={"lam": lam},
-                 saveat=SaveAt(every=1), eval_size=1)
+    cfg = config(
+        seeds=(0,), n_steps=9, lr=lr, lr_scale={"b": 3.0}, schedules={"lam": lam}, saveat=SaveAt(every=1), eval_size=1
+    )
     traj = train(Linear(), cfg, device=CPU)
     n = np.arange(9)
     lr_n = 0.5 * 0.5 ** (n // 3)  # exponential: value * gamma ** (n // every)
@@ -344,8 +358,8 @@ def test_lr_temperature_and_per_parameter_schedules_are_applied_at_each_step():
 
 
 def test_schedule_values_and_refusals():
-    assert Schedule(value=3.0).at(10 ** 6) == 3.0
-    assert Schedule(value=2.0, kind="inverse_time", rate=1e-4).at(10 ** 4) == 1.0
+    assert Schedule(value=3.0).at(10**6) == 3.0
+    assert Schedule(value=2.0, kind="inverse_time", rate=1e-4).at(10**4) == 1.0
     assert Schedule(value=1.0, kind="exponential", gamma=0.5, every=2).at(5) == 0.25
     with pytest.raises(ValueError, match="rate applies only to kind='inverse_time'"):
         Schedule(value=1.0, rate=0.1)
@@ -367,7 +381,7 @@ def test_batched_seeds_equal_separate_single_seed_runs_bitwise(mode, cls):
         alone, p1 = train(model, dataclasses.replace(cfg, seeds=(seed,)), device=CPU, return_params=True)
         same(together.isel(trajectory=[i]), alone)
         for k in params:
-            assert torch.equal(params[k][i:i + 1], p1[k]), k
+            assert torch.equal(params[k][i : i + 1], p1[k]), k
     assert list(together["trajectory"].values) == [3, 11, 42]
     # Seeds really differ (the streams are not shared).
     assert np.all(np.diff(together["q"].values[:, -1]) != 0)
@@ -377,8 +391,10 @@ def test_projected_sgd_batched_equals_single_seed_bitwise():
     cfg = config(seeds=(4, 8), batch_size=3, refill=4)
     together = train(SphereTeacher(d=6), cfg, device=CPU)
     for i, seed in enumerate(cfg.seeds):
-        same(together.isel(trajectory=[i]), train(SphereTeacher(d=6), dataclasses.replace(cfg, seeds=(seed,)),
-                                                  device=CPU))
+        same(
+            together.isel(trajectory=[i]),
+            train(SphereTeacher(d=6), dataclasses.replace(cfg, seeds=(seed,)), device=CPU),
+        )
 
 
 def test_a_shorter_run_is_a_prefix_of_a_longer_one():
@@ -396,8 +412,9 @@ def test_resume_after_a_kill_is_bit_identical_to_an_uninterrupted_run(tmp_path, 
     model = cls(d=5, bias=True)
     cfg = config(checkpoint_every=7, **mode)
     # dies in update 23; the checkpoint holds step 21, the last multiple of checkpoint_every reached
-    (full, p_full), (resumed, p_res), path = kill_and_resume(model, cfg, tmp_path, at=24, checkpoint_step=21,
-                                                             return_params=True)
+    (full, p_full), (resumed, p_res), path = kill_and_resume(
+        model, cfg, tmp_path, at=24, checkpoint_step=21, return_params=True
+    )
     same(full, resumed)
     for k in p_full:
         assert torch.equal(p_full[k], p_res[k]), k
@@ -423,8 +440,9 @@ def test_checkpoint_is_a_weights_only_state_dict_written_atomically(tmp_path):
 def test_nan_loss_stops_with_the_step_and_seed_and_keeps_the_last_good_checkpoint(tmp_path):
     path = tmp_path / "ck.pt"
     with pytest.raises(DivergenceError, match="non-finite loss at step 13 for seed 11") as info:
-        train(NaNAt(Regression(d=4), step=13, seed_index=1), config(checkpoint_every=5), device=CPU,
-              checkpoint_path=path)
+        train(
+            NaNAt(Regression(d=4), step=13, seed_index=1), config(checkpoint_every=5), device=CPU, checkpoint_path=path
+        )
     assert (info.value.step, info.value.trajectory, info.value.variable) == (13, 1, "loss")
     state = load_checkpoint(path)
     assert state["step"] == 10
@@ -467,21 +485,24 @@ def test_resume_with_another_configuration_is_refused_naming_the_field(tmp_path)
         train(model, cfg, device=CPU, checkpoint_path=tmp_path / "absent.pt", resume=True)
 
 
-@pytest.mark.parametrize("changes, match", [
-    (dict(batch_size=0), "batch_size must be an integer >= 1"),
-    (dict(n_steps=-1), "n_steps must be an integer >= 0"),
-    (dict(dtype="float16"), "dtype='float16' is refused"),
-    (dict(seeds=(1, 1)), "seeds must be distinct"),
-    (dict(seeds=()), "seeds must be a non-empty"),
-    (dict(dataset_size=3), "dataset_size must be an integer >= 4"),
-    (dict(optimizer="adam", momentum=0.9), "momentum applies only to optimizer='sgd'"),
-    (dict(optimizer="lbfgs"), "optimizer must be one of"),
-    (dict(momentum=1.0), r"momentum must lie in \[0.0, 1.0\)"),
-    (dict(lr=0.0), "lr must be > 0"),
-    (dict(saveat=SaveAt(ts=(0.0, 1.0))), r"SaveAt\(ts=\.\.\.\) is for ODEs"),
-    (dict(saveat=SaveAt(steps=(0, 99))), "SaveAt.steps must lie in"),
-    (dict(refill=0), "refill must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (dict(batch_size=0), "batch_size must be an integer >= 1"),
+        (dict(n_steps=-1), "n_steps must be an integer >= 0"),
+        (dict(dtype="float16"), "dtype='float16' is refused"),
+        (dict(seeds=(1, 1)), "seeds must be distinct"),
+        (dict(seeds=()), "seeds must be a non-empty"),
+        (dict(dataset_size=3), "dataset_size must be an integer >= 4"),
+        (dict(optimizer="adam", momentum=0.9), "momentum applies only to optimizer='sgd'"),
+        (dict(optimizer="lbfgs"), "optimizer must be one of"),
+        (dict(momentum=1.0), r"momentum must lie in \[0.0, 1.0\)"),
+        (dict(lr=0.0), "lr must be > 0"),
+        (dict(saveat=SaveAt(ts=(0.0, 1.0))), r"SaveAt\(ts=\.\.\.\) is for ODEs"),
+        (dict(saveat=SaveAt(steps=(0, 99))), "SaveAt.steps must lie in"),
+        (dict(refill=0), "refill must be an integer >= 1"),
+    ],
+)
 def test_bad_configuration_is_refused_naming_the_parameter(changes, match):
     with pytest.raises(ValueError, match=match):
         config(**changes)
@@ -506,8 +527,13 @@ def test_bad_run_arguments_and_model_outputs_are_refused(tmp_path):
 
 
 def test_config_json_round_trip_and_hashable():
-    cfg = config(lr=Schedule(value=0.1, kind="inverse_time", rate=1e-3), lr_scale={"w": 2.0},
-                 schedules={"lam": 1.5}, dataset_size=8, saveat=SaveAt(steps=(0, 5, 40)))
+    cfg = config(
+        lr=Schedule(value=0.1, kind="inverse_time", rate=1e-3),
+        lr_scale={"w": 2.0},
+        schedules={"lam": 1.5},
+        dataset_size=8,
+        saveat=SaveAt(steps=(0, 5, 40)),
+    )
     assert TrainConfig.from_json(cfg.to_json()) == cfg
     assert hash(cfg) == hash(TrainConfig.from_json(cfg.to_json()))
     assert dict(cfg.schedules)["lam"] == Schedule(value=1.5)
@@ -517,8 +543,9 @@ def test_config_json_round_trip_and_hashable():
 # Output
 
 
-@pytest.mark.parametrize("saveat", [SaveAt(every=15), SaveAt(n=5), SaveAt(log=4), SaveAt(steps=(0, 7, 40)),
-                                    SaveAt(final=True)])
+@pytest.mark.parametrize(
+    "saveat", [SaveAt(every=15), SaveAt(n=5), SaveAt(log=4), SaveAt(steps=(0, 7, 40)), SaveAt(final=True)]
+)
 def test_trajectory_has_the_probe_names_saveat_steps_and_time_axis(saveat, tmp_path):
     model = Regression(d=4)
     cfg = config(saveat=saveat)
@@ -557,8 +584,9 @@ class ArrayProbes(Regression):
 def test_array_probes_are_one_variable_with_dims_and_survive_resume_and_netcdf(tmp_path):
     model = ArrayProbes(d=4, bias=True)
     cfg = config(checkpoint_every=7, optimizer="adam", refill=5)
-    (full, p_full), (resumed, _), _ = kill_and_resume(model, cfg, tmp_path, at=24, checkpoint_step=21,
-                                                      return_params=True)
+    (full, p_full), (resumed, _), _ = kill_and_resume(
+        model, cfg, tmp_path, at=24, checkpoint_step=21, return_params=True
+    )
     assert full["w"].dims == ("trajectory", "time", "component")
     assert full["wwT"].dims == ("trajectory", "time", "row", "component")
     assert list(full["component"].values) == ["e0", "e1", "e2", "e3"] and list(full["row"].values) == [0, 1, 2, 3]
@@ -626,7 +654,7 @@ def test_the_worked_example_of_the_module_docstring_runs(tmp_path):
     import empirical.train as module
 
     doc = module.__doc__
-    code = doc[doc.index("    import torch\n"):doc.index("Rerunning with")]
+    code = doc[doc.index("    import torch\n") : doc.index("Rerunning with")]
     code = "\n".join(line[4:] for line in code.splitlines())
     code = code.replace("n_steps=2000", "n_steps=200")
     code = code.replace('"results/teacher/ckpt.pt"', repr(str(tmp_path / "c.pt")))
@@ -656,7 +684,9 @@ def test_block_rng_normals_have_the_normal_law():
     areas = _ZIG_X[1:-1] * (_ZIG_F[2:] - _ZIG_F[1:-1])
     np.testing.assert_allclose(areas, _ZIG_V, rtol=1e-8)
     K = _ZIG_K.astype(np.float64)  # < 2**53: exact
-    assert np.all((K - 1) * 2.0 ** -53 * _ZIG_X[:-1] < _ZIG_X[1:]) and np.all(K >= 0.999 * _ZIG_X[1:] / _ZIG_X[:-1] * 2.0 ** 53)
+    assert np.all((K - 1) * 2.0**-53 * _ZIG_X[:-1] < _ZIG_X[1:]) and np.all(
+        K >= 0.999 * _ZIG_X[1:] / _ZIG_X[:-1] * 2.0**53
+    )
     x = BlockRNG(stream_keys(range(4), "data"), 5, CPU).normal((100_000,)).numpy().ravel()
     assert stats.kstest(x, "norm").pvalue > 1e-4
     assert stats.kstest(x * 1.03, "norm").pvalue < 1e-4  # negative control: sd 1.03
@@ -686,6 +716,7 @@ def test_block_rng_uniforms_and_integers_are_uniform_and_unbiased():
 def test_block_rng_numbers_of_a_seed_depend_only_on_seed_stream_and_block():
     """Seed 7's draws are the same alone or among other seeds (bit for bit), repeat for the same block, and differ
     between blocks, streams and seeds; the pool recycles buffers without changing the numbers."""
+
     def draws(seeds, stream="data", block=3, pool=None):
         rng = BlockRNG(stream_keys(seeds, stream), block, CPU, pool)
         return rng.integers(10, (5,)), rng.normal((4, 3)), rng.normal((6,)), rng.uniform((2,))

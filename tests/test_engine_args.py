@@ -59,11 +59,28 @@ def test_per_trajectory_args_batched_equal_one_at_a_time():
     idx = np.array([3, 1, 0], dtype=np.int64)
     x0 = rng.normal(size=(n, 1))
     save = SaveAt(every=7)
-    batch = iterate(table_step, x0, 300, params=[0.8], args=(W, idx), args_per_trajectory=(True, False),
-                    saveat=save, observe=table_observe, observe_names=["xw"])
+    batch = iterate(
+        table_step,
+        x0,
+        300,
+        params=[0.8],
+        args=(W, idx),
+        args_per_trajectory=(True, False),
+        saveat=save,
+        observe=table_observe,
+        observe_names=["xw"],
+    )
     for i in range(n):
-        one = iterate(table_step, x0[i], 300, params=[0.8], args=(W[i], idx), saveat=save, observe=table_observe,
-                      observe_names=["xw"])
+        one = iterate(
+            table_step,
+            x0[i],
+            300,
+            params=[0.8],
+            args=(W[i], idx),
+            saveat=save,
+            observe=table_observe,
+            observe_names=["xw"],
+        )
         for var in ("y0", "xw", "final_step_norm", "step_norm_trend"):
             np.testing.assert_array_equal(batch[var].values[i], one[var].values[0])
         np.testing.assert_array_equal(batch.states()[i, -1, 0], _numpy_table(x0[i, 0], 0.8, W[i], idx, 300))
@@ -75,13 +92,22 @@ def test_per_trajectory_args_batched_equal_one_at_a_time():
 @pytest.mark.parametrize("solver", [RK4(dt=0.01), Dopri5(rtol=1e-10, atol=1e-12)])
 def test_flow_with_per_trajectory_args(solver):
     rates = np.array([[0.5], [1.0], [2.0]])
-    tr = integrate(decay_rhs, np.ones((3, 1)), (0.0, 2.0), params=[0.0], args=(rates,), args_per_trajectory=True,
-                   solver=solver, saveat=SaveAt(final=True))
+    tr = integrate(
+        decay_rhs,
+        np.ones((3, 1)),
+        (0.0, 2.0),
+        params=[0.0],
+        args=(rates,),
+        args_per_trajectory=True,
+        solver=solver,
+        saveat=SaveAt(final=True),
+    )
     # RK4 with h = 0.01: global error ~ (a h)^4 / 120 a t ~ 1e-9 for a = 2; Dopri5 at rtol 1e-10 ~ 1e-9 globally
     np.testing.assert_allclose(tr.states()[:, -1, 0], np.exp(-2.0 * rates[:, 0]), rtol=1e-8)
     for i in range(3):
-        one = integrate(decay_rhs, np.ones(1), (0.0, 2.0), params=[0.0], args=(rates[i],), solver=solver,
-                        saveat=SaveAt(final=True))
+        one = integrate(
+            decay_rhs, np.ones(1), (0.0, 2.0), params=[0.0], args=(rates[i],), solver=solver, saveat=SaveAt(final=True)
+        )
         np.testing.assert_array_equal(one.states()[0, -1], tr.states()[i, -1])
 
 
@@ -96,8 +122,14 @@ def test_args_errors_name_the_argument():
     with pytest.raises(TypeError, match=r"args\[1\] must be a numpy array"):
         iterate(table_step, [0.0], 3, params=[1.0], args=(w, [0, 1]))
     with pytest.raises(ValueError, match=r"args\[0\] is per trajectory .* n_traj=3"):
-        iterate(table_step, np.zeros((3, 1)), 3, params=[1.0], args=(np.ones((2, 2)), idx),
-                args_per_trajectory=(True, False))
+        iterate(
+            table_step,
+            np.zeros((3, 1)),
+            3,
+            params=[1.0],
+            args=(np.ones((2, 2)), idx),
+            args_per_trajectory=(True, False),
+        )
     with pytest.raises(ValueError, match="args_per_trajectory must be a bool or one bool per array"):
         iterate(table_step, [0.0], 3, params=[1.0], args=(w, idx), args_per_trajectory=(True,))
     with pytest.raises(ValueError, match=r"args\[0\]"):

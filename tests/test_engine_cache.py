@@ -47,6 +47,7 @@ def _env(tmp_path):
 
 def _results(procs):
     import json
+
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=300)
@@ -59,14 +60,23 @@ def test_kernels_are_cached_across_processes_and_safe_under_concurrent_compiles(
     (tmp_path / "cachemodel.py").write_text(MODEL)
     env = _env(tmp_path)
     # two cold processes at once: both compile and write the same generated file; neither may fail
-    procs = [subprocess.Popen([sys.executable, "-c", RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     first = _results(procs)
     kernels = sorted(p.name for p in (tmp_path / "numba" / "attndyn_kernels").glob("*.py"))
     assert len(kernels) == 2 and not list((tmp_path / "numba" / "attndyn_kernels").glob(".*tmp"))
     # a third, warm process loads both kernels from numba's cache without compiling
-    (warm,) = _results([subprocess.Popen([sys.executable, "-c", RUN], env=env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)])
+    (warm,) = _results(
+        [
+            subprocess.Popen(
+                [sys.executable, "-c", RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        ]
+    )
     assert warm["hits"] == 2 and warm["misses"] == 0
     for res in first + [warm]:
         assert res["map"] == first[0]["map"] and res["flow"] == first[0]["flow"]
@@ -74,8 +84,13 @@ def test_kernels_are_cached_across_processes_and_safe_under_concurrent_compiles(
     # a changed model module gets new kernel files for both of its functions (the digest covers the whole module
     # file), so the old kernels are never reused
     (tmp_path / "cachemodel.py").write_text(MODEL.replace("-p[0] * y[0]", "-p[0] * y[0] * 0.5"))
-    (changed,) = _results([subprocess.Popen([sys.executable, "-c", RUN], env=env, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, text=True)])
+    (changed,) = _results(
+        [
+            subprocess.Popen(
+                [sys.executable, "-c", RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        ]
+    )
     np.testing.assert_allclose(changed["flow"], np.exp(-1.0), rtol=1e-7)
     assert len(list((tmp_path / "numba" / "attndyn_kernels").glob("*.py"))) == 4
 

@@ -16,12 +16,26 @@ from dynamics.trajectory import Trajectory
 def _cases():
     rng = np.random.default_rng(0)
     Y = rng.normal(size=(3, 4, 5))
-    per = {"final_step_norm": rng.random(3), "converged": np.array([True, False, True]),
-           "step_norm_trend": np.array([0, -1, 1], dtype=np.int8)}
-    yield dict(Y=Y, names=[f"y{j}" for j in range(5)], time=np.linspace(0, 1, 4), step=np.arange(4),
-               variables={"risk": Y[:, :, 0] ** 2, "matrix": rng.normal(size=(3, 4, 2, 2))}, per_trajectory=per)
-    yield dict(Y=Y, names="state", time=np.arange(4.0), trajectory=np.array(["a", "b", "c"]),
-               attrs={"model": "m", "spec": {"d": 3}})
+    per = {
+        "final_step_norm": rng.random(3),
+        "converged": np.array([True, False, True]),
+        "step_norm_trend": np.array([0, -1, 1], dtype=np.int8),
+    }
+    yield dict(
+        Y=Y,
+        names=[f"y{j}" for j in range(5)],
+        time=np.linspace(0, 1, 4),
+        step=np.arange(4),
+        variables={"risk": Y[:, :, 0] ** 2, "matrix": rng.normal(size=(3, 4, 2, 2))},
+        per_trajectory=per,
+    )
+    yield dict(
+        Y=Y,
+        names="state",
+        time=np.arange(4.0),
+        trajectory=np.array(["a", "b", "c"]),
+        attrs={"model": "m", "spec": {"d": 3}},
+    )
     yield dict(Y=Y[:1, :1], names=[f"y{j}" for j in range(5)], time=np.zeros(1))
 
 
@@ -51,13 +65,14 @@ def test_no_progress_bar_without_progress(monkeypatch):
     from numba import njit  # noqa: F401  (the engine needs numba anyway)
 
     import dynamics
+
     integ = sys.modules["dynamics.integrate"]
 
     assert isinstance(integ._bar(False, 10, "x", "step"), integ._NoBar)
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # importing tqdm would now fail
     tests_step = _step()
     tr = dynamics.iterate(tests_step, [0.5], 3, params=[0.5], saveat=dynamics.SaveAt(final=True))
-    assert tr.states()[0, -1, 0] == 0.5 ** 4
+    assert tr.states()[0, -1, 0] == 0.5**4
 
 
 def _step():
@@ -107,6 +122,7 @@ def _brute_samples(x0, P, n_steps, tol):
 @pytest.mark.parametrize("n_traj", [1, 4, 5])
 def test_in_loop_step_norm_samples_equal_brute_force(monkeypatch, tol, n_traj):
     import dynamics
+
     integ = sys.modules["dynamics.integrate"]
     rng = np.random.default_rng(n_traj)
     x0 = rng.uniform(-0.1, 0.1, size=(n_traj, 2))
@@ -135,6 +151,7 @@ def test_in_loop_samples_with_a_python_stop_condition(monkeypatch):
     # a stop condition at the save points cuts the loop there; every trajectory stops at step 400, so the blocks
     # after it are not sampled and the block around it only up to step 400 (as if the run had ended there)
     import dynamics
+
     integ = sys.modules["dynamics.integrate"]
     x0 = np.array([[0.05, 0.0], [0.01, 0.02], [-0.03, 0.01]])
     P = np.array([[1.4, 0.3], [0.2, 0.3], [1.4, 0.3]])
@@ -147,9 +164,9 @@ def test_in_loop_samples_with_a_python_stop_condition(monkeypatch):
 
     monkeypatch.setattr(integ, "_diagnostics", spy)
     full = dynamics.iterate(henon, x0, 400, params=P, saveat=dynamics.SaveAt(steps=[0, 250, 400]))
+
     def stop(k, X, P_):
         return np.full(X.shape[0], k >= 400)
-
 
     tr = dynamics.iterate(henon, x0, 700, params=P, saveat=dynamics.SaveAt(steps=[0, 250, 400, 430, 700]), stop=stop)
     assert tr.step.values[-1] == 400
@@ -160,8 +177,11 @@ def test_in_loop_samples_with_a_python_stop_condition(monkeypatch):
         norms.append(np.max(np.abs(new - x), axis=1))
         x = new
     norms = np.stack(norms, axis=1)
-    want = [(norms[:, blk[0]:min(blk[-1], 400) + 1].max(axis=1), int(blk[-1]))
-            for blk in convergence.tail_blocks(0, 700) if blk[0] <= 400]
+    want = [
+        (norms[:, blk[0] : min(blk[-1], 400) + 1].max(axis=1), int(blk[-1]))
+        for blk in convergence.tail_blocks(0, 700)
+        if blk[0] <= 400
+    ]
     assert 0 < len(want) < 9 and captured["points"] == [p for _, p in want]
     for got, (ref, _) in zip(captured["samples"], want):
         np.testing.assert_array_equal(got, ref)

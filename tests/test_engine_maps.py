@@ -74,7 +74,7 @@ def test_pairs_equal_one_at_a_time_runs_and_numpy_across_blocks():
 def test_divergence_inside_a_block_is_reported_at_the_exact_step(n_traj, bad):
     # x_k = c^k with c = 2 for one trajectory and 1.001 for the others; with bound B the first step beyond B is
     # k* = floor(log2 B) + 1 (powers of two are exact), in the middle of the first block
-    B = 2.0 ** 300 + 1.0
+    B = 2.0**300 + 1.0
     P = np.tile([1.001, 0.0], (n_traj, 1))
     P[bad, 0] = 2.0
     x0 = np.tile([1.0, 0.0], (n_traj, 1))
@@ -106,7 +106,7 @@ def test_converged_stop_in_pairs_matches_the_closed_form():
     size = np.abs(x0[:, 0] - t) * (1 - c)
     expected = np.array([next(k for k in range(1, 200) if s * c ** (k - 1) < tol) for s in size])
     assert np.array_equal(run.stopped_at.values, expected)
-    frozen = t + (x0[:, 0] - t) * c ** expected  # the state at the stop step, carried to the last save
+    frozen = t + (x0[:, 0] - t) * c**expected  # the state at the stop step, carried to the last save
     assert np.allclose(run.y0.values[:, -1], frozen, rtol=0, atol=1e-15)  # float round-off of x_k near t = 0.25
     assert run.converged.values.all()
     assert np.all(run.final_step_norm.values < tol)
@@ -149,14 +149,15 @@ def _decay_amplification(solver, a, T):
     if isinstance(solver, Dopri5):
         return math.exp(-a * T)
     z, n = -a * solver.dt, round(T / solver.dt)
-    step = 1.0 + z if isinstance(solver, Euler) else 1.0 + z + z * z / 2 + z ** 3 / 6 + z ** 4 / 24
-    return step ** n
+    step = 1.0 + z if isinstance(solver, Euler) else 1.0 + z + z * z / 2 + z**3 / 6 + z**4 / 24
+    return step**n
 
 
 # rtol: the fixed-step references are the discrete methods themselves, so only float round-off over 500 steps
 # (~500 ulp ~ 1e-13) separates them; Dopri5 at rtol 1e-12 keeps the global error of this decay below ~1e-10
-@pytest.mark.parametrize("solver, rtol", [(Euler(dt=0.01), 1e-12), (RK4(dt=0.01), 1e-12),
-                                          (Dopri5(rtol=1e-12, atol=1e-14), 1e-9)])
+@pytest.mark.parametrize(
+    "solver, rtol", [(Euler(dt=0.01), 1e-12), (RK4(dt=0.01), 1e-12), (Dopri5(rtol=1e-12, atol=1e-14), 1e-9)]
+)
 def test_flow_final_step_norm_is_the_vector_field_at_the_end(solver, rtol):
     # dy/dt = -a y: |f(y(T))| = a |y(T)|
     a, T = 2.0, 5.0
@@ -167,8 +168,7 @@ def test_flow_final_step_norm_is_the_vector_field_at_the_end(solver, rtol):
     assert np.array_equal(run.final_step_norm.values, a * np.abs(run.y0.values[:, -1]))  # f at the saved end
     assert run.converged.values.all() == bool(np.all(exact < 1e-8))
     with pytest.warns(RuntimeWarning, match="3 of 3 trajectories ended unconverged"):
-        integrate(_decay, y0, (0.0, 1.0), params=[a], solver=solver, saveat=SaveAt(final=True),
-                  warn_unconverged=True)
+        integrate(_decay, y0, (0.0, 1.0), params=[a], solver=solver, saveat=SaveAt(final=True), warn_unconverged=True)
 
 
 def test_step_norm_trend_tells_still_converging_from_cycles_and_chaos():
@@ -210,8 +210,14 @@ def test_step_norm_trend_of_flows(solver):
     probe_grid = SaveAt(ts=np.linspace(0.0, 4.0, 9))
     ref = integrate(_decay, y0, (0.0, 4.0), params=[2.0], solver=solver, saveat=probe_grid)
     run = integrate(_decay, y0, (0.0, 4.0), params=[2.0], solver=solver, saveat=SaveAt(ts=[0.0, 1.3, 4.0]))
-    sub = integrate(_decay, y0, (0.0, 4.0), params=[2.0], solver=solver,
-                    saveat=SaveAt(ts=np.union1d(np.linspace(0.0, 4.0, 9), [1.3])))
+    sub = integrate(
+        _decay,
+        y0,
+        (0.0, 4.0),
+        params=[2.0],
+        solver=solver,
+        saveat=SaveAt(ts=np.union1d(np.linspace(0.0, 4.0, 9), [1.3])),
+    )
     assert np.array_equal(run.states(), sub.states()[:, np.isin(sub.time.values, [0.0, 1.3, 4.0])])
     assert np.array_equal(ref.final_step_norm.values, run.final_step_norm.values)
 

@@ -63,8 +63,16 @@ X0 = np.array([[1.0, 2.0], [0.5, -1.0], [3.0, 0.1]])
 @pytest.mark.parametrize("fused", [False, True])
 def test_observable_of_a_linear_map_equals_the_closed_form(fused):
     extra = {"step_observe": lin_step_obs} if fused else {}
-    tr = dynamics.iterate(lin_step, X0, 40, params=[A, B], saveat=dynamics.SaveAt(every=1), observe=lin_obs,
-                          observe_names=["r2", "k"], **extra)
+    tr = dynamics.iterate(
+        lin_step,
+        X0,
+        40,
+        params=[A, B],
+        saveat=dynamics.SaveAt(every=1),
+        observe=lin_obs,
+        observe_names=["r2", "k"],
+        **extra,
+    )
     k = np.arange(41)
     closed = X0[:, :1] ** 2 * A ** (2.0 * k) + X0[:, 1:] ** 2 * B ** (2.0 * k)
     # 40 multiplications per component: <= ~80 ulp of accumulated rounding, far below 1e-13 relative
@@ -72,18 +80,23 @@ def test_observable_of_a_linear_map_equals_the_closed_form(fused):
     np.testing.assert_array_equal(tr.k.values, np.broadcast_to(k, (3, 41)))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"saveat": dynamics.SaveAt(steps=[0, 3, 4, 17, 60])},
-    {"saveat": dynamics.SaveAt(every=1), "progress": True},
-    {"saveat": dynamics.SaveAt(every=1), "converged": 1e-3},
-    # several chunks with stopped trajectories: the frozen saves of a later chunk get their observables too
-    {"saveat": dynamics.SaveAt(every=1), "converged": 1e-3, "progress": True},
-    {"saveat": dynamics.SaveAt(final=True)},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"saveat": dynamics.SaveAt(steps=[0, 3, 4, 17, 60])},
+        {"saveat": dynamics.SaveAt(every=1), "progress": True},
+        {"saveat": dynamics.SaveAt(every=1), "converged": 1e-3},
+        # several chunks with stopped trajectories: the frozen saves of a later chunk get their observables too
+        {"saveat": dynamics.SaveAt(every=1), "converged": 1e-3, "progress": True},
+        {"saveat": dynamics.SaveAt(final=True)},
+    ],
+)
 def test_fused_and_separate_observables_equal_python_on_the_saved_states(kwargs):
     x0 = np.concatenate([X0, [[1e-4, 2e-4], [-2.0, 0.3]]])  # an odd batch; the small start stops early
-    runs = [dynamics.iterate(lin_step, x0, 60, params=[A, B], observe=lin_obs, observe_names=["r2", "k"],
-                             **kwargs, **extra) for extra in ({}, {"step_observe": lin_step_obs})]
+    runs = [
+        dynamics.iterate(lin_step, x0, 60, params=[A, B], observe=lin_obs, observe_names=["r2", "k"], **kwargs, **extra)
+        for extra in ({}, {"step_observe": lin_step_obs})
+    ]
     Y = runs[0].states()
     for tr in runs:
         np.testing.assert_array_equal(tr.states(), Y)
@@ -93,9 +106,17 @@ def test_fused_and_separate_observables_equal_python_on_the_saved_states(kwargs)
 
 @pytest.mark.parametrize("solver", [dynamics.RK4(dt=0.01), dynamics.Dopri5()])
 def test_observables_in_flows_see_the_saved_state_and_time(solver):
-    tr = dynamics.integrate(lin_rhs, X0, (0.0, 1.0), params=[A, 2.0], solver=solver,
-                            saveat=dynamics.SaveAt(ts=[0.0, 0.255, 0.5, 1.0]), observe=lin_obs,
-                            observe_names=["r2", "t"], converged=1e-300)
+    tr = dynamics.integrate(
+        lin_rhs,
+        X0,
+        (0.0, 1.0),
+        params=[A, 2.0],
+        solver=solver,
+        saveat=dynamics.SaveAt(ts=[0.0, 0.255, 0.5, 1.0]),
+        observe=lin_obs,
+        observe_names=["r2", "t"],
+        converged=1e-300,
+    )
     Y = tr.states()
     np.testing.assert_array_equal(tr.r2.values, Y[..., 0] * Y[..., 0] + Y[..., 1] * Y[..., 1])
     # fixed step: the kernel passes t0 + k dt + h of the save, equal to the save time up to rounding
@@ -105,7 +126,6 @@ def test_observables_in_flows_see_the_saved_state_and_time(solver):
 def test_bad_observe_arguments_are_named():
     def run(**kw):
         return dynamics.iterate(lin_step, X0, 5, params=[A, B], **kw)
-
 
     with pytest.raises(TypeError, match="observe must be a numba @njit function"):
         run(observe=plain_obs, observe_names=["a"])
@@ -135,8 +155,17 @@ def test_divergence_is_reported_with_observables_on(fused):
     x0 = np.array([[1.0, 1.0], [0.1, 0.1]])
     with pytest.raises(DivergenceError) as err:
         # trajectory 0 grows as 2^k and leaves the bound 100 at step 7 (128); trajectory 1 reaches 12.8 there
-        dynamics.iterate(lin_step, x0, 20, params=[2.0, 0.5], bound=100.0, saveat=dynamics.SaveAt(every=1),
-                         observe=lin_obs, observe_names=["r2", "k"], **extra)
+        dynamics.iterate(
+            lin_step,
+            x0,
+            20,
+            params=[2.0, 0.5],
+            bound=100.0,
+            saveat=dynamics.SaveAt(every=1),
+            observe=lin_obs,
+            observe_names=["r2", "k"],
+            **extra,
+        )
     e = err.value
     assert (e.trajectory, e.step, e.variable) == (0, 7, "y0")
     part = e.partial
@@ -167,10 +196,14 @@ def test_the_kernel_cache_key_includes_the_observable(tmp_path, monkeypatch):
     for factor in ("2.0", "3.0"):
         path.write_text(MODULE.format(factor=factor))
         importlib.invalidate_caches()
-        mod = importlib.reload(sys.modules["obsmodel_cachekey"]) if "obsmodel_cachekey" in sys.modules \
+        mod = (
+            importlib.reload(sys.modules["obsmodel_cachekey"])
+            if "obsmodel_cachekey" in sys.modules
             else importlib.import_module("obsmodel_cachekey")
-        tr = dynamics.iterate(mod.step, [1.0], 2, params=[0.0], observe=mod.obs, observe_names=["o"],
-                              saveat=dynamics.SaveAt(final=True))
+        )
+        tr = dynamics.iterate(
+            mod.step, [1.0], 2, params=[0.0], observe=mod.obs, observe_names=["o"], saveat=dynamics.SaveAt(final=True)
+        )
         values.append(float(tr.o.values[0, -1]))
         files.append({p.name for p in (tmp_path / "kernels").glob("*.py")})
     assert values == [2.0 * 0.25, 3.0 * 0.25]  # the changed observable was recompiled, not loaded from the cache
@@ -193,8 +226,7 @@ def _numpy_F(task_d, sigma2, cL, omega, mu):
     K = np.exp(task_d * omega[..., :, None] * omega[..., None, :])
     quad = np.einsum("...h,...hg,...g->...", mu, cL * K, mu)
     F = 1.0 + sigma2 - 2.0 * u + u * u + quad
-    scale = 1.0 + sigma2 + 2.0 * np.abs(u) + u * u + np.einsum("...h,...hg,...g->...", np.abs(mu), cL * K,
-                                                                 np.abs(mu))
+    scale = 1.0 + sigma2 + 2.0 * np.abs(u) + u * u + np.einsum("...h,...hg,...g->...", np.abs(mu), cL * K, np.abs(mu))
     return F, scale
 
 
@@ -206,10 +238,15 @@ def test_icl_map_and_flow_observables_equal_independent_numpy_and_approx_loss():
     rng = np.random.default_rng(3)
     om0, mu0 = rng.normal(0, 0.3, (5, 4)), rng.normal(0, 0.3, (5, 4))
     s2, Ls = np.array([0.1, 0.3, 0.0, 1.0, 0.2]), np.array([40, 10, 7, 3, 100])
-    runs = [(icl.map(task, om0, mu0, lr=0.05, n_steps=200, saveat=dynamics.SaveAt(every=1)), task.sigma2, task.cL),
-            (icl.map(task, om0, mu0, lr=0.05, n_steps=200, sigma2=s2, L=Ls, saveat=dynamics.SaveAt(every=7)),
-             s2[:, None], ((1 + s2) / Ls)[:, None]),
-            (icl.flow(task, om0, mu0, (0.0, 10.0), saveat=dynamics.SaveAt(n=21)), task.sigma2, task.cL)]
+    runs = [
+        (icl.map(task, om0, mu0, lr=0.05, n_steps=200, saveat=dynamics.SaveAt(every=1)), task.sigma2, task.cL),
+        (
+            icl.map(task, om0, mu0, lr=0.05, n_steps=200, sigma2=s2, L=Ls, saveat=dynamics.SaveAt(every=7)),
+            s2[:, None],
+            ((1 + s2) / Ls)[:, None],
+        ),
+        (icl.flow(task, om0, mu0, (0.0, 10.0), saveat=dynamics.SaveAt(n=21)), task.sigma2, task.cL),
+    ]
     for tr, sigma2, cL in runs:
         Y = tr.states()
         omega, mu = Y[..., :4], Y[..., 4:]
@@ -223,9 +260,15 @@ def test_icl_map_and_flow_observables_equal_independent_numpy_and_approx_loss():
             assert np.all(np.abs(tr.F.values - icl.approx_loss(task, omega, mu)) <= 1e-13 * scale)
     # the fused step (icl.map) equals the separate step + observables calls bit for bit
     y0 = np.concatenate([om0, mu0], axis=1)
-    sep = dynamics.iterate(_k.gd_step, y0, 200, params=[task.d, task.cL, 0.05, task.sigma2],
-                           saveat=dynamics.SaveAt(every=1), observe=_k.observables,
-                           observe_names=_k.OBSERVABLE_NAMES)
+    sep = dynamics.iterate(
+        _k.gd_step,
+        y0,
+        200,
+        params=[task.d, task.cL, 0.05, task.sigma2],
+        saveat=dynamics.SaveAt(every=1),
+        observe=_k.observables,
+        observe_names=_k.OBSERVABLE_NAMES,
+    )
     fused = runs[0][0]
     np.testing.assert_array_equal(sep.states(), fused.states())
     for name in _k.OBSERVABLE_NAMES:

@@ -66,24 +66,27 @@ def test_tableau_consistency(tab):
     # Row sums equal the nodes, weights sum to 1, error weights to 0 (both weight vectors sum to 1), and the
     # dense output at theta = 1 reproduces b. Exact (Fraction) for the rational methods; Tsit5's coefficients are
     # 16-digit decimals, hence 1e-14.
-    tol = 0 if tab.name != "tsit5" else Fraction(1, 10 ** 14)
+    tol = 0 if tab.name != "tsit5" else Fraction(1, 10**14)
     for s in range(tab.stages):
-        assert abs(sum(Fraction(a) for a in tab.A[s]) - Fraction(tab.c[s])) <= tol + Fraction(1, 10 ** 15)
-    assert abs(sum(Fraction(b) for b in tab.b) - 1) <= tol + Fraction(1, 10 ** 15)
+        assert abs(sum(Fraction(a) for a in tab.A[s]) - Fraction(tab.c[s])) <= tol + Fraction(1, 10**15)
+    assert abs(sum(Fraction(b) for b in tab.b) - 1) <= tol + Fraction(1, 10**15)
     if tab.e is not None:
-        assert abs(sum(Fraction(e) for e in tab.e)) <= tol + Fraction(1, 10 ** 15)
+        assert abs(sum(Fraction(e) for e in tab.e)) <= tol + Fraction(1, 10**15)
         for s in range(tab.stages):
-            assert abs(sum(Fraction(d) for d in tab.dense[s]) - Fraction(tab.b[s])) <= tol + Fraction(1, 10 ** 15)
+            assert abs(sum(Fraction(d) for d in tab.dense[s]) - Fraction(tab.b[s])) <= tol + Fraction(1, 10**15)
 
 
-@pytest.mark.parametrize("make, order, hs", [
-    (Euler, 1, [0.1, 0.05, 0.025, 0.0125]),
-    (RK4, 4, [0.2, 0.1, 0.05, 0.025]),
-    (lambda dt: _fixed_steps(Dopri5, dt), 5, [0.4, 0.2, 0.1, 0.05]),
-    # Tsit5's leading error constant is small (the point of the method), so its 6th-order terms dominate until
-    # h ~ 0.1: measured in the asymptotic range (the last error ~7e-13 is still far above rounding).
-    (lambda dt: _fixed_steps(Tsit5, dt), 5, [0.1, 0.05, 0.025]),
-])
+@pytest.mark.parametrize(
+    "make, order, hs",
+    [
+        (Euler, 1, [0.1, 0.05, 0.025, 0.0125]),
+        (RK4, 4, [0.2, 0.1, 0.05, 0.025]),
+        (lambda dt: _fixed_steps(Dopri5, dt), 5, [0.4, 0.2, 0.1, 0.05]),
+        # Tsit5's leading error constant is small (the point of the method), so its 6th-order terms dominate until
+        # h ~ 0.1: measured in the asymptotic range (the last error ~7e-13 is still far above rounding).
+        (lambda dt: _fixed_steps(Tsit5, dt), 5, [0.1, 0.05, 0.025]),
+    ],
+)
 def test_convergence_order_against_expm(make, order, hs):
     errors = []
     for dt in hs:
@@ -101,8 +104,9 @@ def test_dense_output_is_exact_for_cubic_quadrature(solver_cls):
     # with saves inside it: the error is pure rounding (~1e-16 per term, |y| <= 3.75); 1e-13 allows for it, while
     # any dense coefficient off by 1e-12 or more (e.g. two swapped digits, ~1e-8) fails.
     ts = np.array([0.0, 0.1, 0.25, 0.5, 0.73, 0.9, 1.0])
-    tr = integrate(cubic_quadrature, [0.0], (0.0, 1.0), params=[0.0], solver=_fixed_steps(solver_cls, 1.0),
-                   saveat=SaveAt(ts=ts))
+    tr = integrate(
+        cubic_quadrature, [0.0], (0.0, 1.0), params=[0.0], solver=_fixed_steps(solver_cls, 1.0), saveat=SaveAt(ts=ts)
+    )
     exact = ((1 + ts) ** 4 - 1) / 4
     np.testing.assert_allclose(tr.states()[0, :, 0], exact, rtol=0, atol=1e-13)
     assert tr.n_rhs_steps.values[0, -1] == 1
@@ -117,8 +121,9 @@ def test_dense_output_converges_at_order_five_between_steps(solver_cls):
     hs = [0.2, 0.1, 0.05]
     for h in hs:
         ts = np.arange(0.0, 2.0 - h, h) + 0.37 * h
-        tr = integrate(linear_rhs, Y0, (0.0, 2.0), params=A_LIN.ravel(), solver=_fixed_steps(solver_cls, h),
-                       saveat=SaveAt(ts=ts))
+        tr = integrate(
+            linear_rhs, Y0, (0.0, 2.0), params=A_LIN.ravel(), solver=_fixed_steps(solver_cls, h), saveat=SaveAt(ts=ts)
+        )
         ref = np.array([_exact(t) for t in ts])
         errors.append(np.abs(tr.states()[0] - ref).max())
     assert abs(_slope(hs, errors) - 5) < 0.4, errors
@@ -126,8 +131,15 @@ def test_dense_output_converges_at_order_five_between_steps(solver_cls):
 
 def test_adaptive_solvers_match_scipy_and_many_saves_do_not_shrink_steps():
     ts = np.linspace(0.0, 5.0, 2001)
-    ref = solve_ivp(lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2], (0.0, 5.0), [1.0, 0.0],
-                    method="DOP853", rtol=1e-13, atol=1e-14, t_eval=ts).y.T
+    ref = solve_ivp(
+        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
+        (0.0, 5.0),
+        [1.0, 0.0],
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-14,
+        t_eval=ts,
+    ).y.T
     for solver in (Dopri5(rtol=1e-10, atol=1e-12), Tsit5(rtol=1e-10, atol=1e-12)):
         dense = integrate(forced, [1.0, 0.0], (0.0, 5.0), params=[0.7], solver=solver, saveat=SaveAt(ts=ts))
         final = integrate(forced, [1.0, 0.0], (0.0, 5.0), params=[0.7], solver=solver, saveat=SaveAt(final=True))
@@ -147,8 +159,15 @@ def test_fixed_step_off_grid_save_is_truly_off_grid():
     assert r.denominator != 1 and abs(float(r) - 370.4) < 1e-9
     ts = np.array([0.0, s, 1.0])
     tr = integrate(forced, [1.0, 0.0], (0.0, 1.0), params=[0.7], solver=RK4(dt=dt), saveat=SaveAt(ts=ts))
-    ref = solve_ivp(lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2], (0.0, 1.0), [1.0, 0.0],
-                    method="DOP853", rtol=1e-13, atol=1e-14, t_eval=ts).y.T
+    ref = solve_ivp(
+        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
+        (0.0, 1.0),
+        [1.0, 0.0],
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-14,
+        t_eval=ts,
+    ).y.T
     # RK4 global error C dt^4 ~ 1e-12 (C = O(1) here); the partial step of 0.4 dt adds a local error O(dt^5).
     # A partial step taken with a full dt (error ~0.6 dt |f| ~ 3e-4) or with the wrong stage time (error
     # ~h^2 |f_t| ~ 5e-7) fails by orders of magnitude.
@@ -175,16 +194,17 @@ def test_saves_every_step_equal_a_python_loop_of_single_steps():
 
 
 def test_converged_trajectories_freeze_and_record_the_step():
-    x0 = np.array([[1.0], [2.0 ** -20]])
+    x0 = np.array([[1.0], [2.0**-20]])
     tr = iterate(halving, x0, 100, params=[0.5], saveat=SaveAt(every=1), names=["x"], converged=1e-6)
     # |x_{k+1} - x_k| = 2^-(k+1) x0: below 1e-6 first at k + 1 = 20 for x0 = 1 (2^-20 < 1e-6 < 2^-19), and at the
     # first step for x0 = 2^-20
     assert list(tr.stopped_at.values) == [20, 1]
-    assert np.all(tr.x.values[0, 20:] == 2.0 ** -20) and tr.x.values[0, 19] == 2.0 ** -19
-    assert np.all(tr.x.values[1, 1:] == 2.0 ** -21)
+    assert np.all(tr.x.values[0, 20:] == 2.0**-20) and tr.x.values[0, 19] == 2.0**-19
+    assert np.all(tr.x.values[1, 1:] == 2.0**-21)
     assert tr.step.values[-1] == 100  # the time axis is complete
-    flow = integrate(linear_rhs, Y0, (0.0, 200.0), params=A_LIN.ravel(), solver=Dopri5(), converged=1e-9,
-                     saveat=SaveAt(final=True))
+    flow = integrate(
+        linear_rhs, Y0, (0.0, 200.0), params=A_LIN.ravel(), solver=Dopri5(), converged=1e-9, saveat=SaveAt(final=True)
+    )
     # |y(t)| ~ e^(-0.3 t): the rate drops below 1e-9 near t = ln(1e9) / 0.3 ~ 69
     assert 50 < float(flow.stopped_at.values[0]) < 90
 
@@ -207,8 +227,9 @@ def test_divergence_error_carries_the_run_up_to_the_last_finite_save():
     assert list(part.step.values) == list(range(9))
     np.testing.assert_allclose(part.x.values[1], 10.0 ** (2.0 ** np.arange(9)), rtol=1e-15)  # 8 roundings
     with pytest.raises(DivergenceError) as info:
-        integrate(lambda_free_blowup, [[0.5]], (0.0, 3.0), params=[0.0], solver=RK4(dt=1e-3),
-                  saveat=SaveAt(n=31), names=["y"])
+        integrate(
+            lambda_free_blowup, [[0.5]], (0.0, 3.0), params=[0.0], solver=RK4(dt=1e-3), saveat=SaveAt(n=31), names=["y"]
+        )
     part = info.value.partial
     # y = 1 / (2 - t) blows up at t = 2 (RK4 a few steps later): the saves up to there are kept and finite, and
     # away from the singularity equal the exact solution (RK4 error C dt^4 y^5 ~ 1e-11 at t <= 1.5)
@@ -234,18 +255,21 @@ def _plain_python_step(k, x, p, out):
     out[0] = x[0]
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: iterate(halving, [1.0], 3, params=[0.5], bound=0), ValueError, "bound"),
-    (lambda: iterate(halving, [1.0], 3, params=[0.5], bound=np.nan), ValueError, "bound"),
-    (lambda: integrate(linear_rhs, Y0, (0, 1), params=A_LIN.ravel(), bound=-1.0), ValueError, "bound"),
-    (lambda: iterate(halving, [1.0], 3, params=[0.5], saveat="n=5"), TypeError, "saveat"),
-    (lambda: iterate(_plain_python_step, [1.0], 3, params=[0.5]), TypeError, "step must be a numba"),
-    (lambda: integrate(_plain_python_step, Y0, (0, 1), params=[0.5]), TypeError, "rhs must be a numba"),
-    (lambda: Dopri5(dt_max=None), ValueError, "dt_max"),
-    (lambda: Tsit5(rtol=-1.0), ValueError, "rtol"),
-    (lambda: iterate(halving, [1.0], 3, params=[0.5], converged=0.0), ValueError, "converged"),
-    (lambda: iterate(halving, [1.0 + 1j], 3, params=[0.5]), ValueError, "state0"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: iterate(halving, [1.0], 3, params=[0.5], bound=0), ValueError, "bound"),
+        (lambda: iterate(halving, [1.0], 3, params=[0.5], bound=np.nan), ValueError, "bound"),
+        (lambda: integrate(linear_rhs, Y0, (0, 1), params=A_LIN.ravel(), bound=-1.0), ValueError, "bound"),
+        (lambda: iterate(halving, [1.0], 3, params=[0.5], saveat="n=5"), TypeError, "saveat"),
+        (lambda: iterate(_plain_python_step, [1.0], 3, params=[0.5]), TypeError, "step must be a numba"),
+        (lambda: integrate(_plain_python_step, Y0, (0, 1), params=[0.5]), TypeError, "rhs must be a numba"),
+        (lambda: Dopri5(dt_max=None), ValueError, "dt_max"),
+        (lambda: Tsit5(rtol=-1.0), ValueError, "rtol"),
+        (lambda: iterate(halving, [1.0], 3, params=[0.5], converged=0.0), ValueError, "converged"),
+        (lambda: iterate(halving, [1.0 + 1j], 3, params=[0.5]), ValueError, "state0"),
+    ],
+)
 def test_bad_engine_arguments_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call()

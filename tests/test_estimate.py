@@ -15,8 +15,17 @@ from tests._figures import synthetic_registry
 
 
 def test_work_adds_time_axes_multiplies_repetitions_and_takes_the_largest_sample():
-    p = {"n_steps": 100, "n_steps_b": 50, "n_seeds": 4, "eta": [0.1, 0.5, 1.0], "batch": 64, "n_test": 1000,
-         "log_every": 10, "lr": 0.1, "d": 5}
+    p = {
+        "n_steps": 100,
+        "n_steps_b": 50,
+        "n_seeds": 4,
+        "eta": [0.1, 0.5, 1.0],
+        "batch": 64,
+        "n_test": 1000,
+        "log_every": 10,
+        "lr": 0.1,
+        "d": 5,
+    }
     assert estimate.work(p) == (100 + 50) * 4 * 3 * 5 * 1000
     assert estimate.work(p, memory=True) == 4 * 3 * 5 * 1000  # time axes are not held in memory
     assert estimate.work({"single": {"n_steps": 10}, "n_seeds": 2}) == 2 + 10  # a nested run adds its own work
@@ -35,9 +44,11 @@ def test_fixed_plus_proportional_fit_recovers_a_known_cost(monkeypatch):
     def fake_data(cfg):
         clock["t"] += 0.2 + 1e-3 * cfg.params["n_steps"]
 
-    spec = dataclasses.replace(reg.get("toy.decay"), data=fake_data,
-                               params={"tiny": {"n_steps": 100}, "quick": {"n_steps": 1000},
-                                       "paper": {"n_steps": 10000}})
+    spec = dataclasses.replace(
+        reg.get("toy.decay"),
+        data=fake_data,
+        params={"tiny": {"n_steps": 100}, "quick": {"n_steps": 1000}, "paper": {"n_steps": 10000}},
+    )
     reg._figures["toy.decay"] = spec
     m = estimate.measure("toy.decay", registry=reg)
     assert m["a"] == pytest.approx(0.2) and m["b"] == pytest.approx(1e-3)
@@ -71,17 +82,38 @@ def test_a_figure_that_cannot_run_is_named_and_the_others_estimated(capsys):
 
 def test_paper_preset_make_prints_the_estimate_before_computing(tmp_path, capsys):
     reg = synthetic_registry()
-    assert main(["make", "toy.decay", "--preset", "paper", "--device", "cpu", "--no-progress", "--formats", "png",
-                 "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")], reg=reg) == 0
+    assert (
+        main(
+            [
+                "make",
+                "toy.decay",
+                "--preset",
+                "paper",
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--formats",
+                "png",
+                "--out",
+                str(tmp_path / "o"),
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ],
+            reg=reg,
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.index("total at --preset paper") < out.index("1 figures (paper")  # estimate first, then the build
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="not met yet: on 12 cheap figures (process CPU time, quick preset) 4 of 12 estimates fell "
-                          "within a factor 2; tiny runs are dominated by fixed costs, so the marginal cost per unit "
-                          "of work is poorly measured (scan_snap.gap_T 100x under, icl_regression.fig6 3.7x over)",
-                   strict=False)
+@pytest.mark.xfail(
+    reason="not met yet: on 12 cheap figures (process CPU time, quick preset) 4 of 12 estimates fell "
+    "within a factor 2; tiny runs are dominated by fixed costs, so the marginal cost per unit "
+    "of work is poorly measured (scan_snap.gap_T 100x under, icl_regression.fig6 3.7x over)",
+    strict=False,
+)
 def test_quick_estimates_are_within_a_factor_2_of_measured_quick_builds_for_90_percent(tmp_path):
     """The acceptance check of the estimates: estimate every figure at quick (measured at tiny), build the quick
     report, compare with the runtimes in its summary.json (figures sharing data excluded: no cost of their own)."""
@@ -90,8 +122,7 @@ def test_quick_estimates_are_within_a_factor_2_of_measured_quick_builds_for_90_p
     est = {e.name: e for e in estimate.estimate(None, "quick", device="cpu")}
     result = build_report("quick", device="cpu", out_dir=tmp_path / "r", cache_dir=tmp_path / "c", jobs=2)
     measured = {f["figure"]: f["runtime_s"] for f in json.loads(result.summary_path.read_text())["figures"]}
-    ratios = {n: est[n].seconds / measured[n] for n in est
-              if est[n].shares_data_with is None and measured.get(n)}
+    ratios = {n: est[n].seconds / measured[n] for n in est if est[n].shares_data_with is None and measured.get(n)}
     within = [n for n, r in ratios.items() if 0.5 <= r <= 2.0]
     assert len(within) >= 0.9 * len(ratios), {n: round(r, 2) for n, r in ratios.items()}
     assert set(REGISTRY.names()) >= set(ratios)

@@ -22,8 +22,11 @@ def _training_imports(path: Path) -> list[str]:
     bad = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module == "empirical.train":
-            bad += [f"{path.name}:{node.lineno} from empirical.train import {a.name}" for a in node.names
-                    if a.name not in ALLOWED_FROM_TRAIN]
+            bad += [
+                f"{path.name}:{node.lineno} from empirical.train import {a.name}"
+                for a in node.names
+                if a.name not in ALLOWED_FROM_TRAIN
+            ]
         elif isinstance(node, ast.ImportFrom) and node.module == "empirical":
             bad += [f"{path.name}:{node.lineno} from empirical import train" for a in node.names if a.name == "train"]
         elif isinstance(node, ast.Import):
@@ -46,8 +49,9 @@ def test_the_import_check_catches_a_direct_import(tmp_path):
 
 def fake_trajectory(n_steps: int):
     config = {"n_steps": n_steps, "seeds": [1, 2], "lr": 0.1}
-    return SimpleNamespace(attrs={"model": "toy_model", "device": "cpu", "dtype": "float64",
-                                  "config_json": json.dumps(config)})
+    return SimpleNamespace(
+        attrs={"model": "toy_model", "device": "cpu", "dtype": "float64", "config_json": json.dumps(config)}
+    )
 
 
 def test_build_records_the_trainer_configuration_of_every_run(tmp_path):
@@ -59,16 +63,23 @@ def test_build_records_the_trainer_configuration_of_every_run(tmp_path):
         experiments.note(fake_trajectory(int(cfg.params["n_times"])))
         return toy_data(cfg)
 
-    reg.register(name="toy.trained", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS,
-                 plot=toy_plot)(data)
+    reg.register(name="toy.trained", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=toy_plot)(
+        data
+    )
     res = build("toy.trained", "tiny", device="cpu", cache_dir=tmp_path, registry=reg)
     runs = json.loads(res.dataset.attrs["train_configs_json"])
     assert [r["config"]["n_steps"] for r in runs] == [5, TOY_PARAMS["tiny"]["n_times"]]
-    assert runs[0] == {"model": "toy_model", "device": "cpu", "dtype": "float64",
-                       "config": {"n_steps": 5, "seeds": [1, 2], "lr": 0.1}}
+    assert runs[0] == {
+        "model": "toy_model",
+        "device": "cpu",
+        "dtype": "float64",
+        "config": {"n_steps": 5, "seeds": [1, 2], "lr": 0.1},
+    }
     again = build("toy.trained", "tiny", device="cpu", cache_dir=tmp_path, registry=reg)  # cache hit: same record
-    assert again.status == "cached" and again.dataset.attrs["train_configs_json"] == res.dataset.attrs[
-        "train_configs_json"]
+    assert (
+        again.status == "cached"
+        and again.dataset.attrs["train_configs_json"] == res.dataset.attrs["train_configs_json"]
+    )
 
 
 def test_recording_nests_and_is_off_outside_a_build():

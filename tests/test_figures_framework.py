@@ -46,6 +46,7 @@ from dynamics.testing import assert_mc_close, assert_mc_rejects
 # ~1% of the pixels already has variance ~1e-2, so 1e-4 separates "blank" from "drew something" with margin.
 NOT_BLANK = 1e-4
 
+
 # ----------------------------------------------------------------------------------------------------------------
 # The toy figures (tests/_figures.py)
 # ----------------------------------------------------------------------------------------------------------------
@@ -125,10 +126,10 @@ def test_build_caches_and_same_seed_gives_identical_data(reg, tmp_path):
     first = registry.build("toy.decay", "tiny", seed=3, device="cpu", cache_dir=tmp_path / "a", registry=reg)
     again = registry.build("toy.decay", "tiny", seed=3, device="cpu", cache_dir=tmp_path / "a", registry=reg)
     fresh = registry.build("toy.decay", "tiny", seed=3, device="cpu", cache_dir=tmp_path / "b", registry=reg)
-    forced = registry.build("toy.decay", "tiny", seed=3, device="cpu", cache_dir=tmp_path / "a", recompute=True,
-                            registry=reg)
-    assert (first.status, again.status, fresh.status, forced.status) == ("computed", "cached", "computed",
-                                                                         "recomputed")
+    forced = registry.build(
+        "toy.decay", "tiny", seed=3, device="cpu", cache_dir=tmp_path / "a", recompute=True, registry=reg
+    )
+    assert (first.status, again.status, fresh.status, forced.status) == ("computed", "cached", "computed", "recomputed")
     xr.testing.assert_identical(first.dataset, again.dataset)
     xr.testing.assert_identical(first.dataset, fresh.dataset)
     assert again.runtime_s == pytest.approx(first.runtime_s)  # the cached entry reports its original runtime
@@ -149,14 +150,32 @@ def test_cache_key_covers_the_whole_configuration():
     base = dict(figure="toy.decay", preset="tiny", seed=0, device="cpu", params={"n": 1}, code="0.1.0+abc")
     key = cache.cache_key(RunConfig(**base))
     assert cache.cache_key(RunConfig(**base, progress=True)) == key  # progress bars do not change the data
-    for change in ({"preset": "quick"}, {"seed": 1}, {"device": "cuda"}, {"params": {"n": 2}},
-                   {"code": "0.1.0+abd"}, {"figure": "toy.other"}):
+    for change in (
+        {"preset": "quick"},
+        {"seed": 1},
+        {"device": "cuda"},
+        {"params": {"n": 2}},
+        {"code": "0.1.0+abd"},
+        {"figure": "toy.other"},
+    ):
         assert cache.cache_key(RunConfig(**{**base, **change})) != key, change
 
 
-@pytest.mark.parametrize("damage", ["flip_byte", "truncate", "drop_sidecar", "sidecar_garbage",
-                                    "sidecar_other_config", "sidecar_runtime_is_text", "sidecar_sha_is_number",
-                                    "sidecar_is_a_list", "nc_is_a_directory", "sidecar_is_a_directory"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "flip_byte",
+        "truncate",
+        "drop_sidecar",
+        "sidecar_garbage",
+        "sidecar_other_config",
+        "sidecar_runtime_is_text",
+        "sidecar_sha_is_number",
+        "sidecar_is_a_list",
+        "nc_is_a_directory",
+        "sidecar_is_a_directory",
+    ],
+)
 def test_corrupted_cache_is_detected_and_recomputed(reg, tmp_path, caplog, damage):
     first = registry.build("toy.decay", "tiny", device="cpu", cache_dir=tmp_path, registry=reg)
     data_path, sidecar_path = cache.entry_paths(tmp_path, first.config)
@@ -173,9 +192,11 @@ def test_corrupted_cache_is_detected_and_recomputed(reg, tmp_path, caplog, damag
     elif damage.startswith("sidecar_") and damage != "sidecar_other_config" and damage != "sidecar_is_a_directory":
         # valid JSON, wrong field type (issue 18 item 8)
         side = json.loads(sidecar_path.read_text())
-        side = {"sidecar_runtime_is_text": {**side, "runtime_s": "fast"},
-                "sidecar_sha_is_number": {**side, "sha256": 12345},
-                "sidecar_is_a_list": [side]}[damage]
+        side = {
+            "sidecar_runtime_is_text": {**side, "runtime_s": "fast"},
+            "sidecar_sha_is_number": {**side, "sha256": 12345},
+            "sidecar_is_a_list": [side],
+        }[damage]
         sidecar_path.write_text(json.dumps(side))
     elif damage == "nc_is_a_directory":
         data_path.unlink()
@@ -198,8 +219,9 @@ def test_corrupted_cache_is_detected_and_recomputed(reg, tmp_path, caplog, damag
 
 def test_data_and_plot_must_return_the_right_types(tmp_path):
     reg = Registry(models=("toy",), package=None)
-    reg.register(name="toy.bad", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS,
-                 plot=lambda ds: "not a figure")(lambda cfg: {"x": 1})
+    reg.register(
+        name="toy.bad", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=lambda ds: "not a figure"
+    )(lambda cfg: {"x": 1})
     with pytest.raises(TypeError, match="must return an xarray.Dataset"):
         registry.build("toy.bad", "tiny", device="cpu", cache_dir=tmp_path, registry=reg)
     with pytest.raises(TypeError, match="must return a matplotlib Figure"):
@@ -210,16 +232,24 @@ def test_data_and_plot_must_return_the_right_types(tmp_path):
 # Style and deterministic output
 # ----------------------------------------------------------------------------------------------------------------
 def test_make_writes_deterministic_png_and_pdf(reg, tmp_path):
-    (result,) = registry.make(["toy.decay"], "tiny", device="cpu", cache_dir=tmp_path / "c", out_dir=tmp_path / "o",
-                              registry=reg)
+    (result,) = registry.make(
+        ["toy.decay"], "tiny", device="cpu", cache_dir=tmp_path / "c", out_dir=tmp_path / "o", registry=reg
+    )
     png, pdf = result.outputs
     assert png.name == "toy.decay.png" and pdf.name == "toy.decay.pdf"
     image = matplotlib.image.imread(png)
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100 and np.var(image) > NOT_BLANK
     assert pdf.read_bytes().startswith(b"%PDF") and b"CreationDate" not in pdf.read_bytes()
     first = (png.read_bytes(), pdf.read_bytes())
-    registry.make(["toy.decay"], "tiny", device="cpu", cache_dir=tmp_path / "c", out_dir=tmp_path / "o",
-                  recompute=True, registry=reg)
+    registry.make(
+        ["toy.decay"],
+        "tiny",
+        device="cpu",
+        cache_dir=tmp_path / "c",
+        out_dir=tmp_path / "o",
+        recompute=True,
+        registry=reg,
+    )
     assert (png.read_bytes(), pdf.read_bytes()) == first  # same data -> same bytes (no time stamps)
 
 
@@ -304,14 +334,26 @@ def _one_line_error(capsys) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("case", ["seed", "out_is_file", "formats_empty", "jobs", "cache_is_file", "out_under_file",
-                                  "unknown_option", "seed_not_int"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "seed",
+        "out_is_file",
+        "formats_empty",
+        "jobs",
+        "cache_is_file",
+        "out_under_file",
+        "unknown_option",
+        "seed_not_int",
+    ],
+)
 def test_cli_user_errors_exit_2_with_one_line_before_computing(tmp_path, capsys, case):
     """Every user error (issue 18 item 4): exit 2, one line on stderr, no traceback, and nothing computed (the data
     function of the registry's figures would raise if called)."""
     reg = Registry(models=("toy",), package=None)
-    reg.register(name="toy.never", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS,
-                 plot=toy_plot)(broken_data)
+    reg.register(name="toy.never", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=toy_plot)(
+        broken_data
+    )
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     base = ["--preset", "tiny", "--device", "cpu", "--no-progress"]
@@ -322,8 +364,10 @@ def test_cli_user_errors_exit_2_with_one_line_before_computing(tmp_path, capsys,
         "formats_empty": (["make", "toy.never", *base, *out, *cache_dir, "--formats", ""], "at least one of"),
         "jobs": (["report", *base, *out, *cache_dir, "--jobs", "0"], "--jobs must be an integer >= 1"),
         "cache_is_file": (["report", *base, *out, "--cache-dir", str(a_file)], "--cache-dir"),
-        "out_under_file": (["make", "toy.never", *base, "--out", str(a_file / "sub"), *cache_dir],
-                           "is not a writable folder"),
+        "out_under_file": (
+            ["make", "toy.never", *base, "--out", str(a_file / "sub"), *cache_dir],
+            "is not a writable folder",
+        ),
         "unknown_option": (["report", "--colour", "red"], "unrecognized arguments"),
         "seed_not_int": (["report", "--seed", "abc"], "invalid int value"),
     }[case]
@@ -334,8 +378,20 @@ def test_cli_user_errors_exit_2_with_one_line_before_computing(tmp_path, capsys,
 
 def test_cli_report_exits_0_whatever_the_verdicts(tmp_path, capsys):
     reg = make_registry(with_verdicts=True)
-    argv = ["report", "--preset", "tiny", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "rep"),
-            "--cache-dir", str(tmp_path / "res"), "--jobs", "1"]
+    argv = [
+        "report",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "rep"),
+        "--cache-dir",
+        str(tmp_path / "res"),
+        "--jobs",
+        "1",
+    ]
     assert main(argv, reg=reg) == 0
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert summary["counts"]["rows"]["fails"] > 0  # verdicts are data: a failing row does not fail the build
@@ -392,8 +448,9 @@ def check_report_html(path, models):
 def test_report_with_figures_gaps_checks_and_a_failure(tmp_path, caplog):
     reg = make_registry(with_broken=True)
     with caplog.at_level(logging.ERROR):
-        result = build_report("tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res",
-                              registry=reg, jobs=1)
+        result = build_report(
+            "tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res", registry=reg, jobs=1
+        )
     assert result.n_failed == 1 and "toy divergence" in caplog.text
     text, parser = check_report_html(result.path, reg.models)
     assert len(parser.imgs) == 2 and {"fig-toy.decay", "fig-toy.broken"} <= parser.ids
@@ -405,29 +462,52 @@ def test_report_with_figures_gaps_checks_and_a_failure(tmp_path, caplog):
     assert toy.count("consistent", "gaps") == 3 and toy.count("holds", "checks") == 1
     assert all(r.d == 7 for r in toy.figures[0].gaps)
     # A second build reads the cache, and the CLI exits 1 because a figure raised (an error, not a verdict).
-    assert main(["report", "--preset", "tiny", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "rep"),
-                 "--cache-dir", str(tmp_path / "res"), "--jobs", "1"], reg=reg) == 1
+    assert (
+        main(
+            [
+                "report",
+                "--preset",
+                "tiny",
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "rep"),
+                "--cache-dir",
+                str(tmp_path / "res"),
+                "--jobs",
+                "1",
+            ],
+            reg=reg,
+        )
+        == 1
+    )
 
 
 def test_report_statuses_first_screen_attention_list_toc_summary_and_data(tmp_path):
     reg = make_registry(with_verdicts=True)
-    result = build_report("tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res",
-                          registry=reg, jobs=1)
+    result = build_report(
+        "tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res", registry=reg, jobs=1
+    )
     text, parser = check_report_html(result.path, reg.models)
     figs = {f.spec.name: f for f in result.sections[0].figures}
-    assert {n: f.badge for n, f in figs.items()} == {"toy.decay": "consistent", "toy.heat": "descriptive",
-                                                     "toy.biased": "fails", "toy.paper_only": "disagrees"}
+    assert {n: f.badge for n, f in figs.items()} == {
+        "toy.decay": "consistent",
+        "toy.heat": "descriptive",
+        "toy.biased": "fails",
+        "toy.paper_only": "disagrees",
+    }
     biased = [r.status for r in figs["toy.biased"].gaps]
-    assert biased == ["fails", "fails", "explained", "explained", "consistent", "consistent", "disagrees",
-                      "disagrees"]
+    assert biased == ["fails", "fails", "explained", "explained", "consistent", "consistent", "disagrees", "disagrees"]
     # paper_only: what fails is deferred by the paper-only reason; what is undecided stays; own explanations stay.
     paper = figs["toy.paper_only"]
     assert [r.status for r in paper.gaps] == ["deferred"] * 2 + ["explained"] * 2 + ["consistent"] * 2 + [
-        "disagrees"] * 2
+        "disagrees"
+    ] * 2
     assert "Decided at --preset paper only: the bias vanishes only at 401 times." in paper.spec.full_caption
     assert "disagrees (decided at --preset paper only)" in text
     # The first screen: counts per status, the many-rows rule, every disagrees and deferred row with its cause.
-    counts = text[text.index('id="counts"'):text.index('class="summary"')]
+    counts = text[text.index('id="counts"') : text.index('class="summary"')]
     for status in registry.STATUSES:
         assert f"b-{status}" in counts
     assert "Holm" in counts and "expected number of false 'fails'" in html.unescape(counts)
@@ -437,7 +517,7 @@ def test_report_statuses_first_screen_attention_list_toc_summary_and_data(tmp_pa
     # Contents come before the attention list, which names every fails/disagrees/deferred/explained row with a
     # link; each explanation is written out once and referenced by number.
     assert parser.order.index("contents") < parser.order.index("attention") < parser.order.index("model-toy")
-    attention = text[text.index('id="attention"'):text.index('id="model-toy"')]
+    attention = text[text.index('id="attention"') : text.index('id="model-toy"')]
     assert attention.count('href="#fig-toy.biased"') == 2 + 2 + 2
     assert attention.count('href="#fig-toy.paper_only"') == 2 + 2 + 2
     assert "Fails (unexplained): 2" in attention and "not failures): 4" in attention
@@ -445,14 +525,14 @@ def test_report_statuses_first_screen_attention_list_toc_summary_and_data(tmp_pa
     assert text.count("the Euler map is not this figure&#x27;s theory (toy)") == 1  # written once, referenced
     assert text.count('href="#why-1"') == 4 + 4  # 4 explained rows: in the attention list and in the gap tables
     # Contents: one badge per figure, linked.
-    contents = text[text.index('id="contents"'):text.index('id="attention"')]
+    contents = text[text.index('id="contents"') : text.index('id="attention"')]
     assert contents.count('class="badge') == 4 and contents.count('href="#fig-') == 4
     # Gap table columns, the allowance source as a note, the test stated once per table.
-    decay = text[text.index('id="fig-toy.decay"'):text.index('id="fig-toy.heat"')]
+    decay = text[text.index('id="fig-toy.decay"') : text.index('id="fig-toy.heat"')]
     for column in ("raw gap", "allowance [source]", "SE", "seeds", "CI of the gap", "MDD", "status", "family-wise"):
         assert column in decay
     assert decay.count("Test: holds iff") == 1
-    biased_html = text[text.index('id="fig-toy.biased"'):text.index('id="fig-toy.paper_only"')]
+    biased_html = text[text.index('id="fig-toy.biased"') : text.index('id="fig-toy.paper_only"')]
     assert "toy bound 0.05 (test)" in biased_html and biased_html.count("toy bound 0.05 (test)") == 1
     assert "seeds decide it)" in biased_html  # a consistent row says how many seeds would decide it
     # Size vs the paper, from the registered params.
@@ -460,22 +540,41 @@ def test_report_statuses_first_screen_attention_list_toc_summary_and_data(tmp_pa
     # Data next to the HTML, linked; identical to the cached data.
     nc = tmp_path / "rep" / "data" / "toy.decay.nc"
     assert "data/toy.decay.nc" in parser.links and nc.is_file()
-    xr.testing.assert_identical(xr.load_dataset(nc), registry.build("toy.decay", "tiny", device="cpu",
-                                                                    cache_dir=tmp_path / "res", registry=reg).dataset)
+    xr.testing.assert_identical(
+        xr.load_dataset(nc),
+        registry.build("toy.decay", "tiny", device="cpu", cache_dir=tmp_path / "res", registry=reg).dataset,
+    )
     # summary.json: every figure, every row and check with the required fields.
     summary = json.loads(result.summary_path.read_text())
     assert summary["preset"] == "tiny" and {f["figure"] for f in summary["figures"]} == set(figs)
     n_rows = sum(len(f.gaps) + len(f.checks) for f in figs.values())
     assert len(summary["rows"]) == n_rows
     for row in summary["rows"]:
-        assert {"model", "figure", "name", "status", "gap", "allowance", "se", "n_seeds", "explanation", "mdd",
-                "adjusted_status"} <= set(row)
+        assert {
+            "model",
+            "figure",
+            "name",
+            "status",
+            "gap",
+            "allowance",
+            "se",
+            "n_seeds",
+            "explanation",
+            "mdd",
+            "adjusted_status",
+        } <= set(row)
         assert (row["explanation"] is not None) == (row["status"] in ("explained", "disagrees", "deferred"))
         if row["kind"] == "gap":  # at a true gap of MDD the row fails with probability 0.8 (scipy's noncentral t)
             q, ncp = stats.t.ppf(1 - row["level"] / 2, row["df"]), (row["mdd"] - row["allowance"]) / row["se"]
             assert stats.nct.sf(q, row["df"], ncp) == pytest.approx(0.8, abs=1e-6)
-    assert summary["counts"]["rows"] == {"holds": 1, "consistent": n_rows - 1 - 2 - 4 - 2 - 4,
-                                         "explained": 4, "disagrees": 4, "deferred": 2, "fails": 2}
+    assert summary["counts"]["rows"] == {
+        "holds": 1,
+        "consistent": n_rows - 1 - 2 - 4 - 2 - 4,
+        "explained": 4,
+        "disagrees": 4,
+        "deferred": 2,
+        "fails": 2,
+    }
     # The 6 rows 40 SE off are rejected family-wise too (p ~ 1e-5 against Holm's smallest threshold 0.05 / 19).
     assert summary["counts"]["rows_adjusted"] == summary["counts"]["rows"]
     assert summary["family_wise"]["n_gap_rows"] == n_rows - 1 and summary["family_wise"]["method"] == "holm"
@@ -487,7 +586,7 @@ def test_report_statuses_first_screen_attention_list_toc_summary_and_data(tmp_pa
     inside = [r for r in summary["rows"] if r["name"] == "x with allowance"]
     assert inside and all(r["status"] == "consistent" and r["gap"] != 0 and r["allowance"] == 0.05 for r in inside)
     for r in inside:
-        assert f"<td class=\"num\">{r['gap']:.4g}</td>" in biased_html
+        assert f'<td class="num">{r["gap"]:.4g}</td>' in biased_html
     assert not list((tmp_path / "rep").glob("*.tmp")) and not list((tmp_path / "rep").glob(".*.tmp"))
 
 
@@ -568,13 +667,24 @@ def test_layout_helpers_colour_bars_and_panels_per_row():
         return fig
 
     small = Registry(models=("toy",), package=None)
-    small.register(name="toy.bad_layout", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS,
-                   plot=bad_plot)(toy_data)
-    entry = report._figure_entry(small.get("toy.bad_layout"), "tiny", None, seed=0, device="cpu", cache_dir=None,
-                                 recompute=False, progress=False, registry=small)
+    small.register(
+        name="toy.bad_layout", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=bad_plot
+    )(toy_data)
+    entry = report._figure_entry(
+        small.get("toy.bad_layout"),
+        "tiny",
+        None,
+        seed=0,
+        device="cpu",
+        cache_dir=None,
+        recompute=False,
+        progress=False,
+        registry=small,
+    )
     assert len(entry.layout) == 2 and not entry.error
-    assert "Layout: heat map without a colour bar" in report._figure_html(entry, "", report.family_wise([]),
-                                                                          report._Why([]))
+    assert "Layout: heat map without a colour bar" in report._figure_html(
+        entry, "", report.family_wise([]), report._Why([])
+    )
     with pytest.raises(ValueError, match="max_per_row must be an integer in"):
         _style.panel_grid(4, max_per_row=4)
     with pytest.raises(ValueError, match="label must say"):
@@ -583,13 +693,30 @@ def test_layout_helpers_colour_bars_and_panels_per_row():
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_report_renders_in_headless_chromium(tmp_path):
-    result = build_report("tiny", device="cpu", out_dir=tmp_path / "rep", cache_dir=tmp_path / "res",
-                          registry=make_registry(with_verdicts=True), jobs=1)
+    result = build_report(
+        "tiny",
+        device="cpu",
+        out_dir=tmp_path / "rep",
+        cache_dir=tmp_path / "res",
+        registry=make_registry(with_verdicts=True),
+        jobs=1,
+    )
     shot = tmp_path / "shot.png"
-    cmd = [shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2000", f"--screenshot={shot}",
-           result.path.resolve().as_uri()]
+    cmd = [
+        shutil.which("chromium"),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1280,2000",
+        f"--screenshot={shot}",
+        result.path.resolve().as_uri(),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     image = matplotlib.image.imread(shot)
     assert image.shape[0] > 100 and np.var(image[..., :3]) > NOT_BLANK
@@ -658,8 +785,11 @@ def test_a_figure_sharing_another_figures_data_builds_it_once(tmp_path):
     xr.testing.assert_identical(a.dataset, b.dataset)
     assert not (tmp_path / "toy.b").exists()  # one cache entry, the source's
     # sharing needs the same data function and parameters, and a source of its own
-    reg.register(name="toy.c", shares_data_with="toy.a", **{**kw, "params": {**TOY_PARAMS, "tiny": {
-        **TOY_PARAMS["tiny"], "n_seeds": 9}}})(counted)
+    reg.register(
+        name="toy.c",
+        shares_data_with="toy.a",
+        **{**kw, "params": {**TOY_PARAMS, "tiny": {**TOY_PARAMS["tiny"], "n_seeds": 9}}},
+    )(counted)
     reg.register(name="toy.d", shares_data_with="toy.b", **kw)(counted)
     for name in ("toy.c", "toy.d"):
         with pytest.raises(ValueError, match="must be a figure of its own with the same data function and param"):

@@ -22,8 +22,12 @@ from closedform import group_sparse as cf
 from figures import registry
 from tests._figures import build_tiny, check_tiny_build
 
-NAMES = ("group_sparse.pretrain_n500_d4_D6", "group_sparse.pretrain_n200_d2_D4", "group_sparse.overlay",
-         "group_sparse.downstream")
+NAMES = (
+    "group_sparse.pretrain_n500_d4_D6",
+    "group_sparse.pretrain_n200_d2_D4",
+    "group_sparse.overlay",
+    "group_sparse.downstream",
+)
 # The tiny preset must build in <= 10 s on an idle 2-core machine (project budget); the shared test machine is ~3x
 # slower under contention and the first build in a process also pays the numba cache load: 60 s flags a regression
 # (e.g. a paper-size parameter in the tiny preset) without failing on load.
@@ -62,8 +66,12 @@ def test_pretrain_dataset_matches_closed_form(built, name):
         assert name_ in ds and ds[name_].dims == ("seed", "step")
     np.testing.assert_allclose(ds["time"].values, 0.5 * ds["step"].values)
     for t in (0, 1, 2):
-        np.testing.assert_allclose([float(ds[f"closed_{k}"].values[t]) for k in cf.STATE_NAMES],
-                                   cf.step_closed_form(task, t), rtol=1e-12, atol=0)
+        np.testing.assert_allclose(
+            [float(ds[f"closed_{k}"].values[t]) for k in cf.STATE_NAMES],
+            cf.step_closed_form(task, t),
+            rtol=1e-12,
+            atol=0,
+        )
     # At t = 0 the learned model is at the zero init: loss log 2, S = 1/D.
     np.testing.assert_allclose(ds["loss"].values[:, 0], np.log(2.0), rtol=1e-12)
     np.testing.assert_allclose(ds["attn_jstar"].values[:, 0], 1.0 / D, rtol=1e-12)
@@ -88,8 +96,11 @@ def test_overlay_rate_statistic_and_sources(built):
     ds = built["group_sparse.overlay"][0].dataset
     task = cf.GroupSparseTask(d=2, D=4, sigma_x=1.0, jstar=2, eta=0.5)
     steps = ds.step.values
-    np.testing.assert_allclose(cf.loss_rate_statistic(task, steps, ds["reduced_loss"].values),
-                               4 * ds["reduced_loss"].values * np.cbrt(steps.astype(float)), rtol=1e-12)
+    np.testing.assert_allclose(
+        cf.loss_rate_statistic(task, steps, ds["reduced_loss"].values),
+        4 * ds["reduced_loss"].values * np.cbrt(steps.astype(float)),
+        rtol=1e-12,
+    )
     for key in ("merged_n_small", "merged_n_large", "factorised", "merged_n_big"):
         assert ds[f"{key}__loss"].dims == ("seed", "step")
     # The factorised model starts off the invariant family (random factors); the merged ones start on it (zero).
@@ -140,9 +151,17 @@ def test_downstream_checks_decide_the_comparison(built):
     low, high = 0.01 + 0.001 * rng.random((S, n.size)), 0.2 + 0.001 * rng.random((S, n.size))
 
     def dataset(theory, logistic):
-        data = {f"error_{k}": (("seed", "n"), v) for k, v in (("theory", theory), ("theory_fit", theory),
-                                                              ("logistic", logistic), ("no_pretraining", high + 0.1),
-                                                              ("pretrained", high), ("pretrained_fit", high))}
+        data = {
+            f"error_{k}": (("seed", "n"), v)
+            for k, v in (
+                ("theory", theory),
+                ("theory_fit", theory),
+                ("logistic", logistic),
+                ("no_pretraining", high + 0.1),
+                ("pretrained", high),
+                ("pretrained_fit", high),
+            )
+        }
         data["pretrain_attn_jstar"] = (("seed",), np.full(S, 0.7))
         return xr.Dataset(data, coords={"seed": np.arange(S), "n": n}, attrs=dict(tiny.attrs))
 

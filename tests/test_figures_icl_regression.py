@@ -80,8 +80,21 @@ def test_cache_hit_returns_the_same_data(tmp_path):
 
 
 def test_make_from_the_command_line(tmp_path):
-    rc = figures_main(["make", "icl_regression.fig7", "--preset", "tiny", "--device", "cpu", "--cache-dir",
-                       str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--no-progress"])
+    rc = figures_main(
+        [
+            "make",
+            "icl_regression.fig7",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     assert (tmp_path / "out" / "icl_regression.fig7.png").exists()
 
@@ -93,8 +106,14 @@ def test_overlay_matches_gd_on_F_when_started_on_its_own_path():
     from empirical.models import icl_regression as im
 
     task = fig_icl.TASK
-    gd = cf.map(task, np.array([[0.30, -0.31], [0.29, -0.30]]), np.array([[1.40, -1.41], [1.38, -1.37]]), lr=0.01,
-                n_steps=200_000, saveat=SaveAt(log=60))
+    gd = cf.map(
+        task,
+        np.array([[0.30, -0.31], [0.29, -0.30]]),
+        np.array([[1.40, -1.41], [1.38, -1.37]]),
+        lr=0.01,
+        n_steps=200_000,
+        saveat=SaveAt(log=60),
+    )
     omega, mu = im.stack_heads(gd, 2)
     ov = fig_icl._overlay(task, omega, mu, n_gd=200_000)
     gamma = fig_icl._kq_scale(omega, mu)
@@ -104,8 +123,9 @@ def test_overlay_matches_gd_on_F_when_started_on_its_own_path():
     # matching by gamma on a 400-point log grid is linear interpolation of a slowly varying curve: error < 2e-3
     late = gd["time"].values >= 50
     np.testing.assert_allclose(ov["mudo_gd"][:, late], mudo[:, late], atol=2e-3)
-    np.testing.assert_allclose(ov["t_match"][:, late], np.broadcast_to(gd["time"].values[late], (2, late.sum())),
-                               rtol=0.05)
+    np.testing.assert_allclose(
+        ov["t_match"][:, late], np.broadcast_to(gd["time"].values[late], (2, late.sum())), rtol=0.05
+    )
 
 
 @pytest.mark.slow
@@ -157,7 +177,7 @@ def test_fig5_panels_are_distinct_steps_of_the_run(tiny_builds):
 def test_fig20_reference_lines_stay_on_the_histogram_axis(tiny_builds):
     """The large-L line exp(omega^2 d/2)/sqrt(L) = 7.7e7 at d = 40, omega = 1 emptied the 4th panel; every line is now
     <= 1 (the largest possible norm of a probability vector) and every panel's axis ends below 1.5."""
-    for d, om in ((5, 5 ** -0.5), (5, 1.0), (40, 40 ** -0.5), (40, 1.0)):
+    for d, om in ((5, 5**-0.5), (5, 1.0), (40, 40**-0.5), (40, 1.0)):
         assert all(0 < x <= 1.0 for x, _, _ in fig_icl._fig20_references(om, d, 40))
     result = tiny_builds["fig20"][0]
     fig = registry.render(result.spec, result.dataset)
@@ -172,13 +192,21 @@ def test_fig21_overlay_mean_never_jumps_when_a_seed_did_not_form():
     from empirical.models import icl_regression as im
 
     task = fig_icl.TASK
-    gd = cf.map(task, np.array([[0.30, -0.31], [0.29, -0.30]]), np.array([[1.40, -1.41], [1.38, -1.37]]), lr=0.01,
-                n_steps=20_000, saveat=SaveAt(log=40))
+    gd = cf.map(
+        task,
+        np.array([[0.30, -0.31], [0.29, -0.30]]),
+        np.array([[1.40, -1.41], [1.38, -1.37]]),
+        lr=0.01,
+        n_steps=20_000,
+        saveat=SaveAt(log=40),
+    )
     omega, mu = im.stack_heads(gd, 2)
     omega = np.concatenate([omega, np.full_like(omega[:1], 0.01)])  # a third seed stuck at the initialisation
     mu = np.concatenate([mu, np.full_like(mu[:1], 0.01)])
-    ds = xr.Dataset({k: (dims, v) for k, (dims, v) in fig_icl._overlay_vars(task, omega, mu, None).items()},
-                    coords={"step": np.arange(omega.shape[1])})
+    ds = xr.Dataset(
+        {k: (dims, v) for k, (dims, v) in fig_icl._overlay_vars(task, omega, mu, None).items()},
+        coords={"step": np.arange(omega.shape[1])},
+    )
     T = omega.shape[1]
     assert ds.i0.values[2] == T and np.all(ds.i0.values[:2] < T)
     assert np.all(np.isnan(ds.mudo_gd.values[2]))
@@ -209,19 +237,27 @@ def test_explanations_are_attached_only_where_their_evidence_covers_every_failin
     """A count check that fails is 'explained' by the same-sign basin only if every failing seed is a same-sign seed;
     one failing split seed leaves it 'fails' (no explaining away)."""
     split = np.array([True] * 5 + [False] * 3)
-    covered = fig_icl._count_check("t", split, claim="c", criterion="x",
-                                   explanation=fig_icl._same_sign_explanation(split, split))
+    covered = fig_icl._count_check(
+        "t", split, claim="c", criterion="x", explanation=fig_icl._same_sign_explanation(split, split)
+    )
     assert covered.status == "disagrees" and covered.explanation is fig_icl.SAME_SIGN
     ok = split.copy()
     ok[0] = False  # a split seed fails too
     assert fig_icl._same_sign_explanation(ok, split) is None
-    assert fig_icl._count_check("t", ok, claim="c", criterion="x",
-                                explanation=fig_icl._same_sign_explanation(ok, split)).status == "fails"
-    assert fig_icl._count_check("t", [True] * 8, claim="c", criterion="x",
-                                explanation=fig_icl.SAME_SIGN).explanation is None  # a holding check stays 'holds'
+    assert (
+        fig_icl._count_check(
+            "t", ok, claim="c", criterion="x", explanation=fig_icl._same_sign_explanation(ok, split)
+        ).status
+        == "fails"
+    )
+    assert (
+        fig_icl._count_check("t", [True] * 8, claim="c", criterion="x", explanation=fig_icl.SAME_SIGN).explanation
+        is None
+    )  # a holding check stays 'holds'
     # the split test itself: same-sign heads (both omega > 0) are not split; (+, -) heads are
-    np.testing.assert_array_equal(fig_icl._split_heads(np.array([[0.5, 0.55], [0.2, -0.2]]),
-                                                       np.array([[0.3, 1.2], [2.0, -2.0]])), [False, True])
+    np.testing.assert_array_equal(
+        fig_icl._split_heads(np.array([[0.5, 0.55], [0.2, -0.2]]), np.array([[0.3, 1.2], [2.0, -2.0]])), [False, True]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -287,8 +323,10 @@ def _sweep_ds(gamma_by_H, n=8, T=3):
         n_pos, n_neg = (H + 1) // 2, H // 2
         m = fig_icl.ETA_STAR / (2 * g)
         mu[j, :, :, :H] = np.where(sign > 0, m / n_pos, -m / n_neg)
-    return xr.Dataset({"omega_H": (("H", "seed", "step", "headH"), om), "mu_H": (("H", "seed", "step", "headH"), mu)},
-                      coords={"H": Hs, "step": np.arange(T), "seed": np.arange(n)})
+    return xr.Dataset(
+        {"omega_H": (("H", "seed", "step", "headH"), om), "mu_H": (("H", "seed", "step", "headH"), mu)},
+        coords={"H": Hs, "step": np.arange(T), "seed": np.arange(n)},
+    )
 
 
 def test_fig13_gamma_rows_accept_a_common_gamma_and_reject_a_different_one():
@@ -308,13 +346,20 @@ def test_fig13_gamma_rows_accept_a_common_gamma_and_reject_a_different_one():
 def test_fig21_homogeneity_row_rejects_unequal_heads():
     """Learned |omega_h| with std/mean 0.3 against GD on F/2 at 0 fails the row; 0.02 against 0 holds."""
     n, T = 8, 12
-    base = {"i0": (("seed",), np.zeros(n, dtype=int)), "mu_dot_omega": (("seed", "step"), np.full((n, T), 0.88)),
-            "mudo_gd": (("seed", "step"), np.full((n, T), 0.88)), "mu_pos": (("seed", "step"), np.full((n, T), 2.5)),
-            "mupos_gd": (("seed", "step"), np.full((n, T), 2.5)), "homog_gd": (("seed", "step"), np.zeros((n, T)))}
+    base = {
+        "i0": (("seed",), np.zeros(n, dtype=int)),
+        "mu_dot_omega": (("seed", "step"), np.full((n, T), 0.88)),
+        "mudo_gd": (("seed", "step"), np.full((n, T), 0.88)),
+        "mu_pos": (("seed", "step"), np.full((n, T), 2.5)),
+        "mupos_gd": (("seed", "step"), np.full((n, T), 2.5)),
+        "homog_gd": (("seed", "step"), np.zeros((n, T))),
+    }
     rng = np.random.default_rng(1)
     for h, want in ((0.3, "fails"), (0.02, "holds")):
-        ds = xr.Dataset(dict(base, homogeneity=(("seed", "step"), h + 0.005 * rng.standard_normal((n, T)))),
-                        coords={"step": np.arange(T)})
+        ds = xr.Dataset(
+            dict(base, homogeneity=(("seed", "step"), h + 0.005 * rng.standard_normal((n, T)))),
+            coords={"step": np.arange(T)},
+        )
         rows = {r.quantity: r for r in fig_icl.gaps_fig21(ds)}
         row = [r for k, r in rows.items() if "homogeneity" in k][0]
         assert row.status == want, (h, row)

@@ -83,6 +83,10 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_imports_point_one_way():
     layer = {pkg: i for i, pkg in enumerate(PACKAGES)}
-    bad = [f"{m} imports {t}" for m, targets in import_graph().items() for t in targets
-           if layer[t.split(".")[0]] > layer[m.split(".")[0]]]
+    bad = [
+        f"{m} imports {t}"
+        for m, targets in import_graph().items()
+        for t in targets
+        if layer[t.split(".")[0]] > layer[m.split(".")[0]]
+    ]
     assert bad == [], bad

@@ -75,8 +75,11 @@ def test_fig2_grid_equals_the_reduced_loss(built):
     ds = res.dataset
     assert abs(float(ds.L.values[0, 0]) - 0.38) <= 1e-12  # xi = 0: q = 1/5, L = 1/2 (4/25 - 2/5 + 1) (Appendix R)
     # the figure's own prompt sample (its documented stream), then one grid value recomputed from it
-    prompts = cf.sample_prompts(cf.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0), ds.attrs["n_prompts"],
-                                spawn_generators(res.config.seed, ["landscape"])["landscape"])
+    prompts = cf.sample_prompts(
+        cf.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0),
+        ds.attrs["n_prompts"],
+        spawn_generators(res.config.seed, ["landscape"])["landscape"],
+    )
     a, b = float(ds.xi1[5]), float(ds.xi2[3])
     assert abs(float(ds.L.sel(xi1=a, xi2=b)) - cf.reduced_loss(a, b, prompts)[0]) <= 1e-15
     assert ds.torch_L.dims == ("seed", "ref") and np.all(np.isfinite(ds.torch_L.values))

@@ -36,8 +36,15 @@ def counted_registry(calls: list, **kw) -> Registry:
         calls.append(dict(cfg.params))
         return toy_data(cfg)
 
-    reg.register(name="toy.count", model="toy", paper="p", spec="s", caption="Counted.", plot=toy_plot,
-                 **{"params": TOY_PARAMS, **kw})(data)
+    reg.register(
+        name="toy.count",
+        model="toy",
+        paper="p",
+        spec="s",
+        caption="Counted.",
+        plot=toy_plot,
+        **{"params": TOY_PARAMS, **kw},
+    )(data)
     return reg
 
 
@@ -114,8 +121,9 @@ def test_build_with_overrides_records_them_in_config_caption_and_netcdf(reg, tmp
         on_disk.close()
     assert "Overridden" not in default.dataset.attrs["caption"] and default.config.overrides == ()
     # an "override" equal to the preset's value is none: same configuration, the cached entry reused bit for bit
-    same = build("toy.decay", "tiny", device="cpu", cache_dir=tmp_path, registry=reg,
-                 n_times=TOY_PARAMS["tiny"]["n_times"])
+    same = build(
+        "toy.decay", "tiny", device="cpu", cache_dir=tmp_path, registry=reg, n_times=TOY_PARAMS["tiny"]["n_times"]
+    )
     assert same.status == "cached" and same.cache_path == default.cache_path
     xr.testing.assert_identical(same.dataset, default.dataset)
 
@@ -147,8 +155,15 @@ def test_report_records_overrides(tmp_path):
 
     calls: list = []
     reg = counted_registry(calls)
-    res = build_report("tiny", device="cpu", out_dir=tmp_path / "r", cache_dir=None, registry=reg, jobs=1,
-                       overrides={"toy.count.n_times": 9})
+    res = build_report(
+        "tiny",
+        device="cpu",
+        out_dir=tmp_path / "r",
+        cache_dir=None,
+        registry=reg,
+        jobs=1,
+        overrides={"toy.count.n_times": 9},
+    )
     summary = json.loads(res.summary_path.read_text())
     assert summary["figures"][0]["overrides"] == {"n_times": {"value": 9, "preset_value": 21}}
     html = res.path.read_text()
@@ -163,8 +178,9 @@ def test_partial_presets_fall_back_with_a_message(tmp_path, caplog):
     assert spec.defined_presets == ("quick",) and spec.params["paper"] == spec.params["quick"]
     with caplog.at_level(logging.WARNING, logger="figures.registry"):
         res = build("toy.count", "paper", device="cpu", cache_dir=None, registry=reg)
-    assert [r.getMessage() for r in caplog.records] == ["toy.count defines no 'paper' preset; using its 'quick' "
-                                                        "parameters"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "toy.count defines no 'paper' preset; using its 'quick' parameters"
+    ]
     assert res.config.params_from == "quick" and "defines no 'paper' preset" in res.dataset.attrs["caption"]
     assert spec.params_from("tiny") == "quick" and spec.params_from("quick") == "quick"
     assert registry._fallback_preset("paper", ("tiny", "quick")) == "quick"
@@ -217,10 +233,12 @@ def test_scan_snap_fig4_vocabulary_size_is_a_parameter():
 def test_cli_scan_snap_fig4_with_vocabulary_and_eta_overrides(tmp_path, capsys):
     args = ["--preset", "tiny", "--device", "cpu", "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
     with pytest.warns(CalibrationWarning):
-        assert main(["make", "scan_snap.fig4", *args, "--set", "num_unique=20", "--set", "eta_Y=3",
-                     "--no-progress"]) == 0
-    assert "Overridden parameters: eta_Y = [3.0] (preset [1.0]); num_unique = 20 (preset 10)." in \
-        capsys.readouterr().out
+        assert (
+            main(["make", "scan_snap.fig4", *args, "--set", "num_unique=20", "--set", "eta_Y=3", "--no-progress"]) == 0
+        )
+    assert (
+        "Overridden parameters: eta_Y = [3.0] (preset [1.0]); num_unique = 20 (preset 10)." in capsys.readouterr().out
+    )
     (path,) = (tmp_path / "c" / "scan_snap.fig4").glob("*.nc")
     with xr.open_dataset(path) as ds:
         assert int(ds.attrs["M"]) == 54 and ds.eta_Y.values.tolist() == [3.0]
@@ -232,12 +250,13 @@ def test_cli_scan_snap_fig4_with_vocabulary_and_eta_overrides(tmp_path, capsys):
 # A closed pipe (`python -m figures list | head`)
 # ----------------------------------------------------------------------------------------------------------------
 def test_list_into_a_closed_pipe_exits_quietly():
-    code = ("import os, sys\n"
-            "r, w = os.pipe(); os.close(r); os.dup2(w, 1); os.close(w)\n"
-            "from figures.__main__ import main\n"
-            "from tests._figures import synthetic_registry\n"
-            "sys.exit(main(['list'], reg=synthetic_registry()))\n")
+    code = (
+        "import os, sys\n"
+        "r, w = os.pipe(); os.close(r); os.dup2(w, 1); os.close(w)\n"
+        "from figures.__main__ import main\n"
+        "from tests._figures import synthetic_registry\n"
+        "sys.exit(main(['list'], reg=synthetic_registry()))\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr

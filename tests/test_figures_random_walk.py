@@ -23,8 +23,15 @@ import pytest
 from figures import registry
 from tests._figures import build_tiny, check_tiny_build
 
-NAMES = ("random_walk.fig4", "random_walk.fig5", "random_walk.fig6", "random_walk.factorised",
-         "random_walk.large_circle", "random_walk.overlay", "random_walk.qa")
+NAMES = (
+    "random_walk.fig4",
+    "random_walk.fig5",
+    "random_walk.fig6",
+    "random_walk.factorised",
+    "random_walk.large_circle",
+    "random_walk.overlay",
+    "random_walk.qa",
+)
 # The tiny preset must build in <= 10 s on an idle 2-core machine (project budget); the shared test machine is ~3x
 # slower under contention and the first build in a process also pays torch's deterministic-mode import and the numba
 # cache load: 60 s flags a regression (a paper-size parameter in the tiny preset) without failing on load.
@@ -103,8 +110,9 @@ def test_large_circle_rao_blackwell_equals_plain_at_p1(built):
 def test_overlay_directions_coincide_at_p_half(built):
     ds = built["random_walk.overlay"][0].dataset
     sel = ds.step_red.values >= 1
-    np.testing.assert_allclose(ds.p050_reduced_dist_V_Pi.values[:, sel], ds.p050_reduced_dist_V_sqrtPi.values[:, sel],
-                               rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(
+        ds.p050_reduced_dist_V_Pi.values[:, sel], ds.p050_reduced_dist_V_sqrtPi.values[:, sel], rtol=1e-10, atol=1e-14
+    )
 
 
 def test_qa_accuracies_are_fractions_of_the_test_set(built):

@@ -21,11 +21,28 @@ from dynamics.saveat import SaveAt
 from figures import registry
 from tests._figures import build_tiny, check_tiny_build
 
-NAMES = ("scan_snap.fig4", "scan_snap.gap_T", "scan_snap.fig5", "scan_snap.fig6", "scan_snap.fig3",
-         "scan_snap.fig8", "scan_snap.fig9", "scan_snap.fig10", "scan_snap.fig11", "scan_snap.fig12")
+NAMES = (
+    "scan_snap.fig4",
+    "scan_snap.gap_T",
+    "scan_snap.fig5",
+    "scan_snap.fig6",
+    "scan_snap.fig3",
+    "scan_snap.fig8",
+    "scan_snap.fig9",
+    "scan_snap.fig10",
+    "scan_snap.fig11",
+    "scan_snap.fig12",
+)
 WITH_GAPS = ("scan_snap.fig4", "scan_snap.gap_T", "scan_snap.fig6")
-WITH_CHOICES = ("scan_snap.fig4", "scan_snap.fig5", "scan_snap.fig6", "scan_snap.fig3", "scan_snap.fig10",
-                "scan_snap.fig11", "scan_snap.fig12")
+WITH_CHOICES = (
+    "scan_snap.fig4",
+    "scan_snap.fig5",
+    "scan_snap.fig6",
+    "scan_snap.fig3",
+    "scan_snap.fig10",
+    "scan_snap.fig11",
+    "scan_snap.fig12",
+)
 
 
 # tiny must build in <= 10 s on an idle 2-core machine; the shared machine is ~3x slower and the first torch run of a
@@ -65,7 +82,9 @@ def test_fig4_map_and_sgd_maps(built):
     np.testing.assert_allclose(ds.c_sgd.sum("token").values, 1.0, atol=1e-12)
     assert float(ds.c_sgd.isel(snap=0).std()) > 0  # common vs distinct tokens differ already at step 0 (P)
     # zero init: every seed starts at the map's state (c = P)
-    np.testing.assert_allclose(*np.broadcast_arrays(ds.c_sgd.isel(snap=0).values, ds.c_map.isel(snap=0).values[:, None]), atol=1e-15)
+    np.testing.assert_allclose(
+        *np.broadcast_arrays(ds.c_sgd.isel(snap=0).values, ds.c_map.isel(snap=0).values[:, None]), atol=1e-15
+    )
 
 
 def test_fig6_map_column_recomputed(built):
@@ -76,11 +95,11 @@ def test_fig6_map_column_recomputed(built):
     ez, r = float(ds.eta_Z.values[0]), float(ds.ratio.values[-1])
     Y0, Z0 = cf.random_init(classes, 1)
     task = cf.ScanSnapTask(classes=classes, eta_Y=ez * r, eta_Z=ez)
-    ref = cf.map(task, int(p["n_steps"]), momentum=0.9, Y0=Y0, Z0=Z0, lumped=False,
-                 saveat=SaveAt(final=True))
+    ref = cf.map(task, int(p["n_steps"]), momentum=0.9, Y0=Y0, Z0=Z0, lumped=False, saveat=SaveAt(final=True))
     # same recipe (draw d = 1), same map: equal to float64 rounding
-    assert abs(float(ds.H_map.sel(num_last=1, eta_Z=ez, ratio=r).isel(draw=1)) - float(ref.H_mean.values[0, -1])) \
-        < 1e-12
+    assert (
+        abs(float(ds.H_map.sel(num_last=1, eta_Z=ez, ratio=r).isel(draw=1)) - float(ref.H_mean.values[0, -1])) < 1e-12
+    )
 
 
 def test_fig6_step0_recall_uses_the_trainers_initial_state(built):
@@ -95,8 +114,11 @@ def test_fig6_step0_recall_uses_the_trainers_initial_state(built):
     ds, p = res.dataset, res.config.params
     classes = cf.SequenceClasses.syn_medium(1)
     model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
-    Z0 = model.init_params(stream_generators(tuple(range(int(p["n_seeds"]))), torch.device("cpu"))["init"],
-                           device="cpu", dtype=torch.float64)["Z"]
+    Z0 = model.init_params(
+        stream_generators(tuple(range(int(p["n_seeds"]))), torch.device("cpu"))["init"],
+        device="cpu",
+        dtype=torch.float64,
+    )["Z"]
     H = np.nanmean(cf.distinct_entropy(classes, ssm.reduced_blocks(classes, Z0, Z0)[1]), axis=-1)
     np.testing.assert_allclose(ds.H0_sgd.sel(num_last=1).isel(eta_Z=0, ratio=0).values, H, rtol=0, atol=1e-14)
 
@@ -121,8 +143,12 @@ def test_recall_recomputed_for_one_cell(built):
     model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
     task = cf.ScanSnapTask(classes=classes, eta_Y=ez * r, eta_Z=ez)
     n = int(p["n_steps"])
-    _, params = train(model, ssm.config("sgd", model, task, (0, 1), n_steps=n, saveat=SaveAt(steps=(n,))),
-                      device="cpu", return_params=True)
+    _, params = train(
+        model,
+        ssm.config("sgd", model, task, (0, 1), n_steps=n, saveat=SaveAt(steps=(n,))),
+        device="cpu",
+        return_params=True,
+    )
     thr = ds.threshold.sel(num_last=1).values
     Z = params["Z"].numpy()
     # direct count: softmax of the query row over all M keys, distinct tokens above each threshold

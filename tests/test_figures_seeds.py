@@ -34,11 +34,14 @@ def test_no_seed_is_shared_between_build_seeds_figures_or_runs(figure):
 
 
 def test_generators_are_independent_streams_per_run_and_seed():
-    draws = {(seed, run): cfg(seed).generators(run, ["a"])["a"].standard_normal(4)
-             for seed in (0, 1) for run in ("walks", "train")}
+    draws = {
+        (seed, run): cfg(seed).generators(run, ["a"])["a"].standard_normal(4)
+        for seed in (0, 1)
+        for run in ("walks", "train")
+    }
     keys = list(draws)
     for i, k in enumerate(keys):
-        for k2 in keys[i + 1:]:
+        for k2 in keys[i + 1 :]:
             assert not np.array_equal(draws[k], draws[k2])
     np.testing.assert_array_equal(cfg(0).generators("walks", ["a"])["a"].standard_normal(4), draws[(0, "walks")])
     assert run_seed_sequence(0, "f.x", "r").spawn_key != run_seed_sequence(0, "f.x", "s").spawn_key

@@ -70,12 +70,14 @@ def test_fig5_overlay_aligns_torch_and_closed_form():
         sgd, pgd = ds.sel(source="sgd"), ds.sel(source="pgd")
         for v in fsl.STATE:  # same initial scalars, exactly
             np.testing.assert_array_equal(sgd[prefix + v].values[:, 0], pgd[prefix + v].values[:, 0])
-        np.testing.assert_allclose(sgd[prefix + "excess_risk"].values[:, 0], pgd[prefix + "excess_risk"].values[:, 0],
-                                   rtol=1e-13)
+        np.testing.assert_allclose(
+            sgd[prefix + "excess_risk"].values[:, 0], pgd[prefix + "excess_risk"].values[:, 0], rtol=1e-13
+        )
     rows = spec.gaps(ds)
     lb = int(ds.attrs["batch_lb"])
-    assert {r.quantity for r in rows} == {f"{p}: {q}" for p in (f"batch-{lb} SGD", "batch-5 SGD (paper)")
-                                          for q in ("|kappa|", "|nu|", "excess_risk")}
+    assert {r.quantity for r in rows} == {
+        f"{p}: {q}" for p in (f"batch-{lb} SGD", "batch-5 SGD (paper)") for q in ("|kappa|", "|nu|", "excess_risk")
+    }
     assert all(r.d == 20 for r in rows)
     assert all(r.gap == 0.0 for r in rows if r.time == 0)  # identical starts
     for r in rows:
@@ -98,8 +100,10 @@ def test_range_count_pvalue_is_exact():
         emp = float(np.mean(inside <= m))
         assert abs(emp - p) <= 5 * np.sqrt(p * (1 - p) / reps) + 1e-12, (m, emp, p)
     assert fsl.range_count_pvalue(n_new, n_new, n_ref) == pytest.approx(1.0, abs=1e-15)
-    mean_inside = sum(m * (fsl.range_count_pvalue(m, n_new, n_ref) - (fsl.range_count_pvalue(m - 1, n_new, n_ref)
-                                                                         if m else 0.0)) for m in range(n_new + 1))
+    mean_inside = sum(
+        m * (fsl.range_count_pvalue(m, n_new, n_ref) - (fsl.range_count_pvalue(m - 1, n_new, n_ref) if m else 0.0))
+        for m in range(n_new + 1)
+    )
     assert mean_inside == pytest.approx(n_new * (n_ref - 1) / (n_ref + 1), rel=1e-12)
     # The check built on it fails when most runs fall outside the paper's range.
     assert not fsl._range_check("x", np.array([0.0] * 7 + [0.5]), 0.4, 0.6).passed  # P(<= 1 of 8) = 7.7e-4
@@ -111,9 +115,13 @@ def test_path_panel_names_runs_in_a_legend_not_overlapping_labels():
     where runs end at the same fixed point."""
     from figures._style import new_figure
 
-    ds = xr.Dataset({"kappa": (("run", "time"), np.tile(np.linspace(0, 1, 5), (3, 1))),
-                     "nu": (("run", "time"), np.tile(np.linspace(0, 1, 5), (3, 1)))},
-                    coords={"step": ("time", np.arange(5))})
+    ds = xr.Dataset(
+        {
+            "kappa": (("run", "time"), np.tile(np.linspace(0, 1, 5), (3, 1))),
+            "nu": (("run", "time"), np.tile(np.linspace(0, 1, 5), (3, 1))),
+        },
+        coords={"step": ("time", np.arange(5))},
+    )
     with style_context():
         fig, ax = new_figure()
         fsl._path_panel(ax, ds, [0, 1, 2])
@@ -153,13 +161,19 @@ def test_transformer_checks_can_fail():
     from figures import _single_location_transformer as tr
 
     rng = np.random.default_rng(1)
+
     def fig9_ds(key, value):
-        data = {f"{p}_{h}_{i}": (("seed", "time"), np.full((8, 2), x) + 0.01 * rng.standard_normal((8, 2)))
-                for p, x in (("kappa", key), ("nu", value)) for h in range(2) for i in range(2)}
+        data = {
+            f"{p}_{h}_{i}": (("seed", "time"), np.full((8, 2), x) + 0.01 * rng.standard_normal((8, 2)))
+            for p, x in (("kappa", key), ("nu", value))
+            for h in range(2)
+            for i in range(2)
+        }
         data["excess_risk"] = (("seed", "time"), np.full((8, 2), 0.4) + 0.01 * rng.standard_normal((8, 2)))
         data["null_excess"] = ((), 1.0)
-        return xr.Dataset(data, coords={"step": ("time", [0, 10])},
-                          attrs={"d": 80, "L": 10, "alpha": 5e-3, "rate": 5e-4})
+        return xr.Dataset(
+            data, coords={"step": ("time", [0, 10])}, attrs={"d": 80, "L": 10, "alpha": 5e-3, "rate": 5e-4}
+        )
 
     status = lambda ds: {c.name.split("(")[0].strip(): c.passed for c in tr.checks_fig9(ds)}  # noqa: E731
     none, full, partial = fig9_ds(0.02, 0.02), fig9_ds(0.99, 0.99), fig9_ds(0.4, 0.7)

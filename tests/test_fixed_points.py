@@ -43,9 +43,15 @@ def _sl_flow(P, lam):
 
 def _sl_points(lam, n_starts=2000):
     rng = np.random.default_rng(1)
-    return fixed_points(_sl_flow, lam, rng.standard_normal((n_starts, 8)), kind="flow", vectorized=True,
-                        project=lambda P: np.concatenate(_sl_frame(P)[:2], axis=1),
-                        canonical=lambda P: _sl_frame(P)[2])
+    return fixed_points(
+        _sl_flow,
+        lam,
+        rng.standard_normal((n_starts, 8)),
+        kind="flow",
+        vectorized=True,
+        project=lambda P: np.concatenate(_sl_frame(P)[:2], axis=1),
+        canonical=lambda P: _sl_frame(P)[2],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +123,11 @@ ICL_TASK = icl.ICLRegressionTask(d=3, L=8, sigma2=0.1)
 
 def _icl_canonical(H, group_tol=1e-4):
     """Only the sums of mu over heads with equal omega are identified (docs/models/icl_regression.md §4.4)."""
+
     def key(x):
         om, mu = x[:H], x[H:]
         return np.concatenate([om, [mu[np.abs(om - om[h]) < group_tol].sum() for h in range(H)]])
+
     return key
 
 
@@ -135,8 +143,7 @@ def test_icl_regression_fixed_point_set_is_reproduced_through_the_engine_kernel(
     p, *_ = icl._batch_params(ICL_TASK, 1, None, None)
     # same=1e-5: on the line of single-head equilibria (H = 2) roots polish to 1e-12 in the residual but only to
     # ~1e-6 in omega (the flow is flat along the line), so keys are compared at 1e-5
-    found = fixed_points(icl_k.flow_rhs, p, _icl_starts(H, 300), kind="flow", canonical=_icl_canonical(H),
-                         same=1e-5)
+    found = fixed_points(icl_k.flow_rhs, p, _icl_starts(H, 300), kind="flow", canonical=_icl_canonical(H), same=1e-5)
     opt = icl.single_head_optimum(ICL_TASK)
     closed = np.array([np.zeros(2 * H), np.full(2 * H, 1.0), np.full(2 * H, -1.0)])
     closed[1:, :H] *= opt.omega
@@ -164,8 +171,11 @@ def test_icl_map_step_size_limit_is_where_gd_stops_converging():
     p, *_ = icl._batch_params(ICL_TASK, 1, None, None, lr)
     found = fixed_points(icl_k.gd_step, p, _icl_starts(H, 100), kind="map", step_param=2)
     best = next(fp for fp in found if fp.stability == "attracting")
-    ref = next(q for q in icl.fixed_points(ICL_TASK, H) if q.stability == "minimum"
-               and np.allclose(q.omega, best.state[:H], atol=1e-6))
+    ref = next(
+        q
+        for q in icl.fixed_points(ICL_TASK, H)
+        if q.stability == "minimum" and np.allclose(q.omega, best.state[:H], atol=1e-6)
+    )
     limit = 2.0 / ref.hessian_eigenvalues[-1]
     # first order in lr: GD on F/2 is exactly x - lr grad, so the linearisation is exact up to the FD error ~1e-9
     assert best.max_step == pytest.approx(limit, rel=1e-6)
@@ -192,7 +202,7 @@ def _well_rhs_args(t, x, p, args, out):
 
 
 def _well(x, p):
-    return p[0] * x - x ** 3
+    return p[0] * x - x**3
 
 
 STARTS = np.linspace(-2.0, 2.0, 41)[:, None]
@@ -201,10 +211,14 @@ STARTS = np.linspace(-2.0, 2.0, 41)[:, None]
 @pytest.mark.parametrize("form", ["kernel", "kernel_args", "callable", "vectorized", "analytic", "complex"])
 def test_every_form_finds_the_three_equilibria_and_their_stability(form):
     p = np.array([1.0])
-    kw = {"kernel": dict(fn=_well_rhs), "kernel_args": dict(fn=_well_rhs_args, args=np.array([1.0])),
-          "callable": dict(fn=_well), "vectorized": dict(fn=_well, vectorized=True),
-          "analytic": dict(fn=_well, jacobian=lambda x, p: np.array([[p[0] - 3 * x[0] ** 2]])),
-          "complex": dict(fn=_well, jacobian="complex")}[form]
+    kw = {
+        "kernel": dict(fn=_well_rhs),
+        "kernel_args": dict(fn=_well_rhs_args, args=np.array([1.0])),
+        "callable": dict(fn=_well),
+        "vectorized": dict(fn=_well, vectorized=True),
+        "analytic": dict(fn=_well, jacobian=lambda x, p: np.array([[p[0] - 3 * x[0] ** 2]])),
+        "complex": dict(fn=_well, jacobian="complex"),
+    }[form]
     fn = kw.pop("fn")
     pts = sorted(fixed_points(fn, p, STARTS, kind="flow", **kw), key=lambda fp: fp.state[0])
     np.testing.assert_allclose([fp.state[0] for fp in pts], [-1.0, 0.0, 1.0], atol=1e-12)
@@ -226,6 +240,7 @@ def test_map_fixed_points_and_basins_by_brute_force():
 
     def euler(x, p):
         return x + p[0] * _well(x, np.array([1.0]))
+
     pts = fixed_points(euler, np.array([h]), STARTS, kind="map", step_param=0)
     assert len(pts) == 3
     attracting = [fp for fp in pts if fp.stability == "attracting"]
@@ -244,10 +259,19 @@ def test_map_fixed_points_and_basins_by_brute_force():
     np.testing.assert_array_equal(np.sign(got), want)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(kind="cycle"), "kind"), (dict(tol=0.0), "tol"), (dict(same=-1.0), "same"), (dict(max_iter=0), "max_iter"),
-    (dict(jacobian="forward"), "jacobian"), (dict(kind="flow", step_param=0), "step_param"),
-    (dict(step_param=3), "step_param"), (dict(neutral_tol=-1.0), "neutral_tol")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kind="cycle"), "kind"),
+        (dict(tol=0.0), "tol"),
+        (dict(same=-1.0), "same"),
+        (dict(max_iter=0), "max_iter"),
+        (dict(jacobian="forward"), "jacobian"),
+        (dict(kind="flow", step_param=0), "step_param"),
+        (dict(step_param=3), "step_param"),
+        (dict(neutral_tol=-1.0), "neutral_tol"),
+    ],
+)
 def test_bad_arguments_name_the_parameter(kwargs, match):
     with pytest.raises(ValueError, match=match):
         fixed_points(_well, np.array([1.0]), STARTS, **kwargs)

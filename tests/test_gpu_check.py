@@ -23,15 +23,22 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_gpu_check_dry_run_writes_one_passing_summary(tmp_path):
     out = tmp_path / "gpu_check.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    run = subprocess.run([sys.executable, "tools/gpu_check.py", "--device", "cpu", "--out", str(out)], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "tools/gpu_check.py", "--device", "cpu", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert [p.name for p in tmp_path.iterdir()] == ["gpu_check.json"]  # one file, no temporary left
     summary = json.loads(out.read_text())
     assert summary["passed"] and summary["device"] == "cpu"
     records = summary["tests"]["records"]
     assert {k for k in records if k.startswith("trainer_")} == {
-        f"trainer_{m}" for m in (*models.names(builtin=True), "single_location_transformer")}
+        f"trainer_{m}" for m in (*models.names(builtin=True), "single_location_transformer")
+    }
     assert all(r["max_rel_diff"] == 0.0 for k, r in records.items() if k.startswith("trainer_"))  # CPU vs CPU
     measured = [r for rows in summary["seeds_per_second"].values() for r in rows if "wall_s" in r]
     assert measured and all(r["seed_steps_per_s"] > 0 for r in measured)

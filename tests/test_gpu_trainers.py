@@ -69,8 +69,16 @@ def _single_location():
 
 
 def _icl_regression():
-    cfg = TrainConfig(seeds=SEEDS, n_steps=30, batch_size=32, lr=1e-3, optimizer="adam", eval_size=64,
-                      saveat=SaveAt(every=10), refill=4)
+    cfg = TrainConfig(
+        seeds=SEEDS,
+        n_steps=30,
+        batch_size=32,
+        lr=1e-3,
+        optimizer="adam",
+        eval_size=64,
+        saveat=SaveAt(every=10),
+        refill=4,
+    )
     return iclm.ICLAttention(icl_cf.ICLRegressionTask(d=5, L=40, sigma2=0.1), 2), cfg
 
 
@@ -108,8 +116,10 @@ def _transformer():
 
 
 # one case per built-in model (the registry's names; each has a _<name> builder above), plus the Transformer layer
-CASES = {**{name: globals()[f"_{name}"] for name in models.names(builtin=True)},
-         "single_location_transformer": _transformer}
+CASES = {
+    **{name: globals()[f"_{name}"] for name in models.names(builtin=True)},
+    "single_location_transformer": _transformer,
+}
 
 
 def _record(name: str, data: dict) -> None:
@@ -120,8 +130,9 @@ def _record(name: str, data: dict) -> None:
 
 
 def _numeric(traj):
-    return [k for k in traj.data_vars if np.issubdtype(traj[k].dtype, np.floating)
-            and traj[k].dims[:1] == ("trajectory",)]
+    return [
+        k for k in traj.data_vars if np.issubdtype(traj[k].dtype, np.floating) and traj[k].dims[:1] == ("trajectory",)
+    ]
 
 
 def _max_rel_diff(a, b, names) -> float:
@@ -164,8 +175,16 @@ def test_trainer_on_the_device_matches_the_cpu_run(model_name):
     worst = _max_rel_diff(dev, ref, names)
     same_streams = worst <= RTOL
     failures = [] if same_streams else _welch_failures(dev, ref, names)
-    _record(f"trainer_{model_name}", {"device": DEVICE, "max_rel_diff": worst, "same_random_numbers": same_streams,
-                                      "t_test_failures": failures, "n_variables": len(names)})
+    _record(
+        f"trainer_{model_name}",
+        {
+            "device": DEVICE,
+            "max_rel_diff": worst,
+            "same_random_numbers": same_streams,
+            "t_test_failures": failures,
+            "n_variables": len(names),
+        },
+    )
     assert not failures, f"{model_name} on {DEVICE} differs from CPU beyond seed noise: {failures}"
 
 
@@ -193,9 +212,9 @@ def test_probe_encoder_runs_on_the_device():
     # float32 encoder: the device's matmuls (TF32 off) round differently; 1e-3 relative on hidden states of size ~1
     np.testing.assert_allclose(outs[DEVICE].cls, outs["cpu"].cls, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(outs[DEVICE].attn_target, outs["cpu"].attn_target, rtol=1e-3, atol=1e-4)
-    _record("probe_encoder", {"device": DEVICE, "max_abs_diff_cls": float(np.abs(outs[DEVICE].cls -
-                                                                               outs["cpu"].cls).max())})
-
+    _record(
+        "probe_encoder", {"device": DEVICE, "max_abs_diff_cls": float(np.abs(outs[DEVICE].cls - outs["cpu"].cls).max())}
+    )
 
 
 def test_the_t_test_rejects_a_shifted_law_and_accepts_the_same_law():
@@ -203,9 +222,14 @@ def test_the_t_test_rejects_a_shifted_law_and_accepts_the_same_law():
     import xarray as xr
 
     rng = np.random.default_rng(0)
+
     def traj(shift):
-        return xr.Dataset({"a": (("trajectory", "time"), rng.standard_normal((N_SEEDS, 2)) + [0.0, shift]),
-                           "b": (("trajectory", "time"), rng.standard_normal((N_SEEDS, 2)))})
+        return xr.Dataset(
+            {
+                "a": (("trajectory", "time"), rng.standard_normal((N_SEEDS, 2)) + [0.0, shift]),
+                "b": (("trajectory", "time"), rng.standard_normal((N_SEEDS, 2))),
+            }
+        )
 
     ref = traj(0.0)
     assert _welch_failures(traj(3.0), ref, ["a", "b"])[0].startswith("a[0]")

@@ -126,9 +126,18 @@ def _product_rule_step2(spec, g_of, n_leg=200, n_herm=120):
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"d": 1}, "d"), ({"D": 2}, "D"), ({"D": 1}, "D"), ({"jstar": 0}, "jstar"), ({"jstar": 7, "D": 6}, "jstar"),
-     ({"sigma_x": 0.0}, "sigma_x"), ({"sigma_x": -1.0}, "sigma_x"), ({"eta": 0.0}, "eta"),
-     ({"eta": float("nan")}, "eta"), ({"d": 2.5}, "d")],
+    [
+        ({"d": 1}, "d"),
+        ({"D": 2}, "D"),
+        ({"D": 1}, "D"),
+        ({"jstar": 0}, "jstar"),
+        ({"jstar": 7, "D": 6}, "jstar"),
+        ({"sigma_x": 0.0}, "sigma_x"),
+        ({"sigma_x": -1.0}, "sigma_x"),
+        ({"eta": 0.0}, "eta"),
+        ({"eta": float("nan")}, "eta"),
+        ({"d": 2.5}, "d"),
+    ],
 )
 def test_spec_rejects_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=name):
@@ -249,8 +258,12 @@ def test_sampler_follows_recipe_GB():
 
 
 @settings(max_examples=25)
-@given(state=st.lists(st.floats(-5, 5), min_size=8, max_size=8), seed=st.integers(0, 10_000),
-       d=st.integers(2, 4), D=st.integers(3, 6))
+@given(
+    state=st.lists(st.floats(-5, 5), min_size=8, max_size=8),
+    seed=st.integers(0, 10_000),
+    d=st.integers(2, 4),
+    D=st.integers(3, 6),
+)
 def test_probes_invert_embed_state(state, seed, d, D):
     spec = gs.GroupSparseTask(d=d, D=D, jstar=1 + seed % D)
     rng = np.random.default_rng(seed)
@@ -375,8 +388,11 @@ def test_step2_closed_form_vs_full_model_mc():
     m, se = mean_and_se(inc["beta"])
     assert_mc_rejects(m, se, spec.eta * _product_rule_step2(spec, lambda A, R: A), what="beta step without R")
     D = spec.D
-    wrong = spec.eta * b1 * _product_rule_step2(
-        spec, lambda A, R: (A + R) / D * (A * A + R * R / (D - 1) - (A + R) ** 2 / D))
+    wrong = (
+        spec.eta
+        * b1
+        * _product_rule_step2(spec, lambda A, R: (A + R) / D * (A * A + R * R / (D - 1) - (A + R) ** 2 / D))
+    )
     m, se = mean_and_se(inc["w_par"])
     assert_mc_rejects(m, se, wrong, what="w_par without the (D-2) sigma_x^2 term of E[sum (a_i - abar)^2 | A, R]")
 
@@ -390,7 +406,8 @@ def test_step2_quadrature_vs_product_rule(D, sigma_x, eta):
         "e_beta": _product_rule_step2(spec, lambda A, R: A + R),
         "m_star": _product_rule_step2(spec, lambda A, R: A - (A + R) / D),
         "e_wpar": _product_rule_step2(
-            spec, lambda A, R: (A + R) / D * (A * A + R * R / (D - 1) + (D - 2) * sigma_x ** 2 - (A + R) ** 2 / D)),
+            spec, lambda A, R: (A + R) / D * (A * A + R * R / (D - 1) + (D - 2) * sigma_x**2 - (A + R) ** 2 / D)
+        ),
     }
     for k, val in ref.items():
         assert abs(e[k] - val) <= 1e-10 * max(1.0, abs(val)), k  # both rules converge to ~1e-13 here
@@ -411,8 +428,15 @@ def test_reference_step2(d):
     """Sec. 4 row 'B step 2' (D = 6, eta = 0.5, sigma_x = 1, any d): quadrature, rel 1e-6."""
     spec = gs.GroupSparseTask(d=d, D=6, eta=0.5, sigma_x=1.0, jstar=2)
     th = gs.step_closed_form(spec, 2)
-    ref = {0: 0.2573509279, 1: 4.094909402e-3, 3: 5.526213302e-3, 4: 5.526213302e-3,
-           5: -1.105242660e-3, 6: -1.105242660e-3, 7: -1.105242660e-3}
+    ref = {
+        0: 0.2573509279,
+        1: 4.094909402e-3,
+        3: 5.526213302e-3,
+        4: 5.526213302e-3,
+        5: -1.105242660e-3,
+        6: -1.105242660e-3,
+        7: -1.105242660e-3,
+    }
     for idx, val in ref.items():
         assert abs(th[idx] - val) <= 1e-6 * abs(val), gs.STATE_NAMES[idx]
     assert th[2] == 0.0
@@ -435,7 +459,7 @@ def test_reference_step2_two_full_gd_steps_note_b():
     p = gs.order_params(spec, v, W, s.v_star)
     tol = lambda cv: 5 * cv / math.sqrt(n)  # noqa: E731
     assert abs(p["beta"] / 0.2573509279 - 1) <= tol(3.1)
-    W22 = W[spec.d:, spec.d:]
+    W22 = W[spec.d :, spec.d :]
     assert abs(W22[1].mean() / 5.526213302e-3 - 1) <= tol(2.8)
     assert abs(np.delete(W22, 1, axis=0).mean() / -1.105242660e-3 - 1) <= tol(2.8)
     assert abs(p["w_par"] / 4.094909402e-3 - 1) <= tol(24)
@@ -477,7 +501,7 @@ def test_reduced_gradient_se_and_step2():
     state = np.array([1.5, -0.4, 0.2, 1.0, 0.8, -0.3, 0.1, -0.2])
     g1, s1 = gs.reduced_gradient(spec, state, gs.population_sample(spec, 20000, 1))
     g2, s2 = gs.reduced_gradient(spec, state, gs.population_sample(spec, 20000, 2))
-    assert_mc_close(g1 - g2, np.sqrt(s1 ** 2 + s2 ** 2), 0.0, what="two independent MC gradients")
+    assert_mc_close(g1 - g2, np.sqrt(s1**2 + s2**2), 0.0, what="two independent MC gradients")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ def _state_names_negative(c):
     return len(icl.state_names(-3))
 
 
-@pytest.mark.parametrize("fn, words", [(_gd_risk_of_none, ("eta", "gd_risk")),
-                                       (_state_names_negative, ("H", ">= 1", "-3"))])
+@pytest.mark.parametrize(
+    "fn, words", [(_gd_risk_of_none, ("eta", "gd_risk")), (_state_names_negative, ("H", ">= 1", "-3"))]
+)
 def test_checks_inside_a_sweep_callback(fn, words):
     with pytest.raises(dynamics.SweepError) as info:
         dynamics.sweep(fn, {"c": [0]}, processes=1)
@@ -54,7 +55,7 @@ def test_nested_checked_call_checks_its_arguments():
         outer(1.0)
 
 
-@pytest.mark.parametrize("value", [10**30, -10**30, 2**63, 2**31])
+@pytest.mark.parametrize("value", [10**30, -(10**30), 2**63, 2**31])
 def test_huge_integers_get_a_clear_error(value):
     with pytest.raises(ValueError, match="H must be an integer"):
         icl.state_names(value)
@@ -71,15 +72,22 @@ def test_huge_integer_float_range_is_checked():
 
 def test_empty_path_refused():
     import xarray as xr
+
     with pytest.raises(ValueError, match="path must be a non-empty path"):
         dynamics.save_dataset(xr.Dataset({"a": ("x", np.arange(3.0))}), "")
 
 
-@pytest.mark.parametrize("argv, words", [(["--seed", str(10**30)], ("--seed", "2147483647")),
-                                         (["--out", ""], ("--out", "non-empty")),
-                                         (["--cache-dir", ""], ("--cache-dir", "non-empty"))])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--seed", str(10**30)], ("--seed", "2147483647")),
+        (["--out", ""], ("--out", "non-empty")),
+        (["--cache-dir", ""], ("--cache-dir", "non-empty")),
+    ],
+)
 def test_cli_huge_seed_and_empty_paths(argv, words, capsys, tmp_path, monkeypatch):
     from figures.__main__ import main
+
     monkeypatch.chdir(tmp_path)  # nothing may be written here
     assert main(["make", "single_location.fig3", "--preset", "tiny", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -92,29 +100,38 @@ def test_saveat_negative_steps_refused():
         dynamics.SaveAt(steps=(-1, -1, -1))
 
 
-@pytest.mark.parametrize("args, match", [((None, np.ones(3)), "proj_pos must be an array"),
-                                         ((np.ones(1), np.ones(3)), "proj_pos must hold at least 2"),
-                                         (([1 + 2j, 1.0], [1.0, 2.0]), "complex values are refused"),
-                                         ((np.ones(3), [1.0, np.nan]), "proj_neg must be")])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((None, np.ones(3)), "proj_pos must be an array"),
+        ((np.ones(1), np.ones(3)), "proj_pos must hold at least 2"),
+        (([1 + 2j, 1.0], [1.0, 2.0]), "complex values are refused"),
+        ((np.ones(3), [1.0, np.nan]), "proj_neg must be"),
+    ],
+)
 def test_probing_separation_refuses_invalid_groups(args, match):
     from empirical import probing
+
     with pytest.raises(ValueError, match=match):
         probing.separation(*args)
 
 
 def test_probing_separation_value():
     from empirical import probing
+
     # by hand: means 2 and 1, sample variances 1 and 1 -> d' = 1 / sqrt(1) = 1
     assert probing.separation([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]) == 1.0
 
 
 def test_probing_fit_probe_refuses_mismatched_labels():
     from empirical import probing
+
     with pytest.raises(ValueError, match="y_train must have one label per row"):
         probing.fit_probe(np.ones((4, 3)), np.ones(3, dtype=int))
 
 
 def test_single_location_preset_refuses_a_huge_batch():
     from empirical.models import single_location
+
     with pytest.raises(ValueError, match="batch_size"):
         single_location.config("fig5", (0, 1), 10, batch_size=10**12)

@@ -26,6 +26,7 @@ def _dataset(n=5):
 def _raise_on_write(monkeypatch, code):
     def failing(fd, data):
         raise OSError(code, os.strerror(code))
+
     monkeypatch.setattr(os, "write", failing)
 
 
@@ -33,8 +34,9 @@ def _leftovers(folder):
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
-@pytest.mark.parametrize("code, cls, word", [(errno.ENOSPC, OSError, "disk is full"),
-                                             (errno.EACCES, PermissionError, "permission denied")])
+@pytest.mark.parametrize(
+    "code, cls, word", [(errno.ENOSPC, OSError, "disk is full"), (errno.EACCES, PermissionError, "permission denied")]
+)
 def test_trajectory_save_error_names_file_and_keeps_previous(tmp_path, monkeypatch, code, cls, word):
     path = tmp_path / "run.nc"
     _dataset(3).save(path)
@@ -84,6 +86,7 @@ def test_cache_store_error_leaves_no_entry(tmp_path, monkeypatch, fail_on):
 
 def test_text_writer_error_is_wrapped(tmp_path, monkeypatch):
     """A writer callback (as the report's text files use) that hits a full disk: same clear error, no temp file."""
+
     def write(tmp):
         with open(tmp, "w") as fh:
             fh.write("x")
@@ -114,8 +117,9 @@ def test_real_full_filesystem(tmp_path):
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
         env = dict(os.environ, PYTHONPATH=os.getcwd())
-        proc = subprocess.run([sys.executable, "-c", _FULL_FS_SCRIPT, str(mnt)], capture_output=True, text=True,
-                              env=env, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", _FULL_FS_SCRIPT, str(mnt)], capture_output=True, text=True, env=env, timeout=120
+        )
         assert proc.returncode == 3, proc.stderr[-2000:]  # a segfault would be -11
         assert "big.nc" in proc.stdout and "disk is full" in proc.stdout
         assert list(mnt.iterdir()) == []

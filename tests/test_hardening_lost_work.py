@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 import dynamics  # noqa: E402
+
 sweep_module = importlib.import_module("dynamics.sweep")
 from dynamics.errors import DivergenceError  # noqa: E402
 from empirical.train import train  # noqa: E402
@@ -51,8 +52,7 @@ def kill_at_two(c, marker=""):
 
 @pytest.mark.slow  # two spawned pools of two workers: ~30 s on a busy 2-core machine
 def test_local_sweep_retries_a_killed_worker(tmp_path):
-    ds = dynamics.sweep(kill_at_two, {"c": [0, 1, 2, 3], "marker": str(tmp_path / "killed")}, processes=2,
-                        chunk_size=1)
+    ds = dynamics.sweep(kill_at_two, {"c": [0, 1, 2, 3], "marker": str(tmp_path / "killed")}, processes=2, chunk_size=1)
     np.testing.assert_array_equal(ds.result.values, [0.0, 1.0, 4.0, 9.0])
 
 

@@ -35,8 +35,15 @@ def test_exp_poly_within_one_and_a_half_ulp_of_mpmath():
     # of closedform._simd: Taylor truncation < 4.5e-18, Horner rounding and the exact reduction give <= 1.01 ulp
     # measured on 1e7 values, plus one rounding when the result is subnormal)
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.uniform(-745.0, 709.7, 3000), rng.uniform(-1.0, 1.0, 1000), rng.uniform(-1e-8, 1e-8, 200),
-                        rng.uniform(-745.0, -708.0, 500), [0.0, -0.0, 1.0, -1.0, 709.78, -745.13, 1e-300]])
+    x = np.concatenate(
+        [
+            rng.uniform(-745.0, 709.7, 3000),
+            rng.uniform(-1.0, 1.0, 1000),
+            rng.uniform(-1e-8, 1e-8, 200),
+            rng.uniform(-745.0, -708.0, 500),
+            [0.0, -0.0, 1.0, -1.0, 709.78, -745.13, 1e-300],
+        ]
+    )
     got = np.empty_like(x)
     _exp_poly_array(x, got)
     ref = np.array([_exp_mp(v) for v in x])

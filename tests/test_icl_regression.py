@@ -81,10 +81,12 @@ def rhs_spec_61(task):
         w1, w2, m1, m2 = y
         u = m1 * w1 + m2 * w2
         e11, e12, e22 = np.exp(d * w1 * w1), np.exp(d * w1 * w2), np.exp(d * w2 * w2)
-        return [m1 * (1 - u) - d * C * m1 * (m1 * w1 * e11 + m2 * w2 * e12),
-                m2 * (1 - u) - d * C * m2 * (m1 * w1 * e12 + m2 * w2 * e22),
-                w1 * (1 - u) - C * (m1 * e11 + m2 * e12),
-                w2 * (1 - u) - C * (m1 * e12 + m2 * e22)]
+        return [
+            m1 * (1 - u) - d * C * m1 * (m1 * w1 * e11 + m2 * w2 * e12),
+            m2 * (1 - u) - d * C * m2 * (m1 * w1 * e12 + m2 * w2 * e22),
+            w1 * (1 - u) - C * (m1 * e11 + m2 * e12),
+            w2 * (1 - u) - C * (m1 * e12 + m2 * e22),
+        ]
 
     return f
 
@@ -124,8 +126,9 @@ def test_reference_values_section_11():
     np.testing.assert_allclose(icl.eta_star(TASK2), 0.769230769230769, rtol=REF_RTOL)
 
     opt = icl.single_head_optimum(TASK)
-    np.testing.assert_allclose([opt.omega, opt.mu, opt.F], [0.447213595499958, 1.627694700198389,
-                                                            0.372072800748053], rtol=REF_RTOL)
+    np.testing.assert_allclose(
+        [opt.omega, opt.mu, opt.F], [0.447213595499958, 1.627694700198389, 0.372072800748053], rtol=REF_RTOL
+    )
     np.testing.assert_allclose(icl.bayes_risk_asymptotic(1 / 8, 0.1), 0.114056677439347, rtol=REF_RTOL)
     np.testing.assert_allclose(icl.bayes_risk_asymptotic(0.2, 3.0), 3.405124837953327, rtol=REF_RTOL)
 
@@ -135,8 +138,16 @@ def _sympy_loss_and_grad(H):
     om = sp.symbols(f"w0:{H}", real=True)
     mu = sp.symbols(f"m0:{H}", real=True)
     # spec §4.1 written out as a double sum (not as matrices)
-    F = 1 + s2 - 2 * sum(mu[h] * om[h] for h in range(H)) + sum(
-        mu[h] * mu[g] * (om[h] * om[g] + (1 + s2) / L * sp.exp(d * om[h] * om[g])) for h in range(H) for g in range(H))
+    F = (
+        1
+        + s2
+        - 2 * sum(mu[h] * om[h] for h in range(H))
+        + sum(
+            mu[h] * mu[g] * (om[h] * om[g] + (1 + s2) / L * sp.exp(d * om[h] * om[g]))
+            for h in range(H)
+            for g in range(H)
+        )
+    )
     args = (d, L, s2, *om, *mu)
     grads = [sp.diff(F, v) for v in (*om, *mu)]
     return sp.lambdify(args, F, "mpmath"), [sp.lambdify(args, g, "mpmath") for g in grads]
@@ -167,8 +178,13 @@ def test_gradient_matches_central_differences_and_broadcasting():
         g_om, g_mu = icl.approx_loss_grad(task, om, mu)
         # central differences (h = 1e-6): truncation h^2 |F'''| / 6 with |F'''| <= 1e4 on this box (exp(d omega^2)
         # terms, d < 10, |omega| <= 1/2, |mu| <= 2) plus round-off eps |F| / h, times 10
-        assert_jacobian_close(np.concatenate([g_om, g_mu]), lambda z: icl.approx_loss(task, z[:H], z[H:]),
-                              np.concatenate([om, mu]), third=1e4, what=f"grad F (H={H})")
+        assert_jacobian_close(
+            np.concatenate([g_om, g_mu]),
+            lambda z: icl.approx_loss(task, z[:H], z[H:]),
+            np.concatenate([om, mu]),
+            third=1e4,
+            what=f"grad F (H={H})",
+        )
     # broadcasting over leading axes gives the row-by-row values
     om = rng.uniform(-0.4, 0.4, (4, 1, 3))
     mu = rng.uniform(-2, 2, (1, 5, 3))
@@ -200,8 +216,14 @@ def test_optimal_mu_minimises_F():
 
 
 @settings(max_examples=150)
-@given(d=st.integers(1, 20), L=st.integers(1, 300), sigma2=st.floats(0.0, 3.0), H=st.integers(1, 5),
-       seed=st.integers(0, 2**32 - 1), scale=st.floats(0.0, 2.0))
+@given(
+    d=st.integers(1, 20),
+    L=st.integers(1, 300),
+    sigma2=st.floats(0.0, 3.0),
+    H=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.floats(0.0, 2.0),
+)
 def test_F_never_below_infimum(d, L, sigma2, H, seed, scale):
     task = icl.ICLRegressionTask(d=d, L=L, sigma2=sigma2)
     rng = np.random.default_rng(seed)
@@ -219,13 +241,16 @@ def test_F_never_below_infimum(d, L, sigma2, H, seed, scale):
 @pytest.mark.statistical
 @pytest.mark.parametrize("case", ["P1", "P2"])
 def test_true_loss_mc_matches_brute_force_simulation(case):
-    task, p, ref, ref_se, n_bf = ((TASK, P1, 0.24316, 0.00031, 60_000) if case == "P1"
-                                  else (TASK2, P2, 0.90892, 0.00068, 30_000))
+    task, p, ref, ref_se, n_bf = (
+        (TASK, P1, 0.24316, 0.00031, 60_000) if case == "P1" else (TASK2, P2, 0.90892, 0.00068, 30_000)
+    )
     m, se = icl.true_loss_mc(task, p["omega"], p["mu"], 200_000, rng=11)
     bm, bse = brute_force_loss(task, p["omega"], p["mu"], n_bf, np.random.default_rng(12))
     # two independent estimates: their difference has SE sqrt(se^2 + bse^2)
     assert_mc_close(m - bm, np.hypot(se, bse), 0.0, what=f"reduced MC vs brute force ({case})")
-    assert_mc_close(m, np.hypot(se, ref_se), ref, what=f"reduced MC vs docs/models/icl_regression.md §11 value ({case})")
+    assert_mc_close(
+        m, np.hypot(se, ref_se), ref, what=f"reduced MC vs docs/models/icl_regression.md §11 value ({case})"
+    )
     # negative controls: F is O(1/L) below the true loss (spec §4.3); both estimators must see that. (At P2 the
     # brute-force SE, 0.005, is too large for its 0.015 gap; its power is shown at P1, gap 0.022 vs SE 0.001.)
     assert_mc_rejects(m, se, icl.approx_loss(task, **p), what="reduced MC vs F")
@@ -292,15 +317,25 @@ def test_predictors_match_per_prompt_formulas():
         np.testing.assert_allclose(icl.predict_dgd(P.X, P.y, P.xq, 0.7)[n], dgd, rtol=1e-10)
         ridge = xq @ np.linalg.inv(X.T @ X + 0.5 * np.eye(TASK.d)) @ X.T @ y
         np.testing.assert_allclose(icl.predict_ridge(P.X, P.y, P.xq, 0.5)[n], ridge, rtol=1e-10)
-    np.testing.assert_allclose(icl.predict_manifold(P.X, P.y, P.xq, 0.13, 3.4),
-                               icl.predict_attention(P.X, P.y, P.xq, [0.13, -0.13], [3.4, -3.4]), rtol=1e-15)
-    np.testing.assert_allclose(icl.predict_nadaraya_watson(P.X, P.y, P.xq, 0.4, 1.6),
-                               icl.predict_attention(P.X, P.y, P.xq, [0.4], [1.6]), rtol=1e-15)
+    np.testing.assert_allclose(
+        icl.predict_manifold(P.X, P.y, P.xq, 0.13, 3.4),
+        icl.predict_attention(P.X, P.y, P.xq, [0.13, -0.13], [3.4, -3.4]),
+        rtol=1e-15,
+    )
+    np.testing.assert_allclose(
+        icl.predict_nadaraya_watson(P.X, P.y, P.xq, 0.4, 1.6),
+        icl.predict_attention(P.X, P.y, P.xq, [0.4], [1.6]),
+        rtol=1e-15,
+    )
     # (4.10): on S_gamma with 2 gamma mu = eta*, the manifold predictor approaches dGD(eta*) as gamma -> 0
     es = icl.eta_star(TASK)
     P = icl.sample_prompts(TASK, 20000, rng=1)
-    rms = [np.sqrt(np.mean((icl.predict_manifold(P.X, P.y, P.xq, g, es / (2 * g))
-                            - icl.predict_dgd(P.X, P.y, P.xq, es)) ** 2)) for g in (0.1, 0.05)]
+    rms = [
+        np.sqrt(
+            np.mean((icl.predict_manifold(P.X, P.y, P.xq, g, es / (2 * g)) - icl.predict_dgd(P.X, P.y, P.xq, es)) ** 2)
+        )
+        for g in (0.1, 0.05)
+    ]
     assert 3.0 < rms[0] / rms[1] < 5.0  # spec §7.1: the gap shrinks like gamma^2 (0.0120 -> 0.00305)
 
 
@@ -320,12 +355,17 @@ def test_gd_and_dgd_risks_against_monte_carlo(d, L, sigma2, eta):
 def test_optimal_steps_and_single_head_optimum():
     for task in (TASK, TASK2, icl.ICLRegressionTask(d=3, L=7, sigma2=2.0)):
         for fun, eta_opt in ((icl.gd_risk, icl.gd_optimal_eta(task)), (icl.dgd_risk, icl.dgd_optimal_eta(task))):
-            res = scipy.optimize.minimize_scalar(lambda e: float(fun(task, e)), bounds=(0, 2), method="bounded",
-                                                 options={"xatol": 1e-12})
+            res = scipy.optimize.minimize_scalar(
+                lambda e: float(fun(task, e)), bounds=(0, 2), method="bounded", options={"xatol": 1e-12}
+            )
             np.testing.assert_allclose(res.x, eta_opt, atol=1e-7)  # bounded Brent on a quadratic: ~sqrt(eps) in x
         opt = icl.single_head_optimum(task)
-        res = scipy.optimize.minimize(lambda v: float(icl.approx_loss(task, [v[0]], [v[1]])), [0.3, 1.0],
-                                      method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-14})
+        res = scipy.optimize.minimize(
+            lambda v: float(icl.approx_loss(task, [v[0]], [v[1]])),
+            [0.3, 1.0],
+            method="Nelder-Mead",
+            options={"xatol": 1e-10, "fatol": 1e-14},
+        )
         np.testing.assert_allclose(res.x, [opt.omega, opt.mu], rtol=1e-6)
         np.testing.assert_allclose(res.fun, opt.F, rtol=1e-12)
     assert icl.dgd_optimal_eta(TASK) == icl.eta_star(TASK)
@@ -361,8 +401,9 @@ def test_linear_attention_and_length_generalisation_values():
     np.testing.assert_allclose(eta, 0.8602, atol=5e-5)
     Lp = np.array([10, 20, 40, 50, 60, 80, 100])
     # spec §7.6 quotes 4 decimals
-    np.testing.assert_allclose(icl.linear_attention_risk(TASK, eta, Lp),
-                               [0.7462, 0.4849, 0.2398, 0.2560, 0.3647, 0.8595, 1.7243], atol=5e-5)
+    np.testing.assert_allclose(
+        icl.linear_attention_risk(TASK, eta, Lp), [0.7462, 0.4849, 0.2398, 0.2560, 0.3647, 0.8595, 1.7243], atol=5e-5
+    )
     soft = [icl.dgd_risk(TASK.with_L(int(lp)), icl.eta_star(TASK)) for lp in Lp]
     np.testing.assert_allclose(soft, [0.5957, 0.3658, 0.2429, 0.2176, 0.2007, 0.1794, 0.1665], atol=5e-5)
     grid = np.arange(10, 101)
@@ -374,8 +415,9 @@ def test_non_isotropic_optimal_preconditioner():
     Sigma = icl.kms_covariance(5, 0.5)
     Si = np.linalg.inv(Sigma)
     rho = 0.5
-    np.testing.assert_allclose(np.diag(Si), [1 / (1 - rho**2)] + [(1 + rho**2) / (1 - rho**2)] * 3
-                               + [1 / (1 - rho**2)], rtol=1e-12)
+    np.testing.assert_allclose(
+        np.diag(Si), [1 / (1 - rho**2)] + [(1 + rho**2) / (1 - rho**2)] * 3 + [1 / (1 - rho**2)], rtol=1e-12
+    )
     np.testing.assert_allclose(np.diag(Si, 1), -rho / (1 - rho**2), rtol=1e-12)
     G = icl.optimal_preconditioner(TASK, Sigma)
     R_star = icl.optimal_preconditioned_risk(TASK, Sigma)
@@ -387,10 +429,10 @@ def test_non_isotropic_optimal_preconditioner():
         E = rng.normal(0, 0.05, (5, 5))
         assert icl.preconditioned_gd_risk(TASK, Sigma, G + E) > R_star
     # Sigma = I: G* = eta_GD,opt I
-    np.testing.assert_allclose(icl.optimal_preconditioner(TASK, np.eye(5)), icl.gd_optimal_eta(TASK) * np.eye(5),
-                               rtol=1e-12)
-    m, se = icl.risk_mc(TASK, lambda X, y, xq: icl.predict_preconditioned_gd(X, y, xq, G), 100_000, rng=6,
-                        Sigma=Sigma)
+    np.testing.assert_allclose(
+        icl.optimal_preconditioner(TASK, np.eye(5)), icl.gd_optimal_eta(TASK) * np.eye(5), rtol=1e-12
+    )
+    m, se = icl.risk_mc(TASK, lambda X, y, xq: icl.predict_preconditioned_gd(X, y, xq, G), 100_000, rng=6, Sigma=Sigma)
     assert_mc_close(m, se, R_star, what="R(G*)")
     assert_mc_rejects(m, se, icl.preconditioned_gd_risk(TASK, Sigma, Si), what="R(Sigma^-1) for G*")
 
@@ -402,8 +444,9 @@ def test_flow_matches_lsoda_rk4_and_dopri5():
     task = TASK2
     om0, mu0 = np.array([0.05, -0.08, 0.02]), np.array([0.1, -0.03, 0.04])
     ts = [0.0, 1.0, 4.0, 10.0, 20.0]
-    ref = scipy.integrate.solve_ivp(rhs_spec_51(task, 3), (0, 20), np.concatenate([om0, mu0]), method="LSODA",
-                                    rtol=1e-10, atol=1e-13, t_eval=ts).y.T
+    ref = scipy.integrate.solve_ivp(
+        rhs_spec_51(task, 3), (0, 20), np.concatenate([om0, mu0]), method="LSODA", rtol=1e-10, atol=1e-13, t_eval=ts
+    ).y.T
     for solver in (dynamics.RK4(dt=2e-3), dynamics.Dopri5(rtol=1e-11, atol=1e-13)):
         tr = icl.flow(task, om0, mu0, (0, 20), saveat=dynamics.SaveAt(ts=ts), solver=solver)
         om, mu = stack_heads(tr, 3)
@@ -418,8 +461,7 @@ def test_two_head_reduced_and_full_systems_and_invariance():
     eps0 = 0.01
     ts = [0.0, 1.0, 5.0, 20.0, 100.0, 1000.0, 1e4]
     red = icl.symmetric_flow(TASK, eps0, eps0, (0, 1e4), saveat=dynamics.SaveAt(ts=ts))
-    full = icl.flow(TASK, [eps0, -eps0], [eps0, -eps0], (0, 1e4),
-                    saveat=dynamics.SaveAt(ts=ts))
+    full = icl.flow(TASK, [eps0, -eps0], [eps0, -eps0], (0, 1e4), saveat=dynamics.SaveAt(ts=ts))
     om, mu = stack_heads(full, 2)
     # the symmetric subspace is invariant (spec §5.1, §6.1): only round-off breaks it (spec saw 1.3e-15)
     assert np.max(np.abs(om.sum(-1))) < 1e-12 and np.max(np.abs(mu.sum(-1))) < 1e-12
@@ -428,17 +470,25 @@ def test_two_head_reduced_and_full_systems_and_invariance():
     np.testing.assert_allclose(mu[0, :, 0], red["mu"].values[0], rtol=1e-7)
     np.testing.assert_allclose(red["F"].values[0], full["F"].values[0], rtol=1e-9)
     # reference trajectory of spec §6.4 (6-7 significant digits quoted)
-    want = {"omega": [0.0271631, 0.569193, 0.426530, 0.309249, 0.205756, 0.139413],
-            "mu": [0.0271631, 0.599085, 0.982801, 1.402214, 2.130561, 3.151148],
-            "F": [1.097051, 0.296960, 0.236657, 0.225025, 0.221677, 0.221047],
-            "two_omega_mu": [0.001476, 0.681990, 0.838389, 0.867266, 0.876752, 0.878620]}
+    want = {
+        "omega": [0.0271631, 0.569193, 0.426530, 0.309249, 0.205756, 0.139413],
+        "mu": [0.0271631, 0.599085, 0.982801, 1.402214, 2.130561, 3.151148],
+        "F": [1.097051, 0.296960, 0.236657, 0.225025, 0.221677, 0.221047],
+        "two_omega_mu": [0.001476, 0.681990, 0.838389, 0.867266, 0.876752, 0.878620],
+    }
     for name, vals in want.items():
         np.testing.assert_allclose(red[name].values[0, 1:], vals, rtol=1e-6, atol=6e-7, err_msg=name)
     # the full system written from spec §6.1 by hand, integrated by scipy DOP853, on [0, 100]
-    sol = scipy.integrate.solve_ivp(rhs_spec_61(TASK), (0, 100), [0.02, -0.005, 0.01, -0.03], method="DOP853",
-                                    rtol=1e-12, atol=1e-14, t_eval=[5.0, 100.0])
-    tr = icl.flow(TASK, [0.02, -0.005], [0.01, -0.03], (0, 100),
-                  saveat=dynamics.SaveAt(ts=[5.0, 100.0]))
+    sol = scipy.integrate.solve_ivp(
+        rhs_spec_61(TASK),
+        (0, 100),
+        [0.02, -0.005, 0.01, -0.03],
+        method="DOP853",
+        rtol=1e-12,
+        atol=1e-14,
+        t_eval=[5.0, 100.0],
+    )
+    tr = icl.flow(TASK, [0.02, -0.005], [0.01, -0.03], (0, 100), saveat=dynamics.SaveAt(ts=[5.0, 100.0]))
     om, mu = stack_heads(tr, 2)
     np.testing.assert_allclose(np.concatenate([om[0], mu[0]], 1), sol.y.T, rtol=1e-7, atol=1e-9)
 
@@ -447,10 +497,20 @@ def test_three_head_reference_trajectory():
     ts = [1.0, 5.0, 20.0, 100.0, 1000.0]
     tr = icl.flow(TASK, [0.02, -0.01, 0.005], [0.01, -0.02, 0.0], (0, 1000), saveat=dynamics.SaveAt(ts=ts))
     om, mu = stack_heads(tr, 3)
-    want_om = [[0.042633, -0.038783, 0.007789], [0.573965, -0.574115, 0.108602], [0.418641, -0.413382, 0.247463],
-               [0.292138, -0.295920, 0.300090], [0.196151, -0.196557, 0.197079]]
-    want_mu = [[0.038989, -0.042426, 0.005987], [0.623588, -0.633325, 0.105230], [0.895645, -1.001135, 0.226541],
-               [1.083584, -1.459066, 0.403662], [1.457060, -2.230011, 0.776487]]
+    want_om = [
+        [0.042633, -0.038783, 0.007789],
+        [0.573965, -0.574115, 0.108602],
+        [0.418641, -0.413382, 0.247463],
+        [0.292138, -0.295920, 0.300090],
+        [0.196151, -0.196557, 0.197079],
+    ]
+    want_mu = [
+        [0.038989, -0.042426, 0.005987],
+        [0.623588, -0.633325, 0.105230],
+        [0.895645, -1.001135, 0.226541],
+        [1.083584, -1.459066, 0.403662],
+        [1.457060, -2.230011, 0.776487],
+    ]
     # spec §6.4 quotes 6 decimals
     np.testing.assert_allclose(om[0], want_om, atol=6e-7)
     np.testing.assert_allclose(mu[0], want_mu, atol=6e-7)
@@ -474,8 +534,9 @@ def test_phase_asymptotics_of_the_two_head_flow():
     # the other rows of the Phase II table (xi = d/L = 1/8, eps0 = 1e-3): peak time and value
     for d, L, t_peak, w_peak in ((10, 80, 7.095, 0.494088), (20, 160, 6.603, 0.399638), (40, 320, 6.190, 0.311805)):
         ts = np.linspace(t_peak - 0.05, t_peak + 0.05, 101)
-        tr = icl.symmetric_flow(icl.ICLRegressionTask(d=d, L=L, sigma2=0.1), 1e-3, 1e-3, (0, ts[-1]),
-                                saveat=dynamics.SaveAt(ts=ts))
+        tr = icl.symmetric_flow(
+            icl.ICLRegressionTask(d=d, L=L, sigma2=0.1), 1e-3, 1e-3, (0, ts[-1]), saveat=dynamics.SaveAt(ts=ts)
+        )
         j = int(np.argmax(tr["omega"].values[0]))
         assert abs(ts[j] - t_peak) <= 1.5e-3  # grid spacing 1e-3, t_peak quoted to 3 decimals
         assert abs(tr["omega"].values[0, j] - w_peak) <= 2e-6  # 6 decimals quoted; flat peak on the grid
@@ -492,8 +553,11 @@ def test_phase_asymptotics_of_the_two_head_flow():
     assert abs(heur / om[1] - 1) > 0.1
 
 
-@pytest.mark.parametrize("H,seed", [(2, 0), (4, 4), (8, 6)] + [pytest.param(h, s, marks=pytest.mark.slow)
-                                                                 for h, s in ((2, 1), (3, 2), (4, 3), (8, 5))])
+@pytest.mark.parametrize(
+    "H,seed",
+    [(2, 0), (4, 4), (8, 6)]
+    + [pytest.param(h, s, marks=pytest.mark.slow) for h, s in ((2, 1), (3, 2), (4, 3), (8, 5))],
+)
 def test_general_H_flows_reproduce_table_5_5(H, seed):
     rng = np.random.default_rng(seed)
     om0 = rng.normal(0, 0.01, H)
@@ -555,8 +619,9 @@ def test_gd_matches_numpy_loop_and_tracks_the_flow():
     g7 = icl.map(TASK, om0, mu0, lr=lr, n_steps=10**6, saveat=dynamics.SaveAt(steps=[1000, 10**4, 10**5, 10**6]))
     np.testing.assert_allclose(g7["mu_dot_omega"].values[0], [0.8280, 0.86980, 0.87729, 0.87874], atol=6e-5)
     # batched GD: each row equals the single run
-    gb = icl.map(TASK, np.stack([om0, -om0]), np.stack([mu0, -mu0]), lr=lr, n_steps=200,
-                 saveat=dynamics.SaveAt(final=True))
+    gb = icl.map(
+        TASK, np.stack([om0, -om0]), np.stack([mu0, -mu0]), lr=lr, n_steps=200, saveat=dynamics.SaveAt(final=True)
+    )
     bo, bm = stack_heads(gb, 4)
     np.testing.assert_array_equal(bo[0, -1], got_om[0, 1])
     np.testing.assert_allclose(bo[1, -1], -got_om[0, 1], rtol=1e-15)  # global flip symmetry (spec §5.1)
@@ -600,8 +665,9 @@ def test_manifold_series_4_8():
     series = sp.series(expr, g, 0, 8).removeO()
     vals = {d: 7, L: 30, s2: sp.Rational(2, 5)}
     for gam in (0.02, 0.05, 0.1):
-        np.testing.assert_allclose(icl.manifold_step_series(task, gam), float(series.subs(vals).subs(g, gam)),
-                                   rtol=1e-14)
+        np.testing.assert_allclose(
+            icl.manifold_step_series(task, gam), float(series.subs(vals).subs(g, gam)), rtol=1e-14
+        )
     # the remainder is O(gamma^8): halving gamma divides it by ~2^8
     err = [abs(2 * x * icl.solution_manifold_mu(task, x) - icl.manifold_step_series(task, x)) for x in (0.2, 0.1)]
     assert 200 < err[0] / err[1] < 300
@@ -633,9 +699,15 @@ def test_classify_heads_with_dummy_head():
 # ----------------------------------------------------------------------------------------------------------------------
 # Bad input
 # ----------------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs,name", [(dict(d=0, L=5, sigma2=0.1), "d"), (dict(d=2, L=0, sigma2=0.1), "L"),
-                                         (dict(d=2, L=5, sigma2=-0.1), "sigma2"),
-                                         (dict(d=2, L=5, sigma2=float("nan")), "sigma2")])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(d=0, L=5, sigma2=0.1), "d"),
+        (dict(d=2, L=0, sigma2=0.1), "L"),
+        (dict(d=2, L=5, sigma2=-0.1), "sigma2"),
+        (dict(d=2, L=5, sigma2=float("nan")), "sigma2"),
+    ],
+)
 def test_bad_task_parameters(kwargs, name):
     with pytest.raises(ValueError, match=name):
         icl.ICLRegressionTask(**kwargs)
@@ -682,9 +754,9 @@ def test_phase3_heuristic_rate_is_the_small_omega_limit_of_the_pinned_flow():
     for task in (TASK, icl.ICLRegressionTask(d=10, L=50, sigma2=0.5)):
         d, cL = mpmath.mpf(task.d), mpmath.mpf(task.sigma2 + 1) / task.L
         om = mpmath.mpf("1e-6")
-        mu = om / (2 * (om ** 2 + cL * mpmath.sinh(d * om ** 2)))  # (4.6)
-        rhs = mu - 2 * mu ** 2 * om - 2 * d * cL * mu ** 2 * om * mpmath.cosh(d * om ** 2)  # §6.2
-        ref = float(rhs / om ** 3)
+        mu = om / (2 * (om**2 + cL * mpmath.sinh(d * om**2)))  # (4.6)
+        rhs = mu - 2 * mu**2 * om - 2 * d * cL * mu**2 * om * mpmath.cosh(d * om**2)  # §6.2
+        ref = float(rhs / om**3)
         got = float(icl.phase3_heuristic_rate(task, 1.0))
         assert abs(got / ref - 1) < 1e-8  # O(d omega^2) ~ 1e-11 truncation, margin for the float conversion
 
@@ -733,6 +805,7 @@ def test_two_head_stationary_points_and_the_single_head_segment():
         end = tr.states()[0, -1]
         on_line = abs(end[0] - w) < 1e-3 and abs(end[1] - w) < 1e-3 and abs(end[2] + end[3] - m) < 1e-3
         assert on_line == stays, end
-    names = icl.classify(TASK, np.array([[w, w], [0.13, -0.13], [0.0, 0.0]]),
-                         np.array([[0.5 * m, 0.5 * m], [3.38, -3.38], [0.0, 0.0]]))
+    names = icl.classify(
+        TASK, np.array([[w, w], [0.13, -0.13], [0.0, 0.0]]), np.array([[0.5 * m, 0.5 * m], [3.38, -3.38], [0.0, 0.0]])
+    )
     assert names.tolist() == ["single_head", "solution_manifold", "origin"]

@@ -40,8 +40,12 @@ RUN = textwrap.dedent("""
 
 
 def _run(tmp_path, kernel_dir):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]),
-               NUMBA_CACHE_DIR=str(tmp_path / "numba"), ATTNDYN_KERNEL_DIR=str(kernel_dir))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]),
+        NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+        ATTNDYN_KERNEL_DIR=str(kernel_dir),
+    )
     out = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -23,6 +23,7 @@ MODULES = models.names(builtin=True)
 # the marker has to be removed then).
 PENDING = {"single_location", "scan_snap"}
 
+
 def packing_uses(source: str) -> list[str]:
     """Lines of engine-signature functions in ``source`` that read data or indices out of the parameter row."""
     found = []
@@ -38,35 +39,54 @@ def packing_uses(source: str) -> list[str]:
                     found.append(f"{fn.name}: slice of p at line {node.lineno}")
             if isinstance(node, ast.Call):
                 callee = node.func
-                if (isinstance(callee, ast.Name) and callee.id == "int" and node.args
-                        and isinstance(node.args[0], ast.Subscript) and isinstance(node.args[0].value, ast.Name)
-                        and node.args[0].value.id == "p"):
+                if (
+                    isinstance(callee, ast.Name)
+                    and callee.id == "int"
+                    and node.args
+                    and isinstance(node.args[0], ast.Subscript)
+                    and isinstance(node.args[0].value, ast.Name)
+                    and node.args[0].value.id == "p"
+                ):
                     found.append(f"{fn.name}: int(p[...]) at line {node.lineno}")
-                if (isinstance(callee, ast.Attribute) and callee.attr in ("astype", "reshape")
-                        and isinstance(callee.value, ast.Subscript) and isinstance(callee.value.value, ast.Name)
-                        and callee.value.value.id == "p"):
+                if (
+                    isinstance(callee, ast.Attribute)
+                    and callee.attr in ("astype", "reshape")
+                    and isinstance(callee.value, ast.Subscript)
+                    and isinstance(callee.value.value, ast.Name)
+                    and callee.value.value.id == "p"
+                ):
                     found.append(f"{fn.name}: p[...].{callee.attr} at line {node.lineno}")
     return found
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.xfail(
-    m in PENDING, reason="kernel module moving to args in a parallel change", strict=True)) for m in MODULES])
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param(
+            m,
+            marks=pytest.mark.xfail(
+                m in PENDING, reason="kernel module moving to args in a parallel change", strict=True
+            ),
+        )
+        for m in MODULES
+    ],
+)
 def test_model_kernels_take_data_through_args(model):
     module = importlib.import_module(f"closedform._{model}_kernels")
     assert packing_uses(inspect.getsource(module)) == []
 
 
 def test_a_planted_packing_kernel_is_rejected():
-    planted = '''
+    planted = """
 def step(k, x, p, out):
     n = int(p[2])
     table = p[4:4 + n].reshape((n, 1))
     idx = p[3:4].astype(np.int64)
     out[0] = x[0] * table[idx[0], 0]
-'''
+"""
     assert len(packing_uses(planted)) == 5  # int(), reshape and astype of p, and the two slices
-    clean = '''
+    clean = """
 def step(k, x, p, args, out):
     out[0] = p[0] * x[0] + args[0][args[1][0]]
-'''
+"""
     assert packing_uses(clean) == []

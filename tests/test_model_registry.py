@@ -59,9 +59,11 @@ def test_builtin_torch_side_resolves(name):
 
 
 def test_the_registry_imports_neither_torch_nor_the_model_modules():
-    code = ("import sys; from closedform import models; models.names(); models.api_table(); "
-            "assert 'torch' not in sys.modules, 'torch'; "
-            "assert 'closedform.single_location' not in sys.modules, 'model module'")
+    code = (
+        "import sys; from closedform import models; models.names(); models.api_table(); "
+        "assert 'torch' not in sys.modules, 'torch'; "
+        "assert 'closedform.single_location' not in sys.modules, 'model module'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -134,9 +136,14 @@ def test_an_entry_point_registers_a_model_after_the_builtin_ones(plugin_path):
     assert M.api_table() == M.api_table(builtin=True) and "`toy`" in M.api_table(builtin=None)
 
 
-@pytest.mark.parametrize("entry, match", [("toy = fakeplugin:missing", "missing"),
-                                          ("other = fakeplugin:MODEL", "registers a model named"),
-                                          ("toy = fakeplugin:Task", "not a Model")])
+@pytest.mark.parametrize(
+    "entry, match",
+    [
+        ("toy = fakeplugin:missing", "missing"),
+        ("other = fakeplugin:MODEL", "registers a model named"),
+        ("toy = fakeplugin:Task", "not a Model"),
+    ],
+)
 def test_a_broken_entry_point_is_reported_and_hides_nothing(plugin_path, entry, match):
     _fake_distribution(plugin_path, GOOD, entry)
     with pytest.warns(RuntimeWarning, match="could not be registered"):
@@ -152,9 +159,17 @@ def test_a_builtin_model_cannot_be_replaced_or_duplicated():
     assert M.register(record) is record  # the same record again: no change
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(name="9bad"), "name"), (dict(step=None), "step"), (dict(build=print), "build"),
-    (dict(state_names=()), "state_names"), (dict(params="not a reference"), "params"), (dict(title=""), "title")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(name="9bad"), "name"),
+        (dict(step=None), "step"),
+        (dict(build=print), "build"),
+        (dict(state_names=()), "state_names"),
+        (dict(params="not a reference"), "params"),
+        (dict(title=""), "title"),
+    ],
+)
 def test_bad_records_are_refused_naming_the_field(kwargs, match):
     base = dict(name="toy", title="t", state_names=("x",), params=object, time_unit="step", step=print)
     with pytest.raises(ValueError, match=match):
@@ -181,7 +196,7 @@ def _hand_kept_lists(root: Path = ROOT):
                 continue
             lines = path.read_text(encoding="utf-8").splitlines()
             for i in range(len(lines)):
-                window = "\n".join(lines[i:i + 3])
+                window = "\n".join(lines[i : i + 3])
                 if len(set(quoted.findall(window))) >= 3:
                     hits.append(f"{path.relative_to(root)}:{i + 1}")
                     break

@@ -368,8 +368,12 @@ def test_invariances_hold_in_population_along_full_gd():
     d = spec.d
     for xi1, xi2 in zip(full.xi1.values[0], full.xi2.values[0]):
         W = nn.family_W(d, xi1, xi2)
-        G = np.stack([nn.full_gradient(W, Hb, tb) for Hb, tb in
-                      zip(np.array_split(H, n_batches), np.array_split(target, n_batches))])
+        G = np.stack(
+            [
+                nn.full_gradient(W, Hb, tb)
+                for Hb, tb in zip(np.array_split(H, n_batches), np.array_split(target, n_batches))
+            ]
+        )
         # linear projection off the family, batch by batch, so its standard error is exact
         iso = np.trace(G[:, :d, :d], axis1=1, axis2=2) / d
         off_mean, off_se = mean_and_se(G - nn.family_W(d, iso, -G[:, d + 1, d + 1]))
@@ -377,8 +381,7 @@ def test_invariances_hold_in_population_along_full_gd():
         assert_mc_close(off_mean, off_se, 0.0, atol=1e-15, what=f"off-family gradient at xi=({xi1:.3f}, {xi2:.3f})")
         # power: the family direction itself (isotropic W11 part) is clearly non-zero before convergence
         iso_mean, iso_se = mean_and_se(iso)
-        assert_mc_rejects(iso_mean, iso_se, 0.0,
-                          what="tr(grad W11) = 0")
+        assert_mc_rejects(iso_mean, iso_se, 0.0, what="tr(grad W11) = 0")
 
 
 def test_full_gd_reproduces_spec_A8():
@@ -435,8 +438,13 @@ def test_landscape_appendix_R():
     spec = nn.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0)
     rng = np.random.default_rng(11)
     blocks = [nn.sample_prompts(spec, 100_000, rng) for _ in range(2)]
-    rows = [((2.0, 5.0), 0.17845, 0.079), ((5.0, 8.0), 0.08190, 0.084), ((10.0, 10.0), 0.06001, 0.098),
-            ((10.0, 25.0), 0.04070, 0.067), ((20.0, 40.0), 0.02026, 0.050)]
+    rows = [
+        ((2.0, 5.0), 0.17845, 0.079),
+        ((5.0, 8.0), 0.08190, 0.084),
+        ((10.0, 10.0), 0.06001, 0.098),
+        ((10.0, 25.0), 0.04070, 0.067),
+        ((20.0, 40.0), 0.02026, 0.050),
+    ]
     B = 200_000
     means, tols, wrong = [], [], []
     for (xi1, xi2), ref, s in rows:

@@ -19,8 +19,7 @@ def _linear_map(k, y, p, out):  # y_{k+1} = A y_k with A = [[p0, p1], [p2, p3]]
 
 
 def _theory(state0, steps):
-    return iterate(_linear_map, state0, int(steps[-1]), params=A.ravel(), saveat=SaveAt(steps=steps),
-                   names=("x", "y"))
+    return iterate(_linear_map, state0, int(steps[-1]), params=A.ravel(), saveat=SaveAt(steps=steps), names=("x", "y"))
 
 
 def _learned(steps, seeds=4, noise=0.0, rng=0):
@@ -28,8 +27,9 @@ def _learned(steps, seeds=4, noise=0.0, rng=0):
     x0 = rng.normal(size=(seeds, 2))
     path = np.stack([x0 @ np.linalg.matrix_power(A, int(s)).T for s in steps], axis=1)
     path = path + noise * rng.normal(size=path.shape)
-    return Trajectory.from_arrays(path, names=("x", "y"), time=0.5 * np.asarray(steps, float), step=steps,
-                                  trajectory=np.arange(10, 10 + seeds)), x0
+    return Trajectory.from_arrays(
+        path, names=("x", "y"), time=0.5 * np.asarray(steps, float), step=steps, trajectory=np.arange(10, 10 + seeds)
+    ), x0
 
 
 def test_theory_starts_at_the_learned_step0_state_and_matches_the_exact_solution():
@@ -49,9 +49,16 @@ def test_an_array_state_variable_is_flattened_in_c_order_and_starts_the_theory()
     steps = np.array([0, 4, 9])
     flat, x0 = _learned(steps, seeds=3)
     # the same run stored as ONE array variable w of dims (row, col) = (1, 2), as scan_snap stores z (query, token)
-    learned = Trajectory({"w": (("trajectory", "time", "row", "col"), flat.states()[:, :, None, :])},
-                         coords={"trajectory": flat.trajectory.values, "time": flat.time.values,
-                                 "step": ("time", steps), "row": [0], "col": [0, 1]})
+    learned = Trajectory(
+        {"w": (("trajectory", "time", "row", "col"), flat.states()[:, :, None, :])},
+        coords={
+            "trajectory": flat.trajectory.values,
+            "time": flat.time.values,
+            "step": ("time", steps),
+            "row": [0],
+            "col": [0, 1],
+        },
+    )
     seen = []
 
     def theory(state0, at):
@@ -91,13 +98,16 @@ def test_a_save_point_the_theory_lacks_is_an_error_naming_it_never_clipped():
         overlay(short_theory, learned, state_variables=("x", "y"))
 
 
-@pytest.mark.parametrize("case, match", [
-    ("no_step0", "first save point is step 3"),
-    ("missing_var", r"\['z'\] are not variables"),
-    ("nan", "'y' is not finite for trajectory 1"),
-    ("count", "returned 1 trajectories for 4"),
-    ("on", "on must be one of"),
-])
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("no_step0", "first save point is step 3"),
+        ("missing_var", r"\['z'\] are not variables"),
+        ("nan", "'y' is not finite for trajectory 1"),
+        ("count", "returned 1 trajectories for 4"),
+        ("on", "on must be one of"),
+    ],
+)
 def test_bad_input_is_refused_with_a_clear_message(case, match):
     steps = np.array([3, 6]) if case == "no_step0" else np.array([0, 6])
     learned, _ = _learned(steps)
@@ -107,6 +117,7 @@ def test_bad_input_is_refused_with_a_clear_message(case, match):
     elif case == "nan":
         learned["y"][1, 0] = np.nan
     elif case == "count":
+
         def fn(state0, at):
             return _theory(state0[:1], at)
     elif case == "on":

@@ -32,8 +32,16 @@ def test_divergence_partial_keeps_the_derived_variables_of_an_ode(solver):
     y(0) = 1/2; RK4 at dt = 1e-3 has error ~dt^4 y^5 ~ 1e-11 relative up to t = 1.5, Dopri5 at rtol 1e-8 about
     1e-8, so rtol 1e-7 bounds both."""
     with pytest.raises(DivergenceError) as info:
-        integrate(_riccati, [[0.5]], (0.0, 3.0), params=[0.0], solver=solver, saveat=SaveAt(n=31), names=["y"],
-                  derived=_reciprocal)
+        integrate(
+            _riccati,
+            [[0.5]],
+            (0.0, 3.0),
+            params=[0.0],
+            solver=solver,
+            saveat=SaveAt(n=31),
+            names=["y"],
+            derived=_reciprocal,
+        )
     part = info.value.partial
     t = part.time.values
     assert "recip" in part.data_vars and t.size >= 15  # saves up to t >= 1.4 were reached
@@ -45,8 +53,9 @@ def test_divergence_partial_keeps_the_derived_variables_of_a_map():
     """Kills ``_partial_builder(..., derived, ...)`` -> ``None`` in ``iterate``. Reference: x_k = 10^(2^k), so
     1/x_k = 10^-(2^k) (8 roundings at most, rtol 1e-14)."""
     with pytest.raises(DivergenceError) as info:
-        iterate(_squaring, np.array([[10.0]]), 20, params=[0.0], saveat=SaveAt(every=1), names=["x"],
-                derived=_reciprocal)
+        iterate(
+            _squaring, np.array([[10.0]]), 20, params=[0.0], saveat=SaveAt(every=1), names=["x"], derived=_reciprocal
+        )
     part = info.value.partial
     np.testing.assert_allclose(part.recip.values[0], 10.0 ** -(2.0 ** np.arange(part.step.size)), rtol=1e-14)
 
@@ -61,8 +70,15 @@ def test_integrate_flushes_subnormals_by_default():
     y exactly each step (y + 1.0 * (-0.5 y) = y/2 in binary), so from y0 = 2^-1000 the state is 2^-(1000 + k); the
     documented flush (dynamics.integrate: components below 2.2e-308 in magnitude set to zero after each step) makes
     every save with 2^-(1000 + k) < 2^-1022 exactly zero, the others exact powers of two."""
-    traj = integrate(_halving_flow, [[2.0**-1000]], (0.0, 40.0), params=[0.0], solver=Euler(dt=1.0),
-                     saveat=SaveAt(every=1), names=["y"])
+    traj = integrate(
+        _halving_flow,
+        [[2.0**-1000]],
+        (0.0, 40.0),
+        params=[0.0],
+        solver=Euler(dt=1.0),
+        saveat=SaveAt(every=1),
+        names=["y"],
+    )
     k = np.rint(traj.time.values).astype(int)
     exact = np.ldexp(1.0, -(1000 + k))
     expected = np.where(exact < 2.0**-1022, 0.0, exact)

@@ -33,7 +33,7 @@ def _p8_task():
     P = np.zeros((2, 11))
     P[:, 0] = 0.3
     for n in range(2):
-        P[n, 1 + 5 * n: 6 + 5 * n] = 0.7 * np.array([0.2, 0.4, 0.6, 0.8, 1.0]) / 3.0
+        P[n, 1 + 5 * n : 6 + 5 * n] = 0.7 * np.array([0.2, 0.4, 0.6, 0.8, 1.0]) / 3.0
     return ss.ScanSnapTask(classes=ss.SequenceClasses.from_P(P, M=1000, name="P8"), eta_Y=1.0, eta_Z=0.5)
 
 

@@ -12,8 +12,11 @@ from closedform import single_location as sl
 def test_vectors_from_state_names_the_five_columns():
     """Kills ``ValueError(f"state must have 5 columns ...")`` -> ``ValueError(None)``: a state with 4 columns is
     refused with a message naming the parameter, the five coordinates and the shape given."""
-    with pytest.raises(ValueError, match=r"state must have 5 columns \(kappa, nu, theta, eta, rho\); got shape "
-                                         r"\(3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"state must have 5 columns \(kappa, nu, theta, eta, rho\); got shape "
+        r"\(3, 4\)",
+    ):
         sl.vectors_from_state(sl.SingleLocationTask(d=6, L=4), np.zeros((3, 4)), rng=0)
 
 
@@ -26,8 +29,14 @@ def test_pgd_per_trajectory_lambda_alpha_and_d_match_one_run_each():
     state0 = np.array([0.1, 0.05, 0.02, 0.03, 0.01])
     lams, alphas, ds = [0.5, 1.0, 2.0], [0.1, 0.2, 0.05], [6, 10, 16]
     names = ["kappa", "nu", "theta", "eta", "rho"]
-    batch = sl.map(sl.SingleLocationTask(d=8, L=4), state0, alpha=np.array(alphas), n_steps=30,
-                   lam=np.array(lams)[:, None], d=np.array(ds))
+    batch = sl.map(
+        sl.SingleLocationTask(d=8, L=4),
+        state0,
+        alpha=np.array(alphas),
+        n_steps=30,
+        lam=np.array(lams)[:, None],
+        d=np.array(ds),
+    )
     for i, (lam, alpha, d) in enumerate(zip(lams, alphas, ds)):
         one = sl.map(sl.SingleLocationTask(d=d, L=4), state0, alpha=alpha, n_steps=30, lam=lam)
         for v in names:

@@ -32,8 +32,9 @@ def _install_metadata(where: Path) -> None:
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {meta['version']}\n")
     eps = meta["entry-points"][M.ENTRY_POINT_GROUP]
-    (info / "entry_points.txt").write_text(f"[{M.ENTRY_POINT_GROUP}]\n" +
-                                           "".join(f"{k} = {v}\n" for k, v in eps.items()))
+    (info / "entry_points.txt").write_text(
+        f"[{M.ENTRY_POINT_GROUP}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
+    )
 
 
 @pytest.fixture
@@ -61,8 +62,14 @@ def test_the_entry_point_registers_the_model(installed):
 @pytest.mark.slow
 def test_the_cli_lists_the_model(installed):
     """``python -m figures list`` in a fresh process (~20 s: it imports every figure module)."""
-    out = subprocess.run([sys.executable, "-m", "figures", "list", "--model", NAME], env=installed, cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "figures", "list", "--model", NAME],
+        env=installed,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.startswith(f"{NAME}  (1 figures)") and f"{NAME}.overlay" in out
 
 
@@ -70,11 +77,33 @@ def test_the_cli_lists_the_model(installed):
 def test_make_and_report_include_the_model(installed, tmp_path):
     """``make <model>.<figure>`` and ``report --include <model>`` at the tiny preset (~1 min on 2 cores)."""
     common = ["--preset", "tiny", "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--no-progress"]
-    subprocess.run([sys.executable, "-m", "figures", "make", f"{NAME}.overlay", "--out", str(tmp_path / "out"),
-                    *common], env=installed, cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "figures", "make", f"{NAME}.overlay", "--out", str(tmp_path / "out"), *common],
+        env=installed,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     assert (tmp_path / "out" / f"{NAME}.overlay.png").is_file()
-    subprocess.run([sys.executable, "-m", "figures", "report", "--include", NAME, "--out", str(tmp_path / "rep"),
-                    "--jobs", "1", *common], env=installed, cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "figures",
+            "report",
+            "--include",
+            NAME,
+            "--out",
+            str(tmp_path / "rep"),
+            "--jobs",
+            "1",
+            *common,
+        ],
+        env=installed,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     text = json.dumps(summary)
     assert f"{NAME}.overlay" in text and "single_location." not in text
@@ -105,15 +134,20 @@ def test_the_example_imports_only_public_names():
             mod = importlib.import_module(module)
             public = getattr(mod, "__all__", None)
             for name in names:
-                if name.startswith("_") or (public is not None and name not in public
-                                            and not importlib.util.find_spec(f"{module}.{name}")):
+                if name.startswith("_") or (
+                    public is not None and name not in public and not importlib.util.find_spec(f"{module}.{name}")
+                ):
                     bad.append(f"{path.name}: {module}.{name}")
     assert not bad, f"private names used by the example: {bad}"
 
 
 def test_attndyn_packages_do_not_know_the_example():
-    hits = [str(p.relative_to(ROOT)) for pkg in _PACKAGES for p in (ROOT / pkg).rglob("*.py")
-            if "attndyn_linear_attention" in p.read_text(encoding="utf-8")]
+    hits = [
+        str(p.relative_to(ROOT))
+        for pkg in _PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
+        if "attndyn_linear_attention" in p.read_text(encoding="utf-8")
+    ]
     assert not hits
 
 
@@ -130,7 +164,7 @@ def la():
 def test_reduced_map_is_gradient_descent_on_the_sympy_risk(la):
     task = la.Task(d=8, N=16)
     k, v = sp.symbols("k v")
-    R = 1 + task.s2 - 2 * k * v + task.c * (k * v) ** 2 + sp.Rational(1, 2) * task.lam * (k ** 2 + v ** 2)
+    R = 1 + task.s2 - 2 * k * v + task.c * (k * v) ** 2 + sp.Rational(1, 2) * task.lam * (k**2 + v**2)
     gk, gv = (sp.lambdify((k, v), sp.diff(R, s)) for s in (k, v))
     lr, x = 0.2, np.array([0.1, 0.3])
     want = [x.copy()]

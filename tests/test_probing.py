@@ -32,13 +32,13 @@ def test_sentences_balanced_and_spans_name_the_decisive_words(kind):
     assert len(s) == 40 and s.labels.sum() == 20
     split = "seen" if kind in ("train", "test", "ood_structure") else "unseen"
     for text, label, ts, dspan in zip(s.texts, s.labels, s.target_span, s.distractor_span):
-        word = text[ts[0]:ts[1]]
+        word = text[ts[0] : ts[1]]
         assert word in pr.SENTIMENT_WORDS[split][int(label)]  # the label is the decisive word's polarity
         if kind.startswith("ood_structure") or kind == "ood_both":
             assert text.startswith("Hello, how are you? Good evening, ") and dspan[0] == -1
         else:
             assert text.startswith("The city is ")
-            assert text[dspan[0]:dspan[1]] in sum(pr.SENTIMENT_WORDS[split].values(), ())
+            assert text[dspan[0] : dspan[1]] in sum(pr.SENTIMENT_WORDS[split].values(), ())
         assert "  " not in text and " ." not in text  # an empty adverb leaves no double space
 
 
@@ -104,8 +104,7 @@ def test_direction_probe_recovers_a_planted_direction():
     def cloud(n, sign):
         return rng.normal(size=(n, width)) + sign * 1.5 * u
 
-    direction, scores = pr.direction_probe(cloud(2000, 1), cloud(2000, -1), {"held": (cloud(2000, 1),
-                                                                                      cloud(2000, -1))})
+    direction, scores = pr.direction_probe(cloud(2000, 1), cloud(2000, -1), {"held": (cloud(2000, 1), cloud(2000, -1))})
     assert abs(direction @ u) > 0.95
     acc, sep = scores["held"]
     assert sep == pytest.approx(3.0, abs=0.25)
@@ -203,20 +202,22 @@ def test_encode_reads_the_decisive_token_and_matches_unbatched_runs(encoder):
     tok, model = encoder
     s = pr.make_sentences("train", 6, rng=2)
     enc = pr.encode(s, tok, model, batch_size=4, rng=0)  # two batches, padded
-    assert enc.cls.dtype == np.float32 and enc.cls.shape == (6, model.config.num_hidden_layers + 1,
-                                                             model.config.hidden_size)
+    assert enc.cls.dtype == np.float32 and enc.cls.shape == (
+        6,
+        model.config.num_hidden_layers + 1,
+        model.config.hidden_size,
+    )
     # layer 0 [CLS] = LayerNorm([CLS] embedding + position 0 + segment 0): the same for every sentence
     assert np.all(enc.cls[:, 0] == enc.cls[0, 0])
     for i, text in enumerate(s.texts):  # independent path: one sentence, no padding, token found by its id
         ids = tok(text, return_tensors="pt")
-        word = text[s.target_span[i][0]:s.target_span[i][1]]
+        word = text[s.target_span[i][0] : s.target_span[i][1]]
         j = ids["input_ids"][0].tolist().index(tok.convert_tokens_to_ids(word.lower()))
         with torch.inference_mode():
             out = model(**ids, output_hidden_states=True, output_attentions=True)
         # float32 forward with and without padding: agreement to ~1e-6 relative; 1e-4 absolute on O(1) states
         np.testing.assert_allclose(enc.target[i], torch.stack(out.hidden_states)[:, 0, j].numpy(), atol=1e-4)
-        np.testing.assert_allclose(enc.attn_target[i], torch.stack(out.attentions)[:, 0, :, 0, j].numpy(),
-                                   atol=1e-5)
+        np.testing.assert_allclose(enc.attn_target[i], torch.stack(out.attentions)[:, 0, :, 0, j].numpy(), atol=1e-5)
         assert enc.n_tokens[i] == ids["input_ids"].shape[1]
 
 

@@ -68,7 +68,7 @@ def test_manifold_vector_field_is_the_projected_gradient_of_manifold_risk():
         dk = (sl.manifold_risk(task, lam, kappa + h, nu) - sl.manifold_risk(task, lam, kappa - h, nu)) / (2 * h)
         dv = (sl.manifold_risk(task, lam, kappa, nu + h) - sl.manifold_risk(task, lam, kappa, nu - h)) / (2 * h)
         field = sl.manifold_vector_field(task, lam, kappa, nu)
-        np.testing.assert_allclose(field, [-(1 - kappa ** 2) * dk, -(1 - nu ** 2) * dv], atol=1e-7)
+        np.testing.assert_allclose(field, [-(1 - kappa**2) * dk, -(1 - nu**2) * dv], atol=1e-7)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -106,10 +106,12 @@ def test_m_matrix_is_half_the_hessian_of_approx_loss_in_mu_and_kernel_matrix_its
     e = np.eye(H) * h
     for i in range(H):
         for j in range(H):
-            hess[i, j] = (float(icl.approx_loss(task, omega, mu + e[i] + e[j]))
-                          - float(icl.approx_loss(task, omega, mu + e[i] - e[j]))
-                          - float(icl.approx_loss(task, omega, mu - e[i] + e[j]))
-                          + float(icl.approx_loss(task, omega, mu - e[i] - e[j]))) / (4 * h * h)
+            hess[i, j] = (
+                float(icl.approx_loss(task, omega, mu + e[i] + e[j]))
+                - float(icl.approx_loss(task, omega, mu + e[i] - e[j]))
+                - float(icl.approx_loss(task, omega, mu - e[i] + e[j]))
+                + float(icl.approx_loss(task, omega, mu - e[i] - e[j]))
+            ) / (4 * h * h)
     M = icl.m_matrix(task, omega)
     np.testing.assert_allclose(2 * M, hess, atol=1e-7)
     K = icl.kernel_matrix(task, omega)
@@ -138,8 +140,7 @@ def test_attention_maps_unit_attention_and_distinct_entropy_by_hand():
         weights = [P[n, ell] * math.exp(Z[0, ell]) for ell in range(6)]
         c[n] = np.array(weights) / sum(weights)
     np.testing.assert_allclose(ss.attention_maps(classes, Z), c, rtol=1e-14, atol=1e-300)
-    np.testing.assert_allclose(ss.unit_attention(classes, Z), c / np.sqrt((c ** 2).sum(1, keepdims=True)),
-                               rtol=1e-14)
+    np.testing.assert_allclose(ss.unit_attention(classes, Z), c / np.sqrt((c**2).sum(1, keepdims=True)), rtol=1e-14)
     H = []
     for n, dt in ((0, [0, 1]), (1, [3, 4])):
         p = c[n, dt] / c[n, dt].sum()
@@ -240,8 +241,13 @@ def test_group_sparse_and_nearest_neighbor_pack_params_layouts():
 def test_saveat_validation_names_the_request():
     from dynamics.saveat import SaveAt
 
-    for kwargs, name in (({"ts": [0.0, float("nan")]}, "SaveAt.ts"), ({"ts": []}, "SaveAt.ts"),
-                         ({"every": 0}, "SaveAt.every"), ({"log": 1}, "SaveAt.log"), ({"n": 1}, "SaveAt.n")):
+    for kwargs, name in (
+        ({"ts": [0.0, float("nan")]}, "SaveAt.ts"),
+        ({"ts": []}, "SaveAt.ts"),
+        ({"every": 0}, "SaveAt.every"),
+        ({"log": 1}, "SaveAt.log"),
+        ({"n": 1}, "SaveAt.n"),
+    ):
         with pytest.raises(ValueError, match=name):
             SaveAt(**kwargs)
     with pytest.raises(ValueError, match=r"SaveAt.steps must lie in \[0, n_steps=5\]"):
@@ -280,8 +286,12 @@ def _public_functions(path: Path) -> list[str]:
 
 def test_every_public_function_is_named_by_a_test():
     texts = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
-    unnamed = [f"{path.stem}.{name}" for path in sorted((ROOT / "closedform").glob("[!_]*.py"))
-               for name in _public_functions(path) if not re.search(rf"\b{name}\b", texts)]
+    unnamed = [
+        f"{path.stem}.{name}"
+        for path in sorted((ROOT / "closedform").glob("[!_]*.py"))
+        for name in _public_functions(path)
+        if not re.search(rf"\b{name}\b", texts)
+    ]
     assert not unnamed, f"public closedform functions no test names: {unnamed}"
 
 

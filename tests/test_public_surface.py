@@ -37,16 +37,26 @@ def test_public_module_declares_what_it_exports(name):
     missing = [n for n in exported if not hasattr(module, n)]
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"
     assert len(set(exported)) == len(exported), f"{name}.__all__ repeats names"
-    libraries = [n for n in exported if isinstance(getattr(module, n), types.ModuleType)
-                 and not getattr(module, n).__name__.startswith(PACKAGES)]
+    libraries = [
+        n
+        for n in exported
+        if isinstance(getattr(module, n), types.ModuleType) and not getattr(module, n).__name__.startswith(PACKAGES)
+    ]
     assert not libraries, f"{name} exports imported libraries: {libraries}"
-    helpers = [n for n in exported if getattr(getattr(module, n), "__module__", "") == "dynamics.validation"
-               and name != "dynamics.validation"]
+    helpers = [
+        n
+        for n in exported
+        if getattr(getattr(module, n), "__module__", "") == "dynamics.validation" and name != "dynamics.validation"
+    ]
     assert not helpers, f"{name} exports validation helpers: {helpers}"
-    foreign = [n for n in exported
-               if callable(getattr(module, n)) and not isinstance(getattr(module, n), types.ModuleType)
-               and not str(getattr(getattr(module, n), "__module__", "") or "").startswith(PACKAGES)
-               and getattr(getattr(module, n), "__module__", None) is not None]
+    foreign = [
+        n
+        for n in exported
+        if callable(getattr(module, n))
+        and not isinstance(getattr(module, n), types.ModuleType)
+        and not str(getattr(getattr(module, n), "__module__", "") or "").startswith(PACKAGES)
+        and getattr(getattr(module, n), "__module__", None) is not None
+    ]
     assert not foreign, f"{name} re-exports third-party callables: {foreign}"
 
 
@@ -74,8 +84,11 @@ def test_public_docstrings_point_to_no_private_name(name):
         obj = getattr(module, attr, None)
         docs = [(attr, inspect.getdoc(obj))]
         if inspect.isclass(obj):
-            docs += [(f"{attr}.{m}", inspect.getdoc(v)) for m, v in vars(obj).items()
-                     if not m.startswith("_") and callable(v)]
+            docs += [
+                (f"{attr}.{m}", inspect.getdoc(v))
+                for m, v in vars(obj).items()
+                if not m.startswith("_") and callable(v)
+            ]
         for where, doc in docs:
             refs = _private_refs(doc)
             if refs:
@@ -91,7 +104,12 @@ def test_no_issue_numbers_in_the_packages():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    hits = [f"{path.relative_to(root)}:{n}" for pkg in PACKAGES for path in sorted((root / pkg).rglob("*.py"))
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ISSUE_NUMBER.search(line)]
+    hits = [
+        f"{path.relative_to(root)}:{n}"
+        for pkg in PACKAGES
+        for path in sorted((root / pkg).rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ISSUE_NUMBER.search(line)
+    ]
     assert not hits, f"issue numbers in package files: {hits}"
     assert ISSUE_NUMBER.search("Speed (issue 13): on CPU")  # control: the rule sees one

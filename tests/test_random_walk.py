@@ -170,8 +170,9 @@ def test_positional_code_is_orthogonal_with_norm_rho():
         spec2 = rw.RandomWalkTask(K=5, N=11, M=40, p=0.5, rho=3.0, code=code)
         G = rw.positional_matrix(spec2).T @ rw.positional_matrix(spec2)
         np.testing.assert_allclose(G, 3.0 * np.eye(11), atol=1e-13)
-    G = rw.positional_matrix(rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0)).T @ \
-        rw.positional_matrix(rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0))
+    G = rw.positional_matrix(rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0)).T @ rw.positional_matrix(
+        rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0)
+    )
     assert np.all(G[~np.eye(97, dtype=bool)] == 0.0) and np.ptp(np.diag(G)) == 0.0  # exact, not to round-off
     Gs = rw.positional_matrix(rw.RandomWalkTask(K=6, N=97, M=1000, p=1.0, code="sine"))
     Gs = Gs.T @ Gs
@@ -253,12 +254,12 @@ def test_full_gradient_matches_finite_differences(normalize_tokens):
         return rw.full_gradient(spec, sample, V_, W_, normalize_tokens=normalize_tokens)[2]
 
     h = 1e-6  # central differences: truncation O(h^2 L''') ~ 1e-12, round-off O(eps_mach L / h) ~ 1e-10
-    for (i, j) in [(0, 0), (1, 2), (2, 1)]:
+    for i, j in [(0, 0), (1, 2), (2, 1)]:
         E = np.zeros((3, 3))
         E[i, j] = h
         fd = (loss(V + E, W) - loss(V - E, W)) / (2 * h)
         np.testing.assert_allclose(dV[i, j], fd, rtol=1e-6, atol=1e-8)
-    for (i, j) in [(0, 5), (4, 8), (8, 8), (2, 3), (7, 1)]:
+    for i, j in [(0, 5), (4, 8), (8, 8), (2, 3), (7, 1)]:
         E = np.zeros((9, 9))
         E[i, j] = h
         fd = (loss(V, W + E) - loss(V, W - E)) / (2 * h)
@@ -291,12 +292,17 @@ def test_reduced_gradient_monte_carlo_against_exact_law():
     assert np.all(exact.se_V == 0)
     mc = rw.reduced_gradient(spec, rw.sample_walks(spec, 20000, 2), V, a, c)
     for blk in ("V", "a", "c"):
-        assert_mc_close(getattr(mc, "G_" + blk), getattr(mc, "se_" + blk), getattr(exact, "G_" + blk),
-                        atol=1e-13, what=f"G_{blk}")  # atol: round-off of the 512-walk exact sum
+        assert_mc_close(
+            getattr(mc, "G_" + blk), getattr(mc, "se_" + blk), getattr(exact, "G_" + blk), atol=1e-13, what=f"G_{blk}"
+        )  # atol: round-off of the 512-walk exact sum
     assert_mc_close(mc.loss, mc.se_loss, exact.loss, atol=1e-13, what="loss")
     wrong = rw.reduced_gradient(spec, rw.enumerate_walks(spec), V.T, a, c)  # negative control: row/column mix-up
-    assert_mc_rejects(np.concatenate([mc.G_V.ravel(), mc.G_a]), np.concatenate([mc.se_V.ravel(), mc.se_a]),
-                      np.concatenate([wrong.G_V.ravel(), wrong.G_a]), what="V transposed")
+    assert_mc_rejects(
+        np.concatenate([mc.G_V.ravel(), mc.G_a]),
+        np.concatenate([mc.se_V.ravel(), mc.se_a]),
+        np.concatenate([wrong.G_V.ravel(), wrong.G_a]),
+        what="V transposed",
+    )
 
 
 def test_gradient_standard_error_matches_seed_spread():
@@ -360,8 +366,9 @@ def test_W2_closed_form_against_monte_carlo():
     law = rw.enumerate_walks(spec)
     gq = V1[law.label[:, None], law.context]
     gbar = gq.sum(axis=1) / spec.N
-    c_wrong = spec.eta / spec.N * np.append((law.weights / spec.eps) @ (gq - gbar[:, None]),
-                                            (law.weights / spec.eps) @ -gbar)
+    c_wrong = (
+        spec.eta / spec.N * np.append((law.weights / spec.eps) @ (gq - gbar[:, None]), (law.weights / spec.eps) @ -gbar)
+    )
     assert_mc_rejects(spec.eta * g.G_c, spec.eta * g.se_c, c_wrong, what="kappa = 1/eps")
 
 
@@ -406,8 +413,14 @@ def test_random_start_is_off_the_family():
     spec = rw.RandomWalkTask(K=4, N=7, M=12, p=0.5)
     rng = np.random.default_rng(0)
     sample = rw.sample_walks(spec, 100, 3)
-    tr = rw.full_gd(spec, sample, 3, V0=0.01 * rng.normal(size=(4, 4)) + 1.0, W0=0.01 * rng.normal(size=(16, 16)),
-                    normalize_tokens=True)
+    tr = rw.full_gd(
+        spec,
+        sample,
+        3,
+        V0=0.01 * rng.normal(size=(4, 4)) + 1.0,
+        W0=0.01 * rng.normal(size=(16, 16)),
+        normalize_tokens=True,
+    )
     off = tr["off"].values[0]
     # GD increments lie on the family (rank one along x~_N), so the random start's off-family part is frozen while
     # the on-family part grows: off starts near 1 and decreases, but stays clearly positive.
@@ -419,8 +432,10 @@ def test_random_start_is_off_the_family():
 # ---------------------------------------------------------------------------------------------------------------------
 
 # Appendix R: V^(1) by cyclic offset k = (row - col) mod 6, printed to 6 decimals (so abs 5e-7 = half a last digit)
-_V1_REF = {0.5: [0.278732, 0.278732, 0.273005, 0.267278, 0.273005, 0.278732],
-           0.7: [0.274824, 0.282340, 0.278878, 0.270799, 0.271040, 0.271603]}
+_V1_REF = {
+    0.5: [0.278732, 0.278732, 0.273005, 0.267278, 0.273005, 0.278732],
+    0.7: [0.274824, 0.282340, 0.278878, 0.270799, 0.271040, 0.271603],
+}
 
 
 @pytest.mark.parametrize("p", [0.5, 0.7])
@@ -565,8 +580,10 @@ def test_direction_claims():
         tr = rw.map(spec, 160, walks=train, saveat=SaveAt(steps=steps))
         V = rw.unpack_state(spec, tr.states()[0])[0]
         C_hat = rw.empirical_transitions(train, 6)
-        out[p] = (np.array([rw.direction_errors(v, p)["dist_V_Pi"] for v in V]),
-                  np.array([rw.direction_error(v, np.sqrt(C_hat.T)) for v in V]))
+        out[p] = (
+            np.array([rw.direction_errors(v, p)["dist_V_Pi"] for v in V]),
+            np.array([rw.direction_error(v, np.sqrt(C_hat.T)) for v in V]),
+        )
     d_pi, d_chat = out[0.5]
     assert np.all(np.diff(d_pi) < 0)
     # sqrt(t) dist is flat on the O(1/sqrt T) branch (Sec. C.7: 1.24, 1.24, 1.25); allow a 40% drift before the floor
@@ -648,8 +665,9 @@ def test_onehot_code_dynamics_do_not_depend_on_M_beyond_N(normalize_tokens):
     np.testing.assert_allclose(tb.states()[0], ts.states()[0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(tb["loss"].values, ts["loss"].values, rtol=1e-12)
     assert names == rw.state_names(small)
-    other = rw.full_gd(small, sample, 15, V0=V0, W0=0.01 * rng.standard_normal((b, b)),
-                       normalize_tokens=normalize_tokens)
+    other = rw.full_gd(
+        small, sample, 15, V0=V0, W0=0.01 * rng.standard_normal((b, b)), normalize_tokens=normalize_tokens
+    )
     assert np.abs(other.states()[0] - tb.states()[0]).max() > 1e-6
 
 
@@ -705,7 +723,8 @@ def test_map_over_a_sequence_of_walk_samples_equals_the_per_sample_calls():
         for name in list(rw.state_names(task)) + ["loss", "acc"]:
             np.testing.assert_array_equal(batched[name].values[i], one[name].values[0])
     shared = rw.map(task, 4, walks=train[:2], test=test[0], saveat=sv)
-    np.testing.assert_array_equal(shared["acc"].values[1], rw.map(task, 4, walks=train[1], test=test[0],
-                                                                   saveat=sv)["acc"].values[0])
+    np.testing.assert_array_equal(
+        shared["acc"].values[1], rw.map(task, 4, walks=train[1], test=test[0], saveat=sv)["acc"].values[0]
+    )
     with pytest.raises(ValueError, match="test"):
         rw.map(task, 4, walks=train, test=test[:2])

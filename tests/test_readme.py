@@ -11,8 +11,9 @@ from figures import registry
 from figures.__main__ import MARKDOWN_HEADER, main, markdown_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-TABLE_RE = re.compile(r"<!-- figure-table: python -m figures list --markdown -->\n(.*?)\n<!-- end figure-table -->",
-                      re.S)
+TABLE_RE = re.compile(
+    r"<!-- figure-table: python -m figures list --markdown -->\n(.*?)\n<!-- end figure-table -->", re.S
+)
 
 
 def test_readme_figure_table_is_current():

@@ -53,8 +53,16 @@ def test_mdd_is_the_deviation_detected_with_80_percent_power_by_simulation():
     shortcut allowance + (t_{1-level/2} + t_{0.8}) SE (power 0.74 at 7 df) must be rejected by the same rule."""
     n, sigma, allowance, reps = 8, 1.0, 0.3, 20_000
     true_se = sigma / np.sqrt(n)
-    row = GapRow.from_stats(quantity="q", time=0.0, theory=0.0, mean=0.0, se=true_se, n_seeds=n,
-                            allowance=allowance, allowance_source="test band")
+    row = GapRow.from_stats(
+        quantity="q",
+        time=0.0,
+        theory=0.0,
+        mean=0.0,
+        se=true_se,
+        n_seeds=n,
+        allowance=allowance,
+        allowance_source="test band",
+    )
     rng = np.random.default_rng(11)
 
     def fail_rate(delta):
@@ -214,7 +222,7 @@ def test_runtime_counts_a_shared_run_once_and_the_report_states_build_time_and_l
     assert summary["runtime_s_counted_once"] == a["runtime_s"]
     text = result.path.read_text()
     assert "Build time: <b>" in text and "load average (1, 5, 15 min)" in text
-    assert "the runs of <a href=\"#fig-toy.a\">toy.a</a> (counted there)" in text
+    assert 'the runs of <a href="#fig-toy.a">toy.a</a> (counted there)' in text
     assert summary["cpus"] >= 1
     assert summary["load_start"] is None or len(summary["load_start"]) == 3  # None where the OS has no load average
 

@@ -27,7 +27,7 @@ def weak_corr(K=2, M=1000):
     P = np.zeros((K, 1 + 4 * K))
     P[:, 0] = 0.15
     for n in range(K):
-        P[n, 1 + 4 * n: 5 + 4 * n] = 0.2125
+        P[n, 1 + 4 * n : 5 + 4 * n] = 0.2125
     return ss.SequenceClasses.from_P(P, M=M, name="P7")
 
 
@@ -36,7 +36,7 @@ def p8_layout(K=2, M=1000):
     P = np.zeros((K, 1 + 5 * K))
     P[:, 0] = 0.3
     for n in range(K):
-        P[n, 1 + 5 * n: 6 + 5 * n] = 0.7 * np.array([0.2, 0.4, 0.6, 0.8, 1.0]) / 3.0
+        P[n, 1 + 5 * n : 6 + 5 * n] = 0.7 * np.array([0.2, 0.4, 0.6, 0.8, 1.0]) / 3.0
     return ss.SequenceClasses.from_P(P, M=M, name="P8")
 
 
@@ -113,7 +113,7 @@ def test_population_gradient_is_lemma1_with_exact_token_proportions():
         Yf = np.zeros((M, M))
         Yf[:Lc] = Yr
         Zf = np.zeros((M, M))
-        Zf[Lc:Lc + Q, :Lc] = Zr
+        Zf[Lc : Lc + Q, :Lc] = Zr
         return sum(cl.pi[n] * objective(Yf, Zf, seqs[n], Lc + cl.psi[n], cl.tgt[n]) for n in range(K))
 
     gY, gZ = ss.population_gradient(cl, Y, Z)
@@ -126,8 +126,7 @@ def test_population_gradient_is_lemma1_with_exact_token_proportions():
     Yeq = Y.copy()
     rest = np.setdiff1d(np.arange(M), cl.tgt)
     Yeq[:, rest] = Y[:, rest[:1]]
-    gYl, gZl = ss.population_gradient(cl, np.concatenate([Yeq[:, cl.tgt], Yeq[:, rest[:1]]], axis=1), Z,
-                                      lumped=True)
+    gYl, gZl = ss.population_gradient(cl, np.concatenate([Yeq[:, cl.tgt], Yeq[:, rest[:1]]], axis=1), Z, lumped=True)
     gYu, gZu = ss.population_gradient(cl, Yeq, Z)
     np.testing.assert_allclose(gYl[:, :K], gYu[:, cl.tgt], rtol=0, atol=1e-14)  # float64 round-off
     np.testing.assert_allclose(gYl[:, K], gYu[:, rest[0]], rtol=0, atol=1e-14)
@@ -144,8 +143,8 @@ def numpy_rhs(cl, eta_Y, eta_Z, with_pi=True):
     Lc, Q, M = cl.Lc, cl.Q, cl.M
 
     def rhs(t, y):
-        Y = y[:Lc * M].reshape(Lc, M)
-        Z = y[Lc * M:].reshape(Q, Lc)
+        Y = y[: Lc * M].reshape(Lc, M)
+        Z = y[Lc * M :].reshape(Q, Lc)
         dY, dZ = np.zeros_like(Y), np.zeros_like(Z)
         for n in range(cl.K):
             m = cl.psi[n]
@@ -175,26 +174,28 @@ def test_exact_flow_matches_solve_ivp():
     Z0 = rng.uniform(-0.3, 0.3, size=(cl.Q, cl.Lc))
     ts = np.array([0.0, 1.0, 5.0, 20.0])
     y0 = np.concatenate([Y0.ravel(), Z0.ravel()])
-    ref = scipy.integrate.solve_ivp(numpy_rhs(cl, 1.5, 0.8), (0, 20), y0, method="DOP853", t_eval=ts,
-                                    rtol=1e-10, atol=1e-12).y.T
+    ref = scipy.integrate.solve_ivp(
+        numpy_rhs(cl, 1.5, 0.8), (0, 20), y0, method="DOP853", t_eval=ts, rtol=1e-10, atol=1e-12
+    ).y.T
     tr = ss.flow(task, (0, 20), Y0=Y0, Z0=Z0, saveat=SaveAt(ts=ts), lumped=False)
     # one state variable z (trajectory, time, query_token, token), coordinates m and l (issue 16: no z_{m}_{l} scalars)
     assert tr["z"].dims == ("trajectory", "time", "query_token", "token")
     assert list(tr["query_token"].values) == list(range(cl.Q)) and list(tr["token"].values) == list(range(cl.Lc))
     assert tr.state_names == ["z"] and not any(v.startswith("z_") for v in tr.data_vars)
     Zs = tr["z"].values[0].reshape(len(ts), -1)  # row-major z_{ml} at m*Lc + l, as the solve_ivp state
-    Zref = ref[:, cl.Lc * cl.M:]
+    Zref = ref[:, cl.Lc * cl.M :]
     # both adaptive at rtol 1e-10 over 20 time units of a smooth flow: global errors ~1e-9; 1e-8 leaves room
     np.testing.assert_allclose(Zs, Zref, rtol=0, atol=1e-8)
     Ys = tr["Y"].values[0].reshape(len(ts), -1)
-    np.testing.assert_allclose(Ys, ref[:, :cl.Lc * cl.M], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(Ys, ref[:, : cl.Lc * cl.M], rtol=0, atol=1e-8)
     # the fixed-step RK4 (dt = 0.05, error O(dt^4) ~ 1e-6 scale) on the same flow
     tr4 = ss.flow(task, (0, 20), Y0=Y0, Z0=Z0, saveat=SaveAt(ts=ts), lumped=False, solver=RK4(dt=0.05))
     np.testing.assert_allclose(tr4["z"].values[0].reshape(len(ts), -1), Zref, rtol=0, atol=1e-6)
     # negative control: the PAPER convention (pi_n dropped, errata E4) must be rejected at the same tolerance
-    wrong = scipy.integrate.solve_ivp(numpy_rhs(cl, 1.5, 0.8, with_pi=False), (0, 20), y0, method="DOP853",
-                                      t_eval=ts, rtol=1e-10, atol=1e-12).y.T
-    assert np.max(np.abs(wrong[:, cl.Lc * cl.M:] - Zref)) > 1e3 * 1e-8
+    wrong = scipy.integrate.solve_ivp(
+        numpy_rhs(cl, 1.5, 0.8, with_pi=False), (0, 20), y0, method="DOP853", t_eval=ts, rtol=1e-10, atol=1e-12
+    ).y.T
+    assert np.max(np.abs(wrong[:, cl.Lc * cl.M :] - Zref)) > 1e3 * 1e-8
 
 
 def test_lumped_equals_unlumped_from_zero_decoder():
@@ -220,8 +221,15 @@ def test_lumped_equals_unlumped_from_zero_decoder():
 def test_h_explicit_against_ode_and_implicit_form(M, eta_Y):
     taus = np.array([0.0, 0.3, 1.0, 7.0, 50.0, 400.0])
     h = ss.decoder_h(taus, M=M, eta_Y=eta_Y)
-    sol = scipy.integrate.solve_ivp(lambda t, y: eta_Y / ((M - 1) + np.exp(M * y)), (0, taus[-1]), [0.0],
-                                    method="DOP853", t_eval=taus, rtol=1e-13, atol=1e-15)
+    sol = scipy.integrate.solve_ivp(
+        lambda t, y: eta_Y / ((M - 1) + np.exp(M * y)),
+        (0, taus[-1]),
+        [0.0],
+        method="DOP853",
+        t_eval=taus,
+        rtol=1e-13,
+        atol=1e-15,
+    )
     np.testing.assert_allclose(h, sol.y[0], rtol=0, atol=1e-12)  # spec Sec. 6 item 2: < 1e-12
     # implicit solution exp(M h) + (M-1) M h = M eta_Y tau + 1, relative residual at round-off level
     resid = (np.exp(M * h) + (M - 1) * M * h) / (M * eta_Y * taus + 1) - 1
@@ -250,8 +258,10 @@ def test_lemma7_gap_and_gamma_integral():
     # Gamma(t) = eta_Z int_0^t gamma(u) du by adaptive quadrature (tolerance 1e-12 relative)
     kw = dict(M=34, K=2, eta_Y=1.3, eta_Z=0.7)
     for t in (0.5, 9.0, 120.0):
-        quad = kw["eta_Z"] * scipy.integrate.quad(lambda u: ss.speed_control(u, **kw)[0], 0, t, epsabs=0,
-                                                  epsrel=1e-12, limit=200)[0]
+        quad = (
+            kw["eta_Z"]
+            * scipy.integrate.quad(lambda u: ss.speed_control(u, **kw)[0], 0, t, epsabs=0, epsrel=1e-12, limit=200)[0]
+        )
         assert ss.speed_control(t, **kw)[1] == pytest.approx(quad, rel=1e-10)
 
 
@@ -259,8 +269,9 @@ def test_transition_landmarks_match_their_definitions():
     M, K, eta_Y = 1000, 4, 2.0
     tt = ss.transition_times(M=M, K=K, eta_Y=eta_Y)
     g = lambda t: -ss.speed_control(t, M=M, K=K, eta_Y=eta_Y, eta_Z=1.0)[0]  # noqa: E731
-    res = scipy.optimize.minimize_scalar(g, bounds=(0.5 * tt.t_peak, 2 * tt.t_peak), method="bounded",
-                                         options={"xatol": 1e-10})
+    res = scipy.optimize.minimize_scalar(
+        g, bounds=(0.5 * tt.t_peak, 2 * tt.t_peak), method="bounded", options={"xatol": 1e-10}
+    )
     assert res.x == pytest.approx(tt.t_peak, rel=1e-6)  # Brent on a smooth maximum: ~sqrt(eps) in argmax
     assert M * ss.decoder_h(tt.t_half / K, M=M, eta_Y=eta_Y) == pytest.approx(np.log(M - 1), rel=1e-12)
     x = (1 + tt.omega1) * np.log(M)  # larger root of exp(x) = (M-1) x (Sec. 2.4)
@@ -275,14 +286,16 @@ def test_reference_values_p1():
     kw = dict(M=34, eta_Y=1.0)
     rel = 1e-6  # spec Sec. 7: closed forms to 1e-6 relative
     np.testing.assert_allclose(ss.decoder_h([1, 10, 100], **kw), [0.028819854, 0.15127224, 0.23677914], rtol=rel)
-    np.testing.assert_allclose(ss.decoder_h_star(np.array([1, 10, 100]), **kw),
-                               [0.029411765, 0.15580401, 0.23750480], rtol=rel)
+    np.testing.assert_allclose(
+        ss.decoder_h_star(np.array([1, 10, 100]), **kw), [0.029411765, 0.15580401, 0.23750480], rtol=rel
+    )
     g, G = ss.speed_control([1, 10, 100], K=2, eta_Z=1.0, **kw)
     np.testing.assert_allclose(g, [0.45832716, 1.5607487, 0.15626218], rtol=rel)
     np.testing.assert_allclose(G, [0.23148384, 13.685748, 50.016764], rtol=rel)
     tt = ss.transition_times(M=34, K=2, eta_Y=1.0)
-    np.testing.assert_allclose([tt.t_peak, tt.t0p, tt.t0, tt.t_half],
-                               [6.5509293, 7.0527210, 14.105442, 8.6696911], rtol=rel)
+    np.testing.assert_allclose(
+        [tt.t_peak, tt.t0p, tt.t0, tt.t_half], [6.5509293, 7.0527210, 14.105442, 8.6696911], rtol=rel
+    )
 
 
 def test_reference_values_p2_fig9_and_fig3():
@@ -298,8 +311,9 @@ def test_reference_values_p2_fig9_and_fig3():
     assert B(50.0, 10**4, 0.5, 0.5) == pytest.approx(1.407816, abs=1e-6)
     assert B(50.0, 10**4, 8.0, 8.0) == pytest.approx(1.533215, abs=1e-6)
     # Fig. 3: chi(700) = exp(2 B_printed(700; C0 = 1)), K = 10, M = 1000, eta_Z = 0.5 (2 printed decimals)
-    chi = [np.exp(2 * ss.drive_B(700.0, M=1000, K=10, eta_Y=e, eta_Z=0.5, C0=1.0, form="paper"))
-           for e in (0.5, 1, 2, 5)]
+    chi = [
+        np.exp(2 * ss.drive_B(700.0, M=1000, K=10, eta_Y=e, eta_Z=0.5, C0=1.0, form="paper")) for e in (0.5, 1, 2, 5)
+    ]
     np.testing.assert_allclose(chi, [45.23, 34.72, 26.29, 18.01], atol=5e-3)
 
 
@@ -323,15 +337,42 @@ def test_reference_p4_momentum_map_syn_small():
     task = ss.ScanSnapTask(classes=ss.SequenceClasses.syn_small(), eta_Y=1.0, eta_Z=1.0)
     tr = ss.map(task, 48, momentum=0.9, saveat=SaveAt(steps=[0, 9, 10, 11, 48]))
     atol = 1e-7  # spec Sec. 7: discrete map 1e-7 absolute
-    np.testing.assert_allclose(tr["H_mean"].values[0], [2.1512817, 2.1088676, 2.0984380, 2.0883587, 1.9813818],
-                               atol=atol)
+    np.testing.assert_allclose(
+        tr["H_mean"].values[0], [2.1512817, 2.1088676, 2.0984380, 2.0883587, 1.9813818], atol=atol
+    )
     c = tr["c"].values[0, :, 0]
-    np.testing.assert_allclose(c[2, 10:20], [0.0064950013, 0.013130053, 0.020050365, 0.027411686, 0.035386138,
-                                             0.044168707, 0.053984618, 0.065097724, 0.077819974, 0.092521777],
-                               atol=atol)
-    np.testing.assert_allclose(c[4, 10:20], [0.0060132721, 0.012387612, 0.019522446, 0.027899496, 0.038138679,
-                                             0.051073734, 0.067856889, 0.090101413, 0.12006240, 0.16082317],
-                               atol=atol)
+    np.testing.assert_allclose(
+        c[2, 10:20],
+        [
+            0.0064950013,
+            0.013130053,
+            0.020050365,
+            0.027411686,
+            0.035386138,
+            0.044168707,
+            0.053984618,
+            0.065097724,
+            0.077819974,
+            0.092521777,
+        ],
+        atol=atol,
+    )
+    np.testing.assert_allclose(
+        c[4, 10:20],
+        [
+            0.0060132721,
+            0.012387612,
+            0.019522446,
+            0.027899496,
+            0.038138679,
+            0.051073734,
+            0.067856889,
+            0.090101413,
+            0.12006240,
+            0.16082317,
+        ],
+        atol=atol,
+    )
     np.testing.assert_allclose(c[[2, 4], 0], [0.056393396, 0.040612089], atol=atol)
     # negative control: the step convention off by one (state s+1 reported as s) is rejected
     assert abs(tr["H_mean"].values[0, 3] - 2.0984380) > 100 * atol
@@ -342,8 +383,9 @@ def test_reference_p5_syn_medium_map():
     assert (cl.K, cl.Q, cl.Lc, cl.M) == (2, 1, 30, 33)
     want = {(0.5, 1): 2.0370236, (1, 1): 1.9961558, (1, 10): 2.0993876, (3, 2): 1.9601336}
     for (eZ, ratio), H in want.items():
-        tr = ss.map(ss.ScanSnapTask(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ), 100, momentum=0.9,
-                    saveat=SaveAt(final=True))
+        tr = ss.map(
+            ss.ScanSnapTask(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ), 100, momentum=0.9, saveat=SaveAt(final=True)
+        )
         assert tr["H_mean"].values[0, -1] == pytest.approx(H, abs=1e-7)  # spec Sec. 7: map 1e-7 absolute
 
 
@@ -353,8 +395,15 @@ def test_reference_p5b_random_init_recipe():
     Y0, Z0 = np.stack([a for a, _ in inits]), np.stack([b for _, b in inits])
     want = {(0.5, 1): (1.9846813, 0.0411), (1, 10): (2.0779177, 0.0240)}
     for (eZ, ratio), (mean, std) in want.items():
-        tr = ss.map(ss.ScanSnapTask(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ), 100, momentum=0.9, Y0=Y0,
-                    Z0=Z0, lumped=False, saveat=SaveAt(final=True))
+        tr = ss.map(
+            ss.ScanSnapTask(classes=cl, eta_Y=eZ * ratio, eta_Z=eZ),
+            100,
+            momentum=0.9,
+            Y0=Y0,
+            Z0=Z0,
+            lumped=False,
+            saveat=SaveAt(final=True),
+        )
         H = tr["H_mean"].values[:, -1]
         assert H.mean() == pytest.approx(mean, abs=1e-6)  # spec Sec. 7: exact recipe, 1e-6 absolute
         assert H.std() == pytest.approx(std, abs=5e-5)  # printed to 3 significant digits
@@ -368,8 +417,9 @@ def test_reference_p6_composite_syn_small():
     np.testing.assert_allclose(tr["z"].sel(query_token=0, token=10).values[0, 1:], [0.003259, 0.004846], atol=atol)
     np.testing.assert_allclose(tr["z"].sel(query_token=0, token=0).values[0, 1:], [-0.168149, -0.373572], atol=atol)
     sat = ss.saturation_dz(task.classes, 0)
-    np.testing.assert_allclose(sat[10:19], [0.0050, 0.0204, 0.0472, 0.0872, 0.1438, 0.2231, 0.3367, 0.5108, 0.8304],
-                               atol=5e-5)  # printed to 4 decimals
+    np.testing.assert_allclose(
+        sat[10:19], [0.0050, 0.0204, 0.0472, 0.0872, 0.1438, 0.2231, 0.3367, 0.5108, 0.8304], atol=5e-5
+    )  # printed to 4 decimals
     assert np.isinf(sat[19]) and np.all(np.isnan(sat[:10]))
     # Theorem 3 in the composite ODE: r_{l/l'|n}(t) = r(0) chi_l(t) and the integrated form, to integrator precision
     z = tr["z"].sel(query_token=0).values[0]  # (time, Lc)
@@ -439,8 +489,9 @@ def test_theorem2_signs_along_exact_trajectory(make):
         known = np.isfinite(pred)
         assert np.all(np.sign(gZ[known]) == pred[known])
         D = ss.token_drive(task, Y[i], Z[i], lumped=True)  # Sec. 4.6: defined exactly on distinct tokens
-        assert np.array_equal(np.isfinite(D), np.stack([np.isin(np.arange(cl.Lc), cl.distinct_tokens(n))
-                                                        for n in range(cl.K)]))
+        assert np.array_equal(
+            np.isfinite(D), np.stack([np.isin(np.arange(cl.Lc), cl.distinct_tokens(n)) for n in range(cl.K)])
+        )
         assert np.all(D[np.isfinite(D)] > 0)
     if make is custom_one_common:
         assert pred[0, 0] == -1 and np.all(pred[0, 1:] == 1)
@@ -488,8 +539,11 @@ def test_bad_input_raises_value_error_naming_the_parameter():
     with pytest.raises(ValueError, match="class n=0 has no distinct token.*Theorem 3"):
         ss.saturation_dz(no_dt, 0)
     with pytest.raises(ValueError, match="pi must be uniform"):
-        ss.transition_time(ss.ScanSnapTask(classes=ss.SequenceClasses.from_P(np.full((2, 2), 0.5), M=4, pi=[0.3, 0.7]),
-                                           eta_Y=1.0, eta_Z=1.0))
+        ss.transition_time(
+            ss.ScanSnapTask(
+                classes=ss.SequenceClasses.from_P(np.full((2, 2), 0.5), M=4, pi=[0.3, 0.7]), eta_Y=1.0, eta_Z=1.0
+            )
+        )
     with pytest.raises(ValueError, match="momentum"):
         ss.map(ss.ScanSnapTask(classes=cl, eta_Y=1.0, eta_Z=1.0), 3, momentum=1.0)
     with pytest.raises(ValueError, match="one common token"):
@@ -518,16 +572,25 @@ def test_batched_learning_rates_equal_per_configuration_calls():
     Y0, Z0 = np.stack([a for a, _ in inits]), np.stack([b for _, b in inits])
     batched = ss.map(task, 15, momentum=mu, eta_Y=eY, eta_Z=eZ, Y0=Y0, Z0=Z0, lumped=False)
     for i in range(3):
-        one = ss.map(ss.ScanSnapTask(classes=classes, eta_Y=eY[i], eta_Z=eZ[i]), 15, momentum=mu[i],
-                     Y0=Y0[i], Z0=Z0[i], lumped=False)
+        one = ss.map(
+            ss.ScanSnapTask(classes=classes, eta_Y=eY[i], eta_Z=eZ[i]),
+            15,
+            momentum=mu[i],
+            Y0=Y0[i],
+            Z0=Z0[i],
+            lumped=False,
+        )
         np.testing.assert_array_equal(batched.Y.values[i], one.Y.values[0])
         np.testing.assert_array_equal(batched.H_mean.values[i], one.H_mean.values[0])
     # a scalar rate broadcasts over the init batch; an array broadcasts one init over the rates
     b2 = ss.map(task, 5, momentum=0.9, eta_Y=eY, Y0=Y0[0], Z0=Z0[0], lumped=False)
     assert b2.H_mean.shape == (3, 6)
-    np.testing.assert_array_equal(b2.H_mean.values[1], ss.map(
-        ss.ScanSnapTask(classes=classes, eta_Y=2.0, eta_Z=1.0), 5, momentum=0.9, Y0=Y0[0], Z0=Z0[0],
-        lumped=False).H_mean.values[0])
+    np.testing.assert_array_equal(
+        b2.H_mean.values[1],
+        ss.map(
+            ss.ScanSnapTask(classes=classes, eta_Y=2.0, eta_Z=1.0), 5, momentum=0.9, Y0=Y0[0], Z0=Z0[0], lumped=False
+        ).H_mean.values[0],
+    )
     # ODEs: the adaptive controller runs per trajectory, so per-configuration calls agree to the last bit too
     small = ss.SequenceClasses.syn_small()
     ts = ss.ScanSnapTask(classes=small, eta_Y=1.0, eta_Z=1.0)
@@ -536,10 +599,12 @@ def test_batched_learning_rates_equal_per_configuration_calls():
     cf_ = ss.composite_flow(ts, (0.0, 5.0), eta_Y=eY[1:], eta_Z=eZ[1:], saveat=save)
     for i in range(2):
         t1 = ss.ScanSnapTask(classes=small, eta_Y=eY[1 + i], eta_Z=eZ[1 + i])
-        np.testing.assert_allclose(ef.H_mean.values[i], ss.flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0],
-                                   rtol=0, atol=1e-14)  # 1e-14: float64 rounding of a 1e-10-rtol integration
-        np.testing.assert_allclose(cf_.H_mean.values[i],
-                                   ss.composite_flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0], rtol=0, atol=1e-14)
+        np.testing.assert_allclose(
+            ef.H_mean.values[i], ss.flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0], rtol=0, atol=1e-14
+        )  # 1e-14: float64 rounding of a 1e-10-rtol integration
+        np.testing.assert_allclose(
+            cf_.H_mean.values[i], ss.composite_flow(t1, (0.0, 5.0), saveat=save).H_mean.values[0], rtol=0, atol=1e-14
+        )
     with pytest.raises(ValueError, match="eta_Z"):
         ss.map(task, 5, eta_Y=eY, eta_Z=np.array([1.0, 2.0]))
     with pytest.raises(ValueError, match="momentum"):
@@ -568,7 +633,7 @@ def test_theorem3_bounds_hand_values_and_brute_force():
     def rhs(t, z):
         c = P * np.exp(z)
         f = c / np.linalg.norm(c)
-        return np.array([f[0] ** 2, f[1] ** 2, -f[2] ** 2])
+        return np.array([f[0] ** 2, f[1] ** 2, -(f[2] ** 2)])
 
     t = np.linspace(0.0, 10.0, 201)
     sol = scipy.integrate.solve_ivp(rhs, (0.0, 10.0), np.zeros(3), t_eval=t, rtol=1e-12, atol=1e-14)

@@ -64,8 +64,8 @@ def _dense_ascent(y, classes, lay):
 def _numpy_ascent(y, classes, lay):
     """The same directions vectorised with numpy (softmax by scipy): an independent evaluation order."""
     P, Lc, Q, ncol = classes.P, classes.Lc, classes.Q, len(lay.mult)
-    Y = y[:Lc * ncol].reshape(Lc, ncol)
-    Z = y[Lc * ncol:].reshape(Q, Lc)
+    Y = y[: Lc * ncol].reshape(Lc, ncol)
+    Z = y[Lc * ncol :].reshape(Q, Lc)
     with np.errstate(divide="ignore"):
         F = scipy.special.softmax(np.log(P) + Z[classes.psi], axis=1)
     F /= np.linalg.norm(F, axis=1, keepdims=True)
@@ -97,8 +97,9 @@ def test_support_ascent_equals_the_dense_formula_bit_for_bit(name, classes, scal
     lay = ss._layout(classes, lumped)
     p = ss._params(classes, lay)
     rng = np.random.default_rng(0)
-    y = ss._initial_state(classes, lay, None, None)[0] + rng.normal(0, scale, ss._initial_state(
-        classes, lay, None, None).shape[1])
+    y = ss._initial_state(classes, lay, None, None)[0] + rng.normal(
+        0, scale, ss._initial_state(classes, lay, None, None).shape[1]
+    )
     out = np.empty_like(y)
     K.ascent(y, p, out)
     np.testing.assert_array_equal(out, _dense_ascent(y, classes, lay))

@@ -43,7 +43,7 @@ def _reference_normals(g: np.random.SFC64, n: int, sign_bit: int = 8):
     """Ziggurat of the module notes in plain Python: layer = 8 low bits, sign = bit ``sign_bit``, abscissa = the
     top 53 bits times 2^-53 X[i]; inside X[i+1] accept, layer 0 beyond it: Marsaglia's tail; else the wedge test
     with a fresh 53-bit uniform, rejection draws afresh. Returns the draws and the numbers of tail / wedge events."""
-    X, F, u53 = _ZIG_X, _ZIG_F, 2.0 ** -53
+    X, F, u53 = _ZIG_X, _ZIG_F, 2.0**-53
     out, tails, wedges = [], 0, 0
     while len(out) < n:
         u = int(g.random_raw())
@@ -76,7 +76,7 @@ def test_block_generator_is_numpy_sfc64_from_the_documented_start_state():
         np.testing.assert_array_equal(rng._state[s], g.state["state"]["state"])
     u = rng.uniform((2000,)).numpy()
     for s, g in enumerate(refs):
-        np.testing.assert_array_equal(u[s], (g.random_raw(2000) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53)
+        np.testing.assert_array_equal(u[s], (g.random_raw(2000) >> np.uint64(11)).astype(np.float64) * 2.0**-53)
 
 
 def test_compiled_ziggurat_equals_the_plain_python_ziggurat_bit_for_bit():

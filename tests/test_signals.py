@@ -46,8 +46,9 @@ def hanging_registry() -> registry.Registry:
     """Two figures with different data sources (so the two workers each take one); rebuilt in the workers."""
     reg = registry.Registry(models=("toy",), package=None, factory=hanging_registry)
     for name in ("toy.a", "toy.b"):
-        reg.register(name=name, model="toy", paper="Toy", spec="toy.md", caption="Hangs.", params=TOY_PARAMS,
-                     plot=toy_plot)(_hanging_data)
+        reg.register(
+            name=name, model="toy", paper="Toy", spec="toy.md", caption="Hangs.", params=TOY_PARAMS, plot=toy_plot
+        )(_hanging_data)
     return reg
 
 
@@ -77,10 +78,18 @@ def _group_members(pgid: int) -> list[int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups read from Linux /proc")
 @pytest.mark.parametrize("how", ["SIGTERM to the parent", "Ctrl-C to the group"])
 def test_report_stops_quickly_with_its_workers_and_leaves_no_temp_files(tmp_path, how):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               **{ENV_DIR: str(tmp_path)})
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=ROOT, env=env,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **{ENV_DIR: str(tmp_path)}
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240  # two spawned workers importing the toolkit on a busy machine
         while len(list(tmp_path.glob("started.*"))) < 2:
@@ -114,10 +123,18 @@ def test_figures_make_stops_on_sigterm_and_removes_its_temp_file(tmp_path):
     """``figures make`` builds in its own process: SIGTERM ends it through the atomic writer's clean-up."""
     code = _CHILD.replace("['report', '--preset', 'tiny', '--jobs', '2',", "['make', 'toy.a', '--preset', 'tiny',")
     code = code.replace("'--out', sys.argv[1] + '/report'", "'--out', sys.argv[1] + '/out'")
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               **{ENV_DIR: str(tmp_path)})
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **{ENV_DIR: str(tmp_path)}
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "started.toy.a").exists():

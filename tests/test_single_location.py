@@ -44,19 +44,54 @@ POINTS = {
 }
 # spec Sec. 10.2: five partials and the tangent-gradient norms
 PARTIALS = {
-    "P1": (5.459230206e-03, -9.999779095e-01, 8.145759826e+01, -8.703315747e-05, 3.357087650e+01, 3.250496233e+01,
-           9.569264898e+01),
+    "P1": (
+        5.459230206e-03,
+        -9.999779095e-01,
+        8.145759826e01,
+        -8.703315747e-05,
+        3.357087650e01,
+        3.250496233e01,
+        9.569264898e01,
+    ),
     "P2": (3.954417312e-02, -9.267174468e-01, 0, 0, 0, 1.723690544e-02, 5.560304681e-01),
-    "P3": (-7.040538084e-59, -1.000000000e+00, 0, 0, 0, 0, 0),
-    "P4": (-1.753360693e-04, 9.999984133e-01, -4.169134084e+01, 3.549323986e-06, 4.305607642e+01, 4.107288458e+01,
-           7.268011785e+01),
-    "P5": (3.732080137e+00, -5.699986906e-01, 3.042889614e+00, -7.268172006e-01, 6.953699674e+00, 7.831288311e+00,
-           6.726897942e+00),
-    "P6": (5.887281043e-01, -6.425360329e-02, 2.084809841e+00, -9.599972517e-01, 8.085980031e-01, 1.401535240e+00,
-           2.196502049e+00),
+    "P3": (-7.040538084e-59, -1.000000000e00, 0, 0, 0, 0, 0),
+    "P4": (
+        -1.753360693e-04,
+        9.999984133e-01,
+        -4.169134084e01,
+        3.549323986e-06,
+        4.305607642e01,
+        4.107288458e01,
+        7.268011785e01,
+    ),
+    "P5": (
+        3.732080137e00,
+        -5.699986906e-01,
+        3.042889614e00,
+        -7.268172006e-01,
+        6.953699674e00,
+        7.831288311e00,
+        6.726897942e00,
+    ),
+    "P6": (
+        5.887281043e-01,
+        -6.425360329e-02,
+        2.084809841e00,
+        -9.599972517e-01,
+        8.085980031e-01,
+        1.401535240e00,
+        2.196502049e00,
+    ),
     "P7": (0, 0, -7.506505089e-02, -9.527097738e-01, 0, 0, 6.005204071e-02),
-    "P8": (-1.290571578e-01, 4.991292994e-01, 6.824862343e+01, -9.101548529e-04, -1.277070927e+01, 1.270655135e+01,
-           7.532147159e+01),
+    "P8": (
+        -1.290571578e-01,
+        4.991292994e-01,
+        6.824862343e01,
+        -9.101548529e-04,
+        -1.277070927e01,
+        1.270655135e01,
+        7.532147159e01,
+    ),
 }
 # spec Sec. 10.3: zeta(t, g), d zeta/dt, zeta(0, lambda), oracle risk, linear risk
 ZETAS = {
@@ -96,7 +131,7 @@ def test_risk_reference_values(name):
     # 10 decimals printed: the tolerance is the rounding of the table (spec Sec. 10: ~1e-10 relative)
     assert _close_to_printed(sl.risk(task, lam, *state), R, decimals=10)
     assert _close_to_printed(sl.manifold_risk(task, lam, state[0], state[1]), RM, decimals=10)
-    assert sl.excess_risk(task, lam, *state) == pytest.approx(R - task.eps ** 2, abs=1e-10)
+    assert sl.excess_risk(task, lam, *state) == pytest.approx(R - task.eps**2, abs=1e-10)
 
 
 def _tangent_norms(state, partials):
@@ -142,8 +177,9 @@ def test_zeta_oracle_and_linear_reference_values(name):
 def test_linear_risk_reference_values():
     """Spec Sec. 10.3 (Prop. 3 values)."""
     assert _close_to_printed(sl.linear_risk(sl.SingleLocationTask(d=10, L=10)), 0.4736842105, decimals=10)
-    assert _close_to_printed(sl.linear_risk(sl.SingleLocationTask(d=10, L=4, gamma=1.5, noise=0.2)), 1.3257142857,
-                             decimals=10)
+    assert _close_to_printed(
+        sl.linear_risk(sl.SingleLocationTask(d=10, L=4, gamma=1.5, noise=0.2)), 1.3257142857, decimals=10
+    )
     task = sl.SingleLocationTask(d=10, L=3, gamma=0.6)
     assert _close_to_printed(sl.linear_risk(task, [0.6, 0.3, 0.1]), 0.2684394813, decimals=10)
     assert sl.linear_risk(sl.SingleLocationTask(d=10, L=1, noise=0.3)) == pytest.approx(0.09, abs=1e-16)  # L = 1: eps^2
@@ -177,7 +213,7 @@ def test_bayes_lower_bound_and_oracle_limits():
     # spec Sec. 5.3 numerical illustration (gamma^2 = 1/2, lambda = d^(-1/4), L = 10), 3 significant digits printed
     for d, ref in ((1e2, 0.959), (1e3, 0.341), (1e4, 0.112), (1e5, 0.0360), (1e6, 0.0114), (1e8, 0.00115)):
         task = sl.SingleLocationTask(d=int(d), L=10)
-        assert _close_to_printed(sl.oracle_risk(task, d ** -0.25), ref, sig=3)
+        assert _close_to_printed(sl.oracle_risk(task, d**-0.25), ref, sig=3)
     # spec Sec. 8.2: value at the origin of the five scalars at lambda = 1, d = 400
     task = sl.SingleLocationTask(d=400, L=10)
     assert _close_to_printed(sl.risk(task, 1.0, 0, 0, 0, 0, 0), 4.848, decimals=3)
@@ -280,8 +316,10 @@ def _random_states(n, rng, dim=6):
     return np.stack([k[:, 0], v[:, 1], v[:, 0], k[:, 1], np.sum(k * v, axis=1)], axis=1)
 
 
-@pytest.mark.parametrize(("d", "L", "gamma", "lam"), [(400, 10, G_HALF, 0.1), (80, 10, G_HALF, 2.0), (20, 5, 1.0, 0.5),
-                                                      (50, 1, 1.5, 0.3), (2000, 3, 0.5, 5.0)])
+@pytest.mark.parametrize(
+    ("d", "L", "gamma", "lam"),
+    [(400, 10, G_HALF, 0.1), (80, 10, G_HALF, 2.0), (20, 5, 1.0, 0.5), (50, 1, 1.5, 0.3), (2000, 3, 0.5, 5.0)],
+)
 def test_partials_match_finite_differences(d, L, gamma, lam):
     task = sl.SingleLocationTask(d=d, L=L, gamma=gamma, noise=0.1)
     rng = np.random.default_rng(d + L)
@@ -290,10 +328,12 @@ def test_partials_match_finite_differences(d, L, gamma, lam):
     for state in states:
         got = sl.risk_partials(task, lam, *state)
         for j in range(5):
+
             def f(x, j=j, state=state):
                 st = state.copy()
                 st[j] = x
                 return sl.risk(task, lam, *st)
+
             x0 = state[j]
             fd = (f(x0 - 2 * h) - 8 * f(x0 - h) + 8 * f(x0 + h) - f(x0 + 2 * h)) / (12 * h)
             # 5-point stencil: truncation h^4/30 |R^(5)| with |R^(5)| <~ R (lambda s)^5 scaled away by the choice of
@@ -315,7 +355,7 @@ def test_partials_vanish_on_manifold():
     assert sl.risk_partials(task, 0.1, 0.3, 0.2)[1] == pytest.approx(fd_nu, abs=1e-8)  # R linear in nu: rounding
 
 
-@given(hst.integers(0, 2 ** 32 - 1), hst.floats(0.01, 5.0), hst.sampled_from([4, 20, 400]), hst.integers(1, 30))
+@given(hst.integers(0, 2**32 - 1), hst.floats(0.01, 5.0), hst.sampled_from([4, 20, 400]), hst.integers(1, 30))
 def test_risk_properties(seed, lam, d, L):
     """R >= eps^2 (the noise is independent of X); R is invariant under (k, v) -> (-k, -v), i.e.
     (kappa, nu, theta, eta, rho) -> (-kappa, -nu, -theta, -eta, rho) (the predictor is unchanged, spec Sec. 5.1), and
@@ -323,7 +363,7 @@ def test_risk_properties(seed, lam, d, L):
     task = sl.SingleLocationTask(d=d, L=L, noise=0.1)
     state = _random_states(1, np.random.default_rng(seed), dim=4)[0]
     r = sl.risk(task, lam, *state)
-    assert r >= task.eps ** 2
+    assert r >= task.eps**2
     flipped = sl.risk(task, lam, -state[0], -state[1], -state[2], -state[3], state[4])
     assert flipped == pytest.approx(r, rel=1e-13, abs=1e-13)  # rounding of erf(-x) = -erf(x) paths
     # (theta, eta, rho) -> -(theta, eta, rho) (Gram congruence by diag(1, -1, 1, -1); spec Sec. 7.4)
@@ -345,13 +385,24 @@ def test_broadcasting_shapes():
 def test_manifold_map_reference_trajectory():
     """Spec Sec. 10.5(a) (12 decimals printed; brute-force deviation 3.5e-13 there)."""
     task = sl.SingleLocationTask(d=400, L=10)
-    tr = sl.map(task, [0.05, 0.02], alpha=4e-3, n_steps=20000, lam=0.1, manifold=True,
-                saveat=SaveAt(steps=[0, 100, 1000, 5000, 20000]))
-    ref = np.array([[0.050000000000, 0.020000000000, 0.617028574377],
-                    [0.032501040274, 0.044504329894, 0.614525057592],
-                    [0.316496244335, 0.614357939606, 0.436003685227],
-                    [0.890810584661, 1.0, 0.115398224174],
-                    [0.982973307153, 1.0, 0.113694059283]])
+    tr = sl.map(
+        task,
+        [0.05, 0.02],
+        alpha=4e-3,
+        n_steps=20000,
+        lam=0.1,
+        manifold=True,
+        saveat=SaveAt(steps=[0, 100, 1000, 5000, 20000]),
+    )
+    ref = np.array(
+        [
+            [0.050000000000, 0.020000000000, 0.617028574377],
+            [0.032501040274, 0.044504329894, 0.614525057592],
+            [0.316496244335, 0.614357939606, 0.436003685227],
+            [0.890810584661, 1.0, 0.115398224174],
+            [0.982973307153, 1.0, 0.113694059283],
+        ]
+    )
     got = np.stack([tr.kappa[0], tr.nu[0], tr.excess_risk[0]], axis=1)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-11)  # 12 decimals printed + accumulated rounding
     assert np.all(tr.distance_to_manifold.values == 0) and np.all(tr.theta.values == 0)
@@ -361,21 +412,66 @@ def test_manifold_map_reference_trajectory():
 def test_five_scalar_map_reference_trajectory():
     """Spec Sec. 10.5(b)."""
     task = sl.SingleLocationTask(d=400, L=10)
-    tr = sl.map(task, [0.03, -0.04, 0.05, 0.02, -0.06], alpha=1e-3, n_steps=50000, lam=0.9,
-                saveat=SaveAt(steps=[0, 100, 1000, 10000, 50000]))
-    ref = np.array([
-        [0.030000000000, -0.040000000000, 0.050000000000, 0.020000000000, -0.060000000000, 4.645833745408,
-         0.080622577483],
-        [-0.005124645051, -0.034963985248, 0.002485030379, 0.027692452702, 0.000307400241, 4.465692657846,
-         0.027805427664],
-        [-0.021205228192, -0.142557638543, 0.005909301830, 0.064448847546, 0.003031049267, 4.448678734041,
-         0.064790130867],
-        [-0.246286487780, -0.999703079217, -0.024242130919, 0.064445539859, -0.060804400253, 3.819329302494,
-         0.091859042066],
-        [-0.284740365427, -0.997012830923, -0.076949382008, 0.209515596603, -0.193198692016, 3.818581889025,
-         0.295201163968]])
-    got = np.concatenate([tr.states()[0, :, :5], tr.excess_risk.values[0, :, None],
-                          tr.distance_to_manifold.values[0, :, None]], axis=1)
+    tr = sl.map(
+        task,
+        [0.03, -0.04, 0.05, 0.02, -0.06],
+        alpha=1e-3,
+        n_steps=50000,
+        lam=0.9,
+        saveat=SaveAt(steps=[0, 100, 1000, 10000, 50000]),
+    )
+    ref = np.array(
+        [
+            [
+                0.030000000000,
+                -0.040000000000,
+                0.050000000000,
+                0.020000000000,
+                -0.060000000000,
+                4.645833745408,
+                0.080622577483,
+            ],
+            [
+                -0.005124645051,
+                -0.034963985248,
+                0.002485030379,
+                0.027692452702,
+                0.000307400241,
+                4.465692657846,
+                0.027805427664,
+            ],
+            [
+                -0.021205228192,
+                -0.142557638543,
+                0.005909301830,
+                0.064448847546,
+                0.003031049267,
+                4.448678734041,
+                0.064790130867,
+            ],
+            [
+                -0.246286487780,
+                -0.999703079217,
+                -0.024242130919,
+                0.064445539859,
+                -0.060804400253,
+                3.819329302494,
+                0.091859042066,
+            ],
+            [
+                -0.284740365427,
+                -0.997012830923,
+                -0.076949382008,
+                0.209515596603,
+                -0.193198692016,
+                3.818581889025,
+                0.295201163968,
+            ],
+        ]
+    )
+    got = np.concatenate(
+        [tr.states()[0, :, :5], tr.excess_risk.values[0, :, None], tr.distance_to_manifold.values[0, :, None]], axis=1
+    )
     # 12 decimals printed; 1e-10 allows the spec's brute-force deviation (8e-13) with margin
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
 
@@ -406,9 +502,9 @@ def _vectors_in_frame(states, k_star, v_star, rng):
     for kappa, nu, theta, eta, rho in states:
         basis = np.linalg.qr(np.column_stack([k_star, v_star, rng.standard_normal((d, 2))]))[0]
         basis[:, 0], basis[:, 1] = k_star, v_star  # qr may flip signs of the first two columns
-        a = math.sqrt(1 - kappa ** 2 - eta ** 2)
+        a = math.sqrt(1 - kappa**2 - eta**2)
         b = (rho - kappa * theta - eta * nu) / a
-        c = math.sqrt(1 - theta ** 2 - nu ** 2 - b ** 2)
+        c = math.sqrt(1 - theta**2 - nu**2 - b**2)
         ks.append(basis @ np.array([kappa, eta, a, 0.0]))
         vs.append(basis @ np.array([theta, nu, b, c]))
     return np.array(ks), np.array(vs)
@@ -437,9 +533,12 @@ def test_schedule_array_equals_schedule_object_and_logging_convention():
     assert np.array_equal(a.states(), b.states())
     # spec Sec. 0.3: the row at step n holds lambda_n and the risk of iterate n at lambda_n
     np.testing.assert_array_equal(a.lam.values[0], 1.0 / (1.0 + 1e-4 * a.step.values))
-    np.testing.assert_allclose(a.risk.values, sl.risk(task, a.lam.values, *(a[v].values for v in
-                                                                            ("kappa", "nu", "theta", "eta", "rho"))),
-                               rtol=1e-15, atol=0)
+    np.testing.assert_allclose(
+        a.risk.values,
+        sl.risk(task, a.lam.values, *(a[v].values for v in ("kappa", "nu", "theta", "eta", "rho"))),
+        rtol=1e-15,
+        atol=0,
+    )
     assert a.attrs["model"] == "single_location" and a.attrs["source"] == "closedform"
     assert a.attrs["time_unit"] == "step" and '"d":400' in a.attrs["spec_json"]
     # an array with one entry per update gives the same updates
@@ -450,10 +549,12 @@ def test_schedule_array_equals_schedule_object_and_logging_convention():
 def test_spurious_point_values_and_stationarity():
     """Spec Sec. 7.4 table (6 significant digits) and: S is a fixed point of the five-scalar map."""
     task = sl.SingleLocationTask(d=400, L=10)
-    for lam, theta_s, dist, exc, oracle in ((1 / 13, 0.817056, 1.29135, 0.068889, 0.075012),
-                                            (0.08, 0.785819, 1.27181, 0.074441, 0.078705),
-                                            (0.1, 0.629772, 1.18178, 0.115512, 0.113498),
-                                            (0.9, 0.090351, 1.00407, 3.984798, 3.819360)):
+    for lam, theta_s, dist, exc, oracle in (
+        (1 / 13, 0.817056, 1.29135, 0.068889, 0.075012),
+        (0.08, 0.785819, 1.27181, 0.074441, 0.078705),
+        (0.1, 0.629772, 1.18178, 0.115512, 0.113498),
+        (0.9, 0.090351, 1.00407, 3.984798, 3.819360),
+    ):
         S = sl.spurious_point(task, lam)
         assert S.exists
         # printed with 6 decimals (theta_S) and 5 decimals (dist_M)
@@ -493,22 +594,33 @@ def test_exactly_five_fixed_points_on_manifold(lam):
     assert len(fps) == 5
     assert found == {(fp.kappa, fp.nu) for fp in fps}
     kinds = {(fp.kappa, fp.nu): fp.stability for fp in fps}
-    assert kinds == {(0.0, 0.0): "saddle", (1.0, 1.0): "minimum", (-1.0, -1.0): "minimum", (1.0, -1.0): "maximum",
-                     (-1.0, 1.0): "maximum"}
+    assert kinds == {
+        (0.0, 0.0): "saddle",
+        (1.0, 1.0): "minimum",
+        (-1.0, -1.0): "minimum",
+        (1.0, -1.0): "maximum",
+        (-1.0, 1.0): "maximum",
+    }
     names = {(fp.kappa, fp.nu): fp.kind for fp in fps}
-    assert names == {(0.0, 0.0): "saddle", (1.0, 1.0): "oracle", (-1.0, -1.0): "oracle", (1.0, -1.0): "anti_oracle",
-                     (-1.0, 1.0): "anti_oracle"}
+    assert names == {
+        (0.0, 0.0): "saddle",
+        (1.0, 1.0): "oracle",
+        (-1.0, -1.0): "oracle",
+        (1.0, -1.0): "anti_oracle",
+        (-1.0, 1.0): "anti_oracle",
+    }
     # classification checked on the risk itself: corners are minima (maxima) when the risk grows (drops) towards
     # their neighbours in the square; the origin is a saddle when the finite-difference Hessian has det < 0
     for fp in fps:
         if fp.stability == "saddle":
             h = 1e-3
+
             def f(a, b):
                 return sl.manifold_risk(task, lam, a, b)
 
-            hkk = (f(h, 0) - 2 * f(0, 0) + f(-h, 0)) / h ** 2
+            hkk = (f(h, 0) - 2 * f(0, 0) + f(-h, 0)) / h**2
             hkn = (f(h, h) - f(h, -h) - f(-h, h) + f(-h, -h)) / (4 * h * h)
-            assert hkk * 0 - hkn ** 2 < 0 and abs(hkn) > 1e-3  # R_M is linear in nu: h_nn = 0
+            assert hkk * 0 - hkn**2 < 0 and abs(hkn) > 1e-3  # R_M is linear in nu: h_nn = 0
             continue
         nb = [(fp.kappa - 0.05 * np.sign(fp.kappa), fp.nu), (fp.kappa, fp.nu - 0.05 * np.sign(fp.nu))]
         diffs = [sl.manifold_risk(task, lam, a, b) - fp.risk for a, b in nb]
@@ -543,8 +655,15 @@ def test_pgd_from_manifold_starts_converges_to_oracle_corners():
     """Theorem 5 (spec Sec. 7.3): generic starts on M converge to (1, 1) or (-1, -1) (Fig. 4(b) setting)."""
     task = sl.SingleLocationTask(d=400, L=10)
     state0 = sl.sample_initial_state(task, 50, 2024, on="manifold")
-    tr = sl.map(task, state0, alpha=4e-3, n_steps=200_000, lam=0.1, manifold=True,
-                saveat=SaveAt(steps=[0, 5000, 20000, 200_000]))
+    tr = sl.map(
+        task,
+        state0,
+        alpha=4e-3,
+        n_steps=200_000,
+        lam=0.1,
+        manifold=True,
+        saveat=SaveAt(steps=[0, 5000, 20000, 200_000]),
+    )
     kappa, nu = tr.kappa.values, tr.nu.values
     assert np.all(np.sign(kappa[:, 1]) == np.sign(nu[:, 1]))  # sign(kappa) = sign(nu) by step 5 000 (spec Sec. 8.3)
     # spec Sec. 8.3: |kappa| at 20 000 in 0.982-0.984 (5-95% range); the kappa multiplier 0.99991446 (Sec. 7.2) makes
@@ -569,6 +688,7 @@ def test_sphere_initial_law_matches_explicit_vectors():
     k /= np.linalg.norm(k, axis=1, keepdims=True)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     slow = np.stack([k[:, 0], v[:, 1], v[:, 0], k[:, 1], np.sum(k * v, axis=1)], axis=1)
+
     def stats(s):
         return [s[:, 0], s[:, 4], s[:, 4] - s[:, 0] * s[:, 2] - s[:, 3] * s[:, 1], s[:, 0] * s[:, 2]]
 
@@ -586,9 +706,9 @@ def test_manifold_initial_law():
     task = sl.SingleLocationTask(d=d, L=3)
     st = sl.sample_initial_state(task, n, 9, on="manifold")
     assert np.all(st[:, 2:] == 0)
+
     def beta(m):  # coordinate law on S^{m-1}
         return scipy.stats.beta((m - 1) / 2, (m - 1) / 2)
-
 
     assert scipy.stats.kstest((st[:, 0] + 1) / 2, beta(d - 1).cdf).pvalue > 1e-4
     assert scipy.stats.kstest((st[:, 1] + 1) / 2, beta(d - 2).cdf).pvalue > 1e-4
@@ -624,8 +744,15 @@ def test_vectors_from_state_reproduce_scalars():
 # bad input
 
 
-@pytest.mark.parametrize(("kwargs", "word"), [({"d": 400, "L": 0}, "L"), ({"d": 400, "L": 10, "gamma": 0}, "gamma"),
-                                              ({"d": 400, "L": 10, "noise": -0.1}, "noise"), ({"d": 1, "L": 3}, "d")])
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [
+        ({"d": 400, "L": 0}, "L"),
+        ({"d": 400, "L": 10, "gamma": 0}, "gamma"),
+        ({"d": 400, "L": 10, "noise": -0.1}, "noise"),
+        ({"d": 1, "L": 3}, "d"),
+    ],
+)
 def test_bad_task(kwargs, word):
     with pytest.raises(ValueError, match=word):
         sl.SingleLocationTask(**kwargs)
@@ -680,8 +807,14 @@ def test_fig7b_fraction_of_runs_at_spurious_point():
     |kappa| in 0.982-0.984 and excess risk 0.1137 at step 20 000."""
     task = sl.SingleLocationTask(d=400, L=10)
     n = 400
-    tr = sl.map(task, sl.sample_initial_state(task, n, 77), alpha=4e-3, n_steps=20_000, lam=0.1,
-                saveat=SaveAt(steps=[0, 20_000]))
+    tr = sl.map(
+        task,
+        sl.sample_initial_state(task, n, 77),
+        alpha=4e-3,
+        n_steps=20_000,
+        lam=0.1,
+        saveat=SaveAt(steps=[0, 20_000]),
+    )
     at_s = _at_spurious(tr)
     frac = at_s.mean()
     # binomial SE of this estimate combined with that of the spec's pooled 49% (n = 4 600); 5 SE rule
@@ -699,8 +832,14 @@ def test_fig7b_fraction_of_runs_at_spurious_point():
 def test_fig4a_recovering_runs():
     """Spec Sec. 8.2: decreasing schedule lambda_n = 1/(1 + 1e-4 n), 120 000 steps, 30 sphere starts."""
     task = sl.SingleLocationTask(d=400, L=10)
-    tr = sl.map(task, sl.sample_initial_state(task, 30, 4), alpha=4e-3, n_steps=120_000, lam=sl.lam_schedule(1.0),
-                saveat=SaveAt(steps=[0, 1000, 60_000, 120_000]))
+    tr = sl.map(
+        task,
+        sl.sample_initial_state(task, 30, 4),
+        alpha=4e-3,
+        n_steps=120_000,
+        lam=sl.lam_schedule(1.0),
+        saveat=SaveAt(steps=[0, 1000, 60_000, 120_000]),
+    )
     # step 0: mean excess risk 5.25, 95% of starts in [4.87, 6.53]
     assert np.all((tr.excess_risk.values[:, 0] > 4.8) & (tr.excess_risk.values[:, 0] < 7.0))
     # step 1 000: v aligns first (|nu| ~ 0.98, |kappa| ~ 0.12; medians)
@@ -722,8 +861,9 @@ def test_pgd_stops_converged_trajectories_where_the_full_run_ends():
     task = sl.SingleLocationTask(d=400, L=10)
     state0 = sl.sample_initial_state(task, 16, rng=3)
     full = sl.map(task, state0, alpha=4e-3, n_steps=20_000, lam=0.1, saveat=dynamics.SaveAt(final=True))
-    fast = sl.map(task, state0, alpha=4e-3, n_steps=20_000, lam=0.1, saveat=dynamics.SaveAt(final=True),
-                  converged=1e-12)
+    fast = sl.map(
+        task, state0, alpha=4e-3, n_steps=20_000, lam=0.1, saveat=dynamics.SaveAt(final=True), converged=1e-12
+    )
     # a trajectory stops once an update moves no scalar by 1e-12; the map contracts at rate <= 0.99992 per step
     # near its attractors (spec Sec. 7.2), so the remaining distance is at most 1e-12 / (1 - 0.99992) ~ 1.3e-8
     for v in ("kappa", "nu", "theta", "eta", "rho"):

@@ -30,8 +30,15 @@ def _gauss_expect_quad(f):
     """E[f(Z)] by adaptive quadrature against the standard normal density (scipy.integrate.quad)."""
     with warnings.catch_warnings():  # quad warns that 1e-15 is unattainable; its result is still good to ~1e-16
         warnings.simplefilter("ignore", scipy.integrate.IntegrationWarning)
-        val, _ = scipy.integrate.quad(lambda z: f(z) * math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi), -40, 40,
-                                      points=[0.0], epsabs=1e-15, epsrel=1e-14, limit=400)
+        val, _ = scipy.integrate.quad(
+            lambda z: f(z) * math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi),
+            -40,
+            40,
+            points=[0.0],
+            epsabs=1e-15,
+            epsrel=1e-14,
+            limit=400,
+        )
     return val
 
 
@@ -65,8 +72,9 @@ def test_zeta_special_values():
     # exact 1/3; the arcsin form rounds asin(1/2) and 2/pi: a few ulps (ulp(1/3) = 5.6e-17)
     assert abs(special.zeta(0.0, SQRT_HALF) - 1 / 3) <= 3e-16
     assert special.zeta(np.inf, 0.3) == 1.0
-    np.testing.assert_allclose(special.zeta(np.linspace(-3, 3, 7), 0.0), scipy.special.erf(np.linspace(-3, 3, 7)) ** 2,
-                               rtol=0, atol=4e-16)  # g = 0: zeta = erf(t)^2 exactly, up to rounding
+    np.testing.assert_allclose(
+        special.zeta(np.linspace(-3, 3, 7), 0.0), scipy.special.erf(np.linspace(-3, 3, 7)) ** 2, rtol=0, atol=4e-16
+    )  # g = 0: zeta = erf(t)^2 exactly, up to rounding
 
 
 def test_owens_t_matches_scipy():
@@ -88,7 +96,11 @@ def test_zeta_derivatives_match_finite_differences(g):
     # 5-point stencil: truncation h^4/30 max|f^(5)| <= 3.4e-14 * 1e3 (|f^(5)| < 1e3 for these g), rounding about
     # 1.5 * eps * max|f| / h <= 3e-13 * max|f|: 1e-9 * max(1, |f|) leaves a wide margin and still catches any
     # wrong factor (the derivatives are O(0.1-10)).
-    for f, df in ((special.zeta, special.zeta_t), (special.zeta_t, special.zeta_tt), (special.zeta_tt, special.zeta_ttt)):
+    for f, df in (
+        (special.zeta, special.zeta_t),
+        (special.zeta_t, special.zeta_tt),
+        (special.zeta_tt, special.zeta_ttt),
+    ):
         fd = _five_point(lambda x, f=f: f(x, g), t, h)
         scale = max(1.0, float(np.max(np.abs(f(t, g)))))
         np.testing.assert_allclose(df(t, g), fd, rtol=0, atol=1e-9 * scale)
@@ -97,7 +109,7 @@ def test_zeta_derivatives_match_finite_differences(g):
 @pytest.mark.parametrize(("t", "g"), [(1.0, SQRT_HALF), (-2.5, 1.3), (0.3, 0.2), (4.0, 0.05)])
 def test_zeta_t_matches_quadrature_of_pathwise_derivative(t, g):
     """d/dt E[erf(t+gZ)^2] = E[2 erf(t+gZ) erf'(t+gZ)] (differentiation under the integral)."""
-    ref = _gauss_expect_quad(lambda z: 2 * math.erf(t + g * z) * 2 / math.sqrt(math.pi) * math.exp(-(t + g * z) ** 2))
+    ref = _gauss_expect_quad(lambda z: 2 * math.erf(t + g * z) * 2 / math.sqrt(math.pi) * math.exp(-((t + g * z) ** 2)))
     assert abs(special.zeta_t(t, g) - ref) <= 1e-13  # quadrature accuracy as in test_zeta_matches_direct_quadrature
 
 
@@ -118,11 +130,13 @@ def test_erf_derivative_matches_finite_differences():
 
 def test_reference_values_of_spec_table():
     """Spec Sec. 10.3 'Additional zeta values' (Owen-T = quadrature = 40-digit quadrature to <= 3e-16)."""
-    rows = [(0, SQRT_HALF, 0.3333333333333334, 0, 7.351051938957e-01),
-            (1, SQRT_HALF, 0.6154353631128272, 4.222845386880e-01, -4.486894785213e-02),
-            (-2.5, 1.3, 0.9005865888637415, -1.179743699641e-01, -9.299056611614e-02),
-            (5, 0.1, 0.9999999999949317, 5.066550472725e-11, -4.967206345776e-10),
-            (0.3, 0.2, 0.1406213219730784, 5.900880192692e-01, 1.546722512306e+00)]
+    rows = [
+        (0, SQRT_HALF, 0.3333333333333334, 0, 7.351051938957e-01),
+        (1, SQRT_HALF, 0.6154353631128272, 4.222845386880e-01, -4.486894785213e-02),
+        (-2.5, 1.3, 0.9005865888637415, -1.179743699641e-01, -9.299056611614e-02),
+        (5, 0.1, 0.9999999999949317, 5.066550472725e-11, -4.967206345776e-10),
+        (0.3, 0.2, 0.1406213219730784, 5.900880192692e-01, 1.546722512306e00),
+    ]
     for t, g, z, zt, ztt in rows:
         assert abs(special.zeta(t, g) - z) <= 1e-15  # 16 printed digits
         assert abs(special.zeta_t(t, g) - zt) <= 1e-12 * max(abs(zt), 1e-10)  # 13 significant digits printed

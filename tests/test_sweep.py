@@ -36,7 +36,7 @@ GRID = {"rate": [0.5, 0.9, 1.1], "x0": [1.0, 2.0], "n": 8}
 def _expected():
     rate = np.array(GRID["rate"])[:, None]
     x0 = np.array(GRID["x0"])[None, :]
-    return x0 * rate ** 8
+    return x0 * rate**8
 
 
 def test_local_sweep_is_a_dataset_over_the_grid_in_order():
@@ -50,8 +50,10 @@ def test_local_sweep_is_a_dataset_over_the_grid_in_order():
 
 def test_dask_local_cluster_gives_the_same_result_and_reports_failures():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
-            distributed.Client(cl) as client:
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl,
+        distributed.Client(cl) as client,
+    ):
         remote = sweep(model, GRID, client=client, chunk_size=2)
         with pytest.raises(SweepError) as info:
             sweep(fragile, GRID, client=client, chunk_size=1)
@@ -60,13 +62,14 @@ def test_dask_local_cluster_gives_the_same_result_and_reports_failures():
     where = {"executor", "chunk_size", "created_utc"}
     xr.testing.assert_identical(remote.drop_attrs(), local.drop_attrs())
     assert {k: v for k, v in remote.attrs.items() if k not in where} == {
-        k: v for k, v in local.attrs.items() if k not in where}
+        k: v for k, v in local.attrs.items() if k not in where
+    }
     assert remote.attrs["executor"].startswith("dask (")
     err = info.value
     assert len(err.failures) == 1 and err.failures[0]["rate"] == 0.5 and err.failures[0]["x0"] == 2.0
     assert "rate=0.5, x0=2.0" in str(err) and "boom" in str(err)
     part = err.partial
-    assert np.isnan(part.final.sel(rate=0.5, x0=2.0)) and part.final.sel(rate=0.9, x0=1.0) == pytest.approx(0.9 ** 8)
+    assert np.isnan(part.final.sel(rate=0.5, x0=2.0)) and part.final.sel(rate=0.9, x0=1.0) == pytest.approx(0.9**8)
 
 
 def test_spawned_processes_and_masked_errors():
@@ -81,7 +84,7 @@ def test_spawned_processes_and_masked_errors():
 def test_dataset_grid_zips_configurations_along_its_dimension():
     grid = xr.Dataset({"rate": ("config", [0.5, 0.9]), "x0": ("config", [1.0, 3.0])}, coords={"config": ["a", "b"]})
     ds = sweep(model, {"n": 8, **{k: grid[k] for k in grid.data_vars}}, processes=1)
-    np.testing.assert_allclose(ds.final.values, [0.5 ** 8, 3.0 * 0.9 ** 8], rtol=1e-14)
+    np.testing.assert_allclose(ds.final.values, [0.5**8, 3.0 * 0.9**8], rtol=1e-14)
     ds2 = sweep(lambda_free_model, grid, processes=1)
     assert ds2.final.dims == ("config",) and list(ds2.config.values) == ["a", "b"]
 
@@ -90,14 +93,19 @@ def lambda_free_model(rate, x0):
     return model(rate, x0, 8)
 
 
-@pytest.mark.parametrize("grid, match", [
-    ({"rate": xr.DataArray([0.5, 0.9], dims="c"), "x0": xr.DataArray([1.0, 2.0, 3.0], dims="c")},
-     r"'rate' and 'x0' share dimension 'c'.*\(2,\).*\(3,\)"),
-    ({"rate": [0.5, np.nan], "x0": [1.0]}, r"'rate' must be finite.*nan"),
-    ({"rate": np.ones((2, 2)), "x0": [1.0]}, r"'rate'.*shape \(2, 2\)"),
-    ({"rate": [], "x0": [1.0]}, r"'rate' must not be empty"),
-    ({}, "at least one parameter"),
-])
+@pytest.mark.parametrize(
+    "grid, match",
+    [
+        (
+            {"rate": xr.DataArray([0.5, 0.9], dims="c"), "x0": xr.DataArray([1.0, 2.0, 3.0], dims="c")},
+            r"'rate' and 'x0' share dimension 'c'.*\(2,\).*\(3,\)",
+        ),
+        ({"rate": [0.5, np.nan], "x0": [1.0]}, r"'rate' must be finite.*nan"),
+        ({"rate": np.ones((2, 2)), "x0": [1.0]}, r"'rate'.*shape \(2, 2\)"),
+        ({"rate": [], "x0": [1.0]}, r"'rate' must not be empty"),
+        ({}, "at least one parameter"),
+    ],
+)
 def test_bad_grids_name_the_parameter_and_shapes(grid, match):
     with pytest.raises(ValueError, match=match):
         sweep(model, grid, processes=1)
@@ -146,8 +154,7 @@ def test_kernels_load_safely_from_many_threads():
     def run():
         try:
             barrier.wait()
-            sl.map(task, np.array([[0.1, 0.2, 0.0, 0.0, 0.0]]), alpha=0.01, n_steps=5, lam=0.3,
-                   warn_unconverged=False)
+            sl.map(task, np.array([[0.1, 0.2, 0.0, 0.0, 0.0]]), alpha=0.01, n_steps=5, lam=0.3, warn_unconverged=False)
         except Exception as err:  # noqa: BLE001 - collected and asserted below
             errors.append(repr(err))
 

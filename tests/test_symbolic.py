@@ -23,12 +23,14 @@ from dynamics.symbolic import SymbolicModel, numba_function
 from dynamics.testing import assert_formula_close, assert_formula_rejects, assert_jacobian_close
 
 # child processes import the repository's packages whatever the caller's PYTHONPATH
-_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[1]),
-                                                    os.environ.get("PYTHONPATH", "")]))
+_ENV = dict(
+    os.environ,
+    PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+)
 
 x, y, z = sp.symbols("x y z", real=True)
 a, b = sp.symbols("a b", real=True)
-RISK = (x ** 2 - 1) ** 2 / 4 + a * y ** 2 / 2 + b * x * y * z + sp.exp(-x ** 2) * sp.erf(y) + sp.log(1 + z ** 2)
+RISK = (x**2 - 1) ** 2 / 4 + a * y**2 / 2 + b * x * y * z + sp.exp(-(x**2)) * sp.erf(y) + sp.log(1 + z**2)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,7 @@ def test_projected_map_on_a_product_of_spheres_matches_numpy_pgd():
     u = sp.symbols("u0:3", real=True)
     w = sp.symbols("w0:2", real=True)
     c = sp.symbols("c0:3", real=True)
-    R = -(sum(ui * ci for ui, ci in zip(u, c))) ** 2 - w[0] * u[0] + w[1] * u[2]
+    R = -((sum(ui * ci for ui, ci in zip(u, c))) ** 2) - w[0] * u[0] + w[1] * u[2]
     m = SymbolicModel.from_risk(R, u + w, c, spheres=[u, w])
     rng = np.random.default_rng(2)
     cvec, alpha = rng.standard_normal(3), 0.05
@@ -112,10 +114,12 @@ def test_projected_map_on_a_product_of_spheres_matches_numpy_pgd():
 def test_flow_through_the_engine_matches_scipy(model):
     p = np.array([1.0, 0.3, 0.1])
     x0 = np.array([0.4, -0.3, 0.8])
-    tr = model.integrate(x0, (0.0, 3.0), params=p, solver=dynamics.Dopri5(rtol=1e-11, atol=1e-13),
-                         saveat=SaveAt(final=True))
-    ref = scipy.integrate.solve_ivp(lambda t, s: model.vector_field(s, p), (0, 3.0), x0, method="DOP853",
-                                    rtol=1e-12, atol=1e-14)
+    tr = model.integrate(
+        x0, (0.0, 3.0), params=p, solver=dynamics.Dopri5(rtol=1e-11, atol=1e-13), saveat=SaveAt(final=True)
+    )
+    ref = scipy.integrate.solve_ivp(
+        lambda t, s: model.vector_field(s, p), (0, 3.0), x0, method="DOP853", rtol=1e-12, atol=1e-14
+    )
     # both solvers at <= 1e-11 relative local error over 3 time units of a contracting flow
     np.testing.assert_allclose(tr.states()[0, -1], ref.y[:, -1], rtol=0, atol=1e-9)
 
@@ -123,7 +127,7 @@ def test_flow_through_the_engine_matches_scipy(model):
 def test_order_params_give_the_same_derivatives_as_the_substituted_risk():
     k = sp.symbols("k0:3", real=True)
     q, r = sp.symbols("q r", real=True)
-    R = sp.exp(-q) * r ** 2 + sp.erf(q * r)
+    R = sp.exp(-q) * r**2 + sp.erf(q * r)
     over = {q: k[0] * k[1], r: k[0] ** 2 + k[2]}
     m1 = SymbolicModel.from_risk(R, k, [], order_params=over)
     m2 = SymbolicModel.from_risk(R.xreplace(over), k, [])
@@ -142,8 +146,8 @@ def test_registered_special_function_and_its_derivative_rules():
     from closedform import special
 
     def zeta_t(t, g):
-        qq, rr = sp.sqrt(1 + 2 * g ** 2), sp.sqrt(1 + 4 * g ** 2)
-        return 4 / (qq * sp.sqrt(sp.pi)) * sp.erf(t / (qq * rr)) * sp.exp(-(t / qq) ** 2)
+        qq, rr = sp.sqrt(1 + 2 * g**2), sp.sqrt(1 + 4 * g**2)
+        return 4 / (qq * sp.sqrt(sp.pi)) * sp.erf(t / (qq * rr)) * sp.exp(-((t / qq) ** 2))
 
     zeta = numba_function("zeta", special._zeta, (zeta_t, None))
     t, g = sp.symbols("t g", real=True)
@@ -202,8 +206,10 @@ def test_cached_builder_is_not_called_by_a_second_process():
     from closedform import single_location as sl
 
     first = sl._symbolic_scalar_model()
-    code = ("from closedform import single_location as sl\n"
-            "m = sl._symbolic_scalar_model()\n"
-            "print(hasattr(m, '_exprs'), m.path, ','.join(m.state_names))\n")
+    code = (
+        "from closedform import single_location as sl\n"
+        "m = sl._symbolic_scalar_model()\n"
+        "print(hasattr(m, '_exprs'), m.path, ','.join(m.state_names))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_ENV)
     assert out.stdout.split() == ["False", str(first.path), "kappa,nu,theta,eta,rho"]

@@ -70,8 +70,9 @@ def test_single_location_partials_and_risk_match_the_symbolic_derivative(d, L, l
     assert_formula_close(sl.risk(task, lam, *X.T), model.risk(X, p), rtol=RTOL, what="risk")
     # controls: one sign (the eta-term of R_theta) and one factor (the (L-1) of R_rho's B_2 term)
     sign = _mutant(_k._partials, "r_theta = (-2.0 * g * gamma * s * eta", "r_theta = (2.0 * g * gamma * s * eta")
-    factor = _mutant(_k._partials, "2.0 * (L - 1.0) * (B2 + (L - 2.0) * C * C) * rho",
-                     "2.0 * L * (B2 + (L - 2.0) * C * C) * rho")
+    factor = _mutant(
+        _k._partials, "2.0 * (L - 1.0) * (B2 + (L - 2.0) * C * C) * rho", "2.0 * L * (B2 + (L - 2.0) * C * C) * rho"
+    )
     for wrong in (sign, factor):
         assert_formula_rejects(_hand_partials(task, lam, X, wrong), sym, rtol=RTOL)
 
@@ -102,10 +103,16 @@ def test_single_location_pgd_map_matches_symbolic_and_generic_projected_descent(
     generic = np.column_stack([k[:, 0], v[:, 1], v[:, 0], k[:, 1], np.sum(k * v, axis=1)])
     # 1e-12 on the scalars, which are O(1); the frame vectors themselves carry ~1e-16 rounding
     assert_formula_close(hand(), generic, rtol=RTOL, what="five-scalar map vs generic PGD on spheres")
-    sign = _mutant(_k.five_update, "k0, k1, k2, k3 = 1.0 + alpha * kgk, -alpha * rr",
-                   "k0, k1, k2, k3 = 1.0 + alpha * kgk, alpha * rr")
-    factor = _mutant(_k.five_update, "v0, v1, v2, v3 = -alpha * rr, 1.0 + alpha * vgv",
-                     "v0, v1, v2, v3 = -alpha * rr, 1.0 + 2.0 * alpha * vgv")
+    sign = _mutant(
+        _k.five_update,
+        "k0, k1, k2, k3 = 1.0 + alpha * kgk, -alpha * rr",
+        "k0, k1, k2, k3 = 1.0 + alpha * kgk, alpha * rr",
+    )
+    factor = _mutant(
+        _k.five_update,
+        "v0, v1, v2, v3 = -alpha * rr, 1.0 + alpha * vgv",
+        "v0, v1, v2, v3 = -alpha * rr, 1.0 + 2.0 * alpha * vgv",
+    )
     for wrong in (sign, factor):
         assert_formula_rejects(hand(wrong), generic, rtol=RTOL)
 
@@ -120,8 +127,12 @@ def test_single_location_saddle_eigenvalue_from_the_symbolic_jacobian():
     g = lam * task.gamma
     q, r = np.sqrt(1 + 2 * g * g), np.sqrt(1 + 4 * g * g)
     c = lam * task.s / q
-    H = np.array([[8 * task.gamma ** 2 * c ** 2 / (np.pi * r), -4 * task.gamma ** 2 * c / np.sqrt(np.pi)],
-                  [-4 * task.gamma ** 2 * c / np.sqrt(np.pi), 0.0]])
+    H = np.array(
+        [
+            [8 * task.gamma**2 * c**2 / (np.pi * r), -4 * task.gamma**2 * c / np.sqrt(np.pi)],
+            [-4 * task.gamma**2 * c / np.sqrt(np.pi), 0.0],
+        ]
+    )
     np.testing.assert_allclose(J, np.eye(2) - alpha * H, rtol=0, atol=1e-15)  # entries O(1): rounding only
     ev = np.sort(np.linalg.eigvals(J).real)
     np.testing.assert_allclose(ev, [0.986928, 1.003086], atol=5e-7)  # 6 decimals quoted
@@ -148,8 +159,12 @@ def _icl_model(H):
     mu = sp.symbols(f"mu0:{H}", real=True)
     d, cL, s2 = sp.symbols("d cL sigma2", real=True)
     # F written out as a double sum, not as matrices
-    F = 1 + s2 - 2 * sum(m * w for m, w in zip(mu, om)) + sum(
-        mu[h] * mu[g] * (om[h] * om[g] + cL * sp.exp(d * om[h] * om[g])) for h in range(H) for g in range(H))
+    F = (
+        1
+        + s2
+        - 2 * sum(m * w for m, w in zip(mu, om))
+        + sum(mu[h] * mu[g] * (om[h] * om[g] + cL * sp.exp(d * om[h] * om[g])) for h in range(H) for g in range(H))
+    )
     return SymbolicModel.from_risk(F / 2, om + mu, [d, cL, s2], step_size="lr", derivatives=H < 8)
 
 
@@ -186,8 +201,7 @@ def test_icl_regression_loss_gradient_flow_and_gd_match_the_symbolic_model(H):
     floor = np.ones(n)
     F = np.array([_ik.loss_one(x[:H], x[H:], p[0], p[2], p[1]) for x, p in zip(X, P)])
     assert_formula_close(F, 2 * model.risk(X, P), rtol=RTOL, floor=floor, what="F")
-    assert_formula_close(_icl_half_grad(X, P, _ik.half_grad_state), sym_grad, rtol=RTOL, floor=floor,
-                         what="grad F/2")
+    assert_formula_close(_icl_half_grad(X, P, _ik.half_grad_state), sym_grad, rtol=RTOL, floor=floor, what="grad F/2")
     flow = np.empty_like(X)
     step = np.empty_like(X)
     for i, (x, p) in enumerate(zip(X, P)):
@@ -200,8 +214,12 @@ def test_icl_regression_loss_gradient_flow_and_gd_match_the_symbolic_model(H):
     sign = _mutant(_ik._half_grad_from_sums, "(-x[H + h] * one_minus_u", "(x[H + h] * one_minus_u")
     factor = _mutant(_ik._half_grad_from_sums, "+ d * cL * x[H + h] * out[h]", "+ cL * x[H + h] * out[h]")
     for helper in (sign, factor):
-        wrong = _mutant(_ik.half_grad_state, "u = _kernel_row_sums(x, d, out)", "u = _kernel_row_sums(x, d, out)",
-                        _half_grad_from_sums=helper)  # the compiled row sums, the mutated gradient helper
+        wrong = _mutant(
+            _ik.half_grad_state,
+            "u = _kernel_row_sums(x, d, out)",
+            "u = _kernel_row_sums(x, d, out)",
+            _half_grad_from_sums=helper,
+        )  # the compiled row sums, the mutated gradient helper
         assert_formula_rejects(_icl_half_grad(X, P, wrong), sym_grad, rtol=RTOL, floor=floor)
 
 
@@ -234,7 +252,7 @@ def _scan_snap_case(seed):
     J = 0
     for n in range(K):
         c = [sp.Float(P[n, ell]) * sp.exp(Z[psi[n], ell]) for ell in range(Lc)]
-        norm = sp.sqrt(sum(ci ** 2 for ci in c))
+        norm = sp.sqrt(sum(ci**2 for ci in c))
         a = [sum(Y[ell, j] * c[ell] for ell in range(Lc)) / norm for j in range(M)]
         J += sp.Float(pi[n]) * (a[tgt[n]] - sp.log(sum(sp.exp(aj) for aj in a)))
     state = list(Y) + list(Z)  # row-major, as the kernel's layout
@@ -243,8 +261,9 @@ def _scan_snap_case(seed):
     logP = np.where(P > 0, np.log(np.where(P > 0, P, 1.0)), 0.0)
     rows, tokens = np.nonzero(P > 0)  # the kernels' class supports (closedform.scan_snap's parameter-row layout)
     sup = np.searchsorted(rows, np.arange(K + 1))
-    p = np.concatenate([[Lc, M, K, Q, 0.7, 1.3, 0.0, 0.0, M], P.ravel(), logP.ravel(), pi, psi, tgt, np.ones(M),
-                        sup, tokens])
+    p = np.concatenate(
+        [[Lc, M, K, Q, 0.7, 1.3, 0.0, 0.0, M], P.ravel(), logP.ravel(), pi, psi, tgt, np.ones(M), sup, tokens]
+    )
     return model, p, rng
 
 
@@ -268,7 +287,10 @@ def test_scan_snap_exact_vector_field_matches_the_symbolic_gradient_of_the_likel
         _sk.exact_rhs(0.0, x, p, hand[i])
     assert_formula_close(hand, ref, rtol=RTOL, floor=floor, what="scan_snap exact_rhs")
     sign = _mutant(_sk.ascent, "a[j] = -a[j] / nrm", "a[j] = a[j] / nrm")
-    factor = _mutant(_sk.ascent, "out[zoff + int(p[o_tok + qa + q])] -= pin * fl * fl * fg",
-                     "out[zoff + int(p[o_tok + qa + q])] -= 2.0 * pin * fl * fl * fg")
+    factor = _mutant(
+        _sk.ascent,
+        "out[zoff + int(p[o_tok + qa + q])] -= pin * fl * fl * fg",
+        "out[zoff + int(p[o_tok + qa + q])] -= 2.0 * pin * fl * fl * fg",
+    )
     for wrong in (sign, factor):
         assert_formula_rejects(_scan_ascent(X, p, wrong), ref, rtol=RTOL, floor=floor)

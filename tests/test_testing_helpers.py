@@ -52,10 +52,10 @@ def test_jacobian_rule_accepts_exact_derivatives_and_rejects_wrong_ones():
     wrong[1, 1] *= -1  # one sign
     with pytest.raises(AssertionError, match=r"entry \(1, 1\)"):
         dt.assert_jacobian_close(wrong, f, x)
-    g = lambda z: float(np.sum(z ** 3))  # noqa: E731  scalar -> gradient
-    dt.assert_jacobian_close(3 * x ** 2, g, x, third=6.0)
+    g = lambda z: float(np.sum(z**3))  # noqa: E731  scalar -> gradient
+    dt.assert_jacobian_close(3 * x**2, g, x, third=6.0)
     with pytest.raises(AssertionError):
-        dt.assert_jacobian_close(2 * x ** 2, g, x, third=6.0)  # one factor
+        dt.assert_jacobian_close(2 * x**2, g, x, third=6.0)  # one factor
 
 
 def test_formula_and_reduction_rules():

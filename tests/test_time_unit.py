@@ -17,8 +17,16 @@ def test_time_unit_follows_the_optimizer(optimizer, name, other):
     task = cf.ICLRegressionTask(d=4, L=8, sigma2=0.1)
     model = m.build(task, H=1)
     assert "Adam" in model.time_unit and not hasattr(model, "time_of_step")  # the model's own unit names Adam
-    cfg = TrainConfig(seeds=(0, 1), n_steps=2, batch_size=4, lr=Schedule(value=1e-3), optimizer=optimizer,
-                      eval_size=4, saveat=SaveAt(every=1), dtype="float64")
+    cfg = TrainConfig(
+        seeds=(0, 1),
+        n_steps=2,
+        batch_size=4,
+        lr=Schedule(value=1e-3),
+        optimizer=optimizer,
+        eval_size=4,
+        saveat=SaveAt(every=1),
+        dtype="float64",
+    )
     traj = train(model, cfg, device="cpu")
     assert name in traj.attrs["time_unit"] and other not in traj.attrs["time_unit"]
     assert traj.attrs["optimizer"] == optimizer

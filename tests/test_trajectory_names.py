@@ -35,8 +35,9 @@ def _runs():
     quiet = {"warn_unconverged": False}
     return {
         "single_location.map": lambda: sl.map(sl_task, x0, alpha=1e-3, n_steps=4, lam=0.5, saveat=FINAL, **quiet),
-        "single_location.full_pgd": lambda: sl.full_pgd(sl_task, *sl.vectors_from_state(sl_task, x0[0], rng=1),
-                                                        alpha=1e-3, n_steps=4, lam=0.5, **quiet),
+        "single_location.full_pgd": lambda: sl.full_pgd(
+            sl_task, *sl.vectors_from_state(sl_task, x0[0], rng=1), alpha=1e-3, n_steps=4, lam=0.5, **quiet
+        ),
         "icl_regression.flow": lambda: icl.flow(icl_task, [0.1, -0.1], [0.1, -0.1], (0.0, 1.0), saveat=FINAL),
         "icl_regression.map": lambda: icl.map(icl_task, [0.1], [0.1], lr=0.1, n_steps=4, saveat=FINAL, **quiet),
         "icl_regression.symmetric_flow": lambda: icl.symmetric_flow(icl_task, 0.1, 0.1, (0.0, 1.0), saveat=FINAL),

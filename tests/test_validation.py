@@ -26,8 +26,18 @@ class Task:
 
 
 @validated(lam=Range(gt=0), n_steps=Range(integer=True, ge=0, le=100), x=Array(ndim=1))
-def _fn(task: Task, lam, n_steps: int, x, *, flag: bool = False, mode: Literal["a", "b"] = "a",
-        rate: float | None = None, cb: Callable | None = None, shape: tuple[int, ...] = (1,)):
+def _fn(
+    task: Task,
+    lam,
+    n_steps: int,
+    x,
+    *,
+    flag: bool = False,
+    mode: Literal["a", "b"] = "a",
+    rate: float | None = None,
+    cb: Callable | None = None,
+    shape: tuple[int, ...] = (1,),
+):
     return task.d * lam * n_steps + float(np.sum(x)) + (rate or 0.0)
 
 
@@ -39,31 +49,34 @@ def test_valid_call_passes_through():
     assert _fn.__wrapped__ is not None and _fn.__name__ == "_fn"
 
 
-@pytest.mark.parametrize("param, value, exc, words", [
-    ("task", None, TypeError, ["task", "Task", "None"]),
-    ("task", "abc", TypeError, ["task", "Task"]),
-    ("lam", 0.0, ValueError, ["lam", "> 0", "0.0"]),
-    ("lam", math.nan, ValueError, ["lam", "nan"]),
-    ("lam", math.inf, ValueError, ["lam", "inf"]),
-    ("lam", 1 + 1j, TypeError, ["lam", "complex"]),
-    ("lam", "abc", TypeError, ["lam"]),
-    ("lam", True, TypeError, ["lam"]),
-    ("n_steps", 2**40, ValueError, ["n_steps", "<= 100", str(2**40)]),
-    ("n_steps", 2.5, ValueError, ["n_steps", "integer"]),
-    ("n_steps", -1, ValueError, ["n_steps", ">= 0"]),
-    ("x", np.ones((2, 2)), ValueError, ["x", "ndim", "(2, 2)"]),
-    ("x", np.array([1.0, np.nan]), ValueError, ["x", "index (1,)"]),
-    ("x", np.array([1.0 + 2j]), TypeError, ["x", "complex"]),
-    ("x", ["a", "b"], TypeError, ["x"]),
-    ("flag", 1, TypeError, ["flag", "bool"]),
-    ("flag", "yes", TypeError, ["flag", "bool"]),
-    ("flag", None, TypeError, ["flag", "bool"]),
-    ("mode", "c", ValueError, ["mode", "'a', 'b'"]),
-    ("rate", math.inf, ValueError, ["rate", "inf"]),
-    ("rate", 1j, TypeError, ["rate"]),
-    ("cb", 3, TypeError, ["cb", "callable"]),
-    ("shape", "ab", TypeError, ["shape", "sequence"]),
-])
+@pytest.mark.parametrize(
+    "param, value, exc, words",
+    [
+        ("task", None, TypeError, ["task", "Task", "None"]),
+        ("task", "abc", TypeError, ["task", "Task"]),
+        ("lam", 0.0, ValueError, ["lam", "> 0", "0.0"]),
+        ("lam", math.nan, ValueError, ["lam", "nan"]),
+        ("lam", math.inf, ValueError, ["lam", "inf"]),
+        ("lam", 1 + 1j, TypeError, ["lam", "complex"]),
+        ("lam", "abc", TypeError, ["lam"]),
+        ("lam", True, TypeError, ["lam"]),
+        ("n_steps", 2**40, ValueError, ["n_steps", "<= 100", str(2**40)]),
+        ("n_steps", 2.5, ValueError, ["n_steps", "integer"]),
+        ("n_steps", -1, ValueError, ["n_steps", ">= 0"]),
+        ("x", np.ones((2, 2)), ValueError, ["x", "ndim", "(2, 2)"]),
+        ("x", np.array([1.0, np.nan]), ValueError, ["x", "index (1,)"]),
+        ("x", np.array([1.0 + 2j]), TypeError, ["x", "complex"]),
+        ("x", ["a", "b"], TypeError, ["x"]),
+        ("flag", 1, TypeError, ["flag", "bool"]),
+        ("flag", "yes", TypeError, ["flag", "bool"]),
+        ("flag", None, TypeError, ["flag", "bool"]),
+        ("mode", "c", ValueError, ["mode", "'a', 'b'"]),
+        ("rate", math.inf, ValueError, ["rate", "inf"]),
+        ("rate", 1j, TypeError, ["rate"]),
+        ("cb", 3, TypeError, ["cb", "callable"]),
+        ("shape", "ab", TypeError, ["shape", "sequence"]),
+    ],
+)
 def test_bad_arguments_named_with_range_and_value(param, value, exc, words):
     kwargs = dict(GOOD, **{param: value})
     with pytest.raises(exc) as info:
@@ -143,12 +156,15 @@ def test_numba_functions_are_never_wrapped():
 def test_validate_module_wraps_public_functions_only(monkeypatch):
     mod = types.ModuleType("fake_mod2")
     monkeypatch.setitem(sys.modules, "fake_mod2", mod)
-    exec("from __future__ import annotations\n"
-         "import dataclasses\n"
-         "@dataclasses.dataclass\n"
-         "class T:\n    n: int\n"
-         "def f(t: T, lam):\n    return lam\n"
-         "def _g(t: T):\n    return t\n", mod.__dict__)
+    exec(
+        "from __future__ import annotations\n"
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class T:\n    n: int\n"
+        "def f(t: T, lam):\n    return lam\n"
+        "def _g(t: T):\n    return t\n",
+        mod.__dict__,
+    )
     done = V.validate_module(mod.__dict__, lam=Range(ge=0))
     assert sorted(done) == ["T", "f"]
     with pytest.raises(TypeError, match="t must be a (fake_mod2.)?T;"):

@@ -13,32 +13,41 @@ GS = gs.GroupSparseTask()
 RW = rw.RandomWalkTask(K=3, N=4, p=0.7, M=10)
 
 
-@pytest.mark.parametrize("call, exc, pattern", [
-    # the example: AttributeError: 'NoneType' object has no attribute 'N'
-    (lambda: nn.sample_prompts(None, 5), TypeError, r"^task must be a NearestNeighborTask"),
-    (lambda: nn.sample_prompts(NN, True), TypeError, r"^n_prompts must be an integer"),
-    (lambda: nn.sample_prompts(NN, 2**40), ValueError, r"^n_prompts must be an integer >= 1 and <= 2147483647"),
-    (lambda: nn.map(NN, nn.sample_prompts(NN, 5, 0), 2**40), ValueError, r"^n_steps must be an integer"),
-    (lambda: nn.map(NN, "prompts", 3), TypeError, r"^prompts must be a Prompts"),
-    (lambda: nn.attention(np.ones((5, 5, 2)), nn.embed(nn.sample_prompts(NN, 3, 0, labels=True))),
-     ValueError, r"^W must"),
-    (lambda: nn.reduced_loss(float("nan"), 1.0, nn.sample_prompts(NN, 3, 0)), ValueError, r"^xi1 must"),
-    (lambda: nn.signed_permutations(12), ValueError, r"^d must be an integer >= 1 and <= 7"),
-    (lambda: gs.sample(GS, 2**40, 0), ValueError, r"^n must be an integer"),
-    (lambda: gs.GroupSparseSample(X=None, y=np.ones(2), v_star=np.ones(4), n_unique=2), TypeError, r"^X must"),
-    (lambda: gs.GroupSparseSample(X=np.full((2, 4, 6), np.nan), y=np.ones(2), v_star=np.ones(4), n_unique=2),
-     ValueError, r"^X must be"),
-    (lambda: gs.step2_expectations(GS, epsabs=None), TypeError, r"^epsabs must"),
-    (lambda: gs.map(GS, 3, n_samples=2**40), ValueError, r"^n_samples must"),
-    (lambda: gs.full_gd(GS, gs.sample(GS, 10, 0), 3, project_steps=1), TypeError, r"^project_steps must be a bool"),
-    # the example: accuracy of a NaN array returned 0.4
-    (lambda: rw.accuracy(RW, np.full((5, 3), np.nan), rw.sample_walks(RW, 5, 0)), ValueError, r"^f must"),
-    (lambda: rw.WalkSample(states=np.full((3, 4), np.nan)), ValueError, r"^states must"),
-    (lambda: rw.map(RW, 3, walks=None), TypeError, r"^walks must be a sample size"),
-    (lambda: rw.map(RW, 3, walks=True), TypeError, r"^walks must be a sample size"),
-    (lambda: rw.empirical_transitions(rw.sample_walks(RW, 5, 0), 0), ValueError, r"^K must be an integer >= 3"),
-    (lambda: rw.V_direction(RW, "paper"), ValueError, r"^kind must be one of"),
-])
+@pytest.mark.parametrize(
+    "call, exc, pattern",
+    [
+        # the example: AttributeError: 'NoneType' object has no attribute 'N'
+        (lambda: nn.sample_prompts(None, 5), TypeError, r"^task must be a NearestNeighborTask"),
+        (lambda: nn.sample_prompts(NN, True), TypeError, r"^n_prompts must be an integer"),
+        (lambda: nn.sample_prompts(NN, 2**40), ValueError, r"^n_prompts must be an integer >= 1 and <= 2147483647"),
+        (lambda: nn.map(NN, nn.sample_prompts(NN, 5, 0), 2**40), ValueError, r"^n_steps must be an integer"),
+        (lambda: nn.map(NN, "prompts", 3), TypeError, r"^prompts must be a Prompts"),
+        (
+            lambda: nn.attention(np.ones((5, 5, 2)), nn.embed(nn.sample_prompts(NN, 3, 0, labels=True))),
+            ValueError,
+            r"^W must",
+        ),
+        (lambda: nn.reduced_loss(float("nan"), 1.0, nn.sample_prompts(NN, 3, 0)), ValueError, r"^xi1 must"),
+        (lambda: nn.signed_permutations(12), ValueError, r"^d must be an integer >= 1 and <= 7"),
+        (lambda: gs.sample(GS, 2**40, 0), ValueError, r"^n must be an integer"),
+        (lambda: gs.GroupSparseSample(X=None, y=np.ones(2), v_star=np.ones(4), n_unique=2), TypeError, r"^X must"),
+        (
+            lambda: gs.GroupSparseSample(X=np.full((2, 4, 6), np.nan), y=np.ones(2), v_star=np.ones(4), n_unique=2),
+            ValueError,
+            r"^X must be",
+        ),
+        (lambda: gs.step2_expectations(GS, epsabs=None), TypeError, r"^epsabs must"),
+        (lambda: gs.map(GS, 3, n_samples=2**40), ValueError, r"^n_samples must"),
+        (lambda: gs.full_gd(GS, gs.sample(GS, 10, 0), 3, project_steps=1), TypeError, r"^project_steps must be a bool"),
+        # the example: accuracy of a NaN array returned 0.4
+        (lambda: rw.accuracy(RW, np.full((5, 3), np.nan), rw.sample_walks(RW, 5, 0)), ValueError, r"^f must"),
+        (lambda: rw.WalkSample(states=np.full((3, 4), np.nan)), ValueError, r"^states must"),
+        (lambda: rw.map(RW, 3, walks=None), TypeError, r"^walks must be a sample size"),
+        (lambda: rw.map(RW, 3, walks=True), TypeError, r"^walks must be a sample size"),
+        (lambda: rw.empirical_transitions(rw.sample_walks(RW, 5, 0), 0), ValueError, r"^K must be an integer >= 3"),
+        (lambda: rw.V_direction(RW, "paper"), ValueError, r"^kind must be one of"),
+    ],
+)
 def test_bad_argument_is_named(call, exc, pattern):
     with pytest.raises(exc, match=pattern):
         call()

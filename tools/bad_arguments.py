@@ -32,9 +32,11 @@ FAILURES = ("unclear", "library", "memory", "silent_nan", "accepted", "hang", "c
 # ----------------------------------------------------------------------------------------------------------------
 # worker side
 
+
 def _worker(memory_gib: float) -> None:
     """Answer JSON requests on stdin, one per line, on a private copy of the original stdout."""
     import resource
+
     limit = int(memory_gib * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     proto = os.fdopen(os.dup(1), "w", buffering=1)
@@ -70,7 +72,13 @@ class Worker:
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--worker", "--memory", str(self.memory_gib)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
 
     def ask(self, req: dict, timeout: float) -> dict:
         if self.proc is None or self.proc.poll() is not None:
@@ -103,6 +111,7 @@ class Worker:
 # ----------------------------------------------------------------------------------------------------------------
 # driver
 
+
 def _sweep_one(worker: Worker, q: str, timeout: float, log) -> tuple[dict, list[dict]]:
     """Baseline and probes of one callable on ``worker``."""
     t0 = time.monotonic()
@@ -115,8 +124,16 @@ def _sweep_one(worker: Worker, q: str, timeout: float, log) -> tuple[dict, list[
     rows = []
     for param, kind in base["probes"]:
         r = worker.ask({"op": "run", "q": q, "param": param, "kind": kind}, timeout=limit)
-        rows.append({"q": q, "param": param, "kind": kind, "verdict": r["verdict"], "detail": r.get("detail", ""),
-                     "cpu_s": r.get("cpu_s")})
+        rows.append(
+            {
+                "q": q,
+                "param": param,
+                "kind": kind,
+                "verdict": r["verdict"],
+                "detail": r.get("detail", ""),
+                "cpu_s": r.get("cpu_s"),
+            }
+        )
     n_bad = sum(r["verdict"] in FAILURES for r in rows)
     info["wall_s"] = time.monotonic() - t0
     print(f"  {q}: {len(rows)} probes, {n_bad} failures, {info['wall_s']:.1f} s wall", file=log, flush=True)
@@ -164,10 +181,16 @@ def summarize(res: dict, out=sys.stdout) -> None:
     judged = [r for r in probes if r["verdict"] != "unjudged"]
     clear = sum(r["verdict"] == "clear" for r in judged)
     covered = [q for q, c in res["callables"].items() if c["baseline"] == "ok"]
-    print(f"public callables: {len(res['all'])}; swept: {len(covered)}; excluded: {len(res['skipped'])}; "
-          f"no valid example: {len(res['callables']) - len(covered)}", file=out)
-    print(f"probes: {len(probes)}; judged: {len(judged)}; unjudged (zero/negative/shape accepted where it may be "
-          f"valid): {len(probes) - len(judged)}", file=out)
+    print(
+        f"public callables: {len(res['all'])}; swept: {len(covered)}; excluded: {len(res['skipped'])}; "
+        f"no valid example: {len(res['callables']) - len(covered)}",
+        file=out,
+    )
+    print(
+        f"probes: {len(probes)}; judged: {len(judged)}; unjudged (zero/negative/shape accepted where it may be "
+        f"valid): {len(probes) - len(judged)}",
+        file=out,
+    )
     print(f"clear errors: {clear}/{len(judged)} = {100 * clear / max(len(judged), 1):.1f} %", file=out)
     counts = collections.Counter(r["verdict"] for r in judged)
     print("verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()), file=out)
@@ -222,8 +245,9 @@ def main(argv=None) -> int:
     ap.add_argument("--memory", type=float, default=6.0, help="address-space limit of the worker in GiB")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (callables are shared out)")
     ap.add_argument("--json", help="write every probe and verdict to this JSON file")
-    ap.add_argument("--gaps", action="store_true",
-                    help="print the KNOWN_GAPS and NO_EXAMPLE tables of tests/test_bad_arguments.py")
+    ap.add_argument(
+        "--gaps", action="store_true", help="print the KNOWN_GAPS and NO_EXAMPLE tables of tests/test_bad_arguments.py"
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -237,6 +261,7 @@ def main(argv=None) -> int:
         def write(tmp):
             with open(tmp, "w") as fh:
                 json.dump(res, fh, indent=1)
+
         atomic_write(args.json, write)
     if args.gaps:
         print("\nKNOWN_GAPS = {")

@@ -40,9 +40,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-RUNTIME_MODULES = {"numpy": "numpy", "scipy": "scipy", "sympy": "sympy", "numba": "numba", "xarray": "xarray",
-                   "h5netcdf": "h5netcdf", "h5py": "h5py", "matplotlib": "matplotlib", "tqdm": "tqdm",
-                   "torch": "torch", "pytest": "pytest", "hypothesis": "hypothesis"}
+RUNTIME_MODULES = {
+    "numpy": "numpy",
+    "scipy": "scipy",
+    "sympy": "sympy",
+    "numba": "numba",
+    "xarray": "xarray",
+    "h5netcdf": "h5netcdf",
+    "h5py": "h5py",
+    "matplotlib": "matplotlib",
+    "tqdm": "tqdm",
+    "torch": "torch",
+    "pytest": "pytest",
+    "hypothesis": "hypothesis",
+}
 """Import name -> distribution name of what the check needs (the toolkit's runtime plus the test runner)."""
 
 BUDGET_S = {"tests": 180.0, "seeds_per_second": 150.0, "paper_fraction": 90.0}
@@ -63,16 +74,26 @@ def install_missing() -> dict:
     cmd = [sys.executable, "-m", "pip", "install", "--quiet"]
     cmd += ["--no-index", "--find-links", str(wheels)] if wheels.is_dir() else ["-c", str(ROOT / "constraints.txt")]
     out = subprocess.run(cmd + missing, capture_output=True, text=True)
-    return {"missing": missing, "installed": missing if out.returncode == 0 else [], "pip_rc": out.returncode,
-            "pip_stderr": out.stderr[-2000:]}
+    return {
+        "missing": missing,
+        "installed": missing if out.returncode == 0 else [],
+        "pip_rc": out.returncode,
+        "pip_stderr": out.stderr[-2000:],
+    }
 
 
 def environment(device: str) -> dict:
     import torch
 
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cuda_available": torch.cuda.is_available(), "device": device, "cpu_threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count()}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "device": device,
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+    }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
@@ -82,10 +103,25 @@ def environment(device: str) -> dict:
 def run_tests(device: str, budget: float) -> dict:
     """The gpu-marked tests in a child pytest, with their records."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, ATTNDYN_TEST_DEVICE=device, ATTNDYN_GPU_RECORD=tmp,
-                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rs",
-               "tests/test_gpu_trainers.py", "tests/test_empirical_device.py"]
+        env = dict(
+            os.environ,
+            ATTNDYN_TEST_DEVICE=device,
+            ATTNDYN_GPU_RECORD=tmp,
+            PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "tests/test_gpu_trainers.py",
+            "tests/test_empirical_device.py",
+        ]
         try:
             out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget)
             rc, text = out.returncode, out.stdout + out.stderr
@@ -104,10 +140,14 @@ def _models(device: str):
 
     sl_task = SingleLocationTask(d=80, L=10, noise=0.1)
     return {
-        "icl_regression": (iclm.ICLAttention(ICLRegressionTask(d=5, L=40, sigma2=0.1), 2),
-                           lambda seeds, n: iclm.config("paper", seeds=seeds, n_steps=n, log_every=n)),
-        "single_location": (slm.build(sl_task, rng=0),
-                            lambda seeds, n: slm.config("fig5", seeds, n_steps=n, log_every=n, eval_size=100)),
+        "icl_regression": (
+            iclm.ICLAttention(ICLRegressionTask(d=5, L=40, sigma2=0.1), 2),
+            lambda seeds, n: iclm.config("paper", seeds=seeds, n_steps=n, log_every=n),
+        ),
+        "single_location": (
+            slm.build(sl_task, rng=0),
+            lambda seeds, n: slm.config("fig5", seeds, n_steps=n, log_every=n, eval_size=100),
+        ),
     }
 
 
@@ -141,8 +181,15 @@ def seeds_per_second(device: str, budget: float, counts) -> dict:
                     continue
                 wall = _timed_train(model, make_cfg(tuple(range(s)), BENCH_STEPS), dev)
                 last = (s, wall)
-                rows.append({"device": dev, "seeds": s, "steps": BENCH_STEPS, "wall_s": round(wall, 4),
-                             "seed_steps_per_s": round(s * BENCH_STEPS / wall, 1)})
+                rows.append(
+                    {
+                        "device": dev,
+                        "seeds": s,
+                        "steps": BENCH_STEPS,
+                        "wall_s": round(wall, 4),
+                        "seed_steps_per_s": round(s * BENCH_STEPS / wall, 1),
+                    }
+                )
         out[name] = rows
     return out
 
@@ -151,8 +198,13 @@ def paper_fraction(device: str, steps: int) -> dict:
     """``steps`` of icl_regression.fig1's paper run (8 seeds, batch 256, Adam) per device; full-figure projection."""
     model, make_cfg = _models(device)["icl_regression"]
     full = 500_000
-    res = {"figure": "icl_regression.fig1", "preset": "paper", "steps": steps, "of_steps": full,
-           "fraction": steps / full}
+    res = {
+        "figure": "icl_regression.fig1",
+        "preset": "paper",
+        "steps": steps,
+        "of_steps": full,
+        "fraction": steps / full,
+    }
     for dev in dict.fromkeys((device, "cpu")):
         _timed_train(model, make_cfg(tuple(range(8)), 2), dev)
         wall = _timed_train(model, make_cfg(tuple(range(8)), steps), dev)
@@ -180,8 +232,12 @@ def default_out() -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tools/gpu_check.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
-                        help="auto: cuda when torch sees a CUDA device, else the cpu dry run")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cuda", "cpu"),
+        help="auto: cuda when torch sees a CUDA device, else the cpu dry run",
+    )
     parser.add_argument("--out", default=None, help="summary JSON path (default: see the module docstring)")
     parser.add_argument("--install", action="store_true", help="install missing runtime packages first")
     args = parser.parse_args(argv)
@@ -198,19 +254,27 @@ def main(argv=None) -> int:
     if args.device == "auto":
         args.device = summary["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu-check: --device cuda but torch sees no CUDA device (use --device cpu for the dry run)",
-              file=sys.stderr)
+        print(
+            "gpu-check: --device cuda but torch sees no CUDA device (use --device cpu for the dry run)", file=sys.stderr
+        )
         return 2
     dry = args.device == "cpu"
     scale = 0.1 if dry else 1.0
     _stage(summary, "environment", environment, args.device)
     _stage(summary, "tests", run_tests, args.device, BUDGET_S["tests"] * (2.0 if dry else 1.0))
-    _stage(summary, "seeds_per_second", seeds_per_second, args.device, BUDGET_S["seeds_per_second"] * scale,
-           SEED_COUNTS[:4] if dry else SEED_COUNTS)
+    _stage(
+        summary,
+        "seeds_per_second",
+        seeds_per_second,
+        args.device,
+        BUDGET_S["seeds_per_second"] * scale,
+        SEED_COUNTS[:4] if dry else SEED_COUNTS,
+    )
     _stage(summary, "paper_fraction", paper_fraction, args.device, int(PAPER_STEPS * scale))
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
-    ok = summary["tests"].get("passed") is True and not any("error" in summary[k] for k in
-                                                            ("environment", "seeds_per_second", "paper_fraction"))
+    ok = summary["tests"].get("passed") is True and not any(
+        "error" in summary[k] for k in ("environment", "seeds_per_second", "paper_fraction")
+    )
     summary["passed"] = ok
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

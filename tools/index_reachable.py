@@ -22,8 +22,12 @@ def index_url() -> str:
     if url:
         return url
     try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True,
-                             text=True, timeout=TIMEOUT_S)
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
@@ -41,8 +45,10 @@ def main() -> int:
             return 0
     except (urllib.error.URLError, OSError, ValueError) as exc:  # HTTPError included: no usable answer
         reason = getattr(exc, "reason", exc)
-        sys.stderr.write(f"make: cannot reach the package index {url} ({reason}): no network? Connect, or set "
-                         "PIP_INDEX_URL to a reachable mirror, then run make again\n")
+        sys.stderr.write(
+            f"make: cannot reach the package index {url} ({reason}): no network? Connect, or set "
+            "PIP_INDEX_URL to a reachable mirror, then run make again\n"
+        )
         return 1
 
 

@@ -92,7 +92,7 @@ def tests_for(target: str, root: Path = ROOT) -> list[str]:
     area, name = target.split("/", 1)
     stem = Path(name).stem
     if area == "closedform":
-        model = stem[1:-len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
+        model = stem[1 : -len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
         pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob(f"test_pinned_{model}*.py"))
         files = [*pinned, "tests/test_public_api_values.py", f"tests/test_{model}.py"]
     elif area == "dynamics":
@@ -126,7 +126,7 @@ class Mutant:
 
     def apply(self, code: str) -> str:
         """The mutated source."""
-        return code[:self.start] + self.text + code[self.end:]
+        return code[: self.start] + self.text + code[self.end :]
 
 
 def _operators():
@@ -210,8 +210,18 @@ def generate(path: Path) -> tuple[str, list[Mutant]]:
                     continue
                 before = module.code_for_node(node).strip().splitlines()[0][:120]
                 after = (module.code_for_node(new).strip().splitlines() or [""])[0][:120]
-                out.append(Mutant(index=len(out), line=pos[node].start.line, operator=op.__name__, before=before,
-                                  after=after, start=start, end=end, text=text))
+                out.append(
+                    Mutant(
+                        index=len(out),
+                        line=pos[node].start.line,
+                        operator=op.__name__,
+                        before=before,
+                        after=after,
+                        start=start,
+                        end=end,
+                        text=text,
+                    )
+                )
     return code, out
 
 
@@ -274,8 +284,13 @@ def _scratch_copy(base: str | None = None) -> Path:
         archive = subprocess.run(["git", "archive", "--format=tar", base], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
         return dst
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     dst = Path(tempfile.mkdtemp(prefix="attndyn-mutate-"))
     for f in files:
         src = ROOT / f
@@ -286,9 +301,16 @@ def _scratch_copy(base: str | None = None) -> Path:
 
 
 def _env(scratch: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(scratch), NUMBA_CACHE_DIR=str(scratch / ".numba_cache"),
-               MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(scratch),
+        NUMBA_CACHE_DIR=str(scratch / ".numba_cache"),
+        MPLBACKEND="Agg",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        NUMBA_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     env.pop("CI", None)
     env.pop("ATTNDYN_KERNEL_DIR", None)
     return env
@@ -311,8 +333,11 @@ def dependents(target: str) -> set[str]:
             pats = (rf"^\s*import\s+{pkg}\s*$", rf"^\s*from\s+{pkg}\s+import\b")
         else:
             mod = re.escape(f"{pkg}.{stem}")
-            pats = (rf"^\s*from\s+{mod}\s+import\b", rf"^\s*import\s+{mod}\b",
-                    rf"^\s*from\s+{pkg}\s+import\s+(\([^)]*\b|[^\n]*\b){re.escape(stem)}\b")
+            pats = (
+                rf"^\s*from\s+{mod}\s+import\b",
+                rf"^\s*import\s+{mod}\b",
+                rf"^\s*from\s+{pkg}\s+import\s+(\([^)]*\b|[^\n]*\b){re.escape(stem)}\b",
+            )
         return f != g and any(re.search(p, texts[f], re.M) for p in pats)
 
     found, todo = {target}, [target]
@@ -326,8 +351,21 @@ def dependents(target: str) -> set[str]:
 
 
 def _pytest(scratch: Path, args: list[str], timeout: float) -> tuple[str, float]:
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-           "-p", "no:randomly", "--no-header", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "--no-header",
+        *args,
+    ]
     t0 = time.perf_counter()
     try:
         res = subprocess.run(cmd, cwd=scratch, env=_env(scratch), capture_output=True, text=True, timeout=timeout)
@@ -352,8 +390,9 @@ class Runner:
 
     def _cache_files(self, stems: set[str]) -> list[Path]:
         cache = self.scratch / ".numba_cache"
-        return [p for p in cache.rglob("*") if p.is_file() and p.name.split(".", 1)[0] in stems] \
-            if cache.is_dir() else []
+        return (
+            [p for p in cache.rglob("*") if p.is_file() and p.name.split(".", 1)[0] in stems] if cache.is_dir() else []
+        )
 
     def run(self, target: str, code: str, mutant: Mutant, args: list[str]) -> tuple[str, float]:
         """Status (killed, survived, timeout, error) and seconds of the tests ``args`` on ``mutant``."""
@@ -391,8 +430,9 @@ class Runner:
 
 def _commit() -> str:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", *AREAS], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", *AREAS], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     return head + ("+dirty" if dirty else "")
 
 
@@ -428,20 +468,32 @@ def stratified_order(counts: dict[str, int], n: int, seed: int) -> list[tuple[st
     n = min(n, total)
     quota = {f: n * c / total for f, c in counts.items()}
     share = {f: int(q) for f, q in quota.items()}
-    for f in sorted(counts, key=lambda f: (share[f] - quota[f], f))[:n - sum(share.values())]:
+    for f in sorted(counts, key=lambda f: (share[f] - quota[f], f))[: n - sum(share.values())]:
         share[f] += 1
     order = []
     for f, c in sorted(counts.items()):
         rng = random.Random(f"{seed}:{f}")
-        perm = rng.sample(range(c), c)[:share[f]]
+        perm = rng.sample(range(c), c)[: share[f]]
         order += [((j + rng.random()) / share[f], f, i) for j, i in enumerate(perm)]
     return [(f, i) for _, f, i in sorted(order)]
 
 
-def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | None, seed: int,
-             tests: list[str] | None, timeout_factor: float, timeout_slack: float, max_minutes: float | None,
-             recheck: bool, equivalent: dict[str, str], only: list[str] | None = None,
-             base: str | None = None) -> None:
+def run_disk(
+    targets: list[str],
+    out_dir: Path,
+    journal: Path,
+    *,
+    sample: int | None,
+    seed: int,
+    tests: list[str] | None,
+    timeout_factor: float,
+    timeout_slack: float,
+    max_minutes: float | None,
+    recheck: bool,
+    equivalent: dict[str, str],
+    only: list[str] | None = None,
+    base: str | None = None,
+) -> None:
     """Run the mutants of ``targets`` (all, or a stratified sample), appending one record per mutant to ``journal``.
 
     Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where it
@@ -462,20 +514,33 @@ def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | 
         latest: dict[tuple, dict] = {}
         for r in records:
             latest[(r["file"], r["sha"], r["index"])] = r
-        order = [(r["file"], r["index"]) for k, r in latest.items()
-                 if r["status"] == "survived" and r["file"] in gen and r["sha"] == shas[r["file"]]
-                 and f"{r['file']}#{r['index']}" not in equivalent]
+        order = [
+            (r["file"], r["index"])
+            for k, r in latest.items()
+            if r["status"] == "survived"
+            and r["file"] in gen
+            and r["sha"] == shas[r["file"]]
+            and f"{r['file']}#{r['index']}" not in equivalent
+        ]
         phase = "recheck"
     else:
         counts = {t: len(m) for t, (_, m) in gen.items()}
-        order = (stratified_order(counts, sample, seed) if sample is not None
-                 else [(t, i) for t in targets for i in range(counts[t])])
+        order = (
+            stratified_order(counts, sample, seed)
+            if sample is not None
+            else [(t, i) for t in targets for i in range(counts[t])]
+        )
         done = {(r["file"], r["sha"], r["index"]) for r in records if r.get("phase") == "sample"}
         order = [(t, i) for t, i in order if (t, shas[t], i) not in done]
         phase = "sample"
     print(f"{len(order)} mutants to run ({phase}); journal {journal}", flush=True)
-    commit = _commit() if base is None else subprocess.run(
-        ["git", "rev-parse", base], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    commit = (
+        _commit()
+        if base is None
+        else subprocess.run(
+            ["git", "rev-parse", base], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     runner = Runner(timeout_factor=timeout_factor, timeout_slack=timeout_slack, base=base)
     t_start = time.perf_counter()
     try:
@@ -492,13 +557,29 @@ def run_disk(targets: list[str], out_dir: Path, journal: Path, *, sample: int | 
                 if not args:
                     continue
             status, seconds = runner.run(t, code, m, args)
-            rec = {"file": t, "sha": shas[t], "index": i, "line": m.line, "operator": m.operator,
-                   "before": m.before, "after": m.after, "status": status, "seconds": round(seconds, 2),
-                   "tests": args, "phase": phase, "commit": commit, "seed": seed, "sample": sample,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            rec = {
+                "file": t,
+                "sha": shas[t],
+                "index": i,
+                "line": m.line,
+                "operator": m.operator,
+                "before": m.before,
+                "after": m.after,
+                "status": status,
+                "seconds": round(seconds, 2),
+                "tests": args,
+                "phase": phase,
+                "commit": commit,
+                "seed": seed,
+                "sample": sample,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             _append(journal, rec)
-            print(f"[{k + 1}/{len(order)}] {t}:{m.line} #{i} {m.operator}: {m.before!r} -> {m.after!r}: {status} "
-                  f"({seconds:.1f} s)", flush=True)
+            print(
+                f"[{k + 1}/{len(order)}] {t}:{m.line} #{i} {m.operator}: {m.before!r} -> {m.after!r}: {status} "
+                f"({seconds:.1f} s)",
+                flush=True,
+            )
     finally:
         runner.close()
 
@@ -533,8 +614,7 @@ def summarise(journal: Path, equivalent: dict[str, str], out_dir: Path, counts: 
         if key in first and r.get("phase") in ("sample", "recheck"):
             last[key] = r
     files = sorted({k[0] for k in first})
-    rows, tot = [], {"run": 0, "killed": 0, "timeout": 0, "survived": 0, "equivalent": 0, "error": 0,
-                     "killed_after": 0}
+    rows, tot = [], {"run": 0, "killed": 0, "timeout": 0, "survived": 0, "equivalent": 0, "error": 0, "killed_after": 0}
     for f in files:
         keys = [k for k in first if k[0] == f]
         c = {s: sum(first[k]["status"] == s for k in keys) for s in ("killed", "timeout", "survived", "error")}
@@ -556,34 +636,53 @@ def summarise(journal: Path, equivalent: dict[str, str], out_dir: Path, counts: 
     ka, _ = rate(tot, True)
     lo_b, hi_b = clopper_pearson(kb, n) if n else (float("nan"), float("nan"))
     lo_a, hi_a = clopper_pearson(ka, n) if n else (float("nan"), float("nan"))
-    lines = ["# Mutation testing summary", "",
-             f"Journal `{journal}`; source commit(s) {', '.join(commits)}; seed(s) {', '.join(seeds)}.", "",
-             f"**Non-equivalent mutants killed: before {kb}/{n} = {kb / max(n, 1):.1%} (95 % Clopper-Pearson "
-             f"{lo_b:.1%}-{hi_b:.1%}); after rechecks with new tests {ka}/{n} = {ka / max(n, 1):.1%} "
-             f"({lo_a:.1%}-{hi_a:.1%}).**", "",
-             "| file | generated | run | killed | timeout | survived | equivalent | error | rate before | rate after |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Mutation testing summary",
+        "",
+        f"Journal `{journal}`; source commit(s) {', '.join(commits)}; seed(s) {', '.join(seeds)}.",
+        "",
+        f"**Non-equivalent mutants killed: before {kb}/{n} = {kb / max(n, 1):.1%} (95 % Clopper-Pearson "
+        f"{lo_b:.1%}-{hi_b:.1%}); after rechecks with new tests {ka}/{n} = {ka / max(n, 1):.1%} "
+        f"({lo_a:.1%}-{hi_a:.1%}).**",
+        "",
+        "| file | generated | run | killed | timeout | survived | equivalent | error | rate before | rate after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for f, c in rows + [("**all**", tot)]:
         k_b, n_f = rate(c, False)
         k_a, _ = rate(c, True)
         gen_n = (counts or {}).get(f, sum((counts or {}).values()) if f == "**all**" else "")
-        lines.append(f"| {f} | {gen_n} | {c['run']} | {c['killed']} | {c['timeout']} | {c['survived']} | "
-                     f"{c['equivalent']} | {c['error']} | {k_b}/{n_f} | {k_a}/{n_f} |")
+        lines.append(
+            f"| {f} | {gen_n} | {c['run']} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+            f"{c['equivalent']} | {c['error']} | {k_b}/{n_f} | {k_a}/{n_f} |"
+        )
     surv = sorted((k for k in first if first[k]["status"] == "survived"), key=lambda k: (k[0], first[k]["line"]))
     eq = [k for k in surv if f"{k[0]}#{k[2]}" in equivalent]
     gaps = [k for k in surv if f"{k[0]}#{k[2]}" not in equivalent]
     lines += ["", f"## Survivors judged equivalent ({len(eq)})", ""]
-    lines += [f"- `{k[0]}:{first[k]['line']}` #{k[2]} `{first[k]['before']}` -> `{first[k]['after']}`: "
-              f"{equivalent[f'{k[0]}#{k[2]}']}" for k in eq]
+    lines += [
+        f"- `{k[0]}:{first[k]['line']}` #{k[2]} `{first[k]['before']}` -> `{first[k]['after']}`: "
+        f"{equivalent[f'{k[0]}#{k[2]}']}"
+        for k in eq
+    ]
     lines += ["", f"## Survivors not equivalent ({len(gaps)}; status after rechecks)", ""]
-    lines += [f"- `{k[0]}:{first[k]['line']}` #{k[2]} `{first[k]['before']}` -> `{first[k]['after']}`: "
-              f"{last[k]['status']}" + (f" by {' '.join(last[k]['tests'])}" if last[k] is not first[k] else "")
-              for k in gaps]
+    lines += [
+        f"- `{k[0]}:{first[k]['line']}` #{k[2]} `{first[k]['before']}` -> `{first[k]['after']}`: "
+        f"{last[k]['status']}" + (f" by {' '.join(last[k]['tests'])}" if last[k] is not first[k] else "")
+        for k in gaps
+    ]
     text = "\n".join(lines) + "\n"
-    summary = {"journal": str(journal), "commits": commits, "non_equivalent": n, "killed_before": kb,
-               "killed_after": ka, "ci95_before": [lo_b, hi_b], "ci95_after": [lo_a, hi_a],
-               "files": {f: c for f, c in rows}, "equivalent": {f"{k[0]}#{k[2]}": equivalent[f"{k[0]}#{k[2]}"]
-                                                                 for k in eq}}
+    summary = {
+        "journal": str(journal),
+        "commits": commits,
+        "non_equivalent": n,
+        "killed_before": kb,
+        "killed_after": ka,
+        "ci95_before": [lo_b, hi_b],
+        "ci95_after": [lo_a, hi_a],
+        "files": {f: c for f, c in rows},
+        "equivalent": {f"{k[0]}#{k[2]}": equivalent[f"{k[0]}#{k[2]}"] for k in eq},
+    }
     atomic_write(out_dir / "summary.md", lambda tmp: Path(tmp).write_text(text))
     atomic_write(out_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=1)))
     return text
@@ -592,8 +691,14 @@ def summarise(journal: Path, equivalent: dict[str, str], out_dir: Path, counts: 
 def run_mutmut(out_dir: Path) -> dict:
     """``mutmut run`` with setup.cfg's [mutmut] section, then the counts of ``mutmut results --all true``."""
     subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, env=_env(ROOT), check=False)
-    res = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT, env=_env(ROOT),
-                         capture_output=True, text=True, check=False).stdout
+    res = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+        cwd=ROOT,
+        env=_env(ROOT),
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     rows = [line.rsplit(":", 1) for line in res.splitlines() if ":" in line]
     counts: dict[str, int] = {}
     for _, status in rows:
@@ -619,26 +724,50 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="*", help="source files or folders (default: closedform dynamics)")
     parser.add_argument("--engine", choices=("disk", "mutmut"), default="disk")
-    parser.add_argument("--sample", type=int, default=None,
-                        help="run a stratified seeded random sample of this many mutants over the targets "
-                             "(proportional to each file's number of mutants)")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        help="run a stratified seeded random sample of this many mutants over the targets "
+        "(proportional to each file's number of mutants)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout-factor", type=float, default=5.0,
-                        help="a mutant times out after factor x its tests' baseline time + the slack")
+    parser.add_argument(
+        "--timeout-factor",
+        type=float,
+        default=5.0,
+        help="a mutant times out after factor x its tests' baseline time + the slack",
+    )
     parser.add_argument("--timeout-slack", type=float, default=120.0, help="seconds (covers numba recompiles)")
-    parser.add_argument("--max-minutes", type=float, default=None,
-                        help="start no new mutant after this many minutes (rerun the command to continue)")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="start no new mutant after this many minutes (rerun the command to continue)",
+    )
     parser.add_argument("--out", default=str(ROOT / "results" / "mutate"))
     parser.add_argument("--journal", default=None, help="JSON-lines results (default <out>/journal.jsonl)")
-    parser.add_argument("--equivalent", default=None,
-                        help="JSON {'<file>#<index>': 'why this survivor is equivalent'} (default "
-                             "<out>/equivalent.json if present)")
-    parser.add_argument("--recheck", action="store_true",
-                        help="rerun the journal's non-equivalent survivors with the current tests")
-    parser.add_argument("--only", nargs="+", default=None, metavar="FILE#INDEX",
-                        help="run only these mutants (phase 'check', e.g. with --tests <new test file>)")
-    parser.add_argument("--base", default=None, metavar="REV",
-                        help="run the sources and tests of this git revision (default: the working tree)")
+    parser.add_argument(
+        "--equivalent",
+        default=None,
+        help="JSON {'<file>#<index>': 'why this survivor is equivalent'} (default <out>/equivalent.json if present)",
+    )
+    parser.add_argument(
+        "--recheck", action="store_true", help="rerun the journal's non-equivalent survivors with the current tests"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="FILE#INDEX",
+        help="run only these mutants (phase 'check', e.g. with --tests <new test file>)",
+    )
+    parser.add_argument(
+        "--base",
+        default=None,
+        metavar="REV",
+        help="run the sources and tests of this git revision (default: the working tree)",
+    )
     parser.add_argument("--summary-only", action="store_true", help="only rewrite the summary from the journal")
     parser.add_argument("--tests", nargs=argparse.REMAINDER, help="pytest arguments replacing tests_for()")
     args = parser.parse_args(argv)
@@ -652,9 +781,21 @@ def main(argv=None) -> int:
     equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
     targets = _expand(args.targets or sorted({n.rsplit("#", 1)[0] for n in args.only or []}))
     if not args.summary_only:
-        run_disk(targets, out_dir, journal, sample=args.sample, seed=args.seed, tests=args.tests,
-                 timeout_factor=args.timeout_factor, timeout_slack=args.timeout_slack, max_minutes=args.max_minutes,
-                 recheck=args.recheck, equivalent=equivalent, only=args.only, base=args.base)
+        run_disk(
+            targets,
+            out_dir,
+            journal,
+            sample=args.sample,
+            seed=args.seed,
+            tests=args.tests,
+            timeout_factor=args.timeout_factor,
+            timeout_slack=args.timeout_slack,
+            max_minutes=args.max_minutes,
+            recheck=args.recheck,
+            equivalent=equivalent,
+            only=args.only,
+            base=args.base,
+        )
         if args.only:
             return 0
     counts = {t: len(generate_cached(t, out_dir / "generated")[1]) for t in targets}

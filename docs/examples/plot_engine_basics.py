@@ -17,7 +17,7 @@ def gd_on_a_quadratic(k, x, p, out):  # x <- x - lr * (x - target)
     out[0] = x[0] - p[0] * (x[0] - p[1])
 
 
-x0 = np.linspace(-1, 1, 1000)[:, None]                       # 1000 trajectories, one state variable
+x0 = np.linspace(-1, 1, 1000)[:, None]  # 1000 trajectories, one state variable
 run = iterate(gd_on_a_quadratic, x0, 500, params=np.array([0.1, 0.3]), saveat=SaveAt(every=50), names=("x",))
 print("every trajectory ends at the target:", np.allclose(run.x.isel(time=-1), 0.3))
 
@@ -28,8 +28,15 @@ def rotation(t, y, p, out):
     out[1] = p[0] * y[0]
 
 
-flow = integrate(rotation, np.array([[1.0, 0.0]]), (0.0, 10.0), solver=Dopri5(rtol=1e-10, atol=1e-12),
-                 params=np.array([1.0]), saveat=SaveAt(ts=np.linspace(0, 10, 101)), names=("x", "y"))
+flow = integrate(
+    rotation,
+    np.array([[1.0, 0.0]]),
+    (0.0, 10.0),
+    solver=Dopri5(rtol=1e-10, atol=1e-12),
+    params=np.array([1.0]),
+    saveat=SaveAt(ts=np.linspace(0, 10, 101)),
+    names=("x", "y"),
+)
 print("error against cos(t):", float(np.abs(flow.x.values[0] - np.cos(flow.time.values)).max()))
 # %%
 # The two coordinates of the flow against time.

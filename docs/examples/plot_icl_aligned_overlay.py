@@ -33,8 +33,14 @@ N_STEPS, SAVE_EVERY, SEEDS, LR = 150, 5, 8, 0.05
 task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
 omega0, mu0 = [0.1, -0.1, 0.05], [0.2, -0.2, 0.1]
 model = build(task, 3, omega0=omega0, mu0=mu0)  # every seed starts on the pattern (3.1)
-config = TrainConfig(seeds=tuple(range(SEEDS)), n_steps=N_STEPS, batch_size=256, lr=Schedule(value=LR),
-                     optimizer="sgd", saveat=SaveAt(every=SAVE_EVERY))
+config = TrainConfig(
+    seeds=tuple(range(SEEDS)),
+    n_steps=N_STEPS,
+    batch_size=256,
+    lr=Schedule(value=LR),
+    optimizer="sgd",
+    saveat=SaveAt(every=SAVE_EVERY),
+)
 learned = train(model, config)
 learned = learned.assign_coords(time=2 * LR * learned.step.values)  # the nominal clock: flow time 2 lr n
 state = ("omega_0", "omega_1", "omega_2", "mu_0", "mu_1", "mu_2")
@@ -75,14 +81,17 @@ tolerant = compare(flow_run, aligned, variables=variables, rel_allowance=0.10)
 strict = compare(flow_run, aligned, variables=variables)  # adjusted_status: Holm over all its rows
 for v in variables:
     row = tolerant.sel(variable=v)
-    print(f"{v:13s} within 10 %: {counts(row.status)}; allowance 0, Holm-adjusted: "
-          f"{counts(strict.adjusted_status.sel(variable=v))}; median MDD {float(np.nanmedian(row.mdd)):.3g}")
+    print(
+        f"{v:13s} within 10 %: {counts(row.status)}; allowance 0, Holm-adjusted: "
+        f"{counts(strict.adjusted_status.sel(variable=v))}; median MDD {float(np.nanmedian(row.mdd)):.3g}"
+    )
 
 # %%
 # The figure: learned (colour) and flow (black) on the flow-time axis, before and after alignment.
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
-for ax, (th, lr, title) in zip(axes, [(nominal_theory, learned, "nominal clock t = 2 lr n"),
-                                       (flow_run, aligned, "aligned on mu^T omega")]):
+for ax, (th, lr, title) in zip(
+    axes, [(nominal_theory, learned, "nominal clock t = 2 lr n"), (flow_run, aligned, "aligned on mu^T omega")]
+):
     for h, colour in zip(range(3), ("C0", "C1", "C2")):
         ax.plot(lr.time, lr[f"omega_{h}"].T, color=colour, alpha=0.4, lw=0.8)
         ax.plot(th.time, th[f"omega_{h}"].isel(trajectory=0), "k--", lw=1)

@@ -32,8 +32,10 @@ print("registered models:", ", ".join(models.names()))
 # Fixed points: the origin is a saddle, the minima sit at k = v = +-sqrt((2 - lam) / 2c) (closed form).
 task = la.Task(d=8, N=16)
 for fp in sorted(la.fixed_points(task), key=lambda p: p.state[0]):
-    print(f"k = {fp.state[0]:+.6f}, v = {fp.state[1]:+.6f}: {fp.stability}, "
-          f"eigenvalues {np.round(fp.eigenvalues.real, 4)}")
+    print(
+        f"k = {fp.state[0]:+.6f}, v = {fp.state[1]:+.6f}: {fp.stability}, "
+        f"eigenvalues {np.round(fp.eigenvalues.real, 4)}"
+    )
 print("closed form k* =", la.theorem_predictions(task)["k_star"])
 
 # %%
@@ -44,8 +46,9 @@ t0 = time.perf_counter()
 learned = train_run(task, lr=lr, n_steps=n_steps, n_prompts=1024, seeds=range(4))
 print(f"torch: {time.perf_counter() - t0:.1f} s for 4 seeds x {n_steps} steps")
 right, _ = dynamics.overlay(lambda s0, at: la.reduced_map(task, s0, lr, at), learned, state_variables=("k", "v"))
-trap, _ = dynamics.overlay(lambda s0, at: la.reduced_map(task, s0, lr, at, full_matrix=False), learned,
-                           state_variables=("k", "v"))
+trap, _ = dynamics.overlay(
+    lambda s0, at: la.reduced_map(task, s0, lr, at, full_matrix=False), learned, state_variables=("k", "v")
+)
 for name, theory in (("k step lr/d", right), ("k step lr", trap)):
     verdict = dynamics.compare(theory.isel(trajectory=[0]), learned, variables=["k", "v"])
     print(f"{name}: {int((verdict.status == 'holds').sum())} of {verdict.status.size} rows hold")

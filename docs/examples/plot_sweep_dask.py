@@ -20,14 +20,16 @@ from dynamics import sweep
 
 def final_risk(lam, alpha):
     task = sl.SingleLocationTask(d=40, L=5)
-    start = np.array([[0.1, 0.2, 0.0, 0.0, 0.0]])                 # (kappa, nu, theta, eta, rho) on the manifold
+    start = np.array([[0.1, 0.2, 0.0, 0.0, 0.0]])  # (kappa, nu, theta, eta, rho) on the manifold
     run = sl.map(task, start, alpha=alpha, n_steps=3000, lam=lam, warn_unconverged=False)
     state = run.isel(trajectory=0, time=-1)
     return {"risk": float(sl.risk(task, lam, *(float(state[v]) for v in ("kappa", "nu", "theta", "eta", "rho"))))}
 
 
-with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-        Client(cluster) as client:
+with (
+    LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+    Client(cluster) as client,
+):
     grid = sweep(final_risk, {"lam": np.linspace(0.1, 1.0, 6), "alpha": [0.005, 0.02]}, client=client)
 
 print(grid)

@@ -14,7 +14,7 @@ from dynamics import SaveAt
 from dynamics.symbolic import SymbolicModel
 
 x, y, a = sp.symbols("x y a", real=True)
-risk = (x**2 - 1)**2 / 4 + a * (y - x)**2 / 2 + sp.exp(-y**2) / 4  # a double well in x, y tied to x
+risk = (x**2 - 1) ** 2 / 4 + a * (y - x) ** 2 / 2 + sp.exp(-(y**2)) / 4  # a double well in x, y tied to x
 model = SymbolicModel.from_risk(risk, [x, y], [a])  # the step size alpha is appended to the parameters
 p = model.params_row(a=1.0, alpha=0.1)
 

@@ -18,15 +18,16 @@ from empirical.train import train
 
 task = gs.GroupSparseTask(d=4, D=6, jstar=2, eta=0.5)
 print("theorem horizon T* at eps_B = 0.1:", gs.theorem_predictions(task, 0.1)["horizon"])
-v_star = np.array([0.6, 0.0, 0.8, 0.0])                                    # the label direction in group j*
-data = training_samples(task, 400, range(8), v_star, mirror=True)          # mirrored: the symmetries hold exactly
+v_star = np.array([0.6, 0.0, 0.8, 0.0])  # the label direction in group j*
+data = training_samples(task, 400, range(8), v_star, mirror=True)  # mirrored: the symmetries hold exactly
 model = build(task, data=data)
-learned = train(model, config("gd", model, 60, saveat=SaveAt(every=6)))       # full-batch GD from zero, 8 seeds
+learned = train(model, config("gd", model, 60, saveat=SaveAt(every=6)))  # full-batch GD from zero, 8 seeds
 
 
 def theory(state0, steps):  # the exact reduced map on each seed's own sample (it starts from zero, as torch does)
-    return gs.map(task, int(steps[-1]), rs=[gs.reduce_sample(s) for s in data], saveat=SaveAt(steps=steps),
-                  with_se=False)
+    return gs.map(
+        task, int(steps[-1]), rs=[gs.reduce_sample(s) for s in data], saveat=SaveAt(steps=steps), with_se=False
+    )
 
 
 theory_run, learned = overlay(theory, learned, state_variables=gs.STATE_NAMES)

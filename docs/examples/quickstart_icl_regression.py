@@ -20,9 +20,9 @@ from empirical.train import TrainConfig, train
 
 task = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)
 print("approximate loss at the start:", icl.approx_loss(task, [0.1, -0.1], [0.2, -0.2]))
-model = build(task, 2, omega0=[0.1, -0.1], mu0=[0.2, -0.2])            # every seed starts on the pattern (3.1)
+model = build(task, 2, omega0=[0.1, -0.1], mu0=[0.2, -0.2])  # every seed starts on the pattern (3.1)
 config = TrainConfig(seeds=tuple(range(8)), n_steps=800, batch_size=256, lr=0.05, saveat=SaveAt(every=100))
-learned = train(model, config)                                          # SGD on the plain MSE (no 1/2)
+learned = train(model, config)  # SGD on the plain MSE (no 1/2)
 
 
 def theory(state0, steps):  # SGD with step lr on the MSE is GD with step 2 lr on F/2 (the flow's convention)
@@ -37,8 +37,9 @@ def flow(state0, times):  # the flow of F/2, saved at the given flow times
     return icl.flow(task, state0[:, :2], state0[:, 2:], (0.0, float(times[-1])), saveat=SaveAt(ts=times))
 
 
-flow_run, aligned = overlay(flow, learned, state_variables=state, align="mu_dot_omega",
-                            grid=np.linspace(0.0, 400.0, 81))  # matched up to a monotone time change
+flow_run, aligned = overlay(
+    flow, learned, state_variables=state, align="mu_dot_omega", grid=np.linspace(0.0, 400.0, 81)
+)  # matched up to a monotone time change
 print("fitted time scale (flow time per nominal time), per seed:", np.round(aligned.time_scale.values, 2))
 # %%
 # The overlay: the reduced dynamics (dashed) started from every seed's own step-0 state, and the

@@ -17,7 +17,7 @@ from empirical.train import train
 task = nn.NearestNeighborTask(d=4, N=8, sigma=4.0, eta=5.0)
 print("population loss at W(0):", nn.theorem_predictions(task)["loss_at_init"])
 data = prompt_samples(task, 500, seeds=range(8), duplicate_labels=True)  # label-symmetrised samples, one per seed
-model = build(task, data=data)                                     # merged W from the paper's W(0)
+model = build(task, data=data)  # merged W from the paper's W(0)
 learned = train(model, config("gd", model, 100, saveat=SaveAt(every=10)))  # full-batch GD, 8 seeds at once
 
 

@@ -13,11 +13,11 @@ from dynamics import SaveAt, overlay
 from empirical.models.random_walk import build, config, walk_samples
 from empirical.train import train
 
-task = rw.RandomWalkTask(K=6, N=13, p=0.7, M=14)                         # exactly orthogonal positional code
+task = rw.RandomWalkTask(K=6, N=13, p=0.7, M=14)  # exactly orthogonal positional code
 print("optimal accuracy max(p, 1 - p):", rw.theorem_predictions(task)["optimal_accuracy"])
-data, _ = walk_samples(task, 400, seeds=range(8))                        # one fixed walk sample per seed
+data, _ = walk_samples(task, 400, seeds=range(8))  # one fixed walk sample per seed
 model = build(task, data=data)
-learned = train(model, config("gd", model, 20, saveat=SaveAt(every=2)))     # full-batch GD from zero, 8 seeds
+learned = train(model, config("gd", model, 20, saveat=SaveAt(every=2)))  # full-batch GD from zero, 8 seeds
 
 
 def theory(state0, steps):  # the exact reduced map on each seed's own walks, from its step-0 state

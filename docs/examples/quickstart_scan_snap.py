@@ -16,7 +16,7 @@ from empirical.train import train
 classes = ss.SequenceClasses.syn_small()
 task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=0.5)
 print("predicted snapping time t0:", ss.theorem_predictions(task)["t0"])
-model = build(task, T=256)                                                 # zero init, the paper's Y/Z model
+model = build(task, T=256)  # zero init, the paper's Y/Z model
 learned = train(model, config("sgd", model, task, range(8), n_steps=100, saveat=SaveAt(every=10)))
 # learned["z"]: the logits z_{ml}, dims (trajectory, time, query_token, token), as in the closed form's Trajectory
 

@@ -56,6 +56,7 @@ def dispatch_config(presets: Mapping[str, Callable], name, args: tuple, kwargs: 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks shared by the model modules (dynamics.validation specs for torch arguments)
 
+
 def tensor_check(*, ndim=None, finite: bool = True) -> Callable:
     """A ``check(name, value)`` spec for :func:`dynamics.validation.validated`: a real torch tensor with ``ndim`` in
     the given ones, finite unless ``finite=False`` (the spec of arguments of functions a training step calls, where
@@ -66,6 +67,7 @@ def tensor_check(*, ndim=None, finite: bool = True) -> Callable:
         if not _V._is_tensor(value):
             raise _V.ArgumentTypeError(f"{name} must be a torch.Tensor ({spec.text}); got {_V._show(value)}")
         spec(name, value)
+
     return check
 
 
@@ -78,18 +80,23 @@ def tensors_check(*layouts: tuple[str, ...], ndim=None) -> Callable:
 
     def check(name: str, value) -> None:
         if not isinstance(value, Mapping):
-            raise _V.ArgumentTypeError(f"{name} must be a mapping of torch tensors with keys {want}; "
-                                       f"got {_V._show(value)}")
+            raise _V.ArgumentTypeError(
+                f"{name} must be a mapping of torch tensors with keys {want}; got {_V._show(value)}"
+            )
         keys = next((k for k in layouts if all(key in value for key in k)), None)
         if keys is None:
             raise ValueError(f"{name} must be a mapping of torch tensors with keys {want}; got keys {sorted(value)}")
         for key in keys:
             spec(f"{name}[{key!r}]", value[key])
-    return check
 
+    return check
 
 
 from dynamics import validation as _V  # noqa: E402
 
-_V.validate_module(globals(), name=_V.OneOf(*MODEL_NAMES), per_function={"dispatch_config": {"name": None}},
-                   skip=("tensor_check", "tensors_check"))  # the spec builders: not entry points
+_V.validate_module(
+    globals(),
+    name=_V.OneOf(*MODEL_NAMES),
+    per_function={"dispatch_config": {"name": None}},
+    skip=("tensor_check", "tensors_check"),
+)  # the spec builders: not entry points

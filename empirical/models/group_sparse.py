@@ -74,16 +74,32 @@ from dynamics.validation import check_choice, check_finite_array, check_int, che
 from empirical.models import dispatch_config
 from empirical.train import TrainConfig, per_seed
 
-__all__ = ["build", "EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "GroupSparseAttention", "GroupSparseModelSpec",
-           "attention", "downstream_sgd", "effective_W", "forward", "config", "logistic_baseline", "loss_per_draw",
-           "sample_downstream", "to_weights", "training_samples"]
+__all__ = [
+    "build",
+    "EVAL_NAMES",
+    "PARAMETRISATIONS",
+    "PROBE_NAMES",
+    "GroupSparseAttention",
+    "GroupSparseModelSpec",
+    "attention",
+    "downstream_sgd",
+    "effective_W",
+    "forward",
+    "config",
+    "logistic_baseline",
+    "loss_per_draw",
+    "sample_downstream",
+    "to_weights",
+    "training_samples",
+]
 
 REFERENCE = cf.REFERENCE
 PARAMETRISATIONS = ("merged", "factorised")
 
 #: Probe names, those of ``closedform.group_sparse.full_gd`` (docs/models/token_selection.md §B.3.1), in logging order.
-PROBE_NAMES: tuple[str, ...] = cf.STATE_NAMES + cf.GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio",
-                                                                "w_cross_norm", "off", "off_W")
+PROBE_NAMES: tuple[str, ...] = (
+    cf.STATE_NAMES + cf.GAP_NAMES + ("cos_vx_vstar", "v_pos_norm", "norm_ratio", "w_cross_norm", "off", "off_W")
+)
 #: Evaluation metrics on the evaluation batch (the training sample for fixed data), names of the closed form.
 EVAL_NAMES: tuple[str, ...] = ("loss", "loss_se", "accuracy", "attn_jstar", "attn_jstar_q")
 
@@ -146,15 +162,20 @@ class GroupSparseModelSpec:
         object.__setattr__(self, "v_star", tuple(float(x) for x in v / np.linalg.norm(v)))
         object.__setattr__(self, "mirror", bool(self.mirror))
         object.__setattr__(self, "project_steps", bool(self.project_steps))
-        merged_only = [name for name, bad in (("project_steps", self.project_steps),
-                                              ("state0", self.state0 is not None)) if bad]
+        merged_only = [
+            name for name, bad in (("project_steps", self.project_steps), ("state0", self.state0 is not None)) if bad
+        ]
         if self.parametrisation == "factorised":
             if merged_only:
-                raise ValueError(f"{merged_only[0]} applies only to parametrisation='merged' (the invariant family "
-                                 "of docs/models/token_selection.md §B.3 is a family of merged W)")
+                raise ValueError(
+                    f"{merged_only[0]} applies only to parametrisation='merged' (the invariant family "
+                    "of docs/models/token_selection.md §B.3 is a family of merged W)"
+                )
         elif self.init_scale != 0.01:
-            raise ValueError(f"init_scale applies only to parametrisation='factorised' (the merged model starts at "
-                             f"zero, docs/models/token_selection.md §B.2); got init_scale={self.init_scale}")
+            raise ValueError(
+                f"init_scale applies only to parametrisation='factorised' (the merged model starts at "
+                f"zero, docs/models/token_selection.md §B.2); got init_scale={self.init_scale}"
+            )
         if self.state0 is not None:
             s0 = np.asarray(self.state0, dtype=np.float64).reshape(-1)
             if s0.shape != (cf.N_STATE,) or not np.all(np.isfinite(s0)):
@@ -170,6 +191,7 @@ class GroupSparseModelSpec:
 # ----------------------------------------------------------------------------------------------------------------------
 # The forward pass (docs/models/token_selection.md §B.2), batched over seeds and draws
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """The merged key-query matrix W (S, d+D, d+D): ``params["W"]``, or W_K^T W_Q for the factorised model
@@ -217,8 +239,8 @@ def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor) -> tuple[torch.
     f : (S, n); S_att : (S, n, D, D)
     """
     H, S_att = attention(effective_W(params), X)
-    u = torch.einsum("sa,snai->sni", params["v"], H)   # u_i = v^T h_i
-    f = (u * S_att.sum(dim=-1)).sum(dim=-1)           # sum_i u_i r_i, r_i = sum_j S_ij
+    u = torch.einsum("sa,snai->sni", params["v"], H)  # u_i = v^T h_i
+    f = (u * S_att.sum(dim=-1)).sum(dim=-1)  # sum_i u_i r_i, r_i = sum_j S_ij
     return f, S_att
 
 
@@ -231,6 +253,7 @@ def loss_per_draw(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------------
 # The model (protocol of empirical.train)
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 class GroupSparseAttention:
     """One-layer softmax transformer of Study B as an :class:`empirical.train.TorchModel`
@@ -256,9 +279,18 @@ class GroupSparseAttention:
     name = "group_sparse"
     time_unit = "eta*step"
 
-    def __init__(self, task: cf.GroupSparseTask, *, parametrisation: str = "merged", init_scale: float = 0.01,
-                 v_star=None, data: Sequence[cf.GroupSparseSample] | None = None, mirror: bool = False,
-                 project_steps: bool = False, state0=None):
+    def __init__(
+        self,
+        task: cf.GroupSparseTask,
+        *,
+        parametrisation: str = "merged",
+        init_scale: float = 0.01,
+        v_star=None,
+        data: Sequence[cf.GroupSparseSample] | None = None,
+        mirror: bool = False,
+        project_steps: bool = False,
+        state0=None,
+    ):
         self.data = None
         if data is not None:
             if isinstance(data, cf.GroupSparseSample):
@@ -272,20 +304,31 @@ class GroupSparseAttention:
             if v_star is None:
                 v_star = data[0].v_star
             for s in data:
-                if not np.allclose(s.v_star, np.asarray(v_star, dtype=np.float64) / np.linalg.norm(v_star),
-                                   rtol=0, atol=1e-15):
-                    raise ValueError("data samples must share the model's v_star "
-                                     "(the probes of docs/models/token_selection.md §B.3.1 use it)")
+                if not np.allclose(
+                    s.v_star, np.asarray(v_star, dtype=np.float64) / np.linalg.norm(v_star), rtol=0, atol=1e-15
+                ):
+                    raise ValueError(
+                        "data samples must share the model's v_star "
+                        "(the probes of docs/models/token_selection.md §B.3.1 use it)"
+                    )
             if mirror:
-                raise ValueError("mirror applies to the online sampler only; mirror fixed samples with "
-                                 "closedform.group_sparse.sample(..., mirror=True)")
+                raise ValueError(
+                    "mirror applies to the online sampler only; mirror fixed samples with "
+                    "closedform.group_sparse.sample(..., mirror=True)"
+                )
             self.data = data
         if v_star is None:
             v_star = np.random.default_rng(0).standard_normal(task.d)
         self.spec = GroupSparseModelSpec(
-            task=task, parametrisation=parametrisation, init_scale=init_scale, v_star=tuple(np.ravel(v_star)),
-            mirror=mirror, project_steps=project_steps, state0=None if state0 is None else tuple(np.ravel(state0)),
-            data_digest=None if self.data is None else _sample_digest(self.data))
+            task=task,
+            parametrisation=parametrisation,
+            init_scale=init_scale,
+            v_star=tuple(np.ravel(v_star)),
+            mirror=mirror,
+            project_steps=project_steps,
+            state0=None if state0 is None else tuple(np.ravel(state0)),
+            data_digest=None if self.data is None else _sample_digest(self.data),
+        )
         self.task = task
         self.v_star = self.spec.v_star_array
 
@@ -332,12 +375,16 @@ class GroupSparseAttention:
         n = check_int("n", n, min_value=1)
         if self.data is not None:
             if len(generators) != len(self.data):
-                raise ValueError(f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
-                                 "give one sample per seed")
+                raise ValueError(
+                    f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
+                    "give one sample per seed"
+                )
             n_data = self.data[0].X.shape[0]
             if n != n_data:
-                raise ValueError(f"with fixed data, dataset_size and eval_size must equal the sample size {n_data}; "
-                                 f"got {n} (use config('gd'))")
+                raise ValueError(
+                    f"with fixed data, dataset_size and eval_size must equal the sample size {n_data}; "
+                    f"got {n} (use config('gd'))"
+                )
             X = torch.stack([torch.as_tensor(s.X, device=device, dtype=dtype) for s in self.data])
             y = torch.stack([torch.as_tensor(s.y, device=device, dtype=dtype) for s in self.data])
             return {"X": X, "y": y}
@@ -375,11 +422,14 @@ class GroupSparseAttention:
         if self.data is None and self.spec.mirror:
             unit = ell.reshape(ell.shape[0], n // 2, 2).mean(dim=-1)
         elif self.data is not None and self.data[0].mirrored:
-            unit = 0.5 * (ell[:, : n // 2] + ell[:, n // 2:])
+            unit = 0.5 * (ell[:, : n // 2] + ell[:, n // 2 :])
         else:
             unit = ell
-        se = unit.std(dim=1, correction=1) / math.sqrt(unit.shape[1]) if unit.shape[1] > 1 else torch.zeros_like(
-            unit[:, 0])
+        se = (
+            unit.std(dim=1, correction=1) / math.sqrt(unit.shape[1])
+            if unit.shape[1] > 1
+            else torch.zeros_like(unit[:, 0])
+        )
         S_np = S_att.detach().cpu().numpy()
         diag = [cf.attention_diagnostics(self.task, S_np[s]) for s in range(S_np.shape[0])]
         out = {"loss": ell.mean(dim=1), "loss_se": se, "accuracy": (batch["y"] * f > 0).to(f.dtype).mean(dim=1)}
@@ -426,8 +476,10 @@ def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarr
 # Data and configurations
 # ----------------------------------------------------------------------------------------------------------------------
 
-def training_samples(task: cf.GroupSparseTask, n: int, seeds, v_star, *, mirror: bool = False
-                     ) -> list[cf.GroupSparseSample]:
+
+def training_samples(
+    task: cf.GroupSparseTask, n: int, seeds, v_star, *, mirror: bool = False
+) -> list[cf.GroupSparseSample]:
     """One training sample per seed by the exact recipe of docs/models/token_selection.md §G.B
     (``closedform.group_sparse.sample``) with
     ``numpy.random.default_rng(seed)`` and the given v* (so v* is not drawn; docs/models/token_selection.md §B.7: raw
@@ -436,8 +488,15 @@ def training_samples(task: cf.GroupSparseTask, n: int, seeds, v_star, *, mirror:
     return [cf.sample(task, n, np.random.default_rng(s), v_star=v_star, mirror=mirror) for s in seeds]
 
 
-def _gd_config(model: GroupSparseAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
-               checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _gd_config(
+    model: GroupSparseAttention,
+    n_steps: int,
+    *,
+    seeds=None,
+    saveat: SaveAt | None = None,
+    checkpoint_every: int = 0,
+    dtype: str = "float64",
+) -> TrainConfig:
     """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed samples
     (docs/models/token_selection.md §B.2, §B.7).
 
@@ -445,28 +504,59 @@ def _gd_config(model: GroupSparseAttention, n_steps: int, *, seeds=None, saveat:
     0..len(data)-1.
     """
     if model.data is None:
-        raise ValueError("config('gd') needs a model with fixed data (GroupSparseAttention(..., data=samples)); use "
-                         "config('sgd') for online training")
+        raise ValueError(
+            "config('gd') needs a model with fixed data (GroupSparseAttention(..., data=samples)); use "
+            "config('sgd') for online training"
+        )
     n = model.data[0].X.shape[0]
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
-                       saveat=saveat or SaveAt(n=201), checkpoint_every=checkpoint_every, dtype=dtype)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=n,
+        dataset_size=n,
+        eval_size=n,
+        lr=model.task.eta,
+        saveat=saveat or SaveAt(n=201),
+        checkpoint_every=checkpoint_every,
+        dtype=dtype,
+    )
 
 
-def _sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 4000,
-                lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
-                dtype: str = "float64") -> TrainConfig:
+def _sgd_config(
+    model: GroupSparseAttention,
+    n_steps: int,
+    batch_size: int,
+    *,
+    seeds=(0,),
+    eval_size: int = 4000,
+    lr: float | None = None,
+    saveat: SaveAt | None = None,
+    checkpoint_every: int = 0,
+    refill: int = 32,
+    dtype: str = "float64",
+) -> TrainConfig:
     """TrainConfig of online SGD (fresh draws of docs/models/token_selection.md §B.1 every step; default step
     ``task.eta``), evaluated on a
     fixed batch of ``eval_size`` fresh draws (a test sample)."""
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed samples")
     if model.spec.mirror and (batch_size % 2 or eval_size % 2):
-        raise ValueError(f"batch_size and eval_size must be even with mirror=True (draws come in mirrored pairs); got "
-                         f"batch_size={batch_size}, eval_size={eval_size}")
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, eval_size=eval_size,
-                       lr=model.task.eta if lr is None else lr, saveat=saveat or SaveAt(n=201),
-                       checkpoint_every=checkpoint_every, refill=refill, dtype=dtype)
+        raise ValueError(
+            f"batch_size and eval_size must be even with mirror=True (draws come in mirrored pairs); got "
+            f"batch_size={batch_size}, eval_size={eval_size}"
+        )
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        eval_size=eval_size,
+        lr=model.task.eta if lr is None else lr,
+        saveat=saveat or SaveAt(n=201),
+        checkpoint_every=checkpoint_every,
+        refill=refill,
+        dtype=dtype,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -479,8 +569,9 @@ def _sgd_config(model: GroupSparseAttention, n_steps: int, batch_size: int, *, s
 MIN_DOWNSTREAM_ACCEPTANCE = 1e-6
 
 
-def sample_downstream(task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: float, rng) -> tuple[np.ndarray,
-                                                                                                 np.ndarray]:
+def sample_downstream(
+    task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: float, rng
+) -> tuple[np.ndarray, np.ndarray]:
     """n downstream draws (docs/models/token_selection.md §B.4 recipe): x's ~ N(0, sigma_x^2) as in
     docs/models/token_selection.md §B.1, kept only if
     |<v~*, x_{j*}>| >= gamma (margin by rejection), label y~ = sign(<v~*, x_{j*}>). Returns X (n, d, D), y (n,).
@@ -500,9 +591,11 @@ def sample_downstream(task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: flo
     vt = vt / norm
     accept = math.erfc(gamma / (task.sigma_x * math.sqrt(2.0)))  # <v~*, x_{j*}> ~ N(0, sigma_x^2) for unit v~*
     if not accept >= MIN_DOWNSTREAM_ACCEPTANCE:
-        raise ValueError(f"gamma = {gamma} is unreachable: the margin |<v~*, x_j*>| >= gamma holds with probability "
-                         f"{accept:.3g} < {MIN_DOWNSTREAM_ACCEPTANCE} at sigma_x = {task.sigma_x}; use gamma <= "
-                         f"{task.sigma_x * math.sqrt(2.0) * _erfcinv(MIN_DOWNSTREAM_ACCEPTANCE):.3g}")
+        raise ValueError(
+            f"gamma = {gamma} is unreachable: the margin |<v~*, x_j*>| >= gamma holds with probability "
+            f"{accept:.3g} < {MIN_DOWNSTREAM_ACCEPTANCE} at sigma_x = {task.sigma_x}; use gamma <= "
+            f"{task.sigma_x * math.sqrt(2.0) * _erfcinv(MIN_DOWNSTREAM_ACCEPTANCE):.3g}"
+        )
     rng = as_generator(rng)
     keep_X, have = [], 0
     for _ in range(100):  # each round expects >= 2x the missing count: P(100 rounds short) is astronomically small
@@ -515,8 +608,10 @@ def sample_downstream(task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: flo
         keep_X.append(X)
         have += X.shape[0]
     if have < n:
-        raise RuntimeError(f"sample_downstream kept only {have} of n = {n} draws after 100 rounds at acceptance "
-                           f"probability {accept:.3g}")
+        raise RuntimeError(
+            f"sample_downstream kept only {have} of n = {n} draws after 100 rounds at acceptance "
+            f"probability {accept:.3g}"
+        )
     X = np.concatenate(keep_X)[:n]
     y = np.where(X[:, :, task.jstar_index] @ vt >= 0.0, 1.0, -1.0)
     return X, y
@@ -535,14 +630,25 @@ def downstream_features(W, X) -> np.ndarray:
     W = torch.as_tensor(np.asarray(W, dtype=np.float64))
     X = torch.as_tensor(np.asarray(X, dtype=np.float64))
     if W.ndim != 3 or X.ndim != 4 or W.shape[0] != X.shape[0]:
-        raise ValueError(f"W must be (S, d+D, d+D) and X (S, n, d, D) with the same S; got {tuple(W.shape)}, "
-                         f"{tuple(X.shape)}")
+        raise ValueError(
+            f"W must be (S, d+D, d+D) and X (S, n, d, D) with the same S; got {tuple(W.shape)}, {tuple(X.shape)}"
+        )
     with torch.no_grad():
         return _features(W, X).numpy()
 
 
-def downstream_sgd(task: cf.GroupSparseTask, W, X, y, X_test, y_test, *, checkpoints, lr0: float = 0.1,
-                   device: str | torch.device = "cpu") -> np.ndarray:
+def downstream_sgd(
+    task: cf.GroupSparseTask,
+    W,
+    X,
+    y,
+    X_test,
+    y_test,
+    *,
+    checkpoints,
+    lr0: float = 0.1,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
     """Fine-tune v by online SGD with W frozen (docs/models/token_selection.md §B.4 runnable recipe): v = 0, then for i
     = 1..n one fresh sample, v <- v - (lr0/sqrt(i)) grad_v ell(y~ f(X~_i; v, W)); test error of the iterate after n
     samples for each n of ``checkpoints``.
@@ -553,11 +659,13 @@ def downstream_sgd(task: cf.GroupSparseTask, W, X, y, X_test, y_test, *, checkpo
     size depends only on i), so every checkpoint is the prefix of one pass. float64.
     """
     dtype = torch.float64
-    W, X, y, X_test, y_test = (torch.tensor(np.asarray(a, dtype=np.float64), device=device)
-                               for a in (W, X, y, X_test, y_test))
+    W, X, y, X_test, y_test = (
+        torch.tensor(np.asarray(a, dtype=np.float64), device=device) for a in (W, X, y, X_test, y_test)
+    )
     if W.ndim != 3 or X.ndim != 4 or W.shape[0] != X.shape[0]:
-        raise ValueError(f"W must be (S, d+D, d+D) and X (S, n, d, D) with the same S; got {tuple(W.shape)}, "
-                         f"{tuple(X.shape)}")
+        raise ValueError(
+            f"W must be (S, d+D, d+D) and X (S, n, d, D) with the same S; got {tuple(W.shape)}, {tuple(X.shape)}"
+        )
     lr0 = check_positive("lr0", lr0)
     checkpoints = sorted(int(c) for c in np.atleast_1d(checkpoints))
     if not checkpoints or checkpoints[0] < 1 or checkpoints[-1] > X.shape[1]:
@@ -588,9 +696,11 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
     l2 = check_positive("l2", l2)
     Xt = np.asarray(X_test, dtype=np.float64)
     if y.shape != X.shape[:1] or np.shape(y_test) != Xt.shape[:1] or Xt.shape[1:] != X.shape[1:]:
-        raise ValueError(f"X (n, ...), y (n,), X_test (n_test, ...) and y_test (n_test,) must agree, X and X_test in "
-                         f"their trailing shape; got X {X.shape}, y {y.shape}, X_test {Xt.shape}, "
-                         f"y_test {np.shape(y_test)}")
+        raise ValueError(
+            f"X (n, ...), y (n,), X_test (n_test, ...) and y_test (n_test,) must agree, X and X_test in "
+            f"their trailing shape; got X {X.shape}, y {y.shape}, X_test {Xt.shape}, "
+            f"y_test {np.shape(y_test)}"
+        )
 
     def fun(w):
         z = y * (Xf @ w)
@@ -598,8 +708,9 @@ def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
         grad = -(Xf.T @ (y * _expit(-z))) / Xf.shape[0] + l2 * w
         return val, grad
 
-    res = _optimize.minimize(fun, np.zeros(Xf.shape[1]), jac=True, method="L-BFGS-B",
-                             options={"maxiter": 5000, "gtol": 1e-10})
+    res = _optimize.minimize(
+        fun, np.zeros(Xf.shape[1]), jac=True, method="L-BFGS-B", options={"maxiter": 5000, "gtol": 1e-10}
+    )
     Xt = Xt.reshape(len(y_test), -1)
     return float(np.mean(np.asarray(y_test) * (Xt @ res.x) <= 0))
 
@@ -663,17 +774,34 @@ _SAMPLES = _sample_list_check(cf.GroupSparseSample)
 _WEIGHTS = _tensors(("W",), ("W_K", "W_Q"), ndim=3)
 _V.validate_module(
     globals(),
-    params=_WEIGHTS, W=_V.Array(ndim=3), X=_V.Array(ndim=4), y=_V.Array(ndim=2), X_test=_V.Array(ndim=4),
-    y_test=_V.Array(ndim=2), v_star=_V.Array(ndim=1), state0=_V.Array(ndim=1), data=_SAMPLES,
-    seeds=_seeds, n=_V.Range(integer=True, ge=1), v_tilde_star=_V.Array(ndim=1), gamma=_V.Range(ge=0),
-    rng=_V.seed_check, checkpoints=_V.Range(array=True, integer=True, ge=1), lr0=_V.Range(gt=0),
-    l2=_V.Range(gt=0), init_scale=_V.Range(gt=0),
+    params=_WEIGHTS,
+    W=_V.Array(ndim=3),
+    X=_V.Array(ndim=4),
+    y=_V.Array(ndim=2),
+    X_test=_V.Array(ndim=4),
+    y_test=_V.Array(ndim=2),
+    v_star=_V.Array(ndim=1),
+    state0=_V.Array(ndim=1),
+    data=_SAMPLES,
+    seeds=_seeds,
+    n=_V.Range(integer=True, ge=1),
+    v_tilde_star=_V.Array(ndim=1),
+    gamma=_V.Range(ge=0),
+    rng=_V.seed_check,
+    checkpoints=_V.Range(array=True, integer=True, ge=1),
+    lr0=_V.Range(gt=0),
+    l2=_V.Range(gt=0),
+    init_scale=_V.Range(gt=0),
     per_function={
         "attention": {"W": _tensor(ndim=3), "X": _tensor(ndim=4)},
         "forward": {"params": _tensors(("v", "W"), ("v", "W_K", "W_Q")), "X": _tensor(ndim=4, finite=False)},
         "loss_per_draw": {"f": _tensor(ndim=(1, 2), finite=False), "y": _tensor(ndim=(1, 2), finite=False)},
         # X (n, ...) of any trailing shape (raw draws (n, d, D) or features (n, d+D, 1)), read as vec(X)
-        "logistic_baseline": {"X": _V.Array(ndim=tuple(range(2, 33))), "y": _V.Array(ndim=1),
-                              "X_test": _V.Array(ndim=tuple(range(2, 33))), "y_test": _V.Array(ndim=1)},
+        "logistic_baseline": {
+            "X": _V.Array(ndim=tuple(range(2, 33))),
+            "y": _V.Array(ndim=1),
+            "X_test": _V.Array(ndim=tuple(range(2, 33))),
+            "y_test": _V.Array(ndim=1),
+        },
     },
 )

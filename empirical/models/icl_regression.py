@@ -62,8 +62,21 @@ from empirical.models import dispatch_config
 from empirical.models._fastexp import exp_shifted as _exp_shifted
 from empirical.train import Schedule, TrainConfig, per_seed
 
-__all__ = ["build", "ICLAttention", "ICLModelSpec", "align_to_flow", "circuit_arrays", "circuits", "head_pattern",
-           "config", "pattern_params", "predict", "risk_at_length", "softmax_mse", "stack_heads"]
+__all__ = [
+    "build",
+    "ICLAttention",
+    "ICLModelSpec",
+    "align_to_flow",
+    "circuit_arrays",
+    "circuits",
+    "head_pattern",
+    "config",
+    "pattern_params",
+    "predict",
+    "risk_at_length",
+    "softmax_mse",
+    "stack_heads",
+]
 
 REFERENCE = cf.REFERENCE
 ATTENTIONS = ("softmax", "linear")
@@ -102,27 +115,35 @@ class ICLModelSpec:
 
     def __post_init__(self):
         if not isinstance(self.task, cf.ICLRegressionTask):
-            raise ValueError(f"task must be a closedform.icl_regression.ICLRegressionTask; got {type(self.task).__name__}")
+            raise ValueError(
+                f"task must be a closedform.icl_regression.ICLRegressionTask; got {type(self.task).__name__}"
+            )
         object.__setattr__(self, "H", check_int("H", self.H, min_value=1))
         check_choice("attention", self.attention, ATTENTIONS)
         if self.attention == "linear" and self.H != 1:
-            raise ValueError(f"H must be 1 for attention='linear' (single-head baseline, "
-                             f"docs/models/icl_regression.md §7.6); got {self.H}")
+            raise ValueError(
+                f"H must be 1 for attention='linear' (single-head baseline, "
+                f"docs/models/icl_regression.md §7.6); got {self.H}"
+            )
         if self.rho is not None:
             cf.kms_covariance(self.task.d, self.rho)  # validates rho in (-1, 1)
             object.__setattr__(self, "rho", float(self.rho))
         if self.supports is not None:
             sup = tuple(tuple(sorted(int(c) for c in s)) for s in self.supports)
             if not sup or any(not s for s in sup):
-                raise ValueError(f"supports must be a non-empty tuple of non-empty coordinate tuples; got "
-                                 f"{self.supports!r}")
+                raise ValueError(
+                    f"supports must be a non-empty tuple of non-empty coordinate tuples; got {self.supports!r}"
+                )
             for s in sup:
                 if len(set(s)) != len(s) or s[0] < 0 or s[-1] >= self.task.d:
-                    raise ValueError(f"supports must hold distinct coordinates in [0, d-1 = {self.task.d - 1}]; "
-                                     f"got {s}")
+                    raise ValueError(
+                        f"supports must hold distinct coordinates in [0, d-1 = {self.task.d - 1}]; got {s}"
+                    )
             if self.rho is not None:
-                raise ValueError("rho (docs/models/icl_regression.md §8.1) and supports "
-                                 "(docs/models/icl_regression.md §8.3) cannot be combined")
+                raise ValueError(
+                    "rho (docs/models/icl_regression.md §8.1) and supports "
+                    "(docs/models/icl_regression.md §8.3) cannot be combined"
+                )
 
             object.__setattr__(self, "supports", sup)
 
@@ -172,8 +193,18 @@ class ICLAttention:
     name = cf.MODEL
     time_unit = "Adam step n (state after n updates, docs/models/icl_regression.md §0.2)"
 
-    def __init__(self, task: cf.ICLRegressionTask, H: int, *, attention: str = "softmax", rho: float | None = None,
-                 supports=None, omega0=None, mu0=None, log_circuits: bool = False):
+    def __init__(
+        self,
+        task: cf.ICLRegressionTask,
+        H: int,
+        *,
+        attention: str = "softmax",
+        rho: float | None = None,
+        supports=None,
+        omega0=None,
+        mu0=None,
+        log_circuits: bool = False,
+    ):
         self.spec = ICLModelSpec(task=task, H=H, attention=attention, rho=rho, supports=supports)
         self.log_circuits = bool(log_circuits)
         if self.log_circuits and supports is not None:
@@ -198,8 +229,13 @@ class ICLAttention:
         if self.pattern0 is not None:
             S = len(generators)
             om, m = self.pattern0
-            return pattern_params(self.spec, np.broadcast_to(om, (S, om.size)), np.broadcast_to(m, (S, m.size)),
-                                  device=device, dtype=dtype)
+            return pattern_params(
+                self.spec,
+                np.broadcast_to(om, (S, om.size)),
+                np.broadcast_to(m, (S, m.size)),
+                device=device,
+                dtype=dtype,
+            )
         H, p, n_out = self.spec.H, self.spec.width, self.spec.n_out
 
         def draw(g):
@@ -207,7 +243,9 @@ class ICLAttention:
                 bound = 1.0 / math.sqrt(fan_in)
                 return (torch.rand(n_rows, fan_in, generator=g, device=device, dtype=dtype) * 2.0 - 1.0) * bound
 
-            q, k, v = (linear(H * p, p).reshape(H, p, p) for _ in range(3))  # rows h*p:(h+1)*p = head h (docs/models/icl_regression.md §2)
+            q, k, v = (
+                linear(H * p, p).reshape(H, p, p) for _ in range(3)
+            )  # rows h*p:(h+1)*p = head h (docs/models/icl_regression.md §2)
             o = linear(n_out, H * p).reshape(n_out, H, p).transpose(0, 1).contiguous()  # columns of head h
             return {"Wq": q, "Wk": k, "Wv": v, "Wo": o}
 
@@ -225,8 +263,13 @@ class ICLAttention:
         L = self.spec.task.L if L is None else check_int("L", L, min_value=1)
 
         def draw(g):
-            return self._prompts(lambda shape: torch.randn(*shape, generator=g, device=device, dtype=dtype), n, L,
-                                 device=device, dtype=dtype)
+            return self._prompts(
+                lambda shape: torch.randn(*shape, generator=g, device=device, dtype=dtype),
+                n,
+                L,
+                device=device,
+                dtype=dtype,
+            )
 
         return per_seed(generators, draw)
 
@@ -242,15 +285,22 @@ class ICLAttention:
         if spec.supports is None and spec.rho is None and torch.device(device).type == "cpu":
             # Isotropic single-task law on CPU: the same normals in the same order, combined by one compiled loop
             # (beta scaled, y = X beta + sigma eps row by row) instead of a batched matmul of 1 x d by d x 1 products.
-            X, xq, beta, eps, eps_q = (rng.normal(shape) for shape in ((n, L, spec.task.d), (n, spec.task.d),
-                                                                       (n, spec.task.d), (n, L), (n,)))
+            X, xq, beta, eps, eps_q = (
+                rng.normal(shape) for shape in ((n, L, spec.task.d), (n, spec.task.d), (n, spec.task.d), (n, L), (n,))
+            )
             # the labels overwrite their noise draws in place (no allocation per step: the buffers are the rng's)
-            _label_prompts(X.numpy(), xq.numpy(), beta.numpy(), eps.numpy(), eps_q.numpy(),
-                           1.0 / math.sqrt(spec.task.d), math.sqrt(spec.task.sigma2))
+            _label_prompts(
+                X.numpy(),
+                xq.numpy(),
+                beta.numpy(),
+                eps.numpy(),
+                eps_q.numpy(),
+                1.0 / math.sqrt(spec.task.d),
+                math.sqrt(spec.task.sigma2),
+            )
             batch = {"X": X, "xq": xq, "y": eps[..., None], "yq": eps_q[..., None], "beta": beta}
             return batch if dtype == torch.float64 else {k: v.to(dtype) for k, v in batch.items()}
-        return self._prompts(lambda shape: rng.normal(shape, dtype=dtype).to(device), n, L, device=device,
-                             dtype=dtype)
+        return self._prompts(lambda shape: rng.normal(shape, dtype=dtype).to(device), n, L, device=device, dtype=dtype)
 
     def _prompts(self, normal, n, L, *, device, dtype):
         """Prompts of docs/models/icl_regression.md §1, §8.1, §8.3 from ``normal(shape)``: standard normals of
@@ -430,8 +480,7 @@ def _predict_circuits(spec: ICLModelSpec, KQ: torch.Tensor, OV: torch.Tensor, ba
     if spec.attention == "softmax":
         # z_i = (x_i; y_i) kept split (no concatenated copy of the prompt): logit_i = x_i . (KQ z_q)[:d] +
         # y_i . (KQ z_q)[d:], pooled = (sum_i p_i x_i; sum_i p_i y_i); ~1.5x faster than on the concatenation
-        logits = (torch.einsum("snld,snhd->snhl", X, kq_q[..., :d])
-                  + torch.einsum("snlo,snho->snhl", y, kq_q[..., d:]))
+        logits = torch.einsum("snld,snhd->snhl", X, kq_q[..., :d]) + torch.einsum("snlo,snho->snhl", y, kq_q[..., d:])
         weights = torch.softmax(logits, dim=-1)  # over the L context tokens (strict causal mask)
         px = weights @ X  # sum_i p_i x_i, (S, n, H, d)
         if spec.n_out == 1:  # elementwise products and sums: cheaper than einsum/cat for these small last axes
@@ -626,8 +675,10 @@ def pattern_params(model_or_spec, omega, mu, *, device="cpu", dtype=torch.float6
         mu = mu[..., None]
     S = omega.shape[0]
     if omega.shape != (S, H) or mu.shape != (S, H, n_out):
-        raise ValueError(f"omega must have shape (S, H={H}) and mu (S, H, n_out={n_out}) (or (S, H) for one "
-                         f"task); got {tuple(omega.shape)} and {tuple(mu.shape)}")
+        raise ValueError(
+            f"omega must have shape (S, H={H}) and mu (S, H, n_out={n_out}) (or (S, H) for one "
+            f"task); got {tuple(omega.shape)} and {tuple(mu.shape)}"
+        )
     eye = torch.eye(p, device=device, dtype=dtype).expand(S, H, p, p).clone()
     sel = torch.zeros(p, device=device, dtype=dtype)
     sel[:d] = 1.0
@@ -641,8 +692,16 @@ def pattern_params(model_or_spec, omega, mu, *, device="cpu", dtype=torch.float6
 # ----------------------------------------------------------------------------------------------------------------------
 # Evaluation helpers
 # ----------------------------------------------------------------------------------------------------------------------
-def risk_at_length(model: ICLAttention, params: Mapping[str, torch.Tensor], L_test: int, n_prompts: int, seed: int = 0,
-              *, chunk: int = 20000, noisy: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def risk_at_length(
+    model: ICLAttention,
+    params: Mapping[str, torch.Tensor],
+    L_test: int,
+    n_prompts: int,
+    seed: int = 0,
+    *,
+    chunk: int = 20000,
+    noisy: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
     """Test MSE of trained weights at prompt length L' (length generalisation, docs/models/icl_regression.md §7.6, §9
     Fig. 4(a)/8).
 
@@ -696,8 +755,13 @@ def circuit_arrays(traj, H: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """
     H = check_int("H", H, min_value=1)
     p = check_int("width", width, min_value=2)
-    KQ = np.stack([np.stack([np.stack([np.asarray(traj[f"KQ_{h}_{i}_{j}"]) for j in range(p)], -1)
-                             for i in range(p)], -2) for h in range(H)], -3)
+    KQ = np.stack(
+        [
+            np.stack([np.stack([np.asarray(traj[f"KQ_{h}_{i}_{j}"]) for j in range(p)], -1) for i in range(p)], -2)
+            for h in range(H)
+        ],
+        -3,
+    )
     OV = np.stack([np.stack([np.asarray(traj[f"OV_{h}_{j}"]) for j in range(p)], -1) for h in range(H)], -2)
     return KQ, OV
 
@@ -746,15 +810,24 @@ def align_to_flow(learned, reference, *, key: str = "mu_dot_omega") -> np.ndarra
     ref_t = np.asarray(reference["time"], dtype=np.float64)
     ref_v = np.asarray(reference[key], dtype=np.float64).reshape(-1, ref_t.size)
     if ref_v.shape[0] not in (1, rows.shape[0]):
-        raise ValueError(f"reference must hold 1 trajectory or one per row of learned ({rows.shape[0]}); got "
-                         f"{ref_v.shape[0]}")
+        raise ValueError(
+            f"reference must hold 1 trajectory or one per row of learned ({rows.shape[0]}); got {ref_v.shape[0]}"
+        )
     out = np.stack([reference_times(ref_t, ref_v[i if ref_v.shape[0] > 1 else 0], row) for i, row in enumerate(rows)])
     return out.reshape(values.shape)
 
 
-def _paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_every: int = 1000,
-                  batch_size: int = 256, eval_size: int = 256, refill: int = 4, dtype: str = "float64",
-                  checkpoint_every: int = 0) -> TrainConfig:
+def _paper_config(
+    *,
+    seeds: Sequence[int] = (0,),
+    n_steps: int = 500_001,
+    log_every: int = 1000,
+    batch_size: int = 256,
+    eval_size: int = 256,
+    refill: int = 4,
+    dtype: str = "float64",
+    checkpoint_every: int = 0,
+) -> TrainConfig:
     """The training setup of docs/models/icl_regression.md §9: Adam(lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight
     decay), batch 256.
 
@@ -765,10 +838,20 @@ def _paper_config(*, seeds: Sequence[int] = (0,), n_steps: int = 500_001, log_ev
     log_every = check_int("log_every", log_every, min_value=1)
     from dynamics.saveat import SaveAt
 
-    return TrainConfig(seeds=tuple(seeds), n_steps=n_steps, batch_size=batch_size, lr=Schedule(value=1e-3),
-                       optimizer="adam", betas=(0.9, 0.999), adam_eps=1e-8, eval_size=eval_size,
-                       saveat=SaveAt(every=log_every), refill=refill, dtype=dtype,
-                       checkpoint_every=checkpoint_every)
+    return TrainConfig(
+        seeds=tuple(seeds),
+        n_steps=n_steps,
+        batch_size=batch_size,
+        lr=Schedule(value=1e-3),
+        optimizer="adam",
+        betas=(0.9, 0.999),
+        adam_eps=1e-8,
+        eval_size=eval_size,
+        saveat=SaveAt(every=log_every),
+        refill=refill,
+        dtype=dtype,
+        checkpoint_every=checkpoint_every,
+    )
 
 
 def build(task: cf.ICLRegressionTask, H: int = 1, **kwargs) -> ICLAttention:
@@ -821,7 +904,13 @@ from dynamics import validation as _V  # noqa: E402  (the checks wrap the functi
 
 _MODEL = _V.Instance(ICLAttention, ICLModelSpec)
 _V.validate_module(
-    globals(), omega=_V.Range(array=True), mu=_V.Range(array=True), omega0=_V.Range(array=True),
-    mu0=_V.Range(array=True), supports=_V.sequence_check, model_or_spec=_MODEL, traj=_V.Instance(_xr.Dataset),
+    globals(),
+    omega=_V.Range(array=True),
+    mu=_V.Range(array=True),
+    omega0=_V.Range(array=True),
+    mu0=_V.Range(array=True),
+    supports=_V.sequence_check,
+    model_or_spec=_MODEL,
+    traj=_V.Instance(_xr.Dataset),
     per_function={"pattern_params": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)}},
 )

@@ -80,10 +80,22 @@ from dynamics.validation import check_choice, check_in_range, check_int, check_p
 from empirical.models import dispatch_config
 from empirical.train import TrainConfig, per_seed
 
-__all__ = ["build", "EVAL_NAMES", "PARAMETRISATIONS", "PROBE_NAMES", "NearestNeighborAttention",
-           "NearestNeighborModelSpec",
-           "attention", "effective_W", "embed", "config", "predict", "prompt_samples", "to_prompts",
-           "to_weights"]
+__all__ = [
+    "build",
+    "EVAL_NAMES",
+    "PARAMETRISATIONS",
+    "PROBE_NAMES",
+    "NearestNeighborAttention",
+    "NearestNeighborModelSpec",
+    "attention",
+    "effective_W",
+    "embed",
+    "config",
+    "predict",
+    "prompt_samples",
+    "to_prompts",
+    "to_weights",
+]
 
 REFERENCE = cf.REFERENCE
 PARAMETRISATIONS = ("merged", "factorised")
@@ -143,15 +155,19 @@ class NearestNeighborModelSpec:
 
     def __post_init__(self):
         if not isinstance(self.task, cf.NearestNeighborTask):
-            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborTask; got "
-                             f"{type(self.task).__name__}")
+            raise ValueError(
+                f"task must be a closedform.nearest_neighbor.NearestNeighborTask; got {type(self.task).__name__}"
+            )
         check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
         object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
-        object.__setattr__(self, "quantile", check_in_range("quantile", self.quantile, 0.0, 1.0, low_open=True,
-                                                            high_open=True))
+        object.__setattr__(
+            self, "quantile", check_in_range("quantile", self.quantile, 0.0, 1.0, low_open=True, high_open=True)
+        )
         if self.parametrisation == "merged" and self.init_scale != 0.01:
-            raise ValueError(f"init_scale applies only to parametrisation='factorised' (the merged W starts at the "
-                             f"paper's W^(0), docs/models/token_selection.md §A.4); got init_scale={self.init_scale}")
+            raise ValueError(
+                f"init_scale applies only to parametrisation='factorised' (the merged W starts at the "
+                f"paper's W^(0), docs/models/token_selection.md §A.4); got init_scale={self.init_scale}"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -186,8 +202,7 @@ def attention(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-def predict(params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def predict(params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (docs/models/token_selection.md §A.3) on a
     batch ``{"H": (S, n,
     d+2, N+1), ...}``."""
@@ -210,16 +225,19 @@ def to_prompts(batch: Mapping[str, torch.Tensor], seed_index: int) -> cf.Prompts
     X = np.ascontiguousarray(np.swapaxes(H[:, :d, :-1], 1, 2))
     xq = np.ascontiguousarray(H[:, :d, -1])
     c = np.einsum("bjd,bd->bj", X, xq)
-    return cf.Prompts(X=X, xq=xq, c=c, istar=np.argmax(c, axis=1).astype(np.int64),
-                      y=np.ascontiguousarray(H[:, d, :-1]))
+    return cf.Prompts(
+        X=X, xq=xq, c=c, istar=np.argmax(c, axis=1).astype(np.int64), y=np.ascontiguousarray(H[:, d, :-1])
+    )
 
 
 def _torch_batch(samples: Sequence[cf.Prompts], device, dtype) -> dict[str, torch.Tensor]:
     """Fixed prompts as a batch ``{"H": (S, n, d+2, N+1), "target": (S, n)}`` (H from the closed form's embed)."""
     H = np.stack([cf.embed(p) for p in samples])
     target = np.stack([p.target for p in samples])
-    return {"H": torch.as_tensor(H, device=device).to(dtype),
-            "target": torch.as_tensor(target, device=device).to(dtype)}
+    return {
+        "H": torch.as_tensor(H, device=device).to(dtype),
+        "target": torch.as_tensor(target, device=device).to(dtype),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -271,21 +289,37 @@ class NearestNeighborAttention:
     name = "nearest_neighbor"
     time_unit = "step (time = eta * step)"
 
-    def __init__(self, task: cf.NearestNeighborTask, *, parametrisation: str = "merged", init_scale: float = 0.01,
-                 quantile: float = 0.05, data=None, test=None, init_weights: Mapping[str, np.ndarray] | None = None):
+    def __init__(
+        self,
+        task: cf.NearestNeighborTask,
+        *,
+        parametrisation: str = "merged",
+        init_scale: float = 0.01,
+        quantile: float = 0.05,
+        data=None,
+        test=None,
+        init_weights: Mapping[str, np.ndarray] | None = None,
+    ):
         if not isinstance(task, cf.NearestNeighborTask):
-            raise ValueError("task must be a closedform.nearest_neighbor.NearestNeighborTask; got "
-                             f"{type(task).__name__}")
+            raise ValueError(
+                f"task must be a closedform.nearest_neighbor.NearestNeighborTask; got {type(task).__name__}"
+            )
         self.data = _check_samples(task, data, "data")
         self.test = _check_samples(task, test, "test")
         if self.test is not None and self.data is not None and len(self.test) not in (1, len(self.data)):
-            raise ValueError(f"test must hold one sample, or one per seed like data ({len(self.data)}); got "
-                             f"{len(self.test)}")
+            raise ValueError(
+                f"test must hold one sample, or one per seed like data ({len(self.data)}); got {len(self.test)}"
+            )
         self.init_weights = self._check_init_weights(task, parametrisation, init_weights)
-        self.spec = NearestNeighborModelSpec(task=task, parametrisation=parametrisation, init_scale=init_scale,
-                                             quantile=quantile, data_digest=_digest(self.data),
-                                             test_digest=_digest(self.test),
-                                             init_digest=_array_digest(self.init_weights))
+        self.spec = NearestNeighborModelSpec(
+            task=task,
+            parametrisation=parametrisation,
+            init_scale=init_scale,
+            quantile=quantile,
+            data_digest=_digest(self.data),
+            test_digest=_digest(self.test),
+            init_digest=_array_digest(self.init_weights),
+        )
         self.task = task
         self._test_H: dict = {}
 
@@ -297,15 +331,18 @@ class NearestNeighborAttention:
         want = {"W"} if parametrisation == "merged" else {"W_K", "W_Q"}
         if not isinstance(init_weights, Mapping) or set(init_weights) != want:
             got = sorted(init_weights) if isinstance(init_weights, Mapping) else type(init_weights).__name__
-            raise ValueError(f"init_weights must provide exactly {sorted(want)} for parametrisation="
-                             f"{parametrisation!r}; got {got}")
+            raise ValueError(
+                f"init_weights must provide exactly {sorted(want)} for parametrisation={parametrisation!r}; got {got}"
+            )
         D = task.embed_dim
         out = {}
         for name, value in init_weights.items():
             arr = np.asarray(value, dtype=np.float64)
             if arr.shape[-2:] != (D, D) or arr.ndim not in (2, 3) or not np.all(np.isfinite(arr)):
-                raise ValueError(f"init_weights[{name!r}] must be finite with shape (D, D) or (S, D, D), D = d + 2 = "
-                                 f"{D}; got shape {arr.shape}")
+                raise ValueError(
+                    f"init_weights[{name!r}] must be finite with shape (D, D) or (S, D, D), D = d + 2 = "
+                    f"{D}; got shape {arr.shape}"
+                )
             out[name] = arr
         return out
 
@@ -325,8 +362,7 @@ class NearestNeighborAttention:
             out = {}
             for name, arr in self.init_weights.items():
                 if arr.ndim == 3 and arr.shape[0] != S:
-                    raise ValueError(f"init_weights[{name!r}] holds {arr.shape[0]} matrices but the run has {S} "
-                                     "seeds")
+                    raise ValueError(f"init_weights[{name!r}] holds {arr.shape[0]} matrices but the run has {S} seeds")
                 t = torch.as_tensor(arr, device=device).to(dtype)
                 out[name] = t.expand(S, D, D).clone() if t.ndim == 2 else t.clone()
             return out
@@ -352,11 +388,15 @@ class NearestNeighborAttention:
         n = check_int("n", n, min_value=1)
         if self.data is not None:
             if len(generators) != len(self.data):
-                raise ValueError(f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
-                                 "give one sample per seed")
+                raise ValueError(
+                    f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
+                    "give one sample per seed"
+                )
             if n != self.data[0].n_prompts:
-                raise ValueError(f"with fixed data, dataset_size and eval_size must equal the number of training "
-                                 f"prompts {self.data[0].n_prompts}; got {n} (use config('gd'))")
+                raise ValueError(
+                    f"with fixed data, dataset_size and eval_size must equal the number of training "
+                    f"prompts {self.data[0].n_prompts}; got {n} (use config('gd'))"
+                )
             return _torch_batch(self.data, device, dtype)
         N, d = self.task.N, self.task.d
 
@@ -386,9 +426,11 @@ class NearestNeighborAttention:
         _, f = predict(params, batch)
         ell = 0.5 * (f - batch["target"]) ** 2
         n = ell.shape[1]
-        out = {"L": ell.mean(dim=1),
-               "L_se": ell.std(dim=1, correction=1) / math.sqrt(n) if n > 1 else torch.zeros_like(ell[:, 0]),
-               "acc": (f * batch["target"] > 0).to(f.dtype).mean(dim=1)}
+        out = {
+            "L": ell.mean(dim=1),
+            "L_se": ell.std(dim=1, correction=1) / math.sqrt(n) if n > 1 else torch.zeros_like(ell[:, 0]),
+            "acc": (f * batch["target"] > 0).to(f.dtype).mean(dim=1),
+        }
         W = to_weights(params)
         ref = out["L"]
         rows = []
@@ -416,8 +458,10 @@ class NearestNeighborAttention:
         xi1 = tr(W11)/d, xi2 = -W33 and off = ||W - diag(xi1 I, 0, -xi2)||_F / ||W||_F."""
         W = effective_W(params)
         xi1, xi2, off = cf.probe(to_weights(params))
-        return {name: torch.as_tensor(np.asarray(v), dtype=W.dtype, device=W.device)
-                for name, v in zip(PROBE_NAMES, (xi1, xi2, off))}
+        return {
+            name: torch.as_tensor(np.asarray(v), dtype=W.dtype, device=W.device)
+            for name, v in zip(PROBE_NAMES, (xi1, xi2, off))
+        }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -425,8 +469,9 @@ class NearestNeighborAttention:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def prompt_samples(task: cf.NearestNeighborTask, n_prompts: int, seeds, *, duplicate_labels: bool = False
-                   ) -> list[cf.Prompts]:
+def prompt_samples(
+    task: cf.NearestNeighborTask, n_prompts: int, seeds, *, duplicate_labels: bool = False
+) -> list[cf.Prompts]:
     """Labelled training prompts per seed by the exact recipe docs/models/token_selection.md §G.A (x's, then Rademacher
     labels from the same generator, ``closedform.nearest_neighbor.sample_prompts(task, n_prompts, seed, labels=True)``).
 
@@ -443,33 +488,69 @@ def prompt_samples(task: cf.NearestNeighborTask, n_prompts: int, seeds, *, dupli
     return out
 
 
-def _gd_config(model: NearestNeighborAttention, n_steps: int, *, seeds=None, batch_size: int | None = None,
-               saveat: SaveAt | None = None, checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _gd_config(
+    model: NearestNeighborAttention,
+    n_steps: int,
+    *,
+    seeds=None,
+    batch_size: int | None = None,
+    saveat: SaveAt | None = None,
+    checkpoint_every: int = 0,
+    dtype: str = "float64",
+) -> TrainConfig:
     """TrainConfig of GD at step eta = ``task.eta`` on the model's fixed prompts (docs/models/token_selection.md §A.4):
     full batch by default, minibatch SGD over per-epoch permutations with ``batch_size``. The evaluation batch is the
     training sample
     (docs/models/token_selection.md §0). ``seeds`` defaults to 0..len(data)-1 (labels of the runs; the prompts are those
     of the model)."""
     if model.data is None:
-        raise ValueError("config('gd') needs a model with fixed prompts (NearestNeighborAttention(..., data=samples)); "
-                         "use config('sgd') for online training")
+        raise ValueError(
+            "config('gd') needs a model with fixed prompts (NearestNeighborAttention(..., data=samples)); "
+            "use config('sgd') for online training"
+        )
     n = model.data[0].n_prompts
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n if batch_size is None else batch_size,
-                       dataset_size=n, eval_size=n, lr=model.task.eta, saveat=saveat or SaveAt(n=51),
-                       checkpoint_every=checkpoint_every, dtype=dtype)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=n if batch_size is None else batch_size,
+        dataset_size=n,
+        eval_size=n,
+        lr=model.task.eta,
+        saveat=saveat or SaveAt(n=51),
+        checkpoint_every=checkpoint_every,
+        dtype=dtype,
+    )
 
 
-def _sgd_config(model: NearestNeighborAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 2000,
-                saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
-                dtype: str = "float64") -> TrainConfig:
+def _sgd_config(
+    model: NearestNeighborAttention,
+    n_steps: int,
+    batch_size: int,
+    *,
+    seeds=(0,),
+    eval_size: int = 2000,
+    saveat: SaveAt | None = None,
+    checkpoint_every: int = 0,
+    refill: int = 32,
+    dtype: str = "float64",
+) -> TrainConfig:
     """TrainConfig of online SGD at step eta = ``task.eta`` (fresh prompts of docs/models/token_selection.md §A.1 every
     step), evaluated on a
     fixed batch of ``eval_size`` fresh prompts per seed."""
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed prompts")
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, eval_size=eval_size, lr=model.task.eta,
-                       saveat=saveat or SaveAt(n=51), checkpoint_every=checkpoint_every, refill=refill, dtype=dtype)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        eval_size=eval_size,
+        lr=model.task.eta,
+        saveat=saveat or SaveAt(n=51),
+        checkpoint_every=checkpoint_every,
+        refill=refill,
+        dtype=dtype,
+    )
 
 
 def build(task: cf.NearestNeighborTask, **kwargs) -> NearestNeighborAttention:
@@ -530,10 +611,18 @@ _PROMPT_SAMPLES = _sample_list_check(cf.Prompts)
 _LEADING = tuple(range(2, 33))
 _V.validate_module(
     globals(),
-    X=_tensor(ndim=_LEADING, finite=False), xq=_tensor(ndim=_LEADING[:-1] + (1,), finite=False),
-    y=_tensor(ndim=_LEADING[:-1] + (1,), finite=False), W=_tensor(ndim=3), H=_tensor(ndim=4),
-    params=_tensors(("W",), ("W_K", "W_Q"), ndim=3), batch=_tensors(("H",), ndim=4),
-    seed_index=_V.Range(integer=True, ge=0), data=_PROMPT_SAMPLES, test=_PROMPT_SAMPLES,
-    quantile=_V.Range(gt=0, lt=1), init_scale=_V.Range(gt=0), n_prompts=_V.Range(integer=True, ge=1),
+    X=_tensor(ndim=_LEADING, finite=False),
+    xq=_tensor(ndim=_LEADING[:-1] + (1,), finite=False),
+    y=_tensor(ndim=_LEADING[:-1] + (1,), finite=False),
+    W=_tensor(ndim=3),
+    H=_tensor(ndim=4),
+    params=_tensors(("W",), ("W_K", "W_Q"), ndim=3),
+    batch=_tensors(("H",), ndim=4),
+    seed_index=_V.Range(integer=True, ge=0),
+    data=_PROMPT_SAMPLES,
+    test=_PROMPT_SAMPLES,
+    quantile=_V.Range(gt=0, lt=1),
+    init_scale=_V.Range(gt=0),
+    n_prompts=_V.Range(integer=True, ge=1),
     seeds=_seeds,
 )

@@ -119,8 +119,13 @@ INITS = ("zero", "random")
 EVAL_NAMES: tuple[str, ...] = ("loss", "se_loss") + cf.DIAGNOSTIC_NAMES + ("kl",)
 
 #: Values logged where the closed form returns NaN because V = 0 or f = 0 (module Notes).
-ZERO_DIRECTION_CONVENTION = {"dist_V_Pi": 1.0, "dist_V_sqrtPi": 1.0, "cos_V_Pi": 0.0, "dist_f_Pi": 1.0,
-                             "dist_V_sqrtChat": 1.0}
+ZERO_DIRECTION_CONVENTION = {
+    "dist_V_Pi": 1.0,
+    "dist_V_sqrtPi": 1.0,
+    "cos_V_Pi": 0.0,
+    "dist_f_Pi": 1.0,
+    "dist_V_sqrtChat": 1.0,
+}
 
 
 def _digest(samples: Sequence[cf.WalkSample] | None) -> str | None:
@@ -176,7 +181,8 @@ class RandomWalkModelSpec:
     def __post_init__(self):
         if not isinstance(self.task, cf.RandomWalkTask):
             raise ValueError(  # noqa: TRY004 - bad input is a ValueError naming the parameter (house style)
-                f"task must be a closedform.random_walk.RandomWalkTask; got {type(self.task).__name__}")
+                f"task must be a closedform.random_walk.RandomWalkTask; got {type(self.task).__name__}"
+            )
         check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
         check_choice("init", self.init, INITS)
         object.__setattr__(self, "init_scale", check_positive("init_scale", self.init_scale))
@@ -184,16 +190,20 @@ class RandomWalkModelSpec:
         object.__setattr__(self, "log_profile", bool(self.log_profile))
         object.__setattr__(self, "log_walks", check_int("log_walks", self.log_walks, min_value=0))
         if self.parametrisation == "factorised" and self.init == "zero":
-            raise ValueError("init must be 'random' for parametrisation='factorised': W_K = W_Q = 0 is a stationary "
-                             "point that cannot learn (docs/models/token_selection.md §0)")
+            raise ValueError(
+                "init must be 'random' for parametrisation='factorised': W_K = W_Q = 0 is a stationary "
+                "point that cannot learn (docs/models/token_selection.md §0)"
+            )
         if self.init == "zero" and self.init_scale != 0.01:
-            raise ValueError(f"init_scale applies only to init='random'; got init_scale={self.init_scale} with "
-                             "init='zero'")
+            raise ValueError(
+                f"init_scale applies only to init='random'; got init_scale={self.init_scale} with init='zero'"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # The forward pass (docs/models/token_selection.md §C.3), batched over seeds and walks
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """The merged key-query matrix W (S, K+M, K+M): ``params["W"]`` or W_K^T W_Q (factorised,
@@ -211,8 +221,14 @@ def _query_vector(params: Mapping[str, torch.Tensor], xq: torch.Tensor) -> torch
     return (params["W_K"].transpose(-1, -2) @ (params["W_Q"] @ xq)[..., None])[..., 0]
 
 
-def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states: torch.Tensor, *,
-            normalize_tokens: bool = False, Phi: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def forward(
+    task: cf.RandomWalkTask,
+    params: Mapping[str, torch.Tensor],
+    states: torch.Tensor,
+    *,
+    normalize_tokens: bool = False,
+    Phi: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention S = softmax(X~^T W x~_N) over the N positions and output f = V X S
     (docs/models/token_selection.md §C.2-§C.3), for every seed.
 
@@ -240,10 +256,10 @@ def forward(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], states:
         Phi = torch.as_tensor(cf.positional_matrix(task), dtype=V.dtype, device=V.device)
     a_ctx, a_q = cf._column_scales(task, normalize_tokens)
     xq = torch.cat([torch.zeros(K, dtype=V.dtype, device=V.device), a_q * Phi[:, N - 1]])
-    q = _query_vector(params, xq)                                  # (S, K+M)
+    q = _query_vector(params, xq)  # (S, K+M)
     q_tok, q_pos = q[:, :K], q[:, K:]
-    ctx = states[..., : N - 1].long().to(V.device)                  # (S, n, N-1), on the parameters' device
-    pos = q_pos @ Phi[:, : N - 1]                                   # (S, N-1): phi_j^T q_pos
+    ctx = states[..., : N - 1].long().to(V.device)  # (S, n, N-1), on the parameters' device
+    pos = q_pos @ Phi[:, : N - 1]  # (S, N-1): phi_j^T q_pos
     tok = torch.gather(q_tok[:, None, :].expand(-1, ctx.shape[1], -1), 2, ctx)
     logits_ctx = a_ctx * (tok + pos[:, None, :])
     logit_blank = (a_q * (q_pos @ Phi[:, N - 1]))[:, None, None].expand(-1, ctx.shape[1], 1)
@@ -257,7 +273,8 @@ def _token_average(task: cf.RandomWalkTask, states: torch.Tensor, S_att: torch.T
     """u = X S restricted to the context (S, n, K) (docs/models/token_selection.md §C.3)."""
     ctx = states[..., : task.N - 1].long().to(S_att.device)
     return torch.zeros(*ctx.shape[:2], task.K, dtype=S_att.dtype, device=S_att.device).scatter_add(
-        2, ctx, S_att[..., : task.N - 1])
+        2, ctx, S_att[..., : task.N - 1]
+    )
 
 
 def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
@@ -274,8 +291,13 @@ def probe_names(task: cf.RandomWalkTask) -> tuple[str, ...]:
     return tuple(cf.state_names(task)) + ("off",)
 
 
-def attention_profile(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor], sample: cf.WalkSample, *,
-                      normalize_tokens: bool = False) -> np.ndarray:
+def attention_profile(
+    task: cf.RandomWalkTask,
+    params: Mapping[str, torch.Tensor],
+    sample: cf.WalkSample,
+    *,
+    normalize_tokens: bool = False,
+) -> np.ndarray:
     """Mean attention on each of the N positions over ``sample`` for every seed, (S, N) float64 (Fig. 4(c),
     docs/models/token_selection.md §C.8).
 
@@ -293,6 +315,7 @@ def attention_profile(task: cf.RandomWalkTask, params: Mapping[str, torch.Tensor
 # The model (protocol of empirical.train)
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 def _check_samples(task: cf.RandomWalkTask, samples, name: str) -> list[cf.WalkSample] | None:
     if samples is None:
         return None
@@ -307,8 +330,10 @@ def _check_samples(task: cf.RandomWalkTask, samples, name: str) -> list[cf.WalkS
     for s in samples:
         cf._check_sample(task, s, name)
         if np.ptp(s.weights) > 0:
-            raise ValueError(f"{name} walks must carry equal weights (the torch loss is a plain mean over walks); "
-                             "an enumerated law with unequal weights is not supported")
+            raise ValueError(
+                f"{name} walks must carry equal weights (the torch loss is a plain mean over walks); "
+                "an enumerated law with unequal weights is not supported"
+            )
     return samples
 
 
@@ -333,31 +358,52 @@ class RandomWalkAttention:
     name = "random_walk"
     time_unit = "eta*step"
 
-    def __init__(self, task: cf.RandomWalkTask, *, parametrisation: str = "merged", init: str = "zero",
-                 init_scale: float = 0.01, normalize_tokens: bool = False, data=None, test=None,
-                 log_profile: bool = False, log_walks: int = 0):
+    def __init__(
+        self,
+        task: cf.RandomWalkTask,
+        *,
+        parametrisation: str = "merged",
+        init: str = "zero",
+        init_scale: float = 0.01,
+        normalize_tokens: bool = False,
+        data=None,
+        test=None,
+        log_profile: bool = False,
+        log_walks: int = 0,
+    ):
         if not isinstance(task, cf.RandomWalkTask):
             raise ValueError(  # noqa: TRY004 - bad input is a ValueError naming the parameter (house style)
-                f"task must be a closedform.random_walk.RandomWalkTask; got {type(task).__name__}")
+                f"task must be a closedform.random_walk.RandomWalkTask; got {type(task).__name__}"
+            )
         self.data = _check_samples(task, data, "data")
         self.test = _check_samples(task, test, "test")
         if self.test is not None:
             if self.data is None:
                 raise ValueError("test applies to fixed data only (online runs measure on the evaluation batch)")
             if len(self.test) != len(self.data):
-                raise ValueError(f"test must hold one sample per seed like data ({len(self.data)}); got "
-                                 f"{len(self.test)}")
-        self.spec = RandomWalkModelSpec(task=task, parametrisation=parametrisation, init=init, init_scale=init_scale,
-                                        normalize_tokens=normalize_tokens, log_profile=log_profile,
-                                        log_walks=log_walks, data_digest=_digest(self.data),
-                                        test_digest=_digest(self.test))
+                raise ValueError(
+                    f"test must hold one sample per seed like data ({len(self.data)}); got {len(self.test)}"
+                )
+        self.spec = RandomWalkModelSpec(
+            task=task,
+            parametrisation=parametrisation,
+            init=init,
+            init_scale=init_scale,
+            normalize_tokens=normalize_tokens,
+            log_profile=log_profile,
+            log_walks=log_walks,
+            data_digest=_digest(self.data),
+            test_digest=_digest(self.test),
+        )
         diag = self.test if self.test is not None else self.data
         if diag is not None and self.spec.log_walks > diag[0].n:
-            raise ValueError(f"log_walks must be at most the number of diagnostic walks {diag[0].n}; got "
-                             f"{self.spec.log_walks}")
+            raise ValueError(
+                f"log_walks must be at most the number of diagnostic walks {diag[0].n}; got {self.spec.log_walks}"
+            )
         self.task = task
-        self._sqrt_C_hat_T = (None if self.data is None else
-                              [np.sqrt(cf.empirical_transitions(s, task.K).T) for s in self.data])
+        self._sqrt_C_hat_T = (
+            None if self.data is None else [np.sqrt(cf.empirical_transitions(s, task.K).T) for s in self.data]
+        )
         self._Phi: dict = {}
 
     # -- helpers -------------------------------------------------------------------------------------------------------
@@ -370,8 +416,9 @@ class RandomWalkAttention:
 
     def forward(self, params, states):
         """(S_att (S, n, N), f (S, n, K)) of :func:`forward` with this model's token normalisation."""
-        return forward(self.task, params, states, normalize_tokens=self.spec.normalize_tokens,
-                       Phi=self._positional(params["V"]))
+        return forward(
+            self.task, params, states, normalize_tokens=self.spec.normalize_tokens, Phi=self._positional(params["V"])
+        )
 
     def time_of_step(self, step):
         """Flow time eta t of GD step t (docs/models/token_selection.md §0)."""
@@ -387,8 +434,10 @@ class RandomWalkAttention:
         K, D = self.task.K, self.task.K + self.task.M
         if self.spec.init == "zero":
             S = len(generators)
-            return {"V": torch.zeros(S, K, K, device=device, dtype=dtype),
-                    "W": torch.zeros(S, D, D, device=device, dtype=dtype)}
+            return {
+                "V": torch.zeros(S, K, K, device=device, dtype=dtype),
+                "W": torch.zeros(S, D, D, device=device, dtype=dtype),
+            }
         s = self.spec.init_scale
         names = ("W",) if self.spec.parametrisation == "merged" else ("W_K", "W_Q")
 
@@ -410,11 +459,15 @@ class RandomWalkAttention:
         n = check_int("n", n, min_value=1)
         if self.data is not None:
             if len(generators) != len(self.data):
-                raise ValueError(f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
-                                 "give one sample per seed")
+                raise ValueError(
+                    f"data holds {len(self.data)} fixed samples but the run has {len(generators)} seeds; "
+                    "give one sample per seed"
+                )
             if n != self.data[0].n:
-                raise ValueError(f"with fixed data, dataset_size and eval_size must equal the number of training "
-                                 f"walks {self.data[0].n}; got {n} (use config('gd'))")
+                raise ValueError(
+                    f"with fixed data, dataset_size and eval_size must equal the number of training "
+                    f"walks {self.data[0].n}; got {n} (use config('gd'))"
+                )
             states = np.stack([s.states for s in self.data])
             return {"states": torch.as_tensor(states, device=device).to(dtype)}
         K, N, p = self.task.K, self.task.N, self.task.p
@@ -451,7 +504,9 @@ class RandomWalkAttention:
         if self._sqrt_C_hat_T is not None:
             out["dist_V_sqrtChat"] = torch.tensor(
                 [_finite(cf.direction_error(V_np[s], self._sqrt_C_hat_T[s]), "dist_V_sqrtChat") for s in range(S)],
-                dtype=V.dtype, device=V.device)
+                dtype=V.dtype,
+                device=V.device,
+            )
         if self.test is not None:
             diag = self.test
             diag_states = torch.as_tensor(np.stack([t.states for t in diag]), device=V.device).to(V.dtype)
@@ -467,8 +522,11 @@ class RandomWalkAttention:
         for name in rows[0]:
             out[name] = torch.tensor([row[name] for row in rows], dtype=V.dtype, device=V.device)
         if self.spec.log_profile:
-            profile = torch.einsum("snj,sn->sj", S_att, torch.as_tensor(np.stack([d.weights for d in diag]),
-                                                                        dtype=V.dtype, device=V.device))
+            profile = torch.einsum(
+                "snj,sn->sj",
+                S_att,
+                torch.as_tensor(np.stack([d.weights for d in diag]), dtype=V.dtype, device=V.device),
+            )
             for j in range(self.task.N):
                 out[f"attn_pos_{j}"] = profile[:, j]
         if self.spec.log_walks:
@@ -503,14 +561,13 @@ class RandomWalkAttention:
         W = effective_W(params)
         Phi = self._positional(V)
         phi_N = Phi[:, N - 1]
-        a = W[:, :K, K:] @ phi_N / rho                                   # (S, K)
-        w22 = W[:, K:, K:] @ phi_N                                       # (S, M)
-        c = (w22 @ Phi) / rho**2                                         # (S, N)
+        a = W[:, :K, K:] @ phi_N / rho  # (S, K)
+        w22 = W[:, K:, K:] @ phi_N  # (S, M)
+        c = (w22 @ Phi) / rho**2  # (S, N)
         # ||W - W_red||^2 block by block: W11, W21 are 0 on the family; W12 - a phi_N^T; W22 - (Phi c) phi_N^T.
         r12 = W[:, :K, K:] - a[:, :, None] * phi_N
         r22 = W[:, K:, K:] - (c @ Phi.T)[:, :, None] * phi_N
-        resid = (W[:, :, :K].square().sum(dim=(1, 2)) + r12.square().sum(dim=(1, 2))
-                 + r22.square().sum(dim=(1, 2)))
+        resid = W[:, :, :K].square().sum(dim=(1, 2)) + r12.square().sum(dim=(1, 2)) + r22.square().sum(dim=(1, 2))
         norm2 = W.square().sum(dim=(1, 2))
         off = torch.where(norm2 > 0, torch.sqrt(resid / torch.where(norm2 > 0, norm2, 1.0)), 0.0)
         out = {f"V_{b}_{k}": V[:, b, k] for b in range(K) for k in range(K)}
@@ -531,8 +588,10 @@ def _finite(value: float, name: str) -> float:
 # Data and configurations
 # ----------------------------------------------------------------------------------------------------------------------
 
-def walk_samples(task: cf.RandomWalkTask, n_train: int, seeds, *, n_test: int | None = None
-                 ) -> tuple[list[cf.WalkSample], list[cf.WalkSample] | None]:
+
+def walk_samples(
+    task: cf.RandomWalkTask, n_train: int, seeds, *, n_test: int | None = None
+) -> tuple[list[cf.WalkSample], list[cf.WalkSample] | None]:
     """Training walks and (optionally) test walks per seed by the exact recipe of docs/models/token_selection.md §G.C.
 
     For each seed, ``numpy.random.default_rng(seed)`` draws ``n_train`` training walks, then ``n_test`` test walks
@@ -550,8 +609,15 @@ def walk_samples(task: cf.RandomWalkTask, n_train: int, seeds, *, n_test: int | 
     return train, (test if n_test is not None else None)
 
 
-def _gd_config(model: RandomWalkAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
-               checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _gd_config(
+    model: RandomWalkAttention,
+    n_steps: int,
+    *,
+    seeds=None,
+    saveat: SaveAt | None = None,
+    checkpoint_every: int = 0,
+    dtype: str = "float64",
+) -> TrainConfig:
     """TrainConfig of full-batch GD at step eta = ``task.eta`` on the model's fixed walks
     (docs/models/token_selection.md §C.4, §C.8).
 
@@ -559,25 +625,54 @@ def _gd_config(model: RandomWalkAttention, n_steps: int, *, seeds=None, saveat: 
     0..len(data)-1 (they label the runs; the walks are those given to the model).
     """
     if model.data is None:
-        raise ValueError("config('gd') needs a model with fixed walks (RandomWalkAttention(..., data=samples)); use "
-                         "config('sgd') for online training")
+        raise ValueError(
+            "config('gd') needs a model with fixed walks (RandomWalkAttention(..., data=samples)); use "
+            "config('sgd') for online training"
+        )
     n = model.data[0].n
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
-                       saveat=saveat or SaveAt(n=51), checkpoint_every=checkpoint_every, dtype=dtype)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=n,
+        dataset_size=n,
+        eval_size=n,
+        lr=model.task.eta,
+        saveat=saveat or SaveAt(n=51),
+        checkpoint_every=checkpoint_every,
+        dtype=dtype,
+    )
 
 
-def _sgd_config(model: RandomWalkAttention, n_steps: int, batch_size: int, *, seeds=(0,), eval_size: int = 1000,
-                lr: float | None = None, saveat: SaveAt | None = None, checkpoint_every: int = 0, refill: int = 32,
-                dtype: str = "float64") -> TrainConfig:
+def _sgd_config(
+    model: RandomWalkAttention,
+    n_steps: int,
+    batch_size: int,
+    *,
+    seeds=(0,),
+    eval_size: int = 1000,
+    lr: float | None = None,
+    saveat: SaveAt | None = None,
+    checkpoint_every: int = 0,
+    refill: int = 32,
+    dtype: str = "float64",
+) -> TrainConfig:
     """TrainConfig of online SGD (fresh walks of docs/models/token_selection.md §C.1 every step; default step
     ``task.eta``), evaluated on a
     fixed batch of ``eval_size`` fresh walks (a test sample)."""
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed walks")
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, eval_size=eval_size,
-                       lr=model.task.eta if lr is None else lr, saveat=saveat or SaveAt(n=51),
-                       checkpoint_every=checkpoint_every, refill=refill, dtype=dtype)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        eval_size=eval_size,
+        lr=model.task.eta if lr is None else lr,
+        saveat=saveat or SaveAt(n=51),
+        checkpoint_every=checkpoint_every,
+        refill=refill,
+        dtype=dtype,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -586,9 +681,28 @@ def _sgd_config(model: RandomWalkAttention, n_steps: int, batch_size: int, *, se
 # ----------------------------------------------------------------------------------------------------------------------
 
 # : The 19-word vocabulary of both QA tasks in alphabetical order (docs/models/token_selection.md §C.8 [unknown;
-#default]); index = token id.
-QA_VOCAB: tuple[str, ...] = ("an", "appears", "apple", "based", "do", "frequently", "fruit", "i", "list", "most", "of",
-                             "on", "orange", "prefer", "sentence", "the", "to", "type", "which")
+# default]); index = token id.
+QA_VOCAB: tuple[str, ...] = (
+    "an",
+    "appears",
+    "apple",
+    "based",
+    "do",
+    "frequently",
+    "fruit",
+    "i",
+    "list",
+    "most",
+    "of",
+    "on",
+    "orange",
+    "prefer",
+    "sentence",
+    "the",
+    "to",
+    "type",
+    "which",
+)
 QA_TASKS = ("majority", "preference")
 #: Losses of :class:`QAAttention`: the paper's -log(e_y^T f + eps) (docs/models/token_selection.md §C.4, with the clamp
 #: of §C.8), and softmax cross-entropy -log softmax(f)_y, a diagnostic that also lowers the other labels' outputs.
@@ -620,13 +734,17 @@ def qa_questions(task: str) -> tuple[np.ndarray, np.ndarray]:
     if task == "majority":
         for code in range(32):
             fruits = ["apple" if (code >> i) & 1 else "orange" for i in range(5)]
-            rows.append(qa_tokens(f"Based on the list '{', '.join(fruits)}', which type of fruit appears most "
-                                  "frequently?"))
+            rows.append(
+                qa_tokens(f"Based on the list '{', '.join(fruits)}', which type of fruit appears most frequently?")
+            )
             labels.append(apple if fruits.count("apple") >= 3 else orange)
     else:
         for first, second in (("apple", "orange"), ("orange", "apple")):
-            rows.append(qa_tokens(f"Based on the sentence 'I prefer an {first} to an {second}', which type of fruit "
-                                  "do I prefer?"))
+            rows.append(
+                qa_tokens(
+                    f"Based on the sentence 'I prefer an {first} to an {second}', which type of fruit do I prefer?"
+                )
+            )
             labels.append(QA_VOCAB.index(first))
     return np.asarray(rows, dtype=np.int64), np.asarray(labels, dtype=np.int64)
 
@@ -636,13 +754,17 @@ def qa_sample(task: str, n: int, rng) -> cf.WalkSample:
     last column is the answer (the layout of :class:`closedform.random_walk.WalkSample`; no walk structure)."""
     n = check_int("n", n, min_value=1)
     tokens, labels = qa_questions(task)
-    idx = np.random.default_rng(rng).integers(0, len(labels), size=n) if not isinstance(
-        rng, np.random.Generator) else rng.integers(0, len(labels), size=n)
+    idx = (
+        np.random.default_rng(rng).integers(0, len(labels), size=n)
+        if not isinstance(rng, np.random.Generator)
+        else rng.integers(0, len(labels), size=n)
+    )
     return cf.WalkSample(np.concatenate([tokens[idx], labels[idx, None]], axis=1))
 
 
-def qa_geometry(task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1,
-                rho: float | None = None) -> cf.RandomWalkTask:
+def qa_geometry(
+    task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1, rho: float | None = None
+) -> cf.RandomWalkTask:
     """The embedding geometry of a QA task: K = 19 tokens, N = words + 1 (blank query last), positional dimension M,
     squared positional norm rho (default M/2), step eta, offset eps (docs/models/token_selection.md §C.8 defaults: M =
     1000, eta = 0.1,
@@ -692,18 +814,38 @@ class QAAttention:
     name = "random_walk_qa"
     time_unit = "eta*step"
 
-    def __init__(self, task: str, *, data: Sequence[cf.WalkSample], test: Sequence[cf.WalkSample], M: int = 1000,
-                 eta: float = 0.1, eps: float = 0.1, relu: bool = False, m_relu: int = 19,
-                 init_scale: float = 0.01, normalize_tokens: bool = True, rho: float | None = None,
-                 loss: str = "log_eps"):
+    def __init__(
+        self,
+        task: str,
+        *,
+        data: Sequence[cf.WalkSample],
+        test: Sequence[cf.WalkSample],
+        M: int = 1000,
+        eta: float = 0.1,
+        eps: float = 0.1,
+        relu: bool = False,
+        m_relu: int = 19,
+        init_scale: float = 0.01,
+        normalize_tokens: bool = True,
+        rho: float | None = None,
+        loss: str = "log_eps",
+    ):
         geometry = qa_geometry(task, M=M, eta=eta, eps=eps, rho=rho)
         self.data = _check_samples(geometry, data, "data")
         self.test = _check_samples(geometry, test, "test")
         if len(self.test) != len(self.data):
             raise ValueError(f"test must hold one sample per seed like data ({len(self.data)}); got {len(self.test)}")
-        self.spec = QAModelSpec(task=task, geometry=geometry, relu=relu, m_relu=m_relu, init_scale=init_scale,
-                                normalize_tokens=normalize_tokens, loss=loss, data_digest=_digest(self.data),
-                                test_digest=_digest(self.test))
+        self.spec = QAModelSpec(
+            task=task,
+            geometry=geometry,
+            relu=relu,
+            m_relu=m_relu,
+            init_scale=init_scale,
+            normalize_tokens=normalize_tokens,
+            loss=loss,
+            data_digest=_digest(self.data),
+            test_digest=_digest(self.test),
+        )
         self.task = geometry
         self._Phi: dict = {}
 
@@ -718,12 +860,20 @@ class QAAttention:
         docs/models/token_selection.md §C.8)."""
         ref = params["V"]
         if not self.spec.relu:
-            return forward(self.task, params, states, normalize_tokens=self.spec.normalize_tokens,
-                           Phi=self._positional(ref))[1]
-        S_att, _ = forward(self.task, {"V": torch.zeros_like(ref[:, :1, :1]).expand(-1, 1, self.task.K),
-                                       **{k: v for k, v in params.items() if k.startswith("W")}}, states,
-                           normalize_tokens=self.spec.normalize_tokens, Phi=self._positional(ref))
-        u = _token_average(self.task, states, S_att)                    # (S, n, K)
+            return forward(
+                self.task, params, states, normalize_tokens=self.spec.normalize_tokens, Phi=self._positional(ref)
+            )[1]
+        S_att, _ = forward(
+            self.task,
+            {
+                "V": torch.zeros_like(ref[:, :1, :1]).expand(-1, 1, self.task.K),
+                **{k: v for k, v in params.items() if k.startswith("W")},
+            },
+            states,
+            normalize_tokens=self.spec.normalize_tokens,
+            Phi=self._positional(ref),
+        )
+        u = _token_average(self.task, states, S_att)  # (S, n, K)
         hidden = torch.relu(torch.einsum("snk,smk->snm", u, params["V"]))
         return torch.einsum("snm,skm->snk", hidden, params["A_relu"])
 
@@ -733,8 +883,10 @@ class QAAttention:
         K, D, m, s = self.task.K, self.task.K + self.task.M, self.spec.m_relu, self.spec.init_scale
 
         def draw(g):
-            out = {"V": s * torch.randn(m if self.spec.relu else K, K, generator=g, device=device, dtype=dtype),
-                   "W": s * torch.randn(D, D, generator=g, device=device, dtype=dtype)}
+            out = {
+                "V": s * torch.randn(m if self.spec.relu else K, K, generator=g, device=device, dtype=dtype),
+                "W": s * torch.randn(D, D, generator=g, device=device, dtype=dtype),
+            }
             if self.spec.relu:
                 out["A_relu"] = s * torch.randn(K, m, generator=g, device=device, dtype=dtype)
             return out
@@ -744,8 +896,10 @@ class QAAttention:
     def sample(self, generators, n, *, device, dtype):
         """The fixed training questions (``n`` must equal their number), ``{"states": (S, n, N)}``."""
         if len(generators) != len(self.data) or n != self.data[0].n:
-            raise ValueError(f"QA runs use fixed data: one sample per seed ({len(self.data)}) of size "
-                             f"{self.data[0].n}; got {len(generators)} seeds and n = {n} (use config('qa_gd'))")
+            raise ValueError(
+                f"QA runs use fixed data: one sample per seed ({len(self.data)}) of size "
+                f"{self.data[0].n}; got {len(generators)} seeds and n = {n} (use config('qa_gd'))"
+            )
         return {"states": torch.as_tensor(np.stack([s.states for s in self.data]), device=device).to(dtype)}
 
     def loss(self, params, batch, hyper=None):
@@ -772,13 +926,29 @@ class QAAttention:
         return {"norm_V": params["V"].flatten(1).norm(dim=1), "norm_W": params["W"].flatten(1).norm(dim=1)}
 
 
-def _qa_gd_config(model: QAAttention, n_steps: int, *, seeds=None, saveat: SaveAt | None = None,
-                  checkpoint_every: int = 0, dtype: str = "float64") -> TrainConfig:
+def _qa_gd_config(
+    model: QAAttention,
+    n_steps: int,
+    *,
+    seeds=None,
+    saveat: SaveAt | None = None,
+    checkpoint_every: int = 0,
+    dtype: str = "float64",
+) -> TrainConfig:
     """Full-batch GD at step eta on the fixed training questions (docs/models/token_selection.md §C.8)."""
     n = model.data[0].n
     seeds = tuple(range(len(model.data))) if seeds is None else seeds
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=n, dataset_size=n, eval_size=n, lr=model.task.eta,
-                       saveat=saveat or SaveAt(n=51), checkpoint_every=checkpoint_every, dtype=dtype)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=n,
+        dataset_size=n,
+        eval_size=n,
+        lr=model.task.eta,
+        saveat=saveat or SaveAt(n=51),
+        checkpoint_every=checkpoint_every,
+        dtype=dtype,
+    )
 
 
 def build(task: cf.RandomWalkTask, **kwargs) -> RandomWalkAttention:
@@ -841,10 +1011,22 @@ _WALK_SAMPLES = _sample_list_check(cf.WalkSample)
 _SIZE = _V.Range(integer=True, ge=1)
 _V.validate_module(
     globals(),
-    params=_tensors(("V", "W"), ("V", "W_K", "W_Q")), states=_tensor(ndim=3, finite=False),
-    Phi=_tensor(ndim=2, finite=False), data=_WALK_SAMPLES, test=_WALK_SAMPLES,
-    seeds=_seeds, n=_SIZE, n_train=_SIZE, n_test=_SIZE, m_relu=_SIZE, M=_V.Range(integer=True, ge=3),
-    log_walks=_V.Range(integer=True, ge=0), init_scale=_V.Range(gt=0), rng=_V.seed_check,
-    eta=_V.Range(gt=0), eps=_V.Range(gt=0), rho=_V.Range(gt=0),
+    params=_tensors(("V", "W"), ("V", "W_K", "W_Q")),
+    states=_tensor(ndim=3, finite=False),
+    Phi=_tensor(ndim=2, finite=False),
+    data=_WALK_SAMPLES,
+    test=_WALK_SAMPLES,
+    seeds=_seeds,
+    n=_SIZE,
+    n_train=_SIZE,
+    n_test=_SIZE,
+    m_relu=_SIZE,
+    M=_V.Range(integer=True, ge=3),
+    log_walks=_V.Range(integer=True, ge=0),
+    init_scale=_V.Range(gt=0),
+    rng=_V.seed_check,
+    eta=_V.Range(gt=0),
+    eps=_V.Range(gt=0),
+    rho=_V.Range(gt=0),
     per_function={"effective_W": {"params": _tensors(("W",), ("W_K", "W_Q"))}},
 )

@@ -80,8 +80,21 @@ from dynamics.validation import check_choice, check_int, check_positive
 from empirical.models import dispatch_config
 from empirical.train import Schedule, TrainConfig, per_seed
 
-__all__ = ["build", "INITS", "PARAMETRISATIONS", "RECALL_ATTENTION", "REFERENCE", "ScanSnapTorch", "TextTransformer",
-           "config", "attention_entropy", "distinct_recall", "effective_YZ", "reduced_blocks", "yz_logits"]
+__all__ = [
+    "build",
+    "INITS",
+    "PARAMETRISATIONS",
+    "RECALL_ATTENTION",
+    "REFERENCE",
+    "ScanSnapTorch",
+    "TextTransformer",
+    "config",
+    "attention_entropy",
+    "distinct_recall",
+    "effective_YZ",
+    "reduced_blocks",
+    "yz_logits",
+]
 
 REFERENCE = cf.REFERENCE
 PARAMETRISATIONS = ("YZ", "full")
@@ -91,6 +104,7 @@ INITS = ("zero", "random")
 # ---------------------------------------------------------------------------------------------------------------
 # The Y/Z model and the full model (docs/models/scan_snap.md §1.3-§1.4, §5.1)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def yz_logits(Y: torch.Tensor, Z: torch.Tensor, counts: torch.Tensor, qid: torch.Tensor) -> torch.Tensor:
     """Decoder logits Y^T LN(X^T b) of the Y/Z model (docs/models/scan_snap.md §1.3-§1.4, Lemma 1 setting).
@@ -109,9 +123,9 @@ def yz_logits(Y: torch.Tensor, Z: torch.Tensor, counts: torch.Tensor, qid: torch
     logits (S, B, M)
     """
     V = Z.shape[1]
-    Zq = torch.gather(Z, 1, qid[..., None].expand(-1, -1, V))            # (S, B, V): row Z[x_T, :]
-    v = torch.softmax(Zq + torch.log(counts), dim=-1)                     # X^T b (log 0 = -inf: absent tokens)
-    f = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)            # LN(X^T b), docs/models/scan_snap.md §1.3
+    Zq = torch.gather(Z, 1, qid[..., None].expand(-1, -1, V))  # (S, B, V): row Z[x_T, :]
+    v = torch.softmax(Zq + torch.log(counts), dim=-1)  # X^T b (log 0 = -inf: absent tokens)
+    f = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)  # LN(X^T b), docs/models/scan_snap.md §1.3
     return torch.einsum("sbv,svj->sbj", f, Y)
 
 
@@ -133,7 +147,7 @@ def reduced_blocks(classes: cf.SequenceClasses, Y, Z) -> tuple[np.ndarray, np.nd
     Lc, Q = classes.Lc, classes.Q
     Yn = torch.as_tensor(Y).detach().cpu().numpy().astype(np.float64, copy=False)
     Zn = torch.as_tensor(Z).detach().cpu().numpy().astype(np.float64, copy=False)
-    return Yn[..., :Lc, :], Zn[..., Lc:Lc + Q, :Lc]
+    return Yn[..., :Lc, :], Zn[..., Lc : Lc + Q, :Lc]
 
 
 RECALL_ATTENTION = ("softmax_all_keys", "c_n")
@@ -165,7 +179,7 @@ def distinct_recall(classes: cf.SequenceClasses, Z_full, thresholds, *, attentio
         a = np.exp(rows - rows.max(-1, keepdims=True))
         a = (a / a.sum(-1, keepdims=True))[..., :Lc]
     else:
-        a = cf.attention_maps(classes, Zf[..., Lc:Lc + classes.Q, :Lc])  # (..., K, Lc)
+        a = cf.attention_maps(classes, Zf[..., Lc : Lc + classes.Q, :Lc])  # (..., K, Lc)
     out = []
     for n in range(classes.K):
         dt = classes.distinct_tokens(n)
@@ -225,22 +239,31 @@ class ScanSnapTorch:
 
     def __post_init__(self):
         if not isinstance(self.classes, cf.SequenceClasses):
-            raise ValueError(f"classes must be a closedform.scan_snap.SequenceClasses; got "
-                             f"{type(self.classes).__name__}")
+            raise ValueError(
+                f"classes must be a closedform.scan_snap.SequenceClasses; got {type(self.classes).__name__}"
+            )
         object.__setattr__(self, "T", check_int("T", self.T, min_value=2))
         check_choice("init", self.init, INITS)
         check_choice("parametrisation", self.parametrisation, PARAMETRISATIONS)
         object.__setattr__(self, "d", check_int("d", self.d, min_value=1))
         c = self.classes
         if self.parametrisation == "full" and c.M < c.Lc + c.Q:
-            raise ValueError(f"parametrisation='full' needs the generator layout M >= Lc + Q = {c.Lc + c.Q} (outputs "
-                             f"are vocabulary tokens, docs/models/scan_snap.md §5.1); got M = {c.M}")
+            raise ValueError(
+                f"parametrisation='full' needs the generator layout M >= Lc + Q = {c.Lc + c.Q} (outputs "
+                f"are vocabulary tokens, docs/models/scan_snap.md §5.1); got M = {c.M}"
+            )
 
     @property
     def spec(self) -> dict:
         """Provenance (stored with runs and checkpoints)."""
-        return {"classes": self.classes.to_dict(), "T": self.T, "init": self.init,
-                "parametrisation": self.parametrisation, "d": self.d, "probe_z": self.probe_z}
+        return {
+            "classes": self.classes.to_dict(),
+            "T": self.T,
+            "init": self.init,
+            "parametrisation": self.parametrisation,
+            "d": self.d,
+            "probe_z": self.probe_z,
+        }
 
     @property
     def V(self) -> int:
@@ -266,8 +289,10 @@ class ScanSnapTorch:
         def draw(g):
             if self.parametrisation == "YZ":
                 if self.init == "zero":
-                    return {"Y": torch.zeros(V, M, device=device, dtype=dtype),
-                            "Z": torch.zeros(V, V, device=device, dtype=dtype)}
+                    return {
+                        "Y": torch.zeros(V, M, device=device, dtype=dtype),
+                        "Z": torch.zeros(V, V, device=device, dtype=dtype),
+                    }
                 Y = unif(g, (V, M), s)  # Y drawn before Z (docs/models/scan_snap.md §5.3)
                 return {"Y": Y, "Z": unif(g, (V, V), s)}
             U = torch.randn(V, d, generator=g, device=device, dtype=dtype) / math.sqrt(d)
@@ -302,7 +327,7 @@ class ScanSnapTorch:
         p_supp = [P[k, s] / P[k, s].sum() for k, s in enumerate(supports)]
 
         def draw(g):
-            key = torch.randint(0, 2 ** 62, (2,), generator=g, device=g.device).tolist()
+            key = torch.randint(0, 2**62, (2,), generator=g, device=g.device).tolist()
             rng = np.random.default_rng(key)
             cls = rng.choice(c.K, size=n, p=pi)
             counts = np.zeros((n, self.V))
@@ -310,8 +335,10 @@ class ScanSnapTorch:
                 rows = np.flatnonzero(cls == k)
                 if rows.size:
                     counts[np.ix_(rows, supports[k])] = rng.multinomial(self.T - 1, p_supp[k], size=rows.size)
-            return {"cls": torch.as_tensor(cls, device=device, dtype=dtype),
-                    "counts": torch.as_tensor(counts, device=device, dtype=dtype)}
+            return {
+                "cls": torch.as_tensor(cls, device=device, dtype=dtype),
+                "counts": torch.as_tensor(counts, device=device, dtype=dtype),
+            }
 
         return per_seed(generators, draw)
 
@@ -351,8 +378,18 @@ class ScanSnapTorch:
         return {k: torch.as_tensor(np.ascontiguousarray(v), device=Y.device) for k, v in out.items()}
 
 
-def _sgd_config(model: ScanSnapTorch, task: cf.ScanSnapTask, seeds, *, n_steps: int = 100, batch_size: int = 128,
-                momentum: float = 0.9, saveat: SaveAt | None = None, eval_size: int = 0, **kw) -> TrainConfig:
+def _sgd_config(
+    model: ScanSnapTorch,
+    task: cf.ScanSnapTask,
+    seeds,
+    *,
+    n_steps: int = 100,
+    batch_size: int = 128,
+    momentum: float = 0.9,
+    saveat: SaveAt | None = None,
+    eval_size: int = 0,
+    **kw,
+) -> TrainConfig:
     """The paper's protocol (docs/models/scan_snap.md §5.2-§5.3): SGD, momentum 0.9, batch 128, separate eta_Y, eta_Z
     (lr_scale).
 
@@ -363,23 +400,49 @@ def _sgd_config(model: ScanSnapTorch, task: cf.ScanSnapTask, seeds, *, n_steps: 
         raise ValueError("task.classes must equal model.classes")
     scale = {"Y": task.eta_Y, "Z": task.eta_Z} if model.parametrisation == "YZ" else {}
     lr = 1.0 if model.parametrisation == "YZ" else task.eta_Y
-    return TrainConfig(seeds=tuple(seeds) if not isinstance(seeds, int) else seeds, n_steps=n_steps,
-                       batch_size=batch_size, lr=lr, optimizer="sgd", momentum=momentum, lr_scale=scale,
-                       eval_size=eval_size, saveat=saveat or SaveAt(every=1), **kw)
+    return TrainConfig(
+        seeds=tuple(seeds) if not isinstance(seeds, int) else seeds,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        lr=lr,
+        optimizer="sgd",
+        momentum=momentum,
+        lr_scale=scale,
+        eval_size=eval_size,
+        saveat=saveat or SaveAt(every=1),
+        **kw,
+    )
 
 
-def _adam_config(model: ScanSnapTorch, eta: float, seeds, *, n_steps: int = 100, batch_size: int = 128,
-                 saveat: SaveAt | None = None, **kw) -> TrainConfig:
+def _adam_config(
+    model: ScanSnapTorch,
+    eta: float,
+    seeds,
+    *,
+    n_steps: int = 100,
+    batch_size: int = 128,
+    saveat: SaveAt | None = None,
+    **kw,
+) -> TrainConfig:
     """Fig. 5 protocol (docs/models/scan_snap.md §5.2 [choice]): Adam with torch defaults, eta_Y = eta_Z = eta, batch
     128."""
     check_positive("eta", eta)
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=eta, optimizer="adam",
-                       eval_size=kw.pop("eval_size", 0), saveat=saveat or SaveAt(every=1), **kw)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        lr=eta,
+        optimizer="adam",
+        eval_size=kw.pop("eval_size", 0),
+        saveat=saveat or SaveAt(every=1),
+        **kw,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # One-layer Transformer on text (docs/models/scan_snap.md §5.5, Figs. 7 and 10)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def attention_entropy(a: torch.Tensor) -> torch.Tensor:
     """Average attention entropy -sum_k a_k ln(a_k + 1e-8) over keys, mean over queries and sequences
@@ -448,18 +511,27 @@ class TextTransformer:
         object.__setattr__(self, "d_ff", check_int("d_ff", self.d_ff, min_value=1))
         if self.clip is not None:
             object.__setattr__(self, "clip", check_positive("clip", self.clip))
-        object.__setattr__(self, "map_rows", check_int("map_rows", self.map_rows, min_value=0,
-                                                       max_value=self.train_chunks.shape[1] - 1))
+        object.__setattr__(
+            self,
+            "map_rows",
+            check_int("map_rows", self.map_rows, min_value=0, max_value=self.train_chunks.shape[1] - 1),
+        )
         if int(self.train_chunks.max()) >= self.vocab_size or int(self.heldout.max()) >= self.vocab_size:
             raise ValueError("token ids must lie in [0, vocab_size)")
 
     @property
     def spec(self) -> dict:
         """Provenance: sizes (the chunks themselves are identified by their count and a checksum)."""
-        return {"vocab_size": self.vocab_size, "d_model": self.d_model, "d_ff": self.d_ff,
-                "n_train_chunks": int(self.train_chunks.shape[0]), "n_heldout": int(self.heldout.shape[0]),
-                "bptt": int(self.train_chunks.shape[1] - 1), "map_rows": self.map_rows,
-                "checksum": int(self.train_chunks.long().sum()) * 1000003 + int(self.heldout.long().sum())}
+        return {
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "d_ff": self.d_ff,
+            "n_train_chunks": int(self.train_chunks.shape[0]),
+            "n_heldout": int(self.heldout.shape[0]),
+            "bptt": int(self.train_chunks.shape[1] - 1),
+            "map_rows": self.map_rows,
+            "checksum": int(self.train_chunks.long().sum()) * 1000003 + int(self.heldout.long().sum()),
+        }
 
     def init_params(self, generators, *, device, dtype):
         """Initialisation of docs/models/scan_snap.md §5.5 (class docstring), per seed."""
@@ -551,12 +623,20 @@ class TextTransformer:
         logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
         out = {"entropy": attention_entropy(a), "heldout_loss": -logp.mean(dim=(-1, -2))}
         if self.map_rows:
-            out["attn"] = a[:, 0, :self.map_rows, :self.map_rows]
+            out["attn"] = a[:, 0, : self.map_rows, : self.map_rows]
         return out
 
 
-def _text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int, *, n_epochs: int = 1,
-                 batch_size: int = 20, saveat: SaveAt | None = None, **kw) -> TrainConfig:
+def _text_config(
+    model: TextTransformer,
+    eta: float,
+    seeds: Sequence[int] | int,
+    *,
+    n_epochs: int = 1,
+    batch_size: int = 20,
+    saveat: SaveAt | None = None,
+    **kw,
+) -> TrainConfig:
     """Fig. 10 protocol (docs/models/scan_snap.md §5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch
     20, n_epochs
     passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, clipping in the model
@@ -566,9 +646,18 @@ def _text_config(model: TextTransformer, eta: float, seeds: Sequence[int] | int,
     n = int(model.train_chunks.shape[0])
     n_epochs = check_int("n_epochs", n_epochs, min_value=1)
     n_steps = n_epochs * (n // batch_size)
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=Schedule(value=eta),
-                       optimizer="sgd", momentum=0.0, dataset_size=n, eval_size=0,
-                       saveat=saveat or SaveAt(n=min(n_steps + 1, 11)), **kw)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        lr=Schedule(value=eta),
+        optimizer="sgd",
+        momentum=0.0,
+        dataset_size=n,
+        eval_size=0,
+        saveat=saveat or SaveAt(n=min(n_steps + 1, 11)),
+        **kw,
+    )
 
 
 def build(task: cf.ScanSnapTask, *, T: int = 128, **kwargs) -> ScanSnapTorch:
@@ -621,7 +710,10 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
 _MATRICES = _V.Array(ndim=(2, 3))  # one state or a stack of them; the per-step yz_logits is left unchecked
-_V.validate_module(globals(), per_function={
-    "reduced_blocks": {"Y": _MATRICES, "Z": _MATRICES},
-    "distinct_recall": {"Z_full": _MATRICES, "thresholds": _V.Array(ndim=1)},
-})
+_V.validate_module(
+    globals(),
+    per_function={
+        "reduced_blocks": {"Y": _MATRICES, "Z": _MATRICES},
+        "distinct_recall": {"Z_full": _MATRICES, "thresholds": _V.Array(ndim=1)},
+    },
+)

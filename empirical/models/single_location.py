@@ -131,12 +131,15 @@ def _check_oracle(task: SingleLocationTask, k_star, v_star) -> tuple[np.ndarray,
     ks = check_finite_array("k_star", k_star, shape=(task.d,))
     vs = check_finite_array("v_star", v_star, shape=(task.d,))
     if abs(ks @ ks - 1) > _ORTHO_TOL or abs(vs @ vs - 1) > _ORTHO_TOL or abs(ks @ vs) > _ORTHO_TOL:
-        raise ValueError("k_star and v_star must be orthonormal (docs/models/single_location.md §1, Assumption 1), to 1e-10")
+        raise ValueError(
+            "k_star and v_star must be orthonormal (docs/models/single_location.md §1, Assumption 1), to 1e-10"
+        )
     return np.ascontiguousarray(ks), np.ascontiguousarray(vs)
 
 
-def sample_batch(task: SingleLocationTask, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator,
-                 n: int) -> dict[str, torch.Tensor]:
+def sample_batch(
+    task: SingleLocationTask, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator, n: int
+) -> dict[str, torch.Tensor]:
     """Draw n sequences of the data law: ``{"X": (n, L, d), "y": (n,)}`` on the device/dtype of ``k_star``.
 
     Implements docs/models/single_location.md §1 (paper Sec. 2) with uniform J0: x_J0 ~ N(sqrt(d/2) k*, gamma^2 I),
@@ -176,8 +179,9 @@ def _place_signal(task, k_star, v_star, j0, X, xi) -> dict[str, torch.Tensor]:
     """
     if X.device.type == "cpu":
         y = torch.empty(j0.shape, dtype=X.dtype)
-        _place_signal_kernel(X.numpy(), j0.numpy(), xi.numpy(), k_star.numpy(), v_star.numpy(), task.s, task.gamma,
-                             task.eps, y.numpy())
+        _place_signal_kernel(
+            X.numpy(), j0.numpy(), xi.numpy(), k_star.numpy(), v_star.numpy(), task.s, task.gamma, task.eps, y.numpy()
+        )
         return {"X": X, "y": y}
     return _place_signal_torch(task, k_star, v_star, j0, X, xi)
 
@@ -381,13 +385,19 @@ def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator
     kappa, nu, theta, eta, rho = (float(x) for x in check_finite_array("state", state, shape=(5,)))
     d = k_star.shape[0]
     if d < 4:
-        raise ValueError(f"d must be >= 4 to place a five-scalar state (docs/models/single_location.md §6.4); got d={d}")
-    a = math.sqrt(max(1.0 - kappa ** 2 - eta ** 2, 0.0))
+        raise ValueError(
+            f"d must be >= 4 to place a five-scalar state (docs/models/single_location.md §6.4); got d={d}"
+        )
+    a = math.sqrt(max(1.0 - kappa**2 - eta**2, 0.0))
     b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
-    c2 = 1.0 - theta ** 2 - nu ** 2 - b ** 2
-    if c2 < -1e-10:  # the Gram matrix of (k, v, k*, v*) is not PSD (docs/models/single_location.md §4.1); 1e-10: float64 rounding
-        raise ValueError(f"state must have a positive semidefinite Gram matrix (docs/models/single_location.md §4.1); "
-                         f"got {tuple(state)}")
+    c2 = 1.0 - theta**2 - nu**2 - b**2
+    if (
+        c2 < -1e-10
+    ):  # the Gram matrix of (k, v, k*, v*) is not PSD (docs/models/single_location.md §4.1); 1e-10: float64 rounding
+        raise ValueError(
+            f"state must have a positive semidefinite Gram matrix (docs/models/single_location.md §4.1); "
+            f"got {tuple(state)}"
+        )
     c = math.sqrt(max(c2, 0.0))
     e3, e4 = _complement_pair(k_star, v_star, generator, d)
     k = kappa * k_star + eta * v_star + a * e3
@@ -458,8 +468,9 @@ class SingleLocationAttention:
         self.init = init
         self.state0 = state0
         digest = hashlib.sha256(np.concatenate([self.k_star_np, self.v_star_np]).tobytes()).hexdigest()
-        self.spec = SingleLocationModelSpec(task=task, predictor=self.predictor, init=init, state0=state0,
-                                            oracle_sha256=digest)
+        self.spec = SingleLocationModelSpec(
+            task=task, predictor=self.predictor, init=init, state0=state0, oracle_sha256=digest
+        )
         self._oracle: dict = {}
 
     # -- helpers --------------------------------------------------------------------------------------------------
@@ -468,8 +479,9 @@ class SingleLocationAttention:
         """(k*, v*) as tensors on ``device`` / ``dtype`` (cached)."""
         key = (torch.device(device), dtype)
         if key not in self._oracle:
-            self._oracle[key] = tuple(torch.as_tensor(a, device=key[0], dtype=dtype)
-                                      for a in (self.k_star_np, self.v_star_np))
+            self._oracle[key] = tuple(
+                torch.as_tensor(a, device=key[0], dtype=dtype) for a in (self.k_star_np, self.v_star_np)
+            )
         return self._oracle[key]
 
     def time_of_step(self, step):
@@ -552,7 +564,7 @@ class SingleLocationAttention:
         """``risk`` = test MSE at lambda_n, ``excess_risk`` = risk - eps^2, ``lam`` = lambda_n
         (docs/models/single_location.md §0.3, §8.4)."""
         risk = self.loss(params, batch, hyper)
-        return {"risk": risk, "excess_risk": risk - self.task.eps ** 2, "lam": torch.full_like(risk, self.lam(hyper))}
+        return {"risk": risk, "excess_risk": risk - self.task.eps**2, "lam": torch.full_like(risk, self.lam(hyper))}
 
     def probes(self, params) -> dict[str, torch.Tensor]:
         """kappa, nu, theta, eta, rho (docs/models/single_location.md §4.1) and distance_to_manifold
@@ -560,8 +572,14 @@ class SingleLocationAttention:
         k, v = params["k"], params["v"]
         ks, vs = self.oracle(k.device, k.dtype)
         theta, eta, rho = (v * ks).sum(-1), (k * vs).sum(-1), (k * v).sum(-1)
-        return {"kappa": (k * ks).sum(-1), "nu": (v * vs).sum(-1), "theta": theta, "eta": eta, "rho": rho,
-                "distance_to_manifold": torch.sqrt(theta ** 2 + eta ** 2 + rho ** 2)}
+        return {
+            "kappa": (k * ks).sum(-1),
+            "nu": (v * vs).sum(-1),
+            "theta": theta,
+            "eta": eta,
+            "rho": rho,
+            "distance_to_manifold": torch.sqrt(theta**2 + eta**2 + rho**2),
+        }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -595,17 +613,33 @@ def as_train_schedule(lam) -> Schedule:
     return Schedule(value=check_positive("lam", lam))
 
 
-def _fig5_config(seeds, n_steps: int = 200_000, *, lam=None, alpha: float = 1e-3, batch_size: int = 5,
-                 log_every: int = 500, eval_size: int = 1000, **kwargs) -> TrainConfig:
+def _fig5_config(
+    seeds,
+    n_steps: int = 200_000,
+    *,
+    lam=None,
+    alpha: float = 1e-3,
+    batch_size: int = 5,
+    log_every: int = 500,
+    eval_size: int = 1000,
+    **kwargs,
+) -> TrainConfig:
     """TrainConfig of the Fig. 5 protocol (docs/models/single_location.md §8.4): online stochastic PGD, alpha = 1e-3,
     batch 5, lambda_n = 2/(1 + 1e-4 n), test MSE on 1 000 fixed samples logged every 500 steps.
 
     ``lam`` overrides the schedule (float, ``LamSchedule`` or ``Schedule``); ``kwargs`` go to ``TrainConfig``.
     """
     lam = LamSchedule(lam0=2.0, decay=1e-4) if lam is None else lam
-    return TrainConfig(seeds=seeds, n_steps=n_steps, batch_size=batch_size, lr=check_positive("alpha", alpha),
-                       schedules={"lam": as_train_schedule(lam)}, eval_size=eval_size,
-                       saveat=SaveAt(every=check_int("log_every", log_every, min_value=1)), **kwargs)
+    return TrainConfig(
+        seeds=seeds,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        lr=check_positive("alpha", alpha),
+        schedules={"lam": as_train_schedule(lam)},
+        eval_size=eval_size,
+        saveat=SaveAt(every=check_int("log_every", log_every, min_value=1)),
+        **kwargs,
+    )
 
 
 #: The presets of :func:`config`: name -> factory.
@@ -640,5 +674,6 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
-_V.validate_module(globals(), k_star=_V.Array(ndim=1), v_star=_V.Array(ndim=1), state=_V.Range(array=True),
-                   rng=_V.seed_check)
+_V.validate_module(
+    globals(), k_star=_V.Array(ndim=1), v_star=_V.Array(ndim=1), state=_V.Range(array=True), rng=_V.seed_check
+)

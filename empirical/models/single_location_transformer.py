@@ -142,7 +142,7 @@ class MultiLocationTask(LocationTask):
     def null_risk(self) -> float:
         """Risk of the zero predictor, E[Y^2] = K gamma^2 + eps^2 (docs/models/single_location.md §1 remark,
         docs/models/single_location.md §8.8)."""
-        return self.K * self.gamma ** 2 + self.eps ** 2
+        return self.K * self.gamma**2 + self.eps**2
 
 
 def as_multi_location(task) -> MultiLocationTask:
@@ -152,8 +152,10 @@ def as_multi_location(task) -> MultiLocationTask:
         return task
     if isinstance(task, SingleLocationTask):
         return MultiLocationTask(d=task.d, L=task.L, K=1, gamma=task.gamma, noise=task.noise)
-    raise ValueError(f"task must be a MultiLocationTask or a closedform.single_location.SingleLocationTask; got "
-                     f"{type(task).__name__}")
+    raise ValueError(
+        f"task must be a MultiLocationTask or a closedform.single_location.SingleLocationTask; got "
+        f"{type(task).__name__}"
+    )
 
 
 def random_oracle_directions(task, rng=None) -> tuple[np.ndarray, np.ndarray]:
@@ -182,8 +184,10 @@ def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, 
     frame = np.concatenate(out)
     # 1e-10: float64 orthonormalisation is exact to ~1e-15; anything larger is a wrong input, not rounding.
     if np.max(np.abs(frame @ frame.T - np.eye(2 * task.K))) > 1e-10:
-        raise ValueError("k_star and v_star must be jointly orthonormal (docs/models/single_location.md §1 Assumption 1, "
-                         "docs/models/single_location.md §8.8), to 1e-10")
+        raise ValueError(
+            "k_star and v_star must be jointly orthonormal (docs/models/single_location.md §1 Assumption 1, "
+            "docs/models/single_location.md §8.8), to 1e-10"
+        )
     return out[0], out[1]
 
 
@@ -193,8 +197,9 @@ def layer_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=LN_EPS)
 
 
-def sample_tokens(task, k_star, v_star, generator: torch.Generator, n: int, *, device=None,
-                  dtype=torch.float64) -> dict[str, torch.Tensor]:
+def sample_tokens(
+    task, k_star, v_star, generator: torch.Generator, n: int, *, device=None, dtype=torch.float64
+) -> dict[str, torch.Tensor]:
     """Draw n sequences of the multiple-location law: ``{"X": (n, L, d), "y": (n,), "J": (n, K) int64}``.
 
     Implements docs/models/single_location.md §8.8 (paper Eq. (30)); with K = 1 the data model of
@@ -216,7 +221,7 @@ def sample_tokens(task, k_star, v_star, generator: torch.Generator, n: int, *, d
 def _place_locations(task, k_star, v_star, u, X, xi) -> dict[str, torch.Tensor]:
     """The law of :func:`sample_tokens` from its uniforms u (..., L), normals X (..., L, d) and xi (...): J = the
     first K entries of argsort(u); X is modified in place. Leading axes (n,) or (S, n)."""
-    J = torch.argsort(u, dim=-1)[..., :task.K]  # (..., K)
+    J = torch.argsort(u, dim=-1)[..., : task.K]  # (..., K)
     idx = J[..., None].expand(*J.shape, task.d)
     inf = task.s * k_star + task.gamma * torch.gather(X, -2, idx)  # (..., K, d)
     X.scatter_(-2, idx, inf)
@@ -245,8 +250,9 @@ class _TaskModel:
         """(k_star, v_star) as (K, d) tensors on the device and dtype of ``like`` (cached)."""
         key = (like.device, like.dtype)
         if key not in self._oracle:
-            self._oracle[key] = tuple(torch.as_tensor(a, device=like.device, dtype=like.dtype)
-                                      for a in (self.k_star_np, self.v_star_np))
+            self._oracle[key] = tuple(
+                torch.as_tensor(a, device=like.device, dtype=like.dtype) for a in (self.k_star_np, self.v_star_np)
+            )
         return self._oracle[key]
 
     def time_of_step(self, step):
@@ -255,6 +261,7 @@ class _TaskModel:
 
     def sample(self, generators, n, *, device, dtype):
         """n sequences per seed from the task's law (:func:`sample_tokens`): ``X`` (S, n, L, d), ``y`` (S, n)."""
+
         def draw(g):
             out = sample_tokens(self.task, self.k_star_np, self.v_star_np, g, n, device=device, dtype=dtype)
             return {"X": out["X"], "y": out["y"]}
@@ -286,7 +293,7 @@ class _TaskModel:
         """``risk`` (test MSE, eps^2 included) and ``excess_risk`` = risk - eps^2
         (docs/models/single_location.md §0.1, §0.3)."""
         risk = self.loss(params, batch, hyper)
-        return {"risk": risk, "excess_risk": risk - self.task.eps ** 2}
+        return {"risk": risk, "excess_risk": risk - self.task.eps**2}
 
     @property
     def single(self) -> bool:
@@ -329,8 +336,10 @@ class MultiHeadErf(_TaskModel):
         def draw(g):
             k = torch.randn(H, d, generator=g, device=device, dtype=dtype)
             v = torch.randn(H, d, generator=g, device=device, dtype=dtype)
-            return {"k": k / torch.linalg.vector_norm(k, dim=-1, keepdim=True),
-                    "v": v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)}
+            return {
+                "k": k / torch.linalg.vector_norm(k, dim=-1, keepdim=True),
+                "v": v / torch.linalg.vector_norm(v, dim=-1, keepdim=True),
+            }
 
         return per_seed(generators, draw)
 
@@ -363,8 +372,14 @@ class MultiHeadErf(_TaskModel):
         if self.single:
             k0, v0 = k[:, 0], v[:, 0]
             theta, eta, rho = v0 @ ks[0], k0 @ vs[0], (k0 * v0).sum(-1)
-            return {"kappa": k0 @ ks[0], "nu": v0 @ vs[0], "theta": theta, "eta": eta, "rho": rho,
-                    "distance_to_manifold": torch.sqrt(theta ** 2 + eta ** 2 + rho ** 2)}
+            return {
+                "kappa": k0 @ ks[0],
+                "nu": v0 @ vs[0],
+                "theta": theta,
+                "eta": eta,
+                "rho": rho,
+                "distance_to_manifold": torch.sqrt(theta**2 + eta**2 + rho**2),
+            }
         kk = torch.einsum("shd,id->shi", k, ks)
         vv = torch.einsum("shd,id->shi", v, vs)
         out = {}
@@ -417,8 +432,11 @@ class TransformerLayer(_TaskModel):
             if H > 1:
                 p["W_O"] = gauss(H, d, d, std=sd)
             p.update(W_1=gauss(d, d, std=sd), W_2=gauss(d, d, std=sd), u=gauss(d, std=1.0 / d))
-            p.update(W_Q=torch.zeros(H, d, d, device=device, dtype=dtype),
-                     b_1=torch.zeros(d, device=device, dtype=dtype), b_2=torch.zeros(d, device=device, dtype=dtype))
+            p.update(
+                W_Q=torch.zeros(H, d, d, device=device, dtype=dtype),
+                b_1=torch.zeros(d, device=device, dtype=dtype),
+                b_2=torch.zeros(d, device=device, dtype=dtype),
+            )
             return p
 
         return per_seed(generators, draw)
@@ -528,7 +546,7 @@ class TransformerLayer(_TaskModel):
 
 
 # : The models of :func:`build`: the one-layer Transformer (docs/models/single_location.md §8.7, §8.9) and the
-#multi-head erf predictor (docs/models/single_location.md §8.8).
+# multi-head erf predictor (docs/models/single_location.md §8.8).
 KINDS = ("transformer", "multihead_erf")
 
 
@@ -555,6 +573,10 @@ def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwar
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
-_V.validate_module(globals(), k_star=_V.Array(ndim=(1, 2)), v_star=_V.Array(ndim=(1, 2)), rng=_V.seed_check,
-                   per_function={"sample_tokens": {"device": _V.Instance(str, torch.device),
-                                                   "dtype": _V.Instance(torch.dtype)}})
+_V.validate_module(
+    globals(),
+    k_star=_V.Array(ndim=(1, 2)),
+    v_star=_V.Array(ndim=(1, 2)),
+    rng=_V.seed_check,
+    per_function={"sample_tokens": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)}},
+)

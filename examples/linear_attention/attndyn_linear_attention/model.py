@@ -33,7 +33,7 @@ class Task:
 
 def risk(task: Task, k, v):
     """R(k, v) of the module docstring."""
-    return 1 + task.s2 - 2 * k * v + task.c * (k * v) ** 2 + task.lam / 2 * (k ** 2 + v ** 2)
+    return 1 + task.s2 - 2 * k * v + task.c * (k * v) ** 2 + task.lam / 2 * (k**2 + v**2)
 
 
 @numba.njit(cache=True)
@@ -66,8 +66,14 @@ def params(task: Task, lr: float, *, full_matrix: bool = True) -> np.ndarray:
 def reduced_map(task: Task, state0, lr: float, steps, *, full_matrix: bool = True):
     """The reduced GD map from ``state0`` (n, 2), saved at ``steps``."""
     p = params(task, lr, full_matrix=full_matrix)
-    return dynamics.iterate(step, np.atleast_2d(state0), int(np.max(steps)), params=p,
-                            saveat=dynamics.SaveAt(steps=np.asarray(steps)), names=["k", "v"])
+    return dynamics.iterate(
+        step,
+        np.atleast_2d(state0),
+        int(np.max(steps)),
+        params=p,
+        saveat=dynamics.SaveAt(steps=np.asarray(steps)),
+        names=["k", "v"],
+    )
 
 
 def flow(task: Task, state0, t_end: float):
@@ -83,13 +89,25 @@ def fixed_points(task: Task, n_starts: int = 200, seed: int = 0):
 
 def theorem_predictions(task: Task) -> dict:
     """Closed form: minima at k = v = +-sqrt((2 - lam) / (2 c)) (lam < 2), the origin a saddle."""
-    return {"k_star": float(np.sqrt((2 - task.lam) / (2 * task.c))), "risk_star": float(risk(task, *[np.sqrt(
-        (2 - task.lam) / (2 * task.c))] * 2))}
+    return {
+        "k_star": float(np.sqrt((2 - task.lam) / (2 * task.c))),
+        "risk_star": float(risk(task, *[np.sqrt((2 - task.lam) / (2 * task.c))] * 2)),
+    }
 
 
-MODEL = Model(name="linear_attention", title="linear attention, Gamma = k I and value v (an example package)",
-              state_names=("k", "v"), params=Task, time_unit="step", step=step, rhs=rhs, map=reduced_map, flow=flow,
-              fixed_points=fixed_points, theorem_predictions=theorem_predictions,
-              build="attndyn_linear_attention.torch_model:build",
-              probe="attndyn_linear_attention.torch_model:LinearAttention.probes",
-              figures="attndyn_linear_attention.figure")
+MODEL = Model(
+    name="linear_attention",
+    title="linear attention, Gamma = k I and value v (an example package)",
+    state_names=("k", "v"),
+    params=Task,
+    time_unit="step",
+    step=step,
+    rhs=rhs,
+    map=reduced_map,
+    flow=flow,
+    fixed_points=fixed_points,
+    theorem_predictions=theorem_predictions,
+    build="attndyn_linear_attention.torch_model:build",
+    probe="attndyn_linear_attention.torch_model:LinearAttention.probes",
+    figures="attndyn_linear_attention.figure",
+)
