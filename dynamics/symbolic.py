@@ -207,6 +207,9 @@ def _lookup(symbols, names, where):
 class SymbolicModel:
     """Compiled numba kernels and exact derivatives of a model given as sympy expressions.
 
+    Symbols that match a state or parameter *name* are identified with it (whatever their assumptions). Any other
+    free symbol raises ``ValueError``. Use :meth:`from_risk` to derive the map and the flow from a risk.
+
     Parameters
     ----------
     state : sequence of str or sympy Symbol
@@ -234,9 +237,6 @@ class SymbolicModel:
     derivatives : bool, default True
         Generate the Hessian and the Jacobians. False generates only the risk, its gradient, the map and the flow,
         which saves the second derivatives (the costly part of generating a large model).
-
-    Symbols that match a state or parameter *name* are identified with it (whatever their assumptions). Any other
-    free symbol raises ``ValueError``. Use :meth:`from_risk` to derive the map and the flow from a risk.
 
     Attributes
     ----------
