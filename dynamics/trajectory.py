@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import pathlib
 import tempfile
 
@@ -261,7 +262,19 @@ def save_dataset(ds: xr.Dataset, path) -> pathlib.Path:
     """
     ds = ds.copy()
     ds.attrs = sanitize_attrs(dict(ds.attrs))
-    return atomic_write(path, ds.to_netcdf(engine="h5netcdf"))
+    return atomic_write(path, _netcdf_bytes(ds))
+
+
+def _netcdf_bytes(ds: xr.Dataset) -> bytes:
+    """The netCDF file of ``ds`` as bytes. Inside a Dask worker xarray would guard the write with a cluster-wide lock
+    named after the in-memory buffer, which the cluster cannot know ("Semaphore or Lock not known"); the data are in
+    memory, so the write runs under dask's synchronous scheduler and a local lock instead."""
+    if "dask" not in sys.modules:  # no Dask in this process: no cluster context to step out of
+        return ds.to_netcdf(engine="h5netcdf")
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        return ds.to_netcdf(engine="h5netcdf")
 
 
 def _check_writer(name, value) -> None:

@@ -69,7 +69,7 @@ def test_single_location_partials_and_risk_match_the_symbolic_derivative(d, L, l
     assert_formula_close(_hand_partials(task, lam, X), sym, rtol=RTOL, what=f"partials d={d} lam={lam}")
     assert_formula_close(sl.risk(task, lam, *X.T), model.risk(X, p), rtol=RTOL, what="risk")
     # controls: one sign (the eta-term of R_theta) and one factor (the (L-1) of R_rho's B_2 term)
-    sign = _mutant(_k._partials, "r_theta = (-2.0 * g * gamma * s * eta", "r_theta = (2.0 * g * gamma * s * eta")
+    sign = _mutant(_k._partials, "-2.0 * g * gamma * s * eta * phi1", "2.0 * g * gamma * s * eta * phi1")
     factor = _mutant(
         _k._partials, "2.0 * (L - 1.0) * (B2 + (L - 2.0) * C * C) * rho", "2.0 * L * (B2 + (L - 2.0) * C * C) * rho"
     )
