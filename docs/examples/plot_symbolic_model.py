@@ -18,6 +18,9 @@ risk = (x**2 - 1) ** 2 / 4 + a * (y - x) ** 2 / 2 + sp.exp(-(y**2)) / 4  # a dou
 model = SymbolicModel.from_risk(risk, [x, y], [a])  # the step size alpha is appended to the parameters
 p = model.params_row(a=1.0, alpha=0.1)
 
+# %%
+# The fixed points, classified by the multipliers of the gradient map at the symbolic Jacobian, and a batched run.
+
 for guess in ([0.0, 0.0], [1.0, 1.0], [-1.0, -1.0]):
     sol = root(model.vector_field, guess, args=(p,), jac=model.jacobian_flow)
     mult = np.abs(np.linalg.eigvals(model.jacobian_map(sol.x, p)))  # multipliers of the gradient map
