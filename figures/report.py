@@ -436,7 +436,10 @@ def holm(pvalues: Sequence[float], level: float = FAMILY_LEVEL) -> list[bool]:
     configuration of true nulls)."""
     if not len(pvalues):
         return []
-    return [bool(f) for f in adjust(np.asarray(pvalues, dtype=np.float64), method="holm", level=level)["fails"]]
+    p = np.asarray(pvalues, dtype=np.float64)
+    if not np.all(np.isfinite(p)):  # adjust() reads NaN as "no test"; every gap row here has a p-value
+        raise ValueError(f"pvalues must be p-values in [0, 1] (no NaN); got {p[~np.isfinite(p)][:3].tolist()}")
+    return [bool(f) for f in adjust(p, method="holm", level=level)["fails"]]
 
 
 def adjusted_status(row: GapRow, rejected: bool) -> str:
