@@ -1,7 +1,7 @@
 """Attractor atlases of the reduced dynamics: every fixed point named, followed in the temperature, and
 mapped with its basin.
 
-Registered figures (imported by ``figures/single_location.py`` and ``figures/icl_regression.py``):
+Registered figures (imported by :mod:`figures.single_location` and :mod:`figures.icl_regression`):
 
 * ``single_location.continuation``: the fixed points of the five-scalar PGD map as branches over lambda
   (docs/models/single_location.md §7.1, §7.4; closedform.single_location.fixed_points): excess risk, spectral radius of

@@ -1,4 +1,4 @@
-"""Tests of the icl_regression figures (figures/icl_regression.py): registration, tiny builds, plots, gaps, checks.
+"""Tests of the icl_regression figures (figures/icl_regression/): registration, tiny builds, plots, gaps, checks.
 
 The closed-form figures' checks are compared with the spec's verified numbers (§4.3, §9 Fig. 7, §6.4) at the tiny
 preset, which proves the check plumbing reads the right variables; the training figures' checks need the quick or
@@ -13,6 +13,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 import figures.icl_regression as fig_icl
+from figures.icl_regression import _common, _gd_overlay, _heads, concentration_ode
 from figures import registry
 from figures.__main__ import main as figures_main
 from figures.registry import CheckResult, GapRow
@@ -115,8 +116,8 @@ def test_overlay_matches_gd_on_F_when_started_on_its_own_path():
         saveat=SaveAt(log=60),
     )
     omega, mu = im.stack_heads(gd, 2)
-    ov = fig_icl._overlay(task, omega, mu, n_gd=200_000)
-    gamma = fig_icl._kq_scale(omega, mu)
+    ov = _gd_overlay._overlay(task, omega, mu, n_gd=200_000)
+    gamma = _gd_overlay._kq_scale(omega, mu)
     assert np.all(ov["i0"] == gamma.argmax(1))  # formed from the start (mu^T omega ~ 0.87): starts at gamma's peak
     mudo = np.sum(omega * mu, -1)
     # gamma first rises a little (t < ~20) and is matched by its monotone envelope; from t = 50 on it decreases and
@@ -149,11 +150,11 @@ def test_quick_preset_trains_at_least_8_seeds_and_fig16_is_paper_only():
 
 def test_count_check_states_and_tests_the_per_seed_count():
     """7 of 8 seeds: P(X >= 7 | 8, 1/2) = 9/256 = 0.035 <= 0.05 holds; 6 of 8: 37/256 = 0.145 fails."""
-    ok = fig_icl._count_check("t", [True] * 7 + [False], claim="c", criterion="x")
-    bad = fig_icl._count_check("t", [True] * 6 + [False] * 2, claim="c", criterion="x")
+    ok = _common._count_check("t", [True] * 7 + [False], claim="c", criterion="x")
+    bad = _common._count_check("t", [True] * 6 + [False] * 2, claim="c", criterion="x")
     assert ok.passed and ok.measured == "7/8 seeds" and ok.n_seeds == 8 and ">= 7/8" in ok.tolerance
     assert not bad.passed and bad.status == "fails" and bad.measured == "6/8 seeds"
-    assert not fig_icl._count_check("t", [True, True], claim="c", criterion="x").passed  # 2 seeds cannot decide
+    assert not _common._count_check("t", [True, True], claim="c", criterion="x").passed  # 2 seeds cannot decide
 
 
 def test_no_check_or_row_is_counted_twice_across_figures(tiny_builds):
@@ -178,7 +179,7 @@ def test_fig20_reference_lines_stay_on_the_histogram_axis(tiny_builds):
     """The large-L line exp(omega^2 d/2)/sqrt(L) = 7.7e7 at d = 40, omega = 1 emptied the 4th panel; every line is now
     <= 1 (the largest possible norm of a probability vector) and every panel's axis ends below 1.5."""
     for d, om in ((5, 5**-0.5), (5, 1.0), (40, 40**-0.5), (40, 1.0)):
-        assert all(0 < x <= 1.0 for x, _, _ in fig_icl._fig20_references(om, d, 40))
+        assert all(0 < x <= 1.0 for x, _, _ in concentration_ode._fig20_references(om, d, 40))
     result = tiny_builds["fig20"][0]
     fig = registry.render(result.spec, result.dataset)
     for ax in fig.axes:
@@ -204,17 +205,17 @@ def test_fig21_overlay_mean_never_jumps_when_a_seed_did_not_form():
     omega = np.concatenate([omega, np.full_like(omega[:1], 0.01)])  # a third seed stuck at the initialisation
     mu = np.concatenate([mu, np.full_like(mu[:1], 0.01)])
     ds = xr.Dataset(
-        {k: (dims, v) for k, (dims, v) in fig_icl._overlay_vars(task, omega, mu, None).items()},
+        {k: (dims, v) for k, (dims, v) in _gd_overlay._overlay_vars(task, omega, mu, None).items()},
         coords={"step": np.arange(omega.shape[1])},
     )
     T = omega.shape[1]
     assert ds.i0.values[2] == T and np.all(ds.i0.values[:2] < T)
     assert np.all(np.isnan(ds.mudo_gd.values[2]))
-    mean = fig_icl._overlay_mean(ds, "mudo_gd")
+    mean = _gd_overlay._overlay_mean(ds, "mudo_gd")
     start = int(ds.i0.values[:2].max())
     np.testing.assert_allclose(mean[start:], ds.mudo_gd.values[:2, start:].mean(0))
     assert np.all(np.isnan(mean[:start]))
-    assert not fig_icl._overlay_formed_check(ds, "H=2").passed  # 2 of 3 seeds: the count is reported, not hidden
+    assert not _gd_overlay._overlay_formed_check(ds, "H=2").passed  # 2 of 3 seeds: the count is reported, not hidden
 
 
 @pytest.mark.parametrize("name", ["fig1", "fig3", "fig5", "fig12"])
@@ -237,26 +238,26 @@ def test_explanations_are_attached_only_where_their_evidence_covers_every_failin
     """A count check that fails is 'explained' by the same-sign basin only if every failing seed is a same-sign seed;
     one failing split seed leaves it 'fails' (no explaining away)."""
     split = np.array([True] * 5 + [False] * 3)
-    covered = fig_icl._count_check(
-        "t", split, claim="c", criterion="x", explanation=fig_icl._same_sign_explanation(split, split)
+    covered = _common._count_check(
+        "t", split, claim="c", criterion="x", explanation=_common._same_sign_explanation(split, split)
     )
     assert covered.status == "disagrees" and covered.explanation is fig_icl.SAME_SIGN
     ok = split.copy()
     ok[0] = False  # a split seed fails too
-    assert fig_icl._same_sign_explanation(ok, split) is None
+    assert _common._same_sign_explanation(ok, split) is None
     assert (
-        fig_icl._count_check(
-            "t", ok, claim="c", criterion="x", explanation=fig_icl._same_sign_explanation(ok, split)
+        _common._count_check(
+            "t", ok, claim="c", criterion="x", explanation=_common._same_sign_explanation(ok, split)
         ).status
         == "fails"
     )
     assert (
-        fig_icl._count_check("t", [True] * 8, claim="c", criterion="x", explanation=fig_icl.SAME_SIGN).explanation
+        _common._count_check("t", [True] * 8, claim="c", criterion="x", explanation=fig_icl.SAME_SIGN).explanation
         is None
     )  # a holding check stays 'holds'
     # the split test itself: same-sign heads (both omega > 0) are not split; (+, -) heads are
     np.testing.assert_array_equal(
-        fig_icl._split_heads(np.array([[0.5, 0.55], [0.2, -0.2]]), np.array([[0.3, 1.2], [2.0, -2.0]])), [False, True]
+        _heads._split_heads(np.array([[0.5, 0.55], [0.2, -0.2]]), np.array([[0.3, 1.2], [2.0, -2.0]])), [False, True]
     )
 
 
@@ -273,8 +274,8 @@ def test_figs_3_13_21_share_one_data_function_with_their_own_lr(tiny_builds):
     assert quick["lr"] == 3e-3 and quick["Hs"] == [2, 3, 4, 8] and quick["n_seeds"] >= 8
     assert quick["single"] == fig_icl.TRAIN_QUICK  # H = 1: the common runs of Figs. 4 and 8
     cfg = registry.run_config(specs["fig3"], "quick")
-    assert fig_icl._run_key(cfg, 4)[-2] == 3e-3
-    assert fig_icl._run_key(cfg, 1, params=quick["single"])[-2] == fig_icl.PAPER_LR
+    assert _common._run_key(cfg, 4)[-2] == 3e-3
+    assert _common._run_key(cfg, 1, params=quick["single"])[-2] == fig_icl.PAPER_LR
     ds3, ds13 = tiny_builds["fig3"][0].dataset, tiny_builds["fig13"][0].dataset
     xr.testing.assert_identical(ds3.drop_attrs(), ds13.drop_attrs())
     np.testing.assert_array_equal(ds13.H.values, [2, 4])
@@ -289,22 +290,22 @@ def test_kq_scale_is_gamma_on_the_manifold_and_drops_a_dummy_head_continuously()
     g = 0.16
     om = np.array([g, -g, g, 0.0])
     mu = np.array([1.2, -2.8, 1.6, 0.0])
-    assert fig_icl._kq_scale(om, mu) == pytest.approx(g, rel=1e-15)
+    assert _gd_overlay._kq_scale(om, mu) == pytest.approx(g, rel=1e-15)
     assert np.abs(om).mean() == pytest.approx(0.75 * g)
     om_t = np.array([g, -g, g, 0.02])
-    vals = [fig_icl._kq_scale(om_t, np.array([1.2, -2.8, 1.6, m])) for m in (0.4, 0.1, 0.01, 0.0)]
+    vals = [_gd_overlay._kq_scale(om_t, np.array([1.2, -2.8, 1.6, m])) for m in (0.4, 0.1, 0.01, 0.0)]
     assert np.all(np.diff(vals) > 0) and vals[-1] == pytest.approx(g, rel=1e-15)
     # |mu|-weighted mean, computed by hand for a generic state
     om2, mu2 = np.array([0.1, -0.3]), np.array([2.0, -1.0])
-    assert fig_icl._kq_scale(om2, mu2) == pytest.approx((2 * 0.1 + 1 * 0.3) / 3, rel=1e-15)
+    assert _gd_overlay._kq_scale(om2, mu2) == pytest.approx((2 * 0.1 + 1 * 0.3) / 3, rel=1e-15)
 
 
 def test_dummy_check_is_an_existence_check_that_can_fail():
     none = np.zeros((8, 4), dtype=bool)
     one = none.copy()
     one[5, 3] = True
-    assert not fig_icl._dummy_check("H=4", none).passed
-    res = fig_icl._dummy_check("H=4", one)
+    assert not _common._dummy_check("H=4", none).passed
+    res = _common._dummy_check("H=4", one)
     assert res.passed and res.measured == "1/8 seeds" and res.n_seeds == 8
 
 

@@ -48,7 +48,8 @@ def test_builtin_record_resolves_to_the_model_module(name):
     if names is not None:
         assert tuple(names) == record.state_names
     assert (ROOT / record.docs).is_file()
-    assert record.figures == f"figures.{name}" and (ROOT / "figures" / f"{name}.py").is_file()
+    assert record.figures == f"figures.{name}"
+    assert (ROOT / "figures" / f"{name}.py").is_file() or (ROOT / "figures" / name / "__init__.py").is_file()
 
 
 @pytest.mark.parametrize("name", BUILTIN)
