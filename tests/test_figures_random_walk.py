@@ -1,4 +1,4 @@
-"""Tests of the Study C figures (figures/random_walk.py; spec token_selection.md Sec. C.8, Sec. 5).
+"""Tests of the Study C figures (figures/random_walk/; spec token_selection.md Sec. C.8, Sec. 5).
 
 Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables the plot needs,
 the build time, well-formed gap rows and checks (helpers in tests/_figures.py; the non-blank PNG of every figure is

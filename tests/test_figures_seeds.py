@@ -48,7 +48,7 @@ def test_generators_are_independent_streams_per_run_and_seed():
 
 
 def test_random_walk_repeats_differ_between_build_seeds():
-    from figures import random_walk
+    from figures.random_walk import _common as random_walk
 
     s0, s1 = random_walk._seeds(cfg(0), 8), random_walk._seeds(cfg(1), 8)
     assert len(set(s0)) == 8 and not set(s0) & set(s1)
@@ -73,7 +73,10 @@ def test_ruled_figure_modules_draw_only_through_the_rule(model):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "figures" / f"{model}.py").read_text(encoding="utf-8")
+    root = Path(__file__).resolve().parents[1] / "figures"
+    files = [root / f"{model}.py"] if (root / f"{model}.py").is_file() else sorted((root / model).rglob("*.py"))
+    assert files, model
+    text = "\n".join(f.read_text(encoding="utf-8") for f in files)
     raw = re.findall(r".*\bcfg\.seed\b(?!s).*", text)
     assert raw == [], raw
     assert "spawn_generators(" not in text
