@@ -1,4 +1,4 @@
-"""Tests of the Scan and Snap figures (figures/scan_snap.py; spec scan_snap.md Sec. 5).
+"""Tests of the Scan and Snap figures (figures/scan_snap/; spec scan_snap.md Sec. 5).
 
 Every registered figure is built once at the ``tiny`` preset (no cache) and checked for: the build time, well-formed gap
 rows and checks (helpers in tests/_figures.py; the non-blank PNG of every figure is checked by
