@@ -3,7 +3,7 @@
 Registers ``single_location.fig8`` (docs/models/single_location.md §8.7: one Transformer layer with a register token on
 single-location regression), ``single_location.fig9`` (docs/models/single_location.md §8.8: the multi-head erf predictor
 on multiple-location regression) and ``single_location.fig10`` (docs/models/single_location.md §8.9: the multi-head
-Transformer layer on that task). Imported by ``figures/single_location.py``, so the figures are discovered with the
+Transformer layer on that task). Imported by :mod:`figures.single_location`, so the figures are discovered with the
 other single_location figures.
 
 Every run goes through the shared trainer with the models of :mod:`empirical.models.single_location_transformer`;

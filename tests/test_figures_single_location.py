@@ -1,4 +1,4 @@
-"""Single-location figures (figures/single_location.py): every figure builds at the tiny preset (data, plot, gaps,
+"""Single-location figures (figures/single_location/): every figure builds at the tiny preset (data, plot, gaps,
 checks), the closed-form figures pass their theorem checks at the quick preset (the spec's distributional predictions
 of Sec. 8.2, 8.3, 8.5, 8.6 and 7.4), and the Fig. 5 overlay aligns the torch and closed-form variables."""
 
@@ -10,7 +10,9 @@ import xarray as xr
 
 from closedform import single_location as sl
 from figures import registry
+from figures import _range_test
 from figures import single_location as fsl
+from figures.single_location import _common as sl_common
 from figures._style import style_context
 from figures.presets import RunConfig
 from figures.registry import CheckResult, GapRow
@@ -96,18 +98,22 @@ def test_range_count_pvalue_is_exact():
     ref, new = x[:, :n_ref], x[:, n_ref:]
     inside = ((new >= ref.min(1, keepdims=True)) & (new <= ref.max(1, keepdims=True))).sum(1)
     for m in (3, 5, 7, 8):
-        p = fsl.range_count_pvalue(m, n_new, n_ref)
+        p = _range_test.range_count_pvalue(m, n_new, n_ref)
         emp = float(np.mean(inside <= m))
         assert abs(emp - p) <= 5 * np.sqrt(p * (1 - p) / reps) + 1e-12, (m, emp, p)
-    assert fsl.range_count_pvalue(n_new, n_new, n_ref) == pytest.approx(1.0, abs=1e-15)
+    assert _range_test.range_count_pvalue(n_new, n_new, n_ref) == pytest.approx(1.0, abs=1e-15)
     mean_inside = sum(
-        m * (fsl.range_count_pvalue(m, n_new, n_ref) - (fsl.range_count_pvalue(m - 1, n_new, n_ref) if m else 0.0))
+        m
+        * (
+            _range_test.range_count_pvalue(m, n_new, n_ref)
+            - (_range_test.range_count_pvalue(m - 1, n_new, n_ref) if m else 0.0)
+        )
         for m in range(n_new + 1)
     )
     assert mean_inside == pytest.approx(n_new * (n_ref - 1) / (n_ref + 1), rel=1e-12)
     # The check built on it fails when most runs fall outside the paper's range.
-    assert not fsl._range_check("x", np.array([0.0] * 7 + [0.5]), 0.4, 0.6).passed  # P(<= 1 of 8) = 7.7e-4
-    assert fsl._range_check("x", np.full(8, 0.5), 0.4, 0.6).passed
+    assert not _range_test._range_check("x", np.array([0.0] * 7 + [0.5]), 0.4, 0.6).passed  # P(<= 1 of 8) = 7.7e-4
+    assert _range_test._range_check("x", np.full(8, 0.5), 0.4, 0.6).passed
 
 
 def test_path_panel_names_runs_in_a_legend_not_overlapping_labels():
@@ -124,7 +130,7 @@ def test_path_panel_names_runs_in_a_legend_not_overlapping_labels():
     )
     with style_context():
         fig, ax = new_figure()
-        fsl._path_panel(ax, ds, [0, 1, 2])
+        sl_common._path_panel(ax, ds, [0, 1, 2])
         assert not ax.texts
         labels = ax.get_legend_handles_labels()[1]
         assert labels == ["run 1 (end)", "run 2 (end)", "run 3 (end)"]
@@ -140,7 +146,7 @@ def test_large_step_counts_share_an_offset_instead_of_overlapping_tick_labels():
         fig, ax = new_figure()
         ax.plot([0, 200_000], [0, 1])
         ax.set_xlabel("step")
-        fsl._tidy_step_axes(fig)
+        sl_common._tidy_step_axes(fig)
         fig.canvas.draw()
         labels = [t.get_text().replace("$\\mathdefault{", "").replace("}$", "") for t in ax.get_xticklabels()]
         assert "10^{5}" in ax.xaxis.get_major_formatter().get_offset()
@@ -185,6 +191,6 @@ def test_transformer_checks_can_fail():
 
 
 def test_transformer_module_hook_is_guarded():
-    """The Transformer figures register through the guarded import at the end of figures/single_location.py."""
+    """The Transformer figures register through the guarded import in figures/single_location/__init__.py."""
     names = registry.REGISTRY.names("single_location")
     assert {f"single_location.{n}" for n in OURS} <= set(names)
