@@ -1,4 +1,4 @@
-"""Tests of the Study B figures (figures/group_sparse.py; spec token_selection.md Sec. B.7, Sec. 5).
+"""Tests of the Study B figures (figures/group_sparse/; spec token_selection.md Sec. B.7, Sec. 5).
 
 Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables and time axis the
 plot needs, names shared with the closed form (an overlay is an xarray alignment), the build time, well-formed gap rows
