@@ -1,4 +1,4 @@
-"""Tests of the Study A figures (figures/nearest_neighbor.py; spec token_selection.md Sec. A.9, Sec. 5).
+"""Tests of the Study A figures (figures/nearest_neighbor/; spec token_selection.md Sec. A.9, Sec. 5).
 
 Each registered figure is built once at the ``tiny`` preset (no cache) and checked for: the variables the plot needs,
 the build time, well-formed gap rows and checks (helpers in tests/_figures.py; the non-blank PNG of every figure is
