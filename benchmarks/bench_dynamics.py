@@ -433,10 +433,12 @@ def _bench_subnormal(quick: bool) -> list[Result]:
         st[:, :2] = start[:, :2]
         st[:, 2:5] = small
         st[:, 5] = 0.1
-    params = sl._map_params(task, 4e-3, np.array([0.1]))  # the kernel's parameter row, as pgd builds it
+    params, table = sl._map_params(task, 4e-3, np.array([0.1]))  # the kernel's parameter row and data, as map has
 
     def run(x0, flush):
-        return iterate(_k.five_step, x0, n_steps, params=params, saveat=SaveAt(final=True), flush_subnormals=flush)
+        return iterate(
+            _k.five_step, x0, n_steps, params=params, args=(table,), saveat=SaveAt(final=True), flush_subnormals=flush
+        )
 
     t_normal = cpu_time(lambda: run(normal, True), repeat=2)
     t_flush = cpu_time(lambda: run(subnormal, True), repeat=2)

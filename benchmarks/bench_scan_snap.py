@@ -134,9 +134,9 @@ def _linear_rhs(t, y, p, dy):
 
 
 @njit(cache=True, fastmath=False)
-def _rhs_loop(y, p, dy, n):
+def _rhs_loop(y, p, data, dy, n):
     for _ in range(n):
-        _k.exact_rhs(0.0, y, p, dy)
+        _k.exact_rhs(0.0, y, p, data, dy)
 
 
 def _k20_cost_model(t1: float) -> Result:
@@ -150,16 +150,24 @@ def _k20_cost_model(t1: float) -> Result:
     task = ss.ScanSnapTask(classes=classes, eta_Y=1.0, eta_Z=1.0)
     lay = ss._layout(classes, True)
     y0, params, _ = ss._batched_params(task, lay, ss._initial_state(classes, lay, None, None))
+    data = ss._kernel_args(classes, lay)
     p = params if params.ndim == 1 else params[0]
     y = y0[0].copy()
     dy = np.empty_like(y)
     n_loop = 2000
-    t_rhs = cpu_time(lambda: _rhs_loop(y, p, dy, n_loop), repeat=3) / n_loop
+    t_rhs = cpu_time(lambda: _rhs_loop(y, p, data, dy, n_loop), repeat=3) / n_loop
     solver = Dopri5(rtol=RTOL, atol=ATOL)
 
     def run_raw():
         return integrate(
-            _k.exact_rhs, y0, (0.0, t1), params=params, solver=solver, saveat=SaveAt(final=True), names="state"
+            _k.exact_rhs,
+            y0,
+            (0.0, t1),
+            params=params,
+            args=data,
+            solver=solver,
+            saveat=SaveAt(final=True),
+            names="state",
         )
 
     steps = int(run_raw()["n_rhs_steps"].values[0, -1])

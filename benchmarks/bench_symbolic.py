@@ -34,13 +34,15 @@ def _bench_single_location(quick: bool) -> Result:
     lam, alpha = 0.1, 4e-3
     n_traj, n_steps = (64, 2000) if quick else (256, 20_000)
     X0 = sl.sample_initial_state(task, n_traj, rng=np.random.default_rng(0))[:, :5]
-    hand_p = sl._map_params(task, alpha, np.array([lam]))
+    hand_p, hand_table = sl._map_params(task, alpha, np.array([lam]))
     hand_x0 = np.column_stack([X0, np.full(n_traj, lam)])
     model = sl._symbolic_scalar_model()
     gen_p = sl._symbolic_params(task, lam, alpha)
 
     def hand():
-        return iterate(_k.five_step, hand_x0, n_steps, params=hand_p, saveat=SaveAt(final=True), trend=False)
+        return iterate(
+            _k.five_step, hand_x0, n_steps, params=hand_p, args=(hand_table,), saveat=SaveAt(final=True), trend=False
+        )
 
     def generated():
         return iterate(model.step, X0, n_steps, params=gen_p, saveat=SaveAt(final=True), trend=False)

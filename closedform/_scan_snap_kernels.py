@@ -1,14 +1,16 @@
 """Private numba kernels of ``closedform.scan_snap`` (docs/models/scan_snap.md §2.3-§2.4, §4.2-§4.4).
 
 All kernels are ``@njit(cache=True, fastmath=False)``, float64, pure, with no RNG. The public wrappers in
-``closedform/scan_snap.py`` validate inputs, pack the parameter vector ``p`` and build the ``Trajectory``.
+``closedform/scan_snap.py`` validate inputs, build the parameter row ``p`` and the data ``args`` and build the
+``Trajectory``.
 
-Parameter vector ``p`` (float64, one per trajectory or shared), header then flat blocks:
+Parameter row ``p`` (float64, one per trajectory or shared): ``[eta_Y, eta_Z, mu, q_mode, M]`` (the P_* indices).
 
-    p[0] Lc   p[1] Ncol   p[2] K   p[3] Q   p[4] eta_Y   p[5] eta_Z   p[6] mu   p[7] q_mode   p[8] M
-    then P (K*Lc, row-major), logP (K*Lc: log P where P > 0, else 0; finite as the engine requires), pi (K),
-    psi (K), tcol (K), mult (Ncol), then the supports of the classes in compressed form: sup (K+1 offsets) and
-    tok (the tokens l with P(l|n) > 0 of class n, increasing, at tok[sup[n]:sup[n+1]]).
+Data ``args`` (shared by all trajectories), the class structure (docs/models/scan_snap.md §4.1) in the order of the
+A_* indices: dims = [Lc, Ncol, K, Q] (int64), P (K, Lc), logP (K, Lc: log P where P > 0, else 0; finite as the
+engine requires), pi (K), psi (K, int64), tcol (K, int64), mult (Ncol), then the supports of the classes in
+compressed form: sup (K+1 offsets, int64) and tok (int64, the tokens l with P(l|n) > 0 of class n, increasing, at
+tok[sup[n]:sup[n+1]]).
 
 The decoder Y is stored with ``Ncol`` columns, column j standing for ``mult[j]`` identical output columns
 (unlumped: Ncol = M, mult = 1; lumped, docs/models/scan_snap.md §4.2: the K target columns, then one column ``y_rest``
@@ -24,39 +26,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-HEAD = 9
+P_ETA_Y, P_ETA_Z, P_MU, P_QMODE, P_M = 0, 1, 2, 3, 4
+A_DIMS, A_P, A_LOGP, A_PI, A_PSI, A_TCOL, A_MULT, A_SUP, A_TOK = 0, 1, 2, 3, 4, 5, 6, 7, 8
 
 
 @njit(cache=True, fastmath=False)
-def _offsets(p):
-    """Return (Lc, Ncol, K, Q, off_P, off_pi, off_psi, off_tcol, off_mult) from the header of ``p`` (logP follows P)."""
-    Lc = int(p[0])
-    Ncol = int(p[1])
-    K = int(p[2])
-    Q = int(p[3])
-    o_logP = HEAD
-    o_pi = o_logP + 2 * K * Lc
-    o_psi = o_pi + K
-    o_tcol = o_psi + K
-    o_mult = o_tcol + K
-    return Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult
-
-
-@njit(cache=True, fastmath=False)
-def _unit_attention(p, o_logP, n, Lc, z, zoff, f):
+def _unit_attention(P, logP, n, z, zoff, f):
     """Write f_n = c~_n / ||c~_n|| (docs/models/scan_snap.md §2.1, Eq. 5) into ``f`` from log P(l|n) + z_ml, max
     subtracted."""
-    o_log = o_logP + int(p[2]) * Lc + n * Lc
-    o_P = o_logP + n * Lc
+    Lc = P.shape[1]
     mx = -np.inf
     for ell in range(Lc):
-        if p[o_P + ell] > 0.0:
-            v = p[o_log + ell] + z[zoff + ell]
+        if P[n, ell] > 0.0:
+            v = logP[n, ell] + z[zoff + ell]
             if v > mx:
                 mx = v
     s2 = 0.0
     for ell in range(Lc):
-        c = np.exp(p[o_log + ell] + z[zoff + ell] - mx) if p[o_P + ell] > 0.0 else 0.0
+        c = np.exp(logP[n, ell] + z[zoff + ell] - mx) if P[n, ell] > 0.0 else 0.0
         f[ell] = c
         s2 += c * c
     nrm = np.sqrt(s2)
@@ -65,19 +52,19 @@ def _unit_attention(p, o_logP, n, Lc, z, zoff, f):
 
 
 @njit(cache=True, fastmath=False, inline="always")
-def _support_attention(p, o_log, o_tok, a, b, z, zoff, f):
-    """_unit_attention on the support of the class only: f[q] for the tokens l = p[o_tok + q], q in [a, b) (the
-    arithmetic of _unit_attention on those tokens, whose other entries are 0)."""
+def _support_attention(logP, n, tok, a, b, z, zoff, f):
+    """_unit_attention on the support of class n only: f[q] for the tokens l = tok[q], q in [a, b) (the arithmetic
+    of _unit_attention on those tokens, whose other entries are 0)."""
     mx = -np.inf
     for q in range(a, b):
-        ell = int(p[o_tok + q])
-        v = p[o_log + ell] + z[zoff + ell]
+        ell = tok[q]
+        v = logP[n, ell] + z[zoff + ell]
         if v > mx:
             mx = v
     s2 = 0.0
     for q in range(a, b):
-        ell = int(p[o_tok + q])
-        c = np.exp(p[o_log + ell] + z[zoff + ell] - mx)
+        ell = tok[q]
+        c = np.exp(logP[n, ell] + z[zoff + ell] - mx)
         f[q - a] = c
         s2 += c * c
     nrm = np.sqrt(s2)
@@ -85,10 +72,12 @@ def _support_attention(p, o_log, o_tok, a, b, z, zoff, f):
         f[q] /= nrm
 
 
-@njit(cache=True, fastmath=False)
-def ascent(y, p, out):
+# inlined into exact_rhs and map_step: a call that hands on the nine arrays of args costs ~0.1 us, an eighth of the
+# whole right-hand side of Syn-Small
+@njit(cache=True, fastmath=False, inline="always")
+def ascent(y, args, out):
     """Population ascent directions grad_Y, grad_Z of docs/models/scan_snap.md §4.2 (without learning rates), packed
-    like ``y``.
+    like ``y``; ``args`` the class structure (module docstring).
 
     grad_Y = sum_n pi_n f_n err_n^T and grad_{Z,m} = sum_{psi(n)=m} pi_n f_n * (g_n - f_n (f_n^T g_n)), with
     err_n = e_tgt(n) - alpha_n, g_n = Y err_n summed over columns with their multiplicities (lumped form of
@@ -97,10 +86,9 @@ def ascent(y, p, out):
     loops of their own (vectorised by LLVM) and every sum in the order of the dense formula, so the result equals
     the dense computation bit for bit.
     """
-    Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult = _offsets(p)
-    o_sup = o_mult + Ncol
-    o_tok = o_sup + K + 1
-    o_log = o_logP + K * Lc
+    dims, logP, pi, psi, tcol, mult = args[A_DIMS], args[A_LOGP], args[A_PI], args[A_PSI], args[A_TCOL], args[A_MULT]
+    sup, tok = args[A_SUP], args[A_TOK]
+    Lc, Ncol, K, Q = dims[0], dims[1], dims[2], dims[3]
     nY = Lc * Ncol
     for i in range(nY + Q * Lc):
         out[i] = 0.0
@@ -108,20 +96,20 @@ def ascent(y, p, out):
     a = np.empty(Ncol)
     ma = np.empty(Ncol)
     for n in range(K):
-        pin = p[o_pi + n]
-        m = int(p[o_psi + n])
-        tc = int(p[o_tcol + n])
+        pin = pi[n]
+        m = psi[n]
+        tc = tcol[n]
         zoff = nY + m * Lc
-        qa = int(p[o_sup + n])
-        qb = int(p[o_sup + n + 1])
-        _support_attention(p, o_log + n * Lc, o_tok, qa, qb, y, zoff, f)
+        qa = sup[n]
+        qb = sup[n + 1]
+        _support_attention(logP, n, tok, qa, qb, y, zoff, f)
         # decoder logits a_j = y_j^T f_n
         for j in range(Ncol):
             a[j] = 0.0
         for q in range(qb - qa):
             fl = f[q]
             if fl != 0.0:
-                row = int(p[o_tok + qa + q]) * Ncol
+                row = tok[qa + q] * Ncol
                 for j in range(Ncol):
                     a[j] += y[row + j] * fl
         amax = a[0]
@@ -131,19 +119,19 @@ def ascent(y, p, out):
         nrm = 0.0
         for j in range(Ncol):
             a[j] = np.exp(a[j] - amax)
-            nrm += p[o_mult + j] * a[j]
+            nrm += mult[j] * a[j]
         # a becomes err_n = 1[j = tc] - alpha_{n,j} (per output of column j)
         for j in range(Ncol):
             a[j] = -a[j] / nrm
         a[tc] += 1.0
         for j in range(Ncol):
-            ma[j] = p[o_mult + j] * a[j]
+            ma[j] = mult[j] * a[j]
         # grad_Y and g_n = sum_j mult_j err_j y_j restricted to supp(f_n); f^T g
         fg = 0.0
         for q in range(qb - qa):
             fl = f[q]
             if fl != 0.0:
-                ell = int(p[o_tok + qa + q])
+                ell = tok[qa + q]
                 row = ell * Ncol
                 c = pin * fl
                 for j in range(Ncol):
@@ -157,46 +145,44 @@ def ascent(y, p, out):
         for q in range(qb - qa):
             fl = f[q]
             if fl != 0.0:
-                out[zoff + int(p[o_tok + qa + q])] -= pin * fl * fl * fg
+                out[zoff + tok[qa + q]] -= pin * fl * fl * fg
 
 
 @njit(cache=True, fastmath=False)
-def exact_rhs(t, y, p, dy):
+def exact_rhs(t, y, p, args, dy):
     """Exact reduced ODE of docs/models/scan_snap.md §4.2 (POPULATION convention): dY/dt = eta_Y grad_Y, dZ/dt = eta_Z
     grad_Z."""
-    Lc = int(p[0])
-    Ncol = int(p[1])
-    Q = int(p[3])
-    ascent(y, p, dy)
+    dims = args[A_DIMS]
+    Lc, Ncol, Q = dims[0], dims[1], dims[3]
+    ascent(y, args, dy)
     nY = Lc * Ncol
-    if p[4] != 1.0:  # (a product by 1.0 changes nothing)
+    if p[P_ETA_Y] != 1.0:  # (a product by 1.0 changes nothing)
         for i in range(nY):
-            dy[i] *= p[4]
-    if p[5] != 1.0:
+            dy[i] *= p[P_ETA_Y]
+    if p[P_ETA_Z] != 1.0:
         for i in range(nY, nY + Q * Lc):
-            dy[i] *= p[5]
+            dy[i] *= p[P_ETA_Z]
 
 
 @njit(cache=True, fastmath=False)
-def map_step(k, x, p, out):
-    """One update s -> s+1 of the population map of docs/models/scan_snap.md §4.3 (heavy-ball with mu = p[6]; mu = 0 is
-    plain GD).
+def map_step(k, x, p, args, out):
+    """One update s -> s+1 of the population map of docs/models/scan_snap.md §4.3 (heavy-ball with mu = p[P_MU]; mu = 0
+    is plain GD).
 
     State x = [Y, Z, buf_Y, buf_Z]; buf_1 = grad(Y_0, Z_0), buf_{s+1} = mu buf_s + grad(Y_s, Z_s),
     Y_{s+1} = Y_s + eta_Y buf^Y_{s+1}, Z_{s+1} = Z_s + eta_Z buf^Z_{s+1} (PyTorch SGD, dampening 0).
     """
-    Lc = int(p[0])
-    Ncol = int(p[1])
-    Q = int(p[3])
+    dims = args[A_DIMS]
+    Lc, Ncol, Q = dims[0], dims[1], dims[3]
     n = Lc * Ncol + Q * Lc
     nY = Lc * Ncol
-    mu = p[6] if k > 0 else 0.0
+    mu = p[P_MU] if k > 0 else 0.0
     g = np.empty(n)
-    ascent(x, p, g)
+    ascent(x, args, g)
     for i in range(n):
         b = mu * x[n + i] + g[i]
         out[n + i] = b
-        lr = p[4] if i < nY else p[5]
+        lr = p[P_ETA_Y] if i < nY else p[P_ETA_Z]
         out[i] = x[i] + lr * b
 
 
@@ -253,20 +239,21 @@ def _cholesky_solve(G, B):
 
 
 @njit(cache=True, fastmath=False)
-def composite_rhs(t, z, p, dz):
+def composite_rhs(t, z, p, args, dz):
     """Composite (Theorem-1) ODE of docs/models/scan_snap.md §4.4 in Z only.
 
     g_n = gamma(t) F (F^T F)^{-1} q^(n), dz_m/dt = eta_Z sum_{psi(n)=m} pi_n f_n * (g_n - f_n (f_n^T g_n)),
     with q^(n)_n = M/(M-1), q^(n)_k = -M/(M-1)^2 (q_mode = 0, exact) or q^(n) = e_n (q_mode = 1, leading order).
     """
-    Lc, Ncol, K, Q, o_logP, o_pi, o_psi, o_tcol, o_mult = _offsets(p)
-    M = p[8]
-    eta_Z = p[5]
-    gam = speed_gamma(t, M, K, p[4])
+    dims, P, logP, pi, psi = args[A_DIMS], args[A_P], args[A_LOGP], args[A_PI], args[A_PSI]
+    Lc, K, Q = dims[0], dims[2], dims[3]
+    M = p[P_M]
+    eta_Z = p[P_ETA_Z]
+    gam = speed_gamma(t, M, K, p[P_ETA_Y])
     F = np.empty((Lc, K))
     f = np.empty(Lc)
     for n in range(K):
-        _unit_attention(p, o_logP, n, Lc, z, int(p[o_psi + n]) * Lc, f)
+        _unit_attention(P, logP, n, z, psi[n] * Lc, f)
         for ell in range(Lc):
             F[ell, n] = f[ell]
     # Gram matrix F^T F (symmetric positive definite when the f_n are independent, docs/models/scan_snap.md §2.1)
@@ -278,7 +265,7 @@ def composite_rhs(t, z, p, dz):
                 s += F[ell, a] * F[ell, b]
             G[a, b] = s
             G[b, a] = s
-    if p[7] == 0.0:
+    if p[P_QMODE] == 0.0:
         q1 = M / (M - 1.0)
         q0 = -M / (M - 1.0) ** 2
     else:
@@ -297,10 +284,10 @@ def composite_rhs(t, z, p, dz):
     for i in range(Q * Lc):
         dz[i] = 0.0
     for n in range(K):
-        zoff = int(p[o_psi + n]) * Lc
+        zoff = psi[n] * Lc
         fg = 0.0
         for ell in range(Lc):
             fg += F[ell, n] * Gn[ell, n]
-        c = eta_Z * gam * p[o_pi + n]
+        c = eta_Z * gam * pi[n]
         for ell in range(Lc):
             dz[zoff + ell] += c * F[ell, n] * (Gn[ell, n] - F[ell, n] * fg)

@@ -1,10 +1,10 @@
 """Private numba kernels of ``closedform.single_location`` (docs/models/single_location.md §4-§6).
 
 Scalar kernels take the task constants explicitly: ``s = sqrt(d/2)``, ``gamma``, ``L`` (as float) and ``eps``.
-The map kernels follow the engine contract ``step(k, x, p, out)`` (``dynamics.iterate``) with the parameter layout
-below (lambda-dependent constants precomputed per update); the state carries lambda_n as its last component so
-that the row saved at step n holds iterate n together with lambda_n (docs/models/single_location.md §0.3). No RNG, no
-allocation in the hot loops, float64 only.
+The map kernels follow the engine contract ``step(k, x, p, args, out)`` (``dynamics.iterate`` with ``args``): the
+parameter row ``p`` holds the scalars below and ``args = (table,)`` the lambda-dependent constants precomputed per
+update; the state carries lambda_n as its last component so that the row saved at step n holds iterate n together
+with lambda_n (docs/models/single_location.md §0.3). No RNG, no allocation in the hot loops, float64 only.
 
 The map kernels evaluate zeta by a series form of the same quadrature (zeta_series_constants; equal to it to a few ulp)
 and five_step is compiled without reference counting (``dynamics._jit.njit_noref``): it allocates nothing, and without
@@ -22,13 +22,13 @@ from dynamics._jit import njit_noref
 
 from closedform.special import _GL_W, _GL_X, _zeta
 
-# Parameter layout of the map kernels: p = [s, gamma, L, alpha, stride, eps, table...] (eps for the observables'
-# risk). The table holds, for each update
-#  n, the lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2) of docs/models/single_location.md §3, §5.1, then
-# those of the series form of zeta (below), in the row starting at P_TABLE + stride * n; stride = 0 (one row) for a
-# constant lambda, N_CONST for a schedule (n_steps + 1 rows, the last one being lambda of the final iterate).
-# Precomputing them keeps square roots, arcsines and the quadrature nodes out of the loop.
-P_S, P_GAMMA, P_L, P_ALPHA, P_STRIDE, P_EPS, P_TABLE = 0, 1, 2, 3, 4, 5, 6
+# Parameter row of the map kernels: p = [s, gamma, L, alpha, eps] (eps for the observables' risk). Their data,
+# args = (table,): a flat float64 array of rows of N_CONST lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2)
+# of docs/models/single_location.md §3, §5.1, then those of the series form of zeta (below); row n (at N_CONST * n)
+# belongs to update n. One row for a constant lambda; n_steps + 1 rows for a schedule, the last one being lambda of
+# the final iterate (see _rows). Precomputing them keeps square roots, arcsines and the quadrature nodes out of the
+# loop.
+P_S, P_GAMMA, P_L, P_ALPHA, P_EPS = 0, 1, 2, 3, 4
 C_LAM, C_G, C_Q, C_R, C_C, C_ZETA0, C_CC, C_B2 = 0, 1, 2, 3, 4, 5, 6, 7
 # Series form of zeta (see _zeta_series): C_ZH = (4/pi) * half the quadrature interval, C_ZAMAX = the largest
 # a = (t/q)^2 for which the series is used, C_ZMU .. C_ZMU + ZETA_TERMS - 1 its coefficients.
@@ -101,6 +101,16 @@ def lam_table(lams, s, gamma, out):
     """Rows of lam_constants for each lambda in lams; out has shape (len(lams), N_CONST)."""
     for i in range(lams.shape[0]):
         lam_constants(lams[i], s, gamma, out[i])
+
+
+@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
+def _rows(n, tab):
+    """Offsets in the flat table ``tab`` of the lam_constants rows of update n and of lambda_{n+1}: rows n and n + 1
+    of a schedule, row 0 for both under a constant lambda (a table of one row)."""
+    if tab.shape[0] == N_CONST:
+        return 0, 0
+    o = N_CONST * n
+    return o, o + N_CONST
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -306,17 +316,17 @@ def manifold_update(kappa, nu, dk, dv):
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
-def manifold_step(n, x, p, out):
+def manifold_step(n, x, p, args, out):
     """Engine map kernel on M, state (kappa, nu, lam): update n with lambda_n (docs/models/single_location.md §6.3);
     out[2] = lambda_{n+1}."""
-    stride = int(p[P_STRIDE])
-    o = P_TABLE + stride * n
+    tab = args[0]
+    o, o1 = _rows(n, tab)
     alpha = p[P_ALPHA]
-    rk, rn = manifold_partials_core(x[0], x[1], p[P_GAMMA], p, o)
+    rk, rn = manifold_partials_core(x[0], x[1], p[P_GAMMA], tab, o)
     k1, n1 = manifold_update(x[0], x[1], alpha * rk, alpha * rn)
     out[0] = k1
     out[1] = n1
-    out[2] = p[o + stride + C_LAM]
+    out[2] = tab[o1 + C_LAM]
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -344,19 +354,19 @@ def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
 
 
 @njit_noref(cache=True, fastmath=False, error_model="numpy")
-def five_step(n, x, p, out):
+def five_step(n, x, p, args, out):
     """Engine map kernel, state (kappa, nu, theta, eta, rho, lam): update n with lambda_n
     (docs/models/single_location.md §6.4)."""
-    stride = int(p[P_STRIDE])
-    o = P_TABLE + stride * n
-    rk, rn, rt, re, rr = partials_map(x[0], x[1], x[2], x[3], x[4], p[P_S], p[P_GAMMA], p[P_L], p, o)
+    tab = args[0]
+    o, o1 = _rows(n, tab)
+    rk, rn, rt, re, rr = partials_map(x[0], x[1], x[2], x[3], x[4], p[P_S], p[P_GAMMA], p[P_L], tab, o)
     a, b, c, d, e = five_update(x[0], x[1], x[2], x[3], x[4], rk, rn, rt, re, rr, p[P_ALPHA])
     out[0] = a
     out[1] = b
     out[2] = c
     out[3] = d
     out[4] = e
-    out[5] = p[o + stride + C_LAM]
+    out[5] = tab[o1 + C_LAM]
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -413,50 +423,50 @@ def _own_row(lam, s, gamma):
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
-def five_observe(n, x, p, out):
+def five_observe(n, x, p, args, out):
     """Engine observable of the five-scalar map (state (kappa, nu, theta, eta, rho, lam), saved at step n): risk,
     excess risk and distance to M (docs/models/single_location.md §4.2, §5) into out[0:3].
 
     The lam_constants row is that of update n, unless the state's lambda differs from it (a state frozen by the
     ``converged`` stop under a schedule); then the row is computed for the state's own lambda."""
-    stride = int(p[P_STRIDE])
-    o = P_TABLE + stride * n
+    tab = args[0]
+    o, _ = _rows(n, tab)
     s, gamma, L, eps = p[P_S], p[P_GAMMA], p[P_L], p[P_EPS]
-    if p[o + C_LAM] == x[5]:
-        _write_five_observables(x, s, gamma, L, eps, p, o, _zeta_family_fast(x[5] * s * x[0], p, o), out)
+    if tab[o + C_LAM] == x[5]:
+        _write_five_observables(x, s, gamma, L, eps, tab, o, _zeta_family_fast(x[5] * s * x[0], tab, o), out)
     else:
         cst = _own_row(x[5], s, gamma)
         _write_five_observables(x, s, gamma, L, eps, cst, 0, _zeta_family_fast(x[5] * s * x[0], cst, 0), out)
 
 
 @njit_noref(cache=True, fastmath=False, error_model="numpy")
-def five_step_observe(n, x, p, out, obs):
+def five_step_observe(n, x, p, args, out, obs):
     """five_step into ``out`` and five_observe of ``x`` into ``obs`` in one pass (the risk and the partials share the
     zeta family at t = lam s kappa); bit for bit the two separate calls. The engine's ``step_observe``."""
-    stride = int(p[P_STRIDE])
-    o = P_TABLE + stride * n
+    tab = args[0]
+    o, o1 = _rows(n, tab)
     s, gamma, L = p[P_S], p[P_GAMMA], p[P_L]
-    fam = _zeta_family_fast(p[o + C_LAM] * s * x[0], p, o)
-    rk, rn, rt, re, rr = _partials(x[0], x[1], x[2], x[3], x[4], s, gamma, L, p, o, fam)
+    fam = _zeta_family_fast(tab[o + C_LAM] * s * x[0], tab, o)
+    rk, rn, rt, re, rr = _partials(x[0], x[1], x[2], x[3], x[4], s, gamma, L, tab, o, fam)
     a, b, c, d, e = five_update(x[0], x[1], x[2], x[3], x[4], rk, rn, rt, re, rr, p[P_ALPHA])
-    _write_five_observables(x, s, gamma, L, p[P_EPS], p, o, fam, obs)
+    _write_five_observables(x, s, gamma, L, p[P_EPS], tab, o, fam, obs)
     out[0] = a
     out[1] = b
     out[2] = c
     out[3] = d
     out[4] = e
-    out[5] = p[o + stride + C_LAM]
+    out[5] = tab[o1 + C_LAM]
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
-def manifold_observe(n, x, p, out):
+def manifold_observe(n, x, p, args, out):
     """Engine observable of the map on M (state (kappa, nu, lam), saved at step n): risk and excess risk
     (docs/models/single_location.md §4.2 at theta = eta = rho = 0) into out[0:2]; rows as in five_observe."""
-    stride = int(p[P_STRIDE])
-    o = P_TABLE + stride * n
+    tab = args[0]
+    o, _ = _rows(n, tab)
     s, gamma, L, eps = p[P_S], p[P_GAMMA], p[P_L], p[P_EPS]
-    cst = p if p[o + C_LAM] == x[2] else _own_row(x[2], s, gamma)
-    o = o if p[o + C_LAM] == x[2] else 0
+    cst = tab if tab[o + C_LAM] == x[2] else _own_row(x[2], s, gamma)
+    o = o if tab[o + C_LAM] == x[2] else 0
     m = cst[o + C_C] * x[0]
     r = _manifold_risk(x[2] * s * x[0], x[1], gamma, L, eps, cst, o, m, math.exp(-m * m), math.erf(m))
     out[0] = r
@@ -464,19 +474,19 @@ def manifold_observe(n, x, p, out):
 
 
 @njit_noref(cache=True, fastmath=False, error_model="numpy")
-def manifold_step_observe(n, x, p, out, obs):
+def manifold_step_observe(n, x, p, args, out, obs):
     """manifold_step into ``out`` and manifold_observe of ``x`` into ``obs`` in one pass (exp(-m^2) and erf(m) shared);
     bit for bit the two separate calls. The engine's ``step_observe``."""
-    stride = int(p[P_STRIDE])
-    o = P_TABLE + stride * n
+    tab = args[0]
+    o, o1 = _rows(n, tab)
     alpha = p[P_ALPHA]
     gamma = p[P_GAMMA]
-    rk, rn, m, ex, erfm = _manifold_partials_shared(x[0], x[1], gamma, p, o)
+    rk, rn, m, ex, erfm = _manifold_partials_shared(x[0], x[1], gamma, tab, o)
     k1, n1 = manifold_update(x[0], x[1], alpha * rk, alpha * rn)
     eps = p[P_EPS]
-    r = _manifold_risk(x[2] * p[P_S] * x[0], x[1], gamma, p[P_L], eps, p, o, m, ex, erfm)
+    r = _manifold_risk(x[2] * p[P_S] * x[0], x[1], gamma, p[P_L], eps, tab, o, m, ex, erfm)
     obs[0] = r
     obs[1] = r - eps * eps
     out[0] = k1
     out[1] = n1
-    out[2] = p[o + stride + C_LAM]
+    out[2] = tab[o1 + C_LAM]

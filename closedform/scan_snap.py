@@ -347,7 +347,7 @@ def _require_uniform(classes: SequenceClasses):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Packing (private)
+# Kernel parameter rows and data (private)
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -374,27 +374,25 @@ def _layout(classes: SequenceClasses, lumped: bool) -> _Layout:
     return _Layout(False, np.ones(M), classes.tgt.copy(), tuple(str(j) for j in range(M)))
 
 
-def _params(task: ScanSnapTask | SequenceClasses, lay: _Layout, *, eta_Y=1.0, eta_Z=1.0, mu=0.0, q_mode=0.0):
+def _params(task: ScanSnapTask | SequenceClasses, *, eta_Y=1.0, eta_Z=1.0, mu=0.0, q_mode=0.0):
+    """The kernels' parameter row [eta_Y, eta_Z, mu, q_mode, M] (the task's rates for a ScanSnapTask)."""
     classes = task.classes if isinstance(task, ScanSnapTask) else task
     if isinstance(task, ScanSnapTask):
         eta_Y, eta_Z = task.eta_Y, task.eta_Z
-    head = [classes.Lc, len(lay.mult), classes.K, classes.Q, eta_Y, eta_Z, mu, q_mode, classes.M]
+    return np.array([eta_Y, eta_Z, mu, q_mode, classes.M], dtype=np.float64)
+
+
+def _kernel_args(task: ScanSnapTask | SequenceClasses, lay: _Layout) -> tuple:
+    """The kernels' data (``dynamics``' ``args``): the class structure and the decoder's column layout, in the order
+    of _scan_snap_kernels' A_* indices (docs/models/scan_snap.md §4.1-§4.2)."""
+    classes = task.classes if isinstance(task, ScanSnapTask) else task
     logP = np.log(np.where(classes.P > 0, classes.P, 1.0))  # 0 where P = 0 (the kernels test P > 0 first)
     rows, tokens = np.nonzero(classes.P > 0)  # the supports, row by row with increasing tokens
     sup = np.searchsorted(rows, np.arange(classes.K + 1))
-    return np.concatenate(
-        [
-            np.asarray(head, dtype=np.float64),
-            classes.P.ravel(),
-            logP.ravel(),
-            classes.pi,
-            classes.psi.astype(np.float64),
-            lay.tcol.astype(np.float64),
-            lay.mult,
-            sup.astype(np.float64),
-            tokens.astype(np.float64),
-        ]
-    )
+    ints = (np.array([classes.Lc, len(lay.mult), classes.K, classes.Q]), classes.psi, lay.tcol, sup, tokens)
+    dims, psi, tcol, sup, tok = (np.ascontiguousarray(a, dtype=np.int64) for a in ints)
+    P, logP, pi, mult = (np.ascontiguousarray(a, dtype=np.float64) for a in (classes.P, logP, classes.pi, lay.mult))
+    return dims, P, logP, pi, psi, tcol, mult, sup, tok
 
 
 def _rate_batch(task: ScanSnapTask, n_init: int, **rates):
@@ -434,10 +432,7 @@ def _batched_params(task: ScanSnapTask, lay: _Layout, y0, *, eta_Y=None, eta_Z=N
     n, r = _rate_batch(task, len(y0), **rates)
     mu = r.get("momentum", np.zeros(n))
     rows = np.array(
-        [
-            _params(task.classes, lay, eta_Y=r["eta_Y"][i], eta_Z=r["eta_Z"][i], mu=mu[i], q_mode=q_mode)
-            for i in range(n)
-        ]
+        [_params(task.classes, eta_Y=r["eta_Y"][i], eta_Z=r["eta_Z"][i], mu=mu[i], q_mode=q_mode) for i in range(n)]
     )
     if np.all(rows == rows[0]):
         rows = rows[0]
@@ -604,7 +599,7 @@ def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: b
     Zc = check_finite_array("Z", Z, shape=(classes.Q, classes.Lc))
     y = np.concatenate([np.ascontiguousarray(Yc, dtype=np.float64).ravel(), Zc.ravel()])
     out = np.empty_like(y)
-    _k.ascent(y, _params(classes, lay), out)
+    _k.ascent(y, _kernel_args(classes, lay), out)
     return _unpack(classes, lay, out)
 
 
@@ -803,6 +798,7 @@ def flow(
         y0,
         tuple(t_span),
         params=params,
+        args=_kernel_args(classes, lay),
         solver=solver or _default_solver(),
         saveat=saveat,
         names="state",
@@ -874,6 +870,7 @@ def map(
         x0,
         n_steps,
         params=params,
+        args=_kernel_args(classes, lay),
         saveat=saveat,
         names="state",
         progress=progress,
@@ -927,6 +924,7 @@ def composite_flow(
         z0,
         tuple(t_span),
         params=params,
+        args=_kernel_args(classes, lay),
         solver=solver or _default_solver(),
         saveat=saveat,
         names="state",
@@ -1064,7 +1062,8 @@ def measure_transition(
     tt = transition_time(task)
     t_max = 3.0 * tt.t_half if t_max is None else check_positive("t_max", t_max)
     lay = _layout(classes, lumped)
-    p = _params(task, lay)
+    p = _params(task)
+    data = _kernel_args(classes, lay)
     ts = np.linspace(0.0, t_max, check_int("n_grid", n_grid, min_value=3))
     solver = _default_solver()
     X = integrate(
@@ -1072,6 +1071,7 @@ def measure_transition(
         _initial_state(classes, lay, None, None),
         (0.0, float(ts[-1])),
         params=p,
+        args=data,
         solver=solver,
         saveat=SaveAt(ts=ts),
         names="state",
@@ -1091,6 +1091,7 @@ def measure_transition(
             X[i],
             (float(ts[i]), float(t)),
             params=p,
+            args=data,
             solver=solver,
             saveat=SaveAt(final=True),
             names="state",

@@ -1088,12 +1088,14 @@ def run_to_fixed_point(
     attract = np.array([y for fp in pts if fp.attracting for y in fp.orbit]).reshape(-1, 5)
     steps = np.zeros(X.shape[0], dtype=np.int64)
     live = np.arange(X.shape[0])
-    params = _map_params(task, alpha, np.array([lam]))
+    params, table = _map_params(task, alpha, np.array([lam]))
     done = 0
     while live.size and done < n_steps:
         m = min(chunk, n_steps - done)
         x0 = np.concatenate([X[live], np.full((live.size, 1), lam)], axis=1)
-        tr = dynamics.iterate(_k.five_step, x0, m, params=params, saveat=dynamics.SaveAt(final=True), trend=False)
+        tr = dynamics.iterate(
+            _k.five_step, x0, m, params=params, args=(table,), saveat=dynamics.SaveAt(final=True), trend=False
+        )
         new = tr.states()[:, -1, :5]
         moved = np.max(np.abs(new - X[live]), axis=1)
         X[live] = new
@@ -1419,19 +1421,26 @@ def _lam_sequence(lam, n_steps):
 
 
 def _map_params(task, alpha, lams, s=None):
-    """Kernel parameter vector [s, gamma, L, alpha, stride, eps, table] (layout in _single_location_kernels)."""
+    """The map kernels' parameter row [s, gamma, L, alpha, eps] and their table of lambda constants (flat, one row per
+    entry of ``lams``; the kernels' ``args = (table,)``; layout in _single_location_kernels)."""
     s = task.s if s is None else s
     table = np.empty((lams.shape[0], _k.N_CONST))
     _k.lam_table(np.ascontiguousarray(lams), s, task.gamma, table)
-    stride = 0 if lams.shape[0] == 1 else _k.N_CONST
-    return np.concatenate([[s, task.gamma, float(task.L), alpha, float(stride), task.eps], table.ravel()])
+    return np.array([s, task.gamma, float(task.L), alpha, task.eps]), table.ravel()
+
+
+def _stack_params(pairs):
+    """Per-trajectory (params (n, 5), tables (n, n_table)) from :func:`_map_params` pairs; the table is shared (1-D)
+    when every trajectory's is the same."""
+    params = np.array([p for p, _ in pairs])
+    tables = np.array([t for _, t in pairs])
+    return params, tables[0] if np.all(tables == tables[0]) else tables
 
 
 def _batch_params(task, lam, alpha, d, n_traj, n_steps):
     """Per-trajectory or shared map parameters for :func:`map` (docs/models/single_location.md §6.3-§6.4: alpha, lambda
-    and d enter the map only as numbers). Returns (params, lambda_0 per trajectory (n,), shared lambda sequence or None,
-    n,
-    descriptions)."""
+    and d enter the map only as numbers). Returns (params, table of lambda constants (1-D shared, 2-D one row per
+    trajectory), lambda_0 per trajectory (n,), shared lambda sequence or None, n, descriptions)."""
     lam_arr = None if isinstance(lam, LamSchedule) else np.asarray(lam, dtype=np.float64)
     per_lam = lam_arr is not None and lam_arr.ndim == 2
     alpha_arr = np.asarray(alpha, dtype=np.float64)
@@ -1477,18 +1486,18 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
         if not np.all(np.isfinite(lam0)) or np.min(lam0) <= 0:
             raise ValueError(f"lam must be finite and > 0; got min {float(np.min(lam0))!r}")
         rows = [_map_params(task, a, np.array([lam_i]), s) for a, lam_i, s in zip(alphas, lam0, svals)]
-        return np.array(rows), lam0, None, n, ("per-trajectory", alphas, ds)
+        return *_stack_params(rows), lam0, None, n, ("per-trajectory", alphas, ds)
     lams, lam_desc = _lam_sequence(lam, n_steps)
     if n == 1 or (alpha_arr.ndim == 0 and d_arr is None):
         return (
-            _map_params(task, float(alphas[0]), lams),
+            *_map_params(task, float(alphas[0]), lams),
             np.full(n, lams[0]),
             lams,
             n,
             (lam_desc, float(alphas[0]), task.d),
         )
     rows = [_map_params(task, a, lams, s) for a, s in zip(alphas, svals)]
-    return np.array(rows), np.full(n, lams[0]), lams, n, (lam_desc, alphas, ds)
+    return *_stack_params(rows), np.full(n, lams[0]), lams, n, (lam_desc, alphas, ds)
 
 
 def _risk_variables(task, saved):
@@ -1597,7 +1606,7 @@ def map(
             raise ValueError(f"state0 must have 5 columns (kappa, nu, theta, eta, rho); got shape {st.shape}")
         full = st
     _check_state(*(np.ascontiguousarray(full[:, j]) for j in range(5)), where="state0")
-    p, lam0, lams, n, (lam_desc, alpha_desc, d_desc) = _batch_params(task, lam, alpha, d, st.shape[0], n_steps)
+    p, table, lam0, lams, n, (lam_desc, alpha_desc, d_desc) = _batch_params(task, lam, alpha, d, st.shape[0], n_steps)
     st = np.broadcast_to(st, (n, st.shape[1]))
     x0 = np.concatenate([st, lam0[:, None]], axis=1)
     names = ["kappa", "nu", "lam"] if manifold else ["kappa", "nu", "theta", "eta", "rho", "lam"]
@@ -1632,6 +1641,8 @@ def map(
         x0,
         n_steps,
         params=p,
+        args=(table,),
+        args_per_trajectory=table.ndim == 2,
         saveat=saveat,
         names=names,
         progress=progress,

@@ -76,16 +76,16 @@ def test_fused_observables_equal_the_separate_ones_and_keep_the_states(manifold)
         saveat=SaveAt(every=1),
         warn_unconverged=False,
     )
-    p, _, _, _, _ = sl._batch_params(task, 0.1, alpha, None, 5, 300)
+    p, table, _, _, _, _ = sl._batch_params(task, 0.1, alpha, None, 5, 300)
     step, observe = (K.manifold_step, K.manifold_observe) if manifold else (K.five_step, K.five_observe)
     names = ["kappa", "nu", "lam"] if manifold else ["kappa", "nu", "theta", "eta", "rho", "lam"]
     Y = np.stack([tr[v].values for v in names], axis=-1)
-    plain = iterate(step, Y[:, 0], 300, params=p, saveat=SaveAt(every=1))
+    plain = iterate(step, Y[:, 0], 300, params=p, args=(table,), saveat=SaveAt(every=1))
     np.testing.assert_array_equal(plain.states(), Y)  # the fused step leaves the trajectory bit for bit
     out = np.empty(3)
     for i in range(5):
         for j in range(0, 301, 7):
-            observe(j, Y[i, j], p[i], out)
+            observe(j, Y[i, j], p[i], (table,), out)
             assert out[0] == tr["risk"].values[i, j] and out[1] == tr["excess_risk"].values[i, j]
 
 

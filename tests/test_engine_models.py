@@ -86,10 +86,10 @@ def test_fast_five_scalar_map_equals_the_quadrature_map(lam, d):
 def test_map_kernels_run_without_reference_counting():
     # the heavy model kernels are compiled with _nrt=False (no atomic refcount operations per step); they must
     # still give the engine the same one-step result as the array helper
-    p = sl._map_params(TASK, 4e-3, np.array([0.05]))
+    p, table = sl._map_params(TASK, 4e-3, np.array([0.05]))
     x = np.append(sl.sample_initial_state(TASK, 1, 3)[0], 0.05)
     out = np.empty(6)
-    K.five_step(0, x, p, out)
+    K.five_step(0, x, p, (table,), out)
     ref = np.empty((1, 5))
     K.five_map_array(x[None, :5].copy(), np.array([0.05]), np.array([4e-3]), TASK.s, TASK.gamma, float(TASK.L), ref)
     assert np.array_equal(out[:5], ref[0]) and out[5] == 0.05

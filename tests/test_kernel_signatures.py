@@ -19,9 +19,6 @@ import pytest
 from closedform import models
 
 MODULES = models.names(builtin=True)
-# Kernel modules still being moved to args in a parallel change (a strict xfail: it fails once they are clean, so
-# the marker has to be removed then).
-PENDING = {"single_location", "scan_snap"}
 
 
 def packing_uses(source: str) -> list[str]:
@@ -59,18 +56,7 @@ def packing_uses(source: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        pytest.param(
-            m,
-            marks=pytest.mark.xfail(
-                m in PENDING, reason="kernel module moving to args in a parallel change", strict=True
-            ),
-        )
-        for m in MODULES
-    ],
-)
+@pytest.mark.parametrize("model", MODULES)
 def test_model_kernels_take_data_through_args(model):
     module = importlib.import_module(f"closedform._{model}_kernels")
     assert packing_uses(inspect.getsource(module)) == []

@@ -95,13 +95,13 @@ def _cases():
 @pytest.mark.parametrize("name,classes,scale", list(_cases()), ids=[c[0] for c in _cases()])
 def test_support_ascent_equals_the_dense_formula_bit_for_bit(name, classes, scale, lumped):
     lay = ss._layout(classes, lumped)
-    p = ss._params(classes, lay)
+    data = ss._kernel_args(classes, lay)
     rng = np.random.default_rng(0)
     y = ss._initial_state(classes, lay, None, None)[0] + rng.normal(
         0, scale, ss._initial_state(classes, lay, None, None).shape[1]
     )
     out = np.empty_like(y)
-    K.ascent(y, p, out)
+    K.ascent(y, data, out)
     np.testing.assert_array_equal(out, _dense_ascent(y, classes, lay))
     # rounding only against numpy's order: 1e-13 absolute (entries are O(1) sums of ~Lc * Ncol products of O(1)
     # factors, each rounding ~1e-16; measured <= 3e-16)
@@ -112,12 +112,12 @@ def test_underflowing_attention_weights_are_skipped_as_in_the_dense_formula():
     # z of one support token 800 below the others: its weight underflows to 0 inside the support
     classes = ss.SequenceClasses.syn_small()
     lay = ss._layout(classes, True)
-    p = ss._params(classes, lay)
+    data = ss._kernel_args(classes, lay)
     y = ss._initial_state(classes, lay, None, None)[0].copy()
     nY = classes.Lc * len(lay.mult)
     tok = np.flatnonzero(classes.P[0] > 0)
     y[nY + classes.psi[0] * classes.Lc + tok[0]] = -800.0
     y[:nY] = np.random.default_rng(1).normal(0, 1, nY)
     out = np.empty_like(y)
-    K.ascent(y, p, out)
+    K.ascent(y, data, out)
     np.testing.assert_array_equal(out, _dense_ascent(y, classes, lay))

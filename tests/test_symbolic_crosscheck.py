@@ -259,38 +259,37 @@ def _scan_snap_case(seed):
     flow = [etaY * sp.diff(J, v) for v in list(Y)] + [etaZ * sp.diff(J, v) for v in list(Z)]
     model = SymbolicModel(state, [etaY, etaZ], flow=flow, derivatives=False)  # the vector field alone
     logP = np.where(P > 0, np.log(np.where(P > 0, P, 1.0)), 0.0)
-    rows, tokens = np.nonzero(P > 0)  # the kernels' class supports (closedform.scan_snap's parameter-row layout)
+    rows, tokens = np.nonzero(P > 0)  # the kernels' class supports (closedform.scan_snap's data layout)
     sup = np.searchsorted(rows, np.arange(K + 1))
-    p = np.concatenate(
-        [[Lc, M, K, Q, 0.7, 1.3, 0.0, 0.0, M], P.ravel(), logP.ravel(), pi, psi, tgt, np.ones(M), sup, tokens]
-    )
-    return model, p, rng
+    p = np.array([0.7, 1.3, 0.0, 0.0, M], dtype=np.float64)
+    data = (np.array([Lc, M, K, Q]), P, logP, pi, psi, tgt, np.ones(M), sup, tokens)  # index arrays int64
+    return model, p, data, rng
 
 
-def _scan_ascent(X, p, ascent):
+def _scan_ascent(X, p, data, ascent):
     out = np.empty_like(X)
-    nY = int(p[0] * p[1])
+    nY = int(data[0][0] * data[0][1])
     for i, x in enumerate(X):
-        ascent(x, p, out[i])
-        out[i, :nY] *= p[4]
-        out[i, nY:] *= p[5]
+        ascent(x, data, out[i])
+        out[i, :nY] *= p[0]
+        out[i, nY:] *= p[1]
     return out
 
 
 def test_scan_snap_exact_vector_field_matches_the_symbolic_gradient_of_the_likelihood():
-    model, p, rng = _scan_snap_case(0)
+    model, p, data, rng = _scan_snap_case(0)
     X = np.vstack([rng.normal(0, 1.5, (1000, 20)), np.zeros((1, 20))])  # random states and the zero start
     ref = model.vector_field(X, np.array([0.7, 1.3]))
     floor = np.ones(X.shape[0])
     hand = np.empty_like(X)
     for i, x in enumerate(X):
-        _sk.exact_rhs(0.0, x, p, hand[i])
+        _sk.exact_rhs(0.0, x, p, data, hand[i])
     assert_formula_close(hand, ref, rtol=RTOL, floor=floor, what="scan_snap exact_rhs")
     sign = _mutant(_sk.ascent, "a[j] = -a[j] / nrm", "a[j] = a[j] / nrm")
     factor = _mutant(
         _sk.ascent,
-        "out[zoff + int(p[o_tok + qa + q])] -= pin * fl * fl * fg",
-        "out[zoff + int(p[o_tok + qa + q])] -= 2.0 * pin * fl * fl * fg",
+        "out[zoff + tok[qa + q]] -= pin * fl * fl * fg",
+        "out[zoff + tok[qa + q]] -= 2.0 * pin * fl * fl * fg",
     )
     for wrong in (sign, factor):
-        assert_formula_rejects(_scan_ascent(X, p, wrong), ref, rtol=RTOL, floor=floor)
+        assert_formula_rejects(_scan_ascent(X, p, data, wrong), ref, rtol=RTOL, floor=floor)
