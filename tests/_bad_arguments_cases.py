@@ -137,6 +137,7 @@ VALID_VALUES = {
     ("empirical.train.TrainConfig", "eval_size"): {"zero"},  # no held-out evaluation
     ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
     ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},  # the saturation limit (saturation_dz)
+    ("dynamics.compare.adjust", "results"): {"nan"},  # a NaN p-value is "no test" (tests/test_hardening_extremes.py)
     # nearest_neighbor: H is the embedded prompt array (any real entries), not a number of heads
     **{
         (f"closedform.nearest_neighbor.{f}", "H"): {"zero", "negative"}

@@ -179,3 +179,29 @@ def test_engine_refuses_a_saved_trajectory_beyond_the_limit_and_the_override(mon
     assert check_allocation("n", (10, 10), limit=800) == (10, 10)  # exactly at the limit: accepted
     with pytest.raises(ValueError, match="n too large"):
         check_allocation("n", (10, 10), limit=799)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# arguments ignored in one mode are still checked; None is not an empty family
+
+
+def test_adjust_refuses_none_and_names_results_reads_nan_as_no_test():
+    import importlib
+
+    compare = importlib.import_module("dynamics.compare")  # the module (dynamics.compare is also the function)
+    with pytest.raises(ValueError, match="^results must be .*got None"):
+        compare.adjust(None)
+    with pytest.raises(ValueError, match=r"^results: p-values must lie in \[0, 1\]"):
+        compare.adjust([0.2, 1.5])
+    # Holm by hand on the two tested p-values (0.01, 0.5): 2 * 0.01 = 0.02, then max(0.02, 1 * 0.5) = 0.5
+    out = compare.adjust([0.01, math.nan, 0.5])
+    assert out["family_size"] == 2
+    np.testing.assert_array_equal(out["adjusted_p"], [0.02, math.nan, 0.5])
+
+
+@pytest.mark.parametrize("grid", ["abc", object(), [0.0, math.nan], [0.0, math.inf], [], [1.0, 2.0]])
+def test_overlay_checks_grid_even_without_align(grid):
+    from tests._bad_arguments_cases import F
+
+    with pytest.raises((ValueError, TypeError), match="grid"):
+        dynamics.overlay(theory_fn=F.theory_fn, learned=F.traj_map, state_variables=("x0", "x1"), grid=grid)
