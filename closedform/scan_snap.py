@@ -743,14 +743,18 @@ def _finish(traj, classes, lay, *, has_Y=True):
 
 def _refuse_non_finite(data, traj) -> None:
     """Raise the engine's DivergenceError at the first save point where a variable computed from the finite saved
-    states is NaN or infinite (huge logits overflow the softmax or the loss there), never a silently NaN result."""
+    states becomes NaN or infinite (huge logits overflow the softmax or the loss there), never a silently NaN result.
+    Entries that are NaN from the first save on are NaN by definition (e.g. an entropy over an empty token set)."""
     from dynamics import DivergenceError
 
     first = None  # (save index, trajectory, variable)
     for name, (dims, arr) in data.items():
         if dims[:2] != ("trajectory", "time") or np.isfinite(arr).all():
             continue
-        bad = (~np.isfinite(arr)).reshape(arr.shape[0], arr.shape[1], -1).any(axis=2)  # (trajectory, time)
+        became = ~np.isfinite(arr) & np.isfinite(arr[:, :1])  # finite at the first save, not at this one
+        bad = became.reshape(arr.shape[0], arr.shape[1], -1).any(axis=2)  # (trajectory, time)
+        if not bad.any():
+            continue
         j = int(np.argmax(bad.any(axis=0)))
         if first is None or j < first[0]:
             first = (j, int(np.argmax(bad[:, j])), name)
