@@ -71,7 +71,7 @@ from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.saveat import DEFAULT_SAVEAT, SaveAt
 from dynamics.trajectory import Trajectory
-from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
+from dynamics.validation import check_allocation, check_finite_array, check_in_range, check_int, check_positive
 
 __all__ = [
     "REFERENCE",
@@ -267,6 +267,7 @@ def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool
     n = check_int("n", n, min_value=1)
     rng = as_generator(rng)
     d, D = task.d, task.D
+    check_allocation("n", (2 * n if mirror else n, d, D), what="the samples X (n, d, D)")
     if v_star is None:
         v_star = rng.standard_normal(d)
     v_star = _unit_vector("v_star", v_star, d)

@@ -42,6 +42,7 @@ Interpretability of Multi-Head Softmax Attention", ICML 2025, arXiv:2503.12734. 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -57,7 +58,7 @@ from closedform import _icl_regression_kernels as _k
 from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
-from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
+from dynamics.validation import check_allocation, check_finite_array, check_int, check_nonneg, check_positive
 
 __all__ = [
     "REFERENCE",
@@ -1111,6 +1112,28 @@ class Prompts(NamedTuple):
     beta: np.ndarray
 
 
+def _consistent_prompts(new):
+    """``Prompts.__new__`` that also checks the fields against each other (each field's own checks come first)."""
+
+    @functools.wraps(new)
+    def checked(_cls, X, y, xq, yq, beta):
+        shapes = {k: np.shape(v) for k, v in zip(("X", "y", "xq", "yq", "beta"), (X, y, xq, yq, beta))}
+        N, L, d = shapes["X"] if len(shapes["X"]) == 3 else (None, None, None)
+        want = {"X": (N, L, d), "y": (N, L), "xq": (N, d), "yq": (N,), "beta": (N, d)}
+        if N is None or any(shapes[k] != want[k] for k in want):
+            got = ", ".join(f"{k} {shapes[k]}" for k in want)
+            raise ValueError(
+                "X, y, xq, yq and beta must have shapes (N, L, d), (N, L), (N, d), (N,) and (N, d) with one N "
+                f"(prompts), L (context length) and d (dimension); got {got}"
+            )
+        return new(_cls, X, y, xq, yq, beta)
+
+    return staticmethod(checked)
+
+
+Prompts.__new__ = _consistent_prompts(Prompts.__dict__["__new__"].__func__)
+
+
 def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> Prompts:
     """Draw ``n`` independent prompts of the data model of docs/models/icl_regression.md §1 (covariates N(0, Sigma),
     default I, docs/models/icl_regression.md §8.1).
@@ -1121,6 +1144,7 @@ def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> 
     n = check_int("n", n, min_value=1)
     rng = as_generator(rng)
     d, L = task.d, task.L
+    check_allocation("n", (n, L + 3, d), what="the prompts X (n, L, d), xq, beta and y")
     X = rng.standard_normal((n, L, d))
     xq = rng.standard_normal((n, d))
     if Sigma is not None:

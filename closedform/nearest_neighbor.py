@@ -65,7 +65,7 @@ from dynamics.convergence import check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.saveat import SaveAt
-from dynamics.validation import check_finite_array, check_int, check_nonneg, check_positive
+from dynamics.validation import check_allocation, check_finite_array, check_int, check_nonneg, check_positive
 
 __all__ = [
     "REFERENCE",
@@ -311,6 +311,7 @@ def sample_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, label
         docs/models/token_selection.md §A.5).
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
+    check_allocation("n_prompts", (n_prompts, task.N + 2, task.d), what="the prompts X (n_prompts, N, d) and xq")
     rng = as_generator(rng)
     X = rng.standard_normal((n_prompts, task.N, task.d))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)

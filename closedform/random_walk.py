@@ -56,7 +56,7 @@ from closedform import _random_walk_kernels as _kern
 from closedform.nearest_neighbor import _over_samples, _sample_list, eta_batch
 from dynamics.convergence import check_run
 from dynamics.random import as_generator
-from dynamics.validation import check_finite_array, check_in_range, check_int, check_positive
+from dynamics.validation import check_allocation, check_finite_array, check_in_range, check_int, check_positive
 
 __all__ = [
     "REFERENCE",
@@ -312,6 +312,7 @@ def sample_walks(task: RandomWalkTask, n: int, rng=None) -> WalkSample:
     Test walks are drawn by a second call on the same generator (docs/models/token_selection.md §G.C).
     """
     n = check_int("n", n, min_value=1)
+    check_allocation("n", (n, 3 * task.N), what="the walks (n, N), their steps and their sums")
     rng = as_generator(rng)
     s1 = rng.integers(0, task.K, size=n)
     steps = np.where(rng.random((n, task.N - 1)) < task.p, 1, -1)

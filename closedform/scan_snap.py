@@ -56,7 +56,7 @@ import scipy.special
 
 from closedform import _scan_snap_kernels as _k
 from dynamics.convergence import check_run
-from dynamics.validation import check_choice, check_finite_array, check_int, check_positive
+from dynamics.validation import check_allocation, check_choice, check_finite_array, check_int, check_positive
 
 REFERENCE = {
     "title": "Scan and Snap: Understanding Training Dynamics and Token Composition in 1-layer Transformer",
@@ -282,6 +282,12 @@ class SequenceClasses:
         Lc = Nc + Ncl * Q + Nd * K
         if Lc == 0:
             raise ValueError("num_common + num_common_per_last + num_unique must give Lc >= 1 contextual token")
+        check_allocation(  # W, P = W / row sums, and the frozen copy of P: three (K, Lc) float64 arrays
+            "num_last, num_next_per_last, num_common, num_common_per_last and num_unique",
+            (K, Lc),
+            itemsize=3 * 8,
+            what="the class table P (K classes x Lc contextual tokens, three copies)",
+        )
         W = np.zeros((K, Lc))
         W[:, :Nc] = 1.0
         for n in range(K):
@@ -721,12 +727,44 @@ def _finish(traj, classes, lay, *, has_Y=True):
     if has_Y:
         data["Y"] = (base + ("token", "column"), Y)
         coords["column"] = ("column", list(lay.labels))
+    _refuse_non_finite(data, traj)
     attrs = {
         **{k: v for k, v in traj.attrs.items() if k not in ("state_names", "state_layout")},
         "state_names": "z",
         "state_layout": "array",
     }
     return Trajectory(data, coords=coords, attrs=attrs)
+
+
+def _refuse_non_finite(data, traj) -> None:
+    """Raise the engine's DivergenceError at the first save point where a variable computed from the finite saved
+    states becomes NaN or infinite (huge logits overflow the softmax or the loss there), never a silently NaN result.
+    Entries that are NaN from the first save on are NaN by definition (e.g. an entropy over an empty token set)."""
+    from dynamics import DivergenceError
+
+    first = None  # (save index, trajectory, variable)
+    for name, (dims, arr) in data.items():
+        if dims[:2] != ("trajectory", "time") or np.isfinite(arr).all():
+            continue
+        became = ~np.isfinite(arr) & np.isfinite(arr[:, :1])  # finite at the first save, not at this one
+        bad = became.reshape(arr.shape[0], arr.shape[1], -1).any(axis=2)  # (trajectory, time)
+        if not bad.any():
+            continue
+        j = int(np.argmax(bad.any(axis=0)))
+        if first is None or j < first[0]:
+            first = (j, int(np.argmax(bad[:, j])), name)
+    if first is None:
+        return
+    j, i, name = first
+    step, time = int(traj.coords["step"].values[j]), float(traj.coords["time"].values[j])
+    raise DivergenceError(
+        f"scan_snap diverged: trajectory {i}, step {step} (time {time:.6g}), variable {name!r} became non-finite "
+        "although the state is finite (the logits overflow there; lower the learning rates or the momentum)",
+        trajectory=i,
+        variable=name,
+        step=step,
+        time=time,
+    )
 
 
 def _default_solver():

@@ -64,6 +64,7 @@ from closedform.special import zeta as _zeta_u
 from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, block_samples, check_run, step_norm_trend, tail_blocks
 from dynamics.random import as_generator
 from dynamics.validation import (
+    check_allocation,
     check_choice,
     check_finite_array,
     check_int,
@@ -278,6 +279,28 @@ def _broadcast(lam, *state, check=True):
     return shape, flat
 
 
+_LAM_SCALE = 1e100
+"""lambda, lambda s and lambda gamma must lie in [1/_LAM_SCALE, _LAM_SCALE]: the closed forms square them (q^2 =
+1 + 2 (lambda gamma)^2; zeta(0, g) ~ (4/pi) g^2 as g -> 0), and squares leave float64's normal range (about 2e-308
+to 1.8e308) past 1e+-154. Inside the range the risks have reached their lambda -> 0 and lambda -> infinity limits to
+the last digit (measured: the risk at lambda = 1e100 and 1e80, and at 1e-100 and 1e-80, agree exactly for d from 4
+to 2^31 - 1 and gamma from 1e-3 to 1e3)."""
+
+
+def _check_lam_range(task, lam) -> None:
+    """Raise ValueError naming lam and the valid range unless lam (already finite and > 0) is within it."""
+    lam = np.asarray(lam)
+    lo = 1.0 / (_LAM_SCALE * min(1.0, task.s, task.gamma))
+    hi = _LAM_SCALE / max(1.0, task.s, task.gamma)
+    if lam.size and (np.min(lam) < lo or np.max(lam) > hi):
+        bad = float(np.min(lam)) if np.min(lam) < lo else float(np.max(lam))
+        raise ValueError(
+            f"lam must lie in [{lo:.3g}, {hi:.3g}] for this task (lambda, lambda s and lambda gamma within "
+            f"[1e-100, 1e100], where the risks have long reached their limits; beyond, their squares leave float64's "
+            f"range); got {bad!r}"
+        )
+
+
 def _task(task) -> SingleLocationTask:
     if not isinstance(task, SingleLocationTask):
         raise ValueError(f"task must be a SingleLocationTask; got {type(task).__name__}")  # noqa: TRY004 (project rule)
@@ -298,7 +321,9 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     ----------
     task : SingleLocationTask
     lam : array_like float64 > 0
-        Inverse temperature lambda.
+        Inverse temperature lambda, with lambda, lambda s and lambda gamma in [1e-100, 1e100] (the risks' limits
+        are reached well inside; beyond, their squares leave float64's range). The other closed forms of lambda
+        take the same range.
     kappa, nu, theta, eta, rho : array_like float64 in [-1, 1]
         k.k*, v.v*, v.k*, k.v*, k.v (docs/models/single_location.md §4.1); their Gram matrix must be positive
         semidefinite.
@@ -309,6 +334,7 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     """
     task = _task(task)
     shape, (lam, *st) = _broadcast(lam, kappa, nu, theta, eta, rho)
+    _check_lam_range(task, lam)
     out = np.empty(lam.shape[0], dtype=np.float64)
     _k.risk_array(*st, lam, task.s, task.gamma, float(task.L), task.eps, out)
     return out.reshape(shape)[()]
@@ -328,6 +354,7 @@ def risk_partials(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, 
     """
     task = _task(task)
     shape, (lam, *st) = _broadcast(lam, kappa, nu, theta, eta, rho)
+    _check_lam_range(task, lam)
     out = np.empty((lam.shape[0], 5), dtype=np.float64)
     _k.partials_array(*st, lam, task.s, task.gamma, float(task.L), out)
     return out.reshape(shape + (5,))
@@ -341,6 +368,7 @@ def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
     """
     task = _task(task)
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
+    _check_lam_range(task, lam)
     g = lam * task.gamma
     c = lam * task.s / np.sqrt(1.0 + 2.0 * g * g)
     out = (
@@ -359,6 +387,7 @@ def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
     """
     task = _task(task)
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
+    _check_lam_range(task, lam)
     out = np.empty((lam.shape[0], 2), dtype=np.float64)
     _k.manifold_partials_array(kappa, nu, lam, task.s, task.gamma, out)
     out[:, 0] *= -(1.0 - kappa**2)
@@ -373,6 +402,7 @@ def oracle_risk(task: SingleLocationTask, lam):
     """
     task = _task(task)
     shape, (lam,) = _broadcast(lam)
+    _check_lam_range(task, lam)
     g = lam * task.gamma
     c = lam * task.s / np.sqrt(1.0 + 2.0 * g * g)
     out = (
@@ -1241,6 +1271,7 @@ def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
     """
     task = _task(task)
     lam = check_positive("lam", lam)
+    _check_lam_range(task, lam)
     g = lam * task.gamma
     p1, z0g = float(_phi(0.0, g, 1)), float(_zeta_u(0.0, g))
     theta_s = task.gamma * g * p1 / (task.s * z0g)
@@ -1270,6 +1301,7 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
     n = check_int("n", n, min_value=1)
     check_choice("on", on, ("sphere", "manifold"))
     _need_d4(task)
+    check_allocation("n", (n, 5 + 11), what="the states (n, 5) and the draws behind them")
     rng = as_generator(rng)
     d = task.d
     out = np.zeros((n, 5), dtype=np.float64)
@@ -1367,6 +1399,7 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
             "k_star and v_star must be orthonormal (docs/models/single_location.md §1, Assumption 1), to 1e-10"
         )
     p = _location_probs(task, location_probs)
+    check_allocation("n", (n, task.L, task.d), what="the tokens X (n, L, d)")
     j0 = rng.choice(task.L, size=n, p=p)
     X = rng.standard_normal((n, task.L, task.d))
     rows = np.arange(n)

@@ -846,6 +846,8 @@ def initial_step(t, y, p, g, f0, rtol, atol, y1, f1):
         h0 = 1e-6
     else:
         h0 = 0.01 * d0 / d1
+    if not 0.0 < h0 < 1.7976931348623157e308:  # the field's scale overflows the error norm: a step-size underflow
+        return 0.0
     for m in range(y.shape[0]):
         y1[m] = y[m] + h0 * f0[m]
     MODEL(t + h0, y1, p, g, f1)

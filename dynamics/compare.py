@@ -550,6 +550,8 @@ def adjust(results, method: str = "holm", level: float | None = None):
             raise ValueError("results must carry 'p_value' (a compare() Dataset or a gap_test() dict)")
         p = np.asarray(results["p_value"], dtype=np.float64)
     else:
+        if results is None:
+            raise ValueError("results must be a compare() Dataset, a gap_test() dict or an array of p-values; got None")
         if np.iscomplexobj(results):
             raise ValueError("results must be real p-values in [0, 1]; got complex values")
         try:
@@ -562,7 +564,7 @@ def adjust(results, method: str = "holm", level: float | None = None):
     tested = ~np.isnan(p)
     if np.any((p[tested] < 0) | (p[tested] > 1)):
         raise ValueError(
-            f"p-values must lie in [0, 1] (NaN: no test); got min {p[tested].min()!r}, max {p[tested].max()!r}"
+            f"results: p-values must lie in [0, 1] (NaN: no test); got min {p[tested].min()!r}, max {p[tested].max()!r}"
         )
     flat = p[tested]
     k = flat.size

@@ -52,6 +52,7 @@ from dynamics.validation import (
     Array,
     Range,
     callable_check,
+    check_allocation,
     check_finite_array,
     check_int,
     check_positive,
@@ -341,6 +342,15 @@ def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
             "name per value written"
         )
     return observe, names
+
+
+def _check_saved_size(n_traj: int, n_save: int, n_state: int, names) -> None:
+    """Refuse, before any step, a run whose saved states and observables would not fit in memory."""
+    check_allocation(
+        "saveat and the batch of initial states",
+        (n_traj, n_save, n_state + len(names or ())),
+        what="the saved trajectory (trajectory x save point x variable)",
+    )
 
 
 def _observable_array(names, n_traj: int, n_save: int) -> np.ndarray:
@@ -649,6 +659,7 @@ def iterate(
         if observe is None:
             raise TypeError("step_observe needs observe (used at the last save and on frozen states) and observe_names")
     kernel = _kernels.get_kernel("map", step, n_state=n_state, observe=observe, fused=step_observe, args_spec=spec)
+    _check_saved_size(n_traj, save_steps.size, n_state, obs_names)
     Y = np.empty((n_traj, save_steps.size, n_state))
     obs_arr = _observable_array(obs_names, n_traj, save_steps.size)
     active = np.ones(n_traj, dtype=np.bool_)
@@ -886,6 +897,7 @@ def _integrate_fixed(
     k_last = int(save_k[-1])
     observe, obs_names = observe
     kernel = _kernels.get_kernel("fixed", rhs, solver.tableau, n_state=n_state, observe=observe, args_spec=spec)
+    _check_saved_size(n_traj, save_times.size, n_state, obs_names)
     Y = np.empty((n_traj, save_times.size, n_state))
     obs_arr = _observable_array(obs_names, n_traj, save_times.size)
     steps = save_k + (save_h > 0)
@@ -1027,6 +1039,7 @@ def _integrate_adaptive(
     stop_at = np.full(n_traj, -1.0)
     work = np.empty((4, n_state))
     n_save = save_times.size
+    _check_saved_size(n_traj, n_save, n_state, obs_names)
     Y = np.empty((n_traj, n_save, n_state))
     NS = np.zeros((n_traj, n_save), dtype=np.int64)
     obs_arr = _observable_array(obs_names, n_traj, n_save)

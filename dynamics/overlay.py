@@ -169,12 +169,13 @@ def overlay(
     learned = _as_run("learned", learned)
     if on not in _ON:
         raise ValueError(f"on must be one of {_ON}; got {on!r}")
-    if align is not None:
-        if grid is None:
-            raise ValueError("align needs grid: the theory times at which to run the theory and compare")
+    if align is not None and grid is None:
+        raise ValueError("align needs grid: the theory times at which to run the theory and compare")
+    if grid is not None:  # checked even where align ignores it: a bad grid is never accepted silently
         grid = check_finite_array("grid", grid, ndim=1)
-        if grid[0] != 0 or np.any(np.diff(grid) <= 0):
+        if grid.size == 0 or grid[0] != 0 or np.any(np.diff(grid) <= 0):
             raise ValueError(f"grid must be increasing and start at 0; got {grid[:3].tolist()}...")
+    if align is not None:
         if not isinstance(align, str) or align not in learned.data_vars:
             raise ValueError(
                 f"align must name a variable of the learned run; got {align!r} (it has {sorted(learned.data_vars)})"

@@ -47,6 +47,7 @@ __all__ = [
     "check_bool",
     "available_memory",
     "check_allocation",
+    "MEMORY_LIMIT_ENV",
     "Range",
     "Array",
     "OneOf",
@@ -216,20 +217,62 @@ def available_memory() -> int:
     return int(avail)
 
 
-def check_allocation(name: str, shape, *, itemsize: int = 8, what: str = "an array") -> tuple[int, ...]:
-    """Raise ``ValueError`` naming ``name`` if an array of ``shape`` would not fit in :func:`available_memory`.
+MEMORY_LIMIT_ENV = "ATTNDYN_MEMORY_LIMIT"
+"""Environment variable that overrides the memory :func:`check_allocation` compares sizes with: a number of bytes
+(``64e9``), or ``off`` to switch the refusal off and leave the decision to the operating system."""
 
-    ``name`` is the size argument (or arguments, e.g. ``"n and d"``) the shape comes from. Returns the shape as ints.
+
+def check_allocation(
+    name: str, shape, *, itemsize: int = 8, what: str = "an array", limit: int | None = None
+) -> tuple[int, ...]:
+    """Raise ``ValueError`` naming ``name`` if an array of ``shape`` would not fit in the memory available.
+
+    The one size refusal of the toolkit: the engine checks its saved trajectory and the samplers their draws with it
+    before allocating, so a huge size is an error naming the argument, not a ``MemoryError`` (or a swapping machine)
+    later.
+
+    Parameters
+    ----------
+    name : str
+        The size argument (or arguments, e.g. ``"n and d"``) the shape comes from; the message names it.
+    shape : sequence of int
+        Shape of the array about to be allocated.
+    itemsize : int, default 8
+        Bytes per element (float64); a caller that needs several arrays of ``shape`` multiplies it by their number.
+    what : str
+        What the array is, for the message.
+    limit : int, optional
+        Bytes allowed. Default: the environment variable ``ATTNDYN_MEMORY_LIMIT`` (bytes, or ``off`` for no
+        refusal) when set, else :func:`available_memory`.
+
+    Returns
+    -------
+    tuple of int
+        ``shape`` as ints.
     """
     dims = tuple(int(s) for s in shape)
     n_bytes = itemsize
     for s in dims:
         n_bytes *= max(s, 0)
-    avail = available_memory()
-    if n_bytes > avail:
+    source = "available"
+    if limit is None:
+        env = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+        if env.lower() == "off":
+            return dims
+        if env:
+            try:
+                limit = int(float(env))
+            except ValueError:
+                raise ValueError(
+                    f"{MEMORY_LIMIT_ENV} must be a number of bytes (e.g. 64e9) or 'off'; got {env!r}"
+                ) from None
+            source = f"allowed by {MEMORY_LIMIT_ENV}"
+        else:
+            limit = available_memory()
+    if n_bytes > limit:
         raise ValueError(
             f"{name} too large: {what} of shape {dims} needs {_bytes_text(n_bytes)}, "
-            f"{_bytes_text(avail)} available; reduce {name}"
+            f"{_bytes_text(limit)} {source}; reduce {name} (or set {MEMORY_LIMIT_ENV}=off to try anyway)"
         )
     return dims
 

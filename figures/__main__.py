@@ -16,7 +16,8 @@ Exit status: 0 when the report (or the requested figures) was built, whatever th
 ``report/summary.json``); 1 if a figure (or a figure module) raised an error; 2 on bad input, with a one-line
 message and no traceback: unknown figure, preset, device or format, a negative seed, an unknown parameter or a
 value out of its range in ``--set`` (the message lists the valid keys), ``--jobs < 1``, an output or
-cache folder that is a file or not writable (checked before anything is computed). Progress bars go to stderr (only
+cache folder that is a file or not writable (checked before anything is computed). A write that fails later (disk
+full, permission denied, read-only file system) exits 1 with one line naming the file. Progress bars go to stderr (only
 on a terminal), log messages to stderr, the summary to stdout.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import errno
 import importlib.util
 import json
 import logging
@@ -46,6 +48,25 @@ logger = logging.getLogger("figures")
 
 class UsageError(ValueError):
     """A bad command line: reported in one line with exit status 2."""
+
+
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO, errno.EFBIG, errno.ENAMETOOLONG}
+)
+"""``errno`` values of a failed write the user can act on (disk full or over quota, permission denied, read-only
+file system, an I/O error, a file or name too long): reported in one line with exit status 1, no traceback."""
+
+
+def _is_write_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS
+
+
+def _write_error_line(exc: OSError) -> str:
+    """One line for a failed write: the writer's message (which names the file) or the file named by the OS."""
+    text = exc.strerror or str(exc)  # without the "[Errno N]" prefix
+    if exc.filename is not None and str(exc.filename) not in text:
+        text = f"cannot write {exc.filename}: {text}"
+    return " ".join(text.split())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -310,7 +331,9 @@ def _cmd_make(args, reg: registry.Registry) -> int:
             registry=reg,
             **overrides,
         )
-    except Exception:  # noqa: BLE001 - a failing figure is reported with its traceback and a non-zero exit
+    except Exception as exc:  # noqa: BLE001 - a failing figure is reported with its traceback and a non-zero exit
+        if _is_write_error(exc):
+            raise  # the disk or the folder, not the figure: one line from main
         logger.exception("building figures failed")
         return 1
     _write(f"{'figure':34s} {'data':10s} {'runtime (s)':>11s}  outputs")
@@ -438,6 +461,11 @@ def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = N
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as a shell tool does
         _quiet_stdout()
         return 0
+    except OSError as exc:  # a full disk, a folder that cannot be written: one line naming the file, no traceback
+        if not _is_write_error(exc):
+            raise
+        sys.stderr.write(f"error: {_write_error_line(exc)}\n")
+        return 1
 
 
 def _quiet_stdout() -> None:

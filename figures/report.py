@@ -271,7 +271,10 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
             checks = [c.explained(why) if c.status == "fails" else c for c in checks]
         out.update(gaps=gaps, checks=checks)
     except Exception as exc:  # noqa: BLE001 - shown in the report and counted as an error, never hidden
-        out.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        clear = getattr(exc, "names_file", False)  # a failed write that names its file: no traceback needed
+        out.update(
+            status="failed", error=f"{type(exc).__name__}: {exc}", traceback="" if clear else traceback.format_exc()
+        )
     return out
 
 

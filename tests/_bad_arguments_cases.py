@@ -137,6 +137,7 @@ VALID_VALUES = {
     ("empirical.train.TrainConfig", "eval_size"): {"zero"},  # no held-out evaluation
     ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
     ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},  # the saturation limit (saturation_dz)
+    ("dynamics.compare.adjust", "results"): {"nan"},  # a NaN p-value is "no test" (tests/test_hardening_extremes.py)
     # nearest_neighbor: H is the embedded prompt array (any real entries), not a number of heads
     **{
         (f"closedform.nearest_neighbor.{f}", "H"): {"zero", "negative"}
@@ -1016,15 +1017,40 @@ def example(qualname: str) -> dict:
     return kwargs
 
 
-def call(qualname: str, kwargs: dict):
-    """Call ``qualname``: leading positional parameters present in ``kwargs`` positionally, the rest by keyword."""
+#: Where a probe calls the callable: directly (``"top"``), or from inside a user's function run by
+#: ``dynamics.sweep(processes=1)`` (``"callback"``), where a checked call must check its arguments just the same.
+DEPTHS = ("top", "callback")
+
+
+def call(qualname: str, kwargs: dict, depth: str = "top"):
+    """Call ``qualname``: leading positional parameters present in ``kwargs`` positionally, the rest by keyword;
+    at ``depth="callback"`` from inside the function of a one-configuration ``dynamics.sweep(processes=1)`` (what
+    the call returns or raises there is passed on unchanged)."""
     fn = resolve(qualname)
     args = []
     for p in parameters(qualname):
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name not in kwargs:
             break
         args.append(kwargs.pop(p.name))
-    return fn(*args, **kwargs)
+    if depth == "top":
+        return fn(*args, **kwargs)
+    if depth != "callback":
+        raise ValueError(f"depth must be one of {DEPTHS}; got {depth!r}")
+    import dynamics
+
+    box = {}
+
+    def user_fn(c):
+        try:
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001  (raised again below, outside the sweep)
+            box["error"] = exc
+        return 0.0
+
+    dynamics.sweep(user_fn, {"c": [0]}, processes=1)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1202,10 +1228,11 @@ def classify_result(result, kind: str, param: str, qualname: str = "", nan_by_de
     return "unjudged"
 
 
-def run_probe(qualname: str, param: str, kind: str, value=NotImplemented) -> tuple[str, str]:
+def run_probe(qualname: str, param: str, kind: str, value=NotImplemented, depth: str = "top") -> tuple[str, str]:
     """Run one probe in this process; return (verdict, detail). ``param == ''`` runs the valid call.
 
-    ``value`` replaces the standard bad value of ``kind`` (the CI test draws it with hypothesis).
+    ``value`` replaces the standard bad value of ``kind`` (the CI test draws it with hypothesis); ``depth`` is where
+    the call is made (``DEPTHS``).
     """
     import warnings
 
@@ -1218,7 +1245,7 @@ def run_probe(qualname: str, param: str, kind: str, value=NotImplemented) -> tup
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = call(qualname, kwargs)
+            result = call(qualname, kwargs, depth)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001  (the verdict is the point; SystemExit from a callable counts too)
@@ -1229,7 +1256,7 @@ def run_probe(qualname: str, param: str, kind: str, value=NotImplemented) -> tup
         _NAN_BY_DESIGN[qualname] = has_nonfinite(result)
         return "ok", ""
     if qualname not in _NAN_BY_DESIGN:
-        run_probe(qualname, "", "")
+        run_probe(qualname, "", "", depth=depth)
     verdict = classify_result(result, kind, param, qualname, _NAN_BY_DESIGN.get(qualname, False))
     return verdict, repr(type(result).__name__)
 

@@ -161,3 +161,23 @@ def test_known_gaps_are_exact():
         f"next failing probe (python tools/bad_arguments.py --gaps): {fixed}"
     )
     assert not changed, f"these known gaps fail differently now; update KNOWN_GAPS: {changed}"
+
+
+@pytest.mark.parametrize(
+    "q, param, kind",
+    [
+        ("closedform.icl_regression.state_names", "H", "negative"),
+        ("closedform.icl_regression.gd_risk", "eta", "none"),
+        ("closedform.single_location.risk", "lam", "nan"),
+        ("closedform.scan_snap.SequenceClasses", "M", "string"),
+        ("dynamics.integrate.iterate", "n_steps", "string"),
+    ],
+)
+def test_checks_hold_inside_a_sweep_callback(q, param, kind):
+    """The same probe made from inside a user's function run by ``dynamics.sweep(processes=1)`` (as
+    ``tools/bad_arguments.py --inside-callback`` does for every probe): still a clear error naming the parameter."""
+    if q not in PASSING:
+        pytest.skip(f"{q} is not swept cleanly")
+    assert C.run_probe(q, "", "", depth="callback")[0] == "ok"
+    verdict, detail = C.run_probe(q, param, kind, depth="callback")
+    assert verdict == "clear", detail

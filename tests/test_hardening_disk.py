@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,3 +126,40 @@ def test_real_full_filesystem(tmp_path):
         assert list(mnt.iterdir()) == []
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+@pytest.mark.parametrize("command", ["make", "report"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES, errno.EROFS])
+def test_cli_write_error_is_one_line(tmp_path, monkeypatch, capsys, caplog, command, code):
+    """``python -m figures make``/``report`` on a disk that fails every write: exit 1 with one line naming the file
+    and the reason (no traceback), and no temporary file left behind. The report's text files are written through
+    ``Path.write_text``, which does not go through ``os.write``: it fails too."""
+    from figures.__main__ import main
+    from tests._figures import synthetic_registry
+
+    folders = ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    argv = ["make", "toy.decay"] if command == "make" else ["report", "--jobs", "1"]
+    argv += ["--preset", "tiny", "--device", "cpu", "--no-progress", *folders]
+    _raise_on_write(monkeypatch, code)
+
+    def write_text(self, *args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    status = main(argv, reg=synthetic_registry())
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert status == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: cannot write ") and str(tmp_path) in last, err
+    assert (
+        os.strerror(code).lower() in last.lower()
+        or {
+            errno.ENOSPC: "disk is full",
+            errno.EACCES: "permission denied",
+            errno.EROFS: "read-only",
+        }[code]
+        in last
+    ), last
+    assert "Traceback" not in err + caplog.text
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and p.name.endswith(".tmp")] == []

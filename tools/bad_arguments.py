@@ -2,7 +2,7 @@
 
 Usage (from the repository root, with the project on PYTHONPATH)::
 
-    python tools/bad_arguments.py [--only PREFIX ...] [--timeout S] [--json FILE] [--gaps]
+    python tools/bad_arguments.py [--only PREFIX ...] [--timeout S] [--json FILE] [--gaps] [--inside-callback]
 
 For each public callable of ``tests/_bad_arguments_cases.MODULES`` that has a valid example call, each parameter is
 replaced in turn by each bad value kind of ``KINDS`` (0, negative, NaN, inf, None, string, ``object()``, complex,
@@ -11,7 +11,9 @@ limit (``--timeout``): no answer in time is a *hang*, and the worker is replaced
 ``tests/_bad_arguments_cases``; the tool prints the rate of clear errors overall and per module, the counts per
 failure kind with examples, and the 20 worst callables. ``--gaps`` prints the ``KNOWN_GAPS`` table of the CI test
 (one failing probe per callable that is not clean). The worker limits its address space to ``--memory`` GiB so that
-a huge allocation fails fast instead of swapping.
+a huge allocation fails fast instead of swapping. ``--inside-callback`` makes every call (valid and bad) from inside a
+user's function run by ``dynamics.sweep(processes=1)``: a checked function called from a callback must check its
+arguments as at the top level.
 """
 
 from __future__ import annotations
@@ -48,12 +50,13 @@ def _worker(memory_gib: float) -> None:
         req = json.loads(line)
         t0 = time.process_time()
         try:
+            depth = req.get("depth", "top")
             if req["op"] == "probes":
-                verdict, detail = C.run_probe(req["q"], "", "")
+                verdict, detail = C.run_probe(req["q"], "", "", depth=depth)
                 probes = C.probes(req["q"], C.example(req["q"])) if verdict == "ok" else []
                 reply = {"verdict": verdict, "detail": detail, "probes": probes}
             else:
-                verdict, detail = C.run_probe(req["q"], req["param"], req["kind"])
+                verdict, detail = C.run_probe(req["q"], req["param"], req["kind"], depth=depth)
                 reply = {"verdict": verdict, "detail": detail}
         except Exception as exc:  # noqa: BLE001  (no example call: reported, not fatal)
             reply = {"verdict": "no_example", "detail": f"{type(exc).__name__}: {exc}"[:300], "probes": []}
@@ -112,10 +115,10 @@ class Worker:
 # driver
 
 
-def _sweep_one(worker: Worker, q: str, timeout: float, log) -> tuple[dict, list[dict]]:
+def _sweep_one(worker: Worker, q: str, timeout: float, log, depth: str = "top") -> tuple[dict, list[dict]]:
     """Baseline and probes of one callable on ``worker``."""
     t0 = time.monotonic()
-    base = worker.ask({"op": "probes", "q": q}, timeout=max(120.0, timeout))
+    base = worker.ask({"op": "probes", "q": q, "depth": depth}, timeout=max(120.0, timeout))
     info = {"baseline": base["verdict"], "detail": base.get("detail", "")}
     if base["verdict"] != "ok":
         print(f"  no valid example for {q}: {base.get('detail', '')[:150]}", file=log, flush=True)
@@ -123,7 +126,7 @@ def _sweep_one(worker: Worker, q: str, timeout: float, log) -> tuple[dict, list[
     limit = max(timeout, 10 * base.get("cpu_s", 0.0))
     rows = []
     for param, kind in base["probes"]:
-        r = worker.ask({"op": "run", "q": q, "param": param, "kind": kind}, timeout=limit)
+        r = worker.ask({"op": "run", "q": q, "param": param, "kind": kind, "depth": depth}, timeout=limit)
         rows.append(
             {
                 "q": q,
@@ -140,8 +143,12 @@ def _sweep_one(worker: Worker, q: str, timeout: float, log) -> tuple[dict, list[
     return info, rows
 
 
-def sweep(only=(), timeout: float = 20.0, memory_gib: float = 6.0, jobs: int = 1, log=sys.stderr) -> dict:
-    """Run the sweep on ``jobs`` worker processes; return {"callables", "probes", "all", "skipped"}."""
+def sweep(
+    only=(), timeout: float = 20.0, memory_gib: float = 6.0, jobs: int = 1, log=sys.stderr, depth: str = "top"
+) -> dict:
+    """Run the sweep on ``jobs`` worker processes; return {"callables", "probes", "all", "skipped"}. ``depth``:
+    ``"top"`` calls each callable directly, ``"callback"`` from inside a user's function run by
+    ``dynamics.sweep(processes=1)``."""
     import queue
     import threading
 
@@ -162,7 +169,7 @@ def sweep(only=(), timeout: float = 20.0, memory_gib: float = 6.0, jobs: int = 1
                     q = jobs_q.get_nowait()
                 except queue.Empty:
                     return
-                done[q] = _sweep_one(worker, q, timeout, log)
+                done[q] = _sweep_one(worker, q, timeout, log, depth)
         finally:
             worker.stop()
 
@@ -248,12 +255,19 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--gaps", action="store_true", help="print the KNOWN_GAPS and NO_EXAMPLE tables of tests/test_bad_arguments.py"
     )
+    ap.add_argument(
+        "--inside-callback",
+        action="store_true",
+        help="make every call from inside a user's function run by dynamics.sweep(processes=1), where the checks "
+        "must hold as at the top level",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         _worker(args.memory)
         return 0
-    res = sweep(args.only, timeout=args.timeout, memory_gib=args.memory, jobs=args.jobs)
+    depth = "callback" if args.inside_callback else "top"
+    res = sweep(args.only, timeout=args.timeout, memory_gib=args.memory, jobs=args.jobs, depth=depth)
     summarize(res)
     if args.json:
         from dynamics import atomic_write
