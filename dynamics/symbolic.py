@@ -45,6 +45,7 @@ __all__ = ["SymbolicModel", "numba_function"]
 
 _GENERATOR_FILE = pathlib.Path(__file__)
 _MODULES: dict = {}
+_MAX_PRODUCT_POWER = 8  # integer (and half-integer) powers up to this order are printed as products
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -132,16 +133,18 @@ class _Printer(PythonCodePrinter):
         return repr(float(expr))
 
     def _print_Pow(self, expr, rational=False):
+        """Integer and half-integer powers up to 8 as products (and one square root): a general ``**`` is a call
+        to ``pow``, several times slower in a kernel."""
         base, e = expr.args
-        if e.is_Integer and 2 <= abs(int(e)) <= 4:
-            b = self.parenthesize(base, sympy.printing.precedence.PRECEDENCE["Mul"] + 1)
-            prod = "*".join([b] * abs(int(e)))
-            return f"({prod})" if int(e) > 0 else f"(1.0/({prod}))"
-        if e == -1:
-            return f"(1.0/{self.parenthesize(base, sympy.printing.precedence.PRECEDENCE['Mul'] + 1)})"
-        if e == sympy.Rational(-1, 2):
-            return f"(1.0/math.sqrt({self._print(base)}))"
-        return super()._print_Pow(expr, rational=rational)
+        b = self.parenthesize(base, sympy.printing.precedence.PRECEDENCE["Mul"] + 1)
+        if e.is_Integer and 1 <= abs(int(e)) <= _MAX_PRODUCT_POWER:
+            factors = [b] * abs(int(e))
+        elif e.is_Rational and e.q == 2 and abs(e.p) <= 2 * _MAX_PRODUCT_POWER:
+            factors = [b] * (abs(int(e.p)) // 2) + [f"math.sqrt({self._print(base)})"]
+        else:
+            return super()._print_Pow(expr, rational=rational)
+        prod = "*".join(factors)
+        return f"({prod})" if e > 0 else f"(1.0/({prod}))"
 
 
 def _body(outputs, targets, indent="    ", prefix="_c") -> list[str]:
