@@ -200,7 +200,7 @@ def data_overlay(cfg) -> xr.Dataset:
     task_fact = cf.NearestNeighborTask(d=4, N=16, sigma=0.0, eta=ETA)  # no mask for the factorised model
     steps = np.unique(np.concatenate([SaveAt(log=p["n_save"]).resolve_steps(p["n_steps"]), [20]]))
     saveat = SaveAt(steps=[int(s) for s in steps])
-    seeds = _sample_seeds(cfg.seed, 7, p["n_seeds"])
+    seeds = _sample_seeds(cfg, "samples", p["n_seeds"])
     data = nnm.prompt_samples(task, p["n_prompts"], seeds, duplicate_labels=True)
     out = {}
     with torch_threads(1):

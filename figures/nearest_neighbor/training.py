@@ -7,7 +7,6 @@ import numpy as np
 import xarray as xr
 
 from closedform import nearest_neighbor as cf
-from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
@@ -262,8 +261,8 @@ def data_fig3(cfg) -> xr.Dataset:
     Ns, ds_, sigmas = [], [], []
     for k, (N, d) in enumerate(p["configs"]):
         task = cf.NearestNeighborTask(d=d, N=N, sigma=_sigma_default(N, d), eta=ETA)
-        gens = spawn_generators(np.random.SeedSequence([cfg.seed, k]), ["pop", "shift", "train_law"])
-        seeds = _sample_seeds(cfg.seed, 100 + k, p["n_seeds"])
+        gens = cfg.generators(f"data{k}", ["pop", "shift", "train_law"])
+        seeds = _sample_seeds(cfg, f"samples{k}", p["n_seeds"])
         shifted = cf.sample_shifted_prompts(task, p["n_test"], gens["shift"], delta=DELTA)
         train_law = cf.sample_prompts(task, p["n_test"], gens["train_law"], labels=True)
         model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, p["n_train"], seeds), test=shifted)
