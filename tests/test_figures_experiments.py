@@ -231,3 +231,22 @@ def test_a_model_that_cannot_be_fingerprinted_is_trained_without_the_cache(tmp_p
         experiments.train(model, config, device="cpu")
         experiments.train(model, config, device="cpu")
     assert trainer_calls == [4, 4] and not (tmp_path / "_runs").exists()
+
+
+def test_a_figure_moved_to_another_module_keeps_its_cache_entry(tmp_path):
+    """The figure cache's key is the resolved configuration, not where the code lives: the same figure registered
+    from another module (a split module) finds its data."""
+    import types
+
+    results = []
+    for module in ("figures.old_place", "figures.new_place.family"):
+        data = types.FunctionType(toy_data.__code__, toy_data.__globals__, "data_toy")
+        data.__module__ = module
+        reg = Registry(models=("toy",), package=None)
+        reg.register(name="toy.moved", model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=toy_plot)(
+            data
+        )
+        results.append(build("toy.moved", "tiny", device="cpu", cache_dir=tmp_path, registry=reg))
+    assert [r.status for r in results] == ["computed", "cached"]
+    assert results[0].cache_path == results[1].cache_path
+    xr.testing.assert_identical(results[0].dataset, results[1].dataset)
