@@ -89,8 +89,9 @@ def data_continuation(cfg) -> xr.Dataset:
     kinds = ("oracle", "saddle", "anti_oracle", "spurious", "swap", "anti_swap", "collinear", "mixed")
     counts = np.zeros((lam_s.size, len(kinds)), dtype=np.int64)
     n_attr = np.zeros(lam_s.size, dtype=np.int64)
+    search_seed = cfg.seeds("search", 1)[0]  # the same starts at every lambda
     for i, lam in enumerate(lam_s):
-        fps = sl.fixed_points(task, float(lam), ALPHA, n_starts=int(p["n_starts"]), rng=cfg.seed)
+        fps = sl.fixed_points(task, float(lam), ALPHA, n_starts=int(p["n_starts"]), rng=search_seed)
         for fp in fps:
             counts[i, kinds.index(fp.kind)] += 1
             n_attr[i] += bool(fp.attracting)
@@ -258,7 +259,7 @@ def data_atlas(cfg) -> xr.Dataset:
     frac = {}
     steps = np.zeros((lams.size, ds_.size))
     notes = []
-    rng = np.random.default_rng(cfg.seed)
+    rng = cfg.generators("starts", ["starts"])["starts"]
     for i, lam in enumerate(lams):
         for j, d in enumerate(ds_):
             task = sl.SingleLocationTask(d=int(d), L=L_PAPER)
@@ -403,7 +404,7 @@ def data_icl_atlas(cfg) -> xr.Dataset:
     p = cfg.params
     task = icl.ICLRegressionTask(d=int(p["d"]), L=int(p["L"]), sigma2=float(p["sigma2"]))
     H = 2
-    pts = icl.fixed_points(task, H, n_starts=int(p["n_search"]), rng=cfg.seed)
+    pts = icl.fixed_points(task, H, n_starts=int(p["n_search"]), rng=cfg.seeds("search", 1)[0])
     # the single-head line omega_1 = omega_2 = 1/sqrt(d), mu_1 + mu_2 = mu*: Hessian of F/2 along the split s = mu_1/mu*
     o = icl.single_head_optimum(task)
     splits = np.linspace(-1.0, 2.0, int(p["n_split"]))
@@ -413,7 +414,7 @@ def data_icl_atlas(cfg) -> xr.Dataset:
     # scale^2) inits
     scales = np.asarray(p["init_scales"], dtype=np.float64)
     n = int(p["n_starts"])
-    rng = np.random.default_rng(cfg.seed)
+    rng = cfg.generators("starts", ["starts"])["starts"]
     counts = np.zeros((scales.size, len(ICL_CLASSES)), dtype=np.int64)
     finals = np.zeros((scales.size, n, 2 * H))
     classes = np.empty((scales.size, n), dtype=object)

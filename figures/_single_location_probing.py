@@ -231,13 +231,12 @@ _PARAMS = {
 
 def data_fig1(cfg) -> xr.Dataset:
     """Load the encoder, run ``n_draws`` independent draws (:func:`empirical.probing.run_draw`) and stack them."""
-    from dynamics.random import spawn_generators
     from empirical.device import torch_threads
     from empirical.probing import load_encoder, run_draw, summarize
 
     p = cfg.params
     n_draws = int(p["n_draws"])
-    rngs = spawn_generators(cfg.seed, [f"draw{i}" for i in range(n_draws)])
+    rngs = cfg.generators("draws", [f"draw{i}" for i in range(n_draws)])
     with torch_threads(1, device=cfg.device):
         tokenizer, model = load_encoder(device=cfg.device)
         draws = [

@@ -25,7 +25,6 @@ import numpy as np
 import xarray as xr
 
 from closedform import single_location as cf
-from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from figures._style import (
     TOL_BRIGHT,
@@ -57,7 +56,7 @@ def _run(cfg, model, *, lr, batch_size, schedules=None):
     p = cfg.params
     n = int(p["n_seeds"])
     config = TrainConfig(
-        seeds=tuple(range(cfg.seed * n, (cfg.seed + 1) * n)),
+        seeds=cfg.seeds("train", n),
         n_steps=int(p["n_steps"]),
         batch_size=batch_size,
         lr=lr,
@@ -88,7 +87,7 @@ def _run(cfg, model, *, lr, batch_size, schedules=None):
 def _oracle(task, cfg):
     from empirical.models.single_location_transformer import random_oracle_directions
 
-    return random_oracle_directions(task, spawn_generators(cfg.seed, ["oracle"])["oracle"])
+    return random_oracle_directions(task, cfg.generators("data", ["oracle"])["oracle"])
 
 
 def _task(cfg, K):

@@ -44,8 +44,10 @@ __all__ = [
     "file_sha256",
     "CacheLookup",
     "load",
+    "load_entry",
     "previous_runtime",
     "store",
+    "store_entry",
 ]
 
 logger = logging.getLogger(__name__)
@@ -106,16 +108,26 @@ class CacheLookup:
 def load(root: str | os.PathLike, cfg: RunConfig) -> CacheLookup:
     """Look up and verify the cache entry of ``cfg``; see the module docstring for what counts as corrupt."""
     data_path, sidecar_path = entry_paths(root, cfg)
+    return load_entry(data_path, sidecar_path, cfg.to_dict(), label=cfg.figure)
+
+
+def load_entry(
+    data_path: str | os.PathLike, sidecar_path: str | os.PathLike, config: dict, *, label: str = ""
+) -> CacheLookup:
+    """Look up and verify the entry ``(data_path, sidecar_path)`` written by :func:`store_entry` for ``config`` (the
+    JSON-able configuration its sidecar must hold); ``label`` names the entry in the warning of a corrupt one. The
+    engine under :func:`load` and the run cache of :mod:`figures.experiments`."""
+    data_path, sidecar_path = Path(data_path), Path(sidecar_path)
     if not data_path.exists() and not sidecar_path.exists():
         return CacheLookup(status="miss")
-    reason = _verify(data_path, sidecar_path, cfg)
+    reason = _verify(data_path, sidecar_path, config)
     if not reason:
         try:
             dataset = xr.load_dataset(data_path)  # engine detected from the file (whatever save_dataset wrote)
         except Exception as exc:  # noqa: BLE001 - any failure to read the file means it is unusable
             reason = f"cannot be read ({type(exc).__name__}: {exc})"
     if reason:
-        logger.warning("cache entry %s for %s is corrupt: %s; recomputing", data_path, cfg.figure, reason)
+        logger.warning("cache entry %s for %s is corrupt: %s; recomputing", data_path, label, reason)
         return CacheLookup(status="corrupt", reason=reason)
     sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
     return CacheLookup(
@@ -123,7 +135,7 @@ def load(root: str | os.PathLike, cfg: RunConfig) -> CacheLookup:
     )
 
 
-def _verify(data_path: Path, sidecar_path: Path, cfg: RunConfig) -> str:
+def _verify(data_path: Path, sidecar_path: Path, config: dict) -> str:
     """Return an empty string if the entry is intact, else the reason it is not."""
     if not data_path.exists():
         return "data file missing"
@@ -138,7 +150,7 @@ def _verify(data_path: Path, sidecar_path: Path, cfg: RunConfig) -> str:
     problem = _sidecar_problem(sidecar)
     if problem:
         return f"checksum sidecar invalid: {problem}"
-    if sidecar["config"] != cfg.to_dict():
+    if sidecar["config"] != config:
         return "sidecar describes another configuration"
     try:
         actual = file_sha256(data_path)
@@ -193,12 +205,26 @@ def store(root: str | os.PathLike, cfg: RunConfig, dataset: xr.Dataset, *, runti
     and trajectories share their on-disk format.
     """
     data_path, sidecar_path = entry_paths(root, cfg)
+    return store_entry(data_path, sidecar_path, cfg.to_dict(), dataset, runtime_s=runtime_s)
+
+
+def store_entry(
+    data_path: str | os.PathLike,
+    sidecar_path: str | os.PathLike,
+    config: dict,
+    dataset: xr.Dataset,
+    *,
+    runtime_s: float,
+) -> Path:
+    """Write ``dataset`` at ``data_path`` and its checksum sidecar (``config``, the sha256 of the file, runtime and
+    time) at ``sidecar_path``, atomically, data then sidecar, as :func:`store` does; return the data path."""
+    data_path, sidecar_path = Path(data_path), Path(sidecar_path)
     for path in (data_path, sidecar_path):
         _clear_non_file(path)
     save_dataset(dataset, data_path)
     sidecar = {
         "sha256": file_sha256(data_path),
-        "config": cfg.to_dict(),
+        "config": config,
         "runtime_s": float(runtime_s),
         "created_utc": utc_now(),
         "file": data_path.name,

@@ -26,12 +26,13 @@ A build has one seed ``s`` (``--seed``, default 0). Every random stream of a fig
 figure (``"train"``, ``"walks"``, ``"population"``, ``"p=0.5"``, ...) and is spawned from
 ``numpy.random.SeedSequence(entropy=s, spawn_key=(tag(figure), tag(run)))``, where ``tag`` is the CRC-32 of the
 name (:func:`run_seed_sequence`); ``figure`` is the figure whose data is built (for figures that share data, the
-figure that owns it). :meth:`RunConfig.generators` spawns numpy generators from it, :meth:`RunConfig.seeds` draws the
-integer seeds of a run's repeats (torch trainer seeds, one per repeat, distinct, in ``[0, 2**31)``). Two builds with
-different ``--seed`` therefore share no stream and, in practice, no trainer seed (a coincidence of two 31-bit
-integers is as rare as a hash collision; ``tests/test_figures_seeds.py`` checks that the seeds of ``--seed`` 0-9
-are disjoint), two runs of one figure are independent, and the same figure with the same seed always draws the same
-numbers.
+figure that owns it; for runs that several figures of a model reuse, the model's name, through :func:`run_seeds` and
+:func:`run_seed_sequence`). :meth:`RunConfig.generators` spawns numpy generators from it, :meth:`RunConfig.seeds`
+draws the integer seeds of a run's repeats (torch trainer seeds, one per repeat, distinct, in ``[0, 2**31)``). Two
+builds with different ``--seed`` therefore share no stream and, in practice, no trainer seed (a coincidence of two
+31-bit integers is as rare as a hash collision; ``tests/test_figures_seeds.py`` checks that the seeds of ``--seed``
+0-9 are disjoint), two runs of one figure are independent, and the same figure with the same seed always draws the
+same numbers.
 """
 
 from __future__ import annotations

@@ -1213,9 +1213,10 @@ def build(
     device : {"auto", "cpu", "cuda"}
         Resolved with :func:`figures.presets.resolve_device`.
     cache_dir : path or None
-        Cache root (``results/``); None disables caching.
+        Cache root (``results/``) of the figure's data and of its torch runs (:mod:`figures.experiments`); None
+        disables caching.
     recompute : bool
-        Ignore an existing entry, compute and overwrite it.
+        Ignore an existing entry (the figure's and its runs'), compute and overwrite it.
     progress : bool
         Passed to ``data`` through ``cfg.progress``.
     **overrides
@@ -1278,8 +1279,8 @@ def build(
         if lookup.status == "corrupt":
             status = "repaired"
     t0 = time.perf_counter()
-    with experiments.recording() as runs:
-        dataset = spec.data(cfg)
+    with experiments.recording() as runs, experiments.caching(cache_dir, recompute=recompute):
+        dataset = spec.data(cfg)  # torch runs are reused from <cache_dir>/_runs (figures.experiments)
     runtime = time.perf_counter() - t0
     if not isinstance(dataset, xr.Dataset):
         raise TypeError(f"data function of figure {name!r} must return an xarray.Dataset; got {type(dataset).__name__}")

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from closedform import nearest_neighbor as cf
-from dynamics.random import spawn_generators
 from figures import registry
 from figures.registry import GapRow
 from tests._figures import build_tiny, check_tiny_build
@@ -78,7 +77,7 @@ def test_fig2_grid_equals_the_reduced_loss(built):
     prompts = cf.sample_prompts(
         cf.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0),
         ds.attrs["n_prompts"],
-        spawn_generators(res.config.seed, ["landscape"])["landscape"],
+        res.config.generators("data", ["landscape"])["landscape"],
     )
     a, b = float(ds.xi1[5]), float(ds.xi2[3])
     assert abs(float(ds.L.sel(xi1=a, xi2=b)) - cf.reduced_loss(a, b, prompts)[0]) <= 1e-15

@@ -115,7 +115,7 @@ def test_fig6_step0_recall_uses_the_trainers_initial_state(built):
     classes = cf.SequenceClasses.syn_medium(1)
     model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]), init="random", probe_z=False)
     Z0 = model.init_params(
-        stream_generators(tuple(range(int(p["n_seeds"]))), torch.device("cpu"))["init"],
+        stream_generators(res.config.seeds("train", int(p["n_seeds"])), torch.device("cpu"))["init"],
         device="cpu",
         dtype=torch.float64,
     )["Z"]
@@ -145,7 +145,9 @@ def test_recall_recomputed_for_one_cell(built):
     n = int(p["n_steps"])
     _, params = train(
         model,
-        ssm.config("sgd", model, task, (0, 1), n_steps=n, saveat=SaveAt(steps=(n,))),
+        ssm.config(
+            "sgd", model, task, res.config.seeds("train", int(p["n_seeds"])), n_steps=n, saveat=SaveAt(steps=(n,))
+        ),
         device="cpu",
         return_params=True,
     )

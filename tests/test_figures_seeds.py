@@ -63,20 +63,57 @@ def test_bad_seed_arguments_are_refused():
         run_seeds(0, "f.x", "", 2)
 
 
-# Figure modules whose every stream follows the rule (the others still derive theirs from cfg.seed directly:
-# 1000 * seed + k, seed * n + k or SeedSequence(seed), none of which overlaps between --seed values at their sizes).
-RULED = ("random_walk",)
+# Every figure module: each stream follows the rule (cfg.seeds / cfg.generators, or run_seeds / run_seed_sequence with
+# the model as the figure for runs that several figures share).
+RULED = (
+    "icl_regression",
+    "random_walk",
+    "scan_snap",
+    "single_location",
+    "group_sparse",
+    "nearest_neighbor",
+    "_atlas",
+    "_single_location_transformer",
+    "_single_location_probing",
+)
+
+
+def _unruled(text: str) -> list[str]:
+    """Lines of ``text`` that derive randomness from the build seed other than through the seed rule."""
+    import re
+
+    raw = [
+        line
+        for line in re.findall(r".*\bcfg\.seed\b(?!s).*", text)
+        if not re.search(r"\b(run_seeds|run_seed_sequence)\(cfg\.seed, ", line)
+    ]
+    return raw + re.findall(r".*spawn_generators\((?!run_seed_sequence\().*", text)
+
+
+def test_the_rule_check_catches_a_derived_seed():
+    assert _unruled("seeds = tuple(1000 * cfg.seed + k for k in range(n))\n") != []
+    assert _unruled("gens = spawn_generators(cfg.seed, ['a'])\n") != []
+    assert _unruled("rng = np.random.default_rng(cfg.seed)\n") != []
+    assert _unruled("seeds = cfg.seeds('train', n)\nss = run_seeds(cfg.seed, MODEL, 'train', n)\n") == []
+    assert _unruled("g = spawn_generators(run_seed_sequence(cfg.seed, 'm', 'init'), ['init'])\n") == []
 
 
 @pytest.mark.parametrize("model", RULED)
 def test_ruled_figure_modules_draw_only_through_the_rule(model):
-    import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "figures"
     files = [root / f"{model}.py"] if (root / f"{model}.py").is_file() else sorted((root / model).rglob("*.py"))
     assert files, model
     text = "\n".join(f.read_text(encoding="utf-8") for f in files)
-    raw = re.findall(r".*\bcfg\.seed\b(?!s).*", text)
-    assert raw == [], raw
-    assert "spawn_generators(" not in text
+    assert _unruled(text) == []
+
+
+def test_every_figure_module_is_ruled():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "figures"
+    framework = {"__init__", "__main__", "_range_test", "_style", "cache", "estimate", "experiments", "params"}
+    framework |= {"presets", "registry", "report", "runner"}
+    found = {p.stem for p in root.glob("*.py")} | {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    assert found - framework == set(RULED)

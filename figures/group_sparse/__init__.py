@@ -21,10 +21,10 @@ Registered figures (``python -m figures list --model group_sparse``):
 Not registered: the CIFAR-10 experiment of docs/models/token_selection.md §B.7 (data sets are not loadable offline; the
 spec keeps it optional).
 
-Seeds: training sample k of a build with seed ``s`` is docs/models/token_selection.md §G.B with
-``numpy.random.default_rng(1000 s + k)`` and a v* drawn once per build (first stream of
-``dynamics.random.spawn_generators(s, ...)``); the torch runs use the same integers as trainer seeds (factor
-initialisation of the factorised model).
+Seeds (the seed rule of :mod:`figures.presets`): training sample k is docs/models/token_selection.md §G.B with
+``numpy.random.default_rng(r_k)``, ``r_k`` the k-th seed of the figure's run ``"samples"``, and the torch runs use the
+same integers as trainer seeds (factor initialisation of the factorised model); v*, the population and the
+downstream draws come from the generators of its run ``"data"``.
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ def _v_star(gen: np.random.Generator, d: int) -> np.ndarray:
 
 
 def _seeds(cfg, n_seeds: int) -> tuple[int, ...]:
-    return tuple(1000 * cfg.seed + k for k in range(n_seeds))
+    """Seeds of the training samples (and trainer seeds) of a build: run ``"samples"`` of the seed rule."""
+    return cfg.seeds("samples", n_seeds)
 
 
 def _train_gd(task, samples, seeds, n_steps, steps, device, progress, **model_kw):

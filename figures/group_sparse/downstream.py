@@ -8,7 +8,6 @@ import numpy as np
 import xarray as xr
 
 from closedform import group_sparse as cf
-from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import group_sparse as gm
@@ -239,7 +238,7 @@ def data_downstream(cfg) -> xr.Dataset:
     p = cfg.params
     d, D, gamma = 4, 6, 0.1
     task = _task(d, D)
-    gens = spawn_generators(cfg.seed, ["v_star", "population", "downstream"])
+    gens = cfg.generators("data", ["v_star", "population", "downstream"])
     v_star = _v_star(gens["v_star"], d)
     seeds = _seeds(cfg, p["n_seeds"])
     n_list = sorted(int(n) for n in p["n_list"])

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import xarray as xr
 
-from dynamics.random import spawn_generators
 from empirical.device import torch_threads
 from empirical.models import group_sparse as gm
 from figures._style import (
@@ -197,7 +196,7 @@ def data_overlay(cfg) -> xr.Dataset:
     p = cfg.params
     d, D = 2, 4
     task = _task(d, D)
-    gens = spawn_generators(cfg.seed, ["v_star", "population"])
+    gens = cfg.generators("data", ["v_star", "population"])
     v_star = _v_star(gens["v_star"], d)
     seeds = _seeds(cfg, p["n_seeds"])
     steps = _save_steps(p["n_steps"], p["n_save"])

@@ -9,7 +9,6 @@ import numpy as np
 import xarray as xr
 
 from closedform import group_sparse as cf
-from dynamics.random import spawn_generators
 from empirical.device import torch_threads
 from empirical.models import group_sparse as gm
 from figures._style import (
@@ -53,7 +52,7 @@ __all__ = ["plot_pretrain", "gaps_pretrain", "checks_pretrain", "data_pretrain_n
 def _pretrain_data(cfg, d: int, D: int) -> xr.Dataset:
     p = cfg.params
     task = _task(d, D)
-    gens = spawn_generators(cfg.seed, ["v_star", "population"])
+    gens = cfg.generators("data", ["v_star", "population"])
     v_star = _v_star(gens["v_star"], d)
     seeds = _seeds(cfg, p["n_seeds"])
     steps = _save_steps(p["n_steps"], p["n_save"])

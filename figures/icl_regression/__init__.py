@@ -32,9 +32,10 @@ relative or derived, each with its source); checks that summarise seeds are per-
 test (a one-sided binomial count check); an explanation is attached only where its evidence covers every failing seed
 (:data:`SAME_SIGN`, :data:`NEAR_DUMMY_EXPL`). Fig. 16 is decided at ``--preset paper`` only (``paper_only``).
 
-Seeds: the trainer seeds of a build with seed ``s`` are ``1000 s + k``, k = 0..n_seeds-1 (n_seeds_h2 for the
-isotropic H = 2 run, whose first n_seeds seeds are the ones other figures use); Monte Carlo streams come from
-``dynamics.random.spawn_generators(s, ...)``. Training runs are shared between the figures of one process (a
+Seeds (the seed rule of :mod:`figures.presets`): the trainer seeds are the first n_seeds seeds of the run
+``"train"`` of the model itself (figure name ``icl_regression``: every figure uses the same runs; n_seeds_h2 for the
+isotropic H = 2 run, whose first n_seeds seeds are the ones other figures use); Monte Carlo streams come from the
+generators of each figure's run ``"data"``. Training runs are shared between the figures of one process (a
 memo keyed by every parameter of the run), so building all figures trains each model once; Figs. 3, 13 and 21 show
 one Dataset (:func:`data_heads`, ``shares_data_with``), so the parallel report builds their longer runs (lr 3e-3 at
 ``--preset quick``, :data:`TRAIN_HEADS`) once, in one worker. Learned trajectories use

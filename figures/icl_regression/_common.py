@@ -19,6 +19,7 @@ from figures._style import (
     TOL_BRIGHT,
 )
 from figures.experiments import train
+from figures.presets import run_seeds
 from figures.registry import CheckResult, Explanation
 
 
@@ -163,7 +164,7 @@ def _run_key(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK,
     n = p["n_seeds"]
     if H == 2 and attention == "softmax" and rho is None and supports is None:
         n = p.get("n_seeds_h2", n)
-    seeds = tuple(1000 * cfg.seed + k for k in range(n))
+    seeds = run_seeds(cfg.seed, MODEL, "train", n)  # figure = the model: the runs are shared between figures
     task_args = tuple(sorted(dataclasses.asdict(task).items()))
     return (
         H,
@@ -199,7 +200,8 @@ def _length_curve(cfg, H, L_tests, n_prompts, *, attention="softmax"):
     """Test MSE (S, n_L) of the first ``n_seeds`` seeds of a run at the prompt lengths ``L_tests``."""
     key = _run_key(cfg, H, attention=attention)
     experiments.note(_run_cached(*key)[1])  # the run behind the curve (memoised: no second training)
-    m, se = _length_curve_cached(key, tuple(int(L) for L in L_tests), int(n_prompts), 7919 * cfg.seed)
+    seed = run_seeds(cfg.seed, MODEL, "length", 1)[0]  # Monte Carlo prompts of the curve, shared as the runs are
+    m, se = _length_curve_cached(key, tuple(int(L) for L in L_tests), int(n_prompts), seed)
     n = cfg.params["n_seeds"]
     return m[:n], se[:n]
 

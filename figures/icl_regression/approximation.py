@@ -8,7 +8,6 @@ import xarray as xr
 from matplotlib.colors import LogNorm
 
 from closedform import icl_regression as cf
-from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.models import icl_regression as im
 from figures._style import (
@@ -187,7 +186,7 @@ def data_fig6(cfg) -> xr.Dataset:
     """Fig. 6: landscape of F and of the MC true loss, and the error tables 4.3(a)-(b)
     (docs/models/icl_regression.md §4.3, §9)."""
     p = cfg.params
-    rng = spawn_generators(cfg.seed, ["grid", "L", "gamma"])
+    rng = cfg.generators("data", ["grid", "L", "gamma"])
     G = np.linspace(0.01, 0.6, p["n_grid"])
     M = np.linspace(0.0, 6.0, p["n_grid"])
     gg, mm = np.meshgrid(G, M, indexing="ij")

@@ -9,7 +9,6 @@ import numpy as np
 import xarray as xr
 
 from closedform import icl_regression as cf
-from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from figures._style import (
     band_over_seeds,
@@ -140,7 +139,7 @@ def data_fig20(cfg) -> xr.Dataset:
     """Fig. 20: softmax weight-vector norms (closedform.icl_regression.softmax_weight_norms)."""
     n = cfg.params["n"]
     cases = [(5, 1 / np.sqrt(5)), (5, 1.0), (40, 1 / np.sqrt(40)), (40, 1.0)]
-    rng = spawn_generators(cfg.seed, ["norms"])["norms"]
+    rng = cfg.generators("data", ["norms"])["norms"]
     norms = np.stack([cf.softmax_weight_norms(d, L_TRAIN, om, n, rng) for d, om in cases])
     return xr.Dataset(
         {"norms": (("case", "draw"), norms)},

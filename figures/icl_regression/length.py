@@ -8,7 +8,6 @@ import xarray as xr
 from scipy import stats
 
 from closedform import icl_regression as cf
-from dynamics.random import spawn_generators
 from figures._style import (
     band_over_seeds,
     new_figure,
@@ -236,7 +235,7 @@ def data_fig4(cfg) -> xr.Dataset:
     split = np.zeros(
         (len(Hs), p["n_seeds"]), dtype=np.int8
     )  # 1: a positive and a negative head formed (docs/models/icl_regression.md §3)
-    rng = spawn_generators(cfg.seed, ["reduced", "mc", "ridge"])
+    rng = cfg.generators("data", ["reduced", "mc", "ridge"])
     for i, H in enumerate(Hs):
         _, traj, _ = _run(cfg, H)
         test[i], test_se[i] = _length_curve(cfg, H, L_tests, p["n_test"])

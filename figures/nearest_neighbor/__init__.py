@@ -17,10 +17,11 @@ Registered figures (``python -m figures list --model nearest_neighbor``):
   (docs/models/token_selection.md §A.9); L vs log t, E[q_{i*}] and its 5% quantile, the distance off to the family and
   the probes xi1, xi2.
 
-Seeds: prompt sample k of a build with seed ``s`` is recipe docs/models/token_selection.md §G.A with
-``numpy.random.default_rng`` of the k-th word of ``SeedSequence([s, tag]).generate_state``; the torch runs use the same
-integers as trainer seeds (factor init). Time axis of every panel: the GD step t (docs/models/token_selection.md §0;
-time = eta t is stored too).
+Seeds (the seed rule of :mod:`figures.presets`): prompt sample k is recipe docs/models/token_selection.md §G.A with
+``numpy.random.default_rng(r_k)``, ``r_k`` the k-th seed of the figure's sample run (``"samples"``; ``"samples<j>"``
+for the j-th (N, d) of Fig. 3; ``"torch"`` for Fig. 2's torch batches); the torch runs use the same integers as
+trainer seeds (factor init); other draws come from the generators of the run ``"data"`` (``"data<j>"`` in Fig. 3).
+Time axis of every panel: the GD step t (docs/models/token_selection.md §0; time = eta t is stored too).
 """
 
 from __future__ import annotations

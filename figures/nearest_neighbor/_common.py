@@ -40,13 +40,10 @@ COLORS = {
 DIAG = ("L", "q_istar", "q_istar_lo", "q_self", "xi1", "xi2")
 
 
-def _sample_seeds(seed: int, tag: int, n: int) -> list[int]:
-    """n distinct integer seeds for prompt samples (recipe docs/models/token_selection.md §G.A) and trainer seeds, from
-    the build seed."""
-    words = np.random.SeedSequence([seed, tag]).generate_state(n)
-    if len(set(words.tolist())) != n:  # pragma: no cover - 32-bit collisions among a handful of words
-        raise RuntimeError("seed words collide; use another build seed")
-    return [int(w) for w in words]
+def _sample_seeds(cfg, run: str, n: int) -> list[int]:
+    """n distinct integer seeds for prompt samples (recipe docs/models/token_selection.md §G.A) and trainer seeds: run
+    ``run`` of the seed rule of :mod:`figures.presets`."""
+    return list(cfg.seeds(run, n))
 
 
 def _sigma_default(N: int, d: int) -> float:

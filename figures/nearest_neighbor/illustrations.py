@@ -10,7 +10,6 @@ import torch
 import xarray as xr
 
 from closedform import nearest_neighbor as cf
-from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
@@ -99,7 +98,7 @@ def data_fig1(cfg) -> xr.Dataset:
     """One prompt on S^2 with the 1-NN label map and the trained attention's prediction on a lon/lat grid."""
     p = cfg.params
     task = cf.NearestNeighborTask(d=3, N=p["N"], sigma=3.0, eta=2.0)
-    gens = spawn_generators(cfg.seed, ["prompt", "train"])
+    gens = cfg.generators("data", ["prompt", "train"])
     shown = cf.sample_prompts(task, 1, gens["prompt"], labels=True)
     traj = cf.map(task, cf.sample_prompts(task, p["n_train"], gens["train"]), p["n_steps"], saveat=SaveAt(final=True))
     xi1, xi2 = float(traj.xi1.values[0, -1]), float(traj.xi2.values[0, -1])
@@ -236,7 +235,7 @@ def data_fig2(cfg) -> xr.Dataset:
     """Grid of reduced losses, MC values at the Appendix R points and torch losses at those points per seed."""
     p = cfg.params
     task = cf.NearestNeighborTask(d=4, N=4, sigma=0.0, eta=1.0)
-    gens = spawn_generators(cfg.seed, ["landscape"])
+    gens = cfg.generators("data", ["landscape"])
     prompts = cf.sample_prompts(task, p["n_prompts"], gens["landscape"])
     xi1 = np.linspace(0.0, 20.0, p["n_xi1"])
     xi2 = np.linspace(0.0, 40.0, p["n_xi2"])
@@ -250,7 +249,7 @@ def data_fig2(cfg) -> xr.Dataset:
     ref_mc = [cf.reduced_loss(a, b, prompts)[0] for a, b in refs]
     # torch: the loss of the merged model at W = diag(xi1 I, 0, -xi2) on fresh labelled prompts, one batch per seed
     model = nnm.NearestNeighborAttention(task)
-    seeds = _sample_seeds(cfg.seed, 2, p["n_seeds"])
+    seeds = _sample_seeds(cfg, "torch", p["n_seeds"])
     device = torch.device(cfg.device)
     torch_L = np.empty((p["n_seeds"], len(refs)))
     with torch_threads(1), torch.no_grad():

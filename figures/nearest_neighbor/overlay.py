@@ -7,6 +7,7 @@ import numpy as np
 import xarray as xr
 
 from closedform import nearest_neighbor as cf
+from dynamics.overlay import overlay
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
@@ -200,23 +201,28 @@ def data_overlay(cfg) -> xr.Dataset:
     task_fact = cf.NearestNeighborTask(d=4, N=16, sigma=0.0, eta=ETA)  # no mask for the factorised model
     steps = np.unique(np.concatenate([SaveAt(log=p["n_save"]).resolve_steps(p["n_steps"]), [20]]))
     saveat = SaveAt(steps=[int(s) for s in steps])
-    seeds = _sample_seeds(cfg.seed, 7, p["n_seeds"])
+    seeds = _sample_seeds(cfg, "samples", p["n_seeds"])
     data = nnm.prompt_samples(task, p["n_prompts"], seeds, duplicate_labels=True)
-    out = {}
+    out, learned = {}, {}
     with torch_threads(1):
         for src, t_, kw in (("merged", task, {}), ("factorised", task_fact, {"parametrisation": "factorised"})):
             model = nnm.NearestNeighborAttention(t_, data=data, **kw)
-            traj = train(
+            learned[src] = train(
                 model,
                 nnm.config("gd", model, p["n_steps"], seeds=seeds, saveat=saveat),
                 device=cfg.device,
                 progress=cfg.progress,
             )
             for var in ("L", "q_istar", "q_istar_lo", "q_self", "xi1", "xi2", "off"):
-                out[f"{var}_{src}"] = (("seed", "step"), traj[var].values)
-    reds = [cf.map(task, cf.sample_prompts(task, p["n_prompts"], s), p["n_steps"], saveat=saveat) for s in seeds]
+                out[f"{var}_{src}"] = (("seed", "step"), learned[src][var].values)
+    prompts = [cf.sample_prompts(task, p["n_prompts"], s) for s in seeds]  # the x's of each seed's torch sample
+
+    def reduced(state0, at):  # the exact map on each seed's sample, from that seed's step-0 (xi1, xi2)
+        return cf.map(task, prompts, p["n_steps"], state0=state0, saveat=SaveAt(steps=[int(s) for s in at]))
+
+    theory, _ = overlay(reduced, learned["merged"], state_variables=("xi1", "xi2"))
     for var in DIAG:
-        out[f"{var}_reduced"] = (("seed", "step"), np.stack([r[var].values[0] for r in reds]))
+        out[f"{var}_reduced"] = (("seed", "step"), theory[var].transpose("trajectory", "time").values)
     return xr.Dataset(
         out,
         coords={"step": steps, "time": ("step", ETA * steps), "seed": seeds},

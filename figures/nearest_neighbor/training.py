@@ -7,7 +7,7 @@ import numpy as np
 import xarray as xr
 
 from closedform import nearest_neighbor as cf
-from dynamics.random import spawn_generators
+from dynamics.overlay import overlay
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import nearest_neighbor as nnm
@@ -262,8 +262,8 @@ def data_fig3(cfg) -> xr.Dataset:
     Ns, ds_, sigmas = [], [], []
     for k, (N, d) in enumerate(p["configs"]):
         task = cf.NearestNeighborTask(d=d, N=N, sigma=_sigma_default(N, d), eta=ETA)
-        gens = spawn_generators(np.random.SeedSequence([cfg.seed, k]), ["pop", "shift", "train_law"])
-        seeds = _sample_seeds(cfg.seed, 100 + k, p["n_seeds"])
+        gens = cfg.generators(f"data{k}", ["pop", "shift", "train_law"])
+        seeds = _sample_seeds(cfg, f"samples{k}", p["n_seeds"])
         shifted = cf.sample_shifted_prompts(task, p["n_test"], gens["shift"], delta=DELTA)
         train_law = cf.sample_prompts(task, p["n_test"], gens["train_law"], labels=True)
         model = nnm.NearestNeighborAttention(task, data=nnm.prompt_samples(task, p["n_train"], seeds), test=shifted)
@@ -280,12 +280,15 @@ def data_fig3(cfg) -> xr.Dataset:
             int(steps[-1]),
             saveat=SaveAt(steps=[int(s) for s in steps]),
         )
-        same = [
-            cf.map(task, prompts, p["n_steps"], saveat=SaveAt(steps=[int(s) for s in steps_t]))
-            for prompts in model.data
-        ]  # the reduced map on each seed's own x's (paired gaps)
-        out["L_reduced_same"].append(np.stack([r.L.values[0] for r in same]))
-        out["xi1_reduced_same"].append(np.stack([r.xi1.values[0] for r in same]))
+        same, _ = overlay(  # the reduced map on each seed's own x's from its step-0 (xi1, xi2) (paired gaps)
+            lambda state0, at, data=model.data: cf.map(
+                task, data, p["n_steps"], state0=state0, saveat=SaveAt(steps=[int(s) for s in at])
+            ),
+            traj,
+            state_variables=("xi1", "xi2"),
+        )
+        out["L_reduced_same"].append(same.L.transpose("trajectory", "time").values)
+        out["xi1_reduced_same"].append(same.xi1.transpose("trajectory", "time").values)
         r1, r2 = red.xi1.values[0], red.xi2.values[0]
         for name in ("L", "xi1", "xi2", "off", "q_istar"):
             out[f"{name}_torch"].append(traj[name].values)

@@ -20,6 +20,9 @@ Registered figures (``python -m figures list``):
 
 Every torch run goes through the shared trainer (:mod:`empirical.train`) and every overlay through the closed form
 (:func:`closedform.scan_snap.map`), with the diagnostics of :mod:`closedform.scan_snap` (docs/models/scan_snap.md §4.6).
+
+Seeds (the seed rule of :mod:`figures.presets`): the trainer seeds of a figure are those of its run ``"train"``
+(``"train_b<batch>"`` for the batch sizes of ``scan_snap.gap_T``, so each batch size has its own seeds).
 """
 
 from __future__ import annotations

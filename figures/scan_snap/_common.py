@@ -38,11 +38,12 @@ def _Z_of(traj, classes) -> np.ndarray:
 
 
 def _sgd(
-    cfg, classes, task, *, T, n_seeds, n_steps, init="zero", seed_offset=0, probe_z=True, saveat=None, batch_size=128
+    cfg, classes, task, *, T, n_seeds, n_steps, init="zero", run="train", probe_z=True, saveat=None, batch_size=128
 ):
+    """Torch SGD of ``n_seeds`` seeds of run ``run`` (the seed rule of :mod:`figures.presets`)."""
     ssm, train = _torch()
     model = ssm.ScanSnapTorch(classes=classes, T=T, init=init, probe_z=probe_z)
-    seeds = tuple(range(cfg.seed * 1000 + seed_offset, cfg.seed * 1000 + seed_offset + n_seeds))
+    seeds = cfg.seeds(run, n_seeds)
     return train(
         model,
         ssm.config("sgd", model, task, seeds, n_steps=n_steps, saveat=saveat, batch_size=batch_size),

@@ -160,7 +160,7 @@ def data_fig10(cfg) -> xr.Dataset:
         d_ff=int(p["d"]),
         map_rows=int(p["map_rows"]),
     )
-    seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + int(p["n_seeds"])))
+    seeds = cfg.seeds("train", int(p["n_seeds"]))
     ent, loss, maps = [], [], []
     steps = None
     for e in p["eta"]:

@@ -113,7 +113,7 @@ def _compute_medium_runs(cfg) -> xr.Dataset:
     n, n_seeds, n_draws = int(p["n_steps"]), int(p["n_seeds"]), int(p["n_draws"])
     eta_Z = np.array(p["eta_Z"], dtype=float)
     ratio = np.array(p["ratio"], dtype=float)
-    seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + n_seeds))
+    seeds = cfg.seeds("train", n_seeds)
     H_sgd, H0_sgd, H_map, rec, rec0, thr_all = [], [], [], [], [], []
     for q in p["num_last"]:
         classes = cf.SequenceClasses.syn_medium(int(q))

@@ -403,7 +403,7 @@ def data_gap_T(cfg) -> xr.Dataset:
                 n_steps=n,
                 probe_z=False,
                 batch_size=b,
-                seed_offset=100 * k,
+                run=f"train_b{b}",
             )  # independent seeds per batch size
             row.append((tr.H_mean.values[:, n // 2 :] - ref[n // 2 :]).mean(1))
         data[f"gap_b{b}"] = ((f"seed_b{b}", "T"), np.array(row).T)
@@ -483,7 +483,7 @@ def data_fig5(cfg) -> xr.Dataset:
     cs, Hs = [], []
     for e in p["eta"]:
         model = ssm.ScanSnapTorch(classes=classes, T=int(p["T"]))
-        seeds = tuple(range(cfg.seed * 1000, cfg.seed * 1000 + int(p["n_seeds"])))
+        seeds = cfg.seeds("train", int(p["n_seeds"]))
         tr = train(model, ssm.config("adam", model, float(e), seeds, n_steps=n), device=cfg.device)
         cs.append(cf.attention_maps(classes, _Z_of(tr, classes))[:, snaps])
         Hs.append(tr.H_mean.values)

@@ -22,10 +22,10 @@ and |nu|, (3) (kappa, nu) paths of selected runs coloured by step, (4) distance 
 max(dist_M, 1e-16) (docs/models/single_location.md §0.3). Bands are the 95% percentile range over runs
 (docs/models/single_location.md §8); rows follow docs/models/single_location.md §0.3 (row n = iterate n with lambda_n).
 
-Seeds: every figure draws its initial states from ``dynamics.random.spawn_generators(cfg.seed, ["init", "oracle"])``;
-Figs. 4(a), 7(a), 7(b) share the same initial states, as in the authors' code
-(docs/models/single_location.md §8.6, §9.5). Fig. 5's torch seeds are ``cfg.seed * 1000 + i`` (i = 0 .. n_runs-1), and
-the deterministic PGD starts from each seed's step-0 scalars.
+Seeds (the seed rule of :mod:`figures.presets`): initial states come from the run ``"init"`` of the model itself
+(figure name ``single_location``), so Figs. 4(a), 7(a), 7(b) share the same initial states, as in the authors' code
+(docs/models/single_location.md §8.6, §9.5). Fig. 5's torch seeds are those of its run ``"train"`` and its oracle
+comes from its run ``"data"``; the deterministic PGD starts from each seed's step-0 scalars.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import xarray as xr
 
 from closedform import single_location as sl
 from dynamics.random import spawn_generators
+from figures.presets import run_seed_sequence
 from dynamics.saveat import SaveAt
 from figures._style import (
     TOL_BRIGHT,
@@ -34,7 +35,9 @@ GAMMA = math.sqrt(0.5)
 
 
 def _initial_states(cfg, task, n, on="sphere"):
-    rng = spawn_generators(cfg.seed, ["init", "oracle"])["init"]
+    """``n`` initial states; the stream is that of the model's run ``"init"`` (figure = the model name in the seed rule
+    of :mod:`figures.presets`), so the figures that start from the same states, as in the authors' code, share it."""
+    rng = spawn_generators(run_seed_sequence(cfg.seed, "single_location", "init"), ["init", "oracle"])["init"]
     return sl.sample_initial_state(task, n, rng, on=on)
 
 

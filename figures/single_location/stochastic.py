@@ -8,7 +8,6 @@ import xarray as xr
 
 from closedform import single_location as sl
 from dynamics.overlay import overlay
-from dynamics.random import spawn_generators
 from dynamics.saveat import SaveAt
 from figures._range_test import _range_check
 from figures._style import (
@@ -281,8 +280,8 @@ def data_fig5(cfg) -> xr.Dataset:
     task = _task(p, noise=0.1)
     from empirical.models import single_location as slm
 
-    model = slm.build(task, rng=spawn_generators(cfg.seed, ["init", "oracle"])["oracle"])
-    seeds = [cfg.seed * 1000 + i for i in range(int(p["n_runs"]))]
+    model = slm.build(task, rng=cfg.generators("data", ["oracle"])["oracle"])
+    seeds = list(cfg.seeds("train", int(p["n_runs"])))
     alpha = float(p["alpha"])
     main = _fig5_run(
         cfg,
