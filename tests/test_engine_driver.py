@@ -289,3 +289,84 @@ def test_adaptive_flow_samples_just_past_each_probe(monkeypatch):
             np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(again.step_norm_trend.values, tr.step_norm_trend.values)
     assert (tr.step_norm_trend.values == -1).all()  # still converging (exponential decay)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the package imports what a run needs; compare, overlay, sweep and fixed_points on first use
+
+
+def test_package_imports_the_rest_on_first_use():
+    import subprocess
+
+    code = (
+        "import sys, dynamics\n"
+        "lazy = ['dynamics.compare', 'dynamics.overlay', 'dynamics.sweep', 'dynamics.fixed_points', 'scipy.stats']\n"
+        "print([m for m in lazy if m in sys.modules])\n"
+        "from dynamics.compare import t_quantile\n"  # binds the submodule to the package attribute ...
+        "from dynamics.overlay import overlay\n"
+        "import dynamics.fixed_points\n"
+        "print(dynamics.compare.__module__, dynamics.overlay is overlay, dynamics.fixed_points.__module__,\n"
+        "      dynamics.basins.__name__, dynamics.sweep.__module__, dynamics.SweepError.__name__,\n"
+        "      dynamics.align.__name__, hasattr(dynamics, 'no_such_name'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    # ... which stays the public function of that name, as with eager imports
+    assert out[1].split() == [
+        "dynamics.compare",
+        "True",
+        "dynamics.fixed_points",
+        "basins",
+        "dynamics.sweep",
+        "SweepError",
+        "dynamics.align",
+        "False",
+    ]
+
+
+@pytest.mark.parametrize(
+    "saveat, n_steps",
+    [
+        ({"every": 1}, 1000),
+        ({"every": 7}, 1000),
+        ({"every": 10}, 1000),
+        ({"every": 3}, 0),
+        ({"steps": (5, 1, 3, 3, 0)}, 10),
+        ({"steps": (0, 2, 9)}, 10),
+        ({"n": 50}, 20),
+        ({"log": 30}, 1000),
+        ({"final": True}, 5),
+    ],
+)
+def test_resolve_steps_equals_numpy_unique(saveat, n_steps):
+    # the fast paths (no sort for grids that are increasing by construction) against the plain definition
+    from dynamics import SaveAt
+
+    sv = SaveAt(**saveat)
+    got = sv.resolve_steps(n_steps)
+    if sv.every is not None:
+        want = np.unique(np.append(np.arange(0, n_steps + 1, sv.every), n_steps))
+    elif sv.steps is not None:
+        want = np.unique(sv.steps)
+    else:
+        want = np.unique(got)  # n=, log=, final: unchanged definitions; at least sorted and unique
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "saveat", [{"every": 1}, {"every": 4}, {"ts": (0.3, 0.1, 0.1, 1.0)}, {"ts": (0.0, 0.5, 1.0)}, {"n": 9}]
+)
+def test_resolve_times_equals_numpy_unique(saveat):
+    from dynamics import SaveAt
+
+    sv = SaveAt(**saveat)
+    got = sv.resolve_times(0.0, 1.0, 0.01)
+    if sv.every is not None:
+        arr = 0.0 + 0.01 * np.arange(0, 101, sv.every)
+        want = np.unique(np.append(arr[arr <= 1.0], 1.0))
+    elif sv.ts is not None:
+        want = np.unique(sv.ts)
+    else:
+        want = np.linspace(0.0, 1.0, sv.n)
+    np.testing.assert_array_equal(got, want)
