@@ -19,8 +19,10 @@ Rows:
 * First call in a fresh process (CPU seconds, imports excluded), cold (empty caches) and warm: ``iterate`` with the
   single_location five-scalar map and ``integrate(..., Dopri5)`` with the icl_regression flow. Reported as calls
   per CPU second (target >= 2, i.e. <= 0.5 s); the note gives the seconds. Import cost of each third-party
-  package and of the model modules (fresh process each, CPU seconds). Full runs add the first call of every
-  model's public map or flow, cold and warm, each in its own fresh process.
+  package and of the model modules (fresh process each, CPU seconds), and the first ``single_location.map`` call
+  in a fresh process with imports included (target <= 0.5 s) next to its cost model: the third-party floor
+  (numpy, numba, xarray, scipy.special imported together), attndyn's own imports and the call. Full runs add the
+  first call of every model's public map or flow, cold and warm, each in its own fresh process.
 * Per-call fixed cost of a public call (validation, diagnostics and the Dataset included): ``single_location.map``
   and ``icl_regression.map``/``flow`` with 1 trajectory and 1 step, and ``single_location.map`` 1 x 2 000 steps
   with ``SaveAt(n=11)`` (target <= 0.5 ms for 1 x 1, i.e. >= 2 000 calls per CPU second).
@@ -516,14 +518,41 @@ IMPORTED = (
     "numpy",
     "numba",
     "scipy.special",
+    "scipy.optimize",
+    "scipy.stats",
     "pandas",
     "xarray",
     "h5netcdf",
     "tqdm.auto",
     "dynamics",
+    "closedform.special",
     "closedform.single_location",
     "closedform.icl_regression",
 )
+
+# The third-party packages every public map call imports: numpy, numba (the compiled loops), xarray with pandas
+# (the result type) and scipy.special (the models' closed forms).
+_FLOOR = "numpy numba xarray scipy.special"
+
+# A fresh process: CPU seconds from the interpreter's start to the end of the first call (warm cache), the part
+# spent importing, and the third-party floor alone (``floor`` mode imports only _FLOOR).
+_FIRST_TOTAL = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.process_time()
+    if sys.argv[1] == "floor":
+        import importlib
+        for name in sys.argv[2].split():
+            importlib.import_module(name)
+        print(json.dumps({"total": time.process_time()}))
+        raise SystemExit
+    from closedform import single_location as sl
+    from dynamics import SaveAt
+    t1 = time.process_time()
+    task = sl.SingleLocationTask(d=400, L=10)
+    sl.map(task, sl.sample_initial_state(task, 4, 0), alpha=4e-3, n_steps=10, lam=0.1, saveat=SaveAt(final=True))
+    t2 = time.process_time()
+    print(json.dumps({"total": t2, "startup": t0, "imports": t1 - t0, "call": t2 - t1}))
+""")
 
 
 def _fresh(code: str, arg: str, cache_dir: str | None = None) -> float:
@@ -535,20 +564,44 @@ def _fresh(code: str, arg: str, cache_dir: str | None = None) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def _fresh_json(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _bench_imports(quick: bool) -> list[Result]:
-    """Import CPU seconds of each package in a fresh process (the package and what it imports), best of two."""
+    """Import CPU seconds of each package in a fresh process (the package and what it imports), best of two; and
+    the first public call in a fresh process with a warm cache, imports included, against its cost model: the
+    third-party floor (the packages every call imports, together in one fresh process) + attndyn's own imports +
+    the call."""
     cost = {name: min(_fresh(_IMPORT, name) for _ in range(2)) for name in IMPORTED}
     note = ", ".join(f"{k} {v:.2f}" for k, v in cost.items())
-    floor = cost["numba"] + cost["xarray"]
+    _fresh_json(_FIRST_TOTAL, "call")  # fills the kernel cache (a warm cache is the goal's condition)
+    runs = [_fresh_json(_FIRST_TOTAL, "call") for _ in range(3)]
+    best = min(runs, key=lambda r: r["total"])
+    floor = min(_fresh_json(_FIRST_TOTAL, "floor", _FLOOR)["total"] for _ in range(3))
+    own = best["total"] - floor - best["call"]
+    verdict = (
+        "the floor alone exceeds the 0.5 s goal: out of reach while results are xarray Datasets and loops numba"
+        if floor > 0.5
+        else "the floor leaves room under the goal"
+    )
     return [
         Result(
             "import closedform.single_location (fresh process)",
             "imports/CPU-s",
             1 / cost["closedform.single_location"],
+            note=f"CPU s each, alone in a fresh process: {note}",
+        ),
+        Result(
+            "first call incl. imports, fresh process, warm cache: single_location.map",
+            "calls/CPU-s",
+            1 / best["total"],
             target_value=2.0,
-            note=f"CPU s each, alone in a fresh process: {note}; numba + xarray alone (the engine's compiled "
-            f"loops and its result type) take {floor:.2f} s",
-        )
+            note=f"{best['total']:.3f} s CPU (best of 3) = third-party floor {floor:.3f} s ({_FLOOR} together, "
+            f"interpreter start included) + attndyn's imports {own:.3f} s + the call {best['call']:.3f} s; "
+            f"{verdict}",
+        ),
     ]
 
 
