@@ -26,6 +26,8 @@ Rows:
 * Per-call fixed cost of a public call (validation, diagnostics and the Dataset included): ``single_location.map``
   and ``icl_regression.map``/``flow`` with 1 trajectory and 1 step, and ``single_location.map`` 1 x 2 000 steps
   with ``SaveAt(n=11)`` (target <= 0.5 ms for 1 x 1, i.e. >= 2 000 calls per CPU second).
+* Dense saves through the token-selection maps (nearest_neighbor, group_sparse, random_walk): ``SaveAt(every=1)``
+  against ``SaveAt(final=True)``, their diagnostics included (target: <= 2x).
 * 10^6 sphere starts to convergence with ``single_location.basins()`` defaults: a subset timed, its fixed cost
   (the fixed-point search) measured apart, extrapolated linearly in the starts (target <= 10 min CPU).
 """
@@ -682,6 +684,39 @@ def _bench_per_call(quick: bool) -> list[Result]:
     return rows
 
 
+def _bench_token_dense(quick: bool) -> list[Result]:
+    """Saving every step against the final state only through the token-selection maps, their diagnostics included
+    (nearest_neighbor and group_sparse compute them in the compiled loop; random_walk still in a Python pass)."""
+    import warnings
+
+    from benchmarks._dense import dense_save_result
+    from closedform import group_sparse as gs
+    from closedform import nearest_neighbor as nn
+    from closedform import random_walk as rw
+
+    n = 200 if quick else 1000
+    nn_task = nn.NearestNeighborTask(d=3, N=5, sigma=2.0, eta=1.0)
+    prompts = nn.sample_prompts(nn_task, 200, 1)
+    gs_task = gs.GroupSparseTask(d=3, D=4)
+    rs = gs.population_sample(gs_task, 400, 2)
+    rw_task = rw.RandomWalkTask(K=5, N=6, M=20, p=0.5)
+    calls = {
+        f"nearest_neighbor.map, 200 prompts, 1 x {n}": lambda sv: nn.map(
+            nn_task, prompts, n, saveat=sv, warn_unconverged=False
+        ),
+        f"group_sparse.map (with_se), 400 draws, 1 x {n // 5}": lambda sv: gs.map(
+            gs_task, n // 5, rs=rs, saveat=sv, warn_unconverged=False
+        ),
+        f"random_walk.map, 30 walks, 1 x {n // 5}": lambda sv: rw.map(
+            rw_task, n // 5, walks=30, rng=3, saveat=sv, warn_unconverged=False
+        ),
+    }
+    steps = {name: n if name.startswith("nearest") else n // 5 for name in calls}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [dense_save_result(name, call, steps[name], 1) for name, call in calls.items()]
+
+
 def _bench_basins(quick: bool) -> list[Result]:
     """10^6 sphere starts to convergence with ``single_location.basins()`` defaults (lambda = 0.05, d = 400)."""
     from closedform import single_location as sl
@@ -746,5 +781,6 @@ def run(quick: bool) -> list[Result]:
         + _bench_first_call(quick)
         + _bench_imports(quick)
         + ([] if quick else _bench_model_first_calls(quick))
+        + _bench_token_dense(quick)
         + _bench_basins(quick)
     )
