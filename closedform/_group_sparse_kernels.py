@@ -27,6 +27,8 @@ import math
 import numpy as np
 from numba import njit
 
+from closedform._numpy_rules import mean_std, pairwise_sum, quantile_linear
+
 N_STATE = 8
 
 
@@ -232,3 +234,86 @@ def reduced_eval(state, js, a, gram, out):
                 smin = S[js, j]
         out[k, 2] = s / D
         out[k, 3] = smin
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the diagnostics of every save, inside the compiled loop (``dynamics.iterate``'s ``observe``), by numpy's own
+# summation and quantile rules (closedform._numpy_rules), so that they equal group_sparse's numpy formulas
+# (reduced_evaluate, _gaps, reduced_gradient) bit for bit. Data: the map's args plus args[3] = [n_unique, quantile].
+
+N_EVAL = 8  # gap_ss, gap_s, gap_self, loss, loss_se, accuracy, attn_jstar, attn_jstar_q
+N_OBS_SE = N_EVAL + 2 * N_STATE  # then grad_<name>, se_grad_<name> per state coordinate
+
+
+@njit(cache=True, fastmath=False)
+def _evaluation(x, args, out):
+    """The N_EVAL diagnostics without gradients (``group_sparse.reduced_evaluate`` and ``_gaps``) into out[:8]."""
+    a = args[0]
+    n = a.shape[0]
+    per = np.empty((n, 4))
+    reduced_eval(x, args[2][0], a, args[1], per)
+    out[0] = x[3] - x[5]  # gap_ss = m1 - m3
+    out[1] = x[4] - x[7]  # gap_s = m2 - m5
+    out[2] = x[6] - x[7]  # gap_self = m4 - m5
+    work = np.empty(n)
+    mean, std = mean_std(per[:, 0], work)
+    out[3] = mean
+    out[4] = std / math.sqrt(args[3][0])
+    out[5] = pairwise_sum(per[:, 1], 0, n) / n
+    out[6] = pairwise_sum(per[:, 2], 0, n) / n
+    out[7] = quantile_linear(per[:, 3], args[3][1], work)
+
+
+@njit(cache=True, fastmath=False)
+def _gradient_se(terms, n_unique, mean, out):
+    """``reduced_gradient``'s mean and standard error of the per-draw terms (rows added in order, as numpy's
+    reductions over axis 0 do): out[2q] = grad_q, out[2q + 1] = se_q; ``mean`` (N_STATE,) receives the mean."""
+    n = terms.shape[0]
+    for q in range(N_STATE):
+        mean[q] = 0.0
+    for k in range(n):
+        for q in range(N_STATE):
+            mean[q] += terms[k, q]
+    for q in range(N_STATE):
+        mean[q] /= n
+    root = math.sqrt(n_unique)
+    for q in range(N_STATE):
+        out[2 * q] = mean[q]
+        if n < 2:
+            out[2 * q + 1] = np.nan
+            continue
+        acc = 0.0
+        for k in range(n):
+            dev = terms[k, q] - mean[q]
+            acc += dev * dev
+        out[2 * q + 1] = math.sqrt(acc / (n - 1)) / root
+
+
+@njit(cache=True, fastmath=False)
+def observables(k, x, p, args, out):
+    """The N_EVAL diagnostics of the state x (``map(..., with_se=False)``)."""
+    _evaluation(x, args, out)
+
+
+@njit(cache=True, fastmath=False)
+def observables_se(k, x, p, args, out):
+    """The N_EVAL diagnostics, then the Monte Carlo gradient and its standard error per coordinate (``map(...,
+    with_se=True)``)."""
+    _evaluation(x, args, out)
+    a = args[0]
+    terms = np.empty((a.shape[0], N_STATE + 1))
+    reduced_terms(x, args[2][0], a, args[1], terms)
+    _gradient_se(terms, args[3][0], np.empty(N_STATE), out[N_EVAL:])
+
+
+@njit(cache=True, fastmath=False)
+def step_observables_se(k, x, p, args, out, obs):
+    """:func:`reduced_step` and :func:`observables_se` of the same state, the per-draw gradient terms computed once
+    (their mean, summed in the order of :func:`reduced_grad_mean`, is the step's gradient bit for bit)."""
+    _evaluation(x, args, obs)
+    a = args[0]
+    terms = np.empty((a.shape[0], N_STATE + 1))
+    reduced_terms(x, args[2][0], a, args[1], terms)
+    grad = np.empty(N_STATE)
+    _gradient_se(terms, args[3][0], grad, obs[N_EVAL:])
+    apply_update(x, grad, p[0], p[1], float(a.shape[1]), out)

@@ -20,6 +20,8 @@ import math
 import numpy as np
 from numba import njit
 
+from closedform._numpy_rules import mean_std, pairwise_sum, quantile_linear
+
 N_STATS = 5  # columns of per_prompt_stats: loss, dL/dxi1, dL/dxi2, q_{i*}, q_{N+1}
 
 
@@ -103,3 +105,54 @@ def gd_step(k, x, p, args, out):
     mean_gradient(x[0], x[1], c, istar, grad)
     out[0] = x[0] - (eta / d) * grad[0]
     out[1] = x[1] - eta * grad[1]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the diagnostics at every save, inside the compiled loop (``dynamics.iterate``'s ``observe``), by numpy's own
+# summation and quantile rules (closedform._numpy_rules), so that they equal the numpy formulas of
+# ``nearest_neighbor.diagnostics`` bit for bit
+
+
+@njit(cache=True, fastmath=False)
+def _diagnostics_of(stats, quantile, out):
+    """``nearest_neighbor.DIAGNOSTIC_NAMES`` from the per-prompt statistics ``stats`` (B, N_STATS)."""
+    n = stats.shape[0]
+    work = np.empty(n)
+    root = math.sqrt(n)
+    for q, col in ((0, 0), (5, 1), (7, 2)):  # (mean, std / sqrt(n)) of the loss and the two gradient components
+        mean, std = mean_std(stats[:, col], work)
+        out[q] = mean
+        out[q + 1] = std / root
+    out[2] = pairwise_sum(stats[:, 3], 0, n) / n
+    out[3] = quantile_linear(stats[:, 3], quantile, work)
+    out[4] = pairwise_sum(stats[:, 4], 0, n) / n
+
+
+@njit(cache=True, fastmath=False)
+def observables(k, x, p, args, out):
+    """``nearest_neighbor.DIAGNOSTIC_NAMES`` of the state x = (xi1, xi2) on the prompt sample ``args = (istar, c,
+    [quantile])`` (the GD step's data plus the lower quantile of q_{i*}), as ``nearest_neighbor.diagnostics``
+    computes them."""
+    c = args[1]
+    stats = np.empty((c.shape[0], N_STATS))
+    per_prompt_stats(x[0], x[1], c, args[0], stats)
+    _diagnostics_of(stats, args[2][0], out)
+
+
+@njit(cache=True, fastmath=False)
+def step_observables(k, x, p, args, out, obs):
+    """:func:`gd_step` and :func:`observables` of the same state in one pass over the prompts (the per-prompt
+    statistics are computed once; the gradient sums them in the order of :func:`mean_gradient`, so both results
+    equal the separate calls bit for bit)."""
+    c = args[1]
+    n_prompts = c.shape[0]
+    stats = np.empty((n_prompts, N_STATS))
+    per_prompt_stats(x[0], x[1], c, args[0], stats)
+    g1 = 0.0
+    g2 = 0.0
+    for b in range(n_prompts):
+        g1 += stats[b, 1]
+        g2 += stats[b, 2]
+    out[0] = x[0] - (p[0] / p[1]) * (g1 / n_prompts)
+    out[1] = x[1] - p[0] * (g2 / n_prompts)
+    _diagnostics_of(stats, args[2][0], obs)

@@ -747,37 +747,20 @@ def map(
     x0 = np.zeros(N_STATE) if state0 is None else _check_state(state0)
     p, x0, time_scale, time_unit = eta_batch(pack_params(task, rs), 0, eta, x0)
 
-    def derived(Y, P):
-        out = {
-            name: np.empty(Y.shape[:2])
-            for name in GAP_NAMES + ("loss", "loss_se", "accuracy", "attn_jstar", "attn_jstar_q")
-        }
-        if with_se:
-            for name in STATE_NAMES:
-                out[f"grad_{name}"] = np.empty(Y.shape[:2])
-                out[f"se_grad_{name}"] = np.empty(Y.shape[:2])
-        for i in range(Y.shape[0]):
-            for t in range(Y.shape[1]):
-                ev = reduced_evaluate(task, Y[i, t], rs)
-                ev.update(_gaps(Y[i, t, 3:])[0])
-                if with_se:
-                    g, se = reduced_gradient(task, Y[i, t], rs)
-                    for q, name in enumerate(STATE_NAMES):
-                        ev[f"grad_{name}"] = g[q]
-                        ev[f"se_grad_{name}"] = se[q]
-                for name, val in ev.items():
-                    out[name][i, t] = val
-        return out
-
+    names = GAP_NAMES + ("loss", "loss_se", "accuracy", "attn_jstar", "attn_jstar_q")
+    if with_se:
+        names += tuple(f"{kind}_{name}" for name in STATE_NAMES for kind in ("grad", "se_grad"))
     traj = dynamics.iterate(
         _k.reduced_step,
         x0,
         n_steps,
         params=p,
-        args=_kernel_args(task, rs),
+        args=_kernel_args(task, rs) + (np.array([float(rs.n_unique), 0.05]),),  # reduced_evaluate's 5% quantile
         saveat=saveat,
         names=list(STATE_NAMES),
-        derived=derived,
+        observe=_k.observables_se if with_se else _k.observables,  # the diagnostics of every save, in the loop
+        observe_names=names,
+        step_observe=_k.step_observables_se if with_se else None,
         time_scale=time_scale,
         progress=progress,
         attrs={

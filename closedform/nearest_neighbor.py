@@ -868,15 +868,6 @@ def map(
         raise ValueError(f"state0 must have shape (2,) or (n_traj, 2); got {state0.shape}")
     params, state0, time_scale, time_unit = eta_batch(pack_params(task, prompts), 0, eta, state0)
 
-    def derived(Y, P):
-        out = {name: np.empty(Y.shape[:2]) for name in DIAGNOSTIC_NAMES}
-        for i in range(Y.shape[0]):
-            for k in range(Y.shape[1]):
-                diag = diagnostics(Y[i, k, 0], Y[i, k, 1], prompts, quantile=quantile)
-                for name in DIAGNOSTIC_NAMES:
-                    out[name][i, k] = diag[name]
-        return out
-
     attrs = _attrs(task, prompts, "closedform", {"seed": seed, "quantile": quantile})
     attrs["time_unit"] = time_unit
     if eta is not None:
@@ -886,10 +877,12 @@ def map(
         state0,
         n_steps,
         params=params,
-        args=_kernel_args(task, prompts),
+        args=_kernel_args(task, prompts) + (np.array([float(quantile)]),),  # the diagnostics' quantile: args[2]
         saveat=saveat,
         names=list(STATE_NAMES),
-        derived=derived,
+        observe=_k.observables,  # the diagnostics of every save, computed in the compiled loop
+        observe_names=DIAGNOSTIC_NAMES,
+        step_observe=_k.step_observables,
         time_scale=time_scale,
         progress=progress,
         bound=bound,

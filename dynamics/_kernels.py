@@ -169,8 +169,8 @@ def _importable(fn) -> bool:
 def _header(cache: bool) -> str:
     return (
         "import numpy as np\nfrom numba import njit\n"
-        "from dynamics._steppers import (commit_moved, fill_frozen, first_bad, in_tail, is_bad, rms_scaled,\n"
-        "                               step_factor, tail_add)\n"
+        "from dynamics._steppers import (commit_moved, fill_frozen, first_bad, in_tail, is_bad, max_abs,\n"
+        "                               rms_scaled, step_factor, tail_add)\n"
         f"CACHE = {cache}\n"
     )
 
@@ -417,11 +417,17 @@ def kernel({args}):
 {obs_doc}
     Saves j >= j_start with save_k[j] in [k_start, k_end] are written into Y[i, j] inside the loop; inactive
     (stopped) trajectories keep their state and have their saves filled with it. last[i] receives the max-norm of
-    the vector field at the grid state reached (k_end, or the grid point where the trajectory stopped)."""
+    the vector field at the grid state reached (k_end, or the grid point where the trajectory stopped).
+
+    Convergence trend, sampled inside the loop: S[i, b] is the max-norm of the vector field at the grid point TP[b]
+    (sorted) for the tail points in (k_start, k_end], and XM[i] the state at TP[0]; a stopped trajectory's frozen
+    state stands for the grid points after it stopped (its last[i])."""
     n_traj = X.shape[0]
     n = {n_state}
     n_save = save_k.shape[0]
     shared = P.shape[0] == 1
+    n_tp = TP.shape[0]
+    kmid = TP[0] if n_tp > 0 else -1
 {views}
     for i in range(n_traj):
         if status[i, 0] != 0:
@@ -430,6 +436,12 @@ def kernel({args}):
         p = P[0] if shared else P[i]
         g = args_row(A, i)
         j = j_start
+        tp = 0
+        while tp < n_tp and TP[tp] <= k_start:
+            tp += 1
+        if not active[i] and k_start < kmid <= k_end:
+            for m in range(n):
+                XM[i, m] = x[m]
         if active[i]:
             k = k_start
             while True:
@@ -452,12 +464,29 @@ def kernel({args}):
                     active[i] = False
                     stop_at[i] = {stop_value}
                     break
+                if tp < n_tp and TP[tp] == k:  # a tail point of the convergence trend: |f| there
+                    MODEL(t0 + k * dt, x, p, g, buf)
+                    fmax = 0.0
+                    for m in range(n):
+                        fmax = max(fmax, abs(buf[m]))
+                    S[i, tp] = fmax
+                    tp += 1
+                    if k == kmid:
+                        for m in range(n):
+                            XM[i, m] = x[m]
             if status[i, 0] == 0:  # size of the vector field at the state reached (last[i])
                 MODEL(t0 + k * dt, x, p, g, buf)
                 fmax = 0.0
                 for m in range(n):
                     fmax = max(fmax, abs(buf[m]))
                 last[i] = fmax
+                if not active[i] and k <= kmid <= k_end:  # stopped at k: the frozen state stands for kmid
+                    for m in range(n):
+                        XM[i, m] = x[m]
+        if status[i, 0] == 0:  # tail points not reached by a step (the trajectory stopped): its frozen |f|
+            while tp < n_tp and TP[tp] <= k_end:
+                S[i, tp] = last[i]
+                tp += 1
         if status[i, 0] == 0 and not active[i]:
             j0 = j
             j = fill_frozen(Y[i], j, save_k, k_end, x)
@@ -790,7 +819,7 @@ def _fixed_source(tab, n_state, obs: bool = False) -> str:
         check=_check_source(" " * 16, "break"),
         n_state=n_state,
         args="X, P, t0, dt, k_start, k_end, save_k, save_h, j_start, Y, O, active, status, bound, tol, stop_at, "
-        "flush, last, K, yt, buf, A",
+        "flush, last, K, yt, buf, TP, S, XM, A",
         doc=f"{tab.name} on the grid t0 + k dt from grid index k_start to k_end (times never accumulated); a save "
         "between grid points is a partial step save_h[j] from grid point save_k[j].",
         views=_stage_views(tab, "K", "    "),
@@ -864,13 +893,17 @@ def initial_step(t, y, p, g, f0, rtol, atol, y1, f1):
 @njit(cache=CACHE, fastmath=False)
 def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t_end, rtol, atol, dt_max,
            max_steps, nsteps, NS, active, status, bound, tol, stop_at, flush, Y, O, yt, ynew, w0,
-           w1, A):
+           w1, PB, S, A):
     """Adaptive {tab.name}: advance each trajectory until the saves j_start..j_end-1 are written (dense output
     at save_t[j]; steps are clipped only at t_end, so saving never changes the step sequence).
 
     Kept between calls per trajectory: time T, proposed step H, F0 = f(T, X), the stages K of the last accepted
     step with its start (Yold, Told, Hold; Hold = 0 before the first step), fresh (1 until initialised) and the
     number of attempted steps nsteps (written to NS[i, j] at each save).
+
+    Convergence trend, sampled inside the loop: a save j with PB[j] >= 0 is a probe, and S[i, PB[j]] receives the
+    max-norm of F0[i] when it is written (the vector field at the solver's state just past the probe time; the
+    frozen state's for a stopped trajectory).
 {obs_doc}"""
     n_traj, n = X.shape
     shared = P.shape[0] == 1
@@ -910,6 +943,8 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
                         for m in range(n):
                             out[m] = Yold[i, m] + Hold[i] * ({dense_terms})
                     NS[i, j] = nsteps[i]{obs_save}
+                    if PB[j] >= 0:
+                        S[i, PB[j]] = max_abs(F0[i])
                     j += 1
                 if converged:
                     active[i] = False
@@ -971,6 +1006,8 @@ def kernel(X, P, T, H, F0, K, Yold, Told, Hold, fresh, save_t, j_start, j_end, t
                 for m in range(n):
                     Y[i, j, m] = y[m]
                 NS[i, j] = nsteps[i]{obs_frozen}
+                if PB[j] >= 0:
+                    S[i, PB[j]] = max_abs(F0[i])
                 j += 1
         status[i, 3] = j
 '''

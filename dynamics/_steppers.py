@@ -162,6 +162,17 @@ TSIT5 = _tsit5()
 
 
 @njit(cache=True, fastmath=False)
+def max_abs(v):
+    """``max_m |v[m]|`` (0 for an empty vector), NaN once one appears, as numpy's ``np.max(np.abs(v))``."""
+    out = 0.0
+    for m in range(v.shape[0]):
+        a = abs(v[m])
+        if out == out and not a <= out:
+            out = a
+    return out
+
+
+@njit(cache=True, fastmath=False)
 def is_bad(x, bound):
     """True for NaN and |x| > bound; ``bound`` is finite (the engine passes at most the largest float, so that one
     comparison also catches +-inf)."""

@@ -26,12 +26,12 @@ into a pre-allocated array, so saving every step costs about as much as saving n
 by all trajectories or (n_traj, n_params), one row per trajectory: per-configuration task parameters (a learning rate,
 a regularisation) enter this way, and a single initial state with n parameter rows runs n trajectories. A schedule
 that changes with the step (a temperature, a learning rate) is written into the kernel as a function of ``k``, or
-given as an array through ``args``. One driver loop serves the map and both integrators: a run
-is one compiled call unless a progress bar, a Python ``stop`` condition (checked at each save) or a flow's
-convergence samples cut it into segments; failures are reported and stop conditions applied there. Kernels are
-generated per model function and cached on disk across processes (see docs/guides/engine.md). Non-finite values are
-caught inside the kernels at the exact step and raised as :class:`DivergenceError`, which carries the run up to the
-last save point before the failure.
+given as an array through ``args``. One driver loop serves the map and both integrators: a run is one compiled call
+(which also samples the convergence trend) unless a progress bar or a Python ``stop`` condition (checked at each
+save) cuts it into segments; failures are reported and stop conditions applied there. Kernels are generated per
+model function and cached on disk across processes (see docs/guides/engine.md). Non-finite values are caught inside
+the kernels at the exact step and raised as :class:`DivergenceError`, which carries the run up to the last save
+point before the failure.
 """
 
 from __future__ import annotations
@@ -325,6 +325,9 @@ def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
             f"observe_names must be a sequence of names, one per value written by observe; got {observe_names!r}"
         )
     names = [str(n) for n in observe_names]
+    key = (observe, tuple(names), x.shape[0], spec)
+    if key in _OBSERVE_CHECKED:  # probed before in this process: the probe is part of validation, not the run
+        return observe, names
     if not names or len(set(names)) != len(names):
         raise ValueError(f"observe_names must be non-empty and distinct; got {names}")
     extra = 8
@@ -341,6 +344,7 @@ def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
             f"{observe.py_func.__qualname__} writes {written} values (out[0..{written - 1}]); give one "
             "name per value written"
         )
+    _OBSERVE_CHECKED.add(key)
     return observe, names
 
 
@@ -351,6 +355,10 @@ def _check_saved_size(n_traj: int, n_save: int, n_state: int, names) -> None:
         (n_traj, n_save, n_state + len(names or ())),
         what="the saved trajectory (trajectory x save point x variable)",
     )
+
+
+# (observe, names, n_state, args_spec) of the observables :func:`_check_observe` has probed in this process.
+_OBSERVE_CHECKED: set = set()
 
 
 def _observable_array(names, n_traj: int, n_save: int) -> np.ndarray:
@@ -510,13 +518,13 @@ def _apply_stop(stop, when, X, P_rows, active):
     active &= ~done
 
 
-def _drive(segments, advance, check, *, bar, amount, stop=None, saves_at=None, X=None, P=None, active=None, after=None):
+def _drive(segments, advance, check, *, bar, amount, stop=None, saves_at=None, X=None, P=None, active=None):
     """The one driver loop of :func:`iterate` and both integrators.
 
     For each segment ``(a, b)`` of the run (step, grid-step or save indices, per kind): ``advance(a, b)`` runs the
-    compiled kernel, which writes the saves and stops converged trajectories itself; ``check()`` raises the first
-    failure (divergence, step limits) with the partial run; ``after(a, b)`` records what the kind samples between
-    segments; the progress bar moves by ``amount(a, b)``. With a Python ``stop`` condition (segments then end at
+    compiled kernel, which writes the saves, samples the convergence trend and stops converged trajectories itself;
+    ``check()`` raises the first failure (divergence, step limits) with the partial run; the progress bar moves by
+    ``amount(a, b)``. With a Python ``stop`` condition (segments then end at
     save points), it is applied to each save ``saves_at(b)`` completed at b, as ``(j, when, saved states)`` in
     order; stopped trajectories freeze at their saved state, and once all have stopped the run ends there.
     Returns the number of saves kept when a stop ended the run, else None."""
@@ -524,8 +532,6 @@ def _drive(segments, advance, check, *, bar, amount, stop=None, saves_at=None, X
         for a, b in segments:
             advance(a, b)
             check()
-            if after is not None:
-                after(a, b)
             bar.update(amount(a, b))
             if stop is not None:
                 for j, when, Ysave in saves_at(b):
@@ -547,9 +553,9 @@ _CONVERGED_DOC = """converged : float > 0, optional
     warn_unconverged : bool, default False
         Issue a ``RuntimeWarning`` naming how many trajectories ended unconverged.
     trend : bool, default True
-        Sample the step norm over the last half of the run for ``step_norm_trend`` (below). Maps sample it inside
-        the compiled loop (the loop is not cut); flows cut the compiled loop at 9 points, which costs about 0.2 ms
-        per call. Neither changes a result; False gives ``step_norm_trend = 0``."""
+        Sample the step norm over the last half of the run for ``step_norm_trend`` (below), inside the compiled
+        loop (the run is not cut; flows evaluate the vector field once more at each of the 9 tail points). It
+        changes no result; False gives ``step_norm_trend = 0``."""
 
 
 def iterate(
@@ -911,10 +917,12 @@ def _integrate_fixed(
     partial = _partial_builder(
         Y, names, save_times, steps, P, n_traj, derived, attrs, _observables(obs_arr, obs_names, save_times.size)
     )
+    # the |f| samples of step_norm_trend, taken by the kernel at the grid steps TP, and the state at TP[0]
     blocks = tail_blocks(0, k_last, 1) if diag[2] else []
-    points = np.concatenate(blocks) if blocks else np.empty(0, np.int64)  # grid steps of the |f| samples
-    tail = set(points.tolist())
-    recorded, mid = {}, []
+    TP = np.concatenate(blocks).astype(np.int64) if blocks else np.empty(0, np.int64)
+    S = np.full((n_traj, TP.size), np.nan)
+    XM = np.zeros((n_traj, n_state))
+    reached = [0]
 
     def advance(a, b):
         j_start = int(np.searchsorted(save_k, a, side="left" if a == 0 else "right"))
@@ -940,17 +948,15 @@ def _integrate_fixed(
             K,
             yt,
             buf,
+            TP,
+            S,
+            XM,
             A,
         )
-
-    def after(a, b):  # |f| at the tail points of step_norm_trend, and the state at the first of them
-        if b in tail and b > a:
-            recorded[b] = last.copy()
-            if b == points[0]:
-                mid.append(X.copy())
+        reached[0] = b
 
     stopped = _drive(
-        _chunks(0, k_last, progress, sorted(tail.union(save_k.tolist() if stop is not None else ()))),
+        _chunks(0, k_last, progress, save_k.tolist() if stop is not None else ()),
         advance,
         lambda: _raise_status(status, names, kind="ode", time_of=lambda i, g: t0 + g * dt, partial_fn=partial),
         bar=_bar(progress, k_last, "integrate", "step"),
@@ -960,14 +966,19 @@ def _integrate_fixed(
         X=X,
         P=P,
         active=active,
-        after=after,
     )
     n_saved = save_times.size if stopped is None else stopped
-    x_mid = mid[0] if mid else None
     per_traj = {"stopped_at": stop_at} if record_stop else {}
-    got = [int(k) for k in points if int(k) in recorded]
+    got = int(np.searchsorted(TP, reached[0], side="right"))  # tail points the run reached (all, unless stopped)
     per_traj.update(
-        _diagnostics(last, *diag[:2], "flow", [recorded[k] for k in got], np.asarray(got) * dt, _displacement(x_mid, X))
+        _diagnostics(
+            last,
+            *diag[:2],
+            "flow",
+            [S[:, b] for b in range(got)],
+            TP[:got] * dt,
+            _displacement(XM if got else None, X),
+        )
     )
     return _finish(
         Y[:, :n_saved],
@@ -1023,8 +1034,12 @@ def _integrate_adaptive(
     user_times = save_times
     probes = tail_points(t0, float(user_times[-1]), integer=False) if diag[2] else np.empty(0)
     save_times = np.union1d(user_times, probes)
-    user = np.isin(save_times, user_times)
-    probe_ends = set((np.searchsorted(save_times, probes) + 1).tolist())
+    user = np.zeros(save_times.size, dtype=np.bool_)
+    user[np.searchsorted(save_times, user_times)] = True  # the user's times are in the union, exactly
+    probe_at = np.searchsorted(save_times, probes)
+    PB = np.full(save_times.size, -1, dtype=np.int64)  # save j is probe PB[j] (its |f| sample), or -1
+    PB[probe_at] = np.arange(probes.size)
+    S = np.full((n_traj, probes.size), np.nan)
     T = np.full(n_traj, t0)
     H = np.full(n_traj, solver.dt0 if solver.dt0 is not None else 0.0)
     F0 = np.zeros((n_traj, n_state))
@@ -1062,12 +1077,10 @@ def _integrate_adaptive(
     if stop is not None:
         bounds = list(range(n_save + 1))
     elif progress:
-        bounds = sorted(
-            set(np.linspace(0, n_save, min(n_save, _PROGRESS_UPDATES) + 1).astype(int).tolist()) | probe_ends
-        )
+        bounds = sorted(set(np.linspace(0, n_save, min(n_save, _PROGRESS_UPDATES) + 1).astype(int).tolist()))
     else:
-        bounds = sorted({0, n_save} | probe_ends)
-    samples, sample_t = [], []
+        bounds = [0, n_save]
+    reached = [0]
 
     def advance(ja, jb):
         kernel(
@@ -1103,13 +1116,11 @@ def _integrate_adaptive(
             work[1],
             work[2],
             work[3],
+            PB,
+            S,
             A,
         )
-
-    def after(ja, jb):  # |f| just past each tail point of step_norm_trend (a probe save)
-        if jb in probe_ends:
-            samples.append(np.max(np.abs(F0), axis=1))
-            sample_t.append(float(save_times[jb - 1]))
+        reached[0] = jb
 
     def amount(ja, jb):  # flow time covered, from the start to the segment's last save
         return float(save_times[jb - 1]) - (t0 if ja == 0 else float(save_times[ja - 1]))
@@ -1126,7 +1137,6 @@ def _integrate_adaptive(
         X=X,
         P=P,
         active=active,
-        after=after,
     )
     n_saved = n_save if stopped is None else stopped
     keep = user & (np.arange(n_save) < n_saved)
@@ -1134,15 +1144,15 @@ def _integrate_adaptive(
     extra = {"n_rhs_steps": NS[:, keep], **_kept_observables(obs_arr, obs_names, keep)}
     per_traj = {"stopped_at": stop_at} if record_stop else {}
     # F0 holds f(T, y) at each trajectory's current state (set after every accepted step): no extra evaluation
-    first = int(np.searchsorted(save_times, sample_t[0])) if sample_t else None
+    got = int(np.sum(probe_at < reached[0]))  # probes the run reached (all, unless a stop ended it early)
     per_traj.update(
         _diagnostics(
             np.max(np.abs(F0), axis=1),
             *diag[:2],
             "flow",
-            samples,
-            sample_t,
-            None if first is None else _displacement(Y[:, first], X),
+            [S[:, b] for b in range(got)],
+            probes[:got].tolist(),
+            _displacement(Y[:, probe_at[0]], X) if got else None,
         )
     )
     return _finish(

@@ -124,3 +124,100 @@ def test_per_trajectory_dimension_risk():
         t_d = sl.SingleLocationTask(d=int(d), L=10)
         ref = sl.risk(t_d, 0.05, *(tr[v].values[i] for v in ("kappa", "nu", "theta", "eta", "rho")))
         assert np.all(np.abs(tr["risk"].values[i] - ref) <= _risk_tol(t_d, np.abs(tr["theta"].values[i])))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# nearest_neighbor.map: the diagnostics of every save in the compiled loop, against the numpy formulas of
+# nearest_neighbor.diagnostics (np.mean, np.std(ddof=1), np.quantile on the per-prompt statistics)
+
+
+@pytest.mark.parametrize("n_prompts, quantile", [(1, 0.05), (7, 0.05), (200, 0.37), (3000, 0.05)])
+def test_nearest_neighbor_diagnostics_equal_numpy_at_every_save(n_prompts, quantile):
+    # the kernels replay numpy's pairwise summation and its 'linear' quantile rule, so equality is exact (NaN for
+    # the standard errors of a single prompt); 3000 prompts take the halving branch of the pairwise rule
+    from closedform import nearest_neighbor as nn
+
+    task = nn.NearestNeighborTask(d=3, N=5, sigma=2.0, eta=1.0)
+    prompts = nn.sample_prompts(task, n_prompts, n_prompts)
+    tr = nn.map(task, prompts, 40, saveat=SaveAt(steps=[0, 1, 7, 40]), quantile=quantile, warn_unconverged=False)
+    for k, (xi1, xi2) in enumerate(tr.states()[0]):
+        want = nn.diagnostics(xi1, xi2, prompts, quantile=quantile)
+        for name in nn.DIAGNOSTIC_NAMES:
+            np.testing.assert_array_equal(tr[name].values[0, k], want[name], err_msg=f"{name} at save {k}")
+
+
+def test_nearest_neighbor_fused_step_keeps_the_states():
+    # the fused step-and-diagnostics kernel must leave the GD states bit for bit those of the plain step
+    from closedform import _nearest_neighbor_kernels as NK
+    from closedform import nearest_neighbor as nn
+
+    task = nn.NearestNeighborTask(d=3, N=5, sigma=2.0, eta=1.0)
+    prompts = nn.sample_prompts(task, 50, 3)
+    fused = nn.map(task, prompts, 300, saveat=SaveAt(every=1), warn_unconverged=False)
+    plain = iterate(
+        NK.gd_step,
+        np.array([0.0, task.sigma]),
+        300,
+        params=nn.pack_params(task, prompts),
+        args=nn._kernel_args(task, prompts),
+        saveat=SaveAt(every=1),
+        names=["xi1", "xi2"],
+    )
+    np.testing.assert_array_equal(fused.states(), plain.states())
+    assert np.isfinite(fused.L.values).all()
+
+
+def test_pairwise_sum_rejects_a_plain_running_sum():
+    # the check above can fail: a running sum differs from numpy's pairwise sum on values of mixed magnitude
+    from closedform import _numpy_rules as R
+
+    v = np.random.default_rng(0).normal(size=1000) * 10.0 ** np.arange(-4, 6, 0.01)
+    assert R.pairwise_sum(v, 0, v.size) == np.sum(v)
+    running = 0.0
+    for x in v:
+        running += x
+    assert running != np.sum(v)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# group_sparse.map: loss, accuracy, attention, gaps and (with_se) the Monte Carlo gradient with its standard errors
+# of every save in the compiled loop, against reduced_evaluate, _gaps and reduced_gradient (numpy), exactly
+
+
+@pytest.mark.parametrize("n_samples, with_se", [(2, True), (40, False), (400, True), (3000, True)])
+def test_group_sparse_diagnostics_equal_numpy_at_every_save(n_samples, with_se):
+    from closedform import group_sparse as gs
+
+    task = gs.GroupSparseTask(d=3, D=4)
+    rs = gs.population_sample(task, n_samples, n_samples)
+    tr = gs.map(task, 30, rs=rs, saveat=SaveAt(steps=[0, 1, 5, 30]), with_se=with_se, warn_unconverged=False)
+    names = set(tr.data_vars)
+    for k, x in enumerate(tr.states()[0]):
+        want = gs.reduced_evaluate(task, x, rs) | gs._gaps(x[3:])[0]
+        if with_se:
+            grad, se = gs.reduced_gradient(task, x, rs)
+            for q, name in enumerate(gs.STATE_NAMES):
+                want |= {f"grad_{name}": grad[q], f"se_grad_{name}": se[q]}
+        assert set(want) <= names
+        for name, value in want.items():
+            np.testing.assert_array_equal(tr[name].values[0, k], value, err_msg=f"{name} at save {k}")
+    assert with_se or not any(v.startswith("grad_") for v in names)
+
+
+def test_group_sparse_fused_step_keeps_the_states():
+    from closedform import _group_sparse_kernels as GK
+    from closedform import group_sparse as gs
+
+    task = gs.GroupSparseTask(d=3, D=4)
+    rs = gs.population_sample(task, 300, 5)
+    fused = gs.map(task, 200, rs=rs, saveat=SaveAt(every=1), warn_unconverged=False)
+    plain = iterate(
+        GK.reduced_step,
+        np.zeros(gs.N_STATE),
+        200,
+        params=gs.pack_params(task, rs),
+        args=gs._kernel_args(task, rs),
+        saveat=SaveAt(every=1),
+        names=list(gs.STATE_NAMES),
+    )
+    np.testing.assert_array_equal(fused.states(), plain.states())

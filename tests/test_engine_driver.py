@@ -185,3 +185,188 @@ def test_in_loop_samples_with_a_python_stop_condition(monkeypatch):
     assert 0 < len(want) < 9 and captured["points"] == [p for _, p in want]
     for got, (ref, _) in zip(captured["samples"], want):
         np.testing.assert_array_equal(got, ref)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# flows: the |f| samples of step_norm_trend are taken inside the compiled loop (the run is not cut)
+
+
+@njit(cache=True, fastmath=False)
+def damped(t, y, p, dy):
+    dy[0] = y[1]
+    dy[1] = -p[0] * y[0] - p[1] * y[1]
+
+
+def _spy(monkeypatch):
+    integ = sys.modules["dynamics.integrate"]
+    captured = {}
+    real = integ._diagnostics
+
+    def spy(norm, tol_, warn, kind, samples=(), points=None, displacement=None):
+        captured.update(samples=list(samples), points=list(points), displacement=displacement)
+        return real(norm, tol_, warn, kind, samples, points, displacement)
+
+    monkeypatch.setattr(integ, "_diagnostics", spy)
+    return captured
+
+
+def _rk4_brute(y0, P, dt, n_steps, tol):
+    """A numpy RK4 loop on the grid (the kernel's stage formulas, in the same order), each trajectory frozen at
+    the first step with max|y_new - y| < tol dt; returns |f| at every grid point and every grid state."""
+
+    def f(y):
+        return np.stack([y[:, 1], -P[:, 0] * y[:, 0] - P[:, 1] * y[:, 1]], axis=1)
+
+    y = y0.copy()
+    running = np.ones(y0.shape[0], dtype=bool)
+    states, norms = [y.copy()], [np.max(np.abs(f(y)), axis=1)]
+    for _ in range(n_steps):
+        k0 = f(y)
+        k1 = f(y + dt * (0.5 * k0))
+        k2 = f(y + dt * (0.5 * k1))
+        k3 = f(y + dt * (1.0 * k2))
+        new = y + dt * (1 / 6 * k0 + 1 / 3 * k1 + 1 / 3 * k2 + 1 / 6 * k3)
+        moved = np.max(np.abs(new - y), axis=1)
+        y = np.where(running[:, None], new, y)
+        running &= ~(moved < tol * dt)
+        states.append(y.copy())
+        norms.append(np.max(np.abs(f(y)), axis=1))
+    return np.stack(norms, axis=1), states
+
+
+@pytest.mark.parametrize("tol", [None, 1e-6])
+def test_fixed_step_flow_samples_equal_brute_force(monkeypatch, tol):
+    import dynamics
+
+    captured = _spy(monkeypatch)
+    x0 = np.array([[1.0, 0.0], [0.5, -0.2], [0.0, 1.0]])
+    P = np.array([[4.0, 2.0], [4.0, 0.5], [1.0, 3.0]])  # damped at different rates: some freeze with tol
+    dt, n = 0.05, 300
+    tr = dynamics.integrate(
+        damped, x0, (0.0, n * dt), params=P, solver=dynamics.RK4(dt=dt), saveat=dynamics.SaveAt(n=5), converged=tol
+    )
+    norms, states = _rk4_brute(x0, P, dt, n, -1.0 if tol is None else tol)
+    points = np.concatenate(convergence.tail_blocks(0, n, 1))
+    assert len(captured["samples"]) == points.size == 9
+    np.testing.assert_allclose(captured["points"], points * dt, rtol=0, atol=0)
+    # the same float operations in the same order; 1e-14 relative allows only an FMA contraction's rounding
+    for got, k in zip(captured["samples"], points):
+        np.testing.assert_allclose(got, norms[:, k], rtol=1e-14, atol=0)
+    want = np.max(np.abs(tr.states()[:, -1] - states[points[0]]), axis=1)
+    np.testing.assert_allclose(captured["displacement"], want, rtol=1e-14, atol=1e-300)
+    if tol is not None:
+        assert (tr.stopped_at.values > 0).any()  # the frozen path was taken
+
+
+@njit(cache=True, fastmath=False)
+def decay(t, y, p, dy):
+    dy[0] = -y[0]
+
+
+def test_adaptive_flow_samples_just_past_each_probe(monkeypatch):
+    # dy/dt = -y: |f| = |y| = y0 exp(-t) falls monotonically, so the sample at the solver's state just past probe
+    # time t_b (at most one step, <= dt_max, later) lies in [y0 exp(-t_b - dt_max), y0 exp(-t_b)]; the slack 1e-8
+    # covers the solver's local error at rtol 1e-10 (a sample taken at another time falls outside by far more)
+    import dynamics
+
+    captured = _spy(monkeypatch)
+    dt_max, t1 = 0.05, 10.0
+    solver = dynamics.Dopri5(rtol=1e-10, atol=1e-14, dt_max=dt_max)
+    x0 = np.array([[1.0], [2.0]])
+    tr = dynamics.integrate(decay, x0, (0.0, t1), params=[0.0], solver=solver, saveat=dynamics.SaveAt(n=3))
+    t_b = np.asarray(captured["points"])
+    np.testing.assert_allclose(t_b, convergence.tail_points(0.0, t1, integer=False), rtol=0, atol=0)
+    for got, t in zip(captured["samples"], t_b):
+        assert np.all(got <= x0[:, 0] * np.exp(-t) * (1 + 1e-8))
+        assert np.all(got >= x0[:, 0] * np.exp(-t - dt_max) * (1 - 1e-8))
+    # the same samples when the run is cut at every save (a stop condition that never fires) or by a progress bar
+    ref = [s.copy() for s in captured["samples"]]
+    for extra in ({"stop": lambda t, X, P: np.zeros(X.shape[0], dtype=bool)}, {"progress": True}):
+        again = dynamics.integrate(
+            decay, x0, (0.0, t1), params=[0.0], solver=solver, saveat=dynamics.SaveAt(n=3), **extra
+        )
+        for got, want in zip(captured["samples"], ref):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(again.step_norm_trend.values, tr.step_norm_trend.values)
+    assert (tr.step_norm_trend.values == -1).all()  # still converging (exponential decay)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the package imports what a run needs; compare, overlay, sweep and fixed_points on first use
+
+
+def test_package_imports_the_rest_on_first_use():
+    import subprocess
+
+    code = (
+        "import sys, dynamics\n"
+        "lazy = ['dynamics.compare', 'dynamics.overlay', 'dynamics.sweep', 'dynamics.fixed_points', 'scipy.stats']\n"
+        "print([m for m in lazy if m in sys.modules])\n"
+        "from dynamics.compare import t_quantile\n"  # binds the submodule to the package attribute ...
+        "from dynamics.overlay import overlay\n"
+        "import dynamics.fixed_points\n"
+        "print(dynamics.compare.__module__, dynamics.overlay is overlay, dynamics.fixed_points.__module__,\n"
+        "      dynamics.basins.__name__, dynamics.sweep.__module__, dynamics.SweepError.__name__,\n"
+        "      dynamics.align.__name__, hasattr(dynamics, 'no_such_name'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    # ... which stays the public function of that name, as with eager imports
+    assert out[1].split() == [
+        "dynamics.compare",
+        "True",
+        "dynamics.fixed_points",
+        "basins",
+        "dynamics.sweep",
+        "SweepError",
+        "dynamics.align",
+        "False",
+    ]
+
+
+@pytest.mark.parametrize(
+    "saveat, n_steps",
+    [
+        ({"every": 1}, 1000),
+        ({"every": 7}, 1000),
+        ({"every": 10}, 1000),
+        ({"every": 3}, 0),
+        ({"steps": (5, 1, 3, 3, 0)}, 10),
+        ({"steps": (0, 2, 9)}, 10),
+        ({"n": 50}, 20),
+        ({"log": 30}, 1000),
+        ({"final": True}, 5),
+    ],
+)
+def test_resolve_steps_equals_numpy_unique(saveat, n_steps):
+    # the fast paths (no sort for grids that are increasing by construction) against the plain definition
+    from dynamics import SaveAt
+
+    sv = SaveAt(**saveat)
+    got = sv.resolve_steps(n_steps)
+    if sv.every is not None:
+        want = np.unique(np.append(np.arange(0, n_steps + 1, sv.every), n_steps))
+    elif sv.steps is not None:
+        want = np.unique(sv.steps)
+    else:
+        want = np.unique(got)  # n=, log=, final: unchanged definitions; at least sorted and unique
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "saveat", [{"every": 1}, {"every": 4}, {"ts": (0.3, 0.1, 0.1, 1.0)}, {"ts": (0.0, 0.5, 1.0)}, {"n": 9}]
+)
+def test_resolve_times_equals_numpy_unique(saveat):
+    from dynamics import SaveAt
+
+    sv = SaveAt(**saveat)
+    got = sv.resolve_times(0.0, 1.0, 0.01)
+    if sv.every is not None:
+        arr = 0.0 + 0.01 * np.arange(0, 101, sv.every)
+        want = np.unique(np.append(arr[arr <= 1.0], 1.0))
+    elif sv.ts is not None:
+        want = np.unique(sv.ts)
+    else:
+        want = np.linspace(0.0, 1.0, sv.n)
+    np.testing.assert_array_equal(got, want)
