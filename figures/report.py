@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 from dynamics.compare import RULE, adjust
 from dynamics.provenance import git_revision, package_versions, utc_now
 from dynamics.trajectory import atomic_write, save_dataset
-from dynamics.validation import check_int, validate_module
+from dynamics.validation import check_finite_array, check_int, validate_module
 from figures import _style, cache, runner
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, check_preset, resolve_device
 from figures.registry import (
@@ -439,9 +439,9 @@ def holm(pvalues: Sequence[float], level: float = FAMILY_LEVEL) -> list[bool]:
     configuration of true nulls)."""
     if not len(pvalues):
         return []
-    p = np.asarray(pvalues, dtype=np.float64)
-    if not np.all(np.isfinite(p)):  # adjust() reads NaN as "no test"; every gap row here has a p-value
-        raise ValueError(f"pvalues must be p-values in [0, 1] (no NaN); got {p[~np.isfinite(p)][:3].tolist()}")
+    p = check_finite_array("pvalues", pvalues, ndim=1)  # adjust() reads NaN as "no test"; every gap row has one
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError(f"pvalues: p-values must lie in [0, 1]; got min {p.min()!r}, max {p.max()!r}")
     return [bool(f) for f in adjust(p, method="holm", level=level)["fails"]]
 
 

@@ -205,3 +205,21 @@ def test_overlay_checks_grid_even_without_align(grid):
 
     with pytest.raises((ValueError, TypeError), match="grid"):
         dynamics.overlay(theory_fn=F.theory_fn, learned=F.traj_map, state_variables=("x0", "x1"), grid=grid)
+
+
+@pytest.mark.parametrize(
+    "pvalues", [[0.2, -0.5], [0.2, 1.5], [0.2, math.nan], [0.2 + 1j, 0.5], [[0.1, 0.2], [0.3, 0.4]], ["a", "b"]]
+)
+def test_report_holm_refuses_invalid_pvalues_naming_them(pvalues):
+    from figures.report import holm
+
+    with pytest.raises(ValueError, match="pvalues"):
+        holm(pvalues)
+
+
+def test_report_holm_by_hand():
+    from figures.report import holm
+
+    # Holm at 0.05 on (0.01, 0.5): 2 * 0.01 = 0.02 <= 0.05 rejected; then 0.5 > 0.05 kept
+    assert holm([0.01, 0.5], level=0.05) == [True, False]
+    assert holm([]) == []
