@@ -147,16 +147,16 @@ class GroupSparseTask:
 
     Parameters
     ----------
-    d : int
+    d : int >= 2
         Group size (feature dimension of a token), >= 2 (the 8-scalar reduction of docs/models/token_selection.md §B.3
         needs d >= 2).
-    D : int
+    D : int >= 3
         Number of groups = tokens, >= 3 (docs/models/token_selection.md §B.3 needs D >= 3).
-    sigma_x : float
+    sigma_x : float > 0
         Feature scale, > 0 (docs/models/token_selection.md §B.1; the paper value is unknown, suggested 1).
-    jstar : int
+    jstar : int >= 1
         Label-relevant group, 1-based as in the paper, in [1, D] (paper figures: 2).
-    eta : float
+    eta : float > 0
         GD step size for v and W, > 0 (paper: 0.5).
     """
 
@@ -215,6 +215,10 @@ class GroupSparseSample:
 
     ``mirrored`` samples hold the n_unique draws followed by their images (-X, -y) (docs/models/token_selection.md §0,
     docs/models/token_selection.md §G.B).
+
+    Parameters
+    ----------
+    n_unique : int >= 1
     """
 
     X: np.ndarray
@@ -230,6 +234,10 @@ class ReducedSample:
     (I - v*v*^T) x_i.
 
     ``n_unique`` counts unique draws (standard errors use it; mirror images are exact copies in the reduced model).
+
+    Parameters
+    ----------
+    n_unique : int >= 1
     """
 
     a: np.ndarray
@@ -255,7 +263,7 @@ def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool
     Parameters
     ----------
     task : GroupSparseTask
-    n : int
+    n : int >= 1
         Number of unique draws, >= 1.
     rng : int, Generator, SeedSequence or None
         Normalised by ``dynamics.random.as_generator``.
@@ -289,7 +297,12 @@ def reduce_sample(s: GroupSparseSample) -> ReducedSample:
 
 def population_sample(task: GroupSparseTask, n: int, rng=None) -> ReducedSample:
     """A Monte Carlo proxy of the population law for the reduced map (docs/models/token_selection.md §B.3, §0): n draws
-    of docs/models/token_selection.md §G.B, reduced."""
+    of docs/models/token_selection.md §G.B, reduced.
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
     return reduce_sample(sample(task, n, rng))
 
 
@@ -479,6 +492,7 @@ def attention_diagnostics(task: GroupSparseTask, S, *, quantile: float = 0.05) -
     Parameters
     ----------
     S : (n, D, D) attention of :func:`forward` (rows = keys, columns = queries).
+    quantile : float in (0, 1)
     """
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
     S = np.asarray(S, dtype=np.float64)
@@ -542,6 +556,10 @@ def full_gd(
     dynamics of docs/models/token_selection.md §B.3, exactly the reduced map on this sample). The probes of
     docs/models/token_selection.md §B.3.1 and the sample loss, accuracy and attention are recorded at the ``saveat``
     steps (default ``SaveAt(n=201)``).
+
+    Parameters
+    ----------
+    n_steps : int >= 0
 
     Raises
     ------
@@ -652,7 +670,12 @@ def reduced_update(task: GroupSparseTask, state, rs: ReducedSample) -> np.ndarra
 
 def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantile: float = 0.05) -> dict[str, float]:
     """Loss (with its SE), accuracy, mean attention on j* and the ``quantile`` of min_j S[j*, j] at a reduced state
-    on the reduced sample (docs/models/token_selection.md §B.3.1; equal to :func:`evaluate` at :func:`embed_state`)."""
+    on the reduced sample (docs/models/token_selection.md §B.3.1; equal to :func:`evaluate` at :func:`embed_state`).
+
+    Parameters
+    ----------
+    quantile : float in (0, 1)
+    """
     state = _check_state(state)
     _check_reduced(task, rs)
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
@@ -720,6 +743,12 @@ def map(
     unconverged does not warn: the logistic loss has no minimiser at finite weights (the attention and value
     scalars keep growing, docs/models/token_selection.md §B.4), so the steps only shrink. ``final_step_norm``,
     ``converged`` (step norm < 1e-8) and ``step_norm_trend`` (``dynamics.convergence``) are returned either way.
+
+    Parameters
+    ----------
+    n_steps : int >= 0
+    n_samples : int >= 2
+    eta : float or array > 0
     """
     if rs is not None and not isinstance(rs, ReducedSample):
         traj = _over_samples(
@@ -811,6 +840,11 @@ def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: 
     lambda = 1/(1 + exp(y beta^(1) (A + R))) and c(A, R) = A^2 + R^2/(D-1) + (D-2) sigma_x^2 - (A+R)^2/D:
     ``e_beta`` = E[lambda y (A + R)], ``m_star`` = E[lambda y (A - abar)], ``e_wpar`` = E[lambda y abar c(A, R)].
     Cached per spec; the returned mapping is read-only.
+
+    Parameters
+    ----------
+    epsabs : float > 0
+    epsrel : float > 0
     """
     b1 = beta_step1(task)
     D, sx = task.D, task.sigma_x
@@ -846,6 +880,10 @@ def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
     w_par^(2) = eta beta^(1) E[lambda y abar sum_i (a_i - abar)^2], w_perp^(2) = 0,
     W22^(2)[i, j] = eta beta^(1) g_i / D with g_{j*} = m*, g_i = -m*/(D - 1): m1 = m2 = eta beta^(1) m*/D,
     m3 = m4 = m5 = -eta beta^(1) m*/(D (D - 1)).
+
+    Parameters
+    ----------
+    t : int in [0, 2]
     """
     t = check_int("t", t, min_value=0, max_value=2)
     state = np.zeros(N_STATE)
@@ -872,7 +910,13 @@ def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
 
 def theorem_horizon(task: GroupSparseTask, eps_B: float, *, const: float = 1.0) -> float:
     """T* = const * max{D^3, 1/(D^3 eps_B^3)} of the pre-training theorem (docs/models/token_selection.md §B.4;
-    Theta(.), so ``const`` is free)."""
+    Theta(.), so ``const`` is free).
+
+    Parameters
+    ----------
+    eps_B : float > 0
+    const : float > 0
+    """
     eps_B = check_positive("eps_B", eps_B)
     const = check_positive("const", const)
     D = task.D
@@ -881,21 +925,37 @@ def theorem_horizon(task: GroupSparseTask, eps_B: float, *, const: float = 1.0) 
 
 def theorem_loss_order(task: GroupSparseTask, eps_B: float) -> float:
     """Loss order at T*: Theta(min{eps_B, D^-2}) (docs/models/token_selection.md §B.4 item 3), returned with constant
-    1."""
+    1.
+
+    Parameters
+    ----------
+    eps_B : float > 0
+    """
     eps_B = check_positive("eps_B", eps_B)
     return min(eps_B, task.D**-2.0)
 
 
 def attention_lower_bound(task: GroupSparseTask, *, c: float = 1.0) -> float:
     """Attention concentration of docs/models/token_selection.md §B.4 item 1: S_{j*, j}^(T*) >= 1 - exp(-c D) for all
-    queries j (c = Theta(1))."""
+    queries j (c = Theta(1)).
+
+    Parameters
+    ----------
+    c : float > 0
+    """
     c = check_positive("c", c)
     return 1.0 - math.exp(-c * task.D)
 
 
 def direction_error_bound(task: GroupSparseTask, eps_B: float, *, c: float = 1.0) -> float:
     """|| v_x/||v_x|| - v* || <= eps_B D exp(-c sqrt(D)) (docs/models/token_selection.md §B.4 item 2; c = Theta(1)
-    unspecified)."""
+    unspecified).
+
+    Parameters
+    ----------
+    eps_B : float > 0
+    c : float > 0
+    """
     eps_B = check_positive("eps_B", eps_B)
     c = check_positive("c", c)
     return eps_B * task.D * math.exp(-c * math.sqrt(task.D))
@@ -903,13 +963,25 @@ def direction_error_bound(task: GroupSparseTask, eps_B: float, *, c: float = 1.0
 
 def loss_rate_statistic(task: GroupSparseTask, t, loss) -> np.ndarray:
     """D L T^{1/3}, which docs/models/token_selection.md §B.4 item 3 (read as L(T) = Theta(1/(D T^{1/3})) for T >= D^3)
-    predicts to be constant."""
+    predicts to be constant.
+
+    Parameters
+    ----------
+    t : float or array in [0, 2147483647]
+    loss : float or array >= 0
+    """
     return task.D * np.asarray(loss, dtype=np.float64) * np.cbrt(np.asarray(t, dtype=np.float64))
 
 
 def predicted_loss(task: GroupSparseTask, t, *, const: float = 1.09) -> np.ndarray:
     """L(T) = const / (D T^{1/3}) (docs/models/token_selection.md §B.4 item 3, derived reading); const = 1.09 is the
-    mean measured in docs/models/token_selection.md §B.6."""
+    mean measured in docs/models/token_selection.md §B.6.
+
+    Parameters
+    ----------
+    t : float or array in [0, 2147483647]
+    const : float > 0
+    """
     const = check_positive("const", const)
     t = np.asarray(t, dtype=np.float64)
     if np.any(t <= 0):
@@ -923,6 +995,13 @@ def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: flo
     n).
 
     Compare with :func:`linear_sample_complexity`, the Omega(d D / eps) lower bound of logistic regression on vec(X).
+
+    Parameters
+    ----------
+    n : float or array in (0, 2147483647]
+    gamma : float > 0
+    delta : float in (0, 1)
+    const : float > 0
     """
     gamma = check_positive("gamma", gamma)
     delta = check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
@@ -936,7 +1015,13 @@ def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: flo
 def linear_sample_complexity(task: GroupSparseTask, eps: float, *, const: float = 1.0) -> float:
     """Omega(d D / eps) samples needed by linear logistic regression on vec(X) (docs/models/token_selection.md §B.4,
     downstream theorem),
-    returned as const d D / eps."""
+    returned as const d D / eps.
+
+    Parameters
+    ----------
+    eps : float > 0
+    const : float > 0
+    """
     eps = check_positive("eps", eps)
     const = check_positive("const", const)
     return const * task.d * task.D / eps
@@ -956,6 +1041,10 @@ def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]
       (docs/models/token_selection.md §B.4 item 2).
     * ``beta_step1``: beta^(1) = eta sigma_x / sqrt(2 pi) after the first GD step, exact
       (docs/models/token_selection.md §B.3).
+
+    Parameters
+    ----------
+    eps_B : float > 0
     """
     if not isinstance(task, GroupSparseTask):
         raise TypeError(f"task must be a GroupSparseTask; got {type(task).__name__}")

@@ -413,7 +413,7 @@ def true_loss_mc(task: ICLRegressionTask, omega, mu, n_prompts: int, rng=None, *
     n_prompts : int >= 2
         Number of independent prompts.
     rng : int seed, numpy Generator or None
-    chunk : int
+    chunk : int >= 1
         Prompts per compiled batch (bounds memory at ~chunk L floats). The random stream, hence the estimate, is
         reproducible for a given (rng seed, chunk).
 
@@ -488,7 +488,12 @@ def _initial_state(omega0, mu0):
 
 def state_names(H: int) -> list[str]:
     """Names of the general-H state: omega_0..omega_{H-1}, mu_0..mu_{H-1} (code head h = math head h+1,
-    docs/models/icl_regression.md §0.2)."""
+    docs/models/icl_regression.md §0.2).
+
+    Parameters
+    ----------
+    H : int >= 1
+    """
     return [f"omega_{h}" for h in range(H)] + [f"mu_{h}" for h in range(H)]
 
 
@@ -575,8 +580,10 @@ def flow(
         tables).
     stop, progress :
         Passed to :func:`dynamics.integrate`.
-    sigma2, L : number or (n_traj,) array, optional
-        Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
+    sigma2 : number or (n_traj,) array, >= 0, optional
+        Per-trajectory noise variance (default: the task's), broadcast with the batch.
+    L : int or (n_traj,) int array, >= 1, optional
+        Per-trajectory prompt length (default: the task's), broadcast with the batch.
     warn_unconverged : bool, default True
         For one head (H = 1, whose F has a finite minimiser, docs/models/icl_regression.md §7.3): warn
         (``dynamics.UnconvergedWarning``) when a trajectory ends with the max-norm of the vector field >= 1e-8
@@ -652,8 +659,10 @@ def map(
     saveat : dynamics.SaveAt, optional
         Entries hold the state after n updates, n = 0 is the initialisation (docs/models/icl_regression.md §0.2).
 
-    sigma2, L : number or (n_traj,) array, optional
-        Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
+    sigma2 : number or (n_traj,) array, >= 0, optional
+        Per-trajectory noise variance (default: the task's), broadcast with the batch.
+    L : int or (n_traj,) int array, >= 1, optional
+        Per-trajectory prompt length (default: the task's), broadcast with the batch.
     warn_unconverged : bool, default True
         Warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm did not decrease over the last half of
         the run (an ``lr`` beyond the stability limit gives a cycle or chaos, or a ``dynamics.DivergenceError``);
@@ -776,7 +785,12 @@ def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None,
 # -------------------------------------------------
 def phase1_asymptotic(task: ICLRegressionTask, eps0: float, t) -> tuple[np.ndarray, np.ndarray]:
     """Phase I (linearised flow): omega(t) = mu(t) = eps0 e^t, docs/models/icl_regression.md §6.3, Eqs. (B.5)-(B.6).
-    Returns (omega, mu)."""
+    Returns (omega, mu).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    """
     _check_task(task)
     eps0 = check_positive("eps0", eps0)
     w = eps0 * np.exp(np.asarray(t, dtype=np.float64))
@@ -807,6 +821,10 @@ def phase3_asymptotic(task: ICLRegressionTask, t) -> tuple[np.ndarray, np.ndarra
 
     (Not the t^{-1/2} of the two-timescale heuristic (B.17)-(B.18); see docs/models/icl_regression.md §10, item 5.)
     Returns (omega, mu).
+
+    Parameters
+    ----------
+    t : float or array > 0
     """
     task = _check_task(task)
     t = np.asarray(t, dtype=np.float64)
@@ -987,6 +1005,12 @@ def fixed_points(
     docs/models/icl_regression.md §5.4 holds no stationary point (grad_omega F != 0 on it for gamma > 0,
     docs/models/icl_regression.md §5.4): flows on it drift towards gamma -> 0, and the search does not converge there.
 
+    Parameters
+    ----------
+    H : int >= 1
+    omega_box : float > 0
+    mu_box : float > 0
+
     Returns
     -------
     tuple of :class:`FixedPoint`, by increasing F.
@@ -1077,6 +1101,11 @@ def bayes_risk_asymptotic(xi, sigma2) -> np.ndarray:
     (D.34)-(D.36)).
 
     R = (1/2)[sigma^2 + (xi - 1)/xi + sqrt(4 sigma^2 + (sigma^2 + (1 - xi)/xi)^2)] (total risk incl. sigma^2).
+
+    Parameters
+    ----------
+    xi : float or array > 0
+    sigma2 : float or array >= 0
     """
     xi = np.asarray(xi, dtype=np.float64)
     s2 = np.asarray(sigma2, dtype=np.float64)
@@ -1089,7 +1118,12 @@ def bayes_risk_asymptotic(xi, sigma2) -> np.ndarray:
 
 def linear_attention_risk(task: ICLRegressionTask, eta, L_test) -> np.ndarray:
     """Risk of single-head linear attention trained at L = task.L, tested at L': R_GD(eta L'/L; d, L', s2),
-    docs/models/icl_regression.md §7.6."""
+    docs/models/icl_regression.md §7.6.
+
+    Parameters
+    ----------
+    L_test : int or int array >= 1
+    """
     task = _check_task(task)
     L_test = np.asarray(L_test)
     if np.any(L_test < 1) or not np.all(np.equal(np.mod(L_test, 1), 0)):
@@ -1116,6 +1150,10 @@ def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> 
     default I, docs/models/icl_regression.md §8.1).
 
     Draw order (reproducibility): X, xq, beta, context noise, query noise.
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     task = _check_task(task)
     n = check_int("n", n, min_value=1)
@@ -1155,6 +1193,12 @@ def softmax_weight_norms(d: int, L: int, omega: float, n: int, rng=None) -> np.n
     (Fig. 20).
 
     Concentrates near 1/sqrt(L) for small omega (the large-L concentration behind Proposition 4.1). Returns (n,).
+
+    Parameters
+    ----------
+    d : int >= 1
+    L : int or int array >= 1
+    n : int >= 1
     """
     d = check_int("d", d, min_value=1)
     L = check_int("L", L, min_value=1)
@@ -1196,7 +1240,12 @@ def predict_dgd(X, y, xq, eta: float) -> np.ndarray:
 
 def predict_ridge(X, y, xq, lam_ridge: float) -> np.ndarray:
     """Ridge predictor x_q^T (X^T X + lambda I)^{-1} X^T y (Bayes-optimal for lambda = d sigma^2):
-    docs/models/icl_regression.md §7.4."""
+    docs/models/icl_regression.md §7.4.
+
+    Parameters
+    ----------
+    lam_ridge : float >= 0
+    """
     d = X.shape[2]
     A = np.einsum("nld,nle->nde", X, X) + lam_ridge * np.eye(d)
     b = np.einsum("nld,nl->nd", X, y)
@@ -1218,6 +1267,11 @@ def risk_mc(task: ICLRegressionTask, predict: Callable, n_prompts: int, rng=None
 
     Uses the variance-reduced form sigma^2 + E[(beta^T x_q - yhat)^2] (query noise integrated out,
     docs/models/icl_regression.md §4.1). Returns (mean, se).
+
+    Parameters
+    ----------
+    n_prompts : int >= 1
+    chunk : int >= 1
     """
     task = _check_task(task)
     n_prompts = check_int("n_prompts", n_prompts, min_value=2)
@@ -1241,6 +1295,12 @@ def ridge_risk_mc(
     docs/models/icl_regression.md §7.4.
 
     Uses R = sigma^2 + E|beta_hat - beta|^2 (x_q isotropic and independent of the context). Returns (mean, se).
+
+    Parameters
+    ----------
+    n_prompts : int >= 1
+    lam_ridge : float >= 0
+    chunk : int >= 1
     """
     task = _check_task(task)
     lam = task.d * task.sigma2 if lam_ridge is None else check_nonneg("lam_ridge", lam_ridge)
@@ -1275,7 +1335,12 @@ def _check_cov(Sigma, d: int) -> np.ndarray:
 
 def kms_covariance(d: int, rho: float) -> np.ndarray:
     """Kac-Murdock-Szego covariance Sigma_ij = rho^|i-j|: docs/models/icl_regression.md §8.1 (code default rho =
-    0.5)."""
+    0.5).
+
+    Parameters
+    ----------
+    d : int >= 1
+    """
     d = check_int("d", d, min_value=1)
     if not (np.isfinite(rho) and -1.0 < rho < 1.0):
         raise ValueError(f"rho must lie in (-1, 1); got {rho!r}")
@@ -1397,7 +1462,7 @@ _V.validate_module(
     n=_V.Range(integer=True, ge=1),
     n_prompts=_V.Range(integer=True, ge=1),
     chunk=_V.Range(integer=True, ge=1),
-    n_steps=_V.Range(integer=True, ge=1),
+    n_steps=_V.Range(integer=True, ge=0),  # 0 steps: the initial state alone
     d=_V.Range(integer=True, ge=1),
     rng=_V.seed_check,
     saveat=_V.Instance(_SaveAt),
@@ -1407,5 +1472,9 @@ _V.validate_module(
     beta=_V.Array(ndim=2),
     omega_box=_V.Range(gt=0),
     mu_box=_V.Range(gt=0),
-    per_function={"phase3_asymptotic": {"t": _V.Range(array=True, gt=0)}},
+    dummy_tol=_V.Range(ge=0, lt=1),  # 1 or more would make every head a dummy
+    per_function={
+        "phase3_asymptotic": {"t": _V.Range(array=True, gt=0)},
+        "true_loss_mc": {"n_prompts": _V.Range(integer=True, ge=2)},  # a sample standard error needs two draws
+    },
 )

@@ -331,6 +331,7 @@ def sample_shifted_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, 
     ----------
     delta : float in (0, 2)
         Separation gap (its paper value is [unknown]; toolkit default 0.2).
+    n_prompts : int >= 1
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     delta = check_positive("delta", delta)
@@ -378,7 +379,12 @@ def initial_W(task: NearestNeighborTask) -> np.ndarray:
 
 def family_W(d: int, xi1, xi2) -> np.ndarray:
     """The reduced family W = diag(xi1 I_d, 0, -xi2) (docs/models/token_selection.md §A.5); batched over the shapes of
-    xi1, xi2."""
+    xi1, xi2.
+
+    Parameters
+    ----------
+    d : int >= 1
+    """
     d = check_int("d", d, min_value=2)
     xi1, xi2 = np.broadcast_arrays(np.asarray(xi1, dtype=np.float64), np.asarray(xi2, dtype=np.float64))
     W = np.zeros(xi1.shape + (d + 2, d + 2))
@@ -477,6 +483,10 @@ def full_diagnostics(W, prompts: Prompts, *, quantile: float = 0.05) -> dict[str
     Keys: ``L`` (sample loss with the explicit labels, docs/models/token_selection.md §A.4), ``q_istar`` = E[q_{i*}],
     ``q_istar_lo`` (its lower ``quantile``), ``q_self`` = E[q_{N+1}], and the probes ``xi1``, ``xi2``, ``off`` of
     ``probe``.
+
+    Parameters
+    ----------
+    quantile : float in (0, 1)
     """
     if not 0.0 < quantile < 1.0:
         raise ValueError(f"quantile must lie in (0, 1); got {quantile!r}")
@@ -550,7 +560,12 @@ def diagnostics(xi1: float, xi2: float, prompts: Prompts, *, quantile: float = 0
     """Diagnostics on a fixed prompt set (docs/models/token_selection.md §A.5.1): L and its SE, E[q_{i*}], its lower
     ``quantile``, E[q_{N+1}],
     and the gradient (dL/dxi1, dL/dxi2) with standard errors (docs/models/token_selection.md §A.5). Keys:
-    ``DIAGNOSTIC_NAMES``."""
+    ``DIAGNOSTIC_NAMES``.
+
+    Parameters
+    ----------
+    quantile : float in (0, 1)
+    """
     pp = per_prompt(xi1, xi2, prompts)
     L, L_se = _mean_se(pp["loss"])
     g1, g1_se = _mean_se(pp["grad_xi1"])
@@ -573,6 +588,10 @@ def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
     + 1); returns (L, q0).
 
     At xi1 = 0 every context token gets q0 and the loss is the same for every prompt.
+
+    Parameters
+    ----------
+    N : int >= 1
     """
     N = check_int("N", N, min_value=2)
     xi2 = np.asarray(xi2, dtype=np.float64)
@@ -586,6 +605,11 @@ def expected_max_inner_product(d: int, N: int) -> float:
     docs/models/token_selection.md §A.5 at xi1 = 0).
 
     Each c_j has (1 + c)/2 ~ Beta((d-1)/2, (d-1)/2), so E[max] = 1 - int_{-1}^{1} F(c)^N dc (quadrature).
+
+    Parameters
+    ----------
+    d : int >= 1
+    N : int >= 1
     """
     d = check_int("d", d, min_value=2)
     N = check_int("N", N, min_value=1)
@@ -601,6 +625,11 @@ def gradient_xi1_zero(d: int, N: int, xi2: float) -> np.ndarray:
 
     dL/dxi1 = -q0 E[c_{i*}] + e^{-2 xi2} q0^3 (E[sum_j c_j] = 0, 1 - N q0 = e^{-xi2} q0),
     dL/dxi2 = -e^{-2 xi2} q0^3.  Returns the array (dL/dxi1, dL/dxi2).
+
+    Parameters
+    ----------
+    d : int >= 1
+    N : int >= 1
     """
     _, q0 = loss_xi1_zero(N, xi2)
     with np.errstate(over="ignore"):  # e^{-2 xi2} q0^3 = q0 r^2, r = e^{-xi2} q0 = 1/(N e^{xi2} + 1): no overflow
@@ -648,7 +677,8 @@ def eta_batch(
     Parameters
     ----------
     params : (n_params,) the packed vector of one configuration.
-    eta_index : position of eta in it.
+    eta_index : int >= 0
+        Position of eta in it.
     eta : None, float or (n,) array of finite values > 0. None: ``params`` unchanged.
     state0 : (n_state,) or (n0, n_state) initial states; ``eta`` and the n0 rows broadcast (lengths 1 or equal).
 
@@ -814,11 +844,11 @@ def map(
     saveat : dynamics.SaveAt, optional (default SaveAt(n=201))
     quantile : float in (0, 1)
         Lower quantile of q_{i*} reported as ``q_istar_lo``.
-    bound : float, optional
+    bound : float > 0, optional
         A state with |xi1| or |xi2| above ``bound`` counts as divergence (default: only non-finite values).
     seed : int, optional
         Recorded in the provenance (the seed that drew ``prompts``).
-    eta : float or (n,) array, optional
+    eta : float or (n,) array, > 0, optional
         Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows (:func:`eta_batch`):
         one call runs a grid of step sizes on the same sample.
     warn_unconverged : bool, default True
@@ -910,6 +940,7 @@ def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=Non
     W0 : (D, D) or (T, D, D), optional
         Initial matrices; default the paper's W^(0) (``initial_W``).
     saveat : dynamics.SaveAt, optional (default SaveAt(n=201))
+    n_steps : int >= 0
 
     Returns
     -------
@@ -976,6 +1007,10 @@ def label_design(N: int) -> np.ndarray:
     y_j y_k is delta_jk and every odd moment is 0. The full-matrix loss and gradient are quadratic in the labels
     (scores do not see them on the family) and the W21/W23 gradient cubic, so this design integrates the labels out
     exactly. Returns (2m, N) float64.
+
+    Parameters
+    ----------
+    N : int >= 1
     """
     N = check_int("N", N, min_value=1)
     m = 1 << int(math.ceil(math.log2(N + 1)))
@@ -1017,6 +1052,10 @@ def signed_permutations(d: int) -> np.ndarray:
 
     The symmetry group used to make the invariances of docs/models/token_selection.md §A.5 exact on a finite sample
     (``symmetrized_prompts``).
+
+    Parameters
+    ----------
+    d : int in [1, 7]
     """
     d = check_int("d", d, min_value=1)
     mats = []
@@ -1064,14 +1103,25 @@ def symmetrized_prompts(prompts: Prompts) -> Prompts:
 
 def k_d(d: int) -> float:
     """k_d = 2 Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2)) = Theta(sqrt d), constant of Theorem A1
-    (docs/models/token_selection.md §A.6)."""
+    (docs/models/token_selection.md §A.6).
+
+    Parameters
+    ----------
+    d : int >= 1
+    """
     d = check_int("d", d, min_value=2)
     return float(2.0 * math.exp(math.lgamma(d / 2) - math.lgamma((d - 1) / 2)) / math.sqrt(math.pi))
 
 
 def a_Nd(N: int, d: int) -> float:
     """a_{N,d} = (2 N sqrt d)^{-2/(d-3)} of Theorem A1's proof (docs/models/token_selection.md §A.6); defined only for d
-    >= 4."""
+    >= 4.
+
+    Parameters
+    ----------
+    N : int >= 1
+    d : int >= 1
+    """
     N = check_int("N", N, min_value=2)
     d = check_int("d", d, min_value=4)
     return float((2.0 * N * math.sqrt(d)) ** (-2.0 / (d - 3)))
@@ -1082,6 +1132,12 @@ def sigma_condition(N: int, d: int, C_d: float) -> float:
     C_d (1 - 1/(2N))}.
 
     C_d = poly(d) is not recoverable and must be given (>= 0). The theorem asks for sigma strictly above this value.
+
+    Parameters
+    ----------
+    N : int >= 1
+    d : int >= 1
+    C_d : float >= 0
     """
     N = check_int("N", N, min_value=2)
     d = check_int("d", d, min_value=2)
@@ -1091,7 +1147,13 @@ def sigma_condition(N: int, d: int, C_d: float) -> float:
 
 def loss_decay_bound(t, C: float) -> np.ndarray:
     """Theorem A1's rate (docs/models/token_selection.md §A.6): L(W^(t)) <= C / log t for t >= 2; C = poly(N, d) is
-    unrecoverable (given)."""
+    unrecoverable (given).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    C : float > 0
+    """
     C = check_positive("C", C)
     t = np.asarray(t, dtype=np.float64)
     if np.any(t < 2):
@@ -1133,6 +1195,10 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
     of the prompt (the labels of the shifted law are Gaussian, so R is per prompt; illustrative,
     docs/models/token_selection.md §A.6). Returns the square of the bound, +inf on prompts outside A_delta (and where it
     overflows).
+
+    Parameters
+    ----------
+    delta : float > 0
     """
     xi1, xi2 = _check_state(xi1, xi2)
     delta = check_positive("delta", delta)
@@ -1162,6 +1228,11 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
       argument ``C`` (default 1).
     * ``separation_gap`` (only with labelled ``prompts``): the largest delta for which each prompt lies in the
       separation event A_delta of Theorem A2 (docs/models/token_selection.md §A.6), one value per prompt.
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    C : float > 0
     """
     if not isinstance(task, NearestNeighborTask):
         raise TypeError(f"task must be a NearestNeighborTask; got {type(task).__name__}")
@@ -1231,6 +1302,12 @@ _V.validate_module(
         "full_diagnostics": {"W": _V.Array(ndim=2)},
         # 2^d d! matrices of d x d: d = 7 is 645 120 of them (250 MB); d = 8 would need 5 GB
         "signed_permutations": {"d": _V.Range(integer=True, ge=1, le=7)},
-        "NearestNeighborTask": {"sigma": _V.Range(ge=0), "eta": _V.Range(gt=0)},
+        "NearestNeighborTask": {
+            "sigma": _V.Range(ge=0),
+            "eta": _V.Range(gt=0),
+            "d": _V.Range(integer=True, ge=2),
+            "N": _V.Range(integer=True, ge=2),
+        },
+        "sample_shifted_prompts": {"delta": _V.Range(gt=0, lt=2)},  # reflection separates only for delta < 2
     },
 )

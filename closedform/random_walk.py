@@ -138,16 +138,16 @@ class RandomWalkTask:
 
     Parameters
     ----------
-    K : int
+    K : int >= 3
         Number of nodes on the circle, >= 3 (docs/models/token_selection.md §C.1; with K = 2 both neighbours coincide).
-    N : int
+    N : int >= 2
         Sequence length, >= 2: N - 1 context tokens and the blank query (docs/models/token_selection.md §C.2).
-    p : float
+    p : float in [0, 1]
         Probability of a clockwise step, in [0, 1] (docs/models/token_selection.md §C.1).
-    M : int
+    M : int >= 3
         Positional dimension, >= N + 1 so that N positional vectors can be mutually orthogonal
         (docs/models/token_selection.md §C.2) and the sine code is orthogonal. Default 1000.
-    rho : float, optional
+    rho : float > 0, optional
         Squared norm of every phi_i, > 0. Default M / 2 (the norm of the sine code of
         docs/models/token_selection.md §C.2); only rho enters the reduced dynamics
         (docs/models/token_selection.md §C.9), and :func:`positional_matrix` scales the code to this norm.
@@ -158,9 +158,9 @@ class RandomWalkTask:
         state of Theorem C2 (p in {0, 1}) amplifies in full-matrix GD. Only orthogonality and rho enter the dynamics
         (docs/models/token_selection.md §C.9), so both describe the paper's model; the reduced map of
         docs/models/token_selection.md §C.5 is exact for the one-hot code.
-    eta : float
+    eta : float > 0
         GD step size, > 0 (docs/models/token_selection.md §C.4). Default 1.
-    eps : float
+    eps : float > 0
         Offset in the loss -log(e_y^T f + eps), > 0 (docs/models/token_selection.md §C.4). Default 0.1.
 
     Notes
@@ -225,6 +225,11 @@ class WalkSample:
     ``states`` (n, N) int64 holds s_1..s_N (code values 0..K-1): columns 0..N-2 are the context, column N-1 the
     label y. ``weights`` (n,) sum to one: 1/n for a Monte Carlo sample (the default), the exact probabilities for an
     enumerated law (then ``exact`` is True and standard errors are zero).
+
+    Parameters
+    ----------
+    states : int array >= 0
+    weights : array >= 0
     """
 
     states: np.ndarray
@@ -274,6 +279,11 @@ def transition_matrix(K: int, p: float) -> np.ndarray:
     (docs/models/token_selection.md §C.1).
 
     Returns (K, K) float64 with rows indexed by the current state (0-based code values).
+
+    Parameters
+    ----------
+    K : int >= 3
+    p : float in [0, 1]
     """
     K = check_int("K", K, min_value=3)
     p = check_in_range("p", p, 0.0, 1.0)
@@ -310,6 +320,10 @@ def sample_walks(task: RandomWalkTask, n: int, rng=None) -> WalkSample:
     ``s1 = rng.integers(0, K, n)``, then ``steps = where(rng.random((n, N-1)) < p, +1, -1)`` and cumulative sums
     mod K; the last state is the label. ``rng``: int seed, Generator or None (:func:`dynamics.random.as_generator`).
     Test walks are drawn by a second call on the same generator (docs/models/token_selection.md §G.C).
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     n = check_int("n", n, min_value=1)
     rng = as_generator(rng)
@@ -327,6 +341,10 @@ def enumerate_walks(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS)
 
     K 2^{N-1} walks for 0 < p < 1 (weight (1/K) p^{#clockwise} (1-p)^{#anticlockwise}); the K deterministic walks
     s_1 = 0..K-1 for p in {0, 1} (the exact population of Theorem C2).
+
+    Parameters
+    ----------
+    max_walks : int >= 1
 
     Raises
     ------
@@ -361,6 +379,10 @@ def empirical_transitions(sample: WalkSample, K: int) -> np.ndarray:
 
     Returns (K, K) float64 summing to one; its transpose's entrywise square root is the finite-sample limit
     direction of V (docs/models/token_selection.md §C.7).
+
+    Parameters
+    ----------
+    K : int >= 3
     """
     C_hat = np.zeros((K, K))
     np.add.at(C_hat, (sample.parent, sample.label), sample.weights)
@@ -398,7 +420,7 @@ def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = Fal
         Value matrix (row = label, column = state).
     W : (K+M, K+M) float64
         Merged key-query matrix (token block first, then positions).
-    context : (n, N-1) int
+    context : (n, N-1) int, >= 0
         Context states s_1..s_{N-1} (code values).
     normalize_tokens : bool
         Divide every column of X~ (the blank query included) by its norm inside the scores only: the default of
@@ -433,6 +455,10 @@ def reduced_forward(task: RandomWalkTask, V, a, c, context):
 
     Logits l_j = rho a_{s_j} + rho^2 c_j (j < N), l_N = rho^2 c_N. Shapes: V (K, K), a (K,), c (N,),
     context (n, N-1) int. Returns S (n, N) and f (n, K) as :func:`forward`.
+
+    Parameters
+    ----------
+    context : int array >= 0
     """
     V, a, c = _check_reduced(task, V, a, c)
     context = _check_context(task, context)
@@ -505,6 +531,10 @@ def direction_errors(V, p: float) -> dict:
     docs/models/token_selection.md §C.7) and cos_F(V, Pi^T).
 
     Returns {"dist_V_Pi": to Pi^T, "dist_V_sqrtPi": to sqrt(Pi^T) (entrywise), "cos_V_Pi": <V, Pi^T>_F / norms}.
+
+    Parameters
+    ----------
+    p : float in [0, 1]
     """
     V = np.asarray(V, dtype=np.float64)
     PiT = transition_matrix(V.shape[0], p).T
@@ -542,6 +572,11 @@ def attention_stats(S, weights=None, q: float = 0.05) -> dict:
 
     Returns {"attn_parent": mean S_{N-1}, "attn_parent_q": q-quantile of S_{N-1}, "attn_blank": mean S_N,
     "attn_max_other": mean over walks of max_{i != N-1} S_i}; weighted by ``weights`` (default uniform).
+
+    Parameters
+    ----------
+    weights : array >= 0
+    q : float in (0, 1)
     """
     S = np.asarray(S, dtype=np.float64)
     w = np.full(S.shape[0], 1.0 / S.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -593,6 +628,10 @@ def diagnostics(task: RandomWalkTask, V, a, c, sample: WalkSample, q: float = 0.
     Keys: acc, acc_rb (docs/models/token_selection.md §C.3), attn_parent, attn_parent_q, attn_blank, attn_max_other,
     dist_V_Pi, dist_V_sqrtPi, cos_V_Pi (Theorem C1 item 3), dist_f_Pi (item 2, NaN while f = 0). The empirical side
     computes the same keys from its probes.
+
+    Parameters
+    ----------
+    q : float in (0, 1)
     """
     S, f = reduced_forward(task, V, a, c, sample.context)
     acc, acc_rb = accuracy(task, f, sample)
@@ -742,7 +781,7 @@ def map(
     Parameters
     ----------
     task : RandomWalkTask
-    n_steps : int
+    n_steps : int >= 0
         Number of GD updates T >= 0 (time axis: step t, time eta t).
     walks : int, WalkSample or sequence of WalkSample
         Training walks: a sample size n (drawn by :func:`sample_walks` from ``rng``), or a sample (e.g.
@@ -760,7 +799,7 @@ def map(
         Initial reduced state(s); default V = 0, a = 0, c = 0 (docs/models/token_selection.md §C.4).
     saveat : dynamics.SaveAt, optional
         Save points (default: the engine's).
-    eta : float or (n,) array, optional
+    eta : float or (n,) array, > 0, optional
         Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows
         (:func:`closedform.nearest_neighbor.eta_batch`); ``time`` is then the step.
     warn_unconverged : bool, default True
@@ -872,6 +911,10 @@ def flow(
     size of the vector field) but never warns: a gradient flow cannot cycle or be chaotic, its blow-up raises
     ``dynamics.DivergenceError``, and without a finite minimiser it never converges, so an unconverged end says
     nothing (its vector field may even grow for a while as the attention moves to the parent token).
+
+    Parameters
+    ----------
+    tau_end : float > 0
     """
     tau_end = check_positive("tau_end", tau_end)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)
@@ -1013,6 +1056,8 @@ def full_gd(
         Training walks (fixed: full-batch GD).
     V0, W0 : arrays, optional
         Initial matrices; default zero (the paper's initialisation, docs/models/token_selection.md §C.4).
+    n_steps : int >= 0
+    save_every : int >= 1
 
     Returns
     -------
@@ -1103,6 +1148,10 @@ def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
     at V = V^(1), S = 1/N, kappa = 1/(gbar + eps). The expectation is a finite sum over the K 2^{N-1} walks
     (:func:`enumerate_walks`), so this is exact to round-off; N is limited by ``max_walks``. V^(2) is not part of
     the closed form. Build the matrix with :func:`W_from_reduced`.
+
+    Parameters
+    ----------
+    max_walks : int >= 1
     """
     law = enumerate_walks(task, max_walks)
     V1 = V1_closed(task)
@@ -1126,7 +1175,12 @@ def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
 
 def optimal_accuracy(p: float) -> float:
     """Bayes accuracy OPT = max{p, 1 - p} of predicting y from the walk (docs/models/token_selection.md §C.1; Theorem C1
-    item 1)."""
+    item 1).
+
+    Parameters
+    ----------
+    p : float in [0, 1]
+    """
     p = check_in_range("p", p, 0.0, 1.0)
     return max(p, 1.0 - p)
 
@@ -1196,6 +1250,10 @@ def direction_limit_distance(p: float) -> float:
     docs/models/token_selection.md §C.7.
 
     The floor of the Theorem C1 item 3 direction error under GD (any K >= 3); 0 only at p in {0, 1/2, 1}.
+
+    Parameters
+    ----------
+    p : float in [0, 1]
     """
     p = check_in_range("p", p, 0.0, 1.0)
     q = 1.0 - p

@@ -127,7 +127,7 @@ class SequenceClasses:
 
     Parameters
     ----------
-    M : int
+    M : int >= 1
         Output (softmax) size, any integer >= K and >= 2 (docs/models/scan_snap.md §4.1; need not equal Lc + Q + K).
     P : (K, Lc) float64
         P(l|n): rows non-negative, summing to 1 (docs/models/scan_snap.md §1.2).
@@ -306,7 +306,13 @@ class SequenceClasses:
 @dataclass(frozen=True, kw_only=True)
 class ScanSnapTask:
     """The task: sequence classes plus learning rates eta_Y, eta_Z (docs/models/scan_snap.md §1.6, §4.1); time unit
-    steps (docs/models/scan_snap.md §0.2)."""
+    steps (docs/models/scan_snap.md §0.2).
+
+    Parameters
+    ----------
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
+    """
 
     classes: SequenceClasses
     eta_Y: float
@@ -774,7 +780,7 @@ def flow(
         Keep one column for the M - K non-target outputs (exact when they start equal; makes M = 1e4 cheap).
     solver : dynamics solver, optional
         Default ``Dopri5(rtol=1e-10, atol=1e-12)``.
-    eta_Y, eta_Z : float or (n,) float, optional
+    eta_Y, eta_Z : float or (n,) float, > 0, optional
         Learning rates per trajectory, overriding the task's (docs/models/scan_snap.md §4.1: they enter the vector field
         only as numbers). Arrays broadcast with the Y0/Z0 batch (each of length 1 or n): one call integrates a grid of
         learning rates, identical to one call per configuration.
@@ -847,7 +853,7 @@ def map(
     n_steps : int >= 1
     momentum : float or (n,) float in [0, 1)
     Y0, Z0 : as in :func:`flow` (batches of n initial states allowed)
-    eta_Y, eta_Z : float or (n,) float, optional
+    eta_Y, eta_Z : float or (n,) float, > 0, optional
         Learning rates per trajectory, overriding the task's; ``momentum`` and the rates broadcast with the Y0/Z0
         batch (each of length 1 or n), so a grid of optimiser settings runs in one call.
     warn_unconverged : bool, default True
@@ -909,6 +915,11 @@ def composite_flow(
     e_n. ``eta_Y``, ``eta_Z`` (float or (n,) arrays) override the task's rates per trajectory, broadcast with the Z0
     batch. Never warns about convergence, as :func:`flow`.
 
+    Parameters
+    ----------
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
+
     Returns
     -------
     Trajectory with ``z`` (query_token, token) and the diagnostics ``c`` (class, token), ``H`` (class), ``H_mean``.
@@ -958,6 +969,12 @@ def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
     1)/(M-1) - ln(M-1)).
 
     Solves dh/dtau = eta_Y / ((M-1) + exp(M h)), h(0) = 0 (implicit form exp(M h) + (M-1) M h = M eta_Y tau + 1).
+
+    Parameters
+    ----------
+    tau : float or array >= 0
+    M : int >= 1
+    eta_Y : float or array > 0
     """
     M = _check_M(M)
     eta_Y = check_positive("eta_Y", eta_Y)
@@ -969,7 +986,13 @@ def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
 
 def decoder_h_star(s, *, M: int, eta_Y: float) -> np.ndarray:
     """Discrete h*(s) of Lemma 5 (docs/models/scan_snap.md §2.3): h*(s) = h*(s-1) + eta_Y / ((M-1) + exp(M h*(s-1))),
-    h*(0) = 0."""
+    h*(0) = 0.
+
+    Parameters
+    ----------
+    M : int >= 1
+    eta_Y : float or array > 0
+    """
     M = _check_M(M)
     eta_Y = check_positive("eta_Y", eta_Y)
     s = np.asarray(s)
@@ -988,6 +1011,14 @@ def speed_control(t, *, M: int, K: int, eta_Y: float, eta_Z: float):
 
     gamma(t) = (M-1)^2 h(t/K) / ((M-1) + exp(M h(t/K))), Gamma(t) = (eta_Z/eta_Y) K (M-1)^2 h(t/K)^2 / 2.
     Assumes uniformly sampled classes (pi_n = 1/K).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    M : int >= 1
+    K : int >= 1
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
     """
     K = check_int("K", K, min_value=1)
     eta_Z = check_positive("eta_Z", eta_Z)
@@ -1013,7 +1044,14 @@ class TransitionTimes:
 
 def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
     """t0p, t0, t0_omega1, t_peak, t_half of docs/models/scan_snap.md §2.4 (Lemma 9 and derived landmarks) for uniform
-    classes."""
+    classes.
+
+    Parameters
+    ----------
+    M : int >= 1
+    K : int >= 1
+    eta_Y : float or array > 0
+    """
     M = _check_M(M)
     K = check_int("K", K, min_value=1)
     eta_Y = check_positive("eta_Y", eta_Y)
@@ -1055,6 +1093,12 @@ def measure_transition(
     The ODE is saved on ``n_grid`` equispaced points of [0, t_max] (default t_max: 3 t_half of the theory); the peak is
     then refined by bounded Brent maximisation and the crossing by Brent root finding, both on re-integrations from the
     nearest saved state (the dense solution). Returns dict t_peak, gamma_hat_max, t_half.
+
+    Parameters
+    ----------
+    n : int >= 0
+    t_max : float > 0
+    n_grid : int >= 2
     """
     from dynamics import SaveAt, integrate
 
@@ -1138,7 +1182,14 @@ def growth_factor(z, z0) -> np.ndarray:
 
 def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:  # noqa: E741 (paper's l)
     """Relative gain r_{l/l'|n} = c~_{l|n}^2 / c~_{l'|n}^2 - 1 (docs/models/scan_snap.md §3.3, Theorem 3); Z (..., Q,
-    Lc)."""
+    Lc).
+
+    Parameters
+    ----------
+    n : int >= 0
+    l : int >= 0
+    l2 : int >= 0
+    """
     lg = _attention_logits(classes, Z)
     return np.exp(2.0 * (lg[..., n, l] - lg[..., n, l2])) - 1.0
 
@@ -1154,7 +1205,12 @@ def _need_distinct(classes, n, what):
 
 
 def dominant_token(classes: SequenceClasses, n: int, Z0=None) -> int:
-    """l0: the distinct token of class n with the largest c~(0) (docs/models/scan_snap.md §3.3, Theorem 3)."""
+    """l0: the distinct token of class n with the largest c~(0) (docs/models/scan_snap.md §3.3, Theorem 3).
+
+    Parameters
+    ----------
+    n : int >= 0
+    """
     dt = _need_distinct(classes, n, "Theorem 3 (dominant token l0)")
     Z0 = np.zeros((classes.Q, classes.Lc)) if Z0 is None else Z0
     lg = _attention_logits(classes, Z0)[n, dt]
@@ -1166,6 +1222,10 @@ def saturation_dz(classes: SequenceClasses, n: int, Z0=None) -> np.ndarray:
     (docs/models/scan_snap.md §3.3, Theorem 3).
 
     Returns (Lc,): +inf at l0, NaN for tokens outside G_DT(n).
+
+    Parameters
+    ----------
+    n : int >= 0
     """
     return theorem3_dz(classes, n, np.inf, Z0)
 
@@ -1176,6 +1236,11 @@ def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
     Delta z_l = -1/2 ln[1 - (c~_l(0)/c~_{l0}(0))^2 (1 - exp(-2 Delta z_l0))] for l in G_DT(n).
 
     ``dz_l0`` scalar or array (...); returns (..., Lc), NaN outside G_DT(n).
+
+    Parameters
+    ----------
+    n : int >= 0
+    dz_l0 : float or array >= 0
     """
     dt = _need_distinct(classes, n, "Theorem 3")
     Z0 = np.zeros((classes.Q, classes.Lc)) if Z0 is None else Z0
@@ -1192,7 +1257,12 @@ def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
 
 def theorem3_bounds(f_l0_0, B):
     """Bounds of Eq. (12) (docs/models/scan_snap.md §3.3, Theorem 3): exp(2 f_{nl0}(0)^2 B) <= chi_{l0}(t) <=
-    exp(2 B), with f_{nl0}(0) in [0, 1] (an entry of a unit-norm vector)."""
+    exp(2 B), with f_{nl0}(0) in [0, 1] (an entry of a unit-norm vector).
+
+    Parameters
+    ----------
+    f_l0_0 : float or array in [0, 1]
+    """
     f = np.asarray(f_l0_0, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
     return np.exp(2.0 * f**2 * B), np.exp(2.0 * B)
@@ -1244,6 +1314,14 @@ def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: s
     form='printed': 1/4 ln(C0 + 4 Gamma) (Eq. 14/129 as printed; Figs. 3, 9 with C0 = 1);
     form='paper':   1/4 ln(1 + 4 Gamma/C0) (exact integral of Eq. 13, errata E2);
     form='cons':    1/(4K) ln(1 + 4 Gamma/C0) with C0 = C0_cons (consistent POPULATION form, errata E3).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    M : int >= 1
+    K : int >= 1
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
     """
     check_choice("form", form, ("printed", "paper", "cons"))
     C0 = check_positive("C0", C0)
@@ -1257,7 +1335,12 @@ def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: s
 
 def common_token_z(t, task: ScanSnapTask) -> np.ndarray:
     """Common-token logit z_c(t) = -1/4 ln(1 + 4 Gamma(t)/C0_cons) (docs/models/scan_snap.md §3.4, Theorem 4, consistent
-    form)."""
+    form).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    """
     c = theorem4_constants(task.classes)
     _, Gamma = speed_control(t, M=task.classes.M, K=task.classes.K, eta_Y=task.eta_Y, eta_Z=task.eta_Z)
     return -0.25 * np.log1p(4.0 * Gamma / c["C0_cons"])

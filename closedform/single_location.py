@@ -202,7 +202,13 @@ class SingleLocationTask(LocationTask):
 @dataclass(frozen=True, kw_only=True)
 class LamSchedule:
     """Decreasing temperature schedule lambda_n = lam0 / (1 + decay n), n the 0-based update index
-    (docs/models/single_location.md §6.1)."""
+    (docs/models/single_location.md §6.1).
+
+    Parameters
+    ----------
+    lam0 : float > 0
+    decay : float >= 0
+    """
 
     lam0: float
     decay: float = 1e-4
@@ -218,7 +224,13 @@ class LamSchedule:
 
 def lam_schedule(lam0: float, decay: float = 1e-4) -> LamSchedule:
     """The schedule lambda_n = lam0 / (1 + decay n) of docs/models/single_location.md §6.1, §9.6 (Figs. 4(a) and 5 use
-    decay = 1e-4)."""
+    decay = 1e-4).
+
+    Parameters
+    ----------
+    lam0 : float > 0
+    decay : float >= 0
+    """
     return LamSchedule(lam0=lam0, decay=decay)
 
 
@@ -299,9 +311,9 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     task : SingleLocationTask
     lam : array_like float64 > 0
         Inverse temperature lambda.
-    kappa, nu, theta, eta, rho : array_like float64 in [-1, 1]
-        k.k*, v.v*, v.k*, k.v*, k.v (docs/models/single_location.md §4.1); their Gram matrix must be positive
-        semidefinite.
+    kappa, nu, theta, eta, rho : array_like float64
+        k.k*, v.v*, v.k*, k.v*, k.v (docs/models/single_location.md §4.1), each in [-1, 1] (not checked); their Gram
+        matrix must be positive semidefinite.
 
     Returns
     -------
@@ -316,7 +328,12 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
 
 def excess_risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     """Excess risk R - eps^2 (the quantity of the paper's risk plots; docs/models/single_location.md §0.1 "Words",
-    docs/models/single_location.md §4.2, §9.2)."""
+    docs/models/single_location.md §4.2, §9.2).
+
+    Parameters
+    ----------
+    lam : float or array > 0
+    """
     return risk(task, lam, kappa, nu, theta, eta, rho) - _task(task).eps ** 2
 
 
@@ -325,6 +342,10 @@ def risk_partials(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, 
 
     Implements docs/models/single_location.md §4.3 (paper Appendix C; on M the last three vanish, paper Lemma 14).
     Arguments as in :func:`risk`; returns a float64 array of shape broadcast_shape + (5,).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam, *st) = _broadcast(lam, kappa, nu, theta, eta, rho)
@@ -338,6 +359,10 @@ def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
 
     Implements docs/models/single_location.md §5.1 (paper Lemma 6), an expression separate from :func:`risk` (they agree
     on M). Broadcasts over ``lam``, ``kappa``, ``nu``.
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
@@ -356,6 +381,10 @@ def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
 
     Implements docs/models/single_location.md §8.5 (Fig. 6(b)) with the partials of docs/models/single_location.md §5.1;
     its zeros are the five stationary points of docs/models/single_location.md §7.1 (paper Props. 8-10).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
@@ -370,6 +399,10 @@ def oracle_risk(task: SingleLocationTask, lam):
     """Risk of the erf oracle (k, v) = (k*, v*): eps^2 + gamma^2 [1 - 2 erf(c) + zeta(lambda s, g)] + (L-1) zeta0.
 
     Implements docs/models/single_location.md §5.2 (paper Theorem 1, "in particular" part). Broadcasts over ``lam``.
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam,) = _broadcast(lam)
@@ -395,7 +428,7 @@ def linear_risk(task: SingleLocationTask, location_probs=None) -> float:
 
     Parameters
     ----------
-    location_probs : (L,) array_like, optional
+    location_probs : (L,) array_like, >= 0, optional
         p_l = P(J0 = l), non-negative, summing to 1; uniform (1/L each) by default.
     """
     task = _task(task)
@@ -663,6 +696,12 @@ def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int
     and v* is a symmetry), solving the six tangent-gradient equations (residual < 1e-12) by
     damped Gauss–Newton with central-difference Jacobians, from ``n_starts`` independent uniform starts on S^2 x S^3.
 
+    Parameters
+    ----------
+    n_starts : int >= 0
+    max_iter : int >= 1
+    lam : float or array > 0
+
     Returns
     -------
     (m, 5) float64 array of distinct roots (kappa, nu, theta, eta, rho) off M, sorted lexicographically, and the (m,)
@@ -798,16 +837,19 @@ def fixed_points(
 
     Parameters
     ----------
-    task : SingleLocationTask (d >= 4)
+    task : SingleLocationTask
+        The task; its dimension d must be >= 4.
     lam : float > 0
     alpha : float > 0, optional
         Step size for ``map_eigenvalues`` and ``attracting``.
-    n_starts, rng :
-        Random starts and seed of the root search (0 starts: the analytic families only). Completeness is numerical
+    n_starts : int >= 0
+        Random starts of the root search (0 starts: the analytic families only). Completeness is numerical
         evidence, not a proof: with the default, 4 000 fresh starts find no further point at lambda = 0.05 and 0.1,
         d = 400 (tests/test_atlas.py), and every sphere start of PGD ends at a listed attractor there; rarely hit
         saddles (reached by ~1 start in 600 at lambda = 0.2) need more starts. The images of every root under the
         symmetry group are added, so an orbit is complete as soon as one member is found.
+    rng : int, Generator, SeedSequence or None
+        Seed of the root search.
 
     Returns
     -------
@@ -987,6 +1029,7 @@ def classify(
         step size of ``points`` (``fixed_points(task, lam, alpha)``; points computed without a step size certify
         nothing). The dynamics along each edge is monotone towards its attractor (docs/models/single_location.md
         §7.1, §7.4).
+    lam : float or array > 0
 
     Returns
     -------
@@ -1069,6 +1112,14 @@ def run_to_fixed_point(
     converged trajectories also keeps them clear of the subnormal range (docs/models/single_location.md §0.3:
     converging components decay geometrically).
 
+    Parameters
+    ----------
+    alpha : float > 0
+    n_steps : int >= 0
+    stop_tol : float > 0
+    chunk : int >= 1
+    lam : float or array > 0
+
     Returns
     -------
     (final states (n, 5), steps run (n,) int64).
@@ -1123,7 +1174,12 @@ FIXED_POINT_KINDS: tuple[str, ...] = (
 
 @dataclass(frozen=True, kw_only=True)
 class Basins:
-    """Basin fractions of the end states of PGD (Definition 1) from uniform sphere starts (see :func:`basins`)."""
+    """Basin fractions of the end states of PGD (Definition 1) from uniform sphere starts (see :func:`basins`).
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
 
     kinds: tuple
     counts: tuple
@@ -1162,6 +1218,15 @@ def basins(
     certificate nor by sitting within ``tol`` of it. Such runs count as "unconverged", and ``notes`` says, per
     nearest fixed point, how many there are, how far they are from it and why they were not named after it.
     ``points`` must then carry the step size (``fixed_points(task, lam, alpha)``).
+
+    Parameters
+    ----------
+    n : int >= 1
+    alpha : float > 0
+    n_steps : int >= 0
+    tol : float > 0
+    stop_tol : float > 0
+    lam : float or array > 0
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
@@ -1236,6 +1301,10 @@ def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
 
     Implements docs/models/single_location.md §7.4 (found by this toolkit's verification; not in the paper). S exists
     when theta_S <= 1. Its excess risk is gamma^2 [1 - g^2 phi_1(0,g)^2/zeta(0,g) + zeta(0,g)] + (L-1) zeta0(lambda).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     lam = check_positive("lam", lam)
@@ -1263,6 +1332,10 @@ def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "
     toolkit's reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
     manifold initialisation, kappa = Z1/sqrt(Z1^2 + chi2(d-2)), nu = Z2/sqrt(Z2^2 + chi2(d-3)) (draw order (Z1, Z2),
     then the two chi-squares), theta = eta = rho = 0. Needs d >= 4.
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
@@ -1354,6 +1427,11 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
     Implements docs/models/single_location.md §1 (paper Sec. 2): J0 ~ location_probs (uniform by default); x_J0 ~
     N(sqrt(d/2) k*, gamma^2 I); other tokens N(0, I); y = x_J0 . v* + xi, xi ~ N(0, eps^2). Draw order: j0, tokens,
     noise.
+
+    Parameters
+    ----------
+    n : int >= 1
+    location_probs : float or array >= 0
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
@@ -1375,7 +1453,12 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
 
 def predict_erf(X, k, v, lam):
     """The erf predictor T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) for X (..., L, d)
-    (docs/models/single_location.md §2.3, paper Eq. (3))."""
+    (docs/models/single_location.md §2.3, paper Eq. (3)).
+
+    Parameters
+    ----------
+    lam : float or array > 0
+    """
     X = check_finite_array("X", X, ndim=tuple(range(2, 33)))
     lam = check_positive("lam", lam)
     d = X.shape[-1]
@@ -1531,7 +1614,8 @@ def map(
 
     Parameters
     ----------
-    task : SingleLocationTask (d >= 4)
+    task : SingleLocationTask
+        The task; its dimension d must be >= 4.
     state0 : (n, 5) or (5,) float64 (kappa, nu, theta, eta, rho); with ``manifold=True`` also (n, 2) (kappa, nu) or
         (n, 5) with theta = eta = rho = 0.
     alpha : float > 0 or (n,) array
@@ -1545,7 +1629,7 @@ def map(
         Steps to record (default ``SaveAt(n=201)``).
     manifold : bool
         Run the two-scalar map on M.
-    d : int or (n,) int array, optional
+    d : int or (n,) int array, >= 2, optional
         Token dimension per trajectory (default ``task.d``); d enters the map only through s = sqrt(d/2).
     converged : float > 0, optional
         Stop each trajectory, inside the compiled loop, once one update moves none of its scalars by more than
@@ -1666,7 +1750,12 @@ def full_pgd(
     Parameters
     ----------
     k0, v0 : (d,) or (n, d) unit vectors; k_star, v_star : (d,) orthonormal.
-    alpha, n_steps, lam : as in :func:`map`.
+    alpha : float > 0 or (n,) array
+        As in :func:`map`.
+    n_steps : int >= 0
+        As in :func:`map`.
+    lam : float > 0 or 1-D array
+        As in :func:`map`.
     save_every : int >= 1
         Record every ``save_every`` steps (and the last step).
     save_vectors : bool
@@ -1788,6 +1877,10 @@ def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float
       (docs/models/single_location.md §5.4).
     * ``null_risk``: eps^2 + gamma^2, the risk of the zero predictor (the large-L limit of ``linear_risk``,
       docs/models/single_location.md §5.4).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     lam = check_positive("lam", lam)
@@ -1829,6 +1922,7 @@ def _check_points(name: str, value) -> None:
 
 
 _LAM = _V.Range(array=True, gt=0)
+_check_lam.range = _LAM  # the range it enforces on numbers (read by dynamics.validation.argument_rules)
 _REALS = _V.Range(array=True)
 _V.validate_module(
     globals(),
@@ -1855,7 +1949,7 @@ _V.validate_module(
     saveat=_V.Instance(_SaveAt),
     d=_V.Range(integer=True, ge=2),
     n=_V.Range(integer=True, ge=1),
-    n_steps=_V.Range(integer=True, ge=1),
+    n_steps=_V.Range(integer=True, ge=0),  # 0 steps: the initial state alone
     n_starts=_V.Range(integer=True, ge=0),
     max_iter=_V.Range(integer=True, ge=1),
     chunk=_V.Range(integer=True, ge=1),
@@ -1868,5 +1962,11 @@ _V.validate_module(
     gamma=_V.Range(gt=0),
     noise=_V.Range(ge=0),
     # map runs batched configurations: alpha and d may be arrays broadcast against the batch (checked again inside)
-    per_function={"map": {"alpha": _V.Range(array=True, gt=0), "d": _V.Range(array=True, integer=True, ge=2)}},
+    per_function={
+        "SingleLocationTask": {"L": _V.Range(integer=True, ge=1)},
+        "map": {
+            "alpha": _V.Range(array=True, gt=0),
+            "d": _V.Range(array=True, integer=True, ge=2),
+        },
+    },
 )

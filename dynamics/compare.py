@@ -116,7 +116,13 @@ RULE = (
 
 
 def t_quantile(level: float, df) -> np.ndarray:
-    """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (array ``df`` allowed; inf = normal)."""
+    """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (array ``df`` allowed; inf = normal).
+
+    Parameters
+    ----------
+    df : float or array > 0
+    level : float in (0, 1)
+    """
 
     level = check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     return stdtrit(np.asarray(df, dtype=np.float64), 1.0 - level / 2.0)
@@ -164,6 +170,12 @@ def p_value(gap, se, df, allowance=0.0) -> np.ndarray:
 
     A row ``fails`` at ``level`` exactly when this p-value is below ``level``; :func:`adjust` combines these
     p-values over many rows. ``se = 0`` gives 0 when ``|gap| > allowance`` and 1 otherwise.
+
+    Parameters
+    ----------
+    se : float or array >= 0
+    df : float or array > 0
+    allowance : float or array >= 0
     """
     gap, se, df, a = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (gap, se, df, allowance)))
     excess = np.abs(gap) - a
@@ -250,17 +262,19 @@ def gap_test(
 
     Parameters
     ----------
-    theory, mean, se_learned : array_like
-        Theory value, mean over seeds and its standard error (``std(ddof=1) / sqrt(n_seeds)``); finite, se >= 0.
+    theory, mean : array_like
+        Theory value and mean over seeds.
+    se_learned : array_like >= 0
+        Standard error of the mean (``std(ddof=1) / sqrt(n_seeds)``); finite, se >= 0.
         For a paired comparison pass ``theory = 0`` and the mean and SE of the per-seed differences.
     n_seeds : int >= 2
         Number of seeds behind ``mean``.
-    theory_se : array_like, optional
+    theory_se : array_like >= 0, optional
         The theory's own standard error when it is a Monte Carlo estimate (>= 0, finite).
     theory_n : int >= 2, optional
         Number of Monte Carlo samples behind ``theory_se``; ``None`` means at least ``n_seeds`` (then
         ``df = n_seeds - 1``, which is the smaller df).
-    allowance : array_like
+    allowance : array_like >= 0
         Absolute allowance ``a >= 0`` (already combined with any relative part).
     level : float in (0, 1)
         Two-sided false-alarm probability.
@@ -602,6 +616,8 @@ _ARRAY = Range(array=True)
 _SE = Range(array=True, ge=0)
 validate_module(
     globals(),
+    level=Range(gt=0, lt=1),
+    power=Range(lt=1),  # and > level, checked in the body
     per_function={
         "t_quantile": {"df": Range(array=True, gt=0, finite=False)},  # inf = the normal limit
         "mdd_factor": {"df": Range(array=True, gt=0)},

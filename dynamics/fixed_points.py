@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamics.validation import check_choice, check_finite_array, check_int, check_positive
+from dynamics.validation import Range, check_choice, check_finite_array, check_int, check_positive, validate_module
 
 __all__ = ["Basins", "FixedPoint", "basins", "fixed_points"]
 
@@ -502,3 +502,15 @@ def basins(
             labels[i] = int(np.argmin(dists))
     fractions = np.array([np.mean(labels == j) for j in range(len(points))])
     return Basins(labels=labels, final=final, fractions=fractions, points=points)
+
+
+validate_module(
+    globals(),
+    skip=("FixedPoint", "Basins"),  # results, built here (eigenvalues may be complex)
+    tol=Range(gt=0),
+    same=Range(gt=0),
+    max_iter=Range(integer=True, ge=1),
+    neutral_tol=Range(ge=0),
+    n_steps=Range(integer=True, ge=0),
+    t_end=Range(gt=0),
+)  # the rest from the annotations (dynamics.validation)

@@ -115,6 +115,11 @@ class Dopri5(_Adaptive):
     ``atol + rtol * max(|y|, |y_new|)`` must be <= 1; factor ``0.9 err^(-1/5)`` clipped to [0.2, 10]; steps never
     exceed ``dt_max``. Save times are served by the 4th-order continuous extension, so they do not change the step
     sequence. ``dt0`` (default: Hairer's initial-step heuristic) is the first trial step.
+
+    Parameters
+    ----------
+    dt_max : float > 0
+    max_steps : int in [1, 1000000000]
     """
 
     order = 5
@@ -124,7 +129,13 @@ class Dopri5(_Adaptive):
 @dataclass(frozen=True)
 class Tsit5(_Adaptive):
     """Adaptive Tsitouras 5(4) (Tsitouras 2011), with the same step control and options as :class:`Dopri5` and its
-    own 4th-order free interpolant for the save times."""
+    own 4th-order free interpolant for the save times.
+
+    Parameters
+    ----------
+    dt_max : float > 0
+    max_steps : int in [1, 1000000000]
+    """
 
     order = 5
     tableau = _steppers.TSIT5
@@ -579,6 +590,9 @@ def iterate(
         params, the start is shared by n trajectories. Other row counts raise ``ValueError`` naming both shapes.
     saveat : :class:`SaveAt` with ``steps=``, ``every=``, ``n=``, ``log=`` or ``final=True``; default ``n=201``.
         Saves are written by the compiled loop, so ``every=1`` costs little more than ``final=True``.
+    time_scale : float > 0
+    bound : float > 0
+    converged : float > 0
 
     Other Parameters
     ----------------
@@ -791,6 +805,8 @@ def integrate(
         default ``Dopri5()``).
     saveat : :class:`SaveAt` with ``ts=``, ``n=``, ``log=``, ``final=True`` or (fixed step) ``every=``;
         default ``n=201``.
+    bound : float > 0
+    converged : float > 0
 
     Other Parameters
     ----------------

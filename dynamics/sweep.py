@@ -28,7 +28,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from dynamics.provenance import provenance_attrs
-from dynamics.validation import ArgumentTypeError, check_choice, check_int, validate_module
+from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, validate_module
 
 __all__ = ["SweepError", "sweep"]
 
@@ -433,4 +433,9 @@ def _check_client(name: str, client) -> None:
         )
 
 
-validate_module(globals(), client=_check_client)  # the rest from the annotations (dynamics.validation)
+validate_module(
+    globals(),
+    client=_check_client,
+    processes=Range(integer=True, ge=1),
+    chunk_size=Range(integer=True, ge=1),
+)  # the rest from the annotations (dynamics.validation)

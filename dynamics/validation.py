@@ -58,6 +58,7 @@ __all__ = [
     "sequence_check",
     "validated",
     "validate_module",
+    "argument_rules",
 ]
 
 #: Largest integer any checked ``int`` parameter accepts unless its check says otherwise: sizes, counts, step numbers
@@ -574,6 +575,21 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
     return done
 
 
+def argument_rules(obj) -> dict | None:
+    """The checks a validated callable applies, ``{parameter: check}`` (a :class:`Range`, :class:`Array`,
+    :class:`OneOf`, :class:`Instance` or a ``check(name, value)`` function), or ``None`` if ``obj`` is not validated.
+
+    ``obj`` is a function wrapped by :func:`validated` (or :func:`validate_module`) or a class whose ``__init__`` (a
+    NamedTuple's ``__new__``) is. Parameters without a check are left out. Tests read it to compare each parameter's
+    documented range with the one enforced.
+    """
+    if inspect.isclass(obj):
+        obj = obj.__dict__.get("__init__") if "__init__" in obj.__dict__ else obj.__dict__.get("__new__")
+        obj = obj.__func__ if isinstance(obj, staticmethod) else obj
+    rules = getattr(obj, "_argument_rules", None)
+    return rules() if rules is not None else None
+
+
 def _refuse_compiled(fn) -> None:
     mod = type(fn).__module__ or ""
     if mod.startswith("numba") or hasattr(fn, "py_func"):
@@ -633,8 +649,15 @@ def _wrap(fn, specs: dict, owner=None, only_known: bool = False):
                 raise _prefixed(exc, label) from None
         return fn(*args, **kwargs)
 
+    def rules() -> dict:
+        nonlocal plan
+        if plan is None:
+            plan = build()
+        return {name: check for name, _, check, _ in plan}
+
     wrapper.__validated__ = True
     wrapper.__wrapped__ = fn
+    wrapper._argument_rules = rules
     return wrapper
 
 

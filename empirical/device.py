@@ -164,6 +164,10 @@ def torch_threads(n: int | None = 1, *, device: str | torch.device | None = None
     The toolkit's models are small (tensors of a few thousand entries): a second OpenMP thread only adds
     synchronisation, measured 6-10x slower per step on a 2-core machine. ``n=None`` leaves the setting alone; a
     ``device`` other than CPU (GPU runs) leaves it alone too.
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     if n is None or (device is not None and torch.device(device).type != "cpu"):
         yield

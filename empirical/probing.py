@@ -475,6 +475,10 @@ def standardizer(x, *, rel_floor: float = 1e-6) -> tuple[np.ndarray, np.ndarray]
 
     Dropping matters: the last layer of all-MiniLM-L6-v2 has a coordinate that is constant up to 1e-32, which a
     plain standardisation would blow up into the dominant direction of any probe.
+
+    Parameters
+    ----------
+    rel_floor : float > 0
     """
     x = np.asarray(x, dtype=np.float64)
     mean, std = x.mean(axis=0), x.std(axis=0)
@@ -570,7 +574,7 @@ def direction_probe(
     x_pos, x_neg : arrays (n_pos, width), (n_neg, width)
     tests : dict name -> (pos, neg)
         Held-out groups.
-    C : float
+    C : float > 0
     standardization : (mean, scale) or None
         Shared standardisation (so that directions of several probes live in the same coordinates).
 
@@ -655,9 +659,9 @@ def run_draw(
     n_train, n_test : int
         Sentences in the train set and in each of the four test sets (even, >= 2).
     rng : numpy Generator, seed or None
-    C : float
+    C : float > 0
         Inverse L2 strength of every probe (:func:`fit_probe`).
-    batch_size : int
+    batch_size : int >= 1
     progress : bool
     """
     rng = as_generator(rng)
@@ -757,4 +761,5 @@ validate_module(
     rel_floor=Range(gt=0),
     C=Range(gt=0),
     model_dir=_optional_path,
+    batch_size=Range(integer=True, ge=1),
 )

@@ -258,7 +258,7 @@ class BlockRNG:
     ----------
     keys : (S, 2) uint64 array
         Per-seed key words (:func:`stream_keys`).
-    block : int
+    block : int >= 0
         Block index (>= 0); the trainer uses the data block index, 0 for a one-off draw (evaluation set).
     device : torch.device
         Where the returned tensors live (the draws are made on the CPU).

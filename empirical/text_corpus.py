@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics.validation import check_choice, check_in_range, check_int, validate_module
+from dynamics.validation import Range, check_choice, check_in_range, check_int, validate_module
 
 __all__ = ["UNK", "Corpus", "default_text", "load_corpus", "tokenize"]
 
@@ -117,4 +117,4 @@ def load_corpus(
     return Corpus(vocab=vocab, train=ids[:n_train], heldout=ids[n_train:], source=source)
 
 
-validate_module(globals())  # argument checks from the annotations (dynamics.validation)
+validate_module(globals(), heldout_fraction=Range(gt=0, lt=1))  # the rest from the annotations (dynamics.validation)

@@ -269,7 +269,7 @@ class TrainConfig:
     ----------
     seeds : sequence of int
         Distinct seeds >= 0, trained together along the leading seed axis (an int is one seed).
-    n_steps : int
+    n_steps : int >= 0
         Number of updates (>= 0).
     batch_size : int
         Samples per seed per update (>= 1).
@@ -290,7 +290,7 @@ class TrainConfig:
     dataset_size : int or None
         ``None``: online (fresh samples every step). An int ``N >= batch_size``: a fixed dataset of ``N`` samples per
         seed.
-    eval_size : int
+    eval_size : int >= 0
         Size of the fixed evaluation batch per seed (>= 0; 0 logs no evaluation metrics).
     saveat : dynamics.SaveAt
         Steps at which probes and metrics are logged (``SaveAt(every=...)``, ``steps=``, ``n=``, ``log=``,

@@ -263,7 +263,7 @@ class GroupSparseAttention:
     ----------
     task : closedform.group_sparse.GroupSparseTask
     parametrisation : {"merged", "factorised"}
-    init_scale : float
+    init_scale : float > 0
         Std of the factor entries of the factorised model (default 0.01, docs/models/token_selection.md §0).
     v_star : (d,) array, optional
         The label direction. Default: that of ``data`` if given, else the first draw of
@@ -483,7 +483,12 @@ def training_samples(
     """One training sample per seed by the exact recipe of docs/models/token_selection.md §G.B
     (``closedform.group_sparse.sample``) with
     ``numpy.random.default_rng(seed)`` and the given v* (so v* is not drawn; docs/models/token_selection.md §B.7: raw
-    samples, not mirrored)."""
+    samples, not mirrored).
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
     seeds = [check_int("seed", s, min_value=0) for s in np.atleast_1d(seeds)]
     return [cf.sample(task, n, np.random.default_rng(s), v_star=v_star, mirror=mirror) for s in seeds]
 
@@ -581,6 +586,11 @@ def sample_downstream(
     (``ValueError`` otherwise, before any draw). The number of proposal rounds is bounded (each round proposes at
     least twice the missing count divided by the acceptance probability); exceeding the bound raises
     ``RuntimeError`` instead of looping forever.
+
+    Parameters
+    ----------
+    n : int >= 1
+    gamma : float >= 0
     """
     n = check_int("n", n, min_value=1)
     gamma = check_nonneg("gamma", gamma)
@@ -657,6 +667,11 @@ def downstream_sgd(
     y (S, n_max), X_test (S, n_test, d, D), y_test (S, n_test). Returns the test errors (S, len(checkpoints)), the
     fraction of test draws with y f <= 0. One SGD pass over the first n samples is the run with n samples (the step
     size depends only on i), so every checkpoint is the prefix of one pass. float64.
+
+    Parameters
+    ----------
+    checkpoints : int or int array >= 1
+    lr0 : float > 0
     """
     dtype = torch.float64
     W, X, y, X_test, y_test = (
@@ -689,7 +704,12 @@ def downstream_sgd(
 def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
     """Test error of L2-penalised logistic regression on vec(X) in R^{dD} (docs/models/token_selection.md §B.4 baseline:
     penalty l2/2 ||w||^2,
-    no intercept, fitted to convergence by L-BFGS). X (n, d, D), y (n,); returns the error on (X_test, y_test)."""
+    no intercept, fitted to convergence by L-BFGS). X (n, d, D), y (n,); returns the error on (X_test, y_test).
+
+    Parameters
+    ----------
+    l2 : float > 0
+    """
     X = np.asarray(X, dtype=np.float64)
     Xf = X.reshape(X.shape[0], -1)
     y = np.asarray(y, dtype=np.float64)

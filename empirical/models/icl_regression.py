@@ -912,5 +912,8 @@ _V.validate_module(
     supports=_V.sequence_check,
     model_or_spec=_MODEL,
     traj=_V.Instance(_xr.Dataset),
-    per_function={"pattern_params": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)}},
+    per_function={
+        "pattern_params": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)},
+        "ICLModelSpec": {"H": _V.Range(integer=True, ge=1), "rho": _V.Range(gt=-1, lt=1)},
+    },
 )

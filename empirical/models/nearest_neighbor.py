@@ -219,7 +219,12 @@ def to_weights(params: Mapping[str, torch.Tensor]) -> np.ndarray:
 
 
 def to_prompts(batch: Mapping[str, torch.Tensor], seed_index: int) -> cf.Prompts:
-    """The prompts of one seed of a torch batch as a labelled :class:`closedform.nearest_neighbor.Prompts`."""
+    """The prompts of one seed of a torch batch as a labelled :class:`closedform.nearest_neighbor.Prompts`.
+
+    Parameters
+    ----------
+    seed_index : int >= 0
+    """
     H = batch["H"][seed_index].detach().to("cpu", torch.float64).numpy()
     d = H.shape[1] - 2
     X = np.ascontiguousarray(np.swapaxes(H[:, :d, :-1], 1, 2))
@@ -271,7 +276,11 @@ class NearestNeighborAttention:
     Parameters
     ----------
     task : closedform.nearest_neighbor.NearestNeighborTask
-    parametrisation, init_scale, quantile :
+    parametrisation : {"merged", "factorised"}
+        See :class:`NearestNeighborModelSpec`.
+    init_scale : float > 0
+        See :class:`NearestNeighborModelSpec`.
+    quantile : float in (0, 1)
         See :class:`NearestNeighborModelSpec`.
     data : sequence of closedform.nearest_neighbor.Prompts, optional
         Fixed labelled training prompts, one sample per seed (in the order of ``config.seeds``), all of one size
@@ -477,6 +486,10 @@ def prompt_samples(
 
     ``duplicate_labels``: every prompt is followed by its copy with y -> -y (docs/models/token_selection.md §A.8; 2
     n_prompts rows, the same x's, so ``map`` on ``sample_prompts(task, n_prompts, seed)`` sees the same inputs).
+
+    Parameters
+    ----------
+    n_prompts : int >= 1
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     out = []

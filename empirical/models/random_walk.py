@@ -344,7 +344,15 @@ class RandomWalkAttention:
     Parameters
     ----------
     task : closedform.random_walk.RandomWalkTask
-    parametrisation, init, init_scale, normalize_tokens, log_profile, log_walks :
+    parametrisation : {"merged", "factorised"}
+        See :class:`RandomWalkModelSpec`.
+    init : {"zero", "random"}
+        See :class:`RandomWalkModelSpec`.
+    init_scale : float > 0
+        See :class:`RandomWalkModelSpec`.
+    normalize_tokens, log_profile : bool
+        See :class:`RandomWalkModelSpec`.
+    log_walks : int >= 0
         See :class:`RandomWalkModelSpec`.
     data : sequence of closedform.random_walk.WalkSample, optional
         Fixed training walks, one sample per seed (in the order of ``config.seeds``), all of one size, equal
@@ -597,6 +605,11 @@ def walk_samples(
     For each seed, ``numpy.random.default_rng(seed)`` draws ``n_train`` training walks, then ``n_test`` test walks
     from the same generator (:func:`closedform.random_walk.sample_walks`), so the closed form's
     ``map(walks=n_train, rng=seed, test=n_test)`` sees the very same walks. Returns (train, test or None).
+
+    Parameters
+    ----------
+    n_train : int >= 1
+    n_test : int >= 1
     """
     n_train = check_int("n_train", n_train, min_value=1)
     seeds = [check_int("seed", s, min_value=0) for s in np.atleast_1d(seeds)]
@@ -751,7 +764,12 @@ def qa_questions(task: str) -> tuple[np.ndarray, np.ndarray]:
 
 def qa_sample(task: str, n: int, rng) -> cf.WalkSample:
     """n questions drawn uniformly (with replacement) from :func:`qa_questions`, as a sample of token sequences whose
-    last column is the answer (the layout of :class:`closedform.random_walk.WalkSample`; no walk structure)."""
+    last column is the answer (the layout of :class:`closedform.random_walk.WalkSample`; no walk structure).
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
     n = check_int("n", n, min_value=1)
     tokens, labels = qa_questions(task)
     idx = (
@@ -768,7 +786,15 @@ def qa_geometry(
     """The embedding geometry of a QA task: K = 19 tokens, N = words + 1 (blank query last), positional dimension M,
     squared positional norm rho (default M/2), step eta, offset eps (docs/models/token_selection.md §C.8 defaults: M =
     1000, eta = 0.1,
-    eps = 0.1). Carried by a ``RandomWalkTask`` whose p (0.5) is not used: there is no walk."""
+    eps = 0.1). Carried by a ``RandomWalkTask`` whose p (0.5) is not used: there is no walk.
+
+    Parameters
+    ----------
+    M : int >= 3
+    eta : float > 0
+    eps : float > 0
+    rho : float > 0
+    """
     n_words = qa_questions(task)[0].shape[1]
     return cf.RandomWalkTask(K=len(QA_VOCAB), N=n_words + 1, M=M, p=0.5, eta=eta, eps=eps, rho=rho)
 
@@ -776,7 +802,13 @@ def qa_geometry(
 @dataclass(frozen=True, kw_only=True)
 class QAModelSpec:
     """What defines a QA run (docs/models/token_selection.md §C.8): task, geometry, ReLU variant, init scale,
-    normalisation, data digests."""
+    normalisation, data digests.
+
+    Parameters
+    ----------
+    m_relu : int >= 1
+    init_scale : float > 0
+    """
 
     task: str
     geometry: cf.RandomWalkTask
@@ -809,6 +841,15 @@ class QAAttention:
     raises e_y^T f (its gradient in f is -e_y / (e_y^T f + eps)), so nothing lowers the other labels' outputs and the
     prediction margin is left to the part of f shared by all questions; cross-entropy also pushes the wrong labels
     down (figure ``random_walk.qa``).
+
+    Parameters
+    ----------
+    M : int >= 3
+    eta : float > 0
+    eps : float > 0
+    m_relu : int >= 1
+    init_scale : float > 0
+    rho : float > 0
     """
 
     name = "random_walk_qa"

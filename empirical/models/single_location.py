@@ -380,7 +380,8 @@ def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator
     Parameters
     ----------
     state : (5,) array_like (kappa, nu, theta, eta, rho), with a positive semidefinite Gram matrix.
-    k_star, v_star : (d,) tensors, orthonormal, d >= 4.
+    k_star, v_star : (d,) tensors
+        Orthonormal, with d >= 4.
     """
     kappa, nu, theta, eta, rho = (float(x) for x in check_finite_array("state", state, shape=(5,)))
     d = k_star.shape[0]

@@ -116,7 +116,7 @@ class MultiLocationTask(LocationTask):
 
     Parameters
     ----------
-    d : int >= 2 K
+    d : int >= 2*K
         Token dimension (the 2K oracle directions must be orthonormal in R^d).
     L : int >= K
         Tokens per sequence.
@@ -557,6 +557,10 @@ def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwar
     docs/models/single_location.md §8.7). ``kind="transformer"``: the one-layer Transformer with a register token, paper
     Eq. (29) (:class:`TransformerLayer`); ``kind="multihead_erf"``: the multi-head erf predictor, paper Eq. (31)
     (:class:`MultiHeadErf`; ``kwargs`` may hold ``lam_floor``). ``n_heads`` heads.
+
+    Parameters
+    ----------
+    n_heads : int >= 1
     """
     check_choice("kind", kind, KINDS)
     # the paper uses 1 or K = 2 heads; 4096 keeps a typo from allocating H d x d matrices per seed
@@ -578,5 +582,10 @@ _V.validate_module(
     k_star=_V.Array(ndim=(1, 2)),
     v_star=_V.Array(ndim=(1, 2)),
     rng=_V.seed_check,
-    per_function={"sample_tokens": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)}},
+    n_heads=_V.Range(integer=True, ge=1),
+    per_function={
+        "sample_tokens": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)},
+        "MultiLocationTask": {"K": _V.Range(integer=True, ge=1), "gamma": _V.Range(gt=0), "noise": _V.Range(ge=0)},
+        "MultiHeadErf": {"lam_floor": _V.Range(ge=0)},
+    },
 )
