@@ -7,8 +7,11 @@ Two layers:
 * the :func:`validated` decorator (and :func:`validate_module` for every public function and dataclass of a module),
   which reads a callable's signature and annotations once and checks, on each call, the arguments whose annotation is
   a class (a task or sample class, ``bool``, ``int``, ``float``, ``np.ndarray``, ``Callable``, a ``Literal``, a union
-  of these, ``| None``), plus the per-argument specs given to it (:class:`Range`, :class:`Array`, :class:`OneOf`, a
-  class, or any ``check(name, value)`` callable).
+  of these, ``| None``) or carries a rule in ``typing.Annotated`` metadata (:class:`Range`, :class:`Array`,
+  :class:`OneOf`, :class:`Instance`, a class, or any ``check(name, value)`` callable), e.g.
+  ``n_steps: Annotated[int, Range(integer=True, ge=0)]``. A parameter's rule is declared once, at its definition;
+  the docstring states the same range in its type line (``n_steps : int >= 0``), which a test compares with the rule
+  (:func:`argument_rules`).
 
 Wrong types raise :class:`ArgumentTypeError` (a ``TypeError`` that is also a ``ValueError``, so callers that caught
 the ``ValueError`` the helpers raised before keep working); values of the right type outside their range raise
@@ -696,7 +699,15 @@ def _hints(fn, owner) -> dict:
 
 
 def _check_for(spec, ann):
-    """(check, optional) for a parameter: its explicit spec, else what its annotation implies (or (None, _))."""
+    """(check, optional) for a parameter: its explicit spec, else the rule in its ``Annotated`` metadata, else what its
+    annotation implies (or (None, _))."""
+    if typing.get_origin(ann) is typing.Annotated:
+        rules = [m for m in ann.__metadata__ if m is None or inspect.isclass(m) or callable(m)]
+        if len(rules) > 1:
+            raise TypeError(f"Annotated[...] holds several argument rules: {rules}")
+        if rules and spec is _MISSING:
+            spec = rules[0]
+        ann = ann.__origin__
     optional = False
     if ann is not _MISSING:
         _, optional = _annotation_types(ann)
