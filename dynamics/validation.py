@@ -689,6 +689,9 @@ def _hints(fn, owner) -> dict:
         glb.update(vars(sys.modules.get(owner.__module__, types.ModuleType("x"))))
     out = {}
     for name, ann in raw.items():
+        if isinstance(ann, typing.ForwardRef):  # a NamedTuple's field: only its Annotated rule is read
+            text = ann.__forward_arg__
+            ann = text if text.startswith(("Annotated[", "typing.Annotated[")) else ann
         if isinstance(ann, str):
             try:
                 ann = eval(ann, glb)  # noqa: S307  (the module's own annotation text)
