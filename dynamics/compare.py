@@ -65,6 +65,7 @@ holds" is an intersection-union test, valid at the per-row level (Berger 1982, T
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -115,7 +116,9 @@ RULE = (
 """One-line statement of the test, shown once per gap table in the report."""
 
 
-def t_quantile(level: float, df) -> np.ndarray:
+def t_quantile(
+    level: Annotated[float, Range(gt=0, lt=1)], df: Annotated[Any, Range(array=True, gt=0, finite=False)]
+) -> np.ndarray:
     """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (array ``df`` allowed; inf = normal).
 
     Parameters
@@ -128,7 +131,11 @@ def t_quantile(level: float, df) -> np.ndarray:
     return stdtrit(np.asarray(df, dtype=np.float64), 1.0 - level / 2.0)
 
 
-def mdd_factor(level: float, df, power: float = DEFAULT_POWER) -> np.ndarray:
+def mdd_factor(
+    level: Annotated[float, Range(gt=0, lt=1)],
+    df: Annotated[Any, Range(array=True, gt=0)],
+    power: Annotated[float, Range(lt=1)] = DEFAULT_POWER,
+) -> np.ndarray:
     """Noncentrality ``delta`` at which the two-sided Student-t test at ``level`` on ``df`` degrees of freedom
     rejects with probability ``power``: ``P(|T'_{df, delta}| > q) = power`` (``T'`` noncentral t, ``q`` of
     :func:`t_quantile`), computed as the normal power integrated over the chi-square law of the sample variance
@@ -165,7 +172,12 @@ def mdd_factor(level: float, df, power: float = DEFAULT_POWER) -> np.ndarray:
     return out
 
 
-def p_value(gap, se, df, allowance=0.0) -> np.ndarray:
+def p_value(
+    gap: Annotated[Any, _ARRAY],
+    se: Annotated[Any, _SE],
+    df: Annotated[Any, Range(array=True, gt=0)],
+    allowance: Annotated[Any, _SE] = 0.0,
+) -> np.ndarray:
     """Two-sided p-value of the ``fails`` test: ``min(1, 2 P(T_df > (|gap| - allowance) / se))``.
 
     A row ``fails`` at ``level`` exactly when this p-value is below ``level``; :func:`adjust` combines these
@@ -247,16 +259,16 @@ def _verdicts(gap, se, df, a, level, power, *, sd_learned, theory_se, df_cap, n_
 
 
 def gap_test(
-    theory,
-    mean,
-    se_learned,
-    n_seeds: int,
+    theory: Annotated[Any, _ARRAY],
+    mean: Annotated[Any, _ARRAY],
+    se_learned: Annotated[Any, _SE],
+    n_seeds: Annotated[int, Range(integer=True, ge=2)],
     *,
-    theory_se=None,
-    theory_n: int | None = None,
-    allowance=0.0,
-    level: float = DEFAULT_LEVEL,
-    power: float = DEFAULT_POWER,
+    theory_se: Annotated[Any, _SE] = None,
+    theory_n: Annotated[int | None, Range(integer=True, ge=2)] = None,
+    allowance: Annotated[Any, _SE] = 0.0,
+    level: Annotated[float, Range(gt=0, lt=1)] = DEFAULT_LEVEL,
+    power: Annotated[float, Range(lt=1)] = DEFAULT_POWER,
 ) -> dict[str, np.ndarray]:
     """The calibrated gap test of the module docstring on arrays (broadcast elementwise).
 
@@ -344,12 +356,12 @@ def compare(
     learned: xr.Dataset,
     *,
     variables: str | Sequence[str],
-    times=None,
-    allowance: float = 0.0,
-    rel_allowance: float = 0.0,
-    level: float = DEFAULT_LEVEL,
+    times: Annotated[Any, _ARRAY] = None,
+    allowance: Annotated[float, Range(ge=0)] = 0.0,
+    rel_allowance: Annotated[float, Range(ge=0)] = 0.0,
+    level: Annotated[float, Range(gt=0, lt=1)] = DEFAULT_LEVEL,
     paired: bool | None = None,
-    power: float = DEFAULT_POWER,
+    power: Annotated[float, Range(lt=1)] = DEFAULT_POWER,
 ) -> xr.Dataset:
     """Compare learned trajectories (seeds) with a theory, variable by variable and time by time.
 
@@ -528,7 +540,7 @@ def compare(
 _METHODS = ("holm", "bonferroni")
 
 
-def adjust(results, method: str = "holm", level: float | None = None):
+def adjust(results, method: str = "holm", level: Annotated[float | None, Range(gt=0, lt=1)] = None):
     """Family-wise decision over many rows: Holm's step-down rule (or Bonferroni) on the rows' ``fails`` p-values.
 
     Under the complete null (every row's theory right within its allowance) the probability that *any* row of the
@@ -611,26 +623,7 @@ def adjust(results, method: str = "holm", level: float | None = None):
     return out
 
 
-# Argument checks of the public functions (dynamics.validation; annotations give the rest).
+# Argument checks of the public functions (dynamics.validation): each parameter's rule is in its annotation.
 _ARRAY = Range(array=True)
 _SE = Range(array=True, ge=0)
-validate_module(
-    globals(),
-    level=Range(gt=0, lt=1),
-    power=Range(lt=1),  # and > level, checked in the body
-    per_function={
-        "t_quantile": {"df": Range(array=True, gt=0, finite=False)},  # inf = the normal limit
-        "mdd_factor": {"df": Range(array=True, gt=0)},
-        "p_value": dict(gap=_ARRAY, se=_SE, df=Range(array=True, gt=0), allowance=_SE),
-        "gap_test": dict(
-            theory=_ARRAY,
-            mean=_ARRAY,
-            se_learned=_SE,
-            theory_se=_SE,
-            allowance=_SE,
-            n_seeds=Range(integer=True, ge=2),
-            theory_n=Range(integer=True, ge=2),
-        ),
-        "compare": dict(times=_ARRAY, allowance=Range(ge=0), rel_allowance=Range(ge=0)),
-    },
-)
+validate_module(globals())
