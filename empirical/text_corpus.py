@@ -19,6 +19,7 @@ Example
 
 from __future__ import annotations
 
+from typing import Annotated
 import collections
 import re
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ def load_corpus(
     path: str | Path | None = None,
     *,
     vocab_size: int = 2000,
-    heldout_fraction: float = 0.1,
+    heldout_fraction: Annotated[float, Range(gt=0, lt=1)] = 0.1,
     max_tokens: int | None = None,
 ) -> Corpus:
     """Read and tokenise a local text file (default: the stdlib corpus, module docstring).
@@ -117,4 +118,4 @@ def load_corpus(
     return Corpus(vocab=vocab, train=ids[:n_train], heldout=ids[n_train:], source=source)
 
 
-validate_module(globals(), heldout_fraction=Range(gt=0, lt=1))  # the rest from the annotations (dynamics.validation)
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)
