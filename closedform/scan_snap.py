@@ -48,6 +48,7 @@ form 'paper'), the consistent common-token rate with 1/(4K) prefactor (E3, form 
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -145,7 +146,7 @@ class SequenceClasses:
         Label for provenance.
     """
 
-    M: int
+    M: Annotated[int, _V.Range(integer=True, ge=1)]
     P: np.ndarray
     tgt: np.ndarray | None = None
     psi: np.ndarray | None = None
@@ -315,8 +316,8 @@ class ScanSnapTask:
     """
 
     classes: SequenceClasses
-    eta_Y: float
-    eta_Z: float
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)]
+    eta_Z: Annotated[float, _V.Range(array=True, gt=0)]
 
     def __post_init__(self):
         if not isinstance(self.classes, SequenceClasses):
@@ -510,7 +511,7 @@ def _attention_logits(classes: SequenceClasses, Z):
     return logP + Z[..., classes.psi, :]  # (..., K, Lc)
 
 
-def attention_maps(classes: SequenceClasses, Z) -> np.ndarray:
+def attention_maps(classes: SequenceClasses, Z: Annotated[Any, _MATRICES]) -> np.ndarray:
     """Attention maps c_{l|n} = P(l|n) e^{z_{psi(n) l}} / sum_l' (...) (docs/models/scan_snap.md §2.1, Eq. 5;
     docs/models/scan_snap.md §4.6).
 
@@ -527,13 +528,13 @@ def attention_maps(classes: SequenceClasses, Z) -> np.ndarray:
     return scipy.special.softmax(_attention_logits(classes, Z), axis=-1)
 
 
-def unit_attention(classes: SequenceClasses, Z) -> np.ndarray:
+def unit_attention(classes: SequenceClasses, Z: Annotated[Any, _MATRICES]) -> np.ndarray:
     """f_n = c~_n / ||c~_n|| (docs/models/scan_snap.md §2.1, Lemma 2), shape (..., K, Lc)."""
     c = attention_maps(classes, Z)
     return c / np.linalg.norm(c, axis=-1, keepdims=True)
 
 
-def distinct_entropy(classes: SequenceClasses, Z) -> np.ndarray:
+def distinct_entropy(classes: SequenceClasses, Z: Annotated[Any, _MATRICES]) -> np.ndarray:
     """Distinct-token entropy H_n = -sum_{l in G_DT(n)} p_l ln p_l, p = c restricted and renormalised
     (docs/models/scan_snap.md §4.6).
 
@@ -565,7 +566,9 @@ def _decoder_cols(classes, Y, lumped):
     return lay, Y
 
 
-def decoder_stats(classes: SequenceClasses, Y, Z, *, lumped: bool = False) -> dict:
+def decoder_stats(
+    classes: SequenceClasses, Y: Annotated[Any, _MATRICES], Z: Annotated[Any, _MATRICES], *, lumped: bool = False
+) -> dict:
     """Decoder diagnostics of docs/models/scan_snap.md §4.6 (lumped form docs/models/scan_snap.md §4.2): alpha_tgt,
     gamma_hat, loss per class.
 
@@ -598,7 +601,13 @@ def _decoder_stats_of(classes: SequenceClasses, lay: _Layout, Y, f) -> dict:
     return {"alpha_tgt": np.exp(log_alpha_t), "gamma_hat": (M - 1.0) / M * wt_err, "loss": -log_alpha_t}
 
 
-def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: bool = False):
+def population_gradient(
+    task: ScanSnapTask | SequenceClasses,
+    Y: Annotated[Any, _MATRICES],
+    Z: Annotated[Any, _MATRICES],
+    *,
+    lumped: bool = False,
+):
     """Population ascent directions grad_Y (Lc, Ncol), grad_Z (Q, Lc) of docs/models/scan_snap.md §4.2-§4.3 (Lemma 1 at
     T -> inf).
 
@@ -614,7 +623,9 @@ def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: b
     return _unpack(classes, lay, out)
 
 
-def token_drive(task: ScanSnapTask, Y, Z, *, lumped: bool = False) -> np.ndarray:
+def token_drive(
+    task: ScanSnapTask, Y: Annotated[Any, _MATRICES], Z: Annotated[Any, _MATRICES], *, lumped: bool = False
+) -> np.ndarray:
     """Per-token drive D_{nl} = (dz_{ml}/dt) / f_{nl}^2 of distinct tokens (docs/models/scan_snap.md §4.6, §3.3; exact
     ODE 4.2).
 
@@ -629,7 +640,13 @@ def token_drive(task: ScanSnapTask, Y, Z, *, lumped: bool = False) -> np.ndarray
     return D
 
 
-def lemma1_gradient(Y, Z, context, query: int, target: int):
+def lemma1_gradient(
+    Y: Annotated[Any, _MATRICES],
+    Z: Annotated[Any, _MATRICES],
+    context: Annotated[Any, _V.Array(ndim=1, dtype="int")],
+    query: int,
+    target: int,
+):
     """Exact per-sequence ascent directions of J = logit_tgt - logsumexp (docs/models/scan_snap.md §1.5, Lemma 1), full
     M x M model.
 
@@ -665,7 +682,7 @@ def lemma1_gradient(Y, Z, context, query: int, target: int):
     return dY, dZ
 
 
-def random_init(classes: SequenceClasses, rng=None):
+def random_init(classes: SequenceClasses, rng: Annotated[Any, _V.seed_check] = None):
     """Random initialisation of docs/models/scan_snap.md §5.3: full Y, then Z, i.i.d. U(+-1/sqrt(M)) from one generator
     (docs/models/scan_snap.md §4.1).
 
@@ -750,16 +767,16 @@ def _default_solver():
 
 def flow(
     task: ScanSnapTask,
-    t_span,
+    t_span: Annotated[Any, _V.Array(shape=(2,))],
     *,
-    Y0=None,
-    Z0=None,
-    saveat=None,
+    Y0: Annotated[Any, _MATRICES] = None,
+    Z0: Annotated[Any, _MATRICES] = None,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     lumped: bool = True,
     solver=None,
     progress: bool = False,
-    eta_Y=None,
-    eta_Z=None,
+    eta_Y: Annotated[Any, _V.Range(array=True, gt=0)] = None,
+    eta_Z: Annotated[Any, _V.Range(array=True, gt=0)] = None,
 ):
     """Integrate the exact reduced ODE of docs/models/scan_snap.md §4.2 (POPULATION convention), lumped or not.
 
@@ -828,16 +845,16 @@ def flow(
 
 def map(
     task: ScanSnapTask,
-    n_steps: int,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=1)],
     *,
-    momentum=0.0,
-    Y0=None,
-    Z0=None,
-    saveat=None,
+    momentum: Annotated[Any, _V.Range(array=True, ge=0, lt=1)] = 0.0,
+    Y0: Annotated[Any, _MATRICES] = None,
+    Z0: Annotated[Any, _MATRICES] = None,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     lumped: bool = True,
     progress: bool = False,
-    eta_Y=None,
-    eta_Z=None,
+    eta_Y: Annotated[Any, _V.Range(array=True, gt=0)] = None,
+    eta_Z: Annotated[Any, _V.Range(array=True, gt=0)] = None,
     warn_unconverged: bool = True,
 ):
     """Iterate the discrete population map of docs/models/scan_snap.md §4.3 (plain GD or heavy-ball momentum), step for
@@ -898,15 +915,15 @@ def map(
 
 def composite_flow(
     task: ScanSnapTask,
-    t_span,
+    t_span: Annotated[Any, _V.Array(shape=(2,))],
     *,
-    Z0=None,
-    saveat=None,
+    Z0: Annotated[Any, _MATRICES] = None,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     leading_order: bool = False,
     solver=None,
     progress: bool = False,
-    eta_Y=None,
-    eta_Z=None,
+    eta_Y: Annotated[Any, _V.Range(array=True, gt=0)] = None,
+    eta_Z: Annotated[Any, _V.Range(array=True, gt=0)] = None,
 ):
     """Integrate the composite Theorem-1 ODE in Z only (docs/models/scan_snap.md §4.4), exact-q or leading-order form.
 
@@ -964,7 +981,12 @@ def _check_M(M):
     return check_int("M", M, min_value=2)
 
 
-def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
+def decoder_h(
+    tau: Annotated[Any, _TIMES],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+) -> np.ndarray:
     """Explicit h(tau) of Lemma 6 (docs/models/scan_snap.md §2.3): M h = ln(M-1) + ln wright_omega((M eta_Y tau +
     1)/(M-1) - ln(M-1)).
 
@@ -984,7 +1006,12 @@ def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
     return np.vectorize(lambda x: _k.decoder_h(x, float(M), eta_Y), otypes=[np.float64])(tau)
 
 
-def decoder_h_star(s, *, M: int, eta_Y: float) -> np.ndarray:
+def decoder_h_star(
+    s: Annotated[Any, _REALS],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+) -> np.ndarray:
     """Discrete h*(s) of Lemma 5 (docs/models/scan_snap.md §2.3): h*(s) = h*(s-1) + eta_Y / ((M-1) + exp(M h*(s-1))),
     h*(0) = 0.
 
@@ -1005,7 +1032,14 @@ def decoder_h_star(s, *, M: int, eta_Y: float) -> np.ndarray:
     return hs[s]
 
 
-def speed_control(t, *, M: int, K: int, eta_Y: float, eta_Z: float):
+def speed_control(
+    t: Annotated[Any, _TIMES],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    K: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+    eta_Z: Annotated[float, _V.Range(array=True, gt=0)],
+):
     """Speed-control coefficient gamma(t) and Gamma(t) = eta_Z int_0^t gamma (docs/models/scan_snap.md §2.4, Theorem
     1(b)).
 
@@ -1042,7 +1076,12 @@ class TransitionTimes:
     t_half: float  # time when alpha_{n,tgt(n)} = 1/2 (M h = ln(M-1))
 
 
-def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
+def transition_times(
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    K: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+) -> TransitionTimes:
     """t0p, t0, t0_omega1, t_peak, t_half of docs/models/scan_snap.md §2.4 (Lemma 9 and derived landmarks) for uniform
     classes.
 
@@ -1083,7 +1122,12 @@ def transition_time(task: ScanSnapTask) -> TransitionTimes:
 
 
 def measure_transition(
-    task: ScanSnapTask, n: int = 0, *, t_max: float | None = None, n_grid: int = 3001, lumped: bool = True
+    task: ScanSnapTask,
+    n: Annotated[int, _INDEX] = 0,
+    *,
+    t_max: Annotated[float | None, _V.Range(gt=0)] = None,
+    n_grid: Annotated[int, _V.Range(integer=True, ge=2)] = 3001,
+    lumped: bool = True,
 ) -> dict:
     """Measured transition landmarks of the exact ODE (docs/models/scan_snap.md §4.2, §6 item 6,
     docs/models/scan_snap.md §7 P8).
@@ -1167,7 +1211,7 @@ def measure_transition(
 _MAX_LOG_GROWTH = np.log(np.finfo(np.float64).max) / 2.0  # 354.89: the largest z - z0 with finite exp(2 (z - z0))
 
 
-def growth_factor(z, z0) -> np.ndarray:
+def growth_factor(z: Annotated[Any, _REALS], z0: Annotated[Any, _REALS]) -> np.ndarray:
     """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (docs/models/scan_snap.md §3.3, Theorem 3).
 
     Raises ``ValueError`` where z - z0 > 354.89 (chi would overflow float64) instead of returning inf."""
@@ -1180,7 +1224,13 @@ def growth_factor(z, z0) -> np.ndarray:
     return np.exp(2.0 * dz)
 
 
-def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:  # noqa: E741 (paper's l)
+def relative_gain(
+    classes: SequenceClasses,
+    Z: Annotated[Any, _MATRICES],
+    n: Annotated[int, _INDEX],
+    l: Annotated[int, _INDEX],  # noqa: E741 (paper's l)
+    l2: Annotated[int, _INDEX],
+) -> np.ndarray:
     """Relative gain r_{l/l'|n} = c~_{l|n}^2 / c~_{l'|n}^2 - 1 (docs/models/scan_snap.md §3.3, Theorem 3); Z (..., Q,
     Lc).
 
@@ -1204,7 +1254,7 @@ def _need_distinct(classes, n, what):
     return dt
 
 
-def dominant_token(classes: SequenceClasses, n: int, Z0=None) -> int:
+def dominant_token(classes: SequenceClasses, n: Annotated[int, _INDEX], Z0: Annotated[Any, _MATRICES] = None) -> int:
     """l0: the distinct token of class n with the largest c~(0) (docs/models/scan_snap.md §3.3, Theorem 3).
 
     Parameters
@@ -1217,7 +1267,9 @@ def dominant_token(classes: SequenceClasses, n: int, Z0=None) -> int:
     return int(dt[np.argmax(lg)])
 
 
-def saturation_dz(classes: SequenceClasses, n: int, Z0=None) -> np.ndarray:
+def saturation_dz(
+    classes: SequenceClasses, n: Annotated[int, _INDEX], Z0: Annotated[Any, _MATRICES] = None
+) -> np.ndarray:
     """Saturation values of Delta z_l = -1/2 ln(1 - (c~_l(0)/c~_{l0}(0))^2) for l in G_DT(n)
     (docs/models/scan_snap.md §3.3, Theorem 3).
 
@@ -1230,7 +1282,12 @@ def saturation_dz(classes: SequenceClasses, n: int, Z0=None) -> np.ndarray:
     return theorem3_dz(classes, n, np.inf, Z0)
 
 
-def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
+def theorem3_dz(
+    classes: SequenceClasses,
+    n: Annotated[int, _INDEX],
+    dz_l0: Annotated[Any, _V.Range(array=True, ge=0, finite=False)],
+    Z0: Annotated[Any, _MATRICES] = None,
+) -> np.ndarray:
     """Theorem 3 integrated form (docs/models/scan_snap.md §3.3).
 
     Delta z_l = -1/2 ln[1 - (c~_l(0)/c~_{l0}(0))^2 (1 - exp(-2 Delta z_l0))] for l in G_DT(n).
@@ -1255,7 +1312,7 @@ def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
     return out
 
 
-def theorem3_bounds(f_l0_0, B):
+def theorem3_bounds(f_l0_0: Annotated[Any, _V.Range(array=True, ge=0, le=1)], B: Annotated[Any, _REALS]):
     """Bounds of Eq. (12) (docs/models/scan_snap.md §3.3, Theorem 3): exp(2 f_{nl0}(0)^2 B) <= chi_{l0}(t) <=
     exp(2 B), with f_{nl0}(0) in [0, 1] (an entry of a unit-norm vector).
 
@@ -1268,7 +1325,7 @@ def theorem3_bounds(f_l0_0, B):
     return np.exp(2.0 * f**2 * B), np.exp(2.0 * B)
 
 
-def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
+def theorem4_constants(classes: SequenceClasses, Z0: Annotated[Any, _MATRICES] = None) -> dict:
     """Theorem 4 setting constants (docs/models/scan_snap.md §3.4): l_common, P_c, rho0, C0_paper = rho0^4/K,
     C0_cons = ||c~_n(0)||^4 / ((K-1) P_c^4).
 
@@ -1308,7 +1365,16 @@ def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
     }
 
 
-def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: str = "cons") -> np.ndarray:
+def drive_B(
+    t: Annotated[Any, _TIMES],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    K: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+    eta_Z: Annotated[float, _V.Range(array=True, gt=0)],
+    C0: float,
+    form: str = "cons",
+) -> np.ndarray:
     """Theorem 4 drive integral B_n(t) (docs/models/scan_snap.md §3.4) in one of three forms.
 
     form='printed': 1/4 ln(C0 + 4 Gamma) (Eq. 14/129 as printed; Figs. 3, 9 with C0 = 1);
@@ -1333,7 +1399,7 @@ def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: s
     return np.log1p(4.0 * Gamma / C0) / (4.0 * K)
 
 
-def common_token_z(t, task: ScanSnapTask) -> np.ndarray:
+def common_token_z(t: Annotated[Any, _TIMES], task: ScanSnapTask) -> np.ndarray:
     """Common-token logit z_c(t) = -1/4 ln(1 + 4 Gamma(t)/C0_cons) (docs/models/scan_snap.md §3.4, Theorem 4, consistent
     form).
 
@@ -1420,8 +1486,9 @@ def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# argument checks of every public function and class (dynamics.validation): the annotations (task and class
-# objects, int, float, bool), these specs by parameter name, then each function's own checks
+# argument checks of every public function and class (dynamics.validation): each parameter's rule is declared at its
+# definition (a class annotation, or a rule in its ``Annotated`` metadata; the shared ones below), then each
+# function's own checks
 
 from dynamics import SaveAt as _SaveAt  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
@@ -1430,33 +1497,4 @@ _REALS = _V.Range(array=True)
 _TIMES = _V.Range(array=True, ge=0)
 _MATRICES = _V.Array(ndim=tuple(range(2, 33)))  # (..., rows, columns)
 _INDEX = _V.Range(integer=True, ge=0)
-_V.validate_module(
-    globals(),
-    Y=_MATRICES,
-    Z=_MATRICES,
-    Y0=_MATRICES,
-    Z0=_MATRICES,
-    t=_TIMES,
-    tau=_TIMES,
-    s=_REALS,
-    z=_REALS,
-    z0=_REALS,
-    dz_l0=_V.Range(array=True, ge=0, finite=False),
-    f_l0_0=_V.Range(array=True, ge=0, le=1),
-    B=_REALS,
-    n=_INDEX,
-    l=_INDEX,
-    l2=_INDEX,
-    context=_V.Array(ndim=1, dtype="int"),
-    momentum=_V.Range(array=True, ge=0, lt=1),
-    t_span=_V.Array(shape=(2,)),
-    saveat=_V.Instance(_SaveAt),
-    rng=_V.seed_check,
-    n_steps=_V.Range(integer=True, ge=1),
-    M=_V.Range(integer=True, ge=1),
-    K=_V.Range(integer=True, ge=1),
-    eta_Y=_V.Range(array=True, gt=0),
-    eta_Z=_V.Range(array=True, gt=0),
-    n_grid=_V.Range(integer=True, ge=2),
-    t_max=_V.Range(gt=0),
-)
+_V.validate_module(globals())
