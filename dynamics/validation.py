@@ -531,9 +531,11 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
     """Apply :func:`validated` to every public function and class (its own ``__init__``, e.g. a dataclass's, or a
     NamedTuple's ``__new__``) defined in the module of ``namespace``.
 
-    Call it at the end of a module as ``validate_module(globals(), lam=Range(gt=0), ...)``: ``specs`` apply to every
-    parameter of that name in the module, ``per_function`` (``{name: {param: spec}}``) adds or overrides specs of one
-    callable, ``skip`` names callables left alone. Numba dispatchers, imported objects, private names and
+    Call it at the end of a module as ``validate_module(globals())``; each parameter's rule is declared at its
+    definition (its annotation, or a rule in ``Annotated`` metadata). ``specs`` (a rule for every parameter of that
+    name in the module) and ``per_function`` (``{name: {param: spec}}``, the rules of one callable) override them
+    from the bottom of a module, a second source of truth that dynamics/, closedform/ and empirical/ no longer use;
+    ``skip`` names callables left alone. Numba dispatchers, imported objects, private names and
     exception classes are never wrapped. Returns the names wrapped.
     """
     module = namespace["__name__"]
