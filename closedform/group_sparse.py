@@ -53,6 +53,7 @@ state).
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import functools
 import math
 from collections.abc import Mapping
@@ -147,24 +148,24 @@ class GroupSparseTask:
 
     Parameters
     ----------
-    d : int
+    d : int >= 2
         Group size (feature dimension of a token), >= 2 (the 8-scalar reduction of docs/models/token_selection.md §B.3
         needs d >= 2).
-    D : int
+    D : int >= 3
         Number of groups = tokens, >= 3 (docs/models/token_selection.md §B.3 needs D >= 3).
-    sigma_x : float
+    sigma_x : float > 0
         Feature scale, > 0 (docs/models/token_selection.md §B.1; the paper value is unknown, suggested 1).
-    jstar : int
+    jstar : int >= 1
         Label-relevant group, 1-based as in the paper, in [1, D] (paper figures: 2).
-    eta : float
+    eta : float > 0
         GD step size for v and W, > 0 (paper: 0.5).
     """
 
-    d: int = 4
-    D: int = 6
-    sigma_x: float = 1.0
-    jstar: int = 2
-    eta: float = 0.5
+    d: Annotated[int, _V.Range(integer=True, ge=2)] = 4
+    D: Annotated[int, _V.Range(integer=True, ge=3)] = 6
+    sigma_x: Annotated[float, _V.Range(gt=0)] = 1.0
+    jstar: Annotated[int, _V.Range(integer=True, ge=1)] = 2
+    eta: Annotated[float, _V.Range(gt=0)] = 0.5
 
     def __post_init__(self):
         object.__setattr__(self, "d", check_int("d", self.d, min_value=2))
@@ -215,12 +216,16 @@ class GroupSparseSample:
 
     ``mirrored`` samples hold the n_unique draws followed by their images (-X, -y) (docs/models/token_selection.md §0,
     docs/models/token_selection.md §G.B).
+
+    Parameters
+    ----------
+    n_unique : int >= 1
     """
 
-    X: np.ndarray
-    y: np.ndarray
-    v_star: np.ndarray
-    n_unique: int
+    X: Annotated[np.ndarray, _V.Array(ndim=3)]
+    y: Annotated[np.ndarray, _V.Array(ndim=1)]
+    v_star: Annotated[np.ndarray, _V.Array(ndim=1)]
+    n_unique: Annotated[int, _V.Range(integer=True, ge=1)]
     mirrored: bool = False
 
 
@@ -230,11 +235,15 @@ class ReducedSample:
     (I - v*v*^T) x_i.
 
     ``n_unique`` counts unique draws (standard errors use it; mirror images are exact copies in the reduced model).
+
+    Parameters
+    ----------
+    n_unique : int >= 1
     """
 
-    a: np.ndarray
-    gram: np.ndarray
-    n_unique: int
+    a: Annotated[np.ndarray, _V.Array(ndim=2)]
+    gram: Annotated[np.ndarray, _V.Array(ndim=3)]
+    n_unique: Annotated[int, _V.Range(integer=True, ge=1)]
 
 
 def _unit_vector(name: str, v, d: int) -> np.ndarray:
@@ -245,7 +254,14 @@ def _unit_vector(name: str, v, d: int) -> np.ndarray:
     return v / norm
 
 
-def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool = False) -> GroupSparseSample:
+def sample(
+    task: GroupSparseTask,
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    v_star: Annotated[Any, _V.Array(ndim=1)] = None,
+    mirror: bool = False,
+) -> GroupSparseSample:
     """Draw n samples of the group-sparse data law exactly as docs/models/token_selection.md §G.B
     (docs/models/token_selection.md §B.1).
 
@@ -255,7 +271,7 @@ def sample(task: GroupSparseTask, n: int, rng=None, *, v_star=None, mirror: bool
     Parameters
     ----------
     task : GroupSparseTask
-    n : int
+    n : int >= 1
         Number of unique draws, >= 1.
     rng : int, Generator, SeedSequence or None
         Normalised by ``dynamics.random.as_generator``.
@@ -288,9 +304,16 @@ def reduce_sample(s: GroupSparseSample) -> ReducedSample:
     return ReducedSample(a=np.ascontiguousarray(a), gram=np.ascontiguousarray(gram), n_unique=s.n_unique)
 
 
-def population_sample(task: GroupSparseTask, n: int, rng=None) -> ReducedSample:
+def population_sample(
+    task: GroupSparseTask, n: Annotated[int, _V.Range(integer=True, ge=1)], rng: Annotated[Any, _V.seed_check] = None
+) -> ReducedSample:
     """A Monte Carlo proxy of the population law for the reduced map (docs/models/token_selection.md §B.3, §0): n draws
-    of docs/models/token_selection.md §G.B, reduced."""
+    of docs/models/token_selection.md §G.B, reduced.
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
     return reduce_sample(sample(task, n, rng))
 
 
@@ -299,7 +322,7 @@ def population_sample(task: GroupSparseTask, n: int, rng=None) -> ReducedSample:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def embed_tokens(X) -> np.ndarray:
+def embed_tokens(X: Annotated[Any, _V.Array(ndim=3)]) -> np.ndarray:
     """Tokens H = [X; I_D] of each draw (docs/models/token_selection.md §B.2, reconstructed embedding): (n, d, D) -> (n,
     d + D, D)."""
     X = np.asarray(X, dtype=np.float64)
@@ -316,7 +339,9 @@ def _check_weights(v, W, dim):
     return v, W
 
 
-def forward(v, W, X):
+def forward(
+    v: Annotated[Any, _V.Array(ndim=1)], W: Annotated[Any, _V.Array(ndim=2)], X: Annotated[Any, _V.Array(ndim=3)]
+):
     """Forward pass f(H; v, W) = v^T H S 1_D with S = column-softmax(H^T W H) (docs/models/token_selection.md §B.2).
 
     Parameters
@@ -345,12 +370,19 @@ def forward(v, W, X):
     return f, S
 
 
-def logistic_loss(f, y) -> np.ndarray:
+def logistic_loss(f: Annotated[Any, _V.Array(ndim=1)], y: Annotated[Any, _V.Array(ndim=1)]) -> np.ndarray:
     """Per-draw logistic loss ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2)."""
     return np.logaddexp(0.0, -np.asarray(y) * np.asarray(f))
 
 
-def full_gradient(v, W, X, y, *, per_sample: bool = False):
+def full_gradient(
+    v: Annotated[Any, _V.Array(ndim=1)],
+    W: Annotated[Any, _V.Array(ndim=2)],
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=1)],
+    *,
+    per_sample: bool = False,
+):
     """Loss and gradients of the full model (docs/models/token_selection.md §B.2): grad_v = coef H S 1, grad_W = coef H
     G H^T.
 
@@ -401,7 +433,9 @@ def _orbit_index(D: int, js: int) -> np.ndarray:
     return idx
 
 
-def embed_state(task: GroupSparseTask, state, v_star) -> tuple[np.ndarray, np.ndarray]:
+def embed_state(
+    task: GroupSparseTask, state: Annotated[Any, _V.Array(ndim=1)], v_star: Annotated[Any, _V.Array(ndim=1)]
+) -> tuple[np.ndarray, np.ndarray]:
     """Full weights (v, W) of a reduced state (docs/models/token_selection.md §B.3): v = [beta v*; 0], W11 = w_par
     v*v*^T + w_perp (I - v*v*^T), W12 = W21 = 0, W22 = m_k on orbit O_k. Inverse of :func:`order_params` on the
     invariant family.
@@ -418,7 +452,12 @@ def embed_state(task: GroupSparseTask, state, v_star) -> tuple[np.ndarray, np.nd
     return v, W
 
 
-def project(task: GroupSparseTask, v, W, v_star) -> tuple[np.ndarray, np.ndarray]:
+def project(
+    task: GroupSparseTask,
+    v: Annotated[Any, _V.Array(ndim=1)],
+    W: Annotated[Any, _V.Array(ndim=2)],
+    v_star: Annotated[Any, _V.Array(ndim=1)],
+) -> tuple[np.ndarray, np.ndarray]:
     """Orthogonal projection P(v, W) onto the invariant family of docs/models/token_selection.md §B.3 (formulas of
     docs/models/token_selection.md §B.3.1)."""
     return embed_state(task, _reduced_coordinates(task, v, W, v_star), v_star)
@@ -436,7 +475,12 @@ def _reduced_coordinates(task, v, W, v_star) -> np.ndarray:
     return np.concatenate([[v[:d] @ v_star, v_star @ W11 @ v_star, np.sum((np.eye(d) - P) * W11) / (d - 1)], m])
 
 
-def order_params(task: GroupSparseTask, v, W, v_star) -> dict[str, float]:
+def order_params(
+    task: GroupSparseTask,
+    v: Annotated[Any, _V.Array(ndim=1)],
+    W: Annotated[Any, _V.Array(ndim=2)],
+    v_star: Annotated[Any, _V.Array(ndim=1)],
+) -> dict[str, float]:
     """Order parameters of any (v, W) (probes of docs/models/token_selection.md §B.3.1).
 
     Returns a dict with the reduced coordinates ``STATE_NAMES``; the gaps ``gap_ss, gap_s, gap_self``
@@ -473,13 +517,19 @@ def _gaps(m) -> list[dict[str, float]]:
     return [{"gap_ss": float(r[0] - r[2]), "gap_s": float(r[1] - r[4]), "gap_self": float(r[3] - r[4])} for r in m]
 
 
-def attention_diagnostics(task: GroupSparseTask, S, *, quantile: float = 0.05) -> dict[str, float]:
+def attention_diagnostics(
+    task: GroupSparseTask,
+    S: Annotated[Any, _V.Array(ndim=3)],
+    *,
+    quantile: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05,
+) -> dict[str, float]:
     """Attention on j* (docs/models/token_selection.md §B.3.1): the mean of S[j*, j] over draws and all D queries, and
     the ``quantile`` over draws of min_j S[j*, j] (default the 5% quantile).
 
     Parameters
     ----------
     S : (n, D, D) attention of :func:`forward` (rows = keys, columns = queries).
+    quantile : float in (0, 1)
     """
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
     S = np.asarray(S, dtype=np.float64)
@@ -487,7 +537,12 @@ def attention_diagnostics(task: GroupSparseTask, S, *, quantile: float = 0.05) -
     return {"attn_jstar": float(row.mean()), "attn_jstar_q": float(np.quantile(row.min(axis=1), quantile))}
 
 
-def evaluate(task: GroupSparseTask, v, W, s: GroupSparseSample) -> dict[str, float]:
+def evaluate(
+    task: GroupSparseTask,
+    v: Annotated[Any, _V.Array(ndim=1)],
+    W: Annotated[Any, _V.Array(ndim=2)],
+    s: GroupSparseSample,
+) -> dict[str, float]:
     """Training-sample loss, accuracy and attention diagnostics of (v, W) on a sample
     (docs/models/token_selection.md §B.2, §B.3.1)."""
     f, S = forward(v, W, s.X)
@@ -507,8 +562,8 @@ class FullGDRun:
     (v, W)."""
 
     trajectory: Trajectory
-    v: np.ndarray
-    W: np.ndarray
+    v: Annotated[np.ndarray, _V.Array(ndim=1)]
+    W: Annotated[np.ndarray, _V.Array(ndim=2)]
 
 
 FULL_GD_VARIABLES = GAP_NAMES + (
@@ -528,12 +583,12 @@ FULL_GD_VARIABLES = GAP_NAMES + (
 def full_gd(
     task: GroupSparseTask,
     s: GroupSparseSample,
-    n_steps: int,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
     *,
-    v0=None,
-    W0=None,
-    project_steps=False,
-    saveat: SaveAt | None = None,
+    v0: Annotated[Any, _V.Array(ndim=1)] = None,
+    W0: Annotated[Any, _V.Array(ndim=2)] = None,
+    project_steps: Annotated[Any, _V.check_bool] = False,
+    saveat: Annotated[SaveAt | None, _V.Instance(SaveAt)] = None,
 ) -> FullGDRun:
     """Full-matrix gradient descent on the empirical logistic loss of a sample (docs/models/token_selection.md §B.2),
     from v = 0, W = 0 by default.
@@ -543,6 +598,10 @@ def full_gd(
     dynamics of docs/models/token_selection.md §B.3, exactly the reduced map on this sample). The probes of
     docs/models/token_selection.md §B.3.1 and the sample loss, accuracy and attention are recorded at the ``saveat``
     steps (default ``SaveAt(n=201)``).
+
+    Parameters
+    ----------
+    n_steps : int >= 0
 
     Raises
     ------
@@ -617,7 +676,9 @@ def _check_reduced(task: GroupSparseTask, rs: ReducedSample) -> None:
         )
 
 
-def reduced_gradient(task: GroupSparseTask, state, rs: ReducedSample) -> tuple[np.ndarray, np.ndarray]:
+def reduced_gradient(
+    task: GroupSparseTask, state: Annotated[Any, _V.Array(ndim=1)], rs: ReducedSample
+) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo population gradient dL/d(beta, w_par, w_perp, m1..m5) and its standard errors
     (docs/models/token_selection.md §B.3).
 
@@ -639,7 +700,7 @@ def reduced_gradient(task: GroupSparseTask, state, rs: ReducedSample) -> tuple[n
     return grad, se
 
 
-def reduced_update(task: GroupSparseTask, state, rs: ReducedSample) -> np.ndarray:
+def reduced_update(task: GroupSparseTask, state: Annotated[Any, _V.Array(ndim=1)], rs: ReducedSample) -> np.ndarray:
     """One step of the reduced GD map (docs/models/token_selection.md §B.3): beta, w_par step eta; w_perp eta/(d-1); m_k
     eta/|O_k|."""
     state = _check_state(state)
@@ -651,9 +712,20 @@ def reduced_update(task: GroupSparseTask, state, rs: ReducedSample) -> np.ndarra
     return out
 
 
-def reduced_evaluate(task: GroupSparseTask, state, rs: ReducedSample, *, quantile: float = 0.05) -> dict[str, float]:
+def reduced_evaluate(
+    task: GroupSparseTask,
+    state: Annotated[Any, _V.Array(ndim=1)],
+    rs: ReducedSample,
+    *,
+    quantile: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05,
+) -> dict[str, float]:
     """Loss (with its SE), accuracy, mean attention on j* and the ``quantile`` of min_j S[j*, j] at a reduced state
-    on the reduced sample (docs/models/token_selection.md §B.3.1; equal to :func:`evaluate` at :func:`embed_state`)."""
+    on the reduced sample (docs/models/token_selection.md §B.3.1; equal to :func:`evaluate` at :func:`embed_state`).
+
+    Parameters
+    ----------
+    quantile : float in (0, 1)
+    """
     state = _check_state(state)
     _check_reduced(task, rs)
     quantile = check_in_range("quantile", quantile, 0.0, 1.0)
@@ -687,16 +759,16 @@ def _kernel_args(task: GroupSparseTask, rs: ReducedSample) -> tuple:
 
 def map(
     task: GroupSparseTask,
-    n_steps: int,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
     *,
-    rs=None,
-    n_samples: int = 4000,
-    rng=None,
-    state0=None,
-    saveat: SaveAt | None = None,
+    rs: Annotated[Any, _sample_list_check(ReducedSample)] = None,
+    n_samples: Annotated[int, _V.Range(integer=True, ge=2)] = 4000,
+    rng: Annotated[Any, _V.seed_check] = None,
+    state0: Annotated[Any, _V.Array(ndim=(1, 2))] = None,
+    saveat: Annotated[SaveAt | None, _V.Instance(SaveAt)] = None,
     with_se: bool = True,
     progress: bool = False,
-    eta=None,
+    eta: Annotated[Any, _V.Range(array=True, gt=0)] = None,
     warn_unconverged: bool = True,
 ) -> Trajectory:
     """The reduced 8-scalar GD dynamics of docs/models/token_selection.md §B.3 on a fixed Monte Carlo sample (common
@@ -721,6 +793,12 @@ def map(
     unconverged does not warn: the logistic loss has no minimiser at finite weights (the attention and value
     scalars keep growing, docs/models/token_selection.md §B.4), so the steps only shrink. ``final_step_norm``,
     ``converged`` (step norm < 1e-8) and ``step_norm_trend`` (``dynamics.convergence``) are returned either way.
+
+    Parameters
+    ----------
+    n_steps : int >= 0
+    n_samples : int >= 2
+    eta : float or array > 0
     """
     if rs is not None and not isinstance(rs, ReducedSample):
         traj = _over_samples(
@@ -787,7 +865,12 @@ def beta_step1(task: GroupSparseTask) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: float = 1e-12) -> Mapping[str, float]:
+def step2_expectations(
+    task: GroupSparseTask,
+    *,
+    epsabs: Annotated[float, _V.Range(gt=0)] = 1e-14,
+    epsrel: Annotated[float, _V.Range(gt=0)] = 1e-12,
+) -> Mapping[str, float]:
     """The three 2-D Gaussian integrals of step 2 (docs/models/token_selection.md §B.3), by adaptive quadrature over A >
     0 (doubled by symmetry).
 
@@ -795,6 +878,11 @@ def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: 
     lambda = 1/(1 + exp(y beta^(1) (A + R))) and c(A, R) = A^2 + R^2/(D-1) + (D-2) sigma_x^2 - (A+R)^2/D:
     ``e_beta`` = E[lambda y (A + R)], ``m_star`` = E[lambda y (A - abar)], ``e_wpar`` = E[lambda y abar c(A, R)].
     Cached per spec; the returned mapping is read-only.
+
+    Parameters
+    ----------
+    epsabs : float > 0
+    epsrel : float > 0
     """
     b1 = beta_step1(task)
     D, sx = task.D, task.sigma_x
@@ -822,7 +910,7 @@ def step2_expectations(task: GroupSparseTask, *, epsabs: float = 1e-14, epsrel: 
     return MappingProxyType(out)
 
 
-def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
+def step_closed_form(task: GroupSparseTask, t: Annotated[int, _V.Range(integer=True, ge=0, le=2)]) -> np.ndarray:
     """Reduced state (beta, w_par, w_perp, m1..m5) after t in {0, 1, 2} population GD steps
     (docs/models/token_selection.md §B.3 closed forms).
 
@@ -830,6 +918,10 @@ def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
     w_par^(2) = eta beta^(1) E[lambda y abar sum_i (a_i - abar)^2], w_perp^(2) = 0,
     W22^(2)[i, j] = eta beta^(1) g_i / D with g_{j*} = m*, g_i = -m*/(D - 1): m1 = m2 = eta beta^(1) m*/D,
     m3 = m4 = m5 = -eta beta^(1) m*/(D (D - 1)).
+
+    Parameters
+    ----------
+    t : int in [0, 2]
     """
     t = check_int("t", t, min_value=0, max_value=2)
     state = np.zeros(N_STATE)
@@ -854,46 +946,93 @@ def step_closed_form(task: GroupSparseTask, t: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def theorem_horizon(task: GroupSparseTask, eps_B: float, *, const: float = 1.0) -> float:
+def theorem_horizon(
+    task: GroupSparseTask, eps_B: Annotated[float, _V.Range(gt=0)], *, const: Annotated[float, _V.Range(gt=0)] = 1.0
+) -> float:
     """T* = const * max{D^3, 1/(D^3 eps_B^3)} of the pre-training theorem (docs/models/token_selection.md §B.4;
-    Theta(.), so ``const`` is free)."""
+    Theta(.), so ``const`` is free).
+
+    Parameters
+    ----------
+    eps_B : float > 0
+    const : float > 0
+    """
     eps_B = check_positive("eps_B", eps_B)
     const = check_positive("const", const)
     D = task.D
     return const * max(D**3, 1.0 / (D**3 * eps_B**3))
 
 
-def theorem_loss_order(task: GroupSparseTask, eps_B: float) -> float:
+def theorem_loss_order(task: GroupSparseTask, eps_B: Annotated[float, _V.Range(gt=0)]) -> float:
     """Loss order at T*: Theta(min{eps_B, D^-2}) (docs/models/token_selection.md §B.4 item 3), returned with constant
-    1."""
+    1.
+
+    Parameters
+    ----------
+    eps_B : float > 0
+    """
     eps_B = check_positive("eps_B", eps_B)
     return min(eps_B, task.D**-2.0)
 
 
-def attention_lower_bound(task: GroupSparseTask, *, c: float = 1.0) -> float:
+def attention_lower_bound(task: GroupSparseTask, *, c: Annotated[float, _V.Range(gt=0)] = 1.0) -> float:
     """Attention concentration of docs/models/token_selection.md §B.4 item 1: S_{j*, j}^(T*) >= 1 - exp(-c D) for all
-    queries j (c = Theta(1))."""
+    queries j (c = Theta(1)).
+
+    Parameters
+    ----------
+    c : float > 0
+    """
     c = check_positive("c", c)
     return 1.0 - math.exp(-c * task.D)
 
 
-def direction_error_bound(task: GroupSparseTask, eps_B: float, *, c: float = 1.0) -> float:
+def direction_error_bound(
+    task: GroupSparseTask, eps_B: Annotated[float, _V.Range(gt=0)], *, c: Annotated[float, _V.Range(gt=0)] = 1.0
+) -> float:
     """|| v_x/||v_x|| - v* || <= eps_B D exp(-c sqrt(D)) (docs/models/token_selection.md §B.4 item 2; c = Theta(1)
-    unspecified)."""
+    unspecified).
+
+    Parameters
+    ----------
+    eps_B : float > 0
+    c : float > 0
+    """
     eps_B = check_positive("eps_B", eps_B)
     c = check_positive("c", c)
     return eps_B * task.D * math.exp(-c * math.sqrt(task.D))
 
 
-def loss_rate_statistic(task: GroupSparseTask, t, loss) -> np.ndarray:
+def loss_rate_statistic(
+    task: GroupSparseTask,
+    t: Annotated[Any, _V.Range(array=True, ge=0, le=_V.MAX_INT)],
+    loss: Annotated[Any, _V.Range(array=True, ge=0)],
+) -> np.ndarray:
     """D L T^{1/3}, which docs/models/token_selection.md §B.4 item 3 (read as L(T) = Theta(1/(D T^{1/3})) for T >= D^3)
-    predicts to be constant."""
+    predicts to be constant.
+
+    Parameters
+    ----------
+    t : float or array in [0, 2147483647]
+    loss : float or array >= 0
+    """
     return task.D * np.asarray(loss, dtype=np.float64) * np.cbrt(np.asarray(t, dtype=np.float64))
 
 
-def predicted_loss(task: GroupSparseTask, t, *, const: float = 1.09) -> np.ndarray:
+def predicted_loss(
+    task: GroupSparseTask,
+    t: Annotated[Any, _V.Range(array=True, ge=0, le=_V.MAX_INT)],
+    *,
+    const: Annotated[float, _V.Range(gt=0)] = 1.09,
+) -> np.ndarray:
     """L(T) = const / (D T^{1/3}) (docs/models/token_selection.md §B.4 item 3, derived reading); const = 1.09 is the
-    mean measured in docs/models/token_selection.md §B.6."""
+    mean measured in docs/models/token_selection.md §B.6.
+
+    Parameters
+    ----------
+    t : float or array in [0, 2147483647]
+    const : float > 0
+    """
     const = check_positive("const", const)
     t = np.asarray(t, dtype=np.float64)
     if np.any(t <= 0):
@@ -901,12 +1040,26 @@ def predicted_loss(task: GroupSparseTask, t, *, const: float = 1.09) -> np.ndarr
     return const / (task.D * np.cbrt(t))
 
 
-def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: float, const: float = 1.0):
+def downstream_error_bound(
+    task: GroupSparseTask,
+    n: Annotated[Any, _V.Range(array=True, gt=0, le=_V.MAX_INT)],
+    *,
+    gamma: Annotated[float, _V.Range(gt=0)],
+    delta: Annotated[float, _V.Range(gt=0, lt=1)],
+    const: Annotated[float, _V.Range(gt=0)] = 1.0,
+):
     """Downstream-transfer bound of docs/models/token_selection.md §B.4 (Theorem, constants unspecified): after online
     SGD on n fresh samples with the pre-trained W, test error <= const ((d + D) log^2 n / (gamma^2 n) + log(1/delta) /
     n).
 
     Compare with :func:`linear_sample_complexity`, the Omega(d D / eps) lower bound of logistic regression on vec(X).
+
+    Parameters
+    ----------
+    n : float or array in (0, 2147483647]
+    gamma : float > 0
+    delta : float in (0, 1)
+    const : float > 0
     """
     gamma = check_positive("gamma", gamma)
     delta = check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
@@ -917,16 +1070,24 @@ def downstream_error_bound(task: GroupSparseTask, n, *, gamma: float, delta: flo
     return const * ((task.d + task.D) * np.log(n) ** 2 / (gamma**2 * n) + math.log(1.0 / delta) / n)
 
 
-def linear_sample_complexity(task: GroupSparseTask, eps: float, *, const: float = 1.0) -> float:
+def linear_sample_complexity(
+    task: GroupSparseTask, eps: Annotated[float, _V.Range(gt=0)], *, const: Annotated[float, _V.Range(gt=0)] = 1.0
+) -> float:
     """Omega(d D / eps) samples needed by linear logistic regression on vec(X) (docs/models/token_selection.md §B.4,
     downstream theorem),
-    returned as const d D / eps."""
+    returned as const d D / eps.
+
+    Parameters
+    ----------
+    eps : float > 0
+    const : float > 0
+    """
     eps = check_positive("eps", eps)
     const = check_positive("const", const)
     return const * task.d * task.D / eps
 
 
-def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]:
+def theorem_predictions(task: GroupSparseTask, eps_B: Annotated[float, _V.Range(gt=0)]) -> dict[str, float]:
     """The pre-training theorem's named predictions for ``task`` at accuracy ``eps_B``
     (docs/models/token_selection.md §B.4), with the unrecoverable Theta(1) constants set to 1.
 
@@ -940,6 +1101,10 @@ def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]
       (docs/models/token_selection.md §B.4 item 2).
     * ``beta_step1``: beta^(1) = eta sigma_x / sqrt(2 pi) after the first GD step, exact
       (docs/models/token_selection.md §B.3).
+
+    Parameters
+    ----------
+    eps_B : float > 0
     """
     if not isinstance(task, GroupSparseTask):
         raise TypeError(f"task must be a GroupSparseTask; got {type(task).__name__}")
@@ -953,57 +1118,12 @@ def theorem_predictions(task: GroupSparseTask, eps_B: float) -> dict[str, float]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
-# classes, int, float, bool) plus these specs by parameter name; each function's own checks (shapes against the
-# task, unit v_star, ...) follow. Checks run once per outermost call, so the loops of ``map``/``full_gd`` pay nothing.
+# Argument checks of every public function and class (dynamics.validation): each parameter's rule is declared at its
+# definition (a class annotation, or a rule in its ``Annotated`` metadata); each function's own checks (shapes against
+# the task, unit v_star, ...) follow. Checks run once per outermost call, so the loops of ``map``/``full_gd`` pay
+# nothing.
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
 
-_V.validate_module(
-    globals(),
-    X=_V.Array(ndim=3),
-    y=_V.Array(ndim=1),
-    f=_V.Array(ndim=1),
-    v_star=_V.Array(ndim=1),
-    a=_V.Array(ndim=2),
-    gram=_V.Array(ndim=3),
-    v=_V.Array(ndim=1),
-    W=_V.Array(ndim=2),
-    v0=_V.Array(ndim=1),
-    W0=_V.Array(ndim=2),
-    S=_V.Array(ndim=3),
-    state=_V.Array(ndim=1),
-    state0=_V.Array(ndim=(1, 2)),
-    n_unique=_V.Range(integer=True, ge=1),
-    n=_V.Range(integer=True, ge=1),
-    n_steps=_V.Range(integer=True, ge=0),
-    n_samples=_V.Range(integer=True, ge=2),
-    rng=_V.seed_check,
-    saveat=_V.Instance(SaveAt),
-    project_steps=_V.check_bool,
-    eta=_V.Range(array=True, gt=0),
-    quantile=_V.Range(gt=0, lt=1),
-    t=_V.Range(array=True, ge=0, le=_V.MAX_INT),
-    loss=_V.Range(array=True, ge=0),
-    eps_B=_V.Range(gt=0),
-    eps=_V.Range(gt=0),
-    gamma=_V.Range(gt=0),
-    delta=_V.Range(gt=0, lt=1),
-    const=_V.Range(gt=0),
-    c=_V.Range(gt=0),
-    epsabs=_V.Range(gt=0),
-    epsrel=_V.Range(gt=0),
-    per_function={
-        "map": {"rs": _sample_list_check(ReducedSample)},
-        "step_closed_form": {"t": _V.Range(integer=True, ge=0, le=2)},
-        "downstream_error_bound": {"n": _V.Range(array=True, gt=0, le=_V.MAX_INT)},
-        "GroupSparseTask": {
-            "eta": _V.Range(gt=0),
-            "d": _V.Range(integer=True, ge=2),
-            "D": _V.Range(integer=True, ge=3),
-            "sigma_x": _V.Range(gt=0),
-            "jstar": _V.Range(integer=True, ge=1),
-        },
-    },
-)
+_V.validate_module(globals())

@@ -47,7 +47,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 import scipy.optimize
@@ -165,9 +165,9 @@ class ICLRegressionTask:
         Label-noise variance on context AND query labels.
     """
 
-    d: int
-    L: int
-    sigma2: float
+    d: Annotated[int, _V.Range(integer=True, ge=1)]
+    L: Annotated[int, _V.Range(array=True, integer=True, ge=1)]
+    sigma2: Annotated[float, _V.Range(array=True, ge=0)]
 
     def __post_init__(self):
         object.__setattr__(self, "d", check_int("d", self.d, min_value=1))
@@ -268,7 +268,7 @@ def _check_exponent(task: ICLRegressionTask, omega: np.ndarray, name: str = "ome
         )
 
 
-def approx_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
+def approx_loss(task: ICLRegressionTask, omega: Annotated[Any, _REALS], mu: Annotated[Any, _REALS]) -> np.ndarray:
     """Approximate ICL loss F(omega, mu) for H heads: docs/models/icl_regression.md §4.1, Eq. (4.1) (Proposition 4.1).
 
     F = 1 + sigma^2 - 2 mu^T omega + mu^T (omega omega^T + ((1 + sigma^2)/L) exp.(d omega omega^T)) mu
@@ -295,7 +295,9 @@ def approx_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     return out.reshape(lead)
 
 
-def approx_loss_grad(task: ICLRegressionTask, omega, mu) -> tuple[np.ndarray, np.ndarray]:
+def approx_loss_grad(
+    task: ICLRegressionTask, omega: Annotated[Any, _REALS], mu: Annotated[Any, _REALS]
+) -> tuple[np.ndarray, np.ndarray]:
     """Gradient of F (full, no 1/2) with respect to omega and mu: docs/models/icl_regression.md §4.4, Eq. (4.4).
 
     grad_omega F = -2 mu + 2 (mu^T omega) mu + (2 d (1+sigma^2)/L) (K o mu mu^T) omega,
@@ -315,7 +317,7 @@ def approx_loss_grad(task: ICLRegressionTask, omega, mu) -> tuple[np.ndarray, np
     return G[:, :H].reshape(omega.shape), G[:, H:].reshape(mu.shape)
 
 
-def kernel_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
+def kernel_matrix(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.ndarray:
     """K(omega) = exp.(d omega omega^T) (elementwise): docs/models/icl_regression.md §4.1, Eq. (4.1). Shape (..., H,
     H)."""
     task = _check_task(task)
@@ -324,7 +326,7 @@ def kernel_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
     return np.exp(task.d * omega[..., :, None] * omega[..., None, :])
 
 
-def m_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
+def m_matrix(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.ndarray:
     """M(omega) = omega omega^T + ((1 + sigma^2)/L) K(omega): docs/models/icl_regression.md §4.4 (Hessian of Eq. (4.1)
     in mu is 2 M)."""
     K = kernel_matrix(task, omega)
@@ -332,7 +334,7 @@ def m_matrix(task: ICLRegressionTask, omega) -> np.ndarray:
     return omega[..., :, None] * omega[..., None, :] + task.cL * K
 
 
-def optimal_mu(task: ICLRegressionTask, omega) -> np.ndarray:
+def optimal_mu(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.ndarray:
     """mu*(omega) = M(omega)^+ omega, the minimiser of F in mu: docs/models/icl_regression.md §4.4 (paper Eq. (4.4)).
 
     M is positive semidefinite; when two heads share omega_h it is singular and the minimum-norm minimiser
@@ -352,7 +354,7 @@ def optimal_mu(task: ICLRegressionTask, omega) -> np.ndarray:
     return np.einsum("...hg,...g->...h", np.linalg.pinv(M, hermitian=True), omega)
 
 
-def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
+def refined_loss(task: ICLRegressionTask, omega: Annotated[Any, _REALS], mu: Annotated[Any, _REALS]) -> np.ndarray:
     """Refined large-L expansion F_ref of the true loss, exact to O(1/L) for fixed omega:
     docs/models/icl_regression.md §4.2 [D][V].
 
@@ -379,7 +381,9 @@ def refined_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     return 1.0 + s2 - 2.0 * u + u**2 + pair / L + 2.0 / L * (1.0 - u) * lin
 
 
-def small_omega_limit(task: ICLRegressionTask, eta, sum_mu) -> np.ndarray:
+def small_omega_limit(
+    task: ICLRegressionTask, eta: Annotated[Any, _REALS], sum_mu: Annotated[Any, _REALS]
+) -> np.ndarray:
     """Exact small-omega limit of the true loss, R -> R_dGD(eta) + a^2 (1 + sigma^2)/L:
     docs/models/icl_regression.md §4.2 [D][V].
 
@@ -398,7 +402,15 @@ def _draw_rotated(task: ICLRegressionTask, rng: np.random.Generator, a_out: np.n
     return np.sqrt(rng.chisquare(task.d, a_out.shape[0]))
 
 
-def true_loss_mc(task: ICLRegressionTask, omega, mu, n_prompts: int, rng=None, *, chunk: int = 65536):
+def true_loss_mc(
+    task: ICLRegressionTask,
+    omega: Annotated[Any, _REALS],
+    mu: Annotated[Any, _REALS],
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=2)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    chunk: Annotated[int, _V.Range(integer=True, ge=1)] = 65536,
+):
     """Monte Carlo estimate of the true ICL loss R(omega, mu) of the reduced predictor: paper Eq. (3.2)
     (docs/models/icl_regression.md §4.3), docs/models/icl_regression.md §4.1.
 
@@ -414,7 +426,7 @@ def true_loss_mc(task: ICLRegressionTask, omega, mu, n_prompts: int, rng=None, *
     n_prompts : int >= 2
         Number of independent prompts.
     rng : int seed, numpy Generator or None
-    chunk : int
+    chunk : int >= 1
         Prompts per compiled batch (bounds memory at ~chunk L floats). The random stream, hence the estimate, is
         reproducible for a given (rng seed, chunk).
 
@@ -487,9 +499,14 @@ def _initial_state(omega0, mu0):
     return np.ascontiguousarray(np.concatenate([omega0, mu0], axis=1)), omega0.shape[1]
 
 
-def state_names(H: int) -> list[str]:
+def state_names(H: Annotated[int, _V.Range(integer=True, ge=1)]) -> list[str]:
     """Names of the general-H state: omega_0..omega_{H-1}, mu_0..mu_{H-1} (code head h = math head h+1,
-    docs/models/icl_regression.md §0.2)."""
+    docs/models/icl_regression.md §0.2).
+
+    Parameters
+    ----------
+    H : int >= 1
+    """
     return [f"omega_{h}" for h in range(H)] + [f"mu_{h}" for h in range(H)]
 
 
@@ -544,16 +561,16 @@ def _attrs(task: ICLRegressionTask, *, equation: str, time_unit: str, config: di
 
 def flow(
     task: ICLRegressionTask,
-    omega0,
-    mu0,
-    t_span,
+    omega0: Annotated[Any, _REALS],
+    mu0: Annotated[Any, _REALS],
+    t_span: Annotated[Any, _V.Array(shape=(2,))],
     *,
-    saveat=None,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     solver=None,
-    stop=None,
+    stop: Annotated[Any, _V.callable_check] = None,
     progress: bool = False,
-    sigma2=None,
-    L=None,
+    sigma2: Annotated[Any, _V.Range(array=True, ge=0)] = None,
+    L: Annotated[Any, _V.Range(array=True, integer=True, ge=1)] = None,
     warn_unconverged: bool = True,
 ):
     """Gradient flow of F/2 for H heads, batched over initial conditions: docs/models/icl_regression.md §5.1 (time:
@@ -576,8 +593,10 @@ def flow(
         tables).
     stop, progress :
         Passed to :func:`dynamics.integrate`.
-    sigma2, L : number or (n_traj,) array, optional
-        Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
+    sigma2 : number or (n_traj,) array, >= 0, optional
+        Per-trajectory noise variance (default: the task's), broadcast with the batch.
+    L : int or (n_traj,) int array, >= 1, optional
+        Per-trajectory prompt length (default: the task's), broadcast with the batch.
     warn_unconverged : bool, default True
         For one head (H = 1, whose F has a finite minimiser, docs/models/icl_regression.md §7.3): warn
         (``dynamics.UnconvergedWarning``) when a trajectory ends with the max-norm of the vector field >= 1e-8
@@ -626,16 +645,16 @@ def flow(
 
 def map(
     task: ICLRegressionTask,
-    omega0,
-    mu0,
+    omega0: Annotated[Any, _REALS],
+    mu0: Annotated[Any, _REALS],
     *,
-    lr,
-    n_steps: int,
-    saveat=None,
-    stop=None,
+    lr: Annotated[Any, _V.Range(array=True, gt=0)],
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
+    stop: Annotated[Any, _V.callable_check] = None,
     progress: bool = False,
-    sigma2=None,
-    L=None,
+    sigma2: Annotated[Any, _V.Range(array=True, ge=0)] = None,
+    L: Annotated[Any, _V.Range(array=True, integer=True, ge=1)] = None,
     warn_unconverged: bool = True,
 ):
     """Gradient descent on F/2 with learning rate ``lr`` (the authors' helper ``gradient_flow``):
@@ -653,8 +672,10 @@ def map(
     saveat : dynamics.SaveAt, optional
         Entries hold the state after n updates, n = 0 is the initialisation (docs/models/icl_regression.md §0.2).
 
-    sigma2, L : number or (n_traj,) array, optional
-        Per-trajectory noise variance and prompt length (default: the task's), broadcast with the batch.
+    sigma2 : number or (n_traj,) array, >= 0, optional
+        Per-trajectory noise variance (default: the task's), broadcast with the batch.
+    L : int or (n_traj,) int array, >= 1, optional
+        Per-trajectory prompt length (default: the task's), broadcast with the batch.
     warn_unconverged : bool, default True
         Warn (``dynamics.UnconvergedWarning``) when a trajectory's step norm did not decrease over the last half of
         the run (an ``lr`` beyond the stability limit gives a cycle or chaos, or a ``dynamics.DivergenceError``);
@@ -702,7 +723,9 @@ def map(
     return check_run(traj, warn_unconverged, what="icl_regression.map", fixed_points=H == 1 and stop is None, tol=tol)
 
 
-def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
+def symmetric_two_head_loss(
+    task: ICLRegressionTask, omega: Annotated[Any, _REALS], mu: Annotated[Any, _REALS]
+) -> np.ndarray:
     """f(omega, mu) = F((omega, -omega), (mu, -mu)) = 1 + s2 - 4 mu omega + 4 mu^2 omega^2 + 4 cL mu^2 sinh(d omega^2).
 
     docs/models/icl_regression.md §6.2 (paper Eq. (B.4); the reduced ODE is the gradient flow of f/4).
@@ -719,7 +742,16 @@ def symmetric_two_head_loss(task: ICLRegressionTask, omega, mu) -> np.ndarray:
     )
 
 
-def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None, solver=None, progress: bool = False):
+def symmetric_flow(
+    task: ICLRegressionTask,
+    omega0: Annotated[Any, _REALS],
+    mu0: Annotated[Any, _REALS],
+    t_span: Annotated[Any, _V.Array(shape=(2,))],
+    *,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
+    solver=None,
+    progress: bool = False,
+):
     """Symmetric two-head gradient flow of F/2 in (omega, mu): the reduced system of docs/models/icl_regression.md §6.2,
     Eq. (B.4).
 
@@ -775,9 +807,16 @@ def symmetric_flow(task: ICLRegressionTask, omega0, mu0, t_span, *, saveat=None,
 
 #  Phase-wise asymptotics of the symmetric two-head flow (docs/models/icl_regression.md §6.3)
 # -------------------------------------------------
-def phase1_asymptotic(task: ICLRegressionTask, eps0: float, t) -> tuple[np.ndarray, np.ndarray]:
+def phase1_asymptotic(
+    task: ICLRegressionTask, eps0: float, t: Annotated[Any, _V.Range(array=True, ge=0)]
+) -> tuple[np.ndarray, np.ndarray]:
     """Phase I (linearised flow): omega(t) = mu(t) = eps0 e^t, docs/models/icl_regression.md §6.3, Eqs. (B.5)-(B.6).
-    Returns (omega, mu)."""
+    Returns (omega, mu).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    """
     _check_task(task)
     eps0 = check_positive("eps0", eps0)
     w = eps0 * np.exp(np.asarray(t, dtype=np.float64))
@@ -802,12 +841,18 @@ def phase2_peak_omega(task: ICLRegressionTask, ratio: float = 1.1) -> float:
     return float(np.sqrt(chi / task.d))
 
 
-def phase3_asymptotic(task: ICLRegressionTask, t) -> tuple[np.ndarray, np.ndarray]:
+def phase3_asymptotic(
+    task: ICLRegressionTask, t: Annotated[Any, _V.Range(array=True, gt=0)]
+) -> tuple[np.ndarray, np.ndarray]:
     """Phase III law along the valley: omega(t)^{-6} ~ 4 (1+sigma^2) d^3 t / L, mu ~ eta*/(2 omega):
     docs/models/icl_regression.md §6.3.
 
     (Not the t^{-1/2} of the two-timescale heuristic (B.17)-(B.18); see docs/models/icl_regression.md §10, item 5.)
     Returns (omega, mu).
+
+    Parameters
+    ----------
+    t : float or array > 0
     """
     task = _check_task(task)
     t = np.asarray(t, dtype=np.float64)
@@ -816,7 +861,7 @@ def phase3_asymptotic(task: ICLRegressionTask, t) -> tuple[np.ndarray, np.ndarra
     return omega, eta_star(task) / (2.0 * omega)
 
 
-def phase3_heuristic_rate(task: ICLRegressionTask, omega) -> np.ndarray:
+def phase3_heuristic_rate(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.ndarray:
     """Heuristic d omega/dt with mu pinned to mu*(omega): -C_L d^3 omega^3 / (6 (1 + C_L d)^2),
     docs/models/icl_regression.md §6.3 (B.17)."""
     task = _check_task(task)
@@ -827,7 +872,7 @@ def phase3_heuristic_rate(task: ICLRegressionTask, omega) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------------
 # Solution manifold (4.6)-(4.8) and the head classifier (5.2)-(5.4)
 # ----------------------------------------------------------------------------------------------------------------------
-def solution_manifold_mu(task: ICLRegressionTask, gamma) -> np.ndarray:
+def solution_manifold_mu(task: ICLRegressionTask, gamma: Annotated[Any, _check_nonzero]) -> np.ndarray:
     """mu(gamma) = gamma / (2 [gamma^2 + (1+sigma^2) sinh(d gamma^2)/L]): docs/models/icl_regression.md §5.4, Eq.
     (4.6)."""
     task = _check_task(task)
@@ -835,7 +880,7 @@ def solution_manifold_mu(task: ICLRegressionTask, gamma) -> np.ndarray:
     return gamma / (2.0 * (gamma**2 + task.cL * np.sinh(task.d * gamma**2)))
 
 
-def manifold_loss(task: ICLRegressionTask, gamma) -> np.ndarray:
+def manifold_loss(task: ICLRegressionTask, gamma: Annotated[Any, _check_nonzero]) -> np.ndarray:
     """F on S_gamma: 1 + sigma^2 - gamma^2/(gamma^2 + (1+sigma^2) sinh(d gamma^2)/L): docs/models/icl_regression.md §5.4
     (Eqs. (4.6)-(4.7))."""
     task = _check_task(task)
@@ -843,7 +888,7 @@ def manifold_loss(task: ICLRegressionTask, gamma) -> np.ndarray:
     return 1.0 + task.sigma2 - 2.0 * gamma * solution_manifold_mu(task, gamma)
 
 
-def manifold_step_series(task: ICLRegressionTask, gamma) -> np.ndarray:
+def manifold_step_series(task: ICLRegressionTask, gamma: Annotated[Any, _check_nonzero]) -> np.ndarray:
     """Series 2 gamma mu(gamma) = eta* - (eta*)^2 (1+sigma^2) d^3 gamma^4/(6L) + O(gamma^8):
     docs/models/icl_regression.md §5.4, Eq. (4.8)."""
     task = _check_task(task)
@@ -860,16 +905,21 @@ class HeadPattern(NamedTuple):
     negative: np.ndarray  # (..., H) bool: non-dummy heads with omega_h < 0 (H-)
     dummy: np.ndarray  # (..., H) bool: |mu_h| < dummy_tol * max_h' |mu_h'| (H0)
     sign_matched: np.ndarray  # (...) bool: sign(mu_h) = sign(omega_h) on every non-dummy head
-    gamma: np.ndarray  # (...) mean |omega_h| over non-dummy heads
+    gamma: Annotated[np.ndarray, _check_nonzero]  # (...) mean |omega_h| over non-dummy heads
     homogeneity: np.ndarray  # (...) population std / mean of |omega_h| over non-dummy heads (0 = homogeneous)
-    sum_mu: np.ndarray  # (...) 1^T mu (zero-sum OV, Eq. (4.2))
+    sum_mu: Annotated[np.ndarray, _REALS]  # (...) 1^T mu (zero-sum OV, Eq. (4.2))
     zero_sum_rel: np.ndarray  # (...) |1^T mu| / sum_h |mu_h|
     mu_pos: np.ndarray  # (...) sum of mu_h over H+
     mu_neg: np.ndarray  # (...) sum of mu_h over H-
     mu_dot_omega: np.ndarray  # (...) mu^T omega (-> eta*, Eq. (4.3))
 
 
-def classify_heads(omega, mu, *, dummy_tol: float = 0.05) -> HeadPattern:
+def classify_heads(
+    omega: Annotated[Any, _REALS],
+    mu: Annotated[Any, _REALS],
+    *,
+    dummy_tol: Annotated[float, _V.Range(ge=0, lt=1)] = 0.05,
+) -> HeadPattern:
     """Split heads into positive / negative / dummy and compute the diagnostics of
     docs/models/icl_regression.md §3, §5.2-§5.4.
 
@@ -914,7 +964,7 @@ def classify_heads(omega, mu, *, dummy_tol: float = 0.05) -> HeadPattern:
 # ----------------------------------------------------------------------------------------------------------------------
 # docs/models/icl_regression.md §7: predictors and their exact risks
 # ----------------------------------------------------------------------------------------------------------------------
-def gd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
+def gd_risk(task: ICLRegressionTask, eta: Annotated[Any, _REALS]) -> np.ndarray:
     """Exact risk of one-step GD, R_GD(eta) = 1 + s2 - 2 eta + eta^2 (1 + (d + 1 + d s2)/L):
     docs/models/icl_regression.md §7.2 (Eq. (4.11))."""
     task = _check_task(task)
@@ -923,7 +973,7 @@ def gd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
     return 1.0 + s2 - 2.0 * eta + eta**2 * (1.0 + (d + 1.0 + d * s2) / L)
 
 
-def dgd_risk(task: ICLRegressionTask, eta) -> np.ndarray:
+def dgd_risk(task: ICLRegressionTask, eta: Annotated[Any, _REALS]) -> np.ndarray:
     """Exact risk of debiased GD (4.11): R_dGD = 1 + s2 - 2 eta (L-1)/L + eta^2 (L-1)(L + d + d s2)/L^2,
     docs/models/icl_regression.md §7.2."""
     task = _check_task(task)
@@ -953,8 +1003,8 @@ class FixedPoint(NamedTuple):
     "maximum".
     """
 
-    omega: np.ndarray
-    mu: np.ndarray
+    omega: Annotated[np.ndarray, _REALS]
+    mu: Annotated[np.ndarray, _REALS]
     kind: str
     F: float
     hessian_eigenvalues: np.ndarray
@@ -974,7 +1024,13 @@ def _hessian(task, x, H):
 
 
 def fixed_points(
-    task: ICLRegressionTask, H: int = 2, *, n_starts: int = 2000, rng=0, omega_box: float = 1.0, mu_box: float = 6.0
+    task: ICLRegressionTask,
+    H: Annotated[int, _V.Range(integer=True, ge=1)] = 2,
+    *,
+    n_starts: int = 2000,
+    rng: Annotated[Any, _V.seed_check] = 0,
+    omega_box: Annotated[float, _V.Range(gt=0)] = 1.0,
+    mu_box: Annotated[float, _V.Range(gt=0)] = 6.0,
 ) -> tuple[FixedPoint, ...]:
     """Every stationary point of F/2 (docs/models/icl_regression.md §4.1, §5.1) reached by a root search on the
     H-head flow (the engine's vector field, through :func:`dynamics.fixed_points`).
@@ -987,6 +1043,12 @@ def fixed_points(
     omega). Each point is represented by its best-polished root. The solution manifold S_gamma of
     docs/models/icl_regression.md §5.4 holds no stationary point (grad_omega F != 0 on it for gamma > 0,
     docs/models/icl_regression.md §5.4): flows on it drift towards gamma -> 0, and the search does not converge there.
+
+    Parameters
+    ----------
+    H : int >= 1
+    omega_box : float > 0
+    mu_box : float > 0
 
     Returns
     -------
@@ -1039,7 +1101,9 @@ def fixed_points(
     return tuple(sorted(out, key=lambda p: p.F))
 
 
-def classify(task: ICLRegressionTask, omega, mu, *, tol: float = 1e-3) -> np.ndarray:
+def classify(
+    task: ICLRegressionTask, omega: Annotated[Any, _REALS], mu: Annotated[Any, _REALS], *, tol: float = 1e-3
+) -> np.ndarray:
     """Name where H-head flows of F/2 ended: "single_head" (every omega_h within ``tol`` of 1/sqrt(d) in modulus, one
     sign, and sum(mu) within ``tol`` of the F_1 optimum, docs/models/icl_regression.md §7.3), "solution_manifold"
     (positive and negative heads with mu^T omega within 0.05 of eta* and |sum mu| < 0.05: the valley S_gamma of
@@ -1060,8 +1124,8 @@ def classify(task: ICLRegressionTask, omega, mu, *, tol: float = 1e-3) -> np.nda
 class SingleHeadOptimum(NamedTuple):
     """Optimum of the single-head approximate loss F_1 (docs/models/icl_regression.md §7.3, Eq. (4.12))."""
 
-    omega: float
-    mu: float
+    omega: Annotated[float, _REALS]
+    mu: Annotated[float, _REALS]
     F: float
 
 
@@ -1073,11 +1137,18 @@ def single_head_optimum(task: ICLRegressionTask) -> SingleHeadOptimum:
     return SingleHeadOptimum(omega=1.0 / np.sqrt(task.d), mu=np.sqrt(task.d) / q, F=1.0 + task.sigma2 - 1.0 / q)
 
 
-def bayes_risk_asymptotic(xi, sigma2) -> np.ndarray:
+def bayes_risk_asymptotic(
+    xi: Annotated[Any, _V.Range(array=True, gt=0)], sigma2: Annotated[Any, _V.Range(array=True, ge=0)]
+) -> np.ndarray:
     """Asymptotic Bayes (ridge, lambda = d sigma^2) risk for d/L -> xi: docs/models/icl_regression.md §7.4 (Eqs.
     (D.34)-(D.36)).
 
     R = (1/2)[sigma^2 + (xi - 1)/xi + sqrt(4 sigma^2 + (sigma^2 + (1 - xi)/xi)^2)] (total risk incl. sigma^2).
+
+    Parameters
+    ----------
+    xi : float or array > 0
+    sigma2 : float or array >= 0
     """
     xi = np.asarray(xi, dtype=np.float64)
     s2 = np.asarray(sigma2, dtype=np.float64)
@@ -1088,9 +1159,18 @@ def bayes_risk_asymptotic(xi, sigma2) -> np.ndarray:
     return 0.5 * (s2 + (xi - 1.0) / xi + np.sqrt(4.0 * s2 + (s2 + (1.0 - xi) / xi) ** 2))
 
 
-def linear_attention_risk(task: ICLRegressionTask, eta, L_test) -> np.ndarray:
+def linear_attention_risk(
+    task: ICLRegressionTask,
+    eta: Annotated[Any, _REALS],
+    L_test: Annotated[Any, _V.Range(array=True, integer=True, ge=1)],
+) -> np.ndarray:
     """Risk of single-head linear attention trained at L = task.L, tested at L': R_GD(eta L'/L; d, L', s2),
-    docs/models/icl_regression.md §7.6."""
+    docs/models/icl_regression.md §7.6.
+
+    Parameters
+    ----------
+    L_test : int or int array >= 1
+    """
     task = _check_task(task)
     L_test = np.asarray(L_test)
     if np.any(L_test < 1) or not np.all(np.equal(np.mod(L_test, 1), 0)):
@@ -1105,11 +1185,11 @@ def linear_attention_risk(task: ICLRegressionTask, eta, L_test) -> np.ndarray:
 class Prompts(NamedTuple):
     """A batch of prompts (docs/models/icl_regression.md §1): X (N, L, d), y (N, L), xq (N, d), yq (N,), beta (N, d)."""
 
-    X: np.ndarray
-    y: np.ndarray
-    xq: np.ndarray
-    yq: np.ndarray
-    beta: np.ndarray
+    X: Annotated[np.ndarray, _V.Array(ndim=3)]
+    y: Annotated[np.ndarray, _V.Array(ndim=2)]
+    xq: Annotated[np.ndarray, _V.Array(ndim=2)]
+    yq: Annotated[np.ndarray, _V.Array(ndim=1)]
+    beta: Annotated[np.ndarray, _V.Array(ndim=2)]
 
 
 def _consistent_prompts(new):
@@ -1134,11 +1214,21 @@ def _consistent_prompts(new):
 Prompts.__new__ = _consistent_prompts(Prompts.__dict__["__new__"].__func__)
 
 
-def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> Prompts:
+def sample_prompts(
+    task: ICLRegressionTask,
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    Sigma: Annotated[Any, _V.Array(ndim=2)] = None,
+) -> Prompts:
     """Draw ``n`` independent prompts of the data model of docs/models/icl_regression.md §1 (covariates N(0, Sigma),
     default I, docs/models/icl_regression.md §8.1).
 
     Draw order (reproducibility): X, xq, beta, context noise, query noise.
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     task = _check_task(task)
     n = check_int("n", n, min_value=1)
@@ -1158,7 +1248,13 @@ def sample_prompts(task: ICLRegressionTask, n: int, rng=None, *, Sigma=None) -> 
     return Prompts(X=X, y=y, xq=xq, yq=yq, beta=beta)
 
 
-def predict_attention(X, y, xq, omega, mu) -> np.ndarray:
+def predict_attention(
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    xq: Annotated[Any, _V.Array(ndim=2)],
+    omega: Annotated[Any, _REALS],
+    mu: Annotated[Any, _REALS],
+) -> np.ndarray:
     """Reduced H-head softmax-attention predictor (3.2): yhat = sum_h mu_h sum_i y_i softmax_i(omega_h x_i^T x_q).
 
     docs/models/icl_regression.md §3, Eq. (3.2); with H = 1 it is the Nadaraya-Watson predictor of
@@ -1174,11 +1270,23 @@ def predict_attention(X, y, xq, omega, mu) -> np.ndarray:
     return np.einsum("h,hnl,nl->n", mu, p, y)
 
 
-def softmax_weight_norms(d: int, L: int, omega: float, n: int, rng=None) -> np.ndarray:
+def softmax_weight_norms(
+    d: Annotated[int, _V.Range(integer=True, ge=1)],
+    L: Annotated[int, _V.Range(array=True, integer=True, ge=1)],
+    omega: Annotated[float, _REALS],
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+) -> np.ndarray:
     """Euclidean norms of softmax_i(omega x_i^T x_q), i = 1..L, x's iid N(0, I_d): docs/models/icl_regression.md §9
     (Fig. 20).
 
     Concentrates near 1/sqrt(L) for small omega (the large-L concentration behind Proposition 4.1). Returns (n,).
+
+    Parameters
+    ----------
+    d : int >= 1
+    L : int or int array >= 1
+    n : int >= 1
     """
     d = check_int("d", d, min_value=1)
     L = check_int("L", L, min_value=1)
@@ -1190,7 +1298,13 @@ def softmax_weight_norms(d: int, L: int, omega: float, n: int, rng=None) -> np.n
     return np.linalg.norm(scipy.special.softmax(omega * scores, axis=1), axis=1)
 
 
-def predict_manifold(X, y, xq, gamma: float, mu_gamma: float) -> np.ndarray:
+def predict_manifold(
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    xq: Annotated[Any, _V.Array(ndim=2)],
+    gamma: Annotated[float, _check_nonzero],
+    mu_gamma: float,
+) -> np.ndarray:
     """Two-kernel predictor on S_gamma, Eq. (4.9): mu(gamma) sum_i y_i [sm_i(gamma x^T xq) - sm_i(-gamma x^T xq)].
 
     docs/models/icl_regression.md §7.1.
@@ -1198,19 +1312,35 @@ def predict_manifold(X, y, xq, gamma: float, mu_gamma: float) -> np.ndarray:
     return predict_attention(X, y, xq, [gamma, -gamma], [mu_gamma, -mu_gamma])
 
 
-def predict_nadaraya_watson(X, y, xq, omega: float, mu: float) -> np.ndarray:
+def predict_nadaraya_watson(
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    xq: Annotated[Any, _V.Array(ndim=2)],
+    omega: Annotated[float, _REALS],
+    mu: Annotated[float, _REALS],
+) -> np.ndarray:
     """Single-head (Nadaraya-Watson) predictor mu sum_i y_i softmax_i(omega x_i^T x_q):
     docs/models/icl_regression.md §7.3, Eq. (4.12)."""
     return predict_attention(X, y, xq, [omega], [mu])
 
 
-def predict_gd(X, y, xq, eta: float) -> np.ndarray:
+def predict_gd(
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    xq: Annotated[Any, _V.Array(ndim=2)],
+    eta: Annotated[float, _REALS],
+) -> np.ndarray:
     """One-step GD predictor (eta/L) sum_i y_i x_i^T x_q: docs/models/icl_regression.md §7.2."""
     L = X.shape[1]
     return eta / L * np.einsum("nd,nd->n", np.einsum("nl,nld->nd", y, X), xq)
 
 
-def predict_dgd(X, y, xq, eta: float) -> np.ndarray:
+def predict_dgd(
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    xq: Annotated[Any, _V.Array(ndim=2)],
+    eta: Annotated[float, _REALS],
+) -> np.ndarray:
     """Debiased GD predictor (eta/L) sum_i y_i (x_i - xbar)^T x_q: docs/models/icl_regression.md §7.2, Eq. (4.11)
     (first-order form (4.10))."""
     L = X.shape[1]
@@ -1218,9 +1348,19 @@ def predict_dgd(X, y, xq, eta: float) -> np.ndarray:
     return eta / L * np.einsum("nd,nd->n", np.einsum("nl,nld->nd", y, Xc), xq)
 
 
-def predict_ridge(X, y, xq, lam_ridge: float) -> np.ndarray:
+def predict_ridge(
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    xq: Annotated[Any, _V.Array(ndim=2)],
+    lam_ridge: Annotated[float, _V.Range(ge=0)],
+) -> np.ndarray:
     """Ridge predictor x_q^T (X^T X + lambda I)^{-1} X^T y (Bayes-optimal for lambda = d sigma^2):
-    docs/models/icl_regression.md §7.4."""
+    docs/models/icl_regression.md §7.4.
+
+    Parameters
+    ----------
+    lam_ridge : float >= 0
+    """
     d = X.shape[2]
     A = np.einsum("nld,nle->nde", X, X) + lam_ridge * np.eye(d)
     b = np.einsum("nld,nl->nd", X, y)
@@ -1228,7 +1368,12 @@ def predict_ridge(X, y, xq, lam_ridge: float) -> np.ndarray:
     return np.einsum("nd,nd->n", beta_hat, xq)
 
 
-def predict_preconditioned_gd(X, y, xq, G) -> np.ndarray:
+def predict_preconditioned_gd(
+    X: Annotated[Any, _V.Array(ndim=3)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    xq: Annotated[Any, _V.Array(ndim=2)],
+    G: Annotated[Any, _V.Array(ndim=2)],
+) -> np.ndarray:
     """Preconditioned GD predictor x_q^T G (1/L) sum_i y_i x_i: docs/models/icl_regression.md §8.1 (Lemma E.4, Eq.
     (5.6))."""
     L = X.shape[1]
@@ -1236,12 +1381,25 @@ def predict_preconditioned_gd(X, y, xq, G) -> np.ndarray:
     return np.einsum("nd,de,ne->n", xq, np.asarray(G, dtype=np.float64), v, optimize=True)
 
 
-def risk_mc(task: ICLRegressionTask, predict: Callable, n_prompts: int, rng=None, *, chunk: int = 50000, Sigma=None):
+def risk_mc(
+    task: ICLRegressionTask,
+    predict: Callable,
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    chunk: Annotated[int, _V.Range(integer=True, ge=1)] = 50000,
+    Sigma: Annotated[Any, _V.Array(ndim=2)] = None,
+):
     """Monte Carlo risk E[(y_q - yhat)^2] of any batched predictor ``predict(X, y, xq) -> (N,)``:
     docs/models/icl_regression.md §4.1 form.
 
     Uses the variance-reduced form sigma^2 + E[(beta^T x_q - yhat)^2] (query noise integrated out,
     docs/models/icl_regression.md §4.1). Returns (mean, se).
+
+    Parameters
+    ----------
+    n_prompts : int >= 1
+    chunk : int >= 1
     """
     task = _check_task(task)
     n_prompts = check_int("n_prompts", n_prompts, min_value=2)
@@ -1259,12 +1417,23 @@ def risk_mc(task: ICLRegressionTask, predict: Callable, n_prompts: int, rng=None
 
 
 def ridge_risk_mc(
-    task: ICLRegressionTask, n_prompts: int, rng=None, *, lam_ridge: float | None = None, chunk: int = 50000
+    task: ICLRegressionTask,
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    lam_ridge: Annotated[float | None, _V.Range(ge=0)] = None,
+    chunk: Annotated[int, _V.Range(integer=True, ge=1)] = 50000,
 ):
     """Finite-L Monte Carlo risk of ridge (default lambda = d sigma^2, the Bayes predictor):
     docs/models/icl_regression.md §7.4.
 
     Uses R = sigma^2 + E|beta_hat - beta|^2 (x_q isotropic and independent of the context). Returns (mean, se).
+
+    Parameters
+    ----------
+    n_prompts : int >= 1
+    lam_ridge : float >= 0
+    chunk : int >= 1
     """
     task = _check_task(task)
     lam = task.d * task.sigma2 if lam_ridge is None else check_nonneg("lam_ridge", lam_ridge)
@@ -1297,9 +1466,14 @@ def _check_cov(Sigma, d: int) -> np.ndarray:
     return Sigma
 
 
-def kms_covariance(d: int, rho: float) -> np.ndarray:
+def kms_covariance(d: Annotated[int, _V.Range(integer=True, ge=1)], rho: float) -> np.ndarray:
     """Kac-Murdock-Szego covariance Sigma_ij = rho^|i-j|: docs/models/icl_regression.md §8.1 (code default rho =
-    0.5)."""
+    0.5).
+
+    Parameters
+    ----------
+    d : int >= 1
+    """
     d = check_int("d", d, min_value=1)
     if not (np.isfinite(rho) and -1.0 < rho < 1.0):
         raise ValueError(f"rho must lie in (-1, 1); got {rho!r}")
@@ -1307,7 +1481,7 @@ def kms_covariance(d: int, rho: float) -> np.ndarray:
     return float(rho) ** np.abs(idx[:, None] - idx[None, :])
 
 
-def optimal_preconditioner(task: ICLRegressionTask, Sigma) -> np.ndarray:
+def optimal_preconditioner(task: ICLRegressionTask, Sigma: Annotated[Any, _V.Array(ndim=2)]) -> np.ndarray:
     """G* = ((1 + 1/L) Sigma + ((tr Sigma + d sigma^2)/L) I_d)^{-1}: docs/models/icl_regression.md §8.1 (Lemma E.4, Eq.
     (5.6))."""
     task = _check_task(task)
@@ -1317,7 +1491,9 @@ def optimal_preconditioner(task: ICLRegressionTask, Sigma) -> np.ndarray:
     return np.linalg.inv(A)
 
 
-def preconditioned_gd_risk(task: ICLRegressionTask, Sigma, G) -> float:
+def preconditioned_gd_risk(
+    task: ICLRegressionTask, Sigma: Annotated[Any, _V.Array(ndim=2)], G: Annotated[Any, _V.Array(ndim=2)]
+) -> float:
     """Exact risk R(G) of x_q^T G (1/L) sum_i y_i x_i under x ~ N(0, Sigma): docs/models/icl_regression.md §8.1 (Lemma
     E.4).
 
@@ -1342,7 +1518,7 @@ def preconditioned_gd_risk(task: ICLRegressionTask, Sigma, G) -> float:
     )
 
 
-def optimal_preconditioned_risk(task: ICLRegressionTask, Sigma) -> float:
+def optimal_preconditioned_risk(task: ICLRegressionTask, Sigma: Annotated[Any, _V.Array(ndim=2)]) -> float:
     """R(G*) = sigma^2 + (tr Sigma - tr(Sigma^2 G*))/d: docs/models/icl_regression.md §8.1 (Lemma E.4)."""
     task = _check_task(task)
     S = _check_cov(Sigma, task.d)
@@ -1378,8 +1554,9 @@ def theorem_predictions(task: ICLRegressionTask) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# argument checks of every public function and class (dynamics.validation): the annotations (task class, int, float,
-# bool, callable), these specs by parameter name, then each function's own checks
+# argument checks of every public function and class (dynamics.validation): each parameter's rule is declared at its
+# definition (a class annotation, or a rule in its ``Annotated`` metadata; the shared ones below), then each
+# function's own checks
 
 from dynamics import SaveAt as _SaveAt  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
@@ -1396,40 +1573,4 @@ def _check_nonzero(name: str, value) -> None:
 
 
 _REALS = _V.Range(array=True)
-_V.validate_module(
-    globals(),
-    omega=_REALS,
-    mu=_REALS,
-    omega0=_REALS,
-    mu0=_REALS,
-    eta=_REALS,
-    sum_mu=_REALS,
-    gamma=_check_nonzero,
-    t=_V.Range(array=True, ge=0),
-    t_span=_V.Array(shape=(2,)),
-    xi=_V.Range(array=True, gt=0),
-    sigma2=_V.Range(array=True, ge=0),
-    X=_V.Array(ndim=3),
-    y=_V.Array(ndim=2),
-    xq=_V.Array(ndim=2),
-    Sigma=_V.Array(ndim=2),
-    G=_V.Array(ndim=2),
-    lr=_V.Range(array=True, gt=0),
-    L=_V.Range(array=True, integer=True, ge=1),
-    L_test=_V.Range(array=True, integer=True, ge=1),
-    H=_V.Range(integer=True, ge=1),
-    n=_V.Range(integer=True, ge=1),
-    n_prompts=_V.Range(integer=True, ge=1),
-    chunk=_V.Range(integer=True, ge=1),
-    n_steps=_V.Range(integer=True, ge=1),
-    d=_V.Range(integer=True, ge=1),
-    rng=_V.seed_check,
-    saveat=_V.Instance(_SaveAt),
-    lam_ridge=_V.Range(ge=0),
-    stop=_V.callable_check,
-    yq=_V.Array(ndim=1),
-    beta=_V.Array(ndim=2),
-    omega_box=_V.Range(gt=0),
-    mu_box=_V.Range(gt=0),
-    per_function={"phase3_asymptotic": {"t": _V.Range(array=True, gt=0)}},
-)
+_V.validate_module(globals())

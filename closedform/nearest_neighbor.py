@@ -50,6 +50,7 @@ Notes
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import itertools
 import math
 from dataclasses import dataclass
@@ -166,10 +167,10 @@ class NearestNeighborTask:
         GD step size.
     """
 
-    d: int
-    N: int
-    sigma: float
-    eta: float
+    d: Annotated[int, _V.Range(integer=True, ge=2)]
+    N: Annotated[int, _V.Range(integer=True, ge=2)]
+    sigma: Annotated[float, _V.Range(ge=0)]
+    eta: Annotated[float, _V.Range(gt=0)]
 
     def __post_init__(self):
         object.__setattr__(self, "d", check_int("d", self.d, min_value=2))
@@ -294,7 +295,13 @@ def _prompts_from(X, xq, y=None) -> Prompts:
     return Prompts(X=X, xq=xq, c=c, istar=np.argmax(c, axis=1).astype(np.int64), y=y)
 
 
-def sample_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, labels: bool = False) -> Prompts:
+def sample_prompts(
+    task: NearestNeighborTask,
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    labels: bool = False,
+) -> Prompts:
     """Draw prompts from the training law (docs/models/token_selection.md §A.1) with recipe
     docs/models/token_selection.md §G.A, exactly in its order of draws.
 
@@ -321,7 +328,13 @@ def sample_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, label
     return _prompts_from(X, xq, y)
 
 
-def sample_shifted_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, *, delta: float = 0.2) -> Prompts:
+def sample_shifted_prompts(
+    task: NearestNeighborTask,
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    delta: Annotated[float, _V.Range(gt=0, lt=2)] = 0.2,
+) -> Prompts:
     """Draw prompts from the shifted test law of Theorem A2 (docs/models/token_selection.md §A.9, paper App. B; recipe
     docs/models/token_selection.md §G.A shifted).
 
@@ -332,6 +345,7 @@ def sample_shifted_prompts(task: NearestNeighborTask, n_prompts: int, rng=None, 
     ----------
     delta : float in (0, 2)
         Separation gap (its paper value is [unknown]; toolkit default 0.2).
+    n_prompts : int >= 1
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     delta = check_positive("delta", delta)
@@ -377,9 +391,18 @@ def initial_W(task: NearestNeighborTask) -> np.ndarray:
     return family_W(task.d, 0.0, task.sigma)
 
 
-def family_W(d: int, xi1, xi2) -> np.ndarray:
+def family_W(
+    d: Annotated[int, _V.Range(integer=True, ge=1)],
+    xi1: Annotated[Any, _V.Range(array=True)],
+    xi2: Annotated[Any, _V.Range(array=True)],
+) -> np.ndarray:
     """The reduced family W = diag(xi1 I_d, 0, -xi2) (docs/models/token_selection.md §A.5); batched over the shapes of
-    xi1, xi2."""
+    xi1, xi2.
+
+    Parameters
+    ----------
+    d : int >= 1
+    """
     d = check_int("d", d, min_value=2)
     xi1, xi2 = np.broadcast_arrays(np.asarray(xi1, dtype=np.float64), np.asarray(xi2, dtype=np.float64))
     W = np.zeros(xi1.shape + (d + 2, d + 2))
@@ -389,7 +412,7 @@ def family_W(d: int, xi1, xi2) -> np.ndarray:
     return W
 
 
-def attention(W, H) -> np.ndarray:
+def attention(W: Annotated[Any, _check_W], H: Annotated[Any, _V.Array(ndim=3)]) -> np.ndarray:
     """Attention of the query on every token, q = softmax(H^T W h_query) (docs/models/token_selection.md §A.3).
 
     Parameters
@@ -407,7 +430,7 @@ def attention(W, H) -> np.ndarray:
     return scipy.special.softmax(scores, axis=-1)
 
 
-def forward(W, H) -> tuple[np.ndarray, np.ndarray]:
+def forward(W: Annotated[Any, _check_W], H: Annotated[Any, _V.Array(ndim=3)]) -> tuple[np.ndarray, np.ndarray]:
     """Attention weights and prediction f_W(H) = [y_1..y_N, 0] q (docs/models/token_selection.md §A.3).
 
     Returns (q, f): q as in ``attention``; f of shape (B,) or (T, B).
@@ -417,7 +440,9 @@ def forward(W, H) -> tuple[np.ndarray, np.ndarray]:
     return q, np.sum(q * label_row, axis=-1)
 
 
-def full_loss(W, H, target) -> np.ndarray:
+def full_loss(
+    W: Annotated[Any, _check_W], H: Annotated[Any, _V.Array(ndim=3)], target: Annotated[Any, _V.Array(ndim=1)]
+) -> np.ndarray:
     """Sample square loss 1/2 mean_b (f_W(H_b) - y_{i*,b})^2 of the full model (docs/models/token_selection.md §A.4).
 
     A scalar for W of shape (D, D), (T,) for (T, D, D).
@@ -426,7 +451,9 @@ def full_loss(W, H, target) -> np.ndarray:
     return 0.5 * np.mean((f - target) ** 2, axis=-1)
 
 
-def full_gradient(W, H, target) -> np.ndarray:
+def full_gradient(
+    W: Annotated[Any, _check_W], H: Annotated[Any, _V.Array(ndim=3)], target: Annotated[Any, _V.Array(ndim=1)]
+) -> np.ndarray:
     """Gradient of ``full_loss`` with respect to the whole matrix W (docs/models/token_selection.md §A.4).
 
     With s = H^T W h_query and q = softmax(s): dL/ds_m = (f - y_{i*}) q_m (ybar_m - f) (ybar = [y; 0]), and
@@ -443,7 +470,7 @@ def full_gradient(W, H, target) -> np.ndarray:
     return np.matmul(np.swapaxes(u, -1, -2), H[:, :, -1]) / H.shape[0]
 
 
-def probe(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def probe(W: Annotated[Any, _V.Array(ndim=tuple(range(2, 33)))]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Reduced coordinates and distance to the reduced family of any W (docs/models/token_selection.md §A.5.1).
 
     xi1 = tr(W11)/d, xi2 = -W33 are the Frobenius projection of W onto {diag(xi1 I_d, 0, -xi2)};
@@ -471,13 +498,19 @@ def probe(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return xi1, xi2, off
 
 
-def full_diagnostics(W, prompts: Prompts, *, quantile: float = 0.05) -> dict[str, float]:
+def full_diagnostics(
+    W: Annotated[Any, _V.Array(ndim=2)], prompts: Prompts, *, quantile: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05
+) -> dict[str, float]:
     """Diagnostics of any trained W on a fixed labelled prompt set (docs/models/token_selection.md §A.5.1), for the
     empirical side.
 
     Keys: ``L`` (sample loss with the explicit labels, docs/models/token_selection.md §A.4), ``q_istar`` = E[q_{i*}],
     ``q_istar_lo`` (its lower ``quantile``), ``q_self`` = E[q_{N+1}], and the probes ``xi1``, ``xi2``, ``off`` of
     ``probe``.
+
+    Parameters
+    ----------
+    quantile : float in (0, 1)
     """
     if not 0.0 < quantile < 1.0:
         raise ValueError(f"quantile must lie in (0, 1); got {quantile!r}")
@@ -512,7 +545,9 @@ def _check_state(xi1, xi2) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def per_prompt(xi1: float, xi2: float, prompts: Prompts) -> dict[str, np.ndarray]:
+def per_prompt(
+    xi1: Annotated[float, _V.Range(array=True)], xi2: Annotated[float, _V.Range(array=True)], prompts: Prompts
+) -> dict[str, np.ndarray]:
     """Per-prompt loss, gradients and attention at W = diag(xi1 I, 0, -xi2) (docs/models/token_selection.md §A.5).
 
     Returns a dict of (B,) arrays: ``loss`` = 1/2 (sum_j q_j^2 - 2 q_{i*} + 1) (labels integrated out, Eq. of
@@ -531,13 +566,17 @@ def _mean_se(values: np.ndarray) -> tuple[float, float]:
     return float(np.mean(values)), se
 
 
-def reduced_loss(xi1: float, xi2: float, prompts: Prompts) -> tuple[float, float]:
+def reduced_loss(
+    xi1: Annotated[float, _V.Range(array=True)], xi2: Annotated[float, _V.Range(array=True)], prompts: Prompts
+) -> tuple[float, float]:
     """Monte Carlo loss L(xi1, xi2) = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1] and its standard error
     (docs/models/token_selection.md §A.5)."""
     return _mean_se(per_prompt(xi1, xi2, prompts)["loss"])
 
 
-def reduced_gradient(xi1: float, xi2: float, prompts: Prompts) -> tuple[np.ndarray, np.ndarray]:
+def reduced_gradient(
+    xi1: Annotated[float, _V.Range(array=True)], xi2: Annotated[float, _V.Range(array=True)], prompts: Prompts
+) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo (dL/dxi1, dL/dxi2) of docs/models/token_selection.md §A.5 ("dL/dxi1 = E[sum_m gamma_m c_m]", "dL/dxi2
     = E[q_{N+1}(Q2 -
     q_{i*})]") and the standard error of each; returns (grad (2,), se (2,))."""
@@ -547,11 +586,22 @@ def reduced_gradient(xi1: float, xi2: float, prompts: Prompts) -> tuple[np.ndarr
     return np.array([m1, m2]), np.array([s1, s2])
 
 
-def diagnostics(xi1: float, xi2: float, prompts: Prompts, *, quantile: float = 0.05) -> dict[str, float]:
+def diagnostics(
+    xi1: Annotated[float, _V.Range(array=True)],
+    xi2: Annotated[float, _V.Range(array=True)],
+    prompts: Prompts,
+    *,
+    quantile: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05,
+) -> dict[str, float]:
     """Diagnostics on a fixed prompt set (docs/models/token_selection.md §A.5.1): L and its SE, E[q_{i*}], its lower
     ``quantile``, E[q_{N+1}],
     and the gradient (dL/dxi1, dL/dxi2) with standard errors (docs/models/token_selection.md §A.5). Keys:
-    ``DIAGNOSTIC_NAMES``."""
+    ``DIAGNOSTIC_NAMES``.
+
+    Parameters
+    ----------
+    quantile : float in (0, 1)
+    """
     pp = per_prompt(xi1, xi2, prompts)
     L, L_se = _mean_se(pp["loss"])
     g1, g1_se = _mean_se(pp["grad_xi1"])
@@ -569,11 +619,17 @@ def diagnostics(xi1: float, xi2: float, prompts: Prompts, *, quantile: float = 0
     }
 
 
-def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
+def loss_xi1_zero(
+    N: Annotated[int, _V.Range(integer=True, ge=1)], xi2: Annotated[Any, _V.Range(array=True)]
+) -> tuple[np.ndarray, np.ndarray]:
     """Closed-form loss at xi1 = 0 (docs/models/token_selection.md §A.5): q0 = 1/(N + e^{-xi2}), L = 1/2 (N q0^2 - 2 q0
     + 1); returns (L, q0).
 
     At xi1 = 0 every context token gets q0 and the loss is the same for every prompt.
+
+    Parameters
+    ----------
+    N : int >= 1
     """
     N = check_int("N", N, min_value=2)
     xi2 = np.asarray(xi2, dtype=np.float64)
@@ -582,11 +638,18 @@ def loss_xi1_zero(N: int, xi2) -> tuple[np.ndarray, np.ndarray]:
     return 0.5 * (N * q0**2 - 2.0 * q0 + 1.0), q0
 
 
-def expected_max_inner_product(d: int, N: int) -> float:
+def expected_max_inner_product(
+    d: Annotated[int, _V.Range(integer=True, ge=1)], N: Annotated[int, _V.Range(integer=True, ge=1)]
+) -> float:
     """E[c_{i*}] = E[max_j <x_j, x_query>] for N i.i.d. uniform points on S^{d-1} (used by
     docs/models/token_selection.md §A.5 at xi1 = 0).
 
     Each c_j has (1 + c)/2 ~ Beta((d-1)/2, (d-1)/2), so E[max] = 1 - int_{-1}^{1} F(c)^N dc (quadrature).
+
+    Parameters
+    ----------
+    d : int >= 1
+    N : int >= 1
     """
     d = check_int("d", d, min_value=2)
     N = check_int("N", N, min_value=1)
@@ -597,11 +660,20 @@ def expected_max_inner_product(d: int, N: int) -> float:
     return 1.0 - val
 
 
-def gradient_xi1_zero(d: int, N: int, xi2: float) -> np.ndarray:
+def gradient_xi1_zero(
+    d: Annotated[int, _V.Range(integer=True, ge=1)],
+    N: Annotated[int, _V.Range(integer=True, ge=1)],
+    xi2: Annotated[float, _V.Range(array=True)],
+) -> np.ndarray:
     """Closed-form population gradient at xi1 = 0 (derived from docs/models/token_selection.md §A.5 with q_j = q0):
 
     dL/dxi1 = -q0 E[c_{i*}] + e^{-2 xi2} q0^3 (E[sum_j c_j] = 0, 1 - N q0 = e^{-xi2} q0),
     dL/dxi2 = -e^{-2 xi2} q0^3.  Returns the array (dL/dxi1, dL/dxi2).
+
+    Parameters
+    ----------
+    d : int >= 1
+    N : int >= 1
     """
     _, q0 = loss_xi1_zero(N, xi2)
     with np.errstate(over="ignore"):  # e^{-2 xi2} q0^3 = q0 r^2, r = e^{-xi2} q0 = 1/(N e^{xi2} + 1): no overflow
@@ -637,7 +709,10 @@ def _kernel_args(task: NearestNeighborTask, prompts: Prompts) -> tuple:
 
 
 def eta_batch(
-    params: np.ndarray, eta_index: int, eta: float | np.ndarray | None, state0: np.ndarray
+    params: Annotated[np.ndarray, _V.Array(ndim=1)],
+    eta_index: Annotated[int, _V.Range(integer=True, ge=0)],
+    eta: Annotated[float | np.ndarray | None, _V.Range(array=True, gt=0)],
+    state0: Annotated[np.ndarray, _V.Array(ndim=(1, 2))],
 ) -> tuple[np.ndarray, np.ndarray, float, str]:
     """Per-trajectory parameter rows for step sizes ``eta`` broadcast with the initial states
     (docs/models/token_selection.md §0: eta enters the GD maps of docs/models/token_selection.md §A.5, §B.3, §C.5 only
@@ -649,7 +724,8 @@ def eta_batch(
     Parameters
     ----------
     params : (n_params,) the packed vector of one configuration.
-    eta_index : position of eta in it.
+    eta_index : int >= 0
+        Position of eta in it.
     eta : None, float or (n,) array of finite values > 0. None: ``params`` unchanged.
     state0 : (n_state,) or (n0, n_state) initial states; ``eta`` and the n0 rows broadcast (lengths 1 or equal).
 
@@ -785,16 +861,16 @@ def _attrs(task, prompts, source, extra=None) -> dict:
 
 def map(
     task: NearestNeighborTask,
-    prompts,
-    n_steps: int,
+    prompts: Annotated[Any, _sample_list_check(Prompts)],
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
     *,
-    state0=None,
-    saveat=None,
-    quantile: float = 0.05,
-    bound: float = np.inf,
+    state0: Annotated[Any, _V.Array(ndim=(1, 2))] = None,
+    saveat: Annotated[Any, _V.Instance(SaveAt)] = None,
+    quantile: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05,
+    bound: Annotated[float, _V.Range(gt=0, finite=False)] = np.inf,
     progress: bool = False,
-    seed=None,
-    eta=None,
+    seed: Annotated[Any, _V.seed_check] = None,
+    eta: Annotated[Any, _V.Range(array=True, gt=0)] = None,
     warn_unconverged: bool = True,
 ):
     """Exact reduced GD map in (xi1, xi2) on a fixed prompt sample (docs/models/token_selection.md §A.5, Eq. "xi1 <- xi1
@@ -815,11 +891,11 @@ def map(
     saveat : dynamics.SaveAt, optional (default SaveAt(n=201))
     quantile : float in (0, 1)
         Lower quantile of q_{i*} reported as ``q_istar_lo``.
-    bound : float, optional
+    bound : float > 0, optional
         A state with |xi1| or |xi2| above ``bound`` counts as divergence (default: only non-finite values).
     seed : int, optional
         Recorded in the provenance (the seed that drew ``prompts``).
-    eta : float or (n,) array, optional
+    eta : float or (n,) array, > 0, optional
         Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows (:func:`eta_batch`):
         one call runs a grid of step sizes on the same sample.
     warn_unconverged : bool, default True
@@ -891,7 +967,15 @@ def map(
     return check_run(traj, warn_unconverged, what="nearest_neighbor.map", fixed_points=False)
 
 
-def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=None, saveat=None, seed=None):
+def full_gd(
+    task: NearestNeighborTask,
+    prompts: Prompts,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
+    *,
+    W0: Annotated[Any, _V.Array(ndim=(2, 3))] = None,
+    saveat: Annotated[Any, _V.Instance(SaveAt)] = None,
+    seed: Annotated[Any, _V.seed_check] = None,
+):
     """Full-matrix GD on W (docs/models/token_selection.md §A.4) with explicit labels, batched over initial matrices;
     numpy.
 
@@ -904,6 +988,7 @@ def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=Non
     W0 : (D, D) or (T, D, D), optional
         Initial matrices; default the paper's W^(0) (``initial_W``).
     saveat : dynamics.SaveAt, optional (default SaveAt(n=201))
+    n_steps : int >= 0
 
     Returns
     -------
@@ -962,7 +1047,7 @@ def full_gd(task: NearestNeighborTask, prompts: Prompts, n_steps: int, *, W0=Non
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def label_design(N: int) -> np.ndarray:
+def label_design(N: Annotated[int, _V.Range(integer=True, ge=1)]) -> np.ndarray:
     """Label vectors whose empirical moments match Rademacher labels up to order 3 (used with
     docs/models/token_selection.md §A.5's invariances).
 
@@ -970,6 +1055,10 @@ def label_design(N: int) -> np.ndarray:
     y_j y_k is delta_jk and every odd moment is 0. The full-matrix loss and gradient are quadratic in the labels
     (scores do not see them on the family) and the W21/W23 gradient cubic, so this design integrates the labels out
     exactly. Returns (2m, N) float64.
+
+    Parameters
+    ----------
+    N : int >= 1
     """
     N = check_int("N", N, min_value=1)
     m = 1 << int(math.ceil(math.log2(N + 1)))
@@ -977,7 +1066,7 @@ def label_design(N: int) -> np.ndarray:
     return np.concatenate([Hd, -Hd], axis=0)
 
 
-def repeat_with_labels(prompts: Prompts, Y) -> Prompts:
+def repeat_with_labels(prompts: Prompts, Y: Annotated[Any, _V.Array(ndim=(2, 3))]) -> Prompts:
     """Each prompt repeated once per label vector of ``Y``, carrying those labels (exact label averages,
     docs/models/token_selection.md §A.5).
 
@@ -1006,11 +1095,15 @@ def repeat_with_labels(prompts: Prompts, Y) -> Prompts:
     )
 
 
-def signed_permutations(d: int) -> np.ndarray:
+def signed_permutations(d: Annotated[int, _V.Range(integer=True, ge=1, le=7)]) -> np.ndarray:
     """All 2^d d! signed permutation matrices of R^d (the hyperoctahedral group), (2^d d!, d, d).
 
     The symmetry group used to make the invariances of docs/models/token_selection.md §A.5 exact on a finite sample
     (``symmetrized_prompts``).
+
+    Parameters
+    ----------
+    d : int in [1, 7]
     """
     d = check_int("d", d, min_value=1)
     mats = []
@@ -1056,26 +1149,47 @@ def symmetrized_prompts(prompts: Prompts) -> Prompts:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def k_d(d: int) -> float:
+def k_d(d: Annotated[int, _V.Range(integer=True, ge=1)]) -> float:
     """k_d = 2 Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2)) = Theta(sqrt d), constant of Theorem A1
-    (docs/models/token_selection.md §A.6)."""
+    (docs/models/token_selection.md §A.6).
+
+    Parameters
+    ----------
+    d : int >= 1
+    """
     d = check_int("d", d, min_value=2)
     return float(2.0 * math.exp(math.lgamma(d / 2) - math.lgamma((d - 1) / 2)) / math.sqrt(math.pi))
 
 
-def a_Nd(N: int, d: int) -> float:
+def a_Nd(N: Annotated[int, _V.Range(integer=True, ge=1)], d: Annotated[int, _V.Range(integer=True, ge=1)]) -> float:
     """a_{N,d} = (2 N sqrt d)^{-2/(d-3)} of Theorem A1's proof (docs/models/token_selection.md §A.6); defined only for d
-    >= 4."""
+    >= 4.
+
+    Parameters
+    ----------
+    N : int >= 1
+    d : int >= 1
+    """
     N = check_int("N", N, min_value=2)
     d = check_int("d", d, min_value=4)
     return float((2.0 * N * math.sqrt(d)) ** (-2.0 / (d - 3)))
 
 
-def sigma_condition(N: int, d: int, C_d: float) -> float:
+def sigma_condition(
+    N: Annotated[int, _V.Range(integer=True, ge=1)],
+    d: Annotated[int, _V.Range(integer=True, ge=1)],
+    C_d: Annotated[float, _V.Range(ge=0)],
+) -> float:
     """Mask threshold of Theorem A1 (docs/models/token_selection.md §A.6): 2 max{log(N d), -log(1 - (N sqrt d)^{-1/d}),
     C_d (1 - 1/(2N))}.
 
     C_d = poly(d) is not recoverable and must be given (>= 0). The theorem asks for sigma strictly above this value.
+
+    Parameters
+    ----------
+    N : int >= 1
+    d : int >= 1
+    C_d : float >= 0
     """
     N = check_int("N", N, min_value=2)
     d = check_int("d", d, min_value=2)
@@ -1083,9 +1197,15 @@ def sigma_condition(N: int, d: int, C_d: float) -> float:
     return 2.0 * max(math.log(N * d), -math.log(1.0 - (N * math.sqrt(d)) ** (-1.0 / d)), C_d * (1.0 - 0.5 / N))
 
 
-def loss_decay_bound(t, C: float) -> np.ndarray:
+def loss_decay_bound(t: Annotated[Any, _V.Range(array=True, ge=0)], C: Annotated[float, _V.Range(gt=0)]) -> np.ndarray:
     """Theorem A1's rate (docs/models/token_selection.md §A.6): L(W^(t)) <= C / log t for t >= 2; C = poly(N, d) is
-    unrecoverable (given)."""
+    unrecoverable (given).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    C : float > 0
+    """
     C = check_positive("C", C)
     t = np.asarray(t, dtype=np.float64)
     if np.any(t < 2):
@@ -1106,7 +1226,9 @@ def separation_gap(prompts: Prompts) -> np.ndarray:
     return gaps.min(axis=1)
 
 
-def squared_errors(xi1: float, xi2: float, prompts: Prompts) -> np.ndarray:
+def squared_errors(
+    xi1: Annotated[float, _V.Range(array=True)], xi2: Annotated[float, _V.Range(array=True)], prompts: Prompts
+) -> np.ndarray:
     """Per-prompt squared error (f_W(H) - y_{i*})^2 at W = diag(xi1 I, 0, -xi2) with explicit labels (Theorem A2,
     docs/models/token_selection.md §A.6; the test loss has no factor 1/2). Reduced scores, so any prompt law with x's on
     the sphere works."""
@@ -1119,7 +1241,12 @@ def squared_errors(xi1: float, xi2: float, prompts: Prompts) -> np.ndarray:
     return (f - prompts.target) ** 2
 
 
-def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -> np.ndarray:
+def shifted_test_bound(
+    xi1: Annotated[float, _V.Range(array=True)],
+    xi2: Annotated[float, _V.Range(array=True)],
+    prompts: Prompts,
+    delta: Annotated[float, _V.Range(gt=0)],
+) -> np.ndarray:
     """Pointwise bound of Theorem A2's mechanism (docs/models/token_selection.md §A.6, [derived]) on the squared test
     error, per prompt:
 
@@ -1127,6 +1254,10 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
     of the prompt (the labels of the shifted law are Gaussian, so R is per prompt; illustrative,
     docs/models/token_selection.md §A.6). Returns the square of the bound, +inf on prompts outside A_delta (and where it
     overflows).
+
+    Parameters
+    ----------
+    delta : float > 0
     """
     xi1, xi2 = _check_state(xi1, xi2)
     delta = check_positive("delta", delta)
@@ -1141,7 +1272,13 @@ def shifted_test_bound(xi1: float, xi2: float, prompts: Prompts, delta: float) -
     return np.where(separation_gap(prompts) >= delta, bound**2, np.inf)
 
 
-def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, prompts: Prompts | None = None) -> dict:
+def theorem_predictions(
+    task: NearestNeighborTask,
+    *,
+    t: Annotated[Any, _V.Range(array=True, ge=0)] = None,
+    C: Annotated[float, _V.Range(gt=0)] = 1.0,
+    prompts: Prompts | None = None,
+) -> dict:
     """The paper's named predictions for ``task``, assembled from the closed forms.
 
     Keys:
@@ -1156,6 +1293,11 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
       argument ``C`` (default 1).
     * ``separation_gap`` (only with labelled ``prompts``): the largest delta for which each prompt lies in the
       separation event A_delta of Theorem A2 (docs/models/token_selection.md §A.6), one value per prompt.
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    C : float > 0
     """
     if not isinstance(task, NearestNeighborTask):
         raise TypeError(f"task must be a NearestNeighborTask; got {type(task).__name__}")
@@ -1175,9 +1317,10 @@ def theorem_predictions(task: NearestNeighborTask, *, t=None, C: float = 1.0, pr
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Argument checks of every public function and class (dynamics.validation): the annotations (task class, Prompts,
-# int, float, bool) plus these specs by parameter name; each function's own checks (shapes against the task, ...)
-# follow. Checks run once per outermost call, so the inner loops of ``map``/``full_gd`` pay nothing.
+# Argument checks of every public function and class (dynamics.validation): each parameter's rule is declared at its
+# definition (a class annotation, or a rule in its ``Annotated`` metadata; the shared ones below); each function's own
+# checks (shapes against the task, ...) follow. Checks run once per outermost call, so the inner loops of
+# ``map``/``full_gd`` pay nothing.
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
@@ -1193,38 +1336,4 @@ def _check_W(name: str, value) -> None:
         raise ValueError(f"{name} must have shape (D, D) or (T, D, D), square in its last two axes; got {shape}")
 
 
-_V.validate_module(
-    globals(),
-    W=_check_W,
-    H=_V.Array(ndim=3),
-    target=_V.Array(ndim=1),
-    W0=_V.Array(ndim=(2, 3)),
-    xi1=_V.Range(array=True),
-    xi2=_V.Range(array=True),
-    quantile=_V.Range(gt=0, lt=1),
-    bound=_V.Range(gt=0, finite=False),
-    n_steps=_V.Range(integer=True, ge=0),
-    n_prompts=_V.Range(integer=True, ge=1),
-    rng=_V.seed_check,
-    seed=_V.seed_check,
-    saveat=_V.Instance(SaveAt),
-    state0=_V.Array(ndim=(1, 2)),
-    eta=_V.Range(array=True, gt=0),
-    params=_V.Array(ndim=1),
-    Y=_V.Array(ndim=(2, 3)),
-    t=_V.Range(array=True, ge=0),
-    delta=_V.Range(gt=0),
-    d=_V.Range(integer=True, ge=1),
-    N=_V.Range(integer=True, ge=1),
-    eta_index=_V.Range(integer=True, ge=0),
-    C=_V.Range(gt=0),
-    C_d=_V.Range(ge=0),
-    per_function={
-        "map": {"prompts": _sample_list_check(Prompts)},
-        "probe": {"W": _V.Array(ndim=tuple(range(2, 33)))},
-        "full_diagnostics": {"W": _V.Array(ndim=2)},
-        # 2^d d! matrices of d x d: d = 7 is 645 120 of them (250 MB); d = 8 would need 5 GB
-        "signed_permutations": {"d": _V.Range(integer=True, ge=1, le=7)},
-        "NearestNeighborTask": {"sigma": _V.Range(ge=0), "eta": _V.Range(gt=0)},
-    },
-)
+_V.validate_module(globals())

@@ -45,6 +45,7 @@ Self-Attention Mechanism: Case Studies and Theoretical Understanding" (Yuan Cao)
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import numbers
 from dataclasses import asdict, dataclass, field
 
@@ -138,16 +139,16 @@ class RandomWalkTask:
 
     Parameters
     ----------
-    K : int
+    K : int >= 3
         Number of nodes on the circle, >= 3 (docs/models/token_selection.md §C.1; with K = 2 both neighbours coincide).
-    N : int
+    N : int >= 2
         Sequence length, >= 2: N - 1 context tokens and the blank query (docs/models/token_selection.md §C.2).
-    p : float
+    p : float in [0, 1]
         Probability of a clockwise step, in [0, 1] (docs/models/token_selection.md §C.1).
-    M : int
+    M : int >= 3
         Positional dimension, >= N + 1 so that N positional vectors can be mutually orthogonal
         (docs/models/token_selection.md §C.2) and the sine code is orthogonal. Default 1000.
-    rho : float, optional
+    rho : float > 0, optional
         Squared norm of every phi_i, > 0. Default M / 2 (the norm of the sine code of
         docs/models/token_selection.md §C.2); only rho enters the reduced dynamics
         (docs/models/token_selection.md §C.9), and :func:`positional_matrix` scales the code to this norm.
@@ -158,9 +159,9 @@ class RandomWalkTask:
         state of Theorem C2 (p in {0, 1}) amplifies in full-matrix GD. Only orthogonality and rho enter the dynamics
         (docs/models/token_selection.md §C.9), so both describe the paper's model; the reduced map of
         docs/models/token_selection.md §C.5 is exact for the one-hot code.
-    eta : float
+    eta : float > 0
         GD step size, > 0 (docs/models/token_selection.md §C.4). Default 1.
-    eps : float
+    eps : float > 0
         Offset in the loss -log(e_y^T f + eps), > 0 (docs/models/token_selection.md §C.4). Default 0.1.
 
     Notes
@@ -169,13 +170,13 @@ class RandomWalkTask:
     docs/models/token_selection.md §C.1-§C.4.
     """
 
-    K: int
-    N: int
-    p: float
-    M: int = 1000
-    rho: float | None = None
-    eta: float = 1.0
-    eps: float = 0.1
+    K: Annotated[int, _V.Range(integer=True, ge=3)]
+    N: Annotated[int, _V.Range(integer=True, ge=2)]
+    p: Annotated[float, _PROB]
+    M: Annotated[int, _V.Range(integer=True, ge=3)] = 1000
+    rho: Annotated[float | None, _V.Range(gt=0)] = None
+    eta: Annotated[float, _V.Range(gt=0)] = 1.0
+    eps: Annotated[float, _V.Range(gt=0)] = 0.1
     code: str = "onehot"
 
     def __post_init__(self):
@@ -225,10 +226,15 @@ class WalkSample:
     ``states`` (n, N) int64 holds s_1..s_N (code values 0..K-1): columns 0..N-2 are the context, column N-1 the
     label y. ``weights`` (n,) sum to one: 1/n for a Monte Carlo sample (the default), the exact probabilities for an
     enumerated law (then ``exact`` is True and standard errors are zero).
+
+    Parameters
+    ----------
+    states : int array >= 0
+    weights : array >= 0
     """
 
-    states: np.ndarray
-    weights: np.ndarray | None = None
+    states: Annotated[np.ndarray, _V.Array(ndim=2, dtype="int", range=_V.Range(ge=0))]
+    weights: Annotated[np.ndarray | None, _V.Array(ndim=1, range=_V.Range(ge=0))] = None
     exact: bool = False
     _flat: np.ndarray = field(init=False, repr=False, compare=False)
 
@@ -269,11 +275,16 @@ class WalkSample:
         return self.states[:, -2]
 
 
-def transition_matrix(K: int, p: float) -> np.ndarray:
+def transition_matrix(K: Annotated[int, _V.Range(integer=True, ge=3)], p: Annotated[float, _PROB]) -> np.ndarray:
     """Transition matrix Pi = p Pi_0^T + (1-p) Pi_0, Pi[a, (a+1) mod K] = p, Pi[a, (a-1) mod K] = 1-p
     (docs/models/token_selection.md §C.1).
 
     Returns (K, K) float64 with rows indexed by the current state (0-based code values).
+
+    Parameters
+    ----------
+    K : int >= 3
+    p : float in [0, 1]
     """
     K = check_int("K", K, min_value=3)
     p = check_in_range("p", p, 0.0, 1.0)
@@ -303,13 +314,19 @@ def positional_matrix(task: RandomWalkTask) -> np.ndarray:
     return np.sqrt(2.0 * task.rho / task.M) * np.sin(np.pi * i * k / task.M)
 
 
-def sample_walks(task: RandomWalkTask, n: int, rng=None) -> WalkSample:
+def sample_walks(
+    task: RandomWalkTask, n: Annotated[int, _SIZE], rng: Annotated[Any, _V.seed_check] = None
+) -> WalkSample:
     """Draw n walks from the exact data law of docs/models/token_selection.md §C.1 with the generator recipe of
     docs/models/token_selection.md §G.C.
 
     ``s1 = rng.integers(0, K, n)``, then ``steps = where(rng.random((n, N-1)) < p, +1, -1)`` and cumulative sums
     mod K; the last state is the label. ``rng``: int seed, Generator or None (:func:`dynamics.random.as_generator`).
     Test walks are drawn by a second call on the same generator (docs/models/token_selection.md §G.C).
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     n = check_int("n", n, min_value=1)
     check_allocation("n", (n, 3 * task.N), what="the walks (n, N), their steps and their sums")
@@ -322,12 +339,16 @@ def sample_walks(task: RandomWalkTask, n: int, rng=None) -> WalkSample:
     return WalkSample(states)
 
 
-def enumerate_walks(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS) -> WalkSample:
+def enumerate_walks(task: RandomWalkTask, max_walks: Annotated[int, _SIZE] = MAX_ENUMERATED_WALKS) -> WalkSample:
     """The exact law of docs/models/token_selection.md §C.1 as a weighted list of every walk of positive probability
     (docs/models/token_selection.md §G.C).
 
     K 2^{N-1} walks for 0 < p < 1 (weight (1/K) p^{#clockwise} (1-p)^{#anticlockwise}); the K deterministic walks
     s_1 = 0..K-1 for p in {0, 1} (the exact population of Theorem C2).
+
+    Parameters
+    ----------
+    max_walks : int >= 1
 
     Raises
     ------
@@ -356,12 +377,16 @@ def enumerate_walks(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS)
     return WalkSample(states.reshape(-1, N), np.tile(prob, K), exact=True)
 
 
-def empirical_transitions(sample: WalkSample, K: int) -> np.ndarray:
+def empirical_transitions(sample: WalkSample, K: Annotated[int, _V.Range(integer=True, ge=3)]) -> np.ndarray:
     """C_hat[a, b] = weighted frequency of (parent s_{N-1} = a, label y = b) in a walk sample
     (docs/models/token_selection.md §C.7).
 
     Returns (K, K) float64 summing to one; its transpose's entrywise square root is the finite-sample limit
     direction of V (docs/models/token_selection.md §C.7).
+
+    Parameters
+    ----------
+    K : int >= 3
     """
     C_hat = np.zeros((K, K))
     np.add.at(C_hat, (sample.parent, sample.label), sample.weights)
@@ -388,7 +413,14 @@ def _one_hot_average(context: np.ndarray, S_ctx: np.ndarray, K: int) -> np.ndarr
     return np.bincount(flat, weights=np.asarray(S_ctx).ravel(), minlength=n * K).reshape(n, K)
 
 
-def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = False):
+def forward(
+    task: RandomWalkTask,
+    V: Annotated[Any, _V.Array(ndim=2)],
+    W: Annotated[Any, _V.Array(ndim=2)],
+    context: Annotated[Any, _V.Array(ndim=2, dtype="int", range=_V.Range(ge=0))],
+    *,
+    normalize_tokens: bool = False,
+):
     """Attention weights and output of the full model f = V X softmax(X~^T W x~_N)
     (docs/models/token_selection.md §C.3).
 
@@ -399,7 +431,7 @@ def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = Fal
         Value matrix (row = label, column = state).
     W : (K+M, K+M) float64
         Merged key-query matrix (token block first, then positions).
-    context : (n, N-1) int
+    context : (n, N-1) int, >= 0
         Context states s_1..s_{N-1} (code values).
     normalize_tokens : bool
         Divide every column of X~ (the blank query included) by its norm inside the scores only: the default of
@@ -428,12 +460,22 @@ def forward(task: RandomWalkTask, V, W, context, *, normalize_tokens: bool = Fal
     return S, f
 
 
-def reduced_forward(task: RandomWalkTask, V, a, c, context):
+def reduced_forward(
+    task: RandomWalkTask,
+    V: Annotated[Any, _V.Array(ndim=2)],
+    a: Annotated[Any, _V.Array(ndim=1)],
+    c: Annotated[Any, _V.Array(ndim=1)],
+    context: Annotated[Any, _V.Array(ndim=2, dtype="int", range=_V.Range(ge=0))],
+):
     """Attention weights and output of the model on the reduced family W = W(a, c)
     (docs/models/token_selection.md §C.5).
 
     Logits l_j = rho a_{s_j} + rho^2 c_j (j < N), l_N = rho^2 c_N. Shapes: V (K, K), a (K,), c (N,),
     context (n, N-1) int. Returns S (n, N) and f (n, K) as :func:`forward`.
+
+    Parameters
+    ----------
+    context : int array >= 0
     """
     V, a, c = _check_reduced(task, V, a, c)
     context = _check_context(task, context)
@@ -445,13 +487,15 @@ def reduced_forward(task: RandomWalkTask, V, a, c, context):
     return S, f
 
 
-def predict(f) -> np.ndarray:
+def predict(f: Annotated[Any, _V.Array(ndim=tuple(range(1, 33)))]) -> np.ndarray:
     """Prediction rule Pred(f) = min{j : f_j = max_l f_l} (ties -> smallest label), docs/models/token_selection.md §C.3.
     f (n, K) -> (n,)."""
     return np.argmax(np.asarray(f), axis=-1)
 
 
-def W_from_reduced(task: RandomWalkTask, a, c) -> np.ndarray:
+def W_from_reduced(
+    task: RandomWalkTask, a: Annotated[Any, _V.Array(ndim=1)], c: Annotated[Any, _V.Array(ndim=1)]
+) -> np.ndarray:
     """The key-query matrix W = [[0, a phi_N^T], [0, (sum_i c_i phi_i) phi_N^T]] of the reduced family
     (docs/models/token_selection.md §C.5).
 
@@ -467,7 +511,7 @@ def W_from_reduced(task: RandomWalkTask, a, c) -> np.ndarray:
     return W
 
 
-def probe_W(task: RandomWalkTask, W):
+def probe_W(task: RandomWalkTask, W: Annotated[Any, _V.Array(ndim=2)]):
     """Probes of docs/models/token_selection.md §C.5.1: a = W12 phi_N / rho, c_j = phi_j^T W22 phi_N / rho^2, and the
     relative distance off.
 
@@ -490,7 +534,7 @@ def probe_W(task: RandomWalkTask, W):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def direction_error(V, target) -> float:
+def direction_error(V: Annotated[Any, _V.Array(ndim=2)], target: Annotated[Any, _V.Array(ndim=2)]) -> float:
     """||V/||V||_F - T/||T||_F||_F, the direction error of Theorem C1 item 3 (docs/models/token_selection.md §C.5.1).
     NaN for V = 0."""
     V = np.asarray(V, dtype=np.float64)
@@ -501,11 +545,15 @@ def direction_error(V, target) -> float:
     return float(np.linalg.norm(V / nv - target / np.linalg.norm(target)))
 
 
-def direction_errors(V, p: float) -> dict:
+def direction_errors(V: Annotated[Any, _V.Array(ndim=2)], p: Annotated[float, _PROB]) -> dict:
     """The two direction errors of V (docs/models/token_selection.md §C.5.1, Theorem C1 item 3 and
     docs/models/token_selection.md §C.7) and cos_F(V, Pi^T).
 
     Returns {"dist_V_Pi": to Pi^T, "dist_V_sqrtPi": to sqrt(Pi^T) (entrywise), "cos_V_Pi": <V, Pi^T>_F / norms}.
+
+    Parameters
+    ----------
+    p : float in [0, 1]
     """
     V = np.asarray(V, dtype=np.float64)
     PiT = transition_matrix(V.shape[0], p).T
@@ -514,7 +562,7 @@ def direction_errors(V, p: float) -> dict:
     return {"dist_V_Pi": direction_error(V, PiT), "dist_V_sqrtPi": direction_error(V, np.sqrt(PiT)), "cos_V_Pi": cos}
 
 
-def accuracy(task: RandomWalkTask, f, sample: WalkSample) -> tuple[float, float]:
+def accuracy(task: RandomWalkTask, f: Annotated[Any, _V.Array(ndim=2)], sample: WalkSample) -> tuple[float, float]:
     """Plain 0/1 accuracy and Rao-Blackwellised accuracy acc_RB = mean Pi[s_{N-1}, Pred(f)]
     (docs/models/token_selection.md §C.3).
 
@@ -537,12 +585,21 @@ def _weighted_quantile(values, weights, q):
     return float(values[order][idx])
 
 
-def attention_stats(S, weights=None, q: float = 0.05) -> dict:
+def attention_stats(
+    S: Annotated[Any, _V.Array(ndim=2)],
+    weights: Annotated[Any, _V.Array(ndim=1, range=_V.Range(ge=0))] = None,
+    q: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05,
+) -> dict:
     """Attention summaries of docs/models/token_selection.md §C.5.1 for S (n, N): parent (position N-1), its lower
     q-quantile, blank, max other.
 
     Returns {"attn_parent": mean S_{N-1}, "attn_parent_q": q-quantile of S_{N-1}, "attn_blank": mean S_N,
     "attn_max_other": mean over walks of max_{i != N-1} S_i}; weighted by ``weights`` (default uniform).
+
+    Parameters
+    ----------
+    weights : array >= 0
+    q : float in (0, 1)
     """
     S = np.asarray(S, dtype=np.float64)
     w = np.full(S.shape[0], 1.0 / S.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -556,7 +613,7 @@ def attention_stats(S, weights=None, q: float = 0.05) -> dict:
     }
 
 
-def output_direction_error(task: RandomWalkTask, f, sample: WalkSample) -> float:
+def output_direction_error(task: RandomWalkTask, f: Annotated[Any, _V.Array(ndim=2)], sample: WalkSample) -> float:
     """Mean over walks of ||f/||f||_2 - Pi^T x_{N-1}/||Pi^T x_{N-1}||_2||_2, Theorem C1 item 2
     (docs/models/token_selection.md §C.6).
 
@@ -570,7 +627,7 @@ def output_direction_error(task: RandomWalkTask, f, sample: WalkSample) -> float
     return float(sample.weights @ err)
 
 
-def kl_to_truth(task: RandomWalkTask, f, sample: WalkSample) -> float:
+def kl_to_truth(task: RandomWalkTask, f: Annotated[Any, _V.Array(ndim=2)], sample: WalkSample) -> float:
     """Mean over walks of KL(P_true || P_model), the Fig. 6 (b, d) curve of docs/models/token_selection.md §C.8
     (direction reconstructed there).
 
@@ -587,13 +644,24 @@ def kl_to_truth(task: RandomWalkTask, f, sample: WalkSample) -> float:
     return float(sample.weights @ terms.sum(axis=1))
 
 
-def diagnostics(task: RandomWalkTask, V, a, c, sample: WalkSample, q: float = 0.05) -> dict:
+def diagnostics(
+    task: RandomWalkTask,
+    V: Annotated[Any, _V.Array(ndim=2)],
+    a: Annotated[Any, _V.Array(ndim=1)],
+    c: Annotated[Any, _V.Array(ndim=1)],
+    sample: WalkSample,
+    q: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05,
+) -> dict:
     """All scalar diagnostics of docs/models/token_selection.md §C.5.1 at reduced state (V, a, c) on ``sample``
     (normally test walks).
 
     Keys: acc, acc_rb (docs/models/token_selection.md §C.3), attn_parent, attn_parent_q, attn_blank, attn_max_other,
     dist_V_Pi, dist_V_sqrtPi, cos_V_Pi (Theorem C1 item 3), dist_f_Pi (item 2, NaN while f = 0). The empirical side
     computes the same keys from its probes.
+
+    Parameters
+    ----------
+    q : float in (0, 1)
     """
     S, f = reduced_forward(task, V, a, c, sample.context)
     acc, acc_rb = accuracy(task, f, sample)
@@ -632,13 +700,18 @@ def state_names(task: RandomWalkTask) -> list[str]:
     )
 
 
-def pack_state(task: RandomWalkTask, V, a, c) -> np.ndarray:
+def pack_state(
+    task: RandomWalkTask,
+    V: Annotated[Any, _V.Array(ndim=2)],
+    a: Annotated[Any, _V.Array(ndim=1)],
+    c: Annotated[Any, _V.Array(ndim=1)],
+) -> np.ndarray:
     """Flatten (V, a, c) into the reduced state vector of length K^2 + K + N (docs/models/token_selection.md §C.5)."""
     V, a, c = _check_reduced(task, V, a, c)
     return np.concatenate([V.ravel(), a, c])
 
 
-def unpack_state(task: RandomWalkTask, x):
+def unpack_state(task: RandomWalkTask, x: Annotated[Any, _V.Array(ndim=tuple(range(1, 33)))]):
     """Split a reduced state vector (..., K^2 + K + N) into V (..., K, K), a (..., K), c (..., N)
     (docs/models/token_selection.md §C.5)."""
     x = np.asarray(x, dtype=np.float64)
@@ -686,7 +759,13 @@ def _gradient_and_se(task: RandomWalkTask, sample: WalkSample, x: np.ndarray):
     return G, se, float(loss), se_loss
 
 
-def reduced_gradient(task: RandomWalkTask, sample: WalkSample, V, a, c) -> ReducedGradient:
+def reduced_gradient(
+    task: RandomWalkTask,
+    sample: WalkSample,
+    V: Annotated[Any, _V.Array(ndim=2)],
+    a: Annotated[Any, _V.Array(ndim=1)],
+    c: Annotated[Any, _V.Array(ndim=1)],
+) -> ReducedGradient:
     """Population gradient of the reduced state over a walk sample, with the standard error of every entry.
 
     Implements the exact GD updates of docs/models/token_selection.md §C.5: G_V = E[kappa e_y (sum_{i<N} S_i x_i)^T],
@@ -725,16 +804,16 @@ def _kernel_args(task: RandomWalkTask, sample: WalkSample) -> tuple:
 
 def map(
     task: RandomWalkTask,
-    n_steps: int,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
     *,
-    walks,
-    rng=None,
-    test=None,
-    state0=None,
-    saveat=None,
+    walks: Annotated[Any, _check_walks],
+    rng: Annotated[Any, _V.seed_check] = None,
+    test: Annotated[Any, _check_walks] = None,
+    state0: Annotated[Any, _V.Array(ndim=(1, 2))] = None,
+    saveat: Annotated[Any, _V.Instance(dynamics.SaveAt)] = None,
     progress: bool = False,
     attrs: dict | None = None,
-    eta=None,
+    eta: Annotated[Any, _V.Range(array=True, gt=0)] = None,
     warn_unconverged: bool = True,
 ):
     """Exact GD on the reduced state (V, a, c) over a fixed walk sample (common random numbers),
@@ -743,7 +822,7 @@ def map(
     Parameters
     ----------
     task : RandomWalkTask
-    n_steps : int
+    n_steps : int >= 0
         Number of GD updates T >= 0 (time axis: step t, time eta t).
     walks : int, WalkSample or sequence of WalkSample
         Training walks: a sample size n (drawn by :func:`sample_walks` from ``rng``), or a sample (e.g.
@@ -761,7 +840,7 @@ def map(
         Initial reduced state(s); default V = 0, a = 0, c = 0 (docs/models/token_selection.md §C.4).
     saveat : dynamics.SaveAt, optional
         Save points (default: the engine's).
-    eta : float or (n,) array, optional
+    eta : float or (n,) array, > 0, optional
         Step sizes per trajectory, overriding ``task.eta``, broadcast with the ``state0`` rows
         (:func:`closedform.nearest_neighbor.eta_batch`); ``time`` is then the step.
     warn_unconverged : bool, default True
@@ -853,14 +932,14 @@ def map(
 
 def flow(
     task: RandomWalkTask,
-    tau_end: float,
+    tau_end: Annotated[float, _V.Range(gt=0)],
     *,
-    walks,
-    rng=None,
-    test=None,
-    state0=None,
+    walks: Annotated[Any, _check_walks],
+    rng: Annotated[Any, _V.seed_check] = None,
+    test: Annotated[Any, _check_walks] = None,
+    state0: Annotated[Any, _V.Array(ndim=(1, 2))] = None,
     solver=None,
-    saveat=None,
+    saveat: Annotated[Any, _V.Instance(dynamics.SaveAt)] = None,
     progress: bool = False,
     attrs: dict | None = None,
 ):
@@ -873,6 +952,10 @@ def flow(
     size of the vector field) but never warns: a gradient flow cannot cycle or be chaotic, its blow-up raises
     ``dynamics.DivergenceError``, and without a finite minimiser it never converges, so an unconverged end says
     nothing (its vector field may even grow for a while as the attention moves to the parent token).
+
+    Parameters
+    ----------
+    tau_end : float > 0
     """
     tau_end = check_positive("tau_end", tau_end)
     train, test, x0 = _prepare_run(task, walks, rng, test, state0)
@@ -955,7 +1038,14 @@ def _derived_fn(task, train, test):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def full_gradient(task: RandomWalkTask, sample: WalkSample, V, W, *, normalize_tokens: bool = False):
+def full_gradient(
+    task: RandomWalkTask,
+    sample: WalkSample,
+    V: Annotated[Any, _V.Array(ndim=2)],
+    W: Annotated[Any, _V.Array(ndim=2)],
+    *,
+    normalize_tokens: bool = False,
+):
     """Gradient of L(V, W) = E[-log(e_y^T f + eps)] with respect to the full matrices V and W
     (docs/models/token_selection.md §C.3-§C.4).
 
@@ -997,12 +1087,12 @@ def full_gradient(task: RandomWalkTask, sample: WalkSample, V, W, *, normalize_t
 def full_gd(
     task: RandomWalkTask,
     sample: WalkSample,
-    n_steps: int,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
     *,
-    V0=None,
-    W0=None,
+    V0: Annotated[Any, _V.Array(ndim=2)] = None,
+    W0: Annotated[Any, _V.Array(ndim=2)] = None,
     normalize_tokens: bool = False,
-    save_every: int = 1,
+    save_every: Annotated[int, _SIZE] = 1,
     attrs: dict | None = None,
 ):
     """Full-matrix GD on (V, W) in numpy (docs/models/token_selection.md §C.4), logging the probes of
@@ -1014,6 +1104,8 @@ def full_gd(
         Training walks (fixed: full-batch GD).
     V0, W0 : arrays, optional
         Initial matrices; default zero (the paper's initialisation, docs/models/token_selection.md §C.4).
+    n_steps : int >= 0
+    save_every : int >= 1
 
     Returns
     -------
@@ -1096,7 +1188,7 @@ def V1_closed(task: RandomWalkTask) -> np.ndarray:
     return task.eta / (task.eps * task.N * task.K) * total
 
 
-def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
+def W2_closed(task: RandomWalkTask, max_walks: Annotated[int, _SIZE] = MAX_ENUMERATED_WALKS):
     """W^(2) in reduced coordinates (a^(2), c^(2)), exact expectation over the walk law
     (docs/models/token_selection.md §C.5, closed forms).
 
@@ -1104,6 +1196,10 @@ def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
     at V = V^(1), S = 1/N, kappa = 1/(gbar + eps). The expectation is a finite sum over the K 2^{N-1} walks
     (:func:`enumerate_walks`), so this is exact to round-off; N is limited by ``max_walks``. V^(2) is not part of
     the closed form. Build the matrix with :func:`W_from_reduced`.
+
+    Parameters
+    ----------
+    max_walks : int >= 1
     """
     law = enumerate_walks(task, max_walks)
     V1 = V1_closed(task)
@@ -1125,9 +1221,14 @@ def W2_closed(task: RandomWalkTask, max_walks: int = MAX_ENUMERATED_WALKS):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def optimal_accuracy(p: float) -> float:
+def optimal_accuracy(p: Annotated[float, _PROB]) -> float:
     """Bayes accuracy OPT = max{p, 1 - p} of predicting y from the walk (docs/models/token_selection.md §C.1; Theorem C1
-    item 1)."""
+    item 1).
+
+    Parameters
+    ----------
+    p : float in [0, 1]
+    """
     p = check_in_range("p", p, 0.0, 1.0)
     return max(p, 1.0 - p)
 
@@ -1175,7 +1276,7 @@ def theorem_attention(task: RandomWalkTask) -> np.ndarray:
     raise ValueError(f"N must satisfy N = r K + 1 for the failure theorem at p = {task.p}; got N={task.N}, K={task.K}")
 
 
-def V_direction(task: RandomWalkTask, kind: str = "derived") -> np.ndarray:
+def V_direction(task: RandomWalkTask, kind: Annotated[str, _V.OneOf("theorem", "derived")] = "derived") -> np.ndarray:
     """Unit-Frobenius limiting direction of V (docs/models/token_selection.md §C.6 item 3 and
     docs/models/token_selection.md §C.7), (K, K).
 
@@ -1192,11 +1293,15 @@ def V_direction(task: RandomWalkTask, kind: str = "derived") -> np.ndarray:
     return D / np.linalg.norm(D)
 
 
-def direction_limit_distance(p: float) -> float:
+def direction_limit_distance(p: Annotated[float, _PROB]) -> float:
     """||sqrt(Pi^T)/||sqrt(Pi^T)|| - Pi^T/||Pi^T|| ||_F = sqrt(2 - 2 (p^1.5 + (1-p)^1.5)/sqrt(p^2 + (1-p)^2)),
     docs/models/token_selection.md §C.7.
 
     The floor of the Theorem C1 item 3 direction error under GD (any K >= 3); 0 only at p in {0, 1/2, 1}.
+
+    Parameters
+    ----------
+    p : float in [0, 1]
     """
     p = check_in_range("p", p, 0.0, 1.0)
     q = 1.0 - p
@@ -1267,10 +1372,10 @@ def theorem_predictions(task: RandomWalkTask) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
-# classes, int, float, bool, str) plus these specs by parameter name; each function's own checks (shapes against the
-# task, states in 0..K-1, ...) follow. Checks run once per outermost call, so the loops of ``map``/``full_gd`` pay
-# nothing.
+# Argument checks of every public function and class (dynamics.validation): each parameter's rule is declared at its
+# definition (a class annotation, or a rule in its ``Annotated`` metadata; the shared ones below); each function's own
+# checks (shapes against the task, states in 0..K-1, ...) follow. Checks run once per outermost call, so the loops
+# of ``map``/``full_gd`` pay nothing.
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
@@ -1292,46 +1397,4 @@ def _check_walks(name: str, value) -> None:
 
 
 _PROB = _V.Range(ge=0, le=1)
-_V.validate_module(
-    globals(),
-    V=_V.Array(ndim=2),
-    W=_V.Array(ndim=2),
-    a=_V.Array(ndim=1),
-    c=_V.Array(ndim=1),
-    V0=_V.Array(ndim=2),
-    W0=_V.Array(ndim=2),
-    x=_V.Array(ndim=1),
-    f=_V.Array(ndim=2),
-    S=_V.Array(ndim=2),
-    target=_V.Array(ndim=2),
-    context=_V.Array(ndim=2, dtype="int", range=_V.Range(ge=0)),
-    states=_V.Array(ndim=2, dtype="int", range=_V.Range(ge=0)),
-    weights=_V.Array(ndim=1, range=_V.Range(ge=0)),
-    state0=_V.Array(ndim=(1, 2)),
-    p=_PROB,
-    q=_V.Range(gt=0, lt=1),
-    n=_SIZE,
-    max_walks=_SIZE,
-    save_every=_SIZE,
-    n_steps=_V.Range(integer=True, ge=0),
-    tau_end=_V.Range(gt=0),
-    rng=_V.seed_check,
-    walks=_check_walks,
-    test=_check_walks,
-    saveat=_V.Instance(dynamics.SaveAt),
-    eta=_V.Range(array=True, gt=0),
-    kind=_V.OneOf("theorem", "derived"),
-    K=_V.Range(integer=True, ge=3),
-    per_function={
-        "predict": {"f": _V.Array(ndim=tuple(range(1, 33)))},
-        "unpack_state": {"x": _V.Array(ndim=tuple(range(1, 33)))},
-        "RandomWalkTask": {
-            "eta": _V.Range(gt=0),
-            "eps": _V.Range(gt=0),
-            "rho": _V.Range(gt=0),
-            "K": _V.Range(integer=True, ge=3),
-            "N": _V.Range(integer=True, ge=2),
-            "M": _V.Range(integer=True, ge=3),
-        },
-    },
-)
+_V.validate_module(globals())

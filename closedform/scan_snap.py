@@ -48,6 +48,7 @@ form 'paper'), the consistent common-token rate with 1/(4K) prefactor (E3, form 
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,7 +128,7 @@ class SequenceClasses:
 
     Parameters
     ----------
-    M : int
+    M : int >= 1
         Output (softmax) size, any integer >= K and >= 2 (docs/models/scan_snap.md §4.1; need not equal Lc + Q + K).
     P : (K, Lc) float64
         P(l|n): rows non-negative, summing to 1 (docs/models/scan_snap.md §1.2).
@@ -145,7 +146,7 @@ class SequenceClasses:
         Label for provenance.
     """
 
-    M: int
+    M: Annotated[int, _V.Range(integer=True, ge=1)]
     P: np.ndarray
     tgt: np.ndarray | None = None
     psi: np.ndarray | None = None
@@ -312,11 +313,17 @@ class SequenceClasses:
 @dataclass(frozen=True, kw_only=True)
 class ScanSnapTask:
     """The task: sequence classes plus learning rates eta_Y, eta_Z (docs/models/scan_snap.md §1.6, §4.1); time unit
-    steps (docs/models/scan_snap.md §0.2)."""
+    steps (docs/models/scan_snap.md §0.2).
+
+    Parameters
+    ----------
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
+    """
 
     classes: SequenceClasses
-    eta_Y: float
-    eta_Z: float
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)]
+    eta_Z: Annotated[float, _V.Range(array=True, gt=0)]
 
     def __post_init__(self):
         if not isinstance(self.classes, SequenceClasses):
@@ -505,7 +512,7 @@ def _attention_logits(classes: SequenceClasses, Z):
     return logP + Z[..., classes.psi, :]  # (..., K, Lc)
 
 
-def attention_maps(classes: SequenceClasses, Z) -> np.ndarray:
+def attention_maps(classes: SequenceClasses, Z: Annotated[Any, _MATRICES]) -> np.ndarray:
     """Attention maps c_{l|n} = P(l|n) e^{z_{psi(n) l}} / sum_l' (...) (docs/models/scan_snap.md §2.1, Eq. 5;
     docs/models/scan_snap.md §4.6).
 
@@ -522,13 +529,13 @@ def attention_maps(classes: SequenceClasses, Z) -> np.ndarray:
     return scipy.special.softmax(_attention_logits(classes, Z), axis=-1)
 
 
-def unit_attention(classes: SequenceClasses, Z) -> np.ndarray:
+def unit_attention(classes: SequenceClasses, Z: Annotated[Any, _MATRICES]) -> np.ndarray:
     """f_n = c~_n / ||c~_n|| (docs/models/scan_snap.md §2.1, Lemma 2), shape (..., K, Lc)."""
     c = attention_maps(classes, Z)
     return c / np.linalg.norm(c, axis=-1, keepdims=True)
 
 
-def distinct_entropy(classes: SequenceClasses, Z) -> np.ndarray:
+def distinct_entropy(classes: SequenceClasses, Z: Annotated[Any, _MATRICES]) -> np.ndarray:
     """Distinct-token entropy H_n = -sum_{l in G_DT(n)} p_l ln p_l, p = c restricted and renormalised
     (docs/models/scan_snap.md §4.6).
 
@@ -560,7 +567,9 @@ def _decoder_cols(classes, Y, lumped):
     return lay, Y
 
 
-def decoder_stats(classes: SequenceClasses, Y, Z, *, lumped: bool = False) -> dict:
+def decoder_stats(
+    classes: SequenceClasses, Y: Annotated[Any, _MATRICES], Z: Annotated[Any, _MATRICES], *, lumped: bool = False
+) -> dict:
     """Decoder diagnostics of docs/models/scan_snap.md §4.6 (lumped form docs/models/scan_snap.md §4.2): alpha_tgt,
     gamma_hat, loss per class.
 
@@ -593,7 +602,13 @@ def _decoder_stats_of(classes: SequenceClasses, lay: _Layout, Y, f) -> dict:
     return {"alpha_tgt": np.exp(log_alpha_t), "gamma_hat": (M - 1.0) / M * wt_err, "loss": -log_alpha_t}
 
 
-def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: bool = False):
+def population_gradient(
+    task: ScanSnapTask | SequenceClasses,
+    Y: Annotated[Any, _MATRICES],
+    Z: Annotated[Any, _MATRICES],
+    *,
+    lumped: bool = False,
+):
     """Population ascent directions grad_Y (Lc, Ncol), grad_Z (Q, Lc) of docs/models/scan_snap.md §4.2-§4.3 (Lemma 1 at
     T -> inf).
 
@@ -609,7 +624,9 @@ def population_gradient(task: ScanSnapTask | SequenceClasses, Y, Z, *, lumped: b
     return _unpack(classes, lay, out)
 
 
-def token_drive(task: ScanSnapTask, Y, Z, *, lumped: bool = False) -> np.ndarray:
+def token_drive(
+    task: ScanSnapTask, Y: Annotated[Any, _MATRICES], Z: Annotated[Any, _MATRICES], *, lumped: bool = False
+) -> np.ndarray:
     """Per-token drive D_{nl} = (dz_{ml}/dt) / f_{nl}^2 of distinct tokens (docs/models/scan_snap.md §4.6, §3.3; exact
     ODE 4.2).
 
@@ -624,7 +641,13 @@ def token_drive(task: ScanSnapTask, Y, Z, *, lumped: bool = False) -> np.ndarray
     return D
 
 
-def lemma1_gradient(Y, Z, context, query: int, target: int):
+def lemma1_gradient(
+    Y: Annotated[Any, _MATRICES],
+    Z: Annotated[Any, _MATRICES],
+    context: Annotated[Any, _V.Array(ndim=1, dtype="int")],
+    query: int,
+    target: int,
+):
     """Exact per-sequence ascent directions of J = logit_tgt - logsumexp (docs/models/scan_snap.md §1.5, Lemma 1), full
     M x M model.
 
@@ -660,7 +683,7 @@ def lemma1_gradient(Y, Z, context, query: int, target: int):
     return dY, dZ
 
 
-def random_init(classes: SequenceClasses, rng=None):
+def random_init(classes: SequenceClasses, rng: Annotated[Any, _V.seed_check] = None):
     """Random initialisation of docs/models/scan_snap.md §5.3: full Y, then Z, i.i.d. U(+-1/sqrt(M)) from one generator
     (docs/models/scan_snap.md §4.1).
 
@@ -777,16 +800,16 @@ def _default_solver():
 
 def flow(
     task: ScanSnapTask,
-    t_span,
+    t_span: Annotated[Any, _V.Array(shape=(2,))],
     *,
-    Y0=None,
-    Z0=None,
-    saveat=None,
+    Y0: Annotated[Any, _MATRICES] = None,
+    Z0: Annotated[Any, _MATRICES] = None,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     lumped: bool = True,
     solver=None,
     progress: bool = False,
-    eta_Y=None,
-    eta_Z=None,
+    eta_Y: Annotated[Any, _V.Range(array=True, gt=0)] = None,
+    eta_Z: Annotated[Any, _V.Range(array=True, gt=0)] = None,
 ):
     """Integrate the exact reduced ODE of docs/models/scan_snap.md §4.2 (POPULATION convention), lumped or not.
 
@@ -807,7 +830,7 @@ def flow(
         Keep one column for the M - K non-target outputs (exact when they start equal; makes M = 1e4 cheap).
     solver : dynamics solver, optional
         Default ``Dopri5(rtol=1e-10, atol=1e-12)``.
-    eta_Y, eta_Z : float or (n,) float, optional
+    eta_Y, eta_Z : float or (n,) float, > 0, optional
         Learning rates per trajectory, overriding the task's (docs/models/scan_snap.md §4.1: they enter the vector field
         only as numbers). Arrays broadcast with the Y0/Z0 batch (each of length 1 or n): one call integrates a grid of
         learning rates, identical to one call per configuration.
@@ -856,16 +879,16 @@ def flow(
 
 def map(
     task: ScanSnapTask,
-    n_steps: int,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=1)],
     *,
-    momentum=0.0,
-    Y0=None,
-    Z0=None,
-    saveat=None,
+    momentum: Annotated[Any, _V.Range(array=True, ge=0, lt=1)] = 0.0,
+    Y0: Annotated[Any, _MATRICES] = None,
+    Z0: Annotated[Any, _MATRICES] = None,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     lumped: bool = True,
     progress: bool = False,
-    eta_Y=None,
-    eta_Z=None,
+    eta_Y: Annotated[Any, _V.Range(array=True, gt=0)] = None,
+    eta_Z: Annotated[Any, _V.Range(array=True, gt=0)] = None,
     warn_unconverged: bool = True,
 ):
     """Iterate the discrete population map of docs/models/scan_snap.md §4.3 (plain GD or heavy-ball momentum), step for
@@ -881,7 +904,7 @@ def map(
     n_steps : int >= 1
     momentum : float or (n,) float in [0, 1)
     Y0, Z0 : as in :func:`flow` (batches of n initial states allowed)
-    eta_Y, eta_Z : float or (n,) float, optional
+    eta_Y, eta_Z : float or (n,) float, > 0, optional
         Learning rates per trajectory, overriding the task's; ``momentum`` and the rates broadcast with the Y0/Z0
         batch (each of length 1 or n), so a grid of optimiser settings runs in one call.
     warn_unconverged : bool, default True
@@ -927,15 +950,15 @@ def map(
 
 def composite_flow(
     task: ScanSnapTask,
-    t_span,
+    t_span: Annotated[Any, _V.Array(shape=(2,))],
     *,
-    Z0=None,
-    saveat=None,
+    Z0: Annotated[Any, _MATRICES] = None,
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     leading_order: bool = False,
     solver=None,
     progress: bool = False,
-    eta_Y=None,
-    eta_Z=None,
+    eta_Y: Annotated[Any, _V.Range(array=True, gt=0)] = None,
+    eta_Z: Annotated[Any, _V.Range(array=True, gt=0)] = None,
 ):
     """Integrate the composite Theorem-1 ODE in Z only (docs/models/scan_snap.md §4.4), exact-q or leading-order form.
 
@@ -943,6 +966,11 @@ def composite_flow(
     attention ODE of Lemma 4 (docs/models/scan_snap.md §3.1). Requires uniform pi. ``leading_order=True`` uses q^(n) =
     e_n. ``eta_Y``, ``eta_Z`` (float or (n,) arrays) override the task's rates per trajectory, broadcast with the Z0
     batch. Never warns about convergence, as :func:`flow`.
+
+    Parameters
+    ----------
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
 
     Returns
     -------
@@ -989,11 +1017,22 @@ def _check_M(M):
     return check_int("M", M, min_value=2)
 
 
-def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
+def decoder_h(
+    tau: Annotated[Any, _TIMES],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+) -> np.ndarray:
     """Explicit h(tau) of Lemma 6 (docs/models/scan_snap.md §2.3): M h = ln(M-1) + ln wright_omega((M eta_Y tau +
     1)/(M-1) - ln(M-1)).
 
     Solves dh/dtau = eta_Y / ((M-1) + exp(M h)), h(0) = 0 (implicit form exp(M h) + (M-1) M h = M eta_Y tau + 1).
+
+    Parameters
+    ----------
+    tau : float or array >= 0
+    M : int >= 1
+    eta_Y : float or array > 0
     """
     M = _check_M(M)
     eta_Y = check_positive("eta_Y", eta_Y)
@@ -1003,9 +1042,20 @@ def decoder_h(tau, *, M: int, eta_Y: float) -> np.ndarray:
     return np.vectorize(lambda x: _k.decoder_h(x, float(M), eta_Y), otypes=[np.float64])(tau)
 
 
-def decoder_h_star(s, *, M: int, eta_Y: float) -> np.ndarray:
+def decoder_h_star(
+    s: Annotated[Any, _REALS],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+) -> np.ndarray:
     """Discrete h*(s) of Lemma 5 (docs/models/scan_snap.md §2.3): h*(s) = h*(s-1) + eta_Y / ((M-1) + exp(M h*(s-1))),
-    h*(0) = 0."""
+    h*(0) = 0.
+
+    Parameters
+    ----------
+    M : int >= 1
+    eta_Y : float or array > 0
+    """
     M = _check_M(M)
     eta_Y = check_positive("eta_Y", eta_Y)
     s = np.asarray(s)
@@ -1018,12 +1068,27 @@ def decoder_h_star(s, *, M: int, eta_Y: float) -> np.ndarray:
     return hs[s]
 
 
-def speed_control(t, *, M: int, K: int, eta_Y: float, eta_Z: float):
+def speed_control(
+    t: Annotated[Any, _TIMES],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    K: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+    eta_Z: Annotated[float, _V.Range(array=True, gt=0)],
+):
     """Speed-control coefficient gamma(t) and Gamma(t) = eta_Z int_0^t gamma (docs/models/scan_snap.md §2.4, Theorem
     1(b)).
 
     gamma(t) = (M-1)^2 h(t/K) / ((M-1) + exp(M h(t/K))), Gamma(t) = (eta_Z/eta_Y) K (M-1)^2 h(t/K)^2 / 2.
     Assumes uniformly sampled classes (pi_n = 1/K).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    M : int >= 1
+    K : int >= 1
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
     """
     K = check_int("K", K, min_value=1)
     eta_Z = check_positive("eta_Z", eta_Z)
@@ -1047,9 +1112,21 @@ class TransitionTimes:
     t_half: float  # time when alpha_{n,tgt(n)} = 1/2 (M h = ln(M-1))
 
 
-def transition_times(*, M: int, K: int, eta_Y: float) -> TransitionTimes:
+def transition_times(
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    K: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+) -> TransitionTimes:
     """t0p, t0, t0_omega1, t_peak, t_half of docs/models/scan_snap.md §2.4 (Lemma 9 and derived landmarks) for uniform
-    classes."""
+    classes.
+
+    Parameters
+    ----------
+    M : int >= 1
+    K : int >= 1
+    eta_Y : float or array > 0
+    """
     M = _check_M(M)
     K = check_int("K", K, min_value=1)
     eta_Y = check_positive("eta_Y", eta_Y)
@@ -1081,7 +1158,12 @@ def transition_time(task: ScanSnapTask) -> TransitionTimes:
 
 
 def measure_transition(
-    task: ScanSnapTask, n: int = 0, *, t_max: float | None = None, n_grid: int = 3001, lumped: bool = True
+    task: ScanSnapTask,
+    n: Annotated[int, _INDEX] = 0,
+    *,
+    t_max: Annotated[float | None, _V.Range(gt=0)] = None,
+    n_grid: Annotated[int, _V.Range(integer=True, ge=2)] = 3001,
+    lumped: bool = True,
 ) -> dict:
     """Measured transition landmarks of the exact ODE (docs/models/scan_snap.md §4.2, §6 item 6,
     docs/models/scan_snap.md §7 P8).
@@ -1091,6 +1173,12 @@ def measure_transition(
     The ODE is saved on ``n_grid`` equispaced points of [0, t_max] (default t_max: 3 t_half of the theory); the peak is
     then refined by bounded Brent maximisation and the crossing by Brent root finding, both on re-integrations from the
     nearest saved state (the dense solution). Returns dict t_peak, gamma_hat_max, t_half.
+
+    Parameters
+    ----------
+    n : int >= 0
+    t_max : float > 0
+    n_grid : int >= 2
     """
     from dynamics import SaveAt, integrate
 
@@ -1162,7 +1250,7 @@ def measure_transition(
 _MAX_LOG_GROWTH = np.log(np.finfo(np.float64).max) / 2.0  # 354.89: the largest z - z0 with finite exp(2 (z - z0))
 
 
-def growth_factor(z, z0) -> np.ndarray:
+def growth_factor(z: Annotated[Any, _REALS], z0: Annotated[Any, _REALS]) -> np.ndarray:
     """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (docs/models/scan_snap.md §3.3, Theorem 3).
 
     Raises ``ValueError`` where z - z0 > 354.89 (chi would overflow float64) instead of returning inf."""
@@ -1175,9 +1263,22 @@ def growth_factor(z, z0) -> np.ndarray:
     return np.exp(2.0 * dz)
 
 
-def relative_gain(classes: SequenceClasses, Z, n: int, l: int, l2: int) -> np.ndarray:  # noqa: E741 (paper's l)
+def relative_gain(
+    classes: SequenceClasses,
+    Z: Annotated[Any, _MATRICES],
+    n: Annotated[int, _INDEX],
+    l: Annotated[int, _INDEX],  # noqa: E741 (paper's l)
+    l2: Annotated[int, _INDEX],
+) -> np.ndarray:
     """Relative gain r_{l/l'|n} = c~_{l|n}^2 / c~_{l'|n}^2 - 1 (docs/models/scan_snap.md §3.3, Theorem 3); Z (..., Q,
-    Lc)."""
+    Lc).
+
+    Parameters
+    ----------
+    n : int >= 0
+    l : int >= 0
+    l2 : int >= 0
+    """
     lg = _attention_logits(classes, Z)
     return np.exp(2.0 * (lg[..., n, l] - lg[..., n, l2])) - 1.0
 
@@ -1192,29 +1293,50 @@ def _need_distinct(classes, n, what):
     return dt
 
 
-def dominant_token(classes: SequenceClasses, n: int, Z0=None) -> int:
-    """l0: the distinct token of class n with the largest c~(0) (docs/models/scan_snap.md §3.3, Theorem 3)."""
+def dominant_token(classes: SequenceClasses, n: Annotated[int, _INDEX], Z0: Annotated[Any, _MATRICES] = None) -> int:
+    """l0: the distinct token of class n with the largest c~(0) (docs/models/scan_snap.md §3.3, Theorem 3).
+
+    Parameters
+    ----------
+    n : int >= 0
+    """
     dt = _need_distinct(classes, n, "Theorem 3 (dominant token l0)")
     Z0 = np.zeros((classes.Q, classes.Lc)) if Z0 is None else Z0
     lg = _attention_logits(classes, Z0)[n, dt]
     return int(dt[np.argmax(lg)])
 
 
-def saturation_dz(classes: SequenceClasses, n: int, Z0=None) -> np.ndarray:
+def saturation_dz(
+    classes: SequenceClasses, n: Annotated[int, _INDEX], Z0: Annotated[Any, _MATRICES] = None
+) -> np.ndarray:
     """Saturation values of Delta z_l = -1/2 ln(1 - (c~_l(0)/c~_{l0}(0))^2) for l in G_DT(n)
     (docs/models/scan_snap.md §3.3, Theorem 3).
 
     Returns (Lc,): +inf at l0, NaN for tokens outside G_DT(n).
+
+    Parameters
+    ----------
+    n : int >= 0
     """
     return theorem3_dz(classes, n, np.inf, Z0)
 
 
-def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
+def theorem3_dz(
+    classes: SequenceClasses,
+    n: Annotated[int, _INDEX],
+    dz_l0: Annotated[Any, _V.Range(array=True, ge=0, finite=False)],
+    Z0: Annotated[Any, _MATRICES] = None,
+) -> np.ndarray:
     """Theorem 3 integrated form (docs/models/scan_snap.md §3.3).
 
     Delta z_l = -1/2 ln[1 - (c~_l(0)/c~_{l0}(0))^2 (1 - exp(-2 Delta z_l0))] for l in G_DT(n).
 
     ``dz_l0`` scalar or array (...); returns (..., Lc), NaN outside G_DT(n).
+
+    Parameters
+    ----------
+    n : int >= 0
+    dz_l0 : float or array >= 0
     """
     dt = _need_distinct(classes, n, "Theorem 3")
     Z0 = np.zeros((classes.Q, classes.Lc)) if Z0 is None else Z0
@@ -1229,15 +1351,20 @@ def theorem3_dz(classes: SequenceClasses, n: int, dz_l0, Z0=None) -> np.ndarray:
     return out
 
 
-def theorem3_bounds(f_l0_0, B):
+def theorem3_bounds(f_l0_0: Annotated[Any, _V.Range(array=True, ge=0, le=1)], B: Annotated[Any, _REALS]):
     """Bounds of Eq. (12) (docs/models/scan_snap.md §3.3, Theorem 3): exp(2 f_{nl0}(0)^2 B) <= chi_{l0}(t) <=
-    exp(2 B), with f_{nl0}(0) in [0, 1] (an entry of a unit-norm vector)."""
+    exp(2 B), with f_{nl0}(0) in [0, 1] (an entry of a unit-norm vector).
+
+    Parameters
+    ----------
+    f_l0_0 : float or array in [0, 1]
+    """
     f = np.asarray(f_l0_0, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
     return np.exp(2.0 * f**2 * B), np.exp(2.0 * B)
 
 
-def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
+def theorem4_constants(classes: SequenceClasses, Z0: Annotated[Any, _MATRICES] = None) -> dict:
     """Theorem 4 setting constants (docs/models/scan_snap.md §3.4): l_common, P_c, rho0, C0_paper = rho0^4/K,
     C0_cons = ||c~_n(0)||^4 / ((K-1) P_c^4).
 
@@ -1277,12 +1404,29 @@ def theorem4_constants(classes: SequenceClasses, Z0=None) -> dict:
     }
 
 
-def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: str = "cons") -> np.ndarray:
+def drive_B(
+    t: Annotated[Any, _TIMES],
+    *,
+    M: Annotated[int, _V.Range(integer=True, ge=1)],
+    K: Annotated[int, _V.Range(integer=True, ge=1)],
+    eta_Y: Annotated[float, _V.Range(array=True, gt=0)],
+    eta_Z: Annotated[float, _V.Range(array=True, gt=0)],
+    C0: float,
+    form: str = "cons",
+) -> np.ndarray:
     """Theorem 4 drive integral B_n(t) (docs/models/scan_snap.md §3.4) in one of three forms.
 
     form='printed': 1/4 ln(C0 + 4 Gamma) (Eq. 14/129 as printed; Figs. 3, 9 with C0 = 1);
     form='paper':   1/4 ln(1 + 4 Gamma/C0) (exact integral of Eq. 13, errata E2);
     form='cons':    1/(4K) ln(1 + 4 Gamma/C0) with C0 = C0_cons (consistent POPULATION form, errata E3).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    M : int >= 1
+    K : int >= 1
+    eta_Y : float or array > 0
+    eta_Z : float or array > 0
     """
     check_choice("form", form, ("printed", "paper", "cons"))
     C0 = check_positive("C0", C0)
@@ -1294,9 +1438,14 @@ def drive_B(t, *, M: int, K: int, eta_Y: float, eta_Z: float, C0: float, form: s
     return np.log1p(4.0 * Gamma / C0) / (4.0 * K)
 
 
-def common_token_z(t, task: ScanSnapTask) -> np.ndarray:
+def common_token_z(t: Annotated[Any, _TIMES], task: ScanSnapTask) -> np.ndarray:
     """Common-token logit z_c(t) = -1/4 ln(1 + 4 Gamma(t)/C0_cons) (docs/models/scan_snap.md §3.4, Theorem 4, consistent
-    form)."""
+    form).
+
+    Parameters
+    ----------
+    t : float or array >= 0
+    """
     c = theorem4_constants(task.classes)
     _, Gamma = speed_control(t, M=task.classes.M, K=task.classes.K, eta_Y=task.eta_Y, eta_Z=task.eta_Z)
     return -0.25 * np.log1p(4.0 * Gamma / c["C0_cons"])
@@ -1376,8 +1525,9 @@ def theorem_predictions(task: ScanSnapTask) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# argument checks of every public function and class (dynamics.validation): the annotations (task and class
-# objects, int, float, bool), these specs by parameter name, then each function's own checks
+# argument checks of every public function and class (dynamics.validation): each parameter's rule is declared at its
+# definition (a class annotation, or a rule in its ``Annotated`` metadata; the shared ones below), then each
+# function's own checks
 
 from dynamics import SaveAt as _SaveAt  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
@@ -1386,33 +1536,4 @@ _REALS = _V.Range(array=True)
 _TIMES = _V.Range(array=True, ge=0)
 _MATRICES = _V.Array(ndim=tuple(range(2, 33)))  # (..., rows, columns)
 _INDEX = _V.Range(integer=True, ge=0)
-_V.validate_module(
-    globals(),
-    Y=_MATRICES,
-    Z=_MATRICES,
-    Y0=_MATRICES,
-    Z0=_MATRICES,
-    t=_TIMES,
-    tau=_TIMES,
-    s=_REALS,
-    z=_REALS,
-    z0=_REALS,
-    dz_l0=_V.Range(array=True, ge=0, finite=False),
-    f_l0_0=_V.Range(array=True, ge=0, le=1),
-    B=_REALS,
-    n=_INDEX,
-    l=_INDEX,
-    l2=_INDEX,
-    context=_V.Array(ndim=1, dtype="int"),
-    momentum=_V.Range(array=True, ge=0, lt=1),
-    t_span=_V.Array(shape=(2,)),
-    saveat=_V.Instance(_SaveAt),
-    rng=_V.seed_check,
-    n_steps=_V.Range(integer=True, ge=1),
-    M=_V.Range(integer=True, ge=1),
-    K=_V.Range(integer=True, ge=1),
-    eta_Y=_V.Range(array=True, gt=0),
-    eta_Z=_V.Range(array=True, gt=0),
-    n_grid=_V.Range(integer=True, ge=2),
-    t_max=_V.Range(gt=0),
-)
+_V.validate_module(globals())

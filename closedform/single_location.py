@@ -50,6 +50,7 @@ docs/models/single_location.md §9.3 pairing).
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import functools
 import math
 from dataclasses import dataclass
@@ -191,10 +192,10 @@ class SingleLocationTask(LocationTask):
         Std eps of the output noise xi (E[xi^2] = eps^2).
     """
 
-    d: int
-    L: int
-    gamma: float = math.sqrt(0.5)
-    noise: float = 0.0
+    d: Annotated[int, _V.Range(integer=True, ge=2)]
+    L: Annotated[int, _V.Range(integer=True, ge=1)]
+    gamma: Annotated[float, _V.Range(gt=0)] = math.sqrt(0.5)
+    noise: Annotated[float, _V.Range(ge=0)] = 0.0
 
     def __post_init__(self):
         self._check_fields(d_min=2, L_min=1)
@@ -203,10 +204,16 @@ class SingleLocationTask(LocationTask):
 @dataclass(frozen=True, kw_only=True)
 class LamSchedule:
     """Decreasing temperature schedule lambda_n = lam0 / (1 + decay n), n the 0-based update index
-    (docs/models/single_location.md §6.1)."""
+    (docs/models/single_location.md §6.1).
 
-    lam0: float
-    decay: float = 1e-4
+    Parameters
+    ----------
+    lam0 : float > 0
+    decay : float >= 0
+    """
+
+    lam0: Annotated[float, _V.Range(gt=0)]
+    decay: Annotated[float, _V.Range(ge=0)] = 1e-4
 
     def __post_init__(self):
         object.__setattr__(self, "lam0", check_positive("lam0", self.lam0))
@@ -217,9 +224,15 @@ class LamSchedule:
         return self.lam0 / (1.0 + self.decay * np.asarray(n, dtype=np.float64))[()]
 
 
-def lam_schedule(lam0: float, decay: float = 1e-4) -> LamSchedule:
+def lam_schedule(lam0: Annotated[float, _V.Range(gt=0)], decay: Annotated[float, _V.Range(ge=0)] = 1e-4) -> LamSchedule:
     """The schedule lambda_n = lam0 / (1 + decay n) of docs/models/single_location.md §6.1, §9.6 (Figs. 4(a) and 5 use
-    decay = 1e-4)."""
+    decay = 1e-4).
+
+    Parameters
+    ----------
+    lam0 : float > 0
+    decay : float >= 0
+    """
     return LamSchedule(lam0=lam0, decay=decay)
 
 
@@ -311,7 +324,15 @@ def _task(task) -> SingleLocationTask:
 # risks
 
 
-def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+def risk(
+    task: SingleLocationTask,
+    lam: Annotated[Any, _check_lam],
+    kappa: Annotated[Any, _REALS],
+    nu: Annotated[Any, _REALS],
+    theta: Annotated[Any, _REALS] = 0.0,
+    eta: Annotated[Any, _REALS] = 0.0,
+    rho: Annotated[Any, _REALS] = 0.0,
+):
     """True mean squared error R_lambda = E[(T_lambda(X) - Y)^2] as a function of the five scalars.
 
     Implements docs/models/single_location.md §4.2 ("in full"; paper Theorem 1 and Appendix C), including eps^2 and the
@@ -324,9 +345,9 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
         Inverse temperature lambda, with lambda, lambda s and lambda gamma in [1e-100, 1e100] (the risks' limits
         are reached well inside; beyond, their squares leave float64's range). The other closed forms of lambda
         take the same range.
-    kappa, nu, theta, eta, rho : array_like float64 in [-1, 1]
-        k.k*, v.v*, v.k*, k.v*, k.v (docs/models/single_location.md §4.1); their Gram matrix must be positive
-        semidefinite.
+    kappa, nu, theta, eta, rho : array_like float64
+        k.k*, v.v*, v.k*, k.v*, k.v (docs/models/single_location.md §4.1), each in [-1, 1] (not checked); their Gram
+        matrix must be positive semidefinite.
 
     Returns
     -------
@@ -340,17 +361,42 @@ def risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
     return out.reshape(shape)[()]
 
 
-def excess_risk(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+def excess_risk(
+    task: SingleLocationTask,
+    lam: Annotated[Any, _check_lam],
+    kappa: Annotated[Any, _REALS],
+    nu: Annotated[Any, _REALS],
+    theta: Annotated[Any, _REALS] = 0.0,
+    eta: Annotated[Any, _REALS] = 0.0,
+    rho: Annotated[Any, _REALS] = 0.0,
+):
     """Excess risk R - eps^2 (the quantity of the paper's risk plots; docs/models/single_location.md §0.1 "Words",
-    docs/models/single_location.md §4.2, §9.2)."""
+    docs/models/single_location.md §4.2, §9.2).
+
+    Parameters
+    ----------
+    lam : float or array > 0
+    """
     return risk(task, lam, kappa, nu, theta, eta, rho) - _task(task).eps ** 2
 
 
-def risk_partials(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, rho=0.0):
+def risk_partials(
+    task: SingleLocationTask,
+    lam: Annotated[Any, _check_lam],
+    kappa: Annotated[Any, _REALS],
+    nu: Annotated[Any, _REALS],
+    theta: Annotated[Any, _REALS] = 0.0,
+    eta: Annotated[Any, _REALS] = 0.0,
+    rho: Annotated[Any, _REALS] = 0.0,
+):
     """Partial derivatives (dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of the risk.
 
     Implements docs/models/single_location.md §4.3 (paper Appendix C; on M the last three vanish, paper Lemma 14).
     Arguments as in :func:`risk`; returns a float64 array of shape broadcast_shape + (5,).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam, *st) = _broadcast(lam, kappa, nu, theta, eta, rho)
@@ -360,11 +406,17 @@ def risk_partials(task: SingleLocationTask, lam, kappa, nu, theta=0.0, eta=0.0, 
     return out.reshape(shape + (5,))
 
 
-def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
+def manifold_risk(
+    task: SingleLocationTask, lam: Annotated[Any, _check_lam], kappa: Annotated[Any, _REALS], nu: Annotated[Any, _REALS]
+):
     """Risk on the invariant manifold M: R_M = eps^2 + (L-1) zeta0 + gamma^2 [1 - 2 nu erf(c kappa) + zeta(t, g)].
 
     Implements docs/models/single_location.md §5.1 (paper Lemma 6), an expression separate from :func:`risk` (they agree
     on M). Broadcasts over ``lam``, ``kappa``, ``nu``.
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
@@ -379,11 +431,17 @@ def manifold_risk(task: SingleLocationTask, lam, kappa, nu):
     return out.reshape(shape)[()]
 
 
-def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
+def manifold_vector_field(
+    task: SingleLocationTask, lam: Annotated[Any, _check_lam], kappa: Annotated[Any, _REALS], nu: Annotated[Any, _REALS]
+):
     """The PGD flow on M, -((1 - kappa^2) dR_M/dkappa, (1 - nu^2) dR_M/dnu), shape broadcast + (2,).
 
     Implements docs/models/single_location.md §8.5 (Fig. 6(b)) with the partials of docs/models/single_location.md §5.1;
     its zeros are the five stationary points of docs/models/single_location.md §7.1 (paper Props. 8-10).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam, kappa, nu) = _broadcast(lam, kappa, nu)
@@ -395,10 +453,14 @@ def manifold_vector_field(task: SingleLocationTask, lam, kappa, nu):
     return out.reshape(shape + (2,))
 
 
-def oracle_risk(task: SingleLocationTask, lam):
+def oracle_risk(task: SingleLocationTask, lam: Annotated[Any, _check_lam]):
     """Risk of the erf oracle (k, v) = (k*, v*): eps^2 + gamma^2 [1 - 2 erf(c) + zeta(lambda s, g)] + (L-1) zeta0.
 
     Implements docs/models/single_location.md §5.2 (paper Theorem 1, "in particular" part). Broadcasts over ``lam``.
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     shape, (lam,) = _broadcast(lam)
@@ -418,14 +480,14 @@ def bayes_risk_lower_bound(task: SingleLocationTask) -> float:
     return _task(task).eps ** 2
 
 
-def linear_risk(task: SingleLocationTask, location_probs=None) -> float:
+def linear_risk(task: SingleLocationTask, location_probs: Annotated[Any, _V.Range(array=True, ge=0)] = None) -> float:
     """Risk of the optimal linear predictor, eps^2 + gamma^2 - sum_l p_l^2 gamma^4 / (1 + p_l (gamma^2 - 1)).
 
     Implements docs/models/single_location.md §5.4 (paper Proposition 3).
 
     Parameters
     ----------
-    location_probs : (L,) array_like, optional
+    location_probs : (L,) array_like, >= 0, optional
         p_l = P(J0 = l), non-negative, summing to 1; uniform (1/L each) by default.
     """
     task = _task(task)
@@ -443,7 +505,7 @@ def _location_probs(task, location_probs):
     return p
 
 
-def distance_to_manifold(theta, eta, rho):
+def distance_to_manifold(theta: Annotated[Any, _REALS], eta: Annotated[Any, _REALS], rho: Annotated[Any, _REALS]):
     """dist_M = sqrt(theta^2 + eta^2 + rho^2), the distance to M (docs/models/single_location.md §5.1)."""
     theta, eta, rho = (np.asarray(x, dtype=np.float64) for x in (theta, eta, rho))
     return np.sqrt(theta * theta + eta * eta + rho * rho)[()]
@@ -485,9 +547,9 @@ class FixedPoint:
         with v -> -v, i.e. (theta, eta, rho) -> -(theta, eta, rho)), duplicates removed; ``state`` is the first.
     """
 
-    state: tuple[float, float, float, float, float]
-    kappa: float
-    nu: float
+    state: Annotated[tuple[float, float, float, float, float], _REALS]
+    kappa: Annotated[float, _REALS]
+    nu: Annotated[float, _REALS]
     kind: str
     stability: str
     risk: float
@@ -683,7 +745,14 @@ def _symbolic_params(task, lam, alpha):
     return np.array([lam, task.s, task.gamma, float(task.L), task.eps, 0.0 if alpha is None else alpha])
 
 
-def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int = 2000, rng=0, max_iter: int = 150):
+def critical_point_search(
+    task: SingleLocationTask,
+    lam: Annotated[float, _check_lam],
+    *,
+    n_starts: Annotated[int, _V.Range(integer=True, ge=0)] = 2000,
+    rng: Annotated[Any, _V.seed_check] = 0,
+    max_iter: Annotated[int, _V.Range(integer=True, ge=1)] = 150,
+):
     """Every critical point of R on (S^{d-1})^2 reached by a Levenberg–Marquardt root search from random starts.
 
     The critical points of R_lambda on (S^{d-1})^2 are the fixed points of the PGD map
@@ -692,6 +761,12 @@ def critical_point_search(task: SingleLocationTask, lam: float, *, n_starts: int
     (docs/models/single_location.md §4.1); the search runs over (k, v) in S^2 x S^3 (the remaining rotation fixing k*
     and v* is a symmetry), solving the six tangent-gradient equations (residual < 1e-12) by
     damped Gauss–Newton with central-difference Jacobians, from ``n_starts`` independent uniform starts on S^2 x S^3.
+
+    Parameters
+    ----------
+    n_starts : int >= 0
+    max_iter : int >= 1
+    lam : float or array > 0
 
     Returns
     -------
@@ -816,7 +891,12 @@ def _stability(eigs) -> str:
 
 
 def fixed_points(
-    task: SingleLocationTask, lam: float, alpha: float | None = None, *, n_starts: int = 1000, rng=0
+    task: SingleLocationTask,
+    lam: Annotated[float, _check_lam],
+    alpha: Annotated[float | None, _V.Range(gt=0)] = None,
+    *,
+    n_starts: Annotated[int, _V.Range(integer=True, ge=0)] = 1000,
+    rng: Annotated[Any, _V.seed_check] = 0,
 ) -> tuple[FixedPoint, ...]:
     """All fixed points of the five-scalar PGD map at (task, lambda), named, with risk, linearisation and orbit.
 
@@ -828,16 +908,19 @@ def fixed_points(
 
     Parameters
     ----------
-    task : SingleLocationTask (d >= 4)
+    task : SingleLocationTask
+        The task; its dimension d must be >= 4.
     lam : float > 0
     alpha : float > 0, optional
         Step size for ``map_eigenvalues`` and ``attracting``.
-    n_starts, rng :
-        Random starts and seed of the root search (0 starts: the analytic families only). Completeness is numerical
+    n_starts : int >= 0
+        Random starts of the root search (0 starts: the analytic families only). Completeness is numerical
         evidence, not a proof: with the default, 4 000 fresh starts find no further point at lambda = 0.05 and 0.1,
         d = 400 (tests/test_atlas.py), and every sphere start of PGD ends at a listed attractor there; rarely hit
         saddles (reached by ~1 start in 600 at lambda = 0.2) need more starts. The images of every root under the
         symmetry group are added, so an orbit is complete as soon as one member is found.
+    rng : int, Generator, SeedSequence or None
+        Seed of the root search.
 
     Returns
     -------
@@ -996,7 +1079,13 @@ def _describe(task, lam, alpha, x):
 
 
 def classify(
-    task: SingleLocationTask, lam: float, states, *, tol: float = 1e-3, points=None, basin: bool = False
+    task: SingleLocationTask,
+    lam: Annotated[float, _check_lam],
+    states: Annotated[Any, _REALS],
+    *,
+    tol: Annotated[float, _V.Range(gt=0)] = 1e-3,
+    points: Annotated[Any, _check_points] = None,
+    basin: bool = False,
 ) -> np.ndarray:
     """Name end states by the fixed point they sit at: the ``kind`` of the nearest point within ``tol``.
 
@@ -1017,6 +1106,7 @@ def classify(
         step size of ``points`` (``fixed_points(task, lam, alpha)``; points computed without a step size certify
         nothing). The dynamics along each edge is monotone towards its attractor (docs/models/single_location.md
         §7.1, §7.4).
+    lam : float or array > 0
 
     Returns
     -------
@@ -1078,14 +1168,14 @@ def _edge_certificate(task, lam, st, points):
 
 def run_to_fixed_point(
     task: SingleLocationTask,
-    state0,
+    state0: Annotated[Any, _REALS],
     *,
-    alpha: float,
-    lam: float,
-    n_steps: int = 10_000,
-    points=None,
-    stop_tol: float = 1e-4,
-    chunk: int = 250,
+    alpha: Annotated[float, _V.Range(gt=0)],
+    lam: Annotated[float, _check_lam],
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)] = 10_000,
+    points: Annotated[Any, _check_points] = None,
+    stop_tol: Annotated[float, _V.Range(gt=0)] = 1e-4,
+    chunk: Annotated[int, _V.Range(integer=True, ge=1)] = 250,
     certify: bool = False,
 ):
     """Five-scalar PGD (docs/models/single_location.md §6.4) at constant lambda, final states only, each trajectory
@@ -1098,6 +1188,14 @@ def run_to_fixed_point(
     updates. It runs through ``dynamics.iterate`` in blocks of ``chunk`` steps with ``SaveAt(final=True)``; stopping
     converged trajectories also keeps them clear of the subnormal range (docs/models/single_location.md §0.3:
     converging components decay geometrically).
+
+    Parameters
+    ----------
+    alpha : float > 0
+    n_steps : int >= 0
+    stop_tol : float > 0
+    chunk : int >= 1
+    lam : float or array > 0
 
     Returns
     -------
@@ -1155,11 +1253,16 @@ FIXED_POINT_KINDS: tuple[str, ...] = (
 
 @dataclass(frozen=True, kw_only=True)
 class Basins:
-    """Basin fractions of the end states of PGD (Definition 1) from uniform sphere starts (see :func:`basins`)."""
+    """Basin fractions of the end states of PGD (Definition 1) from uniform sphere starts (see :func:`basins`).
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
 
     kinds: tuple
     counts: tuple
-    n: int
+    n: Annotated[int, _V.Range(integer=True, ge=1)]
     fractions: tuple
     standard_errors: tuple
     mean_steps: float
@@ -1168,15 +1271,15 @@ class Basins:
 
 def basins(
     task: SingleLocationTask,
-    lam: float,
-    n: int,
+    lam: Annotated[float, _check_lam],
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
     *,
-    alpha: float = 4e-3,
-    n_steps: int = 10_000,
-    rng=None,
-    tol: float = 1e-3,
-    stop_tol: float = 1e-4,
-    points=None,
+    alpha: Annotated[float, _V.Range(gt=0)] = 4e-3,
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)] = 10_000,
+    rng: Annotated[Any, _V.seed_check] = None,
+    tol: Annotated[float, _V.Range(gt=0)] = 1e-3,
+    stop_tol: Annotated[float, _V.Range(gt=0)] = 1e-4,
+    points: Annotated[Any, _check_points] = None,
     certify: bool = False,
 ) -> Basins:
     """Fractions of n uniform sphere starts (docs/models/single_location.md §6.5) whose PGD end state sits at each kind
@@ -1194,6 +1297,15 @@ def basins(
     certificate nor by sitting within ``tol`` of it. Such runs count as "unconverged", and ``notes`` says, per
     nearest fixed point, how many there are, how far they are from it and why they were not named after it.
     ``points`` must then carry the step size (``fixed_points(task, lam, alpha)``).
+
+    Parameters
+    ----------
+    n : int >= 1
+    alpha : float > 0
+    n_steps : int >= 0
+    tol : float > 0
+    stop_tol : float > 0
+    lam : float or array > 0
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
@@ -1257,17 +1369,21 @@ class SpuriousPoint:
     """The off-manifold stationary point S = (0, 0, theta_S, 1, 0) of full PGD (docs/models/single_location.md §7.4)."""
 
     theta_S: float
-    state: tuple[float, float, float, float, float]
+    state: Annotated[tuple[float, float, float, float, float], _REALS]
     exists: bool
     excess_risk: float
     distance_to_manifold: float
 
 
-def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
+def spurious_point(task: SingleLocationTask, lam: Annotated[float, _check_lam]) -> SpuriousPoint:
     """The spurious stationary point S (k = v*): theta_S = gamma g phi_1(0, g) / (s zeta(0, g)).
 
     Implements docs/models/single_location.md §7.4 (found by this toolkit's verification; not in the paper). S exists
     when theta_S <= 1. Its excess risk is gamma^2 [1 - g^2 phi_1(0,g)^2/zeta(0,g) + zeta(0,g)] + (L-1) zeta0(lambda).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     lam = check_positive("lam", lam)
@@ -1289,13 +1405,22 @@ def spurious_point(task: SingleLocationTask, lam: float) -> SpuriousPoint:
 # random initial states, vectors and data
 
 
-def sample_initial_state(task: SingleLocationTask, n: int, rng=None, on: str = "sphere") -> np.ndarray:
+def sample_initial_state(
+    task: SingleLocationTask,
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    on: str = "sphere",
+) -> np.ndarray:
     """Draw n initial states (kappa, nu, theta, eta, rho) from their exact laws; returns (n, 5) float64.
 
     Implements docs/models/single_location.md §6.5. ``on="sphere"``: k, v independent uniform on S^{d-1}, with the
     toolkit's reference generator (draw order (Z1, Z2), (Z3, Z4), Q_k, Q_v, Z5, Q_kv). ``on="manifold"``: the authors'
     manifold initialisation, kappa = Z1/sqrt(Z1^2 + chi2(d-2)), nu = Z2/sqrt(Z2^2 + chi2(d-3)) (draw order (Z1, Z2),
     then the two chi-squares), theta = eta = rho = 0. Needs d >= 4.
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
@@ -1335,7 +1460,9 @@ def _need_d4(task):
         )
 
 
-def random_oracle_directions(task: SingleLocationTask, rng=None) -> tuple[np.ndarray, np.ndarray]:
+def random_oracle_directions(
+    task: SingleLocationTask, rng: Annotated[Any, _V.seed_check] = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw (k*, v*): k* uniform on S^{d-1}, v* by Gram–Schmidt of a Gaussian against k*
     (docs/models/single_location.md §1 sampling recipe)."""
     task = _task(task)
@@ -1348,7 +1475,9 @@ def random_oracle_directions(task: SingleLocationTask, rng=None) -> tuple[np.nda
     return k_star, v_star
 
 
-def vectors_from_state(task: SingleLocationTask, state, rng=None):
+def vectors_from_state(
+    task: SingleLocationTask, state: Annotated[Any, _REALS], rng: Annotated[Any, _V.seed_check] = None
+):
     """Unit vectors (k, v, k*, v*) in R^d whose inner products are the given five scalars
     (docs/models/single_location.md §4.1, §6.4).
 
@@ -1382,12 +1511,25 @@ def vectors_from_state(task: SingleLocationTask, state, rng=None):
     return tuple(x[0] for x in out) if single else out
 
 
-def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, location_probs=None):
+def sample_data(
+    task: SingleLocationTask,
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
+    rng: Annotated[Any, _V.seed_check] = None,
+    *,
+    k_star: Annotated[Any, _REALS],
+    v_star: Annotated[Any, _REALS],
+    location_probs: Annotated[Any, _V.Range(array=True, ge=0)] = None,
+):
     """Draw n sequences from the data law: returns X (n, L, d), y (n,), j0 (n,) int (0-based positions).
 
     Implements docs/models/single_location.md §1 (paper Sec. 2): J0 ~ location_probs (uniform by default); x_J0 ~
     N(sqrt(d/2) k*, gamma^2 I); other tokens N(0, I); y = x_J0 . v* + xi, xi ~ N(0, eps^2). Draw order: j0, tokens,
     noise.
+
+    Parameters
+    ----------
+    n : int >= 1
+    location_probs : float or array >= 0
     """
     task = _task(task)
     n = check_int("n", n, min_value=1)
@@ -1408,9 +1550,16 @@ def sample_data(task: SingleLocationTask, n: int, rng=None, *, k_star, v_star, l
     return X, y, j0
 
 
-def predict_erf(X, k, v, lam):
+def predict_erf(
+    X: Annotated[Any, _REALS], k: Annotated[Any, _REALS], v: Annotated[Any, _REALS], lam: Annotated[Any, _check_lam]
+):
     """The erf predictor T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) for X (..., L, d)
-    (docs/models/single_location.md §2.3, paper Eq. (3))."""
+    (docs/models/single_location.md §2.3, paper Eq. (3)).
+
+    Parameters
+    ----------
+    lam : float or array > 0
+    """
     X = check_finite_array("X", X, ndim=tuple(range(2, 33)))
     lam = check_positive("lam", lam)
     d = X.shape[-1]
@@ -1553,16 +1702,16 @@ def _off_manifold_zeros(Y, P):
 
 def map(
     task: SingleLocationTask,
-    state0,
+    state0: Annotated[Any, _REALS],
     *,
-    alpha,
-    n_steps: int,
-    lam,
-    saveat=None,
+    alpha: Annotated[Any, _V.Range(array=True, gt=0)],
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
+    lam: Annotated[Any, _check_lam],
+    saveat: Annotated[Any, _V.Instance(_SaveAt)] = None,
     manifold: bool = False,
     progress: bool = False,
-    d=None,
-    converged: float | None = None,
+    d: Annotated[Any, _V.Range(array=True, integer=True, ge=2)] = None,
+    converged: Annotated[float | None, _V.Range(gt=0)] = None,
     warn_unconverged: bool = True,
 ):
     """Projected gradient descent on the population risk, run exactly on the five scalars (or on M).
@@ -1573,7 +1722,8 @@ def map(
 
     Parameters
     ----------
-    task : SingleLocationTask (d >= 4)
+    task : SingleLocationTask
+        The task; its dimension d must be >= 4.
     state0 : (n, 5) or (5,) float64 (kappa, nu, theta, eta, rho); with ``manifold=True`` also (n, 2) (kappa, nu) or
         (n, 5) with theta = eta = rho = 0.
     alpha : float > 0 or (n,) array
@@ -1587,7 +1737,7 @@ def map(
         Steps to record (default ``SaveAt(n=201)``).
     manifold : bool
         Run the two-scalar map on M.
-    d : int or (n,) int array, optional
+    d : int or (n,) int array, >= 2, optional
         Token dimension per trajectory (default ``task.d``); d enters the map only through s = sqrt(d/2).
     converged : float > 0, optional
         Stop each trajectory, inside the compiled loop, once one update moves none of its scalars by more than
@@ -1689,15 +1839,15 @@ def map(
 
 def full_pgd(
     task: SingleLocationTask,
-    k0,
-    v0,
-    k_star,
-    v_star,
+    k0: Annotated[Any, _REALS],
+    v0: Annotated[Any, _REALS],
+    k_star: Annotated[Any, _REALS],
+    v_star: Annotated[Any, _REALS],
     *,
-    alpha: float,
-    n_steps: int,
-    lam,
-    save_every: int = 1,
+    alpha: Annotated[float, _V.Range(gt=0)],
+    n_steps: Annotated[int, _V.Range(integer=True, ge=0)],
+    lam: Annotated[Any, _check_lam],
+    save_every: Annotated[int, _V.Range(integer=True, ge=1)] = 1,
     save_vectors: bool = False,
     warn_unconverged: bool = True,
 ):
@@ -1710,7 +1860,12 @@ def full_pgd(
     Parameters
     ----------
     k0, v0 : (d,) or (n, d) unit vectors; k_star, v_star : (d,) orthonormal.
-    alpha, n_steps, lam : as in :func:`map`.
+    alpha : float > 0 or (n,) array
+        As in :func:`map`.
+    n_steps : int >= 0
+        As in :func:`map`.
+    lam : float > 0 or 1-D array
+        As in :func:`map`.
     save_every : int >= 1
         Record every ``save_every`` steps (and the last step).
     save_vectors : bool
@@ -1818,7 +1973,7 @@ def full_pgd(
     return check_run(traj, warn_unconverged, what="single_location.full_pgd", fixed_points=constant, tol=tol)
 
 
-def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float]:
+def theorem_predictions(task: SingleLocationTask, lam: Annotated[float, _check_lam]) -> dict[str, float]:
     """The paper's named risk predictions for ``task`` at temperature ``lam``, assembled from the closed forms.
 
     Keys (each a float):
@@ -1832,6 +1987,10 @@ def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float
       (docs/models/single_location.md §5.4).
     * ``null_risk``: eps^2 + gamma^2, the risk of the zero predictor (the large-L limit of ``linear_risk``,
       docs/models/single_location.md §5.4).
+
+    Parameters
+    ----------
+    lam : float or array > 0
     """
     task = _task(task)
     lam = check_positive("lam", lam)
@@ -1847,8 +2006,9 @@ def theorem_predictions(task: SingleLocationTask, lam: float) -> dict[str, float
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# argument checks of every public function and class (dynamics.validation): the annotations (task class, int, float,
-# bool), these specs by parameter name, then each function's own checks (state in [-1, 1], PSD Gram matrix, ...)
+# argument checks of every public function and class (dynamics.validation): each parameter's rule is declared at its
+# definition (a class annotation, or a rule in its ``Annotated`` metadata; the shared ones below), then each
+# function's own checks (state in [-1, 1], PSD Gram matrix, ...)
 
 from dynamics import SaveAt as _SaveAt  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
@@ -1873,44 +2033,6 @@ def _check_points(name: str, value) -> None:
 
 
 _LAM = _V.Range(array=True, gt=0)
+_check_lam.range = _LAM  # the range it enforces on numbers (read by dynamics.validation.argument_rules)
 _REALS = _V.Range(array=True)
-_V.validate_module(
-    globals(),
-    lam=_check_lam,
-    kappa=_REALS,
-    nu=_REALS,
-    theta=_REALS,
-    eta=_REALS,
-    rho=_REALS,
-    state=_REALS,
-    state0=_REALS,
-    states=_REALS,
-    X=_REALS,
-    k=_REALS,
-    v=_REALS,
-    k0=_REALS,
-    v0=_REALS,
-    k_star=_REALS,
-    v_star=_REALS,
-    location_probs=_V.Range(array=True, ge=0),
-    rng=_V.seed_check,
-    alpha=_V.Range(gt=0),
-    points=_check_points,
-    saveat=_V.Instance(_SaveAt),
-    d=_V.Range(integer=True, ge=2),
-    n=_V.Range(integer=True, ge=1),
-    n_steps=_V.Range(integer=True, ge=1),
-    n_starts=_V.Range(integer=True, ge=0),
-    max_iter=_V.Range(integer=True, ge=1),
-    chunk=_V.Range(integer=True, ge=1),
-    save_every=_V.Range(integer=True, ge=1),
-    tol=_V.Range(gt=0),
-    stop_tol=_V.Range(gt=0),
-    lam0=_V.Range(gt=0),
-    decay=_V.Range(ge=0),
-    converged=_V.Range(gt=0),
-    gamma=_V.Range(gt=0),
-    noise=_V.Range(ge=0),
-    # map runs batched configurations: alpha and d may be arrays broadcast against the batch (checked again inside)
-    per_function={"map": {"alpha": _V.Range(array=True, gt=0), "d": _V.Range(array=True, integer=True, ge=2)}},
-)
+_V.validate_module(globals())

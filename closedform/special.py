@@ -32,6 +32,7 @@ The Gauss–Legendre nodes are module constants (frozen into numba's cache, neve
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -334,5 +335,7 @@ for _entry, _ufunc in (
         "\n    Arguments are checked (finite reals, except that zeta's t and owens_t's h "
         "may be +-inf; j an integer in 0..3) before the ufunc runs.\n"
     )
+    if "j" in inspect.signature(_entry).parameters:
+        _entry.__doc__ += "\n    Parameters\n    ----------\n    j : int or int array, in [0, 3]\n"
     overload(_entry)(_lower_to(_ufunc))
 del _entry, _ufunc

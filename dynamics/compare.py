@@ -65,6 +65,7 @@ holds" is an intersection-union test, valid at the per-row level (Berger 1982, T
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -115,14 +116,26 @@ RULE = (
 """One-line statement of the test, shown once per gap table in the report."""
 
 
-def t_quantile(level: float, df) -> np.ndarray:
-    """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (array ``df`` allowed; inf = normal)."""
+def t_quantile(
+    level: Annotated[float, Range(gt=0, lt=1)], df: Annotated[Any, Range(array=True, gt=0, finite=False)]
+) -> np.ndarray:
+    """Two-sided Student-t critical value ``q`` with ``P(|T_df| > q) = level`` (array ``df`` allowed; inf = normal).
+
+    Parameters
+    ----------
+    df : float or array > 0
+    level : float in (0, 1)
+    """
 
     level = check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     return stdtrit(np.asarray(df, dtype=np.float64), 1.0 - level / 2.0)
 
 
-def mdd_factor(level: float, df, power: float = DEFAULT_POWER) -> np.ndarray:
+def mdd_factor(
+    level: Annotated[float, Range(gt=0, lt=1)],
+    df: Annotated[Any, Range(array=True, gt=0)],
+    power: Annotated[float, Range(lt=1)] = DEFAULT_POWER,
+) -> np.ndarray:
     """Noncentrality ``delta`` at which the two-sided Student-t test at ``level`` on ``df`` degrees of freedom
     rejects with probability ``power``: ``P(|T'_{df, delta}| > q) = power`` (``T'`` noncentral t, ``q`` of
     :func:`t_quantile`), computed as the normal power integrated over the chi-square law of the sample variance
@@ -159,11 +172,22 @@ def mdd_factor(level: float, df, power: float = DEFAULT_POWER) -> np.ndarray:
     return out
 
 
-def p_value(gap, se, df, allowance=0.0) -> np.ndarray:
+def p_value(
+    gap: Annotated[Any, _ARRAY],
+    se: Annotated[Any, _SE],
+    df: Annotated[Any, Range(array=True, gt=0)],
+    allowance: Annotated[Any, _SE] = 0.0,
+) -> np.ndarray:
     """Two-sided p-value of the ``fails`` test: ``min(1, 2 P(T_df > (|gap| - allowance) / se))``.
 
     A row ``fails`` at ``level`` exactly when this p-value is below ``level``; :func:`adjust` combines these
     p-values over many rows. ``se = 0`` gives 0 when ``|gap| > allowance`` and 1 otherwise.
+
+    Parameters
+    ----------
+    se : float or array >= 0
+    df : float or array > 0
+    allowance : float or array >= 0
     """
     gap, se, df, a = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (gap, se, df, allowance)))
     excess = np.abs(gap) - a
@@ -235,32 +259,34 @@ def _verdicts(gap, se, df, a, level, power, *, sd_learned, theory_se, df_cap, n_
 
 
 def gap_test(
-    theory,
-    mean,
-    se_learned,
-    n_seeds: int,
+    theory: Annotated[Any, _ARRAY],
+    mean: Annotated[Any, _ARRAY],
+    se_learned: Annotated[Any, _SE],
+    n_seeds: Annotated[int, Range(integer=True, ge=2)],
     *,
-    theory_se=None,
-    theory_n: int | None = None,
-    allowance=0.0,
-    level: float = DEFAULT_LEVEL,
-    power: float = DEFAULT_POWER,
+    theory_se: Annotated[Any, _SE] = None,
+    theory_n: Annotated[int | None, Range(integer=True, ge=2)] = None,
+    allowance: Annotated[Any, _SE] = 0.0,
+    level: Annotated[float, Range(gt=0, lt=1)] = DEFAULT_LEVEL,
+    power: Annotated[float, Range(lt=1)] = DEFAULT_POWER,
 ) -> dict[str, np.ndarray]:
     """The calibrated gap test of the module docstring on arrays (broadcast elementwise).
 
     Parameters
     ----------
-    theory, mean, se_learned : array_like
-        Theory value, mean over seeds and its standard error (``std(ddof=1) / sqrt(n_seeds)``); finite, se >= 0.
+    theory, mean : array_like
+        Theory value and mean over seeds.
+    se_learned : array_like >= 0
+        Standard error of the mean (``std(ddof=1) / sqrt(n_seeds)``); finite, se >= 0.
         For a paired comparison pass ``theory = 0`` and the mean and SE of the per-seed differences.
     n_seeds : int >= 2
         Number of seeds behind ``mean``.
-    theory_se : array_like, optional
+    theory_se : array_like >= 0, optional
         The theory's own standard error when it is a Monte Carlo estimate (>= 0, finite).
     theory_n : int >= 2, optional
         Number of Monte Carlo samples behind ``theory_se``; ``None`` means at least ``n_seeds`` (then
         ``df = n_seeds - 1``, which is the smaller df).
-    allowance : array_like
+    allowance : array_like >= 0
         Absolute allowance ``a >= 0`` (already combined with any relative part).
     level : float in (0, 1)
         Two-sided false-alarm probability.
@@ -330,12 +356,12 @@ def compare(
     learned: xr.Dataset,
     *,
     variables: str | Sequence[str],
-    times=None,
-    allowance: float = 0.0,
-    rel_allowance: float = 0.0,
-    level: float = DEFAULT_LEVEL,
+    times: Annotated[Any, _ARRAY] = None,
+    allowance: Annotated[float, Range(ge=0)] = 0.0,
+    rel_allowance: Annotated[float, Range(ge=0)] = 0.0,
+    level: Annotated[float, Range(gt=0, lt=1)] = DEFAULT_LEVEL,
     paired: bool | None = None,
-    power: float = DEFAULT_POWER,
+    power: Annotated[float, Range(lt=1)] = DEFAULT_POWER,
 ) -> xr.Dataset:
     """Compare learned trajectories (seeds) with a theory, variable by variable and time by time.
 
@@ -514,7 +540,7 @@ def compare(
 _METHODS = ("holm", "bonferroni")
 
 
-def adjust(results, method: str = "holm", level: float | None = None):
+def adjust(results, method: str = "holm", level: Annotated[float | None, Range(gt=0, lt=1)] = None):
     """Family-wise decision over many rows: Holm's step-down rule (or Bonferroni) on the rows' ``fails`` p-values.
 
     Under the complete null (every row's theory right within its allowance) the probability that *any* row of the
@@ -599,24 +625,7 @@ def adjust(results, method: str = "holm", level: float | None = None):
     return out
 
 
-# Argument checks of the public functions (dynamics.validation; annotations give the rest).
+# Argument checks of the public functions (dynamics.validation): each parameter's rule is in its annotation.
 _ARRAY = Range(array=True)
 _SE = Range(array=True, ge=0)
-validate_module(
-    globals(),
-    per_function={
-        "t_quantile": {"df": Range(array=True, gt=0, finite=False)},  # inf = the normal limit
-        "mdd_factor": {"df": Range(array=True, gt=0)},
-        "p_value": dict(gap=_ARRAY, se=_SE, df=Range(array=True, gt=0), allowance=_SE),
-        "gap_test": dict(
-            theory=_ARRAY,
-            mean=_ARRAY,
-            se_learned=_SE,
-            theory_se=_SE,
-            allowance=_SE,
-            n_seeds=Range(integer=True, ge=2),
-            theory_n=Range(integer=True, ge=2),
-        ),
-        "compare": dict(times=_ARRAY, allowance=Range(ge=0), rel_allowance=Range(ge=0)),
-    },
-)
+validate_module(globals())

@@ -30,6 +30,7 @@ a map) count as neutral: symmetry directions and lines of fixed points.
 
 from __future__ import annotations
 
+from typing import Annotated
 import inspect
 import math
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamics.validation import check_choice, check_finite_array, check_int, check_positive
+from dynamics.validation import Range, check_choice, check_finite_array, check_int, check_positive, validate_module
 
 __all__ = ["Basins", "FixedPoint", "basins", "fixed_points"]
 
@@ -241,10 +242,10 @@ def fixed_points(
     vectorized: bool = False,
     canonical: Callable | None = None,
     project: Callable | None = None,
-    tol: float = 1e-12,
-    same: float = 1e-6,
-    max_iter: int = 200,
-    neutral_tol: float = 1e-7,
+    tol: Annotated[float, Range(gt=0)] = 1e-12,
+    same: Annotated[float, Range(gt=0)] = 1e-6,
+    max_iter: Annotated[int, Range(integer=True, ge=1)] = 200,
+    neutral_tol: Annotated[float, Range(ge=0)] = 1e-7,
     step_param: int | None = None,
 ) -> tuple[FixedPoint, ...]:
     """Every distinct fixed point of a map (or equilibrium of a flow) reached from ``starts``.
@@ -424,12 +425,12 @@ def basins(
     points,
     *,
     kind: str = "map",
-    n_steps: int = 10_000,
-    t_end: float = 100.0,
+    n_steps: Annotated[int, Range(integer=True, ge=0)] = 10_000,
+    t_end: Annotated[float, Range(gt=0)] = 100.0,
     args=None,
     vectorized: bool = False,
     canonical: Callable | None = None,
-    tol: float = 1e-6,
+    tol: Annotated[float, Range(gt=0)] = 1e-6,
 ):
     """Run the map ``n_steps`` times (or the flow to ``t_end``) from every start and name the point it ends at.
 
@@ -502,3 +503,7 @@ def basins(
             labels[i] = int(np.argmin(dists))
     fractions = np.array([np.mean(labels == j) for j in range(len(points))])
     return Basins(labels=labels, final=final, fractions=fractions, points=points)
+
+
+# argument checks from the annotations (dynamics.validation); the result classes are built here (complex eigenvalues)
+validate_module(globals(), skip=("FixedPoint", "Basins"))

@@ -36,6 +36,7 @@ point before the failure.
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import math
 import numbers
 import warnings
@@ -95,8 +96,8 @@ class _Adaptive:
     rtol: float = 1e-8
     atol: float = 1e-10
     dt0: float | None = None
-    dt_max: float = math.inf
-    max_steps: int = 10**8
+    dt_max: Annotated[float, Range(gt=0, finite=False)] = math.inf
+    max_steps: Annotated[int, Range(integer=True, ge=1, le=10**9)] = 10**8
 
     def __post_init__(self):
         check_positive("rtol", self.rtol)
@@ -116,6 +117,11 @@ class Dopri5(_Adaptive):
     ``atol + rtol * max(|y|, |y_new|)`` must be <= 1; factor ``0.9 err^(-1/5)`` clipped to [0.2, 10]; steps never
     exceed ``dt_max``. Save times are served by the 4th-order continuous extension, so they do not change the step
     sequence. ``dt0`` (default: Hairer's initial-step heuristic) is the first trial step.
+
+    Parameters
+    ----------
+    dt_max : float > 0
+    max_steps : int in [1, 1000000000]
     """
 
     order = 5
@@ -125,7 +131,13 @@ class Dopri5(_Adaptive):
 @dataclass(frozen=True)
 class Tsit5(_Adaptive):
     """Adaptive Tsitouras 5(4) (Tsitouras 2011), with the same step control and options as :class:`Dopri5` and its
-    own 4th-order free interpolant for the save times."""
+    own 4th-order free interpolant for the save times.
+
+    Parameters
+    ----------
+    dt_max : float > 0
+    max_steps : int in [1, 1000000000]
+    """
 
     order = 5
     tableau = _steppers.TSIT5
@@ -560,19 +572,19 @@ _CONVERGED_DOC = """converged : float > 0, optional
 
 def iterate(
     step,
-    state0,
-    n_steps,
+    state0: Annotated[Any, Range(array=True)],
+    n_steps: Annotated[Any, Range(integer=True, ge=0)],
     *,
-    params,
+    params: Annotated[Any, Range(array=True)],
     saveat: SaveAt | None = None,
-    names=None,
-    derived=None,
-    stop=None,
-    time_scale: float = 1.0,
+    names: Annotated[Any, _check_names] = None,
+    derived: Annotated[Any, callable_check] = None,
+    stop: Annotated[Any, callable_check] = None,
+    time_scale: Annotated[float, Range(gt=0)] = 1.0,
     progress: bool = False,
     attrs: dict | None = None,
-    bound: float = np.inf,
-    converged: float | None = None,
+    bound: Annotated[float, Range(gt=0, finite=False)] = np.inf,
+    converged: Annotated[float | None, Range(gt=0)] = None,
     flush_subnormals: bool = True,
     convergence_tol: float | None = None,
     warn_unconverged: bool = False,
@@ -595,6 +607,9 @@ def iterate(
         params, the start is shared by n trajectories. Other row counts raise ``ValueError`` naming both shapes.
     saveat : :class:`SaveAt` with ``steps=``, ``every=``, ``n=``, ``log=`` or ``final=True``; default ``n=201``.
         Saves are written by the compiled loop, so ``every=1`` costs little more than ``final=True``.
+    time_scale : float > 0
+    bound : float > 0
+    converged : float > 0
 
     Other Parameters
     ----------------
@@ -773,19 +788,19 @@ def iterate(
 
 def integrate(
     rhs,
-    state0,
-    t_span,
+    state0: Annotated[Any, Range(array=True)],
+    t_span: Annotated[Any, Array(shape=(2,))],
     *,
-    params,
+    params: Annotated[Any, Range(array=True)],
     solver=None,
     saveat: SaveAt | None = None,
-    names=None,
-    derived=None,
-    stop=None,
+    names: Annotated[Any, _check_names] = None,
+    derived: Annotated[Any, callable_check] = None,
+    stop: Annotated[Any, callable_check] = None,
     progress: bool = False,
     attrs: dict | None = None,
-    bound: float = np.inf,
-    converged: float | None = None,
+    bound: Annotated[float, Range(gt=0, finite=False)] = np.inf,
+    converged: Annotated[float | None, Range(gt=0)] = None,
     flush_subnormals: bool = True,
     convergence_tol: float | None = None,
     warn_unconverged: bool = False,
@@ -808,6 +823,8 @@ def integrate(
         default ``Dopri5()``).
     saveat : :class:`SaveAt` with ``ts=``, ``n=``, ``log=``, ``final=True`` or (fixed step) ``every=``;
         default ``n=201``.
+    bound : float > 0
+    converged : float > 0
 
     Other Parameters
     ----------------
@@ -1163,7 +1180,8 @@ def _integrate_adaptive(
 iterate.__doc__ = iterate.__doc__.replace("{converged}", _CONVERGED_DOC)
 
 
-# argument checks of the public entry points (dynamics.validation), on top of the checks above
+# argument checks of the public entry points (dynamics.validation): each parameter's rule is declared at its definition
+# (a class annotation, or a rule in its ``Annotated`` metadata), on top of the checks in the bodies
 
 
 def _check_names(name: str, value) -> None:
@@ -1171,18 +1189,4 @@ def _check_names(name: str, value) -> None:
         sequence_check(name, value)
 
 
-_SOLVER = {"dt_max": Range(gt=0, finite=False), "max_steps": Range(integer=True, ge=1, le=10**9)}
-validate_module(
-    globals(),
-    state0=Range(array=True),
-    params=Range(array=True),
-    n_steps=Range(integer=True, ge=0),
-    t_span=Array(shape=(2,)),
-    names=_check_names,
-    derived=callable_check,
-    stop=callable_check,
-    time_scale=Range(gt=0),
-    bound=Range(gt=0, finite=False),
-    converged=Range(gt=0),
-    per_function={"Dopri5": _SOLVER, "Tsit5": _SOLVER},
-)
+validate_module(globals())

@@ -15,6 +15,7 @@ unfinished configurations the same way.
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import concurrent.futures as cf
 import math
 import multiprocessing
@@ -28,7 +29,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from dynamics.provenance import provenance_attrs
-from dynamics.validation import ArgumentTypeError, check_choice, check_int, validate_module
+from dynamics.validation import ArgumentTypeError, Range, check_choice, check_int, validate_module
 
 __all__ = ["SweepError", "sweep"]
 
@@ -55,9 +56,9 @@ def sweep(
     fn: Callable,
     grid,
     *,
-    processes: int | None = None,
-    client=None,
-    chunk_size: int | None = None,
+    processes: Annotated[int | None, Range(integer=True, ge=1)] = None,
+    client: Annotated[Any, _check_client] = None,
+    chunk_size: Annotated[int | None, Range(integer=True, ge=1)] = None,
     progress: bool = False,
     on_error: str = "raise",
 ):
@@ -433,4 +434,4 @@ def _check_client(name: str, client) -> None:
         )
 
 
-validate_module(globals(), client=_check_client)  # the rest from the annotations (dynamics.validation)
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

@@ -8,6 +8,7 @@ along ``time``), one variable per state component and per derived quantity, and 
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import errno
 import os
 import sys
@@ -180,7 +181,7 @@ def _current_umask() -> int:
     return mask
 
 
-def atomic_write(path, write) -> pathlib.Path:
+def atomic_write(path: Annotated[Any, path_check], write: Annotated[Any, _check_writer]) -> pathlib.Path:
     """Write a file atomically: ``write(tmp_path)`` fills a temporary file beside ``path``, then ``os.replace``
     moves it into place, so a reader (or a run killed mid-write) never sees a partial file. The folder is created
     if needed; the temporary file is removed on any failure. The file gets the mode a plain ``open(path, "w")`` would
@@ -239,7 +240,7 @@ def _write_error(path: pathlib.Path, exc: OSError) -> OSError:
     return err
 
 
-def write_bytes(path, data) -> None:
+def write_bytes(path: Annotated[Any, path_check], data: Annotated[Any, _check_bytes]) -> None:
     """Write ``data`` (bytes-like) to the file ``path`` (created mode 0600 if missing, else truncated) with plain OS
     calls and flush it to disk
     (``fsync``), so that a short write or a full disk is an ``OSError`` at this point, never a truncated file."""
@@ -254,7 +255,7 @@ def write_bytes(path, data) -> None:
         os.close(fd)
 
 
-def save_dataset(ds: xr.Dataset, path) -> pathlib.Path:
+def save_dataset(ds: Annotated[xr.Dataset, Instance(xr.Dataset)], path: Annotated[Any, path_check]) -> pathlib.Path:
     """Write any Dataset to netCDF (h5netcdf engine) atomically, with netCDF-safe attributes.
 
     The file is serialised in memory and then written with :func:`atomic_write`, so a full disk or a folder that
@@ -287,5 +288,5 @@ def _check_bytes(name, value) -> None:
         raise ArgumentTypeError(f"{name} must be bytes, a bytearray or a memoryview; got {type(value).__name__}")
 
 
-# argument checks of the public entry points (dynamics.validation)
-validate_module(globals(), path=path_check, write=_check_writer, ds=Instance(xr.Dataset), data=_check_bytes)
+# argument checks of the public entry points (dynamics.validation), from the annotations
+validate_module(globals())

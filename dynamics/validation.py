@@ -7,8 +7,11 @@ Two layers:
 * the :func:`validated` decorator (and :func:`validate_module` for every public function and dataclass of a module),
   which reads a callable's signature and annotations once and checks, on each call, the arguments whose annotation is
   a class (a task or sample class, ``bool``, ``int``, ``float``, ``np.ndarray``, ``Callable``, a ``Literal``, a union
-  of these, ``| None``), plus the per-argument specs given to it (:class:`Range`, :class:`Array`, :class:`OneOf`, a
-  class, or any ``check(name, value)`` callable).
+  of these, ``| None``) or carries a rule in ``typing.Annotated`` metadata (:class:`Range`, :class:`Array`,
+  :class:`OneOf`, :class:`Instance`, a class, or any ``check(name, value)`` callable), e.g.
+  ``n_steps: Annotated[int, Range(integer=True, ge=0)]``. A parameter's rule is declared once, at its definition;
+  the docstring states the same range in its type line (``n_steps : int >= 0``), which a test compares with the rule
+  (:func:`argument_rules`).
 
 Wrong types raise :class:`ArgumentTypeError` (a ``TypeError`` that is also a ``ValueError``, so callers that caught
 the ``ValueError`` the helpers raised before keep working); values of the right type outside their range raise
@@ -59,6 +62,7 @@ __all__ = [
     "sequence_check",
     "validated",
     "validate_module",
+    "argument_rules",
 ]
 
 #: Largest integer any checked ``int`` parameter accepts unless its check says otherwise: sizes, counts, step numbers
@@ -570,9 +574,11 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
     """Apply :func:`validated` to every public function and class (its own ``__init__``, e.g. a dataclass's, or a
     NamedTuple's ``__new__``) defined in the module of ``namespace``.
 
-    Call it at the end of a module as ``validate_module(globals(), lam=Range(gt=0), ...)``: ``specs`` apply to every
-    parameter of that name in the module, ``per_function`` (``{name: {param: spec}}``) adds or overrides specs of one
-    callable, ``skip`` names callables left alone. Numba dispatchers, imported objects, private names and
+    Call it at the end of a module as ``validate_module(globals())``; each parameter's rule is declared at its
+    definition (its annotation, or a rule in ``Annotated`` metadata). ``specs`` (a rule for every parameter of that
+    name in the module) and ``per_function`` (``{name: {param: spec}}``, the rules of one callable) override them
+    from the bottom of a module, a second source of truth that dynamics/, closedform/ and empirical/ no longer use;
+    ``skip`` names callables left alone. Numba dispatchers, imported objects, private names and
     exception classes are never wrapped. Returns the names wrapped.
     """
     module = namespace["__name__"]
@@ -615,6 +621,21 @@ def validate_module(namespace: dict, *, skip=(), per_function: dict | None = Non
     if set(specs) - used:
         raise ValueError(f"validate_module({module}): no public callable has a parameter {sorted(set(specs) - used)}")
     return done
+
+
+def argument_rules(obj) -> dict | None:
+    """The checks a validated callable applies, ``{parameter: check}`` (a :class:`Range`, :class:`Array`,
+    :class:`OneOf`, :class:`Instance` or a ``check(name, value)`` function), or ``None`` if ``obj`` is not validated.
+
+    ``obj`` is a function wrapped by :func:`validated` (or :func:`validate_module`) or a class whose ``__init__`` (a
+    NamedTuple's ``__new__``) is. Parameters without a check are left out. Tests read it to compare each parameter's
+    documented range with the one enforced.
+    """
+    if inspect.isclass(obj):
+        obj = obj.__dict__.get("__init__") if "__init__" in obj.__dict__ else obj.__dict__.get("__new__")
+        obj = obj.__func__ if isinstance(obj, staticmethod) else obj
+    rules = getattr(obj, "_argument_rules", None)
+    return rules() if rules is not None else None
 
 
 def _refuse_compiled(fn) -> None:
@@ -676,8 +697,15 @@ def _wrap(fn, specs: dict, owner=None, only_known: bool = False):
                 raise _prefixed(exc, label) from None
         return fn(*args, **kwargs)
 
+    def rules() -> dict:
+        nonlocal plan
+        if plan is None:
+            plan = build()
+        return {name: check for name, _, check, _ in plan}
+
     wrapper.__validated__ = True
     wrapper.__wrapped__ = fn
+    wrapper._argument_rules = rules
     return wrapper
 
 
@@ -706,6 +734,9 @@ def _hints(fn, owner) -> dict:
         glb.update(vars(sys.modules.get(owner.__module__, types.ModuleType("x"))))
     out = {}
     for name, ann in raw.items():
+        if isinstance(ann, typing.ForwardRef):  # a NamedTuple's field: only its Annotated rule is read
+            text = ann.__forward_arg__
+            ann = text if text.startswith(("Annotated[", "typing.Annotated[")) else ann
         if isinstance(ann, str):
             try:
                 ann = eval(ann, glb)  # noqa: S307  (the module's own annotation text)
@@ -716,7 +747,15 @@ def _hints(fn, owner) -> dict:
 
 
 def _check_for(spec, ann):
-    """(check, optional) for a parameter: its explicit spec, else what its annotation implies (or (None, _))."""
+    """(check, optional) for a parameter: its explicit spec, else the rule in its ``Annotated`` metadata, else what its
+    annotation implies (or (None, _))."""
+    if typing.get_origin(ann) is typing.Annotated:
+        rules = [m for m in ann.__metadata__ if m is None or inspect.isclass(m) or callable(m)]
+        if len(rules) > 1:
+            raise TypeError(f"Annotated[...] holds several argument rules: {rules}")
+        if rules and spec is _MISSING:
+            spec = rules[0]
+        ann = ann.__origin__
     optional = False
     if ann is not _MISSING:
         _, optional = _annotation_types(ann)

@@ -21,6 +21,7 @@ checkpoint with the current run's and names the first differing field (``"config
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import hashlib
 import io
 import json
@@ -194,7 +195,9 @@ def _load_verified(path: pathlib.Path, map_location) -> dict:
     return state
 
 
-def load_checkpoint(path: str | os.PathLike, *, map_location=None, fallback: bool = False) -> dict:
+def load_checkpoint(
+    path: str | os.PathLike, *, map_location: Annotated[Any, _check_map_location] = None, fallback: bool = False
+) -> dict:
     """Read a checkpoint written by :func:`save_checkpoint` with ``torch.load(weights_only=True)`` and verify it.
 
     Parameters
@@ -304,4 +307,4 @@ def _check_map_location(name: str, value) -> None:
     )
 
 
-validate_module(globals(), map_location=_check_map_location)  # the rest from the annotations (dynamics.validation)
+validate_module(globals())  # argument checks from the annotations (dynamics.validation)

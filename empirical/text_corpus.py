@@ -19,6 +19,7 @@ Example
 
 from __future__ import annotations
 
+from typing import Annotated
 import collections
 import re
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics.validation import check_choice, check_in_range, check_int, validate_module
+from dynamics.validation import Range, check_choice, check_in_range, check_int, validate_module
 
 __all__ = ["UNK", "Corpus", "default_text", "load_corpus", "tokenize"]
 
@@ -78,7 +79,7 @@ def load_corpus(
     path: str | Path | None = None,
     *,
     vocab_size: int = 2000,
-    heldout_fraction: float = 0.1,
+    heldout_fraction: Annotated[float, Range(gt=0, lt=1)] = 0.1,
     max_tokens: int | None = None,
 ) -> Corpus:
     """Read and tokenise a local text file (default: the stdlib corpus, module docstring).

@@ -173,7 +173,7 @@ import pathlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -269,7 +269,7 @@ class TrainConfig:
     ----------
     seeds : sequence of int
         Distinct seeds >= 0, trained together along the leading seed axis (an int is one seed).
-    n_steps : int
+    n_steps : int >= 0
         Number of updates (>= 0).
     batch_size : int
         Samples per seed per update (>= 1).
@@ -290,7 +290,7 @@ class TrainConfig:
     dataset_size : int or None
         ``None``: online (fresh samples every step). An int ``N >= batch_size``: a fixed dataset of ``N`` samples per
         seed.
-    eval_size : int
+    eval_size : int >= 0
         Size of the fixed evaluation batch per seed (>= 0; 0 logs no evaluation metrics).
     saveat : dynamics.SaveAt
         Steps at which probes and metrics are logged (``SaveAt(every=...)``, ``steps=``, ``n=``, ``log=``,
@@ -304,18 +304,18 @@ class TrainConfig:
         Precision; float64 for every theory comparison.
     """
 
-    seeds: tuple[int, ...]
-    n_steps: int
+    seeds: Annotated[tuple[int, ...], seed_or_seeds_check]
+    n_steps: Annotated[int, Range(integer=True, ge=0)]
     batch_size: int
-    lr: Schedule | float
+    lr: Annotated[Schedule | float, None]
     optimizer: str = "sgd"
     momentum: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: Annotated[tuple[float, float], sequence_check] = (0.9, 0.999)
     adam_eps: float = 1e-8
-    lr_scale: Mapping[str, float] = field(default_factory=dict)
-    schedules: Mapping[str, Schedule | float] = field(default_factory=dict)
+    lr_scale: Annotated[Mapping[str, float], None] = field(default_factory=dict)
+    schedules: Annotated[Mapping[str, Schedule | float], None] = field(default_factory=dict)
     dataset_size: int | None = None
-    eval_size: int = 1000
+    eval_size: Annotated[int, Range(integer=True, ge=0)] = 1000
     saveat: SaveAt = field(default_factory=lambda: SaveAt(n=201))
     checkpoint_every: int = 0
     refill: int = 32
@@ -455,7 +455,10 @@ def _probe_dims(model) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def per_seed(generators: Sequence[torch.Generator], draw: Callable[[torch.Generator], Tensors]) -> Tensors:
+def per_seed(
+    generators: Annotated[Sequence[torch.Generator], sequence_check],
+    draw: Annotated[Callable[[torch.Generator], Tensors], callable_check],
+) -> Tensors:
     """Call ``draw(g)`` for each seed's generator and stack the returned dicts along a new leading seed axis.
 
     ``draw`` returns ``{name: Tensor}`` with the same names and shapes for every seed. This is the only place a
@@ -480,7 +483,7 @@ def train(
     config: TrainConfig,
     *,
     device: str | torch.device = "auto",
-    checkpoint_path=None,
+    checkpoint_path: Annotated[Any, Instance(str, os.PathLike)] = None,
     resume: bool = False,
     progress: bool = False,
     return_params: bool = False,
@@ -956,16 +959,4 @@ class _Run:
 
 
 # argument checks of the public entry points (dynamics.validation), on top of TrainConfig.__post_init__
-validate_module(
-    globals(),
-    seeds=seed_or_seeds_check,
-    generators=sequence_check,
-    draw=callable_check,
-    checkpoint_path=Instance(str, os.PathLike),
-    betas=sequence_check,
-    n_steps=Range(integer=True, ge=0),
-    eval_size=Range(integer=True, ge=0),
-    lr=None,
-    lr_scale=None,
-    schedules=None,  # stored converted by __post_init__ (and read back from JSON)
-)
+validate_module(globals())

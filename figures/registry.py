@@ -549,7 +549,7 @@ def compare_rows(
         The row's absolute allowance is ``allowance + rel_allowance * |theory|``.
     allowance_source : str
         Where the allowance comes from; required whenever an allowance is non-zero.
-    theory_se : array_like (n_times,), optional
+    theory_se : array_like (n_times,), >= 0, optional
         The theory's own SE when it is a Monte Carlo estimate.
     theory_n_seeds : int, optional
         Samples behind ``theory_se``; default: at least ``n_seeds`` (then df = n_seeds - 1).
@@ -632,6 +632,10 @@ def gap_rows(
 
     ``tol_se`` is ignored: the fixed "k SE" rule is replaced by the Student-t interval at the default level, which
     is calibrated for any number of seeds (a fixed 5 SE is not: its false-alarm rate is 12.6 % with 2 seeds).
+
+    Parameters
+    ----------
+    atol : float >= 0
     """
     warnings.warn(
         "gap_rows is deprecated; use compare_rows (allowance, allowance_source, explanation)",
@@ -1417,8 +1421,13 @@ validate_module(
     per_function={
         "CheckResult": dict(measured=_measured_check, expected=_expected_check),
         "compare_rows": dict(
-            _ROWS, theory_se=Range(array=True, ge=0), allowance=Range(ge=0), rel_allowance=Range(ge=0)
+            _ROWS,
+            theory_se=Range(array=True, ge=0),
+            allowance=Range(ge=0),
+            rel_allowance=Range(ge=0),
+            level=Range(gt=0, lt=1),
         ),
+        "build": dict(seed=Range(integer=True, ge=0)),
         "gap_rows": dict(_ROWS, atol=Range(ge=0)),
         "per_seed_check": dict(reference=Range(array=True), samples=Range(array=True), tol=Range(ge=0)),
     },

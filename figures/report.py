@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 from dynamics.compare import RULE, adjust
 from dynamics.provenance import git_revision, package_versions, utc_now
 from dynamics.trajectory import atomic_write, save_dataset
-from dynamics.validation import check_finite_array, check_int, validate_module
+from dynamics.validation import Range, check_finite_array, check_int, validate_module
 from figures import _style, cache, runner
 from figures.presets import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, check_preset, resolve_device
 from figures.registry import (
@@ -1101,4 +1101,6 @@ def render_html(
     )
 
 
-validate_module(globals())  # argument checks from the annotations (dynamics.validation)
+validate_module(
+    globals(), per_function={"build_report": dict(seed=Range(integer=True, ge=0), jobs=Range(integer=True, ge=1))}
+)  # the rest from the annotations (dynamics.validation)

@@ -162,6 +162,12 @@ VALID_VALUES = {
         for f in ("map", "full_gd")
     },
     ("closedform.nearest_neighbor.map", "bound"): {"inf"},
+    # the single-location and ICL maps: zero steps return the initial state too (documented n_steps >= 0)
+    ("closedform.icl_regression.map", "n_steps"): {"zero"},
+    **{
+        (f"closedform.single_location.{f}", "n_steps"): {"zero"}
+        for f in ("map", "full_pgd", "run_to_fixed_point", "basins")
+    },
     # the torch nearest_neighbor attention takes the embedded prompts H (any real entries), as the closed form does
     ("empirical.models.nearest_neighbor.attention", "H"): {"zero", "negative"},
     # a checkpoint path is any file name; a check's measurement may be NaN ("not defined") or +-inf (an unbounded

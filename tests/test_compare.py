@@ -178,7 +178,7 @@ def test_bad_input_is_refused():
         dynamics.compare(_exact([1.0, 2.0, 3.0]), good_lr, variables="x")
     with pytest.raises(ValueError, match="allowance must be a finite number >= 0"):
         dynamics.compare(good_th, good_lr, variables="x", allowance=-1)
-    with pytest.raises(ValueError, match="level must lie in"):
+    with pytest.raises(ValueError, match="level must be a finite number > 0 and < 1"):
         dynamics.compare(good_th, good_lr, variables="x", level=0.0)
     with pytest.raises(TypeError, match="theory must be an xarray.Dataset"):
         dynamics.compare(np.ones(2), good_lr, variables="x")

@@ -9,7 +9,7 @@ import pathlib
 import sys
 import types
 from collections.abc import Callable
-from typing import Literal
+from typing import Annotated, Literal
 
 import numba
 import numpy as np
@@ -248,3 +248,30 @@ def test_seeds_and_sequence_checks():
     V.sequence_check("xs", [1, 2])
     with pytest.raises(TypeError, match="xs must be a tuple or list"):
         V.sequence_check("xs", {"a": 1})
+
+
+@validated
+def _annotated(n: Annotated[int, Range(integer=True, ge=2)], lam: Annotated[float | None, Range(gt=0)] = None, x=0):
+    return n
+
+
+def test_rules_declared_in_annotated_metadata():
+    """A rule in ``Annotated`` metadata is the parameter's check (same message as a spec given to the decorator);
+    the base type still says whether ``None`` passes; argument_rules reads the rules back."""
+    assert _annotated(2, None) == 2 and _annotated(3, lam=0.5) == 3
+    with pytest.raises(ValueError, match=r"^n must be an integer >= 2 and <= 2147483647; got 1 \(in _annotated\)$"):
+        _annotated(1)
+    with pytest.raises(ValueError, match=r"^lam must be a finite number > 0; got 0.0"):
+        _annotated(2, lam=0.0)
+    rules = V.argument_rules(_annotated)
+    assert set(rules) == {"n", "lam"} and rules["n"].ge == 2 and rules["lam"].gt == 0
+    assert V.argument_rules(lambda n: n) is None
+
+
+def test_several_rules_in_one_annotation_are_refused():
+    @validated
+    def two(n: Annotated[int, Range(ge=0), Range(ge=1)]):
+        return n
+
+    with pytest.raises(TypeError, match="several argument rules"):
+        two(1)

@@ -68,11 +68,13 @@ DYNAMICS_TESTS = {
     "overlay": ("tests/test_overlay.py",),
     "sweep": ("tests/test_sweep.py",),
     "provenance": ("tests/test_engine_cache.py", "tests/test_dynamics.py"),
-    "validation": ("tests/test_dynamics.py", "tests/test_public_api_values.py"),
+    "validation": ("tests/test_validation.py", "tests/test_documented_ranges.py", "tests/test_bad_arguments.py"),
     "saveat": ("tests/test_dynamics.py", "tests/test_public_api_values.py"),
 }
 """dynamics/ modules with their own test file; the others (integrate, _kernels, _steppers, errors, trajectory,
 random) get ENGINE_TESTS."""
+RULES_TESTS = "tests/test_documented_ranges.py"
+"""Judges the argument rules too (a changed bound disagrees with the docstring); last, so the value tests fail first."""
 SKIP_NAMES = ("REFERENCE", "__all__")
 """Module-level assignments not mutated: reference data that the tests read (a mutant only tests the test) and the
 export list."""
@@ -86,18 +88,20 @@ def tests_for(target: str, root: Path = ROOT) -> list[str]:
     ``tests/test_public_api_values.py``, the value checks of issue 19); ``dynamics/<module>.py`` by its own test file
     where it has one (DYNAMICS_TESTS), else by the engine's tests (ENGINE_TESTS). The pinned tests
     ``tests/test_pinned_<model>*.py`` (``test_pinned_dynamics*.py`` for dynamics/) come first, so that with ``-x`` the
-    direct value checks fail first. The empirical and figure tests are left out: they exercise the same formulas
-    through torch and are ten times slower per mutant. Files are looked up in ``root`` (the scratch copy that runs).
+    direct value checks fail first; ``tests/test_documented_ranges.py`` comes last in every list (it judges the argument
+    rules, which are mutated where they are declared, in ``Annotated`` metadata). The empirical and figure tests are
+    left out: they exercise the same formulas through torch and are ten times slower per mutant. Files are looked up in
+    ``root`` (the scratch copy that runs).
     """
     area, name = target.split("/", 1)
     stem = Path(name).stem
     if area == "closedform":
         model = stem[1 : -len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
         pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob(f"test_pinned_{model}*.py"))
-        files = [*pinned, "tests/test_public_api_values.py", f"tests/test_{model}.py"]
+        files = [*pinned, "tests/test_public_api_values.py", f"tests/test_{model}.py", RULES_TESTS]
     elif area == "dynamics":
         pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_pinned_dynamics*.py"))
-        files = [*pinned, *DYNAMICS_TESTS.get(stem, ENGINE_TESTS)]
+        files = [*pinned, *DYNAMICS_TESTS.get(stem, ENGINE_TESTS), RULES_TESTS]
     else:
         raise ValueError(f"no tests known for {target}: pass --tests <pytest args>")
     files = list(dict.fromkeys(f for f in files if (root / f).is_file()))
@@ -152,7 +156,8 @@ def generate(path: Path) -> tuple[str, list[Mutant]]:
     skip: set[int] = set()
 
     class Skipper(cst.CSTVisitor):
-        """Nodes never mutated: docstrings, decorators, annotations, imports, skipped names, pragma lines."""
+        """Nodes never mutated: docstrings, decorators, annotations (except the argument rules in ``Annotated[type,
+        rule]``), imports, skipped names, pragma lines."""
 
         def _skip(self, node):
             for sub in _walk(node):
@@ -163,6 +168,11 @@ def generate(path: Path) -> tuple[str, list[Mutant]]:
             return self._skip(node)
 
         def visit_Annotation(self, node):
+            ann = node.annotation
+            if isinstance(ann, cst.Subscript) and getattr(ann.value, "value", None) == "Annotated" and ann.slice:
+                self._skip(ann.value)
+                self._skip(ann.slice[0])  # the type; the rules after it are mutated
+                return True
             return self._skip(node)
 
         def visit_Import(self, node):

@@ -10,6 +10,7 @@ the ``attndyn.models`` entry points); :func:`load` imports the module of a model
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import importlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -22,7 +23,7 @@ __all__ = ["MODEL_NAMES", "load"]
 MODEL_NAMES: tuple[str, ...] = _registry.names()
 
 
-def load(name: str) -> ModuleType:
+def load(name: Annotated[str, _V.OneOf(*MODEL_NAMES)]) -> ModuleType:
     """Import and return the torch module of a registered model (for a built-in one, ``empirical.models.<name>``).
 
     Raises
@@ -38,7 +39,7 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(module)
 
 
-def dispatch_config(presets: Mapping[str, Callable], name, args: tuple, kwargs: dict):
+def dispatch_config(presets: Mapping[str, Callable], name: Annotated[Any, None], args: tuple, kwargs: dict):
     """Call the preset ``name`` of a model module's ``config(name, ...)`` with the remaining arguments.
 
     Shared by the ``config`` functions of every model module (one API shape for every model).
@@ -94,9 +95,4 @@ def tensors_check(*layouts: tuple[str, ...], ndim=None) -> Callable:
 
 from dynamics import validation as _V  # noqa: E402
 
-_V.validate_module(
-    globals(),
-    name=_V.OneOf(*MODEL_NAMES),
-    per_function={"dispatch_config": {"name": None}},
-    skip=("tensor_check", "tensors_check"),
-)  # the spec builders: not entry points
+_V.validate_module(globals(), skip=("tensor_check", "tensors_check"))  # the spec builders: not entry points

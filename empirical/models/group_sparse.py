@@ -56,6 +56,7 @@ Notes
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -144,11 +145,11 @@ class GroupSparseModelSpec:
 
     task: cf.GroupSparseTask
     parametrisation: str = "merged"
-    init_scale: float = 0.01
-    v_star: tuple[float, ...]
+    init_scale: Annotated[float, _V.Range(gt=0)] = 0.01
+    v_star: Annotated[tuple[float, ...], _V.Array(ndim=1)]
     mirror: bool = False
     project_steps: bool = False
-    state0: tuple[float, ...] | None = None
+    state0: Annotated[tuple[float, ...] | None, _V.Array(ndim=1)] = None
     data_digest: str | None = None
 
     def __post_init__(self):
@@ -193,7 +194,7 @@ class GroupSparseModelSpec:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def effective_W(params: Annotated[Mapping[str, torch.Tensor], _WEIGHTS]) -> torch.Tensor:
     """The merged key-query matrix W (S, d+D, d+D): ``params["W"]``, or W_K^T W_Q for the factorised model
     (docs/models/token_selection.md §B.7)."""
     if "W" in params:
@@ -208,7 +209,9 @@ def _tokens(X: torch.Tensor) -> torch.Tensor:
     return torch.cat([X, eye], dim=-2)
 
 
-def attention(W: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def attention(
+    W: Annotated[torch.Tensor, _tensor(ndim=3)], X: Annotated[torch.Tensor, _tensor(ndim=4)]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens H and column-softmax attention S = softmax(H^T W H) (docs/models/token_selection.md §B.2, §0: softmax over
     keys, axis -2).
 
@@ -226,7 +229,10 @@ def attention(W: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return H, torch.softmax(Z, dim=-2)
 
 
-def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def forward(
+    params: Annotated[Mapping[str, torch.Tensor], _tensors(("v", "W"), ("v", "W_K", "W_Q"))],
+    X: Annotated[torch.Tensor, _tensor(ndim=4, finite=False)],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Model output f = v^T H S 1_D = sum_i u_i r_i (docs/models/token_selection.md §B.2) and the attention S.
 
     Parameters
@@ -244,7 +250,10 @@ def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor) -> tuple[torch.
     return f, S_att
 
 
-def loss_per_draw(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def loss_per_draw(
+    f: Annotated[torch.Tensor, _tensor(ndim=(1, 2), finite=False)],
+    y: Annotated[torch.Tensor, _tensor(ndim=(1, 2), finite=False)],
+) -> torch.Tensor:
     """ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2), exactly (``logaddexp``, no softplus
     threshold)."""
     return torch.logaddexp(torch.zeros((), dtype=f.dtype, device=f.device), -y * f)
@@ -263,7 +272,7 @@ class GroupSparseAttention:
     ----------
     task : closedform.group_sparse.GroupSparseTask
     parametrisation : {"merged", "factorised"}
-    init_scale : float
+    init_scale : float > 0
         Std of the factor entries of the factorised model (default 0.01, docs/models/token_selection.md §0).
     v_star : (d,) array, optional
         The label direction. Default: that of ``data`` if given, else the first draw of
@@ -284,12 +293,12 @@ class GroupSparseAttention:
         task: cf.GroupSparseTask,
         *,
         parametrisation: str = "merged",
-        init_scale: float = 0.01,
-        v_star=None,
-        data: Sequence[cf.GroupSparseSample] | None = None,
+        init_scale: Annotated[float, _V.Range(gt=0)] = 0.01,
+        v_star: Annotated[Any, _V.Array(ndim=1)] = None,
+        data: Annotated[Sequence[cf.GroupSparseSample] | None, _SAMPLES] = None,
         mirror: bool = False,
         project_steps: bool = False,
-        state0=None,
+        state0: Annotated[Any, _V.Array(ndim=1)] = None,
     ):
         self.data = None
         if data is not None:
@@ -464,7 +473,7 @@ class GroupSparseAttention:
             params["W"][s].copy_(torch.as_tensor(Wp))
 
 
-def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+def to_weights(params: Annotated[Mapping[str, torch.Tensor], _WEIGHTS]) -> tuple[np.ndarray, np.ndarray]:
     """(v, W) as float64 numpy arrays (S, d+D), (S, d+D, d+D), W = W_K^T W_Q for the factorised model."""
     with torch.no_grad():
         v = params["v"].detach().to("cpu", torch.float64).numpy()
@@ -478,12 +487,22 @@ def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarr
 
 
 def training_samples(
-    task: cf.GroupSparseTask, n: int, seeds, v_star, *, mirror: bool = False
+    task: cf.GroupSparseTask,
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
+    seeds: Annotated[Any, _seeds],
+    v_star: Annotated[Any, _V.Array(ndim=1)],
+    *,
+    mirror: bool = False,
 ) -> list[cf.GroupSparseSample]:
     """One training sample per seed by the exact recipe of docs/models/token_selection.md §G.B
     (``closedform.group_sparse.sample``) with
     ``numpy.random.default_rng(seed)`` and the given v* (so v* is not drawn; docs/models/token_selection.md §B.7: raw
-    samples, not mirrored)."""
+    samples, not mirrored).
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
     seeds = [check_int("seed", s, min_value=0) for s in np.atleast_1d(seeds)]
     return [cf.sample(task, n, np.random.default_rng(s), v_star=v_star, mirror=mirror) for s in seeds]
 
@@ -570,7 +589,11 @@ MIN_DOWNSTREAM_ACCEPTANCE = 1e-6
 
 
 def sample_downstream(
-    task: cf.GroupSparseTask, n: int, v_tilde_star, gamma: float, rng
+    task: cf.GroupSparseTask,
+    n: Annotated[int, _V.Range(integer=True, ge=1)],
+    v_tilde_star: Annotated[Any, _V.Array(ndim=1)],
+    gamma: Annotated[float, _V.Range(ge=0)],
+    rng: Annotated[Any, _V.seed_check],
 ) -> tuple[np.ndarray, np.ndarray]:
     """n downstream draws (docs/models/token_selection.md §B.4 recipe): x's ~ N(0, sigma_x^2) as in
     docs/models/token_selection.md §B.1, kept only if
@@ -581,6 +604,11 @@ def sample_downstream(
     (``ValueError`` otherwise, before any draw). The number of proposal rounds is bounded (each round proposes at
     least twice the missing count divided by the acceptance probability); exceeding the bound raises
     ``RuntimeError`` instead of looping forever.
+
+    Parameters
+    ----------
+    n : int >= 1
+    gamma : float >= 0
     """
     n = check_int("n", n, min_value=1)
     gamma = check_nonneg("gamma", gamma)
@@ -623,7 +651,7 @@ def _features(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     return (H * S_att.sum(dim=-1)[:, :, None, :]).sum(dim=-1)
 
 
-def downstream_features(W, X) -> np.ndarray:
+def downstream_features(W: Annotated[Any, _V.Array(ndim=3)], X: Annotated[Any, _V.Array(ndim=4)]) -> np.ndarray:
     """Features phi = H S 1_D of the frozen attention (docs/models/token_selection.md §B.2): with W fixed, f = <v, phi>
     is linear in v, so
     fitting v is logistic regression on phi in R^{d+D}. W (S, d+D, d+D), X (S, n, d, D); returns (S, n, d+D)."""
@@ -639,14 +667,14 @@ def downstream_features(W, X) -> np.ndarray:
 
 def downstream_sgd(
     task: cf.GroupSparseTask,
-    W,
-    X,
-    y,
-    X_test,
-    y_test,
+    W: Annotated[Any, _V.Array(ndim=3)],
+    X: Annotated[Any, _V.Array(ndim=4)],
+    y: Annotated[Any, _V.Array(ndim=2)],
+    X_test: Annotated[Any, _V.Array(ndim=4)],
+    y_test: Annotated[Any, _V.Array(ndim=2)],
     *,
-    checkpoints,
-    lr0: float = 0.1,
+    checkpoints: Annotated[Any, _V.Range(array=True, integer=True, ge=1)],
+    lr0: Annotated[float, _V.Range(gt=0)] = 0.1,
     device: str | torch.device = "cpu",
 ) -> np.ndarray:
     """Fine-tune v by online SGD with W frozen (docs/models/token_selection.md §B.4 runnable recipe): v = 0, then for i
@@ -657,6 +685,11 @@ def downstream_sgd(
     y (S, n_max), X_test (S, n_test, d, D), y_test (S, n_test). Returns the test errors (S, len(checkpoints)), the
     fraction of test draws with y f <= 0. One SGD pass over the first n samples is the run with n samples (the step
     size depends only on i), so every checkpoint is the prefix of one pass. float64.
+
+    Parameters
+    ----------
+    checkpoints : int or int array >= 1
+    lr0 : float > 0
     """
     dtype = torch.float64
     W, X, y, X_test, y_test = (
@@ -686,10 +719,22 @@ def downstream_sgd(
     return torch.stack(errors, dim=1).cpu().numpy()
 
 
-def logistic_baseline(X, y, X_test, y_test, *, l2: float = 1e-4) -> float:
+def logistic_baseline(
+    X: Annotated[Any, _V.Array(ndim=tuple(range(2, 33)))],
+    y: Annotated[Any, _V.Array(ndim=1)],
+    X_test: Annotated[Any, _V.Array(ndim=tuple(range(2, 33)))],
+    y_test: Annotated[Any, _V.Array(ndim=1)],
+    *,
+    l2: Annotated[float, _V.Range(gt=0)] = 1e-4,
+) -> float:
     """Test error of L2-penalised logistic regression on vec(X) in R^{dD} (docs/models/token_selection.md §B.4 baseline:
     penalty l2/2 ||w||^2,
-    no intercept, fitted to convergence by L-BFGS). X (n, d, D), y (n,); returns the error on (X_test, y_test)."""
+    no intercept, fitted to convergence by L-BFGS). X (n, d, D), y (n,); returns the error on (X_test, y_test).
+
+    Parameters
+    ----------
+    l2 : float > 0
+    """
     X = np.asarray(X, dtype=np.float64)
     Xf = X.reshape(X.shape[0], -1)
     y = np.asarray(y, dtype=np.float64)
@@ -759,7 +804,7 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
-# classes, int, float, bool, str) plus these specs by parameter name. The tensors of ``forward`` and
+# classes, int, float, bool, str) plus the rules in their ``Annotated`` metadata. The tensors of ``forward`` and
 # ``loss_per_draw`` reach them from every training step: they are checked for type and shape only (a finiteness
 # test would synchronise the device; the trainer's divergence check sees non-finite values).
 
@@ -772,36 +817,4 @@ from empirical.models import tensors_check as _tensors  # noqa: E402
 
 _SAMPLES = _sample_list_check(cf.GroupSparseSample)
 _WEIGHTS = _tensors(("W",), ("W_K", "W_Q"), ndim=3)
-_V.validate_module(
-    globals(),
-    params=_WEIGHTS,
-    W=_V.Array(ndim=3),
-    X=_V.Array(ndim=4),
-    y=_V.Array(ndim=2),
-    X_test=_V.Array(ndim=4),
-    y_test=_V.Array(ndim=2),
-    v_star=_V.Array(ndim=1),
-    state0=_V.Array(ndim=1),
-    data=_SAMPLES,
-    seeds=_seeds,
-    n=_V.Range(integer=True, ge=1),
-    v_tilde_star=_V.Array(ndim=1),
-    gamma=_V.Range(ge=0),
-    rng=_V.seed_check,
-    checkpoints=_V.Range(array=True, integer=True, ge=1),
-    lr0=_V.Range(gt=0),
-    l2=_V.Range(gt=0),
-    init_scale=_V.Range(gt=0),
-    per_function={
-        "attention": {"W": _tensor(ndim=3), "X": _tensor(ndim=4)},
-        "forward": {"params": _tensors(("v", "W"), ("v", "W_K", "W_Q")), "X": _tensor(ndim=4, finite=False)},
-        "loss_per_draw": {"f": _tensor(ndim=(1, 2), finite=False), "y": _tensor(ndim=(1, 2), finite=False)},
-        # X (n, ...) of any trailing shape (raw draws (n, d, D) or features (n, d+D, 1)), read as vec(X)
-        "logistic_baseline": {
-            "X": _V.Array(ndim=tuple(range(2, 33))),
-            "y": _V.Array(ndim=1),
-            "X_test": _V.Array(ndim=tuple(range(2, 33))),
-            "y_test": _V.Array(ndim=1),
-        },
-    },
-)
+_V.validate_module(globals())

@@ -48,6 +48,7 @@ REFERENCE: see :data:`closedform.icl_regression.REFERENCE` (arXiv:2503.12734).
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -108,10 +109,10 @@ class ICLModelSpec:
     """
 
     task: cf.ICLRegressionTask
-    H: int
+    H: Annotated[int, _V.Range(integer=True, ge=1)]
     attention: str = "softmax"
-    rho: float | None = None
-    supports: tuple[tuple[int, ...], ...] | None = None
+    rho: Annotated[float | None, _V.Range(gt=-1, lt=1)] = None
+    supports: Annotated[tuple[tuple[int, ...], ...] | None, _V.sequence_check] = None
 
     def __post_init__(self):
         if not isinstance(self.task, cf.ICLRegressionTask):
@@ -200,9 +201,9 @@ class ICLAttention:
         *,
         attention: str = "softmax",
         rho: float | None = None,
-        supports=None,
-        omega0=None,
-        mu0=None,
+        supports: Annotated[Any, _V.sequence_check] = None,
+        omega0: Annotated[Any, _V.Range(array=True)] = None,
+        mu0: Annotated[Any, _V.Range(array=True)] = None,
         log_circuits: bool = False,
     ):
         self.spec = ICLModelSpec(task=task, H=H, attention=attention, rho=rho, supports=supports)
@@ -449,7 +450,9 @@ def _spec_of(model_or_spec) -> ICLModelSpec:
     return spec
 
 
-def circuits(model_or_spec, params: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def circuits(
+    model_or_spec: Annotated[Any, _MODEL], params: Mapping[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Effective circuits (2.4): KQ^(h) = W_K^T W_Q * logit_scale (S, H, p, p) and OV^(h) = W_O W_V (S, H, n_out, p).
 
     Rows of KQ index key features, columns query features (docs/models/icl_regression.md §2); torch weights are out x
@@ -461,7 +464,9 @@ def circuits(model_or_spec, params: Mapping[str, torch.Tensor]) -> tuple[torch.T
     return KQ, OV
 
 
-def predict(model_or_spec, params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def predict(
+    model_or_spec: Annotated[Any, _MODEL], params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]
+) -> torch.Tensor:
     """The model's prediction yhat (S, n, n_out) for a batch (S, n, ...): spec (2.3) (softmax) or
     docs/models/icl_regression.md §7.6 (linear).
 
@@ -633,7 +638,9 @@ class _SoftmaxMSE(torch.autograd.Function):
         return scale * gKQ, scale * gOV, None, None, None, None
 
 
-def softmax_mse(model_or_spec, KQ: torch.Tensor, OV: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def softmax_mse(
+    model_or_spec: Annotated[Any, _MODEL], KQ: torch.Tensor, OV: torch.Tensor, batch: Mapping[str, torch.Tensor]
+) -> torch.Tensor:
     """Per-seed MSE (1/n) sum_b (y_q - yhat_b)^2 of single-task softmax attention, shape (S,), differentiable in the
     circuits KQ (S, H, p, p) and OV (S, H, 1, p) (docs/models/icl_regression.md §2, Eqs. (2.3)-(2.5)).
 
@@ -649,7 +656,14 @@ def softmax_mse(model_or_spec, KQ: torch.Tensor, OV: torch.Tensor, batch: Mappin
     return _SoftmaxMSE.apply(KQ, OV, batch["X"], batch["y"], batch["xq"], batch["yq"])
 
 
-def pattern_params(model_or_spec, omega, mu, *, device="cpu", dtype=torch.float64) -> dict[str, torch.Tensor]:
+def pattern_params(
+    model_or_spec: Annotated[Any, _MODEL],
+    omega: Annotated[Any, _V.Range(array=True)],
+    mu: Annotated[Any, _V.Range(array=True)],
+    *,
+    device: Annotated[Any, _V.Instance(str, torch.device)] = "cpu",
+    dtype: Annotated[Any, _V.Instance(torch.dtype)] = torch.float64,
+) -> dict[str, torch.Tensor]:
     """Weights realising the reduced pattern (3.1) exactly: KQ^(h) = diag(omega_h I_d, 0), OV^(h) = (0_d, mu_h).
 
     ``init_from_state``: W_K = I, W_Q = diag(omega_h I_d, 0) / logit_scale, W_V = I,
@@ -740,7 +754,7 @@ def risk_at_length(
     return v.mean(axis=1), v.std(axis=1, ddof=1) / np.sqrt(v.shape[1])
 
 
-def stack_heads(traj, H: int) -> tuple[np.ndarray, np.ndarray]:
+def stack_heads(traj: Annotated[Any, _V.Instance(_xr.Dataset)], H: int) -> tuple[np.ndarray, np.ndarray]:
     """(omega, mu) arrays (n_traj, n_time, H) from a Trajectory with variables omega_0.., mu_0.. (torch or flow)."""
     H = check_int("H", H, min_value=1)
     omega = np.stack([np.asarray(traj[f"omega_{h}"]) for h in range(H)], axis=-1)
@@ -748,7 +762,7 @@ def stack_heads(traj, H: int) -> tuple[np.ndarray, np.ndarray]:
     return omega, mu
 
 
-def circuit_arrays(traj, H: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+def circuit_arrays(traj: Annotated[Any, _V.Instance(_xr.Dataset)], H: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Logged circuits (``log_circuits=True``) as arrays: KQ (n_traj, n_time, H, p, p) and OV (n_traj, n_time, H, p).
 
     Spec (2.4); rows of KQ index key features, columns query features; OV is the label read-out row.
@@ -766,7 +780,7 @@ def circuit_arrays(traj, H: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     return KQ, OV
 
 
-def head_pattern(traj, H: int, *, dummy_tol: float = 0.05) -> cf.HeadPattern:
+def head_pattern(traj: Annotated[Any, _V.Instance(_xr.Dataset)], H: int, *, dummy_tol: float = 0.05) -> cf.HeadPattern:
     """Head classification and pattern diagnostics of a trajectory: :func:`closedform.icl_regression.classify_heads`.
 
     docs/models/icl_regression.md §3 Observations 1-2 (positive / negative / dummy heads, sign matching, homogeneity,
@@ -895,22 +909,12 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
-# then each function's own checks
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
+# ``Annotated`` metadata, then each function's own checks
 
 import xarray as _xr  # noqa: E402
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
 _MODEL = _V.Instance(ICLAttention, ICLModelSpec)
-_V.validate_module(
-    globals(),
-    omega=_V.Range(array=True),
-    mu=_V.Range(array=True),
-    omega0=_V.Range(array=True),
-    mu0=_V.Range(array=True),
-    supports=_V.sequence_check,
-    model_or_spec=_MODEL,
-    traj=_V.Instance(_xr.Dataset),
-    per_function={"pattern_params": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)}},
-)
+_V.validate_module(globals())

@@ -66,6 +66,7 @@ Notes
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -147,8 +148,8 @@ class NearestNeighborModelSpec:
 
     task: cf.NearestNeighborTask
     parametrisation: str = "merged"
-    init_scale: float = 0.01
-    quantile: float = 0.05
+    init_scale: Annotated[float, _V.Range(gt=0)] = 0.01
+    quantile: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05
     data_digest: str | None = None
     test_digest: str | None = None
     init_digest: str | None = None
@@ -175,7 +176,11 @@ class NearestNeighborModelSpec:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def embed(X: torch.Tensor, xq: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def embed(
+    X: Annotated[torch.Tensor, _tensor(ndim=_LEADING, finite=False)],
+    xq: Annotated[torch.Tensor, _tensor(ndim=_LEADING[:-1] + (1,), finite=False)],
+    y: Annotated[torch.Tensor, _tensor(ndim=_LEADING[:-1] + (1,), finite=False)],
+) -> torch.Tensor:
     """Embedded prompts H (..., d+2, N+1) from X (..., N, d), xq (..., d), y (..., N): columns [x_j; y_j; 0] and
     [x_query; 0; 1] (docs/models/token_selection.md §A.2), the layout of :func:`closedform.nearest_neighbor.embed`."""
     lead = X.shape[:-2]
@@ -185,7 +190,9 @@ def embed(X: torch.Tensor, xq: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.cat([ctx, query[..., None]], dim=-1)
 
 
-def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def effective_W(
+    params: Annotated[Mapping[str, torch.Tensor], _tensors(("W",), ("W_K", "W_Q"), ndim=3)],
+) -> torch.Tensor:
     """The merged key-query matrix (S, d+2, d+2): ``params["W"]`` or W_K^T W_Q (factorised,
     docs/models/token_selection.md §A.9)."""
     if "W" in params:
@@ -193,7 +200,7 @@ def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return params["W_K"].transpose(-1, -2) @ params["W_Q"]
 
 
-def attention(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
+def attention(W: Annotated[torch.Tensor, _tensor(ndim=3)], H: Annotated[torch.Tensor, _tensor(ndim=4)]) -> torch.Tensor:
     """q = softmax(H^T W h_query) (S, n, N+1) for W (S, D, D), H (S, n, D, N+1) (docs/models/token_selection.md §A.3,
     column-wise softmax of
     docs/models/token_selection.md §0, no temperature); the last entry is the query's attention on itself, q_{N+1}."""
@@ -202,7 +209,10 @@ def attention(W: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-def predict(params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def predict(
+    params: Annotated[Mapping[str, torch.Tensor], _tensors(("W",), ("W_K", "W_Q"), ndim=3)],
+    batch: Annotated[Mapping[str, torch.Tensor], _tensors(("H",), ndim=4)],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (docs/models/token_selection.md §A.3) on a
     batch ``{"H": (S, n,
     d+2, N+1), ...}``."""
@@ -212,14 +222,22 @@ def predict(params: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor
     return q, f
 
 
-def to_weights(params: Mapping[str, torch.Tensor]) -> np.ndarray:
+def to_weights(params: Annotated[Mapping[str, torch.Tensor], _tensors(("W",), ("W_K", "W_Q"), ndim=3)]) -> np.ndarray:
     """W as float64 numpy (S, d+2, d+2); W = W_K^T W_Q for the factorised model."""
     with torch.no_grad():
         return effective_W(params).detach().to("cpu", torch.float64).numpy()
 
 
-def to_prompts(batch: Mapping[str, torch.Tensor], seed_index: int) -> cf.Prompts:
-    """The prompts of one seed of a torch batch as a labelled :class:`closedform.nearest_neighbor.Prompts`."""
+def to_prompts(
+    batch: Annotated[Mapping[str, torch.Tensor], _tensors(("H",), ndim=4)],
+    seed_index: Annotated[int, _V.Range(integer=True, ge=0)],
+) -> cf.Prompts:
+    """The prompts of one seed of a torch batch as a labelled :class:`closedform.nearest_neighbor.Prompts`.
+
+    Parameters
+    ----------
+    seed_index : int >= 0
+    """
     H = batch["H"][seed_index].detach().to("cpu", torch.float64).numpy()
     d = H.shape[1] - 2
     X = np.ascontiguousarray(np.swapaxes(H[:, :d, :-1], 1, 2))
@@ -271,7 +289,11 @@ class NearestNeighborAttention:
     Parameters
     ----------
     task : closedform.nearest_neighbor.NearestNeighborTask
-    parametrisation, init_scale, quantile :
+    parametrisation : {"merged", "factorised"}
+        See :class:`NearestNeighborModelSpec`.
+    init_scale : float > 0
+        See :class:`NearestNeighborModelSpec`.
+    quantile : float in (0, 1)
         See :class:`NearestNeighborModelSpec`.
     data : sequence of closedform.nearest_neighbor.Prompts, optional
         Fixed labelled training prompts, one sample per seed (in the order of ``config.seeds``), all of one size
@@ -294,10 +316,10 @@ class NearestNeighborAttention:
         task: cf.NearestNeighborTask,
         *,
         parametrisation: str = "merged",
-        init_scale: float = 0.01,
-        quantile: float = 0.05,
-        data=None,
-        test=None,
+        init_scale: Annotated[float, _V.Range(gt=0)] = 0.01,
+        quantile: Annotated[float, _V.Range(gt=0, lt=1)] = 0.05,
+        data: Annotated[Any, _PROMPT_SAMPLES] = None,
+        test: Annotated[Any, _PROMPT_SAMPLES] = None,
         init_weights: Mapping[str, np.ndarray] | None = None,
     ):
         if not isinstance(task, cf.NearestNeighborTask):
@@ -470,13 +492,21 @@ class NearestNeighborAttention:
 
 
 def prompt_samples(
-    task: cf.NearestNeighborTask, n_prompts: int, seeds, *, duplicate_labels: bool = False
+    task: cf.NearestNeighborTask,
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=1)],
+    seeds: Annotated[Any, _seeds],
+    *,
+    duplicate_labels: bool = False,
 ) -> list[cf.Prompts]:
     """Labelled training prompts per seed by the exact recipe docs/models/token_selection.md §G.A (x's, then Rademacher
     labels from the same generator, ``closedform.nearest_neighbor.sample_prompts(task, n_prompts, seed, labels=True)``).
 
     ``duplicate_labels``: every prompt is followed by its copy with y -> -y (docs/models/token_selection.md §A.8; 2
     n_prompts rows, the same x's, so ``map`` on ``sample_prompts(task, n_prompts, seed)`` sees the same inputs).
+
+    Parameters
+    ----------
+    n_prompts : int >= 1
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
     out = []
@@ -596,9 +626,9 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks of every public function and class (dynamics.validation): the annotations (task class, int,
-# float, bool, str, Mapping) plus these specs by parameter name. The tensors of ``embed`` and the ``params``/``batch``
-# mappings of ``predict`` reach them from every training step: they are checked for type and shape only (a
-# finiteness test would synchronise the device; the trainer's divergence check sees non-finite values).
+# float, bool, str, Mapping) plus the rules in their ``Annotated`` metadata. ``embed``'s tensors and the
+# ``params``/``batch`` mappings of ``predict`` reach them from every training step: they are checked for type and shape
+# only (a finiteness test would synchronise the device; the trainer's divergence check sees non-finite values).
 
 from closedform.nearest_neighbor import _sample_list_check  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
@@ -609,20 +639,4 @@ from empirical.models import tensors_check as _tensors  # noqa: E402
 
 _PROMPT_SAMPLES = _sample_list_check(cf.Prompts)
 _LEADING = tuple(range(2, 33))
-_V.validate_module(
-    globals(),
-    X=_tensor(ndim=_LEADING, finite=False),
-    xq=_tensor(ndim=_LEADING[:-1] + (1,), finite=False),
-    y=_tensor(ndim=_LEADING[:-1] + (1,), finite=False),
-    W=_tensor(ndim=3),
-    H=_tensor(ndim=4),
-    params=_tensors(("W",), ("W_K", "W_Q"), ndim=3),
-    batch=_tensors(("H",), ndim=4),
-    seed_index=_V.Range(integer=True, ge=0),
-    data=_PROMPT_SAMPLES,
-    test=_PROMPT_SAMPLES,
-    quantile=_V.Range(gt=0, lt=1),
-    init_scale=_V.Range(gt=0),
-    n_prompts=_V.Range(integer=True, ge=1),
-    seeds=_seeds,
-)
+_V.validate_module(globals())

@@ -71,6 +71,7 @@ Notes
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -171,10 +172,10 @@ class RandomWalkModelSpec:
     task: cf.RandomWalkTask
     parametrisation: str = "merged"
     init: str = "zero"
-    init_scale: float = 0.01
+    init_scale: Annotated[float, _V.Range(gt=0)] = 0.01
     normalize_tokens: bool = False
     log_profile: bool = False
-    log_walks: int = 0
+    log_walks: Annotated[int, _V.Range(integer=True, ge=0)] = 0
     data_digest: str | None = None
     test_digest: str | None = None
 
@@ -205,7 +206,7 @@ class RandomWalkModelSpec:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def effective_W(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def effective_W(params: Annotated[Mapping[str, torch.Tensor], _tensors(("W",), ("W_K", "W_Q"))]) -> torch.Tensor:
     """The merged key-query matrix W (S, K+M, K+M): ``params["W"]`` or W_K^T W_Q (factorised,
     docs/models/token_selection.md §C.8)."""
     if "W" in params:
@@ -223,11 +224,11 @@ def _query_vector(params: Mapping[str, torch.Tensor], xq: torch.Tensor) -> torch
 
 def forward(
     task: cf.RandomWalkTask,
-    params: Mapping[str, torch.Tensor],
-    states: torch.Tensor,
+    params: Annotated[Mapping[str, torch.Tensor], _tensors(("V", "W"), ("V", "W_K", "W_Q"))],
+    states: Annotated[torch.Tensor, _tensor(ndim=3, finite=False)],
     *,
     normalize_tokens: bool = False,
-    Phi: torch.Tensor | None = None,
+    Phi: Annotated[torch.Tensor | None, _tensor(ndim=2, finite=False)] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention S = softmax(X~^T W x~_N) over the N positions and output f = V X S
     (docs/models/token_selection.md §C.2-§C.3), for every seed.
@@ -277,7 +278,9 @@ def _token_average(task: cf.RandomWalkTask, states: torch.Tensor, S_att: torch.T
     )
 
 
-def to_weights(params: Mapping[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+def to_weights(
+    params: Annotated[Mapping[str, torch.Tensor], _tensors(("V", "W"), ("V", "W_K", "W_Q"))],
+) -> tuple[np.ndarray, np.ndarray]:
     """(V, W) as float64 numpy arrays (S, K, K), (S, K+M, K+M); W = W_K^T W_Q for the factorised model."""
     with torch.no_grad():
         V = params["V"].detach().to("cpu", torch.float64).numpy()
@@ -293,7 +296,7 @@ def probe_names(task: cf.RandomWalkTask) -> tuple[str, ...]:
 
 def attention_profile(
     task: cf.RandomWalkTask,
-    params: Mapping[str, torch.Tensor],
+    params: Annotated[Mapping[str, torch.Tensor], _tensors(("V", "W"), ("V", "W_K", "W_Q"))],
     sample: cf.WalkSample,
     *,
     normalize_tokens: bool = False,
@@ -344,7 +347,15 @@ class RandomWalkAttention:
     Parameters
     ----------
     task : closedform.random_walk.RandomWalkTask
-    parametrisation, init, init_scale, normalize_tokens, log_profile, log_walks :
+    parametrisation : {"merged", "factorised"}
+        See :class:`RandomWalkModelSpec`.
+    init : {"zero", "random"}
+        See :class:`RandomWalkModelSpec`.
+    init_scale : float > 0
+        See :class:`RandomWalkModelSpec`.
+    normalize_tokens, log_profile : bool
+        See :class:`RandomWalkModelSpec`.
+    log_walks : int >= 0
         See :class:`RandomWalkModelSpec`.
     data : sequence of closedform.random_walk.WalkSample, optional
         Fixed training walks, one sample per seed (in the order of ``config.seeds``), all of one size, equal
@@ -364,12 +375,12 @@ class RandomWalkAttention:
         *,
         parametrisation: str = "merged",
         init: str = "zero",
-        init_scale: float = 0.01,
+        init_scale: Annotated[float, _V.Range(gt=0)] = 0.01,
         normalize_tokens: bool = False,
-        data=None,
-        test=None,
+        data: Annotated[Any, _WALK_SAMPLES] = None,
+        test: Annotated[Any, _WALK_SAMPLES] = None,
         log_profile: bool = False,
-        log_walks: int = 0,
+        log_walks: Annotated[int, _V.Range(integer=True, ge=0)] = 0,
     ):
         if not isinstance(task, cf.RandomWalkTask):
             raise ValueError(  # noqa: TRY004 - bad input is a ValueError naming the parameter (house style)
@@ -590,13 +601,22 @@ def _finite(value: float, name: str) -> float:
 
 
 def walk_samples(
-    task: cf.RandomWalkTask, n_train: int, seeds, *, n_test: int | None = None
+    task: cf.RandomWalkTask,
+    n_train: Annotated[int, _SIZE],
+    seeds: Annotated[Any, _seeds],
+    *,
+    n_test: Annotated[int | None, _SIZE] = None,
 ) -> tuple[list[cf.WalkSample], list[cf.WalkSample] | None]:
     """Training walks and (optionally) test walks per seed by the exact recipe of docs/models/token_selection.md §G.C.
 
     For each seed, ``numpy.random.default_rng(seed)`` draws ``n_train`` training walks, then ``n_test`` test walks
     from the same generator (:func:`closedform.random_walk.sample_walks`), so the closed form's
     ``map(walks=n_train, rng=seed, test=n_test)`` sees the very same walks. Returns (train, test or None).
+
+    Parameters
+    ----------
+    n_train : int >= 1
+    n_test : int >= 1
     """
     n_train = check_int("n_train", n_train, min_value=1)
     seeds = [check_int("seed", s, min_value=0) for s in np.atleast_1d(seeds)]
@@ -749,9 +769,14 @@ def qa_questions(task: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(rows, dtype=np.int64), np.asarray(labels, dtype=np.int64)
 
 
-def qa_sample(task: str, n: int, rng) -> cf.WalkSample:
+def qa_sample(task: str, n: Annotated[int, _SIZE], rng: Annotated[Any, _V.seed_check]) -> cf.WalkSample:
     """n questions drawn uniformly (with replacement) from :func:`qa_questions`, as a sample of token sequences whose
-    last column is the answer (the layout of :class:`closedform.random_walk.WalkSample`; no walk structure)."""
+    last column is the answer (the layout of :class:`closedform.random_walk.WalkSample`; no walk structure).
+
+    Parameters
+    ----------
+    n : int >= 1
+    """
     n = check_int("n", n, min_value=1)
     tokens, labels = qa_questions(task)
     idx = (
@@ -763,12 +788,24 @@ def qa_sample(task: str, n: int, rng) -> cf.WalkSample:
 
 
 def qa_geometry(
-    task: str, M: int = 1000, eta: float = 0.1, eps: float = 0.1, rho: float | None = None
+    task: str,
+    M: Annotated[int, _V.Range(integer=True, ge=3)] = 1000,
+    eta: Annotated[float, _V.Range(gt=0)] = 0.1,
+    eps: Annotated[float, _V.Range(gt=0)] = 0.1,
+    rho: Annotated[float | None, _V.Range(gt=0)] = None,
 ) -> cf.RandomWalkTask:
     """The embedding geometry of a QA task: K = 19 tokens, N = words + 1 (blank query last), positional dimension M,
     squared positional norm rho (default M/2), step eta, offset eps (docs/models/token_selection.md §C.8 defaults: M =
     1000, eta = 0.1,
-    eps = 0.1). Carried by a ``RandomWalkTask`` whose p (0.5) is not used: there is no walk."""
+    eps = 0.1). Carried by a ``RandomWalkTask`` whose p (0.5) is not used: there is no walk.
+
+    Parameters
+    ----------
+    M : int >= 3
+    eta : float > 0
+    eps : float > 0
+    rho : float > 0
+    """
     n_words = qa_questions(task)[0].shape[1]
     return cf.RandomWalkTask(K=len(QA_VOCAB), N=n_words + 1, M=M, p=0.5, eta=eta, eps=eps, rho=rho)
 
@@ -776,13 +813,19 @@ def qa_geometry(
 @dataclass(frozen=True, kw_only=True)
 class QAModelSpec:
     """What defines a QA run (docs/models/token_selection.md §C.8): task, geometry, ReLU variant, init scale,
-    normalisation, data digests."""
+    normalisation, data digests.
+
+    Parameters
+    ----------
+    m_relu : int >= 1
+    init_scale : float > 0
+    """
 
     task: str
     geometry: cf.RandomWalkTask
     relu: bool = False
-    m_relu: int = 19
-    init_scale: float = 0.01
+    m_relu: Annotated[int, _SIZE] = 19
+    init_scale: Annotated[float, _V.Range(gt=0)] = 0.01
     normalize_tokens: bool = True
     loss: str = "log_eps"
     data_digest: str | None = None
@@ -809,6 +852,15 @@ class QAAttention:
     raises e_y^T f (its gradient in f is -e_y / (e_y^T f + eps)), so nothing lowers the other labels' outputs and the
     prediction margin is left to the part of f shared by all questions; cross-entropy also pushes the wrong labels
     down (figure ``random_walk.qa``).
+
+    Parameters
+    ----------
+    M : int >= 3
+    eta : float > 0
+    eps : float > 0
+    m_relu : int >= 1
+    init_scale : float > 0
+    rho : float > 0
     """
 
     name = "random_walk_qa"
@@ -818,16 +870,16 @@ class QAAttention:
         self,
         task: str,
         *,
-        data: Sequence[cf.WalkSample],
-        test: Sequence[cf.WalkSample],
-        M: int = 1000,
-        eta: float = 0.1,
-        eps: float = 0.1,
+        data: Annotated[Sequence[cf.WalkSample], _WALK_SAMPLES],
+        test: Annotated[Sequence[cf.WalkSample], _WALK_SAMPLES],
+        M: Annotated[int, _V.Range(integer=True, ge=3)] = 1000,
+        eta: Annotated[float, _V.Range(gt=0)] = 0.1,
+        eps: Annotated[float, _V.Range(gt=0)] = 0.1,
         relu: bool = False,
-        m_relu: int = 19,
-        init_scale: float = 0.01,
+        m_relu: Annotated[int, _SIZE] = 19,
+        init_scale: Annotated[float, _V.Range(gt=0)] = 0.01,
         normalize_tokens: bool = True,
-        rho: float | None = None,
+        rho: Annotated[float | None, _V.Range(gt=0)] = None,
         loss: str = "log_eps",
     ):
         geometry = qa_geometry(task, M=M, eta=eta, eps=eps, rho=rho)
@@ -996,7 +1048,7 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
-# classes, int, float, bool, str) plus these specs by parameter name. The tensors of ``forward`` reach it from
+# classes, int, float, bool, str) plus the rules in their ``Annotated`` metadata. ``forward``'s tensors reach it from
 # every training step: they are checked for type and shape only (a finiteness test would synchronise the device;
 # the trainer's divergence check sees non-finite values).
 
@@ -1009,24 +1061,4 @@ from empirical.models import tensors_check as _tensors  # noqa: E402
 
 _WALK_SAMPLES = _sample_list_check(cf.WalkSample)
 _SIZE = _V.Range(integer=True, ge=1)
-_V.validate_module(
-    globals(),
-    params=_tensors(("V", "W"), ("V", "W_K", "W_Q")),
-    states=_tensor(ndim=3, finite=False),
-    Phi=_tensor(ndim=2, finite=False),
-    data=_WALK_SAMPLES,
-    test=_WALK_SAMPLES,
-    seeds=_seeds,
-    n=_SIZE,
-    n_train=_SIZE,
-    n_test=_SIZE,
-    m_relu=_SIZE,
-    M=_V.Range(integer=True, ge=3),
-    log_walks=_V.Range(integer=True, ge=0),
-    init_scale=_V.Range(gt=0),
-    rng=_V.seed_check,
-    eta=_V.Range(gt=0),
-    eps=_V.Range(gt=0),
-    rho=_V.Range(gt=0),
-    per_function={"effective_W": {"params": _tensors(("W",), ("W_K", "W_Q"))}},
-)
+_V.validate_module(globals())

@@ -67,6 +67,7 @@ Notes
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -141,7 +142,9 @@ def effective_YZ(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
     return Y, Z
 
 
-def reduced_blocks(classes: cf.SequenceClasses, Y, Z) -> tuple[np.ndarray, np.ndarray]:
+def reduced_blocks(
+    classes: cf.SequenceClasses, Y: Annotated[Any, _MATRICES], Z: Annotated[Any, _MATRICES]
+) -> tuple[np.ndarray, np.ndarray]:
     """Reduced state Y_full[0:Lc, :] (.., Lc, M) and Z_full[Lc:Lc+Q, 0:Lc] (.., Q, Lc) as float64 numpy
     (docs/models/scan_snap.md §4.1)."""
     Lc, Q = classes.Lc, classes.Q
@@ -153,7 +156,13 @@ def reduced_blocks(classes: cf.SequenceClasses, Y, Z) -> tuple[np.ndarray, np.nd
 RECALL_ATTENTION = ("softmax_all_keys", "c_n")
 
 
-def distinct_recall(classes: cf.SequenceClasses, Z_full, thresholds, *, attention: str = "softmax_all_keys"):
+def distinct_recall(
+    classes: cf.SequenceClasses,
+    Z_full: Annotated[Any, _MATRICES],
+    thresholds: Annotated[Any, _V.Array(ndim=1)],
+    *,
+    attention: str = "softmax_all_keys",
+):
     """Recall of distinct tokens (docs/models/scan_snap.md §5.3, Figs. 11/12): the fraction of a class's distinct tokens
     whose attention exceeds each threshold, averaged over classes.
 
@@ -704,16 +713,10 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
-# then each function's own checks
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
+# ``Annotated`` metadata, then each function's own checks
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
 _MATRICES = _V.Array(ndim=(2, 3))  # one state or a stack of them; the per-step yz_logits is left unchecked
-_V.validate_module(
-    globals(),
-    per_function={
-        "reduced_blocks": {"Y": _MATRICES, "Z": _MATRICES},
-        "distinct_recall": {"Z_full": _MATRICES, "thresholds": _V.Array(ndim=1)},
-    },
-)
+_V.validate_module(globals())

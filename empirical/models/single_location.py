@@ -72,6 +72,7 @@ Notes
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -138,7 +139,11 @@ def _check_oracle(task: SingleLocationTask, k_star, v_star) -> tuple[np.ndarray,
 
 
 def sample_batch(
-    task: SingleLocationTask, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator, n: int
+    task: SingleLocationTask,
+    k_star: Annotated[torch.Tensor, _V.Array(ndim=1)],
+    v_star: Annotated[torch.Tensor, _V.Array(ndim=1)],
+    generator: torch.Generator,
+    n: int,
 ) -> dict[str, torch.Tensor]:
     """Draw n sequences of the data law: ``{"X": (n, L, d), "y": (n,)}`` on the device/dtype of ``k_star``.
 
@@ -369,7 +374,12 @@ def _complement_pair(k_star, v_star, generator, d):
     return out
 
 
-def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator: torch.Generator):
+def init_from_state(
+    state: Annotated[Any, _V.Range(array=True)],
+    k_star: Annotated[torch.Tensor, _V.Array(ndim=1)],
+    v_star: Annotated[torch.Tensor, _V.Array(ndim=1)],
+    generator: torch.Generator,
+):
     """Unit vectors (k, v) whose inner products with (k*, v*) and each other are the five scalars of ``state``.
 
     Implements the Gram-matrix parametrisation of docs/models/single_location.md §4.1 (the same coordinates as
@@ -380,7 +390,8 @@ def init_from_state(state, k_star: torch.Tensor, v_star: torch.Tensor, generator
     Parameters
     ----------
     state : (5,) array_like (kappa, nu, theta, eta, rho), with a positive semidefinite Gram matrix.
-    k_star, v_star : (d,) tensors, orthonormal, d >= 4.
+    k_star, v_star : (d,) tensors
+        Orthonormal, with d >= 4.
     """
     kappa, nu, theta, eta, rho = (float(x) for x in check_finite_array("state", state, shape=(5,)))
     d = k_star.shape[0]
@@ -450,7 +461,15 @@ class SingleLocationAttention:
     schedule_names = ("lam",)
     time_unit = TIME_UNIT
 
-    def __init__(self, task: SingleLocationTask, *, k_star, v_star, predictor: str = "erf", init="sphere"):
+    def __init__(
+        self,
+        task: SingleLocationTask,
+        *,
+        k_star: Annotated[Any, _V.Array(ndim=1)],
+        v_star: Annotated[Any, _V.Array(ndim=1)],
+        predictor: str = "erf",
+        init="sphere",
+    ):
         if not isinstance(task, SingleLocationTask):
             msg = f"task must be a closedform.single_location.SingleLocationTask; got {type(task).__name__}"
             raise ValueError(msg)  # noqa: TRY004 (project rule: bad input raises ValueError)
@@ -586,7 +605,9 @@ class SingleLocationAttention:
 # construction and the Fig. 5 protocol
 
 
-def build(task: SingleLocationTask, *, rng=None, predictor: str = "erf", init="sphere") -> SingleLocationAttention:
+def build(
+    task: SingleLocationTask, *, rng: Annotated[Any, _V.seed_check] = None, predictor: str = "erf", init="sphere"
+) -> SingleLocationAttention:
     """A :class:`SingleLocationAttention` with (k*, v*) drawn from ``rng``.
 
     The directions come from :func:`closedform.single_location.random_oracle_directions`
@@ -669,11 +690,9 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
-# then each function's own checks
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
+# ``Annotated`` metadata, then each function's own checks
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
-_V.validate_module(
-    globals(), k_star=_V.Array(ndim=1), v_star=_V.Array(ndim=1), state=_V.Range(array=True), rng=_V.seed_check
-)
+_V.validate_module(globals())

@@ -71,6 +71,7 @@ figure captions:
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -116,7 +117,7 @@ class MultiLocationTask(LocationTask):
 
     Parameters
     ----------
-    d : int >= 2 K
+    d : int >= 2*K
         Token dimension (the 2K oracle directions must be orthonormal in R^d).
     L : int >= K
         Tokens per sequence.
@@ -130,9 +131,9 @@ class MultiLocationTask(LocationTask):
 
     d: int
     L: int
-    K: int = 2
-    gamma: float = math.sqrt(0.5)
-    noise: float = 0.0
+    K: Annotated[int, _V.Range(integer=True, ge=1)] = 2
+    gamma: Annotated[float, _V.Range(gt=0)] = math.sqrt(0.5)
+    noise: Annotated[float, _V.Range(ge=0)] = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "K", check_int("K", self.K, min_value=1))
@@ -158,7 +159,7 @@ def as_multi_location(task) -> MultiLocationTask:
     )
 
 
-def random_oracle_directions(task, rng=None) -> tuple[np.ndarray, np.ndarray]:
+def random_oracle_directions(task, rng: Annotated[Any, _V.seed_check] = None) -> tuple[np.ndarray, np.ndarray]:
     """Draw jointly orthonormal oracle directions (k_i*, v_i*), i = 1..K: two (K, d) float64 arrays.
 
     Implements the recipe of docs/models/single_location.md §8.8: the columns (k_1*, v_1*, k_2*, v_2*, ...) of the Q
@@ -198,7 +199,14 @@ def layer_norm(x: torch.Tensor) -> torch.Tensor:
 
 
 def sample_tokens(
-    task, k_star, v_star, generator: torch.Generator, n: int, *, device=None, dtype=torch.float64
+    task,
+    k_star: Annotated[Any, _V.Array(ndim=(1, 2))],
+    v_star: Annotated[Any, _V.Array(ndim=(1, 2))],
+    generator: torch.Generator,
+    n: int,
+    *,
+    device: Annotated[Any, _V.Instance(str, torch.device)] = None,
+    dtype: Annotated[Any, _V.Instance(torch.dtype)] = torch.float64,
 ) -> dict[str, torch.Tensor]:
     """Draw n sequences of the multiple-location law: ``{"X": (n, L, d), "y": (n,), "J": (n, K) int64}``.
 
@@ -324,7 +332,15 @@ class MultiHeadErf(_TaskModel):
     sphere_params = ("k", "v")
     schedule_names = ("lam",)
 
-    def __init__(self, task, *, k_star, v_star, n_heads: int = 1, lam_floor: float = 0.0):
+    def __init__(
+        self,
+        task,
+        *,
+        k_star: Annotated[Any, _V.Array(ndim=(1, 2))],
+        v_star: Annotated[Any, _V.Array(ndim=(1, 2))],
+        n_heads: Annotated[int, _V.Range(integer=True, ge=1)] = 1,
+        lam_floor: Annotated[float, _V.Range(ge=0)] = 0.0,
+    ):
         super().__init__(task, k_star, v_star, n_heads)
         self.lam_floor = check_nonneg("lam_floor", lam_floor)
 
@@ -414,7 +430,14 @@ class TransformerLayer(_TaskModel):
 
     schedule_names = ()
 
-    def __init__(self, task, *, k_star, v_star, n_heads: int = 1):
+    def __init__(
+        self,
+        task,
+        *,
+        k_star: Annotated[Any, _V.Array(ndim=(1, 2))],
+        v_star: Annotated[Any, _V.Array(ndim=(1, 2))],
+        n_heads: Annotated[int, _V.Range(integer=True, ge=1)] = 1,
+    ):
         super().__init__(task, k_star, v_star, n_heads)
         self.d_head = self.task.d
 
@@ -550,13 +573,24 @@ class TransformerLayer(_TaskModel):
 KINDS = ("transformer", "multihead_erf")
 
 
-def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwargs):
+def build(
+    task,
+    kind: str = "transformer",
+    *,
+    rng: Annotated[Any, _V.seed_check] = None,
+    n_heads: Annotated[int, _V.Range(integer=True, ge=1)] = 1,
+    **kwargs,
+):
     """The torch model of ``task`` with oracle directions drawn by :func:`random_oracle_directions` from ``rng``.
 
     ``task`` is a :class:`MultiLocationTask` or a ``closedform.single_location.SingleLocationTask`` (one location,
     docs/models/single_location.md §8.7). ``kind="transformer"``: the one-layer Transformer with a register token, paper
     Eq. (29) (:class:`TransformerLayer`); ``kind="multihead_erf"``: the multi-head erf predictor, paper Eq. (31)
     (:class:`MultiHeadErf`; ``kwargs`` may hold ``lam_floor``). ``n_heads`` heads.
+
+    Parameters
+    ----------
+    n_heads : int >= 1
     """
     check_choice("kind", kind, KINDS)
     # the paper uses 1 or K = 2 heads; 4096 keeps a typo from allocating H d x d matrices per seed
@@ -568,15 +602,9 @@ def build(task, kind: str = "transformer", *, rng=None, n_heads: int = 1, **kwar
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), these specs,
-# then each function's own checks
+# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
+# ``Annotated`` metadata, then each function's own checks
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
 
-_V.validate_module(
-    globals(),
-    k_star=_V.Array(ndim=(1, 2)),
-    v_star=_V.Array(ndim=(1, 2)),
-    rng=_V.seed_check,
-    per_function={"sample_tokens": {"device": _V.Instance(str, torch.device), "dtype": _V.Instance(torch.dtype)}},
-)
+_V.validate_module(globals())
