@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple
 
 import numpy as np
-import scipy.optimize
 import scipy.special
 
 import dynamics
@@ -837,6 +836,8 @@ def phase2_peak_omega(task: ICLRegressionTask, ratio: float = 1.1) -> float:
     hi = 1.0
     while fun(hi) < 0:
         hi *= 2.0
+    import scipy.optimize  # imported on first use: 0.35 s that no other function of this module needs
+
     chi = scipy.optimize.brentq(fun, 0.0, hi, xtol=1e-15, rtol=1e-15)
     return float(np.sqrt(chi / task.d))
 
