@@ -364,3 +364,30 @@ def test_fig21_homogeneity_row_rejects_unequal_heads():
         rows = {r.quantity: r for r in fig_icl.gaps_fig21(ds)}
         row = [r for k, r in rows.items() if "homogeneity" in k][0]
         assert row.status == want, (h, row)
+
+
+def test_consistency_check_reads_consistently_as_a_rate_of_at_least_0_9():
+    """'consistently appear' (abstract) as H0: rate >= 0.9, one-sided binomial at 0.05. 8 seeds: 6/8 is not a
+    rejection (P(X <= 6 | 8, 0.9) = 0.19), 5/8 is (0.038) and takes its measured cause as 'disagrees'; the interval
+    is Clopper-Pearson from beta quantiles, and the stated detectable rate has power 0.8 (sums of math.comb)."""
+    import math
+
+    from scipy import stats as st
+
+    def cdf(k, n, p):
+        return sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k + 1))
+
+    assert cdf(6, 8, 0.9) > 0.05 >= cdf(5, 8, 0.9)
+    six = _common._consistency_check("t", [True] * 6 + [False] * 2, claim="c", criterion="x")
+    assert six.passed and "rejected at <= 5/8" in six.tolerance
+    five = _common._consistency_check(
+        "t", [True] * 5 + [False] * 3, claim="c", criterion="x", explanation=fig_icl.SAME_SIGN
+    )
+    assert five.status == "disagrees"
+    lo, hi = st.beta.ppf(0.025, 5, 4), st.beta.ppf(0.975, 6, 3)
+    assert five.measured == f"5/8 seeds (95% CI {lo:.2f}-{hi:.2f})"
+    p_det = float(five.tolerance.split("detects a rate <= ")[1].split(" ")[0])
+    assert cdf(5, 8, p_det - 0.005) >= 0.8 > cdf(5, 8, p_det + 0.005)  # p_det is printed to 2 digits
+    assert not _common._consistency_check("t", [False] * 8, claim="c", criterion="x").passed
+    # two seeds cannot reject a rate of 0.9 (P(X = 0 | 2, 0.9) = 0.01 <= 0.05: they can, at 0/2)
+    assert "rejected at <= 0/2" in _common._consistency_check("t", [True, True], claim="c", criterion="x").tolerance

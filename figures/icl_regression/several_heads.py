@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
+from matplotlib.lines import Line2D
 
 from closedform import icl_regression as cf
 from figures._style import (
@@ -12,11 +13,11 @@ from figures._style import (
 from figures.registry import compare_rows, register
 
 from figures.icl_regression._common import (
+    binom_interval,
     COLORS,
     _count_check,
     D,
     _dummy_check,
-    _first_seed,
     HEADS_SETUP,
     HEADS_UNREC,
     MODEL,
@@ -27,7 +28,7 @@ from figures.icl_regression._common import (
     TRAIN_PAPER,
     TRAIN_TINY,
 )
-from figures.icl_regression._heads import _mudo_rows, _pattern_checks, _split_heads
+from figures.icl_regression._heads import _mudo_rows, _pattern_checks, _pattern_formed, _split_heads
 from figures.icl_regression.circuits import data_heads
 
 __all__ = [
@@ -55,29 +56,40 @@ def _fig13_sub(ds, j):
     )
 
 
-def _fig13_seed(sub, H):
-    """The seed Fig. 13 shows for H heads: for H >= 3 the first with a dummy head (paper Fig. 13: the dummy head's
-    omega_h, mu_h -> 0), for H = 2 the first whose heads split into a positive and a negative one; else seed 0."""
-    om, mu = sub.omega.values[:, -1], sub.mu.values[:, -1]
-    return _first_seed(cf.classify_heads(om, mu).dummy.any(-1) if H >= 3 else _split_heads(om, mu))
-
-
 def plot_fig13(ds):
     Hs = list(ds.H.values)
-    # one row per H (omega_h | mu_h), so the paper's seven H stay at two panels a row
+    # one row per H (omega_h | mu_h), so the paper's seven H stay at two panels a row; every seed is drawn, heads
+    # coloured by their final kind, a seed without the whole pattern dashed
     fig, axes = new_figure(len(Hs), 2, figsize=(9.0, 2.9 * len(Hs)), squeeze=False)
     axes = axes.T
+    kind_color = {"positive": COLORS[0], "negative": COLORS[1], "dummy": "0.55"}
     for j, H in enumerate(Hs):
         sub = _fig13_sub(ds, j)
-        s = _fig13_seed(sub, int(H))
-        for h in range(int(H)):
-            axes[0, j].plot(ds.step.values, sub.omega.values[s, :, h], color=COLORS[h % 7], lw=1)
-            axes[1, j].plot(ds.step.values, sub.mu.values[s, :, h], color=COLORS[h % 7], lw=1)
-        axes[1, j].plot(ds.step.values, sub.mu.values[s].sum(-1), "k--", lw=1, label="sum mu")
-        what = "first with a dummy head" if int(H) >= 3 else "first split"
-        axes[0, j].set(title=f"H = {int(H)}, seed {int(ds.seed[s])} ({what})", xlabel="Adam step", ylabel="omega_h")
-        axes[1, j].set(xlabel="Adam step", ylabel="mu_h")
-        axes[1, j].legend(fontsize=6)
+        om, mu = sub.omega.values, sub.mu.values
+        pat = cf.classify_heads(om[:, -1], mu[:, -1])
+        formed = _pattern_formed(om[:, -1], mu[:, -1])
+        for s in range(om.shape[0]):
+            for h in range(int(H)):
+                kind = "dummy" if pat.dummy[s, h] else "positive" if om[s, -1, h] > 0 else "negative"
+                style = dict(color=kind_color[kind], lw=0.8 if formed[s] else 1.0, ls="-" if formed[s] else "--")
+                axes[0, j].plot(ds.step.values, om[s, :, h], alpha=0.75, **style)
+                axes[1, j].plot(ds.step.values, mu[s, :, h], alpha=0.75, **style)
+        k, n = int(formed.sum()), formed.size
+        lo, hi = binom_interval(k, n)
+        axes[0, j].set(
+            title=f"H = {int(H)}: pattern in {k}/{n} seeds (95% CI {lo:.2f}-{hi:.2f})",
+            xlabel="Adam step",
+            ylabel="omega_h",
+        )
+        axes[1, j].set(title=f"H = {int(H)}: mu_h, every seed", xlabel="Adam step", ylabel="mu_h")
+        for ax in axes[:, j]:
+            ax.axhline(0, color="k", lw=0.5)
+    handles = [Line2D([], [], color=c, lw=1, label=f"{k} head (final)") for k, c in kind_color.items()]
+    handles += [
+        Line2D([], [], color="k", lw=0.8, label="seed with the whole pattern"),
+        Line2D([], [], color="k", lw=1.0, ls="--", label="seed without it"),
+    ]
+    axes[1, 0].legend(handles=handles, fontsize=7)
     return fig
 
 
@@ -143,12 +155,15 @@ register(
     paper=f"{PAPER}, Figs. 13-14",
     spec="docs/models/icl_regression.md §3, §9",
     caption=(
-        "omega_h and mu_h dynamics for several H (" + HEADS_SETUP + "); one seed per H: for H >= 3 the first "
-        "with a dummy head (mu_h -> 0; the paper calls their appearance random, so the checks count the "
-        "runs with one), for H = 2 the first whose heads split. Dashed: sum of mu_h (zero-sum OV, Eq. "
-        "(4.2)). The checks (every seed) test sign matching, zero-sum OV and homogeneous |omega_h| over "
-        "non-dummy heads per H, and the rows mu^T omega -> eta* and a common gamma for every H (App. A.1). "
-        "The quick preset trains H = 2, 3, 4, 8 (the paper: 2-8, --preset paper)."
+        "omega_h and mu_h dynamics for several H (" + HEADS_SETUP + "), every seed: heads coloured by their "
+        "final kind (positive, negative, dummy: |mu_h| < 0.05 max|mu|), a seed whose final heads lack part "
+        "of the pattern (sign matching, a positive and a negative head, zero-sum OV, homogeneous |omega_h|) "
+        "dashed; panel titles give the fraction of seeds with the whole pattern and its exact 95% interval. "
+        "The checks (every seed) count sign matching, zero-sum OV and homogeneous |omega_h| over non-dummy "
+        "heads per H, test the abstract's 'consistently appear' as a success rate >= 0.9 (one-sided "
+        "binomial test), and count dummy heads for H >= 3; the rows test mu^T omega -> eta* and a common "
+        "gamma for every H (App. A.1). The quick preset trains H = 2, 3, 4, 8 (the paper: 2-8, --preset "
+        "paper)."
     ),
     unrecoverable=(
         "every H trained with the common setup (docs/models/icl_regression.md §9 Figs. 13-14 default)",
