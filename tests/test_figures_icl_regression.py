@@ -391,3 +391,33 @@ def test_consistency_check_reads_consistently_as_a_rate_of_at_least_0_9():
     assert not _common._consistency_check("t", [False] * 8, claim="c", criterion="x").passed
     # two seeds cannot reject a rate of 0.9 (P(X = 0 | 2, 0.9) = 0.01 <= 0.05: they can, at 0/2)
     assert "rejected at <= 0/2" in _common._consistency_check("t", [True, True], claim="c", criterion="x").tolerance
+
+
+def test_fig1_magnitude_rows_defer_only_a_run_moving_towards_the_paper():
+    """|omega_h|, |mu_h| against the paper's 0.13 / 3.5: a run at 0.20 / 2.2 fails the 10 % band (gap 0.07 >> SE);
+    it is 'deferred' when every seed moved towards the paper over the second half, 'fails' when it moved away."""
+    from figures.icl_regression import two_heads
+
+    rng = np.random.default_rng(3)
+    n, T = 8, 5
+    steps = np.linspace(0, 5000, T)
+
+    def ds_for(om_end, om_half):
+        om = np.empty((n, T, 2))
+        om[:, :, 0] = 0.5 * (1 + 0.01 * rng.standard_normal((n, T)))
+        om[:, T // 2, 0] = om_half * (1 + 0.01 * rng.standard_normal(n))  # step 2500: the middle of the run
+        om[:, -1, 0] = om_end * (1 + 0.01 * rng.standard_normal(n))
+        om[:, :, 1] = -om[:, :, 0]
+        mu = 0.44 / om  # on the valley mu omega = eta*/2
+        return xr.Dataset(
+            {"omega": (("seed", "step", "head"), om), "mu": (("seed", "step", "head"), mu)}, coords={"step": steps}
+        )
+
+    towards = {r.quantity.split(":")[1].split(" at")[0]: r for r in two_heads._magnitude_rows(ds_for(0.20, 0.25))}
+    away = {r.quantity.split(":")[1].split(" at")[0]: r for r in two_heads._magnitude_rows(ds_for(0.20, 0.16))}
+    assert towards[" |omega_h|"].status == "deferred" and towards[" |mu_h|"].status == "deferred"
+    assert away[" |omega_h|"].status == "fails" and away[" |mu_h|"].status == "fails"
+    assert towards[" |omega_h|"].theory == 0.13 and np.isfinite(towards[" |omega_h|"].mdd)
+    # a run at the paper's values holds
+    at = two_heads._magnitude_rows(ds_for(0.13, 0.14))
+    assert [r.status for r in at] == ["holds", "holds"]
