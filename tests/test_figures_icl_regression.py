@@ -421,3 +421,15 @@ def test_fig1_magnitude_rows_defer_only_a_run_moving_towards_the_paper():
     # a run at the paper's values holds
     at = two_heads._magnitude_rows(ds_for(0.13, 0.14))
     assert [r.status for r in at] == ["holds", "holds"]
+
+
+def test_fig5_shows_the_first_seed_with_a_dummy_head_by_rule():
+    """Fig. 5's seed is fixed by rule: the first seed ending with a dummy head (|mu_h| < 0.05 max|mu|), else seed 0."""
+    from figures.icl_regression import length
+
+    om = np.tile([0.2, -0.2, 0.2, -0.2], (3, 1))
+    mu = np.tile([1.5, -1.5, 1.5, -1.5], (3, 1))
+    assert length._fig5_seed(om, mu)[0] == 0 and not length._fig5_seed(om, mu)[1].any()
+    mu[2, 3] = -0.01  # seed 2: head 4 is a dummy
+    s, dummy = length._fig5_seed(om, mu)
+    assert s == 2 and dummy.tolist() == [False, False, True]
