@@ -44,7 +44,7 @@ from figures.icl_regression._common import (
     UNREC_STEPS,
 )
 from figures.icl_regression._gd_overlay import _learned_arrays
-from figures.icl_regression._heads import _heads_ds, _mosaic, _split_heads
+from figures.icl_regression._heads import _heads_ds, _legend_above_curves, _mosaic, _split_heads
 
 __all__ = ["plot_fig4", "gaps_fig4", "checks_fig4", "data_fig4", "plot_fig5", "checks_fig5", "data_fig5"]
 
@@ -324,9 +324,7 @@ def plot_fig5(ds):
     ax_m.set(xlabel="Adam step", ylabel="mu_h", title=f"seed {int(ds.seed[s])}: mu_h")
     for ax in (ax_o, ax_m):
         ax.axhline(0, color="k", lw=0.5)
-    lo, hi = ax_m.get_ylim()
-    ax_m.set_ylim(lo, hi + 0.5 * (hi - lo))  # room above the curves for the legend
-    ax_m.legend(fontsize=8, ncol=2, loc="upper left")
+    _legend_above_curves(ax_m, fontsize=8)
     return fig
 
 

@@ -29,7 +29,13 @@ from figures.icl_regression._common import (
     TRAIN_PAPER,
     TRAIN_TINY,
 )
-from figures.icl_regression._heads import _mudo_rows, _pattern_checks, _pattern_formed, _split_heads
+from figures.icl_regression._heads import (
+    _legend_above_curves,
+    _mudo_rows,
+    _pattern_checks,
+    _pattern_formed,
+    _split_heads,
+)
 from figures.icl_regression.circuits import data_heads
 
 __all__ = [
@@ -90,7 +96,7 @@ def plot_fig13(ds):
         Line2D([], [], color="k", lw=0.8, label="seed with the whole pattern"),
         Line2D([], [], color="k", lw=1.0, ls="--", label="seed without it"),
     ]
-    axes[1, 0].legend(handles=handles, fontsize=7)
+    _legend_above_curves(axes[1, 0], handles=handles)
     return fig
 
 
