@@ -96,7 +96,7 @@ def plot_fig13(ds):
         Line2D([], [], color="k", lw=0.8, label="seed with the whole pattern"),
         Line2D([], [], color="k", lw=1.0, ls="--", label="seed without it"),
     ]
-    _legend_above_curves(axes[1, 0], handles=handles)
+    _legend_above_curves(axes[1, 0], handles=handles, fontsize=8)  # one legend for all panels: >= 8 pt
     return fig
 
 
