@@ -34,7 +34,7 @@ from figures.icl_regression._common import (
     TRAIN_HEADS,
 )
 from figures.icl_regression._gd_overlay import _learned_arrays
-from figures.icl_regression._heads import _heads_ds, _heatmap, _mosaic
+from figures.icl_regression._heads import _heads_ds, _heatmap, _legend_above_curves, _mosaic
 
 __all__ = ["plot_fig3", "checks_fig3", "gaps_fig3", "data_heads"]
 
@@ -67,7 +67,7 @@ def plot_fig3(ds):
         plot_empirical_band(ax, ds.step1.values, mean, lo, hi, color=color, label=lab)
         ax.axhline(ref, color=color, lw=0.8, ls="-.")
     ax.set(xlabel="Adam step", title="H=1 vs F_1 optimum (dash-dot)")
-    ax.legend(fontsize=7)
+    _legend_above_curves(ax, ncol=1)
     # heads are exchangeable: rank them per seed by final mu_h (rank 1 = most positive) before averaging seeds
     order = np.argsort(-ds.mu.values[:, -1, :], axis=-1)[:, None, :]
     for ax, key, name in ((axes[5], "omega", "omega"), (axes[6], "mu", "mu")):
@@ -77,7 +77,7 @@ def plot_fig3(ds):
             plot_empirical_band(ax, ds.step.values, mean, lo, hi, color=COLORS[h], label=f"{name}, rank {h + 1}")
         ax.axhline(0, color="k", lw=0.5)
         ax.set(xlabel="Adam step", title=f"H=4: {name}_h, heads ranked by final mu_h")
-        ax.legend(fontsize=6)
+        _legend_above_curves(ax)
     return fig
 
 

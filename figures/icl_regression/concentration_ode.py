@@ -253,8 +253,9 @@ def plot_fig22(ds):
         lw=1,
         label="phase II peak (docs/models/icl_regression.md §6.3)",
     )
-    axes[0].set(xscale="log", yscale="log", xlabel="F/2-flow time t", ylim=(5e-3, 10))
-    axes[0].legend(fontsize=6)
+    # the legend sits below the curves (omega(0) = 0.01 is the lowest value drawn), clear of the phase II line
+    axes[0].set(xscale="log", yscale="log", xlabel="F/2-flow time t", ylabel="omega, mu", ylim=(2e-4, 10))
+    axes[0].legend(fontsize=6, loc="lower right")
     plot_reduced(axes[1], t, ds.ratio.values, color=COLORS[2], label="r = mu/omega")
     axes[1].set(xscale="log", yscale="log", xlabel="t", ylabel="r")
     plot_reduced(axes[2], t, ds.two_omega_mu.values, color=COLORS[3], label="2 omega mu")

@@ -23,6 +23,8 @@ from figures.icl_regression._common import (
     COMMON_SETUP,
     _count_check,
     D,
+    _dummy_check,
+    _first_seed,
     ETA_STAR,
     fig5_panel_steps,
     _length_curve,
@@ -41,7 +43,7 @@ from figures.icl_regression._common import (
     UNREC_STEPS,
 )
 from figures.icl_regression._gd_overlay import _learned_arrays
-from figures.icl_regression._heads import _heads_ds, _mosaic, _split_heads
+from figures.icl_regression._heads import _heads_ds, _legend_above_curves, _mosaic, _split_heads
 
 __all__ = ["plot_fig4", "gaps_fig4", "checks_fig4", "data_fig4", "plot_fig5", "checks_fig5", "data_fig5"]
 
@@ -285,9 +287,18 @@ def data_fig4(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 # Fig. 5: KQ heatmap evolution (H = 4)
 # ----------------------------------------------------------------------------------------------------------------------
+def _fig5_seed(omega, mu):
+    """The seed Fig. 5 shows (omega, mu: (S, H) final): the first in trainer order that ends with a dummy head (the
+    paper's four-head run has one, Fig. 14), else the first; and the (S,) dummy mask it was chosen from."""
+    dummy = cf.classify_heads(omega, mu).dummy.any(-1)
+    return _first_seed(dummy), dummy
+
+
 def plot_fig5(ds):
     n_pan = ds.sizes["panel"]
     H = ds.sizes["head"]
+    s = int(ds.attrs["shown_seed"])
+    dummy = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1]).dummy
     # one panel per step with the H heads tiled 2 a row (one colour scale), then omega_h and mu_h: 3 panels a row
     fig, axes = panel_grid(n_pan + 2, max_per_row=3, panel_size=(3.6, 3.2))
     vmax = float(np.max(np.abs(ds.KQ_panels.values))) * 1.15
@@ -303,11 +314,16 @@ def plot_fig5(ds):
     fig.colorbar(mappable, ax=axes[:n_pan], shrink=0.8, label="KQ entry (one scale)")
     ax_o, ax_m = axes[n_pan], axes[n_pan + 1]
     for h in range(H):
-        ax_o.plot(ds.step.values, ds.omega.values[0, :, h], color=COLORS[h], label=f"omega_{h + 1}")
-        ax_m.plot(ds.step.values, ds.mu.values[0, :, h], color=COLORS[h], label=f"mu_{h + 1}")
-    ax_o.set(xlabel="Adam step", ylabel="omega_h")
-    ax_m.set(xlabel="Adam step", ylabel="mu_h")
-    ax_o.legend(fontsize=6, ncol=2)
+        lab = f"head {h + 1}" + (" (dummy)" if dummy[s, h] else "")
+        ax_o.plot(ds.step.values, ds.omega.values[s, :, h], color=COLORS[h], label=lab)
+        ax_m.plot(ds.step.values, ds.mu.values[s, :, h], color=COLORS[h], label=lab)
+    k, n = int(dummy.any(-1).sum()), dummy.shape[0]
+    rule = "first with a dummy head" if dummy[s].any() else "no seed has a dummy head: the first"
+    ax_o.set(xlabel="Adam step", ylabel="omega_h", title=f"seed {int(ds.seed[s])} ({rule}; {k}/{n} have one)")
+    ax_m.set(xlabel="Adam step", ylabel="mu_h", title=f"seed {int(ds.seed[s])}: mu_h")
+    for ax in (ax_o, ax_m):
+        ax.axhline(0, color="k", lw=0.5)
+    _legend_above_curves(ax_m, fontsize=8)
     return fig
 
 
@@ -320,7 +336,9 @@ def checks_fig5(ds):
     diag = np.diagonal(G, axis1=-2, axis2=-1)
     off = np.linalg.norm(G - diag[..., None] * np.eye(d), axis=(-2, -1)) / np.linalg.norm(diag, axis=-1)
     j = int(np.flatnonzero(ds.step.values <= 1000)[-1])
+    dummy = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1]).dummy
     return [
+        _dummy_check("H=4 at the paper's lr 1e-3 (Fig. 5 run)", dummy),
         _count_check(
             "H=4",
             off[:, j] < 0.2 * off[:, 0],
@@ -328,7 +346,7 @@ def checks_fig5(ds):
             criterion="off-diagonal ratio ||G - diag G||_F / ||diag G|| of G = sum_h mu_h KQ_h,xx below "
             "0.2 x its initial value (docs/models/icl_regression.md §9: off-diagonal entries < 0.007 against a "
             "diagonal of 0.13 once formed)",
-        )
+        ),
     ]
 
 
@@ -341,7 +359,10 @@ def checks_fig5(ds):
         "Evolution of KQ^(h) (divided by sqrt(d+1), the toolkit default; rows = key features) of a "
         "four-head run (" + COMMON_SETUP + ") at the paper's steps 0, 1k, 2k, 10k, 100k, 500k that the run "
         "reaches, plus its last step (and steps 250, 500 for a run shorter than 10k), one colour scale; "
-        "bottom: omega_h and mu_h of the same seed."
+        "bottom: omega_h and mu_h of the same seed. The seed shown is chosen by a fixed rule: the first in "
+        "trainer order that ends with a dummy head (|mu_h| < 0.05 max|mu|; the paper's four-head run has "
+        "one), else the first; the titles give it and how many of the seeds have a dummy head, and the "
+        "dummy-head check counts every seed."
     ),
     unrecoverable=(
         UNREC_STEPS,
@@ -356,5 +377,8 @@ def data_fig5(cfg) -> xr.Dataset:
     ds = _heads_ds(cfg, 4)
     want = fig5_panel_steps(cfg.params["n_steps"])
     idx = [int(np.flatnonzero(ds.step.values == w)[0]) for w in want]  # every panel step is logged (_run_cached)
-    panels = ds.KQ.values[0][idx]  # (panel, head, row, col)
-    return ds.assign(KQ_panels=(("panel", "head", "row", "col"), panels), panel_step=(("panel",), ds.step.values[idx]))
+    s, _ = _fig5_seed(ds.omega.values[:, -1], ds.mu.values[:, -1])
+    panels = ds.KQ.values[s][idx]  # (panel, head, row, col)
+    out = ds.assign(KQ_panels=(("panel", "head", "row", "col"), panels), panel_step=(("panel",), ds.step.values[idx]))
+    out.attrs["shown_seed"] = s
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 
 from closedform import icl_regression as cf
 from figures._style import (
@@ -12,12 +13,13 @@ from figures._style import (
     panel_grid,
     plot_empirical_band,
 )
-from figures.registry import register
+from figures.registry import Explanation, compare_rows, register
 
 from figures.icl_regression._common import (
     COLORS,
     COMMON_SETUP,
     _count_check,
+    D,
     ETA_STAR,
     MODEL,
     PAPER,
@@ -64,8 +66,59 @@ def plot_fig1(ds):
     return fig
 
 
+# The paper's two-head values at the end of its 500 001-step run (Fig. 1): omega_h = +-0.13, mu_h = +-3.5
+PAPER_MAGNITUDES = {"omega": 0.13, "mu": 3.5}
+MAGNITUDE_REL = 0.1  # see the allowance source in _magnitude_rows
+
+
+def _magnitude_rows(ds):
+    """|omega_h| and |mu_h| (mean over the two heads) at the last step against the paper's 0.13 / 3.5, over the seeds
+    whose heads split (a same-sign seed is counted by the checks). A failing row is ``deferred`` only when the run
+    measurably moves towards the paper's value over its second half (every seed's change in that direction, a
+    one-sided Student t test of the mean change at level 0.05), with those numbers as its evidence; else it fails."""
+    om, mu = ds.omega.values, ds.mu.values
+    split = _split_heads(om[:, -1], mu[:, -1])
+    if split.sum() < 2:
+        return []
+    steps = ds.step.values
+    half = int(np.argmin(np.abs(steps - steps[-1] / 2)))
+    rows = []
+    for key, vals in (("omega", np.abs(om[split]).mean(-1)), ("mu", np.abs(mu[split]).mean(-1))):
+        ref = PAPER_MAGNITUDES[key]
+        change = vals[:, -1] - vals[:, half]
+        towards = np.sign(ref - vals[:, half])  # the direction of the paper's value, per seed
+        p = float(stats.ttest_1samp(change * towards, 0.0, alternative="greater").pvalue)
+        moving = bool(np.all(change * towards > 0) and p <= 0.05)
+        trend = (
+            f"mean |{key}_h| over the {int(split.sum())} split seeds {vals[:, half].mean():.3g} at step "
+            f"{int(steps[half])} -> {vals[:, -1].mean():.3g} at step {int(steps[-1])}, every seed towards "
+            f"{ref:g} (one-sided t test of the change, p = {p:.1g})"
+        )
+        expl = Explanation(
+            kind="deferred",
+            reason=f"the paper's |{key}_h| = {ref:g} is the end of a 500 001-step run; the run drifts slowly along "
+            "the valley of S_gamma (gamma ~ t^(-1/6) in phase III, docs/models/icl_regression.md §6.3) and has not "
+            "got there",
+            evidence=f"icl_regression.fig1 panels (b)-(c) against the grey lines: {trend}; the longer runs of "
+            "icl_regression.fig13 (15 000 steps at lr 3e-3) get further, to gamma ~ 0.16 "
+            "(docs/models/icl_regression.md §10)",
+        )
+        rows += compare_rows(
+            f"H=2: |{key}_h| at the last step vs the paper's {ref:g} (Fig. 1, 500 001 steps)",
+            steps[-1:],
+            [ref],
+            vals[:, -1:],
+            rel_allowance=MAGNITUDE_REL,
+            allowance_source="toolkit allowance, 10 %: the paper's value is one run read off its Fig. 1 to two "
+            "digits, and where a run stops on the valley depends on lr, steps and batch (paper §4.2)",
+            d=D,
+            explanation=expl if moving else None,
+        )
+    return rows
+
+
 def gaps_fig1(ds):
-    return _overlay_gaps(ds, "H=2")
+    return _overlay_gaps(ds, "H=2") + _magnitude_rows(ds)
 
 
 def checks_fig1(ds):
@@ -95,15 +148,16 @@ def checks_fig1(ds):
 
 
 _FIG1_CAPTION = (
-    "Two heads (H = 2), " + COMMON_SETUP + ". Top: learned KQ^(h) = W_K^T W_Q / sqrt(d+1) (rows = key "
-    "features, last row/column = label slot) and OV label rows of one seed at the end; colour scale "
-    "+-1.15 max|entry| (OV: 1.2). Bottom: omega_h and mu_h vs Adam step, every seed (heads sorted by final "
-    "omega; dashed: a seed whose heads did not split into a positive and a negative one; grey: the "
-    "paper's +-0.13 / +-3.5 at 500k steps, which a 5 000-step run does not reach: gamma ~ t^(-1/6) along "
-    "the valley, docs/models/icl_regression.md §6.3); learned path in the (gamma, mu_+) "
-    "plane against GD on F/2 (lr 0.01) started from the probed state once the pattern formed "
-    "(mu^T omega >= 0.9 eta*, gamma past its peak), and the solution manifold (4.6); top right: "
-    "mu^T omega, learned vs GD at matched gamma, against eta* (4.3); bottom right: the learned risk."
+    "Two heads (H = 2), " + COMMON_SETUP + ". (a) Learned KQ^(h) = W_K^T W_Q / sqrt(d+1) (rows = key "
+    "features, last row/column = label slot) and the OV label rows at the end, of the first seed (in trainer "
+    "order) whose pattern formed; colour scale +-1.15 max|entry| (OV: 1.2). (b)-(c) omega_h and mu_h vs Adam "
+    "step, every seed of the run (16 at --preset quick; heads sorted by final omega; dashed: a seed whose heads "
+    "did not split into a positive and a negative one; grey: the paper's +-0.13 / +-3.5 at 500k steps, compared "
+    "in the magnitude rows: a 5 000-step run is still drifting towards them along the valley, gamma ~ t^(-1/6), "
+    "docs/models/icl_regression.md §6.3). (d) The learned risk. (e) Learned path in the (gamma, mu_+) plane "
+    "against GD on F/2 (lr 0.01) started from the probed state once the pattern formed (mu^T omega >= 0.9 "
+    "eta*, gamma past its peak), and the solution manifold (4.6). (f) mu^T omega, learned vs GD at matched "
+    "gamma, against eta* (4.3)."
 )
 
 
