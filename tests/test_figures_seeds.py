@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from closedform.models import names
 from figures.presets import RunConfig, run_seed_sequence, run_seeds
 
 
@@ -65,17 +66,7 @@ def test_bad_seed_arguments_are_refused():
 
 # Every figure module: each stream follows the rule (cfg.seeds / cfg.generators, or run_seeds / run_seed_sequence with
 # the model as the figure for runs that several figures share).
-RULED = (
-    "icl_regression",
-    "random_walk",
-    "scan_snap",
-    "single_location",
-    "group_sparse",
-    "nearest_neighbor",
-    "_atlas",
-    "_single_location_transformer",
-    "_single_location_probing",
-)
+RULED = (*names(builtin=True), "_atlas", "_single_location_transformer", "_single_location_probing")
 
 
 def _unruled(text: str) -> list[str]:
