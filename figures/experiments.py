@@ -14,9 +14,10 @@ import contextvars
 import json
 from collections.abc import Iterator
 
-__all__ = ["recording", "train", "note", "memo", "records_json"]
+__all__ = ["recording", "train", "note", "memo", "records_json", "train_many", "train_recorded", "spreading"]
 
 _RECORDS: contextvars.ContextVar[list | None] = contextvars.ContextVar("figures_training_records", default=None)
+_SPREAD: contextvars.ContextVar = contextvars.ContextVar("figures_training_spread", default=None)
 
 
 @contextlib.contextmanager
@@ -42,6 +43,40 @@ def train(model, config, **kwargs):
     out = _train(model, config, **kwargs)
     note(out[0] if isinstance(out, tuple) else out)
     return out
+
+
+def train_many(calls) -> list:
+    """Train independent runs, ``calls`` a sequence of ``(model, config, kwargs)``; return :func:`train`'s results
+    in the same order. Here they run one after the other; inside :func:`spreading` (a report on a Dask cluster) each
+    run is a task of its own on the cluster's workers, with the same numbers (each run is deterministic on a device)."""
+    calls = [(model, config, dict(kwargs)) for model, config, kwargs in calls]
+    spread = _SPREAD.get()
+    if spread is None:
+        return [train(model, config, **kwargs) for model, config, kwargs in calls]
+    done = spread(calls)  # [(result, records)] from train_recorded on the workers
+    records = _RECORDS.get()
+    if records is not None:
+        for _, runs in done:
+            records.extend(runs)
+    return [out for out, _ in done]
+
+
+def train_recorded(model, config, kwargs: dict) -> tuple:
+    """One run of :func:`train_many` where it is computed: ``(train's result, the run's records)``."""
+    with recording() as runs:
+        out = train(model, config, **kwargs)
+    return out, list(runs)
+
+
+@contextlib.contextmanager
+def spreading(spread) -> Iterator[None]:
+    """Inside the block, :func:`train_many` hands its runs to ``spread(calls) -> [train_recorded(*call), ...]``
+    (e.g. one task per run on a Dask cluster) instead of training them here."""
+    token = _SPREAD.set(spread)
+    try:
+        yield
+    finally:
+        _SPREAD.reset(token)
 
 
 def note(trajectory) -> None:
