@@ -62,10 +62,15 @@ def train_many(calls) -> list:
 
 
 def train_recorded(model, config, kwargs: dict) -> tuple:
-    """One run of :func:`train_many` where it is computed: ``(train's result, the run's records)``."""
-    with recording() as runs:
+    """One run of :func:`train_many` where it is computed: ``(train's result, the run's records)``; the records go
+    back with the result only (:func:`train_many` adds them to the figure's), not to a recording around this call."""
+    runs: list[dict] = []
+    token = _RECORDS.set(runs)
+    try:
         out = train(model, config, **kwargs)
-    return out, list(runs)
+    finally:
+        _RECORDS.reset(token)
+    return out, runs
 
 
 @contextlib.contextmanager

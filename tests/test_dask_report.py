@@ -163,6 +163,38 @@ def runs_registry(die: int) -> registry.Registry:
     return reg
 
 
+def test_train_many_hands_its_runs_to_the_spread_and_keeps_their_records(tmp_path, monkeypatch):
+    """Without a cluster: ``train_many`` trains here, one run after the other; inside ``spreading`` it hands the
+    runs to the given function (here the same runs, trained in this process but through ``train_recorded``) and the
+    figure being recorded lists every run either way, with the same numbers."""
+    from dynamics import SaveAt
+    from empirical.train import TrainConfig
+    from figures import experiments
+
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    calls = [
+        (
+            LinearModel(3),
+            TrainConfig(seeds=(i,), n_steps=10, batch_size=4, lr=0.05, eval_size=0, saveat=SaveAt(n=3)),
+            {},
+        )
+        for i in range(2)
+    ]
+    handed = []
+
+    def spread(calls):
+        handed.extend(calls)
+        return [experiments.train_recorded(*call) for call in calls]
+
+    with experiments.recording() as here:
+        local = experiments.train_many(calls)
+    with experiments.recording() as spread_records, experiments.spreading(spread):
+        remote = experiments.train_many(calls)
+    assert len(handed) == 2 and len(here) == len(spread_records) == 2 and here == spread_records
+    assert all(np.array_equal(a["m"].values, b["m"].values) for a, b in zip(local, remote))
+
+
+@pytest.mark.slow
 def test_training_runs_are_tasks_of_their_own_and_equal_the_local_build_after_losing_a_worker(tmp_path, monkeypatch):
     """``toy.runs`` hands six runs to ``experiments.train_many``: on a 2-worker ``LocalCluster`` they run as tasks on
     both workers (several training processes), the run that kills its worker is rerun, and the figure's data equal
