@@ -14,9 +14,11 @@ as ``overhead_s``), then at sizes a fraction ``s`` of the way from the tiny pres
 log scale (:func:`between`: every size ``tiny^(1 - s) target^s``, so the measured runs scale the way the target does,
 seeds, sizes and steps together): ``s = 0`` (the tiny sizes), then steps of :data:`STEP` times more work, until the
 cost above the tiny run's is at least the tiny run's and 0.2 s, half the way (:data:`MAX_FRACTION`) or the time
-budget (:data:`BUDGET_S`) is reached. The cost is fitted as ``seconds(W) = a + c W^p`` through the tiny point (mostly
+budget (:data:`BUDGET_S`) is reached (a point less than twice the last one's work is not taken: it would not show the
+growth). The cost is fitted as ``seconds(W) = a + c W^p`` through the tiny point (mostly
 fixed cost: imports, compiled kernels, closed forms) and the last two (:func:`fit`), and evaluated at the preset's
-work. Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
+work; a preset whose estimate is at most :data:`DIRECT_S` is then run itself, and its measurement is the estimate.
+Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
 arrays included, torch's own allocator not) at the largest point measured, scaled by the work without the time axes.
@@ -54,6 +56,7 @@ __all__ = [
     "STEP",
     "MAX_FRACTION",
     "BUDGET_S",
+    "DIRECT_S",
     "between",
     "fit",
     "measure",
@@ -181,6 +184,10 @@ square root of the run it estimates, or less."""
 BUDGET_S = 30.0
 """Seconds of measurement per figure after which no larger point is started."""
 
+DIRECT_S = 1.0
+"""A preset whose fitted estimate is at most this many seconds is measured directly (the estimate is then the
+measurement)."""
+
 
 def fit(works: Sequence[float], seconds: Sequence[float]) -> dict:
     """Fit ``seconds = a + c W^p`` (``a``, ``c`` >= 0, ``p`` in [0.25, 3]) to measurements at increasing work ``W``:
@@ -220,32 +227,44 @@ def measure(
     spec = registry.get(name)
     small, large = dict(spec.params[SMALL_PRESET]), dict(spec.params[preset])
     w_small, w_large = work(small), work(large)
+    points: list[tuple[float, float, float]] = []
+    peak, peak_params = 0, small
+
+    def run(s: float) -> bool:
+        """Measure the sizes ``s`` of the way; False if the figure refuses them (after the tiny run)."""
+        nonlocal peak, peak_params
+        params = between(small, large, s)
+        tracemalloc.start()
+        try:
+            t = _seconds(spec, params, device)
+            peak, peak_params = tracemalloc.get_traced_memory()[1], params
+        except Exception as exc:  # noqa: BLE001 - a size between the presets may be refused: fit what was measured
+            if not points:
+                raise
+            logger.info("%s: refused the sizes %s of the way to %s (%s)", name, f"{s:.2f}", preset, exc)
+            return False
+        finally:
+            tracemalloc.stop()
+        points.append((s, work(params), t))
+        return True
+
     with _one_thread():
         first = _seconds(spec, small, device)
-        points = []
-        peak, peak_params = 0, small
+        run(0.0)
+        spent = first + points[-1][2]
+        step = math.log(STEP) / math.log(w_large / w_small) if w_large > STEP * w_small else math.inf
         s = 0.0
-        spent = first
-        while True:
-            params = between(small, large, s)
-            tracemalloc.start()
-            try:
-                t = _seconds(spec, params, device)
-                peak, peak_params = tracemalloc.get_traced_memory()[1], params
-            except Exception as exc:  # noqa: BLE001 - a size between the presets may be refused: fit what was measured
-                if not points:
-                    raise
-                logger.info("%s: refused the sizes %s of the way to %s (%s)", name, f"{s:.2f}", preset, exc)
-                break
-            finally:
-                tracemalloc.stop()
-            points.append((s, work(params), t))
-            spent += t
-            if w_large <= w_small or s >= MAX_FRACTION or spent >= budget_s:
-                break
-            if len(points) >= 3 and t - points[0][2] >= max(points[0][2], 0.2):
+        while step < math.inf and spent < budget_s:
+            if len(points) >= 3 and points[-1][2] - points[0][2] >= max(points[0][2], 0.2):
                 break  # the cost that grows is measured: at least the fixed cost and 0.2 s above it
-            s = min(MAX_FRACTION, s + math.log(STEP) / math.log(w_large / w_small))
+            nxt = min(MAX_FRACTION, s + step)
+            if work(between(small, large, nxt)) < 2 * points[-1][1] or not run(nxt):
+                break  # no point closer than 2x in work to the last one (it would not measure the growth)
+            s = nxt
+            spent += points[-1][2]
+        fitted = fit([w for _, w, _ in points], [t for _, _, t in points])
+        if fitted["a"] + fitted["c"] * w_large ** fitted["p"] <= DIRECT_S and points[-1][0] < 1.0:
+            run(1.0)  # cheap enough: measure the preset itself
     result = fit([w for _, w, _ in points], [t for _, _, t in points])
     return {
         **result,

@@ -80,6 +80,18 @@ def test_fit_measures_a_cost_that_grows_faster_than_the_work(monkeypatch):
     assert linear < 0.2 * row.seconds
 
 
+def test_a_preset_estimated_under_a_second_is_measured_itself(monkeypatch):
+    """1e-5 s per step: the quick preset (1 000 steps) is fitted at 0.01 s, under DIRECT_S, so it is run and the
+    estimate is its measurement; at 1e-3 s per step the paper preset (10 s) is not run, only measured half way."""
+    reg = _fake_figure(monkeypatch, lambda n: 1e-5 * n)
+    m = estimate.measure("toy.decay", "quick", registry=reg)
+    assert m["points"][-1][:2] == (1.0, 1000) and m["points"][-1][2] == pytest.approx(0.01)
+    (row,) = estimate.estimate(["toy.decay"], "quick", registry=reg)
+    assert row.seconds == pytest.approx(0.01)
+    reg = _fake_figure(monkeypatch, lambda n: 1e-3 * n)
+    assert max(s for s, _, _ in estimate.measure("toy.decay", "paper", registry=reg)["points"]) <= 0.5
+
+
 def test_between_interpolates_sizes_on_a_log_scale():
     small = {"n": 10, "T": [17, 65], "Hs": [2, 4], "eta": [0.1, 1.0], "lr": 0.1, "inner": {"m": 4}, "on": True}
     large = {
