@@ -15,9 +15,10 @@ log scale (:func:`between`: every size ``tiny^(1 - s) target^s``, so the measure
 seeds, sizes and steps together): ``s = 0`` (the tiny sizes), then steps of :data:`STEP` times more work, until the
 cost above the tiny run's is at least the tiny run's and 0.2 s, half the way (:data:`MAX_FRACTION`) or the time
 budget (:data:`BUDGET_S`) is reached (a point less than twice the last one's work is not taken: it would not show the
-growth). The cost is fitted as ``seconds(W) = a + c W^p`` through the tiny point (mostly
-fixed cost: imports, compiled kernels, closed forms) and the last two (:func:`fit`), and evaluated at the preset's
-work; a preset whose estimate is at most :data:`DIRECT_S` is then run itself, and its measurement is the estimate.
+growth; sizes a figure refuses are retried rounded to the divisibility both presets share). The cost is fitted as
+``seconds(W) = a + c W^p`` through the tiny point (mostly fixed cost: imports, compiled kernels, closed forms) and
+the last two (:func:`fit`), and evaluated at the preset's work; a preset whose estimate is at most
+:data:`DIRECT_S` is then run itself, and its measurement is the estimate.
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
@@ -137,20 +138,24 @@ class FigureEstimate:
     error: str = ""
 
 
-def between(small: Mapping, large: Mapping, s: float) -> dict:
+def between(small: Mapping, large: Mapping, s: float, residue: int | None = None) -> dict:
     """Parameters a fraction ``s`` (in [0, 1]) of the way from ``small`` to ``large`` on a log scale: positive
     integers ``small^(1 - s) large^s`` rounded; a list has the first ``len_small^(1 - s) len_large^s`` entries of
     ``large``, for positive integers interpolated entry by entry with ``small``'s where it has one; nested mappings
-    likewise; every other value is ``large``'s (rates, tolerances: the physics of the size aimed at)."""
+    likewise; every other value is ``large``'s (rates, tolerances: the physics of the size aimed at). With
+    ``residue`` r, an integer is rounded to ``r`` plus a multiple of ``gcd(small - r, large - r)``, the divisibility
+    both presets share (a step count that is a multiple of a logging interval, a size of the form ``r K + 1``)."""
     if s <= 0:
         return dict(small)
     out = {}
     for name, b in large.items():
         a = small.get(name, b)
         if isinstance(b, Mapping) and isinstance(a, Mapping):
-            out[name] = between(a, b, s)
+            out[name] = between(a, b, s, residue)
         elif _positive_int(a) and _positive_int(b):
-            out[name] = max(1, round(a ** (1 - s) * b**s))
+            v = a ** (1 - s) * b**s
+            g = math.gcd(a - residue, b - residue) if residue is not None else 1
+            out[name] = max(1, round(v) if g == 0 or g == 1 else residue + g * round((v - residue) / g))
         elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and a and b:
             head = b[: max(1, round(len(a) ** (1 - s) * len(b) ** s))]
             if all(_positive_int(x) for x in (*a, *b)):  # sizes: entry by entry where small has one
@@ -231,22 +236,27 @@ def measure(
     peak, peak_params = 0, small
 
     def run(s: float) -> bool:
-        """Measure the sizes ``s`` of the way; False if the figure refuses them (after the tiny run)."""
+        """Measure the sizes ``s`` of the way, rounded plainly or else keeping the presets' common divisibility;
+        False if the figure refuses them all (a refused tiny run raises)."""
         nonlocal peak, peak_params
-        params = between(small, large, s)
-        tracemalloc.start()
-        try:
-            t = _seconds(spec, params, device)
-            peak, peak_params = tracemalloc.get_traced_memory()[1], params
-        except Exception as exc:  # noqa: BLE001 - a size between the presets may be refused: fit what was measured
-            if not points:
-                raise
-            logger.info("%s: refused the sizes %s of the way to %s (%s)", name, f"{s:.2f}", preset, exc)
-            return False
-        finally:
-            tracemalloc.stop()
-        points.append((s, work(params), t))
-        return True
+        for residue in (None, 0, 1) if 0 < s < 1 else (None,):
+            params = between(small, large, s, residue)
+            if points and s < 1 and work(params) < 2 * points[-1][1]:
+                continue  # not twice the last point's work: it would not show the growth
+            tracemalloc.start()
+            try:
+                t = _seconds(spec, params, device)
+                peak, peak_params = tracemalloc.get_traced_memory()[1], params
+            except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: fit what was measured
+                if not points:
+                    raise
+                logger.info("%s: refused the sizes %s of the way to %s (%s)", name, f"{s:.2f}", preset, exc)
+                continue
+            finally:
+                tracemalloc.stop()
+            points.append((s, work(params), t))
+            return True
+        return False
 
     with _one_thread():
         first = _seconds(spec, small, device)
@@ -254,14 +264,12 @@ def measure(
         spent = first + points[-1][2]
         step = math.log(STEP) / math.log(w_large / w_small) if w_large > STEP * w_small else math.inf
         s = 0.0
-        while step < math.inf and spent < budget_s:
+        while step < math.inf and spent < budget_s and s < MAX_FRACTION:
             if len(points) >= 3 and points[-1][2] - points[0][2] >= max(points[0][2], 0.2):
                 break  # the cost that grows is measured: at least the fixed cost and 0.2 s above it
-            nxt = min(MAX_FRACTION, s + step)
-            if work(between(small, large, nxt)) < 2 * points[-1][1] or not run(nxt):
-                break  # no point closer than 2x in work to the last one (it would not measure the growth)
-            s = nxt
-            spent += points[-1][2]
+            s = min(MAX_FRACTION, s + step)
+            if run(s):
+                spent += points[-1][2]
         fitted = fit([w for _, w, _ in points], [t for _, _, t in points])
         if fitted["a"] + fitted["c"] * w_large ** fitted["p"] <= DIRECT_S and points[-1][0] < 1.0:
             run(1.0)  # cheap enough: measure the preset itself

@@ -107,6 +107,11 @@ def test_between_interpolates_sizes_on_a_log_scale():
     half = estimate.between(small, large, 0.5)
     assert half["n"] == 100 and half["inner"] == {"m": 16} and half["lr"] == 0.01
     assert half["T"] == [47, 183] and half["Hs"] == [2, 3, 4] and half["eta"] == [0.1, 0.5]  # len sqrt(2*3), sqrt(8)
+    # keeping the divisibility both presets share: N = 6 r + 1 (gcd(24, 96) = 24), multiples of 100
+    assert estimate.between({"N": 25}, {"N": 97}, 0.5) == {"N": 49 - 0}  # sqrt(25 * 97) = 49.2: plain rounding
+    assert estimate.between({"N": 25}, {"N": 97}, 0.25, residue=1) == {"N": 25}  # 34.9 -> 1 + 24 * 1.4 -> 25
+    assert estimate.between({"N": 25}, {"N": 97}, 0.4, residue=1)["N"] % 6 == 1
+    assert estimate.between({"n": 100}, {"n": 1000}, 0.5, residue=0) == {"n": 300}  # 316 -> a multiple of 100
 
 
 def test_estimate_scales_the_measured_tiny_build_and_prints_a_total(capsys):
