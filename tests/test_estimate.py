@@ -206,5 +206,6 @@ def test_quick_estimates_are_within_a_factor_2_of_measured_quick_builds_for_90_p
         ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         ratios[name] = r["estimate"] / r["measured"]
+        print(f"{name:34s} estimate {r['estimate']:9.3f} s  measured {r['measured']:9.3f} s  ratio {ratios[name]:6.2f}")
     within = [n for n, r in ratios.items() if 0.5 <= r <= 2.0]
     assert len(within) >= 0.9 * len(ratios), {n: round(r, 2) for n, r in ratios.items()}
