@@ -306,9 +306,13 @@ def estimate(
     device: str = "cpu",
     registry: Registry = REGISTRY,
     progress: bool = False,
+    budget_s: float = BUDGET_S,
 ) -> list[FigureEstimate]:
-    """Estimate ``names`` (default every registered figure) at ``preset`` on ``device`` (``cpu`` or ``cuda``)."""
+    """Estimate ``names`` (default every registered figure) at ``preset`` on ``device`` (``cpu`` or ``cuda``),
+    spending about ``budget_s`` seconds of measurement per figure (:func:`measure`)."""
     check_preset(preset)
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not 0 < budget_s < math.inf:
+        raise ValueError(f"budget_s must be a positive finite number of seconds; got {budget_s!r}")
     device = resolve_device(device)
     registry.discover()
     names = registry.resolve(names) if names else registry.names()
@@ -333,7 +337,7 @@ def estimate(
             continue
         t0 = time.perf_counter()
         try:
-            m = measure(name, preset, device=device, registry=registry)
+            m = measure(name, preset, device=device, registry=registry, budget_s=budget_s)
         except Exception as exc:  # noqa: BLE001 - one figure that cannot run here is named, the others estimated
             logger.error("%s: could not be measured on %s: %s: %s", name, device, type(exc).__name__, exc)
             out.append(

@@ -92,6 +92,11 @@ def test_a_preset_estimated_under_a_second_is_measured_itself(monkeypatch):
     assert max(s for s, _, _ in estimate.measure("toy.decay", "paper", registry=reg)["points"]) <= 0.5
 
 
+def test_budget_is_checked():
+    with pytest.raises(ValueError, match="budget_s must be a positive finite number of seconds"):
+        estimate.estimate(["toy.decay"], "quick", registry=synthetic_registry(), budget_s=0)
+
+
 def test_between_interpolates_sizes_on_a_log_scale():
     small = {"n": 10, "T": [17, 65], "Hs": [2, 4], "eta": [0.1, 1.0], "lr": 0.1, "inner": {"m": 4}, "on": True}
     large = {
