@@ -184,6 +184,7 @@ _ONE_FIGURE = """
 import json, sys, time
 from figures import estimate
 from figures.presets import RunConfig
+from figures.registry import REGISTRY
 
 REGISTRY.discover()
 name = sys.argv[1]
@@ -206,10 +207,9 @@ def test_quick_estimates_are_within_a_factor_2_of_measured_quick_builds_for_90_p
     env = {**os.environ, **{k: "1" for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}}
     ratios = {}
     for name in VALIDATED:
-        out = subprocess.run(
-            [sys.executable, "-c", _ONE_FIGURE, name], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        r = json.loads(out.strip().splitlines()[-1])
+        proc = subprocess.run([sys.executable, "-c", _ONE_FIGURE, name], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
         ratios[name] = r["estimate"] / r["measured"]
         print(f"{name:34s} estimate {r['estimate']:9.3f} s  measured {r['measured']:9.3f} s  ratio {ratios[name]:6.2f}")
     within = [n for n, r in ratios.items() if 0.5 <= r <= 2.0]
