@@ -22,7 +22,8 @@ the last two (:func:`fit`), and evaluated at the preset's work; a preset whose e
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
-arrays included, torch's own allocator not) at the largest point measured, scaled by the work without the time axes.
+arrays included, torch's own allocator not) during the warm-up call (tracing slows Python code several times, so the
+timed calls are not traced), scaled by the work without the time axes.
 A figure that shares its data with another costs nothing of its own.
 
 The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
@@ -228,38 +229,38 @@ def measure(
 ) -> dict:
     """Measure figure ``name`` on the way from the tiny sizes to ``preset``'s (see the module docstring); return the
     fit (``a``, ``c``, ``p``: seconds ``a + c W^p``), ``overhead_s`` (the first call's excess), ``t1`` (the tiny run),
-    ``points`` (``(s, W, seconds)`` measured) and ``peak_bytes`` with the work ``peak_work`` it was traced at."""
+    ``points`` (``(s, W, seconds)`` measured) and ``peak_bytes`` with the work ``peak_work`` it was traced at (the
+    tiny sizes)."""
     spec = registry.get(name)
     small, large = dict(spec.params[SMALL_PRESET]), dict(spec.params[preset])
     w_small, w_large = work(small), work(large)
     points: list[tuple[float, float, float]] = []
-    peak, peak_params = 0, small
 
     def run(s: float) -> bool:
         """Measure the sizes ``s`` of the way, rounded plainly or else keeping the presets' common divisibility;
         False if the figure refuses them all (a refused tiny run raises)."""
-        nonlocal peak, peak_params
         for residue in (None, 0, 1) if 0 < s < 1 else (None,):
             params = between(small, large, s, residue)
             if points and s < 1 and work(params) < 2 * points[-1][1]:
                 continue  # not twice the last point's work: it would not show the growth
-            tracemalloc.start()
             try:
                 t = _seconds(spec, params, device)
-                peak, peak_params = tracemalloc.get_traced_memory()[1], params
             except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: fit what was measured
                 if not points:
                     raise
                 logger.info("%s: refused the sizes %s of the way to %s (%s)", name, f"{s:.2f}", preset, exc)
                 continue
-            finally:
-                tracemalloc.stop()
             points.append((s, work(params), t))
             return True
         return False
 
     with _one_thread():
-        first = _seconds(spec, small, device)
+        tracemalloc.start()  # memory traced in the warm-up only: tracing slows Python code several times
+        try:
+            first = _seconds(spec, small, device)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
         run(0.0)
         spent = first + points[-1][2]
         step = math.log(STEP) / math.log(w_large / w_small) if w_large > STEP * w_small else math.inf
@@ -280,7 +281,7 @@ def measure(
         "t1": points[0][2],
         "points": points,
         "peak_bytes": peak,
-        "peak_work": work(peak_params, memory=True),
+        "peak_work": work(small, memory=True),
     }
 
 
