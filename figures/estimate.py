@@ -9,10 +9,11 @@ intervals, seeds of an initialisation, plotting offsets) and non-integers are le
 
 Measurement. The work only orders sizes; how the cost grows with it is measured. Each figure's data function runs,
 single-threaded and timed in process CPU seconds (wall seconds on a GPU; a busy machine does not inflate CPU time),
-first at the tiny sizes to compile the numba kernels and warm caches (its excess over the second call is reported
-as ``overhead_s``), then at sizes a fraction ``s`` of the way from the tiny preset's to the estimated preset's on a
-log scale (:func:`between`: every size ``tiny^(1 - s) target^s``, so the measured runs scale the way the target does,
-seeds, sizes and steps together): ``s = 0`` (the tiny sizes), then steps of :data:`STEP` times more work, until the
+first at the tiny sizes with another seed to compile the numba kernels and warm caches (its excess over the second
+call is reported as ``overhead_s``; the other seed keeps a figure that memoises its runs from reusing them), then at
+sizes a fraction ``s`` of the way from the tiny preset's to the estimated preset's on a log scale (:func:`between`:
+every size ``tiny^(1 - s) target^s``, so the measured runs scale the way the target does, seeds, sizes and steps
+together): ``s = 0`` (the tiny sizes), then steps of :data:`STEP` times more work, until the
 cost above the tiny run's is at least the tiny run's and 0.2 s, half the way (:data:`MAX_FRACTION`) or the time
 budget (:data:`BUDGET_S`) is reached (a point less than twice the last one's work is not taken: it would not show the
 growth; sizes a figure refuses are retried rounded to the divisibility both presets share). The cost is fitted as
@@ -44,7 +45,7 @@ import time
 import tracemalloc
 from collections.abc import Mapping, Sequence
 
-from figures.presets import RunConfig, check_preset, resolve_device
+from figures.presets import DEFAULT_SEED, RunConfig, check_preset, resolve_device
 from figures.registry import REGISTRY, Registry
 
 __all__ = [
@@ -171,9 +172,9 @@ def _positive_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
-def _seconds(spec, params, device) -> float:
+def _seconds(spec, params, device, seed: int = DEFAULT_SEED) -> float:
     """Seconds of one call of the figure's data function: process CPU time on a CPU, wall time on a GPU."""
-    cfg = RunConfig(figure=spec.name, preset=SMALL_PRESET, device=device, params=params)
+    cfg = RunConfig(figure=spec.name, preset=SMALL_PRESET, device=device, params=params, seed=seed)
     clock = time.process_time if device == "cpu" else time.perf_counter
     t0 = clock()
     spec.data(cfg)
@@ -256,8 +257,8 @@ def measure(
 
     with _one_thread():
         tracemalloc.start()  # memory traced in the warm-up only: tracing slows Python code several times
-        try:
-            first = _seconds(spec, small, device)
+        try:  # another seed: a figure that memoises its runs by configuration must not reuse them at s = 0
+            first = _seconds(spec, small, device, seed=DEFAULT_SEED + 1)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
