@@ -16,7 +16,8 @@ interrupted (:class:`Interrupted`, raised by :func:`signals_as_interrupts` for S
 cache and output folders; then the interruption propagates.
 
 Dask. :func:`dask_entries` runs the same tasks (a figure with the figures sharing its data) on a ``LocalCluster``
-or a remote scheduler; the entries are the same function's output, so the report is the same, bit for bit.
+or a remote scheduler, and inside them each training run a figure hands to :func:`figures.experiments.train_many`
+is a task of its own; the entries are the same function's output, so the report is the same, bit for bit.
 
 Resources. :func:`bounded_jobs` caps the number of workers at the usable cores and at the available memory divided by
 :data:`WORKER_MEMORY_BYTES`, with a logged message saying why.
