@@ -17,9 +17,13 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-## The theory-vs-practice report at the CPU-sized default: writes report/report.html
+## The theory-vs-practice report at the CPU-sized default: writes report/report.html. SCHEDULER=local (a Dask
+## LocalCluster) or SCHEDULER=tcp://HOST:8786 builds on a Dask cluster (the dask extra); JOBS sets the worker count.
+SCHEDULER ?=
+JOBS ?=
 report: $(STAMP)
-	$(BIN)/python -m figures report --preset quick --out report
+	$(BIN)/python -m figures report --preset quick --out report $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+		$(if $(JOBS),--jobs $(JOBS))
 
 ## The test suite (slow and gpu tests excluded; see setup.cfg). pytest exits non-zero when no test ran.
 test: $(STAMP)

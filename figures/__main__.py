@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     p_est = sub.add_parser(
-        "estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset (measured at tiny)"
+        "estimate", help="estimated CPU-s/GPU-s and memory per figure at a preset (measured at smaller sizes)"
     )
     p_est.add_argument("names", nargs="*", metavar="NAME", help="figure or model names (default: every figure)")
     p_est.add_argument("--preset", default="paper", help=f"one of {', '.join(PRESETS)} (default paper)")
@@ -365,10 +365,13 @@ def _cmd_estimate(args, reg: registry.Registry) -> int:
 
 
 def _paper_estimate_first(names: Sequence[str] | None, device: str, reg: registry.Registry) -> None:
-    """At --preset paper: print the estimate (measured at tiny) before computing, and on a CPU how to go faster."""
+    """At --preset paper: print the estimate (measured at smaller sizes) before computing, and on a CPU how to go
+    faster."""
     from figures import estimate
 
-    logger.info("--preset paper: estimating the cost first (each figure measured at --preset tiny)")
+    logger.info(
+        "--preset paper: estimating the cost first (each figure measured at sizes up to half way from --preset tiny)"
+    )
     _write(estimate.format_table(estimate.estimate(names, "paper", device=device, registry=reg)))
 
 

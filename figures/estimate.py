@@ -1,26 +1,36 @@
-"""Cost estimates of the figures at a preset, from runs measured at the ``tiny`` preset.
+"""Cost estimates of the figures at a preset, from runs measured on the way from the ``tiny`` sizes to the preset's.
 
-Model. A figure's computation is taken to cost in proportion to its *work*, a number computed from its registered
-parameters by their names (:func:`work`): time axes (steps, iterations, epochs) add up, repetitions (seeds, runs,
-draws, starts), configuration lists and sizes multiply, and of the sample counts (batch, training and test set
-sizes) the largest counts; a list of positive integers counts as the sum of its entries (the largest for sample
-counts), any other list as its length; parameters that do not set the amount of computation (:data:`NOT_WORK`:
-logging and saving intervals, seeds of an initialisation, plotting offsets) and non-integers are left out.
-Parameters equal at both presets cancel.
+Work. A figure's amount of computation is summarised by its *work*, a number computed from its registered parameters
+by their names (:func:`work`): time axes (steps, iterations, epochs) add up, repetitions (seeds, runs, draws,
+starts), configuration lists and sizes multiply, and of the sample counts (batch, training and test set sizes) the
+largest counts; a list of positive integers counts as the sum of its entries (the largest for sample counts), any
+other list as its length; parameters that do not set the amount of computation (:data:`NOT_WORK`: logging and saving
+intervals, seeds of an initialisation, plotting offsets) and non-integers are left out.
 
-Measurement. Each figure's data function runs three times at the ``tiny`` sizes, single-threaded, timed in process
-CPU seconds (so a busy machine does not inflate it): once to compile the numba kernels and warm caches (reported as
-``overhead_s``, the excess over the second run), once at the tiny sizes (``t1`` at work ``W1``) and once with every
-time axis doubled, or every ``n_*`` count for a figure without time axes (``t2`` at ``W2``). The cost is fitted as
-a fixed part plus a part proportional to the work, ``seconds(W) = a + b W`` with ``b = (t2 - t1) / (W2 - W1)`` and
-``a = t1 - b W1`` (both kept >= 0); a figure whose second run fails or adds no work is taken as proportional
-(``a = 0``, ``b = t1 / W1``). Memory is the peak of Python-traced allocations (numpy arrays included, torch's own
-allocator not) during the tiny run, scaled by the work without the time axes (steps, iterations and epochs are not
-held in memory at once). A figure that shares its data with another costs nothing of its own.
+Measurement. The work only orders sizes; how the cost grows with it is measured. Each figure's data function runs,
+single-threaded and timed in process CPU seconds (wall seconds on a GPU; a busy machine does not inflate CPU time),
+first at the tiny sizes with another seed to compile the numba kernels and warm caches (its excess over the second
+call is reported as ``overhead_s``; the other seed keeps a figure that memoises its runs from reusing them), then at
+sizes a fraction ``s`` of the way from the tiny preset's to the estimated preset's on a log scale (:func:`between`:
+every size ``tiny^(1 - s) target^s``, so the measured runs scale the way the target does, seeds, sizes and steps
+together): ``s = 0`` (the tiny sizes), then steps of :data:`STEP` times more work, until the
+cost above the tiny run's is at least the tiny run's and 0.2 s, half the way (:data:`MAX_FRACTION`) or the time
+budget (:data:`BUDGET_S`) is reached (a point less than twice the last one's work is not taken: it would not show the
+growth; sizes a figure refuses are retried rounded to the divisibility both presets share). The cost is fitted as
+``seconds(W) = a + c W^p`` through the tiny point (mostly fixed cost: imports, compiled kernels, closed forms) and
+the last two (:func:`fit`), and evaluated at the preset's work; a preset whose estimate is at most
+:data:`DIRECT_S` is then run itself, and its measurement is the estimate.
+Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
+than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
+estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
+arrays included, torch's own allocator not) during the warm-up call (tracing slows Python code several times, so the
+timed calls are not traced), scaled by the work without the time axes.
+A figure that shares its data with another costs nothing of its own.
 
 The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
-prints the CPU measurement and says so. Rough by construction (one power law per figure, fixed costs folded in):
-the check is that quick-preset estimates land within a factor of 2 of measured quick builds for most figures.
+prints the CPU measurement and says so. It extrapolates at least the square root of the way in work, so it is an
+order of magnitude with a measured exponent, not a schedule; the check is that quick-preset estimates land within a
+factor of 2 of measured quick builds for at least 90 % of the figures (tests/test_estimate.py).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ import time
 import tracemalloc
 from collections.abc import Mapping, Sequence
 
-from figures.presets import RunConfig, check_preset, resolve_device
+from figures.presets import DEFAULT_SEED, RunConfig, check_preset, resolve_device
 from figures.registry import REGISTRY, Registry
 
 __all__ = [
@@ -46,7 +56,12 @@ __all__ = [
     "SAMPLES",
     "work",
     "FigureEstimate",
-    "COUNTS",
+    "STEP",
+    "MAX_FRACTION",
+    "BUDGET_S",
+    "DIRECT_S",
+    "between",
+    "fit",
     "measure",
     "estimate",
     "format_table",
@@ -109,7 +124,8 @@ def work(params: Mapping, *, memory: bool = False) -> float:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FigureEstimate:
     """The estimate of one figure at ``preset`` on ``device`` (seconds and bytes; 0 for a figure sharing data).
-    ``measured_s`` is the tiny run's CPU time, ``work_ratio`` the work at ``preset`` over the work at tiny."""
+    ``measured_s`` is the tiny run's CPU time, ``work_ratio`` the work at ``preset`` over the work at tiny,
+    ``exponent`` the fitted ``p`` of ``seconds = a + c W^p``."""
 
     name: str
     preset: str
@@ -119,72 +135,155 @@ class FigureEstimate:
     work_ratio: float
     seconds: float
     memory_bytes: float
+    exponent: float = math.nan
     shares_data_with: str | None = None
     error: str = ""
 
 
-def _doubled(params: Mapping, pattern: re.Pattern) -> dict:
-    """``params`` with every positive integer whose name matches ``pattern`` (and not :data:`NOT_WORK`) doubled,
-    nested mappings too."""
+def between(small: Mapping, large: Mapping, s: float, residue: int | None = None) -> dict:
+    """Parameters a fraction ``s`` (in [0, 1]) of the way from ``small`` to ``large`` on a log scale: positive
+    integers ``small^(1 - s) large^s`` rounded; a list has the first ``len_small^(1 - s) len_large^s`` entries of
+    ``large``, for positive integers interpolated entry by entry with ``small``'s where it has one; nested mappings
+    likewise; every other value is ``large``'s (rates, tolerances: the physics of the size aimed at). With
+    ``residue`` r, an integer is rounded to ``r`` plus a multiple of ``gcd(small - r, large - r)``, the divisibility
+    both presets share (a step count that is a multiple of a logging interval, a size of the form ``r K + 1``)."""
+    if s <= 0:
+        return dict(small)
     out = {}
-    for name, value in params.items():
-        if isinstance(value, Mapping):
-            out[name] = _doubled(value, pattern)
-        elif (
-            pattern.search(name)
-            and not NOT_WORK.search(name)
-            and isinstance(value, int)
-            and not isinstance(value, bool)
-            and value > 0
-        ):
-            out[name] = 2 * value
+    for name, b in large.items():
+        a = small.get(name, b)
+        if isinstance(b, Mapping) and isinstance(a, Mapping):
+            out[name] = between(a, b, s, residue)
+        elif _positive_int(a) and _positive_int(b):
+            v = a ** (1 - s) * b**s
+            g = math.gcd(a - residue, b - residue) if residue is not None else 1
+            out[name] = max(1, round(v) if g == 0 or g == 1 else residue + g * round((v - residue) / g))
+        elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and a and b:
+            head = b[: max(1, round(len(a) ** (1 - s) * len(b) ** s))]
+            if all(_positive_int(x) for x in (*a, *b)):  # sizes: entry by entry where small has one
+                head = [max(1, round(x ** (1 - s) * y**s)) for x, y in zip(a, head)] + list(head[len(a) :])
+            out[name] = type(b)(head)
         else:
-            out[name] = value
+            out[name] = b
     return out
 
 
-COUNTS = re.compile(r"^n_")
-"""Counts doubled for the second measurement of a figure without a time axis (grid points, starts, samples)."""
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
-def _second_point(params: Mapping) -> dict:
-    """The parameters of the second measurement: time axes doubled, or, without any, every ``n_*`` count."""
-    doubled = _doubled(params, TIME_LIKE)
-    return doubled if work(doubled) > work(params) else _doubled(params, COUNTS)
-
-
-def _cpu_seconds(spec, params, device) -> float:
-    cfg = RunConfig(figure=spec.name, preset=SMALL_PRESET, device=device, params=params)
-    t0 = time.process_time()
+def _seconds(spec, params, device, seed: int = DEFAULT_SEED) -> float:
+    """Seconds of one call of the figure's data function: process CPU time on a CPU, wall time on a GPU."""
+    cfg = RunConfig(figure=spec.name, preset=SMALL_PRESET, device=device, params=params, seed=seed)
+    clock = time.process_time if device == "cpu" else time.perf_counter
+    t0 = clock()
     spec.data(cfg)
-    return time.process_time() - t0
+    return clock() - t0
 
 
-def measure(name: str, *, device: str = "cpu", registry: Registry = REGISTRY) -> dict:
-    """Time figure ``name``'s data function at the tiny sizes (see the module docstring); return ``a``, ``b`` (the
-    fitted cost ``a + b W`` in CPU seconds), ``overhead_s``, ``t1`` and ``peak_bytes`` (traced allocations)."""
+STEP = 4.0
+"""Work ratio between successive measurements on the way to the preset estimated."""
+
+MAX_FRACTION = 0.5
+"""Measurements stop half way (on a log scale of every size) to the preset estimated, so an estimate costs about the
+square root of the run it estimates, or less."""
+
+BUDGET_S = 30.0
+"""Seconds of measurement per figure after which no larger point is started."""
+
+DIRECT_S = 1.0
+"""A preset whose fitted estimate is at most this many seconds is measured directly (the estimate is then the
+measurement)."""
+
+
+def fit(works: Sequence[float], seconds: Sequence[float]) -> dict:
+    """Fit ``seconds = a + c W^p`` (``a``, ``c`` >= 0, ``p`` in [0.25, 3]) to measurements at increasing work ``W``:
+    through the first (the tiny run, mostly fixed cost) and the last two points, which sets the exponent from how the
+    cost grows between them; with two points, or without a cost that grows, ``p = 1`` through the first and the last.
+    Returns ``{"a", "c", "p"}``."""
+    w0, t0, wn, tn = works[0], seconds[0], works[-1], seconds[-1]
+    p = 1.0
+    if len(works) >= 3:
+        w1, t1 = works[-2], seconds[-2]
+        lo, hi = 0.25, 3.0
+        if t1 > t0 and tn > t1 and w1 > w0 and wn > w1:
+            target = (tn - t1) / (t1 - t0)
+
+            def growth(q):  # (wn^q - w1^q) / (w1^q - w0^q): increasing in q
+                return (wn**q - w1**q) / (w1**q - w0**q)
+
+            if growth(lo) >= target:
+                p = lo
+            elif growth(hi) <= target:
+                p = hi
+            else:
+                for _ in range(60):  # bisection to ~1e-18 of the bracket
+                    mid = 0.5 * (lo + hi)
+                    lo, hi = (mid, hi) if growth(mid) < target else (lo, mid)
+                p = 0.5 * (lo + hi)
+    c = max(tn - t0, 0.0) / (wn**p - w0**p) if wn > w0 else 0.0
+    return {"a": max(t0 - c * w0**p, 0.0), "c": c, "p": p}
+
+
+def measure(
+    name: str, preset: str = "quick", *, device: str = "cpu", registry: Registry = REGISTRY, budget_s: float = BUDGET_S
+) -> dict:
+    """Measure figure ``name`` on the way from the tiny sizes to ``preset``'s (see the module docstring); return the
+    fit (``a``, ``c``, ``p``: seconds ``a + c W^p``), ``overhead_s`` (the first call's excess), ``t1`` (the tiny run),
+    ``points`` (``(s, W, seconds)`` measured) and ``peak_bytes`` with the work ``peak_work`` it was traced at (the
+    tiny sizes)."""
     spec = registry.get(name)
-    small = dict(spec.params[SMALL_PRESET])
+    small, large = dict(spec.params[SMALL_PRESET]), dict(spec.params[preset])
+    w_small, w_large = work(small), work(large)
+    points: list[tuple[float, float, float]] = []
+
+    def run(s: float) -> bool:
+        """Measure the sizes ``s`` of the way, rounded plainly or else keeping the presets' common divisibility;
+        False if the figure refuses them all (a refused tiny run raises)."""
+        for residue in (None, 0, 1) if 0 < s < 1 else (None,):
+            params = between(small, large, s, residue)
+            if points and s < 1 and work(params) < 2 * points[-1][1]:
+                continue  # not twice the last point's work: it would not show the growth
+            try:
+                t = _seconds(spec, params, device)
+            except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: fit what was measured
+                if not points:
+                    raise
+                logger.info("%s: refused the sizes %s of the way to %s (%s)", name, f"{s:.2f}", preset, exc)
+                continue
+            points.append((s, work(params), t))
+            return True
+        return False
+
     with _one_thread():
-        first = _cpu_seconds(spec, small, device)
-        tracemalloc.start()
-        try:
-            t1 = _cpu_seconds(spec, small, device)
+        tracemalloc.start()  # memory traced in the warm-up only: tracing slows Python code several times
+        try:  # another seed: a figure that memoises its runs by configuration must not reuse them at s = 0
+            first = _seconds(spec, small, device, seed=DEFAULT_SEED + 1)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        w1, doubled = work(small), _second_point(small)
-        w2 = work(doubled)
-        a, b = 0.0, t1 / w1
-        if w2 > w1:
-            try:
-                t2 = _cpu_seconds(spec, doubled, device)
-            except Exception as exc:  # noqa: BLE001 - a figure that refuses longer runs is taken as proportional
-                logger.info("%s: doubled time axes refused (%s); cost taken proportional to work", name, exc)
-            else:
-                b = max(t2 - t1, 0.0) / (w2 - w1)
-                a = max(t1 - b * w1, 0.0)
-    return {"a": a, "b": b, "overhead_s": max(0.0, first - t1), "t1": t1, "peak_bytes": peak}
+        run(0.0)
+        spent = first + points[-1][2]
+        step = math.log(STEP) / math.log(w_large / w_small) if w_large > STEP * w_small else math.inf
+        s = 0.0
+        while step < math.inf and spent < budget_s and s < MAX_FRACTION:
+            if len(points) >= 3 and points[-1][2] - points[0][2] >= max(points[0][2], 0.2):
+                break  # the cost that grows is measured: at least the fixed cost and 0.2 s above it
+            s = min(MAX_FRACTION, s + step)
+            if run(s):
+                spent += points[-1][2]
+        fitted = fit([w for _, w, _ in points], [t for _, _, t in points])
+        if fitted["a"] + fitted["c"] * w_large ** fitted["p"] <= DIRECT_S and points[-1][0] < 1.0:
+            run(1.0)  # cheap enough: measure the preset itself
+    result = fit([w for _, w, _ in points], [t for _, _, t in points])
+    return {
+        **result,
+        "overhead_s": max(0.0, first - points[0][2]),
+        "t1": points[0][2],
+        "points": points,
+        "peak_bytes": peak,
+        "peak_work": work(small, memory=True),
+    }
 
 
 @contextlib.contextmanager
@@ -209,9 +308,13 @@ def estimate(
     device: str = "cpu",
     registry: Registry = REGISTRY,
     progress: bool = False,
+    budget_s: float = BUDGET_S,
 ) -> list[FigureEstimate]:
-    """Estimate ``names`` (default every registered figure) at ``preset`` on ``device`` (``cpu`` or ``cuda``)."""
+    """Estimate ``names`` (default every registered figure) at ``preset`` on ``device`` (``cpu`` or ``cuda``),
+    spending about ``budget_s`` seconds of measurement per figure (:func:`measure`)."""
     check_preset(preset)
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not 0 < budget_s < math.inf:
+        raise ValueError(f"budget_s must be a positive finite number of seconds; got {budget_s!r}")
     device = resolve_device(device)
     registry.discover()
     names = registry.resolve(names) if names else registry.names()
@@ -236,7 +339,7 @@ def estimate(
             continue
         t0 = time.perf_counter()
         try:
-            m = measure(name, device=device, registry=registry)
+            m = measure(name, preset, device=device, registry=registry, budget_s=budget_s)
         except Exception as exc:  # noqa: BLE001 - one figure that cannot run here is named, the others estimated
             logger.error("%s: could not be measured on %s: %s: %s", name, device, type(exc).__name__, exc)
             out.append(
@@ -253,7 +356,7 @@ def estimate(
                 )
             )
             continue
-        mem_ratio = work(spec.params[preset], memory=True) / work(spec.params[SMALL_PRESET], memory=True)
+        mem_ratio = work(spec.params[preset], memory=True) / m["peak_work"]
         out.append(
             FigureEstimate(
                 name=name,
@@ -262,7 +365,8 @@ def estimate(
                 measured_s=m["t1"],
                 overhead_s=m["overhead_s"],
                 work_ratio=ratio,
-                seconds=m["a"] + m["b"] * work(spec.params[preset]),
+                seconds=m["a"] + m["c"] * work(spec.params[preset]) ** m["p"],
+                exponent=m["p"],
                 memory_bytes=m["peak_bytes"] * mem_ratio,
             )
         )
@@ -292,16 +396,18 @@ def format_table(estimates: Sequence[FigureEstimate], *, cuda_measured: bool = T
     if not estimates:
         return "no figures"
     unit = "GPU-s" if estimates[0].device == "cuda" else "CPU-s"
-    lines = [f"{'figure':34s} {'tiny (s)':>9s} {'work x':>10s} {unit:>10s} {'memory':>10s}"]
+    lines = [f"{'figure':34s} {'tiny (s)':>9s} {'work x':>10s} {'p':>5s} {unit:>10s} {'memory':>10s}"]
     for e in estimates:
         if e.error:
             lines.append(f"{e.name:34s} not measured: {e.error}")
             continue
         if e.shares_data_with:
-            lines.append(f"{e.name:34s} {'':>9s} {'':>10s} {'0':>10s} {'':>10s}  (data of {e.shares_data_with})")
+            lines.append(
+                f"{e.name:34s} {'':>9s} {'':>10s} {'':>5s} {'0':>10s} {'':>10s}  (data of {e.shares_data_with})"
+            )
             continue
         lines.append(
-            f"{e.name:34s} {e.measured_s:9.2f} {e.work_ratio:10.3g} {_fmt_s(e.seconds):>10s} "
+            f"{e.name:34s} {e.measured_s:9.2f} {e.work_ratio:10.3g} {e.exponent:5.2f} {_fmt_s(e.seconds):>10s} "
             f"{_fmt_b(e.memory_bytes):>10s}"
         )
     ok = [e for e in estimates if not e.error]

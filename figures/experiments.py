@@ -33,11 +33,23 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-__all__ = ["recording", "caching", "run_identity", "train", "note", "memo", "records_json"]
+__all__ = [
+    "recording",
+    "caching",
+    "run_identity",
+    "train",
+    "note",
+    "memo",
+    "records_json",
+    "train_many",
+    "train_recorded",
+    "spreading",
+]
 
 logger = logging.getLogger(__name__)
 
 _RECORDS: contextvars.ContextVar[list | None] = contextvars.ContextVar("figures_training_records", default=None)
+_SPREAD: contextvars.ContextVar = contextvars.ContextVar("figures_training_spread", default=None)
 _CACHE: contextvars.ContextVar[tuple[Path, bool] | None] = contextvars.ContextVar("figures_run_cache", default=None)
 _RUNS = "_runs"  # folder of the run cache under a cache root (no figure name starts with an underscore)
 _PARAM = "__param__"  # prefix of the final parameters' variables in a stored run
@@ -194,6 +206,49 @@ def train(model, config, *, device="auto", progress: bool = False, return_params
         run = out if return_params else (out, None)
     note(run[0])
     return run if return_params else run[0]
+
+
+def train_many(calls) -> list:
+    """Train independent runs, ``calls`` a sequence of ``(model, config, kwargs)``; return :func:`train`'s results
+    in the same order. Here they run one after the other; inside :func:`spreading` (a report on a Dask cluster) each
+    run is a task of its own on the cluster's workers, with the same numbers (each run is deterministic on a device)."""
+    calls = [(model, config, dict(kwargs)) for model, config, kwargs in calls]
+    spread = _SPREAD.get()
+    if spread is None:
+        return [train(model, config, **kwargs) for model, config, kwargs in calls]
+    cache = _CACHE.get()  # the run cache is a context variable: it travels with each run to its worker
+    done = spread([(model, config, kwargs, cache) for model, config, kwargs in calls])  # [(result, records)]
+    records = _RECORDS.get()
+    if records is not None:
+        for _, runs in done:
+            records.extend(runs)
+    return [out for out, _ in done]
+
+
+def train_recorded(model, config, kwargs: dict, cache: tuple | None = None) -> tuple:
+    """One run of :func:`train_many` where it is computed: ``(train's result, the run's records)``; the records go
+    back with the result only (:func:`train_many` adds them to the figure's), not to a recording around this call.
+    ``cache``: the ``(root, recompute)`` of the figure's :func:`caching` block, entered here (a worker does not
+    inherit the figure's context), or None to leave the current one."""
+    runs: list[dict] = []
+    token = _RECORDS.set(runs)
+    try:
+        with caching(*cache[:1], recompute=cache[1]) if cache is not None else contextlib.nullcontext():
+            out = train(model, config, **kwargs)
+    finally:
+        _RECORDS.reset(token)
+    return out, runs
+
+
+@contextlib.contextmanager
+def spreading(spread) -> Iterator[None]:
+    """Inside the block, :func:`train_many` hands its runs to ``spread(calls) -> [train_recorded(*call), ...]``
+    (e.g. one task per run on a Dask cluster) instead of training them here."""
+    token = _SPREAD.set(spread)
+    try:
+        yield
+    finally:
+        _SPREAD.reset(token)
 
 
 def note(trajectory) -> None:

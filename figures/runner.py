@@ -16,7 +16,8 @@ interrupted (:class:`Interrupted`, raised by :func:`signals_as_interrupts` for S
 cache and output folders; then the interruption propagates.
 
 Dask. :func:`dask_entries` runs the same tasks (a figure with the figures sharing its data) on a ``LocalCluster``
-or a remote scheduler; the entries are the same function's output, so the report is the same, bit for bit.
+or a remote scheduler, and inside them each training run a figure hands to :func:`figures.experiments.train_many`
+is a task of its own; the entries are the same function's output, so the report is the same, bit for bit.
 
 Resources. :func:`bounded_jobs` caps the number of workers at the usable cores and at the available memory divided by
 :data:`WORKER_MEMORY_BYTES`, with a logged message saying why.
@@ -39,7 +40,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from figures import cache
+from figures import cache, experiments
 from figures.registry import REGISTRY, FigureSpec, Registry, build
 
 __all__ = [
@@ -359,21 +360,68 @@ DASK_RETRIES = 2
 _DASK_REGISTRIES: dict = {}
 
 
+def _pin_one_thread() -> None:
+    """numba and torch, where loaded, on one thread (a Dask worker's task computes on one core)."""
+    for mod in ("numba", "torch"):
+        if mod in sys.modules:
+            sys.modules[mod].set_num_threads(1)
+
+
+def _run_task(model, config, kwargs: dict, cache: tuple | None = None) -> tuple:
+    """One training run of :func:`figures.experiments.train_many` as a Dask task (``cache``: the figure's run cache,
+    see :func:`figures.experiments.train_recorded`)."""
+    _pin_one_thread()
+    return experiments.train_recorded(model, config, kwargs, cache)
+
+
+def _spread_over_cluster(figure: str):
+    """The ``spread`` of :func:`figures.experiments.spreading` for figure ``figure`` built in a Dask task: one task
+    per training run, submitted from the figure's task (which leaves the worker's thread pool while it waits, so the
+    runs can use every worker); a run that raises, or whose workers keep dying, fails the figure naming the run."""
+
+    def spread(calls: list) -> list:
+        from dask.distributed import worker_client
+
+        with worker_client() as client:
+            stamp = f"{os.getpid()}-{time.time_ns()}"
+            futures = [
+                client.submit(_run_task, *call, pure=False, retries=DASK_RETRIES, key=f"run-{figure}-{i}-{stamp}")
+                for i, call in enumerate(calls)
+            ]
+            out = []
+            for i, fut in enumerate(futures):
+                try:
+                    out.append(fut.result())
+                except Exception as exc:
+                    client.cancel(futures[i + 1 :])
+                    model = getattr(calls[i][0], "name", type(calls[i][0]).__name__)
+                    raise RuntimeError(
+                        f"training run {i + 1} of {len(calls)} of {figure} (model {model}) lost on the Dask cluster: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+            return out
+
+    return spread
+
+
 def _dask_entries(
     entry_fn: EntryFn, factory, names: list[str], preset: str, out_dir: str | None, build_kw: dict
 ) -> list[dict]:
     """One task on a Dask worker: the figures ``names`` built one after the other (the registry is built once per
-    worker process from ``factory``; numba and torch use one thread)."""
+    worker process from ``factory``; numba and torch use one thread); the training runs a figure hands to
+    :func:`figures.experiments.train_many` become tasks of their own (:func:`_spread_over_cluster`)."""
     key = repr(factory)  # a factory arrives unpickled as a new object per task; its repr names the same function
     reg = _DASK_REGISTRIES.get(key)
     if reg is None:
         reg = _DASK_REGISTRIES[key] = factory()
         reg.discover()
-        for mod in ("numba", "torch"):
-            if mod in sys.modules:
-                sys.modules[mod].set_num_threads(1)
+        _pin_one_thread()
     kw = {**build_kw, "registry": reg}
-    return [entry_fn(reg.get(name), preset, None if out_dir is None else Path(out_dir), kw) for name in names]
+    out = []
+    for name in names:
+        with experiments.spreading(_spread_over_cluster(name)):
+            out.append(entry_fn(reg.get(name), preset, None if out_dir is None else Path(out_dir), kw))
+    return out
 
 
 def build_only(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw: dict) -> dict:
