@@ -19,8 +19,8 @@ both decisions per row.
 Layout of ``report.html`` (the first screen answers "what happened"):
 
 1. Provenance, once: preset, seed, device, git revision, package versions, build time, wall time, load average.
-2. Counts of rows and checks per status (and family-wise fails), the rule for many rows, and every ``disagrees``
-   and ``deferred`` row or check with its cause.
+2. Counts of rows and checks per status (and family-wise fails), how many of the holds come from figures with no
+   training run, the rule for many rows, and every ``disagrees`` and ``deferred`` row or check with its cause.
 3. A summary table per model (a run shared by several figures counted once in the runtime) and the contents.
 4. "Needs attention": every ``fails``, ``disagrees``, ``deferred`` and ``explained`` row and check, each linked to
    its figure; each distinct explanation is written out once and referenced by number.
@@ -151,6 +151,7 @@ class FigureEntry:
     layout: list[str] = field(default_factory=list)
     caption: str = ""  # the build's caption (overrides and calibration notes included); empty: spec.full_caption
     overrides: dict = field(default_factory=dict)  # parameter -> {"value", "preset_value"} of a --set build
+    training_runs: int | None = None  # distinct training runs the build recorded; None where it did not build
 
     @property
     def failed(self) -> bool:
@@ -161,6 +162,11 @@ class FigureEntry:
     def paper_only(self) -> bool:
         """Whether the figure is decided at ``--preset paper`` only and this build is below it."""
         return self.spec.paper_only_explanation(self.preset) is not None
+
+    @property
+    def untrained(self) -> bool:
+        """Whether the figure built without any training run (closed form, reduced dynamics or numerics only)."""
+        return self.training_runs == 0
 
     @property
     def statuses(self) -> list[str]:
@@ -243,6 +249,7 @@ def _entry_fields(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw:
         out.update(
             caption=str(ds.attrs.get("caption", "")), overrides=json.loads(ds.attrs.get("overrides_json", "{}") or "{}")
         )
+        out["training_runs"] = len(json.loads(ds.attrs.get("train_configs_json", "[]") or "[]"))
         out.update(
             status=result.status,
             runtime_s=result.runtime_s,
@@ -611,6 +618,7 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict, fw: FamilyWise | 
                     "shares_data_with": f.spec.shares_data_with,
                     "error": f.error or None,
                     "paper_only": f.spec.paper_only,
+                    "training_runs": f.training_runs,
                     "data_file": f.data_file or None,
                     "layout_problems": f.layout,
                     "overrides": f.overrides,
@@ -625,6 +633,7 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict, fw: FamilyWise | 
     few = sum(r["kind"] == "gap" and r["n_seeds"] < MIN_SEEDS for r in rows)
     layout = sum(bool(f["layout_problems"]) for f in figures)
     paper_only = sum(f["paper_only"] is not None for f in figures)
+    untrained = {f["figure"] for f in figures if f["training_runs"] == 0}
     family = {
         "method": "holm",
         "level": fw.level,
@@ -646,6 +655,8 @@ def summary_dict(sections: Sequence[ModelSection], meta: dict, fw: FamilyWise | 
             "figures": badges,
             "gap_rows_below_min_seeds": few,
             "paper_only_figures": paper_only,
+            "figures_without_training": len(untrained),
+            "holds_without_training": sum(r["status"] == "holds" and r["figure"] in untrained for r in rows),
             "figures_with_layout_problems": layout,
         },
         "modules": modules,
@@ -770,6 +781,15 @@ def _counts_html(sections: Sequence[ModelSection], fw: FamilyWise, why: _Why) ->
     table = (
         '<table class="counts">\n<tr><th>status</th><th>gap rows</th><th>checks</th>'
         "<th>rows + checks, family-wise</th><th>meaning</th></tr>\n" + cells + "\n</table>"
+    )
+    untrained = [f for s in sections for f in s.figures if f.untrained]
+    n_holds = sum(st == "holds" for st in (r.status for r in rows + checks))
+    n_untrained = sum(r.status == "holds" for f in untrained for r in f.gaps + f.checks)
+    table += (
+        f'\n<p class="meta" id="holds-without-training">Of the {n_holds} rows and checks that hold, '
+        f"<b>{n_untrained} come from the {len(untrained)} figure(s) with no training run</b> (closed form, reduced "
+        f"dynamics or numerics only: they show the mathematics, not what training does); <b>{n_holds - n_untrained}"
+        "</b> come from figures that train.</p>"
     )
     results = []
     for kind, title in (

@@ -198,3 +198,31 @@ def test_gap_T_checks_can_fail():
     assert not spec.checks(_synthetic_gap_T(0.0, 0.0))[1].passed
     # a floor at the large batch too: the 1/T rows must fail at T - 1 = 2048 (0.0024 + 0.008 against 0.0024)
     assert spec.gaps(_synthetic_gap_T(0.008, 0.008))[-1].status == "fails"
+
+
+def test_fig10_freezing_check_passes_fails_and_defers_only_short_runs():
+    """Synthetic entropies, 8 seeds, 7 saves: a fall that stops (last rate 0 against a peak of 0.01 per step) freezes;
+    a steady fall does not, and is deferred (not fails) only when the run is shorter than the paper's 5 epochs."""
+    import xarray as xr
+
+    from figures.scan_snap.real_text import BATCH, PAPER_EPOCHS, checks_fig10
+
+    rng = np.random.default_rng(0)
+    step = np.arange(7) * 10
+
+    def dataset(per_step, n_epochs_run):
+        h = 2.5 - np.cumsum(np.r_[0.0, per_step]) * 10
+        ent = h + 1e-4 * rng.standard_normal((2, 8, 7))  # noise far below the rates compared (1e-2 per step)
+        ds = xr.Dataset({"entropy": (("eta", "seed", "step"), ent)}, coords={"eta": [1.0, 5.0], "step": step})
+        ds.attrs["n_train_chunks"] = BATCH * int(step[-1] / n_epochs_run)  # steps per epoch = last step / n_epochs
+        return ds
+
+    def freeze(ds):
+        (c,) = [c for c in checks_fig10(ds) if "freezes" in c.name]
+        return c
+
+    stops = np.array([0.01, 0.01, 0.008, 0.004, 0.001, 0.0])
+    steady = np.full(6, 0.01)
+    assert freeze(dataset(stops, 1)).status == "holds"
+    assert freeze(dataset(steady, 1)).status == "deferred"  # one epoch: shorter than the paper's 5
+    assert freeze(dataset(steady, PAPER_EPOCHS)).status == "fails"  # at the paper's length nothing excuses it

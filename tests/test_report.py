@@ -237,3 +237,42 @@ def test_mdd_power_is_exact_for_any_number_of_seeds(n_seeds):
     row = GapRow.from_stats(quantity="q", time=0.0, theory=0.0, mean=0.0, se=0.5, n_seeds=n_seeds)
     q = stats.t.ppf(1 - row.level / 2, n_seeds - 1)
     assert stats.nct.sf(q, n_seeds - 1, row.mdd / row.se) == pytest.approx(0.8, abs=1e-6)
+
+
+def test_first_screen_counts_each_status_and_the_holds_without_training(tmp_path):
+    """The first screen counts every status, lists each disagrees/deferred row with its cause, and separates the holds
+    of figures that record no training run from those of figures that train (counted by hand: the toy figure's
+    checks, two holds, once without and once with a recorded run)."""
+    import json
+
+    import xarray as xr
+
+    from figures import experiments
+    from figures.registry import Registry
+    from figures.report import build_report
+    from tests._figures import TOY_PARAMS, toy_checks, toy_data, toy_plot
+
+    def trained(cfg):
+        # a recorded training run (the record is what the report counts; the toy curve itself is unchanged)
+        experiments.note(xr.Dataset(attrs={"model": "toy", "device": "cpu", "dtype": "float64", "config_json": "{}"}))
+        return toy_data(cfg)
+
+    reg = Registry(models=("toy",), package=None)
+    kw = dict(model="toy", paper="p", spec="s", caption="c", params=TOY_PARAMS, plot=toy_plot, checks=toy_checks)
+    reg.register(name="toy.closed", **kw)(toy_data)
+    reg.register(name="toy.trained", **kw)(trained)
+    result = build_report("tiny", device="cpu", out_dir=tmp_path, cache_dir=tmp_path / "res", registry=reg, jobs=1)
+    summary = json.loads(result.summary_path.read_text())
+    per_fig = {f["figure"]: f["training_runs"] for f in summary["figures"]}
+    assert per_fig == {"toy.closed": 0, "toy.trained": 1}
+    holds = {f: sum(r["status"] == "holds" and r["figure"] == f for r in summary["rows"]) for f in per_fig}
+    assert holds["toy.closed"] == holds["toy.trained"] > 0
+    assert summary["counts"]["figures_without_training"] == 1
+    assert summary["counts"]["holds_without_training"] == holds["toy.closed"]
+    text = result.path.read_text()
+    first = text[text.index('id="counts"') : text.index('class="summary"')]
+    for status in STATUSES:
+        assert f"b-{status}" in first  # every status has its count
+    n = holds["toy.closed"]
+    assert f"Of the {2 * n} rows and checks that hold, <b>{n} come from the 1 figure(s) with no training run" in first
+    assert "Disagreements with the papers (results): 0" in first and "Deferred to the paper's sizes: 0" in first

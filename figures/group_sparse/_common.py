@@ -139,14 +139,20 @@ def _reduced_vars(prox: dict) -> dict:
     return out
 
 
+def _attention_floor(ds) -> tuple[float, float, int]:
+    """The population map's row-j* weight E[S_j*,j] at the last step, the slack 1.5/sqrt(n) allowed to one training
+    sample of size n, and n: every sample's weight should reach ``pop - slack``."""
+    # The theorem's weight is the population's: the population map at the same t (not a threshold read off these runs).
+    pop = float(ds["reduced_attn_jstar"].values[-1])
+    n = int(ds.attrs["n"] if "n" in ds.attrs else ds.attrs["n_large"])
+    return pop, 1.5 / math.sqrt(n), n
+
+
 def _common_checks(ds, prefix: str = "", who: str = "torch GD") -> list[CheckResult]:
     D, T = ds.attrs["D"], int(ds.step.values[-1])
     out = []
     attn = ds[f"{prefix}attn_jstar"].values[:, -1]
-    # The theorem's weight is the population's: the population map at the same t (not a threshold read off these runs).
-    pop = float(ds["reduced_attn_jstar"].values[-1])
-    n = int(ds.attrs["n"] if "n" in ds.attrs else ds.attrs["n_large"])
-    slack = 1.5 / math.sqrt(n)
+    pop, slack, n = _attention_floor(ds)
     out.append(
         CheckResult(
             name=(

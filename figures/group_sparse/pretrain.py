@@ -21,6 +21,7 @@ from figures._style import (
 from figures.registry import CheckResult, Explanation, GapRow, register
 
 from figures.group_sparse._common import (
+    _attention_floor,
     _common_checks,
     ETA,
     JSTAR,
@@ -198,8 +199,10 @@ _SYMMETRY_WHY = Explanation(
         "0.76 at t = 600, 1 500, 3 000, 6 000), so neither more steps nor another step size closes the gap"
     ),
     evidence=(
-        "panel (e) and the rows and checks of this figure: the same draws with their mirror images (symmetry "
-        "restored) and GD projected onto the invariant family recover the population's weight; measured at "
+        "panel (e) and the rows and checks of this figure: GD on the same draws projected onto the invariant family "
+        "(every symmetry of the population imposed) recovers the population's weight; the same draws with their "
+        "mirror images (x -> -x restored, the sample's other symmetry-breaking directions kept) recover part of it "
+        "(at t = 1 500, 8 samples: raw 0.77, mirrored 0.88, projected 0.94, population map 0.94); measured at "
         "t = 600 with raw samples of n = 500, 2 000, 8 000: E[S_j*,j] = 0.70, 0.86, 0.89, norm ratio 1.47, "
         "0.47, 0.15 (population map: 0.89)"
     ),
@@ -250,23 +253,29 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
         )
     ]
     raw_checks = _common_checks(ds)
+    # The mirrored run is a diagnostic, not the paper's protocol: only its cosine is a claim (population: exactly 1).
+    # Its row-j* weight is not compared with the population: the mirror images restore x -> -x only, and the sample's
+    # other symmetry-breaking directions still take weight off row j* (the paired check below measures it).
     mirrored_checks = [
-        c for c in _common_checks(ds, prefix="mirrored_", who="same draws + mirror images") if "quantile" not in c.name
+        c for c in _common_checks(ds, prefix="mirrored_", who="same draws + mirror images") if "cos(v_x" in c.name
     ]
     # A raw sample can be captured by the symmetry-breaking solution (measured: 1 sample in 8 at seed 1, E[S_j*,j] =
-    # 0.31, norm ratio 11); the explanation holds only where restoring the symmetry on the same draws passes the check.
-    mirrored_passed = {("attention" if "S_j*,j" in c.name else "cos"): c.passed for c in mirrored_checks}
+    # 0.56, norm ratio 2.9); the deficit is a measured disagreement only where GD on the same draws, projected onto the
+    # invariant family after every step (the population's symmetries imposed), reaches the population on every sample.
+    pop, slack, _ = _attention_floor(ds)
+    projected = ds["projected_attn_jstar"].values[:, -1]
+    projection_fixes_it = bool(np.all(projected >= pop - slack))
     for c in raw_checks:
-        key = "attention" if "E[S_j*,j]" in c.name else "cos" if "cos(v_x" in c.name else None
-        if key is not None and not c.passed and mirrored_passed.get(key, False):
+        if "E[S_j*,j]" in c.name and not c.passed and projection_fixes_it:
             worst = float(ds["norm_ratio"].values[:, -1].max())
             c = c.explained(
                 Explanation(
                     reason=_SYMMETRY_WHY.reason,
                     kind="disagrees",
                     evidence=(
-                        "the same check on the same draws with their mirror images added (holds), and the norm "
-                        f"ratio of the raw samples at the last step (max {worst:.3g}, population 0)"
+                        f"the same draws with GD projected onto the invariant family reach the population on every "
+                        f"sample (min {projected.min():.3g} >= {pop - slack:.3g}); the norm ratio of the raw samples "
+                        f"at the last step (max {worst:.3g}, population 0); the paired checks below"
                     ),
                 )
             )
@@ -297,6 +306,19 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
             expected="> 0 (the symmetry-breaking directions take weight off row j*)",
         )
     )
+    out.append(
+        _paired_check(
+            (
+                "the mirror images remove only part of the deficit: E[S_j*,j] at t = "
+                f"{int(ds.step.values[-1])} is higher with GD on the raw draws projected onto the invariant family "
+                "(every symmetry of the population imposed) than on the same draws with their mirror images added "
+                "(x -> -x only); mean paired difference (projected - mirrored)"
+            ),
+            ds["projected_attn_jstar"].values[:, -1],
+            mirrored,
+            expected="> 0 (the sample's other symmetry-breaking directions also take weight off row j*)",
+        )
+    )
     if int(ds.step.values[-1]) >= ds.attrs["D"] ** 3:
         out.append(_rate_check(ds))
     return out
@@ -310,9 +332,12 @@ _PRETRAIN_CAPTION = (
     "of S dominates every query column (panels d, f; the paper's claim), but on the paper's raw samples its weight "
     "stays below the population's (panel e). Cause, measured: a finite sample breaks the population's x -> -x "
     "symmetry, and GD grows the symmetry-breaking directions (v_pos with the cross blocks W12, W21) that fit the "
-    "sample; hence also the norm ratio of panel (c) of ~1-1.5 at n = 500 instead of the population's 0. The same "
-    "draws with their mirror images added (symmetry restored: v_pos = W12 = W21 = 0 exactly) and GD projected onto "
-    "the invariant family recover the population's weight (panel e, rows, checks); raw samples of n = 500, 2 000, "
+    "sample; hence also the norm ratio of panel (c) of ~0.4-3 at n = 500 instead of the population's 0. GD on the "
+    "same draws projected onto the invariant family (every symmetry of the population imposed) recovers the "
+    "population's weight (panel e, the last row); the draws with their mirror images added (x -> -x restored: "
+    "v_pos = W12 = W21 = 0 exactly) recover part of it, the sample's other symmetry-breaking directions the rest "
+    "(at t = 1 500 and n = 500, mean of 8 samples: raw 0.77, mirrored 0.88, projected 0.94, population 0.94; the "
+    "paired checks); raw samples of n = 500, 2 000, "
     "8 000 give E[S_j*,j] = 0.70, 0.86, 0.89 and norm ratios 1.47, 0.47, 0.15 at t = 600 (4 samples each, measured; "
     "population map 0.89). "
     "Longer runs do not help: at n = 500 the raw run plateaus once the sample is separated (0.70, 0.74, 0.75, 0.76 at "
