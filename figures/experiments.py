@@ -125,7 +125,8 @@ def _fingerprint(obj, seen: frozenset = frozenset()):
 def run_identity(model, config, device: str) -> dict | None:
     """The resolved configuration that keys a run in the disk cache (module docstring): the model's class and
     state, the trainer's configuration, the resolved device type and the code version; ``None`` when the model holds
-    something :func:`_fingerprint` cannot reduce (the run is then not cached)."""
+    something that cannot be reduced to its value (a function, a generator, an open file, a cycle, or an object that
+    is neither a dataclass nor of a closedform/empirical class): the run is then not cached."""
     from empirical.device import resolve_device
     from figures.presets import code_version
 

@@ -318,9 +318,10 @@ def plot_fig5(ds):
         ax_o.plot(ds.step.values, ds.omega.values[s, :, h], color=COLORS[h], label=lab)
         ax_m.plot(ds.step.values, ds.mu.values[s, :, h], color=COLORS[h], label=lab)
     k, n = int(dummy.any(-1).sum()), dummy.shape[0]
-    rule = "first with a dummy head" if dummy[s].any() else "no seed has a dummy head: the first"
-    ax_o.set(xlabel="Adam step", ylabel="omega_h", title=f"seed {int(ds.seed[s])} ({rule}; {k}/{n} have one)")
-    ax_m.set(xlabel="Adam step", ylabel="mu_h", title=f"seed {int(ds.seed[s])}: mu_h")
+    # the run's index, not its seed (seeds are SeedSequence draws of nine digits; the netCDF keeps them)
+    rule = "first with a dummy head" if dummy[s].any() else "none has a dummy head"
+    ax_o.set(xlabel="Adam step", ylabel="omega_h", title=f"run {s + 1} of {n} ({rule}; {k}/{n} have one)")
+    ax_m.set(xlabel="Adam step", ylabel="mu_h", title=f"run {s + 1}: mu_h")
     for ax in (ax_o, ax_m):
         ax.axhline(0, color="k", lw=0.5)
     _legend_above_curves(ax_m, fontsize=8)
