@@ -3,12 +3,14 @@ prints from the registry (so a renamed, added or re-cited figure cannot leave th
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from closedform import models as model_registry
 from figures import registry
-from figures.__main__ import MARKDOWN_HEADER, main, markdown_table
+from figures.__main__ import MARKDOWN_HEADER, main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_RE = re.compile(
@@ -16,13 +18,28 @@ TABLE_RE = re.compile(
 )
 
 
+_FRESH_TABLE = """
+from closedform import models as model_registry
+from figures import registry
+from figures.__main__ import markdown_table
+
+reg = registry.REGISTRY
+reg.discover()
+builtin = model_registry.names(builtin=True)  # an installed package's models are not attndyn's README's
+print(markdown_table(reg, [m for m in reg.models if m in builtin]), end="")
+"""
+
+
 def test_readme_figure_table_is_current():
+    """Computed in a fresh interpreter, as `python -m figures list --markdown` runs: within a model the table follows
+    registration order, which a test that imported a figure module on its own first would change in this process."""
     match = TABLE_RE.search(README.read_text(encoding="utf-8"))
     assert match, "README.md lost its figure-table markers"
-    reg = registry.REGISTRY
-    reg.discover()
-    builtin = model_registry.names(builtin=True)  # an installed package's models are not attndyn's README's
-    expected = markdown_table(reg, [m for m in reg.models if m in builtin])
+    root = README.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    expected = subprocess.run(
+        [sys.executable, "-c", _FRESH_TABLE], cwd=root, env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert match.group(1) == expected, "README figure table is stale: paste `python -m figures list --markdown`"
 
 
