@@ -312,6 +312,10 @@ def _names(names, n_state: int) -> list[str] | str:
 _UNWRITTEN = np.array([0x7FF4DEADBEEF0001], dtype=np.int64).view(np.float64)[0]
 
 
+# (observe, names, n_state, args_spec) of the observables :func:`_check_observe` has probed in this process.
+_OBSERVE_CHECKED: set = set()
+
+
 def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
     """Validate ``observe``/``observe_names`` and return (observe, names) or (None, ()).
 
@@ -367,10 +371,6 @@ def _check_saved_size(n_traj: int, n_save: int, n_state: int, names) -> None:
         (n_traj, n_save, n_state + len(names or ())),
         what="the saved trajectory (trajectory x save point x variable)",
     )
-
-
-# (observe, names, n_state, args_spec) of the observables :func:`_check_observe` has probed in this process.
-_OBSERVE_CHECKED: set = set()
 
 
 def _observable_array(names, n_traj: int, n_save: int) -> np.ndarray:

@@ -234,7 +234,7 @@ def train_recorded(model, config, kwargs: dict, cache: tuple | None = None) -> t
     runs: list[dict] = []
     token = _RECORDS.set(runs)
     try:
-        with caching(*cache[:1], recompute=cache[1]) if cache is not None else contextlib.nullcontext():
+        with caching(cache[0], recompute=cache[1]) if cache is not None else contextlib.nullcontext():
             out = train(model, config, **kwargs)
     finally:
         _RECORDS.reset(token)
