@@ -69,7 +69,7 @@ def _bench_single_location(quick: bool) -> Result:
 def _bench_icl(quick: bool, H: int = 4) -> Result:
     """GD on F/2 with H heads (docs/models/icl_regression.md §5.1): hand gd_step vs the step generated from F/2."""
     from closedform import _icl_regression_kernels as _ik
-    from tests.test_symbolic_crosscheck import _icl_model
+    from tests.dynamics.test_symbolic_hand_kernels import _icl_model
 
     model = _icl_model(H)
     n_traj, n_steps = (64, 2000) if quick else (256, 20_000)
@@ -104,7 +104,7 @@ def _bench_scan_snap(quick: bool) -> Result:
     exact_rhs against the field generated from the log-likelihood, both integrated by RK4 at a fixed step."""
     from closedform import _scan_snap_kernels as _sk
     from dynamics import RK4, integrate
-    from tests.test_symbolic_crosscheck import _scan_snap_case
+    from tests.dynamics.test_symbolic_hand_kernels import _scan_snap_case
 
     model, hand_p, rng = _scan_snap_case(0)
     n_traj, t_end = (64, 20.0) if quick else (256, 200.0)

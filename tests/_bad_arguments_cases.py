@@ -1,7 +1,7 @@
 """Valid example calls of the public callables, the bad values that replace one argument, and the verdict on a probe.
 
 Shared by the sweep tool (``tools/bad_arguments.py``, which runs every probe in a worker process with a time limit)
-and the CI test (``tests/test_bad_arguments.py``, which runs a bounded hypothesis sample in process).
+and the CI test (``tests/api/test_bad_arguments.py``, which runs a bounded hypothesis sample in process).
 
 A *probe* replaces one parameter of a valid example call by a bad value of one *kind* (issue 18) while the other
 arguments stay valid, and classifies what happens:
@@ -121,7 +121,7 @@ POSITIVE = frozenset(
 #: Documented valid values of an always-invalid kind: {(qualname or "*", parameter): kinds}. Accepting them is
 #: right, so the probe is unjudged (a NaN/inf in the answer still counts as silent_nan).
 VALID_VALUES = {
-    ("closedform.special.zeta", "t"): {"inf"},  # zeta(+-inf, g) = 1, the limit (tests/test_special.py)
+    ("closedform.special.zeta", "t"): {"inf"},  # zeta(+-inf, g) = 1, the limit (tests/closedform/test_special.py)
     ("closedform.special.owens_t", "h"): {"inf"},  # T(+-inf, a) = 0
     ("dynamics.compare.t_quantile", "df"): {"inf"},  # the normal limit, documented
     ("dynamics.integrate.Dopri5", "dt_max"): {"inf"},  # the default: no step-size limit (documented)
@@ -137,7 +137,7 @@ VALID_VALUES = {
     ("empirical.train.TrainConfig", "eval_size"): {"zero"},  # no held-out evaluation
     ("figures.registry.gap_rows", "atol"): {"zero"},  # an absolute allowance (not a solver tolerance): 0 = none
     ("closedform.scan_snap.theorem3_dz", "dz_l0"): {"inf"},  # the saturation limit (saturation_dz)
-    ("dynamics.compare.adjust", "results"): {"nan"},  # a NaN p-value is "no test" (tests/test_hardening_extremes.py)
+    ("dynamics.compare.adjust", "results"): {"nan"},  # a NaN p-value is "no test" (tests/api/test_extreme_inputs.py)
     # nearest_neighbor: H is the embedded prompt array (any real entries), not a number of heads
     **{
         (f"closedform.nearest_neighbor.{f}", "H"): {"zero", "negative"}

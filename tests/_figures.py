@@ -1,7 +1,7 @@
 """Shared helpers of the per-model figure tests (``tests/test_figures_<model>.py``).
 
 That every registered figure builds at the ``tiny`` preset twice with identical data and renders a non-blank PNG is
-checked once, for all models, by ``tests/test_figures_framework.py::test_registered_figure_builds_at_tiny_size``. The
+checked once, for all models, by ``tests/figures/test_framework.py::test_registered_figure_builds_at_tiny_size``. The
 per-model files build each of their figures once at ``tiny`` (no cache) with :func:`build_tiny`, check the time budget
 and the well-formedness of the gap rows and checks with :func:`check_tiny_build`, and add the model-specific facts.
 """

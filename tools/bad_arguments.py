@@ -253,7 +253,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (callables are shared out)")
     ap.add_argument("--json", help="write every probe and verdict to this JSON file")
     ap.add_argument(
-        "--gaps", action="store_true", help="print the KNOWN_GAPS and NO_EXAMPLE tables of tests/test_bad_arguments.py"
+        "--gaps",
+        action="store_true",
+        help="print the KNOWN_GAPS and NO_EXAMPLE tables of tests/api/test_bad_arguments.py",
     )
     ap.add_argument(
         "--inside-callback",

@@ -4,7 +4,7 @@ Stages, each timed and recorded even when it fails (a failed stage never hides t
 
 1. ``environment``: Python, torch and CUDA versions, the device's name and memory.
 2. ``tests``: the ``gpu``-marked tests (every model's trainer on the device against its CPU run, batched seeds and the
-   probe encoder on the device; see tests/test_gpu_trainers.py for the tolerances) with their per-test records.
+   probe encoder on the device; see tests/empirical/test_gpu_trainers.py for tolerances) with their per-test records.
 3. ``seeds_per_second``: seed-steps per second of one ``train`` call with 1, 4, ..., 1 024 seeds for two models
    (icl_regression: Adam, batch 256, d = 5, L = 40; single_location: the Fig. 5 protocol), on the device and on the
    CPU (torch's default threads), wall time after one warm-up call; a size whose CPU run would overrun the stage's
@@ -119,8 +119,8 @@ def run_tests(device: str, budget: float) -> dict:
             "-p",
             "no:cacheprovider",
             "-rs",
-            "tests/test_gpu_trainers.py",
-            "tests/test_empirical_device.py",
+            "tests/empirical/test_gpu_trainers.py",
+            "tests/empirical/test_device.py",
         ]
         try:
             out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget)

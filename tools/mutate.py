@@ -34,7 +34,7 @@ Usage::
     python tools/mutate.py closedform/special.py --sample 80        # a sample of one file's mutants
     python tools/mutate.py --sample 400 --seed 1 --recheck          # survivors again, with the new tests
     python tools/mutate.py --summary-only                           # the summary from the journal
-    python tools/mutate.py --only closedform/special.py#12 --tests tests/test_pinned_special.py  # one mutant
+    python tools/mutate.py --only closedform/special.py#12 --tests tests/closedform/test_special.py  # one mutant
     python tools/mutate.py --engine mutmut                          # mutmut over setup.cfg's [mutmut] paths
 
 Not part of CI: a full run takes days on two cores.
@@ -61,19 +61,29 @@ sys.path.insert(0, str(ROOT))
 
 AREAS = ("closedform", "dynamics")
 """The packages a full (or stratified-sample) run covers."""
-ENGINE_TESTS = ("tests/test_dynamics.py", "tests/test_engine_solvers.py", "tests/test_engine_cache.py")
+ENGINE_TESTS = (
+    "tests/dynamics/test_engine.py",
+    "tests/dynamics/test_solvers.py",
+    "tests/dynamics/test_engine_cache.py",
+)
 """The engine's own tests: a mutant of the core of dynamics/ is judged by these."""
 DYNAMICS_TESTS = {
-    "compare": ("tests/test_compare.py",),
-    "overlay": ("tests/test_overlay.py",),
-    "sweep": ("tests/test_sweep.py",),
-    "provenance": ("tests/test_engine_cache.py", "tests/test_dynamics.py"),
-    "validation": ("tests/test_validation.py", "tests/test_documented_ranges.py", "tests/test_bad_arguments.py"),
-    "saveat": ("tests/test_dynamics.py", "tests/test_public_api_values.py"),
+    "compare": ("tests/dynamics/test_compare.py",),
+    "overlay": ("tests/dynamics/test_overlay.py",),
+    "sweep": ("tests/dynamics/test_sweep.py",),
+    "provenance": ("tests/dynamics/test_engine_cache.py", "tests/dynamics/test_engine.py"),
+    "validation": (
+        "tests/dynamics/test_validation.py",
+        "tests/api/test_documented_ranges.py",
+        "tests/api/test_bad_arguments.py",
+    ),
+    "saveat": ("tests/dynamics/test_engine.py", "tests/closedform/test_public_values.py"),
 }
 """dynamics/ modules with their own test file; the others (integrate, _kernels, _steppers, errors, trajectory,
 random) get ENGINE_TESTS."""
-RULES_TESTS = "tests/test_documented_ranges.py"
+DYNAMICS_PINNED = "tests/dynamics/test_engine_reference_values.py"
+"""Reference values of the engine that killed survivors of earlier runs: first for every dynamics/ mutant."""
+RULES_TESTS = "tests/api/test_documented_ranges.py"
 """Judges the argument rules too (a changed bound disagrees with the docstring); last, so the value tests fail first."""
 SKIP_NAMES = ("REFERENCE", "__all__")
 """Module-level assignments not mutated: reference data that the tests read (a mutant only tests the test) and the
@@ -84,24 +94,24 @@ def tests_for(target: str, root: Path = ROOT) -> list[str]:
     """The pytest arguments that judge a mutant of ``target`` (a path relative to the repository root).
 
     The mapping follows the file names: ``closedform/<model>.py`` and ``closedform/_<model>_kernels.py`` are judged by
-    ``tests/test_<model>.py``, ``closedform/special.py`` by ``tests/test_special.py`` (every closedform file also by
-    ``tests/test_public_api_values.py``, the value checks of issue 19); ``dynamics/<module>.py`` by its own test file
-    where it has one (DYNAMICS_TESTS), else by the engine's tests (ENGINE_TESTS). The pinned tests
-    ``tests/test_pinned_<model>*.py`` (``test_pinned_dynamics*.py`` for dynamics/) come first, so that with ``-x`` the
-    direct value checks fail first; ``tests/test_documented_ranges.py`` comes last in every list (it judges the argument
-    rules, which are mutated where they are declared, in ``Annotated`` metadata). The empirical and figure tests are
-    left out: they exercise the same formulas through torch and are ten times slower per mutant. Files are looked up in
+    ``tests/closedform/test_<model>.py``, ``closedform/special.py`` by ``tests/closedform/test_special.py`` (every
+    closedform file also by ``tests/closedform/test_public_values.py``, the value checks of the public functions);
+    ``dynamics/<module>.py`` by its own test file where it has one (DYNAMICS_TESTS), else by the engine's tests
+    (ENGINE_TESTS). The reference-value tests ``tests/closedform/test_<model>_reference_values.py``
+    (``tests/dynamics/test_engine_reference_values.py`` for dynamics/) come first, so that with ``-x`` the direct value
+    checks fail first; ``tests/api/test_documented_ranges.py`` comes last in every list (it judges the argument rules,
+    which are mutated where they are declared, in ``Annotated`` metadata). The empirical and figure tests are left
+    out: they exercise the same formulas through torch and are ten times slower per mutant. Files are looked up in
     ``root`` (the scratch copy that runs).
     """
     area, name = target.split("/", 1)
     stem = Path(name).stem
     if area == "closedform":
         model = stem[1 : -len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
-        pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob(f"test_pinned_{model}*.py"))
-        files = [*pinned, "tests/test_public_api_values.py", f"tests/test_{model}.py", RULES_TESTS]
+        pinned = f"tests/closedform/test_{model}_reference_values.py"
+        files = [pinned, "tests/closedform/test_public_values.py", f"tests/closedform/test_{model}.py", RULES_TESTS]
     elif area == "dynamics":
-        pinned = sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_pinned_dynamics*.py"))
-        files = [*pinned, *DYNAMICS_TESTS.get(stem, ENGINE_TESTS), RULES_TESTS]
+        files = [DYNAMICS_PINNED, *DYNAMICS_TESTS.get(stem, ENGINE_TESTS), RULES_TESTS]
     else:
         raise ValueError(f"no tests known for {target}: pass --tests <pytest args>")
     files = list(dict.fromkeys(f for f in files if (root / f).is_file()))
@@ -508,8 +518,9 @@ def run_disk(
 
     Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where it
     stopped. With ``recheck`` only the journal's survivors not judged equivalent are run again, with the current tests
-    (after new tests were written), as records of phase ``recheck``; only the pinned test files
-    (``tests/test_pinned_*.py``) are run then, since the mutant already passed the others, which are not edited.
+    (after new tests were written), as records of phase ``recheck``; only the reference-value test files
+    (``tests/*/test_*_reference_values.py``) are run then, since the mutant already passed the others, which are not
+    edited.
     ``only`` (``file#index`` names) runs just those mutants, as records of phase ``check`` (to confirm that a new test
     kills a survivor; not summarised).
     """
@@ -563,7 +574,7 @@ def run_disk(
             args = tests if tests else tests_for(t, runner.scratch)
             if phase == "recheck" and not tests:
                 # the mutant passed the other tests already (unchanged files), so only the new ones can kill it
-                args = [a for a in args if Path(a).name.startswith("test_pinned_")]
+                args = [a for a in args if Path(a).stem.endswith("_reference_values")]
                 if not args:
                     continue
             status, seconds = runner.run(t, code, m, args)

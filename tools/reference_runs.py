@@ -1,9 +1,9 @@
 """Small runs of every model's public maps and flows and of the engine's solvers, stored as reference arrays.
 
 ``python tools/reference_runs.py`` writes ``tests/data/reference_runs.npz`` (one array per run and variable, read
-with ``allow_pickle=False``); ``tests/test_engine_reference.py`` reruns the same calls and requires every array to
-be equal bit for bit, so a change of the engine's driver, of its kernel signature or of how a model hands its data
-to a kernel cannot change a result silently. The file was written once, before those changes; rerun this script
+with ``allow_pickle=False``); ``tests/dynamics/test_engine_stored_runs.py`` reruns the same calls and requires every
+array to be equal bit for bit, so a change of the engine's driver, of its kernel signature or of how a model hands
+its data to a kernel cannot change a result silently. The file was written once, before those changes; rerun this script
 only for a deliberate change of results, and say why in the commit.
 """
 
