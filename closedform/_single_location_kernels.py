@@ -91,7 +91,7 @@ def _zeta_family(t, g, q, r):
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def _zeta_series(t, m, ex, erfm, g, cst, o):
     """zeta(t, g) from the series table of the lam_constants row at cst[o] (closedform.special._zeta_series_m)."""
-    return _zeta_series_m(t, m, ex, erfm, g, cst, o + C_ZSERIES)
+    return _zeta_series_m(t, g, m, ex, erfm, cst, o + C_ZSERIES)
 
 
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")

@@ -29,8 +29,9 @@ Owen's T uses the same 16-node rule on [0, a] for |a| <= 1 and the reflection id
 ``T(h, a) = [Phi(h) Q(ah) + Phi(ah) Q(h)] / 2 - T(ah, 1/a)`` (Q = 1 - Phi, h >= 0, a > 1) otherwise.
 The Gauss–Legendre nodes are module constants (frozen into numba's cache, never changed).
 For many values of t at one g, ``_zeta_series_table(g, ...)`` expands the same quadrature sum in powers of
-(t/q)^2 once and ``_zeta_series(t, g, table, o)`` evaluates it (a few ulp from the quadrature, about six times
-cheaper); the map kernels of closedform.single_location and the symbolic front end's generated kernels use it.
+(t/q)^2 once and ``_zeta_series_m(t, g, m, exp(-m^2), erf(m), table, o)`` (m = t/q) evaluates it (a few ulp from
+the quadrature, about six times cheaper); the map kernels of closedform.single_location and the symbolic front end's
+generated kernels use it.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ def _zeta_series_table(g, out, o):
 
 
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
-def _zeta_series_m(t, m, ex, erfm, g, tab, o):
+def _zeta_series_m(t, g, m, ex, erfm, tab, o):
     """zeta(t, g) from the series table at tab[o:] given m = t/q, ex = exp(-m^2) and erfm = erf(m) (shared with
     the caller's other uses of them), falling back to _zeta at t = 0 or where the series bound does not hold
     (a > ZS_AMAX). Equal to the 16-node quadrature of _zeta up to rounding (a few ulp) and the truncation bound."""
@@ -242,13 +243,6 @@ def _zeta_series_m(t, m, ex, erfm, g, tab, o):
     for k in range(ZETA_TERMS - 2, -1, -1):
         acc = acc * s + tab[o + ZS_MU + k]
     return erfm * erfm + tab[o + ZS_H] * (ex * ex) * acc
-
-
-@njit(cache=True, fastmath=False, error_model="numpy", inline="always")
-def _zeta_series(t, g, tab, o):
-    """zeta(t, g) from the series table of g at tab[o:] (written by _zeta_series_table for the same g)."""
-    m = t / tab[o + ZS_Q]
-    return _zeta_series_m(t, m, math.exp(-m * m), math.erf(m), g, tab, o)
 
 
 @vectorize(["float64(float64, float64)"], cache=True)
