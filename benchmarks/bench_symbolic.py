@@ -109,6 +109,43 @@ def _bench_icl(quick: bool, H: int = 4) -> Result:
     )
 
 
+def _bench_two_head(quick: bool) -> Result:
+    """icl_regression's symmetric two-head flow (docs/models/icl_regression.md §6.2, Eq. (B.4)): the hand
+    two_head_rhs against the gradient flow of f/4 generated from the reduced loss, both by RK4 at a fixed step."""
+    from closedform import _icl_regression_kernels as _ik
+    from dynamics import RK4, integrate
+    from tests.test_symbolic_crosscheck import _two_head_model
+
+    model = _two_head_model()
+    n_traj, t_end = (64, 20.0) if quick else (256, 200.0)
+    rng = np.random.default_rng(2)
+    X0 = rng.uniform(0.01, 0.1, (n_traj, 2))
+    p = np.array([5.0, 1.25 / 20])
+    solver = RK4(dt=0.01)
+
+    def hand():
+        return integrate(_ik.two_head_rhs, X0, (0.0, t_end), params=p, solver=solver, saveat=SaveAt(final=True))
+
+    def generated():
+        return integrate(model.rhs, X0, (0.0, t_end), params=p, solver=solver, saveat=SaveAt(final=True))
+
+    dev = float(np.max(np.abs(hand().states()[:, -1] - generated().states()[:, -1])))
+    t_hand = cpu_time(hand)
+    t_gen = cpu_time(generated)
+    work = n_traj * round(t_end / 0.01)
+    return Result(
+        "icl_regression symmetric two-head flow, RK4 (generated/hand)",
+        "traj-steps/s",
+        work / t_gen,
+        baseline=work / t_hand,
+        baseline_name="hand-written two_head_rhs",
+        target_ratio=1 / 1.3,
+        note=f"generated/hand {t_hand / t_gen:.2f} (goal >= 0.77); {n_traj} traj x {work // n_traj} RK4 steps; max "
+        f"|generated - hand| after the run {dev:.1e}. A fixed two-dimensional field: the generated kernel can "
+        "replace the hand one (its caller is symmetric_flow)",
+    )
+
+
 def _bench_scan_snap(quick: bool) -> Result:
     """Exact reduced vector field of scan_snap (docs/models/scan_snap.md §4.2) on a small class structure: the hand
     exact_rhs against the field generated from the log-likelihood, both integrated by RK4 at a fixed step."""
@@ -180,7 +217,7 @@ def _generation_times() -> list[tuple[float, float]]:
 
 def run(quick: bool) -> list[Result]:
     """Generated/hand-written step ratios and generation times (see the module docstring)."""
-    rows = [_bench_single_location(quick), _bench_icl(quick), _bench_scan_snap(quick)]
+    rows = [_bench_single_location(quick), _bench_icl(quick), _bench_two_head(quick), _bench_scan_snap(quick)]
     (cold, cold_cpu), (warm, warm_cpu) = _generation_times()
     rows.append(
         Result(
