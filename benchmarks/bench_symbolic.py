@@ -6,9 +6,10 @@ Rows:
   generated from the sympy risk against the hand-written numba step; throughput in trajectory-steps per second of
   process CPU time; the ratio generated / hand-written must be >= 1/1.3 (within 1.3x per step; printed to two
   decimals in the note, with why the hand kernel is kept). Before timing, the two runs are checked to agree (max
-  deviation in the note). Models: single_location's five-scalar PGD step,
-  icl_regression's GD step on F/2 (H = 4) and scan_snap's exact vector field (RK4 at a fixed step; the generated
-  field has the small class structure as compile-time constants, the hand kernel reads it from its parameter row).
+  deviation in the note). Models: single_location's five-scalar PGD step (the generated kernel with its table
+  ``model.args(p)``), icl_regression's GD step on F/2 (H = 4), its symmetric two-head flow (RK4 at a fixed step) and
+  scan_snap's exact vector field (RK4; the generated field has the small class structure as compile-time
+  constants, the hand kernel reads it from its data arrays).
 * generating + compiling a model's kernels in a fresh process: cold (empty kernel and numba cache folders) and warm
   (a second process, cache hit), timed inside the child process (process CPU time, robust to other jobs; wall time
   in the note) from before the model is built until its step, Jacobian and gradient have run once (sympy and numba
