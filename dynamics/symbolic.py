@@ -297,8 +297,8 @@ class _Table:
         return e.free_symbols <= self._params
 
     def hoist(self, exprs: list) -> list:
-        """``exprs`` with the call sites replaced by their helpers; once there is a site, with the parameter-only
-        subexpressions replaced by table values (call :meth:`hoist` for every expression before :meth:`split`)."""
+        """``exprs`` with the call sites replaced by their helpers. Call it on every expression of the model before
+        :meth:`split`, which hoists parameter-only subexpressions only once a site exists."""
 
         def query(e):
             pre = getattr(type(e), "_attndyn_precompute", None)
@@ -350,7 +350,8 @@ class _Table:
         return self._values[e]
 
     def layout(self):
-        """(key parameter indices, offset of the values, offsets of the site tables, total size)."""
+        """(key: indices of the parameters the table depends on, offset of the values, offsets of the site tables,
+        total size)."""
         used = set()
         for e in self._values:
             used |= e.free_symbols
