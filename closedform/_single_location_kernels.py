@@ -6,10 +6,10 @@ parameter row ``p`` holds the scalars below and ``args = (table,)`` the lambda-d
 update; the state carries lambda_n as its last component so that the row saved at step n holds iterate n together
 with lambda_n (docs/models/single_location.md §0.3). No RNG, no allocation in the hot loops, float64 only.
 
-The map kernels evaluate zeta by a series form of the same quadrature (zeta_series_constants; equal to it to a few ulp)
-and five_step is compiled without reference counting (``dynamics._jit.njit_noref``): it allocates nothing, and without
-it numba keeps four atomic reference-count increments and decrements per call (its pruning pass gives up on large
-functions), which cost as much as the rest of the step.
+The map kernels evaluate zeta by a series form of the same quadrature (closedform.special._zeta_series_table; equal
+to it to a few ulp) and five_step is compiled without reference counting (``dynamics._jit.njit_noref``): it
+allocates nothing, and without it numba keeps four atomic reference-count increments and decrements per call (its
+pruning pass gives up on large functions), which cost as much as the rest of the step.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 from numba import njit
 from dynamics._jit import njit_noref
 
-from closedform.special import _GL_W, _GL_X, _zeta
+from closedform import special as _sp
+from closedform.special import _zeta, _zeta_series_m, _zeta_series_table
 
 # Parameter row of the map kernels: p = [s, gamma, L, alpha, eps] (eps for the observables' risk). Their data,
 # args = (table,): a flat float64 array of rows of N_CONST lambda-dependent constants (lam, g, q, r, c, zeta0, C, B2)
@@ -30,14 +31,12 @@ from closedform.special import _GL_W, _GL_X, _zeta
 # loop.
 P_S, P_GAMMA, P_L, P_ALPHA, P_EPS = 0, 1, 2, 3, 4
 C_LAM, C_G, C_Q, C_R, C_C, C_ZETA0, C_CC, C_B2 = 0, 1, 2, 3, 4, 5, 6, 7
-# Series form of zeta (see _zeta_series): C_ZH = (4/pi) * half the quadrature interval, C_ZAMAX = the largest
-# a = (t/q)^2 for which the series is used, C_ZMU .. C_ZMU + ZETA_TERMS - 1 its coefficients.
-C_ZH, C_ZAMAX, C_ZMU = 8, 9, 10
-ZETA_TERMS = 11
-N_CONST = C_ZMU + ZETA_TERMS
-# The series is used while a * D <= ZETA_SERIES_AD (D = max_i |y_i - 2|): the truncation bound
-# (a D)^11 e^(2 a D) / 11! is then <= 3.1e-19 relative (see _zeta_series).
-ZETA_SERIES_AD = 0.1
+# The series form of zeta (closedform.special._zeta_series_table) occupies the row from C_ZSERIES on; C_ZH, C_ZAMAX
+# and C_ZMU locate its entries in the row.
+C_ZSERIES = 8
+C_ZH, C_ZAMAX, C_ZMU = C_ZSERIES + _sp.ZS_H, C_ZSERIES + _sp.ZS_AMAX, C_ZSERIES + _sp.ZS_MU
+ZETA_TERMS = _sp.ZETA_TERMS
+N_CONST = C_ZSERIES + _sp.ZETA_SERIES_SIZE
 
 _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 _SQRT2 = math.sqrt(2.0)
@@ -57,43 +56,7 @@ def lam_constants(lam, s, gamma, out):
     out[C_ZETA0] = _zeta(0.0, lam)
     out[C_CC] = 2.0 * lam / math.sqrt(math.pi * (1.0 + 2.0 * lam2))
     out[C_B2] = 8.0 * lam2 / (math.pi * (1.0 + 2.0 * lam2) * math.sqrt(1.0 + 4.0 * lam2))
-    zeta_series_constants(g, out)
-
-
-@njit(cache=True, fastmath=False, error_model="numpy")
-def zeta_series_constants(g, out):
-    """Write C_ZH, C_ZAMAX and the coefficients mu_k = M_k / k! of the series form of zeta into ``out``.
-
-    closedform.special._zeta evaluates zeta(t, g) = erf(m)^2 + (4/pi) half sum_i W_i exp(-a y_i) / y_i with the
-    16-node Gauss-Legendre rule on [1 - len, 1] (docs/models/single_location.md §3.2): m = t/q, a = m^2, len = 4 g^2 /
-    (r (r + 1)), half = len/2, nodes x_i = 1 - half (1 - X_i), y_i = 1 + x_i^2. With d_i = y_i - 2 = (x_i - 1)(x_i + 1)
-    in [-2 len, 0], exp(-a y_i) = exp(-a)^2 sum_k (-a d_i)^k / k!, so the same quadrature sum equals exp(-a)^2 sum_k
-    (-a)^k mu_k with mu_k = sum_i (W_i / y_i) d_i^k / k!. Truncated after ZETA_TERMS terms, the relative error is at
-    most (a D)^ZETA_TERMS e^(2 a D) / ZETA_TERMS! (Lagrange remainder, D = max_i |d_i|), <= 3.1e-19 for a D <=
-    ZETA_SERIES_AD; C_ZAMAX = ZETA_SERIES_AD / D.
-    """
-    g2 = g * g
-    r = math.sqrt(1.0 + 4.0 * g2)
-    half = 0.5 * (4.0 * g2 / (r * (r + 1.0)))
-    out[C_ZH] = (4.0 / math.pi) * half
-    big_d = 0.0
-    for k in range(ZETA_TERMS):
-        out[C_ZMU + k] = 0.0
-    for i in range(_GL_X.shape[0]):
-        xm1 = -half * (1.0 - _GL_X[i])  # x_i - 1
-        x = 1.0 + xm1
-        y = 1.0 + x * x
-        d = xm1 * (x + 1.0)  # y_i - 2 without cancellation
-        big_d = max(big_d, abs(d))
-        c = _GL_W[i] / y
-        for k in range(ZETA_TERMS):
-            out[C_ZMU + k] += c
-            c *= d
-    fact = 1.0
-    for k in range(1, ZETA_TERMS):
-        fact *= k
-        out[C_ZMU + k] /= fact
-    out[C_ZAMAX] = ZETA_SERIES_AD / big_d if big_d > 0.0 else math.inf
+    _zeta_series_table(g, out, C_ZSERIES)
 
 
 @njit(cache=True, fastmath=False, error_model="numpy")
@@ -127,17 +90,8 @@ def _zeta_family(t, g, q, r):
 
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def _zeta_series(t, m, ex, erfm, g, cst, o):
-    """zeta(t, g) from the series of zeta_series_constants (ex = exp(-m^2), erfm = erf(m), m = t/q), falling back
-    to closedform.special._zeta at t = 0 or where the series bound does not hold (a > C_ZAMAX). Equal to the
-    16-node quadrature of _zeta up to rounding (a few ulp) and the truncation bound (<= 3.1e-19 relative)."""
-    a = m * m
-    if t == 0.0 or not a <= cst[o + C_ZAMAX]:
-        return _zeta(t, g)
-    s = -a
-    acc = cst[o + C_ZMU + ZETA_TERMS - 1]
-    for k in range(ZETA_TERMS - 2, -1, -1):
-        acc = acc * s + cst[o + C_ZMU + k]
-    return erfm * erfm + cst[o + C_ZH] * (ex * ex) * acc
+    """zeta(t, g) from the series table of the lam_constants row at cst[o] (closedform.special._zeta_series_m)."""
+    return _zeta_series_m(t, g, m, ex, erfm, cst, o + C_ZSERIES)
 
 
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")

@@ -621,17 +621,27 @@ def _tangent_residual(task, lam, X):
 def _symbolic_zeta():
     """zeta(t, g) as a sympy function evaluated by closedform.special's numba kernel, with its derivative rules:
     d/dt = (2/q) erf(t/(q r)) erf'(t/q) (docs/models/single_location.md §3.2) and d/dg = g d2/dt2 (zeta is a
-    Gaussian expectation over t + gZ, whose variance g^2 enters as in the heat equation)."""
+    Gaussian expectation over t + gZ, whose variance g^2 enters as in the heat equation). Where g is a parameter
+    expression, generated kernels evaluate it by the series form of closedform.special from a table of g."""
     import sympy
 
     import dynamics.symbolic
-    from closedform.special import _zeta
+    from closedform import special
 
     def zeta_t(t, g):
         q, r = sympy.sqrt(1 + 2 * g**2), sympy.sqrt(1 + 4 * g**2)
         return 2 / q * sympy.erf(t / (q * r)) * 2 / sympy.sqrt(sympy.pi) * sympy.exp(-((t / q) ** 2))
 
-    return dynamics.symbolic.numba_function("zeta", _zeta, (zeta_t, lambda t, g: g * sympy.diff(zeta_t(t, g), t)))
+    def shared(t, g):  # m = t/q, exp(-m^2), erf(m): the erf and exp that zeta's derivatives also use
+        m = t / sympy.sqrt(1 + 2 * g**2)
+        return m, sympy.exp(-(m**2)), sympy.erf(m)
+
+    # the series of zeta in t at fixed g (the map kernels' form), its table built once per parameter row
+    series = dynamics.symbolic.Precompute(
+        special._zeta_series_table, special._zeta_series_m, special.ZETA_SERIES_SIZE, args=(1,), shared=shared
+    )
+    rules = (zeta_t, lambda t, g: g * sympy.diff(zeta_t(t, g), t))
+    return dynamics.symbolic.numba_function("zeta", special._zeta, rules, precompute=series)
 
 
 def _symbolic_risk(kappa, nu, theta, eta, rho, lam, s, gamma, L, eps, zeta):

@@ -24,11 +24,18 @@ Special functions: erf, erfc, exp, log, sqrt, trigonometric and hyperbolic funct
 counterparts. A model's own special function (e.g. zeta(t, g) = E erf(t + g Z)^2 of the single-location model) is
 registered with :func:`numba_function`: a sympy ``Function`` whose value is computed by an existing numba function
 and whose partial derivatives are given as sympy expressions (derivative rules), so that gradients, Jacobians and
-Hessians of expressions that contain it are exact closed forms.
+Hessians of expressions that contain it are exact closed forms. A registered function may declare a
+:class:`Precompute`: a table that depends on some of its arguments only (zeta's series coefficients depend on g).
+Where those arguments are expressions of the parameters, the generator hoists the table out of the kernels: it is
+built once per parameter row by the generated ``table(p, out)`` (:meth:`SymbolicModel.args`) and handed to the
+kernels through the engine's ``args``, together with every other subexpression of the parameters alone. The kernels
+check the table's key (the parameter values it was built from) against their own row and compute directly when it
+differs, so a stale table never changes a result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import pathlib
@@ -41,7 +48,7 @@ from sympy.printing.pycode import PythonCodePrinter
 
 from dynamics import _kernels
 
-__all__ = ["SymbolicModel", "numba_function"]
+__all__ = ["Precompute", "SymbolicModel", "numba_function"]
 
 _GENERATOR_FILE = pathlib.Path(__file__)
 _MODULES: dict = {}
@@ -52,7 +59,40 @@ _MAX_PRODUCT_POWER = 8  # integer (and half-integer) powers up to this order are
 # special functions backed by numba implementations
 
 
-def numba_function(name: str, impl, derivatives: Sequence):
+@dataclasses.dataclass(frozen=True)
+class Precompute:
+    """A table of a special function that depends on some of its arguments only, computed once per parameter row.
+
+    When those arguments (``args``) are expressions of the parameters alone at a call site, the generated kernels
+    receive the table through the engine's ``args`` channel (:meth:`SymbolicModel.args`) and evaluate the function
+    from it; elsewhere they call the plain implementation.
+
+    Parameters
+    ----------
+    build : numba ``@njit`` function
+        ``build(*values, out, o)`` writes the table for the values of the arguments ``args`` (in that order) into
+        ``out[o : o + size]``.
+    evaluate : numba ``@njit`` function
+        ``evaluate(*all_args, *shared_values, table, o)``: the function's value from the table at ``table[o:]``
+        (built for the same values of ``args``), equal to the plain implementation up to rounding.
+    size : int >= 1
+        Floats in the table.
+    args : tuple of int
+        Indices (from 0) of the arguments the table depends on.
+    shared : callable, optional
+        ``shared(*all_args)`` returns sympy expressions that ``evaluate`` takes after the arguments (e.g. erf and exp
+        of a scaled argument): they join the kernel's common subexpressions, so that values the rest of the model
+        also needs are computed once.
+    """
+
+    build: object
+    evaluate: object
+    size: int
+    args: tuple
+    shared: object = None
+
+
+def numba_function(name: str, impl, derivatives: Sequence, *, precompute: Precompute | None = None):
     """A sympy function ``name`` evaluated by the numba function ``impl``, with partial-derivative rules.
 
     Parameters
@@ -66,6 +106,10 @@ def numba_function(name: str, impl, derivatives: Sequence):
         ``derivatives[i](*args)`` returns the sympy expression of the partial derivative with respect to argument
         ``i`` at the sympy arguments ``args``; None where no rule exists (differentiating along that argument then
         raises ``ValueError``).
+    precompute : Precompute, optional
+        A table computed once per parameter row where the arguments it depends on are expressions of the
+        parameters only (e.g. the series coefficients of zeta(t, g) at g = lambda gamma); the generated kernels
+        then evaluate the function from it (see :class:`Precompute`, :meth:`SymbolicModel.args`).
 
     Returns
     -------
@@ -85,6 +129,8 @@ def numba_function(name: str, impl, derivatives: Sequence):
         raise ValueError(
             f"derivatives must have one rule (or None) per argument of {name} ({nargs}); got {len(derivatives)}"
         )
+    if precompute is not None:
+        _check_precompute(precompute, nargs)
 
     def fdiff(self, argindex=1):
         rule = derivatives[argindex - 1]
@@ -92,13 +138,63 @@ def numba_function(name: str, impl, derivatives: Sequence):
             raise ValueError(f"no derivative rule for argument {argindex} of {name}: give one to numba_function")
         return rule(*self.args)
 
-    cls = type(name, (sympy.Function,), {"nargs": nargs, "fdiff": fdiff, "_attndyn_impl": impl})
+    attrs = {"nargs": nargs, "fdiff": fdiff, "_attndyn_impl": impl, "_attndyn_precompute": precompute}
+    cls = type(name, (sympy.Function,), attrs)
     probe = sympy.symbols(f"_a0:{nargs}")
     cls._attndyn_key = (
-        f"{impl.py_func.__module__}.{impl.py_func.__qualname__}",
+        _qualified(impl),
         tuple("None" if r is None else sympy.srepr(r(*probe)) for r in derivatives),
+        None
+        if precompute is None
+        else (
+            _qualified(precompute.build),
+            _qualified(precompute.evaluate),
+            precompute.size,
+            precompute.args,
+            None if precompute.shared is None else tuple(sympy.srepr(v) for v in precompute.shared(*probe)),
+        ),
     )
     return cls
+
+
+def _qualified(fn) -> str:
+    return f"{fn.py_func.__module__}.{fn.py_func.__qualname__}"
+
+
+def _check_precompute(pre, nargs: int) -> None:
+    if not isinstance(pre, Precompute):
+        raise ValueError(f"precompute must be a dynamics.symbolic.Precompute; got {type(pre).__name__}")
+    for what in ("build", "evaluate"):
+        fn = getattr(pre, what)
+        _kernels.check_model(f"precompute.{what}", fn, "a numba @njit function")
+        if not _kernels._importable(fn):
+            raise ValueError(f"precompute.{what} must be importable by name (a top-level function of a module)")
+    if not isinstance(pre.size, int) or isinstance(pre.size, bool) or pre.size < 1:
+        raise ValueError(f"precompute.size must be an int >= 1; got {pre.size!r}")
+    if pre.shared is not None and not callable(pre.shared):
+        raise ValueError(f"precompute.shared must be a callable of the arguments or None; got {pre.shared!r}")
+    n_shared = 0 if pre.shared is None else len(tuple(pre.shared(*sympy.symbols(f"_a0:{nargs}"))))
+    if pre.evaluate.py_func.__code__.co_argcount != nargs + n_shared + 2:
+        raise ValueError(
+            f"precompute.evaluate must take the {nargs} arguments, the {n_shared} shared values, the table and the "
+            f"offset; it takes {pre.evaluate.py_func.__code__.co_argcount}"
+        )
+    args = pre.args
+    if (
+        not isinstance(args, tuple)
+        or not args
+        or len(set(args)) != len(args)
+        or not all(isinstance(i, int) and 0 <= i < nargs for i in args)
+    ):
+        raise ValueError(
+            f"precompute.args must be a non-empty tuple of distinct argument indices in [0, {nargs}); got {args!r}"
+        )
+
+
+def _functions(f) -> tuple:
+    """The numba functions a registered function's module imports (its implementation, and its precompute's)."""
+    pre = f._attndyn_precompute
+    return (f._attndyn_impl,) if pre is None else (f._attndyn_impl, pre.build, pre.evaluate)
 
 
 def _registered(expr) -> list:
@@ -123,6 +219,8 @@ class _Printer(PythonCodePrinter):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
 
     def _print(self, expr, **kwargs):
+        if isinstance(expr, sympy.Function) and hasattr(type(expr), "_attndyn_site"):
+            return f"_s{type(expr)._attndyn_site}({', '.join(self._print(a) for a in expr.args)}, _ok, _tab)"
         if isinstance(expr, sympy.Function) and hasattr(type(expr), "_attndyn_impl"):
             return f"_f_{type(expr).__name__}({', '.join(self._print(a) for a in expr.args)})"
         if isinstance(expr, sympy.Derivative):
@@ -174,6 +272,140 @@ def _file_digest(path: str) -> str:
         return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
     except OSError:
         return "<unreadable>"
+
+
+class _Table:
+    """The once-per-parameter-row table of a model that calls a registered function with a :class:`Precompute`
+    whose table arguments are expressions of the parameters alone.
+
+    Each distinct (function, table arguments) is a call site with a slice of the table, and its calls become calls
+    of a generated helper ``_s{j}(*args, *shared, _ok, _tab)``. Once a model has a table, every other
+    subexpression of the parameters alone (square roots, quotients, a special function at parameter values) is
+    computed in it too (``_h{k}``), instead of at every kernel call.
+
+    Layout: the raw values of the parameters that the table depends on (the key), the values ``_h{k}``, the site
+    tables. A kernel reads the table only when the key equals its own parameter row (``_ok``); otherwise it computes
+    the values itself and calls the plain implementations, so a table built for other parameters (a row changed
+    without rebuilding it, one shared table for rows that differ) costs speed, never correctness."""
+
+    def __init__(self, params):
+        self._params = frozenset(params)  # the parameter placeholders _p{i}
+        self._sites = {}  # (name, table arguments) -> (index, helper class, function class, table arguments)
+        self._values = {}  # expression of the parameters -> its symbol _h{k}
+
+    def _param_only(self, e) -> bool:
+        return e.free_symbols <= self._params
+
+    def hoist(self, exprs: list) -> list:
+        """``exprs`` with the call sites replaced by their helpers. Call it on every expression of the model before
+        :meth:`split`, which hoists parameter-only subexpressions only once a site exists."""
+
+        def query(e):
+            pre = getattr(type(e), "_attndyn_precompute", None)
+            return (
+                pre is not None
+                and all(self._param_only(e.args[i]) for i in pre.args)
+                and not self._param_only(e)  # a value of the parameters alone is a table value itself
+            )
+
+        return [e.replace(query, self._site) if e.has(sympy.Function) else e for e in exprs]
+
+    def _site(self, e):
+        f = type(e)
+        pre = f._attndyn_precompute
+        fixed = tuple(e.args[i] for i in pre.args)
+        key = (f.__name__, fixed)
+        if key not in self._sites:
+            j = len(self._sites)
+            self._sites[key] = (j, type(f"_S{j}", (sympy.Function,), {"_attndyn_site": j}), f, fixed)
+        shared = () if pre.shared is None else tuple(sympy.sympify(v) for v in pre.shared(*e.args))
+        return self._sites[key][1](*e.args, *shared)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._sites)
+
+    def split(self, e):
+        """``e`` with its subexpressions of the parameters alone (and the parameter-only factors and terms of its
+        products and sums) replaced by table symbols."""
+        if not self.active or e.is_Atom:
+            return e
+        if self._param_only(e):
+            return self._value(e)
+        if isinstance(e, sympy.Add | sympy.Mul):
+            const = [a for a in e.args if self._param_only(a)]
+            rest = [self.split(a) for a in e.args if not self._param_only(a)]
+            if len(const) >= 2:
+                const = [self._value(e.func(*const))]
+            else:
+                const = [self.split(a) for a in const]
+            return e.func(*const, *rest)
+        return e.func(*[self.split(a) for a in e.args])
+
+    def _value(self, e):
+        if e.is_Number or e.is_Atom:
+            return e
+        if e not in self._values:
+            self._values[e] = sympy.Symbol(f"_h{len(self._values)}")
+        return self._values[e]
+
+    def layout(self):
+        """(key: indices of the parameters the table depends on, offset of the values, offsets of the site tables,
+        total size)."""
+        used = set()
+        for e in self._values:
+            used |= e.free_symbols
+        for _, _, _, fixed in self._sites.values():
+            for a in fixed:
+                used |= a.free_symbols
+        key = sorted(int(str(u)[2:]) for u in used)
+        offsets, size = [], len(key) + len(self._values)
+        for _, _, f, _ in self._sites.values():
+            offsets.append(size)
+            size += f._attndyn_precompute.size
+        return key, len(key), offsets, size
+
+    def preamble(self) -> list[str]:
+        """The kernel lines that set ``_ok`` and the table values ``_h{k}`` (from the table or computed)."""
+        if not self.active:
+            return []
+        key, start, _, _ = self.layout()
+        ok = " and ".join(f"_tab[{q}] == _p{u}" for q, u in enumerate(key)) or "True"
+        lines = ["    _tab = args[0]", f"    _ok = {ok}", "    if _ok:"]
+        lines += [f"        {h} = _tab[{start + k}]" for k, h in enumerate(self._values.values())]
+        lines.append("    else:")
+        lines += _body(list(self._values), [str(h) for h in self._values.values()], indent="        ", prefix="_k")
+        return lines
+
+    def source(self, n_params: int, decorator: str) -> list[str]:
+        """The helpers ``_s{j}`` and ``table(p, out)`` / ``batch_table(P, OUT)`` that build the model's table."""
+        if not self.active:
+            return []
+        printer = _Printer()
+        key, start, offsets, _ = self.layout()
+        lines = []
+        build = [f"    _p{i} = p[{i}]" for i in range(n_params)]
+        build += [f"    out[{q}] = _p{u}" for q, u in enumerate(key)]
+        build += _body(list(self._values), [f"out[{start + k}]" for k in range(len(self._values))], prefix="_k")
+        inline = decorator[:-1] + ', inline="always")'
+        for (j, _, f, fixed), offset in zip(self._sites.values(), offsets):
+            nargs = f._attndyn_impl.py_func.__code__.co_argcount
+            n_shared = f._attndyn_precompute.evaluate.py_func.__code__.co_argcount - nargs - 2
+            a = ", ".join(f"a{i}" for i in range(nargs))
+            v = "".join(f", v{i}" for i in range(n_shared))
+            lines += ["", "", inline, f"def _s{j}({a}{v}, ok, tab):", "    if ok:"]
+            lines += [f"        return _e_{f.__name__}({a}{v}, tab, {offset})", f"    return _f_{f.__name__}({a})"]
+            build.append(f"    _b_{f.__name__}({', '.join(printer.doprint(x) for x in fixed)}, out, {offset})")
+        lines += ["", "", decorator, "def table(p, out):", *build, "    return None"]
+        lines += [
+            "",
+            "",
+            decorator,
+            "def batch_table(P, OUT):",
+            "    for i in range(P.shape[0]):",
+            "        table(P[i], OUT[i])",
+        ]
+        return lines
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -246,12 +478,17 @@ class SymbolicModel:
     state_names, param_names : tuple of str
         The names of the state variables and of the parameters, in order.
     step : numba function
-        ``step(k, x, p, out)``: the map, an engine kernel for :func:`dynamics.iterate`.
+        ``step(k, x, p, out)``: the map, an engine kernel for :func:`dynamics.iterate`; ``step(k, x, p, args, out)``
+        with ``args = model.args(p)`` when the model has a table (``table_size > 0``).
     rhs : numba function
-        ``rhs(t, x, p, out)``: the flow, for :func:`dynamics.integrate`.
+        ``rhs(t, x, p, out)`` (or ``rhs(t, x, p, args, out)``): the flow, for :func:`dynamics.integrate`.
     kernels : dict
         Every generated numba function by name (``risk``, ``gradient``, ``hessian``, ``step``, ``rhs``,
         ``jacobian_map``, ``jacobian_flow``: those the model has).
+    table_size : int
+        Floats in the model's once-per-parameter-row table (0: none). A model has one when it calls a registered
+        function with a :class:`Precompute` at arguments that are expressions of the parameters alone; the table
+        then also holds every other subexpression of the parameters alone, and all kernels take it.
     path : pathlib.Path
         The generated module's file.
     """
@@ -317,6 +554,7 @@ class SymbolicModel:
         self.step = self.kernels.get("step")
         self.rhs = self.kernels.get("rhs")
         self.path = pathlib.Path(module.__file__)
+        self.table_size = int(module.TABLE_SIZE)
 
     @classmethod
     def cached(cls, builder):
@@ -358,7 +596,8 @@ class SymbolicModel:
         if not path.exists():
             files = set()
             for f in _registered(model._all_exprs()):
-                _kernels._dependency_files(f._attndyn_impl, files=files)
+                for fn in _functions(f):
+                    _kernels._dependency_files(fn, files=files)
             deps = {f: _file_digest(f) for f in sorted(files)}
             _kernels._write_once(path, model.path.read_text() + f"DEPS = {deps!r}\n")
         module = _import(name, path)
@@ -552,7 +791,7 @@ class SymbolicModel:
         h.update(repr(parts).encode())
         h.update(_GENERATOR_FILE.read_bytes())
         # sources of the special functions (and what they call) and the engine's versions, as the engine does
-        h.update(_kernels._digest(tuple(f._attndyn_impl for f in funcs), None, "").encode())
+        h.update(_kernels._digest(tuple(fn for f in funcs for fn in _functions(f)), None, "").encode())
         return h.hexdigest()
 
     def _all_exprs(self):
@@ -566,24 +805,8 @@ class SymbolicModel:
         names = {s: sympy.Symbol(f"_x{i}") for i, s in enumerate(self._state)}
         names.update({s: sympy.Symbol(f"_p{i}") for i, s in enumerate(self._params)})
         names.update({s: sympy.Symbol(f"_a{i}") for i, s in enumerate(self._aux_syms)})
-        pre = self._aux_levels(names)
-        pre_lines = {}
-        unpack = [f"    _x{i} = x[{i}]" for i in range(len(self._state))] + [
-            f"    _p{i} = p[{i}]" for i in range(len(self._params))
-        ]
-        decorator = '@njit(cache=True, fastmath=False, error_model="numpy", nogil=True)'
-        lines = [
-            f"# Generated by dynamics.symbolic for state {self.state_names}, params {self.param_names}; do not edit.",
-            "import math",
-            "import numpy as np",
-            "from numba import njit",
-            "from dynamics._kernels import resolve_model",
-        ]
-        for f in _registered(self._all_exprs()):
-            module, qualname = f._attndyn_key[0].rsplit(".", 1)
-            lines.append(f"_f_{f.__name__} = resolve_model({module!r}, {qualname!r})")
-        kernels = []
         n = len(self._state)
+        specs = []  # (name, signature without the table, output shape, outputs, targets)
         for name, sig, shape in (
             ("risk", "x, p", None),
             ("gradient", "x, p, out", (n,)),
@@ -595,7 +818,6 @@ class SymbolicModel:
         ):
             if name not in sym:
                 continue
-            kernels.append(name)
             expr = sym[name]
             if shape is None:
                 outputs, targets = [expr], ["_r"]
@@ -604,7 +826,39 @@ class SymbolicModel:
             else:
                 outputs = [expr[i, j] for i in range(n) for j in range(n)]
                 targets = [f"out[{i}, {j}]" for i in range(n) for j in range(n)]
-            outputs = [sympy.sympify(o).xreplace(names) for o in outputs]
+            specs.append((name, sig, shape, [sympy.sympify(o).xreplace(names) for o in outputs], targets))
+        tab = _Table(v for k, v in names.items() if k in self._params)
+        levels = self._aux_levels(names)
+        flat = [e for values, dvalues in levels for _, e in values + dvalues]
+        flat += [o for spec in specs for o in spec[3]]
+        flat = iter([tab.split(e) for e in tab.hoist(flat)])  # every site found before any expression is split
+        pre = [
+            ([(t, next(flat)) for t, _ in values], [(t, next(flat)) for t, _ in dvalues]) for values, dvalues in levels
+        ]
+        specs = [(name, sig, shape, [next(flat) for _ in outs], tg) for name, sig, shape, outs, tg in specs]
+        table = tab.active
+        pre_lines = {}
+        unpack = [f"    _x{i} = x[{i}]" for i in range(len(self._state))] + [
+            f"    _p{i} = p[{i}]" for i in range(len(self._params))
+        ]
+        unpack += tab.preamble()
+        decorator = '@njit(cache=True, fastmath=False, error_model="numpy", nogil=True)'
+        lines = [
+            f"# Generated by dynamics.symbolic for state {self.state_names}, params {self.param_names}; do not edit.",
+            "import math",
+            "import numpy as np",
+            "from numba import njit",
+            "from dynamics._kernels import resolve_model",
+        ]
+        for f in _registered(self._all_exprs()):
+            for prefix, fn in zip(("_f_", "_b_", "_e_"), _functions(f)):
+                module, qualname = _qualified(fn).rsplit(".", 1)
+                lines.append(f"{prefix}{f.__name__} = resolve_model({module!r}, {qualname!r})")
+        kernels = []
+        for name, sig, shape, outputs, targets in specs:
+            kernels.append(name)
+            if table:  # the engine's data argument comes before the output (or last, for the risk)
+                sig = sig.replace(", out", ", args, out") if "out" in sig else sig + ", args"
             used = set().union(*(o.free_symbols for o in outputs))
             derivs = any(str(u).startswith("_D") for u in used)
             lines += ["", "", decorator, f"def {name}({sig}):", *unpack]
@@ -618,28 +872,32 @@ class SymbolicModel:
                 lines += pre_lines[derivs]
             lines += _body(outputs, targets)
             lines.append("    return _r" if shape is None else "    return None")
-            # batched form: rows of X (and of P, or one shared row) into rows of OUT
+            # batched form: rows of X (and of P and T, or one shared row) into rows of OUT
             lines += [
                 "",
                 "",
                 decorator,
-                f"def batch_{name}(X, P, OUT):",
+                f"def batch_{name}(X, P, T, OUT):",
                 "    shared = P.shape[0] == 1",
+                "    shared_t = T.shape[0] == 1",
                 "    for i in range(X.shape[0]):",
                 "        p = P[0] if shared else P[i]",
             ]
+            data = ", (T[0] if shared_t else T[i],)" if table else ""
             call = {
-                "risk": "OUT[i] = risk(X[i], p)",
-                "step": "step(0, X[i], p, OUT[i])",
-                "rhs": "rhs(0.0, X[i], p, OUT[i])",
-            }.get(name, f"{name}(X[i], p, OUT[i])")
+                "risk": f"OUT[i] = risk(X[i], p{data})",
+                "step": f"step(0, X[i], p{data}, OUT[i])",
+                "rhs": f"rhs(0.0, X[i], p{data}, OUT[i])",
+            }.get(name, f"{name}(X[i], p{data}, OUT[i])")
             lines.append(f"        {call}")
+        lines += tab.source(len(self._params), decorator)
         lines += [
             "",
             "",
             f"KERNELS = {tuple(kernels)!r}",
             f"STATE_NAMES = {self.state_names!r}",
             f"PARAM_NAMES = {self.param_names!r}",
+            f"TABLE_SIZE = {tab.layout()[3] if table else 0}",
             "",
         ]
         return "\n".join(lines)
@@ -707,8 +965,36 @@ class SymbolicModel:
             else np.ascontiguousarray(np.broadcast_to(P, lead + (n_p,)).reshape(-1, n_p))
         )
         out = np.empty((Xf.shape[0],) + shape)
-        getattr(self._module, f"batch_{name}")(Xf, Pf, out)
+        T = self._tables(Pf) if self.table_size else np.zeros((1, 1))
+        getattr(self._module, f"batch_{name}")(Xf, Pf, T, out)
         return out.reshape(lead + shape)[()]
+
+    def _tables(self, P):
+        """The tables of the rows of ``P`` (m, n_params): shape (m, table_size)."""
+        T = np.empty((P.shape[0], self.table_size))
+        self._module.batch_table(P, T)
+        return T
+
+    def args(self, params):
+        """The engine's data argument for the parameter row(s) ``params``: None for a model without precomputed
+        tables (four-argument kernels), else ``(table,)`` for the five-argument kernels ``step(k, x, p, args, out)``
+        and ``rhs(t, x, p, args, out)``.
+
+        A 1-D ``params`` (or one row) gives one shared table; rows ``(n, n_params)`` give one table per row, to
+        pass with ``args_per_trajectory=True``. The kernels check each table against their own parameter row and
+        evaluate directly where it does not match (a row changed without rebuilding the table): same values, less
+        speed.
+        """
+        if not self.table_size:
+            return None
+        n_p = len(self.param_names)
+        P = np.asarray(params, dtype=np.float64)
+        if P.ndim not in (1, 2) or P.shape[-1] != n_p:
+            raise ValueError(
+                f"params must have shape ({n_p},) or (n, {n_p}) (params {self.param_names}); got {P.shape}"
+            )
+        T = self._tables(np.ascontiguousarray(P.reshape(-1, n_p)))
+        return (T[0],) if P.ndim == 1 or P.shape[0] == 1 else (T,)
 
     def risk(self, x, p=None):
         """The risk at states ``x`` (..., n_state) with parameter rows ``p`` (..., n_params)."""
@@ -752,7 +1038,14 @@ class SymbolicModel:
         if self.step is None:
             raise ValueError("this model has no map; build it with map= or from_risk")
         kwargs.setdefault("names", list(self.state_names))
+        self._with_args(params, kwargs)
         return iterate(self.step, state0, n_steps, params=params, **kwargs)
+
+    def _with_args(self, params, kwargs):
+        """The model's tables as the engine's data argument, one per trajectory for parameter rows."""
+        if self.table_size and "args" not in kwargs:
+            kwargs["args"] = self.args(params)
+            kwargs.setdefault("args_per_trajectory", kwargs["args"][0].ndim == 2)
 
     def integrate(self, state0, t_span, *, params, **kwargs):
         """:func:`dynamics.integrate` of the flow, with the state names filled in."""
@@ -761,6 +1054,7 @@ class SymbolicModel:
         if self.rhs is None:
             raise ValueError("this model has no flow; build it with flow= or from_risk")
         kwargs.setdefault("names", list(self.state_names))
+        self._with_args(params, kwargs)
         return integrate(self.rhs, state0, t_span, params=params, **kwargs)
 
     def __repr__(self):

@@ -293,3 +293,47 @@ def test_scan_snap_exact_vector_field_matches_the_symbolic_gradient_of_the_likel
     )
     for wrong in (sign, factor):
         assert_formula_rejects(_scan_ascent(X, p, data, wrong), ref, rtol=RTOL, floor=floor)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# icl_regression's symmetric two-head flow (docs/models/icl_regression.md §6.2, Eq. (B.4)): the gradient flow of f/4
+# with f(omega, mu) = F((omega, -omega), (mu, -mu)), generated from f, against the hand two_head_rhs; and f against
+# the H = 2 symbolic model of F/2 on that invariant set. O(1) entries on this box: 1e-12 relative to max(|ref|, 1).
+
+
+def _two_head_model():
+    import sympy as sp
+
+    from dynamics.symbolic import SymbolicModel
+
+    om, mu, d, cL, s2 = sp.symbols("omega mu d cL sigma2", real=True)
+    f = 1 + s2 - 4 * mu * om + 4 * mu**2 * om**2 + 4 * cL * mu**2 * sp.sinh(d * om**2)
+    flow = [-sp.diff(f / 4, v) for v in (om, mu)]
+    return SymbolicModel([om, mu], [d, cL], flow=flow)
+
+
+def test_icl_regression_symmetric_two_head_flow_matches_the_gradient_flow_of_the_reduced_loss():
+    model = _two_head_model()
+    rng = np.random.default_rng(5)
+    X = np.vstack([rng.uniform(-0.8, 0.8, (1000, 2)), np.zeros((1, 2))])
+    P = np.column_stack([rng.integers(1, 12, X.shape[0]).astype(float), rng.uniform(0.01, 2.0, X.shape[0])])
+    ref = model.vector_field(X, P)
+    floor = np.ones(X.shape[0])
+
+    def hand(rhs):
+        out = np.empty_like(X)
+        for i, (x, p) in enumerate(zip(X, P)):
+            rhs(0.0, x, p, out[i])
+        return out
+
+    assert_formula_close(hand(_ik.two_head_rhs), ref, rtol=RTOL, floor=floor, what="two-head flow")
+    # f is F on the invariant set omega_2 = -omega_1, mu_2 = -mu_1 of the H = 2 model
+    Y = np.column_stack([X[:, 0], -X[:, 0], X[:, 1], -X[:, 1]])
+    P4 = np.column_stack([P[:, 0], P[:, 1], np.full(X.shape[0], 0.25), np.full(X.shape[0], 0.05)])
+    task_f = 1.25 - 4 * X[:, 1] * X[:, 0] + 4 * (X[:, 1] * X[:, 0]) ** 2
+    task_f = task_f + 4 * P[:, 1] * X[:, 1] ** 2 * np.sinh(P[:, 0] * X[:, 0] ** 2)
+    assert_formula_close(2 * _icl_model(2).risk(Y, P4), task_f, rtol=RTOL, floor=floor, what="f = F on the set")
+    sign = _mutant(_ik.two_head_rhs, "dy[1] = omega - 2.0 * mu", "dy[1] = omega + 2.0 * mu")
+    factor = _mutant(_ik.two_head_rhs, "- 2.0 * cL * mu * np.sinh(chi)", "- cL * mu * np.sinh(chi)")
+    for wrong in (sign, factor):
+        assert_formula_rejects(hand(wrong), ref, rtol=RTOL, floor=floor)
