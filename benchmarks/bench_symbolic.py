@@ -115,7 +115,7 @@ def _bench_two_head(quick: bool) -> Result:
     two_head_rhs against the gradient flow of f/4 generated from the reduced loss, both by RK4 at a fixed step."""
     from closedform import _icl_regression_kernels as _ik
     from dynamics import RK4, integrate
-    from tests.test_symbolic_crosscheck import _two_head_model
+    from tests.dynamics.test_symbolic_hand_kernels import _two_head_model
 
     model = _two_head_model()
     n_traj, t_end = (64, 20.0) if quick else (256, 200.0)
