@@ -23,7 +23,7 @@ FAST = [f for f in ALL if f != "fig22"]  # fig22 compiles the adaptive Dopri5 en
 
 
 def test_every_spec_9_figure_is_registered_with_three_presets():
-    # icl_regression.atlas (figures/_atlas.py) is a result of this toolkit, not a figure of spec §9
+    # icl_regression.atlas (figures/_icl_atlas.py) is a result of this toolkit, not a figure of spec §9
     names = [n for n in registry.REGISTRY.names("icl_regression") if n != "icl_regression.atlas"]
     assert names == [f"icl_regression.{f}" for f in ALL]
     for name in names:
