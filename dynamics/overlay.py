@@ -171,10 +171,10 @@ def overlay(
     Warns
     -----
     dynamics.align.TimeScaleWarning
-        Without ``align``, when a scalar state variable moves, over the first two save points where the theory
-        moves by more than 2 % of its range, at a constant multiple (the two agreeing within 50 %) of more than
-        twice or less than half the theory's speed (median over seeds). The message says whether every variable
-        shares one multiple (a different clock: use ``align``) or not (a rescaled gradient: another path).
+        Without ``align``, ``grid`` or ``start``, when a scalar state variable moves, over the first two save points
+        where the theory moves by more than 2 % of its range, at a constant multiple (the two agreeing within 50 %)
+        of more than twice or less than half the theory's speed (median over seeds). The message says whether every
+        variable shares one multiple (a different clock: use ``align``) or not (a rescaled gradient: another path).
 
     Raises
     ------
