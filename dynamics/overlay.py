@@ -14,6 +14,14 @@ times>)`` runs the theory on ``grid`` instead and maps each seed onto it (:func:
 never backwards, points beyond the theory's range marked, never pinned), reporting each seed's fitted time scale.
 Without ``align``, :func:`overlay` warns (:class:`dynamics.align.TimeScaleWarning`) when the learned run visibly
 moves at a constant multiple of the theory's speed from the start.
+
+A theory that describes the run only from some point on (a stage that begins once a pattern has formed, say) is
+started per seed: ``overlay(..., start=<one learned step per seed>)`` reads each seed's state at its own step and
+runs the theory from there, its clock starting at 0 at that step. The theory then sits on the learned save points
+shifted by the seed's start (``step - start``, or ``time - time(start)`` on the time axis) and is NaN before it:
+point for point, learned step ``s`` faces the theory ``s - start`` steps after its start. ``overlay(...,
+grid=<points>)`` without ``align`` instead returns the theory at the points of ``grid`` on its own clock (for a
+horizon beyond the learned run, or for a matching of the caller's own), still started from the seeds' states.
 """
 
 from __future__ import annotations
@@ -108,10 +116,11 @@ def overlay(
     *,
     state_variables: Sequence[str],
     on: str = "step",
+    start=None,
     align: str | None = None,
     grid=None,
 ) -> tuple[xr.Dataset, xr.Dataset]:
-    """Start the reduced dynamics from each learned seed's step-0 state and align it with the learned run.
+    """Start the reduced dynamics from each learned seed's step-0 (or ``start``) state and align it with the run.
 
     Parameters
     ----------
@@ -132,35 +141,47 @@ def overlay(
     on : ``"step"`` or ``"time"``
         The coordinate on which the two runs are matched: update counts (exact), or the model's time axis
         (matched to a relative 1e-12, i.e. to the rounding of the time grids). Ignored with ``align``.
+    start : int or array_like of int, optional
+        The learned step (a save point of the run, on its ``step`` coordinate) from which each seed's theory
+        starts: one per seed, or one for all. Default: step 0 for every seed. ``state0`` then holds each seed's
+        state at its start, ``at`` the offsets (on ``on``) of the learned save points from the starts, and the
+        theory returned on the learned points is NaN before each seed's start (module docstring). Not with
+        ``align``.
     align : str, optional
         A scalar variable to align the runs on, up to a monotone time reparametrisation (module docstring and
         :func:`dynamics.align.align`). Needs ``grid``.
     grid : array_like, optional
         With ``align``: the theory times (increasing, from 0) at which ``theory_fn`` runs the theory (``at`` is
         then this grid) and on which the aligned learned run is returned; fine and long enough to cover the
-        learned run.
+        learned run. Without ``align``: points on the axis ``on`` (increasing, from 0, on the theory's own clock)
+        handed to ``theory_fn`` as ``at``; the theory is returned at exactly these points, with its own
+        coordinates, and the learned run as it is.
 
     Returns
     -------
     theory, learned : Trajectory, Trajectory
-        Without ``align``: the theory restricted to the learned save points, with the learned run's
-        ``trajectory``, ``time`` and ``step`` coordinates, and the learned run itself. With ``align``: the theory
-        on ``grid`` and the learned run mapped onto it (``in_range``, ``time_scale`` per seed, ...; see
-        :func:`dynamics.align.align`). The theory carries the attribute ``started_from_learned_seeds = 1``.
+        Without ``align`` and ``grid``: the theory restricted to the learned save points, with the learned run's
+        ``trajectory``, ``time`` and ``step`` coordinates (float variables, NaN before a seed's ``start``), and the
+        learned run itself. With ``grid`` alone: the theory at the points of ``grid`` on its own clock, and the
+        learned run itself. With ``align``: the theory on ``grid`` and the learned run mapped onto it
+        (``in_range``, ``time_scale`` per seed, ...; see :func:`dynamics.align.align`). The theory carries the
+        attribute ``started_from_learned_seeds = 1`` and, with ``start``, the coordinate ``start_step``
+        (``trajectory``).
 
     Warns
     -----
     dynamics.align.TimeScaleWarning
-        Without ``align``, when a scalar state variable moves, over the first two save points where the theory
-        moves by more than 2 % of its range, at a constant multiple (the two agreeing within 50 %) of more than
-        twice or less than half the theory's speed (median over seeds). The message says whether every variable
-        shares one multiple (a different clock: use ``align``) or not (a rescaled gradient: another path).
+        Without ``align``, ``grid`` or ``start``, when a scalar state variable moves, over the first two save points
+        where the theory moves by more than 2 % of its range, at a constant multiple (the two agreeing within 50 %)
+        of more than twice or less than half the theory's speed (median over seeds). The message says whether every
+        variable shares one multiple (a different clock: use ``align``) or not (a rescaled gradient: another path).
 
     Raises
     ------
     ValueError
-        A missing state variable, a learned run that does not save step 0, a non-finite starting state, a theory
-        with another number of trajectories, or a learned save point that the theory lacks (named).
+        A missing state variable, a learned run that does not save step 0, a ``start`` that is not a save point
+        (or not one per seed, or given with ``align``), a non-finite starting state, a theory with another number
+        of trajectories, or a learned save point (or ``grid`` point) that the theory lacks (named).
     TypeError
         If ``learned`` or the theory's result is not a Dataset, or ``theory_fn`` is not callable.
     """
@@ -195,8 +216,14 @@ def overlay(
             "dynamics from the learned order parameters at step 0, so the run must save step 0"
         )
     n_seeds = learned.sizes["trajectory"]
+    first = _start_indices(start, steps, n_seeds)  # (n_seeds,) index of each seed's start on the learned axis
+    if start is not None and align is not None:
+        raise ValueError("start cannot be combined with align: the alignment maps each whole seed from its step 0")
+    rows = np.arange(n_seeds)
     blocks = [
-        np.asarray(learned[v].isel(time=0).transpose("trajectory", ...).values, dtype=np.float64).reshape(n_seeds, -1)
+        np.asarray(learned[v].transpose("trajectory", "time", ...).values, dtype=np.float64)[rows, first].reshape(
+            n_seeds, -1
+        )
         for v in state_variables
     ]
     state0 = np.concatenate(blocks, axis=-1)
@@ -205,25 +232,81 @@ def overlay(
     if bad.size:
         seed, col = bad[0]
         var = state_variables[owner[col]]
-        first = int(np.flatnonzero(owner == owner[col])[0])  # the variable's first state column
-        where = "" if blocks[owner[col]].shape[1] == 1 else f" (component {col - first})"
-        raise ValueError(f"the learned step-0 value of {var!r}{where} is not finite for trajectory {seed}")
+        where = (
+            "" if blocks[owner[col]].shape[1] == 1 else f" (component {col - np.flatnonzero(owner == owner[col])[0]})"
+        )
+        at_step = "step-0" if start is None else f"step-{int(steps[first[seed]])}"
+        raise ValueError(f"the learned {at_step} value of {var!r}{where} is not finite for trajectory {seed}")
     if align is not None:
         theory = _as_run("theory_fn's result", theory_fn(state0, grid.copy()))
-        if theory.sizes["trajectory"] != n_seeds:
-            raise ValueError(
-                f"theory_fn returned {theory.sizes['trajectory']} trajectories for {n_seeds} learned seeds"
-            )
+        _check_count(theory, n_seeds)
         th, aligned = _align(theory, learned, variable=align, grid=grid)
         return th.assign_attrs({PAIRED_ATTR: 1}), aligned
-    at = learned[on].values.copy()
-    theory = theory_fn(state0, at)
-    theory = _as_run("theory_fn's result", theory)
-    if theory.sizes["trajectory"] != learned.sizes["trajectory"]:
+    axis = np.asarray(learned[on].values)
+    if grid is not None:
+        if on == "step" and np.any(grid != np.round(grid)):
+            raise ValueError(f"grid must hold whole steps with on='step'; got {grid[grid != np.round(grid)][:3]}")
+        at = grid.astype(np.int64) if on == "step" else grid
+        theory = _as_run("theory_fn's result", theory_fn(state0, at.copy()))
+        _check_count(theory, n_seeds)
+        own = theory.isel(time=np.asarray(_positions(theory, at, on)))
+        return _mark_start(own.assign_attrs({PAIRED_ATTR: 1}), start, steps, first), learned
+    if start is None:  # every seed from step 0, on the learned points themselves
+        at = axis.copy()
+        theory = _as_run("theory_fn's result", theory_fn(state0, at))
+        _check_count(theory, n_seeds)
+        aligned = theory.isel(time=np.asarray(_positions(theory, at, on)))
+    else:  # each seed on its own clock: learned point k faces the theory at axis[k] - axis[first[seed]]
+        offsets = axis[None, :] - axis[first][:, None]
+        later = np.arange(axis.size)[None, :] >= first[:, None]
+        at = np.unique(offsets[later])
+        theory = _as_run("theory_fn's result", theory_fn(state0, at.copy()))
+        _check_count(theory, n_seeds)
+        index = np.asarray(_positions(theory, at, on))
+        slot = np.searchsorted(at, offsets.clip(min=at[0]))  # offsets of later points are entries of at
+        aligned = _gather(theory, np.where(later, index[slot.clip(max=at.size - 1)], -1))
+    aligned = aligned.assign_coords(
+        time=learned["time"].values, step=("time", steps), trajectory=learned["trajectory"].values
+    )
+    aligned = _mark_start(aligned.assign_attrs({PAIRED_ATTR: 1}), start, steps, first)
+    if start is None:
+        message = _time_scale_message(_time_scale_ratios(aligned, learned, state_variables))
+        if message is not None:
+            warnings.warn(message, TimeScaleWarning, stacklevel=3)  # 3: past the argument-check wrapper, to the caller
+    return aligned, learned
+
+
+def _start_indices(start, steps: np.ndarray, n_seeds: int) -> np.ndarray:
+    """Index on the learned axis of each seed's start step (all 0 without ``start``); a start that is not a save
+    point, or a count other than one or one per seed, is refused naming it."""
+    if start is None:
+        return np.zeros(n_seeds, dtype=np.int64)
+    values = np.asarray(start)
+    if values.dtype.kind not in "iu" and not (
+        values.dtype.kind == "f" and np.all(np.isfinite(values)) and np.all(values == np.round(values))
+    ):
+        raise ValueError(f"start must be integer learned steps (one per seed, or one); got {start!r}")
+    values = np.broadcast_to(values.astype(np.int64), (n_seeds,)) if values.ndim == 0 else values.astype(np.int64)
+    if values.shape != (n_seeds,):
+        raise ValueError(f"start must hold one step per seed ({n_seeds}) or one for all; got shape {values.shape}")
+    pos = {int(s): i for i, s in enumerate(steps)}
+    lacking = [int(v) for v in values if int(v) not in pos]
+    if lacking:
         raise ValueError(
-            f"theory_fn returned {theory.sizes['trajectory']} trajectories for "
-            f"{learned.sizes['trajectory']} learned seeds"
+            f"start must be save points of the learned run (its steps {int(steps[0])} .. {int(steps[-1])}); "
+            f"{lacking[:5]} are not"
         )
+    return np.array([pos[int(v)] for v in values], dtype=np.int64)
+
+
+def _check_count(theory: xr.Dataset, n_seeds: int) -> None:
+    if theory.sizes["trajectory"] != n_seeds:
+        raise ValueError(f"theory_fn returned {theory.sizes['trajectory']} trajectories for {n_seeds} learned seeds")
+
+
+def _positions(theory: xr.Dataset, at: np.ndarray, on: str) -> list[int]:
+    """Index on the theory's time axis of every point of ``at`` (exact steps, or times to a relative 1e-12); a
+    point the theory lacks is an error naming it (nothing is interpolated or clipped)."""
     have = theory[on].values
     if on == "step":
         pos = {int(s): i for i, s in enumerate(have)}
@@ -241,19 +324,34 @@ def overlay(
     if absent:
         shown = ", ".join(f"{a:g}" for a in absent[:5]) + (" ..." if len(absent) > 5 else "")
         raise ValueError(
-            f"the theory lacks {len(absent)} of the learned run's save points on {on!r} ({shown}); "
+            f"the theory lacks {len(absent)} of the requested save points on {on!r} ({shown}); "
             f"it covers {have.min():g} .. {have.max():g}: save the theory at exactly the learned points "
             "(nothing is interpolated or clipped)"
         )
-    aligned = theory.isel(time=np.asarray(index))
-    aligned = aligned.assign_coords(
-        time=learned["time"].values, step=("time", steps), trajectory=learned["trajectory"].values
-    )
-    aligned = aligned.assign_attrs({PAIRED_ATTR: 1})
-    message = _time_scale_message(_time_scale_ratios(aligned, learned, state_variables))
-    if message is not None:
-        warnings.warn(message, TimeScaleWarning, stacklevel=3)  # 3: past the argument-check wrapper, to the caller
-    return aligned, learned
+    return index
+
+
+def _gather(theory: xr.Dataset, index: np.ndarray) -> xr.Dataset:
+    """Per seed, the theory's time points ``index[seed]`` (``-1``: NaN), for every variable along ``time``."""
+    rows = np.arange(index.shape[0])[:, None]
+    take = index.clip(min=0)
+    data = {}
+    for name, var in theory.data_vars.items():
+        if "time" not in var.dims:
+            data[name] = var
+            continue
+        dims = ("trajectory", "time") + tuple(d for d in var.dims if d not in ("trajectory", "time"))
+        values = np.asarray(var.transpose(*dims).values)[rows, take].astype(np.float64)
+        values[index < 0] = np.nan
+        data[name] = (dims, values)
+    coords = {k: c for k, c in theory.coords.items() if "time" not in c.dims}
+    coords.update(time=np.arange(index.shape[1]), step=("time", np.zeros(index.shape[1], dtype=np.int64)))
+    return type(theory)(data, coords=coords, attrs=theory.attrs)
+
+
+def _mark_start(theory: xr.Dataset, start, steps: np.ndarray, first: np.ndarray) -> xr.Dataset:
+    """The theory with its seeds' start steps as the coordinate ``start_step`` (only when ``start`` was given)."""
+    return theory if start is None else theory.assign_coords(start_step=("trajectory", steps[first]))
 
 
 validate_module(globals())  # argument checks from the annotations (dynamics.validation)

@@ -1,9 +1,11 @@
-"""Learned training against GD on F/2 for the icl_regression figures: the KQ scale gamma, the GD run started
-from the probed state once the pattern has formed, and its gap rows and plot."""
+"""Learned training against GD on F/2 for the icl_regression figures: the KQ scale gamma, where GD starts (the
+probed state once the pattern has formed; the run itself goes through :func:`dynamics.overlay.overlay`), the
+matching at equal gamma, and its gap rows and plot."""
 
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 
 from closedform import icl_regression as cf
 from dynamics.saveat import SaveAt
@@ -18,7 +20,7 @@ from figures.registry import compare_rows
 
 from figures.icl_regression._common import COLORS, _count_check, D, ETA_STAR, _same_sign_explanation, TASK
 
-__all__ = ["OVERLAY_MIN_LOGS"]
+__all__ = ["OVERLAY_MIN_LOGS", "GD_LR", "GD_SAVE"]
 
 
 def _overlay_mean(ds, key):
@@ -62,16 +64,17 @@ def _kq_scale(omega, mu):
     return np.sum(a * np.abs(omega), axis=-1) / np.sum(a, axis=-1)
 
 
-def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
-    """GD on F/2 started, per seed, from the probed (omega, mu) at the first logged step where the pattern has
-    formed (sign matched, positive and negative heads for H >= 2, mu^T omega >= ``formed`` eta*, gamma past its
-    peak); learned points after it are matched
-    to the GD path at the same KQ scale gamma (:func:`_kq_scale`; decreasing along the valley,
-    docs/models/icl_regression.md §5.4) and the GD values there returned.
+GD_LR = 0.01  # learning rate of GD on F/2 (the F/2-flow time is GD_LR x step)
+GD_SAVE = SaveAt(log=400).resolve_steps(1_000_000)  # its save steps: 400 log-spaced points over 1e6 updates
 
-    Returns dict of (S, T) arrays: start index ``i0`` (S,; T for a seed whose pattern never formed), ``t_match``
-    (flow time), ``mudo_gd``, ``mupos_gd``, ``summu_gd``, ``homog_gd`` (nan before the start) and the GD path itself
-    (``gd_gamma``, ``gd_mupos``: (S, n_save)).
+
+def _overlay_learned(task, omega, mu, steps, *, formed=0.9):
+    """The learned run as a Trajectory of ``omega``, ``mu`` (seed, step, head) for :func:`dynamics.overlay.overlay`,
+    and where GD on F/2 starts on it: per seed the first logged step where the pattern has formed (sign matched,
+    positive and negative heads for H >= 2, mu^T omega >= ``formed`` eta*, gamma past its peak).
+
+    Returns (learned, i0, start): ``i0`` (S,) the start index (T for a seed whose pattern never formed) and ``start``
+    the learned step GD starts from (the last one where i0 = T: started there, and discarded).
     """
     S, T, H = omega.shape
     pat = cf.classify_heads(omega, mu, dummy_tol=0.0)
@@ -85,15 +88,37 @@ def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
     gamma = _kq_scale(omega, mu)
     i0 = np.maximum(ok.argmax(axis=1), np.nanargmax(gamma, axis=1))
     i0 = np.where(ok.any(axis=1) & (i0 < T - 1), i0, T)
-    i_start = np.minimum(i0, T - 1)  # GD is started from some state for every seed (discarded where i0 = T)
-    om0 = omega[np.arange(S), i_start]
-    mu0 = mu[np.arange(S), i_start]
-    gd = cf.map(task, om0, mu0, lr=lr, n_steps=n_gd, saveat=SaveAt(log=400))
+    learned = xr.Dataset(
+        {"omega": (("trajectory", "time", "head"), omega), "mu": (("trajectory", "time", "head"), mu)},
+        coords={"trajectory": np.arange(S), "time": np.asarray(steps, dtype=np.float64), "step": ("time", steps)},
+    )
+    return learned, i0, np.asarray(steps)[np.minimum(i0, T - 1)]
+
+
+def _gd_on_half_F(task, H):
+    """``theory_fn`` of :func:`dynamics.overlay.overlay`: GD on F/2 at :data:`GD_LR` from each row (omega_1..H,
+    mu_1..H) of the state, saved at the steps asked (docs/models/icl_regression.md §5.1)."""
+
+    def run(state0, at):
+        return cf.map(task, state0[:, :H], state0[:, H:], lr=GD_LR, n_steps=int(at[-1]), saveat=SaveAt(steps=at))
+
+    return run
+
+
+def _overlay_vars(task, learned, gd, i0):
+    """Dataset variables of the overlay: the learned run against GD on F/2 (``gd``, started per seed from the probed
+    state at step index ``i0``, on its own clock) at matched gamma. Learned points from i0 on are matched to the GD
+    path at the same KQ scale gamma (:func:`_kq_scale`; decreasing along the valley, docs/models/icl_regression.md
+    §5.4) and the GD values there returned (NaN before i0); gamma is :func:`_kq_scale`, homogeneity is over non-dummy
+    heads (:func:`closedform.icl_regression.classify_heads`, Eq. (4.4))."""
+    omega, mu = learned.omega.values, learned.mu.values
+    S, T, H = omega.shape
+    gamma = _kq_scale(omega, mu)
     go, gm = im.stack_heads(gd, H)  # (S, n_save, H)
     gpat = cf.classify_heads(go, gm, dummy_tol=0.0)
     ggamma = _kq_scale(go, gm)
     ghomog = cf.classify_heads(go, gm).homogeneity  # over non-dummy heads, as the learned one (Eq. (4.4))
-    out = {k: np.full((S, T), np.nan) for k in ("t_match", "mudo_gd", "mupos_gd", "summu_gd", "homog_gd")}
+    ov = {k: np.full((S, T), np.nan) for k in ("t_match", "mudo_gd", "mupos_gd", "summu_gd", "homog_gd")}
     gt = np.asarray(gd["time"].values)
     for s in range(S):
         if i0[s] >= T:
@@ -101,42 +126,29 @@ def _overlay(task, omega, mu, *, lr=0.01, n_gd=1_000_000, formed=0.9):
         gam = np.minimum.accumulate(ggamma[s])  # monotone (non-increasing) envelope of the GD path's gamma
         keep = np.concatenate([[True], np.diff(gam) < 0])
         x = gam[keep][::-1]
-        learned = gamma[s, i0[s] :]
-        t_m = np.interp(learned, x, gt[keep][::-1])
-        out["t_match"][s, i0[s] :] = t_m
+        t_m = np.interp(gamma[s, i0[s] :], x, gt[keep][::-1])
+        ov["t_match"][s, i0[s] :] = t_m
         for key, src in (
             ("mudo_gd", gpat.mu_dot_omega),
             ("mupos_gd", gpat.mu_pos),
             ("summu_gd", gpat.sum_mu),
             ("homog_gd", ghomog),
         ):
-            out[key][s, i0[s] :] = np.interp(t_m, gt, src[s])
-    out.update(i0=i0, gd_time=gt, gd_gamma=ggamma, gd_mupos=gpat.mu_pos, gd_mudo=gpat.mu_dot_omega)
-    return out
-
-
-def _overlay_vars(task, omega, mu, steps):
-    """Dataset variables of the overlay (learned vs GD on F/2 at matched gamma): gamma is :func:`_kq_scale`,
-    homogeneity is over non-dummy heads (:func:`closedform.icl_regression.classify_heads`, Eq. (4.4))."""
-    ov = _overlay(task, omega, mu)
+            ov[key][s, i0[s] :] = np.interp(t_m, gt, src[s])
     pat = cf.classify_heads(omega, mu, dummy_tol=0.0)
     dims = ("seed", "step")
     return {
-        "gamma": (dims, _kq_scale(omega, mu)),
+        "gamma": (dims, gamma),
         "mu_dot_omega": (dims, pat.mu_dot_omega),
         "sum_mu": (dims, pat.sum_mu),
         "mu_pos": (dims, pat.mu_pos),
         "homogeneity": (dims, cf.classify_heads(omega, mu).homogeneity),
-        "t_match": (dims, ov["t_match"]),
-        "mudo_gd": (dims, ov["mudo_gd"]),
-        "mupos_gd": (dims, ov["mupos_gd"]),
-        "summu_gd": (dims, ov["summu_gd"]),
-        "homog_gd": (dims, ov["homog_gd"]),
-        "i0": (("seed",), ov["i0"]),
-        "gd_time": (("gd_save",), ov["gd_time"]),
-        "gd_gamma": (("seed", "gd_save"), ov["gd_gamma"]),
-        "gd_mupos": (("seed", "gd_save"), ov["gd_mupos"]),
-        "gd_mudo": (("seed", "gd_save"), ov["gd_mudo"]),
+        **{k: (dims, v) for k, v in ov.items()},
+        "i0": (("seed",), i0),
+        "gd_time": (("gd_save",), gt),
+        "gd_gamma": (("seed", "gd_save"), ggamma),
+        "gd_mupos": (("seed", "gd_save"), gpat.mu_pos),
+        "gd_mudo": (("seed", "gd_save"), gpat.mu_dot_omega),
     }
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import xarray as xr
 
 from closedform import icl_regression as cf
+from dynamics.overlay import overlay
 from empirical.models import icl_regression as im
 from figures.registry import Explanation, compare_rows
 
@@ -21,7 +22,14 @@ from figures.icl_regression._common import (
     _same_sign_explanation,
     TASK,
 )
-from figures.icl_regression._gd_overlay import _learned_arrays, _overlay_vars, _sorted_heads
+from figures.icl_regression._gd_overlay import (
+    _gd_on_half_F,
+    _learned_arrays,
+    _overlay_learned,
+    _overlay_vars,
+    _sorted_heads,
+    GD_SAVE,
+)
 
 __all__ = ["NEAR_DUMMY", "NEAR_DUMMY_EXPL", "ZERO_SUM_TOL", "HOMOG_TOL", "MUDO_REL"]
 
@@ -163,9 +171,10 @@ def _circuit_vars(model, traj, order):
     return {"KQ": (("seed", "step", "head", "row", "col"), KQ), "OV": (("seed", "step", "head", "col"), OV)}
 
 
-def _heads_ds(cfg, H, *, overlay=False, params=None):
-    """Dataset of one softmax run (d=5, L=40): omega, mu, off-pattern ratios, circuits, risk (heads sorted);
-    ``params``: the run's parameters (default ``cfg.params``, :func:`_run_key`)."""
+def _heads_ds(cfg, H, *, gd_overlay=False, params=None):
+    """Dataset of one softmax run (d=5, L=40): omega, mu, off-pattern ratios, circuits, risk (heads sorted), with
+    ``gd_overlay`` the overlay with GD on F/2 from each seed's probed state once its pattern formed; ``params``: the
+    run's parameters (default ``cfg.params``, :func:`_run_key`)."""
     model, traj, _ = _run(cfg, H, params=params)
     omega, mu, steps, _ = _learned_arrays(traj, H)
     order = _sorted_heads(omega[:, -1])
@@ -181,8 +190,10 @@ def _heads_ds(cfg, H, *, overlay=False, params=None):
         arr = np.stack([traj[f"{name}_{h}"].values for h in range(H)], -1)
         data[name] = (dims, take(arr))
     data.update(_circuit_vars(model, traj, order))
-    if overlay:
-        data.update(_overlay_vars(TASK, take(omega), take(mu), steps))
+    if gd_overlay:
+        learned, i0, start = _overlay_learned(TASK, take(omega), take(mu), steps)
+        gd, _ = overlay(_gd_on_half_F(TASK, H), learned, state_variables=("omega", "mu"), start=start, grid=GD_SAVE)
+        data.update(_overlay_vars(TASK, learned, gd, i0))
     return xr.Dataset(
         data,
         coords={"step": steps, "head": np.arange(H), "seed": traj["trajectory"].values},

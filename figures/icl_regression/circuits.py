@@ -155,7 +155,7 @@ def data_heads(cfg) -> xr.Dataset:
             f"params of the heads figures need H = 4 in Hs and as many single-head seeds as seeds; got "
             f"Hs={Hs}, n_seeds={p['n_seeds']}, single n_seeds={p['single']['n_seeds']}"
         )
-    d4 = _heads_ds(cfg, 4, overlay=True)
+    d4 = _heads_ds(cfg, 4, gd_overlay=True)
     d1 = _heads_ds(cfg, 1, params=p["single"])
     Hmax = max(Hs)
     om_all, mu_all = [], []

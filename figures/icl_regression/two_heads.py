@@ -180,4 +180,4 @@ _FIG1_CAPTION = (
 def data_fig1(cfg) -> xr.Dataset:
     """Fig. 1: H = 2 training (docs/models/icl_regression.md §9) with the GD-on-F/2 overlay
     (docs/models/icl_regression.md §5.1, §12)."""
-    return _heads_ds(cfg, 2, overlay=True)
+    return _heads_ds(cfg, 2, gd_overlay=True)

@@ -1,5 +1,5 @@
-"""Shared helpers of the random_walk figures: the task of a run, the torch and reduced-map runs on the same walks,
-save steps, series, the learned V, attention profiles and the paired checks."""
+"""Shared helpers of the random_walk figures: the task of a run, the torch run and the reduced map started from its
+seeds' own states on the same walks, save steps, series, the learned V, attention profiles and the paired checks."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from closedform import random_walk as cf
+from dynamics.overlay import overlay
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import random_walk as rwm
@@ -139,34 +140,39 @@ def _torch_run(task, cfg, seeds, walks, n_steps, steps, **model_kw):
     return traj, params, model
 
 
-def _reduced_runs(task, walks, n_steps, steps):
-    """The exact reduced GD map (docs/models/token_selection.md §C.5) on each run's walks; a list of trajectories."""
+def _torch_and_reduced(task, cfg, seeds, walks, n_steps, steps, *, grid=None):
+    """Full-batch GD of the torch model from zero (:func:`_torch_run`) and the exact reduced GD map
+    (docs/models/token_selection.md §C.5) on each seed's walks, started from that seed's step-0 reduced state through
+    :func:`dynamics.overlay.overlay`: on the torch save points, or on ``grid`` (steps from 0, e.g. beyond
+    ``n_steps``). Returns (trajectory, final params, model, reduced map): the reduced map a Dataset with one
+    trajectory per seed."""
+    traj, params, model = _torch_run(task, cfg, seeds, walks, n_steps, steps)
     train_w, test_w = walks
-    return [
-        cf.map(task, n_steps, walks=tr, test=te, saveat=SaveAt(steps=tuple(steps))) for tr, te in zip(train_w, test_w)
-    ]
+
+    def reduced(state0, at):
+        saveat = SaveAt(steps=tuple(int(s) for s in at))
+        return cf.map(task, int(at[-1]), walks=list(train_w), test=list(test_w), state0=state0, saveat=saveat)
+
+    theory, _ = overlay(reduced, traj, state_variables=cf.state_names(task), grid=grid)
+    return traj, params, model, theory
 
 
-def _series(traj_or_list, names, prefix) -> dict:
-    """Variables ``{prefix}_{name}`` (seed, step) from a torch trajectory or a list of reduced ones."""
-    out = {}
-    for name in names:
-        if isinstance(traj_or_list, list):
-            if name not in traj_or_list[0]:
-                continue
-            vals = np.stack([t[name].values[0] for t in traj_or_list])
-        else:
-            if name not in traj_or_list:
-                continue
-            vals = traj_or_list[name].values
-        out[f"{prefix}_{name}"] = (("seed", "step"), vals)
-    return out
+def _series(traj, names, prefix) -> dict:
+    """Variables ``{prefix}_{name}`` (seed, step) of a torch trajectory or a reduced run (one trajectory per seed)."""
+    return {
+        f"{prefix}_{name}": (("seed", "step"), traj[name].transpose("trajectory", "time").values)
+        for name in names
+        if name in traj
+    }
+
+
+def _state(task, run, seed: int, index: int) -> np.ndarray:
+    """The reduced state (V, a, c) of trajectory ``seed`` of a run at time index ``index``, in state order."""
+    return np.array([run[n].transpose("trajectory", "time").values[seed, index] for n in cf.state_names(task)])
 
 
 def _V_of(traj, task, index) -> np.ndarray:
-    """V (seed, K, K) at time index ``index`` of a torch trajectory (or a list of reduced ones)."""
-    if isinstance(traj, list):
-        return np.stack([cf.unpack_state(task, t.states()[0, index])[0] for t in traj])
+    """V (seed, K, K) at time index ``index`` of a torch trajectory or a reduced run."""
     return np.stack(
         [
             [[traj[f"V_{b}_{a}"].values[s, index] for a in range(task.K)] for b in range(task.K)]
@@ -183,7 +189,7 @@ def _profiles(task, params, model, reduced, test_w) -> tuple[np.ndarray, np.ndar
         with torch_threads(1):
             torch_p.append(rwm.attention_profile(task, one, te, normalize_tokens=model.spec.normalize_tokens)[0])
         if reduced is not None:
-            V, a, c = cf.unpack_state(task, reduced[i].states()[0, -1])
+            V, a, c = cf.unpack_state(task, _state(task, reduced, i, -1))
             S, _ = cf.reduced_forward(task, V, a, c, te.context)
             red_p.append(te.weights @ S)
     return np.stack(torch_p), (np.stack(red_p) if reduced is not None else None)

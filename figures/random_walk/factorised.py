@@ -20,11 +20,11 @@ from figures.random_walk._common import (
     DEFAULTS_U,
     _paired_checks,
     _profiles,
-    _reduced_runs,
     _save_steps,
     _seeds,
     _series,
     _task,
+    _torch_and_reduced,
     _torch_run,
 )
 
@@ -168,8 +168,7 @@ def data_factorised(cfg) -> xr.Dataset:
     fact, fact_params, fact_model = _torch_run(
         task, cfg, seeds, walks, par["n_steps"], steps, parametrisation="factorised", init="random"
     )
-    merged, _, _ = _torch_run(task, cfg, seeds, walks, par["n_steps"], steps)
-    reduced = _reduced_runs(task, walks, par["n_steps"], steps)
+    merged, _, _, reduced = _torch_and_reduced(task, cfg, seeds, walks, par["n_steps"], steps)
     names = ("attn_parent", "acc_rb", "acc", "off", "dist_V_Pi")
     data = {**_series(fact, names, "fact"), **_series(merged, names, "merged"), **_series(reduced, names, "reduced")}
     prof, _ = _profiles(task, fact_params, fact_model, None, walks[1])

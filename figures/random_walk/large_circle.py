@@ -20,14 +20,13 @@ from figures.random_walk._common import (
     DEFAULTS_U,
     _perturbed_reduced,
     RB_SOURCE,
-    _reduced_runs,
     RIDGE_EXPLANATION,
     ROUND_OFF,
     _save_steps,
     _seeds,
     _series,
     _task,
-    _torch_run,
+    _torch_and_reduced,
 )
 
 __all__ = ["plot_large_circle", "gaps_large_circle", "checks_large_circle", "data_large_circle"]
@@ -157,8 +156,7 @@ def data_large_circle(cfg) -> xr.Dataset:
     for tag, p in (("p05", 0.5), ("p1", 1.0)):
         task = _task(p, par)
         walks = rwm.walk_samples(task, par["n_train"], seeds, n_test=par["n_test"])
-        traj, _, _ = _torch_run(task, cfg, seeds, walks, par["n_steps"], steps)
-        reduced = _reduced_runs(task, walks, par["n_steps"], steps)
+        traj, _, _, reduced = _torch_and_reduced(task, cfg, seeds, walks, par["n_steps"], steps)
         data.update(_series(traj, ("acc", "acc_rb", "attn_parent"), f"{tag}_torch"))
         data.update(_series(reduced, ("acc", "acc_rb", "attn_parent"), f"{tag}_reduced"))
         if p == 1.0:

@@ -20,11 +20,11 @@ from figures.registry import CheckResult, GapRow, compare_rows, register
 from figures.random_walk._common import (
     DEFAULTS_U,
     EXACT_SOURCE,
-    _reduced_runs,
     ROUND_OFF,
     _save_steps,
     _seeds,
     _task,
+    _torch_and_reduced,
     _torch_run,
 )
 
@@ -120,9 +120,9 @@ def data_overlay(cfg) -> xr.Dataset:
         tag = _ptag(p)
         task = _task(p, par)
         walks = rwm.walk_samples(task, par["n_train"], seeds, n_test=par["n_test"])
-        zero, _, _ = _torch_run(task, cfg, seeds, walks, T, steps)
+        # the reduced map from each zero-init seed's step-0 state, on its own longer grid (torch steps included)
+        zero, _, _, red = _torch_and_reduced(task, cfg, seeds, walks, T, steps, grid=steps_red)
         rand, _, _ = _torch_run(task, cfg, seeds, walks, T, steps, init="random", normalize_tokens=True)
-        red = _reduced_runs(task, walks, T_red, steps_red)
         Pi = cf.transition_matrix(task.K, p)
         data[f"{tag}_bayes_chat_acc_rb"] = (
             ("seed",),
@@ -136,7 +136,7 @@ def data_overlay(cfg) -> xr.Dataset:
         for name in names:
             data[f"{tag}_torch_{name}"] = (("seed", "step"), zero[name].values)
             data[f"{tag}_random_{name}"] = (("seed", "step"), rand[name].values)
-            data[f"{tag}_reduced_{name}"] = (("seed", "step_red"), np.stack([r[name].values[0] for r in red]))
+            data[f"{tag}_reduced_{name}"] = (("seed", "step_red"), red[name].transpose("trajectory", "time").values)
     return xr.Dataset(
         data,
         coords={"seed": np.asarray(seeds), "step": np.asarray(steps), "step_red": np.asarray(steps_red)},

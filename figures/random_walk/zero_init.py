@@ -8,6 +8,7 @@ import numpy as np
 import xarray as xr
 
 from closedform import random_walk as cf
+from dynamics.overlay import overlay
 from dynamics.saveat import SaveAt
 from empirical.device import torch_threads
 from empirical.models import random_walk as rwm
@@ -27,14 +28,14 @@ from figures.random_walk._common import (
     _paired_checks,
     _perturbed_reduced,
     _profiles,
-    _reduced_runs,
     ROUND_OFF,
     _save_steps,
     _seeds,
     SERIES,
     _series,
+    _state,
     _task,
-    _torch_run,
+    _torch_and_reduced,
     _V_of,
 )
 
@@ -52,14 +53,13 @@ def _zero_init_data(cfg, p: float) -> xr.Dataset:
     seeds = _seeds(cfg, par["n_seeds"])
     walks = rwm.walk_samples(task, par["n_train"], seeds, n_test=par["n_test"])
     steps = _save_steps(par["n_steps"], dense=par.get("dense", 10))
-    traj, params, model = _torch_run(task, cfg, seeds, walks, par["n_steps"], steps)
-    reduced = _reduced_runs(task, walks, par["n_steps"], steps)
+    traj, params, model, reduced = _torch_and_reduced(task, cfg, seeds, walks, par["n_steps"], steps)
     prof_t, prof_r = _profiles(task, params, model, reduced, walks[1])
     V_t = params["V"].cpu().numpy()
     V_r = _V_of(reduced, task, -1)
     names = cf.state_names(task)
     state_gap = max(
-        float(np.max(np.abs(np.stack([traj[n].values[i] for n in names], -1) - reduced[i].states()[0])))
+        float(np.max(np.abs(np.stack([traj[n].values[i] - reduced[n].values[i] for n in names], -1))))
         for i in range(len(seeds))
     )
     data = {
@@ -96,11 +96,17 @@ def _zero_init_data(cfg, p: float) -> xr.Dataset:
                 "gd", model_p, n_pop, seeds=cfg.seeds(f"population p={p}", 1), saveat=SaveAt(steps=psteps)
             )
             traj_p = train(model_p, pop_config, device=cfg.device)
-        red_p = cf.map(task, n_pop, walks=law, test=law, saveat=SaveAt(steps=psteps))
+        red_p, _ = overlay(  # the reduced map on the population, from the torch run's step-0 state
+            lambda state0, at: cf.map(
+                task, int(at[-1]), walks=law, test=law, state0=state0, saveat=SaveAt(steps=tuple(int(s) for s in at))
+            ),
+            traj_p,
+            state_variables=names,
+        )
         prof = np.stack([traj_p[f"attn_pos_{j}"].values[0] for j in range(task.N)], -1)
         spread_r = []
         for t in range(len(psteps)):
-            V, a, c = cf.unpack_state(task, red_p.states()[0, t])
+            V, a, c = cf.unpack_state(task, _state(task, red_p, 0, t))
             S, _ = cf.reduced_forward(task, V, a, c, law.context)
             spread_r.append(np.ptp(law.weights @ S[:, :-1]))
         data.update(

@@ -126,3 +126,100 @@ def test_bad_input_is_refused_with_a_clear_message(case, match):
         overlay(fn, learned, state_variables=variables, on=on)
     with pytest.raises(TypeError, match="Trajectory"):
         overlay(_theory, np.zeros((2, 2)), state_variables=("x",))
+
+
+def _from_each_start(learned, steps, start):
+    """Hand-computed control: A^(k - s_i) applied to seed i's learned state at its start s_i, NaN before it."""
+    states = np.stack([learned.x.values, learned.y.values], -1)
+    out = np.full(states.shape, np.nan)
+    for i, s_i in enumerate(start):
+        x_start = states[i, list(steps).index(s_i)]
+        for k, s in enumerate(steps):
+            if s >= s_i:
+                out[i, k] = np.linalg.matrix_power(A, int(s - s_i)) @ x_start
+    return out
+
+
+def test_a_per_seed_start_runs_each_seed_from_its_own_learned_state_on_a_shifted_clock():
+    steps = np.array([0, 2, 5, 9, 14])
+    learned, _ = _learned(steps, noise=0.05)  # noisy: a theory started at step 0 cannot pass for one started later
+    start = np.array([0, 5, 2, 14])
+    seen = []
+
+    def theory(state0, at):
+        seen.append((state0.copy(), at.copy()))
+        return _theory(state0, at)
+
+    th, same = overlay(theory, learned, state_variables=("x", "y"), start=start)
+    assert same is learned
+    state0, at = seen[0]
+    # the offsets of the learned points from the starts, once each: 0..14 minus 0, 5, 2 or 14, the later ones only
+    np.testing.assert_array_equal(at, [0, 2, 3, 4, 5, 7, 9, 12, 14])
+    np.testing.assert_array_equal(state0[1], [learned.x.values[1, 2], learned.y.values[1, 2]])
+    got = np.stack([th.x.values, th.y.values], -1)
+    expected = _from_each_start(learned, steps, start)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))  # NaN exactly before each seed's start
+    # matrix powers against 14 float64 map steps: a few ulps of |x| ~ 1
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-14)
+    wrong = _from_each_start(learned, steps, np.zeros(4, dtype=int))  # every seed from step 0: must differ
+    assert np.nanmax(np.abs(got - wrong)) > 1e-3
+    np.testing.assert_array_equal(th.start_step.values, start)
+    np.testing.assert_array_equal(th.step.values, steps)
+    np.testing.assert_array_equal(th.time.values, learned.time.values)
+    assert th.attrs["started_from_learned_seeds"] == 1
+
+
+def test_a_per_seed_start_on_the_time_axis_and_a_common_start():
+    steps = np.array([0, 2, 4, 8])
+    learned, _ = _learned(steps, noise=0.05, seeds=3)
+
+    def theory_on_time(state0, times):  # the theory's own clock: time 0.5 * step from its start
+        tr = _theory(state0, (times / 0.5).round().astype(int))
+        return tr.assign_coords(time=0.5 * tr.step.values)
+
+    th, _ = overlay(theory_on_time, learned, state_variables=("x", "y"), on="time", start=[2, 4, 0])
+    np.testing.assert_allclose(
+        np.stack([th.x.values, th.y.values], -1), _from_each_start(learned, steps, [2, 4, 0]), rtol=1e-13, atol=1e-14
+    )
+    common, _ = overlay(_theory, learned, state_variables=("x", "y"), start=4)  # one step for every seed
+    np.testing.assert_allclose(
+        np.stack([common.x.values, common.y.values], -1),
+        _from_each_start(learned, steps, [4, 4, 4]),
+        rtol=1e-13,
+        atol=1e-14,
+    )
+
+
+def test_a_grid_without_align_returns_the_theory_on_its_own_clock_beyond_the_learned_run():
+    steps = np.array([0, 3, 6])
+    learned, x0 = _learned(steps)
+    grid = np.array([0, 1, 3, 6, 20, 50])
+    th, same = overlay(_theory, learned, state_variables=("x", "y"), grid=grid)
+    assert same is learned
+    np.testing.assert_array_equal(th.step.values, grid)
+    exact = np.stack([x0 @ np.linalg.matrix_power(A, int(s)).T for s in grid], axis=1)
+    np.testing.assert_allclose(np.stack([th.x.values, th.y.values], -1), exact, rtol=1e-13, atol=1e-15)
+    later, _ = overlay(_theory, learned, state_variables=("x", "y"), grid=grid, start=[3, 0, 6, 3])
+    x_start = np.stack([learned.x.values[0, 1], learned.y.values[0, 1]])
+    np.testing.assert_allclose(later.x.values[0, -1], (np.linalg.matrix_power(A, 50) @ x_start)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "start, match",
+    [
+        ([0, 1, 0, 0], r"start must be save points .*\[1\] are not"),
+        ([0, 3], r"one step per seed \(4\) or one for all"),
+        ([0.5, 0, 0, 0], "start must be integer learned steps"),
+        ("align", "start cannot be combined with align"),
+    ],
+)
+def test_a_bad_start_is_refused_naming_it(start, match):
+    steps = np.array([0, 3, 6])
+    learned, _ = _learned(steps)
+    kw = {"start": start}
+    if start == "align":
+        kw = {"start": 3, "align": "x", "grid": [0.0, 1.0]}
+    with pytest.raises(ValueError, match=match):
+        overlay(_theory, learned, state_variables=("x", "y"), **kw)
+    with pytest.raises(ValueError, match="whole steps"):
+        overlay(_theory, learned, state_variables=("x", "y"), grid=[0.0, 1.5])

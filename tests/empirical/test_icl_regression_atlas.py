@@ -39,7 +39,7 @@ from dynamics import SaveAt
 from empirical.models import icl_regression as m
 from empirical.train import TrainConfig, train
 
-TASK = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)  # the atlas figure's task (figures/_atlas.py, spec §9)
+TASK = icl.ICLRegressionTask(d=5, L=40, sigma2=0.1)  # the atlas figure's task (figures/_icl_atlas.py, spec §9)
 H = 2
 SEEDS = tuple(range(8))
 # starts on the pattern (3.1) and the end class the reduced GD on F/2 predicts for them (asserted below, not assumed)

@@ -23,7 +23,7 @@ FAST = [f for f in ALL if f != "fig22"]  # fig22 compiles the adaptive Dopri5 en
 
 
 def test_every_spec_9_figure_is_registered_with_three_presets():
-    # icl_regression.atlas (figures/_atlas.py) is a result of this toolkit, not a figure of spec §9
+    # icl_regression.atlas (figures/_icl_atlas.py) is a result of this toolkit, not a figure of spec §9
     names = [n for n in registry.REGISTRY.names("icl_regression") if n != "icl_regression.atlas"]
     assert names == [f"icl_regression.{f}" for f in ALL]
     for name in names:
@@ -100,8 +100,21 @@ def test_make_from_the_command_line(tmp_path):
     assert (tmp_path / "out" / "icl_regression.fig7.png").exists()
 
 
+def _learned_gd(task, omega, mu, steps, grid=None):
+    """(learned, GD on F/2 from each seed's start, i0), the arguments of _overlay_vars, as icl_regression's _heads_ds
+    runs them (GD saved on ``grid``, default the figures' own)."""
+    from dynamics.overlay import overlay
+
+    learned, i0, start = _gd_overlay._overlay_learned(task, omega, mu, steps)
+    run = _gd_overlay._gd_on_half_F(task, omega.shape[-1])
+    grid = _gd_overlay.GD_SAVE if grid is None else grid
+    gd, _ = overlay(run, learned, state_variables=("omega", "mu"), start=start, grid=grid)
+    return learned, gd, i0
+
+
 def test_overlay_matches_gd_on_F_when_started_on_its_own_path():
-    """_overlay on a 'learned' path that IS GD on F/2 (H = 2) must return itself: gaps ~ 0 (interpolation only)."""
+    """The overlay on a 'learned' path that IS GD on F/2 (H = 2) must return itself: gaps ~ 0 (interpolation
+    only)."""
     from closedform import icl_regression as cf
     from dynamics.saveat import SaveAt
     from empirical.models import icl_regression as im
@@ -116,7 +129,11 @@ def test_overlay_matches_gd_on_F_when_started_on_its_own_path():
         saveat=SaveAt(log=60),
     )
     omega, mu = im.stack_heads(gd, 2)
-    ov = _gd_overlay._overlay(task, omega, mu, n_gd=200_000)
+    grid = SaveAt(log=400).resolve_steps(200_000)  # GD on F/2 to 200 000 steps (the figures': 1e6)
+    ov = {
+        k: v
+        for k, (_, v) in _gd_overlay._overlay_vars(task, *_learned_gd(task, omega, mu, gd.step.values, grid)).items()
+    }
     gamma = _gd_overlay._kq_scale(omega, mu)
     assert np.all(ov["i0"] == gamma.argmax(1))  # formed from the start (mu^T omega ~ 0.87): starts at gamma's peak
     mudo = np.sum(omega * mu, -1)
@@ -229,7 +246,10 @@ def test_fig21_overlay_mean_never_jumps_when_a_seed_did_not_form():
     omega = np.concatenate([omega, np.full_like(omega[:1], 0.01)])  # a third seed stuck at the initialisation
     mu = np.concatenate([mu, np.full_like(mu[:1], 0.01)])
     ds = xr.Dataset(
-        {k: (dims, v) for k, (dims, v) in _gd_overlay._overlay_vars(task, omega, mu, None).items()},
+        {
+            k: (dims, v)
+            for k, (dims, v) in _gd_overlay._overlay_vars(task, *_learned_gd(task, omega, mu, gd.step.values)).items()
+        },
         coords={"step": np.arange(omega.shape[1])},
     )
     T = omega.shape[1]

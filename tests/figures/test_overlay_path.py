@@ -6,9 +6,9 @@ A function *builds an overlay* when it reaches the trainer (``train`` of :mod:`f
 through functions of its own figure package) and runs reduced dynamics (a ``map`` / ``flow`` / ``symmetric_flow`` of a
 :mod:`closedform` module, directly or through its package's functions), and none of the functions it calls does both
 already (the innermost such function is the one that must call ``overlay``). A function named ``*overlay*`` that
-runs reduced dynamics counts too. Two lists name the exceptions, each with its reason: population theory (the
-reduced dynamics are not started from a learned seed's state; the comparison is unpaired, through
-:func:`figures.registry.compare_rows`), and hand-written overlays not converted yet.
+runs reduced dynamics counts too. One list names the exceptions, each with its reason: population theory (the
+reduced dynamics are not started from a learned seed's state, by design; the comparison is unpaired, through
+:func:`figures.registry.compare_rows`).
 """
 
 from __future__ import annotations
@@ -28,17 +28,6 @@ POPULATION = {
     "scan_snap/syn_small.py:data_fig4": "momentum population map of §4.3 vs SGD at finite T and batch",
     "scan_snap/syn_small.py:data_gap_T": "population map vs SGD: the gap itself is the measured quantity",
     "scan_snap/syn_medium.py:_compute_medium_runs": "random-init population map vs SGD on the entropy grid",
-}
-
-# hand-written per-seed overlays still to move onto dynamics.overlay
-PENDING = {
-    "random_walk/zero_init.py:_zero_init_data": "exact reduced map on each seed's walks",
-    "random_walk/factorised.py:data_factorised": "exact reduced map on each seed's walks",
-    "random_walk/large_circle.py:data_large_circle": "exact reduced map on each seed's walks",
-    "random_walk/overlay.py:data_overlay": "exact reduced map on each seed's walks (own save grid)",
-    "icl_regression/_gd_overlay.py:_overlay": "GD on F/2 from a mid-run probed state, aligned by gamma: needs a "
-    "per-seed start step in dynamics.overlay",
-    "icl_regression/_heads.py:_heads_ds": "trains and calls _overlay_vars (see _overlay)",
 }
 
 
@@ -108,10 +97,11 @@ def overlay_builders(root: Path) -> dict[str, bool]:
 
 def test_every_overlay_goes_through_dynamics_overlay():
     found = overlay_builders(FIGURES)
-    hand_written = sorted(k for k, ok in found.items() if not ok and k not in POPULATION and k not in PENDING)
+    hand_written = sorted(k for k, ok in found.items() if not ok and k not in POPULATION)
     assert hand_written == [], f"overlays built without dynamics.overlay: {hand_written}"
-    assert sum(found.values()) >= 3  # nearest_neighbor Figs. 3 and overlay, single_location Fig. 5
-    stale = sorted(k for k in (*POPULATION, *PENDING) if k not in found or found[k])
+    # nearest_neighbor Figs. 3 and overlay, single_location Fig. 5, the random_walk runs, icl_regression's GD on F/2
+    assert sum(found.values()) >= 5
+    stale = sorted(k for k in POPULATION if k not in found or found[k])
     assert stale == [], f"listed as exceptions but no longer hand-written overlays: {stale}"
 
 

@@ -66,7 +66,7 @@ def test_bad_seed_arguments_are_refused():
 
 # Every figure module: each stream follows the rule (cfg.seeds / cfg.generators, or run_seeds / run_seed_sequence with
 # the model as the figure for runs that several figures share).
-RULED = (*names(builtin=True), "_atlas", "_single_location_transformer", "_single_location_probing")
+RULED = (*names(builtin=True), "_atlas", "_icl_atlas", "_single_location_transformer", "_single_location_probing")
 
 
 def _unruled(text: str) -> list[str]:
