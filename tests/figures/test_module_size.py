@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FIGURES = Path(__file__).resolve().parents[1] / "figures"
+FIGURES = Path(__file__).resolve().parents[2] / "figures"
 LIMIT = 600
 FRAMEWORK = {
     "__init__.py",
