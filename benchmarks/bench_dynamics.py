@@ -688,7 +688,7 @@ def _bench_per_call(quick: bool) -> list[Result]:
 
 def _bench_token_dense(quick: bool) -> list[Result]:
     """Saving every step against the final state only through the token-selection maps, their diagnostics included
-    (nearest_neighbor and group_sparse compute them in the compiled loop; random_walk still in a Python pass)."""
+    (all three compute them in the compiled loop)."""
     import warnings
 
     from benchmarks._dense import dense_save_result
