@@ -291,3 +291,16 @@ def test_random_walk_dense_saves_equal_sparse_and_keep_the_states():
         saveat=SaveAt(every=1),
     )
     np.testing.assert_array_equal(dense.states(), plain.states())
+
+
+def test_random_walk_stable_argsort_is_numpys():
+    # ties (equal attention weights) must keep their original order, as np.argsort(kind="stable"): the weighted
+    # quantile's running sum adds the weights in that order; an unstable order (quicksort) differs on ties
+    from closedform import _random_walk_kernels as RK
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 30, 64, 65, 500):
+        v = rng.integers(0, 4, n).astype(np.float64) / 3.0
+        np.testing.assert_array_equal(RK._stable_argsort(v), np.argsort(v, kind="stable"))
+    # the data have ties on which an unstable sort (numpy's introsort at 500 values) orders differently
+    assert not np.array_equal(np.argsort(v, kind="quicksort"), np.argsort(v, kind="stable"))
