@@ -90,6 +90,21 @@ def test_fused_observables_equal_the_separate_ones_and_keep_the_states(manifold)
             assert out[0] == tr["risk"].values[i, j] and out[1] == tr["excess_risk"].values[i, j]
 
 
+@pytest.mark.parametrize("manifold", [False, True])
+def test_dense_saves_equal_sparse_saves(manifold):
+    # a row saved by a dense run (observables from the fused step) equals the same row of a sparse run (observables
+    # mostly from the separate observable), states and observables bit for bit, under a lambda schedule
+    task = sl.SingleLocationTask(d=400, L=10, noise=0.2)
+    state0 = sl.sample_initial_state(task, 5, 4, on="manifold" if manifold else "sphere")
+    kw = dict(alpha=4e-3, n_steps=300, lam=sl.lam_schedule(0.5, 2e-3), manifold=manifold, warn_unconverged=False)
+    dense = sl.map(task, state0, saveat=SaveAt(every=1), **kw)
+    sparse = sl.map(task, state0, saveat=SaveAt(every=30), **kw)
+    assert {"risk", "excess_risk", "distance_to_manifold"} <= set(sparse.data_vars)
+    for name in sparse.data_vars:
+        if "time" in sparse[name].dims:
+            np.testing.assert_array_equal(dense[name].values[:, ::30], sparse[name].values, err_msg=name)
+
+
 def test_frozen_states_under_a_schedule_use_their_own_lambda():
     # a state frozen by the converged stop keeps its lambda while the table moves on: the observable must use the
     # state's lambda (its own constants), not the row of the save step
