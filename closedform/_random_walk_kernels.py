@@ -227,6 +227,18 @@ def _unit_distance(v, nv, unit, uo, work):
     return _norm(work)
 
 
+@njit(cache=True, fastmath=False, inline="always")
+def _row_sum(d, K):
+    """numpy's sum of d[0:K] (a row of ``np.linalg.norm(..., axis=1)``): a plain loop below 8 terms, the pairwise
+    rule above."""
+    if K >= 8:
+        return pairwise_sum(d, 0, K)
+    acc = 0.0
+    for k in range(K):
+        acc += d[k]
+    return acc
+
+
 @njit(cache=True, fastmath=False)
 def _stable_argsort(v):
     """``np.argsort(v, kind="stable")`` for finite v: insertion sort up to 64 values (a quarter of the cost of numba's
@@ -285,11 +297,11 @@ def _test_observables(x, nv, rho, K, N, consts, states, weights, obs):
         other[w] = m
         for k in range(K):
             d[k] = f[k] * f[k]
-        nf = math.sqrt(pairwise_sum(d, 0, K))
+        nf = math.sqrt(_row_sum(d, K))
         for k in range(K):
             e = f[k] / nf - consts[io + w * K + k]
             d[k] = e * e
-        ferr[w] = math.sqrt(pairwise_sum(d, 0, K))
+        ferr[w] = math.sqrt(_row_sum(d, K))
     obs[0] = np.dot(weights, correct)
     obs[1] = np.dot(weights, rb)
     obs[2] = np.dot(weights, parent)
