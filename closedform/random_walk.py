@@ -860,7 +860,9 @@ def map(
         se_grad_c (largest standard error over the entries of each block of the gradient at the saved state; the
         per-entry SEs come from :func:`reduced_gradient`), dist_V_sqrtChat (direction error of V to the
         finite-sample limit sqrt(C_hat^T) of the training walks, docs/models/token_selection.md §C.7), and, with
-        ``test``, the :data:`DIAGNOSTIC_NAMES` on the test walks.
+        ``test``, the :data:`DIAGNOSTIC_NAMES` on the test walks. They are computed inside the compiled loop at every
+        save (from the gradient of the step taken there), equal bit for bit to :func:`reduced_gradient`,
+        :func:`direction_error` and :func:`diagnostics` at the saved state.
 
     Raises
     ------
