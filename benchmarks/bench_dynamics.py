@@ -26,8 +26,9 @@ Rows:
 * Per-call fixed cost of a public call (validation, diagnostics and the Dataset included): ``single_location.map``
   and ``icl_regression.map``/``flow`` with 1 trajectory and 1 step, and ``single_location.map`` 1 x 2 000 steps
   with ``SaveAt(n=11)`` (target <= 0.5 ms for 1 x 1, i.e. >= 2 000 calls per CPU second).
-* Dense saves through the token-selection maps (nearest_neighbor, group_sparse, random_walk): ``SaveAt(every=1)``
-  against ``SaveAt(final=True)``, their diagnostics included (target: <= 2x).
+* Dense saves through the token-selection maps (nearest_neighbor, group_sparse, random_walk, the last also with test
+  walks) and random_walk's flow (a save per solver step): ``SaveAt(every=1)`` against ``SaveAt(final=True)``, their
+  diagnostics included (target: <= 2x), with the cost model of random_walk's floor.
 * 10^6 sphere starts to convergence with ``single_location.basins()`` defaults: a subset timed, its fixed cost
   (the fixed-point search) measured apart, extrapolated linearly in the starts (target <= 10 min CPU).
 """
@@ -688,7 +689,9 @@ def _bench_per_call(quick: bool) -> list[Result]:
 
 def _bench_token_dense(quick: bool) -> list[Result]:
     """Saving every step against the final state only through the token-selection maps, their diagnostics included
-    (nearest_neighbor and group_sparse compute them in the compiled loop; random_walk still in a Python pass)."""
+    (all three compute them in the compiled loop), and random_walk's map with test walks and its flow; the
+    random_walk rows carry the cost model of their floor (kernel time of the observables per save against a step)."""
+    import dataclasses
     import warnings
 
     from benchmarks._dense import dense_save_result
@@ -702,21 +705,84 @@ def _bench_token_dense(quick: bool) -> list[Result]:
     gs_task = gs.GroupSparseTask(d=3, D=4)
     rs = gs.population_sample(gs_task, 400, 2)
     rw_task = rw.RandomWalkTask(K=5, N=6, M=20, p=0.5)
+    rw_train, rw_test = rw.sample_walks(rw_task, 30, 3), rw.sample_walks(rw_task, 30, 4)
     calls = {
-        f"nearest_neighbor.map, 200 prompts, 1 x {n}": lambda sv: nn.map(
-            nn_task, prompts, n, saveat=sv, warn_unconverged=False
+        f"nearest_neighbor.map, 200 prompts, 1 x {n}": (
+            lambda sv: nn.map(nn_task, prompts, n, saveat=sv, warn_unconverged=False),
+            n,
         ),
-        f"group_sparse.map (with_se), 400 draws, 1 x {n // 5}": lambda sv: gs.map(
-            gs_task, n // 5, rs=rs, saveat=sv, warn_unconverged=False
+        f"group_sparse.map (with_se), 400 draws, 1 x {n // 5}": (
+            lambda sv: gs.map(gs_task, n // 5, rs=rs, saveat=sv, warn_unconverged=False),
+            n // 5,
         ),
-        f"random_walk.map, 30 walks, 1 x {n // 5}": lambda sv: rw.map(
-            rw_task, n // 5, walks=30, rng=3, saveat=sv, warn_unconverged=False
+        f"random_walk.map, 30 walks, 1 x {n // 5}": (
+            lambda sv: rw.map(rw_task, n // 5, walks=30, rng=3, saveat=sv, warn_unconverged=False),
+            n // 5,
+        ),
+        f"random_walk.map, 30 walks + 30 test walks, 1 x {n // 5}": (
+            lambda sv: rw.map(rw_task, n // 5, walks=rw_train, test=rw_test, saveat=sv, warn_unconverged=False),
+            n // 5,
         ),
     }
-    steps = {name: n if name.startswith("nearest") else n // 5 for name in calls}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return [dense_save_result(name, call, steps[name], 1) for name, call in calls.items()]
+        rows = [dense_save_result(name, call, steps, 1) for name, (call, steps) in calls.items()]
+        tau = 40.0
+        flow = lambda sv: rw.flow(rw_task, tau, walks=rw_train, saveat=sv)  # noqa: E731
+        n_sol = int(flow(SaveAt(final=True)).n_rhs_steps.values[0, -1])
+        rows.append(
+            dense_save_result(
+                f"random_walk.flow Dopri5, 30 walks, tau 0-{tau:g}: a save per solver step ({n_sol})",
+                flow,
+                n_sol,
+                1,
+                dense=SaveAt(n=n_sol + 1),
+            )
+        )
+        many = dense_save_result("", flow, n_sol, 1, dense=SaveAt(n=2001))
+    c_step, c_obs, c_test = _random_walk_kernel_costs(rw, rw_task, rw_train, rw_test)
+    notes = [
+        f"; test diagnostics {c_test * 1e6:.2f} us a save against a step {c_step * 1e6:.2f} us (kernel loop): "
+        f"on long runs (no per-call cost) the ratio tends to 1 + {c_test / c_step:.2f} n_test/30 "
+        "(the diagnostics' work per walk, softmax, output and two norms, against the gradient's)",
+        f"; with 2001 saves {many.baseline / many.value:.2f}x: each save costs one pass over the walks "
+        f"({c_obs * 1e6:.2f} us) against 6 of a Dopri5 step ({c_step * 1e6:.2f} us each), so the ratio is "
+        f"~1 + n_save {c_obs / c_step:.2f} / (6 n_steps) and passes 2x above ~6 saves a step",
+    ]
+    rows[-2] = dataclasses.replace(rows[-2], note=rows[-2].note + notes[0])
+    rows[-1] = dataclasses.replace(rows[-1], note=rows[-1].note + notes[1])
+    return rows
+
+
+def _random_walk_kernel_costs(rw, task, train, test, n: int = 20_000) -> tuple[float, float, float]:
+    """CPU seconds per call, in a compiled loop, of random_walk's step, of its observables on the training walks and
+    of the test diagnostics alone (observables with test walks minus without), at a state 50 steps in."""
+    from closedform import _random_walk_kernels as _k
+
+    @njit(cache=False)
+    def loop_step(x, p, args, out, n):
+        for i in range(n):
+            _k.reduced_step(i, x, p, args, out)
+
+    @njit(cache=False)
+    def loop_obs(x, p, args, out, n):
+        for i in range(n):
+            _k.observables(i, x, p, args, out)
+
+    x = rw.map(task, 50, walks=train, saveat=SaveAt(final=True), warn_unconverged=False).states()[0, -1].copy()
+    p = rw.map_params(task, train)
+    times = []
+    for fn, test_walks, out in (
+        (loop_step, None, np.empty(x.size)),
+        (loop_obs, None, np.empty(16)),
+        (loop_obs, test, np.empty(16)),
+    ):
+        args = rw._observe_args(task, train, test_walks)
+        fn(x, p, args, out, 10)
+        t0 = time.process_time()
+        fn(x, p, args, out, n)
+        times.append((time.process_time() - t0) / n)
+    return times[0], times[1], times[2] - times[1]
 
 
 def _bench_basins(quick: bool) -> list[Result]:

@@ -471,7 +471,9 @@ def reduced_forward(
     (docs/models/token_selection.md §C.5).
 
     Logits l_j = rho a_{s_j} + rho^2 c_j (j < N), l_N = rho^2 c_N. Shapes: V (K, K), a (K,), c (N,),
-    context (n, N-1) int. Returns S (n, N) and f (n, K) as :func:`forward`.
+    context (n, N-1) int. Returns S (n, N) and f (n, K) as :func:`forward`; f_b = sum_k V[b, k] u_k with
+    u_k = sum_{j < N, s_j = k} S_j is added in a fixed order (j, then k), the order of the compiled loop's
+    diagnostics.
 
     Parameters
     ----------
@@ -482,8 +484,8 @@ def reduced_forward(
     n = context.shape[0]
     flat = np.concatenate([context, np.zeros((n, 1), dtype=np.int64)], axis=1).astype(np.float64).ravel()
     S = np.empty((n, task.N))
-    _kern.reduced_attention(flat, n, task.K, task.N, a, c, task.rho, S)
-    f = _one_hot_average(context, S[:, :-1], task.K) @ V.T
+    f = np.empty((n, task.K))
+    _kern.reduced_forward(flat, n, task.K, task.N, np.ascontiguousarray(V).ravel(), a, c, task.rho, S, f)
     return S, f
 
 
@@ -603,12 +605,12 @@ def attention_stats(
     """
     S = np.asarray(S, dtype=np.float64)
     w = np.full(S.shape[0], 1.0 / S.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    parent = S[:, -2]
+    parent = np.ascontiguousarray(S[:, -2])  # contiguous columns: the BLAS dot of the compiled diagnostics
     others = np.delete(S, S.shape[1] - 2, axis=1)
     return {
         "attn_parent": float(w @ parent),
         "attn_parent_q": _weighted_quantile(parent, w, q),
-        "attn_blank": float(w @ S[:, -1]),
+        "attn_blank": float(w @ np.ascontiguousarray(S[:, -1])),
         "attn_max_other": float(w @ others.max(axis=1)),
     }
 
@@ -858,7 +860,9 @@ def map(
         se_grad_c (largest standard error over the entries of each block of the gradient at the saved state; the
         per-entry SEs come from :func:`reduced_gradient`), dist_V_sqrtChat (direction error of V to the
         finite-sample limit sqrt(C_hat^T) of the training walks, docs/models/token_selection.md §C.7), and, with
-        ``test``, the :data:`DIAGNOSTIC_NAMES` on the test walks.
+        ``test``, the :data:`DIAGNOSTIC_NAMES` on the test walks. They are computed inside the compiled loop at every
+        save (from the gradient of the step taken there), equal bit for bit to :func:`reduced_gradient`,
+        :func:`direction_error` and :func:`diagnostics` at the saved state.
 
     Raises
     ------
@@ -919,10 +923,12 @@ def map(
         x0,
         n_steps,
         params=params,
-        args=_kernel_args(task, train),
+        args=_observe_args(task, train, test),
         saveat=saveat,
         names=state_names(task),
-        derived=_derived_fn(task, train, test),
+        observe=_kern.observables,
+        observe_names=_observable_names(test),
+        step_observe=_kern.step_observables,
         time_scale=time_scale,
         progress=progress,
         attrs=run_attrs,
@@ -978,11 +984,12 @@ def flow(
         x0,
         (0.0, tau_end),
         params=map_params(task, train),
-        args=_kernel_args(task, train),
+        args=_observe_args(task, train, test),
         solver=solver,
         saveat=saveat,
         names=state_names(task),
-        derived=_derived_fn(task, train, test),
+        observe=_kern.observables,
+        observe_names=_observable_names(test),
         progress=progress,
         attrs=run_attrs,
     )
@@ -1006,31 +1013,44 @@ def _prepare_run(task, walks, rng, test, state0):
     return train, test, x0
 
 
-def _derived_fn(task, train, test):
-    """The ``derived`` callable of the reduced runs: loss, gradient SEs, direction to sqrt(C_hat^T), diagnostics."""
-    sqrt_C_hat_T = np.sqrt(empirical_transitions(train, task.K).T)
-    names = ("loss", "se_loss", "se_grad_V", "se_grad_a", "se_grad_c", "dist_V_sqrtChat")
-    if test is not None:
-        names = names + DIAGNOSTIC_NAMES
+_TRAIN_OBSERVABLES = ("loss", "se_loss", "se_grad_V", "se_grad_a", "se_grad_c", "dist_V_sqrtChat")
 
-    def derived(Y, P):
-        n_traj, n_save, _ = Y.shape
-        out = {name: np.empty((n_traj, n_save)) for name in names}
-        for i in range(n_traj):
-            for t in range(n_save):
-                x = np.ascontiguousarray(Y[i, t])
-                V, a, c = unpack_state(task, x)
-                _, se, loss, se_loss = _gradient_and_se(task, train, x)
-                sV, sa, sc = unpack_state(task, se)
-                out["loss"][i, t], out["se_loss"][i, t] = loss, se_loss
-                out["se_grad_V"][i, t], out["se_grad_a"][i, t], out["se_grad_c"][i, t] = sV.max(), sa.max(), sc.max()
-                out["dist_V_sqrtChat"][i, t] = direction_error(V, sqrt_C_hat_T)
-                if test is not None:
-                    for name, value in diagnostics(task, V, a, c, test).items():
-                        out[name][i, t] = value
-        return out
 
-    return derived
+def _observable_names(test) -> tuple:
+    """Names of the derived variables of the reduced runs: training loss, gradient SEs, direction to sqrt(C_hat^T),
+    and with test walks the :data:`DIAGNOSTIC_NAMES`."""
+    return _TRAIN_OBSERVABLES + (() if test is None else DIAGNOSTIC_NAMES)
+
+
+def _unit(target) -> np.ndarray:
+    """target / ||target||_F as :func:`direction_error` computes it, flattened row-major."""
+    return np.ascontiguousarray(target / np.linalg.norm(target)).ravel()
+
+
+def _observe_args(task, train, test, q: float = 0.05) -> tuple:
+    """Data of the compiled observables (``_random_walk_kernels.observables``): the kernel data of
+    :func:`_kernel_args` with dims [K, N, se, n_test], the constants of the diagnostics and the test walks."""
+    states, weights, _ = _kernel_args(task, train)
+    K = task.K
+    se = int(not train.exact and train.n >= 2)
+    Pi = transition_matrix(K, task.p)
+    PiT = Pi.T
+    parts = [
+        _unit(np.sqrt(empirical_transitions(train, K).T)),
+        np.ascontiguousarray(PiT).ravel(),
+        _unit(PiT),
+        _unit(np.sqrt(PiT)),
+        Pi.ravel(),
+        [np.linalg.norm(PiT), q],
+    ]
+    if test is None:
+        test_states, test_weights = np.zeros(1), np.zeros(1)  # unread (n_test = 0); the engine refuses empty data
+    else:
+        target = Pi[test.parent]  # as output_direction_error
+        parts.append((target / np.linalg.norm(target, axis=1, keepdims=True)).ravel())
+        test_states, test_weights = test._flat, np.ascontiguousarray(test.weights, dtype=np.float64)
+    dims = np.array([K, task.N, se, 0 if test is None else test.n], dtype=np.int64)
+    return states, weights, dims, np.concatenate(parts), test_states, test_weights
 
 
 # ---------------------------------------------------------------------------------------------------------------------

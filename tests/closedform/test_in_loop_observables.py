@@ -4,7 +4,8 @@ single_location.map saves risk, excess_risk and distance_to_manifold from the en
 hooks with the series form of zeta that its step uses; the reference is the risk API (``sl.risk``: the 16-node
 quadrature of zeta, the arithmetic of the former Python pass over the saved rows), at the lambda of each saved row.
 The fused step-and-observe kernels must equal the separate observable bit for bit, and leave the states bit for bit
-those of the plain step.
+those of the plain step. nearest_neighbor, group_sparse and random_walk compute their diagnostics in the loop in the
+arithmetic of their numpy functions, so those are equal bit for bit.
 """
 
 from __future__ import annotations
@@ -87,6 +88,21 @@ def test_fused_observables_equal_the_separate_ones_and_keep_the_states(manifold)
         for j in range(0, 301, 7):
             observe(j, Y[i, j], p[i], (table,), out)
             assert out[0] == tr["risk"].values[i, j] and out[1] == tr["excess_risk"].values[i, j]
+
+
+@pytest.mark.parametrize("manifold", [False, True])
+def test_dense_saves_equal_sparse_saves(manifold):
+    # a row saved by a dense run (observables from the fused step) equals the same row of a sparse run (observables
+    # mostly from the separate observable), states and observables bit for bit, under a lambda schedule
+    task = sl.SingleLocationTask(d=400, L=10, noise=0.2)
+    state0 = sl.sample_initial_state(task, 5, 4, on="manifold" if manifold else "sphere")
+    kw = dict(alpha=4e-3, n_steps=300, lam=sl.lam_schedule(0.5, 2e-3), manifold=manifold, warn_unconverged=False)
+    dense = sl.map(task, state0, saveat=SaveAt(every=1), **kw)
+    sparse = sl.map(task, state0, saveat=SaveAt(every=30), **kw)
+    assert {"risk", "excess_risk", "distance_to_manifold"} <= set(sparse.data_vars)
+    for name in sparse.data_vars:
+        if "time" in sparse[name].dims:
+            np.testing.assert_array_equal(dense[name].values[:, ::30], sparse[name].values, err_msg=name)
 
 
 def test_frozen_states_under_a_schedule_use_their_own_lambda():
@@ -221,3 +237,85 @@ def test_group_sparse_fused_step_keeps_the_states():
         names=list(gs.STATE_NAMES),
     )
     np.testing.assert_array_equal(fused.states(), plain.states())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# random_walk.map / flow: the training loss, gradient SEs and direction to sqrt(C_hat^T), and with test walks the
+# diagnostics of every save in the compiled loop, against the numpy functions (reduced_gradient, direction_error,
+# diagnostics), exactly: norms and weighted means are the BLAS dot numpy calls, sums numpy's pairwise rule
+
+
+def _rw_numpy_observables(rw, task, train, test, x):
+    V, a, c = rw.unpack_state(task, x)
+    g = rw.reduced_gradient(task, train, V, a, c)
+    want = {
+        "loss": g.loss,
+        "se_loss": g.se_loss,
+        "se_grad_V": g.se_V.max(),
+        "se_grad_a": g.se_a.max(),
+        "se_grad_c": g.se_c.max(),
+        "dist_V_sqrtChat": rw.direction_error(V, np.sqrt(rw.empirical_transitions(train, task.K).T)),
+    }
+    return want | ({} if test is None else rw.diagnostics(task, V, a, c, test))
+
+
+@pytest.mark.parametrize(
+    "K, N, n_train, n_test, exact",
+    [(5, 6, 40, None, False), (3, 4, 1, 7, False), (9, 7, 60, 300, False), (4, 5, None, 3000, True)],
+)
+def test_random_walk_observables_equal_numpy_at_every_save(K, N, n_train, n_test, exact):
+    # K = 9 takes numpy's eight-accumulator pairwise block in the row norms; 3000 test walks take the halving
+    # branch and a BLAS dot over long vectors; the exact law (enumerated walks) has zero standard errors
+    from closedform import random_walk as rw
+
+    task = rw.RandomWalkTask(K=K, N=N, M=20, p=0.3)
+    train = rw.enumerate_walks(task) if exact else rw.sample_walks(task, n_train, 1)
+    test = None if n_test is None else rw.sample_walks(task, n_test, 2)
+    tr = rw.map(task, 60, walks=train, test=test, saveat=SaveAt(steps=[0, 1, 9, 60]), warn_unconverged=False)
+    for k, x in enumerate(tr.states()[0]):
+        want = _rw_numpy_observables(rw, task, train, test, x)
+        assert set(want) <= set(tr.data_vars)
+        for name, value in want.items():
+            np.testing.assert_array_equal(tr[name].values[0, k], value, err_msg=f"{name} at save {k}")
+    fl = rw.flow(task, 2.0, walks=train, test=test, saveat=SaveAt(n=3))
+    for k, x in enumerate(fl.states()[0]):
+        for name, value in _rw_numpy_observables(rw, task, train, test, x).items():
+            np.testing.assert_array_equal(fl[name].values[0, k], value, err_msg=f"flow {name} at save {k}")
+
+
+def test_random_walk_dense_saves_equal_sparse_and_keep_the_states():
+    # the fused step-and-observables kernel leaves the GD states bit for bit those of the plain step; every saved
+    # row of a dense run equals the same row of a sparse run (states and observables)
+    from closedform import _random_walk_kernels as RK
+    from closedform import random_walk as rw
+
+    task = rw.RandomWalkTask(K=5, N=6, M=20, p=0.5)
+    train, test = rw.sample_walks(task, 30, 3), rw.sample_walks(task, 50, 4)
+    eta = np.array([0.5, 1.0, 2.0])
+    dense = rw.map(task, 200, walks=train, test=test, eta=eta, saveat=SaveAt(every=1), warn_unconverged=False)
+    sparse = rw.map(task, 200, walks=train, test=test, eta=eta, saveat=SaveAt(every=50), warn_unconverged=False)
+    for name in sparse.data_vars:
+        if "time" in sparse[name].dims:
+            np.testing.assert_array_equal(dense[name].values[:, ::50], sparse[name].values, err_msg=name)
+    plain = iterate(
+        RK.reduced_step,
+        np.zeros(task.n_state),
+        200,
+        params=np.stack([[task.rho, task.eps, e] for e in eta]),
+        args=rw._kernel_args(task, train),
+        saveat=SaveAt(every=1),
+    )
+    np.testing.assert_array_equal(dense.states(), plain.states())
+
+
+def test_random_walk_stable_argsort_is_numpys():
+    # ties (equal attention weights) must keep their original order, as np.argsort(kind="stable"): the weighted
+    # quantile's running sum adds the weights in that order; an unstable order (quicksort) differs on ties
+    from closedform import _random_walk_kernels as RK
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 30, 64, 65, 500):
+        v = rng.integers(0, 4, n).astype(np.float64) / 3.0
+        np.testing.assert_array_equal(RK._stable_argsort(v), np.argsort(v, kind="stable"))
+    # the data have ties on which an unstable sort (numpy's introsort at 500 values) orders differently
+    assert not np.array_equal(np.argsort(v, kind="quicksort"), np.argsort(v, kind="stable"))
