@@ -48,7 +48,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -365,14 +365,14 @@ def collect(
 def build_report(
     preset: str = DEFAULT_PRESET,
     *,
-    seed: int = DEFAULT_SEED,
+    seed: Annotated[int, Range(integer=True, ge=0)] = DEFAULT_SEED,
     device: str = "auto",
     out_dir: str | Path = DEFAULT_REPORT_DIR,
     cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
     recompute: bool = False,
     progress: bool = False,
     registry: Registry = REGISTRY,
-    jobs: int = DEFAULT_JOBS,
+    jobs: Annotated[int, Range(integer=True, ge=1)] = DEFAULT_JOBS,
     scheduler: str | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> ReportResult:
@@ -1121,6 +1121,4 @@ def render_html(
     )
 
 
-validate_module(
-    globals(), per_function={"build_report": dict(seed=Range(integer=True, ge=0), jobs=Range(integer=True, ge=1))}
-)  # the rest from the annotations (dynamics.validation)
+validate_module(globals())  # each parameter's rule is declared at its definition (dynamics.validation)
