@@ -236,6 +236,7 @@ class Explanation:
         check_choice("kind", self.kind, EXPLANATION_KINDS)
 
     def to_dict(self) -> dict[str, str]:
+        """The explanation as a plain dict (reason, evidence, kind), as written to the summary."""
         return {"reason": self.reason, "evidence": self.evidence, "kind": self.kind}
 
 
@@ -514,7 +515,7 @@ class GapRow:
         return self.status != "fails"
 
     def explained(self, explanation: Explanation) -> GapRow:
-        """This row with ``explanation`` attached (a row whose test fails takes the explanation's kind)."""
+        """A copy of the row with ``explanation`` attached (a row whose test fails takes the explanation's kind)."""
         return replace(
             self, explanation=explanation, status=_gap_status(self.ci_low, self.ci_high, self.allowance, explanation)
         )
@@ -741,7 +742,7 @@ class CheckResult:
         return _status(self.passed, self.explanation)
 
     def explained(self, explanation: Explanation) -> CheckResult:
-        """This check with ``explanation`` attached."""
+        """A copy of the check with ``explanation`` attached."""
         return replace(self, explanation=explanation)
 
 

@@ -170,6 +170,7 @@ class FigureEntry:
 
     @property
     def statuses(self) -> list[str]:
+        """The status of every gap row, then of every check, in order."""
         return [r.status for r in self.gaps] + [c.status for c in self.checks]
 
     @property
@@ -480,6 +481,7 @@ class FamilyWise:
         return sum(s == "fails" for s in self.adjusted.values())
 
     def statement(self) -> str:
+        """The family-wise rule and its outcome, in words, for the report."""
         return (
             f"Each of the {self.n_rows} gap rows is tested at its own level; under the null hypothesis (every "
             f"theory right) the expected number of false 'fails' is the sum of the levels, "
