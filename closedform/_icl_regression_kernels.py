@@ -126,8 +126,9 @@ def _half_grad_from_sums(x, d, cL, u, out, h):
 
 @njit_noref(cache=True, fastmath=False)
 def half_grad_state(x, d, cL, out):
-    """grad(F/2) at the state x = (omega, mu) into out = (g_omega, g_mu) (the authors' ``gradients``):
-    docs/models/icl_regression.md §4.4, Eq. (4.4) halved,
+    """grad(F/2) at the state x = (omega, mu), written into out = (g_omega, g_mu) (the authors' ``gradients``).
+
+    From docs/models/icl_regression.md §4.4, Eq. (4.4) halved,
 
     d(F/2)/d omega_h = -mu_h (1 - u) + d cL mu_h sum_g mu_g omega_g K_hg,
     d(F/2)/d mu_h    = -omega_h (1 - u) + cL sum_g mu_g K_hg,   u = mu^T omega, K_hg = exp(d omega_h omega_g),

@@ -5,7 +5,7 @@ formulas of its public diagnostics bit for bit only if they add in numpy's order
 float64 array use pairwise summation (:func:`pairwise_sum`), ``np.std(ddof=1)`` subtracts that mean and sums the
 squares the same way (:func:`mean_std`), and ``np.quantile`` interpolates by its own two-sided formula
 (:func:`quantile_linear`). Reductions over the leading axis of a 2-D array (``terms.mean(axis=0)``) add the rows in
-order, a plain loop. ``tests/test_dense_saves.py`` checks each against numpy.
+order, a plain loop. ``tests/closedform/test_in_loop_observables.py`` checks each against numpy.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ of ``math.exp`` on an AVX-512 machine, 1.6 ns against 3.2 ns per value, cache-re
 :func:`load` and :func:`store` give a kernel compiled with ``_nrt=False`` a fixed-size scratch array on the stack
 (no heap allocation, no reference counting) to hold such a loop's values.
 
-Accuracy of exp_poly (tests/test_icl_many_heads.py against mpmath): x = n ln2 + r with n = round(x / ln2) and r
+Accuracy of exp_poly (tests/closedform/test_icl_regression_many_heads.py against mpmath): x = n ln2 + r with
+n = round(x / ln2) and r
 reduced by the two-part (Cody-Waite) constant ln2 = LN2_HI + LN2_LO, |r| <= ln2/2 (the product n LN2_HI is exact
 for |n| <= 2^11, since LN2_HI has 32 significant bits); e^r by its Taylor polynomial of degree 13 (truncation
 (ln2/2)^14 / 14! < 4.5e-18 relative) in Horner form; 2^n applied as two exact powers of two, so that results down

@@ -324,7 +324,7 @@ def api_table(*, builtin: bool | None = True) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The built-in models (report order). Each record's references are checked by tests/test_model_registry.py.
+# The built-in models (report order). Each record's references are checked by tests/api/test_model_registry.py.
 # ----------------------------------------------------------------------------------------------------------------
 def _builtin(
     name: str,

@@ -665,7 +665,7 @@ def gradient_xi1_zero(
     N: Annotated[int, _V.Range(integer=True, ge=1)],
     xi2: Annotated[float, _V.Range(array=True)],
 ) -> np.ndarray:
-    """Closed-form population gradient at xi1 = 0 (derived from docs/models/token_selection.md §A.5 with q_j = q0):
+    """Closed-form population gradient at xi1 = 0 (derived from docs/models/token_selection.md §A.5 with q_j = q0).
 
     dL/dxi1 = -q0 E[c_{i*}] + e^{-2 xi2} q0^3 (E[sum_j c_j] = 0, 1 - N q0 = e^{-xi2} q0),
     dL/dxi2 = -e^{-2 xi2} q0^3.  Returns the array (dL/dxi1, dL/dxi2).
@@ -1247,10 +1247,10 @@ def shifted_test_bound(
     prompts: Prompts,
     delta: Annotated[float, _V.Range(gt=0)],
 ) -> np.ndarray:
-    """Pointwise bound of Theorem A2's mechanism (docs/models/token_selection.md §A.6, [derived]) on the squared test
-    error, per prompt:
+    """Square of the per-prompt bound on the test error from Theorem A2's mechanism (token_selection.md §A.6).
 
-    on A_delta, |f - y_{i*}| <= 2 R (N - 1) exp(-xi1 delta/2) + R exp(-(xi2 - xi1 (1 - c_{i*}))), with R = max_j |y_j|
+    Derived in docs/models/token_selection.md §A.6: on A_delta,
+    |f - y_{i*}| <= 2 R (N - 1) exp(-xi1 delta/2) + R exp(-(xi2 - xi1 (1 - c_{i*}))), with R = max_j |y_j|
     of the prompt (the labels of the shifted law are Gaussian, so R is per prompt; illustrative,
     docs/models/token_selection.md §A.6). Returns the square of the bound, +inf on prompts outside A_delta (and where it
     overflows).

@@ -926,7 +926,8 @@ def fixed_points(
     n_starts : int >= 0
         Random starts of the root search (0 starts: the analytic families only). Completeness is numerical
         evidence, not a proof: with the default, 4 000 fresh starts find no further point at lambda = 0.05 and 0.1,
-        d = 400 (tests/test_atlas.py), and every sphere start of PGD ends at a listed attractor there; rarely hit
+        d = 400 (tests/closedform/test_single_location_atlas.py), and every sphere start of PGD ends at a listed
+        attractor there; rarely hit
         saddles (reached by ~1 start in 600 at lambda = 0.2) need more starts. The images of every root under the
         symmetry group are added, so an orbit is complete as soon as one member is found.
     rng : int, Generator, SeedSequence or None
@@ -1143,7 +1144,8 @@ def classify(
 
 
 # distance to an invariant edge under which a state is named by the edge's attractor: the edges attract
-# transversally at the atlas's step sizes (checked by running certified states to the attractor, tests/test_atlas.py)
+# transversally at the atlas's step sizes (checked by running certified states to the attractor,
+# tests/closedform/test_single_location_atlas.py)
 _EDGE_TOL = 1e-3
 
 
@@ -1161,7 +1163,8 @@ def _edge_certificate(task, lam, st, points):
     zeta(0, g) theta^2 - 2 g gamma s phi_1(0, g) theta eta) whose minimiser on [-1, 1] is theta_S eta clipped to +-1:
     "spurious" when theta_S < 1, else "swap" (theta eta = -1, the anti-swap point, is excluded). States near an edge
     (not on it) are named on the evidence that the edges attract transversally at the step sizes of the atlas
-    (tests/test_atlas.py runs certified states on until they reach the named attractor); use with
+    (tests/closedform/test_single_location_atlas.py runs certified states on until they reach the named attractor);
+    use with
     ``basin=True`` at such step sizes only."""
     ka, nu, th, et, rh = st.T
     out = np.full(st.shape[0], "", dtype=object)

@@ -303,7 +303,7 @@ def _owens_t_ufunc(h, a):
     Implements the function used in docs/models/single_location.md §3.2 (closed form of zeta). 16-node Gauss–Legendre
     rule on [0, a] for |a| <= 1; for |a| > 1 the reflection identity T(h, a) = [Phi(h) Q(ah) + Phi(ah) Q(h)]/2 - T(ah,
     1/a) (h >= 0), written without cancellation. Agrees with ``scipy.special.owens_t`` to ~1e-16 absolute
-    (tests/test_special.py). Broadcasts (float64).
+    (tests/closedform/test_special.py). Broadcasts (float64).
     """
     return _owens_t(h, a)
 
@@ -340,37 +340,37 @@ _ORDER = Range(array=True, integer=True, ge=0, le=3)
 
 
 @validated(t=_LIMIT, g=_REAL)
-def zeta(t, g):
+def zeta(t, g):  # noqa: D103  (the docstring is its ufunc's, set below)
     return _zeta_ufunc(t, g)
 
 
 @validated(t=_REAL, g=_REAL)
-def zeta_t(t, g):
+def zeta_t(t, g):  # noqa: D103  (the docstring is its ufunc's, set below)
     return _zeta_t_ufunc(t, g)
 
 
 @validated(t=_REAL, g=_REAL)
-def zeta_tt(t, g):
+def zeta_tt(t, g):  # noqa: D103  (the docstring is its ufunc's, set below)
     return _zeta_tt_ufunc(t, g)
 
 
 @validated(t=_REAL, g=_REAL)
-def zeta_ttt(t, g):
+def zeta_ttt(t, g):  # noqa: D103  (the docstring is its ufunc's, set below)
     return _zeta_ttt_ufunc(t, g)
 
 
 @validated(h=_LIMIT, a=_REAL)
-def owens_t(h, a):
+def owens_t(h, a):  # noqa: D103  (the docstring is its ufunc's, set below)
     return _owens_t_ufunc(h, a)
 
 
 @validated(t=_REAL, g=_REAL, j=_ORDER)
-def phi(t, g, j):
+def phi(t, g, j):  # noqa: D103  (the docstring is its ufunc's, set below)
     return _phi_ufunc(t, g, j)
 
 
 @validated(x=_REAL, j=_ORDER)
-def erf_derivative(x, j):
+def erf_derivative(x, j):  # noqa: D103  (the docstring is its ufunc's, set below)
     return _erf_derivative_ufunc(x, j)
 
 

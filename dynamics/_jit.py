@@ -6,7 +6,7 @@ once per step; the price is that the function may not allocate (``np.empty`` ins
 option is used by numba itself and is not documented, so a numba release may drop or change it. Kernels therefore
 never pass it themselves: they use :func:`njit_noref`, which passes it only while the installed numba still maps it
 to its ``nrt`` flag and otherwise compiles the function normally (same results; only the reference counting
-returns) with a warning. ``tests/test_jit.py`` checks the option's meaning on the installed numba: no reference
+returns) with a warning. ``tests/dynamics/test_jit.py`` checks the option's meaning on the installed numba: no reference
 counting calls in the compiled code of a function that makes views, and allocation refused.
 """
 

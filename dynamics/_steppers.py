@@ -119,7 +119,7 @@ def _tsit5() -> Tableau:
             A[s, 0] = c[s] - sum(row[1:])
     b = A[6].copy()
     # Error weights e = b - b_hat as tabulated (the sign of the last entry as corrected after publication); they
-    # sum to 0 (both weight vectors sum to 1), which tests/test_engine_solvers.py checks in exact arithmetic.
+    # sum to 0 (both weight vectors sum to 1), which tests/dynamics/test_solvers.py checks in exact arithmetic.
     e = [
         0.001780011052226,
         0.000816434459657,

@@ -48,7 +48,8 @@ at which the Student-t test on ``df`` degrees of freedom reaches that power (exa
 measured ``se`` stands in for its expectation). A row whose ``mdd`` is large compared with the deviations that
 matter cannot detect them, whatever its status.
 
-``tests/test_compare.py``, ``tests/test_compare_paired.py`` and ``tests/test_compare_equivalence.py`` check the
+``tests/dynamics/test_compare.py``, ``tests/dynamics/test_compare_paired.py`` and
+``tests/dynamics/test_compare_equivalence.py`` check the
 error rates by simulation (false ``fails`` under the null, false ``holds`` at the band edge, the power at ``mdd``),
 and that wrong rules (a normal quantile, an unpaired test on paired data, "holds when the interval meets the
 band") are rejected by the same simulations. The seeds are assumed independent and roughly Gaussian at each time

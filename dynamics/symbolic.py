@@ -704,10 +704,12 @@ class SymbolicModel:
 
     @property
     def state_names(self) -> tuple:
+        """Names of the state variables, in the order of the state vector."""
         return tuple(self._module.STATE_NAMES) if hasattr(self, "_module") else tuple(s.name for s in self._state)
 
     @property
     def param_names(self) -> tuple:
+        """Names of the parameters, in the order of the parameter row."""
         return tuple(self._module.PARAM_NAMES) if hasattr(self, "_module") else tuple(s.name for s in self._params)
 
     # sympy derivatives (computed when first asked for; a warm process that only runs kernels never needs them)

@@ -144,7 +144,8 @@ def _direct_dataset(cls, data_vars: dict, coords: dict, attrs: dict):
     """The Dataset of ``data_vars`` (name -> (dims, array)) and ``coords`` (name -> (dim, 1-D array)), built
     without xarray's merge and alignment pass (which costs ~25 us per variable and is not needed: every array
     here was shaped by :meth:`Trajectory.from_arrays`, and no array is copied). Uses ``Dataset._construct_direct``,
-    the constructor xarray's own methods use, which is not public API: ``tests/test_engine_driver.py`` checks that
+    the constructor xarray's own methods use, which is not public API: ``tests/dynamics/test_engine_driver.py``
+    checks that
     the result is identical to :func:`_public_dataset`'s, and any failure of the direct path falls back to it."""
     try:
         variables, dims = {}, {}

@@ -316,6 +316,7 @@ class Range:
         return f"Range({self.text})"
 
     def __call__(self, name: str, value) -> None:
+        """Check the argument ``value`` of parameter ``name``; raise an error naming both when it breaks the rule."""
         t = type(value)
         if t is float or t is int:  # fast path of the common case
             if (
@@ -416,6 +417,7 @@ class Array:
         return f"Array({self.text})"
 
     def __call__(self, name: str, value) -> None:
+        """Check the argument ``value`` of parameter ``name``; raise an error naming both when it breaks the rule."""
         if value is None or isinstance(value, str | bytes | bool | np.bool_ | dict | set):
             raise ArgumentTypeError(f"{name} must be {self.text}; got {_show(value)}")
         if _is_tensor(value):
@@ -446,6 +448,7 @@ class OneOf:
         return f"OneOf{self.choices!r}"
 
     def __call__(self, name: str, value) -> None:
+        """Check the argument ``value`` of parameter ``name``; raise an error naming both when it breaks the rule."""
         check_choice(name, value, self.choices)
 
 
@@ -461,6 +464,7 @@ class Instance:
         return f"Instance({_type_text(self.types, self.none)})"
 
     def __call__(self, name: str, value) -> None:
+        """Check the argument ``value`` of parameter ``name``; raise an error naming both when it breaks the rule."""
         if type(value) in self.types or isinstance(value, self.types):
             return
         check_instance(name, value, self.types, none=self.none)

@@ -424,15 +424,19 @@ class TorchModel(Protocol):
 
     def init_params(
         self, generators: Sequence[torch.Generator], *, device: torch.device, dtype: torch.dtype
-    ) -> Tensors: ...
+    ) -> Tensors:
+        """Initial parameters of every seed, each tensor ``(S, ...)``, seed ``s`` drawn from ``generators[s]``."""
 
     def sample(
         self, generators: Sequence[torch.Generator], n: int, *, device: torch.device, dtype: torch.dtype
-    ) -> Tensors: ...
+    ) -> Tensors:
+        """``n`` samples per seed from the model's data law, each tensor ``(S, n, ...)``."""
 
-    def loss(self, params: Tensors, batch: Tensors, hyper: Mapping[str, float]) -> torch.Tensor: ...
+    def loss(self, params: Tensors, batch: Tensors, hyper: Mapping[str, float]) -> torch.Tensor:
+        """Per-seed loss ``(S,)`` of ``params`` on ``batch`` with the hyper-parameters ``hyper``."""
 
-    def probes(self, params: Tensors) -> Tensors: ...
+    def probes(self, params: Tensors) -> Tensors:
+        """The quantities logged per seed (each tensor ``(S, ...)``) from ``params``."""
 
 
 def _probe_dims(model) -> dict[str, tuple[str, ...]]:

@@ -379,7 +379,7 @@ register(
         "edge rule also names the runs that sit on the kappa-plateau of large lambda sqrt(d) "
         "(docs/models/single_location.md §7.1). "
         "Brute-force d-dimensional PGD agrees within SE "
-        "in three cells (tests/test_atlas.py)."
+        "in three cells (tests/closedform/test_single_location_atlas.py)."
     ),
     params={
         "tiny": {"lams": [0.05, 0.1], "ds": [80], "n_starts": 300, "n_steps": 10_000},

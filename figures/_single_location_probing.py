@@ -157,7 +157,7 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
     level_l = LEVEL / n_later
     out = []
     # Layer 0 is at chance by construction (its [CLS] state is the same for every sentence): an identity checked
-    # in tests/test_probing.py, not a finding of this figure.
+    # in tests/empirical/test_probing.py, not a finding of this figure.
     # some later layer: train >= 0.95 and every test set well above chance (Bonferroni over the layers).
     bounds = {
         kind: np.array([lower_bound(ds[f"accuracy_{kind}"].values[:, lv], level_l) for lv in range(1, n_later + 1)])

@@ -30,7 +30,7 @@ A figure that shares its data with another costs nothing of its own.
 The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
 prints the CPU measurement and says so. It extrapolates at least the square root of the way in work, so it is an
 order of magnitude with a measured exponent, not a schedule; the check is that quick-preset estimates land within a
-factor of 2 of measured quick builds for at least 90 % of the figures (tests/test_estimate.py).
+factor of 2 of measured quick builds for at least 90 % of the figures (tests/figures/test_estimate.py).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ figure that owns it; for runs that several figures of a model reuse, the model's
 :func:`run_seed_sequence`). :meth:`RunConfig.generators` spawns numpy generators from it, :meth:`RunConfig.seeds`
 draws the integer seeds of a run's repeats (torch trainer seeds, one per repeat, distinct, in ``[0, 2**31)``). Two
 builds with different ``--seed`` therefore share no stream and, in practice, no trainer seed (a coincidence of two
-31-bit integers is as rare as a hash collision; ``tests/test_figures_seeds.py`` checks that the seeds of ``--seed``
+31-bit integers is as rare as a hash collision; ``tests/figures/test_seeds.py`` checks that the seeds of ``--seed``
 0-9 are disjoint), two runs of one figure are independent, and the same figure with the same seed always draws the
 same numbers.
 """

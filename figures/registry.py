@@ -117,7 +117,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import xarray as xr
@@ -236,6 +236,7 @@ class Explanation:
         check_choice("kind", self.kind, EXPLANATION_KINDS)
 
     def to_dict(self) -> dict[str, str]:
+        """The explanation as a plain dict (reason, evidence, kind), as written to the summary."""
         return {"reason": self.reason, "evidence": self.evidence, "kind": self.kind}
 
 
@@ -514,7 +515,7 @@ class GapRow:
         return self.status != "fails"
 
     def explained(self, explanation: Explanation) -> GapRow:
-        """This row with ``explanation`` attached (a row whose test fails takes the explanation's kind)."""
+        """A copy of the row with ``explanation`` attached (a row whose test fails takes the explanation's kind)."""
         return replace(
             self, explanation=explanation, status=_gap_status(self.ci_low, self.ci_high, self.allowance, explanation)
         )
@@ -522,16 +523,16 @@ class GapRow:
 
 def compare_rows(
     quantity: str,
-    times,
-    theory,
-    samples,
+    times: Annotated[Any, Range(array=True)],
+    theory: Annotated[Any, Range(array=True)],
+    samples: Annotated[Any, Range(array=True)],
     *,
-    allowance: float = 0.0,
-    rel_allowance: float = 0.0,
+    allowance: Annotated[float, Range(ge=0)] = 0.0,
+    rel_allowance: Annotated[float, Range(ge=0)] = 0.0,
     allowance_source: str = "",
-    theory_se=None,
+    theory_se: Annotated[Any, Range(array=True, ge=0)] = None,
     theory_n_seeds: int | None = None,
-    level: float = DEFAULT_LEVEL,
+    level: Annotated[float, Range(gt=0, lt=1)] = DEFAULT_LEVEL,
     d: int | None = None,
     explanation: Explanation | None = None,
 ) -> list[GapRow]:
@@ -619,13 +620,13 @@ def compare_rows(
 
 def gap_rows(
     quantity: str,
-    times,
-    theory,
-    samples,
+    times: Annotated[Any, Range(array=True)],
+    theory: Annotated[Any, Range(array=True)],
+    samples: Annotated[Any, Range(array=True)],
     *,
     tol_se: float | None = None,
     justification: str = "",
-    atol: float = 0.0,
+    atol: Annotated[float, Range(ge=0)] = 0.0,
     d: int | None = None,
 ) -> list[GapRow]:
     """Deprecated shim onto :func:`compare_rows` (``allowance = atol``, ``allowance_source = justification``).
@@ -648,7 +649,13 @@ def gap_rows(
 
 
 def per_seed_check(
-    name: str, reference, samples, *, tol: float, tolerance: str, explanation: Explanation | None = None
+    name: str,
+    reference: Annotated[Any, Range(array=True)],
+    samples: Annotated[Any, Range(array=True)],
+    *,
+    tol: Annotated[float, Range(ge=0)],
+    tolerance: str,
+    explanation: Explanation | None = None,
 ) -> CheckResult:
     """Two computations that should agree exactly (same data, same steps), compared seed by seed: passes only if
     every seed's ``|sample - reference| <= tol`` (``tol``: round-off, with its source in ``tolerance``).
@@ -709,8 +716,8 @@ class CheckResult:
 
     name: str
     passed: bool
-    measured: float | str
-    expected: float | str
+    measured: Annotated[float | str, _measured_check]
+    expected: Annotated[float | str, _expected_check]
     tolerance: str
     n_seeds: int | None = None
     explanation: Explanation | None = None
@@ -735,7 +742,7 @@ class CheckResult:
         return _status(self.passed, self.explanation)
 
     def explained(self, explanation: Explanation) -> CheckResult:
-        """This check with ``explanation`` attached."""
+        """A copy of the check with ``explanation`` attached."""
         return replace(self, explanation=explanation)
 
 
@@ -1196,7 +1203,7 @@ def build(
     name: str,
     preset: str = DEFAULT_PRESET,
     *,
-    seed: int = DEFAULT_SEED,
+    seed: Annotated[int, Range(integer=True, ge=0)] = DEFAULT_SEED,
     device: str = "auto",
     cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
     recompute: bool = False,
@@ -1396,10 +1403,7 @@ def make(
     return results
 
 
-# Argument checks (dynamics.validation): the annotations, and the arrays of the gap tables.
-_ROWS = dict(times=Range(array=True), theory=Range(array=True), samples=Range(array=True))
-
-
+# The rules of CheckResult's measured and expected (Annotated metadata of its fields, dynamics.validation).
 def _measured_check(name, value):
     """``measured`` of a :class:`CheckResult`: a string, or any real number (inf may mean "not reached", NaN "not
     defined": the check's own test says how it reads them)."""
@@ -1416,19 +1420,4 @@ def _expected_check(name, value):
         raise ValueError(f"{name} must be a number (inf allowed) or a string, not NaN; got {value!r}")
 
 
-validate_module(
-    globals(),
-    per_function={
-        "CheckResult": dict(measured=_measured_check, expected=_expected_check),
-        "compare_rows": dict(
-            _ROWS,
-            theory_se=Range(array=True, ge=0),
-            allowance=Range(ge=0),
-            rel_allowance=Range(ge=0),
-            level=Range(gt=0, lt=1),
-        ),
-        "build": dict(seed=Range(integer=True, ge=0)),
-        "gap_rows": dict(_ROWS, atol=Range(ge=0)),
-        "per_seed_check": dict(reference=Range(array=True), samples=Range(array=True), tol=Range(ge=0)),
-    },
-)
+validate_module(globals())  # each parameter's rule is declared at its definition

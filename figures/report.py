@@ -48,7 +48,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -170,6 +170,7 @@ class FigureEntry:
 
     @property
     def statuses(self) -> list[str]:
+        """The status of every gap row, then of every check, in order."""
         return [r.status for r in self.gaps] + [c.status for c in self.checks]
 
     @property
@@ -365,14 +366,14 @@ def collect(
 def build_report(
     preset: str = DEFAULT_PRESET,
     *,
-    seed: int = DEFAULT_SEED,
+    seed: Annotated[int, Range(integer=True, ge=0)] = DEFAULT_SEED,
     device: str = "auto",
     out_dir: str | Path = DEFAULT_REPORT_DIR,
     cache_dir: str | Path | None = cache.DEFAULT_CACHE_DIR,
     recompute: bool = False,
     progress: bool = False,
     registry: Registry = REGISTRY,
-    jobs: int = DEFAULT_JOBS,
+    jobs: Annotated[int, Range(integer=True, ge=1)] = DEFAULT_JOBS,
     scheduler: str | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> ReportResult:
@@ -480,6 +481,7 @@ class FamilyWise:
         return sum(s == "fails" for s in self.adjusted.values())
 
     def statement(self) -> str:
+        """The family-wise rule and its outcome, in words, for the report."""
         return (
             f"Each of the {self.n_rows} gap rows is tested at its own level; under the null hypothesis (every "
             f"theory right) the expected number of false 'fails' is the sum of the levels, "
@@ -1121,6 +1123,4 @@ def render_html(
     )
 
 
-validate_module(
-    globals(), per_function={"build_report": dict(seed=Range(integer=True, ge=0), jobs=Range(integer=True, ge=1))}
-)  # the rest from the annotations (dynamics.validation)
+validate_module(globals())  # each parameter's rule is declared at its definition (dynamics.validation)

@@ -60,7 +60,7 @@ Notes
 * Step size [measured here, not in the talk]: the label-bias entry W23 (score y_j W23 on context token j) has
   curvature lambda = E[(sum_j q_j - f^2)^2] ~ 0.9 at W^(0) (d = 4, N = 16), so full-matrix GD is linearly unstable in
   that direction for eta > 2/lambda ~ 2.2 until xi1 ~ 10; at the reduced map's reference eta = 5 W23 can jump to
-  +-0.9 with a loss spike (tests/test_empirical_nearest_neighbor.py). The reduced map cannot see this direction: use
+  +-0.9 with a loss spike (tests/empirical/test_nearest_neighbor.py). The reduced map cannot see this direction: use
   eta <= 2 for torch-vs-reduced comparisons.
 """
 

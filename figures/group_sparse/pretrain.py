@@ -292,7 +292,8 @@ def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
             tolerance="0.95: a few misclassified draws of n allowed before convergence",
         )
     )
-    # v_pos = 0 on the mirrored samples holds by symmetry (an identity: tests/test_group_sparse.py), not a finding.
+    # v_pos = 0 on the mirrored samples holds by symmetry (an identity: tests/closedform/test_group_sparse.py), not
+    # a finding.
     raw, mirrored = ds["attn_jstar"].values[:, -1], ds["mirrored_attn_jstar"].values[:, -1]
     out.append(
         _paired_check(

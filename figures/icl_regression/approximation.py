@@ -57,6 +57,7 @@ TABLE_43B = {
 
 
 def plot_fig6(ds):
+    """Draw ``icl_regression.fig6`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.6))
     G, M = ds.gamma.values, ds.mu_pos.values
     levels = np.quantile(ds.R_mc.values, [0.02, 0.1, 0.25, 0.5, 0.75])
@@ -129,6 +130,7 @@ def gaps_fig6(ds):
 
 
 def checks_fig6(ds):
+    """The theorem checks of ``icl_regression.fig6`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     err = ds.err_g.values
     big_L = ds.L.values[-1]
     return [
@@ -241,6 +243,7 @@ FIG7_REF = {
 
 
 def plot_fig7(ds):
+    """Draw ``icl_regression.fig7`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 3, figsize=(12, 3.6))
     n = np.maximum(ds.step.values, 1)
     plot_reduced(axes[0], n, ds.mu_dot_omega.values, color=COLORS[0], label="GD on F/2, H = 4")
@@ -261,6 +264,7 @@ def plot_fig7(ds):
 
 
 def checks_fig7(ds):
+    """The theorem checks of ``icl_regression.fig7`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     for n, ref in FIG7_REF.items():
         if n > ds.step.values[-1]:

@@ -45,6 +45,7 @@ def _fig3_seed(ds):
 
 
 def plot_fig3(ds):
+    """Draw ``icl_regression.fig3`` from its dataset ``ds`` (a matplotlib Figure)."""
     # row 1: H = 1; rows 2-3: H = 4 (its four KQ^(h) tiled 2 x 2 in one panel, one colour scale)
     fig, axes = panel_grid(7, max_per_row=3, panel_size=(4.2, 3.3))
     _heatmap(axes[0], ds.KQ1.values[0, -1, 0], "H=1: KQ (final)")

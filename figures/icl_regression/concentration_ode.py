@@ -73,6 +73,7 @@ def _fig20_references(omega: float, d: int, L: int) -> list[tuple[float, str, st
 
 
 def plot_fig20(ds):
+    """Draw ``icl_regression.fig20`` from its dataset ``ds`` (a matplotlib Figure)."""
     n_case = ds.sizes["case"]
     fig, axes = panel_grid(n_case, max_per_row=2 if n_case == 4 else 3, panel_size=(4.2, 3.2))
     L = int(ds.attrs["L"])
@@ -87,6 +88,7 @@ def plot_fig20(ds):
 
 
 def checks_fig20(ds):
+    """The theorem checks of ``icl_regression.fig20`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     L = int(ds.attrs["L"])
     for j in range(ds.sizes["case"]):
@@ -152,6 +154,7 @@ def data_fig20(cfg) -> xr.Dataset:
 # Fig. 21: four heads, learned vs GD on F/2
 # ----------------------------------------------------------------------------------------------------------------------
 def plot_fig21(ds):
+    """Draw ``icl_regression.fig21`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.6))
     _plot_overlay(axes[0], axes[1], ds)
     axes[0].set_title("(a) path vs GD on F/2")
@@ -236,6 +239,7 @@ TABLE_64 = {
 
 
 def plot_fig22(ds):
+    """Draw ``icl_regression.fig22`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 3, figsize=(12, 3.6))
     t = ds.time.values
     plot_reduced(axes[0], t, ds.omega.values, color=COLORS[0], label="omega (ODE (B.4))")
@@ -266,6 +270,7 @@ def plot_fig22(ds):
 
 
 def checks_fig22(ds):
+    """The theorem checks of ``icl_regression.fig22`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     for t, (om, mu) in TABLE_64.items():
         if t > ds.time.values[-1]:

@@ -59,6 +59,7 @@ __all__ = [
 # Fig. 8: length generalisation vs linear attention
 # ----------------------------------------------------------------------------------------------------------------------
 def plot_fig8(ds):
+    """Draw ``icl_regression.fig8`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, ax = new_figure(figsize=(6.4, 4.2))
     for i, lab in enumerate(ds.model.values):
         mean, lo, hi = band_over_seeds(ds.test_mse.values[i], method="percentile")
@@ -82,6 +83,7 @@ def plot_fig8(ds):
 
 
 def gaps_fig8(ds):
+    """The gap rows of ``icl_regression.fig8`` (theory against the trained seeds) from its dataset ``ds``."""
     i = list(ds.model.values).index("linear attention")
     theory = ds.R_lin_at_test.values
     rel = (ds.test_mse.values[i] - ds.R_lin_seed_offset.values[i]) / theory - 1.0  # relative to the theory
@@ -97,6 +99,7 @@ def gaps_fig8(ds):
 
 
 def checks_fig8(ds):
+    """The theorem checks of ``icl_regression.fig8`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     names = list(ds.model.values)
     t = ds.test_mse.values  # (model, seed, L')
     i_lin = names.index("linear attention")
@@ -179,6 +182,7 @@ RHO = 0.5  # docs/models/icl_regression.md §8.1: code default [C][U]
 
 
 def plot_fig12(ds):
+    """Draw ``icl_regression.fig12`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(4.6, 3.6))
     vmax = float(max(np.abs(ds.G_learned.values[0]).max(), np.abs(ds.G_star.values).max()))
     for ax, M, title in (
@@ -202,6 +206,7 @@ def plot_fig12(ds):
 
 
 def checks_fig12(ds):
+    """The theorem checks of ``icl_regression.fig12`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
     split = _split_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
     pattern = pat.sign_matched & (pat.zero_sum_rel < ZERO_SUM_TOL)

@@ -52,6 +52,7 @@ __all__ = ["plot_fig4", "gaps_fig4", "checks_fig4", "data_fig4", "plot_fig5", "c
 # Fig. 4: test MSE vs prompt length; MC risks of fixed predictors vs L
 # ----------------------------------------------------------------------------------------------------------------------
 def plot_fig4(ds):
+    """Draw ``icl_regression.fig4`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 2, figsize=(11, 4.2))
     ax = axes[0]
     off = float(ds.attrs["authors_plot_offset"])
@@ -86,6 +87,7 @@ def plot_fig4(ds):
 
 
 def gaps_fig4(ds):
+    """The gap rows of ``icl_regression.fig4`` (theory against the trained seeds) from its dataset ``ds``."""
     rows = []
     for i, H in enumerate(ds.H.values):
         if H < 2:
@@ -123,6 +125,7 @@ def gaps_fig4(ds):
 
 
 def checks_fig4(ds):
+    """The theorem checks of ``icl_regression.fig4`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     i40 = int(np.argmin(np.abs(ds.L_test.values - 40)))
     t = ds.test_mse.values  # (H, seed, L')
     Hs = list(ds.H.values)
@@ -295,6 +298,7 @@ def _fig5_seed(omega, mu):
 
 
 def plot_fig5(ds):
+    """Draw ``icl_regression.fig5`` from its dataset ``ds`` (a matplotlib Figure)."""
     n_pan = ds.sizes["panel"]
     H = ds.sizes["head"]
     s = int(ds.attrs["shown_seed"])

@@ -64,6 +64,7 @@ def _fig13_sub(ds, j):
 
 
 def plot_fig13(ds):
+    """Draw ``icl_regression.fig13`` from its dataset ``ds`` (a matplotlib Figure)."""
     Hs = list(ds.H.values)
     # one row per H (omega_h | mu_h), so the paper's seven H stay at two panels a row; every seed is drawn, heads
     # coloured by their final kind, a seed without the whole pattern dashed
@@ -204,6 +205,7 @@ def _mt_zero_sum(mu):
 
 
 def plot_fig16(ds):
+    """Draw ``icl_regression.fig16`` from its dataset ``ds`` (a matplotlib Figure)."""
     Hs = list(ds.H.values)
     # one row per H: KQ per coordinate group and OV per task of one seed (bars), and the fraction of seeds whose OV
     # is zero-sum per task against the Adam step

@@ -37,6 +37,7 @@ __all__ = ["plot_fig1", "gaps_fig1", "checks_fig1", "data_fig1"]
 
 
 def plot_fig1(ds):
+    """Draw ``icl_regression.fig1`` from its dataset ``ds`` (a matplotlib Figure)."""
     # rows: the circuits of one seed; omega, mu and the risk per seed; the overlay with GD on F/2
     fig, axes = panel_grid(8, max_per_row=3, panel_size=(4.4, 3.4))
     H = ds.sizes["head"]
@@ -118,6 +119,7 @@ def _magnitude_rows(ds):
 
 
 def gaps_fig1(ds):
+    """The gap rows of ``icl_regression.fig1`` (theory against the trained seeds) from its dataset ``ds``."""
     return _overlay_gaps(ds, "H=2") + _magnitude_rows(ds)
 
 

@@ -39,6 +39,7 @@ def _lonlat(x: np.ndarray):
 
 
 def plot_fig1(ds: xr.Dataset):
+    """Draw ``nearest_neighbor.fig1`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 2, figsize=(10.0, 3.6))
     lon, lat = np.degrees(ds.lon.values), np.degrees(ds.lat.values)
     plon, plat = (np.degrees(a) for a in _lonlat(ds.points.values))
@@ -56,6 +57,7 @@ def plot_fig1(ds: xr.Dataset):
 
 
 def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``nearest_neighbor.fig1`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     agree = float(ds.agreement)
     return [
         CheckResult(
@@ -143,6 +145,7 @@ APPENDIX_R = {
 
 
 def plot_fig2(ds: xr.Dataset):
+    """Draw ``nearest_neighbor.fig2`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 2, figsize=(11.0, 4.2))
     xi1, xi2, L = ds.xi1.values, ds.xi2.values, ds.L.values
     ax = axes[0]
@@ -163,6 +166,7 @@ def plot_fig2(ds: xr.Dataset):
 
 
 def gaps_fig2(ds: xr.Dataset) -> list[GapRow]:
+    """The gap rows of ``nearest_neighbor.fig2`` (theory against the trained seeds) from its dataset ``ds``."""
     rows = []
     for k in range(ds.sizes["ref"]):
         # Appendix R is itself a Monte Carlo value over 1e6 prompts: its SE s/1000 enters the test as theory_se
@@ -179,6 +183,7 @@ def gaps_fig2(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_fig2(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``nearest_neighbor.fig2`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     B = ds.attrs["n_prompts"]
     for k in range(ds.sizes["ref"]):

@@ -34,6 +34,7 @@ __all__ = ["plot_overlay", "gaps_overlay", "checks_overlay", "data_overlay"]
 
 
 def plot_overlay(ds: xr.Dataset):
+    """Draw ``nearest_neighbor.overlay`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(2, 2, figsize=(11.0, 7.0))
     t = ds.step.values[1:]
     (ax_L, ax_q), (ax_off, ax_xi) = axes
@@ -90,6 +91,7 @@ def plot_overlay(ds: xr.Dataset):
 
 
 def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
+    """The gap rows of ``nearest_neighbor.overlay`` (theory against the trained seeds) from its dataset ``ds``."""
     rows = []
     n = ds.sizes["step"]
     idx = sorted({n // 3, (2 * n) // 3, n - 1})
@@ -109,6 +111,7 @@ def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``nearest_neighbor.overlay`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     t = ds.step.values
     out = _theorem_checks(
         t[1:],

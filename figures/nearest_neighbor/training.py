@@ -39,6 +39,7 @@ def _mse(xi1, xi2, prompts) -> float:
 
 
 def plot_fig3(ds: xr.Dataset):
+    """Draw ``nearest_neighbor.fig3`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, (ax_l, ax_r) = new_figure(1, 2, figsize=(11.0, 4.0))
     t, tt = ds.step.values[1:], ds.step_torch.values[1:]
     palette = [TOL_BRIGHT[c] for c in ("blue", "red", "green", "purple", "yellow")]
@@ -73,6 +74,7 @@ def plot_fig3(ds: xr.Dataset):
 
 
 def gaps_fig3(ds: xr.Dataset) -> list[GapRow]:
+    """The gap rows of ``nearest_neighbor.fig3`` (theory against the trained seeds) from its dataset ``ds``."""
     rows = []
     n = ds.sizes["step_torch"]
     idx = sorted({n // 3, (2 * n) // 3, n - 1})
@@ -95,6 +97,7 @@ def gaps_fig3(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``nearest_neighbor.fig3`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     t = ds.step.values
     for k in range(ds.sizes["config"]):

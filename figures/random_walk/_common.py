@@ -53,7 +53,7 @@ DEFAULTS_U = (
     "(docs/models/token_selection.md §C.9). With this "
     "code the coordinates of x~ beyond K + N are 0, so the rows and columns of W beyond them never enter the scores "
     "nor move: runs use M = N + 1 with rho = M_paper / 2, exactly the paper's M = 1000 from zero and equal in law "
-    "from a random start (tests/test_random_walk.py::test_onehot_code_dynamics_do_not_depend_on_M_beyond_N)",
+    "from a random start (tests/closedform/test_random_walk.py::test_onehot_code_dynamics_do_not_depend_on_M_beyond_N)",
 )
 RIDGE_EXPLANATION = Explanation(
     reason=(

@@ -37,6 +37,7 @@ __all__ = ["plot_factorised", "gaps_factorised", "checks_factorised", "data_fact
 
 
 def plot_factorised(ds: xr.Dataset):
+    """Draw ``random_walk.factorised`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(2, 2, figsize=(10.0, 6.6))
     axes = axes.ravel()
     t = ds.step.values
@@ -84,6 +85,7 @@ def gaps_factorised(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_factorised(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``random_walk.factorised`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     n, N = int(ds.sizes["seed"]), int(ds.attrs["N"])
     peak, mass = _fact_peaks(ds)
     parent = peak == N - 1

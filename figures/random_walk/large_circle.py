@@ -38,6 +38,7 @@ __all__ = ["plot_large_circle", "gaps_large_circle", "checks_large_circle", "dat
 
 
 def plot_large_circle(ds: xr.Dataset):
+    """Draw ``random_walk.large_circle`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 2, figsize=(10.0, 3.6))
     t = ds.step.values
     for ax, (tag, p) in zip(axes, (("p05", 0.5), ("p1", 1.0))):
@@ -87,6 +88,7 @@ def gaps_large_circle(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_large_circle(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``random_walk.large_circle`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     n = int(ds.sizes["seed"])
     rb = ds.p05_torch_acc_rb.values[:, -1]
     pert = ds.p1_perturbed_acc.values[:, -1]

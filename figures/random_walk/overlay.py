@@ -145,6 +145,7 @@ def data_overlay(cfg) -> xr.Dataset:
 
 
 def plot_overlay(ds: xr.Dataset):
+    """Draw ``random_walk.overlay`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(5.0, 3.6))
     t, tr = ds.step.values, ds.step_red.values
     for k, (p, color) in enumerate(zip(_OVERLAY_P, _P_COLORS)):
@@ -232,6 +233,7 @@ def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``random_walk.overlay`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     tr = ds.step_red.values
     n = int(ds.sizes["seed"])

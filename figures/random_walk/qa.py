@@ -151,6 +151,7 @@ def data_qa(cfg) -> xr.Dataset:
 
 
 def plot_qa(ds: xr.Dataset):
+    """Draw ``random_walk.qa`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 2, figsize=(10.0, 3.6))
     t = ds.step.values
     for ax, task, expected, title in (
@@ -222,6 +223,7 @@ def gaps_qa(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_qa(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``random_walk.qa`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     t = ds.step.values
     n = int(ds.sizes["seed"])
     i = int(np.argmin(np.abs(t - 100)))

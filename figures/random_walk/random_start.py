@@ -47,7 +47,7 @@ FIG6_P1_EXPLANATION = Explanation(
     kind="disagrees",
     evidence=(
         "check 'Fig. 6 reading: p = 1 leaves the Theorem C2 ridge before p = 0.5 reaches 0.49' on this run; "
-        "tests/test_figures_random_walk.py::test_fig6_p1_breaks_first_at_every_step (slow; the step sweep) "
+        "tests/figures/test_random_walk.py::test_fig6_p1_breaks_first_at_every_step (slow; the step sweep) "
         "and ::test_fig6_p1_break_is_seeded_by_the_random_start"
     ),
 )
@@ -162,6 +162,7 @@ def data_fig6(cfg) -> xr.Dataset:
 
 
 def plot_fig6(ds: xr.Dataset):
+    """Draw ``random_walk.fig6`` from its dataset ``ds`` (a matplotlib Figure)."""
     # rows: p = 0.5 curves, p = 1 curves, then the four heat maps two a row
     fig, axes = panel_grid(8, max_per_row=2, panel_size=(5.0, 3.4))
     t = ds.step.values
@@ -219,6 +220,7 @@ def _first_reach(t, values, level):
 
 
 def gaps_fig6(ds: xr.Dataset) -> list[GapRow]:
+    """The gap rows of ``random_walk.fig6`` (theory against the trained seeds) from its dataset ``ds``."""
     return compare_rows(
         "acc_RB (random start, p = 0.5) at the last step vs max(p, 1-p) = 0.5",
         [ds.step.values[-1]],
@@ -230,6 +232,7 @@ def gaps_fig6(ds: xr.Dataset) -> list[GapRow]:
 
 
 def checks_fig6(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``random_walk.fig6`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     t = ds.step.values
     n = int(ds.sizes["seed"])
     # p = 0.5's timing (~400 iterations) is not a check: the step-size reading was chosen to match it (caption).

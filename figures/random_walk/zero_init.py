@@ -133,6 +133,7 @@ def _zero_init_data(cfg, p: float) -> xr.Dataset:
 
 
 def plot_zero_init(ds: xr.Dataset):
+    """Draw ``random_walk.fig5`` from its dataset ``ds`` (a matplotlib Figure)."""
     has_pop = "pop_torch_acc" in ds
     fig, axes = panel_grid(5 if has_pop else 4, max_per_row=3 if has_pop else 2, panel_size=(4.6, 3.5))
     t = ds.step.values
@@ -237,6 +238,7 @@ def _checks_common(ds, label) -> list[CheckResult]:
 
 
 def checks_fig4(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``random_walk.fig4`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = _checks_common(ds, "Fig. 4")
     n = int(ds.sizes["seed"])
     if 2 in ds.step.values:
@@ -292,6 +294,7 @@ def checks_fig4(ds: xr.Dataset) -> list[CheckResult]:
 
 
 def checks_fig5(ds: xr.Dataset) -> list[CheckResult]:
+    """The theorem checks of ``random_walk.fig5`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = _checks_common(ds, "Fig. 5")
     K = ds.attrs["K"]
     if "pop_reduced_acc" in ds:

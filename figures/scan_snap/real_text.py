@@ -25,6 +25,7 @@ __all__ = ["plot_fig10", "checks_fig10", "data_fig10"]
 
 
 def plot_fig10(ds: xr.Dataset):
+    """Draw ``scan_snap.fig10`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = panel_grid(4, max_per_row=2, panel_size=(4.6, 3.4))
     ax = axes[0]
     for i, e in enumerate(ds.eta.values):

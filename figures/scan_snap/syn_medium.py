@@ -185,6 +185,7 @@ def _compute_medium_runs(cfg) -> xr.Dataset:
 
 
 def plot_fig6(ds: xr.Dataset):
+    """Draw ``scan_snap.fig6`` from its dataset ``ds`` (a matplotlib Figure)."""
     nl = ds.num_last.values
     fig, axes = panel_grid(len(nl), max_per_row=2)
     for i, q in enumerate(nl):
@@ -210,6 +211,7 @@ def plot_fig6(ds: xr.Dataset):
 
 
 def gaps_fig6(ds):
+    """The gap rows of ``scan_snap.fig6`` (theory against the trained seeds) from its dataset ``ds``."""
     rows = []
     for q in ds.num_last.values:
         for ez in ds.eta_Z.values:
@@ -236,6 +238,7 @@ _FIG6_ALLOWANCE_SOURCE = (
 
 
 def checks_fig6(ds):
+    """The theorem checks of ``scan_snap.fig6`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     P5b = {(0.5, 1.0): 1.9846813, (1.0, 1.0): 1.8995008, (1.0, 10.0): 2.0779177, (3.0, 2.0): 1.8064050}
     if 1 in ds.num_last.values and ds.sizes["draw"] == 10:
@@ -328,10 +331,12 @@ _LABEL = {"ratio": "eta_Y/eta_Z", "eta_Z": "eta_Z"}
 
 
 def plot_fig11(ds):
+    """Draw ``scan_snap.fig11`` from its dataset ``ds`` (a matplotlib Figure)."""
     return _plot_recall(ds, "eta_Z", "ratio")
 
 
 def plot_fig12(ds):
+    """Draw ``scan_snap.fig12`` from its dataset ``ds`` (a matplotlib Figure)."""
     return _plot_recall(ds, "ratio", "eta_Z")
 
 

@@ -56,6 +56,7 @@ def _snap_heatmap(ax, img, snaps, *, label: str, title: str, vmax: float):
 
 
 def plot_fig4(ds: xr.Dataset):
+    """Draw ``scan_snap.fig4`` from its dataset ``ds`` (a matplotlib Figure)."""
     etas = ds.eta_Y.values
     snaps = ds.snap.values
     fig, axes = panel_grid(2 * len(etas) + 1, max_per_row=2, panel_size=(4.6, 3.2))
@@ -88,6 +89,7 @@ _FIG4_ALLOWANCE_SOURCE = (
 
 
 def gaps_fig4(ds):
+    """The gap rows of ``scan_snap.fig4`` (theory against the trained seeds) from its dataset ``ds``."""
     rows = []
     idx = [ds.sizes["step"] // 2, ds.sizes["step"] - 1]
     for e in ds.eta_Y.values:
@@ -103,6 +105,7 @@ def gaps_fig4(ds):
 
 
 def checks_fig4(ds):
+    """The theorem checks of ``scan_snap.fig4`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     e1 = ds.H_map.sel(eta_Y=1.0)
     if int(ds.step.values[-1]) == 48:
@@ -262,6 +265,7 @@ def _gaps(ds) -> list[np.ndarray]:
 
 
 def plot_gap_T(ds: xr.Dataset):
+    """Draw ``scan_snap.gap_T`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, ax = new_figure()
     n = ds.T.values - 1
     g = _gaps(ds)
@@ -411,6 +415,7 @@ def data_gap_T(cfg) -> xr.Dataset:
 
 
 def plot_fig5(ds: xr.Dataset):
+    """Draw ``scan_snap.fig5`` from its dataset ``ds`` (a matplotlib Figure)."""
     etas = ds.eta.values
     fig, axes = panel_grid(len(etas) + 1, max_per_row=2, panel_size=(4.6, 3.2))
     vmax = float(ds.c.mean("seed").isel(**{"class": 0}).max())

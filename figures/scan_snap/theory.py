@@ -32,6 +32,7 @@ __all__ = [
 
 
 def plot_fig3(ds: xr.Dataset):
+    """Draw ``scan_snap.fig3`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, ax = new_figure()
     for i, e in enumerate(ds.eta_Y.values):
         plot_theory(ax, ds.t.values, ds.chi.sel(eta_Y=e).values, color=f"C{i}", label=f"eta_Y = {e:g}")
@@ -42,6 +43,7 @@ def plot_fig3(ds: xr.Dataset):
 
 
 def checks_fig3(ds):
+    """The theorem checks of ``scan_snap.fig3`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     ref = {0.5: 45.23, 1.0: 34.72, 2.0: 26.29, 5.0: 18.01}
     return [
         CheckResult(
@@ -80,6 +82,7 @@ def data_fig3(cfg) -> xr.Dataset:
 
 
 def plot_fig8(ds: xr.Dataset):
+    """Draw ``scan_snap.fig8`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 2, figsize=(10.0, 3.8), squeeze=False)  # wide enough for the titles
     for k, M in enumerate(ds.M.values):
         ax = axes[0, k]
@@ -92,6 +95,7 @@ def plot_fig8(ds: xr.Dataset):
 
 
 def checks_fig8(ds):
+    """The theorem checks of ``scan_snap.fig8`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     h50 = float(ds.h.isel(M=0, eta=-1).sel(t=80.0, method="nearest"))
     h1k = float(ds.h.isel(M=1, eta=-1).sel(t=70.0, method="nearest"))
     h_int = ds.h.sel(t=ds.s.values.astype(float)).rename(t="s").assign_coords(s=ds.s.values)
@@ -151,6 +155,7 @@ def data_fig8(cfg) -> xr.Dataset:
 
 
 def plot_fig9(ds: xr.Dataset):
+    """Draw ``scan_snap.fig9`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(1, 2, figsize=(10.0, 3.8), squeeze=False)
     for k in range(2):
         ax = axes[0, k]
@@ -174,6 +179,7 @@ def plot_fig9(ds: xr.Dataset):
 
 
 def checks_fig9(ds):
+    """The theorem checks of ``scan_snap.fig9`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     for k, (v, name) in enumerate(((0.509846, "left B(t0)"), (1.381698, "right B(t0)"))):
         got = float(ds.B_t0.isel(panel=k))

@@ -25,6 +25,7 @@ __all__ = ["plot_fig6", "checks_fig6", "data_fig6"]
 
 
 def plot_fig6(ds):
+    """Draw ``single_location.fig6`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, (a, b) = new_figure(1, 2, figsize=(10.0, 4.4))
     colours = {"minimum": TOL_BRIGHT["yellow"], "saddle": TOL_BRIGHT["blue"], "maximum": TOL_BRIGHT["red"]}
     kap, nu = ds.kappa.values, ds.nu.values
@@ -76,9 +77,10 @@ def plot_fig6(ds):
 
 
 def checks_fig6(ds):
+    """The theorem checks of ``single_location.fig6`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     # The five fixed points are placed analytically (Sec. 7.1); their count, kinds and zero field are identities
-    # checked in tests/test_single_location.py, not findings of this figure.
+    # checked in tests/closedform/test_single_location.py, not findings of this figure.
     out.append(
         _check(
             "Sec. 8.5: kappa-component of the field on the nullcline nu = erf(c kappa/r)",
@@ -133,6 +135,7 @@ def checks_fig6(ds):
     checks=checks_fig6,
 )
 def data_fig6(cfg) -> xr.Dataset:
+    """Compute the dataset of ``single_location.fig6`` for the run configuration ``cfg``."""
     p = cfg.params
     task = _task(p)
     lam = float(p["lam"])

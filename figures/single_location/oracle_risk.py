@@ -37,6 +37,7 @@ def _best_lam(task):
 
 
 def plot_fig3(ds):
+    """Draw ``single_location.fig3`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, (a, b) = new_figure(1, 2, figsize=(10.0, 3.6))
     L = ds.L.values
     plot_theory(
@@ -62,6 +63,7 @@ def plot_fig3(ds):
 
 
 def checks_fig3(ds):
+    """The theorem checks of ``single_location.fig3`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     #  docs/models/single_location.md §5.3 numerical illustration (gamma^2 = 1/2, lambda = d^{-1/4}, L = 10), 3-4
     # significant digits given.

@@ -59,6 +59,7 @@ def _pgd_params(n_runs_quick, n_steps, log_every, tiny_steps, tiny_log):
 
 
 def plot_fig4a(ds):
+    """Draw ``single_location.fig4a`` from its dataset ``ds`` (a matplotlib Figure)."""
     return _plot_dynamics(ds, [0, 2], title=f"PGD from the sphere, lambda_n = 1/(1 + 1e-4 n), d = {ds.attrs['d']}")
 
 
@@ -72,6 +73,7 @@ def _classify_final(ds, task, lam_final):
 
 
 def checks_fig4a(ds):
+    """The theorem checks of ``single_location.fig4a`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     task = sl.SingleLocationTask(d=int(ds.attrs["d"]), L=int(ds.attrs["L"]), gamma=GAMMA)
     out = []
     r0 = ds.excess_risk.isel(time=0).values
@@ -168,6 +170,7 @@ def checks_fig4a(ds):
     checks=checks_fig4a,
 )
 def data_fig4a(cfg) -> xr.Dataset:
+    """Compute the dataset of ``single_location.fig4a`` for the run configuration ``cfg``."""
     p = cfg.params
     task = _task(p)
     states = _initial_states(cfg, task, int(p["n_runs"]))
@@ -185,10 +188,12 @@ def data_fig4a(cfg) -> xr.Dataset:
 
 
 def plot_fig4b(ds):
+    """Draw ``single_location.fig4b`` from its dataset ``ds`` (a matplotlib Figure)."""
     return _plot_dynamics(ds, [0, 1], title=f"PGD on M, lambda = 0.1, d = {ds.attrs['d']}")
 
 
 def checks_fig4b(ds):
+    """The theorem checks of ``single_location.fig4b`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     i = _at_step(ds, 5000)
     if i is not None:
@@ -240,7 +245,8 @@ def checks_fig4b(ds):
                 "spec value, 4 digits",
             )
         )
-    # M's invariance under the map on M (dist_M = 0) holds by construction: tests/test_single_location.py checks it.
+    # M's invariance under the map on M (dist_M = 0) holds by construction: tests/closedform/test_single_location.py
+    # checks it.
     r0 = ds.excess_risk.isel(time=0).values
     # Spec: mean 0.619 over manifold inits; 5 SE over runs.
     se = float(np.std(r0, ddof=1) / math.sqrt(r0.size))
@@ -273,6 +279,7 @@ def checks_fig4b(ds):
     checks=checks_fig4b,
 )
 def data_fig4b(cfg) -> xr.Dataset:
+    """Compute the dataset of ``single_location.fig4b`` for the run configuration ``cfg``."""
     p = cfg.params
     task = _task(p)
     states = _initial_states(cfg, task, int(p["n_runs"]), on="manifold")
@@ -291,6 +298,7 @@ def data_fig4b(cfg) -> xr.Dataset:
 
 
 def plot_fig7(ds):
+    """Draw ``single_location.fig7`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig_a = ds.sel(part="a").dropna("time", how="all")
     fig_b = ds.sel(part="b").dropna("time", how="all")
     # two 2 x 2 blocks, (a) on top of (b): at most two panels a row so the labels read at page width
@@ -356,6 +364,7 @@ def plot_fig7(ds):
 
 
 def checks_fig7(ds):
+    """The theorem checks of ``single_location.fig7`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     L, d = int(ds.attrs["L"]), int(ds.attrs["d"])
     task = sl.SingleLocationTask(d=d, L=L, gamma=GAMMA)
@@ -460,6 +469,7 @@ def checks_fig7(ds):
     checks=checks_fig7,
 )
 def data_fig7(cfg) -> xr.Dataset:
+    """Compute the dataset of ``single_location.fig7`` for the run configuration ``cfg``."""
     p = cfg.params
     task = _task(p)
     states = _initial_states(cfg, task, int(p["n_runs"]))

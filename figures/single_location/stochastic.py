@@ -31,6 +31,7 @@ _FIG5_VARS = STATE + ("distance_to_manifold", "excess_risk")
 
 
 def plot_fig5(ds):
+    """Draw ``single_location.fig5`` from its dataset ``ds`` (a matplotlib Figure)."""
     fig, axes = new_figure(3, 2, figsize=(10.0, 10.5))
     axes = np.ravel(axes)
     x = ds.step.values
@@ -191,6 +192,7 @@ def gaps_fig5(ds):
 
 
 def checks_fig5(ds):
+    """The theorem checks of ``single_location.fig5`` evaluated on its dataset ``ds`` (a list of CheckResult)."""
     out = []
     sgd = ds.sel(source="sgd")
     if (int(ds.attrs["d"]), int(ds.attrs["L"])) != (80, 10):
@@ -276,6 +278,7 @@ def checks_fig5(ds):
     checks=checks_fig5,
 )
 def data_fig5(cfg) -> xr.Dataset:
+    """Compute the dataset of ``single_location.fig5`` for the run configuration ``cfg``."""
     p = cfg.params
     task = _task(p, noise=0.1)
     from empirical.models import single_location as slm

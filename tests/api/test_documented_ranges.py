@@ -272,3 +272,42 @@ if __name__ == "__main__":  # pragma: no cover
         for b in bad:
             print(f"{q}: {b}")
     print("total", total)
+
+
+def _bottom_overrides(root) -> list[str]:
+    """``validate_module(...)`` calls that pass rules (``per_function=`` or a rule by parameter name) instead of
+    leaving each rule at its parameter's definition; ``skip=`` only names callables left alone."""
+    import ast
+
+    hits = []
+    for path in sorted(p for pkg in PACKAGES for p in (root / pkg).rglob("*.py")):
+        if path.name == "validation.py" and path.parent.name == "dynamics":
+            continue  # the definition of validate_module itself
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            func = getattr(node, "func", None)
+            name = getattr(func, "id", None) or getattr(func, "attr", None)
+            if isinstance(node, ast.Call) and name == "validate_module":
+                extra = [k.arg for k in node.keywords if k.arg != "skip"]
+                if extra:
+                    hits.append(f"{path.relative_to(root)}:{node.lineno} {extra}")
+    return hits
+
+
+def test_rules_are_declared_at_the_definitions_only(callables):
+    """One source of truth: no module overrides its rules from the bottom, and the figure framework's checked
+    callables (whose rules moved into their signatures) are among those compared above."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert not _bottom_overrides(root)
+    for name in ("registry.CheckResult", "registry.compare_rows", "registry.per_seed_check", "report.build_report"):
+        assert f"figures.{name}" in callables
+
+
+def test_a_bottom_override_is_found(tmp_path):
+    """The scan above can fail: a planted module with a ``per_function`` override is named, a plain call is not."""
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "probe.py").write_text(
+        "validate_module(globals(), skip=('A',))\n_V.validate_module(globals(), per_function={'f': {}})\n"
+    )
+    assert _bottom_overrides(tmp_path) == ["figures/probe.py:2 ['per_function']"]
