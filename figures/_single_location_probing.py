@@ -193,8 +193,9 @@ def _transfer_cause(ds: xr.Dataset, kind: str, layer: int) -> Explanation:
     else:
         reason = (
             f"at layer {layer}, the layer chosen on the training distribution, the [CLS] state of the "
-            f"{_LABELS[kind]} sentences carries no label the probe's direction can read (AUC {auc:.2f}, lower bound "
-            f"{auc_lo:.2f}): the paper's BERT finding does not reproduce with this encoder at this layer"
+            f"{_LABELS[kind]} sentences gives the probe's direction no ranking of their labels above chance (AUC "
+            f"{auc:.2f}, lower bound {auc_lo:.2f}; below 1/2 the labels come out reversed): the paper's BERT finding "
+            "does not reproduce with this encoder at this layer"
         )
     return Explanation(
         kind="disagrees",

@@ -66,4 +66,6 @@ def test_a_test_set_at_chance_at_the_chosen_layer_disagrees_with_its_measured_ca
     # control: no constant predictions and no ranking (AUC 0.5): the other cause is named
     flat = _dataset([0.5, 0.8, 0.97, 0.9], [0.5, 0.7, 0.5, 0.8], auc=0.5)
     c = _structure_check(checks_fig1(flat))
-    assert not c.passed and "0/8 draws" in c.explanation.evidence and "carries no label" in c.explanation.reason
+    assert (
+        not c.passed and "0/8 draws" in c.explanation.evidence and "no ranking of their labels" in c.explanation.reason
+    )
