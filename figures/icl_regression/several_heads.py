@@ -306,15 +306,16 @@ def _sign_test_minimum(level):
         "Adam(1e-3), batch 256. Left and middle: learned mean KQ diagonal per coordinate group and OV label "
         "entries per task at the end, of the first seed (trainer order) whose OV is zero-sum on both tasks, "
         "else the first; right: fraction of seeds whose OV is zero-sum per task (|sum_h mu_h,t| < 0.2 sum_h "
-        "|mu_h,t|) against the Adam step. The quick preset trains H = 2 (Mode II, the paper's Fig. 17) for "
-        "6 000 steps; Modes I, III and IV (H = 1, 4, 3) at --preset paper only. Measured for H = 4 at lr "
+        "|mu_h,t|) against the Adam step; the checks test each seed at the end against its own step 0 (a sign "
+        "test: zero sum emerges with training). The quick preset trains H = 2 (Mode II, the paper's Fig. 17) for "
+        "12 000 steps; Modes I, III and IV (H = 1, 4, 3) at --preset paper only. Measured for H = 4 at lr "
         "1e-3 (Mode III, heads paired per task): 1 of 4 seeds paired from 18 000 steps on and still 1 of 4 "
         "at 30 000, validation MSE flat at 0.41 from 5 000 steps on (a multi-task H = 4 step costs ~1.5 ms "
         "per seed on one CPU thread)."
     ),
     unrecoverable=(
         "training length per preset (paper: 500,001 Adam steps at lr 1e-3, docs/models/icl_regression.md "
-        "§9; quick: H = 2 only, 6 000 steps, 8 seeds)",
+        "§9; quick: H = 2 only, 12 000 steps, 8 seeds)",
     ),
     params={
         "tiny": dict(TRAIN_TINY, Hs=[2]),
