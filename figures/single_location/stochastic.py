@@ -172,11 +172,36 @@ def _fig5_rows(ds, prefix, quantity_prefix, explanation=None):
     return rows
 
 
+# Where the batch-100 SGD noise was measured against a 4x larger batch (the quick and paper presets' protocol).
+_LB_MEASURED_AT = {"d": 80, "L": 10, "alpha": 1e-3, "batch_lb": 100}
+
+
+def _large_batch_noise(ds) -> Explanation | None:
+    """The SGD-noise explanation of the large-batch rows, attached only in the setting it was measured in."""
+    at = {"d": int(ds.attrs["d"]), "L": int(ds.attrs["L"]), "alpha": float(ds.attrs["alpha"])}
+    if {**at, "batch_lb": int(ds.attrs["batch_lb"])} != _LB_MEASURED_AT:
+        return None
+    return Explanation(
+        reason=(
+            "SGD noise at batch 100, smaller than at batch 5 but not zero: the random tangent part of each "
+            "renormalised step shrinks the alignments by ~alpha^2 |noise|^2 / 2 per step, and |noise|^2 falls as "
+            "1/batch, so the SGD mean lags the noiseless PGD by a gap that falls as 1/batch"
+        ),
+        evidence=(
+            "measured with this figure's protocol at batch 400 (--set batch_lb=400, the same seeds): excess-risk gap "
+            "to PGD 0.0062 (SE 0.0014) at step 9 000 against 0.031 at batch 100, a ratio of 5.0 where 1/batch "
+            "predicts 4 (0.0054 against 0.021 at step 10 000: 3.9), and all 12 batch-400 rows inside their "
+            "level-1e-3 intervals (largest |t| 4.3 against 5.41)"
+        ),
+    )
+
+
 def gaps_fig5(ds):
-    """Rows: SGD at the large batch over the transient (the noiseless-PGD theory applies: holds), and the paper's
-    batch-5 run (explained by SGD noise, with the large-batch rows as evidence)."""
+    """Rows: SGD at the large batch over the transient (the noiseless-PGD theory applies, up to a lag that falls as
+    1/batch: explained where measured), and the paper's batch-5 run (explained by SGD noise, with the large-batch
+    rows as evidence)."""
     lb = int(ds.attrs["batch_lb"])
-    rows = _fig5_rows(ds, "lb_", f"batch-{lb} SGD")
+    rows = _fig5_rows(ds, "lb_", f"batch-{lb} SGD", explanation=_large_batch_noise(ds))
     noise = Explanation(
         reason=(
             "SGD noise at batch 5: the theory is the noiseless PGD. Each update takes a random tangent step of "
@@ -185,7 +210,7 @@ def gaps_fig5(ds):
         ),
         evidence=(
             f"single_location.fig5, rows 'batch-{lb} SGD' (the same protocol with a {lb // 5}x larger batch "
-            "follows PGD over the transient)"
+            "follows PGD over the transient up to a lag that falls as 1/batch, measured there)"
         ),
     )
     return rows + _fig5_rows(ds, "", "batch-5 SGD (paper)", explanation=noise)
@@ -228,7 +253,8 @@ def checks_fig5(ds):
         "5 the gradient noise is large (a tangent step of about alpha |g| ~ 0.08 per update in d = 80) and "
         "each renormalisation shrinks the alignments: the SGD mean lags the noiseless PGD (rows explained "
         "by SGD noise). The same protocol at a large batch (orange, first steps) follows PGD over the "
-        "transient (rows hold); the checks compare the batch-5 runs with the paper's 12 runs "
+        "transient up to a lag that falls as 1/batch (measured at batch 400: 5x smaller than at 100); the "
+        "checks compare the batch-5 runs with the paper's 12 runs "
         "(docs/models/single_location.md §8.4 table)."
     ),
     params={

@@ -165,28 +165,36 @@ def test_quick_preset_trains_at_least_8_seeds_and_no_figure_is_paper_only():
         assert spec.paper_only is None, name  # a deferral needs measured evidence of a trend (fig16: per check)
 
 
-def test_fig16_zero_sum_count_is_deferred_only_when_the_run_moves_towards_it():
-    """3 of 8 seeds zero-sum per task: the count fails (needs 7/8); 'deferred' when 1 of 8 was half-way and none was
-    lost, 'fails' when a seed lost it; 8 of 8 holds."""
+def test_fig16_zero_sum_emergence_is_a_paired_sign_test_deferred_only_when_the_run_moves_towards_it():
+    """Each seed at the end against its step 0: 5 gained, none lost holds (2^-5 = 0.031 <= 0.05); 4 gained (0.0625)
+    does not: 'deferred' when more seeds are zero-sum at the end than half-way and none was lost, 'fails' when a seed
+    lost it; 5 gained with 2 lost (P(Bin(7, 1/2) >= 5) = 0.23) fails, and so does a count that only matches step 0."""
     n, T, H = 8, 5, 2
     good = np.array([1.0, -1.0])
     bad = np.array([1.0, 0.6])  # |sum| / sum|.| = 1
 
-    def ds_for(half_ok, end_ok):
+    def ds_for(start_ok, half_ok, end_ok):
         mu = np.empty((1, n, T, H, 2))
         for s in range(n):
             for i in range(T):
-                ok = end_ok[s] if i == T - 1 else half_ok[s] if i == T // 2 else False
+                ok = {0: start_ok[s], T // 2: half_ok[s], T - 1: end_ok[s]}.get(i, False)
                 mu[0, s, i, :, :] = (good if ok else bad)[:, None]
         return xr.Dataset(
             {"mu_t": (("H", "seed", "step", "head", "task"), mu)}, coords={"H": [2], "step": np.linspace(0, 4, T)}
         )
 
-    end = np.arange(n) < 3
-    moving = [c.status for c in fig_icl.checks_fig16(ds_for(np.arange(n) < 1, end))]
-    lost = [c.status for c in fig_icl.checks_fig16(ds_for(np.arange(n) >= 5, end))]
-    done = [c.status for c in fig_icl.checks_fig16(ds_for(end, np.ones(n, dtype=bool)))]
-    assert moving == ["deferred", "deferred"] and lost == ["fails", "fails"] and done == ["holds", "holds"]
+    def statuses(*oks):
+        return [c.status for c in fig_icl.checks_fig16(ds_for(*(np.asarray(o, dtype=bool) for o in oks)))]
+
+    none = np.zeros(n, dtype=bool)
+    first = np.arange(n)
+    assert statuses(none, first < 1, first < 5) == ["holds", "holds"]
+    assert statuses(none, first < 1, first < 4) == ["deferred", "deferred"]
+    assert statuses(none, first >= 5, first < 4) == ["fails", "fails"]  # seeds 5-7 lost it after half-way
+    assert statuses(first >= 6, first < 5, first < 5) == ["fails", "fails"]  # 5 gained, 2 lost: no later gain
+    assert statuses(first < 5, first < 5, first < 5) == ["fails", "fails"]  # as many at step 0: nothing emerged
+    (c, _) = fig_icl.checks_fig16(ds_for(none, first < 1, first < 5))
+    assert "5 gained, 0 lost" in c.measured and "p = 0.031" in c.tolerance and ">= 5 gained" in c.tolerance
 
 
 def test_count_check_states_and_tests_the_per_seed_count():

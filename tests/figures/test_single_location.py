@@ -194,3 +194,12 @@ def test_transformer_module_hook_is_guarded():
     """The Transformer figures register through the guarded import in figures/single_location/__init__.py."""
     names = registry.REGISTRY.names("single_location")
     assert {f"single_location.{n}" for n in OURS} <= set(names)
+
+
+def test_fig5_large_batch_noise_is_explained_only_in_the_setting_it_was_measured_in():
+    from figures.single_location.stochastic import _large_batch_noise
+
+    attrs = {"d": 80, "L": 10, "alpha": 1e-3, "batch_lb": 100}
+    assert _large_batch_noise(xr.Dataset(attrs=attrs)).kind == "explained"
+    for changed in ({"batch_lb": 20}, {"d": 20}, {"alpha": 1e-2}):  # tiny, or any setting not measured: no cover
+        assert _large_batch_noise(xr.Dataset(attrs={**attrs, **changed})) is None
