@@ -183,6 +183,8 @@ def distinct_recall(
     Zf = torch.as_tensor(Z_full).detach().cpu().numpy().astype(np.float64, copy=False)
     thr = np.asarray(thresholds, dtype=np.float64)
     Lc = classes.Lc
+    if Zf.shape[-1] != Zf.shape[-2] or Zf.shape[-1] < Lc + classes.Q:
+        raise ValueError(f"Z_full must have shape (..., V, V) with V >= Lc + Q = {Lc + classes.Q}; got {Zf.shape}")
     if attention == "softmax_all_keys":
         rows = Zf[..., Lc + classes.psi, :]  # (..., K, V)
         a = np.exp(rows - rows.max(-1, keepdims=True))
