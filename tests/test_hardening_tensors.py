@@ -196,3 +196,25 @@ def test_check_shapes_names_the_first_argument_that_fixed_a_size():
     with pytest.raises(ValueError, match=r"^a must have shape \(n, 3\); got \(4, 2\)"):
         V.check_shapes(a=(np.zeros((4, 2)), "n 3"))
     assert V.check_shapes(a=(np.zeros((4, 2, 3)), "... m"), b=(np.zeros((4, 2)), "...")) == {"m": 3, "...": (4, 2)}
+
+
+@pytest.mark.parametrize(
+    "values, ok",
+    [
+        ([1e308, 1e308, -1.0], True),  # finite entries whose sum overflows: the elementwise test decides
+        ([1e308, 1e308, math.nan], False),
+        ([math.inf, -math.inf], False),  # a NaN sum
+        ([1.0, -math.inf], False),
+        ([0.5, -2.0], True),
+    ],
+)
+def test_tensor_finiteness_test_is_exact(values, ok):
+    from empirical.models import tensor_check
+
+    check = tensor_check(ndim=1)
+    t = torch.tensor(values, dtype=torch.float64)
+    if ok:
+        check("x", t)
+    else:
+        with pytest.raises(ValueError, match="x must be .*NaN or inf"):
+            check("x", t)
