@@ -282,8 +282,8 @@ def loss_per_draw(
     y: Annotated[torch.Tensor, _tensor(ndim=(1, 2))],
 ) -> torch.Tensor:
     """ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2), exactly (``logaddexp``, no softplus
-    threshold). ``f`` and ``y`` (shapes that broadcast) are checked (real, finite); the training step calls the
-    unchecked ``_loss_per_draw``."""
+    threshold). ``f`` and ``y`` (shapes that broadcast) are checked (real, finite); the training step calls an
+    unchecked version."""
     try:
         torch.broadcast_shapes(f.shape, y.shape)
     except RuntimeError:

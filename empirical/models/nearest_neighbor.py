@@ -183,8 +183,8 @@ def embed(
 ) -> torch.Tensor:
     """Embedded prompts H (..., d+2, N+1) from X (..., N, d), xq (..., d), y (..., N): columns [x_j; y_j; 0] and
     [x_query; 0; 1] (docs/models/token_selection.md §A.2), the layout of :func:`closedform.nearest_neighbor.embed`.
-    The tensors are checked (real, finite, consistent shapes); the sampler of a training run calls the unchecked
-    ``_embed``."""
+    The tensors are checked (real, finite, consistent shapes); the sampler of a training run calls an unchecked
+    version."""
     _V.check_shapes(X=(X, "... N d"), xq=(xq, "... d"), y=(y, "... N"))
     return _embed(X, xq, y)
 
@@ -234,8 +234,8 @@ def predict(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (docs/models/token_selection.md §A.3) on a
     batch ``{"H": (S, n,
-    d+2, N+1), ...}``. The tensors are checked (real, finite, consistent shapes); the training step calls the
-    unchecked ``_predict``."""
+    d+2, N+1), ...}``. The tensors are checked (real, finite, consistent shapes); the training step calls an
+    unchecked version."""
     _V.check_shapes(W=(_effective_W(params), "S D D"), **{"batch['H']": (batch["H"], "S n D N1")})
     return _predict(params, batch)
 

@@ -252,7 +252,7 @@ def forward(
     S_att : (S, n, N); f : (S, n, K)
 
     The tensors are checked (real, finite, consistent shapes, ``states`` codes < K); the model's training step calls
-    the unchecked ``_forward``.
+    an unchecked version.
     """
     K, N = task.K, task.N
     _V.check_shapes(states=(states, f"S n {N}"), **{"params['V']": (params["V"], f"S {K} {K}")})

@@ -462,7 +462,7 @@ def attention_entropy(
     (docs/models/scan_snap.md §5.5).
 
     a : (S, B, Tq, Tk) attention rows, entries in [0, 1]; returns (S,). Checked (real, finite, in range); the
-    model's probes call the unchecked ``_attention_entropy``.
+    model's probes call an unchecked version.
     """
     return _attention_entropy(a)
 

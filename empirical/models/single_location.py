@@ -216,7 +216,7 @@ def predict(
     normalisation). ``"softmax"``: T^soft_lambda(X) = sum_l softmax(lambda X k)_l (x_l.v)
     (docs/models/single_location.md §2.2; ``torch.softmax``). The projections (x_l.k, x_l.v) are one batched matmul per
     seed, see the module Notes. The tensors are checked (real, finite, consistent shapes); the training step calls
-    the unchecked ``_predict``.
+    an unchecked version.
     """
     _V.check_shapes(X=(X, "S B L d"), k=(k, "S d"), v=(v, "S d"))
     return _predict(X, k, v, lam, predictor)

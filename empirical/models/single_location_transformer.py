@@ -194,8 +194,8 @@ def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, 
 
 def layer_norm(x: Annotated[torch.Tensor, _tensor(ndim=tuple(range(1, 33)))]) -> torch.Tensor:
     """LN(x) = (x - mean(x)) / sqrt(var(x) + 1e-5) over the last axis, no affine parameters
-    (docs/models/single_location.md §8.7). ``x`` is checked (real, finite); the model's forward pass calls the
-    unchecked ``_layer_norm``."""
+    (docs/models/single_location.md §8.7). ``x`` is checked (real, finite); the model's forward pass calls an
+    unchecked version."""
     return _layer_norm(x)
 
 
