@@ -758,7 +758,8 @@ def symmetric_flow(
     docs/models/icl_regression.md §6.1). ``omega0``, ``mu0`` are scalars or (n_traj,) arrays (e.g. omega0 = mu0 = eps0,
     Definition B.1); the trajectory holds ``omega``, ``mu`` and derived ``F`` (= f of :func:`symmetric_two_head_loss`),
     ``two_omega_mu``, ``ratio`` (r = mu/omega) and ``chi`` (d omega^2). For the full four-dimensional two-head system
-    use :func:`flow` with (2,)-shaped ``omega0``, ``mu0``.
+    use :func:`flow` with (2,)-shaped ``omega0``, ``mu0``. ``omega0`` must be non-zero: the ratio is undefined at
+    omega = 0 (omega = mu = 0 is a fixed point of the flow).
 
     Time is the F/2-flow time (docs/models/icl_regression.md §0.3). Default solver ``Dopri5(rtol=1e-10, atol=1e-12)``.
     Never warns about convergence, as :func:`flow` with H = 2.
@@ -766,6 +767,8 @@ def symmetric_flow(
     task = _check_task(task)
     omega0 = check_finite_array("omega0", omega0, ndim=(0, 1))
     mu0 = check_finite_array("mu0", mu0, ndim=(0, 1))
+    if np.any(omega0 == 0):  # the derived ratio mu/omega starts at +-inf (or 0/0 at the fixed point omega = mu = 0)
+        raise ValueError(f"omega0 must be non-zero (the ratio r = mu/omega is undefined at omega = 0); got {omega0}")
     try:
         omega0, mu0 = np.broadcast_arrays(np.atleast_1d(omega0), np.atleast_1d(mu0))
     except ValueError as exc:

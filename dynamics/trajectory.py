@@ -8,6 +8,7 @@ along ``time``), one variable per state component and per derived quantity, and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 import errno
 import os
@@ -33,6 +34,13 @@ class Trajectory(xr.Dataset):
     """
 
     __slots__ = ()
+
+    def __init__(
+        self, data_vars: Mapping | None = None, coords: Mapping | None = None, attrs: Mapping | None = None
+    ) -> None:
+        """As ``xarray.Dataset(data_vars, coords, attrs)``; each argument given must be a mapping (checked here, so
+        that a wrong type is an error naming it, not one raised deep inside xarray)."""
+        super().__init__(data_vars, coords, attrs)
 
     @classmethod
     def from_arrays(

@@ -578,6 +578,7 @@ def compare_rows(
         raise ValueError(f"samples of {quantity!r} must be finite; got non-finite values")
     allowance = check_nonneg("allowance", allowance)
     rel_allowance = check_nonneg("rel_allowance", rel_allowance)
+    theory_n_seeds = None if theory_n_seeds is None else check_int("theory_n_seeds", theory_n_seeds, min_value=2)
     if (allowance > 0 or rel_allowance > 0) and not (isinstance(allowance_source, str) and allowance_source.strip()):
         raise ValueError("allowance_source must say where a non-zero allowance/rel_allowance comes from")
     if theory_se is not None:

@@ -7,13 +7,17 @@ data go to the same worker, one after the other, so a shared run is computed onc
 cache. Results come back keyed by their position, so the caller puts them in registry order and the report is the
 same as a serial build.
 
-Stopping. A worker ignores SIGINT (a Ctrl-C reaches the whole process group; the parent decides) and turns SIGTERM
-into an exit that runs its clean-up (a half-written cache file is removed by the atomic writer); on Linux it also
+Stopping. A worker ignores SIGINT (a Ctrl-C reaches the whole process group; the parent decides), from its birth: the
+parent blocks SIGINT while it starts workers, so a worker still importing the toolkit is not killed by a Ctrl-C (with
+a traceback of its own), and its initializer ignores SIGINT before unblocking it. It turns SIGTERM into an exit that
+runs its clean-up (a half-written cache file is removed by the atomic writer); on Linux it also
 asks the kernel for SIGTERM when its parent dies, so no worker outlives a killed report. When the parent is
 interrupted (:class:`Interrupted`, raised by :func:`signals_as_interrupts` for SIGTERM, or a ``KeyboardInterrupt``),
 :func:`parallel_entries` cancels the figures not started, sends SIGTERM to every worker, waits at most
 :data:`GRACE_S` seconds, kills what is left and removes the temporary files a killed worker may have left in the
-cache and output folders; then the interruption propagates.
+cache and output folders; then the interruption propagates. A report started with SIGINT ignored (a background job
+of a shell without job control, which every program it starts inherits) keeps ignoring Ctrl-C, as any program does
+there; SIGTERM still stops it.
 
 Dask. :func:`dask_entries` runs the same tasks (a figure with the figures sharing its data) on a ``LocalCluster``
 or a remote scheduler, and inside them each training run a figure hands to :func:`figures.experiments.train_many`
@@ -172,10 +176,27 @@ def default_registry() -> Registry:
     return REGISTRY
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while active: processes (and threads) started meanwhile inherit the block. A Ctrl-C
+    meanwhile is delivered when it ends, or at once through another thread that does not block it (a
+    ``KeyboardInterrupt`` the caller handles as any other). A no-op where the platform has no signal masks."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _worker_init(factory, parent_pid: int | None = None) -> None:
     """Worker start: stop with the parent (signals above), build the registry, pin numba and torch to one thread."""
     global _WORKER_REGISTRY
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # born with SIGINT blocked (see _sigint_blocked): ignored from now on
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, _worker_sigterm)
     _set_parent_death_signal()
     if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before the request took effect
@@ -306,17 +327,18 @@ def parallel_entries(
             max_workers=n_jobs, mp_context=ctx, initializer=_worker_init, initargs=(factory, os.getpid())
         )
         try:
-            futures = {
-                pool.submit(
-                    _worker_entries,
-                    entry_fn,
-                    [specs[i].name for i in task],
-                    preset,
-                    None if out_dir is None else str(out_dir),
-                    kw,
-                ): task
-                for task in tasks
-            }
+            with _sigint_blocked():  # workers start here, as tasks are submitted: born immune to Ctrl-C
+                futures = {
+                    pool.submit(
+                        _worker_entries,
+                        entry_fn,
+                        [specs[i].name for i in task],
+                        preset,
+                        None if out_dir is None else str(out_dir),
+                        kw,
+                    ): task
+                    for task in tasks
+                }
         except BaseException:
             _stop_workers(pool, (build_kw.get("cache_dir"), out_dir))
             raise

@@ -58,11 +58,16 @@ def dispatch_config(presets: Mapping[str, Callable], name: Annotated[Any, None],
 # Argument checks shared by the model modules (dynamics.validation specs for torch arguments)
 
 
-def tensor_check(*, ndim=None, finite: bool = True) -> Callable:
+def tensor_check(*, ndim=None, finite: bool = True, range=None) -> Callable:
     """A ``check(name, value)`` spec for :func:`dynamics.validation.validated`: a real torch tensor with ``ndim`` in
-    the given ones, finite unless ``finite=False`` (the spec of arguments of functions a training step calls, where
-    a finiteness test would synchronise the device: the trainer's divergence check catches non-finite values)."""
-    spec = _V.Array(ndim=ndim, finite=finite)
+    the given ones, finite unless ``finite=False``, its entries in ``range`` (a :class:`dynamics.validation.Range`)
+    if given.
+
+    The public torch functions of the model modules check their tensors with it (a pass over the data, and a device
+    synchronisation on a GPU); a model's training step calls their unchecked versions (the same name with a leading
+    underscore), and the trainer's divergence check catches non-finite values there.
+    """
+    spec = _V.Array(ndim=ndim, finite=finite, range=range)
 
     def check(name: str, value) -> None:
         if not _V._is_tensor(value):
@@ -74,9 +79,8 @@ def tensor_check(*, ndim=None, finite: bool = True) -> Callable:
 
 def tensors_check(*layouts: tuple[str, ...], ndim=None) -> Callable:
     """A ``check(name, value)`` spec for a mapping of torch tensors (``params``, ``batch``) holding every key of one
-    of ``layouts``; each of those tensors is checked for type and ``ndim``, not for finiteness (no device
-    synchronisation inside a training step)."""
-    spec = tensor_check(ndim=ndim, finite=False)
+    of ``layouts``; each of those tensors is checked as :func:`tensor_check` checks one (real, finite, ``ndim``)."""
+    spec = tensor_check(ndim=ndim)
     want = " or ".join("{" + ", ".join(map(repr, keys)) + "}" for keys in layouts)
 
     def check(name: str, value) -> None:

@@ -197,6 +197,11 @@ class GroupSparseModelSpec:
 def effective_W(params: Annotated[Mapping[str, torch.Tensor], _WEIGHTS]) -> torch.Tensor:
     """The merged key-query matrix W (S, d+D, d+D): ``params["W"]``, or W_K^T W_Q for the factorised model
     (docs/models/token_selection.md §B.7)."""
+    return _effective_W(params)
+
+
+def _effective_W(params):
+    """:func:`effective_W` without its argument checks (the training step's path)."""
     if "W" in params:
         return params["W"]
     return params["W_K"].transpose(-1, -2) @ params["W_Q"]
@@ -224,6 +229,16 @@ def attention(
     -------
     H : (S, n, d+D, D); S_att : (S, n, D, D) with S_att[s, k, i, j] = weight of query j on key i.
     """
+    _V.check_shapes(W=(W, "S p p"), X=(X, "S n d D"))
+    if W.shape[-1] != X.shape[-2] + X.shape[-1]:
+        raise ValueError(
+            f"W must have shape (S, d+D, d+D) for X of shape (S, n, d, D) = {tuple(X.shape)}; got {tuple(W.shape)}"
+        )
+    return _attention(W, X)
+
+
+def _attention(W, X):
+    """:func:`attention` without its argument checks (the training step's path)."""
     H = _tokens(X)
     Z = H.transpose(-1, -2) @ (W[:, None] @ H)
     return H, torch.softmax(Z, dim=-2)
@@ -231,7 +246,7 @@ def attention(
 
 def forward(
     params: Annotated[Mapping[str, torch.Tensor], _tensors(("v", "W"), ("v", "W_K", "W_Q"))],
-    X: Annotated[torch.Tensor, _tensor(ndim=4, finite=False)],
+    X: Annotated[torch.Tensor, _tensor(ndim=4)],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Model output f = v^T H S 1_D = sum_i u_i r_i (docs/models/token_selection.md §B.2) and the attention S.
 
@@ -244,18 +259,40 @@ def forward(
     -------
     f : (S, n); S_att : (S, n, D, D)
     """
-    H, S_att = attention(effective_W(params), X)
+    W = _effective_W(params)
+    _V.check_shapes(X=(X, "S n d D"), **{"params['v']": (params["v"], "S p")}, W=(W, "S p p"))
+    if W.shape[-1] != X.shape[-2] + X.shape[-1]:
+        raise ValueError(
+            f"params must hold v (S, d+D) and W (S, d+D, d+D) for X of shape (S, n, d, D) = {tuple(X.shape)}; "
+            f"got W {tuple(W.shape)}"
+        )
+    return _forward(params, X)
+
+
+def _forward(params, X):
+    """:func:`forward` without its argument checks (the training step's path)."""
+    H, S_att = _attention(_effective_W(params), X)
     u = torch.einsum("sa,snai->sni", params["v"], H)  # u_i = v^T h_i
     f = (u * S_att.sum(dim=-1)).sum(dim=-1)  # sum_i u_i r_i, r_i = sum_j S_ij
     return f, S_att
 
 
 def loss_per_draw(
-    f: Annotated[torch.Tensor, _tensor(ndim=(1, 2), finite=False)],
-    y: Annotated[torch.Tensor, _tensor(ndim=(1, 2), finite=False)],
+    f: Annotated[torch.Tensor, _tensor(ndim=(1, 2))],
+    y: Annotated[torch.Tensor, _tensor(ndim=(1, 2))],
 ) -> torch.Tensor:
     """ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2), exactly (``logaddexp``, no softplus
-    threshold)."""
+    threshold). ``f`` and ``y`` (shapes that broadcast) are checked (real, finite); the training step calls an
+    unchecked version."""
+    try:
+        torch.broadcast_shapes(f.shape, y.shape)
+    except RuntimeError:
+        raise ValueError(f"y must broadcast with f of shape {tuple(f.shape)}; got {tuple(y.shape)}") from None
+    return _loss_per_draw(f, y)
+
+
+def _loss_per_draw(f, y):
+    """:func:`loss_per_draw` without its argument checks."""
     return torch.logaddexp(torch.zeros((), dtype=f.dtype, device=f.device), -y * f)
 
 
@@ -416,15 +453,15 @@ class GroupSparseAttention:
     def loss(self, params, batch, hyper=None):
         """Empirical logistic loss mean_k log(1 + exp(-y_k f_k)) per seed (docs/models/token_selection.md §B.2), shape
         (S,)."""
-        f, _ = forward(params, batch["X"])
-        return loss_per_draw(f, batch["y"]).mean(dim=-1)
+        f, _ = _forward(params, batch["X"])  # unchecked: a training step
+        return _loss_per_draw(f, batch["y"]).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper=None):
         """Loss, its SE over unique draws, accuracy P(y f > 0), E[S_{j*,j}] and the 5% quantile of min_j S_{j*,j}
         on the evaluation batch (docs/models/token_selection.md §B.3.1; attention diagnostics by
         ``closedform.group_sparse``)."""
-        f, S_att = forward(params, batch["X"])
-        ell = loss_per_draw(f, batch["y"])
+        f, S_att = _forward(params, batch["X"])
+        ell = _loss_per_draw(f, batch["y"])
         n = ell.shape[1]
         # A mirrored sample holds n/2 draws and their images: average each pair first, so the SE counts unique draws
         # (online sampler: interleaved pairs; closedform.group_sparse.sample(mirror=True): images in the second half).
@@ -804,9 +841,9 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
-# classes, int, float, bool, str) plus the rules in their ``Annotated`` metadata. The tensors of ``forward`` and
-# ``loss_per_draw`` reach them from every training step: they are checked for type and shape only (a finiteness
-# test would synchronise the device; the trainer's divergence check sees non-finite values).
+# classes, int, float, bool, str) plus the rules in their ``Annotated`` metadata (tensors: real, finite, their ndim).
+# The model's training step calls ``_forward`` and ``_loss_per_draw`` unchecked (a finiteness test is a pass over the
+# batch, and a device synchronisation on a GPU; the trainer's divergence check sees non-finite values).
 
 from closedform.nearest_neighbor import _sample_list_check  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)

@@ -341,7 +341,8 @@ class ICLAttention:
         """
         spec = self.spec
         if spec.attention == "softmax" and spec.supports is None and batch["X"].device.type == "cpu":
-            return softmax_mse(spec, *circuits(spec, params), batch)
+            KQ, OV = circuits(spec, params)  # softmax_mse without its argument checks (a training step):
+            return _SoftmaxMSE.apply(KQ, OV, batch["X"], batch["y"], batch["xq"], batch["yq"])
         err = batch["yq"] - predict(self.spec, params, batch)
         return (err * err).mean(dim=(1, 2))
 
@@ -639,7 +640,10 @@ class _SoftmaxMSE(torch.autograd.Function):
 
 
 def softmax_mse(
-    model_or_spec: Annotated[Any, _MODEL], KQ: torch.Tensor, OV: torch.Tensor, batch: Mapping[str, torch.Tensor]
+    model_or_spec: Annotated[Any, _MODEL],
+    KQ: Annotated[torch.Tensor, _tensor(ndim=4)],
+    OV: Annotated[torch.Tensor, _tensor(ndim=4)],
+    batch: Annotated[Mapping[str, torch.Tensor], _tensors(("X", "y", "xq", "yq"))],
 ) -> torch.Tensor:
     """Per-seed MSE (1/n) sum_b (y_q - yhat_b)^2 of single-task softmax attention, shape (S,), differentiable in the
     circuits KQ (S, H, p, p) and OV (S, H, 1, p) (docs/models/icl_regression.md §2, Eqs. (2.3)-(2.5)).
@@ -648,11 +652,23 @@ def softmax_mse(
     once (only the query's row of attention: its logits over the L context tokens) and forms the gradient on the
     way with the hand-derived softmax derivatives (tested against torch autograd to 1e-12). Each seed is computed by
     itself, so a seed trained among others is bitwise equal to its single-seed run. CPU tensors (float64 or float32;
-    the kernel computes in float64 and returns the input dtype).
+    the kernel computes in float64 and returns the input dtype). The tensors are checked (real, finite, consistent
+    shapes); the training step calls the kernel's autograd function directly.
     """
     spec = _spec_of(model_or_spec)
     if spec.attention != "softmax" or spec.supports is not None:
         raise ValueError("softmax_mse needs single-task softmax attention (attention='softmax', supports=None)")
+    H, p, d = spec.H, spec.width, spec.task.d
+    _V.check_shapes(
+        KQ=(KQ, f"S {H} {p} {p}"),
+        OV=(OV, f"S {H} 1 {p}"),
+        **{
+            "batch['X']": (batch["X"], f"S n L {d}"),
+            "batch['y']": (batch["y"], "S n L 1"),
+            "batch['xq']": (batch["xq"], f"S n {d}"),
+            "batch['yq']": (batch["yq"], "S n 1"),
+        },
+    )
     return _SoftmaxMSE.apply(KQ, OV, batch["X"], batch["y"], batch["xq"], batch["yq"])
 
 
@@ -909,12 +925,14 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
-# ``Annotated`` metadata, then each function's own checks
+# classes, int, float, bool), the rules in ``Annotated`` metadata (tensors: real, finite, their ndim), then each
+# function's own checks. The model's training step calls ``_SoftmaxMSE`` unchecked.
 
 import xarray as _xr  # noqa: E402
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+from empirical.models import tensor_check as _tensor  # noqa: E402
+from empirical.models import tensors_check as _tensors  # noqa: E402
 
 _MODEL = _V.Instance(ICLAttention, ICLModelSpec)
 _V.validate_module(globals())

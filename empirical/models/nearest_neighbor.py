@@ -177,12 +177,20 @@ class NearestNeighborModelSpec:
 
 
 def embed(
-    X: Annotated[torch.Tensor, _tensor(ndim=_LEADING, finite=False)],
-    xq: Annotated[torch.Tensor, _tensor(ndim=_LEADING[:-1] + (1,), finite=False)],
-    y: Annotated[torch.Tensor, _tensor(ndim=_LEADING[:-1] + (1,), finite=False)],
+    X: Annotated[torch.Tensor, _tensor(ndim=_LEADING)],
+    xq: Annotated[torch.Tensor, _tensor(ndim=_LEADING[:-1] + (1,))],
+    y: Annotated[torch.Tensor, _tensor(ndim=_LEADING[:-1] + (1,))],
 ) -> torch.Tensor:
     """Embedded prompts H (..., d+2, N+1) from X (..., N, d), xq (..., d), y (..., N): columns [x_j; y_j; 0] and
-    [x_query; 0; 1] (docs/models/token_selection.md §A.2), the layout of :func:`closedform.nearest_neighbor.embed`."""
+    [x_query; 0; 1] (docs/models/token_selection.md §A.2), the layout of :func:`closedform.nearest_neighbor.embed`.
+    The tensors are checked (real, finite, consistent shapes); the sampler of a training run calls an unchecked
+    version."""
+    _V.check_shapes(X=(X, "... N d"), xq=(xq, "... d"), y=(y, "... N"))
+    return _embed(X, xq, y)
+
+
+def _embed(X, xq, y):
+    """:func:`embed` without its argument checks."""
     lead = X.shape[:-2]
     zeros = X.new_zeros(*lead, 1, X.shape[-2])
     ctx = torch.cat([X.transpose(-1, -2), y[..., None, :], zeros], dim=-2)  # (..., d+2, N)
@@ -195,6 +203,11 @@ def effective_W(
 ) -> torch.Tensor:
     """The merged key-query matrix (S, d+2, d+2): ``params["W"]`` or W_K^T W_Q (factorised,
     docs/models/token_selection.md §A.9)."""
+    return _effective_W(params)
+
+
+def _effective_W(params):
+    """:func:`effective_W` without its argument checks (the training step's path)."""
     if "W" in params:
         return params["W"]
     return params["W_K"].transpose(-1, -2) @ params["W_Q"]
@@ -204,6 +217,12 @@ def attention(W: Annotated[torch.Tensor, _tensor(ndim=3)], H: Annotated[torch.Te
     """q = softmax(H^T W h_query) (S, n, N+1) for W (S, D, D), H (S, n, D, N+1) (docs/models/token_selection.md §A.3,
     column-wise softmax of
     docs/models/token_selection.md §0, no temperature); the last entry is the query's attention on itself, q_{N+1}."""
+    _V.check_shapes(W=(W, "S D D"), H=(H, "S n D N1"))
+    return _attention(W, H)
+
+
+def _attention(W, H):
+    """:func:`attention` without its argument checks (the training step's path)."""
     v = torch.einsum("sij,snj->sni", W, H[..., -1])  # W h_query
     scores = torch.einsum("snim,sni->snm", H, v)  # h_m^T W h_query
     return torch.softmax(scores, dim=-1)
@@ -215,9 +234,16 @@ def predict(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (docs/models/token_selection.md §A.3) on a
     batch ``{"H": (S, n,
-    d+2, N+1), ...}``."""
+    d+2, N+1), ...}``. The tensors are checked (real, finite, consistent shapes); the training step calls an
+    unchecked version."""
+    _V.check_shapes(W=(_effective_W(params), "S D D"), **{"batch['H']": (batch["H"], "S n D N1")})
+    return _predict(params, batch)
+
+
+def _predict(params, batch):
+    """:func:`predict` without its argument checks (the training step's path)."""
     H = batch["H"]
-    q = attention(effective_W(params), H)
+    q = _attention(_effective_W(params), H)
     f = (q * H[..., -2, :]).sum(dim=-1)  # the label row [y_1, ..., y_N, 0]
     return q, f
 
@@ -429,14 +455,14 @@ class NearestNeighborAttention:
             xq = xq / torch.linalg.vector_norm(xq, dim=-1, keepdim=True)
             y = 2.0 * torch.randint(0, 2, (n, N), generator=g, device=device).to(dtype) - 1.0
             istar = torch.einsum("njd,nd->nj", X, xq).argmax(dim=-1)
-            return {"H": embed(X, xq, y), "target": torch.gather(y, 1, istar[:, None])[:, 0]}
+            return {"H": _embed(X, xq, y), "target": torch.gather(y, 1, istar[:, None])[:, 0]}
 
         return per_seed(generators, draw)
 
     def loss(self, params, batch, hyper=None):
         """L = 1/2 mean over prompts of (f_W(H) - y_{i*})^2 per seed (docs/models/token_selection.md §A.4), shape
         (S,)."""
-        _, f = predict(params, batch)
+        _, f = _predict(params, batch)  # unchecked: a training step
         return 0.5 * ((f - batch["target"]) ** 2).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper=None):
@@ -445,7 +471,7 @@ class NearestNeighborAttention:
         :func:`closedform.nearest_neighbor.full_diagnostics` on each seed's W) on the evaluation batch (the training
         prompts for fixed data); ``mse_test`` on the test
         prompts if given."""
-        _, f = predict(params, batch)
+        _, f = _predict(params, batch)
         ell = 0.5 * (f - batch["target"]) ** 2
         n = ell.shape[1]
         out = {
@@ -626,9 +652,9 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks of every public function and class (dynamics.validation): the annotations (task class, int,
-# float, bool, str, Mapping) plus the rules in their ``Annotated`` metadata. ``embed``'s tensors and the
-# ``params``/``batch`` mappings of ``predict`` reach them from every training step: they are checked for type and shape
-# only (a finiteness test would synchronise the device; the trainer's divergence check sees non-finite values).
+# float, bool, str, Mapping) plus the rules in their ``Annotated`` metadata (tensors: real, finite, their ndim). The
+# model's sampler and training step call ``_embed`` and ``_predict`` unchecked (a finiteness test is a pass over the
+# batch, and a device synchronisation on a GPU; the trainer's divergence check sees non-finite values).
 
 from closedform.nearest_neighbor import _sample_list_check  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)

@@ -225,10 +225,10 @@ def _query_vector(params: Mapping[str, torch.Tensor], xq: torch.Tensor) -> torch
 def forward(
     task: cf.RandomWalkTask,
     params: Annotated[Mapping[str, torch.Tensor], _tensors(("V", "W"), ("V", "W_K", "W_Q"))],
-    states: Annotated[torch.Tensor, _tensor(ndim=3, finite=False)],
+    states: Annotated[torch.Tensor, _tensor(ndim=3, range=_V.Range(integer=True, ge=0, array=True))],
     *,
     normalize_tokens: bool = False,
-    Phi: Annotated[torch.Tensor | None, _tensor(ndim=2, finite=False)] = None,
+    Phi: Annotated[torch.Tensor | None, _tensor(ndim=2)] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention S = softmax(X~^T W x~_N) over the N positions and output f = V X S
     (docs/models/token_selection.md §C.2-§C.3), for every seed.
@@ -241,7 +241,7 @@ def forward(
     task : closedform.random_walk.RandomWalkTask
     params : {"V": (S, K, K), "W": (S, K+M, K+M)} or {"V", "W_K", "W_Q"}
     states : (S, n, N) float or int tensor
-        Walks (code values); only the context columns 0..N-2 are read.
+        Walks (code values, integers in [0, K)); only the context columns 0..N-2 are read.
     normalize_tokens : bool
         Unit-norm columns of X~ inside the scores (docs/models/token_selection.md §C.8, Fig. 6 default).
     Phi : (M, N) tensor, optional
@@ -250,7 +250,22 @@ def forward(
     Returns
     -------
     S_att : (S, n, N); f : (S, n, K)
+
+    The tensors are checked (real, finite, consistent shapes, ``states`` codes < K); the model's training step calls
+    an unchecked version.
     """
+    K, N = task.K, task.N
+    _V.check_shapes(states=(states, f"S n {N}"), **{"params['V']": (params["V"], f"S {K} {K}")})
+    if Phi is not None:
+        _V.check_shapes(Phi=(Phi, f"M {N}"))
+    top = int(states.max())
+    if top >= K:
+        raise ValueError(f"states must hold codes in [0, K) = [0, {K}); got {top}")
+    return _forward(task, params, states, normalize_tokens=normalize_tokens, Phi=Phi)
+
+
+def _forward(task, params, states, *, normalize_tokens=False, Phi=None):
+    """:func:`forward` without its argument checks (the training step's path)."""
     V = params["V"]
     K, N = task.K, task.N
     if Phi is None:
@@ -426,8 +441,9 @@ class RandomWalkAttention:
         return self._Phi[key]
 
     def forward(self, params, states):
-        """(S_att (S, n, N), f (S, n, K)) of :func:`forward` with this model's token normalisation."""
-        return forward(
+        """(S_att (S, n, N), f (S, n, K)) of :func:`forward` with this model's token normalisation (unchecked: a
+        training step)."""
+        return _forward(
             self.task, params, states, normalize_tokens=self.spec.normalize_tokens, Phi=self._positional(params["V"])
         )
 
@@ -911,11 +927,11 @@ class QAAttention:
         """Model output f (S, n, K) (docs/models/token_selection.md §C.3; ReLU variant of
         docs/models/token_selection.md §C.8)."""
         ref = params["V"]
-        if not self.spec.relu:
-            return forward(
+        if not self.spec.relu:  # unchecked forward pass: a training step
+            return _forward(
                 self.task, params, states, normalize_tokens=self.spec.normalize_tokens, Phi=self._positional(ref)
             )[1]
-        S_att, _ = forward(
+        S_att, _ = _forward(
             self.task,
             {
                 "V": torch.zeros_like(ref[:, :1, :1]).expand(-1, 1, self.task.K),
@@ -1048,9 +1064,9 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks of every public function and class (dynamics.validation): the annotations (task and sample
-# classes, int, float, bool, str) plus the rules in their ``Annotated`` metadata. ``forward``'s tensors reach it from
-# every training step: they are checked for type and shape only (a finiteness test would synchronise the device;
-# the trainer's divergence check sees non-finite values).
+# classes, int, float, bool, str) plus the rules in their ``Annotated`` metadata (tensors: real, finite, their ndim).
+# The models' training steps call ``_forward`` unchecked (a finiteness test is a pass over the batch, and a device
+# synchronisation on a GPU; the trainer's divergence check sees non-finite values).
 
 from closedform.nearest_neighbor import _sample_list_check  # noqa: E402
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)

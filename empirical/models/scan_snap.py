@@ -183,6 +183,8 @@ def distinct_recall(
     Zf = torch.as_tensor(Z_full).detach().cpu().numpy().astype(np.float64, copy=False)
     thr = np.asarray(thresholds, dtype=np.float64)
     Lc = classes.Lc
+    if Zf.shape[-1] != Zf.shape[-2] or Zf.shape[-1] < Lc + classes.Q:
+        raise ValueError(f"Z_full must have shape (..., V, V) with V >= Lc + Q = {Lc + classes.Q}; got {Zf.shape}")
     if attention == "softmax_all_keys":
         rows = Zf[..., Lc + classes.psi, :]  # (..., K, V)
         a = np.exp(rows - rows.max(-1, keepdims=True))
@@ -453,12 +455,20 @@ def _adam_config(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def attention_entropy(a: torch.Tensor) -> torch.Tensor:
+def attention_entropy(
+    a: Annotated[torch.Tensor, _tensor(ndim=4, range=_V.Range(ge=0, le=1, array=True))],
+) -> torch.Tensor:
     """Average attention entropy -sum_k a_k ln(a_k + 1e-8) over keys, mean over queries and sequences
     (docs/models/scan_snap.md §5.5).
 
-    a : (S, B, Tq, Tk) attention rows; returns (S,).
+    a : (S, B, Tq, Tk) attention rows, entries in [0, 1]; returns (S,). Checked (real, finite, in range); the
+    model's probes call an unchecked version.
     """
+    return _attention_entropy(a)
+
+
+def _attention_entropy(a):
+    """:func:`attention_entropy` without its argument checks."""
     return -(a * torch.log(a + 1e-8)).sum(-1).mean(dim=(-1, -2))
 
 
@@ -630,7 +640,7 @@ class TextTransformer:
         logits, a = self.forward(params, tok[..., :-1])
         tgt = tok[..., 1:]
         logp = logits.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
-        out = {"entropy": attention_entropy(a), "heldout_loss": -logp.mean(dim=(-1, -2))}
+        out = {"entropy": _attention_entropy(a), "heldout_loss": -logp.mean(dim=(-1, -2))}
         if self.map_rows:
             out["attn"] = a[:, 0, : self.map_rows, : self.map_rows]
         return out
@@ -713,10 +723,11 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
-# ``Annotated`` metadata, then each function's own checks
+# classes, int, float, bool), the rules in ``Annotated`` metadata (tensors: real, finite, their ndim), then each
+# function's own checks. The model's probes call ``_attention_entropy`` unchecked.
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+from empirical.models import tensor_check as _tensor  # noqa: E402
 
 _MATRICES = _V.Array(ndim=(2, 3))  # one state or a stack of them; the per-step yz_logits is left unchecked
 _V.validate_module(globals())

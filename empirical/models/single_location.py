@@ -203,14 +203,27 @@ def _place_signal_torch(task, k_star, v_star, j0, X, xi) -> dict[str, torch.Tens
     return {"X": X, "y": torch.add((x_inf * v_star).sum(-1).view(S, n), xi, alpha=task.eps)}
 
 
-def predict(X: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float, predictor: str = "erf") -> torch.Tensor:
+def predict(
+    X: Annotated[torch.Tensor, _tensor(ndim=4)],
+    k: Annotated[torch.Tensor, _tensor(ndim=2)],
+    v: Annotated[torch.Tensor, _tensor(ndim=2)],
+    lam: float,
+    predictor: Annotated[str, _V.OneOf(*PREDICTORS)] = "erf",
+) -> torch.Tensor:
     """The erf or softmax predictor for X (S, B, L, d) and k, v (S, d); returns (S, B).
 
     ``"erf"``: T_lambda(X) = sum_l erf(lambda x_l.k)(x_l.v) (docs/models/single_location.md §2.3, paper Eq. (3); no
     normalisation). ``"softmax"``: T^soft_lambda(X) = sum_l softmax(lambda X k)_l (x_l.v)
     (docs/models/single_location.md §2.2; ``torch.softmax``). The projections (x_l.k, x_l.v) are one batched matmul per
-    seed, see the module Notes.
+    seed, see the module Notes. The tensors are checked (real, finite, consistent shapes); the training step calls
+    an unchecked version.
     """
+    _V.check_shapes(X=(X, "S B L d"), k=(k, "S d"), v=(v, "S d"))
+    return _predict(X, k, v, lam, predictor)
+
+
+def _predict(X, k, v, lam, predictor):
+    """:func:`predict` without its argument checks (the training step's path)."""
     S, B, L, d = X.shape
     ab = torch.bmm(torch.stack([k, v], dim=1), X.reshape(S, B * L, d).transpose(1, 2)).reshape(S, 2, B, L)
     a, b = ab[:, 0], ab[:, 1]  # x_l.k, x_l.v: (S, B, L)
@@ -341,7 +354,13 @@ class _ErfMSE(torch.autograd.Function):
         return grad_loss[:, None] * gk, grad_loss[:, None] * gv, None, None, None
 
 
-def erf_mse(X: torch.Tensor, y: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lam: float) -> torch.Tensor:
+def erf_mse(
+    X: Annotated[torch.Tensor, _tensor(ndim=4)],
+    y: Annotated[torch.Tensor, _tensor(ndim=2)],
+    k: Annotated[torch.Tensor, _tensor(ndim=2)],
+    v: Annotated[torch.Tensor, _tensor(ndim=2)],
+    lam: float,
+) -> torch.Tensor:
     """Per-seed mini-batch MSE of the erf predictor, (1/B) sum_b (T_lambda(X_b) - y_b)^2, shape (S,), differentiable
     in (k, v) (docs/models/single_location.md §2.3, §8.4).
 
@@ -350,8 +369,11 @@ def erf_mse(X: torch.Tensor, y: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     dT/dk = sum_l (2 lam / sqrt(pi)) exp(-(lam x_l.k)^2) (x_l.v) x_l and dT/dv = sum_l erf(lam x_l.k) x_l
     (tested against torch autograd of :func:`predict`). On CPU in float64 it is ~5x faster than the batched-matmul
     autograd path, whose cost is dominated by small GEMM calls per seed. Each seed is computed by itself, so a seed
-    trained among others is bitwise equal to its single-seed run. CPU float64 tensors only (see :meth:`loss`).
+    trained among others is bitwise equal to its single-seed run. CPU float64 tensors only (see :meth:`loss`). The
+    tensors are checked (real, finite, consistent shapes); the training step calls the kernel's autograd function
+    directly.
     """
+    _V.check_shapes(X=(X, "S B L d"), y=(y, "S B"), k=(k, "S d"), v=(v, "S d"))
     return _ErfMSE.apply(k, v, X, y, lam)
 
 
@@ -560,7 +582,7 @@ class SingleLocationAttention:
 
     def predict(self, params, X, hyper) -> torch.Tensor:
         """The model's predictor (:func:`predict`) at lambda_n = ``hyper["lam"]``; X (S, B, L, d) -> (S, B)."""
-        return predict(X, params["k"], params["v"], self.lam(hyper), self.predictor)
+        return _predict(X, params["k"], params["v"], self.lam(hyper), self.predictor)  # unchecked: a training step
 
     def squared_errors(self, params, batch, hyper) -> torch.Tensor:
         """Per-sample squared errors (T(X_b) - Y_b)^2, shape (S, B) (docs/models/single_location.md §4: their mean
@@ -576,7 +598,7 @@ class SingleLocationAttention:
         """
         X, k = batch["X"], params["k"]
         if self.predictor == "erf" and X.device.type == "cpu" and X.dtype == k.dtype == torch.float64:
-            return erf_mse(X, batch["y"], k, params["v"], self.lam(hyper))
+            return _ErfMSE.apply(k, params["v"], X, batch["y"], self.lam(hyper))  # erf_mse, unchecked: a training step
         return self.squared_errors(params, batch, hyper).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
@@ -690,9 +712,10 @@ def config(name: str, *args, **kwargs) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
-# ``Annotated`` metadata, then each function's own checks
+# classes, int, float, bool), the rules in ``Annotated`` metadata (tensors: real, finite, their ndim), then each
+# function's own checks. The model's training step calls the unchecked ``_predict`` and ``_ErfMSE``.
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+from empirical.models import tensor_check as _tensor  # noqa: E402
 
 _V.validate_module(globals())

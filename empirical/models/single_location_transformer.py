@@ -192,9 +192,15 @@ def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, 
     return out[0], out[1]
 
 
-def layer_norm(x: torch.Tensor) -> torch.Tensor:
+def layer_norm(x: Annotated[torch.Tensor, _tensor(ndim=tuple(range(1, 33)))]) -> torch.Tensor:
     """LN(x) = (x - mean(x)) / sqrt(var(x) + 1e-5) over the last axis, no affine parameters
-    (docs/models/single_location.md §8.7)."""
+    (docs/models/single_location.md §8.7). ``x`` is checked (real, finite); the model's forward pass calls an
+    unchecked version."""
+    return _layer_norm(x)
+
+
+def _layer_norm(x):
+    """:func:`layer_norm` without its argument checks."""
     return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=LN_EPS)
 
 
@@ -218,6 +224,10 @@ def sample_tokens(
     task = as_multi_location(task)
     n = check_int("n", n, min_value=1)
     device = generator.device if device is None else torch.device(device)
+    for name, vec in (("k_star", k_star), ("v_star", v_star)):
+        if np.shape(vec) != (task.K, task.d) and not (task.K == 1 and np.shape(vec) == (task.d,)):
+            one = " (or (d,) for K = 1)" if task.K == 1 else ""
+            raise ValueError(f"{name} must have shape (K, d) = ({task.K}, {task.d}){one}; got {np.shape(vec)}")
     k_star = torch.as_tensor(np.asarray(k_star).reshape(task.K, task.d), device=device, dtype=dtype)
     v_star = torch.as_tensor(np.asarray(v_star).reshape(task.K, task.d), device=device, dtype=dtype)
     u = torch.rand(n, task.L, generator=generator, device=device, dtype=dtype)
@@ -471,8 +481,8 @@ class TransformerLayer(_TaskModel):
         z = params["z_reg"].detach()  # fixed register: no gradient (module Notes)
         S, B = X.shape[:2]
         Xp = torch.cat([z[:, None, None, :].expand(S, B, 1, -1), X], dim=2)  # (S, B, L+1, d)
-        Z = layer_norm(Xp)
-        query = torch.einsum("sd,shde->she", layer_norm(z), params["W_Q"])  # LN(z_reg) W_Q^h, (S, H, d_h)
+        Z = _layer_norm(Xp)
+        query = torch.einsum("sd,shde->she", _layer_norm(z), params["W_Q"])  # LN(z_reg) W_Q^h, (S, H, d_h)
         key_dir = torch.einsum("shde,she->shd", params["W_K"], query)  # W_K^h (LN(z_reg) W_Q^h)^T, (S, H, d)
         logits = torch.einsum("sbld,shd->sbhl", Z, key_dir) / math.sqrt(self.d_head)
         att = torch.softmax(logits, dim=-1)  # register row of Att_h
@@ -484,7 +494,7 @@ class TransformerLayer(_TaskModel):
     @staticmethod
     def _mlp(params, x_mid):
         """ReLU(LN(x) W_1 + b_1) W_2 + b_2 on rows x (S, B, d) (docs/models/single_location.md §8.7)."""
-        hidden = torch.relu(torch.einsum("sbd,sde->sbe", layer_norm(x_mid), params["W_1"]) + params["b_1"][:, None])
+        hidden = torch.relu(torch.einsum("sbd,sde->sbe", _layer_norm(x_mid), params["W_1"]) + params["b_1"][:, None])
         return torch.einsum("sbe,sef->sbf", hidden, params["W_2"]) + params["b_2"][:, None]
 
     def predict(self, params, X, hyper=None) -> torch.Tensor:
@@ -602,9 +612,10 @@ def build(
 
 # ----------------------------------------------------------------------------------------------------------------
 # argument checks of every public function and class (dynamics.validation): the annotations (task, model and sample
-# classes, int, float, bool, tensors: an instance check only, so the per-step functions stay cheap), the rules in
-# ``Annotated`` metadata, then each function's own checks
+# classes, int, float, bool), the rules in ``Annotated`` metadata (tensors: real, finite, their ndim), then each
+# function's own checks. The model's forward pass calls ``_layer_norm`` unchecked.
 
 from dynamics import validation as _V  # noqa: E402  (the checks wrap the functions defined above)
+from empirical.models import tensor_check as _tensor  # noqa: E402
 
 _V.validate_module(globals())

@@ -9,11 +9,13 @@ workers are inside a figure with a temporary file open.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,8 +54,12 @@ def hanging_registry() -> registry.Registry:
     return reg
 
 
+#: The report as a shell with job control starts a foreground job: SIGINT at its default, whatever the test runner's.
+#: A runner started as a background job of a shell without job control (``pytest ... &`` in a script) ignores SIGINT
+#: and its children inherit that; the report then rightly keeps ignoring Ctrl-C, and this test would wait in vain.
 _CHILD = (
-    "import sys\n"
+    "import signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "from figures.__main__ import main\n"
     "from tests.reporting.test_signals import hanging_registry\n"
     "sys.exit(main(['report', '--preset', 'tiny', '--jobs', '2', '--device', 'cpu', '--no-progress',\n"
@@ -152,6 +158,40 @@ def test_figures_make_stops_on_sigterm_and_removes_its_temp_file(tmp_path):
             proc.wait()
     assert proc.returncode == 143 and elapsed < STOP_WITHIN_S, err
     assert list(tmp_path.rglob(runner.TEMP_GLOB)) == []
+
+
+def _child_blocks_sigint(q):
+    q.put(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks on this platform")
+def test_workers_are_born_with_sigint_blocked_and_a_ctrl_c_meanwhile_is_delivered_after():
+    """A process started inside ``runner._sigint_blocked`` (where the report starts its workers) has SIGINT blocked
+    until its initializer ignores it, so a Ctrl-C while it imports the toolkit cannot kill it; the main thread gets a
+    Ctrl-C sent to it meanwhile when the block ends. Control: a process started outside the block has SIGINT
+    unblocked."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    seen = []
+    for blocked in (True, False):
+        q = ctx.Queue()
+        with runner._sigint_blocked() if blocked else contextlib.nullcontext():
+            proc = ctx.Process(target=_child_blocks_sigint, args=(q,))
+            proc.start()
+        seen.append(q.get(timeout=120))
+        proc.join(60)
+    assert seen == [True, False]
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not at Python's default handler in this test process")
+    reached = False
+    with pytest.raises(KeyboardInterrupt):
+        with runner._sigint_blocked():
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # a Ctrl-C to this (the main) thread
+            time.sleep(0.05)  # blocked: no KeyboardInterrupt here
+            reached = True
+    assert reached
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 def test_jobs_are_bounded_by_cores_and_memory(caplog):
