@@ -25,9 +25,10 @@ Length. A path that scales every size together cannot see a cost per step that i
 per-step overhead: Python, small kernels) and grows with the width at the preset's (a training step of a large batch
 and many seeds): measured where the overhead dominates, the fitted exponent extrapolates the overhead. So where the
 preset's time axes (:data:`TIME_LIKE`, :func:`duration`) are longer than the tiny preset's, the preset's own sizes
-are then run for the tiny length and for :data:`STEP` times it (:func:`between` with ``s = 1, s_time``), when the fit
-expects each to take under a quarter of the budget and the preset's memory to fit in half the memory available; the
-estimate is then the longer run plus its measured cost per unit of length times the length still missing: only the
+are then run for the tiny length and for :data:`STEP`, :data:`STEP` squared, ... times it (:func:`between` with
+``s = 1, s_time``) until the cost above the first run is at least the first run's and 0.2 s, within the budget and
+where the preset's memory fits in half the memory available (:func:`_wide`); the estimate is then the longest run
+plus its measured cost per unit of length above the first times the length still missing: only the
 length is extrapolated, linearly (runs of steps one after the other), and the width is measured, not fitted.
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
@@ -349,11 +350,14 @@ def measure(
 def _wide(
     spec, small: dict, large: dict, device: str, fitted: dict, budget_s: float, memory_bytes: float
 ) -> list[tuple[float, float]]:
-    """The preset's sizes (every parameter but the time axes) run for the small length and for :data:`STEP` times
-    it: ``[(duration, seconds), ...]``, two points; none where the preset has no longer time axes than the small
-    one, where the fit expects a point to take more than a quarter of the ``budget_s`` left (it can underestimate
-    sizes it did not reach several times), where the preset's estimated ``memory_bytes`` exceed half the memory
-    available, or where the figure refuses every rounding."""
+    """The preset's sizes (every parameter but the time axes) run for the small length, then for :data:`STEP`,
+    :data:`STEP` squared, ... times it until the cost above the first run is at least the first run's and 0.2 s (a
+    difference well above the timing's noise) or the preset's length is reached: ``[(duration, seconds)]`` of the
+    first and the last run. None where the preset has no longer time axes than the small one, where the first run is
+    expected (by the fit) to take more than a quarter of ``budget_s`` (the fit can underestimate sizes it did not
+    reach several times) or a longer one (in proportion to its length) more than half of what is left, where the
+    preset's estimated ``memory_bytes`` exceed half the memory available, or where the figure refuses every
+    rounding."""
     from figures.runner import _available_memory
 
     available = _available_memory()
@@ -362,24 +366,34 @@ def _wide(
     d_small, d_large = duration(small), duration(large)
     if d_large <= d_small or work(between(small, large, 1.0, s_time=0.0)) <= work(small):
         return []
-    s_time = min(1.0, math.log(STEP) / math.log(d_large / d_small))
-    out = []
-    for st in (0.0, s_time):
+    step = math.log(STEP) / math.log(d_large / d_small)
+    out: list[tuple[float, float]] = []
+    st = 0.0
+    while True:
         for residue in (None, 0, 1):
             params = between(small, large, 1.0, residue, s_time=st)
-            if fitted["a"] + fitted["c"] * work(params) ** fitted["p"] > budget_s / 4:
-                return []
+            d = duration(params)
+            if out and d <= out[-1][0]:
+                continue
+            expected = out[-1][1] * d / out[-1][0] if out else fitted["a"] + fitted["c"] * work(params) ** fitted["p"]
+            if expected > budget_s / (2 if out else 4):
+                return out if len(out) == 2 else []
             try:
                 t = _seconds(spec, params, device)
             except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: try the next rounding
                 logger.info("%s: refused the preset's sizes at length %s (%s)", spec.name, f"{st:.2f}", exc)
                 continue
             budget_s -= t
-            out.append((duration(params), t))
+            out = [out[0], (d, t)] if out else [(d, t)]
             break
         else:
-            return []
-    return out if out[1][0] > out[0][0] else []
+            if not out:
+                return []
+        if len(out) == 2 and (out[1][1] - out[0][1] >= max(out[0][1], 0.2) or st >= 1.0):
+            return out
+        if st >= 1.0:
+            return out if len(out) == 2 else []
+        st = min(1.0, st + step)
 
 
 @contextlib.contextmanager
