@@ -26,8 +26,8 @@ per-step overhead: Python, small kernels) and grows with the width at the preset
 and many seeds): measured where the overhead dominates, the fitted exponent extrapolates the overhead. So where the
 preset's time axes (:data:`TIME_LIKE`, :func:`duration`) are longer than the tiny preset's, the preset's own sizes
 are then run for the tiny length and for :data:`STEP`, :data:`STEP` squared, ... times it (:func:`between` with
-``s = 1, s_time``) until the cost above the first run is at least the first run's and 0.2 s, within the budget and
-where the preset's memory fits in half the memory available (:func:`_wide`); the estimate is then the longest run
+``s = 1, s_time``) until the cost above the first run is at least the first run's and 0.2 s, within the budget
+(:func:`_wide`); the estimate is then the longest run
 plus its measured cost per unit of length above the first times the length still missing: only the
 length is extrapolated, linearly (runs of steps one after the other), and the width is measured, not fitted.
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
@@ -327,8 +327,7 @@ def measure(
             fitted = fit([w for _, w, _ in points], [t for _, _, t in points])
         wide = []  # (duration, seconds) at the preset's sizes for short lengths
         if points[-1][0] < 1.0:
-            memory = peak * work(large, memory=True) / work(small, memory=True)
-            wide = _wide(spec, small, large, device, fitted, budget_s, memory)
+            wide = _wide(spec, small, large, device, fitted, budget_s)
     seconds = fitted["a"] + fitted["c"] * w_large ** fitted["p"]
     if points[-1][0] >= 1.0:
         seconds = points[-1][2]  # the preset itself was measured
@@ -347,22 +346,16 @@ def measure(
     }
 
 
-def _wide(
-    spec, small: dict, large: dict, device: str, fitted: dict, budget_s: float, memory_bytes: float
-) -> list[tuple[float, float]]:
+def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: float) -> list[tuple[float, float]]:
     """The preset's sizes (every parameter but the time axes) run for the small length, then for :data:`STEP`,
     :data:`STEP` squared, ... times it until the cost above the first run is at least the first run's and 0.2 s (a
     difference well above the timing's noise) or the preset's length is reached: ``[(duration, seconds)]`` of the
     first and the last run. None where the preset has no longer time axes than the small one, where the first run is
     expected (by the fit) to take more than a quarter of ``budget_s`` (the fit can underestimate sizes it did not
-    reach several times) or a longer one (in proportion to its length) more than half of what is left, where the
-    preset's estimated ``memory_bytes`` exceed half the memory available, or where the figure refuses every
-    rounding."""
-    from figures.runner import _available_memory
-
-    available = _available_memory()
-    if available is not None and memory_bytes > available / 2:
-        return []
+    reach several times) or a longer one (in proportion to its length) more than half of what is left, or where the
+    figure refuses every rounding. Memory is not checked: the traced peak scaled by the work (the memory column)
+    counts the fixed allocations as if they grew, and stopped runs that take a few seconds (a 96 MB peak at tiny
+    became 12 GB for a training figure at quick)."""
     d_small, d_large = duration(small), duration(large)
     if d_large <= d_small or work(between(small, large, 1.0, s_time=0.0)) <= work(small):
         return []
