@@ -20,6 +20,16 @@ growth; sizes a figure refuses are retried rounded to the divisibility both pres
 ``seconds(W) = a + c W^p`` through the tiny point (mostly fixed cost: imports, compiled kernels, closed forms) and
 the last two (:func:`fit`), and evaluated at the preset's work; a preset whose estimate is at most
 :data:`DIRECT_S` is then run itself, and its measurement is the estimate.
+
+Length. A path that scales every size together cannot see a cost per step that is flat at small widths (fixed
+per-step overhead: Python, small kernels) and grows with the width at the preset's (a training step of a large batch
+and many seeds): measured where the overhead dominates, the fitted exponent extrapolates the overhead. So where the
+preset's time axes (:data:`TIME_LIKE`, :func:`duration`) are longer than the tiny preset's, the preset's own sizes
+are then run for the tiny length and for :data:`STEP`, :data:`STEP` squared, ... times it (:func:`between` with
+``s = 1, s_time``) until the cost above the first run is at least the first run's and 0.2 s, within the budget
+(:func:`_wide`); the estimate is then the longest run
+plus its measured cost per unit of length above the first times the length still missing: only the
+length is extrapolated, linearly (runs of steps one after the other), and the width is measured, not fitted.
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
@@ -61,6 +71,8 @@ __all__ = [
     "BUDGET_S",
     "DIRECT_S",
     "between",
+    "LOGGING",
+    "duration",
     "fit",
     "measure",
     "estimate",
@@ -77,8 +89,12 @@ SMALL_PRESET = "tiny"
 NOT_WORK = re.compile(r"(log_every|save|every|seed$|init_seed|offset|freeze|map_rows|max_tokens|^H$|^K$|^C$)")
 """Parameter names that do not scale the computation (matched with ``re.search``)."""
 
-TIME_LIKE = re.compile(r"(step|iter|epoch|^n_t$|^T_)")
-"""Time axes: their values add up (runs one after the other) and are left out of the memory scaling."""
+TIME_LIKE = re.compile(r"(step|iter|epoch|^n_t$|^T_|^t1$)")
+"""Time axes: their values add up (runs one after the other) and are left out of the memory scaling; a positive
+float counts here too (an integration's end time ``t1``), where other floats (rates, tolerances) are left out."""
+
+LOGGING = re.compile(r"(log_every|save|every)")
+"""Logging and saving intervals: they follow the time axes when :func:`between` moves those alone."""
 
 REPLICATES = re.compile(r"(seed|runs|draws|starts|^n_mc$|^n_search$)")
 """Independent repetitions: multiply."""
@@ -110,6 +126,9 @@ def work(params: Mapping, *, memory: bool = False) -> float:
                 continue
             # a list of counts (sizes, seeds, steps of separate runs): runs one per entry, costs add up
             value = max(value) if SAMPLES.search(name) else sum(value)
+        if TIME_LIKE.search(name) and isinstance(value, float) and math.isfinite(value) and value > 0:
+            time_sum += 0 if memory else value
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             continue
         if TIME_LIKE.search(name):
@@ -140,32 +159,62 @@ class FigureEstimate:
     error: str = ""
 
 
-def between(small: Mapping, large: Mapping, s: float, residue: int | None = None) -> dict:
+def between(
+    small: Mapping, large: Mapping, s: float, residue: int | None = None, *, s_time: float | None = None
+) -> dict:
     """Parameters a fraction ``s`` (in [0, 1]) of the way from ``small`` to ``large`` on a log scale: positive
     integers ``small^(1 - s) large^s`` rounded; a list has the first ``len_small^(1 - s) len_large^s`` entries of
     ``large``, for positive integers interpolated entry by entry with ``small``'s where it has one; nested mappings
     likewise; every other value is ``large``'s (rates, tolerances: the physics of the size aimed at). With
     ``residue`` r, an integer is rounded to ``r`` plus a multiple of ``gcd(small - r, large - r)``, the divisibility
-    both presets share (a step count that is a multiple of a logging interval, a size of the form ``r K + 1``)."""
-    if s <= 0:
+    both presets share (a step count that is a multiple of a logging interval, a size of the form ``r K + 1``).
+    With ``s_time``, the time axes (:data:`TIME_LIKE`, floats included) and the logging intervals (:data:`LOGGING`)
+    move ``s_time`` of the way instead of ``s``: ``s=1, s_time=0`` is the large sizes run for the small length."""
+    s_time = s if s_time is None else s_time
+    if s <= 0 and s_time <= 0:
         return dict(small)
     out = {}
     for name, b in large.items():
         a = small.get(name, b)
+        f = s_time if TIME_LIKE.search(name) or LOGGING.search(name) else s
         if isinstance(b, Mapping) and isinstance(a, Mapping):
-            out[name] = between(a, b, s, residue)
+            out[name] = between(a, b, s, residue, s_time=s_time)
+        elif f <= 0:
+            out[name] = a
         elif _positive_int(a) and _positive_int(b):
-            v = a ** (1 - s) * b**s
+            v = a ** (1 - f) * b**f
             g = math.gcd(a - residue, b - residue) if residue is not None else 1
             out[name] = max(1, round(v) if g == 0 or g == 1 else residue + g * round((v - residue) / g))
+        elif TIME_LIKE.search(name) and all(isinstance(x, float) and x > 0 for x in (a, b)):
+            out[name] = a ** (1 - f) * b**f  # an end time
         elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and a and b:
-            head = b[: max(1, round(len(a) ** (1 - s) * len(b) ** s))]
+            head = b[: max(1, round(len(a) ** (1 - f) * len(b) ** f))]
             if all(_positive_int(x) for x in (*a, *b)):  # sizes: entry by entry where small has one
-                head = [max(1, round(x ** (1 - s) * y**s)) for x, y in zip(a, head)] + list(head[len(a) :])
+                head = [max(1, round(x ** (1 - f) * y**f)) for x, y in zip(a, head)] + list(head[len(a) :])
             out[name] = type(b)(head)
         else:
             out[name] = b
     return out
+
+
+def duration(params: Mapping) -> float:
+    """The time part of :func:`work`: the sum of the time axes (:data:`TIME_LIKE`; an integer list counts as its
+    sum), nested mappings included; 1 where there is none."""
+
+    def total(p: Mapping) -> float:
+        t = 0.0
+        for name, value in p.items():
+            if isinstance(value, Mapping):
+                t += total(value)
+            elif NOT_WORK.search(name) or not TIME_LIKE.search(name):
+                continue
+            elif isinstance(value, (list, tuple)) and value and all(_positive_int(v) for v in value):
+                t += sum(value)
+            elif _positive_int(value) or (isinstance(value, float) and math.isfinite(value) and value > 0):
+                t += value
+        return t
+
+    return max(total(params), 1.0)
 
 
 def _positive_int(v) -> bool:
@@ -275,15 +324,69 @@ def measure(
         fitted = fit([w for _, w, _ in points], [t for _, _, t in points])
         if fitted["a"] + fitted["c"] * w_large ** fitted["p"] <= DIRECT_S and points[-1][0] < 1.0:
             run(1.0)  # cheap enough: measure the preset itself
-    result = fit([w for _, w, _ in points], [t for _, _, t in points])
+            fitted = fit([w for _, w, _ in points], [t for _, _, t in points])
+        wide = []  # (duration, seconds) at the preset's sizes for short lengths
+        if points[-1][0] < 1.0:
+            wide = _wide(spec, small, large, device, fitted, budget_s)
+    seconds = fitted["a"] + fitted["c"] * w_large ** fitted["p"]
+    if points[-1][0] >= 1.0:
+        seconds = points[-1][2]  # the preset itself was measured
+    elif len(wide) == 2:  # the preset's sizes measured: only the length is extrapolated, linearly
+        (d_a, t_a), (d_b, t_b) = wide
+        seconds = t_b + max(t_b - t_a, 0.0) / (d_b - d_a) * (duration(large) - d_b)
     return {
-        **result,
+        **fitted,
+        "seconds": seconds,
+        "wide": wide,
         "overhead_s": max(0.0, first - points[0][2]),
         "t1": points[0][2],
         "points": points,
         "peak_bytes": peak,
         "peak_work": work(small, memory=True),
     }
+
+
+def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: float) -> list[tuple[float, float]]:
+    """The preset's sizes (every parameter but the time axes) run for the small length, then for :data:`STEP`,
+    :data:`STEP` squared, ... times it until the cost above the first run is at least the first run's and 0.2 s (a
+    difference well above the timing's noise) or the preset's length is reached: ``[(duration, seconds)]`` of the
+    first and the last run. None where the preset has no longer time axes than the small one, where the first run is
+    expected (by the fit) to take more than a quarter of ``budget_s`` (the fit can underestimate sizes it did not
+    reach several times) or a longer one (in proportion to its length) more than half of what is left, or where the
+    figure refuses every rounding. Memory is not checked: the traced peak scaled by the work (the memory column)
+    counts the fixed allocations as if they grew, and stopped runs that take a few seconds (a 96 MB peak at tiny
+    became 12 GB for a training figure at quick)."""
+    d_small, d_large = duration(small), duration(large)
+    if d_large <= d_small or work(between(small, large, 1.0, s_time=0.0)) <= work(small):
+        return []
+    step = math.log(STEP) / math.log(d_large / d_small)
+    out: list[tuple[float, float]] = []
+    st = 0.0
+    while True:
+        for residue in (None, 0, 1):
+            params = between(small, large, 1.0, residue, s_time=st)
+            d = duration(params)
+            if out and d <= out[-1][0]:
+                continue
+            expected = out[-1][1] * d / out[-1][0] if out else fitted["a"] + fitted["c"] * work(params) ** fitted["p"]
+            if expected > budget_s / (2 if out else 4):
+                return out if len(out) == 2 else []
+            try:
+                t = _seconds(spec, params, device)
+            except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: try the next rounding
+                logger.info("%s: refused the preset's sizes at length %s (%s)", spec.name, f"{st:.2f}", exc)
+                continue
+            budget_s -= t
+            out = [out[0], (d, t)] if out else [(d, t)]
+            break
+        else:
+            if not out:
+                return []
+        if len(out) == 2 and (out[1][1] - out[0][1] >= max(out[0][1], 0.2) or st >= 1.0):
+            return out
+        if st >= 1.0:
+            return out if len(out) == 2 else []
+        st = min(1.0, st + step)
 
 
 @contextlib.contextmanager
@@ -365,7 +468,7 @@ def estimate(
                 measured_s=m["t1"],
                 overhead_s=m["overhead_s"],
                 work_ratio=ratio,
-                seconds=m["a"] + m["c"] * work(spec.params[preset]) ** m["p"],
+                seconds=m["seconds"],
                 exponent=m["p"],
                 memory_bytes=m["peak_bytes"] * mem_ratio,
             )

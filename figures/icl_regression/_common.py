@@ -3,6 +3,7 @@ per-seed count check and the captions' common text."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 
@@ -18,7 +19,6 @@ from figures import experiments
 from figures._style import (
     TOL_BRIGHT,
 )
-from figures.experiments import train
 from figures.presets import run_seeds
 from figures.registry import CheckResult, Explanation
 
@@ -49,6 +49,7 @@ __all__ = [
     "HEADS_UNREC",
     "REDUCED_REL",
     "REDUCED_SOURCE",
+    "RUN_MEMO_SIZE",
 ]
 
 MODEL = "icl_regression"
@@ -147,8 +148,15 @@ def fig5_panel_steps(n_steps: int) -> tuple[int, ...]:
     return tuple(sorted(set(want)))
 
 
-@functools.lru_cache(maxsize=32)
-def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seeds, batch, lr, device):
+RUN_MEMO_SIZE = 32
+"""Training runs kept in this process's memo (:func:`_runs_cached`), least recently used dropped first."""
+
+_RUN_MEMO: collections.OrderedDict = collections.OrderedDict()
+
+
+def _run_call(H, attention, rho, supports, task_args, n_steps, log_every, seeds, batch, lr, device):
+    """The ``(model, config, kwargs)`` of one run (a :func:`_run_key`), as :func:`figures.experiments.train_many`
+    takes it."""
     task = cf.ICLRegressionTask(**dict(task_args))
     model = im.ICLAttention(task, H, attention=attention, rho=rho, supports=supports, log_circuits=supports is None)
     steps = np.unique(
@@ -159,9 +167,32 @@ def _run_cached(H, attention, rho, supports, task_args, n_steps, log_every, seed
         saveat=SaveAt(steps=tuple(int(s) for s in steps)),
         lr=Schedule(value=lr),
     )
-    with torch_threads(1):
-        traj, params = train(model, config, device=device, return_params=True)
-    return model, traj, {k: v.detach().cpu() for k, v in params.items()}
+    return model, config, {"device": device, "return_params": True}
+
+
+def _runs_cached(keys):
+    """``[(model, trajectory, params)]`` of the runs ``keys`` (:func:`_run_key` tuples): those not in the memo are
+    trained together through :func:`figures.experiments.train_many` (on a Dask cluster, one task each), the others
+    reused."""
+    missing = [k for k in dict.fromkeys(keys) if k not in _RUN_MEMO]
+    if missing:
+        calls = [_run_call(*k) for k in missing]
+        with torch_threads(1):
+            done = experiments.train_many(calls)
+        for key, (model, _, _), (traj, params) in zip(missing, calls, done):
+            _RUN_MEMO[key] = (model, traj, {k: v.detach().cpu() for k, v in params.items()})
+    out = []
+    for key in keys:
+        _RUN_MEMO.move_to_end(key)
+        out.append(_RUN_MEMO[key])
+    while len(_RUN_MEMO) > max(RUN_MEMO_SIZE, len(set(keys))):
+        _RUN_MEMO.popitem(last=False)
+    return out
+
+
+def _run_cached(*key):
+    """The run ``key`` (:func:`_runs_cached`)."""
+    return _runs_cached([key])[0]
 
 
 def _run_key(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK, params=None):
@@ -194,6 +225,12 @@ def _run(cfg, H, **kw):
     model, traj, params = _run_cached(*_run_key(cfg, H, **kw))
     experiments.note(traj)  # a run reused from the memo is recorded for this figure too
     return model, traj, params
+
+
+def _prefetch(cfg, runs):
+    """Train the figure's runs ``runs`` (``(H, keywords of _run_key)`` pairs) together, so they spread over a
+    cluster's workers (:func:`_runs_cached`); the figure then takes each from the memo with :func:`_run`."""
+    _runs_cached([_run_key(cfg, H, **kw) for H, kw in runs])
 
 
 @functools.lru_cache(maxsize=64)

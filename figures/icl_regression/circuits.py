@@ -28,6 +28,7 @@ from figures.icl_regression._common import (
     MODEL,
     PAPER,
     PAPER_LR,
+    _prefetch,
     _run,
     S2,
     TASK,
@@ -156,6 +157,7 @@ def data_heads(cfg) -> xr.Dataset:
             f"params of the heads figures need H = 4 in Hs and as many single-head seeds as seeds; got "
             f"Hs={Hs}, n_seeds={p['n_seeds']}, single n_seeds={p['single']['n_seeds']}"
         )
+    _prefetch(cfg, [(4, {}), (1, {"params": p["single"]})] + [(H, {}) for H in Hs])  # trained together
     d4 = _heads_ds(cfg, 4, gd_overlay=True)
     d1 = _heads_ds(cfg, 1, params=p["single"])
     Hmax = max(Hs)

@@ -32,6 +32,7 @@ from figures.icl_regression._common import (
     PAPER,
     REDUCED_REL,
     REDUCED_SOURCE,
+    _prefetch,
     _run,
     S2,
     SAME_SIGN,
@@ -241,6 +242,7 @@ def data_fig4(cfg) -> xr.Dataset:
         (len(Hs), p["n_seeds"]), dtype=np.int8
     )  # 1: a positive and a negative head formed (docs/models/icl_regression.md §3)
     rng = cfg.generators("data", ["reduced", "mc", "ridge"])
+    _prefetch(cfg, [(H, {}) for H in Hs])  # trained together
     for i, H in enumerate(Hs):
         _, traj, _ = _run(cfg, H)
         test[i], test_se[i] = _length_curve(cfg, H, L_tests, p["n_test"])

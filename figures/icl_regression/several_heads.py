@@ -24,6 +24,7 @@ from figures.icl_regression._common import (
     HEADS_UNREC,
     MODEL,
     PAPER,
+    _prefetch,
     _run,
     TRAIN_HEADS,
     TRAIN_MT_QUICK,
@@ -335,6 +336,7 @@ def data_fig16(cfg) -> xr.Dataset:
     om = np.full((len(Hs), S, Hmax, len(MT_GROUPS)), np.nan)
     mu = np.full((len(Hs), S, Hmax, 2), np.nan)
     steps = None
+    _prefetch(cfg, [(H, {"supports": MT_SUPPORTS, "task": MT_TASK}) for H in Hs])  # trained together
     for j, H in enumerate(Hs):
         _, traj, _ = _run(cfg, H, supports=MT_SUPPORTS, task=MT_TASK)
         if steps is None:

@@ -106,7 +106,7 @@ def _medium_runs(cfg) -> xr.Dataset:
 
 def _compute_medium_runs(cfg) -> xr.Dataset:
     """The runs of :func:`_medium_runs`, computed."""
-    ssm, train = _torch()
+    ssm, _ = _torch()
     from empirical.seeding import stream_generators
 
     p = cfg.params
@@ -126,16 +126,28 @@ def _compute_medium_runs(cfg) -> xr.Dataset:
             )["Z"]
         r0 = ssm.distinct_recall(classes, Z0, thr)  # (seed, thr): the same init in every cell (paired seeds)
         hs, h0s, rs = [], [], []
+        calls = [  # the grid's independent runs, trained together (on a Dask cluster, one task each)
+            (
+                model,
+                ssm.config(
+                    "sgd",
+                    model,
+                    cf.ScanSnapTask(classes=classes, eta_Y=float(ez * r), eta_Z=float(ez)),
+                    seeds,
+                    n_steps=n,
+                    saveat=SaveAt(steps=(0, n)),
+                ),
+                {"device": cfg.device, "return_params": True},
+            )
+            for ez in eta_Z
+            for r in ratio
+        ]
+        with torch_threads(1):
+            runs = iter(experiments.train_many(calls))
         for ez in eta_Z:
             hr, h0r, rr = [], [], []
             for r in ratio:
-                task = cf.ScanSnapTask(classes=classes, eta_Y=float(ez * r), eta_Z=float(ez))
-                tr, params = train(
-                    model,
-                    ssm.config("sgd", model, task, seeds, n_steps=n, saveat=SaveAt(steps=(0, n))),
-                    device=cfg.device,
-                    return_params=True,
-                )
+                tr, params = next(runs)
                 hr.append(tr.H_mean.values[:, -1])
                 h0r.append(tr.H_mean.values[:, 0])
                 rr.append(ssm.distinct_recall(classes, params["Z"], thr))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +92,47 @@ def test_a_preset_estimated_under_a_second_is_measured_itself(monkeypatch):
     assert max(s for s, _, _ in estimate.measure("toy.decay", "paper", registry=reg)["points"]) <= 0.5
 
 
+def test_the_presets_sizes_are_measured_for_a_short_length_and_the_length_extrapolated(monkeypatch):
+    """A training-like cost, 0.1 s + n_steps x (1e-4 s of per-step overhead + 1e-6 s x batch): at the small batches
+    of the way to the preset the overhead dominates, so a power law through those points underestimates the paper
+    preset (batch 4 096) several times; the preset's batch run for 100 and 400 steps gives the per-step cost
+    itself, and the estimate is exact (the cost is linear in the steps) up to float rounding."""
+    reg = synthetic_registry()
+    clock = {"t": 0.0}
+    monkeypatch.setattr(estimate.time, "process_time", lambda: clock["t"])
+
+    def fake_data(cfg):
+        p = cfg.params
+        clock["t"] += 0.1 + p["n_steps"] * (1e-4 + 1e-6 * p["batch"])
+
+    params = {
+        "tiny": {"n_steps": 100, "batch": 4},
+        "quick": {"n_steps": 1000, "batch": 64},
+        "paper": {"n_steps": 10000, "batch": 4096},
+    }
+    reg._figures["toy.decay"] = dataclasses.replace(reg.get("toy.decay"), data=fake_data, params=params)
+    m = estimate.measure("toy.decay", "paper", registry=reg)
+    assert [d for d, _ in m["wide"]] == [100, 400]
+    exact = 0.1 + 10000 * (1e-4 + 1e-6 * 4096)
+    assert m["seconds"] == pytest.approx(exact, rel=1e-9)
+    power_law = m["a"] + m["c"] * estimate.work(params["paper"]) ** m["p"]
+    assert power_law < 0.5 * exact  # the path alone (the model this replaces) is off by more than the factor 2
+    (row,) = estimate.estimate(["toy.decay"], "paper", registry=reg)
+    assert row.seconds == pytest.approx(exact, rel=1e-9)
+    # a preset sized beyond the budget (per the fit) is not run at its own sizes: the path's fit is the estimate
+    m = estimate.measure("toy.decay", "paper", registry=reg, budget_s=1e-3)
+    assert m["wide"] == [] and m["seconds"] == pytest.approx(m["a"] + m["c"] * 4096e4 ** m["p"])
+
+
+def test_an_end_time_is_a_time_axis():
+    assert estimate.work({"t1": 100.0, "n_save": 60, "lr": 0.5}) == 100.0
+    assert estimate.duration({"t1": 100.0, "n_steps": 5, "inner": {"n_iter": [2, 3]}, "batch": 9}) == 110.0
+    half = estimate.between(
+        {"t1": 100.0, "n": 4, "log_every": 2}, {"t1": 10000.0, "n": 64, "log_every": 8}, 1.0, s_time=0.5
+    )
+    assert half == {"t1": pytest.approx(1000.0), "n": 64, "log_every": 4}
+
+
 def test_budget_is_checked():
     with pytest.raises(ValueError, match="budget_s must be a positive finite number of seconds"):
         estimate.estimate(["toy.decay"], "quick", registry=synthetic_registry(), budget_s=0)
@@ -168,64 +209,45 @@ def test_paper_preset_make_prints_the_estimate_before_computing(tmp_path, capsys
     assert out.index("total at --preset paper") < out.index("1 figures (paper")  # estimate first, then the build
 
 
-VALIDATED = (
-    "single_location.fig3 single_location.fig7 single_location.fig8 single_location.fig4b single_location.continuation "
-    "single_location.fig10 single_location.fig4a single_location.fig6 scan_snap.fig5 scan_snap.fig3 scan_snap.fig8 "
-    "scan_snap.fig9 scan_snap.fig4 icl_regression.fig6 icl_regression.fig7 icl_regression.fig20 icl_regression.fig22 "
-    "icl_regression.fig16 icl_regression.fig8 icl_regression.fig12 nearest_neighbor.fig1 nearest_neighbor.fig2 "
-    "nearest_neighbor.fig3 nearest_neighbor.overlay random_walk.fig5 random_walk.factorised random_walk.large_circle "
-    "random_walk.fig4 random_walk.fig6 random_walk.overlay group_sparse.downstream linear_attention.overlay"
-).split()
-"""The figures whose quick build takes under about 30 CPU-seconds here (32 of the 48 that compute their own data);
-the other 16 take 0.5 to 10 minutes each (about 35 minutes together), which this check leaves out to stay under an
-hour on a 2-core machine."""
-
-_ESTIMATE = """
-import json, sys
-from figures import estimate
-
-(row,) = estimate.estimate([sys.argv[1]], "quick", device="cpu")
-print(json.dumps(row.seconds))
-"""
-
-_BUILD = """
-import json, sys, time
-from figures import estimate
-from figures.presets import RunConfig
-from figures.registry import REGISTRY
-
-REGISTRY.discover()
-spec = REGISTRY.get(sys.argv[1])
-with estimate._one_thread():  # as the estimate measures: one thread, process CPU time, after a tiny warm-up
-    for preset in ("tiny", "quick"):
-        cfg = RunConfig(figure=spec.name, preset=preset, device="cpu", params=dict(spec.params[preset]))
-        t0 = time.process_time()
-        spec.data(cfg)
-print(json.dumps(time.process_time() - t0))
-"""
+def _validate(tmp_path, names: list[str]) -> dict:
+    """The estimates' acceptance table (tools/estimate_validation.py) for ``names`` (every figure when empty)."""
+    out = tmp_path / "validation.json"
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "tools" / "estimate_validation.py"), *names, "--out", str(out), "--jobs", "2"]
+    subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+    return json.loads(out.read_text())
 
 
-def _child(code: str, name: str) -> float:
-    env = {**os.environ, **{k: "1" for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}}
-    proc = subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+CHEAP = ["single_location.fig7", "icl_regression.fig20"]
+"""Two figures whose quick build takes under a CPU-second (measured 0.57 and 0.68 s on the development machine), of
+two kinds of work (projected gradient descent in numba, an ODE solver), neither memoising its runs."""
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_quick_estimate_of_a_cheap_figure_is_within_a_factor_2_of_its_build(name):
+    """The acceptance check in small (the full one, in fresh processes, is the slow test below), in this process:
+    the figure built at quick after a tiny warm-up (tools/estimate_validation.py's build), then estimated at quick;
+    the estimate lies within a factor of 2 of the build. The build comes first so that nothing the estimate ran can
+    make it cheaper; neither figure memoises runs that the estimate could reuse."""
+    from tools.estimate_validation import FACTOR, child_build
+
+    measured = child_build(name, "quick")["measured_s"]
+    (row,) = estimate.estimate([name], "quick")
+    assert measured > 0 and 1 / FACTOR <= row.seconds / measured <= FACTOR, (row.seconds, measured)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="not met yet: on the 23 of 32 figures measured (2-core machine at load 20), 20 estimates fell within a "
-    "factor 2 (87 %; single_location.continuation 2.35, random_walk.fig6 0.37, icl_regression.fig22 0.16)",
-    strict=False,
-)
-def test_quick_estimates_are_within_a_factor_2_of_measured_quick_builds_for_90_percent():
-    """The acceptance check of the estimates: each figure is estimated at quick in a fresh process, and built at
-    quick in another one after a tiny build (so no cache or memo of the estimate's runs helps the build), both in
-    single-threaded process CPU seconds; at least 90 % of the estimates must lie within a factor of 2 of the build."""
-    ratios = {}
-    for name in VALIDATED:
-        est, measured = _child(_ESTIMATE, name), _child(_BUILD, name)
-        ratios[name] = est / measured
-        print(f"{name:34s} estimate {est:9.3f} s  measured {measured:9.3f} s  ratio {ratios[name]:6.2f}")
-    within = [n for n, r in ratios.items() if 0.5 <= r <= 2.0]
-    assert len(within) >= 0.9 * len(ratios), {n: round(r, 2) for n, r in ratios.items()}
+def test_quick_estimates_are_within_a_factor_2_of_measured_quick_builds_for_90_percent(tmp_path):
+    """The acceptance check of the estimates over every registered figure that computes its own data (those sharing
+    another's data cost nothing of their own): each estimated at quick in a fresh process and built at quick in
+    another one after a tiny build (so no cache or memo of the estimate's runs helps the build), both in
+    single-threaded process CPU seconds; at least 90 % of the estimates must lie within a factor of 2 of the build.
+    Hours on a 2-core machine: the quick builds alone are about 17 CPU-minutes, the estimates as much again."""
+    from figures.registry import REGISTRY
+
+    REGISTRY.discover()
+    own = [n for n in REGISTRY.names() if REGISTRY.get(n).shares_data_with is None]
+    table = _validate(tmp_path, [])
+    summary = table["summary"]
+    assert summary["compared"] == len(own), {n: r for n, r in table["rows"].items() if "ratio" not in r}
+    assert summary["fraction"] >= 0.9, summary

@@ -351,3 +351,53 @@ def test_tiny_report_of_every_figure_on_a_local_cluster_equals_the_local_build(t
         "tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", jobs=2, scheduler="local"
     )
     _same_summary(local.summary_path, remote.summary_path)
+
+
+def one_figure_registry(name: str) -> registry.Registry:
+    """A registry holding only the package's figure ``name`` (picklable through its factory)."""
+    from figures.registry import REGISTRY
+
+    REGISTRY.discover()
+    spec = REGISTRY.get(name)
+    reg = registry.Registry(models=(spec.model,), package=None, factory=functools.partial(one_figure_registry, name))
+    reg._figures[name] = spec
+    return reg
+
+
+@pytest.mark.slow
+def test_a_package_figures_training_runs_are_tasks_of_their_own_and_equal_the_local_build(tmp_path, monkeypatch):
+    """icl_regression.fig3 trains its three tiny runs (H = 4, the single head, H = 2) through one
+    ``experiments.train_many`` call: on a 2-worker ``LocalCluster`` each is a task of its own (counted on the
+    scheduler), and the figure's data equal the local build's bit for bit."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from figures import runner
+
+    name = "icl_regression.fig3"
+    finished: list[str] = []
+
+    class Finished(SchedulerPlugin):
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "memory":
+                finished.append(str(key))
+
+    real = runner._dask_client
+
+    def counted(scheduler, n_jobs):
+        client, cluster = real(scheduler, n_jobs)
+        cluster.scheduler.add_plugin(Finished())  # a LocalCluster's scheduler lives in this process
+        return client, cluster
+
+    monkeypatch.setattr(runner, "_dask_client", counted)
+    reg = one_figure_registry(name)
+    remote = build_report(
+        "tiny", device="cpu", out_dir=tmp_path / "d", cache_dir=tmp_path / "cd", registry=reg, jobs=2, scheduler="local"
+    )
+    runs = {k.rsplit("-", 2)[0] for k in finished if k.startswith(f"run-{name}-")}
+    assert runs == {f"run-{name}-{i}" for i in range(3)}, finished
+    local = build_report("tiny", device="cpu", out_dir=tmp_path / "l", cache_dir=tmp_path / "cl", registry=reg, jobs=1)
+    assert local.n_failed == remote.n_failed == 0
+    _same_summary(local.summary_path, remote.summary_path)
+    a, b = (xr.load_dataset(tmp_path / d / "data" / f"{name}.nc") for d in ("l", "d"))
+    assert set(a.data_vars) == set(b.data_vars) and a.attrs["train_configs_json"] == b.attrs["train_configs_json"]
+    assert all(np.array_equal(a[v].values, b[v].values, equal_nan=True) for v in a.data_vars)
