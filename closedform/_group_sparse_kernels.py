@@ -75,7 +75,8 @@ def _sigmoid(x):
 def _attention(state, M, a, gram, S, sa):
     """Fill S (D, D) with the column softmax of the reduced scores Z (docs/models/token_selection.md §B.3) and sa (D,)
     with
-    sa_j = sum_i S_ij a_i; return f = beta sum_i r_i a_i = beta sum_j sa_j. M is W22 (see ``_w22``)."""
+    sa_j = sum_i S_ij a_i; return f = beta sum_i r_i a_i = beta sum_j sa_j. M is W22 (see ``_w22``).
+    """
     D = a.shape[0]
     w_par = state[1]
     w_perp = state[2]
@@ -165,7 +166,8 @@ def reduced_terms(state, js, a, gram, terms):
 @njit(cache=True, fastmath=False)
 def reduced_grad_mean(state, js, a, gram, grad):
     """Sample mean of the per-draw gradient terms (the MC population gradient of docs/models/token_selection.md §B.3),
-    written to grad (8,)."""
+    written to grad (8,).
+    """
     n, D = a.shape
     S = np.empty((D, D))
     sa = np.empty(D)
@@ -201,7 +203,8 @@ def apply_update(state, grad, eta, d, D, out):
 @njit(cache=True, fastmath=False)
 def reduced_step(k, x, p, args, out):
     """One reduced GD step (``dynamics.iterate`` map; docs/models/token_selection.md §B.3) on the fixed sample ``args``
-    (module docstring)."""
+    (module docstring).
+    """
     eta = p[0]
     d = p[1]
     a = args[0]
@@ -216,7 +219,8 @@ def reduced_step(k, x, p, args, out):
 @njit(cache=True, fastmath=False)
 def reduced_eval(state, js, a, gram, out):
     """Per-draw diagnostics at one state: out[k] = (loss, correct, mean_j S_{j*, j}, min_j S_{j*, j})
-    (docs/models/token_selection.md §B.3.1)."""
+    (docs/models/token_selection.md §B.3.1).
+    """
     n, D = a.shape
     S = np.empty((D, D))
     sa = np.empty(D)
@@ -267,7 +271,8 @@ def _evaluation(x, args, out):
 @njit(cache=True, fastmath=False)
 def _gradient_se(terms, n_unique, mean, out):
     """``reduced_gradient``'s mean and standard error of the per-draw terms (rows added in order, as numpy's
-    reductions over axis 0 do): out[2q] = grad_q, out[2q + 1] = se_q; ``mean`` (N_STATE,) receives the mean."""
+    reductions over axis 0 do): out[2q] = grad_q, out[2q + 1] = se_q; ``mean`` (N_STATE,) receives the mean.
+    """
     n = terms.shape[0]
     for q in range(N_STATE):
         mean[q] = 0.0
@@ -298,7 +303,8 @@ def observables(k, x, p, args, out):
 @njit(cache=True, fastmath=False)
 def observables_se(k, x, p, args, out):
     """The N_EVAL diagnostics, then the Monte Carlo gradient and its standard error per coordinate (``map(...,
-    with_se=True)``)."""
+    with_se=True)``).
+    """
     _evaluation(x, args, out)
     a = args[0]
     terms = np.empty((a.shape[0], N_STATE + 1))
@@ -309,7 +315,8 @@ def observables_se(k, x, p, args, out):
 @njit(cache=True, fastmath=False)
 def step_observables_se(k, x, p, args, out, obs):
     """:func:`reduced_step` and :func:`observables_se` of the same state, the per-draw gradient terms computed once
-    (their mean, summed in the order of :func:`reduced_grad_mean`, is the step's gradient bit for bit)."""
+    (their mean, summed in the order of :func:`reduced_grad_mean`, is the step's gradient bit for bit).
+    """
     _evaluation(x, args, obs)
     a = args[0]
     terms = np.empty((a.shape[0], N_STATE + 1))

@@ -32,7 +32,8 @@ from closedform._simd import exp_poly, load, stack_buffer, store
 @njit(cache=True, fastmath=False)
 def loss_one(omega, mu, d, sigma2, cL):
     """F(omega, mu) for one configuration: docs/models/icl_regression.md §4.1, Eq. (4.1) (Proposition 4.1). Returns a
-    float."""
+    float.
+    """
     H = omega.shape[0]
     u = 0.0
     for h in range(H):
@@ -50,7 +51,8 @@ def loss_one(omega, mu, d, sigma2, cL):
 @njit_noref(cache=True, fastmath=False)
 def loss_batch(Omega, Mu, d, sigma2, cL, out):
     """F for a batch of configurations, rows of ``Omega``/``Mu`` (n, H) -> ``out`` (n,).
-    docs/models/icl_regression.md §4.1, Eq. (4.1)."""
+    docs/models/icl_regression.md §4.1, Eq. (4.1).
+    """
     for n in range(Omega.shape[0]):
         out[n] = loss_one(Omega[n], Mu[n], d, sigma2, cL)
 
@@ -70,7 +72,8 @@ VEC_HEADS = 6
 def _kernel_row_sums(x, d, out):
     """Row sums of K_hg = exp(d omega_h omega_g) for the state x = (omega, mu) (H = len(x) // 2): out[h] =
     sum_g mu_g omega_g K_hg and out[H + h] = sum_g mu_g K_hg (docs/models/icl_regression.md §4.4), each summed over
-    g = 0..H-1 in increasing order. Returns u = mu^T omega."""
+    g = 0..H-1 in increasing order. Returns u = mu^T omega.
+    """
     H = x.shape[0] // 2
     if H > MAX_HEADS:
         raise ValueError("icl_regression kernels: more heads than MAX_HEADS")
@@ -133,7 +136,8 @@ def half_grad_state(x, d, cL, out):
     d(F/2)/d omega_h = -mu_h (1 - u) + d cL mu_h sum_g mu_g omega_g K_hg,
     d(F/2)/d mu_h    = -omega_h (1 - u) + cL sum_g mu_g K_hg,   u = mu^T omega, K_hg = exp(d omega_h omega_g),
 
-    the sums from _kernel_row_sums (each exponential once)."""
+    the sums from _kernel_row_sums (each exponential once).
+    """
     H = x.shape[0] // 2
     u = _kernel_row_sums(x, d, out)
     for h in range(H):
@@ -145,7 +149,8 @@ def half_grad_state(x, d, cL, out):
 @njit_noref(cache=True, fastmath=False)
 def grad_batch(X, d, cL, G):
     """grad F (full, no 1/2) for a batch of states, rows of X (n, 2H) = (omega, mu) -> G (n, 2H):
-    docs/models/icl_regression.md §4.4, Eq. (4.4)."""
+    docs/models/icl_regression.md §4.4, Eq. (4.4).
+    """
     for n in range(X.shape[0]):
         half_grad_state(X[n], d, cL, G[n])
         for j in range(X.shape[1]):
@@ -155,7 +160,8 @@ def grad_batch(X, d, cL, G):
 @njit_noref(cache=True, fastmath=False)
 def flow_rhs(t, y, p, dy):
     """Gradient flow of F/2 for H heads, state (omega, mu): docs/models/icl_regression.md §5.1 (flow of F/2, time
-    convention docs/models/icl_regression.md §0.3)."""
+    convention docs/models/icl_regression.md §0.3).
+    """
     half_grad_state(y, p[0], p[1], dy)
     for j in range(y.shape[0]):
         dy[j] = -dy[j]
@@ -164,7 +170,8 @@ def flow_rhs(t, y, p, dy):
 @njit_noref(cache=True, fastmath=False)
 def gd_step(k, x, p, out):
     """One GD step on F/2 with learning rate ``p[2]``: docs/models/icl_regression.md §5.1 (the authors' helper
-    ``gradient_flow``)."""
+    ``gradient_flow``).
+    """
     H = x.shape[0] // 2
     d = p[0]
     cL = p[1]

@@ -132,7 +132,8 @@ def _diagnostics_of(stats, quantile, out):
 def observables(k, x, p, args, out):
     """``nearest_neighbor.DIAGNOSTIC_NAMES`` of the state x = (xi1, xi2) on the prompt sample ``args = (istar, c,
     [quantile])`` (the GD step's data plus the lower quantile of q_{i*}), as ``nearest_neighbor.diagnostics``
-    computes them."""
+    computes them.
+    """
     c = args[1]
     stats = np.empty((c.shape[0], N_STATS))
     per_prompt_stats(x[0], x[1], c, args[0], stats)
@@ -143,7 +144,8 @@ def observables(k, x, p, args, out):
 def step_observables(k, x, p, args, out, obs):
     """:func:`gd_step` and :func:`observables` of the same state in one pass over the prompts (the per-prompt
     statistics are computed once; the gradient sums them in the order of :func:`mean_gradient`, so both results
-    equal the separate calls bit for bit)."""
+    equal the separate calls bit for bit).
+    """
     c = args[1]
     n_prompts = c.shape[0]
     stats = np.empty((n_prompts, N_STATS))

@@ -19,7 +19,8 @@ from numba import njit
 @njit(cache=True, fastmath=False)
 def _block_sum(v, lo, n):
     """numpy's pairwise sum of ``v[lo:lo + n]`` for n <= 128: a plain loop below 8 terms, else eight running sums
-    combined as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) and the remainder added one by one."""
+    combined as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) and the remainder added one by one.
+    """
     if n < 8:
         res = 0.0
         for i in range(n):
@@ -49,7 +50,8 @@ def _block_sum(v, lo, n):
 def pairwise_sum(v, lo, n):
     """The sum of ``v[lo:lo + n]`` by numpy's pairwise rule for float64 (``np.add.reduce``): blocks of at most 128
     terms (:func:`_block_sum`); above that the two halves, split at a multiple of 8, summed apart and added. The
-    recursion is run on an explicit stack (numba's cache does not reload recursive functions safely)."""
+    recursion is run on an explicit stack (numba's cache does not reload recursive functions safely).
+    """
     if n <= 128:
         return _block_sum(v, lo, n)
     los = np.empty(64, dtype=np.int64)  # depth <= log2(n / 128) + 1
@@ -91,7 +93,8 @@ def pairwise_sum(v, lo, n):
 @njit(cache=True, fastmath=False)
 def mean_std(v, work):
     """(mean, standard deviation) of ``v`` as ``np.mean(v)`` and ``np.std(v, ddof=1)`` compute them (NaN deviation
-    for one value); ``work`` is scratch of v's length."""
+    for one value); ``work`` is scratch of v's length.
+    """
     n = v.shape[0]
     mean = pairwise_sum(v, 0, n) / n
     if n < 2:
@@ -105,7 +108,8 @@ def mean_std(v, work):
 @njit(cache=True, fastmath=False)
 def quantile_linear(v, q, work):
     """``np.quantile(v, q)`` (its default 'linear' rule: virtual index (n - 1) q, numpy's two-sided interpolation
-    formula); ``work`` is scratch of v's length."""
+    formula); ``work`` is scratch of v's length.
+    """
     n = v.shape[0]
     for i in range(n):
         work[i] = v[i]

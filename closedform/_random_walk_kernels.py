@@ -125,7 +125,8 @@ def reduced_step(k, x, p, args, out):
 @njit(cache=True, fastmath=False, inline="always")
 def _attention_row(states, base, K, N, x, ia, ic, rho, S):
     """Attention weights S (N,) of the walk at ``states[base:base + N]`` for the reduced logits l_j = rho a_{s_j} +
-    rho^2 c_j (j < N), l_N = rho^2 c_N (docs/models/token_selection.md §C.5), a = x[ia:ia + K], c = x[ic:ic + N]."""
+    rho^2 c_j (j < N), l_N = rho^2 c_N (docs/models/token_selection.md §C.5), a = x[ia:ia + K], c = x[ic:ic + N].
+    """
     rho2 = rho * rho
     lmax = -np.inf
     for j in range(N):
@@ -148,7 +149,8 @@ def _attention_row(states, base, K, N, x, ia, ic, rho, S):
 def _output_row(states, base, K, N, V, iv, S, u, f):
     """Output f = V X S (K,) of one walk (the blank contributes 0, docs/models/token_selection.md §C.3) in a fixed
     order: u_k = sum_{j < N, s_j = k} S_j added in j order, then f_b = sum_k V[b, k] u_k added in k order; V is
-    ``V[iv:iv + K * K]`` row-major."""
+    ``V[iv:iv + K * K]`` row-major.
+    """
     for k in range(K):
         u[k] = 0.0
     for j in range(N - 1):
@@ -163,7 +165,8 @@ def _output_row(states, base, K, N, V, iv, S, u, f):
 @njit(cache=True, fastmath=False)
 def reduced_forward(states, n, K, N, V, a, c, rho, S, f):
     """Attention weights S (n, N) and outputs f (n, K) of the reduced model for n walks (docs/models/token_selection.md
-    §C.5, logits l_j; output as :func:`_output_row`). V (K*K,) row-major, a (K,), c (N,)."""
+    §C.5, logits l_j; output as :func:`_output_row`). V (K*K,) row-major, a (K,), c (N,).
+    """
     x = np.concatenate((V, a, c))
     u = np.empty(K)
     for w in range(n):
@@ -230,7 +233,8 @@ def _unit_distance(v, nv, unit, uo, work):
 @njit(cache=True, fastmath=False, inline="always")
 def _row_sum(d, K):
     """numpy's sum of d[0:K] (a row of ``np.linalg.norm(..., axis=1)``): a plain loop below 8 terms, the pairwise
-    rule above."""
+    rule above.
+    """
     if K >= 8:
         return pairwise_sum(d, 0, K)
     acc = 0.0
@@ -243,7 +247,8 @@ def _row_sum(d, K):
 def _stable_argsort(v):
     """``np.argsort(v, kind="stable")`` for finite v: insertion sort up to 64 values (a quarter of the cost of numba's
     merge sort at 30), numba's merge sort above; both keep equal values in their original order, so the permutation
-    is numpy's."""
+    is numpy's.
+    """
     n = v.shape[0]
     if n > 64:
         return np.argsort(v, kind="mergesort")
@@ -260,7 +265,8 @@ def _stable_argsort(v):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def _test_observables(x, nv, rho, K, N, consts, states, weights, obs):
     """``random_walk.DIAGNOSTIC_NAMES`` of the reduced state x (nv = ||V||_F) on the test walks
-    (``random_walk.diagnostics``) into obs[0:10]. ``consts`` as in :func:`observables`."""
+    (``random_walk.diagnostics``) into obs[0:10]. ``consts`` as in :func:`observables`.
+    """
     n = weights.shape[0]
     nV = K * K
     S = np.empty(N)
@@ -386,7 +392,8 @@ def observables(k, x, p, args, out):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def step_observables(k, x, p, args, out, obs):
     """:func:`reduced_step` into ``out`` and :func:`observables` of x into ``obs`` from one gradient evaluation (bit
-    for bit the two separate calls). The engine's ``step_observe``."""
+    for bit the two separate calls). The engine's ``step_observe``.
+    """
     n_state = x.shape[0]
     G = np.empty(n_state)
     G2 = np.empty(n_state)

@@ -33,7 +33,8 @@ A_DIMS, A_P, A_LOGP, A_PI, A_PSI, A_TCOL, A_MULT, A_SUP, A_TOK = 0, 1, 2, 3, 4, 
 @njit(cache=True, fastmath=False)
 def _unit_attention(P, logP, n, z, zoff, f):
     """Write f_n = c~_n / ||c~_n|| (docs/models/scan_snap.md §2.1, Eq. 5) into ``f`` from log P(l|n) + z_ml, max
-    subtracted."""
+    subtracted.
+    """
     Lc = P.shape[1]
     mx = -np.inf
     for ell in range(Lc):
@@ -54,7 +55,8 @@ def _unit_attention(P, logP, n, z, zoff, f):
 @njit(cache=True, fastmath=False, inline="always")
 def _support_attention(logP, n, tok, a, b, z, zoff, f):
     """_unit_attention on the support of class n only: f[q] for the tokens l = tok[q], q in [a, b) (the arithmetic
-    of _unit_attention on those tokens, whose other entries are 0)."""
+    of _unit_attention on those tokens, whose other entries are 0).
+    """
     mx = -np.inf
     for q in range(a, b):
         ell = tok[q]
@@ -151,7 +153,8 @@ def ascent(y, args, out):
 @njit(cache=True, fastmath=False)
 def exact_rhs(t, y, p, args, dy):
     """Exact reduced ODE of docs/models/scan_snap.md §4.2 (POPULATION convention): dY/dt = eta_Y grad_Y, dZ/dt = eta_Z
-    grad_Z."""
+    grad_Z.
+    """
     dims = args[A_DIMS]
     Lc, Ncol, Q = dims[0], dims[1], dims[3]
     ascent(y, args, dy)
@@ -189,7 +192,8 @@ def map_step(k, x, p, args, out):
 @njit(cache=True, fastmath=False)
 def wright_omega(x):
     """Wright omega w + ln w = x by 5 Newton steps from x - ln x (x > 1) or exp(x) (docs/models/scan_snap.md §2.3,
-    numerical note)."""
+    numerical note).
+    """
     w = x - np.log(x) if x > 1.0 else np.exp(x)
     for _ in range(5):
         w = w - (w + np.log(w) - x) * w / (1.0 + w)
@@ -199,7 +203,8 @@ def wright_omega(x):
 @njit(cache=True, fastmath=False)
 def decoder_h(tau, M, eta_Y):
     """h(tau) of Lemma 6 (docs/models/scan_snap.md §2.3): M h = ln(M-1) + ln wright_omega(A/(M-1) - ln(M-1)), A = M
-    eta_Y tau + 1."""
+    eta_Y tau + 1.
+    """
     A = M * eta_Y * tau + 1.0
     return (np.log(M - 1.0) + np.log(wright_omega(A / (M - 1.0) - np.log(M - 1.0)))) / M
 

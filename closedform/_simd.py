@@ -75,7 +75,8 @@ def exp_poly(x):
 @intrinsic
 def stack_buffer(typingctx, size):
     """A pointer to ``size`` (an integer literal) float64 values on the stack of the calling function, valid until it
-    returns; read and write it with :func:`load` and :func:`store` (no bounds checks: the caller keeps to ``size``)."""
+    returns; read and write it with :func:`load` and :func:`store` (no bounds checks: the caller keeps to ``size``).
+    """
     if not isinstance(size, types.IntegerLiteral):
         return None
     n = size.literal_value

@@ -69,7 +69,8 @@ def lam_table(lams, s, gamma, out):
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def _rows(n, tab):
     """Offsets in the flat table ``tab`` of the lam_constants rows of update n and of lambda_{n+1}: rows n and n + 1
-    of a schedule, row 0 for both under a constant lambda (a table of one row)."""
+    of a schedule, row 0 for both under a constant lambda (a table of one row).
+    """
     if tab.shape[0] == N_CONST:
         return 0, 0
     o = N_CONST * n
@@ -97,7 +98,8 @@ def _zeta_series(t, m, ex, erfm, g, cst, o):
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def _zeta_family_fast(t, cst, o):
     """_zeta_family with zeta from _zeta_series (erf(m) and exp(-m^2) shared with the derivatives): the map kernels'
-    form, ~2x cheaper per step and equal to _zeta_family to a few ulp."""
+    form, ~2x cheaper per step and equal to _zeta_family to a few ulp.
+    """
     g, q, r = cst[o + C_G], cst[o + C_Q], cst[o + C_R]
     m = t / q
     ex = math.exp(-m * m)
@@ -108,7 +110,8 @@ def _zeta_family_fast(t, cst, o):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def _zeta_family_m(q, r, m, ex, erfm, z):
     """The derivatives of zeta and the phi_j given m = t/q, ex = exp(-m^2), erfm = erf(m) and zeta itself
-    (docs/models/single_location.md §3.1-§3.2)."""
+    (docs/models/single_location.md §3.1-§3.2).
+    """
     u = m / r
     e1m = _TWO_OVER_SQRTPI * ex
     e2m = -2.0 * m * e1m
@@ -126,7 +129,8 @@ def _zeta_family_m(q, r, m, ex, erfm, z):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def risk_core(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o):
     """True MSE R(kappa, nu, theta, eta, rho) of docs/models/single_location.md §4.2 ("in full"), eps^2 and (L-1) zeta0
-    included; the lam_constants row starts at cst[o]."""
+    included; the lam_constants row starts at cst[o].
+    """
     fam = _zeta_family(cst[o + C_LAM] * s * kappa, cst[o + C_G], cst[o + C_Q], cst[o + C_R])
     return _risk(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o, fam)
 
@@ -157,7 +161,8 @@ def _risk(kappa, nu, theta, eta, rho, s, gamma, L, eps, cst, o, fam):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def partials_core(kappa, nu, theta, eta, rho, s, gamma, L, cst, o):
     """(dR/dkappa, dR/dnu, dR/dtheta, dR/deta, dR/drho) of docs/models/single_location.md §4.3; the lam_constants row
-    starts at cst[o]."""
+    starts at cst[o].
+    """
     lam, g, q, r = cst[o + C_LAM], cst[o + C_G], cst[o + C_Q], cst[o + C_R]
     fam = _zeta_family(lam * s * kappa, g, q, r)
     return _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam)
@@ -207,7 +212,8 @@ def _partials(kappa, nu, theta, eta, rho, s, gamma, L, cst, o, fam):
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def manifold_partials_core(kappa, nu, gamma, cst, o):
     """(dR_M/dkappa, dR_M/dnu) of docs/models/single_location.md §5.1 (compact form); the lam_constants row starts at
-    cst[o]."""
+    cst[o].
+    """
     rk, rn, _, _, _ = _manifold_partials_shared(kappa, nu, gamma, cst, o)
     return rk, rn
 
@@ -215,7 +221,8 @@ def manifold_partials_core(kappa, nu, gamma, cst, o):
 @njit(cache=True, fastmath=False, error_model="numpy", inline="always")
 def _manifold_partials_shared(kappa, nu, gamma, cst, o):
     """manifold_partials_core and the values it shares with the risk on M: (dR_M/dkappa, dR_M/dnu, m, exp(-m^2),
-    erf(m)) with m = c kappa (= t/q up to rounding, t = lam s kappa; docs/models/single_location.md §5.1)."""
+    erf(m)) with m = c kappa (= t/q up to rounding, t = lam s kappa; docs/models/single_location.md §5.1).
+    """
     c, r = cst[o + C_C], cst[o + C_R]
     ck = c * kappa
     gg2 = 2.0 * gamma * gamma
@@ -272,7 +279,8 @@ def manifold_update(kappa, nu, dk, dv):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def manifold_step(n, x, p, args, out):
     """Engine map kernel on M, state (kappa, nu, lam): update n with lambda_n (docs/models/single_location.md §6.3);
-    out[2] = lambda_{n+1}."""
+    out[2] = lambda_{n+1}.
+    """
     tab = args[0]
     o, o1 = _rows(n, tab)
     alpha = p[P_ALPHA]
@@ -286,7 +294,8 @@ def manifold_step(n, x, p, args, out):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
     """One exact five-scalar PGD update (docs/models/single_location.md §6.4) given the partials; returns (kappa', nu',
-    theta', eta', rho')."""
+    theta', eta', rho').
+    """
     kgk = rk * kappa + re * eta + rr * rho
     vgv = rn * nu + rt * theta + rr * rho
     # coefficients of the unnormalised new k and v on (k, v, k*, v*)
@@ -310,7 +319,8 @@ def five_update(kappa, nu, theta, eta, rho, rk, rn, rt, re, rr, alpha):
 @njit_noref(cache=True, fastmath=False, error_model="numpy")
 def five_step(n, x, p, args, out):
     """Engine map kernel, state (kappa, nu, theta, eta, rho, lam): update n with lambda_n
-    (docs/models/single_location.md §6.4)."""
+    (docs/models/single_location.md §6.4).
+    """
     tab = args[0]
     o, o1 = _rows(n, tab)
     rk, rn, rt, re, rr = partials_map(x[0], x[1], x[2], x[3], x[4], p[P_S], p[P_GAMMA], p[P_L], tab, o)
@@ -326,7 +336,8 @@ def five_step(n, x, p, args, out):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def five_map_array(X, lam, alpha, s, gamma, L, out):
     """One five-scalar PGD update (docs/models/single_location.md §6.4) of every row of X (n, 5), with per-row lambda
-    and alpha."""
+    and alpha.
+    """
     cst = np.empty(N_CONST)
     for i in range(X.shape[0]):
         if i == 0 or lam[i] != lam[i - 1]:
@@ -362,7 +373,8 @@ def _write_five_observables(x, s, gamma, L, eps, cst, o, fam, obs):
 def _manifold_risk(t, nu, gamma, L, eps, cst, o, m, ex, erfm):
     """The risk on M (theta = eta = rho = 0) of docs/models/single_location.md §4.2 given m = t/q, exp(-m^2), erf(m):
     the terms of _risk that do not vanish there, in its order (so equal to _risk at zero off-manifold scalars, bit
-    for bit, for the same zeta and phi0)."""
+    for bit, for the same zeta and phi0).
+    """
     gg = gamma * gamma
     z = _zeta_series(t, m, ex, erfm, cst[o + C_G], cst, o)
     return eps * eps + gg - 2.0 * gg * nu * erfm + gg * z + (L - 1.0) * cst[o + C_ZETA0]
@@ -382,7 +394,8 @@ def five_observe(n, x, p, args, out):
     excess risk and distance to M (docs/models/single_location.md §4.2, §5) into out[0:3].
 
     The lam_constants row is that of update n, unless the state's lambda differs from it (a state frozen by the
-    ``converged`` stop under a schedule); then the row is computed for the state's own lambda."""
+    ``converged`` stop under a schedule); then the row is computed for the state's own lambda.
+    """
     tab = args[0]
     o, _ = _rows(n, tab)
     s, gamma, L, eps = p[P_S], p[P_GAMMA], p[P_L], p[P_EPS]
@@ -396,7 +409,8 @@ def five_observe(n, x, p, args, out):
 @njit_noref(cache=True, fastmath=False, error_model="numpy")
 def five_step_observe(n, x, p, args, out, obs):
     """five_step into ``out`` and five_observe of ``x`` into ``obs`` in one pass (the risk and the partials share the
-    zeta family at t = lam s kappa); bit for bit the two separate calls. The engine's ``step_observe``."""
+    zeta family at t = lam s kappa); bit for bit the two separate calls. The engine's ``step_observe``.
+    """
     tab = args[0]
     o, o1 = _rows(n, tab)
     s, gamma, L = p[P_S], p[P_GAMMA], p[P_L]
@@ -415,7 +429,8 @@ def five_step_observe(n, x, p, args, out, obs):
 @njit(cache=True, fastmath=False, error_model="numpy")
 def manifold_observe(n, x, p, args, out):
     """Engine observable of the map on M (state (kappa, nu, lam), saved at step n): risk and excess risk
-    (docs/models/single_location.md §4.2 at theta = eta = rho = 0) into out[0:2]; rows as in five_observe."""
+    (docs/models/single_location.md §4.2 at theta = eta = rho = 0) into out[0:2]; rows as in five_observe.
+    """
     tab = args[0]
     o, _ = _rows(n, tab)
     s, gamma, L, eps = p[P_S], p[P_GAMMA], p[P_L], p[P_EPS]
@@ -430,7 +445,8 @@ def manifold_observe(n, x, p, args, out):
 @njit_noref(cache=True, fastmath=False, error_model="numpy")
 def manifold_step_observe(n, x, p, args, out, obs):
     """manifold_step into ``out`` and manifold_observe of ``x`` into ``obs`` in one pass (exp(-m^2) and erf(m) shared);
-    bit for bit the two separate calls. The engine's ``step_observe``."""
+    bit for bit the two separate calls. The engine's ``step_observe``.
+    """
     tab = args[0]
     o, o1 = _rows(n, tab)
     alpha = p[P_ALPHA]

@@ -297,7 +297,8 @@ def sample(
 
 def reduce_sample(s: GroupSparseSample) -> ReducedSample:
     """Reduced statistics (a, Gram of z) of a sample (docs/models/token_selection.md §B.3: Z_ij = w_par a_i a_j + w_perp
-    <z_i, z_j> + W22_ij)."""
+    <z_i, z_j> + W22_ij).
+    """
     a = np.einsum("e,ned->nd", s.v_star, s.X)
     z = s.X - s.v_star[None, :, None] * a[:, None, :]
     gram = np.einsum("nei,nej->nij", z, z)
@@ -324,7 +325,8 @@ def population_sample(
 
 def embed_tokens(X: Annotated[Any, _V.Array(ndim=3)]) -> np.ndarray:
     """Tokens H = [X; I_D] of each draw (docs/models/token_selection.md §B.2, reconstructed embedding): (n, d, D) -> (n,
-    d + D, D)."""
+    d + D, D).
+    """
     X = np.asarray(X, dtype=np.float64)
     n, d, D = X.shape
     H = np.empty((n, d + D, D))
@@ -424,7 +426,8 @@ def full_gradient(
 
 def _orbit_index(D: int, js: int) -> np.ndarray:
     """(D, D) int array: orbit 0..4 of each W22 entry (row = key i, column = query j;
-    docs/models/token_selection.md §B.3)."""
+    docs/models/token_selection.md §B.3).
+    """
     idx = np.full((D, D), 4, dtype=np.int64)
     idx[np.arange(D), np.arange(D)] = 3
     idx[:, js] = 2
@@ -459,7 +462,8 @@ def project(
     v_star: Annotated[Any, _V.Array(ndim=1)],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Orthogonal projection P(v, W) onto the invariant family of docs/models/token_selection.md §B.3 (formulas of
-    docs/models/token_selection.md §B.3.1)."""
+    docs/models/token_selection.md §B.3.1).
+    """
     return embed_state(task, _reduced_coordinates(task, v, W, v_star), v_star)
 
 
@@ -544,7 +548,8 @@ def evaluate(
     s: GroupSparseSample,
 ) -> dict[str, float]:
     """Training-sample loss, accuracy and attention diagnostics of (v, W) on a sample
-    (docs/models/token_selection.md §B.2, §B.3.1)."""
+    (docs/models/token_selection.md §B.2, §B.3.1).
+    """
     f, S = forward(v, W, s.X)
     out = {"loss": float(logistic_loss(f, s.y).mean()), "accuracy": float(np.mean(s.y * f > 0))}
     out.update(attention_diagnostics(task, S))
@@ -559,7 +564,8 @@ def evaluate(
 @dataclass(frozen=True, eq=False)
 class FullGDRun:
     """Result of :func:`full_gd` (GD of docs/models/token_selection.md §B.2): the probe trajectory and the final weights
-    (v, W)."""
+    (v, W).
+    """
 
     trajectory: Trajectory
     v: Annotated[np.ndarray, _V.Array(ndim=1)]
@@ -702,7 +708,8 @@ def reduced_gradient(
 
 def reduced_update(task: GroupSparseTask, state: Annotated[Any, _V.Array(ndim=1)], rs: ReducedSample) -> np.ndarray:
     """One step of the reduced GD map (docs/models/token_selection.md §B.3): beta, w_par step eta; w_perp eta/(d-1); m_k
-    eta/|O_k|."""
+    eta/|O_k|.
+    """
     state = _check_state(state)
     _check_reduced(task, rs)
     grad = np.empty(N_STATE)
@@ -742,7 +749,8 @@ def reduced_evaluate(
 
 def pack_params(task: GroupSparseTask, rs: ReducedSample) -> np.ndarray:
     """Parameter row of the ``dynamics.iterate`` map (docs/models/token_selection.md §B.3): [eta, d]; the sample goes
-    to the kernel as data (the engine's ``args`` channel)."""
+    to the kernel as data (the engine's ``args`` channel).
+    """
     _check_reduced(task, rs)
     return np.array([task.eta, task.d], dtype=np.float64)
 
@@ -860,7 +868,8 @@ def map(
 
 def beta_step1(task: GroupSparseTask) -> float:
     """beta^(1) = eta sigma_x / sqrt(2 pi) (docs/models/token_selection.md §B.3, first GD step; W^(1) = 0, v_pos^(1) =
-    0)."""
+    0).
+    """
     return task.eta * task.sigma_x / math.sqrt(2.0 * math.pi)
 
 

@@ -201,7 +201,8 @@ class ICLRegressionTask:
     @staticmethod
     def time_of_step(step, lr: float):
         """F/2-flow time of GD step ``step`` with learning rate ``lr``: t = lr * step
-        (docs/models/icl_regression.md §0.3)."""
+        (docs/models/icl_regression.md §0.3).
+        """
         return lr * np.asarray(step, dtype=np.float64)
 
     @staticmethod
@@ -222,14 +223,16 @@ def _check_task(task) -> ICLRegressionTask:
 
 def eta_star(task: ICLRegressionTask) -> float:
     """eta* = 1/(1 + (1 + sigma^2) d / L): docs/models/icl_regression.md §4.4, Eq. (4.3) (optimality condition; =
-    optimal dGD step)."""
+    optimal dGD step).
+    """
     task = _check_task(task)
     return task.L / (task.L + task.D)
 
 
 def loss_infimum(task: ICLRegressionTask) -> float:
     """inf F = 1 + sigma^2 - eta*: docs/models/icl_regression.md §4.4 (global infimum of Eq. (4.1), approached as gamma
-    -> 0 on S_gamma)."""
+    -> 0 on S_gamma).
+    """
     return 1.0 + task.sigma2 - eta_star(task)
 
 
@@ -318,7 +321,8 @@ def approx_loss_grad(
 
 def kernel_matrix(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.ndarray:
     """K(omega) = exp.(d omega omega^T) (elementwise): docs/models/icl_regression.md §4.1, Eq. (4.1). Shape (..., H,
-    H)."""
+    H).
+    """
     task = _check_task(task)
     omega = check_finite_array("omega", omega, ndim=tuple(range(1, 33)))
     _check_exponent(task, omega)
@@ -327,7 +331,8 @@ def kernel_matrix(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.
 
 def m_matrix(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.ndarray:
     """M(omega) = omega omega^T + ((1 + sigma^2)/L) K(omega): docs/models/icl_regression.md §4.4 (Hessian of Eq. (4.1)
-    in mu is 2 M)."""
+    in mu is 2 M).
+    """
     K = kernel_matrix(task, omega)
     omega = np.asarray(omega, dtype=np.float64)
     return omega[..., :, None] * omega[..., None, :] + task.cL * K
@@ -513,7 +518,8 @@ def _batch_params(task: ICLRegressionTask, n_traj: int, sigma2, L, lr=None):
     """Engine parameters [d, cL, sigma2] (flows) or [d, cL, lr, sigma2] (GD), shared or one row per trajectory when
     sigma2, L or lr is an array broadcast with the batch (they enter the maps only as numbers,
     docs/models/icl_regression.md §5.1; sigma2, last, only enters the observable F). Returns
-    (params, n, per-row sigma2 or None, config)."""
+    (params, n, per-row sigma2 or None, config).
+    """
     given = {"sigma2": sigma2, "L": L, "lr": lr}
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in given.items() if v is not None}
     for k, a in arrays.items():
@@ -867,7 +873,8 @@ def phase3_asymptotic(
 
 def phase3_heuristic_rate(task: ICLRegressionTask, omega: Annotated[Any, _REALS]) -> np.ndarray:
     """Heuristic d omega/dt with mu pinned to mu*(omega): -C_L d^3 omega^3 / (6 (1 + C_L d)^2),
-    docs/models/icl_regression.md §6.3 (B.17)."""
+    docs/models/icl_regression.md §6.3 (B.17).
+    """
     task = _check_task(task)
     omega = np.asarray(omega, dtype=np.float64)
     return -task.cL * task.d**3 * omega**3 / (6.0 * (1.0 + task.cL * task.d) ** 2)
@@ -878,7 +885,8 @@ def phase3_heuristic_rate(task: ICLRegressionTask, omega: Annotated[Any, _REALS]
 # ----------------------------------------------------------------------------------------------------------------------
 def solution_manifold_mu(task: ICLRegressionTask, gamma: Annotated[Any, _check_nonzero]) -> np.ndarray:
     """mu(gamma) = gamma / (2 [gamma^2 + (1+sigma^2) sinh(d gamma^2)/L]): docs/models/icl_regression.md §5.4, Eq.
-    (4.6)."""
+    (4.6).
+    """
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     return gamma / (2.0 * (gamma**2 + task.cL * np.sinh(task.d * gamma**2)))
@@ -886,7 +894,8 @@ def solution_manifold_mu(task: ICLRegressionTask, gamma: Annotated[Any, _check_n
 
 def manifold_loss(task: ICLRegressionTask, gamma: Annotated[Any, _check_nonzero]) -> np.ndarray:
     """F on S_gamma: 1 + sigma^2 - gamma^2/(gamma^2 + (1+sigma^2) sinh(d gamma^2)/L): docs/models/icl_regression.md §5.4
-    (Eqs. (4.6)-(4.7))."""
+    (Eqs. (4.6)-(4.7)).
+    """
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     return 1.0 + task.sigma2 - 2.0 * gamma * solution_manifold_mu(task, gamma)
@@ -894,7 +903,8 @@ def manifold_loss(task: ICLRegressionTask, gamma: Annotated[Any, _check_nonzero]
 
 def manifold_step_series(task: ICLRegressionTask, gamma: Annotated[Any, _check_nonzero]) -> np.ndarray:
     """Series 2 gamma mu(gamma) = eta* - (eta*)^2 (1+sigma^2) d^3 gamma^4/(6L) + O(gamma^8):
-    docs/models/icl_regression.md §5.4, Eq. (4.8)."""
+    docs/models/icl_regression.md §5.4, Eq. (4.8).
+    """
     task = _check_task(task)
     gamma = np.asarray(gamma, dtype=np.float64)
     es = eta_star(task)
@@ -903,7 +913,8 @@ def manifold_step_series(task: ICLRegressionTask, gamma: Annotated[Any, _check_n
 
 class HeadPattern(NamedTuple):
     """Pattern diagnostics of a state (docs/models/icl_regression.md §3 Observations 1-2,
-    docs/models/icl_regression.md §5.2-§5.4, Eqs. (4.2)-(4.4))."""
+    docs/models/icl_regression.md §5.2-§5.4, Eqs. (4.2)-(4.4)).
+    """
 
     positive: np.ndarray  # (..., H) bool: non-dummy heads with omega_h > 0 (H+)
     negative: np.ndarray  # (..., H) bool: non-dummy heads with omega_h < 0 (H-)
@@ -970,7 +981,8 @@ def classify_heads(
 # ----------------------------------------------------------------------------------------------------------------------
 def gd_risk(task: ICLRegressionTask, eta: Annotated[Any, _REALS]) -> np.ndarray:
     """Exact risk of one-step GD, R_GD(eta) = 1 + s2 - 2 eta + eta^2 (1 + (d + 1 + d s2)/L):
-    docs/models/icl_regression.md §7.2 (Eq. (4.11))."""
+    docs/models/icl_regression.md §7.2 (Eq. (4.11)).
+    """
     task = _check_task(task)
     eta = np.asarray(eta, dtype=np.float64)
     d, L, s2 = task.d, task.L, task.sigma2
@@ -979,7 +991,8 @@ def gd_risk(task: ICLRegressionTask, eta: Annotated[Any, _REALS]) -> np.ndarray:
 
 def dgd_risk(task: ICLRegressionTask, eta: Annotated[Any, _REALS]) -> np.ndarray:
     """Exact risk of debiased GD (4.11): R_dGD = 1 + s2 - 2 eta (L-1)/L + eta^2 (L-1)(L + d + d s2)/L^2,
-    docs/models/icl_regression.md §7.2."""
+    docs/models/icl_regression.md §7.2.
+    """
     task = _check_task(task)
     eta = np.asarray(eta, dtype=np.float64)
     d, L, s2 = task.d, task.L, task.sigma2
@@ -1112,7 +1125,8 @@ def classify(
     sign, and sum(mu) within ``tol`` of the F_1 optimum, docs/models/icl_regression.md §7.3), "solution_manifold"
     (positive and negative heads with mu^T omega within 0.05 of eta* and |sum mu| < 0.05: the valley S_gamma of
     docs/models/icl_regression.md §5.4, on which the flow keeps
-    drifting), "origin" (all |omega_h|, |mu_h| < tol) or "other". omega, mu: (n, H) or (H,)."""
+    drifting), "origin" (all |omega_h|, |mu_h| < tol) or "other". omega, mu: (n, H) or (H,).
+    """
     task = _check_task(task)
     tol = check_positive("tol", tol)
     om, mu = _pair(np.atleast_2d(omega), np.atleast_2d(mu))
@@ -1135,7 +1149,8 @@ class SingleHeadOptimum(NamedTuple):
 
 def single_head_optimum(task: ICLRegressionTask) -> SingleHeadOptimum:
     """F_1 optimum, docs/models/icl_regression.md §7.3: omega = 1/sqrt(d), mu = sqrt(d)/(1 + e(1+s2)d/L), F_min = 1 + s2
-    - 1/(1 + e(1+s2)d/L)."""
+    - 1/(1 + e(1+s2)d/L).
+    """
     task = _check_task(task)
     q = 1.0 + np.e * task.D / task.L
     return SingleHeadOptimum(omega=1.0 / np.sqrt(task.d), mu=np.sqrt(task.d) / q, F=1.0 + task.sigma2 - 1.0 / q)
@@ -1324,7 +1339,8 @@ def predict_nadaraya_watson(
     mu: Annotated[float, _REALS],
 ) -> np.ndarray:
     """Single-head (Nadaraya-Watson) predictor mu sum_i y_i softmax_i(omega x_i^T x_q):
-    docs/models/icl_regression.md §7.3, Eq. (4.12)."""
+    docs/models/icl_regression.md §7.3, Eq. (4.12).
+    """
     return predict_attention(X, y, xq, [omega], [mu])
 
 
@@ -1346,7 +1362,8 @@ def predict_dgd(
     eta: Annotated[float, _REALS],
 ) -> np.ndarray:
     """Debiased GD predictor (eta/L) sum_i y_i (x_i - xbar)^T x_q: docs/models/icl_regression.md §7.2, Eq. (4.11)
-    (first-order form (4.10))."""
+    (first-order form (4.10)).
+    """
     L = X.shape[1]
     Xc = X - X.mean(axis=1, keepdims=True)
     return eta / L * np.einsum("nd,nd->n", np.einsum("nl,nld->nd", y, Xc), xq)
@@ -1379,7 +1396,8 @@ def predict_preconditioned_gd(
     G: Annotated[Any, _V.Array(ndim=2)],
 ) -> np.ndarray:
     """Preconditioned GD predictor x_q^T G (1/L) sum_i y_i x_i: docs/models/icl_regression.md §8.1 (Lemma E.4, Eq.
-    (5.6))."""
+    (5.6)).
+    """
     L = X.shape[1]
     v = np.einsum("nl,nle->ne", y, X) / L  # (1/L) sum_i y_i x_i
     return np.einsum("nd,de,ne->n", xq, np.asarray(G, dtype=np.float64), v, optimize=True)
@@ -1487,7 +1505,8 @@ def kms_covariance(d: Annotated[int, _V.Range(integer=True, ge=1)], rho: float) 
 
 def optimal_preconditioner(task: ICLRegressionTask, Sigma: Annotated[Any, _V.Array(ndim=2)]) -> np.ndarray:
     """G* = ((1 + 1/L) Sigma + ((tr Sigma + d sigma^2)/L) I_d)^{-1}: docs/models/icl_regression.md §8.1 (Lemma E.4, Eq.
-    (5.6))."""
+    (5.6)).
+    """
     task = _check_task(task)
     Sigma = _check_cov(Sigma, task.d)
     L = task.L

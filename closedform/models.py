@@ -280,7 +280,8 @@ def get(name: str) -> Model:
 
 def refresh() -> tuple[str, ...]:
     """Forget the registered packages' models and read the ``attndyn.models`` entry points again (e.g. after
-    ``pip install`` in a running session); return the names of :func:`models`."""
+    ``pip install`` in a running session); return the names of :func:`models`.
+    """
     global _PLUGINS_LOADED
     for name in [n for n, m in _REGISTRY.items() if not m.builtin]:
         del _REGISTRY[name]
@@ -315,7 +316,8 @@ _TABLE_ROWS: tuple[tuple[str, Callable[[Model], str]], ...] = (
 
 def api_table(*, builtin: bool | None = True) -> str:
     """The Markdown table of the API page (docs/api.md, "One shape for every model"): one column per model of
-    :func:`models` (``builtin`` as there), one row per part of the contract; a dash where the model has none."""
+    :func:`models` (``builtin`` as there), one row per part of the contract; a dash where the model has none.
+    """
     ms = models(builtin=builtin)
     lines = ["| | " + " | ".join(f"`{m.name}`" for m in ms) + " |", "|---" * (len(ms) + 1) + "|"]
     for label, cell in _TABLE_ROWS:

@@ -369,7 +369,8 @@ def sample_shifted_prompts(
 
 def embed(prompts: Prompts) -> np.ndarray:
     """Embedded prompts H (B, d+2, N+1): columns [x_j; y_j; 0] and [x_query; 0; 1]
-    (docs/models/token_selection.md §A.2)."""
+    (docs/models/token_selection.md §A.2).
+    """
     if prompts.y is None:
         raise ValueError("prompts must carry explicit labels y to be embedded (sample_prompts(..., labels=True))")
     B, N, d = prompts.X.shape
@@ -570,7 +571,8 @@ def reduced_loss(
     xi1: Annotated[float, _V.Range(array=True)], xi2: Annotated[float, _V.Range(array=True)], prompts: Prompts
 ) -> tuple[float, float]:
     """Monte Carlo loss L(xi1, xi2) = 1/2 E[sum_j q_j^2 - 2 q_{i*} + 1] and its standard error
-    (docs/models/token_selection.md §A.5)."""
+    (docs/models/token_selection.md §A.5).
+    """
     return _mean_se(per_prompt(xi1, xi2, prompts)["loss"])
 
 
@@ -579,7 +581,8 @@ def reduced_gradient(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo (dL/dxi1, dL/dxi2) of docs/models/token_selection.md §A.5 ("dL/dxi1 = E[sum_m gamma_m c_m]", "dL/dxi2
     = E[q_{N+1}(Q2 -
-    q_{i*})]") and the standard error of each; returns (grad (2,), se (2,))."""
+    q_{i*})]") and the standard error of each; returns (grad (2,), se (2,)).
+    """
     pp = per_prompt(xi1, xi2, prompts)
     m1, s1 = _mean_se(pp["grad_xi1"])
     m2, s2 = _mean_se(pp["grad_xi2"])
@@ -685,7 +688,8 @@ def gradient_xi1_zero(
 def first_step(task: NearestNeighborTask) -> np.ndarray:
     """Closed-form state after the first population GD step from W^(0) (docs/models/token_selection.md §A.4-§A.5 at xi1
     = 0):
-    (xi1_1, xi2_1) = (0, sigma) - (eta/d, eta) * ``gradient_xi1_zero(d, N, sigma)``."""
+    (xi1_1, xi2_1) = (0, sigma) - (eta/d, eta) * ``gradient_xi1_zero(d, N, sigma)``.
+    """
     g = gradient_xi1_zero(task.d, task.N, task.sigma)
     return np.array([-(task.eta / task.d) * g[0], task.sigma - task.eta * g[1]])
 
@@ -697,7 +701,8 @@ def first_step(task: NearestNeighborTask) -> np.ndarray:
 
 def pack_params(task: NearestNeighborTask, prompts: Prompts) -> np.ndarray:
     """Parameter row of the numba GD step of docs/models/token_selection.md §A.5: [eta, d]; the prompt sample goes to
-    the kernel as data (the engine's ``args`` channel)."""
+    the kernel as data (the engine's ``args`` channel).
+    """
     _check_prompts(task, prompts)
     return np.array([task.eta, task.d], dtype=np.float64)
 
@@ -774,7 +779,8 @@ def _sample_list(samples, kind: type, name: str) -> list:
 
 def _sample_list_check(kind: type):
     """A :mod:`dynamics.validation` spec ``check(name, value)`` for a batched-samples argument: one ``kind`` instance
-    or a non-empty sequence of them (one trajectory or seed per sample), as :func:`_sample_list` accepts."""
+    or a non-empty sequence of them (one trajectory or seed per sample), as :func:`_sample_list` accepts.
+    """
 
     def check(name: str, value) -> None:
         _sample_list(value, kind, name)
@@ -1216,7 +1222,8 @@ def loss_decay_bound(t: Annotated[Any, _V.Range(array=True, ge=0)], C: Annotated
 def separation_gap(prompts: Prompts) -> np.ndarray:
     """Largest delta for which each prompt lies in A_delta (Theorem A2, docs/models/token_selection.md §A.6): min over j
     with
-    y_j != y_{i*} of ||x_j - x_q||^2 - ||x_{i*} - x_q||^2 = 2 (c_{i*} - c_j); +inf if every label equals y_{i*}."""
+    y_j != y_{i*} of ||x_j - x_q||^2 - ||x_{i*} - x_q||^2 = 2 (c_{i*} - c_j); +inf if every label equals y_{i*}.
+    """
     if prompts.y is None:
         raise ValueError("prompts must carry labels y for the separation event A_delta")
     rows = np.arange(prompts.n_prompts)
@@ -1231,7 +1238,8 @@ def squared_errors(
 ) -> np.ndarray:
     """Per-prompt squared error (f_W(H) - y_{i*})^2 at W = diag(xi1 I, 0, -xi2) with explicit labels (Theorem A2,
     docs/models/token_selection.md §A.6; the test loss has no factor 1/2). Reduced scores, so any prompt law with x's on
-    the sphere works."""
+    the sphere works.
+    """
     xi1, xi2 = _check_state(xi1, xi2)
     if prompts.y is None:
         raise ValueError("prompts must carry labels y to evaluate the test error")

@@ -400,7 +400,8 @@ def empirical_transitions(sample: WalkSample, K: Annotated[int, _V.Range(integer
 
 def _column_scales(task: RandomWalkTask, normalize_tokens: bool) -> tuple[float, float]:
     """Scale of a context column and of the blank query column of X~ inside the scores
-    (docs/models/token_selection.md §C.8, Fig. 6 default)."""
+    (docs/models/token_selection.md §C.8, Fig. 6 default).
+    """
     if not normalize_tokens:
         return 1.0, 1.0
     return 1.0 / np.sqrt(1.0 + task.rho), 1.0 / np.sqrt(task.rho)
@@ -491,7 +492,8 @@ def reduced_forward(
 
 def predict(f: Annotated[Any, _V.Array(ndim=tuple(range(1, 33)))]) -> np.ndarray:
     """Prediction rule Pred(f) = min{j : f_j = max_l f_l} (ties -> smallest label), docs/models/token_selection.md §C.3.
-    f (n, K) -> (n,)."""
+    f (n, K) -> (n,).
+    """
     return np.argmax(np.asarray(f), axis=-1)
 
 
@@ -538,7 +540,8 @@ def probe_W(task: RandomWalkTask, W: Annotated[Any, _V.Array(ndim=2)]):
 
 def direction_error(V: Annotated[Any, _V.Array(ndim=2)], target: Annotated[Any, _V.Array(ndim=2)]) -> float:
     """||V/||V||_F - T/||T||_F||_F, the direction error of Theorem C1 item 3 (docs/models/token_selection.md §C.5.1).
-    NaN for V = 0."""
+    NaN for V = 0.
+    """
     V = np.asarray(V, dtype=np.float64)
     target = np.asarray(target, dtype=np.float64)
     nv = np.linalg.norm(V)
@@ -695,7 +698,8 @@ DIAGNOSTIC_NAMES = (
 
 def state_names(task: RandomWalkTask) -> list[str]:
     """Variable names of the reduced state: V_b_a (row b = label, column a = state), a_k, c_i, 0-based
-    (docs/models/token_selection.md §C.5)."""
+    (docs/models/token_selection.md §C.5).
+    """
     K, N = task.K, task.N
     return (
         [f"V_{b}_{a}" for b in range(K) for a in range(K)] + [f"a_{k}" for k in range(K)] + [f"c_{i}" for i in range(N)]
@@ -715,7 +719,8 @@ def pack_state(
 
 def unpack_state(task: RandomWalkTask, x: Annotated[Any, _V.Array(ndim=tuple(range(1, 33)))]):
     """Split a reduced state vector (..., K^2 + K + N) into V (..., K, K), a (..., K), c (..., N)
-    (docs/models/token_selection.md §C.5)."""
+    (docs/models/token_selection.md §C.5).
+    """
     x = np.asarray(x, dtype=np.float64)
     K = task.K
     if x.shape[-1] != task.n_state:
@@ -726,7 +731,8 @@ def unpack_state(task: RandomWalkTask, x: Annotated[Any, _V.Array(ndim=tuple(ran
 
 def initial_state(task: RandomWalkTask) -> np.ndarray:
     """The paper's initialisation V = 0, W = 0 (docs/models/token_selection.md §C.4) as a reduced state vector
-    (zeros)."""
+    (zeros).
+    """
     return np.zeros(task.n_state)
 
 
@@ -790,13 +796,15 @@ def reduced_gradient(
 
 def map_params(task: RandomWalkTask, sample: WalkSample) -> np.ndarray:
     """The parameter row of the reduced map and flow kernels: [rho, eps, eta] (docs/models/token_selection.md §C.5);
-    the walks go to the kernel as data (the engine's ``args`` channel)."""
+    the walks go to the kernel as data (the engine's ``args`` channel).
+    """
     return np.array([task.rho, task.eps, task.eta], dtype=np.float64)
 
 
 def _kernel_args(task: RandomWalkTask, sample: WalkSample) -> tuple:
     """Data of the reduced map and flow kernels (``dynamics``' ``args``): (states (n N,) float64, weights (n,),
-    [K, N] int64)."""
+    [K, N] int64).
+    """
     return (
         sample._flat,
         np.ascontiguousarray(sample.weights, dtype=np.float64),
@@ -997,7 +1005,8 @@ def flow(
 
 def _prepare_run(task, walks, rng, test, state0):
     """Validate and draw the training / test walks (training first, docs/models/token_selection.md §G.C) and the initial
-    state(s)."""
+    state(s).
+    """
     rng = as_generator(rng)
     if isinstance(walks, WalkSample):
         train = _check_sample(task, walks, "walks")
@@ -1018,7 +1027,8 @@ _TRAIN_OBSERVABLES = ("loss", "se_loss", "se_grad_V", "se_grad_a", "se_grad_c", 
 
 def _observable_names(test) -> tuple:
     """Names of the derived variables of the reduced runs: training loss, gradient SEs, direction to sqrt(C_hat^T),
-    and with test walks the :data:`DIAGNOSTIC_NAMES`."""
+    and with test walks the :data:`DIAGNOSTIC_NAMES`.
+    """
     return _TRAIN_OBSERVABLES + (() if test is None else DIAGNOSTIC_NAMES)
 
 
@@ -1029,7 +1039,8 @@ def _unit(target) -> np.ndarray:
 
 def _observe_args(task, train, test, q: float = 0.05) -> tuple:
     """Data of the compiled observables (``_random_walk_kernels.observables``): the kernel data of
-    :func:`_kernel_args` with dims [K, N, se, n_test], the constants of the diagnostics and the test walks."""
+    :func:`_kernel_args` with dims [K, N, se, n_test], the constants of the diagnostics and the test walks.
+    """
     states, weights, _ = _kernel_args(task, train)
     K = task.K
     se = int(not train.exact and train.n >= 2)
@@ -1404,7 +1415,6 @@ _SIZE = _V.Range(integer=True, ge=1)
 
 def _check_walks(name: str, value) -> None:
     """walks (and test) of ``map``/``flow``: a sample size n >= 1, a WalkSample, or a non-empty sequence of them."""
-
     if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
         _SIZE(name, value)
     elif not isinstance(value, WalkSample):

@@ -218,7 +218,8 @@ class SequenceClasses:
     @property
     def uniform_prior(self) -> bool:
         """True when pi_n = 1/K (required by docs/models/scan_snap.md §2.3-§2.5, §3.4, §4.4;
-        docs/models/scan_snap.md §4.1)."""
+        docs/models/scan_snap.md §4.1).
+        """
         return bool(np.allclose(self.pi, 1.0 / self.K, rtol=0, atol=1e-15))
 
     def classes_of(self, l: int) -> np.ndarray:  # noqa: E741 (the paper's token index l)
@@ -252,7 +253,8 @@ class SequenceClasses:
     @classmethod
     def from_P(cls, P, *, M: int, tgt=None, psi=None, Q=None, pi=None, name: str = "custom") -> SequenceClasses:
         """Validated constructor from a user's P matrix (docs/models/scan_snap.md §4.1); defaults tgt(n) = n, one query,
-        uniform pi."""
+        uniform pi.
+        """
         return cls(M=M, P=P, tgt=tgt, psi=psi, Q=Q, pi=pi, name=name)
 
     @classmethod
@@ -301,7 +303,8 @@ class SequenceClasses:
     @classmethod
     def syn_small(cls) -> SequenceClasses:
         """Syn-Small of docs/models/scan_snap.md §5.2 = syn(2, 1): M = 34, K = 2, Q = 2, Lc = 30 (deterministic data
-        law)."""
+        law).
+        """
         return cls.syn(2, 1)
 
     @classmethod
@@ -367,7 +370,8 @@ def _require_uniform(classes: SequenceClasses):
 @dataclass(frozen=True)
 class _Layout:
     """Column layout of the stored decoder: mult[j] outputs per column, tcol[n] the target column
-    (docs/models/scan_snap.md §4.2)."""
+    (docs/models/scan_snap.md §4.2).
+    """
 
     lumped: bool
     mult: np.ndarray
@@ -397,7 +401,8 @@ def _params(task: ScanSnapTask | SequenceClasses, *, eta_Y=1.0, eta_Z=1.0, mu=0.
 
 def _kernel_args(task: ScanSnapTask | SequenceClasses, lay: _Layout) -> tuple:
     """The kernels' data (``dynamics``' ``args``): the class structure and the decoder's column layout, in the order
-    of _scan_snap_kernels' A_* indices (docs/models/scan_snap.md §4.1-§4.2)."""
+    of _scan_snap_kernels' A_* indices (docs/models/scan_snap.md §4.1-§4.2).
+    """
     classes = task.classes if isinstance(task, ScanSnapTask) else task
     logP = np.log(np.where(classes.P > 0, classes.P, 1.0))  # 0 where P = 0 (the kernels test P > 0 first)
     rows, tokens = np.nonzero(classes.P > 0)  # the supports, row by row with increasing tokens
@@ -467,7 +472,8 @@ def _batch(name, arr, shape):
 
 def _initial_state(classes: SequenceClasses, lay: _Layout, Y0, Z0):
     """Pack (Y0, Z0) into flow states (n, Lc*Ncol + Q*Lc); Y0 is the full (Lc, M) decoder
-    (docs/models/scan_snap.md §4.1)."""
+    (docs/models/scan_snap.md §4.1).
+    """
     Lc, M, Q = classes.Lc, classes.M, classes.Q
     Yb = np.zeros((1, Lc, M)) if Y0 is None else _batch("Y0", Y0, (Lc, M))
     Zb = np.zeros((1, Q, Lc)) if Z0 is None else _batch("Z0", Z0, (Q, Lc))
@@ -728,7 +734,8 @@ def _finish(traj, classes, lay, *, has_Y=True):
     ``Y`` (token, column) and the docs/models/scan_snap.md §4.6 diagnostics as multi-dimensional variables (class,
     token). Every dim has a coordinate: ``query_token`` m, ``class`` n and ``token`` l are the 0-based ids of
     docs/models/scan_snap.md §0.1, ``column`` the output labels of :func:`_layout`. Provenance attributes are the
-    engine's."""
+    engine's.
+    """
     from dynamics import Trajectory
 
     X = traj.states()  # the engine ran with the whole state as one array variable (names="state")
@@ -762,7 +769,8 @@ def _finish(traj, classes, lay, *, has_Y=True):
 def _refuse_non_finite(data, traj) -> None:
     """Raise the engine's DivergenceError at the first save point where a variable computed from the finite saved
     states becomes NaN or infinite (huge logits overflow the softmax or the loss there), never a silently NaN result.
-    Entries that are NaN from the first save on are NaN by definition (e.g. an entropy over an empty token set)."""
+    Entries that are NaN from the first save on are NaN by definition (e.g. an entropy over an empty token set).
+    """
     from dynamics import DivergenceError
 
     first = None  # (save index, trajectory, variable)
@@ -1253,7 +1261,8 @@ _MAX_LOG_GROWTH = np.log(np.finfo(np.float64).max) / 2.0  # 354.89: the largest 
 def growth_factor(z: Annotated[Any, _REALS], z0: Annotated[Any, _REALS]) -> np.ndarray:
     """Growth factor chi_l(t) = exp(2 (z_{ml}(t) - z_{ml}(0))) (docs/models/scan_snap.md §3.3, Theorem 3).
 
-    Raises ``ValueError`` where z - z0 > 354.89 (chi would overflow float64) instead of returning inf."""
+    Raises ``ValueError`` where z - z0 > 354.89 (chi would overflow float64) instead of returning inf.
+    """
     dz = np.asarray(z, dtype=np.float64) - np.asarray(z0, dtype=np.float64)
     if np.any(dz > _MAX_LOG_GROWTH):
         raise ValueError(
@@ -1476,7 +1485,8 @@ def theorem2_signs(classes: SequenceClasses) -> np.ndarray:
 
 def _corollary2(classes: SequenceClasses) -> bool:
     """Symmetric case of Corollary 2 (docs/models/scan_snap.md §3.2): one query, P-preserving bijection of distinct
-    tokens, equal pc."""
+    tokens, equal pc.
+    """
     if np.any(classes.psi != classes.psi[0]):
         return False
     ct = classes.common_tokens()

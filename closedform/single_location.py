@@ -136,7 +136,8 @@ class LocationTask:
     """Fields' validation and derived scalars shared by :class:`SingleLocationTask` and its multiple-location extension
     (``empirical.models.single_location_transformer.MultiLocationTask``, docs/models/single_location.md §8.8): ``d``,
     ``L``, ``gamma`` and
-    ``noise`` with the same meaning, and the same time axis. Not itself a task (no ``isinstance`` dispatch on it)."""
+    ``noise`` with the same meaning, and the same time axis. Not itself a task (no ``isinstance`` dispatch on it).
+    """
 
     def _check_fields(self, *, d_min: int, L_min: int) -> None:
         """Validate and normalise ``d >= d_min``, ``L >= L_min``, ``gamma > 0``, ``noise >= 0`` (frozen dataclass)."""
@@ -171,7 +172,8 @@ class LocationTask:
 
     def step_of_time(self, time):
         """PGD step of a time on the trajectory axis (inverse of ``time_of_step``, docs/models/single_location.md §0.3),
-        rounded to int."""
+        rounded to int.
+        """
         return np.rint(np.asarray(time, dtype=np.float64)).astype(np.int64)[()]
 
 
@@ -250,7 +252,8 @@ def _gram(kappa, nu, theta, eta, rho):
 
 def _check_state(kappa, nu, theta, eta, rho, where="state"):
     """Raise ValueError unless every scalar is in [-1, 1] and the Gram matrix is PSD
-    (docs/models/single_location.md §4.1)."""
+    (docs/models/single_location.md §4.1).
+    """
     for name, x in zip(_STATE_NAMES, (kappa, nu, theta, eta, rho)):
         if x.size and np.max(np.abs(x)) > 1.0 + _UNIT_TOL:
             bad = float(np.ravel(x)[np.argmax(np.abs(np.ravel(x)))])
@@ -622,7 +625,8 @@ def _symbolic_zeta():
     """zeta(t, g) as a sympy function evaluated by closedform.special's numba kernel, with its derivative rules:
     d/dt = (2/q) erf(t/(q r)) erf'(t/q) (docs/models/single_location.md §3.2) and d/dg = g d2/dt2 (zeta is a
     Gaussian expectation over t + gZ, whose variance g^2 enters as in the heat equation). Where g is a parameter
-    expression, generated kernels evaluate it by the series form of closedform.special from a table of g."""
+    expression, generated kernels evaluate it by the series form of closedform.special from a table of g.
+    """
     import sympy
 
     import dynamics.symbolic
@@ -646,7 +650,8 @@ def _symbolic_zeta():
 
 def _symbolic_risk(kappa, nu, theta, eta, rho, lam, s, gamma, L, eps, zeta):
     """The five-scalar risk of docs/models/single_location.md §4.2 as a sympy expression: phi_j and the
-    zeta-derivatives by differentiation (§3.1-§3.2), C = lam phi_1(0, lam), B_2 = lam^2 zeta_tt(0, lam)."""
+    zeta-derivatives by differentiation (§3.1-§3.2), C = lam phi_1(0, lam), B_2 = lam^2 zeta_tt(0, lam).
+    """
     import sympy
 
     T = sympy.Dummy("T")
@@ -700,7 +705,8 @@ def _build_scalar_model():
     linearisations of :func:`_describe`.
 
     The Euclidean gradients (§4.3) and the new unnormalised vectors are combinations of (k, v, k*, v*), whose
-    products the Gram matrix G gives: a coefficient vector c has squared norm c.Gc and scalars (Gc)_3, (Gc)_4."""
+    products the Gram matrix G gives: a coefficient vector c has squared norm c.Gc and scalars (Gc)_3, (Gc)_4.
+    """
     import sympy
 
     st = sympy.symbols("kappa nu theta eta rho", real=True)
@@ -737,7 +743,8 @@ def _build_scalar_model():
 def _build_vector_model():
     """PGD and the Riemannian gradient flow of R on (S^5)^2, k and v in R^6 with k* = e1, v* = e2, from the risk as a
     function of the vectors (docs/models/single_location.md §4.1, §6.1) by the symbolic front end's sphere
-    projection."""
+    projection.
+    """
     import sympy
 
     from dynamics.symbolic import SymbolicModel
@@ -856,7 +863,8 @@ def _closed_form_points(task, lam):
     """States of the analytic families: M's five points (docs/models/single_location.md §7.1), S if it exists
     (docs/models/single_location.md §7.4), the four swap points (0, 0, +-1, +-1, 0) (stationary since phi_0(0) =
     phi_2(0) = zeta_t(0) = 0 make every partial but
-    R_theta, R_eta vanish there, and those two are normal to the sphere constraints)."""
+    R_theta, R_eta vanish there, and those two are normal to the sphere constraints).
+    """
     pts = [
         (0.0, 0.0, 0.0, 0.0, 0.0),
         (1.0, 1.0, 0.0, 0.0, 0.0),
@@ -975,7 +983,8 @@ _DV = 6  # ambient dimension of the vector linearisation: span(k, v, k*, v*) plu
 
 def _frame_vectors(x):
     """k, v in R^6 with k* = e1, v* = e2 and the given five scalars (Gram–Schmidt coordinates as in
-    vectors_from_state)."""
+    vectors_from_state).
+    """
     kappa, nu, theta, eta, rho = (float(t) for t in x)
     a = math.sqrt(max(1.0 - kappa**2 - eta**2, 0.0))
     b = (rho - kappa * theta - eta * nu) / a if a > 1e-150 else 0.0
@@ -989,7 +998,8 @@ def _frame_vectors(x):
 
 def _tangent_gradients(task, lam, K, V):
     """Riemannian gradients (g_k, g_v) of R at rows of K, V (n, 6) (docs/models/single_location.md §4.3 chain rule,
-    tangent parts)."""
+    tangent parts).
+    """
     sc = [np.ascontiguousarray(z) for z in (K[:, 0], V[:, 1], V[:, 0], K[:, 1], np.sum(K * V, axis=1))]
     out = np.empty((K.shape[0], 5))
     _k.partials_array(*sc, np.full(K.shape[0], lam), task.s, task.gamma, float(task.L), out)
@@ -1006,7 +1016,8 @@ def _vector_linearisation(task, lam, x, alpha):
     computed on (S^5)^2 (vectors, not scalars, so that points on the boundary of the Gram set, e.g. k = k*, are
     regular), with the neutral directions of the rotations fixing k* and v* (a symmetry, eigenvalue 1 for the map and
     0 for the flow) divided out. The Jacobian is the symbolic one of :func:`_symbolic_vector_model` restricted to the
-    tangent spaces."""
+    tangent spaces.
+    """
     k, v = _frame_vectors(x)
     eye = np.eye(_DV)
 
@@ -1165,7 +1176,8 @@ def _edge_certificate(task, lam, st, points):
     (not on it) are named on the evidence that the edges attract transversally at the step sizes of the atlas
     (tests/closedform/test_single_location_atlas.py runs certified states on until they reach the named attractor);
     use with
-    ``basin=True`` at such step sizes only."""
+    ``basin=True`` at such step sizes only.
+    """
     ka, nu, th, et, rh = st.T
     out = np.full(st.shape[0], "", dtype=object)
     attracting = {fp.kind for fp in points if fp.attracting}
@@ -1350,7 +1362,8 @@ def basins(
 
 def _certified_names(X, names, pts, alpha):
     """Names with every state whose nearest fixed point does not attract at ``alpha`` turned "unconverged", and one
-    note per nearest fixed point of the unconverged states (count, distance range, whether it attracts and why)."""
+    note per nearest fixed point of the unconverged states (count, distance range, whether it attracts and why).
+    """
     images = [(np.array(y), fp) for fp in pts for y in fp.orbit]
     ref = np.array([y for y, _ in images])
     dist = np.max(np.abs(X[:, None, :] - ref[None, :, :]), axis=2)
@@ -1477,7 +1490,8 @@ def random_oracle_directions(
     task: SingleLocationTask, rng: Annotated[Any, _V.seed_check] = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw (k*, v*): k* uniform on S^{d-1}, v* by Gram–Schmidt of a Gaussian against k*
-    (docs/models/single_location.md §1 sampling recipe)."""
+    (docs/models/single_location.md §1 sampling recipe).
+    """
     task = _task(task)
     rng = as_generator(rng)
     k_star = rng.standard_normal(task.d)
@@ -1617,7 +1631,8 @@ def _lam_sequence(lam, n_steps):
 
 def _map_params(task, alpha, lams, s=None):
     """The map kernels' parameter row [s, gamma, L, alpha, eps] and their table of lambda constants (flat, one row per
-    entry of ``lams``; the kernels' ``args = (table,)``; layout in _single_location_kernels)."""
+    entry of ``lams``; the kernels' ``args = (table,)``; layout in _single_location_kernels).
+    """
     s = task.s if s is None else s
     table = np.empty((lams.shape[0], _k.N_CONST))
     _k.lam_table(np.ascontiguousarray(lams), s, task.gamma, table)
@@ -1626,7 +1641,8 @@ def _map_params(task, alpha, lams, s=None):
 
 def _stack_params(pairs):
     """Per-trajectory (params (n, 5), tables (n, n_table)) from :func:`_map_params` pairs; the table is shared (1-D)
-    when every trajectory's is the same."""
+    when every trajectory's is the same.
+    """
     params = np.array([p for p, _ in pairs])
     tables = np.array([t for _, t in pairs])
     return params, tables[0] if np.all(tables == tables[0]) else tables
@@ -1635,7 +1651,8 @@ def _stack_params(pairs):
 def _batch_params(task, lam, alpha, d, n_traj, n_steps):
     """Per-trajectory or shared map parameters for :func:`map` (docs/models/single_location.md §6.3-§6.4: alpha, lambda
     and d enter the map only as numbers). Returns (params, table of lambda constants (1-D shared, 2-D one row per
-    trajectory), lambda_0 per trajectory (n,), shared lambda sequence or None, n, descriptions)."""
+    trajectory), lambda_0 per trajectory (n,), shared lambda sequence or None, n, descriptions).
+    """
     lam_arr = None if isinstance(lam, LamSchedule) else np.asarray(lam, dtype=np.float64)
     per_lam = lam_arr is not None and lam_arr.ndim == 2
     alpha_arr = np.asarray(alpha, dtype=np.float64)
@@ -1698,7 +1715,8 @@ def _batch_params(task, lam, alpha, d, n_traj, n_steps):
 def _risk_variables(task, saved):
     """risk, excess_risk and distance_to_manifold of saved five-scalar rows (n, n_save, 6) with lambda in the last
     column (docs/models/single_location.md §4.2), by risk_core (16-node quadrature of zeta); for :func:`full_pgd`,
-    whose saves are made in Python (``map`` computes the same variables in its compiled loop)."""
+    whose saves are made in Python (``map`` computes the same variables in its compiled loop).
+    """
     shape = saved.shape[:2]
     flat = [np.ascontiguousarray(saved[..., j]).ravel() for j in range(6)]
     r = np.empty(flat[0].shape[0])

@@ -69,7 +69,8 @@ _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 @njit(cache=True, fastmath=False)
 def _erf_deriv(x, j):
     """j-th derivative of erf at x, j = 0..3 (docs/models/single_location.md §0 conventions: erf' = 2/sqrt(pi)
-    e^{-x^2}, erf'' = -2x erf', ...)."""
+    e^{-x^2}, erf'' = -2x erf', ...).
+    """
     if j == 0:
         return math.erf(x)
     e1 = _TWO_OVER_SQRTPI * math.exp(-x * x)
@@ -85,7 +86,8 @@ def _erf_deriv(x, j):
 @njit(cache=True, fastmath=False)
 def _gl_integral(h, lo, length):
     """int_lo^{lo+length} exp(-h^2 (1+x^2)/2) / (1+x^2) dx by the 16-node Gauss–Legendre rule
-    (docs/models/single_location.md §3.2)."""
+    (docs/models/single_location.md §3.2).
+    """
     half = 0.5 * length
     acc = 0.0
     hh = 0.5 * h * h
@@ -99,7 +101,8 @@ def _gl_integral(h, lo, length):
 @njit(cache=True, fastmath=False)
 def _gl_integral_to_one(h, length):
     """int_{1-length}^1 exp(-h^2 (1+x^2)/2)/(1+x^2) dx with nodes 1 - (len/2)(1 - x_i) (cancellation-free,
-    docs/models/single_location.md §3.2)."""
+    docs/models/single_location.md §3.2).
+    """
     half = 0.5 * length
     acc = 0.0
     hh = 0.5 * h * h
@@ -118,7 +121,8 @@ def _norm_cdf(x):
 @njit(cache=True, fastmath=False)
 def _owens_t(h, a):
     """Owen's T(h, a) (docs/models/single_location.md §3.2): Gauss–Legendre on [0, a] for |a| <= 1, reflection identity
-    for |a| > 1."""
+    for |a| > 1.
+    """
     if math.isnan(h) or math.isnan(a):
         return math.nan
     sign = 1.0
@@ -141,7 +145,8 @@ def _owens_t(h, a):
 @njit(cache=True, fastmath=False)
 def _zeta(t, g):
     """zeta(t, g) = E[erf(t + gZ)^2] (docs/models/single_location.md §3.2, cancellation-free Gauss–Legendre form; arcsin
-    form at t = 0)."""
+    form at t = 0).
+    """
     g2 = g * g
     q = math.sqrt(1.0 + 2.0 * g2)
     if t == 0.0:
@@ -234,7 +239,8 @@ def _zeta_series_table(g, out, o):
 def _zeta_series_m(t, g, m, ex, erfm, tab, o):
     """zeta(t, g) from the series table at tab[o:] given m = t/q, ex = exp(-m^2) and erfm = erf(m) (shared with
     the caller's other uses of them), falling back to _zeta at t = 0 or where the series bound does not hold
-    (a > ZS_AMAX). Equal to the 16-node quadrature of _zeta up to rounding (a few ulp) and the truncation bound."""
+    (a > ZS_AMAX). Equal to the 16-node quadrature of _zeta up to rounding (a few ulp) and the truncation bound.
+    """
     a = m * m
     if t == 0.0 or not a <= tab[o + ZS_AMAX]:
         return _zeta(t, g)

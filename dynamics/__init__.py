@@ -79,7 +79,8 @@ def __dir__():
 class _Package(types.ModuleType):
     """The package's module type: when the import system binds a submodule to the package attribute of the same
     name (``import dynamics.compare`` sets ``dynamics.compare``), the attribute becomes the submodule's public
-    function instead, as it was when the package imported everything eagerly."""
+    function instead, as it was when the package imported everything eagerly.
+    """
 
     def __setattr__(self, name, value):
         if name in _SAME_NAME and isinstance(value, types.ModuleType) and hasattr(value, name):

@@ -26,7 +26,8 @@ def nrt_option_supported() -> bool:
 
 def njit_noref(**options):
     """``numba.njit(_nrt=False, **options)`` while the installed numba supports it, else ``numba.njit(**options)``
-    (with a ``RuntimeWarning``). Use it only for functions that allocate nothing."""
+    (with a ``RuntimeWarning``). Use it only for functions that allocate nothing.
+    """
     if nrt_option_supported():
         return numba.njit(_nrt=False, **options)
     warnings.warn(

@@ -103,7 +103,8 @@ def get_kernel(
     obs)``): True for an array whose leading axis is the trajectory (trajectory i sees row i), False for an array
     shared by all trajectories. Every kernel takes the args tuple ``A`` as its last argument (:data:`NO_ARGS` for
     the four-argument form) and calls the model functions in the five-argument form, through adapters generated
-    here for four-argument functions."""
+    here for four-argument functions.
+    """
     if fused is not None and (kind != "map" or observe is None):
         raise ValueError("a fused step-and-observe function needs kind 'map' and an observe function")
     spec = n_state if kind != "adaptive" and n_state is not None and n_state <= UNROLL_MAX else None
@@ -135,7 +136,8 @@ NO_ARGS = (np.zeros(0),)
 
 def _args_source(args_spec, obs: bool, fused: bool) -> str:
     """The generated module's five-argument MODEL/OBS/FUSED (the model's own functions, or adapters that drop the
-    args row of a four-argument function) and ``args_row(A, i)``, the data trajectory i sees."""
+    args row of a four-argument function) and ``args_row(A, i)``, the data trajectory i sees.
+    """
     lines = []
     for name, sig, call, present in (
         ("MODEL", "a, x, p, g, out", "a, x, p, out", True),
@@ -188,7 +190,8 @@ def _compile_in_memory(funcs, source: str):
 
 def _dependency_files(fn, seen=None, files=None) -> set:
     """Source files of ``fn`` and of the numba functions it calls, transitively (outside the standard library and
-    site-packages)."""
+    site-packages).
+    """
     seen = set() if seen is None else seen
     files = set() if files is None else files
     if id(fn) in seen:
@@ -238,7 +241,8 @@ def _digest(funcs, tableau, source: str) -> str:
 def _safe_folder(folder: pathlib.Path) -> bool:
     """True for a real directory (not a link) owned by this user that no one else may write to; a folder this
     user owns but that others may write to is tightened first (chmod go-w), since nothing else may be loaded from
-    there until it is. Created with mode 0700 when missing."""
+    there until it is. Created with mode 0700 when missing.
+    """
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(folder)
@@ -272,7 +276,8 @@ def kernel_dir() -> pathlib.Path | None:
 
 def _write_once(path: pathlib.Path, text: str) -> None:
     """Create ``path`` with ``text`` atomically unless it exists; never overwrite (see the module docstring). The
-    file is private to this user (mode 0600 from ``mkstemp``): it is code that will be imported."""
+    file is private to this user (mode 0600 from ``mkstemp``): it is code that will be imported.
+    """
     if path.exists():
         return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -289,7 +294,8 @@ def _write_once(path: pathlib.Path, text: str) -> None:
 
 def _trusted(path: pathlib.Path, text: str) -> bool:
     """True when ``path`` is a regular file (not a link) owned by this user, writable by no one else, whose bytes
-    are exactly ``text`` (the source this process generated, whose SHA-256 prefix is in the file name)."""
+    are exactly ``text`` (the source this process generated, whose SHA-256 prefix is in the file name).
+    """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -303,7 +309,8 @@ def _trusted(path: pathlib.Path, text: str) -> bool:
 
 def _load_cached(kind: str, funcs, tableau, source: str):
     """Import the generated kernel module from the kernel folder, writing it first if needed; falls back to an
-    in-memory compile (no disk cache) when no safe folder exists or the file there is not the expected one."""
+    in-memory compile (no disk cache) when no safe folder exists or the file there is not the expected one.
+    """
     folder = kernel_dir()
     if folder is None:
         warnings.warn(
@@ -395,7 +402,8 @@ def _stage_views(tab, src: str, indent: str) -> str:
 
 def _check_source(indent: str, leave: str) -> str:
     """Lines that record status (1, k, first bad component) and ``leave`` when a component of ``buf`` is NaN or
-    beyond ``bound`` (written out, not a helper call, so that a constant n unrolls the loop)."""
+    beyond ``bound`` (written out, not a helper call, so that a constant n unrolls the loop).
+    """
     body = [
         "bad = -1",
         "for m in range(n):",

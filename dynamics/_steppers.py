@@ -99,7 +99,8 @@ DOPRI5 = Tableau(
 
 def _tsit5() -> Tableau:
     """Tsitouras 5(4) (Ch. Tsitouras, Comput. Math. Appl. 62 (2011) 770, Table 1), FSAL, with its order-4 free
-    interpolant (ibid., the b_i(theta) in factored form), expanded here into powers of theta."""
+    interpolant (ibid., the b_i(theta) in factored form), expanded here into powers of theta.
+    """
     c = [0.0, 0.161, 0.327, 0.9, 0.9800255409045097, 1.0, 1.0]
     low = [
         [],
@@ -175,7 +176,8 @@ def max_abs(v):
 @njit(cache=True, fastmath=False)
 def is_bad(x, bound):
     """True for NaN and |x| > bound; ``bound`` is finite (the engine passes at most the largest float, so that one
-    comparison also catches +-inf)."""
+    comparison also catches +-inf).
+    """
     return not abs(x) <= bound  # a NaN fails every comparison
 
 
@@ -194,7 +196,8 @@ def commit_moved(x, new, flush):
 
     With ``flush``, subnormal components (|v| < TINY) become a zero of the same sign, so a converged run never
     computes on subnormals (slow on x86); values of magnitude >= TINY are copied bit for bit. (The grid kernels
-    write the same copy out inline when no step size is tracked.)"""
+    write the same copy out inline when no step size is tracked.)
+    """
     moved = 0.0
     for m in range(x.shape[0]):
         v = new[m]
@@ -228,7 +231,8 @@ def in_tail(TL, TH, k):
 @njit(cache=True, fastmath=False)
 def tail_add(row, TL, TH, k_from, k_to, v):
     """Fold the step size ``v`` into ``row[b]`` for every tail block [TL[b], TH[b]] that has a step in [k_from,
-    k_to]: row[b] = max(row[b], v), with NaN kept once it appears (as numpy's max over the samples would)."""
+    k_to]: row[b] = max(row[b], v), with NaN kept once it appears (as numpy's max over the samples would).
+    """
     for b in range(TL.shape[0]):
         if TL[b] <= k_to and TH[b] >= k_from:
             cur = row[b]
@@ -256,7 +260,8 @@ def step_factor(err, accepted, rejected_last, exponent):
     """Step-size controller (Hairer, Nørsett & Wanner, Sec. II.4, eq. 4.13): the factor for the next step.
 
     ``0.9 err^(-exponent)`` clipped to [0.2, 10]; after an accepted step that followed a rejection the step may not
-    grow; ``exponent = 1/(q + 1)`` with q the order of the embedded error estimate."""
+    grow; ``exponent = 1/(q + 1)`` with q the order of the embedded error estimate.
+    """
     if accepted:
         fac = 10.0 if err == 0.0 else min(10.0, 0.9 * err**-exponent)
         if rejected_last:
@@ -267,7 +272,8 @@ def step_factor(err, accepted, rejected_last, exponent):
 
 def fixed_grid_saves(save_times, t0: float, dt: float):
     """For each save time s: the grid index ``k`` with t0 + k dt <= s and the remaining partial step ``h`` (0 when
-    s is on the grid up to 1e-9 of a step, so float round-off in ``s`` never forces a sliver step)."""
+    s is on the grid up to 1e-9 of a step, so float round-off in ``s`` never forces a sliver step).
+    """
     ks = np.empty(len(save_times), dtype=np.int64)
     hs = np.zeros(len(save_times))
     for j, s in enumerate(save_times):

@@ -111,7 +111,8 @@ def reference_times(times, curve, values) -> np.ndarray:
 def _half_way_scale(t_theory, curve, t_learned, v_learned) -> float:
     """Theory time over learned time at which each first reaches the midpoint of the theory curve's range (NaN if
     the learned run never reaches it): the time scale where the map is best conditioned (mid-transition, away from
-    the plateaus where a small change in value means a large change in time)."""
+    the plateaus where a small change in value means a large change in time).
+    """
     mid = 0.5 * (curve[0] + curve[-1])
     sign = 1.0 if curve[-1] >= curve[0] else -1.0
     s_mid = _inverse(t_theory, curve, np.array([mid]))[0]

@@ -127,7 +127,6 @@ def t_quantile(
     df : float or array > 0
     level : float in (0, 1)
     """
-
     level = check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     return stdtrit(np.asarray(df, dtype=np.float64), 1.0 - level / 2.0)
 
@@ -201,7 +200,8 @@ def _seeds_to_decide(gap, sd_learned, theory_se, df_cap, allowance, level, n_now
     """Smallest seed count ``n >= n_now`` at which ``q(df(n)) * se(n) < ||gap| - a|`` with ``se(n)^2 =
     sd^2 / n + theory_se^2`` and ``df(n) = min(n - 1, df_cap)``: the measured gap and spread taken as the truth.
     ``inf`` where no count up to 2^40 decides (the gap on a band edge, or the theory's own SE too large). Counts
-    above 10 000 are rounded up to a grid of 1 % steps (a projection, not a promise)."""
+    above 10 000 are rounded up to a grid of 1 % steps (a projection, not a promise).
+    """
     margin = np.abs(np.abs(gap) - allowance)
     grid = np.unique(
         np.concatenate(

@@ -86,7 +86,8 @@ class UnconvergedWarning(RuntimeWarning):
 
 def tail_points(start, end, integer: bool):
     """The sample points ``start + f (end - start)`` for ``f`` in :data:`TAIL_FRACTIONS`, strictly after
-    ``start`` (rounded to distinct integers when ``integer``)."""
+    ``start`` (rounded to distinct integers when ``integer``).
+    """
     pts = start + np.asarray(TAIL_FRACTIONS) * (end - start)
     if integer:
         pts = np.unique(np.rint(pts).astype(np.int64))
@@ -95,7 +96,8 @@ def tail_points(start, end, integer: bool):
 
 def tail_blocks(start: int, end: int, width: int = BLOCK_STEPS) -> list[np.ndarray]:
     """The steps of each sample block: the ``width`` steps ending at each :func:`tail_points` step, within
-    (start, end]; none for a run of fewer than :data:`MIN_STEPS` steps (its trend is then unknown, 0)."""
+    (start, end]; none for a run of fewer than :data:`MIN_STEPS` steps (its trend is then unknown, 0).
+    """
     if end - start < MIN_STEPS:
         return []
     return [np.arange(max(int(p) - width + 1, start + 1), int(p) + 1) for p in tail_points(start, end, True)]
@@ -103,7 +105,8 @@ def tail_blocks(start: int, end: int, width: int = BLOCK_STEPS) -> list[np.ndarr
 
 def block_samples(blocks, recorded: dict) -> tuple[list[np.ndarray], list[int]]:
     """Per block, the largest recorded step norm (``recorded``: step -> (n_traj,) step norms; NaN propagates), and
-    the block's last step (blocks with nothing recorded, after an early stop, are left out)."""
+    the block's last step (blocks with nothing recorded, after an early stop, are left out).
+    """
     out, ends = [], []
     for steps in blocks:
         got = [recorded[int(k)] for k in steps if int(k) in recorded]
@@ -146,7 +149,8 @@ def step_norm_trend(samples, points=None, displacement=None) -> np.ndarray:
 
 def _caller_stacklevel() -> int:
     """The ``stacklevel`` that points a warning issued here at the first frame outside ``dynamics`` and
-    ``closedform`` (the user's call of the model function, whatever wrappers lie between)."""
+    ``closedform`` (the user's call of the model function, whatever wrappers lie between).
+    """
     level, frame = 1, sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
         frame = frame.f_back

@@ -126,7 +126,8 @@ def _arity(fn) -> int:
 
 def _evaluator(fn: Callable, params, args, vectorized: bool, dim: int, kind: str) -> Callable[[np.ndarray], np.ndarray]:
     """A function of a batch ``X (n, dim)`` returning ``fn`` at every row, whatever the form of ``fn`` (an engine
-    kernel is called at step ``k = 0`` or time ``t = 0.0``)."""
+    kernel is called at step ``k = 0`` or time ``t = 0.0``).
+    """
     p = np.asarray(params, dtype=np.float64) if params is not None else np.empty(0)
     n_args = _arity(fn)
     if vectorized:

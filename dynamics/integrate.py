@@ -213,7 +213,8 @@ def _prepare_params(params, n_traj: int) -> np.ndarray:
 
 def _broadcast_batch(X, params):
     """Broadcast the batch: state0 rows and params rows must each be 1 or n_traj (one state with n parameter rows
-    runs n trajectories from the same start). Returns (X, P)."""
+    runs n trajectories from the same start). Returns (X, P).
+    """
     n_state_rows = X.shape[0]
     p_rows = None
     if params is not None and not np.iscomplexobj(params):
@@ -227,7 +228,8 @@ def _broadcast_batch(X, params):
 
 def _prepare_args(args, args_per_trajectory):
     """The model's data arrays as a tuple of C-contiguous numpy arrays and the per-trajectory flag of each (the
-    ``args_spec`` of :func:`dynamics._kernels.get_kernel`), or (NO_ARGS, None) without args."""
+    ``args_spec`` of :func:`dynamics._kernels.get_kernel`), or (NO_ARGS, None) without args.
+    """
     if args is None:
         if args_per_trajectory is not None:
             raise TypeError("args_per_trajectory was given without args; pass args=(array, ...) or drop it")
@@ -262,7 +264,8 @@ def _prepare_args(args, args_per_trajectory):
 
 def _batch_args(A, spec, X, P):
     """Broadcast the batch with the per-trajectory args: their leading axes must all equal n_traj, which a single
-    state and parameter row take from them. Returns (X, P)."""
+    state and parameter row take from them. Returns (X, P).
+    """
     if not spec or not any(spec):
         return X, P
     rows = {A[q].shape[0] for q, per in enumerate(spec) if per}
@@ -321,7 +324,8 @@ def _check_observe(observe, observe_names, x, p, when, A=None, spec=None):
 
     The observable is called once on the first initial state into a buffer longer than ``observe_names``: it must
     write exactly the first ``len(observe_names)`` entries (an observable that fills whatever buffer it gets is also
-    accepted), so a names list of the wrong length is caught before the run instead of writing out of bounds."""
+    accepted), so a names list of the wrong length is caught before the run instead of writing out of bounds.
+    """
     if observe is None:
         if observe_names is not None:
             raise TypeError(
@@ -404,7 +408,8 @@ def _check_bound(bound) -> float:
 
 def _convergence_tol(convergence_tol, converged) -> float:
     """The threshold of the ``converged`` diagnostic: ``convergence_tol``, else the stop tolerance ``converged``,
-    else :data:`DEFAULT_CONVERGENCE_TOL`."""
+    else :data:`DEFAULT_CONVERGENCE_TOL`.
+    """
     if convergence_tol is not None:
         return check_positive("convergence_tol", convergence_tol)
     return DEFAULT_CONVERGENCE_TOL if converged is None else float(converged)
@@ -413,7 +418,8 @@ def _convergence_tol(convergence_tol, converged) -> float:
 def _diagnostics(norm, tol: float, warn: bool, kind: str, samples=(), points=None, displacement=None) -> dict:
     """Per-trajectory ``final_step_norm``, ``converged`` and ``step_norm_trend`` (see :func:`iterate` and
     :mod:`dynamics.convergence`; ``samples`` are the step norms at the tail ``points``, in time order, and
-    ``displacement`` the max-norm distance from the state at the first of them to the end), warning when asked."""
+    ``displacement`` the max-norm distance from the state at the first of them to the end), warning when asked.
+    """
     norm = np.asarray(norm, dtype=np.float64)
     ok = norm < tol  # NaN (no step taken) counts as not converged
     trend = step_norm_trend(
@@ -447,7 +453,8 @@ def _check_converged(converged) -> float:
 
 def _chunks(start: int, end: int, progress: bool, cuts=()) -> list[tuple[int, int]]:
     """[a, b] ranges covering start..end: one when progress is off, ~_PROGRESS_UPDATES when on; also cut at
-    ``cuts`` (the save points where a Python stop condition runs)."""
+    ``cuts`` (the save points where a Python stop condition runs).
+    """
     points = {start, end}
     if progress and end > start:
         points.update(np.linspace(start, end, _PROGRESS_UPDATES + 1).astype(np.int64).tolist())
@@ -467,7 +474,8 @@ def _variable_name(names, var: int) -> str:
 
 def _raise_status(status, names, *, kind, time_of, partial_fn):
     """Raise the error of the lowest failing trajectory, with the run up to the last save point written by every
-    trajectory (``partial``)."""
+    trajectory (``partial``).
+    """
     bad = np.flatnonzero(status[:, 0])
     if bad.size == 0:
         return
@@ -539,7 +547,8 @@ def _drive(segments, advance, check, *, bar, amount, stop=None, saves_at=None, X
     ``amount(a, b)``. With a Python ``stop`` condition (segments then end at
     save points), it is applied to each save ``saves_at(b)`` completed at b, as ``(j, when, saved states)`` in
     order; stopped trajectories freeze at their saved state, and once all have stopped the run ends there.
-    Returns the number of saves kept when a stop ended the run, else None."""
+    Returns the number of saves kept when a stop ended the run, else None.
+    """
     with bar:
         for a, b in segments:
             advance(a, b)

@@ -63,7 +63,8 @@ _SAME = 0.5
 
 def _time_scale_ratios(theory: xr.Dataset, learned: xr.Dataset, variables) -> dict[str, np.ndarray]:
     """Median over seeds of (learned - its start) / (theory - its start) at the first two save points where the
-    theory has moved appreciably, per scalar variable that moves."""
+    theory has moved appreciably, per scalar variable that moves.
+    """
     out = {}
     for v in variables:
         if set(learned[v].dims) != {"trajectory", "time"}:
@@ -278,7 +279,8 @@ def overlay(
 
 def _start_indices(start, steps: np.ndarray, n_seeds: int) -> np.ndarray:
     """Index on the learned axis of each seed's start step (all 0 without ``start``); a start that is not a save
-    point, or a count other than one or one per seed, is refused naming it."""
+    point, or a count other than one or one per seed, is refused naming it.
+    """
     if start is None:
         return np.zeros(n_seeds, dtype=np.int64)
     values = np.asarray(start)
@@ -306,7 +308,8 @@ def _check_count(theory: xr.Dataset, n_seeds: int) -> None:
 
 def _positions(theory: xr.Dataset, at: np.ndarray, on: str) -> list[int]:
     """Index on the theory's time axis of every point of ``at`` (exact steps, or times to a relative 1e-12); a
-    point the theory lacks is an error naming it (nothing is interpolated or clipped)."""
+    point the theory lacks is an error naming it (nothing is interpolated or clipped).
+    """
     have = theory[on].values
     if on == "step":
         pos = {int(s): i for i, s in enumerate(have)}

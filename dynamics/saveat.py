@@ -32,13 +32,15 @@ LOG_START_FRACTION = 1e-6
 
 def _log_grid(first: float, last: float, count: int) -> np.ndarray:
     """``count`` log-spaced points from ``first`` to ``last``, both included; one point is ``last`` itself (the end
-    is always saved)."""
+    is always saved).
+    """
     return np.geomspace(first, last, count) if count > 1 else np.asarray([last], dtype=np.float64)
 
 
 def _sorted_unique(arr: np.ndarray) -> np.ndarray:
     """``np.unique(arr)`` for a 1-D array, without its sort when ``arr`` is already strictly increasing (dense
-    grids of 10^5 points and more: one linear pass instead of a sort)."""
+    grids of 10^5 points and more: one linear pass instead of a sort).
+    """
     if arr.size < 2 or bool(np.all(arr[1:] > arr[:-1])):
         return arr
     return np.unique(arr)

@@ -128,7 +128,8 @@ def sweep(
 
 def _provenance(fn, params, n: int, chunk_size: int, workers: int, client, on_error: str) -> dict:
     """The attributes of a sweep's result: what ran, where, and the usual provenance (git revision, versions, time),
-    as a Trajectory carries them."""
+    as a Trajectory carries them.
+    """
     if client is not None:
         scheduler = getattr(getattr(client, "scheduler", None), "address", None) or type(client).__name__
         executor = f"dask ({scheduler})"
@@ -291,7 +292,8 @@ DASK_NO_WORKER_TIMEOUT = 120.0
 def _gather_dask(client, futures, chunks, poll: float = 0.5):
     """The outcomes of the Dask futures. While the cluster has no workers at all for ``DASK_NO_WORKER_TIMEOUT``
     seconds, the sweep stops waiting: the unfinished chunks are cancelled and reported as failed configurations
-    (so the finished ones are kept in the partial result), instead of waiting forever."""
+    (so the finished ones are kept in the partial result), instead of waiting forever.
+    """
     idle_since = None
     while not all(f.done() for f in futures):
         if _n_live_workers(client) == 0:
@@ -324,7 +326,8 @@ def _n_live_workers(client) -> int:
 def _run_local_pool(fn, chunks, n_proc, bar):
     """Run the chunks in spawned worker processes. A worker that dies (killed, out of memory) breaks the pool: the
     chunks that had not finished are run once more in a fresh pool, and those lost again are reported as failed
-    configurations (``"error"`` outcomes naming the lost worker), so that everything that finished is kept."""
+    configurations (``"error"`` outcomes naming the lost worker), so that everything that finished is kept.
+    """
     ctx = multiprocessing.get_context("spawn")  # numba/torch state is not fork-safe
     results = [None] * len(chunks)
     pending = list(range(len(chunks)))

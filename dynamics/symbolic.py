@@ -213,7 +213,8 @@ def _registered(expr) -> list:
 
 class _Printer(PythonCodePrinter):
     """Python source for numba: floats printed exactly, small integer powers as products, registered functions by
-    their import alias."""
+    their import alias.
+    """
 
     def __init__(self):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
@@ -232,7 +233,8 @@ class _Printer(PythonCodePrinter):
 
     def _print_Pow(self, expr, rational=False):
         """Integer and half-integer powers up to 8 as products (and one square root): a general ``**`` is a call
-        to ``pow``, several times slower in a kernel."""
+        to ``pow``, several times slower in a kernel.
+        """
         base, e = expr.args
         b = self.parenthesize(base, sympy.printing.precedence.PRECEDENCE["Mul"] + 1)
         if e.is_Integer and 1 <= abs(int(e)) <= _MAX_PRODUCT_POWER:
@@ -256,7 +258,8 @@ def _body(outputs, targets, indent="    ", prefix="_c") -> list[str]:
 
 def _import(name: str, path: pathlib.Path):
     """Import the generated module file ``path`` as ``name`` (registered in sys.modules, so that the engine can
-    resolve its functions by module and qualified name)."""
+    resolve its functions by module and qualified name).
+    """
     module = _MODULES.get(name) or sys.modules.get(name)
     if module is None:
         spec = importlib.util.spec_from_file_location(name, path)
@@ -286,7 +289,8 @@ class _Table:
     Layout: the raw values of the parameters that the table depends on (the key), the values ``_h{k}``, the site
     tables. A kernel reads the table only when the key equals its own parameter row (``_ok``); otherwise it computes
     the values itself and calls the plain implementations, so a table built for other parameters (a row changed
-    without rebuilding it, one shared table for rows that differ) costs speed, never correctness."""
+    without rebuilding it, one shared table for rows that differ) costs speed, never correctness.
+    """
 
     def __init__(self, params):
         self._params = frozenset(params)  # the parameter placeholders _p{i}
@@ -298,7 +302,8 @@ class _Table:
 
     def hoist(self, exprs: list) -> list:
         """``exprs`` with the call sites replaced by their helpers. Call it on every expression of the model before
-        :meth:`split`, which hoists parameter-only subexpressions only once a site exists."""
+        :meth:`split`, which hoists parameter-only subexpressions only once a site exists.
+        """
 
         def query(e):
             pre = getattr(type(e), "_attndyn_precompute", None)
@@ -327,7 +332,8 @@ class _Table:
 
     def split(self, e):
         """``e`` with its subexpressions of the parameters alone (and the parameter-only factors and terms of its
-        products and sums) replaced by table symbols."""
+        products and sums) replaced by table symbols.
+        """
         if not self.active or e.is_Atom:
             return e
         if self._param_only(e):
@@ -351,7 +357,8 @@ class _Table:
 
     def layout(self):
         """(key: indices of the parameters the table depends on, offset of the values, offsets of the site tables,
-        total size)."""
+        total size).
+        """
         used = set()
         for e in self._values:
             used |= e.free_symbols
@@ -691,7 +698,8 @@ class SymbolicModel:
 
     def _canonical(self, expr, where, aux=None):
         """``expr`` with its symbols identified with the state, parameter and auxiliary symbols (``aux``: those
-        it may use, default all) by name; unknown ones raise."""
+        it may use, default all) by name; unknown ones raise.
+        """
         aux = self._aux_syms if aux is None else aux
         known = {s.name: s for s in self._state + self._params + tuple(aux)}
         unknown = sorted(s.name for s in expr.free_symbols if s.name not in known)
@@ -763,7 +771,8 @@ class SymbolicModel:
     def expression(self, name: str):
         """The sympy expression (scalar or Matrix) of ``name``: one of ``risk``, ``gradient``, ``hessian``,
         ``step`` (the map), ``rhs`` (the flow), ``jacobian_map``, ``jacobian_flow``, in the state and parameters
-        (auxiliaries and their derivatives substituted)."""
+        (auxiliaries and their derivatives substituted).
+        """
         if not hasattr(self, "_exprs"):  # loaded by cached(): build the expressions now
             return self._builder().expression(name)
         sym = self._derived()
@@ -906,7 +915,8 @@ class SymbolicModel:
 
     def _aux_levels(self, names):
         """Auxiliaries grouped by level (a level uses only earlier levels), each as ([(target, value)],
-        [(target, total derivative)]); derivative targets are the placeholders ``_D{i}_{j}``."""
+        [(target, total derivative)]); derivative targets are the placeholders ``_D{i}_{j}``.
+        """
         x = [names[s] for s in self._state]
         level_of = {}
         levels = []
@@ -939,7 +949,8 @@ class SymbolicModel:
 
     def params_row(self, **values) -> np.ndarray:
         """The parameter row ``p`` (float64, in the order of ``param_names``) from keyword values; every parameter
-        must be given."""
+        must be given.
+        """
         missing = [n for n in self.param_names if n not in values]
         extra = sorted(set(values) - set(self.param_names))
         if missing or extra:
@@ -1021,7 +1032,8 @@ class SymbolicModel:
 
     def jacobian_map(self, x, p=None) -> np.ndarray:
         """Jacobian dF/dx of the map at ``x``: shape (..., n_state, n_state), row i = component i of F. A callable
-        ``jac(x, p)`` as fixed-point and stability routines take it."""
+        ``jac(x, p)`` as fixed-point and stability routines take it.
+        """
         n = len(self.state_names)
         return self._call("jacobian_map", x, p, (n, n))
 

@@ -84,7 +84,8 @@ def assert_mc_close(
     level: float | None = None,
 ):
     """Assert ``|mean - value| <= n_se * se + atol`` elementwise (see the module docstring for the false-alarm
-    rate; ``level`` sets it directly). Raises ``AssertionError`` naming the worst element."""
+    rate; ``level`` sets it directly). Raises ``AssertionError`` naming the worst element.
+    """
     n_se = _n_se(n_se, level)
     gap = mc_gap_in_se(mean, se, value, atol)
     if not np.all(gap <= n_se):
@@ -123,7 +124,8 @@ def assert_t_close(
 ):
     """Assert that the mean of ``samples`` (seeds along ``axis``, any number >= 2) agrees with ``value`` by the
     calibrated Student-t test of :func:`dynamics.compare.gap_test` at false-alarm probability ``level`` per
-    element, up to ``allowance``."""
+    element, up to ``allowance``.
+    """
     from dynamics.compare import gap_test
 
     samples = np.asarray(samples, dtype=np.float64)
@@ -146,7 +148,8 @@ def assert_t_close(
 def formula_error(candidate, reference, *, floor: float = 0.0) -> np.ndarray:
     """Relative error per point: ``max |candidate - reference| / max(max |reference|, floor)`` over the last axis
     (a scalar formula: per element). The scale is the largest reference component at the point, so a component
-    that cancels to ~0 is judged against the size of the others (the rounding of a sum is relative to its terms)."""
+    that cancels to ~0 is judged against the size of the others (the rounding of a sum is relative to its terms).
+    """
     a = np.asarray(candidate, dtype=np.float64)
     b = np.asarray(reference, dtype=np.float64)
     a, b = np.broadcast_arrays(a, b)
@@ -163,7 +166,8 @@ def formula_error(candidate, reference, *, floor: float = 0.0) -> np.ndarray:
 
 def assert_formula_close(candidate, reference, *, rtol: float = 1e-12, floor: float = 0.0, what: str = "formula"):
     """Assert that ``candidate`` equals an exact ``reference`` to ``rtol`` relative (:func:`formula_error`) at
-    every point; the message names the worst point and its error."""
+    every point; the message names the worst point and its error.
+    """
     rel = formula_error(candidate, reference, floor=floor)
     if not np.all(rel <= rtol):
         worst = int(np.argmax(rel))

@@ -39,7 +39,8 @@ class Trajectory(xr.Dataset):
         self, data_vars: Mapping | None = None, coords: Mapping | None = None, attrs: Mapping | None = None
     ) -> None:
         """As ``xarray.Dataset(data_vars, coords, attrs)``; each argument given must be a mapping (checked here, so
-        that a wrong type is an error naming it, not one raised deep inside xarray)."""
+        that a wrong type is an error naming it, not one raised deep inside xarray).
+        """
         super().__init__(data_vars, coords, attrs)
 
     @classmethod
@@ -154,7 +155,8 @@ def _direct_dataset(cls, data_vars: dict, coords: dict, attrs: dict):
     here was shaped by :meth:`Trajectory.from_arrays`, and no array is copied). Uses ``Dataset._construct_direct``,
     the constructor xarray's own methods use, which is not public API: ``tests/dynamics/test_engine_driver.py``
     checks that
-    the result is identical to :func:`_public_dataset`'s, and any failure of the direct path falls back to it."""
+    the result is identical to :func:`_public_dataset`'s, and any failure of the direct path falls back to it.
+    """
     try:
         variables, dims = {}, {}
         indexes = {}
@@ -233,7 +235,8 @@ def atomic_write(path: Annotated[Any, path_check], write: Annotated[Any, _check_
 
 def _write_error(path: pathlib.Path, exc: OSError) -> OSError:
     """An ``OSError`` of ``exc``'s errno (so of its subclass: ``PermissionError`` for EACCES, ...) whose message names
-    ``path`` and says that nothing was written; marked ``names_file`` so that an enclosing writer keeps it."""
+    ``path`` and says that nothing was written; marked ``names_file`` so that an enclosing writer keeps it.
+    """
     reason = exc.strerror or str(exc) or type(exc).__name__
     hint = {
         errno.ENOSPC: " (the disk is full: free space or choose another folder)",
@@ -252,7 +255,8 @@ def _write_error(path: pathlib.Path, exc: OSError) -> OSError:
 def write_bytes(path: Annotated[Any, path_check], data: Annotated[Any, _check_bytes]) -> None:
     """Write ``data`` (bytes-like) to the file ``path`` (created mode 0600 if missing, else truncated) with plain OS
     calls and flush it to disk
-    (``fsync``), so that a short write or a full disk is an ``OSError`` at this point, never a truncated file."""
+    (``fsync``), so that a short write or a full disk is an ``OSError`` at this point, never a truncated file.
+    """
     view = memoryview(data).cast("B")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -278,7 +282,8 @@ def save_dataset(ds: Annotated[xr.Dataset, Instance(xr.Dataset)], path: Annotate
 def _netcdf_bytes(ds: xr.Dataset) -> bytes:
     """The netCDF file of ``ds`` as bytes. Inside a Dask worker xarray would guard the write with a cluster-wide lock
     named after the in-memory buffer, which the cluster cannot know ("Semaphore or Lock not known"); the data are in
-    memory, so the write runs under dask's synchronous scheduler and a local lock instead."""
+    memory, so the write runs under dask's synchronous scheduler and a local lock instead.
+    """
     if "dask" not in sys.modules:  # no Dask in this process: no cluster context to step out of
         return ds.to_netcdf(engine="h5netcdf")
     import dask

@@ -197,7 +197,8 @@ def check_bool(name: str, value) -> bool:
 
 def available_memory() -> int:
     """Bytes a new allocation can use: the smaller of the free physical memory and this process's address-space
-    limit (``RLIMIT_AS``) left over."""
+    limit (``RLIMIT_AS``) left over.
+    """
     avail = None
     try:
         with open("/proc/meminfo") as fh:
@@ -514,7 +515,8 @@ class Instance:
 
 def seed_check(name: str, value) -> None:
     """A random seed: an integer >= 0 (any size), a ``numpy.random.Generator``/``SeedSequence`` or a
-    ``torch.Generator`` (``None`` is let through by the decorator where the parameter defaults to ``None``)."""
+    ``torch.Generator`` (``None`` is let through by the decorator where the parameter defaults to ``None``).
+    """
     if isinstance(value, np.random.Generator | np.random.SeedSequence):
         return
     if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
@@ -760,7 +762,8 @@ _MISSING = object()
 
 def _prefixed(exc: Exception, label: str) -> Exception:
     """``exc`` with the callable's name after its message (the message still starts with the parameter's name; the
-    same exception if its class cannot be rebuilt from a message)."""
+    same exception if its class cannot be rebuilt from a message).
+    """
     try:
         return type(exc)(f"{exc} (in {label})")
     except Exception:  # noqa: BLE001  (an exception class with another constructor)
@@ -794,7 +797,8 @@ def _hints(fn, owner) -> dict:
 
 def _check_for(spec, ann):
     """(check, optional) for a parameter: its explicit spec, else the rule in its ``Annotated`` metadata, else what its
-    annotation implies (or (None, _))."""
+    annotation implies (or (None, _)).
+    """
     if typing.get_origin(ann) is typing.Annotated:
         rules = [m for m in ann.__metadata__ if m is None or inspect.isclass(m) or callable(m)]
         if len(rules) > 1:

@@ -206,7 +206,8 @@ class SentenceSet:
 
 def _fill(pattern: str, words: dict[str, str]) -> tuple[str, tuple[int, int], tuple[int, int]]:
     """Fill ``pattern`` (empty words drop with their space), capitalise, and return the text with the spans of
-    ``words["sentiment"]`` and ``words["distractor"]``."""
+    ``words["sentiment"]`` and ``words["distractor"]``.
+    """
     pieces, spans, pos = [], {}, 0
     for chunk in pattern.replace("}", "{").split("{"):
         if chunk in words:
@@ -570,7 +571,8 @@ def fit_probe(
 
 def separation(proj_pos: Annotated[Any, Array(ndim=1)], proj_neg: Annotated[Any, Array(ndim=1)]) -> float:
     """Standardised separation (d') of two groups of projections: (mean_pos - mean_neg) / sqrt((var_pos +
-    var_neg) / 2), sample variances with ddof = 1; 0 when both groups are constant and equal means."""
+    var_neg) / 2), sample variances with ddof = 1; 0 when both groups are constant and equal means.
+    """
     a, b = np.asarray(proj_pos, np.float64), np.asarray(proj_neg, np.float64)
     for name, group in (("proj_pos", a), ("proj_neg", b)):
         if group.size < 2:

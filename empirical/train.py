@@ -681,7 +681,8 @@ class _Run:
 
     def _sample(self, stream: str, n: int, rng: BlockRNG | None = None) -> Tensors:
         """``n`` samples per seed from ``stream``: from ``rng`` or block 0 of the counter streams (model ``draw``),
-        else from the seeds' torch generators of that stream (model ``sample``)."""
+        else from the seeds' torch generators of that stream (model ``sample``).
+        """
         if self.draw is not None:
             rng = BlockRNG(self.keys[stream], 0, self.device) if rng is None else rng
             batch = self.draw(rng, n, device=self.device, dtype=self.dtype)
@@ -790,7 +791,8 @@ class _Run:
 
     def _partial(self) -> Trajectory | None:
         """The records logged so far (every seed, up to the last complete logging step) as a Trajectory; None when
-        nothing was logged. Never raises: it is built while a DivergenceError is being raised."""
+        nothing was logged. Never raises: it is built while a DivergenceError is being raised.
+        """
         n = len(self.rec_steps)
         if not n:
             return None

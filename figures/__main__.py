@@ -163,7 +163,8 @@ def _write(text: str) -> None:
 
 def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
     """Create folder ``path`` if needed and prove it writable (a temporary file is created and removed);
-    else raise :class:`UsageError` naming ``what`` (the option) and the reason."""
+    else raise :class:`UsageError` naming ``what`` (the option) and the reason.
+    """
     if not str(path).strip():
         raise UsageError(f"{what} must be a non-empty folder path; got {str(path)!r}")
     p = Path(path)
@@ -253,7 +254,8 @@ def _overrides(args, *, figure_required: bool) -> dict:
 
 def params_text(reg: registry.Registry, name: str) -> str:
     """The parameters of figure ``name``: one line per parameter with its value in each preset, its unit, range and
-    meaning (the record type's field metadata), and the presets the figure defines."""
+    meaning (the record type's field metadata), and the presets the figure defines.
+    """
     spec = reg.get(name)
     info = spec.record_type.describe()
     kinds = spec.record_type.kinds
@@ -366,7 +368,8 @@ def _cmd_estimate(args, reg: registry.Registry) -> int:
 
 def _paper_estimate_first(names: Sequence[str] | None, device: str, reg: registry.Registry) -> None:
     """At --preset paper: print the estimate (measured at smaller sizes) before computing, and on a CPU how to go
-    faster."""
+    faster.
+    """
     from figures import estimate
 
     logger.info(
@@ -435,7 +438,8 @@ def _cmd_report(args, reg: registry.Registry) -> int:
 
 def main(argv: Sequence[str] | None = None, *, reg: registry.Registry | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``) on registry ``reg`` (default the package's); return
-    the exit status."""
+    the exit status.
+    """
     reg = registry.REGISTRY if reg is None else reg
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

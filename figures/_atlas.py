@@ -56,13 +56,15 @@ def _theta_s(task, lam):
 
 def _lam_birth(task):
     """lambda at which theta_S = 1: S leaves the swap point (docs/models/single_location.md §7.4: S exists for lambda >=
-    0.06279)."""
+    0.06279).
+    """
     return brentq(lambda x: _theta_s(task, x) - 1.0, 1e-3, 10.0, xtol=1e-14)
 
 
 def _lam_cross(task, lo):
     """lambda at which S and the oracle have the same risk (docs/models/single_location.md §7.4: 0.09072 at d = 400, L =
-    10)."""
+    10).
+    """
     f = lambda x: sl.spurious_point(task, x).excess_risk - float(sl.excess_risk(task, x, 1.0, 1.0))  # noqa: E731
     return brentq(f, lo * (1 + 1e-9), 10.0, xtol=1e-14)
 
@@ -247,7 +249,8 @@ def paper_alpha(lam: float) -> float:
     """The paper's step size at constant lambda: 4e-3 up to lambda = 0.1 (Figs. 4(b), 7(b)), 1e-3 above (Fig. 7(a),
     lambda = 0.9; docs/models/single_location.md §8.3, §8.6). At alpha = 4e-3 the oracle itself is unstable for lambda
     >~ 0.15 (a multiplier
-    below -1, see single_location.continuation)."""
+    below -1, see single_location.continuation).
+    """
     return 4e-3 if lam <= 0.1 + 1e-12 else 1e-3
 
 

@@ -31,7 +31,8 @@ def range_count_pvalue(n_inside: int, n_new: int, n_ref: int) -> float:
 
 def _range_check(name, samples, lo, hi, n_ref=_FIG5_REF_RUNS):
     """A calibrated check that our runs have the law of the paper's: the count of runs inside the paper's [min, max]
-    over ``n_ref`` runs, against its exact null distribution (:func:`range_count_pvalue`), at level 1e-3."""
+    over ``n_ref`` runs, against its exact null distribution (:func:`range_count_pvalue`), at level 1e-3.
+    """
     inside = int(np.sum((samples >= lo) & (samples <= hi)))
     n = int(samples.size)
     pval = range_count_pvalue(inside, n, n_ref)

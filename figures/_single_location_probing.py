@@ -78,7 +78,8 @@ def _skip_message(missing) -> str:
 
 def lower_bound(samples, level: float) -> tuple[float, float, float]:
     """Mean over draws (axis 0), its standard error and the one-sided Student-t lower confidence bound at ``level``
-    (the bound equals the mean when all draws agree)."""
+    (the bound equals the mean when all draws agree).
+    """
     x = np.asarray(samples, dtype=np.float64)
     n = x.shape[0]
     mean, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(n))
@@ -91,7 +92,8 @@ def lower_bound(samples, level: float) -> tuple[float, float, float]:
 def plot_fig1(ds: xr.Dataset):
     """(a) [CLS] probe accuracy per layer with chance; (b) held-out accuracy of the k* and v* directions (and the
     |cosine| between them);
-    (c) their separations d'; (d) [CLS] -> decisive-token attention per layer and head, relative to uniform."""
+    (c) their separations d'; (d) [CLS] -> decisive-token attention per layer and head, relative to uniform.
+    """
     fig, axes = new_figure(2, 2, figsize=(11.0, 7.4))
     layers = ds["layer"].values
     ax = axes[0, 0]
@@ -179,7 +181,8 @@ def select_layer(ds: xr.Dataset) -> int | None:
 def _transfer_cause(ds: xr.Dataset, kind: str, layer: int) -> Explanation:
     """The measured cause of a test set below 'well above chance' at the chosen layer: constant predictions (the
     set's [CLS] states all on one side of the probe's boundary) and how well the probe's direction still ranks the
-    labels (AUC of its decision function, mean with the one-sided lower bound over draws)."""
+    labels (AUC of its decision function, mean with the one-sided lower bound over draws).
+    """
     rate = ds[f"positive_rate_{kind}"].values[:, layer]
     n_constant = int(np.sum((rate == 0) | (rate == 1)))
     auc, _, auc_lo = lower_bound(ds[f"auc_{kind}"].values[:, layer], LEVEL)
@@ -210,7 +213,8 @@ def _transfer_cause(ds: xr.Dataset, kind: str, layer: int) -> Explanation:
 
 def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
     """Paper Fig. 1(b) findings at the layer :func:`select_layer` chooses on the validation split, and the k*/v* step
-    beyond the paper, as one-sided t tests over independent draws."""
+    beyond the paper, as one-sided t tests over independent draws.
+    """
     n = int(ds.sizes["draw"])
     n_later = int(ds.sizes["layer"]) - 1
     out = []
@@ -292,7 +296,8 @@ def checks_fig1(ds: xr.Dataset) -> list[CheckResult]:
 
 def _attention_check(ds: xr.Dataset) -> CheckResult:
     """Beyond the paper: whether [CLS] attends to the decisive adjective above uniform and above the distractor in some
-    layer and head (one-sided Student-t lower bound over draws, Bonferroni over layers x heads)."""
+    layer and head (one-sided Student-t lower bound over draws, Bonferroni over layers x heads).
+    """
     n = int(ds.sizes["draw"])
     # In the single-location picture [CLS] attends to the decisive adjective above uniform and more
     # than to the other sentiment adjective (the distractor), in some layer and head. Per draw the smaller of the two

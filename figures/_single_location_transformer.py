@@ -48,7 +48,8 @@ _COLOURS = [TOL_BRIGHT[c] for c in ("blue", "red", "green", "purple", "yellow", 
 
 def _run(cfg, model, *, lr, batch_size, schedules=None):
     """Train ``model`` for ``cfg.params["n_seeds"]`` seeds through :func:`empirical.train.train`; return a Dataset
-    with dims (seed, time), coordinate ``step``, and the training configuration in the attributes."""
+    with dims (seed, time), coordinate ``step``, and the training configuration in the attributes.
+    """
     from empirical.device import torch_threads
     from empirical.train import TrainConfig
     from figures.experiments import train
@@ -111,7 +112,8 @@ _LEVEL = 1e-3  # two-sided false-alarm level of every seed-mean check of these f
 
 def _mean_check(name, samples, *, below=None, above=None, tolerance):
     """A check on the seed mean with its Student-t interval at level 1e-3 (n - 1 d.o.f.): passes when the whole
-    interval lies below ``below`` (and/or above ``above``), i.e. the claim is established, not merely not refuted."""
+    interval lies below ``below`` (and/or above ``above``), i.e. the claim is established, not merely not refuted.
+    """
     x = np.asarray(samples, dtype=np.float64).ravel()
     n = x.size
     mean = float(x.mean())
@@ -134,7 +136,8 @@ def _above_chance_check(name, overlaps, d, n_overlaps):
     """Per-seed count of runs whose largest |overlap| with the oracle directions exceeds 3/sqrt(d), against the
     binomial law of that count without any alignment: each of the ``n_overlaps`` overlaps of a random unit vector is
     ~ N(0, 1/d), above 3/sqrt(d) in absolute value with probability 2 Phi(-3) = 0.0027, so a run's maximum is above
-    with p0 = 1 - (1 - 0.0027)^n_overlaps; passes when P(Bin(n, p0) >= count) < 1e-3."""
+    with p0 = 1 - (1 - 0.0027)^n_overlaps; passes when P(Bin(n, p0) >= count) < 1e-3.
+    """
     from scipy.stats import binom, norm
 
     x = np.asarray(overlaps, dtype=np.float64).ravel()
@@ -166,7 +169,8 @@ def _reference_levels(task) -> dict[str, float]:
     """Closed-form excess-risk levels for K = 1: null predictor (gamma^2), optimal linear predictor
     (docs/models/single_location.md §5.4,
     Prop. 3) and the erf oracle at its best lambda (docs/models/single_location.md §5.2, minimised on a log grid of 4001
-    lambdas)."""
+    lambdas).
+    """
     single = cf.SingleLocationTask(d=task.d, L=task.L, gamma=task.gamma, noise=task.noise)
     lams = np.logspace(-4, 1, 4001)
     oracle = np.asarray(cf.oracle_risk(single, lams)) - task.eps**2
@@ -380,7 +384,8 @@ def _partial_check(max_key):
 
 def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     """docs/models/single_location.md §8.8: low risk, partial alignment (above chance, below full), the reference risk
-    ranges."""
+    ranges.
+    """
     from figures._range_test import _range_check
 
     null = float(ds["null_excess"])
@@ -490,7 +495,8 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
 )
 def data_fig9(cfg) -> xr.Dataset:
     """Train two erf heads on the K = 2 task with the docs/models/single_location.md §8.8 schedule (frozen at step
-    ``freeze``)."""
+    ``freeze``).
+    """
     from empirical.models.single_location_transformer import MultiHeadErf
     from empirical.train import Schedule
 

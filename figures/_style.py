@@ -255,7 +255,8 @@ def panel_grid(
 
 def add_colorbar(ax, mappable, *, label: str, **kwargs):
     """Attach a labelled colour bar for ``mappable`` (what ``imshow``/``pcolormesh``/``contourf`` returned) beside
-    ``ax``; returns the ``Colorbar``. Every heat map in a figure needs one (the report's layout rule)."""
+    ``ax``; returns the ``Colorbar``. Every heat map in a figure needs one (the report's layout rule).
+    """
     if not isinstance(label, str) or not label.strip():
         raise ValueError(f"label must say what the colours measure; got {label!r}")
     kwargs.setdefault("shrink", 0.9)
@@ -287,7 +288,8 @@ def layout_problems(fig: Figure) -> list[str]:
     panels in a row (colour-bar axes not counted, a twin axis counted with its host), a panel squeezed into a strip
     (:data:`MIN_PANEL_SHARE`), one small legend for many panels (:data:`MIN_SHARED_LEGEND_PT`), a legend over a curve
     (:data:`MAX_LEGEND_COVER`), a curve squeezed into a small part of a shared x-axis (:data:`MIN_CURVE_SPAN`).
-    Empty if none."""
+    Empty if none.
+    """
     from matplotlib.collections import QuadMesh
     from matplotlib.contour import ContourSet
     from matplotlib.image import AxesImage
@@ -341,7 +343,8 @@ MIN_CURVE_SPAN = 0.15
 
 def _drawn_layout_problems(fig: Figure, panels: list) -> list[str]:
     """The rules that need the drawn figure: strips, a small shared legend, a legend over a curve, a curve squeezed
-    into a small part of the x-axis that another curve fills."""
+    into a small part of the x-axis that another curve fills.
+    """
     problems = []
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

@@ -116,7 +116,8 @@ def load_entry(
 ) -> CacheLookup:
     """Look up and verify the entry ``(data_path, sidecar_path)`` written by :func:`store_entry` for ``config`` (the
     JSON-able configuration its sidecar must hold); ``label`` names the entry in the warning of a corrupt one. The
-    engine under :func:`load` and the run cache of :mod:`figures.experiments`."""
+    engine under :func:`load` and the run cache of :mod:`figures.experiments`.
+    """
     data_path, sidecar_path = Path(data_path), Path(sidecar_path)
     if not data_path.exists() and not sidecar_path.exists():
         return CacheLookup(status="miss")
@@ -217,7 +218,8 @@ def store_entry(
     runtime_s: float,
 ) -> Path:
     """Write ``dataset`` at ``data_path`` and its checksum sidecar (``config``, the sha256 of the file, runtime and
-    time) at ``sidecar_path``, atomically, data then sidecar, as :func:`store` does; return the data path."""
+    time) at ``sidecar_path``, atomically, data then sidecar, as :func:`store` does; return the data path.
+    """
     data_path, sidecar_path = Path(data_path), Path(sidecar_path)
     for path in (data_path, sidecar_path):
         _clear_non_file(path)
@@ -239,7 +241,8 @@ def store_entry(
 
 def _clear_non_file(path: Path) -> None:
     """Remove whatever occupies an entry path without being a regular file (e.g. a folder), so the atomic rename of
-    the new entry can succeed; the cache owns these paths."""
+    the new entry can succeed; the cache owns these paths.
+    """
     if path.exists() and not path.is_file():
         logger.warning("cache path %s is not a regular file; removing it", path)
         if path.is_dir() and not path.is_symlink():

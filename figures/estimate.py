@@ -110,7 +110,8 @@ def work(params: Mapping, *, memory: bool = False) -> float:
     """The work of a parameter set: (sum of the time axes) x (product of the repetitions, the list lengths and the
     remaining sizes) x (largest sample count), an integer list counting as its sum (its largest entry for sample
     counts); a nested mapping adds its own work. ``memory=True`` leaves out the
-    time axes. Names in :data:`NOT_WORK`, non-integers and non-positive values are ignored."""
+    time axes. Names in :data:`NOT_WORK`, non-integers and non-positive values are ignored.
+    """
     time_sum, product, largest, nested = 0.0, 1.0, 1.0, 0.0
     for name, value in params.items():
         if NOT_WORK.search(name):
@@ -144,7 +145,8 @@ def work(params: Mapping, *, memory: bool = False) -> float:
 class FigureEstimate:
     """The estimate of one figure at ``preset`` on ``device`` (seconds and bytes; 0 for a figure sharing data).
     ``measured_s`` is the tiny run's CPU time, ``work_ratio`` the work at ``preset`` over the work at tiny,
-    ``exponent`` the fitted ``p`` of ``seconds = a + c W^p``."""
+    ``exponent`` the fitted ``p`` of ``seconds = a + c W^p``.
+    """
 
     name: str
     preset: str
@@ -169,7 +171,8 @@ def between(
     ``residue`` r, an integer is rounded to ``r`` plus a multiple of ``gcd(small - r, large - r)``, the divisibility
     both presets share (a step count that is a multiple of a logging interval, a size of the form ``r K + 1``).
     With ``s_time``, the time axes (:data:`TIME_LIKE`, floats included) and the logging intervals (:data:`LOGGING`)
-    move ``s_time`` of the way instead of ``s``: ``s=1, s_time=0`` is the large sizes run for the small length."""
+    move ``s_time`` of the way instead of ``s``: ``s=1, s_time=0`` is the large sizes run for the small length.
+    """
     s_time = s if s_time is None else s_time
     if s <= 0 and s_time <= 0:
         return dict(small)
@@ -199,7 +202,8 @@ def between(
 
 def duration(params: Mapping) -> float:
     """The time part of :func:`work`: the sum of the time axes (:data:`TIME_LIKE`; an integer list counts as its
-    sum), nested mappings included; 1 where there is none."""
+    sum), nested mappings included; 1 where there is none.
+    """
 
     def total(p: Mapping) -> float:
         t = 0.0
@@ -249,7 +253,8 @@ def fit(works: Sequence[float], seconds: Sequence[float]) -> dict:
     """Fit ``seconds = a + c W^p`` (``a``, ``c`` >= 0, ``p`` in [0.25, 3]) to measurements at increasing work ``W``:
     through the first (the tiny run, mostly fixed cost) and the last two points, which sets the exponent from how the
     cost grows between them; with two points, or without a cost that grows, ``p = 1`` through the first and the last.
-    Returns ``{"a", "c", "p"}``."""
+    Returns ``{"a", "c", "p"}``.
+    """
     w0, t0, wn, tn = works[0], seconds[0], works[-1], seconds[-1]
     p = 1.0
     if len(works) >= 3:
@@ -280,7 +285,8 @@ def measure(
     """Measure figure ``name`` on the way from the tiny sizes to ``preset``'s (see the module docstring); return the
     fit (``a``, ``c``, ``p``: seconds ``a + c W^p``), ``overhead_s`` (the first call's excess), ``t1`` (the tiny run),
     ``points`` (``(s, W, seconds)`` measured) and ``peak_bytes`` with the work ``peak_work`` it was traced at (the
-    tiny sizes)."""
+    tiny sizes).
+    """
     spec = registry.get(name)
     small, large = dict(spec.params[SMALL_PRESET]), dict(spec.params[preset])
     w_small, w_large = work(small), work(large)
@@ -288,7 +294,8 @@ def measure(
 
     def run(s: float) -> bool:
         """Measure the sizes ``s`` of the way, rounded plainly or else keeping the presets' common divisibility;
-        False if the figure refuses them all (a refused tiny run raises)."""
+        False if the figure refuses them all (a refused tiny run raises).
+        """
         for residue in (None, 0, 1) if 0 < s < 1 else (None,):
             params = between(small, large, s, residue)
             if points and s < 1 and work(params) < 2 * points[-1][1]:
@@ -355,7 +362,8 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
     reach several times) or a longer one (in proportion to its length) more than half of what is left, or where the
     figure refuses every rounding. Memory is not checked: the traced peak scaled by the work (the memory column)
     counts the fixed allocations as if they grew, and stopped runs that take a few seconds (a 96 MB peak at tiny
-    became 12 GB for a training figure at quick)."""
+    became 12 GB for a training figure at quick).
+    """
     d_small, d_large = duration(small), duration(large)
     if d_large <= d_small or work(between(small, large, 1.0, s_time=0.0)) <= work(small):
         return []
@@ -414,7 +422,8 @@ def estimate(
     budget_s: float = BUDGET_S,
 ) -> list[FigureEstimate]:
     """Estimate ``names`` (default every registered figure) at ``preset`` on ``device`` (``cpu`` or ``cuda``),
-    spending about ``budget_s`` seconds of measurement per figure (:func:`measure`)."""
+    spending about ``budget_s`` seconds of measurement per figure (:func:`measure`).
+    """
     check_preset(preset)
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not 0 < budget_s < math.inf:
         raise ValueError(f"budget_s must be a positive finite number of seconds; got {budget_s!r}")

@@ -58,7 +58,8 @@ _PARAM = "__param__"  # prefix of the final parameters' variables in a stored ru
 @contextlib.contextmanager
 def recording() -> Iterator[list[dict]]:
     """Collect a record of every :func:`train` call made inside the ``with`` block (nested blocks each see their
-    own calls, and the enclosing block sees them too)."""
+    own calls, and the enclosing block sees them too).
+    """
     records: list[dict] = []
     outer = _RECORDS.get()
     token = _RECORDS.set(records)
@@ -73,7 +74,8 @@ def recording() -> Iterator[list[dict]]:
 @contextlib.contextmanager
 def caching(root: str | os.PathLike | None, *, recompute: bool = False) -> Iterator[None]:
     """Within the ``with`` block, :func:`train` stores its runs under ``root`` and reuses the stored ones (module
-    docstring); ``root=None`` switches the disk cache off; ``recompute=True`` retrains and overwrites."""
+    docstring); ``root=None`` switches the disk cache off; ``recompute=True`` retrains and overwrites.
+    """
     token = _CACHE.set(None if root is None else (Path(root), bool(recompute)))
     try:
         yield
@@ -88,7 +90,8 @@ class _Unkeyable(Exception):
 def _fingerprint(obj, seen: frozenset = frozenset()):
     """A JSON-able value that determines ``obj``: plain values as they are, arrays and tensors by dtype, shape and
     the sha256 of their bytes, containers and objects (dataclasses, instances) element by element with their
-    class; raises :class:`_Unkeyable` for anything else (functions, generators, open files, cycles)."""
+    class; raises :class:`_Unkeyable` for anything else (functions, generators, open files, cycles).
+    """
     if obj is None or isinstance(obj, bool | int | str):
         return obj
     if isinstance(obj, float):
@@ -126,7 +129,8 @@ def run_identity(model, config, device: str) -> dict | None:
     """The resolved configuration that keys a run in the disk cache (module docstring): the model's class and
     state, the trainer's configuration, the resolved device type and the code version; ``None`` when the model holds
     something that cannot be reduced to its value (a function, a generator, an open file, a cycle, or an object that
-    is neither a dataclass nor of a closedform/empirical class): the run is then not cached."""
+    is neither a dataclass nor of a closedform/empirical class): the run is then not cached.
+    """
     from empirical.device import resolve_device
     from figures.presets import code_version
 
@@ -167,7 +171,8 @@ def _split_run(ds: xr.Dataset):
 
 def _cached_run(model, config, device, progress, kwargs):
     """``(trajectory, params)`` from the disk cache, trained and stored on a miss; ``None`` when no disk cache is
-    active or the run cannot be keyed."""
+    active or the run cannot be keyed.
+    """
     from figures import cache
 
     setting = _CACHE.get()
@@ -198,7 +203,8 @@ def _cached_run(model, config, device, progress, kwargs):
 
 def train(model, config, *, device="auto", progress: bool = False, return_params: bool = False, **kwargs):
     """:func:`empirical.train.train` (same arguments and result), recording the run for the figure being built
-    (:func:`note`) and, inside :func:`caching`, reusing it from the disk cache (module docstring)."""
+    (:func:`note`) and, inside :func:`caching`, reusing it from the disk cache (module docstring).
+    """
     run = _cached_run(model, config, device, progress, kwargs)
     if run is None:
         from empirical.train import train as _train
@@ -212,7 +218,8 @@ def train(model, config, *, device="auto", progress: bool = False, return_params
 def train_many(calls) -> list:
     """Train independent runs, ``calls`` a sequence of ``(model, config, kwargs)``; return :func:`train`'s results
     in the same order. Here they run one after the other; inside :func:`spreading` (a report on a Dask cluster) each
-    run is a task of its own on the cluster's workers, with the same numbers (each run is deterministic on a device)."""
+    run is a task of its own on the cluster's workers, with the same numbers (each run is deterministic on a device).
+    """
     calls = [(model, config, dict(kwargs)) for model, config, kwargs in calls]
     spread = _SPREAD.get()
     if spread is None:
@@ -230,7 +237,8 @@ def train_recorded(model, config, kwargs: dict, cache: tuple | None = None) -> t
     """One run of :func:`train_many` where it is computed: ``(train's result, the run's records)``; the records go
     back with the result only (:func:`train_many` adds them to the figure's), not to a recording around this call.
     ``cache``: the ``(root, recompute)`` of the figure's :func:`caching` block, entered here (a worker does not
-    inherit the figure's context), or None to leave the current one."""
+    inherit the figure's context), or None to leave the current one.
+    """
     runs: list[dict] = []
     token = _RECORDS.set(runs)
     try:
@@ -244,7 +252,8 @@ def train_recorded(model, config, kwargs: dict, cache: tuple | None = None) -> t
 @contextlib.contextmanager
 def spreading(spread) -> Iterator[None]:
     """Inside the block, :func:`train_many` hands its runs to ``spread(calls) -> [train_recorded(*call), ...]``
-    (e.g. one task per run on a Dask cluster) instead of training them here."""
+    (e.g. one task per run on a Dask cluster) instead of training them here.
+    """
     token = _SPREAD.set(spread)
     try:
         yield
@@ -254,7 +263,8 @@ def spreading(spread) -> Iterator[None]:
 
 def note(trajectory) -> None:
     """Record the run behind ``trajectory`` (a trainer's result, fresh or reused from a memo) for the figure being
-    built: its model, device, dtype and the trainer's configuration (the trajectory's own attributes)."""
+    built: its model, device, dtype and the trainer's configuration (the trajectory's own attributes).
+    """
     records = _RECORDS.get()
     if records is None:
         return
@@ -271,7 +281,8 @@ def note(trajectory) -> None:
 
 def memo(store: dict, key, compute):
     """``compute()`` memoised in ``store`` under ``key`` (one entry kept), with its training records: a hit records
-    the runs behind the value again, so a figure built from memoised runs states them as a fresh build does."""
+    the runs behind the value again, so a figure built from memoised runs states them as a fresh build does.
+    """
     if key in store:
         value, runs = store[key]
         records = _RECORDS.get()

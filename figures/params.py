@@ -472,7 +472,8 @@ def parse_value(text: str):
 
 def split_key(text: str, *, figure_required: bool = False) -> tuple[str | None, str]:
     """``"key"`` or ``"figure.key"`` -> ``(figure or None, key)``: the key is the part after the last dot (parameter
-    names have no dots; figure names do)."""
+    names have no dots; figure names do).
+    """
     figure, _, key = str(text).strip().rpartition(".")
     if not _KEY_RE.match(key) or (figure_required and not figure):
         form = "FIGURE.PARAM=VALUE (e.g. scan_snap.fig4.eta_Y=3)" if figure_required else "[FIGURE.]PARAM=VALUE"
@@ -482,7 +483,8 @@ def split_key(text: str, *, figure_required: bool = False) -> tuple[str | None, 
 
 def parse_assignment(text: str, *, figure_required: bool = False) -> tuple[str | None, str, Any]:
     """``"key=value"`` or ``"figure.key=value"`` -> ``(figure or None, key, value)`` (:func:`split_key`,
-    :func:`parse_value`)."""
+    :func:`parse_value`).
+    """
     if not isinstance(text, str) or "=" not in text:
         form = "FIGURE.PARAM=VALUE" if figure_required else "[FIGURE.]PARAM=VALUE"
         raise ValueError(f"--set takes {form}; got {text!r}")

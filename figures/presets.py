@@ -88,14 +88,16 @@ def _tag(name: str) -> int:
 
 def run_seed_sequence(seed: int, figure: str, run: str) -> np.random.SeedSequence:
     """The :class:`numpy.random.SeedSequence` of run ``run`` of figure ``figure`` at build seed ``seed`` (the seed
-    rule of this module's docstring)."""
+    rule of this module's docstring).
+    """
     seed = check_int("seed", seed, min_value=0)
     return np.random.SeedSequence(entropy=seed, spawn_key=(_tag(figure), _tag(run)))
 
 
 def run_seeds(seed: int, figure: str, run: str, n: int) -> tuple[int, ...]:
     """``n`` distinct integer seeds in ``[0, 2**31)`` for the repeats of run ``run`` of ``figure`` at ``seed``
-    (e.g. the trainer seeds of ``n`` torch runs); the first ``k`` are the same for every ``n >= k``."""
+    (e.g. the trainer seeds of ``n`` torch runs); the first ``k`` are the same for every ``n >= k``.
+    """
     n = check_int("n", n, min_value=1)
     out: list[int] = []
     words = run_seed_sequence(seed, figure, run).generate_state(2 * n + 8, dtype=np.uint64)

@@ -168,7 +168,8 @@ order; figures of model ``m`` live in the module its record names (``figures/m.p
 
 def _figure_module(package: str, model: str) -> str:
     """The module registering the figures of ``model``: the record's ``figures`` for the package ``figures`` (a
-    registered package's own module), else ``<package>.<model>``."""
+    registered package's own module), else ``<package>.<model>``.
+    """
     if package == "figures" and model in _models.names():
         return _models.get(model).figures or f"{package}.{model}"
     return f"{package}.{model}"
@@ -261,7 +262,8 @@ def _detectable_ncp(df: float, level: float, power: float) -> float:
 
 def _gap_status(ci_low: float, ci_high: float, allowance: float, explanation: Explanation | None) -> str:
     """A gap row's status from its interval and band: ``holds`` (inside), ``consistent`` (straddles an edge), else
-    (disjoint) the explanation's kind or ``fails``."""
+    (disjoint) the explanation's kind or ``fails``.
+    """
     if -allowance <= ci_low and ci_high <= allowance:
         return "holds"
     if ci_low <= allowance and ci_high >= -allowance:
@@ -332,7 +334,8 @@ class GapRow:
         """Keyword arguments: every attribute; or the summary statistics only (``quantity, time, theory, mean,
         se, n_seeds`` and optionally ``allowance, allowance_source, level, explanation, d``), the rest derived by
         :meth:`from_stats`. Deprecated: the old ``tol_se, atol, justification`` (``atol`` becomes the allowance,
-        ``justification`` its source; ``tol_se`` is ignored in favour of the calibrated test)."""
+        ``justification`` its source; ``tol_se`` is ignored in favour of the calibrated test).
+        """
         legacy = {k: kwargs.pop(k) for k in ("tol_se", "atol", "justification") if k in kwargs}
         if legacy:
             warnings.warn(
@@ -442,7 +445,8 @@ class GapRow:
         explanation: Explanation | None = None,
     ) -> GapRow:
         """A row from summary statistics: ``mean`` and its SE ``se`` over ``n_seeds`` seeds, optionally the
-        theory's own SE ``theory_se`` from ``theory_n`` Monte Carlo samples (see :func:`compare_rows`)."""
+        theory's own SE ``theory_se`` from ``theory_n`` Monte Carlo samples (see :func:`compare_rows`).
+        """
         stats = dict(
             quantity=quantity,
             time=time,
@@ -477,20 +481,23 @@ class GapRow:
     def mdd(self) -> float:
         """Minimum detectable deviation: the true ``|gap|`` this row calls ``fails`` with probability
         :data:`MDD_POWER`, at the measured SE: ``allowance + delta * se``, where ``(gap_hat - allowance) / se_hat``
-        is noncentral Student t with the row's df and noncentrality ``delta`` (:func:`dynamics.compare.mdd_factor`)."""
+        is noncentral Student t with the row's df and noncentrality ``delta`` (:func:`dynamics.compare.mdd_factor`).
+        """
         return self.allowance + _detectable_ncp(self.df, self.level, MDD_POWER) * self.se
 
     @property
     def p_value(self) -> float:
         """p-value of the row's ``fails`` test (null hypothesis ``|true gap| <= allowance``): the row fails at level
-        ``level`` exactly when ``p_value < level`` (up to ties). Family-wise rules (Holm) use it."""
+        ``level`` exactly when ``p_value < level`` (up to ties). Family-wise rules (Holm) use it.
+        """
         return float(p_value(self.gap, self.se, self.df, self.allowance))
 
     @property
     def n_seeds_to_decide(self) -> int | None:
         """For a ``consistent`` row: seeds (at the measured spread) whose interval would no longer straddle the band
         edge nearest the measured gap, i.e. decide ``holds`` or ``fails``; None for a decided row or an undecidable
-        one (gap on the edge or no spread)."""
+        one (gap on the edge or no spread).
+        """
         margin = abs(abs(self.gap) - self.allowance)
         if self.test_status != "consistent" or margin == 0 or self.se == 0:
             return None
@@ -739,7 +746,8 @@ class CheckResult:
     @property
     def status(self) -> str:
         """``holds`` if passed, else the explanation's kind (``explained``, ``disagrees``, ``deferred``), else
-        ``fails``."""
+        ``fails``.
+        """
         return _status(self.passed, self.explanation)
 
     def explained(self, explanation: Explanation) -> CheckResult:
@@ -829,19 +837,22 @@ class FigureSpec:
 
     def params_from(self, preset: str) -> str:
         """The preset whose parameters this figure uses at ``preset``: ``preset`` itself when the figure defines it,
-        else the largest defined preset below it, else the smallest above it."""
+        else the largest defined preset below it, else the smallest above it.
+        """
         return _fallback_preset(check_preset(preset), self.defined_presets)
 
     def resolve_params(self, preset: str, overrides: Mapping[str, Any] | None = None) -> ParamsRecord:
         """The parameters at ``preset`` with ``overrides`` applied and validated (``ValueError`` naming the valid
-        keys, or the valid range, before anything runs)."""
+        keys, or the valid range, before anything runs).
+        """
         check_preset(preset)
         record = self.params[preset]
         return record.replace(**dict(overrides)) if overrides else record
 
     def calibration_warnings(self, params: Mapping[str, Any]) -> list[str]:
         """One line per parameter of ``params`` outside the values at which the figure's allowances or checks were
-        calibrated (``calibrated_at``): a number that differs, or a list with values the calibration did not see."""
+        calibrated (``calibrated_at``): a number that differs, or a list with values the calibration did not see.
+        """
         out = []
         for key, calibrated in self.calibrated_at.items():
             value = params[key]
@@ -857,7 +868,8 @@ class FigureSpec:
 
     def caption_for(self, config: RunConfig) -> str:
         """:attr:`full_caption` plus, for a build with overrides, every overridden parameter (with its preset
-        value) and any calibration warning."""
+        value) and any calibration warning.
+        """
         text = self.full_caption
         if self.calibrated_at:
             text += (
@@ -896,7 +908,8 @@ class FigureSpec:
     @property
     def full_caption(self) -> str:
         """The caption, followed by the unrecoverable parameters (and the documented defaults used for them) and, for a
-        ``paper_only`` figure, the note that its claim is decided at ``--preset paper`` only."""
+        ``paper_only`` figure, the note that its claim is decided at ``--preset paper`` only.
+        """
         text = self.caption.rstrip()
         if self.unrecoverable:
             text += (
@@ -909,7 +922,8 @@ class FigureSpec:
 
 def _fallback_preset(preset: str, defined: Sequence[str]) -> str:
     """The preset whose parameters a figure uses at ``preset``: ``preset`` itself when the figure defines it, else
-    the largest defined preset below it, else the smallest above it."""
+    the largest defined preset below it, else the smallest above it.
+    """
     if preset in defined:
         return preset
     order = list(PRESETS)
@@ -921,7 +935,8 @@ def _param_records(
     name: str, params: Mapping[str, Mapping[str, Any]], param_info: Mapping[str, Param]
 ) -> dict[str, ParamsRecord]:
     """Preset -> record of figure ``name``: records given as such are kept (all of one type), dictionaries are
-    turned into records of a type made for the figure (:func:`figures.params.records`)."""
+    turned into records of a type made for the figure (:func:`figures.params.records`).
+    """
     given = [v for v in params.values() if isinstance(v, ParamsRecord)]
     if given:
         if len(given) != len(params) or len({type(v) for v in given}) != 1:
@@ -943,7 +958,8 @@ def _json(value) -> str:
 @dataclass(frozen=True)
 class ModuleStatus:
     """Import status of ``figures.<model>``: ``loaded``, ``missing`` (not written yet), ``error`` or ``direct``
-    (a registry without a package: figures registered by hand, e.g. in tests)."""
+    (a registry without a package: figures registered by hand, e.g. in tests).
+    """
 
     model: str
     state: str
@@ -1184,7 +1200,8 @@ def run_config(
 ) -> RunConfig:
     """The :class:`RunConfig` of ``spec`` at ``preset`` with parameter ``overrides`` (validated: an unknown key or
     a value out of range raises ``ValueError`` naming the valid keys or range). ``device`` must already be resolved
-    (cpu or cuda). Overrides equal to the preset's value are no overrides (same configuration, same cache entry)."""
+    (cpu or cuda). Overrides equal to the preset's value are no overrides (same configuration, same cache entry).
+    """
     params = spec.resolve_params(preset, overrides)
     base = spec.params[preset]
     changed = tuple(k for k in overrides if params[k] != base[k])
@@ -1312,7 +1329,8 @@ def build(
 
 def _with_provenance(dataset: xr.Dataset, spec: FigureSpec, cfg: RunConfig, runs: Sequence[dict] = ()) -> xr.Dataset:
     """A copy of ``dataset`` with netCDF-safe attributes and the build's provenance (``runs``: the training runs
-    recorded by :mod:`figures.experiments`)."""
+    recorded by :mod:`figures.experiments`).
+    """
     dataset = dataset.copy(deep=False)  # data shared; the attribute dicts below are replaced, not mutated
     for var in dataset.variables.values():
         var.attrs = sanitize_attrs(dict(var.attrs))
@@ -1407,7 +1425,8 @@ def make(
 # The rules of CheckResult's measured and expected (Annotated metadata of its fields, dynamics.validation).
 def _measured_check(name, value):
     """``measured`` of a :class:`CheckResult`: a string, or any real number (inf may mean "not reached", NaN "not
-    defined": the check's own test says how it reads them)."""
+    defined": the check's own test says how it reads them).
+    """
     if isinstance(value, str):
         return
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real | np.floating | np.integer):

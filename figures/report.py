@@ -176,7 +176,8 @@ class FigureEntry:
     @property
     def badge(self) -> str:
         """``error``, else the worst row/check status (:data:`BADGE_ORDER`) from ``fails`` down to ``explained``,
-        else ``deferred`` for a paper-only figure, else ``consistent`` / ``holds``, else ``descriptive``."""
+        else ``deferred`` for a paper-only figure, else ``consistent`` / ``holds``, else ``descriptive``.
+        """
         if self.failed:
             return "error"
         statuses = self.statuses
@@ -229,7 +230,8 @@ class ModelSection:
 @dataclass(frozen=True, kw_only=True)
 class ReportResult:
     """The written report: its paths, the sections and the number of failed figures/modules (errors, not
-    verdicts)."""
+    verdicts).
+    """
 
     path: Path
     summary_path: Path
@@ -444,7 +446,8 @@ def build_report(
 def holm(pvalues: Sequence[float], level: float = FAMILY_LEVEL) -> list[bool]:
     """Holm's step-down procedure (:func:`dynamics.compare.adjust`): which of the null hypotheses with ``pvalues``
     are rejected at family-wise level ``level`` (probability of any false rejection <= ``level`` under any
-    configuration of true nulls)."""
+    configuration of true nulls).
+    """
     if not len(pvalues):
         return []
     p = check_finite_array("pvalues", pvalues, ndim=1)  # adjust() reads NaN as "no test"; every gap row has one
@@ -455,7 +458,8 @@ def holm(pvalues: Sequence[float], level: float = FAMILY_LEVEL) -> list[bool]:
 
 def adjusted_status(row: GapRow, rejected: bool) -> str:
     """The family-wise decision of a gap row: its own status, except that a row whose test fails but which Holm does
-    not reject over all rows is ``consistent`` at the family level (not contradicted)."""
+    not reject over all rows is ``consistent`` at the family level (not contradicted).
+    """
     if row.test_status == "fails" and not rejected:
         return "consistent"
     return row.status
@@ -523,7 +527,8 @@ def _fmt_size(value) -> str:
 
 def preset_distance(spec: FigureSpec, preset: str) -> str:
     """How far ``preset`` is from the paper's sizes, from the registered ``params``: every numeric parameter (and
-    every list length) that differs, as ``"n_steps 1 000 of 500 000; n_seeds 8 of 30"``."""
+    every list length) that differs, as ``"n_steps 1 000 of 500 000; n_seeds 8 of 30"``.
+    """
     if preset == "paper":
         return "the paper's sizes"
     mine, paper = spec.params[preset], spec.params["paper"]
@@ -604,7 +609,8 @@ def _row_dict(f: FigureEntry, r: GapRow | CheckResult, fw: FamilyWise) -> dict:
 
 def summary_dict(sections: Sequence[ModelSection], meta: dict, fw: FamilyWise | None = None) -> dict:
     """The content of ``summary.json``: provenance, counts, the many-rows rule, one record per figure and per
-    row/check (per-row and family-wise decisions)."""
+    row/check (per-row and family-wise decisions).
+    """
     fw = family_wise(sections) if fw is None else fw
     figures, rows = [], []
     for s in sections:
@@ -737,7 +743,8 @@ def _anchor(name: str) -> str:
 
 class _Why:
     """The distinct explanations of a report, numbered in order of appearance: written out once, referenced by
-    number everywhere else."""
+    number everywhere else.
+    """
 
     def __init__(self, sections: Sequence[ModelSection]):
         self.index: dict[tuple[str, str, str], int] = {}
@@ -847,7 +854,8 @@ def _summary_table(sections: Sequence[ModelSection]) -> str:
 
 def _attention_html(sections: Sequence[ModelSection], why: _Why) -> str:
     """Every row/check that does not hold or stay undecided (and every error), linked to its figure; explanations
-    referenced by number and written out once at the end."""
+    referenced by number and written out once at the end.
+    """
     kinds = ("error", "fails", "disagrees", "deferred", "explained")
     items: dict[str, list[str]] = {k: [] for k in kinds}
     for s in sections:
@@ -1085,7 +1093,8 @@ def render_html(
     """The complete, self-contained HTML document (well-formed XHTML-compatible markup, inline CSS, no scripts).
 
     ``load_start`` / ``load_end`` are the load averages (1, 5, 15 min) at the start and end of the build, ``cpus``
-    the machine's CPU count, ``fw`` the family-wise decision (computed from ``sections`` when None)."""
+    the machine's CPU count, ``fw`` the family-wise decision (computed from ``sections`` when None).
+    """
     git_rev = git_revision() if git_rev is None else git_rev
     fw = family_wise(sections) if fw is None else fw
     why = _Why(sections)

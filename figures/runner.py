@@ -96,7 +96,8 @@ class Interrupted(KeyboardInterrupt):
 def signals_as_interrupts() -> Iterator[None]:
     """While active, SIGTERM (and SIGHUP) raise :class:`Interrupted` in the main thread, as Ctrl-C raises
     ``KeyboardInterrupt``, so ``finally`` blocks, the atomic writer's clean-up and :func:`parallel_entries`' worker
-    shutdown run. The previous handlers are restored on exit."""
+    shutdown run. The previous handlers are restored on exit.
+    """
 
     def handler(signum, frame):
         raise Interrupted(signum)
@@ -136,7 +137,8 @@ def usable_cores() -> int:
 
 def bounded_jobs(jobs: int, *, cores: int | None = None, memory: int | None = None) -> int:
     """``jobs`` capped at the usable ``cores`` and at ``memory`` (bytes available) // :data:`WORKER_MEMORY_BYTES`
-    (at least 1); a reduction is logged with its reason. ``cores``/``memory`` default to this machine's."""
+    (at least 1); a reduction is logged with its reason. ``cores``/``memory`` default to this machine's.
+    """
     cores = usable_cores() if cores is None else cores
     memory = _available_memory() if memory is None else memory
     limits = {"usable cores": cores}
@@ -180,7 +182,8 @@ def default_registry() -> Registry:
 def _sigint_blocked() -> Iterator[None]:
     """Block SIGINT in this thread while active: processes (and threads) started meanwhile inherit the block. A Ctrl-C
     meanwhile is delivered when it ends, or at once through another thread that does not block it (a
-    ``KeyboardInterrupt`` the caller handles as any other). A no-op where the platform has no signal masks."""
+    ``KeyboardInterrupt`` the caller handles as any other). A no-op where the platform has no signal masks.
+    """
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -213,7 +216,8 @@ def _worker_entries(
     entry_fn: EntryFn, names: list[str], preset: str, out_dir: str | None, build_kw: dict
 ) -> list[dict]:
     """Build the figures ``names`` one after the other in this worker (figures that share their data go together,
-    so the shared runs are computed once and the others read them from the cache)."""
+    so the shared runs are computed once and the others read them from the cache).
+    """
     kw = {**build_kw, "registry": _WORKER_REGISTRY}
     try:
         return [
@@ -244,7 +248,8 @@ def _single_threaded_env() -> Iterator[None]:
 def _longest_first(names: list[str], preset: str, cache_dir) -> list[int]:
     """Indices of ``names`` in the order to submit them: longest previous runtime first (figures never built, or
     without a cache, first of all), so no long figure starts last while the other workers idle. The entries are put
-    back in registry order afterwards, so the order changes nothing in the report."""
+    back in registry order afterwards, so the order changes nothing in the report.
+    """
 
     def key(i):
         runtime = None if cache_dir is None else cache.previous_runtime(cache_dir, names[i], preset)
@@ -263,7 +268,8 @@ def _tasks(specs: list[FigureSpec], preset: str, cache_dir) -> list[list[int]]:
 
 def _stop_workers(pool: cf.ProcessPoolExecutor, folders) -> None:
     """Cancel what has not started, SIGTERM every worker, wait up to :data:`GRACE_S`, SIGKILL the rest; if one had to
-    be killed, remove the atomic writer's temporary files it may have left in ``folders``."""
+    be killed, remove the atomic writer's temporary files it may have left in ``folders``.
+    """
     procs = list(getattr(pool, "_processes", {}).values())  # the executor keeps no public list of its workers
     for proc in procs:
         if proc.is_alive():
@@ -289,7 +295,8 @@ def _stop_workers(pool: cf.ProcessPoolExecutor, folders) -> None:
 
 def remove_temp_files(folders) -> int:
     """Remove the atomic writer's temporary files (:data:`TEMP_GLOB`) under ``folders`` (None entries skipped);
-    return how many. Call only when no process is writing there."""
+    return how many. Call only when no process is writing there.
+    """
     n = 0
     for folder in folders:
         if folder is None or not Path(folder).is_dir():
@@ -391,7 +398,8 @@ def _pin_one_thread() -> None:
 
 def _run_task(model, config, kwargs: dict, cache: tuple | None = None) -> tuple:
     """One training run of :func:`figures.experiments.train_many` as a Dask task (``cache``: the figure's run cache,
-    see :func:`figures.experiments.train_recorded`)."""
+    see :func:`figures.experiments.train_recorded`).
+    """
     _pin_one_thread()
     return experiments.train_recorded(model, config, kwargs, cache)
 
@@ -399,7 +407,8 @@ def _run_task(model, config, kwargs: dict, cache: tuple | None = None) -> tuple:
 def _spread_over_cluster(figure: str):
     """The ``spread`` of :func:`figures.experiments.spreading` for figure ``figure`` built in a Dask task: one task
     per training run, submitted from the figure's task (which leaves the worker's thread pool while it waits, so the
-    runs can use every worker); a run that raises, or whose workers keep dying, fails the figure naming the run."""
+    runs can use every worker); a run that raises, or whose workers keep dying, fails the figure naming the run.
+    """
 
     def spread(calls: list) -> list:
         from dask.distributed import worker_client
@@ -431,7 +440,8 @@ def _dask_entries(
 ) -> list[dict]:
     """One task on a Dask worker: the figures ``names`` built one after the other (the registry is built once per
     worker process from ``factory``; numba and torch use one thread); the training runs a figure hands to
-    :func:`figures.experiments.train_many` become tasks of their own (:func:`_spread_over_cluster`)."""
+    :func:`figures.experiments.train_many` become tasks of their own (:func:`_spread_over_cluster`).
+    """
     key = repr(factory)  # a factory arrives unpickled as a new object per task; its repr names the same function
     reg = _DASK_REGISTRIES.get(key)
     if reg is None:
@@ -448,7 +458,8 @@ def _dask_entries(
 
 def build_only(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw: dict) -> dict:
     """An entry function that only builds the figure's data into the cache (``figures make --scheduler``: the
-    figures are then rendered from the cache on the client)."""
+    figures are then rendered from the cache on the client).
+    """
     try:
         result = build(spec.name, preset, **build_kw)
         return {"status": result.status, "runtime_s": result.runtime_s}
@@ -458,7 +469,8 @@ def build_only(spec: FigureSpec, preset: str, out_dir: Path | None, build_kw: di
 
 def _dask_client(scheduler: str, n_jobs: int):
     """``(client, cluster)``: a ``LocalCluster`` of ``n_jobs`` single-threaded worker processes for ``"local"``,
-    else a client of the scheduler at address ``scheduler`` (``cluster`` None)."""
+    else a client of the scheduler at address ``scheduler`` (``cluster`` None).
+    """
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError as exc:

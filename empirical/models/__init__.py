@@ -79,7 +79,8 @@ def tensor_check(*, ndim=None, finite: bool = True, range=None) -> Callable:
 
 def tensors_check(*layouts: tuple[str, ...], ndim=None) -> Callable:
     """A ``check(name, value)`` spec for a mapping of torch tensors (``params``, ``batch``) holding every key of one
-    of ``layouts``; each of those tensors is checked as :func:`tensor_check` checks one (real, finite, ``ndim``)."""
+    of ``layouts``; each of those tensors is checked as :func:`tensor_check` checks one (real, finite, ``ndim``).
+    """
     spec = tensor_check(ndim=ndim)
     want = " or ".join("{" + ", ".join(map(repr, keys)) + "}" for keys in layouts)
 

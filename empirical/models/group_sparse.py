@@ -196,7 +196,8 @@ class GroupSparseModelSpec:
 
 def effective_W(params: Annotated[Mapping[str, torch.Tensor], _WEIGHTS]) -> torch.Tensor:
     """The merged key-query matrix W (S, d+D, d+D): ``params["W"]``, or W_K^T W_Q for the factorised model
-    (docs/models/token_selection.md §B.7)."""
+    (docs/models/token_selection.md §B.7).
+    """
     return _effective_W(params)
 
 
@@ -283,7 +284,8 @@ def loss_per_draw(
 ) -> torch.Tensor:
     """ell(y f) = log(1 + exp(-y f)) (docs/models/token_selection.md §B.2), exactly (``logaddexp``, no softplus
     threshold). ``f`` and ``y`` (shapes that broadcast) are checked (real, finite); the training step calls an
-    unchecked version."""
+    unchecked version.
+    """
     try:
         torch.broadcast_shapes(f.shape, y.shape)
     except RuntimeError:
@@ -389,7 +391,8 @@ class GroupSparseAttention:
     def init_params(self, generators, *, device, dtype):
         """v^(0) = 0 and W^(0) = 0 (merged, docs/models/token_selection.md §B.2) or W_K, W_Q i.i.d. N(0, s^2) from each
         seed's ``init`` stream,
-        W_K first (factorised, docs/models/token_selection.md §B.7); or the embedded reduced state ``state0``."""
+        W_K first (factorised, docs/models/token_selection.md §B.7); or the embedded reduced state ``state0``.
+        """
         dim = self.task.dim
         if self.spec.parametrisation == "factorised":
             s = self.spec.init_scale
@@ -452,14 +455,16 @@ class GroupSparseAttention:
 
     def loss(self, params, batch, hyper=None):
         """Empirical logistic loss mean_k log(1 + exp(-y_k f_k)) per seed (docs/models/token_selection.md §B.2), shape
-        (S,)."""
+        (S,).
+        """
         f, _ = _forward(params, batch["X"])  # unchecked: a training step
         return _loss_per_draw(f, batch["y"]).mean(dim=-1)
 
     def evaluate(self, params, batch, hyper=None):
         """Loss, its SE over unique draws, accuracy P(y f > 0), E[S_{j*,j}] and the 5% quantile of min_j S_{j*,j}
         on the evaluation batch (docs/models/token_selection.md §B.3.1; attention diagnostics by
-        ``closedform.group_sparse``)."""
+        ``closedform.group_sparse``).
+        """
         f, S_att = _forward(params, batch["X"])
         ell = _loss_per_draw(f, batch["y"])
         n = ell.shape[1]
@@ -486,7 +491,8 @@ class GroupSparseAttention:
     def probes(self, params):
         """Order parameters of docs/models/token_selection.md §B.3.1 per seed (``closedform.group_sparse.order_params``
         on (v, W), W = W_K^T W_Q
-        for the factorised model): ``PROBE_NAMES``; cos and norm ratio are 0 while v_x = 0."""
+        for the factorised model): ``PROBE_NAMES``; cos and norm ratio are 0 while v_x = 0.
+        """
         v, W = to_weights(params)
         rows = [cf.order_params(self.task, v[s], W[s], self.v_star) for s in range(v.shape[0])]
         ref = params["v"]
@@ -499,7 +505,8 @@ class GroupSparseAttention:
 
     def project(self, params):
         """With ``project_steps``: the orthogonal projection onto the invariant family
-        (docs/models/token_selection.md §B.3, §B.3.1) in place."""
+        (docs/models/token_selection.md §B.3, §B.3.1) in place.
+        """
         if not self.spec.project_steps:
             return
         v = params["v"].detach().cpu().numpy()
@@ -594,7 +601,8 @@ def _sgd_config(
 ) -> TrainConfig:
     """TrainConfig of online SGD (fresh draws of docs/models/token_selection.md §B.1 every step; default step
     ``task.eta``), evaluated on a
-    fixed batch of ``eval_size`` fresh draws (a test sample)."""
+    fixed batch of ``eval_size`` fresh draws (a test sample).
+    """
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed samples")
     if model.spec.mirror and (batch_size % 2 or eval_size % 2):
@@ -691,7 +699,8 @@ def _features(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
 def downstream_features(W: Annotated[Any, _V.Array(ndim=3)], X: Annotated[Any, _V.Array(ndim=4)]) -> np.ndarray:
     """Features phi = H S 1_D of the frozen attention (docs/models/token_selection.md §B.2): with W fixed, f = <v, phi>
     is linear in v, so
-    fitting v is logistic regression on phi in R^{d+D}. W (S, d+D, d+D), X (S, n, d, D); returns (S, n, d+D)."""
+    fitting v is logistic regression on phi in R^{d+D}. W (S, d+D, d+D), X (S, n, d, D); returns (S, n, d+D).
+    """
     W = torch.as_tensor(np.asarray(W, dtype=np.float64))
     X = torch.as_tensor(np.asarray(X, dtype=np.float64))
     if W.ndim != 3 or X.ndim != 4 or W.shape[0] != X.shape[0]:

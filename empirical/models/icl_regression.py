@@ -161,7 +161,8 @@ class ICLModelSpec:
     @property
     def logit_scale(self) -> float:
         """1/sqrt(p) for softmax attention (docs/models/icl_regression.md §2: 1/sqrt(d+1)); 1 for linear attention
-        (docs/models/icl_regression.md §7.6)."""
+        (docs/models/icl_regression.md §7.6).
+        """
         return 1.0 / math.sqrt(self.width) if self.attention == "softmax" else 1.0
 
     def covariance(self) -> np.ndarray | None:
@@ -226,7 +227,8 @@ class ICLAttention:
 
     def init_params(self, generators, *, device, dtype):
         """PyTorch-default init of q/k/v/o_proj (docs/models/icl_regression.md §2), per seed from its ``init`` stream;
-        or the pattern (3.1)."""
+        or the pattern (3.1).
+        """
         if self.pattern0 is not None:
             S = len(generators)
             om, m = self.pattern0
@@ -306,7 +308,8 @@ class ICLAttention:
     def _prompts(self, normal, n, L, *, device, dtype):
         """Prompts of docs/models/icl_regression.md §1, §8.1, §8.3 from ``normal(shape)``: standard normals of
         ``shape``, with or without a
-        leading seed axis (every operation broadcasts over it)."""
+        leading seed axis (every operation broadcasts over it).
+        """
         spec = self.spec
         d, s2 = spec.task.d, spec.task.sigma2
         X = normal((n, L, d))
@@ -348,7 +351,8 @@ class ICLAttention:
 
     def evaluate(self, params, batch, hyper=None):
         """``mse`` (noisy y_q, docs/models/icl_regression.md §9 validation MSE) and ``risk`` = sigma^2 + mean (beta^T
-        x_q - yhat)^2 (docs/models/icl_regression.md §4.1)."""
+        x_q - yhat)^2 (docs/models/icl_regression.md §4.1).
+        """
         yhat = predict(self.spec, params, batch)
         err = batch["yq"] - yhat
         out = {"mse": (err * err).mean(dim=(1, 2))}
@@ -359,7 +363,8 @@ class ICLAttention:
 
     def probes(self, params):
         """Order parameters of docs/models/icl_regression.md §3 per seed: omega_h, mu_h, mu_dot_omega, sum_mu and the
-        off-pattern ratios."""
+        off-pattern ratios.
+        """
         spec = self.spec
         d, H = spec.task.d, spec.H
         KQ, OV = circuits(spec, params)
@@ -414,7 +419,8 @@ def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd):  # pragma: no cover
     """docs/models/icl_regression.md §1 labels from standard normals, in place, each seed by itself: beta <- beta_scale
     * beta, then the noise draws become the labels, eps[s, b, i] <- x_i . beta + sd eps[s, b, i] and eps_q[s, b] <- x_q
     . beta +
-    sd eps_q[s, b]."""
+    sd eps_q[s, b].
+    """
     S, n, L, d = X.shape
     for s in range(S):
         for b in range(n):
@@ -433,7 +439,8 @@ def _label_prompts(X, xq, beta, eps, eps_q, beta_scale, sd):  # pragma: no cover
 
 def _groups(spec: ICLModelSpec) -> list[tuple[str, tuple[int, ...]]]:
     """Coordinate groups of docs/models/icl_regression.md §8.3: coordinates with the same set of tasks, named by it
-    (e.g. ``t0``, ``t0t1``)."""
+    (e.g. ``t0``, ``t0t1``).
+    """
     groups: dict[str, list[int]] = {}
     for c in range(spec.task.d):
         key = "".join(f"t{j}" for j, s in enumerate(spec.supports) if c in s) or "none"
@@ -614,7 +621,8 @@ def _softmax_mse_kernel(X, y, xq, yq, A, OV, with_grad, loss, gA, gOV):  # pragm
 
 class _SoftmaxMSE(torch.autograd.Function):
     """Autograd wrapper of :func:`_softmax_mse_kernel`: the gradient is formed in the forward pass and scaled by the
-    incoming per-seed gradient in the backward pass."""
+    incoming per-seed gradient in the backward pass.
+    """
 
     @staticmethod
     def forward(ctx, KQ, OV, X, y, xq, yq):

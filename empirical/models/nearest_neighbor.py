@@ -184,7 +184,8 @@ def embed(
     """Embedded prompts H (..., d+2, N+1) from X (..., N, d), xq (..., d), y (..., N): columns [x_j; y_j; 0] and
     [x_query; 0; 1] (docs/models/token_selection.md §A.2), the layout of :func:`closedform.nearest_neighbor.embed`.
     The tensors are checked (real, finite, consistent shapes); the sampler of a training run calls an unchecked
-    version."""
+    version.
+    """
     _V.check_shapes(X=(X, "... N d"), xq=(xq, "... d"), y=(y, "... N"))
     return _embed(X, xq, y)
 
@@ -202,7 +203,8 @@ def effective_W(
     params: Annotated[Mapping[str, torch.Tensor], _tensors(("W",), ("W_K", "W_Q"), ndim=3)],
 ) -> torch.Tensor:
     """The merged key-query matrix (S, d+2, d+2): ``params["W"]`` or W_K^T W_Q (factorised,
-    docs/models/token_selection.md §A.9)."""
+    docs/models/token_selection.md §A.9).
+    """
     return _effective_W(params)
 
 
@@ -216,7 +218,8 @@ def _effective_W(params):
 def attention(W: Annotated[torch.Tensor, _tensor(ndim=3)], H: Annotated[torch.Tensor, _tensor(ndim=4)]) -> torch.Tensor:
     """q = softmax(H^T W h_query) (S, n, N+1) for W (S, D, D), H (S, n, D, N+1) (docs/models/token_selection.md §A.3,
     column-wise softmax of
-    docs/models/token_selection.md §0, no temperature); the last entry is the query's attention on itself, q_{N+1}."""
+    docs/models/token_selection.md §0, no temperature); the last entry is the query's attention on itself, q_{N+1}.
+    """
     _V.check_shapes(W=(W, "S D D"), H=(H, "S n D N1"))
     return _attention(W, H)
 
@@ -235,7 +238,8 @@ def predict(
     """Attention q (S, n, N+1) and prediction f_W(H) = [y_1..y_N, 0] q (S, n) (docs/models/token_selection.md §A.3) on a
     batch ``{"H": (S, n,
     d+2, N+1), ...}``. The tensors are checked (real, finite, consistent shapes); the training step calls an
-    unchecked version."""
+    unchecked version.
+    """
     _V.check_shapes(W=(_effective_W(params), "S D D"), **{"batch['H']": (batch["H"], "S n D N1")})
     return _predict(params, batch)
 
@@ -404,7 +408,8 @@ class NearestNeighborAttention:
         """W = W^(0) = diag(0_{d+1}, -sigma) for every seed (merged, docs/models/token_selection.md §A.4; no
         randomness), or W_K then W_Q with i.i.d. N(0, init_scale^2) entries from each seed's ``init`` stream
         (factorised, docs/models/token_selection.md §A.9); or the explicit
-        ``init_weights``."""
+        ``init_weights``.
+        """
         S, D = len(generators), self.task.embed_dim
         if self.init_weights is not None:
             out = {}
@@ -461,7 +466,8 @@ class NearestNeighborAttention:
 
     def loss(self, params, batch, hyper=None):
         """L = 1/2 mean over prompts of (f_W(H) - y_{i*})^2 per seed (docs/models/token_selection.md §A.4), shape
-        (S,)."""
+        (S,).
+        """
         _, f = _predict(params, batch)  # unchecked: a training step
         return 0.5 * ((f - batch["target"]) ** 2).mean(dim=-1)
 
@@ -470,7 +476,8 @@ class NearestNeighborAttention:
         docs/models/token_selection.md §A.5.1 (E[q_{i*}], its lower quantile, E[q_{N+1}];
         :func:`closedform.nearest_neighbor.full_diagnostics` on each seed's W) on the evaluation batch (the training
         prompts for fixed data); ``mse_test`` on the test
-        prompts if given."""
+        prompts if given.
+        """
         _, f = _predict(params, batch)
         ell = 0.5 * (f - batch["target"]) ** 2
         n = ell.shape[1]
@@ -503,7 +510,8 @@ class NearestNeighborAttention:
     def probes(self, params):
         """Probes of docs/models/token_selection.md §A.5.1 per seed (:func:`closedform.nearest_neighbor.probe` on W, or
         on W_K^T W_Q):
-        xi1 = tr(W11)/d, xi2 = -W33 and off = ||W - diag(xi1 I, 0, -xi2)||_F / ||W||_F."""
+        xi1 = tr(W11)/d, xi2 = -W33 and off = ||W - diag(xi1 I, 0, -xi2)||_F / ||W||_F.
+        """
         W = effective_W(params)
         xi1, xi2, off = cf.probe(to_weights(params))
         return {
@@ -558,7 +566,8 @@ def _gd_config(
     full batch by default, minibatch SGD over per-epoch permutations with ``batch_size``. The evaluation batch is the
     training sample
     (docs/models/token_selection.md §0). ``seeds`` defaults to 0..len(data)-1 (labels of the runs; the prompts are those
-    of the model)."""
+    of the model).
+    """
     if model.data is None:
         raise ValueError(
             "config('gd') needs a model with fixed prompts (NearestNeighborAttention(..., data=samples)); "
@@ -593,7 +602,8 @@ def _sgd_config(
 ) -> TrainConfig:
     """TrainConfig of online SGD at step eta = ``task.eta`` (fresh prompts of docs/models/token_selection.md §A.1 every
     step), evaluated on a
-    fixed batch of ``eval_size`` fresh prompts per seed."""
+    fixed batch of ``eval_size`` fresh prompts per seed.
+    """
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed prompts")
     return TrainConfig(

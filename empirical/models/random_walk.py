@@ -208,7 +208,8 @@ class RandomWalkModelSpec:
 
 def effective_W(params: Annotated[Mapping[str, torch.Tensor], _tensors(("W",), ("W_K", "W_Q"))]) -> torch.Tensor:
     """The merged key-query matrix W (S, K+M, K+M): ``params["W"]`` or W_K^T W_Q (factorised,
-    docs/models/token_selection.md §C.8)."""
+    docs/models/token_selection.md §C.8).
+    """
     if "W" in params:
         return params["W"]
     return params["W_K"].transpose(-1, -2) @ params["W_Q"]
@@ -216,7 +217,8 @@ def effective_W(params: Annotated[Mapping[str, torch.Tensor], _tensors(("W",), (
 
 def _query_vector(params: Mapping[str, torch.Tensor], xq: torch.Tensor) -> torch.Tensor:
     """q = W x~_N (S, K+M); for the factorised model W_K^T (W_Q x~_N), never forming W
-    (docs/models/token_selection.md §C.3)."""
+    (docs/models/token_selection.md §C.3).
+    """
     if "W" in params:
         return params["W"] @ xq
     return (params["W_K"].transpose(-1, -2) @ (params["W_Q"] @ xq)[..., None])[..., 0]
@@ -305,7 +307,8 @@ def to_weights(
 
 def probe_names(task: cf.RandomWalkTask) -> tuple[str, ...]:
     """Names of the weight probes (docs/models/token_selection.md §C.5.1): the closed form's state names V_b_a, a_k,
-    c_i, then ``off``."""
+    c_i, then ``off``.
+    """
     return tuple(cf.state_names(task)) + ("off",)
 
 
@@ -442,7 +445,8 @@ class RandomWalkAttention:
 
     def forward(self, params, states):
         """(S_att (S, n, N), f (S, n, K)) of :func:`forward` with this model's token normalisation (unchecked: a
-        training step)."""
+        training step).
+        """
         return _forward(
             self.task, params, states, normalize_tokens=self.spec.normalize_tokens, Phi=self._positional(params["V"])
         )
@@ -457,7 +461,8 @@ class RandomWalkAttention:
         """V = W = 0 (docs/models/token_selection.md §C.4), or i.i.d. N(0, s^2) entries from each seed's ``init``
         stream: V then W (merged,
         docs/models/token_selection.md §C.8 Fig. 6), or V then W_K then W_Q (factorised,
-        docs/models/token_selection.md §C.8)."""
+        docs/models/token_selection.md §C.8).
+        """
         K, D = self.task.K, self.task.K + self.task.M
         if self.spec.init == "zero":
             S = len(generators)
@@ -517,7 +522,8 @@ class RandomWalkAttention:
     def evaluate(self, params, batch, hyper=None):
         """Loss and its SE on the evaluation batch (the training walks for fixed data), ``dist_V_sqrtChat`` (fixed
         data), and the diagnostics of docs/models/token_selection.md §C.5.1 plus ``kl`` (Fig. 6) on the test walks
-        (module Notes)."""
+        (module Notes).
+        """
         states = batch["states"]
         _, f = self.forward(params, states)
         y = states[..., -1].long().to(f.device)
@@ -565,7 +571,8 @@ class RandomWalkAttention:
 
     def _diagnostics(self, V, S_att, f, sample) -> dict:
         """The closed form's diagnostics (docs/models/token_selection.md §C.5.1) from one seed's attention and output,
-        plus the KL of Fig. 6."""
+        plus the KL of Fig. 6.
+        """
         acc, acc_rb = cf.accuracy(self.task, f, sample)
         row = {"acc": acc, "acc_rb": acc_rb}
         row.update(cf.attention_stats(S_att, sample.weights))
@@ -695,7 +702,8 @@ def _sgd_config(
 ) -> TrainConfig:
     """TrainConfig of online SGD (fresh walks of docs/models/token_selection.md §C.1 every step; default step
     ``task.eta``), evaluated on a
-    fixed batch of ``eval_size`` fresh walks (a test sample)."""
+    fixed batch of ``eval_size`` fresh walks (a test sample).
+    """
     if model.data is not None:
         raise ValueError("config('sgd') needs an online model (data=None); use config('gd') for fixed walks")
     return TrainConfig(
@@ -747,7 +755,8 @@ QA_LOSSES = ("log_eps", "cross_entropy")
 
 def qa_tokens(words: str) -> list[int]:
     """Token ids of a question: lower-case words, punctuation and quotes dropped (docs/models/token_selection.md §C.8
-    [unknown; default])."""
+    [unknown; default]).
+    """
     clean = "".join(ch if ch.isalnum() or ch.isspace() else " " for ch in words.lower())
     try:
         return [QA_VOCAB.index(w) for w in clean.split()]
@@ -925,7 +934,8 @@ class QAAttention:
 
     def output(self, params, states):
         """Model output f (S, n, K) (docs/models/token_selection.md §C.3; ReLU variant of
-        docs/models/token_selection.md §C.8)."""
+        docs/models/token_selection.md §C.8).
+        """
         ref = params["V"]
         if not self.spec.relu:  # unchecked forward pass: a training step
             return _forward(
@@ -947,7 +957,8 @@ class QAAttention:
 
     def init_params(self, generators, *, device, dtype):
         """V, W (and A_relu) i.i.d. N(0, s^2) from each seed's ``init`` stream, in that order
-        (docs/models/token_selection.md §C.8)."""
+        (docs/models/token_selection.md §C.8).
+        """
         K, D, m, s = self.task.K, self.task.K + self.task.M, self.spec.m_relu, self.spec.init_scale
 
         def draw(g):
@@ -972,7 +983,8 @@ class QAAttention:
 
     def loss(self, params, batch, hyper=None):
         """mean -log(max(e_y^T f + eps, 1e-12)) per seed (docs/models/token_selection.md §C.4 with the clamp of
-        docs/models/token_selection.md §C.8), or mean -log softmax(f)_y (``loss="cross_entropy"``), shape (S,)."""
+        docs/models/token_selection.md §C.8), or mean -log softmax(f)_y (``loss="cross_entropy"``), shape (S,).
+        """
         f = self.output(params, batch["states"])
         y = batch["states"][..., -1].long().to(f.device)
         if self.spec.loss == "cross_entropy":

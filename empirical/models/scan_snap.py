@@ -132,7 +132,8 @@ def yz_logits(Y: torch.Tensor, Z: torch.Tensor, counts: torch.Tensor, qid: torch
 
 def effective_YZ(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(Y, Z) of the parameters: themselves (Y/Z model), or Y = U W_V^T U^T, Z = U W_Q W_K^T U^T / sqrt(d)
-    (docs/models/scan_snap.md §1.4)."""
+    (docs/models/scan_snap.md §1.4).
+    """
     if "Y" in params:
         return params["Y"], params["Z"]
     U, WQ, WK, WV = params["U"], params["W_Q"], params["W_K"], params["W_V"]
@@ -146,7 +147,8 @@ def reduced_blocks(
     classes: cf.SequenceClasses, Y: Annotated[Any, _MATRICES], Z: Annotated[Any, _MATRICES]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Reduced state Y_full[0:Lc, :] (.., Lc, M) and Z_full[Lc:Lc+Q, 0:Lc] (.., Q, Lc) as float64 numpy
-    (docs/models/scan_snap.md §4.1)."""
+    (docs/models/scan_snap.md §4.1).
+    """
     Lc, Q = classes.Lc, classes.Q
     Yn = torch.as_tensor(Y).detach().cpu().numpy().astype(np.float64, copy=False)
     Zn = torch.as_tensor(Z).detach().cpu().numpy().astype(np.float64, copy=False)
@@ -238,7 +240,8 @@ class ScanSnapTorch:
         """Dims of the array probes (:mod:`empirical.train` protocol): ``z`` (query_token, token) when ``probe_z``; per
         class ``alpha_tgt``, ``gamma_hat`` and ``H`` (``H`` only when every class has distinct tokens, where H_n is
         defined, docs/models/scan_snap.md §4.6). Coordinates: the trainer's default 0-based ids, as in
-        :mod:`closedform.scan_snap`."""
+        :mod:`closedform.scan_snap`.
+        """
         dims = {"z": ("query_token", "token")} if self.probe_z else {}
         if self._H_defined:
             dims["H"] = ("class",)
@@ -279,7 +282,8 @@ class ScanSnapTorch:
     @property
     def V(self) -> int:
         """Number of input ids, max(M, Lc + Q) (contextual l -> l, query m -> Lc + m; docs/models/scan_snap.md §5.1
-        layout)."""
+        layout).
+        """
         return max(self.classes.M, self.classes.Lc + self.classes.Q)
 
     @staticmethod
@@ -362,7 +366,8 @@ class ScanSnapTorch:
 
     def loss(self, params, batch, hyper):
         """Cross-entropy -J of docs/models/scan_snap.md §1.3, averaged over the batch (the authors' code); shape
-        (S,)."""
+        (S,).
+        """
         Y, Z = effective_YZ(params)
         counts, qid, tgt = self._ids(batch, Y.device)
         logits = yz_logits(Y, Z, counts, qid)
@@ -372,7 +377,8 @@ class ScanSnapTorch:
     def probes(self, params):
         """docs/models/scan_snap.md §4.6 diagnostics of the reduced blocks, via ``closedform.scan_snap``: ``z`` (S, Q,
         Lc), ``H``,
-        ``alpha_tgt``, ``gamma_hat`` (S, K), ``H_mean`` (S,); dims in :attr:`probe_dims`."""
+        ``alpha_tgt``, ``gamma_hat`` (S, K), ``H_mean`` (S,); dims in :attr:`probe_dims`.
+        """
         Y, Z = effective_YZ(params)
         c = self.classes
         Yr, Zr = reduced_blocks(c, Y, Z)
@@ -436,7 +442,8 @@ def _adam_config(
     **kw,
 ) -> TrainConfig:
     """Fig. 5 protocol (docs/models/scan_snap.md §5.2 [choice]): Adam with torch defaults, eta_Y = eta_Z = eta, batch
-    128."""
+    128.
+    """
     check_positive("eta", eta)
     return TrainConfig(
         seeds=seeds,
@@ -515,7 +522,8 @@ class TextTransformer:
     @property
     def probe_dims(self) -> dict[str, tuple[str, ...]]:
         """``attn`` (query_position, key_position) when ``map_rows`` > 0 (the :mod:`empirical.train` array-probe
-        protocol)."""
+        protocol).
+        """
         return {"attn": ("query_position", "key_position")} if self.map_rows else {}
 
     def __post_init__(self):
@@ -589,7 +597,8 @@ class TextTransformer:
 
     def forward(self, params, tokens: torch.Tensor):
         """Logits (S, B, T, V) and attention (S, B, T, T) for input ids (S, B, T) (docs/models/scan_snap.md §5.5
-        architecture)."""
+        architecture).
+        """
         p = params
         d = self.d_model
         S, _, T = tokens.shape
@@ -633,7 +642,8 @@ class TextTransformer:
 
     def probes(self, params):
         """``entropy``: average attention entropy on the held-out chunks (docs/models/scan_snap.md §5.5, Fig. 10);
-        optional map."""
+        optional map.
+        """
         S = next(iter(params.values())).shape[0]
         dev = params["emb"].device
         tok = self.heldout.to(dev).long()[None].expand(S, -1, -1)
@@ -659,8 +669,8 @@ def _text_config(
     """Fig. 10 protocol (docs/models/scan_snap.md §5.5 [choice]): plain SGD (momentum 0), one learning rate eta, batch
     20, n_epochs
     passes over the training chunks (fixed dataset, per-epoch permutation), no lr decay, clipping in the model
-    (``TextTransformer.clip``)."""
-
+    (``TextTransformer.clip``).
+    """
     check_positive("eta", eta)
     n = int(model.train_chunks.shape[0])
     n_epochs = check_int("n_epochs", n_epochs, min_value=1)

@@ -245,7 +245,8 @@ def _predict(X, k, v, lam, predictor):
 @njit(cache=True, fastmath={"reassoc", "contract"})
 def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cover (compiled; tested via erf_mse)
     """Per seed s: loss[s] = (1/B) sum_b (T(X_sb) - y_sb)^2 with T = sum_l erf(lam x.k)(x.v), and its gradients
-    gk[s] = dloss/dk, gv[s] = dloss/dv (if ``with_grad``), in one pass over X (S, B, L, d). See :func:`erf_mse`."""
+    gk[s] = dloss/dk, gv[s] = dloss/dv (if ``with_grad``), in one pass over X (S, B, L, d). See :func:`erf_mse`.
+    """
     S, B, L, d = X.shape
     c = 2.0 * lam / math.sqrt(math.pi)  # d/da erf(lam a) = c exp(-(lam a)^2)
     q = np.empty(L)
@@ -334,7 +335,8 @@ def _erf_mse_kernel(X, y, k, v, lam, with_grad, loss, gk, gv):  # pragma: no cov
 
 class _ErfMSE(torch.autograd.Function):
     """Autograd wrapper of :func:`_erf_mse_kernel`: the gradient is computed in the forward pass and scaled by the
-    incoming per-seed gradient in the backward pass."""
+    incoming per-seed gradient in the backward pass.
+    """
 
     @staticmethod
     def forward(ctx, k, v, X, y, lam):
@@ -541,7 +543,8 @@ class SingleLocationAttention:
 
     def init_params(self, generators: Sequence[torch.Generator], *, device, dtype) -> dict[str, torch.Tensor]:
         """Initial (k, v), each (S, d), seed s from ``generators[s]`` (docs/models/single_location.md §6.5; see the
-        class docstring)."""
+        class docstring).
+        """
         ks, vs = self.oracle(device, dtype)
         d = self.task.d
 
@@ -586,7 +589,8 @@ class SingleLocationAttention:
 
     def squared_errors(self, params, batch, hyper) -> torch.Tensor:
         """Per-sample squared errors (T(X_b) - Y_b)^2, shape (S, B) (docs/models/single_location.md §4: their mean
-        estimates R)."""
+        estimates R).
+        """
         return (self.predict(params, batch["X"], hyper) - batch["y"]) ** 2
 
     def loss(self, params, batch, hyper) -> torch.Tensor:
@@ -603,13 +607,15 @@ class SingleLocationAttention:
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
         """``risk`` = test MSE at lambda_n, ``excess_risk`` = risk - eps^2, ``lam`` = lambda_n
-        (docs/models/single_location.md §0.3, §8.4)."""
+        (docs/models/single_location.md §0.3, §8.4).
+        """
         risk = self.loss(params, batch, hyper)
         return {"risk": risk, "excess_risk": risk - self.task.eps**2, "lam": torch.full_like(risk, self.lam(hyper))}
 
     def probes(self, params) -> dict[str, torch.Tensor]:
         """kappa, nu, theta, eta, rho (docs/models/single_location.md §4.1) and distance_to_manifold
-        (docs/models/single_location.md §5.1) of each seed's (k, v)."""
+        (docs/models/single_location.md §5.1) of each seed's (k, v).
+        """
         k, v = params["k"], params["v"]
         ks, vs = self.oracle(k.device, k.dtype)
         theta, eta, rho = (v * ks).sum(-1), (k * vs).sum(-1), (k * v).sum(-1)
@@ -633,8 +639,8 @@ def build(
     """A :class:`SingleLocationAttention` with (k*, v*) drawn from ``rng``.
 
     The directions come from :func:`closedform.single_location.random_oracle_directions`
-    (docs/models/single_location.md §1 sampling recipe)."""
-
+    (docs/models/single_location.md §1 sampling recipe).
+    """
     k_star, v_star = random_oracle_directions(task, as_generator(rng))
     return SingleLocationAttention(task, k_star=k_star, v_star=v_star, predictor=predictor, init=init)
 

@@ -142,13 +142,15 @@ class MultiLocationTask(LocationTask):
     @property
     def null_risk(self) -> float:
         """Risk of the zero predictor, E[Y^2] = K gamma^2 + eps^2 (docs/models/single_location.md §1 remark,
-        docs/models/single_location.md §8.8)."""
+        docs/models/single_location.md §8.8).
+        """
         return self.K * self.gamma**2 + self.eps**2
 
 
 def as_multi_location(task) -> MultiLocationTask:
     """``task`` as a :class:`MultiLocationTask` (a ``SingleLocationTask`` of docs/models/single_location.md §1 is the
-    case K = 1, docs/models/single_location.md §8.8)."""
+    case K = 1, docs/models/single_location.md §8.8).
+    """
     if isinstance(task, MultiLocationTask):
         return task
     if isinstance(task, SingleLocationTask):
@@ -175,7 +177,8 @@ def random_oracle_directions(task, rng: Annotated[Any, _V.seed_check] = None) ->
 
 def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, np.ndarray]:
     """(k_star, v_star) as (K, d) float64 arrays; ValueError unless jointly orthonormal
-    (docs/models/single_location.md §1, §8.8)."""
+    (docs/models/single_location.md §1, §8.8).
+    """
     out = []
     for name, a in (("k_star", k_star), ("v_star", v_star)):
         a = check_finite_array(name, a, ndim=(1, 2))
@@ -195,7 +198,8 @@ def _check_oracle(task: MultiLocationTask, k_star, v_star) -> tuple[np.ndarray, 
 def layer_norm(x: Annotated[torch.Tensor, _tensor(ndim=tuple(range(1, 33)))]) -> torch.Tensor:
     """LN(x) = (x - mean(x)) / sqrt(var(x) + 1e-5) over the last axis, no affine parameters
     (docs/models/single_location.md §8.7). ``x`` is checked (real, finite); the model's forward pass calls an
-    unchecked version."""
+    unchecked version.
+    """
     return _layer_norm(x)
 
 
@@ -238,7 +242,8 @@ def sample_tokens(
 
 def _place_locations(task, k_star, v_star, u, X, xi) -> dict[str, torch.Tensor]:
     """The law of :func:`sample_tokens` from its uniforms u (..., L), normals X (..., L, d) and xi (...): J = the
-    first K entries of argsort(u); X is modified in place. Leading axes (n,) or (S, n)."""
+    first K entries of argsort(u); X is modified in place. Leading axes (n,) or (S, n).
+    """
     J = torch.argsort(u, dim=-1)[..., : task.K]  # (..., K)
     idx = J[..., None].expand(*J.shape, task.d)
     inf = task.s * k_star + task.gamma * torch.gather(X, -2, idx)  # (..., K, d)
@@ -289,7 +294,8 @@ class _TaskModel:
     def draw(self, rng, n, *, device, dtype):
         """The law of :meth:`sample` for all seeds at once from the trainer's counter-keyed ``BlockRNG``
         (:mod:`empirical.seeding`); draw order per seed: the L permutation uniforms, tokens, noise (as
-        :func:`sample_tokens`). Returns ``X`` (S, n, L, d), ``y`` (S, n)."""
+        :func:`sample_tokens`). Returns ``X`` (S, n, L, d), ``y`` (S, n).
+        """
         task = self.task
         ks, vs = (torch.as_tensor(a, device=device, dtype=dtype) for a in (self.k_star_np, self.v_star_np))
         u = rng.uniform((n, task.L), dtype=dtype)
@@ -309,7 +315,8 @@ class _TaskModel:
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
         """``risk`` (test MSE, eps^2 included) and ``excess_risk`` = risk - eps^2
-        (docs/models/single_location.md §0.1, §0.3)."""
+        (docs/models/single_location.md §0.1, §0.3).
+        """
         risk = self.loss(params, batch, hyper)
         return {"risk": risk, "excess_risk": risk - self.task.eps**2}
 
@@ -356,7 +363,8 @@ class MultiHeadErf(_TaskModel):
 
     def init_params(self, generators, *, device, dtype):
         """k_h, v_h uniform on S^{d-1}, shape (S, H, d) each (docs/models/single_location.md §6.5 sphere initialisation,
-        docs/models/single_location.md §8.8)."""
+        docs/models/single_location.md §8.8).
+        """
         H, d = self.H, self.task.d
 
         def draw(g):
@@ -378,21 +386,22 @@ class MultiHeadErf(_TaskModel):
 
     def predict(self, params, X, hyper) -> torch.Tensor:
         """T(X) = sum_h sum_l erf(lambda x_l.k_h)(x_l.v_h) for X (S, B, L, d); returns (S, B) (the paper's Eq. (31))."""
-
         a = torch.einsum("sbld,shd->sbhl", X, params["k"])
         b = torch.einsum("sbld,shd->sbhl", X, params["v"])
         return (torch.erf(self.lam(hyper) * a) * b).sum(dim=(-1, -2))
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
         """``risk``, ``excess_risk`` (test MSE at lambda_n, docs/models/single_location.md §0.3) and ``lam``, the lambda
-        used (docs/models/single_location.md §8.8)."""
+        used (docs/models/single_location.md §8.8).
+        """
         out = super().evaluate(params, batch, hyper)
         out["lam"] = torch.full_like(out["risk"], self.lam(hyper))
         return out
 
     def probes(self, params) -> dict[str, torch.Tensor]:
         """Inner products with the oracle directions (docs/models/single_location.md §4.1 for H = K = 1,
-        docs/models/single_location.md §8.8 otherwise)."""
+        docs/models/single_location.md §8.8 otherwise).
+        """
         k, v = params["k"], params["v"]
         ks, vs = self.oracle(k)
         if self.single:
@@ -453,7 +462,8 @@ class TransformerLayer(_TaskModel):
 
     def init_params(self, generators, *, device, dtype):
         """The docs/models/single_location.md §8.7 initialisation (see the class docstring), each tensor with a leading
-        seed axis."""
+        seed axis.
+        """
         H, d = self.H, self.task.d
         sd = 1.0 / math.sqrt(d)
 
@@ -507,7 +517,8 @@ class TransformerLayer(_TaskModel):
 
     def value_directions(self, params, u=None) -> torch.Tensor:
         """v_hat_h = W_V^h W_O^h u, shape (S, H, d) (docs/models/single_location.md §8.7); ``u`` (S, d) defaults to the
-        read-out vector."""
+        read-out vector.
+        """
         u = params["u"] if u is None else u
         if self.H == 1:
             return torch.einsum("shde,se->shd", params["W_V"], u)
@@ -548,7 +559,8 @@ class TransformerLayer(_TaskModel):
 
     def probes(self, params) -> dict[str, torch.Tensor]:
         """kappa = |k_hat . k*|, nu = |v_hat . v*| / |v_hat|, sv_ratio, per head and location
-        (docs/models/single_location.md §8.7, §8.9)."""
+        (docs/models/single_location.md §8.7, §8.9).
+        """
         k_hat, ratio = self.key_directions(params)
         out = self._alignments(k_hat, self.value_directions(params))
         if self.single:
@@ -572,7 +584,8 @@ class TransformerLayer(_TaskModel):
 
     def evaluate(self, params, batch, hyper) -> dict[str, torch.Tensor]:
         """``risk``, ``excess_risk`` on the test batch and the MLP-corrected alignment ``nu_mlp``
-        (docs/models/single_location.md §8.7)."""
+        (docs/models/single_location.md §8.7).
+        """
         out = super().evaluate(params, batch, hyper)
         out.update(self._alignments(None, self.mlp_corrected_value_directions(params, batch["X"]), prefix_v="nu_mlp"))
         return out

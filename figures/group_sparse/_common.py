@@ -1,5 +1,6 @@
 """Shared helpers of the group_sparse figures: the task, save steps, seeds, torch GD runs, the learned and reduced
-variables, mirrored samples and the shared rows and checks."""
+variables, mirrored samples and the shared rows and checks.
+"""
 
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def _learned_vars(traj, prefix: str = "") -> dict:
 
 def _mirrored(samples) -> list:
     """Each training sample with the mirror images (-X, -y) of its draws appended (docs/models/token_selection.md §B.6:
-    the x -> -x symmetry of the population restored)."""
+    the x -> -x symmetry of the population restored).
+    """
     return [
         cf.GroupSparseSample(
             X=np.concatenate([s.X, -s.X]),
@@ -106,7 +108,8 @@ def _mean_attention(params, samples, device) -> np.ndarray:
 
 def _row(quantity, time, theory, samples, *, theory_se=None, **kw) -> GapRow:
     """One row at ``time``: ``samples`` (seed,) against ``theory`` (:func:`figures.registry.compare_rows`); with
-    ``theory_se`` the theory is the mean of :data:`N_PROXY` independent Monte Carlo proxies."""
+    ``theory_se`` the theory is the mean of :data:`N_PROXY` independent Monte Carlo proxies.
+    """
     (row,) = compare_rows(
         quantity,
         [time],
@@ -122,7 +125,8 @@ def _row(quantity, time, theory, samples, *, theory_se=None, **kw) -> GapRow:
 def _reduced_proxies(task, n_steps, steps, n_pop, rng) -> dict:
     """The projected population map (docs/models/token_selection.md §B.3) on :data:`N_PROXY` independent population
     proxies of n_pop draws:
-    ``{name: (N_PROXY, n_saved)}`` for the variables of ``REDUCED``."""
+    ``{name: (N_PROXY, n_saved)}`` for the variables of ``REDUCED``.
+    """
     runs = [
         cf.map(task, n_steps, n_samples=n_pop, rng=g, saveat=SaveAt(steps=tuple(int(s) for s in steps)), with_se=False)
         for g in rng.spawn(N_PROXY)
@@ -141,7 +145,8 @@ def _reduced_vars(prox: dict) -> dict:
 
 def _attention_floor(ds) -> tuple[float, float, int]:
     """The population map's row-j* weight E[S_j*,j] at the last step, the slack 1.5/sqrt(n) allowed to one training
-    sample of size n, and n: every sample's weight should reach ``pop - slack``."""
+    sample of size n, and n: every sample's weight should reach ``pop - slack``.
+    """
     # The theorem's weight is the population's: the population map at the same t (not a threshold read off these runs).
     pop = float(ds["reduced_attn_jstar"].values[-1])
     n = int(ds.attrs["n"] if "n" in ds.attrs else ds.attrs["n_large"])
@@ -237,7 +242,8 @@ def _paired_check(
     paired differences ``worse - better`` rejects "no difference" at :data:`PAIRED_LEVEL`. Signed ranks, not Student
     t: the differences are heavy-tailed (one seed's baseline error, or one raw sample's symmetry breaking, several
     times the others'), which leaves a t interval without power at 8-12 seeds. ``measured`` is the mean paired
-    difference; ``explanation`` is attached only if the check fails."""
+    difference; ``explanation`` is attached only if the check fails.
+    """
     diff = np.asarray(worse, dtype=np.float64) - np.asarray(better, dtype=np.float64)
     n = int(diff.size)
     # all-zero differences (both errors 0 on every seed): no evidence either way

@@ -77,7 +77,8 @@ def plot_downstream(ds: xr.Dataset):
 def gaps_downstream(ds: xr.Dataset) -> list[GapRow]:
     """No theory value to compare with: the downstream theorem bounds rates up to constants
     (docs/models/token_selection.md §B.4); the claims
-    are the inequalities of :func:`checks_downstream`."""
+    are the inequalities of :func:`checks_downstream`.
+    """
     return []
 
 
@@ -108,7 +109,8 @@ def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
     on v) the pre-trained W beats W = 0 at the largest n and logistic regression on vec(X) at the smallest and a
     middle n, and so it does with v fitted like the baseline (d + D against d D parameters). (At the largest n both
     errors are ~1e-4, below the resolution of the test set.) The comparisons with logistic regression for the torch W
-    pre-trained on the paper's raw samples are explained (:data:`_RAW_W_WHY`)."""
+    pre-trained on the paper's raw samples are explained (:data:`_RAW_W_WHY`).
+    """
     n_list = ds.n.values.astype(int)
     dD, dpD = ds.attrs["d"] * ds.attrs["D"], ds.attrs["d"] + ds.attrs["D"]
     T_th, T_pre = ds.attrs["T_theory"], ds.attrs["T_pre"]
@@ -234,7 +236,8 @@ def checks_downstream(ds: xr.Dataset) -> list[CheckResult]:
 )
 def data_downstream(cfg) -> xr.Dataset:
     """Pre-train W (torch GD, and the reduced population map), then the downstream SGD of
-    docs/models/token_selection.md §B.4 for each n."""
+    docs/models/token_selection.md §B.4 for each n.
+    """
     p = cfg.params
     d, D, gamma = 4, 6, 0.1
     task = _task(d, D)

@@ -102,7 +102,8 @@ def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
     SE) at the mid and last saved steps. The paper's n = 200 / 500 and the factorised runs are shown, not compared:
     finite-sample training overfits its sample (docs/models/token_selection.md §B.6), and no reduced dynamics describes
     a random factorised
-    start."""
+    start.
+    """
     rows = []
     n = ds.sizes["step"]
     lab = f"merged W, n = {ds.attrs['n_big']}"
@@ -124,7 +125,8 @@ def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
 
 def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
     """The factorised model leaves the saddle and matches the merged one (docs/models/token_selection.md §B.6); Theorem
-    B.4 items 1-3."""
+    B.4 items 1-3.
+    """
     T = int(ds.step.values[-1])
     f_loss = ds["factorised__loss"].values[:, -1]
     m_loss = ds["merged_n_large__loss"].values[:, -1]
@@ -192,7 +194,8 @@ def checks_overlay(ds: xr.Dataset) -> list[CheckResult]:
 )
 def data_overlay(cfg) -> xr.Dataset:
     """Reduced population map, merged GD at two sample sizes and factorised GD (docs/models/token_selection.md §5
-    overlay)."""
+    overlay).
+    """
     p = cfg.params
     d, D = 2, 4
     task = _task(d, D)

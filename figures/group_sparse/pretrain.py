@@ -1,5 +1,6 @@
 """``group_sparse.pretrain_n500_d4_D6`` and ``group_sparse.pretrain_n200_d2_D4``: pre-training runs, torch GD
-against the closed-form first steps and the reduced dynamics."""
+against the closed-form first steps and the reduced dynamics.
+"""
 
 from __future__ import annotations
 
@@ -125,7 +126,8 @@ def _attention_heatmap(ax, fig, S, D, jstar, title):
 def plot_pretrain(ds: xr.Dataset):
     """Six panels: the four of docs/models/token_selection.md §B.7 (training loss, cos(v_x, v*), norm ratio, attention
     matrix S at the last step), the row-j* weight E[S_j*,j] against t for the raw, mirrored and projected runs and the
-    population map, and S of the mirrored run."""
+    population map, and S of the mirrored run.
+    """
     fig, axes = panel_grid(6, max_per_row=3, panel_size=(4.6, 3.6))
     pos = ds.step.values > 0
     t = ds.step.values[pos]
@@ -172,7 +174,8 @@ def plot_pretrain(ds: xr.Dataset):
 
 def _closed_rows(ds) -> list[GapRow]:
     """Torch GD at t = 1, 2 (on ``early_seed`` training samples) against the closed-form population steps of
-    docs/models/token_selection.md §B.3."""
+    docs/models/token_selection.md §B.3.
+    """
     rows = []
     for t in (1, 2):
         for name in ("beta", "w_par", "m1", "m3"):
@@ -220,7 +223,8 @@ def gaps_pretrain(ds: xr.Dataset) -> list[GapRow]:
 
     Other late-time quantities are not compared: at the paper's n = 200 / 500 (raw samples) training overfits its
     sample (docs/models/token_selection.md §B.6); ``group_sparse.overlay`` compares the map with GD at a sample size
-    where it applies."""
+    where it applies.
+    """
     rows = _closed_rows(ds)
     T = int(ds.step.values[-1])
     theory, se = float(ds["reduced_attn_jstar"].values[-1]), float(ds["reduced_attn_jstar_pse"].values[-1])
@@ -238,7 +242,8 @@ def gaps_pretrain(ds: xr.Dataset) -> list[GapRow]:
 
 def checks_pretrain(ds: xr.Dataset) -> list[CheckResult]:
     """Theorem B.4 items 1-3 and the attention heat map of docs/models/token_selection.md §B.7, with measured
-    numbers."""
+    numbers.
+    """
     js = ds.attrs["jstar"] - 1
     S = ds["attn_matrix"].values
     others = np.delete(S, js, axis=0)
@@ -371,7 +376,8 @@ def _pretrain_params(n, n_quick_steps, n_paper_steps):
 )
 def data_pretrain_n500_d4_D6(cfg) -> xr.Dataset:
     """Pre-training run (n, d, D) = (500, 4, 6) of docs/models/token_selection.md §B.7 (``n`` shrinks in the tiny
-    preset)."""
+    preset).
+    """
     return _pretrain_data(cfg, 4, 6)
 
 

@@ -1,5 +1,6 @@
 """Shared setup of the icl_regression figures: the task, the training presets, the memoised training runs, the
-per-seed count check and the captions' common text."""
+per-seed count check and the captions' common text.
+"""
 
 from __future__ import annotations
 
@@ -140,7 +141,8 @@ def fig5_panel_steps(n_steps: int) -> tuple[int, ...]:
     """Panel steps of Fig. 5 for a run of ``n_steps`` Adam steps: the paper's absolute steps that the run reaches
     (docs/models/icl_regression.md §9: 0, 1k, 2k, 10k, 100k, 500k), the final step, and, for runs shorter than 10 000
     steps, the early steps
-    250 and 500 (the pattern forms within the first ~1 000 steps, Observation 4). Distinct and increasing."""
+    250 and 500 (the pattern forms within the first ~1 000 steps, Observation 4). Distinct and increasing.
+    """
     n_steps = int(n_steps)
     want = [s for s in FIG5_STEPS if s <= n_steps] + [n_steps]
     if n_steps < FIG5_STEPS[3]:
@@ -156,7 +158,8 @@ _RUN_MEMO: collections.OrderedDict = collections.OrderedDict()
 
 def _run_call(H, attention, rho, supports, task_args, n_steps, log_every, seeds, batch, lr, device):
     """The ``(model, config, kwargs)`` of one run (a :func:`_run_key`), as :func:`figures.experiments.train_many`
-    takes it."""
+    takes it.
+    """
     task = cf.ICLRegressionTask(**dict(task_args))
     model = im.ICLAttention(task, H, attention=attention, rho=rho, supports=supports, log_circuits=supports is None)
     steps = np.unique(
@@ -173,7 +176,8 @@ def _run_call(H, attention, rho, supports, task_args, n_steps, log_every, seeds,
 def _runs_cached(keys):
     """``[(model, trajectory, params)]`` of the runs ``keys`` (:func:`_run_key` tuples): those not in the memo are
     trained together through :func:`figures.experiments.train_many` (on a Dask cluster, one task each), the others
-    reused."""
+    reused.
+    """
     missing = [k for k in dict.fromkeys(keys) if k not in _RUN_MEMO]
     if missing:
         calls = [_run_call(*k) for k in missing]
@@ -198,7 +202,8 @@ def _run_cached(*key):
 def _run_key(cfg, H, *, attention="softmax", rho=None, supports=None, task=TASK, params=None):
     """Arguments of :func:`_run_cached` for a figure's run: parameters from ``params`` (default ``cfg.params``:
     n_steps, log_every, n_seeds, batch; lr, default the paper's 1e-3; n_seeds_h2 for the isotropic softmax H = 2
-    run)."""
+    run).
+    """
     p = cfg.params if params is None else params
     n = p["n_seeds"]
     if H == 2 and attention == "softmax" and rho is None and supports is None:
@@ -229,7 +234,8 @@ def _run(cfg, H, **kw):
 
 def _prefetch(cfg, runs):
     """Train the figure's runs ``runs`` (``(H, keywords of _run_key)`` pairs) together, so they spread over a
-    cluster's workers (:func:`_runs_cached`); the figure then takes each from the memo with :func:`_run`."""
+    cluster's workers (:func:`_runs_cached`); the figure then takes each from the memo with :func:`_run`.
+    """
     _runs_cached([_run_key(cfg, H, **kw) for H, kw in runs])
 
 
@@ -267,7 +273,8 @@ SAME_SIGN = Explanation(
 
 def _same_sign_explanation(ok, split):
     """:data:`SAME_SIGN` when every seed that fails a count check is a seed whose heads did not split (and at least
-    one split seed exists), else None: the explanation is attached only where the evidence covers every failure."""
+    one split seed exists), else None: the explanation is attached only where the evidence covers every failure.
+    """
     ok, split = np.asarray(ok, dtype=bool), np.asarray(split, dtype=bool)
     return SAME_SIGN if split.any() and not np.any(~ok & split) else None
 
@@ -275,7 +282,8 @@ def _same_sign_explanation(ok, split):
 def _count_check(name, ok, *, claim, criterion, explanation=None):
     """A per-seed count check: ``k`` of ``n`` seeds satisfy ``criterion``; it passes when the one-sided binomial test
     rejects "a run shows it with probability <= 1/2" at level :data:`COUNT_LEVEL` (P(X >= k | n, 1/2) <= 0.05; with
-    8 seeds it needs >= 7). Measured and tested statistic: the count k/n."""
+    8 seeds it needs >= 7). Measured and tested statistic: the count k/n.
+    """
     ok = np.asarray(ok, dtype=bool).reshape(-1)
     n, k = ok.size, int(ok.sum())
     p_value = float(stats.binom.sf(k - 1, n, 0.5))
@@ -311,7 +319,8 @@ def _consistency_check(name, ok, *, claim, criterion, explanation=None):
     one-sided binomial test of "a run shows it with probability >= :data:`CONSISTENT_RATE`" at level
     :data:`COUNT_LEVEL` passes unless ``k`` is too small (k <= k_crit). Measured: k/n with its exact 95 % interval;
     the tolerance states k_crit and the success rate the test detects with power :data:`POWER` (its minimum
-    detectable deviation). A failure takes ``explanation`` (the measured cause, e.g. :data:`SAME_SIGN`)."""
+    detectable deviation). A failure takes ``explanation`` (the measured cause, e.g. :data:`SAME_SIGN`).
+    """
     ok = np.asarray(ok, dtype=bool).reshape(-1)
     n, k = ok.size, int(ok.sum())
     p_value = float(stats.binom.cdf(k, n, CONSISTENT_RATE))
@@ -359,7 +368,8 @@ def _dummy_check(tag, dummy):
     results from the randomness of the optimization algorithm") and shows one in its run, so the claim is existence:
     passes when at least one of the n runs ends with a dummy head (``dummy``: (S, H) bool, docs/models/icl_regression.md
     §3). It can fail: the flow of F forms none from small random starts (docs/models/icl_regression.md §5.5, §10), and
-    at lr 1e-3 only 1 of 8 H = 4 runs had one by 5 000 steps."""
+    at lr 1e-3 only 1 of 8 H = 4 runs had one by 5 000 steps.
+    """
     dummy = np.asarray(dummy, dtype=bool)
     k, n = int(np.any(dummy, axis=-1).sum()), dummy.shape[0]
     return CheckResult(

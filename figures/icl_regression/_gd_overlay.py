@@ -1,6 +1,7 @@
 """Learned training against GD on F/2 for the icl_regression figures: the KQ scale gamma, where GD starts (the
 probed state once the pattern has formed; the run itself goes through :func:`dynamics.overlay.overlay`), the
-matching at equal gamma, and its gap rows and plot."""
+matching at equal gamma, and its gap rows and plot.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ __all__ = ["OVERLAY_MIN_LOGS", "GD_LR", "GD_SAVE"]
 def _overlay_mean(ds, key):
     """Mean over the seeds whose pattern formed of an overlay variable (seed, step), from the first step at which
     every one of them has a value (the latest start) on: a fixed set of seeds at every plotted point, so the curve
-    never jumps where a seed joins. NaN before that step and when no seed formed."""
+    never jumps where a seed joins. NaN before that step and when no seed formed.
+    """
     a = np.asarray(ds[key].values, dtype=np.float64)
     i0 = np.asarray(ds.i0.values)
     T = a.shape[1]
@@ -97,7 +99,8 @@ def _overlay_learned(task, omega, mu, steps, *, formed=0.9):
 
 def _gd_on_half_F(task, H):
     """``theory_fn`` of :func:`dynamics.overlay.overlay`: GD on F/2 at :data:`GD_LR` from each row (omega_1..H,
-    mu_1..H) of the state, saved at the steps asked (docs/models/icl_regression.md §5.1)."""
+    mu_1..H) of the state, saved at the steps asked (docs/models/icl_regression.md §5.1).
+    """
 
     def run(state0, at):
         return cf.map(task, state0[:, :H], state0[:, H:], lr=GD_LR, n_steps=int(at[-1]), saveat=SaveAt(steps=at))
@@ -110,7 +113,8 @@ def _overlay_vars(task, learned, gd, i0):
     state at step index ``i0``, on its own clock) at matched gamma. Learned points from i0 on are matched to the GD
     path at the same KQ scale gamma (:func:`_kq_scale`; decreasing along the valley, docs/models/icl_regression.md
     §5.4) and the GD values there returned (NaN before i0); gamma is :func:`_kq_scale`, homogeneity is over non-dummy
-    heads (:func:`closedform.icl_regression.classify_heads`, Eq. (4.4))."""
+    heads (:func:`closedform.icl_regression.classify_heads`, Eq. (4.4)).
+    """
     omega, mu = learned.omega.values, learned.mu.values
     S, T, H = omega.shape
     gamma = _kq_scale(omega, mu)
@@ -159,7 +163,8 @@ def _overlay_gaps(ds, tag):
     """Learned minus GD-on-F/2 at matched gamma at the last logged step, over the seeds whose pattern formed at least
     :data:`OVERLAY_MIN_LOGS` logged steps before the end (right after the start GD on F/2 relaxes mu onto the valley
     in a fast transient, flow time ~10, that Adam follows only over hundreds of steps, so a seed that has just formed
-    is not compared). Seeds that never formed are counted by :func:`_overlay_formed_check`."""
+    is not compared). Seeds that never formed are counted by :func:`_overlay_formed_check`.
+    """
     T = ds.sizes["step"]
     use = ds.i0.values <= T - 1 - OVERLAY_MIN_LOGS
     if use.sum() < 2:
@@ -191,7 +196,8 @@ def _overlay_gaps(ds, tag):
 
 def _overlay_formed_check(ds, tag, split=None):
     """How many seeds' patterns formed (the overlay's precondition): a per-seed count (``split``: (S,) bool, the
-    seeds whose heads split, for the same-sign explanation of H = 2)."""
+    seeds whose heads split, for the same-sign explanation of H = 2).
+    """
     formed = ds.i0.values < ds.sizes["step"]
     return _count_check(
         tag,

@@ -1,5 +1,6 @@
 """Head-pattern helpers of the icl_regression figures: split and near-dummy heads, the pattern checks, the
-mu^T omega rows, the learned circuits and their heatmaps."""
+mu^T omega rows, the learned circuits and their heatmaps.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ NEAR_DUMMY_EXPL = Explanation(
 
 def _split_heads(omega, mu):
     """(S,) bool: the final heads of each seed include a positive and a negative non-dummy head
-    (docs/models/icl_regression.md §3)."""
+    (docs/models/icl_regression.md §3).
+    """
     pat = cf.classify_heads(omega, mu)
     return pat.positive.any(-1) & pat.negative.any(-1)
 
@@ -68,7 +70,8 @@ MUDO_REL = 0.02
 def _pattern_formed(omega, mu):
     """(S,) bool: the final heads of each seed (omega, mu: (S, H)) show the whole pattern of Observations 1-2: sign
     matching, and for H >= 2 a positive and a negative head, zero-sum OV (< :data:`ZERO_SUM_TOL`) and homogeneous
-    |omega_h| (< :data:`HOMOG_TOL`) over the non-dummy heads."""
+    |omega_h| (< :data:`HOMOG_TOL`) over the non-dummy heads.
+    """
     pat = cf.classify_heads(omega, mu)
     ok = np.asarray(pat.sign_matched, dtype=bool)
     if np.shape(omega)[-1] >= 2:
@@ -78,7 +81,8 @@ def _pattern_formed(omega, mu):
 
 def _pattern_checks(ds, tag, *, H):
     """Observations 1-2 at the last logged step, one statistic each: sign matching, zero-sum OV and homogeneity
-    (per-seed counts, one-sided binomial tests); mu^T omega -> eta* is a gap row."""
+    (per-seed counts, one-sided binomial tests); mu^T omega -> eta* is a gap row.
+    """
     om = ds.omega.values[:, -1]
     mu = ds.mu.values[:, -1]
     pat = cf.classify_heads(om, mu)
@@ -138,7 +142,8 @@ def _pattern_checks(ds, tag, *, H):
 def _pattern_explanation(ok, split, near_dummy, H):
     """The measured cause of the seeds that fail a pattern test, where one covers every failing seed: for H = 2 the
     same-sign basin (:data:`SAME_SIGN`), for H >= 3 a head still in transit to a dummy head (:data:`NEAR_DUMMY_EXPL`);
-    else None."""
+    else None.
+    """
     if H == 2:
         return _same_sign_explanation(ok, split)
     if H >= 3 and not np.any(~np.asarray(ok) & ~np.asarray(near_dummy)):
@@ -174,7 +179,8 @@ def _circuit_vars(model, traj, order):
 def _heads_ds(cfg, H, *, gd_overlay=False, params=None):
     """Dataset of one softmax run (d=5, L=40): omega, mu, off-pattern ratios, circuits, risk (heads sorted), with
     ``gd_overlay`` the overlay with GD on F/2 from each seed's probed state once its pattern formed; ``params``: the
-    run's parameters (default ``cfg.params``, :func:`_run_key`)."""
+    run's parameters (default ``cfg.params``, :func:`_run_key`).
+    """
     model, traj, _ = _run(cfg, H, params=params)
     omega, mu, steps, _ = _learned_arrays(traj, H)
     order = _sorted_heads(omega[:, -1])
@@ -203,7 +209,8 @@ def _heads_ds(cfg, H, *, gd_overlay=False, params=None):
 
 def _mosaic(mats, ncols=2):
     """Matrices of one shape tiled ``ncols`` a row, one NaN row/column between tiles (drawn blank): several heads'
-    KQ in one panel, so a figure keeps at most three panels a row."""
+    KQ in one panel, so a figure keeps at most three panels a row.
+    """
     mats = np.asarray(mats, dtype=np.float64)
     n, r, c = mats.shape
     nrows = -(-n // ncols)
@@ -216,7 +223,8 @@ def _mosaic(mats, ncols=2):
 
 def _legend_above_curves(ax, *, fontsize=7, ncol=2, handles=None, room=0.5):
     """A legend in a band added above the panel's curves (the y-range grown by ``room``), so it hides none of them
-    whatever the run (the report's layout rule: no legend over a curve)."""
+    whatever the run (the report's layout rule: no legend over a curve).
+    """
     lo, hi = ax.get_ylim()
     ax.set_ylim(lo, hi + room * (hi - lo))
     kw = {} if handles is None else {"handles": handles}

@@ -1,5 +1,6 @@
 """``icl_regression.fig6`` (approximate loss F vs the true loss, tables 4.3(a)-(b)) and ``icl_regression.fig7``
-(mu^T omega -> eta* for GD on F/2 with four heads)."""
+(mu^T omega -> eta* for GD on F/2 with four heads).
+"""
 
 from __future__ import annotations
 
@@ -186,7 +187,8 @@ def checks_fig6(ds):
 )
 def data_fig6(cfg) -> xr.Dataset:
     """Fig. 6: landscape of F and of the MC true loss, and the error tables 4.3(a)-(b)
-    (docs/models/icl_regression.md §4.3, §9)."""
+    (docs/models/icl_regression.md §4.3, §9).
+    """
     p = cfg.params
     rng = cfg.generators("data", ["grid", "L", "gamma"])
     G = np.linspace(0.01, 0.6, p["n_grid"])

@@ -1,5 +1,6 @@
 """``icl_regression.fig3``: learned circuits for H = 1 and H = 4, and the multi-head runs it shares with Figs. 13
-and 21 (:func:`data_heads`)."""
+and 21 (:func:`data_heads`).
+"""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def plot_fig3(ds):
 
 def checks_fig3(ds):
     """Fig. 3's claims not already checked by Fig. 13 (H = 4 sign matching, zero-sum and homogeneity are Fig. 13's):
-    H = 1 sign matching, H = 4 positive and negative heads, and dummy heads at H = 4."""
+    H = 1 sign matching, H = 4 positive and negative heads, and dummy heads at H = 4.
+    """
     om1, mu1 = ds.omega1.values[:, -1], ds.mu1.values[:, -1]
     pat = cf.classify_heads(ds.omega.values[:, -1], ds.mu.values[:, -1])
     return [
@@ -107,7 +109,8 @@ def checks_fig3(ds):
 
 def gaps_fig3(ds):
     """H = 1: the learned |omega| against the F_1 optimum 1/sqrt(d) (docs/models/icl_regression.md §7.3), mean over
-    seeds."""
+    seeds.
+    """
     return compare_rows(
         "H=1: |omega| vs the F_1 optimum 1/sqrt(d) (docs/models/icl_regression.md §7.3)",
         ds.step1.values[-1:],
@@ -149,7 +152,8 @@ def data_heads(cfg) -> xr.Dataset:
     H = 4 with its circuits and the overlay with GD on F/2 (docs/models/icl_regression.md §5.1, §12; heads sorted by
     final omega), every H of ``cfg.params["Hs"]`` (``omega_H``, ``mu_H``: heads padded with NaN to max H, unsorted),
     all at the parameters of ``cfg.params`` (lr included), and the single head on ``cfg.params["single"]`` (the
-    common runs of Figs. 4 and 8; its own step axis ``step1``)."""
+    common runs of Figs. 4 and 8; its own step axis ``step1``).
+    """
     p = cfg.params
     Hs = [int(H) for H in p["Hs"]]
     if 4 not in Hs or p["single"]["n_seeds"] != p["n_seeds"]:

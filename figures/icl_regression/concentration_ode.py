@@ -1,5 +1,6 @@
 """``icl_regression.fig20`` (concentration of the softmax weights), ``icl_regression.fig21`` (four heads against
-GD on F/2) and ``icl_regression.fig22`` (the two-head reduced ODE)."""
+GD on F/2) and ``icl_regression.fig22`` (the two-head reduced ODE).
+"""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def _fig20_references(omega: float, d: int, L: int) -> list[tuple[float, str, st
     """Reference lines of one Fig. 20 panel: 1/sqrt(L) always; the large-L prediction exp(omega^2 d/2)/sqrt(L)
     (docs/models/icl_regression.md §4.2) only where it applies (omega^2 d <= 1: beyond it the prediction exceeds the
     largest possible norm 1,
-    e.g. 7.7e7 at d = 40, omega = 1, and would stretch the axis); there, the one-hot norm 1 instead."""
+    e.g. 7.7e7 at d = 40, omega = 1, and would stretch the axis); there, the one-hot norm 1 instead.
+    """
     out = [(1 / math.sqrt(L), "-", "1/sqrt(L)")]
     if omega * omega * d <= 1.0 + 1e-12:
         out.append((math.exp(omega * omega * d / 2) / math.sqrt(L), "--", "exp(omega^2 d/2)/sqrt(L)"))
@@ -175,7 +177,8 @@ def plot_fig21(ds):
 
 def gaps_fig21(ds):
     """The overlay rows (the flow against the trained heads) and the homogeneity of |omega_h| (over non-dummy heads,
-    Eq. (4.4)), learned minus GD on F/2 at matched gamma at the last logged step, over the same seeds."""
+    Eq. (4.4)), learned minus GD on F/2 at matched gamma at the last logged step, over the same seeds.
+    """
     rows = _overlay_gaps(ds, "H=4")
     T = ds.sizes["step"]
     use = ds.i0.values <= T - 1 - OVERLAY_MIN_LOGS
@@ -323,7 +326,8 @@ def checks_fig22(ds):
 )
 def data_fig22(cfg) -> xr.Dataset:
     """Fig. 22: reduced two-head ODE (closedform.icl_regression.symmetric_flow),
-    docs/models/icl_regression.md §6.2-§6.4."""
+    docs/models/icl_regression.md §6.2-§6.4.
+    """
     p = cfg.params
     eps0 = 0.01
     ts = np.unique(

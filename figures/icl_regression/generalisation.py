@@ -1,5 +1,6 @@
 """``icl_regression.fig8`` (length generalisation, softmax against linear attention) and
-``icl_regression.fig12`` (non-isotropic covariates)."""
+``icl_regression.fig12`` (non-isotropic covariates).
+"""
 
 from __future__ import annotations
 
@@ -230,7 +231,8 @@ def checks_fig12(ds):
 
 def gaps_fig12(ds):
     """The learned risk (mean over seeds, Student-t interval) against R(G*) of Lemma E.4; the allowance keeps the
-    band below R(Sigma^-1), so the row tells the two preconditioners apart."""
+    band below R(Sigma^-1), so the row tells the two preconditioners apart.
+    """
     return compare_rows(
         "non-isotropic H=2: learned risk vs R(G*) (Lemma E.4)",
         ds.step.values[-1:],

@@ -1,5 +1,6 @@
 """``icl_regression.fig4`` (test risk vs prompt length) and ``icl_regression.fig5`` (evolution of the KQ heatmaps
-of a four-head run)."""
+of a four-head run).
+"""
 
 from __future__ import annotations
 
@@ -232,7 +233,8 @@ def checks_fig4(ds):
 )
 def data_fig4(cfg) -> xr.Dataset:
     """Fig. 4(a) (trained models vs L', docs/models/icl_regression.md §9) and Fig. 4(b) (MC risks vs L of fixed
-    predictors, docs/models/icl_regression.md §7, §9)."""
+    predictors, docs/models/icl_regression.md §7, §9).
+    """
     p = cfg.params
     Hs, L_tests, Ls = list(p["Hs"]), list(p["L_tests"]), list(p["Ls"])
     test = np.empty((len(Hs), p["n_seeds"], len(L_tests)))
@@ -294,7 +296,8 @@ def data_fig4(cfg) -> xr.Dataset:
 # ----------------------------------------------------------------------------------------------------------------------
 def _fig5_seed(omega, mu):
     """The seed Fig. 5 shows (omega, mu: (S, H) final): the first in trainer order that ends with a dummy head (the
-    paper's four-head run has one, Fig. 14), else the first; and the (S,) dummy mask it was chosen from."""
+    paper's four-head run has one, Fig. 14), else the first; and the (S,) dummy mask it was chosen from.
+    """
     dummy = cf.classify_heads(omega, mu).dummy.any(-1)
     return _first_seed(dummy), dummy
 
@@ -337,7 +340,8 @@ def plot_fig5(ds):
 def checks_fig5(ds):
     """Observation 4: the pattern forms early (by step 1000, or the end of a shorter run), measured on the x-x block
     of the effective circuit G = sum_h mu_h KQ_h[:d, :d] (the first-order preconditioner of Eq. (5.4): what reaches
-    yhat; a head with small mu_h, slow to diagonalise, weighs little in it)."""
+    yhat; a head with small mu_h, slow to diagonalise, weighs little in it).
+    """
     d = ds.attrs["d"]
     G = np.einsum("sth,sthij->stij", ds.mu.values, ds.KQ.values[..., :d, :d])
     diag = np.diagonal(G, axis1=-2, axis2=-1)

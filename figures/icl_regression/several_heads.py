@@ -105,7 +105,8 @@ def plot_fig13(ds):
 
 def checks_fig13(ds):
     """Per H: sign matching, zero-sum OV and homogeneity, and for H >= 3 dummy heads
-    (H = 4's is Fig. 3's, from the same run)."""
+    (H = 4's is Fig. 3's, from the same run).
+    """
     out = []
     for j, H in enumerate(ds.H.values):
         sub = _fig13_sub(ds, j)
@@ -123,7 +124,8 @@ GAMMA_REL = 0.1  # gamma of H heads vs H = 2: see the allowance source in gaps_f
 def gaps_fig13(ds):
     """Per H >= 2: mu^T omega vs eta*; per H > 2: the common KQ scale gamma (mean |omega_h| over
     non-dummy heads) against that of H = 2 (paper App. A.1 (ii): the same limiting values for every H), over the seeds
-    whose heads split (a same-sign H = 2 run sits at the single-head solution, :data:`SAME_SIGN`)."""
+    whose heads split (a same-sign H = 2 run sits at the single-head solution, :data:`SAME_SIGN`).
+    """
     out = []
     Hs = [int(H) for H in ds.H.values]
     for j, H in enumerate(Hs):
@@ -202,7 +204,8 @@ MT_ZERO_SUM = 0.2  # |sum_h mu_h,t| / sum_h |mu_h,t|: the reported 3-head run ha
 
 def _mt_zero_sum(mu):
     """(..., H, task) OV label entries -> (..., task) bool: zero-sum OV per task (docs/models/icl_regression.md
-    §8.3)."""
+    §8.3).
+    """
     return np.abs(mu.sum(-2)) / np.abs(mu).sum(-2) < MT_ZERO_SUM
 
 
@@ -251,7 +254,8 @@ def checks_fig16(ds):
     OV's own scale (:data:`MT_ZERO_SUM`), so the untrained net meets it by chance in a fixed share of seeds (about
     1/8 for two heads with i.i.d. symmetric entries) and the step-0 count is the paired baseline. A check that does not
     pass is ``deferred`` only when the run measurably moves towards the claim over its second half (more seeds
-    zero-sum at the end than half-way and none lost), with those counts as its evidence; else it fails."""
+    zero-sum at the end than half-way and none lost), with those counts as its evidence; else it fails.
+    """
     out = []
     steps = ds.step.values
     half = int(np.argmin(np.abs(steps - steps[-1] / 2)))

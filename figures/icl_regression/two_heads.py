@@ -1,5 +1,6 @@
 """``icl_regression.fig1``: two heads, learned KQ / OV heatmaps, omega_h and mu_h dynamics and the path in the
-(gamma, mu_+) plane against GD on F/2."""
+(gamma, mu_+) plane against GD on F/2.
+"""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def _magnitude_rows(ds):
     """|omega_h| and |mu_h| (mean over the two heads) at the last step against the paper's 0.13 / 3.5, over the seeds
     whose heads split (a same-sign seed is counted by the checks). A failing row is ``deferred`` only when the run
     measurably moves towards the paper's value over its second half (every seed's change in that direction, a
-    one-sided Student t test of the mean change at level 0.05), with those numbers as its evidence; else it fails."""
+    one-sided Student t test of the mean change at level 0.05), with those numbers as its evidence; else it fails.
+    """
     om, mu = ds.omega.values, ds.mu.values
     split = _split_heads(om[:, -1], mu[:, -1])
     if split.sum() < 2:
@@ -125,7 +127,8 @@ def gaps_fig1(ds):
 
 def checks_fig1(ds):
     """Fig. 1's own claims (the generic pattern checks of H = 2 are Fig. 13's): one positive and one negative head
-    with omega_1 ~ -omega_2, a diagonal KQ x-x block, and the overlay's precondition."""
+    with omega_1 ~ -omega_2, a diagonal KQ x-x block, and the overlay's precondition.
+    """
     om = ds.omega.values[:, -1]
     split = _split_heads(om, ds.mu.values[:, -1])
     pair = (om[:, 0] > 0) & (om[:, 1] < 0) & (np.abs(om[:, 0] + om[:, 1]) < 0.3 * np.abs(om).mean(-1))
@@ -181,5 +184,6 @@ _FIG1_CAPTION = (
 )
 def data_fig1(cfg) -> xr.Dataset:
     """Fig. 1: H = 2 training (docs/models/icl_regression.md §9) with the GD-on-F/2 overlay
-    (docs/models/icl_regression.md §5.1, §12)."""
+    (docs/models/icl_regression.md §5.1, §12).
+    """
     return _heads_ds(cfg, 2, gd_overlay=True)

@@ -1,5 +1,6 @@
 """Shared helpers of the nearest_neighbor figures: constants, sample seeds, the default sigma, paired samples, log-log
-slopes and the Theorem A1/A2 checks."""
+slopes and the Theorem A1/A2 checks.
+"""
 
 from __future__ import annotations
 
@@ -42,13 +43,15 @@ DIAG = ("L", "q_istar", "q_istar_lo", "q_self", "xi1", "xi2")
 
 def _sample_seeds(cfg, run: str, n: int) -> list[int]:
     """n distinct integer seeds for prompt samples (recipe docs/models/token_selection.md §G.A) and trainer seeds: run
-    ``run`` of the seed rule of :mod:`figures.presets`."""
+    ``run`` of the seed rule of :mod:`figures.presets`.
+    """
     return list(cfg.seeds(run, n))
 
 
 def _sigma_default(N: int, d: int) -> float:
     """Mask sigma = the explicit part of Theorem A1's condition, sigma_condition(N, d, C_d = 0)
-    (docs/models/token_selection.md §A.6)."""
+    (docs/models/token_selection.md §A.6).
+    """
     return cf.sigma_condition(N, d, 0.0)
 
 
@@ -65,7 +68,8 @@ def _loglog_slope(t: np.ndarray, y: np.ndarray) -> float:
 
 def _theorem_checks(t, L, xi1, xi2, q_istar, q_self, label: str) -> list[CheckResult]:
     """Theorem A1 and the proof's claims (docs/models/token_selection.md §A.6) on a reduced trajectory; measured truth
-    where a claim fails."""
+    where a claim fails.
+    """
     out = []
     # Theorem A1 (L <= C / log t, C = poly(N, d) unrecoverable) is checked through its two testable parts: L decreases
     # at every saved step (here), and it falls faster than 1/log t at the end of the run (the rate check below). A

@@ -237,7 +237,8 @@ def checks_fig3(ds: xr.Dataset) -> list[CheckResult]:
 def data_fig3(cfg) -> xr.Dataset:
     """Per (N, d): torch GD over seeds (training samples) up to ``n_steps`` and the reduced map on a population proxy
     up to ``n_steps_reduced`` (cheap, so the theorem checks see long times), on one log grid of steps; test MSEs on
-    the shifted and the training law."""
+    the shifted and the training law.
+    """
     p = cfg.params
     steps_t = SaveAt(log=p["n_save"]).resolve_steps(p["n_steps"])
     steps = np.union1d(SaveAt(log=p["n_save"]).resolve_steps(p["n_steps_reduced"]), steps_t)

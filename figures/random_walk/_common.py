@@ -1,5 +1,6 @@
 """Shared helpers of the random_walk figures: the task of a run, the torch run and the reduced map started from its
-seeds' own states on the same walks, save steps, series, the learned V, attention profiles and the paired checks."""
+seeds' own states on the same walks, save steps, series, the learned V, attention profiles and the paired checks.
+"""
 
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def _task(p, par) -> cf.RandomWalkTask:
 def _paired_checks(ds, names, steps, *, a="torch", b="reduced", label="") -> list[CheckResult]:
     """Torch ``a`` against the reduced map ``b`` on the same walks with the same steps: exact up to round-off, so
     compared seed by seed (a mean over seeds would hide one seed that leaves), one check per variable over
-    ``steps``."""
+    ``steps``.
+    """
     out = []
     for name in names:
         pairs = [(_at(ds, f"{a}_{name}", s), _at(ds, f"{b}_{name}", s)[0]) for s in steps]
@@ -107,7 +109,8 @@ def _paired_checks(ds, names, steps, *, a="torch", b="reduced", label="") -> lis
 
 def _perturbed_reduced(task, walks, test, n_steps, steps, *, at=2, rel=1e-16, seed=0):
     """The reduced map run to step ``at``, its state perturbed by ``rel`` max|state| Gaussian noise, then run on to
-    ``n_steps``: the stability probe of Theorem C2's symmetric state. Returns (steps, acc) of the whole run."""
+    ``n_steps``: the stability probe of Theorem C2's symmetric state. Returns (steps, acc) of the whole run.
+    """
     first = cf.map(task, at, walks=walks, test=test, saveat=SaveAt(steps=tuple(range(at + 1))))
     x = first.states()[0, -1]
     x = x + rel * np.abs(x).max() * np.random.default_rng(seed).standard_normal(x.shape)
@@ -145,7 +148,8 @@ def _torch_and_reduced(task, cfg, seeds, walks, n_steps, steps, *, grid=None):
     (docs/models/token_selection.md §C.5) on each seed's walks, started from that seed's step-0 reduced state through
     :func:`dynamics.overlay.overlay`: on the torch save points, or on ``grid`` (steps from 0, e.g. beyond
     ``n_steps``). Returns (trajectory, final params, model, reduced map): the reduced map a Dataset with one
-    trajectory per seed."""
+    trajectory per seed.
+    """
     traj, params, model = _torch_run(task, cfg, seeds, walks, n_steps, steps)
     train_w, test_w = walks
 

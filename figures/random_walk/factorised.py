@@ -1,5 +1,6 @@
 """``random_walk.factorised``: W = W_K^T W_Q from small random factors against the merged model and the reduced
-map."""
+map.
+"""
 
 from __future__ import annotations
 
@@ -73,14 +74,16 @@ def plot_factorised(ds: xr.Dataset):
 
 def _fact_peaks(ds) -> tuple[np.ndarray, np.ndarray]:
     """Per seed: the position (1-based) where the factorised run's mean attention peaks at the last step, and its
-    mass."""
+    mass.
+    """
     prof = ds.fact_profile.values
     return ds.pos.values[np.argmax(prof, axis=1)], prof.max(axis=1)
 
 
 def gaps_factorised(ds: xr.Dataset) -> list[GapRow]:
     """No gap rows: only the merged run from zero has a theory here (the reduced map, exact), compared seed by seed
-    in :func:`checks_factorised`; no reduced dynamics covers a random factorised start."""
+    in :func:`checks_factorised`; no reduced dynamics covers a random factorised start.
+    """
     return []
 
 

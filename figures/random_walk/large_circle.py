@@ -69,7 +69,8 @@ def plot_large_circle(ds: xr.Dataset):
 
 def gaps_large_circle(ds: xr.Dataset) -> list[GapRow]:
     """Theorem rows; torch against the reduced map (same walks, same steps: exact) is compared seed by seed in
-    :func:`checks_large_circle`."""
+    :func:`checks_large_circle`.
+    """
     T = int(ds.step.values[-1])
     K = int(ds.attrs["K"])
     rows = []

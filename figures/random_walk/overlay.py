@@ -1,5 +1,6 @@
 """``random_walk.overlay``: the reduced (V, a, c) map against torch full-matrix GD from zero and from a random
-start, for several p."""
+start, for several p.
+"""
 
 from __future__ import annotations
 
@@ -213,7 +214,8 @@ def plot_overlay(ds: xr.Dataset):
 
 def gaps_overlay(ds: xr.Dataset) -> list[GapRow]:
     """Per-seed torch - reduced differences at the last torch step (exact, docs/models/token_selection.md §C.5) for
-    every p."""
+    every p.
+    """
     T = int(ds.step.values[-1])
     j = int(np.nonzero(ds.step_red.values == T)[0][0])
     rows = []

@@ -112,7 +112,8 @@ def _qa_balanced(task: str, n: int) -> cf.WalkSample:
 )
 def data_qa(cfg) -> xr.Dataset:
     """QA tasks of docs/models/token_selection.md §C.8 (plain and ReLU variants), and Task 1 on a balanced training
-    set."""
+    set.
+    """
     par = cfg.params
     seeds = _seeds(cfg, par["n_seeds"])
     T = par["n_steps"]
@@ -196,7 +197,8 @@ def plot_qa(ds: xr.Dataset):
 
 def gaps_qa(ds: xr.Dataset) -> list[GapRow]:
     """Task 1 at t = 100 (the paper's '~100% within 100 iterations') and Task 2 at the last step, every seed's test
-    accuracy against the expected outcome."""
+    accuracy against the expected outcome.
+    """
     t = ds.step.values
     rows = []
     for task, relu in _QA_RUNS:

@@ -1,5 +1,6 @@
 """``random_walk.fig4`` and ``random_walk.fig5``: zero initialisation, p = 0.5 and p = 1, torch full-matrix GD
-against the exact reduced map on the same walks."""
+against the exact reduced map on the same walks.
+"""
 
 from __future__ import annotations
 
@@ -207,7 +208,8 @@ def plot_zero_init(ds: xr.Dataset):
 
 def gaps_zero_init(ds: xr.Dataset) -> list[GapRow]:
     """The test accuracy against the theorem (torch against the reduced map, exact by docs/models/token_selection.md
-    §C.5, is compared seed by seed in the checks)."""
+    §C.5, is compared seed by seed in the checks).
+    """
     T = int(ds.step.values[-1])
     rows = []  # torch against the reduced map (exact) is compared seed by seed in the checks (_checks_common)
     p, K = float(ds.attrs["p"]), int(ds.attrs["K"])

@@ -1,5 +1,6 @@
 """Shared helpers of the scan_snap figures: the torch side imported on first use (the model and a single-threaded
-trainer), the attention rows of a trajectory, the SGD runs and the one-sided Student t check over seeds."""
+trainer), the attention rows of a trajectory, the SGD runs and the one-sided Student t check over seeds.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _torch():
 
 def _Z_of(traj, classes) -> np.ndarray:
     """Z rows (trajectory, time, Q, Lc) from the logged array variable ``z`` (dims query_token, token; closed form or
-    torch)."""
+    torch).
+    """
     z = traj["z"].transpose("trajectory", "time", "query_token", "token")
     if z.shape[2:] != (classes.Q, classes.Lc):
         raise ValueError(
@@ -53,7 +55,8 @@ def _sgd(
 
 def _mean_t_check(name: str, diffs, *, sign: int, statistic: str, level: float = 1e-2) -> CheckResult:
     """A claim about the sign of a per-seed statistic: the mean of ``diffs`` (one value per seed) with its two-sided
-    Student-t interval at ``level`` (n - 1 degrees of freedom); passes when the whole interval has sign ``sign``."""
+    Student-t interval at ``level`` (n - 1 degrees of freedom); passes when the whole interval has sign ``sign``.
+    """
     from dynamics.compare import t_quantile
 
     d = np.asarray(diffs, dtype=np.float64)

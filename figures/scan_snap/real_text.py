@@ -78,7 +78,8 @@ _FREEZE_WHY = Explanation(
 def checks_fig10(ds):
     """Seed-level checks of the two real-text claims (docs/models/scan_snap.md §5.5): attention sharpens during training
     (Fig. 7), and
-    more with a larger learning rate (Fig. 10); seeds are paired across eta (same init and data order)."""
+    more with a larger learning rate (Fig. 10); seeds are paired across eta (same init and data order).
+    """
     H = ds.entropy
     out = [
         _mean_t_check(

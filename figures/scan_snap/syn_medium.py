@@ -1,5 +1,6 @@
 """``scan_snap.fig6``, ``scan_snap.fig11`` and ``scan_snap.fig12``: the Syn-Medium entropy grid and the recall of
-distinct tokens, from one set of runs."""
+distinct tokens, from one set of runs.
+"""
 
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ _MEDIUM_CACHE: dict = {}
 
 def _thresholds(M: int, n: int) -> np.ndarray:
     """Thresholds 0.92/M .. 1.25/M: they span the paper's x ranges for M = 33, 79, 125, 240
-    (docs/models/scan_snap.md §5.3)."""
+    (docs/models/scan_snap.md §5.3).
+    """
     return np.linspace(0.92, 1.25, n) / M
 
 
@@ -309,7 +311,8 @@ def checks_fig6(ds):
 )
 def data_fig6(cfg) -> xr.Dataset:
     """Fig. 6 of docs/models/scan_snap.md §5.3: torch SGD grid and the random-init population map
-    (the medium-length runs shared with its sibling figures)."""
+    (the medium-length runs shared with its sibling figures).
+    """
     return _medium_runs(cfg)
 
 
@@ -359,7 +362,8 @@ def _uniform_index(ds) -> int:
 
 def checks_fig11(ds):
     """Theorem 2 on the recall at threshold ~1/M (the uniform attention): distinct tokens gain attention, so after
-    training more of them exceed 1/M than at the (random) start; per seed, averaged over the grid."""
+    training more of them exceed 1/M than at the (random) start; per seed, averaged over the grid.
+    """
     gain = (ds.recall - ds.recall0).isel(thr_index=_uniform_index(ds)).mean(("num_last", "eta_Z", "ratio")).values
     return [
         _mean_t_check(
@@ -374,7 +378,8 @@ def checks_fig11(ds):
 def checks_fig12(ds):
     """Theorem 4(b) in recall form: a larger eta_Z gives sparser attention (Fig. 6), concentrated on fewer distinct
     tokens, so fewer of them exceed the uniform level 1/M; per seed (paired: same init and data), averaged over the
-    panels and ratios."""
+    panels and ratios.
+    """
     ez = ds.eta_Z.values
     d = (ds.recall.sel(eta_Z=ez.max()) - ds.recall.sel(eta_Z=ez.min())).isel(thr_index=_uniform_index(ds))
     return [

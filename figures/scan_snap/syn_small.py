@@ -1,5 +1,6 @@
 """``scan_snap.fig4``, ``scan_snap.gap_T`` and ``scan_snap.fig5``: Syn-Small attention maps and entropy against
-the population maps (SGD with momentum, and Adam)."""
+the population maps (SGD with momentum, and Adam).
+"""
 
 from __future__ import annotations
 
@@ -217,7 +218,8 @@ def _snap_index(steps, n_steps):
 )
 def data_fig4(cfg) -> xr.Dataset:
     """Fig. 4 of docs/models/scan_snap.md §5.2: SGD (torch) and the population map (docs/models/scan_snap.md §4.3), mu =
-    0.9."""
+    0.9.
+    """
     p = cfg.params
     classes = cf.SequenceClasses.syn(2, 1, num_unique=int(p["num_unique"]))  # Syn-Small at num_unique = 10
     n_steps = int(p["n_steps"])
@@ -260,7 +262,8 @@ def data_fig4(cfg) -> xr.Dataset:
 
 def _gaps(ds) -> list[np.ndarray]:
     """Map minus SGD entropy, one (seed, T) array per batch size, smallest batch first: positive, the SGD entropy is
-    below the map's."""
+    below the map's.
+    """
     return [-ds[f"gap_b{int(b)}"].values for b in ds.batch.values]
 
 
@@ -301,7 +304,8 @@ def plot_gap_T(ds: xr.Dataset):
 def gaps_gap_T(ds):
     """The 1/T law (docs/models/scan_snap.md §4.7) at the largest batch, where the SGD-noise term is small:
     gap(T) = gap(T_0) (T_0 - 1)/(T - 1) through the shortest T. The theory side is a Monte Carlo estimate itself (its
-    SE, from independent runs, scales by the same factor)."""
+    SE, from independent runs, scales by the same factor).
+    """
     n = ds.T.values - 1
     g = _gaps(ds)[-1]
     k = n[0] / n[1:]
@@ -327,7 +331,8 @@ def gaps_gap_T(ds):
 def checks_gap_T(ds):
     """Sign of the finite-T bias (docs/models/scan_snap.md §6 item 8: SGD entropy below the map's, 0.042 at T - 1 =
     127), and the part of the gap that does not shrink with T is SGD noise: it falls with the batch size
-    (docs/models/scan_snap.md §4.7, noise of standard deviation O(b^-1/2))."""
+    (docs/models/scan_snap.md §4.7, noise of standard deviation O(b^-1/2)).
+    """
     i = int(np.argmin(np.abs(ds.T.values - 128)))
     g = _gaps(ds)
     b_small, b_large = int(ds.batch.values[0]), int(ds.batch.values[-1])
@@ -438,7 +443,8 @@ def plot_fig5(ds: xr.Dataset):
 def checks_fig5(ds):
     """Adam is outside the theory (docs/models/scan_snap.md §5.2); the one claim common to every optimiser that follows
     the gradient
-    direction (Theorem 2's sign pattern): common tokens lose attention mass."""
+    direction (Theorem 2's sign pattern): common tokens lose attention mass.
+    """
     out = []
     for e in ds.eta.values:
         c = ds.c.sel(eta=e).isel(**{"class": 0}).values  # (seed, snap, token)

@@ -1,5 +1,6 @@
 """Shared helpers of the single_location figures: the reduced state, initial states, exact PGD runs, the
-four-panel dynamics plot and the interval checks."""
+four-panel dynamics plot and the interval checks.
+"""
 
 from __future__ import annotations
 
@@ -36,14 +37,16 @@ GAMMA = math.sqrt(0.5)
 
 def _initial_states(cfg, task, n, on="sphere"):
     """``n`` initial states; the stream is that of the model's run ``"init"`` (figure = the model name in the seed rule
-    of :mod:`figures.presets`), so the figures that start from the same states, as in the authors' code, share it."""
+    of :mod:`figures.presets`), so the figures that start from the same states, as in the authors' code, share it.
+    """
     rng = spawn_generators(run_seed_sequence(cfg.seed, "single_location", "init"), ["init", "oracle"])["init"]
     return sl.sample_initial_state(task, n, rng, on=on)
 
 
 def _pgd_dataset(task, states, *, alpha, n_steps, lam, log_every, manifold=False, progress=False):
     """Exact PGD (docs/models/single_location.md §6.3, §6.4) as a plain Dataset with dims (run, time), coordinate
-    step."""
+    step.
+    """
     traj = sl.map(
         task,
         states,

@@ -141,7 +141,8 @@ def checks_fig3(ds):
 )
 def data_fig3(cfg) -> xr.Dataset:
     """Closed forms of docs/models/single_location.md §5.2-§5.4 on the grids of the docs/models/single_location.md §8.1
-    proposal."""
+    proposal.
+    """
     p = cfg.params
     d0, lam0, L0 = 400, 0.1, 10
     Ls = np.unique(np.rint(np.geomspace(1, 100, int(p["n_L"]))).astype(int))

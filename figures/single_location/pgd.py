@@ -1,5 +1,6 @@
 """``single_location.fig4a``, ``single_location.fig4b`` and ``single_location.fig7``: exact five-scalar PGD from the
-sphere and on the manifold M."""
+sphere and on the manifold M.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """``single_location.fig5``: online stochastic PGD of the torch erf predictor against the deterministic five-scalar
-PGD from the same initial scalars."""
+PGD from the same initial scalars.
+"""
 
 from __future__ import annotations
 
@@ -199,7 +200,8 @@ def _large_batch_noise(ds) -> Explanation | None:
 def gaps_fig5(ds):
     """Rows: SGD at the large batch over the transient (the noiseless-PGD theory applies, up to a lag that falls as
     1/batch: explained where measured), and the paper's batch-5 run (explained by SGD noise, with the large-batch
-    rows as evidence)."""
+    rows as evidence).
+    """
     lb = int(ds.attrs["batch_lb"])
     rows = _fig5_rows(ds, "lb_", f"batch-{lb} SGD", explanation=_large_batch_noise(ds))
     noise = Explanation(
