@@ -41,12 +41,14 @@ import importlib.util
 import pathlib
 import sys
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
 from dynamics import _kernels
+from dynamics.validation import Range, validated
 
 __all__ = ["Precompute", "SymbolicModel", "numba_function"]
 
@@ -59,6 +61,7 @@ _MAX_PRODUCT_POWER = 8  # integer (and half-integer) powers up to this order are
 # special functions backed by numba implementations
 
 
+@validated
 @dataclasses.dataclass(frozen=True)
 class Precompute:
     """A table of a special function that depends on some of its arguments only, computed once per parameter row.
@@ -87,7 +90,7 @@ class Precompute:
 
     build: object
     evaluate: object
-    size: int
+    size: Annotated[int, Range(integer=True, ge=1)]
     args: tuple
     shared: object = None
 

@@ -27,7 +27,7 @@ and many seeds): measured where the overhead dominates, the fitted exponent extr
 preset's time axes (:data:`TIME_LIKE`, :func:`duration`) are longer than the tiny preset's, the preset's own sizes
 are then run for the tiny length and for :data:`STEP`, :data:`STEP` squared, ... times it (:func:`between` with
 ``s = 1, s_time``) until the cost above the first run is at least the first run's and 0.2 s, within the budget
-(:func:`_wide`); the estimate is then the longest run
+(this module's widening runs); the estimate is then the longest run
 plus its measured cost per unit of length above the first times the length still missing: only the
 length is extrapolated, linearly (runs of steps one after the other), and the width is measured, not fitted.
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly

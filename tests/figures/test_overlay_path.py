@@ -18,7 +18,7 @@ from pathlib import Path
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"
 THEORY_RUNS = ("map", "flow", "symmetric_flow")
-TRAINERS = {"train", "train_1t"}  # figures.experiments.train and the single-threaded wrapper of scan_snap
+TRAINERS = {"train", "train_many", "train_1t"}  # figures.experiments.train and train_many; scan_snap's 1-thread train
 
 # reduced dynamics of the population, not started from the learned seeds: compared unpaired (compare_rows)
 POPULATION = {
