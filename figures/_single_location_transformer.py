@@ -33,8 +33,7 @@ from figures._style import (
     plot_seed_band,
     plot_theory,
 )
-from figures._seed_checks import above_chance_check as _above_chance_check
-from figures._seed_checks import mean_check as _mean_check
+from figures._seed_checks import above_chance_check, mean_check
 from figures.registry import CheckResult, register
 
 __all__ = ["data_fig8", "data_fig9", "data_fig10", "plot_fig8", "plot_fig9", "plot_fig10"]
@@ -177,21 +176,21 @@ def checks_fig8(ds: xr.Dataset) -> list[CheckResult]:
     lin = float(ds["linear_excess"])
     nu = np.maximum(ds["nu"].values[:, -1], ds["nu_mlp"].values[:, -1])
     return [
-        _mean_check(
+        mean_check(
             "Sec. 8.7: low excess risk (final test excess risk below the optimal linear one, Prop. 3)",
             ds["excess_risk"].values[:, -1],
             below=lin,
             tolerance="t interval of the seed mean at level 1e-3; the linear risk is the closed form of "
             "docs/models/single_location.md §5.4",
         ),
-        _mean_check(
+        mean_check(
             "Sec. 8.7: the rank-one attention direction is the oracle: final |k_hat . k*| approaches 1",
             ds["kappa"].values[:, -1],
             above=0.7,
             tolerance="t interval at level 1e-3; 'approach 1' has no number in the reference, 0.7 is ours "
             "(chance level 1/sqrt(d))",
         ),
-        _mean_check(
+        mean_check(
             "Sec. 8.7: value alignment approaches 1 (final, max of plain and MLP-corrected)",
             nu,
             above=0.7,
@@ -345,13 +344,13 @@ def checks_fig9(ds: xr.Dataset) -> list[CheckResult]:
     d = int(ds.attrs["d"])
     best = np.maximum(_max_pair(ds, "kappa"), _max_pair(ds, "nu"))
     out = [
-        _mean_check(
+        mean_check(
             "Sec. 8.8: low risk (final test excess risk below the null predictor's K gamma^2)",
             ds["excess_risk"].values[:, -1],
             below=null,
             tolerance="t interval of the seed mean at level 1e-3 (reference: 0.29-0.34 at step 200 000, null 1)",
         ),
-        _above_chance_check(
+        above_chance_check(
             "Sec. 8.8: some alignment (final max over heads, locations, keys and values of |. . *|)",
             best,
             d,
@@ -501,14 +500,14 @@ def checks_fig10(ds: xr.Dataset) -> list[CheckResult]:
     d = int(ds.attrs["d"])
     best_key = _max_pair(ds, "kappa")
     return [
-        _mean_check(
+        mean_check(
             "Sec. 8.9: low excess risk (final test excess risk below half the null predictor's)",
             ds["excess_risk"].values[:, -1],
             below=0.5 * null,
             tolerance="t interval at level 1e-3; 'low' has no number in the reference, half the null level 2 "
             "gamma^2 is ours",
         ),
-        _above_chance_check(
+        above_chance_check(
             "Sec. 8.9: the heads' rank-one attention directions align with oracle keys (final "
             "max_h,i |k_hat_h . k_i*|)",
             best_key,

@@ -13,6 +13,7 @@ from figures import registry
 from figures import _range_test
 from figures import single_location as fsl
 from figures.single_location import _common as sl_common
+from figures._seed_checks import mean_check
 from figures._style import style_context
 from figures.presets import RunConfig
 from figures.registry import CheckResult, GapRow
@@ -186,7 +187,7 @@ def test_transformer_checks_can_fail():
     assert status(partial) == {k: True for k in status(partial)}
     assert not status(none)["Sec. 8.8: some alignment"]
     assert not status(full)["Sec. 8.8: alignment only partial"]
-    check = tr._mean_check("m", [0.5, 0.52, 0.48, 0.51], above=0.7, tolerance="t")
+    check = mean_check("m", [0.5, 0.52, 0.48, 0.51], above=0.7, tolerance="t")
     assert not check.passed and check.n_seeds == 4
 
 

@@ -81,14 +81,13 @@ def _group_members(pgid: int) -> list[int]:
     return pids
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups read from Linux /proc")
-@pytest.mark.parametrize("how", ["SIGTERM to the parent", "Ctrl-C to the group"])
-def test_report_stops_quickly_with_its_workers_and_leaves_no_temp_files(tmp_path, how):
+def _spawn(code: str, tmp_path) -> subprocess.Popen:
+    """``python -c code tmp_path`` in a new session (its own process group), with the toolkit importable."""
     env = dict(
         os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **{ENV_DIR: str(tmp_path)}
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(tmp_path)],
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)],
         cwd=ROOT,
         env=env,
         start_new_session=True,
@@ -96,6 +95,12 @@ def test_report_stops_quickly_with_its_workers_and_leaves_no_temp_files(tmp_path
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups read from Linux /proc")
+@pytest.mark.parametrize("how", ["SIGTERM to the parent", "Ctrl-C to the group"])
+def test_report_stops_quickly_with_its_workers_and_leaves_no_temp_files(tmp_path, how):
+    proc = _spawn(_CHILD, tmp_path)
     try:
         deadline = time.monotonic() + 240  # two spawned workers importing the toolkit on a busy machine
         while len(list(tmp_path.glob("started.*"))) < 2:
@@ -129,18 +134,7 @@ def test_figures_make_stops_on_sigterm_and_removes_its_temp_file(tmp_path):
     """``figures make`` builds in its own process: SIGTERM ends it through the atomic writer's clean-up."""
     code = _CHILD.replace("['report', '--preset', 'tiny', '--jobs', '2',", "['make', 'toy.a', '--preset', 'tiny',")
     code = code.replace("'--out', sys.argv[1] + '/report'", "'--out', sys.argv[1] + '/out'")
-    env = dict(
-        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **{ENV_DIR: str(tmp_path)}
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _spawn(code, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "started.toy.a").exists():
