@@ -10,7 +10,8 @@ intervals, seeds of an initialisation, plotting offsets) and non-integers are le
 Measurement. The work only orders sizes; how the cost grows with it is measured. Each figure's data function runs,
 single-threaded and timed in process CPU seconds (wall seconds on a GPU; a busy machine does not inflate CPU time),
 first at the tiny sizes with another seed to compile the numba kernels and warm caches (its excess over the second
-call is reported as ``overhead_s``; the other seed keeps a figure that memoises its runs from reusing them), then at
+call is reported as ``overhead_s`` and is not counted in the measurement budget: a cold numba cache compiled under
+memory tracing can take minutes; the other seed keeps a figure that memoises its runs from reusing them), then at
 sizes a fraction ``s`` of the way from the tiny preset's to the estimated preset's on a log scale (:func:`between`:
 every size ``tiny^(1 - s) target^s``, so the measured runs scale the way the target does, seeds, sizes and steps
 together): ``s = 0`` (the tiny sizes), then steps of :data:`STEP` times more work, until the
@@ -27,9 +28,14 @@ and many seeds): measured where the overhead dominates, the fitted exponent extr
 preset's time axes (:data:`TIME_LIKE`, :func:`duration`) are longer than the tiny preset's, the preset's own sizes
 are then run for the tiny length and for :data:`STEP`, :data:`STEP` squared, ... times it (:func:`between` with
 ``s = 1, s_time``) until the cost above the first run is at least the first run's and 0.2 s, within the budget
-(this module's widening runs); the estimate is then the longest run
+(this module's widening runs; where the fit says the preset's sizes at the tiny length would not fit the budget,
+they are first reached from the tiny sizes at the tiny length in steps of :data:`STEP` times the work, each step
+expected from the measured one before it: a fit through points where fixed per-step costs dominate overestimated
+``scan_snap.gap_T``'s quick sizes tenfold); the estimate is then the longest run
 plus its measured cost per unit of length above the first times the length still missing: only the
-length is extrapolated, linearly (runs of steps one after the other), and the width is measured, not fitted.
+length is extrapolated, linearly (runs of steps one after the other), and the width is measured, not fitted (where
+the budget leaves room for one length only, its cost above the fit's fixed part is taken as proportional to the
+length).
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
@@ -252,10 +258,14 @@ measurement)."""
 def fit(works: Sequence[float], seconds: Sequence[float]) -> dict:
     """Fit ``seconds = a + c W^p`` (``a``, ``c`` >= 0, ``p`` in [0.25, 3]) to measurements at increasing work ``W``:
     through the first (the tiny run, mostly fixed cost) and the last two points, which sets the exponent from how the
-    cost grows between them; with two points, or without a cost that grows, ``p = 1`` through the first and the last.
+    cost grows between them; with two points, or without a cost that grows, ``p = 1`` through the first and the last;
+    with one point (no larger size could be measured), the cost is taken as proportional to the work (``a = 0``,
+    ``p = 1``), an upper bound where part of it is fixed, rather than the tiny cost itself.
     Returns ``{"a", "c", "p"}``.
     """
     w0, t0, wn, tn = works[0], seconds[0], works[-1], seconds[-1]
+    if len(works) == 1 or wn <= w0:
+        return {"a": 0.0, "c": t0 / w0, "p": 1.0}
     p = 1.0
     if len(works) >= 3:
         w1, t1 = works[-2], seconds[-2]
@@ -319,7 +329,7 @@ def measure(
         finally:
             tracemalloc.stop()
         run(0.0)
-        spent = first + points[-1][2]
+        spent = 2 * points[-1][2]  # the warm-up's excess (numba compiles, traced) is a one-off, not measurement
         step = math.log(STEP) / math.log(w_large / w_small) if w_large > STEP * w_small else math.inf
         s = 0.0
         while step < math.inf and spent < budget_s and s < MAX_FRACTION:
@@ -341,6 +351,10 @@ def measure(
     elif len(wide) == 2:  # the preset's sizes measured: only the length is extrapolated, linearly
         (d_a, t_a), (d_b, t_b) = wide
         seconds = t_b + max(t_b - t_a, 0.0) / (d_b - d_a) * (duration(large) - d_b)
+    elif len(wide) == 1:  # one length only: all but the fit's fixed cost taken as proportional to the length
+        ((d_a, t_a),) = wide
+        fixed = min(fitted["a"], t_a)
+        seconds = fixed + (t_a - fixed) * duration(large) / d_a
     return {
         **fitted,
         "seconds": seconds,
@@ -357,44 +371,104 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
     """The preset's sizes (every parameter but the time axes) run for the small length, then for :data:`STEP`,
     :data:`STEP` squared, ... times it until the cost above the first run is at least the first run's and 0.2 s (a
     difference well above the timing's noise) or the preset's length is reached: ``[(duration, seconds)]`` of the
-    first and the last run. None where the preset has no longer time axes than the small one, where the first run is
-    expected (by the fit) to take more than a quarter of ``budget_s`` (the fit can underestimate sizes it did not
-    reach several times) or a longer one (in proportion to its length) more than half of what is left, or where the
-    figure refuses every rounding. Memory is not checked: the traced peak scaled by the work (the memory column)
-    counts the fixed allocations as if they grew, and stopped runs that take a few seconds (a 96 MB peak at tiny
-    became 12 GB for a training figure at quick).
+    first and the last run. Where the next length (in proportion to its cost) would take more than half of what is
+    left of the budget, the longest that fits is run instead if it is at least twice the first's; if none is, only
+    the first run is returned. Empty where the preset has no longer time axes than the small one or where the
+    preset's sizes cannot be reached at the small length within the budget (:func:`_reach_width`). Memory is not
+    checked: the traced peak scaled by the work (the memory column) counts the fixed
+    allocations as if they grew, and stopped runs that take a few seconds (a 96 MB peak at tiny became 12 GB for a
+    training figure at quick).
     """
     d_small, d_large = duration(small), duration(large)
     if d_large <= d_small or work(between(small, large, 1.0, s_time=0.0)) <= work(small):
         return []
+    first = _reach_width(spec, small, large, device, fitted, budget_s)
+    if first is None:
+        return []
+    budget_s -= first[3]  # the climb's runs included
+    out = [first[1:3]]
     step = math.log(STEP) / math.log(d_large / d_small)
-    out: list[tuple[float, float]] = []
     st = 0.0
-    while True:
-        for residue in (None, 0, 1):
-            params = between(small, large, 1.0, residue, s_time=st)
-            d = duration(params)
-            if out and d <= out[-1][0]:
-                continue
-            expected = out[-1][1] * d / out[-1][0] if out else fitted["a"] + fitted["c"] * work(params) ** fitted["p"]
-            if expected > budget_s / (2 if out else 4):
-                return out if len(out) == 2 else []
-            try:
-                t = _seconds(spec, params, device)
-            except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: try the next rounding
-                logger.info("%s: refused the preset's sizes at length %s (%s)", spec.name, f"{st:.2f}", exc)
-                continue
-            budget_s -= t
-            out = [out[0], (d, t)] if out else [(d, t)]
+    while st < 1.0:
+        if len(out) == 2 and out[1][1] - out[0][1] >= max(out[0][1], 0.2):
             break
-        else:
-            if not out:
-                return []
-        if len(out) == 2 and (out[1][1] - out[0][1] >= max(out[0][1], 0.2) or st >= 1.0):
-            return out
-        if st >= 1.0:
-            return out if len(out) == 2 else []
-        st = min(1.0, st + step)
+
+        def fits(params):
+            return out[-1][1] * duration(params) / out[-1][0] <= budget_s / 2
+
+        st_next, last_try = min(1.0, st + step), False
+        if not fits(between(small, large, 1.0, s_time=st_next)):
+            # the longest run that fits half of what is left, if it is at least twice the first run's length
+            d_fit = 0.9 * out[-1][0] * budget_s / 2 / out[-1][1]  # 0.9: room for the rounding of the length
+            if d_fit < 2 * out[0][0] or d_fit <= out[-1][0]:
+                break
+            st_next, last_try = math.log(d_fit / d_small) / math.log(d_large / d_small), True
+        st = st_next
+        tried = _run_rounded(spec, small, large, device, 1.0, st, longer_than=out[-1][0], limit=fits)
+        if tried == "over":
+            break
+        if tried is not None:
+            params, t = tried
+            budget_s -= t
+            out = [out[0], (duration(params), t)]
+        if last_try:
+            break
+    return out
+
+
+def _run_rounded(spec, small, large, device, s, s_time, *, longer_than=0.0, limit):
+    """Run the sizes ``s`` (time axes ``s_time``) of the way, rounded plainly or else keeping the presets' common
+    divisibility: ``(params, seconds)``; ``None`` if the figure refuses every rounding (or none is longer than
+    ``longer_than``), ``"over"`` if ``limit(params)`` says the run would not fit what is left of the budget.
+    """
+    for residue in (None, 0, 1):
+        params = between(small, large, s, residue, s_time=s_time)
+        if duration(params) <= longer_than:
+            continue
+        if not limit(params):
+            return "over"
+        try:
+            return params, _seconds(spec, params, device)
+        except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: try the next rounding
+            logger.info(
+                "%s: refused the sizes %s (length %s) of the way (%s)", spec.name, f"{s:.2f}", f"{s_time:.2f}", exc
+            )
+    return None
+
+
+def _reach_width(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: float):
+    """The preset's sizes run for the small length: ``(work, duration, seconds, seconds spent in all)``, or
+    ``None`` if out of reach.
+    Where the fit expects that run to take at most a quarter of ``budget_s`` it is run directly. Otherwise (the fit,
+    measured where fixed per-step costs dominate, can overestimate the width several times, or underestimate it) the
+    sizes climb to the preset's at the small length in steps of :data:`STEP` times the work, each run expected to
+    cost its predecessor's times the work ratio, and started only while that fits half of what is left of the budget.
+    """
+    target = work(between(small, large, 1.0, s_time=0.0))
+    if fitted["a"] + fitted["c"] * target ** fitted["p"] <= budget_s / 4:
+        widths = [1.0]
+    else:
+        n = max(1, math.ceil(math.log(target / work(small)) / math.log(STEP)))
+        widths = [k / n for k in range(1, n + 1)]
+    last, spent = None, 0.0  # (work, seconds) of the last run, seconds of every run
+    for s in widths:
+
+        def fits(params):
+            w = work(params)
+            expected = fitted["a"] + fitted["c"] * w ** fitted["p"] if last is None else last[1] * w / last[0]
+            return expected <= budget_s / (4 if last is None else 2)
+
+        tried = _run_rounded(spec, small, large, device, s, 0.0, limit=fits)
+        if tried == "over":
+            return None
+        if tried is None:
+            if s >= 1.0:
+                return None
+            continue
+        params, t = tried
+        budget_s, spent = budget_s - t, spent + t
+        last = (work(params), t)
+    return (last[0], duration(params), last[1], spent)
 
 
 @contextlib.contextmanager

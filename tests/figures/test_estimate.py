@@ -124,6 +124,89 @@ def test_the_presets_sizes_are_measured_for_a_short_length_and_the_length_extrap
     assert m["wide"] == [] and m["seconds"] == pytest.approx(m["a"] + m["c"] * 4096e4 ** m["p"])
 
 
+def test_the_presets_sizes_are_reached_at_a_short_length_when_the_fit_overestimates_them(monkeypatch):
+    """A per-step cost that stops growing with the batch (1e-5 s x batch / (1 + batch / 256): vectorised up to a
+    width), as scan_snap.gap_T's did: the path to half way sees the cost grow with every size, so its fit puts the
+    paper preset about 75 times too high and the preset's batch for the tiny length far over a quarter of the budget.
+    The preset's batch is reached at the tiny length in steps of STEP times the work instead, and the length is
+    extrapolated from it: the estimate is exact (cost linear in the steps) up to float rounding."""
+    reg = synthetic_registry()
+    clock = {"t": 0.0}
+    monkeypatch.setattr(estimate.time, "process_time", lambda: clock["t"])
+
+    def per_step(b):
+        return 1e-5 * b / (1 + b / 256)
+
+    def fake_data(cfg):
+        clock["t"] += 0.1 + cfg.params["n_steps"] * per_step(cfg.params["batch"])
+
+    params = {
+        "tiny": {"n_steps": 100, "batch": 4},
+        "quick": {"n_steps": 1000, "batch": 64},
+        "paper": {"n_steps": 10000, "batch": 65536},
+    }
+    reg._figures["toy.decay"] = dataclasses.replace(reg.get("toy.decay"), data=fake_data, params=params)
+    m = estimate.measure("toy.decay", "paper", registry=reg)
+    exact = 0.1 + 10000 * per_step(65536)
+    short = estimate.work({"n_steps": 100, "batch": 65536})
+    assert m["a"] + m["c"] * short ** m["p"] > estimate.BUDGET_S / 4  # the fit would not have run it
+    assert m["a"] + m["c"] * estimate.work(params["paper"]) ** m["p"] > 10 * exact  # and is far off
+    assert m["wide"][0][0] == 100 and m["seconds"] == pytest.approx(exact, rel=1e-9)
+    # with a budget too small for the climb, the fit is the estimate, as before
+    m = estimate.measure("toy.decay", "paper", registry=reg, budget_s=0.5)
+    assert m["wide"] == [] and m["seconds"] == pytest.approx(m["a"] + m["c"] * estimate.work(params["paper"]) ** m["p"])
+
+
+def test_a_budget_with_room_for_one_length_extrapolates_it_in_proportion(monkeypatch):
+    """The preset's batch for 100 steps costs 0.355 s; with a 1.6 s budget a run of at least twice that length
+    (0.61 s) does not fit half of what is left (0.62 s, less the 10 % kept for rounding), so only the one length is
+    measured, and its cost above the fixed 0.1 s is scaled with the length: 0.1 + 0.255 x 100 = 25.6 s, exact for
+    this cost (fixed + linear in the steps); scaling all of it would say 35.5 s."""
+    reg = synthetic_registry()
+    clock = {"t": 0.0}
+    monkeypatch.setattr(estimate.time, "process_time", lambda: clock["t"])
+
+    def fake_data(cfg):
+        b = cfg.params["batch"]
+        clock["t"] += 0.1 + cfg.params["n_steps"] * 1e-5 * b / (1 + b / 256)
+
+    small, large = {"n_steps": 100, "batch": 4}, {"n_steps": 10000, "batch": 65536}
+    reg._figures["toy.decay"] = dataclasses.replace(
+        reg.get("toy.decay"), data=fake_data, params={"tiny": small, "quick": small, "paper": large}
+    )
+    fitted = {"a": 0.1, "c": 1e-12, "p": 1.0}
+    (point,) = estimate._wide(reg.get("toy.decay"), small, large, "cpu", fitted, 1.6)
+    assert point == (100.0, pytest.approx(0.1 + 100 * 1e-5 * 65536 / 257, rel=1e-12))
+    monkeypatch.setattr(estimate, "_wide", lambda *args: [point])
+    m = estimate.measure("toy.decay", "paper", registry=reg)
+    assert m["seconds"] == pytest.approx(m["a"] + (point[1] - m["a"]) * 100, rel=1e-12)
+    # the fixed part fitted through the path (0.096 s, against 0.1 s) scales with the rest: +1.5 %
+    assert m["seconds"] == pytest.approx(25.6, rel=0.02) and abs(m["seconds"] - 35.5) > 5
+
+
+def test_a_slow_first_call_does_not_use_up_the_budget(monkeypatch):
+    """A first call that costs 100 s more (numba compiling a cold cache under memory tracing, as
+    single_location.atlas's did) is the warm-up's one-off: the path is still measured (at least three points), and
+    the estimate of a cost of 1e-3 s per step is 10 s at paper; counting the warm-up against the 30 s budget left
+    the tiny run alone, whose cost (0.1 s) was then the estimate."""
+    calls = {"n": 0}
+
+    def cost(n):
+        calls["n"] += 1
+        return 1e-3 * n + (100.0 if calls["n"] == 1 else 0.0)
+
+    reg = _fake_figure(monkeypatch, cost)
+    m = estimate.measure("toy.decay", "paper", registry=reg)
+    assert m["overhead_s"] == pytest.approx(100.0) and len(m["points"]) >= 3
+    assert m["seconds"] == pytest.approx(10.0, rel=1e-6)
+
+
+def test_one_measured_point_gives_a_cost_proportional_to_the_work():
+    """No larger size measured: the cost is taken as proportional to the work (an upper bound where some of it is
+    fixed), never the tiny cost itself."""
+    assert estimate.fit([400.0], [0.2]) == {"a": 0.0, "c": 0.2 / 400.0, "p": 1.0}
+
+
 def test_an_end_time_is_a_time_axis():
     assert estimate.work({"t1": 100.0, "n_save": 60, "lr": 0.5}) == 100.0
     assert estimate.duration({"t1": 100.0, "n_steps": 5, "inner": {"n_iter": [2, 3]}, "batch": 9}) == 110.0
