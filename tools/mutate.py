@@ -1,4 +1,4 @@
-"""Mutation testing of closedform/ and dynamics/ (issue 19): ``make mutate`` runs this file.
+"""Mutation testing of closedform/ and dynamics/: ``make mutate`` runs this file.
 
 Why two engines
 ---------------
@@ -68,19 +68,18 @@ ENGINE_TESTS = (
 )
 """The engine's own tests: a mutant of the core of dynamics/ is judged by these."""
 DYNAMICS_TESTS = {
-    "compare": ("tests/dynamics/test_compare.py",),
-    "overlay": ("tests/dynamics/test_overlay.py",),
-    "sweep": ("tests/dynamics/test_sweep.py",),
     "provenance": ("tests/dynamics/test_engine_cache.py", "tests/dynamics/test_engine.py"),
-    "validation": (
-        "tests/dynamics/test_validation.py",
-        "tests/api/test_documented_ranges.py",
-        "tests/api/test_bad_arguments.py",
-    ),
+    "validation": ("tests/api/test_documented_ranges.py", "tests/api/test_bad_arguments.py"),
     "saveat": ("tests/dynamics/test_engine.py", "tests/closedform/test_public_values.py"),
+    "convergence": ("tests/closedform/test_convergence_warnings.py",),
 }
-"""dynamics/ modules with their own test file; the others (integrate, _kernels, _steppers, errors, trajectory,
-random) get ENGINE_TESTS."""
+"""Tests of dynamics/ modules beyond their subject files (``tests/dynamics/test_<module>.py`` and
+``tests/dynamics/test_<module>_*.py``, found by name); a module with neither (integrate, _kernels, _steppers, errors,
+trajectory, random) gets ENGINE_TESTS."""
+CLOSEDFORM_TESTS = {
+    "models": ("tests/api/test_model_registry.py", "tests/api/test_model_entry_points.py"),
+}
+"""Tests of closedform/ modules that are not a model's (the model contract's registry)."""
 DYNAMICS_PINNED = "tests/dynamics/test_engine_reference_values.py"
 """Reference values of the engine that killed survivors of earlier runs: first for every dynamics/ mutant."""
 RULES_TESTS = "tests/api/test_documented_ranges.py"
@@ -93,12 +92,15 @@ export list."""
 def tests_for(target: str, root: Path = ROOT) -> list[str]:
     """The pytest arguments that judge a mutant of ``target`` (a path relative to the repository root).
 
-    The mapping follows the file names: ``closedform/<model>.py`` and ``closedform/_<model>_kernels.py`` are judged by
-    ``tests/closedform/test_<model>.py``, ``closedform/special.py`` by ``tests/closedform/test_special.py`` (every
-    closedform file also by ``tests/closedform/test_public_values.py``, the value checks of the public functions);
-    ``dynamics/<module>.py`` by its own test file where it has one (DYNAMICS_TESTS), else by the engine's tests
-    (ENGINE_TESTS). The reference-value tests ``tests/closedform/test_<model>_reference_values.py``
-    (``tests/dynamics/test_engine_reference_values.py`` for dynamics/) come first, so that with ``-x`` the direct value
+    The mapping follows the tests' subject layout: ``closedform/<model>.py`` and ``closedform/_<model>_kernels.py``
+    are judged by ``tests/closedform/test_<model>.py`` and every ``tests/closedform/test_<model>_*.py``,
+    ``closedform/special.py`` by ``tests/closedform/test_special.py``, ``closedform/models.py`` by the model
+    registry's tests (CLOSEDFORM_TESTS; every closedform file also by ``tests/closedform/test_public_values.py``, the
+    value checks of the public functions); ``dynamics/<module>.py`` by ``tests/dynamics/test_<module>.py`` and
+    ``tests/dynamics/test_<module>_*.py`` (a leading underscore dropped) with the extras of DYNAMICS_TESTS, and a
+    module with neither by the engine's tests (ENGINE_TESTS). The reference-value tests
+    ``tests/closedform/test_<model>_reference_values.py`` (``tests/dynamics/test_engine_reference_values.py`` for
+    dynamics/) come first, so that with ``-x`` the direct value
     checks fail first; ``tests/api/test_documented_ranges.py`` comes last in every list (it judges the argument rules,
     which are mutated where they are declared, in ``Annotated`` metadata). The empirical and figure tests are left
     out: they exercise the same formulas through torch and are ten times slower per mutant. Files are looked up in
@@ -106,12 +108,26 @@ def tests_for(target: str, root: Path = ROOT) -> list[str]:
     """
     area, name = target.split("/", 1)
     stem = Path(name).stem
+
+    def subject(folder: str, module: str) -> list[str]:  # tests/<folder>/test_<module>.py, then test_<module>_*.py
+        own = f"tests/{folder}/test_{module}.py"
+        return [own, *sorted(str(q.relative_to(root)) for q in (root / "tests" / folder).glob(f"test_{module}_*.py"))]
+
     if area == "closedform":
         model = stem[1 : -len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
         pinned = f"tests/closedform/test_{model}_reference_values.py"
-        files = [pinned, "tests/closedform/test_public_values.py", f"tests/closedform/test_{model}.py", RULES_TESTS]
+        files = [
+            pinned,
+            "tests/closedform/test_public_values.py",
+            *subject("closedform", model),
+            *CLOSEDFORM_TESTS.get(stem, ()),
+            RULES_TESTS,
+        ]
     elif area == "dynamics":
-        files = [DYNAMICS_PINNED, *DYNAMICS_TESTS.get(stem, ENGINE_TESTS), RULES_TESTS]
+        own = [
+            f for f in [*subject("dynamics", stem.lstrip("_")), *DYNAMICS_TESTS.get(stem, ())] if (root / f).is_file()
+        ]
+        files = [DYNAMICS_PINNED, *(own or ENGINE_TESTS), RULES_TESTS]
     else:
         raise ValueError(f"no tests known for {target}: pass --tests <pytest args>")
     files = list(dict.fromkeys(f for f in files if (root / f).is_file()))
@@ -519,8 +535,8 @@ def run_disk(
     Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where it
     stopped. With ``recheck`` only the journal's survivors not judged equivalent are run again, with the current tests
     (after new tests were written), as records of phase ``recheck``; only the reference-value test files
-    (``tests/*/test_*_reference_values.py``) are run then, since the mutant already passed the others, which are not
-    edited.
+    (``tests/*/test_*_reference_values.py``) and the files of its current selection that its last run did not have
+    are run then, since the mutant already passed the others, which are not edited.
     ``only`` (``file#index`` names) runs just those mutants, as records of phase ``check`` (to confirm that a new test
     kills a survivor; not summarised).
     """
@@ -535,6 +551,7 @@ def run_disk(
         latest: dict[tuple, dict] = {}
         for r in records:
             latest[(r["file"], r["sha"], r["index"])] = r
+        passed = {(r["file"], r["index"]): set(r.get("tests") or ()) for r in latest.values()}
         order = [
             (r["file"], r["index"])
             for k, r in latest.items()
@@ -573,8 +590,9 @@ def run_disk(
             m = mutants[i]
             args = tests if tests else tests_for(t, runner.scratch)
             if phase == "recheck" and not tests:
-                # the mutant passed the other tests already (unchanged files), so only the new ones can kill it
-                args = [a for a in args if Path(a).stem.endswith("_reference_values")]
+                # it passed the files of its last run already; only new reference values or files new to its
+                # selection (a test module added to its subject) can kill it
+                args = [a for a in args if Path(a).stem.endswith("_reference_values") or a not in passed[(t, i)]]
                 if not args:
                     continue
             status, seconds = runner.run(t, code, m, args)

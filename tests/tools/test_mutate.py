@@ -19,7 +19,9 @@ import mutate  # noqa: E402
 
 def test_every_named_test_file_exists():
     named = {*mutate.ENGINE_TESTS, mutate.DYNAMICS_PINNED, mutate.RULES_TESTS}
-    named.update(f for files in mutate.DYNAMICS_TESTS.values() for f in files)
+    named.update(
+        f for table in (mutate.DYNAMICS_TESTS, mutate.CLOSEDFORM_TESTS) for files in table.values() for f in files
+    )
     missing = sorted(f for f in named if not (ROOT / f).is_file())
     assert not missing, f"tools/mutate.py names test files that do not exist: {missing}"
 
@@ -38,6 +40,23 @@ def test_every_source_is_judged_by_its_subject_tests(target):
         assert files[0].endswith(f"test_{model}_reference_values.py")  # reference values first
     if area == "dynamics":
         assert files[0] == mutate.DYNAMICS_PINNED
+    subject = sorted((ROOT / "tests" / area).glob(f"test_{model.lstrip('_')}*.py"))
+    subject = [
+        q for q in subject if q.stem == f"test_{model.lstrip('_')}" or q.stem.startswith(f"test_{model.lstrip('_')}_")
+    ]
+    missing = [str(q.relative_to(ROOT)) for q in subject if str(q.relative_to(ROOT)) not in files]
+    assert not missing, f"{target}: its subject's test modules are not in its selection: {missing}"
+
+
+def test_a_module_without_subject_tests_is_judged_by_the_engine_tests_and_one_with_them_is_not():
+    """dynamics/integrate.py has no test_integrate*.py: the engine's tests judge it; dynamics/align.py is judged by
+    tests/dynamics/test_align.py, not by the engine's tests (which never call it: an align mutant survived them)."""
+    assert [f for f in mutate.ENGINE_TESTS if f in mutate.tests_for("dynamics/integrate.py")] == list(
+        mutate.ENGINE_TESTS
+    )
+    align = mutate.tests_for("dynamics/align.py")
+    assert "tests/dynamics/test_align.py" in align and not set(mutate.ENGINE_TESTS) & set(align)
+    assert "tests/api/test_model_registry.py" in mutate.tests_for("closedform/models.py")
 
 
 def test_the_model_modules_have_their_test_files():
@@ -51,3 +70,40 @@ def test_the_model_modules_have_their_test_files():
     for model in models:
         assert f"tests/closedform/test_{model}.py" in mutate.tests_for(f"closedform/{model}.py")
         assert f"tests/closedform/test_{model}_reference_values.py" in mutate.tests_for(f"closedform/{model}.py")
+
+
+def test_a_recheck_runs_only_what_the_survivor_has_not_passed(tmp_path, monkeypatch):
+    """A survivor judged by ``[A]`` whose selection is now ``[ref, A, B]`` (a reference-value file and a subject
+    module added) is rerun on ``[ref, B]``: A, which it passed, is not run again; a survivor whose selection did not
+    change and has no reference values is not rerun at all."""
+    code = "x = 1\n"
+    mutant = mutate.Mutant(index=0, line=1, operator="number", before="1", after="2", start=4, end=5, text="2")
+    monkeypatch.setattr(mutate, "generate_cached", lambda target, cache_dir: (code, [mutant]))
+    selections = {
+        "closedform/a.py": ["tests/ref_reference_values.py", "tests/A.py", "tests/B.py"],
+        "dynamics/b.py": ["tests/C.py"],
+    }
+    monkeypatch.setattr(mutate, "tests_for", lambda target, root: selections[target])
+    ran = []
+
+    class FakeRunner:
+        scratch = tmp_path
+
+        def __init__(self, **kwargs):
+            pass
+
+        def run(self, target, code, m, args):
+            ran.append((target, args))
+            return "killed", 0.1
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(mutate, "Runner", FakeRunner)
+    journal = tmp_path / "journal.jsonl"
+    for target, tests in (("closedform/a.py", ["tests/A.py"]), ("dynamics/b.py", ["tests/C.py"])):
+        rec = {"file": target, "sha": mutate._sha(code), "index": 0, "status": "survived", "tests": tests}
+        mutate._append(journal, {**rec, "phase": "sample"})
+    kwargs = dict(sample=None, seed=0, tests=None, timeout_factor=5.0, timeout_slack=1.0, max_minutes=None)
+    mutate.run_disk(["closedform/a.py", "dynamics/b.py"], tmp_path, journal, recheck=True, equivalent={}, **kwargs)
+    assert ran == [("closedform/a.py", ["tests/ref_reference_values.py", "tests/B.py"])]
