@@ -34,8 +34,8 @@ expected from the measured one before it: a fit through points where fixed per-s
 ``scan_snap.gap_T``'s quick sizes tenfold); the estimate is then the longest run
 plus its measured cost per unit of length above the first times the length still missing: only the
 length is extrapolated, linearly (runs of steps one after the other), and the width is measured, not fitted (where
-the budget leaves room for one length only, its cost above the fit's fixed part is taken as proportional to the
-length).
+the budget leaves room for one length only, within :data:`ONE_LENGTH_RATIO` of the preset's, its cost above the fit's
+fixed part is taken as proportional to the length).
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
@@ -76,6 +76,7 @@ __all__ = [
     "MAX_FRACTION",
     "BUDGET_S",
     "DIRECT_S",
+    "ONE_LENGTH_RATIO",
     "between",
     "LOGGING",
     "duration",
@@ -255,6 +256,12 @@ DIRECT_S = 1.0
 measurement)."""
 
 
+ONE_LENGTH_RATIO = 16.0
+"""Where the preset's sizes could be run for one length only, its cost is scaled in proportion up to this many times
+that length; further, the width-independent cost that such a run holds (evaluations, data sets: 35 of icl_regression
+fig. 8's 38 s at the paper sizes for 30 steps) would be multiplied as well, and the path's fit is the estimate."""
+
+
 def fit(works: Sequence[float], seconds: Sequence[float]) -> dict:
     """Fit ``seconds = a + c W^p`` (``a``, ``c`` >= 0, ``p`` in [0.25, 3]) to measurements at increasing work ``W``:
     through the first (the tiny run, mostly fixed cost) and the last two points, which sets the exponent from how the
@@ -351,7 +358,8 @@ def measure(
     elif len(wide) == 2:  # the preset's sizes measured: only the length is extrapolated, linearly
         (d_a, t_a), (d_b, t_b) = wide
         seconds = t_b + max(t_b - t_a, 0.0) / (d_b - d_a) * (duration(large) - d_b)
-    elif len(wide) == 1:  # one length only: all but the fit's fixed cost taken as proportional to the length
+    elif len(wide) == 1 and duration(large) <= ONE_LENGTH_RATIO * wide[0][0]:
+        # one length only, close to the preset's: all but the fit's fixed cost taken as proportional to the length
         ((d_a, t_a),) = wide
         fixed = min(fitted["a"], t_a)
         seconds = fixed + (t_a - fixed) * duration(large) / d_a
@@ -399,7 +407,7 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
         st_next, last_try = min(1.0, st + step), False
         if not fits(between(small, large, 1.0, s_time=st_next)):
             # the longest run that fits half of what is left, if it is at least twice the first run's length
-            d_fit = 0.9 * out[-1][0] * budget_s / 2 / out[-1][1]  # 0.9: room for the rounding of the length
+            d_fit = 0.97 * out[-1][0] * budget_s / 2 / out[-1][1]  # 3 %: room for rounding a length of >= 24
             if d_fit < 2 * out[0][0] or d_fit <= out[-1][0]:
                 break
             st_next, last_try = math.log(d_fit / d_small) / math.log(d_large / d_small), True

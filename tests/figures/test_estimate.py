@@ -159,9 +159,10 @@ def test_the_presets_sizes_are_reached_at_a_short_length_when_the_fit_overestima
 
 def test_a_budget_with_room_for_one_length_extrapolates_it_in_proportion(monkeypatch):
     """The preset's batch for 100 steps costs 0.355 s; with a 1.6 s budget a run of at least twice that length
-    (0.61 s) does not fit half of what is left (0.62 s, less the 10 % kept for rounding), so only the one length is
-    measured, and its cost above the fixed 0.1 s is scaled with the length: 0.1 + 0.255 x 100 = 25.6 s, exact for
-    this cost (fixed + linear in the steps); scaling all of it would say 35.5 s."""
+    (0.61 s) does not fit half of what is left (0.62 s, less 3 % kept for rounding), so only the one length is
+    measured. For a preset of 1 000 steps its cost above the fixed 0.1 s is scaled with the length: 0.1 + 0.255 x 10
+    = 2.65 s, exact for this cost (fixed + linear in the steps); scaling all of it would say 3.55 s. For 10 000 steps
+    (100 times the length, over ONE_LENGTH_RATIO) the path's fit is the estimate instead."""
     reg = synthetic_registry()
     clock = {"t": 0.0}
     monkeypatch.setattr(estimate.time, "process_time", lambda: clock["t"])
@@ -170,7 +171,7 @@ def test_a_budget_with_room_for_one_length_extrapolates_it_in_proportion(monkeyp
         b = cfg.params["batch"]
         clock["t"] += 0.1 + cfg.params["n_steps"] * 1e-5 * b / (1 + b / 256)
 
-    small, large = {"n_steps": 100, "batch": 4}, {"n_steps": 10000, "batch": 65536}
+    small, large = {"n_steps": 100, "batch": 4}, {"n_steps": 1000, "batch": 65536}
     reg._figures["toy.decay"] = dataclasses.replace(
         reg.get("toy.decay"), data=fake_data, params={"tiny": small, "quick": small, "paper": large}
     )
@@ -179,9 +180,13 @@ def test_a_budget_with_room_for_one_length_extrapolates_it_in_proportion(monkeyp
     assert point == (100.0, pytest.approx(0.1 + 100 * 1e-5 * 65536 / 257, rel=1e-12))
     monkeypatch.setattr(estimate, "_wide", lambda *args: [point])
     m = estimate.measure("toy.decay", "paper", registry=reg)
-    assert m["seconds"] == pytest.approx(m["a"] + (point[1] - m["a"]) * 100, rel=1e-12)
-    # the fixed part fitted through the path (0.096 s, against 0.1 s) scales with the rest: +1.5 %
-    assert m["seconds"] == pytest.approx(25.6, rel=0.02) and abs(m["seconds"] - 35.5) > 5
+    assert m["seconds"] == pytest.approx(m["a"] + (point[1] - m["a"]) * 10, rel=1e-12)
+    # the fixed part fitted through the path (0.09 s, against 0.1 s) is scaled with the rest: +3.5 %
+    assert m["seconds"] == pytest.approx(2.65, rel=0.05) and abs(m["seconds"] - 3.55) > 0.5
+    longer = {"n_steps": 10000, "batch": 65536}
+    reg._figures["toy.decay"] = dataclasses.replace(reg.get("toy.decay"), params={"tiny": small, "paper": longer})
+    m = estimate.measure("toy.decay", "paper", registry=reg)
+    assert m["seconds"] == pytest.approx(m["a"] + m["c"] * estimate.work(longer) ** m["p"], rel=1e-12)
 
 
 def test_a_slow_first_call_does_not_use_up_the_budget(monkeypatch):
