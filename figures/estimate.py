@@ -395,6 +395,8 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
         return []
     budget_s -= first[3]  # the climb's runs included
     out = [first[1:3]]
+    if not first[4]:
+        return out  # the preset's sizes extrapolated, not run: no longer run at them
     step = math.log(STEP) / math.log(d_large / d_small)
     st = 0.0
     while st < 1.0:
@@ -445,12 +447,15 @@ def _run_rounded(spec, small, large, device, s, s_time, *, longer_than=0.0, limi
 
 
 def _reach_width(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: float):
-    """The preset's sizes run for the small length: ``(work, duration, seconds, seconds spent in all)``, or
+    """The preset's sizes run for the small length: ``(work, duration, seconds, seconds spent in all, reached)``, or
     ``None`` if out of reach.
     Where the fit expects that run to take at most a quarter of ``budget_s`` it is run directly. Otherwise (the fit,
     measured where fixed per-step costs dominate, can overestimate the width several times, or underestimate it) the
-    sizes climb to the preset's at the small length in steps of :data:`STEP` times the work, each run expected to
-    cost its predecessor's times the work ratio, and started only while that fits half of what is left of the budget.
+    sizes climb to the preset's at the small length in steps of :data:`STEP` times the work, each run expected from
+    its predecessor's cost by the growth measured between the last two runs (at least the square root of the work
+    ratio; in proportion after the first), and started only while that fits half of what is left of the budget.
+    A climb stopped by the budget after at least two runs ends with the preset's sizes extrapolated from the last two
+    (``reached`` False; exponent in [1/2, 3/2]), so that only the sizes, not the length, are extrapolated that far.
     """
     target = work(between(small, large, 1.0, s_time=0.0))
     if fitted["a"] + fitted["c"] * target ** fitted["p"] <= budget_s / 4:
@@ -458,25 +463,36 @@ def _reach_width(spec, small: dict, large: dict, device: str, fitted: dict, budg
     else:
         n = max(1, math.ceil(math.log(target / work(small)) / math.log(STEP)))
         widths = [k / n for k in range(1, n + 1)]
-    last, spent = None, 0.0  # (work, seconds) of the last run, seconds of every run
+    runs, spent = [], 0.0  # (work, seconds) of the runs, seconds of every run
+
+    def growth() -> float:  # exponent measured between the last two runs, in [1/2, 3/2]
+        (w1, t1), (w2, t2) = runs[-2:]
+        return min(1.5, max(0.5, math.log(t2 / t1) / math.log(w2 / w1))) if t1 > 0 and t2 > 0 and w2 > w1 else 1.0
+
     for s in widths:
 
         def fits(params):
             w = work(params)
-            expected = fitted["a"] + fitted["c"] * w ** fitted["p"] if last is None else last[1] * w / last[0]
-            return expected <= budget_s / (4 if last is None else 2)
+            if not runs:
+                expected = fitted["a"] + fitted["c"] * w ** fitted["p"]
+            else:
+                expected = runs[-1][1] * (w / runs[-1][0]) ** (growth() if len(runs) >= 2 else 1.0)
+            return expected <= budget_s / (4 if not runs else 2)
 
         tried = _run_rounded(spec, small, large, device, s, 0.0, limit=fits)
         if tried == "over":
-            return None
+            if len(runs) < 2:
+                return None
+            (w_last, t_last), d = runs[-1], duration(between(small, large, 1.0, s_time=0.0))
+            return (target, d, t_last * (target / w_last) ** growth(), spent, False)
         if tried is None:
             if s >= 1.0:
                 return None
             continue
         params, t = tried
         budget_s, spent = budget_s - t, spent + t
-        last = (work(params), t)
-    return (last[0], duration(params), last[1], spent)
+        runs.append((work(params), t))
+    return (runs[-1][0], duration(params), runs[-1][1], spent, True)
 
 
 @contextlib.contextmanager

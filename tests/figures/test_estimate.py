@@ -157,6 +157,31 @@ def test_the_presets_sizes_are_reached_at_a_short_length_when_the_fit_overestima
     assert m["wide"] == [] and m["seconds"] == pytest.approx(m["a"] + m["c"] * estimate.work(params["paper"]) ** m["p"])
 
 
+def test_a_climb_stopped_by_the_budget_extrapolates_the_sizes_from_its_last_two_runs(monkeypatch):
+    """The saturating per-step cost above at quick (1 000 steps of batch 65 536; exact 2.65 s), with a 2.5 s budget:
+    the climb to the preset's batch at 100 steps stops one rung short, and the preset's batch is extrapolated from
+    the last two rungs with their measured exponent (the rungs' times are recorded: the point is none of them); its
+    length is then scaled (10 times, within ONE_LENGTH_RATIO). The result (12.8 s) is still high, since the
+    exponent is floored at 1/2 where this cost has stopped growing, but half the fit's 24 s that it replaces."""
+    reg = synthetic_registry()
+    clock = {"t": 0.0}
+    monkeypatch.setattr(estimate.time, "process_time", lambda: clock["t"])
+    times = []
+
+    def fake_data(cfg):
+        b = cfg.params["batch"]
+        times.append(0.1 + cfg.params["n_steps"] * 1e-5 * b / (1 + b / 256))
+        clock["t"] += times[-1]
+
+    params = {"tiny": {"n_steps": 100, "batch": 4}, "quick": {"n_steps": 1000, "batch": 65536}}
+    reg._figures["toy.decay"] = dataclasses.replace(reg.get("toy.decay"), data=fake_data, params=params)
+    m = estimate.measure("toy.decay", "quick", registry=reg, budget_s=2.5)
+    ((length, t),) = m["wide"]
+    assert length == 100 and all(abs(t - x) > 1e-9 for x in times)
+    fitted = m["a"] + m["c"] * estimate.work(params["quick"]) ** m["p"]
+    assert m["seconds"] == pytest.approx(m["a"] + (t - m["a"]) * 10, rel=1e-12) and m["seconds"] < fitted / 1.8
+
+
 def test_a_budget_with_room_for_one_length_extrapolates_it_in_proportion(monkeypatch):
     """The preset's batch for 100 steps costs 0.355 s; with a 1.6 s budget a run of at least twice that length
     (0.61 s) does not fit half of what is left (0.62 s, less 3 % kept for rounding), so only the one length is
