@@ -535,7 +535,7 @@ def attention_diagnostics(
     S : (n, D, D) attention of :func:`forward` (rows = keys, columns = queries).
     quantile : float in (0, 1)
     """
-    quantile = check_in_range("quantile", quantile, 0.0, 1.0)
+    quantile = check_in_range("quantile", quantile, 0.0, 1.0, low_open=True, high_open=True)
     S = np.asarray(S, dtype=np.float64)
     row = S[:, task.jstar_index, :]
     return {"attn_jstar": float(row.mean()), "attn_jstar_q": float(np.quantile(row.min(axis=1), quantile))}
@@ -735,7 +735,7 @@ def reduced_evaluate(
     """
     state = _check_state(state)
     _check_reduced(task, rs)
-    quantile = check_in_range("quantile", quantile, 0.0, 1.0)
+    quantile = check_in_range("quantile", quantile, 0.0, 1.0, low_open=True, high_open=True)
     out = np.empty((rs.a.shape[0], 4))
     _k.reduced_eval(state, task.jstar_index, rs.a, rs.gram, out)
     return {

@@ -57,7 +57,14 @@ from closedform import _icl_regression_kernels as _k
 from dynamics.convergence import DEFAULT_CONVERGENCE_TOL, check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
-from dynamics.validation import check_allocation, check_finite_array, check_int, check_nonneg, check_positive
+from dynamics.validation import (
+    check_allocation,
+    check_finite_array,
+    check_in_range,
+    check_int,
+    check_nonneg,
+    check_positive,
+)
 
 __all__ = [
     "REFERENCE",
@@ -948,7 +955,7 @@ def classify_heads(
     dummy_tol : float in [0, 1)
     """
     omega, mu = _pair(omega, mu)
-    dummy_tol = check_nonneg("dummy_tol", dummy_tol)
+    dummy_tol = check_in_range("dummy_tol", dummy_tol, 0.0, 1.0, high_open=True)
     amu = np.abs(mu)
     dummy = amu < dummy_tol * amu.max(axis=-1, keepdims=True)
     active = ~dummy
@@ -1406,7 +1413,7 @@ def predict_preconditioned_gd(
 def risk_mc(
     task: ICLRegressionTask,
     predict: Callable,
-    n_prompts: Annotated[int, _V.Range(integer=True, ge=1)],
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=2)],
     rng: Annotated[Any, _V.seed_check] = None,
     *,
     chunk: Annotated[int, _V.Range(integer=True, ge=1)] = 50000,
@@ -1420,7 +1427,7 @@ def risk_mc(
 
     Parameters
     ----------
-    n_prompts : int >= 1
+    n_prompts : int >= 2
     chunk : int >= 1
     """
     task = _check_task(task)
@@ -1440,7 +1447,7 @@ def risk_mc(
 
 def ridge_risk_mc(
     task: ICLRegressionTask,
-    n_prompts: Annotated[int, _V.Range(integer=True, ge=1)],
+    n_prompts: Annotated[int, _V.Range(integer=True, ge=2)],
     rng: Annotated[Any, _V.seed_check] = None,
     *,
     lam_ridge: Annotated[float | None, _V.Range(ge=0)] = None,
@@ -1453,7 +1460,7 @@ def ridge_risk_mc(
 
     Parameters
     ----------
-    n_prompts : int >= 1
+    n_prompts : int >= 2
     lam_ridge : float >= 0
     chunk : int >= 1
     """

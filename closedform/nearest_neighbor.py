@@ -66,7 +66,14 @@ from dynamics.convergence import check_run
 from dynamics.errors import DivergenceError
 from dynamics.random import as_generator
 from dynamics.saveat import SaveAt
-from dynamics.validation import check_allocation, check_finite_array, check_int, check_nonneg, check_positive
+from dynamics.validation import (
+    check_allocation,
+    check_finite_array,
+    check_in_range,
+    check_int,
+    check_nonneg,
+    check_positive,
+)
 
 __all__ = [
     "REFERENCE",
@@ -348,7 +355,7 @@ def sample_shifted_prompts(
     n_prompts : int >= 1
     """
     n_prompts = check_int("n_prompts", n_prompts, min_value=1)
-    delta = check_positive("delta", delta)
+    delta = check_in_range("delta", delta, 0.0, 2.0, low_open=True, high_open=True)
     if not delta < 2.0:
         raise ValueError(f"delta must lie in (0, 2) (reflection separates only then); got {delta!r}")
     rng = as_generator(rng)
@@ -393,7 +400,7 @@ def initial_W(task: NearestNeighborTask) -> np.ndarray:
 
 
 def family_W(
-    d: Annotated[int, _V.Range(integer=True, ge=1)],
+    d: Annotated[int, _V.Range(integer=True, ge=2)],
     xi1: Annotated[Any, _V.Range(array=True)],
     xi2: Annotated[Any, _V.Range(array=True)],
 ) -> np.ndarray:
@@ -402,7 +409,7 @@ def family_W(
 
     Parameters
     ----------
-    d : int >= 1
+    d : int >= 2
     """
     d = check_int("d", d, min_value=2)
     xi1, xi2 = np.broadcast_arrays(np.asarray(xi1, dtype=np.float64), np.asarray(xi2, dtype=np.float64))
@@ -623,7 +630,7 @@ def diagnostics(
 
 
 def loss_xi1_zero(
-    N: Annotated[int, _V.Range(integer=True, ge=1)], xi2: Annotated[Any, _V.Range(array=True)]
+    N: Annotated[int, _V.Range(integer=True, ge=2)], xi2: Annotated[Any, _V.Range(array=True)]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Closed-form loss at xi1 = 0 (docs/models/token_selection.md §A.5): q0 = 1/(N + e^{-xi2}), L = 1/2 (N q0^2 - 2 q0
     + 1); returns (L, q0).
@@ -632,7 +639,7 @@ def loss_xi1_zero(
 
     Parameters
     ----------
-    N : int >= 1
+    N : int >= 2
     """
     N = check_int("N", N, min_value=2)
     xi2 = np.asarray(xi2, dtype=np.float64)
@@ -642,7 +649,7 @@ def loss_xi1_zero(
 
 
 def expected_max_inner_product(
-    d: Annotated[int, _V.Range(integer=True, ge=1)], N: Annotated[int, _V.Range(integer=True, ge=1)]
+    d: Annotated[int, _V.Range(integer=True, ge=2)], N: Annotated[int, _V.Range(integer=True, ge=1)]
 ) -> float:
     """E[c_{i*}] = E[max_j <x_j, x_query>] for N i.i.d. uniform points on S^{d-1} (used by
     docs/models/token_selection.md §A.5 at xi1 = 0).
@@ -651,7 +658,7 @@ def expected_max_inner_product(
 
     Parameters
     ----------
-    d : int >= 1
+    d : int >= 2
     N : int >= 1
     """
     d = check_int("d", d, min_value=2)
@@ -1111,7 +1118,7 @@ def signed_permutations(d: Annotated[int, _V.Range(integer=True, ge=1, le=7)]) -
     ----------
     d : int in [1, 7]
     """
-    d = check_int("d", d, min_value=1)
+    d = check_int("d", d, min_value=1, max_value=7)
     mats = []
     for perm in itertools.permutations(range(d)):
         P = np.eye(d)[list(perm)]
@@ -1155,26 +1162,26 @@ def symmetrized_prompts(prompts: Prompts) -> Prompts:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def k_d(d: Annotated[int, _V.Range(integer=True, ge=1)]) -> float:
+def k_d(d: Annotated[int, _V.Range(integer=True, ge=2)]) -> float:
     """k_d = 2 Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2)) = Theta(sqrt d), constant of Theorem A1
     (docs/models/token_selection.md §A.6).
 
     Parameters
     ----------
-    d : int >= 1
+    d : int >= 2
     """
     d = check_int("d", d, min_value=2)
     return float(2.0 * math.exp(math.lgamma(d / 2) - math.lgamma((d - 1) / 2)) / math.sqrt(math.pi))
 
 
-def a_Nd(N: Annotated[int, _V.Range(integer=True, ge=1)], d: Annotated[int, _V.Range(integer=True, ge=1)]) -> float:
+def a_Nd(N: Annotated[int, _V.Range(integer=True, ge=2)], d: Annotated[int, _V.Range(integer=True, ge=4)]) -> float:
     """a_{N,d} = (2 N sqrt d)^{-2/(d-3)} of Theorem A1's proof (docs/models/token_selection.md §A.6); defined only for d
     >= 4.
 
     Parameters
     ----------
-    N : int >= 1
-    d : int >= 1
+    N : int >= 2
+    d : int >= 4
     """
     N = check_int("N", N, min_value=2)
     d = check_int("d", d, min_value=4)
@@ -1182,8 +1189,8 @@ def a_Nd(N: Annotated[int, _V.Range(integer=True, ge=1)], d: Annotated[int, _V.R
 
 
 def sigma_condition(
-    N: Annotated[int, _V.Range(integer=True, ge=1)],
-    d: Annotated[int, _V.Range(integer=True, ge=1)],
+    N: Annotated[int, _V.Range(integer=True, ge=2)],
+    d: Annotated[int, _V.Range(integer=True, ge=2)],
     C_d: Annotated[float, _V.Range(ge=0)],
 ) -> float:
     """Mask threshold of Theorem A1 (docs/models/token_selection.md §A.6): 2 max{log(N d), -log(1 - (N sqrt d)^{-1/d}),
@@ -1193,8 +1200,8 @@ def sigma_condition(
 
     Parameters
     ----------
-    N : int >= 1
-    d : int >= 1
+    N : int >= 2
+    d : int >= 2
     C_d : float >= 0
     """
     N = check_int("N", N, min_value=2)

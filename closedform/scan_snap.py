@@ -1170,7 +1170,7 @@ def measure_transition(
     n: Annotated[int, _INDEX] = 0,
     *,
     t_max: Annotated[float | None, _V.Range(gt=0)] = None,
-    n_grid: Annotated[int, _V.Range(integer=True, ge=2)] = 3001,
+    n_grid: Annotated[int, _V.Range(integer=True, ge=3)] = 3001,
     lumped: bool = True,
 ) -> dict:
     """Measured transition landmarks of the exact ODE (docs/models/scan_snap.md §4.2, §6 item 6,
@@ -1186,7 +1186,7 @@ def measure_transition(
     ----------
     n : int >= 0
     t_max : float > 0
-    n_grid : int >= 2
+    n_grid : int >= 3
     """
     from dynamics import SaveAt, integrate
 

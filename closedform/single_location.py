@@ -766,7 +766,7 @@ def critical_point_search(
     task: SingleLocationTask,
     lam: Annotated[float, _check_lam],
     *,
-    n_starts: Annotated[int, _V.Range(integer=True, ge=0)] = 2000,
+    n_starts: Annotated[int, _V.Range(integer=True, ge=1)] = 2000,
     rng: Annotated[Any, _V.seed_check] = 0,
     max_iter: Annotated[int, _V.Range(integer=True, ge=1)] = 150,
 ):
@@ -781,7 +781,7 @@ def critical_point_search(
 
     Parameters
     ----------
-    n_starts : int >= 0
+    n_starts : int >= 1
     max_iter : int >= 1
     lam : float or array > 0
 

@@ -601,7 +601,7 @@ def build(
     kind: str = "transformer",
     *,
     rng: Annotated[Any, _V.seed_check] = None,
-    n_heads: Annotated[int, _V.Range(integer=True, ge=1)] = 1,
+    n_heads: Annotated[int, _V.Range(integer=True, ge=1, le=4096)] = 1,
     **kwargs,
 ):
     """The torch model of ``task`` with oracle directions drawn by :func:`random_oracle_directions` from ``rng``.
@@ -613,7 +613,7 @@ def build(
 
     Parameters
     ----------
-    n_heads : int >= 1
+    n_heads : int in [1, 4096]
     """
     check_choice("kind", kind, KINDS)
     # the paper uses 1 or K = 2 heads; 4096 keeps a typo from allocating H d x d matrices per seed
