@@ -472,6 +472,17 @@ def _commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def _changed_since(commit: str | None, base: str | None) -> set[str]:
+    """Test files changed between ``commit`` (a journal record's) and ``base`` (or the working tree): a survivor has
+    not passed their new content. ``{"*"}`` where the commit is unknown or unreadable (every file counts as changed).
+    """
+    if not commit:
+        return {"*"}
+    cmd = ["git", "diff", "--name-only", commit.removesuffix("+dirty"), *([base] if base else []), "--", "tests"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    return set(out.stdout.split()) if out.returncode == 0 else {"*"}
+
+
 def read_journal(path: Path) -> list[dict]:
     """The records of a JSON-lines journal (a torn last line from an interrupted run is ignored)."""
     if not path.is_file():
@@ -535,8 +546,8 @@ def run_disk(
     Mutants already in the journal for the same source (SHA-256) are skipped, so an interrupted run continues where it
     stopped. With ``recheck`` only the journal's survivors not judged equivalent are run again, with the current tests
     (after new tests were written), as records of phase ``recheck``; only the reference-value test files
-    (``tests/*/test_*_reference_values.py``) and the files of its current selection that its last run did not have
-    are run then, since the mutant already passed the others, which are not edited.
+    (``tests/*/test_*_reference_values.py``), the files of its current selection that its last run did not have and
+    those edited since its record's commit are run then, since the mutant already passed the others.
     ``only`` (``file#index`` names) runs just those mutants, as records of phase ``check`` (to confirm that a new test
     kills a survivor; not summarised).
     """
@@ -551,7 +562,13 @@ def run_disk(
         latest: dict[tuple, dict] = {}
         for r in records:
             latest[(r["file"], r["sha"], r["index"])] = r
-        passed = {(r["file"], r["index"]): set(r.get("tests") or ()) for r in latest.values()}
+        changed = {c: _changed_since(c, base) for c in {r.get("commit") for r in latest.values()}}
+        passed = {  # the files a survivor passed that are unchanged since (none where that is unknown)
+            (r["file"], r["index"]): set()
+            if "*" in changed[r.get("commit")]
+            else set(r.get("tests") or ()) - changed[r.get("commit")]
+            for r in latest.values()
+        }
         order = [
             (r["file"], r["index"])
             for k, r in latest.items()

@@ -275,3 +275,71 @@ def test_several_rules_in_one_annotation_are_refused():
 
     with pytest.raises(TypeError, match="several argument rules"):
         two(1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rules that survived a mutation run (each test names the mutant it kills)
+
+
+def test_an_open_upper_bound_refuses_the_bound_itself():
+    """``check_in_range(..., high_open=True)`` refuses x == high (mutant: the open bound treated as closed)."""
+    assert V.check_in_range("q", np.nextafter(1.0, 0.0), 0.0, 1.0, high_open=True) < 1.0
+    with pytest.raises(ValueError, match=r"q must lie in \[0.0, 1.0\); got 1.0"):
+        V.check_in_range("q", 1.0, 0.0, 1.0, high_open=True)
+
+
+def test_a_zero_dimensional_array_is_a_real_number():
+    """np.array(0.5) is not a ``numbers.Real`` but is read as 0.5 (mutant: the array conversion dropped)."""
+    assert V.check_in_range("x", np.array(0.5), 0.0, 1.0) == 0.5
+
+
+def test_a_literal_member_of_a_union_accepts_its_values():
+    """``Literal["a", "b"] | float``: "a" and 0.5 pass, "z" is refused naming the parameter (mutant: ``in`` turned
+    ``not in`` in the union-member match)."""
+
+    @validated
+    def f(mode: Literal["a", "b"] | float = "a"):
+        return mode
+
+    assert f("a") == "a" and f(mode=0.5) == 0.5
+    with pytest.raises((TypeError, ValueError), match="mode"):
+        f("z")
+
+
+def test_a_parameter_after_a_defaulted_one_is_still_checked():
+    """The checks go on past a parameter left at its default (mutant: ``continue`` turned ``break``)."""
+
+    @validated
+    def f(a: Annotated[int, Range(integer=True, ge=1)] = 1, b: Annotated[int, Range(integer=True, ge=0)] = 0):
+        return a + b
+
+    with pytest.raises(ValueError, match="b must be"):
+        f(b=-1)
+
+
+def test_integral_float_arrays_pass_an_integer_array_rule_and_fractions_do_not():
+    """Range(array=True, integer=True) takes [1.0, 2.0] and refuses [1.0, 2.5] (mutant: the modulus dropped)."""
+    rule = Range(array=True, integer=True)
+    rule("n", np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="non-integral"):
+        rule("n", np.array([1.0, 2.5]))
+
+
+def test_a_named_tuple_reports_its_rules():
+    """A NamedTuple's rules are read from its ``__new__`` (mutant: the lookup of ``__new__`` dropped)."""
+    from closedform.icl_regression import Prompts
+
+    assert V.argument_rules(Prompts)
+
+
+def test_byte_counts_switch_unit_at_1024():
+    """1 023 B, then 1.0 KiB (mutant: the threshold moved to 1 025)."""
+    assert V._bytes_text(1023) == "1023 B" and V._bytes_text(1024) == "1.0 KiB"
+
+
+def test_sweep_refuses_a_fractional_process_count():
+    """``processes`` is an integer rule (mutant: ``integer=True`` dropped)."""
+    from dynamics import sweep
+
+    with pytest.raises(ValueError, match="processes"):
+        sweep(lambda x: x, {"x": [1.0]}, processes=1.5)

@@ -74,14 +74,19 @@ def test_the_model_modules_have_their_test_files():
 
 def test_a_recheck_runs_only_what_the_survivor_has_not_passed(tmp_path, monkeypatch):
     """A survivor judged by ``[A]`` whose selection is now ``[ref, A, B]`` (a reference-value file and a subject
-    module added) is rerun on ``[ref, B]``: A, which it passed, is not run again; a survivor whose selection did not
-    change and has no reference values is not rerun at all."""
+    module added) is rerun on ``[ref, B]``: A, which it passed and which is unchanged since its record's commit, is
+    not run again; a survivor whose selection did not change and has no reference values is not rerun at all; one
+    whose record names no commit is rerun on its whole selection (what changed since is unknown)."""
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     code = "x = 1\n"
     mutant = mutate.Mutant(index=0, line=1, operator="number", before="1", after="2", start=4, end=5, text="2")
     monkeypatch.setattr(mutate, "generate_cached", lambda target, cache_dir: (code, [mutant]))
     selections = {
         "closedform/a.py": ["tests/ref_reference_values.py", "tests/A.py", "tests/B.py"],
         "dynamics/b.py": ["tests/C.py"],
+        "dynamics/c.py": ["tests/D.py"],
     }
     monkeypatch.setattr(mutate, "tests_for", lambda target, root: selections[target])
     ran = []
@@ -101,9 +106,25 @@ def test_a_recheck_runs_only_what_the_survivor_has_not_passed(tmp_path, monkeypa
 
     monkeypatch.setattr(mutate, "Runner", FakeRunner)
     journal = tmp_path / "journal.jsonl"
-    for target, tests in (("closedform/a.py", ["tests/A.py"]), ("dynamics/b.py", ["tests/C.py"])):
+    for target, tests, commit in (
+        ("closedform/a.py", ["tests/A.py"], head),
+        ("dynamics/b.py", ["tests/C.py"], head),
+        ("dynamics/c.py", ["tests/D.py"], None),
+    ):
         rec = {"file": target, "sha": mutate._sha(code), "index": 0, "status": "survived", "tests": tests}
-        mutate._append(journal, {**rec, "phase": "sample"})
+        mutate._append(journal, {**rec, "phase": "sample", "commit": commit})
     kwargs = dict(sample=None, seed=0, tests=None, timeout_factor=5.0, timeout_slack=1.0, max_minutes=None)
-    mutate.run_disk(["closedform/a.py", "dynamics/b.py"], tmp_path, journal, recheck=True, equivalent={}, **kwargs)
-    assert ran == [("closedform/a.py", ["tests/ref_reference_values.py", "tests/B.py"])]
+    mutate.run_disk(list(selections), tmp_path, journal, recheck=True, equivalent={}, base="HEAD", **kwargs)
+    assert ran == [
+        ("closedform/a.py", ["tests/ref_reference_values.py", "tests/B.py"]),
+        ("dynamics/c.py", ["tests/D.py"]),
+    ]
+
+
+def test_test_files_edited_since_a_commit_are_found():
+    """``_changed_since``: a commit against itself changes nothing; an unknown commit counts as everything."""
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert mutate._changed_since(head, head) == set()
+    assert mutate._changed_since(None, None) == {"*"} and mutate._changed_since("0" * 40, "HEAD") == {"*"}
