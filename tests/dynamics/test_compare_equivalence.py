@@ -153,3 +153,17 @@ def test_adjust_on_a_compare_result_keeps_holds_and_out_of_range_rows():
         adjust("many rows")
     with pytest.raises(ValueError, match="results must carry 'p_value'"):
         adjust({"status": np.array(["fails"])})
+
+
+def test_adjust_states_the_expected_false_fails_at_the_results_level():
+    """k rows at the per-row level give k x level false fails on average: the level is the result's own, or the one
+    given where the result does not carry one."""
+    rng = np.random.default_rng(5)
+    learned = xr.Dataset(
+        {"x": (("trajectory", "time"), rng.normal(0.0, 0.1, size=(8, 4)))}, coords={"time": np.arange(4.0)}
+    )
+    theory = xr.Dataset({"x": ("time", np.zeros(4))}, coords={"time": np.arange(4.0)})
+    res = dynamics.compare(theory, learned, variables="x", allowance=0.5, level=0.02)
+    assert adjust(res).attrs["expected_false_fails_per_row"] == pytest.approx(4 * 0.02)
+    del res.attrs["level"]
+    assert adjust(res, level=0.01).attrs["expected_false_fails_per_row"] == pytest.approx(4 * 0.01)

@@ -101,3 +101,10 @@ def test_the_own_model_guide_runs_its_testing_example():
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1, "the section shows one python block"
     exec(compile(blocks[0], str(guide), "exec"), {"__name__": "own_model_guide"})
+
+
+def test_the_formula_message_names_the_worst_point():
+    """Three points, the last one off by 1/6 relative: the message names point 2 and the count of failing points."""
+    cand, ref = np.array([[1.0], [2.0], [3.5]]), np.array([[1.0], [2.0], [3.0]])
+    with pytest.raises(AssertionError, match=r"relative error 0.167 > 1e-12 at point 2 \(worst of 3; 1 points fail\)"):
+        dt.assert_formula_close(cand, ref)
