@@ -809,3 +809,14 @@ def test_two_head_stationary_points_and_the_single_head_segment():
         TASK, np.array([[w, w], [0.13, -0.13], [0.0, 0.0]]), np.array([[0.5 * m, 0.5 * m], [3.38, -3.38], [0.0, 0.0]])
     )
     assert names.tolist() == ["single_head", "solution_manifold", "origin"]
+
+
+def test_symmetric_flow_refuses_a_matrix_start():
+    """omega0 and mu0 are scalars or one value per trajectory: a (2, 2) omega0 is refused naming it."""
+    import pytest
+
+    from closedform import icl_regression as icl
+
+    task = icl.ICLRegressionTask(d=4, L=20, sigma2=0.1)
+    with pytest.raises(ValueError, match="omega0"):
+        icl.symmetric_flow(task, np.ones((2, 2)), np.full(2, 0.5), (0.0, 1.0))

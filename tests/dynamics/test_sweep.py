@@ -174,3 +174,11 @@ def test_kernels_load_safely_from_many_threads():
     out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ERRORS []" in out.stdout, out.stdout[-2000:]
+
+
+def test_sweep_refuses_a_fractional_process_count():
+    """``processes`` is an integer rule (mutant: ``integer=True`` dropped)."""
+    from dynamics import sweep
+
+    with pytest.raises(ValueError, match="processes"):
+        sweep(lambda x: x, {"x": [1.0]}, processes=1.5)

@@ -335,11 +335,3 @@ def test_a_named_tuple_reports_its_rules():
 def test_byte_counts_switch_unit_at_1024():
     """1 023 B, then 1.0 KiB (mutant: the threshold moved to 1 025)."""
     assert V._bytes_text(1023) == "1023 B" and V._bytes_text(1024) == "1.0 KiB"
-
-
-def test_sweep_refuses_a_fractional_process_count():
-    """``processes`` is an integer rule (mutant: ``integer=True`` dropped)."""
-    from dynamics import sweep
-
-    with pytest.raises(ValueError, match="processes"):
-        sweep(lambda x: x, {"x": [1.0]}, processes=1.5)
