@@ -180,5 +180,5 @@ def test_sweep_refuses_a_fractional_process_count():
     """``processes`` is an integer rule (mutant: ``integer=True`` dropped)."""
     from dynamics import sweep
 
-    with pytest.raises(ValueError, match="processes"):
+    with pytest.raises(ValueError, match="processes must be an integer"):
         sweep(lambda x: x, {"x": [1.0]}, processes=1.5)
