@@ -271,7 +271,7 @@ def fit(works: Sequence[float], seconds: Sequence[float]) -> dict:
     Returns ``{"a", "c", "p"}``.
     """
     w0, t0, wn, tn = works[0], seconds[0], works[-1], seconds[-1]
-    if len(works) == 1 or wn <= w0:
+    if wn <= w0:  # one point
         return {"a": 0.0, "c": t0 / w0, "p": 1.0}
     p = 1.0
     if len(works) >= 3:
@@ -292,7 +292,7 @@ def fit(works: Sequence[float], seconds: Sequence[float]) -> dict:
                     mid = 0.5 * (lo + hi)
                     lo, hi = (mid, hi) if growth(mid) < target else (lo, mid)
                 p = 0.5 * (lo + hi)
-    c = max(tn - t0, 0.0) / (wn**p - w0**p) if wn > w0 else 0.0
+    c = max(tn - t0, 0.0) / (wn**p - w0**p)
     return {"a": max(t0 - c * w0**p, 0.0), "c": c, "p": p}
 
 
@@ -310,23 +310,13 @@ def measure(
     points: list[tuple[float, float, float]] = []
 
     def run(s: float) -> bool:
-        """Measure the sizes ``s`` of the way, rounded plainly or else keeping the presets' common divisibility;
-        False if the figure refuses them all (a refused tiny run raises).
+        """Measure the sizes ``s`` of the way (:func:`_run_rounded`), unless they are less than twice the last point's
+        work (they would not show the growth); False if the figure refuses every rounding.
         """
-        for residue in (None, 0, 1) if 0 < s < 1 else (None,):
-            params = between(small, large, s, residue)
-            if points and s < 1 and work(params) < 2 * points[-1][1]:
-                continue  # not twice the last point's work: it would not show the growth
-            try:
-                t = _seconds(spec, params, device)
-            except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: fit what was measured
-                if not points:
-                    raise
-                logger.info("%s: refused the sizes %s of the way to %s (%s)", name, f"{s:.2f}", preset, exc)
-                continue
-            points.append((s, work(params), t))
-            return True
-        return False
+        tried = _run_rounded(spec, small, large, device, s, skip=lambda q: s < 1 and work(q) < 2 * points[-1][1])
+        if tried is not None:
+            points.append((s, work(tried[0]), tried[1]))
+        return tried is not None
 
     with _one_thread():
         tracemalloc.start()  # memory traced in the warm-up only: tracing slows Python code several times
@@ -335,7 +325,7 @@ def measure(
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        run(0.0)
+        points.append((0.0, w_small, _seconds(spec, small, device)))  # the tiny sizes: a refusal raises
         spent = 2 * points[-1][2]  # the warm-up's excess (numba compiles, traced) is a one-off, not measurement
         step = math.log(STEP) / math.log(w_large / w_small) if w_large > STEP * w_small else math.inf
         s = 0.0
@@ -393,9 +383,10 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
     first = _reach_width(spec, small, large, device, fitted, budget_s)
     if first is None:
         return []
-    budget_s -= first[3]  # the climb's runs included
-    out = [first[1:3]]
-    if not first[4]:
+    d_first, t_first, spent, reached = first
+    budget_s -= spent  # the climb's runs included
+    out = [(d_first, t_first)]
+    if not reached:
         return out  # the preset's sizes extrapolated, not run: no longer run at them
     step = math.log(STEP) / math.log(d_large / d_small)
     st = 0.0
@@ -414,7 +405,7 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
                 break
             st_next, last_try = math.log(d_fit / d_small) / math.log(d_large / d_small), True
         st = st_next
-        tried = _run_rounded(spec, small, large, device, 1.0, st, longer_than=out[-1][0], limit=fits)
+        tried = _run_rounded(spec, small, large, device, 1.0, st, skip=lambda q: duration(q) <= out[-1][0], limit=fits)
         if tried == "over":
             break
         if tried is not None:
@@ -426,29 +417,36 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
     return out
 
 
-def _run_rounded(spec, small, large, device, s, s_time, *, longer_than=0.0, limit):
+def _run_rounded(spec, small, large, device, s, s_time=None, *, skip=None, limit=None):
     """Run the sizes ``s`` (time axes ``s_time``) of the way, rounded plainly or else keeping the presets' common
-    divisibility: ``(params, seconds)``; ``None`` if the figure refuses every rounding (or none is longer than
-    ``longer_than``), ``"over"`` if ``limit(params)`` says the run would not fit what is left of the budget.
+    divisibility (each distinct rounding once): ``(params, seconds)``; ``None`` if the figure refuses every rounding
+    or ``skip(params)`` passes over them all, ``"over"`` if ``limit(params)`` is False (the run would not fit what is
+    left of the budget).
     """
+    tried = []
     for residue in (None, 0, 1):
         params = between(small, large, s, residue, s_time=s_time)
-        if duration(params) <= longer_than:
+        if params in tried or (skip is not None and skip(params)):
             continue
-        if not limit(params):
+        tried.append(params)
+        if limit is not None and not limit(params):
             return "over"
         try:
             return params, _seconds(spec, params, device)
         except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: try the next rounding
             logger.info(
-                "%s: refused the sizes %s (length %s) of the way (%s)", spec.name, f"{s:.2f}", f"{s_time:.2f}", exc
+                "%s: refused the sizes %s (length %s) of the way (%s)",
+                spec.name,
+                f"{s:.2f}",
+                f"{s if s_time is None else s_time:.2f}",
+                exc,
             )
     return None
 
 
 def _reach_width(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: float):
-    """The preset's sizes run for the small length: ``(work, duration, seconds, seconds spent in all, reached)``, or
-    ``None`` if out of reach.
+    """The preset's sizes run for the small length: ``(duration, seconds, seconds spent in all, reached)``, or ``None``
+    if out of reach.
     Where the fit expects that run to take at most a quarter of ``budget_s`` it is run directly. Otherwise (the fit,
     measured where fixed per-step costs dominate, can overestimate the width several times, or underestimate it) the
     sizes climb to the preset's at the small length in steps of :data:`STEP` times the work, each run expected from
@@ -484,7 +482,7 @@ def _reach_width(spec, small: dict, large: dict, device: str, fitted: dict, budg
             if len(runs) < 2:
                 return None
             (w_last, t_last), d = runs[-1], duration(between(small, large, 1.0, s_time=0.0))
-            return (target, d, t_last * (target / w_last) ** growth(), spent, False)
+            return (d, t_last * (target / w_last) ** growth(), spent, False)
         if tried is None:
             if s >= 1.0:
                 return None
@@ -492,7 +490,7 @@ def _reach_width(spec, small: dict, large: dict, device: str, fitted: dict, budg
         params, t = tried
         budget_s, spent = budget_s - t, spent + t
         runs.append((work(params), t))
-    return (runs[-1][0], duration(params), runs[-1][1], spent, True)
+    return (duration(params), runs[-1][1], spent, True)
 
 
 @contextlib.contextmanager

@@ -110,8 +110,8 @@ def tests_for(target: str, root: Path = ROOT) -> list[str]:
     stem = Path(name).stem
 
     def subject(folder: str, module: str) -> list[str]:  # tests/<folder>/test_<module>.py, then test_<module>_*.py
-        own = f"tests/{folder}/test_{module}.py"
-        return [own, *sorted(str(q.relative_to(root)) for q in (root / "tests" / folder).glob(f"test_{module}_*.py"))]
+        own = [f"tests/{folder}/test_{module}.py"] if (root / "tests" / folder / f"test_{module}.py").is_file() else []
+        return [*own, *sorted(str(q.relative_to(root)) for q in (root / "tests" / folder).glob(f"test_{module}_*.py"))]
 
     if area == "closedform":
         model = stem[1 : -len("_kernels")] if stem.startswith("_") and stem.endswith("_kernels") else stem
@@ -124,9 +124,7 @@ def tests_for(target: str, root: Path = ROOT) -> list[str]:
             RULES_TESTS,
         ]
     elif area == "dynamics":
-        own = [
-            f for f in [*subject("dynamics", stem.lstrip("_")), *DYNAMICS_TESTS.get(stem, ())] if (root / f).is_file()
-        ]
+        own = [*subject("dynamics", stem.lstrip("_")), *DYNAMICS_TESTS.get(stem, ())]
         files = [DYNAMICS_PINNED, *(own or ENGINE_TESTS), RULES_TESTS]
     else:
         raise ValueError(f"no tests known for {target}: pass --tests <pytest args>")
@@ -564,10 +562,8 @@ def run_disk(
             latest[(r["file"], r["sha"], r["index"])] = r
         changed = {c: _changed_since(c, base) for c in {r.get("commit") for r in latest.values()}}
         passed = {  # the files a survivor passed that are unchanged since (none where that is unknown)
-            (r["file"], r["index"]): set()
-            if "*" in changed[r.get("commit")]
-            else set(r.get("tests") or ()) - changed[r.get("commit")]
-            for r in latest.values()
+            k: set() if "*" in changed[r.get("commit")] else set(r.get("tests") or ()) - changed[r.get("commit")]
+            for k, r in latest.items()
         }
         order = [
             (r["file"], r["index"])
@@ -607,9 +603,10 @@ def run_disk(
             m = mutants[i]
             args = tests if tests else tests_for(t, runner.scratch)
             if phase == "recheck" and not tests:
-                # it passed the files of its last run already; only new reference values or files new to its
-                # selection (a test module added to its subject) can kill it
-                args = [a for a in args if Path(a).stem.endswith("_reference_values") or a not in passed[(t, i)]]
+                # it passed the files of its last run that are unchanged since: only reference values, files new to
+                # its selection (a test module added to its subject) and edited files can kill it
+                done = passed[(t, shas[t], i)]
+                args = [a for a in args if Path(a).stem.endswith("_reference_values") or a not in done]
                 if not args:
                     continue
             status, seconds = runner.run(t, code, m, args)

@@ -15,6 +15,8 @@ from scipy.integrate import solve_ivp
 import dynamics
 from dynamics import RK4, DivergenceError, Dopri5, Euler, SaveAt, Trajectory, integrate, iterate
 
+from tests._ode import forced, forced_reference
+
 # A damped rotation y' = A y with the exact solution expm(A t) y0 (the order test of diffrax's test_ode_order).
 A_LIN = np.array([[-0.3, 1.0], [-1.0, -0.3]])
 
@@ -29,13 +31,6 @@ def linear_rhs(t, y, p, dy):
 def van_der_pol(t, y, p, dy):
     dy[0] = y[1]
     dy[1] = p[0] * (1.0 - y[0] * y[0]) * y[1] - y[0]
-
-
-@njit
-def forced(t, y, p, dy):
-    # time-dependent, so a solver that mishandles t is caught
-    dy[0] = -p[0] * y[0] + np.sin(3.0 * t)
-    dy[1] = y[0] * y[0]
 
 
 @njit
@@ -140,15 +135,7 @@ def test_dopri5_dense_output_matches_scipy_between_steps():
         solver=Dopri5(rtol=1e-10, atol=1e-12),
         saveat=SaveAt(ts=ts),
     )
-    ref = solve_ivp(
-        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
-        (0.0, 5.0),
-        [1.0, 0.0],
-        method="DOP853",
-        rtol=1e-13,
-        atol=1e-14,
-        t_eval=ts,
-    ).y.T
+    ref = forced_reference(5.0, ts)
     np.testing.assert_allclose(tr.states()[0], ref, rtol=0, atol=1e-7)
 
 
@@ -156,15 +143,7 @@ def test_rk4_matches_scipy_on_forced_system():
     # 0.37 / 1e-3 is 370 within rounding, so this save snaps to the grid (off-grid saves: test_engine_solvers.py)
     ts = np.array([0.0, 0.37, 1.0, 2.5])
     tr = integrate(forced, np.array([1.0, 0.0]), (0.0, 2.5), params=[0.7], solver=RK4(dt=1e-3), saveat=SaveAt(ts=ts))
-    ref = solve_ivp(
-        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
-        (0.0, 2.5),
-        [1.0, 0.0],
-        method="DOP853",
-        rtol=1e-13,
-        atol=1e-14,
-        t_eval=ts,
-    ).y.T
+    ref = forced_reference(2.5, ts)
     # RK4 global error ~ C dt^4 = O(1e-12) with C = O(1) on this smooth system.
     np.testing.assert_allclose(tr.states()[0], ref, rtol=0, atol=1e-10)
     assert np.array_equal(tr.step.values, [0, 370, 1000, 2500])

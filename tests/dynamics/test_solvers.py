@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import scipy.linalg
 from numba import njit
-from scipy.integrate import solve_ivp
 
 from dynamics import RK4, DivergenceError, Dopri5, Euler, SaveAt, Tsit5, integrate, iterate
 from dynamics import _steppers
+
+from tests._ode import forced, forced_reference
 
 # A damped rotation y' = A y with the exact solution expm(A t) y0.
 A_LIN = np.array([[-0.3, 1.0], [-1.0, -0.3]])
@@ -29,12 +30,6 @@ def linear_rhs(t, y, p, dy):
 def cubic_quadrature(t, y, p, dy):
     # y' = (1 + t)^3, y(0) = 0: y(t) = ((1 + t)^4 - 1) / 4, a polynomial of degree 4
     dy[0] = (1.0 + t) ** 3
-
-
-@njit(cache=True)
-def forced(t, y, p, dy):
-    dy[0] = -p[0] * y[0] + np.sin(3.0 * t)
-    dy[1] = y[0] * y[0]
 
 
 @njit(cache=True)
@@ -131,15 +126,7 @@ def test_dense_output_converges_at_order_five_between_steps(solver_cls):
 
 def test_adaptive_solvers_match_scipy_and_many_saves_do_not_shrink_steps():
     ts = np.linspace(0.0, 5.0, 2001)
-    ref = solve_ivp(
-        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
-        (0.0, 5.0),
-        [1.0, 0.0],
-        method="DOP853",
-        rtol=1e-13,
-        atol=1e-14,
-        t_eval=ts,
-    ).y.T
+    ref = forced_reference(5.0, ts)
     for solver in (Dopri5(rtol=1e-10, atol=1e-12), Tsit5(rtol=1e-10, atol=1e-12)):
         dense = integrate(forced, [1.0, 0.0], (0.0, 5.0), params=[0.7], solver=solver, saveat=SaveAt(ts=ts))
         final = integrate(forced, [1.0, 0.0], (0.0, 5.0), params=[0.7], solver=solver, saveat=SaveAt(final=True))
@@ -159,15 +146,7 @@ def test_fixed_step_off_grid_save_is_truly_off_grid():
     assert r.denominator != 1 and abs(float(r) - 370.4) < 1e-9
     ts = np.array([0.0, s, 1.0])
     tr = integrate(forced, [1.0, 0.0], (0.0, 1.0), params=[0.7], solver=RK4(dt=dt), saveat=SaveAt(ts=ts))
-    ref = solve_ivp(
-        lambda t, y: [-0.7 * y[0] + np.sin(3 * t), y[0] ** 2],
-        (0.0, 1.0),
-        [1.0, 0.0],
-        method="DOP853",
-        rtol=1e-13,
-        atol=1e-14,
-        t_eval=ts,
-    ).y.T
+    ref = forced_reference(1.0, ts)
     # RK4 global error C dt^4 ~ 1e-12 (C = O(1) here); the partial step of 0.4 dt adds a local error O(dt^5).
     # A partial step taken with a full dt (error ~0.6 dt |f| ~ 3e-4) or with the wrong stage time (error
     # ~h^2 |f_t| ~ 5e-7) fails by orders of magnitude.

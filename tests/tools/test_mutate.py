@@ -7,6 +7,7 @@ mapping can produce and require each to exist, and check the order the tool reli
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import mutate  # noqa: E402
+
+
+def _head() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
 
 def test_every_named_test_file_exists():
@@ -77,9 +82,7 @@ def test_a_recheck_runs_only_what_the_survivor_has_not_passed(tmp_path, monkeypa
     module added) is rerun on ``[ref, B]``: A, which it passed and which is unchanged since its record's commit, is
     not run again; a survivor whose selection did not change and has no reference values is not rerun at all; one
     whose record names no commit is rerun on its whole selection (what changed since is unknown)."""
-    import subprocess
-
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = _head()
     code = "x = 1\n"
     mutant = mutate.Mutant(index=0, line=1, operator="number", before="1", after="2", start=4, end=5, text="2")
     monkeypatch.setattr(mutate, "generate_cached", lambda target, cache_dir: (code, [mutant]))
@@ -123,8 +126,6 @@ def test_a_recheck_runs_only_what_the_survivor_has_not_passed(tmp_path, monkeypa
 
 def test_test_files_edited_since_a_commit_are_found():
     """``_changed_since``: a commit against itself changes nothing; an unknown commit counts as everything."""
-    import subprocess
-
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = _head()
     assert mutate._changed_since(head, head) == set()
     assert mutate._changed_since(None, None) == {"*"} and mutate._changed_since("0" * 40, "HEAD") == {"*"}
