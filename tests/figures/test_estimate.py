@@ -316,9 +316,13 @@ def test_quick_estimate_of_a_cheap_figure_is_within_a_factor_2_of_its_build(name
     """The acceptance check in small (the full one, in fresh processes, is the slow test below), in this process:
     the figure built at quick after a tiny warm-up (tools/estimate_validation.py's build), then estimated at quick;
     the estimate lies within a factor of 2 of the build. The build comes first so that nothing the estimate ran can
-    make it cheaper; neither figure memoises runs that the estimate could reuse."""
+    make it cheaper; neither figure memoises runs that the estimate could reuse. The build is timed at its second
+    call: the estimate counts the cost of a call, its one-off costs being ``overhead_s``, and with a cold numba cache
+    the first quick call of icl_regression.fig20 also compiles what the tiny warm-up did not reach (measured in a CI
+    replay: 0.87 s, against 0.35 s for the next calls and an estimate of 0.34 s; with a warm cache 0.37-0.64 s)."""
     from tools.estimate_validation import FACTOR, child_build
 
+    child_build(name, "quick")  # one-off costs of the quick sizes
     measured = child_build(name, "quick")["measured_s"]
     (row,) = estimate.estimate([name], "quick")
     assert measured > 0 and 1 / FACTOR <= row.seconds / measured <= FACTOR, (row.seconds, measured)
