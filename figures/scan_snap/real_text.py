@@ -57,6 +57,10 @@ def plot_fig10(ds: xr.Dataset):
 
 BATCH = 20  # sequences per SGD step (the trainer's text configuration, docs/models/scan_snap.md §5.5)
 PAPER_EPOCHS = 5  # the paper's generic script (docs/models/scan_snap.md §5.5)
+CORPUS_TOKENS = 118_799
+"""Tokens read from the corpus at quick and paper: all of pydoc_data.topics as CPython 3.11 ships it (107 k training
+tokens, 152 steps an epoch). A cap rather than ``None`` (all) keeps a run the same size where another Python ships a
+longer text, and gives the cost estimate (``python -m figures estimate``) the epoch's length."""
 
 _FREEZE_WHY = Explanation(
     kind="deferred",
@@ -158,7 +162,7 @@ def checks_fig10(ds):
         },
         "quick": {
             "vocab": 500,
-            "max_tokens": None,
+            "max_tokens": CORPUS_TOKENS,
             "d": 32,
             "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
             "n_seeds": 8,
@@ -169,7 +173,7 @@ def checks_fig10(ds):
         },
         "paper": {
             "vocab": 5000,
-            "max_tokens": None,
+            "max_tokens": CORPUS_TOKENS,
             "d": 200,
             "eta": [1.0, 2.0, 3.0, 4.0, 5.0],
             "n_seeds": 5,
