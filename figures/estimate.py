@@ -11,8 +11,8 @@ left out.
 Measurement. The work only orders sizes; how the cost grows with it is measured. Each figure's data function runs,
 single-threaded and timed in process CPU seconds (wall seconds on a GPU; a busy machine does not inflate CPU time),
 first at the tiny sizes with another seed to compile the numba kernels and warm caches (its excess over the second
-call is reported as ``overhead_s`` and is not counted in the measurement budget: a cold numba cache compiled under
-memory tracing can take minutes; the other seed keeps a figure that memoises its runs from reusing them), then at
+call is reported as ``overhead_s`` and is not counted in the measurement budget: a cold numba cache can take
+minutes to compile; the other seed keeps a figure that memoises its runs from reusing them), then at
 sizes a fraction ``s`` of the way from the tiny preset's to the estimated preset's on a log scale (:func:`between`:
 every size ``tiny^(1 - s) target^s``, so the measured runs scale the way the target does, seeds, sizes and steps
 together): ``s = 0`` (the tiny sizes), then steps of :data:`STEP` times more work (smaller where that leaves room
@@ -41,8 +41,9 @@ to grow with the length in the proportion measured at the tiny sizes, run for lo
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
-arrays included, torch's own allocator not) during the warm-up call (tracing slows Python code several times, so the
-timed calls are not traced), scaled by the work without the time axes.
+arrays included, torch's own allocator not) in extra calls at the tiny sizes and the two largest the path measured
+in at most a second, fitted and extrapolated in the work like the time (:func:`_memory`; tracing slows Python code
+several times, so the timed calls are not traced).
 A figure that shares its data with another costs nothing of its own.
 
 The estimate is measured on the device asked for (``cuda`` needs a CUDA device here); without one, ``--device cuda``
@@ -99,9 +100,9 @@ NOT_WORK = re.compile(r"(log_every|save|every|seed$|init_seed|offset|freeze|map_
 """Parameter names that do not scale the computation (matched with ``re.search``)."""
 
 TIME_LIKE = re.compile(r"(step|iter|epoch|tokens|^n_t$|^T_|^t1$)")
-"""Time axes: their values add up (runs one after the other) and are left out of the memory scaling; a positive
-float counts here too (an integration's end time ``t1``), where other floats (rates, tolerances) are left out. A
-corpus's token count is the length of one epoch (steps = tokens / (batch x window))."""
+"""Time axes: their values add up (runs one after the other); a positive float counts here too (an integration's end
+time ``t1``), where other floats (rates, tolerances) are left out. A corpus's token count is the length of one epoch
+(steps = tokens / (batch x window))."""
 
 EPOCHS = re.compile(r"epoch")
 """Passes over the data: a time axis that multiplies the others (each epoch runs all of them) where they add up."""
@@ -119,18 +120,18 @@ SAMPLES = re.compile(
 """Sample counts of one step or one evaluation: the largest one counts (training and evaluation alternate)."""
 
 
-def work(params: Mapping, *, memory: bool = False) -> float:
+def work(params: Mapping) -> float:
     """The work of a parameter set: (sum of the time axes) x (epochs) x (product of the repetitions, the list lengths
     and the remaining sizes) x (largest sample count), an integer list counting as its sum (its largest entry for
-    sample counts); a nested mapping adds its own work. ``memory=True`` leaves out the
-    time axes. Names in :data:`NOT_WORK`, non-integers and non-positive values are ignored.
+    sample counts); a nested mapping adds its own work. Names in :data:`NOT_WORK`, non-integers and non-positive
+    values are ignored.
     """
     time_sum, epochs, product, largest, nested = 0.0, 1, 1.0, 1.0, 0.0
     for name, value in params.items():
         if NOT_WORK.search(name):
             continue
         if isinstance(value, Mapping):
-            nested += work(value, memory=memory)
+            nested += work(value)
             continue
         if isinstance(value, (list, tuple)):
             if not value:
@@ -141,15 +142,15 @@ def work(params: Mapping, *, memory: bool = False) -> float:
             # a list of counts (sizes, seeds, steps of separate runs): runs one per entry, costs add up
             value = max(value) if SAMPLES.search(name) else sum(value)
         if EPOCHS.search(name) and _positive_int(value):
-            epochs *= 1 if memory else value
+            epochs *= value
             continue
         if TIME_LIKE.search(name) and isinstance(value, float) and math.isfinite(value) and value > 0:
-            time_sum += 0 if memory else value
+            time_sum += value
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             continue
         if TIME_LIKE.search(name):
-            time_sum += 0 if memory else value
+            time_sum += value
         elif SAMPLES.search(name):
             largest = max(largest, value)
         else:  # repetitions and sizes (grids, dimensions, vocabularies) multiply
@@ -306,8 +307,8 @@ def measure(
 ) -> dict:
     """Measure figure ``name`` on the way from the tiny sizes to ``preset``'s (see the module docstring); return the
     fit (``a``, ``c``, ``p``: seconds ``a + c W^p``), the estimate ``seconds``, ``overhead_s`` (the first call's
-    excess), ``t1`` (the tiny run), ``points`` (``(s, W, seconds)`` measured), ``wide`` and ``share`` (:func:`_wide`)
-    and ``peak_bytes`` with the work ``peak_work`` it was traced at (the tiny sizes).
+    excess), ``t1`` (the tiny run), ``points`` (``(s, W, seconds)`` measured), ``wide`` and ``share`` (:func:`_wide`),
+    ``memory_bytes`` and the ``traced`` ``(work, peak bytes)`` it comes from (:func:`_memory`).
     """
     spec = registry.get(name)
     small, large = dict(spec.params[SMALL_PRESET]), dict(spec.params[preset])
@@ -324,14 +325,10 @@ def measure(
         return tried is not None
 
     with _one_thread():
-        tracemalloc.start()  # memory traced in the warm-up only: tracing slows Python code several times
-        try:  # another seed: a figure that memoises its runs by configuration must not reuse them at s = 0
-            first = _seconds(spec, small, device, seed=DEFAULT_SEED + 1)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        # another seed: a figure that memoises its runs by configuration must not reuse them at s = 0
+        first = _seconds(spec, small, device, seed=DEFAULT_SEED + 1)
         points.append((0.0, w_small, _seconds(spec, small, device)))  # the tiny sizes: a refusal raises
-        spent = 2 * points[-1][2]  # the warm-up's excess (numba compiles, traced) is a one-off, not measurement
+        spent = 2 * points[-1][2]  # the warm-up's excess (numba compiles) is a one-off, not measurement
         # at most STEP times the work a step, and two steps to MAX_FRACTION where each still doubles the work
         step = (
             min(math.log(STEP), max(MAX_FRACTION / 2 * math.log(w_large / w_small), math.log(2)))
@@ -353,6 +350,7 @@ def measure(
         wide, share = [], None  # (duration, seconds) at the preset's sizes for short lengths
         if points[-1][0] < 1.0:
             wide, share = _wide(spec, small, large, device, fitted, budget_s, points[0][2])
+        memory_bytes, traced = _memory(spec, small, large, device, points)
     seconds = fitted["a"] + fitted["c"] * w_large ** fitted["p"]
     if points[-1][0] >= 1.0:
         seconds = points[-1][2]  # the preset itself was measured
@@ -371,8 +369,8 @@ def measure(
         "overhead_s": max(0.0, first - points[0][2]),
         "t1": points[0][2],
         "points": points,
-        "peak_bytes": peak,
-        "peak_work": work(small, memory=True),
+        "memory_bytes": memory_bytes,
+        "traced": traced,
     }
 
 
@@ -383,9 +381,9 @@ def _wide(spec, small: dict, large: dict, device: str, fitted: dict, budget_s: f
     the largest sizes run for the small length (the tiny sizes, costing ``t_small``, or the climb's rungs) whose
     doubled length fits what is left of the budget (:func:`_length_share`), or None. ``runs`` is empty where the
     preset has no longer time axes than the small one or where the preset's sizes cannot be reached at the small
-    length within the budget (:func:`_reach_width`). Memory is not checked: the traced peak scaled by the work (the
-    memory column) counts the fixed allocations as if they grew, and stopped runs that take a few seconds (a 96 MB
-    peak at tiny became 12 GB for a training figure at quick).
+    length within the budget (:func:`_reach_width`). Memory is not checked before a run: an extrapolated peak
+    stopped runs that take a few seconds (a 96 MB peak of the warm-up at tiny, scaled with the work, became 12 GB for
+    a training figure at quick).
     """
     d_small, d_large = duration(small), duration(large)
     if d_large <= d_small or work(between(small, large, 1.0, s_time=0.0)) <= work(small):
@@ -456,12 +454,13 @@ def _length_share(spec, small, large, device, s: float, t: float, budget_s: floa
     return min(1.0, max(0.0, (t_b - t_a) / (d_b - d_a) * d_a / t_a))
 
 
-def _run_rounded(spec, small, large, device, s, s_time=None, *, skip=None, limit=None):
+def _run_rounded(spec, small, large, device, s, s_time=None, *, skip=None, limit=None, measure=None):
     """Run the sizes ``s`` (time axes ``s_time``) of the way, rounded plainly or else keeping the presets' common
-    divisibility (each distinct rounding once): ``(params, seconds)``; ``None`` if the figure refuses every rounding
-    or ``skip(params)`` passes over them all, ``"over"`` if ``limit(params)`` is False (the run would not fit what is
-    left of the budget).
+    divisibility (each distinct rounding once): ``(params, seconds)`` (or what ``measure(spec, params, device)``
+    returns in place of :func:`_seconds`); ``None`` if the figure refuses every rounding or ``skip(params)`` passes
+    over them all, ``"over"`` if ``limit(params)`` is False (the run would not fit what is left of the budget).
     """
+    measure = _seconds if measure is None else measure
     tried = []
     for residue in (None, 0, 1):
         params = between(small, large, s, residue, s_time=s_time)
@@ -471,7 +470,7 @@ def _run_rounded(spec, small, large, device, s, s_time=None, *, skip=None, limit
         if limit is not None and not limit(params):
             return "over"
         try:
-            return params, _seconds(spec, params, device)
+            return params, measure(spec, params, device)
         except Exception as exc:  # noqa: BLE001 - sizes between the presets may be refused: try the next rounding
             logger.info(
                 "%s: refused the sizes %s (length %s) of the way (%s)",
@@ -531,6 +530,51 @@ def _reach_width(spec, small: dict, large: dict, device: str, fitted: dict, budg
         runs.append((work(params), t))
         rungs.append((s, t))
     return (duration(params), runs[-1][1], spent, True, rungs)
+
+
+MEMORY_S = 1.0
+"""The largest sizes that the path measured in at most this many seconds are traced for memory (tracing slows Python
+code several times; the traced calls are not counted in the budget)."""
+
+
+def _peak_bytes(spec, params, device, seed: int = DEFAULT_SEED + 2) -> float:
+    """Peak of the Python-traced allocations (numpy arrays included, torch's own allocator not) during one call of
+    the figure's data function, with another seed than the timed calls' (no memoised run is reused).
+    """
+    cfg = RunConfig(figure=spec.name, preset=SMALL_PRESET, device=device, params=params, seed=seed)
+    tracemalloc.start()
+    try:
+        spec.data(cfg)
+        return float(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
+def _memory(spec, small: dict, large: dict, device: str, points) -> tuple[float, list[tuple[float, float]]]:
+    """The preset's memory in bytes and the ``(work, peak bytes)`` traced (:func:`_peak_bytes`): at the tiny sizes
+    and at the two largest sizes of the path measured in at most :data:`MEMORY_S` seconds, fitted as
+    ``a + c W^p`` like the time (:func:`fit`) and evaluated at the preset's work; where the path measured the preset
+    itself that quickly, its peak is the answer. The sizes are the path's, time axes included, so that memory which
+    grows with the length (stored trajectories) is seen. With one path point, a power law through the two peaks
+    (exponent at most 1: a line through them overestimated group_sparse.downstream's quick peak 27-fold, where
+    the seeds and samples that the work multiplies are not held at once); with none, the tiny peak in proportion to
+    the work (an upper bound where part of it is fixed). The warm-up call is not traced: it holds the
+    numba compiler's allocations (a 70 MiB peak at tiny where the next call peaks at 0.2 MiB: single_location.fig8).
+    """
+    traced = [(points[0][1], _peak_bytes(spec, small, device))]
+    cheap = [s for s, _, t in points[1:] if t <= MEMORY_S]
+    if cheap and cheap[-1] >= 1.0:  # the preset itself
+        traced.append((work(large), _peak_bytes(spec, large, device)))
+        return traced[-1][1], traced
+    for s in cheap[-2:]:
+        tried = _run_rounded(spec, small, large, device, s, measure=_peak_bytes)
+        if tried is not None:
+            traced.append((work(tried[0]), tried[1]))
+    (w0, m0), (w1, m1) = traced[0], traced[-1]
+    if len(traced) == 2 and w1 > w0 and m1 > m0 > 0:  # a power law through the two: no fixed part to separate
+        return m1 * (work(large) / w1) ** min(1.0, math.log(m1 / m0) / math.log(w1 / w0)), traced
+    fitted = fit([w for w, _ in traced], [m for _, m in traced])
+    return fitted["a"] + fitted["c"] * work(large) ** fitted["p"], traced
 
 
 @contextlib.contextmanager
@@ -604,7 +648,6 @@ def estimate(
                 )
             )
             continue
-        mem_ratio = work(spec.params[preset], memory=True) / m["peak_work"]
         out.append(
             FigureEstimate(
                 name=name,
@@ -615,7 +658,7 @@ def estimate(
                 work_ratio=ratio,
                 seconds=m["seconds"],
                 exponent=m["p"],
-                memory_bytes=m["peak_bytes"] * mem_ratio,
+                memory_bytes=m["memory_bytes"],
             )
         )
         if progress:
