@@ -31,18 +31,19 @@ are then run for the tiny length (:func:`between` with ``s = 1, s_time = 0``; wh
 fit the budget, the sizes are first reached from the tiny sizes at the tiny length in steps of :data:`STEP` times
 the work, each step expected from the measured one before it: a fit through points where fixed per-step costs
 dominate overestimated ``scan_snap.gap_T``'s quick sizes tenfold) and then for :data:`STEP`, :data:`STEP` squared,
-... times it, as long as the budget allows (:func:`_lengthen`: the longest runs leave the least to extrapolate,
+... times it, as long as the budget allows (the longest runs leave the least to extrapolate,
 and a cost per step measured over a few dozen steps can be swamped by a fixed cost many times larger). The
 estimate is the longest run plus the cost per unit of length measured between the first run and it, times the
 length still missing: only the length is extrapolated, linearly (runs of steps one after the other), and the width
 is measured, not fitted. Where the budget leaves room for one length only, the cost at the preset's sizes is taken
-to grow with the length in the proportion measured at the tiny sizes, run for longer lengths
-(:func:`_length_share`): runs that stop once converged hardly grow with their step limit.
+to grow with the length in the proportion measured at smaller sizes run for longer lengths (the length share: the
+largest sizes already run at the tiny length, tiny or the climb's, whose doubled length fits what is left of the
+budget): runs that stop once converged hardly grow with their step limit.
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
 arrays included, torch's own allocator not) in extra calls at the tiny sizes and the two largest the path measured
-in at most a second, fitted and extrapolated in the work like the time (:func:`_memory`; tracing slows Python code
+in at most a second, fitted and extrapolated in the work like the time (tracing slows Python code
 several times, so the timed calls are not traced).
 A figure that shares its data with another costs nothing of its own.
 
@@ -307,8 +308,9 @@ def measure(
 ) -> dict:
     """Measure figure ``name`` on the way from the tiny sizes to ``preset``'s (see the module docstring); return the
     fit (``a``, ``c``, ``p``: seconds ``a + c W^p``), the estimate ``seconds``, ``overhead_s`` (the first call's
-    excess), ``t1`` (the tiny run), ``points`` (``(s, W, seconds)`` measured), ``wide`` and ``share`` (:func:`_wide`),
-    ``memory_bytes`` and the ``traced`` ``(work, peak bytes)`` it comes from (:func:`_memory`).
+    excess), ``t1`` (the tiny run), ``points`` (``(s, W, seconds)`` measured), ``wide`` (the runs at the
+    preset's sizes, ``(duration, seconds)``) and ``share`` (the length share, where only one length was run),
+    ``memory_bytes`` and the ``traced`` ``(work, peak bytes)`` it comes from.
     """
     spec = registry.get(name)
     small, large = dict(spec.params[SMALL_PRESET]), dict(spec.params[preset])
