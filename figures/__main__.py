@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     p_est.add_argument("names", nargs="*", metavar="NAME", help="figure or model names (default: every figure)")
     p_est.add_argument("--preset", default="paper", help=f"one of {', '.join(PRESETS)} (default paper)")
     p_est.add_argument("--device", default="cpu", help=f"one of {', '.join(DEVICES)} (default cpu)")
+    p_est.add_argument("--no-progress", action="store_true", help="no line per figure measured (on stderr)")
 
     p_report = sub.add_parser("report", help="build every figure and write <out>/report.html, summary.json, data/")
     common(p_report)
@@ -296,7 +297,7 @@ def _cmd_make(args, reg: registry.Registry) -> int:
     reg.split_overrides(names, overrides)  # refused here, before anything runs
     _check_dirs(args)
     if args.preset == "paper":
-        _paper_estimate_first(names, device, reg)
+        _paper_estimate_first(names, device, reg, progress=not args.no_progress)
     if args.scheduler is not None:
         _check_scheduler(args.scheduler)
         specs = [reg.get(n) for n in names]
@@ -361,21 +362,23 @@ def _cmd_estimate(args, reg: registry.Registry) -> int:
     device = resolve_device("auto" if cuda else args.device)  # no CUDA here: measure on the CPU and say so
     reg.discover()
     names = reg.resolve(args.names) if args.names else reg.names()
-    est = estimate.estimate(names, args.preset, device=device, registry=reg)
+    est = estimate.estimate(names, args.preset, device=device, registry=reg, progress=not args.no_progress)
     _write(estimate.format_table(est, cuda_measured=not cuda or device == "cuda"))
     return 0
 
 
-def _paper_estimate_first(names: Sequence[str] | None, device: str, reg: registry.Registry) -> None:
+def _paper_estimate_first(
+    names: Sequence[str] | None, device: str, reg: registry.Registry, *, progress: bool = True
+) -> None:
     """At --preset paper: print the estimate (measured at smaller sizes) before computing, and on a CPU how to go
-    faster.
+    faster; with ``progress``, a line per figure measured on stderr.
     """
     from figures import estimate
 
     logger.info(
         "--preset paper: estimating the cost first (each figure measured at sizes up to half way from --preset tiny)"
     )
-    _write(estimate.format_table(estimate.estimate(names, "paper", device=device, registry=reg)))
+    _write(estimate.format_table(estimate.estimate(names, "paper", device=device, registry=reg, progress=progress)))
 
 
 def _package_registry() -> registry.Registry:
@@ -414,7 +417,7 @@ def _cmd_report(args, reg: registry.Registry) -> int:
     if args.scheduler is not None:
         _check_scheduler(args.scheduler)
     if args.preset == "paper":
-        _paper_estimate_first(None, device, reg)
+        _paper_estimate_first(None, device, reg, progress=not args.no_progress)
     result = build_report(
         args.preset,
         seed=args.seed,

@@ -613,7 +613,7 @@ def estimate(
     registry.discover()
     names = registry.resolve(names) if names else registry.names()
     out = []
-    for name in names:
+    for i, name in enumerate(names, 1):
         spec = registry.get(name)
         ratio = work(spec.params[preset]) / work(spec.params[SMALL_PRESET])
         if spec.shares_data_with is not None:
@@ -663,8 +663,10 @@ def estimate(
                 memory_bytes=m["memory_bytes"],
             )
         )
-        if progress:
-            print(f"  measured {name} in {time.perf_counter() - t0:.1f} s", flush=True)
+        if progress:  # on stderr, so that the table on stdout can be redirected alone
+            print(
+                f"  [{i}/{len(names)}] measured {name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True
+            )
     return out
 
 

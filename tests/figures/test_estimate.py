@@ -340,9 +340,14 @@ def test_estimate_scales_the_measured_tiny_build_and_prints_a_total(capsys):
         ratio = estimate.work(reg.get(r.name).params["paper"]) / estimate.work(reg.get(r.name).params["tiny"])
         assert r.work_ratio == pytest.approx(ratio) and r.seconds >= 0 and r.memory_bytes > 0
     assert main(["estimate", "--preset", "paper", "--device", "cpu"], reg=reg) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "total at --preset paper on cpu" in out and "--scheduler" in out  # the advice on a CPU
     assert all(name in out for name in reg.names())
+    # a line per figure measured, on stderr (the table alone on stdout)
+    assert f"[{len(rows)}/{len(rows)}] measured" in captured.err and "measured" not in out
+    assert main(["estimate", "--preset", "paper", "--device", "cpu", "--no-progress"], reg=reg) == 0
+    assert "measured" not in capsys.readouterr().err
 
 
 def test_a_figure_that_cannot_run_is_named_and_the_others_estimated(capsys):
