@@ -363,6 +363,8 @@ def measure(
         # one length only: its cost grows with the length in the share measured at the small sizes
         ((d_a, t_a),) = wide
         seconds = t_a * (1.0 + share * (duration(large) / d_a - 1.0))
+    elif wide:  # the fit, but at least the preset's sizes measured for a shorter length (a lower bound then)
+        seconds = max(seconds, wide[0][1])
     return {
         **fitted,
         "seconds": seconds,
@@ -552,31 +554,49 @@ def _peak_bytes(spec, params, device, seed: int = DEFAULT_SEED + 2) -> float:
         tracemalloc.stop()
 
 
-def _memory(spec, small: dict, large: dict, device: str, points) -> tuple[float, list[tuple[float, float]]]:
-    """The preset's memory in bytes and the ``(work, peak bytes)`` traced (:func:`_peak_bytes`): at the tiny sizes
-    and at the two largest sizes of the path measured in at most :data:`MEMORY_S` seconds, fitted as
-    ``a + c W^p`` like the time (:func:`fit`) and evaluated at the preset's work; where the path measured the preset
-    itself that quickly, its peak is the answer. The sizes are the path's, time axes included, so that memory which
-    grows with the length (stored trajectories) is seen. With one path point, a power law through the two peaks
-    (exponent at most 1: a line through them overestimated group_sparse.downstream's quick peak 27-fold, where
-    the seeds and samples that the work multiplies are not held at once); with none, the tiny peak in proportion to
-    the work (an upper bound where part of it is fixed). The warm-up call is not traced: it holds the
-    numba compiler's allocations (a 70 MiB peak at tiny where the next call peaks at 0.2 MiB: single_location.fig8).
+def _memory(spec, small: dict, large: dict, device: str, points) -> tuple[float, list[tuple[str, float, float]]]:
+    """The preset's memory in bytes and the ``(direction, size, peak bytes)`` traced (:func:`_peak_bytes`). Where the
+    path measured the preset itself in at most :data:`MEMORY_S` seconds, its peak is the answer. Otherwise the width
+    and the length are traced apart, at the fraction ``s`` of the largest point of the path measured that quickly:
+    the tiny sizes; the sizes ``s`` of the way at the tiny length (``"width"``, size: the work without the time
+    axes); the tiny sizes for the length ``s`` of the way (``"length"``, size: :func:`duration`). The width's peak is
+    extrapolated as a power law through the tiny peak and its own (exponent in [0, 1]: the seeds, configurations and
+    samples that the work multiplies are often not held at once, a line through the two overestimated
+    group_sparse.downstream's quick peak 27-fold, and an exponent fitted above 1 put icl_regression.fig1's paper
+    preset at 300 TiB); what the longer run held above the tiny peak (stored trajectories: single_location.fig4a's
+    quick peak is 40 times its tiny one, all of it from its 40-fold length) is added, in proportion to the length.
+    Without a point of the path that cheap, the tiny peak is scaled in proportion to the work without the time axes
+    (an upper bound where part of it is fixed). The warm-up call is not traced: it holds the numba compiler's
+    allocations (a 70 MiB peak at tiny where the next call peaks at 0.2 MiB: single_location.fig8).
     """
-    traced = [(points[0][1], _peak_bytes(spec, small, device))]
+    w0, d0 = _width(small), duration(small)
+    m0 = _peak_bytes(spec, small, device)
+    traced = [("tiny", w0, m0)]
     cheap = [s for s, _, t in points[1:] if t <= MEMORY_S]
     if cheap and cheap[-1] >= 1.0:  # the preset itself
-        traced.append((work(large), _peak_bytes(spec, large, device)))
-        return traced[-1][1], traced
-    for s in cheap[-2:]:
-        tried = _run_rounded(spec, small, large, device, s, measure=_peak_bytes)
-        if tried is not None:
-            traced.append((work(tried[0]), tried[1]))
-    (w0, m0), (w1, m1) = traced[0], traced[-1]
-    if len(traced) == 2 and w1 > w0 and m1 > m0 > 0:  # a power law through the two: no fixed part to separate
-        return m1 * (work(large) / w1) ** min(1.0, math.log(m1 / m0) / math.log(w1 / w0)), traced
-    fitted = fit([w for w, _ in traced], [m for _, m in traced])
-    return fitted["a"] + fitted["c"] * work(large) ** fitted["p"], traced
+        traced.append(("preset", work(large), _peak_bytes(spec, large, device)))
+        return traced[-1][2], traced
+    if not cheap:
+        return m0 * _width(large) / w0, traced
+    s = cheap[-1]
+    peak = m0
+    tried = _run_rounded(spec, small, large, device, s, 0.0, measure=_peak_bytes)
+    if tried is not None and _width(tried[0]) > w0:
+        (w1, m1) = _width(tried[0]), tried[1]
+        traced.append(("width", w1, m1))
+        q = min(1.0, max(0.0, math.log(m1 / m0) / math.log(w1 / w0))) if m1 > 0 and m0 > 0 else 1.0
+        peak = m1 * (_width(large) / w1) ** q
+    tried = _run_rounded(spec, small, large, device, 0.0, s, measure=_peak_bytes)
+    if tried is not None and duration(tried[0]) > d0:
+        (d1, m2) = duration(tried[0]), tried[1]
+        traced.append(("length", d1, m2))
+        peak += max(m2 - m0, 0.0) * (duration(large) - d0) / (d1 - d0)
+    return peak, traced
+
+
+def _width(params: Mapping) -> float:
+    """The work without the time axes: what a run holds at once, where the time axes add records."""
+    return work(params) / duration(params)
 
 
 @contextlib.contextmanager
