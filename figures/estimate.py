@@ -42,8 +42,9 @@ budget): runs that stop once converged hardly grow with their step limit.
 Because the exponent ``p`` is measured along the preset's own direction, a figure whose cost grows more slowly
 than its work (evaluation grids that add up where the work multiplies, early stops) or faster (quadratic sizes) is
 estimated from its measured growth, not from the work's. Memory is the peak of Python-traced allocations (numpy
-arrays included, torch's own allocator not) in extra calls at the tiny sizes and the two largest the path measured
-in at most a second, fitted and extrapolated in the work like the time (tracing slows Python code
+arrays included, torch's own allocator not) in extra calls at the tiny sizes and, at the largest fraction of the
+way the path measured in at most a second, its width at the tiny length and the tiny width at its length: the
+width's peak extrapolated as a power law, the length's excess added in proportion (tracing slows Python code
 several times, so the timed calls are not traced).
 A figure that shares its data with another costs nothing of its own.
 
@@ -311,7 +312,8 @@ def measure(
     fit (``a``, ``c``, ``p``: seconds ``a + c W^p``), the estimate ``seconds``, ``overhead_s`` (the first call's
     excess), ``t1`` (the tiny run), ``points`` (``(s, W, seconds)`` measured), ``wide`` (the runs at the
     preset's sizes, ``(duration, seconds)``) and ``share`` (the length share, where only one length was run),
-    ``memory_bytes`` and the ``traced`` ``(work, peak bytes)`` it comes from.
+    ``lower_bound`` (one length run at the preset's sizes, no share: the estimate is that run), ``memory_bytes``
+    and the ``traced`` ``(direction, size, peak bytes)`` it comes from.
     """
     spec = registry.get(name)
     small, large = dict(spec.params[SMALL_PRESET]), dict(spec.params[preset])
@@ -360,15 +362,13 @@ def measure(
     elif len(wide) >= 2:  # the preset's sizes measured: only the length is extrapolated, linearly
         (d_a, t_a), (d_b, t_b) = wide[0], wide[-1]
         seconds = t_b + max(t_b - t_a, 0.0) / (d_b - d_a) * (duration(large) - d_b)
-    elif len(wide) == 1 and share is not None:
-        # one length only: its cost grows with the length in the share measured at the small sizes
+    elif len(wide) == 1:
+        # one length only: its cost grows with the length in the share measured at smaller sizes; without a share,
+        # that run is a lower bound (the path's fit fell below it: icl_regression.fig8 at paper, 41 s against
+        # 38.6 s for 30 of its 500 000 steps)
         ((d_a, t_a),) = wide
-        seconds = t_a * (1.0 + share * (duration(large) / d_a - 1.0))
-    # one length at the preset's sizes and no room to see the cost grow with it: that run is a lower bound (the
-    # path's fit, below it for icl_regression.fig8 at paper, 41 s against 38.6 s for 30 of its 500 000 steps)
-    lower_bound = points[-1][0] < 1.0 and len(wide) == 1 and share is None
-    if lower_bound:
-        seconds = wide[0][1]
+        seconds = t_a if share is None else t_a * (1.0 + share * (duration(large) / d_a - 1.0))
+    lower_bound = len(wide) == 1 and share is None
     return {
         **fitted,
         "seconds": seconds,
